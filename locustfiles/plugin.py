@@ -1,0 +1,325 @@
+"""Wires tts-knee into Locust through its events: options, the run on each node, records,
+clock sync, collectors, and the end of the run. Importing this module only attaches listeners.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import gevent
+from geventhttpclient import HTTPClient
+from locust import events
+from locust.runners import MasterRunner, WorkerRunner
+
+from . import audio as audio_mod
+from . import rundir, settings as settings_mod, timesync
+from .clock import wall
+from .records import JsonlAppender, RecordReceiver, RecordShipper, RecordWriter
+from .shape import STEP_MESSAGE, Step, StepState
+
+log = logging.getLogger("tts_knee")
+#: How long the master waits for workers' last batches when the run ends.
+FINAL_FLUSH_TIMEOUT_S = 10.0
+#: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
+WORKER_WATCH_INTERVAL_S = 1.0
+
+
+class Run:
+    """One run on one node. On the master (or a local runner) it owns the run directory."""
+
+    def __init__(self, environment, s: settings_mod.Settings, state: StepState):
+        self.environment = environment
+        self.settings = s
+        self.state = state
+        self.failed = False
+        self.closed = False
+        runner = environment.runner
+        self.is_worker = isinstance(runner, WorkerRunner)
+        self.is_master = isinstance(runner, MasterRunner)
+        self.worker_id = runner.client_id if self.is_worker else "local"
+        self.worker_tag = uuid.uuid4().hex[:8]
+        self._audio_ok = True
+        self._audio_n: dict[int, int] = {}
+        self.writer = self.shipper = self.puller = self.receiver = None
+        self.run_dir: Path | None = None
+        self.info: dict = {}
+        self.preflight: dict | None = None
+
+    # ---- used by users -------------------------------------------------------------
+    def next_text(self):
+        texts = self.settings.texts
+        return texts[self.state.next_text_index() % len(texts)]
+
+    def emit(self, rec: dict) -> None:
+        del rec["_m0"], rec["_m2"]
+        if self.shipper is not None:
+            self.shipper.add(rec)
+        else:
+            self.writer.add([rec])
+
+    def audio_path(self, user: int, seq: int) -> Path | None:
+        if not self._audio_ok:
+            return None
+        keep = self.settings.audio_keep
+        name = f"{self.worker_tag}-u{user}-{seq if not keep else seq % keep}.wav"
+        return self.settings.audio_dir / name
+
+    def audio_failed(self, e: OSError) -> None:
+        if not self._audio_ok:
+            return
+        self._audio_ok = False
+        where = self.settings.audio_dir
+        if self.settings.stop_on_audio_error:
+            log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
+            self.environment.process_exit_code = 3
+            gevent.spawn(self.environment.runner.quit)
+        else:
+            log.error("cannot write audio to %s: %s; going on without writing audio "
+                      "(t3 and write_ms stay null; --on-audio-error stop ends the run instead)", where, e.strerror)
+
+    # ---- the step shape --------------------------------------------------------------
+    def begin_step(self, step: Step) -> None:
+        self.state.begin(step)
+        if self.is_master:
+            self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency})
+        self.save()
+
+    def finished_in_step(self, step: int) -> int:
+        return self.writer.finished[step] if self.writer else 0
+
+    # ---- run directory ---------------------------------------------------------------
+    def open(self) -> None:
+        """Master/local: claim the run directory, check the target, start collectors."""
+        s = self.settings
+        self.run_dir = rundir.claim(s.run_dir)
+        if self.run_dir != s.run_dir:
+            log.warning("%s already holds a run; writing this one to %s", s.run_dir, self.run_dir)
+        self.settings = s = _replace(s, run_dir=self.run_dir,
+                                     audio_dir=s.audio_dir if s.audio_dir != s.run_dir / "audio" else self.run_dir / "audio")
+        self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
+        s.audio_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = RecordWriter(self.run_dir / "requests.jsonl")
+        if self.receiver is not None:
+            self.receiver.reset(self.writer)
+        self.info = {"run_id": self.run_dir.name, "start": wall(), "end": None, "target": s.host,
+                     "options": s.public(), "settle_s": s.settle_s, "steps": [], "workers": [],
+                     "collectors": [], "versions": rundir.versions()}
+        log.info("run directory: %s", self.run_dir)
+        if s.preflight:
+            self.preflight = preflight(s)
+            if not self.preflight["ok"]:
+                self.info["preflight"] = self.preflight
+                self.fail(self.preflight["message"])
+                return
+        self._start_puller()   # with no --collector it still samples this host (role=client)
+        self.save()
+
+    def _start_puller(self) -> None:
+        from .puller import CollectorPuller
+        s = self.settings
+        self.puller = CollectorPuller(list(s.collectors), self.run_dir / "resources.jsonl", token=s.collector_token)
+        for warning in self.puller.start():
+            log.warning("%s", warning)
+        if s.require_collectors and self.puller.unreachable:
+            self.fail(f"collector {self.puller.unreachable[0]} is unreachable and --require-collectors is set")
+
+    def fail(self, message: str) -> None:
+        log.error("%s", message)
+        self.failed = True
+        self.environment.process_exit_code = 2
+        self.info["error"] = message
+        self.save()
+
+    def save(self) -> None:
+        if self.run_dir is None:
+            return
+        info = self.info
+        info["steps"] = [{"step": st.step, "concurrency": st.concurrency, "start": st.start, "end": st.end}
+                         for st in self.state.steps]
+        if self.preflight is not None:
+            info["preflight"] = self.preflight
+        if self.puller is not None:
+            info["collectors"] = self.puller.describe()
+        if self.is_master and self.receiver is not None:
+            info["workers"] = list(self.receiver.workers.values())
+        elif not self.is_master:
+            info["workers"] = [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}]
+        rundir.write_json(self.run_dir / "run.json", info)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.shipper is not None:
+            self.shipper.finish()
+            return
+        if self.writer is None:
+            return
+        self.state.finish(wall())
+        if self.receiver is not None:
+            stragglers = self.receiver.wait_final(FINAL_FLUSH_TIMEOUT_S)
+            for wid in stragglers:
+                log.error("worker %s sent no final batch within %.0f s; its last records may be missing",
+                          wid, FINAL_FLUSH_TIMEOUT_S)
+        self.writer.close()
+        if self.puller is not None:
+            self.puller.stop()
+        self.info["end"] = wall()
+        self.info["records"] = self.writer.count
+        self.save()
+        log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / "requests.jsonl")
+
+
+def _replace(s, **changes):
+    import dataclasses
+    return dataclasses.replace(s, **changes)
+
+
+def preflight(s: settings_mod.Settings) -> dict:
+    """One warm-up request that tells an unreachable or wrong target apart from a TTS server."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(s.host)
+    text = min(s.texts, key=lambda t: len(t.text)).text
+    start = wall()
+    out = {"ok": False, "status": None, "ms": None, "message": None}
+    client = HTTPClient(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+                        ssl=parts.scheme == "https", connection_timeout=s.connect_timeout_s,
+                        network_timeout=s.request_timeout_s,
+                        headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee"})
+    target = f"{s.host}{s.path}"
+    try:
+        with gevent.Timeout(s.request_timeout_s):
+            resp = client.request("POST", s.path, body=s.payload(text))
+            body = resp.read()
+        status = resp.status_code
+    except gevent.Timeout:
+        out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
+        return out
+    except Exception as e:  # noqa: BLE001 — any failure here is reported in one sentence
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        out["message"] = f"cannot reach {s.host}: {reason}; is the TTS server running there?"
+        return out
+    finally:
+        client.close()
+    out.update(status=status, ms=round((wall() - start) * 1000, 1))
+    snippet = " ".join(body[:120].decode("utf-8", "replace").split())
+    if 200 <= status < 300:
+        try:
+            audio_mod.check_audio(body, _first(resp.get("content-type")), s.format, s.pcm_rate)
+        except audio_mod.AudioError as e:
+            out["message"] = f"{target} answered {status} but not with audio ({e}); is it a TTS server, and is --tts-api {s.api} right?"
+            return out
+        out["ok"] = True
+        return out
+    if status in (404, 405):
+        out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
+    elif status in (401, 403):
+        out["message"] = f"{target} refused the request with {status}: {snippet}"
+    elif status < 500 and status != 429:
+        out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
+    else:
+        out["ok"] = True   # busy or failing, but a server: the run will measure it
+        log.warning("warm-up request got %s from %s; running anyway", status, target)
+    return out
+
+
+def _first(value):
+    return value[0] if isinstance(value, list) else value
+
+
+# ---- Locust events ---------------------------------------------------------------------
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser) -> None:
+    settings_mod.add_arguments(parser)
+
+
+def ensure_run(environment) -> Run | None:
+    """The current run on this node, created on first use (the shape's first tick on a
+    master or local runner, the test_start on a worker). None if the options are unusable."""
+    run = getattr(environment, "tts_knee", None)
+    if run is not None and not run.closed:
+        return run
+    try:
+        s = settings_mod.from_options(environment.parsed_options, environment.host)
+    except settings_mod.SettingsError as e:
+        log.error("%s", e)
+        environment.process_exit_code = 2
+        return None
+    run = Run(environment, s, environment.tts_knee_state)
+    environment.tts_knee = run
+    if run.is_worker:
+        run.shipper = RecordShipper(environment.runner, run.worker_id, environment.tts_knee_clock)
+        gevent.spawn(environment.tts_knee_clock.probe)
+    else:
+        run.state = environment.tts_knee_state = StepState(settle_s=s.settle_s)
+        run.receiver = environment.tts_knee_receiver if run.is_master else None
+        run.open()
+    return run
+
+
+@events.init.add_listener
+def _on_init(environment, **_kw) -> None:
+    environment.tts_knee = None
+    environment.tts_knee_state = StepState()
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        timesync.serve(runner)
+        # Locust allows one listener per message type: one receiver, pointed at each run's writer.
+        environment.tts_knee_receiver = RecordReceiver(runner)
+        gevent.spawn(_watch_workers, environment)
+    elif isinstance(runner, WorkerRunner):
+        environment.tts_knee_clock = timesync.WorkerClock(runner)
+
+        def on_step(environment, msg, **_kw):
+            environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall()))
+        runner.register_message(STEP_MESSAGE, on_step)
+    if environment.web_ui is not None:
+        from . import webui
+        webui.mount(environment)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment, **_kw) -> None:
+    run = ensure_run(environment)
+    if run is not None and run.is_worker:
+        run.state.settle_s = run.settings.settle_s
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment, **_kw) -> None:
+    run = getattr(environment, "tts_knee", None)
+    if run is not None:
+        run.close()
+
+
+@events.quitting.add_listener
+def _on_quitting(environment, **_kw) -> None:
+    run = getattr(environment, "tts_knee", None)
+    if run is not None and run.shipper is not None and not run.closed:
+        run.shipper.spool()
+
+
+def _watch_workers(environment) -> None:
+    """Master: note workers that went away, and sample every worker's own CPU and memory
+    (Locust's heartbeats carry them) into resources.jsonl as role=client."""
+    appender: dict = {}
+    while True:
+        gevent.sleep(WORKER_WATCH_INTERVAL_S)
+        run = getattr(environment, "tts_knee", None)
+        if run is None or run.closed or run.receiver is None or run.run_dir is None:
+            continue
+        for wid in run.receiver.note_lost():
+            log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
+            run.save()
+        path = run.run_dir / "resources.jsonl"
+        if appender.get("path") != path:
+            appender.update(path=path, out=JsonlAppender(path))
+        now = wall()
+        appender["out"].write([
+            {"ts": now, "host": c.id, "role": "client", "source": "locust-heartbeat", "cpu_percent": None,
+             "cpu_max_core_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
+             "proc": {"pid": None, "cpu_percent": c.cpu_usage, "rss_bytes": c.memory_usage}, "gpus": []}
+            for c in environment.runner.clients.all if c.state != "missing"
+        ])

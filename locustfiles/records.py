@@ -1,0 +1,239 @@
+"""Where attempt records go: one writer of ``requests.jsonl`` on the master (or the local
+runner), and on each worker a shipper that batches records to it over Locust's custom messages.
+
+A worker keeps every batch until the master acknowledges it — the master acknowledges only
+after the batch is written and flushed — and writes whatever is unacknowledged to a spool
+file if the master goes away, so an acknowledged record is never lost.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter, deque
+from pathlib import Path
+
+import gevent
+
+from .clock import wall
+
+log = logging.getLogger("tts_knee.records")
+
+RECORDS_MESSAGE = "tts_knee_records"
+ACK_MESSAGE = "tts_knee_ack"
+#: Local/master writer: buffered records reach the file at least this often.
+FLUSH_INTERVAL_S = 0.5
+#: Worker shipper: a batch goes out this often, or sooner when it reaches BATCH_MAX records.
+BATCH_INTERVAL_S = 1.0
+BATCH_MAX = 1000
+#: How long a stopping worker waits for the master to acknowledge its last batches.
+ACK_WAIT_S = 5.0
+SPOOL_DIR = Path("runs") / "spool"
+#: Latest successful waits kept per step for the web UI's live table.
+TALLY_WAITS = 2000
+_TIMES = ("t0", "t1", "t2", "t3")
+
+
+def _dumps(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+class JsonlAppender:
+    """Appends lines to a JSONL file; each batch is one write, flushed to the OS."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, records: list[dict]) -> None:
+        if records and self._fd is not None:
+            data = "".join(_dumps(r) + "\n" for r in records).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class RecordWriter:
+    """The one writer of requests.jsonl: buffers records, flushes every FLUSH_INTERVAL_S,
+    and keeps a small per-step tally for the step shape and the web UI."""
+
+    def __init__(self, path: Path):
+        self._out = JsonlAppender(path)
+        self._buf: list[dict] = []
+        self.count = 0
+        self.finished = Counter()  # step -> logical requests finished (final attempts)
+        self._tally: dict[int, dict] = {}
+        self._loop = gevent.spawn(self._run)
+
+    def add(self, records: list[dict]) -> None:
+        self._buf.extend(records)
+        for r in records:
+            t = self._tally.get(r["step"])
+            if t is None:
+                t = self._tally[r["step"]] = {"concurrency": r["concurrency"], "failed": 0, "retries": 0,
+                                              "waits": deque(maxlen=TALLY_WAITS)}
+            if r["attempt"] > 1:
+                t["retries"] += 1
+            if r["final"]:
+                self.finished[r["step"]] += 1
+                if not r["ok"]:
+                    t["failed"] += 1
+                elif r["wait_ms"] is not None:
+                    t["waits"].append(r["wait_ms"])
+
+    def step_table(self) -> list[dict]:
+        """Rough live figures per step (the dashboard computes the exact ones from the file)."""
+        rows = []
+        for step in sorted(k for k in self._tally if k is not None):
+            t = self._tally[step]
+            waits = sorted(t["waits"])
+            pick = (lambda q: round(waits[min(len(waits) - 1, int(q * len(waits)))], 1)) if waits else (lambda q: None)
+            rows.append({"step": step, "concurrency": t["concurrency"], "requests": self.finished[step],
+                         "failed": t["failed"], "retries": t["retries"], "p50_ms": pick(0.5),
+                         "p95_ms": pick(0.95), "max_ms": waits[-1] if waits else None})
+        return rows
+
+    def flush(self) -> None:
+        buf, self._buf = self._buf, []
+        try:
+            self._out.write(buf)
+        except OSError:
+            self._buf = buf + self._buf   # keep them for the next try
+            raise
+        self.count += len(buf)
+
+    def _run(self) -> None:
+        while True:
+            gevent.sleep(FLUSH_INTERVAL_S)
+            try:
+                self.flush()
+            except OSError as e:
+                log.error("cannot write %s: %s; records are kept in memory and retried", self._out.path, e.strerror)
+
+    def close(self) -> None:
+        self._loop.kill()
+        self.flush()
+        self._out.close()
+
+
+class RecordReceiver:
+    """Master side: writes workers' batches, acknowledges them, tracks each worker."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.writer: RecordWriter | None = None
+        self.workers: dict[str, dict] = {}
+        runner.register_message(RECORDS_MESSAGE, self._on_records)
+
+    def reset(self, writer: RecordWriter) -> None:
+        """Point at a new run's writer (a web-UI session can hold several runs)."""
+        self.writer, self.workers = writer, {}
+
+    def worker(self, worker_id: str) -> dict:
+        return self.workers.setdefault(worker_id, {
+            "id": worker_id, "records": 0, "batches": 0, "final": False, "first_seen": wall(),
+            "last_seen": None, "offset_s": None, "rtt_s": None, "lost_at": None, "host": None,
+        })
+
+    def _on_records(self, environment, msg, **_kw) -> None:
+        data = msg.data
+        w = self.worker(msg.node_id)
+        self.writer.add(data["records"])
+        self.writer.flush()
+        self.runner.send_message(ACK_MESSAGE, {"seq": data["seq"]}, client_id=msg.node_id)
+        w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
+                 offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
+        if data.get("final"):
+            w["final"] = True
+
+    def note_lost(self) -> list[str]:
+        """Mark workers Locust no longer hears from; returns the ids newly marked."""
+        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        lost = []
+        for wid, w in self.workers.items():
+            if wid not in alive and w["lost_at"] is None and not w["final"]:
+                w["lost_at"] = wall()
+                lost.append(wid)
+        return lost
+
+    def wait_final(self, timeout: float) -> list[str]:
+        """Wait (bounded) until every live worker has sent its final batch; returns the stragglers."""
+        deadline = wall() + timeout
+        while True:
+            self.note_lost()
+            waiting = [wid for wid, w in self.workers.items() if not w["final"] and w["lost_at"] is None]
+            if not waiting or wall() >= deadline:
+                return waiting
+            gevent.sleep(0.05)
+
+
+class RecordShipper:
+    """Worker side: batches records to the master, converted to the master's clock."""
+
+    def __init__(self, runner, worker_id: str, timesync):
+        self.runner = runner
+        self.worker_id = worker_id
+        self.timesync = timesync
+        self._buf: list[dict] = []
+        self._seq = 0
+        self.unacked: dict[int, list[dict]] = {}
+        runner.register_message(ACK_MESSAGE, self._on_ack)
+        self._loop = gevent.spawn(self._run)
+
+    def add(self, record: dict) -> None:
+        self._buf.append(record)
+        if len(self._buf) >= BATCH_MAX:
+            self.ship()
+
+    def _on_ack(self, environment, msg, **_kw) -> None:
+        self.unacked.pop(msg.data["seq"], None)
+
+    def ship(self, final: bool = False) -> None:
+        batch, self._buf = self._buf, []
+        if not batch and not final:
+            return
+        offset = self.timesync.offset_s or 0.0
+        for r in batch:
+            for k in _TIMES:
+                if r[k] is not None:
+                    r[k] -= offset
+        self._seq += 1
+        self.unacked[self._seq] = batch
+        self.runner.send_message(RECORDS_MESSAGE, {
+            "seq": self._seq, "records": batch, "final": final, "offset_s": self.timesync.offset_s,
+            "rtt_s": self.timesync.rtt_s, "host": self.timesync.host,
+        })
+
+    def _run(self) -> None:
+        while True:
+            gevent.sleep(BATCH_INTERVAL_S)
+            self.ship()
+
+    def finish(self) -> None:
+        """Ship the rest, wait (bounded) for acknowledgements, spool whatever is left."""
+        self._loop.kill()
+        self.ship(final=True)
+        deadline = wall() + ACK_WAIT_S
+        while self.unacked and wall() < deadline:
+            gevent.sleep(0.05)
+        self.spool()
+
+    def spool(self) -> Path | None:
+        left = [r for seq in sorted(self.unacked) for r in self.unacked[seq]] + self._buf
+        if not left:
+            return None
+        SPOOL_DIR.mkdir(parents=True, exist_ok=True)
+        path = SPOOL_DIR / f"{self.worker_id.replace('/', '_')}-{int(wall())}.jsonl"
+        out = JsonlAppender(path)
+        out.write(left)
+        out.close()
+        self.unacked.clear()
+        self._buf = []
+        log.error("the master did not acknowledge %d records; they were saved to %s "
+                  "(append them to the run's requests.jsonl)", len(left), path.resolve())
+        return path

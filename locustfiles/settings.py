@@ -1,0 +1,260 @@
+"""tts-knee's options: declared once for Locust's parser (so they work on the command line, in
+``.conf`` files and in the web UI) and validated into one :class:`Settings` object.
+
+A bad value raises :class:`SettingsError` whose message names the option and what it expects.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import corpus
+from .retry import CONNECTION_ERROR, RetryPolicy
+
+APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
+FORMATS = ("wav", "pcm", "mp3", "opus", "flac")
+DEFAULT_STEPS = "1,2,4,8,16"
+DEFAULT_STEP_TIME_S = 30.0
+#: With --step-requests, a step also ends after this long unless --step-time says otherwise.
+STEP_REQUESTS_CAP_S = 600.0
+#: Settle window by default: this fraction of the step, at most SETTLE_MAX_S.
+SETTLE_FRACTION, SETTLE_MAX_S = 0.1, 5.0
+
+
+class SettingsError(ValueError):
+    """An option has a value tts-knee cannot use; the message names the option."""
+
+
+def add_arguments(parser) -> None:
+    """Register tts-knee's options on Locust's parser (``init_command_line_parser``)."""
+    g = parser  # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
+    g.add_argument("--tts-api", choices=sorted(APIS), default="openai",
+                   help="Request shape: OpenAI /v1/audio/speech, piper POST /synthesize, or a JSON template.")
+    g.add_argument("--tts-path", default="", help="Path of the TTS endpoint (default: the API's usual path).")
+    g.add_argument("--tts-model", default="tts-1", help="`model` field for the openai API.")
+    g.add_argument("--tts-voice", default="alloy", help="`voice` field for the openai API (empty to omit).")
+    g.add_argument("--tts-format", default="wav", help=f"Audio format asked for and checked: {', '.join(FORMATS)}.")
+    g.add_argument("--tts-stream", action="store_true", default=False,
+                   help="Ask for a streamed response (openai: stream=true).")
+    g.add_argument("--tts-template", default="",
+                   help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE.')
+    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses (Hz).")
+    g.add_argument("--texts", default="", help="Corpus: .txt (one text per line) or .jsonl (text, id, tier).")
+    g.add_argument("--steps", default=DEFAULT_STEPS, help="Concurrency levels, in order, e.g. 1,2,4,8,16.")
+    g.add_argument("--step-time", type=float, default=0.0,
+                   help=f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests).")
+    g.add_argument("--step-requests", type=int, default=0, help="End each step after this many requests.")
+    g.add_argument("--settle-time", type=float, default=-1.0,
+                   help="Seconds at the start of each step whose records are marked settled=false "
+                        f"(default {SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s).")
+    g.add_argument("--split-max-chars", type=int, default=0,
+                   help="Split longer texts at sentence ends into segments of at most this many characters, "
+                        "one request each, joined into one WAV on the client (0: off).")
+    g.add_argument("--retry-max-attempts", type=int, default=3, help="Attempts per request, the first included.")
+    g.add_argument("--retry-base-ms", type=float, default=200.0, help="First backoff (ms); doubles per attempt.")
+    g.add_argument("--retry-max-ms", type=float, default=2000.0, help="Longest backoff (ms).")
+    g.add_argument("--retry-on", default="429,500,502,503,504",
+                   help=f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors.")
+    g.add_argument("--retry-after-cap", type=float, default=60.0, help="Longest Retry-After honoured (s).")
+    g.add_argument("--request-timeout", type=float, default=120.0, help="Seconds before an attempt is abandoned.")
+    g.add_argument("--connect-timeout", type=float, default=10.0, help="Seconds to wait for a connection.")
+    g.add_argument("--audio-dir", default="", help="Where audio is written (default RUN_DIR/audio).")
+    g.add_argument("--audio-keep", type=int, default=4,
+                   help="Audio files kept per user, overwritten in turn so disk use stays bounded (0: keep all).")
+    g.add_argument("--on-audio-error", choices=("continue", "stop"), default="continue",
+                   help="When audio cannot be written (disk full, no permission): go on without writing, or stop.")
+    g.add_argument("--run-dir", default="", help="Run directory (default runs/<UTC timestamp>).")
+    g.add_argument("--collector", action="append", default=[], help="Collector URL (repeatable).")
+    g.add_argument("--collector-token", default="", is_secret=True, help="Bearer token for the collectors.")
+    g.add_argument("--require-collectors", action="store_true", default=False,
+                   help="End the run if a collector is unreachable at the start.")
+    g.add_argument("--skip-preflight", action="store_true", default=False,
+                   help="Do not send the one warm-up request that checks the target before the run.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str
+    api: str
+    path: str
+    model: str
+    voice: str
+    format: str
+    stream: bool
+    template: str | None
+    pcm_rate: int
+    texts: tuple
+    texts_source: str
+    steps: tuple
+    step_time_s: float
+    step_requests: int
+    settle_s: float
+    split_max_chars: int
+    retry: RetryPolicy
+    request_timeout_s: float
+    connect_timeout_s: float
+    run_dir: Path
+    audio_dir: Path
+    audio_keep: int
+    stop_on_audio_error: bool
+    collectors: tuple
+    collector_token: str | None
+    require_collectors: bool
+    preflight: bool
+
+    def payload(self, text: str) -> bytes:
+        """The request body for one text, in the configured API's shape."""
+        if self.api == "openai":
+            body = {"model": self.model, "input": text, "response_format": self.format}
+            if self.voice:
+                body["voice"] = self.voice
+            if self.stream:
+                body["stream"] = True
+            return json.dumps(body, ensure_ascii=False).encode()
+        if self.api == "piper":
+            return json.dumps({"text": text}, ensure_ascii=False).encode()
+        # json.dumps(text)[1:-1] is the text escaped for a JSON string literal.
+        return self.template.replace("{text}", json.dumps(text, ensure_ascii=False)[1:-1]).encode()
+
+    def public(self) -> dict:
+        """What run.json records of the options (the token left out)."""
+        return {
+            "tts_api": self.api, "tts_path": self.path, "tts_model": self.model, "tts_voice": self.voice,
+            "tts_format": self.format, "tts_stream": self.stream, "texts": self.texts_source,
+            "texts_count": len(self.texts), "steps": list(self.steps), "step_time": self.step_time_s,
+            "step_requests": self.step_requests, "settle_time": self.settle_s,
+            "split_max_chars": self.split_max_chars, "retry_max_attempts": self.retry.max_attempts,
+            "retry_base_ms": self.retry.base_ms, "retry_max_ms": self.retry.max_ms,
+            "retry_on": sorted(map(str, self.retry.retry_on)), "retry_after_cap": self.retry.retry_after_cap_s,
+            "request_timeout": self.request_timeout_s, "audio_dir": str(self.audio_dir),
+            "audio_keep": self.audio_keep, "collectors": list(self.collectors),
+        }
+
+
+def _positive(name: str, value, kind=float, allow_zero=False):
+    try:
+        v = kind(value)
+    except (TypeError, ValueError):
+        raise SettingsError(f"--{name} must be a number, got {value!r}") from None
+    if v < 0 or (v == 0 and not allow_zero):
+        raise SettingsError(f"--{name} must be {'zero or more' if allow_zero else 'greater than zero'}, got {value!r}")
+    return v
+
+
+def parse_steps(raw) -> tuple[int, ...]:
+    items = raw if isinstance(raw, list) else str(raw).replace(" ", "").split(",")
+    try:
+        steps = tuple(int(s) for s in items if str(s) != "")
+    except ValueError:
+        raise SettingsError(f"--steps must be comma-separated whole numbers like 1,2,4,8, got {raw!r}") from None
+    if not steps or min(steps) < 1:
+        raise SettingsError(f"--steps needs at least one concurrency of 1 or more, got {raw!r}")
+    return steps
+
+
+def _retry_on(raw) -> frozenset:
+    out = set()
+    for tok in str(raw).replace(" ", "").split(","):
+        if not tok:
+            continue
+        if tok == CONNECTION_ERROR:
+            out.add(tok)
+        elif tok.isdigit() and 100 <= int(tok) <= 599:
+            out.add(int(tok))
+        else:
+            raise SettingsError(f"--retry-on takes HTTP statuses and `{CONNECTION_ERROR}`, got {tok!r}")
+    return frozenset(out)
+
+
+def _template(raw: str) -> str:
+    if raw.startswith("@"):
+        try:
+            raw = Path(raw[1:]).read_text(encoding="utf-8")
+        except OSError as e:
+            raise SettingsError(f"--tts-template file {raw[1:]} cannot be read: {e.strerror}") from None
+    if "{text}" not in raw:
+        raise SettingsError('--tts-template must contain "{text}" where the text goes')
+    try:
+        json.loads(raw.replace("{text}", "x"))
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"--tts-template is not valid JSON once the text is filled in ({e.msg})") from None
+    return raw
+
+
+def _collectors(raw) -> tuple[str, ...]:
+    urls = raw if isinstance(raw, list) else [raw]
+    out = []
+    for item in urls:
+        for url in str(item).replace(" ", "").split(","):
+            if not url:
+                continue
+            if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+                raise SettingsError(f"--collector must be an http:// URL, got {url!r}")
+            out.append(url.rstrip("/"))
+    return tuple(out)
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def from_options(options, host: str | None) -> Settings:
+    """Validate Locust's parsed options (command line, .conf file or web UI) into Settings."""
+    o = options
+    if not host:
+        raise SettingsError("no target: give the TTS server's base URL with -H/--host, e.g. -H http://127.0.0.1:8300")
+    parts = urlsplit(host)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"--host must be a base URL like http://127.0.0.1:8300, got {host!r}")
+    api = o.tts_api
+    if api not in APIS:
+        raise SettingsError(f"--tts-api must be one of {', '.join(sorted(APIS))}, got {api!r}")
+    path = o.tts_path or APIS[api]
+    if not path.startswith("/"):
+        raise SettingsError(f"--tts-path must start with /, got {path!r}")
+    fmt = str(o.tts_format).lower()
+    if fmt not in FORMATS:
+        raise SettingsError(f"--tts-format must be one of {', '.join(FORMATS)}, got {o.tts_format!r}")
+    template = _template(o.tts_template) if api == "json" else None
+    if api == "json" and template is None:
+        raise SettingsError('--tts-api json needs --tts-template, e.g. \'{"text": "{text}"}\'')
+    try:
+        texts = corpus.load(o.texts or None)
+    except corpus.CorpusError as e:
+        raise SettingsError(f"--texts: {e}") from None
+    steps = parse_steps(o.steps)
+    step_requests = int(_positive("step-requests", o.step_requests, int, allow_zero=True))
+    step_time = _positive("step-time", o.step_time, allow_zero=True)
+    if not step_time:
+        step_time = STEP_REQUESTS_CAP_S if step_requests else DEFAULT_STEP_TIME_S
+    settle = float(o.settle_time)
+    if settle < 0:
+        settle = 0.0 if step_requests else min(SETTLE_MAX_S, SETTLE_FRACTION * step_time)
+    elif settle >= step_time:
+        raise SettingsError(f"--settle-time ({settle:g} s) must be shorter than --step-time ({step_time:g} s)")
+    attempts = int(_positive("retry-max-attempts", o.retry_max_attempts, int))
+    base = _positive("retry-base-ms", o.retry_base_ms, allow_zero=True)
+    cap = _positive("retry-max-ms", o.retry_max_ms, allow_zero=True)
+    if cap < base:
+        raise SettingsError(f"--retry-max-ms ({cap:g}) must not be below --retry-base-ms ({base:g})")
+    retry = RetryPolicy(attempts, base, cap, _retry_on(o.retry_on),
+                        _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
+    run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
+    return Settings(
+        host=host.rstrip("/"), api=api, path=path, model=o.tts_model, voice=o.tts_voice, format=fmt,
+        stream=bool(o.tts_stream), template=template,
+        pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
+        texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS), steps=steps,
+        step_time_s=step_time, step_requests=step_requests, settle_s=settle,
+        split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
+        retry=retry, request_timeout_s=_positive("request-timeout", o.request_timeout),
+        connect_timeout_s=_positive("connect-timeout", o.connect_timeout),
+        run_dir=run_dir, audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
+        audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
+        stop_on_audio_error=o.on_audio_error == "stop",
+        collectors=_collectors(o.collector), collector_token=o.collector_token or None,
+        require_collectors=bool(o.require_collectors), preflight=not o.skip_preflight,
+    )

@@ -1,0 +1,17 @@
+"""tts-knee's locustfile: stepped concurrency against a TTS endpoint, every attempt recorded.
+
+    locust -f locustfiles/tts.py --headless -H http://127.0.0.1:8300 \\
+           --steps 1,2,4,8,16 --step-time 30 --run-dir runs/demo \\
+           --collector http://127.0.0.1:9300
+
+Run ``locust -f locustfiles/tts.py --help`` for the tts-knee options (the "tts-knee" group).
+"""
+import sys
+from pathlib import Path
+
+# Locust puts this file's folder on sys.path, not the project's; the package needs the latter.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from locustfiles import plugin  # noqa: E402,F401  (attaches the event listeners)
+from locustfiles.shape import StepShape  # noqa: E402,F401
+from locustfiles.user import TTSUser  # noqa: E402,F401

@@ -1,0 +1,222 @@
+"""The TTS user: one user is one in-flight request, sent back to back with no wait time.
+
+Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first body
+byte, ``t2`` when the body is read, ``t3`` when the audio is written and closed — and becomes
+one record and one Locust request event. 429/5xx are retried per the retry policy.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import random
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import gevent
+from geventhttpclient import HTTPClient
+from locust import User, constant, task
+
+from . import audio as audio_mod
+from .clock import mono, wall
+from .corpus import split
+from .headers import parse_retry_after, parse_server_timing
+
+_USER_NUMBERS = itertools.count(1)
+ERROR_BODY_CHARS = 200
+
+
+class AttemptFailed(Exception):
+    """What Locust shows for a failed attempt: the reason, in one line."""
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round((b - a) * 1000.0, 3)
+
+
+def _error_text(status: int, body: bytes) -> str:
+    snippet = " ".join(body[:ERROR_BODY_CHARS].decode("utf-8", "replace").split())
+    return f"HTTP {status}" + (f": {snippet}" if snippet else "")
+
+
+class TTSUser(User):
+    """Sends the corpus, text by text, to the TTS endpoint the options describe."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.run = self.environment.tts_knee
+        self.s = self.run.settings
+        self.no = next(_USER_NUMBERS)
+        self.seq = 0
+        self.rng = random.Random()
+        parts = urlsplit(self.s.host)
+        self._client_args = dict(
+            host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
+            ssl=parts.scheme == "https", concurrency=1,
+            connection_timeout=self.s.connect_timeout_s, network_timeout=self.s.request_timeout_s,
+            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee",
+                     "Accept": "audio/*, application/octet-stream"},
+        )
+        self.http = HTTPClient(**self._client_args)
+
+    def on_stop(self) -> None:
+        self.http.close()
+
+    @task
+    def synthesize(self) -> None:
+        run = self.run
+        text = run.next_text()
+        segments = split(text.text, self.s.split_max_chars)
+        self.seq += 1
+        base_id = f"{run.worker_tag}-{self.no}-{self.seq}"
+        parts: list[tuple[bytes, audio_mod.Audio]] = []
+        for k, segment in enumerate(segments, 1):
+            req_id = base_id if len(segments) == 1 else f"{base_id}.{k}"
+            last_segment = k == len(segments)
+            result = self._request(req_id, text, segment, k, len(segments), last_segment, parts)
+            if result is None:
+                return
+
+    def _request(self, req_id, text, segment, k, n, last_segment, parts):
+        """All attempts of one request; returns None once it finally fails."""
+        attempt, backoff_ms = 1, None
+        payload = self.s.payload(segment)
+        while True:
+            rec, body, audio = self._attempt(payload, attempt)
+            retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
+            rec.update(req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
+                       text_len=len(segment), tier=text.tier, segment=f"{k}/{n}" if n > 1 else None,
+                       backoff_ms=backoff_ms)
+            if rec["ok"]:
+                parts.append((body, audio))
+                if last_segment:
+                    self._finish_audio(rec, parts)
+            self.run.emit(rec)
+            if not retry:
+                return rec if rec["ok"] else None
+            delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
+            backoff_ms = round(delay * 1000.0, 3)
+            if rec["retry_after_s"] is not None and delay > 0:
+                # Honour Retry-After measured from when the answer arrived, not from now.
+                delay = max(0.0, rec["_m2"] + delay - mono())
+            gevent.sleep(delay)
+            attempt += 1
+
+    def _attempt(self, payload: bytes, attempt: int):
+        s = self.s
+        step = self.run.state.current
+        t0, m0 = wall(), mono()
+        m1 = m2 = None
+        status = None
+        headers = None
+        body = b""
+        error = None
+        timeout = gevent.Timeout(s.request_timeout_s)
+        timeout.start()
+        try:
+            resp = self.http.request("POST", s.path, body=payload)
+            status = resp.status_code
+            headers = resp
+            first = resp.read(1)
+            m1 = mono() if first else None
+            body = first + resp.read()
+            m2 = mono()
+        except gevent.Timeout as t:
+            if t is not timeout:
+                raise
+            stage = "before the first byte" if m1 is None else "while reading the body"
+            error = f"timed out after {s.request_timeout_s:g} s {stage}"
+            self._reconnect()
+        except (OSError, socket.error) as e:
+            error = f"connection error: {_os_error(e)}" if not body else f"connection broke mid-body: {_os_error(e)}"
+            status = None if m1 is None and status is None else status
+            self._reconnect()
+        except Exception as e:  # the HTTP parser's errors: a malformed or cut-short response
+            error = f"bad HTTP response: {type(e).__name__}: {e}"
+            self._reconnect()
+        finally:
+            timeout.close()
+        if error is not None and status is not None:
+            error = f"HTTP {status}, then {error}"
+            status = None  # the response never completed: it is a connection failure, not a status
+        rec = {
+            "step": step.step if step else None, "concurrency": step.concurrency if step else None,
+            "worker": self.run.worker_id, "user": self.no,
+            "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
+            "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
+            "status": status, "ok": False, "error": error, "bytes": len(body), "audio_s": None, "rtf": None,
+            "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
+            "settled": self.run.state.settled(t0), "_m0": m0, "_m2": m2,
+        }
+        audio = None
+        if error is None:
+            rec["server_timing"] = parse_server_timing(_header(headers, "server-timing"))
+            if 200 <= status < 300:
+                try:
+                    audio = audio_mod.check_audio(body, _header(headers, "content-type"), s.format, s.pcm_rate)
+                except audio_mod.AudioError as e:
+                    rec["error"] = str(e)
+                else:
+                    rec["ok"] = True
+                    rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
+                    if audio.audio_s:
+                        rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+            else:
+                rec["error"] = _error_text(status, body)
+                raw = _header(headers, "retry-after")
+                if raw is not None:
+                    rec["retry_after_raw"] = raw
+                    rec["retry_after_s"] = parse_retry_after(raw, wall())
+        self._fire(rec, len(body), attempt)
+        return rec, body, audio
+
+    def _fire(self, rec: dict, length: int, attempt: int) -> None:
+        # Retried attempts get a name of their own so Locust's table shows them apart.
+        name = self.s.path if attempt == 1 else f"{self.s.path} (retry)"
+        self.environment.events.request.fire(
+            request_type="POST", name=name, response_time=rec["wait_ms"] if rec["wait_ms"] is not None
+            else (mono() - rec["_m0"]) * 1000.0, response_length=length, response=None, context={},
+            exception=None if rec["ok"] else AttemptFailed(rec["error"]),
+        )
+
+    def _finish_audio(self, rec: dict, parts) -> None:
+        m2 = rec["_m2"]
+        if len(parts) > 1:
+            try:
+                data = audio_mod.concat(parts)
+            except audio_mod.AudioError as e:
+                rec.update(ok=False, error=str(e))
+                return
+            rec["concat_ms"] = round((mono() - m2) * 1000.0, 3)
+            rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
+        else:
+            data = parts[0][0]
+        path = self.run.audio_path(self.no, self.seq)
+        if path is None:
+            return
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            self.run.audio_failed(e)
+            return
+        m3 = mono()
+        rec["t3"] = rec["t0"] + (m3 - rec["_m0"])
+        rec["write_ms"] = _ms(m2, m3)
+
+    def _reconnect(self) -> None:
+        self.http.close()
+        self.http = HTTPClient(**self._client_args)
+
+
+def _os_error(e: OSError) -> str:
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    name = errno.errorcode.get(e.errno or 0)
+    return f"{name} ({e.strerror})" if name and e.strerror else str(e) or type(e).__name__
+
+
+def _header(resp, name: str) -> str | None:
+    value = resp.get(name)
+    return ", ".join(value) if isinstance(value, list) else value

@@ -1,0 +1,52 @@
+"""tts-knee in Locust's web UI: a "TTS steps" tab with the per-step table as the run goes, and
+the live dashboard (knee, diagnosis, timeline) served from Locust's own Flask app at
+``/tts-knee/``, linked from the UI's download tab."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flask import Response, request
+
+TAB_KEY = "tts-knee-steps"
+MOUNT = "/tts-knee/"
+_COLUMNS = [("step", "Step"), ("concurrency", "Concurrency"), ("requests", "Requests"), ("failed", "Failed"),
+            ("retries", "Retries"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
+            ("max_ms", "max wait (ms)")]
+
+
+def mount(environment) -> None:
+    web_ui = environment.web_ui
+    web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}]
+    app = web_ui.app
+
+    @app.after_request
+    def _add_step_table(response):
+        if request.path != "/stats/requests" or response.mimetype != "application/json":
+            return response
+        run = getattr(environment, "tts_knee", None)
+        rows = run.writer.step_table() if run is not None and run.writer is not None else []
+        data = response.get_json()
+        data["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
+        response.set_data(json.dumps(data))
+        return response
+
+    @app.route(MOUNT, defaults={"path": ""})
+    @app.route(MOUNT + "<path:path>")
+    @web_ui.auth_required_if_enabled
+    def _live(path: str):
+        from dashboard.serve import LiveView
+        run = getattr(environment, "tts_knee", None)
+        if run is None or run.run_dir is None:
+            return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
+        view = _views.get(run.run_dir)
+        if view is None:
+            view = _views[run.run_dir] = LiveView([Path(run.run_dir)])
+        status, ctype, body = view.handle("/" + path)
+        return Response(body, status, content_type=ctype)
+
+    _views: dict = {}
