@@ -1,0 +1,124 @@
+"""How long the dashboard takes, and how much memory, for 100k and 1M attempt records.
+
+Run it from the repository root::
+
+    .venv/bin/python bench/dashboard_scale.py            # 100k and 1M attempts
+    .venv/bin/python bench/dashboard_scale.py 200000     # just this size
+
+It writes a synthetic run directory per size (8 steps, 1..128 users, a server with 4 slots,
+resources every second, some 429s and retries), then runs ``load`` + ``analyze`` +
+``summary.json`` + ``report.html`` in a fresh subprocess and prints one line per size::
+
+    attempts  requests.jsonl  parse_s  analyze_s  report_s  total_s  peak_rss_MiB  report_MiB
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = (1, 2, 4, 8, 16, 32, 64, 128)
+SLOTS = 4
+BASE_MS = 200.0
+
+_CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+t0 = time.perf_counter()
+from dashboard.summary import load, analyze, write_summary
+from dashboard.report import write_report
+rd = load(sys.argv[1])
+t1 = time.perf_counter()
+s = analyze(rd)
+write_summary(rd, s)
+t2 = time.perf_counter()
+out = write_report(rd, s)
+t3 = time.perf_counter()
+print(json.dumps({"parse_s": t1 - t0, "analyze_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - t0,
+                  "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "report_MiB": out.stat().st_size / 2**20, "knee": s["knee"]["concurrency"],
+                  "kind": s["diagnosis"]["kind"]}))
+"""
+
+
+def write_run(path: Path, attempts: int) -> None:
+    """A run directory with ``attempts`` lines in requests.jsonl, spread evenly over the steps."""
+    path.mkdir(parents=True, exist_ok=True)
+    per_step = attempts // len(STEPS)
+    start, t, steps = 1_700_000_000.0, 1_700_000_000.0, []
+    rows = []
+    with open(path / "requests.jsonl", "w") as f:
+        for si, n in enumerate(STEPS, start=1):
+            wait = BASE_MS * max(1.0, n / SLOTS)
+            rate = n / (wait / 1000)  # closed loop: users / latency
+            dur = per_step / rate
+            steps.append({"step": si, "concurrency": n, "start": t, "end": t + dur})
+            err_throttled, ra_raw = json.dumps("429 Too Many Requests"), json.dumps("1")
+            for i in range(per_step):
+                t0 = t + i / rate
+                w = wait * (0.9 + 0.2 * ((i * 7919) % 100) / 100)
+                throttled = n >= 64 and i % 10 == 0
+                status, ok = (429, "false") if throttled else (200, "true")
+                attempt = 2 if i % 10 == 1 and n >= 64 else 1
+                f.write(
+                    f'{{"req_id":"w{i % 4}-{si}-{i}","attempt":{attempt},"final":{"false" if throttled else "true"},'
+                    f'"step":{si},"concurrency":{n},"worker":"w{i % 4}","user":{i % n},"text_id":"t{i % 40}",'
+                    f'"text_len":{40 + i % 400},"tier":"{("short", "medium", "long")[i % 3]}","t0":{t0:.6f},'
+                    f'"t1":{t0 + w * 0.0004:.6f},"t2":{t0 + w / 1000:.6f},"t3":{t0 + w / 1000 + 0.003:.6f},'
+                    f'"ttfb_ms":{w * 0.4:.3f},"wait_ms":{w:.3f},"write_ms":3.0,"concat_ms":null,'
+                    f'"status":{status},"ok":{ok},"error":{err_throttled if throttled else "null"},'
+                    f'"bytes":88200,"audio_s":2.0,"rtf":{w / 2000:.4f},'
+                    f'"retry_after_s":{"1.0" if throttled else "null"},"retry_after_raw":{ra_raw if throttled else "null"},'
+                    f'"backoff_ms":{1000.0 if attempt > 1 else 0.0},"server_timing":{{"queue":{max(0, w - BASE_MS):.2f},'
+                    f'"infer":{BASE_MS * 0.8:.2f}}},"settled":{"true" if i > per_step // 10 else "false"}}}'
+                    '\n')
+            t += dur + 1
+    ts = start - 3
+    while ts < t + 5:
+        n = next((s["concurrency"] for s in steps if s["start"] <= ts < s["end"]), 0)
+        busy = min(n, SLOTS) / SLOTS
+        rows.append(json.dumps({"ts": ts, "host": "tts", "role": "server", "cpu_percent": 5 + 20 * busy,
+                                "cpu_max_core_percent": 10 + 40 * busy, "mem_used_bytes": 8e9, "mem_total_bytes": 64e9,
+                                "proc": {"pid": 1, "cpu_percent": 50 * busy, "rss_bytes": 2e9},
+                                "gpus": [{"index": 0, "uuid": "GPU-0", "name": "bench", "util_percent": 95 * busy,
+                                          "mem_used_bytes": 6e9 + 4e9 * busy, "mem_total_bytes": 24e9,
+                                          "power_w": 100, "temp_c": 50, "sm_clock_mhz": 1800,
+                                          "clock_event_reasons": [], "proc_mem_bytes": None}]}))
+        ts += 1.0
+    (path / "resources.jsonl").write_text("\n".join(rows) + "\n")
+    (path / "run.json").write_text(json.dumps({"run_id": path.name, "start": start, "end": t, "target": "bench",
+                                               "options": {}, "steps": steps, "settle_s": 1, "workers": 4,
+                                               "collectors": [], "versions": {}}))
+
+
+def measure(attempts: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / f"bench-{attempts}"
+        t = time.perf_counter()
+        write_run(run, attempts)
+        gen_s = time.perf_counter() - t
+        size = (run / "requests.jsonl").stat().st_size
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(run), str(ROOT)], capture_output=True, text=True,
+                           check=True)
+        out = json.loads(r.stdout)
+        out.update(attempts=attempts, jsonl_MiB=size / 2**20, generate_s=gen_s)
+        return out
+
+
+def main(argv: list[str]) -> None:
+    sizes = [int(a) for a in argv] or [100_000, 1_000_000]
+    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'parse_s':>8} {'analyze_s':>9} {'report_s':>8} {'total_s':>8} "
+          f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict", flush=True)
+    for n in sizes:
+        m = measure(n)
+        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {m['parse_s']:>8.1f} {m['analyze_s']:>9.1f} "
+              f"{m['report_s']:>8.1f} {m['total_s']:>8.1f} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
+              f"  knee {m['knee']}, {m['kind']}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,70 @@
+"""``python -m dashboard RUN_DIR [RUN_DIR ...]``: summary, report, step table, live view.
+
+For each run directory: writes ``summary.json`` and ``report.html`` into it (unless
+``--no-report``) and prints the step table and the verdict.  With several run directories it
+also writes a comparison report to ``--out`` (default ``compare-<UTC timestamp>/`` beside the
+first run directory).  ``--json`` prints the summary JSON (a list for several runs) instead of
+the table.  ``--serve`` then serves the live view on ``--host``/``--port`` (port 0 picks one)
+and prints ``listening on http://HOST:PORT``.  Exit status 2, with one sentence on stderr, for
+a run directory that cannot be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from .compare import default_out, write_compare
+from .report import write_report
+from .rundir import RunDirError
+from .summary import analyze, format_table, load, write_summary
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dashboard", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, help="where the comparison report of several runs goes")
+    p.add_argument("--serve", action="store_true", help="serve a live view that follows the run")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8089, help="port to serve on; 0 picks a free one")
+    p.add_argument("--no-report", action="store_true", help="skip report.html (summary.json only)")
+    p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    summaries = []
+    for path in args.run_dirs:
+        try:
+            rd = load(path)
+        except RunDirError as e:
+            if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
+                print(f"note: {e}", file=sys.stderr)
+                continue
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        s = analyze(rd)
+        write_summary(rd, s)
+        report = None if args.no_report else write_report(rd, s)
+        summaries.append(s)
+        if not args.json:
+            print(format_table(s, report), flush=True)
+            print(flush=True)
+    if len(summaries) > 1 and not args.no_report:
+        out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
+        if not args.json:
+            print(f"comparison report: {out}", flush=True)
+    if args.json:
+        print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1), flush=True)
+    if args.serve:
+        from .serve import serve
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        serve(args.run_dirs, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

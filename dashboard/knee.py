@@ -1,0 +1,241 @@
+"""Find the knee, check Little's law, fit the Universal Scalability Law.
+
+**The knee** is the lowest tested concurrency at which either
+
+- latency rises notably: the step's p50 or p95 of wait or of end-to-end latency is more than
+  ``LATENCY_RISE`` (1.5x) the lowest step's, and stays so at every higher step (a one-step
+  spike is noise, not a knee); or
+- the server starts failing: at least ``FAILURE_RATE`` (5%) of the step's attempts fail
+  (429/503 throttling included) and at least that much more than at the lowest step.
+
+A 10% wiggle never crosses 1.5x.  These two rules are the ``latency_vs_lowest`` and
+``failures`` methods; the knee is the lower of their answers.  Cross-checks, reported in
+``methods`` and listed in ``agree`` when they name the same step:
+
+- ``latency_vs_previous``: the first step whose latency grew by more than 1.5x per doubling of
+  concurrency (``1.5 ** log2(N_i / N_{i-1})``) over the previous step;
+- ``throughput_efficiency``: the first step whose relative throughput gain is less than
+  ``EFFICIENCY_MIN`` (0.5) of its relative concurrency gain;
+- ``kneedle``: Kneedle on the latency inflation curve over log2(concurrency); Kneedle names the
+  elbow (the last flat point), so the step after it is reported;
+- ``piecewise``: the best two-segment linear fit of the inflation curve; the first step on the
+  steeper segment.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LATENCY_RISE = 1.5
+STEP_RISE = 1.5
+EFFICIENCY_MIN = 0.5
+FAILURE_RATE = 0.05
+LITTLE_TOLERANCE = 0.25
+_METRICS = (("latency_ms", "p50"), ("latency_ms", "p95"), ("e2e_ms", "p50"), ("e2e_ms", "p95"))
+
+
+def _value(step: dict, key: str, q: str) -> float | None:
+    d = step.get(key)
+    return d.get(q) if d else None
+
+
+def inflation(steps: list[dict]) -> list[float | None]:
+    """Per step, the largest ratio of its latency metrics to the lowest step's (None if unknown)."""
+    base = steps[0]
+    out = []
+    for s in steps:
+        r = None
+        for key, q in _METRICS:
+            v, b = _value(s, key, q), _value(base, key, q)
+            if v is not None and b:
+                r = max(r or 0.0, v / b)
+        if r is None and not s.get("ok") and s.get("requests"):
+            r = math.inf  # nothing succeeded: as bad as latency gets
+        out.append(r)
+    return out
+
+
+def _latency_vs_lowest(steps, infl) -> int | None:
+    for i in range(1, len(steps)):
+        if infl[i] is not None and infl[i] > LATENCY_RISE and all(
+                r is None or r > LATENCY_RISE for r in infl[i + 1:]):
+            return i
+    return None
+
+
+def _failures(steps) -> int | None:
+    base = steps[0].get("attempt_failure_rate") or 0.0
+    for i, s in enumerate(steps):
+        r = s.get("attempt_failure_rate")
+        if r is not None and r >= FAILURE_RATE and (i == 0 or r - base >= FAILURE_RATE):
+            return i
+    return None
+
+
+def _latency_vs_previous(steps) -> int | None:
+    for i in range(1, len(steps)):
+        prev, cur = steps[i - 1], steps[i]
+        allowed = STEP_RISE ** math.log2(cur["concurrency"] / prev["concurrency"])
+        for key, q in _METRICS:
+            v, b = _value(cur, key, q), _value(prev, key, q)
+            if v is not None and b and v / b > allowed:
+                return i
+    return None
+
+
+def efficiencies(steps) -> list[float | None]:
+    """Relative throughput gain / relative concurrency gain against the previous step."""
+    out = [None]
+    for prev, cur in zip(steps, steps[1:]):
+        x0, x1 = prev.get("throughput_rps"), cur.get("throughput_rps")
+        gain_n = cur["concurrency"] / prev["concurrency"] - 1
+        out.append((x1 / x0 - 1) / gain_n if x0 and x1 is not None and gain_n > 0 else None)
+    return out
+
+
+def _throughput_efficiency(steps) -> int | None:
+    for i, e in enumerate(efficiencies(steps)):
+        if e is not None and e < EFFICIENCY_MIN:
+            return i
+    return None
+
+
+def _curve(steps, infl):
+    pts = [(s["concurrency"], r) for s, r in zip(steps, infl) if r is not None and math.isfinite(r)]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _kneedle(steps, infl) -> int | None:
+    ns, ys = _curve(steps, infl)
+    if len(ns) < 3 or max(ys) <= LATENCY_RISE:
+        return None
+    x = np.log2(ns)
+    xn = (x - x[0]) / (x[-1] - x[0])
+    y = np.asarray(ys)
+    yn = (y - y.min()) / (y.max() - y.min())
+    diff = xn - yn
+    i = int(np.argmax(diff))
+    if diff[i] <= 0 or i + 1 >= len(ns):
+        return None
+    return [s["concurrency"] for s in steps].index(ns[i + 1])
+
+
+def _line_sse(x, y) -> tuple[float, float]:
+    if len(x) < 2:
+        return 0.0, 0.0
+    slope, icpt = np.polyfit(x, y, 1)
+    return float(slope), float(((np.polyval([slope, icpt], x) - y) ** 2).sum())
+
+
+def _piecewise(steps, infl) -> int | None:
+    ns, ys = _curve(steps, infl)
+    if len(ns) < 4 or max(ys) <= LATENCY_RISE:
+        return None
+    x, y = np.asarray(ns, float), np.asarray(ys, float)
+    best = None
+    for b in range(1, len(x) - 2 + 1):
+        s1, e1 = _line_sse(x[:b + 1], y[:b + 1])
+        s2, e2 = _line_sse(x[b:], y[b:])
+        if s2 > max(s1, 0) * 1.5 + 1e-9 and (best is None or e1 + e2 < best[0] - 1e-12):
+            best = (e1 + e2, b)
+    if best is None or best[1] + 1 >= len(ns):
+        return None
+    return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
+
+
+def find_knee(steps: list[dict]) -> dict:
+    """``{"concurrency", "index", "methods", "agree", "inflation", "efficiency"}`` (see module doc)."""
+    steps = [s for s in steps if s.get("requests")]
+    methods: dict[str, int | None] = dict.fromkeys(
+        ("latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency",
+         "kneedle", "piecewise"))
+    if not steps:
+        return {"concurrency": None, "index": None, "methods": methods, "agree": [],
+                "inflation": [], "efficiency": []}
+    infl = inflation(steps)
+    idx = {
+        "latency_vs_lowest": _latency_vs_lowest(steps, infl),
+        "failures": _failures(steps),
+        "latency_vs_previous": _latency_vs_previous(steps),
+        "throughput_efficiency": _throughput_efficiency(steps),
+        "kneedle": _kneedle(steps, infl),
+        "piecewise": _piecewise(steps, infl),
+    }
+    primary = [i for i in (idx["latency_vs_lowest"], idx["failures"]) if i is not None]
+    k = min(primary) if primary else None
+    methods = {name: (steps[i]["concurrency"] if i is not None else None) for name, i in idx.items()}
+    knee_c = steps[k]["concurrency"] if k is not None else None
+    return {
+        "concurrency": knee_c,
+        "index": k,
+        "methods": methods,
+        "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
+        "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
+        "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+    }
+
+
+def little_check(steps: list[dict]) -> list[dict]:
+    """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
+    out = []
+    for s in steps:
+        lit = s.get("little")
+        if not lit:
+            continue
+        out.append({"concurrency": s["concurrency"],
+                    "effective_concurrency": round(lit["effective_concurrency"], 3),
+                    "ratio": round(lit["ratio"], 3),
+                    "ok": abs(lit["ratio"] - 1) <= LITTLE_TOLERANCE})
+    return out
+
+
+def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares for two non-negative coefficients."""
+    best = None
+    for cols in ((0, 1), (0,), (1,)):
+        coef = np.zeros(2)
+        sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        coef[list(cols)] = sol
+        err = float(((a @ coef - y) ** 2).sum())
+        if best is None or err < best[0]:
+            best = (err, coef)
+    return best[1] if best else np.zeros(2)
+
+
+def usl_fit(steps: list[dict]) -> dict | None:
+    """Universal Scalability Law X(N) = lambda N / (1 + sigma (N-1) + kappa N (N-1)).
+
+    Least squares on throughput vs concurrency (needs >= 4 steps with throughput): for each
+    candidate lambda the model is linear in sigma and kappa (both kept >= 0); the lambda with the
+    smallest squared throughput error wins.  ``peak_concurrency`` = sqrt((1 - sigma) / kappa).
+    """
+    pts = [(s["concurrency"], s["throughput_rps"]) for s in steps
+           if s.get("throughput_rps") and s.get("concurrency")]
+    if len(pts) < 4:
+        return None
+    n = np.array([p[0] for p in pts], float)
+    x = np.array([p[1] for p in pts], float)
+    a = np.column_stack([n - 1, n * (n - 1)])
+    lam0 = float(np.max(x / n))
+    best = None
+    for lam in lam0 * np.linspace(0.7, 1.5, 81):
+        sigma, kappa = _nnls2(a, lam * n / x - 1)
+        pred = lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+        err = float(((pred - x) ** 2).sum())
+        if best is None or err < best[0]:
+            best = (err, lam, sigma, kappa, pred)
+    err, lam, sigma, kappa, pred = best
+    ss_tot = float(((x - x.mean()) ** 2).sum())
+    peak = math.sqrt((1 - sigma) / kappa) if kappa > 0 and sigma < 1 else None
+    return {"lambda_rps": lam, "sigma": float(sigma), "kappa": float(kappa),
+            "r2": 1 - err / ss_tot if ss_tot > 0 else None,
+            "peak_concurrency": peak,
+            "peak_throughput_rps": float(lam * peak / (1 + sigma * (peak - 1) + kappa * peak * (peak - 1)))
+            if peak else None}
+
+
+def usl_curve(usl: dict, n: np.ndarray) -> np.ndarray:
+    return usl["lambda_rps"] * n / (1 + usl["sigma"] * (n - 1) + usl["kappa"] * n * (n - 1))

@@ -1,0 +1,381 @@
+"""The self-contained ``report.html`` of one run.
+
+Every string that comes from the run (text ids, error messages, hosts, the target) is
+HTML-escaped before it reaches the page or a Plotly hover label.  The per-attempt scatter is
+downsampled to ``MAX_POINTS``, keeping failures and retries first, so the page stays small.
+"""
+from __future__ import annotations
+
+import html
+import math
+import time
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from .knee import usl_curve
+from .rundir import Attempts, RunDir
+from .summary import TABLE_COLUMNS, table_rows
+
+MAX_POINTS = 20000
+GIB = 1024 ** 3
+KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
+CATEGORIES = (  # (name, colour, marker symbol) of the timeline scatter
+    ("ok", "#1f77b4", "circle"), ("ok after retry", "#17becf", "diamond"),
+    ("throttled 429/503", "#ff7f0e", "triangle-up"), ("server error", "#d62728", "x"),
+    ("connection error", "#000000", "x-thin-open"), ("warm-up (not settled)", "#bbbbbb", "circle"),
+)
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 24px 40px;color:#222}
+h1{font-size:22px;margin:18px 0 4px} h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
+.meta{color:#666;font-size:13px} .verdict{background:#f6f8fa;border-left:4px solid #d62728;
+padding:10px 16px;margin:12px 0} .verdict.ok{border-color:#2ca02c} .kind{font-weight:600}
+table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 8px;text-align:right;
+border-bottom:1px solid #eee} th{background:#f3f3f3} td.l,th.l{text-align:left}
+tr.knee td{background:#fdecea} tr.rec td{background:#eaf7ea} .warn{color:#b35900}
+"""
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def esc(v) -> str:
+    return html.escape("" if v is None else str(v), quote=True)
+
+
+def _fig_html(fig: go.Figure, plotlyjs) -> str:
+    return pio.to_html(fig, full_html=False, include_plotlyjs=plotlyjs, config=_PLOT_CONFIG)
+
+
+def lx(n):
+    """Concurrency axes are linear in log2(concurrency): plotly's log axes put shapes and
+    annotations in log10 units, which is easy to get wrong."""
+    return np.log2(np.asarray(n, dtype=float)) if np.ndim(n) else math.log2(n)
+
+
+def _conc_axis(fig, steps, **where):
+    ticks = sorted({s["concurrency"] for s in steps})
+    fig.update_xaxes(tickvals=[lx(t) for t in ticks], ticktext=[str(t) for t in ticks],
+                     title_text="concurrency", **where)
+
+
+def _marks(fig, summary, rows_cols):
+    knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
+    for r, c in rows_cols:
+        if knee:
+            fig.add_vline(x=lx(knee), line=dict(color=KNEE_COLOUR, dash="dash"), row=r, col=c,
+                          annotation_text=f"knee {knee}", annotation_position="top left")
+        if rec:
+            fig.add_vline(x=lx(rec), line=dict(color=REC_COLOUR, dash="dot"), row=r, col=c,
+                          annotation_text=f"recommended {rec}", annotation_position="bottom right")
+
+
+def curves_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Latency (wait) vs concurrency",
+                                                        "Throughput vs concurrency"))
+    conc = [s["concurrency"] for s in steps]
+    n = lx(conc)
+    for q, dash in (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")):
+        fig.add_scatter(x=n, y=[(s.get("latency_ms") or {}).get(q) for s in steps], name=f"{q} wait",
+                        mode="lines+markers", line=dict(dash=dash), row=1, col=1)
+    fig.add_scatter(x=n, y=[(s.get("e2e_ms") or {}).get("p95") for s in steps], name="p95 end-to-end",
+                    mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
+    fig.add_scatter(x=n, y=[s.get("throughput_rps") for s in steps], name="throughput (ok req/s)",
+                    mode="lines+markers", line=dict(width=3), row=1, col=2)
+    if steps and steps[0].get("throughput_rps"):
+        x1 = steps[0]["throughput_rps"] / steps[0]["concurrency"]
+        fig.add_scatter(x=n, y=[x1 * c for c in conc], name="linear scaling", mode="lines",
+                        line=dict(dash="dot", color="#aaaaaa"), row=1, col=2)
+    usl = summary.get("usl")
+    if usl:
+        grid = np.geomspace(max(1, min(conc)), max(conc), 60)
+        fig.add_scatter(x=lx(grid), y=usl_curve(usl, grid), name="USL fit", mode="lines",
+                        line=dict(dash="dash", color="#9467bd"), row=1, col=2)
+    _conc_axis(fig, steps, row=1, col=1)
+    _conc_axis(fig, steps, row=1, col=2)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
+    xs = [s["throughput_rps"] for s in steps if s.get("throughput_rps")]
+    fig.update_yaxes(title_text="req/s", range=[0, 1.3 * max(xs)] if xs else None, row=1, col=2)
+    _marks(fig, summary, [(1, 1), (1, 2)])
+    fig.update_layout(height=420, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def _sample(a: Attempts, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices to plot and their category; failures and retries first, then a uniform sample."""
+    n = len(a)
+    cat = np.zeros(n, dtype=np.int8)
+    cat[a["ok"] & (a["attempt"] > 1)] = 1
+    status = a["status"]
+    cat[~a["ok"]] = 3
+    cat[~a["ok"] & np.isin(status, (429, 503))] = 2
+    cat[~a["ok"] & (status < 0)] = 4
+    cat[~a["settled"]] = 5
+    special = np.flatnonzero((cat >= 1) & (cat <= 4))
+    plain = np.flatnonzero((cat == 0) | (cat == 5))
+    if len(special) > MAX_POINTS:
+        special = np.sort(rng.choice(special, MAX_POINTS, replace=False))
+    room = MAX_POINTS - len(special)
+    if len(plain) > room:
+        plain = np.sort(rng.choice(plain, room, replace=False))
+    idx = np.concatenate([special, plain])
+    return idx, cat[idx]
+
+
+def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
+    a = rd.requests.attempts()
+    res = rd.resources
+    t_zero = summary["run"]["start"] or (float(np.nanmin(a["t0"])) if len(a) else 0.0)
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.035,
+                        row_heights=[0.4, 0.2, 0.2, 0.2],
+                        subplot_titles=("Every attempt: wait (ms)", "GPU utilisation (%)",
+                                        "GPU memory (GiB)", "CPU (%)"))
+    idx, cat = _sample(a, np.random.default_rng(0))
+    y = a["wait_ms"][idx]
+    y = np.where(np.isfinite(y), y, (a["tend"][idx] - a["t0"][idx]) * 1000)
+    x = a["t0"][idx] - t_zero
+    for ci, (name, colour, symbol) in enumerate(CATEGORIES):
+        sel = cat == ci
+        if not sel.any():
+            continue
+        rows = idx[sel]
+        hover = [
+            f"text {esc(a.texts[t]) if t >= 0 else '-'}<br>concurrency {c}, attempt {at}, status "
+            f"{s if s >= 0 else 'none'}" + (f"<br>{esc(a.errors[e][:160])}" if e >= 0 else "")
+            for t, c, at, s, e in zip(a["text"][rows], a["concurrency"][rows], a["attempt"][rows],
+                                      a["status"][rows], a["error"][rows])
+        ]
+        fig.add_scatter(x=x[sel], y=y[sel], mode="markers", name=name, text=hover,
+                        hovertemplate="%{text}<br>%{y:.0f} ms at %{x:.1f} s<extra></extra>",
+                        marker=dict(color=colour, symbol=symbol, size=5 if ci else 4,
+                                    opacity=0.5 if ci in (0, 5) else 0.9), row=1, col=1)
+    if len(res):
+        srv, cli = res[res["role"] == "server"], res[res["role"] == "client"]
+        for host, g in srv.groupby("host"):
+            tx = g["ts"] - t_zero
+            h = esc(host)
+            if g["gpu_util_percent"].notna().any():
+                fig.add_scatter(x=tx, y=g["gpu_util_percent"], name=f"GPU util {h}", mode="lines", row=2, col=1)
+            if g["gpu_mem_used_bytes"].notna().any():
+                fig.add_scatter(x=tx, y=g["gpu_mem_used_bytes"] / GIB, name=f"GPU memory {h}", mode="lines",
+                                row=3, col=1)
+                tot = g["gpu_mem_total_bytes"].dropna()
+                if len(tot):
+                    fig.add_hline(y=float(tot.max()) / GIB, line=dict(color="#999", dash="dot"), row=3, col=1,
+                                  annotation_text="total", annotation_position="top left")
+            fig.add_scatter(x=tx, y=g["cpu_percent"], name=f"server CPU {h}", mode="lines", row=4, col=1)
+            fig.add_scatter(x=tx, y=g["cpu_max_core_percent"], name=f"server busiest core {h}", mode="lines",
+                            line=dict(dash="dot"), row=4, col=1)
+            if g["proc_cpu_percent"].notna().any():
+                fig.add_scatter(x=tx, y=g["proc_cpu_percent"], name=f"TTS process CPU {h}", mode="lines",
+                                line=dict(dash="dash"), row=4, col=1)
+        for host, g in cli.groupby("host"):
+            fig.add_scatter(x=g["ts"] - t_zero, y=g["cpu_percent"], name=f"client CPU {esc(host)}",
+                            mode="lines", line=dict(color="#8c564b"), row=4, col=1)
+    else:
+        fig.add_annotation(text="no resource samples (resources.jsonl missing)", xref="x2 domain",
+                           yref="y2 domain", x=0.5, y=0.5, showarrow=False)
+    knee = summary["knee"]["concurrency"]
+    for i, s in enumerate(summary["steps"]):
+        start = s["planned_start"] if s["planned_start"] is not None else (s["window"]["start"])
+        end = s["planned_end"] if s["planned_end"] is not None else (s["window"]["end"])
+        if start is None or end is None:
+            continue
+        colour = "#fdecea" if s["concurrency"] == knee else ("#f2f2f2" if i % 2 else "#e8eef7")
+        fig.add_vrect(x0=start - t_zero, x1=end - t_zero, fillcolor=colour, opacity=0.6, layer="below",
+                      line_width=0, row="all", col=1)
+        fig.add_annotation(x=(start + end) / 2 - t_zero, y=1.0, yref="y domain", text=f"N={s['concurrency']}",
+                           showarrow=False, font=dict(size=11, color="#555"), row=1, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(range=[0, 105], row=2, col=1)
+    fig.update_xaxes(title_text="seconds since run start", row=4, col=1)
+    fig.update_layout(height=900, margin=dict(t=40, b=40, l=60, r=20), hovermode="closest",
+                      legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def stages_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    labels = [str(s["concurrency"]) for s in steps]
+    stages = summary.get("server_timing_stages") or []
+    fig = make_subplots(rows=1, cols=2 if stages else 1,
+                        subplot_titles=("Client stages, mean ms per step", "Server-Timing stages, mean ms")
+                        if stages else ("Client stages, mean ms per step",))
+
+    def mean(s, k):
+        return (s.get(k) or {}).get("mean")
+    ttfb = [mean(s, "ttfb_ms") for s in steps]
+    wait = [mean(s, "latency_ms") for s in steps]
+    body = [None if w is None or t is None else max(0.0, w - t) for w, t in zip(wait, ttfb)]
+    for name, vals in (("ttfb", ttfb), ("rest of wait (body)", body), ("write", [mean(s, "write_ms") for s in steps]),
+                       ("concat", [mean(s, "concat_ms") for s in steps])):
+        if any(v for v in vals):
+            fig.add_bar(x=labels, y=vals, name=name, row=1, col=1)
+    for st in stages:
+        fig.add_bar(x=labels, y=[(s["server_timing_ms"].get(st) or {}).get("mean") for s in steps],
+                    name=f"server: {esc(st)}", row=1, col=2)
+    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_layout(barmode="stack", height=380, margin=dict(t=40, b=40, l=60, r=20))
+    return fig
+
+
+def retries_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    labels = [str(s["concurrency"]) for s in steps]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("Attempts by status", "Retry-After (s)",
+                                                        "Attempt 1 vs retries"))
+    statuses = sorted({k for s in steps for k in s["status_counts"]})
+    for st in statuses:
+        fig.add_bar(x=labels, y=[s["status_counts"].get(st, 0) for s in steps], name=f"status {esc(st)}",
+                    legendgroup="status", row=1, col=1)
+    for q, sym in (("mean", "circle"), ("max", "triangle-up")):
+        fig.add_scatter(x=labels, y=[(s.get("retry_after_s") or {}).get(q) for s in steps],
+                        name=f"Retry-After {q}", mode="markers+lines", marker=dict(symbol=sym), row=1, col=2)
+    for k in ("1", "2", "3+"):
+        fig.add_bar(x=labels, y=[s["attempts_by_number"][k] for s in steps], name=f"attempt {k}",
+                    row=1, col=3)
+    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(barmode="stack", height=360, margin=dict(t=40, b=40, l=60, r=20))
+    return fig
+
+
+def memory_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("server")]
+    labels = [str(s["concurrency"]) for s in steps]
+    fig = go.Figure()
+    g = lambda s, k: None if (s["server"].get(k) is None) else s["server"][k] / GIB  # noqa: E731
+    fig.add_bar(x=labels, y=[g(s, "gpu_mem_peak_bytes") for s in steps], name="peak during step",
+                marker_color="#9467bd")
+    fig.add_scatter(x=labels, y=[g(s, "gpu_mem_fallback_bytes") for s in steps], name="after the step",
+                    mode="lines+markers", line=dict(color="#ff7f0e", width=3))
+    base = summary.get("gpu_memory_baseline_bytes")
+    if base is not None:
+        fig.add_hline(y=base / GIB, line=dict(color="#2ca02c", dash="dash"), annotation_text="baseline before load")
+    tot = next((g(s, "gpu_mem_total_bytes") for s in steps if g(s, "gpu_mem_total_bytes")), None)
+    if tot:
+        fig.add_hline(y=tot, line=dict(color="#999", dash="dot"), annotation_text="total")
+    fig.update_layout(title="GPU memory per step (GiB)", height=340, xaxis_title="concurrency",
+                      xaxis_type="category", margin=dict(t=40, b=40, l=60, r=20))
+    return fig
+
+
+def tier_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    tiers = sorted({t for s in steps for t in s["latency_by_tier_ms"]})
+    fig = go.Figure()
+    for t in tiers:
+        for q, dash in (("p50", None), ("p95", "dot")):
+            fig.add_scatter(x=lx([s["concurrency"] for s in steps]),
+                            y=[(s["latency_by_tier_ms"].get(t) or {}).get(q) for s in steps],
+                            name=f"{esc(t)} {q}", mode="lines+markers", line=dict(dash=dash))
+    _conc_axis(fig, steps)
+    fig.update_layout(title="Wait by text-length tier (ms)", height=340, margin=dict(t=40, b=40, l=60, r=20))
+    return fig
+
+
+def step_table_html(summary: dict) -> str:
+    knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
+    extra = ("e2e p95", "throttled", "GPU mem peak", "client CPU", "Little")
+    head = "".join(f"<th>{esc(c)}</th>" for c in TABLE_COLUMNS + extra)
+    rows = []
+    for s, r in zip(summary["steps"], table_rows(summary)):
+        srv, cli = s.get("server") or {}, s.get("client") or {}
+        e2e = (s.get("e2e_ms") or {}).get("p95")
+        mem = srv.get("gpu_mem_peak_bytes")
+        lit = s.get("little")
+        r = r + ["-" if e2e is None else f"{e2e:.0f}", str(s["throttled"]),
+                 "-" if mem is None else f"{mem / GIB:.1f} GiB",
+                 "-" if cli.get("cpu_mean") is None else f"{cli['cpu_mean']:.0f}",
+                 "-" if not lit else f"{lit['ratio']:.2f}"]
+        cls = "knee" if s["concurrency"] == knee else ("rec" if s["concurrency"] == rec else "")
+        rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
+    return (f"<table><tr>{head}</tr>{''.join(rows)}</table><p class='meta'>Latencies in ms: wait of "
+            f"successful final attempts (t2-t0). rps: successful requests per second of the measured "
+            f"window. Little: (throughput x mean end-to-end latency) / concurrency.</p>")
+
+
+def verdict_html(summary: dict) -> str:
+    d, knee = summary["diagnosis"], summary["knee"]
+    ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
+    methods = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{esc(v if v is not None else '-')}</td></tr>"
+                      for k, v in knee["methods"].items())
+    usl = summary.get("usl")
+    usl_txt = "USL fit needs at least 4 steps with throughput." if not usl else (
+        f"USL fit: &sigma;={usl['sigma']:.3f}, &kappa;={usl['kappa']:.4f}, "
+        f"&lambda;={usl['lambda_rps']:.2f} req/s, R&sup2;={usl['r2'] if usl['r2'] is None else round(usl['r2'], 3)}"
+        + (f", predicted peak at concurrency {usl['peak_concurrency']:.1f}" if usl.get("peak_concurrency")
+           else ", no peak predicted (&kappa;=0)"))
+    lit_bad = [x for x in summary["little_law"] if not x["ok"]]
+    lit = ("Little's law holds at every step (within 25%)." if not lit_bad else
+           "Little's law off by more than 25% at concurrency " + ", ".join(
+               f"{x['concurrency']} ({x['ratio']:.2f})" for x in lit_bad) + ".")
+    cls = "verdict ok" if d["kind"] == "no_knee" else "verdict"
+    return (f"<div class='{cls}'><div>Knee: <b>{esc(knee['concurrency'] or 'none found')}</b> &middot; "
+            f"recommended concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b> &middot; "
+            f"diagnosis: <span class='kind'>{esc(d['kind'])}</span></div><ul>{ev}</ul>"
+            f"<div>{esc(summary['recommendation'])}</div></div>"
+            f"<table><tr><th class='l'>knee method</th><th>concurrency</th></tr>{methods}</table>"
+            f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
+            f"{esc(lit)}</p>")
+
+
+def errors_html(summary: dict) -> str:
+    rows = [f"<tr><td>{esc(s['concurrency'])}</td><td>{esc(e['count'])}</td><td class='l'>{esc(e['error'])}</td></tr>"
+            for s in summary["steps"] for e in s.get("errors", [])]
+    if not rows:
+        return "<p class='meta'>No failed attempts.</p>"
+    return "<table><tr><th>concurrency</th><th>attempts</th><th class='l'>error</th></tr>" + "".join(rows) + "</table>"
+
+
+def page(title: str, body: str, head_extra: str = "") -> str:
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>{head_extra}"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+
+def _meta_html(rd: RunDir, summary: dict) -> str:
+    run = summary["run"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(run["start"])) + " UTC" if run.get("start") else "?"
+    bad = summary["bad_lines"]
+    notes = []
+    if run["in_progress"]:
+        notes.append("run in progress: the last step is still open")
+    if bad["requests"] or bad["resources"]:
+        notes.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
+    if run.get("run_json_error"):
+        notes.append(run["run_json_error"])
+    note = "".join(f"<div class='warn'>{esc(n)}</div>" for n in notes)
+    return (f"<div class='meta'>target {esc(run.get('target'))} &middot; started {esc(when)} &middot; "
+            f"{summary['records']['attempts']} attempts &middot; workers {esc(run.get('workers'))}</div>{note}")
+
+
+def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
+    """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
+    first = True if plotlyjs == "embed" else plotlyjs
+    figs = [curves_figure(summary), timeline_figure(rd, summary), stages_figure(summary),
+            retries_figure(summary), memory_figure(summary), tier_figure(summary)]
+    parts = []
+    for f in figs:
+        parts.append(_fig_html(f, first))
+        first = False
+    run_id = summary["run"]["run_id"]
+    body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
+            f"<h2>Verdict</h2>{verdict_html(summary)}"
+            f"<h2>Steps</h2>{step_table_html(summary)}"
+            f"<h2>Latency and throughput</h2>{parts[0]}"
+            f"<h2>Timeline: client and server on one clock</h2>{parts[1]}"
+            f"<h2>Where the time goes</h2>{parts[2]}"
+            f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(summary)}"
+            f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
+            f"<h2>Latency by text length</h2>{parts[5]}{live_script}")
+    return page(f"tts-knee {run_id}", body)
+
+
+def write_report(rd: RunDir, summary: dict) -> "Path":  # noqa: F821
+    out = rd.path / "report.html"
+    tmp = out.with_suffix(".html.tmp")
+    tmp.write_text(report_html(rd, summary), encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -1,0 +1,167 @@
+"""The live view: the report, regenerated as the run directory grows.
+
+:class:`LiveView` is framework-neutral, ``handle(path) -> (status, content type, body)`` with
+``path`` relative to where it is mounted (mount it under a prefix that ends in ``/``: the page
+uses relative links).  Only fixed routes exist, so nothing outside the run directories (and
+nothing inside them but what the dashboard makes) can be fetched:
+
+- ``/`` - the report of the run (or the comparison of several runs), with a small script that
+  polls ``version`` every ``POLL_S`` seconds and reloads the page when the data changed;
+- ``/runs/<i>/`` - the report of the i-th run when several are served;
+- ``/plotly.min.js``, ``/version``, ``/summary.json`` (of ``/`` - a list when several runs).
+
+Pages are cached by the files' sizes and mtimes and rebuilt at most every ``MIN_REBUILD_S``.
+:func:`serve` wraps it in a stdlib ``ThreadingHTTPServer``.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from plotly.offline import get_plotlyjs
+
+from .compare import compare_html
+from .report import esc, page, report_html
+from .rundir import RunDir
+from .summary import analyze
+
+POLL_S = 5
+MIN_REBUILD_S = 2.0
+_RUN_ROUTE = re.compile(r"^/runs/(\d{1,4})/(?:index\.html)?$")
+_HTML = "text/html; charset=utf-8"
+
+
+def _live_script(prefix: str) -> str:
+    return (f"<script>(function(){{var v=null;function poll(){{fetch('{prefix}version',{{cache:'no-store'}})"
+            f".then(function(r){{return r.text()}}).then(function(t){{if(v!==null&&t!==v){{location.reload()}}"
+            f"v=t}}).catch(function(){{}})}}poll();setInterval(poll,{POLL_S * 1000})}})();</script>")
+
+
+class LiveView:
+    """Serves the reports of ``run_dirs`` at fixed routes, rebuilding them when files change."""
+
+    def __init__(self, run_dirs: list[Path]):
+        self.runs = [RunDir(Path(p)) for p in run_dirs]
+        self._lock = threading.Lock()
+        self._key = None
+        self._built_at = 0.0
+        self._summaries: list[dict | None] = []
+        self._pages: dict[str, bytes] = {}
+        self._plotlyjs: bytes | None = None
+
+    def _file_key(self):
+        key = []
+        for rd in self.runs:
+            for name in ("run.json", "requests.jsonl", "resources.jsonl"):
+                try:
+                    st = (rd.path / name).stat()
+                    key.append((st.st_size, st.st_mtime_ns))
+                except OSError:
+                    key.append(None)
+        return tuple(key)
+
+    def _refresh(self) -> None:
+        with self._lock:
+            key = self._file_key()
+            if key == self._key or (self._key is not None and time.monotonic() - self._built_at < MIN_REBUILD_S):
+                return
+            summaries = []
+            for rd in self.runs:
+                try:
+                    rd.refresh()
+                    summaries.append(analyze(rd) if len(rd.requests.attempts()) else None)
+                except Exception as e:  # a half-written file must not take the page down
+                    summaries.append({"error": f"{type(e).__name__}: {e}"})
+            self._summaries = summaries
+            self._pages = {}
+            self._key = key
+            self._built_at = time.monotonic()
+
+    def version(self) -> str:
+        return str(abs(hash(self._key)))
+
+    def _run_page(self, i: int, prefix: str) -> bytes:
+        rd, s = self.runs[i], self._summaries[i]
+        script = _live_script(prefix)
+        if s is None:
+            return page("tts-knee", f"<h1>tts-knee &middot; {esc(rd.path.name)}</h1><p>Waiting for the first "
+                        f"attempt records in {esc(rd.path)}&hellip;</p>{script}").encode()
+        if "error" in s:
+            return page("tts-knee", f"<h1>tts-knee</h1><p class='warn'>Could not analyse "
+                        f"{esc(rd.path.name)}: {esc(s['error'])}</p>{script}").encode()
+        return report_html(rd, s, plotlyjs=f"{prefix}plotly.min.js", live_script=script).encode()
+
+    def handle(self, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of ``path`` relative to the mount point."""
+        path = path.split("?", 1)[0].split("#", 1)[0] or "/"
+        if path == "/plotly.min.js":
+            if self._plotlyjs is None:
+                self._plotlyjs = get_plotlyjs().encode()
+            return 200, "application/javascript; charset=utf-8", self._plotlyjs
+        if path not in ("/", "/index.html", "/version", "/summary.json") and not _RUN_ROUTE.match(path):
+            return 404, "text/plain; charset=utf-8", b"not found\n"
+        self._refresh()
+        if path == "/version":
+            return 200, "text/plain; charset=utf-8", self.version().encode()
+        if path == "/summary.json":
+            body = self._summaries[0] if len(self.runs) == 1 else self._summaries
+            return 200, "application/json", json.dumps(body).encode()
+        m = _RUN_ROUTE.match(path)
+        if m:
+            i = int(m.group(1))
+            if i >= len(self.runs):
+                return 404, "text/plain; charset=utf-8", b"not found\n"
+            return 200, _HTML, self._cached(path, lambda: self._run_page(i, "../../"))
+        if len(self.runs) == 1:
+            return 200, _HTML, self._cached("/", lambda: self._run_page(0, ""))
+        return 200, _HTML, self._cached("/", self._compare_page)
+
+    def _cached(self, key: str, build) -> bytes:
+        body = self._pages.get(key)
+        if body is None:
+            body = self._pages[key] = build()
+        return body
+
+    def _compare_page(self) -> bytes:
+        ok = [s for s in self._summaries if s and "error" not in s]
+        links = "<p>" + " &middot; ".join(f"<a href='runs/{i}/'>{esc(rd.path.name)}</a>"
+                                          for i, rd in enumerate(self.runs)) + "</p>"
+        if not ok:
+            return page("tts-knee", f"<h1>tts-knee</h1>{links}<p>Waiting for attempt records&hellip;</p>"
+                        f"{_live_script('')}").encode()
+        return compare_html(ok, plotlyjs="plotly.min.js", live_script=_live_script(""), links=links).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    view: LiveView
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        status, ctype, body = self.view.handle(self.path)
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store" if ctype.startswith("text") else "max-age=3600")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args):  # quiet: the terminal shows the URL, not every poll
+        pass
+
+
+def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
+    """Serve the live view until interrupted; prints ``listening on http://HOST:PORT`` first."""
+    handler = type("Handler", (_Handler,), {"view": LiveView(run_dirs)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    h, p = server.server_address[:2]
+    print(f"listening on http://{h}:{p}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

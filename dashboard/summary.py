@@ -1,0 +1,164 @@
+"""Turn a run directory into ``summary.json`` and the terminal step table."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .diagnosis import diagnose
+from .knee import find_knee, little_check, usl_fit
+from .rundir import RunDir, RunDirError
+from .steps import infer_steps, memory_baseline, step_stats
+
+
+def _steps_of(rd: RunDir) -> list[dict]:
+    raw = rd.run.get("steps") if isinstance(rd.run.get("steps"), list) else None
+    steps = []
+    for i, s in enumerate(raw or []):
+        if isinstance(s, dict) and s.get("concurrency"):
+            steps.append({"step": int(s.get("step", i + 1)), "concurrency": int(s["concurrency"]),
+                          "start": s.get("start"), "end": s.get("end")})
+    return steps or infer_steps(rd.requests.attempts())
+
+
+def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
+    done = [s for s in steps if s.get("requests")]
+    if not done:
+        return None, "No settled requests yet."
+    k = knee["index"]
+    if k is None:
+        top = done[-1]
+        return top["concurrency"], (f"No knee up to {top['concurrency']}: {top['concurrency']} is the "
+                                    f"highest tested step; test higher to find the limit.")
+    if k == 0:
+        return None, (f"The lowest step ({done[0]['concurrency']}) is already past the knee; "
+                      f"test lower concurrency.")
+    rec, nxt = done[k - 1], done[k]
+
+    def desc(s):
+        lat = s.get("latency_ms") or {}
+        p95 = f"{lat['p95']:.0f} ms" if lat.get("p95") is not None else "n/a"
+        return (f"at {s['concurrency']}: p95 wait {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
+                f"{s['failed']} of {s['requests']} requests failed")
+    return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
+
+
+def _clean(o):
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        f = float(o)
+        return f if math.isfinite(f) else None
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return o
+
+
+def analyze(rd: RunDir) -> dict:
+    """The summary of a (re)loaded run directory, as written to ``summary.json``."""
+    a = rd.requests.attempts()
+    steps = [step_stats(a, s, rd.resources) for s in _steps_of(rd)]
+    done = [s for s in steps if s.get("requests")]
+    knee = find_knee(done)
+    first = done[0]["window"]["start"] if done else None
+    baseline = memory_baseline(rd.resources, first)
+    rec, rec_text = _recommend(done, knee)
+    run = rd.run
+    in_progress = bool(run) and run.get("end") is None
+    summary = {
+        "run": {
+            "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
+            "start": run.get("start"), "end": run.get("end"), "in_progress": in_progress,
+            "target": run.get("target"), "options": run.get("options"), "workers": run.get("workers"),
+            "collectors": run.get("collectors"), "versions": run.get("versions"),
+            "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
+        },
+        "records": {"lines": rd.requests.lines, "attempts": len(a)},
+        "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},
+        "incomplete_last_line": {"requests": rd.requests.incomplete_last_line,
+                                 "resources": rd.resource_incomplete},
+        "steps": steps,
+        "knee": knee,
+        "recommended_concurrency": rec,
+        "recommendation": rec_text,
+        "diagnosis": diagnose(done, knee, baseline, rd.has_resources()),
+        "little_law": little_check(done),
+        "usl": usl_fit(done),
+        "gpu_memory_baseline_bytes": baseline,
+        "server_timing_stages": list(a.stages),
+    }
+    return _clean(summary)
+
+
+def load(path: Path) -> RunDir:
+    """Open and read a run directory; raises :class:`RunDirError` with a one-sentence message."""
+    rd = RunDir(Path(path))
+    rd.check()
+    rd.refresh()
+    if rd.run_json_error and "missing" not in rd.run_json_error and not rd.run:
+        raise RunDirError(f"{rd.path}: {rd.run_json_error}; fix or remove it.")
+    if not len(rd.requests.attempts()):
+        raise RunDirError(f"{rd.path} has no attempt records yet (requests.jsonl is missing or empty).")
+    return rd
+
+
+def write_summary(rd: RunDir, summary: dict) -> Path:
+    out = rd.path / "summary.json"
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(out)
+    return out
+
+
+def _f(v, fmt="{:.0f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
+                 "ttfb p50", "retries", "GPU%", "CPU%")
+
+
+def table_rows(summary: dict) -> list[list[str]]:
+    rows = []
+    for s in summary["steps"]:
+        lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
+        rows.append([
+            str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
+            _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+            _f(s["throughput_rps"], "{:.2f}"), _f(lat.get("p50")), _f(lat.get("p95")),
+            _f(lat.get("p99")), _f(lat.get("max")), _f(ttfb.get("p50")), str(s["retries"]),
+            _f(srv.get("gpu_util_mean")), _f(srv.get("cpu_mean")),
+        ])
+    return rows
+
+
+def format_table(summary: dict, report: Path | None = None) -> str:
+    """The step table (latencies in ms) and the verdict, as printed on the terminal."""
+    rows = [list(TABLE_COLUMNS)] + table_rows(summary)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
+    for r in rows:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    bad = summary["bad_lines"]
+    if bad["requests"] or bad["resources"]:
+        lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
+    knee = summary["knee"]
+    if knee["concurrency"] is None:
+        lines.append("knee: none found")
+    else:
+        lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    d = summary["diagnosis"]
+    lines.append(f"diagnosis: {d['kind']}")
+    lines += [f"  - {e}" for e in d["evidence"]]
+    lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
+                 f"{summary['recommendation']}")
+    if report:
+        lines.append(f"report: {report}")
+    return "\n".join(lines)

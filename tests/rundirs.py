@@ -1,0 +1,224 @@
+"""Synthetic run directories with a known shape, for tests and benchmarks.
+
+``build_run(path, Model(...))`` writes ``run.json``, ``requests.jsonl`` and (unless
+``resources=False``) ``resources.jsonl`` as the Locust side would, following a simple closed
+loop: at each step ``N`` users send requests back to back; the server has ``slots`` parallel
+slots, so an attempt's wait is ``base_ms * max(1, N / slots)`` (times a little noise).  The
+other knobs add what each diagnosis looks for: GPU/CPU levels, memory creeping, OOM or 500
+errors, 429 with Retry-After, client write time rising, a saturated load generator.
+
+Example::
+
+    from tests.rundirs import Model, build_run
+    build_run(tmp_path / "run", Model(slots=4, gpu_busy_util=97))
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START = 1_700_000_000.0
+GIB = 1024 ** 3
+
+TEXTS = [  # (text_id, tier, text_len)
+    ("greeting", "short", 12), ("weather", "short", 40), ("numbers-zh", "medium", 90),
+    ("mixed-emoji", "medium", 140), ("story", "long", 600), ("news-zh", "long", 420),
+]
+
+
+@dataclass
+class Model:
+    steps: tuple[int, ...] = (1, 2, 4, 8, 16)
+    step_s: float = 12.0
+    gap_s: float = 2.0  # idle time between steps (memory falls back in it)
+    settle_s: float = 2.0
+    slots: int | None = 4  # None: unlimited, latency stays flat
+    base_ms: float = 200.0
+    noise: float = 0.05  # relative, uniform +-
+    tier_factor: dict = field(default_factory=lambda: {"short": 0.6, "medium": 1.0, "long": 1.8})
+    ttfb_fraction: float = 0.4
+    write_ms: float = 3.0
+    write_ms_per_user: float = 0.0  # client_io: write time grows with concurrency
+    user_gap_ms: float = 0.0  # client_bound: time users lose between requests
+    user_gap_from: int = 0  # ... from this concurrency on
+    # resources
+    resources: bool = True
+    gpu: bool = True
+    gpu_busy_util: float = 95.0  # GPU util with all slots busy
+    gpu_mem_total: float = 24 * GIB
+    gpu_mem_base: float = 6 * GIB
+    gpu_mem_per_slot: float = 1 * GIB
+    gpu_mem_leak_per_step: float = 0.0
+    server_cpu_busy: float = 30.0
+    client_cpu_per_user: float = 2.0
+    client_cpu_max: float = 100.0
+    post_run_s: float = 6.0  # collector samples after the last step
+    # failures
+    rate_limit_from: int | None = None  # 429 + Retry-After from this concurrency on
+    error_from: int | None = None  # 500s from this concurrency on
+    error_text: str = "500 Internal Server Error: worker crashed"
+    error_fraction: float = 0.3
+    server_timing: bool = False
+    text_ids: list | None = None  # override text ids (e.g. with markup in them)
+    in_progress: bool = False  # run.json end null, last step open, last line cut
+    bad_lines: int = 0
+    seed: int = 1
+
+
+def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
+    load = max(1.0, n / m.slots) if m.slots else 1.0
+    return m.base_ms * m.tier_factor.get(tier, 1.0) * load * (1 + rng.uniform(-m.noise, m.noise))
+
+
+def build_run(path: Path, m: Model | None = None) -> Path:
+    """Write a synthetic run directory at ``path``; returns ``path``."""
+    m = m or Model()
+    rng = random.Random(m.seed)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    texts = TEXTS if m.text_ids is None else [
+        (tid, TEXTS[i % len(TEXTS)][1], TEXTS[i % len(TEXTS)][2]) for i, tid in enumerate(m.text_ids)]
+    steps, records = [], []
+    t = START
+    req = 0
+    for si, n in enumerate(m.steps, start=1):
+        s_start, s_end = t, t + m.step_s
+        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end})
+        for user in range(n):
+            now = s_start + rng.uniform(0, 0.05)
+            k = user
+            while True:
+                tid, tier, tlen = texts[k % len(texts)]
+                k += 1
+                req += 1
+                first_t0 = now
+                attempt, backoff_ms = 1, 0.0
+                while True:
+                    wait = _latency_ms(m, n, tier, rng)
+                    status, ok, err, ra = 200, True, None, None
+                    if m.rate_limit_from and n >= m.rate_limit_from and rng.random() < 1 - m.rate_limit_from / (2 * n):
+                        status, ok, err = 429, False, "429 Too Many Requests"
+                        ra = round(0.5 * n / m.rate_limit_from, 2)
+                        wait = 5.0
+                    elif m.error_from and n >= m.error_from and rng.random() < m.error_fraction:
+                        status, ok, err = 500, False, m.error_text
+                        wait = wait * 0.3
+                    final = ok or attempt >= 3 or status not in (429, 500, 503)
+                    write = (m.write_ms + m.write_ms_per_user * n) * (1 + rng.uniform(-m.noise, m.noise)) if ok else None
+                    t0 = now
+                    t2 = t0 + wait / 1000
+                    t3 = t2 + write / 1000 if write is not None else None
+                    audio_s = round(tlen * 0.06, 3) if ok else None
+                    rec = {
+                        "req_id": f"w0-{req}", "attempt": attempt, "final": final, "step": si,
+                        "concurrency": n, "worker": "w0", "user": user, "text_id": tid,
+                        "text_len": tlen, "tier": tier, "t0": t0,
+                        "t1": t0 + wait * m.ttfb_fraction / 1000, "t2": t2, "t3": t3,
+                        "ttfb_ms": wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
+                        "concat_ms": None, "status": status, "ok": ok, "error": err,
+                        "bytes": int(audio_s * 44100) if ok else 0, "audio_s": audio_s,
+                        "rtf": (wait / 1000 / audio_s) if ok else None,
+                        "retry_after_s": ra, "retry_after_raw": None if ra is None else str(ra),
+                        "backoff_ms": backoff_ms, "server_timing": None,
+                        "settled": t0 >= s_start + m.settle_s,
+                    }
+                    if m.server_timing and ok:
+                        infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
+                        rec["server_timing"] = {"queue": max(0.0, wait - infer / 0.8), "infer": infer,
+                                                "postprocess": infer * 0.25}
+                    records.append(rec)
+                    now = (t3 or t2)
+                    if final:
+                        break
+                    backoff_ms = (ra * 1000) if ra else 200.0 * 2 ** (attempt - 1)
+                    now += backoff_ms / 1000
+                    attempt += 1
+                if m.user_gap_ms and n >= m.user_gap_from:
+                    now += m.user_gap_ms / 1000
+                if now >= s_end:
+                    break
+        t = s_end + m.gap_s
+    run_end = steps[-1]["end"]
+    records.sort(key=lambda r: r["t0"])
+    if m.in_progress:
+        cut = run_end - m.step_s / 2
+        records = [r for r in records if (r["t3"] or r["t2"]) <= cut]
+        steps[-1]["end"] = None
+        run_end = None
+    run = {
+        "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
+        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s},
+        "steps": steps, "settle_s": m.settle_s, "workers": 1,
+        "collectors": [{"url": "http://127.0.0.1:9300", "offset_s": 0.001, "rtt_s": 0.0004}] if m.resources else [],
+        "versions": {"tts_knee": "0.1.0"},
+    }
+    (path / "run.json").write_text(json.dumps(run, indent=1))
+    lines = [json.dumps(r) for r in records]
+    for i in range(m.bad_lines):
+        lines.insert(1 + i * 7 % max(1, len(lines)), '{"req_id": "broken", "t0": ' if i % 2 else "not json at all")
+    text = "\n".join(lines) + "\n"
+    if m.in_progress:
+        text += json.dumps(records[-1])[:40]  # the writer is half-way through a line
+    (path / "requests.jsonl").write_text(text)
+    if m.resources:
+        _write_resources(path, m, steps, run_end or (START + 1e9))
+    return path
+
+
+def _active(m: Model, steps: list, ts: float) -> int:
+    for s in steps:
+        end = s["end"] if s["end"] is not None else math.inf
+        if s["start"] <= ts < end:
+            return s["concurrency"]
+    return 0
+
+
+def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
+    last = min(run_end + m.post_run_s, steps[-1]["start"] + m.step_s / 2) if steps[-1]["end"] is None \
+        else run_end + m.post_run_s
+    out = []
+    ts = START - 3
+    while ts <= last:
+        n = _active(m, steps, ts)
+        done = sum(1 for s in steps if s["end"] is not None and s["end"] <= ts)
+        busy = min(n, m.slots) / m.slots if m.slots else min(1.0, n / 16)
+        gpus = None
+        if m.gpu:
+            mem = m.gpu_mem_base + m.gpu_mem_leak_per_step * done + m.gpu_mem_per_slot * (min(n, m.slots or n))
+            gpus = [{
+                "index": 0, "uuid": "GPU-synthetic", "name": "Synthetic GPU",
+                "util_percent": round(m.gpu_busy_util * busy, 1), "mem_used_bytes": min(mem, m.gpu_mem_total),
+                "mem_total_bytes": m.gpu_mem_total, "power_w": 80 + 200 * busy, "temp_c": 50,
+                "sm_clock_mhz": 1800, "clock_event_reasons": [], "proc_mem_bytes": None,
+            }]
+        server_cpu = 3 + m.server_cpu_busy * busy
+        out.append({"ts": ts, "host": "tts-server", "role": "server", "cpu_percent": server_cpu,
+                    "cpu_max_core_percent": min(100, server_cpu * 2), "mem_used_bytes": 8 * GIB,
+                    "mem_total_bytes": 64 * GIB,
+                    "proc": {"pid": 4242, "cpu_percent": server_cpu * 4, "rss_bytes": 2 * GIB},
+                    "gpus": gpus})
+        client_cpu = min(m.client_cpu_max, 2 + m.client_cpu_per_user * n)
+        out.append({"ts": ts + 0.1, "host": "loadgen", "role": "client", "cpu_percent": client_cpu,
+                    "cpu_max_core_percent": min(100, client_cpu * 1.1), "mem_used_bytes": 2 * GIB,
+                    "mem_total_bytes": 16 * GIB, "proc": None, "gpus": None})
+        ts += 1.0
+    (path / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in out))
+
+
+# One model per diagnosis kind, with the knee and recommendation each should produce.
+SCENARIOS = {
+    "no_knee": (Model(slots=None, gpu_busy_util=40), None, 16),
+    "compute_bound": (Model(slots=4, gpu_busy_util=97), 8, 4),
+    "concurrency_limit": (Model(slots=4, gpu_busy_util=30), 8, 4),
+    "rate_limited": (Model(slots=None, gpu_busy_util=40, rate_limit_from=8), 8, 4),
+    "memory_bound": (Model(slots=None, gpu_busy_util=60, error_from=8, error_fraction=0.4,
+                           error_text="CUDA out of memory. Tried to allocate 2.00 GiB",
+                           gpu_mem_base=20 * GIB, gpu_mem_per_slot=0.25 * GIB), 8, 4),
+    "client_io": (Model(slots=None, gpu_busy_util=40, write_ms_per_user=80), 4, 2),
+    "client_bound": (Model(slots=4, gpu_busy_util=40, client_cpu_per_user=20, user_gap_ms=400,
+                           user_gap_from=8), 8, 4),
+    "server_errors": (Model(slots=None, gpu_busy_util=40, error_from=8, error_fraction=0.3), 8, 4),
+}
