@@ -34,6 +34,17 @@ def _snippet(body: bytes) -> str:
     return " ".join(text.split())
 
 
+def _looks_textual(body: bytes) -> bool:
+    head = body[:256]
+    if head.lstrip()[:1] not in _TEXTUAL:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3   # only a character cut at the end
+    return True
+
+
 def parse_wav(body: bytes) -> Audio:
     """Parse a PCM WAV body; raise AudioError if it is not one or is cut short."""
     if len(body) < 12 or body[:4] != b"RIFF" or body[8:12] != b"WAVE":
@@ -83,8 +94,8 @@ def check_audio(body: bytes, content_type: str | None, expect: str = "wav",
     if not body:
         raise AudioError("empty body under status 200")
     ctype = (content_type or "").split(";")[0].strip().lower()
-    if ctype.startswith("text/") or ctype.endswith("json") or body.lstrip()[:1] in _TEXTUAL:
-        kind = "HTML" if b"<" in body[:200] and ctype != "application/json" else ctype or "text"
+    if ctype.startswith("text/") or ctype.endswith("json") or _looks_textual(body):
+        kind = "HTML" if body.lstrip()[:1] == b"<" and ctype != "application/json" else ctype or "text"
         raise AudioError(f"got {kind} instead of audio: {_snippet(body)!r}")
     if body[:4] == b"RIFF":
         return parse_wav(body)

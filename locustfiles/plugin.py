@@ -52,7 +52,6 @@ class Run:
         return texts[self.state.next_text_index() % len(texts)]
 
     def emit(self, rec: dict) -> None:
-        del rec["_m0"], rec["_m2"]
         if self.shipper is not None:
             self.shipper.add(rec)
         else:
@@ -212,7 +211,7 @@ def preflight(s: settings_mod.Settings) -> dict:
             return out
         out["ok"] = True
         return out
-    if status in (404, 405):
+    if status in (404, 405, 501):
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
     elif status in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"

@@ -218,9 +218,9 @@ def from_options(options, host: str | None) -> Settings:
     fmt = str(o.tts_format).lower()
     if fmt not in FORMATS:
         raise SettingsError(f"--tts-format must be one of {', '.join(FORMATS)}, got {o.tts_format!r}")
-    template = _template(o.tts_template) if api == "json" else None
-    if api == "json" and template is None:
+    if api == "json" and not o.tts_template:
         raise SettingsError('--tts-api json needs --tts-template, e.g. \'{"text": "{text}"}\'')
+    template = _template(o.tts_template) if api == "json" else None
     try:
         texts = corpus.load(o.texts or None)
     except corpus.CorpusError as e:

@@ -50,8 +50,9 @@ class StepState:
     def next_text_index(self) -> int:
         return next(self._texts)
 
-    def settled(self, t0: float) -> bool:
-        return self.current is None or t0 >= self.current.start + self.settle_s
+    def settled(self, step: Step | None, t0: float) -> bool:
+        """Whether an attempt sent at ``t0`` during ``step`` is past the step's settle window."""
+        return step is None or t0 >= step.start + self.settle_s
 
 
 class StepShape(LoadTestShape):

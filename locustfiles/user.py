@@ -83,7 +83,7 @@ class TTSUser(User):
         attempt, backoff_ms = 1, None
         payload = self.s.payload(segment)
         while True:
-            rec, body, audio = self._attempt(payload, attempt)
+            rec, body, audio, m0, m2 = self._attempt(payload, attempt)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
             rec.update(req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
                        text_len=len(segment), tier=text.tier, segment=f"{k}/{n}" if n > 1 else None,
@@ -91,7 +91,7 @@ class TTSUser(User):
             if rec["ok"]:
                 parts.append((body, audio))
                 if last_segment:
-                    self._finish_audio(rec, parts)
+                    self._finish_audio(rec, parts, m0, m2)
             self.run.emit(rec)
             if not retry:
                 return rec if rec["ok"] else None
@@ -99,7 +99,7 @@ class TTSUser(User):
             backoff_ms = round(delay * 1000.0, 3)
             if rec["retry_after_s"] is not None and delay > 0:
                 # Honour Retry-After measured from when the answer arrived, not from now.
-                delay = max(0.0, rec["_m2"] + delay - mono())
+                delay = max(0.0, m2 + delay - mono())
             gevent.sleep(delay)
             attempt += 1
 
@@ -147,7 +147,7 @@ class TTSUser(User):
             "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
             "status": status, "ok": False, "error": error, "bytes": len(body), "audio_s": None, "rtf": None,
             "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
-            "settled": self.run.state.settled(t0), "_m0": m0, "_m2": m2,
+            "settled": self.run.state.settled(step, t0),
         }
         audio = None
         if error is None:
@@ -168,20 +168,19 @@ class TTSUser(User):
                 if raw is not None:
                     rec["retry_after_raw"] = raw
                     rec["retry_after_s"] = parse_retry_after(raw, wall())
-        self._fire(rec, len(body), attempt)
-        return rec, body, audio
+        self._fire(rec, len(body), attempt, m0)
+        return rec, body, audio, m0, m2
 
-    def _fire(self, rec: dict, length: int, attempt: int) -> None:
+    def _fire(self, rec: dict, length: int, attempt: int, m0: float) -> None:
         # Retried attempts get a name of their own so Locust's table shows them apart.
         name = self.s.path if attempt == 1 else f"{self.s.path} (retry)"
         self.environment.events.request.fire(
             request_type="POST", name=name, response_time=rec["wait_ms"] if rec["wait_ms"] is not None
-            else (mono() - rec["_m0"]) * 1000.0, response_length=length, response=None, context={},
+            else (mono() - m0) * 1000.0, response_length=length, response=None, context={},
             exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict, parts) -> None:
-        m2 = rec["_m2"]
+    def _finish_audio(self, rec: dict, parts, m0: float, m2: float) -> None:
         if len(parts) > 1:
             try:
                 data = audio_mod.concat(parts)
@@ -202,7 +201,7 @@ class TTSUser(User):
             self.run.audio_failed(e)
             return
         m3 = mono()
-        rec["t3"] = rec["t0"] + (m3 - rec["_m0"])
+        rec["t3"] = rec["t0"] + (m3 - m0)
         rec["write_ms"] = _ms(m2, m3)
 
     def _reconnect(self) -> None:

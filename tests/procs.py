@@ -80,3 +80,17 @@ def spawn(args: list[str], env: dict | None = None, timeout: float = 60, cwd: Pa
         yield proc
     finally:
         proc.stop()
+
+
+def locust(args: list[str], timeout: float = 120, env: dict | None = None, cwd: Path = ROOT):
+    """Run ``locust -f locustfiles/tts.py`` headless with ``args``; returns the CompletedProcess
+    (stdout and stderr together in ``.stdout``)."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    cmd = [str(Path(sys.executable).with_name("locust")), "-f", str(ROOT / "locustfiles" / "tts.py"), *args]
+    return subprocess.run(cmd, cwd=cwd, env=full_env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]

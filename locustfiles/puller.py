@@ -1,0 +1,381 @@
+"""Pull collector samples into the run directory's ``resources.jsonl``, on the master's clock.
+
+Runs inside the Locust master (gevent). For each collector URL it estimates the clock offset
+NTP-style (several ``GET /time`` probes, the one with the least round trip wins:
+``offset = collector_time - (t_send + t_recv) / 2``), then polls ``GET /samples?since=SEQ``,
+rewrites each sample's ``ts`` to ``ts - offset`` and appends it with a ``collector`` field.
+Offsets are probed again periodically, on reconnect and at stop, so drift stays bounded.
+
+A collector that is unreachable at start is warned about once and retried in the background;
+one that goes away mid-run is retried with backoff and its outage and any missing data are
+recorded; a restarted collector (new ``boot``, or ``next`` lower than ours) is read again
+from seq 0. Nothing here raises into the load run.
+
+With ``sample_client=True`` the master's own host is sampled too (role ``client``), with the
+collector's psutil code, on the same schedule and into the same file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import pathlib
+import random
+import socket
+import time
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.event
+from geventhttpclient import HTTPClient
+
+from collectors.host import HostSampler, ProcessWatcher
+from collectors.sampler import Sampler, next_tick
+
+log = logging.getLogger(__name__)
+
+PROBES = 8                 # /time probes per offset estimate; the least round trip wins
+REPROBE_S = 60.0           # re-estimate the offset this often during a run
+RETRY_MAX_S = 10.0         # backoff ceiling for an unreachable collector
+CONNECT_TIMEOUT_S = 2.0
+NETWORK_TIMEOUT_S = 10.0
+PRE_ROLL_S = 5.0           # samples from just before the run are kept as a baseline
+STOP_TIMEOUT_S = 15.0
+
+
+class _Unreachable(Exception):
+    """The collector did not answer usefully; the message says why, in a few words."""
+
+
+class _Collector:
+    """Everything the puller knows about one collector."""
+
+    def __init__(self, url: str, token: str | None):
+        self.url = url
+        self.token = token
+        parts = urlsplit(url)
+        self.base_path = parts.path.rstrip("/")
+        self._ssl = parts.scheme == "https"
+        self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if self._ssl else 80))
+        self.client = self._new_client()
+        self.host: str | None = None
+        self.boot: str | None = None
+        self.since: int | None = None
+        self.connected = False
+        self.reachable = False            # at start
+        self.offset_s: float | None = None  # first estimate
+        self.rtt_s: float | None = None
+        self.offset_end_s: float | None = None
+        self.rtt_end_s: float | None = None
+        self.current_offset_s: float | None = None
+        self.probed_at = 0.0
+        self.samples = 0
+        self.dropped = 0
+        self.restarts = 0
+        self.last_ts: float | None = None  # last sample written, master's clock
+        self.pending_gap_from: float | None = None
+        self.gaps: list[list[float | None]] = []
+        self.outages: list[list[float | None]] = []
+        self.last_error: str | None = None
+        self.greenlet: gevent.Greenlet | None = None
+
+    def _new_client(self) -> HTTPClient:
+        return HTTPClient(self._address[0], port=self._address[1],
+                          connection_timeout=CONNECT_TIMEOUT_S,
+                          network_timeout=NETWORK_TIMEOUT_S, concurrency=1, ssl=self._ssl)
+
+    def renew_client(self) -> None:
+        self.client.close()
+        self.client = self._new_client()
+
+    def get(self, path: str) -> dict:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            resp = self.client.get(self.base_path + path, headers=headers)
+            try:
+                body = resp.read()
+            finally:
+                resp.release()
+        except (OSError, gevent.Timeout) as exc:
+            raise _Unreachable(str(exc) or type(exc).__name__) from None
+        except Exception as exc:  # noqa: BLE001 - a garbled response is just unreachable
+            raise _Unreachable(f"{type(exc).__name__}: {exc}") from None
+        if resp.status_code == 401:
+            raise _Unreachable("the collector rejected the token (HTTP 401)")
+        if resp.status_code != 200:
+            raise _Unreachable(f"HTTP {resp.status_code} for {path}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise _Unreachable(f"{path} did not return JSON") from None
+
+    def probe(self, n: int = PROBES) -> tuple[float, float]:
+        """(offset_s, rtt_s) from the probe with the least round trip."""
+        best: tuple[float, float] | None = None
+        for _ in range(n):
+            t_send = time.time()
+            reply = self.get("/time")
+            t_recv = time.time()
+            rtt = t_recv - t_send
+            offset = float(reply["time"]) - (t_send + t_recv) / 2
+            if best is None or rtt < best[1]:
+                best = (offset, rtt)
+        assert best is not None
+        return best
+
+
+def _normalise(url: str) -> str:
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+class CollectorPuller:
+    """Polls collectors into ``out_path`` (resources.jsonl) and samples the master's host.
+
+    ``start()`` returns one warning sentence per unreachable collector; ``stop()`` pulls what
+    is left and probes the clocks once more; ``describe()`` is the run.json ``collectors``
+    list; ``unreachable`` lists the URLs that did not answer at start.
+    """
+
+    def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
+                 interval_s: float = 1.0, sample_client: bool = True,
+                 client_host: str | None = None):
+        self.interval_s = interval_s
+        self.out_path = pathlib.Path(out_path)
+        self.sample_client = sample_client
+        self.client_host = client_host or socket.gethostname()
+        self._collectors = [_Collector(_normalise(u), token) for u in urls]
+        self._file = None
+        self._started_at: float | None = None
+        self._stopping = False
+        self._stopped = gevent.event.Event()
+        self._client_greenlet: gevent.Greenlet | None = None
+        self._client_samples = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Probe every collector's clock, start polling, return warnings for unreachable ones."""
+        warnings: list[str] = []
+        try:
+            self._started_at = time.time()
+            self.out_path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.out_path, "a", encoding="utf-8")
+            jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
+            gevent.joinall(jobs, timeout=CONNECT_TIMEOUT_S * PROBES + 5)
+            for c in self._collectors:
+                c.reachable = c.connected
+                if not c.connected:
+                    c.outages.append([self._started_at, None])
+                    c.pending_gap_from = self._started_at
+                    warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); "
+                                    f"retrying in the background.")
+                c.greenlet = gevent.spawn(self._poll_loop, c)
+            if self.sample_client:
+                self._client_greenlet = gevent.spawn(self._client_loop)
+        except Exception as exc:  # noqa: BLE001 - never take the load run down
+            log.exception("Collector puller failed to start")
+            warnings.append(f"The collector puller failed to start ({exc}); "
+                            f"no resource samples will be recorded.")
+        for w in warnings:
+            log.warning(w)
+        return warnings
+
+    def stop(self) -> None:
+        """Final pull, end-of-run clock probes, stop the greenlets, close the file."""
+        if self._stopping:
+            return
+        self._stopping = True
+        try:
+            greenlets = [c.greenlet for c in self._collectors if c.greenlet]
+            if self._client_greenlet:
+                greenlets.append(self._client_greenlet)
+            self._stopped.set()
+            gevent.joinall(greenlets, timeout=NETWORK_TIMEOUT_S)
+            stuck = [g for g in greenlets if not g.dead]
+            if stuck:
+                gevent.killall(stuck, timeout=1)
+            jobs = [gevent.spawn(self._finish, c) for c in self._collectors]
+            gevent.joinall(jobs, timeout=STOP_TIMEOUT_S)
+            now = time.time()
+            for c in self._collectors:
+                if c.outages and c.outages[-1][1] is None:
+                    c.outages[-1][1] = now
+                if c.pending_gap_from is not None:
+                    c.gaps.append([c.pending_gap_from, now])
+                    c.pending_gap_from = None
+                c.client.close()
+        except Exception:  # noqa: BLE001
+            log.exception("Collector puller failed while stopping")
+        finally:
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError:
+                    pass
+                self._file = None
+
+    def describe(self) -> list[dict]:
+        """Per collector: url, host, offsets and round trips at start and end, reachability,
+        ``gaps`` (spans with no samples, master's clock), ``outages`` (spans the collector did
+        not answer), and counts of samples written, dropped and restarts seen."""
+        return [{
+            "url": c.url, "host": c.host,
+            "offset_s": c.offset_s, "rtt_s": c.rtt_s,
+            "offset_end_s": c.offset_end_s, "rtt_end_s": c.rtt_end_s,
+            "reachable": c.reachable,
+            "gaps": [list(g) for g in c.gaps],
+            "outages": [list(o) for o in c.outages],
+            "samples": c.samples, "dropped": c.dropped, "restarts": c.restarts,
+        } for c in self._collectors]
+
+    @property
+    def unreachable(self) -> list[str]:
+        return [c.url for c in self._collectors if not c.reachable]
+
+    # -- one collector ----------------------------------------------------------------------
+
+    def _connect(self, c: _Collector) -> bool:
+        """Probe the clock; on success the collector counts as connected."""
+        try:
+            offset, rtt = c.probe()
+        except _Unreachable as exc:
+            c.last_error = str(exc)
+            c.connected = False
+            return False
+        except (KeyError, TypeError, ValueError):
+            c.last_error = "its /time answer is not {\"time\": seconds}"
+            c.connected = False
+            return False
+        if c.offset_s is None:
+            c.offset_s, c.rtt_s = offset, rtt
+        c.current_offset_s = offset
+        c.probed_at = time.monotonic()
+        c.connected = True
+        c.last_error = None
+        return True
+
+    def _poll_loop(self, c: _Collector) -> None:
+        start = time.monotonic()
+        backoff = self.interval_s
+        while not self._stopped.is_set():
+            try:
+                if not c.connected or time.monotonic() - c.probed_at >= REPROBE_S:
+                    if not self._connect(c):
+                        raise _Unreachable(c.last_error)
+                self._pull(c)
+            except Exception as exc:  # noqa: BLE001 - keep polling whatever happened
+                self._lost(c, exc)
+                self._stopped.wait(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, RETRY_MAX_S)
+                continue
+            backoff = self.interval_s
+            if c.outages and c.outages[-1][1] is None:
+                c.outages[-1][1] = time.time()
+                log.warning("Collector %s is reachable again.", c.url)
+            k = next_tick(start, self.interval_s, time.monotonic())
+            self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
+
+    def _lost(self, c: _Collector, exc: Exception) -> None:
+        c.connected = False
+        c.last_error = str(exc)
+        if not (c.outages and c.outages[-1][1] is None):
+            c.outages.append([time.time(), None])
+            log.warning("Collector %s stopped answering (%s); retrying with backoff.",
+                        c.url, c.last_error)
+        if c.pending_gap_from is None:
+            c.pending_gap_from = c.last_ts if c.last_ts is not None else time.time()
+
+    def _first_since(self, c: _Collector) -> int:
+        """Where to start reading a collector met for the first time: a few seconds back."""
+        health = c.get("/healthz")
+        count = int(health.get("samples") or 0)
+        interval = float(health.get("interval_s") or self.interval_s)
+        return max(0, count - math.ceil(PRE_ROLL_S / interval) - 1)
+
+    def _pull(self, c: _Collector) -> None:
+        if c.since is None:
+            c.since = self._first_since(c)
+        reply = c.get(f"/samples?since={c.since}")
+        restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) \
+            or int(reply["next"]) < c.since
+        if restarted:
+            c.restarts += 1
+            log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
+            if c.pending_gap_from is None and c.last_ts is not None:
+                c.pending_gap_from = c.last_ts
+            self._connect(c)  # its host (and clock) may have changed
+            c.since = 0
+            reply = c.get("/samples?since=0")
+        elif c.last_ts is not None:
+            dropped = int(reply.get("dropped") or 0)
+            c.dropped += dropped
+            if not dropped:
+                c.pending_gap_from = None  # its ring covered the outage: nothing is missing
+            elif c.pending_gap_from is None:
+                c.pending_gap_from = c.last_ts
+        c.boot = reply.get("boot")
+        c.host = reply.get("host") or c.host
+        self._write_samples(c, reply.get("samples") or [])
+        c.since = int(reply["next"])
+
+    def _write_samples(self, c: _Collector, samples: list[dict]) -> None:
+        offset = c.current_offset_s or 0.0
+        cutoff = (self._started_at or 0.0) - PRE_ROLL_S
+        lines = []
+        for s in samples:
+            try:
+                ts = float(s["ts"]) - offset
+            except (KeyError, TypeError, ValueError):
+                continue
+            if c.last_ts is None and ts < cutoff:
+                continue  # from long before this run
+            out = dict(s, ts=round(ts, 6), collector=c.url, clock_offset_s=round(offset, 6))
+            lines.append(json.dumps(out, separators=(",", ":")))
+            if c.pending_gap_from is not None:
+                if out["ts"] > c.pending_gap_from:
+                    c.gaps.append([c.pending_gap_from, out["ts"]])
+                c.pending_gap_from = None
+            c.last_ts = out["ts"]
+        self._append(lines)
+        c.samples += len(lines)
+
+    def _append(self, lines: list[str]) -> None:
+        if not lines or self._file is None:
+            return
+        self._file.write("\n".join(lines) + "\n")
+        self._file.flush()
+
+    def _finish(self, c: _Collector) -> None:
+        try:
+            c.renew_client()  # a killed poll may have left the old connection half-used
+            if not c.connected:
+                self._connect(c)
+            if c.connected:
+                self._pull(c)
+                c.offset_end_s, c.rtt_end_s = c.probe()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Collector %s: final pull failed (%s).", c.url, exc)
+
+    # -- the master's own host --------------------------------------------------------------
+
+    def _client_loop(self) -> None:
+        try:
+            watcher = ProcessWatcher(pid=os.getpid())
+        except Exception:  # noqa: BLE001 - host readings are still worth having
+            watcher = None
+        sampler = Sampler(HostSampler(), None, watcher, interval_s=self.interval_s, buffer=1,
+                          hostname=self.client_host, role="client", clock=time.time)
+        start = time.monotonic()
+        k = 1
+        while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
+            try:
+                sample = sampler.take()
+                self._append([json.dumps(dict(sample, collector=None), separators=(",", ":"))])
+                self._client_samples += 1
+            except Exception:  # noqa: BLE001
+                log.exception("Sampling the load generator's host failed; trying again.")
+            k = next_tick(start, self.interval_s, time.monotonic())

@@ -1,0 +1,127 @@
+"""End-to-end sweeps: real headless Locust runs against the real simulator on loopback."""
+import json
+
+import pytest
+
+from procs import locust, read_jsonl, spawn
+
+CONTRACT_FIELDS = {
+    "req_id", "attempt", "final", "step", "concurrency", "worker", "user", "text_id", "text_len",
+    "t0", "t1", "t2", "t3", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "status", "ok", "error",
+    "bytes", "audio_s", "rtf", "retry_after_s", "retry_after_raw", "backoff_ms", "server_timing", "settled",
+}
+
+
+def sweep(tmp_path, host, *extra, steps="1,2,4", step_time="2", name="run", timeout=120):
+    run_dir = tmp_path / name
+    proc = locust(["--headless", "-H", host, "--steps", steps, "--step-time", step_time,
+                   "--run-dir", str(run_dir), "--json-file", str(tmp_path / f"{name}-locust"), *extra],
+                  timeout=timeout)
+    return proc, run_dir
+
+
+def locust_count(tmp_path, name="run"):
+    return sum(e["num_requests"] for e in json.loads((tmp_path / f"{name}-locust.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def sim2():
+    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "60", "--per-char-ms", "0",
+                "--jitter", "0.05", "--seed", "1"]) as p:
+        yield p
+
+
+def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
+    proc, run_dir = sweep(tmp_path, sim2.url)
+    assert proc.returncode == 0, proc.stdout
+    assert "Traceback" not in proc.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path) > 20
+    for r in records:
+        assert CONTRACT_FIELDS <= r.keys(), CONTRACT_FIELDS - r.keys()
+        assert r["ok"] and r["status"] == 200 and r["audio_s"] > 0
+        assert r["t0"] <= r["t1"] <= r["t2"] <= r["t3"]
+        assert r["wait_ms"] == pytest.approx((r["t2"] - r["t0"]) * 1000, abs=0.01)
+        assert r["ttfb_ms"] == pytest.approx((r["t1"] - r["t0"]) * 1000, abs=0.01)
+        assert r["write_ms"] == pytest.approx((r["t3"] - r["t2"]) * 1000, abs=0.01)
+        assert set(r["server_timing"]) >= {"queue", "infer"}
+    assert len({r["req_id"] for r in records}) == len(records)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2), (3, 4)]
+    assert info["end"] is not None and all(s["end"] > s["start"] for s in info["steps"])
+    assert {r["concurrency"] for r in records} == {1, 2, 4}
+    for s in info["steps"]:   # every record lies in the step it names
+        for r in (r for r in records if r["step"] == s["step"]):
+            assert s["start"] - 0.01 <= r["t0"] <= s["end"] + 0.01
+            assert r["settled"] == (r["t0"] >= s["start"] + info["settle_s"])
+    # the same texts in the same order at every step
+    for step in (1, 2, 3):
+        ids = [r["text_id"] for r in sorted(records, key=lambda r: r["t0"]) if r["step"] == step]
+        assert ids[:3] == ["en-s1", "en-m1", "en-l1"]
+
+
+def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
+    proc, run_dir = sweep(tmp_path, sim2.url, step_time="3")
+    assert proc.returncode == 0, proc.stdout
+    records = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["settled"] and r["ok"]]
+    mean = {c: sum(r["wait_ms"] for r in records if r["concurrency"] == c)
+            / sum(1 for r in records if r["concurrency"] == c) for c in (1, 2, 4)}
+    assert mean[2] == pytest.approx(mean[1], rel=0.25)
+    assert mean[4] / mean[2] == pytest.approx(2.0, rel=0.25)
+
+
+@pytest.mark.parametrize("fmt", ["seconds", "http-date"])
+def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
+    with spawn(["testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "20", "--per-char-ms", "0",
+                "--rate", "3", "--burst", "1", "--retry-after-format", fmt]) as sim:
+        proc, run_dir = sweep(tmp_path, sim.url, "--retry-max-attempts", "4", steps="2", step_time="4")
+    assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any attempt failed
+    assert "Traceback" not in proc.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path)
+    throttled = [r for r in records if r["status"] == 429]
+    assert throttled, "the rate limit never bit"
+    by_id = {(r["req_id"], r["attempt"]): r for r in records}
+    followed = 0
+    for r in throttled:
+        assert r["retry_after_raw"] is not None and r["retry_after_s"] is not None
+        assert not r["ok"] and "429" in r["error"]
+        if fmt == "seconds":
+            assert r["retry_after_s"] == float(r["retry_after_raw"])
+        nxt = by_id.get((r["req_id"], r["attempt"] + 1))
+        if nxt is not None:
+            followed += 1
+            assert not r["final"]
+            assert nxt["backoff_ms"] == pytest.approx(r["retry_after_s"] * 1000, abs=1)
+            assert nxt["t0"] >= r["t2"] + r["retry_after_s"] - 0.002
+    assert followed
+
+
+def test_streaming_first_byte_well_before_the_body(tmp_path):
+    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "300", "--per-char-ms", "0",
+                "--stream", "--first-chunk-ms", "30"]) as sim:
+        proc, run_dir = sweep(tmp_path, sim.url, "--tts-stream", steps="1,2", step_time="2")
+    assert proc.returncode == 0, proc.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert records and all(r["ok"] and r["audio_s"] > 0 for r in records)
+    for r in records:
+        assert r["ttfb_ms"] < 0.5 * r["wait_ms"]
+
+
+@pytest.mark.parametrize("fault,reason", [
+    ("garbage", "not a WAV"), ("html", "HTML"), ("json", "instead of audio"), ("empty", "empty body"),
+    ("truncate", "truncated"),
+])
+def test_bodies_that_are_not_audio_are_failures(tmp_path, fault, reason):
+    with spawn(["testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0",
+                "--fault", fault, "--fault-rate", "0.5", "--seed", "3"]) as sim:
+        proc, run_dir = sweep(tmp_path, sim.url, "--skip-preflight", steps="2", step_time="2")
+    assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any request failed
+    assert "Traceback" not in proc.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path)
+    bad = [r for r in records if not r["ok"]]
+    good = [r for r in records if r["ok"]]
+    assert bad and good
+    assert all(reason in r["error"] for r in bad), {r["error"] for r in bad}
+    assert all(r["audio_s"] is None and r["t3"] is None for r in bad)
