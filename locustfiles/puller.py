@@ -1,5 +1,7 @@
 """Pull collector samples into the run directory's ``resources.jsonl``, on the master's clock.
 
+The master's clock is :func:`locustfiles.clock.wall`, the one the request records use.
+
 Runs inside the Locust master (gevent). For each collector URL it estimates the clock offset
 NTP-style (several ``GET /time`` probes, the one with the least round trip wins:
 ``offset = collector_time - (t_send + t_recv) / 2``), then polls ``GET /samples?since=SEQ``,
@@ -32,6 +34,8 @@ from geventhttpclient import HTTPClient
 
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.sampler import Sampler, next_tick
+
+from .clock import wall
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +118,9 @@ class _Collector:
         """(offset_s, rtt_s) from the probe with the least round trip."""
         best: tuple[float, float] | None = None
         for _ in range(n):
-            t_send = time.time()
+            t_send = wall()
             reply = self.get("/time")
-            t_recv = time.time()
+            t_recv = wall()
             rtt = t_recv - t_send
             offset = float(reply["time"]) - (t_send + t_recv) / 2
             if best is None or rtt < best[1]:
@@ -153,15 +157,15 @@ class CollectorPuller:
         self._stopping = False
         self._stopped = gevent.event.Event()
         self._client_greenlet: gevent.Greenlet | None = None
-        self._client_samples = 0
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> list[str]:
-        """Probe every collector's clock, start polling, return warnings for unreachable ones."""
+        """Probe every collector's clock, start polling, return warnings for unreachable ones
+        (one sentence each, for the caller to log)."""
         warnings: list[str] = []
         try:
-            self._started_at = time.time()
+            self._started_at = wall()
             self.out_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.out_path, "a", encoding="utf-8")
             jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
@@ -180,8 +184,6 @@ class CollectorPuller:
             log.exception("Collector puller failed to start")
             warnings.append(f"The collector puller failed to start ({exc}); "
                             f"no resource samples will be recorded.")
-        for w in warnings:
-            log.warning(w)
         return warnings
 
     def stop(self) -> None:
@@ -200,7 +202,7 @@ class CollectorPuller:
                 gevent.killall(stuck, timeout=1)
             jobs = [gevent.spawn(self._finish, c) for c in self._collectors]
             gevent.joinall(jobs, timeout=STOP_TIMEOUT_S)
-            now = time.time()
+            now = wall()
             for c in self._collectors:
                 if c.outages and c.outages[-1][1] is None:
                     c.outages[-1][1] = now
@@ -274,7 +276,7 @@ class CollectorPuller:
                 continue
             backoff = self.interval_s
             if c.outages and c.outages[-1][1] is None:
-                c.outages[-1][1] = time.time()
+                c.outages[-1][1] = wall()
                 log.warning("Collector %s is reachable again.", c.url)
             k = next_tick(start, self.interval_s, time.monotonic())
             self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
@@ -283,11 +285,11 @@ class CollectorPuller:
         c.connected = False
         c.last_error = str(exc)
         if not (c.outages and c.outages[-1][1] is None):
-            c.outages.append([time.time(), None])
+            c.outages.append([wall(), None])
             log.warning("Collector %s stopped answering (%s); retrying with backoff.",
                         c.url, c.last_error)
         if c.pending_gap_from is None:
-            c.pending_gap_from = c.last_ts if c.last_ts is not None else time.time()
+            c.pending_gap_from = c.last_ts if c.last_ts is not None else wall()
 
     def _first_since(self, c: _Collector) -> int:
         """Where to start reading a collector met for the first time: a few seconds back."""
@@ -368,14 +370,13 @@ class CollectorPuller:
         except Exception:  # noqa: BLE001 - host readings are still worth having
             watcher = None
         sampler = Sampler(HostSampler(), None, watcher, interval_s=self.interval_s, buffer=1,
-                          hostname=self.client_host, role="client", clock=time.time)
+                          hostname=self.client_host, role="client", clock=wall)
         start = time.monotonic()
         k = 1
         while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
             try:
                 sample = sampler.take()
                 self._append([json.dumps(dict(sample, collector=None), separators=(",", ":"))])
-                self._client_samples += 1
             except Exception:  # noqa: BLE001
                 log.exception("Sampling the load generator's host failed; trying again.")
             k = next_tick(start, self.interval_s, time.monotonic())

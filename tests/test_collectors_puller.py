@@ -1,0 +1,117 @@
+"""The puller in this process (gevent, no monkey-patching) against real collector processes:
+clock-offset correction, a collector that restarts mid-run, one unreachable at start, a token."""
+from __future__ import annotations
+
+import json
+import signal
+import socket
+
+import gevent
+import pytest
+
+from locustfiles.clock import wall
+from locustfiles.puller import CollectorPuller
+from procs import spawn
+from test_collectors import CPU_ONLY, get_json
+
+INTERVAL = 0.2
+
+
+def read_lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_skewed_collector_clock_is_corrected(tmp_path):
+    out = tmp_path / "run" / "resources.jsonl"
+    with spawn(["collectors", "--port", "0", "--interval", str(INTERVAL)],
+               env=dict(CPU_ONLY, TTS_KNEE_CLOCK_SKEW_S="5.0")) as c:
+        puller = CollectorPuller([c.url], out, interval_s=INTERVAL, client_host="loadgen-1")
+        assert puller.start() == [] and puller.unreachable == []
+        gevent.sleep(1.5)
+        puller.stop()
+        raw = {s["seq"]: s["ts"] for s in get_json(f"{c.url}/samples?since=0")["samples"]}
+    [d] = puller.describe()
+    assert d["url"] == c.url and d["reachable"] and d["host"]
+    assert d["offset_s"] == pytest.approx(5.0, abs=0.005)
+    assert d["offset_end_s"] == pytest.approx(5.0, abs=0.005)
+    assert 0 < d["rtt_s"] < 0.05 and d["gaps"] == [] and d["restarts"] == 0
+
+    lines = read_lines(out)
+    server = [s for s in lines if s["role"] == "server"]
+    client = [s for s in lines if s["role"] == "client"]
+    assert len(server) == d["samples"] >= 5
+    assert wall() - 2.0 < server[-1]["ts"] < wall()  # on the master's clock, not 5 s ahead
+    for s in server:
+        assert s["collector"] == c.url
+        # The collector is on this machine, so its clock minus the skew is the master's clock.
+        assert s["ts"] == pytest.approx(raw[s["seq"]] - 5.0, abs=0.005)
+    assert [s["seq"] for s in server] == sorted({s["seq"] for s in server})
+    assert len(client) >= 5
+    assert all(s["host"] == "loadgen-1" and s["gpus"] == [] and s["collector"] is None
+               for s in client)
+    assert all(s["proc"] is None or s["proc"]["rss_bytes"] > 0 for s in client)
+    assert client[-1]["cpu_percent"] is not None
+
+
+def test_collector_restart_leaves_a_gap_and_pulling_resumes(tmp_path):
+    out = tmp_path / "resources.jsonl"
+    port = free_port()
+    args = ["collectors", "--port", str(port), "--interval", str(INTERVAL)]
+    with spawn(args, env=CPU_ONLY) as c:
+        puller = CollectorPuller([c.url], out, interval_s=INTERVAL, sample_client=False)
+        assert puller.start() == []
+        gevent.sleep(1.0)
+        c.stop(signal.SIGKILL)
+        gevent.sleep(0.8)
+    with spawn(args, env=CPU_ONLY):
+        gevent.sleep(2.5)
+        puller.stop()
+    [d] = puller.describe()
+    assert d["restarts"] == 1
+    assert len(d["gaps"]) == 1 and d["gaps"][0][0] < d["gaps"][0][1]
+    assert len(d["outages"]) == 1 and d["outages"][0][1] is not None
+    seqs = [s["seq"] for s in read_lines(out)]
+    restart_at = next(i for i in range(1, len(seqs)) if seqs[i] < seqs[i - 1])
+    assert seqs[restart_at] == 0 and len(seqs) - restart_at >= 3, seqs
+    ts = [s["ts"] for s in read_lines(out)]
+    assert ts == sorted(ts)
+    assert ts[restart_at - 1] == pytest.approx(d["gaps"][0][0])
+    assert ts[restart_at] == pytest.approx(d["gaps"][0][1])
+
+
+def test_unreachable_at_start_warns_once_and_catches_up(tmp_path):
+    out = tmp_path / "resources.jsonl"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    puller = CollectorPuller([url], out, interval_s=INTERVAL, sample_client=False)
+    warnings = puller.start()
+    assert len(warnings) == 1 and url in warnings[0] and warnings[0].endswith(".")
+    assert puller.unreachable == [url]
+    with spawn(["collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY):
+        gevent.sleep(3.0)
+        puller.stop()
+    [d] = puller.describe()
+    assert d["reachable"] is False and d["samples"] >= 3 and d["offset_s"] is not None
+    assert len(d["gaps"]) == 1 and puller.unreachable == [url]
+
+
+def test_token_is_sent_and_a_wrong_one_is_reported(tmp_path):
+    with spawn(["collectors", "--port", "0", "--interval", str(INTERVAL), "--token", "t0k"],
+               env=CPU_ONLY) as c:
+        bad = CollectorPuller([c.url], tmp_path / "bad.jsonl", sample_client=False)
+        [warning] = bad.start()
+        bad.stop()
+        assert "401" in warning
+        good = CollectorPuller([c.url], tmp_path / "good.jsonl", token="t0k",
+                               interval_s=INTERVAL, sample_client=False)
+        assert good.start() == []
+        gevent.sleep(0.6)
+        good.stop()
+    assert good.describe()[0]["samples"] >= 2
+    good.stop()  # stopping twice is harmless
