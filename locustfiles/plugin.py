@@ -296,8 +296,8 @@ def _on_test_stop(environment, **_kw) -> None:
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
     run = getattr(environment, "tts_knee", None)
-    if run is not None and run.shipper is not None and not run.closed:
-        run.shipper.spool()
+    if run is not None and run.shipper is not None:
+        run.shipper.spool()   # what the master never acknowledged (it went away, say)
 
 
 def _watch_workers(environment) -> None:
@@ -320,5 +320,6 @@ def _watch_workers(environment) -> None:
             {"ts": now, "host": c.id, "role": "client", "source": "locust-heartbeat", "cpu_percent": None,
              "cpu_max_core_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
              "proc": {"pid": None, "cpu_percent": c.cpu_usage, "rss_bytes": c.memory_usage}, "gpus": []}
-            for c in environment.runner.clients.all if c.state != "missing"
+            # a worker's first heartbeats come before it has measured itself: nothing to record yet
+            for c in environment.runner.clients.all if c.state != "missing" and c.memory_usage
         ])

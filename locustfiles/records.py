@@ -26,8 +26,6 @@ FLUSH_INTERVAL_S = 0.5
 #: Worker shipper: a batch goes out this often, or sooner when it reaches BATCH_MAX records.
 BATCH_INTERVAL_S = 1.0
 BATCH_MAX = 1000
-#: How long a stopping worker waits for the master to acknowledge its last batches.
-ACK_WAIT_S = 5.0
 SPOOL_DIR = Path("runs") / "spool"
 #: Latest successful waits kept per step for the web UI's live table.
 TALLY_WAITS = 2000
@@ -215,13 +213,11 @@ class RecordShipper:
             self.ship()
 
     def finish(self) -> None:
-        """Ship the rest, wait (bounded) for acknowledgements, spool whatever is left."""
+        """Ship the rest. It must not wait for the acknowledgements here: this runs inside the
+        worker's message loop, which is what delivers them. Whatever is still unacknowledged
+        when the worker quits is spooled (see ``spool``)."""
         self._loop.kill()
         self.ship(final=True)
-        deadline = wall() + ACK_WAIT_S
-        while self.unacked and wall() < deadline:
-            gevent.sleep(0.05)
-        self.spool()
 
     def spool(self) -> Path | None:
         left = [r for seq in sorted(self.unacked) for r in self.unacked[seq]] + self._buf

@@ -79,6 +79,10 @@ class StepShape(LoadTestShape):
             if cur is not None and cur.end is None:
                 state.finish(now)
                 log.info("step %d (concurrency %d) done; last step finished, stopping", cur.step, cur.concurrency)
+            if run.is_master:
+                # A headless master would otherwise quit without telling workers to stop, and
+                # their last records would never be sent: stop them first, then let Locust quit.
+                self.runner.stop()
             return None
         if cur is None or index != cur.step - 1:
             step = Step(index + 1, steps[index], now)

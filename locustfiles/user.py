@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import os
 import random
 import socket
 from pathlib import Path
@@ -24,6 +25,9 @@ from .headers import parse_retry_after, parse_server_timing
 
 _USER_NUMBERS = itertools.count(1)
 ERROR_BODY_CHARS = 200
+#: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
+#: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU.
+READ_BLOCK_BYTES = 64 * 1024
 
 
 class AttemptFailed(Exception):
@@ -53,7 +57,7 @@ class TTSUser(User):
         parts = urlsplit(self.s.host)
         self._client_args = dict(
             host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
-            ssl=parts.scheme == "https", concurrency=1,
+            ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
             connection_timeout=self.s.connect_timeout_s, network_timeout=self.s.request_timeout_s,
             headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee",
                      "Accept": "audio/*, application/octet-stream"},
@@ -195,8 +199,7 @@ class TTSUser(User):
         if path is None:
             return
         try:
-            with open(path, "wb") as f:
-                f.write(data)
+            _write_over(path, data)
         except OSError as e:
             self.run.audio_failed(e)
             return
@@ -207,6 +210,23 @@ class TTSUser(User):
     def _reconnect(self) -> None:
         self.http.close()
         self.http = HTTPClient(**self._client_args)
+
+
+def _write_over(path: Path, data: bytes) -> None:
+    """Write ``data`` as the whole content of ``path``, reusing the file's blocks.
+
+    Opening with O_TRUNC, or unlinking first, frees the old blocks and makes ext4 allocate
+    and flush anew on close (its replace-by-truncate heuristic, plus a discard on this kind
+    of mount): about 350 us per file against 20-70 us for writing over and trimming the tail.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _os_error(e: OSError) -> str:

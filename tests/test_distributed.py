@@ -1,0 +1,154 @@
+"""Headless distributed runs: a real Locust master and real worker processes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from procs import ROOT, read_jsonl, spawn
+
+LOCUST = str(Path(sys.executable).with_name("locust"))
+LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args, log: Path, env=None, cwd=None):
+    return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, *args], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), cwd=cwd or log.parent)
+
+
+def master(tmp_path, host, port, workers=2, steps="1,2,4", step_time="3"):
+    return start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                  "--expect-workers", str(workers), "--headless", "-H", host, "--steps", steps,
+                  "--step-time", step_time, "--run-dir", str(tmp_path / "run"),
+                  "--json-file", str(tmp_path / "locust")], tmp_path / "master.log")
+
+
+def worker(tmp_path, port, n, env=None):
+    return start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                 tmp_path / f"worker{n}.log", env=env)
+
+
+def finish(*procs, timeout=60):
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+
+
+def locust_count(tmp_path):
+    return sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0"]) as p:
+        yield p
+
+
+def test_master_and_two_workers_write_one_run_directory(tmp_path, sim):
+    port = free_port()
+    m = master(tmp_path, sim.url, port)
+    w = [worker(tmp_path, port, n) for n in (1, 2)]
+    finish(m, *w)
+    log = (tmp_path / "master.log").read_text()
+    assert m.returncode == 0, log
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path) > 50
+    workers = {r["worker"] for r in records}
+    assert len(workers) == 2
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert {x["id"] for x in info["workers"]} == workers
+    assert all(x["final"] and x["lost_at"] is None and abs(x["offset_s"]) < 0.05 for x in info["workers"])
+    assert sum(x["records"] for x in info["workers"]) == len(records)
+    assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2), (3, 4)]
+    for s in info["steps"]:
+        mine = [r for r in records if r["step"] == s["step"]]
+        assert mine and all(r["concurrency"] == s["concurrency"] for r in mine)
+    assert len({r["req_id"] for r in records}) == len(records)
+    # every worker's own CPU and memory, from Locust's heartbeats, as role=client samples
+    samples = read_jsonl(tmp_path / "run" / "resources.jsonl")
+    hb = [s for s in samples if s.get("source") == "locust-heartbeat"]
+    assert {s["host"] for s in hb} == workers
+    assert all(s["role"] == "client" and s["proc"]["rss_bytes"] > 0 and s["proc"]["cpu_percent"] >= 0 for s in hb)
+    assert not list(tmp_path.glob("runs/spool/*"))
+
+
+def test_skewed_worker_clock_is_corrected(tmp_path, sim):
+    port = free_port()
+    m = master(tmp_path, sim.url, port, steps="1,2", step_time="3")
+    w1 = worker(tmp_path, port, 1)
+    w2 = worker(tmp_path, port, 2, env={"TTS_KNEE_CLOCK_SKEW_S": "37.5"})
+    finish(m, w1, w2)
+    assert m.returncode == 0
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    offsets = sorted(x["offset_s"] for x in info["workers"])
+    assert offsets[0] == pytest.approx(0, abs=0.02) and offsets[1] == pytest.approx(37.5, abs=0.02)
+    steps = {s["step"]: s for s in info["steps"]}
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert len({r["worker"] for r in records}) == 2
+    for r in records:   # on the master's clock, inside the step it names
+        assert steps[r["step"]]["start"] - 0.05 <= r["t0"] <= r["t2"] <= steps[r["step"]]["end"] + 1.0
+
+
+def test_a_worker_killed_mid_run_keeps_its_earlier_records(tmp_path, sim):
+    port = free_port()
+    m = master(tmp_path, sim.url, port, steps="2,4,4", step_time="3")
+    w1 = worker(tmp_path, port, 1)
+    w2 = worker(tmp_path, port, 2)
+    time.sleep(6)
+    w2.send_signal(signal.SIGKILL)
+    finish(m, w1)
+    log = (tmp_path / "master.log").read_text()
+    assert m.returncode == 0, log
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    lost = [x for x in info["workers"] if x["lost_at"] is not None]
+    assert len(lost) == 1 and not lost[0]["final"] and lost[0]["records"] > 0
+    assert info["steps"][0]["start"] < lost[0]["lost_at"] < info["end"]
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert sum(1 for r in records if r["worker"] == lost[0]["id"]) == lost[0]["records"]
+    assert any(r["step"] == 3 for r in records)   # the run went on with the other worker
+    assert "went away mid-run" in log
+
+
+def test_workers_spool_what_a_dead_master_never_acknowledged(tmp_path, sim):
+    port = free_port()
+    m = master(tmp_path, sim.url, port, workers=1, steps="2", step_time="30")
+    w = worker(tmp_path, port, 1)
+    time.sleep(5)
+    m.send_signal(signal.SIGKILL)
+    m.wait(10)
+    time.sleep(1.5)   # records made after the master died
+    w.send_signal(signal.SIGTERM)
+    finish(w)
+    log = (tmp_path / "worker1.log").read_text()
+    spooled = list(tmp_path.glob("runs/spool/*.jsonl"))
+    assert len(spooled) == 1, log
+    assert str(spooled[0].resolve()) in log
+    kept = read_jsonl(spooled[0])
+    written = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert kept
+    assert not {r["req_id"] for r in kept} & {r["req_id"] for r in written}
+
+
+def test_processes_flag_runs_forked_workers(tmp_path, sim):
+    proc = subprocess.run([LOCUST, "-f", LOCUSTFILE, "--processes", "2", "--headless", "-H", sim.url,
+                           "--steps", "1,2", "--step-time", "3", "--run-dir", str(tmp_path / "run"),
+                           "--json-file", str(tmp_path / "locust")], cwd=tmp_path, timeout=60,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path) > 20
+    assert len({r["worker"] for r in records}) == 2
