@@ -58,11 +58,13 @@ def _pump(stream, lines: list[str], found: threading.Event, box: list[str]) -> N
 
 
 @contextlib.contextmanager
-def spawn(args: list[str], env: dict | None = None, timeout: float = 60, cwd: Path = ROOT):
-    """Run ``python -m <args>`` and yield a :class:`Proc` once it is listening."""
+def spawn(args: list[str], env: dict | None = None, timeout: float = 60, cwd: Path = ROOT,
+          prefix: tuple[str, ...] = ()):
+    """Run ``python -m <args>`` (after ``prefix``, e.g. ``ip netns exec NS``) and yield a
+    :class:`Proc` once it is listening."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     popen = subprocess.Popen(
-        [sys.executable, "-m", *args], cwd=cwd, env=full_env, text=True,
+        [*prefix, sys.executable, "-m", *args], cwd=cwd, env=full_env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     lines: list[str] = []
