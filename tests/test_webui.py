@@ -1,0 +1,91 @@
+"""The Locust web UI: tts-knee's options are in its form, a run started from it writes the same
+run directory, its "TTS steps" tab has the live step table, and the live report is served
+from Locust's own app."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from procs import ROOT, read_jsonl, spawn
+
+LOCUST = str(Path(sys.executable).with_name("locust"))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, data: dict | None = None):
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=20) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.fixture
+def webui(tmp_path):
+    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
+        port = free_port()
+        proc = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "-H", sim.url,
+                                 "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2,4",
+                                 "--step-time", "30", "--run-dir", str(tmp_path / "run")],
+                                cwd=tmp_path, stdout=open(tmp_path / "locust.log", "w"), stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                try:
+                    get(url + "/")
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(20)
+
+
+def test_a_run_started_from_the_web_ui(webui, tmp_path):
+    status, page = get(webui + "/")
+    assert status == 200
+    for option in ("tts_api", "steps", "step_time", "retry_max_attempts", "collector", "run_dir"):
+        assert f'"{option}"' in page, option
+    # Start with the form's values changed: two short steps instead of three long ones.
+    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1",
+                                          "steps": "1,2", "step_time": "2", "tts_api": "openai"})
+    assert json.loads(body)["success"]
+    info_path = tmp_path / "run" / "run.json"
+    for _ in range(150):
+        if info_path.exists() and json.loads(info_path.read_text())["end"]:
+            break
+        time.sleep(0.1)
+    info = json.loads(info_path.read_text())
+    assert info["end"], "the run did not finish by itself"
+    assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2)]
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert records and {r["concurrency"] for r in records} == {1, 2}
+    stats = json.loads(get(webui + "/stats/requests")[1])
+    table = {t["key"]: t["data"] for t in stats["extended_stats"]}["tts-knee-steps"]
+    assert [(row["step"], row["concurrency"]) for row in table] == [(1, 1), (2, 2)]
+    assert sum(row["requests"] for row in table) == sum(r["final"] for r in records)
+    status, live = get(webui + "/tts-knee/")
+    assert status == 200 and "plotly" in live.lower()
+    if CHROMIUM:
+        res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                              "--v=0", "--virtual-time-budget=8000", "--dump-dom", webui + "/tts-knee/"],
+                             capture_output=True, text=True, timeout=90)
+        assert "js-plotly-plot" in res.stdout and "Uncaught" not in res.stderr
+        res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                              "--v=0", "--virtual-time-budget=8000", "--dump-dom", webui + "/?tab=tts-knee-steps"],
+                             capture_output=True, text=True, timeout=90)
+        assert "TTS steps" in res.stdout and "Uncaught" not in res.stderr
