@@ -6,7 +6,8 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
    falls back to after each step keeps rising, or it ends the run well above where it
    started), or GPU memory at least ``MEM_FULL`` of total at the knee.  First because an OOM
    string is a fact from the server, and a leak spoils every later step.
-2. ``client_bound`` - the load generator saturated (client CPU or its busiest core) at or
+2. ``client_bound`` - the load generator saturated (its Locust process's CPU; or the client
+   host's CPU or busiest core, when the server does not share that host) at or
    before the knee, or Little's law off by more than 25% there: the measurement itself is the
    limit, so nothing the server did can be read from those steps.
 3. ``rate_limited`` - from the knee on, 429/503 are at least 5% of attempts.
@@ -14,7 +15,9 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 5. ``no_knee`` - latency never rose notably: test higher.
 6. ``client_io`` - the knee is in write/concat time while wait stayed flat.
 7. ``compute_bound`` - queueing with the server's GPU (util >= ``GPU_BUSY``) or CPU
-   (total >= ``CPU_BUSY`` or busiest core >= ``CORE_BUSY``) saturated at the knee.
+   (total >= ``CPU_BUSY`` or busiest core >= ``CORE_BUSY``) saturated at the knee.  A busy host
+   CPU counts only when the watched TTS process (if any) uses at least ``PROC_SHARE``% of a
+   core: otherwise something else on the host is using it.
 8. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
 Without server resource samples, saturation cannot be proven either way; the default is
@@ -30,8 +33,10 @@ from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE
 GPU_BUSY = 80.0  # mean GPU util % over the knee step
 CPU_BUSY = 85.0  # mean server CPU %
 CORE_BUSY = 95.0  # mean busiest-core %
+PROC_SHARE = 50.0  # % of one core the watched TTS process must use for a busy host CPU to count
 CLIENT_CPU_BUSY = 90.0
 CLIENT_CORE_BUSY = 97.0
+CLIENT_PROC_BUSY = 90.0  # % of one core: Locust runs each process's users on a single core
 MEM_FULL = 0.95
 CREEP_FRACTION = 0.05  # of total GPU memory
 OOM = re.compile(r"out of memory|\bOOM\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
@@ -101,7 +106,16 @@ def _client(steps, knee_i) -> list[str]:
     upto = steps[: knee_i + 1] if knee_i is not None else steps
     for s in upto:
         cpu, core = _get(s, "client", "cpu_mean"), _get(s, "client", "busiest_core_mean")
-        if (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY):
+        proc = _get(s, "client", "proc_cpu_mean")
+        # Where the server shares the load generator's host, the host's CPU is the server's too:
+        # only the Locust process's own CPU then says whether the client was saturated.
+        shared = set((s.get("client") or {}).get("hosts") or ()) & set((s.get("server") or {}).get("hosts") or ())
+        if proc is not None and proc >= CLIENT_PROC_BUSY:
+            ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
+                      f"process used {_pct(proc)} of one core on average (host CPU {_pct(cpu)}).")
+            break
+        if not shared and ((cpu is not None and cpu >= CLIENT_CPU_BUSY)
+                           or (core is not None and core >= CLIENT_CORE_BUSY)):
             ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: client CPU "
                       f"{_pct(cpu)} on average, busiest core {_pct(core)}.")
             break
@@ -165,8 +179,13 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
     parts.append(f"server CPU {_pct(cpu)} (busiest core {_pct(core)})")
     if proc is not None:
         parts.append(f"TTS process {_pct(proc)}")
-    sat = (gpu is not None and gpu >= GPU_BUSY) or (cpu is not None and cpu >= CPU_BUSY) or \
-          (core is not None and core >= CORE_BUSY)
+    host_busy = (cpu is not None and cpu >= CPU_BUSY) or (core is not None and core >= CORE_BUSY)
+    if host_busy and proc is not None and proc < PROC_SHARE:
+        # The host is busy but the watched TTS process is not what keeps it busy (another
+        # tenant, or the load generator on the same host): that is not the server's compute.
+        host_busy = False
+        parts.append("the host's CPU is busy with other processes")
+    sat = (gpu is not None and gpu >= GPU_BUSY) or host_busy
     if gpu is None and cpu is None and core is None:
         return None, ""
     return sat, ", ".join(parts)

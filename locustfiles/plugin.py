@@ -3,9 +3,11 @@ clock sync, collectors, and the end of the run. Importing this module only attac
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import gevent
 from geventhttpclient import HTTPClient
@@ -13,8 +15,9 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from . import audio as audio_mod
-from . import rundir, settings as settings_mod, timesync
+from . import rundir, settings as settings_mod, timesync, webui
 from .clock import wall
+from .puller import CollectorPuller
 from .records import JsonlAppender, RecordReceiver, RecordShipper, RecordWriter
 from .shape import STEP_MESSAGE, Step, StepState
 
@@ -64,6 +67,12 @@ class Run:
         name = f"{self.worker_tag}-u{user}-{seq if not keep else seq % keep}.wav"
         return self.settings.audio_dir / name
 
+    def make_audio_dir(self) -> None:
+        try:
+            self.settings.audio_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.audio_failed(e)
+
     def audio_failed(self, e: OSError) -> None:
         if not self._audio_ok:
             return
@@ -94,10 +103,11 @@ class Run:
         self.run_dir = rundir.claim(s.run_dir)
         if self.run_dir != s.run_dir:
             log.warning("%s already holds a run; writing this one to %s", s.run_dir, self.run_dir)
-        self.settings = s = _replace(s, run_dir=self.run_dir,
-                                     audio_dir=s.audio_dir if s.audio_dir != s.run_dir / "audio" else self.run_dir / "audio")
+        default_audio = s.audio_dir == s.run_dir / "audio"
+        self.settings = s = dataclasses.replace(
+            s, run_dir=self.run_dir, audio_dir=self.run_dir / "audio" if default_audio else s.audio_dir)
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
-        s.audio_dir.mkdir(parents=True, exist_ok=True)
+        self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / "requests.jsonl")
         if self.receiver is not None:
             self.receiver.reset(self.writer)
@@ -115,7 +125,6 @@ class Run:
         self.save()
 
     def _start_puller(self) -> None:
-        from .puller import CollectorPuller
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / "resources.jsonl", token=s.collector_token)
         for warning in self.puller.start():
@@ -170,14 +179,8 @@ class Run:
         log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / "requests.jsonl")
 
 
-def _replace(s, **changes):
-    import dataclasses
-    return dataclasses.replace(s, **changes)
-
-
 def preflight(s: settings_mod.Settings) -> dict:
     """One warm-up request that tells an unreachable or wrong target apart from a TTS server."""
-    from urllib.parse import urlsplit
     parts = urlsplit(s.host)
     text = min(s.texts, key=lambda t: len(t.text)).text
     start = wall()
@@ -250,6 +253,7 @@ def ensure_run(environment) -> Run | None:
     environment.tts_knee = run
     if run.is_worker:
         run.shipper = RecordShipper(environment.runner, run.worker_id, environment.tts_knee_clock)
+        run.make_audio_dir()
         gevent.spawn(environment.tts_knee_clock.probe)
     else:
         run.state = environment.tts_knee_state = StepState(settle_s=s.settle_s)
@@ -275,7 +279,6 @@ def _on_init(environment, **_kw) -> None:
             environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall()))
         runner.register_message(STEP_MESSAGE, on_step)
     if environment.web_ui is not None:
-        from . import webui
         webui.mount(environment)
 
 

@@ -6,6 +6,8 @@ Knobs (environment, read at ``nvmlInit``):
 - ``FAKE_NVML_GPUS`` — number of physical GPUs (default 2).
 - ``FAKE_NVML_SIM_URL`` — a server whose ``GET /health`` returns ``{"busy", "slots"}`` (the
   simulator); utilisation follows ``100*busy/slots`` and memory rises with ``busy``.
+- ``FAKE_NVML_CAPACITY=N`` — the GPU could run N requests at once: utilisation is
+  ``100*busy/N`` instead, so a server that admits fewer than N leaves the GPU idle.
 - ``FAKE_NVML_LOSE_AFTER=N`` — GPU 0 raises ``NVMLError_GpuIsLost`` after N utilisation reads.
 - ``FAKE_NVML_MIG=I`` — GPU I is in MIG mode with two MIG devices (util, power, temperature and
   clocks not supported on them, as on real MIG instances).
@@ -102,7 +104,7 @@ def _load() -> float:
         try:
             with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=0.5) as resp:
                 health = json.load(resp)
-            slots = max(1, int(health.get("slots") or 1))
+            slots = state["capacity"] or max(1, int(health.get("slots") or 1))
             state["busy_ratio"] = min(1.0, float(health.get("busy") or 0) / slots)
             state["busy"] = float(health.get("busy") or 0)
         except (OSError, ValueError):
@@ -127,6 +129,7 @@ def nvmlInitWithFlags(flags: int) -> None:
         _state = {
             "gpus": _env_int("FAKE_NVML_GPUS", 2),
             "sim_url": os.environ.get("FAKE_NVML_SIM_URL", ""),
+            "capacity": _env_int("FAKE_NVML_CAPACITY", None),
             "lose_after": _env_int("FAKE_NVML_LOSE_AFTER", None),
             "mig": _env_int("FAKE_NVML_MIG", None),
             "proc_pid": _env_int("FAKE_NVML_PROC_PID", None),

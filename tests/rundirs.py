@@ -203,7 +203,8 @@ def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
         client_cpu = min(m.client_cpu_max, 2 + m.client_cpu_per_user * n)
         out.append({"ts": ts + 0.1, "host": "loadgen", "role": "client", "cpu_percent": client_cpu,
                     "cpu_max_core_percent": min(100, client_cpu * 1.1), "mem_used_bytes": 2 * GIB,
-                    "mem_total_bytes": 16 * GIB, "proc": None, "gpus": None})
+                    "mem_total_bytes": 16 * GIB, "gpus": None,
+                    "proc": {"pid": 999, "cpu_percent": client_cpu, "rss_bytes": GIB}})
         ts += 1.0
     (path / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in out))
 

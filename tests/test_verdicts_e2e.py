@@ -1,0 +1,60 @@
+"""The whole chain: a sweep against the simulator with a collector beside it, then the
+dashboard's verdict. The simulator's slots put the knee where we know it must be."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from procs import ROOT, locust, spawn
+
+STEPS = "1,2,4,8,16"
+
+
+def sweep_and_judge(tmp_path, sim_args, gpu_capacity=None, collector=True):
+    with spawn(["testbed.sim", "--port", "0", *sim_args]) as sim:
+        env = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": str(ROOT / "tests"),
+               "FAKE_NVML_SIM_URL": sim.url, "FAKE_NVML_GPUS": "1"}
+        if gpu_capacity:
+            env["FAKE_NVML_CAPACITY"] = str(gpu_capacity)
+        with spawn(["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid)], env=env) as col:
+            extra = ["--collector", col.url] if collector else []
+            proc = locust(["--headless", "-H", sim.url, "--steps", STEPS, "--step-time", "3",
+                           "--run-dir", str(tmp_path / "run"), *extra], timeout=120)
+    assert "Traceback" not in proc.stdout, proc.stdout
+    judged = subprocess.run([sys.executable, "-m", "dashboard", str(tmp_path / "run")], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)
+    assert judged.returncode == 0, judged.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    return summary, judged.stdout
+
+
+SLOTS4 = ["--slots", "4", "--base-ms", "100", "--per-char-ms", "0", "--jitter", "0.05"]
+
+
+def test_saturated_gpu_is_compute_bound_with_the_knee_past_the_slots(tmp_path):
+    summary, out = sweep_and_judge(tmp_path, SLOTS4)
+    assert summary["knee"]["concurrency"] == 8
+    assert summary["recommended_concurrency"] == 4
+    assert summary["diagnosis"]["kind"] == "compute_bound", summary["diagnosis"]
+    assert "8" in out and "report.html" in out
+    at4 = next(s for s in summary["steps"] if s["concurrency"] == 4)
+    assert at4["server"]["gpu_util_max"] >= 90
+
+
+def test_idle_gpu_behind_a_queue_is_a_concurrency_limit(tmp_path):
+    summary, _ = sweep_and_judge(tmp_path, SLOTS4, gpu_capacity=16)
+    assert summary["knee"]["concurrency"] == 8
+    assert summary["recommended_concurrency"] == 4
+    assert summary["diagnosis"]["kind"] == "concurrency_limit", summary["diagnosis"]
+    assert any("%" in sentence for sentence in summary["diagnosis"]["evidence"])
+
+
+def test_a_rate_limit_is_named(tmp_path):
+    # 100 ms a request: c users ask for 10c requests/s; the limit admits 25/s.
+    summary, _ = sweep_and_judge(tmp_path, ["--slots", "64", "--base-ms", "100", "--per-char-ms", "0",
+                                            "--jitter", "0.05", "--rate", "25", "--burst", "5"], gpu_capacity=64)
+    assert summary["diagnosis"]["kind"] == "rate_limited", summary["diagnosis"]
+    assert summary["knee"]["concurrency"] == 4
+    assert summary["recommended_concurrency"] == 2
+    assert any("Retry-After" in sentence for sentence in summary["diagnosis"]["evidence"])
