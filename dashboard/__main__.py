@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="where the comparison report of several runs goes")
     p.add_argument("--serve", action="store_true", help="serve a live view that follows the run")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8089, help="port to serve on; 0 picks a free one")
+    p.add_argument("--port", type=int, default=8090,
+                   help="port to serve on (8090; Locust's web UI has 8089); 0 picks a free one")
     p.add_argument("--no-report", action="store_true", help="skip report.html (summary.json only)")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
     return p

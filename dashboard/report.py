@@ -346,9 +346,13 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
         notes.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
     if run.get("run_json_error"):
         notes.append(run["run_json_error"])
+    workers = run.get("workers") if isinstance(run.get("workers"), list) else []
+    lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
+    if lost:
+        notes.append(f"{len(lost)} worker(s) went away mid-run: " + ", ".join(str(w.get("id")) for w in lost))
     note = "".join(f"<div class='warn'>{esc(n)}</div>" for n in notes)
     return (f"<div class='meta'>target {esc(run.get('target'))} &middot; started {esc(when)} &middot; "
-            f"{summary['records']['attempts']} attempts &middot; workers {esc(run.get('workers'))}</div>{note}")
+            f"{summary['records']['attempts']} attempts &middot; {len(workers) or 1} load process(es)</div>{note}")
 
 
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:

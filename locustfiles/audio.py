@@ -94,11 +94,11 @@ def check_audio(body: bytes, content_type: str | None, expect: str = "wav",
     if not body:
         raise AudioError("empty body under status 200")
     ctype = (content_type or "").split(";")[0].strip().lower()
+    if body[:4] == b"RIFF":   # a WAV whatever the label says (piper's server sends text/html)
+        return parse_wav(body)
     if ctype.startswith("text/") or ctype.endswith("json") or _looks_textual(body):
         kind = "HTML" if body.lstrip()[:1] == b"<" and ctype != "application/json" else ctype or "text"
         raise AudioError(f"got {kind} instead of audio: {_snippet(body)!r}")
-    if body[:4] == b"RIFF":
-        return parse_wav(body)
     if expect == "wav":
         raise AudioError(f"body is not a WAV file (starts {body[:8]!r}, content type {ctype or 'none'})")
     if expect == "pcm":

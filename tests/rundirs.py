@@ -151,7 +151,7 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     run = {
         "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
         "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s},
-        "steps": steps, "settle_s": m.settle_s, "workers": 1,
+        "steps": steps, "settle_s": m.settle_s, "workers": [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}],
         "collectors": [{"url": "http://127.0.0.1:9300", "offset_s": 0.001, "rtt_s": 0.0004}] if m.resources else [],
         "versions": {"tts_knee": "0.1.0"},
     }
