@@ -176,6 +176,12 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
     else:
         fig.add_annotation(text="no resource samples (resources.jsonl missing)", xref="x2 domain",
                            yref="y2 domain", x=0.5, y=0.5, showarrow=False)
+    if not len(res) or not res["gpu_util_percent"].notna().any():
+        for axis in ("yaxis2", "yaxis3"):
+            lo, hi = fig.layout[axis].domain
+            fig.add_annotation(text="no GPU samples: a CPU-only server, or no collector with NVML on it",
+                               xref="paper", yref="paper", x=0.5, y=(lo + hi) / 2, showarrow=False,
+                               font=dict(color="#777"))
     knee = summary["knee"]["concurrency"]
     for i, s in enumerate(summary["steps"]):
         start = s["planned_start"] if s["planned_start"] is not None else (s["window"]["start"])
