@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from testbed.cli import Parser, port, positive
+
 __all__ = ["main"]
 
 PROG = "python -m testbed.demo"
@@ -101,17 +103,6 @@ class _Stop(BaseException):
         self.signum = signum
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage block
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 0-65535, got {text!r}")
-    return int(text)
-
-
 def _steps(text: str) -> str:
     parts = text.split(",")
     if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
@@ -119,27 +110,17 @@ def _steps(text: str) -> str:
     return ",".join(str(int(p)) for p in parts)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Start a TTS target and a collector, sweep it, report.")
+    p = Parser(prog=PROG, description="Start a TTS target and a collector, sweep it, report.")
     p.add_argument("--target", choices=sorted(TARGETS), default="piper",
                    help="piper: the real voice on CPU (default); sim: the simulator")
     p.add_argument("--steps", type=_steps,
                    help="concurrency levels (default: piper 1,2,4,8; sim 1,2,4,8,16)")
-    p.add_argument("--step-time", type=_seconds,
+    p.add_argument("--step-time", type=positive,
                    help="seconds per step (default: piper 20; sim 10)")
-    p.add_argument("--target-port", type=_port, default=0,
+    p.add_argument("--target-port", type=port, default=0,
                    help="port for the target (default 0: a free one)")
-    p.add_argument("--collector-port", type=_port, default=0,
+    p.add_argument("--collector-port", type=port, default=0,
                    help="port for the collector (default 0: a free one)")
     p.add_argument("--run-dir", type=Path,
                    help="run directory (default runs/demo-<UTC timestamp>)")

@@ -33,6 +33,8 @@ import time
 import urllib.error
 import urllib.request
 
+from testbed.cli import Parser, port, positive
+
 __all__ = ["main"]
 
 PROG = "python -m testbed.piper"
@@ -51,11 +53,6 @@ PASS_THROUGH = {  # our flag -> piper.http_server's flag
 PR_SET_PDEATHSIG = 1
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage block
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 class _Failure(Exception):
     """A sentence for the user; ``code`` is the exit status."""
 
@@ -64,33 +61,17 @@ class _Failure(Exception):
         self.code = code
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 0-65535, got {text!r}")
-    return int(text)
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Run piper's HTTP server with the bundled joe-us voice.")
+    p = Parser(prog=PROG, description="Run piper's HTTP server with the bundled joe-us voice.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=5000,
+    p.add_argument("--port", type=port, default=5000,
                    help="port to bind; 0 picks a free one (default 5000)")
     p.add_argument("--speaker", type=int, help="piper: speaker id")
-    p.add_argument("--length-scale", type=_positive, help="piper: phoneme length (slower > 1)")
+    p.add_argument("--length-scale", type=positive, help="piper: phoneme length (slower > 1)")
     p.add_argument("--noise-scale", type=float, help="piper: generator noise")
     p.add_argument("--noise-w-scale", type=float, help="piper: phoneme width noise")
     p.add_argument("--sentence-silence", type=float, help="piper: seconds after each sentence")
-    p.add_argument("--startup-timeout", type=_positive, default=STARTUP_TIMEOUT_S,
+    p.add_argument("--startup-timeout", type=positive, default=STARTUP_TIMEOUT_S,
                    help=f"seconds to wait for piper to answer (default {STARTUP_TIMEOUT_S:g})")
     p.add_argument("--log-requests", action="store_true",
                    help="keep piper's one-line-per-request access log")

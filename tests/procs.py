@@ -96,3 +96,11 @@ def locust(args: list[str], timeout: float = 120, env: dict | None = None, cwd: 
 def read_jsonl(path: Path) -> list[dict]:
     import json
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for servers that cannot take port 0)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

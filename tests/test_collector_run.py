@@ -1,6 +1,5 @@
 """Collectors during real Locust runs: one that dies and comes back, one that never answers."""
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -8,15 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from procs import ROOT, read_jsonl, spawn
+from procs import free_port, ROOT, read_jsonl, spawn
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

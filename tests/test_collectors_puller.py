@@ -2,29 +2,17 @@
 clock-offset correction, a collector that restarts mid-run, one unreachable at start, a token."""
 from __future__ import annotations
 
-import json
 import signal
-import socket
 
 import gevent
 import pytest
 
 from locustfiles.clock import wall
 from locustfiles.puller import CollectorPuller
-from procs import spawn
+from procs import free_port, read_jsonl, spawn
 from test_collectors import CPU_ONLY, get_json
 
 INTERVAL = 0.2
-
-
-def read_lines(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_skewed_collector_clock_is_corrected(tmp_path):
@@ -42,7 +30,7 @@ def test_skewed_collector_clock_is_corrected(tmp_path):
     assert d["offset_end_s"] == pytest.approx(5.0, abs=0.005)
     assert 0 < d["rtt_s"] < 0.05 and d["gaps"] == [] and d["restarts"] == 0
 
-    lines = read_lines(out)
+    lines = read_jsonl(out)
     server = [s for s in lines if s["role"] == "server"]
     client = [s for s in lines if s["role"] == "client"]
     assert len(server) == d["samples"] >= 5
@@ -76,10 +64,10 @@ def test_collector_restart_leaves_a_gap_and_pulling_resumes(tmp_path):
     assert d["restarts"] == 1
     assert len(d["gaps"]) == 1 and d["gaps"][0][0] < d["gaps"][0][1]
     assert len(d["outages"]) == 1 and d["outages"][0][1] is not None
-    seqs = [s["seq"] for s in read_lines(out)]
+    seqs = [s["seq"] for s in read_jsonl(out)]
     restart_at = next(i for i in range(1, len(seqs)) if seqs[i] < seqs[i - 1])
     assert seqs[restart_at] == 0 and len(seqs) - restart_at >= 3, seqs
-    ts = [s["ts"] for s in read_lines(out)]
+    ts = [s["ts"] for s in read_jsonl(out)]
     assert ts == sorted(ts)
     assert ts[restart_at - 1] == pytest.approx(d["gaps"][0][0])
     assert ts[restart_at] == pytest.approx(d["gaps"][0][1])

@@ -2,7 +2,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from procs import ROOT, read_jsonl, spawn
+from procs import free_port, ROOT, read_jsonl, spawn
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args, log: Path, env=None, cwd=None):

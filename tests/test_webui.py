@@ -4,7 +4,6 @@ from Locust's own app."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from procs import ROOT, read_jsonl, spawn
+from procs import free_port, ROOT, read_jsonl, spawn
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, data: dict | None = None):
