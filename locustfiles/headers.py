@@ -22,7 +22,7 @@ def parse_retry_after(raw: str | None, now: float) -> float | None:
     value = raw.strip()
     if not value:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():   # str.isdigit alone also takes "²" and "٣"
         return float(int(value))
     try:
         when = email.utils.parsedate_to_datetime(value)

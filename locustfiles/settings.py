@@ -6,6 +6,7 @@ A bad value raises :class:`SettingsError` whose message names the option and wha
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,11 +135,18 @@ class Settings:
         }
 
 
-def _positive(name: str, value, kind=float, allow_zero=False):
+def _number(name: str, value, kind=float):
     try:
         v = kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):   # OverflowError: int("inf")
         raise SettingsError(f"--{name} must be a number, got {value!r}") from None
+    if isinstance(v, float) and not math.isfinite(v):
+        raise SettingsError(f"--{name} must be a finite number, got {value!r}")
+    return v
+
+
+def _positive(name: str, value, kind=float, allow_zero=False):
+    v = _number(name, value, kind)
     if v < 0 or (v == 0 and not allow_zero):
         raise SettingsError(f"--{name} must be {'zero or more' if allow_zero else 'greater than zero'}, got {value!r}")
     return v
@@ -230,7 +238,7 @@ def from_options(options, host: str | None) -> Settings:
     step_time = _positive("step-time", o.step_time, allow_zero=True)
     if not step_time:
         step_time = STEP_REQUESTS_CAP_S if step_requests else DEFAULT_STEP_TIME_S
-    settle = float(o.settle_time)
+    settle = _number("settle-time", o.settle_time)
     if settle < 0:
         settle = 0.0 if step_requests else min(SETTLE_MAX_S, SETTLE_FRACTION * step_time)
     elif settle >= step_time:

@@ -460,8 +460,8 @@ class Simulator:
         wav = wav_header(len(pcm), self.tone.sample_rate) + pcm
         if fault == "html":
             return self._respond(start_response, "200 OK", HTML_PAGE, headers, "text/html")
-        if fault == "json":
-            body = _json_body({"error": "synthesis failed", "request_id": req.request_id})
+        if fault == "json":  # quotes the input, as many servers' errors do (markup and all)
+            body = _json_body({"error": f"synthesis failed: {req.text[:80]}", "request_id": req.request_id})
             return self._respond(start_response, "200 OK", body, headers)
         if fault == "empty":
             return self._respond(start_response, "200 OK", b"", headers, "audio/wav")
