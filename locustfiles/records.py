@@ -44,9 +44,11 @@ class JsonlAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, records: list[dict]) -> None:
-        if records and self._fd is not None:
-            data = "".join(_dumps(r) + "\n" for r in records).encode()
-            view = memoryview(data)
+        self.write_lines([_dumps(r) + "\n" for r in records])
+
+    def write_lines(self, lines: list[str]) -> None:
+        if lines and self._fd is not None:
+            view = memoryview("".join(lines).encode())
             while view:
                 view = view[os.write(self._fd, view):]
 
@@ -62,14 +64,16 @@ class RecordWriter:
 
     def __init__(self, path: Path):
         self._out = JsonlAppender(path)
-        self._buf: list[dict] = []
+        self._buf: list[str] = []   # encoded lines
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
         self._tally: dict[int, dict] = {}
         self._loop = gevent.spawn(self._run)
 
     def add(self, records: list[dict]) -> None:
-        self._buf.extend(records)
+        # Encoded as they come rather than all at once at the flush, which would stall the
+        # event loop (and every user's timing) for milliseconds at thousands of records a second.
+        self._buf.extend(_dumps(r) + "\n" for r in records)
         for r in records:
             t = self._tally.get(r["step"])
             if t is None:
@@ -99,7 +103,7 @@ class RecordWriter:
     def flush(self) -> None:
         buf, self._buf = self._buf, []
         try:
-            self._out.write(buf)
+            self._out.write_lines(buf)
         except OSError:
             self._buf = buf + self._buf   # keep them for the next try
             raise
