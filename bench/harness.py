@@ -1,0 +1,70 @@
+"""What the benchmarks share: a simulator on a free loopback port, and a headless Locust run
+with the CPU meter of bench/meter.py. Not a script itself."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCUST = Path(sys.executable).with_name("locust")
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+@contextlib.contextmanager
+def simulator(*knobs: str):
+    """``python -m testbed.sim --port 0 KNOBS``; yields its base URL and its psutil.Process."""
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.sim", "--port", "0", *knobs], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        line = proc.stdout.readline()
+        m = _LISTENING.search(line)
+        if not m:
+            raise RuntimeError(f"the simulator did not start: {line!r}")
+        yield m.group(1), psutil.Process(proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def locust(locustfile: str, args: list[str], warm_s: float, measure_s: float,
+           timeout: float = 120) -> dict:
+    """Run ``locust -f LOCUSTFILE --headless ARGS`` with the meter on; returns the meter's
+    reading ``{"cpu_s", "requests", "wall_s"}`` plus ``returncode`` and ``output``."""
+    with tempfile.TemporaryDirectory(prefix="tts-knee-bench-") as tmp:
+        out = Path(tmp) / "meter.json"
+        env = dict(os.environ, BENCH_METER_OUT=str(out), BENCH_WARM_S=str(warm_s),
+                   BENCH_MEASURE_S=str(measure_s), PYTHONUNBUFFERED="1")
+        proc = subprocess.run([str(LOCUST), "-f", str(ROOT / locustfile), "--headless", "--only-summary",
+                               "--loglevel", "WARNING", *[a.replace("{tmp}", tmp) for a in args]],
+                              cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+        reading = json.loads(out.read_text()) if out.exists() else {}
+        extra = {}
+        records = Path(tmp) / "run" / "requests.jsonl"
+        if records.exists():
+            extra["records"] = [json.loads(line) for line in records.read_text().splitlines() if line]
+    return {**reading, **extra, "returncode": proc.returncode, "output": proc.stdout}
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values, q: float):
+    """Nearest-rank percentile of ``values`` (``q`` in 0..1)."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))] if s else float("nan")

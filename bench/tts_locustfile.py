@@ -1,0 +1,14 @@
+"""tts-knee's own locustfile with the CPU meter of bench/meter.py attached, for the benchmarks.
+
+    BENCH_METER_OUT=/tmp/tts.json locust -f bench/tts_locustfile.py --headless \\
+        -H http://127.0.0.1:8300 --steps 8 --step-time 8 --run-dir /tmp/run
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
+from locustfiles import plugin  # noqa: E402,F401  (attaches tts-knee's listeners)
+from locustfiles.shape import StepShape  # noqa: E402,F401
+from locustfiles.user import TTSUser  # noqa: E402,F401
