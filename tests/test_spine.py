@@ -32,9 +32,12 @@ def sim2():
 
 
 def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
-    proc, run_dir = sweep(tmp_path, sim2.url)
+    proc, run_dir = sweep(tmp_path, sim2.url, "--csv", str(tmp_path / "stats"), "--html", str(tmp_path / "l.html"))
     assert proc.returncode == 0, proc.stdout
     assert "Traceback" not in proc.stdout
+    # Locust's own outputs keep working beside the run directory
+    assert (tmp_path / "stats_stats.csv").read_text().count("/v1/audio/speech") >= 1
+    assert (tmp_path / "l.html").stat().st_size > 1000
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) == locust_count(tmp_path) > 20
     for r in records:
