@@ -18,6 +18,7 @@ log = logging.getLogger("tts_knee.shape")
 STEP_MESSAGE = "tts_knee_step"
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
+TICK_SLACK_S = 0.1
 
 
 @dataclass
@@ -73,7 +74,9 @@ class StepShape(LoadTestShape):
             index = cur.step - 1
             elapsed = now - cur.start
             done = run.finished_in_step(cur.step) if settings.step_requests else 0
-            if elapsed >= settings.step_time_s or (settings.step_requests and done >= settings.step_requests):
+            # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
+            if elapsed + TICK_SLACK_S >= settings.step_time_s or (
+                    settings.step_requests and done >= settings.step_requests):
                 index += 1
         if index >= len(steps):
             if cur is not None and cur.end is None:
