@@ -248,6 +248,8 @@ def ensure_run(environment) -> Run | None:
     except settings_mod.SettingsError as e:
         log.error("%s", e)
         environment.process_exit_code = 2
+        if isinstance(environment.runner, WorkerRunner):
+            gevent.spawn(environment.runner.quit)   # a worker that cannot run leaves the others to it
         return None
     run = Run(environment, s, environment.tts_knee_state)
     environment.tts_knee = run

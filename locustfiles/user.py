@@ -20,6 +20,7 @@ from gevent import monkey
 from gevent.event import Event
 from geventhttpclient import HTTPClient
 from locust import User, constant, task
+from locust.exception import StopUser
 
 from . import audio as audio_mod
 from .clock import mono, wall
@@ -53,6 +54,8 @@ class TTSUser(User):
 
     def on_start(self) -> None:
         self.run = self.environment.tts_knee
+        if self.run is None:   # this node's options were unusable; ensure_run said why
+            raise StopUser()
         self.s = self.run.settings
         self.no = next(_USER_NUMBERS)
         self.seq = 0

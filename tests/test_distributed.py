@@ -145,3 +145,25 @@ def test_processes_flag_runs_forked_workers(tmp_path, sim):
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert len(records) == locust_count(tmp_path) > 20
     assert len({r["worker"] for r in records}) == 2
+
+
+def test_a_worker_that_cannot_use_the_options_leaves_with_one_sentence(tmp_path, sim):
+    # The corpus path is relative: it exists where the master runs, not where worker 2 does.
+    (tmp_path / "texts.txt").write_text("hello there\nhow are you\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    port = free_port()
+    m = start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+               "--expect-workers", "2", "--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "3",
+               "--texts", "texts.txt", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+    w1 = worker(tmp_path, port, 1)
+    w2 = start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+               elsewhere / "worker2.log")
+    finish(m, w1, w2)
+    log2 = (elsewhere / "worker2.log").read_text()
+    assert "Traceback" not in log2
+    errors = [line for line in log2.splitlines() if "/ERROR/" in line]
+    assert len(errors) == 1 and "corpus file texts.txt does not exist" in errors[0]
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert records and len({r["worker"] for r in records}) == 1
+    assert {r["text_id"] for r in records} <= {"texts:1", "texts:2"}
