@@ -18,7 +18,8 @@ from . import audio as audio_mod
 from . import rundir, settings as settings_mod, timesync, webui
 from .clock import wall
 from .puller import CollectorPuller
-from .records import JsonlAppender, RecordReceiver, RecordShipper, RecordWriter
+from .records import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
+                      RecordWriter)
 from .shape import STEP_MESSAGE, Step, StepState
 
 log = logging.getLogger("tts_knee")
@@ -110,7 +111,7 @@ class Run:
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / "requests.jsonl")
         if self.receiver is not None:
-            self.receiver.reset(self.writer)
+            self.receiver.reset(self.writer, str(self.run_dir))
         self.info = {"run_id": self.run_dir.name, "start": wall(), "end": None, "target": s.host,
                      "options": s.public(), "settle_s": s.settle_s, "steps": [], "workers": [],
                      "collectors": [], "versions": rundir.versions()}
@@ -171,6 +172,9 @@ class Run:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing",
                           wid, FINAL_FLUSH_TIMEOUT_S)
         self.writer.close()
+        if self.receiver is not None and self.writer.count == 0 and not self.failed:
+            why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
+            self.fail("no worker sent a single record" + (f" ({why})" if why else "; see the workers' logs"))
         if self.puller is not None:
             self.puller.stop()
         self.info["end"] = wall()
@@ -249,12 +253,18 @@ def ensure_run(environment) -> Run | None:
         log.error("%s", e)
         environment.process_exit_code = 2
         if isinstance(environment.runner, WorkerRunner):
-            gevent.spawn(environment.runner.quit)   # a worker that cannot run leaves the others to it
+            # A worker that cannot run says why to the master and leaves the run to the others.
+            environment.runner.send_message(ERROR_MESSAGE, {"message": str(e)})
+            gevent.spawn(environment.runner.quit)
         return None
     run = Run(environment, s, environment.tts_knee_state)
     environment.tts_knee = run
     if run.is_worker:
-        run.shipper = RecordShipper(environment.runner, run.worker_id, environment.tts_knee_clock)
+        old = getattr(environment, "tts_knee_last", None)
+        if old is not None and old.shipper is not None:
+            old.shipper.spool()   # the master has moved on: its acknowledgements will not come now
+        environment.tts_knee_last = run
+        run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), environment.tts_knee_clock)
         run.make_audio_dir()
         gevent.spawn(environment.tts_knee_clock.probe)
     else:
@@ -279,7 +289,14 @@ def _on_init(environment, **_kw) -> None:
 
         def on_step(environment, msg, **_kw):
             environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall()))
+
+        def on_ack(environment, msg, **_kw):
+            run = getattr(environment, "tts_knee", None)
+            if run is not None and run.shipper is not None:
+                run.shipper.on_ack(msg.data)
+        # Locust allows one listener per message type: registered once, routed to the current run.
         runner.register_message(STEP_MESSAGE, on_step)
+        runner.register_message(ACK_MESSAGE, on_ack)
     if environment.web_ui is not None:
         webui.mount(environment)
 
@@ -319,6 +336,8 @@ def _watch_workers(environment) -> None:
             run.save()
         path = run.run_dir / "resources.jsonl"
         if appender.get("path") != path:
+            if appender:
+                appender["out"].close()
             appender.update(path=path, out=JsonlAppender(path))
         now = wall()
         appender["out"].write([

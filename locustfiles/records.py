@@ -21,6 +21,8 @@ log = logging.getLogger("tts_knee.records")
 
 RECORDS_MESSAGE = "tts_knee_records"
 ACK_MESSAGE = "tts_knee_ack"
+#: A worker that cannot run tells the master why before it leaves.
+ERROR_MESSAGE = "tts_knee_worker_error"
 #: Local/master writer: buffered records reach the file at least this often.
 FLUSH_INTERVAL_S = 0.5
 #: Worker shipper: a batch goes out this often, or sooner when it reaches BATCH_MAX records.
@@ -47,10 +49,16 @@ class JsonlAppender:
         self.write_lines([_dumps(r) + "\n" for r in records])
 
     def write_lines(self, lines: list[str]) -> None:
-        if lines and self._fd is not None:
+        if lines and self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        if lines:
             view = memoryview("".join(lines).encode())
             while view:
                 view = view[os.write(self._fd, view):]
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -117,6 +125,10 @@ class RecordWriter:
             except OSError as e:
                 log.error("cannot write %s: %s; records are kept in memory and retried", self._out.path, e.strerror)
 
+    @property
+    def closed(self) -> bool:
+        return self._out.closed
+
     def close(self) -> None:
         self._loop.kill()
         self.flush()
@@ -129,12 +141,19 @@ class RecordReceiver:
     def __init__(self, runner):
         self.runner = runner
         self.writer: RecordWriter | None = None
+        self.run_id: str | None = None
         self.workers: dict[str, dict] = {}
+        self.errors: dict[str, str] = {}   # worker id -> why it could not run
         runner.register_message(RECORDS_MESSAGE, self._on_records)
+        runner.register_message(ERROR_MESSAGE, self._on_error)
 
-    def reset(self, writer: RecordWriter) -> None:
+    def reset(self, writer: RecordWriter, run_id: str) -> None:
         """Point at a new run's writer (a web-UI session can hold several runs)."""
-        self.writer, self.workers = writer, {}
+        self.writer, self.run_id, self.workers, self.errors = writer, run_id, {}, {}
+
+    def _on_error(self, environment, msg, **_kw) -> None:
+        self.errors[msg.node_id] = msg.data["message"]
+        log.error("worker %s cannot run: %s", msg.node_id, msg.data["message"])
 
     def worker(self, worker_id: str) -> dict:
         return self.workers.setdefault(worker_id, {
@@ -144,10 +163,15 @@ class RecordReceiver:
 
     def _on_records(self, environment, msg, **_kw) -> None:
         data = msg.data
+        if self.writer is None or self.writer.closed or data.get("run") != self.run_id:
+            # Not acknowledged: the worker keeps the batch and spools it.
+            log.error("a batch of %d records from worker %s for run %s came after that run closed; "
+                      "the worker keeps it in its spool", len(data["records"]), msg.node_id, data.get("run"))
+            return
         w = self.worker(msg.node_id)
         self.writer.add(data["records"])
         self.writer.flush()
-        self.runner.send_message(ACK_MESSAGE, {"seq": data["seq"]}, client_id=msg.node_id)
+        self.runner.send_message(ACK_MESSAGE, {"seq": data["seq"], "run": self.run_id}, client_id=msg.node_id)
         w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
                  offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
         if data.get("final"):
@@ -177,14 +201,15 @@ class RecordReceiver:
 class RecordShipper:
     """Worker side: batches records to the master, converted to the master's clock."""
 
-    def __init__(self, runner, worker_id: str, timesync):
+    def __init__(self, runner, worker_id: str, run_id: str, timesync):
         self.runner = runner
         self.worker_id = worker_id
+        self.run_id = run_id
         self.timesync = timesync
         self._buf: list[dict] = []
         self._seq = 0
+        self._warned_clock = False
         self.unacked: dict[int, list[dict]] = {}
-        runner.register_message(ACK_MESSAGE, self._on_ack)
         self._loop = gevent.spawn(self._run)
 
     def add(self, record: dict) -> None:
@@ -192,10 +217,16 @@ class RecordShipper:
         if len(self._buf) >= BATCH_MAX:
             self.ship()
 
-    def _on_ack(self, environment, msg, **_kw) -> None:
-        self.unacked.pop(msg.data["seq"], None)
+    def on_ack(self, data: dict) -> None:
+        if data.get("run") == self.run_id:
+            self.unacked.pop(data["seq"], None)
 
     def ship(self, final: bool = False) -> None:
+        if self.timesync.offset_s is None and not final and len(self._buf) < BATCH_MAX:
+            return   # hold records until the clock offset to the master is known
+        if self.timesync.offset_s is None and self._buf and not self._warned_clock:
+            self._warned_clock = True
+            log.warning("no clock-offset answer from the master yet: these records keep this worker's clock")
         batch, self._buf = self._buf, []
         if not batch and not final:
             return
@@ -207,7 +238,7 @@ class RecordShipper:
         self._seq += 1
         self.unacked[self._seq] = batch
         self.runner.send_message(RECORDS_MESSAGE, {
-            "seq": self._seq, "records": batch, "final": final, "offset_s": self.timesync.offset_s,
+            "run": self.run_id, "seq": self._seq, "records": batch, "final": final, "offset_s": self.timesync.offset_s,
             "rtt_s": self.timesync.rtt_s, "host": self.timesync.host,
         })
 

@@ -109,10 +109,10 @@ class TTSUser(User):
             if not retry:
                 return rec if rec["ok"] else None
             delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
-            backoff_ms = round(delay * 1000.0, 3)
             if rec["retry_after_s"] is not None and delay > 0:
                 # Honour Retry-After measured from when the answer arrived, not from now.
                 delay = max(0.0, m2 + delay - mono())
+            backoff_ms = round(delay * 1000.0, 3)
             gevent.sleep(delay)
             attempt += 1
 

@@ -44,7 +44,8 @@ def mount(environment) -> None:
         if run is None or run.run_dir is None:
             return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
         view = _views.get(run.run_dir)
-        if view is None:
+        if view is None:   # only the current run's view is kept
+            _views.clear()
             view = _views[run.run_dir] = LiveView([Path(run.run_dir)])
         status, ctype, body = view.handle("/" + path)
         return Response(body, status, content_type=ctype)

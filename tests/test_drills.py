@@ -151,7 +151,8 @@ def test_garbage_and_enormous_retry_after(tmp_path):
             continue
         followed += 1
         if r in huge:   # capped by --retry-after-cap, measured from when the 429 arrived
-            assert nxt["backoff_ms"] == pytest.approx(300, abs=1)
+            # backoff_ms is what was slept: the cap less the moments spent since the 429 arrived
+            assert 250 <= nxt["backoff_ms"] <= 300
             assert nxt["t0"] - r["t2"] >= 0.3 - 0.005
         else:           # exponential backoff with jitter: half of the ceiling to all of it
             ceiling = min(200, 100 * 2 ** (r["attempt"] - 1))

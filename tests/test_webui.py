@@ -82,3 +82,46 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
                               "--v=0", "--virtual-time-budget=8000", "--dump-dom", webui + "/?tab=tts-knee-steps"],
                              capture_output=True, text=True, timeout=90)
         assert "TTS steps" in res.stdout and "Uncaught" not in res.stderr
+
+
+def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
+    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
+        port, mport = free_port(), free_port()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        master = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--master", "-H", sim.url,
+                                   "--master-bind-host", "127.0.0.1", "--master-bind-port", str(mport),
+                                   "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2",
+                                   "--step-time", "2", "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
+                                  stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT, env=env)
+        worker = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--worker",
+                                   "--master-host", "127.0.0.1", "--master-port", str(mport)], cwd=tmp_path,
+                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                try:
+                    if json.loads(get(url + "/stats/requests")[1]).get("worker_count") == 1:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.1)
+            for run in ("run", "run-2"):
+                assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1"})[1])["success"]
+                info = tmp_path / run / "run.json"
+                for _ in range(150):
+                    if info.exists() and json.loads(info.read_text())["end"]:
+                        break
+                    time.sleep(0.1)
+                assert json.loads(info.read_text())["end"], run
+        finally:
+            master.terminate()
+            worker.terminate()
+            master.wait(20)
+            worker.wait(20)
+    for run in ("run", "run-2"):
+        records = read_jsonl(tmp_path / run / "requests.jsonl")
+        assert records and {r["concurrency"] for r in records} == {1, 2}, run
+        workers = json.loads((tmp_path / run / "run.json").read_text())["workers"]
+        assert workers and all(w["final"] for w in workers) and sum(w["records"] for w in workers) == len(records)
+    assert "Traceback" not in (tmp_path / "worker.log").read_text()
+    assert not list(tmp_path.glob("runs/spool/*"))
