@@ -167,3 +167,19 @@ def test_a_worker_that_cannot_use_the_options_leaves_with_one_sentence(tmp_path,
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert records and len({r["worker"] for r in records}) == 1
     assert {r["text_id"] for r in records} <= {"texts:1", "texts:2"}
+
+
+def test_a_master_whose_only_worker_cannot_run_fails_with_its_reason(tmp_path, sim):
+    (tmp_path / "texts.txt").write_text("hello there\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    port = free_port()
+    m = start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+               "--expect-workers", "1", "--headless", "-H", sim.url, "--steps", "1", "--step-time", "3",
+               "--texts", "texts.txt", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+    w = start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], elsewhere / "worker.log")
+    finish(m, w)
+    log = (tmp_path / "master.log").read_text()
+    assert m.returncode == 2, log
+    assert "Traceback" not in log
+    assert "corpus file texts.txt does not exist" in json.loads((tmp_path / "run" / "run.json").read_text())["error"]
