@@ -7,6 +7,12 @@ from __future__ import annotations
 import email.utils
 import math
 
+def header(resp, name: str) -> str | None:
+    """A response header's value; repeated headers joined with ", " as HTTP allows."""
+    value = resp.get(name)
+    return ", ".join(value) if isinstance(value, list) else value
+
+
 #: Longest Server-Timing header we parse; the rest of a longer one is ignored.
 SERVER_TIMING_MAX_CHARS = 4096
 

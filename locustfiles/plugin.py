@@ -17,6 +17,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from . import audio as audio_mod
 from . import rundir, settings as settings_mod, timesync, webui
 from .clock import wall
+from .headers import header
 from .puller import CollectorPuller
 from .records import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
                       RecordWriter)
@@ -44,7 +45,6 @@ class Run:
         self.worker_id = runner.client_id if self.is_worker else "local"
         self.worker_tag = uuid.uuid4().hex[:8]
         self._audio_ok = True
-        self._audio_n: dict[int, int] = {}
         self.writer = self.shipper = self.puller = self.receiver = None
         self.run_dir: Path | None = None
         self.info: dict = {}
@@ -212,7 +212,7 @@ def preflight(s: settings_mod.Settings) -> dict:
     snippet = " ".join(body[:120].decode("utf-8", "replace").split())
     if 200 <= status < 300:
         try:
-            audio_mod.check_audio(body, _first(resp.get("content-type")), s.format, s.pcm_rate)
+            audio_mod.check_audio(body, header(resp, "content-type"), s.format, s.pcm_rate)
         except audio_mod.AudioError as e:
             out["message"] = f"{target} answered {status} but not with audio ({e}); is it a TTS server, and is --tts-api {s.api} right?"
             return out
@@ -228,10 +228,6 @@ def preflight(s: settings_mod.Settings) -> dict:
         out["ok"] = True   # busy or failing, but a server: the run will measure it
         log.warning("warm-up request got %s from %s; running anyway", status, target)
     return out
-
-
-def _first(value):
-    return value[0] if isinstance(value, list) else value
 
 
 # ---- Locust events ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from locust.exception import StopUser
 from . import audio as audio_mod
 from .clock import mono, wall
 from .corpus import split
-from .headers import parse_retry_after, parse_server_timing
+from .headers import header, parse_retry_after, parse_server_timing
 
 _USER_NUMBERS = itertools.count(1)
 ERROR_BODY_CHARS = 200
@@ -164,10 +164,10 @@ class TTSUser(User):
         }
         audio = None
         if error is None:
-            rec["server_timing"] = parse_server_timing(_header(headers, "server-timing"))
+            rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))
             if 200 <= status < 300:
                 try:
-                    audio = audio_mod.check_audio(body, _header(headers, "content-type"), s.format, s.pcm_rate)
+                    audio = audio_mod.check_audio(body, header(headers, "content-type"), s.format, s.pcm_rate)
                 except audio_mod.AudioError as e:
                     rec["error"] = str(e)
                 else:
@@ -177,7 +177,7 @@ class TTSUser(User):
                         rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
             else:
                 rec["error"] = _error_text(status, body)
-                raw = _header(headers, "retry-after")
+                raw = header(headers, "retry-after")
                 if raw is not None:
                     rec["retry_after_raw"] = raw
                     rec["retry_after_s"] = parse_retry_after(raw, wall())
@@ -289,8 +289,3 @@ def _os_error(e: OSError) -> str:
         return "timed out"
     name = errno.errorcode.get(e.errno or 0)
     return f"{name} ({e.strerror})" if name and e.strerror else str(e) or type(e).__name__
-
-
-def _header(resp, name: str) -> str | None:
-    value = resp.get(name)
-    return ", ".join(value) if isinstance(value, list) else value
