@@ -28,8 +28,10 @@ def _busy_and_total(times) -> tuple[float, float]:
     return total - idle, total
 
 
-def _ratio_percent(part: float, whole: float) -> float:
-    return round(100.0 * min(max(part / whole, 0.0), 1.0), 2) if whole > 0 else 0.0
+def _ratio_percent(part: float, whole: float) -> float | None:
+    """``part`` as a percentage of ``whole``, clamped to 0-100; None (unknown, never 0) when no
+    CPU time passed between the two readings."""
+    return round(100.0 * min(max(part / whole, 0.0), 1.0), 2) if whole > 0 else None
 
 
 class HostSampler:
@@ -48,14 +50,16 @@ class HostSampler:
         busy_sum = total_sum = iowait = steal = 0.0
         has_iowait = hasattr(now[0], "iowait") if now else False
         has_steal = hasattr(now[0], "steal") if now else False
-        max_core = 0.0
+        max_core = None  # unknown until some core's CPU time has moved
         for before, after in zip(last, now):
             b0, t0 = _busy_and_total(before)
             b1, t1 = _busy_and_total(after)
             busy, total = b1 - b0, t1 - t0
             busy_sum += busy
             total_sum += total
-            max_core = max(max_core, _ratio_percent(busy, total))
+            core = _ratio_percent(busy, total)
+            if core is not None:
+                max_core = core if max_core is None else max(max_core, core)
             if has_iowait:
                 iowait += after.iowait - before.iowait
             if has_steal:

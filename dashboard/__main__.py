@@ -6,12 +6,15 @@ also writes a comparison report to ``--out`` (default ``compare-<UTC timestamp>/
 first run directory).  ``--json`` prints the summary JSON (a list for several runs) instead of
 the table.  ``--serve`` then serves the live view on ``--host``/``--port`` (port 0 picks one)
 and prints ``listening on http://HOST:PORT``.  Exit status 2, with one sentence on stderr, for
-a run directory that cannot be read.
+a run directory that cannot be read, a summary or report that cannot be written, or an
+address that cannot be listened on.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -35,35 +38,56 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _write_error(e: OSError) -> str:
+    """One sentence for a file that could not be written."""
+    where = e.filename2 or e.filename
+    reason = e.strerror or (os.strerror(e.errno) if e.errno else None) or str(e) or type(e).__name__
+    if e.errno == errno.EISDIR and where:
+        reason = "a directory is in the way"
+    return f"cannot write {where or 'the output'}: {reason}."
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     summaries = []
     for path in args.run_dirs:
         try:
             rd = load(path)
+            s = analyze(rd)
         except RunDirError as e:
             if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
                 print(f"note: {e}", file=sys.stderr)
                 continue
             print(f"error: {e}", file=sys.stderr)
             return 2
-        s = analyze(rd)
-        write_summary(rd, s)
-        report = None if args.no_report else write_report(rd, s)
+        try:
+            write_summary(rd, s)
+            report = None if args.no_report else write_report(rd, s)
+        except OSError as e:
+            print(f"error: {_write_error(e)}", file=sys.stderr)
+            return 2
         summaries.append(s)
         if not args.json:
             print(format_table(s, report), flush=True)
             print(flush=True)
     if len(summaries) > 1 and not args.no_report:
-        out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
+        try:
+            out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
+        except OSError as e:
+            print(f"error: {_write_error(e)}", file=sys.stderr)
+            return 2
         if not args.json:
             print(f"comparison report: {out}", flush=True)
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1), flush=True)
     if args.serve:
-        from .serve import serve
+        from .serve import ServeError, serve
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        serve(args.run_dirs, args.host, args.port)
+        try:
+            serve(args.run_dirs, args.host, args.port)
+        except ServeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -2,22 +2,26 @@
 
 Exactly one kind is chosen, checking in this order (the first that holds wins):
 
-1. ``memory_bound`` - out-of-memory errors at any step, GPU memory creeping (the level it
-   falls back to after each step keeps rising, or it ends the run well above where it
-   started), or GPU memory at least ``MEM_FULL`` of total at the knee.  First because an OOM
-   string is a fact from the server, and a leak spoils every later step.
-2. ``client_bound`` - the load generator saturated (its Locust process's CPU; or the client
-   host's CPU or busiest core, when the server does not share that host) at or
+1. ``memory_bound`` - out-of-memory errors at any step, GPU memory creeping (on some server
+   host, the least GPU memory used after the last step ended is at least ``CREEP_FRACTION`` of
+   total above the least before the first step started: both idle times, so it did not come
+   back), or GPU memory at least ``MEM_FULL`` of total at the knee.  The level right after each
+   step is shown but never judged alone: steps follow each other, so it is the next step's.
+   Creep is judged only where samples exist both before and after the run.  First because an
+   OOM string is a fact from the server, and a leak spoils every later step.
+2. ``client_bound`` - the load generator saturated (on any client host: a Locust process's
+   CPU; or the host's CPU or busiest core, when the server does not share that host) at or
    before the knee, or Little's law off by more than 25% there: the measurement itself is the
    limit, so nothing the server did can be read from those steps.
-3. ``rate_limited`` - from the knee on, 429/503 are at least 5% of attempts.
-4. ``server_errors`` - from the knee on, other failures are at least 5% of attempts.
+3. ``rate_limited`` - at the knee step, 429/503 are at least 5% of attempts.
+4. ``server_errors`` - at the knee step, other failures are at least 5% of attempts.
 5. ``no_knee`` - latency never rose notably: test higher.
 6. ``client_io`` - the knee is in write/concat time while wait stayed flat.
-7. ``compute_bound`` - queueing with the server's GPU (util >= ``GPU_BUSY``) or CPU
+7. ``compute_bound`` - queueing with a server host's GPU (util >= ``GPU_BUSY``) or CPU
    (total >= ``CPU_BUSY`` or busiest core >= ``CORE_BUSY``) saturated at the knee.  A busy host
-   CPU counts only when the watched TTS process (if any) uses at least ``PROC_SHARE``% of a
-   core: otherwise something else on the host is using it.
+   CPU counts only when that host's watched TTS process (if any) uses at least
+   ``PROC_SHARE``% of a core: otherwise something else on the host is using it.  Each host is
+   judged on its own figures, so an idle host does not average a saturated one away.
 8. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
 Without server resource samples, saturation cannot be proven either way; the default is
@@ -38,7 +42,7 @@ CLIENT_CPU_BUSY = 90.0
 CLIENT_CORE_BUSY = 97.0
 CLIENT_PROC_BUSY = 90.0  # % of one core: Locust runs each process's users on a single core
 MEM_FULL = 0.95
-CREEP_FRACTION = 0.05  # of total GPU memory
+CREEP_FRACTION = 0.10  # of total GPU memory: more left after the run than before it is a leak
 OOM = re.compile(r"out of memory|\bOOM\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
                  r"MemoryError|failed to allocate", re.I)
 GIB = 1024 ** 3
@@ -71,7 +75,7 @@ def _lat_sentence(lo: dict, hi: dict) -> str:
             f"{_ms(_get(hi, 'latency_ms', 'max'))})")
 
 
-def _memory(steps, knee_i, baseline) -> list[str]:
+def _memory(steps, knee_i, creep) -> list[str]:
     ev = []
     for s in steps:
         for e in s.get("errors", []):
@@ -79,53 +83,79 @@ def _memory(steps, knee_i, baseline) -> list[str]:
                 ev.append(f"{e['count']} attempts at concurrency {s['concurrency']} failed with an "
                           f"out-of-memory error (\"{e['error'][:120]}\").")
                 break
-    total = next((_get(s, "server", "gpu_mem_total_bytes") for s in steps
-                  if _get(s, "server", "gpu_mem_total_bytes")), None)
-    fb = [(s["concurrency"], _get(s, "server", "gpu_mem_fallback_bytes")) for s in steps]
-    fb = [(c, v) for c, v in fb if v is not None]
-    if total and len(fb) >= 3:
-        vals = [v for _, v in fb]
-        rising = all(b > a for a, b in zip(vals, vals[1:]))
-        start = baseline if baseline is not None else vals[0]
-        if (rising and vals[-1] - vals[0] > CREEP_FRACTION * total) or \
-                vals[-1] - start > 2 * CREEP_FRACTION * total and rising:
-            ev.append(f"GPU memory did not fall back after the steps: the level after each step crept "
-                      f"from {_gib(vals[0])} (after {fb[0][0]}) to {_gib(vals[-1])} (after {fb[-1][0]}), "
-                      f"baseline before load {_gib(baseline)} of {_gib(total)}, which looks like a leak.")
+    total = (creep or {}).get("total_bytes") or next(
+        (_get(s, "server", "gpu_mem_total_bytes") for s in steps if _get(s, "server", "gpu_mem_total_bytes")), None)
+    if creep and total and creep["rise_bytes"] > CREEP_FRACTION * total:
+        fb = [(s["concurrency"], _get(s, "server", "gpu_mem_fallback_bytes")) for s in steps]
+        fb = [f"{_gib(v)} after {c}" for c, v in fb if v is not None]
+        host = f" on {creep['host']}" if len({h for s in steps for h in _hosts(s, 'server')}) > 1 else ""
+        ev.append(f"GPU memory did not come back after the run{host}: {_gib(creep['baseline_bytes'])} "
+                  f"before the first step, still {_gib(creep['after_run_bytes'])} after the last one "
+                  f"ended (+{_gib(creep['rise_bytes'])} of {_gib(total)}), which looks like a leak"
+                  + (f"; level right after each step: {', '.join(fb)}." if fb else "."))
     if knee_i is not None:
         s = steps[knee_i]
-        peak, tot = _get(s, "server", "gpu_mem_peak_bytes"), _get(s, "server", "gpu_mem_total_bytes")
-        if peak and tot and peak / tot >= MEM_FULL:
-            ev.append(f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}) at "
-                      f"concurrency {s['concurrency']}.")
+        by = (s.get("server") or {}).get("by_host") or {}
+        for host, h in sorted(by.items()):
+            peak, tot = h.get("gpu_mem_peak_bytes"), h.get("gpu_mem_total_bytes")
+            if peak and tot and peak / tot >= MEM_FULL:
+                on = f" on {host}" if len(by) > 1 else ""
+                ev.append(f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}){on} at "
+                          f"concurrency {s['concurrency']}.")
+                break
     return ev
+
+
+def _hosts(s: dict, role: str) -> list[str]:
+    return list((s.get(role) or {}).get("hosts") or ())
+
+
+def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
+    """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None)."""
+    best = (None, None)
+    for host, h in by.items():
+        v = h.get(key)
+        if v is not None and (hosts is None or host in hosts) and (best[1] is None or v > best[1]):
+            best = (host, v)
+    return best
 
 
 def _client(steps, knee_i) -> list[str]:
     ev = []
     upto = steps[: knee_i + 1] if knee_i is not None else steps
     for s in upto:
-        cpu, core = _get(s, "client", "cpu_mean"), _get(s, "client", "busiest_core_mean")
-        proc = _get(s, "client", "proc_cpu_mean")
-        # Where the server shares the load generator's host, the host's CPU is the server's too:
-        # only the Locust process's own CPU then says whether the client was saturated.
-        shared = set((s.get("client") or {}).get("hosts") or ()) & set((s.get("server") or {}).get("hosts") or ())
+        cli = s.get("client") or {}
+        by = cli.get("by_host") or {}
+        many = len(by) > 1
+        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731
+        ph, proc = _busiest(by, "proc_cpu_mean")
+        # Where the server shares a load generator's host, the host's CPU is the server's too:
+        # only the Locust process's own CPU then says whether that client host was saturated.
+        own = [h for h in by if h not in set(_hosts(s, "server"))]
+        ch, cpu = _busiest(by, "cpu_mean", own)
+        kh, core = _busiest(by, "busiest_core_mean", own)
         if proc is not None and proc >= CLIENT_PROC_BUSY:
+            host_cpu = by[ph].get("cpu_mean")
+            notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + \
+                ([f"the busiest of {len(by)} client hosts"] if many else [])
             ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
-                      f"process used {_pct(proc)} of one core on average (host CPU {_pct(cpu)}).")
+                      f"process{on(ph)} used {_pct(proc)} of one core on average"
+                      + (f" ({'; '.join(notes)})." if notes else "."))
             break
-        if not shared and ((cpu is not None and cpu >= CLIENT_CPU_BUSY)
-                           or (core is not None and core >= CLIENT_CORE_BUSY)):
-            ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: client CPU "
-                      f"{_pct(cpu)} on average, busiest core {_pct(core)}.")
+        if (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY):
+            h = ch if cpu is not None and cpu >= CLIENT_CPU_BUSY else kh
+            ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
+                      f"{on(h)} {_pct(by[h].get('cpu_mean'))} on average, busiest core "
+                      f"{_pct(by[h].get('busiest_core_mean'))}.")
             break
     for s in upto:
         lit = s.get("little")
         if lit and abs(lit["ratio"] - 1) > LITTLE_TOLERANCE:
-            ev.append(f"Little's law does not hold at concurrency {s['concurrency']}: throughput "
-                      f"{s['completed_rps']:.2f} req/s x mean end-to-end latency gives "
-                      f"{lit['effective_concurrency']:.1f} users busy, not {s['concurrency']} "
-                      f"({lit['ratio']:.0%}), so users were idle between requests.")
+            ev.append(f"Little's law does not hold at concurrency {s['concurrency']}: over the step's "
+                      f"{lit.get('window_s') or 0:.0f} s window, requests kept "
+                      f"{lit['effective_concurrency']:.1f} users busy on average, not {s['concurrency']} "
+                      f"({lit['ratio']:.0%}; {s['completed_rps'] or 0:.2f} req/s completed), so users "
+                      f"were idle between requests.")
             break
     return ev
 
@@ -166,13 +196,12 @@ def _errors(steps, knee_i) -> list[str]:
     return []
 
 
-def _saturation(s: dict) -> tuple[bool | None, str]:
-    """(saturated?, sentence) for the server at one step; None when nothing was measured."""
-    srv = s.get("server")
-    if not srv:
-        return None, ""
+def _host_saturation(srv: dict) -> tuple[bool | None, str]:
+    """(saturated?, sentence) for one server host's figures; None when nothing was measured."""
     gpu, cpu, core = srv.get("gpu_util_mean"), srv.get("cpu_mean"), srv.get("busiest_core_mean")
     proc = srv.get("proc_cpu_mean")
+    if gpu is None and cpu is None and core is None:
+        return None, ""
     parts = []
     if gpu is not None:
         parts.append(f"GPU utilisation {_pct(gpu)} (max {_pct(srv.get('gpu_util_max'))})")
@@ -185,14 +214,33 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
         # tenant, or the load generator on the same host): that is not the server's compute.
         host_busy = False
         parts.append("the host's CPU is busy with other processes")
-    sat = (gpu is not None and gpu >= GPU_BUSY) or host_busy
-    if gpu is None and cpu is None and core is None:
+    return (gpu is not None and gpu >= GPU_BUSY) or host_busy, ", ".join(parts)
+
+
+def _saturation(s: dict) -> tuple[bool | None, str]:
+    """(saturated?, sentence) for the server at one step: saturated when any host is; None
+    when nothing was measured."""
+    srv = s.get("server")
+    if not srv:
         return None, ""
-    return sat, ", ".join(parts)
+    by = srv.get("by_host") or {"": srv}
+    judged = [(h, *_host_saturation(x)) for h, x in sorted(by.items())]
+    judged = [j for j in judged if j[1] is not None]
+    if not judged:
+        return None, ""
+    hit = [j for j in judged if j[1]]
+    if len(judged) == 1:
+        return judged[0][1], judged[0][2]
+    shown = hit or judged
+    return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
 
 
-def diagnose(steps: list[dict], knee: dict, baseline: float | None, has_resources: bool) -> dict:
-    """``{"kind", "evidence": [sentences], "resource_data": bool}``; see the module doc."""
+def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+    """``{"kind", "evidence": [sentences], "resource_data": bool}``; see the module doc.
+
+    ``creep`` is :func:`dashboard.steps.memory_creep`'s answer (GPU memory before and after the
+    run), or None.
+    """
     steps = [s for s in steps if s.get("requests")]
     if not steps:
         return {"kind": "no_knee", "evidence": ["No settled requests were recorded yet."],
@@ -206,7 +254,7 @@ def diagnose(steps: list[dict], knee: dict, baseline: float | None, has_resource
     def out(kind, ev):
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
 
-    mem = _memory(steps, k, baseline)
+    mem = _memory(steps, k, creep)
     if mem:
         return out("memory_bound", mem)
     cli = _client(steps, k)

@@ -254,11 +254,15 @@ def memory_figure(summary: dict) -> go.Figure:
     g = lambda s, k: None if (s["server"].get(k) is None) else s["server"][k] / GIB  # noqa: E731
     fig.add_bar(x=labels, y=[g(s, "gpu_mem_peak_bytes") for s in steps], name="peak during step",
                 marker_color="#9467bd")
-    fig.add_scatter(x=labels, y=[g(s, "gpu_mem_fallback_bytes") for s in steps], name="after the step",
+    fig.add_scatter(x=labels, y=[g(s, "gpu_mem_fallback_bytes") for s in steps], name="right after the step (the next step's, when steps follow each other)",
                     mode="lines+markers", line=dict(color="#ff7f0e", width=3))
     base = summary.get("gpu_memory_baseline_bytes")
     if base is not None:
         fig.add_hline(y=base / GIB, line=dict(color="#2ca02c", dash="dash"), annotation_text="baseline before load")
+    after = summary.get("gpu_memory_after_run_bytes")
+    if after is not None:
+        fig.add_hline(y=after / GIB, line=dict(color="#d62728", dash="dash"), annotation_text="after the run",
+                      annotation_position="bottom right")
     tot = next((g(s, "gpu_mem_total_bytes") for s in steps if g(s, "gpu_mem_total_bytes")), None)
     if tot:
         fig.add_hline(y=tot, line=dict(color="#999", dash="dot"), annotation_text="total")
@@ -299,7 +303,9 @@ def step_table_html(summary: dict) -> str:
         rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table><p class='meta'>Latencies in ms: wait of "
             f"successful final attempts (t2-t0). rps: successful requests per second of the measured "
-            f"window. Little: (throughput x mean end-to-end latency) / concurrency.</p>")
+            f"window (settle time to step end), counting requests that finished in it. Little: mean busy "
+            f"users over the window (end-to-end request time overlapping it) / concurrency. Resource "
+            f"figures: the busiest host's.</p>")
 
 
 def verdict_html(summary: dict) -> str:
@@ -386,6 +392,11 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
 def write_report(rd: RunDir, summary: dict) -> "Path":  # noqa: F821
     out = rd.path / "report.html"
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(report_html(rd, summary), encoding="utf-8")
-    tmp.replace(out)
+    html = report_html(rd, summary)
+    try:
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(out)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return out

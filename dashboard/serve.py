@@ -152,10 +152,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class ServeError(Exception):
+    """The live view cannot listen; the message is one sentence for the user."""
+
+
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
-    """Serve the live view until interrupted; prints ``listening on http://HOST:PORT`` first."""
+    """Serve the live view until interrupted; prints ``listening on http://HOST:PORT`` first.
+
+    Raises :class:`ServeError` when the address cannot be listened on (port in use, an address
+    that is not this host's, a name that does not resolve).
+    """
     handler = type("Handler", (_Handler,), {"view": LiveView(run_dirs)})
-    server = ThreadingHTTPServer((host, port), handler)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except (OSError, OverflowError) as e:  # OverflowError: a port outside 0-65535
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise ServeError(f"cannot listen on {host}:{port}: {reason}.") from None
     server.daemon_threads = True
     h, p = server.server_address[:2]
     print(f"listening on http://{h}:{p}", flush=True)

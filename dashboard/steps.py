@@ -10,9 +10,27 @@ Definitions used throughout the dashboard:
   attempts.  ``e2e_ms`` is the logical end-to-end latency of successful requests: the first
   attempt's ``t0`` to the final attempt's ``t3`` (or ``t2``), so it includes failed attempts,
   backoff sleeps and the client's write.
-- A step's **measured window** is the time its settled attempts actually cover: the earliest
-  ``t0`` to the latest completion.  Rates (``throughput_rps``, ``audio_s_per_s``) divide by it,
-  never by the intended step length, and resources are aggregated over it.
+- A step's **window** is its own span from ``run.json``: from its start plus the settle time
+  (``settle_s``) to its end.  Only when ``run.json`` does not give the step's start (run
+  directories without a usable ``run.json``) is it taken from the records: the earliest settled
+  ``t0`` to the latest completion of the step's settled attempts.  A step still running (no end
+  yet) ends at the next step's start, or else at the latest completion seen so far.
+- **Throughput** (``throughput_rps``) is the number of successful final attempts that
+  *finished* inside the window (``tend``: ``t3``, else ``t2``), whichever step sent them,
+  divided by the window's length; ``completed_rps`` counts every final attempt the same way,
+  ``audio_s_per_s`` their audio.  Users run back to back across steps, so completions inside
+  the window are the work done in it; counting only the step's settled requests over a window
+  stretched to their last completion would understate it by about one latency at each end.
+- **Little's law** (``little``): the mean number of busy users over the window is the sum, over
+  all logical requests (first attempt's ``t0`` to the final attempt's ``tend``, so backoff
+  sleeps count as busy), of the time each overlaps the window, divided by its length; the ratio
+  to the step's concurrency should be about 1.  Attempts in flight when a run stops leave no
+  record, so for the last step (and a step still running) the window Little's law uses ends one
+  longest request earlier.
+- Resources are aggregated over the window, **per host first**: the saturation figures
+  (``cpu_mean``, ``busiest_core_mean``, ``proc_cpu_mean``, ``gpu_util_mean`` and their maxima)
+  are the highest of the hosts' figures, so one saturated host is not averaged away by idle
+  ones; ``by_host`` keeps each host's own.
 - Percentiles are exact, over the raw values (numpy's linear interpolation).
 """
 from __future__ import annotations
@@ -46,14 +64,9 @@ def _mean_max(s: pd.Series) -> tuple[float | None, float | None]:
     return float(s.mean()), float(s.max())
 
 
-def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -> dict | None:
-    """Mean/max of one role's samples over [start, end]; None when there are no samples."""
-    if not len(res) or start is None or end is None:
-        return None
-    w = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
-    if not len(w):
-        return None
-    out = {"samples": int(len(w)), "hosts": sorted(w["host"].unique().tolist())}
+def _host_aggregate(w: pd.DataFrame) -> dict:
+    """Mean/max figures of one host's samples."""
+    out = {"samples": int(len(w))}
     out["cpu_mean"], out["cpu_max"] = _mean_max(w["cpu_percent"])
     out["busiest_core_mean"], out["busiest_core_max"] = _mean_max(w["cpu_max_core_percent"])
     out["proc_cpu_mean"], out["proc_cpu_max"] = _mean_max(w["proc_cpu_percent"])
@@ -63,15 +76,96 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -
     tot = w["gpu_mem_total_bytes"].dropna()
     out["gpu_mem_total_bytes"] = float(tot.max()) if len(tot) else None
     out["gpu_power_mean_w"] = _mean_max(w["gpu_power_w"])[0]
-    if role == "server":
-        after = res[(res["role"] == role) & (res["ts"] > end) & (res["ts"] <= end + FALLBACK_S)]
-        fb = after["gpu_mem_used_bytes"].dropna()
-        out["gpu_mem_fallback_bytes"] = float(fb.min()) if len(fb) else None
     return out
 
 
-def step_stats(a: Attempts, step: dict, res: pd.DataFrame) -> dict:
-    """All aggregates for one step (``step`` is a run.json step entry)."""
+_HOST_MAX = ("cpu_mean", "cpu_max", "busiest_core_mean", "busiest_core_max", "proc_cpu_mean",
+             "proc_cpu_max", "gpu_util_mean", "gpu_util_max", "gpu_mem_peak_bytes",
+             "gpu_mem_total_bytes", "gpu_power_mean_w")
+
+
+def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -> dict | None:
+    """One role's samples over [start, end], per host (``by_host``) and as the highest of the
+    hosts' figures (see the module doc); None when there are no samples."""
+    if not len(res) or start is None or end is None:
+        return None
+    w = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
+    if not len(w):
+        return None
+    by_host = {str(h): _host_aggregate(g) for h, g in w.groupby("host", sort=True)}
+    out = {"samples": int(len(w)), "hosts": sorted(by_host)}
+    for k in _HOST_MAX:
+        vals = [d[k] for d in by_host.values() if d[k] is not None]
+        out[k] = max(vals) if vals else None
+    if role == "server":
+        # Shown as evidence only: this is already the next step when steps follow each other.
+        after = res[(res["role"] == role) & (res["ts"] > end) & (res["ts"] <= end + FALLBACK_S)]
+        fb = [float(g["gpu_mem_used_bytes"].dropna().min()) for _, g in after.groupby("host")
+              if g["gpu_mem_used_bytes"].notna().any()]
+        out["gpu_mem_fallback_bytes"] = max(fb) if fb else None
+    out["by_host"] = by_host
+    return out
+
+
+def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mask, start, end) of the logical requests whose final attempt has a known end: ``mask``
+    selects those final attempts; a span runs from the first attempt's ``t0`` (else the final
+    attempt's own) to the final attempt's ``tend``."""
+    fin = a["final"] & np.isfinite(a["tend"])
+    end = a["tend"][fin]
+    e2e = a["e2e_ms"][fin]
+    start = np.where(np.isfinite(e2e), end - e2e / 1000.0, a["t0"][fin])
+    start = np.where(np.isfinite(start), start, end)
+    return fin, start, end
+
+
+def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
+    """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
+    open}``; ``open`` is true when the step's end is not known yet."""
+    m = (a["step"] == step["step"])
+    start, end, is_open = step.get("start"), step.get("end"), False
+    if start is not None:
+        settle = settle_s
+        if settle is None:  # run.json without settle_s: where the records start being settled
+            st = m & a["settled"] & np.isfinite(a["t0"])
+            settle = max(0.0, float(a["t0"][st].min()) - start) if (m & ~a["settled"]).any() and st.any() else 0.0
+        ws, source = start + settle, "run.json"
+        if end is None:
+            end = next_start
+        if end is None:
+            fin = np.isfinite(a["tend"])
+            end = float(a["tend"][fin].max()) if fin.any() else None
+            is_open = True
+        we = end
+    else:
+        ms = m & a["settled"]
+        t0, te = a["t0"][ms], a["tend"][ms]
+        ws = float(np.nanmin(t0)) if np.isfinite(t0).any() else None
+        we = float(np.nanmax(te)) if np.isfinite(te).any() else None
+        settle, source = None, "records"
+    dur = (we - ws) if ws is not None and we is not None and we > ws else None
+    return {"start": ws, "end": we, "duration_s": dur, "source": source, "settle_s": settle,
+            "open": is_open}
+
+
+def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool) -> dict | None:
+    """Mean busy users over [ws, we] against the step's concurrency (see the module doc)."""
+    fin, start, end = _spans(a)
+    if trim_tail:  # requests in flight when the run stopped (or still running) have no record
+        own = (end - start)[a["step"][fin] == step["step"]]
+        we = we - (float(own.max()) if len(own) else 0.0)
+    if not we > ws or not step.get("concurrency"):
+        return None
+    busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
+    n_eff = float(busy) / (we - ws)
+    return {"effective_concurrency": n_eff, "ratio": n_eff / step["concurrency"],
+            "window_s": we - ws}
+
+
+def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
+               next_start: float | None = None, last: bool = False) -> dict:
+    """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
+    settle time, ``next_start`` the next step's start, ``last`` whether no step follows)."""
     m = (a["step"] == step["step"]) & a["settled"]
     n_att = int(m.sum())
     fin = m & a["final"]
@@ -79,9 +173,14 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame) -> dict:
     out = {"step": step["step"], "concurrency": step["concurrency"],
            "planned_start": step.get("start"), "planned_end": step.get("end")}
     requests, ok = int(fin.sum()), int(okf.sum())
-    start = float(np.nanmin(a["t0"][m])) if n_att and np.isfinite(a["t0"][m]).any() else None
-    end = float(np.nanmax(a["tend"][m])) if n_att and np.isfinite(a["tend"][m]).any() else None
-    dur = (end - start) if start is not None and end is not None and end > start else None
+    win = step_window(a, step, settle_s, next_start)
+    start, end, dur = win["start"], win["end"], win["duration_s"]
+    if dur:
+        inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
+        done_in, ok_in = inside, inside & a["ok"]
+        win["completions"], win["ok_completions"] = int(done_in.sum()), int(ok_in.sum())
+    else:
+        win["completions"] = win["ok_completions"] = None
     status = a["status"][m]
     att_failed = int((m & ~a["ok"]).sum())
     throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
@@ -91,20 +190,20 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame) -> dict:
         counts["conn_error" if v < 0 else str(int(v))] = int(c)
     ra = a["retry_after_s"][m]
     out.update({
-        "window": {"start": start, "end": end, "duration_s": dur},
+        "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
         "error_rate": (requests - ok) / requests if requests else None,
         "attempt_failures": att_failed,
         "attempt_failure_rate": att_failed / n_att if n_att else None,
-        "throughput_rps": ok / dur if dur else None,
-        "completed_rps": requests / dur if dur else None,
+        "throughput_rps": win["ok_completions"] / dur if dur else None,
+        "completed_rps": win["completions"] / dur if dur else None,
         "latency_ms": dist(a["wait_ms"][okf]),
         "ttfb_ms": dist(a["ttfb_ms"][okf]),
         "write_ms": dist(a["write_ms"][okf]),
         "concat_ms": dist(a["concat_ms"][okf]),
         "e2e_ms": dist(a["e2e_ms"][okf]),
         "rtf": dist(a["rtf"][okf]),
-        "audio_s_per_s": float(np.nansum(a["audio_s"][okf]) / dur) if dur else None,
+        "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
         "retries": int((m & (a["attempt"] > 1)).sum()),
         "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
                                "2": int((m & (a["attempt"] == 2)).sum()),
@@ -115,14 +214,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame) -> dict:
         "retry_after_s": dist(ra),
         "backoff_ms": dist(a["backoff_ms"][m & (a["attempt"] > 1)]),
     })
-    # Little's law: users ~= completed requests per second x mean end-to-end time of all of them
-    e2e_all = a["e2e_ms"][fin]
-    e2e_all = e2e_all[np.isfinite(e2e_all)]
-    if dur and len(e2e_all):
-        n_eff = requests / dur * float(e2e_all.mean()) / 1000.0
-        out["little"] = {"effective_concurrency": n_eff, "ratio": n_eff / step["concurrency"]}
-    else:
-        out["little"] = None
+    out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}
     for name, col in a.stages.items():
         d = dist(col[m])
@@ -148,19 +240,53 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame) -> dict:
 
 
 def infer_steps(a: Attempts) -> list[dict]:
-    """Steps from the records themselves, for a run directory without a usable run.json."""
+    """Steps from the records themselves, for a run directory without a usable run.json: no
+    start or end, so each step's window comes from its records (see the module doc)."""
     out = []
     for s in sorted(set(a["step"][a["step"] >= 0].tolist())):
         m = a["step"] == s
         conc = a["concurrency"][m]
         out.append({"step": s, "concurrency": int(conc.max()) if len(conc) else None,
-                    "start": float(np.nanmin(a["t0"][m])), "end": float(np.nanmax(a["tend"][m]))})
+                    "start": None, "end": None})
     return out
 
 
+def _server_mem(res: pd.DataFrame) -> pd.DataFrame:
+    if not len(res):
+        return res
+    return res[(res["role"] == "server") & res["gpu_mem_used_bytes"].notna()]
+
+
 def memory_baseline(res: pd.DataFrame, first_start: float | None) -> float | None:
-    """GPU memory before load: the minimum of server samples before the first step's window."""
-    if not len(res) or first_start is None:
+    """GPU memory before load: the minimum of server samples before the first step's start."""
+    w = _server_mem(res)
+    if not len(w) or first_start is None:
         return None
-    w = res[(res["role"] == "server") & (res["ts"] < first_start)]["gpu_mem_used_bytes"].dropna()
+    w = w[w["ts"] < first_start]["gpu_mem_used_bytes"]
     return float(w.min()) if len(w) else None
+
+
+def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict | None:
+    """GPU memory before the run against after it, per server host, where both were sampled.
+
+    Per host: ``baseline_bytes`` (the minimum before the first step's start) and
+    ``after_run_bytes`` (the minimum after the last step's end): idle times both, so a
+    difference is memory that did not come back.  Returns the host with the largest rise as
+    ``{host, baseline_bytes, after_run_bytes, rise_bytes, total_bytes, after_samples}``, or None
+    when no host has samples on both sides (a run still going, or no collector then).
+    """
+    w = _server_mem(res)
+    if not len(w) or first_start is None or last_end is None:
+        return None
+    best = None
+    for host, g in w.groupby("host", sort=True):
+        before, after = g[g["ts"] < first_start], g[g["ts"] > last_end]
+        if not len(before) or not len(after):
+            continue
+        base, post = float(before["gpu_mem_used_bytes"].min()), float(after["gpu_mem_used_bytes"].min())
+        tot = g["gpu_mem_total_bytes"].dropna()
+        item = {"host": str(host), "baseline_bytes": base, "after_run_bytes": post, "rise_bytes": post - base,
+                "total_bytes": float(tot.max()) if len(tot) else None, "after_samples": int(len(after))}
+        if best is None or item["rise_bytes"] > best["rise_bytes"]:
+            best = item
+    return best

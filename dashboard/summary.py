@@ -10,17 +10,56 @@ import numpy as np
 from .diagnosis import diagnose
 from .knee import find_knee, little_check, usl_fit
 from .rundir import RunDir, RunDirError
-from .steps import infer_steps, memory_baseline, step_stats
+from .steps import infer_steps, memory_baseline, memory_creep, step_stats
+
+
+def _whole(v) -> int | None:
+    """A whole number >= 1 (4 or 4.0), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return int(v) if v == int(v) and v >= 1 else None
+
+
+def _time(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def _bad(rd: RunDir, where: str, entry, what: str) -> RunDirError:
+    shown = json.dumps(entry, default=str)
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    return RunDirError(f"{rd.path / 'run.json'}: {where} {shown} {what}; fix or remove it.")
 
 
 def _steps_of(rd: RunDir) -> list[dict]:
-    raw = rd.run.get("steps") if isinstance(rd.run.get("steps"), list) else None
+    """The run.json steps, checked; raises :class:`RunDirError` naming a malformed entry."""
+    raw = rd.run.get("steps")
+    if raw is not None and not isinstance(raw, list):
+        raise _bad(rd, "steps", raw, "is not a list of step entries")
     steps = []
     for i, s in enumerate(raw or []):
-        if isinstance(s, dict) and s.get("concurrency"):
-            steps.append({"step": int(s.get("step", i + 1)), "concurrency": int(s["concurrency"]),
-                          "start": s.get("start"), "end": s.get("end")})
+        where = f"step entry {i + 1}"
+        if not isinstance(s, dict):
+            raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
+        conc = _whole(s.get("concurrency"))
+        if conc is None:
+            raise _bad(rd, where, s, f"has concurrency {s.get('concurrency')!r}, not a whole number >= 1")
+        num = _whole(s.get("step", i + 1))
+        if num is None:
+            raise _bad(rd, where, s, f"has step {s.get('step')!r}, not a whole number >= 1")
+        for k in ("start", "end"):
+            if not _time(s.get(k)):
+                raise _bad(rd, where, s, f"has {k} {s.get(k)!r}, not unix seconds or null")
+        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end")})
     return steps or infer_steps(rd.requests.attempts())
+
+
+def _settle_of(rd: RunDir) -> float | None:
+    v = rd.run.get("settle_s")
+    if v is None:
+        return None
+    if not _time(v) or v < 0:
+        raise _bad(rd, "settle_s", v, "is not a number of seconds >= 0")
+    return float(v)
 
 
 def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
@@ -64,11 +103,19 @@ def _clean(o):
 def analyze(rd: RunDir) -> dict:
     """The summary of a (re)loaded run directory, as written to ``summary.json``."""
     a = rd.requests.attempts()
-    steps = [step_stats(a, s, rd.resources) for s in _steps_of(rd)]
+    plan, settle = _steps_of(rd), _settle_of(rd)
+    steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
+                        i + 1 == len(plan)) for i, s in enumerate(plan)]
     done = [s for s in steps if s.get("requests")]
     knee = find_knee(done)
-    first = done[0]["window"]["start"] if done else None
+    if plan and plan[0]["start"] is not None:
+        first, last = plan[0]["start"], plan[-1]["end"]
+    else:  # steps inferred from the records: the first send and the last completion
+        t0, te = a["t0"][np.isfinite(a["t0"])], a["tend"][np.isfinite(a["tend"])]
+        first = float(t0.min()) if len(t0) else None
+        last = float(te.max()) if len(te) else None
     baseline = memory_baseline(rd.resources, first)
+    creep = memory_creep(rd.resources, first, last)
     rec, rec_text = _recommend(done, knee)
     run = rd.run
     in_progress = bool(run) and run.get("end") is None
@@ -88,10 +135,12 @@ def analyze(rd: RunDir) -> dict:
         "knee": knee,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
-        "diagnosis": diagnose(done, knee, baseline, rd.has_resources()),
+        "diagnosis": diagnose(done, knee, creep, rd.has_resources()),
         "little_law": little_check(done),
         "usl": usl_fit(done),
         "gpu_memory_baseline_bytes": baseline,
+        "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
+        "gpu_memory_creep": creep,
         "server_timing_stages": list(a.stages),
     }
     return _clean(summary)
@@ -106,14 +155,21 @@ def load(path: Path) -> RunDir:
         raise RunDirError(f"{rd.path}: {rd.run_json_error}; fix or remove it.")
     if not len(rd.requests.attempts()):
         raise RunDirError(f"{rd.path} has no attempt records yet (requests.jsonl is missing or empty).")
+    _steps_of(rd)
+    _settle_of(rd)
     return rd
 
 
 def write_summary(rd: RunDir, summary: dict) -> Path:
+    """Write ``summary.json`` atomically; an OSError leaves no temporary file behind."""
     out = rd.path / "summary.json"
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(out)
+    try:
+        tmp.write_text(json.dumps(summary, indent=1))
+        tmp.replace(out)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
     return out
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,3 +24,27 @@ def positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+def number(kind, low=None, high=None, high_open=False):
+    """An argparse type: ``kind`` (int or float) within [low, high] (or [low, high)), finite,
+    with a plain message such as ``expected an integer >= 1, got 'x'``."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = value is not None and math.isfinite(value)
+        ok = ok and (low is None or value >= low)
+        ok = ok and (high is None or (value < high if high_open else value <= high))
+        if not ok:
+            name = "an integer" if kind is int else "a number"
+            bounds = []
+            if low is not None:
+                bounds.append(f">= {low}")
+            if high is not None:
+                bounds.append(f"{'<' if high_open else '<='} {high}")
+            raise argparse.ArgumentTypeError(
+                f"expected {name} {' and '.join(bounds)}, got {text!r}")
+        return value
+    return parse

@@ -52,6 +52,8 @@ from gevent.event import Event  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
+from testbed.cli import Parser, number  # noqa: E402  (one-line errors and checked numbers, shared)
+
 __all__ = ["main"]
 
 PROG = "python -m testbed.sim"
@@ -77,69 +79,41 @@ log = logging.getLogger("testbed.sim")
 
 # --- settings -------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage block
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
-def _number(kind, low=None, high=None, high_open=False):
-    """An argparse type: ``kind`` within [low, high] (or [low, high)), with a plain message."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        ok = value is not None and math.isfinite(value)
-        ok = ok and (low is None or value >= low)
-        ok = ok and (high is None or (value < high if high_open else value <= high))
-        if not ok:
-            name = "an integer" if kind is int else "a number"
-            bounds = []
-            if low is not None:
-                bounds.append(f">= {low}")
-            if high is not None:
-                bounds.append(f"{'<' if high_open else '<='} {high}")
-            raise argparse.ArgumentTypeError(
-                f"expected {name} {' and '.join(bounds)}, got {text!r}")
-        return value
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="A TTS server with a known capacity (see module doc).")
+    p = Parser(prog=PROG, description="A TTS server with a known capacity (see module doc).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_number(int, 0, 65535), default=8300,
+    p.add_argument("--port", type=number(int, 0, 65535), default=8300,
                    help="port to bind; 0 picks a free one (default 8300)")
-    p.add_argument("--slots", type=_number(int, 1), default=4,
+    p.add_argument("--slots", type=number(int, 1), default=4,
                    help="requests synthesised at once; the rest queue FIFO (default 4)")
-    p.add_argument("--base-ms", type=_number(float, 0), default=50.0,
+    p.add_argument("--base-ms", type=number(float, 0), default=50.0,
                    help="fixed service time per request in ms (default 50)")
-    p.add_argument("--per-char-ms", type=_number(float, 0), default=1.0,
+    p.add_argument("--per-char-ms", type=number(float, 0), default=1.0,
                    help="service time per input character in ms (default 1)")
-    p.add_argument("--jitter", type=_number(float, 0, 1, high_open=True), default=0.1,
+    p.add_argument("--jitter", type=number(float, 0, 1, high_open=True), default=0.1,
                    help="uniform +/- fraction around the service time (default 0.1)")
     p.add_argument("--seed", type=int, help="random seed for jitter and faults")
-    p.add_argument("--queue-limit", type=_number(int, 0),
+    p.add_argument("--queue-limit", type=number(int, 0),
                    help="requests allowed to wait for a slot; more get 503 (default unlimited)")
-    p.add_argument("--rate", type=_number(float, 0.001),
+    p.add_argument("--rate", type=number(float, 0.001),
                    help="token-bucket rate in requests/s; over it -> 429 (default off)")
-    p.add_argument("--burst", type=_number(int, 1),
+    p.add_argument("--burst", type=number(int, 1),
                    help="token-bucket size (default: the rate rounded up, at least 1)")
     p.add_argument("--retry-after-format", choices=("seconds", "http-date"), default="seconds",
                    help="Retry-After as delta-seconds or an HTTP-date (default seconds)")
     p.add_argument("--stream", action="store_true",
                    help="stream every response chunked (a request's \"stream\": true also does)")
-    p.add_argument("--first-chunk-ms", type=_number(float, 0), default=20.0,
+    p.add_argument("--first-chunk-ms", type=number(float, 0), default=20.0,
                    help="when streaming, delay of the first audio chunk in ms (default 20)")
-    p.add_argument("--oom-above", type=_number(int, 0),
+    p.add_argument("--oom-above", type=number(int, 0),
                    help="500 'CUDA out of memory' when more than N requests are in flight")
-    p.add_argument("--sample-rate", type=_number(int, 8000, 192000), default=22050,
+    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=22050,
                    help="audio sample rate in Hz (default 22050)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[],
                    help="inject a fault (repeatable; one is picked per faulty request)")
-    p.add_argument("--fault-rate", type=_number(float, 0, 1), default=1.0,
+    p.add_argument("--fault-rate", type=number(float, 0, 1), default=1.0,
                    help="probability that a request gets a fault (default 1)")
-    p.add_argument("--stall-s", type=_number(float, 0), default=10.0,
+    p.add_argument("--stall-s", type=number(float, 0), default=10.0,
                    help="the stall fault's delay before the first byte (default 10)")
     p.add_argument("--log-requests", action="store_true", help="log one line per request")
     return p

@@ -7,6 +7,13 @@ slots, so an attempt's wait is ``base_ms * max(1, N / slots)`` (times a little n
 other knobs add what each diagnosis looks for: GPU/CPU levels, memory creeping, OOM or 500
 errors, 429 with Retry-After, client write time rising, a saturated load generator.
 
+With ``continuous=True`` the users behave as Locust's do: steps follow each other without a
+gap, the users of one step go on into the next (new ones join at its start), each record
+carries the step it was sent in, and attempts still in flight when the run stops are lost.
+``client_workers`` adds Locust workers' heartbeat samples (a host each, only the worker
+process's CPU); ``post_run_gap_s`` leaves the collector silent that long after the run before
+its idle samples.
+
 Example::
 
     from tests.rundirs import Model, build_run
@@ -44,6 +51,7 @@ class Model:
     write_ms_per_user: float = 0.0  # client_io: write time grows with concurrency
     user_gap_ms: float = 0.0  # client_bound: time users lose between requests
     user_gap_from: int = 0  # ... from this concurrency on
+    continuous: bool = False  # users carry on across steps (no gap), as Locust's do
     # resources
     resources: bool = True
     gpu: bool = True
@@ -55,6 +63,9 @@ class Model:
     server_cpu_busy: float = 30.0
     client_cpu_per_user: float = 2.0
     client_cpu_max: float = 100.0
+    client_workers: int = 0  # Locust workers sending heartbeat samples (their process's CPU only)
+    worker_cpu_per_user: float = 2.0  # % of one core per user on a worker
+    post_run_gap_s: float = 0.0  # no collector samples this long after the run ends
     post_run_s: float = 6.0  # collector samples after the last step
     # failures
     rate_limit_from: int | None = None  # 429 + Retry-After from this concurrency on
@@ -73,6 +84,75 @@ def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
     return m.base_ms * m.tier_factor.get(tier, 1.0) * load * (1 + rng.uniform(-m.noise, m.noise))
 
 
+def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user: int, req: int,
+             now: float, s_start: float) -> tuple[list[dict], float]:
+    """All attempts of one logical request sent at ``now`` in step ``si``: (records, user free at)."""
+    out = []
+    tid, tier, tlen = texts[k % len(texts)]
+    attempt, backoff_ms = 1, 0.0
+    while True:
+        wait = _latency_ms(m, n, tier, rng)
+        status, ok, err, ra = 200, True, None, None
+        if m.rate_limit_from and n >= m.rate_limit_from and rng.random() < 1 - m.rate_limit_from / (2 * n):
+            status, ok, err = 429, False, "429 Too Many Requests"
+            ra = round(0.5 * n / m.rate_limit_from, 2)
+            wait = 5.0
+        elif m.error_from and n >= m.error_from and rng.random() < m.error_fraction:
+            status, ok, err = 500, False, m.error_text
+            wait = wait * 0.3
+        final = ok or attempt >= 3 or status not in (429, 500, 503)
+        write = (m.write_ms + m.write_ms_per_user * n) * (1 + rng.uniform(-m.noise, m.noise)) if ok else None
+        t0 = now
+        t2 = t0 + wait / 1000
+        t3 = t2 + write / 1000 if write is not None else None
+        audio_s = round(tlen * 0.06, 3) if ok else None
+        rec = {
+            "req_id": f"w0-{req}", "attempt": attempt, "final": final, "step": si,
+            "concurrency": n, "worker": "w0", "user": user, "text_id": tid,
+            "text_len": tlen, "tier": tier, "t0": t0,
+            "t1": t0 + wait * m.ttfb_fraction / 1000, "t2": t2, "t3": t3,
+            "ttfb_ms": wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
+            "concat_ms": None, "status": status, "ok": ok, "error": err,
+            "bytes": int(audio_s * 44100) if ok else 0, "audio_s": audio_s,
+            "rtf": (wait / 1000 / audio_s) if ok else None,
+            "retry_after_s": ra, "retry_after_raw": None if ra is None else str(ra),
+            "backoff_ms": backoff_ms, "server_timing": None,
+            "settled": t0 >= s_start + m.settle_s,
+        }
+        if m.server_timing and ok:
+            infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
+            rec["server_timing"] = {"queue": max(0.0, wait - infer / 0.8), "infer": infer,
+                                    "postprocess": infer * 0.25}
+        out.append(rec)
+        now = (t3 or t2)
+        if final:
+            break
+        backoff_ms = (ra * 1000) if ra else 200.0 * 2 ** (attempt - 1)
+        now += backoff_ms / 1000
+        attempt += 1
+    if m.user_gap_ms and n >= m.user_gap_from:
+        now += m.user_gap_ms / 1000
+    return out, now
+
+
+def _continuous(m: Model, rng: random.Random, texts, steps: list[dict]) -> list[dict]:
+    """Users that carry on across steps; attempts in flight when the run stops are lost."""
+    run_end = steps[-1]["end"]
+    records, req = [], 0
+    for user in range(max(s["concurrency"] for s in steps)):
+        joins = next(s for s in steps if s["concurrency"] > user)
+        now, k = joins["start"] + rng.uniform(0, 0.05), user
+        while True:
+            s = next((x for x in steps if x["start"] <= now < x["end"]), None)
+            if s is None:
+                break
+            req += 1
+            recs, now = _request(m, rng, texts, k, s["step"], s["concurrency"], user, req, now, s["start"])
+            k += 1
+            records += [r for r in recs if (r["t3"] or r["t2"]) <= run_end]  # the rest was killed
+    return records
+
+
 def build_run(path: Path, m: Model | None = None) -> Path:
     """Write a synthetic run directory at ``path``; returns ``path``."""
     m = m or Model()
@@ -87,60 +167,21 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     for si, n in enumerate(m.steps, start=1):
         s_start, s_end = t, t + m.step_s
         steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end})
+        t = s_end + (0.0 if m.continuous else m.gap_s)
+        if m.continuous:
+            continue
         for user in range(n):
             now = s_start + rng.uniform(0, 0.05)
             k = user
             while True:
-                tid, tier, tlen = texts[k % len(texts)]
-                k += 1
                 req += 1
-                first_t0 = now
-                attempt, backoff_ms = 1, 0.0
-                while True:
-                    wait = _latency_ms(m, n, tier, rng)
-                    status, ok, err, ra = 200, True, None, None
-                    if m.rate_limit_from and n >= m.rate_limit_from and rng.random() < 1 - m.rate_limit_from / (2 * n):
-                        status, ok, err = 429, False, "429 Too Many Requests"
-                        ra = round(0.5 * n / m.rate_limit_from, 2)
-                        wait = 5.0
-                    elif m.error_from and n >= m.error_from and rng.random() < m.error_fraction:
-                        status, ok, err = 500, False, m.error_text
-                        wait = wait * 0.3
-                    final = ok or attempt >= 3 or status not in (429, 500, 503)
-                    write = (m.write_ms + m.write_ms_per_user * n) * (1 + rng.uniform(-m.noise, m.noise)) if ok else None
-                    t0 = now
-                    t2 = t0 + wait / 1000
-                    t3 = t2 + write / 1000 if write is not None else None
-                    audio_s = round(tlen * 0.06, 3) if ok else None
-                    rec = {
-                        "req_id": f"w0-{req}", "attempt": attempt, "final": final, "step": si,
-                        "concurrency": n, "worker": "w0", "user": user, "text_id": tid,
-                        "text_len": tlen, "tier": tier, "t0": t0,
-                        "t1": t0 + wait * m.ttfb_fraction / 1000, "t2": t2, "t3": t3,
-                        "ttfb_ms": wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
-                        "concat_ms": None, "status": status, "ok": ok, "error": err,
-                        "bytes": int(audio_s * 44100) if ok else 0, "audio_s": audio_s,
-                        "rtf": (wait / 1000 / audio_s) if ok else None,
-                        "retry_after_s": ra, "retry_after_raw": None if ra is None else str(ra),
-                        "backoff_ms": backoff_ms, "server_timing": None,
-                        "settled": t0 >= s_start + m.settle_s,
-                    }
-                    if m.server_timing and ok:
-                        infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
-                        rec["server_timing"] = {"queue": max(0.0, wait - infer / 0.8), "infer": infer,
-                                                "postprocess": infer * 0.25}
-                    records.append(rec)
-                    now = (t3 or t2)
-                    if final:
-                        break
-                    backoff_ms = (ra * 1000) if ra else 200.0 * 2 ** (attempt - 1)
-                    now += backoff_ms / 1000
-                    attempt += 1
-                if m.user_gap_ms and n >= m.user_gap_from:
-                    now += m.user_gap_ms / 1000
+                recs, now = _request(m, rng, texts, k, si, n, user, req, now, s_start)
+                records += recs
+                k += 1
                 if now >= s_end:
                     break
-        t = s_end + m.gap_s
+    if m.continuous:
+        records = _continuous(m, rng, texts, steps)
     run_end = steps[-1]["end"]
     records.sort(key=lambda r: r["t0"])
     if m.in_progress:
@@ -182,6 +223,9 @@ def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
     out = []
     ts = START - 3
     while ts <= last:
+        if run_end < ts <= run_end + m.post_run_gap_s:
+            ts += 1.0
+            continue
         n = _active(m, steps, ts)
         done = sum(1 for s in steps if s["end"] is not None and s["end"] <= ts)
         busy = min(n, m.slots) / m.slots if m.slots else min(1.0, n / 16)
@@ -205,6 +249,13 @@ def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
                     "cpu_max_core_percent": min(100, client_cpu * 1.1), "mem_used_bytes": 2 * GIB,
                     "mem_total_bytes": 16 * GIB, "gpus": None,
                     "proc": {"pid": 999, "cpu_percent": client_cpu, "rss_bytes": GIB}})
+        for w in range(m.client_workers):  # the Locust workers' heartbeats, as the master writes them
+            users = n // m.client_workers + (1 if w < n % m.client_workers else 0)
+            out.append({"ts": ts + 0.2, "host": f"worker-{w}", "role": "client", "source": "locust-heartbeat",
+                        "cpu_percent": None, "cpu_max_core_percent": None, "mem_used_bytes": None,
+                        "mem_total_bytes": None, "gpus": [],
+                        "proc": {"pid": None, "cpu_percent": min(99.0, 1 + m.worker_cpu_per_user * users),
+                                 "rss_bytes": GIB}})
         ts += 1.0
     (path / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in out))
 

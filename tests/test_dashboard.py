@@ -9,7 +9,7 @@ import pytest
 
 from dashboard.knee import find_knee
 from dashboard.summary import analyze, load
-from rundirs import SCENARIOS, Model, build_run
+from rundirs import GIB, SCENARIOS, Model, build_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -41,9 +41,12 @@ def test_step_fields_and_contract(tmp_path):
     assert "latency_vs_lowest" in s["knee"]["agree"] and "piecewise" in s["knee"]["methods"]
     assert s["usl"]["peak_concurrency"] and 3 < s["usl"]["peak_concurrency"] < 16
     assert all(x["ok"] for x in s["little_law"])
-    # throughput divides by the measured window (~10 s settled), not the 12 s step
-    w = step["window"]["duration_s"]
-    assert 9 < w < 10.5 and step["throughput_rps"] == pytest.approx(step["ok"] / w)
+    # the window is the step's own span from run.json, after the settle time: 12 s - 2 s
+    w = step["window"]
+    assert w["source"] == "run.json" and w["duration_s"] == pytest.approx(10.0)
+    assert w["start"] == pytest.approx(step["planned_start"] + 2.0) and w["end"] == step["planned_end"]
+    assert step["throughput_rps"] == pytest.approx(w["ok_completions"] / 10.0)
+    assert step["server"]["by_host"]["tts-server"]["gpu_util_mean"] == step["server"]["gpu_util_mean"]
 
 
 def _step(c, p50, p95=None, rps=None, fail=0.0):
@@ -163,3 +166,129 @@ def test_dashboard_does_not_import_locust():
                         "print('locust' in sys.modules, 'gevent' in sys.modules)"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False False", r.stderr
+
+
+def test_long_requests_keep_their_throughput_and_littles_law(tmp_path):
+    # Users carry on across steps as Locust's do; 8 slots, so at 16 users a request takes
+    # 5-15 s (10 s on average): 16 users / 10 s = 1.6 req/s, with every user always busy.
+    m = Model(continuous=True, step_s=30, settle_s=3, slots=8, base_ms=5000, noise=0.5, tier_factor={},
+              gpu_busy_util=97)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["diagnosis"]["kind"] == "compute_bound", s["diagnosis"]
+    assert s["knee"]["concurrency"] == 16 and s["recommended_concurrency"] == 8
+    top = s["steps"][-1]
+    lat = top["latency_ms"]["mean"] / 1000
+    assert 9 < lat < 11
+    assert top["throughput_rps"] == pytest.approx(16 / lat, rel=0.05)
+    assert top["throughput_rps"] == pytest.approx(1.6, rel=0.05)
+    assert top["window"]["duration_s"] == pytest.approx(27.0)
+    for step in s["steps"]:
+        assert step["little"]["ratio"] == pytest.approx(1.0, abs=0.05), step["concurrency"]
+    assert all(x["ok"] for x in s["little_law"])
+
+
+def test_idle_users_still_break_littles_law(tmp_path):
+    # The same long requests, but from 16 users on each loses 6 s between requests.
+    m = Model(steps=(1, 2, 4, 8, 16, 32), continuous=True, step_s=30, settle_s=3, slots=8, base_ms=5000,
+              noise=0.5, tier_factor={}, gpu_busy_util=97, user_gap_ms=6000, user_gap_from=16)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["diagnosis"]["kind"] == "client_bound", s["diagnosis"]
+    assert s["steps"][3]["little"]["ratio"] > 0.95 and s["steps"][4]["little"]["ratio"] < 0.75
+    assert "Little's law does not hold at concurrency 16" in s["diagnosis"]["evidence"][0]
+
+
+def test_a_saturated_worker_is_not_averaged_away(tmp_path):
+    # The master's host idles (2%) while both Locust workers' processes sit at 99% from 8 users on.
+    m = Model(slots=4, gpu_busy_util=97, client_cpu_per_user=0, client_workers=2, worker_cpu_per_user=25)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["diagnosis"]["kind"] == "client_bound", s["diagnosis"]
+    assert "concurrency 8" in s["diagnosis"]["evidence"][0] and "worker-" in s["diagnosis"]["evidence"][0]
+    at8 = next(x for x in s["steps"] if x["concurrency"] == 8)
+    assert at8["client"]["proc_cpu_mean"] == pytest.approx(99.0)
+    assert set(at8["client"]["by_host"]) == {"loadgen", "worker-0", "worker-1"}
+    assert at8["client"]["by_host"]["loadgen"]["proc_cpu_mean"] < 5
+
+
+def test_a_saturated_server_host_is_not_averaged_away(tmp_path):
+    # Two server hosts: the one with its GPU saturated, and an idle one (a replica that gets
+    # nothing): their mean GPU utilisation is under GPU_BUSY, the busy host's is not.
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    lines = (p / "resources.jsonl").read_text().splitlines()
+    extra = []
+    for line in lines:
+        r = json.loads(line)
+        if r["role"] == "server":
+            gpu = dict(r["gpus"][0], util_percent=0.0, mem_used_bytes=2 * GIB, uuid="GPU-idle")
+            r.update(host="replica", cpu_percent=2.0, cpu_max_core_percent=4.0, gpus=[gpu],
+                     proc={"pid": 1, "cpu_percent": 2.0, "rss_bytes": GIB})
+            extra.append(json.dumps(r))
+    (p / "resources.jsonl").write_text("\n".join(lines + extra) + "\n")
+    s = analyze(load(p))
+    assert s["diagnosis"]["kind"] == "compute_bound", s["diagnosis"]
+    assert "tts-server" in s["diagnosis"]["evidence"][0]
+
+
+def test_memory_that_grows_with_load_and_comes_back_is_not_a_leak(tmp_path):
+    # Steps back to back: the level right after a step is the next (higher) step's. Memory
+    # grows with concurrency and is back at its baseline once the run is over.
+    m = Model(slots=None, gap_s=0, gpu_busy_util=40, gpu_mem_per_slot=0.5 * GIB, post_run_gap_s=5.5,
+              post_run_s=12)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["diagnosis"]["kind"] == "no_knee", s["diagnosis"]
+    assert s["gpu_memory_after_run_bytes"] == pytest.approx(s["gpu_memory_baseline_bytes"])
+
+
+def test_memory_left_after_the_run_is_a_leak(tmp_path):
+    m = Model(slots=None, gpu_busy_util=40, gpu_mem_leak_per_step=1.5 * GIB)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["diagnosis"]["kind"] == "memory_bound", s["diagnosis"]
+    assert "13.5 GiB" in s["diagnosis"]["evidence"][0] and "6.0 GiB" in s["diagnosis"]["evidence"][0]
+    assert s["gpu_memory_creep"]["rise_bytes"] == pytest.approx(7.5 * GIB)
+
+
+def test_memory_creep_needs_samples_after_the_run(tmp_path):
+    # No collector samples once the run ended: nothing to judge creep by.
+    m = Model(slots=None, gpu_busy_util=40, gpu_mem_leak_per_step=1.5 * GIB, post_run_s=0)
+    s = analyze(load(build_run(tmp_path / "r", m)))
+    assert s["gpu_memory_creep"] is None and s["diagnosis"]["kind"] == "no_knee", s["diagnosis"]
+
+
+def test_serve_on_a_busy_port_says_so(tmp_path):
+    import socket
+    p = build_run(tmp_path / "r", Model())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = _run(p, "--no-report", "--serve", "--port", port)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "in use" in r.stderr
+
+
+@pytest.mark.parametrize("entry, word", [
+    ({"step": "x", "concurrency": "abc"}, "concurrency 'abc'"),
+    ({"step": 1, "concurrency": 2.5}, "concurrency 2.5"),
+    ({"step": "x", "concurrency": 4}, "step 'x'"),
+    ({"step": 1, "concurrency": 4, "start": "soon"}, "start 'soon'"),
+    ("four", "not an object"),
+])
+def test_malformed_step_entries_exit_2_naming_the_entry(tmp_path, entry, word):
+    p = build_run(tmp_path / "r", Model())
+    run = json.loads((p / "run.json").read_text())
+    run["steps"][1] = entry
+    (p / "run.json").write_text(json.dumps(run))
+    r = _run(p, "--no-report")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "step entry 2" in r.stderr and word in r.stderr, r.stderr
+
+
+def test_unwritable_summary_exits_2_with_one_sentence(tmp_path):
+    p = build_run(tmp_path / "r", Model())
+    (p / "summary.json").mkdir()  # os.replace cannot put a file there, root or not
+    r = _run(p)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "summary.json" in r.stderr
+    assert not (p / "summary.json.tmp").exists()

@@ -329,3 +329,25 @@ def test_sigterm_lets_in_flight_requests_finish():
         assert sim.stop(signal.SIGTERM) == 0
         t.join(5)
     assert box and box[0].status == 200
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--slots", "0"], "argument --slots: expected an integer >= 1, got '0'"),
+    (["--port", "70000"], "argument --port: expected an integer >= 0 and <= 65535, got '70000'"),
+    (["--jitter", "1"], "argument --jitter: expected a number >= 0 and < 1, got '1'"),
+    (["--base-ms", "nan"], "argument --base-ms: expected a number >= 0, got 'nan'"),
+])
+def test_bad_numbers_keep_their_messages(args, message):
+    done = subprocess.run([sys.executable, "-m", "testbed.sim", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"python -m testbed.sim: {message}"
+
+
+def test_argument_checks_are_the_testbeds_shared_ones():
+    code = ("import testbed.sim as s, testbed.cli as c; "
+            "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=20)
+    assert done.stdout.split() == ["True", "False", "False"], done.stderr
+    from testbed.cli import number
+    assert number(int, 1)("3") == 3 and number(float, 0, 1, high_open=True)("0.5") == 0.5
