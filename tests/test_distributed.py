@@ -20,16 +20,26 @@ def start(args, log: Path, env=None, cwd=None):
                             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), cwd=cwd or log.parent)
 
 
-def master(tmp_path, host, port, workers=2, steps="1,2,4", step_time="3"):
+def master(tmp_path, host, port, workers=2, steps="1,2,4", step_time="3", extra=()):
     return start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                   "--expect-workers", str(workers), "--headless", "-H", host, "--steps", steps,
                   "--step-time", step_time, "--run-dir", str(tmp_path / "run"),
-                  "--json-file", str(tmp_path / "locust")], tmp_path / "master.log")
+                  "--json-file", str(tmp_path / "locust"), *extra], tmp_path / "master.log")
 
 
-def worker(tmp_path, port, n, env=None):
+def worker(where, port, n, env=None):
+    """A worker whose working directory (and log) is ``where``."""
     return start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-                 tmp_path / f"worker{n}.log", env=env)
+                 where / f"worker{n}.log", env=env)
+
+
+def relative_corpus(tmp_path):
+    """A corpus named by a relative path: it exists where the master runs, not in the
+    directory this returns, where a worker started there will not find it."""
+    (tmp_path / "texts.txt").write_text("hello there\nhow are you\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return ("--texts", "texts.txt"), elsewhere
 
 
 def finish(*procs, timeout=60):
@@ -148,17 +158,11 @@ def test_processes_flag_runs_forked_workers(tmp_path, sim):
 
 
 def test_a_worker_that_cannot_use_the_options_leaves_with_one_sentence(tmp_path, sim):
-    # The corpus path is relative: it exists where the master runs, not where worker 2 does.
-    (tmp_path / "texts.txt").write_text("hello there\nhow are you\n")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    corpus, elsewhere = relative_corpus(tmp_path)
     port = free_port()
-    m = start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-               "--expect-workers", "2", "--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "3",
-               "--texts", "texts.txt", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+    m = master(tmp_path, sim.url, port, steps="1,2", extra=corpus)
     w1 = worker(tmp_path, port, 1)
-    w2 = start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-               elsewhere / "worker2.log")
+    w2 = worker(elsewhere, port, 2)
     finish(m, w1, w2)
     log2 = (elsewhere / "worker2.log").read_text()
     assert "Traceback" not in log2
@@ -170,14 +174,10 @@ def test_a_worker_that_cannot_use_the_options_leaves_with_one_sentence(tmp_path,
 
 
 def test_a_master_whose_only_worker_cannot_run_fails_with_its_reason(tmp_path, sim):
-    (tmp_path / "texts.txt").write_text("hello there\n")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    corpus, elsewhere = relative_corpus(tmp_path)
     port = free_port()
-    m = start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-               "--expect-workers", "1", "--headless", "-H", sim.url, "--steps", "1", "--step-time", "3",
-               "--texts", "texts.txt", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
-    w = start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], elsewhere / "worker.log")
+    m = master(tmp_path, sim.url, port, workers=1, steps="1", extra=corpus)
+    w = worker(elsewhere, port, 1)
     finish(m, w)
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 2, log
