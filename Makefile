@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) -m testbed.demo --target $(TARGET)
