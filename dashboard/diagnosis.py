@@ -343,9 +343,8 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
           if thr_lo is not None and thr_hi is not None else "throughput n/a")
     sat, res = _saturation(s)
     if sat is None:
-        what = "streams fall behind playback" if streamed else "requests queue"
         return out("queueing", [
-            f"{_cap(queue) if streamed else queue}; {tp}: {what}; without server samples "
+            f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
             f"the cause cannot be told.",
             f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
             f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
