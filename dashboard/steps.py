@@ -42,7 +42,8 @@ Definitions used throughout the dashboard:
   reference by more than max(``INTEGRITY_REL`` (15%) of it, ``INTEGRITY_ABS_S`` (0.1 s)) is a
   mismatch.  ``checked`` counts successful attempts with an ``audio_s`` and a reference,
   ``mismatched`` those off, ``rate`` their share; ``examples`` lists up to ``INTEGRITY_EXAMPLES``
-  as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked.
+  as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked,
+  nor texts past the reader's label cap (they share one label).
 - Percentiles are exact, over the raw values (numpy's linear interpolation).
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .rundir import Attempts
+from .rundir import OTHER_LABEL, Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503)
@@ -92,6 +93,8 @@ def audio_reference(a: Attempts) -> np.ndarray:
         frame = pd.DataFrame({"text": a["text"][low], "audio_s": a["audio_s"][low]})
         med = frame.groupby("text")["audio_s"].median()
         ref[med.index.to_numpy()] = med.to_numpy()
+    if OTHER_LABEL in a.texts:  # texts past the label cap share one code: no single reference
+        ref[a.texts.index(OTHER_LABEL)] = np.nan
     a.memo["audio_reference"] = ref
     return ref
 

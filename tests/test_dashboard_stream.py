@@ -208,3 +208,20 @@ def test_a_run_read_whole_keeps_its_table_and_report(tmp_path):
     from dashboard.report import report_html
     html = report_html(load(tmp_path / "r"), s)
     assert "Stream health" not in html and "Audio integrity" in html
+
+
+CHROMIUM = __import__("shutil").which("chromium") or __import__("shutil").which("chromium-browser")
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (apt-get install chromium)")
+def test_streamed_report_renders_in_chromium(tmp_path):
+    p = build_run(tmp_path / "r", Model(**dict(SHARED_5X, text_ids=["<b>x</b>", "b", "c", "d", "e"])))
+    r = subprocess.run([sys.executable, "-m", "dashboard", str(p)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                          "--v=0", "--virtual-time-budget=8000", "--dump-dom", (p / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=90)
+    assert res.stdout.count("main-svg") >= 8 and "Uncaught" not in res.stderr, res.stderr[-2000:]
+    html = (p / "report.html").read_text()
+    assert "text &lt;b&gt;x&lt;\\u002fb&gt;" in html and "text \\u003cb" not in html
