@@ -18,8 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from .knee import usl_curve
-from .knee import UNDERRUN_RATE
+from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
 from .rundir import Attempts, RunDir
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 from .stream import pick_streams, playback
@@ -428,7 +427,11 @@ def verdict_html(summary: dict) -> str:
             f"diagnosis: <span class='kind'>{esc(d['kind'])}</span></div><ul>{ev}</ul>"
             f"<div>{esc(summary['recommendation'])}</div></div>"
             f"<table><tr><th class='l'>knee method</th><th>concurrency</th></tr>{methods}</table>"
-            f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
+            + (f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
+               f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "
+               f"{LATENCY_RISE}x the lowest step's and above the {knee.get('ttfa_floor_ms') or 0:g} ms floor; "
+               f"whole-body time is only a cross-check.</p>" if knee.get("streamed") else "")
+            + f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
             f"{esc(lit)}</p>")
 
 

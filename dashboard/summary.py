@@ -236,6 +236,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append("knee: none found")
     else:
         lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    if knee.get("streamed"):
+        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {_f(knee.get('ttfa_floor_ms'))} ms), "
+                     f"not whole-body time")
     d = summary["diagnosis"]
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
