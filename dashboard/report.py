@@ -317,8 +317,8 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     cols = min(STREAM_COLS, len(drawn))
     rows = math.ceil(len(drawn) / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[
-        f"{s['concurrency']} streams: " + ("-" if s.get("underrun_rate") is None else f"{s['underrun_rate']:.0%} stalled")
-        for s, _ in drawn], horizontal_spacing=0.05, vertical_spacing=0.12)
+        f"{s['concurrency']} streams: "
+        + ("-" if s.get("underrun_rate") is None else f"{s['underrun_rate']:.0%} stalled") for s, _ in drawn], horizontal_spacing=0.05, vertical_spacing=0.12)
     shown = set()
     for i, (s, picks) in enumerate(drawn):
         r, c = i // cols + 1, i % cols + 1
@@ -370,11 +370,13 @@ def integrity_html(summary: dict) -> str:
     rule = (f"Audio length against the same text's median at the lowest concurrency; a mismatch is off by more "
             f"than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s).")
     if not any(s["integrity"]["mismatched"] for s in steps):
-        return f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)} No mismatches in {sum(s['integrity']['checked'] for s in steps)} checked attempts.</p>"
+        checked = sum(s["integrity"]["checked"] for s in steps)
+        return f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)} No mismatches in {checked} checked attempts.</p>"
     rows = []
     for s in steps:
         it = s["integrity"]
-        ex = "; ".join(f"{e['text_id']}: {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s got" for e in it["examples"])
+        ex = "; ".join(f"{e['text_id']}: {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s got"
+                       for e in it["examples"])
         rows.append(f"<tr><td>{esc(s['concurrency'])}</td><td>{it['checked']}</td><td>{it['mismatched']}</td>"
                     f"<td>{100 * (it['rate'] or 0):.1f}</td><td class='l'>{esc(ex)}</td></tr>")
     return (f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)}</p><table><tr><th>concurrency</th><th>checked</th>"
