@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE
+from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
 GPU_BUSY = 80.0  # mean GPU util % over the knee step
@@ -82,6 +82,11 @@ def _lat_sentence(lo: dict, hi: dict) -> str:
             f"{_ms(_get(hi, 'latency_ms', 'max'))})")
 
 
+def share(rate: float) -> str:
+    """A share as a whole percentage, "<1%" for a few in many (never "0%" when some did)."""
+    return "<1%" if 0 < rate < 0.005 else f"{rate:.0%}"
+
+
 def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -92,7 +97,7 @@ def _stream_state(s: dict) -> str:
     if rate is None:
         return "underruns not measured"
     stall = _get(s, "underrun_ms", "p95")
-    return (f"{rate:.0%} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else ""))
+    return (f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else ""))
 
 
 def stream_sentence(lo: dict, hi: dict, base: dict) -> str:
@@ -112,7 +117,7 @@ def _integrity(steps) -> list[str]:
             ex = "; ".join(f"\"{e['text_id'][:60]}\" {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s received"
                            for e in it["examples"][:2])
             ev.append(f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
-                      f"{it['checked']} attempts ({it['rate']:.1%}) differ from the same text's median at the "
+                      f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
                       f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}.")
     return ev
 
@@ -368,7 +373,7 @@ def _stream_no_knee(steps: list[dict], knee: dict) -> list[str]:
     ev = []
     if known:
         ev.append(f"Streams kept ahead of playback up to concurrency {top['concurrency']}: at most "
-                  f"{max(known):.0%} of streams stalled at any step (a step breaks at 5%).")
+                  f"{share(max(known))} of streams stalled at any step (a step breaks at {UNDERRUN_RATE:.0%}).")
     else:
         ev.append("Underruns were not measured (no step has an underrun figure, e.g. compressed "
                   "audio the client cannot time), so only TTFA and failures were judged.")

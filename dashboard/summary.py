@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .diagnosis import diagnose
+from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
 from .rundir import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
@@ -83,7 +83,7 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
         if knee.get("streamed"):
             rate = s.get("underrun_rate")
             stalled = "underruns n/a" if rate is None else (
-                f"{rate:.0%} of streams stalled" + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else ""))
+                f"{share(rate)} of streams stalled" + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else ""))
             head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}, {stalled}"
         else:
             head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
