@@ -317,7 +317,7 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     cols = min(STREAM_COLS, len(drawn))
     rows = math.ceil(len(drawn) / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[
-        f"{s['concurrency']} streams: "
+        f"{s['concurrency']} stream{'s' if s['concurrency'] != 1 else ''}: "
         + ("-" if s.get("underrun_rate") is None else f"{s['underrun_rate']:.0%} stalled") for s, _ in drawn], horizontal_spacing=0.05, vertical_spacing=0.12)
     shown = set()
     for i, (s, picks) in enumerate(drawn):
@@ -338,6 +338,12 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
                             line=dict(color=colour, width=3, dash="dot"), name=f"played ({name})",
                             legendgroup=f"p{name}", showlegend=f"p{name}" not in shown, hovertext=label,
                             hoverinfo="text+x+y", row=r, col=c)
+            if pb.underruns:
+                fig.add_scatter(x=pb.stalls_t / 1000, y=pb.stalls / 1000, mode="markers",
+                                marker=dict(color=colour, symbol="line-ns-open", size=9), name=f"stall ({name})",
+                                legendgroup=f"s{name}", showlegend=f"s{name}" not in shown, hovertext=label,
+                                hoverinfo="text+x", row=r, col=c)
+                shown.add(f"s{name}")
             shown |= {f"r{name}", f"p{name}"}
     fig.update_xaxes(title_text="s since sent", rangemode="tozero")
     fig.update_yaxes(title_text="audio s", rangemode="tozero", col=1)
@@ -491,7 +497,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
                   + f"<p class='meta'>Per step, the typical (median) and the worst stream, ranked by TTFA plus "
                     f"total stall. Thin staircase: audio received; dotted: audio played by a player that starts "
                     f"once {rd.playback_buffer_ms():.0f} ms of audio is in and plays at 1x, flat while it waits "
-                    f"for the next chunk (a stall).</p>")
+                    f"for the next chunk (a stall, marked with a tick).</p>")
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{verdict_html(summary)}"
             f"<h2>Steps</h2>{step_table_html(summary)}"

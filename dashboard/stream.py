@@ -32,6 +32,8 @@ class Playback:
     start_ms: float
     underruns: int
     underrun_ms: float
+    stalls_t: np.ndarray  # when each stall began
+    stalls: np.ndarray  # audio played by then
 
 
 def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) -> Playback | None:
@@ -48,7 +50,7 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
         i += 1
     t, played, avail = start, 0.0, float(cum[i])
     pt, pp = [0.0, start], [0.0, 0.0]
-    count, silence = 0, 0.0
+    silence, st, sp = 0.0, [], []
     for j in range(i + 1, len(at) + 1):
         nxt = float(at[j]) if j < len(at) else None
         runs_out = t + (avail - played)
@@ -58,7 +60,9 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
             pp.append(played)
             if nxt is None:
                 break
-            count, silence, t = count + 1, silence + (nxt - t), nxt
+            st.append(t)
+            sp.append(played)
+            silence, t = silence + (nxt - t), nxt
         else:
             played, t = played + (nxt - t), nxt
         pt.append(t)
@@ -66,7 +70,7 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
         avail = float(cum[j])
     rt = np.concatenate([[0.0], at])
     rv = np.concatenate([[0.0], cum])
-    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, count, silence)
+    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(st), silence, np.asarray(st), np.asarray(sp))
 
 
 def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
