@@ -295,6 +295,9 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     k = knee.get("index")
     streamed = bool(knee.get("streamed"))
     ev_common = _integrity(steps)
+    if knee.get("untimed_stream"):
+        ev_common.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
+                         "client did not time the stream), so the knee follows whole-body time.")
     if not has_resources:
         ev_common.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
                          "rests on latencies and failures only.")

@@ -33,7 +33,10 @@ lowest tested concurrency at which
   both stay so at every higher step: 140 -> 260 ms is still instant to a listener, 400 -> 700 ms
   is not.
 
-Wait and end-to-end time rising while every stream stays ahead of playback is no knee.  The
+Wait and end-to-end time rising while every stream stays ahead of playback is no knee.  A
+streamed run in which no step has a TTFA or underrun figure (a client that did not time the
+stream) cannot be judged that way: it is judged on whole-body time as above, with
+``untimed_stream`` set so the verdict can say so.  The
 cross-checks then run on TTFA: the inflation curve (``inflation_basis`` "ttfa") is the larger
 of the TTFA p50 and p95 ratios to the lowest step's, ``latency_vs_previous`` compares TTFA p50 and
 p95 with the previous step's; ``latency_vs_lowest`` is still reported on whole-body time, to show
@@ -196,15 +199,20 @@ _WHOLE_METHODS = ("latency_vs_lowest", "failures", "latency_vs_previous", "throu
 
 def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 300.0) -> dict:
     """``{"concurrency", "index", "methods", "agree", "inflation", "inflation_basis",
-    "efficiency", "streamed", "ttfa_floor_ms", "rules"}`` (see module doc); ``rules`` names the
-    methods that set the knee."""
+    "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
+    ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
+    set the knee."""
     steps = [s for s in steps if s.get("requests")]
+    untimed = streamed and bool(steps) and not any(
+        _value(s, "ttfa_ms", "p95") is not None or s.get("underrun_rate") is not None for s in steps)
+    streamed = streamed and not untimed
     names = _STREAM_METHODS if streamed else _WHOLE_METHODS
     rules = ("underruns", "failures", "ttfa_vs_lowest") if streamed else ("latency_vs_lowest", "failures")
     basis = "ttfa" if streamed else "latency"
     empty = {"concurrency": None, "index": None, "methods": dict.fromkeys(names), "agree": [],
              "inflation": [], "inflation_basis": basis, "efficiency": [], "streamed": streamed,
-             "ttfa_floor_ms": ttfa_floor_ms if streamed else None, "rules": list(rules)}
+             "ttfa_floor_ms": ttfa_floor_ms if streamed else None, "rules": list(rules),
+             "untimed_stream": untimed}
     if not steps:
         return empty
     whole = inflation(steps)

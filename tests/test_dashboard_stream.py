@@ -225,3 +225,15 @@ def test_streamed_report_renders_in_chromium(tmp_path):
     assert res.stdout.count("main-svg") >= 8 and "Uncaught" not in res.stderr, res.stderr[-2000:]
     html = (p / "report.html").read_text()
     assert "text &lt;b&gt;x&lt;\\u002fb&gt;" in html and "text \\u003cb" not in html
+
+
+def test_a_streamed_run_without_stream_figures_is_judged_on_whole_body_time(tmp_path):
+    # run.json says streamed, but the client that wrote the records did not time the stream.
+    p = build_run(tmp_path / "r", Model())
+    run = json.loads((p / "run.json").read_text())
+    run["options"]["tts_stream"] = True
+    (p / "run.json").write_text(json.dumps(run))
+    s = analyze(load(p))
+    assert s["steps"][0]["streamed"] is True and s["knee"]["untimed_stream"] is True
+    assert s["knee"]["streamed"] is False and s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
+    assert any("did not time the stream" in e for e in s["diagnosis"]["evidence"])
