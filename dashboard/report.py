@@ -411,7 +411,8 @@ def step_table_html(summary: dict) -> str:
             f"users over the window (end-to-end request time overlapping it) / concurrency. Resource "
             f"figures: the busiest host's."
             + (" ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
-               "once." if is_streamed(summary) else "") + "</p>")
+               "once. Both count the streams that ended before their step did (a stream still playing when "
+               "the next step began heard the next step's load)." if is_streamed(summary) else "") + "</p>")
 
 
 def verdict_html(summary: dict) -> str:

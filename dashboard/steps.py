@@ -31,7 +31,11 @@ Definitions used throughout the dashboard:
   (``cpu_mean``, ``busiest_core_mean``, ``proc_cpu_mean``, ``gpu_util_mean`` and their maxima)
   are the highest of the hosts' figures, so one saturated host is not averaged away by idle
   ones; ``by_host`` keeps each host's own.
-- **Streams** (successful final attempts): ``ttfa_ms`` is the distribution of time to the
+- **Streams** (successful final attempts that *finished before the step ended*): a stream still
+  playing when the next step's users joined heard part of the next step's load (the server
+  shares its capacity among more streams at once), which would put the next step's underruns
+  on this one; ``streams`` gives {``counted``, ``cut_by_step_end``} (left out for that reason).
+  A step without a known end keeps them all.  ``ttfa_ms`` is the distribution of time to the
   first audio sample; ``underrun_rate`` is the share of those with an underrun figure that ran
   dry at least once (null when none has a figure: not streamed, or audio the client cannot
   time); ``underrun_ms`` and ``gap_max_ms`` give {count, mean, p95, max} over the same attempts.
@@ -117,12 +121,18 @@ def integrity(a: Attempts, rows: np.ndarray) -> dict:
             "rate": len(bad) / len(idx) if len(idx) else None, "examples": examples}
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool) -> dict:
-    """The stream figures of one step's successful requests (see the module doc)."""
+def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, end: float | None) -> dict:
+    """The stream figures of one step's successful requests (see the module doc); ``end`` is the
+    step's end, None when not known yet."""
+    cut = 0
+    if end is not None:
+        inside = okf & ~(a["tend"] > end)  # an unknown end of the attempt counts as inside
+        cut, okf = int((okf & ~inside).sum()), inside
     under = a["underruns"][okf]
     under = under[np.isfinite(under)]
     return {
         "streamed": streamed,
+        "streams": {"counted": int(okf.sum()), "cut_by_step_end": cut},
         "ttfa_ms": dist(a["ttfa_ms"][okf]),
         "underrun_rate": float((under >= 1).mean()) if len(under) else None,
         "underrun_streams": int((under >= 1).sum()),
@@ -292,7 +302,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    out.update(_stream_stats(a, okf, streamed))
+    out.update(_stream_stats(a, okf, streamed, None if win["open"] or win["source"] != "run.json" else end))
     out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}

@@ -237,3 +237,28 @@ def test_a_streamed_run_without_stream_figures_is_judged_on_whole_body_time(tmp_
     assert s["steps"][0]["streamed"] is True and s["knee"]["untimed_stream"] is True
     assert s["knee"]["streamed"] is False and s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
     assert any("did not time the stream" in e for e in s["diagnosis"]["evidence"])
+
+
+def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_path):
+    # As in a real sweep: two streams sent just before the 4-user step ended ran on while 8
+    # users shared the server, and stalled. They are the next step's load, not this one's.
+    p = build_run(tmp_path / "r", Model(**SHARED_5X))
+    run = json.loads((p / "run.json").read_text())
+    step3 = next(s for s in run["steps"] if s["concurrency"] == 4)
+    recs = [json.loads(x) for x in (p / "requests.jsonl").read_text().splitlines()]
+    model = next(r for r in recs if r["concurrency"] == 4 and r["settled"] and r["ok"])
+    late = []
+    for i, before in enumerate((0.04, 0.0)):
+        t0 = step3["end"] - before
+        late.append(dict(model, req_id=f"late-{i}", t0=t0, t2=t0 + 2.6, t3=t0 + 2.601, wait_ms=2600.0,
+                         ttfa_ms=380.0, underruns=7, underrun_ms=770.0))
+    with open(p / "requests.jsonl", "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in late))
+    s = analyze(load(p))
+    at4 = _by_conc(s)[4]
+    over = sum(1 for r in recs + late if r["step"] == step3["step"] and r["ok"] and r["settled"]
+               and (r["t3"] or r["t2"]) > step3["end"])
+    assert at4["streams"]["cut_by_step_end"] == over >= 2
+    assert at4["streams"]["counted"] == at4["ok"] - over
+    assert at4["underrun_rate"] == 0.0 and at4["ttfa_ms"]["max"] < 300
+    assert s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
