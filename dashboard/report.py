@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
 from .rundir import Attempts, RunDir
-from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
+from .steps import INTEGRITY_ABS_S, INTEGRITY_REL, stream_end
 from .stream import pick_streams, playback
 from .summary import is_streamed, table_columns, table_rows
 
@@ -310,7 +310,7 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     drawn = []
     for s in steps:
         picks = {name: (row, playback(at, audio, buffer_ms)) for name, (row, at, audio)
-                 in pick_streams(a, rd.requests, s["step"]).items()}
+                 in pick_streams(a, rd.requests, s["step"], stream_end(s["window"])).items()}
         drawn.append((s, {k: v for k, v in picks.items() if v[1] is not None}))
     if not any(p for _, p in drawn):
         return None
@@ -327,8 +327,11 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
                 continue
             row, pb = picks[name]
             tid = a["text"][row]
+            runs, silent = a["underruns"][row], a["underrun_ms"][row]  # the client's own figures
+            runs, silent = (runs, silent) if np.isfinite(runs) and np.isfinite(silent) else (pb.underruns,
+                                                                                            pb.underrun_ms)
             label = (f"{name} stream at {s['concurrency']}: text {esc(a.texts[tid]) if tid >= 0 else '?'}, "
-                     f"TTFA {a['ttfa_ms'][row]:.0f} ms, {pb.underruns} stalls, {pb.underrun_ms:.0f} ms silent")
+                     f"TTFA {a['ttfa_ms'][row]:.0f} ms, {runs:.0f} stalls, {silent:.0f} ms silent")
             colour = STREAM_COLOURS[name]
             fig.add_scatter(x=pb.received_t / 1000, y=pb.received / 1000, mode="lines", line_shape="hv",
                             line=dict(color=colour, width=1), name=f"received ({name})", legendgroup=f"r{name}",

@@ -121,6 +121,11 @@ def integrity(a: Attempts, rows: np.ndarray) -> dict:
             "rate": len(bad) / len(idx) if len(idx) else None, "examples": examples}
 
 
+def stream_end(window: dict) -> float | None:
+    """The end a step's streams must have finished by to count (see the module doc), or None."""
+    return None if window["open"] or window["source"] != "run.json" else window["end"]
+
+
 def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, end: float | None) -> dict:
     """The stream figures of one step's successful requests (see the module doc); ``end`` is the
     step's end, None when not known yet."""
@@ -302,7 +307,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    out.update(_stream_stats(a, okf, streamed, None if win["open"] or win["source"] != "run.json" else end))
+    out.update(_stream_stats(a, okf, streamed, stream_end(win)))
     out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}

@@ -6,7 +6,9 @@ through the player the client simulates: it starts once ``playback_buffer_ms`` o
 next arrival (one underrun; the wait is silence).  :func:`pick_streams` chooses which attempts of
 a step to draw: the typical one and the worst one, ranked by TTFA plus total stall
 (``ttfa_ms + underrun_ms``, what the listener waits for in all), among the step's successful
-settled attempts that carry chunk lists.  Only those few lines are re-read from
+settled attempts that carry chunk lists and, as the step's figures do, ended before the step
+did.  A stream cut at the client's cap of chunk entries has its later arrivals merged into the
+last entry, so its replay ends early.  Only those few lines are re-read from
 ``requests.jsonl`` (see :meth:`dashboard.rundir.RequestLog.chunk_series`).
 """
 from __future__ import annotations
@@ -73,10 +75,14 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
     return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(st), silence, np.asarray(st), np.asarray(sp))
 
 
-def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
-    """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
-    a pick is missing when no attempt of the step has usable chunk lists."""
+def pick_streams(a: Attempts, log: RequestLog, step: int,
+                 end: float | None = None) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step whose streams count
+    when they ended by ``end`` (see the module doc); a pick is missing when no attempt of the
+    step has usable chunk lists."""
     m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
+    if end is not None:
+        m &= ~(a["tend"] > end)
     rows = np.flatnonzero(m)
     if not len(rows):
         return {}
