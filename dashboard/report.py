@@ -500,8 +500,9 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
                                  "drawn.</p>")
                   + f"<p class='meta'>Per step, the typical (median) and the worst stream, ranked by TTFA plus "
                     f"total stall. Thin staircase: audio received; dotted: audio played by a player that starts "
-                    f"once {rd.playback_buffer_ms():.0f} ms of audio is in and plays at 1x, flat while it waits "
-                    f"for the next chunk (a stall, marked with a tick).</p>")
+                    + (f"once {rd.playback_buffer_ms():g} ms of audio is in" if rd.playback_buffer_ms()
+                       else "with the first audio")
+                    + " and plays at 1x, flat while it waits for the next chunk (a stall, marked with a tick).</p>")
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{verdict_html(summary)}"
             f"<h2>Steps</h2>{step_table_html(summary)}"
