@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
 from .rundir import Attempts, RunDir
-from .steps import INTEGRITY_ABS_S, INTEGRITY_REL, stream_end
+from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 from .stream import pick_streams, playback
 from .summary import is_streamed, table_columns, table_rows
 
@@ -310,7 +310,7 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     drawn = []
     for s in steps:
         picks = {name: (row, playback(at, audio, buffer_ms)) for name, (row, at, audio)
-                 in pick_streams(a, rd.requests, s["step"], stream_end(s["window"])).items()}
+                 in pick_streams(a, rd.requests, s["step"]).items()}
         drawn.append((s, {k: v for k, v in picks.items() if v[1] is not None}))
     if not any(p for _, p in drawn):
         return None

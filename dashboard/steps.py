@@ -121,23 +121,32 @@ def integrity(a: Attempts, rows: np.ndarray) -> dict:
             "rate": len(bad) / len(idx) if len(idx) else None, "examples": examples}
 
 
-def stream_end(window: dict) -> float | None:
+def _stream_end(window: dict) -> float | None:
     """The end a step's streams must have finished by to count (see the module doc), or None."""
     return None if window["open"] or window["source"] != "run.json" else window["end"]
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, end: float | None) -> dict:
-    """The stream figures of one step's successful requests (see the module doc); ``end`` is the
-    step's end, None when not known yet."""
-    cut = 0
+def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarray:
+    """The ``cut_by_step_end`` column: attempts that finished after the end of the step they were
+    sent in.  Each step marks its own rows (``m``) as it is summarised, so a summary of several
+    steps pooled later (their records relabelled) still leaves those attempts out."""
+    cut = a.cols.get("cut_by_step_end")
+    if cut is None:
+        cut = a.cols["cut_by_step_end"] = np.zeros(len(a), dtype=bool)
     if end is not None:
-        inside = okf & ~(a["tend"] > end)  # an unknown end of the attempt counts as inside
-        cut, okf = int((okf & ~inside).sum()), inside
+        cut[m & (a["tend"] > end)] = True  # an attempt without a known end counts as inside
+    return cut
+
+
+def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray) -> dict:
+    """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
+    module doc)."""
+    n_cut, okf = int((okf & cut).sum()), okf & ~cut
     under = a["underruns"][okf]
     under = under[np.isfinite(under)]
     return {
         "streamed": streamed,
-        "streams": {"counted": int(okf.sum()), "cut_by_step_end": cut},
+        "streams": {"counted": int(okf.sum()), "cut_by_step_end": n_cut},
         "ttfa_ms": dist(a["ttfa_ms"][okf]),
         "underrun_rate": float((under >= 1).mean()) if len(under) else None,
         "underrun_streams": int((under >= 1).sum()),
@@ -307,7 +316,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    out.update(_stream_stats(a, okf, streamed, stream_end(win)))
+    out.update(_stream_stats(a, okf, streamed, _cut_by_step_end(a, m, _stream_end(win))))
     out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}

@@ -75,14 +75,12 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
     return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(st), silence, np.asarray(st), np.asarray(sp))
 
 
-def pick_streams(a: Attempts, log: RequestLog, step: int,
-                 end: float | None = None) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
-    """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step whose streams count
-    when they ended by ``end`` (see the module doc); a pick is missing when no attempt of the
-    step has usable chunk lists."""
+def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
+    a pick is missing when no attempt of the step has usable chunk lists."""
     m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
-    if end is not None:
-        m &= ~(a["tend"] > end)
+    if "cut_by_step_end" in a.cols:  # marked by dashboard.steps.step_stats
+        m &= ~a["cut_by_step_end"]
     rows = np.flatnonzero(m)
     if not len(rows):
         return {}
