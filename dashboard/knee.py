@@ -33,20 +33,22 @@ lowest tested concurrency at which
   both stay so at every higher step: 140 -> 260 ms is still instant to a listener, 400 -> 700 ms
   is not.
 
-Wait and end-to-end time rising while every stream stays ahead of playback is no knee.  A
-streamed run in which no step has a TTFA or underrun figure (a client that did not time the
-stream) cannot be judged that way: it is judged on whole-body time as above, with
-``untimed_stream`` set so the verdict can say so.  The
+Wait and end-to-end time rising while every stream stays ahead of playback is no knee.  The
 cross-checks then run on TTFA: the inflation curve (``inflation_basis`` "ttfa") is the larger
 of the TTFA p50 and p95 ratios to the lowest step's, ``latency_vs_previous`` compares TTFA p50 and
 p95 with the previous step's; ``latency_vs_lowest`` is still reported on whole-body time, to show
-what the rule for whole responses would have said, but does not set the knee.
+what the rule for whole responses would have said, but does not set the knee.  A streamed run
+in which no step has a TTFA or underrun figure (a client that did not time the stream) cannot
+be judged that way: it is judged on whole-body time as above, with ``untimed_stream`` set so
+the verdict can say so.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from .rundir import TTFA_FLOOR_MS
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5
@@ -197,7 +199,7 @@ _WHOLE_METHODS = ("latency_vs_lowest", "failures", "latency_vs_previous", "throu
                   "kneedle", "piecewise")
 
 
-def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 300.0) -> dict:
+def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = TTFA_FLOOR_MS) -> dict:
     """``{"concurrency", "index", "methods", "agree", "inflation", "inflation_basis",
     "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
     ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
