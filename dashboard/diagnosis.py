@@ -17,22 +17,29 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 4. ``server_errors`` - at the knee step, other failures are at least 5% of attempts.
 5. ``no_knee`` - latency never rose notably: test higher.
 6. ``client_io`` - the knee is in write/concat time while wait stayed flat.
-7. ``compute_bound`` - queueing with a server host's GPU (util >= ``GPU_BUSY``) or CPU
+7. ``queueing`` - requests queue, but there are no server samples at the knee step (no
+   collector, or none of its samples fell in that step's window): a saturated GPU/CPU cannot be
+   told from a server concurrency limit, so the verdict names neither and the evidence asks
+   for ``--collector``.
+8. ``compute_bound`` - queueing with a server host's GPU (util >= ``GPU_BUSY``) or CPU
    (total >= ``CPU_BUSY`` or busiest core >= ``CORE_BUSY``) saturated at the knee.  A busy host
    CPU counts only when that host's watched TTS process (if any) uses at least
    ``PROC_SHARE``% of a core: otherwise something else on the host is using it.  Each host is
    judged on its own figures, so an idle host does not average a saturated one away.
-8. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
+9. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
-Without server resource samples, saturation cannot be proven either way; the default is
-``compute_bound`` and the evidence says that a collector is needed to tell it apart from
-``concurrency_limit``.
+In a streamed run (``knee["streamed"]``) the kinds are the same, but "queueing" means streams
+falling behind playback or TTFA rising, and the evidence quotes underrun and TTFA figures
+rather than whole-body wait (see :mod:`dashboard.knee`).  Audio-integrity mismatches (the
+same text giving audio of a different length under load, see :mod:`dashboard.steps`) are added
+to the evidence whenever there are any, whatever the kind.
 """
 from __future__ import annotations
 
 import re
 
-from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE
+from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE
+from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
 GPU_BUSY = 80.0  # mean GPU util % over the knee step
 CPU_BUSY = 85.0  # mean server CPU %
@@ -73,6 +80,46 @@ def _lat_sentence(lo: dict, hi: dict) -> str:
             f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
             f"{_ms(_get(lo, 'latency_ms', 'p50'))} -> {_ms(_get(hi, 'latency_ms', 'p50'))}, max "
             f"{_ms(_get(hi, 'latency_ms', 'max'))})")
+
+
+def share(rate: float) -> str:
+    """A share as a whole percentage, "<1%" for a few in many (never "0%" when some did)."""
+    return "<1%" if 0 < rate < 0.005 else f"{rate:.0%}"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _stream_state(s: dict) -> str:
+    """"64% of streams stalled (p95 stall 850 ms)" for one step."""
+    rate = s.get("underrun_rate")
+    if rate is None:
+        return "underruns not measured"
+    stall = _get(s, "underrun_ms", "p95")
+    return (f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else ""))
+
+
+def stream_sentence(lo: dict, hi: dict, base: dict) -> str:
+    """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
+    return (f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
+            f"{_ms(_get(hi, 'ttfa_ms', 'p95'))} vs {_ms(_get(base, 'ttfa_ms', 'p95'))} at "
+            f"{base['concurrency']}" + ("" if lo is base else
+                                        f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 "
+                                        f"{_ms(_get(lo, 'ttfa_ms', 'p95'))})"))
+
+
+def _integrity(steps) -> list[str]:
+    ev = []
+    for s in steps:
+        it = s.get("integrity") or {}
+        if it.get("mismatched"):
+            ex = "; ".join(f"\"{e['text_id'][:60]}\" {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s received"
+                           for e in it["examples"][:2])
+            ev.append(f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
+                      f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
+                      f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}.")
+    return ev
 
 
 def _memory(steps, knee_i, creep) -> list[str]:
@@ -246,10 +293,17 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
         return {"kind": "no_knee", "evidence": ["No settled requests were recorded yet."],
                 "resource_data": has_resources}
     k = knee.get("index")
-    ev_common = []
+    streamed = bool(knee.get("streamed"))
+    ev_common = _integrity(steps)
+    if knee.get("untimed_stream"):
+        ev_common.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
+                         "client did not time the stream), so the knee follows whole-body time.")
     if not has_resources:
         ev_common.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
                          "rests on latencies and failures only.")
+    elif not any(s.get("server") for s in steps):
+        ev_common.append("No server samples (resources.jsonl has only the load generator's): the "
+                         "diagnosis rests on latencies and failures only.")
 
     def out(kind, ev):
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
@@ -268,6 +322,8 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     if err:
         return out("server_errors", err)
     top = steps[-1]
+    if k is None and streamed:
+        return out("no_knee", _stream_no_knee(steps, knee))
     if k is None:
         infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
         ev = [f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
@@ -289,20 +345,49 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
                 f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
                 f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
                 f"client's disk or concatenation is the bottleneck, not the server."])
-    queue = _lat_sentence(lo, s)
+    queue = stream_sentence(lo, s, steps[0]) if streamed else _lat_sentence(lo, s)
     thr_lo, thr_hi = lo.get("throughput_rps"), s.get("throughput_rps")
     tp = (f"throughput went from {thr_lo:.2f} to {thr_hi:.2f} req/s"
           if thr_lo is not None and thr_hi is not None else "throughput n/a")
     sat, res = _saturation(s)
     if sat is None:
-        return out("compute_bound", [
-            f"{queue}; {tp}: requests are queueing.",
-            "Without server resource samples, a saturated GPU/CPU (compute_bound) cannot be told "
-            "apart from a server concurrency limit set too low (concurrency_limit); compute_bound "
-            "is the default, run with --collector to decide."])
+        return out("queueing", [
+            f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
+            f"the cause cannot be told.",
+            f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
+            f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
+            f"the same from the client; run again with --collector URL (python -m collectors "
+            f"beside the TTS server) to tell them apart."])
+    if streamed:
+        queue = _cap(queue)
     if sat:
         return out("compute_bound", [f"{queue} while {res} at {s['concurrency']}; {tp}: the server "
                                      f"is out of compute."])
     return out("concurrency_limit", [f"{queue} while {res} at {s['concurrency']}; {tp}: requests "
                                      f"queue with the hardware idle, so the server's own concurrency "
                                      f"or batch limit is too low."])
+
+
+def _stream_no_knee(steps: list[dict], knee: dict) -> list[str]:
+    """Why a streamed run has no knee: every step's streams kept ahead of playback."""
+    top, base = steps[-1], steps[0]
+    rates = [s.get("underrun_rate") for s in steps]
+    known = [r for r in rates if r is not None]
+    ev = []
+    if known:
+        ev.append(f"Streams kept ahead of playback up to concurrency {top['concurrency']}: at most "
+                  f"{share(max(known))} of streams stalled at any step (a step breaks at {UNDERRUN_RATE:.0%}).")
+    else:
+        ev.append("Underruns were not measured (no step has an underrun figure, e.g. compressed "
+                  "audio the client cannot time), so only TTFA and failures were judged.")
+    t_lo, t_hi = _get(base, "ttfa_ms", "p95"), _get(top, "ttfa_ms", "p95")
+    ev.append(f"TTFA p95 went from {_ms(t_lo)} at {base['concurrency']} to {_ms(t_hi)} at "
+              f"{top['concurrency']}: a step breaks only above {LATENCY_RISE}x the lowest step's and "
+              f"above the {_ms(knee.get('ttfa_floor_ms'))} floor.")
+    w_lo, w_hi = _get(base, "latency_ms", "p95"), _get(top, "latency_ms", "p95")
+    if w_lo and w_hi and w_hi / w_lo > LATENCY_RISE:
+        ev.append(f"Whole-body p95 wait rose from {_ms(w_lo)} to {_ms(w_hi)}, which a listener does not "
+                  f"hear while the stream stays ahead of playback.")
+    ev.append(f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the highest "
+              f"tested step, so test higher concurrency.")
+    return ev

@@ -1,6 +1,7 @@
 """Find the knee, check Little's law, fit the Universal Scalability Law.
 
-**The knee** is the lowest tested concurrency at which either
+**The knee** of a run whose responses were read whole is the lowest tested concurrency at which
+either
 
 - latency rises notably: the step's p50 or p95 of wait or of end-to-end latency is more than
   ``LATENCY_RISE`` (1.5x) the lowest step's, and stays so at every higher step (a one-step
@@ -20,6 +21,26 @@ A 10% wiggle never crosses 1.5x.  These two rules are the ``latency_vs_lowest`` 
   elbow (the last flat point), so the step after it is reported;
 - ``piecewise``: the best two-segment linear fit of the inflation curve; the first step on the
   steeper segment.
+
+**In a streamed run** the knee follows what a listener hears, not whole-body time: it is the
+lowest tested concurrency at which
+
+- ``underruns``: at least ``UNDERRUN_RATE`` (5%) of the step's successful streams ran dry
+  (``underrun_rate``); or
+- ``failures``: as above; or
+- ``ttfa_vs_lowest``: the step's TTFA p95 is more than ``LATENCY_RISE`` (1.5x) the lowest step's
+  *and* above the absolute floor (``ttfa_floor_ms``, ``--ttfa-floor-ms``, default 300 ms), and
+  both stay so at every higher step: 140 -> 260 ms is still instant to a listener, 400 -> 700 ms
+  is not.
+
+Wait and end-to-end time rising while every stream stays ahead of playback is no knee.  The
+cross-checks then run on TTFA: the inflation curve (``inflation_basis`` "ttfa") is the larger
+of the TTFA p50 and p95 ratios to the lowest step's, ``latency_vs_previous`` compares TTFA p50 and
+p95 with the previous step's; ``latency_vs_lowest`` is still reported on whole-body time, to show
+what the rule for whole responses would have said, but does not set the knee.  A streamed run
+in which no step has a TTFA or underrun figure (a client that did not time the stream) cannot
+be judged that way: it is judged on whole-body time as above, with ``untimed_stream`` set so
+the verdict can say so.
 """
 from __future__ import annotations
 
@@ -27,12 +48,16 @@ import math
 
 import numpy as np
 
+from .rundir import TTFA_FLOOR_MS
+
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5
 EFFICIENCY_MIN = 0.5
 FAILURE_RATE = 0.05
+UNDERRUN_RATE = 0.05
 LITTLE_TOLERANCE = 0.25
 _METRICS = (("latency_ms", "p50"), ("latency_ms", "p95"), ("e2e_ms", "p50"), ("e2e_ms", "p95"))
+_TTFA = (("ttfa_ms", "p50"), ("ttfa_ms", "p95"))
 
 
 def _value(step: dict, key: str, q: str) -> float | None:
@@ -40,13 +65,13 @@ def _value(step: dict, key: str, q: str) -> float | None:
     return d.get(q) if d else None
 
 
-def inflation(steps: list[dict]) -> list[float | None]:
+def inflation(steps: list[dict], metrics=_METRICS) -> list[float | None]:
     """Per step, the largest ratio of its latency metrics to the lowest step's (None if unknown)."""
     base = steps[0]
     out = []
     for s in steps:
         r = None
-        for key, q in _METRICS:
+        for key, q in metrics:
             v, b = _value(s, key, q), _value(base, key, q)
             if v is not None and b:
                 r = max(r or 0.0, v / b)
@@ -73,11 +98,35 @@ def _failures(steps) -> int | None:
     return None
 
 
-def _latency_vs_previous(steps) -> int | None:
+def _underruns(steps) -> int | None:
+    for i, s in enumerate(steps):
+        r = s.get("underrun_rate")
+        if r is not None and r >= UNDERRUN_RATE:
+            return i
+    return None
+
+
+def _ttfa_vs_lowest(steps, floor_ms: float) -> int | None:
+    base = _value(steps[0], "ttfa_ms", "p95")
+    if not base:
+        return None
+
+    def high(s):
+        v = _value(s, "ttfa_ms", "p95")
+        if v is None:
+            return None if s.get("ok") or not s.get("requests") else True  # nothing succeeded
+        return v > LATENCY_RISE * base and v > floor_ms
+    for i in range(1, len(steps)):
+        if high(steps[i]) and all(h is None or h for h in map(high, steps[i + 1:])):
+            return i
+    return None
+
+
+def _latency_vs_previous(steps, metrics=_METRICS) -> int | None:
     for i in range(1, len(steps)):
         prev, cur = steps[i - 1], steps[i]
         allowed = STEP_RISE ** math.log2(cur["concurrency"] / prev["concurrency"])
-        for key, q in _METRICS:
+        for key, q in metrics:
             v, b = _value(cur, key, q), _value(prev, key, q)
             if v is not None and b and v / b > allowed:
                 return i
@@ -144,36 +193,55 @@ def _piecewise(steps, infl) -> int | None:
     return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
 
 
-def find_knee(steps: list[dict]) -> dict:
-    """``{"concurrency", "index", "methods", "agree", "inflation", "efficiency"}`` (see module doc)."""
+_STREAM_METHODS = ("underruns", "failures", "ttfa_vs_lowest", "latency_vs_lowest", "latency_vs_previous",
+                   "throughput_efficiency", "kneedle", "piecewise")
+_WHOLE_METHODS = ("latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency",
+                  "kneedle", "piecewise")
+
+
+def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = TTFA_FLOOR_MS) -> dict:
+    """``{"concurrency", "index", "methods", "agree", "inflation", "inflation_basis",
+    "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
+    ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
+    set the knee."""
     steps = [s for s in steps if s.get("requests")]
-    methods: dict[str, int | None] = dict.fromkeys(
-        ("latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency",
-         "kneedle", "piecewise"))
+    untimed = streamed and bool(steps) and not any(
+        _value(s, "ttfa_ms", "p95") is not None or s.get("underrun_rate") is not None for s in steps)
+    streamed = streamed and not untimed
+    names = _STREAM_METHODS if streamed else _WHOLE_METHODS
+    rules = ("underruns", "failures", "ttfa_vs_lowest") if streamed else ("latency_vs_lowest", "failures")
+    basis = "ttfa" if streamed else "latency"
+    empty = {"concurrency": None, "index": None, "methods": dict.fromkeys(names), "agree": [],
+             "inflation": [], "inflation_basis": basis, "efficiency": [], "streamed": streamed,
+             "ttfa_floor_ms": ttfa_floor_ms if streamed else None, "rules": list(rules),
+             "untimed_stream": untimed}
     if not steps:
-        return {"concurrency": None, "index": None, "methods": methods, "agree": [],
-                "inflation": [], "efficiency": []}
-    infl = inflation(steps)
+        return empty
+    whole = inflation(steps)
+    infl = inflation(steps, _TTFA) if streamed else whole
     idx = {
-        "latency_vs_lowest": _latency_vs_lowest(steps, infl),
+        "latency_vs_lowest": _latency_vs_lowest(steps, whole),
         "failures": _failures(steps),
-        "latency_vs_previous": _latency_vs_previous(steps),
+        "latency_vs_previous": _latency_vs_previous(steps, _TTFA if streamed else _METRICS),
         "throughput_efficiency": _throughput_efficiency(steps),
         "kneedle": _kneedle(steps, infl),
         "piecewise": _piecewise(steps, infl),
     }
-    primary = [i for i in (idx["latency_vs_lowest"], idx["failures"]) if i is not None]
+    if streamed:
+        idx["underruns"] = _underruns(steps)
+        idx["ttfa_vs_lowest"] = _ttfa_vs_lowest(steps, ttfa_floor_ms)
+    primary = [idx[r] for r in rules if idx[r] is not None]
     k = min(primary) if primary else None
-    methods = {name: (steps[i]["concurrency"] if i is not None else None) for name, i in idx.items()}
+    methods = {name: (steps[idx[name]]["concurrency"] if idx[name] is not None else None) for name in names}
     knee_c = steps[k]["concurrency"] if k is not None else None
-    return {
+    return dict(empty, **{
         "concurrency": knee_c,
         "index": k,
         "methods": methods,
         "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
         "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
         "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
-    }
+    })
 
 
 def little_check(steps: list[dict]) -> list[dict]:

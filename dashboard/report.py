@@ -3,6 +3,9 @@
 Every string that comes from the run (text ids, error messages, hosts, the target) is
 HTML-escaped before it reaches the page or a Plotly hover label.  The per-attempt scatter is
 downsampled to ``MAX_POINTS``, keeping failures and retries first, so the page stays small.
+A streamed run adds a stream-health section: per step, the audio received and played over time
+for a typical and the worst stream (see :mod:`dashboard.stream`), and the share of streams that
+stalled.  Audio-integrity mismatches get their own table whenever any attempt was checked.
 """
 from __future__ import annotations
 
@@ -15,9 +18,11 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from .knee import usl_curve
+from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
 from .rundir import Attempts, RunDir
-from .summary import TABLE_COLUMNS, table_rows
+from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
+from .stream import pick_streams, playback
+from .summary import is_streamed, table_columns, table_rows
 
 MAX_POINTS = 20000
 GIB = 1024 ** 3
@@ -72,7 +77,9 @@ def _marks(fig, summary, rows_cols):
 
 def curves_figure(summary: dict) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("requests")]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Latency (wait) vs concurrency",
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Latency (wait, TTFA) vs concurrency"
+                                                        if any(s.get("ttfa_ms") for s in steps) else
+                                                        "Latency (wait) vs concurrency",
                                                         "Throughput vs concurrency"))
     conc = [s["concurrency"] for s in steps]
     n = lx(conc)
@@ -81,6 +88,11 @@ def curves_figure(summary: dict) -> go.Figure:
                         mode="lines+markers", line=dict(dash=dash), row=1, col=1)
     fig.add_scatter(x=n, y=[(s.get("e2e_ms") or {}).get("p95") for s in steps], name="p95 end-to-end",
                     mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
+    if any(s.get("ttfa_ms") for s in steps):
+        for q, dash in (("p50", None), ("p95", "dot")):
+            fig.add_scatter(x=n, y=[(s.get("ttfa_ms") or {}).get(q) for s in steps], name=f"{q} TTFA",
+                            mode="lines+markers", line=dict(dash=dash, color="#000000", width=2),
+                            marker=dict(symbol="star"), row=1, col=1)
     fig.add_scatter(x=n, y=[s.get("throughput_rps") for s in steps], name="throughput (ok req/s)",
                     mode="lines+markers", line=dict(width=3), row=1, col=2)
     if steps and steps[0].get("throughput_rps"):
@@ -285,10 +297,105 @@ def tier_figure(summary: dict) -> go.Figure:
     return fig
 
 
+STREAM_COLOURS = {"typical": "#1f77b4", "worst": "#d62728"}
+STREAM_COLS = 4  # subplots per row of the stream-health figure
+
+
+def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
+    """Per step, audio received and played (s) over time since t0 (s) of a typical and the worst
+    stream; None when no step has a stream with chunk lists."""
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    a = rd.requests.attempts()
+    buffer_ms = rd.playback_buffer_ms()
+    drawn = []
+    for s in steps:
+        picks = {name: (row, playback(at, audio, buffer_ms)) for name, (row, at, audio)
+                 in pick_streams(a, rd.requests, s["step"]).items()}
+        drawn.append((s, {k: v for k, v in picks.items() if v[1] is not None}))
+    if not any(p for _, p in drawn):
+        return None
+    cols = min(STREAM_COLS, len(drawn))
+    rows = math.ceil(len(drawn) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[
+        f"{s['concurrency']} stream{'s' if s['concurrency'] != 1 else ''}: "
+        + ("-" if s.get("underrun_rate") is None else f"{s['underrun_rate']:.0%} stalled") for s, _ in drawn], horizontal_spacing=0.05, vertical_spacing=0.12)
+    shown = set()
+    for i, (s, picks) in enumerate(drawn):
+        r, c = i // cols + 1, i % cols + 1
+        for name in ("typical", "worst"):
+            if name not in picks:
+                continue
+            row, pb = picks[name]
+            tid = a["text"][row]
+            runs, silent = a["underruns"][row], a["underrun_ms"][row]  # the client's own figures
+            runs, silent = (runs, silent) if np.isfinite(runs) and np.isfinite(silent) else (pb.underruns,
+                                                                                            pb.underrun_ms)
+            label = (f"{name} stream at {s['concurrency']}: text {esc(a.texts[tid]) if tid >= 0 else '?'}, "
+                     f"TTFA {a['ttfa_ms'][row]:.0f} ms, {runs:.0f} stalls, {silent:.0f} ms silent")
+            colour = STREAM_COLOURS[name]
+            fig.add_scatter(x=pb.received_t / 1000, y=pb.received / 1000, mode="lines", line_shape="hv",
+                            line=dict(color=colour, width=1), name=f"received ({name})", legendgroup=f"r{name}",
+                            showlegend=f"r{name}" not in shown, hovertext=label, hoverinfo="text+x+y",
+                            row=r, col=c)
+            fig.add_scatter(x=pb.played_t / 1000, y=pb.played / 1000, mode="lines",
+                            line=dict(color=colour, width=3, dash="dot"), name=f"played ({name})",
+                            legendgroup=f"p{name}", showlegend=f"p{name}" not in shown, hovertext=label,
+                            hoverinfo="text+x+y", row=r, col=c)
+            if pb.underruns:
+                fig.add_scatter(x=pb.stalls_t / 1000, y=pb.stalls / 1000, mode="markers",
+                                marker=dict(color=colour, symbol="line-ns-open", size=9), name=f"stall ({name})",
+                                legendgroup=f"s{name}", showlegend=f"s{name}" not in shown, hovertext=label,
+                                hoverinfo="text+x", row=r, col=c)
+                shown.add(f"s{name}")
+            shown |= {f"r{name}", f"p{name}"}
+    fig.update_xaxes(title_text="s since sent", rangemode="tozero")
+    fig.update_yaxes(title_text="audio s", rangemode="tozero", col=1)
+    fig.update_layout(height=300 * rows + 80, margin=dict(t=50, b=40, l=60, r=20))
+    return fig
+
+
+def underrun_figure(summary: dict) -> go.Figure:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    labels = [str(s["concurrency"]) for s in steps]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Streams that stalled (%)", "Stall per stream (ms)"))
+    fig.add_bar(x=labels, y=[None if s.get("underrun_rate") is None else 100 * s["underrun_rate"] for s in steps],
+                name="streams with >= 1 underrun", marker_color="#d62728", row=1, col=1)
+    fig.add_hline(y=100 * UNDERRUN_RATE, line=dict(color="#999", dash="dash"), row=1, col=1,
+                  annotation_text=f"{UNDERRUN_RATE:.0%}: the step breaks")
+    for key, q, name in (("underrun_ms", "p95", "p95 stall"), ("underrun_ms", "max", "max stall"),
+                         ("gap_max_ms", "p95", "p95 largest gap between chunks")):
+        fig.add_scatter(x=labels, y=[(s.get(key) or {}).get(q) for s in steps], name=name,
+                        mode="lines+markers", row=1, col=2)
+    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(height=340, margin=dict(t=40, b=40, l=60, r=20))
+    return fig
+
+
+def integrity_html(summary: dict) -> str:
+    steps = [s for s in summary["steps"] if (s.get("integrity") or {}).get("checked")]
+    if not steps:
+        return ""
+    rule = (f"Audio length against the same text's median at the lowest concurrency; a mismatch is off by more "
+            f"than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s).")
+    if not any(s["integrity"]["mismatched"] for s in steps):
+        checked = sum(s["integrity"]["checked"] for s in steps)
+        return f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)} No mismatches in {checked} checked attempts.</p>"
+    rows = []
+    for s in steps:
+        it = s["integrity"]
+        ex = "; ".join(f"{e['text_id']}: {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s got"
+                       for e in it["examples"])
+        rows.append(f"<tr><td>{esc(s['concurrency'])}</td><td>{it['checked']}</td><td>{it['mismatched']}</td>"
+                    f"<td>{100 * (it['rate'] or 0):.1f}</td><td class='l'>{esc(ex)}</td></tr>")
+    return (f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)}</p><table><tr><th>concurrency</th><th>checked</th>"
+            f"<th>mismatched</th><th>%</th><th class='l'>examples</th></tr>{''.join(rows)}</table>")
+
+
 def step_table_html(summary: dict) -> str:
     knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
     extra = ("e2e p95", "throttled", "GPU mem peak", "client CPU", "Little")
-    head = "".join(f"<th>{esc(c)}</th>" for c in TABLE_COLUMNS + extra)
+    head = "".join(f"<th>{esc(c)}</th>" for c in table_columns(summary) + extra)
     rows = []
     for s, r in zip(summary["steps"], table_rows(summary)):
         srv, cli = s.get("server") or {}, s.get("client") or {}
@@ -305,7 +412,10 @@ def step_table_html(summary: dict) -> str:
             f"successful final attempts (t2-t0). rps: successful requests per second of the measured "
             f"window (settle time to step end), counting requests that finished in it. Little: mean busy "
             f"users over the window (end-to-end request time overlapping it) / concurrency. Resource "
-            f"figures: the busiest host's.</p>")
+            f"figures: the busiest host's."
+            + (" ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
+               "once. Both count the streams that ended before their step did (a stream still playing when "
+               "the next step began heard the next step's load)." if is_streamed(summary) else "") + "</p>")
 
 
 def verdict_html(summary: dict) -> str:
@@ -329,7 +439,11 @@ def verdict_html(summary: dict) -> str:
             f"diagnosis: <span class='kind'>{esc(d['kind'])}</span></div><ul>{ev}</ul>"
             f"<div>{esc(summary['recommendation'])}</div></div>"
             f"<table><tr><th class='l'>knee method</th><th>concurrency</th></tr>{methods}</table>"
-            f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
+            + (f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
+               f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "
+               f"{LATENCY_RISE}x the lowest step's and above the {knee.get('ttfa_floor_ms') or 0:g} ms floor; "
+               f"whole-body time is only a cross-check.</p>" if knee.get("streamed") else "")
+            + f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
             f"{esc(lit)}</p>")
 
 
@@ -372,15 +486,27 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     first = True if plotlyjs == "embed" else plotlyjs
     figs = [curves_figure(summary), timeline_figure(rd, summary), stages_figure(summary),
             retries_figure(summary), memory_figure(summary), tier_figure(summary)]
+    if is_streamed(summary):
+        figs += [underrun_figure(summary), stream_figure(rd, summary)]
     parts = []
     for f in figs:
-        parts.append(_fig_html(f, first))
-        first = False
+        parts.append(_fig_html(f, first) if f is not None else "")
+        first = first if f is None else False
     run_id = summary["run"]["run_id"]
+    stream = ""
+    if is_streamed(summary):
+        stream = (f"<h2>Stream health: audio received vs played</h2>{parts[6]}"
+                  + (parts[7] or "<p class='meta'>No stream carries chunk arrival times, so none can be "
+                                 "drawn.</p>")
+                  + f"<p class='meta'>Per step, the typical (median) and the worst stream, ranked by TTFA plus "
+                    f"total stall. Thin staircase: audio received; dotted: audio played by a player that starts "
+                    + (f"once {rd.playback_buffer_ms():g} ms of audio is in" if rd.playback_buffer_ms()
+                       else "with the first audio")
+                    + " and plays at 1x, flat while it waits for the next chunk (a stall, marked with a tick).</p>")
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{verdict_html(summary)}"
             f"<h2>Steps</h2>{step_table_html(summary)}"
-            f"<h2>Latency and throughput</h2>{parts[0]}"
+            f"<h2>Latency and throughput</h2>{parts[0]}{stream}{integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(summary)}"

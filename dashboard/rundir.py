@@ -5,6 +5,13 @@ uses), chunk by chunk, so a million attempts cost a few hundred MB at most and n
 dicts are kept.  Readers are incremental: :meth:`RequestLog.update` parses only what was
 appended since the last call, which is what the live view needs while a run is being written.
 
+Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``) are
+float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
+a whole number) is NaN.  The per-chunk lists ``chunk_at_ms`` / ``chunk_audio_ms`` are not kept:
+each row remembers its line's byte offset in ``requests.jsonl`` and how many chunk entries it
+carried (``chunk_n``, -1 when the lists are missing or do not match), and
+:meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.
+
 A line that is not a JSON object is skipped and counted in ``bad_lines``.  A last line without
 its newline is being written (or was cut by a crash): it is left unparsed and reported as
 ``incomplete_last_line``; the next update picks it up once it is complete.
@@ -24,11 +31,15 @@ CHUNK_LINES = 65536  # lines parsed into Python lists before they become numpy a
 MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one label
 MAX_STAGES = 32  # distinct Server-Timing stage names kept
 OTHER_LABEL = "(other)"
+TTFA_FLOOR_MS = 300.0  # --ttfa-floor-ms default, for runs whose run.json does not say
 
 # float columns: name in the record -> column name
 _FLOATS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf",
            "retry_after_s", "backoff_ms", "text_len", "bytes")
 _INTS = ("step", "concurrency", "attempt", "status")  # -1 where missing / null
+# streaming figures: NaN unless a finite number >= 0; the counts also whole
+_STREAM_MS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
+_STREAM_COUNTS = ("chunks", "underruns")
 
 
 class RunDirError(Exception):
@@ -44,6 +55,14 @@ def _num(v) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def _amount(v, whole: bool = False) -> float | None:
+    """A finite float >= 0 (a whole one when ``whole``), else None."""
+    f = _num(v)
+    if f is None or f < 0 or (whole and f != int(f)):
+        return None
+    return f
 
 
 class _Labels:
@@ -86,6 +105,7 @@ class Attempts:
     errors: list[str]
     texts: list[str]
     tiers: list[str]
+    memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
 
     def __len__(self) -> int:
         return len(self.cols["t0"])
@@ -138,12 +158,15 @@ class RequestLog:
                 end = data.rfind(b"\n") + 1
                 carry = data[end:]
                 if end:
+                    base = self.offset
                     self.offset += end
                     lines = data[:end].split(b"\n")
                     lines.pop()  # the empty string after the final newline
                     del data
                     for i in range(0, len(lines), CHUNK_LINES):
-                        self._parse(lines[i:i + CHUNK_LINES])
+                        part = lines[i:i + CHUNK_LINES]
+                        self._parse(part, base)
+                        base += sum(len(x) for x in part) + len(part)
                     read_any = True
         self.incomplete_last_line = bool(carry)
         if not read_any:
@@ -151,15 +174,19 @@ class RequestLog:
         self._cache = None
         return True
 
-    def _parse(self, lines: list[bytes]) -> None:
+    def _parse(self, lines: list[bytes], base: int) -> None:
+        """Parse complete lines; ``base`` is the byte offset of the first one in the file."""
         loads = json.loads
-        f = {k: [] for k in _FLOATS}
+        f = {k: [] for k in _FLOATS + _STREAM_MS + _STREAM_COUNTS}
         ints = {k: [] for k in _INTS}
         tend, final, ok, settled, err, text, tier = [], [], [], [], [], [], []
+        offsets, chunk_n = [], []
         stages: dict[str, list[tuple[int, float]]] = {}
         row = self._rows
+        pos = base
         for raw in lines:
             self.lines += 1
+            at, pos = pos, pos + len(raw) + 1
             if not raw.strip():
                 continue
             try:
@@ -174,6 +201,14 @@ class RequestLog:
             wait = _num(r.get("wait_ms"))
             for k in _FLOATS:
                 f[k].append(_num(r.get(k)))
+            for k in _STREAM_MS:
+                f[k].append(_amount(r.get(k)))
+            for k in _STREAM_COUNTS:
+                f[k].append(_amount(r.get(k), whole=True))
+            ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
+            chunk_n.append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm)
+                           else -1)
+            offsets.append(at)
             for k in _INTS:
                 v = _num(r.get(k))
                 ints[k].append(-1 if v is None else int(v))
@@ -220,6 +255,8 @@ class RequestLog:
         chunk["error"] = np.array(err, dtype=np.int32)
         chunk["text"] = np.array(text, dtype=np.int32)
         chunk["tier"] = np.array(tier, dtype=np.int16)
+        chunk["offset"] = np.array(offsets, dtype=np.int64)
+        chunk["chunk_n"] = np.array(chunk_n, dtype=np.int32)
         st_chunk = {}
         for name, pairs in stages.items():
             a = np.full(n, np.nan)
@@ -239,8 +276,9 @@ class RequestLog:
         if self._chunks:
             cols = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
         else:
-            cols = {k: np.empty(0) for k in _FLOATS + ("tend",)}
-            cols.update({k: np.empty(0, dtype=np.int32) for k in _INTS + ("error", "text")})
+            cols = {k: np.empty(0) for k in _FLOATS + _STREAM_MS + _STREAM_COUNTS + ("tend",)}
+            cols.update({k: np.empty(0, dtype=np.int32) for k in _INTS + ("error", "text", "chunk_n")})
+            cols["offset"] = np.empty(0, dtype=np.int64)
             cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
             cols["tier"] = np.empty(0, dtype=np.int16)
         stages = {}
@@ -262,6 +300,26 @@ class RequestLog:
         cols["e2e_ms"] = e2e
         self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names)
         return self._cache
+
+    def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(``chunk_at_ms``, ``chunk_audio_ms``) of one attempt, re-read from its line; None when
+        the line is gone or its lists are not equal-length lists of finite numbers >= 0."""
+        a = self.attempts()
+        if not 0 <= row < len(a) or a["chunk_n"][row] < 0:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(int(a["offset"][row]))
+                r = json.loads(f.readline())
+            at = np.asarray(r["chunk_at_ms"], dtype=float)
+            audio = np.asarray(r["chunk_audio_ms"], dtype=float)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        if at.ndim != 1 or at.shape != audio.shape or not (np.isfinite(at).all() and np.isfinite(audio).all()) \
+                or (at < 0).any() or (audio < 0).any():
+            return None
+        order = np.argsort(at, kind="stable")
+        return at[order], audio[order]
 
 
 _RES_SCALARS = ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
@@ -379,3 +437,26 @@ class RunDir:
 
     def has_resources(self) -> bool:
         return (self.path / "resources.jsonl").exists() and len(self.resources) > 0
+
+    def options(self) -> dict:
+        opts = self.run.get("options")
+        return opts if isinstance(opts, dict) else {}
+
+    def streamed(self) -> bool:
+        """Whether the run read its responses as streams: ``options.tts_stream`` (or a stream
+        format) when run.json says; for runs from before that option, whether any record
+        carries chunk arrival times."""
+        opts = self.options()
+        if "tts_stream" in opts or "tts_stream_format" in opts:
+            return opts.get("tts_stream") is True or bool(opts.get("tts_stream_format"))
+        return bool((self.requests.attempts()["chunk_n"] >= 0).any())
+
+    def ttfa_floor_ms(self) -> float:
+        """``options.ttfa_floor_ms`` (default :data:`TTFA_FLOOR_MS`)."""
+        v = _amount(self.options().get("ttfa_floor_ms"))
+        return TTFA_FLOOR_MS if v is None else v
+
+    def playback_buffer_ms(self) -> float:
+        """``options.playback_buffer_ms`` (default 0)."""
+        v = _amount(self.options().get("playback_buffer_ms"))
+        return 0.0 if v is None else v

@@ -31,6 +31,23 @@ Definitions used throughout the dashboard:
   (``cpu_mean``, ``busiest_core_mean``, ``proc_cpu_mean``, ``gpu_util_mean`` and their maxima)
   are the highest of the hosts' figures, so one saturated host is not averaged away by idle
   ones; ``by_host`` keeps each host's own.
+- **Streams** (successful final attempts that *finished before the step ended*): a stream still
+  playing when the next step's users joined heard part of the next step's load (the server
+  shares its capacity among more streams at once), which would put the next step's underruns
+  on this one; ``streams`` gives {``counted``, ``cut_by_step_end``} (left out for that reason).
+  A step without a known end keeps them all.  ``ttfa_ms`` is the distribution of time to the
+  first audio sample; ``underrun_rate`` is the share of those with an underrun figure that ran
+  dry at least once (null when none has a figure: not streamed, or audio the client cannot
+  time); ``underrun_ms`` and ``gap_max_ms`` give {count, mean, p95, max} over the same attempts.
+  ``streamed`` says whether the run read its responses as streams.
+- **Audio integrity** (``integrity``): the same text should give about the same audio at every
+  step.  The reference is each text's median ``audio_s`` over the successful settled attempts at
+  the lowest concurrency in the records; an attempt whose ``audio_s`` differs from its text's
+  reference by more than max(``INTEGRITY_REL`` (15%) of it, ``INTEGRITY_ABS_S`` (0.1 s)) is a
+  mismatch.  ``checked`` counts successful attempts with an ``audio_s`` and a reference,
+  ``mismatched`` those off, ``rate`` their share; ``examples`` lists up to ``INTEGRITY_EXAMPLES``
+  as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked,
+  nor texts past the reader's label cap (they share one label).
 - Percentiles are exact, over the raw values (numpy's linear interpolation).
 """
 from __future__ import annotations
@@ -38,11 +55,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .rundir import Attempts
+from .rundir import OTHER_LABEL, Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503)
 PCTS = (50, 90, 95, 99)
+INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relative) ...
+INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
+INTEGRITY_EXAMPLES = 5
 
 
 def dist(values: np.ndarray) -> dict | None:
@@ -55,6 +75,85 @@ def dist(values: np.ndarray) -> dict | None:
     out.update({f"p{q}": float(x) for q, x in zip(PCTS, p)})
     out["max"] = float(v.max())
     return out
+
+
+def _tail(values: np.ndarray) -> dict | None:
+    """{count, mean, p95, max} of the finite values, or None if there are none."""
+    d = dist(values)
+    return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
+
+
+def audio_reference(a: Attempts) -> np.ndarray:
+    """Per text code, the median ``audio_s`` of the successful settled attempts at the lowest
+    concurrency in the records (NaN for texts not sent there); computed once per set of columns."""
+    ref = a.memo.get("audio_reference")
+    if ref is not None:
+        return ref
+    ref = np.full(len(a.texts), np.nan)
+    good = a["ok"] & a["final"] & a["settled"] & np.isfinite(a["audio_s"]) & (a["text"] >= 0) \
+        & (a["concurrency"] >= 1)
+    if good.any():
+        low = good & (a["concurrency"] == a["concurrency"][good].min())
+        frame = pd.DataFrame({"text": a["text"][low], "audio_s": a["audio_s"][low]})
+        med = frame.groupby("text")["audio_s"].median()
+        ref[med.index.to_numpy()] = med.to_numpy()
+    if OTHER_LABEL in a.texts:  # texts past the label cap share one code: no single reference
+        ref[a.texts.index(OTHER_LABEL)] = np.nan
+    a.memo["audio_reference"] = ref
+    return ref
+
+
+def integrity(a: Attempts, rows: np.ndarray) -> dict:
+    """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
+    (see the module doc)."""
+    ref = audio_reference(a)
+    idx = np.flatnonzero(rows & np.isfinite(a["audio_s"]) & (a["text"] >= 0))
+    expected = ref[a["text"][idx]] if len(ref) else np.full(len(idx), np.nan)
+    has = np.isfinite(expected)
+    idx, expected = idx[has], expected[has]
+    got = a["audio_s"][idx]
+    off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
+    bad = idx[off]
+    examples = [{"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
+                for i, e, g in zip(bad[:INTEGRITY_EXAMPLES], expected[off][:INTEGRITY_EXAMPLES],
+                                   got[off][:INTEGRITY_EXAMPLES])]
+    return {"checked": int(len(idx)), "mismatched": int(len(bad)),
+            "rate": len(bad) / len(idx) if len(idx) else None, "examples": examples}
+
+
+def _stream_end(window: dict) -> float | None:
+    """The end a step's streams must have finished by to count (see the module doc), or None."""
+    return None if window["open"] or window["source"] != "run.json" else window["end"]
+
+
+def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarray:
+    """The ``cut_by_step_end`` column: attempts that finished after the end of the step they were
+    sent in.  Each step marks its own rows (``m``) as it is summarised, so a summary of several
+    steps pooled later (their records relabelled) still leaves those attempts out."""
+    cut = a.cols.get("cut_by_step_end")
+    if cut is None:
+        cut = a.cols["cut_by_step_end"] = np.zeros(len(a), dtype=bool)
+    if end is not None:
+        cut[m & (a["tend"] > end)] = True  # an attempt without a known end counts as inside
+    return cut
+
+
+def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray) -> dict:
+    """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
+    module doc)."""
+    n_cut, okf = int((okf & cut).sum()), okf & ~cut
+    under = a["underruns"][okf]
+    under = under[np.isfinite(under)]
+    return {
+        "streamed": streamed,
+        "streams": {"counted": int(okf.sum()), "cut_by_step_end": n_cut},
+        "ttfa_ms": dist(a["ttfa_ms"][okf]),
+        "underrun_rate": float((under >= 1).mean()) if len(under) else None,
+        "underrun_streams": int((under >= 1).sum()),
+        "underrun_ms": _tail(a["underrun_ms"][okf]),
+        "gap_max_ms": _tail(a["gap_max_ms"][okf]),
+        "chunks": _tail(a["chunks"][okf]),
+    }
 
 
 def _mean_max(s: pd.Series) -> tuple[float | None, float | None]:
@@ -163,9 +262,10 @@ def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool) -> d
 
 
 def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
-               next_start: float | None = None, last: bool = False) -> dict:
+               next_start: float | None = None, last: bool = False, streamed: bool | None = None) -> dict:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
-    settle time, ``next_start`` the next step's start, ``last`` whether no step follows)."""
+    settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
+    ``streamed`` whether the run was streamed: None decides from the step's records)."""
     m = (a["step"] == step["step"]) & a["settled"]
     n_att = int(m.sum())
     fin = m & a["final"]
@@ -214,6 +314,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "retry_after_s": dist(ra),
         "backoff_ms": dist(a["backoff_ms"][m & (a["attempt"] > 1)]),
     })
+    if streamed is None:
+        streamed = bool((a["chunk_n"][m] >= 0).any())
+    out.update(_stream_stats(a, okf, streamed, _cut_by_step_end(a, m, _stream_end(win))))
+    out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}
     for name, col in a.stages.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .diagnosis import diagnose
+from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
 from .rundir import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
@@ -76,10 +76,18 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
                       f"test lower concurrency.")
     rec, nxt = done[k - 1], done[k]
 
+    def ms(d, q):
+        return f"{d[q]:.0f} ms" if (d or {}).get(q) is not None else "n/a"
+
     def desc(s):
-        lat = s.get("latency_ms") or {}
-        p95 = f"{lat['p95']:.0f} ms" if lat.get("p95") is not None else "n/a"
-        return (f"at {s['concurrency']}: p95 wait {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
+        if knee.get("streamed"):
+            rate = s.get("underrun_rate")
+            stalled = "underruns n/a" if rate is None else (
+                f"{share(rate)} of streams stalled" + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else ""))
+            head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}, {stalled}"
+        else:
+            head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
+        return (f"at {s['concurrency']}: {head}, {s['throughput_rps'] or 0:.2f} req/s, "
                 f"{s['failed']} of {s['requests']} requests failed")
     return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
 
@@ -104,10 +112,11 @@ def analyze(rd: RunDir) -> dict:
     """The summary of a (re)loaded run directory, as written to ``summary.json``."""
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
+    streamed = rd.streamed()
     steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
-                        i + 1 == len(plan)) for i, s in enumerate(plan)]
+                        i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
     done = [s for s in steps if s.get("requests")]
-    knee = find_knee(done)
+    knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
     else:  # steps inferred from the records: the first send and the last completion
@@ -179,26 +188,43 @@ def _f(v, fmt="{:.0f}"):
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
+STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
+
+
+def is_streamed(summary: dict) -> bool:
+    return bool((summary.get("knee") or {}).get("streamed"))
+
+
+def table_columns(summary: dict) -> tuple[str, ...]:
+    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed."""
+    if not is_streamed(summary):
+        return TABLE_COLUMNS
+    at = TABLE_COLUMNS.index("ttfb p50") + 1
+    return TABLE_COLUMNS[:at] + STREAM_COLUMNS + TABLE_COLUMNS[at:]
 
 
 def table_rows(summary: dict) -> list[list[str]]:
+    streamed = is_streamed(summary)
     rows = []
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
+        ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
         rows.append([
             str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
             _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
             _f(s["throughput_rps"], "{:.2f}"), _f(lat.get("p50")), _f(lat.get("p95")),
-            _f(lat.get("p99")), _f(lat.get("max")), _f(ttfb.get("p50")), str(s["retries"]),
-            _f(srv.get("gpu_util_mean")), _f(srv.get("cpu_mean")),
-        ])
+            _f(lat.get("p99")), _f(lat.get("max")), _f(ttfb.get("p50"))]
+            + ([_f(ttfa.get("p50")), _f(ttfa.get("p95")), _f(None if under is None else 100 * under, "{:.1f}")]
+               if streamed else [])
+            + [str(s["retries"]), _f(srv.get("gpu_util_mean")), _f(srv.get("cpu_mean"))])
     return rows
 
 
 def format_table(summary: dict, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
-    rows = [list(TABLE_COLUMNS)] + table_rows(summary)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
+    cols = table_columns(summary)
+    rows = [list(cols)] + table_rows(summary)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
     for r in rows:
         lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
@@ -210,6 +236,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append("knee: none found")
     else:
         lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    if knee.get("streamed"):
+        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {_f(knee.get('ttfa_floor_ms'))} ms), "
+                     f"not whole-body time")
     d = summary["diagnosis"]
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]

@@ -14,6 +14,15 @@ carries the step it was sent in, and attempts still in flight when the run stops
 process's CPU); ``post_run_gap_s`` leaves the collector silent that long after the run before
 its idle samples.
 
+With ``stream_capacity`` set the responses are streamed, as the simulator's streaming model
+makes them: the server produces ``stream_capacity`` audio-seconds per second shared by the
+step's ``N`` streams (each at most ``stream_max_speed`` x real time), sends ``chunk_ms`` of audio
+per chunk after a ``prefill_ms`` (+ ``prefill_ms_per_stream`` per extra stream) delay, and the
+records carry ``ttfa_ms``, the chunk lists and the underruns of a player that starts once
+``playback_buffer_ms`` of audio is in and plays at 1x.  ``truncate_from`` cuts the audio of
+``truncate_fraction`` of successful attempts to half from that concurrency on (an integrity
+failure).
+
 Example::
 
     from tests.rundirs import Model, build_run
@@ -77,11 +86,57 @@ class Model:
     in_progress: bool = False  # run.json end null, last step open, last line cut
     bad_lines: int = 0
     seed: int = 1
+    # streaming
+    stream_capacity: float | None = None  # audio-seconds per second shared by all streams
+    stream_max_speed: float | None = None  # one stream's cap, x real time (default: capacity)
+    chunk_ms: float = 200.0
+    prefill_ms: float = 100.0
+    prefill_ms_per_stream: float = 0.0
+    playback_buffer_ms: float = 0.0
+    ttfa_floor_ms: float | None = None  # run.json option (None: not written, the default applies)
+    stream_options: bool = True  # False: run.json from before the streaming options
+    truncate_from: int | None = None
+    truncate_fraction: float = 0.2
+    audio_s_per_char: float = 0.06
 
 
 def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
     load = max(1.0, n / m.slots) if m.slots else 1.0
     return m.base_ms * m.tier_factor.get(tier, 1.0) * load * (1 + rng.uniform(-m.noise, m.noise))
+
+
+def _player(at: list, audio: list, buffer_ms: float) -> tuple[int, float]:
+    """(underruns, underrun_ms) of a player that starts once ``buffer_ms`` of audio is in (or the
+    stream ended) and plays at 1x."""
+    got, start = 0.0, at[-1]
+    for t, ms in zip(at, audio):
+        got += ms
+        if got >= buffer_ms:
+            start = t
+            break
+    runs_out, count, silence = start, 0, 0.0
+    for t, ms in zip(at, audio):
+        if t > runs_out and t > start:
+            count, silence, runs_out = count + 1, silence + (t - runs_out), t
+        runs_out += ms
+    return count, silence
+
+
+def _stream(m: Model, n: int, audio_s: float, rng: random.Random) -> dict:
+    """The streaming fields of one successful attempt (see the module doc)."""
+    speed = min(m.stream_max_speed or m.stream_capacity, m.stream_capacity / n) * (1 + rng.uniform(-m.noise, m.noise))
+    prefill = m.prefill_ms + m.prefill_ms_per_stream * (n - 1)
+    at, audio, done, total = [], [], 0.0, audio_s * 1000
+    while done < total - 1e-6:
+        c = min(m.chunk_ms, total - done)
+        done += c
+        at.append(round(prefill + done / speed, 1))
+        audio.append(round(c, 3))
+    under, silence = _player(at, audio, m.playback_buffer_ms)
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    return {"ttfa_ms": at[0], "chunks": len(at), "gap_max_ms": max(gaps) if gaps else None,
+            "underruns": under, "underrun_ms": round(silence, 1), "chunk_at_ms": at, "chunk_audio_ms": audio,
+            "wait_ms": at[-1] + 0.5}
 
 
 def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user: int, req: int,
@@ -102,16 +157,21 @@ def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user:
             wait = wait * 0.3
         final = ok or attempt >= 3 or status not in (429, 500, 503)
         write = (m.write_ms + m.write_ms_per_user * n) * (1 + rng.uniform(-m.noise, m.noise)) if ok else None
+        audio_s = round(tlen * m.audio_s_per_char, 3) if ok else None
+        if ok and m.truncate_from and n >= m.truncate_from and rng.random() < m.truncate_fraction:
+            audio_s = round(audio_s / 2, 3)
+        stream = _stream(m, n, audio_s, rng) if ok and m.stream_capacity else None
+        if stream:
+            wait = stream.pop("wait_ms")
         t0 = now
         t2 = t0 + wait / 1000
         t3 = t2 + write / 1000 if write is not None else None
-        audio_s = round(tlen * 0.06, 3) if ok else None
         rec = {
             "req_id": f"w0-{req}", "attempt": attempt, "final": final, "step": si,
             "concurrency": n, "worker": "w0", "user": user, "text_id": tid,
             "text_len": tlen, "tier": tier, "t0": t0,
-            "t1": t0 + wait * m.ttfb_fraction / 1000, "t2": t2, "t3": t3,
-            "ttfb_ms": wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
+            "t1": t0 + (stream["ttfa_ms"] if stream else wait * m.ttfb_fraction) / 1000, "t2": t2, "t3": t3,
+            "ttfb_ms": stream["ttfa_ms"] if stream else wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
             "concat_ms": None, "status": status, "ok": ok, "error": err,
             "bytes": int(audio_s * 44100) if ok else 0, "audio_s": audio_s,
             "rtf": (wait / 1000 / audio_s) if ok else None,
@@ -119,6 +179,9 @@ def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user:
             "backoff_ms": backoff_ms, "server_timing": None,
             "settled": t0 >= s_start + m.settle_s,
         }
+        if m.stream_capacity:  # every attempt of a streamed run carries the fields, null if unmeasured
+            rec.update(stream or {"ttfa_ms": None, "chunks": 0, "gap_max_ms": None, "underruns": None,
+                                  "underrun_ms": None, "chunk_at_ms": [], "chunk_audio_ms": []})
         if m.server_timing and ok:
             infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
             rec["server_timing"] = {"queue": max(0.0, wait - infer / 0.8), "infer": infer,
@@ -191,7 +254,11 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         run_end = None
     run = {
         "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
-        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s},
+        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s,
+                    **({"tts_stream": bool(m.stream_capacity), "tts_stream_format": "",
+                        "playback_buffer_ms": m.playback_buffer_ms}
+                       if m.stream_options else {}),
+                    **({"ttfa_floor_ms": m.ttfa_floor_ms} if m.ttfa_floor_ms is not None else {})},
         "steps": steps, "settle_s": m.settle_s, "workers": [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}],
         "collectors": [{"url": "http://127.0.0.1:9300", "offset_s": 0.001, "rtt_s": 0.0004}] if m.resources else [],
         "versions": {"tts_knee": "0.1.0"},

@@ -84,12 +84,27 @@ def test_bad_and_cut_lines_counted(tmp_path):
     assert s["knee"]["concurrency"] == 8
 
 
-def test_missing_resources(tmp_path):
+def test_missing_resources_is_queueing_with_the_knee_as_before(tmp_path):
     s = analyze(load(build_run(tmp_path / "r", Model(resources=False))))
     assert s["steps"][0]["server"] is None
-    assert s["diagnosis"]["kind"] == "compute_bound" and s["diagnosis"]["resource_data"] is False
+    assert s["diagnosis"]["kind"] == "queueing" and s["diagnosis"]["resource_data"] is False
+    assert s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
+    first = s["diagnosis"]["evidence"][0]
+    assert "requests queue; without server samples the cause cannot be told" in first
+    assert "at 8" in first and " ms" in first
     text = " ".join(s["diagnosis"]["evidence"])
-    assert "concurrency_limit" in text and "No resource samples" in text
+    assert "--collector" in text and "No resource samples" in text
+
+
+def test_client_samples_only_is_queueing_too(tmp_path):
+    # A run with the Locust workers' heartbeats but no collector beside the server.
+    p = build_run(tmp_path / "r", Model(slots=4, client_workers=2))
+    rows = [json.loads(x) for x in (p / "resources.jsonl").read_text().splitlines()]
+    (p / "resources.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["role"] == "client"))
+    s = analyze(load(p))
+    assert s["diagnosis"]["kind"] == "queueing", s["diagnosis"]
+    assert s["diagnosis"]["resource_data"] is True
+    assert any("No server samples" in e for e in s["diagnosis"]["evidence"])
 
 
 def test_run_in_progress(tmp_path):
