@@ -10,6 +10,7 @@ import base64
 import contextlib
 import http.client
 import json
+import socket
 import statistics
 import struct
 import subprocess
@@ -483,3 +484,30 @@ def test_the_engine_is_exact_by_its_own_send_times():
     # never early; late by the time the writes take (one after another) and wake-ups, which a
     # busy machine stretches now and then
     assert min(late) >= -0.001 and statistics.median(late) < 0.01, late
+
+
+def test_a_client_that_leaves_frees_its_share():
+    # capacity 2x shared by A and B (1x each); A hangs up after its first chunk. The server
+    # notices at one of A's next writes, and B makes the rest alone at 2x: done by about
+    # 0.9 s instead of 1.2 s.
+    def leave_early(url: str, barrier: threading.Barrier) -> None:
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.connect()
+        barrier.wait()
+        conn.request("POST", "/v1/audio/speech", headers={"Content-Type": "application/json"},
+                     body=json.dumps({"input": LONG, "stream": True}))
+        conn.getresponse().read1(1 << 16)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+
+    with capacity_sim("--capacity", "2", "--prefill-ms", "0") as sim:
+        barrier = threading.Barrier(2)
+        with ThreadPoolExecutor(1) as pool:
+            gone = pool.submit(leave_early, sim.url, barrier)
+            b = stream(sim.url, {"input": LONG, "stream": True}, barrier)
+            gone.result()
+        health = get_json(sim.url, "/health")
+    assert len(b.body) == HEADER + frames(LONG) * 2
+    assert 0.7 < b.end_s < 1.1
+    assert (health["busy"], health["generating"]) == (0, 0)
