@@ -210,6 +210,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_speed = args.capacity if args.max_speed is None else args.max_speed
     if args.slots is None and args.capacity is None:
         args.slots = DEFAULT_SLOTS
+    if args.slots is None and args.queue_limit is not None:
+        parser.error("--queue-limit needs --slots with --capacity (slots are unlimited "
+                     "otherwise, so nothing ever queues)")
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")

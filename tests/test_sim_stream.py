@@ -448,6 +448,7 @@ def test_chunk_log_records_each_audio_write(tmp_path):
     (["--capacity", "0"], "argument --capacity: expected a number >= 0.001, got '0'"),
     (["--capacity", "5", "--chunk-ms", "0"], "argument --chunk-ms: expected a number >= 1, got '0'"),
     (["--fault", "sse-errors"], "argument --fault: invalid choice"),
+    (["--capacity", "5", "--queue-limit", "2"], "--queue-limit needs --slots with --capacity"),
     (["--chunk-log", "/nonexistent/dir/x.jsonl"], "argument --chunk-log: cannot open"),
 ])
 def test_bad_streaming_flags_give_one_line(args, message):
