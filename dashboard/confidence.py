@@ -7,7 +7,7 @@ intervals, chosen by the number of values ``n``:
   resamples drawn at once as one index matrix (numpy, seeded with ``SEED``, so a summary is
   reproducible), each resample's percentile taken the way the point value is (numpy's linear
   interpolation); the interval is the 2.5th and 97.5th percentile of those.  At most
-  1000 x 1000 values, about 40 ms per step at most.
+  1000 x 1000 values: one row-wise sort, about 30 ms for a step of 1000 requests.
 - ``n > BOOTSTRAP_MAX_N``: the order-statistic (binomial) interval, which needs no resampling:
   the number of values below the true q-quantile is Binomial(n, q), so the sorted values at the
   binomial's 2.5% and 97.5% points bracket it with at least 95% probability, whatever the
@@ -67,9 +67,20 @@ def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float, float]:
 
 
 def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
-    """Percentiles ``qs`` of ``BOOTSTRAP_RESAMPLES`` resamples of v: shape (len(qs), B)."""
-    idx = rng.integers(0, len(v), size=(BOOTSTRAP_RESAMPLES, len(v)))
-    return np.percentile(v[idx], qs, axis=1)
+    """Percentiles ``qs`` of ``BOOTSTRAP_RESAMPLES`` resamples of v: shape (len(qs), B).
+
+    Each resample is sorted and interpolated as ``np.percentile`` does (linear): one row sort
+    is several times faster than ``np.percentile`` along an axis."""
+    n = len(v)
+    x = v[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n), dtype=np.int32)]
+    x.sort(axis=1)
+    out = []
+    for q in qs:
+        h = (n - 1) * q / 100.0
+        lo = int(math.floor(h))
+        hi = min(lo + 1, n - 1)
+        out.append(x[:, lo] + (h - lo) * (x[:, hi] - x[:, lo]))
+    return np.array(out)
 
 
 def percentile_cis(values, qs=(50, 95)) -> dict:
