@@ -24,11 +24,11 @@ def slo_figure(summary: dict) -> go.Figure:
     verdicts = {v["concurrency"]: v["pass"] for v in sl["steps"]}
     fig = go.Figure()
     x = lx([lv["concurrency"] for lv in levels])
+    colours = [_COLOUR[verdicts.get(lv["concurrency"])] for lv in levels]
     for q, symbol in (("p50", "circle-open"), ("p95", "circle")):
         fig.add_scatter(x=x, y=[(lv.get("latency_ms") or {}).get(q) for lv in levels], name=f"{q} wait (95% CI)",
-                        mode="lines+markers", error_y=ci_bars(levels, "latency_ms", q), line=dict(color="#555", width=1),
-                        marker=dict(symbol=symbol, size=10,
-                                    color=[_COLOUR[verdicts.get(lv["concurrency"])] for lv in levels]))
+                        mode="lines+markers", error_y=ci_bars(levels, "latency_ms", q),
+                        line=dict(color="#555", width=1), marker=dict(symbol=symbol, size=10, color=colours))
     for t in parse(sl["spec"]).terms:
         if t.metric in _THRESHOLD_TERMS:
             fig.add_hline(y=t.value, line=dict(color=FAIL_COLOUR, dash="dot"),
@@ -126,13 +126,16 @@ def regression_figure(summary: dict) -> go.Figure:
     return fig
 
 
-def _fig_cell(f: dict | None, unit: str, fmt: str, ratio: bool = True) -> str:
+def _fig_cell(f: dict | None, unit: str, fmt: str, scale: float = 1.0, points: bool = False) -> str:
+    """old -> new (change, p, significance), shaded red for a regression, green for better;
+    ``points``: the change in percentage points (error rates) rather than relative."""
     if not f:
         return "<td>-</td>"
-    change = f"{f['change']:+.0%}" if ratio else f"{100 * f['change']:+.1f} pt"
-    style = " style='background:#fdecea'" if f["regression"] else (" style='background:#eaf7ea'" if f["improvement"] else "")
+    change = f"{100 * f['change']:+.1f} pt" if points else f"{f['change']:+.0%}"
+    shade = "#fdecea" if f["regression"] else ("#eaf7ea" if f["improvement"] else None)
+    style = f" style='background:{shade}'" if shade else ""
     sig = "significant" if f["significant"] else "not significant"
-    return (f"<td{style}>{fmt.format(f['old'])} &rarr; {fmt.format(f['new'])}{unit} ({change}, "
+    return (f"<td{style}>{fmt.format(scale * f['old'])} &rarr; {fmt.format(scale * f['new'])}{unit} ({change}, "
             f"p={f['p_value']:.2g}, {sig})</td>")
 
 
@@ -144,8 +147,8 @@ def regression_html(summary: dict, plotlyjs) -> str:
     rows = "".join(
         f"<tr><td>{esc(r['concurrency'])}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
         f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
-        f"{_fig_cell(r['error_rate'] and dict(r['error_rate'], old=100 * r['error_rate']['old'], new=100 * r['error_rate']['new']), '%', '{:.1f}', ratio=False)}"
-        f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'same')}</td></tr>"
+        f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
+        f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
         for r in reg["steps"])
     return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
             f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th><th>throughput req/s</th>"
