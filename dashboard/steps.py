@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .confidence import percentile_cis
 from .rundir import Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
@@ -236,6 +237,9 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["errors"] = top
     out["server"] = resource_aggregate(res, "server", start, end)
     out["client"] = resource_aggregate(res, "client", start, end)
+    for key, col in (("latency_ms", "wait_ms"), ("ttfa_ms", "ttfa_ms")):  # p50/p95 intervals
+        if out.get(key) and col in a.cols:
+            out[key].update(percentile_cis(a[col][okf]))
     return out
 
 

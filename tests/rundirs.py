@@ -77,6 +77,8 @@ class Model:
     in_progress: bool = False  # run.json end null, last step open, last line cut
     bad_lines: int = 0
     seed: int = 1
+    slo: str | None = None  # options.slo, as a run made with --slo records it
+    refine_from: int | None = None  # steps from this index on are phase "refine" (else "grid")
 
 
 def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
@@ -166,7 +168,9 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     req = 0
     for si, n in enumerate(m.steps, start=1):
         s_start, s_end = t, t + m.step_s
-        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end})
+        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end,
+                      "phase": "refine" if m.refine_from is not None and si > m.refine_from else "grid",
+                      "repeat": m.steps[:si].count(n)})
         t = s_end + (0.0 if m.continuous else m.gap_s)
         if m.continuous:
             continue
@@ -191,7 +195,7 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         run_end = None
     run = {
         "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
-        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s},
+        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s, "slo": m.slo},
         "steps": steps, "settle_s": m.settle_s, "workers": [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}],
         "collectors": [{"url": "http://127.0.0.1:9300", "offset_s": 0.001, "rtt_s": 0.0004}] if m.resources else [],
         "versions": {"tts_knee": "0.1.0"},
