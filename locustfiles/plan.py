@@ -12,8 +12,9 @@ the records the master already has (:class:`StepReader`): against ``--slo`` with
 - ``--refine`` (needs an SLO): after the grid, bisect between the largest concurrency that
   passes with every lower tested one passing (0 when the lowest fails) and the smallest
   tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
-  until the two are adjacent integers. A level passes only if every step run at it passed;
-  an inconclusive step counts as failing.
+  until the two are adjacent integers. A concurrency tested by several steps (``--repeat``) is
+  judged on their pooled records, as the dashboard judges it (``dashboard.levels``); an
+  inconclusive level counts as failing, and so does one where not a request finished.
 
 Gevent-free and locust-free: it works on step dicts and the run directory only.
 """
@@ -23,8 +24,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from dashboard import knee as knee_mod
 from dashboard import slo as slo_mod
+from dashboard.levels import levels as pool_levels
 from dashboard.rundir import Attempts, RunDir
 from dashboard.steps import step_stats
 
@@ -54,7 +58,8 @@ class StepPlan:
         self.refine = refine
         self.stop_past_knee = stop_past_knee
         self.decisions: list[dict] = []
-        self.verdicts: list[dict] = []
+        self.verdicts: list[dict] = []     # one per judged step, in the order run
+        self._pooled: dict[int, dict] = {}   # concurrency -> verdict on the pooled steps, where several
         self._phase = "grid"
         self._repeat, self._index = 1, 0      # the grid position handed out next
         self._pass_steps: list[dict] = []     # this pass's judged grid steps (for the knee rule)
@@ -84,12 +89,15 @@ class StepPlan:
             self._phase = "done"
         return None
 
-    def finish(self, step: dict, stats: dict, unanswered: int = 0) -> dict | None:
+    def finish(self, step: dict, stats: dict, unanswered: int = 0, levels: list[dict] | None = None) -> dict | None:
         """Take the figures of a step that ended (``step``: its run.json entry with ``phase``
         and ``repeat``; ``stats``: ``dashboard.steps.step_stats`` over what it sent before its
-        end; ``unanswered``: requests it sent that had no record when it was judged). Returns
-        the step's SLO verdict (None without an SLO)."""
+        end; ``unanswered``: requests it sent that had no record when it was judged; ``levels``:
+        the judged steps pooled per concurrency, ``StepReader.levels``, when a concurrency has
+        been tested more than once). Returns the step's SLO verdict (None without an SLO)."""
         self._last_step = step["step"]
+        if levels is not None and self.slo is not None:
+            self._pooled = {lv["concurrency"]: _level_verdict(self.slo, lv) for lv in levels if lv.get("repeats", 1) > 1}
         verdict = None
         where = f"step {step['step']} (concurrency {step['concurrency']}, {_label(step)})"
         if self.slo is not None:
@@ -97,7 +105,7 @@ class StepPlan:
             verdict = {"step": step["step"], "concurrency": step["concurrency"], "phase": step["phase"],
                        "repeat": step["repeat"], "pass": v["pass"], "failed": v["failed"],
                        "inconclusive": v["inconclusive"], "requests": stats.get("requests"),
-                       "unanswered": unanswered}
+                       "unanswered": unanswered, "steps": [step["step"]]}
             self.verdicts.append(verdict)
             log.info("%s %s", where, _verdict_text(verdict))
         if step["phase"] != "grid" or not self.stop_past_knee:
@@ -136,22 +144,28 @@ class StepPlan:
             return True, f"is past the knee ({fails:.0%} of attempts fail)"
         return False, ""
 
-    def levels(self) -> dict[int, bool | None]:
-        """Per tested concurrency: True when every step at it passed, False when one failed,
-        None when none failed but one was inconclusive."""
-        out: dict[int, bool | None] = {}
+    def level_verdicts(self) -> list[dict]:
+        """One verdict per tested concurrency, ascending: the step's own, or the pooled one
+        for a concurrency tested more than once."""
+        by_level: dict[int, dict] = {}
         for v in self.verdicts:
-            c, p = v["concurrency"], v["pass"]
-            prev = out.get(c, True)
-            out[c] = False if p is False or prev is False else (None if p is None or prev is None else True)
-        return out
+            by_level[v["concurrency"]] = v
+        by_level.update(self._pooled)
+        return [by_level[c] for c in sorted(by_level)]
+
+    def levels(self) -> dict[int, bool | None]:
+        """Per tested concurrency: True (meets the SLO), False (fails it) or None (inconclusive)."""
+        return {v["concurrency"]: v["pass"] for v in self.level_verdicts()}
+
+    def max_concurrency(self) -> int | None:
+        return slo_mod.max_concurrency(self.level_verdicts())
 
     def _probe(self) -> int | None:
         """The next refine probe, or None once the answer is found (decisions logged)."""
         levels = self.levels()
         if not levels:
             return None
-        lo = slo_mod.max_concurrency(self.verdicts) or 0
+        lo = self.max_concurrency() or 0
         above = sorted(c for c in levels if c > lo)
         if not above:
             self._decide("done", f"every tested concurrency up to {lo} meets the SLO; nothing to refine "
@@ -182,11 +196,19 @@ class StepPlan:
                "refine": self.refine, "stop_past_knee": self.stop_past_knee,
                "decisions": self.decisions, "verdicts": self.verdicts}
         if self.slo is not None:
-            out["max_concurrency"] = slo_mod.max_concurrency(self.verdicts)
+            out["levels"] = [{k: v[k] for k in ("concurrency", "pass", "failed", "inconclusive", "steps")}
+                             for v in self.level_verdicts()]
+            out["max_concurrency"] = self.max_concurrency()
         return out
 
     def verdict_of(self, step: int) -> dict | None:
         return next((v for v in self.verdicts if v["step"] == step), None)
+
+
+def _level_verdict(slo: slo_mod.SLO, level: dict) -> dict:
+    v = slo_mod.judge(slo, level)
+    return {"concurrency": level["concurrency"], "pass": v["pass"], "failed": v["failed"],
+            "inconclusive": v["inconclusive"], "steps": list(level["steps"])}
 
 
 def _label(step: dict) -> str:
@@ -222,11 +244,12 @@ def verdict_cell(v: dict | None) -> str:
 
 
 class StepReader:
-    """A step's figures from the run directory as the master has written it so far, with the
-    dashboard's own definitions. One incremental reader: each call parses only new bytes."""
+    """Judged steps' figures from the run directory as the master has written it so far, with
+    the dashboard's own definitions. One incremental reader: each call parses only new bytes."""
 
     def __init__(self, run_dir: Path):
         self.rundir = RunDir(Path(run_dir))
+        self._judged: dict[int, tuple[dict, float]] = {}   # step -> (its figures, its cut-off)
 
     def refresh(self) -> None:
         self.rundir.refresh()
@@ -238,8 +261,27 @@ class StepReader:
         self.rundir.refresh()
         a = self.rundir.requests.attempts()
         keep = a["t0"] < cutoff   # NaN (no t0) is left out
-        sub = Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
-                       a.errors, a.texts, a.tiers)
         entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff}
-        return step_stats(sub, entry, self.rundir.resources, settle_s=settle_s)
+        out = step_stats(_subset(a, keep), entry, self.rundir.resources, settle_s=settle_s)
+        self._judged[step["step"]] = (out, cutoff)
+        return out
 
+    def repeated(self) -> bool:
+        """Whether some concurrency has been judged more than once."""
+        cs = [st["concurrency"] for st, _ in self._judged.values()]
+        return len(set(cs)) < len(cs)
+
+    def levels(self, settle_s: float) -> list[dict]:
+        """The judged steps pooled per concurrency as the dashboard pools them
+        (``dashboard.levels``), each over what it sent before its cut-off."""
+        a = self.rundir.requests.attempts()
+        keep = np.isfinite(a["t0"])
+        for num, (_, cutoff) in self._judged.items():
+            keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
+        return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
+                           settle_s)
+
+
+def _subset(a: Attempts, keep) -> Attempts:
+    return Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
+                    a.errors, a.texts, a.tiers)

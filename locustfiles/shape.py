@@ -151,7 +151,11 @@ class StepShape(LoadTestShape):
             run.writer.flush()
         except OSError as e:
             log.error("cannot write %s: %s; step %d is judged on what reached it", run.run_dir, e.strerror, cur.step)
-        stats = run.reader.stats({"step": cur.step, "concurrency": cur.concurrency, "start": cur.start},
-                                 cutoff, run.state.settle_of(cur))
+        # Parsing and the figures run on a native thread: the event loop, and with it every
+        # user's timing, keeps going meanwhile.
+        pool = gevent.get_hub().threadpool
+        stats = pool.apply(run.reader.stats, ({"step": cur.step, "concurrency": cur.concurrency, "start": cur.start},
+                                              cutoff, run.state.settle_of(cur)))
+        levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
         run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat},
-                        stats, unanswered)
+                        stats, unanswered, levels)

@@ -166,3 +166,24 @@ def test_live_table_percentiles_match_the_dashboard_and_users_are_tracked(tmp_pa
     finally:
         w.close()
     gevent.sleep(0)
+
+
+def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
+    recs = ([_rec(1, 100.0 + i * 0.1, 200.0) for i in range(20)] + [_rec(2, 103.0 + i * 0.1, 600.0) for i in range(2)]
+            + [_rec(2, 105.0, 9000.0)])
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    reader = StepReader(tmp_path)
+    one = reader.stats({"step": 1, "concurrency": 2, "start": 100.0}, cutoff=102.5, settle_s=0.0)
+    assert not reader.repeated()
+    two = reader.stats({"step": 2, "concurrency": 2, "start": 103.0}, cutoff=104.0, settle_s=0.0)
+    assert reader.repeated() and two["requests"] == 2
+    (level,) = reader.levels(0.0)
+    assert level["repeats"] == 2 and level["steps"] == [1, 2] and level["requests"] == 22   # not the one at 105
+    plan = StepPlan((2,), repeat=2, slo=slo_mod.parse("p50_ms<=400"), refine=True)
+    for n, st in ((1, one), (2, two)):
+        nxt = plan.next()
+        plan.finish({"step": n, "concurrency": nxt.concurrency, "phase": "grid", "repeat": nxt.repeat}, st,
+                    levels=reader.levels(0.0) if reader.repeated() and n == 2 else None)
+    assert [v["pass"] for v in plan.verdicts] == [True, False]
+    assert plan.levels() == {2: True} and plan.max_concurrency() == 2
+    assert plan.describe()["levels"][0]["steps"] == [1, 2]
