@@ -144,3 +144,18 @@ def test_a_distributed_master_decides_from_its_workers_records(tmp_path):
     for s, v in zip(info["steps"], info["plan"]["verdicts"]):
         sent = [r for r in records if r["step"] == s["step"] and r["final"] and r["settled"] and r["t0"] < s["cutoff"]]
         assert v["requests"] == len(sent)
+
+
+def test_refine_with_step_requests_restarts_the_texts_at_every_step(tmp_path):
+    info, _ = sweep(tmp_path, FIVE_SLOTS, "--slo", "mean_ms<=280", "--steps", "4,8", "--refine",
+                    "--step-requests", "40")
+    assert [(s["concurrency"], s["phase"]) for s in info["steps"]] == [(4, "grid"), (8, "grid"), (6, "refine"),
+                                                                      (5, "refine")], info["plan"]
+    assert info["plan"]["max_concurrency"] == 5
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    first = {}
+    for s in info["steps"]:
+        mine = sorted((r for r in records if r["step"] == s["step"]), key=lambda r: r["t0"])
+        assert sum(1 for r in mine if r["final"] and r["settled"] and r["t0"] < s["cutoff"]) >= 40
+        first[s["step"]] = mine[0]["text_id"]
+    assert len(set(first.values())) == 1
