@@ -69,7 +69,8 @@ def slo_html(summary: dict, plotlyjs) -> str:
              "<p class='meta'>Each concurrency is judged on the pooled records of every step that tested it. "
              "A percentile term whose 95% interval straddles its threshold is inconclusive, and counts as "
              "not meeting the SLO; the interval narrows about as 1/sqrt(requests), which gives the "
-             "estimate of how many more requests would settle it.</p>")
+             "estimate of how many more requests would settle it. A p95 interval from fewer than about 100 "
+             "requests is too narrow at the top (it cannot reach above the slowest request seen).</p>")
     gate = summary.get("require")
     gate_html = "" if not gate else (
         f"<div class='verdict{' ok' if gate['holds'] else ''}'><b>--require {esc(gate['concurrency'])}</b>: "
