@@ -145,14 +145,18 @@ def regression_html(summary: dict, plotlyjs) -> str:
     if not reg:
         return ""
     warn = "".join(f"<div class='warn'>{esc(w)}</div>" for w in reg["warnings"])
+    ttfa = any(r.get("ttfa_p95_ms") for r in reg["steps"])
     rows = "".join(
         f"<tr><td>{esc(r['concurrency'])}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
-        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
+        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}"
+        + (_fig_cell(r.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
+        + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
         f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
         f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
         for r in reg["steps"])
     return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
-            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th><th>throughput req/s</th>"
+            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th>"
+            f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
             f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
             f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
             f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
