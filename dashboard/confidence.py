@@ -15,10 +15,12 @@ intervals, chosen by the number of values ``n``:
   cost a sort.
 
 Both are clamped to contain the point value (a bootstrap interval can miss it by a hair when
-values tie).  With few values the bootstrap interval cannot reach above the largest value seen,
-so a p95 interval from fewer than about 60 values is optimistic at the top; ``ci_n`` says how
-many values an interval rests on.  Coverage was checked on lognormal data with a known p95
-(``tests/test_confidence.py``, ``bench/bootstrap_coverage.py``).
+values tie); ``ci_n`` says how many values an interval rests on.  Coverage measured on lognormal
+data with a known p95 (``bench/bootstrap_coverage.py``, 1000 trials each; the test is
+``tests/test_slo_confidence.py``): p95 0.95 at n = 200, 500 and 1000 (bootstrap) and 0.95-0.97
+from 1001 to 10^5 (order statistic); p50 0.94-0.98 throughout.  With few values the bootstrap
+cannot reach above the largest value seen, so a p95 interval from under about 100 values is
+too narrow at the top: coverage 0.89 at n = 100, 0.84 at 60, 0.77 at 30.
 
 **Comparing two samples** (``python -m dashboard RUN --baseline OLD``): for a percentile, the
 ratio new / old with a 95% interval and a two-sided p-value, by the bootstrap (both samples

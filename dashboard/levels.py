@@ -62,7 +62,7 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
     return res[keep]
 
 
-def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s) -> dict:
+def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwargs: dict) -> dict:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
     relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
@@ -70,7 +70,7 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s) -> dict:
     c = steps[0]["concurrency"]
     # no start: the window comes from the records; every windowed figure is replaced below
     out = step_stats(pooled, {"step": _POOLED, "concurrency": c, "start": None, "end": None},
-                     res.iloc[0:0] if len(res) else res, settle_s)
+                     res.iloc[0:0] if len(res) else res, settle_s, **stats_kwargs)
     wins = [s["window"] for s in steps if s["window"].get("duration_s")]
     dur = sum(w["duration_s"] for w in wins)
     spans = [(w["start"], w["end"]) for w in wins]
@@ -102,10 +102,12 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s) -> dict:
     return out
 
 
-def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | None = None) -> list[dict]:
+def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | None = None,
+           **stats_kwargs) -> list[dict]:
     """One step-like dict per tested concurrency with settled requests, ascending (see the
     module doc); each adds ``steps`` (the step numbers pooled, in run order), ``repeats`` and
-    ``spread`` (None for a level tested once)."""
+    ``spread`` (None for a level tested once).  ``steps`` are ``step_stats`` outputs;
+    ``stats_kwargs`` go to ``step_stats`` for pooled levels (the options their steps had)."""
     groups: dict[int, list[dict]] = {}
     for s in steps:
         if s.get("requests"):
@@ -113,7 +115,7 @@ def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | 
     out = []
     for c in sorted(groups):
         group = groups[c]
-        lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s)
+        lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs)
         lvl.update({"steps": [s["step"] for s in group], "repeats": len(group),
                     "spread": _spread(group) if len(group) > 1 else None})
         out.append(lvl)

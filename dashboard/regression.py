@@ -3,9 +3,10 @@
 The concurrencies both runs tested are compared level by level (repeats pooled, see
 ``dashboard.levels``); for each (``summary.json`` ``regression.steps``):
 
-- ``p50_ms`` and ``p95_ms`` of wait (successful final attempts): the ratio new / old with a 95%
-  interval and a two-sided p-value (``dashboard.confidence.compare_percentile``: bootstrap of
-  both samples, or the order-statistic normal approximation for large ones);
+- ``p50_ms`` and ``p95_ms`` of wait (successful final attempts), and ``ttfa_p95_ms`` when both
+  runs recorded TTFA (else null): the ratio new / old with a 95% interval and a two-sided
+  p-value (``dashboard.confidence.compare_percentile``: bootstrap of both samples, or the
+  order-statistic normal approximation for large ones);
 - ``throughput_rps``: successful completions per second of the steps' windows, the ratio and a
   two-sample Poisson test (conservative for a closed loop, whose completions are more regular
   than Poisson);
@@ -21,9 +22,11 @@ concurrency).  No correction for the several tests is applied: a change must be 
 and beyond the tolerance, and the tolerance is the guard against noise flagged by chance.
 
 ``warnings`` says when the runs are not like for like: options that change what is measured
-differ, or the corpus differs (its file or size in run.json, or the text ids in the records).
+differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +36,7 @@ from .rundir import RunDir
 ALPHA = 0.05
 TOLERANCE = 0.10
 ERROR_RATE_STEP = 0.01
+_FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
 # run.json options that change what a step measures (not where files go or which steps ran)
 COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream",
                     "tts_stream_format", "playback_buffer_ms", "step_time", "step_requests", "settle_time",
@@ -40,10 +44,13 @@ COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format
                     "retry_after_cap", "request_timeout")
 
 
-def _wait(rd: RunDir, level: dict) -> np.ndarray:
+def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
+    """``col`` of the level's successful settled final attempts (empty when not recorded)."""
     a = rd.requests.attempts()
+    if col not in a.cols:
+        return np.empty(0)
     m = np.isin(a["step"], level["steps"]) & a["settled"] & a["final"] & a["ok"]
-    return a["wait_ms"][m]
+    return a[col][m]
 
 
 def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | None:
@@ -89,8 +96,11 @@ def _warnings(new_sum: dict, old_sum: dict, new_rd: RunDir, old_rd: RunDir) -> l
             if (k in on or k in oo) and on.get(k) != oo.get(k)]
     if diff:
         out.append(f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like.")
-    corpus = [f"{k} {oo.get(k)!r} -> {on.get(k)!r}" for k in ("texts", "texts_count")
-              if (k in on or k in oo) and on.get(k) != oo.get(k)]
+    corpus = []
+    if on.get("texts") and oo.get("texts") and Path(str(on["texts"])).name != Path(str(oo["texts"])).name:
+        corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")  # the same file elsewhere is fine
+    if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
+        corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
     tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
     if tn != to:
         corpus.append(f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline")
@@ -115,7 +125,7 @@ def _pct(x: float) -> str:
 
 def _sentence(c: int, row: dict) -> str:
     parts = []
-    for key, name in (("p50_ms", "p50"), ("p95_ms", "p95")):
+    for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
         r = row[key]
         if r and r["regression"]:
             parts.append(f"{name} {r['old']:.0f} -> {r['new']:.0f} ms ({_pct(r['change'])}, p={r['p_value']:.3g})")
@@ -137,11 +147,13 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
         if c not in old_levels:
             continue
         ol = old_levels[c]
-        wo, wn = _wait(old_rd, ol), _wait(new_rd, lv)
+        wo, wn = _values(old_rd, ol, "wait_ms"), _values(new_rd, lv, "wait_ms")
+        to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
         row = {"concurrency": c, "requests": [ol.get("requests"), lv.get("requests")],
                "p50_ms": _latency(wo, wn, 50, tolerance), "p95_ms": _latency(wo, wn, 95, tolerance),
+               "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
                "throughput_rps": _throughput(ol, lv, tolerance), "error_rate": _errors(ol, lv, tolerance)}
-        figs = [row[k] for k in ("p50_ms", "p95_ms", "throughput_rps", "error_rate") if row[k]]
+        figs = [row[k] for k in _FIGURES if row[k]]
         row["regression"] = any(f["regression"] for f in figs)
         row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
         rows.append(row)

@@ -127,8 +127,14 @@ def parse(spec: str) -> SLO:
             value /= 100.0
         if not math.isfinite(value):
             raise SLOError(f"SLO term {raw.strip()!r} has no finite value; {_valid()}.")
-        terms.append(Term(metric, op, value, f"{metric}{op}{_fmt(value)}"))
+        terms.append(Term(metric, op, value, f"{metric}{op}{_exact(value)}"))
     return SLO(",".join(t.text for t in terms), tuple(terms))
+
+
+def _exact(v: float) -> str:
+    """A threshold as written back into a spec: the shortest text that parses to the same float
+    (1200, 0.01, 1234.5678), so a spec saved in run.json judges the same when read again."""
+    return str(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
 
 
 def _fmt(v: float) -> str:

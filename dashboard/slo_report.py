@@ -69,7 +69,8 @@ def slo_html(summary: dict, plotlyjs) -> str:
              "<p class='meta'>Each concurrency is judged on the pooled records of every step that tested it. "
              "A percentile term whose 95% interval straddles its threshold is inconclusive, and counts as "
              "not meeting the SLO; the interval narrows about as 1/sqrt(requests), which gives the "
-             "estimate of how many more requests would settle it.</p>")
+             "estimate of how many more requests would settle it. A p95 interval from fewer than about 100 "
+             "requests is too narrow at the top (it cannot reach above the slowest request seen).</p>")
     gate = summary.get("require")
     gate_html = "" if not gate else (
         f"<div class='verdict{' ok' if gate['holds'] else ''}'><b>--require {esc(gate['concurrency'])}</b>: "
@@ -144,14 +145,18 @@ def regression_html(summary: dict, plotlyjs) -> str:
     if not reg:
         return ""
     warn = "".join(f"<div class='warn'>{esc(w)}</div>" for w in reg["warnings"])
+    ttfa = any(r.get("ttfa_p95_ms") for r in reg["steps"])
     rows = "".join(
         f"<tr><td>{esc(r['concurrency'])}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
-        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
+        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}"
+        + (_fig_cell(r.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
+        + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
         f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
         f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
         for r in reg["steps"])
     return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
-            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th><th>throughput req/s</th>"
+            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th>"
+            f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
             f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
             f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
             f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "

@@ -116,13 +116,20 @@ def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | No
                           f"Pass --slo to judge by another.") from None
 
 
+def _p95_text(d: dict | None) -> str:
+    d = d or {}
+    if d.get("p95") is None:
+        return "n/a"
+    ci = d.get("p95_ci")
+    return f"{d['p95']:.0f} ms" + (f" (95% CI {ci[0]:.0f}-{ci[1]:.0f})" if ci else "")
+
+
 def _level_text(s: dict) -> str:
-    lat = s.get("latency_ms") or {}
-    p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms"
-    if lat.get("p95_ci"):
-        p95 += f" (95% CI {lat['p95_ci'][0]:.0f}-{lat['p95_ci'][1]:.0f})"
+    """One level's evidence: p95 (TTFA first in a streamed run), throughput, failures."""
+    p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") \
+        + _p95_text(s.get("latency_ms"))
     rep = f", {s['repeats']} repeats pooled" if s.get("repeats", 1) > 1 else ""
-    return (f"at {s['concurrency']}: p95 wait {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
+    return (f"at {s['concurrency']}: {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
             f"{s['failed']} of {s['requests']} requests failed{rep}")
 
 
@@ -131,7 +138,7 @@ def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: in
     """Why ``best`` (``slo.max_concurrency``) is the recommendation, in one or two sentences."""
     if not levels:
         return "No settled requests yet."
-    knee_txt = f" The knee by latency is at {knee}." if knee else ""
+    knee_txt = f" The knee is at {knee}." if knee else ""
     first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
     if best is None:
         v, lv = verdicts[0], levels[0]

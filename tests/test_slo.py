@@ -17,6 +17,7 @@ def test_parse_normalises_terms():
         ("p95_ms", "<=", 1200.0), ("error_rate", "<", 0.01), ("throughput_rps", ">=", 2.5),
         ("gpu_util_pct", ">", 10.0)]
     assert slo.parse(s.spec) == s
+    assert slo.parse("p95_ms<=1234.5678,error_rate<=0.00012345").spec == "p95_ms<=1234.5678,error_rate<=0.00012345"
 
 
 @pytest.mark.parametrize("spec, word", [
@@ -82,3 +83,36 @@ def test_max_concurrency_unordered_gaps_repeats():
     # a repeated level passes only if every repeat passes
     assert slo.max_concurrency([v(1, True), v(4, True), v(4, False), v(2, True)]) == 2
     assert slo.max_concurrency([v(1, True), v(6, True), v(5, True), v(8, False), v(16, False)]) == 6
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_parse_never_fails_other_than_with_slo_error(spec):
+    try:
+        s = slo.parse(spec)
+    except slo.SLOError as e:
+        assert "p95_ms" in str(e)
+    else:
+        assert slo.parse(s.spec) == s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(slo.METRICS)), st.sampled_from(["<=", "<", ">=", ">"]),
+                          st.floats(min_value=-1e9, max_value=1e9, allow_nan=False)), min_size=1, max_size=5),
+       st.dictionaries(st.sampled_from(["latency_ms", "error_rate", "server", "ttfa_ms", "rtf"]),
+                       st.one_of(st.none(), st.floats(allow_nan=True), st.text(max_size=3),
+                                 st.dictionaries(st.sampled_from(["p50", "p95", "p95_ci", "count", "mean",
+                                                                  "gpu_mem_peak_bytes"]),
+                                                 st.one_of(st.none(), st.floats(), st.lists(st.floats(), max_size=3))))))
+def test_round_trip_and_judge_on_any_step(terms, step):
+    spec = ",".join(f"{m}{op}{v!r}" for m, op, v in terms)
+    s = slo.parse(spec)
+    assert [(t.metric, t.op) for t in s.terms] == [(m, op) for m, op, _ in terms]
+    assert [t.value for t in s.terms] == [v for _, _, v in terms]
+    assert slo.parse(s.spec) == s  # a spec written back (run.json) judges the same
+    v = slo.judge(s, step)
+    assert v["pass"] in (True, False, None) and set(v["values"]) == {t.metric for t in s.terms}
