@@ -32,7 +32,7 @@ from dashboard.levels import levels as pool_levels
 from dashboard.rundir import Attempts, RunDir
 from dashboard.steps import step_stats
 
-__all__ = ["Planned", "StepPlan", "StepReader", "verdict_cell"]
+__all__ = ["Planned", "StepPlan", "StepReader"]
 log = logging.getLogger("tts_knee.plan")
 
 
@@ -204,6 +204,17 @@ class StepPlan:
     def verdict_of(self, step: int) -> dict | None:
         return next((v for v in self.verdicts if v["step"] == step), None)
 
+    def verdict_cell(self, step: int) -> str:
+        """The step's verdict in one short cell for the web UI's step table ("" until judged)."""
+        v = self.verdict_of(step)
+        if v is None:
+            return ""
+        if v["pass"] is True:
+            return "pass"
+        if v["pass"] is False:
+            return "fail: " + "; ".join(v["failed"])
+        return "inconclusive: " + "; ".join(v["inconclusive"])
+
 
 def _level_verdict(slo: slo_mod.SLO, level: dict) -> dict:
     v = slo_mod.judge(slo, level)
@@ -230,17 +241,6 @@ def _verdict_text(v: dict) -> str:
     if v["pass"] is False:
         return f"fails the SLO: {'; '.join(v['failed'])}{note}"
     return f"is inconclusive against the SLO: {'; '.join(v['inconclusive'])}{note}"
-
-
-def verdict_cell(v: dict | None) -> str:
-    """A verdict in one short cell for the web UI's step table."""
-    if v is None:
-        return ""
-    if v["pass"] is True:
-        return "pass"
-    if v["pass"] is False:
-        return "fail: " + "; ".join(v["failed"])
-    return "inconclusive: " + "; ".join(v["inconclusive"])
 
 
 class StepReader:

@@ -18,7 +18,6 @@ from . import audio as audio_mod
 from . import rundir, settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
-from .plan import StepPlan, StepReader, verdict_cell
 from .puller import CollectorPuller
 from .records import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
                       RecordWriter)
@@ -48,8 +47,7 @@ class Run:
         self._audio_ok = True
         self.writer = self.shipper = self.puller = self.receiver = None
         self.run_dir: Path | None = None
-        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee)
-        self.reader: StepReader | None = None
+        self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.info: dict = {}
         self.preflight: dict | None = None
 
@@ -111,7 +109,7 @@ class Run:
         for row in rows:
             st = steps.get(row["step"])
             row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
-            row["slo"] = verdict_cell(self.plan.verdict_of(row["step"]))
+            row["slo"] = self.plan.verdict_cell(row["step"])
         return rows
 
     # ---- run directory ---------------------------------------------------------------
@@ -127,6 +125,8 @@ class Run:
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / "requests.jsonl")
+        from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
+        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee)
         self.reader = StepReader(self.run_dir)
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
@@ -165,7 +165,8 @@ class Run:
         info["steps"] = [{"step": st.step, "concurrency": st.concurrency, "start": st.start, "end": st.end,
                           "phase": st.phase, "repeat": st.repeat, "settle_s": self.state.settle_of(st),
                           "cutoff": st.cutoff} for st in self.state.steps]
-        info["plan"] = self.plan.describe()
+        if self.plan is not None:
+            info["plan"] = self.plan.describe()
         if self.preflight is not None:
             info["preflight"] = self.preflight
         if self.puller is not None:

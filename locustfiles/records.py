@@ -14,7 +14,6 @@ from collections import Counter, deque
 from pathlib import Path
 
 import gevent
-import numpy as np
 
 from .clock import wall
 
@@ -119,6 +118,7 @@ class RecordWriter:
     def step_table(self) -> list[dict]:
         """Live figures per step over its latest TALLY_WAITS successful waits (the dashboard's
         percentile definition, numpy's linear interpolation; its figures use every record)."""
+        import numpy as np   # only the master's web UI asks; workers do without it
         rows = []
         for step in sorted(k for k in self._tally if k is not None):
             t = self._tally[step]

@@ -25,8 +25,6 @@ log = logging.getLogger("tts_knee.shape")
 STEP_MESSAGE = "tts_knee_step"
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
-#: Locust calls ``tick`` about this often; a step due sooner than that is waited out in the tick.
-TICK_S = 1.0
 TICK_SLACK_S = 0.1
 #: Longest wait past a step's cut-off for the requests it sent before it; those still
 #: unanswered then are judged without (and counted in the verdict's ``unanswered``).
@@ -90,12 +88,11 @@ class StepShape(LoadTestShape):
             # A step with a longer settle window than the run's runs that much longer.
             left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
             done = run.finished_in_step(cur.step) if settings.step_requests else 0
+            # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
-                if left >= TICK_S:
-                    if plan.judging:
-                        run.reader.refresh()   # parse as the step goes: its judgment has little left to read
-                    return cur.concurrency, SPAWN_RATE
-                gevent.sleep(left)   # due before the next tick: end it on time, not up to a tick late
+                if plan.judging:   # parse as the step goes: its judgment has little left to read
+                    gevent.get_hub().threadpool.apply(run.reader.refresh)
+                return cur.concurrency, SPAWN_RATE
             if plan.judging:
                 self._judge(run, cur)
             log.info("step %d (concurrency %d) done", cur.step, cur.concurrency)

@@ -49,7 +49,7 @@ def test_refine_finds_the_largest_concurrency_that_meets_the_slo(tmp_path):
     # every step is judged on what it sent before its cut-off, and runs on until that is in
     for s in info["steps"]:
         assert s["start"] < s["cutoff"] <= s["end"]
-        assert 3.0 <= s["cutoff"] - s["start"] - (s["settle_s"] - info["settle_s"]) < 3.5
+        assert 2.9 <= s["cutoff"] - s["start"] - (s["settle_s"] - info["settle_s"]) < 4.0
     # the refine steps lower the concurrency: their settle window covers the stopped users' requests
     assert info["steps"][5]["settle_s"] > info["settle_s"]
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
