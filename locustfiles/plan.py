@@ -97,7 +97,8 @@ class StepPlan:
         been tested more than once). Returns the step's SLO verdict (None without an SLO)."""
         self._last_step = step["step"]
         if levels is not None and self.slo is not None:
-            self._pooled = {lv["concurrency"]: _level_verdict(self.slo, lv) for lv in levels if lv.get("repeats", 1) > 1}
+            self._pooled = {lv["concurrency"]: _level_verdict(self.slo, lv)
+                            for lv in levels if lv.get("repeats", 1) > 1}
         verdict = None
         where = f"step {step['step']} (concurrency {step['concurrency']}, {_label(step)})"
         if self.slo is not None:

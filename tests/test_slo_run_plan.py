@@ -187,3 +187,8 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
     assert [v["pass"] for v in plan.verdicts] == [True, False]
     assert plan.levels() == {2: True} and plan.max_concurrency() == 2
     assert plan.describe()["levels"][0]["steps"] == [1, 2]
+
+
+def test_public_names():
+    from locustfiles import plan
+    assert sorted(plan.__all__) == ["Planned", "StepPlan", "StepReader"]
