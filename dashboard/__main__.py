@@ -8,6 +8,19 @@ the table.  ``--serve`` then serves the live view on ``--host``/``--port`` (port
 and prints ``listening on http://HOST:PORT``.  Exit status 2, with one sentence on stderr, for
 a run directory that cannot be read, a summary or report that cannot be written, or an
 address that cannot be listened on.
+
+Judging one run:
+
+- ``--slo SPEC`` judges each tested concurrency against an SLO (``dashboard.slo``; default: the
+  run's own ``options.slo``); the recommendation is then the largest concurrency that meets it.
+- ``--require N`` (needs an SLO) is a CI gate: prints the claim at N and exits 0 when the SLO
+  holds at N and every lower tested concurrency, 1 when it does not (a failed or inconclusive
+  term, or N not tested; one sentence on stderr says which), see ``dashboard.gate``.
+- ``--baseline OLD_RUN`` compares this run with an earlier one (``--tolerance``, default 0.10)
+  and exits 1 on a significant regression beyond the tolerance, see ``dashboard.regression``.
+
+With both, the exit status is 1 when either fails.  A malformed spec, a bad number, these flags
+with several run directories or with ``--serve``, or runs with no concurrency in common exit 2.
 """
 from __future__ import annotations
 
@@ -19,9 +32,11 @@ import signal
 import sys
 from pathlib import Path
 
+from . import gate, regression
 from .compare import default_out, write_compare
 from .report import write_report
 from .rundir import RunDirError
+from .slo import SLOError, parse
 from .summary import analyze, format_table, load, write_summary
 
 
@@ -35,7 +50,28 @@ def _parser() -> argparse.ArgumentParser:
                    help="port to serve on (8090; Locust's web UI has 8089); 0 picks a free one")
     p.add_argument("--no-report", action="store_true", help="skip report.html (summary.json only)")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
+    p.add_argument("--slo", metavar="SPEC", help="judge each concurrency against an SLO, e.g. "
+                   "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)")
+    p.add_argument("--require", metavar="N", type=gate.whole_number,
+                   help="exit 0 only if the SLO holds at concurrency N (and every lower one tested)")
+    p.add_argument("--baseline", metavar="OLD_RUN", type=Path,
+                   help="compare with an earlier run; exit 1 on a significant regression")
+    p.add_argument("--tolerance", type=float, default=regression.TOLERANCE,
+                   help="relative change --baseline lets pass (default 0.10)")
     return p
+
+
+def _gate_args(args) -> str | None:
+    """Why these flags cannot be used together, or None."""
+    if args.tolerance is not None and not (0 <= args.tolerance < 1e6):
+        return f"--tolerance must be a number >= 0 such as 0.10, got {args.tolerance}."
+    if args.require is None and args.baseline is None:
+        return None
+    if len(args.run_dirs) != 1:
+        return "--require and --baseline judge one run: give exactly one RUN_DIR."
+    if args.serve:
+        return "--require and --baseline end with an exit status, so they cannot be combined with --serve."
+    return None
 
 
 def _write_error(e: OSError) -> str:
@@ -47,13 +83,56 @@ def _write_error(e: OSError) -> str:
     return f"cannot write {where or 'the output'}: {reason}."
 
 
+def _judge(args, rd, s: dict) -> int:
+    """Adds ``regression`` and ``require`` to the summary; returns the exit status they call
+    for (0 or 1); raises :class:`RunDirError` for input that cannot be judged."""
+    status = 0
+    if args.baseline is not None:
+        old_rd = load(args.baseline)
+        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None), args.tolerance)
+        if not reg["compared"]:
+            raise RunDirError(reg["verdict"])
+        s["regression"] = reg
+        status = 1 if reg["regressed"] else 0
+    if args.require is not None:
+        if not s.get("slo"):
+            raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
+        s["require"] = gate.require(s, args.require)
+        status = max(status, s["require"]["exit"])
+    return status
+
+
+def _print_verdicts(s: dict, as_json: bool) -> None:
+    """Regression and gate verdicts: warnings and failures on stderr, the claim on stdout."""
+    reg, req = s.get("regression"), s.get("require")
+    if reg:
+        for w in reg["warnings"]:
+            print(f"warning: {w}", file=sys.stderr, flush=True)
+        print(reg["verdict"], file=sys.stderr if reg["regressed"] or as_json else sys.stdout, flush=True)
+    if req:
+        if req["claim"] and not as_json:
+            print(req["claim"], flush=True)
+        print(req["reason"], file=sys.stdout if req["holds"] and not as_json else sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    summaries = []
+    bad = _gate_args(args)
+    slo = None
+    if bad is None and args.slo is not None:
+        try:
+            slo = parse(args.slo)
+        except SLOError as e:
+            bad = f"--slo: {e}"
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    summaries, status = [], 0
     for path in args.run_dirs:
         try:
             rd = load(path)
-            s = analyze(rd)
+            s = analyze(rd, slo)
+            status = max(status, _judge(args, rd, s))
         except RunDirError as e:
             if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
                 print(f"note: {e}", file=sys.stderr)
@@ -70,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             print(format_table(s, report), flush=True)
             print(flush=True)
+        _print_verdicts(s, args.json)
     if len(summaries) > 1 and not args.no_report:
         try:
             out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
@@ -80,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"comparison report: {out}", flush=True)
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1), flush=True)
+    if status:
+        return status
     if args.serve:
         from .serve import ServeError, serve
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -3,6 +3,8 @@
 ``python -m dashboard RUN_A RUN_B ...`` writes it to ``--out`` (default: a new
 ``compare-<UTC timestamp>/`` beside the first run directory) as ``report.html`` plus
 ``summary.json`` (the list of run summaries' verdicts), after each run's own summary and report.
+Each run is drawn per tested concurrency (``levels``: sorted, repeats pooled), so refined and
+repeated steps make one curve.
 """
 from __future__ import annotations
 
@@ -21,11 +23,17 @@ def default_out(first_run: Path) -> Path:
     return Path(first_run).resolve().parent / time.strftime("compare-%Y%m%d-%H%M%S", time.gmtime())
 
 
+def _levels(s: dict) -> list[dict]:
+    """A run's tested concurrencies in ascending order (summaries from before levels existed: its
+    steps)."""
+    return [x for x in s.get("levels") or s["steps"] if x.get("requests")]
+
+
 def compare_figure(summaries: list[dict]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, subplot_titles=("p50 wait (ms)", "p95 wait (ms)", "throughput (req/s)"))
     all_steps = []
     for i, s in enumerate(summaries):
-        steps = [x for x in s["steps"] if x.get("requests")]
+        steps = _levels(s)
         all_steps += steps
         name = esc(s["run"]["run_id"])
         n = lx([x["concurrency"] for x in steps])
@@ -49,7 +57,7 @@ def compare_figure(summaries: list[dict]) -> go.Figure:
 
 
 def side_by_side_html(summaries: list[dict]) -> str:
-    concs = sorted({x["concurrency"] for s in summaries for x in s["steps"] if x.get("requests")})
+    concs = sorted({x["concurrency"] for s in summaries for x in _levels(s)})
     head = "<tr><th rowspan=2>conc</th>" + "".join(
         f"<th colspan=4>{esc(s['run']['run_id'])}</th>" for s in summaries) + "</tr><tr>" + \
         "<th>p50</th><th>p95</th><th>rps</th><th>err%</th>" * len(summaries) + "</tr>"
@@ -57,7 +65,7 @@ def side_by_side_html(summaries: list[dict]) -> str:
     for c in concs:
         cells = [f"<td>{c}</td>"]
         for s in summaries:
-            x = next((x for x in s["steps"] if x["concurrency"] == c and x.get("requests")), None)
+            x = next((x for x in _levels(s) if x["concurrency"] == c), None)
             if not x:
                 cells.append("<td>-</td>" * 4)
                 continue
@@ -89,6 +97,7 @@ def write_compare(summaries: list[dict], out: Path) -> Path:
     (out / "report.html").write_text(compare_html(summaries), encoding="utf-8")
     (out / "summary.json").write_text(json.dumps({"runs": [
         {"run_id": s["run"]["run_id"], "path": s["run"]["path"], "knee": s["knee"]["concurrency"],
-         "recommended_concurrency": s["recommended_concurrency"], "diagnosis": s["diagnosis"]}
+         "recommended_concurrency": s["recommended_concurrency"], "diagnosis": s["diagnosis"],
+         "slo": None if not s.get("slo") else {k: s["slo"][k] for k in ("spec", "max_concurrency")}}
         for s in summaries]}, indent=1))
     return out / "report.html"

@@ -64,6 +64,17 @@ def _conc_axis(fig, steps, **where):
                      title_text="concurrency", **where)
 
 
+def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
+    """Plotly error bars for the 95% interval ``{q}_ci`` of ``steps[i][key]``, or None."""
+    pts = [s.get(key) or {} for s in steps]
+    if not any(p.get(f"{q}_ci") for p in pts):
+        return None
+    ci = [p.get(f"{q}_ci") for p in pts]
+    return dict(type="data", visible=True, thickness=1.2, width=4,
+                array=[c[1] - p[q] if c else None for p, c in zip(pts, ci)],
+                arrayminus=[p[q] - c[0] if c else None for p, c in zip(pts, ci)])
+
+
 def _marks(fig, summary, rows_cols):
     knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
     for r, c in rows_cols:
@@ -76,7 +87,7 @@ def _marks(fig, summary, rows_cols):
 
 
 def curves_figure(summary: dict) -> go.Figure:
-    steps = [s for s in summary["steps"] if s.get("requests")]
+    steps = [s for s in summary.get("levels") or summary["steps"] if s.get("requests")]  # by concurrency
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Latency (wait, TTFA) vs concurrency"
                                                         if any(s.get("ttfa_ms") for s in steps) else
                                                         "Latency (wait) vs concurrency",
@@ -85,7 +96,8 @@ def curves_figure(summary: dict) -> go.Figure:
     n = lx(conc)
     for q, dash in (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")):
         fig.add_scatter(x=n, y=[(s.get("latency_ms") or {}).get(q) for s in steps], name=f"{q} wait",
-                        mode="lines+markers", line=dict(dash=dash), row=1, col=1)
+                        mode="lines+markers", line=dict(dash=dash), row=1, col=1,
+                        error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None)
     fig.add_scatter(x=n, y=[(s.get("e2e_ms") or {}).get("p95") for s in steps], name="p95 end-to-end",
                     mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
     if any(s.get("ttfa_ms") for s in steps):
@@ -503,10 +515,11 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
                     + (f"once {rd.playback_buffer_ms():g} ms of audio is in" if rd.playback_buffer_ms()
                        else "with the first audio")
                     + " and plays at 1x, flat while it waits for the next chunk (a stall, marked with a tick).</p>")
+    from .slo_report import sections  # it builds on this module's helpers
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{verdict_html(summary)}"
             f"<h2>Steps</h2>{step_table_html(summary)}"
-            f"<h2>Latency and throughput</h2>{parts[0]}{stream}{integrity_html(summary)}"
+            f"<h2>Latency and throughput</h2>{parts[0]}{sections(summary)}{stream}{integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(summary)}"

@@ -55,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .confidence import percentile_cis
 from .rundir import OTHER_LABEL, Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
@@ -316,7 +317,8 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    out.update(_stream_stats(a, okf, streamed, _cut_by_step_end(a, m, _stream_end(win))))
+    cut = _cut_by_step_end(a, m, _stream_end(win))
+    out.update(_stream_stats(a, okf, streamed, cut))
     out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
     stages = {}
@@ -340,6 +342,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["errors"] = top
     out["server"] = resource_aggregate(res, "server", start, end)
     out["client"] = resource_aggregate(res, "client", start, end)
+    # p50/p95 intervals, over the same attempts as the figures they bound
+    for key, col, mask in (("latency_ms", "wait_ms", okf), ("ttfa_ms", "ttfa_ms", okf & ~cut)):
+        if out.get(key) and col in a.cols:
+            out[key].update(percentile_cis(a[col][mask]))
     return out
 
 

@@ -1,4 +1,17 @@
-"""Turn a run directory into ``summary.json`` and the terminal step table."""
+"""Turn a run directory into ``summary.json`` and the terminal step table.
+
+``steps`` lists every executed step in the order run; the knee, the diagnosis, the SLO verdicts
+and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
+pooled (``dashboard.levels``).
+
+With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``slo``: ``spec``,
+``steps`` (one verdict per level: ``concurrency``, ``step`` (None for a pooled level),
+``steps``, ``pass`` (True, False, or None when inconclusive), ``failed``, ``inconclusive``,
+``values``, ``more_requests``), ``by_step`` (the same verdict for each executed step, in run
+order) and ``max_concurrency`` (``dashboard.slo.max_concurrency`` over the levels); then
+``recommended_concurrency`` is ``slo.max_concurrency`` (None when no level meets it, and the
+recommendation says why) and the knee is still reported.
+"""
 from __future__ import annotations
 
 import json
@@ -7,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import slo as slo_mod
 from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
+from .levels import levels as group_levels
 from .rundir import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
 
@@ -49,7 +64,9 @@ def _steps_of(rd: RunDir) -> list[dict]:
         for k in ("start", "end"):
             if not _time(s.get(k)):
                 raise _bad(rd, where, s, f"has {k} {s.get(k)!r}, not unix seconds or null")
-        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end")})
+        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end"),
+                      "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
+                      "repeat": _whole(s.get("repeat"))})
     return steps or infer_steps(rd.requests.attempts())
 
 
@@ -92,6 +109,89 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
     return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
 
 
+def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | None:
+    """The SLO to judge by: ``override`` (``--slo``), else the run's ``options.slo``; raises
+    :class:`RunDirError` when the run's own spec does not parse."""
+    if override is not None:
+        return override
+    spec = (rd.run.get("options") or {}).get("slo") if isinstance(rd.run.get("options"), dict) else None
+    if not spec:
+        return None
+    try:
+        return slo_mod.parse(str(spec))
+    except slo_mod.SLOError as e:
+        raise RunDirError(f"{rd.path / 'run.json'}: options.slo {str(spec)!r} cannot be used ({e}) "
+                          f"Pass --slo to judge by another.") from None
+
+
+def _p95_text(d: dict | None) -> str:
+    d = d or {}
+    if d.get("p95") is None:
+        return "n/a"
+    ci = d.get("p95_ci")
+    return f"{d['p95']:.0f} ms" + (f" (95% CI {ci[0]:.0f}-{ci[1]:.0f})" if ci else "")
+
+
+def _level_text(s: dict) -> str:
+    """One level's evidence: p95 (TTFA first in a streamed run), throughput, failures."""
+    p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") \
+        + _p95_text(s.get("latency_ms"))
+    rep = f", {s['repeats']} repeats pooled" if s.get("repeats", 1) > 1 else ""
+    return (f"at {s['concurrency']}: {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
+            f"{s['failed']} of {s['requests']} requests failed{rep}")
+
+
+def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None,
+                   knee: int | None) -> str:
+    """Why ``best`` (``slo.max_concurrency``) is the recommendation, in one or two sentences."""
+    if not levels:
+        return "No settled requests yet."
+    knee_txt = f" The knee is at {knee}." if knee else ""
+    first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
+    if best is None:
+        v, lv = verdicts[0], levels[0]
+        if v["pass"] is False:
+            return (f"No tested concurrency meets the SLO {spec}: at the lowest, {lv['concurrency']}, "
+                    f"{', '.join(v['failed'])}; test lower concurrency or relax the SLO.{knee_txt}")
+        return (f"No tested concurrency is shown to meet the SLO {spec}: at the lowest, {lv['concurrency']}, "
+                f"{'; '.join(v['inconclusive'])} (inconclusive counts as not meeting it).{knee_txt}")
+    i = next(k for k, lv in enumerate(levels) if lv["concurrency"] == best)
+    text = (f"Limit concurrency to {best}: the largest tested concurrency that meets the SLO {spec} "
+            f"with every lower one meeting it ({_level_text(levels[i])})")
+    if first_bad is None:
+        return text + f"; every tested concurrency meets it, so test higher to find the limit.{knee_txt}"
+    nxt, v = levels[first_bad], verdicts[first_bad]
+    why = ", ".join(v["failed"]) if v["pass"] is False else \
+        "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+    text += f"; at {nxt['concurrency']} {why}"
+    if nxt["concurrency"] > best + 1:
+        text += (f"; {best + 1}" + (f"-{nxt['concurrency'] - 1}" if nxt["concurrency"] > best + 2 else "")
+                 + " untested (--refine tests them)")
+    later = [lv["concurrency"] for lv, vv in zip(levels[first_bad + 1:], verdicts[first_bad + 1:])
+             if vv["pass"] is True]
+    if later:
+        text += (f"; {', '.join(map(str, later))} met it again but {nxt['concurrency']} did not, "
+                 f"so {'they do' if len(later) > 1 else 'it does'} not count")
+    return text + "." + knee_txt
+
+
+def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict]) -> dict:
+    verdicts = []
+    for lv in levels:
+        v = slo_mod.judge(slo, lv)
+        v["steps"] = lv["steps"]
+        verdicts.append(v)
+    by_step = []
+    for st in steps:
+        if not st.get("requests"):
+            continue
+        v = slo_mod.judge(slo, st)
+        v.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
+        by_step.append(v)
+    return {"spec": slo.spec, "steps": verdicts, "by_step": by_step,
+            "max_concurrency": slo_mod.max_concurrency(verdicts)}
+
+
 def _clean(o):
     """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
     if isinstance(o, dict):
@@ -108,14 +208,18 @@ def _clean(o):
     return o
 
 
-def analyze(rd: RunDir) -> dict:
-    """The summary of a (re)loaded run directory, as written to ``summary.json``."""
+def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
+    """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
+    overrides the run's own ``options.slo``."""
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
+    slo = run_slo(rd, slo)
     streamed = rd.streamed()
     steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
                         i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
-    done = [s for s in steps if s.get("requests")]
+    for st, p in zip(steps, plan):
+        st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
+    done = group_levels(a, steps, rd.resources, settle, streamed=streamed)
     knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
@@ -126,6 +230,10 @@ def analyze(rd: RunDir) -> dict:
     baseline = memory_baseline(rd.resources, first)
     creep = memory_creep(rd.resources, first, last)
     rec, rec_text = _recommend(done, knee)
+    slo_part = _slo_section(slo, steps, done) if slo else None
+    if slo_part:
+        rec = slo_part["max_concurrency"]
+        rec_text = _recommend_slo(done, slo_part["steps"], slo.spec, rec, knee["concurrency"])
     run = rd.run
     in_progress = bool(run) and run.get("end") is None
     summary = {
@@ -141,7 +249,9 @@ def analyze(rd: RunDir) -> dict:
         "incomplete_last_line": {"requests": rd.requests.incomplete_last_line,
                                  "resources": rd.resource_incomplete},
         "steps": steps,
+        "levels": done,
         "knee": knee,
+        "slo": slo_part,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
         "diagnosis": diagnose(done, knee, creep, rd.has_resources()),
@@ -220,6 +330,30 @@ def table_rows(summary: dict) -> list[list[str]]:
     return rows
 
 
+def _slo_lines(summary: dict) -> list[str]:
+    """Per tested concurrency: the SLO verdict, and the spread between repeats."""
+    sl, out = summary.get("slo"), []
+    levels = summary.get("levels") or []
+    if sl:
+        out.append(f"SLO {sl['spec']}  (per concurrency; repeats pooled; largest meeting it with every lower "
+                   f"one: {_f(sl['max_concurrency'])})")
+        for v in sl["steps"]:
+            word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
+            why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
+            out.append(f"  {v['concurrency']:>5}  {word}" + (f"  {why}" if why else ""))
+    for lv in levels:
+        sp = lv.get("spread")
+        if not sp:
+            continue
+        parts = [f"{name} {_f(sp[k][0], fmt)}-{_f(sp[k][1], fmt)}{unit}"
+                 for k, name, fmt, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
+                                            ("throughput_rps", "rps", "{:.2f}", ""),
+                                            ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
+        out.append(f"repeats at {lv['concurrency']} (steps {', '.join(map(str, lv['steps']))}): "
+                   + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
+    return out
+
+
 def format_table(summary: dict, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
     cols = table_columns(summary)
@@ -242,6 +376,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     d = summary["diagnosis"]
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
+    lines += _slo_lines(summary)
     lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
                  f"{summary['recommendation']}")
     if report:

@@ -47,6 +47,7 @@ class Run:
         self._audio_ok = True
         self.writer = self.shipper = self.puller = self.receiver = None
         self.run_dir: Path | None = None
+        self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.info: dict = {}
         self.preflight: dict | None = None
 
@@ -91,11 +92,25 @@ class Run:
     def begin_step(self, step: Step) -> None:
         self.state.begin(step)
         if self.is_master:
-            self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency})
+            self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency,
+                                                                 "settle_s": step.settle_s})
         self.save()
 
     def finished_in_step(self, step: int) -> int:
-        return self.writer.finished[step] if self.writer else 0
+        return self.writer.finished_settled[step] if self.writer else 0
+
+    def step_table(self) -> list[dict]:
+        """The web UI's live rows: the writer's figures, each step's place in the plan and its
+        SLO verdict once judged."""
+        if self.writer is None:
+            return []
+        steps = {st.step: st for st in self.state.steps}
+        rows = self.writer.step_table()
+        for row in rows:
+            st = steps.get(row["step"])
+            row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
+            row["slo"] = self.plan.verdict_cell(row["step"])
+        return rows
 
     # ---- run directory ---------------------------------------------------------------
     def open(self) -> None:
@@ -110,6 +125,9 @@ class Run:
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / "requests.jsonl")
+        from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
+        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee)
+        self.reader = StepReader(self.run_dir)
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
         self.info = {"run_id": self.run_dir.name, "start": wall(), "end": None, "target": s.host,
@@ -144,8 +162,11 @@ class Run:
         if self.run_dir is None:
             return
         info = self.info
-        info["steps"] = [{"step": st.step, "concurrency": st.concurrency, "start": st.start, "end": st.end}
-                         for st in self.state.steps]
+        info["steps"] = [{"step": st.step, "concurrency": st.concurrency, "start": st.start, "end": st.end,
+                          "phase": st.phase, "repeat": st.repeat, "settle_s": self.state.settle_of(st),
+                          "cutoff": st.cutoff} for st in self.state.steps]
+        if self.plan is not None:
+            info["plan"] = self.plan.describe()
         if self.preflight is not None:
             info["preflight"] = self.preflight
         if self.puller is not None:
@@ -284,7 +305,8 @@ def _on_init(environment, **_kw) -> None:
         environment.tts_knee_clock = timesync.WorkerClock(runner)
 
         def on_step(environment, msg, **_kw):
-            environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall()))
+            environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(),
+                                                  settle_s=msg.data.get("settle_s")))
 
         def on_ack(environment, msg, **_kw):
             run = getattr(environment, "tts_knee", None)

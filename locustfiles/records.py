@@ -68,14 +68,17 @@ class JsonlAppender:
 
 class RecordWriter:
     """The one writer of requests.jsonl: buffers records, flushes every FLUSH_INTERVAL_S,
-    and keeps a small per-step tally for the step shape and the web UI."""
+    and keeps a small per-step tally for the step shape and the web UI, and for each user
+    (worker, user number) when its latest recorded attempt ended."""
 
     def __init__(self, path: Path):
         self._out = JsonlAppender(path)
         self._buf: list[str] = []   # encoded lines
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
+        self.finished_settled = Counter()   # the same, past the step's settle window
         self._tally: dict[int, dict] = {}
+        self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
         self._loop = gevent.spawn(self._run)
 
     def add(self, records: list[dict]) -> None:
@@ -83,6 +86,10 @@ class RecordWriter:
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
         self._buf.extend(_dumps(r) + "\n" for r in records)
         for r in records:
+            ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
+            if ends:
+                user = (r.get("worker"), r.get("user"))
+                self._user_done[user] = max(self._user_done.get(user, ends[0]), *ends)
             t = self._tally.get(r["step"])
             if t is None:
                 t = self._tally[r["step"]] = {"concurrency": r["concurrency"], "failed": 0, "retries": 0,
@@ -91,21 +98,35 @@ class RecordWriter:
                 t["retries"] += 1
             if r["final"]:
                 self.finished[r["step"]] += 1
+                if r.get("settled", True):
+                    self.finished_settled[r["step"]] += 1
                 if not r["ok"]:
                     t["failed"] += 1
                 elif r["wait_ms"] is not None:
                     t["waits"].append(r["wait_ms"])
 
+    def max_wait_s(self, step: int) -> float | None:
+        """The slowest of the step's latest successful waits, in seconds (None: none yet)."""
+        t = self._tally.get(step)
+        return max(t["waits"]) / 1000.0 if t and t["waits"] else None
+
+    def users_done_since(self, t: float) -> int:
+        """Users whose latest recorded attempt ended at or after ``t``: a user runs one attempt
+        at a time, so each of them has nothing sent before ``t`` still running."""
+        return sum(1 for done in self._user_done.values() if done >= t)
+
     def step_table(self) -> list[dict]:
-        """Rough live figures per step (the dashboard computes the exact ones from the file)."""
+        """Live figures per step over its latest TALLY_WAITS successful waits (the dashboard's
+        percentile definition, numpy's linear interpolation; its figures use every record)."""
+        import numpy as np   # only the master's web UI asks; workers do without it
         rows = []
         for step in sorted(k for k in self._tally if k is not None):
             t = self._tally[step]
-            waits = sorted(t["waits"])
-            pick = (lambda q: round(waits[min(len(waits) - 1, int(q * len(waits)))], 1)) if waits else (lambda q: None)
+            waits = np.fromiter(t["waits"], dtype=float, count=len(t["waits"]))
+            p50, p95 = (round(float(v), 1) for v in np.percentile(waits, (50, 95))) if len(waits) else (None, None)
             rows.append({"step": step, "concurrency": t["concurrency"], "requests": self.finished[step],
-                         "failed": t["failed"], "retries": t["retries"], "p50_ms": pick(0.5),
-                         "p95_ms": pick(0.95), "max_ms": waits[-1] if waits else None})
+                         "failed": t["failed"], "retries": t["retries"], "p50_ms": p50,
+                         "p95_ms": p95, "max_ms": round(float(waits.max()), 1) if len(waits) else None})
         return rows
 
     def flush(self) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dashboard import slo as slo_mod
+
 from . import corpus
 from .retry import CONNECTION_ERROR, RetryPolicy
 
@@ -47,7 +49,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--steps", default=DEFAULT_STEPS, help="Concurrency levels, in order, e.g. 1,2,4,8,16.")
     g.add_argument("--step-time", type=float, default=0.0,
                    help=f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests).")
-    g.add_argument("--step-requests", type=int, default=0, help="End each step after this many requests.")
+    g.add_argument("--step-requests", type=int, default=0, help="End each step after this many settled requests.")
     g.add_argument("--settle-time", type=float, default=-1.0,
                    help="Seconds at the start of each step whose records are marked settled=false "
                         f"(default {SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s).")
@@ -74,6 +76,16 @@ def add_arguments(parser) -> None:
                    help="End the run if a collector is unreachable at the start.")
     g.add_argument("--skip-preflight", action="store_true", default=False,
                    help="Do not send the one warm-up request that checks the target before the run.")
+    # The SLO and the step plan: each step judged as it ends, the plan decided from the verdicts.
+    g.add_argument("--slo", default="", help="Service-level objective each step is judged against as it ends, "
+                   "e.g. p95_ms<=1200,error_rate<=0.01.")
+    g.add_argument("--refine", action="store_true", default=False,
+                   help="After the grid, bisect between the largest passing and the smallest failing "
+                        "concurrency until they are adjacent (needs --slo).")
+    g.add_argument("--stop-past-knee", action="store_true", default=False,
+                   help="Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) "
+                        "and the next step fails too.")
+    g.add_argument("--repeat", type=int, default=1, help="Run the grid of --steps this many times.")
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,10 @@ class Settings:
     collector_token: str | None
     require_collectors: bool
     preflight: bool
+    slo: slo_mod.SLO | None
+    refine: bool
+    stop_past_knee: bool
+    repeat: int
 
     def payload(self, text: str) -> bytes:
         """The request body for one text, in the configured API's shape."""
@@ -132,6 +148,8 @@ class Settings:
             "retry_on": sorted(map(str, self.retry.retry_on)), "retry_after_cap": self.retry.retry_after_cap_s,
             "request_timeout": self.request_timeout_s, "audio_dir": str(self.audio_dir),
             "audio_keep": self.audio_keep, "collectors": list(self.collectors),
+            "slo": self.slo.spec if self.slo else None, "refine": self.refine,
+            "stop_past_knee": self.stop_past_knee, "repeat": self.repeat,
         }
 
 
@@ -205,6 +223,15 @@ def _collectors(raw) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _slo(raw) -> slo_mod.SLO | None:
+    if not str(raw or "").strip():
+        return None
+    try:
+        return slo_mod.parse(str(raw))
+    except slo_mod.SLOError as e:
+        raise SettingsError(f"--slo: {e}") from None
+
+
 def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
@@ -250,6 +277,9 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError(f"--retry-max-ms ({cap:g}) must not be below --retry-base-ms ({base:g})")
     retry = RetryPolicy(attempts, base, cap, _retry_on(o.retry_on),
                         _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
+    slo = _slo(o.slo)
+    if o.refine and slo is None:
+        raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing concurrency")
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
     return Settings(
         host=host.rstrip("/"), api=api, path=path, model=o.tts_model, voice=o.tts_voice, format=fmt,
@@ -265,4 +295,6 @@ def from_options(options, host: str | None) -> Settings:
         stop_on_audio_error=o.on_audio_error == "stop",
         collectors=_collectors(o.collector), collector_token=o.collector_token or None,
         require_collectors=bool(o.require_collectors), preflight=not o.skip_preflight,
+        slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee),
+        repeat=int(_positive("repeat", o.repeat, int)),
     )

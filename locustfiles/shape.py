@@ -2,7 +2,12 @@
 
 The shape runs where the runner runs (the master in distributed mode); it announces each step
 to the workers so every record carries the step it was sent in. A step ends after
-``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set.
+``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set. Which
+step comes next is the step plan's to say (``plan.py``). When the plan judges steps, a step's
+load goes on past its cut-off until every user has finished what it sent before it and those
+records have reached the master (at most ``RECORDS_WAIT_S``); the step is then judged on the
+requests it sent before the cut-off, so a slow request still running is never left out of the
+judgment, and the next step begins.
 """
 from __future__ import annotations
 
@@ -10,15 +15,21 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
+import gevent
 from locust import LoadTestShape
 
 from .clock import wall
+from .records import BATCH_INTERVAL_S
 
 log = logging.getLogger("tts_knee.shape")
 STEP_MESSAGE = "tts_knee_step"
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
 TICK_SLACK_S = 0.1
+#: Longest wait past a step's cut-off for the requests it sent before it; those still
+#: unanswered then are judged without (and counted in the verdict's ``unanswered``).
+RECORDS_WAIT_S = 30.0
+RECORDS_POLL_S = 0.05
 
 
 @dataclass
@@ -27,6 +38,10 @@ class Step:
     concurrency: int
     start: float         # unix seconds on the master's clock
     end: float | None = None
+    phase: str = "grid"  # "grid" or "refine"
+    repeat: int = 1      # 1-based pass over the grid
+    cutoff: float | None = None   # judged on the requests sent before this (when judged)
+    settle_s: float | None = None   # this step's own settle window; None: the run's
 
 
 @dataclass
@@ -51,46 +66,93 @@ class StepState:
     def next_text_index(self) -> int:
         return next(self._texts)
 
+    def settle_of(self, step: Step) -> float:
+        return self.settle_s if step.settle_s is None else step.settle_s
+
     def settled(self, step: Step | None, t0: float) -> bool:
         """Whether an attempt sent at ``t0`` during ``step`` is past the step's settle window."""
-        return step is None or t0 >= step.start + self.settle_s
+        return step is None or t0 >= step.start + self.settle_of(step)
 
 
 class StepShape(LoadTestShape):
-    """Steps through ``--steps``; the run stops itself after the last one."""
+    """Runs the steps the plan asks for; the run stops itself when the plan is done."""
 
     def tick(self):
         from .plugin import ensure_run   # the first tick comes before test_start: it opens the run
         run = ensure_run(self.runner.environment)
         if run is None or run.failed:
             return None
-        settings, state = run.settings, run.state
-        steps = settings.steps
+        settings, state, plan = run.settings, run.state, run.plan
         cur = state.current
-        now = wall()
-        if cur is None:
-            index = 0
-        else:
-            index = cur.step - 1
-            elapsed = now - cur.start
+        if cur is not None:
+            # A step with a longer settle window than the run's runs that much longer.
+            left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
             done = run.finished_in_step(cur.step) if settings.step_requests else 0
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
-            if elapsed + TICK_SLACK_S >= settings.step_time_s or (
-                    settings.step_requests and done >= settings.step_requests):
-                index += 1
-        if index >= len(steps):
+            if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
+                if plan.judging:   # parse as the step goes: its judgment has little left to read
+                    gevent.get_hub().threadpool.apply(run.reader.refresh)
+                return cur.concurrency, SPAWN_RATE
+            if plan.judging:
+                self._judge(run, cur)
+            log.info("step %d (concurrency %d) done", cur.step, cur.concurrency)
+        nxt = plan.next()
+        if nxt is None:
             if cur is not None and cur.end is None:
-                state.finish(now)
-                log.info("step %d (concurrency %d) done; last step finished, stopping", cur.step, cur.concurrency)
+                state.finish(wall())
+                log.info("the step plan is done after step %d; stopping", cur.step)
+            run.save()
             if run.is_master:
                 # A headless master would otherwise quit without telling workers to stop, and
                 # their last records would never be sent: stop them first, then let Locust quit.
                 self.runner.stop()
             return None
-        if cur is None or index != cur.step - 1:
-            step = Step(index + 1, steps[index], now)
-            if cur is not None:
-                log.info("step %d (concurrency %d) done", cur.step, cur.concurrency)
-            log.info("step %d/%d: concurrency %d", step.step, len(steps), step.concurrency)
-            run.begin_step(step)
-        return steps[index], SPAWN_RATE
+        step = Step(len(state.steps) + 1, nxt.concurrency, wall(), phase=nxt.phase, repeat=nxt.repeat)
+        where = "refine" if nxt.phase == "refine" else f"grid pass {nxt.repeat}/{plan.repeats}"
+        drain = self._drain_s(run, cur, step)
+        if drain is not None:
+            step.settle_s = drain
+            gone = cur.concurrency - step.concurrency
+            where += (f"; the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
+                      f"stopped here left requests the server is still working on")
+        log.info("step %d: concurrency %d (%s)", step.step, step.concurrency, where)
+        run.begin_step(step)
+        return step.concurrency, SPAWN_RATE
+
+    @staticmethod
+    def _drain_s(run, cur: Step | None, step: Step) -> float | None:
+        """The settle window of a step that lowers the concurrency, when the run's is shorter
+        than the slowest request of the step before: Locust stops the extra users at once, but
+        the server goes on with what they sent, so the new step starts loaded above its level
+        until that has drained. None: the run's settle window will do."""
+        if cur is None or step.concurrency >= cur.concurrency:
+            return None
+        slowest = run.writer.max_wait_s(cur.step)
+        settle = run.state.settle_s
+        return min(slowest, run.settings.step_time_s) if slowest is not None and slowest > settle else None
+
+    def _judge(self, run, cur: Step) -> None:
+        """Wait (bounded) until the requests ``cur`` sent before now are all recorded, then let
+        the plan judge it. The step's users keep running meanwhile: no gap in the load."""
+        cur.cutoff = cutoff = wall()
+        expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency
+        limit = min(RECORDS_WAIT_S, run.settings.request_timeout_s + run.settings.retry.max_ms / 1000.0
+                    + 2 * BATCH_INTERVAL_S)
+        while run.writer.users_done_since(cutoff) < expected and wall() < cutoff + limit:
+            gevent.sleep(RECORDS_POLL_S)
+        unanswered = max(0, expected - run.writer.users_done_since(cutoff))
+        if unanswered:
+            log.warning("step %d: %d of %d users still had a request running %.0f s after the step's end; "
+                        "it is judged without them", cur.step, unanswered, expected, limit)
+        try:
+            run.writer.flush()
+        except OSError as e:
+            log.error("cannot write %s: %s; step %d is judged on what reached it", run.run_dir, e.strerror, cur.step)
+        # Parsing and the figures run on a native thread: the event loop, and with it every
+        # user's timing, keeps going meanwhile.
+        pool = gevent.get_hub().threadpool
+        stats = pool.apply(run.reader.stats, ({"step": cur.step, "concurrency": cur.concurrency, "start": cur.start},
+                                              cutoff, run.state.settle_of(cur)))
+        levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
+        run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat},
+                        stats, unanswered, levels)

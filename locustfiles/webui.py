@@ -1,6 +1,7 @@
-"""tts-knee in Locust's web UI: a "TTS steps" tab with the per-step table as the run goes, and
-the live dashboard (knee, diagnosis, timeline) served from Locust's own Flask app at
-``/tts-knee/``, linked from the UI's download tab."""
+"""tts-knee in Locust's web UI: a "TTS steps" tab with the per-step table as the run goes (each
+step's place in the plan and its SLO verdict once judged), and the live dashboard (knee,
+diagnosis, timeline) served from Locust's own Flask app at ``/tts-knee/``, linked from the UI's
+download tab. tts-knee's options, the SLO and the plan's among them, are in the start form."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ from flask import Response, request
 
 TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
-_COLUMNS = [("step", "Step"), ("concurrency", "Concurrency"), ("requests", "Requests"), ("failed", "Failed"),
-            ("retries", "Retries"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
-            ("max_ms", "max wait (ms)")]
+_COLUMNS = [("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency"), ("requests", "Requests"),
+            ("failed", "Failed"), ("retries", "Retries"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
+            ("max_ms", "max wait (ms)"), ("slo", "SLO")]
 
 
 def mount(environment) -> None:
@@ -29,7 +30,7 @@ def mount(environment) -> None:
         if request.path != "/stats/requests" or response.mimetype != "application/json":
             return response
         run = getattr(environment, "tts_knee", None)
-        rows = run.writer.step_table() if run is not None and run.writer is not None else []
+        rows = run.step_table() if run is not None else []
         data = response.get_json()
         data["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
         response.set_data(json.dumps(data))

@@ -98,6 +98,8 @@ class Model:
     truncate_from: int | None = None
     truncate_fraction: float = 0.2
     audio_s_per_char: float = 0.06
+    slo: str | None = None  # options.slo, as a run made with --slo records it
+    refine_from: int | None = None  # steps from this index on are phase "refine" (else "grid")
 
 
 def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
@@ -229,7 +231,9 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     req = 0
     for si, n in enumerate(m.steps, start=1):
         s_start, s_end = t, t + m.step_s
-        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end})
+        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end,
+                      "phase": "refine" if m.refine_from is not None and si > m.refine_from else "grid",
+                      "repeat": m.steps[:si].count(n)})
         t = s_end + (0.0 if m.continuous else m.gap_s)
         if m.continuous:
             continue
@@ -254,7 +258,7 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         run_end = None
     run = {
         "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
-        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s,
+        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s, "slo": m.slo,
                     **({"tts_stream": bool(m.stream_capacity), "tts_stream_format": "",
                         "playback_buffer_ms": m.playback_buffer_ms}
                        if m.stream_options else {}),

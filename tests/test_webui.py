@@ -51,11 +51,12 @@ def webui(tmp_path):
 def test_a_run_started_from_the_web_ui(webui, tmp_path):
     status, page = get(webui + "/")
     assert status == 200
-    for option in ("tts_api", "steps", "step_time", "retry_max_attempts", "collector", "run_dir"):
+    for option in ("tts_api", "steps", "step_time", "retry_max_attempts", "collector", "run_dir",
+                   "slo", "refine", "stop_past_knee", "repeat"):
         assert f'"{option}"' in page, option
-    # Start with the form's values changed: two short steps instead of three long ones.
-    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1",
-                                          "steps": "1,2", "step_time": "2", "tts_api": "openai"})
+    # Start with the form's values changed: two short steps instead of three long ones, and an SLO.
+    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "1,2", "step_time": "2",
+                                          "tts_api": "openai", "slo": "p95_ms<=5000", "stop_past_knee": "true"})
     assert json.loads(body)["success"]
     info_path = tmp_path / "run" / "run.json"
     for _ in range(150):
@@ -65,11 +66,14 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
     info = json.loads(info_path.read_text())
     assert info["end"], "the run did not finish by itself"
     assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2)]
+    assert info["options"]["slo"] == "p95_ms<=5000" and info["options"]["stop_past_knee"] is True
+    assert [v["pass"] for v in info["plan"]["verdicts"]] == [True, True]
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert records and {r["concurrency"] for r in records} == {1, 2}
     stats = json.loads(get(webui + "/stats/requests")[1])
     table = {t["key"]: t["data"] for t in stats["extended_stats"]}["tts-knee-steps"]
     assert [(row["step"], row["concurrency"]) for row in table] == [(1, 1), (2, 2)]
+    assert [(row["phase"], row["slo"]) for row in table] == [("grid 1", "pass"), ("grid 1", "pass")]
     assert sum(row["requests"] for row in table) == sum(r["final"] for r in records)
     status, live = get(webui + "/tts-knee/")
     assert status == 200 and "plotly" in live.lower()
@@ -82,6 +86,7 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
                               "--v=0", "--virtual-time-budget=8000", "--dump-dom", webui + "/?tab=tts-knee-steps"],
                              capture_output=True, text=True, timeout=90)
         assert "TTS steps" in res.stdout and "Uncaught" not in res.stderr
+        assert ">SLO<" in res.stdout and ">pass<" in res.stdout, res.stdout[-3000:]
 
 
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):

@@ -1,0 +1,168 @@
+"""The CI gate: ``python -m dashboard RUN --slo SPEC --require N``.
+
+The SLO holds at N when the level N (its repeats pooled) meets every term *and* every lower
+tested concurrency meets it too, i.e. N <= ``slo.max_concurrency``: a limit of N is only safe if
+the service also meets the SLO below it.  Exit status (see :func:`require`):
+
+- 0: it holds; prints the claim the way a team would publish it, e.g.
+  ``8 concurrent: p95 1.14 s (95% CI 1.10-1.18 s) <= 1.2 s, errors 0.0% <= 1%; GPU memory peak
+  9.1 GB, GPU util 62% mean, 89% peak; 2,310 requests at 7.9 req/s``.
+- 1: it does not hold: a term fails at N (the sentence names each with its numbers), a term is
+  inconclusive at N (its interval straddles the threshold; inconclusive counts as not holding,
+  and the sentence says how many more requests would settle it), a lower concurrency does not
+  meet it, or N was not tested in this run (nothing can be claimed about it).
+- 2 (raised by the CLI, not here): bad input, such as a malformed spec or no SLO at all.
+
+Every number is printed with enough digits that it compares with its threshold the way the
+unrounded value does (400.4 ms is never shown as "400 ms > 400 ms").
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+from . import slo as slo_mod
+
+_LABEL = {
+    "mean_ms": "mean", "p50_ms": "p50", "p90_ms": "p90", "p95_ms": "p95", "p99_ms": "p99", "max_ms": "max",
+    "e2e_p95_ms": "end-to-end p95", "ttfa_p50_ms": "TTFA p50", "ttfa_p95_ms": "TTFA p95",
+    "underrun_rate": "underruns", "error_rate": "errors", "rtf_p95": "RTF p95", "throughput_rps": "throughput",
+    "gpu_mem_gb": "GPU memory peak", "gpu_util_pct": "GPU util",
+}
+_CI_OF = {"p50_ms": ("latency_ms", "p50_ci"), "p95_ms": ("latency_ms", "p95_ci"),
+          "ttfa_p50_ms": ("ttfa_ms", "p50_ci"), "ttfa_p95_ms": ("ttfa_ms", "p95_ci")}
+_OPS = {"<=": lambda v, t: v <= t, "<": lambda v, t: v < t, ">=": lambda v, t: v >= t, ">": lambda v, t: v > t}
+_NEG = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}
+
+
+def _unit(metric: str, ref: float) -> tuple[float, str]:
+    """(scale, unit) a metric is shown in; ms become s from 1000 ms on (of the threshold)."""
+    if metric.endswith("_ms"):
+        return (1e-3, " s") if ref >= 1000 else (1.0, " ms")
+    if metric.endswith("_rate"):
+        return 100.0, "%"
+    if metric == "gpu_util_pct":
+        return 1.0, "%"
+    if metric == "gpu_mem_gb":
+        return 1.0, " GB"
+    if metric == "throughput_rps":
+        return 1.0, " req/s"
+    return 1.0, ""
+
+
+def _shown(v: float, t: float, op: str, scale: float, base_digits: int) -> str:
+    """v (scaled) with the fewest digits >= base_digits that keep ``op(v, t)`` true as shown."""
+    truth = _OPS[op](v, t)
+    for d in range(base_digits, base_digits + 6):
+        s = f"{v * scale:.{d}f}"
+        shown = float(s) / scale
+        if _OPS[op](shown, t) == truth and (shown != t or v == t):
+            return s
+    return f"{v * scale:.{base_digits + 6}f}"
+
+
+def _threshold(t: float, scale: float) -> str:
+    x = t * scale
+    return f"{x:g}" if abs(x) < 1e6 else f"{x:.0f}"
+
+
+def _base_digits(metric: str, scale: float) -> int:
+    if metric.endswith("_ms"):
+        return 2 if scale != 1.0 else 0
+    if metric.endswith("_rate") or metric in ("gpu_util_pct", "gpu_mem_gb", "throughput_rps"):
+        return 1
+    return 2
+
+
+def term_text(term: slo_mod.Term, level: dict, verdict: dict) -> str:
+    """One term at one level as published: label, value, comparison, threshold."""
+    v = verdict["values"].get(term.metric)
+    label = _LABEL[term.metric]
+    scale, unit = _unit(term.metric, term.value)
+    thr = _threshold(term.value, scale) + unit
+    if v is None:
+        return f"{label} not measured (needed {term.op} {thr})"
+    digits = _base_digits(term.metric, scale)
+    ci_txt, straddles = "", False
+    if term.metric in _CI_OF:
+        key, ci_key = _CI_OF[term.metric]
+        ci = (level.get(key) or {}).get(ci_key)
+        if ci:
+            lo, hi = ci
+            ci_txt = f" (95% CI {lo * scale:.{digits}f}-{hi * scale:.{digits}f}{unit})"
+            straddles = _OPS[term.op](lo, term.value) != _OPS[term.op](hi, term.value)
+    if straddles:
+        return f"{label} {v * scale:.{digits}f}{unit}{ci_txt} straddles {thr}"
+    op = term.op if _OPS[term.op](v, term.value) else _NEG[term.op]
+    return f"{label} {_shown(v, term.value, term.op, scale, digits)}{unit}{ci_txt} {op} {thr}"
+
+
+def _context(level: dict, slo: slo_mod.SLO) -> list[str]:
+    """Resource and volume figures that belong in the claim even when no term names them."""
+    named = {t.metric for t in slo.terms}
+    srv = level.get("server") or {}
+    out = []
+    res = []
+    mem = srv.get("gpu_mem_peak_bytes")
+    if mem is not None and "gpu_mem_gb" not in named:
+        res.append(f"GPU memory peak {mem / 1e9:.1f} GB")
+    um, ux = srv.get("gpu_util_mean"), srv.get("gpu_util_max")
+    if um is not None and "gpu_util_pct" not in named:
+        res.append(f"GPU util {um:.0f}% mean" + (f", {ux:.0f}% peak" if ux is not None else ""))
+    if res:
+        out.append(", ".join(res))
+    rps = level.get("throughput_rps")
+    vol = f"{level.get('requests') or 0:,} requests" + (f" at {rps:.1f} req/s" if rps is not None else "")
+    if level.get("repeats", 1) > 1:
+        vol += f" over {level['repeats']} repeats"
+    out.append(vol)
+    return out
+
+
+def claim(slo: slo_mod.SLO, level: dict, verdict: dict) -> str:
+    """``N concurrent: term, term; context`` for one level."""
+    terms = ", ".join(term_text(t, level, verdict) for t in slo.terms)
+    return f"{level['concurrency']} concurrent: " + "; ".join([terms] + _context(level, slo))
+
+
+def require(summary: dict, n: int) -> dict:
+    """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
+    "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc)."""
+    sl = summary["slo"]
+    spec = sl["spec"]
+    slo = slo_mod.parse(spec)
+    levels = summary.get("levels") or []
+    tested = [lv["concurrency"] for lv in levels]
+    if n not in tested:
+        return {"concurrency": n, "holds": False, "exit": 1, "claim": None,
+                "reason": f"The SLO {spec} cannot be claimed at {n}: this run did not test {n} "
+                          f"(tested: {', '.join(map(str, tested)) or 'none'})."}
+    i = tested.index(n)
+    level, verdict = levels[i], sl["steps"][i]
+    text = claim(slo, level, verdict)
+    if verdict["pass"] is False:
+        reason = f"The SLO {spec} does not hold at {n}: {', '.join(verdict['failed'])}."
+    elif verdict["pass"] is None:
+        reason = (f"The SLO {spec} is not shown to hold at {n}: {'; '.join(verdict['inconclusive'])}; "
+                  f"inconclusive counts as not holding.")
+    else:
+        lower = next(((lv, v) for lv, v in zip(levels[:i], sl["steps"][:i]) if v["pass"] is not True), None)
+        if lower is None:
+            return {"concurrency": n, "holds": True, "exit": 0, "claim": text,
+                    "reason": f"The SLO {spec} holds at {n} and at every lower tested concurrency."}
+        lv, v = lower
+        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
+        reason = (f"The SLO {spec} is met at {n} but not at {lv['concurrency']} below it ({why}), so {n} "
+                  f"is not a safe limit.")
+    return {"concurrency": n, "holds": False, "exit": 1, "claim": text, "reason": reason}
+
+
+def whole_number(s: str) -> int:
+    """argparse type for ``--require``: a whole number >= 1."""
+    try:
+        f = float(s)
+    except ValueError:
+        f = math.nan
+    if not math.isfinite(f) or f != int(f) or f < 1:
+        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, got {s!r}")
+    return int(f)

@@ -1,0 +1,177 @@
+"""Regression against a baseline run: ``python -m dashboard RUN --baseline OLD_RUN [--tolerance 0.10]``.
+
+The concurrencies both runs tested are compared level by level (repeats pooled, see
+``dashboard.levels``); for each (``summary.json`` ``regression.steps``):
+
+- ``p50_ms`` and ``p95_ms`` of wait (successful final attempts), and ``ttfa_p95_ms`` when both
+  runs recorded TTFA (else null): the ratio new / old with a 95% interval and a two-sided
+  p-value (``dashboard.confidence.compare_percentile``: bootstrap of both samples, or the
+  order-statistic normal approximation for large ones);
+- ``throughput_rps``: successful completions per second of the steps' windows, the ratio and a
+  two-sample Poisson test (conservative for a closed loop, whose completions are more regular
+  than Poisson);
+- ``error_rate``: failed / requests, the change in percentage points and a two-proportion test.
+
+A figure is ``significant`` when p < ``ALPHA`` (0.05).  It is a ``regression`` when it is
+significant *and* worse than the tolerance allows: latency ratio above 1 + tolerance, throughput
+ratio below 1 - tolerance, error rate up by more than max(``ERROR_RATE_STEP`` (1 percentage
+point), tolerance x the baseline's rate).  A significant change the other way beyond the
+tolerance is an ``improvement``.  A concurrency regresses when any of its figures does, and the
+command exits 1 when any concurrency regresses (0 otherwise; 2 when the runs share no tested
+concurrency).  No correction for the several tests is applied: a change must be both significant
+and beyond the tolerance, and the tolerance is the guard against noise flagged by chance.
+
+``warnings`` says when the runs are not like for like: options that change what is measured
+differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .confidence import compare_percentile, compare_proportions, compare_rates
+from .rundir import RunDir
+
+ALPHA = 0.05
+TOLERANCE = 0.10
+ERROR_RATE_STEP = 0.01
+_FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
+# run.json options that change what a step measures (not where files go or which steps ran)
+COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream",
+                    "tts_stream_format", "playback_buffer_ms", "step_time", "step_requests", "settle_time",
+                    "split_max_chars", "retry_max_attempts", "retry_base_ms", "retry_max_ms", "retry_on",
+                    "retry_after_cap", "request_timeout")
+
+
+def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
+    """``col`` of the level's successful settled final attempts (empty when not recorded)."""
+    a = rd.requests.attempts()
+    if col not in a.cols:
+        return np.empty(0)
+    m = np.isin(a["step"], level["steps"]) & a["settled"] & a["final"] & a["ok"]
+    return a[col][m]
+
+
+def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | None:
+    c = compare_percentile(old, new, q)
+    if c is None:
+        return None
+    sig = c["p_value"] < ALPHA
+    c.update({"change": c["ratio"] - 1, "significant": sig,
+              "regression": sig and c["ratio"] > 1 + tol, "improvement": sig and c["ratio"] < 1 - tol})
+    return c
+
+
+def _throughput(old: dict, new: dict, tol: float) -> dict | None:
+    wo, wn = old.get("window") or {}, new.get("window") or {}
+    c = compare_rates(wo.get("ok_completions") or 0, wo.get("duration_s") or 0,
+                      wn.get("ok_completions") or 0, wn.get("duration_s") or 0)
+    if c is None:
+        return None
+    sig = c["p_value"] < ALPHA
+    c.update({"change": c["ratio"] - 1, "significant": sig,
+              "regression": sig and c["ratio"] < 1 - tol, "improvement": sig and c["ratio"] > 1 + tol})
+    return c
+
+
+def _errors(old: dict, new: dict, tol: float) -> dict | None:
+    c = compare_proportions(old.get("failed") or 0, old.get("requests") or 0,
+                            new.get("failed") or 0, new.get("requests") or 0)
+    if c is None:
+        return None
+    sig = c["p_value"] < ALPHA
+    allowed = max(ERROR_RATE_STEP, tol * c["old"])
+    c.update({"significant": sig, "regression": sig and c["change"] > allowed,
+              "improvement": sig and -c["change"] > allowed})
+    return c
+
+
+def _warnings(new_sum: dict, old_sum: dict, new_rd: RunDir, old_rd: RunDir) -> list[str]:
+    out = []
+    on = new_sum["run"].get("options") or {}
+    oo = old_sum["run"].get("options") or {}
+    on, oo = (on if isinstance(on, dict) else {}), (oo if isinstance(oo, dict) else {})
+    diff = [f"{k} {oo.get(k)!r} -> {on.get(k)!r}" for k in COMPARED_OPTIONS
+            if (k in on or k in oo) and on.get(k) != oo.get(k)]
+    if diff:
+        out.append(f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like.")
+    corpus = []
+    if on.get("texts") and oo.get("texts") and Path(str(on["texts"])).name != Path(str(oo["texts"])).name:
+        corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")  # the same file elsewhere is fine
+    if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
+        corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
+    tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
+    if tn != to:
+        corpus.append(f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline")
+    if corpus:
+        out.append(f"The corpus differs from the baseline's ({'; '.join(corpus)}).")
+    return out
+
+
+def _baseline_curve(s: dict) -> list[dict]:
+    out = []
+    for lv in s.get("levels") or []:
+        lat = lv.get("latency_ms") or {}
+        out.append({"concurrency": lv["concurrency"], "p50_ms": lat.get("p50"), "p95_ms": lat.get("p95"),
+                    "p95_ci": lat.get("p95_ci"), "throughput_rps": lv.get("throughput_rps"),
+                    "error_rate": lv.get("error_rate")})
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def _sentence(c: int, row: dict) -> str:
+    parts = []
+    for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
+        r = row[key]
+        if r and r["regression"]:
+            parts.append(f"{name} {r['old']:.0f} -> {r['new']:.0f} ms ({_pct(r['change'])}, p={r['p_value']:.3g})")
+    r = row["throughput_rps"]
+    if r and r["regression"]:
+        parts.append(f"throughput {r['old']:.2f} -> {r['new']:.2f} req/s ({_pct(r['change'])}, p={r['p_value']:.3g})")
+    r = row["error_rate"]
+    if r and r["regression"]:
+        parts.append(f"errors {r['old']:.1%} -> {r['new']:.1%} (p={r['p_value']:.3g})")
+    return f"at {c}: " + ", ".join(parts)
+
+
+def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolerance: float = TOLERANCE) -> dict:
+    """``summary.json`` ``regression`` of this run against the baseline (see the module doc)."""
+    old_levels = {lv["concurrency"]: lv for lv in old_sum.get("levels") or []}
+    rows = []
+    for lv in new_sum.get("levels") or []:
+        c = lv["concurrency"]
+        if c not in old_levels:
+            continue
+        ol = old_levels[c]
+        wo, wn = _values(old_rd, ol, "wait_ms"), _values(new_rd, lv, "wait_ms")
+        to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
+        row = {"concurrency": c, "requests": [ol.get("requests"), lv.get("requests")],
+               "p50_ms": _latency(wo, wn, 50, tolerance), "p95_ms": _latency(wo, wn, 95, tolerance),
+               "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
+               "throughput_rps": _throughput(ol, lv, tolerance), "error_rate": _errors(ol, lv, tolerance)}
+        figs = [row[k] for k in _FIGURES if row[k]]
+        row["regression"] = any(f["regression"] for f in figs)
+        row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
+        rows.append(row)
+    regressed = [r["concurrency"] for r in rows if r["regression"]]
+    base = old_sum["run"]["run_id"]
+    if not rows:
+        verdict = (f"This run and the baseline {base} share no tested concurrency (this run: "
+                   f"{', '.join(str(x['concurrency']) for x in new_sum.get('levels') or []) or 'none'}; "
+                   f"baseline: {', '.join(map(str, old_levels)) or 'none'}), so nothing can be compared.")
+    elif regressed:
+        verdict = (f"Regression against {base} beyond the {tolerance:.0%} tolerance "
+                   + "; ".join(_sentence(r["concurrency"], r) for r in rows if r["regression"]) + ".")
+    else:
+        better = [str(r["concurrency"]) for r in rows if r["improvement"]]
+        verdict = (f"No significant regression beyond the {tolerance:.0%} tolerance against {base} at "
+                   f"{', '.join(str(r['concurrency']) for r in rows)}"
+                   + (f"; significantly better at {', '.join(better)}." if better else "."))
+    return {"baseline": {"run_id": base, "path": old_sum["run"]["path"], "levels": _baseline_curve(old_sum)},
+            "tolerance": tolerance, "alpha": ALPHA, "steps": rows, "regressed": regressed,
+            "compared": [r["concurrency"] for r in rows], "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
+            "verdict": verdict}

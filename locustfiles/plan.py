@@ -1,0 +1,288 @@
+"""The step plan: which step runs next, decided on the master as each step ends.
+
+The grid (``--steps``) runs in order, ``--repeat`` times. Each step that ends is judged from
+the records the master already has (:class:`StepReader`): against ``--slo`` with
+``dashboard.slo.judge``, or by the knee rule (``dashboard.knee``) when there is no SLO. Then:
+
+- ``--stop-past-knee``: a grid step that fails, followed by a grid step of the same pass that
+  fails too, ends that pass over the grid; its remaining steps are skipped. "Fails" is a clear
+  SLO failure (an inconclusive step neither stops nor confirms), or without an SLO a step at
+  or past the knee ``find_knee`` names on this pass's steps so far whose own latency is more
+  than ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``.
+- ``--refine`` (needs an SLO): after the grid, bisect between the largest concurrency that
+  passes with every lower tested one passing (0 when the lowest fails) and the smallest
+  tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
+  until the two are adjacent integers. A concurrency tested by several steps (``--repeat``) is
+  judged on their pooled records, as the dashboard judges it (``dashboard.levels``); an
+  inconclusive level counts as failing, and so does one where not a request finished.
+
+Gevent-free and locust-free: it works on step dicts and the run directory only.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dashboard import knee as knee_mod
+from dashboard import slo as slo_mod
+from dashboard.levels import levels as pool_levels
+from dashboard.rundir import Attempts, RunDir
+from dashboard.steps import step_stats
+
+__all__ = ["Planned", "StepPlan", "StepReader"]
+log = logging.getLogger("tts_knee.plan")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One step the plan asks for."""
+    concurrency: int
+    phase: str    # "grid" or "refine"
+    repeat: int   # 1-based pass over the grid; refine probes run once, as repeat 1
+
+
+class StepPlan:
+    """The grid, then refinement; :meth:`next` asks what to run, :meth:`finish` reports a
+    judged step. ``decisions`` and ``verdicts`` go into run.json's ``plan``."""
+
+    def __init__(self, grid, repeat: int = 1, slo: slo_mod.SLO | None = None, refine: bool = False,
+                 stop_past_knee: bool = False):
+        if refine and slo is None:
+            raise ValueError("refine needs an SLO")
+        self.grid = tuple(grid)
+        self.repeats = repeat
+        self.slo = slo
+        self.refine = refine
+        self.stop_past_knee = stop_past_knee
+        self.decisions: list[dict] = []
+        self.verdicts: list[dict] = []     # one per judged step, in the order run
+        self._pooled: dict[int, dict] = {}   # concurrency -> verdict on the pooled steps, where several
+        self._phase = "grid"
+        self._repeat, self._index = 1, 0      # the grid position handed out next
+        self._pass_steps: list[dict] = []     # this pass's judged grid steps (for the knee rule)
+        self._last_failed = False             # the previous grid step of this pass failed
+        self._last_step: int | None = None
+
+    @property
+    def judging(self) -> bool:
+        """Whether steps need judging at all (an SLO to show, or decisions to take)."""
+        return self.slo is not None or self.stop_past_knee
+
+    def next(self) -> Planned | None:
+        """The step to run next, or None when the plan is done."""
+        while self._phase == "grid":
+            if self._index < len(self.grid):
+                self._index += 1
+                return Planned(self.grid[self._index - 1], "grid", self._repeat)
+            if self._repeat < self.repeats:
+                self._repeat, self._index = self._repeat + 1, 0
+                self._pass_steps, self._last_failed = [], False
+                continue
+            self._phase = "refine" if self.refine else "done"
+        if self._phase == "refine":
+            probe = self._probe()
+            if probe is not None:
+                return Planned(probe, "refine", 1)
+            self._phase = "done"
+        return None
+
+    def finish(self, step: dict, stats: dict, unanswered: int = 0, levels: list[dict] | None = None) -> dict | None:
+        """Take the figures of a step that ended (``step``: its run.json entry with ``phase``
+        and ``repeat``; ``stats``: ``dashboard.steps.step_stats`` over what it sent before its
+        end; ``unanswered``: requests it sent that had no record when it was judged; ``levels``:
+        the judged steps pooled per concurrency, ``StepReader.levels``, when a concurrency has
+        been tested more than once). Returns the step's SLO verdict (None without an SLO)."""
+        self._last_step = step["step"]
+        if levels is not None and self.slo is not None:
+            self._pooled = {lv["concurrency"]: _level_verdict(self.slo, lv)
+                            for lv in levels if lv.get("repeats", 1) > 1}
+        verdict = None
+        where = f"step {step['step']} (concurrency {step['concurrency']}, {_label(step)})"
+        if self.slo is not None:
+            v = slo_mod.judge(self.slo, stats)
+            verdict = {"step": step["step"], "concurrency": step["concurrency"], "phase": step["phase"],
+                       "repeat": step["repeat"], "pass": v["pass"], "failed": v["failed"],
+                       "inconclusive": v["inconclusive"], "requests": stats.get("requests"),
+                       "unanswered": unanswered, "steps": [step["step"]]}
+            self.verdicts.append(verdict)
+            log.info("%s %s", where, _verdict_text(verdict))
+        if step["phase"] != "grid" or not self.stop_past_knee:
+            return verdict
+        if self.slo is not None:
+            failed, why = verdict["pass"] is False, "fails the SLO"
+        else:
+            self._pass_steps.append(stats)
+            failed, why = self._past_knee()
+        if failed and self._last_failed and self._index < len(self.grid):
+            skipped = list(self.grid[self._index:])
+            self._index = len(self.grid)
+            more = f"; pass {self._repeat + 1} of {self.repeats} follows" if self._repeat < self.repeats else ""
+            self._decide("stop", f"step {step['step']} (concurrency {step['concurrency']}) {why}, confirming the "
+                                 f"step before it: the rest of the grid ({_levels(skipped)}) is skipped{more}",
+                         skipped=skipped)
+        self._last_failed = failed
+        return verdict
+
+    def _past_knee(self) -> tuple[bool, str]:
+        """Whether this pass's latest step is past the knee rule, and the figures why."""
+        steps = [s for s in self._pass_steps if s.get("requests")]
+        if steps and not self._pass_steps[-1].get("requests"):
+            return True, "is past the knee (not one request finished in it)"
+        if len(steps) < 2:
+            return False, ""
+        k = knee_mod.find_knee(steps)["index"]
+        if k is None:
+            return False, ""
+        rise = knee_mod.inflation(steps)[-1]
+        base = steps[0].get("attempt_failure_rate") or 0.0
+        fails = steps[-1].get("attempt_failure_rate")
+        if rise is not None and rise > knee_mod.LATENCY_RISE:
+            return True, f"is past the knee (latency {_ratio(rise)} the lowest step's)"
+        if fails is not None and fails >= knee_mod.FAILURE_RATE and fails - base >= knee_mod.FAILURE_RATE:
+            return True, f"is past the knee ({fails:.0%} of attempts fail)"
+        return False, ""
+
+    def level_verdicts(self) -> list[dict]:
+        """One verdict per tested concurrency, ascending: the step's own, or the pooled one
+        for a concurrency tested more than once."""
+        by_level: dict[int, dict] = {}
+        for v in self.verdicts:
+            by_level[v["concurrency"]] = v
+        by_level.update(self._pooled)
+        return [by_level[c] for c in sorted(by_level)]
+
+    def levels(self) -> dict[int, bool | None]:
+        """Per tested concurrency: True (meets the SLO), False (fails it) or None (inconclusive)."""
+        return {v["concurrency"]: v["pass"] for v in self.level_verdicts()}
+
+    def max_concurrency(self) -> int | None:
+        return slo_mod.max_concurrency(self.level_verdicts())
+
+    def _probe(self) -> int | None:
+        """The next refine probe, or None once the answer is found (decisions logged)."""
+        levels = self.levels()
+        if not levels:
+            return None
+        lo = self.max_concurrency() or 0
+        above = sorted(c for c in levels if c > lo)
+        if not above:
+            self._decide("done", f"every tested concurrency up to {lo} meets the SLO; nothing to refine "
+                                 f"(test higher to find the limit)", answer=lo)
+            return None
+        hi = min(above)
+        fails = (f"{hi} is inconclusive, which counts as failing" if levels[hi] is None else f"{hi} fails")
+        if hi - lo <= 1:
+            if lo:
+                why = f"{lo} meets the SLO and {fails}: the largest concurrency that meets it is {lo}"
+            else:
+                why = f"{fails} and is the lowest concurrency: none meets the SLO"
+            self._decide("done", why, answer=lo or None)
+            return None
+        probe = (lo + hi) // 2
+        passes = f"{lo} meets the SLO" if lo else "nothing tested meets the SLO"
+        self._decide("refine", f"{passes} and {fails}: bisecting at {probe}", concurrency=probe)
+        return probe
+
+    def _decide(self, action: str, why: str, **extra) -> None:
+        d = {"after_step": self._last_step, "action": action, **extra, "why": why}
+        self.decisions.append(d)
+        log.info("plan after step %s: %s — %s", self._last_step, action, why)
+
+    def describe(self) -> dict:
+        """run.json's ``plan``."""
+        out = {"grid": list(self.grid), "repeat": self.repeats, "slo": self.slo.spec if self.slo else None,
+               "refine": self.refine, "stop_past_knee": self.stop_past_knee,
+               "decisions": self.decisions, "verdicts": self.verdicts}
+        if self.slo is not None:
+            out["levels"] = [{k: v[k] for k in ("concurrency", "pass", "failed", "inconclusive", "steps")}
+                             for v in self.level_verdicts()]
+            out["max_concurrency"] = self.max_concurrency()
+        return out
+
+    def verdict_of(self, step: int) -> dict | None:
+        return next((v for v in self.verdicts if v["step"] == step), None)
+
+    def verdict_cell(self, step: int) -> str:
+        """The step's verdict in one short cell for the web UI's step table ("" until judged)."""
+        v = self.verdict_of(step)
+        if v is None:
+            return ""
+        if v["pass"] is True:
+            return "pass"
+        if v["pass"] is False:
+            return "fail: " + "; ".join(v["failed"])
+        return "inconclusive: " + "; ".join(v["inconclusive"])
+
+
+def _level_verdict(slo: slo_mod.SLO, level: dict) -> dict:
+    v = slo_mod.judge(slo, level)
+    return {"concurrency": level["concurrency"], "pass": v["pass"], "failed": v["failed"],
+            "inconclusive": v["inconclusive"], "steps": list(level["steps"])}
+
+
+def _label(step: dict) -> str:
+    return "refine" if step["phase"] == "refine" else f"grid pass {step['repeat']}"
+
+
+def _levels(cs) -> str:
+    return ", ".join(map(str, cs))
+
+
+def _ratio(r: float) -> str:
+    return "no successful request, unlike" if r == float("inf") else f"{r:.1f}x"
+
+
+def _verdict_text(v: dict) -> str:
+    note = f" ({v['unanswered']} requests still unanswered were left out)" if v.get("unanswered") else ""
+    if v["pass"] is True:
+        return f"meets the SLO over {v['requests']} requests{note}"
+    if v["pass"] is False:
+        return f"fails the SLO: {'; '.join(v['failed'])}{note}"
+    return f"is inconclusive against the SLO: {'; '.join(v['inconclusive'])}{note}"
+
+
+class StepReader:
+    """Judged steps' figures from the run directory as the master has written it so far, with
+    the dashboard's own definitions. One incremental reader: each call parses only new bytes."""
+
+    def __init__(self, run_dir: Path):
+        self.rundir = RunDir(Path(run_dir))
+        self._judged: dict[int, tuple[dict, float]] = {}   # step -> (its figures, its cut-off)
+
+    def refresh(self) -> None:
+        self.rundir.refresh()
+
+    def stats(self, step: dict, cutoff: float, settle_s: float) -> dict:
+        """``step_stats`` of ``step`` as if it had ended at ``cutoff``, over the attempts sent
+        before it: the step's requests still running on past the cut-off are not in the set,
+        so what is judged does not depend on how long the judging took."""
+        self.rundir.refresh()
+        a = self.rundir.requests.attempts()
+        keep = a["t0"] < cutoff   # NaN (no t0) is left out
+        entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff}
+        out = step_stats(_subset(a, keep), entry, self.rundir.resources, settle_s=settle_s)
+        self._judged[step["step"]] = (out, cutoff)
+        return out
+
+    def repeated(self) -> bool:
+        """Whether some concurrency has been judged more than once."""
+        cs = [st["concurrency"] for st, _ in self._judged.values()]
+        return len(set(cs)) < len(cs)
+
+    def levels(self, settle_s: float) -> list[dict]:
+        """The judged steps pooled per concurrency as the dashboard pools them
+        (``dashboard.levels``), each over what it sent before its cut-off."""
+        a = self.rundir.requests.attempts()
+        keep = np.isfinite(a["t0"])
+        for num, (_, cutoff) in self._judged.items():
+            keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
+        return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
+                           settle_s)
+
+
+def _subset(a: Attempts, keep) -> Attempts:
+    return Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
+                    a.errors, a.texts, a.tiers)

@@ -1,0 +1,33 @@
+"""The SLO gate end to end: a sweep against the simulator (5 slots of 250 ms), then
+``python -m dashboard RUN --slo 'p95_ms<=400' --require N``."""
+import json
+import subprocess
+import sys
+
+from procs import ROOT, locust, spawn
+
+SIM = ["--slots", "5", "--base-ms", "250", "--per-char-ms", "0", "--jitter", "0.05"]
+
+
+def _gate(run, n):
+    return subprocess.run([sys.executable, "-m", "dashboard", str(run), "--slo", "p95_ms<=400", "--require", str(n),
+                           "--no-report"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_require_on_a_real_sweep(tmp_path):
+    run = tmp_path / "run"
+    with spawn(["testbed.sim", "--port", "0", *SIM]) as sim:
+        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",
+                       "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
+    holds = _gate(run, 4)
+    assert holds.returncode == 0, holds.stdout + holds.stderr
+    assert "4 concurrent: p95 " in holds.stdout and "<= 400 ms" in holds.stdout
+    fails = _gate(run, 8)
+    assert fails.returncode == 1, fails.stdout + fails.stderr
+    assert "does not hold at 8: p95_ms" in fails.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["slo"]["max_concurrency"] == 4 == summary["recommended_concurrency"]
+    for level in summary["levels"]:
+        lo, hi = level["latency_ms"]["p95_ci"]
+        assert lo <= level["latency_ms"]["p95"] <= hi

@@ -1,0 +1,194 @@
+"""The step plan on step dicts alone: grid order and repeats, stopping past the knee (with and
+without an SLO), bisection to adjacent integers; the reader's cut-off; the live table's
+percentiles and the per-user record tracking the shape waits on."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dashboard import slo as slo_mod
+from locustfiles.plan import StepPlan, StepReader
+
+
+def stats(c, p95, requests=50, fail_rate=0.0):
+    lat = {"count": requests, "mean": p95 * 0.8, "p50": p95 * 0.8, "p90": p95 * 0.95, "p95": p95,
+           "p99": p95, "max": p95}
+    return {"step": None, "concurrency": c, "requests": requests, "ok": requests, "error_rate": fail_rate,
+            "attempt_failure_rate": fail_rate, "latency_ms": lat, "e2e_ms": lat, "throughput_rps": 1.0}
+
+
+def drive(plan, latency, fail_rate=lambda c: 0.0):
+    """Run the plan to its end against ``latency(c)`` (p95 ms); returns the steps run."""
+    run = []
+    while (nxt := plan.next()) is not None:
+        assert len(run) < 100
+        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(step)
+        st = stats(nxt.concurrency, latency(nxt.concurrency), fail_rate=fail_rate(nxt.concurrency))
+        st["step"] = step["step"]
+        plan.finish(step, st)
+    return run
+
+
+def five_slots(c):   # 250 ms a request, 5 at a time: past 5 one request in six waits a turn
+    return 260.0 if c <= 5 else 480.0 * c / 6
+
+
+def test_grid_in_order_then_repeated():
+    run = drive(StepPlan((1, 2, 4), repeat=2), five_slots)
+    assert [(s["concurrency"], s["phase"], s["repeat"]) for s in run] == [
+        (1, "grid", 1), (2, "grid", 1), (4, "grid", 1), (1, "grid", 2), (2, "grid", 2), (4, "grid", 2)]
+
+
+def test_refine_bisects_to_adjacent_integers():
+    plan = StepPlan((1, 2, 4, 8, 16), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    run = drive(plan, five_slots)
+    assert [s["concurrency"] for s in run] == [1, 2, 4, 8, 16, 6, 5]
+    assert [s["phase"] for s in run[5:]] == ["refine", "refine"]
+    d = plan.describe()
+    assert d["max_concurrency"] == 5
+    assert [x["action"] for x in d["decisions"]] == ["refine", "refine", "done"]
+    assert d["decisions"][0] == {"after_step": 5, "action": "refine", "concurrency": 6,
+                                 "why": "4 meets the SLO and 8 fails: bisecting at 6"}
+    assert d["decisions"][-1]["answer"] == 5 and d["decisions"][-1]["after_step"] == 7
+    assert [v["pass"] for v in d["verdicts"]] == [True, True, True, False, False, False, True]
+
+
+def test_refine_upwards_and_below_the_lowest_step():
+    plan = StepPlan((4, 16), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    assert [s["concurrency"] for s in drive(plan, lambda c: 100.0 * c / 3)] == [4, 16, 10, 13, 11, 12]
+    assert plan.describe()["max_concurrency"] == 12
+    plan = StepPlan((4, 8), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    assert [s["concurrency"] for s in drive(plan, lambda c: 150.0 * c)] == [4, 8, 2, 3]
+    assert plan.decisions[0]["why"] == "nothing tested meets the SLO and 4 fails: bisecting at 2"
+    assert plan.describe()["max_concurrency"] == 2
+    plan = StepPlan((1, 2), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    assert [s["concurrency"] for s in drive(plan, lambda c: 900.0)] == [1, 2]
+    assert plan.decisions[-1]["answer"] is None and "none meets" in plan.decisions[-1]["why"]
+    plan = StepPlan((1, 2), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    assert [s["concurrency"] for s in drive(plan, lambda c: 100.0)] == [1, 2]
+    assert plan.decisions[-1]["answer"] == 2 and "nothing to refine" in plan.decisions[-1]["why"]
+
+
+def test_inconclusive_counts_as_failing_for_the_bisection():
+    plan = StepPlan((2, 4), slo=slo_mod.parse("p95_ms<=400"), refine=True)
+    run = []
+    while (nxt := plan.next()) is not None:
+        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.concurrency)
+        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 3 else 390.0)
+        if nxt.concurrency >= 3:
+            st["latency_ms"]["p95_ci"] = [350.0, 450.0]
+        plan.finish(step, st)
+    assert run == [2, 4, 3]
+    assert plan.levels() == {2: True, 4: None, 3: None}
+    assert "4 is inconclusive, which counts as failing" in plan.decisions[0]["why"]
+    assert plan.describe()["max_concurrency"] == 2
+    assert plan.verdict_cell(3).startswith("inconclusive: p95_ms 390") and plan.verdict_cell(9) == ""
+
+
+def test_stop_past_knee_with_an_slo_needs_a_confirming_step():
+    plan = StepPlan((1, 2, 4, 8, 16, 32, 64), slo=slo_mod.parse("p95_ms<=400"), stop_past_knee=True)
+    run = drive(plan, five_slots)
+    assert [s["concurrency"] for s in run] == [1, 2, 4, 8, 16]
+    assert plan.decisions == [{"after_step": 5, "action": "stop", "skipped": [32, 64],
+                               "why": "step 5 (concurrency 16) fails the SLO, confirming the step before it: "
+                                      "the rest of the grid (32, 64) is skipped"}]
+    # a single failing step among passing ones does not stop the sweep
+    plan = StepPlan((1, 2, 4, 8), slo=slo_mod.parse("p95_ms<=400"), stop_past_knee=True)
+    assert len(drive(plan, lambda c: 900.0 if c == 2 else 100.0)) == 4 and not plan.decisions
+
+
+def test_stop_past_knee_by_the_knee_rule_then_the_next_pass_and_refine():
+    four_slots = lambda c: 100.0 * max(1, c / 4)   # noqa: E731
+    plan = StepPlan((1, 2, 4, 8, 16, 32, 64), repeat=2, stop_past_knee=True)
+    run = drive(plan, four_slots)
+    assert [s["concurrency"] for s in run] == [1, 2, 4, 8, 16] * 2
+    assert [d["after_step"] for d in plan.decisions] == [5, 10]
+    assert "latency 4.0x the lowest step's" in plan.decisions[0]["why"]
+    assert "pass 2 of 2 follows" in plan.decisions[0]["why"]
+    # failures alone cross the knee rule too
+    plan = StepPlan((1, 2, 4, 8), stop_past_knee=True)
+    assert len(drive(plan, lambda c: 100.0, lambda c: 0.5 if c >= 2 else 0.0)) == 3
+    assert "50% of attempts fail" in plan.decisions[0]["why"]
+    # with --refine, refinement follows the stop
+    plan = StepPlan((4, 8, 16, 32, 64), slo=slo_mod.parse("p95_ms<=250"), refine=True, stop_past_knee=True)
+    run = drive(plan, four_slots)
+    assert [s["concurrency"] for s in run] == [4, 8, 16, 32, 12, 10, 11]
+    assert [d["action"] for d in plan.decisions] == ["stop", "refine", "refine", "refine", "done"]
+    assert plan.describe()["max_concurrency"] == 10
+
+
+def test_refine_needs_an_slo():
+    with pytest.raises(ValueError):
+        StepPlan((1, 2), refine=True)
+    assert not StepPlan((1, 2)).judging and StepPlan((1, 2), stop_past_knee=True).judging
+
+
+def _rec(step, t0, wait_ms, ok=True, settled=True):
+    return {"req_id": f"r{t0}", "attempt": 1, "final": True, "step": step, "concurrency": 2, "worker": "local",
+            "user": 1, "t0": t0, "t1": t0, "t2": t0 + wait_ms / 1000, "t3": None, "wait_ms": wait_ms,
+            "ok": ok, "status": 200 if ok else 503, "settled": settled}
+
+
+def test_reader_judges_what_was_sent_before_the_cutoff(tmp_path):
+    recs = [_rec(1, 100.0 + i * 0.1, 200.0) for i in range(20)] + [_rec(1, 102.05, 5000.0)]
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    reader = StepReader(tmp_path)
+    st = reader.stats({"step": 1, "concurrency": 2, "start": 100.0}, cutoff=102.0, settle_s=0.0)
+    assert st["requests"] == 20 and st["latency_ms"]["max"] == pytest.approx(200.0)
+    with open(tmp_path / "requests.jsonl", "a") as f:
+        f.write(json.dumps(_rec(1, 101.95, 900.0)) + "\n")
+    st = reader.stats({"step": 1, "concurrency": 2, "start": 100.0}, cutoff=102.0, settle_s=0.5)
+    assert st["requests"] == 21 and st["latency_ms"]["max"] == pytest.approx(900.0)
+    assert st["window"]["start"] == 100.5 and st["window"]["end"] == 102.0
+    assert reader.rundir.requests.lines == 22   # each call parsed only what was new
+
+
+def test_live_table_percentiles_match_the_dashboard_and_users_are_tracked(tmp_path):
+    gevent = pytest.importorskip("gevent")
+    from locustfiles.records import RecordWriter
+    w = RecordWriter(tmp_path / "requests.jsonl")
+    try:
+        waits = [100.0, 200.0, 300.0, 400.0]
+        w.add([_rec(1, 10.0 + i, x) for i, x in enumerate(waits)])
+        w.add([dict(_rec(1, 20.0, 50.0), user=2, t2=None, wait_ms=None, ok=False)])
+        row = w.step_table()[0]
+        # numpy's linear interpolation, rounded to 0.1 ms (the old pick said 300 and 400)
+        assert (row["p50_ms"], row["p95_ms"], row["max_ms"]) == (
+            round(float(np.percentile(waits, 50)), 1), round(float(np.percentile(waits, 95)), 1), 400.0) == (
+            250.0, 385.0, 400.0)
+        assert w.max_wait_s(1) == pytest.approx(0.4) and w.max_wait_s(2) is None
+        assert w.users_done_since(13.2) == 2 and w.users_done_since(13.5) == 1 and w.users_done_since(21) == 0
+        assert w.finished[1] == w.finished_settled[1] == 5
+    finally:
+        w.close()
+    gevent.sleep(0)
+
+
+def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
+    recs = ([_rec(1, 100.0 + i * 0.1, 200.0) for i in range(20)] + [_rec(2, 103.0 + i * 0.1, 600.0) for i in range(2)]
+            + [_rec(2, 105.0, 9000.0)])
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    reader = StepReader(tmp_path)
+    one = reader.stats({"step": 1, "concurrency": 2, "start": 100.0}, cutoff=102.5, settle_s=0.0)
+    assert not reader.repeated()
+    two = reader.stats({"step": 2, "concurrency": 2, "start": 103.0}, cutoff=104.0, settle_s=0.0)
+    assert reader.repeated() and two["requests"] == 2
+    (level,) = reader.levels(0.0)
+    assert level["repeats"] == 2 and level["steps"] == [1, 2] and level["requests"] == 22   # not the one at 105
+    plan = StepPlan((2,), repeat=2, slo=slo_mod.parse("p50_ms<=400"), refine=True)
+    for n, st in ((1, one), (2, two)):
+        nxt = plan.next()
+        plan.finish({"step": n, "concurrency": nxt.concurrency, "phase": "grid", "repeat": nxt.repeat}, st,
+                    levels=reader.levels(0.0) if reader.repeated() and n == 2 else None)
+    assert [v["pass"] for v in plan.verdicts] == [True, False]
+    assert plan.levels() == {2: True} and plan.max_concurrency() == 2
+    assert plan.describe()["levels"][0]["steps"] == [1, 2]
+
+
+def test_public_names():
+    from locustfiles import plan
+    assert sorted(plan.__all__) == ["Planned", "StepPlan", "StepReader"]
