@@ -3,24 +3,57 @@
 Run it::
 
     python -m testbed.sim --port 8300 --slots 4 --base-ms 50 --per-char-ms 1
+    python -m testbed.sim --port 8300 --capacity 5 --stream      # streaming, shared capacity
 
 Once it accepts connections it prints one line to stdout::
 
     listening on http://127.0.0.1:8300
 
-and logs its knobs once to stderr. ``--slots`` requests synthesise at a time; the rest wait in
-a FIFO queue, so latency = queue wait + service time, where service time = ``--base-ms`` +
-``--per-char-ms`` x characters, +/- ``--jitter``. Every 200 is a PCM16 mono WAV holding
-``AUDIO_S_PER_CHAR`` seconds of a quiet tone per character (at least ``MIN_AUDIO_S``), with
-``Server-Timing: queue;dur=.., infer;dur=.., total;dur=..`` and ``X-Request-Id`` headers.
+and logs its knobs once to stderr. Every answer holds ``AUDIO_S_PER_CHAR`` seconds of a quiet
+tone per input character (at least ``MIN_AUDIO_S``) as PCM16 mono: a WAV by default, raw PCM
+for ``response_format: "pcm"`` (``audio/pcm``), with ``Server-Timing`` and ``X-Request-Id``.
+
+Two models of the time it takes:
+
+- Slots (default): ``--slots`` requests (default 4) synthesise at a time, the rest wait in a
+  FIFO queue; latency = queue wait + service time, service time = ``--base-ms`` +
+  ``--per-char-ms`` x characters, +/- ``--jitter``. A streamed answer sends its first chunk
+  after ``--first-chunk-ms`` and the rest evenly until the service time is over.
+- Shared capacity (``--capacity X``): the server makes X audio-seconds per second in all,
+  shared equally by the requests generating at that moment (processor sharing), each at most
+  ``--max-speed`` x real time (default X): with n generating, each makes audio at
+  min(max_speed, X / n) x real time, recomputed exactly whenever one starts or stops. A
+  request first waits ``--prefill-ms`` (default 100; uses no capacity), then makes its audio
+  in chunks of ``--chunk-ms`` (default 200); a streamed answer writes each chunk as soon as it
+  is made. Short texts at ``--capacity 5``: time to first audio = 100 + 200 / (5 / n) ms, so
+  about 140/180/260/420 ms at 1/2/4/8 concurrent streams, and 8 streams fall behind playback.
+  ``--base-ms``, ``--per-char-ms``, ``--jitter`` and ``--first-chunk-ms`` do not apply, and
+  ``--slots`` is unlimited unless given (a request holds its slot while it generates and
+  streams). A request that is not streamed is answered whole once all its audio is made.
+
+Streaming (``--stream``, or per request ``"stream": true`` or a ``"stream_format"``): chunked
+transfer, one write per chunk. WAV streams carry 0xFFFFFFFF placeholder sizes, the header in
+the first audio write, or as its own write first with ``--wav-header-alone``. Server-sent
+events (``--sse``, or per request ``"stream_format": "sse"``; ``"audio"`` opts out) answer
+``text/event-stream`` in OpenAI's format: one ``data: {"type": "speech.audio.delta", "audio":
+BASE64}`` event per chunk, where the audio is always raw PCM16, then ``data: {"type":
+"speech.audio.done", "usage": {"input_tokens", "output_tokens", "total_tokens"}}``.
+``--chunk-log FILE`` appends one JSON line per streamed answer when it ends: ``request_id``,
+``format`` and ``sent`` (unix seconds at which each audio-carrying write had been handed to
+the socket) with ``audio_ms`` (audio in each of those writes), the truth to time a client by.
 
 Endpoints: ``POST /v1/audio/speech`` (OpenAI: ``input``, ``voice``, ``response_format`` wav or
-pcm, ``stream``), ``POST /synthesize`` (piper: ``text``), ``POST /tts`` (``text``) and
-``GET /health`` -> ``{"status", "slots", "busy", "queued", "served", "rejected"}``.
+pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: ``text``),
+``POST /tts`` (``text``) and ``GET /health`` -> ``{"status", "slots" (null: unlimited),
+"busy", "queued", "served", "rejected"}``.
 
 Limits: ``--queue-limit`` (503 + Retry-After), ``--rate``/``--burst`` (token bucket, 429 +
 Retry-After), ``--oom-above`` (500 "CUDA out of memory"), and ``--fault`` knobs for drills
-(see ``FAULTS``). ``--stream`` sends chunked audio with placeholder sizes in the WAV header.
+(see ``FAULTS``; one is picked per faulty request). In a streamed answer ``truncate`` ends the
+body cleanly after half the audio (SSE: without the done event), ``reset`` aborts the
+connection (RST) there, ``sse-error`` sends an SSE ``error`` event there and ``garbage`` a
+malformed SSE event (bad base64 or bad JSON); ``sse-error`` leaves other answers alone, and
+``garbage``, ``html``, ``json`` and ``empty`` answer non-SSE streams with their whole wrong body.
 SIGTERM or SIGINT stops it with exit status 0.
 """
 from __future__ import annotations
@@ -31,8 +64,11 @@ monkey.patch_all()
 
 import argparse  # noqa: E402  (after patching, as gevent requires)
 import array  # noqa: E402
+import base64  # noqa: E402
 import email.utils  # noqa: E402
 import errno  # noqa: E402
+import heapq  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import math  # noqa: E402
@@ -70,8 +106,16 @@ HTML_PAGE = b"<!doctype html><html><head><title>502 Bad Gateway</title></head>" 
             b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"
 RETRY_FAULTS = ("bad-retry-after", "huge-retry-after")
 BODY_FAULTS = ("reset", "truncate", "html", "json", "empty", "garbage")  # 200s, not audio
-FAULTS = ("stall", "close") + RETRY_FAULTS + BODY_FAULTS
+MID_STREAM_FAULTS = ("reset", "truncate", "garbage", "sse-error")  # hit after half the audio
+FAULTS = ("stall", "close") + RETRY_FAULTS + BODY_FAULTS + ("sse-error",)
 RESPONSE_FORMATS = ("wav", "pcm")
+STREAM_FORMATS = ("sse", "audio")
+DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
+DEFAULT_CHUNK_MS = 200.0
+DEFAULT_PREFILL_MS = 100.0
+SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
+SSE_AUDIO_TOKENS_PER_S = 50
+ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
 SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
 
 log = logging.getLogger("testbed.sim")
@@ -84,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=number(int, 0, 65535), default=8300,
                    help="port to bind; 0 picks a free one (default 8300)")
-    p.add_argument("--slots", type=number(int, 1), default=4,
-                   help="requests synthesised at once; the rest queue FIFO (default 4)")
+    p.add_argument("--slots", type=number(int, 1),
+                   help=f"requests synthesised at once; the rest queue FIFO (default "
+                        f"{DEFAULT_SLOTS}; unlimited with --capacity)")
     p.add_argument("--base-ms", type=number(float, 0), default=50.0,
                    help="fixed service time per request in ms (default 50)")
     p.add_argument("--per-char-ms", type=number(float, 0), default=1.0,
@@ -104,7 +149,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true",
                    help="stream every response chunked (a request's \"stream\": true also does)")
     p.add_argument("--first-chunk-ms", type=number(float, 0), default=20.0,
-                   help="when streaming, delay of the first audio chunk in ms (default 20)")
+                   help="when streaming, delay of the first audio chunk in ms (default 20; "
+                        "not with --capacity)")
+    p.add_argument("--capacity", type=number(float, 0.001),
+                   help="audio-seconds made per second, shared equally by the requests "
+                        "generating at once (enables the shared-capacity model; default off)")
+    p.add_argument("--max-speed", type=number(float, 0.001),
+                   help="with --capacity, the fastest one request generates, x real time "
+                        "(default: the capacity)")
+    p.add_argument("--chunk-ms", type=number(float, 1),
+                   help=f"with --capacity, audio per chunk in ms (default {DEFAULT_CHUNK_MS:g})")
+    p.add_argument("--prefill-ms", type=number(float, 0),
+                   help=f"with --capacity, delay before a request starts generating, using no "
+                        f"capacity (default {DEFAULT_PREFILL_MS:g})")
+    p.add_argument("--wav-header-alone", action="store_true",
+                   help="stream the WAV header as its own write before any audio")
+    p.add_argument("--sse", action="store_true",
+                   help="answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
+                        "unless a request asks for \"stream_format\": \"audio\"")
+    p.add_argument("--chunk-log", metavar="FILE",
+                   help="append one JSON line per streamed answer with each audio write's "
+                        "send time (default off)")
     p.add_argument("--oom-above", type=number(int, 0),
                    help="500 'CUDA out of memory' when more than N requests are in flight")
     p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=22050,
@@ -126,6 +191,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--burst needs --rate")
     if args.burst is None and args.rate is not None:
         args.burst = max(1, math.ceil(args.rate))
+    if args.capacity is None:
+        for flag in ("max_speed", "chunk_ms", "prefill_ms"):
+            if getattr(args, flag) is not None:
+                parser.error(f"--{flag.replace('_', '-')} needs --capacity")
+    else:
+        args.max_speed = args.capacity if args.max_speed is None else args.max_speed
+        args.chunk_ms = DEFAULT_CHUNK_MS if args.chunk_ms is None else args.chunk_ms
+        args.prefill_ms = DEFAULT_PREFILL_MS if args.prefill_ms is None else args.prefill_ms
+    if args.slots is None and args.capacity is None:
+        args.slots = DEFAULT_SLOTS
+    if args.chunk_log:
+        try:
+            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
+        except OSError as err:
+            parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: "
+                         f"{err.strerror or err}")
     return args
 
 
@@ -164,24 +245,25 @@ def audio_seconds(text: str) -> float:
 # --- capacity -------------------------------------------------------------------------------
 
 class Slots:
-    """``n`` inference slots handed to waiters strictly first-come, first-served."""
+    """``n`` inference slots (None: unlimited) handed to waiters strictly first-come,
+    first-served."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int | None):
         self.n = n
-        self.free = n
+        self.busy = 0
         self._waiters: deque[Event] = deque()
 
     @property
-    def busy(self) -> int:
-        return self.n - self.free
+    def free(self) -> int | None:
+        return None if self.n is None else self.n - self.busy
 
     @property
     def queued(self) -> int:
         return len(self._waiters)
 
     def acquire(self) -> None:
-        if self.free and not self._waiters:
-            self.free -= 1
+        if self.n is None or (self.busy < self.n and not self._waiters):
+            self.busy += 1
             return
         turn = Event()
         self._waiters.append(turn)
@@ -198,7 +280,95 @@ class Slots:
         if self._waiters:
             self._waiters.popleft().set()  # the slot passes straight to the next in line
         else:
-            self.free += 1
+            self.busy -= 1
+
+
+class Job:
+    """One request's audio, made in chunks of ``sizes`` audio-seconds by an :class:`Engine`;
+    ``made`` counts the chunks complete, ``ready`` is set each time one completes."""
+
+    def __init__(self, sizes: list[float]):
+        self.sizes = sizes
+        self.made = 0
+        self.ready = Event()
+
+    def wait(self, chunks: int) -> None:
+        """Until at least ``chunks`` chunks are made."""
+        while self.made < chunks:
+            self.ready.wait()
+            self.ready.clear()
+
+
+class Engine:
+    """``capacity`` audio-seconds per second shared equally by the jobs generating now, each
+    at most ``max_speed`` x real time (processor sharing).
+
+    Exact and event-driven: all generating jobs advance alike, so one "virtual" clock (audio
+    made by any generating job since the engine started) places every chunk; the rate changes
+    only when a job joins or leaves, and the loop sleeps until the next chunk completes or the
+    set of jobs changes, whichever comes first.
+    """
+
+    def __init__(self, capacity: float, max_speed: float):
+        self.capacity = capacity
+        self.max_speed = max_speed
+        self._virtual = 0.0  # audio-seconds made per generating job since the start
+        self._at = time.monotonic()
+        self._heap: list[tuple[float, int, Job]] = []  # (virtual time its chunk is done, seq, job)
+        self._seq = itertools.count()
+        self._changed = Event()
+        self._loop: gevent.Greenlet | None = None
+
+    @property
+    def generating(self) -> int:
+        return len(self._heap)
+
+    def rate(self) -> float:
+        """Audio-seconds per second each generating job makes now."""
+        n = len(self._heap)
+        return min(self.max_speed, self.capacity / n) if n else 0.0
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self._virtual += self.rate() * (now - self._at)
+        self._at = now
+
+    def join(self, job: Job) -> None:
+        if not job.sizes:
+            return
+        self._advance()
+        heapq.heappush(self._heap, (self._virtual + job.sizes[0], next(self._seq), job))
+        self._kick()
+
+    def leave(self, job: Job) -> None:
+        """Stop making ``job``'s audio (its client left, or a fault cut it)."""
+        if any(entry[2] is job for entry in self._heap):
+            self._advance()
+            self._heap = [entry for entry in self._heap if entry[2] is not job]
+            heapq.heapify(self._heap)
+            self._kick()
+
+    def _kick(self) -> None:
+        if self._loop is None:
+            self._loop = gevent.spawn(self._run)
+        else:
+            self._changed.set()
+
+    def _run(self) -> None:
+        try:
+            while self._heap:
+                self._advance()
+                while self._heap and self._heap[0][0] <= self._virtual + ENGINE_EPS_S:
+                    due, _, job = heapq.heappop(self._heap)
+                    job.made += 1
+                    job.ready.set()
+                    if job.made < len(job.sizes):
+                        heapq.heappush(self._heap, (due + job.sizes[job.made], next(self._seq), job))
+                if self._heap:
+                    self._changed.clear()
+                    self._changed.wait((self._heap[0][0] - self._virtual) / self.rate())
+        finally:
+            self._loop = None
 
 
 class TokenBucket:
@@ -230,6 +400,7 @@ class Speech:
     response_format: str
     stream: bool
     request_id: str
+    sse: bool = False  # server-sent events (always streamed)
 
 
 class _Reject(Exception):
@@ -243,6 +414,10 @@ class _Reject(Exception):
 
 def _json_body(obj) -> bytes:
     return json.dumps(obj).encode() + b"\n"
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
 class _Handler(WSGIHandler):
@@ -269,6 +444,7 @@ class Simulator:
         self.slots = Slots(args.slots)
         self.bucket = TokenBucket(args.rate, args.burst) if args.rate else None
         self.tone = Tone(args.sample_rate)
+        self.engine = Engine(args.capacity, args.max_speed) if args.capacity else None
         self.admitted = 0  # queued + holding a slot
         self.served = 0
         self.rejected = 0
@@ -323,8 +499,14 @@ class Simulator:
         if fmt not in RESPONSE_FORMATS:
             raise _Reject("400 Bad Request", f"response_format {fmt!r} is not supported; "
                                              f"use one of {', '.join(RESPONSE_FORMATS)}")
+        stream_format = data.get("stream_format")
+        if stream_format is not None and stream_format not in STREAM_FORMATS:
+            raise _Reject("400 Bad Request", f"stream_format {stream_format!r} is not supported; "
+                                             f"use one of {', '.join(STREAM_FORMATS)}")
+        sse = stream_format == "sse" or (self.args.sse and stream_format is None)
+        stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
         request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
-        return Speech(text, fmt, self.args.stream or data.get("stream") is True, request_id)
+        return Speech(text, fmt, stream, request_id, sse)
 
     def speech(self, environ, start_response, path: str):
         req = self.parse(environ, path)
@@ -346,14 +528,20 @@ class Simulator:
             self.admitted -= 1
             raise
         queue_s = time.monotonic() - started
-        service_s = self.service_seconds(req.text)
         pcm = self.tone.pcm(audio_seconds(req.text))
-        if req.stream and fault not in BODY_FAULTS:
-            return self.stream(start_response, req, pcm, queue_s, service_s, ids, fault)
+        if req.stream and self.answers_streamed(req, fault):
+            return self.stream(environ, start_response, req, pcm, queue_s, ids, fault)
+        acquired = time.monotonic()
         try:
-            gevent.sleep(service_s)
+            if self.engine is None:
+                service_s = self.service_seconds(req.text)
+                gevent.sleep(service_s)
+            else:
+                for _ in self.generate(pcm, whole=True):
+                    pass
+                service_s = time.monotonic() - acquired
         finally:
-            self.finish(service_s)
+            self.finish(time.monotonic() - acquired if self.engine else service_s)
         timing = self.server_timing(queue_s, service_s, time.monotonic() - started)
         headers = [timing, *ids]
         if fault in BODY_FAULTS:
@@ -363,6 +551,49 @@ class Simulator:
         body = pcm if req.response_format == "pcm" else \
             wav_header(len(pcm), self.tone.sample_rate) + pcm
         return self._respond(start_response, "200 OK", body, headers, self.content_type(req))
+
+    @staticmethod
+    def answers_streamed(req: Speech, fault: str | None) -> bool:
+        """Whether a streamed request is answered as a stream under ``fault``: faults that
+        hit mid-stream do; whole wrong bodies (and garbage outside SSE) are sent whole."""
+        if fault in ("html", "json", "empty"):
+            return False
+        return fault != "garbage" or req.sse
+
+    def generate(self, pcm: bytes, whole: bool = False):
+        """Make ``pcm`` with the shared engine after the prefill: yields each chunk's PCM as
+        soon as it is made (``whole``: one piece once all of it is made). Leaves the engine if
+        closed early."""
+        frame_s = 1 / self.tone.sample_rate
+        frames = len(pcm) // 2
+        per_chunk = max(1, round(self.args.chunk_ms / 1000 * self.tone.sample_rate))
+        bounds = list(range(0, frames, per_chunk)) + [frames]
+        sizes = [(b - a) * frame_s for a, b in zip(bounds, bounds[1:])]
+        if whole:
+            bounds, sizes = [0, frames], [sum(sizes)]
+        gevent.sleep(self.args.prefill_ms / 1000)
+        job = Job(sizes)
+        self.engine.join(job)
+        try:
+            for k in range(len(sizes)):
+                job.wait(k + 1)
+                yield pcm[2 * bounds[k]: 2 * bounds[k + 1]]
+        finally:
+            self.engine.leave(job)
+
+    def paced(self, pcm: bytes, service_s: float):
+        """The slots model's stream: the first chunk after --first-chunk-ms, the rest evenly
+        until ``service_s``."""
+        first_s = min(self.args.first_chunk_ms / 1000, service_s)
+        rest_s = service_s - first_s
+        chunks = 1 + max(1, round(rest_s * 1000 / STREAM_CHUNK_MS))
+        frames = len(pcm) // 2
+        bounds = [2 * (frames * i // chunks) for i in range(chunks + 1)]
+        gevent.sleep(first_s)
+        yield pcm[bounds[0]:bounds[1]]
+        for i in range(1, chunks):
+            gevent.sleep(rest_s / (chunks - 1))
+            yield pcm[bounds[i]:bounds[i + 1]]
 
     def pick_fault(self) -> str | None:
         if self.args.fault and self.rng.random() < self.args.fault_rate:
@@ -413,21 +644,36 @@ class Simulator:
 
     @staticmethod
     def content_type(req: Speech) -> str:
+        if req.sse:
+            return "text/event-stream"
         return "audio/pcm" if req.response_format == "pcm" else "audio/wav"
 
-    def stream(self, start_response, req, pcm, queue_s, service_s, ids, fault):
-        """Headers now, the first chunk after --first-chunk-ms, the rest until service_s."""
-        headers = [("Content-Type", self.content_type(req)),
-                   self.server_timing(queue_s, service_s), *ids]
+    def stream(self, environ, start_response, req, pcm, queue_s, ids, fault):
+        """Headers now, then each chunk as it is made (see :class:`_Stream`)."""
+        acquired = time.monotonic()
+        if self.engine is None:
+            service_s = self.service_seconds(req.text)
+            timing = self.server_timing(queue_s, service_s)
+            pieces = self.paced(pcm, service_s)
+        else:
+            service_s = None  # known once the audio is made
+            timing = ("Server-Timing", f"queue;dur={queue_s * 1000:.1f}, "
+                                       f"prefill;dur={self.args.prefill_ms:.1f}")
+            pieces = self.generate(pcm)
+        headers = [("Content-Type", self.content_type(req)), timing, *ids]
+        if req.sse:
+            headers.append(("Cache-Control", "no-cache"))
         if fault == "close":
             headers.append(("Connection", "close"))
         try:
             write = start_response("200 OK", headers)
             write(b"")  # flush the headers before any audio exists
         except BaseException:
-            self.finish(service_s)
+            pieces.close()
+            self.finish(time.monotonic() - acquired if service_s is None else service_s)
             raise
-        return _Stream(self, req, pcm, service_s)
+        fault = fault if fault in MID_STREAM_FAULTS else None
+        return _Stream(self, req, pcm, pieces, fault, environ["sim.socket"], acquired, service_s)
 
     def body_fault(self, fault, environ, start_response, req, pcm, headers):
         """A 200 that is not the audio it should be."""
@@ -459,45 +705,110 @@ class Simulator:
 
 
 class _Stream:
-    """A streamed response body; holds its slot until the last chunk or until closed."""
+    """A streamed response body: ``pieces`` of PCM framed as WAV, raw PCM or SSE, one write
+    each, as they come. Holds its slot until the last write or until closed."""
 
-    def __init__(self, sim: Simulator, req: Speech, pcm: bytes, service_s: float):
-        self.sim, self.req, self.pcm, self.service_s = sim, req, pcm, service_s
+    def __init__(self, sim: Simulator, req: Speech, pcm: bytes, pieces, fault: str | None,
+                 sock, acquired: float, service_s: float | None):
+        self.sim, self.req, self.pcm, self.pieces = sim, req, pcm, pieces
+        self.fault = None if fault == "sse-error" and not req.sse else fault
+        self.sock = sock
+        self.acquired = acquired
+        self.service_s = service_s  # None: the time it took
+        self.sent: list[float] = []  # unix seconds each audio write had been handed over
+        self.audio_ms: list[float] = []
         self._done = False
 
     def __iter__(self):
-        first_s = min(self.sim.args.first_chunk_ms / 1000, self.service_s)
-        rest_s = self.service_s - first_s
-        chunks = 1 + max(1, round(rest_s * 1000 / STREAM_CHUNK_MS))
-        frames = len(self.pcm) // 2
-        bounds = [2 * (frames * i // chunks) for i in range(chunks + 1)]
-        gevent.sleep(first_s)
-        head = b"" if self.req.response_format == "pcm" else \
-            wav_header(0, self.sim.tone.sample_rate, placeholder=True)
-        yield head + self.pcm[bounds[0]:bounds[1]]
-        for i in range(1, chunks):
-            gevent.sleep(rest_s / (chunks - 1))
-            yield self.pcm[bounds[i]:bounds[i + 1]]
+        wav = not self.req.sse and self.req.response_format != "pcm"
+        head = wav_header(0, self.sim.tone.sample_rate, placeholder=True) if wav else b""
+        if head and self.sim.args.wav_header_alone:
+            yield head
+            head = b""
+        # a fault strikes after half the audio (whole frames), part of a chunk if need be
+        left = len(self.pcm) // 4 * 2 if self.fault else len(self.pcm)
+        for piece in self.pieces:
+            piece = piece[:left]
+            left -= len(piece)
+            if piece:
+                yield head + self.frame(piece)
+                head = b""
+                # resumed only once the server has written that chunk to the socket
+                self.sent.append(time.time())
+                self.audio_ms.append(len(piece) / 2 / self.sim.tone.sample_rate * 1000)
+            if self.fault and not left:
+                break
+        self.pieces.close()  # a fault: stop making the rest
+        if head:  # no audio at all: the header alone still opens the body
+            yield head
+        yield from self.end()
         self.close()
 
+    def frame(self, pcm: bytes) -> bytes:
+        if self.req.sse:
+            return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(pcm).decode()})
+        return pcm
+
+    def end(self):
+        """What follows the audio: the SSE done event, or the fault."""
+        if self.fault == "reset":
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # pywsgi drops the connection quietly on ECONNRESET; linger 0 makes that an RST
+            raise ConnectionResetError(errno.ECONNRESET, "the reset fault")
+        if self.fault == "sse-error":
+            yield _sse({"type": "error", "error": {
+                "message": "synthesis failed mid-stream (the sse-error fault)",
+                "type": "server_error"}})
+        elif self.fault == "garbage":  # SSE only: a delta that is not base64, or not JSON
+            if self.sim.rng.random() < 0.5:
+                yield b'data: {"type": "speech.audio.delta", "audio": "%%not base64%%"}\n\n'
+            else:
+                yield b'data: {"type": "speech.audio.delta", "audio": "AAAA\n\n'
+        elif self.req.sse and self.fault is None:
+            audio_s = len(self.pcm) / 2 / self.sim.tone.sample_rate
+            tokens_in = max(1, math.ceil(len(self.req.text) / SSE_CHARS_PER_TOKEN))
+            tokens_out = math.ceil(audio_s * SSE_AUDIO_TOKENS_PER_S)
+            yield _sse({"type": "speech.audio.done", "usage": {
+                "input_tokens": tokens_in, "output_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out}})
+
     def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self.sim.finish(self.service_s)
+        if self._done:
+            return
+        self._done = True
+        self.pieces.close()
+        took_s = time.monotonic() - self.acquired
+        self.sim.finish(took_s if self.service_s is None else self.service_s)
+        log_file = self.sim.args.chunk_log
+        if log_file:
+            fmt = "sse" if self.req.sse else self.req.response_format
+            log_file.write(json.dumps({
+                "request_id": self.req.request_id, "format": fmt,
+                "sent": [round(t, 6) for t in self.sent],
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")
 
 
 # --- process --------------------------------------------------------------------------------
 
 def describe(args: argparse.Namespace) -> str:
-    knobs = [f"slots={args.slots}", f"base_ms={args.base_ms:g}",
-             f"per_char_ms={args.per_char_ms:g}", f"jitter={args.jitter:g}",
-             f"queue_limit={'unlimited' if args.queue_limit is None else args.queue_limit}",
-             f"rate={args.rate if args.rate else 'off'}", f"stream={args.stream}",
-             f"sample_rate={args.sample_rate}"]
+    knobs = [f"slots={'unlimited' if args.slots is None else args.slots}"]
+    if args.capacity:
+        knobs.append(f"capacity={args.capacity:g} max_speed={args.max_speed:g} "
+                     f"chunk_ms={args.chunk_ms:g} prefill_ms={args.prefill_ms:g}")
+    else:
+        knobs.append(f"base_ms={args.base_ms:g} per_char_ms={args.per_char_ms:g} "
+                     f"jitter={args.jitter:g}")
+    knobs += [f"queue_limit={'unlimited' if args.queue_limit is None else args.queue_limit}",
+              f"rate={args.rate if args.rate else 'off'}", f"stream={args.stream}",
+              f"sse={args.sse}", f"sample_rate={args.sample_rate}"]
     if args.rate:
         knobs.append(f"burst={args.burst} retry_after={args.retry_after_format}")
-    if args.stream:
+    if (args.stream or args.sse) and not args.capacity:
         knobs.append(f"first_chunk_ms={args.first_chunk_ms:g}")
+    if args.wav_header_alone:
+        knobs.append("wav_header_alone=True")
+    if args.chunk_log:
+        knobs.append(f"chunk_log={args.chunk_log.name}")
     if args.oom_above is not None:
         knobs.append(f"oom_above={args.oom_above}")
     if args.fault:
