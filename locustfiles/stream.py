@@ -512,7 +512,8 @@ class SseStream:
         if self.partial:
             self.partial.append(lines[0])
             lines[0] = b"".join(self.partial)
-        self.partial = [lines.pop()] if lines[-1] else []
+        tail = lines.pop()   # the line still open at the end of this read
+        self.partial = [tail] if tail else []
         for line in lines:
             self._line(line, at)
 

@@ -244,6 +244,13 @@ def test_sse_multi_line_data_joins_with_newline():
     assert tl.audio_ms == [10.0]
 
 
+def test_sse_event_lines_split_across_reads_wait_for_the_blank_line():
+    pcm64 = base64.b64encode(bytes(480))
+    blocks = [b'data: {"type": "speech.audio.delta",\n', b'data: "audio": "' + pcm64 + b'"}\n', b"\n", DONE]
+    tl, p = sse(blocks)
+    assert tl.at == [2.0] and p.events == 2
+
+
 def test_sse_sample_rate_from_the_event():
     tl, p = sse([delta(bytes(4800), sample_rate=48000, channels=1) + DONE])
     assert tl.audio_ms == [50.0] and p.audio()[1].sample_rate == 48000
