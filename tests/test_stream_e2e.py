@@ -98,3 +98,49 @@ def test_broken_streams_fail_with_their_reason_and_keep_their_timing(tmp_path, f
         assert r["error"].startswith(reason) and "\n" not in r["error"], r["error"]
         assert r["audio_s"] is None and r["t3"] is None
         assert r["ttfa_ms"] is not None and r["chunks"] >= 1 and len(r["chunk_at_ms"]) == r["chunks"]
+
+
+# ---- against the simulator's own send times -----------------------------------------------
+
+def _arrival_errors(r: dict, entry: dict) -> list[float]:
+    """Client arrival minus the simulator's send time (ms) of each audio write, matched by
+    cumulative audio (two writes read at once both end at that read)."""
+    at = [r["t0"] + ms / 1000.0 for ms in r["chunk_at_ms"]]
+    out, i, have, sent_ms = [], 0, r["chunk_audio_ms"][0], 0.0
+    for when, ms in zip(entry["sent"], entry["audio_ms"]):
+        sent_ms += ms
+        while have < sent_ms - 0.01 and i + 1 < len(at):
+            i += 1
+            have += r["chunk_audio_ms"][i]
+        out.append((at[i] - when) * 1000.0)
+    return out
+
+
+@pytest.mark.parametrize("knobs,extra", [
+    (["--wav-header-alone"], []),
+    ([], ["--tts-format", "pcm"]),
+    (["--sse"], ["--tts-stream-format", "sse"]),
+], ids=["wav-header-alone", "pcm", "sse"])
+def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
+    """The simulator's --chunk-log is the truth: each attempt's arrivals are its writes, a
+    fraction of a millisecond later (loopback), its TTFA its first write, its audio the sum."""
+    log = tmp_path / "chunks.jsonl"
+    with spawn(["testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
+                "--stream", "--sample-rate", "24000", "--chunk-log", str(log), *knobs]) as sim:
+        proc, records, _ = run(tmp_path, sim.url, "--tts-stream", "--tts-sample-rate", "24000", *extra,
+                               step_time="3")
+    assert proc.returncode == 0, proc.stdout
+    entries = read_jsonl(log)
+    errors, ttfa_errors = [], []
+    for r in records:
+        consistent(r)
+        first = r["t0"] + r["ttfa_ms"] / 1000.0
+        same_audio = [e for e in entries if abs(sum(e["audio_ms"]) - r["audio_s"] * 1000) < 0.5]
+        entry = min(same_audio, key=lambda e: abs(e["sent"][0] - first))   # its own stream
+        assert abs(entry["sent"][0] - first) < 0.1
+        errors += _arrival_errors(r, entry)
+        ttfa_errors.append(first - entry["sent"][0])
+    assert len(errors) > 3 * len(records)
+    # medians and the 90th percentile: on a shared host either process can be descheduled a while
+    assert abs(statistics.median(errors)) < 3.0 and abs(statistics.median(ttfa_errors)) * 1000 < 3.0
+    assert sorted(errors)[int(0.9 * len(errors))] < 30.0
