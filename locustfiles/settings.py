@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
     g.add_argument("--tts-format", default="wav", help=f"Audio format asked for and checked: {', '.join(FORMATS)}.")
     g.add_argument("--tts-stream", action="store_true", default=False,
                    help="Ask for a streamed response (openai: stream=true).")
-    g.add_argument("--tts-stream-format", default="", choices=STREAM_FORMATS,
+    g.add_argument("--tts-stream-format", default="",
                    help="openai stream_format: sse (server-sent events) or audio; implies --tts-stream.")
     g.add_argument("--playback-buffer-ms", type=float, default=0.0,
                    help="Audio (ms) the simulated player buffers before it starts playing a stream.")
