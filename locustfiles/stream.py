@@ -136,7 +136,8 @@ class Sniffer:
             self.inner.finish()
 
     def _choose(self) -> None:
-        head = b"".join(b for b, _ in self.held)[:SNIFF_BYTES]
+        first = self.held[0][0]
+        head = first[:SNIFF_BYTES] if len(first) >= SNIFF_BYTES else b"".join(b for b, _ in self.held)[:SNIFF_BYTES]
         self.inner = _pick(head, self.ctype, self.expect, self.pcm_rate, self.timeline)
         held, self.held = self.held, []
         for block, at in held:
@@ -200,8 +201,12 @@ class PcmStream:
         self.got = 0
 
     def feed(self, block: bytes, at: float) -> None:
+        self.count(len(block), at)
+
+    def count(self, n: int, at: float) -> None:
+        """``n`` more body bytes arrived at ``at``."""
         before = self.got
-        self.got = min(self.limit, before + len(block))
+        self.got = min(self.limit, before + n)
         if self.got > before:
             frames = self.got // self.frame - before // self.frame
             self.timeline.add(at, frames * self.ms_per_frame)
@@ -215,7 +220,7 @@ class WavStream:
 
     def __init__(self, timeline: Timeline):
         self.timeline = timeline
-        self.head = bytearray()
+        self.head = bytearray()  # the header so far, while it spans reads
         self.pos = 12            # next chunk header to look at
         self.fmt = None
         self.inner = None        # PcmStream once the data chunk has begun; _NotAudio if broken
@@ -224,19 +229,23 @@ class WavStream:
         if self.inner is not None:
             self.inner.feed(block, at)
             return
-        self.head += block
-        start = self._data_start()
+        if self.head:
+            self.head += block
+            buf = self.head
+        else:
+            buf = block          # the usual case: the whole header in one read, not copied
+        start = self._data_start(buf)
         if start is not None:
-            rest = bytes(self.head[start:])
             self.head = bytearray()
-            self.inner.feed(rest, at)
+            self.inner.count(len(buf) - start, at)
+        elif self.inner is None and buf is block:
+            self.head = bytearray(block)
 
     def finish(self) -> None:
         pass
 
-    def _data_start(self) -> int | None:
+    def _data_start(self, head) -> int | None:
         """Walk the chunk headers present; set ``inner`` once the data chunk is found."""
-        head = self.head
         if len(head) < 12:
             return None
         if head[8:12] != b"WAVE":
