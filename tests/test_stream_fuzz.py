@@ -99,3 +99,18 @@ def test_audio_parsers_agree_with_the_whole_body_check(body, expect, cuts):
         return
     if err is None and whole.audio_s is not None and whole.format in ("wav", "pcm"):
         assert sum(tl.audio_ms) == pytest.approx(whole.audio_s * 1000)
+
+
+MAGIC = st.sampled_from([b"\xff\xfb", b"\xff\xf3", b"\xff\xf1", b"\xff\xf9", b"OggS", b"ID3", b"fLaC"])
+
+
+@FUZZ
+@given(st.lists(MAGIC | st.binary(max_size=60) | st.sampled_from([b"\xff\xfb\x90\x00" + bytes(413), b"TAG"]),
+                min_size=1, max_size=10).map(b"".join),
+       st.sampled_from(["mp3", "opus", "aac", "flac"]), st.lists(st.integers(0, 10_000), max_size=8))
+def test_compressed_parsers_are_total(body, expect, cuts):
+    tl, p, err = run("audio/mpeg", expect, split(body, cuts))
+    assert len(tl.at) == len(tl.audio_ms)
+    assert all(ms is None or (ms >= 0 and ms == ms) for ms in tl.audio_ms)
+    if err is None and p.duration_s() is not None:
+        assert p.duration_s() == pytest.approx(sum(tl.audio_ms) / 1000.0)
