@@ -1,7 +1,7 @@
 """What timing streams costs tts-knee's client: CPU per chunk, and how late it stamps chunk
 arrivals against the simulator's own send times, at 1 and 256 streams on one worker process.
 
-Run from the repository root (about 70 s)::
+Run from the repository root (about 90 s)::
 
     .venv/bin/python bench/stream_cost.py
     .venv/bin/python bench/stream_cost.py --streams 1,64,256 --step-time 10 --formats wav
@@ -16,12 +16,20 @@ texts; the simulator's ``--chunk-log`` gives the time each audio write had been 
 its socket. Each write is matched to the client arrival that completed its audio (by
 cumulative audio, so two writes read at once both count), over settled attempts::
 
-    format  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  attempts
-    wav           1       5.0         412.1        0.12        0.19        0.35        12
-    wav         256    1271.8          86.3        0.45        2.87       14.20      1024
-    ...
-    parser alone, per 200 ms chunk: wav 1.9 us, pcm 1.1 us, sse 24.6 us
-    arrival error p95 at 256 streams: 2.87 ms (wav), 3.10 ms (sse)   (goal < 5 ms)
+    format  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  attempts  floor_p50_ms floor_p95_ms
+       wav        1       4.7        1958.9        0.23        0.70        5.20         2          0.22         1.61
+       wav       64     305.0         397.8        0.26        3.04        9.49       128          0.18         1.20
+       wav      256    1180.9         288.3        0.51        4.70      122.61       551          0.17         2.27
+       sse        1       4.7        2297.5        0.25        0.95        4.52         2             -            -
+       sse       64     309.5         609.9        0.25        1.89        7.77       128             -            -
+       sse      256    1193.7         469.0        0.28        4.20       72.99       565             -            -
+    parser alone, per 200 ms chunk: wav 1.3 us, pcm 1.2 us, sse 134.2 us
+    arrival error p95 at 256 streams: 4.70 ms (wav), 4.20 ms (sse)   (goal < 5 ms)
+
+(``--streams 1,64,256`` on two cores shared with other work.) The floor columns come from
+bench/stream_floor.py, run against the same simulator for as long: the same WAV arrivals
+stamped by a bare gevent loop. At one stream CPU per chunk is mostly Locust's own fixed cost
+(its stats and timers, about 1% of a core) spread over 5 chunks a second.
 
 ``err`` is client arrival minus server send (positive: stamped late; the loopback itself
 takes tens of microseconds). CPU per chunk is the Locust process's CPU time (user + system)
