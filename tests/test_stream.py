@@ -291,23 +291,27 @@ def test_check_body_reads_a_whole_sse_body():
 
 # ---- reading as it comes -------------------------------------------------------------------
 
-@pytest.fixture
-def chunked_server():
-    """Answers one POST with a chunked body: three chunks 100 ms apart."""
+@pytest.fixture(params=["chunked", "until-close"])
+def chunked_server(request):
+    """Answers one POST with three 4800-byte pieces 100 ms apart: chunked, or a body without a
+    length that ends when the server closes the connection."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
+    chunked = request.param == "chunked"
 
     def serve():
         conn, _ = srv.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/pcm\r\nTransfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/pcm\r\n"
+                         + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"))
             for _ in range(3):
                 time.sleep(0.1)
-                conn.sendall(b"%x\r\n%s\r\n" % (4800, bytes(4800)))
-            conn.sendall(b"0\r\n\r\n")
-            conn.recv(1)
+                conn.sendall(b"%x\r\n%s\r\n" % (4800, bytes(4800)) if chunked else bytes(4800))
+            if chunked:
+                conn.sendall(b"0\r\n\r\n")
+                conn.recv(1)
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
