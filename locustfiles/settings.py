@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                    help="A rise in time to first audio counts toward the knee only above this (ms).")
     g.add_argument("--tts-template", default="",
                    help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE.')
-    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses (Hz).")
+    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses and of SSE audio events (Hz).")
     g.add_argument("--texts", default="", help="Corpus: .txt (one text per line) or .jsonl (text, id, tier).")
     g.add_argument("--steps", default=DEFAULT_STEPS, help="Concurrency levels, in order, e.g. 1,2,4,8,16.")
     g.add_argument("--step-time", type=float, default=0.0,
