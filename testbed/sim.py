@@ -27,9 +27,10 @@ Two models of the time it takes:
   in chunks of ``--chunk-ms`` (default 200); a streamed answer writes each chunk as soon as it
   is made. Short texts at ``--capacity 5``: time to first audio = 100 + 200 / (5 / n) ms, so
   about 140/180/260/420 ms at 1/2/4/8 concurrent streams, and 8 streams fall behind playback.
-  ``--base-ms``, ``--per-char-ms``, ``--jitter`` and ``--first-chunk-ms`` do not apply, and
-  ``--slots`` is unlimited unless given (a request holds its slot while it generates and
-  streams). A request that is not streamed is answered whole once all its audio is made.
+  ``--base-ms``, ``--per-char-ms``, ``--jitter`` and ``--first-chunk-ms`` are refused with
+  it (as are the capacity knobs without it), and ``--slots`` is unlimited unless given (a
+  request holds its slot while it generates and streams). A request that is not streamed
+  shares the capacity alike and is answered whole once all its audio is made.
 
 Streaming (``--stream``, or per request ``"stream": true`` or a ``"stream_format"``): chunked
 transfer, one write per chunk. WAV streams carry 0xFFFFFFFF placeholder sizes, the header in
@@ -39,13 +40,15 @@ events (``--sse``, or per request ``"stream_format": "sse"``; ``"audio"`` opts o
 BASE64}`` event per chunk, where the audio is always raw PCM16, then ``data: {"type":
 "speech.audio.done", "usage": {"input_tokens", "output_tokens", "total_tokens"}}``.
 ``--chunk-log FILE`` appends one JSON line per streamed answer when it ends: ``request_id``,
-``format`` and ``sent`` (unix seconds at which each audio-carrying write had been handed to
-the socket) with ``audio_ms`` (audio in each of those writes), the truth to time a client by.
+``format``, ``received`` (unix seconds the request had been read), ``generating`` (when it
+began to share the capacity, after the prefill; null in the slots model) and ``sent`` (unix
+seconds at which each audio-carrying write had been handed to the socket) with ``audio_ms``
+(audio in each of those writes): the truth to time a client by.
 
 Endpoints: ``POST /v1/audio/speech`` (OpenAI: ``input``, ``voice``, ``response_format`` wav or
 pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: ``text``),
 ``POST /tts`` (``text``) and ``GET /health`` -> ``{"status", "slots" (null: unlimited),
-"busy", "queued", "served", "rejected"}``.
+"busy", "queued", "served", "rejected"}``, plus ``"generating"`` with ``--capacity``.
 
 Limits: ``--queue-limit`` (503 + Retry-After), ``--rate``/``--burst`` (token bucket, 429 +
 Retry-After), ``--oom-above`` (500 "CUDA out of memory"), and ``--fault`` knobs for drills
@@ -111,8 +114,8 @@ FAULTS = ("stall", "close") + RETRY_FAULTS + BODY_FAULTS + ("sse-error",)
 RESPONSE_FORMATS = ("wav", "pcm")
 STREAM_FORMATS = ("sse", "audio")
 DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
-DEFAULT_CHUNK_MS = 200.0
-DEFAULT_PREFILL_MS = 100.0
+SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_ms": 20.0}
+CAPACITY_MODEL = {"max_speed": None, "chunk_ms": 200.0, "prefill_ms": 100.0}  # defaults
 SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
 SSE_AUDIO_TOKENS_PER_S = 50
 ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
@@ -131,12 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=number(int, 1),
                    help=f"requests synthesised at once; the rest queue FIFO (default "
                         f"{DEFAULT_SLOTS}; unlimited with --capacity)")
-    p.add_argument("--base-ms", type=number(float, 0), default=50.0,
-                   help="fixed service time per request in ms (default 50)")
-    p.add_argument("--per-char-ms", type=number(float, 0), default=1.0,
-                   help="service time per input character in ms (default 1)")
-    p.add_argument("--jitter", type=number(float, 0, 1, high_open=True), default=0.1,
-                   help="uniform +/- fraction around the service time (default 0.1)")
+    p.add_argument("--base-ms", type=number(float, 0),
+                   help="fixed service time per request in ms (default 50; not with --capacity)")
+    p.add_argument("--per-char-ms", type=number(float, 0),
+                   help="service time per input character in ms (default 1; not with --capacity)")
+    p.add_argument("--jitter", type=number(float, 0, 1, high_open=True),
+                   help="uniform +/- fraction around the service time (default 0.1; not with "
+                        "--capacity)")
     p.add_argument("--seed", type=int, help="random seed for jitter and faults")
     p.add_argument("--queue-limit", type=number(int, 0),
                    help="requests allowed to wait for a slot; more get 503 (default unlimited)")
@@ -148,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Retry-After as delta-seconds or an HTTP-date (default seconds)")
     p.add_argument("--stream", action="store_true",
                    help="stream every response chunked (a request's \"stream\": true also does)")
-    p.add_argument("--first-chunk-ms", type=number(float, 0), default=20.0,
+    p.add_argument("--first-chunk-ms", type=number(float, 0),
                    help="when streaming, delay of the first audio chunk in ms (default 20; "
                         "not with --capacity)")
     p.add_argument("--capacity", type=number(float, 0.001),
@@ -158,10 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --capacity, the fastest one request generates, x real time "
                         "(default: the capacity)")
     p.add_argument("--chunk-ms", type=number(float, 1),
-                   help=f"with --capacity, audio per chunk in ms (default {DEFAULT_CHUNK_MS:g})")
+                   help="with --capacity, audio per chunk in ms (default 200)")
     p.add_argument("--prefill-ms", type=number(float, 0),
-                   help=f"with --capacity, delay before a request starts generating, using no "
-                        f"capacity (default {DEFAULT_PREFILL_MS:g})")
+                   help="with --capacity, delay before a request starts generating, using no "
+                        "capacity (default 100)")
     p.add_argument("--wav-header-alone", action="store_true",
                    help="stream the WAV header as its own write before any audio")
     p.add_argument("--sse", action="store_true",
@@ -191,16 +195,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--burst needs --rate")
     if args.burst is None and args.rate is not None:
         args.burst = max(1, math.ceil(args.rate))
-    if args.capacity is None:
-        for flag in ("max_speed", "chunk_ms", "prefill_ms"):
-            if getattr(args, flag) is not None:
-                parser.error(f"--{flag.replace('_', '-')} needs --capacity")
-    else:
+    # each model's knobs: given with the other model, one would silently do nothing
+    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else \
+        (CAPACITY_MODEL, SLOTS_MODEL)
+    for flag in other:
+        if getattr(args, flag) is not None:
+            parser.error(f"--{flag.replace('_', '-')} " + (
+                "needs --capacity" if args.capacity is None else
+                "does not apply with --capacity (see --prefill-ms and --chunk-ms)"))
+    for flag in own:
+        if getattr(args, flag) is None:
+            setattr(args, flag, own[flag])
+    if args.capacity is not None:
         args.max_speed = args.capacity if args.max_speed is None else args.max_speed
-        args.chunk_ms = DEFAULT_CHUNK_MS if args.chunk_ms is None else args.chunk_ms
-        args.prefill_ms = DEFAULT_PREFILL_MS if args.prefill_ms is None else args.prefill_ms
     if args.slots is None and args.capacity is None:
         args.slots = DEFAULT_SLOTS
+    if args.slots is None and args.queue_limit is not None:
+        parser.error("--queue-limit needs --slots with --capacity (slots are unlimited "
+                     "otherwise, so nothing ever queues)")
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
@@ -363,7 +375,8 @@ class Engine:
                     job.made += 1
                     job.ready.set()
                     if job.made < len(job.sizes):
-                        heapq.heappush(self._heap, (due + job.sizes[job.made], next(self._seq), job))
+                        nxt = due + job.sizes[job.made]
+                        heapq.heappush(self._heap, (nxt, next(self._seq), job))
                 if self._heap:
                     self._changed.clear()
                     self._changed.wait((self._heap[0][0] - self._virtual) / self.rate())
@@ -401,6 +414,8 @@ class Speech:
     stream: bool
     request_id: str
     sse: bool = False  # server-sent events (always streamed)
+    received: float = 0.0  # unix seconds the request's body had been read
+    generating: float | None = None  # unix seconds it began to use --capacity (after prefill)
 
 
 class _Reject(Exception):
@@ -448,7 +463,8 @@ class Simulator:
         self.admitted = 0  # queued + holding a slot
         self.served = 0
         self.rejected = 0
-        self.mean_service_s = args.base_ms / 1000  # moving average, for queue Retry-After
+        first_guess_ms = args.base_ms if args.capacity is None else args.prefill_ms
+        self.mean_service_s = first_guess_ms / 1000  # moving average, for queue Retry-After
 
     # routing
 
@@ -472,9 +488,13 @@ class Simulator:
                                  rej.headers)
 
     def health(self) -> dict:
-        """served: requests that held a slot; rejected: 429, 503 and out-of-memory 500s."""
-        return {"status": "ok", "slots": self.slots.n, "busy": self.slots.busy,
-                "queued": self.slots.queued, "served": self.served, "rejected": self.rejected}
+        """served: requests that held a slot; rejected: 429, 503 and out-of-memory 500s;
+        generating (with --capacity): requests sharing the capacity now."""
+        health = {"status": "ok", "slots": self.slots.n, "busy": self.slots.busy,
+                  "queued": self.slots.queued, "served": self.served, "rejected": self.rejected}
+        if self.engine is not None:
+            health["generating"] = self.engine.generating
+        return health
 
     @staticmethod
     def _respond(start_response, status, body: bytes, headers=(), ctype="application/json"):
@@ -506,7 +526,7 @@ class Simulator:
         sse = stream_format == "sse" or (self.args.sse and stream_format is None)
         stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
         request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
-        return Speech(text, fmt, stream, request_id, sse)
+        return Speech(text, fmt, stream, request_id, sse, time.time())
 
     def speech(self, environ, start_response, path: str):
         req = self.parse(environ, path)
@@ -537,7 +557,7 @@ class Simulator:
                 service_s = self.service_seconds(req.text)
                 gevent.sleep(service_s)
             else:
-                for _ in self.generate(pcm, whole=True):
+                for _ in self.generate(req, pcm, whole=True):
                     pass
                 service_s = time.monotonic() - acquired
         finally:
@@ -560,7 +580,7 @@ class Simulator:
             return False
         return fault != "garbage" or req.sse
 
-    def generate(self, pcm: bytes, whole: bool = False):
+    def generate(self, req: Speech, pcm: bytes, whole: bool = False):
         """Make ``pcm`` with the shared engine after the prefill: yields each chunk's PCM as
         soon as it is made (``whole``: one piece once all of it is made). Leaves the engine if
         closed early."""
@@ -573,6 +593,7 @@ class Simulator:
             bounds, sizes = [0, frames], [sum(sizes)]
         gevent.sleep(self.args.prefill_ms / 1000)
         job = Job(sizes)
+        req.generating = time.time()
         self.engine.join(job)
         try:
             for k in range(len(sizes)):
@@ -589,10 +610,11 @@ class Simulator:
         chunks = 1 + max(1, round(rest_s * 1000 / STREAM_CHUNK_MS))
         frames = len(pcm) // 2
         bounds = [2 * (frames * i // chunks) for i in range(chunks + 1)]
-        gevent.sleep(first_s)
-        yield pcm[bounds[0]:bounds[1]]
-        for i in range(1, chunks):
-            gevent.sleep(rest_s / (chunks - 1))
+        start = time.monotonic()
+        for i in range(chunks):
+            # due times from the start, so that late wake-ups do not add up
+            due_s = first_s + rest_s * i / (chunks - 1)
+            gevent.sleep(max(0.0, start + due_s - time.monotonic()))
             yield pcm[bounds[i]:bounds[i + 1]]
 
     def pick_fault(self) -> str | None:
@@ -659,7 +681,7 @@ class Simulator:
             service_s = None  # known once the audio is made
             timing = ("Server-Timing", f"queue;dur={queue_s * 1000:.1f}, "
                                        f"prefill;dur={self.args.prefill_ms:.1f}")
-            pieces = self.generate(pcm)
+            pieces = self.generate(req, pcm)
         headers = [("Content-Type", self.content_type(req)), timing, *ids]
         if req.sse:
             headers.append(("Cache-Control", "no-cache"))
@@ -784,6 +806,8 @@ class _Stream:
             fmt = "sse" if self.req.sse else self.req.response_format
             log_file.write(json.dumps({
                 "request_id": self.req.request_id, "format": fmt,
+                "received": round(self.req.received, 6),
+                "generating": self.req.generating and round(self.req.generating, 6),
                 "sent": [round(t, 6) for t in self.sent],
                 "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")
 

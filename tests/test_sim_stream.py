@@ -7,18 +7,25 @@ Tolerances are for a busy 2-core machine: the formula's numbers +/- 40 ms.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
+import socket
+import statistics
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from procs import spawn
+from procs import ROOT, spawn
 
 RATE = 22050
 HEADER = 44
@@ -37,6 +44,8 @@ class Streamed:
     status: int
     headers: http.client.HTTPMessage
     arrivals: list[tuple[float, bytes]]  # (seconds since the request was sent, bytes read)
+    t0: float  # time.monotonic() as the request was sent
+    wall0: float  # time.time() then
     error: Exception | None = None
 
     @property
@@ -70,11 +79,11 @@ def stream(url: str, body: dict, barrier: threading.Barrier | None = None,
     if barrier is not None:
         barrier.wait()
     try:
-        t0 = time.monotonic()
+        wall0, t0 = time.time(), time.monotonic()
         conn.request("POST", path, body=json.dumps(body),
                      headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
-        got = Streamed(resp.status, resp.headers, [])
+        got = Streamed(resp.status, resp.headers, [], t0, wall0)
         try:
             while data := resp.read1(1 << 16):
                 got.arrivals.append((time.monotonic() - t0, data))
@@ -96,68 +105,168 @@ def pcm_of(events: list[str]) -> bytes:
     return b"".join(base64.b64decode(d["audio"], validate=True) for d in deltas)
 
 
-@pytest.mark.parametrize("n", [1, 4])
+def near(measured: list[float], want_s: float, early_s: float = 0.005) -> bool:
+    """Measured on the client, so a lone stream is never earlier than the truth (but for
+    clock granularity; streams started together arrive a few ms apart, and the first ones
+    run faster until the rest join: ``early_s``), and late by at most TOL_S in the median:
+    one descheduled thread on a busy machine is noise, a model off by tens of ms is not."""
+    return min(measured) >= want_s - early_s and statistics.median(measured) <= want_s + TOL_S
+
+
+GROUP_EARLY_S = 0.02
+
+
+def shared(starts: list[float], audio_s: float, capacity: float, max_speed: float | None = None,
+           chunk_s: float = 0.2) -> list[list[float]]:
+    """The model, computed independently: when each stream's chunks are complete, for streams
+    that start generating at ``starts`` and share ``capacity`` equally, each at most
+    ``max_speed``."""
+    max_speed = capacity if max_speed is None else max_speed
+    sizes = [chunk_s] * int(audio_s / chunk_s + 1e-9)
+    if audio_s - sum(sizes) > 1e-9:
+        sizes.append(audio_s - sum(sizes))
+    done: list[list[float]] = [[] for _ in starts]
+    left = [sizes[0] for _ in starts]
+    t = min(starts)
+    while any(len(d) < len(sizes) for d in done):
+        active = [i for i, s in enumerate(starts) if s <= t + 1e-12 and len(done[i]) < len(sizes)]
+        rate = min(max_speed, capacity / len(active)) if active else 0.0
+        joins = [s - t for s in starts if s > t + 1e-12]
+        dt = min(joins + [left[i] / rate for i in active])
+        t += dt
+        for i in active:
+            left[i] -= rate * dt
+            if left[i] <= 1e-9:
+                done[i].append(t)
+                if len(done[i]) < len(sizes):
+                    left[i] = sizes[len(done[i])]
+    return done
+
+
+def late_by(streams: list["Streamed"], truth: dict, audio_s: float, capacity: float,
+            max_speed: float | None = None, prefill_s: float = 0.1) -> tuple[list, list]:
+    """How much later than the model each stream's first audio and last byte arrived (unix
+    seconds on this machine), the model fed with when each request began to generate (the
+    simulator's chunk log): threads started "together" send their requests ms apart, and a
+    busy machine stretches the prefill of some."""
+    records = [truth[s.headers["X-Request-Id"]] for s in streams]
+    for r in records:
+        assert r["generating"] - r["received"] >= prefill_s - 0.001
+    starts = [r["generating"] for r in records]
+    done = shared(starts, audio_s, capacity, max_speed)
+    ttfa = [s.wall0 + s.first_after(HEADER) - d[0] for s, d in zip(streams, done)]
+    end = [s.wall0 + s.end_s - d[-1] for s, d in zip(streams, done)]
+    return ttfa, end
+
+
+@contextlib.contextmanager
+def capacity_sim(*args: str):
+    """The simulator with ``args``, warmed up by one stream (first requests are slower);
+    once stopped, ``sim.truth`` maps each streamed request's id to its chunk log line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "chunks.jsonl"
+        truth: dict[str, dict] = {}
+        with spawn(["testbed.sim", "--port", "0", *args, "--chunk-log", str(log)]) as sim:
+            sim.truth = truth
+            stream(sim.url, {"input": "hi", "stream": True})
+            yield sim
+        for line in log.read_text().splitlines():
+            record = json.loads(line)
+            truth[record["request_id"]] = record
+
+
+def repeat(k: int, fn, *args) -> list:
+    return [fn(*args) for _ in range(k)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_ttfa_follows_the_shared_capacity(n):
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
-        stream(sim.url, {"input": SHORT, "stream": True})  # warm up the process
-        streams = together(n, sim.url, {"input": SHORT, "stream": True})
-    want_s = 0.100 + 0.200 / (5 / n)  # 140 ms alone, 260 ms at 4
+    with capacity_sim(*CAPACITY_5) as sim:
+        body = {"input": SHORT, "stream": True}
+        rounds = repeat(2, together, n, sim.url, body)
+    streams = [s for group in rounds for s in group]
     for s in streams:
         assert s.status == 200 and s.headers["Transfer-Encoding"] == "chunked"
-        assert s.first_after(HEADER) == pytest.approx(want_s, abs=TOL_S)
-        # 0.66 s of audio at 5 / n x real time after the prefill
-        assert s.end_s == pytest.approx(0.100 + 0.66 / (5 / n), abs=TOL_S)
         assert len(s.body) - HEADER == frames(SHORT) * 2
+    # the ground truth: 140/180/260/420 ms, and 0.66 s of audio at 5 / n x real time
+    ttfa_s, end_s = 0.1 + 0.2 / (5 / n), 0.1 + 0.66 / (5 / n)
+    assert shared([0.1] * n, 0.66, 5)[0] == pytest.approx([0.1 + x * n / 5 for x in
+                                                           (0.2, 0.4, 0.6, 0.66)])
+    ttfa = [s.first_after(HEADER) for s in streams]
+    assert statistics.median(ttfa) == pytest.approx(ttfa_s, abs=TOL_S), ttfa
+    assert statistics.median(s.end_s for s in streams) == pytest.approx(end_s, abs=TOL_S)
+    # and exactly so, given when each request was really sent
+    for group in rounds:
+        late_ttfa, late_end = late_by(group, sim.truth, 0.66, 5)
+        assert near(late_ttfa, 0) and near(late_end, 0), (late_ttfa, late_end)
 
 
 def test_rate_sharing_and_the_single_stream_cap():
-    with spawn(["testbed.sim", "--port", "0", "--capacity", "4", "--max-speed", "2",
-                "--prefill-ms", "0"]) as sim:
-        alone = stream(sim.url, {"input": LONG, "stream": True})
-        two = together(2, sim.url, {"input": LONG, "stream": True})
-        four = together(4, sim.url, {"input": LONG, "stream": True})
-    assert alone.end_s == pytest.approx(1.2 / 2, abs=TOL_S)  # capped at 2x, not 4x
-    assert [s.end_s for s in two] == pytest.approx([1.2 / 2] * 2, abs=TOL_S)  # 4 / 2 = the cap
-    assert [s.end_s for s in four] == pytest.approx([1.2 / 1] * 4, abs=TOL_S)  # 4 / 4 = 1x
+    body = {"input": LONG, "stream": True}
+    with capacity_sim("--capacity", "4", "--max-speed", "2", "--prefill-ms", "0") as sim:
+        alone = repeat(3, stream, sim.url, body)
+        two = together(2, sim.url, body)
+        four = together(4, sim.url, body)
+    assert near([s.end_s for s in alone], 1.2 / 2)  # capped at 2x, not 4x
+    assert statistics.median(s.end_s for s in two) == pytest.approx(0.6, abs=TOL_S)  # the cap
+    assert statistics.median(s.end_s for s in four) == pytest.approx(1.2, abs=TOL_S)  # 1x
+    for group in (two, four):
+        late_ttfa, late_end = late_by(group, sim.truth, 1.2, 4, 2, prefill_s=0)
+        assert near(late_ttfa, 0) and near(late_end, 0), (late_ttfa, late_end)
 
 
 def test_four_streams_take_four_times_as_long():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
-        alone = stream(sim.url, {"input": LONG, "stream": True})
-        four = together(4, sim.url, {"input": LONG, "stream": True})
-    assert alone.end_s - 0.1 == pytest.approx(1.2 / 5, abs=TOL_S)
-    for s in four:
-        assert s.end_s - 0.1 == pytest.approx(4 * 1.2 / 5, abs=TOL_S)
+    body = {"input": LONG, "stream": True}
+    with capacity_sim(*CAPACITY_5) as sim:
+        alone = repeat(3, stream, sim.url, body)
+        four = together(4, sim.url, body)
+    assert near([s.end_s for s in alone], 0.1 + 1.2 / 5)
+    assert statistics.median(s.end_s for s in four) == pytest.approx(0.1 + 4 * 1.2 / 5,
+                                                                     abs=TOL_S)
+    late_ttfa, late_end = late_by(four, sim.truth, 1.2, 5)
+    assert near(late_ttfa, 0) and near(late_end, 0), (late_ttfa, late_end)
 
 
 def test_the_rate_is_recomputed_when_a_stream_joins():
-    # capacity 2x, no prefill. A starts alone at 2x; at 0.2 s B joins and both make 1x; A has
-    # 0.8 s of audio left, done at 1.0 s, then B (0.4 s made) finishes its 0.8 s alone at 2x.
-    with spawn(["testbed.sim", "--port", "0", "--capacity", "2", "--prefill-ms", "0"]) as sim:
-        with ThreadPoolExecutor(2) as pool:
+    # capacity 2x, no prefill. A starts alone at 2x; d (~0.2) s later B joins and both make
+    # 1x: A, with 1.2 - 2d s of audio left, is done at 1.2 - d; then B, with 1.2 - 2d made,
+    # makes its last 2d s alone at 2x, done at 1.2 (on A's clock).
+    def a_then_b():
+        with ThreadPoolExecutor(1) as pool:
             a = pool.submit(stream, sim.url, {"input": LONG, "stream": True})
             time.sleep(0.2)
             b = stream(sim.url, {"input": LONG, "stream": True})
-            a = a.result()
-    assert a.first_after(HEADER) == pytest.approx(0.1, abs=TOL_S)
-    assert a.end_s == pytest.approx(1.0, abs=TOL_S)
-    assert b.first_after(HEADER) == pytest.approx(0.2, abs=TOL_S)  # 0.2 s of audio at 1x
-    assert b.end_s == pytest.approx(1.2 - 0.2, abs=TOL_S)
+            return a.result(), b
+
+    with capacity_sim("--capacity", "2", "--prefill-ms", "0") as sim:
+        pairs = repeat(3, a_then_b)
+    d = [b.t0 - a.t0 for a, b in pairs]
+    assert all(0.15 < x < 0.3 for x in d)
+    # checked as the time left after the truth: 0 at best
+    assert near([a.first_after(HEADER) - 0.1 for a, _ in pairs], 0)
+    assert near([a.end_s - (1.2 - x) for (a, _), x in zip(pairs, d)], 0)
+    assert near([b.first_after(HEADER) - 0.2 for _, b in pairs], 0)  # 0.2 s of audio at 1x
+    assert near([x + b.end_s - 1.2 for (_, b), x in zip(pairs, d)], 0)
 
 
 def test_each_chunk_is_its_own_write_at_its_time():
-    with spawn(["testbed.sim", "--port", "0", "--capacity", "1", "--prefill-ms", "50"]) as sim:
-        s = stream(sim.url, {"input": SHORT, "stream": True, "response_format": "pcm"})
+    with capacity_sim("--capacity", "1", "--prefill-ms", "50") as sim:
+        runs = repeat(3, stream, sim.url, {"input": SHORT, "stream": True,
+                                           "response_format": "pcm"})
     # 1x real time: audio at 0.25, 0.45, 0.65 and 0.71 s (the last chunk is 60 ms)
     starts = []
-    for at, _ in s.arrivals:
-        if not starts or at - starts[-1] > 0.03:
-            starts.append(at)
-    assert starts == pytest.approx([0.25, 0.45, 0.65, 0.71], abs=TOL_S)
+    for s in runs:
+        starts.append([])
+        for at, _ in s.arrivals:
+            if not starts[-1] or at - starts[-1][-1] > 0.03:
+                starts[-1].append(at)
+        assert len(starts[-1]) == 4, starts
+    for i, want in enumerate([0.25, 0.45, 0.65, 0.71]):
+        assert near([run[i] for run in starts], want), starts
 
 
 def test_sse_carries_the_same_pcm_as_the_wav_stream():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
+    with capacity_sim(*CAPACITY_5) as sim:
         wav = stream(sim.url, {"input": SHORT, "stream": True})
         sse = stream(sim.url, {"input": SHORT, "stream_format": "sse"})
     assert sse.status == 200 and sse.headers["Content-Type"] == "text/event-stream"
@@ -166,7 +275,7 @@ def test_sse_carries_the_same_pcm_as_the_wav_stream():
     assert pcm_of(events) == wav.body[HEADER:]
     assert json.loads(events[-1]) == {"type": "speech.audio.done", "usage": {
         "input_tokens": 3, "output_tokens": 33, "total_tokens": 36}}
-    assert sse.first_after(0) == pytest.approx(0.14, abs=TOL_S)
+    assert sse.first_after(0) > 0.135 and sse.end_s > 0.232
 
 
 def test_sse_flag_and_the_audio_opt_out():
@@ -181,25 +290,25 @@ def test_sse_flag_and_the_audio_opt_out():
 
 
 def test_wav_header_alone_comes_first_with_placeholder_sizes():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--wav-header-alone"]) as sim:
+    with capacity_sim(*CAPACITY_5, "--wav-header-alone") as sim:
         alone = stream(sim.url, {"input": SHORT, "stream": True})
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
+    with capacity_sim(*CAPACITY_5) as sim:
         joined = stream(sim.url, {"input": SHORT, "stream": True})
     head_at, head = alone.arrivals[0]
     assert len(head) == HEADER and head[:4] == b"RIFF"
     assert struct.unpack("<I", head[4:8])[0] == struct.unpack("<I", head[40:44])[0] == 0xFFFFFFFF
-    assert head_at < 0.06 and alone.first_after(HEADER) == pytest.approx(0.14, abs=TOL_S)
+    assert alone.first_after(HEADER) - head_at > 0.08  # the audio came after the prefill
     assert len(joined.arrivals[0][1]) > HEADER  # by default the header rides with the audio
     assert alone.body == joined.body
 
 
 def test_pcm_is_raw():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
+    with capacity_sim(*CAPACITY_5) as sim:
         pcm = stream(sim.url, {"input": SHORT, "stream": True, "response_format": "pcm"})
         wav = stream(sim.url, {"input": SHORT, "stream": True})
     assert pcm.headers["Content-Type"] == "audio/pcm"
     assert pcm.body == wav.body[HEADER:] and pcm.body[:4] != b"RIFF"
-    assert pcm.first_after(0) == pytest.approx(0.14, abs=TOL_S)
+    assert pcm.first_after(0) > 0.135
 
 
 def test_unstreamed_requests_share_the_capacity_too():
@@ -208,22 +317,24 @@ def test_unstreamed_requests_share_the_capacity_too():
         health = get_json(sim.url, "/health")
     for s in two:
         assert s.headers.get("Transfer-Encoding") != "chunked"
-        assert s.first_after(0) == pytest.approx(0.1 + 1.2 / 2.5, abs=TOL_S)
         assert len(s.body) == HEADER + frames(LONG) * 2
+    assert statistics.median(s.end_s for s in two) == pytest.approx(0.1 + 1.2 / 2.5,
+                                                                    abs=TOL_S)
     # with --capacity the slots do not limit unless given
     assert health == {"status": "ok", "slots": None, "busy": 0, "queued": 0, "served": 2,
-                      "rejected": 0}
+                      "rejected": 0, "generating": 0}
 
 
 def test_slots_still_apply_when_given():
     # one slot: the second stream waits for the first to finish, then runs alone
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--slots", "1"]) as sim:
-        first, second = sorted(together(2, sim.url, {"input": LONG, "stream": True}),
-                               key=lambda s: s.end_s)
+    with capacity_sim(*CAPACITY_5, "--slots", "1") as sim:
+        pairs = repeat(2, together, 2, sim.url, {"input": LONG, "stream": True})
+    pairs = [sorted(pair, key=lambda s: s.end_s) for pair in pairs]
     alone_s = 0.1 + 1.2 / 5
-    assert first.end_s == pytest.approx(alone_s, abs=TOL_S)
-    assert second.first_after(HEADER) == pytest.approx(alone_s + 0.14, abs=TOL_S)
-    assert second.end_s == pytest.approx(2 * alone_s, abs=TOL_S)
+    assert near([first.end_s for first, _ in pairs], alone_s, GROUP_EARLY_S)
+    assert near([second.first_after(HEADER) for _, second in pairs], alone_s + 0.14,
+                GROUP_EARLY_S)
+    assert near([second.end_s for _, second in pairs], 2 * alone_s, GROUP_EARLY_S)
 
 
 def get_json(url: str, path: str) -> dict:
@@ -297,45 +408,107 @@ def test_a_short_stream_cut_mid_chunk():
     # one 200 ms chunk: a fault cuts it in half, sent when the chunk is made
     s = _faulty("truncate", {"input": "hi", "stream": True, "response_format": "pcm"})
     assert len(s.body) == frames('hi') // 2 * 2
-    assert s.first_after(0) == pytest.approx(0.14, abs=TOL_S)
+    assert s.first_after(0) > 0.135
 
 
 def test_chunk_log_records_each_audio_write(tmp_path):
     log = tmp_path / "chunks.jsonl"
     with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--chunk-log", str(log),
                 "--wav-header-alone"]) as sim:
-        wall0 = time.time()
-        s = stream(sim.url, {"input": SHORT, "stream": True})
+        wav = stream(sim.url, {"input": SHORT, "stream": True})
         sse = stream(sim.url, {"input": SHORT, "stream_format": "sse"})
-        cut = stream(sim.url, {"input": LONG, "stream": True, "response_format": "pcm"})
+        pcm = stream(sim.url, {"input": LONG, "stream": True, "response_format": "pcm"})
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["request_id"], r["format"]) for r in lines] == [
-        (s.headers["X-Request-Id"], "wav"), (sse.headers["X-Request-Id"], "sse"),
-        (cut.headers["X-Request-Id"], "pcm")]
-    first = lines[0]
-    assert first["audio_ms"] == pytest.approx([200, 200, 200, 60], abs=0.1)  # no header write
-    sent = [t - wall0 for t in first["sent"]]
-    arrived = [at for at, data in s.arrivals if len(data) != HEADER]
-    assert sent == pytest.approx([0.14, 0.18, 0.22, 0.232], abs=TOL_S)
-    assert all(a >= b - 0.005 for a, b in zip(arrived[:1], sent))  # sent before it arrived
+        (wav.headers["X-Request-Id"], "wav"), (sse.headers["X-Request-Id"], "sse"),
+        (pcm.headers["X-Request-Id"], "pcm")]
+    assert lines[0]["audio_ms"] == pytest.approx([200, 200, 200, 60], abs=0.1)  # no header
     assert len(lines[1]["sent"]) == 4 and len(lines[2]["sent"]) == 6
+    for s, line, audio_s in zip((wav, sse, pcm), lines, (0.66, 0.66, 1.2)):
+        sent = line["sent"]
+        # a lone stream at 5x: chunks made 40 ms apart after the prefill
+        model = shared([line["generating"]], audio_s, 5)[0]
+        assert line["generating"] - line["received"] >= 0.099
+        late = [a - b for a, b in zip(sent, model)]
+        assert min(late) >= -0.001 and statistics.median(late) < 0.01, late
+        assert s.wall0 <= line["received"] < sent[0]
+        # each audio write arrives after it was sent, and soon after
+        arrived = [s.wall0 + at for at, data in s.arrivals if len(data) != HEADER]
+        lag = [min(a for a in arrived if a >= t - 0.005) - t for t in sent]
+        assert statistics.median(lag) < 0.01, lag
 
 
 @pytest.mark.parametrize("args, message", [
     (["--max-speed", "2"], "--max-speed needs --capacity"),
     (["--chunk-ms", "100"], "--chunk-ms needs --capacity"),
     (["--prefill-ms", "0"], "--prefill-ms needs --capacity"),
+    (["--capacity", "5", "--base-ms", "10"], "--base-ms does not apply with --capacity"),
+    (["--capacity", "5", "--first-chunk-ms", "10"],
+     "--first-chunk-ms does not apply with --capacity"),
     (["--capacity", "0"], "argument --capacity: expected a number >= 0.001, got '0'"),
     (["--capacity", "5", "--chunk-ms", "0"], "argument --chunk-ms: expected a number >= 1, got '0'"),
     (["--fault", "sse-errors"], "argument --fault: invalid choice"),
+    (["--capacity", "5", "--queue-limit", "2"], "--queue-limit needs --slots with --capacity"),
     (["--chunk-log", "/nonexistent/dir/x.jsonl"], "argument --chunk-log: cannot open"),
 ])
 def test_bad_streaming_flags_give_one_line(args, message):
-    import subprocess
-    import sys
-    from procs import ROOT
     done = subprocess.run([sys.executable, "-m", "testbed.sim", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"python -m testbed.sim: {message}"), done.stderr
+
+
+def test_the_slots_model_streams_sse_and_pcm_too():
+    with spawn(["testbed.sim", "--port", "0", "--base-ms", "300", "--per-char-ms", "0",
+                "--jitter", "0", "--first-chunk-ms", "30", "--sse"]) as sim:
+        stream(sim.url, {"input": "hi"})  # warm up the process
+        sse = repeat(3, stream, sim.url, {"input": LONG})
+        pcm = repeat(3, stream, sim.url, {"input": LONG, "stream": True,
+                                          "stream_format": "audio", "response_format": "pcm"})
+    assert sse[0].headers["Content-Type"] == "text/event-stream"
+    assert pcm_of(sse[0].events()) == pcm[0].body and len(pcm[0].body) == frames(LONG) * 2
+    assert json.loads(sse[0].events()[-1])["type"] == "speech.audio.done"
+    for runs in (sse, pcm):
+        assert near([s.first_after(0) for s in runs], 0.03)
+        assert near([s.end_s for s in runs], 0.3)
+
+
+def test_the_engine_is_exact_by_its_own_send_times():
+    # the simulator's own record (request read -> each audio write) against the model
+    with capacity_sim(*CAPACITY_5) as sim:
+        streams = together(8, sim.url, {"input": LONG, "stream": True})
+    lines = [sim.truth[s.headers["X-Request-Id"]] for s in streams]
+    done = shared([line["generating"] for line in lines], 1.2, 5)
+    late = [s - d for line, ds in zip(lines, done) for s, d in zip(line["sent"], ds)]
+    assert len(late) == 8 * 6
+    # never early; late by the time the writes take (one after another) and wake-ups, which a
+    # busy machine stretches now and then
+    assert min(late) >= -0.001 and statistics.median(late) < 0.01, late
+
+
+def test_a_client_that_leaves_frees_its_share():
+    # capacity 2x shared by A and B (1x each); A hangs up after its first chunk. The server
+    # notices at one of A's next writes, and B makes the rest alone at 2x: done by about
+    # 0.9 s instead of 1.2 s.
+    def leave_early(url: str, barrier: threading.Barrier) -> None:
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.connect()
+        barrier.wait()
+        conn.request("POST", "/v1/audio/speech", headers={"Content-Type": "application/json"},
+                     body=json.dumps({"input": LONG, "stream": True}))
+        conn.getresponse().read1(1 << 16)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+
+    with capacity_sim("--capacity", "2", "--prefill-ms", "0") as sim:
+        barrier = threading.Barrier(2)
+        with ThreadPoolExecutor(1) as pool:
+            gone = pool.submit(leave_early, sim.url, barrier)
+            b = stream(sim.url, {"input": LONG, "stream": True}, barrier)
+            gone.result()
+        health = get_json(sim.url, "/health")
+    assert len(b.body) == HEADER + frames(LONG) * 2
+    assert 0.7 < b.end_s < 1.1
+    assert (health["busy"], health["generating"]) == (0, 0)
