@@ -114,8 +114,10 @@ def stream_cost(quick: bool) -> list[Row]:
                         f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
                         s["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
         if s["cpu_us_per_chunk"] is not None:
+            floor_cpu = s.get("floor_cpu_us_per_chunk")
             rows.append(Row(f"  client CPU per chunk, {s['format']} at {s['streams']} streams",
-                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s)"))
+                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s"
+                            + (f"; floor {floor_cpu:.0f} us)" if floor_cpu is not None else ")")))
     rows.append(Row("stream parser CPU per 200 ms chunk",
                     ", ".join(f"{k} {v:.1f} us" for k, v in m["parser_us_per_chunk"].items())))
     return rows

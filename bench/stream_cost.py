@@ -16,20 +16,19 @@ texts; the simulator's ``--chunk-log`` gives the time each audio write had been 
 its socket. Each write is matched to the client arrival that completed its audio (by
 cumulative audio, so two writes read at once both count), over settled attempts::
 
-    format  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  attempts  floor_p50_ms floor_p95_ms
-       wav        1       4.7        1958.9        0.23        0.70        5.20         2          0.22         1.61
-       wav       64     305.0         397.8        0.26        3.04        9.49       128          0.18         1.20
-       wav      256    1180.9         288.3        0.51        4.70      122.61       551          0.17         2.27
-       sse        1       4.7        2297.5        0.25        0.95        4.52         2             -            -
-       sse       64     309.5         609.9        0.25        1.89        7.77       128             -            -
-       sse      256    1193.7         469.0        0.28        4.20       72.99       565             -            -
-    parser alone, per 200 ms chunk: wav 1.3 us, pcm 1.2 us, sse 134.2 us
-    arrival error p95 at 256 streams: 4.70 ms (wav), 4.20 ms (sse)   (goal < 5 ms)
+    format  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  attempts  floor_p50_ms floor_p95_ms floor_CPU_us
+       wav        1       4.7        1769.1        0.22        0.54        0.63         2          0.21         0.68       420.97
+       wav      256    1183.5         269.4        0.40        4.03       12.35       560          0.15         1.44       179.09
+       sse        1       4.7        2267.2        0.23        0.37        0.83         2             -            -            -
+       sse      256    1190.0         442.2        0.32        4.75       37.54       564             -            -            -
+    parser alone, per 200 ms chunk: wav 1.5 us, pcm 1.3 us, sse 129.7 us
+    arrival error p95 at 256 streams: 4.03 ms (wav), 4.75 ms (sse)   (goal < 5 ms)
 
-(``--streams 1,64,256`` on two cores shared with other work.) The floor columns come from
-bench/stream_floor.py, run against the same simulator for as long: the same WAV arrivals
-stamped by a bare gevent loop. At one stream CPU per chunk is mostly Locust's own fixed cost
-(its stats and timers, about 1% of a core) spread over 5 chunks a second.
+(On two cores shared with other work; from run to run the p95 at 256 streams moved between
+about 4 and 5.2 ms.) The floor columns come from bench/stream_floor.py, run against the same
+simulator for as long: the same WAV arrivals stamped, and its CPU per chunk, in a bare gevent
+loop. At one stream CPU per chunk is mostly fixed costs (Locust's stats and timers, about 1%
+of a core) spread over 5 chunks a second. SSE costs more per chunk for its JSON and base64.
 
 ``err`` is client arrival minus server send (positive: stamped late; the loopback itself
 takes tens of microseconds). CPU per chunk is the Locust process's CPU time (user + system)
@@ -94,14 +93,18 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
     # the meter's window: from settle + 0.3 s after the test started (about the first t0) on
     chunks_per_s = _arrivals_in(every, min(x["t0"] for x in every) + settle + 0.3, r.get("wall_s") or 0.0)
     cpu_us = 1e6 * r["cpu_s"] / r["wall_s"] / chunks_per_s if r.get("wall_s") and chunks_per_s else None
-    floor_errors = []
+    floor_errors, floor_cpu = [], None
     for attempt in floor or ():
+        if "cpu_s" in attempt:
+            floor_cpu = 1e6 * attempt["cpu_s"] / attempt["chunks"] if attempt["chunks"] else None
+            continue
         entry = sent.get(attempt["id"])
         if entry and attempt["at"]:
             floor_errors += _matched(attempt["at"], attempt["audio_ms"], entry)
     return {"format": fmt, "streams": streams, "attempts": len(records), "chunks_per_s": chunks_per_s,
             "floor_p50_ms": percentile(floor_errors, 0.5) if floor_errors else None,
             "floor_p95_ms": percentile(floor_errors, 0.95) if floor_errors else None,
+            "floor_cpu_us_per_chunk": floor_cpu,
             "cpu_us_per_chunk": cpu_us, "matched_chunks": len(errors),
             "err_p50_ms": percentile(errors, 0.5), "err_p95_ms": percentile(errors, 0.95),
             "err_max_ms": max(errors, default=float("nan")), "err_min_ms": min(errors, default=float("nan"))}
@@ -165,7 +168,7 @@ def parser_cost(n: int = 5000) -> dict:
 
 def measure(levels: list[int], formats: list[str], step_time: float, show=print) -> dict:
     show(f"{'format':>6} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
-         f"{'err_max_ms':>11} {'attempts':>9}  {'floor_p50_ms':>12} {'floor_p95_ms':>12}")
+         f"{'err_max_ms':>11} {'attempts':>9}  {'floor_p50_ms':>12} {'floor_p95_ms':>12} {'floor_CPU_us':>12}")
     rows = []
     for fmt in formats:
         for streams in levels:
@@ -174,7 +177,8 @@ def measure(levels: list[int], formats: list[str], step_time: float, show=print)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
             show(f"{fmt:>6} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
                  f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}  "
-                 f"{_cell(row['floor_p50_ms']):>12} {_cell(row['floor_p95_ms']):>12}")
+                 f"{_cell(row['floor_p50_ms']):>12} {_cell(row['floor_p95_ms']):>12} "
+                 f"{_cell(row['floor_cpu_us_per_chunk']):>12}")
     parsers = parser_cost()
     show("parser alone, per 200 ms chunk: " + ", ".join(f"{k} {v:.1f} us" for k, v in parsers.items()))
     at_goal = {r["format"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
