@@ -9,7 +9,7 @@ the parser :func:`parser_for` picked from the Content-Type (and the body's first
 - raw PCM16 (``--tts-format pcm``) at ``--tts-sample-rate``: exact.
 - MP3 and ADTS-AAC by their frame headers, Ogg (Opus, Vorbis) by its pages' granule
   positions: exact sample counts per frame or page (the encoder's priming and padding
-  included, as the container counts them). FLAC and anything else: timed, durations null.
+  included, as the container counts them). FLAC: timed from its first frame, durations null.
 - ``text/event-stream``: OpenAI's ``speech.audio.delta`` events with base64 PCM16 (and the
   variants servers send), framed per the WHATWG server-sent-events rules.
 
@@ -159,7 +159,7 @@ def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, timeline: Timelin
         return _NotAudio()
     # the magic numbers audio.check_audio accepts, so the two never disagree on what audio is
     kind = next((fmt for magic, fmt in audio_mod._MAGIC.items() if head.startswith(magic)), None)
-    return {"mp3": MpegStream, "ogg": OggStream, "aac": AdtsStream, "flac": _Opaque}.get(kind, _NotAudio)(timeline)
+    return {"mp3": MpegStream, "ogg": OggStream, "aac": AdtsStream, "flac": FlacStream}.get(kind, _NotAudio)(timeline)
 
 
 class _NotAudio:
@@ -173,14 +173,28 @@ class _NotAudio:
         pass
 
 
-class _Opaque:
-    """Audio whose durations we do not parse: each arrival is timed, its duration null."""
+class FlacStream:
+    """FLAC: the metadata blocks after ``fLaC`` are skipped by their lengths; each arrival
+    with frame bytes is timed, its duration null (FLAC frames do not carry their length)."""
 
     def __init__(self, timeline: Timeline):
         self.timeline = timeline
+        self.buf = bytearray()   # the body from its start, until the frames begin
+        self.next = 4            # offset of the next metadata block header
+        self.frames_at = None    # offset of the first frame, once known
+        self.got = 0
 
     def feed(self, block: bytes, at: float) -> None:
-        if block:
+        self.got += len(block)
+        if self.frames_at is None:
+            self.buf += block
+            while len(self.buf) >= self.next + 4:
+                head = self.buf[self.next:self.next + 4]
+                self.next += 4 + int.from_bytes(head[1:4], "big")
+                if head[0] & 0x80:   # the last metadata block
+                    self.frames_at, self.buf = self.next, bytearray()
+                    break
+        if self.frames_at is not None and self.got > self.frames_at:
             self.timeline.add(at, None)
 
     def finish(self) -> None:

@@ -189,11 +189,17 @@ def test_ogg_opus_granules():
     assert tl.at[0] == 1.0     # the header pages carry no audio
 
 
-def test_flac_is_timed_without_durations():
-    tl = stream.Timeline()
-    p = stream.parser_for("audio/flac", "flac", RATE, tl)
-    feed(p, [b"fLaC" + bytes(300), bytes(300)])
-    assert tl.audio_ms == [None, None] and p.duration_s() is None
+def test_flac_is_timed_from_its_first_frame_without_durations():
+    streaminfo = b"\x00" + (34).to_bytes(3, "big") + bytes(34)
+    picture = b"\x86" + (500).to_bytes(3, "big") + bytes(500)      # last metadata block
+    body = b"fLaC" + streaminfo + picture + b"\xff\xf8" + bytes(300)
+    frames = body.index(b"\xff\xf8")
+    for cut in (3, 30, 100, frames, frames + 1):
+        tl = stream.Timeline()
+        p = stream.parser_for("audio/flac", "flac", RATE, tl)
+        feed(p, [body[:cut], body[cut:cut + 10], body[cut + 10:]])
+        assert tl.audio_ms[0] is None and p.duration_s() is None
+        assert tl.at[0] == (0.0 if cut > frames else 1.0 if cut + 10 > frames else 2.0), cut
 
 
 # ---- server-sent events --------------------------------------------------------------------
