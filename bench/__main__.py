@@ -1,13 +1,13 @@
 """Run every benchmark and print one table: figure, measured, goal, pass/fail.
 
-Run from the repository root (about 2 minutes on two cores)::
+Run from the repository root (about 4 minutes on two cores)::
 
     make bench                      # or: .venv/bin/python -m bench
-    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 1 minute)
+    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 2.5 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/collector_overhead.py, bench/dashboard_scale.py and bench/distributed_master.py. One that is missing or fails is a
-row saying so, not a crash. The table looks like::
+bench/stream_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py and
+bench/distributed_master.py. One that is missing or fails is a row saying so, not a crash. The table looks like::
 
     figure                                      measured                                            goal            result
     generator CPU per attempt, tts / bare user  1.07x (357 vs 330 us; pairs 1.20, 0.96, 1.07)       <= 1.2x         pass
@@ -100,6 +100,29 @@ def client_overhead(quick: bool) -> list[Row]:
     return rows
 
 
+def stream_cost(quick: bool) -> list[Row]:
+    out, why = _run("stream_cost.py", ["--json", "--step-time", "8" if quick else "10"])
+    if out is None:
+        return _broken("stream chunk arrival error at 256 streams", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    rows = []
+    for s in m["rows"]:
+        gated = s["streams"] == m["goal_streams"]
+        floor = f"; floor {s['floor_p95_ms']:.2f}" if s.get("floor_p95_ms") is not None else ""
+        rows.append(Row(f"{s['format']} chunk arrival error p50 / p95 at {s['streams']} streams",
+                        f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks{floor})",
+                        f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                        s["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+        if s["cpu_us_per_chunk"] is not None:
+            floor_cpu = s.get("floor_cpu_us_per_chunk")
+            rows.append(Row(f"  client CPU per chunk, {s['format']} at {s['streams']} streams",
+                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s"
+                            + (f"; floor {floor_cpu:.0f} us)" if floor_cpu is not None else ")")))
+    rows.append(Row("stream parser CPU per 200 ms chunk",
+                    ", ".join(f"{k} {v:.1f} us" for k, v in m["parser_us_per_chunk"].items())))
+    return rows
+
+
 _COLLECTOR_LINE = re.compile(r"collector process at (\d+) Hz.*?([\d.]+)% of a core")
 
 
@@ -150,7 +173,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller dashboard run")
     args = parser.parse_args()
     rows: list[Row] = []
-    for bench in (generator_cost, client_overhead, collector_overhead, dashboard_scale, distributed_master):
+    for bench in (generator_cost, client_overhead, stream_cost, collector_overhead, dashboard_scale,
+                  distributed_master):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]
     header = ("figure", "measured", "goal", "result")

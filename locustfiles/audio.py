@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 #: Size fields streaming servers put in a WAV header before they know the length.
 PLACEHOLDER_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
-_MAGIC = {b"ID3": "mp3", b"\xff\xfb": "mp3", b"\xff\xf3": "mp3", b"OggS": "ogg", b"fLaC": "flac"}
+_MAGIC = {b"ID3": "mp3", b"\xff\xfb": "mp3", b"\xff\xf3": "mp3", b"OggS": "ogg", b"fLaC": "flac",
+          b"\xff\xf1": "aac", b"\xff\xf9": "aac"}
 _TEXTUAL = (b"<", b"{", b"[")
 
 
@@ -20,7 +21,7 @@ class AudioError(ValueError):
 
 @dataclass(frozen=True)
 class Audio:
-    format: str               # "wav", "pcm", "mp3", "ogg" or "flac"
+    format: str               # "wav", "pcm", "mp3", "ogg", "aac" or "flac"
     audio_s: float | None     # seconds of audio; None where it cannot be known without decoding
     sample_rate: int | None = None
     channels: int | None = None

@@ -15,6 +15,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from . import audio as audio_mod
+from . import stream as stream_mod
 from . import rundir, settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
@@ -233,8 +234,8 @@ def preflight(s: settings_mod.Settings) -> dict:
     snippet = " ".join(body[:120].decode("utf-8", "replace").split())
     if 200 <= status < 300:
         try:
-            audio_mod.check_audio(body, header(resp, "content-type"), s.format, s.pcm_rate)
-        except audio_mod.AudioError as e:
+            stream_mod.check_body(body, header(resp, "content-type"), s.format, s.pcm_rate)
+        except (audio_mod.AudioError, stream_mod.StreamError) as e:
             out["message"] = f"{target} answered {status} but not with audio ({e}); is it a TTS server, and is --tts-api {s.api} right?"
             return out
         out["ok"] = True

@@ -18,7 +18,8 @@ from . import corpus
 from .retry import CONNECTION_ERROR, RetryPolicy
 
 APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
-FORMATS = ("wav", "pcm", "mp3", "opus", "flac")
+FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
+STREAM_FORMATS = ("", "sse", "audio")
 DEFAULT_STEPS = "1,2,4,8,16"
 DEFAULT_STEP_TIME_S = 30.0
 #: With --step-requests, a step also ends after this long unless --step-time says otherwise.
@@ -42,9 +43,15 @@ def add_arguments(parser) -> None:
     g.add_argument("--tts-format", default="wav", help=f"Audio format asked for and checked: {', '.join(FORMATS)}.")
     g.add_argument("--tts-stream", action="store_true", default=False,
                    help="Ask for a streamed response (openai: stream=true).")
+    g.add_argument("--tts-stream-format", default="",
+                   help="openai stream_format: sse (server-sent events) or audio; implies --tts-stream.")
+    g.add_argument("--playback-buffer-ms", type=float, default=0.0,
+                   help="Audio (ms) the simulated player buffers before it starts playing a stream.")
+    g.add_argument("--ttfa-floor-ms", type=float, default=300.0,
+                   help="A rise in time to first audio counts toward the knee only above this (ms).")
     g.add_argument("--tts-template", default="",
                    help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE.')
-    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses (Hz).")
+    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses and of SSE audio events (Hz).")
     g.add_argument("--texts", default="", help="Corpus: .txt (one text per line) or .jsonl (text, id, tier).")
     g.add_argument("--steps", default=DEFAULT_STEPS, help="Concurrency levels, in order, e.g. 1,2,4,8,16.")
     g.add_argument("--step-time", type=float, default=0.0,
@@ -97,6 +104,9 @@ class Settings:
     voice: str
     format: str
     stream: bool
+    stream_format: str
+    playback_buffer_ms: float
+    ttfa_floor_ms: float
     template: str | None
     pcm_rate: int
     texts: tuple
@@ -130,6 +140,8 @@ class Settings:
                 body["voice"] = self.voice
             if self.stream:
                 body["stream"] = True
+            if self.stream_format:
+                body["stream_format"] = self.stream_format
             return json.dumps(body, ensure_ascii=False).encode()
         if self.api == "piper":
             return json.dumps({"text": text}, ensure_ascii=False).encode()
@@ -140,7 +152,9 @@ class Settings:
         """What run.json records of the options (the token left out)."""
         return {
             "tts_api": self.api, "tts_path": self.path, "tts_model": self.model, "tts_voice": self.voice,
-            "tts_format": self.format, "tts_stream": self.stream, "texts": self.texts_source,
+            "tts_format": self.format, "tts_stream": self.stream,
+            "tts_stream_format": self.stream_format, "playback_buffer_ms": self.playback_buffer_ms,
+            "ttfa_floor_ms": self.ttfa_floor_ms, "texts": self.texts_source,
             "texts_count": len(self.texts), "steps": list(self.steps), "step_time": self.step_time_s,
             "step_requests": self.step_requests, "settle_time": self.settle_s,
             "split_max_chars": self.split_max_chars, "retry_max_attempts": self.retry.max_attempts,
@@ -253,6 +267,9 @@ def from_options(options, host: str | None) -> Settings:
     fmt = str(o.tts_format).lower()
     if fmt not in FORMATS:
         raise SettingsError(f"--tts-format must be one of {', '.join(FORMATS)}, got {o.tts_format!r}")
+    stream_format = str(o.tts_stream_format or "").lower()
+    if stream_format not in STREAM_FORMATS:
+        raise SettingsError(f"--tts-stream-format must be sse or audio, got {o.tts_stream_format!r}")
     if api == "json" and not o.tts_template:
         raise SettingsError('--tts-api json needs --tts-template, e.g. \'{"text": "{text}"}\'')
     template = _template(o.tts_template) if api == "json" else None
@@ -283,7 +300,9 @@ def from_options(options, host: str | None) -> Settings:
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
     return Settings(
         host=host.rstrip("/"), api=api, path=path, model=o.tts_model, voice=o.tts_voice, format=fmt,
-        stream=bool(o.tts_stream), template=template,
+        stream=bool(o.tts_stream) or bool(stream_format), stream_format=stream_format,
+        playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
+        ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True), template=template,
         pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
         texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS), steps=steps,
         step_time_s=step_time, step_requests=step_requests, settle_s=settle,

@@ -2,11 +2,14 @@
 
 Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first body
 byte, ``t2`` when the body is read, ``t3`` when the audio is written and closed — and becomes
-one record and one Locust request event. 429/5xx are retried per the retry policy.
+one record and one Locust request event. 429/5xx are retried per the retry policy. The body is
+read block by block and parsed as it comes (locustfiles/stream.py), so the first audio sample,
+each arrival of audio and the playback it allows are timed too.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import itertools
 import os
@@ -19,10 +22,12 @@ import gevent
 from gevent import monkey
 from gevent.event import Event
 from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPParseError
 from locust import User, constant, task
 from locust.exception import StopUser
 
 from . import audio as audio_mod
+from . import stream as stream_mod
 from .clock import mono, wall
 from .corpus import split
 from .headers import header, parse_retry_after, parse_server_timing
@@ -32,6 +37,11 @@ ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
 #: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU.
 READ_BLOCK_BYTES = 64 * 1024
+
+
+#: The streaming fields of an attempt whose body was not parsed (an error status, no answer).
+_NO_STREAM = dict.fromkeys(("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
+                            "chunk_audio_ms"))
 
 
 class AttemptFailed(Exception):
@@ -66,7 +76,8 @@ class TTSUser(User):
             ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
             connection_timeout=self.s.connect_timeout_s, network_timeout=self.s.request_timeout_s,
             headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee",
-                     "Accept": "audio/*, application/octet-stream"},
+                     "Accept": "text/event-stream" if self.s.stream_format == "sse"
+                     else "audio/*, application/octet-stream"},
         )
         self.http = HTTPClient(**self._client_args)
 
@@ -123,18 +134,32 @@ class TTSUser(User):
         m1 = m2 = None
         status = None
         headers = None
-        body = b""
-        error = None
+        blocks: list[bytes] = []
+        timeline = stream_mod.Timeline()
+        parser = None
+        error = bad_stream = None
         timeout = gevent.Timeout(s.request_timeout_s)
         timeout.start()
         try:
             resp = self.http.request("POST", s.path, body=payload)
             status = resp.status_code
             headers = resp
-            first = resp.read(1)
-            m1 = mono() if first else None
-            body = first + resp.read()
+            if 200 <= status < 300:
+                parser = stream_mod.parser_for(header(resp, "content-type"), s.format, s.pcm_rate, timeline)
+            # Each block is stamped as it comes and parsed at once: audio is timed on arrival.
+            while True:
+                block = stream_mod.read_some(resp)
+                if not block:
+                    break
+                at = mono()
+                if m1 is None:
+                    m1 = at
+                blocks.append(block)
+                if parser is not None:
+                    parser.feed(block, at)
             m2 = mono()
+            if parser is not None:
+                parser.finish()
         except gevent.Timeout as t:
             if t is not timeout:
                 raise
@@ -145,7 +170,17 @@ class TTSUser(User):
             stage = "connection error" if m1 is None else "connection broke mid-body"
             error = f"{stage}: {_os_error(e)}"
             self._reconnect()
-        except Exception as e:  # the HTTP parser's errors: a malformed or cut-short response
+        except stream_mod.StreamError as e:   # the server's answer, broken or an error event
+            bad_stream = str(e)
+            if m2 is None:
+                self._reconnect()   # the rest of the body is still on the connection
+        except HTTPParseError as e:
+            if status is not None and str(e).startswith("Incomplete"):
+                error = "connection closed before the body was complete"
+            else:
+                error = f"bad HTTP response: {type(e).__name__}: {e}"
+            self._reconnect()
+        except Exception as e:  # the HTTP parser's other errors: a malformed response
             error = f"bad HTTP response: {type(e).__name__}: {e}"
             self._reconnect()
         finally:
@@ -153,28 +188,31 @@ class TTSUser(User):
         if error is not None and status is not None:
             error = f"HTTP {status}, then {error}"
             status = None  # the response never completed: it is a connection failure, not a status
+        body = b"".join(blocks)
         rec = {
             "step": step.step if step else None, "concurrency": step.concurrency if step else None,
             "worker": self.run.worker_id, "user": self.no,
             "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
             "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
-            "status": status, "ok": False, "error": error, "bytes": len(body), "audio_s": None, "rtf": None,
-            "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
+            "status": status, "ok": False, "error": error or bad_stream, "bytes": len(body), "audio_s": None,
+            "rtf": None, "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
             "settled": self.run.state.settled(step, t0),
+            **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if parser is not None else _NO_STREAM),
         }
         audio = None
         if error is None:
             rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))
             if 200 <= status < 300:
-                try:
-                    audio = audio_mod.check_audio(body, header(headers, "content-type"), s.format, s.pcm_rate)
-                except audio_mod.AudioError as e:
-                    rec["error"] = str(e)
-                else:
-                    rec["ok"] = True
-                    rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
-                    if audio.audio_s:
-                        rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+                if bad_stream is None:
+                    try:
+                        body, audio = _audio_of(parser, body, header(headers, "content-type"), s)
+                    except (audio_mod.AudioError, stream_mod.StreamError) as e:
+                        rec["error"] = str(e)
+                    else:
+                        rec["ok"] = True
+                        rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
+                        if audio.audio_s:
+                            rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
             else:
                 rec["error"] = _error_text(status, body)
                 raw = header(headers, "retry-after")
@@ -282,6 +320,18 @@ def _write_over(path: Path, data: bytes) -> None:
         os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
+
+
+def _audio_of(parser, body: bytes, content_type: str | None, s) -> tuple[bytes, audio_mod.Audio]:
+    """The audio to write for a whole 2xx body, and what it is; raises AudioError or StreamError.
+    Server-sent events become their decoded PCM as a WAV; compressed audio gets the duration
+    its frame headers add up to, where the parser could count it."""
+    if isinstance(parser, stream_mod.SseStream):
+        return parser.audio()
+    audio = audio_mod.check_audio(body, content_type, s.format, s.pcm_rate)
+    if audio.audio_s is None and parser.duration_s() is not None:
+        audio = dataclasses.replace(audio, audio_s=parser.duration_s())
+    return body, audio
 
 
 def _os_error(e: OSError) -> str:

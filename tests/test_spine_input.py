@@ -53,6 +53,9 @@ def test_wrong_api_shape_is_rejected(tmp_path, sim):
     (["--tts-api", "json"], "--tts-api json needs --tts-template"),
     (["--tts-format", "aiff"], "--tts-format must be one of"),
     (["--settle-time", "5"], "--settle-time (5 s) must be shorter than --step-time (1 s)"),
+    (["--tts-stream-format", "websocket"], "--tts-stream-format must be sse or audio, got 'websocket'"),
+    (["--playback-buffer-ms", "-5"], "--playback-buffer-ms must be zero or more"),
+    (["--ttfa-floor-ms", "nan"], "--ttfa-floor-ms must be a finite number"),
 ])
 def test_bad_options_are_named(tmp_path, sim, args, message):
     proc, errors = run_bad(tmp_path, "-H", sim.url, *args)
