@@ -35,7 +35,9 @@ Definitions used throughout the dashboard:
   playing when the next step's users joined heard part of the next step's load (the server
   shares its capacity among more streams at once), which would put the next step's underruns
   on this one; ``streams`` gives {``counted``, ``cut_by_step_end``} (left out for that reason).
-  A step without a known end keeps them all.  ``ttfa_ms`` is the distribution of time to the
+  A step without a known end keeps them all.  In a streamed run the step's latency figures
+  (``latency_ms``, ``ttfb_ms``, ``e2e_ms``, ``rtf`` …) count the same streams, so that every
+  figure of a step describes one set of requests.  ``ttfa_ms`` is the distribution of time to the
   first audio sample; ``underrun_rate`` is the share of those with an underrun figure that ran
   dry at least once (null when none has a figure: not streamed, or audio the client cannot
   time); ``underrun_ms`` and ``gap_max_ms`` give {count, mean, p95, max} over the same attempts.
@@ -290,6 +292,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     for v, c in zip(vals, cnt):
         counts["conn_error" if v < 0 else str(int(v))] = int(c)
     ra = a["retry_after_s"][m]
+    if streamed is None:
+        streamed = bool((a["chunk_n"][m] >= 0).any())
+    cut = _cut_by_step_end(a, m, _stream_end(win))
+    okl = okf & ~cut if streamed else okf  # the requests the latency figures describe
     out.update({
         "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
@@ -298,12 +304,12 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "attempt_failure_rate": att_failed / n_att if n_att else None,
         "throughput_rps": win["ok_completions"] / dur if dur else None,
         "completed_rps": win["completions"] / dur if dur else None,
-        "latency_ms": dist(a["wait_ms"][okf]),
-        "ttfb_ms": dist(a["ttfb_ms"][okf]),
-        "write_ms": dist(a["write_ms"][okf]),
-        "concat_ms": dist(a["concat_ms"][okf]),
-        "e2e_ms": dist(a["e2e_ms"][okf]),
-        "rtf": dist(a["rtf"][okf]),
+        "latency_ms": dist(a["wait_ms"][okl]),
+        "ttfb_ms": dist(a["ttfb_ms"][okl]),
+        "write_ms": dist(a["write_ms"][okl]),
+        "concat_ms": dist(a["concat_ms"][okl]),
+        "e2e_ms": dist(a["e2e_ms"][okl]),
+        "rtf": dist(a["rtf"][okl]),
         "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
         "retries": int((m & (a["attempt"] > 1)).sum()),
         "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
@@ -315,9 +321,6 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "retry_after_s": dist(ra),
         "backoff_ms": dist(a["backoff_ms"][m & (a["attempt"] > 1)]),
     })
-    if streamed is None:
-        streamed = bool((a["chunk_n"][m] >= 0).any())
-    cut = _cut_by_step_end(a, m, _stream_end(win))
     out.update(_stream_stats(a, okf, streamed, cut))
     out["integrity"] = integrity(a, okf)
     out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
@@ -329,7 +332,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["server_timing_ms"] = stages
     tiers = {}
     for code, name in enumerate(a.tiers):
-        d = dist(a["wait_ms"][okf & (a["tier"] == code)])
+        d = dist(a["wait_ms"][okl & (a["tier"] == code)])
         if d:
             tiers[name] = {"count": d["count"], "p50": d["p50"], "p95": d["p95"]}
     out["latency_by_tier_ms"] = tiers
@@ -343,7 +346,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["server"] = resource_aggregate(res, "server", start, end)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    for key, col, mask in (("latency_ms", "wait_ms", okf), ("ttfa_ms", "ttfa_ms", okf & ~cut)):
+    for key, col, mask in (("latency_ms", "wait_ms", okl), ("ttfa_ms", "ttfa_ms", okf & ~cut)):
         if out.get(key) and col in a.cols:
             out[key].update(percentile_cis(a[col][mask]))
     return out
