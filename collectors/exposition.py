@@ -78,6 +78,7 @@ def parse(text: str) -> list[Sample]:
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ...
         raise ExpositionError(_first_line(str(exc))) from None
     declared = {f.name: f.type for f in families}
+    written = _names_written(text)
     out: list[Sample] = []
     for fam in families:
         for s in fam.samples:
@@ -86,7 +87,10 @@ def parse(text: str) -> list[Sample]:
             if not math.isfinite(value) or s.name.endswith("_created"):
                 continue
             labels = dict(s.labels)
-            key = series_key(s.name, labels)
+            name = s.name
+            if kind == "counter" and name not in written and name.endswith("_total"):
+                name = name[: -len("_total")]  # the parser adds _total; keep the server's name
+            key = series_key(name, labels)
             if kind in ("counter",) or (kind == "unknown" and s.name.endswith("_total")):
                 out.append(Sample(key, fam.name, "counter", value))
             elif kind in ("histogram", "summary", "gaugehistogram"):
@@ -100,6 +104,16 @@ def parse(text: str) -> list[Sample]:
             elif kind in ("gauge", "unknown"):
                 out.append(Sample(key, fam.name, "gauge", value))
     return out
+
+
+def _names_written(text: str) -> set[str]:
+    """The sample names as the text writes them."""
+    names = set()
+    for line in text.splitlines():
+        line = line.lstrip()
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(None, 1)[0])
+    return names
 
 
 def _first_line(message: str) -> str:
