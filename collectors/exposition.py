@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collectors.servers import role_of
+
 DEFAULT_MAX_SERIES = 200
 
 
@@ -138,12 +140,10 @@ class Reader:
 
     def read(self, text: str, t: float) -> dict[str, float | None]:
         """One scrape taken at monotonic time ``t`` into ``{series: value}``."""
-        from collectors.servers import role_of  # the known servers' names, kept in one place
-
         samples = parse(text)
         if self.match is not None:
             samples = [s for s in samples if self.match.search(s.key)]
-        samples = self._cap(samples, role_of)
+        samples = self._cap(samples)
         out: dict[str, float | None] = {}
         sums: dict[tuple, dict[str, float | None]] = {}
         prev, self._prev = self._prev, {}
@@ -164,7 +164,7 @@ class Reader:
                 out[series_key(base + "_mean", dict(labels))] = total / count
         return out
 
-    def _cap(self, samples: list[Sample], role_of) -> list[Sample]:
+    def _cap(self, samples: list[Sample]) -> list[Sample]:
         keys: list[str] = []
         for s in samples:  # a histogram's _sum and _count count as one series
             k = s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))

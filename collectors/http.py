@@ -100,6 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
             "host": s.hostname, "boot": s.boot, "interval_s": s.interval_s,
             "gpus": len(gpus), "lost_gpus": sum(1 for g in gpus if g.get("lost")),
             "watching": latest["proc"]["pid"] if latest and latest.get("proc") else None,
+            "scrapes": s.scrape_states(),
         })
 
     def _metrics(self, query: dict) -> None:

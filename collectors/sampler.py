@@ -153,6 +153,13 @@ class Sampler:
 
     # -- reading back -----------------------------------------------------------------------
 
+    def scrape_states(self) -> list[dict]:
+        """Per ``--scrape`` endpoint: url, state (new, ok, down, bad), scrapes and failures."""
+        if self._scrapes is None:
+            return []
+        return [{"url": e.url, "state": e.state, "scrapes": e.scrapes, "failures": e.failures}
+                for e in self._scrapes.endpoints]
+
     @property
     def count(self) -> int:
         """Samples taken since start (the next ``seq``)."""

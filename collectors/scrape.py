@@ -161,7 +161,7 @@ class Scrapes:
 
     def stop(self) -> None:
         for e in self.endpoints:
-            e._stop.set()
+            e.stop(timeout=0)  # tell them all first, then wait for each
         for e in self.endpoints:
             e.stop()
 

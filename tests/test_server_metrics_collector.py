@@ -51,8 +51,13 @@ class Page:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client that gave up on a slow page: expected here
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
@@ -271,6 +276,10 @@ def test_collector_process_scrape_and_dcgm(page):
                 break
             time.sleep(0.2)
         last = samples[-1]
+        import urllib.request
+        with urllib.request.urlopen(f"{proc.url}/healthz", timeout=5) as resp:
+            states = {h["url"]: h["state"] for h in json.loads(resp.read())["scrapes"]}
+        assert states == {srv.url: "ok", down_url: "down"}
         assert last["metrics"][f"vllm:num_requests_waiting{{{MODEL}}}"] == 12.0
         assert last["gpus"] == gpus_from_text(fixture("dcgm_two_gpus.txt"))
         out = proc.output()

@@ -126,3 +126,31 @@ def test_without_gpu_or_cpu_the_queue_still_tells_server_queueing_from_client_st
     d = diagnose(outside, KNEE, None, True)
     assert d["kind"] == "queueing"
     assert "not waiting in the server's queue" in d["evidence"][0]
+
+
+def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
+    import logging
+
+    import gevent
+
+    from locustfiles.puller import CollectorPuller
+    from procs import free_port
+
+    down = f"http://127.0.0.1:{free_port()}/metrics"
+    out = tmp_path / "resources.jsonl"
+    with spawn(["testbed.sim", "--port", "0"]) as sim:
+        puller = CollectorPuller([], out, interval_s=0.2, sample_client=False,
+                                 server_metrics=[f"{sim.url}/metrics", down])
+        with caplog.at_level(logging.WARNING):
+            assert puller.start() == []
+            gevent.sleep(1.2)
+            puller.stop()
+    lines = read_jsonl(out)
+    good = [s for s in lines if s["source"] == f"{sim.url}/metrics"]
+    bad = [s for s in lines if s["source"] == down]
+    assert len(good) >= 4 and all(s["metrics"][WAITING] == 0 for s in good)
+    assert len(bad) >= 4 and all(s["metrics"] is None for s in bad)  # a gap, never 0
+    warned = [r.getMessage() for r in caplog.records if down in r.getMessage()]
+    assert len(warned) == 1 and "unreachable" in warned[0]
+    assert {d["url"]: d["failures"] > 0 for d in puller.describe_server_metrics()} == \
+        {f"{sim.url}/metrics": False, down: True}
