@@ -397,8 +397,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     if waiting:
         return out("concurrency_limit", [
             f"{_cap(qev)} while {res}: its concurrency limit is too low.",
-            f"{queue}; {tp}: requests queue with the hardware idle, so the server's own "
-            f"concurrency or batch limit is too low."])
+            f"{_cap(queue)}; {tp}."])
     ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
           f"idle, so the server's own concurrency or batch limit is too low."]
     if waiting is False:
