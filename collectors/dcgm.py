@@ -19,11 +19,11 @@ answered there are none. This module never touches NVML.
 """
 from __future__ import annotations
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from collectors.exposition import ExpositionError
 from collectors.nvml import GPU_FIELDS, decode_clock_event_reasons
 from collectors.scrape import DEFAULT_TIMEOUT_S, Endpoint
-
-from prometheus_client.parser import text_string_to_metric_families
 
 MIB = 1024 * 1024
 BLANK_MIN = 0x7FFFFFF0  # DCGM's int32 blanks start here; its int64 and fp64 blanks are larger

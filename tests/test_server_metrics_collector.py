@@ -4,7 +4,6 @@ passed, the series cap, roles, gaps and warnings, and the collector process with
 --dcgm against real local endpoints."""
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
