@@ -4,6 +4,13 @@ Run it beside the TTS server::
 
     python -m collectors --host 127.0.0.1 --port 9300 --interval 1 --pid 4242
     python -m collectors --match testbed.sim --spool /var/tmp/resources.jsonl
+    python -m collectors --scrape http://127.0.0.1:8000/metrics --dcgm http://127.0.0.1:9400/metrics
+
+``--scrape URL`` (repeatable) adds the server's own Prometheus series to every sample as
+``metrics`` (counters as per-second rates; see :mod:`collectors.exposition`); ``--dcgm URL``
+reads the GPUs from dcgm-exporter instead of NVML, which is then never touched. The scraped
+series are not exported again on this collector's ``/metrics``: they already are on the
+server's, and repeating them there would only double their number.
 
 Once it accepts connections it prints one line, ``listening on http://HOST:PORT`` (the real
 port when ``--port 0``). Notes (no NVML, a lost GPU, the watched process gone) go to stderr.
@@ -14,16 +21,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 
 import psutil
 
+from collectors.dcgm import DcgmGpus
+from collectors.exposition import DEFAULT_MAX_SERIES
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.http import CollectorServer
 from collectors.nvml import Nvml
 from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
+from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
 
 TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -59,6 +70,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer", type=int, default=DEFAULT_BUFFER,
                    help=f"samples kept in memory (default {DEFAULT_BUFFER})")
     p.add_argument("--hostname", help="host name reported in samples (default: this host's)")
+    srv = p.add_argument_group("the server's own metrics")
+    srv.add_argument("--scrape", action="append", default=[], metavar="URL",
+                     help="a Prometheus endpoint of the TTS server (vLLM, Triton, SGLang, TGI "
+                          "or any other), read each interval into the samples' metrics "
+                          "(repeatable)")
+    srv.add_argument("--scrape-match", metavar="REGEX",
+                     help="keep only series whose name (with labels) matches REGEX")
+    srv.add_argument("--scrape-max-series", type=int, default=DEFAULT_MAX_SERIES, metavar="N",
+                     help=f"series kept per endpoint, known queue/running/batch/KV-cache "
+                          f"series first (default {DEFAULT_MAX_SERIES})")
+    srv.add_argument("--scrape-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                     help=f"seconds one scrape may take (default {DEFAULT_TIMEOUT_S:g})")
+    srv.add_argument("--dcgm", metavar="URL",
+                     help="read GPUs from this dcgm-exporter /metrics instead of NVML")
     return p
 
 
@@ -74,6 +99,21 @@ def _check(args: argparse.Namespace) -> None:
                      f"--match NAME.")
     if args.match is not None and not args.match.strip():
         raise _Usage("--match needs a non-empty name.")
+    for flag, url in [("--scrape", u) for u in args.scrape] + [("--dcgm", args.dcgm)]:
+        if url is not None and not re.match(r"https?://[^/\s]+", url):
+            raise _Usage(f"{flag} must be an http:// URL like http://127.0.0.1:8000/metrics, "
+                         f"not {url!r}.")
+    if args.scrape_match is not None:
+        try:
+            re.compile(args.scrape_match)
+        except re.error as exc:
+            raise _Usage(f"--scrape-match {args.scrape_match!r} is not a regular expression "
+                         f"({exc}).") from None
+    if args.scrape_max_series < 1:
+        raise _Usage(f"--scrape-max-series must be at least 1, not {args.scrape_max_series}.")
+    if not 0.05 <= args.scrape_timeout <= 60:
+        raise _Usage(f"--scrape-timeout must be between 0.05 and 60 seconds, not "
+                     f"{args.scrape_timeout}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,10 +132,16 @@ def main(argv: list[str] | None = None) -> int:
             spool = open(args.spool, "a", encoding="utf-8") if args.spool else None
         except OSError as exc:
             raise _Usage(f"--spool {args.spool}: cannot open it ({exc.strerror}).") from None
-        nvml = Nvml()
-        nvml.available  # start NVML now, so "no NVML" is said at start, not on first sample
-        sampler = Sampler(HostSampler(), nvml, watcher, interval_s=args.interval,
-                          buffer=args.buffer, spool=spool, hostname=args.hostname)
+        if args.dcgm:
+            gpus = DcgmGpus(args.dcgm, args.interval, args.scrape_timeout)
+        else:
+            gpus = Nvml()
+            gpus.available  # start NVML now, so "no NVML" is said at start, not on first sample
+        scrapes = Scrapes(args.scrape, args.interval, args.scrape_timeout, args.scrape_match,
+                          args.scrape_max_series) if args.scrape else None
+        sampler = Sampler(HostSampler(), gpus, watcher, interval_s=args.interval,
+                          buffer=args.buffer, spool=spool, hostname=args.hostname,
+                          scrapes=scrapes)
         try:
             server = CollectorServer((args.host, args.port), sampler, token)
         except OSError as exc:
@@ -112,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if args.dcgm:
+        gpus.start()
+    if scrapes is not None:
+        scrapes.start()
     sampler.start()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                      name="http", daemon=True).start()
@@ -123,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     server.shutdown()
     server.server_close()
     sampler.stop()
-    nvml.shutdown()
+    if scrapes is not None:
+        scrapes.stop()
+    gpus.shutdown()
     return 0
 
 

@@ -3,6 +3,11 @@
 ``GET /samples?since=SEQ``, ``GET /time``, ``GET /metrics`` (Prometheus text exposition, base
 units) and ``GET /healthz``; everything else is 404. With a token every endpoint needs
 ``Authorization: Bearer TOKEN`` (compared in constant time), or answers 401.
+
+``/metrics`` exports the collector's own readings only: series scraped with ``--scrape`` are
+not exported again (they are on the server's own endpoint already, and repeating them would
+double their number); GPUs read with ``--dcgm`` are, like NVML's, in the ``gpu_*`` families.
+``/healthz`` lists each ``--scrape`` endpoint's state.
 """
 from __future__ import annotations
 
@@ -100,6 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
             "host": s.hostname, "boot": s.boot, "interval_s": s.interval_s,
             "gpus": len(gpus), "lost_gpus": sum(1 for g in gpus if g.get("lost")),
             "watching": latest["proc"]["pid"] if latest and latest.get("proc") else None,
+            "scrapes": s.scrape_states(),
         })
 
     def _metrics(self, query: dict) -> None:

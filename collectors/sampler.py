@@ -19,6 +19,7 @@ from typing import IO, Callable
 
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.nvml import Nvml
+from collectors.scrape import Scrapes
 
 log = logging.getLogger("collectors")
 
@@ -47,13 +48,19 @@ class Sampler:
     Each sample carries ``seq`` (0, 1, 2 … for this collector's lifetime), ``ts`` (this host's
     wall clock), ``host`` and ``role``, the host readings, ``proc`` (the watched process tree,
     or null) and ``gpus``. ``clock`` gives ``ts``: this host's :func:`wall_clock` by default.
+
+    ``nvml`` is the GPU source: :class:`collectors.nvml.Nvml`, or anything with the same
+    ``available`` and ``sample(pids)`` (:class:`collectors.dcgm.DcgmGpus`). With ``scrapes``
+    each sample also carries ``metrics``: the latest readings of the scraped endpoints
+    (``{series: value}``, null while none of them has a fresh one); the scrapes run on their
+    own threads, so they never delay a sample.
     """
 
     def __init__(self, host: HostSampler, nvml: Nvml | None = None,
                  watcher: ProcessWatcher | None = None, interval_s: float = DEFAULT_INTERVAL_S,
                  buffer: int = DEFAULT_BUFFER, spool: IO[str] | None = None,
                  hostname: str | None = None, role: str = "server",
-                 clock: Callable[[], float] = wall_clock):
+                 clock: Callable[[], float] = wall_clock, scrapes: Scrapes | None = None):
         self.interval_s = interval_s
         self.hostname = hostname or socket.gethostname()
         self.role = role
@@ -64,6 +71,7 @@ class Sampler:
         self._host = host
         self._nvml = nvml
         self._watcher = watcher
+        self._scrapes = scrapes
         self._spool = spool
         self._ring: collections.deque[dict] = collections.deque(maxlen=buffer)
         self._next_seq = 0
@@ -93,6 +101,8 @@ class Sampler:
             "proc": proc,
             "gpus": self._nvml.sample(pids) if self._nvml else [],
         }
+        if self._scrapes is not None:
+            sample["metrics"] = self._scrapes.metrics()
         self._last_t = t0
         with self._lock:
             sample["seq"] = self._next_seq
@@ -142,6 +152,13 @@ class Sampler:
             k = nxt
 
     # -- reading back -----------------------------------------------------------------------
+
+    def scrape_states(self) -> list[dict]:
+        """Per ``--scrape`` endpoint: url, state (new, ok, down, bad), scrapes and failures."""
+        if self._scrapes is None:
+            return []
+        return [{"url": e.url, "state": e.state, "scrapes": e.scrapes, "failures": e.failures}
+                for e in self._scrapes.endpoints]
 
     @property
     def count(self) -> int:

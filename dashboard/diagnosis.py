@@ -28,6 +28,13 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
    judged on its own figures, so an idle host does not average a saturated one away.
 9. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
+Where the server publishes its own queue depth (``server.server_roles``, from ``--scrape`` or
+``--server-metrics``; see :mod:`dashboard.server_metrics`), the evidence cites it: a queue
+that reached ``QUEUE_WAITING`` at the knee step while the hardware idled is the server's
+concurrency limit, said in those words; with the hardware saturated, the running requests are
+quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue still tells
+requests waiting inside the server from a wait before it (the queue stayed empty).
+
 In a streamed run (``knee["streamed"]``) the kinds are the same, but "queueing" means streams
 falling behind playback or TTFA rising, and the evidence quotes underrun and TTFA figures
 rather than whole-body wait (see :mod:`dashboard.knee`).  Audio-integrity mismatches (the
@@ -49,6 +56,7 @@ CLIENT_CPU_BUSY = 90.0
 CLIENT_CORE_BUSY = 97.0
 CLIENT_PROC_BUSY = 90.0  # % of one core: Locust runs each process's users on a single core
 MEM_FULL = 0.95
+QUEUE_WAITING = 1.0  # the server's own queue reaching this at the knee step: requests waited in it
 CREEP_FRACTION = 0.10  # of total GPU memory: more left after the run than before it is a leak
 OOM = re.compile(r"out of memory|\bOOM\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
                  r"MemoryError|failed to allocate", re.I)
@@ -350,7 +358,23 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     tp = (f"throughput went from {thr_lo:.2f} to {thr_hi:.2f} req/s"
           if thr_lo is not None and thr_hi is not None else "throughput n/a")
     sat, res = _saturation(s)
+    waiting, qev = _server_queue(steps, k)
     if sat is None:
+        if waiting:
+            return out("queueing", [
+                f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the "
+                f"server.",
+                f"No GPU/CPU samples at concurrency {s['concurrency']}: whether the server's "
+                f"hardware is saturated (compute_bound) or its concurrency limit is too low "
+                f"(concurrency_limit) cannot be told; run a collector beside it (python -m "
+                f"collectors) to tell them apart."])
+        if waiting is False:
+            return out("queueing", [
+                f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
+                f"in the server's queue, so the wait is before it (the client, the network, a "
+                f"proxy) or in its processing.",
+                f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
+                f"the server (python -m collectors) to see its hardware."])
         return out("queueing", [
             f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
             f"the cause cannot be told.",
@@ -361,11 +385,46 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     if streamed:
         queue = _cap(queue)
     if sat:
-        return out("compute_bound", [f"{queue} while {res} at {s['concurrency']}; {tp}: the server "
-                                     f"is out of compute."])
-    return out("concurrency_limit", [f"{queue} while {res} at {s['concurrency']}; {tp}: requests "
-                                     f"queue with the hardware idle, so the server's own concurrency "
-                                     f"or batch limit is too low."])
+        ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: the server is out of compute."]
+        running = _get(s, "server", "server_roles", "running") or \
+            _get(s, "server", "server_roles", "batch_size")
+        if running is not None:
+            ev.append(f"Running requests ({running['series']}) capped at {_n(running['max'])} "
+                      f"with {res} at {s['concurrency']}" + (f"; {qev}." if qev else "."))
+        elif qev:
+            ev.append(f"{_cap(qev)}.")
+        return out("compute_bound", ev)
+    if waiting:
+        return out("concurrency_limit", [
+            f"{_cap(qev)} while {res}: its concurrency limit is too low.",
+            f"{_cap(queue)}; {tp}."])
+    ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
+          f"idle, so the server's own concurrency or batch limit is too low."]
+    if waiting is False:
+        ev.append(f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
+                  f"front of it (a proxy, a worker pool) or in the client.")
+    return out("concurrency_limit", ev)
+
+
+def _n(v: float) -> str:
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def _server_queue(steps: list[dict], k: int) -> tuple[bool | None, str]:
+    """(requests waited in the server's own queue at the knee step?, the words for it) from
+    the server's queue-depth series; (None, "") where the server publishes none."""
+    s = steps[k]
+    q = _get(s, "server", "server_roles", "queue_depth")
+    if q is None:
+        return None, ""
+    base = _get(steps[0], "server", "server_roles", "queue_depth")
+    at_base = (f"; {_n(base['max'])} at {steps[0]['concurrency']}"
+               if base is not None and steps[0] is not s else "")
+    if q["max"] >= QUEUE_WAITING:
+        return True, (f"the server's queue ({q['series']}) rose to {_n(q['max'])} at concurrency "
+                      f"{s['concurrency']} (mean {q['mean']:.1f}{at_base})")
+    return False, (f"the server's queue ({q['series']}) stayed at {_n(q['max'])} at concurrency "
+                   f"{s['concurrency']}")
 
 
 def _stream_no_knee(steps: list[dict], knee: dict) -> list[str]:

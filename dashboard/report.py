@@ -515,12 +515,13 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
                     + (f"once {rd.playback_buffer_ms():g} ms of audio is in" if rd.playback_buffer_ms()
                        else "with the first audio")
                     + " and plays at 1x, flat while it waits for the next chunk (a stall, marked with a tick).</p>")
-    from .slo_report import sections  # it builds on this module's helpers
+    from .server_report import server_section  # both build on this module's helpers
+    from .slo_report import sections
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{verdict_html(summary)}"
             f"<h2>Steps</h2>{step_table_html(summary)}"
             f"<h2>Latency and throughput</h2>{parts[0]}{sections(summary)}{stream}{integrity_html(summary)}"
-            f"<h2>Timeline: client and server on one clock</h2>{parts[1]}"
+            f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(summary)}"
             f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"

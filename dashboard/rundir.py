@@ -331,7 +331,8 @@ def read_resources(path: Path) -> tuple[pd.DataFrame, int, bool]:
     Columns: ``ts``, ``host``, ``role``, the CPU/memory scalars, ``proc_cpu_percent``,
     ``proc_rss_bytes`` and, over the sample's GPUs, ``gpu_util_percent`` (the busiest GPU),
     ``gpu_mem_used_bytes`` and ``gpu_mem_total_bytes`` (the GPU whose memory is fullest),
-    ``gpu_power_w``, ``gpu_count``.  Returns (frame, bad line count, incomplete last line).
+    ``gpu_power_w``, ``gpu_count``, and ``metrics`` (the server's own series, a dict, or None).
+    Returns (frame, bad line count, incomplete last line).
     """
     rows, bad = [], 0
     try:
@@ -374,6 +375,7 @@ def read_resources(path: Path) -> tuple[pd.DataFrame, int, bool]:
         powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
         row["gpu_power_w"] = sum(powers) if powers else None
         row["gpu_count"] = len(gpus)
+        row["metrics"] = s.get("metrics") if isinstance(s.get("metrics"), dict) else None
         rows.append(row)
     df = pd.DataFrame(rows)
     if len(df):

@@ -30,7 +30,9 @@ Definitions used throughout the dashboard:
 - Resources are aggregated over the window, **per host first**: the saturation figures
   (``cpu_mean``, ``busiest_core_mean``, ``proc_cpu_mean``, ``gpu_util_mean`` and their maxima)
   are the highest of the hosts' figures, so one saturated host is not averaged away by idle
-  ones; ``by_host`` keeps each host's own.
+  ones; ``by_host`` keeps each host's own.  The server's own series (``metrics``,
+  ``server_roles``: queue depth, running, batch size, KV cache) are aggregated over all server
+  samples in the window, see :mod:`dashboard.server_metrics`.
 - **Streams** (successful final attempts that *finished before the step ended*): a stream still
   playing when the next step's users joined heard part of the next step's load (the server
   shares its capacity among more streams at once), which would put the next step's underruns
@@ -57,6 +59,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import server_metrics
 from .confidence import percentile_cis
 from .rundir import OTHER_LABEL, Attempts
 
@@ -205,6 +208,7 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -
         fb = [float(g["gpu_mem_used_bytes"].dropna().min()) for _, g in after.groupby("host")
               if g["gpu_mem_used_bytes"].notna().any()]
         out["gpu_mem_fallback_bytes"] = max(fb) if fb else None
+        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(w)
     out["by_host"] = by_host
     return out
 

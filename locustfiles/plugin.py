@@ -146,7 +146,8 @@ class Run:
 
     def _start_puller(self) -> None:
         s = self.settings
-        self.puller = CollectorPuller(list(s.collectors), self.run_dir / "resources.jsonl", token=s.collector_token)
+        self.puller = CollectorPuller(list(s.collectors), self.run_dir / "resources.jsonl", token=s.collector_token,
+                                      server_metrics=list(s.server_metrics))
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
@@ -172,6 +173,7 @@ class Run:
             info["preflight"] = self.preflight
         if self.puller is not None:
             info["collectors"] = self.puller.describe()
+            info["server_metrics"] = self.puller.describe_server_metrics()
         if self.is_master and self.receiver is not None:
             info["workers"] = list(self.receiver.workers.values())
         elif not self.is_master:

@@ -15,6 +15,13 @@ from seq 0. Nothing here raises into the load run.
 
 With ``sample_client=True`` the master's own host is sampled too (role ``client``), with the
 collector's psutil code, on the same schedule and into the same file.
+
+``server_metrics`` URLs (Locust ``--server-metrics``) are Prometheus endpoints of the TTS
+server that the master scrapes itself, for servers beside which nothing can be installed: one
+sample per interval with role ``server``, ``source`` (the URL), ``host`` (its host:port) and
+``metrics`` (as the collector's ``--scrape`` gives them, see :mod:`collectors.exposition`), on
+the master's clock. A scrape that fails writes ``metrics: null`` (a gap), with one warning
+when it starts failing and one note when it answers again.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ import gevent
 import gevent.event
 from geventhttpclient import HTTPClient
 
+from collectors.exposition import ExpositionError, Reader
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.sampler import Sampler, next_tick
 
@@ -46,6 +54,7 @@ CONNECT_TIMEOUT_S = 2.0
 NETWORK_TIMEOUT_S = 10.0
 PRE_ROLL_S = 5.0           # samples from just before the run are kept as a baseline
 STOP_TIMEOUT_S = 15.0
+SCRAPE_TIMEOUT_S = 2.0     # one --server-metrics scrape; a slower one is a gap
 
 
 class _Unreachable(Exception):
@@ -129,6 +138,44 @@ class _Collector:
         return best
 
 
+class _ServerMetrics:
+    """One ``--server-metrics`` endpoint scraped by the master."""
+
+    def __init__(self, url: str):
+        self.url = url
+        parts = urlsplit(url)
+        self.host = parts.netloc
+        self.path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
+        self._ssl = parts.scheme == "https"
+        self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if self._ssl else 80))
+        self.reader = Reader()
+        self.client = HTTPClient(self._address[0], port=self._address[1],
+                                 connection_timeout=SCRAPE_TIMEOUT_S,
+                                 network_timeout=SCRAPE_TIMEOUT_S, concurrency=1, ssl=self._ssl)
+        self.state = "new"
+        self.samples = self.failures = 0
+        self.greenlet: gevent.Greenlet | None = None
+
+    def read(self) -> dict:
+        """One scrape into ``{series: value}``; raises _Unreachable or ExpositionError."""
+        t_send = time.monotonic()
+        try:
+            with gevent.Timeout(SCRAPE_TIMEOUT_S):
+                resp = self.client.get(self.path, headers={"Accept": "text/plain"})
+                try:
+                    body = resp.read()
+                finally:
+                    resp.release()
+        except gevent.Timeout:
+            raise _Unreachable(f"no answer within {SCRAPE_TIMEOUT_S:g} s") from None
+        except Exception as exc:  # noqa: BLE001 - connection refused, reset, garbled...
+            raise _Unreachable(getattr(exc, "strerror", None) or str(exc)
+                               or type(exc).__name__) from None
+        if resp.status_code != 200:
+            raise _Unreachable(f"HTTP {resp.status_code}")
+        return self.reader.read(body.decode("utf-8", "replace"), (t_send + time.monotonic()) / 2)
+
+
 def _normalise(url: str) -> str:
     url = url.strip()
     if "://" not in url:
@@ -146,12 +193,13 @@ class CollectorPuller:
 
     def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
                  interval_s: float = 1.0, sample_client: bool = True,
-                 client_host: str | None = None):
+                 client_host: str | None = None, server_metrics: list[str] = ()):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._collectors = [_Collector(_normalise(u), token) for u in urls]
+        self._scraped = [_ServerMetrics(_normalise(u)) for u in server_metrics]
         self._file = None
         self._started_at: float | None = None
         self._stopping = False
@@ -180,6 +228,8 @@ class CollectorPuller:
                 c.greenlet = gevent.spawn(self._poll_loop, c)
             if self.sample_client:
                 self._client_greenlet = gevent.spawn(self._client_loop)
+            for m in self._scraped:
+                m.greenlet = gevent.spawn(self._server_metrics_loop, m)
         except Exception as exc:  # noqa: BLE001 - never take the load run down
             log.exception("Collector puller failed to start")
             warnings.append(f"The collector puller failed to start ({exc}); "
@@ -193,6 +243,7 @@ class CollectorPuller:
         self._stopping = True
         try:
             greenlets = [c.greenlet for c in self._collectors if c.greenlet]
+            greenlets += [m.greenlet for m in self._scraped if m.greenlet]
             if self._client_greenlet:
                 greenlets.append(self._client_greenlet)
             self._stopped.set()
@@ -210,6 +261,8 @@ class CollectorPuller:
                     c.gaps.append([c.pending_gap_from, now])
                     c.pending_gap_from = None
                 c.client.close()
+            for m in self._scraped:
+                m.client.close()
         except Exception:  # noqa: BLE001
             log.exception("Collector puller failed while stopping")
         finally:
@@ -233,6 +286,12 @@ class CollectorPuller:
             "outages": [list(o) for o in c.outages],
             "samples": c.samples, "dropped": c.dropped, "restarts": c.restarts,
         } for c in self._collectors]
+
+    def describe_server_metrics(self) -> list[dict]:
+        """Per ``--server-metrics`` URL: samples written, failed scrapes, and the series the
+        cap left out at the last scrape."""
+        return [{"url": m.url, "samples": m.samples, "failures": m.failures,
+                 "series_left_out": m.reader.dropped} for m in self._scraped]
 
     @property
     def unreachable(self) -> list[str]:
@@ -380,3 +439,34 @@ class CollectorPuller:
             except Exception:  # noqa: BLE001
                 log.exception("Sampling the load generator's host failed; trying again.")
             k = next_tick(start, self.interval_s, time.monotonic())
+
+    # -- the server's own metrics, scraped by the master -------------------------------------
+
+    def _server_metrics_loop(self, m: _ServerMetrics) -> None:
+        start = time.monotonic()
+        k = 0
+        while not self._stopped.is_set():
+            try:
+                metrics = m.read()
+            except (_Unreachable, ExpositionError) as exc:
+                metrics = None
+                m.failures += 1
+                what = ("is unreachable" if isinstance(exc, _Unreachable)
+                        else "did not answer with Prometheus text exposition")
+                if m.state != type(exc).__name__:
+                    log.warning("Server metrics %s %s (%s); its series are a gap until it "
+                                "answers.", m.url, what, exc)
+                m.state = type(exc).__name__
+            except Exception:  # noqa: BLE001 - a bug here must not stop the load run
+                log.exception("Scraping %s failed; trying again.", m.url)
+                metrics = None
+            else:
+                if m.state not in ("new", "ok"):
+                    log.warning("Server metrics %s answers again.", m.url)
+                m.state = "ok"
+            sample = {"ts": round(wall(), 6), "host": m.host, "role": "server", "source": m.url,
+                      "collector": None, "metrics": metrics}
+            self._append([json.dumps(sample, separators=(",", ":"))])
+            m.samples += 1
+            k = max(k + 1, int((time.monotonic() - start) / self.interval_s) + 1)
+            self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))

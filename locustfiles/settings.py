@@ -93,6 +93,10 @@ def add_arguments(parser) -> None:
                    help="Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) "
                         "and the next step fails too.")
     g.add_argument("--repeat", type=int, default=1, help="Run the grid of --steps this many times.")
+    # The server's own metrics, scraped by the master (for servers with no collector beside them).
+    g.add_argument("--server-metrics", action="append", default=[],
+                   help="The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the "
+                        "master into resources.jsonl each second (repeatable).")
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Settings:
     refine: bool
     stop_past_knee: bool
     repeat: int
+    server_metrics: tuple = ()
 
     def payload(self, text: str) -> bytes:
         """The request body for one text, in the configured API's shape."""
@@ -164,6 +169,7 @@ class Settings:
             "audio_keep": self.audio_keep, "collectors": list(self.collectors),
             "slo": self.slo.spec if self.slo else None, "refine": self.refine,
             "stop_past_knee": self.stop_past_knee, "repeat": self.repeat,
+            "server_metrics": list(self.server_metrics),
         }
 
 
@@ -224,7 +230,7 @@ def _template(raw: str) -> str:
     return raw
 
 
-def _collectors(raw) -> tuple[str, ...]:
+def _collectors(raw, flag: str = "collector") -> tuple[str, ...]:
     urls = raw if isinstance(raw, list) else [raw]
     out = []
     for item in urls:
@@ -232,7 +238,7 @@ def _collectors(raw) -> tuple[str, ...]:
             if not url:
                 continue
             if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-                raise SettingsError(f"--collector must be an http:// URL, got {url!r}")
+                raise SettingsError(f"--{flag} must be an http:// URL, got {url!r}")
             out.append(url.rstrip("/"))
     return tuple(out)
 
@@ -316,4 +322,5 @@ def from_options(options, host: str | None) -> Settings:
         require_collectors=bool(o.require_collectors), preflight=not o.skip_preflight,
         slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee),
         repeat=int(_positive("repeat", o.repeat, int)),
+        server_metrics=_collectors(getattr(o, "server_metrics", None) or [], "server-metrics"),
     )

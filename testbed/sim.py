@@ -48,7 +48,10 @@ seconds at which each audio-carrying write had been handed to the socket) with `
 Endpoints: ``POST /v1/audio/speech`` (OpenAI: ``input``, ``voice``, ``response_format`` wav or
 pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: ``text``),
 ``POST /tts`` (``text``) and ``GET /health`` -> ``{"status", "slots" (null: unlimited),
-"busy", "queued", "served", "rejected"}``, plus ``"generating"`` with ``--capacity``.
+"busy", "queued", "served", "rejected"}``, plus ``"generating"`` with ``--capacity``, and
+``GET /metrics``: the same in Prometheus text exposition, named the way vLLM names its own
+(``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...),
+so a collector's ``--scrape`` has a server queue to read.
 
 Limits: ``--queue-limit`` (503 + Retry-After), ``--rate``/``--burst`` (token bucket, 429 +
 Retry-After), ``--oom-above`` (500 "CUDA out of memory"), and ``--fault`` knobs for drills
@@ -463,6 +466,8 @@ class Simulator:
         self.admitted = 0  # queued + holding a slot
         self.served = 0
         self.rejected = 0
+        self.queue_s_total = 0.0  # time admitted requests waited for a slot, summed
+        self.queue_waits = 0
         first_guess_ms = args.base_ms if args.capacity is None else args.prefill_ms
         self.mean_service_s = first_guess_ms / 1000  # moving average, for queue Retry-After
 
@@ -472,6 +477,9 @@ class Simulator:
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET")
         try:
+            if path == "/metrics" and method == "GET":
+                return self._respond(start_response, "200 OK", self.metrics().encode(),
+                                     ctype="text/plain; version=0.0.4; charset=utf-8")
             if path == "/health":
                 if method != "GET":
                     raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
@@ -495,6 +503,29 @@ class Simulator:
         if self.engine is not None:
             health["generating"] = self.engine.generating
         return health
+
+    def metrics(self) -> str:
+        """``/metrics``: the queue and slots as gauges, requests as counters."""
+        families = [
+            ("num_requests_waiting", "gauge", "Requests waiting for a slot.", self.slots.queued),
+            ("num_requests_running", "gauge", "Requests holding a slot.", self.slots.busy),
+            ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", self.slots.n),
+            ("num_requests_generating", "gauge", "Requests sharing the capacity now.",
+             None if self.engine is None else self.engine.generating),
+            ("requests_served_total", "counter", "Requests that held a slot.", self.served),
+            ("requests_rejected_total", "counter", "Requests refused with 429, 503 or 500 OOM.",
+             self.rejected),
+        ]
+        lines = []
+        for name, kind, text, value in families:
+            if value is not None:
+                lines += [f"# HELP sim:{name} {text}", f"# TYPE sim:{name} {kind}",
+                          f"sim:{name} {float(value)!r}"]
+        lines += ["# HELP sim:request_queue_time_seconds Time requests waited for a slot.",
+                  "# TYPE sim:request_queue_time_seconds summary",
+                  f"sim:request_queue_time_seconds_sum {self.queue_s_total!r}",
+                  f"sim:request_queue_time_seconds_count {float(self.queue_waits)!r}"]
+        return "\n".join(lines) + "\n"
 
     @staticmethod
     def _respond(start_response, status, body: bytes, headers=(), ctype="application/json"):
@@ -548,6 +579,8 @@ class Simulator:
             self.admitted -= 1
             raise
         queue_s = time.monotonic() - started
+        self.queue_s_total += queue_s
+        self.queue_waits += 1
         pcm = self.tone.pcm(audio_seconds(req.text))
         if req.stream and self.answers_streamed(req, fault):
             return self.stream(environ, start_response, req, pcm, queue_s, ids, fault)

@@ -1,0 +1,72 @@
+"""The server's own series (resource samples' ``metrics``) over a step, and what they mean.
+
+- ``server.metrics`` {series: {mean, max}}: over the step's window, every server sample that
+  carries the series counts (a sample without it is a gap, not a 0). At most ``MAX_SERIES``
+  series are kept, those with a known role first (see :mod:`collectors.servers`), then in the
+  order they first appear; ``server.metrics_left_out`` counts the rest.
+- ``server.server_roles`` {role: {series, mean, max}}: queue depth, running requests, batch
+  size and KV-cache use, each from the family that tells it (summed over its series, e.g. over
+  models), for the diagnosis and the report.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from collectors.servers import ROLES, role_of, roles
+
+MAX_SERIES = 40
+
+
+def _stats(values: list[float]) -> dict:
+    return {"mean": sum(values) / len(values), "max": max(values), "samples": len(values)}
+
+
+def aggregate(w: pd.DataFrame) -> tuple[dict | None, int, dict | None]:
+    """(metrics, left out, roles) of the server samples ``w`` (see the module doc); None for
+    what no sample carries."""
+    if "metrics" not in w.columns:
+        return None, 0, None
+    dicts = [m for m in w["metrics"] if isinstance(m, dict)]
+    if not dicts:
+        return None, 0, None
+    values: dict[str, list[float]] = {}
+    by_role: dict[str, list[tuple[str, float]]] = {}
+    for m in dicts:
+        for series, v in m.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                values.setdefault(series, []).append(float(v))
+        for role, (family, v) in roles(m).items():
+            by_role.setdefault(role, []).append((family, v))
+    order = [s for s in values if role_of(s)] + [s for s in values if not role_of(s)]
+    metrics = {s: _stats(values[s]) for s in order[:MAX_SERIES]}
+    told = {}
+    for role in ROLES:
+        got = by_role.get(role)
+        if got:
+            families = [f for f, _ in got]
+            told[role] = {"series": max(set(families), key=families.count),
+                          **_stats([v for _, v in got])}
+    return metrics or None, max(0, len(order) - MAX_SERIES), told or None
+
+
+def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], list]]:
+    """For the report: {series: (ts, values)} of the server samples' series, role series
+    first, at most ``limit`` of them. A sample of a host that carried the series elsewhere
+    but not then gives None there, so the line shows the gap."""
+    if not len(res) or "metrics" not in res.columns:
+        return {}
+    srv = res[res["role"] == "server"]
+    seen: dict[str, set] = {}
+    for host, m in zip(srv["host"], srv["metrics"]):
+        if isinstance(m, dict):
+            seen.setdefault(host, set()).update(m)
+    order = list(dict.fromkeys(s for h in seen.values() for s in sorted(h)))
+    order = ([s for s in order if role_of(s)] + [s for s in order if not role_of(s)])[:limit]
+    out: dict[str, tuple[list[float], list]] = {s: ([], []) for s in order}
+    for ts, host, m in zip(srv["ts"], srv["host"], srv["metrics"]):
+        for series in seen.get(host, ()):
+            if series in out:
+                v = m.get(series) if isinstance(m, dict) else None
+                out[series][0].append(float(ts))
+                out[series][1].append(v if isinstance(v, (int, float)) else None)
+    return out
