@@ -8,7 +8,11 @@ the records the master already has (:class:`StepReader`): against ``--slo`` with
   fails too, ends that pass over the grid; its remaining steps are skipped. "Fails" is a clear
   SLO failure (an inconclusive step neither stops nor confirms), or without an SLO a step at
   or past the knee ``find_knee`` names on this pass's steps so far whose own latency is more
-  than ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``.
+  than ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``. In a
+  streamed run (``streamed``) the knee rule is the streamed one, as the dashboard applies it:
+  the step's own underruns cross ``UNDERRUN_RATE``, or its TTFA p95 is above ``LATENCY_RISE``
+  times the lowest step's and above ``ttfa_floor_ms``, or its failures cross ``FAILURE_RATE``;
+  whole-body time rising is no reason to stop.
 - ``--refine`` (needs an SLO): after the grid, bisect between the largest concurrency that
   passes with every lower tested one passing (0 when the lowest fails) and the smallest
   tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
@@ -29,7 +33,7 @@ import numpy as np
 from dashboard import knee as knee_mod
 from dashboard import slo as slo_mod
 from dashboard.levels import levels as pool_levels
-from dashboard.rundir import Attempts, RunDir
+from dashboard.rundir import TTFA_FLOOR_MS, Attempts, RunDir
 from dashboard.steps import step_stats
 
 __all__ = ["Planned", "StepPlan", "StepReader"]
@@ -49,7 +53,8 @@ class StepPlan:
     judged step. ``decisions`` and ``verdicts`` go into run.json's ``plan``."""
 
     def __init__(self, grid, repeat: int = 1, slo: slo_mod.SLO | None = None, refine: bool = False,
-                 stop_past_knee: bool = False):
+                 stop_past_knee: bool = False, streamed: bool = False,
+                 ttfa_floor_ms: float = TTFA_FLOOR_MS):
         if refine and slo is None:
             raise ValueError("refine needs an SLO")
         self.grid = tuple(grid)
@@ -57,6 +62,7 @@ class StepPlan:
         self.slo = slo
         self.refine = refine
         self.stop_past_knee = stop_past_knee
+        self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
         self.decisions: list[dict] = []
         self.verdicts: list[dict] = []     # one per judged step, in the order run
         self._pooled: dict[int, dict] = {}   # concurrency -> verdict on the pooled steps, where several
@@ -133,14 +139,23 @@ class StepPlan:
             return True, "is past the knee (not one request finished in it)"
         if len(steps) < 2:
             return False, ""
-        k = knee_mod.find_knee(steps)["index"]
-        if k is None:
+        knee = knee_mod.find_knee(steps, self.streamed, self.ttfa_floor_ms)
+        if knee["index"] is None:
             return False, ""
-        rise = knee_mod.inflation(steps)[-1]
         base = steps[0].get("attempt_failure_rate") or 0.0
         fails = steps[-1].get("attempt_failure_rate")
-        if rise is not None and rise > knee_mod.LATENCY_RISE:
-            return True, f"is past the knee (latency {_ratio(rise)} the lowest step's)"
+        if knee["streamed"]:
+            under = steps[-1].get("underrun_rate")
+            if under is not None and under >= knee_mod.UNDERRUN_RATE:
+                return True, f"is past the knee ({under:.0%} of streams underrun)"
+            rise = knee_mod.inflation(steps, (("ttfa_ms", "p95"),))[-1]
+            ttfa = (steps[-1].get("ttfa_ms") or {}).get("p95")
+            if rise is not None and rise > knee_mod.LATENCY_RISE and (ttfa is None or ttfa > self.ttfa_floor_ms):
+                return True, f"is past the knee (TTFA p95 {_ratio(rise)} the lowest step's)"
+        else:
+            rise = knee_mod.inflation(steps)[-1]
+            if rise is not None and rise > knee_mod.LATENCY_RISE:
+                return True, f"is past the knee (latency {_ratio(rise)} the lowest step's)"
         if fails is not None and fails >= knee_mod.FAILURE_RATE and fails - base >= knee_mod.FAILURE_RATE:
             return True, f"is past the knee ({fails:.0%} of attempts fail)"
         return False, ""

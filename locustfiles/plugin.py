@@ -127,7 +127,7 @@ class Run:
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / "requests.jsonl")
         from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
-        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee)
+        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms)
         self.reader = StepReader(self.run_dir)
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))

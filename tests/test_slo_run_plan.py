@@ -192,3 +192,27 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
 def test_public_names():
     from locustfiles import plan
     assert sorted(plan.__all__) == ["Planned", "StepPlan", "StepReader"]
+
+
+def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time():
+    # 5x real time shared: whole-body time doubles with each doubling, yet streams stay ahead
+    # of playback up to 4; at 8 and 16 most of them stall
+    def streamed_step(c):
+        st = stats(c, 1000.0 * c)
+        st.update({"ttfa_ms": {"p50": 100.0 + 40 * c, "p95": 120.0 + 40 * c},
+                   "underrun_rate": 0.0 if c <= 4 else 0.6})
+        return st
+
+    for plan, expect, why in (
+            (StepPlan((1, 2, 4, 8, 16, 32), stop_past_knee=True, streamed=True), [1, 2, 4, 8, 16],
+             "60% of streams underrun"),
+            (StepPlan((1, 2, 4, 8, 16, 32), stop_past_knee=True), [1, 2, 4], "latency 4.0x")):
+        run = []
+        while (nxt := plan.next()) is not None:
+            step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+            run.append(step)
+            st = streamed_step(nxt.concurrency)
+            st["step"] = step["step"]
+            plan.finish(step, st)
+        assert [s["concurrency"] for s in run] == expect
+        assert why in plan.decisions[0]["why"]
