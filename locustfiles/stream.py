@@ -79,7 +79,8 @@ def playback(at_ms, audio_ms, buffer_ms: float) -> tuple[int, float]:
 
     It starts once ``buffer_ms`` of audio is in (at least some audio), or at the last
     arrival if that never happens, and plays at 1x. Each time it runs dry before the next
-    arrival is one underrun, and the wait until that arrival is silence; it resumes at once.
+    arrival with audio is one underrun, and the wait until that arrival is silence; it resumes
+    at once. An arrival without a whole frame neither ends nor splits a stall.
     """
     have = 0.0
     for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):
@@ -90,6 +91,8 @@ def playback(at_ms, audio_ms, buffer_ms: float) -> tuple[int, float]:
         return 0, 0.0   # never buffered enough: starts at the end with everything in
     dry_at, runs, silent = t + have, 0, 0.0
     for t, ms in zip(at_ms[i + 1:], audio_ms[i + 1:]):
+        if not ms:
+            continue   # no whole frame in it: the player stays dry (or keeps playing) as it was
         if t - dry_at > _FLOAT_NOISE_MS:
             runs += 1
             silent += t - dry_at

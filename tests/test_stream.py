@@ -43,6 +43,7 @@ def placeholder_wav(pcm: bytes, extra: bytes = b"", size=0xFFFFFFFF) -> bytes:
     ([0, 150, 400], [100, 100, 100], 200, (1, 50.0)),               # starts at 150, dry at 350
     ([0, 150, 400], [100, 100, 100], 1000, (0, 0.0)),               # never buffered: starts at the end
     ([10, 20, 500], [0, 100, 100], 0, (1, 380.0)),                  # a frameless first arrival does not start it
+    ([0, 300, 500], [100, 0, 100], 0, (1, 400.0)),                  # nor does a frameless one split a stall
     ([], [], 0, (0, 0.0)),
 ])
 def test_playback_on_hand_made_arrivals(at, ms, buffer, expect):
