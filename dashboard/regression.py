@@ -45,11 +45,16 @@ COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format
 
 
 def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
-    """``col`` of the level's successful settled final attempts (empty when not recorded)."""
+    """``col`` of the level's successful settled final attempts (empty when not recorded): the
+    attempts the level's own figures count, so TTFA, and in a streamed run every latency, leave
+    out the streams cut by their step's end (``dashboard.steps``; the summary marks them)."""
     a = rd.requests.attempts()
     if col not in a.cols:
         return np.empty(0)
     m = np.isin(a["step"], level["steps"]) & a["settled"] & a["final"] & a["ok"]
+    cut = a.cols.get("cut_by_step_end")
+    if cut is not None and (col == "ttfa_ms" or rd.streamed()):
+        m &= ~cut
     return a[col][m]
 
 

@@ -79,3 +79,21 @@ def test_report_overlays_both_runs(runs, tmp_path):
     assert r.returncode == 1
     page = (runs["slow"] / "report.html").read_text()
     assert "Against the baseline" in page and "baseline old" in page and "this run slow" in page
+
+
+def test_a_streamed_run_compares_the_streams_its_figures_count(tmp_path):
+    # streams still playing when their step ended are left out of the step's figures; the
+    # comparison's old/new percentiles are those same figures
+    m = Model(steps=(1, 2, 4), stream_capacity=5.0, continuous=True, slots=None)
+    rd_new, rd_old = load(build_run(tmp_path / "new", m)), load(build_run(tmp_path / "old", m))
+    new, old = analyze(rd_new), analyze(rd_old)
+    assert any(lv["streams"]["cut_by_step_end"] for lv in new["levels"])
+    rows = compare(rd_new, new, rd_old, old)["steps"]
+    checked = 0
+    for lv, ol, row in zip(new["levels"], old["levels"], rows):
+        for key, fig in (("latency_ms", "p95_ms"), ("ttfa_ms", "ttfa_p95_ms")):
+            if row[fig] is not None:
+                assert row[fig]["new"] == pytest.approx(lv[key]["p95"])
+                assert row[fig]["old"] == pytest.approx(ol[key]["p95"])
+                checked += 1
+    assert checked >= 2
