@@ -25,7 +25,9 @@ too narrow at the top: coverage 0.89 at n = 100, 0.84 at 60, 0.77 at 30.
 **Comparing two samples** (``python -m dashboard RUN --baseline OLD``): for a percentile, the
 ratio new / old with a 95% interval and a two-sided p-value, by the bootstrap (both samples
 resampled ``BOOTSTRAP_RESAMPLES`` times; p = twice the smaller share of resampled ratios on one
-side of 1, counted as (2k + 1) / (B + 1) so that it is never 0) when both have at most
+side of 1, counted as (2k + 1) / (B + 1) so that it is never 0, and never below 2 / C(n + m, n),
+the chance that two samples of n and m values from one distribution do not overlap at all, which
+is as strong as so few values can show) when both have at most
 ``BOOTSTRAP_MAX_N`` values, otherwise by a normal
 approximation on the log scale with each side's standard error read off its order-statistic
 interval.  Rates (throughput, errors) use the usual two-sample Poisson and two-proportion z-tests.
@@ -128,6 +130,9 @@ def compare_percentile(old, new, q: float) -> dict | None:
         lo, hi = np.percentile(r, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
         # two-sided, with the usual +1 so that B resamples never claim p = 0
         p = min(1.0, (2 * min(int((r <= 1).sum()), int((r >= 1).sum())) + 1) / (len(r) + 1))
+        # A handful of values cannot show more than a full separation of the two samples does:
+        # its chance when both come from one distribution, 2 / C(n + m, n), bounds p below.
+        p = max(p, min(1.0, 2 / math.comb(len(x) + len(y), len(x))))
         method = "bootstrap"
     else:
         def se_log(v, pt):

@@ -69,6 +69,15 @@ def test_compare_percentile_finds_a_40_percent_slowdown_and_not_noise():
     assert compare_percentile([1.0], [2.0, 3.0], 50) is None
 
 
+def test_a_handful_of_values_is_never_called_highly_significant():
+    # 2 old values and 5 new ones all above them: one chance in 21 that two samples from one
+    # distribution fall apart like that, whatever the bootstrap's resamples say
+    c = compare_percentile([100.0, 101.0], [150.0, 151.0, 152.0, 153.0, 154.0], 95)
+    assert c["p_value"] == pytest.approx(2 / 21) and c["p_value"] > 0.05
+    c = compare_percentile([100.0, 101.0, 102.0], [150.0, 151.0, 152.0], 50)
+    assert c["p_value"] >= 0.1
+
+
 def test_rate_and_proportion_tests():
     r = compare_rates(1000, 100.0, 700, 100.0)
     assert r["ratio"] == pytest.approx(0.7) and r["p_value"] < 1e-6
