@@ -289,13 +289,19 @@ class StepReader:
 
     def levels(self, settle_s: float) -> list[dict]:
         """The judged steps pooled per concurrency as the dashboard pools them
-        (``dashboard.levels``), each over what it sent before its cut-off."""
+        (``dashboard.levels``), each over what it sent before its cut-off; in a streamed run
+        the streams that ended past their step's cut-off are left out, as each step's own
+        figures left them out."""
         a = self.rundir.requests.attempts()
         keep = np.isfinite(a["t0"])
+        cut = np.zeros(len(a), dtype=bool)
         for num, (_, cutoff) in self._judged.items():
-            keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
-        return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
-                           settle_s)
+            mine = a["step"] == num
+            keep &= ~(mine & (a["t0"] >= cutoff))
+            cut |= mine & (a["tend"] > cutoff)
+        sub = _subset(a, keep)
+        sub.cols["cut_by_step_end"] = cut[keep]
+        return pool_levels(sub, [st for st, _ in self._judged.values()], self.rundir.resources, settle_s)
 
 
 def _subset(a: Attempts, keep) -> Attempts:
