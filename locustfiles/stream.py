@@ -497,7 +497,8 @@ class SseStream:
     CRLF or CR (also split across reads), ``:`` starts a comment, ``data`` lines join with
     LF, a blank line dispatches. Audio events carry base64 PCM16 (in ``audio``, ``delta`` or
     ``data``) at ``pcm_rate`` mono unless the event names its own ``sample_rate`` and
-    ``channels``; ``speech.audio.done`` or ``[DONE]`` ends the stream."""
+    ``channels``; ``speech.audio.done`` or ``[DONE]`` ends the stream. An event typed as
+    something other than audio (a transcript delta, progress) is skipped, whatever its fields."""
 
     FIELDS = (b"data", b"event", b"id", b"retry")
 
@@ -590,6 +591,8 @@ class SseStream:
             self.done = True
             self.usage = obj.get("usage", obj.get("token_usage"))
             return
+        if kind not in _AUDIO_TYPES and kind not in ("", "message") and ("audio" not in kind or "transcript" in kind):
+            return   # a typed event of another kind (a transcript or text delta, progress): no audio
         b64 = next((obj[k] for k in ("audio", "delta", "data") if isinstance(obj.get(k), str)), None)
         if b64 is None:
             if kind in _AUDIO_TYPES:

@@ -244,6 +244,16 @@ def test_sse_variants(body):
         assert tl.audio_ms == [100.0] and p.done
 
 
+def test_sse_text_events_beside_the_audio_are_not_audio():
+    # a transcript delta's text is not base64 audio: neither a failure nor the first audio
+    text = (b'data: {"type": "response.output_audio_transcript.delta", "delta": "Hello"}\n\n'
+            b'data: {"type": "transcript.text.delta", "delta": "abcd"}\n\n'
+            b'event: progress\ndata: {"data": "ABCD"}\n\n')
+    tl, p = sse([text, delta(bytes(4800)), delta(bytes(4800), kind="response.output_audio.delta", field="delta"),
+                 DONE])
+    assert tl.at == [1.0, 2.0] and tl.audio_ms == [100.0, 100.0] and p.done
+
+
 def test_sse_multi_line_data_joins_with_newline():
     pcm64 = base64.b64encode(bytes(480)).decode()
     body = (b'data: {"type": "speech.audio.delta",\ndata: "audio": "' + pcm64.encode() + b'"}\n\n' + DONE)
