@@ -272,7 +272,9 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
                next_start: float | None = None, last: bool = False, streamed: bool | None = None) -> dict:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
-    ``streamed`` whether the run was streamed: None decides from the step's records)."""
+    ``streamed`` whether the run was streamed: None decides from the step's records). A
+    ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
+    (None: every one counts)."""
     m = (a["step"] == step["step"]) & a["settled"]
     n_att = int(m.sum())
     fin = m & a["final"]
@@ -298,7 +300,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     ra = a["retry_after_s"][m]
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    cut = _cut_by_step_end(a, m, _stream_end(win))
+    cut = _cut_by_step_end(a, m, step["streams_end"] if "streams_end" in step else _stream_end(win))
     okl = okf & ~cut if streamed else okf  # the requests the latency figures describe
     out.update({
         "window": win,

@@ -272,12 +272,16 @@ class StepReader:
 
     def stats(self, step: dict, cutoff: float, settle_s: float) -> dict:
         """``step_stats`` of ``step`` as if it had ended at ``cutoff``, over the attempts sent
-        before it: the step's requests still running on past the cut-off are not in the set,
-        so what is judged does not depend on how long the judging took."""
+        before it: the step's requests sent past the cut-off are not in the set, so what is
+        judged does not depend on how long the judging took; those sent before it count, in a
+        streamed run too, however late they ended."""
         self.rundir.refresh()
         a = self.rundir.requests.attempts()
         keep = a["t0"] < cutoff   # NaN (no t0) is left out
-        entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff}
+        # Every stream sent before the cut-off counts: the load stayed at this step's level
+        # until they ended (the shape waits for them), so none heard the next step's.
+        entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff,
+                 "streams_end": None}
         out = step_stats(_subset(a, keep), entry, self.rundir.resources, settle_s=settle_s)
         self._judged[step["step"]] = (out, cutoff)
         return out
@@ -289,19 +293,14 @@ class StepReader:
 
     def levels(self, settle_s: float) -> list[dict]:
         """The judged steps pooled per concurrency as the dashboard pools them
-        (``dashboard.levels``), each over what it sent before its cut-off; in a streamed run
-        the streams that ended past their step's cut-off are left out, as each step's own
-        figures left them out."""
+        (``dashboard.levels``), each over what it sent before its cut-off, every stream of it
+        counted as in :meth:`stats`."""
         a = self.rundir.requests.attempts()
         keep = np.isfinite(a["t0"])
-        cut = np.zeros(len(a), dtype=bool)
         for num, (_, cutoff) in self._judged.items():
-            mine = a["step"] == num
-            keep &= ~(mine & (a["t0"] >= cutoff))
-            cut |= mine & (a["tend"] > cutoff)
-        sub = _subset(a, keep)
-        sub.cols["cut_by_step_end"] = cut[keep]
-        return pool_levels(sub, [st for st, _ in self._judged.values()], self.rundir.resources, settle_s)
+            keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
+        return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
+                           settle_s)
 
 
 def _subset(a: Attempts, keep) -> Attempts:
