@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import locust, median, simulator  # noqa: E402
 
-GOAL_RATIO = 1.2
+GOAL_RATIO = 1.0
 FAST_TARGET = ("--slots", "1000", "--base-ms", "0", "--per-char-ms", "0", "--jitter", "0")
 
 
