@@ -112,7 +112,7 @@ _ARROW_SCHEMA = pa.schema(
     + [(k, pa.string()) for k in ("error", "text_id", "tier")]
     + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
 _ARROW_PARSE = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="infer")
-_ARROW_READ = pa_json.ReadOptions(block_size=1 << 20)
+_ARROW_READ = pa_json.ReadOptions(block_size=1 << 20, use_threads=False)  # threads cost more CPU than they save here
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
@@ -518,60 +518,104 @@ class RequestLog:
 _RES_SCALARS = ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
 
 
-def read_resources(path: Path) -> tuple[pd.DataFrame, int, bool]:
-    """``resources.jsonl`` as one row per sample and GPU summary.
-
-    Columns: ``ts``, ``host``, ``role``, the CPU/memory scalars, ``proc_cpu_percent``,
-    ``proc_rss_bytes`` and, over the sample's GPUs, ``gpu_util_percent`` (the busiest GPU),
-    ``gpu_mem_used_bytes`` and ``gpu_mem_total_bytes`` (the GPU whose memory is fullest),
-    ``gpu_power_w``, ``gpu_count``.  Returns (frame, bad line count, incomplete last line).
-    """
-    rows, bad = [], 0
+def _loads(raw: bytes):
+    """One JSON line: orjson, or ``json.loads`` for what orjson refuses (NaN literals, ...)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return pd.DataFrame(), 0, False
-    end = data.rfind(b"\n") + 1
-    incomplete = end < len(data)
-    for raw in data[:end].split(b"\n"):
-        if not raw.strip():
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def _sample_row(s) -> dict | None:
+    """One resource sample as a frame row (see :class:`ResourceLog`); None if it has no ``ts``."""
+    ts = _num(s.get("ts")) if isinstance(s, dict) else None
+    if ts is None:
+        return None
+    row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
+    for k in _RES_SCALARS:
+        row[k] = _num(s.get(k))
+    proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
+    row["proc_cpu_percent"] = _num(proc.get("cpu_percent"))
+    row["proc_rss_bytes"] = _num(proc.get("rss_bytes"))
+    gpus = [g for g in (s.get("gpus") or []) if isinstance(g, dict)]
+    utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
+    row["gpu_util_percent"] = max(utils) if utils else None
+    fullest, frac = None, -1.0
+    for g in gpus:
+        used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
+        if used is None:
             continue
+        fr = used / total if total else 0.0
+        if fr > frac:
+            fullest, frac = (used, total), fr
+    row["gpu_mem_used_bytes"] = fullest[0] if fullest else None
+    row["gpu_mem_total_bytes"] = fullest[1] if fullest else None
+    powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
+    row["gpu_power_w"] = sum(powers) if powers else None
+    row["gpu_count"] = len(gpus)
+    return row
+
+
+class ResourceLog:
+    """Incremental reader of ``resources.jsonl``: :meth:`update` parses only the lines appended
+    since the last call (bad ones counted in ``bad_lines``, a last line without its newline left
+    for later, as :class:`RequestLog` does).
+
+    :meth:`frame` is one row per sample, sorted by ``ts``: ``ts``, ``host``, ``role``, the
+    CPU/memory scalars, ``proc_cpu_percent``, ``proc_rss_bytes`` and, over the sample's GPUs,
+    ``gpu_util_percent`` (the busiest GPU), ``gpu_mem_used_bytes`` and ``gpu_mem_total_bytes``
+    (the GPU whose memory is fullest), ``gpu_power_w``, ``gpu_count``.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.bad_lines = 0
+        self.incomplete_last_line = False
+        self._rows: list[dict] = []
+        self._frame: pd.DataFrame | None = None
+
+    def update(self) -> bool:
+        """Parse lines appended since the last call; True if anything new was read."""
         try:
-            s = json.loads(raw)
-        except ValueError:
-            bad += 1
-            continue
-        ts = _num(s.get("ts")) if isinstance(s, dict) else None
-        if ts is None:
-            bad += 1
-            continue
-        row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
-        for k in _RES_SCALARS:
-            row[k] = _num(s.get(k))
-        proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
-        row["proc_cpu_percent"] = _num(proc.get("cpu_percent"))
-        row["proc_rss_bytes"] = _num(proc.get("rss_bytes"))
-        gpus = [g for g in (s.get("gpus") or []) if isinstance(g, dict)]
-        utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
-        row["gpu_util_percent"] = max(utils) if utils else None
-        fullest, frac = None, -1.0
-        for g in gpus:
-            used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
-            if used is None:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            changed = bool(self._rows) or self.offset > 0
+            self.__init__(self.path)
+            return changed
+        if size < self.offset:  # file replaced: start over
+            self.__init__(self.path)
+        if size == self.offset:
+            return False
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(size - self.offset)
+        end = data.rfind(b"\n") + 1
+        self.incomplete_last_line = end < len(data)
+        if not end:
+            return False
+        self.offset += end
+        for raw in data[:end].split(b"\n"):
+            if not raw.strip():
                 continue
-            fr = used / total if total else 0.0
-            if fr > frac:
-                fullest, frac = (used, total), fr
-        row["gpu_mem_used_bytes"] = fullest[0] if fullest else None
-        row["gpu_mem_total_bytes"] = fullest[1] if fullest else None
-        powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
-        row["gpu_power_w"] = sum(powers) if powers else None
-        row["gpu_count"] = len(gpus)
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if len(df):
-        df = df.sort_values("ts", kind="stable").reset_index(drop=True)
-    return df, bad, incomplete
+            try:
+                row = _sample_row(_loads(raw))
+            except ValueError:
+                row = None
+            if row is None:
+                self.bad_lines += 1
+            else:
+                self._rows.append(row)
+        self._frame = None
+        return True
+
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            df = pd.DataFrame(self._rows)
+            if len(df):
+                df = df.sort_values("ts", kind="stable").reset_index(drop=True)
+            self._frame = df
+        return self._frame
 
 
 @dataclass
@@ -588,7 +632,7 @@ class RunDir:
     def __post_init__(self):
         self.path = Path(self.path)
         self.requests = RequestLog(self.path / "requests.jsonl")
-        self._res_key = None
+        self._resources = ResourceLog(self.path / "resources.jsonl")
 
     def check(self) -> None:
         """Raise :class:`RunDirError` if this is not something that can be a run directory."""
@@ -616,16 +660,11 @@ class RunDir:
             # keep the last good copy: the writer may be rewriting it right now
             self.run_json_error = f"run.json is not valid JSON ({e})"
         changed |= self.requests.update()
-        rp = self.path / "resources.jsonl"
-        try:
-            st = rp.stat()
-            key = (st.st_size, st.st_mtime_ns)
-        except FileNotFoundError:
-            key = None
-        if key != self._res_key:
-            self._res_key = key
-            self.resources, self.resource_bad_lines, self.resource_incomplete = read_resources(rp)
+        if self._resources.update():
+            self.resources = self._resources.frame()
+            self.resource_bad_lines = self._resources.bad_lines
             changed = True
+        self.resource_incomplete = self._resources.incomplete_last_line
         return changed
 
     def has_resources(self) -> bool:
