@@ -160,11 +160,11 @@ def dashboard_scale(quick: bool) -> list[Row]:
         if c["load_ratio"] != "-":
             ratio = float(c["load_ratio"])
             rows.append(Row(f"dashboard reading {n:,} attempts / json.loads",
-                            f"{ratio:.2f}x CPU time (wall {c['load_s']} vs {c['json_s']} s)", f"<= {DASHBOARD_GOAL_RATIO}x",
-                            ratio <= DASHBOARD_GOAL_RATIO))
+                            f"{ratio:.2f}x CPU time (wall {c['load_s']} vs {c['json_s']} s)",
+                            f"<= {DASHBOARD_GOAL_RATIO}x", ratio <= DASHBOARD_GOAL_RATIO))
             rows.append(Row(f"  whole dashboard, {n:,} attempts / json.loads",
-                            f"{float(c['total_ratio']):.2f}x ({c['total_s']} s: imports {c['import_s']}, analyze {c['analyze_s']}, "
-                            f"report {c['report_s']})"))
+                            f"{float(c['total_ratio']):.2f}x ({c['total_s']} s: imports {c['import_s']}, "
+                            f"analyze {c['analyze_s']}, report {c['report_s']})"))
         else:
             rss = float(c["peak_rss_MiB"])
             rows.append(Row(f"dashboard for {n:,} attempts", f"{c['total_s']} s, peak RSS {rss:.0f} MiB, "

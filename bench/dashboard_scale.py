@@ -60,8 +60,9 @@ write_summary(rd, s)
 t2 = time.perf_counter()
 out = write_report(rd, s)
 t3, c3 = time.perf_counter(), time.process_time()
-print(json.dumps({"load_cpu_s": c1 - c0, "total_cpu_s": c3 - ci, "import_s": t0 - ti, "load_s": t1 - t0, "analyze_s": t2 - t1, "report_s": t3 - t2,
-                  "total_s": t3 - ti, "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"load_cpu_s": c1 - c0, "total_cpu_s": c3 - ci, "import_s": t0 - ti, "load_s": t1 - t0,
+                  "analyze_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - ti,
+                  "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "report_MiB": out.stat().st_size / 2**20, "knee": s["knee"]["concurrency"],
                   "kind": s["diagnosis"]["kind"]}))
 """
@@ -161,13 +162,15 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     sizes = args.sizes or [300_000, 1_000_000]
     alone = set(args.no_baseline if args.no_baseline is not None else [1_000_000])
-    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} {'report_s':>8} "
-          f"{'total_s':>7} {'load_ratio':>10} {'total_ratio':>11} {'peak_rss_MiB':>12} {'report_MiB':>10}  verdict",
+    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} "
+          f"{'report_s':>8} {'total_s':>7} {'load_ratio':>10} {'total_ratio':>11} {'peak_rss_MiB':>12} "
+          f"{'report_MiB':>10}  verdict",
           flush=True)
     for n in sizes:
         m = measure(n, args.pairs, baseline=n not in alone)
-        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} {m['load_s']:>7.2f} "
-              f"{m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} {_cell(m['load_ratio'], 10)} "
+        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} "
+              f"{m['load_s']:>7.2f} {m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} "
+              f"{_cell(m['load_ratio'], 10)} "
               f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
               f"  knee {m['knee']}, {m['kind']}", flush=True)
 

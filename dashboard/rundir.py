@@ -4,8 +4,10 @@ Attempt records become numpy columns (only the fields the dashboard uses), block
 million attempts cost a few hundred MB at most and no per-record objects are kept.  A block of
 well-formed records is read by pyarrow's JSON reader straight into columns; a block it would
 read differently from ``json.loads`` (a bad line, a value of an unexpected type) is read line by
-line with orjson instead.  Both give the same columns (``tests/test_dashboard_reader.py``).  Readers are incremental: :meth:`RequestLog.update` parses only what was
-appended since the last call, which is what the live view needs while a run is being written.
+line with orjson instead.  Both give the same columns (``tests/test_dashboard_reader.py``).
+Readers are incremental: :meth:`RequestLog.update` and :meth:`ResourceLog.update` parse only
+what was appended since the last call, which is what the live view and the web UI's step plan
+need while a run is being written.
 
 Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``) are
 float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
@@ -112,7 +114,7 @@ _ARROW_SCHEMA = pa.schema(
     + [(k, pa.string()) for k in ("error", "text_id", "tier")]
     + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
 _ARROW_PARSE = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="infer")
-_ARROW_READ = pa_json.ReadOptions(block_size=1 << 20, use_threads=False)  # threads cost more CPU than they save here
+_ARROW_READ = pa_json.ReadOptions(block_size=1 << 20, use_threads=False)  # threads: more CPU, no less time
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
@@ -167,25 +169,6 @@ def _record_stages(recs: list[dict]) -> list[tuple[str, np.ndarray]]:
 
 class RunDirError(Exception):
     """A run directory that cannot be analysed; the message is one sentence for the user."""
-
-
-def _num(v) -> float | None:
-    """A finite float, or None for anything else (null, strings, NaN)."""
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _amount(v, whole: bool = False) -> float | None:
-    """A finite float >= 0 (a whole one when ``whole``), else None."""
-    f = _num(v)
-    if f is None or f < 0 or (whole and f != int(f)):
-        return None
-    return f
 
 
 class _Labels:

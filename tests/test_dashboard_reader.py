@@ -119,7 +119,8 @@ def _record(rng: random.Random, i: int) -> dict:
     empty errors, negative or fractional stream figures, uneven chunk lists, integer stages."""
     t0 = 1_700_000_000 + i * 0.01
     r = {"req_id": f"w1-{i // 2}", "attempt": 1 + i % 2, "final": bool(i % 2) or i % 7 == 0, "step": 1 + i // 50,
-         "concurrency": 2 ** (i // 50 % 8), "worker": "w1", "user": i % 4, "text_id": rng.choice(["t1", "中文", "emoji 🎙️", "x" * 400]),
+         "concurrency": 2 ** (i // 50 % 8), "worker": "w1", "user": i % 4,
+         "text_id": rng.choice(["t1", "中文", "emoji 🎙️", "x" * 400]),
          "text_len": rng.choice([10, 12.0, None]), "tier": rng.choice(["short", "long", None]),
          "t0": t0, "t1": t0 + 0.05, "t2": rng.choice([t0 + 0.2, None]), "t3": rng.choice([t0 + 0.21, None]),
          "ttfb_ms": 50.0, "wait_ms": rng.choice([200.0, None, 0]), "write_ms": None, "concat_ms": None,
@@ -130,7 +131,8 @@ def _record(rng: random.Random, i: int) -> dict:
          "settled": rng.choice([True, False, None]),
          "ttfa_ms": rng.choice([120.0, -1.0, None, 0]), "chunks": rng.choice([3, 2.5, -1, None]),
          "gap_max_ms": 10.0, "underruns": rng.choice([0, 1, 1.5]), "underrun_ms": rng.choice([0.0, 20.0, -3.0]),
-         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0]]), "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None])}
+         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0]]),
+         "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None])}
     for k in rng.sample(sorted(r), 2):  # fields go missing
         del r[k]
     return r
