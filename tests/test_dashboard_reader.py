@@ -223,3 +223,28 @@ def test_synthetic_run_matches_and_e2e_joins_retries(tmp_path):
     assert rows
     for i in rows:
         assert a["e2e_ms"][i] == pytest.approx((a["tend"][i] - first[recs[i]["req_id"]]) * 1000.0)
+
+
+def test_updates_read_only_the_bytes_appended_since(tmp_path):
+    """The live view and the web UI's plan refresh often: what was read is never read again, so
+    scribbling over it in place (same size) changes nothing, and the appended lines are read."""
+    from dashboard.rundir import RunDir
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    rd = RunDir(p)
+    rd.refresh()
+    n_req, n_res = len(rd.requests.attempts()), len(rd.resources)
+    req, res = p / "requests.jsonl", p / "resources.jsonl"
+    first_req, first_res = req.read_bytes().splitlines(keepends=True), res.read_bytes().splitlines(keepends=True)
+    for path in (req, res):
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.write(b"#" * (size - 1))  # every byte read so far, but the last newline, is now garbage
+    with open(req, "ab") as f:
+        f.writelines(first_req[:5] + [first_req[5][:20]])  # five lines and a cut one
+    with open(res, "ab") as f:
+        f.writelines(first_res[:3])
+    assert rd.refresh()
+    assert len(rd.requests.attempts()) == n_req + 5 and rd.requests.bad_lines == 0
+    assert rd.requests.incomplete_last_line
+    assert len(rd.resources) == n_res + 3 and rd.resource_bad_lines == 0
+    assert not rd.refresh()
