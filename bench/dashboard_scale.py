@@ -1,19 +1,33 @@
-"""How long the dashboard takes, and how much memory, for 100k and 1M attempt records.
+"""How long the dashboard takes, and how much memory, against a plain ``json.loads`` of every
+line of the same requests.jsonl.
 
 Run it from the repository root::
 
-    .venv/bin/python bench/dashboard_scale.py            # 100k and 1M attempts
-    .venv/bin/python bench/dashboard_scale.py 200000     # just this size
+    .venv/bin/python bench/dashboard_scale.py              # 300k (against json.loads) and 1M attempts
+    .venv/bin/python bench/dashboard_scale.py 200000       # just this size
+    .venv/bin/python bench/dashboard_scale.py --pairs 3 300000
 
 It writes a synthetic run directory per size (8 steps, 1..128 users, a server with 4 slots,
-resources every second, some 429s and retries), then runs ``load`` + ``analyze`` +
-``summary.json`` + ``report.html`` in a fresh subprocess and prints one line per size::
+resources every second, some 429s and retries), then, ``--pairs`` times in turn, (A) a fresh
+process that only ``json.loads`` every line of requests.jsonl and (B) a fresh process that runs
+``load`` + ``analyze`` + ``summary.json`` + ``report.html``; the figures are medians. The
+ratios pair each dashboard run with the json.loads run just before it: ``load_ratio`` is the
+wall-clock time of reading the run directory (run.json, requests.jsonl, resources.jsonl into
+columns) over A's, ``load_cpu_ratio`` the same in CPU time (the process's, all threads: pyarrow
+parses on several, so this one is higher, and it moves less on a busy shared host),
+``total_ratio`` the wall-clock time of the whole dashboard, its imports (numpy, pandas, pyarrow,
+plotly: ``import_s``) included. The ``_s`` columns are wall-clock seconds. A size
+given with ``--no-baseline`` (the 1M run by default) is measured once, for its time and peak
+memory. One line per size::
 
-    attempts  requests.jsonl  parse_s  analyze_s  report_s  total_s  peak_rss_MiB  report_MiB
+    attempts jsonl_MiB json_s import_s load_s analyze_s report_s total_s load_ratio load_cpu_ratio total_ratio
+    peak_rss_MiB report_MiB
 """
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,20 +39,31 @@ STEPS = (1, 2, 4, 8, 16, 32, 64, 128)
 SLOTS = 4
 BASE_MS = 200.0
 
+_JSON_LOADS = r"""
+import json, sys, time
+t0, c0 = time.perf_counter(), time.process_time()
+with open(sys.argv[1], "rb") as f:
+    for line in f:
+        json.loads(line)
+print(json.dumps({"json_s": time.perf_counter() - t0, "json_cpu_s": time.process_time() - c0}))
+"""
+
 _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
-t0 = time.perf_counter()
+ti, ci = time.perf_counter(), time.process_time()
 from dashboard.summary import load, analyze, write_summary
 from dashboard.report import write_report
+t0, c0 = time.perf_counter(), time.process_time()
 rd = load(sys.argv[1])
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 s = analyze(rd)
 write_summary(rd, s)
 t2 = time.perf_counter()
 out = write_report(rd, s)
-t3 = time.perf_counter()
-print(json.dumps({"parse_s": t1 - t0, "analyze_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - t0,
+t3, c3 = time.perf_counter(), time.process_time()
+print(json.dumps({"load_cpu_s": c1 - c0, "total_cpu_s": c3 - ci, "import_s": t0 - ti, "load_s": t1 - t0,
+                  "analyze_s": t2 - t1, "report_s": t3 - t2, "total_s": t3 - ti,
                   "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "report_MiB": out.stat().st_size / 2**20, "knee": s["knee"]["concurrency"],
                   "kind": s["diagnosis"]["kind"]}))
@@ -95,28 +120,61 @@ def write_run(path: Path, attempts: int) -> None:
                                                "collectors": [], "versions": {}}))
 
 
-def measure(attempts: int) -> dict:
+def _child(*args: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def measure(attempts: int, pairs: int = 2, baseline: bool = True) -> dict:
+    """Medians over ``pairs`` runs of the dashboard (after a json.loads run each, when ``baseline``)."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / f"bench-{attempts}"
         t = time.perf_counter()
         write_run(run, attempts)
         gen_s = time.perf_counter() - t
         size = (run / "requests.jsonl").stat().st_size
-        r = subprocess.run([sys.executable, "-c", _CHILD, str(run), str(ROOT)], capture_output=True, text=True,
-                           check=True)
-        out = json.loads(r.stdout)
-        out.update(attempts=attempts, jsonl_MiB=size / 2**20, generate_s=gen_s)
-        return out
+        runs, bases = [], []
+        for _ in range(pairs if baseline else 1):
+            if baseline:
+                bases.append(_child(_JSON_LOADS, str(run / "requests.jsonl")))
+            runs.append(_child(_CHILD, str(run), str(ROOT)))
+    out = {k: statistics.median(r[k] for r in runs) for k in ("load_cpu_s", "total_cpu_s", "import_s", "load_s",
+                                                                "analyze_s", "report_s", "total_s",
+                                                                "peak_rss_MiB", "report_MiB")}
+    out.update(knee=runs[0]["knee"], kind=runs[0]["kind"], attempts=attempts, jsonl_MiB=size / 2**20,
+               generate_s=gen_s, json_s=None, load_ratio=None, load_cpu_ratio=None, total_ratio=None)
+    if bases:
+        out["json_s"] = statistics.median(b["json_s"] for b in bases)
+        paired = list(zip(runs, bases))
+        out["load_ratio"] = statistics.median(r["load_s"] / b["json_s"] for r, b in paired)
+        out["load_cpu_ratio"] = statistics.median(r["load_cpu_s"] / b["json_cpu_s"] for r, b in paired)
+        out["total_ratio"] = statistics.median(r["total_s"] / b["json_s"] for r, b in paired)
+    return out
+
+
+def _cell(v, width: int) -> str:
+    return "-".rjust(width) if v is None else f"{v:>{width}.2f}"
 
 
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or [100_000, 1_000_000]
-    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'parse_s':>8} {'analyze_s':>9} {'report_s':>8} {'total_s':>8} "
-          f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict", flush=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, help="attempts per run (default 300000 1000000)")
+    parser.add_argument("--pairs", type=int, default=2, help="json.loads / dashboard pairs per size (default 2)")
+    parser.add_argument("--no-baseline", type=int, action="append", default=None, metavar="SIZE",
+                        help="measure this size once, without json.loads (default: 1000000)")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or [300_000, 1_000_000]
+    alone = set(args.no_baseline if args.no_baseline is not None else [1_000_000])
+    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} "
+          f"{'report_s':>8} {'total_s':>7} {'load_ratio':>10} {'load_cpu_ratio':>14} {'total_ratio':>11} "
+          f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict",
+          flush=True)
     for n in sizes:
-        m = measure(n)
-        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {m['parse_s']:>8.1f} {m['analyze_s']:>9.1f} "
-              f"{m['report_s']:>8.1f} {m['total_s']:>8.1f} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
+        m = measure(n, args.pairs, baseline=n not in alone)
+        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} "
+              f"{m['load_s']:>7.2f} {m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} "
+              f"{_cell(m['load_ratio'], 10)} {_cell(m['load_cpu_ratio'], 14)} "
+              f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
               f"  knee {m['knee']}, {m['kind']}", flush=True)
 
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +65,7 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-def percentile(values, q: float):
-    """Nearest-rank percentile of ``values`` (``q`` in 0..1)."""
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))] if s else float("nan")
+def percentile(values, q: float) -> float:
+    """The ``q``-quantile (0..1) of ``values`` as the dashboard and the live table take it:
+    numpy's linear interpolation between the two nearest ranks (NaN for no values)."""
+    return float(np.percentile(np.asarray(values, dtype=float), q * 100)) if len(values) else float("nan")

@@ -1,9 +1,13 @@
 """Read a run directory: ``run.json``, ``requests.jsonl`` and ``resources.jsonl``.
 
-Attempt records are parsed line by line into numpy columns (only the fields the dashboard
-uses), chunk by chunk, so a million attempts cost a few hundred MB at most and no per-record
-dicts are kept.  Readers are incremental: :meth:`RequestLog.update` parses only what was
-appended since the last call, which is what the live view needs while a run is being written.
+Attempt records become numpy columns (only the fields the dashboard uses), block by block, so a
+million attempts cost a few hundred MB at most and no per-record objects are kept.  A block of
+well-formed records is read by pyarrow's JSON reader straight into columns; a block it would
+read differently from ``json.loads`` (a bad line, a value of an unexpected type) is read line by
+line with orjson instead.  Both give the same columns (``tests/test_dashboard_reader.py``).
+Readers are incremental: :meth:`RequestLog.update` and :meth:`ResourceLog.update` parse only
+what was appended since the last call, which is what the live view and the web UI's step plan
+need while a run is being written.
 
 Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``) are
 float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
@@ -24,35 +28,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
-CHUNK_LINES = 65536  # lines parsed into Python lists before they become numpy arrays
+CHUNK_LINES = 16384  # lines held as parsed records at once before they become numpy arrays
 MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one label
 MAX_STAGES = 32  # distinct Server-Timing stage names kept
 OTHER_LABEL = "(other)"
 TTFA_FLOOR_MS = 300.0  # --ttfa-floor-ms default, for runs whose run.json does not say
 
-# float columns: name in the record -> column name
-_FLOATS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf",
-           "retry_after_s", "backoff_ms", "text_len", "bytes")
-_INTS = ("step", "concurrency", "attempt", "status")  # -1 where missing / null
-# streaming figures: NaN unless a finite number >= 0; the counts also whole
-_STREAM_MS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
-_STREAM_COUNTS = ("chunks", "underruns")
-
-
-class RunDirError(Exception):
-    """A run directory that cannot be analysed; the message is one sentence for the user."""
+# How each numeric attempt field becomes a column (named as the field):
+NUM = "num"  # a finite number, else NaN
+AMOUNT = "amount"  # a finite number >= 0, else NaN
+COUNT = "count"  # a whole finite number >= 0, else NaN
+INT = "int"  # int32, truncated toward zero; -1 where missing, not a finite number or out of range
+_COLUMNS = {
+    "t0": NUM, "ttfb_ms": NUM, "wait_ms": NUM, "write_ms": NUM, "concat_ms": NUM, "audio_s": NUM, "rtf": NUM,
+    "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM,
+    "ttfa_ms": AMOUNT, "gap_max_ms": AMOUNT, "underrun_ms": AMOUNT, "chunks": COUNT, "underruns": COUNT,
+    "step": INT, "concurrency": INT, "attempt": INT, "status": INT,
+}
+_END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else t0 + wait_ms
+_CHUNK_LISTS = ("chunk_at_ms", "chunk_audio_ms")  # not kept: their length, and the line's offset
+_NUMBER_TYPES = frozenset((int, float, type(None)))
+_INT32 = np.iinfo(np.int32)
 
 
 def _num(v) -> float | None:
-    """A finite float, or None for anything else (null, strings, NaN)."""
+    """A finite float, or None for anything else (null, booleans, NaN, non-numeric strings)."""
+    if type(v) is float:  # the common case first: resource samples call this per field
+        return v if v - v == 0 else None
     if v is None or isinstance(v, bool):
         return None
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return f if math.isfinite(f) else None
 
@@ -63,6 +77,100 @@ def _amount(v, whole: bool = False) -> float | None:
     if f is None or f < 0 or (whole and f != int(f)):
         return None
     return f
+
+
+def _column(values: list, kind: str = NUM) -> np.ndarray:
+    """One numeric column from the records' raw values, as :func:`_num` / :func:`_amount` take
+    each value.  Plain JSON numbers and nulls (nearly every value) convert in one numpy call;
+    a block holding anything else (a boolean, a string) goes value by value."""
+    try:
+        if not set(map(type, values)) <= _NUMBER_TYPES:
+            raise TypeError
+        a = np.array(values, dtype=float)  # None -> NaN
+    except (TypeError, OverflowError):
+        a = np.array([_num(v) for v in values], dtype=float)
+    return _as_column(a, kind)
+
+
+def _as_column(a: np.ndarray, kind: str = NUM) -> np.ndarray:
+    """A float array (NaN where missing) as a column of ``kind``."""
+    a[~np.isfinite(a)] = np.nan
+    if kind in (AMOUNT, COUNT):
+        with np.errstate(invalid="ignore"):
+            a[a < 0] = np.nan
+            if kind == COUNT:
+                a[a != np.trunc(a)] = np.nan
+    elif kind == INT:
+        with np.errstate(invalid="ignore"):
+            out = ~((a >= _INT32.min) & (a <= _INT32.max))
+        a[out] = -1
+        return a.astype(np.int32)
+    return a
+
+
+# pyarrow's JSON reader, for blocks of well-formed records: the columns above as float64, the
+# rest by type; fields not named here (req_id, server_timing, ...) are inferred per block
+_ARROW_SCHEMA = pa.schema(
+    [(k, pa.float64()) for k in (*_COLUMNS, *_END_TIMES)]
+    + [(k, pa.bool_()) for k in ("final", "ok", "settled")]
+    + [(k, pa.string()) for k in ("error", "text_id", "tier")]
+    + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
+_ARROW_PARSE = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="infer")
+_ARROW_READ = pa_json.ReadOptions(block_size=1 << 20)  # 1 MiB blocks, parsed on pyarrow's threads
+_OPEN, _CLOSE = ord("{"), ord("}")
+
+
+def _arrow_stages(col) -> list[tuple[str, np.ndarray]] | None:
+    """Server-Timing columns from pyarrow's inferred ``server_timing`` struct, in the order
+    their first usable value appears, as :func:`_record_stages` gives them; None when a name is
+    longer than 64 characters (the line-by-line reader merges those by their first 64)."""
+    if not pa.types.is_struct(col.type):
+        return []  # all null, or never an object
+    arr = col.combine_chunks()
+    out = []
+    for f, child in zip(col.type, arr.flatten()):
+        if len(f.name) > 64:
+            return None
+        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+            a = _as_column(child.to_numpy(zero_copy_only=False).astype(float))
+        else:
+            a = np.array([_num(v) for v in child.to_pylist()], dtype=float)
+        seen = np.flatnonzero(~np.isnan(a))
+        if len(seen):
+            out.append((seen[0], f.name, a))
+    out.sort(key=lambda x: x[0])  # stable: a tie keeps the struct's (first-seen) field order
+    return [(name, a) for _, name, a in out]
+
+
+def _record_stages(recs: list[dict]) -> list[tuple[str, np.ndarray]]:
+    """Server-Timing columns (ms, NaN where a record lacks the stage) of parsed records, in the
+    order their first usable value appears; names cut to 64 characters."""
+    rows: dict[str, list[int]] = {}
+    values: dict[str, list[float]] = {}
+    for i, r in enumerate(recs):
+        st = r.get("server_timing")
+        if type(st) is not dict:
+            continue
+        for name, ms in st.items():
+            if type(ms) is not float or ms - ms != 0:  # not a finite float: the general rule
+                ms = _num(ms)
+                if ms is None:
+                    continue
+            name = str(name)[:64]
+            if name not in rows:
+                rows[name], values[name] = [], []
+            rows[name].append(i)
+            values[name].append(ms)
+    out = []
+    for name, idx in rows.items():
+        a = np.full(len(recs), np.nan)
+        a[idx] = values[name]
+        out.append((name, a))
+    return out
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be analysed; the message is one sentence for the user."""
 
 
 class _Labels:
@@ -88,6 +196,27 @@ class _Labels:
             self.codes[s] = c
             self.names.append(s)
         return c
+
+    def codes_of(self, values: list, dtype=np.int32) -> np.ndarray:
+        """:meth:`code` of each value; a string already seen is looked up directly."""
+        known, code = self.codes.get, self.code
+        out = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
+        for i, c in enumerate(out):
+            if c is None:
+                out[i] = code(values[i])
+        return np.array(out, dtype=dtype)
+
+    def codes_of_arrow(self, col, dtype=np.int32, empty_is_none: bool = False) -> np.ndarray:
+        """:meth:`code` of each value of a pyarrow string column (nulls, and with
+        ``empty_is_none`` empty strings, are -1), coded in order of first appearance."""
+        arr = col.combine_chunks()
+        if pa.types.is_null(arr.type):
+            return np.full(len(arr), -1, dtype=dtype)
+        d = arr.dictionary_encode()
+        codes = [-1 if v is None or (empty_is_none and v == "") else self.code(v) for v in d.dictionary.to_pylist()]
+        codes.append(-1)  # for nulls
+        idx = d.indices.fill_null(len(codes) - 1).to_numpy(zero_copy_only=False)
+        return np.array(codes, dtype=dtype)[idx]
 
 
 @dataclass
@@ -160,13 +289,15 @@ class RequestLog:
                 if end:
                     base = self.offset
                     self.offset += end
-                    lines = data[:end].split(b"\n")
-                    lines.pop()  # the empty string after the final newline
+                    whole = data[:end]
                     del data
-                    for i in range(0, len(lines), CHUNK_LINES):
-                        part = lines[i:i + CHUNK_LINES]
-                        self._parse(part, base)
-                        base += sum(len(x) for x in part) + len(part)
+                    if not self._parse_block(whole, base):
+                        lines = whole.split(b"\n")
+                        lines.pop()  # the empty string after the final newline
+                        for i in range(0, len(lines), CHUNK_LINES):
+                            part = lines[i:i + CHUNK_LINES]
+                            self._parse(part, base)
+                            base += sum(len(x) for x in part) + len(part)
                     read_any = True
         self.incomplete_last_line = bool(carry)
         if not read_any:
@@ -174,99 +305,145 @@ class RequestLog:
         self._cache = None
         return True
 
+    def _parse_block(self, data: bytes, base: int) -> bool:
+        """Parse a block of complete lines with pyarrow's JSON reader (C++, no Python object per
+        record); False, having read nothing, when the block holds anything the reader would not
+        take exactly as ``json.loads`` does line by line: a line that is not one JSON object, a
+        value of another type than its column's, a repeated key, a Server-Timing stage name over
+        64 characters.  :meth:`_parse` then reads it."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(buf == 10)
+        lines = len(ends)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        keep = ends > starts  # an empty line is no attempt
+        starts, ends = starts[keep], ends[keep]
+        # Only lines that are one "{...}" each go to pyarrow (it crashes on a line that is
+        # "null"); a line with spaces around it is looked at here, a whitespace-only one dropped.
+        blank = []
+        for i in np.flatnonzero((buf[starts] != _OPEN) | (buf[ends - 1] != _CLOSE)):
+            line = data[starts[i]:ends[i]].strip()
+            if not line:
+                blank.append(i)
+            elif line[:1] != b"{" or line[-1:] != b"}":
+                return False
+        starts = np.delete(starts, blank)
+        try:
+            t = pa_json.read_json(pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE)
+        except (pa.ArrowInvalid, UnicodeDecodeError, ValueError):
+            return False
+        n = t.num_rows
+        if n != len(starts):  # two objects on one line
+            return False
+        stages = _arrow_stages(t.column("server_timing")) if "server_timing" in t.column_names else []
+        if stages is None:
+            return False
+        self.lines += lines
+        if not n:
+            return True
+
+        def floats(name):
+            return t.column(name).to_numpy().astype(float)  # a writable copy
+
+        chunk = {k: _as_column(floats(k), kind) for k, kind in _COLUMNS.items()}
+        lens = [pc.list_value_length(t.column(k)).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
+        chunk_n = np.where(lens[0] == lens[1], lens[0], -1)
+        req_ids = t.column("req_id") if "req_id" in t.column_names else None
+        self._add(chunk, [_as_column(floats(k)) for k in _END_TIMES],
+                  final=t.column("final").fill_null(True).to_numpy(zero_copy_only=False),
+                  ok=t.column("ok").fill_null(False).to_numpy(zero_copy_only=False),
+                  settled=t.column("settled").fill_null(True).to_numpy(zero_copy_only=False),
+                  error=self.errors.codes_of_arrow(t.column("error"), empty_is_none=True),
+                  text=self.texts.codes_of_arrow(t.column("text_id")),
+                  tier=self.tiers.codes_of_arrow(t.column("tier"), dtype=np.int16),
+                  offsets=base + starts, chunk_n=chunk_n,
+                  req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
+                  stages=self._register_stages(stages))
+        return True
+
     def _parse(self, lines: list[bytes], base: int) -> None:
-        """Parse complete lines; ``base`` is the byte offset of the first one in the file."""
-        loads = json.loads
-        f = {k: [] for k in _FLOATS + _STREAM_MS + _STREAM_COUNTS}
-        ints = {k: [] for k in _INTS}
-        tend, final, ok, settled, err, text, tier = [], [], [], [], [], [], []
-        offsets, chunk_n = [], []
-        stages: dict[str, list[tuple[int, float]]] = {}
-        row = self._rows
+        """Parse complete lines one by one; ``base`` is the byte offset of the first one.
+
+        Lines are decoded by orjson; one it refuses goes to ``json.loads``, which also takes
+        NaN / Infinity literals, lone surrogates and other encodings, so a line is read exactly
+        as the standard library reads it.  Integers beyond 64 bits are the exception: orjson
+        (like pyarrow) reads them as floats."""
+        fast, slow = orjson.loads, json.loads
+        recs, offsets = [], []
         pos = base
         for raw in lines:
-            self.lines += 1
             at, pos = pos, pos + len(raw) + 1
-            if not raw.strip():
-                continue
             try:
-                r = loads(raw)
-            except ValueError:
+                r = fast(raw)
+            except orjson.JSONDecodeError:
+                if not raw.strip():
+                    continue
+                try:
+                    r = slow(raw)
+                except ValueError:
+                    self.bad_lines += 1
+                    continue
+            if type(r) is dict:
+                recs.append(r)
+                offsets.append(at)
+            else:
                 self.bad_lines += 1
+        self.lines += len(lines)
+        if not recs:
+            return
+        chunk = {k: _column([r.get(k) for r in recs], kind) for k, kind in _COLUMNS.items()}
+        self._add(chunk, [_column([r.get(k) for r in recs]) for k in _END_TIMES],
+                  final=np.array([r.get("final") is not False for r in recs], dtype=bool),
+                  ok=np.array([r.get("ok") is True for r in recs], dtype=bool),
+                  settled=np.array([r.get("settled") is not False for r in recs], dtype=bool),
+                  error=self.errors.codes_of([r.get("error") or None for r in recs]),
+                  text=self.texts.codes_of([r.get("text_id") for r in recs]),
+                  tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
+                  offsets=np.array(offsets, dtype=np.int64),
+                  chunk_n=np.array(
+                      [len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
+                       for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)]),
+                  req_ids=lambda idx: [recs[i].get("req_id") for i in idx],
+                  stages=self._register_stages(_record_stages(recs)))
+
+    def _add(self, chunk: dict, end_times: list[np.ndarray], *, final, ok, settled, error, text, tier,
+             offsets, chunk_n, req_ids, stages) -> None:
+        """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
+        row0 = self._rows
+        n = len(chunk["t0"])
+        tend = np.full(n, np.nan)
+        for e in end_times:
+            tend = np.where(np.isnan(tend), e, tend)
+        chunk["tend"] = np.where(np.isnan(tend), chunk["t0"] + chunk["wait_ms"] / 1000.0, tend)
+        chunk["final"] = final = np.asarray(final, dtype=bool)
+        chunk["ok"] = np.asarray(ok, dtype=bool)
+        chunk["settled"] = np.asarray(settled, dtype=bool)
+        chunk["error"], chunk["text"], chunk["tier"] = error, text, tier
+        chunk["offset"] = np.asarray(offsets, dtype=np.int64)
+        chunk["chunk_n"] = np.asarray(chunk_n, dtype=np.int32)
+        # the first attempt's t0 of each retried request, and which rows end one
+        attempt, t0 = chunk["attempt"], chunk["t0"]
+        idx = np.flatnonzero(((attempt > 1) & final) | ((attempt == 1) & ~final & np.isfinite(t0)))
+        for i, rid in zip(idx, req_ids(idx)):
+            if rid is None:
                 continue
-            if not isinstance(r, dict):
-                self.bad_lines += 1
-                continue
-            t0 = _num(r.get("t0"))
-            wait = _num(r.get("wait_ms"))
-            for k in _FLOATS:
-                f[k].append(_num(r.get(k)))
-            for k in _STREAM_MS:
-                f[k].append(_amount(r.get(k)))
-            for k in _STREAM_COUNTS:
-                f[k].append(_amount(r.get(k), whole=True))
-            ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
-            chunk_n.append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm)
-                           else -1)
-            offsets.append(at)
-            for k in _INTS:
-                v = _num(r.get(k))
-                ints[k].append(-1 if v is None else int(v))
-            e = _num(r.get("t3"))
-            if e is None:
-                e = _num(r.get("t2"))
-            if e is None and t0 is not None and wait is not None:
-                e = t0 + wait / 1000.0
-            tend.append(e)
-            is_final = r.get("final", True) is not False
-            final.append(is_final)
-            ok.append(r.get("ok") is True)
-            settled.append(r.get("settled", True) is not False)
-            err.append(self.errors.code(r.get("error") or None))
-            text.append(self.texts.code(r.get("text_id")))
-            tier.append(self.tiers.code(r.get("tier")))
-            st = r.get("server_timing")
-            if isinstance(st, dict):
-                for name, ms in st.items():
-                    ms = _num(ms)
-                    if ms is None:
-                        continue
-                    name = str(name)[:64]
-                    if name not in stages and name not in self.stage_names:
-                        if len(self.stage_names) >= MAX_STAGES:
-                            continue
-                        self.stage_names.append(name)
-                    stages.setdefault(name, []).append((row, ms))
-            attempt = ints["attempt"][-1]
-            rid = r.get("req_id")
-            if attempt > 1 and is_final and rid is not None:
-                self._pending.append((row, str(rid)))
-            elif attempt == 1 and not is_final and rid is not None and t0 is not None:
-                self._first_t0[str(rid)] = t0
-            row += 1
-        n = row - self._rows
-        chunk = {k: np.array(v, dtype=float) for k, v in f.items()}
-        for k, v in ints.items():
-            chunk[k] = np.array(v, dtype=np.int32)
-        chunk["tend"] = np.array(tend, dtype=float)
-        chunk["final"] = np.array(final, dtype=bool)
-        chunk["ok"] = np.array(ok, dtype=bool)
-        chunk["settled"] = np.array(settled, dtype=bool)
-        chunk["error"] = np.array(err, dtype=np.int32)
-        chunk["text"] = np.array(text, dtype=np.int32)
-        chunk["tier"] = np.array(tier, dtype=np.int16)
-        chunk["offset"] = np.array(offsets, dtype=np.int64)
-        chunk["chunk_n"] = np.array(chunk_n, dtype=np.int32)
-        st_chunk = {}
-        for name, pairs in stages.items():
-            a = np.full(n, np.nan)
-            idx = np.fromiter((p[0] - self._rows for p in pairs), dtype=np.int64, count=len(pairs))
-            a[idx] = [p[1] for p in pairs]
-            st_chunk[name] = a
-        if n:
-            self._chunks.append(chunk)
-            self._stage_chunks.append(st_chunk)
-        self._rows = row
+            if final[i]:
+                self._pending.append((row0 + int(i), str(rid)))
+            else:
+                self._first_t0[str(rid)] = float(t0[i])
+        self._chunks.append(chunk)
+        self._stage_chunks.append(stages)
+        self._rows = row0 + n
+
+    def _register_stages(self, stages: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Keep the chunk's stage columns (in order of first use) up to MAX_STAGES names in all."""
+        out = {}
+        for name, a in stages:
+            if name not in self.stage_names:
+                if len(self.stage_names) >= MAX_STAGES:
+                    continue
+                self.stage_names.append(name)
+            out[name] = a
+        return out
 
     def attempts(self) -> Attempts:
         """All attempts read so far as one set of columns (cached until the next update)."""
@@ -276,8 +453,9 @@ class RequestLog:
         if self._chunks:
             cols = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
         else:
-            cols = {k: np.empty(0) for k in _FLOATS + _STREAM_MS + _STREAM_COUNTS + ("tend",)}
-            cols.update({k: np.empty(0, dtype=np.int32) for k in _INTS + ("error", "text", "chunk_n")})
+            cols = {k: np.empty(0, dtype=np.int32 if kind == INT else float) for k, kind in _COLUMNS.items()}
+            cols["tend"] = np.empty(0)
+            cols.update({k: np.empty(0, dtype=np.int32) for k in ("error", "text", "chunk_n")})
             cols["offset"] = np.empty(0, dtype=np.int64)
             cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
             cols["tier"] = np.empty(0, dtype=np.int16)
@@ -325,62 +503,106 @@ class RequestLog:
 _RES_SCALARS = ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
 
 
-def read_resources(path: Path) -> tuple[pd.DataFrame, int, bool]:
-    """``resources.jsonl`` as one row per sample and GPU summary.
-
-    Columns: ``ts``, ``host``, ``role``, the CPU/memory scalars, ``proc_cpu_percent``,
-    ``proc_rss_bytes`` and, over the sample's GPUs, ``gpu_util_percent`` (the busiest GPU),
-    ``gpu_mem_used_bytes`` and ``gpu_mem_total_bytes`` (the GPU whose memory is fullest),
-    ``gpu_power_w``, ``gpu_count``, and ``metrics`` (the server's own series, a dict, or None).
-    Returns (frame, bad line count, incomplete last line).
-    """
-    rows, bad = [], 0
+def _loads(raw: bytes):
+    """One JSON line: orjson, or ``json.loads`` for what orjson refuses (NaN literals, ...)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return pd.DataFrame(), 0, False
-    end = data.rfind(b"\n") + 1
-    incomplete = end < len(data)
-    for raw in data[:end].split(b"\n"):
-        if not raw.strip():
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def _sample_row(s) -> dict | None:
+    """One resource sample as a frame row (see :class:`ResourceLog`); None if it has no ``ts``."""
+    ts = _num(s.get("ts")) if isinstance(s, dict) else None
+    if ts is None:
+        return None
+    row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
+    for k in _RES_SCALARS:
+        row[k] = _num(s.get(k))
+    proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
+    row["proc_cpu_percent"] = _num(proc.get("cpu_percent"))
+    row["proc_rss_bytes"] = _num(proc.get("rss_bytes"))
+    gpus = [g for g in (s.get("gpus") or []) if isinstance(g, dict)]
+    utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
+    row["gpu_util_percent"] = max(utils) if utils else None
+    fullest, frac = None, -1.0
+    for g in gpus:
+        used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
+        if used is None:
             continue
+        fr = used / total if total else 0.0
+        if fr > frac:
+            fullest, frac = (used, total), fr
+    row["gpu_mem_used_bytes"] = fullest[0] if fullest else None
+    row["gpu_mem_total_bytes"] = fullest[1] if fullest else None
+    powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
+    row["gpu_power_w"] = sum(powers) if powers else None
+    row["gpu_count"] = len(gpus)
+    row["metrics"] = s.get("metrics") if isinstance(s.get("metrics"), dict) else None
+    return row
+
+
+class ResourceLog:
+    """Incremental reader of ``resources.jsonl``: :meth:`update` parses only the lines appended
+    since the last call (bad ones counted in ``bad_lines``, a last line without its newline left
+    for later, as :class:`RequestLog` does).
+
+    :meth:`frame` is one row per sample, sorted by ``ts``: ``ts``, ``host``, ``role``, the
+    CPU/memory scalars, ``proc_cpu_percent``, ``proc_rss_bytes`` and, over the sample's GPUs,
+    ``gpu_util_percent`` (the busiest GPU), ``gpu_mem_used_bytes`` and ``gpu_mem_total_bytes``
+    (the GPU whose memory is fullest), ``gpu_power_w``, ``gpu_count``, and ``metrics`` (the
+    server's own series, a dict, or None).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.bad_lines = 0
+        self.incomplete_last_line = False
+        self._rows: list[dict] = []
+        self._frame: pd.DataFrame | None = None
+
+    def update(self) -> bool:
+        """Parse lines appended since the last call; True if anything new was read."""
         try:
-            s = json.loads(raw)
-        except ValueError:
-            bad += 1
-            continue
-        ts = _num(s.get("ts")) if isinstance(s, dict) else None
-        if ts is None:
-            bad += 1
-            continue
-        row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
-        for k in _RES_SCALARS:
-            row[k] = _num(s.get(k))
-        proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
-        row["proc_cpu_percent"] = _num(proc.get("cpu_percent"))
-        row["proc_rss_bytes"] = _num(proc.get("rss_bytes"))
-        gpus = [g for g in (s.get("gpus") or []) if isinstance(g, dict)]
-        utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
-        row["gpu_util_percent"] = max(utils) if utils else None
-        fullest, frac = None, -1.0
-        for g in gpus:
-            used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
-            if used is None:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            changed = bool(self._rows) or self.offset > 0
+            self.__init__(self.path)
+            return changed
+        if size < self.offset:  # file replaced: start over
+            self.__init__(self.path)
+        if size == self.offset:
+            return False
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(size - self.offset)
+        end = data.rfind(b"\n") + 1
+        self.incomplete_last_line = end < len(data)
+        if not end:
+            return False
+        self.offset += end
+        for raw in data[:end].split(b"\n"):
+            if not raw.strip():
                 continue
-            fr = used / total if total else 0.0
-            if fr > frac:
-                fullest, frac = (used, total), fr
-        row["gpu_mem_used_bytes"] = fullest[0] if fullest else None
-        row["gpu_mem_total_bytes"] = fullest[1] if fullest else None
-        powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
-        row["gpu_power_w"] = sum(powers) if powers else None
-        row["gpu_count"] = len(gpus)
-        row["metrics"] = s.get("metrics") if isinstance(s.get("metrics"), dict) else None
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    if len(df):
-        df = df.sort_values("ts", kind="stable").reset_index(drop=True)
-    return df, bad, incomplete
+            try:
+                row = _sample_row(_loads(raw))
+            except ValueError:
+                row = None
+            if row is None:
+                self.bad_lines += 1
+            else:
+                self._rows.append(row)
+        self._frame = None
+        return True
+
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            df = pd.DataFrame(self._rows)
+            if len(df):
+                df = df.sort_values("ts", kind="stable").reset_index(drop=True)
+            self._frame = df
+        return self._frame
 
 
 @dataclass
@@ -397,7 +619,7 @@ class RunDir:
     def __post_init__(self):
         self.path = Path(self.path)
         self.requests = RequestLog(self.path / "requests.jsonl")
-        self._res_key = None
+        self._resources = ResourceLog(self.path / "resources.jsonl")
 
     def check(self) -> None:
         """Raise :class:`RunDirError` if this is not something that can be a run directory."""
@@ -425,16 +647,11 @@ class RunDir:
             # keep the last good copy: the writer may be rewriting it right now
             self.run_json_error = f"run.json is not valid JSON ({e})"
         changed |= self.requests.update()
-        rp = self.path / "resources.jsonl"
-        try:
-            st = rp.stat()
-            key = (st.st_size, st.st_mtime_ns)
-        except FileNotFoundError:
-            key = None
-        if key != self._res_key:
-            self._res_key = key
-            self.resources, self.resource_bad_lines, self.resource_incomplete = read_resources(rp)
+        if self._resources.update():
+            self.resources = self._resources.frame()
+            self.resource_bad_lines = self._resources.bad_lines
             changed = True
+        self.resource_incomplete = self._resources.incomplete_last_line
         return changed
 
     def has_resources(self) -> bool:

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from pathlib import Path
 
 import gevent
+import orjson
 
 from .clock import wall
 
@@ -34,8 +35,14 @@ TALLY_WAITS = 2000
 _TIMES = ("t0", "t1", "t2", "t3")
 
 
-def _dumps(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+def _line(record: dict) -> bytes:
+    """One JSONL line, newline included: orjson (several times cheaper per record than the
+    standard library, and NaN becomes null), or ``json`` for what orjson refuses (an integer
+    beyond 64 bits, a key that is not a string)."""
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 class JsonlAppender:
@@ -46,13 +53,13 @@ class JsonlAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, records: list[dict]) -> None:
-        self.write_lines([_dumps(r) + "\n" for r in records])
+        self.write_lines([_line(r) for r in records])
 
-    def write_lines(self, lines: list[str]) -> None:
+    def write_lines(self, lines: list[bytes]) -> None:
         if lines and self._fd is None:
             raise ValueError(f"{self.path} is closed")
         if lines:
-            view = memoryview("".join(lines).encode())
+            view = memoryview(b"".join(lines))
             while view:
                 view = view[os.write(self._fd, view):]
 
@@ -73,7 +80,7 @@ class RecordWriter:
 
     def __init__(self, path: Path):
         self._out = JsonlAppender(path)
-        self._buf: list[str] = []   # encoded lines
+        self._buf: list[bytes] = []   # encoded lines
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
         self.finished_settled = Counter()   # the same, past the step's settle window
@@ -84,7 +91,7 @@ class RecordWriter:
     def add(self, records: list[dict]) -> None:
         # Encoded as they come rather than all at once at the flush, which would stall the
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
-        self._buf.extend(_dumps(r) + "\n" for r in records)
+        self._buf.extend(_line(r) for r in records)
         for r in records:
             ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
             if ends:

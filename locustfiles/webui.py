@@ -1,13 +1,19 @@
 """tts-knee in Locust's web UI: a "TTS steps" tab with the per-step table as the run goes (each
 step's place in the plan and its SLO verdict once judged), and the live dashboard (knee,
 diagnosis, timeline) served from Locust's own Flask app at ``/tts-knee/``, linked from the UI's
-download tab. tts-knee's options, the SLO and the plan's among them, are in the start form."""
+download tab. tts-knee's options, the SLO and the plan's among them, are in the start form.
+
+The steps drive the run, so Locust's "Number of users" and "Ramp up" fields (shown as a disabled
+0 while a shape runs) are hidden from the start form, and in their place a line says what the
+steps will do, following the form's own step fields as they are edited."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from flask import Response, request
+
+from .settings import DEFAULT_STEP_TIME_S, STEP_REQUESTS_CAP_S
 
 TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
@@ -24,6 +30,16 @@ def mount(environment) -> None:
     web_ui.template_args["extended_csv_files"] = [
         {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}]
     app = web_ui.app
+
+    @app.after_request
+    def _plan_in_form(response):
+        if request.endpoint != "locust.index" or response.mimetype != "text/html" \
+                or environment.shape_class is None:
+            return response
+        defaults = {"step_time": DEFAULT_STEP_TIME_S, "step_requests_cap": STEP_REQUESTS_CAP_S}
+        script = _FORM_SCRIPT.replace("DEFAULTS", json.dumps(defaults))
+        response.set_data(response.get_data(as_text=True).replace("</body>", script + "</body>", 1))
+        return response
 
     @app.after_request
     def _add_step_table(response):
@@ -52,3 +68,52 @@ def mount(environment) -> None:
         return Response(body, status, content_type=ctype)
 
     _views: dict = {}
+
+
+# Locust's form is a React app: the note is kept in place as it re-renders. It reads the form's
+# own tts-knee fields, so it shows the plan that pressing Start would run.
+_FORM_SCRIPT = """<script>(function () {
+  var D = DEFAULTS;
+  function field(name) {
+    var e = document.querySelector('[name="' + name + '"]');
+    if (!e) return "";
+    return e.type === "checkbox" ? (e.checked ? "true" : "") : String(e.value).trim();
+  }
+  function plan() {
+    var rates = field("rates"), steps = field("steps") || "?";
+    var time = parseFloat(field("step_time")) || 0, n = parseInt(field("step_requests"), 10) || 0;
+    var per = n > 0 ? n + " settled requests per step (at most " + (time || D.step_requests_cap) + " s)"
+                    : (time || D.step_time) + " s per step";
+    var text = rates
+      ? "Arrival rates drive this run: " + rates.split(",").join(" \u2192 ") + " requests/s, " + per + "."
+      : "The steps drive this run: concurrency " + steps.split(",").join(" \u2192 ") + ", " + per + ".";
+    var repeat = parseInt(field("repeat"), 10) || 1;
+    if (repeat > 1) text += " The grid runs " + repeat + " times.";
+    if (field("slo")) text += " Each step is judged against " + field("slo") + ".";
+    if (field("refine")) text += " Then it refines between the last passing and the first failing step.";
+    if (field("stop_past_knee")) text += " It stops past the knee.";
+    return text + " Users and ramp-up come from the plan, not from Locust's user count.";
+  }
+  function apply() {
+    var users = document.querySelector('input[name="userCount"]');
+    if (!users) return;
+    var boxes = ["userCount", "spawnRate"].map(function (n) {
+      var e = document.querySelector('input[name="' + n + '"]');
+      return e && (e.closest(".MuiFormControl-root") || e.parentElement);
+    });
+    boxes.forEach(function (b) { if (b && b.style.display !== "none") b.style.display = "none"; });
+    var note = document.getElementById("tts-knee-plan");
+    if (!note) {
+      note = document.createElement("p");
+      note.id = "tts-knee-plan";
+      note.style.margin = "0";
+      boxes[0].parentElement.insertBefore(note, boxes[0]);
+    }
+    var text = plan();
+    if (note.textContent !== text) note.textContent = text;
+  }
+  new MutationObserver(apply).observe(document.body, {childList: true, subtree: true});
+  document.addEventListener("input", apply, true);
+  document.addEventListener("change", apply, true);
+  apply();
+})();</script>"""

@@ -1,0 +1,250 @@
+"""The fast requests.jsonl reader (pyarrow by block, orjson by line) against a plain reference:
+``json.loads`` of every line and the column rules written out value by value. Same columns,
+same labels, same Server-Timing stages, same bad-line count, whichever path a block takes and
+however the file is cut while it is being written."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from dashboard import rundir
+from dashboard.rundir import RequestLog
+from rundirs import SCENARIOS, build_run
+
+NUMS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf", "retry_after_s", "backoff_ms",
+        "text_len", "bytes")
+AMOUNTS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
+COUNTS = ("chunks", "underruns")
+INTS = ("step", "concurrency", "attempt", "status")
+
+
+def _num(v):
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _label(v, names):
+    if v is None:
+        return -1
+    s = str(v)[:300]
+    if s not in names:
+        names.append(s)
+    return names.index(s)
+
+
+def reference(data: bytes) -> dict:
+    """Columns of every complete line, the plain way."""
+    cols = {k: [] for k in (*NUMS, *AMOUNTS, *COUNTS, *INTS, "tend", "final", "ok", "settled", "error", "text",
+                            "tier", "offset", "chunk_n")}
+    labels = {"error": [], "text": [], "tier": []}
+    stage_rows: dict[str, dict[int, float]] = {}
+    bad = pos = 0
+    for raw in data.split(b"\n")[:-1]:
+        at, pos = pos, pos + len(raw) + 1
+        if not raw.strip():
+            continue
+        try:
+            r = json.loads(raw)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(r, dict):
+            bad += 1
+            continue
+        row = len(cols["offset"])
+        for k in NUMS:
+            cols[k].append(_num(r.get(k)))
+        for k in AMOUNTS + COUNTS:
+            f = _num(r.get(k))
+            ok = f is not None and f >= 0 and (k not in COUNTS or f == int(f))
+            cols[k].append(f if ok else None)
+        for k in INTS:
+            f = _num(r.get(k))
+            cols[k].append(-1 if f is None else int(f))
+        end = next((x for x in (_num(r.get("t3")), _num(r.get("t2"))) if x is not None), None)
+        if end is None and _num(r.get("t0")) is not None and _num(r.get("wait_ms")) is not None:
+            end = _num(r["t0"]) + _num(r["wait_ms"]) / 1000.0
+        cols["tend"].append(end)
+        cols["final"].append(r.get("final", True) is not False)
+        cols["ok"].append(r.get("ok") is True)
+        cols["settled"].append(r.get("settled", True) is not False)
+        cols["error"].append(_label(r.get("error") or None, labels["error"]))
+        cols["text"].append(_label(r.get("text_id"), labels["text"]))
+        cols["tier"].append(_label(r.get("tier"), labels["tier"]))
+        cols["offset"].append(at)
+        ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
+        cols["chunk_n"].append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm)
+                               else -1)
+        st = r.get("server_timing")
+        if isinstance(st, dict):
+            for name, ms in st.items():
+                ms = _num(ms)
+                if ms is not None:
+                    stage_rows.setdefault(str(name)[:64], {})[row] = ms
+    n = len(cols["offset"])
+    out = {k: np.array([np.nan if x is None else x for x in v], dtype=float) for k, v in cols.items()}
+    stages = {}
+    for name, rows in stage_rows.items():
+        a = stages[name] = np.full(n, np.nan)
+        a[list(rows)] = list(rows.values())
+    return {"cols": out, "labels": labels, "stages": stages, "bad": bad}
+
+
+def assert_same(log: RequestLog, data: bytes) -> None:
+    ref = reference(data)
+    a = log.attempts()
+    assert log.bad_lines == ref["bad"]
+    assert len(a) == len(ref["cols"]["offset"])
+    for k, want in ref["cols"].items():
+        got = a[k].astype(float)
+        assert np.array_equal(got, want, equal_nan=True), (k, np.flatnonzero(~((got == want) | np.isnan(want))))
+    assert a.errors == ref["labels"]["error"] and a.texts == ref["labels"]["text"] and a.tiers == ref["labels"]["tier"]
+    assert list(a.stages) == list(ref["stages"])
+    for name, want in ref["stages"].items():
+        assert np.array_equal(a.stages[name], want, equal_nan=True), name
+
+
+def _record(rng: random.Random, i: int) -> dict:
+    """A plausible attempt, with the odd values real files hold: nulls, missing fields, unicode,
+    empty errors, negative or fractional stream figures, uneven chunk lists, integer stages."""
+    t0 = 1_700_000_000 + i * 0.01
+    r = {"req_id": f"w1-{i // 2}", "attempt": 1 + i % 2, "final": bool(i % 2) or i % 7 == 0, "step": 1 + i // 50,
+         "concurrency": 2 ** (i // 50 % 8), "worker": "w1", "user": i % 4,
+         "text_id": rng.choice(["t1", "中文", "emoji 🎙️", "x" * 400]),
+         "text_len": rng.choice([10, 12.0, None]), "tier": rng.choice(["short", "long", None]),
+         "t0": t0, "t1": t0 + 0.05, "t2": rng.choice([t0 + 0.2, None]), "t3": rng.choice([t0 + 0.21, None]),
+         "ttfb_ms": 50.0, "wait_ms": rng.choice([200.0, None, 0]), "write_ms": None, "concat_ms": None,
+         "status": rng.choice([200, 429, None]), "ok": rng.choice([True, False, None]),
+         "error": rng.choice([None, "", "HTTP 429", "délai dépassé"]), "bytes": 88200, "audio_s": 2.0,
+         "rtf": 0.1, "retry_after_s": None, "retry_after_raw": None, "backoff_ms": 0.0,
+         "server_timing": rng.choice([None, {}, {"queue": 1, "infer": 2.5}, {"infer": 3.0, "post": 0.5}]),
+         "settled": rng.choice([True, False, None]),
+         "ttfa_ms": rng.choice([120.0, -1.0, None, 0]), "chunks": rng.choice([3, 2.5, -1, None]),
+         "gap_max_ms": 10.0, "underruns": rng.choice([0, 1, 1.5]), "underrun_ms": rng.choice([0.0, 20.0, -3.0]),
+         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0]]),
+         "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None])}
+    for k in rng.sample(sorted(r), 2):  # fields go missing
+        del r[k]
+    return r
+
+
+def _clean(rng: random.Random, n: int) -> bytes:
+    lines = [json.dumps(_record(rng, i), ensure_ascii=rng.random() < 0.5) for i in range(n)]
+    lines[3] = "   "  # whitespace-only and empty lines are no attempt and not bad
+    lines[5] = ""
+    lines[8] = "  " + lines[8] + "\r"
+    return ("\n".join(lines) + "\n").encode()
+
+
+# each of these makes pyarrow refuse its block, or json.loads read a line its own way
+DIRTY = [b'not json', b'[1, 2]', b'5', b'"str"', b'null', b'{"t0": 1}{"t0": 2}', b'{"t0": NaN, "wait_ms": Infinity}',
+         b'{"t0": "1.5", "wait_ms": "nan", "status": "200"}', b'{"t0": true, "ok": 1, "final": 0}',
+         b'{"t0": 1e400, "status": 200.7}', b'{"t0": 1, "t0": 2}', b'{"error": 5, "text_id": 7, "tier": false}',
+         b'{"text_id": "\\ud800 lone"}', b'{"error": "\xff\xfe"}', b'\xef\xbb\xbf{"t0": 3}',
+         b'{"server_timing": {"queue": "12.5", "infer": true, "post": {"x": 1}, "' + b"s" * 70 + b'": 4}}',
+         b'{"server_timing": "queue;dur=3"}', b'{"chunk_at_ms": [1, "a"], "chunk_audio_ms": [1, 2]}',
+         b'{"t0": 1, "tab": "a\tb"}', b'{"t0": 2', b'{}', b'{"t0": 1}null{"t0": 2}', b' null ', b'{"t0": 1} 5']
+
+
+def test_clean_file_takes_the_block_path_and_matches(tmp_path, monkeypatch):
+    data = _clean(random.Random(1), 3000)
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(data)
+    by_line = []
+    monkeypatch.setattr(RequestLog, "_parse", lambda self, lines, base: by_line.append(len(lines)))
+    log = RequestLog(path)
+    log.update()
+    assert not by_line, "a clean file must not need the line-by-line reader"
+    assert_same(log, data)
+
+
+def test_dirty_lines_match_the_reference(tmp_path):
+    rng = random.Random(2)
+    lines = _clean(rng, 400).split(b"\n")[:-1]
+    for bad in DIRTY:
+        lines.insert(rng.randrange(len(lines)), bad)
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(data)
+    log = RequestLog(path)
+    log.update()
+    assert log.bad_lines >= 8
+    assert_same(log, data)
+
+
+@pytest.mark.parametrize("block", [300, 4096, 1 << 20])
+def test_incremental_reads_with_cut_lines_match_one_read(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(rundir, "READ_BYTES", block)
+    rng = random.Random(3)
+    lines = _clean(rng, 600).split(b"\n")[:-1]
+    for bad in DIRTY[:6] + DIRTY[-2:]:
+        lines.insert(rng.randrange(len(lines)), bad)
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "requests.jsonl"
+    log = RequestLog(path)
+    written = 0
+    with open(path, "wb") as f:
+        while written < len(data):  # the writer appends pieces that end mid-line
+            step = rng.randrange(1, 9000)
+            f.write(data[written:written + step])
+            f.flush()
+            written += step
+            log.update()
+            assert log.incomplete_last_line == (not data[:written].endswith(b"\n"))
+    assert_same(log, data)
+
+
+def test_synthetic_run_matches_and_e2e_joins_retries(tmp_path):
+    p = build_run(tmp_path / "r", dataclasses.replace(SCENARIOS["rate_limited"][0], bad_lines=3))
+    data = (p / "requests.jsonl").read_bytes()
+    log = RequestLog(p / "requests.jsonl")
+    log.update()
+    assert_same(log, data)
+    a = log.attempts()
+    # a retried request's end-to-end time runs from its first attempt
+    recs = []
+    for line in data.splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass
+    first = {r["req_id"]: r["t0"] for r in recs if r["attempt"] == 1}
+    rows = [i for i, r in enumerate(recs) if r["final"] and r["attempt"] > 1 and r["req_id"] in first]
+    assert rows
+    for i in rows:
+        assert a["e2e_ms"][i] == pytest.approx((a["tend"][i] - first[recs[i]["req_id"]]) * 1000.0)
+
+
+def test_updates_read_only_the_bytes_appended_since(tmp_path):
+    """The live view and the web UI's plan refresh often: what was read is never read again, so
+    scribbling over it in place (same size) changes nothing, and the appended lines are read."""
+    from dashboard.rundir import RunDir
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    rd = RunDir(p)
+    rd.refresh()
+    n_req, n_res = len(rd.requests.attempts()), len(rd.resources)
+    req, res = p / "requests.jsonl", p / "resources.jsonl"
+    first_req, first_res = req.read_bytes().splitlines(keepends=True), res.read_bytes().splitlines(keepends=True)
+    for path in (req, res):
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.write(b"#" * (size - 1))  # every byte read so far, but the last newline, is now garbage
+    with open(req, "ab") as f:
+        f.writelines(first_req[:5] + [first_req[5][:20]])  # five lines and a cut one
+    with open(res, "ab") as f:
+        f.writelines(first_res[:3])
+    assert rd.refresh()
+    assert len(rd.requests.attempts()) == n_req + 5 and rd.requests.bad_lines == 0
+    assert rd.requests.incomplete_last_line
+    assert len(rd.resources) == n_res + 3 and rd.resource_bad_lines == 0
+    assert not rd.refresh()
