@@ -259,13 +259,6 @@ def preflight(s: settings_mod.Settings) -> dict:
     return out
 
 
-# ---- Locust events ---------------------------------------------------------------------
-
-@events.init_command_line_parser.add_listener
-def _add_options(parser) -> None:
-    settings_mod.add_arguments(parser)
-
-
 class Node:
     """tts-knee on one Locust node for the life of the process: the current run, and what
     outlives a run — the step state a worker follows, the master's record receiver (Locust
@@ -319,6 +312,13 @@ class Node:
             run.receiver = self.receiver
             run.open()
         return run
+
+
+# ---- Locust events ---------------------------------------------------------------------
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser) -> None:
+    settings_mod.add_arguments(parser)
 
 
 @events.init.add_listener
