@@ -65,6 +65,10 @@ ATTEMPT: tuple[Field, ...] = (
     Field("underrun_ms", "ms", True, "silence those underruns add up to"),
     Field("chunk_at_ms", "ms", True, "arrival of each chunk after t0 (streamed runs only)"),
     Field("chunk_audio_ms", "ms", True, "audio each chunk carried"),
+    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request",
+          optional=True),
+    Field("sched_wait_ms", "ms", True, "open loop: t0 - scheduled (the generator's own lateness)",
+          optional=True),
     Field("req_id", "", False, "one logical request, unique across workers"),
     Field("attempt", "count", False, "1-based attempt number"),
     Field("final", "", False, "the last attempt of its request"),
@@ -73,10 +77,6 @@ ATTEMPT: tuple[Field, ...] = (
     Field("tier", "", True, "short, medium or long"),
     Field("segment", "", True, "'k/n' for a segment of a split text"),
     Field("backoff_ms", "ms", True, "slept before this attempt"),
-    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request",
-          optional=True),
-    Field("sched_wait_ms", "ms", True, "open loop: t0 - scheduled (the generator's own lateness)",
-          optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3")
