@@ -175,6 +175,8 @@ STEP: tuple[Field, ...] = (
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
     Field("rate", "req/s", True, "open loop: the step's arrival rate", optional=True),
+    Field("dropped", "count", True, "open loop: arrivals never sent (--max-inflight reached)", optional=True),
+    Field("workers", "count", True, "open loop: workers the step's rate was split across", optional=True),
 )
 
 WORKER: tuple[Field, ...] = (
