@@ -241,6 +241,7 @@ SUMMARY: tuple[Field, ...] = (
     Field("gpu_memory_creep", "", True, ""),
     Field("server_timing_stages", "", False, "Server-Timing stage names seen"),
     Field("recommended_rate", "req/s", True, "open loop", optional=True),
+    Field("dropped", "count", True, "open loop: arrivals never sent, over the run", optional=True),
     Field("regression", "", True, "with --baseline", optional=True),
     Field("require", "", True, "with --require", optional=True),
 )
