@@ -250,7 +250,7 @@ class RecordShipper:
         offset = self.timesync.offset_s or 0.0
         for r in batch:
             for k in runformat.ATTEMPT_TIMES:
-                if r[k] is not None:
+                if r.get(k) is not None:   # scheduled: open loop only
                     r[k] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch
