@@ -16,6 +16,10 @@ each row remembers its line's byte offset in ``requests.jsonl`` and how many chu
 carried (``chunk_n``, -1 when the lists are missing or do not match), and
 :meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.
 
+Field names and the format come from :mod:`runformat`. It reads run directories of format
+versions 1 and 2 (``run.json``'s ``format_version``; none means 1); one of a later version is
+refused with one sentence (:attr:`RunDir.format_error`), since its fields may mean other things.
+
 A line that is not a JSON object is skipped and counted in ``bad_lines``.  A last line without
 its newline is being written (or was cut by a crash): it is left unparsed and reported as
 ``incomplete_last_line``; the next update picks it up once it is complete.
@@ -33,6 +37,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
+
+import runformat
 
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
 CHUNK_LINES = 16384  # lines held as parsed records at once before they become numpy arrays
@@ -54,6 +60,9 @@ _COLUMNS = {
 }
 _END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else t0 + wait_ms
 _CHUNK_LISTS = ("chunk_at_ms", "chunk_audio_ms")  # not kept: their length, and the line's offset
+_UNKNOWN = (set(_COLUMNS) | set(_END_TIMES) | set(_CHUNK_LISTS)) - {f.name for f in runformat.ATTEMPT}
+if _UNKNOWN:  # the reader's names come from the one definition of the format
+    raise ImportError(f"dashboard.rundir reads fields runformat does not define: {sorted(_UNKNOWN)}")
 _NUMBER_TYPES = frozenset((int, float, type(None)))
 _INT32 = np.iinfo(np.int32)
 
@@ -500,7 +509,8 @@ class RequestLog:
         return at[order], audio[order]
 
 
-_RES_SCALARS = ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
+_RES_SCALARS = tuple(f.name for f in runformat.RESOURCE_SAMPLE
+                     if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"))
 
 
 def _loads(raw: bytes):
@@ -615,11 +625,12 @@ class RunDir:
     resource_bad_lines: int = 0
     resource_incomplete: bool = False
     run_json_error: str | None = None
+    format_error: str | None = None   # why this version cannot read it (runformat.unreadable)
 
     def __post_init__(self):
         self.path = Path(self.path)
-        self.requests = RequestLog(self.path / "requests.jsonl")
-        self._resources = ResourceLog(self.path / "resources.jsonl")
+        self.requests = RequestLog(self.path / runformat.REQUESTS)
+        self._resources = ResourceLog(self.path / runformat.RESOURCES)
 
     def check(self) -> None:
         """Raise :class:`RunDirError` if this is not something that can be a run directory."""
@@ -627,18 +638,19 @@ class RunDir:
             raise RunDirError(f"{self.path} does not exist; pass a run directory written by a tts-knee run.")
         if not self.path.is_dir():
             raise RunDirError(f"{self.path} is not a directory; pass a run directory (runs/<run-id>/).")
-        if not (self.path / "run.json").exists() and not (self.path / "requests.jsonl").exists():
+        if not (self.path / runformat.RUN_JSON).exists() and not (self.path / runformat.REQUESTS).exists():
             raise RunDirError(f"{self.path} has neither run.json nor requests.jsonl; is it a run directory?")
 
     def refresh(self) -> bool:
         """Re-read whatever changed on disk; True if anything did."""
         changed = False
-        rj = self.path / "run.json"
+        rj = self.path / runformat.RUN_JSON
         try:
             run = json.loads(rj.read_text(encoding="utf-8"))
             if not isinstance(run, dict):
                 raise ValueError("not an object")
             self.run_json_error = None
+            self.format_error = runformat.unreadable(run)
             changed |= run != self.run
             self.run = run
         except FileNotFoundError:
@@ -655,7 +667,7 @@ class RunDir:
         return changed
 
     def has_resources(self) -> bool:
-        return (self.path / "resources.jsonl").exists() and len(self.resources) > 0
+        return (self.path / runformat.RESOURCES).exists() and len(self.resources) > 0
 
     def options(self) -> dict:
         opts = self.run.get("options")

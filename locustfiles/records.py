@@ -7,14 +7,14 @@ file if the master goes away, so an acknowledged record is never lost.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter, deque
 from pathlib import Path
 
 import gevent
-import orjson
+
+import runformat
 
 from .clock import wall
 
@@ -32,17 +32,6 @@ BATCH_MAX = 1000
 SPOOL_DIR = Path("runs") / "spool"
 #: Latest successful waits kept per step for the web UI's live table.
 TALLY_WAITS = 2000
-_TIMES = ("t0", "t1", "t2", "t3")
-
-
-def _line(record: dict) -> bytes:
-    """One JSONL line, newline included: orjson (several times cheaper per record than the
-    standard library, and NaN becomes null), or ``json`` for what orjson refuses (an integer
-    beyond 64 bits, a key that is not a string)."""
-    try:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:
-        return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 class JsonlAppender:
@@ -53,7 +42,7 @@ class JsonlAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, records: list[dict]) -> None:
-        self.write_lines([_line(r) for r in records])
+        self.write_lines([runformat.jsonl_bytes(r) for r in records])
 
     def write_lines(self, lines: list[bytes]) -> None:
         if lines and self._fd is None:
@@ -91,7 +80,7 @@ class RecordWriter:
     def add(self, records: list[dict]) -> None:
         # Encoded as they come rather than all at once at the flush, which would stall the
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
-        self._buf.extend(_line(r) for r in records)
+        self._buf.extend(runformat.jsonl_bytes(r) for r in records)
         for r in records:
             ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
             if ends:
@@ -260,8 +249,8 @@ class RecordShipper:
             return
         offset = self.timesync.offset_s or 0.0
         for r in batch:
-            for k in _TIMES:
-                if r[k] is not None:
+            for k in runformat.ATTEMPT_TIMES:
+                if r.get(k) is not None:   # scheduled: open loop only
                     r[k] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch

@@ -11,10 +11,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
-import itertools
 import os
 import random
 import socket
+from http.client import HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,9 +22,10 @@ import gevent
 from gevent import monkey
 from gevent.event import Event
 from geventhttpclient import HTTPClient
-from geventhttpclient.response import HTTPParseError
 from locust import User, constant, task
 from locust.exception import StopUser
+
+import runformat
 
 from . import audio as audio_mod
 from . import stream as stream_mod
@@ -32,7 +33,6 @@ from .clock import mono, wall
 from .corpus import split
 from .headers import header, parse_retry_after, parse_server_timing
 
-_USER_NUMBERS = itertools.count(1)
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
 #: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU.
@@ -40,8 +40,7 @@ READ_BLOCK_BYTES = 64 * 1024
 
 
 #: The streaming fields of an attempt whose body was not parsed (an error status, no answer).
-_NO_STREAM = dict.fromkeys(("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
-                            "chunk_audio_ms"))
+_NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
 
 
 class AttemptFailed(Exception):
@@ -63,11 +62,12 @@ class TTSUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.run = self.environment.tts_knee
+        node = self.environment.tts_knee
+        self.run = node.run
         if self.run is None:   # this node's options were unusable; ensure_run said why
             raise StopUser()
         self.s = self.run.settings
-        self.no = next(_USER_NUMBERS)
+        self.no = node.next_user_number()
         self.seq = 0
         self.rng = random.Random()
         parts = urlsplit(self.s.host)
@@ -106,9 +106,9 @@ class TTSUser(User):
         while True:
             rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
-            rec.update(req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
-                       text_len=len(segment), tier=text.tier, segment=f"{k}/{n}" if n > 1 else None,
-                       backoff_ms=backoff_ms)
+            runformat.attempt.update(rec, req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
+                                     text_len=len(segment), tier=text.tier,
+                                     segment=f"{k}/{n}" if n > 1 else None, backoff_ms=backoff_ms)
             if rec["ok"]:
                 parts.append((body, audio))
                 if last_segment:
@@ -174,14 +174,11 @@ class TTSUser(User):
             bad_stream = str(e)
             if m2 is None:
                 self._reconnect()   # the rest of the body is still on the connection
-        except HTTPParseError as e:
+        except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
             if status is not None and str(e).startswith("Incomplete"):
                 error = "connection closed before the body was complete"
             else:
                 error = f"bad HTTP response: {type(e).__name__}: {e}"
-            self._reconnect()
-        except Exception as e:  # the HTTP parser's other errors: a malformed response
-            error = f"bad HTTP response: {type(e).__name__}: {e}"
             self._reconnect()
         finally:
             timeout.close()
@@ -189,16 +186,14 @@ class TTSUser(User):
             error = f"HTTP {status}, then {error}"
             status = None  # the response never completed: it is a connection failure, not a status
         body = b"".join(blocks)
-        rec = {
-            "step": step.step if step else None, "concurrency": step.concurrency if step else None,
-            "worker": self.run.worker_id, "user": self.no,
-            "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
-            "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
-            "status": status, "ok": False, "error": error or bad_stream, "bytes": len(body), "audio_s": None,
-            "rtf": None, "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
-            "settled": self.run.state.settled(step, t0),
+        rec = runformat.attempt(
+            step=step.step if step else None, concurrency=step.concurrency if step else None,
+            worker=self.run.worker_id, user=self.no,
+            t0=t0, t1=None if m1 is None else t0 + (m1 - m0), t2=None if m2 is None else t0 + (m2 - m0),
+            ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False, error=error or bad_stream,
+            bytes=len(body), settled=self.run.state.settled(step, t0),
             **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if parser is not None else _NO_STREAM),
-        }
+        )
         audio = None
         if error is None:
             rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))
@@ -245,7 +240,7 @@ class TTSUser(User):
         if path is None:
             return
         try:
-            _audio_writer().write(path, data)
+            _audio_writer(self.environment.tts_knee).write(path, data)
         except OSError as e:
             self.run.audio_failed(e)
             return
@@ -295,14 +290,11 @@ class _AudioWriter:
             self._done.popleft()[0].set()
 
 
-_WRITER: _AudioWriter | None = None
-
-
-def _audio_writer() -> _AudioWriter:
-    global _WRITER
-    if _WRITER is None:
-        _WRITER = _AudioWriter()
-    return _WRITER
+def _audio_writer(node) -> _AudioWriter:
+    """The node's one audio writer thread, started by the first file it writes."""
+    if node.audio_writer is None:
+        node.audio_writer = _AudioWriter()
+    return node.audio_writer
 
 
 def _write_over(path: Path, data: bytes) -> None:
