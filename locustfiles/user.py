@@ -32,7 +32,8 @@ from .clock import mono, wall
 from .corpus import split
 from .headers import header, parse_retry_after, parse_server_timing
 
-_USER_NUMBERS = itertools.count(1)
+#: User numbers on this process, shared by both user classes.
+USER_NUMBERS = itertools.count(1)
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
 #: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU.
@@ -57,18 +58,16 @@ def _error_text(status: int, body: bytes) -> str:
     return f"HTTP {status}" + (f": {snippet}" if snippet else "")
 
 
-class TTSUser(User):
-    """Sends the corpus, text by text, to the TTS endpoint the options describe."""
+class Caller:
+    """One connection to the TTS endpoint and the attempt path: sends a text (its segments, each
+    with its attempts and retries), records every attempt and fires its Locust request event.
+    The closed-loop user owns one; the open-loop user one per request in flight."""
 
-    wait_time = constant(0)
-
-    def on_start(self) -> None:
-        self.run = self.environment.tts_knee
-        if self.run is None:   # this node's options were unusable; ensure_run said why
-            raise StopUser()
+    def __init__(self, user: User, no: int):
+        self.environment = user.environment
+        self.run = user.environment.tts_knee
         self.s = self.run.settings
-        self.no = next(_USER_NUMBERS)
-        self.seq = 0
+        self.no = no
         self.rng = random.Random()
         parts = urlsplit(self.s.host)
         self._client_args = dict(
@@ -81,30 +80,29 @@ class TTSUser(User):
         )
         self.http = HTTPClient(**self._client_args)
 
-    def on_stop(self) -> None:
+    def close(self) -> None:
         self.http.close()
 
-    @task
-    def synthesize(self) -> None:
-        run = self.run
-        text = run.next_text()
+    def send(self, text, seq: int, sent: dict | None = None) -> None:
+        """Send ``text`` as request number ``seq`` of this caller's user. ``sent`` (open loop):
+        the step it was scheduled in, its ``scheduled`` time and the ``concurrency`` at sending,
+        which the records carry instead of the step running when each attempt starts."""
         segments = split(text.text, self.s.split_max_chars)
-        self.seq += 1
-        base_id = f"{run.worker_tag}-{self.no}-{self.seq}"
+        base_id = f"{self.run.worker_tag}-{self.no}-{seq}"
         parts: list[tuple[bytes, audio_mod.Audio]] = []
         for k, segment in enumerate(segments, 1):
             req_id = base_id if len(segments) == 1 else f"{base_id}.{k}"
             last_segment = k == len(segments)
-            result = self._request(req_id, text, segment, k, len(segments), last_segment, parts)
+            result = self._request(req_id, text, segment, k, len(segments), last_segment, parts, seq, sent)
             if result is None:
                 return
 
-    def _request(self, req_id, text, segment, k, n, last_segment, parts):
+    def _request(self, req_id, text, segment, k, n, last_segment, parts, seq, sent):
         """All attempts of one request; returns None once it finally fails."""
         attempt, backoff_ms = 1, None
         payload = self.s.payload(segment)
         while True:
-            rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt)
+            rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt, sent)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
             rec.update(req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
                        text_len=len(segment), tier=text.tier, segment=f"{k}/{n}" if n > 1 else None,
@@ -112,7 +110,7 @@ class TTSUser(User):
             if rec["ok"]:
                 parts.append((body, audio))
                 if last_segment:
-                    self._finish_audio(rec, parts, m0, m2)   # yields while the file is written
+                    self._finish_audio(rec, parts, m0, m2, seq)   # yields while the file is written
             # The Locust event and the record go out together, with no yield in between, so a
             # user stopped mid-attempt leaves neither: the two counts always agree.
             self._fire(rec, attempt, elapsed_ms)
@@ -127,9 +125,9 @@ class TTSUser(User):
             gevent.sleep(delay)
             attempt += 1
 
-    def _attempt(self, payload: bytes, attempt: int):
+    def _attempt(self, payload: bytes, attempt: int, sent: dict | None = None):
         s = self.s
-        step = self.run.state.current
+        step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
         m1 = m2 = None
         status = None
@@ -190,10 +188,13 @@ class TTSUser(User):
             status = None  # the response never completed: it is a connection failure, not a status
         body = b"".join(blocks)
         rec = {
-            "step": step.step if step else None, "concurrency": step.concurrency if step else None,
+            "step": step.step if step else None,
+            "concurrency": (step.concurrency if step else None) if sent is None else sent["concurrency"],
             "worker": self.run.worker_id, "user": self.no,
             "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
-            "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
+            "t3": None, "scheduled": None if sent is None else sent["scheduled"],
+            "sched_wait_ms": None if sent is None or m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
+            "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
             "status": status, "ok": False, "error": error or bad_stream, "bytes": len(body), "audio_s": None,
             "rtf": None, "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
             "settled": self.run.state.settled(step, t0),
@@ -230,7 +231,7 @@ class TTSUser(User):
             response=None, context={}, exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict, parts, m0: float, m2: float) -> None:
+    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seq: int) -> None:
         if len(parts) > 1:
             try:
                 data = audio_mod.concat(parts)
@@ -241,7 +242,7 @@ class TTSUser(User):
             rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
         else:
             data = parts[0][0]
-        path = self.run.audio_path(self.no, self.seq)
+        path = self.run.audio_path(self.no, seq)
         if path is None:
             return
         try:
@@ -256,6 +257,28 @@ class TTSUser(User):
     def _reconnect(self) -> None:
         self.http.close()
         self.http = HTTPClient(**self._client_args)
+
+class TTSUser(User):
+    """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
+    in flight at a time (closed loop)."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.run = self.environment.tts_knee
+        if self.run is None:   # this node's options were unusable; ensure_run said why
+            raise StopUser()
+        self.no = next(USER_NUMBERS)
+        self.seq = 0
+        self.caller = Caller(self, self.no)
+
+    def on_stop(self) -> None:
+        self.caller.close()
+
+    @task
+    def synthesize(self) -> None:
+        self.seq += 1
+        self.caller.send(self.run.next_text(), self.seq)
 
 
 class _AudioWriter:
