@@ -1,0 +1,313 @@
+"""Every field of the run directory: its name, its unit, and whether it may be null.
+
+The tables are data (tuples of :class:`Field`) so that writers, readers and tests share one
+spelling. Each record kind has a builder that takes only the names its table knows and fills
+every field it was not given with null, in table order: a writer cannot forget or misspell a
+field, and the key order (and so the bytes) of a record does not depend on who built it.
+
+A field marked ``optional`` is left out of a record unless given: fields that only some runs
+carry (streaming lists, open-loop scheduling, server metrics). Readers must treat a missing
+field and a null one alike.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: The run directory format this version of tts-knee writes (``run.json``'s ``format_version``).
+#: 1: runs from before the field existed (no ``format_version``); 2: the same records, with it.
+FORMAT_VERSION = 2
+#: Format versions this version reads.
+READABLE_VERSIONS = (1, 2)
+
+
+class Field(NamedTuple):
+    name: str
+    unit: str            # "ms", "s", "unix s", "bytes", "percent", "count", "" for none
+    nullable: bool       # may be null in a record
+    doc: str
+    optional: bool = False   # left out of a record unless given
+
+
+def _names(table: tuple[Field, ...]) -> tuple[str, ...]:
+    return tuple(f.name for f in table)
+
+
+# ---- requests.jsonl: one attempt per line -----------------------------------------------
+
+#: Attempt record fields, in the order a record carries them.
+ATTEMPT: tuple[Field, ...] = (
+    Field("step", "", True, "1-based step the attempt was sent in (null before the first step)"),
+    Field("concurrency", "users", True, "the step's concurrency"),
+    Field("worker", "", False, "Locust worker id, or 'local'"),
+    Field("user", "", False, "user number on its worker"),
+    Field("t0", "unix s", False, "before the request was sent, master's clock"),
+    Field("t1", "unix s", True, "first body byte"),
+    Field("t2", "unix s", True, "body fully read"),
+    Field("t3", "unix s", True, "audio written to disk and closed"),
+    Field("ttfb_ms", "ms", True, "t1 - t0"),
+    Field("wait_ms", "ms", True, "t2 - t0: server and network"),
+    Field("write_ms", "ms", True, "t3 - t2: the client's write"),
+    Field("concat_ms", "ms", True, "joining a split text's segments on the client"),
+    Field("status", "", True, "HTTP status; null on a connection error"),
+    Field("ok", "", False, "a 2xx answer carrying valid audio"),
+    Field("error", "", True, "why the attempt failed, one line"),
+    Field("bytes", "bytes", False, "body bytes read"),
+    Field("audio_s", "s", True, "audio duration from the PCM byte count and format"),
+    Field("rtf", "", True, "synthesis seconds / audio seconds"),
+    Field("retry_after_s", "s", True, "Retry-After, parsed"),
+    Field("retry_after_raw", "", True, "Retry-After as sent"),
+    Field("server_timing", "ms", True, "Server-Timing: stage name -> ms"),
+    Field("settled", "", False, "false inside the step's settle (warm-up) window"),
+    Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing"),
+    Field("chunks", "count", True, "body blocks that carried audio"),
+    Field("gap_max_ms", "ms", True, "longest wait between two audio arrivals"),
+    Field("underruns", "count", True, "times a 1x player fed by these arrivals ran dry"),
+    Field("underrun_ms", "ms", True, "silence those underruns add up to"),
+    Field("chunk_at_ms", "ms", True, "arrival of each chunk after t0 (streamed runs only)"),
+    Field("chunk_audio_ms", "ms", True, "audio each chunk carried"),
+    Field("req_id", "", False, "one logical request, unique across workers"),
+    Field("attempt", "count", False, "1-based attempt number"),
+    Field("final", "", False, "the last attempt of its request"),
+    Field("text_id", "", True, "corpus id of the text"),
+    Field("text_len", "chars", False, "characters sent in this attempt"),
+    Field("tier", "", True, "short, medium or long"),
+    Field("segment", "", True, "'k/n' for a segment of a split text"),
+    Field("backoff_ms", "ms", True, "slept before this attempt"),
+    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request",
+          optional=True),
+    Field("sched_wait_ms", "ms", True, "open loop: t0 - scheduled (the generator's own lateness)",
+          optional=True),
+)
+#: The timestamps of an attempt: shifted onto the master's clock by a worker.
+ATTEMPT_TIMES = ("t0", "t1", "t2", "t3")
+#: The streaming fields of an attempt whose body was not parsed as audio.
+ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
+                  "chunk_audio_ms")
+
+
+# ---- resources.jsonl: one sample per line ------------------------------------------------
+
+#: A resource sample's fields. Collectors send the same fields on their own clock with a
+#: ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``.
+RESOURCE_SAMPLE: tuple[Field, ...] = (
+    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)",
+          optional=True),
+    Field("ts", "unix s", False, "when it was taken; the master's clock in resources.jsonl"),
+    Field("host", "", False, "hostname, or a Locust worker id for heartbeat samples"),
+    Field("role", "", False, "'server' or 'client' (the load generator)"),
+    Field("source", "", True, "what took it when not a collector: 'locust-heartbeat'", optional=True),
+    Field("interval_s", "s", True, "time since the previous sample", optional=True),
+    Field("cpu_percent", "percent", True, "all cores together"),
+    Field("cpu_max_core_percent", "percent", True, "the busiest core"),
+    Field("iowait_percent", "percent", True, "", optional=True),
+    Field("steal_percent", "percent", True, "", optional=True),
+    Field("cpu_count", "count", True, "", optional=True),
+    Field("mem_used_bytes", "bytes", True, "what applications hold; not cache"),
+    Field("mem_total_bytes", "bytes", True, ""),
+    Field("disk_read_bytes", "bytes", True, "cumulative", optional=True),
+    Field("disk_write_bytes", "bytes", True, "cumulative", optional=True),
+    Field("net_sent_bytes", "bytes", True, "cumulative", optional=True),
+    Field("net_recv_bytes", "bytes", True, "cumulative", optional=True),
+    Field("proc", "", True, "the watched server process tree (PROC), or null"),
+    Field("gpus", "", False, "one GPU reading each (GPU); [] without NVML"),
+    Field("metrics", "", True, "scraped server metrics: series -> value", optional=True),
+    Field("collector", "", True, "the collector's URL; null for the master's own host", optional=True),
+    Field("clock_offset_s", "s", True, "subtracted from the collector's ts", optional=True),
+)
+
+#: ``proc``: the watched process and its children.
+PROC: tuple[Field, ...] = (
+    Field("pid", "", True, "the watched root process; null for a heartbeat"),
+    Field("cpu_percent", "percent", True, "of one core, summed over the tree"),
+    Field("rss_bytes", "bytes", True, ""),
+    Field("num_children", "count", True, "", optional=True),
+)
+
+#: GPU identity fields (what enumeration gives) before the readings.
+GPU_IDENTITY: tuple[Field, ...] = (
+    Field("index", "", False, "NVML device index"),
+    Field("mig_index", "", True, "MIG instance index, null for a whole GPU"),
+    Field("uuid", "", True, ""),
+    Field("name", "", True, ""),
+    Field("lost", "", False, "the device (or driver) went away: its readings are null"),
+)
+#: GPU readings: null for what the device does not support (never 0 for unknown).
+GPU_READING: tuple[Field, ...] = (
+    Field("util_percent", "percent", True, "NVML utilization.gpu: time a kernel ran, not SM occupancy"),
+    Field("mem_used_bytes", "bytes", True, ""),
+    Field("mem_total_bytes", "bytes", True, ""),
+    Field("power_w", "W", True, ""),
+    Field("temp_c", "°C", True, ""),
+    Field("sm_clock_mhz", "MHz", True, ""),
+    Field("clock_event_reasons", "", True, "decoded clock event (throttle) reasons"),
+    Field("proc_mem_bytes", "bytes", True, "GPU memory the watched processes hold"),
+)
+GPU: tuple[Field, ...] = GPU_IDENTITY + GPU_READING
+
+
+# ---- run.json ------------------------------------------------------------------------------
+
+RUN: tuple[Field, ...] = (
+    Field("format_version", "", False, "this format's version; missing means 1"),
+    Field("run_id", "", False, "the run directory's name"),
+    Field("start", "unix s", False, ""),
+    Field("end", "unix s", True, "null while the run goes on"),
+    Field("target", "", True, "the TTS server's base URL"),
+    Field("options", "", False, "the run's options, secrets left out"),
+    Field("settle_s", "s", False, "the run's settle window at the start of each step"),
+    Field("steps", "", False, "one STEP each, in the order run"),
+    Field("workers", "", False, "one WORKER each"),
+    Field("collectors", "", False, "one COLLECTOR each"),
+    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line"),
+    Field("plan", "", True, "the step plan and its decisions (PLAN)", optional=True),
+    Field("preflight", "", True, "the warm-up request: ok, status, ms, message", optional=True),
+    Field("error", "", True, "why the run could not go on, one sentence", optional=True),
+    Field("records", "count", True, "attempt records written, once the run ended", optional=True),
+)
+
+STEP: tuple[Field, ...] = (
+    Field("step", "", False, "1-based"),
+    Field("concurrency", "users", False, ""),
+    Field("start", "unix s", False, ""),
+    Field("end", "unix s", True, "null while it runs"),
+    Field("phase", "", False, "'grid' or 'refine'"),
+    Field("repeat", "count", False, "1-based pass over the grid"),
+    Field("settle_s", "s", False, "this step's settle window"),
+    Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
+    Field("rate", "req/s", True, "open loop: the step's arrival rate", optional=True),
+)
+
+WORKER: tuple[Field, ...] = (
+    Field("id", "", False, "Locust client id, or 'local'"),
+    Field("offset_s", "s", True, "worker clock minus master clock"),
+    Field("rtt_s", "s", True, "round trip of the probe the offset came from"),
+    Field("records", "count", False, "attempt records received", optional=True),
+    Field("batches", "count", False, "", optional=True),
+    Field("final", "", False, "its final batch came", optional=True),
+    Field("first_seen", "unix s", False, "", optional=True),
+    Field("last_seen", "unix s", True, "", optional=True),
+    Field("lost_at", "unix s", True, "when Locust stopped hearing from it", optional=True),
+    Field("host", "", True, "", optional=True),
+)
+
+COLLECTOR: tuple[Field, ...] = (
+    Field("url", "", False, ""),
+    Field("host", "", True, ""),
+    Field("offset_s", "s", True, "collector clock minus master clock, at the start"),
+    Field("rtt_s", "s", True, ""),
+    Field("offset_end_s", "s", True, "the same at the end"),
+    Field("rtt_end_s", "s", True, ""),
+    Field("reachable", "", False, ""),
+    Field("gaps", "unix s", False, "[from, to] spans without samples"),
+    Field("outages", "unix s", False, "[from, to] spans it did not answer (to: null if never again)"),
+    Field("samples", "count", False, "samples written"),
+    Field("dropped", "count", False, "samples that left its ring before they were read"),
+    Field("restarts", "count", False, ""),
+)
+
+PLAN: tuple[Field, ...] = (
+    Field("grid", "users", False, "the concurrency grid"),
+    Field("repeat", "count", False, "passes over the grid"),
+    Field("slo", "", True, "the SLO spec"),
+    Field("refine", "", False, ""),
+    Field("stop_past_knee", "", False, ""),
+    Field("decisions", "", False, "what the plan decided, step by step"),
+    Field("verdicts", "", False, "each judged step's SLO verdict"),
+    Field("levels", "", False, "verdict per concurrency", optional=True),
+    Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
+)
+
+
+# ---- summary.json (written by the dashboard) ------------------------------------------------
+
+SUMMARY: tuple[Field, ...] = (
+    Field("run", "", False, "run.json's description of the run, and its path"),
+    Field("records", "count", False, "lines and attempts read"),
+    Field("bad_lines", "count", False, "unparseable lines per file"),
+    Field("incomplete_last_line", "", False, "per file"),
+    Field("steps", "", False, "one step summary per executed step, in run order"),
+    Field("levels", "", False, "one per tested concurrency, repeats pooled"),
+    Field("knee", "", False, "concurrency (or null) and methods"),
+    Field("slo", "", True, "spec, steps, by_step, max_concurrency"),
+    Field("recommended_concurrency", "users", True, ""),
+    Field("recommendation", "", False, "the recommendation in words"),
+    Field("diagnosis", "", False, "kind and evidence"),
+    Field("little_law", "", True, ""),
+    Field("usl", "", True, "Universal Scalability Law fit"),
+    Field("gpu_memory_baseline_bytes", "bytes", True, ""),
+    Field("gpu_memory_after_run_bytes", "bytes", True, ""),
+    Field("gpu_memory_creep", "", True, ""),
+    Field("server_timing_stages", "", False, "Server-Timing stage names seen"),
+    Field("recommended_rate", "req/s", True, "open loop", optional=True),
+    Field("regression", "", True, "with --baseline", optional=True),
+    Field("require", "", True, "with --require", optional=True),
+)
+
+
+# ---- builders -------------------------------------------------------------------------------
+
+class _Kind:
+    """Builds one kind of record from its table."""
+
+    def __init__(self, what: str, table: tuple[Field, ...]):
+        self.what = what
+        self.names = frozenset(_names(table))
+        self._order = _names(table)
+        self._base = {f.name: None for f in table if not f.optional}
+
+    def __call__(self, **values) -> dict:
+        unknown = values.keys() - self.names
+        if unknown:
+            raise TypeError(f"{self.what} has no field {', '.join(sorted(unknown))}")
+        if values.keys() <= self._base.keys():   # the common case: order is the table's
+            out = self._base.copy()
+            out.update(values)
+            return out
+        return {k: values.get(k) for k in self._order if k in self._base or k in values}
+
+    def update(self, record: dict, **values) -> dict:
+        """Set fields of an existing record, by name; returns it."""
+        unknown = values.keys() - self.names
+        if unknown:
+            raise TypeError(f"{self.what} has no field {', '.join(sorted(unknown))}")
+        record.update(values)
+        return record
+
+
+attempt = _Kind("an attempt record", ATTEMPT)
+resource_sample = _Kind("a resource sample", RESOURCE_SAMPLE)
+proc_reading = _Kind("a proc entry", PROC)
+gpu_reading = _Kind("a GPU reading", GPU)
+step_entry = _Kind("a run.json step", STEP)
+worker_entry = _Kind("a run.json worker", WORKER)
+collector_entry = _Kind("a run.json collector", COLLECTOR)
+run_info = _Kind("run.json", RUN)
+
+
+def unknown_fields(table: tuple[Field, ...], record: dict) -> list[str]:
+    """Names in ``record`` that ``table`` does not define (a misspelt or undeclared field)."""
+    names = set(_names(table))
+    return sorted(k for k in record if k not in names)
+
+
+def missing_fields(table: tuple[Field, ...], record: dict) -> list[str]:
+    """Names ``table`` requires (not optional) that ``record`` lacks."""
+    return [f.name for f in table if not f.optional and f.name not in record]
+
+
+def format_version(run: dict) -> int | None:
+    """``run.json``'s format version: 1 when it has none, None when it is not a whole number."""
+    v = run.get("format_version", 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+
+
+def unreadable(run: dict) -> str | None:
+    """Why this version cannot read a run directory with this ``run.json``, in one sentence;
+    None when it can."""
+    v = format_version(run)
+    if v in READABLE_VERSIONS:
+        return None
+    readable = f"this tts-knee reads formats {READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}"
+    if v is None:
+        return f"run.json has format_version {run.get('format_version')!r}, not a whole number; {readable}."
+    return f"run.json has format_version {v}, written by a newer tts-knee; {readable}: upgrade to read it."

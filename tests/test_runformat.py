@@ -1,0 +1,79 @@
+"""The run-directory format module: its builders, its version rule, and its public names."""
+import subprocess
+import sys
+
+import pytest
+
+import runformat
+from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
+
+
+def test_public_names_are_the_intended_ones():
+    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema"}
+
+
+def test_attempt_builder_fills_every_required_field_in_table_order():
+    rec = runformat.attempt(t0=1.0, ok=True, step=2)
+    required = [f.name for f in ATTEMPT if not f.optional]
+    assert list(rec) == required
+    assert rec["t0"] == 1.0 and rec["ok"] is True and rec["step"] == 2 and rec["t1"] is None
+
+
+def test_optional_fields_only_when_given_and_in_place():
+    rec = runformat.attempt(scheduled=5.0, t0=6.0)
+    assert list(rec)[-1] == "scheduled" and "sched_wait_ms" not in rec
+    sample = runformat.resource_sample(ts=1.0, metrics={"q": 2.0}, source="locust-heartbeat")
+    names = [k for k in sample]
+    assert names.index("source") < names.index("cpu_percent") and "metrics" in sample
+
+
+def test_a_misspelt_field_is_an_error_naming_it():
+    with pytest.raises(TypeError, match="wait_s"):
+        runformat.attempt(wait_s=3.0)
+    rec = runformat.attempt()
+    with pytest.raises(TypeError, match="setled"):
+        runformat.attempt.update(rec, setled=False)
+    assert runformat.attempt.update(rec, settled=False)["settled"] is False
+
+
+def test_every_field_says_its_unit_and_nullability():
+    for table in (ATTEMPT, RESOURCE_SAMPLE, RUN, runformat.STEP, runformat.GPU, runformat.PROC,
+                  runformat.WORKER, runformat.COLLECTOR, runformat.PLAN, runformat.SUMMARY):
+        names = [f.name for f in table]
+        assert len(names) == len(set(names))
+        for f in table:
+            assert isinstance(f.unit, str) and isinstance(f.nullable, bool)
+    by = {f.name: f for f in ATTEMPT}
+    assert by["wait_ms"].unit == "ms" and by["status"].nullable and not by["req_id"].nullable
+
+
+def test_unknown_and_missing_fields():
+    rec = runformat.attempt()
+    assert runformat.unknown_fields(ATTEMPT, dict(rec, extra=1)) == ["extra"]
+    del rec["t0"]
+    assert runformat.missing_fields(ATTEMPT, rec) == ["t0"]
+
+
+@pytest.mark.parametrize("run, readable", [
+    ({}, True), ({"format_version": 1}, True), ({"format_version": runformat.FORMAT_VERSION}, True),
+    ({"format_version": runformat.FORMAT_VERSION + 1}, False), ({"format_version": "2"}, False),
+])
+def test_format_versions(run, readable):
+    why = runformat.unreadable(run)
+    assert (why is None) == readable
+    if why:
+        assert why.endswith(".") and "format" in why
+
+
+def test_imports_neither_locust_nor_gevent_nor_pandas():
+    code = ("import sys, runformat; bad = {'locust', 'gevent', 'pandas'} & set(sys.modules); "
+            "print(sorted(bad)); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_claim_and_write_json(tmp_path):
+    first = runformat.claim(tmp_path / "run")
+    runformat.write_json(first / runformat.RUN_JSON, runformat.run_info(run_id="run"))
+    second = runformat.claim(tmp_path / "run")
+    assert second.name == "run-2" and not list(first.glob(".*.tmp"))
