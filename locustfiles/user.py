@@ -192,14 +192,15 @@ class Caller:
             "concurrency": (step.concurrency if step else None) if sent is None else sent["concurrency"],
             "worker": self.run.worker_id, "user": self.no,
             "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
-            "t3": None, "scheduled": None if sent is None else sent["scheduled"],
-            "sched_wait_ms": None if sent is None or m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
-            "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
+            "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
             "status": status, "ok": False, "error": error or bad_stream, "bytes": len(body), "audio_s": None,
             "rtf": None, "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
             "settled": self.run.state.settled(step, t0),
             **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if parser is not None else _NO_STREAM),
         }
+        if sent is not None:   # open loop: waited from when the caller arrived, not from sending
+            rec["scheduled"] = sent["scheduled"]
+            rec["sched_wait_ms"] = None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3)
         audio = None
         if error is None:
             rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))

@@ -37,7 +37,8 @@ def _names(table: tuple[Field, ...]) -> tuple[str, ...]:
 #: Attempt record fields, in the order a record carries them.
 ATTEMPT: tuple[Field, ...] = (
     Field("step", "", True, "1-based step the attempt was sent in (null before the first step)"),
-    Field("concurrency", "users", True, "the step's concurrency"),
+    Field("concurrency", "users", True, "the step's concurrency; open loop: requests in flight at sending, "
+                                        "this one included"),
     Field("worker", "", False, "Locust worker id, or 'local'"),
     Field("user", "", False, "user number on its worker"),
     Field("t0", "unix s", False, "before the request was sent, master's clock"),
@@ -75,11 +76,12 @@ ATTEMPT: tuple[Field, ...] = (
     Field("backoff_ms", "ms", True, "slept before this attempt"),
     Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request",
           optional=True),
-    Field("sched_wait_ms", "ms", True, "open loop: t0 - scheduled (the generator's own lateness)",
+    Field("sched_wait_ms", "ms", True, "open loop: t2 - scheduled, what a caller who arrived on time waited "
+                                       "(t0 - scheduled is the generator's own lateness, its send lag)",
           optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
-ATTEMPT_TIMES = ("t0", "t1", "t2", "t3")
+ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
 #: The streaming fields of an attempt whose body was not parsed as audio.
 ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
                   "chunk_audio_ms")
@@ -174,7 +176,11 @@ STEP: tuple[Field, ...] = (
     Field("repeat", "count", False, "1-based pass over the grid"),
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
-    Field("rate", "req/s", True, "open loop: the step's arrival rate", optional=True),
+    Field("rate", "req/s", True, "open loop: the step's offered arrival rate, all workers together "
+                                 "(its concurrency is then 0)", optional=True),
+    Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight",
+          optional=True),
+    Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
 )
 
 WORKER: tuple[Field, ...] = (
