@@ -53,12 +53,12 @@ class OpenLoopUser(User):
         self.seq = 0
         self.inflight = 0
         self.idle: list[Caller] = []
-        self.group = Group()
+        self.inflight_requests = Group()
 
     def on_stop(self) -> None:
         # Requests still in flight end with the user: killed mid-attempt they leave neither a
         # record nor a Locust event, so the two counts still agree.
-        self.group.kill(block=True, timeout=5)
+        self.inflight_requests.kill(block=True, timeout=5)
         for caller in self.idle:
             caller.close()
         self.idle = []
@@ -94,7 +94,7 @@ class OpenLoopUser(User):
             else:
                 self.seq += 1
                 self.inflight += 1
-                self.group.spawn(self._send, step, w_start + due, self.seq)
+                self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
             due += next(gen)
 
     def _send(self, step, scheduled: float, seq: int) -> None:

@@ -97,7 +97,8 @@ class StepShape(LoadTestShape):
                 return self._load(run, cur)
             if plan.judging:
                 self._judge(run, cur)
-            log.info("step %d (concurrency %d) done", cur.step, cur.concurrency)
+            log.info("step %d (%s) done", cur.step,
+                     f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered")
         nxt = plan.next()
         if nxt is None:
             if cur is not None and cur.end is None:
