@@ -35,7 +35,7 @@ TTFA_FLOOR_MS = 300.0  # --ttfa-floor-ms default, for runs whose run.json does n
 
 # float columns: name in the record -> column name
 _FLOATS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf",
-           "retry_after_s", "backoff_ms", "text_len", "bytes")
+           "retry_after_s", "backoff_ms", "text_len", "bytes", "scheduled", "sched_wait_ms")
 _INTS = ("step", "concurrency", "attempt", "status")  # -1 where missing / null
 # streaming figures: NaN unless a finite number >= 0; the counts also whole
 _STREAM_MS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
