@@ -7,7 +7,8 @@ Poisson (exponential gaps from a seeded generator, so a run can be repeated; the
 of the workers' streams is Poisson at the whole rate) or constant (equal gaps, each worker's
 phase shifted by its index so the workers' arrivals interleave evenly).
 
-Arrival times are laid out on the monotonic clock from the step's start, never from when the
+Arrival times are laid out on the monotonic clock from the step's start up to its
+``--step-time``, never from when the
 previous send happened, so a late event loop shows as send lag (``t0 - scheduled``) and never
 thins the load. Each arrival gets a greenlet of its own with its own connection (idle ones are
 reused) and the shared attempt path (:class:`~locustfiles.user.Caller`). An arrival that finds
@@ -83,7 +84,10 @@ class OpenLoopUser(User):
         gen = gaps(s.arrival, rate, rng)
         due = phase / rate if s.arrival == "constant" else next(gen)
         dropped = run.dropped
-        while state.current is step:
+        # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
+        # moment later): no arrival is scheduled past the step's time.
+        last = s.step_time_s
+        while state.current is step and due < last:
             wait = m_start + due - mono()
             if wait > EARLY_S:
                 # Wake at the arrival or soon after the step changes, whichever comes first.
@@ -96,6 +100,8 @@ class OpenLoopUser(User):
                 self.inflight += 1
                 self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
             due += next(gen)
+        while state.current is step:   # the step's time is up here; its end is the shape's to say
+            gevent.sleep(IDLE_POLL_S)
 
     def _send(self, step, scheduled: float, seq: int) -> None:
         caller = self.idle.pop() if self.idle else Caller(self, self.no)
