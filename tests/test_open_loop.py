@@ -84,8 +84,11 @@ def test_poisson_bursts_queue_where_constant_arrivals_do_not(tmp_path, sim4):
     cv_c, st_c = out["constant"]
     assert 0.75 < cv_p < 1.25, cv_p
     assert cv_c < 0.1, cv_c
-    assert st_c["sched_wait_ms"]["p95"] < 1.2 * SERVICE_MS
-    assert st_p["sched_wait_ms"]["p95"] > 1.3 * SERVICE_MS, st_p["sched_wait_ms"]
+    # Constant arrivals never find the 4 slots busy: p95 stays near the service time (the slack is
+    # the host's, which these tests share). Poisson bursts do, and their queueing shows in p95.
+    assert st_c["sched_wait_ms"]["p95"] < 1.3 * SERVICE_MS, st_c["sched_wait_ms"]
+    assert st_p["sched_wait_ms"]["p95"] > 1.5 * SERVICE_MS, st_p["sched_wait_ms"]
+    assert st_p["sched_wait_ms"]["p95"] > st_c["sched_wait_ms"]["p95"] + 0.3 * SERVICE_MS
 
 
 def test_arrivals_past_max_inflight_are_dropped_and_counted(tmp_path, sim4):
