@@ -99,6 +99,7 @@ class OpenLoopUser(User):
                 self.seq += 1
                 self.inflight += 1
                 self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
+                gevent.sleep(0)   # behind schedule, the arrivals still go out one by one, each at once
             due += next(gen)
         while state.current is step:   # the step's time is up here; its end is the shape's to say
             gevent.sleep(IDLE_POLL_S)

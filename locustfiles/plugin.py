@@ -134,6 +134,8 @@ class Run:
         for row in rows:
             st = steps.get(row["step"])
             row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
+            if st is not None and st.rate is not None:   # open loop: the step's load is its rate
+                row["concurrency"] = f"{st.rate:g} req/s"
             row["slo"] = self.plan.verdict_cell(row["step"])
         return rows
 
