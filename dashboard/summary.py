@@ -232,6 +232,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
     open_loop = openloop.is_open_loop(plan)
+    if open_loop and slo is not None:
+        raise RunDirError(f"{rd.path} ran open loop (--rates): an SLO judges steps of concurrency and does not "
+                          f"judge rate steps yet; leave out --slo.")
     if open_loop:
         for st, p in zip(steps, plan):
             st.update(openloop.step_figures(a, p, st))
