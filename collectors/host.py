@@ -13,6 +13,8 @@ import time
 
 import psutil
 
+import runformat
+
 log = logging.getLogger("collectors")
 
 _PROC_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
@@ -186,12 +188,9 @@ class ProcessWatcher:
         self._cpu_s = seen
         elapsed = None if self._last_t is None else now_t - self._last_t
         self._last_t, self._last_wall = now_t, now_wall
-        return {
-            "pid": self._root.pid,
-            "cpu_percent": round(100.0 * cpu_delta / elapsed, 2) if elapsed else None,
-            "rss_bytes": rss,
-            "num_children": len(seen) - 1,
-        }
+        return runformat.proc_reading(
+            pid=self._root.pid, cpu_percent=round(100.0 * cpu_delta / elapsed, 2) if elapsed else None,
+            rss_bytes=rss, num_children=len(seen) - 1)
 
     def _lost(self) -> None:
         pid = self._root.pid if self._root else None

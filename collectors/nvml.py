@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+import runformat
+
 log = logging.getLogger("collectors")
 
 MODULE_ENV = "TTS_KNEE_NVML_MODULE"
@@ -37,10 +39,8 @@ CLOCK_EVENT_REASONS = (
     (0x400, "reliability"),
 )
 
-GPU_FIELDS = (
-    "util_percent", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c",
-    "sm_clock_mhz", "clock_event_reasons", "proc_mem_bytes",
-)
+#: A GPU reading's fields, null until read (and while the device is lost).
+GPU_FIELDS = tuple(f.name for f in runformat.GPU_READING)
 
 
 def decode_clock_event_reasons(mask: int | None) -> list[str] | None:
@@ -262,11 +262,10 @@ class Nvml:
             return []
         out = []
         for device in self._devices:
-            reading = dict(device.identity(), lost=device.lost)
-            reading.update(dict.fromkeys(GPU_FIELDS))
+            reading = runformat.gpu_reading(**device.identity(), lost=device.lost)
             if not device.lost and not self._driver_lost:
                 try:
-                    reading.update(self._read(device, pids))
+                    runformat.gpu_reading.update(reading, **self._read(device, pids))
                 except _Lost as exc:
                     self._mark_lost(device, exc)
                     reading.update(dict.fromkeys(GPU_FIELDS), lost=True)

@@ -7,7 +7,6 @@ a sample ran long is skipped rather than made up in a burst.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import os
@@ -17,6 +16,7 @@ import time
 import uuid
 from typing import IO, Callable
 
+import runformat
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.nvml import Nvml
 
@@ -83,16 +83,11 @@ class Sampler:
         t0 = time.monotonic()
         proc = self._watcher.read() if self._watcher else None
         pids = self._watcher.pids if (self._watcher and proc) else None
-        sample = {
-            "seq": None,
-            "ts": round(self._clock(), 6),
-            "host": self.hostname,
-            "role": self.role,
-            "interval_s": None if self._last_t is None else round(t0 - self._last_t, 6),
-            **self._host.read(),
-            "proc": proc,
-            "gpus": self._nvml.sample(pids) if self._nvml else [],
-        }
+        sample = runformat.resource_sample(
+            seq=None, ts=round(self._clock(), 6), host=self.hostname, role=self.role,
+            interval_s=None if self._last_t is None else round(t0 - self._last_t, 6),
+            **self._host.read(), proc=proc, gpus=self._nvml.sample(pids) if self._nvml else [],
+        )
         self._last_t = t0
         with self._lock:
             sample["seq"] = self._next_seq
@@ -106,7 +101,7 @@ class Sampler:
         if self._spool is None:
             return
         try:
-            self._spool.write(json.dumps(sample, separators=(",", ":")) + "\n")
+            self._spool.write(runformat.jsonl_line(sample))
             self._spool.flush()
         except (OSError, ValueError) as exc:
             log.warning("Cannot write the spool any more (%s); samples stay in memory only.", exc)

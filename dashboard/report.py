@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+import runformat
+
 from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
 from .rundir import Attempts, RunDir
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
@@ -532,7 +534,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
 
 
 def write_report(rd: RunDir, summary: dict) -> "Path":  # noqa: F821
-    out = rd.path / "report.html"
+    out = rd.path / runformat.REPORT_HTML
     tmp = out.with_suffix(".html.tmp")
     html = report_html(rd, summary)
     try:

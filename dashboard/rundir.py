@@ -12,6 +12,10 @@ each row remembers its line's byte offset in ``requests.jsonl`` and how many chu
 carried (``chunk_n``, -1 when the lists are missing or do not match), and
 :meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.
 
+Field names and the format come from :mod:`runformat`. It reads run directories of format
+versions 1 and 2 (``run.json``'s ``format_version``; none means 1); one of a later version is
+refused with one sentence (:attr:`RunDir.format_error`), since its fields may mean other things.
+
 A line that is not a JSON object is skipped and counted in ``bad_lines``.  A last line without
 its newline is being written (or was cut by a crash): it is left unparsed and reported as
 ``incomplete_last_line``; the next update picks it up once it is complete.
@@ -26,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import runformat
+
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
 CHUNK_LINES = 65536  # lines parsed into Python lists before they become numpy arrays
 MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one label
@@ -33,13 +39,22 @@ MAX_STAGES = 32  # distinct Server-Timing stage names kept
 OTHER_LABEL = "(other)"
 TTFA_FLOOR_MS = 300.0  # --ttfa-floor-ms default, for runs whose run.json does not say
 
+
+def _attempt_fields(*names: str) -> tuple[str, ...]:
+    """Attempt record field names, checked against runformat's table."""
+    unknown = set(names) - {f.name for f in runformat.ATTEMPT}
+    if unknown:
+        raise AssertionError(f"not attempt fields in runformat: {sorted(unknown)}")
+    return names
+
+
 # float columns: name in the record -> column name
-_FLOATS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf",
+_FLOATS = _attempt_fields("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf",
            "retry_after_s", "backoff_ms", "text_len", "bytes", "scheduled", "sched_wait_ms")
-_INTS = ("step", "concurrency", "attempt", "status")  # -1 where missing / null
+_INTS = _attempt_fields("step", "concurrency", "attempt", "status")  # -1 where missing / null
 # streaming figures: NaN unless a finite number >= 0; the counts also whole
-_STREAM_MS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
-_STREAM_COUNTS = ("chunks", "underruns")
+_STREAM_MS = _attempt_fields("ttfa_ms", "gap_max_ms", "underrun_ms")
+_STREAM_COUNTS = _attempt_fields("chunks", "underruns")
 
 
 class RunDirError(Exception):
@@ -322,7 +337,8 @@ class RequestLog:
         return at[order], audio[order]
 
 
-_RES_SCALARS = ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
+_RES_SCALARS = tuple(f.name for f in runformat.RESOURCE_SAMPLE
+                     if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"))
 
 
 def read_resources(path: Path) -> tuple[pd.DataFrame, int, bool]:
@@ -391,10 +407,11 @@ class RunDir:
     resource_bad_lines: int = 0
     resource_incomplete: bool = False
     run_json_error: str | None = None
+    format_error: str | None = None   # why this version cannot read it (runformat.unreadable)
 
     def __post_init__(self):
         self.path = Path(self.path)
-        self.requests = RequestLog(self.path / "requests.jsonl")
+        self.requests = RequestLog(self.path / runformat.REQUESTS)
         self._res_key = None
 
     def check(self) -> None:
@@ -403,18 +420,19 @@ class RunDir:
             raise RunDirError(f"{self.path} does not exist; pass a run directory written by a tts-knee run.")
         if not self.path.is_dir():
             raise RunDirError(f"{self.path} is not a directory; pass a run directory (runs/<run-id>/).")
-        if not (self.path / "run.json").exists() and not (self.path / "requests.jsonl").exists():
+        if not (self.path / runformat.RUN_JSON).exists() and not (self.path / runformat.REQUESTS).exists():
             raise RunDirError(f"{self.path} has neither run.json nor requests.jsonl; is it a run directory?")
 
     def refresh(self) -> bool:
         """Re-read whatever changed on disk; True if anything did."""
         changed = False
-        rj = self.path / "run.json"
+        rj = self.path / runformat.RUN_JSON
         try:
             run = json.loads(rj.read_text(encoding="utf-8"))
             if not isinstance(run, dict):
                 raise ValueError("not an object")
             self.run_json_error = None
+            self.format_error = runformat.unreadable(run)
             changed |= run != self.run
             self.run = run
         except FileNotFoundError:
@@ -423,7 +441,7 @@ class RunDir:
             # keep the last good copy: the writer may be rewriting it right now
             self.run_json_error = f"run.json is not valid JSON ({e})"
         changed |= self.requests.update()
-        rp = self.path / "resources.jsonl"
+        rp = self.path / runformat.RESOURCES
         try:
             st = rp.stat()
             key = (st.st_size, st.st_mtime_ns)
@@ -436,7 +454,7 @@ class RunDir:
         return changed
 
     def has_resources(self) -> bool:
-        return (self.path / "resources.jsonl").exists() and len(self.resources) > 0
+        return (self.path / runformat.RESOURCES).exists() and len(self.resources) > 0
 
     def options(self) -> dict:
         opts = self.run.get("options")

@@ -24,9 +24,11 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
+import runformat
+
 from .compare import compare_html
 from .report import esc, page, report_html
-from .rundir import RunDir
+from .rundir import RunDir, RunDirError
 from .summary import analyze
 
 POLL_S = 5
@@ -56,7 +58,7 @@ class LiveView:
     def _file_key(self):
         key = []
         for rd in self.runs:
-            for name in ("run.json", "requests.jsonl", "resources.jsonl"):
+            for name in (runformat.RUN_JSON, runformat.REQUESTS, runformat.RESOURCES):
                 try:
                     st = (rd.path / name).stat()
                     key.append((st.st_size, st.st_mtime_ns))
@@ -73,9 +75,11 @@ class LiveView:
             for rd in self.runs:
                 try:
                     rd.refresh()
+                    if rd.format_error:
+                        raise RunDirError(rd.format_error)
                     summaries.append(analyze(rd) if len(rd.requests.attempts()) else None)
-                except Exception as e:  # a half-written file must not take the page down
-                    summaries.append({"error": f"{type(e).__name__}: {e}"})
+                except RunDirError as e:   # a malformed run.json is shown, not served as a crash
+                    summaries.append({"error": str(e)})
             self._summaries = summaries
             self._pages = {}
             self._key = key

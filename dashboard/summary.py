@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+import runformat
+
 from . import slo as slo_mod
 from .diagnosis import diagnose, share
 from . import openloop
@@ -298,6 +300,8 @@ def load(path: Path) -> RunDir:
     rd = RunDir(Path(path))
     rd.check()
     rd.refresh()
+    if rd.format_error:
+        raise RunDirError(f"{rd.path}: {rd.format_error}")
     if rd.run_json_error and "missing" not in rd.run_json_error and not rd.run:
         raise RunDirError(f"{rd.path}: {rd.run_json_error}; fix or remove it.")
     if not len(rd.requests.attempts()):
@@ -309,7 +313,7 @@ def load(path: Path) -> RunDir:
 
 def write_summary(rd: RunDir, summary: dict) -> Path:
     """Write ``summary.json`` atomically; an OSError leaves no temporary file behind."""
-    out = rd.path / "summary.json"
+    out = rd.path / runformat.SUMMARY_JSON
     tmp = out.with_suffix(".json.tmp")
     try:
         tmp.write_text(json.dumps(summary, indent=1))

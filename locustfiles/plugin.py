@@ -14,10 +14,11 @@ import gevent
 from geventhttpclient import HTTPClient
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
+from runformat import files as rundir
 
 from . import audio as audio_mod
 from . import stream as stream_mod
-from . import rundir, settings as settings_mod, timesync, webui
+from . import settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
 from .puller import CollectorPuller

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fake_nvml
+import runformat
 from collectors import nvml as nvml_mod
 from collectors.nvml import Nvml, decode_clock_event_reasons
 from collectors.sampler import Sampler, next_tick
@@ -22,8 +23,7 @@ from test_collectors import get_json, wait_for
 
 MIB = 1 << 20
 FAKE = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests"}
-GPU_FIELDS = ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c",
-              "sm_clock_mhz", "clock_event_reasons", "proc_mem_bytes")
+GPU_FIELDS = tuple(f.name for f in runformat.GPU_READING)
 
 
 def test_fake_gpus_unsupported_fields_null_then_gpu_lost(tmp_path):
