@@ -28,7 +28,8 @@ from .user import USER_NUMBERS, Caller
 
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002
-#: How often an idle scheduler (between steps, or a rate share of zero) looks for a new step.
+#: How often a scheduler looks for a new step: while idle (between steps, a rate share of zero)
+#: and while waiting for a distant arrival. A new step's first arrivals are late by up to this.
 IDLE_POLL_S = 0.05
 
 
@@ -91,7 +92,7 @@ class OpenLoopUser(User):
             wait = m_start + due - mono()
             if wait > EARLY_S:
                 # Wake at the arrival or soon after the step changes, whichever comes first.
-                gevent.sleep(min(wait, IDLE_POLL_S * 4))
+                gevent.sleep(min(wait, IDLE_POLL_S))
                 continue
             if self.inflight >= s.max_inflight:
                 dropped[step.step] += 1
