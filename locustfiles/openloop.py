@@ -16,6 +16,7 @@ reused) and the shared attempt path (:class:`~locustfiles.user.Caller`). An arri
 """
 from __future__ import annotations
 
+import logging
 import random
 
 import gevent
@@ -26,6 +27,11 @@ from locust.exception import StopUser
 from .clock import mono, wall
 from .user import USER_NUMBERS, Caller
 
+log = logging.getLogger("tts_knee.openloop")
+
+#: Longest wait, when the run stops, for requests still in flight to finish and be recorded
+#: (well inside the master's wait for workers' last batches).
+DRAIN_S = 5.0
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002
 #: How often a scheduler looks for a new step: while idle (between steps, a rate share of zero)
@@ -48,18 +54,23 @@ class OpenLoopUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
+        self.inflight = 0
+        self.idle: list[Caller] = []
+        self.inflight_requests = Group()
         self.run = self.environment.tts_knee
         if self.run is None:   # this node's options were unusable; ensure_run said why
             raise StopUser()
         self.no = next(USER_NUMBERS)
         self.seq = 0
-        self.inflight = 0
-        self.idle: list[Caller] = []
-        self.inflight_requests = Group()
 
     def on_stop(self) -> None:
-        # Requests still in flight end with the user: killed mid-attempt they leave neither a
-        # record nor a Locust event, so the two counts still agree.
+        # Requests still in flight get DRAIN_S to finish, so the last step is not judged on the
+        # quick ones alone; those killed mid-attempt then leave neither a record nor a Locust
+        # event, so the two counts still agree.
+        self.inflight_requests.join(timeout=DRAIN_S)
+        if self.inflight:
+            log.warning("%d requests were still in flight %.0f s after the run stopped; they are not recorded",
+                        self.inflight, DRAIN_S)
         self.inflight_requests.kill(block=True, timeout=5)
         for caller in self.idle:
             caller.close()
