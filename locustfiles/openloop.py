@@ -25,7 +25,7 @@ from locust import User, constant, task
 from locust.exception import StopUser
 
 from .clock import mono, wall
-from .user import USER_NUMBERS, Caller
+from .user import Caller
 
 log = logging.getLogger("tts_knee.openloop")
 
@@ -57,10 +57,11 @@ class OpenLoopUser(User):
         self.inflight = 0
         self.idle: list[Caller] = []
         self.inflight_requests = Group()
-        self.run = self.environment.tts_knee
+        node = self.environment.tts_knee
+        self.run = node.run
         if self.run is None:   # this node's options were unusable; ensure_run said why
             raise StopUser()
-        self.no = next(USER_NUMBERS)
+        self.no = node.next_user_number()
         self.seq = 0
 
     def on_stop(self) -> None:

@@ -1,12 +1,17 @@
 """Wires tts-knee into Locust through its events: options, the run on each node, records,
 clock sync, collectors, and the end of the run. Importing this module only attaches listeners.
+
+Each node's state is one :class:`Node`, made at Locust's ``init`` and kept as the environment's
+only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run`.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import uuid
 from collections import Counter
+from http.client import HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,7 +19,8 @@ import gevent
 from geventhttpclient import HTTPClient
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
-from runformat import files as rundir
+
+import runformat
 
 from . import audio as audio_mod
 from . import stream as stream_mod
@@ -144,23 +150,23 @@ class Run:
     def open(self) -> None:
         """Master/local: claim the run directory, check the target, start collectors."""
         s = self.settings
-        self.run_dir = rundir.claim(s.run_dir)
+        self.run_dir = runformat.claim(s.run_dir)
         if self.run_dir != s.run_dir:
             log.warning("%s already holds a run; writing this one to %s", s.run_dir, self.run_dir)
-        default_audio = s.audio_dir == s.run_dir / "audio"
+        default_audio = s.audio_dir == s.run_dir / runformat.AUDIO_DIR
         self.settings = s = dataclasses.replace(
-            s, run_dir=self.run_dir, audio_dir=self.run_dir / "audio" if default_audio else s.audio_dir)
+            s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir)
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
-        self.writer = RecordWriter(self.run_dir / "requests.jsonl")
+        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
         from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
         self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee)
         self.reader = StepReader(self.run_dir)
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
-        self.info = {"run_id": self.run_dir.name, "start": wall(), "end": None, "target": s.host,
-                     "options": s.public(), "settle_s": s.settle_s, "steps": [], "workers": [],
-                     "collectors": [], "versions": rundir.versions()}
+        self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
+                                       start=wall(), target=s.host, options=s.public(), settle_s=s.settle_s,
+                                       steps=[], workers=[], collectors=[], versions=runformat.versions())
         log.info("run directory: %s", self.run_dir)
         if s.preflight:
             self.preflight = preflight(s)
@@ -173,7 +179,7 @@ class Run:
 
     def _start_puller(self) -> None:
         s = self.settings
-        self.puller = CollectorPuller(list(s.collectors), self.run_dir / "resources.jsonl", token=s.collector_token)
+        self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
@@ -190,11 +196,12 @@ class Run:
         if self.run_dir is None:
             return
         info = self.info
-        info["steps"] = [{"step": st.step, "concurrency": st.concurrency, "start": st.start, "end": st.end,
-                          "phase": st.phase, "repeat": st.repeat, "settle_s": self.state.settle_of(st),
-                          "cutoff": st.cutoff,
-                          **({} if st.rate is None else {"rate": st.rate, "dropped": self.dropped_in(st.step),
-                                                          "workers": len(st.workers or ())})}
+        info["steps"] = [runformat.step_entry(step=st.step, concurrency=st.concurrency, start=st.start, end=st.end,
+                                              phase=st.phase, repeat=st.repeat, settle_s=self.state.settle_of(st),
+                                              cutoff=st.cutoff,
+                                              **({} if st.rate is None else
+                                                 {"rate": st.rate, "dropped": self.dropped_in(st.step),
+                                                  "workers": len(st.workers or ())}))
                          for st in self.state.steps]
         if self.plan is not None:
             info["plan"] = self.plan.describe()
@@ -205,8 +212,8 @@ class Run:
         if self.is_master and self.receiver is not None:
             info["workers"] = list(self.receiver.workers.values())
         elif not self.is_master:
-            info["workers"] = [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}]
-        rundir.write_json(self.run_dir / "run.json", info)
+            info["workers"] = [runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)]
+        runformat.write_json(self.run_dir / runformat.RUN_JSON, info)
 
     def close(self) -> None:
         if self.closed:
@@ -232,7 +239,7 @@ class Run:
         self.info["end"] = wall()
         self.info["records"] = self.writer.count
         self.save()
-        log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / "requests.jsonl")
+        log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / runformat.REQUESTS)
 
 
 def preflight(s: settings_mod.Settings) -> dict:
@@ -254,7 +261,7 @@ def preflight(s: settings_mod.Settings) -> dict:
     except gevent.Timeout:
         out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
         return out
-    except Exception as e:  # noqa: BLE001 — any failure here is reported in one sentence
+    except (OSError, HTTPException) as e:   # no connection, or an answer that is not HTTP
         reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         out["message"] = f"cannot reach {s.host}: {reason}; is the TTS server running there?"
         return out
@@ -282,6 +289,61 @@ def preflight(s: settings_mod.Settings) -> dict:
     return out
 
 
+class Node:
+    """tts-knee on one Locust node for the life of the process: the current run, and what
+    outlives a run — the step state a worker follows, the master's record receiver (Locust
+    allows one listener per message type), a worker's clock to the master, the user numbers,
+    the audio writer thread and the web UI's live view."""
+
+    def __init__(self, environment):
+        self.environment = environment
+        runner = environment.runner
+        self.is_master = isinstance(runner, MasterRunner)
+        self.is_worker = isinstance(runner, WorkerRunner)
+        self.run: Run | None = None
+        self.state = StepState()
+        self.receiver = RecordReceiver(runner) if self.is_master else None
+        self.clock = timesync.WorkerClock(runner) if self.is_worker else None
+        self.audio_writer = None   # made by the first user that writes audio (locustfiles/user.py)
+        self.live_view = None      # (run_dir, view) of the web UI's live dashboard
+        self._user_numbers = itertools.count(1)
+
+    def next_user_number(self) -> int:
+        """Users are numbered 1, 2, 3 … on each node, across runs."""
+        return next(self._user_numbers)
+
+    def ensure_run(self) -> Run | None:
+        """The current run on this node, created on first use (the shape's first tick on a
+        master or local runner, the test_start on a worker). None if the options are unusable."""
+        run = self.run
+        if run is not None and not run.closed:
+            return run
+        environment = self.environment
+        try:
+            s = settings_mod.from_options(environment.parsed_options, environment.host)
+        except settings_mod.SettingsError as e:
+            log.error("%s", e)
+            environment.process_exit_code = 2
+            if self.is_worker:
+                # A worker that cannot run says why to the master and leaves the run to the others.
+                environment.runner.send_message(ERROR_MESSAGE, {"message": str(e)})
+                gevent.spawn(environment.runner.quit)
+            return None
+        if self.is_worker:
+            if run is not None and run.shipper is not None:
+                run.shipper.spool()   # the master has moved on: its acknowledgements will not come now
+            run = self.run = Run(environment, s, self.state)
+            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped)
+            run.make_audio_dir()
+            gevent.spawn(self.clock.probe)
+        else:
+            self.state = StepState(settle_s=s.settle_s)
+            run = self.run = Run(environment, s, self.state)
+            run.receiver = self.receiver
+            run.open()
+        return run
+
+
 # ---- Locust events ---------------------------------------------------------------------
 
 @events.init_command_line_parser.add_listener
@@ -289,112 +351,71 @@ def _add_options(parser) -> None:
     settings_mod.add_arguments(parser)
 
 
-def ensure_run(environment) -> Run | None:
-    """The current run on this node, created on first use (the shape's first tick on a
-    master or local runner, the test_start on a worker). None if the options are unusable."""
-    run = getattr(environment, "tts_knee", None)
-    if run is not None and not run.closed:
-        return run
-    try:
-        s = settings_mod.from_options(environment.parsed_options, environment.host)
-    except settings_mod.SettingsError as e:
-        log.error("%s", e)
-        environment.process_exit_code = 2
-        if isinstance(environment.runner, WorkerRunner):
-            # A worker that cannot run says why to the master and leaves the run to the others.
-            environment.runner.send_message(ERROR_MESSAGE, {"message": str(e)})
-            gevent.spawn(environment.runner.quit)
-        return None
-    run = Run(environment, s, environment.tts_knee_state)
-    environment.tts_knee = run
-    if run.is_worker:
-        old = getattr(environment, "tts_knee_last", None)
-        if old is not None and old.shipper is not None:
-            old.shipper.spool()   # the master has moved on: its acknowledgements will not come now
-        environment.tts_knee_last = run
-        run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), environment.tts_knee_clock,
-                                    run.dropped)
-        run.make_audio_dir()
-        gevent.spawn(environment.tts_knee_clock.probe)
-    else:
-        run.state = environment.tts_knee_state = StepState(settle_s=s.settle_s)
-        run.receiver = environment.tts_knee_receiver if run.is_master else None
-        run.open()
-    return run
-
-
 @events.init.add_listener
 def _on_init(environment, **_kw) -> None:
-    environment.tts_knee = None
-    environment.tts_knee_state = StepState()
+    node = environment.tts_knee = Node(environment)
     runner = environment.runner
-    if isinstance(runner, MasterRunner):
+    if node.is_master:
         timesync.serve(runner)
-        # Locust allows one listener per message type: one receiver, pointed at each run's writer.
-        environment.tts_knee_receiver = RecordReceiver(runner)
-        gevent.spawn(_watch_workers, environment)
-    elif isinstance(runner, WorkerRunner):
-        environment.tts_knee_clock = timesync.WorkerClock(runner)
-
+        gevent.spawn(_watch_workers, node)
+    elif node.is_worker:
         def on_step(environment, msg, **_kw):
-            environment.tts_knee_state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(),
-                                                  settle_s=msg.data.get("settle_s"), rate=msg.data.get("rate"),
-                                                  workers=msg.data.get("workers")))
+            node.state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(), settle_s=msg.data.get("settle_s"),
+                                  rate=msg.data.get("rate"), workers=msg.data.get("workers")))
 
         def on_ack(environment, msg, **_kw):
-            run = getattr(environment, "tts_knee", None)
-            if run is not None and run.shipper is not None:
-                run.shipper.on_ack(msg.data)
+            if node.run is not None and node.run.shipper is not None:
+                node.run.shipper.on_ack(msg.data)
         # Locust allows one listener per message type: registered once, routed to the current run.
         runner.register_message(STEP_MESSAGE, on_step)
         runner.register_message(ACK_MESSAGE, on_ack)
     if environment.web_ui is not None:
-        webui.mount(environment)
+        webui.mount(environment, node)
 
 
 @events.test_start.add_listener
 def _on_test_start(environment, **_kw) -> None:
-    run = ensure_run(environment)
+    run = environment.tts_knee.ensure_run()
     if run is not None and run.is_worker:
         run.state.settle_s = run.settings.settle_s
 
 
 @events.test_stop.add_listener
 def _on_test_stop(environment, **_kw) -> None:
-    run = getattr(environment, "tts_knee", None)
+    run = environment.tts_knee.run
     if run is not None:
         run.close()
 
 
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
-    run = getattr(environment, "tts_knee", None)
+    run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
         run.shipper.spool()   # what the master never acknowledged (it went away, say)
 
 
-def _watch_workers(environment) -> None:
+def _watch_workers(node: Node) -> None:
     """Master: note workers that went away, and sample every worker's own CPU and memory
     (Locust's heartbeats carry them) into resources.jsonl as role=client."""
     appender: dict = {}
     while True:
         gevent.sleep(WORKER_WATCH_INTERVAL_S)
-        run = getattr(environment, "tts_knee", None)
+        run = node.run
         if run is None or run.closed or run.receiver is None or run.run_dir is None:
             continue
         for wid in run.receiver.note_lost():
             log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
             run.save()
-        path = run.run_dir / "resources.jsonl"
+        path = run.run_dir / runformat.RESOURCES
         if appender.get("path") != path:
             if appender:
                 appender["out"].close()
             appender.update(path=path, out=JsonlAppender(path))
         now = wall()
         appender["out"].write([
-            {"ts": now, "host": c.id, "role": "client", "source": "locust-heartbeat", "cpu_percent": None,
-             "cpu_max_core_percent": None, "mem_used_bytes": None, "mem_total_bytes": None,
-             "proc": {"pid": None, "cpu_percent": c.cpu_usage, "rss_bytes": c.memory_usage}, "gpus": []}
+            runformat.resource_sample(
+                ts=now, host=c.id, role="client", source="locust-heartbeat",
+                proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[])
             # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in environment.runner.clients.all if c.state != "missing" and c.memory_usage
+            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage
         ])

@@ -11,13 +11,15 @@ Offsets are probed again periodically, on reconnect and at stop, so drift stays 
 A collector that is unreachable at start is warned about once and retried in the background;
 one that goes away mid-run is retried with backoff and its outage and any missing data are
 recorded; a restarted collector (new ``boot``, or ``next`` lower than ours) is read again
-from seq 0. Nothing here raises into the load run.
+from seq 0. What the network or a collector's answer can do wrong is caught, named and recorded
+as an outage; a bug here is not: it raises.
 
 With ``sample_client=True`` the master's own host is sampled too (role ``client``), with the
 collector's psutil code, on the same schedule and into the same file.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -32,6 +34,9 @@ import gevent
 import gevent.event
 from geventhttpclient import HTTPClient
 
+import psutil
+
+import runformat
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.sampler import Sampler, next_tick
 
@@ -103,16 +108,19 @@ class _Collector:
                 resp.release()
         except (OSError, gevent.Timeout) as exc:
             raise _Unreachable(str(exc) or type(exc).__name__) from None
-        except Exception as exc:  # noqa: BLE001 - a garbled response is just unreachable
+        except http.client.HTTPException as exc:   # geventhttpclient's parser: a garbled response
             raise _Unreachable(f"{type(exc).__name__}: {exc}") from None
         if resp.status_code == 401:
             raise _Unreachable("the collector rejected the token (HTTP 401)")
         if resp.status_code != 200:
             raise _Unreachable(f"HTTP {resp.status_code} for {path}")
         try:
-            return json.loads(body)
+            reply = json.loads(body)
         except ValueError:
             raise _Unreachable(f"{path} did not return JSON") from None
+        if not isinstance(reply, dict):
+            raise _Unreachable(f"{path} did not return a JSON object")
+        return reply
 
     def probe(self, n: int = PROBES) -> tuple[float, float]:
         """(offset_s, rtt_s) from the probe with the least round trip."""
@@ -122,11 +130,22 @@ class _Collector:
             reply = self.get("/time")
             t_recv = wall()
             rtt = t_recv - t_send
-            offset = float(reply["time"]) - (t_send + t_recv) / 2
+            try:
+                offset = float(reply["time"]) - (t_send + t_recv) / 2
+            except (KeyError, TypeError, ValueError):
+                raise _Unreachable('its /time answer is not {"time": seconds}') from None
             if best is None or rtt < best[1]:
                 best = (offset, rtt)
         assert best is not None
         return best
+
+
+def _number(reply: dict, key: str, path: str) -> float:
+    """``reply[key]`` as a float; a collector that answers without it is not a usable one."""
+    try:
+        return float(reply[key])
+    except (KeyError, TypeError, ValueError):
+        raise _Unreachable(f"{path} answered without a number in {key!r}") from None
 
 
 def _normalise(url: str) -> str:
@@ -163,27 +182,25 @@ class CollectorPuller:
     def start(self) -> list[str]:
         """Probe every collector's clock, start polling, return warnings for unreachable ones
         (one sentence each, for the caller to log)."""
-        warnings: list[str] = []
+        self._started_at = wall()
         try:
-            self._started_at = wall()
             self.out_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.out_path, "a", encoding="utf-8")
-            jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
-            gevent.joinall(jobs, timeout=CONNECT_TIMEOUT_S * PROBES + 5)
-            for c in self._collectors:
-                c.reachable = c.connected
-                if not c.connected:
-                    c.outages.append([self._started_at, None])
-                    c.pending_gap_from = self._started_at
-                    warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); "
-                                    f"retrying in the background.")
-                c.greenlet = gevent.spawn(self._poll_loop, c)
-            if self.sample_client:
-                self._client_greenlet = gevent.spawn(self._client_loop)
-        except Exception as exc:  # noqa: BLE001 - never take the load run down
-            log.exception("Collector puller failed to start")
-            warnings.append(f"The collector puller failed to start ({exc}); "
-                            f"no resource samples will be recorded.")
+        except OSError as exc:
+            return [f"Cannot write {self.out_path} ({exc.strerror or exc}); no resource samples will be recorded."]
+        warnings: list[str] = []
+        jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
+        gevent.joinall(jobs, timeout=CONNECT_TIMEOUT_S * PROBES + 5)
+        for c in self._collectors:
+            c.reachable = c.connected
+            if not c.connected:
+                c.outages.append([self._started_at, None])
+                c.pending_gap_from = self._started_at
+                warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); "
+                                f"retrying in the background.")
+            c.greenlet = gevent.spawn(self._poll_loop, c)
+        if self.sample_client:
+            self._client_greenlet = gevent.spawn(self._client_loop)
         return warnings
 
     def stop(self) -> None:
@@ -210,8 +227,6 @@ class CollectorPuller:
                     c.gaps.append([c.pending_gap_from, now])
                     c.pending_gap_from = None
                 c.client.close()
-        except Exception:  # noqa: BLE001
-            log.exception("Collector puller failed while stopping")
         finally:
             if self._file is not None:
                 try:
@@ -224,15 +239,12 @@ class CollectorPuller:
         """Per collector: url, host, offsets and round trips at start and end, reachability,
         ``gaps`` (spans with no samples, master's clock), ``outages`` (spans the collector did
         not answer), and counts of samples written, dropped and restarts seen."""
-        return [{
-            "url": c.url, "host": c.host,
-            "offset_s": c.offset_s, "rtt_s": c.rtt_s,
-            "offset_end_s": c.offset_end_s, "rtt_end_s": c.rtt_end_s,
-            "reachable": c.reachable,
-            "gaps": [list(g) for g in c.gaps],
-            "outages": [list(o) for o in c.outages],
-            "samples": c.samples, "dropped": c.dropped, "restarts": c.restarts,
-        } for c in self._collectors]
+        return [runformat.collector_entry(
+            url=c.url, host=c.host, offset_s=c.offset_s, rtt_s=c.rtt_s,
+            offset_end_s=c.offset_end_s, rtt_end_s=c.rtt_end_s, reachable=c.reachable,
+            gaps=[list(g) for g in c.gaps], outages=[list(o) for o in c.outages],
+            samples=c.samples, dropped=c.dropped, restarts=c.restarts,
+        ) for c in self._collectors]
 
     @property
     def unreachable(self) -> list[str]:
@@ -246,10 +258,6 @@ class CollectorPuller:
             offset, rtt = c.probe()
         except _Unreachable as exc:
             c.last_error = str(exc)
-            c.connected = False
-            return False
-        except (KeyError, TypeError, ValueError):
-            c.last_error = "its /time answer is not {\"time\": seconds}"
             c.connected = False
             return False
         if c.offset_s is None:
@@ -269,7 +277,7 @@ class CollectorPuller:
                     if not self._connect(c):
                         raise _Unreachable(c.last_error)
                 self._pull(c)
-            except Exception as exc:  # noqa: BLE001 - keep polling whatever happened
+            except _Unreachable as exc:
                 self._lost(c, exc)
                 self._stopped.wait(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, RETRY_MAX_S)
@@ -294,8 +302,8 @@ class CollectorPuller:
     def _first_since(self, c: _Collector) -> int:
         """Where to start reading a collector met for the first time: a few seconds back."""
         health = c.get("/healthz")
-        count = int(health.get("samples") or 0)
-        interval = float(health.get("interval_s") or self.interval_s)
+        count = int(_number(health, "samples", "/healthz")) if health.get("samples") else 0
+        interval = _number(health, "interval_s", "/healthz") if health.get("interval_s") else self.interval_s
         return max(0, count - math.ceil(PRE_ROLL_S / interval) - 1)
 
     def _pull(self, c: _Collector) -> None:
@@ -303,7 +311,7 @@ class CollectorPuller:
             c.since = self._first_since(c)
         reply = c.get(f"/samples?since={c.since}")
         restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) \
-            or int(reply["next"]) < c.since
+            or _number(reply, "next", "/samples") < c.since
         if restarted:
             c.restarts += 1
             log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
@@ -313,7 +321,7 @@ class CollectorPuller:
             c.since = 0
             reply = c.get("/samples?since=0")
         elif c.last_ts is not None:
-            dropped = int(reply.get("dropped") or 0)
+            dropped = int(_number(reply, "dropped", "/samples")) if reply.get("dropped") else 0
             c.dropped += dropped
             if not dropped:
                 c.pending_gap_from = None  # its ring covered the outage: nothing is missing
@@ -321,8 +329,11 @@ class CollectorPuller:
                 c.pending_gap_from = c.last_ts
         c.boot = reply.get("boot")
         c.host = reply.get("host") or c.host
-        self._write_samples(c, reply.get("samples") or [])
-        c.since = int(reply["next"])
+        samples = reply.get("samples") or []
+        if not isinstance(samples, list):
+            raise _Unreachable("/samples answered without a list of samples")
+        self._write_samples(c, samples)
+        c.since = int(_number(reply, "next", "/samples"))
 
     def _write_samples(self, c: _Collector, samples: list[dict]) -> None:
         offset = c.current_offset_s or 0.0
@@ -331,12 +342,12 @@ class CollectorPuller:
         for s in samples:
             try:
                 ts = float(s["ts"]) - offset
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError):   # not a sample (or not a dict): skipped
                 continue
             if c.last_ts is None and ts < cutoff:
                 continue  # from long before this run
             out = dict(s, ts=round(ts, 6), collector=c.url, clock_offset_s=round(offset, 6))
-            lines.append(json.dumps(out, separators=(",", ":")))
+            lines.append(runformat.jsonl_line(out))
             if c.pending_gap_from is not None:
                 if out["ts"] > c.pending_gap_from:
                     c.gaps.append([c.pending_gap_from, out["ts"]])
@@ -348,8 +359,13 @@ class CollectorPuller:
     def _append(self, lines: list[str]) -> None:
         if not lines or self._file is None:
             return
-        self._file.write("\n".join(lines) + "\n")
-        self._file.flush()
+        try:
+            self._file.write("".join(lines))
+            self._file.flush()
+        except OSError as exc:   # the run directory's disk, not the collector: said once, then dropped
+            log.error("Cannot write %s (%s); resource samples are no longer recorded.", self.out_path,
+                      exc.strerror or exc)
+            self._file = None
 
     def _finish(self, c: _Collector) -> None:
         try:
@@ -359,7 +375,7 @@ class CollectorPuller:
             if c.connected:
                 self._pull(c)
                 c.offset_end_s, c.rtt_end_s = c.probe()
-        except Exception as exc:  # noqa: BLE001
+        except _Unreachable as exc:
             log.warning("Collector %s: final pull failed (%s).", c.url, exc)
 
     # -- the master's own host --------------------------------------------------------------
@@ -367,7 +383,8 @@ class CollectorPuller:
     def _client_loop(self) -> None:
         try:
             watcher = ProcessWatcher(pid=os.getpid())
-        except Exception:  # noqa: BLE001 - host readings are still worth having
+        except psutil.Error as exc:   # host readings are still worth having
+            log.warning("Cannot watch this process (%s); client samples carry no proc.", exc)
             watcher = None
         sampler = Sampler(HostSampler(), None, watcher, interval_s=self.interval_s, buffer=1,
                           hostname=self.client_host, role="client", clock=wall)
@@ -376,7 +393,8 @@ class CollectorPuller:
         while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
             try:
                 sample = sampler.take()
-                self._append([json.dumps(dict(sample, collector=None), separators=(",", ":"))])
-            except Exception:  # noqa: BLE001
-                log.exception("Sampling the load generator's host failed; trying again.")
+            except (psutil.Error, OSError) as exc:
+                log.warning("Sampling the load generator's host failed (%s); trying again.", exc)
+            else:
+                self._append([runformat.jsonl_line(dict(sample, collector=None))])
             k = next_tick(start, self.interval_s, time.monotonic())

@@ -7,13 +7,14 @@ file if the master goes away, so an acknowledged record is never lost.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter, deque
 from pathlib import Path
 
 import gevent
+
+import runformat
 
 from .clock import wall
 
@@ -31,11 +32,6 @@ BATCH_MAX = 1000
 SPOOL_DIR = Path("runs") / "spool"
 #: Latest successful waits kept per step for the web UI's live table.
 TALLY_WAITS = 2000
-_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
-
-
-def _dumps(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 class JsonlAppender:
@@ -46,7 +42,7 @@ class JsonlAppender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, records: list[dict]) -> None:
-        self.write_lines([_dumps(r) + "\n" for r in records])
+        self.write_lines([runformat.jsonl_line(r) for r in records])
 
     def write_lines(self, lines: list[str]) -> None:
         if lines and self._fd is None:
@@ -84,7 +80,7 @@ class RecordWriter:
     def add(self, records: list[dict]) -> None:
         # Encoded as they come rather than all at once at the flush, which would stall the
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
-        self._buf.extend(_dumps(r) + "\n" for r in records)
+        self._buf.extend(runformat.jsonl_line(r) for r in records)
         for r in records:
             ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
             if ends:
@@ -257,8 +253,8 @@ class RecordShipper:
             return
         offset = self.timesync.offset_s or 0.0
         for r in batch:
-            for k in _TIMES:
-                if r.get(k) is not None:
+            for k in runformat.ATTEMPT_TIMES:
+                if r.get(k) is not None:   # scheduled: open loop only
                     r[k] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch

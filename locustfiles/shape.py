@@ -80,8 +80,8 @@ class StepShape(LoadTestShape):
     """Runs the steps the plan asks for; the run stops itself when the plan is done."""
 
     def tick(self):
-        from .plugin import ensure_run   # the first tick comes before test_start: it opens the run
-        run = ensure_run(self.runner.environment)
+        # The first tick comes before test_start: it opens the run.
+        run = self.runner.environment.tts_knee.ensure_run()
         if run is None or run.failed:
             return None
         settings, state, plan = run.settings, run.state, run.plan

@@ -12,10 +12,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
-import itertools
 import os
 import random
 import socket
+from http.client import HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,9 +23,10 @@ import gevent
 from gevent import monkey
 from gevent.event import Event
 from geventhttpclient import HTTPClient
-from geventhttpclient.response import HTTPParseError
 from locust import User, constant, task
 from locust.exception import StopUser
+
+import runformat
 
 from . import audio as audio_mod
 from . import stream as stream_mod
@@ -33,8 +34,6 @@ from .clock import mono, wall
 from .corpus import split
 from .headers import header, parse_retry_after, parse_server_timing
 
-#: User numbers on this process, shared by both user classes.
-USER_NUMBERS = itertools.count(1)
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
 #: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU.
@@ -42,8 +41,7 @@ READ_BLOCK_BYTES = 64 * 1024
 
 
 #: The streaming fields of an attempt whose body was not parsed (an error status, no answer).
-_NO_STREAM = dict.fromkeys(("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
-                            "chunk_audio_ms"))
+_NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
 
 
 class AttemptFailed(Exception):
@@ -66,7 +64,7 @@ class Caller:
 
     def __init__(self, user: User, no: int):
         self.environment = user.environment
-        self.run = user.environment.tts_knee
+        self.run = user.environment.tts_knee.run
         self.s = self.run.settings
         self.no = no
         self.rng = random.Random()
@@ -105,9 +103,9 @@ class Caller:
         while True:
             rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt, sent)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
-            rec.update(req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
-                       text_len=len(segment), tier=text.tier, segment=f"{k}/{n}" if n > 1 else None,
-                       backoff_ms=backoff_ms)
+            runformat.attempt.update(rec, req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
+                                     text_len=len(segment), tier=text.tier,
+                                     segment=f"{k}/{n}" if n > 1 else None, backoff_ms=backoff_ms)
             if rec["ok"]:
                 parts.append((body, audio))
                 if last_segment:
@@ -173,14 +171,11 @@ class Caller:
             bad_stream = str(e)
             if m2 is None:
                 self._reconnect()   # the rest of the body is still on the connection
-        except HTTPParseError as e:
+        except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
             if status is not None and str(e).startswith("Incomplete"):
                 error = "connection closed before the body was complete"
             else:
                 error = f"bad HTTP response: {type(e).__name__}: {e}"
-            self._reconnect()
-        except Exception as e:  # the HTTP parser's other errors: a malformed response
-            error = f"bad HTTP response: {type(e).__name__}: {e}"
             self._reconnect()
         finally:
             timeout.close()
@@ -188,20 +183,19 @@ class Caller:
             error = f"HTTP {status}, then {error}"
             status = None  # the response never completed: it is a connection failure, not a status
         body = b"".join(blocks)
-        rec = {
-            "step": step.step if step else None,
-            "concurrency": (step.concurrency if step else None) if sent is None else sent["concurrency"],
-            "worker": self.run.worker_id, "user": self.no,
-            "t0": t0, "t1": None if m1 is None else t0 + (m1 - m0), "t2": None if m2 is None else t0 + (m2 - m0),
-            "t3": None, "ttfb_ms": _ms(m0, m1), "wait_ms": _ms(m0, m2), "write_ms": None, "concat_ms": None,
-            "status": status, "ok": False, "error": error or bad_stream, "bytes": len(body), "audio_s": None,
-            "rtf": None, "retry_after_s": None, "retry_after_raw": None, "server_timing": None,
-            "settled": self.run.state.settled(step, t0),
+        rec = runformat.attempt(
+            step=step.step if step else None,
+            concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
+            worker=self.run.worker_id, user=self.no,
+            t0=t0, t1=None if m1 is None else t0 + (m1 - m0), t2=None if m2 is None else t0 + (m2 - m0),
+            ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False, error=error or bad_stream,
+            bytes=len(body), settled=self.run.state.settled(step, t0),
             **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if parser is not None else _NO_STREAM),
-        }
+        )
         if sent is not None:   # open loop: waited from when the caller arrived, not from sending
-            rec["scheduled"] = sent["scheduled"]
-            rec["sched_wait_ms"] = None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3)
+            runformat.attempt.update(
+                rec, scheduled=sent["scheduled"],
+                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3))
         audio = None
         if error is None:
             rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))
@@ -248,7 +242,7 @@ class Caller:
         if path is None:
             return
         try:
-            _audio_writer().write(path, data)
+            _audio_writer(self.environment.tts_knee).write(path, data)
         except OSError as e:
             self.run.audio_failed(e)
             return
@@ -260,6 +254,7 @@ class Caller:
         self.http.close()
         self.http = HTTPClient(**self._client_args)
 
+
 class TTSUser(User):
     """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
     in flight at a time (closed loop)."""
@@ -267,10 +262,11 @@ class TTSUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.run = self.environment.tts_knee
+        node = self.environment.tts_knee
+        self.run = node.run
         if self.run is None:   # this node's options were unusable; ensure_run said why
             raise StopUser()
-        self.no = next(USER_NUMBERS)
+        self.no = node.next_user_number()
         self.seq = 0
         self.caller = Caller(self, self.no)
 
@@ -320,14 +316,11 @@ class _AudioWriter:
             self._done.popleft()[0].set()
 
 
-_WRITER: _AudioWriter | None = None
-
-
-def _audio_writer() -> _AudioWriter:
-    global _WRITER
-    if _WRITER is None:
-        _WRITER = _AudioWriter()
-    return _WRITER
+def _audio_writer(node) -> _AudioWriter:
+    """The node's one audio writer thread, started by the first file it writes."""
+    if node.audio_writer is None:
+        node.audio_writer = _AudioWriter()
+    return node.audio_writer
 
 
 def _write_over(path: Path, data: bytes) -> None:

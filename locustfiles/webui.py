@@ -16,7 +16,8 @@ _COLUMNS = [("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency")
             ("max_ms", "max wait (ms)"), ("slo", "SLO")]
 
 
-def mount(environment) -> None:
+def mount(environment, node) -> None:
+    """Add the tab and the live dashboard to Locust's web UI; ``node`` is this node's tts-knee state."""
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
@@ -29,8 +30,7 @@ def mount(environment) -> None:
     def _add_step_table(response):
         if request.path != "/stats/requests" or response.mimetype != "application/json":
             return response
-        run = getattr(environment, "tts_knee", None)
-        rows = run.step_table() if run is not None else []
+        rows = node.run.step_table() if node.run is not None else []
         data = response.get_json()
         data["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
         response.set_data(json.dumps(data))
@@ -41,14 +41,10 @@ def mount(environment) -> None:
     @web_ui.auth_required_if_enabled
     def _live(path: str):
         from dashboard.serve import LiveView
-        run = getattr(environment, "tts_knee", None)
+        run = node.run
         if run is None or run.run_dir is None:
             return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
-        view = _views.get(run.run_dir)
-        if view is None:   # only the current run's view is kept
-            _views.clear()
-            view = _views[run.run_dir] = LiveView([Path(run.run_dir)])
-        status, ctype, body = view.handle("/" + path)
+        if node.live_view is None or node.live_view[0] != run.run_dir:   # only the current run's view is kept
+            node.live_view = (run.run_dir, LiveView([Path(run.run_dir)]))
+        status, ctype, body = node.live_view[1].handle("/" + path)
         return Response(body, status, content_type=ctype)
-
-    _views: dict = {}

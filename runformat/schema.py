@@ -262,22 +262,23 @@ class _Kind:
         self._base = {f.name: None for f in table if not f.optional}
 
     def __call__(self, **values) -> dict:
-        unknown = values.keys() - self.names
-        if unknown:
-            raise TypeError(f"{self.what} has no field {', '.join(sorted(unknown))}")
-        if values.keys() <= self._base.keys():   # the common case: order is the table's
+        if values.keys() <= self._base.keys():   # the common case: no optional field, the table's order
             out = self._base.copy()
             out.update(values)
             return out
+        self._check(values)
         return {k: values.get(k) for k in self._order if k in self._base or k in values}
 
     def update(self, record: dict, **values) -> dict:
         """Set fields of an existing record, by name; returns it."""
-        unknown = values.keys() - self.names
-        if unknown:
-            raise TypeError(f"{self.what} has no field {', '.join(sorted(unknown))}")
+        self._check(values)
         record.update(values)
         return record
+
+    def _check(self, values: dict) -> None:
+        if not values.keys() <= self.names:
+            unknown = ", ".join(sorted(values.keys() - self.names))
+            raise TypeError(f"{self.what} has no field {unknown}")
 
 
 attempt = _Kind("an attempt record", ATTEMPT)

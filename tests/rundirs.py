@@ -36,6 +36,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import runformat
+
 START = 1_700_000_000.0
 GIB = 1024 ** 3
 
@@ -168,26 +170,24 @@ def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user:
         t0 = now
         t2 = t0 + wait / 1000
         t3 = t2 + write / 1000 if write is not None else None
-        rec = {
-            "req_id": f"w0-{req}", "attempt": attempt, "final": final, "step": si,
-            "concurrency": n, "worker": "w0", "user": user, "text_id": tid,
-            "text_len": tlen, "tier": tier, "t0": t0,
-            "t1": t0 + (stream["ttfa_ms"] if stream else wait * m.ttfb_fraction) / 1000, "t2": t2, "t3": t3,
-            "ttfb_ms": stream["ttfa_ms"] if stream else wait * m.ttfb_fraction, "wait_ms": wait, "write_ms": write,
-            "concat_ms": None, "status": status, "ok": ok, "error": err,
-            "bytes": int(audio_s * 44100) if ok else 0, "audio_s": audio_s,
-            "rtf": (wait / 1000 / audio_s) if ok else None,
-            "retry_after_s": ra, "retry_after_raw": None if ra is None else str(ra),
-            "backoff_ms": backoff_ms, "server_timing": None,
-            "settled": t0 >= s_start + m.settle_s,
-        }
+        rec = runformat.attempt(
+            req_id=f"w0-{req}", attempt=attempt, final=final, step=si,
+            concurrency=n, worker="w0", user=user, text_id=tid,
+            text_len=tlen, tier=tier, t0=t0,
+            t1=t0 + (stream["ttfa_ms"] if stream else wait * m.ttfb_fraction) / 1000, t2=t2, t3=t3,
+            ttfb_ms=stream["ttfa_ms"] if stream else wait * m.ttfb_fraction, wait_ms=wait, write_ms=write,
+            status=status, ok=ok, error=err,
+            bytes=int(audio_s * 44100) if ok else 0, audio_s=audio_s,
+            rtf=(wait / 1000 / audio_s) if ok else None,
+            retry_after_s=ra, retry_after_raw=None if ra is None else str(ra),
+            backoff_ms=backoff_ms, settled=t0 >= s_start + m.settle_s,
+        )
         if m.stream_capacity:  # every attempt of a streamed run carries the fields, null if unmeasured
-            rec.update(stream or {"ttfa_ms": None, "chunks": 0, "gap_max_ms": None, "underruns": None,
-                                  "underrun_ms": None, "chunk_at_ms": [], "chunk_audio_ms": []})
+            runformat.attempt.update(rec, **(stream or {"chunks": 0, "chunk_at_ms": [], "chunk_audio_ms": []}))
         if m.server_timing and ok:
             infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
-            rec["server_timing"] = {"queue": max(0.0, wait - infer / 0.8), "infer": infer,
-                                    "postprocess": infer * 0.25}
+            runformat.attempt.update(rec, server_timing={"queue": max(0.0, wait - infer / 0.8), "infer": infer,
+                                                         "postprocess": infer * 0.25})
         out.append(rec)
         now = (t3 or t2)
         if final:
@@ -231,9 +231,10 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     req = 0
     for si, n in enumerate(m.steps, start=1):
         s_start, s_end = t, t + m.step_s
-        steps.append({"step": si, "concurrency": n, "start": s_start, "end": s_end,
-                      "phase": "refine" if m.refine_from is not None and si > m.refine_from else "grid",
-                      "repeat": m.steps[:si].count(n)})
+        steps.append(runformat.step_entry(
+            step=si, concurrency=n, start=s_start, end=s_end,
+            phase="refine" if m.refine_from is not None and si > m.refine_from else "grid",
+            repeat=m.steps[:si].count(n), settle_s=m.settle_s))
         t = s_end + (0.0 if m.continuous else m.gap_s)
         if m.continuous:
             continue
@@ -256,25 +257,28 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         records = [r for r in records if (r["t3"] or r["t2"]) <= cut]
         steps[-1]["end"] = None
         run_end = None
-    run = {
-        "run_id": path.name, "start": START, "end": run_end, "target": "http://127.0.0.1:8300",
-        "options": {"steps": ",".join(map(str, m.steps)), "step_time": m.step_s, "slo": m.slo,
+    run = runformat.run_info(
+        format_version=runformat.FORMAT_VERSION, run_id=path.name, start=START, end=run_end,
+        target="http://127.0.0.1:8300",
+        options={"steps": ",".join(map(str, m.steps)), "step_time": m.step_s, "slo": m.slo,
                     **({"tts_stream": bool(m.stream_capacity), "tts_stream_format": "",
                         "playback_buffer_ms": m.playback_buffer_ms}
                        if m.stream_options else {}),
-                    **({"ttfa_floor_ms": m.ttfa_floor_ms} if m.ttfa_floor_ms is not None else {})},
-        "steps": steps, "settle_s": m.settle_s, "workers": [{"id": "local", "offset_s": 0.0, "rtt_s": 0.0}],
-        "collectors": [{"url": "http://127.0.0.1:9300", "offset_s": 0.001, "rtt_s": 0.0004}] if m.resources else [],
-        "versions": {"tts_knee": "0.1.0"},
-    }
-    (path / "run.json").write_text(json.dumps(run, indent=1))
+                 **({"ttfa_floor_ms": m.ttfa_floor_ms} if m.ttfa_floor_ms is not None else {})},
+        steps=steps, settle_s=m.settle_s, workers=[runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)],
+        collectors=[runformat.collector_entry(url="http://127.0.0.1:9300", offset_s=0.001, rtt_s=0.0004,
+                                              reachable=True, gaps=[], outages=[], samples=0, dropped=0,
+                                              restarts=0)] if m.resources else [],
+        versions={"tts-knee": "0.1.0"},
+    )
+    (path / runformat.RUN_JSON).write_text(json.dumps(run, indent=1))
     lines = [json.dumps(r) for r in records]
     for i in range(m.bad_lines):
         lines.insert(1 + i * 7 % max(1, len(lines)), '{"req_id": "broken", "t0": ' if i % 2 else "not json at all")
     text = "\n".join(lines) + "\n"
     if m.in_progress:
         text += json.dumps(records[-1])[:40]  # the writer is half-way through a line
-    (path / "requests.jsonl").write_text(text)
+    (path / runformat.REQUESTS).write_text(text)
     if m.resources:
         _write_resources(path, m, steps, run_end or (START + 1e9))
     return path
@@ -303,32 +307,30 @@ def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
         gpus = None
         if m.gpu:
             mem = m.gpu_mem_base + m.gpu_mem_leak_per_step * done + m.gpu_mem_per_slot * (min(n, m.slots or n))
-            gpus = [{
-                "index": 0, "uuid": "GPU-synthetic", "name": "Synthetic GPU",
-                "util_percent": round(m.gpu_busy_util * busy, 1), "mem_used_bytes": min(mem, m.gpu_mem_total),
-                "mem_total_bytes": m.gpu_mem_total, "power_w": 80 + 200 * busy, "temp_c": 50,
-                "sm_clock_mhz": 1800, "clock_event_reasons": [], "proc_mem_bytes": None,
-            }]
+            gpus = [runformat.gpu_reading(
+                index=0, uuid="GPU-synthetic", name="Synthetic GPU", lost=False,
+                util_percent=round(m.gpu_busy_util * busy, 1), mem_used_bytes=min(mem, m.gpu_mem_total),
+                mem_total_bytes=m.gpu_mem_total, power_w=80 + 200 * busy, temp_c=50,
+                sm_clock_mhz=1800, clock_event_reasons=[],
+            )]
         server_cpu = 3 + m.server_cpu_busy * busy
-        out.append({"ts": ts, "host": "tts-server", "role": "server", "cpu_percent": server_cpu,
-                    "cpu_max_core_percent": min(100, server_cpu * 2), "mem_used_bytes": 8 * GIB,
-                    "mem_total_bytes": 64 * GIB,
-                    "proc": {"pid": 4242, "cpu_percent": server_cpu * 4, "rss_bytes": 2 * GIB},
-                    "gpus": gpus})
+        out.append(runformat.resource_sample(
+            ts=ts, host="tts-server", role="server", cpu_percent=server_cpu,
+            cpu_max_core_percent=min(100, server_cpu * 2), mem_used_bytes=8 * GIB, mem_total_bytes=64 * GIB,
+            proc=runformat.proc_reading(pid=4242, cpu_percent=server_cpu * 4, rss_bytes=2 * GIB), gpus=gpus))
         client_cpu = min(m.client_cpu_max, 2 + m.client_cpu_per_user * n)
-        out.append({"ts": ts + 0.1, "host": "loadgen", "role": "client", "cpu_percent": client_cpu,
-                    "cpu_max_core_percent": min(100, client_cpu * 1.1), "mem_used_bytes": 2 * GIB,
-                    "mem_total_bytes": 16 * GIB, "gpus": None,
-                    "proc": {"pid": 999, "cpu_percent": client_cpu, "rss_bytes": GIB}})
+        out.append(runformat.resource_sample(
+            ts=ts + 0.1, host="loadgen", role="client", cpu_percent=client_cpu,
+            cpu_max_core_percent=min(100, client_cpu * 1.1), mem_used_bytes=2 * GIB, mem_total_bytes=16 * GIB,
+            gpus=None, proc=runformat.proc_reading(pid=999, cpu_percent=client_cpu, rss_bytes=GIB)))
         for w in range(m.client_workers):  # the Locust workers' heartbeats, as the master writes them
             users = n // m.client_workers + (1 if w < n % m.client_workers else 0)
-            out.append({"ts": ts + 0.2, "host": f"worker-{w}", "role": "client", "source": "locust-heartbeat",
-                        "cpu_percent": None, "cpu_max_core_percent": None, "mem_used_bytes": None,
-                        "mem_total_bytes": None, "gpus": [],
-                        "proc": {"pid": None, "cpu_percent": min(99.0, 1 + m.worker_cpu_per_user * users),
-                                 "rss_bytes": GIB}})
+            out.append(runformat.resource_sample(
+                ts=ts + 0.2, host=f"worker-{w}", role="client", source="locust-heartbeat", gpus=[],
+                proc=runformat.proc_reading(cpu_percent=min(99.0, 1 + m.worker_cpu_per_user * users),
+                                            rss_bytes=GIB)))
         ts += 1.0
-    (path / "resources.jsonl").write_text("".join(json.dumps(s) + "\n" for s in out))
+    (path / runformat.RESOURCES).write_text("".join(json.dumps(s) + "\n" for s in out))
 
 
 # One model per diagnosis kind, with the knee and recommendation each should produce.

@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import runformat
 from fake_nvml import SimHealth
 from procs import ROOT, spawn
 
@@ -30,6 +31,7 @@ HOST_FIELDS = {
     "iowait_percent": (float, type(None)), "steal_percent": (float, type(None)),
     "gpus": list,
 }
+assert not runformat.unknown_fields(runformat.RESOURCE_SAMPLE, HOST_FIELDS)
 
 # A "server" whose child forks a grandchild; child and grandchild burn CPU for a few seconds.
 TREE = f"""

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import runformat
 from dashboard.knee import find_knee
 from dashboard.summary import analyze, load
 from rundirs import GIB, SCENARIOS, Model, build_run
@@ -235,7 +236,7 @@ def test_a_saturated_server_host_is_not_averaged_away(tmp_path):
         if r["role"] == "server":
             gpu = dict(r["gpus"][0], util_percent=0.0, mem_used_bytes=2 * GIB, uuid="GPU-idle")
             r.update(host="replica", cpu_percent=2.0, cpu_max_core_percent=4.0, gpus=[gpu],
-                     proc={"pid": 1, "cpu_percent": 2.0, "rss_bytes": GIB})
+                     proc=runformat.proc_reading(pid=1, cpu_percent=2.0, rss_bytes=GIB))
             extra.append(json.dumps(r))
     (p / "resources.jsonl").write_text("\n".join(lines + extra) + "\n")
     s = analyze(load(p))

@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+import runformat
 from procs import ROOT, locust, read_jsonl, spawn
 from rundirs import build_run
 
@@ -54,6 +55,8 @@ def survived(d: Drill, exit_codes=(0, 1)) -> None:
     assert "Traceback" not in d.out, d.out
     assert d.records and len(d.records) == d.locust_count
     assert len({(r["req_id"], r["attempt"]) for r in d.records}) == len(d.records)
+    for r in d.records:   # every field runformat defines, and no other
+        assert not runformat.unknown_fields(runformat.ATTEMPT, r) and not runformat.missing_fields(runformat.ATTEMPT, r), r
     for r in d.failed():
         assert r["error"] and "\n" not in r["error"], r
         assert r["t3"] is None and r["write_ms"] is None and r["audio_s"] is None
@@ -127,6 +130,40 @@ def test_hostile_mix_every_failure_has_its_reason(tmp_path):
     assert len(seen) >= 5, seen
     # 200s that are not audio are the server's answer, not a transient error: never retried
     assert all(r["final"] for r in bad if r["status"] == 200)
+
+
+def test_a_malformed_http_response_is_a_failed_attempt_named_so(tmp_path):
+    """A server that answers with something that is not HTTP: each attempt fails as a bad
+    response (geventhttpclient's parse error, named), and the run goes on."""
+    import socket
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 abc not a status\r\nX: y\r\n\r\n")
+                except OSError:
+                    pass
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        d = run(tmp_path, f"http://127.0.0.1:{listener.getsockname()[1]}", steps="1", step_time="2")
+    finally:
+        stop.set()
+        t.join(5)
+        listener.close()
+    survived(d)
+    assert d.failed() and all(r["error"].startswith("bad HTTP response: HTTPParseError") for r in d.failed()), \
+        {r["error"] for r in d.failed()}
 
 
 # ---- Retry-After ---------------------------------------------------------------------------

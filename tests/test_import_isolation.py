@@ -34,3 +34,13 @@ def test_the_check_sees_an_import_of_gevent():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "gevent" in out.stdout.strip().splitlines()[-1]
+
+
+def test_the_step_shape_does_not_import_the_plugin():
+    """The shape reaches the run through the node on the environment, not by importing plugin
+    (which imports the shape): no import cycle."""
+    code = "import sys, locustfiles.shape, locustfiles.user; print('locustfiles.plugin' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert "plugin import" not in (ROOT / "locustfiles" / "shape.py").read_text()

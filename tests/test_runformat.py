@@ -77,3 +77,45 @@ def test_claim_and_write_json(tmp_path):
     runformat.write_json(first / runformat.RUN_JSON, runformat.run_info(run_id="run"))
     second = runformat.claim(tmp_path / "run")
     assert second.name == "run-2" and not list(first.glob(".*.tmp"))
+
+
+def _summary_of(run_dir):
+    from dashboard.summary import analyze, load
+    return analyze(load(run_dir), None)
+
+
+def test_a_format_1_run_directory_reads_as_format_2(tmp_path):
+    import json
+    from rundirs import Model, build_run
+    new = build_run(tmp_path / "v2", Model(slots=4))
+    old = build_run(tmp_path / "v1", Model(slots=4))
+    info = json.loads((old / runformat.RUN_JSON).read_text())
+    del info["format_version"]
+    (old / runformat.RUN_JSON).write_text(json.dumps(info))
+    a, b = _summary_of(new), _summary_of(old)
+    for s in (a, b):
+        s.pop("run")
+    assert a == b and a["knee"]["concurrency"] == 8
+
+
+def test_summary_keys_are_the_ones_runformat_defines(tmp_path):
+    from rundirs import Model, build_run
+    s = _summary_of(build_run(tmp_path / "run", Model(slots=4)))
+    assert not runformat.unknown_fields(runformat.SUMMARY, s)
+    assert not runformat.missing_fields(runformat.SUMMARY, s)
+
+
+def test_a_newer_format_is_refused_in_one_sentence(tmp_path):
+    import json
+    from procs import ROOT
+    from rundirs import Model, build_run
+    run = build_run(tmp_path / "run", Model(slots=4))
+    info = json.loads((run / runformat.RUN_JSON).read_text())
+    info["format_version"] = runformat.FORMAT_VERSION + 1
+    (run / runformat.RUN_JSON).write_text(json.dumps(info))
+    out = subprocess.run([sys.executable, "-m", "dashboard", str(run)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"format_version {runformat.FORMAT_VERSION + 1}" in out.stderr + out.stdout
+    assert not (run / runformat.SUMMARY_JSON).exists()

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+import runformat
 from dashboard import slo as slo_mod
 from locustfiles.plan import StepPlan, StepReader
 
@@ -128,9 +129,9 @@ def test_refine_needs_an_slo():
 
 
 def _rec(step, t0, wait_ms, ok=True, settled=True):
-    return {"req_id": f"r{t0}", "attempt": 1, "final": True, "step": step, "concurrency": 2, "worker": "local",
-            "user": 1, "t0": t0, "t1": t0, "t2": t0 + wait_ms / 1000, "t3": None, "wait_ms": wait_ms,
-            "ok": ok, "status": 200 if ok else 503, "settled": settled}
+    return runformat.attempt(req_id=f"r{t0}", attempt=1, final=True, step=step, concurrency=2, worker="local",
+                             user=1, t0=t0, t1=t0, t2=t0 + wait_ms / 1000, wait_ms=wait_ms,
+                             ok=ok, status=200 if ok else 503, settled=settled)
 
 
 def test_reader_judges_what_was_sent_before_the_cutoff(tmp_path):
