@@ -4,6 +4,8 @@ import json
 import numpy as np
 import pytest
 
+import runformat
+
 from procs import locust, read_jsonl, spawn
 from test_distributed import finish, free_port, master, worker
 
@@ -49,6 +51,7 @@ def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
         assert r["sched_wait_ms"] == pytest.approx((r["t2"] - r["scheduled"]) * 1000, abs=0.01)
         assert r["concurrency"] >= 1
     s = dashboard(run_dir)
+    assert not runformat.unknown_fields(runformat.SUMMARY, s)
     by_rate = {st["rate"]: st for st in s["steps"]}
     for rate in (4, 8, 12):
         assert by_rate[rate]["throughput_rps"] == pytest.approx(rate, rel=0.15)
