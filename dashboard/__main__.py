@@ -89,7 +89,11 @@ def _judge(args, rd, s: dict) -> int:
     status = 0
     if args.baseline is not None:
         old_rd = load(args.baseline)
-        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None), args.tolerance)
+        old_s = analyze(old_rd, None)
+        if "rate" in (s["knee"].get("axis"), old_s["knee"].get("axis")):
+            raise RunDirError("--baseline compares closed-loop runs (--steps) only; an open-loop run (--rates) "
+                              "cannot be compared yet.")
+        reg = regression.compare(rd, s, old_rd, old_s, args.tolerance)
         if not reg["compared"]:
             raise RunDirError(reg["verdict"])
         s["regression"] = reg
@@ -150,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(s, report), flush=True)
             print(flush=True)
         _print_verdicts(s, args.json)
-    if len(summaries) > 1 and not args.no_report:
+    open_loop = [s["run"]["run_id"] for s in summaries if s["knee"].get("axis") == "rate"]
+    if len(summaries) > 1 and not args.no_report and open_loop:
+        print(f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
+              f"does not draw yet; each run's own report is written", file=sys.stderr)
+    elif len(summaries) > 1 and not args.no_report:
         try:
             out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
         except OSError as e:

@@ -498,8 +498,11 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
-    figs = [curves_figure(summary), timeline_figure(rd, summary), stages_figure(summary),
-            retries_figure(summary), memory_figure(summary), tier_figure(summary)]
+    from . import openloop_report as ol   # it builds on this module's helpers
+    open_loop = ol.is_open_loop(summary)
+    by_step = ol.as_levels(summary) if open_loop else summary   # other figures: one point per rate
+    figs = [ol.curves_figure(summary) if open_loop else curves_figure(summary), timeline_figure(rd, summary),
+            stages_figure(by_step), retries_figure(by_step), memory_figure(by_step), tier_figure(by_step)]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
     parts = []
@@ -520,12 +523,12 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     from .server_report import server_section  # both build on this module's helpers
     from .slo_report import sections
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
-            f"<h2>Verdict</h2>{verdict_html(summary)}"
-            f"<h2>Steps</h2>{step_table_html(summary)}"
+            f"<h2>Verdict</h2>{ol.verdict_html(summary) if open_loop else verdict_html(summary)}"
+            f"<h2>Steps</h2>{ol.step_table_html(summary) if open_loop else step_table_html(summary)}"
             f"<h2>Latency and throughput</h2>{parts[0]}{sections(summary)}{stream}{integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"
-            f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(summary)}"
+            f"<h2>Retries and throttling</h2>{parts[3]}{errors_html(by_step)}"
             f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
             f"<h2>Latency by text length</h2>{parts[5]}{live_script}")
     return page(f"tts-knee {run_id}", body)

@@ -54,7 +54,7 @@ COUNT = "count"  # a whole finite number >= 0, else NaN
 INT = "int"  # int32, truncated toward zero; -1 where missing, not a finite number or out of range
 _COLUMNS = {
     "t0": NUM, "ttfb_ms": NUM, "wait_ms": NUM, "write_ms": NUM, "concat_ms": NUM, "audio_s": NUM, "rtf": NUM,
-    "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM,
+    "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM, "scheduled": NUM, "sched_wait_ms": NUM,
     "ttfa_ms": AMOUNT, "gap_max_ms": AMOUNT, "underrun_ms": AMOUNT, "chunks": COUNT, "underruns": COUNT,
     "step": INT, "concurrency": INT, "attempt": INT, "status": INT,
 }

@@ -24,6 +24,7 @@ import runformat
 
 from . import slo as slo_mod
 from .diagnosis import diagnose, share
+from . import openloop
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
 from .rundir import RunDir, RunDirError
@@ -35,6 +36,11 @@ def _whole(v) -> int | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return int(v) if v == int(v) and v >= 1 else None
+
+
+def _count(v) -> int:
+    """A count >= 0 (0 where missing or malformed)."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else 0
 
 
 def _time(v) -> bool:
@@ -57,7 +63,12 @@ def _steps_of(rd: RunDir) -> list[dict]:
         where = f"step entry {i + 1}"
         if not isinstance(s, dict):
             raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
-        conc = _whole(s.get("concurrency"))
+        rate = s.get("rate")
+        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
+                                 or not math.isfinite(rate) or rate <= 0):
+            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0")
+        # an open-loop step's load is its rate; its concurrency is 0
+        conc = 0 if rate is not None and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
         if conc is None:
             raise _bad(rd, where, s, f"has concurrency {s.get('concurrency')!r}, not a whole number >= 1")
         num = _whole(s.get("step", i + 1))
@@ -68,7 +79,8 @@ def _steps_of(rd: RunDir) -> list[dict]:
                 raise _bad(rd, where, s, f"has {k} {s.get(k)!r}, not unix seconds or null")
         steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end"),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
-                      "repeat": _whole(s.get("repeat"))})
+                      "repeat": _whole(s.get("repeat")),
+                      **({} if rate is None else {"rate": float(rate), "dropped": _count(s.get("dropped"))})})
     return steps or infer_steps(rd.requests.attempts())
 
 
@@ -221,8 +233,18 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
                         i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
-    done = group_levels(a, steps, rd.resources, settle, streamed=streamed)
-    knee = find_knee(done, streamed, rd.ttfa_floor_ms())
+    open_loop = openloop.is_open_loop(plan)
+    if open_loop and slo is not None:
+        raise RunDirError(f"{rd.path} ran open loop (--rates): an SLO judges steps of concurrency and does not "
+                          f"judge rate steps yet; leave out --slo.")
+    if open_loop:
+        for st, p in zip(steps, plan):
+            st.update(openloop.step_figures(a, p, st))
+        done = sorted((s for s in steps if s.get("requests")), key=lambda s: s["rate"])
+        knee = openloop.find_knee(done)
+    else:
+        done = group_levels(a, steps, rd.resources, settle, streamed=streamed)
+        knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
     else:  # steps inferred from the records: the first send and the last completion
@@ -231,7 +253,11 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         last = float(te.max()) if len(te) else None
     baseline = memory_baseline(rd.resources, first)
     creep = memory_creep(rd.resources, first, last)
-    rec, rec_text = _recommend(done, knee)
+    rec_rate = None
+    if open_loop:
+        rec_rate, rec, rec_text = openloop.recommend(done, knee)
+    else:
+        rec, rec_text = _recommend(done, knee)
     slo_part = _slo_section(slo, steps, done) if slo else None
     if slo_part:
         rec = slo_part["max_concurrency"]
@@ -256,13 +282,15 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         "slo": slo_part,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
-        "diagnosis": diagnose(done, knee, creep, rd.has_resources()),
-        "little_law": little_check(done),
-        "usl": usl_fit(done),
+        "diagnosis": openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop
+        else diagnose(done, knee, creep, rd.has_resources()),
+        "little_law": None if open_loop else little_check(done),
+        "usl": None if open_loop else usl_fit(done),
         "gpu_memory_baseline_bytes": baseline,
         "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
         "gpu_memory_creep": creep,
         "server_timing_stages": list(a.stages),
+        **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
     }
     return _clean(summary)
 
@@ -360,17 +388,23 @@ def _slo_lines(summary: dict) -> list[str]:
 
 def format_table(summary: dict, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
-    cols = table_columns(summary)
-    rows = [list(cols)] + table_rows(summary)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
     lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
-    for r in rows:
-        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    knee = summary["knee"]
+    open_loop = knee.get("axis") == "rate"
+    if open_loop:
+        lines += openloop.format_lines(summary)
+    else:
+        cols = table_columns(summary)
+        rows = [list(cols)] + table_rows(summary)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+        for r in rows:
+            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
-    knee = summary["knee"]
-    if knee["concurrency"] is None:
+    if open_loop:
+        pass
+    elif knee["concurrency"] is None:
         lines.append("knee: none found")
     else:
         lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
@@ -381,8 +415,12 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
     lines += _slo_lines(summary)
-    lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
-                 f"{summary['recommendation']}")
+    if open_loop:
+        lines.append(f"recommended rate: {_f(summary.get('recommended_rate'), '{:g}')} req/s "
+                     f"(concurrency {_f(summary['recommended_concurrency'])})  {summary['recommendation']}")
+    else:
+        lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
+                     f"{summary['recommendation']}")
     if report:
         lines.append(f"report: {report}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import logging
 import uuid
+from collections import Counter
 from http.client import HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -58,6 +59,7 @@ class Run:
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.info: dict = {}
         self.preflight: dict | None = None
+        self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
 
     # ---- used by users -------------------------------------------------------------
     def next_text(self):
@@ -101,8 +103,30 @@ class Run:
         self.state.begin(step)
         if self.is_master:
             self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency,
-                                                                 "settle_s": step.settle_s})
+                                                                 "settle_s": step.settle_s, "rate": step.rate,
+                                                                 "workers": step.workers})
         self.save()
+
+    @property
+    def worker_index(self) -> int:
+        step = self.state.current
+        return (step.workers or {}).get(self.worker_id, 0) if step is not None else 0
+
+    def rate_share(self, step: Step | None) -> tuple[float, float] | None:
+        """Open loop: this node's share of ``step``'s rate (req/s) and its phase (its index over
+        the workers sharing it, 0 <= phase < 1); None when it has no share."""
+        if step is None or step.rate is None or not step.workers:
+            return None
+        index = step.workers.get(self.worker_id)
+        if index is None:
+            return None
+        n = len(step.workers)
+        return step.rate / n, index / n
+
+    def dropped_in(self, step: int) -> int:
+        if self.receiver is None:
+            return self.dropped[step]
+        return sum(c.get(step, 0) for c in self.receiver.dropped.values())
 
     def finished_in_step(self, step: int) -> int:
         return self.writer.finished_settled[step] if self.writer else 0
@@ -117,6 +141,8 @@ class Run:
         for row in rows:
             st = steps.get(row["step"])
             row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
+            if st is not None and st.rate is not None:   # open loop: the step's load is its rate
+                row["concurrency"] = f"{st.rate:g} req/s"
             row["slo"] = self.plan.verdict_cell(row["step"])
         return rows
 
@@ -134,7 +160,7 @@ class Run:
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
         from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
-        self.plan = StepPlan(s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms)
+        self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms)
         self.reader = StepReader(self.run_dir)
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
@@ -173,7 +199,11 @@ class Run:
         info = self.info
         info["steps"] = [runformat.step_entry(step=st.step, concurrency=st.concurrency, start=st.start, end=st.end,
                                               phase=st.phase, repeat=st.repeat, settle_s=self.state.settle_of(st),
-                                              cutoff=st.cutoff) for st in self.state.steps]
+                                              cutoff=st.cutoff,
+                                              **({} if st.rate is None else
+                                                 {"rate": st.rate, "dropped": self.dropped_in(st.step),
+                                                  "workers": len(st.workers or ())}))
+                         for st in self.state.steps]
         if self.plan is not None:
             info["plan"] = self.plan.describe()
         if self.preflight is not None:
@@ -305,7 +335,7 @@ class Node:
             if run is not None and run.shipper is not None:
                 run.shipper.spool()   # the master has moved on: its acknowledgements will not come now
             run = self.run = Run(environment, s, self.state)
-            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock)
+            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped)
             run.make_audio_dir()
             gevent.spawn(self.clock.probe)
         else:
@@ -332,7 +362,8 @@ def _on_init(environment, **_kw) -> None:
         gevent.spawn(_watch_workers, node)
     elif node.is_worker:
         def on_step(environment, msg, **_kw):
-            node.state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(), settle_s=msg.data.get("settle_s")))
+            node.state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(), settle_s=msg.data.get("settle_s"),
+                                  rate=msg.data.get("rate"), workers=msg.data.get("workers")))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:

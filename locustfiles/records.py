@@ -161,12 +161,13 @@ class RecordReceiver:
         self.run_id: str | None = None
         self.workers: dict[str, dict] = {}
         self.errors: dict[str, str] = {}   # worker id -> why it could not run
+        self.dropped: dict[str, dict[int, int]] = {}   # open loop: worker id -> step -> arrivals not sent
         runner.register_message(RECORDS_MESSAGE, self._on_records)
         runner.register_message(ERROR_MESSAGE, self._on_error)
 
     def reset(self, writer: RecordWriter, run_id: str) -> None:
         """Point at a new run's writer (a web-UI session can hold several runs)."""
-        self.writer, self.run_id, self.workers, self.errors = writer, run_id, {}, {}
+        self.writer, self.run_id, self.workers, self.errors, self.dropped = writer, run_id, {}, {}, {}
 
     def _on_error(self, environment, msg, **_kw) -> None:
         self.errors[msg.node_id] = msg.data["message"]
@@ -191,6 +192,8 @@ class RecordReceiver:
         self.runner.send_message(ACK_MESSAGE, {"seq": data["seq"], "run": self.run_id}, client_id=msg.node_id)
         w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
                  offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
+        if data.get("dropped"):   # running totals: a batch sent twice cannot count them twice
+            self.dropped[msg.node_id] = {int(k): int(v) for k, v in data["dropped"].items()}
         if data.get("final"):
             w["final"] = True
 
@@ -218,7 +221,7 @@ class RecordReceiver:
 class RecordShipper:
     """Worker side: batches records to the master, converted to the master's clock."""
 
-    def __init__(self, runner, worker_id: str, run_id: str, timesync):
+    def __init__(self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None):
         self.runner = runner
         self.worker_id = worker_id
         self.run_id = run_id
@@ -226,6 +229,7 @@ class RecordShipper:
         self._buf: list[dict] = []
         self._seq = 0
         self._warned_clock = False
+        self.dropped = Counter() if dropped is None else dropped   # open loop: step -> arrivals not sent
         self.unacked: dict[int, list[dict]] = {}
         self._loop = gevent.spawn(self._run)
 
@@ -245,7 +249,7 @@ class RecordShipper:
             self._warned_clock = True
             log.warning("no clock-offset answer from the master yet: these records keep this worker's clock")
         batch, self._buf = self._buf, []
-        if not batch and not final:
+        if not batch and not final and not self.dropped:
             return
         offset = self.timesync.offset_s or 0.0
         for r in batch:
@@ -256,7 +260,7 @@ class RecordShipper:
         self.unacked[self._seq] = batch
         self.runner.send_message(RECORDS_MESSAGE, {
             "run": self.run_id, "seq": self._seq, "records": batch, "final": final, "offset_s": self.timesync.offset_s,
-            "rtt_s": self.timesync.rtt_s, "host": self.timesync.host,
+            "rtt_s": self.timesync.rtt_s, "host": self.timesync.host, "dropped": dict(self.dropped),
         })
 
     def _run(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
 FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
 STREAM_FORMATS = ("", "sse", "audio")
 DEFAULT_STEPS = "1,2,4,8,16"
+ARRIVALS = ("poisson", "constant")
 DEFAULT_STEP_TIME_S = 30.0
 #: With --step-requests, a step also ends after this long unless --step-time says otherwise.
 STEP_REQUESTS_CAP_S = 600.0
@@ -53,7 +55,18 @@ def add_arguments(parser) -> None:
                    help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE.')
     g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses and of SSE audio events (Hz).")
     g.add_argument("--texts", default="", help="Corpus: .txt (one text per line) or .jsonl (text, id, tier).")
-    g.add_argument("--steps", default=DEFAULT_STEPS, help="Concurrency levels, in order, e.g. 1,2,4,8,16.")
+    g.add_argument("--steps", default="",
+                   help=f"Concurrency levels, in order (closed loop; default {DEFAULT_STEPS}).")
+    g.add_argument("--rates", default="",
+                   help="Open loop instead of --steps: offered requests per second, in order, for the whole run "
+                        "(split across workers), e.g. 1,2,4,8; each arrival is sent on its schedule.")
+    g.add_argument("--arrival", choices=ARRIVALS, default="poisson",
+                   help="Open loop: gaps between arrivals, exponential (poisson) or equal (constant).")
+    g.add_argument("--arrival-seed", type=int, default=-1,
+                   help="Open loop: seed of the Poisson arrivals, recorded in run.json (default: a random one).")
+    g.add_argument("--max-inflight", type=int, default=1000,
+                   help="Open loop: an arrival that finds this many requests in flight (per worker) is not sent "
+                        "and counted as dropped.")
     g.add_argument("--step-time", type=float, default=0.0,
                    help=f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests).")
     g.add_argument("--step-requests", type=int, default=0, help="End each step after this many settled requests.")
@@ -136,6 +149,14 @@ class Settings:
     stop_past_knee: bool
     repeat: int
     server_metrics: tuple = ()
+    rates: tuple = ()          # open loop: offered req/s per step for the whole run; () = closed loop
+    arrival: str = "poisson"
+    arrival_seed: int = 0
+    max_inflight: int = 1000
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
 
     def payload(self, text: str) -> bytes:
         """The request body for one text, in the configured API's shape."""
@@ -170,6 +191,9 @@ class Settings:
             "slo": self.slo.spec if self.slo else None, "refine": self.refine,
             "stop_past_knee": self.stop_past_knee, "repeat": self.repeat,
             "server_metrics": list(self.server_metrics),
+            "rates": list(self.rates), "arrival": self.arrival if self.rates else None,
+            "arrival_seed": self.arrival_seed if self.rates else None,
+            "max_inflight": self.max_inflight if self.rates else None,
         }
 
 
@@ -199,6 +223,17 @@ def parse_steps(raw) -> tuple[int, ...]:
     if not steps or min(steps) < 1:
         raise SettingsError(f"--steps needs at least one concurrency of 1 or more, got {raw!r}")
     return steps
+
+
+def parse_rates(raw) -> tuple[float, ...]:
+    items = raw if isinstance(raw, list) else str(raw).replace(" ", "").split(",")
+    try:
+        rates = tuple(float(s) for s in items if str(s) != "")
+    except ValueError:
+        raise SettingsError(f"--rates must be comma-separated requests per second like 1,2,4,8, got {raw!r}") from None
+    if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
+        raise SettingsError(f"--rates needs at least one rate, each a number of requests per second above 0, got {raw!r}")
+    return rates
 
 
 def _retry_on(raw) -> frozenset:
@@ -283,7 +318,19 @@ def from_options(options, host: str | None) -> Settings:
         texts = corpus.load(o.texts or None)
     except corpus.CorpusError as e:
         raise SettingsError(f"--texts: {e}") from None
-    steps = parse_steps(o.steps)
+    steps_given = bool(str(o.steps or "").strip())
+    steps = parse_steps(o.steps if steps_given else DEFAULT_STEPS)
+    rates = parse_rates(o.rates) if str(getattr(o, "rates", "") or "").strip() else ()
+    if rates and steps_given:
+        raise SettingsError("--rates and --steps were both given: use --rates for an open-loop run "
+                            "(requests per second) or --steps for a closed-loop one (concurrency), not both")
+    max_inflight = int(_positive("max-inflight", getattr(o, "max_inflight", 1000), int))
+    if rates and (o.refine or o.stop_past_knee or int(o.repeat) != 1 or str(o.slo or "").strip()):
+        raise SettingsError("--slo, --refine, --stop-past-knee and --repeat work with --steps only, "
+                            "not yet with --rates")
+    seed = int(_number("arrival-seed", getattr(o, "arrival_seed", -1), int))
+    if seed < 0:
+        seed = random.SystemRandom().randrange(2**31)
     step_requests = int(_positive("step-requests", o.step_requests, int, allow_zero=True))
     step_time = _positive("step-time", o.step_time, allow_zero=True)
     if not step_time:
@@ -323,4 +370,5 @@ def from_options(options, host: str | None) -> Settings:
         slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee),
         repeat=int(_positive("repeat", o.repeat, int)),
         server_metrics=_collectors(getattr(o, "server_metrics", None) or [], "server-metrics"),
+        rates=rates, arrival=getattr(o, "arrival", "poisson"), arrival_seed=seed, max_inflight=max_inflight,
     )

@@ -42,6 +42,8 @@ class Step:
     repeat: int = 1      # 1-based pass over the grid
     cutoff: float | None = None   # judged on the requests sent before this (when judged)
     settle_s: float | None = None   # this step's own settle window; None: the run's
+    rate: float | None = None       # open loop: offered requests per second, whole run
+    workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
 
 
 @dataclass
@@ -92,10 +94,11 @@ class StepShape(LoadTestShape):
             if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
                 if plan.judging:   # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
-                return cur.concurrency, SPAWN_RATE
+                return self._load(run, cur)
             if plan.judging:
                 self._judge(run, cur)
-            log.info("step %d (concurrency %d) done", cur.step, cur.concurrency)
+            log.info("step %d (%s) done", cur.step,
+                     f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered")
         nxt = plan.next()
         if nxt is None:
             if cur is not None and cur.end is None:
@@ -107,6 +110,8 @@ class StepShape(LoadTestShape):
                 # their last records would never be sent: stop them first, then let Locust quit.
                 self.runner.stop()
             return None
+        if settings.open_loop:
+            return self._begin_rate_step(run, nxt)
         step = Step(len(state.steps) + 1, nxt.concurrency, wall(), phase=nxt.phase, repeat=nxt.repeat)
         where = "refine" if nxt.phase == "refine" else f"grid pass {nxt.repeat}/{plan.repeats}"
         drain = self._drain_s(run, cur, step)
@@ -117,7 +122,40 @@ class StepShape(LoadTestShape):
                       f"stopped here left requests the server is still working on")
         log.info("step %d: concurrency %d (%s)", step.step, step.concurrency, where)
         run.begin_step(step)
-        return step.concurrency, SPAWN_RATE
+        return self._load(run, step)
+
+    def _load(self, run, step: Step):
+        """What Locust should run for ``step``: its concurrency in closed-loop users, or one
+        open-loop scheduler per worker sharing its rate."""
+        from .openloop import OpenLoopUser
+        classes = self.runner.environment.user_classes
+        if run.settings.open_loop:
+            return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]
+        closed = [c for c in classes if not issubclass(c, OpenLoopUser)]
+        return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else \
+            (step.concurrency, SPAWN_RATE, closed)
+
+    def _begin_rate_step(self, run, nxt):
+        from .openloop import OpenLoopUser
+        if not any(issubclass(c, OpenLoopUser) for c in self.runner.environment.user_classes):
+            run.fail("--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
+                     "from locustfiles.openloop in your locustfile")
+            return None
+        if run.is_master:
+            ids = sorted(c.id for c in self.runner.clients.ready + self.runner.clients.spawning
+                         + self.runner.clients.running)
+        else:
+            ids = [run.worker_id]
+        if not ids:
+            run.fail("no workers are connected to share the rate")
+            return None
+        rate = nxt.concurrency
+        step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
+                    workers={wid: i for i, wid in enumerate(ids)})
+        log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)", step.step, rate,
+                 run.settings.arrival, len(ids), "s" if len(ids) > 1 else "")
+        run.begin_step(step)
+        return self._load(run, step)
 
     @staticmethod
     def _drain_s(run, cur: Step | None, step: Step) -> float | None:

@@ -4,6 +4,9 @@
            --steps 1,2,4,8,16 --step-time 30 --run-dir runs/demo \\
            --collector http://127.0.0.1:9300
 
+Open loop (offered requests per second instead of concurrency): ``--rates 1,2,4,8
+--arrival poisson|constant --max-inflight N`` in place of ``--steps``.
+
 Run ``locust -f locustfiles/tts.py --help`` for the tts-knee options (the "tts-knee" group).
 """
 import sys
@@ -13,5 +16,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from locustfiles import plugin  # noqa: E402,F401  (attaches the event listeners)
+from locustfiles.openloop import OpenLoopUser  # noqa: E402,F401
 from locustfiles.shape import StepShape  # noqa: E402,F401
 from locustfiles.user import TTSUser  # noqa: E402,F401

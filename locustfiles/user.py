@@ -1,4 +1,5 @@
-"""The TTS user: one user is one in-flight request, sent back to back with no wait time.
+"""The TTS user: one user is one in-flight request, sent back to back with no wait time; and the
+attempt path it shares with the open-loop user (locustfiles/openloop.py), :class:`Caller`.
 
 Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first body
 byte, ``t2`` when the body is read, ``t3`` when the audio is written and closed — and becomes
@@ -56,19 +57,16 @@ def _error_text(status: int, body: bytes) -> str:
     return f"HTTP {status}" + (f": {snippet}" if snippet else "")
 
 
-class TTSUser(User):
-    """Sends the corpus, text by text, to the TTS endpoint the options describe."""
+class Caller:
+    """One connection to the TTS endpoint and the attempt path: sends a text (its segments, each
+    with its attempts and retries), records every attempt and fires its Locust request event.
+    The closed-loop user owns one; the open-loop user one per request in flight."""
 
-    wait_time = constant(0)
-
-    def on_start(self) -> None:
-        node = self.environment.tts_knee
-        self.run = node.run
-        if self.run is None:   # this node's options were unusable; ensure_run said why
-            raise StopUser()
+    def __init__(self, user: User, no: int):
+        self.environment = user.environment
+        self.run = user.environment.tts_knee.run
         self.s = self.run.settings
-        self.no = node.next_user_number()
-        self.seq = 0
+        self.no = no
         self.rng = random.Random()
         parts = urlsplit(self.s.host)
         self._client_args = dict(
@@ -81,30 +79,29 @@ class TTSUser(User):
         )
         self.http = HTTPClient(**self._client_args)
 
-    def on_stop(self) -> None:
+    def close(self) -> None:
         self.http.close()
 
-    @task
-    def synthesize(self) -> None:
-        run = self.run
-        text = run.next_text()
+    def send(self, text, seq: int, sent: dict | None = None) -> None:
+        """Send ``text`` as request number ``seq`` of this caller's user. ``sent`` (open loop):
+        the step it was scheduled in, its ``scheduled`` time and the ``concurrency`` at sending,
+        which the records carry instead of the step running when each attempt starts."""
         segments = split(text.text, self.s.split_max_chars)
-        self.seq += 1
-        base_id = f"{run.worker_tag}-{self.no}-{self.seq}"
+        base_id = f"{self.run.worker_tag}-{self.no}-{seq}"
         parts: list[tuple[bytes, audio_mod.Audio]] = []
         for k, segment in enumerate(segments, 1):
             req_id = base_id if len(segments) == 1 else f"{base_id}.{k}"
             last_segment = k == len(segments)
-            result = self._request(req_id, text, segment, k, len(segments), last_segment, parts)
+            result = self._request(req_id, text, segment, k, len(segments), last_segment, parts, seq, sent)
             if result is None:
                 return
 
-    def _request(self, req_id, text, segment, k, n, last_segment, parts):
+    def _request(self, req_id, text, segment, k, n, last_segment, parts, seq, sent):
         """All attempts of one request; returns None once it finally fails."""
         attempt, backoff_ms = 1, None
         payload = self.s.payload(segment)
         while True:
-            rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt)
+            rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt, sent)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
             runformat.attempt.update(rec, req_id=req_id, attempt=attempt, final=not retry, text_id=text.id,
                                      text_len=len(segment), tier=text.tier,
@@ -112,7 +109,7 @@ class TTSUser(User):
             if rec["ok"]:
                 parts.append((body, audio))
                 if last_segment:
-                    self._finish_audio(rec, parts, m0, m2)   # yields while the file is written
+                    self._finish_audio(rec, parts, m0, m2, seq)   # yields while the file is written
             # The Locust event and the record go out together, with no yield in between, so a
             # user stopped mid-attempt leaves neither: the two counts always agree.
             self._fire(rec, attempt, elapsed_ms)
@@ -127,9 +124,9 @@ class TTSUser(User):
             gevent.sleep(delay)
             attempt += 1
 
-    def _attempt(self, payload: bytes, attempt: int):
+    def _attempt(self, payload: bytes, attempt: int, sent: dict | None = None):
         s = self.s
-        step = self.run.state.current
+        step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
         m1 = m2 = None
         status = None
@@ -187,13 +184,18 @@ class TTSUser(User):
             status = None  # the response never completed: it is a connection failure, not a status
         body = b"".join(blocks)
         rec = runformat.attempt(
-            step=step.step if step else None, concurrency=step.concurrency if step else None,
+            step=step.step if step else None,
+            concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
             worker=self.run.worker_id, user=self.no,
             t0=t0, t1=None if m1 is None else t0 + (m1 - m0), t2=None if m2 is None else t0 + (m2 - m0),
             ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False, error=error or bad_stream,
             bytes=len(body), settled=self.run.state.settled(step, t0),
             **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if parser is not None else _NO_STREAM),
         )
+        if sent is not None:   # open loop: waited from when the caller arrived, not from sending
+            runformat.attempt.update(
+                rec, scheduled=sent["scheduled"],
+                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3))
         audio = None
         if error is None:
             rec["server_timing"] = parse_server_timing(header(headers, "server-timing"))
@@ -225,7 +227,7 @@ class TTSUser(User):
             response=None, context={}, exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict, parts, m0: float, m2: float) -> None:
+    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seq: int) -> None:
         if len(parts) > 1:
             try:
                 data = audio_mod.concat(parts)
@@ -236,7 +238,7 @@ class TTSUser(User):
             rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
         else:
             data = parts[0][0]
-        path = self.run.audio_path(self.no, self.seq)
+        path = self.run.audio_path(self.no, seq)
         if path is None:
             return
         try:
@@ -251,6 +253,30 @@ class TTSUser(User):
     def _reconnect(self) -> None:
         self.http.close()
         self.http = HTTPClient(**self._client_args)
+
+
+class TTSUser(User):
+    """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
+    in flight at a time (closed loop)."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        node = self.environment.tts_knee
+        self.run = node.run
+        if self.run is None:   # this node's options were unusable; ensure_run said why
+            raise StopUser()
+        self.no = node.next_user_number()
+        self.seq = 0
+        self.caller = Caller(self, self.no)
+
+    def on_stop(self) -> None:
+        self.caller.close()
+
+    @task
+    def synthesize(self) -> None:
+        self.seq += 1
+        self.caller.send(self.run.next_text(), self.seq)
 
 
 class _AudioWriter:

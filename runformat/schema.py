@@ -233,7 +233,7 @@ SUMMARY: tuple[Field, ...] = (
     Field("incomplete_last_line", "", False, "per file"),
     Field("steps", "", False, "one step summary per executed step, in run order"),
     Field("levels", "", False, "one per tested concurrency, repeats pooled"),
-    Field("knee", "", False, "concurrency (or null) and methods"),
+    Field("knee", "", False, "concurrency (or null) and methods; open loop: rate (or null) instead"),
     Field("slo", "", True, "spec, steps, by_step, max_concurrency"),
     Field("recommended_concurrency", "users", True, ""),
     Field("recommendation", "", False, "the recommendation in words"),
@@ -244,8 +244,9 @@ SUMMARY: tuple[Field, ...] = (
     Field("gpu_memory_after_run_bytes", "bytes", True, ""),
     Field("gpu_memory_creep", "", True, ""),
     Field("server_timing_stages", "", False, "Server-Timing stage names seen"),
-    Field("recommended_rate", "req/s", True, "open loop", optional=True),
-    Field("dropped", "count", True, "open loop: arrivals never sent, over the run", optional=True),
+    Field("recommended_rate", "req/s", True, "open loop: the offered rate before the knee "
+                                             "(recommended_concurrency is then what it implies)", optional=True),
+    Field("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
     Field("regression", "", True, "with --baseline", optional=True),
     Field("require", "", True, "with --require", optional=True),
 )

@@ -57,7 +57,7 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
     status, page = get(webui + "/")
     assert status == 200
     for option in ("tts_api", "steps", "step_time", "retry_max_attempts", "collector", "run_dir",
-                   "slo", "refine", "stop_past_knee", "repeat"):
+                   "slo", "refine", "stop_past_knee", "repeat", "rates", "arrival", "max_inflight"):
         assert f'"{option}"' in page, option
     # Start with the form's values changed: two short steps instead of three long ones, and an SLO.
     status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "1,2", "step_time": "2",
@@ -105,6 +105,26 @@ def test_the_start_form_shows_the_step_plan_in_place_of_the_user_count(webui):
     for name in ("userCount", "spawnRate"):  # Locust's own fields are hidden, not shown as a disabled 0
         box = dom[:dom.index(f'name="{name}"')]
         assert 'style="display: none;"' in box[box.rindex("MuiFormControl-root"):], name
+
+
+def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
+    # The form chooses rates instead of steps: the steps field emptied, the rates field filled.
+    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "", "rates": "8",
+                                          "arrival": "constant", "step_time": "2", "tts_api": "openai"})
+    assert json.loads(body)["success"]
+    info_path = tmp_path / "run" / "run.json"
+    for _ in range(150):
+        if info_path.exists() and json.loads(info_path.read_text())["end"]:
+            break
+        time.sleep(0.1)
+    info = json.loads(info_path.read_text())
+    assert info["end"], "the run did not finish by itself"
+    assert [(s["step"], s["rate"]) for s in info["steps"]] == [(1, 8)]
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert len(records) > 8 and all(r["scheduled"] is not None for r in records)
+    stats = json.loads(get(webui + "/stats/requests")[1])
+    table = {t["key"]: t["data"] for t in stats["extended_stats"]}["tts-knee-steps"]
+    assert [row["concurrency"] for row in table] == ["8 req/s"]
 
 
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):

@@ -1,0 +1,241 @@
+"""Open-loop runs (``--rates``): per-step arrival figures, the knee in requests per second, and
+the recommended rate with the concurrency it implies.
+
+A run is open loop when its run.json steps carry a ``rate`` (offered requests per second, all
+workers together). On top of :func:`dashboard.steps.step_stats` each step gets:
+
+- ``rate``, ``dropped`` (arrivals not sent because ``--max-inflight`` requests were in flight),
+  ``offered`` (arrivals scheduled: requests sent plus dropped) and ``throughput_ratio``
+  (``throughput_rps / rate``);
+- ``inflight`` {``mean``, ``max``}: the mean is the time-weighted number of requests in flight
+  over the step's window (every logical request from its first ``t0`` to its end, whichever step
+  sent it), the max the highest in-flight count an attempt was sent at;
+- ``sched_wait_ms``: the distribution of ``t2 - scheduled`` of the successful final attempts,
+  the latency a caller who arrived on time saw (retries and any lateness of the generator
+  included); ``send_lag_ms``: ``t0 - scheduled`` of every attempt 1 (the generator's own
+  lateness; it must stay small for the figures to mean anything);
+- ``growth``: whether latency kept growing within the step: the step's successful requests in
+  order of ``scheduled``, cut into three equal parts; ``p50_thirds`` are their median
+  ``sched_wait_ms``; ``growing`` when each third's median is above the one before and the last
+  is more than ``GROWTH_RATIO`` (1.5x) the first. ``slope_ms_per_s`` is the least-squares slope
+  of ``sched_wait_ms`` over ``scheduled``. A queue that builds for the whole step is the
+  signature of overload in open loop: the server takes less than is offered.
+
+**The knee** (``knee.rate``) is the lowest offered rate at which any of these holds (the
+``methods``, each naming the rate it points at, or null):
+
+- ``throughput_shortfall``: throughput is more than ``SHORTFALL`` (15%) below the offered rate
+  (dropped arrivals count as not served);
+- ``latency_growing``: ``growth.growing``;
+- ``latency_vs_lowest``: p95 of ``sched_wait_ms`` is more than ``LATENCY_RISE`` (1.5x) the lowest
+  rate's and stays so at every higher rate;
+- ``failures``: at least ``FAILURE_RATE`` (5%) of the step's requests fail, and that much more
+  than at the lowest rate.
+
+``recommended_rate`` is the rate before the knee (the highest tested rate when there is none;
+null when the lowest is already past it). ``recommended_concurrency`` is what that rate implies
+by Little's law: rate x the step's mean ``sched_wait_ms``, rounded up: the concurrency limit a
+server taking this rate should allow.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .knee import FAILURE_RATE, LATENCY_RISE
+from .rundir import Attempts
+from .steps import _spans, dist
+
+SHORTFALL = 0.15
+GROWTH_RATIO = 1.5
+#: Fewest successful requests per third for the growth rule to judge a step.
+GROWTH_MIN = 3
+RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures")
+
+
+def is_open_loop(plan: list[dict]) -> bool:
+    return any(s.get("rate") is not None for s in plan)
+
+
+def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:
+    order = np.argsort(sched, kind="stable")
+    sched, waits = sched[order], waits[order]
+    thirds = np.array_split(waits, 3)
+    if len(waits) < 3 * GROWTH_MIN:
+        return {"p50_thirds": None, "growing": None, "slope_ms_per_s": None}
+    p50 = [float(np.median(t)) for t in thirds]
+    span = sched[-1] - sched[0]
+    slope = float(np.polyfit(sched - sched[0], waits, 1)[0]) if span > 0 else None
+    growing = p50[0] < p50[1] < p50[2] and p50[2] > GROWTH_RATIO * p50[0]
+    return {"p50_thirds": p50, "growing": bool(growing), "slope_ms_per_s": slope}
+
+
+def _inflight_mean(a: Attempts, ws: float | None, we: float | None) -> float | None:
+    if ws is None or we is None or not we > ws:
+        return None
+    fin, start, end = _spans(a)
+    busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
+    return float(busy) / (we - ws)
+
+
+def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
+    """The open-loop figures of one step (``step``: its run.json entry; ``stats``: its
+    ``step_stats``), to merge into ``stats``."""
+    m = (a["step"] == step["step"]) & a["settled"]
+    okf = m & a["final"] & a["ok"]
+    first = m & (a["attempt"] <= 1)
+    sched = a["scheduled"]
+    rate, dropped = step.get("rate"), step.get("dropped") or 0
+    win = stats.get("window") or {}
+    conc = a["concurrency"][m]
+    thr = stats.get("throughput_rps")
+    return {
+        "rate": rate, "dropped": dropped, "offered": int(first.sum()) + dropped,
+        "throughput_ratio": thr / rate if thr is not None and rate else None,
+        "inflight": {"mean": _inflight_mean(a, win.get("start"), win.get("end")),
+                     "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None},
+        "sched_wait_ms": dist(a["sched_wait_ms"][okf]),
+        "send_lag_ms": dist((a["t0"][first] - sched[first]) * 1000.0),
+        "growth": _growth(sched[okf], a["sched_wait_ms"][okf]),
+    }
+
+
+def _v(s: dict, key: str, q: str):
+    return (s.get(key) or {}).get(q)
+
+
+def _f(v, fmt="{:.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+COLUMNS = ("step", "offered req/s", "served req/s", "served/offered", "requests", "dropped", "err%",
+           "in flight mean", "in flight max", "p50 from schedule", "p95 from schedule", "p99 from schedule",
+           "p95 wait", "send lag p95", "growing", "retries")
+
+
+def table_rows(summary: dict) -> list[list[str]]:
+    rows = []
+    for s in summary["steps"]:
+        g = s.get("growth") or {}
+        rows.append([str(s["step"]), _f(s.get("rate"), "{:g}"), _f(s.get("throughput_rps"), "{:.2f}"),
+                     _f(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
+                     _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+                     _f(_v(s, "inflight", "mean"), "{:.1f}"), _f(_v(s, "inflight", "max")),
+                     _f(_v(s, "sched_wait_ms", "p50")), _f(_v(s, "sched_wait_ms", "p95")),
+                     _f(_v(s, "sched_wait_ms", "p99")), _f(_v(s, "latency_ms", "p95")),
+                     _f(_v(s, "send_lag_ms", "p95"), "{:.1f}"),
+                     {True: "yes", False: "no", None: "-"}[g.get("growing")], str(s["retries"])])
+    return rows
+
+
+def format_lines(summary: dict) -> list[str]:
+    """The terminal's step table and verdict of an open-loop run."""
+    rows = [list(COLUMNS)] + table_rows(summary)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    knee = summary["knee"]
+    lines.append("knee: none found" if knee["rate"] is None else
+                 f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    lines.append(f"dropped arrivals: {summary.get('dropped') or 0}")
+    return lines
+
+
+def _p95(s: dict) -> float | None:
+    return (s.get("sched_wait_ms") or {}).get("p95")
+
+
+def find_knee(steps: list[dict]) -> dict:
+    """``{"rate", "index", "methods", "agree", "rules"}`` over the steps with requests, in
+    ascending rate (see the module doc); ``index`` is into that list."""
+    steps = [s for s in steps if s.get("requests")]
+    idx: dict[str, int | None] = dict.fromkeys(RULES)
+    if steps:
+        for i, s in enumerate(steps):
+            thr = s.get("throughput_rps") or 0.0
+            if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * s["rate"]:
+                idx["throughput_shortfall"] = i
+            if idx["latency_growing"] is None and (s.get("growth") or {}).get("growing"):
+                idx["latency_growing"] = i
+        base = _p95(steps[0])
+        high = [base is not None and _p95(s) is not None and _p95(s) > LATENCY_RISE * base for s in steps]
+        for i in range(1, len(steps)):
+            if all(high[i:]):
+                idx["latency_vs_lowest"] = i
+                break
+        low_err = steps[0].get("error_rate") or 0.0
+        for i, s in enumerate(steps):
+            e = s.get("error_rate") or 0.0
+            if e >= FAILURE_RATE and e - low_err >= FAILURE_RATE:
+                idx["failures"] = i
+                break
+    hits = [i for i in idx.values() if i is not None]
+    k = min(hits) if hits else None
+    methods = {name: (steps[i]["rate"] if i is not None else None) for name, i in idx.items()}
+    rate = steps[k]["rate"] if k is not None else None
+    return {"rate": rate, "concurrency": None, "index": k, "methods": methods,
+            "agree": [n for n, r in methods.items() if r is not None and r == rate], "rules": list(RULES),
+            "streamed": False, "axis": "rate"}
+
+
+def recommend(steps: list[dict], knee: dict) -> tuple[float | None, int | None, str]:
+    """(recommended rate, the concurrency it implies, the recommendation in words)."""
+    done = [s for s in steps if s.get("requests")]
+    if not done:
+        return None, None, "No settled requests yet."
+    k = knee["index"]
+    if k == 0:
+        return None, None, (f"The lowest offered rate ({done[0]['rate']:g} req/s) is already past the knee; "
+                            f"test lower rates.")
+    rec = done[-1] if k is None else done[k - 1]
+    mean = (rec.get("sched_wait_ms") or {}).get("mean")
+    implied = math.ceil(rec["rate"] * mean / 1000.0) if mean is not None else None
+    if k is None:
+        text = (f"No knee up to {rec['rate']:g} req/s, the highest offered; test higher rates to find the "
+                f"limit ({_desc(rec)})")
+    else:
+        text = f"Offer at most {rec['rate']:g} req/s ({_desc(rec)}; {_desc(done[k])})"
+    if implied is not None:
+        text += (f". By Little's law that rate at a mean {mean:.0f} ms keeps about {implied} requests in flight: "
+                 f"a concurrency limit of {implied}")
+    return rec["rate"], implied, text + "."
+
+
+def _desc(s: dict) -> str:
+    lat = s.get("sched_wait_ms") or {}
+    lag = (s.get("send_lag_ms") or {}).get("p95")
+    p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms"
+    return (f"at {s['rate']:g} req/s offered: {s.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
+            f"schedule {p95}, {s.get('dropped') or 0} dropped, {s['failed']} of {s['requests']} failed"
+            + (f", send lag p95 {lag:.1f} ms" if lag is not None else ""))
+
+
+#: Phrases of the closed-loop verdict that name a step by its concurrency, as they read for a rate.
+_WORDING = (("at concurrency ", "at "), ("up to concurrency ", "up to "), ("test higher concurrency", "test higher rates"))
+
+
+def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+    """:func:`dashboard.diagnosis.diagnose` on the rate steps, each standing at its offered rate
+    with its latency from schedule, after one sentence on what the open-loop rules saw."""
+    from .diagnosis import diagnose as by_steps
+    as_levels = [dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
+                 for s in steps]
+    label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
+    d = by_steps(as_levels, dict(knee, concurrency=label, inflation=[]), creep, has_resources)
+    ev = []
+    for e in d["evidence"]:
+        for old, new in _WORDING:
+            e = e.replace(old, new)
+        ev.append(e)
+    k = knee["index"]
+    if k is not None:
+        s = [x for x in steps if x.get("requests")][k]
+        g = s.get("growth") or {}
+        thirds = g.get("p50_thirds")
+        ev.insert(0, f"At {s['rate']:g} req/s offered the server took {s.get('throughput_rps') or 0:.2f} req/s "
+                     f"({s.get('dropped') or 0} arrivals dropped)"
+                     + (f"; median latency from schedule went {thirds[0]:.0f} -> {thirds[1]:.0f} -> "
+                        f"{thirds[2]:.0f} ms over the step's thirds" if thirds else "")
+                     + (": the queue kept growing, so that rate is past what it serves." if g.get("growing") else "."))
+    d["evidence"] = ev
+    return d

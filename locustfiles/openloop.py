@@ -1,0 +1,131 @@
+"""The open-loop user: arrivals at an offered rate, each sent on its schedule whether or not
+earlier requests have finished (no coordinated omission).
+
+One :class:`OpenLoopUser` runs per worker process (the step shape asks for as many users as
+there are workers) and schedules that worker's share of the step's rate: ``rate / workers``,
+Poisson (exponential gaps from a seeded generator, so a run can be repeated; the superposition
+of the workers' streams is Poisson at the whole rate) or constant (equal gaps, each worker's
+phase shifted by its index so the workers' arrivals interleave evenly).
+
+Arrival times are laid out on the monotonic clock from the step's start up to its
+``--step-time``, never from when the
+previous send happened, so a late event loop shows as send lag (``t0 - scheduled``) and never
+thins the load. Each arrival gets a greenlet of its own with its own connection (idle ones are
+reused) and the shared attempt path (:class:`~locustfiles.user.Caller`). An arrival that finds
+``--max-inflight`` requests in flight is not sent: it is counted as dropped for its step.
+"""
+from __future__ import annotations
+
+import logging
+import random
+
+import gevent
+from gevent.pool import Group
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from .clock import mono, wall
+from .user import Caller
+
+log = logging.getLogger("tts_knee.openloop")
+
+#: Longest wait, when the run stops, for requests still in flight to finish and be recorded
+#: (well inside the master's wait for workers' last batches).
+DRAIN_S = 5.0
+#: Arrivals due within this much of now are sent now rather than after another sleep.
+EARLY_S = 0.0002
+#: How often a scheduler looks for a new step: while idle (between steps, a rate share of zero)
+#: and while waiting for a distant arrival. A new step's first arrivals are late by up to this.
+IDLE_POLL_S = 0.05
+
+
+def gaps(arrival: str, rate: float, rng: random.Random):
+    """Endless gaps (seconds) between arrivals at ``rate`` per second."""
+    if arrival == "constant":
+        while True:
+            yield 1.0 / rate
+    while True:
+        yield rng.expovariate(rate)
+
+
+class OpenLoopUser(User):
+    """Schedules this worker's share of each step's offered rate."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.inflight = 0
+        self.idle: list[Caller] = []
+        self.inflight_requests = Group()
+        node = self.environment.tts_knee
+        self.run = node.run
+        if self.run is None:   # this node's options were unusable; ensure_run said why
+            raise StopUser()
+        self.no = node.next_user_number()
+        self.seq = 0
+
+    def on_stop(self) -> None:
+        # Requests still in flight get DRAIN_S to finish, so the last step is not judged on the
+        # quick ones alone; those killed mid-attempt then leave neither a record nor a Locust
+        # event, so the two counts still agree.
+        self.inflight_requests.join(timeout=DRAIN_S)
+        if self.inflight:
+            log.warning("%d requests were still in flight %.0f s after the run stopped; they are not recorded",
+                        self.inflight, DRAIN_S)
+        self.inflight_requests.kill(block=True, timeout=5)
+        for caller in self.idle:
+            caller.close()
+        self.idle = []
+
+    @task
+    def schedule(self) -> None:
+        """Send one step's arrivals until the step changes or the run stops."""
+        run = self.run
+        state = run.state
+        step = state.current
+        share = run.rate_share(step)
+        if step is None or share is None or share[0] <= 0:
+            gevent.sleep(IDLE_POLL_S)
+            return
+        rate, phase = share
+        s = run.settings
+        rng = random.Random(f"{s.arrival_seed}-{run.worker_index}-{step.step}")
+        # The step began at step.start on this node's wall clock; lay the schedule on the
+        # monotonic clock from there.
+        m_start = mono() - (wall() - step.start)
+        w_start = step.start
+        gen = gaps(s.arrival, rate, rng)
+        due = phase / rate if s.arrival == "constant" else next(gen)
+        dropped = run.dropped
+        # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
+        # moment later): no arrival is scheduled past the step's time.
+        last = s.step_time_s
+        while state.current is step and due < last:
+            wait = m_start + due - mono()
+            if wait > EARLY_S:
+                # Wake at the arrival or soon after the step changes, whichever comes first.
+                gevent.sleep(min(wait, IDLE_POLL_S))
+                continue
+            if self.inflight >= s.max_inflight:
+                dropped[step.step] += 1
+            else:
+                self.seq += 1
+                self.inflight += 1
+                self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
+                gevent.sleep(0)   # behind schedule, the arrivals still go out one by one, each at once
+            due += next(gen)
+        while state.current is step:   # the step's time is up here; its end is the shape's to say
+            gevent.sleep(IDLE_POLL_S)
+
+    def _send(self, step, scheduled: float, seq: int) -> None:
+        caller = self.idle.pop() if self.idle else Caller(self, self.no)
+        try:
+            caller.send(self.run.next_text(), seq, {"step": step, "scheduled": scheduled,
+                                                    "concurrency": self.inflight})
+        except BaseException:
+            caller.close()
+            raise
+        finally:
+            self.inflight -= 1
+        self.idle.append(caller)
+
