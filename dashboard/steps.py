@@ -11,7 +11,7 @@ Definitions used throughout the dashboard:
   attempt's ``t0`` to the final attempt's ``t3`` (or ``t2``), so it includes failed attempts,
   backoff sleeps and the client's write.
 - A step's **window** is its own span from ``run.json``: from its start plus the settle time
-  (``settle_s``) to its end.  Only when ``run.json`` does not give the step's start (run
+  (the step's own ``settle_s`` where its entry has one, else the run's) to its end.  Only when ``run.json`` does not give the step's start (run
   directories without a usable ``run.json``) is it taken from the records: the earliest settled
   ``t0`` to the latest completion of the step's settled attempts.  A step still running (no end
   yet) ends at the next step's start, or else at the latest completion seen so far.
@@ -231,7 +231,9 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
     m = (a["step"] == step["step"])
     start, end, is_open = step.get("start"), step.get("end"), False
     if start is not None:
-        settle = settle_s
+        # the step's own settle time where run.json gives one (a step that lowers the
+        # concurrency settles while the previous step's requests drain), else the run's
+        settle = step.get("settle_s", settle_s)
         if settle is None:  # run.json without settle_s: where the records start being settled
             st = m & a["settled"] & np.isfinite(a["t0"])
             settle = max(0.0, float(a["t0"][st].min()) - start) if (m & ~a["settled"]).any() and st.any() else 0.0

@@ -77,7 +77,11 @@ def _steps_of(rd: RunDir) -> list[dict]:
         for k in ("start", "end"):
             if not _time(s.get(k)):
                 raise _bad(rd, where, s, f"has {k} {s.get(k)!r}, not unix seconds or null")
+        settle = s.get("settle_s")
+        if not _time(settle) or (settle is not None and settle < 0):
+            raise _bad(rd, where, s, f"has settle_s {settle!r}, not a number of seconds >= 0")
         steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end"),
+                      **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
                       **({} if rate is None else {"rate": float(rate), "dropped": _count(s.get("dropped"))})})

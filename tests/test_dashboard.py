@@ -308,3 +308,17 @@ def test_unwritable_summary_exits_2_with_one_sentence(tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "summary.json" in r.stderr
     assert not (p / "summary.json.tmp").exists()
+
+
+def test_a_steps_own_settle_time_starts_its_window(tmp_path):
+    # A step that lowered the concurrency settles longer while the previous step's requests
+    # drain; run.json gives that step its own settle_s, and its window starts after it.
+    path = tmp_path / "run"
+    build_run(path, Model(steps=(1, 2, 4)))
+    run = json.loads((path / "run.json").read_text())
+    run["steps"][2]["settle_s"] = 3.0
+    (path / "run.json").write_text(json.dumps(run))
+    s = analyze(load(path))
+    start = run["steps"][2]["start"]
+    assert s["steps"][2]["window"]["start"] == pytest.approx(start + 3.0)
+    assert s["steps"][1]["window"]["start"] == pytest.approx(run["steps"][1]["start"] + run["settle_s"])
