@@ -113,14 +113,17 @@ class StepShape(LoadTestShape):
         if settings.open_loop:
             return self._begin_rate_step(run, nxt)
         step = Step(len(state.steps) + 1, nxt.concurrency, wall(), phase=nxt.phase, repeat=nxt.repeat)
-        where = "refine" if nxt.phase == "refine" else f"grid pass {nxt.repeat}/{plan.repeats}"
+        # "step 2/5" while the plan is the plain grid; repeats and refinement say which they are
+        plain = nxt.phase != "refine" and plan.repeats == 1
+        label = f"step {step.step}/{len(plan.grid)}" if plain else f"step {step.step}"
+        notes = [] if plain else ["refine" if nxt.phase == "refine" else f"grid pass {nxt.repeat}/{plan.repeats}"]
         drain = self._drain_s(run, cur, step)
         if drain is not None:
             step.settle_s = drain
             gone = cur.concurrency - step.concurrency
-            where += (f"; the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
-                      f"stopped here left requests the server is still working on")
-        log.info("step %d: concurrency %d (%s)", step.step, step.concurrency, where)
+            notes.append(f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
+                         f"stopped here left requests the server is still working on")
+        log.info("%s: concurrency %d%s", label, step.concurrency, f" ({'; '.join(notes)})" if notes else "")
         run.begin_step(step)
         return self._load(run, step)
 

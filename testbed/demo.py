@@ -60,7 +60,7 @@ POLL_INTERVAL_S = 0.2        # how often the sweep checks that the servers still
 ACCESS_LINE = re.compile(r'"(GET|POST|PUT|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}')
 # Locust's log lines worth showing while the sweep runs (all of them go to locust.log).
 LOCUST_LINE = re.compile(r"^\[[^\]]+\] [^/]+/(?P<level>[A-Z]+)/(?P<logger>[\w.]+): (?P<msg>.*)$")
-SHOWN_INFO = re.compile(r"^step \d+/\d+: concurrency \d+$|^run finished")
+SHOWN_INFO = re.compile(r"^step \d+(/\d+)?: (concurrency \d+|[\d.]+ requests per second)|^run finished")
 
 
 @dataclass(frozen=True)
