@@ -58,3 +58,11 @@ def test_a_rate_limit_is_named(tmp_path):
     assert summary["knee"]["concurrency"] == 4
     assert summary["recommended_concurrency"] == 2
     assert any("Retry-After" in sentence for sentence in summary["diagnosis"]["evidence"])
+
+
+def test_without_server_samples_the_verdict_is_queueing_not_a_guess(tmp_path):
+    summary, out = sweep_and_judge(tmp_path, SLOTS4, collector=False)
+    assert summary["knee"]["concurrency"] == 8
+    assert summary["recommended_concurrency"] == 4
+    assert summary["diagnosis"]["kind"] == "queueing", summary["diagnosis"]
+    assert "--collector" in " ".join(summary["diagnosis"]["evidence"])
