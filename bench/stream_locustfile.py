@@ -1,4 +1,4 @@
-"""tts-knee's user for bench/stream_cost.py: the real TTSUser, which also names each attempt
+"""tts-knee's user for bench/stream_cost.py: the real TTSUser, whose attempts (its Caller's) also name themselves
 to the simulator with an ``X-Request-Id`` header and writes that id into the attempt's
 record (``sim_request_id``), so the simulator's ``--chunk-log`` can be joined to the records.
 
@@ -17,15 +17,22 @@ from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs
 from locustfiles.shape import StepShape  # noqa: E402,F401
 
 
-class NamedAttemptUser(user_mod.TTSUser):
-    def _attempt(self, payload: bytes, attempt: int):
+class NamedCaller(user_mod.Caller):
+    def _attempt(self, payload: bytes, attempt: int, sent: dict | None = None):
         rid = uuid.uuid4().hex
         http = self.http
         send = http.request
         http.request = lambda method, path, body=b"": send(method, path, body=body, headers={"X-Request-Id": rid})
         try:
-            out = super()._attempt(payload, attempt)
+            out = super()._attempt(payload, attempt, sent)
         finally:
             del http.request   # the class's method again
         out[0]["sim_request_id"] = rid
         return out
+
+
+class NamedAttemptUser(user_mod.TTSUser):
+    def on_start(self) -> None:
+        super().on_start()
+        self.caller.close()
+        self.caller = NamedCaller(self, self.no)
