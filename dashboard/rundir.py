@@ -26,6 +26,8 @@ its newline is being written (or was cut by a crash): it is left unparsed and re
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 from dataclasses import dataclass, field
@@ -303,10 +305,11 @@ class RequestLog:
                     if not self._parse_block(whole, base):
                         lines = whole.split(b"\n")
                         lines.pop()  # the empty string after the final newline
-                        for i in range(0, len(lines), CHUNK_LINES):
-                            part = lines[i:i + CHUNK_LINES]
-                            self._parse(part, base)
-                            base += sum(len(x) for x in part) + len(part)
+                        with _gc_paused():
+                            for i in range(0, len(lines), CHUNK_LINES):
+                                part = lines[i:i + CHUNK_LINES]
+                                self._parse(part, base)
+                                base += sum(len(x) for x in part) + len(part)
                     read_any = True
         self.incomplete_last_line = bool(carry)
         if not read_any:
@@ -513,6 +516,19 @@ _RES_SCALARS = tuple(f.name for f in runformat.RESOURCE_SAMPLE
                      if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"))
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic garbage collection while many parsed records are made at once (JSON makes no
+    cycles; the collector would walk every record made so far, again and again)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _loads(raw: bytes):
     """One JSON line: orjson, or ``json.loads`` for what orjson refuses (NaN literals, ...)."""
     try:
@@ -521,35 +537,58 @@ def _loads(raw: bytes):
         return json.loads(raw)
 
 
-def _sample_row(s) -> dict | None:
-    """One resource sample as a frame row (see :class:`ResourceLog`); None if it has no ``ts``."""
-    ts = _num(s.get("ts")) if isinstance(s, dict) else None
-    if ts is None:
-        return None
-    row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
+def _sample_frame(samples: list) -> pd.DataFrame:
+    """Parsed resource samples as frame rows (see :class:`ResourceLog`), built column by column;
+    what is not an object with a finite ``ts`` is left out."""
+    samples = [s for s in samples if type(s) is dict]
+    ts = _column([s.get("ts") for s in samples])
+    keep = ~np.isnan(ts)
+    if not keep.all():
+        samples = [s for s, k in zip(samples, keep) if k]
+        ts = ts[keep]
+    n = len(samples)
+    cols: dict[str, object] = {
+        "ts": ts,
+        "host": [str(s.get("host") or "?") for s in samples],
+        "role": [str(s.get("role") or "server") for s in samples],
+    }
     for k in _RES_SCALARS:
-        row[k] = _num(s.get(k))
-    proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
-    row["proc_cpu_percent"] = _num(proc.get("cpu_percent"))
-    row["proc_rss_bytes"] = _num(proc.get("rss_bytes"))
-    gpus = [g for g in (s.get("gpus") or []) if isinstance(g, dict)]
-    utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
-    row["gpu_util_percent"] = max(utils) if utils else None
-    fullest, frac = None, -1.0
-    for g in gpus:
-        used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
-        if used is None:
-            continue
-        fr = used / total if total else 0.0
-        if fr > frac:
-            fullest, frac = (used, total), fr
-    row["gpu_mem_used_bytes"] = fullest[0] if fullest else None
-    row["gpu_mem_total_bytes"] = fullest[1] if fullest else None
-    powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
-    row["gpu_power_w"] = sum(powers) if powers else None
-    row["gpu_count"] = len(gpus)
-    row["metrics"] = s.get("metrics") if isinstance(s.get("metrics"), dict) else None
-    return row
+        cols[k] = _column([s.get(k) for s in samples])
+    procs = [p if type(p) is dict else {} for p in (s.get("proc") for s in samples)]
+    cols["proc_cpu_percent"] = _column([p.get("cpu_percent") for p in procs])
+    cols["proc_rss_bytes"] = _column([p.get("rss_bytes") for p in procs])
+    # every GPU of every sample in one list, with the row it belongs to
+    owner, gpus = [], []
+    for i, s in enumerate(samples):
+        gl = s.get("gpus")
+        if type(gl) is list:
+            for g in gl:
+                if type(g) is dict:
+                    owner.append(i)
+                    gpus.append(g)
+    owner = np.array(owner, dtype=np.int64)
+    util = _column([g.get("util_percent") for g in gpus])
+    used = _column([g.get("mem_used_bytes") for g in gpus])
+    total = _column([g.get("mem_total_bytes") for g in gpus])
+    power = _column([g.get("power_w") for g in gpus])
+    cols["gpu_util_percent"] = np.full(n, np.nan)
+    np.fmax.at(cols["gpu_util_percent"], owner, util)  # the busiest GPU; fmax skips NaN
+    # the GPU whose memory is fullest (used / total, 0 without a total); the first on a tie
+    mem_used, mem_total = np.full(n, np.nan), np.full(n, np.nan)
+    has = ~np.isnan(used)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(np.isnan(total) | (total == 0), 0.0, used / total)
+    idx = np.flatnonzero(has)
+    order = idx[np.lexsort((idx, -frac[idx], owner[idx]))]
+    first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+    mem_used[owner[first]], mem_total[owner[first]] = used[first], total[first]
+    cols["gpu_mem_used_bytes"], cols["gpu_mem_total_bytes"] = mem_used, mem_total
+    watts = ~np.isnan(power)
+    cols["gpu_power_w"] = np.where(np.bincount(owner[watts], minlength=n) > 0,
+                                   np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan)
+    cols["gpu_count"] = np.bincount(owner, minlength=n)
+    cols["metrics"] = [m if type(m) is dict else None for m in (s.get("metrics") for s in samples)]
+    return pd.DataFrame(cols)
 
 
 class ResourceLog:
@@ -569,7 +608,7 @@ class ResourceLog:
         self.offset = 0
         self.bad_lines = 0
         self.incomplete_last_line = False
-        self._rows: list[dict] = []
+        self._chunks: list[pd.DataFrame] = []
         self._frame: pd.DataFrame | None = None
 
     def update(self) -> bool:
@@ -577,7 +616,7 @@ class ResourceLog:
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
-            changed = bool(self._rows) or self.offset > 0
+            changed = bool(self._chunks) or self.offset > 0
             self.__init__(self.path)
             return changed
         if size < self.offset:  # file replaced: start over
@@ -592,23 +631,25 @@ class ResourceLog:
         if not end:
             return False
         self.offset += end
-        for raw in data[:end].split(b"\n"):
-            if not raw.strip():
-                continue
-            try:
-                row = _sample_row(_loads(raw))
-            except ValueError:
-                row = None
-            if row is None:
-                self.bad_lines += 1
-            else:
-                self._rows.append(row)
+        samples = []
+        with _gc_paused():
+            for raw in data[:end].split(b"\n"):
+                if not raw.strip():
+                    continue
+                try:
+                    samples.append(_loads(raw))
+                except ValueError:
+                    self.bad_lines += 1
+        chunk = _sample_frame(samples)
+        self.bad_lines += len(samples) - len(chunk)  # not an object, or no finite ts
+        if len(chunk):
+            self._chunks.append(chunk)
         self._frame = None
         return True
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
-            df = pd.DataFrame(self._rows)
+            df = pd.concat(self._chunks, ignore_index=True) if self._chunks else pd.DataFrame()
             if len(df):
                 df = df.sort_values("ts", kind="stable").reset_index(drop=True)
             self._frame = df

@@ -248,3 +248,81 @@ def test_updates_read_only_the_bytes_appended_since(tmp_path):
     assert rd.requests.incomplete_last_line
     assert len(rd.resources) == n_res + 3 and rd.resource_bad_lines == 0
     assert not rd.refresh()
+
+
+def _sample_reference(s) -> dict | None:
+    """One resource sample as a frame row, the plain way (the rules ResourceLog documents)."""
+    ts = _num(s.get("ts")) if isinstance(s, dict) else None
+    if ts is None:
+        return None
+    row = {"ts": ts, "host": str(s.get("host") or "?"), "role": str(s.get("role") or "server")}
+    for k in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"):
+        row[k] = _num(s.get(k))
+    proc = s.get("proc") if isinstance(s.get("proc"), dict) else {}
+    row["proc_cpu_percent"], row["proc_rss_bytes"] = _num(proc.get("cpu_percent")), _num(proc.get("rss_bytes"))
+    gpus = [g for g in (s.get("gpus") if isinstance(s.get("gpus"), list) else []) if isinstance(g, dict)]
+    utils = [u for u in (_num(g.get("util_percent")) for g in gpus) if u is not None]
+    row["gpu_util_percent"] = max(utils) if utils else None
+    fullest, frac = (None, None), -math.inf
+    for g in gpus:
+        used, total = _num(g.get("mem_used_bytes")), _num(g.get("mem_total_bytes"))
+        if used is None:
+            continue
+        fr = used / total if total else 0.0
+        if fr > frac:
+            fullest, frac = (used, total), fr
+    row["gpu_mem_used_bytes"], row["gpu_mem_total_bytes"] = fullest
+    powers = [p for p in (_num(g.get("power_w")) for g in gpus) if p is not None]
+    row["gpu_power_w"] = sum(powers) if powers else None
+    row["gpu_count"] = len(gpus)
+    row["metrics"] = s.get("metrics") if isinstance(s.get("metrics"), dict) else None
+    return row
+
+
+def _gpu(rng: random.Random) -> object:
+    if rng.random() < 0.05:
+        return rng.choice([None, "GPU-0", 3])
+    return {"util_percent": rng.choice([0, 50.5, 100, None, "7", True, -1.0]),
+            "mem_used_bytes": rng.choice([1e9, 2e9, 4e9, 0, None, "x"]),
+            "mem_total_bytes": rng.choice([8e9, 4e9, 0, None, -8e9]),
+            "power_w": rng.choice([120.0, 80, None, "nan"])}
+
+
+def test_resource_samples_match_the_plain_rules(tmp_path):
+    """resources.jsonl is read column by column; every row must be what the sample-by-sample
+    rules give: the busiest GPU, the fullest GPU's memory (the first of a tie), the GPUs' power
+    summed, and whatever is malformed (a GPU list that is not a list, a ts that is no number)
+    dropped or read as missing, never a crash."""
+    from dashboard.rundir import ResourceLog
+    rng = random.Random(7)
+    samples = []
+    for i in range(600):
+        s = {"ts": rng.choice([1_700_000_000 + i * 0.5] * 8 + [None, "x", float("nan"), True]),
+             "host": rng.choice(["tts", "", None, 5]), "role": rng.choice(["server", "client", None]),
+             "cpu_percent": rng.choice([12.5, 7, None, "3", False]), "cpu_max_core_percent": 50.0,
+             "mem_used_bytes": rng.choice([8e9, None]), "mem_total_bytes": 64e9,
+             "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {}, None, [1]]),
+             "gpus": rng.choice([[_gpu(rng) for _ in range(rng.randint(0, 4))]] * 6 + [None, {"0": {}}, 5, "g"]),
+             "metrics": rng.choice([None, {"q": 3.0}, [1]])}
+        if rng.random() < 0.1:
+            del s[rng.choice(sorted(s))]
+        samples.append(s)
+    lines = [json.dumps(s) for s in samples] + ["[1]", "not json", "7"]
+    rng.shuffle(lines)
+    path = tmp_path / "resources.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = ResourceLog(path)
+    assert log.update()
+    got = log.frame()
+    want = [r for r in (_sample_reference(json.loads(x)) if x[0] in "{[" else None for x in lines) if r]
+    want.sort(key=lambda r: r["ts"])
+    assert log.bad_lines == len(lines) - len(want)
+    assert len(got) == len(want) and len(want) > 300
+    for k in want[0]:
+        col = list(got[k])
+        for i, r in enumerate(want):
+            w, g = r[k], col[i]
+            if isinstance(w, float) or (w is None and isinstance(g, float)):
+                assert (w is None and math.isnan(g)) or w == g, (k, i, w, g)
+            else:
+                assert w == g, (k, i, w, g)
