@@ -119,14 +119,43 @@ def _as_column(a: np.ndarray, kind: str = NUM) -> np.ndarray:
     return a
 
 
-# pyarrow's JSON reader, for blocks of well-formed records: the columns above as float64, the
-# rest by type; fields not named here (req_id, server_timing, ...) are inferred per block
+# pyarrow's JSON reader, for blocks of well-formed records: it infers every field's type (faster
+# than an explicit schema with the others inferred), then the columns above must be of these
+# types or null (integers become floats); a block where one is not goes line by line instead
 _ARROW_SCHEMA = pa.schema(
     [(k, pa.float64()) for k in (*_COLUMNS, *_END_TIMES)]
     + [(k, pa.bool_()) for k in ("final", "ok", "settled")]
     + [(k, pa.string()) for k in ("error", "text_id", "tier")]
     + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
-_ARROW_PARSE = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="infer")
+_ARROW_PARSE = pa_json.ParseOptions()
+
+
+def _is_number(t) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+
+
+def _arrow_columns(t: pa.Table) -> dict | None:
+    """The :data:`_ARROW_SCHEMA` columns of a block as read, cast to their types (a field absent
+    from the block is all null); None if one holds values of another JSON type."""
+    out = {}
+    for f in _ARROW_SCHEMA:
+        if f.name not in t.column_names:
+            out[f.name] = pa.chunked_array([pa.nulls(t.num_rows, f.type)])
+            continue
+        col = t.column(f.name)
+        have = col.type
+        if pa.types.is_list(f.type):
+            fits = pa.types.is_null(have) or (pa.types.is_list(have) and _is_number(have.value_type))
+        elif pa.types.is_floating(f.type):
+            fits = _is_number(have)
+        else:
+            fits = have == f.type or pa.types.is_null(have)
+        if not fits:
+            return None
+        out[f.name] = col if have == f.type else col.cast(f.type, safe=False)
+    return out
+
+
 _ARROW_READ = pa_json.ReadOptions(block_size=1 << 20)  # 1 MiB blocks, parsed on pyarrow's threads
 _OPEN, _CLOSE = ord("{"), ord("}")
 
@@ -346,6 +375,9 @@ class RequestLog:
         n = t.num_rows
         if n != len(starts):  # two objects on one line
             return False
+        cols = _arrow_columns(t)
+        if cols is None:
+            return False
         stages = _arrow_stages(t.column("server_timing")) if "server_timing" in t.column_names else []
         if stages is None:
             return False
@@ -354,19 +386,19 @@ class RequestLog:
             return True
 
         def floats(name):
-            return t.column(name).to_numpy().astype(float)  # a writable copy
+            return cols[name].to_numpy().astype(float)  # a writable copy
 
         chunk = {k: _as_column(floats(k), kind) for k, kind in _COLUMNS.items()}
-        lens = [pc.list_value_length(t.column(k)).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
+        lens = [pc.list_value_length(cols[k]).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
         chunk_n = np.where(lens[0] == lens[1], lens[0], -1)
         req_ids = t.column("req_id") if "req_id" in t.column_names else None
         self._add(chunk, [_as_column(floats(k)) for k in _END_TIMES],
-                  final=t.column("final").fill_null(True).to_numpy(zero_copy_only=False),
-                  ok=t.column("ok").fill_null(False).to_numpy(zero_copy_only=False),
-                  settled=t.column("settled").fill_null(True).to_numpy(zero_copy_only=False),
-                  error=self.errors.codes_of_arrow(t.column("error"), empty_is_none=True),
-                  text=self.texts.codes_of_arrow(t.column("text_id")),
-                  tier=self.tiers.codes_of_arrow(t.column("tier"), dtype=np.int16),
+                  final=cols["final"].fill_null(True).to_numpy(zero_copy_only=False),
+                  ok=cols["ok"].fill_null(False).to_numpy(zero_copy_only=False),
+                  settled=cols["settled"].fill_null(True).to_numpy(zero_copy_only=False),
+                  error=self.errors.codes_of_arrow(cols["error"], empty_is_none=True),
+                  text=self.texts.codes_of_arrow(cols["text_id"]),
+                  tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
                   offsets=base + starts, chunk_n=chunk_n,
                   req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
                   stages=self._register_stages(stages))
