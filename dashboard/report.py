@@ -209,16 +209,22 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
                                xref="paper", yref="paper", x=0.5, y=(lo + hi) / 2, showarrow=False,
                                font=dict(color="#777"))
     knee = summary["knee"]["concurrency"]
+    # Each step's band on every row, and its label, added in one go: plotly's add_vrect(row="all")
+    # re-validates every shape already there, which took seconds for a long sweep.
+    bands, labels = [], []
     for i, s in enumerate(summary["steps"]):
         start = s["planned_start"] if s["planned_start"] is not None else (s["window"]["start"])
         end = s["planned_end"] if s["planned_end"] is not None else (s["window"]["end"])
         if start is None or end is None:
             continue
         colour = "#fdecea" if s["concurrency"] == knee else ("#f2f2f2" if i % 2 else "#e8eef7")
-        fig.add_vrect(x0=start - t_zero, x1=end - t_zero, fillcolor=colour, opacity=0.6, layer="below",
-                      line_width=0, row="all", col=1)
-        fig.add_annotation(x=(start + end) / 2 - t_zero, y=1.0, yref="y domain", text=f"N={s['concurrency']}",
-                           showarrow=False, font=dict(size=11, color="#555"), row=1, col=1)
+        for row in ("", "2", "3", "4"):
+            bands.append(dict(type="rect", xref=f"x{row}", yref=f"y{row} domain", x0=start - t_zero,
+                              x1=end - t_zero, y0=0, y1=1, fillcolor=colour, opacity=0.6, layer="below",
+                              line_width=0))
+        labels.append(dict(x=(start + end) / 2 - t_zero, y=1.0, xref="x", yref="y domain",
+                           text=f"N={s['concurrency']}", showarrow=False, font=dict(size=11, color="#555")))
+    fig.update_layout(shapes=list(fig.layout.shapes) + bands, annotations=list(fig.layout.annotations) + labels)
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, 105], row=2, col=1)
     fig.update_xaxes(title_text="seconds since run start", row=4, col=1)

@@ -37,6 +37,8 @@ log = logging.getLogger("tts_knee")
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
 WORKER_WATCH_INTERVAL_S = 1.0
+#: Request bodies kept per run, one per distinct segment text.
+MAX_CACHED_PAYLOADS = 20_000
 
 
 class Run:
@@ -60,6 +62,8 @@ class Run:
         self.info: dict = {}
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
+        self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
+        self._audio_names: dict[tuple[int, int], str] = {}   # (user, slot) -> path, with --audio-keep
 
     # ---- used by users -------------------------------------------------------------
     def next_text(self):
@@ -72,12 +76,27 @@ class Run:
         else:
             self.writer.add([rec])
 
-    def audio_path(self, user: int, seq: int) -> Path | None:
+    def payload(self, text: str) -> bytes:
+        """The request body for one segment's text, made once per text (the corpus is sent again
+        at every step)."""
+        body = self._payloads.get(text)
+        if body is None:
+            body = self.settings.payload(text)
+            if len(self._payloads) < MAX_CACHED_PAYLOADS:
+                self._payloads[text] = body
+        return body
+
+    def audio_path(self, user: int, seq: int) -> str | None:
         if not self._audio_ok:
             return None
         keep = self.settings.audio_keep
-        name = f"{self.worker_tag}-u{user}-{seq if not keep else seq % keep}.wav"
-        return self.settings.audio_dir / name
+        if not keep:
+            return f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{seq}.wav"
+        key = (user, seq % keep)
+        path = self._audio_names.get(key)
+        if path is None:   # the few names each user writes over and over
+            path = self._audio_names[key] = f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{key[1]}.wav"
+        return path
 
     def make_audio_dir(self) -> None:
         try:

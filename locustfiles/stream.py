@@ -662,7 +662,7 @@ def check_body(body: bytes, content_type: str | None, expect: str, pcm_rate: int
     return sse.audio()
 
 
-def read_some(resp) -> bytes:
+def read_some(resp) -> bytearray:
     """What the response's body has for us now: blocks until at least one body byte has come
     (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
     socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x
@@ -678,6 +678,5 @@ def read_some(resp) -> bytes:
         except BaseException:
             resp.release()
             raise
-    out = bytes(buf)
-    del buf[:]
-    return out
+    resp._body_buffer = bytearray()   # hand over what came, without copying it
+    return buf

@@ -99,7 +99,7 @@ class Caller:
     def _request(self, req_id, text, segment, k, n, last_segment, parts, seq, sent):
         """All attempts of one request; returns None once it finally fails."""
         attempt, backoff_ms = 1, None
-        payload = self.s.payload(segment)
+        payload = self.run.payload(segment)
         while True:
             rec, body, audio, m0, m2, elapsed_ms = self._attempt(payload, attempt, sent)
             retry = not rec["ok"] and self.s.retry.should_retry(attempt, rec["status"])
@@ -293,7 +293,7 @@ class _AudioWriter:
         self._wake.start(self._on_wake)
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
 
-    def write(self, path: Path, data: bytes) -> None:
+    def write(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` and return once it is closed; raises what writing raised."""
         job = [Event(), None]
         self._jobs.put((path, data, job))
@@ -323,7 +323,7 @@ def _audio_writer(node) -> _AudioWriter:
     return node.audio_writer
 
 
-def _write_over(path: Path, data: bytes) -> None:
+def _write_over(path: str, data: bytes) -> None:
     """Write ``data`` as the whole content of ``path``, reusing the file's blocks.
 
     Opening with O_TRUNC, or unlinking first, frees the old blocks and makes ext4 allocate
