@@ -106,12 +106,24 @@ def test_skewed_worker_clock_is_corrected(tmp_path, sim):
         assert steps[r["step"]]["start"] - 0.05 <= r["t0"] <= r["t2"] <= steps[r["step"]]["end"] + 1.0
 
 
+def _workers_recorded(tmp_path) -> set:
+    path = tmp_path / "run" / "requests.jsonl"
+    if not path.exists():
+        return set()
+    return {json.loads(line)["worker"] for line in path.read_text().splitlines()[:-1] if line}
+
+
 def test_a_worker_killed_mid_run_keeps_its_earlier_records(tmp_path, sim):
     port = free_port()
-    m = master(tmp_path, sim.url, port, steps="2,4,4", step_time="3")
+    m = master(tmp_path, sim.url, port, steps="2,4,4", step_time="5")
     w1 = worker(tmp_path, port, 1)
     w2 = worker(tmp_path, port, 2)
-    time.sleep(6)
+    # Killed once the master holds records from both workers (a fixed sleep killed it before
+    # its first batch on a loaded host), and well before the 15 s run ends.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(_workers_recorded(tmp_path)) < 2:
+        time.sleep(0.2)
+    assert len(_workers_recorded(tmp_path)) == 2, (tmp_path / "master.log").read_text()
     w2.send_signal(signal.SIGKILL)
     finish(m, w1)
     log = (tmp_path / "master.log").read_text()
