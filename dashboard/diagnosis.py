@@ -10,9 +10,11 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
    Creep is judged only where samples exist both before and after the run.  First because an
    OOM string is a fact from the server, and a leak spoils every later step.
 2. ``client_bound`` - the load generator saturated (on any client host: a Locust process's
-   CPU; or the host's CPU or busiest core, when the server does not share that host) at or
-   before the knee, or Little's law off by more than 25% there: the measurement itself is the
-   limit, so nothing the server did can be read from those steps.
+   CPU; or the host's CPU or busiest core, when the server does not share that host and the
+   host's own Locust process is not measured under half a core with no worker of that host
+   reporting: then another process took the CPU, which the evidence says) at or before the
+   knee, or Little's law off by more than 25% there: the measurement itself is the limit, so
+   nothing the server did can be read from those steps.
 3. ``rate_limited`` - at the knee step, 429/503 are at least 5% of attempts.
 4. ``server_errors`` - at the knee step, other failures are at least 5% of attempts.
 5. ``no_knee`` - latency never rose notably: test higher.
@@ -55,6 +57,7 @@ PROC_SHARE = 50.0  # % of one core the watched TTS process must use for a busy h
 CLIENT_CPU_BUSY = 90.0
 CLIENT_CORE_BUSY = 97.0
 CLIENT_PROC_BUSY = 90.0  # % of one core: Locust runs each process's users on a single core
+CLIENT_PROC_SHARE = 50.0  # % of one core: a Locust process under it is not what fills its host
 MEM_FULL = 0.95
 QUEUE_WAITING = 1.0  # the server's own queue reaching this at the knee step: requests waited in it
 CREEP_FRACTION = 0.10  # of total GPU memory: more left after the run than before it is a leak
@@ -175,6 +178,34 @@ def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
     return best
 
 
+def _locust_idle_on(by: dict, host: str) -> bool:
+    """Whether ``host``'s own Locust process is measured and used under ``CLIENT_PROC_SHARE`` of
+    one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
+    and a hex id): then the load generator is not what keeps that host's CPU busy."""
+    proc = by[host].get("proc_cpu_mean")
+    return proc is not None and proc < CLIENT_PROC_SHARE and \
+        not any(h.startswith(f"{host}_") for h in by if h != host)
+
+
+def _other_load(steps, knee_i) -> list[str]:
+    """A sentence when a load generator's host was busy while its Locust process was not: the
+    CPU went to another process there (often the server, run on the same machine)."""
+    upto = steps[: knee_i + 1] if knee_i is not None else steps
+    for s in upto:
+        by = (s.get("client") or {}).get("by_host") or {}
+        servers = set(_hosts(s, "server"))
+        for h, d in by.items():
+            cpu, core = d.get("cpu_mean"), d.get("busiest_core_mean")
+            busy = (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY)
+            if h not in servers and busy and _locust_idle_on(by, h):
+                return [f"The load generator's host{f' {h}' if len(by) > 1 else ''} was busy at concurrency "
+                        f"{s['concurrency']} (CPU {_pct(cpu)} on average, busiest core {_pct(core)}) while "
+                        f"its Locust process used {_pct(d['proc_cpu_mean'])} of one core: another process "
+                        f"there took the CPU (the server, if it runs on that machine; a collector watching "
+                        f"it, --collector, would show it as the server's)."]
+    return []
+
+
 def _client(steps, knee_i) -> list[str]:
     ev = []
     upto = steps[: knee_i + 1] if knee_i is not None else steps
@@ -186,7 +217,10 @@ def _client(steps, knee_i) -> list[str]:
         ph, proc = _busiest(by, "proc_cpu_mean")
         # Where the server shares a load generator's host, the host's CPU is the server's too:
         # only the Locust process's own CPU then says whether that client host was saturated.
-        own = [h for h in by if h not in set(_hosts(s, "server"))]
+        # So does a host whose Locust process is measured and nearly idle: what fills its CPU
+        # is something else (see _other_load).
+        servers = set(_hosts(s, "server"))
+        own = [h for h in by if h not in servers and not _locust_idle_on(by, h)]
         ch, cpu = _busiest(by, "cpu_mean", own)
         kh, core = _busiest(by, "busiest_core_mean", own)
         if proc is not None and proc >= CLIENT_PROC_BUSY:
@@ -306,6 +340,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     if knee.get("untimed_stream"):
         ev_common.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
                          "client did not time the stream), so the knee follows whole-body time.")
+    ev_common += _other_load(steps, k)
     if not has_resources:
         ev_common.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
                          "rests on latencies and failures only.")

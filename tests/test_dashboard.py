@@ -225,6 +225,45 @@ def test_a_saturated_worker_is_not_averaged_away(tmp_path):
     assert at8["client"]["by_host"]["loadgen"]["proc_cpu_mean"] < 5
 
 
+def _busy_loadgen_host(path, worker_cpu=None):
+    """The load generator's host at 100% CPU while its own Locust process idles at 1% of a core
+    (the server, or anything else, running on that machine); with ``worker_cpu``, a Locust
+    worker of that host (its id is the hostname, '_', a hex id) reports that much CPU."""
+    out = []
+    for line in (path / "resources.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["role"] == "client":
+            r.update(cpu_percent=100.0, cpu_max_core_percent=100.0,
+                     proc=runformat.proc_reading(pid=999, cpu_percent=1.0, rss_bytes=GIB))
+            if worker_cpu is not None:
+                out.append(json.dumps(runformat.resource_sample(
+                    ts=r["ts"] + 0.1, host="loadgen_1f2e3d", role="client", source="locust-heartbeat",
+                    gpus=[], proc=runformat.proc_reading(cpu_percent=worker_cpu, rss_bytes=GIB))))
+        out.append(json.dumps(r))
+    (path / "resources.jsonl").write_text("\n".join(out) + "\n")
+
+
+def test_a_busy_client_host_with_an_idle_locust_is_not_client_bound(tmp_path):
+    # The server shares the load generator's machine unwatched (no collector on it): the host's
+    # CPU is the server's, not the load generator's, and the verdict must not blame the client.
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    _busy_loadgen_host(p)
+    s = analyze(load(p))
+    assert s["diagnosis"]["kind"] == "compute_bound", s["diagnosis"]
+    assert s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
+    assert any("its Locust process used 1% of one core: another process there took the CPU" in e
+               for e in s["diagnosis"]["evidence"]), s["diagnosis"]["evidence"]
+
+
+def test_a_busy_client_host_running_locust_workers_is_client_bound(tmp_path):
+    # The same busy host, but Locust workers run on it: they are what fills its CPU.
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    _busy_loadgen_host(p, worker_cpu=80.0)
+    s = analyze(load(p))
+    assert s["diagnosis"]["kind"] == "client_bound", s["diagnosis"]
+    assert "client CPU on loadgen 100%" in s["diagnosis"]["evidence"][0]
+
+
 def test_a_saturated_server_host_is_not_averaged_away(tmp_path):
     # Two server hosts: the one with its GPU saturated, and an idle one (a replica that gets
     # nothing): their mean GPU utilisation is under GPU_BUSY, the busy host's is not.
