@@ -4,9 +4,9 @@ The grid (``--steps``) runs in order, ``--repeat`` times. Each step that ends is
 the records the master already has (:class:`StepReader`): against ``--slo`` with
 ``dashboard.slo.judge``, or by the knee rule (``dashboard.knee``) when there is no SLO. Then:
 
-- ``--stop-past-knee``: a grid step that fails, followed by a grid step of the same pass that
-  fails too, ends that pass over the grid; its remaining steps are skipped. "Fails" is a clear
-  SLO failure (an inconclusive step neither stops nor confirms), or without an SLO a step at
+- ``--stop-past-knee``: a grid step that fails, followed by the next judged grid step of the
+  same pass failing too, ends that pass over the grid; its remaining steps are skipped. "Fails"
+  is a clear SLO failure (an inconclusive step is not judged: it neither stops nor confirms), or without an SLO a step at
   or past the knee ``find_knee`` names on this pass's steps so far whose own latency is more
   than ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``. In a
   streamed run (``streamed``) the knee rule is the streamed one, as the dashboard applies it:
@@ -69,7 +69,7 @@ class StepPlan:
         self._phase = "grid"
         self._repeat, self._index = 1, 0      # the grid position handed out next
         self._pass_steps: list[dict] = []     # this pass's judged grid steps (for the knee rule)
-        self._last_failed = False             # the previous grid step of this pass failed
+        self._last_failed = None              # the previous judged grid step of this pass, if it failed
         self._last_step: int | None = None
 
     @property
@@ -85,7 +85,7 @@ class StepPlan:
                 return Planned(self.grid[self._index - 1], "grid", self._repeat)
             if self._repeat < self.repeats:
                 self._repeat, self._index = self._repeat + 1, 0
-                self._pass_steps, self._last_failed = [], False
+                self._pass_steps, self._last_failed = [], None
                 continue
             self._phase = "refine" if self.refine else "done"
         if self._phase == "refine":
@@ -118,18 +118,23 @@ class StepPlan:
         if step["phase"] != "grid" or not self.stop_past_knee:
             return verdict
         if self.slo is not None:
+            if verdict["pass"] is None:
+                return verdict   # inconclusive: neither stops the pass nor confirms a failure
             failed, why = verdict["pass"] is False, "fails the SLO"
         else:
             self._pass_steps.append(stats)
             failed, why = self._past_knee()
-        if failed and self._last_failed and self._index < len(self.grid):
+        prev = self._last_failed
+        if failed and prev is not None and self._index < len(self.grid):
             skipped = list(self.grid[self._index:])
             self._index = len(self.grid)
             more = f"; pass {self._repeat + 1} of {self.repeats} follows" if self._repeat < self.repeats else ""
-            self._decide("stop", f"step {step['step']} (concurrency {step['concurrency']}) {why}, confirming the "
-                                 f"step before it: the rest of the grid ({_levels(skipped)}) is skipped{more}",
+            which = ("the step before it" if prev["step"] == step["step"] - 1
+                     else f"step {prev['step']} (concurrency {prev['concurrency']})")
+            self._decide("stop", f"step {step['step']} (concurrency {step['concurrency']}) {why}, confirming "
+                                 f"{which}: the rest of the grid ({_levels(skipped)}) is skipped{more}",
                          skipped=skipped)
-        self._last_failed = failed
+        self._last_failed = step if failed else None
         return verdict
 
     def _past_knee(self) -> tuple[bool, str]:

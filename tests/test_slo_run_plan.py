@@ -102,6 +102,23 @@ def test_stop_past_knee_with_an_slo_needs_a_confirming_step():
     assert len(drive(plan, lambda c: 900.0 if c == 2 else 100.0)) == 4 and not plan.decisions
 
 
+def test_an_inconclusive_step_neither_stops_nor_confirms():
+    # 4 fails, 8 is inconclusive (its interval straddles the threshold), 16 fails: 16 confirms 4
+    plan = StepPlan((1, 2, 4, 8, 16, 32, 64), slo=slo_mod.parse("p95_ms<=400"), stop_past_knee=True)
+    run = []
+    while (nxt := plan.next()) is not None:
+        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.concurrency)
+        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 4 else 390.0 if nxt.concurrency == 8 else 900.0)
+        if nxt.concurrency == 8:
+            st["latency_ms"]["p95_ci"] = [350.0, 450.0]
+        plan.finish(step, st)
+    assert run == [1, 2, 4, 8, 16]
+    assert plan.decisions[0]["skipped"] == [32, 64]
+    assert "step 5 (concurrency 16) fails the SLO, confirming step 3 (concurrency 4)" in plan.decisions[0]["why"]
+    assert plan.levels()[8] is None
+
+
 def test_stop_past_knee_by_the_knee_rule_then_the_next_pass_and_refine():
     four_slots = lambda c: 100.0 * max(1, c / 4)   # noqa: E731
     plan = StepPlan((1, 2, 4, 8, 16, 32, 64), repeat=2, stop_past_knee=True)
