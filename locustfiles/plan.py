@@ -6,13 +6,13 @@ the records the master already has (:class:`StepReader`): against ``--slo`` with
 
 - ``--stop-past-knee``: a grid step that fails, followed by the next judged grid step of the
   same pass failing too, ends that pass over the grid; its remaining steps are skipped. "Fails"
-  is a clear SLO failure (an inconclusive step is not judged: it neither stops nor confirms), or without an SLO a step at
-  or past the knee ``find_knee`` names on this pass's steps so far whose own latency is more
-  than ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``. In a
-  streamed run (``streamed``) the knee rule is the streamed one, as the dashboard applies it:
-  the step's own underruns cross ``UNDERRUN_RATE``, or its TTFA p95 is above ``LATENCY_RISE``
-  times the lowest step's and above ``ttfa_floor_ms``, or its failures cross ``FAILURE_RATE``;
-  whole-body time rising is no reason to stop.
+  is a clear SLO failure (an inconclusive step is not judged: it neither stops nor confirms),
+  or without an SLO a step at or past the knee ``find_knee`` names on this pass's steps so far
+  whose own latency is more than ``LATENCY_RISE`` times the lowest step's or whose failures
+  cross ``FAILURE_RATE``. In a streamed run (``streamed``) the knee rule is the streamed one,
+  as the dashboard applies it: the step's own underruns cross ``UNDERRUN_RATE``, or its TTFA
+  p95 is above ``LATENCY_RISE`` times the lowest step's and above ``ttfa_floor_ms``, or its
+  failures cross ``FAILURE_RATE``; whole-body time rising is no reason to stop.
 - ``--refine`` (needs an SLO): after the grid, bisect between the largest concurrency that
   passes with every lower tested one passing (0 when the lowest fails) and the smallest
   tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
