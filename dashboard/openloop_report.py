@@ -10,10 +10,6 @@ from .openloop import COLUMNS, GROWTH_RATIO, SHORTFALL, _f, _v, table_rows
 from .report import KNEE_COLOUR, REC_COLOUR, esc
 
 
-def is_open_loop(summary: dict) -> bool:
-    return (summary.get("knee") or {}).get("axis") == "rate"
-
-
 def as_levels(summary: dict) -> dict:
     """The summary with each step standing at its offered rate, for the report's figures that
     label steps by concurrency (retries, stages, memory, text length)."""

@@ -60,10 +60,25 @@ def lx(n):
     return np.log2(np.asarray(n, dtype=float)) if np.ndim(n) else math.log2(n)
 
 
-def _conc_axis(fig, steps, **where):
+def is_open_loop(summary: dict) -> bool:
+    """Whether the run offered rates (``--rates``): its steps stand at an offered rate, not a concurrency."""
+    return (summary.get("knee") or {}).get("axis") == "rate"
+
+
+def step_axis(summary: dict) -> str:
+    """The title of a per-step figure's x axis (and of a table's step column)."""
+    return "offered rate (req/s)" if is_open_loop(summary) else "concurrency"
+
+
+def step_label(s: dict) -> str:
+    """A step as per-step figures and tables name it: its offered rate (open loop), else its concurrency."""
+    return f"{s['rate']:g}" if s.get("rate") is not None else str(s["concurrency"])
+
+
+def _conc_axis(fig, steps, title="concurrency", **where):
     ticks = sorted({s["concurrency"] for s in steps})
-    fig.update_xaxes(tickvals=[lx(t) for t in ticks], ticktext=[str(t) for t in ticks],
-                     title_text="concurrency", **where)
+    text = [f"{t:g}" if isinstance(t, float) else str(t) for t in ticks]   # an offered rate: 4, not 4.0
+    fig.update_xaxes(tickvals=[lx(t) for t in ticks], ticktext=text, title_text=title, **where)
 
 
 def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
@@ -157,6 +172,9 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
                         row_heights=[0.4, 0.2, 0.2, 0.2],
                         subplot_titles=("Every attempt: wait (ms)", "GPU utilisation (%)",
                                         "GPU memory (GiB)", "CPU (%)"))
+    open_loop = is_open_loop(summary)
+    # an open-loop attempt's concurrency is the number in flight when it was sent
+    conc_text = "{} in flight at sending" if open_loop else "concurrency {}"
     idx, cat = _sample(a, np.random.default_rng(0))
     y = a["wait_ms"][idx]
     y = np.where(np.isfinite(y), y, (a["tend"][idx] - a["t0"][idx]) * 1000)
@@ -167,7 +185,7 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
             continue
         rows = idx[sel]
         hover = [
-            f"text {esc(a.texts[t]) if t >= 0 else '-'}<br>concurrency {c}, attempt {at}, status "
+            f"text {esc(a.texts[t]) if t >= 0 else '-'}<br>{conc_text.format(c)}, attempt {at}, status "
             f"{s if s >= 0 else 'none'}" + (f"<br>{esc(a.errors[e][:160])}" if e >= 0 else "")
             for t, c, at, s, e in zip(a["text"][rows], a["concurrency"][rows], a["attempt"][rows],
                                       a["status"][rows], a["error"][rows])
@@ -208,7 +226,8 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
             fig.add_annotation(text="no GPU samples: a CPU-only server, or no collector with NVML on it",
                                xref="paper", yref="paper", x=0.5, y=(lo + hi) / 2, showarrow=False,
                                font=dict(color="#777"))
-    knee = summary["knee"]["concurrency"]
+    load = "rate" if open_loop else "concurrency"
+    knee = summary["knee"][load]
     # Each step's band on every row, and its label, added in one go: plotly's add_vrect(row="all")
     # re-validates every shape already there, which took seconds for a long sweep.
     bands, labels = [], []
@@ -217,13 +236,14 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
         end = s["planned_end"] if s["planned_end"] is not None else (s["window"]["end"])
         if start is None or end is None:
             continue
-        colour = "#fdecea" if s["concurrency"] == knee else ("#f2f2f2" if i % 2 else "#e8eef7")
+        colour = "#fdecea" if s.get(load) == knee else ("#f2f2f2" if i % 2 else "#e8eef7")
         for row in ("", "2", "3", "4"):
             bands.append(dict(type="rect", xref=f"x{row}", yref=f"y{row} domain", x0=start - t_zero,
                               x1=end - t_zero, y0=0, y1=1, fillcolor=colour, opacity=0.6, layer="below",
                               line_width=0))
         labels.append(dict(x=(start + end) / 2 - t_zero, y=1.0, xref="x", yref="y domain",
-                           text=f"N={s['concurrency']}", showarrow=False, font=dict(size=11, color="#555")))
+                           text=f"{step_label(s)} req/s" if open_loop else f"N={s['concurrency']}",
+                           showarrow=False, font=dict(size=11, color="#555")))
     fig.update_layout(shapes=list(fig.layout.shapes) + bands, annotations=list(fig.layout.annotations) + labels)
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, 105], row=2, col=1)
@@ -235,7 +255,7 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
 
 def stages_figure(summary: dict) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("requests")]
-    labels = [str(s["concurrency"]) for s in steps]
+    labels = [step_label(s) for s in steps]
     stages = summary.get("server_timing_stages") or []
     fig = make_subplots(rows=1, cols=2 if stages else 1,
                         subplot_titles=("Client stages, mean ms per step", "Server-Timing stages, mean ms")
@@ -253,14 +273,14 @@ def stages_figure(summary: dict) -> go.Figure:
     for st in stages:
         fig.add_bar(x=labels, y=[(s["server_timing_ms"].get(st) or {}).get("mean") for s in steps],
                     name=f"server: {esc(st)}", row=1, col=2)
-    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_xaxes(title_text=step_axis(summary), type="category")
     fig.update_layout(barmode="stack", height=380, margin=dict(t=40, b=40, l=60, r=20))
     return fig
 
 
 def retries_figure(summary: dict) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("requests")]
-    labels = [str(s["concurrency"]) for s in steps]
+    labels = [step_label(s) for s in steps]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("Attempts by status", "Retry-After (s)",
                                                         "Attempt 1 vs retries"))
     statuses = sorted({k for s in steps for k in s["status_counts"]})
@@ -273,7 +293,7 @@ def retries_figure(summary: dict) -> go.Figure:
     for k in ("1", "2", "3+"):
         fig.add_bar(x=labels, y=[s["attempts_by_number"][k] for s in steps], name=f"attempt {k}",
                     row=1, col=3)
-    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_xaxes(title_text=step_axis(summary), type="category")
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(barmode="stack", height=360, margin=dict(t=40, b=40, l=60, r=20))
     return fig
@@ -281,7 +301,7 @@ def retries_figure(summary: dict) -> go.Figure:
 
 def memory_figure(summary: dict) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("server")]
-    labels = [str(s["concurrency"]) for s in steps]
+    labels = [step_label(s) for s in steps]
     fig = go.Figure()
     g = lambda s, k: None if (s["server"].get(k) is None) else s["server"][k] / GIB  # noqa: E731
     fig.add_bar(x=labels, y=[g(s, "gpu_mem_peak_bytes") for s in steps], name="peak during step",
@@ -298,7 +318,7 @@ def memory_figure(summary: dict) -> go.Figure:
     tot = next((g(s, "gpu_mem_total_bytes") for s in steps if g(s, "gpu_mem_total_bytes")), None)
     if tot:
         fig.add_hline(y=tot, line=dict(color="#999", dash="dot"), annotation_text="total")
-    fig.update_layout(title="GPU memory per step (GiB)", height=340, xaxis_title="concurrency",
+    fig.update_layout(title="GPU memory per step (GiB)", height=340, xaxis_title=step_axis(summary),
                       xaxis_type="category", margin=dict(t=40, b=40, l=60, r=20))
     return fig
 
@@ -312,7 +332,7 @@ def tier_figure(summary: dict) -> go.Figure:
             fig.add_scatter(x=lx([s["concurrency"] for s in steps]),
                             y=[(s["latency_by_tier_ms"].get(t) or {}).get(q) for s in steps],
                             name=f"{esc(t)} {q}", mode="lines+markers", line=dict(dash=dash))
-    _conc_axis(fig, steps)
+    _conc_axis(fig, steps, step_axis(summary))
     fig.update_layout(title="Wait by text-length tier (ms)", height=340, margin=dict(t=40, b=40, l=60, r=20))
     return fig
 
@@ -396,7 +416,9 @@ def integrity_html(summary: dict) -> str:
     steps = [s for s in summary["steps"] if (s.get("integrity") or {}).get("checked")]
     if not steps:
         return ""
-    rule = (f"Audio length against the same text's median at the lowest concurrency; a mismatch is off by more "
+    lowest = "among the attempts sent with the fewest requests in flight" if is_open_loop(summary) \
+        else "at the lowest concurrency"
+    rule = (f"Audio length against the same text's median {lowest}; a mismatch is off by more "
             f"than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s).")
     if not any(s["integrity"]["mismatched"] for s in steps):
         checked = sum(s["integrity"]["checked"] for s in steps)
@@ -406,10 +428,10 @@ def integrity_html(summary: dict) -> str:
         it = s["integrity"]
         ex = "; ".join(f"{e['text_id']}: {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s got"
                        for e in it["examples"])
-        rows.append(f"<tr><td>{esc(s['concurrency'])}</td><td>{it['checked']}</td><td>{it['mismatched']}</td>"
+        rows.append(f"<tr><td>{esc(step_label(s))}</td><td>{it['checked']}</td><td>{it['mismatched']}</td>"
                     f"<td>{100 * (it['rate'] or 0):.1f}</td><td class='l'>{esc(ex)}</td></tr>")
-    return (f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)}</p><table><tr><th>concurrency</th><th>checked</th>"
-            f"<th>mismatched</th><th>%</th><th class='l'>examples</th></tr>{''.join(rows)}</table>")
+    return (f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)}</p><table><tr><th>{esc(step_axis(summary))}</th>"
+            f"<th>checked</th><th>mismatched</th><th>%</th><th class='l'>examples</th></tr>{''.join(rows)}</table>")
 
 
 def step_table_html(summary: dict) -> str:
@@ -468,11 +490,12 @@ def verdict_html(summary: dict) -> str:
 
 
 def errors_html(summary: dict) -> str:
-    rows = [f"<tr><td>{esc(s['concurrency'])}</td><td>{esc(e['count'])}</td><td class='l'>{esc(e['error'])}</td></tr>"
+    rows = [f"<tr><td>{esc(step_label(s))}</td><td>{esc(e['count'])}</td><td class='l'>{esc(e['error'])}</td></tr>"
             for s in summary["steps"] for e in s.get("errors", [])]
     if not rows:
         return "<p class='meta'>No failed attempts.</p>"
-    return "<table><tr><th>concurrency</th><th>attempts</th><th class='l'>error</th></tr>" + "".join(rows) + "</table>"
+    return (f"<table><tr><th>{esc(step_axis(summary))}</th><th>attempts</th><th class='l'>error</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def page(title: str, body: str, head_extra: str = "") -> str:
@@ -505,7 +528,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
     from . import openloop_report as ol   # it builds on this module's helpers
-    open_loop = ol.is_open_loop(summary)
+    open_loop = is_open_loop(summary)
     by_step = ol.as_levels(summary) if open_loop else summary   # other figures: one point per rate
     figs = [ol.curves_figure(summary) if open_loop else curves_figure(summary), timeline_figure(rd, summary),
             stages_figure(by_step), retries_figure(by_step), memory_figure(by_step), tier_figure(by_step)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .report import _fig_html, esc
+from .report import _fig_html, esc, step_axis, step_label
 from .rundir import RunDir
 from .server_metrics import timeline
 
@@ -30,7 +30,7 @@ def server_figure(rd: RunDir, summary: dict) -> go.Figure | None:
         fig.add_scatter(x=[x - t_zero for x in xs], y=ys, name=esc(name), mode="lines",
                         connectgaps=False, row=1, col=1)
     steps = [s for s in summary["steps"] if s.get("server")]
-    conc = [str(s["concurrency"]) for s in steps]
+    conc = [step_label(s) for s in steps]
     queue = [_get(s, "server", "server_roles", "queue_depth") for s in steps]
     if any(queue):
         label = next(q["series"] for q in queue if q)
@@ -53,7 +53,7 @@ def server_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=2, col=1, secondary_y=False)
     fig.update_yaxes(title_text="%", range=[0, 105], row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="seconds since run start", row=1, col=1)
-    fig.update_xaxes(title_text="concurrency", type="category", row=2, col=1)
+    fig.update_xaxes(title_text=step_axis(summary), type="category", row=2, col=1)
     fig.update_layout(height=700, barmode="overlay", margin=dict(t=40, b=40, l=60, r=60),
                       legend=dict(orientation="h", y=-0.12))
     return fig

@@ -21,11 +21,10 @@ import random
 
 import gevent
 from gevent.pool import Group
-from locust import User, constant, task
-from locust.exception import StopUser
+from locust import task
 
 from .clock import mono, wall
-from .user import Caller
+from .user import Caller, RunUser
 
 log = logging.getLogger("tts_knee.openloop")
 
@@ -48,21 +47,15 @@ def gaps(arrival: str, rate: float, rng: random.Random):
         yield rng.expovariate(rate)
 
 
-class OpenLoopUser(User):
+class OpenLoopUser(RunUser):
     """Schedules this worker's share of each step's offered rate."""
 
-    wait_time = constant(0)
-
     def on_start(self) -> None:
+        # Set before the run is looked up: on_stop runs even when on_start stops the user.
         self.inflight = 0
         self.idle: list[Caller] = []
         self.inflight_requests = Group()
-        node = self.environment.tts_knee
-        self.run = node.run
-        if self.run is None:   # this node's options were unusable; ensure_run said why
-            raise StopUser()
-        self.no = node.next_user_number()
-        self.seq = 0
+        super().on_start()
 
     def on_stop(self) -> None:
         # Requests still in flight get DRAIN_S to finish, so the last step is not judged on the

@@ -255,10 +255,11 @@ class Caller:
         self.http = HTTPClient(**self._client_args)
 
 
-class TTSUser(User):
-    """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
-    in flight at a time (closed loop)."""
+class RunUser(User):
+    """What the closed-loop and the open-loop user share: no wait time, and on start this node's
+    run, a user number of its own and a request count from zero. Not spawned itself."""
 
+    abstract = True
     wait_time = constant(0)
 
     def on_start(self) -> None:
@@ -268,6 +269,14 @@ class TTSUser(User):
             raise StopUser()
         self.no = node.next_user_number()
         self.seq = 0
+
+
+class TTSUser(RunUser):
+    """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
+    in flight at a time (closed loop)."""
+
+    def on_start(self) -> None:
+        super().on_start()
         self.caller = Caller(self, self.no)
 
     def on_stop(self) -> None:

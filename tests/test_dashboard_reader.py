@@ -23,6 +23,7 @@ COUNTS = ("chunks", "underruns")
 INTS = ("step", "concurrency", "attempt", "status")
 
 
+# The independent reference for rundir._num (not imported: the reader must not be checked against itself).
 def _num(v):
     if v is None or isinstance(v, bool):
         return None
@@ -33,6 +34,7 @@ def _num(v):
     return f if math.isfinite(f) else None
 
 
+# The independent reference for rundir._Labels.code (uncapped: these files hold few labels).
 def _label(v, names):
     if v is None:
         return -1

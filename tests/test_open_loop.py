@@ -142,3 +142,41 @@ def test_two_workers_share_the_rate_and_report_their_drops(tmp_path, sim4):
     assert info["steps"][0]["workers"] == 2
     dropped = info["steps"][0]["dropped"]
     assert 30 < dropped < 70 and dropped + len(records) == pytest.approx(96, abs=5)
+
+
+def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkeypatch):
+    """Every figure of an open-loop report with a per-step axis titles and labels it by offered
+    rate: an open-loop step has no concurrency (run.json says 0), and an attempt's concurrency is
+    the number in flight when it was sent."""
+    from dashboard import report, server_report
+    from dashboard.summary import analyze, load
+    run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
+    figs = []
+    keep = lambda fig, plotlyjs: figs.append(fig) or ""  # noqa: E731
+    monkeypatch.setattr(report, "_fig_html", keep)
+    monkeypatch.setattr(server_report, "_fig_html", keep)
+    rd = load(run_dir)
+    report.report_html(rd, analyze(rd))
+    subplot_titles = {a.text for f in figs for a in f.layout.annotations}
+    assert "Per step: the server's queue against GPU and CPU" in subplot_titles   # the server figure is drawn
+    rate_axes = 0
+    for f in figs:
+        layout = f.to_plotly_json()["layout"]
+        titles = [(ax.get("title") or {}).get("text") or "" for k, ax in layout.items() if k.startswith("xaxis")]
+        assert not any("concurrency" in t for t in titles), titles
+        rate_axes += "offered rate (req/s)" in titles
+        for t in f.data:   # category labels are the rates; hover texts and names say no concurrency
+            assert {x for x in _values(t.x) if isinstance(x, str)} <= {"4", "8"}, (t.name, t.x)
+            words = [t.name, *_values(t.text), *_values(t.hovertext)]
+            assert not any("concurrency" in str(w) for w in words), words
+    # the curves, stages, retries, GPU memory, text-length and server figures
+    assert rate_axes == 6
+    timeline = next(f for f in figs if "Every attempt: wait (ms)" in {a.text for a in f.layout.annotations})
+    notes = {a.text for a in timeline.layout.annotations}
+    assert {"4 req/s", "8 req/s"} <= notes and not any(n.startswith("N=") for n in notes)
+    assert any("in flight at sending" in x for t in timeline.data for x in _values(t.text))
+
+
+def _values(v) -> list:
+    """A trace property that may be unset, one value or a sequence, as a list."""
+    return [] if v is None else [v] if isinstance(v, str) else list(v)
