@@ -275,12 +275,15 @@ class TTSUser(RunUser):
     """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
     in flight at a time (closed loop)."""
 
+    caller: Caller | None = None   # none while on_start stopped the user before making it
+
     def on_start(self) -> None:
         super().on_start()
         self.caller = Caller(self, self.no)
 
     def on_stop(self) -> None:
-        self.caller.close()
+        if self.caller is not None:
+            self.caller.close()
 
     @task
     def synthesize(self) -> None:
