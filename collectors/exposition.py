@@ -8,8 +8,10 @@ value means:
 - Gauges (and untyped series) keep their value.
 - Counters, and untyped series whose name ends in ``_total``, become per-second rates under
   their own name: the rise since the previous scrape divided by the time that actually passed
-  between the two scrapes. The first scrape of a counter, and one that went down (the server
-  restarted), give no rate: the series is absent from that reading, never 0.
+  between the two scrapes. The first scrape of a counter, one that went down (the server
+  restarted), and the first after a gap (more than ``max_gap_s`` since the previous scrape that
+  read it: failed scrapes in between) give no rate: the series is absent from that reading,
+  never 0, rather than an average over the gap stood at its end.
 - Histograms and summaries keep only ``NAME_count`` and ``NAME_sum`` (as rates) and add
   ``NAME_mean``: sum rate / count rate, the mean observation over the interval (absent when
   nothing was observed in it). Buckets, quantiles and ``_created`` series are left out.
@@ -132,9 +134,11 @@ class Reader:
     first, then in exposition order. ``dropped`` says how many the cap left out last time.
     """
 
-    def __init__(self, match: str | None = None, max_series: int = DEFAULT_MAX_SERIES):
+    def __init__(self, match: str | None = None, max_series: int = DEFAULT_MAX_SERIES,
+                 max_gap_s: float | None = None):
         self.match = re.compile(match) if match else None
         self.max_series = max_series
+        self.max_gap_s = max_gap_s
         self.dropped = 0
         self._prev: dict[str, tuple[float, float]] = {}  # counter key -> (value, t)
 
@@ -150,7 +154,7 @@ class Reader:
         for s in samples:
             if s.kind == "counter":
                 self._prev[s.key] = (s.value, t)
-                value = _rate(prev.get(s.key), s.value, t)
+                value = _rate(prev.get(s.key), s.value, t, self.max_gap_s)
             else:
                 value = s.value
             if value is not None:
@@ -181,11 +185,13 @@ class Reader:
                 if (s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))) in keep]
 
 
-def _rate(prev: tuple[float, float] | None, value: float, t: float) -> float | None:
-    """Per-second rise since ``prev`` (value, t); None on the first scrape or a reset."""
+def _rate(prev: tuple[float, float] | None, value: float, t: float,
+          max_gap_s: float | None = None) -> float | None:
+    """Per-second rise since ``prev`` (value, t); None on the first scrape, a reset, or after
+    more than ``max_gap_s``."""
     if prev is None:
         return None
     dv, dt = value - prev[0], t - prev[1]
-    if dv < 0 or dt <= 0:
+    if dv < 0 or dt <= 0 or (max_gap_s is not None and dt > max_gap_s):
         return None
     return dv / dt

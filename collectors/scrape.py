@@ -151,7 +151,8 @@ class Scrapes:
 
     def __init__(self, urls: list[str], interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S,
                  match: str | None = None, max_series: int = DEFAULT_MAX_SERIES):
-        self.endpoints = [Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series))
+        gap = stale_after(interval_s, timeout_s)   # a rate spans at most what a reading is fresh for
+        self.endpoints = [Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap))
                           for u in urls]
         self._clash_noted = False
 

@@ -47,6 +47,7 @@ import runformat
 from collectors.exposition import ExpositionError, Reader
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.sampler import Sampler, next_tick
+from collectors.scrape import stale_after
 
 from .clock import wall
 
@@ -152,14 +153,14 @@ class _Collector:
 class _ServerMetrics:
     """One ``--server-metrics`` endpoint scraped by the master."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, interval_s: float):
         self.url = url
         parts = urlsplit(url)
         self.host = parts.netloc
         self.path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
         self._ssl = parts.scheme == "https"
         self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if self._ssl else 80))
-        self.reader = Reader()
+        self.reader = Reader(max_gap_s=stale_after(interval_s, SCRAPE_TIMEOUT_S))
         self.client = HTTPClient(self._address[0], port=self._address[1],
                                  connection_timeout=SCRAPE_TIMEOUT_S,
                                  network_timeout=SCRAPE_TIMEOUT_S, concurrency=1, ssl=self._ssl)
@@ -218,7 +219,7 @@ class CollectorPuller:
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._collectors = [_Collector(_normalise(u), token) for u in urls]
-        self._scraped = [_ServerMetrics(_normalise(u)) for u in server_metrics]
+        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics]
         self._file = None
         self._started_at: float | None = None
         self._stopping = False

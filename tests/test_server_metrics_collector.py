@@ -81,6 +81,21 @@ def page():
 
 # -- exposition -------------------------------------------------------------------------------
 
+def test_a_counter_has_no_rate_right_after_a_gap():
+    # scrapes 1 s apart, then two that failed (no reading), then 1 s apart again: the rise over
+    # the gap is not the rate at its end, so that reading has none; the next one has it again
+    page = "# TYPE tts_requests_total counter\ntts_requests_total {}\n"
+    r = Reader(max_gap_s=2.0)
+    assert r.read(page.format(10), t=0.0) == {}
+    assert r.read(page.format(20), t=1.0) == {"tts_requests_total": 10.0}
+    assert r.read(page.format(200), t=4.0) == {}
+    assert r.read(page.format(205), t=5.0) == {"tts_requests_total": 5.0}
+    # without a limit (a reader told nothing of its interval) the rise spans the gap
+    r = Reader()
+    r.read(page.format(20), t=1.0)
+    assert r.read(page.format(200), t=4.0) == {"tts_requests_total": 60.0}
+
+
 def test_vllm_series_named_as_in_the_exposition_counters_as_rates_over_real_time():
     r = Reader()
     first = r.read(fixture("vllm_metrics.txt"), t=100.0)
