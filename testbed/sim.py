@@ -179,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "send time (default off)")
     p.add_argument("--oom-above", type=number(int, 0),
                    help="500 'CUDA out of memory' when more than N requests are in flight")
-    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=22050,
-                   help="audio sample rate in Hz (default 22050)")
+    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=24000,
+                   help="audio sample rate in Hz (default 24000: OpenAI's PCM rate, and the client's "
+                        "--tts-sample-rate)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[],
                    help="inject a fault (repeatable; one is picked per faulty request)")
     p.add_argument("--fault-rate", type=number(float, 0, 1), default=1.0,

@@ -84,7 +84,7 @@ def test_wav_is_valid_and_grows_with_text():
         assert wav_seconds(short.body) == pytest.approx(0.2, abs=0.001)  # the minimum
         assert wav_seconds(long.body) == pytest.approx(3.0, abs=0.001)  # 60 ms per char
         with wave.open(io.BytesIO(long.body)) as w:
-            assert w.getframerate() == 22050
+            assert w.getframerate() == 24000
             assert max(w.readframes(2000)) > 0  # not silence
 
 
@@ -185,7 +185,7 @@ def test_streaming_sends_first_chunk_early_with_placeholder_sizes():
     assert r.body[:4] == b"RIFF" and r.body[36:40] == b"data"
     assert struct.unpack("<I", r.body[4:8])[0] == 0xFFFFFFFF
     assert struct.unpack("<I", r.body[40:44])[0] == 0xFFFFFFFF
-    assert (len(r.body) - 44) / 2 / 22050 == pytest.approx(1.2, abs=0.001)
+    assert (len(r.body) - 44) / 2 / 24000 == pytest.approx(1.2, abs=0.001)
     assert r.timing() == {"queue": pytest.approx(0, abs=5), "infer": 600.0}
 
 
@@ -239,7 +239,7 @@ def test_fault_truncate_sends_a_short_wav_and_closes():
     r = _one_fault("truncate")
     assert r.status == 200 and r.headers["Connection"] == "close"
     promised = struct.unpack("<I", r.body[40:44])[0]
-    assert promised == int(1.2 * 22050) * 2 > len(r.body) - 44
+    assert promised == int(1.2 * 24000) * 2 > len(r.body) - 44
 
 
 def test_fault_stall_delays_the_first_byte():

@@ -27,7 +27,7 @@ import pytest
 
 from procs import ROOT, spawn
 
-RATE = 22050
+RATE = 24000
 HEADER = 44
 CAPACITY_5 = ["--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100"]
 SHORT = "hello world"  # 11 chars x 60 ms = 0.66 s of audio: chunks of 200, 200, 200, 60 ms
