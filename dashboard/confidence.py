@@ -3,24 +3,25 @@
 **Percentile intervals** (``latency_ms.p50_ci`` / ``p95_ci``, the same in ``ttfa_ms``): 95%
 intervals, chosen by the number of values ``n``:
 
-- ``n <= BOOTSTRAP_MAX_N`` (1000): the percentile bootstrap, ``BOOTSTRAP_RESAMPLES`` (1000)
-  resamples drawn at once as one index matrix (numpy, seeded with ``SEED``, so a summary is
-  reproducible), each resample's percentile taken the way the point value is (numpy's linear
-  interpolation); the interval is the 2.5th and 97.5th percentile of those.  At most
-  1000 x 1000 values: one row-wise sort, about 30 ms for a step of 1000 requests.
-- ``n > BOOTSTRAP_MAX_N``: the order-statistic (binomial) interval, which needs no resampling:
-  the number of values below the true q-quantile is Binomial(n, q), so the sorted values at the
-  binomial's 2.5% and 97.5% points bracket it with at least 95% probability, whatever the
-  distribution.  The binomial is computed exactly (its log-pmf by recurrence), so 10^5 values
-  cost a sort.
+- ``BOOTSTRAP_MIN_N <= n <= BOOTSTRAP_MAX_N`` (200 to 1000): the percentile bootstrap,
+  ``BOOTSTRAP_RESAMPLES`` (1000) resamples drawn at once as one index matrix (numpy, seeded
+  with ``SEED``, so a summary is reproducible), each resample's percentile taken the way the
+  point value is (numpy's linear interpolation); the interval is the 2.5th and 97.5th
+  percentile of those.  At most 1000 x 1000 values: one row-wise sort, about 30 ms.
+- otherwise: the order-statistic (binomial) interval, which needs no resampling: the number of
+  values below the true q-quantile is Binomial(n, q), so the sorted values at the binomial's
+  2.5% and 97.5% points bracket it with at least 95% probability, whatever the distribution.
+  The binomial is computed exactly (its log-pmf by recurrence), so 10^5 values cost a sort.
+  With few values a point can lie beyond the sample: a p95 needs 72 values before anything
+  bounds it from above (1 - 0.95^n >= 0.975), a p50 6 from either side.  That end is then
+  None (unbounded), never the largest value seen.
 
-Both are clamped to contain the point value (a bootstrap interval can miss it by a hair when
-values tie); ``ci_n`` says how many values an interval rests on.  Coverage measured on lognormal
-data with a known p95 (``bench/bootstrap_coverage.py``, 1000 trials each; the test is
-``tests/test_slo_confidence.py``): p95 0.95 at n = 200, 500 and 1000 (bootstrap) and 0.95-0.97
-from 1001 to 10^5 (order statistic); p50 0.94-0.98 throughout.  With few values the bootstrap
-cannot reach above the largest value seen, so a p95 interval from under about 100 values is
-too narrow at the top: coverage 0.89 at n = 100, 0.84 at 60, 0.77 at 30.
+Below 200 values the bootstrap is too narrow at the top, because it cannot reach above the
+largest value seen (p95 coverage 0.77 at n = 30, 0.84 at 60, 0.89 at 100), which is why it is
+not used there.  Both kinds are clamped to contain the point value (a bootstrap interval can
+miss it by a hair when values tie); ``ci_n`` says how many values an interval rests on and
+``ci_method`` which kind it is.  Coverage measured on lognormal data with a known p95
+(``bench/bootstrap_coverage.py``, 1000 trials each; the test is ``tests/test_slo_confidence.py``).
 
 **Comparing two samples** (``python -m dashboard RUN --baseline OLD``): for a percentile, the
 ratio new / old with a 95% interval and a two-sided p-value, by the bootstrap (both samples
@@ -40,6 +41,7 @@ import numpy as np
 
 LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_MIN_N = 200
 BOOTSTRAP_MAX_N = 1000
 SEED = 0
 _Z = 1.959963984540054  # the normal's 97.5% point
@@ -59,15 +61,23 @@ def _binom_cdf(n: int, p: float) -> np.ndarray:
     return np.cumsum(pmf) / pmf.sum()
 
 
-def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float, float]:
-    """Order-statistic interval for the q-th percentile (q in 0..100) of sorted values."""
+def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float | None, float | None]:
+    """Order-statistic interval for the q-th percentile (q in 0..100) of sorted values; an end
+    the sample is too small to bound is None."""
     n = len(v_sorted)
     p = min(max(q / 100.0, 1e-9), 1 - 1e-9)
     cdf = _binom_cdf(n, p)
     alpha = 1 - LEVEL
     lo_i = int(np.searchsorted(cdf, alpha / 2)) - 1  # x_(l) with l the binomial's alpha/2 point
     hi_i = int(np.searchsorted(cdf, 1 - alpha / 2))  # x_(u) with u - 1 its 1 - alpha/2 point
-    return float(v_sorted[max(lo_i, 0)]), float(v_sorted[min(hi_i, n - 1)])
+    return (float(v_sorted[lo_i]) if lo_i >= 0 else None), (float(v_sorted[hi_i]) if hi_i < n else None)
+
+
+def min_bounding_n(q: float) -> int:
+    """The fewest values whose order-statistic interval bounds the q-th percentile (q in 0..100)
+    on both sides: the far end needs 1 - max(p, 1 - p)^n >= 1 - (1 - LEVEL) / 2."""
+    p = max(q / 100.0, 1 - q / 100.0)
+    return math.ceil(math.log((1 - LEVEL) / 2) / math.log(p))
 
 
 def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
@@ -89,13 +99,14 @@ def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
 
 def percentile_cis(values, qs=(50, 95)) -> dict:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
-    (see the module doc); empty when there are fewer than 2."""
+    (see the module doc; an end too few values can bound is None); empty when there are fewer
+    than 2."""
     v = _finite(values)
     n = len(v)
     if n < 2:
         return {}
     points = np.percentile(v, qs)
-    if n <= BOOTSTRAP_MAX_N:
+    if BOOTSTRAP_MIN_N <= n <= BOOTSTRAP_MAX_N:
         boot = _bootstrap(v, qs, np.random.default_rng(SEED))
         alpha = 100 * (1 - LEVEL) / 2
         bounds = [tuple(np.percentile(b, [alpha, 100 - alpha])) for b in boot]
@@ -106,9 +117,14 @@ def percentile_cis(values, qs=(50, 95)) -> dict:
         method = "order_statistic"
     out = {}
     for q, pt, (lo, hi) in zip(qs, points, bounds):
-        out[f"p{q}_ci"] = [float(min(lo, pt)), float(max(hi, pt))]
+        out[f"p{q}_ci"] = [None if lo is None else float(min(lo, pt)), None if hi is None else float(max(hi, pt))]
     out["ci_method"], out["ci_n"] = method, n
     return out
+
+
+def ci_range(ci, fmt: str = ".0f") -> str:
+    """An interval as text, '120-480', an end too few values could bound shown 'unbounded'."""
+    return "-".join("unbounded" if b is None else format(b, fmt) for b in ci)
 
 
 def compare_percentile(old, new, q: float) -> dict | None:
@@ -137,14 +153,21 @@ def compare_percentile(old, new, q: float) -> dict | None:
     else:
         def se_log(v, pt):
             lo_, hi_ = _order_interval(np.sort(v), q)
+            if lo_ is None or hi_ is None:   # too few values to bound it: nothing can be told
+                return math.inf
             lo_, hi_ = max(min(lo_, pt), 1e-12), max(hi_, pt)
             return (math.log(hi_) - math.log(lo_)) / (2 * _Z)
         se = math.hypot(se_log(x, px), se_log(y, py))
         d = math.log(py / px)
-        lo, hi = math.exp(d - _Z * se), math.exp(d + _Z * se)
-        p = math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else (0.0 if d else 1.0)
+        if math.isinf(se):
+            lo = hi = None
+            p = 1.0
+        else:
+            lo, hi = math.exp(d - _Z * se), math.exp(d + _Z * se)
+            p = math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else (0.0 if d else 1.0)
         method = "order_statistic"
-    return {"old": px, "new": py, "ratio": py / px, "ratio_ci": [float(lo), float(hi)],
+    return {"old": px, "new": py, "ratio": py / px,
+            "ratio_ci": [None if lo is None else float(lo), None if hi is None else float(hi)],
             "p_value": float(p), "method": method}
 
 

@@ -88,8 +88,10 @@ def term_text(term: slo_mod.Term, level: dict, verdict: dict) -> str:
         key, ci_key = _CI_OF[term.metric]
         ci = (level.get(key) or {}).get(ci_key)
         if ci:
-            lo, hi = ci
-            ci_txt = f" (95% CI {lo * scale:.{digits}f}-{hi * scale:.{digits}f}{unit})"
+            shown = ["unbounded" if b is None else f"{b * scale:.{digits}f}" for b in ci]
+            lo = -math.inf if ci[0] is None else ci[0]
+            hi = math.inf if ci[1] is None else ci[1]
+            ci_txt = f" (95% CI {shown[0]}-{shown[1]}{unit})"
             straddles = _OPS[term.op](lo, term.value) != _OPS[term.op](hi, term.value)
     if straddles:
         return f"{label} {v * scale:.{digits}f}{unit}{ci_txt} straddles {thr}"

@@ -87,9 +87,10 @@ def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
     if not any(p.get(f"{q}_ci") for p in pts):
         return None
     ci = [p.get(f"{q}_ci") for p in pts]
+    # an end too few requests could bound (None) gets no bar on that side; the tables say so
     return dict(type="data", visible=True, thickness=1.2, width=4,
-                array=[c[1] - p[q] if c else None for p, c in zip(pts, ci)],
-                arrayminus=[p[q] - c[0] if c else None for p, c in zip(pts, ci)])
+                array=[c[1] - p[q] if c and c[1] is not None else None for p, c in zip(pts, ci)],
+                arrayminus=[p[q] - c[0] if c and c[0] is not None else None for p, c in zip(pts, ci)])
 
 
 def _marks(fig, summary, rows_cols):

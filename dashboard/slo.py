@@ -14,7 +14,9 @@ Rules :func:`judge` applies to each term:
   ``p95_ci``, ``ttfa_ms.p50_ci`` / ``p95_ci``) passes or fails only when the whole interval is
   on one side of the threshold; an interval that straddles it makes the term *inconclusive*,
   with an estimate of how many more requests would settle it (an interval's width shrinks about
-  as 1/sqrt(n)).
+  as 1/sqrt(n)).  An end the step's requests were too few to bound (None: a p95 needs 72
+  requests before anything bounds it from above) reaches past every threshold on its side, so
+  a p95 term cannot pass on fewer, and the estimate is then the least that could.
 - Every other term compares the point value.
 
 A step passes (``True``) when every term passes, fails (``False``) when any term fails, and is
@@ -161,8 +163,9 @@ def _value(step: dict, metric: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _interval(step: dict, metric: str) -> tuple[float, float, int | None] | None:
-    """(lo, hi, n) of the metric's confidence interval when the step has one."""
+def _interval(step: dict, metric: str) -> tuple[float, float, int | None, float] | None:
+    """(lo, hi, n, q) of the metric's confidence interval when the step has one, q the
+    percentile (50, 95); an end too few requests could bound (None) is -inf / inf."""
     if metric not in _CI:
         return None
     key, ci_key = _CI[metric]
@@ -170,21 +173,35 @@ def _interval(step: dict, metric: str) -> tuple[float, float, int | None] | None
     if not isinstance(d, dict):
         return None
     ci = d.get(ci_key)
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or None in ci:
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or \
+            not all(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool)) for c in ci):
         return None
     n = d.get("count")
-    return float(ci[0]), float(ci[1]), (int(n) if isinstance(n, (int, float)) else None)
+    lo = -math.inf if ci[0] is None else float(ci[0])
+    hi = math.inf if ci[1] is None else float(ci[1])
+    return lo, hi, (int(n) if isinstance(n, (int, float)) else None), float(ci_key[1:-3])
 
 
-def _more_requests(point: float, lo: float, hi: float, threshold: float, n: int | None) -> int | None:
+def _more_requests(point: float, lo: float, hi: float, threshold: float, n: int | None,
+                   q: float) -> tuple[int, bool] | None:
     """Requests to add so that the interval no longer reaches the threshold, assuming its
-    half-width on the threshold's side shrinks as 1/sqrt(n); None when it cannot be told."""
+    half-width on the threshold's side shrinks as 1/sqrt(n), and whether that is the estimate
+    (True) or only the least (False: that side is unbounded until there are enough requests to
+    bound a q-th percentile at all); None when it cannot be told."""
     half = (hi - point) if threshold >= point else (point - lo)
     gap = abs(threshold - point)
     if not n or gap <= 0 or half <= 0:
         return None
+    if math.isinf(half):
+        from .confidence import min_bounding_n   # numpy: only where an interval is open
+        return max(1, min_bounding_n(q) - n), False
     need = n * (half / gap) ** 2
-    return max(1, math.ceil(need - n))
+    return max(1, math.ceil(need - n)), True
+
+
+def _ci_text(lo: float, hi: float) -> str:
+    """'95% CI 120-480', with an unbounded end shown as such."""
+    return f"95% CI {'unbounded' if math.isinf(lo) else _fmt(lo)}-{'unbounded' if math.isinf(hi) else _fmt(hi)}"
 
 
 def judge(slo: SLO, step: dict) -> dict:
@@ -199,16 +216,21 @@ def judge(slo: SLO, step: dict) -> dict:
         ok = _OPS[t.op](v, t.value)
         ci = _interval(step, t.metric)
         if ci is not None:
-            lo, hi, n = ci
+            lo, hi, n, q = ci
             lo_ok, hi_ok = _OPS[t.op](lo, t.value), _OPS[t.op](hi, t.value)
             if lo_ok != hi_ok:
-                add = _more_requests(v, lo, hi, t.value, n)
-                need = (f"about {add} more requests would settle it" if add is not None
-                        else "more requests would not settle it: the estimate sits on the threshold")
-                inconclusive.append(f"{t.metric} {_fmt(v)} (95% CI {_fmt(lo)}-{_fmt(hi)}) straddles "
+                est = _more_requests(v, lo, hi, t.value, n, q)
+                if est is None:
+                    need = "more requests would not settle it: the estimate sits on the threshold"
+                elif est[1]:
+                    need = f"about {est[0]} more requests would settle it"
+                else:
+                    need = (f"{n} requests cannot bound a p{q:g} on that side: at least {est[0]} more "
+                            f"are needed")
+                inconclusive.append(f"{t.metric} {_fmt(v)} ({_ci_text(lo, hi)}) straddles "
                                     f"{_fmt(t.value)}; {need}")
-                if add is not None:
-                    more.append(add)
+                if est is not None:
+                    more.append(est[0])
                 continue
             ok = lo_ok  # the whole interval is on one side
         if not ok:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .confidence import ci_range
 from .report import _conc_axis, _fig_html, ci_bars, esc, lx
 from .slo import parse
 
@@ -54,7 +55,7 @@ def slo_html(summary: dict, plotlyjs) -> str:
         lv = levels[v["concurrency"]]
         lat = lv.get("latency_ms") or {}
         ci = lat.get("p95_ci")
-        p95 = "-" if lat.get("p95") is None else f"{lat['p95']:.0f}" + (f" [{ci[0]:.0f}-{ci[1]:.0f}]" if ci else "")
+        p95 = "-" if lat.get("p95") is None else f"{lat['p95']:.0f}" + (f" [{ci_range(ci)}]" if ci else "")
         notes = "; ".join(v["failed"] + v["inconclusive"])
         rows.append(f"<tr><td>{esc(v['concurrency'])}</td><td>{esc(', '.join(map(str, v['steps'])))}</td>"
                     f"<td>{esc(lv.get('requests'))}</td><td>{esc(p95)}</td>"
@@ -69,8 +70,9 @@ def slo_html(summary: dict, plotlyjs) -> str:
              "<p class='meta'>Each concurrency is judged on the pooled records of every step that tested it. "
              "A percentile term whose 95% interval straddles its threshold is inconclusive, and counts as "
              "not meeting the SLO; the interval narrows about as 1/sqrt(requests), which gives the "
-             "estimate of how many more requests would settle it. A p95 interval from fewer than about 100 "
-             "requests is too narrow at the top (it cannot reach above the slowest request seen).</p>")
+             "estimate of how many more requests would settle it. Fewer than 72 requests cannot bound a p95 "
+             "from above (nothing says the slowest 5% are not slower than the slowest request seen): such "
+             "an interval is open at the top, and a p95 term cannot pass on it.</p>")
     gate = summary.get("require")
     gate_html = "" if not gate else (
         f"<div class='verdict{' ok' if gate['holds'] else ''}'><b>--require {esc(gate['concurrency'])}</b>: "
@@ -109,8 +111,10 @@ def regression_figure(summary: dict) -> go.Figure:
                                (now, f"this run {summary['run']['run_id']}", "#1f77b4")):
         x = lx([r["concurrency"] for r in rows])
         err = dict(type="data", visible=True, thickness=1.2, width=4,
-                   array=[(r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] else None for r in rows],
-                   arrayminus=[(r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] else None for r in rows])
+                   array=[(r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None
+                          else None for r in rows],
+                   arrayminus=[(r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] and r["p95_ci"][0] is not None
+                               else None for r in rows])
         fig.add_scatter(x=x, y=[r["p95_ms"] for r in rows], name=esc(name), legendgroup=name, error_y=err,
                         mode="lines+markers", line=dict(color=colour), row=1, col=1)
         fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name=esc(name), legendgroup=name,

@@ -23,6 +23,7 @@ import numpy as np
 import runformat
 
 from . import slo as slo_mod
+from .confidence import ci_range
 from .diagnosis import diagnose, share
 from . import openloop
 from .knee import find_knee, little_check, usl_fit
@@ -147,7 +148,7 @@ def _p95_text(d: dict | None) -> str:
     if d.get("p95") is None:
         return "n/a"
     ci = d.get("p95_ci")
-    return f"{d['p95']:.0f} ms" + (f" (95% CI {ci[0]:.0f}-{ci[1]:.0f})" if ci else "")
+    return f"{d['p95']:.0f} ms" + (f" (95% CI {ci_range(ci)})" if ci else "")
 
 
 def _level_text(s: dict) -> str:

@@ -72,6 +72,18 @@ def test_judge_confidence_interval():
     assert v["pass"] is False and v["inconclusive"] and v["more_requests"] is None
 
 
+def test_too_few_requests_cannot_pass_a_p95_term():
+    # 30 requests bound a p95 only from below: however low the estimate, the term cannot pass,
+    # it can only fail (a lower bound above the threshold) or wait for 72 requests
+    s = slo.parse("p95_ms<=400")
+    v = slo.judge(s, _step(p95=120, ci=(100, None), n=30))
+    assert v["pass"] is None and v["more_requests"] == 42
+    assert v["inconclusive"] == ["p95_ms 120 (95% CI 100-unbounded) straddles 400; 30 requests cannot bound a "
+                                 "p95 on that side: at least 42 more are needed"]
+    assert slo.judge(s, _step(p95=500, ci=(450, None), n=30))["pass"] is False
+    assert slo.judge(slo.parse("p95_ms>=400"), _step(p95=500, ci=(450, None), n=30))["pass"] is True
+
+
 def test_max_concurrency_unordered_gaps_repeats():
     def v(c, p):
         return {"concurrency": c, "pass": p}
