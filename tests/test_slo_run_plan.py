@@ -202,7 +202,9 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
         nxt = plan.next()
         plan.finish({"step": n, "concurrency": nxt.concurrency, "phase": "grid", "repeat": nxt.repeat}, st,
                     levels=reader.levels(0.0) if reader.repeated() and n == 2 else None)
-    assert [v["pass"] for v in plan.verdicts] == [True, False]
+    # step 2 alone: 2 requests cannot bound a median (that takes 6), so it is inconclusive on its
+    # own; its level, the 22 requests of both steps pooled, passes
+    assert [v["pass"] for v in plan.verdicts] == [True, None]
     assert plan.levels() == {2: True} and plan.max_concurrency() == 2
     assert plan.describe()["levels"][0]["steps"] == [1, 2]
 

@@ -61,7 +61,7 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
         assert f'"{option}"' in page, option
     # Start with the form's values changed: two short steps instead of three long ones, and an SLO.
     status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "1,2", "step_time": "2",
-                                          "tts_api": "openai", "slo": "p95_ms<=5000", "stop_past_knee": "true"})
+                                          "tts_api": "openai", "slo": "p50_ms<=5000", "stop_past_knee": "true"})
     assert json.loads(body)["success"]
     info_path = tmp_path / "run" / "run.json"
     for _ in range(150):
@@ -71,7 +71,8 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
     info = json.loads(info_path.read_text())
     assert info["end"], "the run did not finish by itself"
     assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2)]
-    assert info["options"]["slo"] == "p95_ms<=5000" and info["options"]["stop_past_knee"] is True
+    # a p50 term: 2 s steps are too short for the 72 requests a p95 needs to be bounded above
+    assert info["options"]["slo"] == "p50_ms<=5000" and info["options"]["stop_past_knee"] is True
     assert [v["pass"] for v in info["plan"]["verdicts"]] == [True, True]
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert records and {r["concurrency"] for r in records} == {1, 2}
