@@ -94,6 +94,8 @@ class _Collector:
         self.restarts = 0
         self.last_ts: float | None = None  # last sample written, master's clock
         self.pending_gap_from: float | None = None
+        # the pending gap is certain: the collector restarted, so its ring cannot cover it
+        self.gap_is_certain = False
         self.gaps: list[list[float | None]] = []
         self.outages: list[list[float | None]] = []
         self.last_error: str | None = None
@@ -277,7 +279,7 @@ class CollectorPuller:
                     c.outages[-1][1] = now
                 if c.pending_gap_from is not None:
                     c.gaps.append([c.pending_gap_from, now])
-                    c.pending_gap_from = None
+                    c.pending_gap_from, c.gap_is_certain = None, False
                 c.client.close()
             for m in self._scraped:
                 m.client.close()
@@ -377,13 +379,14 @@ class CollectorPuller:
             log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
             if c.pending_gap_from is None and c.last_ts is not None:
                 c.pending_gap_from = c.last_ts
+            c.gap_is_certain = c.pending_gap_from is not None
             self._connect(c)  # its host (and clock) may have changed
             c.since = 0
             reply = c.get("/samples?since=0")
         elif c.last_ts is not None:
             dropped = int(_number(reply, "dropped", "/samples")) if reply.get("dropped") else 0
             c.dropped += dropped
-            if not dropped:
+            if not dropped and not c.gap_is_certain:
                 c.pending_gap_from = None  # its ring covered the outage: nothing is missing
             elif c.pending_gap_from is None:
                 c.pending_gap_from = c.last_ts
@@ -411,7 +414,7 @@ class CollectorPuller:
             if c.pending_gap_from is not None:
                 if out["ts"] > c.pending_gap_from:
                     c.gaps.append([c.pending_gap_from, out["ts"]])
-                c.pending_gap_from = None
+                c.pending_gap_from, c.gap_is_certain = None, False
             c.last_ts = out["ts"]
         self._append(lines)
         c.samples += len(lines)

@@ -73,6 +73,29 @@ def test_collector_restart_leaves_a_gap_and_pulling_resumes(tmp_path):
     assert ts[restart_at] == pytest.approx(d["gaps"][0][1])
 
 
+def test_a_restart_read_before_its_first_sample_still_leaves_the_gap(tmp_path):
+    # The restarted collector takes its first sample 1.5 s after it starts, so the puller finds
+    # it restarted with nothing to read yet; the outage must still be recorded as a gap (a
+    # restarted collector's ring cannot cover it, whatever its "dropped" says).
+    out = tmp_path / "resources.jsonl"
+    port = free_port()
+    with spawn(["collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY) as c:
+        puller = CollectorPuller([c.url], out, interval_s=INTERVAL, sample_client=False)
+        assert puller.start() == []
+        gevent.sleep(1.0)
+        c.stop(signal.SIGKILL)
+        gevent.sleep(0.8)
+    with spawn(["collectors", "--port", str(port), "--interval", "1.5"], env=CPU_ONLY):
+        gevent.sleep(4.0)
+        puller.stop()
+    [d] = puller.describe()
+    assert d["restarts"] == 1
+    assert len(d["gaps"]) == 1 and d["gaps"][0][0] < d["gaps"][0][1], d
+    ts = [s["ts"] for s in read_jsonl(out)]
+    after = [t for t in ts if t > d["gaps"][0][0]]
+    assert after and after[0] == pytest.approx(d["gaps"][0][1])
+
+
 def test_unreachable_at_start_warns_once_and_catches_up(tmp_path):
     out = tmp_path / "resources.jsonl"
     port = free_port()
