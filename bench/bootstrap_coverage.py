@@ -6,7 +6,7 @@ Run it from the repository root::
     .venv/bin/python bench/bootstrap_coverage.py 200      # fewer trials (coverage +-3%)
 
 Each trial draws n latencies from a lognormal (median 200 ms, sigma 0.5: true p50 200 ms, true
-p95 = 200 * exp(0.5 * 1.645) = 455.6 ms), asks ``dashboard.confidence.percentile_cis`` for the
+p95 = 200 * exp(0.5 * 1.645) = 455.6 ms), asks ``analysis.confidence.percentile_cis`` for the
 intervals and counts the trials whose interval contains the true value (an unbounded end
 contains everything beyond it).  One line per n; the width is over the trials whose p95
 interval is bounded on both sides, ``p95_bounded`` the share of those::
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dashboard.confidence import percentile_cis  # noqa: E402
+from analysis.confidence import percentile_cis  # noqa: E402
 
 SIZES = (30, 60, 72, 100, 199, 200, 500, 1000, 1001, 5000, 100000)
 MEDIAN_MS, SIGMA = 200.0, 0.5

@@ -52,7 +52,7 @@ _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 ti, ci = time.perf_counter(), time.process_time()
-from dashboard.summary import load, analyze, write_summary
+from analysis.summary import load, analyze, write_summary
 from dashboard.report import write_report
 t0, c0 = time.perf_counter(), time.process_time()
 rd = load(sys.argv[1])

@@ -11,13 +11,13 @@ address that cannot be listened on.
 
 Judging one run:
 
-- ``--slo SPEC`` judges each tested concurrency against an SLO (``dashboard.slo``; default: the
+- ``--slo SPEC`` judges each tested concurrency against an SLO (``analysis.slo``; default: the
   run's own ``options.slo``); the recommendation is then the largest concurrency that meets it.
 - ``--require N`` (needs an SLO) is a CI gate: prints the claim at N and exits 0 when the SLO
   holds at N and every lower tested concurrency, 1 when it does not (a failed or inconclusive
-  term, or N not tested; one sentence on stderr says which), see ``dashboard.gate``.
+  term, or N not tested; one sentence on stderr says which), see ``analysis.gate``.
 - ``--baseline OLD_RUN`` compares this run with an earlier one (``--tolerance``, default 0.10)
-  and exits 1 on a significant regression beyond the tolerance, see ``dashboard.regression``.
+  and exits 1 on a significant regression beyond the tolerance, see ``analysis.regression``.
 
 With both, the exit status is 1 when either fails.  A malformed spec, a bad number, these flags
 with several run directories or with ``--serve``, or runs with no concurrency in common exit 2.
@@ -32,12 +32,12 @@ import signal
 import sys
 from pathlib import Path
 
-from . import gate, regression
+from analysis import gate, regression
 from .compare import default_out, write_compare
 from .report import write_report
-from .rundir import RunDirError
-from .slo import SLOError, parse
-from .summary import analyze, format_table, load, write_summary
+from runformat.reader import RunDirError
+from analysis.slo import SLOError, parse
+from analysis.summary import analyze, format_table, load, write_summary
 
 
 def _parser() -> argparse.ArgumentParser:

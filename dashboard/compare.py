@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .report import _conc_axis, _fig_html, esc, lx, page
-from .summary import _f
+from analysis.summary import _f
 
 
 def default_out(first_run: Path) -> Path:

@@ -1,12 +1,12 @@
 """The report's open-loop parts: offered rate on the x axis, throughput against offered, latency
 from schedule, send lag and dropped arrivals; the verdict and the step table in requests per
-second (see :mod:`dashboard.openloop` for the figures and rules)."""
+second (see :mod:`analysis.openloop` for the figures and rules)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .openloop import COLUMNS, GROWTH_RATIO, SHORTFALL, _f, _v, table_rows
+from analysis.openloop import COLUMNS, GROWTH_RATIO, SHORTFALL, _f, _v, table_rows
 from .report import KNEE_COLOUR, REC_COLOUR, esc
 
 

@@ -4,7 +4,7 @@ Every string that comes from the run (text ids, error messages, hosts, the targe
 HTML-escaped before it reaches the page or a Plotly hover label.  The per-attempt scatter is
 downsampled to ``MAX_POINTS``, keeping failures and retries first, so the page stays small.
 A streamed run adds a stream-health section: per step, the audio received and played over time
-for a typical and the worst stream (see :mod:`dashboard.stream`), and the share of streams that
+for a typical and the worst stream (see :mod:`analysis.playback`), and the share of streams that
 stalled.  Audio-integrity mismatches get their own table whenever any attempt was checked.
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ from plotly.subplots import make_subplots
 
 import runformat
 
-from .knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
-from .rundir import Attempts, RunDir
-from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
-from .stream import pick_streams, playback
-from .summary import is_streamed, table_columns, table_rows
+from analysis.knee import FAILURE_RATE, LATENCY_RISE, UNDERRUN_RATE, usl_curve
+from runformat.reader import Attempts, RunDir
+from analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
+from analysis.playback import pick_streams, playback
+from analysis.summary import is_streamed, table_columns, table_rows
 
 MAX_POINTS = 20000
 GIB = 1024 ** 3

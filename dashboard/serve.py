@@ -28,8 +28,8 @@ import runformat
 
 from .compare import compare_html
 from .report import esc, page, report_html
-from .rundir import RunDir, RunDirError
-from .summary import analyze
+from runformat.reader import RunDir, RunDirError
+from analysis.summary import analyze
 
 POLL_S = 5
 MIN_REBUILD_S = 2.0

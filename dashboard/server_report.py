@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .report import _fig_html, esc, step_axis, step_label
-from .rundir import RunDir
-from .server_metrics import timeline
+from runformat.reader import RunDir
+from analysis.server_metrics import timeline
 
 
 def _get(s, *path):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .confidence import ci_range
+from analysis.confidence import ci_range
 from .report import _conc_axis, _fig_html, ci_bars, esc, lx
-from .slo import parse
+from analysis.slo import parse
 
 PASS_COLOUR, FAIL_COLOUR, UNSURE_COLOUR = "#2ca02c", "#d62728", "#ff7f0e"
 _WORD = {True: "pass", False: "fail", None: "inconclusive"}
@@ -164,7 +164,7 @@ def regression_html(summary: dict, plotlyjs) -> str:
             f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
             f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
             f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
-            f"significant change beyond the tolerance (see dashboard/regression.py).</p>"
+            f"significant change beyond the tolerance (see analysis/regression.py).</p>"
             + _fig_html(regression_figure(summary), plotlyjs))
 
 

@@ -2,7 +2,7 @@
 
 The grid (``--steps``) runs in order, ``--repeat`` times. Each step that ends is judged from
 the records the master already has (:class:`StepReader`): against ``--slo`` with
-``dashboard.slo.judge``, or by the knee rule (``dashboard.knee``) when there is no SLO. Then:
+``analysis.slo.judge``, or by the knee rule (``analysis.knee``) when there is no SLO. Then:
 
 - ``--stop-past-knee``: a grid step that fails, followed by the next judged grid step of the
   same pass failing too, ends that pass over the grid; its remaining steps are skipped. "Fails"
@@ -17,7 +17,7 @@ the records the master already has (:class:`StepReader`): against ``--slo`` with
   passes with every lower tested one passing (0 when the lowest fails) and the smallest
   tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
   until the two are adjacent integers. A concurrency tested by several steps (``--repeat``) is
-  judged on their pooled records, as the dashboard judges it (``dashboard.levels``); an
+  judged on their pooled records, as the dashboard judges it (``analysis.levels``); an
   inconclusive level counts as failing, and so does one where not a request finished.
 
 Gevent-free and locust-free: it works on step dicts and the run directory only.
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dashboard import knee as knee_mod
-from dashboard import slo as slo_mod
-from dashboard.levels import levels as pool_levels
-from dashboard.rundir import TTFA_FLOOR_MS, Attempts, RunDir
-from dashboard.steps import step_stats
+from analysis import knee as knee_mod
+from analysis import slo as slo_mod
+from analysis.levels import levels as pool_levels
+from runformat.reader import TTFA_FLOOR_MS, Attempts, RunDir
+from analysis.steps import step_stats
 
 __all__ = ["Planned", "StepPlan", "StepReader"]
 log = logging.getLogger("tts_knee.plan")
@@ -97,7 +97,7 @@ class StepPlan:
 
     def finish(self, step: dict, stats: dict, unanswered: int = 0, levels: list[dict] | None = None) -> dict | None:
         """Take the figures of a step that ended (``step``: its run.json entry with ``phase``
-        and ``repeat``; ``stats``: ``dashboard.steps.step_stats`` over what it sent before its
+        and ``repeat``; ``stats``: ``analysis.steps.step_stats`` over what it sent before its
         end; ``unanswered``: requests it sent that had no record when it was judged; ``levels``:
         the judged steps pooled per concurrency, ``StepReader.levels``, when a concurrency has
         been tested more than once). Returns the step's SLO verdict (None without an SLO)."""
@@ -298,7 +298,7 @@ class StepReader:
 
     def levels(self, settle_s: float) -> list[dict]:
         """The judged steps pooled per concurrency as the dashboard pools them
-        (``dashboard.levels``), each over what it sent before its cut-off, every stream of it
+        (``analysis.levels``), each over what it sent before its cut-off, every stream of it
         counted as in :meth:`stats`."""
         a = self.rundir.requests.attempts()
         keep = np.isfinite(a["t0"])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dashboard import slo as slo_mod
+from analysis import slo as slo_mod
 
 from . import corpus
 from .retry import CONNECTION_ERROR, RetryPolicy

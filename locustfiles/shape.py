@@ -19,7 +19,7 @@ import gevent
 from locust import LoadTestShape
 
 from .clock import wall
-from .records import BATCH_INTERVAL_S
+from .shipping import BATCH_INTERVAL_S
 
 log = logging.getLogger("tts_knee.shape")
 STEP_MESSAGE = "tts_knee_step"
@@ -130,7 +130,7 @@ class StepShape(LoadTestShape):
     def _load(self, run, step: Step):
         """What Locust should run for ``step``: its concurrency in closed-loop users, or one
         open-loop scheduler per worker sharing its rate."""
-        from .openloop import OpenLoopUser
+        from .openloop_user import OpenLoopUser
         classes = self.runner.environment.user_classes
         if run.settings.open_loop:
             return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]
@@ -139,10 +139,10 @@ class StepShape(LoadTestShape):
             (step.concurrency, SPAWN_RATE, closed)
 
     def _begin_rate_step(self, run, nxt):
-        from .openloop import OpenLoopUser
+        from .openloop_user import OpenLoopUser
         if not any(issubclass(c, OpenLoopUser) for c in self.runner.environment.user_classes):
             run.fail("--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
-                     "from locustfiles.openloop in your locustfile")
+                     "from locustfiles.openloop_user in your locustfile")
             return None
         if run.is_master:
             ids = sorted(c.id for c in self.runner.clients.ready + self.runner.clients.spawning

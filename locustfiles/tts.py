@@ -15,7 +15,7 @@ from pathlib import Path
 # Locust puts this file's folder on sys.path, not the project's; the package needs the latter.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from locustfiles import plugin  # noqa: E402,F401  (attaches the event listeners)
-from locustfiles.openloop import OpenLoopUser  # noqa: E402,F401
+from locustfiles import node  # noqa: E402,F401  (attaches the event listeners)
+from locustfiles.openloop_user import OpenLoopUser  # noqa: E402,F401
 from locustfiles.shape import StepShape  # noqa: E402,F401
 from locustfiles.user import TTSUser  # noqa: E402,F401

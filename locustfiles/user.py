@@ -1,5 +1,5 @@
 """The TTS user: one user is one in-flight request, sent back to back with no wait time; and the
-attempt path it shares with the open-loop user (locustfiles/openloop.py), :class:`Caller`.
+attempt path it shares with the open-loop user (locustfiles/openloop_user.py), :class:`Caller`.
 
 Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first body
 byte, ``t2`` when the body is read, ``t3`` when the audio is written and closed — and becomes

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.cli import Failure, Parser, bindable_port, port, positive
+from testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 

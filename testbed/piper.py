@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 
-from testbed.cli import Failure, Parser, bindable_port, port, positive
+from testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 

@@ -94,7 +94,7 @@ from gevent.event import Event  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
-from testbed.cli import Parser, number  # noqa: E402  (one-line errors and checked numbers, shared)
+from testbed.args import Parser, number  # noqa: E402  (one-line errors and checked numbers, shared)
 
 __all__ = ["main"]
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import runformat
-from dashboard.knee import find_knee
-from dashboard.summary import analyze, load
+from analysis.knee import find_knee
+from analysis.summary import analyze, load
 from rundirs import GIB, SCENARIOS, Model, build_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_markup_in_texts_and_errors_is_escaped(tmp_path):
                                         error_from=8, error_text=f"boom {evil}"))
     s = analyze(load(p))
     from dashboard.report import report_html
-    from dashboard.summary import load as ld
+    from analysis.summary import load as ld
     html = report_html(ld(p), s)
     assert evil not in html and "onerror=alert(1)>" not in html
     assert "&lt;script&gt;alert" in html or "\\u003cscript" in html

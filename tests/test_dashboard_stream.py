@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from dashboard.knee import find_knee
-from dashboard.stream import playback
-from dashboard.summary import TABLE_COLUMNS, analyze, format_table, load
+from analysis.knee import find_knee
+from analysis.playback import playback
+from analysis.summary import TABLE_COLUMNS, analyze, format_table, load
 from rundirs import Model, build_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -265,7 +265,7 @@ def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_p
     # Summarised again with its records relabelled and no window (as steps at one concurrency
     # are pooled), the step still leaves those streams out.
     import dataclasses
-    from dashboard.steps import step_stats
+    from analysis.steps import step_stats
     rd = load(p)
     analyze(rd)
     a = rd.requests.attempts()

@@ -19,7 +19,7 @@ print(json.dumps({"modules": names, "loaded": sorted({"locust", "gevent"} & set(
 """
 
 
-@pytest.mark.parametrize("package", ["dashboard", "collectors", "runformat"])
+@pytest.mark.parametrize("package", ["analysis", "dashboard", "collectors", "runformat"])
 def test_package_imports_neither_locust_nor_gevent(package):
     out = subprocess.run([sys.executable, "-c", CODE, package], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -36,11 +36,11 @@ def test_the_check_sees_an_import_of_gevent():
     assert "gevent" in out.stdout.strip().splitlines()[-1]
 
 
-def test_the_step_shape_does_not_import_the_plugin():
-    """The shape reaches the run through the node on the environment, not by importing plugin
+def test_the_step_shape_does_not_import_the_node():
+    """The shape reaches the run through the node on the environment, not by importing node
     (which imports the shape): no import cycle."""
-    code = "import sys, locustfiles.shape, locustfiles.user; print('locustfiles.plugin' in sys.modules)"
+    code = "import sys, locustfiles.shape, locustfiles.user; print('locustfiles.node' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
-    assert "plugin import" not in (ROOT / "locustfiles" / "shape.py").read_text()
+    assert "node import" not in (ROOT / "locustfiles" / "shape.py").read_text()

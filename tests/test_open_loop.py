@@ -149,7 +149,7 @@ def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkey
     rate: an open-loop step has no concurrency (run.json says 0), and an attempt's concurrency is
     the number in flight when it was sent."""
     from dashboard import report, server_report
-    from dashboard.summary import analyze, load
+    from analysis.summary import analyze, load
     run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
     figs = []
     keep = lambda fig, plotlyjs: figs.append(fig) or ""  # noqa: E731

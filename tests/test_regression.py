@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dashboard.regression import compare
-from dashboard.summary import analyze, load
+from analysis.regression import compare
+from analysis.summary import analyze, load
 from rundirs import Model, build_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent

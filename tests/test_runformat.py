@@ -9,7 +9,7 @@ from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 
 def test_public_names_are_the_intended_ones():
-    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema"}
+    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema", "reader"}
 
 
 def test_attempt_builder_fills_every_required_field_in_table_order():
@@ -80,7 +80,7 @@ def test_claim_and_write_json(tmp_path):
 
 
 def _summary_of(run_dir):
-    from dashboard.summary import analyze, load
+    from analysis.summary import analyze, load
     return analyze(load(run_dir), None)
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dashboard.diagnosis import diagnose
+from analysis.diagnosis import diagnose
 from procs import ROOT, locust, read_jsonl, spawn
 
 WAITING = "sim:num_requests_waiting"

@@ -345,9 +345,9 @@ def test_bad_numbers_keep_their_messages(args, message):
 
 
 def test_argument_checks_are_the_testbeds_shared_ones():
-    code = ("import testbed.sim as s, testbed.cli as c; "
+    code = ("import testbed.sim as s, testbed.args as c; "
             "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert done.stdout.split() == ["True", "False", "False"], done.stderr
-    from testbed.cli import number
+    from testbed.args import number
     assert number(int, 1)("3") == 3 and number(float, 0, 1, high_open=True)("0.5") == 0.5

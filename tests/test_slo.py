@@ -1,9 +1,9 @@
-"""dashboard.slo: parsing a spec, judging step dicts, the largest concurrency that meets it."""
+"""analysis.slo: parsing a spec, judging step dicts, the largest concurrency that meets it."""
 from __future__ import annotations
 
 import pytest
 
-from dashboard import slo
+from analysis import slo
 
 
 def test_public_names():

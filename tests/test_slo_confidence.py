@@ -1,4 +1,4 @@
-"""dashboard.confidence: percentile intervals (coverage on data with a known p95, speed) and the
+"""analysis.confidence: percentile intervals (coverage on data with a known p95, speed) and the
 two-sample comparisons behind --baseline."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from dashboard.confidence import (BOOTSTRAP_MAX_N, compare_percentile, compare_proportions, compare_rates,
+from analysis.confidence import (BOOTSTRAP_MAX_N, compare_percentile, compare_proportions, compare_rates,
                                   percentile_cis)
 
 MEDIAN, SIGMA = 200.0, 0.5

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from dashboard import gate, slo
-from dashboard.summary import analyze, load
+from analysis import gate, slo
+from analysis.summary import analyze, load
 from procs import read_jsonl
 from rundirs import Model, build_run
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import runformat
-from dashboard import slo as slo_mod
+from analysis import slo as slo_mod
 from locustfiles.plan import StepPlan, StepReader
 
 
@@ -167,7 +167,7 @@ def test_reader_judges_what_was_sent_before_the_cutoff(tmp_path):
 
 def test_live_table_percentiles_match_the_dashboard_and_users_are_tracked(tmp_path):
     gevent = pytest.importorskip("gevent")
-    from locustfiles.records import RecordWriter
+    from locustfiles.shipping import RecordWriter
     w = RecordWriter(tmp_path / "requests.jsonl")
     try:
         waits = [100.0, 200.0, 300.0, 400.0]

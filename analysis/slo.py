@@ -4,7 +4,7 @@ that meets it.
 A spec is comma-separated terms ``metric<=value`` (also ``<``, ``>=``, ``>``), for example
 ``p95_ms<=1200,error_rate<=0.01``; a rate may be written as a percentage (``error_rate<=1%``).
 The metrics are :data:`METRICS`; each is read from one summary step dict (the output of
-``dashboard.steps.step_stats``).
+``analysis.steps.step_stats``).
 
 Rules :func:`judge` applies to each term:
 

@@ -32,7 +32,7 @@ Definitions used throughout the dashboard:
   are the highest of the hosts' figures, so one saturated host is not averaged away by idle
   ones; ``by_host`` keeps each host's own.  The server's own series (``metrics``,
   ``server_roles``: queue depth, running, batch size, KV cache) are aggregated over all server
-  samples in the window, see :mod:`dashboard.server_metrics`.
+  samples in the window, see :mod:`analysis.server_metrics`.
 - **Streams** (successful final attempts that *finished before the step ended*): a stream still
   playing when the next step's users joined heard part of the next step's load (the server
   shares its capacity among more streams at once), which would put the next step's underruns
@@ -61,7 +61,7 @@ import pandas as pd
 
 from . import server_metrics
 from .confidence import percentile_cis
-from .rundir import OTHER_LABEL, Attempts
+from runformat.reader import OTHER_LABEL, Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503)

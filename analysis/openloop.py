@@ -2,7 +2,7 @@
 the recommended rate with the concurrency it implies.
 
 A run is open loop when its run.json steps carry a ``rate`` (offered requests per second, all
-workers together). On top of :func:`dashboard.steps.step_stats` each step gets:
+workers together). On top of :func:`analysis.steps.step_stats` each step gets:
 
 - ``rate``, ``dropped`` (arrivals not sent because ``--max-inflight`` requests were in flight),
   ``offered`` (arrivals scheduled: requests sent plus dropped) and ``throughput_ratio``
@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from .knee import FAILURE_RATE, LATENCY_RISE
-from .rundir import Attempts
+from runformat.reader import Attempts
 from .steps import _spans, dist
 
 SHORTFALL = 0.15
@@ -215,7 +215,7 @@ _WORDING = (("at concurrency ", "at "), ("up to concurrency ", "up to "), ("test
 
 
 def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
-    """:func:`dashboard.diagnosis.diagnose` on the rate steps, each standing at its offered rate
+    """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
     from .diagnosis import diagnose as by_steps
     as_levels = [dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))

@@ -2,13 +2,13 @@
 
 ``steps`` lists every executed step in the order run; the knee, the diagnosis, the SLO verdicts
 and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
-pooled (``dashboard.levels``).
+pooled (``analysis.levels``).
 
 With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``slo``: ``spec``,
 ``steps`` (one verdict per level: ``concurrency``, ``step`` (None for a pooled level),
 ``steps``, ``pass`` (True, False, or None when inconclusive), ``failed``, ``inconclusive``,
 ``values``, ``more_requests``), ``by_step`` (the same verdict for each executed step, in run
-order) and ``max_concurrency`` (``dashboard.slo.max_concurrency`` over the levels); then
+order) and ``max_concurrency`` (``analysis.slo.max_concurrency`` over the levels); then
 ``recommended_concurrency`` is ``slo.max_concurrency`` (None when no level meets it, and the
 recommendation says why) and the knee is still reported.
 """
@@ -28,7 +28,7 @@ from .diagnosis import diagnose, share
 from . import openloop
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
-from .rundir import RunDir, RunDirError
+from runformat.reader import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
 
 

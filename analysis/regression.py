@@ -1,11 +1,11 @@
 """Regression against a baseline run: ``python -m dashboard RUN --baseline OLD_RUN [--tolerance 0.10]``.
 
 The concurrencies both runs tested are compared level by level (repeats pooled, see
-``dashboard.levels``); for each (``summary.json`` ``regression.steps``):
+``analysis.levels``); for each (``summary.json`` ``regression.steps``):
 
 - ``p50_ms`` and ``p95_ms`` of wait (successful final attempts), and ``ttfa_p95_ms`` when both
   runs recorded TTFA (else null): the ratio new / old with a 95% interval and a two-sided
-  p-value (``dashboard.confidence.compare_percentile``: bootstrap of both samples, or the
+  p-value (``analysis.confidence.compare_percentile``: bootstrap of both samples, or the
   order-statistic normal approximation for large ones);
 - ``throughput_rps``: successful completions per second of the steps' windows, the ratio and a
   two-sample Poisson test (conservative for a closed loop, whose completions are more regular
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .confidence import compare_percentile, compare_proportions, compare_rates
-from .rundir import RunDir
+from runformat.reader import RunDir
 
 ALPHA = 0.05
 TOLERANCE = 0.10
@@ -47,7 +47,7 @@ COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format
 def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
     """``col`` of the level's successful settled final attempts (empty when not recorded): the
     attempts the level's own figures count, so TTFA, and in a streamed run every latency, leave
-    out the streams cut by their step's end (``dashboard.steps``; the summary marks them)."""
+    out the streams cut by their step's end (``analysis.steps``; the summary marks them)."""
     a = rd.requests.attempts()
     if col not in a.cols:
         return np.empty(0)

@@ -31,7 +31,7 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 9. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
 Where the server publishes its own queue depth (``server.server_roles``, from ``--scrape`` or
-``--server-metrics``; see :mod:`dashboard.server_metrics`), the evidence cites it: a queue
+``--server-metrics``; see :mod:`analysis.server_metrics`), the evidence cites it: a queue
 that reached ``QUEUE_WAITING`` at the knee step while the hardware idled is the server's
 concurrency limit, said in those words; with the hardware saturated, the running requests are
 quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue still tells
@@ -39,8 +39,8 @@ requests waiting inside the server from a wait before it (the queue stayed empty
 
 In a streamed run (``knee["streamed"]``) the kinds are the same, but "queueing" means streams
 falling behind playback or TTFA rising, and the evidence quotes underrun and TTFA figures
-rather than whole-body wait (see :mod:`dashboard.knee`).  Audio-integrity mismatches (the
-same text giving audio of a different length under load, see :mod:`dashboard.steps`) are added
+rather than whole-body wait (see :mod:`analysis.knee`).  Audio-integrity mismatches (the
+same text giving audio of a different length under load, see :mod:`analysis.steps`) are added
 to the evidence whenever there are any, whatever the kind.
 """
 from __future__ import annotations
@@ -327,7 +327,7 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
 def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
     """``{"kind", "evidence": [sentences], "resource_data": bool}``; see the module doc.
 
-    ``creep`` is :func:`dashboard.steps.memory_creep`'s answer (GPU memory before and after the
+    ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
     run), or None.
     """
     steps = [s for s in steps if s.get("requests")]

@@ -28,7 +28,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from .rundir import Attempts
+from runformat.reader import Attempts
 from .steps import resource_aggregate, step_stats
 
 _POOLED = -2  # the step number pooled records are relabelled with (no record carries it)

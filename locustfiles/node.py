@@ -28,7 +28,7 @@ from . import settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
 from .puller import CollectorPuller
-from .records import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
+from .shipping import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
                       RecordWriter)
 from .shape import STEP_MESSAGE, Step, StepState
 

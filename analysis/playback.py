@@ -9,7 +9,7 @@ a step to draw: the typical one and the worst one, ranked by TTFA plus total sta
 settled attempts that carry chunk lists and, as the step's figures do, ended before the step
 did.  A stream cut at the client's cap of chunk entries has its later arrivals merged into the
 last entry, so its replay ends early.  Only those few lines are re-read from
-``requests.jsonl`` (see :meth:`dashboard.rundir.RequestLog.chunk_series`).
+``requests.jsonl`` (see :meth:`runformat.reader.RequestLog.chunk_series`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .rundir import Attempts, RequestLog
+from runformat.reader import Attempts, RequestLog
 
 MAX_TRIES = 5  # candidates tried per pick when a line cannot be re-read
 
@@ -79,7 +79,7 @@ def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int
     """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
     a pick is missing when no attempt of the step has usable chunk lists."""
     m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
-    if "cut_by_step_end" in a.cols:  # marked by dashboard.steps.step_stats
+    if "cut_by_step_end" in a.cols:  # marked by analysis.steps.step_stats
         m &= ~a["cut_by_step_end"]
     rows = np.flatnonzero(m)
     if not len(rows):

@@ -64,7 +64,7 @@ _END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else 
 _CHUNK_LISTS = ("chunk_at_ms", "chunk_audio_ms")  # not kept: their length, and the line's offset
 _UNKNOWN = (set(_COLUMNS) | set(_END_TIMES) | set(_CHUNK_LISTS)) - {f.name for f in runformat.ATTEMPT}
 if _UNKNOWN:  # the reader's names come from the one definition of the format
-    raise ImportError(f"dashboard.rundir reads fields runformat does not define: {sorted(_UNKNOWN)}")
+    raise ImportError(f"runformat.reader reads fields runformat does not define: {sorted(_UNKNOWN)}")
 _NUMBER_TYPES = frozenset((int, float, type(None)))
 _INT32 = np.iinfo(np.int32)
 
