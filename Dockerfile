@@ -4,6 +4,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY runformat runformat
+COPY analysis analysis
 COPY locustfiles locustfiles
 COPY collectors collectors
 COPY dashboard dashboard

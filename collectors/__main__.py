@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(f"{message} (see python -m collectors --help).")
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m collectors",
                 description="Sample GPU (NVML), CPU and one server process; serve the samples "
                             "over HTTP for the tts-knee puller and Prometheus.")
@@ -118,7 +118,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
         _check(args)
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING,

@@ -40,7 +40,7 @@ from analysis.slo import SLOError, parse
 from analysis.summary import analyze, format_table, load, write_summary
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dashboard", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     p.add_argument("--out", type=Path, help="where the comparison report of several runs goes")
@@ -120,7 +120,7 @@ def _print_verdicts(s: dict, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     bad = _gate_args(args)
     slo = None
     if bad is None and args.slo is not None:

@@ -28,6 +28,8 @@ DEFAULT_STEP_TIME_S = 30.0
 STEP_REQUESTS_CAP_S = 600.0
 #: Settle window by default: this fraction of the step, at most SETTLE_MAX_S.
 SETTLE_FRACTION, SETTLE_MAX_S = 0.1, 5.0
+#: Where the master and the collector both find the collectors' token, off the command line.
+COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
 
 class SettingsError(ValueError):
@@ -91,7 +93,8 @@ def add_arguments(parser) -> None:
                    help="When audio cannot be written (disk full, no permission): go on without writing, or stop.")
     g.add_argument("--run-dir", default="", help="Run directory (default runs/<UTC timestamp>).")
     g.add_argument("--collector", action="append", default=[], help="Collector URL (repeatable).")
-    g.add_argument("--collector-token", default="", is_secret=True, help="Bearer token for the collectors.")
+    g.add_argument("--collector-token", default="", is_secret=True, env_var=COLLECTOR_TOKEN_ENV,
+                   help=f"Bearer token for the collectors (default: ${COLLECTOR_TOKEN_ENV}, as the collector's --token).")
     g.add_argument("--require-collectors", action="store_true", default=False,
                    help="End the run if a collector is unreachable at the start.")
     g.add_argument("--skip-preflight", action="store_true", default=False,

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from manifests import VERSION
 from procs import ROOT, spawn
 
 
@@ -24,9 +25,19 @@ def service(config: str, name: str) -> str:
     return m.group(1)
 
 
+PYPROJECT = (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_image_holds_every_package():
+    """One image for every part: the Dockerfile copies each package pyproject.toml installs."""
+    packages = re.findall(r'"(\w+)"', re.search(r"^packages = \[(.*?)\]", PYPROJECT, re.M | re.S).group(1))
+    copied = re.findall(r"^COPY (\S+) \1$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert "analysis" in packages and set(packages) <= set(copied)
+
+
 def test_services_and_their_deployment(config):
     for name in ("master", "worker", "collector", "dashboard", "tts"):
-        assert "image: tts-knee:latest" in service(config, name)
+        assert f"image: tts-knee:{VERSION}" in service(config, name)
     assert "container_name" not in service(config, "worker")   # --scale worker=N needs this
     collector = service(config, "collector")
     assert "pid: host" in collector and "driver: nvidia" in collector and "- gpu" in collector

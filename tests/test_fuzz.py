@@ -190,7 +190,7 @@ def _defaults() -> dict:
 
 def _without_locust_kwargs(add):
     def wrapped(*args, **kw):
-        for k in ("is_secret", "include_in_web_ui", "is_required"):
+        for k in ("is_secret", "include_in_web_ui", "is_required", "env_var"):
             kw.pop(k, None)
         return add(*args, **kw)
     return wrapped
