@@ -427,3 +427,9 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
     m = _start(master, argv, master_pod, tmp_path / "alone.log")
     _stop(m, timeout=60)
     assert m.returncode == 1 and "Gave up waiting for workers" in (tmp_path / "alone.log").read_text()
+
+
+def test_the_configmaps_texts_are_the_default_corpus():
+    """The ConfigMap ships a copy of the default corpus (kustomize reads no file outside its
+    folder); the copy must not drift from the corpus the rest of tts-knee uses."""
+    assert (DEPLOY / "base" / "texts.jsonl").read_bytes() == (ROOT / "configs" / "texts" / "default.jsonl").read_bytes()
