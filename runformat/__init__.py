@@ -4,6 +4,10 @@
 - ``runformat.schema``: each record kind's fields (name, unit, may it be null) as tables, the
   builders writers and tests make records with, and the format version.
 - ``runformat.files``: the file names and how each file is written.
+- ``runformat.metric_roles``: what known servers' scraped series mean (queue depth, running
+  requests, batch size, KV cache), for the collector that scrapes them and the analysis.
+- ``runformat.reader``: reads a run directory back into columns (numpy, pandas, pyarrow; not
+  imported by this package, so the collectors load none of them).
 
 Imports neither locust nor gevent nor pandas: the collectors and the dashboard use it too.
 """
