@@ -1,4 +1,4 @@
-"""Turn a run directory into ``summary.json`` and the terminal step table.
+"""Turn a run directory into ``summary.json``.
 
 ``steps`` lists every executed step in the order run; the knee, the diagnosis, the SLO verdicts
 and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 
 import runformat
+from runformat.reader import RunDir, RunDirError
 
+from . import openloop
 from . import slo as slo_mod
 from .confidence import ci_range
 from .diagnosis import diagnose, share
-from . import openloop
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
-from runformat.reader import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
 
 
@@ -327,105 +327,3 @@ def write_summary(rd: RunDir, summary: dict) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return out
-
-
-def _f(v, fmt="{:.0f}"):
-    return "-" if v is None else fmt.format(v)
-
-
-TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
-                 "ttfb p50", "retries", "GPU%", "CPU%")
-STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
-
-
-def is_streamed(summary: dict) -> bool:
-    return bool((summary.get("knee") or {}).get("streamed"))
-
-
-def table_columns(summary: dict) -> tuple[str, ...]:
-    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed."""
-    if not is_streamed(summary):
-        return TABLE_COLUMNS
-    at = TABLE_COLUMNS.index("ttfb p50") + 1
-    return TABLE_COLUMNS[:at] + STREAM_COLUMNS + TABLE_COLUMNS[at:]
-
-
-def table_rows(summary: dict) -> list[list[str]]:
-    streamed = is_streamed(summary)
-    rows = []
-    for s in summary["steps"]:
-        lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
-        ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
-        rows.append([
-            str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
-            _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-            _f(s["throughput_rps"], "{:.2f}"), _f(lat.get("p50")), _f(lat.get("p95")),
-            _f(lat.get("p99")), _f(lat.get("max")), _f(ttfb.get("p50"))]
-            + ([_f(ttfa.get("p50")), _f(ttfa.get("p95")), _f(None if under is None else 100 * under, "{:.1f}")]
-               if streamed else [])
-            + [str(s["retries"]), _f(srv.get("gpu_util_mean")), _f(srv.get("cpu_mean"))])
-    return rows
-
-
-def _slo_lines(summary: dict) -> list[str]:
-    """Per tested concurrency: the SLO verdict, and the spread between repeats."""
-    sl, out = summary.get("slo"), []
-    levels = summary.get("levels") or []
-    if sl:
-        out.append(f"SLO {sl['spec']}  (per concurrency; repeats pooled; largest meeting it with every lower "
-                   f"one: {_f(sl['max_concurrency'])})")
-        for v in sl["steps"]:
-            word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
-            why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
-            out.append(f"  {v['concurrency']:>5}  {word}" + (f"  {why}" if why else ""))
-    for lv in levels:
-        sp = lv.get("spread")
-        if not sp:
-            continue
-        parts = [f"{name} {_f(sp[k][0], fmt)}-{_f(sp[k][1], fmt)}{unit}"
-                 for k, name, fmt, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
-                                            ("throughput_rps", "rps", "{:.2f}", ""),
-                                            ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
-        out.append(f"repeats at {lv['concurrency']} (steps {', '.join(map(str, lv['steps']))}): "
-                   + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
-    return out
-
-
-def format_table(summary: dict, report: Path | None = None) -> str:
-    """The step table (latencies in ms) and the verdict, as printed on the terminal."""
-    lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
-    knee = summary["knee"]
-    open_loop = knee.get("axis") == "rate"
-    if open_loop:
-        lines += openloop.format_lines(summary)
-    else:
-        cols = table_columns(summary)
-        rows = [list(cols)] + table_rows(summary)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-        for r in rows:
-            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
-    bad = summary["bad_lines"]
-    if bad["requests"] or bad["resources"]:
-        lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
-    if open_loop:
-        pass
-    elif knee["concurrency"] is None:
-        lines.append("knee: none found")
-    else:
-        lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
-    if knee.get("streamed"):
-        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {_f(knee.get('ttfa_floor_ms'))} ms), "
-                     f"not whole-body time")
-    d = summary["diagnosis"]
-    lines.append(f"diagnosis: {d['kind']}")
-    lines += [f"  - {e}" for e in d["evidence"]]
-    lines += _slo_lines(summary)
-    if open_loop:
-        lines.append(f"recommended rate: {_f(summary.get('recommended_rate'), '{:g}')} req/s "
-                     f"(concurrency {_f(summary['recommended_concurrency'])})  {summary['recommendation']}")
-    else:
-        lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
-                     f"{summary['recommendation']}")
-    if report:
-        lines.append(f"report: {report}")
-    return "\n".join(lines)

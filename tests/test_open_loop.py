@@ -148,13 +148,12 @@ def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkey
     """Every figure of an open-loop report with a per-step axis titles and labels it by offered
     rate: an open-loop step has no concurrency (run.json says 0), and an attempt's concurrency is
     the number in flight when it was sent."""
-    from dashboard import report, server_report
+    import plotly.io
     from analysis.summary import analyze, load
+    from dashboard import report
     run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
     figs = []
-    keep = lambda fig, plotlyjs: figs.append(fig) or ""  # noqa: E731
-    monkeypatch.setattr(report, "_fig_html", keep)
-    monkeypatch.setattr(server_report, "_fig_html", keep)
+    monkeypatch.setattr(plotly.io, "to_html", lambda fig, **kw: figs.append(fig) or "")
     rd = load(run_dir)
     report.report_html(rd, analyze(rd))
     subplot_titles = {a.text for f in figs for a in f.layout.annotations}
