@@ -1,8 +1,9 @@
 """Open-loop runs (``--rates``): per-step arrival figures, the knee in requests per second, and
 the recommended rate with the concurrency it implies.
 
-A run is open loop when its run.json steps carry a ``rate`` (offered requests per second, all
-workers together). On top of :func:`analysis.steps.step_stats` each step gets:
+A run is open loop when run.json's ``mode`` says so (:meth:`runformat.reader.RunDir.mode`); each
+of its steps carries a ``rate`` (offered requests per second, all workers together). On top of
+:func:`analysis.steps.step_stats` each step gets:
 
 - ``rate``, ``dropped`` (arrivals not sent because ``--max-inflight`` requests were in flight),
   ``offered`` (arrivals scheduled: requests sent plus dropped) and ``throughput_ratio``
@@ -54,10 +55,6 @@ GROWTH_RATIO = 1.5
 #: Fewest successful requests per third for the growth rule to judge a step.
 GROWTH_MIN = 3
 RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures")
-
-
-def is_open_loop(plan: list[dict]) -> bool:
-    return any(s.get("rate") is not None for s in plan)
 
 
 def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:

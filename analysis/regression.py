@@ -147,7 +147,7 @@ def _sentence(c: int, row: dict) -> str:
 def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolerance: float = TOLERANCE) -> dict:
     """``summary.json`` ``regression`` of this run against the baseline (see the module doc);
     raises :class:`RunDirError` when either ran open loop."""
-    if "rate" in (new_sum["knee"].get("axis"), old_sum["knee"].get("axis")):
+    if "open" in (new_sum["run"]["mode"], old_sum["run"]["mode"]):
         raise RunDirError("--baseline compares closed-loop runs (--steps) only; an open-loop run (--rates) "
                           "cannot be compared yet.")
     old_levels = {lv["concurrency"]: lv for lv in old_sum.get("levels") or []}

@@ -2,7 +2,9 @@
 
 ``steps`` lists every executed step in the order run; the knee, the diagnosis, the SLO verdicts
 and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
-pooled (``analysis.levels``).
+pooled (``analysis.levels``). ``run.mode`` is the run's mode as the reader gives it
+(:meth:`runformat.reader.RunDir.mode`): an open-loop run (``open``) is judged per offered rate
+instead (:mod:`analysis.openloop`), and its summary gains ``recommended_rate`` and ``dropped``.
 
 With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``slo``: ``spec``,
 ``steps`` (one verdict per level: ``concurrency``, ``step`` (None for a pooled level),
@@ -55,21 +57,26 @@ def _bad(rd: RunDir, where: str, entry, what: str) -> RunDirError:
 
 
 def _steps_of(rd: RunDir) -> list[dict]:
-    """The run.json steps, checked; raises :class:`RunDirError` naming a malformed entry."""
+    """The run.json steps, checked against the run's mode; raises :class:`RunDirError` naming a
+    malformed entry."""
     raw = rd.run.get("steps")
     if raw is not None and not isinstance(raw, list):
         raise _bad(rd, "steps", raw, "is not a list of step entries")
+    open_loop = rd.mode() == "open"
     steps = []
     for i, s in enumerate(raw or []):
         where = f"step entry {i + 1}"
         if not isinstance(s, dict):
             raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
         rate = s.get("rate")
-        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
-                                 or not math.isfinite(rate) or rate <= 0):
-            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0")
+        if open_loop and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
+                          or not math.isfinite(rate) or rate <= 0):
+            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0 "
+                                     f"(the run is open loop)")
+        if not open_loop and rate is not None:
+            raise _bad(rd, where, s, "has an offered rate, but the run is closed loop (run.json mode)")
         # an open-loop step's load is its rate; its concurrency is 0
-        conc = 0 if rate is not None and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
+        conc = 0 if open_loop and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
         if conc is None:
             raise _bad(rd, where, s, f"has concurrency {s.get('concurrency')!r}, not a whole number >= 1")
         num = _whole(s.get("step", i + 1))
@@ -85,8 +92,11 @@ def _steps_of(rd: RunDir) -> list[dict]:
                       **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
-                      **({} if rate is None else {"rate": float(rate), "dropped": _count(s.get("dropped"))})})
-    return steps or infer_steps(rd.requests.attempts())
+                      **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {})})
+    if steps or not open_loop:
+        return steps or infer_steps(rd.requests.attempts())
+    raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
+                      f"not from its records.")
 
 
 def _settle_of(rd: RunDir) -> float | None:
@@ -238,7 +248,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
                         i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
-    open_loop = openloop.is_open_loop(plan)
+    mode = rd.mode()
+    open_loop = mode == "open"
     if open_loop and slo is not None:
         raise RunDirError(f"{rd.path} ran open loop (--rates): an SLO judges steps of concurrency and does not "
                           f"judge rate steps yet; leave out --slo.")
@@ -273,7 +284,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
             "start": run.get("start"), "end": run.get("end"), "in_progress": in_progress,
-            "target": run.get("target"), "options": run.get("options"), "workers": run.get("workers"),
+            "target": run.get("target"), "mode": mode, "options": run.get("options"), "workers": run.get("workers"),
             "collectors": run.get("collectors"), "versions": run.get("versions"),
             "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
         },

@@ -63,8 +63,9 @@ def lx(n):
 
 
 def is_open_loop(summary: dict) -> bool:
-    """Whether the run offered rates (``--rates``): its steps stand at an offered rate, not a concurrency."""
-    return (summary.get("knee") or {}).get("axis") == "rate"
+    """Whether the run offered rates (``--rates``, run.json mode ``open``): its steps stand at an
+    offered rate, not a concurrency."""
+    return summary["run"]["mode"] == "open"
 
 
 def is_streamed(summary: dict) -> bool:

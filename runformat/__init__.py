@@ -14,7 +14,7 @@ Imports neither locust nor gevent nor pandas: the collectors and the dashboard u
 from .files import (AUDIO_DIR, REPORT_HTML, REQUESTS, RESOURCES, RUN_JSON, SUMMARY_JSON, claim,
                     jsonl_bytes, jsonl_line, versions, write_json)
 from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, FORMAT_VERSION, GPU,
-                     GPU_IDENTITY, GPU_READING, PLAN, PROC, READABLE_VERSIONS, RESOURCE_SAMPLE, RUN,
+                     GPU_IDENTITY, GPU_READING, MODES, PLAN, PROC, READABLE_VERSIONS, RESOURCE_SAMPLE, RUN,
                      STEP, SUMMARY, WORKER, Field, attempt, collector_entry, format_version,
                      gpu_reading, missing_fields, proc_reading, resource_sample, run_info,
                      step_entry, unknown_fields, unreadable, worker_entry)
@@ -22,7 +22,7 @@ from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, FORMAT_V
 __all__ = [
     "FORMAT_VERSION", "READABLE_VERSIONS", "Field",
     "ATTEMPT", "ATTEMPT_TIMES", "ATTEMPT_STREAM", "RESOURCE_SAMPLE", "PROC", "GPU", "GPU_IDENTITY",
-    "GPU_READING", "RUN", "STEP", "WORKER", "COLLECTOR", "PLAN", "SUMMARY",
+    "GPU_READING", "MODES", "RUN", "STEP", "WORKER", "COLLECTOR", "PLAN", "SUMMARY",
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
     "worker_entry", "collector_entry", "unknown_fields", "missing_fields", "format_version",
     "unreadable",
