@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from runformat.reader import Attempts
+
 from .steps import resource_aggregate, step_stats
 
 _POOLED = -2  # the step number pooled records are relabelled with (no record carries it)

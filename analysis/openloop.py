@@ -1,8 +1,9 @@
 """Open-loop runs (``--rates``): per-step arrival figures, the knee in requests per second, and
 the recommended rate with the concurrency it implies.
 
-A run is open loop when its run.json steps carry a ``rate`` (offered requests per second, all
-workers together). On top of :func:`analysis.steps.step_stats` each step gets:
+A run is open loop when run.json's ``mode`` says so (:meth:`runformat.reader.RunDir.mode`); each
+of its steps carries a ``rate`` (offered requests per second, all workers together). On top of
+:func:`analysis.steps.step_stats` each step gets:
 
 - ``rate``, ``dropped`` (arrivals not sent because ``--max-inflight`` requests were in flight),
   ``offered`` (arrivals scheduled: requests sent plus dropped) and ``throughput_ratio``
@@ -43,19 +44,17 @@ import math
 
 import numpy as np
 
-from .knee import FAILURE_RATE, LATENCY_RISE
 from runformat.reader import Attempts
-from .steps import _spans, dist
+
+from .diagnosis import diagnose as by_steps
+from .knee import FAILURE_RATE, LATENCY_RISE
+from .steps import dist, spans
 
 SHORTFALL = 0.15
 GROWTH_RATIO = 1.5
 #: Fewest successful requests per third for the growth rule to judge a step.
 GROWTH_MIN = 3
 RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures")
-
-
-def is_open_loop(plan: list[dict]) -> bool:
-    return any(s.get("rate") is not None for s in plan)
 
 
 def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:
@@ -74,7 +73,7 @@ def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:
 def _inflight_mean(a: Attempts, ws: float | None, we: float | None) -> float | None:
     if ws is None or we is None or not we > ws:
         return None
-    fin, start, end = _spans(a)
+    fin, start, end = spans(a)
     busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
     return float(busy) / (we - ws)
 
@@ -99,46 +98,6 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
         "send_lag_ms": dist((a["t0"][first] - sched[first]) * 1000.0),
         "growth": _growth(sched[okf], a["sched_wait_ms"][okf]),
     }
-
-
-def _v(s: dict, key: str, q: str):
-    return (s.get(key) or {}).get(q)
-
-
-def _f(v, fmt="{:.0f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-COLUMNS = ("step", "offered req/s", "served req/s", "served/offered", "requests", "dropped", "err%",
-           "in flight mean", "in flight max", "p50 from schedule", "p95 from schedule", "p99 from schedule",
-           "p95 wait", "send lag p95", "growing", "retries")
-
-
-def table_rows(summary: dict) -> list[list[str]]:
-    rows = []
-    for s in summary["steps"]:
-        g = s.get("growth") or {}
-        rows.append([str(s["step"]), _f(s.get("rate"), "{:g}"), _f(s.get("throughput_rps"), "{:.2f}"),
-                     _f(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
-                     _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-                     _f(_v(s, "inflight", "mean"), "{:.1f}"), _f(_v(s, "inflight", "max")),
-                     _f(_v(s, "sched_wait_ms", "p50")), _f(_v(s, "sched_wait_ms", "p95")),
-                     _f(_v(s, "sched_wait_ms", "p99")), _f(_v(s, "latency_ms", "p95")),
-                     _f(_v(s, "send_lag_ms", "p95"), "{:.1f}"),
-                     {True: "yes", False: "no", None: "-"}[g.get("growing")], str(s["retries"])])
-    return rows
-
-
-def format_lines(summary: dict) -> list[str]:
-    """The terminal's step table and verdict of an open-loop run."""
-    rows = [list(COLUMNS)] + table_rows(summary)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    knee = summary["knee"]
-    lines.append("knee: none found" if knee["rate"] is None else
-                 f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})")
-    lines.append(f"dropped arrivals: {summary.get('dropped') or 0}")
-    return lines
 
 
 def _p95(s: dict) -> float | None:
@@ -217,7 +176,6 @@ _WORDING = (("at concurrency ", "at "), ("up to concurrency ", "up to "), ("test
 def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
     """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
-    from .diagnosis import diagnose as by_steps
     as_levels = [dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
                  for s in steps]
     label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"

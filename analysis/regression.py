@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from runformat.reader import RunDir, RunDirError
+
 from .confidence import compare_percentile, compare_proportions, compare_rates
-from runformat.reader import RunDir
 
 ALPHA = 0.05
 TOLERANCE = 0.10
@@ -144,7 +145,11 @@ def _sentence(c: int, row: dict) -> str:
 
 
 def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolerance: float = TOLERANCE) -> dict:
-    """``summary.json`` ``regression`` of this run against the baseline (see the module doc)."""
+    """``summary.json`` ``regression`` of this run against the baseline (see the module doc);
+    raises :class:`RunDirError` when either ran open loop."""
+    if "open" in (new_sum["run"]["mode"], old_sum["run"]["mode"]):
+        raise RunDirError("--baseline compares closed-loop runs (--steps) only; an open-loop run (--rates) "
+                          "cannot be compared yet.")
     old_levels = {lv["concurrency"]: lv for lv in old_sum.get("levels") or []}
     rows = []
     for lv in new_sum.get("levels") or []:

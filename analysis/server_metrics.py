@@ -2,7 +2,7 @@
 
 - ``server.metrics`` {series: {mean, max}}: over the step's window, every server sample that
   carries the series counts (a sample without it is a gap, not a 0). At most ``MAX_SERIES``
-  series are kept, those with a known role first (see :mod:`collectors.servers`), then in the
+  series are kept, those with a known role first (see :mod:`runformat.metric_roles`), then in the
   order they first appear; ``server.metrics_left_out`` counts the rest.
 - ``server.server_roles`` {role: {series, mean, max}}: queue depth, running requests, batch
   size and KV-cache use, each from the family that tells it (summed over its series, e.g. over
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collectors.servers import ROLES, role_of, roles
+from runformat.metric_roles import ROLES, role_of, roles
 
 MAX_SERIES = 40
 

@@ -59,9 +59,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from runformat.reader import OTHER_LABEL, Attempts
+
 from . import server_metrics
 from .confidence import percentile_cis
-from runformat.reader import OTHER_LABEL, Attempts
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503)
@@ -213,7 +214,7 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -
     return out
 
 
-def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mask, start, end) of the logical requests whose final attempt has a known end: ``mask``
     selects those final attempts; a span runs from the first attempt's ``t0`` (else the final
     attempt's own) to the final attempt's ``tend``."""
@@ -258,7 +259,7 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
 
 def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool) -> dict | None:
     """Mean busy users over [ws, we] against the step's concurrency (see the module doc)."""
-    fin, start, end = _spans(a)
+    fin, start, end = spans(a)
     if trim_tail:  # requests in flight when the run stopped (or still running) have no record
         own = (end - start)[a["step"][fin] == step["step"]]
         we = we - (float(own.max()) if len(own) else 0.0)

@@ -1,8 +1,10 @@
-"""Turn a run directory into ``summary.json`` and the terminal step table.
+"""Turn a run directory into ``summary.json``.
 
 ``steps`` lists every executed step in the order run; the knee, the diagnosis, the SLO verdicts
 and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
-pooled (``analysis.levels``).
+pooled (``analysis.levels``). ``run.mode`` is the run's mode as the reader gives it
+(:meth:`runformat.reader.RunDir.mode`): an open-loop run (``open``) is judged per offered rate
+instead (:mod:`analysis.openloop`), and its summary gains ``recommended_rate`` and ``dropped``.
 
 With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``slo``: ``spec``,
 ``steps`` (one verdict per level: ``concurrency``, ``step`` (None for a pooled level),
@@ -21,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 import runformat
+from runformat.reader import RunDir, RunDirError
 
+from . import openloop
 from . import slo as slo_mod
 from .confidence import ci_range
 from .diagnosis import diagnose, share
-from . import openloop
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
-from runformat.reader import RunDir, RunDirError
 from .steps import infer_steps, memory_baseline, memory_creep, step_stats
 
 
@@ -55,21 +57,26 @@ def _bad(rd: RunDir, where: str, entry, what: str) -> RunDirError:
 
 
 def _steps_of(rd: RunDir) -> list[dict]:
-    """The run.json steps, checked; raises :class:`RunDirError` naming a malformed entry."""
+    """The run.json steps, checked against the run's mode; raises :class:`RunDirError` naming a
+    malformed entry."""
     raw = rd.run.get("steps")
     if raw is not None and not isinstance(raw, list):
         raise _bad(rd, "steps", raw, "is not a list of step entries")
+    open_loop = rd.mode() == "open"
     steps = []
     for i, s in enumerate(raw or []):
         where = f"step entry {i + 1}"
         if not isinstance(s, dict):
             raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
         rate = s.get("rate")
-        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
-                                 or not math.isfinite(rate) or rate <= 0):
-            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0")
+        if open_loop and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
+                          or not math.isfinite(rate) or rate <= 0):
+            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0 "
+                                     f"(the run is open loop)")
+        if not open_loop and rate is not None:
+            raise _bad(rd, where, s, "has an offered rate, but the run is closed loop (run.json mode)")
         # an open-loop step's load is its rate; its concurrency is 0
-        conc = 0 if rate is not None and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
+        conc = 0 if open_loop and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
         if conc is None:
             raise _bad(rd, where, s, f"has concurrency {s.get('concurrency')!r}, not a whole number >= 1")
         num = _whole(s.get("step", i + 1))
@@ -85,8 +92,11 @@ def _steps_of(rd: RunDir) -> list[dict]:
                       **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
-                      **({} if rate is None else {"rate": float(rate), "dropped": _count(s.get("dropped"))})})
-    return steps or infer_steps(rd.requests.attempts())
+                      **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {})})
+    if steps or not open_loop:
+        return steps or infer_steps(rd.requests.attempts())
+    raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
+                      f"not from its records.")
 
 
 def _settle_of(rd: RunDir) -> float | None:
@@ -238,7 +248,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
                         i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
-    open_loop = openloop.is_open_loop(plan)
+    mode = rd.mode()
+    open_loop = mode == "open"
     if open_loop and slo is not None:
         raise RunDirError(f"{rd.path} ran open loop (--rates): an SLO judges steps of concurrency and does not "
                           f"judge rate steps yet; leave out --slo.")
@@ -273,7 +284,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
             "start": run.get("start"), "end": run.get("end"), "in_progress": in_progress,
-            "target": run.get("target"), "options": run.get("options"), "workers": run.get("workers"),
+            "target": run.get("target"), "mode": mode, "options": run.get("options"), "workers": run.get("workers"),
             "collectors": run.get("collectors"), "versions": run.get("versions"),
             "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
         },
@@ -327,105 +338,3 @@ def write_summary(rd: RunDir, summary: dict) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return out
-
-
-def _f(v, fmt="{:.0f}"):
-    return "-" if v is None else fmt.format(v)
-
-
-TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
-                 "ttfb p50", "retries", "GPU%", "CPU%")
-STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
-
-
-def is_streamed(summary: dict) -> bool:
-    return bool((summary.get("knee") or {}).get("streamed"))
-
-
-def table_columns(summary: dict) -> tuple[str, ...]:
-    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed."""
-    if not is_streamed(summary):
-        return TABLE_COLUMNS
-    at = TABLE_COLUMNS.index("ttfb p50") + 1
-    return TABLE_COLUMNS[:at] + STREAM_COLUMNS + TABLE_COLUMNS[at:]
-
-
-def table_rows(summary: dict) -> list[list[str]]:
-    streamed = is_streamed(summary)
-    rows = []
-    for s in summary["steps"]:
-        lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
-        ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
-        rows.append([
-            str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
-            _f(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-            _f(s["throughput_rps"], "{:.2f}"), _f(lat.get("p50")), _f(lat.get("p95")),
-            _f(lat.get("p99")), _f(lat.get("max")), _f(ttfb.get("p50"))]
-            + ([_f(ttfa.get("p50")), _f(ttfa.get("p95")), _f(None if under is None else 100 * under, "{:.1f}")]
-               if streamed else [])
-            + [str(s["retries"]), _f(srv.get("gpu_util_mean")), _f(srv.get("cpu_mean"))])
-    return rows
-
-
-def _slo_lines(summary: dict) -> list[str]:
-    """Per tested concurrency: the SLO verdict, and the spread between repeats."""
-    sl, out = summary.get("slo"), []
-    levels = summary.get("levels") or []
-    if sl:
-        out.append(f"SLO {sl['spec']}  (per concurrency; repeats pooled; largest meeting it with every lower "
-                   f"one: {_f(sl['max_concurrency'])})")
-        for v in sl["steps"]:
-            word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
-            why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
-            out.append(f"  {v['concurrency']:>5}  {word}" + (f"  {why}" if why else ""))
-    for lv in levels:
-        sp = lv.get("spread")
-        if not sp:
-            continue
-        parts = [f"{name} {_f(sp[k][0], fmt)}-{_f(sp[k][1], fmt)}{unit}"
-                 for k, name, fmt, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
-                                            ("throughput_rps", "rps", "{:.2f}", ""),
-                                            ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
-        out.append(f"repeats at {lv['concurrency']} (steps {', '.join(map(str, lv['steps']))}): "
-                   + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
-    return out
-
-
-def format_table(summary: dict, report: Path | None = None) -> str:
-    """The step table (latencies in ms) and the verdict, as printed on the terminal."""
-    lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
-    knee = summary["knee"]
-    open_loop = knee.get("axis") == "rate"
-    if open_loop:
-        lines += openloop.format_lines(summary)
-    else:
-        cols = table_columns(summary)
-        rows = [list(cols)] + table_rows(summary)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-        for r in rows:
-            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
-    bad = summary["bad_lines"]
-    if bad["requests"] or bad["resources"]:
-        lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
-    if open_loop:
-        pass
-    elif knee["concurrency"] is None:
-        lines.append("knee: none found")
-    else:
-        lines.append(f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
-    if knee.get("streamed"):
-        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {_f(knee.get('ttfa_floor_ms'))} ms), "
-                     f"not whole-body time")
-    d = summary["diagnosis"]
-    lines.append(f"diagnosis: {d['kind']}")
-    lines += [f"  - {e}" for e in d["evidence"]]
-    lines += _slo_lines(summary)
-    if open_loop:
-        lines.append(f"recommended rate: {_f(summary.get('recommended_rate'), '{:g}')} req/s "
-                     f"(concurrency {_f(summary['recommended_concurrency'])})  {summary['recommendation']}")
-    else:
-        lines.append(f"recommended concurrency: {_f(summary['recommended_concurrency'])}  "
-                     f"{summary['recommendation']}")
-    if report:
-        lines.append(f"report: {report}")
-    return "\n".join(lines)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.servers import role_of
+from runformat.metric_roles import role_of
 
 DEFAULT_MAX_SERIES = 200
 
@@ -130,7 +130,7 @@ class Reader:
     """Turns successive scrapes of one endpoint into readings (see the module doc).
 
     ``match`` selects series by a regular expression searched in their name; at most
-    ``max_series`` are kept, series with a known meaning (see :mod:`collectors.servers`)
+    ``max_series`` are kept, series with a known meaning (see :mod:`runformat.metric_roles`)
     first, then in exposition order. ``dropped`` says how many the cap left out last time.
     """
 

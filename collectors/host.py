@@ -30,7 +30,7 @@ def _busy_and_total(times) -> tuple[float, float]:
     return total - idle, total
 
 
-def _ratio_percent(part: float, whole: float) -> float | None:
+def ratio_percent(part: float, whole: float) -> float | None:
     """``part`` as a percentage of ``whole``, clamped to 0-100; None (unknown, never 0) when no
     CPU time passed between the two readings."""
     return round(100.0 * min(max(part / whole, 0.0), 1.0), 2) if whole > 0 else None
@@ -59,7 +59,7 @@ class HostSampler:
             busy, total = b1 - b0, t1 - t0
             busy_sum += busy
             total_sum += total
-            core = _ratio_percent(busy, total)
+            core = ratio_percent(busy, total)
             if core is not None:
                 max_core = core if max_core is None else max(max_core, core)
             if has_iowait:
@@ -70,10 +70,10 @@ class HostSampler:
         disk = _safe(psutil.disk_io_counters)
         net = _safe(psutil.net_io_counters)
         return {
-            "cpu_percent": _ratio_percent(busy_sum, total_sum),  # of all cores together
+            "cpu_percent": ratio_percent(busy_sum, total_sum),  # of all cores together
             "cpu_max_core_percent": max_core,
-            "iowait_percent": _ratio_percent(iowait, total_sum) if has_iowait else None,
-            "steal_percent": _ratio_percent(steal, total_sum) if has_steal else None,
+            "iowait_percent": ratio_percent(iowait, total_sum) if has_iowait else None,
+            "steal_percent": ratio_percent(steal, total_sum) if has_steal else None,
             "cpu_count": len(now),
             "mem_used_bytes": vm.total - vm.available,  # what applications hold; not cache
             "mem_total_bytes": vm.total,

@@ -33,11 +33,14 @@ import sys
 from pathlib import Path
 
 from analysis import gate, regression
-from .compare import default_out, write_compare
-from .report import write_report
-from runformat.reader import RunDirError
 from analysis.slo import SLOError, parse
-from analysis.summary import analyze, format_table, load, write_summary
+from analysis.summary import analyze, load, write_summary
+from runformat.reader import RunDirError
+
+from .compare import default_out, write_compare
+from .kit import is_open_loop
+from .report import write_report
+from .table import format_table
 
 
 def parser() -> argparse.ArgumentParser:
@@ -89,11 +92,7 @@ def _judge(args, rd, s: dict) -> int:
     status = 0
     if args.baseline is not None:
         old_rd = load(args.baseline)
-        old_s = analyze(old_rd, None)
-        if "rate" in (s["knee"].get("axis"), old_s["knee"].get("axis")):
-            raise RunDirError("--baseline compares closed-loop runs (--steps) only; an open-loop run (--rates) "
-                              "cannot be compared yet.")
-        reg = regression.compare(rd, s, old_rd, old_s, args.tolerance)
+        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None), args.tolerance)
         if not reg["compared"]:
             raise RunDirError(reg["verdict"])
         s["regression"] = reg
@@ -154,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(s, report), flush=True)
             print(flush=True)
         _print_verdicts(s, args.json)
-    open_loop = [s["run"]["run_id"] for s in summaries if s["knee"].get("axis") == "rate"]
+    open_loop = [s["run"]["run_id"] for s in summaries if is_open_loop(s)]
     if len(summaries) > 1 and not args.no_report and open_loop:
         print(f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
               f"does not draw yet; each run's own report is written", file=sys.stderr)

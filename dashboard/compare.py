@@ -15,8 +15,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .report import _conc_axis, _fig_html, esc, lx, page
-from analysis.summary import _f
+from .kit import conc_axis, esc, fig_html, fmt, lx, page
 
 
 def default_out(first_run: Path) -> Path:
@@ -50,7 +49,7 @@ def compare_figure(summaries: list[dict]) -> go.Figure:
     uniq = {x["concurrency"]: x for x in all_steps}
     steps_sorted = [uniq[c] for c in sorted(uniq)]
     for col in (1, 2, 3):
-        _conc_axis(fig, steps_sorted, row=1, col=col)
+        conc_axis(fig, steps_sorted, row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=420, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
     return fig
@@ -72,8 +71,8 @@ def side_by_side_html(summaries: list[dict]) -> str:
             lat = x.get("latency_ms") or {}
             err = None if x["error_rate"] is None else 100 * x["error_rate"]
             cls = " style='background:#fdecea'" if c == s["knee"]["concurrency"] else ""
-            cells += [f"<td{cls}>{_f(lat.get('p50'))}</td>", f"<td{cls}>{_f(lat.get('p95'))}</td>",
-                      f"<td{cls}>{_f(x['throughput_rps'], '{:.2f}')}</td>", f"<td{cls}>{_f(err, '{:.1f}')}</td>"]
+            cells += [f"<td{cls}>{fmt(lat.get('p50'))}</td>", f"<td{cls}>{fmt(lat.get('p95'))}</td>",
+                      f"<td{cls}>{fmt(x['throughput_rps'], '{:.2f}')}</td>", f"<td{cls}>{fmt(err, '{:.1f}')}</td>"]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     verdict = "".join(
         f"<tr><td class='l'>{esc(s['run']['run_id'])}</td><td>{esc(s['knee']['concurrency'] or '-')}</td>"
@@ -86,7 +85,7 @@ def side_by_side_html(summaries: list[dict]) -> str:
 
 
 def compare_html(summaries: list[dict], plotlyjs="embed", live_script: str = "", links: str = "") -> str:
-    fig = _fig_html(compare_figure(summaries), True if plotlyjs == "embed" else plotlyjs)
+    fig = fig_html(compare_figure(summaries), True if plotlyjs == "embed" else plotlyjs)
     body = (f"<h1>tts-knee &middot; comparison of {len(summaries)} runs</h1>{links}"
             f"<h2>Verdicts</h2>{side_by_side_html(summaries)}<h2>Curves</h2>{fig}{live_script}")
     return page("tts-knee comparison", body)

@@ -25,11 +25,12 @@ from pathlib import Path
 from plotly.offline import get_plotlyjs
 
 import runformat
+from analysis.summary import analyze
+from runformat.reader import RunDir, RunDirError
 
 from .compare import compare_html
-from .report import esc, page, report_html
-from runformat.reader import RunDir, RunDirError
-from analysis.summary import analyze
+from .kit import esc, page
+from .report import report_html
 
 POLL_S = 5
 MIN_REBUILD_S = 2.0

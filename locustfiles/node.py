@@ -184,8 +184,9 @@ class Run:
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
         self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
-                                       start=wall(), target=s.host, options=s.public(), settle_s=s.settle_s,
-                                       steps=[], workers=[], collectors=[], versions=runformat.versions())
+                                       start=wall(), target=s.host, mode=s.mode, options=s.public(),
+                                       settle_s=s.settle_s, steps=[], workers=[], collectors=[],
+                                       versions=runformat.versions())
         log.info("run directory: %s", self.run_dir)
         if s.preflight:
             self.preflight = preflight(s)

@@ -158,8 +158,9 @@ class Settings:
     max_inflight: int = 1000
 
     @property
-    def open_loop(self) -> bool:
-        return bool(self.rates)
+    def mode(self) -> str:
+        """run.json's ``mode``: ``open`` with --rates, else ``closed``."""
+        return "open" if self.rates else "closed"
 
     def payload(self, text: str) -> bytes:
         """The request body for one text, in the configured API's shape."""

@@ -110,7 +110,7 @@ class StepShape(LoadTestShape):
                 # their last records would never be sent: stop them first, then let Locust quit.
                 self.runner.stop()
             return None
-        if settings.open_loop:
+        if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
         step = Step(len(state.steps) + 1, nxt.concurrency, wall(), phase=nxt.phase, repeat=nxt.repeat)
         # "step 2/5" while the plan is the plain grid; repeats and refinement say which they are
@@ -132,7 +132,7 @@ class StepShape(LoadTestShape):
         open-loop scheduler per worker sharing its rate."""
         from .openloop_user import OpenLoopUser
         classes = self.runner.environment.user_classes
-        if run.settings.open_loop:
+        if run.settings.mode == "open":
             return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]
         closed = [c for c in classes if not issubclass(c, OpenLoopUser)]
         return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else \

@@ -746,6 +746,21 @@ class RunDir:
         opts = self.run.get("options")
         return opts if isinstance(opts, dict) else {}
 
+    def mode(self) -> str:
+        """How the run offered load, one of :data:`runformat.MODES`: run.json's ``mode``; for a
+        run from before it was written, ``open`` when its options carry ``rates`` or a step an
+        offered ``rate``, else ``closed``. Raises :class:`RunDirError` for a mode this version
+        does not know."""
+        mode = self.run.get("mode")
+        if mode is None:
+            steps = self.run.get("steps")
+            rated = isinstance(steps, list) and any(isinstance(s, dict) and s.get("rate") is not None for s in steps)
+            return "open" if self.options().get("rates") or rated else "closed"
+        if mode not in runformat.MODES:
+            raise RunDirError(f"{self.path / runformat.RUN_JSON} has mode {mode!r}, which this tts-knee does not "
+                              f"read (it reads {' and '.join(runformat.MODES)} runs); upgrade to read it.")
+        return mode
+
     def streamed(self) -> bool:
         """Whether the run read its responses as streams: ``options.tts_stream`` (or a stream
         format) when run.json says; for runs from before that option, whether any record

@@ -149,12 +149,18 @@ GPU: tuple[Field, ...] = GPU_IDENTITY + GPU_READING
 
 # ---- run.json ------------------------------------------------------------------------------
 
+#: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
+#: arrivals on a schedule at each step's offered rate (--rates). A later mode (sessions) adds a
+#: name here; the reader refuses one it does not know.
+MODES = ("closed", "open")
+
 RUN: tuple[Field, ...] = (
     Field("format_version", "", False, "this format's version; missing means 1"),
     Field("run_id", "", False, "the run directory's name"),
     Field("start", "unix s", False, ""),
     Field("end", "unix s", True, "null while the run goes on"),
     Field("target", "", True, "the TTS server's base URL"),
+    Field("mode", "", True, "how load was offered, one of MODES; null or missing: read from the steps"),
     Field("options", "", False, "the run's options, secrets left out"),
     Field("settle_s", "s", False, "the run's settle window at the start of each step"),
     Field("steps", "", False, "one STEP each, in the order run"),

@@ -6,7 +6,7 @@ from collections import namedtuple
 import psutil
 
 from collectors import host
-from collectors.host import HostSampler, _ratio_percent
+from collectors.host import HostSampler, ratio_percent
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 
@@ -16,10 +16,10 @@ def _times(user: float, idle: float) -> Times:
 
 
 def test_ratio_over_no_time_is_unknown():
-    assert _ratio_percent(0.0, 0.0) is None
-    assert _ratio_percent(1.0, 0.0) is None
-    assert _ratio_percent(1.0, 4.0) == 25.0
-    assert _ratio_percent(0.0, 4.0) == 0.0  # idle is a real 0
+    assert ratio_percent(0.0, 0.0) is None
+    assert ratio_percent(1.0, 0.0) is None
+    assert ratio_percent(1.0, 4.0) == 25.0
+    assert ratio_percent(0.0, 4.0) == 0.0  # idle is a real 0
 
 
 def test_no_cpu_time_passed_reads_none(monkeypatch):
@@ -36,4 +36,4 @@ def test_only_the_cores_whose_time_moved_count(monkeypatch):
     monkeypatch.setattr(psutil, "cpu_times", lambda percpu=True: next(readings))
     s = HostSampler().read()
     assert s["cpu_max_core_percent"] == 50.0 and s["cpu_percent"] == 50.0
-    assert host._ratio_percent(0.0, 2.0) == 0.0
+    assert host.ratio_percent(0.0, 2.0) == 0.0

@@ -12,7 +12,8 @@ import pytest
 
 from analysis.knee import find_knee
 from analysis.playback import playback
-from analysis.summary import TABLE_COLUMNS, analyze, format_table, load
+from analysis.summary import analyze, load
+from dashboard.table import TABLE_COLUMNS, format_table
 from rundirs import Model, build_run
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent

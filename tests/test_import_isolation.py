@@ -1,9 +1,16 @@
-"""The dashboard, the collectors and the run-directory format must not import locust or gevent:
-importing locust monkey-patches the whole process with gevent, which would change how the
-collector samples and how the dashboard's threads behave."""
+"""The layers' imports.
+
+The dashboard, the analysis, the collectors and the run-directory format must not import locust
+or gevent: importing locust monkey-patches the whole process with gevent, which would change how
+the collector samples and how the dashboard's threads behave. Over the static import graph of
+the whole project (imports inside functions included): no import cycle, no module taking
+another's private (underscore) names, each layer importing only the layers below it, and the
+analysis importing no presentation (dashboard, plotly) or load-generator module."""
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +51,123 @@ def test_the_step_shape_does_not_import_the_node():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
     assert "node import" not in (ROOT / "locustfiles" / "shape.py").read_text()
+
+
+# ---- the static import graph: every import statement of the project's code, those inside
+# functions included (a cycle hidden behind a function-level import is still a cycle)
+
+PACKAGES = ("analysis", "bench", "collectors", "dashboard", "locustfiles", "runformat", "testbed")
+#: What each layer may import of the project, besides itself: each only what lies below it.
+LAYERS = {
+    "runformat": set(),
+    "analysis": {"runformat"},
+    "collectors": {"runformat"},
+    "dashboard": {"analysis", "runformat"},
+    "locustfiles": {"analysis", "collectors", "dashboard", "runformat"},
+    "testbed": set(),
+}
+PRESENTATION_OR_LOAD = {"dashboard", "plotly", "locustfiles", "locust", "gevent", "geventhttpclient", "flask"}
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file of every module in the project's packages and in tests/ (whose
+    modules import each other as top-level names)."""
+    out = {}
+    for path in sorted([*(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")),
+                        *(ROOT / "tests").glob("*.py")]):
+        rel = path.relative_to(ROOT / "tests" if path.parent.name == "tests" else ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules) -> list[tuple[str, str, int]]:
+    """(module imported, name taken from it or "", line) for each import in the file."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                out.append((sub, "", node.lineno) if sub in modules else (target, a.name, node.lineno))
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph():
+    modules = _modules()
+    return modules, {m: _imports(m, p, modules) for m, p in modules.items()}
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path [a, b, ..., a], or None."""
+    state: dict[str, int] = {}   # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        path.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        state[m] = 2
+        path.pop()
+        return None
+    for m in sorted(edges):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle(graph):
+    modules, imports = graph
+    edges = {m: {t for t, _, _ in imps if t in modules and t != m} for m, imps in imports.items()}
+    cycle = _cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_one_behind_a_function_level_import(tmp_path):
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
+    modules = {"a": tmp_path / "a.py", "b": tmp_path / "b.py"}
+    edges = {m: {t for t, _, _ in _imports(m, p, modules) if t in modules} for m, p in modules.items()}
+    assert _cycle(edges) in (["a", "b", "a"], ["b", "a", "b"])
+
+
+def test_no_module_takes_another_modules_private_names(graph):
+    modules, imports = graph
+    taken = [f"{modules[m].relative_to(ROOT)}:{line}: from {t} import {n}"
+             for m, imps in imports.items() for t, n, line in imps
+             if n.startswith("_") and not n.startswith("__") and t != m]
+    assert not taken, "\n".join(taken)
+
+
+def test_each_layer_imports_only_what_lies_below_it(graph):
+    modules, imports = graph
+    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: {m} imports {t}"
+             for m, imps in imports.items() if m.split(".")[0] in LAYERS for t, _, line in imps
+             if t.split(".")[0] in PACKAGES and t.split(".")[0] != m.split(".")[0]
+             and t.split(".")[0] not in LAYERS[m.split(".")[0]]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_analysis_imports_no_presentation_or_load_generator_module(graph):
+    modules, imports = graph
+    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: imports {t}" for m, imps in imports.items()
+             if m.split(".")[0] == "analysis" for t, _, line in imps if t.split(".")[0] in PRESENTATION_OR_LOAD]
+    assert not wrong, "\n".join(wrong)
+    loaded = subprocess.run([sys.executable, "-c", "import sys, analysis.summary, analysis.gate, analysis.regression; "
+                             "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))",
+                             *sorted(PRESENTATION_OR_LOAD)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]"

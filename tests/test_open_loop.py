@@ -44,7 +44,7 @@ def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) == locust_count(tmp_path) > 100   # nothing lost
     info = json.loads((run_dir / "run.json").read_text())
-    assert [s["rate"] for s in info["steps"]] == [4, 8, 12, 24]
+    assert info["mode"] == "open" and [s["rate"] for s in info["steps"]] == [4, 8, 12, 24]
     assert info["options"]["arrival"] == "constant" and isinstance(info["options"]["arrival_seed"], int)
     for r in records:
         assert r["scheduled"] <= r["t0"] <= r["t2"]
@@ -66,6 +66,10 @@ def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
     assert s["dropped"] == 0
     html = (run_dir / "report.html").read_text()
     assert "offered rate" in html and "send lag p95" in html and "dropped arrivals" in html
+    # a run from before run.json said its mode reads the same: the steps' offered rates tell it
+    del info["mode"]
+    (run_dir / "run.json").write_text(json.dumps(info))
+    assert dashboard(run_dir) == s
 
 
 def gap_cv(records, step):
@@ -148,13 +152,12 @@ def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkey
     """Every figure of an open-loop report with a per-step axis titles and labels it by offered
     rate: an open-loop step has no concurrency (run.json says 0), and an attempt's concurrency is
     the number in flight when it was sent."""
-    from dashboard import report, server_report
+    import plotly.io
     from analysis.summary import analyze, load
+    from dashboard import report
     run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
     figs = []
-    keep = lambda fig, plotlyjs: figs.append(fig) or ""  # noqa: E731
-    monkeypatch.setattr(report, "_fig_html", keep)
-    monkeypatch.setattr(server_report, "_fig_html", keep)
+    monkeypatch.setattr(plotly.io, "to_html", lambda fig, **kw: figs.append(fig) or "")
     rd = load(run_dir)
     report.report_html(rd, analyze(rd))
     subplot_titles = {a.text for f in figs for a in f.layout.annotations}

@@ -9,7 +9,7 @@ from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 
 def test_public_names_are_the_intended_ones():
-    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema", "reader"}
+    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema", "reader", "metric_roles"}
 
 
 def test_attempt_builder_fills_every_required_field_in_table_order():
@@ -119,3 +119,56 @@ def test_a_newer_format_is_refused_in_one_sentence(tmp_path):
     assert "Traceback" not in out.stderr
     assert f"format_version {runformat.FORMAT_VERSION + 1}" in out.stderr + out.stdout
     assert not (run / runformat.SUMMARY_JSON).exists()
+
+
+def _with_run_json(run_dir, **changes):
+    import json
+    info = json.loads((run_dir / runformat.RUN_JSON).read_text())
+    for k, v in changes.items():
+        if v is None:
+            info.pop(k, None)
+        else:
+            info[k] = v
+    (run_dir / runformat.RUN_JSON).write_text(json.dumps(info))
+    return info
+
+
+def test_the_run_mode_is_read_from_run_json_or_told_from_the_steps(tmp_path):
+    """A run from before ``mode`` was written reads as the steps say: offered rates make it open."""
+    from rundirs import Model, build_run
+    from runformat.reader import RunDir
+    run = build_run(tmp_path / "run", Model(slots=4))
+    info = _with_run_json(run, mode=None)
+    rd = RunDir(run)
+    rd.refresh()
+    assert rd.mode() == "closed"
+    _with_run_json(run, mode="closed")
+    rd.refresh()
+    assert rd.mode() == "closed" and _summary_of(run)["run"]["mode"] == "closed"
+    for st in info["steps"]:
+        st.update(rate=float(st["concurrency"]), concurrency=0)
+    _with_run_json(run, mode=None, steps=info["steps"])
+    rd.refresh()
+    assert rd.mode() == "open"
+    _with_run_json(run, mode=None, steps=[], options=dict(info["options"], rates=[4, 8]))
+    rd.refresh()
+    assert rd.mode() == "open"
+
+
+def test_a_mode_the_steps_contradict_or_this_version_does_not_know_is_one_sentence(tmp_path, capsys):
+    from dashboard.__main__ import main
+    from rundirs import Model, build_run
+    run = build_run(tmp_path / "run", Model(slots=4))
+    info = _with_run_json(run, mode="open")   # steps of concurrency, no offered rate
+    assert main([str(run), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "step entry 1" in err and "open loop" in err and "Traceback" not in err
+    info["steps"][0]["rate"] = 4.0
+    _with_run_json(run, mode="closed", steps=info["steps"])
+    assert main([str(run), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "offered rate, but the run is closed loop" in err and len(err.strip().splitlines()) == 1
+    _with_run_json(run, mode="session")
+    assert main([str(run), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert "mode 'session'" in err and "upgrade" in err and len(err.strip().splitlines()) == 1

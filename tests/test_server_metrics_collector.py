@@ -17,7 +17,7 @@ from collectors.dcgm import DcgmGpus, gpus_from_text
 from collectors.exposition import ExpositionError, Reader, parse
 from collectors.nvml import GPU_FIELDS
 from collectors.scrape import Endpoint, Scrapes
-from collectors.servers import roles
+from runformat.metric_roles import roles
 from procs import spawn
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -90,7 +90,7 @@ def test_repeat_runs_the_grid_again_with_the_texts_restarted(tmp_path):
     info, _ = sweep(tmp_path, FOUR_SLOTS, "--steps", "1,2", "--repeat", "2", "--step-time", "2")
     assert [(s["concurrency"], s["repeat"], s["phase"]) for s in info["steps"]] == [
         (1, 1, "grid"), (2, 1, "grid"), (1, 2, "grid"), (2, 2, "grid")]
-    assert info["options"]["repeat"] == 2 and info["plan"]["decisions"] == []
+    assert info["options"]["repeat"] == 2 and info["plan"]["decisions"] == [] and info["mode"] == "closed"
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     first = {}
     for r in sorted(records, key=lambda r: r["t0"]):

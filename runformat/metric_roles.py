@@ -1,5 +1,9 @@
 """What known serving stacks' series mean: queue depth, running requests, batch size, KV cache.
 
+The roles are part of the run format: the collector keeps series with a role first when it caps
+how many it scrapes, and ``summary.json``'s ``server.server_roles`` is keyed by them
+(``analysis.server_metrics``). Both ends read them here; nothing here imports anything.
+
 The names are the servers' own (their docs and source):
 
 - vLLM: ``vllm:num_requests_waiting``, ``vllm:num_requests_running``,

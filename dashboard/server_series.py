@@ -6,9 +6,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .report import _fig_html, esc, step_axis, step_label
-from runformat.reader import RunDir
 from analysis.server_metrics import timeline
+from runformat.reader import RunDir
+
+from .kit import esc, fig_html, step_axis, step_label
 
 
 def _get(s, *path):
@@ -63,7 +64,7 @@ def server_section(rd: RunDir, summary: dict) -> str:
     fig = server_figure(rd, summary)
     if fig is None:
         return ""
-    return ("<h2>The server's own metrics</h2>" + _fig_html(fig, False)
+    return ("<h2>The server's own metrics</h2>" + fig_html(fig, False)
             + "<p class='meta'>Series scraped from the server's Prometheus endpoint (collector "
               "--scrape or Locust --server-metrics); a break in a line is a scrape that did not "
               "answer. A queue that grows while GPU and CPU stay low is the server's own "

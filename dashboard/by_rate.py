@@ -1,13 +1,16 @@
-"""The report's open-loop parts: offered rate on the x axis, throughput against offered, latency
-from schedule, send lag and dropped arrivals; the verdict and the step table in requests per
-second (see :mod:`analysis.openloop` for the figures and rules)."""
+"""The top of an open-loop run's report (``--rates``), its steps standing at an offered rate: the
+verdict, the step table in requests per second, and latency from schedule, send lag, throughput
+against offered and dropped arrivals (see :mod:`analysis.openloop` for the figures and rules)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.openloop import COLUMNS, GROWTH_RATIO, SHORTFALL, _f, _v, table_rows
-from .report import KNEE_COLOUR, REC_COLOUR, esc
+from analysis.knee import FAILURE_RATE, LATENCY_RISE
+from analysis.openloop import GROWTH_RATIO, SHORTFALL
+
+from .kit import KNEE_COLOUR, REC_COLOUR, esc, fmt, stat
+from .table import RATE_COLUMNS, rate_table_rows
 
 
 def as_levels(summary: dict) -> dict:
@@ -26,11 +29,11 @@ def curves_figure(summary: dict) -> go.Figure | None:
     x = [s["rate"] for s in steps]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Latency from schedule (ms)", "Served against offered (req/s)"))
     for q, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(x=x, y=[_v(s, "sched_wait_ms", q) for s in steps], name=f"{q} from schedule",
+        fig.add_scatter(x=x, y=[stat(s, "sched_wait_ms", q) for s in steps], name=f"{q} from schedule",
                         mode="lines+markers", line=dict(dash=dash), row=1, col=1)
-    fig.add_scatter(x=x, y=[_v(s, "latency_ms", "p95") for s in steps], name="p95 wait (t2-t0)",
+    fig.add_scatter(x=x, y=[stat(s, "latency_ms", "p95") for s in steps], name="p95 wait (t2-t0)",
                     mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
-    fig.add_scatter(x=x, y=[_v(s, "send_lag_ms", "p95") for s in steps], name="p95 send lag (t0-scheduled)",
+    fig.add_scatter(x=x, y=[stat(s, "send_lag_ms", "p95") for s in steps], name="p95 send lag (t0-scheduled)",
                     mode="lines+markers", line=dict(color="#8c564b"), row=1, col=1)
     fig.add_scatter(x=x, y=[s.get("throughput_rps") for s in steps], name="served (ok req/s)",
                     mode="lines+markers", line=dict(width=3), row=1, col=2)
@@ -56,9 +59,9 @@ def curves_figure(summary: dict) -> go.Figure | None:
 
 def step_table_html(summary: dict) -> str:
     knee, rec = summary["knee"]["rate"], summary.get("recommended_rate")
-    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+    head = "".join(f"<th>{esc(c)}</th>" for c in RATE_COLUMNS)
     body = []
-    for s, r in zip(summary["steps"], table_rows(summary)):
+    for s, r in zip(summary["steps"], rate_table_rows(summary)):
         cls = "knee" if s.get("rate") == knee else ("rec" if s.get("rate") == rec else "")
         body.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
     return (f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>Open loop: each arrival was sent on "
@@ -72,17 +75,17 @@ def step_table_html(summary: dict) -> str:
 def verdict_html(summary: dict) -> str:
     d, knee = summary["diagnosis"], summary["knee"]
     ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
-    methods = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{esc(_f(v, '{:g}'))}</td></tr>"
+    methods = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{esc(fmt(v, '{:g}'))}</td></tr>"
                       for k, v in knee["methods"].items())
     cls = "verdict ok" if d["kind"] == "no_knee" else "verdict"
-    rate = _f(knee["rate"], "{:g}") if knee["rate"] is not None else "none found"
+    rate = fmt(knee["rate"], "{:g}") if knee["rate"] is not None else "none found"
     return (f"<div class='{cls}'><div>Knee: <b>{esc(rate)} req/s</b> &middot; recommended rate: "
-            f"<b>{esc(_f(summary.get('recommended_rate'), '{:g}'))} req/s</b> &middot; concurrency it implies: "
-            f"<b>{esc(_f(summary.get('recommended_concurrency')))}</b> &middot; dropped arrivals: "
+            f"<b>{esc(fmt(summary.get('recommended_rate'), '{:g}'))} req/s</b> &middot; concurrency it implies: "
+            f"<b>{esc(fmt(summary.get('recommended_concurrency')))}</b> &middot; dropped arrivals: "
             f"<b>{esc(summary.get('dropped') or 0)}</b> &middot; diagnosis: <span class='kind'>{esc(d['kind'])}"
             f"</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div></div>"
             f"<table><tr><th class='l'>knee method</th><th>offered req/s</th></tr>{methods}</table>"
             f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
-            f"offered, latency keeps growing within the step, p95 latency from schedule stays above 1.5x the "
-            f"lowest rate's, or failures rise by 5% or more. Agreeing with the knee: "
+            f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "
+            f"the lowest rate's, or failures rise by {FAILURE_RATE:.0%} or more. Agreeing with the knee: "
             f"{esc(', '.join(knee['agree']) or 'none')}.</p>")

@@ -1,0 +1,78 @@
+"""The report's comparison with a baseline run (``--baseline``): this run and the baseline overlaid,
+and per concurrency each figure's change with its significance (see :mod:`analysis.regression`).
+"" when the summary has no ``regression``."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .kit import FAIL_COLOUR, conc_axis, esc, fig_html, lx
+
+
+def regression_figure(summary: dict) -> go.Figure:
+    """This run and the baseline overlaid: p95 (with 95% intervals) and throughput."""
+    reg = summary["regression"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("p95 wait (ms)", "throughput (req/s)"))
+    base = reg["baseline"]["levels"]
+    now = [{"concurrency": lv["concurrency"], "p95_ms": (lv.get("latency_ms") or {}).get("p95"),
+            "p95_ci": (lv.get("latency_ms") or {}).get("p95_ci"), "throughput_rps": lv.get("throughput_rps")}
+           for lv in summary["levels"]]
+    for rows, name, colour in ((base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
+                               (now, f"this run {summary['run']['run_id']}", "#1f77b4")):
+        x = lx([r["concurrency"] for r in rows])
+        err = dict(type="data", visible=True, thickness=1.2, width=4,
+                   array=[(r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None
+                          else None for r in rows],
+                   arrayminus=[(r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] and r["p95_ci"][0] is not None
+                               else None for r in rows])
+        fig.add_scatter(x=x, y=[r["p95_ms"] for r in rows], name=esc(name), legendgroup=name, error_y=err,
+                        mode="lines+markers", line=dict(color=colour), row=1, col=1)
+        fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name=esc(name), legendgroup=name,
+                        showlegend=False, mode="lines+markers", line=dict(color=colour), row=1, col=2)
+    bad = [r["concurrency"] for r in reg["steps"] if r["regression"]]
+    for c in bad:
+        for col in (1, 2):
+            fig.add_vline(x=lx(c), line=dict(color=FAIL_COLOUR, dash="dot", width=1), row=1, col=col)
+    every = [{"concurrency": r["concurrency"]} for r in base + now]
+    for col in (1, 2):
+        conc_axis(fig, every, row=1, col=col)
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(height=380, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def _fig_cell(f: dict | None, unit: str, fmt: str, scale: float = 1.0, points: bool = False) -> str:
+    """old -> new (change, p, significance), shaded red for a regression, green for better;
+    ``points``: the change in percentage points (error rates) rather than relative."""
+    if not f:
+        return "<td>-</td>"
+    change = f"{100 * f['change']:+.1f} pt" if points else f"{f['change']:+.0%}"
+    shade = "#fdecea" if f["regression"] else ("#eaf7ea" if f["improvement"] else None)
+    style = f" style='background:{shade}'" if shade else ""
+    sig = "significant" if f["significant"] else "not significant"
+    return (f"<td{style}>{fmt.format(scale * f['old'])} &rarr; {fmt.format(scale * f['new'])}{unit} ({change}, "
+            f"p={f['p_value']:.2g}, {sig})</td>")
+
+
+def regression_html(summary: dict, plotlyjs) -> str:
+    reg = summary.get("regression")
+    if not reg:
+        return ""
+    warn = "".join(f"<div class='warn'>{esc(w)}</div>" for w in reg["warnings"])
+    ttfa = any(r.get("ttfa_p95_ms") for r in reg["steps"])
+    rows = "".join(
+        f"<tr><td>{esc(r['concurrency'])}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
+        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}"
+        + (_fig_cell(r.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
+        + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
+        f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
+        f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
+        for r in reg["steps"])
+    return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
+            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th>"
+            f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
+            f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
+            f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
+            f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
+            f"significant change beyond the tolerance (see analysis/regression.py).</p>"
+            + fig_html(regression_figure(summary), plotlyjs))

@@ -1,0 +1,132 @@
+"""The step table, one row per executed step (latencies in ms), as the terminal prints it with the
+verdict (``python -m dashboard``) and as ``report.html`` shows it; an open-loop run's table has
+its own columns, in requests per second (:data:`RATE_COLUMNS`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .kit import fmt, is_open_loop, is_streamed, stat
+
+TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
+                 "ttfb p50", "retries", "GPU%", "CPU%")
+STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
+
+
+def table_columns(summary: dict) -> tuple[str, ...]:
+    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed."""
+    if not is_streamed(summary):
+        return TABLE_COLUMNS
+    at = TABLE_COLUMNS.index("ttfb p50") + 1
+    return TABLE_COLUMNS[:at] + STREAM_COLUMNS + TABLE_COLUMNS[at:]
+
+
+def table_rows(summary: dict) -> list[list[str]]:
+    """One row of :func:`table_columns` per executed step."""
+    streamed = is_streamed(summary)
+    rows = []
+    for s in summary["steps"]:
+        lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
+        ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
+        rows.append([
+            str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
+            fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+            fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
+            fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
+            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(None if under is None else 100 * under, "{:.1f}")]
+               if streamed else [])
+            + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))])
+    return rows
+
+
+def _slo_lines(summary: dict) -> list[str]:
+    """Per tested concurrency: the SLO verdict, and the spread between repeats."""
+    sl, out = summary.get("slo"), []
+    levels = summary.get("levels") or []
+    if sl:
+        out.append(f"SLO {sl['spec']}  (per concurrency; repeats pooled; largest meeting it with every lower "
+                   f"one: {fmt(sl['max_concurrency'])})")
+        for v in sl["steps"]:
+            word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
+            why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
+            out.append(f"  {v['concurrency']:>5}  {word}" + (f"  {why}" if why else ""))
+    for lv in levels:
+        sp = lv.get("spread")
+        if not sp:
+            continue
+        parts = [f"{name} {fmt(sp[k][0], spec)}-{fmt(sp[k][1], spec)}{unit}"
+                 for k, name, spec, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
+                                            ("throughput_rps", "rps", "{:.2f}", ""),
+                                            ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
+        out.append(f"repeats at {lv['concurrency']} (steps {', '.join(map(str, lv['steps']))}): "
+                   + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
+    return out
+
+
+def format_table(summary: dict, report: Path | None = None) -> str:
+    """The step table (latencies in ms) and the verdict, as printed on the terminal."""
+    lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
+    knee = summary["knee"]
+    open_loop = is_open_loop(summary)
+    if open_loop:
+        lines += _rate_lines(summary)
+    else:
+        cols = table_columns(summary)
+        rows = [list(cols)] + table_rows(summary)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+        for r in rows:
+            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    bad = summary["bad_lines"]
+    if bad["requests"] or bad["resources"]:
+        lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
+    if not open_loop:   # the open-loop lines name their knee in req/s
+        lines.append("knee: none found" if knee["concurrency"] is None else
+                     f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    if knee.get("streamed"):
+        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
+                     f"not whole-body time")
+    d = summary["diagnosis"]
+    lines.append(f"diagnosis: {d['kind']}")
+    lines += [f"  - {e}" for e in d["evidence"]]
+    lines += _slo_lines(summary)
+    if open_loop:
+        lines.append(f"recommended rate: {fmt(summary.get('recommended_rate'), '{:g}')} req/s "
+                     f"(concurrency {fmt(summary['recommended_concurrency'])})  {summary['recommendation']}")
+    else:
+        lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  "
+                     f"{summary['recommendation']}")
+    if report:
+        lines.append(f"report: {report}")
+    return "\n".join(lines)
+
+
+RATE_COLUMNS = ("step", "offered req/s", "served req/s", "served/offered", "requests", "dropped", "err%",
+                "in flight mean", "in flight max", "p50 from schedule", "p95 from schedule", "p99 from schedule",
+                "p95 wait", "send lag p95", "growing", "retries")
+
+
+def rate_table_rows(summary: dict) -> list[list[str]]:
+    """One row of :data:`RATE_COLUMNS` per executed step of an open-loop run."""
+    rows = []
+    for s in summary["steps"]:
+        g = s.get("growth") or {}
+        rows.append([str(s["step"]), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
+                     fmt(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
+                     fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+                     fmt(stat(s, "inflight", "mean"), "{:.1f}"), fmt(stat(s, "inflight", "max")),
+                     fmt(stat(s, "sched_wait_ms", "p50")), fmt(stat(s, "sched_wait_ms", "p95")),
+                     fmt(stat(s, "sched_wait_ms", "p99")), fmt(stat(s, "latency_ms", "p95")),
+                     fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
+                     {True: "yes", False: "no", None: "-"}[g.get("growing")], str(s["retries"])])
+    return rows
+
+
+def _rate_lines(summary: dict) -> list[str]:
+    """The terminal's step table and verdict of an open-loop run."""
+    rows = [list(RATE_COLUMNS)] + rate_table_rows(summary)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(RATE_COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    knee = summary["knee"]
+    lines.append("knee: none found" if knee["rate"] is None else
+                 f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    lines.append(f"dropped arrivals: {summary.get('dropped') or 0}")
+    return lines
