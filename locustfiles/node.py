@@ -21,6 +21,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import runformat
+from runformat import wire
 
 from . import audio as audio_mod
 from . import stream as stream_mod
@@ -28,9 +29,8 @@ from . import settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
 from .puller import CollectorPuller
-from .shipping import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
-                      RecordWriter)
-from .shape import STEP_MESSAGE, Step, StepState
+from .shipping import JsonlAppender, RecordReceiver, RecordShipper, RecordWriter
+from .shape import Step, StepState
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends.
@@ -121,9 +121,9 @@ class Run:
     def begin_step(self, step: Step) -> None:
         self.state.begin(step)
         if self.is_master:
-            self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency,
-                                                                 "settle_s": step.settle_s, "rate": step.rate,
-                                                                 "workers": step.workers})
+            self.environment.runner.send_message(wire.STEP.name, wire.STEP(
+                step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
+                workers=step.workers))
         self.save()
 
     @property
@@ -348,7 +348,7 @@ class Node:
             environment.process_exit_code = 2
             if self.is_worker:
                 # A worker that cannot run says why to the master and leaves the run to the others.
-                environment.runner.send_message(ERROR_MESSAGE, {"message": str(e)})
+                environment.runner.send_message(wire.WORKER_ERROR.name, wire.WORKER_ERROR(message=str(e)))
                 gevent.spawn(environment.runner.quit)
             return None
         if self.is_worker:
@@ -382,15 +382,16 @@ def _on_init(environment, **_kw) -> None:
         gevent.spawn(_watch_workers, node)
     elif node.is_worker:
         def on_step(environment, msg, **_kw):
-            node.state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(), settle_s=msg.data.get("settle_s"),
-                                  rate=msg.data.get("rate"), workers=msg.data.get("workers")))
+            data = msg.data
+            node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
+                                  rate=data["rate"], workers=data["workers"]))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:
                 node.run.shipper.on_ack(msg.data)
         # Locust allows one listener per message type: registered once, routed to the current run.
-        runner.register_message(STEP_MESSAGE, on_step)
-        runner.register_message(ACK_MESSAGE, on_ack)
+        runner.register_message(wire.STEP.name, on_step)
+        runner.register_message(wire.ACK.name, on_ack)
     if environment.web_ui is not None:
         webui.mount(environment, node)
 
