@@ -7,7 +7,9 @@
 Open loop (offered requests per second instead of concurrency): ``--rates 1,2,4,8
 --arrival poisson|constant --max-inflight N`` in place of ``--steps``.
 
-Run ``locust -f locustfiles/tts.py --help`` for the tts-knee options (the "tts-knee" group).
+``tts-knee run`` is this locustfile run by Locust; ``tts-knee run --help`` lists the tts-knee
+options among Locust's own (``locust -f locustfiles/tts.py --help`` cannot: Locust prints its
+help before it loads a locustfile).
 """
 import sys
 from pathlib import Path
