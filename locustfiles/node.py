@@ -1,5 +1,8 @@
-"""Wires tts-knee into Locust through its events: options, the run on each node, records,
-clock sync, collectors, and the end of the run. Importing this module only attaches listeners.
+"""A tts-knee node's life in Locust: its state (:class:`Node`), the current run on it
+(:class:`Run`: the run directory, the plan, records, collectors, the end of the run), and the
+Locust events that drive both (options, init, test start and stop, quitting, the custom
+messages). Importing this module only attaches listeners. What the master learns from its
+workers' heartbeats is :mod:`locustfiles.heartbeats`.
 
 Each node's state is one :class:`Node`, made at Locust's ``init`` and kept as the environment's
 only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run`.
@@ -25,18 +28,16 @@ from runformat import wire
 
 from . import audio as audio_mod
 from . import stream as stream_mod
-from . import settings as settings_mod, timesync, webui
+from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
 from .puller import CollectorPuller
-from .shipping import JsonlAppender, RecordReceiver, RecordShipper, RecordWriter
+from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends.
 FINAL_FLUSH_TIMEOUT_S = 10.0
-#: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
-WORKER_WATCH_INTERVAL_S = 1.0
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
 
@@ -379,7 +380,7 @@ def _on_init(environment, **_kw) -> None:
     runner = environment.runner
     if node.is_master:
         timesync.serve(runner)
-        gevent.spawn(_watch_workers, node)
+        gevent.spawn(heartbeats.watch, node)
     elif node.is_worker:
         def on_step(environment, msg, **_kw):
             data = msg.data
@@ -415,30 +416,3 @@ def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
         run.shipper.spool()   # what the master never acknowledged (it went away, say)
-
-
-def _watch_workers(node: Node) -> None:
-    """Master: note workers that went away, and sample every worker's own CPU and memory
-    (Locust's heartbeats carry them) into resources.jsonl as role=client."""
-    appender: dict = {}
-    while True:
-        gevent.sleep(WORKER_WATCH_INTERVAL_S)
-        run = node.run
-        if run is None or run.closed or run.receiver is None or run.run_dir is None:
-            continue
-        for wid in run.receiver.note_lost():
-            log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
-            run.save()
-        path = run.run_dir / runformat.RESOURCES
-        if appender.get("path") != path:
-            if appender:
-                appender["out"].close()
-            appender.update(path=path, out=JsonlAppender(path))
-        now = wall()
-        appender["out"].write([
-            runformat.resource_sample(
-                ts=now, host=c.id, role="client", source="locust-heartbeat",
-                proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[])
-            # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage
-        ])
