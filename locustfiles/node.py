@@ -1,11 +1,10 @@
-"""A tts-knee node's life in Locust: its state (:class:`Node`), the current run on it
-(:class:`Run`: the run directory, the plan, records, collectors, the end of the run), and the
-Locust events that drive both (options, init, test start and stop, quitting, the custom
-messages). Importing this module only attaches listeners. What the master learns from its
-workers' heartbeats is :mod:`locustfiles.heartbeats`.
+"""A tts-knee node's life in Locust, and the Locust events that drive it (options, init, test
+start and stop, quitting, the custom messages). Importing this module only attaches listeners.
 
 Each node's state is one :class:`Node`, made at Locust's ``init`` and kept as the environment's
-only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run`.
+only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run` (the
+run directory, the step plan, records, collectors, the end of the run). What the master learns
+from its workers' heartbeats is :mod:`locustfiles.heartbeats`.
 """
 from __future__ import annotations
 

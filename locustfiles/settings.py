@@ -17,14 +17,11 @@ from urllib.parse import urlsplit
 from analysis import slo as slo_mod
 from runformat import options as run_options
 from runformat.fields import Builder
-from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
-                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S)
+from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS, FORMATS,
+                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 
 from . import corpus
 from .retry import RetryPolicy
-
-FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
-STREAM_FORMATS = ("", "sse", "audio")
 
 
 class SettingsError(ValueError):
@@ -34,7 +31,6 @@ class SettingsError(ValueError):
 def add_arguments(parser) -> None:
     """Register tts-knee's options (:data:`runformat.options.OPTIONS`) on Locust's parser
     (``init_command_line_parser``): the command line, ``.conf`` files and the web UI."""
-    group = parser  # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
     for o in run_options.OPTIONS:
         if o.flag is None:
             continue
@@ -52,7 +48,8 @@ def add_arguments(parser) -> None:
             kw["is_secret"] = True
         if o.env:
             kw["env_var"] = o.env
-        group.add_argument(o.flag, **kw)
+        # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
+        parser.add_argument(o.flag, **kw)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,12 @@ help before it loads a locustfile).
 import sys
 from pathlib import Path
 
-# Locust puts this file's folder on sys.path, not the project's; the package needs the latter.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Locust puts this file's folder first on sys.path, not the project's, which the package needs;
+# once this file is loaded Locust removes the first entry again, so the project goes second
+# (at the front, it would be the one removed, and what is imported later would be missing).
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:
+    sys.path.insert(1, ROOT)
 
 from locustfiles import node  # noqa: E402,F401  (attaches the event listeners)
 from locustfiles.openloop_user import OpenLoopUser  # noqa: E402,F401

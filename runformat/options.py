@@ -28,6 +28,10 @@ STEP_REQUESTS_CAP_S = 600.0
 SETTLE_FRACTION, SETTLE_MAX_S = 0.1, 5.0
 #: Request shapes (--tts-api) and the path each is served at by default.
 APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
+#: Audio formats --tts-format asks for (and the audio check expects).
+FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
+#: --tts-stream-format: none, server-sent events, or raw audio.
+STREAM_FORMATS = ("", "sse", "audio")
 #: What --retry-on takes beside HTTP statuses: connection errors (no status at all).
 CONNECTION_ERROR = "conn"
 #: Where the master and the collector both find the collectors' token, off the command line.
@@ -68,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
     _O("--tts-voice", "tts_voice", "", "alloy",
        "`voice` field for the openai API, empty to omit it (default {default})."),
     _O("--tts-format", "tts_format", "", "wav",
-       "Audio format asked for and checked: wav, pcm, mp3, opus, aac, flac (default {default})."),
+       f"Audio format asked for and checked: {', '.join(FORMATS)} (default {{default}})."),
     _O("--tts-stream", "tts_stream", "", False,
        "Ask for a streamed response (openai: stream=true; default off).", bool),
     _O("--tts-stream-format", "tts_stream_format", "", "",

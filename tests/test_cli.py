@@ -126,3 +126,15 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
     assert reported.returncode == 0, reported.stderr
     assert re.search(r"^recommended concurrency: ", reported.stdout, re.M), reported.stdout
     assert_declared(elsewhere / "r")
+
+
+def test_the_locustfile_keeps_the_project_on_the_path_once_locust_has_loaded_it(tmp_path):
+    """``locust -f locustfiles/tts.py`` from another directory: what the run imports later (the
+    web UI's live report imports the dashboard when first asked) must still come from this
+    project once Locust has tidied its own entry off the path."""
+    code = ("import sys; from locust.util.load_locustfile import load_locustfile; "
+            f"load_locustfile({str(ROOT / 'locustfiles' / 'tts.py')!r}); "
+            "import dashboard.serve; print(dashboard.serve.__file__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(ROOT / "dashboard" / "serve.py")
