@@ -35,8 +35,8 @@ from collectors.http import CollectorServer
 from collectors.nvml import Nvml
 from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
 from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
+from runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
-TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
 
 class _Usage(Exception):

@@ -342,6 +342,7 @@ SUMMARY_RUN: tuple[Field, ...] = (
     _F("end", "unix s", True, ""),
     _F("in_progress", "", False, "run.json has no end yet"),
     _F("target", "", True, ""),
+    _F("mode", "", False, "how load was offered (runformat.MODES), as RunDir.mode reads it"),
     _F("options", "", True, "", of=RUN_OPTIONS),
     _F("workers", "", True, "", of=WORKER),
     _F("collectors", "", True, "", of=COLLECTOR),

@@ -250,7 +250,7 @@ def test_the_reader_and_the_parser_take_the_same_defaults(tmp_path):
     from runformat.reader import RunDir
     parser = argparse.ArgumentParser()
     add = parser.add_argument
-    parser.add_argument = lambda *a, is_secret=False, **kw: add(*a, **kw)
+    parser.add_argument = lambda *a, is_secret=False, env_var=None, **kw: add(*a, **kw)   # Locust's own
     settings.add_arguments(parser)
     parsed = vars(parser.parse_args([]))
     assert parsed["ttfa_floor_ms"] == DEFAULTS["ttfa_floor_ms"]
