@@ -49,11 +49,6 @@ class Option(NamedTuple):
     secret: bool = False    # kept out of run.json and masked in the web UI
     env: str | None = None  # an environment variable that sets it when the flag is not given
 
-    @property
-    def dest(self) -> str | None:
-        """The attribute Locust's parsed options hold it under."""
-        return None if self.flag is None else self.flag.lstrip("-").replace("-", "_")
-
     def help_text(self) -> str:
         shown = self.default
         if isinstance(shown, float):
@@ -163,10 +158,8 @@ OPTIONS: tuple[Option, ...] = (
        "into resources.jsonl each second (repeatable; default none).", "list"),
 )
 
-#: Each option by its run.json key.
-BY_KEY = {o.key: o for o in OPTIONS if o.key is not None}
-#: What a run that does not record an option had: the flag's default.
-DEFAULTS = {key: o.default for key, o in BY_KEY.items()}
+#: What a run that does not record an option had, by its run.json key: the flag's default.
+DEFAULTS = {o.key: o.default for o in OPTIONS if o.key is not None}
 
 #: ``run.json``'s ``options``: every recorded option, by its key.
 RUN_OPTIONS: tuple[Field, ...] = tuple(

@@ -116,4 +116,3 @@ ERROR = Payload("error", "any endpoint's answer to a request it cannot serve (40
 
 #: GET /metrics: the collector's own readings in Prometheus text exposition (not JSON).
 METRICS_PATH = "/metrics"
-ENDPOINTS = (SAMPLES, TIME, HEALTH)

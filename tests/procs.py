@@ -160,8 +160,8 @@ def locust_count(json_file: Path) -> int:
 
 
 def dashboard(*args, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m dashboard`` with ``args``; every run directory among them that now holds
-    a summary is held to the format."""
+    """Run ``python -m dashboard`` with ``args``; every run directory among them (its summary.json
+    too, once written) is held to the format."""
     done = subprocess.run([sys.executable, "-m", "dashboard", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
     for arg in args:
