@@ -3,14 +3,15 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY tts_knee tts_knee
 COPY runformat runformat
 COPY analysis analysis
 COPY locustfiles locustfiles
 COPY collectors collectors
 COPY dashboard dashboard
 COPY testbed testbed
-RUN pip install --no-cache-dir '.[piper]'
 COPY configs configs
+RUN pip install --no-cache-dir '.[piper]'
 # Locust web UI, master port, collector, dashboard, simulator
 EXPOSE 8089 5557 9300 8090 8300
-CMD ["locust", "-f", "locustfiles/tts.py", "--help"]
+CMD ["tts-knee", "run", "--help"]

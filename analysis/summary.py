@@ -329,12 +329,4 @@ def load(path: Path) -> RunDir:
 
 def write_summary(rd: RunDir, summary: dict) -> Path:
     """Write ``summary.json`` atomically; an OSError leaves no temporary file behind."""
-    out = rd.path / runformat.SUMMARY_JSON
-    tmp = out.with_suffix(".json.tmp")
-    try:
-        tmp.write_text(json.dumps(summary, indent=1))
-        tmp.replace(out)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+    return runformat.write_json(rd.path / runformat.SUMMARY_JSON, summary, indent=1)

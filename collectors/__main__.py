@@ -35,35 +35,41 @@ from collectors.http import CollectorServer
 from collectors.nvml import Nvml
 from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
 from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
+from runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
-TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
 
 class _Usage(Exception):
     """A mistake the user can fix; the message is one sentence."""
 
 
+PROG = "python -m collectors"
+NAME = "collectors"   # what its one-sentence errors start with under PROG
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one sentence instead of usage + traceback
-        raise _Usage(f"{message} (see python -m collectors --help).")
+        raise _Usage(f"{message} (see {self.prog} --help).")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m collectors",
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog,
                 description="Sample GPU (NVML), CPU and one server process; serve the samples "
                             "over HTTP for the tts-knee puller and Prometheus.")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 to be reached from "
                         "other hosts — then set --token)")
-    p.add_argument("--port", type=int, default=9300, help="port (0 picks a free one)")
+    p.add_argument("--port", type=int, default=9300, help="port (default 9300; 0 picks a free one)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S,
                    help="seconds between samples (default 1)")
     watch = p.add_mutually_exclusive_group()
-    watch.add_argument("--pid", type=int, help="watch this process and its children")
+    watch.add_argument("--pid", type=int,
+                       help="watch this process and its children (default: no process)")
     watch.add_argument("--match", metavar="NAME",
-                       help="watch the process whose name or command line contains NAME "
-                            "(found again if it restarts)")
-    p.add_argument("--spool", metavar="FILE", help="also append every sample to FILE (JSONL)")
+                       help="watch the process whose name or command line contains NAME, "
+                            "found again if it restarts (default: no process)")
+    p.add_argument("--spool", metavar="FILE",
+                   help="also append every sample to FILE, JSONL (default: none)")
     p.add_argument("--token", default=None,
                    help=f"require 'Authorization: Bearer TOKEN' on every endpoint "
                         f"(default: ${TOKEN_ENV})")
@@ -74,16 +80,18 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--scrape", action="append", default=[], metavar="URL",
                      help="a Prometheus endpoint of the TTS server (vLLM, Triton, SGLang, TGI "
                           "or any other), read each interval into the samples' metrics "
-                          "(repeatable)")
+                          "(repeatable; default none)")
     srv.add_argument("--scrape-match", metavar="REGEX",
-                     help="keep only series whose name (with labels) matches REGEX")
+                     help="keep only series whose name (with labels) matches REGEX "
+                          "(default: every series)")
     srv.add_argument("--scrape-max-series", type=int, default=DEFAULT_MAX_SERIES, metavar="N",
                      help=f"series kept per endpoint, known queue/running/batch/KV-cache "
                           f"series first (default {DEFAULT_MAX_SERIES})")
     srv.add_argument("--scrape-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                      help=f"seconds one scrape may take (default {DEFAULT_TIMEOUT_S:g})")
     srv.add_argument("--dcgm", metavar="URL",
-                     help="read GPUs from this dcgm-exporter /metrics instead of NVML")
+                     help="read GPUs from this dcgm-exporter /metrics instead of NVML "
+                          "(default: NVML)")
     return p
 
 
@@ -116,9 +124,9 @@ def _check(args: argparse.Namespace) -> None:
                      f"{args.scrape_timeout}.")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
-        args = parser().parse_args(argv)
+        args = parser(prog).parse_args(argv)
         _check(args)
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             raise _Usage(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}).") \
                 from None
     except _Usage as exc:
-        print(f"collectors: {exc}", file=sys.stderr)
+        print(f"{NAME if prog == PROG else prog}: {exc}", file=sys.stderr)
         return 2
 
     if token is None and args.host not in ("127.0.0.1", "::1", "localhost"):

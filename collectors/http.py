@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from collectors.sampler import Sampler, wall_clock
+from runformat import wire
 
 PREFIX = "tts_knee_"
 
@@ -47,16 +48,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if not self._authorised():
-            self._send(401, b'{"error":"unauthorised"}\n', "application/json",
-                       {"WWW-Authenticate": 'Bearer realm="tts-knee collector"'})
+            self._send(401, json.dumps(wire.ERROR(error="unauthorised")).encode() + b"\n",
+                       "application/json", {"WWW-Authenticate": 'Bearer realm="tts-knee collector"'})
             return
         url = urlsplit(self.path)
         route = {
-            "/samples": self._samples, "/time": self._time,
-            "/metrics": self._metrics, "/healthz": self._healthz,
+            wire.SAMPLES.name: self._samples, wire.TIME.name: self._time,
+            wire.METRICS_PATH: self._metrics, wire.HEALTH.name: self._healthz,
         }.get(url.path)
         if route is None:
-            self._json(404, {"error": f"no such endpoint: {url.path}"})
+            self._json(404, wire.ERROR(error=f"no such endpoint: {url.path}"))
             return
         route(parse_qs(url.query))
 
@@ -89,24 +90,22 @@ class _Handler(BaseHTTPRequestHandler):
             if since < 0:
                 raise ValueError
         except ValueError:
-            self._json(400, {"error": f"since must be a non-negative integer, not {raw!r}"})
+            self._json(400, wire.ERROR(error=f"since must be a non-negative integer, not {raw!r}"))
             return
         self._json(200, self.server.sampler.since(since))
 
     def _time(self, query: dict) -> None:
-        self._json(200, {"time": wall_clock()})
+        self._json(200, wire.TIME(time=wall_clock()))
 
     def _healthz(self, query: dict) -> None:
         s = self.server.sampler
         latest = s.latest()
         gpus = latest["gpus"] if latest else []
-        self._json(200, {
-            "status": "ok", "nvml": s.nvml_available, "samples": s.count,
-            "host": s.hostname, "boot": s.boot, "interval_s": s.interval_s,
-            "gpus": len(gpus), "lost_gpus": sum(1 for g in gpus if g.get("lost")),
-            "watching": latest["proc"]["pid"] if latest and latest.get("proc") else None,
-            "scrapes": s.scrape_states(),
-        })
+        self._json(200, wire.HEALTH(
+            status="ok", nvml=s.nvml_available, samples=s.count, host=s.hostname, boot=s.boot,
+            interval_s=s.interval_s, gpus=len(gpus), lost_gpus=sum(1 for g in gpus if g.get("lost")),
+            watching=latest["proc"]["pid"] if latest and latest.get("proc") else None,
+            scrapes=s.scrape_states()))
 
     def _metrics(self, query: dict) -> None:
         body = render_metrics(self.server.sampler).encode()

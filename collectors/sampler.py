@@ -17,6 +17,7 @@ import uuid
 from typing import IO, Callable
 
 import runformat
+from runformat import wire
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.nvml import Nvml
 from collectors.scrape import Scrapes
@@ -175,10 +176,8 @@ class Sampler:
             ring = list(self._ring)
             nxt = self._next_seq
         oldest = ring[0]["seq"] if ring else nxt
-        out = {"host": self.hostname, "boot": self.boot, "next": nxt, "samples": []}
         if seq < oldest:
-            out["dropped"] = oldest - seq
-            out["samples"] = ring
-        elif seq < nxt:
-            out["samples"] = ring[seq - oldest:]
-        return out
+            return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt, samples=ring,
+                                dropped=oldest - seq)
+        return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt,
+                            samples=ring[seq - oldest:] if seq < nxt else [])

@@ -43,24 +43,33 @@ from .report import write_report
 from .table import format_table
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dashboard", description=__doc__.split("\n\n")[0])
+PROG = "python -m dashboard"
+
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    p.add_argument("--out", type=Path, help="where the comparison report of several runs goes")
-    p.add_argument("--serve", action="store_true", help="serve a live view that follows the run")
+    p.add_argument("--out", type=Path, help="where the comparison report of several runs goes "
+                                            "(default compare-<UTC timestamp>/ beside the first run)")
+    p.add_argument("--serve", action="store_true",
+                   help="serve a live view that follows the run (default off)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8090,
-                   help="port to serve on (8090; Locust's web UI has 8089); 0 picks a free one")
-    p.add_argument("--no-report", action="store_true", help="skip report.html (summary.json only)")
-    p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table")
+                   help="port to serve on (default 8090; Locust's web UI has 8089); 0 picks a free one")
+    p.add_argument("--no-report", action="store_true",
+                   help="skip report.html, write summary.json only (default off)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary JSON instead of the table (default off)")
     p.add_argument("--slo", metavar="SPEC", help="judge each concurrency against an SLO, e.g. "
                    "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)")
     p.add_argument("--require", metavar="N", type=gate.whole_number,
-                   help="exit 0 only if the SLO holds at concurrency N (and every lower one tested)")
+                   help="exit 0 only if the SLO holds at concurrency N and every lower one tested "
+                        "(default: no gate)")
     p.add_argument("--baseline", metavar="OLD_RUN", type=Path,
-                   help="compare with an earlier run; exit 1 on a significant regression")
+                   help="compare with an earlier run; exit 1 on a significant regression "
+                        "(default: no comparison)")
     p.add_argument("--tolerance", type=float, default=regression.TOLERANCE,
-                   help="relative change --baseline lets pass (default 0.10)")
+                   help=f"relative change --baseline lets pass (default {regression.TOLERANCE:.2f})")
     return p
 
 
@@ -118,8 +127,8 @@ def _print_verdicts(s: dict, as_json: bool) -> None:
         print(req["reason"], file=sys.stdout if req["holds"] and not as_json else sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = parser(prog).parse_args(argv)
     bad = _gate_args(args)
     slo = None
     if bad is None and args.slo is not None:

@@ -77,13 +77,4 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
 
 def write_report(rd: RunDir, summary: dict) -> Path:
     """Write ``report.html`` atomically; an OSError leaves no temporary file behind."""
-    out = rd.path / runformat.REPORT_HTML
-    tmp = out.with_suffix(".html.tmp")
-    html = report_html(rd, summary)
-    try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(out)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+    return runformat.write_text(rd.path / runformat.REPORT_HTML, report_html(rd, summary))

@@ -1,8 +1,10 @@
-"""Wires tts-knee into Locust through its events: options, the run on each node, records,
-clock sync, collectors, and the end of the run. Importing this module only attaches listeners.
+"""A tts-knee node's life in Locust, and the Locust events that drive it (options, init, test
+start and stop, quitting, the custom messages). Importing this module only attaches listeners.
 
 Each node's state is one :class:`Node`, made at Locust's ``init`` and kept as the environment's
-only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run`.
+only tts-knee attribute, ``environment.tts_knee``; the node holds the current :class:`Run` (the
+run directory, the step plan, records, collectors, the end of the run). What the master learns
+from its workers' heartbeats is :mod:`locustfiles.heartbeats`.
 """
 from __future__ import annotations
 
@@ -21,22 +23,20 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import runformat
+from runformat import wire
 
 from . import audio as audio_mod
 from . import stream as stream_mod
-from . import settings as settings_mod, timesync, webui
+from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import wall
 from .headers import header
 from .puller import CollectorPuller
-from .shipping import (ACK_MESSAGE, ERROR_MESSAGE, JsonlAppender, RecordReceiver, RecordShipper,
-                      RecordWriter)
-from .shape import STEP_MESSAGE, Step, StepState
+from .shipping import RecordReceiver, RecordShipper, RecordWriter
+from .shape import Step, StepState
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends.
 FINAL_FLUSH_TIMEOUT_S = 10.0
-#: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
-WORKER_WATCH_INTERVAL_S = 1.0
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
 
@@ -121,9 +121,9 @@ class Run:
     def begin_step(self, step: Step) -> None:
         self.state.begin(step)
         if self.is_master:
-            self.environment.runner.send_message(STEP_MESSAGE, {"step": step.step, "concurrency": step.concurrency,
-                                                                 "settle_s": step.settle_s, "rate": step.rate,
-                                                                 "workers": step.workers})
+            self.environment.runner.send_message(wire.STEP.name, wire.STEP(
+                step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
+                workers=step.workers))
         self.save()
 
     @property
@@ -348,7 +348,7 @@ class Node:
             environment.process_exit_code = 2
             if self.is_worker:
                 # A worker that cannot run says why to the master and leaves the run to the others.
-                environment.runner.send_message(ERROR_MESSAGE, {"message": str(e)})
+                environment.runner.send_message(wire.WORKER_ERROR.name, wire.WORKER_ERROR(message=str(e)))
                 gevent.spawn(environment.runner.quit)
             return None
         if self.is_worker:
@@ -379,18 +379,19 @@ def _on_init(environment, **_kw) -> None:
     runner = environment.runner
     if node.is_master:
         timesync.serve(runner)
-        gevent.spawn(_watch_workers, node)
+        gevent.spawn(heartbeats.watch, node)
     elif node.is_worker:
         def on_step(environment, msg, **_kw):
-            node.state.begin(Step(msg.data["step"], msg.data["concurrency"], wall(), settle_s=msg.data.get("settle_s"),
-                                  rate=msg.data.get("rate"), workers=msg.data.get("workers")))
+            data = msg.data
+            node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
+                                  rate=data["rate"], workers=data["workers"]))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:
                 node.run.shipper.on_ack(msg.data)
         # Locust allows one listener per message type: registered once, routed to the current run.
-        runner.register_message(STEP_MESSAGE, on_step)
-        runner.register_message(ACK_MESSAGE, on_ack)
+        runner.register_message(wire.STEP.name, on_step)
+        runner.register_message(wire.ACK.name, on_ack)
     if environment.web_ui is not None:
         webui.mount(environment, node)
 
@@ -414,30 +415,3 @@ def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
         run.shipper.spool()   # what the master never acknowledged (it went away, say)
-
-
-def _watch_workers(node: Node) -> None:
-    """Master: note workers that went away, and sample every worker's own CPU and memory
-    (Locust's heartbeats carry them) into resources.jsonl as role=client."""
-    appender: dict = {}
-    while True:
-        gevent.sleep(WORKER_WATCH_INTERVAL_S)
-        run = node.run
-        if run is None or run.closed or run.receiver is None or run.run_dir is None:
-            continue
-        for wid in run.receiver.note_lost():
-            log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
-            run.save()
-        path = run.run_dir / runformat.RESOURCES
-        if appender.get("path") != path:
-            if appender:
-                appender["out"].close()
-            appender.update(path=path, out=JsonlAppender(path))
-        now = wall()
-        appender["out"].write([
-            runformat.resource_sample(
-                ts=now, host=c.id, role="client", source="locust-heartbeat",
-                proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[])
-            # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage
-        ])

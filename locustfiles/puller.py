@@ -44,6 +44,7 @@ from geventhttpclient import HTTPClient
 import psutil
 
 import runformat
+from runformat.wire import HEALTH, SAMPLES, TIME
 from collectors.exposition import ExpositionError, Reader
 from collectors.host import HostSampler, ProcessWatcher
 from collectors.sampler import Sampler, next_tick
@@ -139,7 +140,7 @@ class _Collector:
         best: tuple[float, float] | None = None
         for _ in range(n):
             t_send = wall()
-            reply = self.get("/time")
+            reply = self.get(TIME.name)
             t_recv = wall()
             rtt = t_recv - t_send
             try:
@@ -305,8 +306,8 @@ class CollectorPuller:
     def describe_server_metrics(self) -> list[dict]:
         """Per ``--server-metrics`` URL: samples written, failed scrapes, and the series the
         cap left out at the last scrape."""
-        return [{"url": m.url, "samples": m.samples, "failures": m.failures,
-                 "series_left_out": m.reader.dropped} for m in self._scraped]
+        return [runformat.server_metrics_entry(url=m.url, samples=m.samples, failures=m.failures,
+                                               series_left_out=m.reader.dropped) for m in self._scraped]
 
     @property
     def unreachable(self) -> list[str]:
@@ -363,17 +364,17 @@ class CollectorPuller:
 
     def _first_since(self, c: _Collector) -> int:
         """Where to start reading a collector met for the first time: a few seconds back."""
-        health = c.get("/healthz")
-        count = int(_number(health, "samples", "/healthz")) if health.get("samples") else 0
-        interval = _number(health, "interval_s", "/healthz") if health.get("interval_s") else self.interval_s
+        health = c.get(HEALTH.name)
+        count = int(_number(health, "samples", HEALTH.name)) if health.get("samples") else 0
+        interval = _number(health, "interval_s", HEALTH.name) if health.get("interval_s") else self.interval_s
         return max(0, count - math.ceil(PRE_ROLL_S / interval) - 1)
 
     def _pull(self, c: _Collector) -> None:
         if c.since is None:
             c.since = self._first_since(c)
-        reply = c.get(f"/samples?since={c.since}")
+        reply = c.get(f"{SAMPLES.name}?since={c.since}")
         restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) \
-            or _number(reply, "next", "/samples") < c.since
+            or _number(reply, "next", SAMPLES.name) < c.since
         if restarted:
             c.restarts += 1
             log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
@@ -382,9 +383,9 @@ class CollectorPuller:
             c.gap_is_certain = c.pending_gap_from is not None
             self._connect(c)  # its host (and clock) may have changed
             c.since = 0
-            reply = c.get("/samples?since=0")
+            reply = c.get(f"{SAMPLES.name}?since=0")
         elif c.last_ts is not None:
-            dropped = int(_number(reply, "dropped", "/samples")) if reply.get("dropped") else 0
+            dropped = int(_number(reply, "dropped", SAMPLES.name)) if reply.get("dropped") else 0
             c.dropped += dropped
             if not dropped and not c.gap_is_certain:
                 c.pending_gap_from = None  # its ring covered the outage: nothing is missing
@@ -394,9 +395,9 @@ class CollectorPuller:
         c.host = reply.get("host") or c.host
         samples = reply.get("samples") or []
         if not isinstance(samples, list):
-            raise _Unreachable("/samples answered without a list of samples")
+            raise _Unreachable(f"{SAMPLES.name} answered without a list of samples")
         self._write_samples(c, samples)
-        c.since = int(_number(reply, "next", "/samples"))
+        c.since = int(_number(reply, "next", SAMPLES.name))
 
     def _write_samples(self, c: _Collector, samples: list[dict]) -> None:
         offset = c.current_offset_s or 0.0

@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-#: Status token in ``--retry-on`` that stands for connection errors and timeouts.
-CONNECTION_ERROR = "conn"
+from runformat.options import CONNECTION_ERROR  # the --retry-on token for connection errors
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 3
-    base_ms: float = 200.0
-    max_ms: float = 2000.0
-    retry_on: frozenset = field(default_factory=lambda: frozenset({429, 500, 502, 503, 504}))
+    """From ``--retry-max-attempts``, ``--retry-base-ms``, ``--retry-max-ms``, ``--retry-on`` and
+    ``--retry-after-cap`` (their defaults: :mod:`runformat.options`)."""
+    max_attempts: int
+    base_ms: float
+    max_ms: float
+    retry_on: frozenset   # HTTP statuses, and CONNECTION_ERROR for connection errors
     #: Longest Retry-After honoured, in seconds; a longer one is capped to this.
-    retry_after_cap_s: float = 60.0
+    retry_after_cap_s: float
 
     def should_retry(self, attempt: int, status: int | None) -> bool:
         if attempt >= self.max_attempts:

@@ -1,5 +1,6 @@
-"""tts-knee's options: declared once for Locust's parser (so they work on the command line, in
-``.conf`` files and in the web UI) and validated into one :class:`Settings` object.
+"""tts-knee's options: registered on Locust's parser from their one declaration
+(:mod:`runformat.options`, so they work on the command line, in ``.conf`` files and in the web
+UI) and validated into one :class:`Settings` object.
 
 A bad value raises :class:`SettingsError` whose message names the option and what it expects.
 """
@@ -14,22 +15,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from analysis import slo as slo_mod
+from runformat import options as run_options
+from runformat.fields import Builder
+from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS, FORMATS,
+                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 
 from . import corpus
-from .retry import CONNECTION_ERROR, RetryPolicy
-
-APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
-FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
-STREAM_FORMATS = ("", "sse", "audio")
-DEFAULT_STEPS = "1,2,4,8,16"
-ARRIVALS = ("poisson", "constant")
-DEFAULT_STEP_TIME_S = 30.0
-#: With --step-requests, a step also ends after this long unless --step-time says otherwise.
-STEP_REQUESTS_CAP_S = 600.0
-#: Settle window by default: this fraction of the step, at most SETTLE_MAX_S.
-SETTLE_FRACTION, SETTLE_MAX_S = 0.1, 5.0
-#: Where the master and the collector both find the collectors' token, off the command line.
-COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
+from .retry import RetryPolicy
 
 
 class SettingsError(ValueError):
@@ -37,82 +29,27 @@ class SettingsError(ValueError):
 
 
 def add_arguments(parser) -> None:
-    """Register tts-knee's options on Locust's parser (``init_command_line_parser``)."""
-    g = parser  # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
-    g.add_argument("--tts-api", choices=sorted(APIS), default="openai",
-                   help="Request shape: OpenAI /v1/audio/speech, piper POST /synthesize, or a JSON template.")
-    g.add_argument("--tts-path", default="", help="Path of the TTS endpoint (default: the API's usual path).")
-    g.add_argument("--tts-model", default="tts-1", help="`model` field for the openai API.")
-    g.add_argument("--tts-voice", default="alloy", help="`voice` field for the openai API (empty to omit).")
-    g.add_argument("--tts-format", default="wav", help=f"Audio format asked for and checked: {', '.join(FORMATS)}.")
-    g.add_argument("--tts-stream", action="store_true", default=False,
-                   help="Ask for a streamed response (openai: stream=true).")
-    g.add_argument("--tts-stream-format", default="",
-                   help="openai stream_format: sse (server-sent events) or audio; implies --tts-stream.")
-    g.add_argument("--playback-buffer-ms", type=float, default=0.0,
-                   help="Audio (ms) the simulated player buffers before it starts playing a stream.")
-    g.add_argument("--ttfa-floor-ms", type=float, default=300.0,
-                   help="A rise in time to first audio counts toward the knee only above this (ms).")
-    g.add_argument("--tts-template", default="",
-                   help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE.')
-    g.add_argument("--tts-sample-rate", type=int, default=24000, help="Sample rate of raw PCM responses and of SSE audio events (Hz).")
-    g.add_argument("--texts", default="", help="Corpus: .txt (one text per line) or .jsonl (text, id, tier).")
-    g.add_argument("--steps", default="",
-                   help=f"Concurrency levels, in order (closed loop; default {DEFAULT_STEPS}).")
-    g.add_argument("--rates", default="",
-                   help="Open loop instead of --steps: offered requests per second, in order, for the whole run "
-                        "(split across workers), e.g. 1,2,4,8; each arrival is sent on its schedule.")
-    g.add_argument("--arrival", choices=ARRIVALS, default="poisson",
-                   help="Open loop: gaps between arrivals, exponential (poisson) or equal (constant).")
-    g.add_argument("--arrival-seed", type=int, default=-1,
-                   help="Open loop: seed of the Poisson arrivals, recorded in run.json (default: a random one).")
-    g.add_argument("--max-inflight", type=int, default=1000,
-                   help="Open loop: an arrival that finds this many requests in flight (per worker) is not sent "
-                        "and counted as dropped.")
-    g.add_argument("--step-time", type=float, default=0.0,
-                   help=f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests).")
-    g.add_argument("--step-requests", type=int, default=0, help="End each step after this many settled requests.")
-    g.add_argument("--settle-time", type=float, default=-1.0,
-                   help="Seconds at the start of each step whose records are marked settled=false "
-                        f"(default {SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s).")
-    g.add_argument("--split-max-chars", type=int, default=0,
-                   help="Split longer texts at sentence ends into segments of at most this many characters, "
-                        "one request each, joined into one WAV on the client (0: off).")
-    g.add_argument("--retry-max-attempts", type=int, default=3, help="Attempts per request, the first included.")
-    g.add_argument("--retry-base-ms", type=float, default=200.0, help="First backoff (ms); doubles per attempt.")
-    g.add_argument("--retry-max-ms", type=float, default=2000.0, help="Longest backoff (ms).")
-    g.add_argument("--retry-on", default="429,500,502,503,504",
-                   help=f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors.")
-    g.add_argument("--retry-after-cap", type=float, default=60.0, help="Longest Retry-After honoured (s).")
-    g.add_argument("--request-timeout", type=float, default=120.0, help="Seconds before an attempt is abandoned.")
-    g.add_argument("--connect-timeout", type=float, default=10.0, help="Seconds to wait for a connection.")
-    g.add_argument("--audio-dir", default="", help="Where audio is written (default RUN_DIR/audio).")
-    g.add_argument("--audio-keep", type=int, default=4,
-                   help="Audio files kept per user, overwritten in turn so disk use stays bounded (0: keep all).")
-    g.add_argument("--on-audio-error", choices=("continue", "stop"), default="continue",
-                   help="When audio cannot be written (disk full, no permission): go on without writing, or stop.")
-    g.add_argument("--run-dir", default="", help="Run directory (default runs/<UTC timestamp>).")
-    g.add_argument("--collector", action="append", default=[], help="Collector URL (repeatable).")
-    g.add_argument("--collector-token", default="", is_secret=True, env_var=COLLECTOR_TOKEN_ENV,
-                   help=f"Bearer token for the collectors (default: ${COLLECTOR_TOKEN_ENV}, as the collector's --token).")
-    g.add_argument("--require-collectors", action="store_true", default=False,
-                   help="End the run if a collector is unreachable at the start.")
-    g.add_argument("--skip-preflight", action="store_true", default=False,
-                   help="Do not send the one warm-up request that checks the target before the run.")
-    # The SLO and the step plan: each step judged as it ends, the plan decided from the verdicts.
-    g.add_argument("--slo", default="", help="Service-level objective each step is judged against as it ends, "
-                   "e.g. p95_ms<=1200,error_rate<=0.01.")
-    g.add_argument("--refine", action="store_true", default=False,
-                   help="After the grid, bisect between the largest passing and the smallest failing "
-                        "concurrency until they are adjacent (needs --slo).")
-    g.add_argument("--stop-past-knee", action="store_true", default=False,
-                   help="Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) "
-                        "and the next step fails too.")
-    g.add_argument("--repeat", type=int, default=1, help="Run the grid of --steps this many times.")
-    # The server's own metrics, scraped by the master (for servers with no collector beside them).
-    g.add_argument("--server-metrics", action="append", default=[],
-                   help="The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the "
-                        "master into resources.jsonl each second (repeatable).")
+    """Register tts-knee's options (:data:`runformat.options.OPTIONS`) on Locust's parser
+    (``init_command_line_parser``): the command line, ``.conf`` files and the web UI."""
+    for o in run_options.OPTIONS:
+        if o.flag is None:
+            continue
+        kw = {"default": list(o.default) if o.kind == "list" else o.default,
+              "help": o.help_text().replace("%", "%%")}   # argparse formats help with %
+        if o.kind is bool:
+            kw["action"] = "store_true"
+        elif o.kind == "list":
+            kw["action"] = "append"
+        elif o.kind is not str:
+            kw["type"] = o.kind
+        if o.choices:
+            kw["choices"] = o.choices
+        if o.secret:
+            kw["is_secret"] = True
+        if o.env:
+            kw["env_var"] = o.env
+        # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
+        parser.add_argument(o.flag, **kw)
 
 
 @dataclass(frozen=True)
@@ -151,11 +88,11 @@ class Settings:
     refine: bool
     stop_past_knee: bool
     repeat: int
-    server_metrics: tuple = ()
-    rates: tuple = ()          # open loop: offered req/s per step for the whole run; () = closed loop
-    arrival: str = "poisson"
-    arrival_seed: int = 0
-    max_inflight: int = 1000
+    server_metrics: tuple
+    rates: tuple               # open loop: offered req/s per step for the whole run; () = closed loop
+    arrival: str
+    arrival_seed: int
+    max_inflight: int
 
     @property
     def mode(self) -> str:
@@ -179,8 +116,9 @@ class Settings:
         return self.template.replace("{text}", json.dumps(text, ensure_ascii=False)[1:-1]).encode()
 
     def public(self) -> dict:
-        """What run.json records of the options (the token left out)."""
-        return {
+        """What run.json records of the options (:data:`runformat.options.RUN_OPTIONS`; the token
+        left out)."""
+        return _recorded(**{
             "tts_api": self.api, "tts_path": self.path, "tts_model": self.model, "tts_voice": self.voice,
             "tts_format": self.format, "tts_stream": self.stream,
             "tts_stream_format": self.stream_format, "playback_buffer_ms": self.playback_buffer_ms,
@@ -198,7 +136,10 @@ class Settings:
             "rates": list(self.rates), "arrival": self.arrival if self.rates else None,
             "arrival_seed": self.arrival_seed if self.rates else None,
             "max_inflight": self.max_inflight if self.rates else None,
-        }
+        })
+
+
+_recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
 
 
 def _number(name: str, value, kind=float):
@@ -324,15 +265,15 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError(f"--texts: {e}") from None
     steps_given = bool(str(o.steps or "").strip())
     steps = parse_steps(o.steps if steps_given else DEFAULT_STEPS)
-    rates = parse_rates(o.rates) if str(getattr(o, "rates", "") or "").strip() else ()
+    rates = parse_rates(o.rates) if str(o.rates or "").strip() else ()
     if rates and steps_given:
         raise SettingsError("--rates and --steps were both given: use --rates for an open-loop run "
                             "(requests per second) or --steps for a closed-loop one (concurrency), not both")
-    max_inflight = int(_positive("max-inflight", getattr(o, "max_inflight", 1000), int))
+    max_inflight = int(_positive("max-inflight", o.max_inflight, int))
     if rates and (o.refine or o.stop_past_knee or int(o.repeat) != 1 or str(o.slo or "").strip()):
         raise SettingsError("--slo, --refine, --stop-past-knee and --repeat work with --steps only, "
                             "not yet with --rates")
-    seed = int(_number("arrival-seed", getattr(o, "arrival_seed", -1), int))
+    seed = int(_number("arrival-seed", o.arrival_seed, int))
     if seed < 0:
         seed = random.SystemRandom().randrange(2**31)
     step_requests = int(_positive("step-requests", o.step_requests, int, allow_zero=True))
@@ -373,6 +314,6 @@ def from_options(options, host: str | None) -> Settings:
         require_collectors=bool(o.require_collectors), preflight=not o.skip_preflight,
         slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee),
         repeat=int(_positive("repeat", o.repeat, int)),
-        server_metrics=_collectors(getattr(o, "server_metrics", None) or [], "server-metrics"),
-        rates=rates, arrival=getattr(o, "arrival", "poisson"), arrival_seed=seed, max_inflight=max_inflight,
+        server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
+        rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
     )

@@ -22,7 +22,6 @@ from .clock import wall
 from .shipping import BATCH_INTERVAL_S
 
 log = logging.getLogger("tts_knee.shape")
-STEP_MESSAGE = "tts_knee_step"
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
 TICK_SLACK_S = 0.1

@@ -15,15 +15,12 @@ from pathlib import Path
 import gevent
 
 import runformat
+from runformat import wire
 
 from .clock import wall
 
 log = logging.getLogger("tts_knee.records")
 
-RECORDS_MESSAGE = "tts_knee_records"
-ACK_MESSAGE = "tts_knee_ack"
-#: A worker that cannot run tells the master why before it leaves.
-ERROR_MESSAGE = "tts_knee_worker_error"
 #: Local/master writer: buffered records reach the file at least this often.
 FLUSH_INTERVAL_S = 0.5
 #: Worker shipper: a batch goes out this often, or sooner when it reaches BATCH_MAX records.
@@ -162,8 +159,8 @@ class RecordReceiver:
         self.workers: dict[str, dict] = {}
         self.errors: dict[str, str] = {}   # worker id -> why it could not run
         self.dropped: dict[str, dict[int, int]] = {}   # open loop: worker id -> step -> arrivals not sent
-        runner.register_message(RECORDS_MESSAGE, self._on_records)
-        runner.register_message(ERROR_MESSAGE, self._on_error)
+        runner.register_message(wire.RECORDS.name, self._on_records)
+        runner.register_message(wire.WORKER_ERROR.name, self._on_error)
 
     def reset(self, writer: RecordWriter, run_id: str) -> None:
         """Point at a new run's writer (a web-UI session can hold several runs)."""
@@ -174,10 +171,12 @@ class RecordReceiver:
         log.error("worker %s cannot run: %s", msg.node_id, msg.data["message"])
 
     def worker(self, worker_id: str) -> dict:
-        return self.workers.setdefault(worker_id, {
-            "id": worker_id, "records": 0, "batches": 0, "final": False, "first_seen": wall(),
-            "last_seen": None, "offset_s": None, "rtt_s": None, "lost_at": None, "host": None,
-        })
+        w = self.workers.get(worker_id)
+        if w is None:
+            w = self.workers[worker_id] = runformat.worker_entry(
+                id=worker_id, records=0, batches=0, final=False, first_seen=wall(), last_seen=None,
+                lost_at=None, host=None)
+        return w
 
     def _on_records(self, environment, msg, **_kw) -> None:
         data = msg.data
@@ -189,7 +188,7 @@ class RecordReceiver:
         w = self.worker(msg.node_id)
         self.writer.add(data["records"])
         self.writer.flush()
-        self.runner.send_message(ACK_MESSAGE, {"seq": data["seq"], "run": self.run_id}, client_id=msg.node_id)
+        self.runner.send_message(wire.ACK.name, wire.ACK(seq=data["seq"], run=self.run_id), client_id=msg.node_id)
         w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
                  offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
         if data.get("dropped"):   # running totals: a batch sent twice cannot count them twice
@@ -258,10 +257,9 @@ class RecordShipper:
                     r[k] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch
-        self.runner.send_message(RECORDS_MESSAGE, {
-            "run": self.run_id, "seq": self._seq, "records": batch, "final": final, "offset_s": self.timesync.offset_s,
-            "rtt_s": self.timesync.rtt_s, "host": self.timesync.host, "dropped": dict(self.dropped),
-        })
+        self.runner.send_message(wire.RECORDS.name, wire.RECORDS(
+            run=self.run_id, seq=self._seq, records=batch, final=final, offset_s=self.timesync.offset_s,
+            rtt_s=self.timesync.rtt_s, host=self.timesync.host, dropped=dict(self.dropped)))
 
     def _run(self) -> None:
         while True:

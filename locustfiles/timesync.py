@@ -10,9 +10,10 @@ import socket
 
 import gevent
 
+from runformat.wire import PING, PONG
+
 from .clock import wall
 
-PING, PONG = "tts_knee_ping", "tts_knee_pong"
 PROBES = 8
 PROBE_GAP_S = 0.02
 PROBE_WAIT_S = 2.0
@@ -21,8 +22,8 @@ PROBE_WAIT_S = 2.0
 def serve(runner) -> None:
     """Master side: answer every ping with the master's clock."""
     def on_ping(environment, msg, **_kw):
-        runner.send_message(PONG, {"n": msg.data["n"], "t": msg.data["t"], "tm": wall()}, client_id=msg.node_id)
-    runner.register_message(PING, on_ping)
+        runner.send_message(PONG.name, PONG(n=msg.data["n"], t=msg.data["t"], tm=wall()), client_id=msg.node_id)
+    runner.register_message(PING.name, on_ping)
 
 
 class WorkerClock:
@@ -34,7 +35,7 @@ class WorkerClock:
         self.offset_s: float | None = None
         self.rtt_s: float | None = None
         self._n = 0
-        runner.register_message(PONG, self._on_pong)
+        runner.register_message(PONG.name, self._on_pong)
 
     def _on_pong(self, environment, msg, **_kw) -> None:
         now = wall()
@@ -47,7 +48,7 @@ class WorkerClock:
         """Send a burst of pings; answers arrive through the runner's message loop."""
         for _ in range(PROBES):
             self._n += 1
-            self.runner.send_message(PING, {"n": self._n, "t": wall()})
+            self.runner.send_message(PING.name, PING(n=self._n, t=wall()))
             gevent.sleep(PROBE_GAP_S)
 
     def wait(self, timeout: float = PROBE_WAIT_S) -> bool:

@@ -7,13 +7,19 @@
 Open loop (offered requests per second instead of concurrency): ``--rates 1,2,4,8
 --arrival poisson|constant --max-inflight N`` in place of ``--steps``.
 
-Run ``locust -f locustfiles/tts.py --help`` for the tts-knee options (the "tts-knee" group).
+``tts-knee run`` is this locustfile run by Locust; ``tts-knee run --help`` lists the tts-knee
+options among Locust's own (``locust -f locustfiles/tts.py --help`` cannot: Locust prints its
+help before it loads a locustfile).
 """
 import sys
 from pathlib import Path
 
-# Locust puts this file's folder on sys.path, not the project's; the package needs the latter.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Locust puts this file's folder first on sys.path, not the project's, which the package needs;
+# once this file is loaded Locust removes the first entry again, so the project goes second
+# (at the front, it would be the one removed, and what is imported later would be missing).
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:
+    sys.path.insert(1, ROOT)
 
 from locustfiles import node  # noqa: E402,F401  (attaches the event listeners)
 from locustfiles.openloop_user import OpenLoopUser  # noqa: E402,F401

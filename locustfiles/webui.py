@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flask import Response, request
 
-from .settings import DEFAULT_STEP_TIME_S, STEP_REQUESTS_CAP_S
+from runformat.options import DEFAULT_STEP_TIME_S, DEFAULT_STEPS, DEFAULTS, STEP_REQUESTS_CAP_S
 
 TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
@@ -37,7 +37,8 @@ def mount(environment, node) -> None:
         if request.endpoint != "locust.index" or response.mimetype != "text/html" \
                 or environment.shape_class is None:
             return response
-        defaults = {"step_time": DEFAULT_STEP_TIME_S, "step_requests_cap": STEP_REQUESTS_CAP_S}
+        defaults = {"step_time": DEFAULT_STEP_TIME_S, "step_requests_cap": STEP_REQUESTS_CAP_S,
+                    "steps": DEFAULT_STEPS, "repeat": DEFAULTS["repeat"]}
         script = _FORM_SCRIPT.replace("DEFAULTS", json.dumps(defaults))
         response.set_data(response.get_data(as_text=True).replace("</body>", script + "</body>", 1))
         return response
@@ -76,14 +77,14 @@ _FORM_SCRIPT = """<script>(function () {
     return e.type === "checkbox" ? (e.checked ? "true" : "") : String(e.value).trim();
   }
   function plan() {
-    var rates = field("rates"), steps = field("steps") || "?";
+    var rates = field("rates"), steps = field("steps") || D.steps;
     var time = parseFloat(field("step_time")) || 0, n = parseInt(field("step_requests"), 10) || 0;
     var per = n > 0 ? n + " settled requests per step (at most " + (time || D.step_requests_cap) + " s)"
                     : (time || D.step_time) + " s per step";
     var text = rates
       ? "Arrival rates drive this run: " + rates.split(",").join(" \u2192 ") + " requests/s, " + per + "."
       : "The steps drive this run: concurrency " + steps.split(",").join(" \u2192 ") + ", " + per + ".";
-    var repeat = parseInt(field("repeat"), 10) || 1;
+    var repeat = parseInt(field("repeat"), 10) || D.repeat;
     if (repeat > 1) text += " The grid runs " + repeat + " times.";
     if (field("slo")) text += " Each step is judged against " + field("slo") + ".";
     if (field("refine")) text += " Then it refines between the last passing and the first failing step.";

@@ -1,9 +1,15 @@
 """The run directory format: the one definition of every file tts-knee writes into
-``runs/<run-id>/`` and reads back.
+``runs/<run-id>/`` and reads back, and of the wire between its nodes.
 
-- ``runformat.schema``: each record kind's fields (name, unit, may it be null) as tables, the
-  builders writers and tests make records with, and the format version.
-- ``runformat.files``: the file names and how each file is written.
+- ``runformat.schema``: each record kind's fields (name, unit, may it be null, what a nested
+  object holds) as tables, the builders writers and tests make records with, and the format
+  version; ``runformat.fields`` is how a table is written and checked.
+- ``runformat.options``: the run's options (flag, run.json key, unit, default, help), from which
+  the load generator's parser is built and the reader takes its defaults.
+- ``runformat.summary``: ``summary.json``, nested all the way down.
+- ``runformat.wire``: the Locust messages between master and workers, and the collector's API.
+- ``runformat.files``: the file names and how each file is written (JSONL lines, atomic files).
+- ``runformat.check``: a finished run directory held to the declarations (no undeclared key).
 - ``runformat.metric_roles``: what known servers' scraped series mean (queue depth, running
   requests, batch size, KV cache), for the collector that scrapes them and the analysis.
 - ``runformat.reader``: reads a run directory back into columns (numpy, pandas, pyarrow; not
@@ -11,21 +17,26 @@
 
 Imports neither locust nor gevent nor pandas: the collectors and the dashboard use it too.
 """
+from .fields import Field, Keyed
 from .files import (AUDIO_DIR, REPORT_HTML, REQUESTS, RESOURCES, RUN_JSON, SUMMARY_JSON, claim,
-                    jsonl_bytes, jsonl_line, versions, write_json)
-from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, FORMAT_VERSION, GPU,
-                     GPU_IDENTITY, GPU_READING, MODES, PLAN, PROC, READABLE_VERSIONS, RESOURCE_SAMPLE, RUN,
-                     STEP, SUMMARY, WORKER, Field, attempt, collector_entry, format_version,
-                     gpu_reading, missing_fields, proc_reading, resource_sample, run_info,
-                     step_entry, unknown_fields, unreadable, worker_entry)
+                    jsonl_bytes, jsonl_line, versions, write_json, write_text)
+from .options import OPTIONS, RUN_OPTIONS, Option
+from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, DECISION, FORMAT_VERSION, GPU,
+                     GPU_IDENTITY, GPU_READING, MODES, PLAN, PLAN_LEVEL, PREFLIGHT, PROC, READABLE_VERSIONS,
+                     RESOURCE_SAMPLE, RUN, SERVER_METRICS, STEP, VERDICT, VERSIONS, WORKER, attempt,
+                     collector_entry, format_version, gpu_reading, missing_fields, proc_reading,
+                     resource_sample, run_info, server_metrics_entry, step_entry, unknown_fields,
+                     unreadable, worker_entry)
+from .summary import SUMMARY
 
 __all__ = [
-    "FORMAT_VERSION", "READABLE_VERSIONS", "Field",
+    "FORMAT_VERSION", "READABLE_VERSIONS", "Field", "Keyed", "Option",
     "ATTEMPT", "ATTEMPT_TIMES", "ATTEMPT_STREAM", "RESOURCE_SAMPLE", "PROC", "GPU", "GPU_IDENTITY",
-    "GPU_READING", "MODES", "RUN", "STEP", "WORKER", "COLLECTOR", "PLAN", "SUMMARY",
+    "GPU_READING", "MODES", "RUN", "STEP", "WORKER", "COLLECTOR", "SERVER_METRICS", "VERSIONS", "PREFLIGHT",
+    "PLAN", "DECISION", "VERDICT", "PLAN_LEVEL", "SUMMARY", "OPTIONS", "RUN_OPTIONS",
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
-    "worker_entry", "collector_entry", "unknown_fields", "missing_fields", "format_version",
-    "unreadable",
+    "worker_entry", "collector_entry", "server_metrics_entry", "unknown_fields", "missing_fields",
+    "format_version", "unreadable",
     "RUN_JSON", "REQUESTS", "RESOURCES", "SUMMARY_JSON", "REPORT_HTML", "AUDIO_DIR",
-    "jsonl_bytes", "jsonl_line", "write_json", "claim", "versions",
+    "jsonl_bytes", "jsonl_line", "write_json", "write_text", "claim", "versions",
 ]

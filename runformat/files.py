@@ -1,5 +1,5 @@
-"""The run directory's files and how they are written: ``run.json`` atomically, the JSONL
-files one compact line per record."""
+"""The run directory's files and how they are written: ``run.json``, ``summary.json`` and
+``report.html`` atomically, the JSONL files one compact line per record."""
 from __future__ import annotations
 
 import json
@@ -34,11 +34,24 @@ def jsonl_line(record: dict) -> str:
     return jsonl_bytes(record).decode()
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write atomically: readers (the live dashboard) never see half a file."""
+def write_text(path: Path, text: str) -> Path:
+    """Write ``path`` atomically (a temporary file beside it, then renamed over it): readers
+    (the live dashboard, a browser reloading the report) never see half a file. On an OSError
+    nothing is left behind and the old file, if any, stays whole."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: Path, data: dict, indent: int = 2) -> Path:
+    """``data`` as JSON, written atomically (see :func:`write_text`)."""
+    return write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
 
 
 def claim(path: Path) -> Path:

@@ -41,13 +41,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 import runformat
+from runformat.options import DEFAULTS as OPTION_DEFAULTS
 
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
 CHUNK_LINES = 16384  # lines held as parsed records at once before they become numpy arrays
 MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one label
 MAX_STAGES = 32  # distinct Server-Timing stage names kept
 OTHER_LABEL = "(other)"
-TTFA_FLOOR_MS = 300.0  # --ttfa-floor-ms default, for runs whose run.json does not say
+TTFA_FLOOR_MS = OPTION_DEFAULTS["ttfa_floor_ms"]  # for runs whose run.json does not say
 
 # How each numeric attempt field becomes a column (named as the field):
 NUM = "num"  # a finite number, else NaN
@@ -776,6 +777,6 @@ class RunDir:
         return TTFA_FLOOR_MS if v is None else v
 
     def playback_buffer_ms(self) -> float:
-        """``options.playback_buffer_ms`` (default 0)."""
+        """``options.playback_buffer_ms`` (default: the option's)."""
         v = _amount(self.options().get("playback_buffer_ms"))
-        return 0.0 if v is None else v
+        return OPTION_DEFAULTS["playback_buffer_ms"] if v is None else v

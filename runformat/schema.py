@@ -7,29 +7,23 @@ field, and the key order (and so the bytes) of a record does not depend on who b
 
 A field marked ``optional`` is left out of a record unless given: fields that only some runs
 carry (streaming lists, open-loop scheduling, server metrics). Readers must treat a missing
-field and a null one alike.
+field and a null one alike. A field whose value is an object names that object's table in
+``of`` (see :mod:`runformat.fields`), all the way down, so every key a file holds is declared:
+:func:`runformat.check.undeclared_keys` holds a run directory to it.
+
+``summary.json`` is declared in :mod:`runformat.summary`, the run's options in
+:mod:`runformat.options`, the messages between nodes in :mod:`runformat.wire`.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from .fields import Builder, Field, Keyed, names as _names
+from .options import RUN_OPTIONS
 
 #: The run directory format this version of tts-knee writes (``run.json``'s ``format_version``).
 #: 1: runs from before the field existed (no ``format_version``); 2: the same records, with it.
 FORMAT_VERSION = 2
 #: Format versions this version reads.
 READABLE_VERSIONS = (1, 2)
-
-
-class Field(NamedTuple):
-    name: str
-    unit: str            # "ms", "s", "unix s", "bytes", "percent", "count", "" for none
-    nullable: bool       # may be null in a record
-    doc: str
-    optional: bool = False   # left out of a record unless given
-
-
-def _names(table: tuple[Field, ...]) -> tuple[str, ...]:
-    return tuple(f.name for f in table)
 
 
 # ---- requests.jsonl: one attempt per line -----------------------------------------------
@@ -57,7 +51,7 @@ ATTEMPT: tuple[Field, ...] = (
     Field("rtf", "", True, "synthesis seconds / audio seconds"),
     Field("retry_after_s", "s", True, "Retry-After, parsed"),
     Field("retry_after_raw", "", True, "Retry-After as sent"),
-    Field("server_timing", "ms", True, "Server-Timing: stage name -> ms"),
+    Field("server_timing", "ms", True, "Server-Timing: stage name -> ms", of=Keyed("stage name")),
     Field("settled", "", False, "false inside the step's settle (warm-up) window"),
     Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing"),
     Field("chunks", "count", True, "body blocks that carried audio"),
@@ -89,34 +83,6 @@ ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms",
 
 # ---- resources.jsonl: one sample per line ------------------------------------------------
 
-#: A resource sample's fields. Collectors send the same fields on their own clock with a
-#: ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``.
-RESOURCE_SAMPLE: tuple[Field, ...] = (
-    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)",
-          optional=True),
-    Field("ts", "unix s", False, "when it was taken; the master's clock in resources.jsonl"),
-    Field("host", "", False, "hostname, or a Locust worker id for heartbeat samples"),
-    Field("role", "", False, "'server' or 'client' (the load generator)"),
-    Field("source", "", True, "what took it when not a collector: 'locust-heartbeat'", optional=True),
-    Field("interval_s", "s", True, "time since the previous sample", optional=True),
-    Field("cpu_percent", "percent", True, "all cores together"),
-    Field("cpu_max_core_percent", "percent", True, "the busiest core"),
-    Field("iowait_percent", "percent", True, "", optional=True),
-    Field("steal_percent", "percent", True, "", optional=True),
-    Field("cpu_count", "count", True, "", optional=True),
-    Field("mem_used_bytes", "bytes", True, "what applications hold; not cache"),
-    Field("mem_total_bytes", "bytes", True, ""),
-    Field("disk_read_bytes", "bytes", True, "cumulative", optional=True),
-    Field("disk_write_bytes", "bytes", True, "cumulative", optional=True),
-    Field("net_sent_bytes", "bytes", True, "cumulative", optional=True),
-    Field("net_recv_bytes", "bytes", True, "cumulative", optional=True),
-    Field("proc", "", True, "the watched server process tree (PROC), or null"),
-    Field("gpus", "", False, "one GPU reading each (GPU); [] without NVML"),
-    Field("metrics", "", True, "scraped server metrics: series -> value", optional=True),
-    Field("collector", "", True, "the collector's URL; null for the master's own host", optional=True),
-    Field("clock_offset_s", "s", True, "subtracted from the collector's ts", optional=True),
-)
-
 #: ``proc``: the watched process and its children.
 PROC: tuple[Field, ...] = (
     Field("pid", "", True, "the watched root process; null for a heartbeat"),
@@ -146,32 +112,38 @@ GPU_READING: tuple[Field, ...] = (
 )
 GPU: tuple[Field, ...] = GPU_IDENTITY + GPU_READING
 
+#: A resource sample's fields. Collectors send the same fields on their own clock with a
+#: ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``.
+RESOURCE_SAMPLE: tuple[Field, ...] = (
+    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)",
+          optional=True),
+    Field("ts", "unix s", False, "when it was taken; the master's clock in resources.jsonl"),
+    Field("host", "", False, "hostname, or a Locust worker id for heartbeat samples"),
+    Field("role", "", False, "'server' or 'client' (the load generator)"),
+    Field("source", "", True, "what took it when not a collector: 'locust-heartbeat', or the "
+                              "--server-metrics URL", optional=True),
+    Field("interval_s", "s", True, "time since the previous sample", optional=True),
+    Field("cpu_percent", "percent", True, "all cores together"),
+    Field("cpu_max_core_percent", "percent", True, "the busiest core"),
+    Field("iowait_percent", "percent", True, "", optional=True),
+    Field("steal_percent", "percent", True, "", optional=True),
+    Field("cpu_count", "count", True, "", optional=True),
+    Field("mem_used_bytes", "bytes", True, "what applications hold; not cache"),
+    Field("mem_total_bytes", "bytes", True, ""),
+    Field("disk_read_bytes", "bytes", True, "cumulative", optional=True),
+    Field("disk_write_bytes", "bytes", True, "cumulative", optional=True),
+    Field("net_sent_bytes", "bytes", True, "cumulative", optional=True),
+    Field("net_recv_bytes", "bytes", True, "cumulative", optional=True),
+    Field("proc", "", True, "the watched server process tree, or null", of=PROC),
+    Field("gpus", "", False, "one GPU reading each; [] without NVML", of=GPU),
+    Field("metrics", "", True, "scraped server metrics: series -> value (counters as per-second rates)",
+          optional=True, of=Keyed("series")),
+    Field("collector", "", True, "the collector's URL; null for the master's own host", optional=True),
+    Field("clock_offset_s", "s", True, "subtracted from the collector's ts", optional=True),
+)
+
 
 # ---- run.json ------------------------------------------------------------------------------
-
-#: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
-#: arrivals on a schedule at each step's offered rate (--rates). A later mode (sessions) adds a
-#: name here; the reader refuses one it does not know.
-MODES = ("closed", "open")
-
-RUN: tuple[Field, ...] = (
-    Field("format_version", "", False, "this format's version; missing means 1"),
-    Field("run_id", "", False, "the run directory's name"),
-    Field("start", "unix s", False, ""),
-    Field("end", "unix s", True, "null while the run goes on"),
-    Field("target", "", True, "the TTS server's base URL"),
-    Field("mode", "", True, "how load was offered, one of MODES; null or missing: read from the steps"),
-    Field("options", "", False, "the run's options, secrets left out"),
-    Field("settle_s", "s", False, "the run's settle window at the start of each step"),
-    Field("steps", "", False, "one STEP each, in the order run"),
-    Field("workers", "", False, "one WORKER each"),
-    Field("collectors", "", False, "one COLLECTOR each"),
-    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line"),
-    Field("plan", "", True, "the step plan and its decisions (PLAN)", optional=True),
-    Field("preflight", "", True, "the warm-up request: ok, status, ms, message", optional=True),
-    Field("error", "", True, "why the run could not go on, one sentence", optional=True),
-    Field("records", "count", True, "attempt records written, once the run ended", optional=True),
-)
 
 STEP: tuple[Field, ...] = (
     Field("step", "", False, "1-based"),
@@ -217,86 +189,116 @@ COLLECTOR: tuple[Field, ...] = (
     Field("restarts", "count", False, ""),
 )
 
+#: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
+#: arrivals on a schedule at each step's offered rate (--rates). A later mode (sessions) adds a
+#: name here; the reader refuses one it does not know.
+MODES = ("closed", "open")
+
+#: ``server_metrics``: one per ``--server-metrics`` endpoint the master scraped.
+SERVER_METRICS: tuple[Field, ...] = (
+    Field("url", "", False, ""),
+    Field("samples", "count", False, "samples written (a failed scrape writes one with metrics null)"),
+    Field("failures", "count", False, "scrapes that failed"),
+    Field("series_left_out", "count", False, "series the cap left out at the last scrape"),
+)
+
+#: ``versions``: what measured, and how it was started.
+VERSIONS: tuple[Field, ...] = (
+    Field("python", "", False, ""),
+    Field("tts-knee", "", True, "null when not installed as a distribution"),
+    Field("locust", "", True, ""),
+    Field("gevent", "", True, ""),
+    Field("geventhttpclient", "", True, ""),
+    Field("argv", "", False, "the command line, the collector token hidden"),
+)
+
+#: ``preflight``: the warm-up request sent before the run.
+PREFLIGHT: tuple[Field, ...] = (
+    Field("ok", "", False, "the target answered like a TTS server (or busy, but a server)"),
+    Field("status", "", True, "HTTP status; null without an answer"),
+    Field("ms", "ms", True, "its round trip"),
+    Field("message", "", True, "why the run cannot start, one sentence"),
+)
+
+#: One decision of the step plan.
+DECISION: tuple[Field, ...] = (
+    Field("after_step", "", True, "the step judged last when it was taken"),
+    Field("action", "", False, "'stop' (the rest of the grid skipped), 'refine' (a probe) or 'done'"),
+    Field("skipped", "users", False, "stop: the grid's concurrencies skipped", optional=True),
+    Field("concurrency", "users", False, "refine: the probe's concurrency", optional=True),
+    Field("answer", "users", True, "done: the largest concurrency meeting the SLO", optional=True),
+    Field("why", "", False, "the decision in words, with the figures"),
+)
+
+#: One judged step's SLO verdict, as the plan took it.
+VERDICT: tuple[Field, ...] = (
+    Field("step", "", False, ""),
+    Field("concurrency", "users", False, ""),
+    Field("phase", "", False, ""),
+    Field("repeat", "count", False, ""),
+    Field("pass", "", True, "true, false, or null when inconclusive"),
+    Field("failed", "", False, "the terms it fails, in words"),
+    Field("inconclusive", "", False, "the terms the records cannot bound yet, in words"),
+    Field("requests", "count", True, "requests judged"),
+    Field("unanswered", "count", False, "requests sent before the cut-off with no record yet"),
+    Field("steps", "", False, "the steps judged together"),
+)
+
+#: One verdict per tested concurrency, repeats pooled.
+PLAN_LEVEL: tuple[Field, ...] = (
+    Field("concurrency", "users", False, ""),
+    Field("pass", "", True, ""),
+    Field("failed", "", False, ""),
+    Field("inconclusive", "", False, ""),
+    Field("steps", "", False, "the steps pooled"),
+)
+
 PLAN: tuple[Field, ...] = (
-    Field("grid", "users", False, "the concurrency grid"),
+    Field("grid", "users", False, "the concurrency grid (open loop: the rates)"),
     Field("repeat", "count", False, "passes over the grid"),
     Field("slo", "", True, "the SLO spec"),
     Field("refine", "", False, ""),
     Field("stop_past_knee", "", False, ""),
-    Field("decisions", "", False, "what the plan decided, step by step"),
-    Field("verdicts", "", False, "each judged step's SLO verdict"),
-    Field("levels", "", False, "verdict per concurrency", optional=True),
+    Field("decisions", "", False, "what the plan decided, step by step", of=DECISION),
+    Field("verdicts", "", False, "each judged step's SLO verdict", of=VERDICT),
+    Field("levels", "", False, "verdict per concurrency", optional=True, of=PLAN_LEVEL),
     Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
 )
 
-
-# ---- summary.json (written by the dashboard) ------------------------------------------------
-
-SUMMARY: tuple[Field, ...] = (
-    Field("run", "", False, "run.json's description of the run, and its path"),
-    Field("records", "count", False, "lines and attempts read"),
-    Field("bad_lines", "count", False, "unparseable lines per file"),
-    Field("incomplete_last_line", "", False, "per file"),
-    Field("steps", "", False, "one step summary per executed step, in run order"),
-    Field("levels", "", False, "one per tested concurrency, repeats pooled"),
-    Field("knee", "", False, "concurrency (or null) and methods; open loop: rate (or null) instead"),
-    Field("slo", "", True, "spec, steps, by_step, max_concurrency"),
-    Field("recommended_concurrency", "users", True, ""),
-    Field("recommendation", "", False, "the recommendation in words"),
-    Field("diagnosis", "", False, "kind and evidence"),
-    Field("little_law", "", True, ""),
-    Field("usl", "", True, "Universal Scalability Law fit"),
-    Field("gpu_memory_baseline_bytes", "bytes", True, ""),
-    Field("gpu_memory_after_run_bytes", "bytes", True, ""),
-    Field("gpu_memory_creep", "", True, ""),
-    Field("server_timing_stages", "", False, "Server-Timing stage names seen"),
-    Field("recommended_rate", "req/s", True, "open loop: the offered rate before the knee "
-                                             "(recommended_concurrency is then what it implies)", optional=True),
-    Field("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
-    Field("regression", "", True, "with --baseline", optional=True),
-    Field("require", "", True, "with --require", optional=True),
+RUN: tuple[Field, ...] = (
+    Field("format_version", "", False, "this format's version; missing means 1"),
+    Field("run_id", "", False, "the run directory's name"),
+    Field("start", "unix s", False, ""),
+    Field("end", "unix s", True, "null while the run goes on"),
+    Field("target", "", True, "the TTS server's base URL"),
+    Field("mode", "", True, "how load was offered, one of MODES; null or missing: read from the steps"),
+    Field("options", "", False, "the run's options, secrets left out (runformat.options)",
+          of=RUN_OPTIONS),
+    Field("settle_s", "s", False, "the run's settle window at the start of each step"),
+    Field("steps", "", False, "one entry each, in the order run", of=STEP),
+    Field("workers", "", False, "one entry each", of=WORKER),
+    Field("collectors", "", False, "one entry each", of=COLLECTOR),
+    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line",
+          of=VERSIONS),
+    Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
+    Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
+    Field("server_metrics", "", False, "one entry per --server-metrics endpoint", optional=True,
+          of=SERVER_METRICS),
+    Field("error", "", True, "why the run could not go on, one sentence", optional=True),
+    Field("records", "count", True, "attempt records written, once the run ended", optional=True),
 )
-
 
 # ---- builders -------------------------------------------------------------------------------
 
-class _Kind:
-    """Builds one kind of record from its table."""
-
-    def __init__(self, what: str, table: tuple[Field, ...]):
-        self.what = what
-        self.names = frozenset(_names(table))
-        self._order = _names(table)
-        self._base = {f.name: None for f in table if not f.optional}
-
-    def __call__(self, **values) -> dict:
-        if values.keys() <= self._base.keys():   # the common case: no optional field, the table's order
-            out = self._base.copy()
-            out.update(values)
-            return out
-        self._check(values)
-        return {k: values.get(k) for k in self._order if k in self._base or k in values}
-
-    def update(self, record: dict, **values) -> dict:
-        """Set fields of an existing record, by name; returns it."""
-        self._check(values)
-        record.update(values)
-        return record
-
-    def _check(self, values: dict) -> None:
-        if not values.keys() <= self.names:
-            unknown = ", ".join(sorted(values.keys() - self.names))
-            raise TypeError(f"{self.what} has no field {unknown}")
-
-
-attempt = _Kind("an attempt record", ATTEMPT)
-resource_sample = _Kind("a resource sample", RESOURCE_SAMPLE)
-proc_reading = _Kind("a proc entry", PROC)
-gpu_reading = _Kind("a GPU reading", GPU)
-step_entry = _Kind("a run.json step", STEP)
-worker_entry = _Kind("a run.json worker", WORKER)
-collector_entry = _Kind("a run.json collector", COLLECTOR)
-run_info = _Kind("run.json", RUN)
+attempt = Builder("an attempt record", ATTEMPT)
+resource_sample = Builder("a resource sample", RESOURCE_SAMPLE)
+proc_reading = Builder("a proc entry", PROC)
+gpu_reading = Builder("a GPU reading", GPU)
+step_entry = Builder("a run.json step", STEP)
+worker_entry = Builder("a run.json worker", WORKER)
+collector_entry = Builder("a run.json collector", COLLECTOR)
+server_metrics_entry = Builder("a run.json server_metrics entry", SERVER_METRICS)
+run_info = Builder("run.json", RUN)
 
 
 def unknown_fields(table: tuple[Field, ...], record: dict) -> list[str]:

@@ -44,7 +44,7 @@ def parser_for(argv: list[str]):
             from collectors.__main__ import parser
             return parser(), argv[3:]
         if module == "testbed.sim":
-            from testbed.sim import build_parser
+            from testbed.sim.cli import build_parser
             return build_parser(), argv[3:]
     raise CommandLineError(f"{' '.join(argv[:3])!r} is not a tts-knee command")
 

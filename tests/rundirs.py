@@ -23,6 +23,10 @@ records carry ``ttfa_ms``, the chunk lists and the underruns of a player that st
 ``truncate_fraction`` of successful attempts to half from that concurrency on (an integrity
 failure).
 
+Every key it writes is declared in :mod:`runformat`: it passes :func:`assert_declared`, the
+check every run directory a test makes goes through (``procs`` holds Locust's and the
+dashboard's to it).
+
 Example::
 
     from tests.rundirs import Model, build_run
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import runformat
+from runformat.check import undeclared_keys
 
 START = 1_700_000_000.0
 GIB = 1024 ** 3
@@ -281,6 +286,7 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     (path / runformat.REQUESTS).write_text(text)
     if m.resources:
         _write_resources(path, m, steps, run_end or (START + 1e9))
+    assert_declared(path)
     return path
 
 
@@ -347,3 +353,11 @@ SCENARIOS = {
                            user_gap_from=8), 8, 4),
     "server_errors": (Model(slots=None, gpu_busy_util=40, error_from=8, error_fraction=0.3), 8, 4),
 }
+
+
+def assert_declared(run_dir: Path) -> None:
+    """Every key in the run directory's files is declared in :mod:`runformat`
+    (:func:`runformat.check.undeclared_keys`); the failure lists the first ones that are not."""
+    bad = undeclared_keys(run_dir)
+    assert not bad, (f"{run_dir} holds {len(bad)} keys runformat does not declare: " + ", ".join(bad[:20])
+                     + (" …" if len(bad) > 20 else ""))

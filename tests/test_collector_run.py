@@ -1,15 +1,12 @@
 """Collectors during real Locust runs: one that dies and comes back, one that never answers."""
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from procs import free_port, ROOT, read_jsonl, spawn
-
-LOCUST = str(Path(sys.executable).with_name("locust"))
+from procs import LOCUST, LOCUSTFILE, free_port, read_jsonl, spawn
+from rundirs import assert_declared
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +16,7 @@ def sim():
 
 
 def start_locust(tmp_path, sim, *extra):
-    return subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--headless", "-H", sim.url,
+    return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--headless", "-H", sim.url,
                              "--steps", "1,2,4", "--step-time", "4", "--run-dir", str(tmp_path / "run"), *extra],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -37,6 +34,7 @@ def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
         out, _ = run.communicate(timeout=60)
     assert run.returncode == 0, out
     assert "Traceback" not in out
+    assert_declared(tmp_path / "run")
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     col = info["collectors"][0]
     assert col["url"] == url and col["restarts"] == 1
@@ -54,6 +52,7 @@ def test_an_unreachable_collector_is_one_warning(tmp_path, sim):
     run = start_locust(tmp_path, sim, "--collector", url, "--step-time", "2")
     out, _ = run.communicate(timeout=60)
     assert run.returncode == 0, out
+    assert_declared(tmp_path / "run")
     warnings = [line for line in out.splitlines() if "/WARNING/" in line and url in line]
     assert len(warnings) == 1, out
     assert read_jsonl(tmp_path / "run" / "requests.jsonl")

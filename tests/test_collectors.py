@@ -8,15 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import runformat
 from fake_nvml import SimHealth
-from procs import ROOT, spawn
+from procs import ROOT, get_json, http_get, spawn
 
 INTERVAL = "0.2"
 MARKER = "TTSKNEE_CMDLINE_MARKER"
@@ -41,22 +39,6 @@ kid = subprocess.Popen([sys.executable, "-c", burn, "{MARKER}"])
 print("ready", flush=True)
 time.sleep(60)
 """
-
-
-def get(url: str, token: str | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token
-                                 else {})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def get_json(url: str, token: str | None = None) -> dict:
-    status, body = get(url, token)
-    assert status == 200, body
-    return json.loads(body)
 
 
 @pytest.fixture
@@ -112,7 +94,7 @@ def test_samples_describe_host_and_watched_tree(server_tree):
         assert all(s["seq"] >= reply["next"] for s in later["samples"])
 
         for path in ("/samples?since=0", "/metrics", "/healthz"):
-            assert MARKER not in get(c.url + path)[1].decode(), "a command line leaked"
+            assert MARKER not in http_get(c.url + path)[1].decode(), "a command line leaked"
         health = get_json(f"{c.url}/healthz")
         assert health["status"] == "ok" and health["nvml"] is False and health["samples"] > 0
         assert c.output().count("sampling CPU only") == 1
@@ -135,7 +117,7 @@ def test_metrics_are_prometheus_text_in_base_units(sim_stub):
            "FAKE_NVML_SIM_URL": sim_stub}
     with spawn(["collectors", "--port", "0", "--interval", INTERVAL], env=env) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 2)
-        status, body = get(f"{c.url}/metrics")
+        status, body = http_get(f"{c.url}/metrics")
         assert status == 200
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     value = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
@@ -167,15 +149,15 @@ def test_token_is_required_everywhere():
     with spawn(["collectors", "--port", "0", "--interval", INTERVAL, "--token", "s3cret"],
                env=CPU_ONLY) as c:
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz", "/nope"):
-            assert get(c.url + path)[0] == 401, path
-            assert get(c.url + path, token="wrong")[0] == 401, path
+            assert http_get(c.url + path)[0] == 401, path
+            assert http_get(c.url + path, token="wrong")[0] == 401, path
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz"):
-            assert get(c.url + path, token="s3cret")[0] == 200, path
-        assert get(c.url + "/nope", token="s3cret")[0] == 404
+            assert http_get(c.url + path, token="s3cret")[0] == 200, path
+        assert http_get(c.url + "/nope", token="s3cret")[0] == 404
     with spawn(["collectors", "--port", "0"],
                env=dict(CPU_ONLY, TTS_KNEE_COLLECTOR_TOKEN="from-env")) as c:
-        assert get(c.url + "/metrics")[0] == 401
-        assert get(c.url + "/metrics", token="from-env")[0] == 200
+        assert http_get(c.url + "/metrics")[0] == 401
+        assert http_get(c.url + "/metrics", token="from-env")[0] == 200
 
 
 def test_ring_drops_oldest_and_spool_keeps_all(tmp_path):
@@ -185,7 +167,7 @@ def test_ring_drops_oldest_and_spool_keeps_all(tmp_path):
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 6)
         reply = get_json(f"{c.url}/samples?since=0")
         assert len(reply["samples"]) == 3 and reply["dropped"] == reply["samples"][0]["seq"]
-        assert get(f"{c.url}/samples?since=x")[0] == 400
+        assert http_get(f"{c.url}/samples?since=x")[0] == 400
         # A since beyond next (a puller that knew an earlier life) gets the lower next back.
         ahead = get_json(f"{c.url}/samples?since=100000")
         assert ahead["samples"] == [] and ahead["next"] < 100000

@@ -10,14 +10,10 @@ import pytest
 import runformat
 from analysis.knee import find_knee
 from analysis.summary import analyze, load
+from procs import ROOT, busy_port, dashboard
 from rundirs import GIB, SCENARIOS, Model, build_run
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-
-
-def _run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "dashboard", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+_run = dashboard
 
 
 @pytest.mark.parametrize("kind", sorted(SCENARIOS))
@@ -309,12 +305,8 @@ def test_memory_creep_needs_samples_after_the_run(tmp_path):
 
 
 def test_serve_on_a_busy_port_says_so(tmp_path):
-    import socket
     p = build_run(tmp_path / "r", Model())
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         r = _run(p, "--no-report", "--serve", "--port", port)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -346,7 +338,7 @@ def test_unwritable_summary_exits_2_with_one_sentence(tmp_path):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "summary.json" in r.stderr
-    assert not (p / "summary.json.tmp").exists()
+    assert not [f.name for f in p.iterdir() if f.name.endswith(".tmp")]
 
 
 def test_a_steps_own_settle_time_starts_its_window(tmp_path):

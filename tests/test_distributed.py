@@ -1,36 +1,13 @@
 """Headless distributed runs: a real Locust master and real worker processes."""
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from procs import free_port, ROOT, read_jsonl, spawn
-
-LOCUST = str(Path(sys.executable).with_name("locust"))
-LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
-
-
-def start(args, log: Path, env=None, cwd=None):
-    return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, *args], stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})), cwd=cwd or log.parent)
-
-
-def master(tmp_path, host, port, workers=2, steps="1,2,4", step_time="3", extra=()):
-    return start(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                  "--expect-workers", str(workers), "--headless", "-H", host, "--steps", steps,
-                  "--step-time", step_time, "--run-dir", str(tmp_path / "run"),
-                  "--json-file", str(tmp_path / "locust"), *extra], tmp_path / "master.log")
-
-
-def worker(where, port, n, env=None):
-    """A worker whose working directory (and log) is ``where``."""
-    return start(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-                 where / f"worker{n}.log", env=env)
+from procs import LOCUST, LOCUSTFILE, finish, free_port, locust_count, master, read_jsonl, spawn, worker
+from rundirs import assert_declared
 
 
 def relative_corpus(tmp_path):
@@ -40,19 +17,6 @@ def relative_corpus(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     return ("--texts", "texts.txt"), elsewhere
-
-
-def finish(*procs, timeout=60):
-    for p in procs:
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise
-
-
-def locust_count(tmp_path):
-    return sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +29,11 @@ def test_master_and_two_workers_write_one_run_directory(tmp_path, sim):
     port = free_port()
     m = master(tmp_path, sim.url, port)
     w = [worker(tmp_path, port, n) for n in (1, 2)]
-    finish(m, *w)
+    finish(m, *w, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path) > 50
+    assert len(records) == locust_count(tmp_path / "locust") > 50
     workers = {r["worker"] for r in records}
     assert len(workers) == 2
     info = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -94,7 +58,7 @@ def test_skewed_worker_clock_is_corrected(tmp_path, sim):
     m = master(tmp_path, sim.url, port, steps="1,2", step_time="3")
     w1 = worker(tmp_path, port, 1)
     w2 = worker(tmp_path, port, 2, env={"TTS_KNEE_CLOCK_SKEW_S": "37.5"})
-    finish(m, w1, w2)
+    finish(m, w1, w2, run_dir=tmp_path / "run")
     assert m.returncode == 0
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     offsets = sorted(x["offset_s"] for x in info["workers"])
@@ -125,7 +89,7 @@ def test_a_worker_killed_mid_run_keeps_its_earlier_records(tmp_path, sim):
         time.sleep(0.2)
     assert len(_workers_recorded(tmp_path)) == 2, (tmp_path / "master.log").read_text()
     w2.send_signal(signal.SIGKILL)
-    finish(m, w1)
+    finish(m, w1, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     info = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -164,8 +128,9 @@ def test_processes_flag_runs_forked_workers(tmp_path, sim):
                            "--json-file", str(tmp_path / "locust")], cwd=tmp_path, timeout=60,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout
+    assert_declared(tmp_path / "run")
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path) > 20
+    assert len(records) == locust_count(tmp_path / "locust") > 20
     assert len({r["worker"] for r in records}) == 2
 
 
@@ -175,7 +140,7 @@ def test_a_worker_that_cannot_use_the_options_leaves_with_one_sentence(tmp_path,
     m = master(tmp_path, sim.url, port, steps="1,2", extra=corpus)
     w1 = worker(tmp_path, port, 1)
     w2 = worker(elsewhere, port, 2)
-    finish(m, w1, w2)
+    finish(m, w1, w2, run_dir=tmp_path / "run")
     log2 = (elsewhere / "worker2.log").read_text()
     assert "Traceback" not in log2
     errors = [line for line in log2.splitlines() if "/ERROR/" in line]
@@ -190,7 +155,7 @@ def test_a_master_whose_only_worker_cannot_run_fails_with_its_reason(tmp_path, s
     port = free_port()
     m = master(tmp_path, sim.url, port, workers=1, steps="1", extra=corpus)
     w = worker(elsewhere, port, 1)
-    finish(m, w)
+    finish(m, w, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 2, log
     assert "Traceback" not in log

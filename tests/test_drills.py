@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +16,7 @@ import psutil
 import pytest
 
 import runformat
-from procs import ROOT, locust, read_jsonl, spawn
+from procs import dashboard, locust, locust_count, read_jsonl, spawn
 from rundirs import build_run
 
 FAST = ["--base-ms", "5", "--per-char-ms", "0", "--jitter", "0"]
@@ -32,7 +31,7 @@ class Drill:
         self.proc, self.run_dir = proc, run_dir
         self.out = proc.stdout
         self.records = read_jsonl(run_dir / "requests.jsonl")
-        self.locust_count = sum(e["num_requests"] for e in json.loads(json_file.read_text()))
+        self.locust_count = locust_count(json_file)
 
     def failed(self):
         return [r for r in self.records if not r["ok"]]
@@ -46,7 +45,7 @@ def run(tmp_path, url, *extra, steps="2", step_time="2", timeout=90) -> Drill:
     run_dir = tmp_path / "run"
     proc = locust(["--headless", "-H", url, "--steps", steps, "--step-time", step_time, "--run-dir", str(run_dir),
                    "--json-file", str(tmp_path / "locust"), "--skip-preflight", *extra], timeout=timeout)
-    return Drill(proc, run_dir, tmp_path / "locust.json")
+    return Drill(proc, run_dir, tmp_path / "locust")
 
 
 def survived(d: Drill, exit_codes=(0, 1)) -> None:
@@ -319,8 +318,7 @@ def test_markup_from_the_server_and_the_corpus_does_not_reach_the_report(tmp_pat
         d = run(tmp_path, sim.url, "--texts", str(texts))
     survived(d)
     assert any("<script>alert(" in (r["error"] or "") for r in d.records), "the server's error did not echo the markup"
-    r = subprocess.run([sys.executable, "-m", "dashboard", str(d.run_dir)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = dashboard(d.run_dir)
     assert r.returncode == 0, r.stderr
     html = (d.run_dir / "report.html").read_text(encoding="utf-8")
     assert "synthesis failed: &lt;script&gt;alert" in html    # the error is shown, escaped

@@ -206,8 +206,8 @@ def test_nothing_is_reachable_from_outside_the_namespace(rendered):
 
 def test_the_collector_token_comes_from_one_secret_for_master_and_collectors(rendered):
     from collectors.__main__ import TOKEN_ENV
-    from locustfiles.settings import COLLECTOR_TOKEN_ENV
-    assert TOKEN_ENV == COLLECTOR_TOKEN_ENV
+    from runformat.options import OPTIONS
+    assert [o.env for o in OPTIONS if o.flag == "--collector-token"] == [TOKEN_ENV]
     for name in (SIDECAR, "webui+simulator+collector-dcgm"):
         cs = [c for c in containers(rendered[name]) if c.name in ("master", "collector", "tts-knee-collector")]
         assert len(cs) == 2

@@ -6,16 +6,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-from procs import ROOT, read_jsonl, spawn
+from procs import locust_count, read_jsonl, spawn, start_locust
+from rundirs import assert_declared
 
-LOCUST = str(Path(sys.executable).with_name("locust"))
-LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
 HOSTS = {"tts": "198.18.0.1", "master": "198.18.0.2", "w1": "198.18.0.3", "w2": "198.18.0.4"}
 
 
@@ -67,9 +64,7 @@ def test_master_workers_sim_and_collector_on_separate_hosts(tmp_path, hosts):
                prefix=netns(hosts["tts"])) as collector:
         assert sim.url == f"http://{tts}:8300" and collector.url == f"http://{tts}:9300"
         def locust(ns, args, log):
-            return subprocess.Popen([*netns(ns), LOCUST, "-f", LOCUSTFILE, *args], cwd=tmp_path,
-                                    stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            return start_locust(args, tmp_path / log, prefix=netns(ns))
         master = locust(hosts["master"], [
             "--master", "--master-bind-host", HOSTS["master"], "--expect-workers", "2", "--headless",
             "-H", sim.url, "--collector", collector.url, "--collector-token", "drill", "--steps", "1,2,4", "--step-time", "3",
@@ -83,9 +78,9 @@ def test_master_workers_sim_and_collector_on_separate_hosts(tmp_path, hosts):
                 p.kill()
     log = (tmp_path / "master.log").read_text()
     assert master.returncode == 0, log
+    assert_declared(tmp_path / "run")
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
-    count = sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
-    assert len(records) == count > 30
+    assert len(records) == locust_count(tmp_path / "locust") > 30
     assert len({r["worker"] for r in records}) == 2 and all(r["ok"] for r in records)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert all(w["final"] for w in info["workers"])

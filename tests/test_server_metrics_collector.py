@@ -4,7 +4,6 @@ passed, the series cap, roles, gaps and warnings, and the collector process with
 --dcgm against real local endpoints."""
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from collectors.exposition import ExpositionError, Reader, parse
 from collectors.nvml import GPU_FIELDS
 from collectors.scrape import Endpoint, Scrapes
 from runformat.metric_roles import roles
-from procs import spawn
+from procs import get_json, spawn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL = 'model_name="unsloth/Llama-3.2-1B-Instruct"'
@@ -268,9 +267,7 @@ CPU_ONLY = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests",
 
 
 def _samples(url: str) -> list[dict]:
-    import urllib.request
-    with urllib.request.urlopen(f"{url}/samples?since=0", timeout=5) as resp:
-        return json.loads(resp.read())["samples"]
+    return get_json(f"{url}/samples?since=0")["samples"]
 
 
 def test_collector_process_scrape_and_dcgm(page):
@@ -290,9 +287,7 @@ def test_collector_process_scrape_and_dcgm(page):
                 break
             time.sleep(0.2)
         last = samples[-1]
-        import urllib.request
-        with urllib.request.urlopen(f"{proc.url}/healthz", timeout=5) as resp:
-            states = {h["url"]: h["state"] for h in json.loads(resp.read())["scrapes"]}
+        states = {h["url"]: h["state"] for h in get_json(f"{proc.url}/healthz")["scrapes"]}
         assert states == {srv.url: "ok", down_url: "down"}
         assert last["metrics"][f"vllm:num_requests_waiting{{{MODEL}}}"] == 12.0
         assert last["gpus"] == gpus_from_text(fixture("dcgm_two_gpus.txt"))

@@ -5,13 +5,11 @@ queue on its own, on step summaries."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from analysis.diagnosis import diagnose
-from procs import ROOT, locust, read_jsonl, spawn
+from procs import dashboard, locust, read_jsonl, spawn
 
 WAITING = "sim:num_requests_waiting"
 
@@ -30,8 +28,7 @@ def run_dir(tmp_path_factory):
                           cwd=tmp)
     assert done.returncode == 0, done.stdout
     assert "Traceback" not in done.stdout
-    dash = subprocess.run([sys.executable, "-m", "dashboard", str(tmp / "run")], cwd=ROOT,
-                          text=True, capture_output=True, timeout=120)
+    dash = dashboard(tmp / "run")
     assert dash.returncode == 0, dash.stdout + dash.stderr
     return tmp / "run"
 

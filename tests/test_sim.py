@@ -345,7 +345,7 @@ def test_bad_numbers_keep_their_messages(args, message):
 
 
 def test_argument_checks_are_the_testbeds_shared_ones():
-    code = ("import testbed.sim as s, testbed.args as c; "
+    code = ("import testbed.sim.cli as s, testbed.args as c; "
             "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert done.stdout.split() == ["True", "False", "False"], done.stderr

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from procs import ROOT, spawn
+from procs import ROOT, get_json, spawn
 
 RATE = 24000
 HEADER = 44
@@ -314,7 +314,7 @@ def test_pcm_is_raw():
 def test_unstreamed_requests_share_the_capacity_too():
     with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
         two = together(2, sim.url, {"input": LONG})
-        health = get_json(sim.url, "/health")
+        health = get_json(sim.url + "/health")
     for s in two:
         assert s.headers.get("Transfer-Encoding") != "chunked"
         assert len(s.body) == HEADER + frames(LONG) * 2
@@ -335,16 +335,6 @@ def test_slots_still_apply_when_given():
     assert near([second.first_after(HEADER) for _, second in pairs], alone_s + 0.14,
                 GROUP_EARLY_S)
     assert near([second.end_s for _, second in pairs], 2 * alone_s, GROUP_EARLY_S)
-
-
-def get_json(url: str, path: str) -> dict:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-    try:
-        conn.request("GET", path)
-        return json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
 
 
 def _faulty(fault: str, body: dict) -> Streamed:
@@ -508,7 +498,7 @@ def test_a_client_that_leaves_frees_its_share():
             gone = pool.submit(leave_early, sim.url, barrier)
             b = stream(sim.url, {"input": LONG, "stream": True}, barrier)
             gone.result()
-        health = get_json(sim.url, "/health")
+        health = get_json(sim.url + "/health")
     assert len(b.body) == HEADER + frames(LONG) * 2
     assert 0.7 < b.end_s < 1.1
     assert (health["busy"], health["generating"]) == (0, 0)

@@ -3,24 +3,20 @@ directories (tests/rundirs.py)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from analysis import gate, slo
 from analysis.summary import analyze, load
-from procs import read_jsonl
+from procs import dashboard, read_jsonl
 from rundirs import Model, build_run
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 SPEC = "p95_ms<=500,error_rate<=0.01"  # 4 slots of ~200 ms (long texts 360 ms): 1, 2, 4 pass, 8 fails
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "dashboard", *map(str, args), "--no-report"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return dashboard(*args, "--no-report")
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,14 @@
 """The SLO gate end to end: a sweep against the simulator (5 slots of 250 ms), then
 ``python -m dashboard RUN --slo 'p95_ms<=400' --require N``."""
 import json
-import subprocess
-import sys
 
-from procs import ROOT, locust, spawn
+from procs import dashboard, locust, spawn
 
 SIM = ["--slots", "5", "--base-ms", "250", "--per-char-ms", "0", "--jitter", "0.05"]
 
 
 def _gate(run, n):
-    return subprocess.run([sys.executable, "-m", "dashboard", str(run), "--slo", "p95_ms<=400", "--require", str(n),
-                           "--no-report"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return dashboard(run, "--slo", "p95_ms<=400", "--require", n, "--no-report")
 
 
 def test_require_on_a_real_sweep(tmp_path):

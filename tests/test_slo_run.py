@@ -4,16 +4,10 @@ master from the records its worker shipped."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from procs import ROOT, free_port, locust, read_jsonl, spawn
-
-LOCUST = str(Path(sys.executable).with_name("locust"))
+from procs import finish, free_port, locust, read_jsonl, spawn, start_locust
 FIVE_SLOTS = ["--slots", "5", "--base-ms", "250", "--per-char-ms", "0", "--jitter", "0.05"]
 FOUR_SLOTS = ["--slots", "4", "--base-ms", "100", "--per-char-ms", "0", "--jitter", "0.05"]
 
@@ -114,21 +108,16 @@ def test_bad_plan_options_are_one_sentence_and_exit_2(tmp_path, args, words):
 
 def test_a_distributed_master_decides_from_its_workers_records(tmp_path):
     port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     with spawn(["testbed.sim", "--port", "0", *FIVE_SLOTS]) as sim:
-        master = subprocess.Popen(
-            [LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--master", "--master-bind-host", "127.0.0.1",
-             "--master-bind-port", str(port), "--expect-workers", "1", "--headless", "-H", sim.url,
-             "--steps", "4,8", "--slo", "mean_ms<=280", "--refine", "--step-time", "3",
-             "--run-dir", str(tmp_path / "run")],
-            stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
-        worker = subprocess.Popen(
-            [LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--worker", "--master-host", "127.0.0.1",
-             "--master-port", str(port)],
-            stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        master = start_locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                               "--expect-workers", "1", "--headless", "-H", sim.url, "--steps", "4,8",
+                               "--slo", "mean_ms<=280", "--refine", "--step-time", "3",
+                               "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+        worker = start_locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                              tmp_path / "worker.log")
         try:
-            master.wait(120)
-            worker.wait(30)
+            finish(master, timeout=120)
+            finish(worker, timeout=30, run_dir=tmp_path / "run")
         finally:
             for p in (master, worker):
                 if p.poll() is None:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from procs import locust, read_jsonl, spawn
+from procs import locust, locust_count, read_jsonl, spawn
 
 CONTRACT_FIELDS = {
     "req_id", "attempt", "final", "step", "concurrency", "worker", "user", "text_id", "text_len",
@@ -18,10 +18,6 @@ def sweep(tmp_path, host, *extra, steps="1,2,4", step_time="2", name="run", time
                    "--run-dir", str(run_dir), "--json-file", str(tmp_path / f"{name}-locust"), *extra],
                   timeout=timeout)
     return proc, run_dir
-
-
-def locust_count(tmp_path, name="run"):
-    return sum(e["num_requests"] for e in json.loads((tmp_path / f"{name}-locust.json").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +35,7 @@ def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
     assert (tmp_path / "stats_stats.csv").read_text().count("/v1/audio/speech") >= 1
     assert (tmp_path / "l.html").stat().st_size > 1000
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path) > 20
+    assert len(records) == locust_count(tmp_path / "run-locust") > 20
     for r in records:
         assert CONTRACT_FIELDS <= r.keys(), CONTRACT_FIELDS - r.keys()
         assert r["ok"] and r["status"] == 200 and r["audio_s"] > 0
@@ -81,7 +77,7 @@ def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
     assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any attempt failed
     assert "Traceback" not in proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path)
+    assert len(records) == locust_count(tmp_path / "run-locust")
     throttled = [r for r in records if r["status"] == 429]
     assert throttled, "the rate limit never bit"
     by_id = {(r["req_id"], r["attempt"]): r for r in records}
@@ -123,7 +119,7 @@ def test_bodies_that_are_not_audio_are_failures(tmp_path, fault, reason):
     assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any request failed
     assert "Traceback" not in proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path)
+    assert len(records) == locust_count(tmp_path / "run-locust")
     bad = [r for r in records if not r["ok"]]
     good = [r for r in records if r["ok"]]
     assert bad and good

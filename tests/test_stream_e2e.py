@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from procs import ROOT, locust, read_jsonl, spawn
+from procs import ROOT, locust, locust_count, read_jsonl, spawn
 
 FIELDS = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms", "chunk_audio_ms")
 
@@ -22,7 +22,7 @@ def run(tmp_path, url, *extra, steps="1,2", step_time="2"):
                    "--json-file", str(tmp_path / "locust"), *extra], timeout=90)
     assert "Traceback" not in proc.stdout, proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == sum(e["num_requests"] for e in json.loads((tmp_path / "locust.json").read_text()))
+    assert len(records) == locust_count(tmp_path / "locust")
     return proc, records, json.loads((run_dir / "run.json").read_text())
 
 

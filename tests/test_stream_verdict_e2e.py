@@ -3,12 +3,10 @@ real time among its streams (0.2 s chunks, 100 ms prefill), so playback keeps up
 (1.25x each) and falls behind at 8 (0.625x), while whole-body time already doubles from 1 to 2.
 A sweep judged on whole-body time would say knee 2, recommend 1; a listener's answer is 8 and 4."""
 import json
-import subprocess
-import sys
 
 import pytest
 
-from procs import ROOT, locust, spawn
+from procs import dashboard, locust, spawn
 
 SHORT = ["Hello there.", "Good morning to you.", "The train leaves at nine.", "Please hold the line.",
          "It is raining again.", "Your order has shipped.", "See you tomorrow.", "Thanks for calling."]
@@ -31,8 +29,7 @@ def test_a_streamed_sweep_is_judged_by_what_a_listener_hears(tmp_path, sim_extra
         proc = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "8", "--texts", str(texts),
                        "--run-dir", str(run_dir), *client_extra], timeout=150)
     assert "Traceback" not in proc.stdout, proc.stdout
-    judged = subprocess.run([sys.executable, "-m", "dashboard", str(run_dir)], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT)
+    judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     by_c = {s["concurrency"]: s for s in summary["steps"]}

@@ -1,12 +1,10 @@
 """The whole chain: a sweep against the simulator with a collector beside it, then the
 dashboard's verdict. The simulator's slots put the knee where we know it must be."""
 import json
-import subprocess
-import sys
 
 import pytest
 
-from procs import ROOT, locust, spawn
+from procs import ROOT, dashboard, locust, spawn
 
 STEPS = "1,2,4,8,16"
 
@@ -22,8 +20,7 @@ def sweep_and_judge(tmp_path, sim_args, gpu_capacity=None, collector=True):
             proc = locust(["--headless", "-H", sim.url, "--steps", STEPS, "--step-time", "3",
                            "--run-dir", str(tmp_path / "run"), *extra], timeout=120)
     assert "Traceback" not in proc.stdout, proc.stdout
-    judged = subprocess.run([sys.executable, "-m", "dashboard", str(tmp_path / "run")], capture_output=True,
-                            text=True, timeout=120, cwd=ROOT)
+    judged = dashboard(tmp_path / "run")
     assert judged.returncode == 0, judged.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     return summary, judged.stdout

@@ -2,10 +2,8 @@
 run directory, its "TTS steps" tab has the live step table, and the live report is served
 from Locust's own app."""
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -13,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from procs import free_port, ROOT, read_jsonl, spawn
+from procs import free_port, read_jsonl, spawn, start_locust
+from rundirs import assert_declared
 
-LOCUST = str(Path(sys.executable).with_name("locust"))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -23,6 +21,19 @@ def get(url: str, data: dict | None = None):
     body = urllib.parse.urlencode(data).encode() if data is not None else None
     with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=20) as r:
         return r.status, r.read().decode()
+
+
+def finished(run_dir: Path, tries: int = 150) -> dict:
+    """run.json once the run has ended (polled every 0.1 s), its directory held to the format."""
+    info_path = run_dir / "run.json"
+    for _ in range(tries):
+        if info_path.exists() and json.loads(info_path.read_text())["end"]:
+            break
+        time.sleep(0.1)
+    info = json.loads(info_path.read_text())
+    assert info["end"], f"the run in {run_dir} did not finish by itself"
+    assert_declared(run_dir)
+    return info
 
 
 def _dom(url: str) -> subprocess.CompletedProcess:
@@ -34,11 +45,8 @@ def _dom(url: str) -> subprocess.CompletedProcess:
 def webui(tmp_path):
     with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
         port = free_port()
-        proc = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "-H", sim.url,
-                                 "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2,4",
-                                 "--step-time", "30", "--run-dir", str(tmp_path / "run")],
-                                cwd=tmp_path, stdout=open(tmp_path / "locust.log", "w"), stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2,4",
+                             "--step-time", "30", "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):
@@ -63,13 +71,7 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
     status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "1,2", "step_time": "2",
                                           "tts_api": "openai", "slo": "p50_ms<=5000", "stop_past_knee": "true"})
     assert json.loads(body)["success"]
-    info_path = tmp_path / "run" / "run.json"
-    for _ in range(150):
-        if info_path.exists() and json.loads(info_path.read_text())["end"]:
-            break
-        time.sleep(0.1)
-    info = json.loads(info_path.read_text())
-    assert info["end"], "the run did not finish by itself"
+    info = finished(tmp_path / "run")
     assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2)]
     # a p50 term: 2 s steps are too short for the 72 requests a p95 needs to be bounded above
     assert info["options"]["slo"] == "p50_ms<=5000" and info["options"]["stop_past_knee"] is True
@@ -113,13 +115,7 @@ def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
     status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "", "rates": "8",
                                           "arrival": "constant", "step_time": "2", "tts_api": "openai"})
     assert json.loads(body)["success"]
-    info_path = tmp_path / "run" / "run.json"
-    for _ in range(150):
-        if info_path.exists() and json.loads(info_path.read_text())["end"]:
-            break
-        time.sleep(0.1)
-    info = json.loads(info_path.read_text())
-    assert info["end"], "the run did not finish by itself"
+    info = finished(tmp_path / "run")
     assert [(s["step"], s["rate"]) for s in info["steps"]] == [(1, 8)]
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert len(records) > 8 and all(r["scheduled"] is not None for r in records)
@@ -131,15 +127,12 @@ def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
     with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
         port, mport = free_port(), free_port()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        master = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--master", "-H", sim.url,
-                                   "--master-bind-host", "127.0.0.1", "--master-bind-port", str(mport),
-                                   "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2",
-                                   "--step-time", "2", "--run-dir", str(tmp_path / "run")], cwd=tmp_path,
-                                  stdout=open(tmp_path / "master.log", "w"), stderr=subprocess.STDOUT, env=env)
-        worker = subprocess.Popen([LOCUST, "-f", str(ROOT / "locustfiles" / "tts.py"), "--worker",
-                                   "--master-host", "127.0.0.1", "--master-port", str(mport)], cwd=tmp_path,
-                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT, env=env)
+        master = start_locust(["--master", "-H", sim.url, "--master-bind-host", "127.0.0.1",
+                               "--master-bind-port", str(mport), "--web-host", "127.0.0.1", "--web-port", str(port),
+                               "--steps", "1,2", "--step-time", "2", "--run-dir", str(tmp_path / "run")],
+                              tmp_path / "master.log")
+        worker = start_locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(mport)],
+                              tmp_path / "worker.log")
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):
@@ -151,12 +144,7 @@ def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
                 time.sleep(0.1)
             for run in ("run", "run-2"):
                 assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1"})[1])["success"]
-                info = tmp_path / run / "run.json"
-                for _ in range(150):
-                    if info.exists() and json.loads(info.read_text())["end"]:
-                        break
-                    time.sleep(0.1)
-                assert json.loads(info.read_text())["end"], run
+                finished(tmp_path / run)
         finally:
             master.terminate()
             worker.terminate()

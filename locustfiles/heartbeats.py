@@ -1,0 +1,44 @@
+"""What the master learns from its workers' Locust heartbeats: which workers went away
+(noted in run.json), and each worker's own CPU and memory, written to resources.jsonl as
+``role: client`` samples with ``source: locust-heartbeat``."""
+from __future__ import annotations
+
+import logging
+
+import gevent
+
+import runformat
+
+from .clock import wall
+from .shipping import JsonlAppender
+
+log = logging.getLogger("tts_knee")
+#: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
+WATCH_INTERVAL_S = 1.0
+
+
+def watch(node) -> None:
+    """Master: note workers that went away, and sample every worker's own CPU and memory
+    (Locust's heartbeats carry them) into resources.jsonl as role=client."""
+    appender: dict = {}
+    while True:
+        gevent.sleep(WATCH_INTERVAL_S)
+        run = node.run
+        if run is None or run.closed or run.receiver is None or run.run_dir is None:
+            continue
+        for wid in run.receiver.note_lost():
+            log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
+            run.save()
+        path = run.run_dir / runformat.RESOURCES
+        if appender.get("path") != path:
+            if appender:
+                appender["out"].close()
+            appender.update(path=path, out=JsonlAppender(path))
+        now = wall()
+        appender["out"].write([
+            runformat.resource_sample(
+                ts=now, host=c.id, role="client", source="locust-heartbeat",
+                proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[])
+            # a worker's first heartbeats come before it has measured itself: nothing to record yet
+            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage
+        ])

@@ -1,0 +1,166 @@
+"""The run's options: each one's flag, its key in ``run.json``'s ``options``, unit, default and
+help, declared once.
+
+The load generator's parser (``locustfiles.settings.add_arguments``) is built from
+:data:`OPTIONS` and the reader takes its defaults from :data:`DEFAULTS`, so a default cannot
+differ between the two. An option's ``default`` is what the flag holds when it is not given;
+where that is a stand-in for a value worked out from the others (an empty ``--steps``, a
+negative ``--settle-time``) the help says what it becomes, and ``run.json`` records the value
+worked out. ``key`` None: the run does not record the option (a secret, a path or a reaction
+that says nothing of what was measured); ``flag`` None: a figure only ``run.json`` records.
+
+To add an option: one :class:`Option` here (``{default}`` in its help becomes the default),
+then its use in ``locustfiles.settings``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .fields import Field
+
+#: The concurrency grid without --steps.
+DEFAULT_STEPS = "1,2,4,8,16"
+#: Seconds per step without --step-time.
+DEFAULT_STEP_TIME_S = 30.0
+#: With --step-requests, a step also ends after this long unless --step-time says otherwise.
+STEP_REQUESTS_CAP_S = 600.0
+#: Settle window by default: this fraction of the step, at most SETTLE_MAX_S.
+SETTLE_FRACTION, SETTLE_MAX_S = 0.1, 5.0
+#: Request shapes (--tts-api) and the path each is served at by default.
+APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
+#: Audio formats --tts-format asks for (and the audio check expects).
+FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
+#: --tts-stream-format: none, server-sent events, or raw audio.
+STREAM_FORMATS = ("", "sse", "audio")
+#: What --retry-on takes beside HTTP statuses: connection errors (no status at all).
+CONNECTION_ERROR = "conn"
+#: Where the master and the collector both find the collectors' token, off the command line.
+COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
+
+
+class Option(NamedTuple):
+    flag: str | None        # the command-line option; None: a figure only run.json records
+    key: str | None         # its key in run.json's options; None: not recorded
+    unit: str
+    default: object         # the flag's value when it is not given
+    help: str               # "{default}" is replaced by the default as the help shows it
+    kind: type | str = str  # str, int, float, bool (a switch) or "list" (repeatable)
+    choices: tuple | None = None
+    secret: bool = False    # kept out of run.json and masked in the web UI
+    env: str | None = None  # an environment variable that sets it when the flag is not given
+
+    def help_text(self) -> str:
+        shown = self.default
+        if isinstance(shown, float):
+            shown = f"{shown:g}"
+        return self.help.replace("{default}", str(shown))
+
+
+_O = Option
+OPTIONS: tuple[Option, ...] = (
+    _O("--tts-api", "tts_api", "", "openai",
+       "Request shape: OpenAI /v1/audio/speech, piper POST /synthesize, or a JSON template "
+       "(default {default}).", choices=tuple(sorted(APIS))),
+    _O("--tts-path", "tts_path", "", "",
+       "Path of the TTS endpoint (default: the API's usual path); run.json records the path used."),
+    _O("--tts-model", "tts_model", "", "tts-1", "`model` field for the openai API (default {default})."),
+    _O("--tts-voice", "tts_voice", "", "alloy",
+       "`voice` field for the openai API, empty to omit it (default {default})."),
+    _O("--tts-format", "tts_format", "", "wav",
+       f"Audio format asked for and checked: {', '.join(FORMATS)} (default {{default}})."),
+    _O("--tts-stream", "tts_stream", "", False,
+       "Ask for a streamed response (openai: stream=true; default off).", bool),
+    _O("--tts-stream-format", "tts_stream_format", "", "",
+       "openai stream_format: sse (server-sent events) or audio; implies --tts-stream (default: none)."),
+    _O("--playback-buffer-ms", "playback_buffer_ms", "ms", 0.0,
+       "Audio (ms) the simulated player buffers before it starts playing a stream (default {default}).",
+       float),
+    _O("--ttfa-floor-ms", "ttfa_floor_ms", "ms", 300.0,
+       "A rise in time to first audio counts toward the knee only above this, in ms (default {default}).",
+       float),
+    _O("--tts-template", None, "", "",
+       'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).'),
+    _O("--tts-sample-rate", None, "Hz", 24000,
+       "Sample rate of raw PCM responses and of SSE audio events, in Hz (default {default}).", int),
+    _O("--texts", "texts", "", "",
+       "Corpus: .txt (one text per line) or .jsonl (text, id, tier) (default: the bundled "
+       "configs/texts/default.jsonl); run.json records the file read."),
+    _O(None, "texts_count", "count", None, "Texts in the corpus."),
+    _O("--steps", "steps", "users", "",
+       f"Concurrency levels, in order (closed loop; default {DEFAULT_STEPS})."),
+    # Open loop: offered arrivals per second instead of a number of users.
+    _O("--rates", "rates", "req/s", "",
+       "Open loop instead of --steps: offered requests per second, in order, for the whole run (split "
+       "across workers), e.g. 1,2,4,8; each arrival is sent on its schedule (default: none, closed loop)."),
+    _O("--arrival", "arrival", "", "poisson",
+       "Open loop: gaps between arrivals, exponential (poisson) or equal (constant) (default {default}; "
+       "run.json: null in a closed-loop run).", choices=("poisson", "constant")),
+    _O("--arrival-seed", "arrival_seed", "", -1,
+       "Open loop: seed of the Poisson arrivals, recorded in run.json (default: a random one).", int),
+    _O("--max-inflight", "max_inflight", "count", 1000,
+       "Open loop: an arrival that finds this many requests in flight (per worker) is not sent and "
+       "counted as dropped (default {default}).", int),
+    _O("--step-time", "step_time", "s", 0.0,
+       f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests, "
+       f"default {STEP_REQUESTS_CAP_S:g} there).", float),
+    _O("--step-requests", "step_requests", "count", 0,
+       "End each step after this many settled requests (default 0: by time).", int),
+    _O("--settle-time", "settle_time", "s", -1.0,
+       f"Seconds at the start of each step whose records are marked settled=false (default "
+       f"{SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s; 0 with --step-requests).",
+       float),
+    _O("--split-max-chars", "split_max_chars", "chars", 0,
+       "Split longer texts at sentence ends into segments of at most this many characters, one request "
+       "each, joined into one WAV on the client (default 0: off).", int),
+    _O("--retry-max-attempts", "retry_max_attempts", "count", 3,
+       "Attempts per request, the first included (default {default}).", int),
+    _O("--retry-base-ms", "retry_base_ms", "ms", 200.0,
+       "First backoff in ms; doubles per attempt (default {default}).", float),
+    _O("--retry-max-ms", "retry_max_ms", "ms", 2000.0, "Longest backoff in ms (default {default}).", float),
+    _O("--retry-on", "retry_on", "", "429,500,502,503,504",
+       f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors "
+       f"(default {{default}}); run.json records them as a sorted list."),
+    _O("--retry-after-cap", "retry_after_cap", "s", 60.0,
+       "Longest Retry-After honoured, in seconds (default {default}).", float),
+    _O("--request-timeout", "request_timeout", "s", 120.0,
+       "Seconds before an attempt is abandoned (default {default}).", float),
+    _O("--connect-timeout", None, "s", 10.0, "Seconds to wait for a connection (default {default}).", float),
+    _O("--audio-dir", "audio_dir", "", "", "Where audio is written (default RUN_DIR/audio)."),
+    _O("--audio-keep", "audio_keep", "count", 4,
+       "Audio files kept per user, overwritten in turn so disk use stays bounded (default {default}; "
+       "0: keep all).", int),
+    _O("--on-audio-error", None, "", "continue",
+       "When audio cannot be written (disk full, no permission): go on without writing, or stop "
+       "(default {default}).", choices=("continue", "stop")),
+    _O("--run-dir", None, "", "", "Run directory (default runs/<UTC timestamp>)."),
+    _O("--collector", "collectors", "", [], "Collector URL (repeatable; default none).", "list"),
+    _O("--collector-token", None, "", "",
+       f"Bearer token for the collectors (default: ${COLLECTOR_TOKEN_ENV}, as the collector's --token).",
+       secret=True, env=COLLECTOR_TOKEN_ENV),
+    _O("--require-collectors", None, "", False,
+       "End the run if a collector is unreachable at the start (default off).", bool),
+    _O("--skip-preflight", None, "", False,
+       "Do not send the one warm-up request that checks the target before the run (default off).", bool),
+    # The SLO and the step plan: each step judged as it ends, the plan decided from the verdicts.
+    _O("--slo", "slo", "", "",
+       "Service-level objective each step is judged against as it ends, e.g. "
+       "p95_ms<=1200,error_rate<=0.01 (default: none)."),
+    _O("--refine", "refine", "", False,
+       "After the grid, bisect between the largest passing and the smallest failing concurrency "
+       "until they are adjacent (needs --slo; default off).", bool),
+    _O("--stop-past-knee", "stop_past_knee", "", False,
+       "Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) and the "
+       "next step fails too (default off).", bool),
+    _O("--repeat", "repeat", "count", 1, "Run the grid of --steps this many times (default {default}).", int),
+    # The server's own metrics, scraped by the master (for servers with no collector beside them).
+    _O("--server-metrics", "server_metrics", "", [],
+       "The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the master "
+       "into resources.jsonl each second (repeatable; default none).", "list"),
+)
+
+#: What a run that does not record an option had, by its run.json key: the flag's default.
+DEFAULTS = {o.key: o.default for o in OPTIONS if o.key is not None}
+
+#: ``run.json``'s ``options``: every recorded option, by its key.
+RUN_OPTIONS: tuple[Field, ...] = tuple(
+    Field(o.key, o.unit, True, o.help_text()) for o in OPTIONS if o.key is not None)

@@ -1,0 +1,385 @@
+"""``summary.json``, written by the dashboard: every field, nested all the way down.
+
+The definitions of the figures (what a window, a request or a stream counts) are in
+``analysis.steps``; the tables here say what each key holds and in which unit, so that a
+figure added to the analysis is declared here too or the strict check of the tests
+(:func:`runformat.check.undeclared_keys`) fails.
+"""
+from __future__ import annotations
+
+from .fields import Field, Keyed
+from .options import RUN_OPTIONS
+from .schema import COLLECTOR, VERSIONS, WORKER
+
+_F = Field
+
+#: A distribution of finite values: ``latency_ms``, ``ttfb_ms``, ``ttfa_ms`` … (null: none).
+DIST: tuple[Field, ...] = (
+    _F("count", "count", False, "values"),
+    _F("mean", "", False, "in the unit of the figure"),
+    _F("p50", "", False, "exact percentiles, numpy's linear interpolation"),
+    _F("p90", "", False, ""),
+    _F("p95", "", False, ""),
+    _F("p99", "", False, ""),
+    _F("max", "", False, ""),
+    _F("p50_ci", "", False, "[lo, hi] of the median (an end too few values can bound is null)",
+       optional=True),
+    _F("p95_ci", "", False, "[lo, hi] of the p95", optional=True),
+    _F("ci_method", "", True, "how the intervals were found", optional=True),
+    _F("ci_n", "count", False, "values the intervals rest on", optional=True),
+)
+#: The tail of a distribution: ``underrun_ms``, ``gap_max_ms``, ``chunks``.
+TAIL: tuple[Field, ...] = tuple(f for f in DIST if f.name in ("count", "mean", "p95", "max"))
+
+#: A step's window: the span its figures are over.
+WINDOW: tuple[Field, ...] = (
+    _F("start", "unix s", True, "the step's start plus its settle time"),
+    _F("end", "unix s", True, ""),
+    _F("duration_s", "s", True, ""),
+    _F("source", "", False, "'run.json', 'records' (steps inferred) or 'pooled'"),
+    _F("settle_s", "s", True, ""),
+    _F("open", "", False, "the step had no end yet"),
+    _F("completions", "count", True, "final attempts that finished inside it"),
+    _F("ok_completions", "count", True, "successful ones"),
+    _F("spans", "unix s", False, "pooled level: its steps' [start, end] spans", optional=True),
+)
+
+#: One host's resource figures over a step's window.
+HOST_AGGREGATE: tuple[Field, ...] = (
+    _F("samples", "count", False, ""),
+    _F("cpu_mean", "percent", True, ""),
+    _F("cpu_max", "percent", True, ""),
+    _F("busiest_core_mean", "percent", True, ""),
+    _F("busiest_core_max", "percent", True, ""),
+    _F("proc_cpu_mean", "percent", True, "the watched process tree, of one core"),
+    _F("proc_cpu_max", "percent", True, ""),
+    _F("gpu_util_mean", "percent", True, ""),
+    _F("gpu_util_max", "percent", True, ""),
+    _F("gpu_mem_peak_bytes", "bytes", True, ""),
+    _F("gpu_mem_total_bytes", "bytes", True, ""),
+    _F("gpu_power_mean_w", "W", True, ""),
+)
+#: A scraped series over a step's window.
+SERIES_STATS: tuple[Field, ...] = (
+    _F("mean", "", True, ""),
+    _F("max", "", True, ""),
+    _F("samples", "count", False, "samples that carried it"),
+)
+#: A server role (queue depth, running, batch size, KV cache) and the series that told it.
+SERVER_ROLE: tuple[Field, ...] = (
+    _F("series", "", False, "the series the role was read from"),
+) + SERIES_STATS
+#: ``server`` and ``client``: a role's samples over the window, the highest of its hosts' figures.
+RESOURCE_AGGREGATE: tuple[Field, ...] = HOST_AGGREGATE + (
+    _F("hosts", "", False, "the hosts sampled"),
+    _F("gpu_mem_fallback_bytes", "bytes", True, "server: GPU memory just after the step",
+       optional=True),
+    _F("metrics", "", True, "server: the scraped series", optional=True, of=Keyed("series", SERIES_STATS)),
+    _F("metrics_left_out", "count", False, "server: series past the cap", optional=True),
+    _F("server_roles", "", True, "server: the roles its series tell",
+       optional=True, of=Keyed("role", SERVER_ROLE)),
+    _F("by_host", "", False, "each host's own figures", of=Keyed("host", HOST_AGGREGATE)),
+)
+
+INTEGRITY_EXAMPLE: tuple[Field, ...] = (
+    _F("text_id", "", True, ""),
+    _F("expected_s", "s", False, "the text's reference audio"),
+    _F("got_s", "s", False, ""),
+)
+INTEGRITY: tuple[Field, ...] = (
+    _F("checked", "count", False, "successful attempts with audio and a reference"),
+    _F("mismatched", "count", False, ""),
+    _F("rate", "", True, "their share"),
+    _F("examples", "", False, "a few mismatches", of=INTEGRITY_EXAMPLE),
+)
+LITTLE: tuple[Field, ...] = (
+    _F("effective_concurrency", "users", False, "mean busy users over the window"),
+    _F("ratio", "", False, "to the step's concurrency"),
+    _F("window_s", "s", False, ""),
+)
+STAGE: tuple[Field, ...] = (
+    _F("mean", "ms", False, ""),
+    _F("p50", "ms", False, ""),
+    _F("p95", "ms", False, ""),
+)
+TIER: tuple[Field, ...] = (
+    _F("count", "count", False, ""),
+    _F("p50", "ms", False, ""),
+    _F("p95", "ms", False, ""),
+)
+ERROR: tuple[Field, ...] = (
+    _F("error", "", False, "the error, one line"),
+    _F("count", "count", False, ""),
+)
+STREAMS: tuple[Field, ...] = (
+    _F("counted", "count", False, "streams that ended before the step did"),
+    _F("cut_by_step_end", "count", False, "left out: they heard the next step's load"),
+)
+REPEAT: tuple[Field, ...] = (
+    _F("step", "", False, ""),
+    _F("phase", "", True, ""),
+    _F("repeat", "count", True, ""),
+    _F("p50_ms", "ms", True, ""),
+    _F("p95_ms", "ms", True, ""),
+    _F("throughput_rps", "req/s", True, ""),
+    _F("ttfa_p95_ms", "ms", True, ""),
+    _F("requests", "count", True, ""),
+)
+SPREAD: tuple[Field, ...] = (
+    _F("by_repeat", "", False, "each repeat's own figures", of=REPEAT),
+    _F("p50_ms", "ms", False, "[min, max] over the repeats", optional=True),
+    _F("p95_ms", "ms", False, "", optional=True),
+    _F("throughput_rps", "req/s", False, "", optional=True),
+    _F("ttfa_p95_ms", "ms", False, "", optional=True),
+)
+GROWTH: tuple[Field, ...] = (
+    _F("p50_thirds", "ms", True, "median sched_wait_ms in each third of the step"),
+    _F("growing", "", True, "the queue kept growing through the step"),
+    _F("slope_ms_per_s", "ms/s", True, ""),
+)
+INFLIGHT: tuple[Field, ...] = (
+    _F("mean", "count", True, "requests in flight over the window"),
+    _F("max", "count", True, ""),
+)
+
+ATTEMPTS_BY_NUMBER: tuple[Field, ...] = (
+    _F("1", "count", False, "first attempts"),
+    _F("2", "count", False, "second attempts"),
+    _F("3+", "count", False, "the third and later"),
+)
+
+#: One step (``steps``) or one tested level, repeats pooled (``levels``).
+STEP_SUMMARY: tuple[Field, ...] = (
+    _F("step", "", True, "null for a pooled level"),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("planned_start", "unix s", True, "run.json's start"),
+    _F("planned_end", "unix s", True, ""),
+    _F("phase", "", True, "'grid' or 'refine'"),
+    _F("repeat", "count", True, ""),
+    _F("window", "", False, "the span the figures are over", of=WINDOW),
+    _F("requests", "count", False, "logical requests (final attempts), settled"),
+    _F("attempts", "count", False, ""),
+    _F("ok", "count", False, ""),
+    _F("failed", "count", False, ""),
+    _F("error_rate", "", True, "failed / requests"),
+    _F("attempt_failures", "count", False, ""),
+    _F("attempt_failure_rate", "", True, ""),
+    _F("throughput_rps", "req/s", True, "successful completions inside the window per second"),
+    _F("completed_rps", "req/s", True, "every completion the same way"),
+    _F("latency_ms", "ms", True, "wait_ms of the successful requests", of=DIST),
+    _F("ttfb_ms", "ms", True, "", of=DIST),
+    _F("write_ms", "ms", True, "", of=DIST),
+    _F("concat_ms", "ms", True, "", of=DIST),
+    _F("e2e_ms", "ms", True, "first attempt's t0 to the final attempt's end", of=DIST),
+    _F("rtf", "", True, "", of=DIST),
+    _F("audio_s_per_s", "", True, "audio seconds of the completions per second"),
+    _F("retries", "count", False, "attempts past the first"),
+    _F("attempts_by_number", "count", False, "attempts by their number", of=ATTEMPTS_BY_NUMBER),
+    _F("throttled", "count", False, "429 and 503 attempts"),
+    _F("non_throttle_failures", "count", False, ""),
+    _F("status_counts", "count", False, "attempts by HTTP status ('none': no answer)",
+       of=Keyed("status")),
+    _F("retry_after_s", "s", True, "", of=DIST),
+    _F("backoff_ms", "ms", True, "", of=DIST),
+    _F("streamed", "", False, "the run read its responses as streams"),
+    _F("streams", "", False, "", of=STREAMS),
+    _F("ttfa_ms", "ms", True, "time to first audio", of=DIST),
+    _F("underrun_rate", "", True, "share of the streams that ran dry at least once"),
+    _F("underrun_streams", "count", False, ""),
+    _F("underrun_ms", "ms", True, "", of=TAIL),
+    _F("gap_max_ms", "ms", True, "", of=TAIL),
+    _F("chunks", "count", True, "", of=TAIL),
+    _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
+    _F("little", "", True, "Little's law over the window", of=LITTLE),
+    _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),
+    _F("latency_by_tier_ms", "ms", False, "per text tier", of=Keyed("tier", TIER)),
+    _F("errors", "", False, "the commonest errors", of=ERROR),
+    _F("server", "", True, "the server's resources", of=RESOURCE_AGGREGATE),
+    _F("client", "", True, "the load generator's resources", of=RESOURCE_AGGREGATE),
+    _F("steps", "", False, "level: the steps pooled", optional=True),
+    _F("repeats", "count", False, "level: how many", optional=True),
+    _F("spread", "", True, "level tested more than once: the spread between repeats",
+       optional=True, of=SPREAD),
+    # open loop
+    _F("rate", "req/s", False, "open loop: the offered rate", optional=True),
+    _F("dropped", "count", False, "open loop: arrivals not sent", optional=True),
+    _F("offered", "count", False, "open loop: arrivals scheduled", optional=True),
+    _F("throughput_ratio", "", True, "open loop: throughput / rate", optional=True),
+    _F("inflight", "", False, "open loop", optional=True, of=INFLIGHT),
+    _F("sched_wait_ms", "ms", True, "open loop: what a caller who arrived on time waited",
+       optional=True, of=DIST),
+    _F("send_lag_ms", "ms", True, "open loop: the generator's lateness in sending", optional=True, of=DIST),
+    _F("growth", "", False, "open loop: whether the queue kept growing", optional=True, of=GROWTH),
+)
+
+#: ``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
+KNEE_METHODS: tuple[Field, ...] = tuple(_F(name, "", True, "") for name in (
+    "latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency", "kneedle",
+    "piecewise", "underruns", "ttfa_vs_lowest", "throughput_shortfall", "latency_growing"))
+KNEE: tuple[Field, ...] = (
+    _F("concurrency", "users", True, "the knee, or null; open loop: null"),
+    _F("index", "", True, "into the levels"),
+    _F("methods", "", False, "", of=KNEE_METHODS),
+    _F("agree", "", False, "the methods naming the knee"),
+    _F("rules", "", False, "the methods that set it"),
+    _F("streamed", "", False, "judged on playback (underruns, TTFA)"),
+    _F("inflation", "", False, "each level's latency over the lowest's", optional=True),
+    _F("inflation_basis", "", False, "'latency' or 'ttfa'", optional=True),
+    _F("efficiency", "", False, "throughput per user over the lowest's", optional=True),
+    _F("ttfa_floor_ms", "ms", True, "", optional=True),
+    _F("untimed_stream", "", False, "streamed, but no stream could be timed", optional=True),
+    _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
+    _F("axis", "", False, "open loop: 'rate'", optional=True),
+)
+
+SLO_VERDICT: tuple[Field, ...] = (
+    _F("concurrency", "users", False, ""),
+    _F("step", "", True, "null for a pooled level"),
+    _F("steps", "", False, "level: the steps judged together", optional=True),
+    _F("phase", "", True, "by_step", optional=True),
+    _F("repeat", "count", True, "by_step", optional=True),
+    _F("pass", "", True, "true, false, or null when inconclusive"),
+    _F("failed", "", False, ""),
+    _F("inconclusive", "", False, ""),
+    _F("values", "", False, "each term's figure", of=Keyed("SLO term")),
+    _F("more_requests", "count", True, "requests still needed to decide"),
+)
+SLO: tuple[Field, ...] = (
+    _F("spec", "", False, ""),
+    _F("steps", "", False, "one verdict per level", of=SLO_VERDICT),
+    _F("by_step", "", False, "one verdict per executed step", of=SLO_VERDICT),
+    _F("max_concurrency", "users", True, "largest level meeting it with every lower one"),
+)
+
+DIAGNOSIS: tuple[Field, ...] = (
+    _F("kind", "", False, "no_knee, compute_bound, concurrency_limit, … (see shared/design.md)"),
+    _F("evidence", "", False, "sentences with the numbers"),
+    _F("resource_data", "", False, "resource samples were there to judge by"),
+)
+LITTLE_LAW: tuple[Field, ...] = (
+    _F("concurrency", "users", False, ""),
+    _F("effective_concurrency", "users", False, ""),
+    _F("ratio", "", False, ""),
+    _F("ok", "", False, "within the tolerance of 1"),
+)
+USL: tuple[Field, ...] = (
+    _F("lambda_rps", "req/s", False, ""),
+    _F("sigma", "", False, "contention"),
+    _F("kappa", "", False, "coherency"),
+    _F("r2", "", False, ""),
+    _F("peak_concurrency", "users", True, ""),
+    _F("peak_throughput_rps", "req/s", True, ""),
+)
+MEMORY_CREEP: tuple[Field, ...] = (
+    _F("host", "", False, "the host with the largest rise"),
+    _F("baseline_bytes", "bytes", False, "before the run"),
+    _F("after_run_bytes", "bytes", False, ""),
+    _F("rise_bytes", "bytes", False, ""),
+    _F("total_bytes", "bytes", True, ""),
+    _F("after_samples", "count", False, ""),
+)
+
+#: A figure compared with the baseline run.
+COMPARISON: tuple[Field, ...] = (
+    _F("old", "", True, ""),
+    _F("new", "", True, ""),
+    _F("ratio", "", True, "", optional=True),
+    _F("ratio_ci", "", False, "", optional=True),
+    _F("change", "", True, "", optional=True),
+    _F("p_value", "", True, ""),
+    _F("method", "", False, "", optional=True),
+    _F("significant", "", False, ""),
+    _F("regression", "", False, ""),
+    _F("improvement", "", False, ""),
+)
+REGRESSION_STEP: tuple[Field, ...] = (
+    _F("concurrency", "users", False, ""),
+    _F("requests", "count", False, "[baseline, this run]"),
+    _F("p50_ms", "ms", True, "", of=COMPARISON),
+    _F("p95_ms", "ms", True, "", of=COMPARISON),
+    _F("ttfa_p95_ms", "ms", True, "", of=COMPARISON),
+    _F("throughput_rps", "req/s", True, "", of=COMPARISON),
+    _F("error_rate", "", True, "", of=COMPARISON),
+    _F("regression", "", False, ""),
+    _F("improvement", "", False, ""),
+)
+BASELINE_LEVEL: tuple[Field, ...] = (
+    _F("concurrency", "users", False, ""),
+    _F("p50_ms", "ms", True, ""),
+    _F("p95_ms", "ms", True, ""),
+    _F("p95_ci", "ms", True, ""),
+    _F("throughput_rps", "req/s", True, ""),
+    _F("error_rate", "", True, ""),
+)
+BASELINE: tuple[Field, ...] = (
+    _F("run_id", "", False, ""),
+    _F("path", "", False, ""),
+    _F("levels", "", False, "the baseline's curve", of=BASELINE_LEVEL),
+)
+REGRESSION: tuple[Field, ...] = (
+    _F("baseline", "", False, "", of=BASELINE),
+    _F("tolerance", "", False, "relative change let pass"),
+    _F("alpha", "", False, "significance level"),
+    _F("steps", "", False, "one per concurrency both runs tested", of=REGRESSION_STEP),
+    _F("regressed", "users", False, "concurrencies that regressed"),
+    _F("compared", "users", False, ""),
+    _F("warnings", "", False, "why the runs may not be like for like"),
+    _F("verdict", "", False, "in words"),
+)
+REQUIRE: tuple[Field, ...] = (
+    _F("concurrency", "users", False, "N of --require"),
+    _F("holds", "", False, ""),
+    _F("exit", "", False, "the exit status it calls for"),
+    _F("claim", "", True, "the claim at N, in words"),
+    _F("reason", "", False, ""),
+)
+
+#: ``run``: run.json's description of the run, and its path.
+SUMMARY_RUN: tuple[Field, ...] = (
+    _F("run_id", "", False, ""),
+    _F("path", "", False, "the run directory read"),
+    _F("start", "unix s", True, ""),
+    _F("end", "unix s", True, ""),
+    _F("in_progress", "", False, "run.json has no end yet"),
+    _F("target", "", True, ""),
+    _F("mode", "", False, "how load was offered (runformat.MODES), as RunDir.mode reads it"),
+    _F("options", "", True, "", of=RUN_OPTIONS),
+    _F("workers", "", True, "", of=WORKER),
+    _F("collectors", "", True, "", of=COLLECTOR),
+    _F("versions", "", True, "", of=VERSIONS),
+    _F("settle_s", "s", True, ""),
+    _F("run_json_error", "", True, "why run.json could not be read"),
+)
+RECORDS: tuple[Field, ...] = (
+    _F("lines", "count", False, "lines of requests.jsonl read"),
+    _F("attempts", "count", False, "attempt records among them"),
+)
+PER_FILE: tuple[Field, ...] = (
+    _F("requests", "", False, "requests.jsonl"),
+    _F("resources", "", False, "resources.jsonl"),
+)
+
+SUMMARY: tuple[Field, ...] = (
+    _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
+    _F("records", "count", False, "lines and attempts read", of=RECORDS),
+    _F("bad_lines", "count", False, "unparseable lines per file", of=PER_FILE),
+    _F("incomplete_last_line", "", False, "per file", of=PER_FILE),
+    _F("steps", "", False, "one step summary per executed step, in run order", of=STEP_SUMMARY),
+    _F("levels", "", False, "one per tested concurrency, repeats pooled", of=STEP_SUMMARY),
+    _F("knee", "", False, "concurrency (or null) and methods; open loop: rate (or null) instead", of=KNEE),
+    _F("slo", "", True, "spec, steps, by_step, max_concurrency", of=SLO),
+    _F("recommended_concurrency", "users", True, ""),
+    _F("recommendation", "", False, "the recommendation in words"),
+    _F("diagnosis", "", False, "kind and evidence", of=DIAGNOSIS),
+    _F("little_law", "", True, "", of=LITTLE_LAW),
+    _F("usl", "", True, "Universal Scalability Law fit", of=USL),
+    _F("gpu_memory_baseline_bytes", "bytes", True, ""),
+    _F("gpu_memory_after_run_bytes", "bytes", True, ""),
+    _F("gpu_memory_creep", "", True, "", of=MEMORY_CREEP),
+    _F("server_timing_stages", "", False, "Server-Timing stage names seen"),
+    _F("recommended_rate", "req/s", True, "open loop: the offered rate before the knee "
+                                          "(recommended_concurrency is then what it implies)", optional=True),
+    _F("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
+    _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
+    _F("require", "", True, "with --require", optional=True, of=REQUIRE),
+)

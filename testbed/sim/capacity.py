@@ -1,0 +1,333 @@
+"""What the simulated server can do at once, whatever protocol a request arrives by.
+
+A protocol's server (the HTTP app in :mod:`testbed.sim.http`; a WebSocket, Wyoming or gRPC one
+alike) parses its request, asks :meth:`Capacity.admit` (which raises :class:`Refused` when a
+limit says no), waits for a :class:`Turn` with :meth:`Capacity.take`, sends the audio pieces
+the turn yields as they are made, and finishes the turn. Everything that sets the timing lives
+here: the token bucket, the out-of-memory threshold, the queue limit, the FIFO slots and one
+of two timing models:
+
+- slots: a planned service time (``base_ms`` + ``per_char_ms`` x characters, +/- ``jitter``);
+  a stream's first piece after ``first_chunk_ms``, the rest evenly until that time is over;
+- shared capacity (:class:`Engine`): ``capacity`` audio-seconds per second shared equally by
+  the turns generating at once (processor sharing), each at most ``max_speed`` x real time,
+  after a ``prefill_ms`` that uses none, in chunks of ``chunk_ms``.
+
+The counters (served, rejected, queue time) are what ``/health`` and ``/metrics`` report
+(:mod:`testbed.sim.metrics`), so every protocol's requests count in the same figures.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import random
+import time
+from collections import deque
+
+import gevent
+from gevent.event import Event
+
+DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
+SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_ms": 20.0}
+CAPACITY_MODEL = {"max_speed": None, "chunk_ms": 200.0, "prefill_ms": 100.0}  # defaults
+STREAM_CHUNK_MS = 40.0  # the slots model's spacing of streamed pieces after the first
+ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
+OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.65 GiB total "
+               "capacity; 22.91 GiB already allocated; 118.06 MiB free)")
+
+
+class Refused(Exception):
+    """The server will not take this request. ``reason``: ``rate_limited``, ``out_of_memory``
+    or ``queue_full``; ``retry_after_s``: when to come back, where the server can say."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class Slots:
+    """``n`` inference slots (None: unlimited) handed to waiters strictly first-come,
+    first-served."""
+
+    def __init__(self, n: int | None):
+        self.n = n
+        self.busy = 0
+        self._waiters: deque[Event] = deque()
+
+    @property
+    def free(self) -> int | None:
+        return None if self.n is None else self.n - self.busy
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    def acquire(self) -> None:
+        if self.n is None or (self.busy < self.n and not self._waiters):
+            self.busy += 1
+            return
+        turn = Event()
+        self._waiters.append(turn)
+        try:
+            turn.wait()
+        except BaseException:
+            if turn.is_set():  # handed a slot while being killed: pass it on
+                self.release()
+            else:
+                self._waiters.remove(turn)
+            raise
+
+    def release(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()  # the slot passes straight to the next in line
+        else:
+            self.busy -= 1
+
+
+class Job:
+    """One request's audio, made in chunks of ``sizes`` audio-seconds by an :class:`Engine`;
+    ``made`` counts the chunks complete, ``ready`` is set each time one completes."""
+
+    def __init__(self, sizes: list[float]):
+        self.sizes = sizes
+        self.made = 0
+        self.ready = Event()
+
+    def wait(self, chunks: int) -> None:
+        """Until at least ``chunks`` chunks are made."""
+        while self.made < chunks:
+            self.ready.wait()
+            self.ready.clear()
+
+
+class Engine:
+    """``capacity`` audio-seconds per second shared equally by the jobs generating now, each
+    at most ``max_speed`` x real time (processor sharing).
+
+    Exact and event-driven: all generating jobs advance alike, so one "virtual" clock (audio
+    made by any generating job since the engine started) places every chunk; the rate changes
+    only when a job joins or leaves, and the loop sleeps until the next chunk completes or the
+    set of jobs changes, whichever comes first.
+    """
+
+    def __init__(self, capacity: float, max_speed: float):
+        self.capacity = capacity
+        self.max_speed = max_speed
+        self._virtual = 0.0  # audio-seconds made per generating job since the start
+        self._at = time.monotonic()
+        self._heap: list[tuple[float, int, Job]] = []  # (virtual time its chunk is done, seq, job)
+        self._seq = itertools.count()
+        self._changed = Event()
+        self._loop: gevent.Greenlet | None = None
+
+    @property
+    def generating(self) -> int:
+        return len(self._heap)
+
+    def rate(self) -> float:
+        """Audio-seconds per second each generating job makes now."""
+        n = len(self._heap)
+        return min(self.max_speed, self.capacity / n) if n else 0.0
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self._virtual += self.rate() * (now - self._at)
+        self._at = now
+
+    def join(self, job: Job) -> None:
+        if not job.sizes:
+            return
+        self._advance()
+        heapq.heappush(self._heap, (self._virtual + job.sizes[0], next(self._seq), job))
+        self._kick()
+
+    def leave(self, job: Job) -> None:
+        """Stop making ``job``'s audio (its client left, or a fault cut it)."""
+        if any(entry[2] is job for entry in self._heap):
+            self._advance()
+            self._heap = [entry for entry in self._heap if entry[2] is not job]
+            heapq.heapify(self._heap)
+            self._kick()
+
+    def _kick(self) -> None:
+        if self._loop is None:
+            self._loop = gevent.spawn(self._run)
+        else:
+            self._changed.set()
+
+    def _run(self) -> None:
+        try:
+            while self._heap:
+                self._advance()
+                while self._heap and self._heap[0][0] <= self._virtual + ENGINE_EPS_S:
+                    due, _, job = heapq.heappop(self._heap)
+                    job.made += 1
+                    job.ready.set()
+                    if job.made < len(job.sizes):
+                        nxt = due + job.sizes[job.made]
+                        heapq.heappush(self._heap, (nxt, next(self._seq), job))
+                if self._heap:
+                    self._changed.clear()
+                    self._changed.wait((self._heap[0][0] - self._virtual) / self.rate())
+        finally:
+            self._loop = None
+
+
+class TokenBucket:
+    """``rate`` tokens/s, at most ``burst`` saved up; refilled from the time that passed."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self._last = time.monotonic()
+
+    def take(self) -> float:
+        """Take a token; 0 when granted, else the seconds until one is there."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self._last) * self.rate)
+        self._last = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+class Capacity:
+    """One simulated server's limits, slots and timing model, shared by every protocol it
+    serves. ``args`` holds the knobs (see :mod:`testbed.sim.cli`), ``rng`` the seeded source
+    of the slots model's jitter."""
+
+    def __init__(self, args: argparse.Namespace, rng: random.Random):
+        self.args = args
+        self.rng = rng
+        self.slots = Slots(args.slots)
+        self.bucket = TokenBucket(args.rate, args.burst) if args.rate else None
+        self.engine = Engine(args.capacity, args.max_speed) if args.capacity else None
+        self.admitted = 0  # queued + holding a slot
+        self.served = 0
+        self.rejected = 0  # refused by a limit, or by a fault that answers as one
+        self.queue_s_total = 0.0  # time admitted requests waited for a slot, summed
+        self.queue_waits = 0
+        first_guess_ms = args.base_ms if args.capacity is None else args.prefill_ms
+        self.mean_service_s = first_guess_ms / 1000  # moving average, for queue Retry-After
+
+    def admit(self) -> None:
+        """Admit the request, or raise :class:`Refused` when the rate limit, the out-of-memory
+        threshold or the queue limit says no. An admitted request then takes a turn."""
+        if self.bucket is not None:
+            wait_s = self.bucket.take()
+            if wait_s:
+                self.rejected += 1
+                raise Refused("rate_limited", "rate limit exceeded", wait_s)
+        if self.args.oom_above is not None and self.admitted + 1 > self.args.oom_above:
+            self.rejected += 1
+            raise Refused("out_of_memory", OOM_MESSAGE)
+        limit = self.args.queue_limit
+        if limit is not None and self.slots.free == 0 and self.slots.queued >= limit:
+            self.rejected += 1
+            drain_s = (self.slots.queued + 1) / self.slots.n * self.mean_service_s
+            raise Refused("queue_full", "the queue is full", drain_s)
+        self.admitted += 1
+
+    def take(self, text: str) -> Turn:
+        """Wait for a slot (first come, first served) and start the admitted request's turn."""
+        started = time.monotonic()
+        try:
+            self.slots.acquire()
+        except BaseException:
+            self.admitted -= 1
+            raise
+        queue_s = time.monotonic() - started
+        self.queue_s_total += queue_s
+        self.queue_waits += 1
+        return Turn(self, text, queue_s)
+
+    def service_seconds(self, text: str) -> float:
+        planned_ms = self.args.base_ms + self.args.per_char_ms * len(text)
+        jitter = self.args.jitter
+        return planned_ms * (1 + self.rng.uniform(-jitter, jitter)) / 1000
+
+    def finish(self, service_s: float) -> None:
+        self.slots.release()
+        self.admitted -= 1
+        self.served += 1
+        self.mean_service_s += 0.1 * (service_s - self.mean_service_s)
+
+
+class Turn:
+    """One admitted request holding its slot, from :meth:`Capacity.take` to :meth:`finish`.
+
+    ``queue_s``: its wait for the slot; ``planned_s``: the slots model's service time (None
+    with the engine, where it is known once the audio is made); ``generating``: unix seconds it
+    began to share the engine, after the prefill (None in the slots model)."""
+
+    def __init__(self, capacity: Capacity, text: str, queue_s: float):
+        self.capacity = capacity
+        self.queue_s = queue_s
+        self.acquired = time.monotonic()
+        self.planned_s = capacity.service_seconds(text) if capacity.engine is None else None
+        self.generating: float | None = None
+        self._done = False
+
+    @property
+    def service_s(self) -> float:
+        """The planned service time, or (engine) the time the turn has taken so far."""
+        return time.monotonic() - self.acquired if self.planned_s is None else self.planned_s
+
+    def pieces(self, pcm: bytes, whole: bool = False):
+        """``pcm`` as the timing model makes it, a piece at a time (``whole``: one piece once
+        all of it is made). Closing the generator early stops the making."""
+        if self.capacity.engine is None:
+            return self._paced(pcm, whole)
+        return self._generated(pcm, whole)
+
+    def finish(self) -> None:
+        """Release the slot (once; later calls do nothing)."""
+        if not self._done:
+            self._done = True
+            self.capacity.finish(self.service_s)
+
+    def _paced(self, pcm: bytes, whole: bool):
+        """The slots model: the first piece after ``first_chunk_ms``, the rest evenly until the
+        planned time."""
+        if whole:
+            gevent.sleep(self.planned_s)
+            yield pcm
+            return
+        first_s = min(self.capacity.args.first_chunk_ms / 1000, self.planned_s)
+        rest_s = self.planned_s - first_s
+        chunks = 1 + max(1, round(rest_s * 1000 / STREAM_CHUNK_MS))
+        frames = len(pcm) // 2
+        bounds = [2 * (frames * i // chunks) for i in range(chunks + 1)]
+        start = time.monotonic()
+        for i in range(chunks):
+            # due times from the start, so that late wake-ups do not add up
+            due_s = first_s + rest_s * i / (chunks - 1)
+            gevent.sleep(max(0.0, start + due_s - time.monotonic()))
+            yield pcm[bounds[i]:bounds[i + 1]]
+
+    def _generated(self, pcm: bytes, whole: bool):
+        """The shared engine, after the prefill: each chunk as soon as it is made. Leaves the
+        engine if closed early."""
+        args, engine = self.capacity.args, self.capacity.engine
+        sample_rate = args.sample_rate
+        frame_s = 1 / sample_rate
+        frames = len(pcm) // 2
+        per_chunk = max(1, round(args.chunk_ms / 1000 * sample_rate))
+        bounds = list(range(0, frames, per_chunk)) + [frames]
+        sizes = [(b - a) * frame_s for a, b in zip(bounds, bounds[1:])]
+        if whole:
+            bounds, sizes = [0, frames], [sum(sizes)]
+        gevent.sleep(args.prefill_ms / 1000)
+        job = Job(sizes)
+        self.generating = time.time()
+        engine.join(job)
+        try:
+            for k in range(len(sizes)):
+                job.wait(k + 1)
+                yield pcm[2 * bounds[k]: 2 * bounds[k + 1]]
+        finally:
+            engine.leave(job)

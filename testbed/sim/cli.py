@@ -1,0 +1,185 @@
+"""The simulator's command line: its knobs, the checks between them, and serving until
+SIGTERM. Run through ``python -m testbed.sim`` or ``tts-knee sim`` (see :func:`testbed.sim.main`,
+which patches the process for gevent first)."""
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import math
+import random
+import signal
+import sys
+
+import gevent
+from gevent.pool import Pool
+from gevent.pywsgi import WSGIServer
+
+from testbed.args import Parser, number  # one-line errors and checked numbers, shared
+from testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
+from testbed.sim.faults import FAULTS
+from testbed.sim.http import Handler, SpeechApp
+
+PROG = "python -m testbed.sim"
+STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
+LISTEN_BACKLOG = 1024
+
+log = logging.getLogger("testbed.sim")
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = Parser(prog=prog, description="A TTS server with a known capacity: slots and a FIFO "
+                                      "queue, or audio-seconds per second shared by the "
+                                      "requests generating at once (see testbed/sim).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=number(int, 0, 65535), default=8300,
+                   help="port to bind; 0 picks a free one (default 8300)")
+    p.add_argument("--slots", type=number(int, 1),
+                   help=f"requests synthesised at once; the rest queue FIFO (default "
+                        f"{DEFAULT_SLOTS}; unlimited with --capacity)")
+    p.add_argument("--base-ms", type=number(float, 0),
+                   help=f"fixed service time per request in ms (default "
+                        f"{SLOTS_MODEL['base_ms']:g}; not with --capacity)")
+    p.add_argument("--per-char-ms", type=number(float, 0),
+                   help=f"service time per input character in ms (default "
+                        f"{SLOTS_MODEL['per_char_ms']:g}; not with --capacity)")
+    p.add_argument("--jitter", type=number(float, 0, 1, high_open=True),
+                   help=f"uniform +/- fraction around the service time (default "
+                        f"{SLOTS_MODEL['jitter']:g}; not with --capacity)")
+    p.add_argument("--seed", type=int,
+                   help="random seed for jitter and faults (default: a different one each run)")
+    p.add_argument("--queue-limit", type=number(int, 0),
+                   help="requests allowed to wait for a slot; more get 503 (default unlimited)")
+    p.add_argument("--rate", type=number(float, 0.001),
+                   help="token-bucket rate in requests/s; over it -> 429 (default off)")
+    p.add_argument("--burst", type=number(int, 1),
+                   help="token-bucket size (default: the rate rounded up, at least 1)")
+    p.add_argument("--retry-after-format", choices=("seconds", "http-date"), default="seconds",
+                   help="Retry-After as delta-seconds or an HTTP-date (default seconds)")
+    p.add_argument("--stream", action="store_true",
+                   help="stream every response chunked (a request's \"stream\": true also "
+                        "does; default off)")
+    p.add_argument("--first-chunk-ms", type=number(float, 0),
+                   help=f"when streaming, delay of the first audio chunk in ms (default "
+                        f"{SLOTS_MODEL['first_chunk_ms']:g}; not with --capacity)")
+    p.add_argument("--capacity", type=number(float, 0.001),
+                   help="audio-seconds made per second, shared equally by the requests "
+                        "generating at once (enables the shared-capacity model; default off)")
+    p.add_argument("--max-speed", type=number(float, 0.001),
+                   help="with --capacity, the fastest one request generates, x real time "
+                        "(default: the capacity)")
+    p.add_argument("--chunk-ms", type=number(float, 1),
+                   help=f"with --capacity, audio per chunk in ms (default "
+                        f"{CAPACITY_MODEL['chunk_ms']:g})")
+    p.add_argument("--prefill-ms", type=number(float, 0),
+                   help=f"with --capacity, delay before a request starts generating, using no "
+                        f"capacity (default {CAPACITY_MODEL['prefill_ms']:g})")
+    p.add_argument("--wav-header-alone", action="store_true",
+                   help="stream the WAV header as its own write before any audio (default off)")
+    p.add_argument("--sse", action="store_true",
+                   help="answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
+                        "unless a request asks for \"stream_format\": \"audio\" (default off)")
+    p.add_argument("--chunk-log", metavar="FILE",
+                   help="append one JSON line per streamed answer with each audio write's "
+                        "send time (default off)")
+    p.add_argument("--oom-above", type=number(int, 0),
+                   help="500 'CUDA out of memory' when more than N requests are in flight "
+                        "(default off)")
+    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=24000,
+                   help="audio sample rate in Hz (default 24000: OpenAI's PCM rate, and the client's "
+                        "--tts-sample-rate)")
+    p.add_argument("--fault", action="append", choices=FAULTS, default=[],
+                   help="inject a fault (repeatable; one is picked per faulty request; "
+                        "default none)")
+    p.add_argument("--fault-rate", type=number(float, 0, 1), default=1.0,
+                   help="probability that a request gets a fault (default 1)")
+    p.add_argument("--stall-s", type=number(float, 0), default=10.0,
+                   help="the stall fault's delay before the first byte (default 10)")
+    p.add_argument("--log-requests", action="store_true",
+                   help="log one line per request (default off)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Namespace:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.burst is not None and args.rate is None:
+        parser.error("--burst needs --rate")
+    if args.burst is None and args.rate is not None:
+        args.burst = max(1, math.ceil(args.rate))
+    # each model's knobs: given with the other model, one would silently do nothing
+    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else \
+        (CAPACITY_MODEL, SLOTS_MODEL)
+    for flag in other:
+        if getattr(args, flag) is not None:
+            parser.error(f"--{flag.replace('_', '-')} " + (
+                "needs --capacity" if args.capacity is None else
+                "does not apply with --capacity (see --prefill-ms and --chunk-ms)"))
+    for flag in own:
+        if getattr(args, flag) is None:
+            setattr(args, flag, own[flag])
+    if args.capacity is not None:
+        args.max_speed = args.capacity if args.max_speed is None else args.max_speed
+    if args.slots is None and args.capacity is None:
+        args.slots = DEFAULT_SLOTS
+    if args.slots is None and args.queue_limit is not None:
+        parser.error("--queue-limit needs --slots with --capacity (slots are unlimited "
+                     "otherwise, so nothing ever queues)")
+    if args.chunk_log:
+        try:
+            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
+        except OSError as err:
+            parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: "
+                         f"{err.strerror or err}")
+    return args
+
+
+def describe(args: argparse.Namespace) -> str:
+    knobs = [f"slots={'unlimited' if args.slots is None else args.slots}"]
+    if args.capacity:
+        knobs.append(f"capacity={args.capacity:g} max_speed={args.max_speed:g} "
+                     f"chunk_ms={args.chunk_ms:g} prefill_ms={args.prefill_ms:g}")
+    else:
+        knobs.append(f"base_ms={args.base_ms:g} per_char_ms={args.per_char_ms:g} "
+                     f"jitter={args.jitter:g}")
+    knobs += [f"queue_limit={'unlimited' if args.queue_limit is None else args.queue_limit}",
+              f"rate={args.rate if args.rate else 'off'}", f"stream={args.stream}",
+              f"sse={args.sse}", f"sample_rate={args.sample_rate}"]
+    if args.rate:
+        knobs.append(f"burst={args.burst} retry_after={args.retry_after_format}")
+    if (args.stream or args.sse) and not args.capacity:
+        knobs.append(f"first_chunk_ms={args.first_chunk_ms:g}")
+    if args.wav_header_alone:
+        knobs.append("wav_header_alone=True")
+    if args.chunk_log:
+        knobs.append(f"chunk_log={args.chunk_log.name}")
+    if args.oom_above is not None:
+        knobs.append(f"oom_above={args.oom_above}")
+    if args.fault:
+        knobs.append(f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}")
+    return "sim: " + " ".join(knobs)
+
+
+def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = parse_args(argv, prog)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    rng = random.Random(args.seed)  # one seeded source for jitter and faults
+    app = SpeechApp(args, Capacity(args, rng), rng)
+    server = WSGIServer((args.host, args.port), app, handler_class=Handler,
+                        spawn=Pool(),  # a pool, so that stop() waits for requests in flight
+                        backlog=LISTEN_BACKLOG, log=log if args.log_requests else None)
+    try:
+        server.start()
+    except OSError as err:
+        in_use = err.errno == errno.EADDRINUSE
+        reason = "it is already in use" if in_use else err.strerror or str(err)
+        print(f"{prog}: cannot listen on {args.host}:{args.port}: {reason}.", file=sys.stderr)
+        return 2
+    host, port = server.address[:2]
+    host = f"[{host}]" if ":" in host else host
+    print(f"listening on http://{host}:{port}", flush=True)
+    log.info(describe(args))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, server.stop, STOP_TIMEOUT_S)
+    server.serve_forever()
+    return 0

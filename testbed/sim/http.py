@@ -1,0 +1,351 @@
+"""The simulator's HTTP face: a WSGI app (gevent's pywsgi) that parses speech requests,
+admits them through the shared :class:`~testbed.sim.capacity.Capacity`, and answers whole WAV
+or PCM bodies, chunked audio streams or OpenAI-style server-sent events, with the faults of
+:mod:`testbed.sim.faults` carried out the HTTP way."""
+from __future__ import annotations
+
+import argparse
+import base64
+import email.utils
+import errno
+import json
+import math
+import os
+import random
+import socket
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+
+import gevent
+from gevent.pywsgi import WSGIHandler
+
+from testbed.sim import metrics
+from testbed.sim.audio import Tone, audio_seconds, wav_header
+from testbed.sim.capacity import Capacity, Refused, Turn
+from testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
+
+HTML_PAGE = b"<!doctype html><html><head><title>502 Bad Gateway</title></head>" \
+            b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"
+RESPONSE_FORMATS = ("wav", "pcm")
+STREAM_FORMATS = ("sse", "audio")
+SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
+SSE_AUDIO_TOKENS_PER_S = 50
+SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
+REFUSED_STATUS = {"rate_limited": "429 Too Many Requests",
+                  "out_of_memory": "500 Internal Server Error",
+                  "queue_full": "503 Service Unavailable"}
+
+
+@dataclass
+class Speech:
+    """One parsed synthesis request."""
+    text: str
+    response_format: str
+    stream: bool
+    request_id: str
+    sse: bool = False  # server-sent events (always streamed)
+    received: float = 0.0  # unix seconds the request's body had been read
+
+
+class _Reject(Exception):
+    """Ends a request early with an error response."""
+
+    def __init__(self, status: str, message: str, headers: list | None = None):
+        super().__init__(message)
+        self.status = status
+        self.headers = headers or []
+
+
+def _json_body(obj) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+class Handler(WSGIHandler):
+    """Sends without Nagle delays, and lets the ``reset`` fault reach its socket."""
+
+    def handle(self):
+        # pywsgi writes headers and body separately; with Nagle on, the body waits for the
+        # client's delayed ACK (~40 ms on Linux), which would swamp the configured latency.
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return super().handle()
+
+    def get_environ(self):
+        env = super().get_environ()
+        env["sim.socket"] = self.socket
+        return env
+
+
+class SpeechApp:
+    """The WSGI application: parses, admits, queues, 'synthesises' and answers."""
+
+    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random):
+        self.args = args
+        self.capacity = capacity
+        self.rng = rng
+        self.faults = Faults(args.fault, args.fault_rate, rng)
+        self.tone = Tone(args.sample_rate)
+
+    # routing
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        method = environ.get("REQUEST_METHOD", "GET")
+        try:
+            if path == "/metrics" and method == "GET":
+                return self._respond(start_response, "200 OK",
+                                     metrics.exposition(self.capacity).encode(),
+                                     ctype="text/plain; version=0.0.4; charset=utf-8")
+            if path == "/health":
+                if method != "GET":
+                    raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
+                                  [("Allow", "GET")])
+                return self._respond(start_response, "200 OK",
+                                     _json_body(metrics.health(self.capacity)))
+            if path not in SPEECH_PATHS:
+                raise _Reject("404 Not Found", f"no endpoint at {path}")
+            if method != "POST":
+                raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
+                              [("Allow", "POST")])
+            return self.speech(environ, start_response, path)
+        except _Reject as rej:
+            return self._respond(start_response, rej.status, _json_body({"error": str(rej)}),
+                                 rej.headers)
+
+    @staticmethod
+    def _respond(start_response, status, body: bytes, headers=(), ctype="application/json"):
+        start_response(status, [("Content-Type", ctype), *headers])
+        return [body]
+
+    # synthesis
+
+    def parse(self, environ, path: str) -> Speech:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            data = json.loads(environ["wsgi.input"].read(length) or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise _Reject("400 Bad Request", "the body is not valid JSON")
+        if not isinstance(data, dict):
+            raise _Reject("400 Bad Request", "the body must be a JSON object")
+        field = SPEECH_PATHS[path]
+        text = data.get(field)
+        if not isinstance(text, str) or not text.strip():
+            raise _Reject("400 Bad Request", f"'{field}' must be a non-empty string")
+        fmt = data.get("response_format", "wav")
+        if fmt not in RESPONSE_FORMATS:
+            raise _Reject("400 Bad Request", f"response_format {fmt!r} is not supported; "
+                                             f"use one of {', '.join(RESPONSE_FORMATS)}")
+        stream_format = data.get("stream_format")
+        if stream_format is not None and stream_format not in STREAM_FORMATS:
+            raise _Reject("400 Bad Request", f"stream_format {stream_format!r} is not supported; "
+                                             f"use one of {', '.join(STREAM_FORMATS)}")
+        sse = stream_format == "sse" or (self.args.sse and stream_format is None)
+        stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
+        request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
+        return Speech(text, fmt, stream, request_id, sse, time.time())
+
+    def speech(self, environ, start_response, path: str):
+        req = self.parse(environ, path)
+        fault = self.faults.pick()
+        if fault == "stall":
+            gevent.sleep(self.args.stall_s)
+        ids = [("X-Request-Id", req.request_id)]
+        if fault in RETRY_FAULTS:
+            self.capacity.rejected += 1
+            value = "soon-ish" if fault == "bad-retry-after" else "999999"
+            raise _Reject("429 Too Many Requests", "rate limit exceeded",
+                          [("Retry-After", value), *ids])
+        try:
+            self.capacity.admit()
+        except Refused as refused:
+            headers = ids if refused.retry_after_s is None else \
+                [self.retry_after(refused.retry_after_s), *ids]
+            raise _Reject(REFUSED_STATUS[refused.reason], str(refused), headers) from None
+        pcm = self.tone.pcm(audio_seconds(req.text))
+        turn = self.capacity.take(req.text)
+        if req.stream and self.answers_streamed(req, fault):
+            return self.stream(environ, start_response, req, pcm, turn, ids, fault)
+        try:
+            for _ in turn.pieces(pcm, whole=True):
+                pass
+            service_s = turn.service_s
+        finally:
+            turn.finish()
+        timing = self.server_timing(turn.queue_s, service_s,
+                                    turn.queue_s + time.monotonic() - turn.acquired)
+        headers = [timing, *ids]
+        if fault in BODY_FAULTS:
+            return self.body_fault(fault, environ, start_response, req, pcm, headers)
+        if fault == "close":
+            headers.append(("Connection", "close"))
+        body = pcm if req.response_format == "pcm" else \
+            wav_header(len(pcm), self.tone.sample_rate) + pcm
+        return self._respond(start_response, "200 OK", body, headers, self.content_type(req))
+
+    @staticmethod
+    def answers_streamed(req: Speech, fault: str | None) -> bool:
+        """Whether a streamed request is answered as a stream under ``fault``: faults that
+        hit mid-stream do; whole wrong bodies (and garbage outside SSE) are sent whole."""
+        if fault in ("html", "json", "empty"):
+            return False
+        return fault != "garbage" or req.sse
+
+    def retry_after(self, seconds: float) -> tuple[str, str]:
+        delta = max(1, math.ceil(seconds))
+        if self.args.retry_after_format == "http-date":
+            return "Retry-After", email.utils.formatdate(time.time() + delta, usegmt=True)
+        return "Retry-After", str(delta)
+
+    @staticmethod
+    def server_timing(queue_s: float, infer_s: float, total_s: float | None = None):
+        parts = [f"queue;dur={queue_s * 1000:.1f}", f"infer;dur={infer_s * 1000:.1f}"]
+        if total_s is not None:
+            parts.append(f"total;dur={total_s * 1000:.1f}")
+        return "Server-Timing", ", ".join(parts)
+
+    @staticmethod
+    def content_type(req: Speech) -> str:
+        if req.sse:
+            return "text/event-stream"
+        return "audio/pcm" if req.response_format == "pcm" else "audio/wav"
+
+    def stream(self, environ, start_response, req, pcm, turn: Turn, ids, fault):
+        """Headers now, then each chunk as it is made (see :class:`_Stream`)."""
+        if turn.planned_s is not None:
+            timing = self.server_timing(turn.queue_s, turn.planned_s)
+        else:  # the service time is known once the audio is made
+            timing = ("Server-Timing", f"queue;dur={turn.queue_s * 1000:.1f}, "
+                                       f"prefill;dur={self.args.prefill_ms:.1f}")
+        pieces = turn.pieces(pcm)
+        headers = [("Content-Type", self.content_type(req)), timing, *ids]
+        if req.sse:
+            headers.append(("Cache-Control", "no-cache"))
+        if fault == "close":
+            headers.append(("Connection", "close"))
+        try:
+            write = start_response("200 OK", headers)
+            write(b"")  # flush the headers before any audio exists
+        except BaseException:
+            pieces.close()
+            turn.finish()
+            raise
+        fault = fault if fault in MID_STREAM_FAULTS else None
+        return _Stream(self, req, pcm, pieces, fault, environ["sim.socket"], turn)
+
+    def body_fault(self, fault, environ, start_response, req, pcm, headers):
+        """A 200 that is not the audio it should be."""
+        wav = wav_header(len(pcm), self.tone.sample_rate) + pcm
+        if fault == "html":
+            return self._respond(start_response, "200 OK", HTML_PAGE, headers, "text/html")
+        if fault == "json":  # quotes the input, as many servers' errors do (markup and all)
+            body = _json_body({"error": f"synthesis failed: {req.text[:80]}", "request_id": req.request_id})
+            return self._respond(start_response, "200 OK", body, headers)
+        if fault == "empty":
+            return self._respond(start_response, "200 OK", b"", headers, "audio/wav")
+        if fault == "garbage":
+            return self._respond(start_response, "200 OK", os.urandom(len(wav)), headers,
+                                 "audio/wav")
+        if fault == "truncate":  # a complete HTTP body, but the WAV header promises more
+            cut = wav[: 44 + len(pcm) // 4]
+            return self._respond(start_response, "200 OK", cut,
+                                 [*headers, ("Connection", "close")], "audio/wav")
+        # reset: promise the whole body, send half of it, then abort the connection (RST)
+        start_response("200 OK", [("Content-Type", "audio/wav"),
+                                  ("Content-Length", str(len(wav))),
+                                  ("Connection", "close"), *headers])
+        sock = environ["sim.socket"]
+
+        def half_then_reset():
+            yield wav[: len(wav) // 2]
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return half_then_reset()
+
+
+class _Stream:
+    """A streamed response body: ``pieces`` of PCM framed as WAV, raw PCM or SSE, one write
+    each, as they come. Holds its turn until the last write or until closed."""
+
+    def __init__(self, app: SpeechApp, req: Speech, pcm: bytes, pieces, fault: str | None,
+                 sock, turn: Turn):
+        self.app, self.req, self.pcm, self.pieces = app, req, pcm, pieces
+        self.fault = None if fault == "sse-error" and not req.sse else fault
+        self.sock = sock
+        self.turn = turn
+        self.sent: list[float] = []  # unix seconds each audio write had been handed over
+        self.audio_ms: list[float] = []
+        self._done = False
+
+    def __iter__(self):
+        wav = not self.req.sse and self.req.response_format != "pcm"
+        head = wav_header(0, self.app.tone.sample_rate, placeholder=True) if wav else b""
+        if head and self.app.args.wav_header_alone:
+            yield head
+            head = b""
+        # a fault strikes after half the audio (whole frames), part of a chunk if need be
+        left = len(self.pcm) // 4 * 2 if self.fault else len(self.pcm)
+        for piece in self.pieces:
+            piece = piece[:left]
+            left -= len(piece)
+            if piece:
+                yield head + self.frame(piece)
+                head = b""
+                # resumed only once the server has written that chunk to the socket
+                self.sent.append(time.time())
+                self.audio_ms.append(self.app.tone.seconds(piece) * 1000)
+            if self.fault and not left:
+                break
+        self.pieces.close()  # a fault: stop making the rest
+        if head:  # no audio at all: the header alone still opens the body
+            yield head
+        yield from self.end()
+        self.close()
+
+    def frame(self, pcm: bytes) -> bytes:
+        if self.req.sse:
+            return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(pcm).decode()})
+        return pcm
+
+    def end(self):
+        """What follows the audio: the SSE done event, or the fault."""
+        if self.fault == "reset":
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # pywsgi drops the connection quietly on ECONNRESET; linger 0 makes that an RST
+            raise ConnectionResetError(errno.ECONNRESET, "the reset fault")
+        if self.fault == "sse-error":
+            yield _sse({"type": "error", "error": {
+                "message": "synthesis failed mid-stream (the sse-error fault)",
+                "type": "server_error"}})
+        elif self.fault == "garbage":  # SSE only: a delta that is not base64, or not JSON
+            if self.app.rng.random() < 0.5:
+                yield b'data: {"type": "speech.audio.delta", "audio": "%%not base64%%"}\n\n'
+            else:
+                yield b'data: {"type": "speech.audio.delta", "audio": "AAAA\n\n'
+        elif self.req.sse and self.fault is None:
+            audio_s = self.app.tone.seconds(self.pcm)
+            tokens_in = max(1, math.ceil(len(self.req.text) / SSE_CHARS_PER_TOKEN))
+            tokens_out = math.ceil(audio_s * SSE_AUDIO_TOKENS_PER_S)
+            yield _sse({"type": "speech.audio.done", "usage": {
+                "input_tokens": tokens_in, "output_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out}})
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self.pieces.close()
+        self.turn.finish()
+        log_file = self.app.args.chunk_log
+        if log_file:
+            fmt = "sse" if self.req.sse else self.req.response_format
+            generating = self.turn.generating
+            log_file.write(json.dumps({
+                "request_id": self.req.request_id, "format": fmt,
+                "received": round(self.req.received, 6),
+                "generating": generating and round(generating, 6),
+                "sent": [round(t, 6) for t in self.sent],
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")

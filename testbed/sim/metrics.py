@@ -1,0 +1,43 @@
+"""What the simulator says of its own state, from its :class:`~testbed.sim.capacity.Capacity`:
+``/health``'s JSON object and ``/metrics``' Prometheus text, named the way vLLM names its own
+(``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...)
+so that a collector's ``--scrape`` has a server queue to read."""
+from __future__ import annotations
+
+from testbed.sim.capacity import Capacity
+
+
+def health(capacity: Capacity) -> dict:
+    """served: requests that held a slot; rejected: 429, 503 and out-of-memory 500s;
+    generating (with --capacity): requests sharing the capacity now."""
+    slots = capacity.slots
+    health = {"status": "ok", "slots": slots.n, "busy": slots.busy, "queued": slots.queued,
+              "served": capacity.served, "rejected": capacity.rejected}
+    if capacity.engine is not None:
+        health["generating"] = capacity.engine.generating
+    return health
+
+
+def exposition(capacity: Capacity) -> str:
+    """The queue and slots as gauges, requests as counters."""
+    slots, engine = capacity.slots, capacity.engine
+    families = [
+        ("num_requests_waiting", "gauge", "Requests waiting for a slot.", slots.queued),
+        ("num_requests_running", "gauge", "Requests holding a slot.", slots.busy),
+        ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", slots.n),
+        ("num_requests_generating", "gauge", "Requests sharing the capacity now.",
+         None if engine is None else engine.generating),
+        ("requests_served_total", "counter", "Requests that held a slot.", capacity.served),
+        ("requests_rejected_total", "counter", "Requests refused with 429, 503 or 500 OOM.",
+         capacity.rejected),
+    ]
+    lines = []
+    for name, kind, text, value in families:
+        if value is not None:
+            lines += [f"# HELP sim:{name} {text}", f"# TYPE sim:{name} {kind}",
+                      f"sim:{name} {float(value)!r}"]
+    lines += ["# HELP sim:request_queue_time_seconds Time requests waited for a slot.",
+              "# TYPE sim:request_queue_time_seconds summary",
+              f"sim:request_queue_time_seconds_sum {capacity.queue_s_total!r}",
+              f"sim:request_queue_time_seconds_count {float(capacity.queue_waits)!r}"]
+    return "\n".join(lines) + "\n"
