@@ -13,23 +13,18 @@ import itertools
 import logging
 import uuid
 from collections import Counter
-from http.client import HTTPException
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import gevent
-from geventhttpclient import HTTPClient
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import runformat
 from runformat import wire
 
-from . import audio as audio_mod
-from . import stream as stream_mod
 from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import wall
-from .headers import header
+from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
@@ -262,53 +257,6 @@ class Run:
         self.info["records"] = self.writer.count
         self.save()
         log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / runformat.REQUESTS)
-
-
-def preflight(s: settings_mod.Settings) -> dict:
-    """One warm-up request that tells an unreachable or wrong target apart from a TTS server."""
-    parts = urlsplit(s.host)
-    text = min(s.texts, key=lambda t: len(t.text)).text
-    start = wall()
-    out = {"ok": False, "status": None, "ms": None, "message": None}
-    client = HTTPClient(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                        ssl=parts.scheme == "https", connection_timeout=s.connect_timeout_s,
-                        network_timeout=s.request_timeout_s,
-                        headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee"})
-    target = f"{s.host}{s.path}"
-    try:
-        with gevent.Timeout(s.request_timeout_s):
-            resp = client.request("POST", s.path, body=s.payload(text))
-            body = resp.read()
-        status = resp.status_code
-    except gevent.Timeout:
-        out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
-        return out
-    except (OSError, HTTPException) as e:   # no connection, or an answer that is not HTTP
-        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        out["message"] = f"cannot reach {s.host}: {reason}; is the TTS server running there?"
-        return out
-    finally:
-        client.close()
-    out.update(status=status, ms=round((wall() - start) * 1000, 1))
-    snippet = " ".join(body[:120].decode("utf-8", "replace").split())
-    if 200 <= status < 300:
-        try:
-            stream_mod.check_body(body, header(resp, "content-type"), s.format, s.pcm_rate)
-        except (audio_mod.AudioError, stream_mod.StreamError) as e:
-            out["message"] = f"{target} answered {status} but not with audio ({e}); is it a TTS server, and is --tts-api {s.api} right?"
-            return out
-        out["ok"] = True
-        return out
-    if status in (404, 405, 501):
-        out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
-    elif status in (401, 403):
-        out["message"] = f"{target} refused the request with {status}: {snippet}"
-    elif status < 500 and status != 429:
-        out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
-    else:
-        out["ok"] = True   # busy or failing, but a server: the run will measure it
-        log.warning("warm-up request got %s from %s; running anyway", status, target)
-    return out
 
 
 class Node:

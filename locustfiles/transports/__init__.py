@@ -1,0 +1,122 @@
+"""The seam between an attempt and the wire: a transport carries one utterance to the TTS
+server and yields what happened, as timed events; the attempt path (locustfiles/attempt.py)
+turns those events into the record, the Locust request event, the retry and the audio file,
+the same way for every protocol.
+
+Adding a protocol means writing one :class:`Transport` subclass, in a module of this package,
+and nothing else. What it must do:
+
+- ``exchange(text)`` sends ``text`` and is a generator of events, each stamped with the
+  monotonic clock (``locustfiles.clock.mono``) the moment the transport saw it:
+
+  1. :class:`Answered` once the server has said how it takes the request (HTTP: the status
+     line and headers; a protocol that says so only at the end, like gRPC's trailing status,
+     yields it just before :class:`Ended`). ``ok`` says the answer carries audio to time.
+  2. :class:`Received` for each piece of the answer read off the connection (the first one's
+     ``at`` is ``t1``, the time to first byte), and :class:`AudioPiece` for each arrival of
+     audio in it, with its duration in ms (None where the format cannot tell): decode audio
+     with the parsers of :mod:`locustfiles.containers`, which report arrivals to a sink.
+  3. :class:`Ended` when the answer is complete (``at`` is ``t2``): for an ok answer the audio
+     to write and what it is (or ``error``: the body was not the audio it should be), for a
+     refused one the reason. ``at`` is None when the answer broke off inside its own format
+     (a stream error mid-body): the connection is then dropped by the transport.
+
+  A failure of the connection itself (refused, reset, closed early, a reply that is not the
+  protocol) raises :class:`TransportError` with one sentence, after the transport has dropped
+  the connection so that the next exchange starts clean. The attempt path owns the request
+  timeout (``--request-timeout``) and calls :meth:`Transport.reset` when it fires.
+- ``request_type`` and ``name``: what the Locust request events are called (HTTP: the method
+  and the path).
+- ``retry_status`` on :class:`Answered`: the HTTP status the retry policy (``--retry-on``)
+  judges the answer by. HTTP's is its own; a protocol with other codes maps its own onto
+  them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as 503), while ``status`` keeps
+  what the protocol said, for the record.
+
+Where the protocols still to come fit, without changing this seam:
+
+- A session that stays open across turns (WebSocket, Wyoming over TCP) keeps its connection on
+  the transport between exchanges, exactly as HTTP keeps its keep-alive connection: one
+  transport per user (per request in flight, open loop); ``close`` ends the session.
+- Text sent in pieces over time (a language model's tokens) is paced inside ``exchange``,
+  which sends each piece when due and yields what arrives meanwhile; it yields an event for
+  each piece sent, so the attempt can time the listener against the text.
+- Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
+  runs: a cancel message, or :meth:`reset` to close; the exchange then yields what still
+  arrives and ends.
+- Several utterances in flight on one connection (contexts) are several exchanges running at
+  once on one transport, each in its own greenlet, the transport routing what arrives to the
+  exchange it belongs to.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from ..containers import Audio
+
+
+class TransportError(Exception):
+    """The connection failed (refused, reset, closed early, not the protocol); one sentence.
+    The transport has dropped the connection by the time this is raised."""
+
+
+@dataclass(slots=True)
+class Answered:
+    """How the server took the request."""
+
+    status: int | str            # recorded as the attempt's ``status``
+    ok: bool                     # the answer carries audio to time and check
+    said: str                    # how errors quote this answer: "HTTP 503"
+    retry_status: int | None     # the HTTP status --retry-on judges (see the module doc)
+    retry_after_raw: str | None = None    # the server's word on when to come back, as sent
+    server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
+
+
+@dataclass(slots=True)
+class Received:
+    """``nbytes`` of the answer arrived at ``at``."""
+
+    at: float
+    nbytes: int
+
+
+@dataclass(slots=True)
+class AudioPiece:
+    """An arrival of ``ms`` milliseconds of audio at ``at`` (ms None: not known)."""
+
+    at: float
+    ms: float | None
+
+
+@dataclass(slots=True)
+class Ended:
+    """The answer is complete at ``at`` (None: it broke off inside its own format).
+
+    ``data`` is what to write, as buffers in order, and ``audio`` what they hold, for an ok
+    answer whose audio checked out; otherwise ``error`` says why in one sentence (for a
+    refused answer: what the server said), and ``data`` holds the answer's bytes."""
+
+    at: float | None
+    error: str | None = None
+    audio: Audio | None = None
+    data: list = None
+
+
+Event = Union[Answered, Received, AudioPiece, Ended]
+
+
+class Transport:
+    """One connection (or session) to the TTS server; see the module doc for the contract."""
+
+    request_type: str = ""
+    name: str = ""
+
+    def exchange(self, text: str) -> Iterator[Event]:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Drop the connection; the next exchange opens a new one."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
