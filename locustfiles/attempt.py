@@ -93,7 +93,7 @@ class Caller:
             if rec["ok"]:
                 parts.append((ended.data, ended.audio))
                 if seg.k == seg.n:
-                    self._finish_audio(rec, parts, m0, m2, seg.seq)   # yields while the file is written
+                    self._finish_audio(rec, parts, m0, m2, seg)   # yields while the file is written
             # The Locust event and the record go out together, with no yield in between, so a
             # user stopped mid-attempt leaves neither: the two counts always agree.
             self._fire(rec, attempt, elapsed_ms)
@@ -185,7 +185,7 @@ class Caller:
             exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seq: int) -> None:
+    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seg: Segment) -> None:
         if len(parts) > 1:
             try:
                 data = [containers.concat([(b"".join(d), a) for d, a in parts])]
@@ -196,7 +196,7 @@ class Caller:
             rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
         else:
             data = parts[0][0]
-        path = self.run.audio_path(self.no, seq)
+        path = self.run.audio_path(seg.text, self.no, seg.seq)
         if path is None:
             return
         try:

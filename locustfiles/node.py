@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -34,6 +35,8 @@ log = logging.getLogger("tts_knee")
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
+#: What of a text id does not go into an audio file's name.
+_FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class Run:
@@ -58,7 +61,7 @@ class Run:
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
         self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
-        self._audio_names: dict[tuple[int, int], str] = {}   # (user, slot) -> path, with --audio-keep
+        self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
 
     # ---- used by users -------------------------------------------------------------
     def next_text(self):
@@ -81,17 +84,24 @@ class Run:
                 self._payloads[text] = body
         return body
 
-    def audio_path(self, user: int, seq: int) -> str | None:
+    def audio_path(self, text, user: int, seq: int) -> str | None:
+        """Where the audio of ``text``, request ``seq`` of ``user``, is written: with
+        ``--audio-keep N`` one of the text's N files in turn, so a file is written over with
+        audio of about its own length instead of having its blocks freed or allocated on every
+        write (a third of the write's system time); 0 keeps every request's."""
         if not self._audio_ok:
             return None
         keep = self.settings.audio_keep
         if not keep:
             return f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{seq}.wav"
-        key = (user, seq % keep)
-        path = self._audio_names.get(key)
-        if path is None:   # the few names each user writes over and over
-            path = self._audio_names[key] = f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{key[1]}.wav"
-        return path
+        slots = self._audio_slots.get(text)
+        if slots is None:
+            name = _FILE_UNSAFE.sub("_", text.id)[:80]
+            slots = self._audio_slots[text] = [
+                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)], 0]
+        paths, k = slots
+        slots[1] = (k + 1) % keep
+        return paths[k]
 
     def make_audio_dir(self) -> None:
         try:
@@ -274,7 +284,7 @@ class Node:
         self.state = StepState()
         self.receiver = RecordReceiver(runner) if self.is_master else None
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
-        self.audio_writer = None   # made by the first user that writes audio (locustfiles/user.py)
+        self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
         self.live_view = None      # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
 
