@@ -1,22 +1,58 @@
-"""Writing the audio an attempt received: each file written over, by one native thread."""
+"""Writing the audio an attempt received: each file written over, in the event loop while the
+disk keeps up, on one native thread once it has not."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 
 import gevent
 from gevent import monkey
 from gevent.event import Event
 
+from .clock import mono
+
+log = logging.getLogger("tts_knee")
+
 #: Most buffers one writev takes.
 _IOV_MAX = os.sysconf("SC_IOV_MAX")
+#: A write that takes longer than this is the disk stalling: from then on the node's audio is
+#: written on a thread.
+WRITE_STALL_S = 0.01
 
 
 class AudioWriter:
-    """Writes audio files on one native thread, so that a disk that stalls delays only the
-    users waiting for their files (their t3, where client_io shows) and not the event loop,
-    which would put the stall into every other user's wait_ms. Cheaper than gevent's
-    threadpool (about 30 us a file against 90 us): a plain queue, one async watcher."""
+    """Writes this node's audio files. A write over a file of about its own length takes tens
+    of microseconds, less than handing it to a thread and back (which, with the event loop
+    busy, also cost milliseconds of waiting for the GIL that write_ms then showed), so it is
+    done at once. Once one write takes longer than WRITE_STALL_S, every later one goes to
+    :class:`_WriterThread`, so that a disk that stalls delays only the users waiting for their
+    files (their t3, where client_io shows) and not the event loop, which would put the stall
+    into every other user's wait_ms."""
+
+    def __init__(self):
+        self._thread: _WriterThread | None = None
+
+    def write(self, path: str, data: list) -> None:
+        """Write the buffers ``data``, in order, to ``path`` and return once it is closed;
+        raises what writing raised."""
+        if self._thread is not None:
+            self._thread.write(path, data)
+            return
+        started = mono()
+        try:
+            _write_over(path, data)
+        finally:
+            took = mono() - started
+            if took > WRITE_STALL_S:
+                log.warning("writing an audio file took %.0f ms; audio is written on a thread from now on",
+                            took * 1000)
+                self._thread = _WriterThread()
+
+
+class _WriterThread:
+    """Writes audio files on one native thread. Cheaper than gevent's threadpool (about 30 us
+    a file against 90 us): a plain queue, one async watcher."""
 
     def __init__(self):
         self._jobs = monkey.get_original("_queue", "SimpleQueue")()
@@ -51,7 +87,7 @@ class AudioWriter:
 
 
 def writer(node) -> AudioWriter:
-    """The node's one audio writer thread, started by the first file it writes."""
+    """The node's one audio writer, made for the first file it writes."""
     if node.audio_writer is None:
         node.audio_writer = AudioWriter()
     return node.audio_writer
