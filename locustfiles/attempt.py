@@ -24,8 +24,7 @@ from .clock import mono, wall
 from .corpus import Text, split
 from .headers import parse_retry_after
 from .timeline import Timeline
-from .transports import Answered, AudioPiece, Ended, Received, TransportError
-from .transports.http import HttpTransport
+from .transports import Answered, AudioPiece, Ended, Received, TransportError, transport_for
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
@@ -63,7 +62,7 @@ class Caller:
         self.s = self.run.settings
         self.no = no
         self.rng = random.Random()
-        self.transport = HttpTransport(self.s, self.run.payload)
+        self.transport = transport_for(self.s, self.run.payload)
 
     def close(self) -> None:
         self.transport.close()
@@ -85,8 +84,8 @@ class Caller:
         """All attempts of one segment; returns its final record, or None once it finally fails."""
         attempt, backoff_ms = 1, None
         while True:
-            rec, ended, m0, m2, elapsed_ms, retry_status = self._attempt(seg.words, seg.sent)
-            retry = not rec["ok"] and self.s.retry.should_retry(attempt, retry_status)
+            rec, ended, m0, m2, elapsed_ms, http_status = self._attempt(seg.words, seg.sent)
+            retry = not rec["ok"] and self.s.retry.should_retry(attempt, http_status)
             runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry, text_id=seg.text.id,
                                      text_len=len(seg.words), tier=seg.text.tier,
                                      segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
@@ -109,8 +108,9 @@ class Caller:
             attempt += 1
 
     def _attempt(self, words: str, sent: dict | None):
-        """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the status --retry-on
-        judges)``; the record lacks only what the request adds (its id, attempt number …)."""
+        """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the HTTP status --retry-on
+        judges, None for a failed connection)``; the record lacks only what the request adds
+        (its id, attempt number …)."""
         s = self.s
         step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
@@ -139,7 +139,6 @@ class Caller:
             error = f"timed out after {s.request_timeout_s:g} s {stage}"
             if answer is not None:
                 error = f"{answer.said}, then {error}"
-            self.transport.reset()
         except TransportError as e:
             error = str(e)
         finally:
@@ -174,7 +173,7 @@ class Caller:
                 rec["retry_after_raw"] = answer.retry_after_raw
                 rec["retry_after_s"] = parse_retry_after(answer.retry_after_raw, wall())
         elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
-        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.retry_status
+        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status
 
     def _fire(self, rec: dict, attempt: int, elapsed_ms: float) -> None:
         # Retried attempts get a name of their own so Locust's table shows them apart.

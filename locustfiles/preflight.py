@@ -7,8 +7,7 @@ import logging
 import gevent
 
 from .clock import wall
-from .transports import Answered, Ended, TransportError
-from .transports.http import HttpTransport
+from .transports import Answered, Ended, TransportError, transport_for
 
 log = logging.getLogger("tts_knee")
 
@@ -18,7 +17,7 @@ def preflight(s) -> dict:
     text = min(s.texts, key=lambda t: len(t.text)).text
     start = wall()
     out = {"ok": False, "status": None, "ms": None, "message": None}
-    transport = HttpTransport(s)
+    transport = transport_for(s)
     target = f"{s.host}{s.path}"
     answer = ended = None
     try:
@@ -36,7 +35,7 @@ def preflight(s) -> dict:
         return out
     finally:
         transport.close()
-    status = answer.status
+    status, code = answer.status, answer.http_status   # judged as HTTP, quoted as the protocol said
     out.update(status=status, ms=round((wall() - start) * 1000, 1))
     if answer.ok:
         if ended.audio is None:
@@ -45,12 +44,13 @@ def preflight(s) -> dict:
             return out
         out["ok"] = True
         return out
-    snippet = " ".join(b"".join(ended.data)[:120].decode("utf-8", "replace").split())
-    if status in (404, 405, 501):
+    # the body's first words where the answer has one, else how the transport put the refusal
+    snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
+    if code in (404, 405, 501):
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
-    elif status in (401, 403):
+    elif code in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"
-    elif status < 500 and status != 429:
+    elif code is None or code < 500 and code != 429:
         out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
     else:
         out["ok"] = True   # busy or failing, but a server: the run will measure it

@@ -4,7 +4,7 @@ turns those events into the record, the Locust request event, the retry and the 
 the same way for every protocol.
 
 Adding a protocol means writing one :class:`Transport` subclass, in a module of this package,
-and nothing else. What it must do:
+and naming it in :func:`transport_for`. What it must do:
 
 - ``exchange(text)`` sends ``text`` and is a generator of events, each stamped with the
   monotonic clock (``locustfiles.clock.mono``) the moment the transport saw it:
@@ -18,28 +18,31 @@ and nothing else. What it must do:
      with the parsers of :mod:`locustfiles.containers`, which report arrivals to a sink.
   3. :class:`Ended` when the answer is complete (``at`` is ``t2``): for an ok answer the audio
      to write and what it is (or ``error``: the body was not the audio it should be), for a
-     refused one the reason. ``at`` is None when the answer broke off inside its own format
-     (a stream error mid-body): the connection is then dropped by the transport.
+     refused one the refusal in one line, quoted as ``Answered.said`` ("HTTP 503: busy"). ``at``
+     is None when the answer broke off inside its own format (a stream error mid-body): the
+     transport then drops the connection.
 
   A failure of the connection itself (refused, reset, closed early, a reply that is not the
   protocol) raises :class:`TransportError` with one sentence, after the transport has dropped
   the connection so that the next exchange starts clean. The attempt path owns the request
-  timeout (``--request-timeout``) and calls :meth:`Transport.reset` when it fires.
+  timeout (``--request-timeout``): it is raised inside ``exchange`` where it waits, and the
+  transport drops the connection then too (as when the user is stopped mid-answer), before
+  letting it through.
 - ``request_type`` and ``name``: what the Locust request events are called (HTTP: the method
   and the path).
-- ``retry_status`` on :class:`Answered`: the HTTP status the retry policy (``--retry-on``)
-  judges the answer by. HTTP's is its own; a protocol with other codes maps its own onto
-  them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as 503), while ``status`` keeps
-  what the protocol said, for the record.
+- ``http_status`` on :class:`Answered`: the HTTP status the answer amounts to, which the
+  retry policy (``--retry-on``) and the preflight judge it by. HTTP's is its own; a protocol
+  with codes of its own maps them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as
+  503), while ``status`` keeps what the protocol said, for the record.
 
-Where the protocols still to come fit, without changing this seam:
+Where the protocols still to come fit (each a transport; text streamed in adds one event type):
 
 - A session that stays open across turns (WebSocket, Wyoming over TCP) keeps its connection on
   the transport between exchanges, exactly as HTTP keeps its keep-alive connection: one
   transport per user (per request in flight, open loop); ``close`` ends the session.
 - Text sent in pieces over time (a language model's tokens) is paced inside ``exchange``,
-  which sends each piece when due and yields what arrives meanwhile; it yields an event for
-  each piece sent, so the attempt can time the listener against the text.
+  which sends each piece when due and yields what arrives meanwhile, and one more event type
+  (a piece of text sent, and when) so that the attempt can time the listener against the text.
 - Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
   runs: a cancel message, or :meth:`reset` to close; the exchange then yields what still
   arrives and ends.
@@ -67,7 +70,7 @@ class Answered:
     status: int | str            # recorded as the attempt's ``status``
     ok: bool                     # the answer carries audio to time and check
     said: str                    # how errors quote this answer: "HTTP 503"
-    retry_status: int | None     # the HTTP status --retry-on judges (see the module doc)
+    http_status: int | None      # what it amounts to in HTTP, for --retry-on (see the module doc)
     retry_after_raw: str | None = None    # the server's word on when to come back, as sent
     server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
 
@@ -94,12 +97,13 @@ class Ended:
 
     ``data`` is what to write, as buffers in order, and ``audio`` what they hold, for an ok
     answer whose audio checked out; otherwise ``error`` says why in one sentence (for a
-    refused answer: what the server said), and ``data`` holds the answer's bytes."""
+    refused answer: what the server said), and ``data`` holds the answer's bytes, where it
+    had any."""
 
     at: float | None
     error: str | None = None
     audio: Audio | None = None
-    data: list = None
+    data: list | None = None
 
 
 Event = Union[Answered, Received, AudioPiece, Ended]
@@ -119,4 +123,12 @@ class Transport:
         raise NotImplementedError
 
     def close(self) -> None:
+        """End the connection (or session) for good: the user is done."""
         raise NotImplementedError
+
+
+def transport_for(s, payload=None) -> Transport:
+    """The transport for the run's settings ``s``: HTTP, the one protocol so far. ``payload``
+    makes a request body from a text (the run's cache of them), ``s.payload`` by default."""
+    from .http import HttpTransport   # the protocols import this module
+    return HttpTransport(s, payload)
