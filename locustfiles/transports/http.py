@@ -18,7 +18,7 @@ from geventhttpclient import HTTPClient
 from .. import containers
 from ..clock import mono
 from ..headers import header, parse_server_timing
-from . import Answered, AudioPiece, Ended, Received, Transport, TransportError
+from .base import Answered, AudioPiece, Ended, Received, Transport, TransportError
 
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
