@@ -47,7 +47,7 @@ class Segment:
     words: str        # what is said
     k: int
     n: int
-    seq: int          # the user's request number, which names its audio file
+    seq: int          # the user's request number (it names the audio file with --audio-keep 0)
     sent: dict | None   # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
 
 

@@ -33,7 +33,7 @@ class Timeline:
         if known:
             _, stalls = listen([(t - m0) * 1000.0 for t in at], self.audio_ms, buffer_ms)
             out["underruns"] = len(stalls)
-            out["underrun_ms"] = round(sum(resumed - dry for dry, resumed in stalls), 3)
+            out["underrun_ms"] = round(sum((resumed - dry for dry, resumed in stalls), 0.0), 3)
         if keep_lists:
             cut = min(n, MAX_CHUNKS)
             out["chunk_at_ms"] = [round((t - m0) * 1000.0, 1) for t in at[:cut]]

@@ -126,7 +126,7 @@ def _stream(m: Model, n: int, audio_s: float, rng: random.Random) -> dict:
         at.append(round(prefill + done / speed, 1))
         audio.append(round(c, 3))
     _, stalls = listen(at, audio, m.playback_buffer_ms)   # the client's own player
-    under, silence = len(stalls), sum(resumed - dry for dry, resumed in stalls)
+    under, silence = len(stalls), sum((resumed - dry for dry, resumed in stalls), 0.0)
     gaps = [b - a for a, b in zip(at, at[1:])]
     return {"ttfa_ms": at[0], "chunks": len(at), "gap_max_ms": max(gaps) if gaps else None,
             "underruns": under, "underrun_ms": round(silence, 1), "chunk_at_ms": at, "chunk_audio_ms": audio,
