@@ -16,6 +16,7 @@ import runformat
 from analysis.playback import playback
 from analysis.summary import analyze, load
 from locustfiles.timeline import Timeline
+from rundirs import assert_declared
 
 BUFFER_MS = 150.0
 START = 1_700_000_000.0
@@ -92,6 +93,7 @@ def test_the_live_step_table_and_the_summary_give_the_same_underrun_figures(reco
                              workers=[runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)], collectors=[])
     (tmp_path / runformat.RUN_JSON).write_text(json.dumps(run))
     (tmp_path / runformat.REQUESTS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert_declared(tmp_path)
     summary = analyze(load(tmp_path))
     by_step = {s["step"]: s for s in summary["steps"]}
     for step, pct in live.items():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from procs import ROOT, read_jsonl
+from rundirs import assert_declared
 
 LOCUSTFILE = '''
 import sys
@@ -70,6 +71,7 @@ def run(tmp_path_factory):
                            "--json-file", str(tmp / "locust")],
                           cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     assert proc.returncode == 0, proc.stdout
+    assert_declared(run_dir)
     return read_jsonl(run_dir / "requests.jsonl"), json.loads((tmp / "locust.json").read_text()), run_dir
 
 
