@@ -17,7 +17,7 @@ from rundirs import assert_declared
 
 LOCUSTFILE = '''
 import sys
-sys.path.insert(0, {root!r})
+sys.path.insert(1, {root!r})   # second: Locust drops the first entry after loading
 import gevent
 from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from locustfiles.clock import mono
