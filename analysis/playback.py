@@ -1,25 +1,60 @@
-"""Stream health of single attempts: the audio received and played over time, for the report.
+"""The playback model: what a listener fed by a stream's arrivals hears, and the stream health
+of single attempts drawn from it for the report.
+
+:func:`listen` is the one model of the player, used for every attempt as it is recorded (the
+load generator's ``underruns`` and ``underrun_ms``) and for the report's drawing of it: it
+starts once ``playback_buffer_ms`` of audio is in (at least some audio), or at the last arrival
+with audio if that never happens, and plays at 1x. Each time it runs dry before the next
+arrival with audio is one underrun, and the wait until that arrival is silence; it resumes at
+once. An arrival without a whole frame neither starts it, nor ends or splits a stall. Pure
+Python, so the load generator's workers use it without numpy.
 
 :func:`playback` replays one stream's chunk arrivals (``chunk_at_ms``, ``chunk_audio_ms``)
-through the player the client simulates: it starts once ``playback_buffer_ms`` of audio is in
-(or the stream ended), plays at 1x, and when it runs dry before the stream ended waits for the
-next arrival (one underrun; the wait is silence).  :func:`pick_streams` chooses which attempts of
-a step to draw: the typical one and the worst one, ranked by TTFA plus total stall
-(``ttfa_ms + underrun_ms``, what the listener waits for in all), among the step's successful
-settled attempts that carry chunk lists and, as the step's figures do, ended before the step
-did.  A stream cut at the client's cap of chunk entries has its later arrivals merged into the
-last entry, so its replay ends early.  Only those few lines are re-read from
-``requests.jsonl`` (see :meth:`runformat.reader.RequestLog.chunk_series`).
+through that model as polylines.  :func:`pick_streams` chooses which attempts of a step to
+draw: the typical one and the worst one, ranked by TTFA plus total stall (``ttfa_ms +
+underrun_ms``, what the listener waits for in all), among the step's successful settled
+attempts that carry chunk lists and, as the step's figures do, ended before the step did.  A
+stream cut at the client's cap of chunk entries has its later arrivals merged into the last
+entry, so its replay ends early.  Only those few lines are re-read from ``requests.jsonl``
+(see :meth:`runformat.reader.RequestLog.chunk_series`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:   # the report's types; the load generator imports this module without numpy
+    import numpy as np
 
-from runformat.reader import Attempts, RequestLog
+    from runformat.reader import Attempts, RequestLog
 
 MAX_TRIES = 5  # candidates tried per pick when a line cannot be re-read
+#: Sums of float milliseconds; not a gap anyone could hear.
+FLOAT_NOISE_MS = 1e-6
+
+
+def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[float, float]]]:
+    """When the player started (ms, None when no arrival carried audio) and its stalls, each
+    ``(ran dry at, resumed at)`` in ms; arrivals sorted, in ms since any common origin."""
+    have, last = 0.0, None
+    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):
+        have += ms
+        if ms:
+            last = t
+        if have > 0 and have >= buffer_ms:
+            break
+    else:
+        return last, []   # never buffered enough: starts at the end with everything in
+    start, dry_at, stalls = t, t + have, []
+    for t, ms in zip(at_ms[i + 1:], audio_ms[i + 1:]):
+        if not ms:
+            continue   # no whole frame in it: the player stays dry (or keeps playing) as it was
+        if t - dry_at > FLOAT_NOISE_MS:
+            stalls.append((dry_at, t))
+            dry_at = t + ms
+        else:
+            dry_at += ms
+    return start, stalls
 
 
 @dataclass
@@ -39,45 +74,43 @@ class Playback:
 
 
 def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) -> Playback | None:
-    """Replay one stream (arrival times sorted, ms since ``t0``); None without audio."""
+    """Replay one stream (arrival times sorted, ms since ``t0``) through :func:`listen`; None
+    without audio."""
+    import numpy as np
     keep = audio_ms > 0
     at, audio = at_ms[keep], audio_ms[keep]
-    if not len(at):
+    start, stalls = listen(at.tolist(), audio.tolist(), buffer_ms)
+    if start is None:
         return None
     cum = np.cumsum(audio)
-    full = np.flatnonzero(cum >= buffer_ms)
-    i = int(full[0]) if len(full) else len(at) - 1
-    start = float(at[i])
-    while i + 1 < len(at) and at[i + 1] <= start:  # arrived together with the one that filled it
-        i += 1
-    t, played, avail = start, 0.0, float(cum[i])
-    pt, pp = [0.0, start], [0.0, 0.0]
-    silence, st, sp = 0.0, [], []
-    for j in range(i + 1, len(at) + 1):
-        nxt = float(at[j]) if j < len(at) else None
-        runs_out = t + (avail - played)
-        if nxt is None or runs_out < nxt:
-            t, played = runs_out, avail
-            pt.append(t)
-            pp.append(played)
-            if nxt is None:
-                break
-            st.append(t)
+    pt, pp, st, sp = [0.0, start], [0.0, 0.0], [], []
+    silent, k = 0.0, 0
+    for t in at[at > start].tolist():
+        if k < len(stalls) and stalls[k][1] == t:
+            dry = stalls[k][0]
+            played = dry - start - silent
+            pt += [dry, t]
+            pp += [played, played]
+            st.append(dry)
             sp.append(played)
-            silence, t = silence + (nxt - t), nxt
+            silent += t - dry
+            k += 1
         else:
-            played, t = played + (nxt - t), nxt
-        pt.append(t)
-        pp.append(played)
-        avail = float(cum[j])
+            pt.append(t)
+            pp.append(t - start - silent)
+    total = float(cum[-1])
+    pt.append(start + total + silent)
+    pp.append(total)
     rt = np.concatenate([[0.0], at])
     rv = np.concatenate([[0.0], cum])
-    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(st), silence, np.asarray(st), np.asarray(sp))
+    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(stalls), silent, np.asarray(st),
+                    np.asarray(sp))
 
 
 def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
     """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
     a pick is missing when no attempt of the step has usable chunk lists."""
+    import numpy as np
     m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
     if "cut_by_step_end" in a.cols:  # marked by analysis.steps.step_stats
         m &= ~a["cut_by_step_end"]

@@ -42,13 +42,15 @@ def simulator(*knobs: str):
 
 
 def locust(locustfile: str, args: list[str], warm_s: float, measure_s: float,
-           timeout: float = 120) -> dict:
+           timeout: float = 120, start_at: float | None = None) -> dict:
     """Run ``locust -f LOCUSTFILE --headless ARGS`` with the meter on; returns the meter's
-    reading ``{"cpu_s", "requests", "wall_s"}`` plus ``returncode`` and ``output``."""
+    reading ``{"cpu_s", "requests", "wall_s"}`` plus ``returncode`` and ``output``. With
+    ``start_at`` (unix s) the meter's window starts then instead of ``warm_s`` after the test."""
     with tempfile.TemporaryDirectory(prefix="tts-knee-bench-") as tmp:
         out = Path(tmp) / "meter.json"
         env = dict(os.environ, BENCH_METER_OUT=str(out), BENCH_WARM_S=str(warm_s),
-                   BENCH_MEASURE_S=str(measure_s), PYTHONUNBUFFERED="1")
+                   BENCH_MEASURE_S=str(measure_s), PYTHONUNBUFFERED="1",
+                   **({} if start_at is None else {"BENCH_START_AT": repr(start_at)}))
         proc = subprocess.run([str(LOCUST), "-f", str(ROOT / locustfile), "--headless", "--only-summary",
                                "--loglevel", "WARNING", *[a.replace("{tmp}", tmp) for a in args]],
                               cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,

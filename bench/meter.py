@@ -1,8 +1,9 @@
 """A CPU meter for a benchmark's Locust process; importing it attaches the listener.
 
-It waits ``BENCH_WARM_S`` after the test starts (connections open, imports done), then takes
-this process's CPU time and Locust's request count, again ``BENCH_MEASURE_S`` later, and
-writes both to the JSON file named by ``BENCH_METER_OUT``::
+It waits ``BENCH_WARM_S`` after the test starts (connections open, imports done), or until
+the unix time ``BENCH_START_AT`` when that is set (so that processes run side by side measure
+the same window), then takes this process's CPU time and Locust's request count, again
+``BENCH_MEASURE_S`` later, and writes both to the JSON file named by ``BENCH_METER_OUT``::
 
     {"cpu_s": 1.93, "user_s": 1.52, "sys_s": 0.41, "requests": 5210, "wall_s": 4.0}
 
@@ -25,7 +26,8 @@ def _cpu() -> tuple[float, float]:
 
 
 def _measure(environment, out: str, warm_s: float, measure_s: float) -> None:
-    gevent.sleep(warm_s)
+    start_at = os.environ.get("BENCH_START_AT")
+    gevent.sleep(max(0.0, float(start_at) - time.time()) if start_at else warm_s)
     stats = environment.stats.total
     (u0, s0), n0, t0 = _cpu(), stats.num_requests, time.perf_counter()
     gevent.sleep(measure_s)

@@ -34,7 +34,7 @@ of a core) spread over 5 chunks a second. SSE costs more per chunk for its JSON 
 takes tens of microseconds). CPU per chunk is the Locust process's CPU time (user + system)
 over the settled window divided by the chunks that arrived in it: everything the client does
 per chunk, its share of each request's cost included. "parser alone" feeds the same chunks
-to locustfiles/stream.py in this process, without the network.
+to locustfiles/containers.py in this process, without the network.
 """
 from __future__ import annotations
 
@@ -149,15 +149,16 @@ def _floor(host: str, streams: int, texts: Path, seconds: float) -> list[dict]:
 
 def parser_cost(n: int = 5000) -> dict:
     """CPU per 200 ms chunk of the stream parsers alone, in microseconds."""
-    from locustfiles import audio, stream
+    from locustfiles import containers
+    from locustfiles.timeline import Timeline
     pcm = bytes(int(RATE * CHUNK_MS / 1000) * 2)
     event = b'data: {"type": "speech.audio.delta", "audio": "' + base64.b64encode(pcm) + b'"}\n\n'
-    cases = {"wav": ("audio/wav", "wav", audio.wav_header(0, RATE, 1, 2), pcm),
+    cases = {"wav": ("audio/wav", "wav", containers.wav_header(0, RATE, 1, 2), pcm),
              "pcm": ("audio/pcm", "pcm", b"", pcm), "sse": ("text/event-stream", "wav", b"", event)}
     out = {}
     for name, (ctype, expect, head, block) in cases.items():
-        tl = stream.Timeline()
-        p = stream.parser_for(ctype, expect, RATE, tl)
+        tl = Timeline()
+        p = containers.parser_for(ctype, expect, RATE, tl)
         p.feed(head + block, 0.0)
         started = time.process_time()
         for i in range(n):

@@ -6,7 +6,8 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# second on sys.path, as locustfiles/tts.py says why: Locust drops the first entry after loading
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
 from locustfiles import node  # noqa: E402,F401  (attaches tts-knee's listeners)

@@ -11,25 +11,21 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import re
 import uuid
 from collections import Counter
-from http.client import HTTPException
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import gevent
-from geventhttpclient import HTTPClient
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 import runformat
 from runformat import wire
 
-from . import audio as audio_mod
-from . import stream as stream_mod
 from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import wall
-from .headers import header
+from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
@@ -39,6 +35,8 @@ log = logging.getLogger("tts_knee")
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
+#: What of a text id does not go into an audio file's name.
+_FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class Run:
@@ -63,7 +61,7 @@ class Run:
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
         self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
-        self._audio_names: dict[tuple[int, int], str] = {}   # (user, slot) -> path, with --audio-keep
+        self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
 
     # ---- used by users -------------------------------------------------------------
     def next_text(self):
@@ -86,17 +84,24 @@ class Run:
                 self._payloads[text] = body
         return body
 
-    def audio_path(self, user: int, seq: int) -> str | None:
+    def audio_path(self, text, user: int, seq: int) -> str | None:
+        """Where the audio of ``text``, request ``seq`` of ``user``, is written: with
+        ``--audio-keep N`` one of the text's N files in turn, so a file is written over with
+        audio of about its own length instead of having its blocks freed or allocated on every
+        write (a third of the write's system time); 0 keeps every request's."""
         if not self._audio_ok:
             return None
         keep = self.settings.audio_keep
         if not keep:
             return f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{seq}.wav"
-        key = (user, seq % keep)
-        path = self._audio_names.get(key)
-        if path is None:   # the few names each user writes over and over
-            path = self._audio_names[key] = f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{key[1]}.wav"
-        return path
+        slots = self._audio_slots.get(text)
+        if slots is None:
+            name = _FILE_UNSAFE.sub("_", text.id)[:80]
+            slots = self._audio_slots[text] = [
+                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)], 0]
+        paths, k = slots
+        slots[1] = (k + 1) % keep
+        return paths[k]
 
     def make_audio_dir(self) -> None:
         try:
@@ -264,53 +269,6 @@ class Run:
         log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / runformat.REQUESTS)
 
 
-def preflight(s: settings_mod.Settings) -> dict:
-    """One warm-up request that tells an unreachable or wrong target apart from a TTS server."""
-    parts = urlsplit(s.host)
-    text = min(s.texts, key=lambda t: len(t.text)).text
-    start = wall()
-    out = {"ok": False, "status": None, "ms": None, "message": None}
-    client = HTTPClient(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                        ssl=parts.scheme == "https", connection_timeout=s.connect_timeout_s,
-                        network_timeout=s.request_timeout_s,
-                        headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee"})
-    target = f"{s.host}{s.path}"
-    try:
-        with gevent.Timeout(s.request_timeout_s):
-            resp = client.request("POST", s.path, body=s.payload(text))
-            body = resp.read()
-        status = resp.status_code
-    except gevent.Timeout:
-        out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
-        return out
-    except (OSError, HTTPException) as e:   # no connection, or an answer that is not HTTP
-        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        out["message"] = f"cannot reach {s.host}: {reason}; is the TTS server running there?"
-        return out
-    finally:
-        client.close()
-    out.update(status=status, ms=round((wall() - start) * 1000, 1))
-    snippet = " ".join(body[:120].decode("utf-8", "replace").split())
-    if 200 <= status < 300:
-        try:
-            stream_mod.check_body(body, header(resp, "content-type"), s.format, s.pcm_rate)
-        except (audio_mod.AudioError, stream_mod.StreamError) as e:
-            out["message"] = f"{target} answered {status} but not with audio ({e}); is it a TTS server, and is --tts-api {s.api} right?"
-            return out
-        out["ok"] = True
-        return out
-    if status in (404, 405, 501):
-        out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
-    elif status in (401, 403):
-        out["message"] = f"{target} refused the request with {status}: {snippet}"
-    elif status < 500 and status != 429:
-        out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
-    else:
-        out["ok"] = True   # busy or failing, but a server: the run will measure it
-        log.warning("warm-up request got %s from %s; running anyway", status, target)
-    return out
-
-
 class Node:
     """tts-knee on one Locust node for the life of the process: the current run, and what
     outlives a run — the step state a worker follows, the master's record receiver (Locust
@@ -326,7 +284,7 @@ class Node:
         self.state = StepState()
         self.receiver = RecordReceiver(runner) if self.is_master else None
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
-        self.audio_writer = None   # made by the first user that writes audio (locustfiles/user.py)
+        self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
         self.live_view = None      # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
 

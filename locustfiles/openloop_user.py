@@ -11,7 +11,7 @@ Arrival times are laid out on the monotonic clock from the step's start up to it
 ``--step-time``, never from when the
 previous send happened, so a late event loop shows as send lag (``t0 - scheduled``) and never
 thins the load. Each arrival gets a greenlet of its own with its own connection (idle ones are
-reused) and the shared attempt path (:class:`~locustfiles.user.Caller`). An arrival that finds
+reused) and the shared attempt path (:class:`~locustfiles.attempt.Caller`). An arrival that finds
 ``--max-inflight`` requests in flight is not sent: it is counted as dropped for its step.
 """
 from __future__ import annotations
@@ -24,7 +24,8 @@ from gevent.pool import Group
 from locust import task
 
 from .clock import mono, wall
-from .user import Caller, RunUser
+from .attempt import Caller
+from .user import RunUser
 
 log = logging.getLogger("tts_knee.openloop")
 

@@ -86,7 +86,7 @@ class RecordWriter:
             t = self._tally.get(r["step"])
             if t is None:
                 t = self._tally[r["step"]] = {"concurrency": r["concurrency"], "failed": 0, "retries": 0,
-                                              "waits": deque(maxlen=TALLY_WAITS)}
+                                              "waits": deque(maxlen=TALLY_WAITS), "streams": 0, "stalled": 0}
             if r["attempt"] > 1:
                 t["retries"] += 1
             if r["final"]:
@@ -95,8 +95,12 @@ class RecordWriter:
                     self.finished_settled[r["step"]] += 1
                 if not r["ok"]:
                     t["failed"] += 1
-                elif r["wait_ms"] is not None:
+                    continue   # the rest of the tally is successful requests'
+                if r["wait_ms"] is not None:
                     t["waits"].append(r["wait_ms"])
+                if r.get("underruns") is not None and r.get("settled", True):
+                    t["streams"] += 1
+                    t["stalled"] += r["underruns"] >= 1
 
     def max_wait_s(self, step: int) -> float | None:
         """The slowest of the step's latest successful waits, in seconds (None: none yet)."""
@@ -109,8 +113,10 @@ class RecordWriter:
         return sum(1 for done in self._user_done.values() if done >= t)
 
     def step_table(self) -> list[dict]:
-        """Live figures per step over its latest TALLY_WAITS successful waits (the dashboard's
-        percentile definition, numpy's linear interpolation; its figures use every record)."""
+        """Live figures per step: the waits over its latest TALLY_WAITS successful ones (the
+        dashboard's percentile definition, numpy's linear interpolation; its figures use every
+        record), and the share of its settled successful streams that ran dry (as the summary's
+        ``underrun_rate``, in percent; a stream still playing at the step's end counts here)."""
         import numpy as np   # only the master's web UI asks; workers do without it
         rows = []
         for step in sorted(k for k in self._tally if k is not None):
@@ -119,7 +125,8 @@ class RecordWriter:
             p50, p95 = (round(float(v), 1) for v in np.percentile(waits, (50, 95))) if len(waits) else (None, None)
             rows.append({"step": step, "concurrency": t["concurrency"], "requests": self.finished[step],
                          "failed": t["failed"], "retries": t["retries"], "p50_ms": p50,
-                         "p95_ms": p95, "max_ms": round(float(waits.max()), 1) if len(waits) else None})
+                         "p95_ms": p95, "max_ms": round(float(waits.max()), 1) if len(waits) else None,
+                         "underrun_pct": round(100.0 * t["stalled"] / t["streams"], 1) if t["streams"] else None})
         return rows
 
     def flush(self) -> None:

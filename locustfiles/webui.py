@@ -19,7 +19,7 @@ TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
 _COLUMNS = [("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency"), ("requests", "Requests"),
             ("failed", "Failed"), ("retries", "Retries"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
-            ("max_ms", "max wait (ms)"), ("slo", "SLO")]
+            ("max_ms", "max wait (ms)"), ("underrun_pct", "Streams stalled (%)"), ("slo", "SLO")]
 
 
 def mount(environment, node) -> None:

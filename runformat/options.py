@@ -127,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
     _O("--connect-timeout", None, "s", 10.0, "Seconds to wait for a connection (default {default}).", float),
     _O("--audio-dir", "audio_dir", "", "", "Where audio is written (default RUN_DIR/audio)."),
     _O("--audio-keep", "audio_keep", "count", 4,
-       "Audio files kept per user, overwritten in turn so disk use stays bounded (default {default}; "
+       "Audio files kept per text, overwritten in turn so disk use stays bounded (default {default}; "
        "0: keep all).", int),
     _O("--on-audio-error", None, "", "continue",
        "When audio cannot be written (disk full, no permission): go on without writing, or stop "

@@ -18,8 +18,8 @@ With ``stream_capacity`` set the responses are streamed, as the simulator's stre
 makes them: the server produces ``stream_capacity`` audio-seconds per second shared by the
 step's ``N`` streams (each at most ``stream_max_speed`` x real time), sends ``chunk_ms`` of audio
 per chunk after a ``prefill_ms`` (+ ``prefill_ms_per_stream`` per extra stream) delay, and the
-records carry ``ttfa_ms``, the chunk lists and the underruns of a player that starts once
-``playback_buffer_ms`` of audio is in and plays at 1x.  ``truncate_from`` cuts the audio of
+records carry ``ttfa_ms``, the chunk lists and the underruns of the client's own player
+(:func:`analysis.playback.listen`, with ``playback_buffer_ms``).  ``truncate_from`` cuts the audio of
 ``truncate_fraction`` of successful attempts to half from that concurrency on (an integrity
 failure).
 
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import runformat
+from analysis.playback import listen
 from runformat.check import undeclared_keys
 
 START = 1_700_000_000.0
@@ -114,23 +115,6 @@ def _latency_ms(m: Model, n: int, tier: str, rng: random.Random) -> float:
     return m.base_ms * m.tier_factor.get(tier, 1.0) * load * (1 + rng.uniform(-m.noise, m.noise))
 
 
-def _player(at: list, audio: list, buffer_ms: float) -> tuple[int, float]:
-    """(underruns, underrun_ms) of a player that starts once ``buffer_ms`` of audio is in (or the
-    stream ended) and plays at 1x."""
-    got, start = 0.0, at[-1]
-    for t, ms in zip(at, audio):
-        got += ms
-        if got >= buffer_ms:
-            start = t
-            break
-    runs_out, count, silence = start, 0, 0.0
-    for t, ms in zip(at, audio):
-        if t > runs_out and t > start:
-            count, silence, runs_out = count + 1, silence + (t - runs_out), t
-        runs_out += ms
-    return count, silence
-
-
 def _stream(m: Model, n: int, audio_s: float, rng: random.Random) -> dict:
     """The streaming fields of one successful attempt (see the module doc)."""
     speed = min(m.stream_max_speed or m.stream_capacity, m.stream_capacity / n) * (1 + rng.uniform(-m.noise, m.noise))
@@ -141,7 +125,8 @@ def _stream(m: Model, n: int, audio_s: float, rng: random.Random) -> dict:
         done += c
         at.append(round(prefill + done / speed, 1))
         audio.append(round(c, 3))
-    under, silence = _player(at, audio, m.playback_buffer_ms)
+    _, stalls = listen(at, audio, m.playback_buffer_ms)   # the client's own player
+    under, silence = len(stalls), sum((resumed - dry for dry, resumed in stalls), 0.0)
     gaps = [b - a for a, b in zip(at, at[1:])]
     return {"ttfa_ms": at[0], "chunks": len(at), "gap_max_ms": max(gaps) if gaps else None,
             "underruns": under, "underrun_ms": round(silence, 1), "chunk_at_ms": at, "chunk_audio_ms": audio,

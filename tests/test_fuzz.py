@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from locustfiles import audio, corpus, headers
+from locustfiles import containers, corpus, headers
 from locustfiles import settings as settings_mod
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,14 +74,14 @@ def _wav_chunks(data: bytes) -> st.SearchStrategy[bytes]:
 
 @FUZZ
 @given(st.binary(max_size=300) | _wav_chunks(b"\x01\x02" * 8)
-       | st.builds(lambda n, r, c, w, cut: audio.wav_header(n, r, c, w)[:cut] + b"\0" * n,
+       | st.builds(lambda n, r, c, w, cut: containers.wav_header(n, r, c, w)[:cut] + b"\0" * n,
                    st.integers(0, 64), st.integers(0, 2**21), st.integers(0, 255), st.integers(0, 8),
                    st.integers(0, 44)),
        CONTENT_TYPES, FORMATS, st.integers(1, 192000))
 def test_check_audio_is_total(body, ctype, fmt, rate):
     try:
-        a = audio.check_audio(body, ctype, fmt, rate)
-    except audio.AudioError as e:
+        a = containers.check_audio(body, ctype, fmt, rate)
+    except containers.AudioError as e:
         assert str(e) and "\n" not in str(e)
         return
     assert a.audio_s is None or (a.audio_s > 0 and math.isfinite(a.audio_s))
@@ -92,8 +92,8 @@ def test_check_audio_is_total(body, ctype, fmt, rate):
 @given(st.binary(max_size=200) | _wav_chunks(b""))
 def test_parse_wav_is_total(body):
     try:
-        a = audio.parse_wav(body)
-    except audio.AudioError:
+        a = containers.parse_wav(body)
+    except containers.AudioError:
         return
     assert a.data_bytes > 0 and a.audio_s > 0
 
@@ -103,21 +103,21 @@ def test_parse_wav_is_total(body):
        st.integers(1, 4000))
 def test_wav_header_plus_data_parses_back_to_its_duration(rate, channels, width, frames):
     data = bytes(frames * channels * width)
-    a = audio.parse_wav(audio.wav_header(len(data), rate, channels, width) + data)
+    a = containers.parse_wav(containers.wav_header(len(data), rate, channels, width) + data)
     assert (a.sample_rate, a.channels, a.sample_width, a.data_offset, a.data_bytes) == (rate, channels, width, 44,
                                                                                          len(data))
     assert a.audio_s == frames / rate
 
 
 @FUZZ
-@given(st.sampled_from(audio.PLACEHOLDER_SIZES), st.sampled_from(audio.PLACEHOLDER_SIZES + (12345,)),
+@given(st.sampled_from(containers.PLACEHOLDER_SIZES), st.sampled_from(containers.PLACEHOLDER_SIZES + (12345,)),
        st.integers(1, 4000))
 def test_placeholder_sizes_parse_as_streaming(data_size, riff_size, frames):
     """A streamed WAV's sizes are placeholders: the duration comes from the bytes that came."""
-    head = bytearray(audio.wav_header(0, 24000, 1, 2))
+    head = bytearray(containers.wav_header(0, 24000, 1, 2))
     struct.pack_into("<I", head, 4, riff_size)
     struct.pack_into("<I", head, 40, data_size)
-    a = audio.check_audio(bytes(head) + bytes(2 * frames), "audio/wav")
+    a = containers.check_audio(bytes(head) + bytes(2 * frames), "audio/wav")
     assert a.data_bytes == 2 * frames and a.audio_s == frames / 24000
 
 

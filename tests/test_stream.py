@@ -1,5 +1,6 @@
-"""The incremental parsers and the playback model of locustfiles/stream.py, on hand-made bodies
-fed in every split; and ``read_some`` against a real server on loopback."""
+"""The incremental parsers of locustfiles/containers.py and the playback model
+(analysis/playback.py), on hand-made bodies fed in every split; and the HTTP transport's
+``read_some`` against a real server on loopback."""
 from __future__ import annotations
 
 import base64
@@ -11,7 +12,10 @@ import time
 
 import pytest
 
-from locustfiles import audio, stream
+from analysis.playback import listen
+from locustfiles import containers
+from locustfiles.timeline import MAX_CHUNKS, Timeline
+from locustfiles.transports.http import read_some
 
 RATE = 24000
 
@@ -23,12 +27,12 @@ def feed(parser, blocks, times=None):
 
 
 def wav_parser():
-    tl = stream.Timeline()
-    return tl, stream.parser_for("audio/wav", "wav", RATE, tl)
+    tl = Timeline()
+    return tl, containers.parser_for("audio/wav", "wav", RATE, tl)
 
 
 def placeholder_wav(pcm: bytes, extra: bytes = b"", size=0xFFFFFFFF) -> bytes:
-    head = bytearray(audio.wav_header(0, RATE, 1, 2))
+    head = bytearray(containers.wav_header(0, RATE, 1, 2))
     struct.pack_into("<I", head, 4, 0xFFFFFFFF)
     struct.pack_into("<I", head, 40, size)
     return bytes(head[:36]) + extra + bytes(head[36:]) + pcm
@@ -47,25 +51,26 @@ def placeholder_wav(pcm: bytes, extra: bytes = b"", size=0xFFFFFFFF) -> bytes:
     ([], [], 0, (0, 0.0)),
 ])
 def test_playback_on_hand_made_arrivals(at, ms, buffer, expect):
-    assert stream.playback(at, ms, buffer) == expect
+    _, stalls = listen(at, ms, buffer)
+    assert (len(stalls), sum(resumed - dry for dry, resumed in stalls)) == expect
 
 
 def test_timeline_fields_and_the_cap():
-    tl = stream.Timeline()
-    for i in range(stream.MAX_CHUNKS + 10):
+    tl = Timeline()
+    for i in range(MAX_CHUNKS + 10):
         tl.add(1.0 + i * 0.01, 10.0)
     f = tl.fields(1.0, 0.0, keep_lists=True)
-    assert f["ttfa_ms"] == 0.0 and f["chunks"] == stream.MAX_CHUNKS + 10
+    assert f["ttfa_ms"] == 0.0 and f["chunks"] == MAX_CHUNKS + 10
     assert f["gap_max_ms"] == pytest.approx(10.0) and f["underruns"] == 0 and f["underrun_ms"] == 0.0
-    assert len(f["chunk_at_ms"]) == len(f["chunk_audio_ms"]) == stream.MAX_CHUNKS
-    assert sum(f["chunk_audio_ms"]) == pytest.approx(10.0 * (stream.MAX_CHUNKS + 10))
+    assert len(f["chunk_at_ms"]) == len(f["chunk_audio_ms"]) == MAX_CHUNKS
+    assert sum(f["chunk_audio_ms"]) == pytest.approx(10.0 * (MAX_CHUNKS + 10))
     assert f["chunk_audio_ms"][-1] == 110.0
     short = tl.fields(1.0, 0.0, keep_lists=False)
     assert short["chunk_at_ms"] is None and short["chunk_audio_ms"] is None
 
 
 def test_unknown_durations_time_arrivals_only():
-    tl = stream.Timeline()
+    tl = Timeline()
     tl.add(1.0, None)
     tl.add(1.5, None)
     f = tl.fields(0.5, 0.0, keep_lists=True)
@@ -89,7 +94,7 @@ def test_wav_header_split_at_every_byte():
     assert tl.at[0] == start and sum(tl.audio_ms) == pytest.approx(64.0)
 
 
-@pytest.mark.parametrize("size", audio.PLACEHOLDER_SIZES)
+@pytest.mark.parametrize("size", containers.PLACEHOLDER_SIZES)
 def test_wav_header_alone_then_chunks(size):
     tl, p = wav_parser()
     body = placeholder_wav(bytes(9600), size=size)
@@ -99,15 +104,15 @@ def test_wav_header_alone_then_chunks(size):
 
 def test_wav_with_real_sizes_stops_at_the_data_chunk():
     pcm = bytes(4800)
-    body = audio.wav_header(len(pcm), RATE, 1, 2) + pcm + b"LIST" + struct.pack("<I", 4) + b"INFO"
+    body = containers.wav_header(len(pcm), RATE, 1, 2) + pcm + b"LIST" + struct.pack("<I", 4) + b"INFO"
     tl, p = wav_parser()
     feed(p, [body[:1000], body[1000:]])
-    assert sum(tl.audio_ms) == pytest.approx(audio.check_audio(body, "audio/wav").audio_s * 1000)
+    assert sum(tl.audio_ms) == pytest.approx(containers.check_audio(body, "audio/wav").audio_s * 1000)
     assert len(tl.at) == 2
 
 
 def test_wav_partial_frames_sum_to_whole_frames():
-    body = audio.wav_header(0, RATE, 2, 2) + bytes(4 * 1000)    # stereo 16-bit: 4-byte frames
+    body = containers.wav_header(0, RATE, 2, 2) + bytes(4 * 1000)    # stereo 16-bit: 4-byte frames
     tl, p = wav_parser()
     feed(p, [body[:47], body[47:53], body[53:]])
     assert tl.audio_ms[0] == 0.0 and sum(tl.audio_ms) == pytest.approx(1000 / RATE * 1000)
@@ -120,14 +125,14 @@ def test_wav_partial_frames_sum_to_whole_frames():
     (b"RIFF\xff\xff\xff\xffWAVEdata\x10\x00\x00\x00" + bytes(16), "audio/wav", "wav"),   # data before fmt
 ])
 def test_bodies_that_are_not_audio_time_no_audio(body, ctype, expect):
-    tl = stream.Timeline()
-    feed(stream.parser_for(ctype, expect, RATE, tl), [body[:7], body[7:]])
+    tl = Timeline()
+    feed(containers.parser_for(ctype, expect, RATE, tl), [body[:7], body[7:]])
     assert tl.at == []
 
 
 def test_pcm_counts_every_byte():
-    tl = stream.Timeline()
-    feed(stream.parser_for("application/octet-stream", "pcm", RATE, tl), [bytes(3), bytes(4797), bytes(4800)])
+    tl = Timeline()
+    feed(containers.parser_for("application/octet-stream", "pcm", RATE, tl), [bytes(3), bytes(4797), bytes(4800)])
     assert tl.at == [0.0, 1.0, 2.0] and sum(tl.audio_ms) == pytest.approx(200.0)
 
 
@@ -142,20 +147,20 @@ def mp3_frames(n: int, xing: bool = False) -> bytes:
 def test_mp3_frames_give_exact_sample_counts():
     body = mp3_frames(20, xing=True)
     for cut in (5, 15, 300, 1000, 2000):
-        tl = stream.Timeline()
-        p = stream.parser_for("audio/mpeg", "mp3", RATE, tl)
+        tl = Timeline()
+        p = containers.parser_for("audio/mpeg", "mp3", RATE, tl)
         feed(p, [body[:cut], body[cut:]])
         assert sum(tl.audio_ms) == pytest.approx(20 * 1152 / 44.1)
         assert p.duration_s() == pytest.approx(20 * 1152 / 44100)
 
 
 def test_mp3_garbage_after_frames_fails_but_a_tag_does_not():
-    tl = stream.Timeline()
-    with pytest.raises(stream.StreamError, match="MP3 stream lost its frame structure"):
-        feed(stream.parser_for("audio/mpeg", "mp3", RATE, tl), [mp3_frames(3), b"<html>oops</html>"])
+    tl = Timeline()
+    with pytest.raises(containers.StreamError, match="MP3 stream lost its frame structure"):
+        feed(containers.parser_for("audio/mpeg", "mp3", RATE, tl), [mp3_frames(3), b"<html>oops</html>"])
     assert len(tl.at) == 1
-    tl = stream.Timeline()
-    feed(stream.parser_for("audio/mpeg", "mp3", RATE, tl), [mp3_frames(3), b"TAG" + bytes(125)])
+    tl = Timeline()
+    feed(containers.parser_for("audio/mpeg", "mp3", RATE, tl), [mp3_frames(3), b"TAG" + bytes(125)])
     assert sum(tl.audio_ms) == pytest.approx(3 * 1152 / 44.1)
 
 
@@ -168,8 +173,8 @@ def adts_frame(payload: int = 100, rate_index: int = 4) -> bytes:
 
 def test_adts_frames():
     body = adts_frame() * 10
-    tl = stream.Timeline()
-    feed(stream.parser_for("audio/aac", "aac", RATE, tl), [body[:300], body[300:]])
+    tl = Timeline()
+    feed(containers.parser_for("audio/aac", "aac", RATE, tl), [body[:300], body[300:]])
     assert sum(tl.audio_ms) == pytest.approx(10 * 1024 / 44.1) and len(tl.at) == 2
 
 
@@ -183,8 +188,8 @@ def test_ogg_opus_granules():
     head = b"OpusHead\x01\x01" + struct.pack("<H", 312) + struct.pack("<I", 48000) + bytes(3)
     body = ogg_page(0, head, 0) + ogg_page(0, b"OpusTags" + bytes(8), 1)
     body += b"".join(ogg_page(312 + 960 * k, bytes(300), 1 + k) for k in range(1, 11))
-    tl = stream.Timeline()
-    p = stream.parser_for("audio/ogg", "opus", RATE, tl)
+    tl = Timeline()
+    p = containers.parser_for("audio/ogg", "opus", RATE, tl)
     feed(p, [body[:40], body[40:700], body[700:]])
     assert sum(tl.audio_ms) == pytest.approx(200.0) and p.duration_s() == pytest.approx(0.2)
     assert tl.at[0] == 1.0     # the header pages carry no audio
@@ -196,8 +201,8 @@ def test_flac_is_timed_from_its_first_frame_without_durations():
     body = b"fLaC" + streaminfo + picture + b"\xff\xf8" + bytes(300)
     frames = body.index(b"\xff\xf8")
     for cut in (3, 30, 100, frames, frames + 1):
-        tl = stream.Timeline()
-        p = stream.parser_for("audio/flac", "flac", RATE, tl)
+        tl = Timeline()
+        p = containers.parser_for("audio/flac", "flac", RATE, tl)
         feed(p, [body[:cut], body[cut:cut + 10], body[cut + 10:]])
         assert tl.audio_ms[0] is None and p.duration_s() is None
         assert tl.at[0] == (0.0 if cut > frames else 1.0 if cut + 10 > frames else 2.0), cut
@@ -213,8 +218,8 @@ DONE = b'data: {"type": "speech.audio.done", "usage": {"input_tokens": 5, "outpu
 
 
 def sse(blocks, rate=RATE):
-    tl = stream.Timeline()
-    p = stream.parser_for("text/event-stream; charset=utf-8", "wav", rate, tl)
+    tl = Timeline()
+    p = containers.parser_for("text/event-stream; charset=utf-8", "wav", rate, tl)
     feed(p, blocks)
     return tl, p
 
@@ -225,7 +230,7 @@ def test_openai_sse_split_at_every_byte():
         tl, p = sse([body[:cut], body[cut:]])
         assert tl.audio_ms == [100.0, 50.0] and p.done
     wav, a = p.audio()
-    assert a.audio_s == pytest.approx(0.15) and audio.check_audio(wav, "audio/wav").audio_s == a.audio_s
+    assert a.audio_s == pytest.approx(0.15) and containers.check_audio(wav, "audio/wav").audio_s == a.audio_s
     assert p.usage == {"input_tokens": 5, "output_tokens": 9}
 
 
@@ -288,21 +293,22 @@ def test_sse_sample_rate_from_the_event():
     (delta(bytes(10), format="mp3"), "tts-knee reads PCM16"),
 ])
 def test_sse_failures_keep_what_came_before(tail, message):
-    with pytest.raises(stream.StreamError, match=message) as e:
+    with pytest.raises(containers.StreamError, match=message) as e:
         sse([delta(bytes(4800)), tail])
     assert "\n" not in str(e.value)
 
 
 def test_sse_without_audio_has_nothing_to_write():
     _, p = sse([DONE])
-    with pytest.raises(stream.StreamError, match="carried no audio"):
+    with pytest.raises(containers.StreamError, match="carried no audio"):
         p.audio()
 
 
-def test_check_body_reads_a_whole_sse_body():
-    wav, a = stream.check_body(delta(bytes(4800)) + DONE, "text/event-stream", "wav", RATE)
+def test_a_whole_sse_body_read_at_once_becomes_a_wav():
+    _, p = sse([delta(bytes(4800)) + DONE])
+    wav, a = p.audio()
     assert wav[:4] == b"RIFF" and a.audio_s == pytest.approx(0.1)
-    body, a = stream.check_body(placeholder_wav(bytes(4800)), "audio/wav", "wav", RATE)
+    a = containers.check_audio(placeholder_wav(bytes(4800)), "audio/wav", "wav", RATE)
     assert a.audio_s == pytest.approx(0.1)
 
 
@@ -341,7 +347,7 @@ def test_read_some_returns_each_chunk_as_it_arrives(chunked_server):
     client = HTTPClient("127.0.0.1", chunked_server, block_size=65536)
     resp = client.request("POST", "/", body=b"{}")
     t0, got = time.monotonic(), []
-    while block := stream.read_some(resp):
+    while block := read_some(resp):
         got.append((time.monotonic() - t0, len(block)))
     client.close()
     assert [n for _, n in got] == [4800, 4800, 4800]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from locustfiles import audio, stream
+from locustfiles import containers
+from locustfiles.timeline import Timeline
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 RATE = 24000
@@ -22,13 +24,13 @@ def split(body: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def run(ctype: str, expect: str, blocks: list[bytes]):
-    tl = stream.Timeline()
-    p = stream.parser_for(ctype, expect, RATE, tl)
+    tl = Timeline()
+    p = containers.parser_for(ctype, expect, RATE, tl)
     try:
         for i, block in enumerate(blocks):
             p.feed(block, float(i))
         p.finish()
-    except stream.StreamError as e:
+    except containers.StreamError as e:
         assert str(e) and "\n" not in str(e)
         return tl, p, e
     return tl, p, None
@@ -79,8 +81,8 @@ def test_sse_parser_is_total(body, cuts):
 def _wav_like() -> st.SearchStrategy[bytes]:
     chunk = st.tuples(st.sampled_from([b"fmt ", b"data", b"LIST", b"fact"]), st.integers(0, 2**32 - 1),
                       st.binary(max_size=40))
-    fmt = st.builds(lambda ch, w: audio.wav_header(0, RATE, ch, w)[12:36], st.integers(1, 3), st.sampled_from([1, 2, 3]))
-    return st.tuples(fmt, st.lists(chunk, max_size=3), st.sampled_from(audio.PLACEHOLDER_SIZES + (100, 4000)),
+    fmt = st.builds(lambda ch, w: containers.wav_header(0, RATE, ch, w)[12:36], st.integers(1, 3), st.sampled_from([1, 2, 3]))
+    return st.tuples(fmt, st.lists(chunk, max_size=3), st.sampled_from(containers.PLACEHOLDER_SIZES + (100, 4000)),
                      st.binary(max_size=300)).map(
         lambda t: b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE" + t[0]
         + b"".join(cid + struct.pack("<I", size) + body for cid, size, body in t[1]) + b"data"
@@ -91,12 +93,18 @@ def _wav_like() -> st.SearchStrategy[bytes]:
 @given(_wav_like() | st.binary(max_size=300), st.sampled_from(["wav", "pcm", "mp3", "opus", "aac", "flac"]),
        st.lists(st.integers(0, 10_000), max_size=8))
 def test_audio_parsers_agree_with_the_whole_body_check(body, expect, cuts):
-    """Whatever the split, the durations timed add up to what the whole-body check measures."""
+    """Whatever the split, the durations timed add up to what the whole-body check measures,
+    and the first bytes the parser kept are enough for that check to say what the whole body is."""
     tl, p, err = run("audio/wav", expect, split(body, cuts))
     try:
-        whole = audio.check_audio(body, "audio/wav", expect, RATE)
-    except audio.AudioError:
+        whole = containers.check_audio(body, "audio/wav", expect, RATE)
+    except containers.AudioError as e:
+        if err is None:   # judged from the first bytes the parser kept, it fails the same way
+            with pytest.raises(containers.AudioError, match=re.escape(str(e))):
+                containers.check_audio(p.head, "audio/wav", expect, RATE, size=len(body))
         return
+    if err is None:
+        assert containers.check_audio(p.head, "audio/wav", expect, RATE, size=len(body)) == whole
     if err is None and whole.audio_s is not None and whole.format in ("wav", "pcm"):
         assert sum(tl.audio_ms) == pytest.approx(whole.audio_s * 1000)
 

@@ -1,11 +1,15 @@
-"""Streamed responses, parsed as their bytes arrive: where the audio samples start, how much
-audio each arrival carried, and what a player fed by those arrivals would have heard.
+"""Audio containers and framings, parsed whole or as their bytes arrive: where the audio
+samples start, how much audio each arrival carried, and whether a body is the audio it should be.
 
-The user reads a body in blocks, stamps each block with the monotonic clock and feeds it to
-the parser :func:`parser_for` picked from the Content-Type (and the body's first bytes):
+The duration of audio always comes from the PCM byte count and the format in the header,
+never from the header's size fields: streaming servers write placeholders there.
+
+A transport feeds a body, block by block with each block's arrival time, to the parser
+:func:`parser_for` picks from the Content-Type (and the body's first bytes):
 
 - WAV, incrementally: the header may arrive alone or split anywhere, sizes may be
-  placeholders, extra chunks (LIST, fact) may precede the data; durations are exact.
+  placeholders, extra chunks (LIST, fact) may precede the data; durations are exact. One
+  walker (:func:`walk_wav`) reads WAV headers here, for whole bodies and streams alike.
 - raw PCM16 (``--tts-format pcm``) at ``--tts-sample-rate``: exact.
 - MP3 and ADTS-AAC by their frame headers, Ogg (Opus, Vorbis) by its pages' granule
   positions: exact sample counts per frame or page (the encoder's priming and padding
@@ -13,8 +17,10 @@ the parser :func:`parser_for` picked from the Content-Type (and the body's first
 - ``text/event-stream``: OpenAI's ``speech.audio.delta`` events with base64 PCM16 (and the
   variants servers send), framed per the WHATWG server-sent-events rules.
 
-Each parser reports arrivals to a :class:`Timeline`; nothing here reads the clock itself.
-A body that cannot be the stream it claims raises :class:`StreamError` with one sentence.
+Each parser reports arrivals to a sink's ``add(at, ms)`` (ms None: a duration it cannot
+know); nothing here reads the clock itself. :func:`check_audio` judges a whole body. A body
+that cannot be the stream it claims raises :class:`StreamError`, one that is not the audio it
+should be :class:`AudioError`, each with one sentence.
 """
 from __future__ import annotations
 
@@ -22,94 +28,167 @@ import binascii
 import json
 import math
 import struct
+from dataclasses import dataclass
 
-from . import audio as audio_mod
-
-#: Most arrivals kept per attempt in ``chunk_at_ms``; later ones merge into the last entry.
-MAX_CHUNKS = 4000
-#: Body bytes looked at before deciding what a non-WAV body is (as audio.check_audio does).
+#: Size fields streaming servers put in a WAV header before they know the length.
+PLACEHOLDER_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
+#: Body bytes looked at before deciding what a non-WAV body is.
 SNIFF_BYTES = 256
+_MAGIC = {b"ID3": "mp3", b"\xff\xfb": "mp3", b"\xff\xf3": "mp3", b"OggS": "ogg", b"fLaC": "flac",
+          b"\xff\xf1": "aac", b"\xff\xf9": "aac"}
+_TEXTUAL = (b"<", b"{", b"[")
+
+
+class AudioError(ValueError):
+    """The body is not the audio it should be; the message says why, in one sentence."""
 
 
 class StreamError(ValueError):
     """The stream broke its own format, or the server said it failed; one sentence."""
 
 
-# ---- arrivals and the player ---------------------------------------------------------------
-
-class Timeline:
-    """Arrivals that carried audio: when (monotonic seconds) and how much (ms, or None)."""
-
-    __slots__ = ("at", "audio_ms")
-
-    def __init__(self):
-        self.at: list[float] = []
-        self.audio_ms: list[float | None] = []
-
-    def add(self, at: float, ms: float | None) -> None:
-        self.at.append(at)
-        self.audio_ms.append(ms)
-
-    def fields(self, m0: float, buffer_ms: float, keep_lists: bool) -> dict:
-        """The attempt record's streaming fields, times relative to ``m0``."""
-        at, n = self.at, len(self.at)
-        known = n and None not in self.audio_ms
-        out = {"ttfa_ms": round((at[0] - m0) * 1000.0, 3) if n else None, "chunks": n,
-               "gap_max_ms": round(max(b - a for a, b in zip(at, at[1:])) * 1000.0, 3) if n > 1 else None,
-               "underruns": None, "underrun_ms": None, "chunk_at_ms": None, "chunk_audio_ms": None}
-        if known:
-            runs, silent_ms = playback([(t - m0) * 1000.0 for t in at], self.audio_ms, buffer_ms)
-            out["underruns"], out["underrun_ms"] = runs, round(silent_ms, 3)
-        if keep_lists:
-            cut = min(n, MAX_CHUNKS)
-            out["chunk_at_ms"] = [round((t - m0) * 1000.0, 1) for t in at[:cut]]
-            if known:
-                ms = self.audio_ms[:cut]
-                if n > cut:
-                    ms[-1] = sum(self.audio_ms[cut - 1:])
-                out["chunk_audio_ms"] = [round(x, 3) for x in ms]
-        return out
+@dataclass(frozen=True)
+class Audio:
+    format: str               # "wav", "pcm", "mp3", "ogg", "aac" or "flac"
+    audio_s: float | None     # seconds of audio; None where it cannot be known without decoding
+    sample_rate: int | None = None
+    channels: int | None = None
+    sample_width: int | None = None  # bytes per sample
+    data_offset: int = 0      # where the PCM data starts in the body
+    data_bytes: int = 0       # PCM bytes present
 
 
-_FLOAT_NOISE_MS = 1e-6   # sums of float milliseconds; not a gap anyone could hear
+# ---- whole bodies --------------------------------------------------------------------------
+
+def walk_wav(head) -> tuple[tuple[int, int, int], int, int, int] | str:
+    """Walk a WAV header's chunks: ``((rate, channels, width), data start, data size, RIFF size)``
+    once ``head`` (the body's first bytes) reaches the data chunk's header; while it does not,
+    what is missing, as the sentence a body ending there deserves. Raises AudioError for a
+    header that cannot be integer PCM."""
+    if len(head) < 12:
+        return "body is not a WAV file (no RIFF/WAVE header)"
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        raise AudioError("body is not a WAV file (no RIFF/WAVE header)")
+    pos, fmt = 12, None
+    while pos + 8 <= len(head):
+        chunk_id = bytes(head[pos:pos + 4])
+        size = struct.unpack_from("<I", head, pos + 4)[0]
+        start = pos + 8
+        if chunk_id == b"fmt ":
+            if size < 16:
+                raise AudioError("truncated WAV: the fmt chunk is cut short")
+            if start + 16 > len(head):
+                return "truncated WAV: the fmt chunk is cut short"
+            tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", head, start)
+            if tag not in (1, 0xFFFE) or bits not in (8, 16, 24, 32):
+                raise AudioError(f"WAV is not integer PCM (format tag {tag}, {bits} bits)")
+            if channels == 0 or rate == 0:
+                raise AudioError("WAV header has 0 channels or a 0 Hz sample rate")
+            fmt = (rate, channels, bits // 8)
+        elif chunk_id == b"data":
+            if fmt is None:
+                raise AudioError("WAV has a data chunk before its fmt chunk")
+            return fmt, start, size, struct.unpack_from("<I", head, 4)[0]
+        pos = start + size + (size & 1)
+    return "truncated WAV: no data chunk" if fmt else "truncated WAV: no fmt chunk"
 
 
-def playback(at_ms, audio_ms, buffer_ms: float) -> tuple[int, float]:
-    """Underruns of a player fed by these arrivals: ``(count, silence in ms)``.
-
-    It starts once ``buffer_ms`` of audio is in (at least some audio), or at the last
-    arrival if that never happens, and plays at 1x. Each time it runs dry before the next
-    arrival with audio is one underrun, and the wait until that arrival is silence; it resumes
-    at once. An arrival without a whole frame neither ends nor splits a stall.
-    """
-    have = 0.0
-    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):
-        have += ms
-        if have > 0 and have >= buffer_ms:
-            break
+def parse_wav(body, size: int | None = None) -> Audio:
+    """Parse a PCM WAV body; raise AudioError if it is not one or is cut short. ``body`` may be
+    only the first bytes of the body, through the data chunk's header, when ``size`` gives the
+    whole body's length."""
+    layout = walk_wav(body)
+    if isinstance(layout, str):
+        raise AudioError(layout)
+    (rate, channels, width), start, data_size, riff_size = layout
+    present = (len(body) if size is None else size) - start
+    if data_size in PLACEHOLDER_SIZES or riff_size in PLACEHOLDER_SIZES and data_size > present:
+        data = present                      # streamed: sizes unknown when sent
+    elif data_size > present:
+        raise AudioError(f"truncated WAV: header promises {data_size} bytes of audio, got {present}")
     else:
-        return 0, 0.0   # never buffered enough: starts at the end with everything in
-    dry_at, runs, silent = t + have, 0, 0.0
-    for t, ms in zip(at_ms[i + 1:], audio_ms[i + 1:]):
-        if not ms:
-            continue   # no whole frame in it: the player stays dry (or keeps playing) as it was
-        if t - dry_at > _FLOAT_NOISE_MS:
-            runs += 1
-            silent += t - dry_at
-            dry_at = t + ms
-        else:
-            dry_at += ms
-    return runs, silent
+        data = data_size
+    frame = channels * width
+    data -= data % frame
+    if data <= 0:
+        raise AudioError("WAV holds no audio samples")
+    return Audio("wav", data / (rate * frame), rate, channels, width, start, data)
+
+
+def check_audio(body, content_type: str | None, expect: str = "wav", pcm_rate: int = 24000,
+                size: int | None = None) -> Audio:
+    """Validate a 2xx response body as audio of the expected format.
+
+    An empty body, HTML, JSON, or a truncated WAV raises AudioError naming the problem. With
+    ``size`` (the whole body's length), ``body`` may be the body's first bytes alone: at least
+    SNIFF_BYTES of them (all, if fewer), and for a WAV its header through the data chunk's.
+    """
+    size = len(body) if size is None else size
+    if not size:
+        raise AudioError("empty body under status 200")
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    if body[:4] == b"RIFF":   # a WAV whatever the label says (piper's server sends text/html)
+        return parse_wav(body, size)
+    if ctype.startswith("text/") or ctype.endswith("json") or looks_textual(body):
+        kind = "HTML" if body.lstrip()[:1] == b"<" and ctype != "application/json" else ctype or "text"
+        raise AudioError(f"got {kind} instead of audio: {_snippet(body)!r}")
+    if expect == "wav":
+        raise AudioError(f"body is not a WAV file (starts {bytes(body[:8])!r}, content type {ctype or 'none'})")
+    if expect == "pcm":
+        if size % 2:
+            raise AudioError("PCM16 body has an odd number of bytes: cut short")
+        return Audio("pcm", size / (2 * pcm_rate), pcm_rate, 1, 2, 0, size)
+    for magic, fmt in _MAGIC.items():
+        if body.startswith(magic):
+            return Audio(fmt, None)
+    raise AudioError(f"body is not recognisable {expect} audio (starts {bytes(body[:8])!r})")
+
+
+def looks_textual(body) -> bool:
+    head = bytes(body[:SNIFF_BYTES])
+    if head.lstrip()[:1] not in _TEXTUAL:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3   # only a character cut at the end
+    return True
+
+
+def wav_header(data_bytes: int, rate: int, channels: int, width: int) -> bytes:
+    frame = channels * width
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data_bytes, b"WAVE", b"fmt ", 16, 1,
+                       channels, rate, rate * frame, frame, width * 8, b"data", data_bytes)
+
+
+def concat(parts: list[tuple[bytes, Audio]]) -> bytes:
+    """Join segments' audio into one WAV (all parts must share one PCM format)."""
+    first = parts[0][1]
+    if first.sample_rate is None:
+        raise AudioError(f"cannot join {first.format} segments; ask for wav or pcm")
+    pcm = []
+    for body, audio in parts:
+        if (audio.sample_rate, audio.channels, audio.sample_width) != (
+                first.sample_rate, first.channels, first.sample_width):
+            raise AudioError("segments came back in different audio formats")
+        pcm.append(body[audio.data_offset:audio.data_offset + audio.data_bytes])
+    data = b"".join(pcm)
+    return wav_header(len(data), first.sample_rate, first.channels, first.sample_width) + data
+
+
+def _snippet(data) -> str:
+    return " ".join(bytes(data[:60]).decode("utf-8", "replace").split())
 
 
 # ---- choosing a parser ---------------------------------------------------------------------
 
-def parser_for(content_type: str | None, expect: str, pcm_rate: int, timeline: Timeline):
-    """The parser for a 2xx body with this Content-Type, expecting ``--tts-format expect``."""
+def parser_for(content_type: str | None, expect: str, pcm_rate: int, sink):
+    """The parser for a 2xx body with this Content-Type, expecting ``--tts-format expect``;
+    it reports each arrival with audio to ``sink.add(at, ms)``."""
     ctype = (content_type or "").split(";")[0].strip().lower()
     if ctype == "text/event-stream":
-        return SseStream(timeline, pcm_rate)
-    return Sniffer(timeline, ctype, expect, pcm_rate)
+        return SseStream(sink, pcm_rate)
+    return Sniffer(sink, ctype, expect, pcm_rate)
 
 
 class Sniffer:
@@ -117,11 +196,12 @@ class Sniffer:
     their arrival times, to the parser for it. Bodies that are not audio get no parser (the
     whole-body check names what they are): none of their arrivals counts as audio."""
 
-    def __init__(self, timeline: Timeline, ctype: str, expect: str, pcm_rate: int):
-        self.timeline, self.ctype, self.expect, self.pcm_rate = timeline, ctype, expect, pcm_rate
+    def __init__(self, sink, ctype: str, expect: str, pcm_rate: int):
+        self.sink, self.ctype, self.expect, self.pcm_rate = sink, ctype, expect, pcm_rate
         self.held: list[tuple[bytes, float]] = []
         self.size = 0
         self.inner = None
+        self._head = b""
 
     def feed(self, block: bytes, at: float) -> None:
         if self.inner is not None:
@@ -140,33 +220,42 @@ class Sniffer:
 
     def _choose(self) -> None:
         first = self.held[0][0]
-        head = first[:SNIFF_BYTES] if len(first) >= SNIFF_BYTES else b"".join(b for b, _ in self.held)[:SNIFF_BYTES]
-        self.inner = _pick(head, self.ctype, self.expect, self.pcm_rate, self.timeline)
+        head = first if len(first) >= SNIFF_BYTES else b"".join(b for b, _ in self.held)
+        self._head = head
+        self.inner = _pick(head[:SNIFF_BYTES], self.ctype, self.expect, self.pcm_rate, self.sink)
         held, self.held = self.held, []
         for block, at in held:
             self.inner.feed(block, at)
+
+    @property
+    def head(self):
+        """The body's first bytes as this parser saw them: enough for :func:`check_audio` to
+        judge the whole body from them and its length."""
+        if isinstance(self.inner, WavStream):
+            return self.inner.head
+        return self._head if self.inner is not None else b"".join(b for b, _ in self.held)
 
     def duration_s(self) -> float | None:
         """Seconds of compressed audio counted from frame headers, or None."""
         return self.inner.duration_s() if isinstance(self.inner, _Framed) else None
 
 
-def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, timeline: Timeline):
+def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, sink):
     if head[:4] == b"RIFF":
-        return WavStream(timeline)
-    if ctype.startswith("text/") or ctype.endswith("json") or audio_mod._looks_textual(head):
+        return WavStream(sink)
+    if ctype.startswith("text/") or ctype.endswith("json") or looks_textual(head):
         return _NotAudio()
     if expect == "pcm":
-        return PcmStream(timeline, pcm_rate, 1, 2)
+        return PcmStream(sink, pcm_rate, 1, 2)
     if expect == "wav":
         return _NotAudio()
-    # the magic numbers audio.check_audio accepts, so the two never disagree on what audio is
-    kind = next((fmt for magic, fmt in audio_mod._MAGIC.items() if head.startswith(magic)), None)
-    return {"mp3": MpegStream, "ogg": OggStream, "aac": AdtsStream, "flac": FlacStream}.get(kind, _NotAudio)(timeline)
+    # the magic numbers check_audio accepts, so the two never disagree on what audio is
+    kind = next((fmt for magic, fmt in _MAGIC.items() if head.startswith(magic)), None)
+    return {"mp3": MpegStream, "ogg": OggStream, "aac": AdtsStream, "flac": FlacStream}.get(kind, _NotAudio)(sink)
 
 
 class _NotAudio:
-    def __init__(self, timeline: Timeline | None = None):
+    def __init__(self, sink=None):
         pass
 
     def feed(self, block: bytes, at: float) -> None:
@@ -180,8 +269,8 @@ class FlacStream:
     """FLAC: the metadata blocks after ``fLaC`` are skipped by their lengths; each arrival
     with frame bytes is timed, its duration null (FLAC frames do not carry their length)."""
 
-    def __init__(self, timeline: Timeline):
-        self.timeline = timeline
+    def __init__(self, sink):
+        self.sink = sink
         self.buf = bytearray()   # the body from its start, until the frames begin
         self.next = 4            # offset of the next metadata block header
         self.frames_at = None    # offset of the first frame, once known
@@ -198,7 +287,7 @@ class FlacStream:
                     self.frames_at, self.buf = self.next, bytearray()
                     break
         if self.frames_at is not None and self.got > self.frames_at:
-            self.timeline.add(at, None)
+            self.sink.add(at, None)
 
     def finish(self) -> None:
         pass
@@ -210,8 +299,8 @@ class PcmStream:
     """Interleaved integer PCM: every byte is audio; an arrival's duration is the whole
     frames it completes, so the durations sum to the body's ``audio_s``."""
 
-    def __init__(self, timeline: Timeline, rate: int, channels: int, width: int, limit: float = math.inf):
-        self.timeline = timeline
+    def __init__(self, sink, rate: int, channels: int, width: int, limit: float = math.inf):
+        self.sink = sink
         self.frame = channels * width
         self.ms_per_frame = 1000.0 / rate
         self.limit = limit       # audio bytes the header promises (inf for placeholders)
@@ -226,70 +315,44 @@ class PcmStream:
         self.got = min(self.limit, before + n)
         if self.got > before:
             frames = self.got // self.frame - before // self.frame
-            self.timeline.add(at, frames * self.ms_per_frame)
+            self.sink.add(at, frames * self.ms_per_frame)
 
     def finish(self) -> None:
         pass
 
 
 class WavStream:
-    """A WAV body: header bytes are held until the data chunk starts, then it is PCM."""
+    """A WAV body: header bytes are held until :func:`walk_wav` finds the data chunk, then it
+    is PCM. A header that cannot be PCM makes the rest no audio (check_audio names the fault)."""
 
-    def __init__(self, timeline: Timeline):
-        self.timeline = timeline
-        self.head = bytearray()  # the header so far, while it spans reads
-        self.pos = 12            # next chunk header to look at
-        self.fmt = None
+    def __init__(self, sink):
+        self.sink = sink
+        self.head = b""          # the header as far as it was walked (the first block, or the blocks so far)
         self.inner = None        # PcmStream once the data chunk has begun; _NotAudio if broken
 
     def feed(self, block: bytes, at: float) -> None:
         if self.inner is not None:
             self.inner.feed(block, at)
             return
-        if self.head:
-            self.head += block
-            buf = self.head
+        if not self.head:
+            self.head = block    # the usual case: the whole header in the first read, not copied
         else:
-            buf = block          # the usual case: the whole header in one read, not copied
-        start = self._data_start(buf)
-        if start is not None:
-            self.head = bytearray()
-            self.inner.count(len(buf) - start, at)
-        elif self.inner is None and buf is block:
-            self.head = bytearray(block)
+            if not isinstance(self.head, bytearray):
+                self.head = bytearray(self.head)
+            self.head += block
+        try:
+            layout = walk_wav(self.head)
+        except AudioError:
+            self.inner = _NotAudio()
+            return
+        if isinstance(layout, str):
+            return
+        (rate, channels, width), start, size, _ = layout
+        self.inner = PcmStream(self.sink, rate, channels, width, math.inf if size in PLACEHOLDER_SIZES else size)
+        self.inner.count(len(self.head) - start, at)
 
     def finish(self) -> None:
         pass
-
-    def _data_start(self, head) -> int | None:
-        """Walk the chunk headers present; set ``inner`` once the data chunk is found."""
-        if len(head) < 12:
-            return None
-        if head[8:12] != b"WAVE":
-            self.inner = _NotAudio()
-            return None
-        while self.pos + 8 <= len(head):
-            cid = bytes(head[self.pos:self.pos + 4])
-            size = struct.unpack_from("<I", head, self.pos + 4)[0]
-            body = self.pos + 8
-            if cid == b"data":
-                if self.fmt is None:
-                    self.inner = _NotAudio()
-                    return None
-                rate, channels, width = self.fmt
-                limit = math.inf if size in audio_mod.PLACEHOLDER_SIZES else size
-                self.inner = PcmStream(self.timeline, rate, channels, width, limit)
-                return body
-            if cid == b"fmt ":
-                if len(head) < body + 16:
-                    return None
-                tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", head, body)
-                if size < 16 or tag not in (1, 0xFFFE) or bits not in (8, 16, 24, 32) or not channels or not rate:
-                    self.inner = _NotAudio()   # audio.check_audio names the fault
-                    return None
-                self.fmt = (rate, channels, bits // 8)
-            self.pos = body + size + (size & 1)
-        return None
 
 
 # ---- compressed formats: frames and pages --------------------------------------------------
@@ -342,8 +405,8 @@ class _Framed:
     name = ""
     TRAILERS: tuple = ()
 
-    def __init__(self, timeline: Timeline):
-        self.timeline = timeline
+    def __init__(self, sink):
+        self.sink = sink
         self.buf = bytearray()
         self.ms = 0.0            # audio counted so far
         self.offset = 0          # body bytes consumed
@@ -374,7 +437,7 @@ class _Framed:
             self.offset += i
         self.ms += ms
         if carried:
-            self.timeline.add(at, ms)
+            self.sink.add(at, ms)
 
     def finish(self) -> None:
         if self.buf and not self.ended:
@@ -401,8 +464,8 @@ class MpegStream(_Framed):
     name = "MP3"
     TRAILERS = (b"TAG", b"APETAGEX", b"LYRICS")
 
-    def __init__(self, timeline: Timeline):
-        super().__init__(timeline)
+    def __init__(self, sink):
+        super().__init__(sink)
         self.first = True
 
     def _frame(self, buf, i):
@@ -446,8 +509,8 @@ class OggStream(_Framed):
 
     name = "Ogg"
 
-    def __init__(self, timeline: Timeline):
-        super().__init__(timeline)
+    def __init__(self, sink):
+        super().__init__(sink)
         self.rate = None
         self.skip = 0
         self.played = 0          # samples up to the last page's granule position
@@ -502,8 +565,8 @@ class SseStream:
 
     FIELDS = (b"data", b"event", b"id", b"retry")
 
-    def __init__(self, timeline: Timeline, pcm_rate: int):
-        self.timeline = timeline
+    def __init__(self, sink, pcm_rate: int):
+        self.sink = sink
         self.rate, self.channels = pcm_rate, 1
         self.pcm: list[bytes] = []
         self.pcm_bytes = 0
@@ -608,7 +671,7 @@ class SseStream:
             before = self.pcm_bytes
             self.pcm_bytes += len(pcm)
             self.pcm.append(pcm)
-            self.timeline.add(at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
+            self.sink.add(at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
 
     def _format(self, obj: dict) -> None:
         rate, channels, fmt = obj.get("sample_rate"), obj.get("channels"), obj.get("format", "pcm")
@@ -621,15 +684,15 @@ class SseStream:
         if isinstance(channels, int) and 0 < channels <= 64:
             self.channels = channels
 
-    def audio(self) -> tuple[bytes, audio_mod.Audio]:
+    def audio(self) -> tuple[bytes, Audio]:
         """The decoded PCM wrapped as a WAV, and its Audio; raises StreamError if there is none."""
         frame = 2 * self.channels
         n = self.pcm_bytes - self.pcm_bytes % frame
         if not n:
             raise StreamError(f"SSE stream carried no audio in {self.events} events")
         data = b"".join(self.pcm)[:n]
-        wav = audio_mod.wav_header(n, self.rate, self.channels, 2) + data
-        return wav, audio_mod.Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n)
+        wav = wav_header(n, self.rate, self.channels, 2) + data
+        return wav, Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n)
 
 
 def _error_message(obj: dict) -> str:
@@ -640,43 +703,5 @@ def _error_message(obj: dict) -> str:
     return " ".join(msg.split())[:200] or "no message"
 
 
-def _snippet(data: bytes) -> str:
-    return " ".join(data[:60].decode("utf-8", "replace").split())
-
-
 def _reason(e: Exception) -> str:
     return getattr(e, "msg", None) or type(e).__name__
-
-
-# ---- whole bodies --------------------------------------------------------------------------
-
-def check_body(body: bytes, content_type: str | None, expect: str, pcm_rate: int):
-    """Check a whole body (the preflight's): ``(bytes to write, Audio)``; raises
-    audio.AudioError or StreamError with the reason."""
-    ctype = (content_type or "").split(";")[0].strip().lower()
-    if ctype != "text/event-stream":
-        return body, audio_mod.check_audio(body, content_type, expect, pcm_rate)
-    sse = SseStream(Timeline(), pcm_rate)
-    sse.feed(body, 0.0)
-    sse.finish()
-    return sse.audio()
-
-
-def read_some(resp) -> bytearray:
-    """What the response's body has for us now: blocks until at least one body byte has come
-    (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
-    socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x
-    internals, pinned by the tests that stream through it)."""
-    buf = resp._body_buffer
-    while not buf:
-        sock = resp._sock
-        if resp.message_complete or sock is None:
-            return b""
-        try:
-            data = sock.recv(resp.block_size)
-            resp.feed(data)
-        except BaseException:
-            resp.release()
-            raise
-    resp._body_buffer = bytearray()   # hand over what came, without copying it
-    return buf

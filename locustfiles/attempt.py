@@ -1,0 +1,208 @@
+"""The attempt path every user shares, whatever the protocol: :class:`Caller` sends a text (its
+segments, each with its attempts and retries) through a transport (locustfiles/transports/),
+and turns the events the transport yields into the attempt's record (its audio arrivals
+through :class:`~locustfiles.timeline.Timeline`).
+
+Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first byte
+of the answer, ``t2`` when the answer is complete, ``t3`` when the audio is written and closed
+— and becomes one record and one Locust request event. Failures the retry policy names are
+retried. Audio is timed as it arrives, and the playback it allows is judged by the one
+playback model (:func:`analysis.playback.listen`).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import gevent
+
+import runformat
+
+from . import audio as audio_out
+from . import containers
+from .clock import mono, wall
+from .corpus import Text, split
+from .headers import parse_retry_after
+from .timeline import Timeline
+from .transports import Answered, AudioPiece, Ended, Received, TransportError, transport_for
+
+#: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
+_NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
+
+
+class AttemptFailed(Exception):
+    """What Locust shows for a failed attempt: the reason, in one line."""
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round((b - a) * 1000.0, 3)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One logical request: a text, or one segment of a long one (``k`` of ``n``)."""
+
+    req_id: str
+    text: Text
+    words: str        # what is said
+    k: int
+    n: int
+    seq: int          # the user's request number (it names the audio file with --audio-keep 0)
+    sent: dict | None   # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
+
+
+class Caller:
+    """One transport to the TTS endpoint and the attempt path: sends a text, records every
+    attempt and fires its Locust request event. The closed-loop user owns one; the open-loop
+    user one per request in flight."""
+
+    def __init__(self, user, no: int):
+        self.environment = user.environment
+        self.run = user.environment.tts_knee.run
+        self.s = self.run.settings
+        self.no = no
+        self.rng = random.Random()
+        self.transport = transport_for(self.s, self.run.payload)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def send(self, text: Text, seq: int, sent: dict | None = None) -> None:
+        """Send ``text`` as request number ``seq`` of this caller's user. ``sent`` (open loop):
+        the step it was scheduled in, its ``scheduled`` time and the ``concurrency`` at sending,
+        which the records carry instead of the step running when each attempt starts."""
+        segments = split(text.text, self.s.split_max_chars)
+        base_id = f"{self.run.worker_tag}-{self.no}-{seq}"
+        n = len(segments)
+        parts: list[tuple[bytes, containers.Audio]] = []
+        for k, words in enumerate(segments, 1):
+            req_id = base_id if n == 1 else f"{base_id}.{k}"
+            if self._request(Segment(req_id, text, words, k, n, seq, sent), parts) is None:
+                return
+
+    def _request(self, seg: Segment, parts: list) -> dict | None:
+        """All attempts of one segment; returns its final record, or None once it finally fails."""
+        attempt, backoff_ms = 1, None
+        while True:
+            rec, ended, m0, m2, elapsed_ms, http_status = self._attempt(seg.words, seg.sent)
+            retry = not rec["ok"] and self.s.retry.should_retry(attempt, http_status)
+            runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry, text_id=seg.text.id,
+                                     text_len=len(seg.words), tier=seg.text.tier,
+                                     segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
+            if rec["ok"]:
+                parts.append((ended.data, ended.audio))
+                if seg.k == seg.n:
+                    self._finish_audio(rec, parts, m0, m2, seg)   # yields while the file is written
+            # The Locust event and the record go out together, with no yield in between, so a
+            # user stopped mid-attempt leaves neither: the two counts always agree.
+            self._fire(rec, attempt, elapsed_ms)
+            self.run.emit(rec)
+            if not retry:
+                return rec if rec["ok"] else None
+            delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
+            if rec["retry_after_s"] is not None and delay > 0:
+                # Honour Retry-After measured from when the answer arrived, not from now.
+                delay = max(0.0, m2 + delay - mono())
+            backoff_ms = round(delay * 1000.0, 3)
+            gevent.sleep(delay)
+            attempt += 1
+
+    def _attempt(self, words: str, sent: dict | None):
+        """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the HTTP status --retry-on
+        judges, None for a failed connection)``; the record lacks only what the request adds
+        (its id, attempt number …)."""
+        s = self.s
+        step = self.run.state.current if sent is None else sent["step"]
+        t0, m0 = wall(), mono()
+        m1 = m2 = answer = ended = error = None
+        nbytes = 0
+        timeline = Timeline()
+        timeout = gevent.Timeout(s.request_timeout_s)
+        timeout.start()
+        try:
+            for ev in self.transport.exchange(words):
+                kind = type(ev)
+                if kind is AudioPiece:
+                    timeline.add(ev.at, ev.ms)
+                elif kind is Received:
+                    if m1 is None:
+                        m1 = ev.at
+                    nbytes += ev.nbytes
+                elif kind is Answered:
+                    answer = ev
+                elif kind is Ended:
+                    ended, m2 = ev, ev.at
+        except gevent.Timeout as t:
+            if t is not timeout:
+                raise
+            stage = "before the first byte" if m1 is None else "while reading the body"
+            error = f"timed out after {s.request_timeout_s:g} s {stage}"
+            if answer is not None:
+                error = f"{answer.said}, then {error}"
+        except TransportError as e:
+            error = str(e)
+        finally:
+            timeout.close()
+        # a connection that failed after the answer began leaves no status: the answer never completed
+        status = answer.status if answer is not None and error is None else None
+        rec = runformat.attempt(
+            step=step.step if step else None,
+            concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
+            worker=self.run.worker_id, user=self.no,
+            t0=t0, t1=None if m1 is None else t0 + (m1 - m0), t2=None if m2 is None else t0 + (m2 - m0),
+            ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False,
+            error=error if error is not None else ended.error, bytes=nbytes,
+            settled=self.run.state.settled(step, t0),
+            **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if answer is not None and answer.ok
+               else _NO_STREAM),
+        )
+        if sent is not None:   # open loop: waited from when the caller arrived, not from sending
+            runformat.attempt.update(
+                rec, scheduled=sent["scheduled"],
+                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3))
+        if error is None:
+            rec["server_timing"] = answer.server_timing
+            if answer.ok:
+                if ended.audio is not None:
+                    audio = ended.audio
+                    rec["ok"] = True
+                    rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
+                    if audio.audio_s:
+                        rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+            elif answer.retry_after_raw is not None:
+                rec["retry_after_raw"] = answer.retry_after_raw
+                rec["retry_after_s"] = parse_retry_after(answer.retry_after_raw, wall())
+        elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
+        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status
+
+    def _fire(self, rec: dict, attempt: int, elapsed_ms: float) -> None:
+        # Retried attempts get a name of their own so Locust's table shows them apart.
+        name = self.transport.name if attempt == 1 else f"{self.transport.name} (retry)"
+        self.environment.events.request.fire(
+            request_type=self.transport.request_type, name=name, response_time=elapsed_ms,
+            response_length=rec["bytes"], response=None, context={},
+            exception=None if rec["ok"] else AttemptFailed(rec["error"]),
+        )
+
+    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seg: Segment) -> None:
+        if len(parts) > 1:
+            try:
+                data = [containers.concat([(b"".join(d), a) for d, a in parts])]
+            except containers.AudioError as e:
+                rec.update(ok=False, error=str(e))
+                return
+            rec["concat_ms"] = round((mono() - m2) * 1000.0, 3)
+            rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
+        else:
+            data = parts[0][0]
+        path = self.run.audio_path(seg.text, self.no, seg.seq)
+        if path is None:
+            return
+        try:
+            audio_out.writer(self.environment.tts_knee).write(path, data)
+        except OSError as e:
+            self.run.audio_failed(e)
+            return
+        m3 = mono()
+        rec["t3"] = rec["t0"] + (m3 - m0)
+        rec["write_ms"] = _ms(m2, m3)

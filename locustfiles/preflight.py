@@ -1,0 +1,58 @@
+"""The warm-up request a run starts with, through the same transport as the run's attempts: it
+tells an unreachable or wrong target apart from a TTS server before any step is measured."""
+from __future__ import annotations
+
+import logging
+
+import gevent
+
+from .clock import wall
+from .transports import Answered, Ended, TransportError, transport_for
+
+log = logging.getLogger("tts_knee")
+
+
+def preflight(s) -> dict:
+    """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text."""
+    text = min(s.texts, key=lambda t: len(t.text)).text
+    start = wall()
+    out = {"ok": False, "status": None, "ms": None, "message": None}
+    transport = transport_for(s)
+    target = f"{s.host}{s.path}"
+    answer = ended = None
+    try:
+        with gevent.Timeout(s.request_timeout_s):
+            for ev in transport.exchange(text):
+                if isinstance(ev, Answered):
+                    answer = ev
+                elif isinstance(ev, Ended):
+                    ended = ev
+    except gevent.Timeout:
+        out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
+        return out
+    except TransportError as e:   # no connection, or an answer that is not HTTP
+        out["message"] = f"cannot reach {s.host}: {e}; is the TTS server running there?"
+        return out
+    finally:
+        transport.close()
+    status, code = answer.status, answer.http_status   # judged as HTTP, quoted as the protocol said
+    out.update(status=status, ms=round((wall() - start) * 1000, 1))
+    if answer.ok:
+        if ended.audio is None:
+            out["message"] = (f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, "
+                              f"and is --tts-api {s.api} right?")
+            return out
+        out["ok"] = True
+        return out
+    # the body's first words where the answer has one, else how the transport put the refusal
+    snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
+    if code in (404, 405, 501):
+        out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
+    elif code in (401, 403):
+        out["message"] = f"{target} refused the request with {status}: {snippet}"
+    elif code is None or code < 500 and code != 429:
+        out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
+    else:
+        out["ok"] = True   # busy or failing, but a server: the run will measure it
+        log.warning("warm-up request got %s from %s; running anyway", status, target)
+    return out

@@ -1,0 +1,65 @@
+"""The seam between an attempt and the wire: a transport carries one utterance to the TTS
+server and yields what happened, as timed events; the attempt path (locustfiles/attempt.py)
+turns those events into the record, the Locust request event, the retry and the audio file,
+the same way for every protocol.
+
+Adding a protocol means writing one :class:`Transport` subclass, in a module of this package,
+and naming it in :func:`transport_for`. What it must do:
+
+- ``exchange(text)`` sends ``text`` and is a generator of events, each stamped with the
+  monotonic clock (``locustfiles.clock.mono``) the moment the transport saw it:
+
+  1. :class:`Answered` once the server has said how it takes the request (HTTP: the status
+     line and headers; a protocol that says so only at the end, like gRPC's trailing status,
+     yields it just before :class:`Ended`). ``ok`` says the answer carries audio to time.
+  2. :class:`Received` for each piece of the answer read off the connection (the first one's
+     ``at`` is ``t1``, the time to first byte), and :class:`AudioPiece` for each arrival of
+     audio in it, with its duration in ms (None where the format cannot tell): decode audio
+     with the parsers of :mod:`locustfiles.containers`, which report arrivals to a sink.
+  3. :class:`Ended` when the answer is complete (``at`` is ``t2``): for an ok answer the audio
+     to write and what it is (or ``error``: the body was not the audio it should be), for a
+     refused one the refusal in one line, quoted as ``Answered.said`` ("HTTP 503: busy"). ``at``
+     is None when the answer broke off inside its own format (a stream error mid-body): the
+     transport then drops the connection.
+
+  A failure of the connection itself (refused, reset, closed early, a reply that is not the
+  protocol) raises :class:`TransportError` with one sentence, after the transport has dropped
+  the connection so that the next exchange starts clean. The attempt path owns the request
+  timeout (``--request-timeout``): it is raised inside ``exchange`` where it waits, and the
+  transport drops the connection then too (as when the user is stopped mid-answer), before
+  letting it through.
+- ``request_type`` and ``name``: what the Locust request events are called (HTTP: the method
+  and the path).
+- ``http_status`` on :class:`Answered`: the HTTP status the answer amounts to, which the
+  retry policy (``--retry-on``) and the preflight judge it by. HTTP's is its own; a protocol
+  with codes of its own maps them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as
+  503), while ``status`` keeps what the protocol said, for the record.
+
+Where the protocols still to come fit (each a transport; text streamed in adds one event type):
+
+- A session that stays open across turns (WebSocket, Wyoming over TCP) keeps its connection on
+  the transport between exchanges, exactly as HTTP keeps its keep-alive connection: one
+  transport per user (per request in flight, open loop); ``close`` ends the session.
+- Text sent in pieces over time (a language model's tokens) is paced inside ``exchange``,
+  which sends each piece when due and yields what arrives meanwhile, and one more event type
+  (a piece of text sent, and when) so that the attempt can time the listener against the text.
+- Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
+  runs: a cancel message, or :meth:`reset` to close; the exchange then yields what still
+  arrives and ends.
+- Several utterances in flight on one connection (contexts) are several exchanges running at
+  once on one transport, each in its own greenlet, the transport routing what arrives to the
+  exchange it belongs to.
+"""
+from __future__ import annotations
+
+from .base import Answered, AudioPiece, Ended, Event, Received, Transport, TransportError
+from .http import HttpTransport
+
+__all__ = ["Answered", "AudioPiece", "Ended", "Event", "Received", "Transport", "TransportError",
+           "transport_for"]
+
+
+def transport_for(s, payload=None) -> Transport:
+    """The transport for the run's settings ``s``: HTTP, the one protocol so far. ``payload``
+    makes a request body from a text (the run's cache of them), ``s.payload`` by default."""
+    return HttpTransport(s, payload)

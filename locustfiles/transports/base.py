@@ -1,0 +1,78 @@
+"""The seam's interface: :class:`Transport`, the events an exchange yields and
+:class:`TransportError`. The package's doc (``locustfiles/transports/__init__.py``) says how a
+protocol implements them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from ..containers import Audio
+
+
+class TransportError(Exception):
+    """The connection failed (refused, reset, closed early, not the protocol); one sentence.
+    The transport has dropped the connection by the time this is raised."""
+
+
+@dataclass(slots=True)
+class Answered:
+    """How the server took the request."""
+
+    status: int | str            # recorded as the attempt's ``status``
+    ok: bool                     # the answer carries audio to time and check
+    said: str                    # how errors quote this answer: "HTTP 503"
+    http_status: int | None      # what it amounts to in HTTP, for --retry-on (see the module doc)
+    retry_after_raw: str | None = None    # the server's word on when to come back, as sent
+    server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
+
+
+@dataclass(slots=True)
+class Received:
+    """``nbytes`` of the answer arrived at ``at``."""
+
+    at: float
+    nbytes: int
+
+
+@dataclass(slots=True)
+class AudioPiece:
+    """An arrival of ``ms`` milliseconds of audio at ``at`` (ms None: not known)."""
+
+    at: float
+    ms: float | None
+
+
+@dataclass(slots=True)
+class Ended:
+    """The answer is complete at ``at`` (None: it broke off inside its own format).
+
+    ``data`` is what to write, as buffers in order, and ``audio`` what they hold, for an ok
+    answer whose audio checked out; otherwise ``error`` says why in one sentence (for a
+    refused answer: what the server said), and ``data`` holds the answer's bytes, where it
+    had any."""
+
+    at: float | None
+    error: str | None = None
+    audio: Audio | None = None
+    data: list | None = None
+
+
+Event = Union[Answered, Received, AudioPiece, Ended]
+
+
+class Transport:
+    """One connection (or session) to the TTS server; see the module doc for the contract."""
+
+    request_type: str = ""
+    name: str = ""
+
+    def exchange(self, text: str) -> Iterator[Event]:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Drop the connection; the next exchange opens a new one."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the connection (or session) for good: the user is done."""
+        raise NotImplementedError

@@ -1,0 +1,186 @@
+"""HTTP: one POST per utterance on a keep-alive connection, its body read block by block as it
+arrives and decoded by the container its Content-Type (and first bytes) says it is: a whole
+WAV or other audio file, audio streamed in chunks, or server-sent events.
+
+Whole-body and streamed answers take the same path: a whole body is a stream that happens to
+arrive fast. Only ``--tts-stream`` (what the request asks for) differs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import socket
+from http.client import HTTPException
+from urllib.parse import urlsplit
+
+from geventhttpclient import HTTPClient
+
+from .. import containers
+from ..clock import mono
+from ..headers import header, parse_server_timing
+from .base import Answered, AudioPiece, Ended, Received, Transport, TransportError
+
+ERROR_BODY_CHARS = 200
+#: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
+#: parser call per 4 KiB, which for a few hundred KiB of audio was a fifth of the user's CPU;
+#: a stream's chunks still come one read each, as they arrive.
+READ_BLOCK_BYTES = 256 * 1024
+
+
+class HttpTransport(Transport):
+    """POSTs the request body ``payload(text)`` makes to ``settings.path`` on ``settings.host``."""
+
+    request_type = "POST"
+
+    def __init__(self, s, payload=None):
+        self.s = s
+        self.name = s.path
+        self.payload = payload or s.payload
+        parts = urlsplit(s.host)
+        self._client_args = dict(
+            host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
+            ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
+            connection_timeout=s.connect_timeout_s, network_timeout=s.request_timeout_s,
+            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee",
+                     "Accept": "text/event-stream" if s.stream_format == "sse"
+                     else "audio/*, application/octet-stream"},
+        )
+        self.http = HTTPClient(**self._client_args)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def reset(self) -> None:
+        self.http.close()
+        self.http = HTTPClient(**self._client_args)
+
+    def request(self, text: str):
+        """POST the request for ``text``; returns the response, its headers read."""
+        return self.http.request("POST", self.s.path, body=self.payload(text))
+
+    def exchange(self, text: str):
+        s = self.s
+        answer = parser = resp = end = None
+        blocks: list[bytes] = []
+        pieces: list[AudioPiece] = []
+        got = 0
+        try:
+            resp = self.request(text)
+            status = resp.status_code
+            ok = 200 <= status < 300
+            answer = Answered(status, ok, f"HTTP {status}", status, header(resp, "retry-after"),
+                              parse_server_timing(header(resp, "server-timing")))
+            yield answer
+            if ok:
+                parser = containers.parser_for(header(resp, "content-type"), s.format, s.pcm_rate,
+                                               _Pieces(pieces))
+            # Each block is stamped as it comes and parsed at once: audio is timed on arrival.
+            while True:
+                block = read_some(resp)
+                if not block:
+                    break
+                at = mono()
+                got += len(block)
+                blocks.append(block)
+                yield Received(at, len(block))
+                if parser is not None:
+                    parser.feed(block, at)
+                    if pieces:
+                        yield from pieces
+                        pieces.clear()
+            end = mono()
+            if parser is not None:
+                parser.finish()
+                yield from pieces
+        except containers.StreamError as e:   # the server's answer, broken or an error event
+            if end is None:
+                self.reset()   # the rest of the body is still on the connection
+            yield from pieces   # what the parser timed before it failed
+            yield Ended(end, str(e), data=blocks)
+            return
+        except OSError as e:   # socket.error and socket.timeout are OSError
+            self.reset()
+            stage = "connection error" if not got else "connection broke mid-body"
+            raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
+        except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
+            self.reset()
+            if answer is not None and str(e).startswith("Incomplete"):
+                raise TransportError(_then(answer, "connection closed before the body was complete")) from None
+            raise TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}")) from None
+        except BaseException:   # the attempt's timeout, or the user stopped: the connection is mid-answer
+            self.reset()
+            raise
+        if not answer.ok:
+            yield Ended(end, _error_text(answer.status, blocks), data=blocks)
+            return
+        try:
+            data, audio = _audio_of(parser, blocks, got, header(resp, "content-type"), s)
+        except (containers.AudioError, containers.StreamError) as e:
+            yield Ended(end, str(e), data=blocks)
+            return
+        yield Ended(end, audio=audio, data=data)
+
+
+class _Pieces:
+    """The parsers' sink: their arrivals, as events for the exchange to yield."""
+
+    __slots__ = ("out",)
+
+    def __init__(self, out: list):
+        self.out = out
+
+    def add(self, at: float, ms: float | None) -> None:
+        self.out.append(AudioPiece(at, ms))
+
+
+def _then(answer: Answered | None, error: str) -> str:
+    """A failure after the answer began is the connection's, not a status: it is quoted."""
+    return error if answer is None else f"{answer.said}, then {error}"
+
+
+def _error_text(status: int, blocks: list[bytes]) -> str:
+    snippet = " ".join(b"".join(blocks)[:ERROR_BODY_CHARS].decode("utf-8", "replace").split())
+    return f"HTTP {status}" + (f": {snippet}" if snippet else "")
+
+
+def _audio_of(parser, blocks: list[bytes], size: int, content_type: str | None, s) -> tuple[list, containers.Audio]:
+    """The audio to write for a whole 2xx body, and what it is; raises AudioError or
+    StreamError. Judged from the first bytes the parser kept and the body's length, so the
+    body is never joined into one buffer. Server-sent events become their decoded PCM as a
+    WAV; compressed audio gets the duration its frame headers add up to, where the parser
+    could count it."""
+    if isinstance(parser, containers.SseStream):
+        wav, audio = parser.audio()
+        return [wav], audio
+    audio = containers.check_audio(parser.head, content_type, s.format, s.pcm_rate, size=size)
+    if audio.audio_s is None and parser.duration_s() is not None:
+        audio = dataclasses.replace(audio, audio_s=parser.duration_s())
+    return blocks, audio
+
+
+def _os_error(e: OSError) -> str:
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    name = errno.errorcode.get(e.errno or 0)
+    return f"{name} ({e.strerror})" if name and e.strerror else str(e) or type(e).__name__
+
+
+def read_some(resp) -> bytearray:
+    """What the response's body has for us now: blocks until at least one body byte has come
+    (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
+    socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x
+    internals, pinned by the tests that stream through it). The only code that reaches into
+    geventhttpclient's private state."""
+    buf = resp._body_buffer
+    while not buf:
+        sock = resp._sock
+        if resp.message_complete or sock is None:
+            return b""
+        try:
+            data = sock.recv(resp.block_size)
+            resp.feed(data)
+        except BaseException:
+            resp.release()
+            raise
+    resp._body_buffer = bytearray()   # hand over what came, without copying it
+    return buf
