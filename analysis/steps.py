@@ -43,6 +43,8 @@ Definitions used throughout the dashboard:
   first audio sample; ``underrun_rate`` is the share of those with an underrun figure that ran
   dry at least once (null when none has a figure: not streamed, or audio the client cannot
   time); ``underrun_ms`` and ``gap_max_ms`` give {count, mean, p95, max} over the same attempts.
+  Where the text went in pieces (sessions), ``tail_ms`` is the distribution of the wait from the
+  end of the text (its final flush) to the last audio, over the same attempts.
   ``streamed`` says whether the run read its responses as streams.
 - **Audio integrity** (``integrity``): the same text should give about the same audio at every
   step.  The reference is each text's median ``audio_s`` over the successful settled attempts at
@@ -160,6 +162,7 @@ def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray)
         "underrun_ms": _tail(a["underrun_ms"][okf]),
         "gap_max_ms": _tail(a["gap_max_ms"][okf]),
         "chunks": _tail(a["chunks"][okf]),
+        "tail_ms": dist(a["tail_ms"][okf]),
     }
 
 

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 from analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 
 from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx
-from .table import table_columns, table_rows
+from .table import TAIL_COLUMN, table_columns, table_rows
 
 
 def _marks(fig, summary, rows_cols):
@@ -87,7 +87,9 @@ def step_table_html(summary: dict) -> str:
             f"figures: the busiest host's."
             + (" ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
                "once. Both count the streams that ended before their step did (a stream still playing when "
-               "the next step began heard the next step's load)." if is_streamed(summary) else "") + "</p>")
+               "the next step began heard the next step's load)." if is_streamed(summary) else "")
+            + (" tail: from the end of the text (its final flush) to the last audio, what the listener waits once "
+               "the text is complete." if TAIL_COLUMN in table_columns(summary) else "") + "</p>")
 
 
 def verdict_html(summary: dict) -> str:

@@ -10,19 +10,26 @@ from .kit import fmt, is_open_loop, is_streamed, stat
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
 STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
+TAIL_COLUMN = "tail p95"   # after them where the text went in pieces: the wait once the text is complete
+
+
+def _has_tail(summary: dict) -> bool:
+    return any(s.get("tail_ms") for s in summary["steps"])
 
 
 def table_columns(summary: dict) -> tuple[str, ...]:
-    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed."""
+    """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
+    and :data:`TAIL_COLUMN` when the text went in pieces."""
     if not is_streamed(summary):
         return TABLE_COLUMNS
     at = TABLE_COLUMNS.index("ttfb p50") + 1
-    return TABLE_COLUMNS[:at] + STREAM_COLUMNS + TABLE_COLUMNS[at:]
+    stream = STREAM_COLUMNS + ((TAIL_COLUMN,) if _has_tail(summary) else ())
+    return TABLE_COLUMNS[:at] + stream + TABLE_COLUMNS[at:]
 
 
 def table_rows(summary: dict) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
-    streamed = is_streamed(summary)
+    streamed, tail = is_streamed(summary), _has_tail(summary)
     rows = []
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
@@ -34,6 +41,7 @@ def table_rows(summary: dict) -> list[list[str]]:
             fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
             + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(None if under is None else 100 * under, "{:.1f}")]
                if streamed else [])
+            + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
             + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))])
     return rows
 

@@ -24,7 +24,7 @@ from .clock import mono, wall
 from .corpus import Text, split
 from .headers import parse_retry_after
 from .timeline import Timeline
-from .transports import Answered, AudioPiece, Ended, Received, TransportError, transport_for
+from .transports import Answered, AudioPiece, Ended, Received, TextSent, TransportError, transport_for
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
@@ -128,6 +128,8 @@ class Caller:
                     if m1 is None:
                         m1 = ev.at
                     nbytes += ev.nbytes
+                elif kind is TextSent:
+                    timeline.text_sent(ev.at, ev.last)
                 elif kind is Answered:
                     answer = ev
                 elif kind is Ended:
@@ -145,6 +147,12 @@ class Caller:
             timeout.close()
         # a connection that failed after the answer began leaves no status: the answer never completed
         status = answer.status if answer is not None and error is None else None
+        if answer is not None and answer.ok:
+            stream = timeline.fields(m0, s.playback_buffer_ms, s.stream)
+        else:
+            stream = {**_NO_STREAM, **timeline.text_fields(m0)}
+        if timeline.text_first is not None or answer is not None and answer.connect_ms is not None:
+            stream["connect_ms"] = None if answer is None else answer.connect_ms
         rec = runformat.attempt(
             step=step.step if step else None,
             concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
@@ -153,8 +161,7 @@ class Caller:
             ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False,
             error=error if error is not None else ended.error, bytes=nbytes,
             settled=self.run.state.settled(step, t0),
-            **(timeline.fields(m0, s.playback_buffer_ms, s.stream) if answer is not None and answer.ok
-               else _NO_STREAM),
+            **stream,
         )
         if sent is not None:   # open loop: waited from when the caller arrived, not from sending
             runformat.attempt.update(

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from analysis import slo as slo_mod
 from runformat import options as run_options
 from runformat.fields import Builder
-from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS, FORMATS,
+from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS, FLUSH_MODES, FORMATS,
                                SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 
 from . import corpus
@@ -93,6 +93,9 @@ class Settings:
     arrival: str
     arrival_seed: int
     max_inflight: int
+    text_rate: float           # tokens per second; 0: the whole text at once
+    text_jitter: float
+    flush: str
 
     @property
     def mode(self) -> str:
@@ -136,6 +139,7 @@ class Settings:
             "rates": list(self.rates), "arrival": self.arrival if self.rates else None,
             "arrival_seed": self.arrival_seed if self.rates else None,
             "max_inflight": self.max_inflight if self.rates else None,
+            "text_rate": self.text_rate, "text_jitter": self.text_jitter, "flush": self.flush,
         })
 
 
@@ -296,6 +300,12 @@ def from_options(options, host: str | None) -> Settings:
     if o.refine and slo is None:
         raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing concurrency")
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
+    text_rate = _positive("text-rate", o.text_rate, allow_zero=True)
+    text_jitter = _positive("text-jitter", o.text_jitter, allow_zero=True)
+    if text_jitter > 1:
+        raise SettingsError(f"--text-jitter must be a fraction from 0 to 1, got {o.text_jitter!r}")
+    if o.flush not in FLUSH_MODES:
+        raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
     return Settings(
         host=host.rstrip("/"), api=api, path=path, model=o.tts_model, voice=o.tts_voice, format=fmt,
         stream=bool(o.tts_stream) or bool(stream_format), stream_format=stream_format,
@@ -316,4 +326,5 @@ def from_options(options, host: str | None) -> Settings:
         repeat=int(_positive("repeat", o.repeat, int)),
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
         rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
+        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush,
     )

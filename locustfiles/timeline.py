@@ -1,7 +1,8 @@
 """The listener's side of an attempt: the arrivals that carried audio, and the record fields
 they give (TTFA, chunks, the largest gap, and the underruns of the one playback model,
-:func:`analysis.playback.listen`). Reads no clock and imports neither locust nor gevent: the
-container tests feed it by hand."""
+:func:`analysis.playback.listen`), timed against the text where it was sent in pieces (the
+first piece, the end of the text, the tail after it). Reads no clock and imports neither
+locust nor gevent: the container tests feed it by hand."""
 from __future__ import annotations
 
 from analysis.playback import listen
@@ -11,23 +12,43 @@ MAX_CHUNKS = 4000
 
 
 class Timeline:
-    """Arrivals that carried audio: when (monotonic seconds) and how much (ms, or None)."""
+    """Arrivals that carried audio: when (monotonic seconds) and how much (ms, or None); and,
+    where the text went in pieces, when the first piece and the end of the text were sent."""
 
-    __slots__ = ("at", "audio_ms")
+    __slots__ = ("at", "audio_ms", "text_first", "text_done")
 
     def __init__(self):
         self.at: list[float] = []
         self.audio_ms: list[float | None] = []
+        self.text_first: float | None = None
+        self.text_done: float | None = None   # the end of the text, its final flush
 
     def add(self, at: float, ms: float | None) -> None:
         self.at.append(at)
         self.audio_ms.append(ms)
 
+    def text_sent(self, at: float, last: bool) -> None:
+        if self.text_first is None:
+            self.text_first = at
+        if last:
+            self.text_done = at
+
+    def text_fields(self, m0: float) -> dict:
+        """``text_first_ms`` and ``text_done_ms`` after ``m0``, where text was sent in pieces
+        (else nothing: the record leaves the fields out)."""
+        if self.text_first is None:
+            return {}
+        return {"text_first_ms": _ms(m0, self.text_first), "text_done_ms": _ms(m0, self.text_done)}
+
     def fields(self, m0: float, buffer_ms: float, keep_lists: bool) -> dict:
-        """The attempt record's streaming fields, times relative to ``m0``."""
+        """The attempt record's streaming fields, times relative to ``m0``. Where text was sent
+        in pieces, TTFA counts from the first one, and the text's fields come along: the wait
+        for audio after the end of the text (0 when audio was already flowing) and the tail,
+        from the end of the text to the last audio."""
         at, n = self.at, len(self.at)
         known = n and None not in self.audio_ms
-        out = {"ttfa_ms": round((at[0] - m0) * 1000.0, 3) if n else None, "chunks": n,
+        first = m0 if self.text_first is None else self.text_first
+        out = {"ttfa_ms": _ms(first, at[0]) if n else None, "chunks": n,
                "gap_max_ms": round(max(b - a for a, b in zip(at, at[1:])) * 1000.0, 3) if n > 1 else None,
                "underruns": None, "underrun_ms": None, "chunk_at_ms": None, "chunk_audio_ms": None}
         if known:
@@ -42,4 +63,14 @@ class Timeline:
                 if n > cut:
                     ms[-1] = sum(self.audio_ms[cut - 1:])
                 out["chunk_audio_ms"] = [round(x, 3) for x in ms]
+        if self.text_first is not None:
+            out.update(self.text_fields(m0))
+            done = self.text_done
+            heard = n and done is not None
+            out["done_to_audio_ms"] = max(0.0, _ms(done, at[0])) if heard else None
+            out["tail_ms"] = max(0.0, _ms(done, at[-1])) if heard else None
         return out
+
+
+def _ms(a: float, b: float | None) -> float | None:
+    return None if b is None else round((b - a) * 1000.0, 3)

@@ -34,6 +34,8 @@ FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
 STREAM_FORMATS = ("", "sse", "audio")
 #: What --retry-on takes beside HTTP statuses: connection errors (no status at all).
 CONNECTION_ERROR = "conn"
+#: --flush: after each sentence (where the protocol has a flush message), or only at the end.
+FLUSH_MODES = ("sentence", "end")
 #: Where the master and the collector both find the collectors' token, off the command line.
 COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -78,6 +80,17 @@ OPTIONS: tuple[Option, ...] = (
     _O("--ttfa-floor-ms", "ttfa_floor_ms", "ms", 300.0,
        "A rise in time to first audio counts toward the knee only above this, in ms (default {default}).",
        float),
+    # Text paced as a language model writes it, for protocols that take text in pieces.
+    _O("--text-rate", "text_rate", "tokens/s", 0.0,
+       "Send the text as a language model writes it, this many tokens per second (a token is a word "
+       "with its trailing space), where the protocol takes text in pieces (default 0: the whole text at "
+       "once).", float),
+    _O("--text-jitter", "text_jitter", "", 0.0,
+       "With --text-rate: each gap between tokens is 1/rate times 1 +/- up to this fraction, drawn "
+       "uniformly (default {default}: even gaps).", float),
+    _O("--flush", "flush", "", "sentence",
+       "With --text-rate: send the protocol's flush after each sentence, or only at the end of the text "
+       "(default {default}).", choices=FLUSH_MODES),
     _O("--tts-template", None, "", "",
        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).'),
     _O("--tts-sample-rate", None, "Hz", 24000,

@@ -9,7 +9,7 @@ Readers are incremental: :meth:`RequestLog.update` and :meth:`ResourceLog.update
 what was appended since the last call, which is what the live view and the web UI's step plan
 need while a run is being written.
 
-Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``) are
+Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``, ``tail_ms``) are
 float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
 a whole number) is NaN.  The per-chunk lists ``chunk_at_ms`` / ``chunk_audio_ms`` are not kept:
 each row remembers its line's byte offset in ``requests.jsonl`` and how many chunk entries it
@@ -59,6 +59,7 @@ _COLUMNS = {
     "t0": NUM, "ttfb_ms": NUM, "wait_ms": NUM, "write_ms": NUM, "concat_ms": NUM, "audio_s": NUM, "rtf": NUM,
     "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM, "scheduled": NUM, "sched_wait_ms": NUM,
     "ttfa_ms": AMOUNT, "gap_max_ms": AMOUNT, "underrun_ms": AMOUNT, "chunks": COUNT, "underruns": COUNT,
+    "tail_ms": AMOUNT,
     "step": INT, "concurrency": INT, "attempt": INT, "status": INT,
 }
 _END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else t0 + wait_ms

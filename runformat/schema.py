@@ -53,7 +53,8 @@ ATTEMPT: tuple[Field, ...] = (
     Field("retry_after_raw", "", True, "Retry-After as sent"),
     Field("server_timing", "ms", True, "Server-Timing: stage name -> ms", of=Keyed("stage name")),
     Field("settled", "", False, "false inside the step's settle (warm-up) window"),
-    Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing"),
+    Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing; from the "
+                                 "first text sent where the text went in pieces (text_first_ms), else from t0"),
     Field("chunks", "count", True, "body blocks that carried audio"),
     Field("gap_max_ms", "ms", True, "longest wait between two audio arrivals"),
     Field("underruns", "count", True, "times a 1x player fed by these arrivals ran dry"),
@@ -73,6 +74,15 @@ ATTEMPT: tuple[Field, ...] = (
     Field("sched_wait_ms", "ms", True, "open loop: t2 - scheduled, what a caller who arrived on time waited "
                                        "(t0 - scheduled is the generator's own lateness, its send lag)",
           optional=True),
+    # text sent in pieces, as a language model writes it (sessions: WebSocket, Wyoming, gRPC streams)
+    Field("text_first_ms", "ms", True, "the first piece of text sent, after t0", optional=True),
+    Field("text_done_ms", "ms", True, "the end of the text (its final flush) sent, after t0", optional=True),
+    Field("done_to_audio_ms", "ms", True, "the end of the text to the first audio after it; 0 when audio was "
+                                          "already flowing", optional=True),
+    Field("tail_ms", "ms", True, "the end of the text to the last audio: what the listener waits once the "
+                                 "text is complete", optional=True),
+    Field("connect_ms", "ms", True, "opening the session (TCP and the protocol's handshake) for this attempt; "
+                                    "null when it went on an open one", optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")

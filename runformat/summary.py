@@ -189,6 +189,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("underrun_ms", "ms", True, "", of=TAIL),
     _F("gap_max_ms", "ms", True, "", of=TAIL),
     _F("chunks", "count", True, "", of=TAIL),
+    _F("tail_ms", "ms", True, "text sent in pieces: the end of the text to the last audio", of=DIST),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
     _F("little", "", True, "Little's law over the window", of=LITTLE),
     _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),

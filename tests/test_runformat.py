@@ -189,7 +189,7 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     lines = (run / runformat.REQUESTS).read_text().splitlines()
     second = json.loads(lines[1])
     second["server_timing"] = {"queue": 1.0}         # keys that are data: declared as such
-    second["tail_ms"] = 12.0
+    second["loudness_lufs"] = -23.0
     lines[1] = json.dumps(second)
     (run / runformat.REQUESTS).write_text("\n".join(lines) + "\n")
     samples = (run / runformat.RESOURCES).read_text().splitlines()
@@ -206,7 +206,7 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     assert undeclared_keys(run) == [
         "run.json.options.tts_protocol", "run.json.steps[1].voices",
         "summary.json.steps[0].latency_ms.p999", "summary.json.knee.methods.guess",
-        "requests.jsonl:2.tail_ms", "resources.jsonl:1.gpus[0].fan_percent"]
+        "requests.jsonl:2.loudness_lufs", "resources.jsonl:1.gpus[0].fan_percent"]
     with pytest.raises(AssertionError, match="run.json.options.tts_protocol"):
         assert_declared(run)
 

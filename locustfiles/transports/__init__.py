@@ -16,6 +16,13 @@ and naming it in :func:`transport_for`. What it must do:
      ``at`` is ``t1``, the time to first byte), and :class:`AudioPiece` for each arrival of
      audio in it, with its duration in ms (None where the format cannot tell): decode audio
      with the parsers of :mod:`locustfiles.containers`, which report arrivals to a sink.
+     A protocol that takes the text in pieces sends them as :mod:`locustfiles.pacing` says
+     (``--text-rate``, ``--text-jitter``, ``--flush``) and yields :class:`TextSent` for each
+     send, the last one flagged ``last`` when the end of the text (the final flush) went out:
+     the attempt then times the listener against the text (``text_first_ms``,
+     ``text_done_ms``, ``ttfa_ms`` from the first text sent, ``done_to_audio_ms``,
+     ``tail_ms``). ``Answered.connect_ms`` is set when the exchange had to open its session
+     (TCP and the protocol's handshake) before sending, for ``connect_ms``.
   3. :class:`Ended` when the answer is complete (``at`` is ``t2``): for an ok answer the audio
      to write and what it is (or ``error``: the body was not the audio it should be), for a
      refused one the refusal in one line, quoted as ``Answered.said`` ("HTTP 503: busy"). ``at``
@@ -35,14 +42,14 @@ and naming it in :func:`transport_for`. What it must do:
   with codes of its own maps them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as
   503), while ``status`` keeps what the protocol said, for the record.
 
-Where the protocols still to come fit (each a transport; text streamed in adds one event type):
+How sessions fit (each protocol a transport):
 
 - A session that stays open across turns (WebSocket, Wyoming over TCP) keeps its connection on
   the transport between exchanges, exactly as HTTP keeps its keep-alive connection: one
   transport per user (per request in flight, open loop); ``close`` ends the session.
 - Text sent in pieces over time (a language model's tokens) is paced inside ``exchange``,
-  which sends each piece when due and yields what arrives meanwhile, and one more event type
-  (a piece of text sent, and when) so that the attempt can time the listener against the text.
+  which sends each piece when due and yields what arrives meanwhile, and :class:`TextSent`
+  for each piece sent.
 - Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
   runs: a cancel message, or :meth:`reset` to close; the exchange then yields what still
   arrives and ends.
@@ -52,10 +59,10 @@ Where the protocols still to come fit (each a transport; text streamed in adds o
 """
 from __future__ import annotations
 
-from .base import Answered, AudioPiece, Ended, Event, Received, Transport, TransportError
+from .base import Answered, AudioPiece, Ended, Event, Received, TextSent, Transport, TransportError
 from .http import HttpTransport
 
-__all__ = ["Answered", "AudioPiece", "Ended", "Event", "Received", "Transport", "TransportError",
+__all__ = ["Answered", "AudioPiece", "Ended", "Event", "Received", "TextSent", "Transport", "TransportError",
            "transport_for"]
 
 

@@ -24,6 +24,7 @@ class Answered:
     http_status: int | None      # what it amounts to in HTTP, for --retry-on (see the module doc)
     retry_after_raw: str | None = None    # the server's word on when to come back, as sent
     server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
+    connect_ms: float | None = None   # a session opened for this exchange: connecting took this long
 
 
 @dataclass(slots=True)
@@ -32,6 +33,19 @@ class Received:
 
     at: float
     nbytes: int
+
+
+@dataclass(slots=True)
+class TextSent:
+    """``chars`` characters of the text were handed to the connection at ``at`` (a protocol
+    that takes the text in pieces, paced by :mod:`locustfiles.pacing`). ``flush``: the
+    protocol's flush went with them; ``last``: the text was complete, and the end of the
+    utterance's text (its final flush) went with them."""
+
+    at: float
+    chars: int
+    flush: bool = False
+    last: bool = False
 
 
 @dataclass(slots=True)
@@ -57,7 +71,7 @@ class Ended:
     data: list | None = None
 
 
-Event = Union[Answered, Received, AudioPiece, Ended]
+Event = Union[Answered, TextSent, Received, AudioPiece, Ended]
 
 
 class Transport:

@@ -1,0 +1,138 @@
+"""Text streamed in, end to end through the shared attempt path: a real headless Locust run whose
+transport is a scripted session (it opens once, then takes the text in pieces as
+locustfiles/pacing says and speaks each flushed unit 50 ms after its flush) gets the text
+fields in its records, TTFA counted from the first text sent, the step summary's tail and the
+step table's ``tail p95``, and the SLO term ``tail_p95_ms``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from procs import ROOT, dashboard, read_jsonl
+from rundirs import assert_declared
+
+LOCUSTFILE = '''
+import sys
+sys.path.insert(1, {root!r})
+import gevent
+from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
+from locustfiles.clock import mono
+from locustfiles.containers import Audio
+from locustfiles.pacing import Pacer, schedule
+from locustfiles.shape import StepShape  # noqa: F401
+from locustfiles.transports import Answered, AudioPiece, Ended, Received, TextSent, Transport
+from locustfiles.user import TTSUser  # noqa: F401
+
+CONNECT_S, SPEAK_AFTER_S, MS_PER_TOKEN = 0.02, 0.05, 100.0
+
+
+class Paced(Transport):
+    request_type, name = "WS", "/scripted"
+
+    def __init__(self, s, payload=None):
+        self.s = s
+        self.open = False
+
+    def exchange(self, text):
+        connect_ms = None
+        if not self.open:
+            began = mono()
+            gevent.sleep(CONNECT_S)
+            self.open, connect_ms = True, (mono() - began) * 1000.0
+        yield Answered("OK", True, "session OK", 200, connect_ms=connect_ms)
+        pacer = Pacer(schedule(text, self.s.text_rate, self.s.text_jitter), mono(), self.s.flush == "sentence")
+        speak, unit, got = [], 0, 0   # (due, ms) of the audio to come; tokens since the last flush
+        while not pacer.done or speak:
+            due = min([pacer.due_at()] * (not pacer.done) + [at for at, _ in speak])
+            gevent.sleep(max(0.0, due - mono()))
+            now = mono()
+            send = None if pacer.done else pacer.take(now)
+            if send is not None:
+                unit += send.pieces
+                yield TextSent(mono(), len(send.text), send.flush, send.last)
+                if send.flush or send.last:
+                    speak.append((now + SPEAK_AFTER_S, unit * MS_PER_TOKEN))
+                    unit = 0
+            elif speak and speak[0][0] <= now:
+                _, ms = speak.pop(0)
+                got += int(ms * 48)
+                yield Received(now, int(ms * 48))
+                yield AudioPiece(now, ms)
+        yield Ended(mono(), audio=Audio("pcm", got / 48000, 24000, 1, 2, 0, got), data=[bytes(got)])
+
+    def reset(self):
+        self.open = False
+
+    def close(self):
+        self.open = False
+
+
+attempt.transport_for = preflight.transport_for = Paced
+'''
+TEXT = "One two three. Four five six."   # 6 tokens at 20/s: the first sentence done at 100 ms, the text at 250
+
+
+def _run(tmp: Path, flush: str):
+    (tmp / "paced.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
+    (tmp / "texts.txt").write_text(TEXT + "\n")
+    run_dir = tmp / "run"
+    proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "paced.py"),
+                           "--headless", "-H", "http://127.0.0.1:9", "--steps", "1", "--step-time", "2",
+                           "--settle-time", "0", "--tts-stream", "--texts", str(tmp / "texts.txt"),
+                           "--text-rate", "20", "--flush", flush, "--exit-code-on-error", "0",
+                           "--run-dir", str(run_dir)],
+                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert_declared(run_dir)
+    return read_jsonl(run_dir / "requests.jsonl"), run_dir
+
+
+@pytest.fixture(scope="module")
+def per_sentence(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("sentence"), "sentence")
+
+
+def test_each_record_times_the_listener_against_the_text(per_sentence):
+    records, run_dir = per_sentence
+    ok = [r for r in records if r["ok"]]
+    assert len(ok) >= 3 and len(ok) == len(records)
+    for r in ok:
+        # the text went out over 250 ms from its first piece; the first sentence was heard 50 ms after its flush
+        assert 0 <= r["text_first_ms"] <= r["text_done_ms"]
+        assert r["text_done_ms"] - r["text_first_ms"] == pytest.approx(250, abs=25)
+        assert r["ttfa_ms"] == pytest.approx(150, abs=25)
+        assert r["ttfa_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_first_ms"], abs=0.2)
+        assert r["done_to_audio_ms"] == 0.0   # the first sentence was playing when the text was done
+        assert r["tail_ms"] == pytest.approx(50, abs=25)
+        assert r["chunk_audio_ms"] == [300.0, 300.0] and r["underruns"] == 0
+    # the session opened once, on the first turn
+    assert ok[0]["connect_ms"] == pytest.approx(20, abs=15) and ok[0]["text_first_ms"] >= ok[0]["connect_ms"]
+    assert all(r["connect_ms"] is None for r in ok[1:])
+    options = json.loads((run_dir / "run.json").read_text())["options"]
+    assert (options["text_rate"], options["text_jitter"], options["flush"]) == (20.0, 0.0, "sentence")
+
+
+def test_the_step_gets_the_tail_and_the_slo_judges_it(per_sentence):
+    records, run_dir = per_sentence
+    judged = dashboard(run_dir, "--slo", "tail_p95_ms<=120")
+    assert judged.returncode == 0, judged.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    tail = summary["steps"][0]["tail_ms"]
+    assert tail["count"] == len([r for r in records if r["ok"]]) and tail["p95"] == pytest.approx(50, abs=25)
+    assert "tail p95" in judged.stdout.splitlines()[1]
+    assert summary["slo"]["steps"][0]["pass"] is True
+    assert summary["slo"]["steps"][0]["values"]["tail_p95_ms"] == pytest.approx(tail["p95"])
+
+
+def test_flushing_only_at_the_end_leaves_the_listener_waiting_for_the_whole_text(tmp_path):
+    records, _ = _run(tmp_path, "end")
+    ok = [r for r in records if r["ok"]]
+    assert ok
+    for r in ok:
+        assert r["ttfa_ms"] == pytest.approx(300, abs=25)   # one unit, spoken 50 ms after the text was done
+        assert r["done_to_audio_ms"] == pytest.approx(50, abs=25)
+        assert r["tail_ms"] == pytest.approx(50, abs=25) and r["chunk_audio_ms"] == [600.0]
