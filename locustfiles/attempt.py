@@ -129,7 +129,7 @@ class Caller:
                         m1 = ev.at
                     nbytes += ev.nbytes
                 elif kind is TextSent:
-                    timeline.text_sent(ev.at, ev.last)
+                    timeline.text_sent(ev.at, ev.last, ev.connect_ms)
                 elif kind is Answered:
                     answer = ev
                 elif kind is Ended:
@@ -151,8 +151,6 @@ class Caller:
             stream = timeline.fields(m0, s.playback_buffer_ms, s.stream)
         else:
             stream = {**_NO_STREAM, **timeline.text_fields(m0)}
-        if timeline.text_first is not None or answer is not None and answer.connect_ms is not None:
-            stream["connect_ms"] = None if answer is None else answer.connect_ms
         rec = runformat.attempt(
             step=step.step if step else None,
             concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],

@@ -56,8 +56,8 @@ class Send:
 def tokens(text: str) -> list[str]:
     """``text`` as a language model's tokens: words with their trailing space (the text's
     leading space goes with the first), single characters in scripts without spaces. Joined,
-    they are the text."""
-    return _TOKEN.findall(text)
+    they are the text (one of nothing but spaces is one token)."""
+    return _TOKEN.findall(text) or ([text] if text else [])
 
 
 def ends_sentence(token: str) -> bool:

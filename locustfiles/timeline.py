@@ -15,30 +15,33 @@ class Timeline:
     """Arrivals that carried audio: when (monotonic seconds) and how much (ms, or None); and,
     where the text went in pieces, when the first piece and the end of the text were sent."""
 
-    __slots__ = ("at", "audio_ms", "text_first", "text_done")
+    __slots__ = ("at", "audio_ms", "text_first", "text_done", "connect_ms")
 
     def __init__(self):
         self.at: list[float] = []
         self.audio_ms: list[float | None] = []
         self.text_first: float | None = None
         self.text_done: float | None = None   # the end of the text, its final flush
+        self.connect_ms: float | None = None  # opening the session the text went on
 
     def add(self, at: float, ms: float | None) -> None:
         self.at.append(at)
         self.audio_ms.append(ms)
 
-    def text_sent(self, at: float, last: bool) -> None:
+    def text_sent(self, at: float, last: bool, connect_ms: float | None = None) -> None:
         if self.text_first is None:
             self.text_first = at
+            self.connect_ms = None if connect_ms is None else round(connect_ms, 3)
         if last:
             self.text_done = at
 
     def text_fields(self, m0: float) -> dict:
-        """``text_first_ms`` and ``text_done_ms`` after ``m0``, where text was sent in pieces
-        (else nothing: the record leaves the fields out)."""
+        """``text_first_ms`` and ``text_done_ms`` after ``m0``, and ``connect_ms``, where text
+        was sent in pieces (else nothing: the record leaves the fields out)."""
         if self.text_first is None:
             return {}
-        return {"text_first_ms": _ms(m0, self.text_first), "text_done_ms": _ms(m0, self.text_done)}
+        return {"text_first_ms": _ms(m0, self.text_first), "text_done_ms": _ms(m0, self.text_done),
+                "connect_ms": self.connect_ms}
 
     def fields(self, m0: float, buffer_ms: float, keep_lists: bool) -> dict:
         """The attempt record's streaming fields, times relative to ``m0``. Where text was sent

@@ -139,12 +139,20 @@ def test_a_whole_text_sent_at_t0_has_no_text_fields():
     tl.add(0.2, 100.0)
     f = tl.fields(0.0, 0.0, False)
     assert f["ttfa_ms"] == pytest.approx(200.0)
-    assert not {"text_first_ms", "text_done_ms", "done_to_audio_ms", "tail_ms"} & set(f)
+    assert not {"text_first_ms", "text_done_ms", "done_to_audio_ms", "tail_ms", "connect_ms"} & set(f)
     assert tl.text_fields(0.0) == {}
+
+
+def test_the_session_opening_comes_with_the_first_text():
+    tl = Timeline()
+    tl.text_sent(0.05, False, 12.3456)
+    tl.text_sent(0.1, True, 99.0)   # only the first send can have opened the session
+    assert tl.text_fields(0.0)["connect_ms"] == 12.346
+    assert _timeline([0.1], [], None).text_fields(0.0)["connect_ms"] is None   # it went on an open one
 
 
 def test_text_that_never_ended_and_no_audio_leave_the_figures_null():
     tl = _timeline([0.1], [], None)
-    assert tl.text_fields(0.0) == {"text_first_ms": pytest.approx(100.0), "text_done_ms": None}
+    assert tl.text_fields(0.0) == {"text_first_ms": pytest.approx(100.0), "text_done_ms": None, "connect_ms": None}
     f = tl.fields(0.0, 0.0, False)
     assert f["ttfa_ms"] is None and f["done_to_audio_ms"] is None and f["tail_ms"] is None

@@ -43,7 +43,7 @@ class Paced(Transport):
             began = mono()
             gevent.sleep(CONNECT_S)
             self.open, connect_ms = True, (mono() - began) * 1000.0
-        yield Answered("OK", True, "session OK", 200, connect_ms=connect_ms)
+        yield Answered("OK", True, "session OK", 200)
         pacer = Pacer(schedule(text, self.s.text_rate, self.s.text_jitter), mono(), self.s.flush == "sentence")
         speak, unit, got = [], 0, 0   # (due, ms) of the audio to come; tokens since the last flush
         while not pacer.done or speak:
@@ -53,7 +53,8 @@ class Paced(Transport):
             send = None if pacer.done else pacer.take(now)
             if send is not None:
                 unit += send.pieces
-                yield TextSent(mono(), len(send.text), send.flush, send.last)
+                yield TextSent(mono(), len(send.text), send.flush, send.last, connect_ms)
+                connect_ms = None
                 if send.flush or send.last:
                     speak.append((now + SPEAK_AFTER_S, unit * MS_PER_TOKEN))
                     unit = 0

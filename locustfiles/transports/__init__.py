@@ -21,8 +21,8 @@ and naming it in :func:`transport_for`. What it must do:
      send, the last one flagged ``last`` when the end of the text (the final flush) went out:
      the attempt then times the listener against the text (``text_first_ms``,
      ``text_done_ms``, ``ttfa_ms`` from the first text sent, ``done_to_audio_ms``,
-     ``tail_ms``). ``Answered.connect_ms`` is set when the exchange had to open its session
-     (TCP and the protocol's handshake) before sending, for ``connect_ms``.
+     ``tail_ms``). The first ``TextSent`` of an exchange that had to open its session (TCP and
+     the protocol's handshake) carries how long that took, for ``connect_ms``.
   3. :class:`Ended` when the answer is complete (``at`` is ``t2``): for an ok answer the audio
      to write and what it is (or ``error``: the body was not the audio it should be), for a
      refused one the refusal in one line, quoted as ``Answered.said`` ("HTTP 503: busy"). ``at``

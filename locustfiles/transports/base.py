@@ -24,7 +24,6 @@ class Answered:
     http_status: int | None      # what it amounts to in HTTP, for --retry-on (see the module doc)
     retry_after_raw: str | None = None    # the server's word on when to come back, as sent
     server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
-    connect_ms: float | None = None   # a session opened for this exchange: connecting took this long
 
 
 @dataclass(slots=True)
@@ -40,12 +39,15 @@ class TextSent:
     """``chars`` characters of the text were handed to the connection at ``at`` (a protocol
     that takes the text in pieces, paced by :mod:`locustfiles.pacing`). ``flush``: the
     protocol's flush went with them; ``last``: the text was complete, and the end of the
-    utterance's text (its final flush) went with them."""
+    utterance's text (its final flush) went with them. ``connect_ms``: on the first send of an
+    exchange that had to open its session, how long opening it took (TCP and the protocol's
+    handshake), known whether or not the server ever answers."""
 
     at: float
     chars: int
     flush: bool = False
     last: bool = False
+    connect_ms: float | None = None
 
 
 @dataclass(slots=True)
