@@ -50,6 +50,9 @@ RECORDS = Payload("tts_knee_records", "worker -> master: a batch of attempt reco
     Field("rtt_s", "s", True, "round trip of the probe the offset came from"),
     Field("host", "", False, "the worker's hostname"),
     Field("dropped", "count", False, "open loop: step -> arrivals not sent so far (running totals)"),
+    Field("at", "unix s", False, "when the batch was made, on the master's clock"),
+    Field("in_flight", "unix s", True, "open loop: when each request the worker had in flight then was sent, "
+                                      "on the master's clock (null in a closed loop)"),
 ))
 
 ACK = Payload("tts_knee_ack", "master -> one worker, once its batch is written and flushed", (

@@ -25,9 +25,9 @@ def drive(plan, latency, fail_rate=lambda c: 0.0):
     run = []
     while (nxt := plan.next()) is not None:
         assert len(run) < 100
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
         run.append(step)
-        st = stats(nxt.concurrency, latency(nxt.concurrency), fail_rate=fail_rate(nxt.concurrency))
+        st = stats(nxt.level, latency(nxt.level), fail_rate=fail_rate(nxt.level))
         st["step"] = step["step"]
         plan.finish(step, st)
     return run
@@ -77,10 +77,10 @@ def test_inconclusive_counts_as_failing_for_the_bisection():
     plan = StepPlan((2, 4), slo=slo_mod.parse("p95_ms<=400"), refine=True)
     run = []
     while (nxt := plan.next()) is not None:
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
-        run.append(nxt.concurrency)
-        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 3 else 390.0)
-        if nxt.concurrency >= 3:
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.level)
+        st = stats(nxt.level, 300.0 if nxt.level < 3 else 390.0)
+        if nxt.level >= 3:
             st["latency_ms"]["p95_ci"] = [350.0, 450.0]
         plan.finish(step, st)
     assert run == [2, 4, 3]
@@ -107,10 +107,10 @@ def test_an_inconclusive_step_neither_stops_nor_confirms():
     plan = StepPlan((1, 2, 4, 8, 16, 32, 64), slo=slo_mod.parse("p95_ms<=400"), stop_past_knee=True)
     run = []
     while (nxt := plan.next()) is not None:
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
-        run.append(nxt.concurrency)
-        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 4 else 390.0 if nxt.concurrency == 8 else 900.0)
-        if nxt.concurrency == 8:
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.level)
+        st = stats(nxt.level, 300.0 if nxt.level < 4 else 390.0 if nxt.level == 8 else 900.0)
+        if nxt.level == 8:
             st["latency_ms"]["p95_ci"] = [350.0, 450.0]
         plan.finish(step, st)
     assert run == [1, 2, 4, 8, 16]
@@ -200,18 +200,18 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
     plan = StepPlan((2,), repeat=2, slo=slo_mod.parse("p50_ms<=400"), refine=True)
     for n, st in ((1, one), (2, two)):
         nxt = plan.next()
-        plan.finish({"step": n, "concurrency": nxt.concurrency, "phase": "grid", "repeat": nxt.repeat}, st,
+        plan.finish({"step": n, "concurrency": nxt.level, "phase": "grid", "repeat": nxt.repeat}, st,
                     levels=reader.levels(0.0) if reader.repeated() and n == 2 else None)
     # step 2 alone: 2 requests cannot bound a median (that takes 6), so it is inconclusive on its
     # own; its level, the 22 requests of both steps pooled, passes
     assert [v["pass"] for v in plan.verdicts] == [True, None]
-    assert plan.levels() == {2: True} and plan.max_concurrency() == 2
+    assert plan.levels() == {2: True} and plan.max_level() == 2
     assert plan.describe()["levels"][0]["steps"] == [1, 2]
 
 
 def test_public_names():
     from locustfiles import plan
-    assert sorted(plan.__all__) == ["Planned", "StepPlan", "StepReader"]
+    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader"]
 
 
 def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time():
@@ -229,9 +229,9 @@ def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time()
             (StepPlan((1, 2, 4, 8, 16, 32), stop_past_knee=True), [1, 2, 4], "latency 4.0x")):
         run = []
         while (nxt := plan.next()) is not None:
-            step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+            step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
             run.append(step)
-            st = streamed_step(nxt.concurrency)
+            st = streamed_step(nxt.level)
             st["step"] = step["step"]
             plan.finish(step, st)
         assert [s["concurrency"] for s in run] == expect
