@@ -303,7 +303,8 @@ COMPARISON: tuple[Field, ...] = (
     _F("improvement", "", False, ""),
 )
 REGRESSION_STEP: tuple[Field, ...] = (
-    _F("concurrency", "users", False, ""),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("rate", "req/s", False, "open loop: the offered rate compared", optional=True),
     _F("requests", "count", False, "[baseline, this run]"),
     _F("p50_ms", "ms", True, "", of=COMPARISON),
     _F("p95_ms", "ms", True, "", of=COMPARISON),
@@ -314,7 +315,8 @@ REGRESSION_STEP: tuple[Field, ...] = (
     _F("improvement", "", False, ""),
 )
 BASELINE_LEVEL: tuple[Field, ...] = (
-    _F("concurrency", "users", False, ""),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("rate", "req/s", False, "open loop", optional=True),
     _F("p50_ms", "ms", True, ""),
     _F("p95_ms", "ms", True, ""),
     _F("p95_ci", "ms", True, ""),
@@ -331,13 +333,14 @@ REGRESSION: tuple[Field, ...] = (
     _F("tolerance", "", False, "relative change let pass"),
     _F("alpha", "", False, "significance level"),
     _F("steps", "", False, "one per concurrency both runs tested", of=REGRESSION_STEP),
-    _F("regressed", "users", False, "concurrencies that regressed"),
-    _F("compared", "users", False, ""),
+    _F("regressed", "users", False, "concurrencies that regressed (open loop: offered rates)"),
+    _F("compared", "users", False, "(open loop: offered rates)"),
     _F("warnings", "", False, "why the runs may not be like for like"),
     _F("verdict", "", False, "in words"),
 )
 REQUIRE: tuple[Field, ...] = (
-    _F("concurrency", "users", False, "N of --require"),
+    _F("concurrency", "users", False, "N of --require; open loop: 0"),
+    _F("rate", "req/s", False, "open loop: R of --require R/s", optional=True),
     _F("holds", "", False, ""),
     _F("exit", "", False, "the exit status it calls for"),
     _F("claim", "", True, "the claim at N, in words"),
