@@ -197,6 +197,8 @@ COLLECTOR: tuple[Field, ...] = (
     Field("samples", "count", False, "samples written"),
     Field("dropped", "count", False, "samples that left its ring before they were read"),
     Field("restarts", "count", False, ""),
+    Field("server_roles", "", False, "its --server-role, ROLE=SERIES each: what its scraped series mean",
+          optional=True),
 )
 
 #: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or

@@ -87,6 +87,7 @@ SAMPLES = Payload("/samples", "GET /samples?since=SEQ: the samples with seq >= S
     Field("samples", "", False, "resource samples on the collector's clock, each with its seq",
           of=RESOURCE_SAMPLE),
     Field("dropped", "count", False, "asked-for samples that already left the ring", optional=True),
+    Field("server_roles", "", False, "its --server-role, ROLE=SERIES each", optional=True),
 ))
 
 TIME = Payload("/time", "GET /time: the collector's clock, for the offset probes", (
