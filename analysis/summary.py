@@ -93,7 +93,12 @@ def _steps_of(rd: RunDir) -> list[dict]:
         settle = s.get("settle_s")
         if not _time(settle) or (settle is not None and settle < 0):
             raise _bad(rd, where, s, f"has settle_s {settle!r}, not a number of seconds >= 0")
-        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end"),
+        end = s.get("end")
+        if open_loop and isinstance(s.get("cutoff"), (int, float)) and _time(s["cutoff"]) and end is not None:
+            # a judged rate step's arrivals stopped at its cut-off: what follows is its judgment's
+            # wait for the last of them, and the load it measures is over
+            end = min(end, s["cutoff"])
+        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": end,
                       **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),

@@ -2,12 +2,15 @@
 
 The shape runs where the runner runs (the master in distributed mode); it announces each step
 to the workers so every record carries the step it was sent in. A step ends after
-``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set. Which
+``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set (an
+open-loop step: once it has sent that many arrivals, see ``openloop_user.arrival_span_s``). Which
 step comes next is the step plan's to say (``plan.py``). When the plan judges steps, a step's
 load goes on past its cut-off until every user has finished what it sent before it and those
 records have reached the master (at most ``RECORDS_WAIT_S``); the step is then judged on the
 requests it sent before the cut-off, so a slow request still running is never left out of the
-judgment, and the next step begins.
+judgment, and the next step begins. In open loop that wait is for every request the step sent
+before its cut-off (the nodes say which are still in flight), and as its arrivals stop at the
+cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
 """
 from __future__ import annotations
 
@@ -89,8 +92,13 @@ class StepShape(LoadTestShape):
             return self._load(run, cur) if cur is not None else None
         if cur is not None:
             # A step with a longer settle window than the run's runs that much longer.
-            left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
-            done = run.finished_in_step(cur.step) if settings.step_requests else 0
+            if cur.rate is None:
+                left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
+                done = run.finished_in_step(cur.step) if settings.step_requests else 0
+            else:   # open loop: the step lasts as long as it sends arrivals
+                from .openloop_user import arrival_span_s
+                left = arrival_span_s(settings, cur.rate, state.settle_of(cur)) - (wall() - cur.start)
+                done = 0
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
                 if plan.judging:   # parse as the step goes: its judgment has little left to read
