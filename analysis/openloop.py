@@ -36,9 +36,9 @@ of its steps carries a ``rate`` (offered requests per second, all workers togeth
 ``recommended_rate`` is the rate before the knee (the highest tested rate when there is none;
 null when the lowest is already past it). With an SLO it is ``slo.max_rate`` instead: the highest
 rate that meets the SLO with every lower tested rate meeting it, each judged (:func:`judge`) on
-its latency from the schedule, and failed whatever its percentiles when its latency kept growing. ``recommended_concurrency`` is what that rate implies
-by Little's law: rate x the step's mean ``sched_wait_ms``, rounded up: the concurrency limit a
-server taking this rate should allow.
+its latency from the schedule, and failed whatever its percentiles when its latency kept growing.
+``recommended_concurrency`` is what that rate implies by Little's law: rate x the step's mean
+``sched_wait_ms``, rounded up: the concurrency limit a server taking this rate should allow.
 """
 from __future__ import annotations
 

@@ -18,10 +18,11 @@ A figure is ``significant`` when p < ``ALPHA`` (0.05).  It is a ``regression`` w
 significant *and* worse than the tolerance allows: latency ratio above 1 + tolerance, throughput
 ratio below 1 - tolerance, error rate up by more than max(``ERROR_RATE_STEP`` (1 percentage
 point), tolerance x the baseline's rate).  A significant change the other way beyond the
-tolerance is an ``improvement``.  A concurrency regresses when any of its figures does, and the
+tolerance is an ``improvement``.  A level regresses when any of its figures does, and the
 command exits 1 when any level regresses (0 otherwise; 2 when the runs share no tested level, or
-one ran open loop and the other did not).  No correction for the several tests is applied: a change must be both significant
-and beyond the tolerance, and the tolerance is the guard against noise flagged by chance.
+one ran open loop and the other did not).  No correction for the several tests is applied: a
+change must be both significant and beyond the tolerance, and the tolerance is the guard against
+noise flagged by chance.
 
 ``warnings`` says when the runs are not like for like: options that change what is measured
 differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).

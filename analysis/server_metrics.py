@@ -50,7 +50,7 @@ def aggregate(w: pd.DataFrame, custom: dict[str, str] | None = None) -> tuple[di
     return metrics or None, max(0, len(order) - MAX_SERIES), told or None
 
 
-def timeline(res: pd.DataFrame, limit: int = 8, custom: dict[str, str] | None = None) -> dict[str, tuple[list[float], list]]:
+def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], list]]:
     """For the report: {series: (ts, values)} of the server samples' series, role series
     first, at most ``limit`` of them. A sample of a host that carried the series elsewhere
     but not then gives None there, so the line shows the gap."""
@@ -62,7 +62,7 @@ def timeline(res: pd.DataFrame, limit: int = 8, custom: dict[str, str] | None = 
         if isinstance(m, dict):
             seen.setdefault(host, set()).update(m)
     order = list(dict.fromkeys(s for h in seen.values() for s in sorted(h)))
-    order = ([s for s in order if role_of(s, custom)] + [s for s in order if not role_of(s, custom)])[:limit]
+    order = ([s for s in order if role_of(s)] + [s for s in order if not role_of(s)])[:limit]
     out: dict[str, tuple[list[float], list]] = {s: ([], []) for s in order}
     for ts, host, m in zip(srv["ts"], srv["host"], srv["metrics"]):
         for series in seen.get(host, ()):
