@@ -455,10 +455,11 @@ def _server_queue(steps: list[dict], k: int) -> tuple[bool | None, str]:
     base = _get(steps[0], "server", "server_roles", "queue_depth")
     at_base = (f"; {_n(base['max'])} at {steps[0]['concurrency']}"
                if base is not None and steps[0] is not s else "")
+    series = q["series"] + (f", {q['why']}" if q.get("why") else "")
     if q["max"] >= QUEUE_WAITING:
-        return True, (f"the server's queue ({q['series']}) rose to {_n(q['max'])} at concurrency "
+        return True, (f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
                       f"{s['concurrency']} (mean {q['mean']:.1f}{at_base})")
-    return False, (f"the server's queue ({q['series']}) stayed at {_n(q['max'])} at concurrency "
+    return False, (f"the server's queue ({series}) stayed at {_n(q['max'])} at concurrency "
                    f"{s['concurrency']}")
 
 

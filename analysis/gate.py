@@ -1,4 +1,5 @@
-"""The CI gate: ``python -m dashboard RUN --slo SPEC --require N``.
+"""The CI gate: ``python -m dashboard RUN --slo SPEC --require N`` (or ``--require R/s`` for an
+open-loop run).
 
 The SLO holds at N when the level N (its repeats pooled) meets every term *and* every lower
 tested concurrency meets it too, i.e. N <= ``slo.max_concurrency``: a limit of N is only safe if
@@ -13,6 +14,13 @@ the service also meets the SLO below it.  Exit status (see :func:`require`):
   meet it, or N was not tested in this run (nothing can be claimed about it).
 - 2 (raised by the CLI, not here): bad input, such as a malformed spec or no SLO at all.
 
+For an open-loop run (``--rates``) the gate takes a rate, ``--require 12/s``: it holds when the
+lowest tested rate at or above 12 req/s meets every term on its latency from the schedule (and
+its latency did not keep growing) and so does every lower tested rate, i.e. 12 <= ``slo.max_rate``;
+a rate above every tested one cannot be claimed (exit 1). The claim reads ``12 req/s offered:
+p95 265 ms (95% CI 260-272 ms) <= 400 ms; 130 requests at 12.0 req/s``, and adds where it was
+tested when that is a higher rate.
+
 Every number is printed with enough digits that it compares with its threshold the way the
 unrounded value does (400.4 ms is never shown as "400 ms > 400 ms").
 """
@@ -20,7 +28,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from dataclasses import dataclass
 
+from . import openloop
 from . import slo as slo_mod
 
 _LABEL = {
@@ -121,10 +132,10 @@ def _context(level: dict, slo: slo_mod.SLO) -> list[str]:
     return out
 
 
-def claim(slo: slo_mod.SLO, level: dict, verdict: dict) -> str:
-    """``N concurrent: term, term; context`` for one level."""
+def claim(slo: slo_mod.SLO, level: dict, verdict: dict, head: str | None = None) -> str:
+    """``N concurrent: term, term; context`` for one level (``head`` in place of ``N concurrent``)."""
     terms = ", ".join(term_text(t, level, verdict) for t in slo.terms)
-    return f"{level['concurrency']} concurrent: " + "; ".join([terms] + _context(level, slo))
+    return (head or f"{level['concurrency']} concurrent") + ": " + "; ".join([terms] + _context(level, slo))
 
 
 def require(summary: dict, n: int) -> dict:
@@ -159,12 +170,62 @@ def require(summary: dict, n: int) -> dict:
     return {"concurrency": n, "holds": False, "exit": 1, "claim": text, "reason": reason}
 
 
-def whole_number(s: str) -> int:
-    """argparse type for ``--require``: a whole number >= 1."""
+def require_rate(summary: dict, rate: float) -> dict:
+    """The gate at ``rate`` req/s for an open-loop summary with ``slo``: ``{"concurrency": 0,
+    "rate", "holds", "exit", "claim" (None when no tested rate reaches it), "reason"}`` (see
+    the module doc)."""
+    sl = summary["slo"]
+    spec = sl["spec"]
+    slo = slo_mod.parse(spec)
+    levels = summary.get("levels") or []
+    r = f"{rate:g} req/s"
+    at = next((i for i, lv in enumerate(levels) if lv["rate"] >= rate), None)
+    if at is None:
+        tested = ", ".join(f"{lv['rate']:g}" for lv in levels) or "none"
+        return {"concurrency": 0, "rate": rate, "holds": False, "exit": 1, "claim": None,
+                "reason": f"The SLO {spec} cannot be claimed at {r}: this run offered no rate that high "
+                          f"(tested: {tested} req/s)."}
+    level, verdict = levels[at], sl["steps"][at]
+    where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
+    text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
+    if verdict["pass"] is False:
+        reason = f"The SLO {spec} does not hold at {level['rate']:g} req/s: {', '.join(verdict['failed'])}."
+    elif verdict["pass"] is None:
+        reason = (f"The SLO {spec} is not shown to hold at {level['rate']:g} req/s: "
+                  f"{'; '.join(verdict['inconclusive'])}; inconclusive counts as not holding.")
+    else:
+        lower = next(((lv, v) for lv, v in zip(levels[:at], sl["steps"][:at]) if v["pass"] is not True), None)
+        if lower is None:
+            return {"concurrency": 0, "rate": rate, "holds": True, "exit": 0, "claim": text,
+                    "reason": f"The SLO {spec} holds at {r} and at every lower tested rate."}
+        lv, v = lower
+        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
+        reason = (f"The SLO {spec} is met at {level['rate']:g} req/s but not at {lv['rate']:g} req/s below it "
+                  f"({why}), so {r} is not a safe rate.")
+    return {"concurrency": 0, "rate": rate, "holds": False, "exit": 1, "claim": text, "reason": reason}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``--require 12/s``: an offered rate, requests per second."""
+    per_s: float
+
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(?:/s|req/s|rps)\s*$")
+
+
+def requirement(s: str) -> int | Rate:
+    """argparse type for ``--require``: a concurrency (a whole number >= 1) or a rate (``12/s``)."""
+    m = _RATE.match(s)
+    if m:
+        rate = float(m.group(1))
+        if rate > 0 and math.isfinite(rate):
+            return Rate(rate)
     try:
         f = float(s)
     except ValueError:
         f = math.nan
     if not math.isfinite(f) or f != int(f) or f < 1:
-        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, got {s!r}")
+        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, or a rate such as 12/s, "
+                                         f"got {s!r}")
     return int(f)

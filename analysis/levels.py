@@ -1,4 +1,5 @@
-"""Concurrency levels: a run's steps grouped by concurrency, in ascending order.
+"""Levels: a run's steps grouped by what they tested (a concurrency, or an open-loop run's
+offered rate), in ascending order.
 
 A run's steps need not climb: ``--refine`` tests 6 and 5 after 16, and ``--repeat N`` tests each
 concurrency N times.  The knee, the SLO verdicts and the recommendation are judged per *level*
@@ -63,7 +64,8 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
     return res[keep]
 
 
-def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwargs: dict) -> dict:
+def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str,
+          figures) -> dict:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
     relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
@@ -95,28 +97,32 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
         out["little"] = None
     inside = _windowed_res(res, spans)
     lo, hi = (min(x[0] for x in spans), max(x[1] for x in spans)) if spans else (None, None)
-    out["server"] = resource_aggregate(inside, "server", lo, hi)
+    out["server"] = resource_aggregate(inside, "server", lo, hi, stats_kwargs.get("roles"))
     out["client"] = resource_aggregate(inside, "client", lo, hi)
     if out["server"] is not None:
         last = steps[-1].get("server") or {}
         out["server"]["gpu_mem_fallback_bytes"] = last.get("gpu_mem_fallback_bytes")
+    if figures is not None:
+        out.update(figures(pooled, {"step": _POOLED, key: steps[0][key]}, out, steps))
     return out
 
 
 def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | None = None,
-           **stats_kwargs) -> list[dict]:
-    """One step-like dict per tested concurrency with settled requests, ascending (see the
-    module doc); each adds ``steps`` (the step numbers pooled, in run order), ``repeats`` and
-    ``spread`` (None for a level tested once).  ``steps`` are ``step_stats`` outputs;
-    ``stats_kwargs`` go to ``step_stats`` for pooled levels (the options their steps had)."""
-    groups: dict[int, list[dict]] = {}
+           key: str = "concurrency", figures=None, **stats_kwargs) -> list[dict]:
+    """One step-like dict per tested level (``step[key]``: its concurrency, or its ``rate``) with
+    settled requests, ascending (see the module doc); each adds ``steps`` (the step numbers
+    pooled, in run order), ``repeats`` and ``spread`` (None for a level tested once).  ``steps``
+    are ``step_stats`` outputs; ``stats_kwargs`` go to ``step_stats`` for pooled levels (the
+    options their steps had); ``figures(attempts, entry, stats, steps)`` adds what a pooled level
+    needs beyond ``step_stats`` (the open-loop figures), over its relabelled records."""
+    groups: dict = {}
     for s in steps:
         if s.get("requests"):
-            groups.setdefault(s["concurrency"], []).append(s)
+            groups.setdefault(s[key], []).append(s)
     out = []
     for c in sorted(groups):
         group = groups[c]
-        lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs)
+        lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures)
         lvl.update({"steps": [s["step"] for s in group], "repeats": len(group),
                     "spread": _spread(group) if len(group) > 1 else None})
         out.append(lvl)

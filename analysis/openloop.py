@@ -34,9 +34,11 @@ of its steps carries a ``rate`` (offered requests per second, all workers togeth
   than at the lowest rate.
 
 ``recommended_rate`` is the rate before the knee (the highest tested rate when there is none;
-null when the lowest is already past it). ``recommended_concurrency`` is what that rate implies
-by Little's law: rate x the step's mean ``sched_wait_ms``, rounded up: the concurrency limit a
-server taking this rate should allow.
+null when the lowest is already past it). With an SLO it is ``slo.max_rate`` instead: the highest
+rate that meets the SLO with every lower tested rate meeting it, each judged (:func:`judge`) on
+its latency from the schedule, and failed whatever its percentiles when its latency kept growing.
+``recommended_concurrency`` is what that rate implies by Little's law: rate x the step's mean
+``sched_wait_ms``, rounded up: the concurrency limit a server taking this rate should allow.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ import numpy as np
 
 from runformat.reader import Attempts
 
+from . import slo as slo_mod
+from .confidence import ci_range, percentile_cis
 from .diagnosis import diagnose as by_steps
 from .knee import FAILURE_RATE, LATENCY_RISE
 from .steps import dist, spans
@@ -89,15 +93,123 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
     win = stats.get("window") or {}
     conc = a["concurrency"][m]
     thr = stats.get("throughput_rps")
+    waits = a["sched_wait_ms"][okf]
+    sched_wait = dist(waits)
+    if sched_wait is not None:
+        sched_wait.update(percentile_cis(waits))
     return {
         "rate": rate, "dropped": dropped, "offered": int(first.sum()) + dropped,
         "throughput_ratio": thr / rate if thr is not None and rate else None,
         "inflight": {"mean": _inflight_mean(a, win.get("start"), win.get("end")),
                      "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None},
-        "sched_wait_ms": dist(a["sched_wait_ms"][okf]),
+        "sched_wait_ms": sched_wait,
         "send_lag_ms": dist((a["t0"][first] - sched[first]) * 1000.0),
         "growth": _growth(sched[okf], a["sched_wait_ms"][okf]),
     }
+
+
+def level_figures(a: Attempts, entry: dict, stats: dict, steps: list[dict]) -> dict:
+    """The open-loop figures of a rate tested by several steps (``--repeat``, a refine probe at a
+    tested rate), over their pooled records (``entry``: the pooled step number and the rate;
+    ``stats``: their pooled ``step_stats``, see :mod:`analysis.levels`): the distributions pooled,
+    drops added up, in flight weighted by each step's window; and the queue kept growing when it
+    did in any one step (each is judged over its own thirds: thirds across repeats mean nothing)."""
+    out = step_figures(a, dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps)), stats)
+    timed = [(s["inflight"]["mean"], s["window"]["duration_s"]) for s in steps
+             if (s.get("inflight") or {}).get("mean") is not None and s["window"].get("duration_s")]
+    highs = [s["inflight"]["max"] for s in steps if (s.get("inflight") or {}).get("max") is not None]
+    out["inflight"] = {"mean": sum(m * d for m, d in timed) / sum(d for _, d in timed) if timed else None,
+                       "max": max(highs) if highs else None}
+    growths = [s.get("growth") or {} for s in steps]
+    grew = next((g for g in growths if g.get("growing")), None)
+    known = [g.get("growing") for g in growths if g.get("growing") is not None]
+    out["growth"] = dict(grew or growths[-1], growing=any(known) if known else None)
+    return out
+
+
+def judged(step: dict) -> dict:
+    """A rate step as an SLO judges it: its latency terms (``p95_ms`` …) read latency from the
+    schedule, what a caller arriving on time waited."""
+    return dict(step, latency_ms=step.get("sched_wait_ms"))
+
+
+def judge(slo: slo_mod.SLO, step: dict) -> dict:
+    """:func:`analysis.slo.judge` of a rate step on its latency from the schedule, failing a step
+    whose latency kept growing through it whatever its percentiles: its queue was still
+    building when it ended, so a longer step would have shown more."""
+    v = slo_mod.judge(slo, judged(step))
+    v["rate"] = step.get("rate")
+    g = step.get("growth") or {}
+    if g.get("growing"):
+        t = g["p50_thirds"]
+        v["failed"].append(f"latency from schedule kept growing (median {t[0]:.0f} -> {t[1]:.0f} -> {t[2]:.0f} ms "
+                           f"over the step's thirds)")
+        v.update({"pass": False, "more_requests": None})
+    return v
+
+
+def implied_concurrency(s: dict) -> int | None:
+    """What the rate of step ``s`` keeps in flight by Little's law: rate x its mean latency from
+    schedule, rounded up."""
+    mean = (s.get("sched_wait_ms") or {}).get("mean")
+    return math.ceil(s["rate"] * mean / 1000.0) if mean is not None else None
+
+
+def past_knee(steps: list[dict]) -> tuple[bool, str]:
+    """Whether the latest of a pass's steps (ascending rates, the plan's ``--stop-past-knee``)
+    breaks one of the knee's rules on its own figures, and the figures why."""
+    s = steps[-1]
+    if not s.get("requests"):
+        return True, "is past the knee (not one request finished in it)"
+    thr = s.get("throughput_rps") or 0.0
+    if thr < (1 - SHORTFALL) * s["rate"]:
+        return True, f"is past the knee (it served {thr:.2f} of {s['rate']:g} req/s offered)"
+    g = s.get("growth") or {}
+    if g.get("growing"):
+        t = g["p50_thirds"]
+        return True, f"is past the knee (latency from schedule kept growing, {t[0]:.0f} -> {t[2]:.0f} ms)"
+    done = [x for x in steps if x.get("requests")]
+    base, p95 = _p95(done[0]), _p95(s)
+    if len(done) > 1 and base and p95 is not None and p95 > LATENCY_RISE * base:
+        return True, f"is past the knee (p95 from schedule {p95 / base:.1f}x the lowest rate's)"
+    low, e = done[0].get("error_rate") or 0.0, s.get("error_rate") or 0.0
+    if e >= FAILURE_RATE and e - low >= FAILURE_RATE:
+        return True, f"is past the knee ({e:.0%} of requests fail)"
+    return False, ""
+
+
+def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: float | None) -> tuple[int | None, str]:
+    """(the concurrency ``best`` (``slo.max_rate``) implies by Little's law, why it is the
+    recommendation) over the rate levels and their SLO verdicts."""
+    if not levels:
+        return None, "No settled requests yet."
+    if best is None:
+        v, lv = verdicts[0], levels[0]
+        why = ", ".join(v["failed"]) if v["pass"] is False else \
+            "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+        return None, (f"No tested rate meets the SLO {spec}: at the lowest, {lv['rate']:g} req/s, {why}; test "
+                      f"lower rates or relax the SLO.")
+    i = next(k for k, lv in enumerate(levels) if lv["rate"] == best)
+    rec = levels[i]
+    implied = implied_concurrency(rec)
+    lat = rec.get("sched_wait_ms") or {}
+    p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms" + (
+        f" (95% CI {ci_range(lat['p95_ci'])})" if lat.get("p95_ci") else "")
+    text = (f"Offer at most {best:g} req/s: the highest tested rate that meets the SLO {spec} with every lower "
+            f"one meeting it (p95 from schedule {p95}, {rec.get('throughput_rps') or 0:.2f} req/s served, "
+            f"{rec['failed']} of {rec['requests']} failed)")
+    nxt = next(((lv, v) for lv, v in zip(levels[i + 1:], verdicts[i + 1:]) if v["pass"] is not True), None)
+    if nxt is None:
+        text += "; every tested rate meets it, so test higher rates to find the limit"
+    else:
+        lv, v = nxt
+        why = ", ".join(v["failed"]) if v["pass"] is False else \
+            "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+        text += f"; at {lv['rate']:g} req/s {why}"
+    if implied is not None:
+        text += (f". By Little's law that rate at a mean {lat['mean']:.0f} ms keeps about {implied} requests in "
+                 f"flight: a concurrency limit of {implied}")
+    return implied, text + "."
 
 
 def _p95(s: dict) -> float | None:
@@ -148,7 +260,7 @@ def recommend(steps: list[dict], knee: dict) -> tuple[float | None, int | None, 
                             f"test lower rates.")
     rec = done[-1] if k is None else done[k - 1]
     mean = (rec.get("sched_wait_ms") or {}).get("mean")
-    implied = math.ceil(rec["rate"] * mean / 1000.0) if mean is not None else None
+    implied = implied_concurrency(rec)
     if k is None:
         text = (f"No knee up to {rec['rate']:g} req/s, the highest offered; test higher rates to find the "
                 f"limit ({_desc(rec)})")

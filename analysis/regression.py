@@ -1,7 +1,9 @@
 """Regression against a baseline run: ``python -m dashboard RUN --baseline OLD_RUN [--tolerance 0.10]``.
 
 The concurrencies both runs tested are compared level by level (repeats pooled, see
-``analysis.levels``); for each (``summary.json`` ``regression.steps``):
+``analysis.levels``); two open-loop runs, the offered rates both tested, each row with its
+``rate``, latency read from the schedule (``sched_wait_ms``, what a caller arriving on time
+waited). For each level (``summary.json`` ``regression.steps``):
 
 - ``p50_ms`` and ``p95_ms`` of wait (successful final attempts), and ``ttfa_p95_ms`` when both
   runs recorded TTFA (else null): the ratio new / old with a 95% interval and a two-sided
@@ -16,10 +18,11 @@ A figure is ``significant`` when p < ``ALPHA`` (0.05).  It is a ``regression`` w
 significant *and* worse than the tolerance allows: latency ratio above 1 + tolerance, throughput
 ratio below 1 - tolerance, error rate up by more than max(``ERROR_RATE_STEP`` (1 percentage
 point), tolerance x the baseline's rate).  A significant change the other way beyond the
-tolerance is an ``improvement``.  A concurrency regresses when any of its figures does, and the
-command exits 1 when any concurrency regresses (0 otherwise; 2 when the runs share no tested
-concurrency).  No correction for the several tests is applied: a change must be both significant
-and beyond the tolerance, and the tolerance is the guard against noise flagged by chance.
+tolerance is an ``improvement``.  A level regresses when any of its figures does, and the
+command exits 1 when any level regresses (0 otherwise; 2 when the runs share no tested level, or
+one ran open loop and the other did not).  No correction for the several tests is applied: a
+change must be both significant and beyond the tolerance, and the tolerance is the guard against
+noise flagged by chance.
 
 ``warnings`` says when the runs are not like for like: options that change what is measured
 differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).
@@ -42,7 +45,7 @@ _FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
 COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream",
                     "tts_stream_format", "playback_buffer_ms", "step_time", "step_requests", "settle_time",
                     "split_max_chars", "retry_max_attempts", "retry_base_ms", "retry_max_ms", "retry_on",
-                    "retry_after_cap", "request_timeout")
+                    "retry_after_cap", "request_timeout", "arrival", "max_inflight")
 
 
 def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
@@ -115,11 +118,12 @@ def _warnings(new_sum: dict, old_sum: dict, new_rd: RunDir, old_rd: RunDir) -> l
     return out
 
 
-def _baseline_curve(s: dict) -> list[dict]:
+def _baseline_curve(s: dict, open_loop: bool) -> list[dict]:
     out = []
     for lv in s.get("levels") or []:
-        lat = lv.get("latency_ms") or {}
-        out.append({"concurrency": lv["concurrency"], "p50_ms": lat.get("p50"), "p95_ms": lat.get("p95"),
+        lat = lv.get("sched_wait_ms" if open_loop else "latency_ms") or {}
+        out.append({"concurrency": lv["concurrency"], **({"rate": lv["rate"]} if open_loop else {}),
+                    "p50_ms": lat.get("p50"), "p95_ms": lat.get("p95"),
                     "p95_ci": lat.get("p95_ci"), "throughput_rps": lv.get("throughput_rps"),
                     "error_rate": lv.get("error_rate")})
     return out
@@ -129,7 +133,7 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def _sentence(c: int, row: dict) -> str:
+def _sentence(c: str, row: dict) -> str:
     parts = []
     for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
         r = row[key]
@@ -146,20 +150,25 @@ def _sentence(c: int, row: dict) -> str:
 
 def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolerance: float = TOLERANCE) -> dict:
     """``summary.json`` ``regression`` of this run against the baseline (see the module doc);
-    raises :class:`RunDirError` when either ran open loop."""
-    if "open" in (new_sum["run"]["mode"], old_sum["run"]["mode"]):
-        raise RunDirError("--baseline compares closed-loop runs (--steps) only; an open-loop run (--rates) "
-                          "cannot be compared yet.")
-    old_levels = {lv["concurrency"]: lv for lv in old_sum.get("levels") or []}
+    raises :class:`RunDirError` when one ran open loop and the other did not."""
+    modes = new_sum["run"]["mode"], old_sum["run"]["mode"]
+    if modes[0] != modes[1]:
+        raise RunDirError(f"--baseline compares runs that offered load the same way: this run ran {modes[0]} loop, "
+                          f"the baseline {modes[1]} loop.")
+    open_loop = modes[0] == "open"
+    key, wait = ("rate", "sched_wait_ms") if open_loop else ("concurrency", "wait_ms")
+    name = (lambda v: f"{v:g} req/s") if open_loop else str
+    old_levels = {lv[key]: lv for lv in old_sum.get("levels") or []}
     rows = []
     for lv in new_sum.get("levels") or []:
-        c = lv["concurrency"]
+        c = lv[key]
         if c not in old_levels:
             continue
         ol = old_levels[c]
-        wo, wn = _values(old_rd, ol, "wait_ms"), _values(new_rd, lv, "wait_ms")
+        wo, wn = _values(old_rd, ol, wait), _values(new_rd, lv, wait)
         to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
-        row = {"concurrency": c, "requests": [ol.get("requests"), lv.get("requests")],
+        row = {"concurrency": lv["concurrency"], **({"rate": c} if open_loop else {}),
+               "requests": [ol.get("requests"), lv.get("requests")],
                "p50_ms": _latency(wo, wn, 50, tolerance), "p95_ms": _latency(wo, wn, 95, tolerance),
                "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
                "throughput_rps": _throughput(ol, lv, tolerance), "error_rate": _errors(ol, lv, tolerance)}
@@ -167,21 +176,22 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
         row["regression"] = any(f["regression"] for f in figs)
         row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
         rows.append(row)
-    regressed = [r["concurrency"] for r in rows if r["regression"]]
+    regressed = [r[key] for r in rows if r["regression"]]
     base = old_sum["run"]["run_id"]
+    noun = "offered rate" if open_loop else "concurrency"
     if not rows:
-        verdict = (f"This run and the baseline {base} share no tested concurrency (this run: "
-                   f"{', '.join(str(x['concurrency']) for x in new_sum.get('levels') or []) or 'none'}; "
-                   f"baseline: {', '.join(map(str, old_levels)) or 'none'}), so nothing can be compared.")
+        verdict = (f"This run and the baseline {base} share no tested {noun} (this run: "
+                   f"{', '.join(name(x[key]) for x in new_sum.get('levels') or []) or 'none'}; "
+                   f"baseline: {', '.join(map(name, old_levels)) or 'none'}), so nothing can be compared.")
     elif regressed:
         verdict = (f"Regression against {base} beyond the {tolerance:.0%} tolerance "
-                   + "; ".join(_sentence(r["concurrency"], r) for r in rows if r["regression"]) + ".")
+                   + "; ".join(_sentence(name(r[key]), r) for r in rows if r["regression"]) + ".")
     else:
-        better = [str(r["concurrency"]) for r in rows if r["improvement"]]
+        better = [name(r[key]) for r in rows if r["improvement"]]
         verdict = (f"No significant regression beyond the {tolerance:.0%} tolerance against {base} at "
-                   f"{', '.join(str(r['concurrency']) for r in rows)}"
+                   f"{', '.join(name(r[key]) for r in rows)}"
                    + (f"; significantly better at {', '.join(better)}." if better else "."))
-    return {"baseline": {"run_id": base, "path": old_sum["run"]["path"], "levels": _baseline_curve(old_sum)},
+    return {"baseline": {"run_id": base, "path": old_sum["run"]["path"], "levels": _baseline_curve(old_sum, open_loop)},
             "tolerance": tolerance, "alpha": ALPHA, "steps": rows, "regressed": regressed,
-            "compared": [r["concurrency"] for r in rows], "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
+            "compared": [r[key] for r in rows], "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
             "verdict": verdict}

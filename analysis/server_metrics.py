@@ -4,15 +4,16 @@
   carries the series counts (a sample without it is a gap, not a 0). At most ``MAX_SERIES``
   series are kept, those with a known role first (see :mod:`runformat.metric_roles`), then in the
   order they first appear; ``server.metrics_left_out`` counts the rest.
-- ``server.server_roles`` {role: {series, mean, max}}: queue depth, running requests, batch
+- ``server.server_roles`` {role: {series, why, mean, max}}: queue depth, running requests, batch
   size and KV-cache use, each from the family that tells it (summed over its series, e.g. over
-  models), for the diagnosis and the report.
+  models), for the diagnosis and the report; ``why`` says how the family got its role (a known
+  server's name, an obvious ending, ``--server-role``).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from runformat.metric_roles import ROLES, role_of, roles
+from runformat.metric_roles import ROLES, role_of, roles, why
 
 MAX_SERIES = 40
 
@@ -21,9 +22,9 @@ def _stats(values: list[float]) -> dict:
     return {"mean": sum(values) / len(values), "max": max(values), "samples": len(values)}
 
 
-def aggregate(w: pd.DataFrame) -> tuple[dict | None, int, dict | None]:
+def aggregate(w: pd.DataFrame, custom: dict[str, str] | None = None) -> tuple[dict | None, int, dict | None]:
     """(metrics, left out, roles) of the server samples ``w`` (see the module doc); None for
-    what no sample carries."""
+    what no sample carries. ``custom``: ``--server-role``'s ``{family: role}``."""
     if "metrics" not in w.columns:
         return None, 0, None
     dicts = [m for m in w["metrics"] if isinstance(m, dict)]
@@ -35,17 +36,17 @@ def aggregate(w: pd.DataFrame) -> tuple[dict | None, int, dict | None]:
         for series, v in m.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 values.setdefault(series, []).append(float(v))
-        for role, (family, v) in roles(m).items():
+        for role, (family, v) in roles(m, custom).items():
             by_role.setdefault(role, []).append((family, v))
-    order = [s for s in values if role_of(s)] + [s for s in values if not role_of(s)]
+    order = [s for s in values if role_of(s, custom)] + [s for s in values if not role_of(s, custom)]
     metrics = {s: _stats(values[s]) for s in order[:MAX_SERIES]}
     told = {}
     for role in ROLES:
         got = by_role.get(role)
         if got:
             families = [f for f, _ in got]
-            told[role] = {"series": max(set(families), key=families.count),
-                          **_stats([v for _, v in got])}
+            family = max(set(families), key=families.count)
+            told[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}
     return metrics or None, max(0, len(order) - MAX_SERIES), told or None
 
 

@@ -1,5 +1,5 @@
-"""Service-level objectives: parse a spec, judge a step against it, find the largest concurrency
-that meets it.
+"""Service-level objectives: parse a spec, judge a step against it, find the largest level (a
+concurrency, an offered rate) that meets it.
 
 A spec is comma-separated terms ``metric<=value`` (also ``<``, ``>=``, ``>``), for example
 ``p95_ms<=1200,error_rate<=0.01``; a rate may be written as a percentage (``error_rate<=1%``).
@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["METRICS", "SLO", "SLOError", "Term", "judge", "max_concurrency", "parse"]
+__all__ = ["METRICS", "SLO", "SLOError", "Term", "judge", "max_level", "parse"]
 
 METRICS: dict[str, str] = {
     "mean_ms": "mean wait latency of successful requests, ms",
@@ -207,8 +207,10 @@ def _ci_text(lo: float, hi: float) -> str:
 
 
 def judge(slo: SLO, step: dict) -> dict:
-    """One step against the SLO (see the module doc for the rules)."""
-    failed, inconclusive, values, more = [], [], {}, []
+    """One step against the SLO (see the module doc for the rules). ``values`` holds each term's
+    figure, ``intervals`` the 95% interval of those with one ([lo, hi], an end too few requests
+    could bound null)."""
+    failed, inconclusive, values, intervals, more = [], [], {}, {}, []
     for t in slo.terms:
         v = _value(step, t.metric)
         values[t.metric] = v
@@ -219,6 +221,7 @@ def judge(slo: SLO, step: dict) -> dict:
         ci = _interval(step, t.metric)
         if ci is not None:
             lo, hi, n, q = ci
+            intervals[t.metric] = [None if math.isinf(lo) else lo, None if math.isinf(hi) else hi]
             lo_ok, hi_ok = _OPS[t.op](lo, t.value), _OPS[t.op](hi, t.value)
             if lo_ok != hi_ok:
                 est = _more_requests(v, lo, hi, t.value, n, q)
@@ -239,17 +242,18 @@ def judge(slo: SLO, step: dict) -> dict:
             failed.append(f"{t.metric} {_fmt(v)} {_NEGATED[t.op]} {_fmt(t.value)}")
     verdict = False if failed else (None if inconclusive else True)
     return {"concurrency": step.get("concurrency"), "step": step.get("step"), "pass": verdict,
-            "failed": failed, "inconclusive": inconclusive, "values": values,
+            "failed": failed, "inconclusive": inconclusive, "values": values, "intervals": intervals,
             "more_requests": max(more) if more and not failed else None}
 
 
-def max_concurrency(verdicts: list[dict]) -> int | None:
-    """The largest concurrency that passes with every lower tested concurrency passing; None
-    when the lowest one does not pass.  Verdicts may come in any order and a concurrency may
-    appear several times: it passes only if every verdict for it passes."""
-    by_level: dict[int, bool] = {}
+def max_level(verdicts: list[dict], key: str = "concurrency"):
+    """The largest level (``v[key]``: a concurrency, an offered rate) that passes with every
+    lower tested level passing; None when the lowest one does not pass.  Verdicts may come in
+    any order and a level may appear several times: it passes only if every verdict for it
+    passes."""
+    by_level: dict = {}
     for v in verdicts:
-        c = v.get("concurrency")
+        c = v.get(key)
         if c is None:
             continue
         by_level[c] = by_level.get(c, True) and v.get("pass") is True

@@ -2,7 +2,9 @@
 
 Definitions used throughout the dashboard:
 
-- Only settled attempts count (``settled`` false = inside the step's warm-up window).
+- Only settled attempts count (``settled`` false = inside the step's warm-up window), and none
+  the run's end cut (error ``cut_by_run_end``: the client abandoned them when its drain ran out,
+  so they say nothing of the server); ``cut_by_run_end`` counts those per step.
 - A *request* is a logical request: its final attempt.  ``ok`` and ``failed`` count requests,
   ``attempts`` counts every attempt (retries included).
 - **Latency** (``latency_ms``) is ``wait_ms`` (``t2 - t0``: sending the request until the body
@@ -61,6 +63,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from runformat.options import CUT_BY_RUN_END
 from runformat.reader import OTHER_LABEL, Attempts
 
 from . import server_metrics
@@ -193,9 +196,11 @@ _HOST_MAX = ("cpu_mean", "cpu_max", "busiest_core_mean", "busiest_core_max", "pr
              "gpu_mem_total_bytes", "gpu_power_mean_w")
 
 
-def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -> dict | None:
+def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float,
+                       roles: dict[str, str] | None = None) -> dict | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
-    hosts' figures (see the module doc); None when there are no samples."""
+    hosts' figures (see the module doc); None when there are no samples. ``roles``:
+    ``--server-role``'s ``{family: role}`` for the server's series."""
     if not len(res) or start is None or end is None:
         return None
     w = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
@@ -212,7 +217,7 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float) -
         fb = [float(g["gpu_mem_used_bytes"].dropna().min()) for _, g in after.groupby("host")
               if g["gpu_mem_used_bytes"].notna().any()]
         out["gpu_mem_fallback_bytes"] = max(fb) if fb else None
-        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(w)
+        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(w, roles)
     out["by_host"] = by_host
     return out
 
@@ -227,6 +232,15 @@ def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start = np.where(np.isfinite(e2e), end - e2e / 1000.0, a["t0"][fin])
     start = np.where(np.isfinite(start), start, end)
     return fin, start, end
+
+
+def run_end_cut(a: Attempts) -> np.ndarray:
+    """The attempts the run's end cut (error ``cut_by_run_end``), as a mask."""
+    cut = a.memo.get("run_end_cut")
+    if cut is None or len(cut) != len(a):
+        code = a.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in a.errors else -2
+        cut = a.memo["run_end_cut"] = a["error"] == code
+    return cut
 
 
 def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
@@ -275,13 +289,17 @@ def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool) -> d
 
 
 def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
-               next_start: float | None = None, last: bool = False, streamed: bool | None = None) -> dict:
+               next_start: float | None = None, last: bool = False, streamed: bool | None = None,
+               roles: dict[str, str] | None = None) -> dict:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
-    ``streamed`` whether the run was streamed: None decides from the step's records). A
+    ``streamed`` whether the run was streamed: None decides from the step's records; ``roles``
+    the server series' roles ``--server-role`` gave, ``{family: role}``). A
     ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
     (None: every one counts)."""
-    m = (a["step"] == step["step"]) & a["settled"]
+    cut_end = run_end_cut(a)
+    mine = a["step"] == step["step"]
+    m = mine & a["settled"] & ~cut_end
     n_att = int(m.sum())
     fin = m & a["final"]
     okf = fin & a["ok"]
@@ -311,6 +329,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out.update({
         "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
+        "cut_by_run_end": int((mine & cut_end).sum()),
         "error_rate": (requests - ok) / requests if requests else None,
         "attempt_failures": att_failed,
         "attempt_failure_rate": att_failed / n_att if n_att else None,
@@ -355,7 +374,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         for i in np.argsort(-c)[:5]:
             top.append({"error": a.errors[codes[i]], "count": int(c[i])})
     out["errors"] = top
-    out["server"] = resource_aggregate(res, "server", start, end)
+    out["server"] = resource_aggregate(res, "server", start, end, roles)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
     for key, col, mask in (("latency_ms", "wait_ms", okl), ("ttfa_ms", "ttfa_ms", okf & ~cut)):

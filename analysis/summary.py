@@ -4,7 +4,8 @@
 and the recommendation are judged on ``levels``: one per tested concurrency, ascending, repeats
 pooled (``analysis.levels``). ``run.mode`` is the run's mode as the reader gives it
 (:meth:`runformat.reader.RunDir.mode`): an open-loop run (``open``) is judged per offered rate
-instead (:mod:`analysis.openloop`), and its summary gains ``recommended_rate`` and ``dropped``.
+instead (:mod:`analysis.openloop`), its levels one per offered rate, and its summary gains
+``recommended_rate`` and ``dropped``.
 
 With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``slo``: ``spec``,
 ``steps`` (one verdict per level: ``concurrency``, ``step`` (None for a pooled level),
@@ -12,7 +13,10 @@ With an SLO (``--slo``, else the run's own ``options.slo``) the summary gains ``
 ``values``, ``more_requests``), ``by_step`` (the same verdict for each executed step, in run
 order) and ``max_concurrency`` (``analysis.slo.max_concurrency`` over the levels); then
 ``recommended_concurrency`` is ``slo.max_concurrency`` (None when no level meets it, and the
-recommendation says why) and the knee is still reported.
+recommendation says why) and the knee is still reported. An open-loop run's verdicts are per
+offered rate (each with its ``rate``; ``analysis.openloop.judge``), ``max_rate`` takes the place
+of ``max_concurrency`` (null there), and ``recommended_rate`` is ``slo.max_rate`` with
+``recommended_concurrency`` the concurrency it implies by Little's law.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import runformat
+from runformat.metric_roles import parse_roles
 from runformat.reader import RunDir, RunDirError
 
 from . import openloop
@@ -31,7 +36,7 @@ from .confidence import ci_range
 from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
-from .steps import infer_steps, memory_baseline, memory_creep, step_stats
+from .steps import infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
 
 
 def _whole(v) -> int | None:
@@ -88,7 +93,12 @@ def _steps_of(rd: RunDir) -> list[dict]:
         settle = s.get("settle_s")
         if not _time(settle) or (settle is not None and settle < 0):
             raise _bad(rd, where, s, f"has settle_s {settle!r}, not a number of seconds >= 0")
-        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": s.get("end"),
+        end = s.get("end")
+        if open_loop and isinstance(s.get("cutoff"), (int, float)) and _time(s["cutoff"]) and end is not None:
+            # a judged rate step's arrivals stopped at its cut-off: what follows is its judgment's
+            # wait for the last of them, and the load it measures is over
+            end = min(end, s["cutoff"])
+        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": end,
                       **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
@@ -204,21 +214,41 @@ def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: in
     return text + "." + knee_txt
 
 
-def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict]) -> dict:
+def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool) -> dict:
+    judge = openloop.judge if open_loop else slo_mod.judge
     verdicts = []
     for lv in levels:
-        v = slo_mod.judge(slo, lv)
+        v = judge(slo, lv)
         v["steps"] = lv["steps"]
         verdicts.append(v)
     by_step = []
     for st in steps:
         if not st.get("requests"):
             continue
-        v = slo_mod.judge(slo, st)
+        v = judge(slo, st)
         v.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
         by_step.append(v)
-    return {"spec": slo.spec, "steps": verdicts, "by_step": by_step,
-            "max_concurrency": slo_mod.max_concurrency(verdicts)}
+    out = {"spec": slo.spec, "steps": verdicts, "by_step": by_step,
+           "max_concurrency": None if open_loop else slo_mod.max_level(verdicts)}
+    if open_loop:
+        out["max_rate"] = slo_mod.max_level(verdicts, "rate")
+    return out
+
+
+def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, str]:
+    """What the run's ``--server-role`` said (Locust's, then each collector's), with ``override``
+    (the dashboard's ``--server-role``) on top: ``{family: role}``; raises :class:`RunDirError`
+    for an entry that does not parse."""
+    options = rd.run.get("options") if isinstance(rd.run.get("options"), dict) else {}
+    given = list(options.get("server_roles") or [])
+    for c in rd.run.get("collectors") or []:
+        if isinstance(c, dict):
+            given += c.get("server_roles") or []
+    try:
+        roles = parse_roles(given)
+    except ValueError as e:
+        raise RunDirError(f"{rd.path / 'run.json'}: {e}; fix it or pass --server-role.") from None
+    return {**roles, **(override or {})}
 
 
 def _clean(o):
@@ -237,29 +267,29 @@ def _clean(o):
     return o
 
 
-def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
+def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | None = None) -> dict:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
-    overrides the run's own ``options.slo``."""
+    overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
+    ``--server-role``."""
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
     slo = run_slo(rd, slo)
+    roles = run_roles(rd, roles)
     streamed = rd.streamed()
     steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
-                        i + 1 == len(plan), streamed) for i, s in enumerate(plan)]
+                        i + 1 == len(plan), streamed, roles) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
     mode = rd.mode()
     open_loop = mode == "open"
-    if open_loop and slo is not None:
-        raise RunDirError(f"{rd.path} ran open loop (--rates): an SLO judges steps of concurrency and does not "
-                          f"judge rate steps yet; leave out --slo.")
     if open_loop:
         for st, p in zip(steps, plan):
             st.update(openloop.step_figures(a, p, st))
-        done = sorted((s for s in steps if s.get("requests")), key=lambda s: s["rate"])
+        done = group_levels(a, steps, rd.resources, settle, key="rate", figures=openloop.level_figures,
+                            streamed=streamed, roles=roles)
         knee = openloop.find_knee(done)
     else:
-        done = group_levels(a, steps, rd.resources, settle, streamed=streamed)
+        done = group_levels(a, steps, rd.resources, settle, streamed=streamed, roles=roles)
         knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
@@ -274,8 +304,13 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         rec_rate, rec, rec_text = openloop.recommend(done, knee)
     else:
         rec, rec_text = _recommend(done, knee)
-    slo_part = _slo_section(slo, steps, done) if slo else None
-    if slo_part:
+    slo_part = _slo_section(slo, steps, done, open_loop) if slo else None
+    if slo_part and open_loop:
+        rec_rate = slo_part["max_rate"]
+        rec, rec_text = openloop.recommend_slo(done, slo_part["steps"], slo.spec, rec_rate)
+        if knee["rate"] is not None:
+            rec_text += f" The knee is at {knee['rate']:g} req/s."
+    elif slo_part:
         rec = slo_part["max_concurrency"]
         rec_text = _recommend_slo(done, slo_part["steps"], slo.spec, rec, knee["concurrency"])
     run = rd.run
@@ -306,6 +341,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None) -> dict:
         "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
         "gpu_memory_creep": creep,
         "server_timing_stages": list(a.stages),
+        "cut_by_run_end": int(run_end_cut(a).sum()),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
     }
     return _clean(summary)

@@ -35,6 +35,7 @@ from collectors.http import CollectorServer
 from collectors.nvml import Nvml
 from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
 from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
+from runformat.metric_roles import ROLES, parse_roles
 from runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
 
@@ -92,6 +93,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     srv.add_argument("--dcgm", metavar="URL",
                      help="read GPUs from this dcgm-exporter /metrics instead of NVML "
                           "(default: NVML)")
+    srv.add_argument("--server-role", action="append", default=[], metavar="ROLE=SERIES",
+                     help=f"the scraped series (a metric family) is the server's ROLE, one of {', '.join(ROLES)}: "
+                          f"kept under the cap, and told to the master (repeatable; default: the names tts-knee knows)")
     return p
 
 
@@ -119,6 +123,10 @@ def _check(args: argparse.Namespace) -> None:
                          f"({exc}).") from None
     if args.scrape_max_series < 1:
         raise _Usage(f"--scrape-max-series must be at least 1, not {args.scrape_max_series}.")
+    try:
+        parse_roles(args.server_role)
+    except ValueError as e:
+        raise _Usage(f"{e}.") from None
     if not 0.05 <= args.scrape_timeout <= 60:
         raise _Usage(f"--scrape-timeout must be between 0.05 and 60 seconds, not "
                      f"{args.scrape_timeout}.")
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             gpus = Nvml()
             gpus.available  # start NVML now, so "no NVML" is said at start, not on first sample
         scrapes = Scrapes(args.scrape, args.interval, args.scrape_timeout, args.scrape_match,
-                          args.scrape_max_series) if args.scrape else None
+                          args.scrape_max_series, args.server_role) if args.scrape else None
         sampler = Sampler(HostSampler(), gpus, watcher, interval_s=args.interval,
                           buffer=args.buffer, spool=spool, hostname=args.hostname,
                           scrapes=scrapes)

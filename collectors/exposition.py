@@ -130,13 +130,14 @@ class Reader:
     """Turns successive scrapes of one endpoint into readings (see the module doc).
 
     ``match`` selects series by a regular expression searched in their name; at most
-    ``max_series`` are kept, series with a known meaning (see :mod:`runformat.metric_roles`)
-    first, then in exposition order. ``dropped`` says how many the cap left out last time.
+    ``max_series`` are kept, series with a known meaning (see :mod:`runformat.metric_roles`;
+    ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says how many the cap left out last time.
     """
 
     def __init__(self, match: str | None = None, max_series: int = DEFAULT_MAX_SERIES,
-                 max_gap_s: float | None = None):
+                 max_gap_s: float | None = None, roles: dict[str, str] | None = None):
         self.match = re.compile(match) if match else None
+        self.roles = roles   # --server-role: {family: role}, kept first too
         self.max_series = max_series
         self.max_gap_s = max_gap_s
         self.dropped = 0
@@ -178,7 +179,7 @@ class Reader:
         if len(unique) <= self.max_series:
             self.dropped = 0
             return samples
-        known = [k for k in unique if role_of(k.split("{", 1)[0])]
+        known = [k for k in unique if role_of(k.split("{", 1)[0], self.roles)]
         keep = set((known + [k for k in unique if k not in set(known)])[: self.max_series])
         self.dropped = len(unique) - len(keep)
         return [s for s in samples

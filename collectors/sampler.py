@@ -176,8 +176,9 @@ class Sampler:
             ring = list(self._ring)
             nxt = self._next_seq
         oldest = ring[0]["seq"] if ring else nxt
+        roles = {"server_roles": self._scrapes.server_roles} if self._scrapes and self._scrapes.server_roles else {}
         if seq < oldest:
             return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt, samples=ring,
-                                dropped=oldest - seq)
+                                dropped=oldest - seq, **roles)
         return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt,
-                            samples=ring[seq - oldest:] if seq < nxt else [])
+                            samples=ring[seq - oldest:] if seq < nxt else [], **roles)

@@ -17,6 +17,7 @@ import urllib.request
 from typing import Callable
 
 from collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
+from runformat.metric_roles import parse_roles
 
 log = logging.getLogger("collectors")
 
@@ -150,9 +151,13 @@ class Scrapes:
     """
 
     def __init__(self, urls: list[str], interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 match: str | None = None, max_series: int = DEFAULT_MAX_SERIES):
+                 match: str | None = None, max_series: int = DEFAULT_MAX_SERIES,
+                 server_roles: list[str] | None = None):
         gap = stale_after(interval_s, timeout_s)   # a rate spans at most what a reading is fresh for
-        self.endpoints = [Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap))
+        self.server_roles = list(server_roles or [])   # --server-role as given; the samples' answer says them
+        roles = parse_roles(self.server_roles)
+        self.endpoints = [Endpoint(u, interval_s, timeout_s,
+                                   reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
                           for u in urls]
         self._clash_noted = False
 

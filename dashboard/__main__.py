@@ -15,9 +15,13 @@ Judging one run:
   run's own ``options.slo``); the recommendation is then the largest concurrency that meets it.
 - ``--require N`` (needs an SLO) is a CI gate: prints the claim at N and exits 0 when the SLO
   holds at N and every lower tested concurrency, 1 when it does not (a failed or inconclusive
-  term, or N not tested; one sentence on stderr says which), see ``analysis.gate``.
+  term, or N not tested; one sentence on stderr says which), see ``analysis.gate``; for an
+  open-loop run it takes a rate, ``--require 12/s``.
 - ``--baseline OLD_RUN`` compares this run with an earlier one (``--tolerance``, default 0.10)
-  and exits 1 on a significant regression beyond the tolerance, see ``analysis.regression``.
+  and exits 1 on a significant regression beyond the tolerance, see ``analysis.regression``;
+  open-loop runs are compared at each offered rate.
+- ``--server-role ROLE=SERIES`` (repeatable) says what a scraped series of the server means,
+  on top of what the run itself was told (``runformat.metric_roles``).
 
 With both, the exit status is 1 when either fails.  A malformed spec, a bad number, these flags
 with several run directories or with ``--serve``, or runs with no concurrency in common exit 2.
@@ -35,6 +39,7 @@ from pathlib import Path
 from analysis import gate, regression
 from analysis.slo import SLOError, parse
 from analysis.summary import analyze, load, write_summary
+from runformat.metric_roles import ROLES, parse_roles
 from runformat.reader import RunDirError
 
 from .compare import default_out, write_compare
@@ -62,14 +67,17 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="print the summary JSON instead of the table (default off)")
     p.add_argument("--slo", metavar="SPEC", help="judge each concurrency against an SLO, e.g. "
                    "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)")
-    p.add_argument("--require", metavar="N", type=gate.whole_number,
-                   help="exit 0 only if the SLO holds at concurrency N and every lower one tested "
-                        "(default: no gate)")
+    p.add_argument("--require", metavar="N|R/s", type=gate.requirement,
+                   help="exit 0 only if the SLO holds at concurrency N (an open-loop run: rate R, e.g. 12/s) "
+                        "and every lower one tested (default: no gate)")
     p.add_argument("--baseline", metavar="OLD_RUN", type=Path,
                    help="compare with an earlier run; exit 1 on a significant regression "
                         "(default: no comparison)")
     p.add_argument("--tolerance", type=float, default=regression.TOLERANCE,
                    help=f"relative change --baseline lets pass (default {regression.TOLERANCE:.2f})")
+    p.add_argument("--server-role", action="append", default=[], metavar="ROLE=SERIES",
+                   help=f"read a scraped series as the server's ROLE, one of {', '.join(ROLES)} (repeatable; "
+                        f"default: what the run was told, and the names tts-knee knows)")
     return p
 
 
@@ -101,7 +109,7 @@ def _judge(args, rd, s: dict) -> int:
     status = 0
     if args.baseline is not None:
         old_rd = load(args.baseline)
-        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None), args.tolerance)
+        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None, parse_roles(args.server_role)), args.tolerance)
         if not reg["compared"]:
             raise RunDirError(reg["verdict"])
         s["regression"] = reg
@@ -109,7 +117,14 @@ def _judge(args, rd, s: dict) -> int:
     if args.require is not None:
         if not s.get("slo"):
             raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
-        s["require"] = gate.require(s, args.require)
+        rate = isinstance(args.require, gate.Rate)
+        if rate and not is_open_loop(s):
+            raise RunDirError(f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
+                              f"(--steps): give a concurrency, such as --require 8.")
+        if not rate and is_open_loop(s):
+            raise RunDirError(f"--require {args.require} is a concurrency, but {rd.path} ran open loop (--rates): "
+                              f"give a rate, such as --require {args.require}/s.")
+        s["require"] = gate.require_rate(s, args.require.per_s) if rate else gate.require(s, args.require)
         status = max(status, s["require"]["exit"])
     return status
 
@@ -136,6 +151,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             slo = parse(args.slo)
         except SLOError as e:
             bad = f"--slo: {e}"
+    try:
+        roles = parse_roles(args.server_role)
+    except ValueError as e:
+        bad = bad or f"{e}."
     if bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     for path in args.run_dirs:
         try:
             rd = load(path)
-            s = analyze(rd, slo)
+            s = analyze(rd, slo, roles)
             status = max(status, _judge(args, rd, s))
         except RunDirError as e:
             if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched

@@ -1,25 +1,33 @@
 """The report's comparison with a baseline run (``--baseline``): this run and the baseline overlaid,
-and per concurrency each figure's change with its significance (see :mod:`analysis.regression`).
-"" when the summary has no ``regression``."""
+and per concurrency (an open-loop run: per offered rate, latency from the schedule) each figure's
+change with its significance (see :mod:`analysis.regression`). "" when the summary has no
+``regression``."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .kit import FAIL_COLOUR, conc_axis, esc, fig_html, lx
+from .kit import FAIL_COLOUR, conc_axis, esc, fig_html, is_open_loop, lx, step_axis
+
+
+def _key(summary: dict) -> str:
+    return "rate" if is_open_loop(summary) else "concurrency"
 
 
 def regression_figure(summary: dict) -> go.Figure:
     """This run and the baseline overlaid: p95 (with 95% intervals) and throughput."""
     reg = summary["regression"]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("p95 wait (ms)", "throughput (req/s)"))
+    key = _key(summary)
+    lat_key = "sched_wait_ms" if key == "rate" else "latency_ms"
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "p95 from schedule (ms)" if key == "rate" else "p95 wait (ms)", "throughput (req/s)"))
     base = reg["baseline"]["levels"]
-    now = [{"concurrency": lv["concurrency"], "p95_ms": (lv.get("latency_ms") or {}).get("p95"),
-            "p95_ci": (lv.get("latency_ms") or {}).get("p95_ci"), "throughput_rps": lv.get("throughput_rps")}
+    now = [{key: lv[key], "p95_ms": (lv.get(lat_key) or {}).get("p95"),
+            "p95_ci": (lv.get(lat_key) or {}).get("p95_ci"), "throughput_rps": lv.get("throughput_rps")}
            for lv in summary["levels"]]
     for rows, name, colour in ((base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
                                (now, f"this run {summary['run']['run_id']}", "#1f77b4")):
-        x = lx([r["concurrency"] for r in rows])
+        x = lx([r[key] for r in rows])
         err = dict(type="data", visible=True, thickness=1.2, width=4,
                    array=[(r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None
                           else None for r in rows],
@@ -29,13 +37,13 @@ def regression_figure(summary: dict) -> go.Figure:
                         mode="lines+markers", line=dict(color=colour), row=1, col=1)
         fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name=esc(name), legendgroup=name,
                         showlegend=False, mode="lines+markers", line=dict(color=colour), row=1, col=2)
-    bad = [r["concurrency"] for r in reg["steps"] if r["regression"]]
+    bad = [r[key] for r in reg["steps"] if r["regression"]]
     for c in bad:
         for col in (1, 2):
             fig.add_vline(x=lx(c), line=dict(color=FAIL_COLOUR, dash="dot", width=1), row=1, col=col)
-    every = [{"concurrency": r["concurrency"]} for r in base + now]
+    every = [{"concurrency": r[key]} for r in base + now]
     for col in (1, 2):
-        conc_axis(fig, every, row=1, col=col)
+        conc_axis(fig, every, step_axis(summary), row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=380, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
     return fig
@@ -60,8 +68,10 @@ def regression_html(summary: dict, plotlyjs) -> str:
         return ""
     warn = "".join(f"<div class='warn'>{esc(w)}</div>" for w in reg["warnings"])
     ttfa = any(r.get("ttfa_p95_ms") for r in reg["steps"])
+    key = _key(summary)
+    wait = "from schedule" if key == "rate" else "wait"
     rows = "".join(
-        f"<tr><td>{esc(r['concurrency'])}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
+        f"<tr><td>{esc(f'{r[key]:g}')}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
         f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}"
         + (_fig_cell(r.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
         + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
@@ -69,7 +79,7 @@ def regression_html(summary: dict, plotlyjs) -> str:
         f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
         for r in reg["steps"])
     return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
-            f"<table><tr><th>concurrency</th><th>p50 wait</th><th>p95 wait</th>"
+            f"<table><tr><th>{esc(step_axis(summary))}</th><th>p50 {wait}</th><th>p95 {wait}</th>"
             f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
             f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
             f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "

@@ -34,6 +34,9 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
         notes.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
     if run.get("run_json_error"):
         notes.append(run["run_json_error"])
+    if summary.get("cut_by_run_end"):
+        notes.append(f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
+                     f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)")
     workers = run.get("workers") if isinstance(run.get("workers"), list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:

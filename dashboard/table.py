@@ -47,16 +47,20 @@ def table_rows(summary: dict) -> list[list[str]]:
 
 
 def _slo_lines(summary: dict) -> list[str]:
-    """Per tested concurrency: the SLO verdict, and the spread between repeats."""
+    """Per tested level (concurrency, or offered rate): the SLO verdict, and the spread between repeats."""
     sl, out = summary.get("slo"), []
     levels = summary.get("levels") or []
+    rate = is_open_loop(summary)
+    key = "rate" if rate else "concurrency"
     if sl:
-        out.append(f"SLO {sl['spec']}  (per concurrency; repeats pooled; largest meeting it with every lower "
-                   f"one: {fmt(sl['max_concurrency'])})")
+        best = (f"{fmt(sl['max_rate'], '{:g}')} req/s" if sl["max_rate"] is not None else "none") if rate \
+            else fmt(sl["max_concurrency"])
+        out.append(f"SLO {sl['spec']}  (per {'offered rate' if rate else 'concurrency'}; repeats pooled; largest "
+                   f"meeting it with every lower one: {best})")
         for v in sl["steps"]:
             word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
             why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
-            out.append(f"  {v['concurrency']:>5}  {word}" + (f"  {why}" if why else ""))
+            out.append(f"  {v[key]:>5g}  {word}" + (f"  {why}" if why else ""))
     for lv in levels:
         sp = lv.get("spread")
         if not sp:
@@ -65,7 +69,7 @@ def _slo_lines(summary: dict) -> list[str]:
                  for k, name, spec, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
                                             ("throughput_rps", "rps", "{:.2f}", ""),
                                             ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
-        out.append(f"repeats at {lv['concurrency']} (steps {', '.join(map(str, lv['steps']))}): "
+        out.append(f"repeats at {lv[key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, lv['steps']))}): "
                    + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
     return out
 

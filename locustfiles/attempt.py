@@ -6,7 +6,9 @@ through :class:`~locustfiles.timeline.Timeline`).
 Each attempt is timed on the monotonic clock — ``t0`` before sending, ``t1`` at the first byte
 of the answer, ``t2`` when the answer is complete, ``t3`` when the audio is written and closed
 — and becomes one record and one Locust request event. Failures the retry policy names are
-retried. Audio is timed as it arrives, and the playback it allows is judged by the one
+retried, except once the run is stopping (``Run.stopping``): an attempt in flight then is
+waited for (``Run.drain``), and one still running when the drain ends and its user is stopped
+becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives, and the playback it allows is judged by the one
 playback model (:func:`analysis.playback.listen`).
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 import gevent
 
 import runformat
+from runformat.options import CUT_BY_RUN_END
 
 from . import audio as audio_out
 from . import containers
@@ -83,20 +86,31 @@ class Caller:
     def _request(self, seg: Segment, parts: list) -> dict | None:
         """All attempts of one segment; returns its final record, or None once it finally fails."""
         attempt, backoff_ms = 1, None
+        run = self.run
         while True:
-            rec, ended, m0, m2, elapsed_ms, http_status = self._attempt(seg.words, seg.sent)
-            retry = not rec["ok"] and self.s.retry.should_retry(attempt, http_status)
-            runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry, text_id=seg.text.id,
-                                     text_len=len(seg.words), tier=seg.text.tier,
-                                     segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
-            if rec["ok"]:
-                parts.append((ended.data, ended.audio))
-                if seg.k == seg.n:
-                    self._finish_audio(rec, parts, m0, m2, seg)   # yields while the file is written
-            # The Locust event and the record go out together, with no yield in between, so a
-            # user stopped mid-attempt leaves neither: the two counts always agree.
-            self._fire(rec, attempt, elapsed_ms)
-            self.run.emit(rec)
+            run.in_flight += 1
+            try:
+                rec, ended, m0, m2, elapsed_ms, http_status, cut = self._attempt(seg.words, seg.sent)
+                retry = not rec["ok"] and cut is None and not run.stopping and self.s.retry.should_retry(
+                    attempt, http_status)
+                runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry,
+                                         text_id=seg.text.id, text_len=len(seg.words), tier=seg.text.tier,
+                                         segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
+                if rec["ok"]:
+                    parts.append((ended.data, ended.audio))
+                    if seg.k == seg.n:
+                        try:
+                            self._finish_audio(rec, parts, m0, m2, seg)   # yields while the file is written
+                        except gevent.GreenletExit as e:
+                            cut = e   # stopped while writing: the attempt itself is whole, t3 stays null
+                # The Locust event and the record go out together, with no yield in between, so a
+                # user stopped mid-attempt leaves both or neither: the two counts always agree.
+                self._fire(rec, attempt, elapsed_ms)
+                run.emit(rec)
+            finally:
+                run.in_flight -= 1
+            if cut is not None:
+                raise cut
             if not retry:
                 return rec if rec["ok"] else None
             delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
@@ -105,16 +119,18 @@ class Caller:
                 delay = max(0.0, m2 + delay - mono())
             backoff_ms = round(delay * 1000.0, 3)
             gevent.sleep(delay)
+            if run.stopping:
+                return None   # the run stopped during the backoff: no attempt is sent now
             attempt += 1
 
     def _attempt(self, words: str, sent: dict | None):
         """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the HTTP status --retry-on
-        judges, None for a failed connection)``; the record lacks only what the request adds
-        (its id, attempt number …)."""
+        judges (None for a failed connection), the GreenletExit that cut it at the run's end or
+        None)``; the record lacks only what the request adds (its id, attempt number …)."""
         s = self.s
         step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
-        m1 = m2 = answer = ended = error = None
+        m1 = m2 = answer = ended = error = cut = None
         nbytes = 0
         timeline = Timeline()
         timeout = gevent.Timeout(s.request_timeout_s)
@@ -143,10 +159,15 @@ class Caller:
                 error = f"{answer.said}, then {error}"
         except TransportError as e:
             error = str(e)
+        except gevent.GreenletExit as e:
+            if not self.run.stopping:
+                raise   # a user stopped mid-step leaves no record (nor a Locust event)
+            cut, error = e, CUT_BY_RUN_END
         finally:
             timeout.close()
-        # a connection that failed after the answer began leaves no status: the answer never completed
-        status = answer.status if answer is not None and error is None else None
+        # a connection that failed after the answer began leaves no status: the answer never
+        # completed; one cut at the run's end keeps the status that had come
+        status = answer.status if answer is not None and (error is None or cut is not None) else None
         if answer is not None and answer.ok:
             stream = timeline.fields(m0, s.playback_buffer_ms, s.stream)
         else:
@@ -178,7 +199,7 @@ class Caller:
                 rec["retry_after_raw"] = answer.retry_after_raw
                 rec["retry_after_s"] = parse_retry_after(answer.retry_after_raw, wall())
         elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
-        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status
+        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut
 
     def _fire(self, rec: dict, attempt: int, elapsed_ms: float) -> None:
         # Retried attempts get a name of their own so Locust's table shows them apart.

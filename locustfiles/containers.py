@@ -13,7 +13,7 @@ A transport feeds a body, block by block with each block's arrival time, to the 
 - raw PCM16 (``--tts-format pcm``) at ``--tts-sample-rate``: exact.
 - MP3 and ADTS-AAC by their frame headers, Ogg (Opus, Vorbis) by its pages' granule
   positions: exact sample counts per frame or page (the encoder's priming and padding
-  included, as the container counts them). FLAC: timed from its first frame, durations null.
+  included, as the container counts them); FLAC by its frame headers, exact too.
 - ``text/event-stream``: OpenAI's ``speech.audio.delta`` events with base64 PCM16 (and the
   variants servers send), framed per the WHATWG server-sent-events rules.
 
@@ -237,7 +237,7 @@ class Sniffer:
 
     def duration_s(self) -> float | None:
         """Seconds of compressed audio counted from frame headers, or None."""
-        return self.inner.duration_s() if isinstance(self.inner, _Framed) else None
+        return self.inner.duration_s() if isinstance(self.inner, (_Framed, FlacStream)) else None
 
 
 def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, sink):
@@ -266,31 +266,175 @@ class _NotAudio:
 
 
 class FlacStream:
-    """FLAC: the metadata blocks after ``fLaC`` are skipped by their lengths; each arrival
-    with frame bytes is timed, its duration null (FLAC frames do not carry their length)."""
+    """FLAC: the metadata blocks after ``fLaC`` are skipped by their lengths (STREAMINFO read for
+    the sample rate a frame header may defer to), then each frame header gives its frame's
+    samples. FLAC frames carry no length: a frame ends where the next header begins, and a
+    candidate counts only with a valid CRC-8 and the frame (or sample) number that follows the
+    previous frame's, which audio bytes that merely look like a sync code do not have. Each
+    frame's samples go to the arrival that completed it (the last frame's to the body's last
+    arrival), so the durations sum to the stream's exact length and lag it by at most a frame."""
 
     def __init__(self, sink):
         self.sink = sink
-        self.buf = bytearray()   # the body from its start, until the frames begin
-        self.next = 4            # offset of the next metadata block header
-        self.frames_at = None    # offset of the first frame, once known
-        self.got = 0
+        self.buf = bytearray()   # the body from its start; once frames begin, from where a header may start
+        self.next = 4            # offset of the next metadata block header; 0 once the frames begin
+        self.frames = False      # the last metadata block has been seen: frames begin at self.next
+        self.info_rate = None    # STREAMINFO's sample rate
+        self.sync = None         # the first frame's two sync bytes (they carry the blocking strategy)
+        self.frame = None        # (number, samples, rate) of the frame whose bytes are arriving
+        self.ms = 0.0            # audio of the frames counted
+        self.last_at = 0.0
 
     def feed(self, block: bytes, at: float) -> None:
-        self.got += len(block)
-        if self.frames_at is None:
-            self.buf += block
-            while len(self.buf) >= self.next + 4:
-                head = self.buf[self.next:self.next + 4]
-                self.next += 4 + int.from_bytes(head[1:4], "big")
-                if head[0] & 0x80:   # the last metadata block
-                    self.frames_at, self.buf = self.next, bytearray()
-                    break
-        if self.frames_at is not None and self.got > self.frames_at:
-            self.sink.add(at, None)
+        self.last_at = at
+        self.buf += block
+        if self.next and not self._metadata():
+            return
+        ms = self._frames(final=False)
+        if self.frame is not None:
+            self.sink.add(at, ms)
 
     def finish(self) -> None:
-        pass
+        if self.next:   # the body ended inside its metadata
+            return
+        ms = self._frames(final=True)
+        if self.frame is not None:   # the last frame ends with the body
+            last = _flac_ms(self.frame)
+            self.ms += last
+            self.frame = None
+            self.sink.add(self.last_at, ms + last)
+
+    def duration_s(self) -> float | None:
+        return self.ms / 1000.0 if self.sync is not None else None
+
+    def _metadata(self) -> bool:
+        """Walk the metadata blocks that have arrived; True once the frames begin in ``buf``."""
+        buf = self.buf
+        while not self.frames and len(buf) >= self.next + 4:
+            kind, size = buf[self.next] & 0x7F, int.from_bytes(buf[self.next + 1:self.next + 4], "big")
+            if kind == 0:   # STREAMINFO: the sample rate is its 20 bits from byte 10
+                if len(buf) < self.next + 17:
+                    return False
+                self.info_rate = (int.from_bytes(buf[self.next + 14:self.next + 17], "big") >> 4) or None
+            self.frames = bool(buf[self.next] & 0x80)   # the last metadata block
+            self.next += 4 + size
+        if not self.frames or len(buf) < self.next:
+            return False
+        del buf[:self.next]
+        self.next = 0
+        return True
+
+    def _frames(self, final: bool) -> float:
+        """Take the frame headers that have arrived; returns the audio (ms) of the frames they
+        complete. ``final``: the body is over, so a header may be its last bytes."""
+        buf, ms = self.buf, 0.0
+        while True:
+            if self.sync is None:
+                if len(buf) < FLAC_HEADER_MAX and not final:
+                    break
+                head = _flac_header(buf, 0, self.info_rate)
+                if head is None:
+                    if buf:
+                        raise StreamError(f"FLAC stream has no frame header after its metadata: {bytes(buf[:8])!r}")
+                    break
+                self.sync, at = bytes(buf[:2]), 0
+            else:
+                at, head = self._candidate(final)
+                if head is None:
+                    break
+                ms += _flac_ms(self.frame)
+            number, samples, rate, size = head
+            self.frame = (number, samples, rate)
+            del buf[:at + size]
+        self.ms += ms
+        return ms
+
+    def _candidate(self, final: bool):
+        """(offset, header) of the next frame's header in ``buf``, or (None, None) while it has
+        not arrived (``buf`` then keeps only what a header could still start in)."""
+        buf, number, samples = self.buf, self.frame[0], self.frame[1]
+        expect = number + 1 if self.sync[1] == 0xF8 else number + samples
+        i = buf.find(self.sync)
+        while i >= 0:
+            if len(buf) - i < FLAC_HEADER_MAX and not final:
+                del buf[:i]
+                return None, None
+            head = _flac_header(buf, i, self.info_rate)
+            if head is not None and head[0] == expect:
+                return i, head
+            i = buf.find(self.sync, i + 1)
+        del buf[:max(0, len(buf) - 1)]
+        return None, None
+
+
+#: The longest a FLAC frame header can be, in bytes.
+FLAC_HEADER_MAX = 16
+_FLAC_RATES = (None, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44100, 48000, 96000)
+
+
+def _crc8_table() -> tuple[int, ...]:
+    out = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = ((c << 1) ^ 0x07) & 0xFF if c & 0x80 else (c << 1) & 0xFF
+        out.append(c)
+    return tuple(out)
+
+
+_CRC8 = _crc8_table()   # FLAC's header CRC: polynomial x^8 + x^2 + x + 1
+
+
+def _flac_ms(frame) -> float:
+    return frame[1] * 1000.0 / frame[2]
+
+
+def _flac_header(buf, i: int, info_rate: int | None):
+    """``(number, samples, rate, header bytes)`` of a FLAC frame header at ``buf[i]``, or None
+    (not one, or cut short). ``number`` is the frame's number (fixed block size) or its first
+    sample's (variable); a rate of 0 defers to STREAMINFO's ``info_rate``."""
+    try:
+        if buf[i] != 0xFF or buf[i + 1] & 0xFE != 0xF8:
+            return None
+        bs, sr = buf[i + 2] >> 4, buf[i + 2] & 0xF
+        channels, bits, reserved = buf[i + 3] >> 4, (buf[i + 3] >> 1) & 7, buf[i + 3] & 1
+        if bs == 0 or sr == 15 or channels > 10 or bits == 3 or reserved:
+            return None
+        j, first = i + 5, buf[i + 4]
+        extra = next((k for k, top in enumerate((0x80, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF)) if first < top), None)
+        if extra is None or extra == 1 and first < 0xC0:   # 10xxxxxx cannot start a number
+            return None
+        number = first & (0xFF >> (extra + 2)) if extra else first
+        for _ in range(extra):
+            if buf[j] & 0xC0 != 0x80:
+                return None
+            number, j = number << 6 | buf[j] & 0x3F, j + 1
+        if bs == 1:
+            samples = 192
+        elif bs <= 5:
+            samples = 576 << (bs - 2)
+        elif bs == 6:
+            samples, j = buf[j] + 1, j + 1
+        elif bs == 7:
+            samples, j = int.from_bytes(buf[j:j + 2], "big") + 1, j + 2
+        else:
+            samples = 256 << (bs - 8)
+        if sr == 0:
+            rate = info_rate
+        elif sr <= 11:
+            rate = _FLAC_RATES[sr]
+        elif sr == 12:
+            rate, j = buf[j] * 1000, j + 1
+        else:
+            rate, j = int.from_bytes(buf[j:j + 2], "big") * (10 if sr == 14 else 1), j + 2
+        crc = 0
+        for b in buf[i:j]:
+            crc = _CRC8[crc ^ b]
+        if crc != buf[j] or not rate:
+            return None
+    except IndexError:
+        return None
+    return number, samples, rate, j + 1 - i
 
 
 # ---- PCM and WAV ---------------------------------------------------------------------------

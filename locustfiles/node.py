@@ -22,17 +22,21 @@ from locust.runners import MasterRunner, WorkerRunner
 
 import runformat
 from runformat import wire
+from runformat.metric_roles import parse_roles
+from runformat.options import CUT_BY_RUN_END
 
 from . import heartbeats, settings as settings_mod, timesync, webui
-from .clock import wall
+from .clock import mono, wall
 from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
 
 log = logging.getLogger("tts_knee")
-#: How long the master waits for workers' last batches when the run ends.
+#: How long the master waits for workers' last batches when the run ends, past their drain.
 FINAL_FLUSH_TIMEOUT_S = 10.0
+#: How often the drain at the run's end looks at what is still in flight.
+DRAIN_POLL_S = 0.05
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
 #: What of a text id does not go into an audio file's name.
@@ -60,6 +64,9 @@ class Run:
         self.info: dict = {}
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
+        self.stopping = False   # the run is stopping: nothing new is sent, what is in flight drains
+        self.in_flight = 0      # attempts in flight on this node
+        self.calls: dict = {}   # open loop: this node's requests in flight -> when each was sent (wall)
         self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
         self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
 
@@ -147,6 +154,30 @@ class Run:
         n = len(step.workers)
         return step.rate / n, index / n
 
+    def in_flight_before(self, cutoff: float) -> int | None:
+        """Open loop: requests sent before ``cutoff`` still in flight, over this run's nodes;
+        None while some live worker has not said since ``cutoff``."""
+        if self.receiver is None:
+            return sum(1 for t in self.calls.values() if t < cutoff)
+        return self.receiver.in_flight_before(cutoff)
+
+    def drain(self) -> None:
+        """The run is stopping (Locust's test_stopping, before it stops the users): send
+        nothing new, and wait up to ``--drain-time`` for the attempts in flight on this node.
+        Those still running when the users are stopped are recorded as cut (see attempt.py)."""
+        self.stopping = True
+        if self.is_master or not self.in_flight:
+            return
+        drain = self.settings.drain_s
+        log.info("the run is stopping: waiting up to %.0f s for the %d attempts in flight", drain, self.in_flight)
+        deadline = mono() + drain
+        while self.in_flight and mono() < deadline:
+            gevent.sleep(DRAIN_POLL_S)
+        if self.in_flight:
+            log.warning("%d attempts were still in flight %.0f s after the run stopped: they are recorded as "
+                        "failed attempts with error %s (--drain-time waits longer)", self.in_flight, drain,
+                        CUT_BY_RUN_END)
+
     def dropped_in(self, step: int) -> int:
         if self.receiver is None:
             return self.dropped[step]
@@ -183,9 +214,11 @@ class Run:
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
-        from .plan import StepPlan, StepReader   # numpy and pandas: loaded where the run is written, not on workers
-        self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms)
-        self.reader = StepReader(self.run_dir)
+        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
+        axis = RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
+        self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
+                             axis)
+        self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
         self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
@@ -253,10 +286,10 @@ class Run:
             return
         self.state.finish(wall())
         if self.receiver is not None:
-            stragglers = self.receiver.wait_final(FINAL_FLUSH_TIMEOUT_S)
+            wait = FINAL_FLUSH_TIMEOUT_S + self.settings.drain_s
+            stragglers = self.receiver.wait_final(wait)
             for wid in stragglers:
-                log.error("worker %s sent no final batch within %.0f s; its last records may be missing",
-                          wid, FINAL_FLUSH_TIMEOUT_S)
+                log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
         self.writer.close()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
@@ -265,8 +298,11 @@ class Run:
             self.puller.stop()
         self.info["end"] = wall()
         self.info["records"] = self.writer.count
+        self.info["cut_by_run_end"] = self.writer.cut
         self.save()
-        log.info("run finished: %d attempt records in %s", self.writer.count, self.run_dir / runformat.REQUESTS)
+        cut = (f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})"
+               if self.writer.cut else "")
+        log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
 
 
 class Node:
@@ -313,7 +349,8 @@ class Node:
             if run is not None and run.shipper is not None:
                 run.shipper.spool()   # the master has moved on: its acknowledgements will not come now
             run = self.run = Run(environment, s, self.state)
-            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped)
+            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped,
+                                        run.calls if s.rates else None)
             run.make_audio_dir()
             gevent.spawn(self.clock.probe)
         else:
@@ -359,6 +396,13 @@ def _on_test_start(environment, **_kw) -> None:
     run = environment.tts_knee.ensure_run()
     if run is not None and run.is_worker:
         run.state.settle_s = run.settings.settle_s
+
+
+@events.test_stopping.add_listener
+def _on_test_stopping(environment, **_kw) -> None:
+    run = environment.tts_knee.run
+    if run is not None and not run.closed:
+        run.drain()
 
 
 @events.test_stop.add_listener

@@ -12,11 +12,14 @@ Arrival times are laid out on the monotonic clock from the step's start up to it
 previous send happened, so a late event loop shows as send lag (``t0 - scheduled``) and never
 thins the load. Each arrival gets a greenlet of its own with its own connection (idle ones are
 reused) and the shared attempt path (:class:`~locustfiles.attempt.Caller`). An arrival that finds
-``--max-inflight`` requests in flight is not sent: it is counted as dropped for its step.
+``--max-inflight`` requests in flight is not sent: it is counted as dropped for its step. Each
+request in flight is known to the run (``Run.calls``, with when it was sent), so the step's
+judgment can wait for those sent before its end. When the run stops no arrival is sent any more;
+what is in flight has had the run's drain (``Run.drain``) by the time the user stops, and the
+requests still running then are cut (recorded as ``cut_by_run_end``).
 """
 from __future__ import annotations
 
-import logging
 import random
 
 import gevent
@@ -27,16 +30,22 @@ from .clock import mono, wall
 from .attempt import Caller
 from .user import RunUser
 
-log = logging.getLogger("tts_knee.openloop")
 
-#: Longest wait, when the run stops, for requests still in flight to finish and be recorded
-#: (well inside the master's wait for workers' last batches).
-DRAIN_S = 5.0
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002
 #: How often a scheduler looks for a new step: while idle (between steps, a rate share of zero)
 #: and while waiting for a distant arrival. A new step's first arrivals are late by up to this.
 IDLE_POLL_S = 0.05
+
+
+def arrival_span_s(s, rate: float, settle_s: float) -> float:
+    """How long a step at ``rate`` (req/s, the whole run's) sends arrivals, from its start:
+    ``--step-time``, or with ``--step-requests N`` its settle window and N arrivals (at most
+    ``--step-time``). In open loop a step's requests are what it offers: one that went on sending
+    until N had finished would offer more the slower the server, and hand its queue to the next."""
+    if s.step_requests:
+        return min(s.step_time_s, settle_s + s.step_requests / rate)
+    return s.step_time_s
 
 
 def gaps(arrival: str, rate: float, rng: random.Random):
@@ -59,13 +68,8 @@ class OpenLoopUser(RunUser):
         super().on_start()
 
     def on_stop(self) -> None:
-        # Requests still in flight get DRAIN_S to finish, so the last step is not judged on the
-        # quick ones alone; those killed mid-attempt then leave neither a record nor a Locust
-        # event, so the two counts still agree.
-        self.inflight_requests.join(timeout=DRAIN_S)
-        if self.inflight:
-            log.warning("%d requests were still in flight %.0f s after the run stopped; they are not recorded",
-                        self.inflight, DRAIN_S)
+        # The run's drain is over (or this user was stopped some other way): what is still in
+        # flight is cut, each attempt recorded with what had arrived.
         self.inflight_requests.kill(block=True, timeout=5)
         for caller in self.idle:
             caller.close()
@@ -78,7 +82,7 @@ class OpenLoopUser(RunUser):
         state = run.state
         step = state.current
         share = run.rate_share(step)
-        if step is None or share is None or share[0] <= 0:
+        if step is None or share is None or share[0] <= 0 or run.stopping:
             gevent.sleep(IDLE_POLL_S)
             return
         rate, phase = share
@@ -93,8 +97,8 @@ class OpenLoopUser(RunUser):
         dropped = run.dropped
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
         # moment later): no arrival is scheduled past the step's time.
-        last = s.step_time_s
-        while state.current is step and due < last:
+        last = arrival_span_s(s, step.rate, state.settle_of(step))
+        while state.current is step and due < last and not run.stopping:
             wait = m_start + due - mono()
             if wait > EARLY_S:
                 # Wake at the arrival or soon after the step changes, whichever comes first.
@@ -108,11 +112,13 @@ class OpenLoopUser(RunUser):
                 self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
                 gevent.sleep(0)   # behind schedule, the arrivals still go out one by one, each at once
             due += next(gen)
-        while state.current is step:   # the step's time is up here; its end is the shape's to say
+        while state.current is step and not run.stopping:   # the step's time is up; its end is the shape's
             gevent.sleep(IDLE_POLL_S)
 
     def _send(self, step, scheduled: float, seq: int) -> None:
         caller = self.idle.pop() if self.idle else Caller(self, self.no)
+        calls = self.run.calls
+        calls[(self.no, seq)] = wall()
         try:
             caller.send(self.run.next_text(), seq, {"step": step, "scheduled": scheduled,
                                                     "concurrency": self.inflight})
@@ -121,5 +127,6 @@ class OpenLoopUser(RunUser):
             raise
         finally:
             self.inflight -= 1
+            calls.pop((self.no, seq), None)
         self.idle.append(caller)
 

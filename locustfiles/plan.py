@@ -1,24 +1,30 @@
 """The step plan: which step runs next, decided on the master as each step ends.
 
-The grid (``--steps``) runs in order, ``--repeat`` times. Each step that ends is judged from
-the records the master already has (:class:`StepReader`): against ``--slo`` with
-``analysis.slo.judge``, or by the knee rule (``analysis.knee``) when there is no SLO. Then:
+A plan sweeps one :class:`Axis`: the concurrency of a closed-loop run (``--steps``), or the
+offered rate of an open-loop one (``--rates``); a step's *level* is where it stands on it. The
+grid runs in order, ``--repeat`` times. Each step that ends is judged from the records the
+master already has (:class:`StepReader`): against ``--slo`` (``analysis.slo.judge``; a rate by
+``analysis.openloop.judge``, on latency from the schedule, failing when its latency kept
+growing), or by the axis's knee rule when there is no SLO. Then:
 
 - ``--stop-past-knee``: a grid step that fails, followed by the next judged grid step of the
   same pass failing too, ends that pass over the grid; its remaining steps are skipped. "Fails"
   is a clear SLO failure (an inconclusive step is not judged: it neither stops nor confirms),
-  or without an SLO a step at or past the knee ``find_knee`` names on this pass's steps so far
-  whose own latency is more than ``LATENCY_RISE`` times the lowest step's or whose failures
-  cross ``FAILURE_RATE``. In a streamed run (``streamed``) the knee rule is the streamed one,
-  as the dashboard applies it: the step's own underruns cross ``UNDERRUN_RATE``, or its TTFA
-  p95 is above ``LATENCY_RISE`` times the lowest step's and above ``ttfa_floor_ms``, or its
-  failures cross ``FAILURE_RATE``; whole-body time rising is no reason to stop.
-- ``--refine`` (needs an SLO): after the grid, bisect between the largest concurrency that
-  passes with every lower tested one passing (0 when the lowest fails) and the smallest
-  tested concurrency above it, one new step (phase ``refine``) per probe at their midpoint,
-  until the two are adjacent integers. A concurrency tested by several steps (``--repeat``) is
-  judged on their pooled records, as the dashboard judges it (``analysis.levels``); an
-  inconclusive level counts as failing, and so does one where not a request finished.
+  or without an SLO the axis's knee rule on the step's own figures. Concurrency: a step at or
+  past the knee ``find_knee`` names on this pass's steps so far whose own latency is more than
+  ``LATENCY_RISE`` times the lowest step's or whose failures cross ``FAILURE_RATE``; in a
+  streamed run (``streamed``) the streamed rule, as the dashboard applies it: the step's own
+  underruns cross ``UNDERRUN_RATE``, or its TTFA p95 is above ``LATENCY_RISE`` times the lowest
+  step's and above ``ttfa_floor_ms``, or its failures cross ``FAILURE_RATE``; whole-body time
+  rising is no reason to stop. Rate: ``analysis.openloop.past_knee`` (throughput short of the
+  offered rate, latency growing, p95 from schedule past the lowest rate's, failures).
+- ``--refine`` (needs an SLO): after the grid, bisect between the highest level that passes
+  with every lower tested one passing (0 when the lowest fails) and the lowest tested level
+  above it, one new step (phase ``refine``) per probe at their midpoint, until the axis says
+  they are close enough: adjacent integers for a concurrency, ``--refine-to`` for a rate. A
+  level tested by several steps (``--repeat``) is judged on their pooled records, as the
+  dashboard judges it (``analysis.levels``); an inconclusive level counts as failing, and so
+  does one where not a request finished.
 
 Gevent-free and locust-free: it works on step dicts and the run directory only.
 """
@@ -31,19 +37,108 @@ from pathlib import Path
 import numpy as np
 
 from analysis import knee as knee_mod
+from analysis import openloop
 from analysis import slo as slo_mod
 from analysis.levels import levels as pool_levels
 from runformat.reader import TTFA_FLOOR_MS, Attempts, RunDir
 from analysis.steps import step_stats
 
-__all__ = ["Planned", "StepPlan", "StepReader"]
+__all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader"]
 log = logging.getLogger("tts_knee.plan")
+
+
+class Axis:
+    """What a plan's steps stand at: the key of a step dict that holds a step's level, how a
+    level reads, how a step is judged against the SLO and by the knee rule, and when a
+    bisection has found its answer. This one is the concurrency of a closed loop."""
+
+    key = "concurrency"
+    noun = "concurrency"
+
+    def text(self, level) -> str:
+        return str(level)
+
+    def label(self, level) -> str:
+        return f"concurrency {level}"
+
+    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+        return slo_mod.judge(slo, stats)
+
+    def close_enough(self, lo, hi) -> bool:
+        """Whether the answer, between ``lo`` (passes; 0: nothing passes) and ``hi`` (fails), is found."""
+        return hi - lo <= 1
+
+    def midpoint(self, lo, hi):
+        return (lo + hi) // 2
+
+    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+        """Whether this pass's latest step is past the knee rule, and the figures why."""
+        done = [s for s in steps if s.get("requests")]
+        if done and not steps[-1].get("requests"):
+            return True, "is past the knee (not one request finished in it)"
+        if len(done) < 2:
+            return False, ""
+        knee = knee_mod.find_knee(done, streamed, ttfa_floor_ms)
+        if knee["index"] is None:
+            return False, ""
+        base = done[0].get("attempt_failure_rate") or 0.0
+        fails = done[-1].get("attempt_failure_rate")
+        if knee["streamed"]:
+            under = done[-1].get("underrun_rate")
+            if under is not None and under >= knee_mod.UNDERRUN_RATE:
+                return True, f"is past the knee ({under:.0%} of streams underrun)"
+            rise = knee_mod.inflation(done, (("ttfa_ms", "p95"),))[-1]
+            ttfa = (done[-1].get("ttfa_ms") or {}).get("p95")
+            if rise is not None and rise > knee_mod.LATENCY_RISE and (ttfa is None or ttfa > ttfa_floor_ms):
+                return True, f"is past the knee (TTFA p95 {_ratio(rise)} the lowest step's)"
+        else:
+            rise = knee_mod.inflation(done)[-1]
+            if rise is not None and rise > knee_mod.LATENCY_RISE:
+                return True, f"is past the knee (latency {_ratio(rise)} the lowest step's)"
+        if fails is not None and fails >= knee_mod.FAILURE_RATE and fails - base >= knee_mod.FAILURE_RATE:
+            return True, f"is past the knee ({fails:.0%} of attempts fail)"
+        return False, ""
+
+
+class RateAxis(Axis):
+    """The offered rate of an open loop (req/s): judged on latency from the schedule, bisected
+    until the gap is at most ``refine_to``: that fraction of the passing rate when ``relative``
+    (of the lowest grid rate while nothing passes), else that many req/s."""
+
+    key = "rate"
+    noun = "rate"
+
+    def __init__(self, refine_to: float = 0.05, relative: bool = True, lowest: float = 1.0):
+        self.refine_to, self.relative, self.lowest = refine_to, relative, lowest
+
+    def text(self, level) -> str:
+        return f"{level:g} req/s"
+
+    def label(self, level) -> str:
+        return self.text(level)
+
+    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+        return openloop.judge(slo, stats)
+
+    def close_enough(self, lo, hi) -> bool:
+        if not self.relative:
+            return hi - lo <= self.refine_to
+        return hi - lo <= self.refine_to * (lo or self.lowest)
+
+    def midpoint(self, lo, hi):
+        return (lo + hi) / 2
+
+    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+        return openloop.past_knee(steps)
+
+
+CONCURRENCY = Axis()
 
 
 @dataclass(frozen=True)
 class Planned:
     """One step the plan asks for."""
-    concurrency: int
+    level: float  # where it stands on the plan's axis: a concurrency, an offered rate
     phase: str    # "grid" or "refine"
     repeat: int   # 1-based pass over the grid; refine probes run once, as repeat 1
 
@@ -54,10 +149,11 @@ class StepPlan:
 
     def __init__(self, grid, repeat: int = 1, slo: slo_mod.SLO | None = None, refine: bool = False,
                  stop_past_knee: bool = False, streamed: bool = False,
-                 ttfa_floor_ms: float = TTFA_FLOOR_MS):
+                 ttfa_floor_ms: float = TTFA_FLOOR_MS, axis: Axis = CONCURRENCY):
         if refine and slo is None:
             raise ValueError("refine needs an SLO")
         self.grid = tuple(grid)
+        self.axis = axis
         self.repeats = repeat
         self.slo = slo
         self.refine = refine
@@ -65,7 +161,7 @@ class StepPlan:
         self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
         self.decisions: list[dict] = []
         self.verdicts: list[dict] = []     # one per judged step, in the order run
-        self._pooled: dict[int, dict] = {}   # concurrency -> verdict on the pooled steps, where several
+        self._pooled: dict = {}               # level -> verdict on the pooled steps, where several
         self._phase = "grid"
         self._repeat, self._index = 1, 0      # the grid position handed out next
         self._pass_steps: list[dict] = []     # this pass's judged grid steps (for the knee rule)
@@ -96,20 +192,21 @@ class StepPlan:
         return None
 
     def finish(self, step: dict, stats: dict, unanswered: int = 0, levels: list[dict] | None = None) -> dict | None:
-        """Take the figures of a step that ended (``step``: its run.json entry with ``phase``
-        and ``repeat``; ``stats``: ``analysis.steps.step_stats`` over what it sent before its
-        end; ``unanswered``: requests it sent that had no record when it was judged; ``levels``:
-        the judged steps pooled per concurrency, ``StepReader.levels``, when a concurrency has
-        been tested more than once). Returns the step's SLO verdict (None without an SLO)."""
+        """Take the figures of a step that ended (``step``: its run.json entry with ``phase``,
+        ``repeat`` and its level under the axis's key; ``stats``: ``analysis.steps.step_stats``
+        over what it sent before its end, with the open-loop figures for a rate; ``unanswered``:
+        requests it sent that had no record when it was judged; ``levels``: the judged steps
+        pooled per level, ``StepReader.levels``, when a level has been tested more than once).
+        Returns the step's SLO verdict (None without an SLO)."""
+        axis, key = self.axis, self.axis.key
         self._last_step = step["step"]
         if levels is not None and self.slo is not None:
-            self._pooled = {lv["concurrency"]: _level_verdict(self.slo, lv)
-                            for lv in levels if lv.get("repeats", 1) > 1}
+            self._pooled = {lv[key]: self._level_verdict(lv) for lv in levels if lv.get("repeats", 1) > 1}
         verdict = None
-        where = f"step {step['step']} (concurrency {step['concurrency']}, {_label(step)})"
+        where = f"step {step['step']} ({axis.label(step[key])}, {_label(step)})"
         if self.slo is not None:
-            v = slo_mod.judge(self.slo, stats)
-            verdict = {"step": step["step"], "concurrency": step["concurrency"], "phase": step["phase"],
+            v = axis.judge(self.slo, stats)
+            verdict = {"step": step["step"], key: step[key], "phase": step["phase"],
                        "repeat": step["repeat"], "pass": v["pass"], "failed": v["failed"],
                        "inconclusive": v["inconclusive"], "requests": stats.get("requests"),
                        "unanswered": unanswered, "steps": [step["step"]]}
@@ -123,87 +220,70 @@ class StepPlan:
             failed, why = verdict["pass"] is False, "fails the SLO"
         else:
             self._pass_steps.append(stats)
-            failed, why = self._past_knee()
+            failed, why = axis.past_knee(self._pass_steps, self.streamed, self.ttfa_floor_ms)
         prev = self._last_failed
         if failed and prev is not None and self._index < len(self.grid):
             skipped = list(self.grid[self._index:])
             self._index = len(self.grid)
             more = f"; pass {self._repeat + 1} of {self.repeats} follows" if self._repeat < self.repeats else ""
             which = ("the step before it" if prev["step"] == step["step"] - 1
-                     else f"step {prev['step']} (concurrency {prev['concurrency']})")
-            self._decide("stop", f"step {step['step']} (concurrency {step['concurrency']}) {why}, confirming "
-                                 f"{which}: the rest of the grid ({_levels(skipped)}) is skipped{more}",
+                     else f"step {prev['step']} ({axis.label(prev[key])})")
+            self._decide("stop", f"step {step['step']} ({axis.label(step[key])}) {why}, confirming "
+                                 f"{which}: the rest of the grid ({_levels(axis, skipped)}) is skipped{more}",
                          skipped=skipped)
         self._last_failed = step if failed else None
         return verdict
 
-    def _past_knee(self) -> tuple[bool, str]:
-        """Whether this pass's latest step is past the knee rule, and the figures why."""
-        steps = [s for s in self._pass_steps if s.get("requests")]
-        if steps and not self._pass_steps[-1].get("requests"):
-            return True, "is past the knee (not one request finished in it)"
-        if len(steps) < 2:
-            return False, ""
-        knee = knee_mod.find_knee(steps, self.streamed, self.ttfa_floor_ms)
-        if knee["index"] is None:
-            return False, ""
-        base = steps[0].get("attempt_failure_rate") or 0.0
-        fails = steps[-1].get("attempt_failure_rate")
-        if knee["streamed"]:
-            under = steps[-1].get("underrun_rate")
-            if under is not None and under >= knee_mod.UNDERRUN_RATE:
-                return True, f"is past the knee ({under:.0%} of streams underrun)"
-            rise = knee_mod.inflation(steps, (("ttfa_ms", "p95"),))[-1]
-            ttfa = (steps[-1].get("ttfa_ms") or {}).get("p95")
-            if rise is not None and rise > knee_mod.LATENCY_RISE and (ttfa is None or ttfa > self.ttfa_floor_ms):
-                return True, f"is past the knee (TTFA p95 {_ratio(rise)} the lowest step's)"
-        else:
-            rise = knee_mod.inflation(steps)[-1]
-            if rise is not None and rise > knee_mod.LATENCY_RISE:
-                return True, f"is past the knee (latency {_ratio(rise)} the lowest step's)"
-        if fails is not None and fails >= knee_mod.FAILURE_RATE and fails - base >= knee_mod.FAILURE_RATE:
-            return True, f"is past the knee ({fails:.0%} of attempts fail)"
-        return False, ""
-
     def level_verdicts(self) -> list[dict]:
-        """One verdict per tested concurrency, ascending: the step's own, or the pooled one
-        for a concurrency tested more than once."""
-        by_level: dict[int, dict] = {}
+        """One verdict per tested level, ascending: the step's own, or the pooled one for a
+        level tested more than once."""
+        key = self.axis.key
+        by_level: dict = {}
         for v in self.verdicts:
-            by_level[v["concurrency"]] = v
+            by_level[v[key]] = v
         by_level.update(self._pooled)
         return [by_level[c] for c in sorted(by_level)]
 
-    def levels(self) -> dict[int, bool | None]:
-        """Per tested concurrency: True (meets the SLO), False (fails it) or None (inconclusive)."""
-        return {v["concurrency"]: v["pass"] for v in self.level_verdicts()}
+    def levels(self) -> dict:
+        """Per tested level: True (meets the SLO), False (fails it) or None (inconclusive)."""
+        return {v[self.axis.key]: v["pass"] for v in self.level_verdicts()}
 
-    def max_concurrency(self) -> int | None:
-        return slo_mod.max_concurrency(self.level_verdicts())
+    def max_level(self):
+        """The highest level that meets the SLO with every lower one meeting it, or None."""
+        return slo_mod.max_level(self.level_verdicts(), self.axis.key)
 
-    def _probe(self) -> int | None:
+    def _level_verdict(self, level: dict) -> dict:
+        v = self.axis.judge(self.slo, level)
+        key = self.axis.key
+        return {key: level[key], "pass": v["pass"], "failed": v["failed"], "inconclusive": v["inconclusive"],
+                "steps": list(level["steps"])}
+
+    def _probe(self):
         """The next refine probe, or None once the answer is found (decisions logged)."""
+        axis = self.axis
         levels = self.levels()
         if not levels:
             return None
-        lo = self.max_concurrency() or 0
+        lo = self.max_level() or 0
         above = sorted(c for c in levels if c > lo)
         if not above:
-            self._decide("done", f"every tested concurrency up to {lo} meets the SLO; nothing to refine "
-                                 f"(test higher to find the limit)", answer=lo)
+            self._decide("done", f"every tested {axis.noun} up to {axis.text(lo)} meets the SLO; nothing to "
+                                 f"refine (test higher to find the limit)", answer=lo)
             return None
         hi = min(above)
-        fails = (f"{hi} is inconclusive, which counts as failing" if levels[hi] is None else f"{hi} fails")
-        if hi - lo <= 1:
+        fails = (f"{axis.text(hi)} is inconclusive, which counts as failing" if levels[hi] is None
+                 else f"{axis.text(hi)} fails")
+        if axis.close_enough(lo, hi):
             if lo:
-                why = f"{lo} meets the SLO and {fails}: the largest concurrency that meets it is {lo}"
+                why = (f"{axis.text(lo)} meets the SLO and {fails}: the highest {axis.noun} that meets it is "
+                       f"{axis.text(lo)}")
             else:
-                why = f"{fails} and is the lowest concurrency: none meets the SLO"
+                why = f"{fails} and is the lowest {axis.noun}: none meets the SLO"
             self._decide("done", why, answer=lo or None)
             return None
-        probe = (lo + hi) // 2
-        passes = f"{lo} meets the SLO" if lo else "nothing tested meets the SLO"
-        self._decide("refine", f"{passes} and {fails}: bisecting at {probe}", concurrency=probe)
+        probe = axis.midpoint(lo, hi)
+        passes = f"{axis.text(lo)} meets the SLO" if lo else "nothing tested meets the SLO"
+        self._decide("refine", f"{passes} and {fails}: bisecting at {axis.text(probe)}", **{axis.key: probe})
         return probe
 
     def _decide(self, action: str, why: str, **extra) -> None:
@@ -213,13 +293,14 @@ class StepPlan:
 
     def describe(self) -> dict:
         """run.json's ``plan``."""
+        key = self.axis.key
         out = {"grid": list(self.grid), "repeat": self.repeats, "slo": self.slo.spec if self.slo else None,
                "refine": self.refine, "stop_past_knee": self.stop_past_knee,
                "decisions": self.decisions, "verdicts": self.verdicts}
         if self.slo is not None:
-            out["levels"] = [{k: v[k] for k in ("concurrency", "pass", "failed", "inconclusive", "steps")}
+            out["levels"] = [{k: v[k] for k in (key, "pass", "failed", "inconclusive", "steps")}
                              for v in self.level_verdicts()]
-            out["max_concurrency"] = self.max_concurrency()
+            out["max_" + key] = self.max_level()
         return out
 
     def verdict_of(self, step: int) -> dict | None:
@@ -237,18 +318,12 @@ class StepPlan:
         return "inconclusive: " + "; ".join(v["inconclusive"])
 
 
-def _level_verdict(slo: slo_mod.SLO, level: dict) -> dict:
-    v = slo_mod.judge(slo, level)
-    return {"concurrency": level["concurrency"], "pass": v["pass"], "failed": v["failed"],
-            "inconclusive": v["inconclusive"], "steps": list(level["steps"])}
-
-
 def _label(step: dict) -> str:
     return "refine" if step["phase"] == "refine" else f"grid pass {step['repeat']}"
 
 
-def _levels(cs) -> str:
-    return ", ".join(map(str, cs))
+def _levels(axis: Axis, levels) -> str:
+    return ", ".join(map(axis.text, levels))
 
 
 def _ratio(r: float) -> str:
@@ -266,10 +341,14 @@ def _verdict_text(v: dict) -> str:
 
 class StepReader:
     """Judged steps' figures from the run directory as the master has written it so far, with
-    the dashboard's own definitions. One incremental reader: each call parses only new bytes."""
+    the dashboard's own definitions. One incremental reader: each call parses only new bytes.
+    ``axis`` says what a step stands at, so that repeats are pooled per level; ``roles`` what
+    ``--server-role`` said the server's series mean."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, axis: Axis = CONCURRENCY, roles: dict[str, str] | None = None):
         self.rundir = RunDir(Path(run_dir))
+        self.axis = axis
+        self.roles = roles or None   # --server-role: {family: role}
         self._judged: dict[int, tuple[dict, float]] = {}   # step -> (its figures, its cut-off)
 
     def refresh(self) -> None:
@@ -279,33 +358,36 @@ class StepReader:
         """``step_stats`` of ``step`` as if it had ended at ``cutoff``, over the attempts sent
         before it: the step's requests sent past the cut-off are not in the set, so what is
         judged does not depend on how long the judging took; those sent before it count, in a
-        streamed run too, however late they ended."""
+        streamed run too, however late they ended. A rate step (``step`` with its ``rate`` and
+        ``dropped``) gets its open-loop figures too."""
         self.rundir.refresh()
-        a = self.rundir.requests.attempts()
-        keep = a["t0"] < cutoff   # NaN (no t0) is left out
+        a = _subset(self.rundir.requests.attempts(), self.rundir.requests.attempts()["t0"] < cutoff)  # NaN: out
         # Every stream sent before the cut-off counts: the load stayed at this step's level
         # until they ended (the shape waits for them), so none heard the next step's.
         entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff,
                  "streams_end": None}
-        out = step_stats(_subset(a, keep), entry, self.rundir.resources, settle_s=settle_s)
+        out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, roles=self.roles)
+        if step.get("rate") is not None:
+            out.update(openloop.step_figures(a, dict(entry, rate=step["rate"], dropped=step.get("dropped")), out))
         self._judged[step["step"]] = (out, cutoff)
         return out
 
     def repeated(self) -> bool:
-        """Whether some concurrency has been judged more than once."""
-        cs = [st["concurrency"] for st, _ in self._judged.values()]
+        """Whether some level has been judged more than once."""
+        cs = [st[self.axis.key] for st, _ in self._judged.values()]
         return len(set(cs)) < len(cs)
 
     def levels(self, settle_s: float) -> list[dict]:
-        """The judged steps pooled per concurrency as the dashboard pools them
-        (``analysis.levels``), each over what it sent before its cut-off, every stream of it
-        counted as in :meth:`stats`."""
+        """The judged steps pooled per level as the dashboard pools them (``analysis.levels``),
+        each over what it sent before its cut-off, every stream of it counted as in :meth:`stats`."""
         a = self.rundir.requests.attempts()
         keep = np.isfinite(a["t0"])
         for num, (_, cutoff) in self._judged.items():
             keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
+        rate = self.axis.key == "rate"
         return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
-                           settle_s)
+                           settle_s, key=self.axis.key, figures=openloop.level_figures if rate else None,
+                           roles=self.roles)
 
 
 def _subset(a: Attempts, keep) -> Attempts:

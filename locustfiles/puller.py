@@ -81,6 +81,7 @@ class _Collector:
         self.client = self._new_client()
         self.host: str | None = None
         self.boot: str | None = None
+        self.server_roles: list[str] = []   # the collector's --server-role
         self.since: int | None = None
         self.connected = False
         self.reachable = False            # at start
@@ -301,6 +302,7 @@ class CollectorPuller:
             offset_end_s=c.offset_end_s, rtt_end_s=c.rtt_end_s, reachable=c.reachable,
             gaps=[list(g) for g in c.gaps], outages=[list(o) for o in c.outages],
             samples=c.samples, dropped=c.dropped, restarts=c.restarts,
+            **({"server_roles": c.server_roles} if c.server_roles else {}),
         ) for c in self._collectors]
 
     def describe_server_metrics(self) -> list[dict]:
@@ -393,6 +395,9 @@ class CollectorPuller:
                 c.pending_gap_from = c.last_ts
         c.boot = reply.get("boot")
         c.host = reply.get("host") or c.host
+        roles = reply.get("server_roles")
+        if isinstance(roles, list):
+            c.server_roles = [str(r) for r in roles]
         samples = reply.get("samples") or []
         if not isinstance(samples, list):
             raise _Unreachable(f"{SAMPLES.name} answered without a list of samples")

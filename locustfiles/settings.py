@@ -17,8 +17,10 @@ from urllib.parse import urlsplit
 from analysis import slo as slo_mod
 from runformat import options as run_options
 from runformat.fields import Builder
-from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_STEP_TIME_S, DEFAULT_STEPS, FLUSH_MODES, FORMATS,
-                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+from runformat.metric_roles import parse_roles
+from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
+                               DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, SETTLE_FRACTION, SETTLE_MAX_S,
+                               STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 
 from . import corpus
 from .retry import RetryPolicy
@@ -96,6 +98,9 @@ class Settings:
     text_rate: float           # tokens per second; 0: the whole text at once
     text_jitter: float
     flush: str
+    refine_to: tuple           # open loop: (resolution, relative: a share of the rate, else req/s)
+    drain_s: float             # the run's end: how long requests in flight are waited for
+    server_roles: tuple        # --server-role as given: "ROLE=SERIES" each
 
     @property
     def mode(self) -> str:
@@ -140,7 +145,14 @@ class Settings:
             "arrival_seed": self.arrival_seed if self.rates else None,
             "max_inflight": self.max_inflight if self.rates else None,
             "text_rate": self.text_rate, "text_jitter": self.text_jitter, "flush": self.flush,
+            "refine_to": self.refine_to_text if self.rates else None,
+            "drain_time": self.drain_s, "server_roles": list(self.server_roles),
         })
+
+    @property
+    def refine_to_text(self) -> str:
+        value, relative = self.refine_to
+        return f"{value * 100:g}%" if relative else f"{value:g}"
 
 
 _recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
@@ -183,6 +195,20 @@ def parse_rates(raw) -> tuple[float, ...]:
     if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
         raise SettingsError(f"--rates needs at least one rate, each a number of requests per second above 0, got {raw!r}")
     return rates
+
+
+def parse_refine_to(raw) -> tuple[float, bool]:
+    """``--refine-to``: ``5%`` (a share of the rate) or ``0.5`` (req/s) as (value, relative)."""
+    text = str(raw).strip()
+    relative = text.endswith("%")
+    try:
+        value = float(text[:-1] if relative else text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0 or relative and value >= 100:
+        raise SettingsError(f"--refine-to must be a share of the rate like 5% (below 100%) or requests per second "
+                            f"like 0.5, above 0, got {raw!r}")
+    return (value / 100.0, True) if relative else (value, False)
 
 
 def _retry_on(raw) -> frozenset:
@@ -274,9 +300,10 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError("--rates and --steps were both given: use --rates for an open-loop run "
                             "(requests per second) or --steps for a closed-loop one (concurrency), not both")
     max_inflight = int(_positive("max-inflight", o.max_inflight, int))
-    if rates and (o.refine or o.stop_past_knee or int(o.repeat) != 1 or str(o.slo or "").strip()):
-        raise SettingsError("--slo, --refine, --stop-past-knee and --repeat work with --steps only, "
-                            "not yet with --rates")
+    refine_to = parse_refine_to(o.refine_to or DEFAULT_REFINE_TO)
+    if not rates and str(o.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
+        raise SettingsError("--refine-to sets how close --refine brings two rates (--rates); a concurrency "
+                            "(--steps) is refined to adjacent whole numbers")
     seed = int(_number("arrival-seed", o.arrival_seed, int))
     if seed < 0:
         seed = random.SystemRandom().randrange(2**31)
@@ -298,7 +325,18 @@ def from_options(options, host: str | None) -> Settings:
                         _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
     slo = _slo(o.slo)
     if o.refine and slo is None:
-        raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing concurrency")
+        raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing step")
+    timeout = _positive("request-timeout", o.request_timeout)
+    drain = _number("drain-time", o.drain_time)
+    if drain < 0:
+        drain = min(timeout, DRAIN_DEFAULT_MAX_S)
+    elif drain > DRAIN_MAX_S:
+        raise SettingsError(f"--drain-time must be at most {DRAIN_MAX_S:g} s (a master waits 60 s for its workers "
+                            f"to stop), got {o.drain_time!r}")
+    try:
+        parse_roles(o.server_role or [])
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
     text_rate = _positive("text-rate", o.text_rate, allow_zero=True)
     text_jitter = _positive("text-jitter", o.text_jitter, allow_zero=True)
@@ -315,7 +353,7 @@ def from_options(options, host: str | None) -> Settings:
         texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS), steps=steps,
         step_time_s=step_time, step_requests=step_requests, settle_s=settle,
         split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
-        retry=retry, request_timeout_s=_positive("request-timeout", o.request_timeout),
+        retry=retry, request_timeout_s=timeout,
         connect_timeout_s=_positive("connect-timeout", o.connect_timeout),
         run_dir=run_dir, audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
         audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
@@ -327,4 +365,6 @@ def from_options(options, host: str | None) -> Settings:
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
         rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
         text_rate=text_rate, text_jitter=text_jitter, flush=o.flush,
+        refine_to=refine_to, drain_s=drain,
+        server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
     )

@@ -2,12 +2,15 @@
 
 The shape runs where the runner runs (the master in distributed mode); it announces each step
 to the workers so every record carries the step it was sent in. A step ends after
-``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set. Which
+``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set (an
+open-loop step: once it has sent that many arrivals, see ``openloop_user.arrival_span_s``). Which
 step comes next is the step plan's to say (``plan.py``). When the plan judges steps, a step's
 load goes on past its cut-off until every user has finished what it sent before it and those
 records have reached the master (at most ``RECORDS_WAIT_S``); the step is then judged on the
 requests it sent before the cut-off, so a slow request still running is never left out of the
-judgment, and the next step begins.
+judgment, and the next step begins. In open loop that wait is for every request the step sent
+before its cut-off (the nodes say which are still in flight), and as its arrivals stop at the
+cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
 """
 from __future__ import annotations
 
@@ -85,10 +88,17 @@ class StepShape(LoadTestShape):
             return None
         settings, state, plan = run.settings, run.state, run.plan
         cur = state.current
+        if run.stopping:   # the run is draining what is in flight: no judging, no next step
+            return self._load(run, cur) if cur is not None else None
         if cur is not None:
             # A step with a longer settle window than the run's runs that much longer.
-            left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
-            done = run.finished_in_step(cur.step) if settings.step_requests else 0
+            if cur.rate is None:
+                left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
+                done = run.finished_in_step(cur.step) if settings.step_requests else 0
+            else:   # open loop: the step lasts as long as it sends arrivals
+                from .openloop_user import arrival_span_s
+                left = arrival_span_s(settings, cur.rate, state.settle_of(cur)) - (wall() - cur.start)
+                done = 0
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
                 if plan.judging:   # parse as the step goes: its judgment has little left to read
@@ -111,7 +121,7 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        step = Step(len(state.steps) + 1, nxt.concurrency, wall(), phase=nxt.phase, repeat=nxt.repeat)
+        step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat)
         # "step 2/5" while the plan is the plain grid; repeats and refinement say which they are
         plain = nxt.phase != "refine" and plan.repeats == 1
         label = f"step {step.step}/{len(plan.grid)}" if plain else f"step {step.step}"
@@ -151,7 +161,7 @@ class StepShape(LoadTestShape):
         if not ids:
             run.fail("no workers are connected to share the rate")
             return None
-        rate = nxt.concurrency
+        rate = nxt.level
         step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
                     workers={wid: i for i, wid in enumerate(ids)})
         log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)", step.step, rate,
@@ -173,17 +183,31 @@ class StepShape(LoadTestShape):
 
     def _judge(self, run, cur: Step) -> None:
         """Wait (bounded) until the requests ``cur`` sent before now are all recorded, then let
-        the plan judge it. The step's users keep running meanwhile: no gap in the load."""
+        the plan judge it. The step's users keep running meanwhile: no gap in the load. In a
+        closed loop each user runs one request at a time, so a user whose latest record ended
+        after the cut-off has nothing of the step's left; in open loop the nodes say which of
+        their requests are still in flight (:meth:`Run.in_flight_before`)."""
         cur.cutoff = cutoff = wall()
-        expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency
         limit = min(RECORDS_WAIT_S, run.settings.request_timeout_s + run.settings.retry.max_ms / 1000.0
                     + 2 * BATCH_INTERVAL_S)
-        while run.writer.users_done_since(cutoff) < expected and wall() < cutoff + limit:
-            gevent.sleep(RECORDS_POLL_S)
-        unanswered = max(0, expected - run.writer.users_done_since(cutoff))
-        if unanswered:
-            log.warning("step %d: %d of %d users still had a request running %.0f s after the step's end; "
-                        "it is judged without them", cur.step, unanswered, expected, limit)
+        if cur.rate is None:
+            expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency
+            while run.writer.users_done_since(cutoff) < expected and wall() < cutoff + limit:
+                gevent.sleep(RECORDS_POLL_S)
+            unanswered = max(0, expected - run.writer.users_done_since(cutoff))
+            if unanswered:
+                log.warning("step %d: %d of %d users still had a request running %.0f s after the step's end; "
+                            "it is judged without them", cur.step, unanswered, expected, limit)
+        else:
+            while (left := run.in_flight_before(cutoff)) != 0 and wall() < cutoff + limit:
+                gevent.sleep(RECORDS_POLL_S)
+            unanswered = left or 0
+            if left is None:
+                log.warning("step %d: not every worker said within %.0f s which of its requests were still in "
+                            "flight; it is judged on the records so far", cur.step, limit)
+            elif left:
+                log.warning("step %d: %d requests sent before the step's end were still running %.0f s after it; "
+                            "it is judged without them", cur.step, left, limit)
         try:
             run.writer.flush()
         except OSError as e:
@@ -191,8 +215,9 @@ class StepShape(LoadTestShape):
         # Parsing and the figures run on a native thread: the event loop, and with it every
         # user's timing, keeps going meanwhile.
         pool = gevent.get_hub().threadpool
-        stats = pool.apply(run.reader.stats, ({"step": cur.step, "concurrency": cur.concurrency, "start": cur.start},
-                                              cutoff, run.state.settle_of(cur)))
+        entry = {"step": cur.step, "concurrency": cur.concurrency, "start": cur.start,
+                 **({} if cur.rate is None else {"rate": cur.rate, "dropped": run.dropped_in(cur.step)})}
+        stats = pool.apply(run.reader.stats, (entry, cutoff, run.state.settle_of(cur)))
         levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
-        run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat},
-                        stats, unanswered, levels)
+        run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat,
+                         **({} if cur.rate is None else {"rate": cur.rate})}, stats, unanswered, levels)

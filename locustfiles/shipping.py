@@ -16,6 +16,7 @@ import gevent
 
 import runformat
 from runformat import wire
+from runformat.options import CUT_BY_RUN_END
 
 from .clock import wall
 
@@ -72,6 +73,7 @@ class RecordWriter:
         self.finished_settled = Counter()   # the same, past the step's settle window
         self._tally: dict[int, dict] = {}
         self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
+        self.cut = 0   # attempts recorded as cut by the run's end
         self._loop = gevent.spawn(self._run)
 
     def add(self, records: list[dict]) -> None:
@@ -89,6 +91,8 @@ class RecordWriter:
                                               "waits": deque(maxlen=TALLY_WAITS), "streams": 0, "stalled": 0}
             if r["attempt"] > 1:
                 t["retries"] += 1
+            if r["error"] == CUT_BY_RUN_END:
+                self.cut += 1
             if r["final"]:
                 self.finished[r["step"]] += 1
                 if r.get("settled", True):
@@ -166,12 +170,14 @@ class RecordReceiver:
         self.workers: dict[str, dict] = {}
         self.errors: dict[str, str] = {}   # worker id -> why it could not run
         self.dropped: dict[str, dict[int, int]] = {}   # open loop: worker id -> step -> arrivals not sent
+        self.in_flight: dict[str, tuple[float, list]] = {}   # open loop: worker id -> (said at, sent times)
         runner.register_message(wire.RECORDS.name, self._on_records)
         runner.register_message(wire.WORKER_ERROR.name, self._on_error)
 
     def reset(self, writer: RecordWriter, run_id: str) -> None:
         """Point at a new run's writer (a web-UI session can hold several runs)."""
         self.writer, self.run_id, self.workers, self.errors, self.dropped = writer, run_id, {}, {}, {}
+        self.in_flight = {}
 
     def _on_error(self, environment, msg, **_kw) -> None:
         self.errors[msg.node_id] = msg.data["message"]
@@ -200,8 +206,24 @@ class RecordReceiver:
                  offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
         if data.get("dropped"):   # running totals: a batch sent twice cannot count them twice
             self.dropped[msg.node_id] = {int(k): int(v) for k, v in data["dropped"].items()}
+        if data.get("in_flight") is not None:
+            self.in_flight[msg.node_id] = (data["at"], data["in_flight"])
         if data.get("final"):
             w["final"] = True
+
+    def in_flight_before(self, cutoff: float) -> int | None:
+        """Open loop: requests sent before ``cutoff`` that live workers still had in flight when
+        they last said, or None while one of them has not said since ``cutoff``."""
+        self.note_lost()
+        n = 0
+        for wid, w in self.workers.items():
+            if w["lost_at"] is not None:
+                continue
+            at, sent = self.in_flight.get(wid, (None, ()))
+            if at is None or at < cutoff:
+                return None
+            n += sum(1 for t in sent if t < cutoff)
+        return n
 
     def note_lost(self) -> list[str]:
         """Mark workers Locust no longer hears from; returns the ids newly marked."""
@@ -227,7 +249,8 @@ class RecordReceiver:
 class RecordShipper:
     """Worker side: batches records to the master, converted to the master's clock."""
 
-    def __init__(self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None):
+    def __init__(self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None,
+                 calls: dict | None = None):
         self.runner = runner
         self.worker_id = worker_id
         self.run_id = run_id
@@ -236,6 +259,7 @@ class RecordShipper:
         self._seq = 0
         self._warned_clock = False
         self.dropped = Counter() if dropped is None else dropped   # open loop: step -> arrivals not sent
+        self.calls = calls   # open loop: the run's requests in flight -> when sent (every batch says them)
         self.unacked: dict[int, list[dict]] = {}
         self._loop = gevent.spawn(self._run)
 
@@ -255,7 +279,7 @@ class RecordShipper:
             self._warned_clock = True
             log.warning("no clock-offset answer from the master yet: these records keep this worker's clock")
         batch, self._buf = self._buf, []
-        if not batch and not final and not self.dropped:
+        if not batch and not final and not self.dropped and self.calls is None:
             return
         offset = self.timesync.offset_s or 0.0
         for r in batch:
@@ -266,7 +290,8 @@ class RecordShipper:
         self.unacked[self._seq] = batch
         self.runner.send_message(wire.RECORDS.name, wire.RECORDS(
             run=self.run_id, seq=self._seq, records=batch, final=final, offset_s=self.timesync.offset_s,
-            rtt_s=self.timesync.rtt_s, host=self.timesync.host, dropped=dict(self.dropped)))
+            rtt_s=self.timesync.rtt_s, host=self.timesync.host, dropped=dict(self.dropped),
+            at=wall() - offset, in_flight=None if self.calls is None else [t - offset for t in self.calls.values()]))
 
     def _run(self) -> None:
         while True:

@@ -4,10 +4,14 @@ the attempt path it shares with the open-loop user (locustfiles/openloop_user.py
 """
 from __future__ import annotations
 
+import gevent
 from locust import User, constant, task
 from locust.exception import StopUser
 
 from .attempt import Caller
+
+#: How often a user whose run is stopping looks again (it sends nothing more meanwhile).
+STOPPING_POLL_S = 0.05
 
 
 class RunUser(User):
@@ -42,5 +46,8 @@ class TTSUser(RunUser):
 
     @task
     def synthesize(self) -> None:
+        if self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
+            gevent.sleep(STOPPING_POLL_S)
+            return
         self.seq += 1
         self.caller.send(self.run.next_text(), self.seq)

@@ -38,7 +38,7 @@ def mount(environment, node) -> None:
                 or environment.shape_class is None:
             return response
         defaults = {"step_time": DEFAULT_STEP_TIME_S, "step_requests_cap": STEP_REQUESTS_CAP_S,
-                    "steps": DEFAULT_STEPS, "repeat": DEFAULTS["repeat"]}
+                    "steps": DEFAULT_STEPS, "repeat": DEFAULTS["repeat"], "refine_to": DEFAULTS["refine_to"]}
         script = _FORM_SCRIPT.replace("DEFAULTS", json.dumps(defaults))
         response.set_data(response.get_data(as_text=True).replace("</body>", script + "</body>", 1))
         return response
@@ -68,7 +68,8 @@ def mount(environment, node) -> None:
 
 
 # Locust's form is a React app: the note is kept in place as it re-renders. It reads the form's
-# own tts-knee fields, so it shows the plan that pressing Start would run.
+# own tts-knee fields, so it shows the plan that pressing Start would run; a field the form does
+# not show (the custom parameters folded away) or leaves empty is the option's default.
 _FORM_SCRIPT = """<script>(function () {
   var D = DEFAULTS;
   function field(name) {
@@ -87,7 +88,10 @@ _FORM_SCRIPT = """<script>(function () {
     var repeat = parseInt(field("repeat"), 10) || D.repeat;
     if (repeat > 1) text += " The grid runs " + repeat + " times.";
     if (field("slo")) text += " Each step is judged against " + field("slo") + ".";
-    if (field("refine")) text += " Then it refines between the last passing and the first failing step.";
+    if (field("refine")) text += rates
+      ? " Then it refines between the last passing and the first failing rate to within " +
+        (field("refine_to") || D.refine_to) + "."
+      : " Then it refines between the last passing and the first failing concurrency.";
     if (field("stop_past_knee")) text += " It stops past the knee.";
     return text + " Users and ramp-up come from the plan, not from Locust's user count.";
   }

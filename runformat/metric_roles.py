@@ -15,10 +15,16 @@ The names are the servers' own (their docs and source):
 - TGI: ``tgi_queue_size``, ``tgi_batch_current_size``.
 - Any other server following vLLM's pattern (``PREFIX:num_requests_waiting`` /
   ``PREFIX:num_requests_running``), the tts-knee simulator among them.
+- Any server at all whose family is named the obvious way (:data:`ENDINGS`): a custom
+  server's ``tts_requests_waiting``, ``*_queue_size``, ``*_queue_depth``, ``*_pending_requests``
+  (queue depth), ``*_requests_running`` (running).
+- Whatever ``--server-role ROLE=SERIES`` says (the collector, the load generator, the
+  dashboard): a family named there has that role, before any of the above.
 
 :func:`roles` reads one sample's ``metrics`` into ``{role: (family, value)}``: a role's value
-is the sum over the family's series (all models), the KV-cache ratio the highest of them.
-Series of unknown servers have no role; they still go on the timeline.
+is the sum over the family's series (all models), the KV-cache ratio the highest of them;
+:func:`why` says how a family got its role, for the evidence. Series of unknown servers have
+no role; they still go on the timeline.
 """
 from __future__ import annotations
 
@@ -40,6 +46,15 @@ SUFFIXES: dict[str, str] = {
     ":num_requests_waiting": "queue_depth",
     ":num_requests_running": "running",
 }
+#: Endings any server's family may have whose meaning is plain from the name.
+ENDINGS: dict[str, str] = {
+    "_requests_waiting": "queue_depth",
+    "_queue_size": "queue_depth",
+    "_queue_depth": "queue_depth",
+    "_pending_requests": "queue_depth",
+    "_requests_running": "running",
+}
+_SERVERS = {"vllm:": "vLLM", "nv_inference_": "Triton", "sglang:": "SGLang", "tgi_": "TGI"}
 # Triton's batch size: the ratio of two counters' rates, (numerator, denominator).
 RATIOS: dict[str, tuple[str, str]] = {
     "batch_size": ("nv_inference_count", "nv_inference_exec_count"),
@@ -51,12 +66,33 @@ def family_of(series: str) -> str:
     return series.split("{", 1)[0]
 
 
-def role_of(family: str) -> str | None:
-    """The role of a metric family (or series name), or None."""
+def parse_roles(items) -> dict[str, str]:
+    """``--server-role ROLE=SERIES`` values (each may hold several, comma-separated) as
+    ``{family: role}``; raises ValueError with one sentence for one that is not ROLE=SERIES
+    with a known ROLE."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        for pair in str(item).split(","):
+            pair = pair.strip()
+            if not pair:
+                continue
+            role, eq, series = (x.strip() for x in pair.partition("="))
+            if not eq or not series or role not in ROLES:
+                raise ValueError(f"--server-role takes ROLE=SERIES with ROLE one of {', '.join(ROLES)}, "
+                                 f"got {pair!r}")
+            out[family_of(series)] = role
+    return out
+
+
+def role_of(family: str, custom: dict[str, str] | None = None) -> str | None:
+    """The role of a metric family (or series name), or None; ``custom``: ``--server-role``'s
+    ``{family: role}``, first."""
     family = family_of(family)
+    if custom and family in custom:
+        return custom[family]
     if family in FAMILIES:
         return FAMILIES[family]
-    for suffix, role in SUFFIXES.items():
+    for suffix, role in (*SUFFIXES.items(), *ENDINGS.items()):
         if family.endswith(suffix):
             return role
     for role, (num, den) in RATIOS.items():
@@ -65,11 +101,24 @@ def role_of(family: str) -> str | None:
     return None
 
 
-def roles(metrics: dict | None) -> dict[str, tuple[str, float]]:
-    """``{role: (family, value)}`` for the roles this sample's series tell (see the module doc).
+def why(family: str, custom: dict[str, str] | None = None) -> str:
+    """How ``family`` (a family, or Triton's ``num/den``) got its role, in a few words."""
+    if custom and family in custom:
+        return f"named by --server-role {custom[family]}={family}"
+    server = next((name for prefix, name in _SERVERS.items() if family.startswith(prefix)), None)
+    if family in FAMILIES or "/" in family:
+        return f"{server}'s name for it" if server else "a known server's name for it"
+    end = next((s for s in (*SUFFIXES, *ENDINGS) if family.endswith(s)), "")
+    return f"its name ends in {end}"
 
-    Where two families have one role (a server exposing both the old and the new name), the
-    first seen wins. Series whose value is null are left out; a role with none left is absent.
+
+def roles(metrics: dict | None, custom: dict[str, str] | None = None) -> dict[str, tuple[str, float]]:
+    """``{role: (family, value)}`` for the roles this sample's series tell (see the module doc);
+    ``custom``: ``--server-role``'s ``{family: role}``.
+
+    Where two families have one role (a server exposing both the old and the new name), one
+    named in ``custom`` wins, else the first seen. Series whose value is null are left out; a
+    role with none left is absent.
     """
     if not metrics:
         return {}
@@ -78,10 +127,11 @@ def roles(metrics: dict | None) -> dict[str, tuple[str, float]]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             by_family.setdefault(family_of(series), []).append(float(value))
     out: dict[str, tuple[str, float]] = {}
-    for family, values in by_family.items():
-        role = FAMILIES.get(family) or next(
-            (r for s, r in SUFFIXES.items() if family.endswith(s)), None)
-        if role is None or role in out:
+    first = [f for f in by_family if custom and f in custom]
+    for family in first + [f for f in by_family if f not in first]:
+        values = by_family[family]
+        role = role_of(family, custom)
+        if role is None or role in out or (family not in (custom or {}) and any(family in p for p in RATIOS.values())):
             continue
         out[role] = (family, max(values) if role in _MAX_ROLES else sum(values))
     for role, (num, den) in RATIOS.items():

@@ -36,6 +36,13 @@ STREAM_FORMATS = ("", "sse", "audio")
 CONNECTION_ERROR = "conn"
 #: --flush: after each sentence (where the protocol has a flush message), or only at the end.
 FLUSH_MODES = ("sentence", "end")
+#: --refine-to without the flag: 5% of the rate.
+DEFAULT_REFINE_TO = "5%"
+#: The error of an attempt still in flight when the run's drain time ran out.
+CUT_BY_RUN_END = "cut_by_run_end"
+#: --drain-time without the flag is the request timeout, at most this; no drain may be longer than
+#: DRAIN_MAX_S (a master waits 60 s for its workers to stop, their drain included).
+DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S = 30.0, 50.0
 #: Where the master and the collector both find the collectors' token, off the command line.
 COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -160,15 +167,30 @@ OPTIONS: tuple[Option, ...] = (
        "p95_ms<=1200,error_rate<=0.01 (default: none)."),
     _O("--refine", "refine", "", False,
        "After the grid, bisect between the largest passing and the smallest failing concurrency "
-       "until they are adjacent (needs --slo; default off).", bool),
+       "until they are adjacent, or rate until --refine-to (needs --slo; default off).", bool),
     _O("--stop-past-knee", "stop_past_knee", "", False,
        "Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) and the "
        "next step fails too (default off).", bool),
-    _O("--repeat", "repeat", "count", 1, "Run the grid of --steps this many times (default {default}).", int),
+    _O("--repeat", "repeat", "count", 1,
+       "Run the grid of --steps (or --rates) this many times (default {default}).", int),
+    # Rates against an SLO: how close --refine brings the passing and the failing rate.
+    _O("--refine-to", "refine_to", "", DEFAULT_REFINE_TO,
+       "Open loop: --refine bisects until the passing and the failing rate are this close, a share of "
+       "the rate (5%) or requests per second (0.5) (default {default})."),
+    # The run's end: what is in flight when it stops is waited for, then recorded as cut.
+    _O("--drain-time", "drain_time", "s", -1.0,
+       f"When the run stops, seconds to wait for the requests in flight; those still running then are "
+       f"recorded as failed attempts with error {CUT_BY_RUN_END} (default: the request timeout, at most "
+       f"{DRAIN_DEFAULT_MAX_S:g} s; at most {DRAIN_MAX_S:g} s).", float),
     # The server's own metrics, scraped by the master (for servers with no collector beside them).
     _O("--server-metrics", "server_metrics", "", [],
        "The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the master "
        "into resources.jsonl each second (repeatable; default none).", "list"),
+    # What a scraped series means, for a server whose names tts-knee does not know.
+    _O("--server-role", "server_roles", "", [],
+       "ROLE=SERIES: read the scraped series (a metric family) as the server's ROLE, one of "
+       "queue_depth, running, batch_size, kv_cache_usage (repeatable; default: the names tts-knee knows).",
+       "list"),
 )
 
 #: What a run that does not record an option had, by its run.json key: the flag's default.

@@ -197,6 +197,8 @@ COLLECTOR: tuple[Field, ...] = (
     Field("samples", "count", False, "samples written"),
     Field("dropped", "count", False, "samples that left its ring before they were read"),
     Field("restarts", "count", False, ""),
+    Field("server_roles", "", False, "its --server-role, ROLE=SERIES each: what its scraped series mean",
+          optional=True),
 )
 
 #: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
@@ -236,14 +238,16 @@ DECISION: tuple[Field, ...] = (
     Field("action", "", False, "'stop' (the rest of the grid skipped), 'refine' (a probe) or 'done'"),
     Field("skipped", "users", False, "stop: the grid's concurrencies skipped", optional=True),
     Field("concurrency", "users", False, "refine: the probe's concurrency", optional=True),
-    Field("answer", "users", True, "done: the largest concurrency meeting the SLO", optional=True),
+    Field("rate", "req/s", False, "refine: the probe's offered rate (open loop)", optional=True),
+    Field("answer", "users", True, "done: the highest level (concurrency, or rate) meeting the SLO", optional=True),
     Field("why", "", False, "the decision in words, with the figures"),
 )
 
 #: One judged step's SLO verdict, as the plan took it.
 VERDICT: tuple[Field, ...] = (
     Field("step", "", False, ""),
-    Field("concurrency", "users", False, ""),
+    Field("concurrency", "users", False, "closed loop", optional=True),
+    Field("rate", "req/s", False, "open loop: the offered rate", optional=True),
     Field("phase", "", False, ""),
     Field("repeat", "count", False, ""),
     Field("pass", "", True, "true, false, or null when inconclusive"),
@@ -254,9 +258,10 @@ VERDICT: tuple[Field, ...] = (
     Field("steps", "", False, "the steps judged together"),
 )
 
-#: One verdict per tested concurrency, repeats pooled.
+#: One verdict per tested level (concurrency, or offered rate), repeats pooled.
 PLAN_LEVEL: tuple[Field, ...] = (
-    Field("concurrency", "users", False, ""),
+    Field("concurrency", "users", False, "closed loop", optional=True),
+    Field("rate", "req/s", False, "open loop", optional=True),
     Field("pass", "", True, ""),
     Field("failed", "", False, ""),
     Field("inconclusive", "", False, ""),
@@ -273,6 +278,7 @@ PLAN: tuple[Field, ...] = (
     Field("verdicts", "", False, "each judged step's SLO verdict", of=VERDICT),
     Field("levels", "", False, "verdict per concurrency", optional=True, of=PLAN_LEVEL),
     Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
+    Field("max_rate", "req/s", True, "open loop: highest offered rate meeting the SLO", optional=True),
 )
 
 RUN: tuple[Field, ...] = (
@@ -296,6 +302,8 @@ RUN: tuple[Field, ...] = (
           of=SERVER_METRICS),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
     Field("records", "count", True, "attempt records written, once the run ended", optional=True),
+    Field("cut_by_run_end", "count", False, "of them, attempts still in flight when the run's drain ended "
+                                            "(error cut_by_run_end)", optional=True),
 )
 
 # ---- builders -------------------------------------------------------------------------------

@@ -68,6 +68,8 @@ SERIES_STATS: tuple[Field, ...] = (
 #: A server role (queue depth, running, batch size, KV cache) and the series that told it.
 SERVER_ROLE: tuple[Field, ...] = (
     _F("series", "", False, "the series the role was read from"),
+    _F("why", "", False, "how it got the role: a known server's name, an obvious ending, --server-role",
+       optional=True),
 ) + SERIES_STATS
 #: ``server`` and ``client``: a role's samples over the window, the highest of its hosts' figures.
 RESOURCE_AGGREGATE: tuple[Field, ...] = HOST_AGGREGATE + (
@@ -161,6 +163,8 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("attempts", "count", False, ""),
     _F("ok", "count", False, ""),
     _F("failed", "count", False, ""),
+    _F("cut_by_run_end", "count", False, "attempts the run's end cut (left out of every other figure)",
+       optional=True),
     _F("error_rate", "", True, "failed / requests"),
     _F("attempt_failures", "count", False, ""),
     _F("attempt_failure_rate", "", True, ""),
@@ -234,7 +238,8 @@ KNEE: tuple[Field, ...] = (
 )
 
 SLO_VERDICT: tuple[Field, ...] = (
-    _F("concurrency", "users", False, ""),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("rate", "req/s", True, "open loop: the offered rate judged", optional=True),
     _F("step", "", True, "null for a pooled level"),
     _F("steps", "", False, "level: the steps judged together", optional=True),
     _F("phase", "", True, "by_step", optional=True),
@@ -243,13 +248,17 @@ SLO_VERDICT: tuple[Field, ...] = (
     _F("failed", "", False, ""),
     _F("inconclusive", "", False, ""),
     _F("values", "", False, "each term's figure", of=Keyed("SLO term")),
+    _F("intervals", "", False, "the 95% interval [lo, hi] of each term's figure that has one",
+       optional=True, of=Keyed("SLO term")),
     _F("more_requests", "count", True, "requests still needed to decide"),
 )
 SLO: tuple[Field, ...] = (
     _F("spec", "", False, ""),
     _F("steps", "", False, "one verdict per level", of=SLO_VERDICT),
     _F("by_step", "", False, "one verdict per executed step", of=SLO_VERDICT),
-    _F("max_concurrency", "users", True, "largest level meeting it with every lower one"),
+    _F("max_concurrency", "users", True, "largest level meeting it with every lower one; open loop: null"),
+    _F("max_rate", "req/s", True, "open loop: the highest offered rate meeting it with every lower one",
+       optional=True),
 )
 
 DIAGNOSIS: tuple[Field, ...] = (
@@ -294,7 +303,8 @@ COMPARISON: tuple[Field, ...] = (
     _F("improvement", "", False, ""),
 )
 REGRESSION_STEP: tuple[Field, ...] = (
-    _F("concurrency", "users", False, ""),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("rate", "req/s", False, "open loop: the offered rate compared", optional=True),
     _F("requests", "count", False, "[baseline, this run]"),
     _F("p50_ms", "ms", True, "", of=COMPARISON),
     _F("p95_ms", "ms", True, "", of=COMPARISON),
@@ -305,7 +315,8 @@ REGRESSION_STEP: tuple[Field, ...] = (
     _F("improvement", "", False, ""),
 )
 BASELINE_LEVEL: tuple[Field, ...] = (
-    _F("concurrency", "users", False, ""),
+    _F("concurrency", "users", False, "open loop: 0"),
+    _F("rate", "req/s", False, "open loop", optional=True),
     _F("p50_ms", "ms", True, ""),
     _F("p95_ms", "ms", True, ""),
     _F("p95_ci", "ms", True, ""),
@@ -322,13 +333,14 @@ REGRESSION: tuple[Field, ...] = (
     _F("tolerance", "", False, "relative change let pass"),
     _F("alpha", "", False, "significance level"),
     _F("steps", "", False, "one per concurrency both runs tested", of=REGRESSION_STEP),
-    _F("regressed", "users", False, "concurrencies that regressed"),
-    _F("compared", "users", False, ""),
+    _F("regressed", "users", False, "concurrencies that regressed (open loop: offered rates)"),
+    _F("compared", "users", False, "(open loop: offered rates)"),
     _F("warnings", "", False, "why the runs may not be like for like"),
     _F("verdict", "", False, "in words"),
 )
 REQUIRE: tuple[Field, ...] = (
-    _F("concurrency", "users", False, "N of --require"),
+    _F("concurrency", "users", False, "N of --require; open loop: 0"),
+    _F("rate", "req/s", False, "open loop: R of --require R/s", optional=True),
     _F("holds", "", False, ""),
     _F("exit", "", False, "the exit status it calls for"),
     _F("claim", "", True, "the claim at N, in words"),
@@ -381,6 +393,8 @@ SUMMARY: tuple[Field, ...] = (
     _F("recommended_rate", "req/s", True, "open loop: the offered rate before the knee "
                                           "(recommended_concurrency is then what it implies)", optional=True),
     _F("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
+    _F("cut_by_run_end", "count", False, "attempts still in flight when the run's drain ended, all steps",
+       optional=True),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
 )

@@ -50,6 +50,9 @@ RECORDS = Payload("tts_knee_records", "worker -> master: a batch of attempt reco
     Field("rtt_s", "s", True, "round trip of the probe the offset came from"),
     Field("host", "", False, "the worker's hostname"),
     Field("dropped", "count", False, "open loop: step -> arrivals not sent so far (running totals)"),
+    Field("at", "unix s", False, "when the batch was made, on the master's clock"),
+    Field("in_flight", "unix s", True, "open loop: when each request the worker had in flight then was sent, "
+                                      "on the master's clock (null in a closed loop)"),
 ))
 
 ACK = Payload("tts_knee_ack", "master -> one worker, once its batch is written and flushed", (
@@ -84,6 +87,7 @@ SAMPLES = Payload("/samples", "GET /samples?since=SEQ: the samples with seq >= S
     Field("samples", "", False, "resource samples on the collector's clock, each with its seq",
           of=RESOURCE_SAMPLE),
     Field("dropped", "count", False, "asked-for samples that already left the ring", optional=True),
+    Field("server_roles", "", False, "its --server-role, ROLE=SERIES each", optional=True),
 ))
 
 TIME = Payload("/time", "GET /time: the collector's clock, for the offset probes", (

@@ -270,3 +270,31 @@ def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_p
     pooled = dataclasses.replace(a, cols={**a.cols, "step": np.where(a["step"] == step3["step"], -2, a["step"])})
     again = step_stats(pooled, {"step": -2, "concurrency": 4, "start": None, "end": None}, rd.resources, streamed=True)
     assert again["streams"] == at4["streams"] and again["underrun_rate"] == 0.0
+
+
+def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
+    """A streamed run judged on TTFA and underruns: the SLO chart's y values are the TTFA p95s
+    (and underrun rates) the step table shows, each term's threshold drawn; the table has a
+    column per term and no wait p95."""
+    from analysis.slo import parse
+    from dashboard.slo_verdicts import slo_figure, slo_html
+    from dashboard.table import table_columns, table_rows
+    # 40 s steps: enough requests at each concurrency for an interval to bound a p95 from above
+    rd = load(build_run(tmp_path / "r", Model(**dict(SHARED_5X, step_s=40))))
+    s = analyze(rd, parse("ttfa_p95_ms<=400,underrun_rate<=0.05"))
+    fig = slo_figure(s)
+    by_name = {t.name.split(" ")[0]: t for t in fig.data}
+    cols = table_columns(s)
+    table = {int(r[cols.index("conc")]): r for r in table_rows(s)}
+    ttfa = list(by_name["ttfa_p95_ms"].y)
+    assert [f"{v:.0f}" for v in ttfa] == [table[c][cols.index("ttfa p95")] for c in (1, 2, 4, 8)]
+    assert ttfa == [lv["ttfa_ms"]["p95"] for lv in s["levels"]]
+    assert list(by_name["underrun_rate"].y) == [lv["underrun_rate"] for lv in s["levels"]]
+    assert by_name["ttfa_p95_ms"].error_y.array is not None   # its interval
+    lines = {(round(sh.y0, 3), sh.yref) for sh in fig.layout.shapes if sh.y0 == sh.y1}
+    assert {(400.0, "y"), (0.05, "y2")} <= lines
+    html = slo_html(s, False)
+    assert "<th>ttfa_p95_ms [95% CI]</th><th>underrun_rate [95% CI]</th>" in html and "<th>p95 wait" not in html
+    assert "met up to <b>4</b>" in html
+    none = analyze(rd, parse("ttfa_p95_ms<=100"))
+    assert "no tested concurrency meets it" in slo_html(none, False) and "none" not in slo_html(none, False)[:300]

@@ -151,3 +151,42 @@ def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
     assert len(warned) == 1 and "unreachable" in warned[0]
     assert {d["url"]: d["failures"] > 0 for d in puller.describe_server_metrics()} == \
         {f"{sim.url}/metrics": False, down: True}
+
+
+# -- a server tts-knee does not know by name ---------------------------------------------------
+
+def test_a_custom_servers_queue_is_read_by_its_name_or_by_server_role(tmp_path):
+    """A 4-slot server publishing tts_requests_waiting (the simulator's --metrics-prefix): the
+    name alone is enough for the diagnosis to cite its queue at 8, and --server-role names it
+    too; the collector's and the load generator's --server-role land in run.json."""
+    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
+                "--jitter", "0", "--metrics-prefix", "tts"]) as sim:
+        args = ["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
+                "--scrape", f"{sim.url}/metrics", "--server-role", "running=tts_requests_running"]
+        with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as col:
+            done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",
+                           "--settle-time", "0.5", "--run-dir", str(tmp_path / "run"), "--collector", col.url,
+                           "--server-role", "running=tts_requests_running"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["options"]["server_roles"] == ["running=tts_requests_running"]
+    assert info["collectors"][0]["server_roles"] == ["running=tts_requests_running"]
+    res = dashboard(tmp_path / "run", "--json", "--no-report")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    roles = {st["concurrency"]: st["server"]["server_roles"] for st in s["steps"]}
+    assert roles[8]["queue_depth"]["series"] == "tts_requests_waiting" and roles[8]["queue_depth"]["max"] >= 2
+    assert roles[8]["queue_depth"]["why"] == "its name ends in _requests_waiting"
+    assert roles[8]["running"]["why"] == "named by --server-role running=tts_requests_running"
+    d = s["diagnosis"]
+    assert d["kind"] == "concurrency_limit", d
+    cited = [e for e in d["evidence"] if "tts_requests_waiting, its name ends in _requests_waiting" in e]
+    assert cited and "at concurrency 8" in cited[0], d["evidence"]
+    res = dashboard(tmp_path / "run", "--json", "--no-report", "--server-role", "queue_depth=tts_requests_waiting")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)["diagnosis"]
+    assert d["kind"] == "concurrency_limit"
+    assert any("tts_requests_waiting, named by --server-role queue_depth=tts_requests_waiting" in e
+               and "at concurrency 8" in e for e in d["evidence"]), d["evidence"]
+    bad = dashboard(tmp_path / "run", "--server-role", "queue=tts_requests_waiting")
+    assert bad.returncode == 2 and "--server-role takes ROLE=SERIES" in bad.stderr

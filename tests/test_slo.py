@@ -7,7 +7,7 @@ from analysis import slo
 
 
 def test_public_names():
-    assert sorted(slo.__all__) == ["METRICS", "SLO", "SLOError", "Term", "judge", "max_concurrency", "parse"]
+    assert sorted(slo.__all__) == ["METRICS", "SLO", "SLOError", "Term", "judge", "max_level", "parse"]
 
 
 def test_parse_normalises_terms():
@@ -87,14 +87,14 @@ def test_too_few_requests_cannot_pass_a_p95_term():
 def test_max_concurrency_unordered_gaps_repeats():
     def v(c, p):
         return {"concurrency": c, "pass": p}
-    assert slo.max_concurrency([]) is None
-    assert slo.max_concurrency([v(8, False), v(1, True), v(4, True), v(2, True)]) == 4
-    assert slo.max_concurrency([v(16, True), v(1, True), v(2, False), v(4, True)]) == 1
-    assert slo.max_concurrency([v(1, False), v(2, True)]) is None
-    assert slo.max_concurrency([v(1, True), v(2, None), v(4, True)]) == 1
+    assert slo.max_level([]) is None
+    assert slo.max_level([v(8, False), v(1, True), v(4, True), v(2, True)]) == 4
+    assert slo.max_level([v(16, True), v(1, True), v(2, False), v(4, True)]) == 1
+    assert slo.max_level([v(1, False), v(2, True)]) is None
+    assert slo.max_level([v(1, True), v(2, None), v(4, True)]) == 1
     # a repeated level passes only if every repeat passes
-    assert slo.max_concurrency([v(1, True), v(4, True), v(4, False), v(2, True)]) == 2
-    assert slo.max_concurrency([v(1, True), v(6, True), v(5, True), v(8, False), v(16, False)]) == 6
+    assert slo.max_level([v(1, True), v(4, True), v(4, False), v(2, True)]) == 2
+    assert slo.max_level([v(1, True), v(6, True), v(5, True), v(8, False), v(16, False)]) == 6
 
 
 from hypothesis import given, settings  # noqa: E402

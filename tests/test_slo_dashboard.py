@@ -126,7 +126,7 @@ def test_require_needs_every_lower_concurrency():
     spec = slo.parse("p95_ms<=500")
     verdicts = [dict(slo.judge(spec, lv), steps=[lv["concurrency"]]) for lv in levels]
     summary = {"levels": levels, "slo": {"spec": spec.spec, "steps": verdicts,
-                                         "max_concurrency": slo.max_concurrency(verdicts)}}
+                                         "max_concurrency": slo.max_level(verdicts)}}
     r = gate.require(summary, 4)
     assert r["exit"] == 1 and "met at 4 but not at 2 below it (p95_ms 900 > 500)" in r["reason"]
     assert gate.require(summary, 1)["exit"] == 0

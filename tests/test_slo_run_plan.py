@@ -10,7 +10,7 @@ import pytest
 
 import runformat
 from analysis import slo as slo_mod
-from locustfiles.plan import StepPlan, StepReader
+from locustfiles.plan import RateAxis, StepPlan, StepReader
 
 
 def stats(c, p95, requests=50, fail_rate=0.0):
@@ -25,9 +25,9 @@ def drive(plan, latency, fail_rate=lambda c: 0.0):
     run = []
     while (nxt := plan.next()) is not None:
         assert len(run) < 100
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
         run.append(step)
-        st = stats(nxt.concurrency, latency(nxt.concurrency), fail_rate=fail_rate(nxt.concurrency))
+        st = stats(nxt.level, latency(nxt.level), fail_rate=fail_rate(nxt.level))
         st["step"] = step["step"]
         plan.finish(step, st)
     return run
@@ -77,10 +77,10 @@ def test_inconclusive_counts_as_failing_for_the_bisection():
     plan = StepPlan((2, 4), slo=slo_mod.parse("p95_ms<=400"), refine=True)
     run = []
     while (nxt := plan.next()) is not None:
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
-        run.append(nxt.concurrency)
-        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 3 else 390.0)
-        if nxt.concurrency >= 3:
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.level)
+        st = stats(nxt.level, 300.0 if nxt.level < 3 else 390.0)
+        if nxt.level >= 3:
             st["latency_ms"]["p95_ci"] = [350.0, 450.0]
         plan.finish(step, st)
     assert run == [2, 4, 3]
@@ -107,10 +107,10 @@ def test_an_inconclusive_step_neither_stops_nor_confirms():
     plan = StepPlan((1, 2, 4, 8, 16, 32, 64), slo=slo_mod.parse("p95_ms<=400"), stop_past_knee=True)
     run = []
     while (nxt := plan.next()) is not None:
-        step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
-        run.append(nxt.concurrency)
-        st = stats(nxt.concurrency, 300.0 if nxt.concurrency < 4 else 390.0 if nxt.concurrency == 8 else 900.0)
-        if nxt.concurrency == 8:
+        step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(nxt.level)
+        st = stats(nxt.level, 300.0 if nxt.level < 4 else 390.0 if nxt.level == 8 else 900.0)
+        if nxt.level == 8:
             st["latency_ms"]["p95_ci"] = [350.0, 450.0]
         plan.finish(step, st)
     assert run == [1, 2, 4, 8, 16]
@@ -200,18 +200,18 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
     plan = StepPlan((2,), repeat=2, slo=slo_mod.parse("p50_ms<=400"), refine=True)
     for n, st in ((1, one), (2, two)):
         nxt = plan.next()
-        plan.finish({"step": n, "concurrency": nxt.concurrency, "phase": "grid", "repeat": nxt.repeat}, st,
+        plan.finish({"step": n, "concurrency": nxt.level, "phase": "grid", "repeat": nxt.repeat}, st,
                     levels=reader.levels(0.0) if reader.repeated() and n == 2 else None)
     # step 2 alone: 2 requests cannot bound a median (that takes 6), so it is inconclusive on its
     # own; its level, the 22 requests of both steps pooled, passes
     assert [v["pass"] for v in plan.verdicts] == [True, None]
-    assert plan.levels() == {2: True} and plan.max_concurrency() == 2
+    assert plan.levels() == {2: True} and plan.max_level() == 2
     assert plan.describe()["levels"][0]["steps"] == [1, 2]
 
 
 def test_public_names():
     from locustfiles import plan
-    assert sorted(plan.__all__) == ["Planned", "StepPlan", "StepReader"]
+    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader"]
 
 
 def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time():
@@ -229,9 +229,9 @@ def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time()
             (StepPlan((1, 2, 4, 8, 16, 32), stop_past_knee=True), [1, 2, 4], "latency 4.0x")):
         run = []
         while (nxt := plan.next()) is not None:
-            step = {"step": len(run) + 1, "concurrency": nxt.concurrency, "phase": nxt.phase, "repeat": nxt.repeat}
+            step = {"step": len(run) + 1, "concurrency": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
             run.append(step)
-            st = streamed_step(nxt.concurrency)
+            st = streamed_step(nxt.level)
             st["step"] = step["step"]
             plan.finish(step, st)
         assert [s["concurrency"] for s in run] == expect
@@ -255,3 +255,74 @@ def test_a_streamed_step_is_judged_on_every_stream_it_sent_before_its_cutoff(tmp
         assert st["ttfa_ms"]["count"] == 11 and st["ttfa_ms"]["max"] == 3000.0 and st["latency_ms"]["max"] == 5000.0
     (level,) = reader.levels(0.0)
     assert level["ttfa_ms"]["count"] == 22 and level["ttfa_ms"]["max"] == 3000.0
+
+
+# ---- a rate axis (open loop) ---------------------------------------------------------------
+
+def rate_stats(rate, p95, growing=False, requests=100):
+    lat = {"count": requests, "mean": p95 * 0.8, "p50": p95 * 0.8, "p90": p95 * 0.95, "p95": p95, "p99": p95,
+           "max": p95}
+    served = min(rate, 16.0)
+    return {"step": None, "concurrency": 0, "rate": rate, "requests": requests, "ok": requests, "failed": 0,
+            "error_rate": 0.0, "attempt_failure_rate": 0.0, "latency_ms": dict(lat, p95=200.0), "sched_wait_ms": lat,
+            "throughput_rps": served, "dropped": 0,
+            "growth": {"p50_thirds": [250.0, 600.0, 1200.0] if growing else [250.0, 250.0, 250.0],
+                       "growing": growing, "slope_ms_per_s": None}}
+
+
+def sixteen_per_second(rate):
+    """4 slots of 250 ms: below 16 req/s no queue; above it the queue grows through the step."""
+    return rate_stats(rate, 260.0) if rate < 16 else rate_stats(rate, 300.0 + 50 * rate, growing=True)
+
+
+def drive_rates(plan, stats_of):
+    run = []
+    while (nxt := plan.next()) is not None:
+        assert len(run) < 100
+        step = {"step": len(run) + 1, "concurrency": 0, "rate": nxt.level, "phase": nxt.phase, "repeat": nxt.repeat}
+        run.append(step)
+        plan.finish(step, dict(stats_of(nxt.level), step=step["step"]))
+    return run
+
+
+def test_rates_are_judged_on_latency_from_the_schedule_and_refined_to_five_percent():
+    # p95 from schedule is what the SLO reads (the wait p95 is 200 ms at every rate, which would pass)
+    plan = StepPlan((4, 8, 12, 16, 24), slo=slo_mod.parse("p95_ms<=400"), refine=True, axis=RateAxis(lowest=4))
+    run = drive_rates(plan, sixteen_per_second)
+    assert [s["rate"] for s in run] == [4, 8, 12, 16, 24, 14, 15, 15.5]
+    d = plan.describe()
+    assert d["max_rate"] == 15.5 and "max_concurrency" not in d
+    assert [v["pass"] for v in d["verdicts"]] == [True, True, True, False, False, True, True, True]
+    assert d["verdicts"][3]["failed"] == ["p95_ms 1100 > 400", "latency from schedule kept growing (median 250 -> "
+                                          "600 -> 1200 ms over the step's thirds)"]
+    assert d["decisions"][0] == {"after_step": 5, "action": "refine", "rate": 14.0,
+                                 "why": "12 req/s meets the SLO and 16 req/s fails: bisecting at 14 req/s"}
+    assert d["decisions"][-1]["answer"] == 15.5 and (16 - 15.5) <= 0.05 * 15.5
+    assert [lv["rate"] for lv in d["levels"]] == [4, 8, 12, 14, 15, 15.5, 16, 24]
+    # an absolute resolution, and a growing queue fails a rate whatever its p95
+    plan = StepPlan((4, 8, 12, 16, 24), slo=slo_mod.parse("p99_ms<=5000"), refine=True,
+                    axis=RateAxis(2.0, relative=False))
+    assert [s["rate"] for s in drive_rates(plan, sixteen_per_second)] == [4, 8, 12, 16, 24, 14]
+    assert plan.describe()["max_rate"] == 14
+
+
+def test_stop_past_knee_and_repeat_on_rates():
+    plan = StepPlan((4, 8, 16, 24, 32, 48), repeat=2, stop_past_knee=True, axis=RateAxis())
+    run = drive_rates(plan, sixteen_per_second)
+    assert [s["rate"] for s in run] == [4, 8, 16, 24] * 2
+    assert plan.decisions[0]["why"] == ("step 4 (24 req/s) is past the knee (it served 16.00 of 24 req/s offered), "
+                                        "confirming the step before it: the rest of the grid (32 req/s, 48 req/s) is "
+                                        "skipped; pass 2 of 2 follows")
+
+
+def test_reader_gives_a_rate_step_its_open_loop_figures(tmp_path):
+    recs = [dict(_rec(1, 100.0 + i * 0.1, 200.0 + 10 * (i % 5)), concurrency=1, scheduled=100.0 + i * 0.1,
+                 sched_wait_ms=200.0 + 10 * (i % 5)) for i in range(30)]
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    reader = StepReader(tmp_path, RateAxis())
+    st = reader.stats({"step": 1, "concurrency": 0, "start": 100.0, "rate": 10.0, "dropped": 3}, cutoff=103.5,
+                      settle_s=0.0)
+    assert st["rate"] == 10.0 and st["dropped"] == 3 and st["offered"] == 33
+    assert st["sched_wait_ms"]["p95_ci"][0] is not None and st["growth"]["growing"] is False
+    v = RateAxis().judge(slo_mod.parse("p50_ms<=300"), st)
+    assert v["pass"] is True and v["rate"] == 10.0

@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -195,17 +196,43 @@ def test_ogg_opus_granules():
     assert tl.at[0] == 1.0     # the header pages carry no audio
 
 
-def test_flac_is_timed_from_its_first_frame_without_durations():
-    streaminfo = b"\x00" + (34).to_bytes(3, "big") + bytes(34)
-    picture = b"\x86" + (500).to_bytes(3, "big") + bytes(500)      # last metadata block
-    body = b"fLaC" + streaminfo + picture + b"\xff\xf8" + bytes(300)
-    frames = body.index(b"\xff\xf8")
-    for cut in (3, 30, 100, frames, frames + 1):
-        tl = Timeline()
-        p = containers.parser_for("audio/flac", "flac", RATE, tl)
-        feed(p, [body[:cut], body[cut:cut + 10], body[cut + 10:]])
-        assert tl.audio_ms[0] is None and p.duration_s() is None
-        assert tl.at[0] == (0.0 if cut > frames else 1.0 if cut + 10 > frames else 2.0), cut
+FIXTURES = Path(__file__).parent / "fixtures"
+# Encoded by the reference encoder (flac 1.4.2, from sox-made WAVs): white noise, whose frames are
+# full of bytes that look like a sync code, at 24 kHz mono in blocks of 4096; and two tones at
+# 11025 Hz stereo in blocks of 1152, its last frame shorter, its rate in the header as 16-bit Hz.
+FLAC = [("noise-24k-mono.flac", 16800, 24000, 4096), ("tones-11k-stereo.flac", 6739, 11025, 1152)]
+
+
+@pytest.mark.parametrize("name, samples, rate, block", FLAC)
+def test_flac_durations_come_from_its_frame_headers(name, samples, rate, block):
+    body = (FIXTURES / name).read_bytes()
+    truth = samples * 1000.0 / rate
+    frame_ms = block * 1000.0 / rate
+    # a streaming encoder writes 0 for the total in STREAMINFO (bits 108-143 of its body)
+    unknown = bytearray(body)
+    unknown[21] &= 0xF0
+    unknown[22:26] = bytes(4)
+    for b in (body, bytes(unknown)):
+        for size in (1, 7, 100, 1000, len(b)):
+            tl = Timeline()
+            p = containers.parser_for("audio/flac", "flac", RATE, tl)
+            feed(p, [b[i:i + size] for i in range(0, len(b), size)])
+            assert p.duration_s() == pytest.approx(truth / 1000.0)
+            assert sum(tl.audio_ms) == pytest.approx(truth)
+            # each arrival is credited with the frames it completed: never ahead of the body, and
+            # behind it by at most the frame still arriving (the last one, at the end)
+            assert all(ms >= 0 for ms in tl.audio_ms) and tl.audio_ms[-1] <= frame_ms + 1e-9
+            if size == 1000:
+                assert tl.at[0] == 0.0 and max(tl.audio_ms) <= 2 * frame_ms
+    assert containers.check_audio(body, "audio/flac", "flac").format == "flac"
+
+
+def test_flac_without_a_frame_after_its_metadata_fails():
+    body = (FIXTURES / FLAC[0][0]).read_bytes()
+    tl = Timeline()
+    with pytest.raises(containers.StreamError, match="FLAC stream has no frame header after its metadata"):
+        feed(containers.parser_for("audio/flac", "flac", RATE, tl), [body[:body.index(b"\xff\xf8")] + bytes(40)])
+    assert tl.at == []
 
 
 # ---- server-sent events --------------------------------------------------------------------

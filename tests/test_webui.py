@@ -110,6 +110,31 @@ def test_the_start_form_shows_the_step_plan_in_place_of_the_user_count(webui):
         assert 'style="display: none;"' in box[box.rindex("MuiFormControl-root"):], name
 
 
+def test_the_plan_line_shows_the_default_plan_without_steps_or_step_time(tmp_path):
+    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
+        port = free_port()
+        proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port),
+                             "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
+        try:
+            for _ in range(200):
+                try:
+                    status, page = get(f"http://127.0.0.1:{port}/")
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            assert status == 200 and "tts-knee-plan" in page
+            if not CHROMIUM:
+                pytest.skip("chromium is not installed: the start form was not rendered")
+            res = _dom(f"http://127.0.0.1:{port}/")
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    assert "Uncaught" not in res.stderr, res.stderr[-2000:]
+    note = res.stdout.split('id="tts-knee-plan"', 1)[1].split("</p>", 1)[0]
+    assert "The steps drive this run: concurrency 1 → 2 → 4 → 8 → 16, 30 s per step." in note, note
+    assert "?" not in note
+
+
 def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
     # The form chooses rates instead of steps: the steps field emptied, the rates field filled.
     status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "", "rates": "8",

@@ -95,6 +95,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="probability that a request gets a fault (default 1)")
     p.add_argument("--stall-s", type=number(float, 0), default=10.0,
                    help="the stall fault's delay before the first byte (default 10)")
+    p.add_argument("--metrics-prefix", metavar="PREFIX",
+                   help="name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
+                        "server might (default: vLLM's pattern, sim:num_requests_waiting ...)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
     return p

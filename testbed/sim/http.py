@@ -99,7 +99,7 @@ class SpeechApp:
         try:
             if path == "/metrics" and method == "GET":
                 return self._respond(start_response, "200 OK",
-                                     metrics.exposition(self.capacity).encode(),
+                                     metrics.exposition(self.capacity, self.args.metrics_prefix).encode(),
                                      ctype="text/plain; version=0.0.4; charset=utf-8")
             if path == "/health":
                 if method != "GET":

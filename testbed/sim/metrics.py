@@ -1,7 +1,8 @@
 """What the simulator says of its own state, from its :class:`~testbed.sim.capacity.Capacity`:
 ``/health``'s JSON object and ``/metrics``' Prometheus text, named the way vLLM names its own
 (``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...)
-so that a collector's ``--scrape`` has a server queue to read."""
+so that a collector's ``--scrape`` has a server queue to read; with ``--metrics-prefix P`` the
+way a custom server might name them instead (``P_requests_waiting``, ``P_requests_running`` ...)."""
 from __future__ import annotations
 
 from testbed.sim.capacity import Capacity
@@ -18,12 +19,14 @@ def health(capacity: Capacity) -> dict:
     return health
 
 
-def exposition(capacity: Capacity) -> str:
-    """The queue and slots as gauges, requests as counters."""
+def exposition(capacity: Capacity, prefix: str | None = None) -> str:
+    """The queue and slots as gauges, requests as counters; ``prefix``: a custom server's names."""
     slots, engine = capacity.slots, capacity.engine
     families = [
-        ("num_requests_waiting", "gauge", "Requests waiting for a slot.", slots.queued),
-        ("num_requests_running", "gauge", "Requests holding a slot.", slots.busy),
+        ("num_requests_waiting" if prefix is None else "requests_waiting", "gauge", "Requests waiting for a slot.",
+         slots.queued),
+        ("num_requests_running" if prefix is None else "requests_running", "gauge", "Requests holding a slot.",
+         slots.busy),
         ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", slots.n),
         ("num_requests_generating", "gauge", "Requests sharing the capacity now.",
          None if engine is None else engine.generating),
@@ -32,12 +35,13 @@ def exposition(capacity: Capacity) -> str:
          capacity.rejected),
     ]
     lines = []
+    p = "sim:" if prefix is None else prefix + "_"
     for name, kind, text, value in families:
         if value is not None:
-            lines += [f"# HELP sim:{name} {text}", f"# TYPE sim:{name} {kind}",
-                      f"sim:{name} {float(value)!r}"]
-    lines += ["# HELP sim:request_queue_time_seconds Time requests waited for a slot.",
-              "# TYPE sim:request_queue_time_seconds summary",
-              f"sim:request_queue_time_seconds_sum {capacity.queue_s_total!r}",
-              f"sim:request_queue_time_seconds_count {float(capacity.queue_waits)!r}"]
+            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} {kind}",
+                      f"{p}{name} {float(value)!r}"]
+    lines += [f"# HELP {p}request_queue_time_seconds Time requests waited for a slot.",
+              f"# TYPE {p}request_queue_time_seconds summary",
+              f"{p}request_queue_time_seconds_sum {capacity.queue_s_total!r}",
+              f"{p}request_queue_time_seconds_count {float(capacity.queue_waits)!r}"]
     return "\n".join(lines) + "\n"
