@@ -77,6 +77,11 @@ attempt.transport_for = preflight.transport_for = Paced
 TEXT = "One two three. Four five six."   # 6 tokens at 20/s: the first sentence done at 100 ms, the text at 250
 
 
+def late_by(measured_ms: float, scripted_ms: float) -> bool:
+    """The figure is the script's, or later by less than 120 ms (timers on a loaded 2-core machine)."""
+    return scripted_ms - 5 <= measured_ms <= scripted_ms + 120
+
+
 def _run(tmp: Path, flush: str):
     (tmp / "paced.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
     (tmp / "texts.txt").write_text(TEXT + "\n")
@@ -102,16 +107,18 @@ def test_each_record_times_the_listener_against_the_text(per_sentence):
     ok = [r for r in records if r["ok"]]
     assert len(ok) >= 3 and len(ok) == len(records)
     for r in ok:
-        # the text went out over 250 ms from its first piece; the first sentence was heard 50 ms after its flush
+        # the text went out over 250 ms from its first piece; the first sentence was heard 50 ms after its flush.
+        # A sleep never ends early but may end late on a busy machine: each figure is at least the script's, and
+        # late by less than a slip that would mean another schedule (the next piece is 50 ms on).
         assert 0 <= r["text_first_ms"] <= r["text_done_ms"]
-        assert r["text_done_ms"] - r["text_first_ms"] == pytest.approx(250, abs=25)
-        assert r["ttfa_ms"] == pytest.approx(150, abs=25)
+        assert late_by(r["text_done_ms"] - r["text_first_ms"], 250)
+        assert late_by(r["ttfa_ms"], 150)
         assert r["ttfa_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_first_ms"], abs=0.2)
         assert r["done_to_audio_ms"] == 0.0   # the first sentence was playing when the text was done
-        assert r["tail_ms"] == pytest.approx(50, abs=25)
+        assert late_by(r["tail_ms"], 50)
         assert r["chunk_audio_ms"] == [300.0, 300.0] and r["underruns"] == 0
     # the session opened once, on the first turn
-    assert ok[0]["connect_ms"] == pytest.approx(20, abs=15) and ok[0]["text_first_ms"] >= ok[0]["connect_ms"]
+    assert late_by(ok[0]["connect_ms"], 20) and ok[0]["text_first_ms"] >= ok[0]["connect_ms"]
     assert all(r["connect_ms"] is None for r in ok[1:])
     options = json.loads((run_dir / "run.json").read_text())["options"]
     assert (options["text_rate"], options["text_jitter"], options["flush"]) == (20.0, 0.0, "sentence")
@@ -119,15 +126,17 @@ def test_each_record_times_the_listener_against_the_text(per_sentence):
 
 def test_the_step_gets_the_tail_and_the_slo_judges_it(per_sentence):
     records, run_dir = per_sentence
-    judged = dashboard(run_dir, "--slo", "tail_p95_ms<=120")
-    assert judged.returncode == 0, judged.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
+    # no tail is shorter than the script's 50 ms, so a 40 ms bound fails the step and a generous one passes it
+    for bound, passes in ((40, False), (400, True)):
+        judged = dashboard(run_dir, "--slo", f"tail_p95_ms<={bound}")
+        assert judged.returncode == 0, judged.stderr
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["slo"]["steps"][0]["pass"] is passes
     tail, streams = summary["steps"][0]["tail_ms"], summary["steps"][0]["streams"]
     # a turn still speaking when the step ended finishes in the run's drain, and is not the step's
     assert streams["counted"] + streams["cut_by_step_end"] == len([r for r in records if r["ok"]])
-    assert tail["count"] == streams["counted"] and tail["p95"] == pytest.approx(50, abs=25)
+    assert tail["count"] == streams["counted"] and late_by(tail["p95"], 50)
     assert "tail p95" in judged.stdout.splitlines()[1]
-    assert summary["slo"]["steps"][0]["pass"] is True
     assert summary["slo"]["steps"][0]["values"]["tail_p95_ms"] == pytest.approx(tail["p95"])
 
 
@@ -136,6 +145,6 @@ def test_flushing_only_at_the_end_leaves_the_listener_waiting_for_the_whole_text
     ok = [r for r in records if r["ok"]]
     assert ok
     for r in ok:
-        assert r["ttfa_ms"] == pytest.approx(300, abs=25)   # one unit, spoken 50 ms after the text was done
-        assert r["done_to_audio_ms"] == pytest.approx(50, abs=25)
+        assert late_by(r["ttfa_ms"], 300)   # one unit, spoken 50 ms after the text was done
+        assert late_by(r["done_to_audio_ms"], 50)
         assert r["tail_ms"] == pytest.approx(50, abs=25) and r["chunk_audio_ms"] == [600.0]
