@@ -242,7 +242,8 @@ def _client(steps, knee_i) -> list[str]:
         if lit and abs(lit["ratio"] - 1) > LITTLE_TOLERANCE:
             ev.append(f"Little's law does not hold at concurrency {s['concurrency']}: over the step's "
                       f"{lit.get('window_s') or 0:.0f} s window, requests kept "
-                      f"{lit['effective_concurrency']:.1f} users busy on average, not {s['concurrency']} "
+                      f"{lit['effective_concurrency']:.1f} users busy on average, not "
+                      f"{round(lit['expected_concurrency'], 1):g} "
                       f"({lit['ratio']:.0%}; {s['completed_rps'] or 0:.2f} req/s completed), so users "
                       f"were idle between requests.")
             break

@@ -253,6 +253,7 @@ def little_check(steps: list[dict]) -> list[dict]:
             continue
         out.append({"concurrency": s["concurrency"],
                     "effective_concurrency": round(lit["effective_concurrency"], 3),
+                    "expected_concurrency": round(lit["expected_concurrency"], 3),
                     "ratio": round(lit["ratio"], 3),
                     "ok": abs(lit["ratio"] - 1) <= LITTLE_TOLERANCE})
     return out

@@ -14,7 +14,8 @@ on their pooled records, so every figure means what it means for one step:
   computed over the union of those steps' settled records, exactly as for one step.
 - Figures that belong to a step's window add the windows up: ``throughput_rps`` and
   ``completed_rps`` are the completions inside the windows over their total length,
-  ``audio_s_per_s`` likewise, Little's law's effective concurrency is the window-weighted mean.
+  ``audio_s_per_s`` likewise, Little's law's effective (and expected) concurrency is the
+  window-weighted mean.
 - Server and client resources are aggregated over the samples inside any of the windows (peaks
   are the highest, means are over all those samples); the GPU memory level right after the step
   is the last of them's.
@@ -92,7 +93,9 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
     if lit:
         w = sum(x["window_s"] for x in lit)
         eff = sum(x["effective_concurrency"] * x["window_s"] for x in lit) / w
-        out["little"] = {"effective_concurrency": eff, "ratio": eff / c, "window_s": w}
+        expected = sum(x.get("expected_concurrency", c) * x["window_s"] for x in lit) / w
+        out["little"] = {"effective_concurrency": eff, "expected_concurrency": expected, "ratio": eff / expected,
+                         "window_s": w}
     else:
         out["little"] = None
     inside = _windowed_res(res, spans)

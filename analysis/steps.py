@@ -26,7 +26,10 @@ Definitions used throughout the dashboard:
 - **Little's law** (``little``): the mean number of busy users over the window is the sum, over
   all logical requests (first attempt's ``t0`` to the final attempt's ``tend``, so backoff
   sleeps count as busy), of the time each overlaps the window, divided by its length; the ratio
-  to the step's concurrency should be about 1.  Attempts in flight when a run stops leave no
+  to the step's concurrency should be about 1.  Where each user keeps ``contexts`` utterances
+  in flight (``--contexts``) and waits ``think_s`` between them (``--think-time``), it is
+  compared with concurrency x contexts x L / (L + think), L the step's mean request time
+  (``expected_concurrency``).  Attempts in flight when a run stops leave no
   record, so for the last step (and a step still running) the window Little's law uses ends one
   longest request earlier.
 - Resources are aggregated over the window, **per host first**: the saturation figures
@@ -70,7 +73,7 @@ from . import server_metrics
 from .confidence import percentile_cis
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
-THROTTLE_STATUSES = (429, 503)
+THROTTLE_STATUSES = (429, 503, 1013)  # 1013: a WebSocket session closed "try again later"
 PCTS = (50, 90, 95, 99)
 INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relative) ...
 INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
@@ -274,27 +277,34 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
             "open": is_open}
 
 
-def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool) -> dict | None:
-    """Mean busy users over [ws, we] against the step's concurrency (see the module doc)."""
+def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, contexts: int = 1,
+            think_s: float = 0.0) -> dict | None:
+    """Mean busy users over [ws, we] against what the step's users should keep busy (see the
+    module doc)."""
     fin, start, end = spans(a)
+    own = (end - start)[a["step"][fin] == step["step"]]
     if trim_tail:  # requests in flight when the run stopped (or still running) have no record
-        own = (end - start)[a["step"][fin] == step["step"]]
         we = we - (float(own.max()) if len(own) else 0.0)
     if not we > ws or not step.get("concurrency"):
         return None
     busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
     n_eff = float(busy) / (we - ws)
-    return {"effective_concurrency": n_eff, "ratio": n_eff / step["concurrency"],
+    expected = float(step["concurrency"] * contexts)
+    if think_s and len(own):
+        mean = float(own.mean())
+        expected *= mean / (mean + think_s)
+    return {"effective_concurrency": n_eff, "expected_concurrency": expected, "ratio": n_eff / expected,
             "window_s": we - ws}
 
 
 def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
                next_start: float | None = None, last: bool = False, streamed: bool | None = None,
-               roles: dict[str, str] | None = None) -> dict:
+               roles: dict[str, str] | None = None, contexts: int = 1, think_s: float = 0.0) -> dict:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
     ``streamed`` whether the run was streamed: None decides from the step's records; ``roles``
-    the server series' roles ``--server-role`` gave, ``{family: role}``). A
+    the server series' roles ``--server-role`` gave, ``{family: role}``; ``contexts`` and
+    ``think_s`` what each user kept in flight and waited, for Little's law). A
     ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
     (None: every one counts)."""
     cut_end = run_end_cut(a)
@@ -354,7 +364,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     out.update(_stream_stats(a, okf, streamed, cut))
     out["integrity"] = integrity(a, okf)
-    out["little"] = _little(a, step, start, end, last or win["open"]) if dur else None
+    out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():
         d = dist(col[m])

@@ -276,8 +276,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     slo = run_slo(rd, slo)
     roles = run_roles(rd, roles)
     streamed = rd.streamed()
+    users = rd.users()   # what each user kept in flight and waited: Little's law's expectation
     steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
-                        i + 1 == len(plan), streamed, roles) for i, s in enumerate(plan)]
+                        i + 1 == len(plan), streamed, roles, **users) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
     mode = rd.mode()
@@ -289,7 +290,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
                             streamed=streamed, roles=roles)
         knee = openloop.find_knee(done)
     else:
-        done = group_levels(a, steps, rd.resources, settle, streamed=streamed, roles=roles)
+        done = group_levels(a, steps, rd.resources, settle, streamed=streamed, roles=roles, **users)
         knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]

@@ -1,12 +1,12 @@
 """Run every benchmark and print one table: figure, measured, goal, pass/fail.
 
-Run from the repository root (about 4 minutes on two cores)::
+Run from the repository root (about 6 minutes on two cores)::
 
     make bench                      # or: .venv/bin/python -m bench
-    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 2.5 minutes)
+    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 3.5 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/stream_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py and
+bench/stream_cost.py, bench/session_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py and
 bench/distributed_master.py. One that is missing or fails is a row saying so, not a crash. The table looks like::
 
     figure                                      measured                                            goal            result
@@ -123,6 +123,24 @@ def stream_cost(quick: bool) -> list[Row]:
     return rows
 
 
+def session_cost(quick: bool) -> list[Row]:
+    out, why = _run("session_cost.py", ["--json", "--pairs", "1" if quick else "2", "--measure", "6" if quick else "8"])
+    if out is None:
+        return _broken("WebSocket session CPU per chunk / HTTP stream", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    rows = []
+    for mode, f in m["modes"].items():
+        gated = mode == "session"
+        spread = ", ".join(f"{x:.2f}" for x in f["ratios"])
+        rows.append(Row(f"WebSocket CPU per chunk / HTTP stream, 256, a connection per {mode}",
+                        f"{f['ratio']:.2f}x (pairs {spread})", f"<= {m['goal_ratio']:g}x" if gated else "-",
+                        f["ratio"] <= m["goal_ratio"] if gated else None))
+        rows.append(Row(f"  WebSocket chunk arrival error p95 at 256, a connection per {mode}",
+                        f"{f['err_p95_ms']:.2f} ms", f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                        f["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+    return rows
+
+
 _COLLECTOR_LINE = re.compile(r"collector process at (\d+) Hz.*?([\d.]+)% of a core")
 
 
@@ -189,7 +207,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller dashboard run")
     args = parser.parse_args()
     rows: list[Row] = []
-    for bench in (generator_cost, client_overhead, stream_cost, collector_overhead, dashboard_scale,
+    for bench in (generator_cost, client_overhead, stream_cost, session_cost, collector_overhead, dashboard_scale,
                   distributed_master):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]

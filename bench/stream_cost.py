@@ -89,9 +89,9 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
     for rec in records:
         entry = sent.get(rec["sim_request_id"])
         if entry:
-            errors += _errors(rec, entry)
+            errors += chunk_errors(rec, entry)
     # the meter's window: from settle + 0.3 s after the test started (about the first t0) on
-    chunks_per_s = _arrivals_in(every, min(x["t0"] for x in every) + settle + 0.3, r.get("wall_s") or 0.0)
+    chunks_per_s = arrivals_in(every, min(x["t0"] for x in every) + settle + 0.3, r.get("wall_s") or 0.0)
     cpu_us = 1e6 * r["cpu_s"] / r["wall_s"] / chunks_per_s if r.get("wall_s") and chunks_per_s else None
     floor_errors, floor_cpu = [], None
     for attempt in floor or ():
@@ -110,7 +110,7 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
             "err_max_ms": max(errors, default=float("nan")), "err_min_ms": min(errors, default=float("nan"))}
 
 
-def _arrivals_in(records: list[dict], start: float, seconds: float) -> float:
+def arrivals_in(records: list[dict], start: float, seconds: float) -> float:
     """Chunk arrivals per second, of any attempt, within [start, start + seconds)."""
     if seconds <= 0:
         return 0.0
@@ -118,7 +118,7 @@ def _arrivals_in(records: list[dict], start: float, seconds: float) -> float:
     return n / seconds
 
 
-def _errors(rec: dict, entry: dict) -> list[float]:
+def chunk_errors(rec: dict, entry: dict) -> list[float]:
     """Client arrival minus server send (ms) for each audio write of one attempt."""
     return _matched([rec["t0"] + ms / 1000.0 for ms in rec["chunk_at_ms"]], rec["chunk_audio_ms"], entry)
 

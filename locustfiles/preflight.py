@@ -18,7 +18,9 @@ def preflight(s) -> dict:
     start = wall()
     out = {"ok": False, "status": None, "ms": None, "message": None}
     transport = transport_for(s)
-    target = f"{s.host}{s.path}"
+    target = s.target
+    shape = f"--tts-api {s.api}" if s.protocol == "http" else \
+        f"--tts-preset {s.preset_source}" if s.protocol == "ws" else "--tts-protocol wyoming"
     answer = ended = None
     try:
         with gevent.Timeout(s.request_timeout_s):
@@ -40,18 +42,19 @@ def preflight(s) -> dict:
     if answer.ok:
         if ended.audio is None:
             out["message"] = (f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, "
-                              f"and is --tts-api {s.api} right?")
+                              f"and is {shape} right?")
             return out
         out["ok"] = True
         return out
     # the body's first words where the answer has one, else how the transport put the refusal
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
     if code in (404, 405, 501):
-        out["message"] = f"{target} answered {status}: no TTS endpoint there; check --tts-path and --tts-api (now {s.api})"
+        out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
+            f"--tts-path and --tts-api (now {s.api})" if s.protocol == "http" else f"{shape} and -H")
     elif code in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"
     elif code is None or code < 500 and code != 429:
-        out["message"] = f"{target} rejected the request with {status} ({snippet}); check --tts-api and its fields"
+        out["message"] = f"{target} rejected the request with {status} ({snippet}); check {shape} and its fields"
     else:
         out["ok"] = True   # busy or failing, but a server: the run will measure it
         log.warning("warm-up request got %s from %s; running anyway", status, target)

@@ -19,10 +19,10 @@ from runformat import options as run_options
 from runformat.fields import Builder
 from runformat.metric_roles import parse_roles
 from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
-                               DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, SETTLE_FRACTION, SETTLE_MAX_S,
-                               STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+                               DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, PROTOCOLS,
+                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 
-from . import corpus
+from . import corpus, presets
 from .retry import RetryPolicy
 
 
@@ -101,11 +101,24 @@ class Settings:
     refine_to: tuple           # open loop: (resolution, relative: a share of the rate, else req/s)
     drain_s: float             # the run's end: how long requests in flight are waited for
     server_roles: tuple        # --server-role as given: "ROLE=SERIES" each
+    protocol: str
+    preset: presets.Preset | None   # --tts-protocol ws: the dialect
+    preset_source: str
+    turns: int                 # utterances per session; 0: one session for the user's life
+    think_time_s: float
+    contexts: int
 
     @property
     def mode(self) -> str:
         """run.json's ``mode``: ``open`` with --rates, else ``closed``."""
         return "open" if self.rates else "closed"
+
+    @property
+    def target(self) -> str:
+        """What the run's requests go to, as messages name it: the URL, or Wyoming's address."""
+        if self.protocol == "ws":
+            return self.preset.url(self.host, {"voice": self.voice, "model": self.model})
+        return self.host if self.protocol == "wyoming" else f"{self.host}{self.path}"
 
     def payload(self, text: str) -> bytes:
         """The request body for one text, in the configured API's shape."""
@@ -147,6 +160,8 @@ class Settings:
             "text_rate": self.text_rate, "text_jitter": self.text_jitter, "flush": self.flush,
             "refine_to": self.refine_to_text if self.rates else None,
             "drain_time": self.drain_s, "server_roles": list(self.server_roles),
+            "tts_protocol": self.protocol, "tts_preset": self.preset_source or None, "turns": self.turns,
+            "think_time": self.think_time_s, "contexts": self.contexts,
         })
 
     @property
@@ -266,14 +281,65 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
+def _target(host: str | None, protocol) -> str:
+    """The checked ``-H`` for ``--tts-protocol``."""
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+        raise SettingsError(f"--tts-protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if not host:
+        raise SettingsError("no target: give the TTS server's base URL with -H/--host, e.g. -H http://127.0.0.1:8300"
+                            + (" (Wyoming: -H tcp://HOST:PORT)" if protocol == "wyoming" else ""))
+    parts = urlsplit(host)
+    try:
+        port = parts.port
+    except ValueError:
+        raise SettingsError(f"--host has a port that is not a number: {host!r}") from None
+    if protocol == "wyoming":
+        if parts.scheme != "tcp" or not parts.hostname or port is None:
+            raise SettingsError(f"--tts-protocol wyoming takes -H tcp://HOST:PORT, got {host!r}")
+    elif parts.scheme not in PROTOCOLS[protocol] or not parts.hostname:
+        hint = " (tcp:// is for --tts-protocol wyoming)" if parts.scheme == "tcp" else ""
+        raise SettingsError(f"--host must be a base URL like http://127.0.0.1:8300, got {host!r}{hint}")
+    return host.rstrip("/")
+
+
+def _sessions(o, protocol: str, rates: tuple) -> tuple:
+    """``(preset, turns, think time, contexts)`` of --tts-preset, --turns, --think-time, --contexts."""
+    preset = None
+    source = str(o.tts_preset or "").strip()
+    if source:
+        try:
+            preset = presets.load(source)
+        except presets.PresetError as e:
+            raise SettingsError(str(e)) from None
+        if preset.protocol != protocol:
+            raise SettingsError(f"--tts-preset {source} is a {preset.protocol} dialect: add --tts-protocol "
+                                f"{preset.protocol}")
+    elif protocol == "ws":
+        raise SettingsError(f"--tts-protocol ws needs --tts-preset: one of {', '.join(presets.names())}, or a .toml "
+                            f"file of your own (configs/presets/README.md)")
+    turns = int(_positive("turns", o.turns, int, allow_zero=True))
+    think = _positive("think-time", o.think_time, allow_zero=True)
+    contexts = int(_positive("contexts", o.contexts, int))
+    if contexts > 1:
+        most = preset.contexts if preset is not None and preset.routed else 1
+        if most == 1:
+            raise SettingsError(f"--contexts {contexts} needs a preset with contexts (cartesia, elevenlabs-multi); "
+                                f"{'preset ' + preset.name if preset else '--tts-protocol ' + protocol} keeps one "
+                                f"utterance in flight per connection")
+        if contexts > most:
+            raise SettingsError(f"--contexts {contexts} is more than preset {preset.name} allows ({most})")
+    if turns and contexts > 1:
+        raise SettingsError("--turns works with one utterance in flight per session, not with --contexts")
+    if rates and (turns or think or contexts > 1):
+        raise SettingsError("--turns, --think-time and --contexts work with --steps only, not with --rates")
+    return preset, source, turns, think, contexts
+
+
 def from_options(options, host: str | None) -> Settings:
     """Validate Locust's parsed options (command line, .conf file or web UI) into Settings."""
     o = options
-    if not host:
-        raise SettingsError("no target: give the TTS server's base URL with -H/--host, e.g. -H http://127.0.0.1:8300")
-    parts = urlsplit(host)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SettingsError(f"--host must be a base URL like http://127.0.0.1:8300, got {host!r}")
+    protocol = o.tts_protocol
+    host = _target(host, protocol)
     api = o.tts_api
     if api not in APIS:
         raise SettingsError(f"--tts-api must be one of {', '.join(sorted(APIS))}, got {api!r}")
@@ -338,6 +404,10 @@ def from_options(options, host: str | None) -> Settings:
     except ValueError as e:
         raise SettingsError(str(e)) from None
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
+    preset, preset_source, turns, think, contexts = _sessions(o, protocol, rates)
+    voice = o.tts_voice
+    if protocol != "http" and voice == DEFAULTS["tts_voice"]:
+        voice = ""   # OpenAI's voice: a session sends one only when it is named
     text_rate = _positive("text-rate", o.text_rate, allow_zero=True)
     text_jitter = _positive("text-jitter", o.text_jitter, allow_zero=True)
     if text_jitter > 1:
@@ -345,8 +415,8 @@ def from_options(options, host: str | None) -> Settings:
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
     return Settings(
-        host=host.rstrip("/"), api=api, path=path, model=o.tts_model, voice=o.tts_voice, format=fmt,
-        stream=bool(o.tts_stream) or bool(stream_format), stream_format=stream_format,
+        host=host, api=api, path=path, model=o.tts_model, voice=voice, format=fmt,
+        stream=bool(o.tts_stream) or bool(stream_format) or protocol != "http", stream_format=stream_format,
         playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
         ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True), template=template,
         pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
@@ -364,7 +434,8 @@ def from_options(options, host: str | None) -> Settings:
         repeat=int(_positive("repeat", o.repeat, int)),
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
         rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
-        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush,
+        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, protocol=protocol, preset=preset,
+        preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts,
         refine_to=refine_to, drain_s=drain,
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
     )

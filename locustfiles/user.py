@@ -1,10 +1,15 @@
-"""The TTS user: one user is one in-flight request, sent back to back with no wait time, through
-the attempt path it shares with the open-loop user (locustfiles/openloop_user.py):
-:class:`~locustfiles.attempt.Caller`.
+"""The TTS user: one user is one conversation, its utterances sent back to back (one in flight;
+``--contexts K`` keep K in flight on its one session), through the attempt path it shares with
+the open-loop user (locustfiles/openloop_user.py): :class:`~locustfiles.attempt.Caller`.
+
+A conversation is ``--turns`` utterances on one session (0: for as long as the user runs),
+``--think-time`` seconds apart; then the user hangs up and the next utterance opens a new
+session (over HTTP, a new connection).
 """
 from __future__ import annotations
 
 import gevent
+from gevent.pool import Group
 from locust import User, constant, task
 from locust.exception import StopUser
 
@@ -39,6 +44,7 @@ class TTSUser(RunUser):
     def on_start(self) -> None:
         super().on_start()
         self.caller = Caller(self, self.no)
+        self.turn = 0   # utterances of the conversation so far
 
     def on_stop(self) -> None:
         if self.caller is not None:
@@ -49,5 +55,32 @@ class TTSUser(RunUser):
         if self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
             gevent.sleep(STOPPING_POLL_S)
             return
+        s = self.run.settings
+        if s.contexts > 1:
+            self._in_contexts(s.contexts, s.think_time_s)
+            return
         self.seq += 1
         self.caller.send(self.run.next_text(), self.seq)
+        self.turn += 1
+        if s.turns and self.turn >= s.turns:
+            self.turn = 0
+            self.caller.transport.hang_up()
+        elif s.think_time_s:
+            gevent.sleep(s.think_time_s)
+
+    def _in_contexts(self, k: int, think_s: float) -> None:
+        """K utterances in flight on the one session, each context starting its next once its
+        last ended (and ``think_s`` passed); until the user stops or the run drains."""
+        def context() -> None:
+            while not self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
+                self.seq += 1
+                self.caller.send(self.run.next_text(), self.seq)
+                if think_s:
+                    gevent.sleep(think_s)
+        group = Group()
+        try:
+            for _ in range(k):
+                group.spawn(context)
+            group.join(raise_error=True)
+        finally:
+            group.kill()

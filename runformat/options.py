@@ -43,6 +43,8 @@ CUT_BY_RUN_END = "cut_by_run_end"
 #: --drain-time without the flag is the request timeout, at most this; no drain may be longer than
 #: DRAIN_MAX_S (a master waits 60 s for its workers to stop, their drain included).
 DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S = 30.0, 50.0
+#: --tts-protocol: what carries an utterance, and the -H schemes each takes.
+PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "wyoming": ("tcp",)}
 #: Where the master and the collector both find the collectors' token, off the command line.
 COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -74,7 +76,8 @@ OPTIONS: tuple[Option, ...] = (
        "Path of the TTS endpoint (default: the API's usual path); run.json records the path used."),
     _O("--tts-model", "tts_model", "", "tts-1", "`model` field for the openai API (default {default})."),
     _O("--tts-voice", "tts_voice", "", "alloy",
-       "`voice` field for the openai API, empty to omit it (default {default})."),
+       "`voice` field for the openai API, empty to omit it (default {default}); over ws and wyoming the "
+       "voice sent where the protocol has one (default: none, the server's own)."),
     _O("--tts-format", "tts_format", "", "wav",
        f"Audio format asked for and checked: {', '.join(FORMATS)} (default {{default}})."),
     _O("--tts-stream", "tts_stream", "", False,
@@ -98,6 +101,23 @@ OPTIONS: tuple[Option, ...] = (
     _O("--flush", "flush", "", "sentence",
        "With --text-rate: send the protocol's flush after each sentence, or only at the end of the text "
        "(default {default}).", choices=FLUSH_MODES),
+    # Sessions: protocols that keep a connection open and take the text in pieces (voice agents).
+    _O("--tts-protocol", "tts_protocol", "", "http",
+       "What carries an utterance: an HTTP request (-H http://...), a WebSocket session in a preset's "
+       "dialect (-H http://..., see --tts-preset) or Wyoming over TCP (-H tcp://host:port) "
+       "(default {default}).", choices=tuple(PROTOCOLS)),
+    _O("--tts-preset", "tts_preset", "", "",
+       "The WebSocket dialect: a preset tts-knee ships (vllm-omni, elevenlabs, elevenlabs-multi, deepgram, "
+       "cartesia) or a .toml file of your own (default: none; --tts-protocol ws needs one)."),
+    _O("--turns", "turns", "count", 0,
+       "Utterances per conversation: a user closes its session after this many and opens a new one "
+       "(default 0: one session for as long as the user runs; a preset that does not reuse its connection "
+       "opens one per utterance anyway).", int),
+    _O("--think-time", "think_time", "s", 0.0,
+       "Seconds a user waits between the turns of a conversation (default {default}).", float),
+    _O("--contexts", "contexts", "count", 1,
+       "Utterances each user keeps in flight on its one session, where the preset has contexts (cartesia, "
+       "elevenlabs-multi) (default {default}).", int),
     _O("--tts-template", None, "", "",
        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).'),
     _O("--tts-sample-rate", None, "Hz", 24000,

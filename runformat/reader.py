@@ -772,6 +772,13 @@ class RunDir:
             return opts.get("tts_stream") is True or bool(opts.get("tts_stream_format"))
         return bool((self.requests.attempts()["chunk_n"] >= 0).any())
 
+    def users(self) -> dict:
+        """What each user kept in flight and waited between utterances: ``{"contexts",
+        "think_s"}`` from ``options.contexts`` and ``options.think_time`` (1 and 0 when unset)."""
+        opts = self.options()
+        contexts, think = opts.get("contexts"), _amount(opts.get("think_time"))
+        return {"contexts": contexts if type(contexts) is int and contexts >= 1 else 1, "think_s": think or 0.0}
+
     def ttfa_floor_ms(self) -> float:
         """``options.ttfa_floor_ms`` (default :data:`TTFA_FLOOR_MS`)."""
         v = _amount(self.options().get("ttfa_floor_ms"))

@@ -96,7 +96,9 @@ INTEGRITY: tuple[Field, ...] = (
 )
 LITTLE: tuple[Field, ...] = (
     _F("effective_concurrency", "users", False, "mean busy users over the window"),
-    _F("ratio", "", False, "to the step's concurrency"),
+    _F("expected_concurrency", "users", False, "what the users should keep busy: concurrency x --contexts, "
+                                               "less --think-time's share"),
+    _F("ratio", "", False, "effective / expected"),
     _F("window_s", "s", False, ""),
 )
 STAGE: tuple[Field, ...] = (
@@ -179,7 +181,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("audio_s_per_s", "", True, "audio seconds of the completions per second"),
     _F("retries", "count", False, "attempts past the first"),
     _F("attempts_by_number", "count", False, "attempts by their number", of=ATTEMPTS_BY_NUMBER),
-    _F("throttled", "count", False, "429 and 503 attempts"),
+    _F("throttled", "count", False, "429 and 503 attempts (and WebSocket closes 1013, try again later)"),
     _F("non_throttle_failures", "count", False, ""),
     _F("status_counts", "count", False, "attempts by HTTP status ('none': no answer)",
        of=Keyed("status")),
@@ -269,6 +271,7 @@ DIAGNOSIS: tuple[Field, ...] = (
 LITTLE_LAW: tuple[Field, ...] = (
     _F("concurrency", "users", False, ""),
     _F("effective_concurrency", "users", False, ""),
+    _F("expected_concurrency", "users", False, ""),
     _F("ratio", "", False, ""),
     _F("ok", "", False, "within the tolerance of 1"),
 )

@@ -183,7 +183,7 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     assert dashboard(run, "--no-report").returncode == 0   # summary.json too, and all declared
     assert undeclared_keys(run) == []
     info = json.loads((run / runformat.RUN_JSON).read_text())
-    info["options"]["tts_protocol"] = "ws"
+    info["options"]["tts_dialect"] = "ws"
     info["steps"][1]["voices"] = 3
     (run / runformat.RUN_JSON).write_text(json.dumps(info))
     lines = (run / runformat.REQUESTS).read_text().splitlines()
@@ -204,10 +204,10 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     summary["slo"]["steps"][0]["values"]["p95_ms"] = 300.0   # SLO terms are data
     (run / runformat.SUMMARY_JSON).write_text(json.dumps(summary))
     assert undeclared_keys(run) == [
-        "run.json.options.tts_protocol", "run.json.steps[1].voices",
+        "run.json.options.tts_dialect", "run.json.steps[1].voices",
         "summary.json.steps[0].latency_ms.p999", "summary.json.knee.methods.guess",
         "requests.jsonl:2.loudness_lufs", "resources.jsonl:1.gpus[0].fan_percent"]
-    with pytest.raises(AssertionError, match="run.json.options.tts_protocol"):
+    with pytest.raises(AssertionError, match="run.json.options.tts_dialect"):
         assert_declared(run)
 
 

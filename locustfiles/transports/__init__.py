@@ -42,31 +42,41 @@ and naming it in :func:`transport_for`. What it must do:
   with codes of its own maps them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as
   503), while ``status`` keeps what the protocol said, for the record.
 
-How sessions fit (each protocol a transport):
+The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked streams, SSE),
+:mod:`~locustfiles.transports.ws` (WebSocket sessions in a preset's dialect) and
+:mod:`~locustfiles.transports.wyoming` (Wyoming over TCP), the last two on
+:mod:`~locustfiles.transports.session`:
 
-- A session that stays open across turns (WebSocket, Wyoming over TCP) keeps its connection on
-  the transport between exchanges, exactly as HTTP keeps its keep-alive connection: one
-  transport per user (per request in flight, open loop); ``close`` ends the session.
+- A session that stays open across turns keeps its connection on the transport between
+  exchanges, exactly as HTTP keeps its keep-alive connection: one transport per user (per
+  request in flight, open loop); :meth:`Transport.hang_up` ends a conversation (the next
+  exchange opens a new session), ``close`` ends it for good.
 - Text sent in pieces over time (a language model's tokens) is paced inside ``exchange``,
   which sends each piece when due and yields what arrives meanwhile, and :class:`TextSent`
   for each piece sent.
-- Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
-  runs: a cancel message, or :meth:`reset` to close; the exchange then yields what still
-  arrives and ends.
 - Several utterances in flight on one connection (contexts) are several exchanges running at
-  once on one transport, each in its own greenlet, the transport routing what arrives to the
-  exchange it belongs to.
+  once on one transport, each in its own greenlet, the connection's reader routing what
+  arrives to the exchange it belongs to.
+- Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
+  runs: the preset's cancel message, or :meth:`Transport.reset` to close; the exchange then
+  yields what still arrives and ends.
 """
 from __future__ import annotations
 
 from .base import Answered, AudioPiece, Ended, Event, Received, TextSent, Transport, TransportError
 from .http import HttpTransport
+from .ws import WsTransport
+from .wyoming import WyomingTransport
 
 __all__ = ["Answered", "AudioPiece", "Ended", "Event", "Received", "TextSent", "Transport", "TransportError",
            "transport_for"]
 
 
 def transport_for(s, payload=None) -> Transport:
-    """The transport for the run's settings ``s``: HTTP, the one protocol so far. ``payload``
-    makes a request body from a text (the run's cache of them), ``s.payload`` by default."""
+    """The transport for the run's settings ``s`` (``--tts-protocol``). ``payload`` makes an
+    HTTP request body from a text (the run's cache of them), ``s.payload`` by default."""
+    if s.protocol == "ws":
+        return WsTransport(s)
+    if s.protocol == "wyoming":
+        return WyomingTransport(s)
     return HttpTransport(s, payload)

@@ -92,3 +92,8 @@ class Transport:
     def close(self) -> None:
         """End the connection (or session) for good: the user is done."""
         raise NotImplementedError
+
+    def hang_up(self) -> None:
+        """End the conversation: the next exchange opens a new connection (session), after the
+        protocol's goodbye where it has one."""
+        self.reset()

@@ -45,6 +45,19 @@ began to share the capacity, after the prefill; null in the slots model) and ``s
 seconds at which each audio-carrying write had been handed to the socket) with ``audio_ms``
 (audio in each of those writes): the truth to time a client by.
 
+Sessions, with ``--capacity``: vLLM-Omni's WebSocket dialect on ``/v1/audio/speech/stream``
+(``session.config``, ``input.text`` pieces, ``input.done``; per sentence ``audio.start``,
+binary PCM16 frames, ``audio.done``; then ``session.done``; the connection stays open for the
+next utterance unless ``--ws-close-after-done``) and, on ``--wyoming-port``, Wyoming over TCP
+(``synthesize``, or ``synthesize-start``/``-chunk``/``-stop`` answered per sentence). Each
+sentence is synthesised once its text is in, on the same capacity as the HTTP streams; the
+Wyoming port is printed before the HTTP line (``wyoming on tcp://HOST:PORT``). Their
+``--chunk-log`` lines carry ``protocol`` (``ws`` or ``wyoming``), ``session``, ``utterance``
+(its number on the connection), ``request_id`` (a WebSocket upgrade's ``X-Request-Id``),
+``text_first`` and ``text_done`` (unix seconds the first piece and the end of the text
+arrived) with ``generating``, ``sent`` and ``audio_ms``. Refusals: at a WebSocket upgrade the
+HTTP status and Retry-After, on an open session close 1013, over Wyoming an ``error`` event.
+
 Endpoints: ``POST /v1/audio/speech`` (OpenAI: ``input``, ``voice``, ``response_format`` wav or
 pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: ``text``),
 ``POST /tts`` (``text``) and ``GET /health`` -> ``{"status", "slots" (null: unlimited),
@@ -65,8 +78,9 @@ SIGTERM or SIGINT stops it with exit status 0.
 The package: :mod:`~testbed.sim.capacity` (limits, slots and both timing models, shared by
 every protocol the simulator serves), :mod:`~testbed.sim.faults` (the drills' fault names),
 :mod:`~testbed.sim.audio` (the tone and its WAV header), :mod:`~testbed.sim.http` (the WSGI
-app), :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``) and :mod:`~testbed.sim.cli`
-(the knobs and serving).
+app), :mod:`~testbed.sim.ws` and :mod:`~testbed.sim.wyoming` (the session faces) on
+:mod:`~testbed.sim.session`, :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``) and
+:mod:`~testbed.sim.cli` (the knobs and serving).
 """
 from __future__ import annotations
 

@@ -232,6 +232,10 @@ class Capacity:
             raise Refused("queue_full", "the queue is full", drain_s)
         self.admitted += 1
 
+    def withdraw(self) -> None:
+        """An admitted request that will take no turn (its client left before it was ready)."""
+        self.admitted -= 1
+
     def take(self, text: str) -> Turn:
         """Wait for a slot (first come, first served) and start the admitted request's turn."""
         started = time.monotonic()

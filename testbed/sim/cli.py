@@ -18,6 +18,7 @@ from gevent.pywsgi import WSGIServer
 from testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
 from testbed.sim.faults import FAULTS
+from testbed.sim import wyoming
 from testbed.sim.http import Handler, SpeechApp
 
 PROG = "python -m testbed.sim"
@@ -98,6 +99,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--metrics-prefix", metavar="PREFIX",
                    help="name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
                         "server might (default: vLLM's pattern, sim:num_requests_waiting ...)")
+    # sessions: the WebSocket face is on the HTTP port (vLLM-Omni's path), Wyoming on a port of its own
+    p.add_argument("--wyoming-port", type=number(int, 0, 65535),
+                   help="also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
+                        "(default off; needs --capacity)")
+    p.add_argument("--ws-close-after-done", action="store_true",
+                   help="close a WebSocket session after session.done, as vLLM-Omni before 0.29 and "
+                        "sglang-omni do (default: keep it open for the next utterance)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
     return p
@@ -128,6 +136,8 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     if args.slots is None and args.queue_limit is not None:
         parser.error("--queue-limit needs --slots with --capacity (slots are unlimited "
                      "otherwise, so nothing ever queues)")
+    if args.wyoming_port is not None and args.capacity is None:
+        parser.error("--wyoming-port needs --capacity (a session's sentences share the capacity)")
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
@@ -156,6 +166,10 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append("wav_header_alone=True")
     if args.chunk_log:
         knobs.append(f"chunk_log={args.chunk_log.name}")
+    if args.wyoming_port is not None:
+        knobs.append(f"wyoming_port={args.wyoming_port}")
+    if args.ws_close_after_done:
+        knobs.append("ws_close_after_done=True")
     if args.oom_above is not None:
         knobs.append(f"oom_above={args.oom_above}")
     if args.fault:
@@ -171,18 +185,32 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     server = WSGIServer((args.host, args.port), app, handler_class=Handler,
                         spawn=Pool(),  # a pool, so that stop() waits for requests in flight
                         backlog=LISTEN_BACKLOG, log=log if args.log_requests else None)
-    try:
-        server.start()
-    except OSError as err:
-        in_use = err.errno == errno.EADDRINUSE
-        reason = "it is already in use" if in_use else err.strerror or str(err)
-        print(f"{prog}: cannot listen on {args.host}:{args.port}: {reason}.", file=sys.stderr)
-        return 2
-    host, port = server.address[:2]
-    host = f"[{host}]" if ":" in host else host
-    print(f"listening on http://{host}:{port}", flush=True)
+    servers = [(server, args.port)]
+    if args.wyoming_port is not None:
+        servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
+    for srv, port in servers:
+        try:
+            srv.start()
+        except OSError as err:
+            in_use = err.errno == errno.EADDRINUSE
+            reason = "it is already in use" if in_use else err.strerror or str(err)
+            print(f"{prog}: cannot listen on {args.host}:{port}: {reason}.", file=sys.stderr)
+            return 2
+    if args.wyoming_port is not None:   # before the HTTP line, which tells a watcher all is up
+        print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
+    print(f"listening on {_url('http', server.address)}", flush=True)
     log.info(describe(args))
+
+    def stop():
+        for srv, _ in servers[1:]:
+            srv.stop(STOP_TIMEOUT_S)
+        server.stop(STOP_TIMEOUT_S)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(sig, server.stop, STOP_TIMEOUT_S)
+        gevent.signal_handler(sig, stop)
     server.serve_forever()
     return 0
+
+
+def _url(scheme: str, address) -> str:
+    host, port = address[:2]
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

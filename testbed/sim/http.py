@@ -1,7 +1,8 @@
 """The simulator's HTTP face: a WSGI app (gevent's pywsgi) that parses speech requests,
 admits them through the shared :class:`~testbed.sim.capacity.Capacity`, and answers whole WAV
 or PCM bodies, chunked audio streams or OpenAI-style server-sent events, with the faults of
-:mod:`testbed.sim.faults` carried out the HTTP way."""
+:mod:`testbed.sim.faults` carried out the HTTP way. WebSocket upgrades on vLLM-Omni's path go
+to the WebSocket face (:mod:`testbed.sim.ws`)."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import gevent
 from gevent.pywsgi import WSGIHandler
 
-from testbed.sim import metrics
+from testbed.sim import metrics, ws
 from testbed.sim.audio import Tone, audio_seconds, wav_header
 from testbed.sim.capacity import Capacity, Refused, Turn
 from testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
@@ -78,6 +79,7 @@ class Handler(WSGIHandler):
     def get_environ(self):
         env = super().get_environ()
         env["sim.socket"] = self.socket
+        env["sim.handler"] = self   # a WebSocket session takes the connection over
         return env
 
 
@@ -90,6 +92,11 @@ class SpeechApp:
         self.rng = rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
         self.tone = Tone(args.sample_rate)
+        self.sessions = 0   # WebSocket and Wyoming sessions begun, numbering them in the chunk log
+
+    def next_session(self) -> int:
+        self.sessions += 1
+        return self.sessions
 
     # routing
 
@@ -107,6 +114,8 @@ class SpeechApp:
                                   [("Allow", "GET")])
                 return self._respond(start_response, "200 OK",
                                      _json_body(metrics.health(self.capacity)))
+            if path == ws.PATH:
+                return ws.serve(self, environ, start_response)
             if path not in SPEECH_PATHS:
                 raise _Reject("404 Not Found", f"no endpoint at {path}")
             if method != "POST":
@@ -121,6 +130,15 @@ class SpeechApp:
     def _respond(start_response, status, body: bytes, headers=(), ctype="application/json"):
         start_response(status, [("Content-Type", ctype), *headers])
         return [body]
+
+    def reject(self, status: str, message: str, start_response, headers=()):
+        """An error answer in the HTTP face's shape (for another face's upgrade)."""
+        return self._respond(start_response, status, _json_body({"error": message}), headers)
+
+    def refuse(self, refused: Refused, start_response):
+        """A limit's refusal as the HTTP face answers it: its status, and Retry-After where known."""
+        headers = [] if refused.retry_after_s is None else [self.retry_after(refused.retry_after_s)]
+        return self.reject(REFUSED_STATUS[refused.reason], str(refused), start_response, headers)
 
     # synthesis
 

@@ -1,0 +1,186 @@
+"""What WebSocket sessions cost tts-knee's client against its HTTP stream path: CPU per chunk,
+and how late each chunk's arrival is stamped against the simulator's own send time, at 256
+sessions, the two run side by side.
+
+Run from the repository root (about a minute)::
+
+    .venv/bin/python bench/session_cost.py
+    .venv/bin/python bench/session_cost.py --sessions 64 --pairs 3 --modes session
+    .venv/bin/python bench/session_cost.py --json      # one JSON object instead of the table
+
+One simulator shares 2 S x real time, at most 1x each (``--capacity 2S --max-speed 1
+--chunk-ms 200 --prefill-ms 100``), so each of 2 S streams gets a 200 ms chunk every 200 ms.
+Each pair starts two headless ``locust`` processes at the same time against it: S users over
+HTTP (a WAV stream per request, bench/stream_locustfile.py) and S sessions over WebSocket in
+vLLM-Omni's dialect (bench/session_locustfile.py), each session on one connection (mode
+``session``, as vLLM-Omni 0.29, Deepgram and Cartesia keep it) or opening one per utterance
+(mode ``utterance``, as the shipped preset does for older servers). bench/meter.py reads each
+process's CPU time over the same window, so the host's other load falls on both alike. Then
+the S sessions run alone against a simulator of their own, for their timing (two processes
+at 256 streams each on two cores time each other's load). The simulator's ``--chunk-log``
+gives the time each audio write had been handed to its socket, matched to the client arrival
+that completed its audio::
+
+    pair                 kind  sessions  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  attempts
+       1                 http       256    1302.3          95.2        0.07        0.72       74.85       857
+       1           ws session       256    1299.1         113.4        0.12        0.83        3.87       850
+       -     ws session alone       256    1308.2         108.0        0.19        0.79        4.21       851
+       1                 http       256    1304.0         101.0        0.06        0.91        5.43       854
+       1         ws utterance       256    1301.6         166.4        0.10        0.88       68.41       852
+       -   ws utterance alone       256    1304.4         166.7        0.14        0.78       86.00       850
+    CPU per chunk, ws session / http (median of 1 pairs): 1.19x, pairs 1.19-1.19   (goal <= 1.5x)
+    WebSocket arrival error p95 at 256 sessions, session, alone: 0.79 ms (goal < 5 ms)
+    CPU per chunk, ws utterance / http (median of 1 pairs): 1.65x, pairs 1.65-1.65   (no goal: a connection per turn)
+    WebSocket arrival error p95 at 256 sessions, utterance, alone: 0.78 ms (goal < 5 ms)
+
+``err`` is client arrival minus server send, in ms. CPU per chunk is the Locust process's CPU
+time (user + system) over the window divided by the chunks that arrived in it: everything the
+client does per chunk, its share of each utterance's connection and text included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import ROOT, locust, median, percentile, simulator  # noqa: E402
+from bench.stream_cost import CHUNK_MS, RATE, TEXTS, arrivals_in, chunk_errors  # noqa: E402
+
+GOAL_RATIO = 1.5
+GOAL_P95_MS = 5.0
+#: Seconds from launching a pair until both processes measure: both have started their users.
+START_S = 6.0
+
+
+def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: str) -> dict:
+    """Both kinds at once over one window: ``{"http": reading, "ws": reading}``."""
+    start_at = time.time() + START_S
+    run_s = START_S + measure_s + 2.0
+    common = ["-H", host, "--steps", str(sessions), "--step-time", f"{run_s:g}", "--settle-time", "0",
+              "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight", "--tts-sample-rate", str(RATE)]
+    kinds = {"http": ("bench/stream_locustfile.py", [*common, "--tts-stream"]),
+             "ws": ("bench/session_locustfile.py", [*common, "--tts-protocol", "ws", "--tts-preset", preset])}
+    with ThreadPoolExecutor(2) as pool:
+        runs = {kind: pool.submit(locust, f, args, 0.0, measure_s, timeout=60 + run_s, start_at=start_at)
+                for kind, (f, args) in kinds.items()}
+        return {kind: run.result() for kind, run in runs.items()} | {"start_at": start_at}
+
+
+def _sent(log: Path) -> dict:
+    """The simulator's chunk log by the id the records carry: HTTP's request id, and a WebSocket
+    utterance's "connection id/utterance number"."""
+    out = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        key = entry.get("request_id")
+        out[key if entry.get("protocol") != "ws" else f"{key}/{entry['utterance']}"] = entry
+    return out
+
+
+def figures(reading: dict, sent: dict, start_at: float) -> dict:
+    every = reading.get("records") or []
+    measured = [x for x in every if x["ok"] and x.get("chunk_at_ms") and x["t0"] >= start_at]
+    if not measured:
+        raise RuntimeError(f"a run left no streamed attempts (exit {reading['returncode']}):\n"
+                           f"{reading['output'][-2000:]}")
+    errors = []
+    for rec in measured:
+        entry = sent.get(rec.get("sim_request_id"))
+        if entry:
+            errors += chunk_errors(rec, entry)
+    chunks_per_s = arrivals_in(every, start_at, reading.get("wall_s") or 0.0)
+    cpu_us = 1e6 * reading["cpu_s"] / reading["wall_s"] / chunks_per_s \
+        if reading.get("wall_s") and chunks_per_s else None
+    return {"attempts": len(measured), "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
+            "matched_chunks": len(errors), "err_p50_ms": percentile(errors, 0.5),
+            "err_p95_ms": percentile(errors, 0.95), "err_max_ms": max(errors, default=float("nan"))}
+
+
+def timing(sessions: int, measure_s: float, texts: Path, preset: str, log: Path) -> dict:
+    """The WebSocket sessions alone (as bench/stream_cost.py times the HTTP streams): their
+    arrivals against the simulator's sends, without a second process on the host's cores."""
+    knobs = ["--capacity", str(sessions), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}", "--prefill-ms", "100",
+             "--chunk-log", str(log), "--sample-rate", str(RATE)]
+    with simulator(*knobs) as (host, _sim):
+        start_at = time.time() + START_S
+        args = ["-H", host, "--steps", str(sessions), "--step-time", f"{START_S + measure_s + 2:g}",
+                "--settle-time", "0", "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight",
+                "--tts-sample-rate", str(RATE), "--tts-protocol", "ws", "--tts-preset", preset]
+        reading = locust("bench/session_locustfile.py", args, 0.0, measure_s, timeout=60 + START_S + measure_s,
+                         start_at=start_at)
+    return figures(reading, _sent(log), start_at)
+
+
+def _row(show, pair, kind: str, sessions: int, row: dict) -> None:
+    cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
+    show(f"{pair:>4} {kind:>20} {sessions:>9} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
+         f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}")
+
+
+#: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni 0.29
+#: keep it), or one connection per utterance (as vLLM-Omni's preset, sglang-omni and ElevenLabs).
+MODES = ("session", "utterance")
+
+
+def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=MODES, show=print) -> dict:
+    show(f"{'pair':>4} {'kind':>20} {'sessions':>9} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} "
+         f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9}")
+    rows, out = [], {}
+    with tempfile.TemporaryDirectory(prefix="tts-knee-sessions-") as tmp:
+        texts, log = Path(tmp) / "texts.txt", Path(tmp) / "chunks.jsonl"
+        texts.write_text("\n".join(TEXTS) + "\n")
+        reusing = Path(tmp) / "vllm-omni-session.toml"
+        reusing.write_text((ROOT / "configs" / "presets" / "vllm-omni.toml").read_text()
+                           .replace("reuse = false", "reuse = true"))
+        presets = {"session": str(reusing), "utterance": "vllm-omni"}
+        knobs = ["--capacity", str(2 * sessions), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}",
+                 "--prefill-ms", "100", "--stream", "--chunk-log", str(log), "--sample-rate", str(RATE)]
+        for mode in modes:
+            ratios = []
+            with simulator(*knobs) as (host, _sim):
+                for pair in range(1, pairs + 1):
+                    readings = one_pair(host, sessions, measure_s, texts, presets[mode])
+                    sent = _sent(log)
+                    figs = {kind: figures(readings[kind], sent, readings["start_at"]) for kind in ("http", "ws")}
+                    for kind, row in figs.items():
+                        label = "http" if kind == "http" else f"ws {mode}"
+                        rows.append({"pair": pair, "kind": label, "sessions": sessions, **row})
+                        _row(show, pair, label, sessions, row)
+                    if figs["ws"]["cpu_us_per_chunk"] and figs["http"]["cpu_us_per_chunk"]:
+                        ratios.append(figs["ws"]["cpu_us_per_chunk"] / figs["http"]["cpu_us_per_chunk"])
+            alone = timing(sessions, measure_s, texts, presets[mode], Path(tmp) / f"alone-{mode}.jsonl")
+            rows.append({"pair": None, "kind": f"ws {mode} alone", "sessions": sessions, **alone})
+            _row(show, "-", f"ws {mode} alone", sessions, alone)
+            out[mode] = {"ratio": median(ratios), "ratios": ratios, "err_p95_ms": alone["err_p95_ms"]}
+    for mode, m in out.items():
+        goal = f"goal <= {GOAL_RATIO:g}x" if mode == "session" else "no goal: a connection per turn"
+        show(f"CPU per chunk, ws {mode} / http (median of {len(m['ratios'])} pairs): {m['ratio']:.2f}x"
+             + (f", pairs {min(m['ratios']):.2f}-{max(m['ratios']):.2f}" if m["ratios"] else "") + f"   ({goal})")
+        show(f"WebSocket arrival error p95 at {sessions} sessions, {mode}, alone: {m['err_p95_ms']:.2f} ms "
+             f"(goal < {GOAL_P95_MS:g} ms)")
+    return {"rows": rows, "modes": out, "goal_ratio": GOAL_RATIO, "goal_p95_ms": GOAL_P95_MS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=256, help="sessions (and HTTP streams) per kind (256)")
+    parser.add_argument("--pairs", type=int, default=2, help="pairs run side by side (2)")
+    parser.add_argument("--measure", type=float, default=8.0, help="seconds measured per pair (8)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="session (one connection per session) and/or utterance (one per utterance) (both)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args()
+    quiet = (lambda *_: None) if args.json else print
+    m = measure(args.sessions, args.pairs, args.measure, tuple(args.modes.split(",")), show=quiet)
+    if args.json:
+        print(json.dumps(m))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""tts-knee's user for bench/session_cost.py over WebSocket: the real TTSUser, whose sessions
+also name themselves to the simulator with an ``X-Request-Id`` header on the upgrade, and
+whose attempts write that id and their utterance's number on the connection into the record
+(``sim_request_id``: "ID/N"), so the simulator's ``--chunk-log`` can be joined to the records.
+
+    BENCH_METER_OUT=/tmp/m.json locust -f bench/session_locustfile.py --headless \\
+        -H http://127.0.0.1:8300 --tts-protocol ws --tts-preset vllm-omni --steps 1 --step-time 8 --run-dir /tmp/run
+"""
+import sys
+import uuid
+from pathlib import Path
+
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
+from locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
+from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
+from locustfiles.shape import StepShape  # noqa: E402,F401
+from locustfiles.transports.ws import WsTransport  # noqa: E402
+
+
+class NamedTransport(WsTransport):
+    rid = None
+
+    def handshake_headers(self) -> list[str]:
+        self.connection_id = uuid.uuid4().hex
+        return [*super().handshake_headers(), f"X-Request-Id: {self.connection_id}"]
+
+    def begin(self, conn, key, text) -> None:
+        self.rid = f"{self.connection_id}/{conn.utterances - 1}"   # the simulator counts from 0
+        super().begin(conn, key, text)
+
+
+class NamedCaller(attempt.Caller):
+    def __init__(self, user, no: int):
+        super().__init__(user, no)
+        self.transport.close()
+        self.transport = NamedTransport(self.s)
+
+    def _attempt(self, words: str, sent: dict | None):
+        out = super()._attempt(words, sent)
+        out[0]["sim_request_id"] = self.transport.rid
+        return out
+
+
+class NamedAttemptUser(user_mod.TTSUser):
+    def on_start(self) -> None:
+        super().on_start()
+        self.caller.close()
+        self.caller = NamedCaller(self, self.no)

@@ -1,0 +1,401 @@
+"""Session presets: a server's JSON-over-WebSocket dialect as data, one TOML file each
+(``configs/presets/NAME.toml``, or any file given to ``--tts-preset``), read and checked here.
+
+A preset says what the client sends to open a connection, to begin an utterance, per piece of
+text, to flush, to end the text and to close (``[send]``: one table per message, the JSON
+object it sends), and how to read what the server sends (``[receive]``: a binary frame is
+audio or an error; each JSON text frame is classified by the first ``[[receive.rule]]`` whose
+``match`` holds). The format, key by key, is in ``configs/presets/README.md``; a mistake in a
+file is one sentence naming the file, the key and what was expected (:class:`PresetError`).
+
+String values in ``[send]``, ``path``, ``query`` and ``headers`` may hold placeholders:
+``{text}``, ``{voice}``, ``{model}``, ``{context_id}`` (one per utterance), ``{utterance}``
+(its number on the connection) and ``{env.NAME}``. A value that is exactly one placeholder
+takes the value's type; a key whose placeholder has no value (no ``--tts-voice``, an unset
+variable) is left out. A frame that cannot be what the dialect says (a text frame that is not
+JSON, audio that is not base64, a binary frame where the dialect sends none) raises
+:class:`~locustfiles.containers.StreamError` with one sentence.
+"""
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlencode, urlsplit
+
+try:
+    import tomllib
+except ModuleNotFoundError:   # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+from .containers import StreamError
+
+#: The presets that ship with tts-knee (``--tts-preset NAME``).
+PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "presets"
+#: Protocols whose dialects are presets.
+PROTOCOLS = ("ws",)
+SENDS = ("open", "begin", "text", "flush", "end", "cancel", "close")
+#: What a rule makes of a frame. ``cancelled`` answers the ``cancel`` message (barge-in).
+EVENTS = ("audio", "audio_start", "flushed", "end", "cancelled", "error", "ignore")
+ENDS_ON = ("end", "ack_of_end")
+ENCODINGS = ("pcm_s16le",)
+_KEYS = {"name", "protocol", "path", "query", "headers", "reuse", "contexts", "ends_on", "min_interval_ms",
+         "audio", "send", "receive"}
+_RULE_KEYS = {"match", "event", "audio", "rate", "context", "message", "fatal"}
+_PLACEHOLDER = re.compile(r"\{(text|voice|model|context_id|utterance|env\.[A-Za-z_][A-Za-z0-9_]*)\}")
+_UNSET = object()
+SNIPPET_CHARS = 80
+
+
+class PresetError(ValueError):
+    """A preset that cannot be used: one sentence naming the file, the key and what it must be."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """What one server frame is to the utterance: ``event`` (one of :data:`EVENTS`), the audio
+    it carries, the sample rate it names, the context it belongs to, an error's message and
+    whether that error ends the utterance."""
+
+    event: str
+    audio: bytes = b""
+    rate: int | None = None
+    context: object = None
+    message: str | None = None
+    fatal: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    match: tuple            # ((path, value), ...): every field must hold its value ("*": present, not null)
+    event: str
+    audio: tuple | None     # the field holding base64 audio, as a path
+    rate: tuple | None
+    context: tuple | None
+    message: tuple          # fields tried in order for an error's sentence, as paths
+    fatal: bool
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    file: Path
+    protocol: str
+    path: str
+    query: dict
+    headers: dict
+    reuse: bool             # several utterances per connection; False: one connection per utterance
+    contexts: int           # utterances the dialect keeps in flight on one connection
+    ends_on: str            # "end": a rule's end event; "ack_of_end": the flushed that answers the end
+    min_interval_s: float   # sends of text at least this far apart (servers that drop fast senders)
+    rate: int               # the audio's sample rate unless the server names it
+    channels: int
+    send: dict              # kind -> the JSON object it sends (placeholders unfilled)
+    binary: str             # "audio" or "error"
+    rules: tuple
+
+    @property
+    def routed(self) -> bool:
+        """Frames name the utterance they belong to (contexts)."""
+        return any(r.context for r in self.rules)
+
+    def url(self, host: str, values: dict) -> str:
+        """The WebSocket URL for the run's ``-H`` (``http://`` -> ``ws://``, ``https://`` -> ``wss://``)."""
+        parts = urlsplit(host)
+        scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}[parts.scheme]
+        path = render(self.path, values)
+        if path is _UNSET:
+            raise PresetError(f"preset {self.file}: `path` names a placeholder with no value ({self.path}); "
+                              f"give --tts-voice or --tts-model")
+        query = {k: v for k, v in ((k, render(v, values)) for k, v in self.query.items()) if v is not _UNSET}
+        base = parts.path.rstrip("/")
+        return f"{scheme}://{parts.netloc}{base}{quote(path)}" + (f"?{urlencode(query)}" if query else "")
+
+    def handshake_headers(self, values: dict) -> list[str]:
+        return [f"{k}: {v}" for k, v in ((k, render(v, values)) for k, v in self.headers.items())
+                if v is not _UNSET]
+
+    def message(self, kind: str, values: dict) -> str | None:
+        """The JSON text the client sends for ``kind``, or None when the dialect has none."""
+        body = self.send.get(kind)
+        if body is None:
+            return None
+        return json.dumps(render(body, values), ensure_ascii=False, separators=(",", ":"))
+
+    def classify(self, frame) -> Frame:
+        """What a frame is: ``bytes`` for a binary frame, ``str`` for a text one."""
+        if isinstance(frame, (bytes, bytearray, memoryview)):
+            if self.binary == "audio":
+                return Frame("audio", bytes(frame))
+            raise StreamError(f"the server sent a binary frame, which the {self.name} dialect never sends")
+        try:
+            obj = json.loads(frame)
+        except ValueError:
+            raise StreamError(f"the server sent a text frame that is not JSON: {_snippet(frame)!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamError(f"the server sent JSON that is not an object: {_snippet(frame)!r}")
+        for rule in self.rules:
+            if all(_holds(_get(obj, path), want) for path, want in rule.match):
+                return self._apply(rule, obj, frame)
+        return Frame("ignore")
+
+    def _apply(self, rule: Rule, obj: dict, frame: str) -> Frame:
+        context = None if rule.context is None else _get(obj, rule.context)
+        context = None if context is _UNSET else context
+        rate = None if rule.rate is None else _get(obj, rule.rate)
+        rate = rate if type(rate) is int and 0 < rate <= 1_000_000 else None
+        if rule.event == "audio":
+            b64 = _get(obj, rule.audio)
+            if not isinstance(b64, str):
+                raise StreamError(f"an audio frame has no base64 string in {_dotted(rule.audio)!r}: {_snippet(frame)!r}")
+            try:
+                audio = binascii.a2b_base64(b64, strict_mode=True)
+            except (binascii.Error, ValueError) as e:   # ValueError: non-ASCII text
+                raise StreamError(f"an audio frame's {_dotted(rule.audio)!r} is not base64 ({e})") from None
+            return Frame("audio", audio, rate, context)
+        if rule.event == "error":
+            said = next((v for v in (_get(obj, p) for p in rule.message) if v is not _UNSET and v is not None), None)
+            message = " ".join(str(said).split())[:200] if said is not None else _snippet(frame)
+            return Frame("error", rate=rate, context=context, message=message, fatal=rule.fatal)
+        return Frame(rule.event, rate=rate, context=context)
+
+
+def render(value, values: dict):
+    """``value`` with its placeholders filled from ``values`` (see the module doc); _UNSET for a
+    string whose placeholder has no value, and such keys and items are left out."""
+    if isinstance(value, dict):
+        return {k: r for k, r in ((k, render(v, values)) for k, v in value.items()) if r is not _UNSET}
+    if isinstance(value, list):
+        return [r for r in (render(v, values) for v in value) if r is not _UNSET]
+    if not isinstance(value, str) or "{" not in value:
+        return value
+    whole = _PLACEHOLDER.fullmatch(value)
+    if whole:
+        return _lookup(whole.group(1), values)
+    missing = False
+
+    def fill(m):
+        nonlocal missing
+        v = _lookup(m.group(1), values)
+        missing = missing or v is _UNSET
+        return "" if v is _UNSET else str(v)
+    out = _PLACEHOLDER.sub(fill, value)
+    return _UNSET if missing else out
+
+
+def _lookup(key: str, values: dict):
+    v = os.environ.get(key[4:]) if key.startswith("env.") else values.get(key)
+    return _UNSET if v is None or v == "" else v
+
+
+def _get(obj, path: tuple):
+    for part in path:
+        if not isinstance(obj, dict) or part not in obj:
+            return _UNSET
+        obj = obj[part]
+    return obj
+
+
+def _holds(value, want) -> bool:
+    if want == "*":
+        return value is not _UNSET and value is not None
+    return value is not _UNSET and type(value) is type(want) and value == want
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(path)
+
+
+def _snippet(text) -> str:
+    return " ".join(str(text)[:SNIPPET_CHARS].split())
+
+
+# ---- reading a file -------------------------------------------------------------------------
+
+def names() -> list[str]:
+    """The presets that ship with tts-knee."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def find(name_or_file: str) -> Path:
+    """The file ``--tts-preset`` names: a shipped preset's name, or a path."""
+    path = Path(name_or_file)
+    if path.suffix == ".toml" or path.parent != Path("."):
+        return path
+    shipped = PRESET_DIR / f"{name_or_file}.toml"
+    if name_or_file not in names():
+        raise PresetError(f"--tts-preset {name_or_file!r} is neither a preset tts-knee ships "
+                          f"({', '.join(names())}) nor a .toml file")
+    return shipped
+
+
+def load(name_or_file: str) -> Preset:
+    """Read and check a preset; raises :class:`PresetError` with one sentence."""
+    path = find(name_or_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as e:   # ValueError: no file can have the name (a NUL in it), or not UTF-8
+        why = "it is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
+        raise PresetError(f"preset {path} cannot be read: {why}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PresetError(f"preset {path} is not valid TOML: {e}") from None
+    return _Checker(path).preset(raw)
+
+
+class _Checker:
+    """Checks one preset's keys, each failure one sentence naming the file and the key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, expected: str):
+        raise PresetError(f"preset {self.path}: `{key}` {expected}")
+
+    def kind(self, raw: dict, key: str, types, expected: str, default=_UNSET):
+        value = raw.get(key.rsplit(".", 1)[-1], default)
+        if value is _UNSET:
+            self.fail(key, f"is missing; it must be {expected}")
+        if not isinstance(value, types) or isinstance(value, bool) and types is not bool:   # TOML true is no number
+            self.fail(key, f"must be {expected}, not {value!r}")
+        return value
+
+    def table(self, raw: dict, key: str) -> dict:
+        return self.kind(raw, key, dict, "a table", {})
+
+    def strings(self, raw: dict, key: str) -> dict:
+        table = self.table(raw, key)
+        for k, v in table.items():
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                self.fail(f"{key}.{k}", f"must be a string or a number, not {v!r}")
+        return {k: str(v) for k, v in table.items()}
+
+    def preset(self, raw: dict) -> Preset:
+        unknown = sorted(set(raw) - _KEYS)
+        if unknown:
+            self.fail(unknown[0], f"is not a preset key; the keys are {', '.join(sorted(_KEYS))}")
+        protocol = self.kind(raw, "protocol", str, f"one of {', '.join(PROTOCOLS)}")
+        if protocol not in PROTOCOLS:
+            self.fail("protocol", f"must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+        path = self.kind(raw, "path", str, "the endpoint's path, starting with /")
+        if not path.startswith("/"):
+            self.fail("path", f"must start with /, not {path!r}")
+        contexts = self.kind(raw, "contexts", int, "a whole number of 1 or more", 1)
+        if contexts < 1:
+            self.fail("contexts", f"must be 1 or more, not {contexts}")
+        ends_on = self.kind(raw, "ends_on", str, f"one of {', '.join(ENDS_ON)}", "end")
+        if ends_on not in ENDS_ON:
+            self.fail("ends_on", f"must be one of {', '.join(ENDS_ON)}, not {ends_on!r}")
+        interval = self.kind(raw, "min_interval_ms", (int, float), "a number of ms, 0 or more", 0)
+        if interval < 0:
+            self.fail("min_interval_ms", f"must be 0 or more, not {interval}")
+        audio = self.table(raw, "audio")
+        unknown = sorted(set(audio) - {"encoding", "rate", "channels"})
+        if unknown:
+            self.fail(f"audio.{unknown[0]}", "is not an [audio] key; the keys are encoding, rate, channels")
+        encoding = self.kind(audio, "audio.encoding", str, f"one of {', '.join(ENCODINGS)}", "pcm_s16le")
+        if encoding not in ENCODINGS:
+            self.fail("audio.encoding", f"must be one of {', '.join(ENCODINGS)} (the audio tts-knee times and "
+                                        f"writes), not {encoding!r}")
+        rate = self.kind(audio, "audio.rate", int, "a sample rate in Hz", 24000)
+        channels = self.kind(audio, "audio.channels", int, "a number of channels", 1)
+        if not 0 < rate <= 1_000_000 or not 0 < channels <= 64:
+            self.fail("audio.rate" if not 0 < rate <= 1_000_000 else "audio.channels", "is out of range")
+        send = self.sends(self.table(raw, "send"))
+        receive = self.table(raw, "receive")
+        unknown = sorted(set(receive) - {"binary", "rule"})
+        if unknown:
+            self.fail(f"receive.{unknown[0]}", "is not a [receive] key; the keys are binary and rule")
+        binary = self.kind(receive, "receive.binary", str, '"audio" or "error"', "audio")
+        if binary not in ("audio", "error"):
+            self.fail("receive.binary", f'must be "audio" or "error", not {binary!r}')
+        rules_raw = self.kind(receive, "receive.rule", list, "a list of [[receive.rule]] tables", [])
+        rules = tuple(self.rule(r, i) for i, r in enumerate(rules_raw, 1))
+        events = {r.event for r in rules}
+        needed = "end" if ends_on == "end" else "flushed"
+        if needed not in events:
+            self.fail("receive.rule", f"has no rule whose event is {needed!r}, which ends an utterance "
+                                      f"(ends_on = {ends_on!r})")
+        if binary != "audio" and "audio" not in events:
+            self.fail("receive.rule", 'has no audio rule, and binary frames are not audio: nothing would be audio')
+        reuse = self.kind(raw, "reuse", bool, "true or false", False)
+        if contexts > 1 and not reuse:
+            self.fail("contexts", "is more than 1, but reuse is false: contexts share one connection")
+        if contexts > 1 and not any(r.context for r in rules):
+            self.fail("contexts", "is more than 1, but no rule names the field that says which context a frame "
+                                  "belongs to (`context`)")
+        return Preset(
+            name=self.kind(raw, "name", str, "a name", self.path.stem), file=self.path, protocol=protocol,
+            path=path, query=self.strings(raw, "query"), headers=self.strings(raw, "headers"),
+            reuse=reuse, contexts=contexts, ends_on=ends_on,
+            min_interval_s=interval / 1000.0, rate=rate, channels=channels, send=send, binary=binary,
+            rules=rules)
+
+    def sends(self, send: dict) -> dict:
+        unknown = sorted(set(send) - set(SENDS))
+        if unknown:
+            self.fail(f"send.{unknown[0]}", f"is not a message tts-knee sends; the messages are {', '.join(SENDS)}")
+        for kind in ("text", "end"):
+            if kind not in send:
+                self.fail(f"send.{kind}", "is missing: every dialect needs the text and the end of the text")
+        out = {}
+        for kind, body in send.items():
+            if not isinstance(body, dict):
+                self.fail(f"send.{kind}", f"must be a table (the JSON object sent), not {body!r}")
+            base = body.get("extends")
+            if base is not None:
+                if base not in send or not isinstance(send[base], dict) or "extends" in send[base]:
+                    self.fail(f"send.{kind}.extends", f"must name another [send] message that extends none, "
+                                                      f"not {base!r}")
+                body = {**send[base], **{k: v for k, v in body.items() if k != "extends"}}
+            out[kind] = body
+        if "{text}" not in json.dumps(out["text"]):
+            self.fail("send.text", 'must hold "{text}" where each piece of text goes')
+        return out
+
+    def rule(self, rule, i: int) -> Rule:
+        key = f"receive.rule[{i}]"
+        if not isinstance(rule, dict):
+            self.fail(key, "must be a table")
+        unknown = sorted(set(rule) - _RULE_KEYS)
+        if unknown:
+            self.fail(f"{key}.{unknown[0]}", f"is not a rule key; the keys are {', '.join(sorted(_RULE_KEYS))}")
+        match = self.kind(rule, f"{key}.match", dict, "a table of field = value")
+        if not match:
+            self.fail(f"{key}.match", "is empty: a rule needs at least one field to match")
+        event = self.kind(rule, f"{key}.event", str, f"one of {', '.join(EVENTS)}")
+        if event not in EVENTS:
+            self.fail(f"{key}.event", f"must be one of {', '.join(EVENTS)}, not {event!r}")
+
+        def path(name):
+            v = rule.get(name)
+            if v is None:
+                return None
+            if not isinstance(v, str) or not v:
+                self.fail(f"{key}.{name}", f"must name a field (dotted for nested ones), not {v!r}")
+            return tuple(v.split("."))
+
+        audio = path("audio")
+        if event == "audio" and audio is None:
+            self.fail(f"{key}.audio", "is missing: an audio rule names the field holding base64 audio")
+        message = rule.get("message", [])
+        message = [message] if isinstance(message, str) else message
+        if not isinstance(message, list) or not all(isinstance(m, str) and m for m in message):
+            self.fail(f"{key}.message", f"must be a field name or a list of them, not {rule.get('message')!r}")
+        fatal = self.kind(rule, f"{key}.fatal", bool, "true or false", True)
+        return Rule(tuple(_flatten(match)), event, audio, path("rate"), path("context"),
+                    tuple(tuple(m.split(".")) for m in message), fatal)
+
+
+def _flatten(match: dict, prefix: tuple = ()):
+    """``{"a": {"b": 1}}`` as ``((("a", "b"), 1),)``; dotted keys split likewise."""
+    for k, v in match.items():
+        path = prefix + tuple(k.split("."))
+        if isinstance(v, dict):
+            yield from _flatten(v, path)
+        else:
+            yield path, v

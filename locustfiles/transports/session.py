@@ -1,0 +1,372 @@
+"""What the session transports (WebSocket, Wyoming) share: a connection whose reader greenlet
+turns the server's frames into :class:`Item` s for the utterance they belong to, and the
+exchange that sends the text as :mod:`locustfiles.pacing` says while it yields what arrives.
+
+An exchange waits on its inbox until the next piece of text is due, so one greenlet both
+paces the text and times the audio; the reader stamps each frame the moment it is read.
+Several exchanges may run at once on one connection (contexts), each with its own inbox.
+
+A session's :class:`Answered` comes with the first thing the server says about the utterance,
+so that a server turning an utterance away on an open session (WebSocket close 1013, a
+Wyoming error) is a refusal the retry policy judges, not an answer that failed. A connection
+that closes or breaks mid-utterance fails the attempt with one sentence (what arrived is still
+timed), and the next exchange opens a new one: each opening is an attempt's ``connect_ms``.
+Any failed utterance drops its connection, so that nothing it left behind reaches the next.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import random
+import socket
+
+import gevent
+from gevent.lock import Semaphore
+from gevent.queue import Empty, Queue
+
+from .. import containers
+from ..clock import mono
+from ..pacing import Pacer, schedule
+from .base import Answered, AudioPiece, Ended, Received, TextSent, Transport, TransportError
+
+
+class Item:
+    """What the reader hands an utterance. ``kind``: ``audio`` (``data`` is PCM16, at ``rate``
+    where the frame names it), ``start`` (the audio's ``rate``), ``flushed``, ``end``,
+    ``error`` (``message``; ``fatal`` or not), ``closed`` (the connection ended: ``message``
+    says how, ``code`` is its WebSocket close code) or ``broken`` (a frame that cannot be the
+    protocol: ``message``). ``key``: the utterance it names (None: the one in flight)."""
+
+    __slots__ = ("kind", "at", "nbytes", "data", "rate", "message", "fatal", "code", "key")
+
+    def __init__(self, kind: str, at: float, nbytes: int = 0, data: bytes = b"", rate: int | None = None,
+                 message: str | None = None, fatal: bool = True, code: int | None = None, key=None):
+        self.kind, self.at, self.nbytes, self.data, self.rate = kind, at, nbytes, data, rate
+        self.message, self.fatal, self.code, self.key = message, fatal, code, key
+
+
+class Refused(Exception):
+    """The server refused the connection itself (an HTTP status on the WebSocket upgrade)."""
+
+    def __init__(self, answered: Answered, message: str):
+        super().__init__(message)
+        self.answered = answered
+
+
+class Connection:
+    """An open connection and its reader greenlet. A protocol implements :meth:`read` (the next
+    item, None for a frame that concerns no utterance; ``OSError`` when the connection broke),
+    :meth:`send` and :meth:`drop`."""
+
+    def __init__(self):
+        self.inboxes: dict[object, Queue] = {}
+        self.lost: Item | None = None     # why the connection ended, once it has
+        self.utterances = 0               # begun on it
+        self.reader: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        self.reader = gevent.spawn(self._read_all)
+
+    def subscribe(self, key) -> None:
+        inbox = self.inboxes[key] = Queue()
+        if self.lost is not None:
+            inbox.put(self.lost)
+
+    def unsubscribe(self, key) -> None:
+        self.inboxes.pop(key, None)
+
+    def _read_all(self) -> None:
+        while True:
+            try:
+                item = self.read()
+            except OSError as e:
+                item = Item("closed", mono(), message=f"the connection broke ({os_error(e)})")
+            if item is None:
+                continue
+            if item.kind not in ("closed", "broken"):
+                inbox = self.inboxes.get(item.key) if item.key is not None else \
+                    next(iter(self.inboxes.values()), None)
+                if inbox is not None:
+                    inbox.put(item)
+                    continue
+                if item.key is None or item.kind == "error":
+                    continue   # between utterances, or an error about none in flight
+                item = Item("broken", item.at, message=f"the server sent {item.kind} for context "
+                                                       f"{item.key!r}, which is not in flight")
+            self.lost = item
+            for inbox in list(self.inboxes.values()):
+                inbox.put(item)
+            self.drop()
+            return
+
+    def read(self) -> Item | None:
+        raise NotImplementedError
+
+    def send(self, data) -> None:
+        raise NotImplementedError
+
+    def drop(self) -> None:
+        """Close the socket at once."""
+        raise NotImplementedError
+
+    def stop(self, why: str = "the connection was dropped: another utterance on it failed") -> None:
+        """End the reader and drop the connection; utterances still on it end, told ``why``."""
+        if self.reader is not None and self.reader is not gevent.getcurrent():
+            self.reader.kill(block=False)
+        self.drop()
+        if self.lost is None:
+            self.lost = Item("closed", mono(), message=why)
+            for inbox in list(self.inboxes.values()):
+                inbox.put(self.lost)
+
+
+class SessionTransport(Transport):
+    """A connection kept across utterances (``reuse``; else one per utterance), each utterance
+    an exchange. Subclasses say how to connect, what to send and what a refusal is."""
+
+    reuse = True
+    ends_on_ack = False       # an utterance ends when its last flush is acknowledged
+    flush_sentences = False   # the protocol has a flush, and the run flushes per sentence
+    min_interval_s = 0.0
+    rate, channels = 24000, 1  # the audio, unless the server says otherwise
+
+    def __init__(self, s):
+        self.s = s
+        self.conn: Connection | None = None
+        self.rng = random.Random()
+        self.opening = Semaphore()   # contexts share one connection: one of them opens it
+        self.numbers = itertools.count(1)
+        self.tag = f"{id(self):x}"
+
+    # what a protocol provides
+
+    def connect(self) -> Connection:
+        """A new, started connection; raises :class:`Refused`, or TransportError."""
+        raise NotImplementedError
+
+    def begin(self, conn: Connection, key, text: str) -> None:
+        """Send what starts an utterance (its number on the connection is ``conn.utterances``)."""
+
+    def send_text(self, conn: Connection, key, text: str) -> None:
+        raise NotImplementedError
+
+    def send_flush(self, conn: Connection, key) -> None:
+        """Send the protocol's flush (only called where ``flush_sentences`` is set)."""
+
+    def send_end(self, conn: Connection, key) -> None:
+        raise NotImplementedError
+
+    def answered(self) -> Answered:
+        """The Answered of an utterance the server took."""
+        raise NotImplementedError
+
+    def refusal(self, item: Item) -> Answered | None:
+        """The Answered of a first item that turns the utterance away, or None."""
+        return None
+
+    def goodbye(self, conn: Connection) -> None:
+        """End a connection politely (the protocol's close), then drop it."""
+        conn.stop()
+
+    # the session
+
+    def key(self, n: int):
+        """The inbox (and context) name of utterance ``n`` of this transport."""
+        return f"{self.tag}-{n}"
+
+    def _session(self) -> tuple[Connection, float | None]:
+        with self.opening:
+            if self.conn is not None and self.conn.lost is None:
+                return self.conn, None
+            began = mono()
+            self.conn = None
+            conn = self.connect()
+            self.conn = conn
+            return conn, round((mono() - began) * 1000.0, 3)
+
+    def exchange(self, text: str):
+        key = self.key(next(self.numbers))
+        try:
+            conn, connect_ms = self._session()
+        except Refused as r:
+            yield r.answered
+            yield Ended(mono(), str(r))
+            return
+        conn.subscribe(key)
+        conn.utterances += 1
+        ok = False
+        try:
+            for ev in self._converse(conn, key, text, connect_ms):
+                if type(ev) is Ended:
+                    ok = ev.audio is not None
+                yield ev
+        except BaseException:   # broken, timed out, or the user stopped: the connection is mid-utterance
+            self._drop(conn)
+            raise
+        finally:
+            conn.unsubscribe(key)
+        if not ok:
+            self._drop(conn)
+        elif not self.reuse:
+            self._retire(conn)
+
+    def _drop(self, conn: Connection) -> None:
+        conn.stop()
+        if self.conn is conn:
+            self.conn = None
+
+    def _retire(self, conn: Connection) -> None:
+        if not conn.inboxes:
+            if self.conn is conn:
+                self.conn = None
+            self.goodbye(conn)
+
+    def reset(self) -> None:
+        if self.conn is not None:
+            self._drop(self.conn)
+
+    def hang_up(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if conn.lost is None:
+                self.goodbye(conn)
+            else:
+                conn.stop()
+
+    def _converse(self, conn: Connection, key, text: str, connect_ms: float | None):
+        inbox = conn.inboxes[key]
+        s = self.s
+        try:
+            self.begin(conn, key, text)
+        except OSError as e:
+            if conn.lost is None:
+                raise self._broke(conn, None, e) from None
+        pacer = Pacer(schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences,
+                      self.min_interval_s)
+        utt = _Audio(self.rate, self.channels)
+        answered = self.answered()
+        said = flushes = acked = 0
+        while True:
+            wait = pacer.wait_s(mono())
+            try:
+                item = inbox.get_nowait() if wait == 0 else inbox.get(timeout=wait)
+            except Empty:
+                send = pacer.take(mono())
+                if send is None:
+                    continue
+                try:
+                    self.send_text(conn, key, send.text)
+                    if send.flush:
+                        self.send_flush(conn, key)
+                    if send.last:
+                        self.send_end(conn, key)
+                except OSError as e:
+                    if conn.lost is not None:
+                        continue   # the reader saw why first: its item is in the inbox, told as it says
+                    raise self._broke(conn, said and answered, e) from None
+                flushes += send.flush + send.last
+                yield TextSent(mono(), len(send.text), send.flush, send.last, connect_ms)
+                connect_ms = None
+                continue
+            kind = item.kind
+            if not said:
+                refused = self.refusal(item)
+                if refused is not None:
+                    yield refused
+                    yield Ended(item.at, f"{refused.said}: {item.message}")
+                    return
+                if kind == "closed":
+                    raise TransportError(f"{item.message} before answering")
+                said = True
+                yield answered
+            if kind == "closed":
+                raise TransportError(f"{answered.said}, then {item.message} mid-utterance")
+            yield Received(item.at, item.nbytes)
+            if kind == "audio":
+                yield from utt.add(item)
+            elif kind == "start":
+                utt.start(item.rate)
+            elif kind == "end":
+                yield utt.ended(item.at)
+                return
+            elif kind == "flushed":
+                acked += 1
+                if self.ends_on_ack and pacer.done and acked >= flushes:
+                    yield utt.ended(item.at)
+                    return
+            elif kind == "error":
+                if item.fatal:   # quoted after the non-fatal error that said why, where one did
+                    said_why = f"{utt.last_error}; then " if utt.last_error else ""
+                    yield Ended(item.at, f"the server said: {said_why}{item.message}")
+                    return
+                utt.last_error = item.message
+            elif kind == "broken":
+                yield Ended(None, item.message)
+                return
+
+    def _broke(self, conn: Connection, answered, e: OSError) -> TransportError:
+        why = f"the connection broke ({os_error(e)})"
+        conn.stop()
+        return TransportError(f"{answered.said}, then {why} while sending text" if answered
+                              else f"{why} while sending text")
+
+
+class _Audio:
+    """An utterance's PCM16 as it arrives: each arrival timed through the PCM parser, and the
+    whole written as one WAV."""
+
+    def __init__(self, rate: int, channels: int):
+        self.rate, self.channels = rate, channels
+        self.pcm: list[bytes] = []
+        self.pcm_bytes = 0
+        self.stream: containers.PcmStream | None = None
+        self.pieces = _Pieces()
+        self.last_error: str | None = None   # a non-fatal error, quoted if no audio comes
+
+    def start(self, rate: int | None) -> None:
+        if self.stream is None and rate:
+            self.rate = rate
+
+    def add(self, item: Item) -> list[AudioPiece]:
+        if self.stream is None:
+            self.start(item.rate)
+            self.stream = containers.PcmStream(self.pieces, self.rate, self.channels, 2)
+        self.pcm.append(item.data)
+        self.pcm_bytes += len(item.data)
+        self.pieces.out.clear()
+        self.stream.feed(item.data, item.at)
+        return self.pieces.out
+
+    def ended(self, at: float) -> Ended:
+        frame = 2 * self.channels
+        n = self.pcm_bytes - self.pcm_bytes % frame
+        if not n:
+            why = f" ({self.last_error})" if self.last_error else ""
+            return Ended(at, f"the utterance ended without audio{why}")
+        data = [containers.wav_header(n, self.rate, self.channels, 2), *self.pcm]
+        if n != self.pcm_bytes:   # half a sample at the end is no audio
+            data[-1] = data[-1][:len(data[-1]) - (self.pcm_bytes - n)]
+        return Ended(at, audio=containers.Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n),
+                     data=data)
+
+
+class _Pieces:
+    """The PCM parser's sink: its arrivals, as events for the exchange to yield."""
+
+    __slots__ = ("out",)
+
+    def __init__(self):
+        self.out: list[AudioPiece] = []
+
+    def add(self, at: float, ms: float | None) -> None:
+        self.out.append(AudioPiece(at, ms))
+
+
+def os_error(e: OSError) -> str:
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    name = errno.errorcode.get(e.errno or 0)
+    return f"{name}: {e.strerror}" if name and e.strerror else str(e) or type(e).__name__

