@@ -31,6 +31,7 @@ from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
+from .soak import Soak
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends, past their drain.
@@ -61,6 +62,7 @@ class Run:
         self.writer = self.shipper = self.puller = self.receiver = None
         self.run_dir: Path | None = None
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
+        self.soak: Soak | None = None    # master/local: --soak, once the plan is done
         self.info: dict = {}
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
@@ -195,7 +197,7 @@ class Run:
         rows = self.writer.step_table()
         for row in rows:
             st = steps.get(row["step"])
-            row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
+            row["phase"] = "" if st is None else (st.phase if st.phase != "grid" else f"grid {st.repeat}")
             if st is not None and st.rate is not None:   # open loop: the step's load is its rate
                 row["concurrency"] = f"{st.rate:g} req/s"
             row["slo"] = self.plan.verdict_cell(row["step"])
@@ -215,9 +217,12 @@ class Run:
         self.make_audio_dir()
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
         from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
+        self.soak = Soak.of(s)
+        grid = () if self.soak is not None and self.soak.alone else s.rates or s.steps
         axis = RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
-        self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
-                             axis)
+        # a soak after a sweep holds the level its judged steps recommend
+        self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
+                             axis, judge=self.soak is not None and not self.soak.alone)
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))

@@ -38,11 +38,14 @@ EARLY_S = 0.0002
 IDLE_POLL_S = 0.05
 
 
-def arrival_span_s(s, rate: float, settle_s: float) -> float:
+def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None) -> float:
     """How long a step at ``rate`` (req/s, the whole run's) sends arrivals, from its start:
     ``--step-time``, or with ``--step-requests N`` its settle window and N arrivals (at most
-    ``--step-time``). In open loop a step's requests are what it offers: one that went on sending
-    until N had finished would offer more the slower the server, and hand its queue to the next."""
+    ``--step-time``); a soak (``hold_s``) its own length. In open loop a step's requests are what
+    it offers: one that went on sending until N had finished would offer more the slower the
+    server, and hand its queue to the next."""
+    if hold_s is not None:
+        return hold_s
     if s.step_requests:
         return min(s.step_time_s, settle_s + s.step_requests / rate)
     return s.step_time_s
