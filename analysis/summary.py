@@ -328,6 +328,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
             "target": run.get("target"), "mode": mode, "options": run.get("options"), "workers": run.get("workers"),
             "collectors": run.get("collectors"), "versions": run.get("versions"),
             "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
+            "audio_missing": run.get("audio_missing"),
         },
         "records": {"lines": rd.requests.lines, "attempts": len(a)},
         "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},

@@ -22,6 +22,7 @@ from .server_series import server_section
 from .slo_verdicts import slo_html
 from .soak import soak_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
+from .table import audio_missing_text
 from .timeline import timeline_figure
 
 
@@ -39,6 +40,8 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     if summary.get("cut_by_run_end"):
         notes.append(f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
                      f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)")
+    if run.get("audio_missing"):
+        notes.append(audio_missing_text(run["audio_missing"]))
     workers = run.get("workers") if isinstance(run.get("workers"), list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:

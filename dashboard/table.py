@@ -92,6 +92,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
+    missing = summary["run"].get("audio_missing")
+    if missing:
+        lines.append(audio_missing_text(missing))
     if not open_loop:   # the open-loop lines name their knee in req/s
         lines.append("knee: none found" if knee["concurrency"] is None else
                      f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
@@ -112,6 +115,12 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if report:
         lines.append(f"report: {report}")
     return "\n".join(lines)
+
+
+def audio_missing_text(missing: dict) -> str:
+    """The audio files a slow disk kept from being written in time, in one sentence."""
+    return (f"audio files not written in time: {missing.get('late', 0)} late, {missing.get('dropped', 0)} dropped "
+            f"(the disk did not keep up; those attempts have no t3 or write_ms)")
 
 
 def soak_headline(soak: dict) -> str:

@@ -27,6 +27,7 @@ from runformat.options import CUT_BY_RUN_END
 
 from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import mono, wall
+from .disk import DiskWriter
 from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
@@ -38,6 +39,8 @@ log = logging.getLogger("tts_knee")
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: How often the drain at the run's end looks at what is still in flight.
 DRAIN_POLL_S = 0.05
+#: Exit status of a run stopped early because its disk did not keep up (or was full of audio).
+DISK_EXIT_CODE = 3
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
 #: What of a text id does not go into an audio file's name.
@@ -53,6 +56,7 @@ class Run:
         self.state = state
         self.failed = False
         self.closed = False
+        self.cut_short: str | None = None   # why the run stops before its plan is done
         runner = environment.runner
         self.is_worker = isinstance(runner, WorkerRunner)
         self.is_master = isinstance(runner, MasterRunner)
@@ -125,7 +129,7 @@ class Run:
         where = self.settings.audio_dir
         if self.settings.stop_on_audio_error:
             log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
-            self.environment.process_exit_code = 3
+            self.environment.process_exit_code = DISK_EXIT_CODE
             gevent.spawn(self.environment.runner.quit)
         else:
             log.error("cannot write audio to %s: %s; going on without writing audio "
@@ -215,7 +219,8 @@ class Run:
             s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir)
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
-        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
+        disk = self.environment.tts_knee.disk
+        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
         from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
         self.soak = Soak.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.rates or s.steps
@@ -243,11 +248,22 @@ class Run:
     def _start_puller(self) -> None:
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
-                                      server_metrics=list(s.server_metrics))
+                                      server_metrics=list(s.server_metrics), disk=self.environment.tts_knee.disk)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
             self.fail(f"collector {self.puller.unreachable[0]} is unreachable and --require-collectors is set")
+
+    def _disk_full(self, pending_bytes: int) -> None:
+        """The run directory's disk has fallen too far behind: stop the run (the shape ends it
+        at its next tick), keeping everything held for the disk to write before exiting."""
+        message = (f"the disk of {self.run_dir} has not kept up: {pending_bytes / 1e6:.1f} MB of records and samples "
+                   f"wait to be written; the run stops now so that memory stays bounded, and everything received "
+                   f"is written before tts-knee exits")
+        log.warning("%s", message)
+        self.cut_short = message
+        self.info["error"] = message
+        self.environment.process_exit_code = DISK_EXIT_CODE
 
     def fail(self, message: str) -> None:
         log.error("%s", message)
@@ -278,7 +294,9 @@ class Run:
             info["workers"] = list(self.receiver.workers.values())
         elif not self.is_master:
             info["workers"] = [runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)]
-        runformat.write_json(self.run_dir / runformat.RUN_JSON, info)
+        if self.writer is not None and self.writer.audio_missing:
+            info["audio_missing"] = dict(self.writer.audio_missing)
+        self.environment.tts_knee.disk.replace(self.run_dir / runformat.RUN_JSON, runformat.json_text(info))
 
     def close(self) -> None:
         if self.closed:
@@ -305,6 +323,11 @@ class Run:
         self.info["records"] = self.writer.count
         self.info["cut_by_run_end"] = self.writer.cut
         self.save()
+        self.environment.tts_knee.disk.drain()
+        missing = self.writer.audio_missing
+        if missing:
+            log.warning("%d audio files were not written in time (%d late, %d dropped: the disk did not keep up); "
+                        "their records say so in audio_file", sum(missing.values()), missing["late"], missing["dropped"])
         cut = (f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})"
                if self.writer.cut else "")
         log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
@@ -326,6 +349,8 @@ class Node:
         self.receiver = RecordReceiver(runner) if self.is_master else None
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
         self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
+        # master/local: the run directory's writer, off the event loop
+        self.disk = None if self.is_worker else DiskWriter()
         self.live_view = None      # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
 

@@ -12,7 +12,9 @@ judgment, and the next step begins. In open loop that wait is for every request 
 before its cut-off (the nodes say which are still in flight), and as its arrivals stop at the
 cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
 Once the plan is done, a ``--soak`` holds one level for its
-own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it.
+own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it. A run
+cut short (``Run.cut_short``: its disk did not keep up) ends at the next tick, as if the plan
+were done.
 """
 from __future__ import annotations
 
@@ -105,9 +107,10 @@ class StepShape(LoadTestShape):
                 left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
             by_count = settings.step_requests and cur.hold_s is None and cur.rate is None
             done = run.finished_in_step(cur.step) if by_count else 0
-            judged = plan.judging and cur.phase != runformat.SOAK_PHASE
+            going = run.cut_short is None   # a run cut short ends now
+            judged = going and plan.judging and cur.phase != runformat.SOAK_PHASE
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
-            if left > TICK_SLACK_S and not (by_count and done >= settings.step_requests):
+            if going and left > TICK_SLACK_S and not (by_count and done >= settings.step_requests):
                 if judged:   # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
                 return self._load(run, cur)
@@ -115,13 +118,14 @@ class StepShape(LoadTestShape):
                 self._judge(run, cur)
             log.info("step %d (%s) done", cur.step,
                      f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered")
-        nxt = plan.next()
-        if nxt is None and run.soak is not None:
+        nxt = plan.next() if run.cut_short is None else None
+        if nxt is None and run.soak is not None and run.cut_short is None:
             nxt = run.soak.next(run)
         if nxt is None:
             if cur is not None and cur.end is None:
                 state.finish(wall())
-                log.info("the step plan is done after step %d; stopping", cur.step)
+                log.info("the %s after step %d; stopping", "run is cut short" if run.cut_short else "step plan is done",
+                         cur.step)
             run.save()
             if run.is_master:
                 # A headless master would otherwise quit without telling workers to stop, and
@@ -219,10 +223,9 @@ class StepShape(LoadTestShape):
             elif left:
                 log.warning("step %d: %d requests sent before the step's end were still running %.0f s after it; "
                             "it is judged without them", cur.step, left, limit)
-        try:
-            run.writer.flush()
-        except OSError as e:
-            log.error("cannot write %s: %s; step %d is judged on what reached it", run.run_dir, e.strerror, cur.step)
+        if not run.writer.flush().wait(limit):
+            log.error("the disk of %s has not written step %d's last records in %.0f s; it is judged on what "
+                      "reached it", run.run_dir, cur.step, limit)
         # Parsing and the figures run on a native thread: the event loop, and with it every
         # user's timing, keeps going meanwhile.
         pool = gevent.get_hub().threadpool

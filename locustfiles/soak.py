@@ -20,6 +20,8 @@ import runformat
 from .clock import wall
 
 log = logging.getLogger("tts_knee.soak")
+#: Longest wait for the sweep's records (and run.json) to reach the disk before judging it.
+WRITE_WAIT_S = 30.0
 
 
 class Soak:
@@ -60,11 +62,10 @@ class Soak:
         from analysis.summary import analyze
         from runformat.reader import RunDirError
         run.state.finish(wall())
-        try:
-            run.writer.flush()
-        except OSError as e:
-            log.error("cannot write %s: %s; the soak's level is chosen from what reached it", run.run_dir, e.strerror)
         run.save()
+        if not run.writer.flush().wait(WRITE_WAIT_S):
+            log.error("the disk of %s has not written the sweep's last records in %.0f s; the soak's level is "
+                      "chosen from what reached it", run.run_dir, WRITE_WAIT_S)
         rd = run.reader.rundir
 
         def recommend():

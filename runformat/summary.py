@@ -411,6 +411,8 @@ SUMMARY_RUN: tuple[Field, ...] = (
     _F("versions", "", True, "", of=VERSIONS),
     _F("settle_s", "s", True, ""),
     _F("run_json_error", "", True, "why run.json could not be read"),
+    _F("audio_missing", "count", True, "run.json's: audio files not written in time, by why",
+       of=Keyed("audio_file")),
 )
 RECORDS: tuple[Field, ...] = (
     _F("lines", "count", False, "lines of requests.jsonl read"),
