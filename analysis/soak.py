@@ -97,33 +97,74 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list
     return out
 
 
-def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool) -> list[dict]:
-    """The soak step's windows (``step``: its step summary, whose ``window`` is the settled
-    span), each with its figures (see the module doc)."""
+def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
+            width: float) -> list[dict]:
+    """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
+    ``window`` is the settled span), each with its figures (see the module doc). A live
+    reader's attempts keep each window's figures and recompute only the windows the rows read
+    since fall in."""
     win = step["window"]
     if not win.get("duration_s"):
         return []
-    edges = _edges(win["start"], win["end"], window_s(win["duration_s"]))
-    mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
-    t0, tend = a["t0"], a["tend"]
-    latency = a["sched_wait_ms"] if open_loop else a["wait_ms"]
-    done_ok = a["final"] & a["ok"]
+    edges = _edges(win["start"], win["end"], width)
     memory = {name: _medians(res, role, col, edges) for name, role, col, _, _ in _MEMORY}
+    figures = _request_figures(a, step, edges, open_loop, streamed)
     out = []
     for i, (lo, hi) in enumerate(edges):
-        sent = mine & (t0 >= lo) & (t0 < hi)
-        ok = sent & a["ok"]
-        n, n_ok = int(sent.sum()), int(ok.sum())
-        row = {"start": lo, "end": hi, "requests": n, "ok": n_ok, "failed": n - n_ok,
-               "error_rate": (n - n_ok) / n if n else None,
-               "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
-               "p50_ms": _pct(latency[ok], 50), "p95_ms": _pct(latency[ok], 95)}
-        if streamed:
-            row["ttfa_p95_ms"] = _pct(a["ttfa_ms"][ok], 95)
+        row = {"start": lo, "end": hi, **figures[i]}
         for name in memory:
             row[name] = {host: meds[i] for host, meds in memory[name].items() if meds[i] is not None}
         out.append(row)
     return out
+
+
+def _request_figures(a: Attempts, step: dict, edges, open_loop: bool, streamed: bool) -> list[dict]:
+    """Each window's request figures: from the rows sent in it, and the completions inside it."""
+    mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
+    done_ok = a["final"] & a["ok"]
+    key = ("soak", step["step"], edges[0][0], edges[0][1] - edges[0][0], open_loop, streamed)
+    kept = None if a.lasting is None else a.lasting.get(key)
+    n = len(a)
+    if kept is not None and kept[0] <= n:
+        rows, cached = kept
+        new = slice(rows, n)
+        touched = set(_window_of(edges, a["t0"][new][mine[new]]).tolist())
+        touched |= set(_window_of(edges, a["tend"][new][done_ok[new]], right=True).tolist())
+    else:
+        cached, touched = {}, set(range(len(edges)))
+    latency = a["sched_wait_ms"] if open_loop else a["wait_ms"]
+    t0, tend = a["t0"], a["tend"]
+    out = []
+    for i, (lo, hi) in enumerate(edges):
+        if i in cached and i not in touched and cached[i][0] == hi:
+            out.append(cached[i][1])
+            continue
+        sent = mine & (t0 >= lo) & (t0 < hi)
+        ok = sent & a["ok"]
+        got, got_ok = int(sent.sum()), int(ok.sum())
+        fig = {"requests": got, "ok": got_ok, "failed": got - got_ok,
+               "error_rate": (got - got_ok) / got if got else None,
+               "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
+               "p50_ms": _pct(latency[ok], 50), "p95_ms": _pct(latency[ok], 95)}
+        if streamed:
+            fig["ttfa_p95_ms"] = _pct(a["ttfa_ms"][ok], 95)
+        cached[i] = (hi, fig)
+        out.append(fig)
+    if a.lasting is not None:
+        a.lasting[key] = (n, cached)
+    return out
+
+
+def _window_of(edges, ts: np.ndarray, right: bool = False) -> np.ndarray:
+    """The index of the window each time falls in (windows are [lo, hi), or (lo, hi] with
+    ``right``); times outside every window are left out."""
+    starts = np.array([lo for lo, _ in edges])
+    ends = np.array([hi for _, hi in edges])
+    ts = ts[np.isfinite(ts)]
+    i = np.searchsorted(starts, ts, side="left" if right else "right") - 1
+    end = ends[np.clip(i, 0, None)]
+    inside = (i >= 0) & ((ts <= end) if right else (ts < end))
+    return i[inside]
 
 
 def _series(rows: list[dict], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
@@ -186,11 +227,14 @@ def _trend(rows: list[dict], key: str, host: str | None, kind: str, unit: str, n
     return out
 
 
-def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool) -> dict:
-    """The summary's ``soak`` for the soak step ``step`` (its step summary)."""
-    rows = windows(a, step, res, open_loop, streamed)
+def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
+         planned_s: float | None = None) -> dict:
+    """The summary's ``soak`` for the soak step ``step`` (its step summary); ``planned_s``: the
+    soak's length as run (``--soak``), which sizes the windows (else the span they cover)."""
     win = step["window"]
     duration = win.get("duration_s") or 0.0
+    width = window_s(planned_s or duration) if duration else None
+    rows = windows(a, step, res, open_loop, streamed, width) if width else []
     trends = []
     for key, kind, unit, name, sign in _FIGURES:
         if key == "ttfa_p95_ms" and not streamed:
@@ -208,7 +252,7 @@ def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: 
                 trends.append(got)
     return {"step": step["step"], "concurrency": step["concurrency"], "rate": step.get("rate"),
             "start": win.get("start"), "end": win.get("end"), "duration_s": duration or None,
-            "window_s": window_s(duration) if duration else None, "windows": rows, "trends": trends,
+            "window_s": width, "windows": rows, "trends": trends,
             "drift": [t["verdict"] for t in trends if t["drift"]],
             "method": (f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
                        f"from where it is steady on")}

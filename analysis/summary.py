@@ -119,6 +119,13 @@ def _settle_of(rd: RunDir) -> float | None:
     return float(v)
 
 
+def _soak_of(rd: RunDir) -> float | None:
+    """``options.soak``: the soak's planned length in seconds, where run.json has a usable one."""
+    v = rd.options().get("soak")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 \
+        else None
+
+
 def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
     done = [s for s in steps if s.get("requests")]
     if not done:
@@ -350,7 +357,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "server_timing_stages": list(a.stages),
         "cut_by_run_end": int(run_end_cut(a).sum()),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
-        **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed)} if soaks else {}),
+        **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
     }
     return _clean(summary)
 

@@ -144,6 +144,32 @@ def test_the_sweep_is_judged_without_the_soak(tmp_path):
     assert "soak: step 5 held concurrency 4 for 5.0 min (12 windows of 25 s): no drift" in done.stdout
 
 
+def test_a_live_view_of_a_growing_soak_gives_the_fresh_figures(tmp_path):
+    """The live reader keeps each window's figures and recomputes the windows new rows fall
+    in: at each point of a soak growing in pieces (its step still open), the summary is the
+    one a fresh read of the same files gives."""
+    from runformat.reader import RunDir
+    whole = _soak_run(tmp_path / "whole", minutes=6, rss_mb=lambda m: 500 + 5.0 * m, p95=lambda m: 100 + 3 * m)
+    lines = (whole / "requests.jsonl").read_bytes().splitlines(keepends=True)
+    run = json.loads((whole / "run.json").read_text())
+    run["steps"][-1]["end"], run["end"] = None, None   # still running
+    live_dir, fresh_dir = tmp_path / "live", tmp_path / "fresh"
+    for d in (live_dir, fresh_dir):
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps(run))
+        (d / "resources.jsonl").write_bytes((whole / "resources.jsonl").read_bytes())
+    live = RunDir(live_dir, live=True)
+    done = 0
+    for cut in (len(lines) // 3, len(lines) // 3 + 5, 2 * len(lines) // 3, len(lines)):
+        for d in (live_dir, fresh_dir):
+            with open(d / "requests.jsonl", "ab") as f:
+                f.write(b"".join(lines[done:cut]))
+        done = cut
+        live.refresh()
+        got, want = (json.loads(json.dumps(analyze(rd)["soak"])) for rd in (live, load(fresh_dir)))
+        assert got == want and got["windows"], cut
+
+
 # ---- the option ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, says", [
