@@ -43,7 +43,8 @@ _APPEND, _REPLACE, _CLOSE = "append", "replace", "close"
 
 
 class Job:
-    """Bytes handed to the writer; ``done`` is set once they are on disk (in the event loop)."""
+    """Bytes handed to the writer; ``done`` is set once they are on disk (in the event loop);
+    ``on_done``, where set, is called just before, in the hub: it must not block."""
 
     __slots__ = ("path", "data", "kind", "done", "nbytes", "on_done")
 
@@ -51,7 +52,7 @@ class Job:
         self.path, self.data, self.kind = path, data, kind
         self.nbytes = len(data)
         self.done = Event()
-        self.on_done = None   # called in the event loop once written, before ``done`` is set; must not block
+        self.on_done = None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether it was written, waiting (this greenlet only) at most ``timeout`` seconds."""
@@ -157,25 +158,26 @@ class DiskWriter:
 
     # ---- back in the event loop -------------------------------------------------------------
     def _on_wake(self) -> None:
+        # in the hub: what may block (logging, the listeners) goes to a greenlet of its own
         while self._done:
             jobs, took, error = self._done.popleft()
             if error is not None:
                 where, why = error
                 if where not in self._failing:
                     self._failing.add(where)
-                    log.error("cannot write %s: %s; what waits to be written (%.1f MB) is kept in memory and "
-                              "retried every %g s", where, why, self.pending_bytes / 1e6, RETRY_S)
+                    gevent.spawn(log.error, "cannot write %s: %s; what waits to be written (%.1f MB) is kept in "
+                                 "memory and retried every %g s", where, why, self.pending_bytes / 1e6, RETRY_S)
                 continue
             for job in jobs:
                 self.pending_bytes -= job.nbytes
                 self._in_flight -= 1
                 if str(job.path) in self._failing:
                     self._failing.discard(str(job.path))
-                    log.warning("%s is written again", job.path)
+                    gevent.spawn(log.warning, "%s is written again", job.path)
                 if job.on_done is not None:
                     job.on_done()
                 job.done.set()
             if took > SLOW_WRITE_S:
                 for listener in self.on_slow:
-                    listener(took)
+                    gevent.spawn(listener, took)
         self._wake.ref = self._in_flight > 0

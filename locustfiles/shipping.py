@@ -11,7 +11,6 @@ before the node exits.
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter, deque
 from pathlib import Path
 
@@ -39,34 +38,6 @@ DRAIN_NOTE_S = 10.0
 #: Most bytes of the run directory's writes held in memory for a disk that has not kept up;
 #: past it the run is stopped (the records and samples held are still written).
 MAX_PENDING_BYTES = 256 << 20
-
-
-class JsonlAppender:
-    """Appends lines to a JSONL file; each batch is one write, flushed to the OS."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def write(self, records: list[dict]) -> None:
-        self.write_lines([runformat.jsonl_bytes(r) for r in records])
-
-    def write_lines(self, lines: list[bytes]) -> None:
-        if lines and self._fd is None:
-            raise ValueError(f"{self.path} is closed")
-        if lines:
-            view = memoryview(b"".join(lines))
-            while view:
-                view = view[os.write(self._fd, view):]
-
-    @property
-    def closed(self) -> bool:
-        return self._fd is None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class RecordWriter:
@@ -345,9 +316,8 @@ class RecordShipper:
             return None
         SPOOL_DIR.mkdir(parents=True, exist_ok=True)
         path = SPOOL_DIR / f"{self.worker_id.replace('/', '_')}-{int(wall())}.jsonl"
-        out = JsonlAppender(path)
-        out.write(left)
-        out.close()
+        with open(path, "ab") as out:   # appended: a second spool within the same second adds to it
+            out.write(b"".join(runformat.jsonl_bytes(r) for r in left))
         self.unacked.clear()
         self._buf = []
         log.error("the master did not acknowledge %d records; they were saved to %s "

@@ -13,6 +13,7 @@ otherwise. Two drills against the simulator:
   written: nothing lost.
 
 Needs /dev/fuse and the right to mount (root, as CI runs); skipped where /dev/fuse is absent.
+The run-directory writer's retry of a failing write is checked in this process, on any disk.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import pytest
 from procs import LOCUST, LOCUSTFILE, ROOT, locust_count, read_jsonl, spawn
 from rundirs import assert_declared
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
+needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="/dev/fuse is absent: no FUSE here to make a slow disk with")
 SIM = ["testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter", "0"]
 SLOW_WRITE_S = 0.05
@@ -110,6 +111,7 @@ def _gap_p95(records: list[dict], lo: float, hi: float) -> tuple[float, int]:
     return float(np.percentile(gaps, 95)), len(gaps)
 
 
+@needs_fuse
 def test_a_disk_that_turns_slow_neither_holds_up_the_load_nor_loses_a_record(tmp_path, slow_disk):
     run_dir = slow_disk.path / "run"
     with spawn(SIM) as sim:
@@ -142,6 +144,7 @@ def test_a_disk_that_turns_slow_neither_holds_up_the_load_nor_loses_a_record(tmp
     assert f"{len(missing)} audio files were not written in time" in out
 
 
+@needs_fuse
 def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_path, slow_disk):
     run_dir = slow_disk.path / "run"
     locustfile = tmp_path / "small_buffer.py"
@@ -174,3 +177,27 @@ def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_pat
     run = json.loads((slow_disk.backing / "run" / "run.json").read_text())
     assert "has not kept up" in run["error"] and run["records"] == len(records)
     assert_declared(slow_disk.backing / "run")
+
+
+def test_a_failing_write_is_retried_until_it_succeeds_and_said_once(tmp_path, caplog):
+    """A write into a folder that is not there yet fails (as a full disk's would): the writer
+    keeps the bytes, says so once, retries, and writes them in order once it can."""
+    import gevent
+    from locustfiles import disk as disk_mod
+    disk_mod.RETRY_S, old = 0.05, disk_mod.RETRY_S
+    try:
+        writer = disk_mod.DiskWriter()
+        target = tmp_path / "later" / "requests.jsonl"
+        first = writer.append(target, b"one\n")
+        writer.append(target, b"two\n")
+        assert not writer.drain(0.3) and writer.pending_bytes == 8
+        (tmp_path / "later").mkdir()
+        assert writer.drain(5)
+        gevent.sleep(0)
+    finally:
+        disk_mod.RETRY_S = old
+    assert first.done.is_set() and writer.pending_bytes == 0
+    assert target.read_bytes() == b"one\ntwo\n"
+    said = [r.getMessage() for r in caplog.records if r.name == "tts_knee.disk"]
+    assert len([m for m in said if m.startswith(f"cannot write {target}")]) == 1, said
+    assert f"{target} is written again" in said
