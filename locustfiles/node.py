@@ -141,7 +141,7 @@ class Run:
         if self.is_master:
             self.environment.runner.send_message(wire.STEP.name, wire.STEP(
                 step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers))
+                workers=step.workers, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
         self.save()
 
     @property
@@ -409,7 +409,7 @@ def _on_init(environment, **_kw) -> None:
         def on_step(environment, msg, **_kw):
             data = msg.data
             node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
-                                  rate=data["rate"], workers=data["workers"]))
+                                  rate=data["rate"], workers=data["workers"], hold_s=data.get("hold_s")))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:

@@ -99,8 +99,8 @@ class OpenLoopUser(RunUser):
         due = phase / rate if s.arrival == "constant" else next(gen)
         dropped = run.dropped
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
-        # moment later): no arrival is scheduled past the step's time.
-        last = arrival_span_s(s, step.rate, state.settle_of(step))
+        # moment later): no arrival is scheduled past the step's time (a soak's own length).
+        last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)
         while state.current is step and due < last and not run.stopping:
             wait = m_start + due - mono()
             if wait > EARLY_S:

@@ -13,7 +13,7 @@ import pytest
 import runformat
 from analysis import trend
 from analysis.summary import analyze, load
-from procs import dashboard, locust, locust_count, read_jsonl, spawn
+from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
 from rundirs import assert_declared
 
 START = 1_700_000_000.0
@@ -214,3 +214,27 @@ def test_a_soak_after_the_sweep_names_the_simulators_leak(tmp_path):
     assert "Soak: drift over time" in (run_dir / "report.html").read_text()
     client = [t for t in soak["trends"] if t["figure"] == "client_rss_bytes"]
     assert client and not any(t["drift"] for t in client), client
+
+
+@pytest.mark.slow
+def test_an_open_loop_soak_alone_offers_its_rate_for_its_whole_length_across_workers(tmp_path):
+    """``--rates 10 --soak 1m`` on a master with two workers: the soak is the run (no sweep), each
+    worker lays its share of the arrivals over the soak's minute (not --step-time's 30 s), and
+    nothing is lost."""
+    port = free_port()
+    with spawn(["testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "50", "--per-char-ms", "0"]) as sim:
+        m = master(tmp_path, sim.url, port, workers=2, steps="", step_time="30",
+                   extra=["--rates", "10", "--soak", "1m", "--arrival", "constant"])
+        workers = [worker(tmp_path, port, n) for n in (1, 2)]
+        finish(m, *workers, timeout=150, run_dir=tmp_path / "run")
+    out = (tmp_path / "master.log").read_text()
+    assert m.returncode == 0, out[-3000:]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    (step,) = run["steps"]
+    assert step["phase"] == "soak" and step["rate"] == 10 and step["workers"] == 2
+    records = read_jsonl(tmp_path / "run" / "requests.jsonl")
+    assert len(records) == locust_count(tmp_path / "locust")
+    late = max(r["scheduled"] for r in records) - step["start"]
+    assert 55 <= late <= 61, late
+    assert len(records) == pytest.approx(600, rel=0.05)
+    assert {r["worker"] for r in records} == {w["id"] for w in run["workers"]}
