@@ -378,7 +378,6 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     att_failed = int((m & ~a["ok"]).sum())
     throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
     counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status)}
-    ra = a["retry_after_s"][m]
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
     stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
@@ -413,7 +412,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "throttled": throttled,
         "non_throttle_failures": att_failed - throttled,
         "status_counts": counts,
-        "retry_after_s": dist(ra, sorted_values(a, (*keep, "retry_after_s", "m"), a["retry_after_s"], m)),
+        "retry_after_s": d("retry_after_s", m, "m"),
         "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
     })
     streams = okf & ~cut
