@@ -39,6 +39,8 @@ import math
 
 import numpy as np
 
+from .incremental import percentiles
+
 LEVEL = 0.95
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_MIN_N = 200
@@ -52,13 +54,23 @@ def _finite(values) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def _binom_cdf(n: int, p: float) -> np.ndarray:
-    """P(K <= k) for k = 0..n, K ~ Binomial(n, p), 0 < p < 1."""
-    k = np.arange(n, dtype=float)
+#: The binomial's mass is computed this many standard deviations either side of its mean (and
+#: over everything for small n): beyond, it is below what a double holds next to 1.
+_BINOM_SPAN_SD = 40.0
+
+
+def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
+    """(k0, cdf): P(K <= k) for k = k0, k0 + 1, …, K ~ Binomial(n, p), 0 < p < 1, over the
+    span where its mass is (all of 0..n for small n)."""
+    half = _BINOM_SPAN_SD * math.sqrt(n * p * (1 - p)) + 1
+    k0, k1 = max(0, int(n * p - half)), min(n, int(n * p + half) + 1)
+    start = (math.lgamma(n + 1) - math.lgamma(k0 + 1) - math.lgamma(n - k0 + 1)
+             + k0 * math.log(p) + (n - k0) * math.log1p(-p))
+    k = np.arange(k0, k1, dtype=float)
     steps = np.log((n - k) / (k + 1)) + math.log(p / (1 - p))
-    logpmf = np.concatenate([[n * math.log1p(-p)], n * math.log1p(-p) + np.cumsum(steps)])
+    logpmf = np.concatenate([[start], start + np.cumsum(steps)])
     pmf = np.exp(logpmf - logpmf.max())
-    return np.cumsum(pmf) / pmf.sum()
+    return k0, np.cumsum(pmf) / pmf.sum()
 
 
 def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float | None, float | None]:
@@ -66,10 +78,10 @@ def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float | None, float
     the sample is too small to bound is None."""
     n = len(v_sorted)
     p = min(max(q / 100.0, 1e-9), 1 - 1e-9)
-    cdf = _binom_cdf(n, p)
+    k0, cdf = _binom_cdf(n, p)
     alpha = 1 - LEVEL
-    lo_i = int(np.searchsorted(cdf, alpha / 2)) - 1  # x_(l) with l the binomial's alpha/2 point
-    hi_i = int(np.searchsorted(cdf, 1 - alpha / 2))  # x_(u) with u - 1 its 1 - alpha/2 point
+    lo_i = k0 + int(np.searchsorted(cdf, alpha / 2)) - 1  # x_(l) with l the binomial's alpha/2 point
+    hi_i = k0 + int(np.searchsorted(cdf, 1 - alpha / 2))  # x_(u) with u - 1 its 1 - alpha/2 point
     return (float(v_sorted[lo_i]) if lo_i >= 0 else None), (float(v_sorted[hi_i]) if hi_i < n else None)
 
 
@@ -97,22 +109,22 @@ def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
     return np.array(out)
 
 
-def percentile_cis(values, qs=(50, 95)) -> dict:
+def percentile_cis(values, qs=(50, 95), sorted_v: np.ndarray | None = None) -> dict:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
     (see the module doc; an end too few values can bound is None); empty when there are fewer
-    than 2."""
+    than 2. ``sorted_v``: the same values sorted, when kept (no sort then)."""
     v = _finite(values)
     n = len(v)
     if n < 2:
         return {}
-    points = np.percentile(v, qs)
+    points = np.percentile(v, qs) if sorted_v is None else percentiles(sorted_v, qs)
     if BOOTSTRAP_MIN_N <= n <= BOOTSTRAP_MAX_N:
         boot = _bootstrap(v, qs, np.random.default_rng(SEED))
         alpha = 100 * (1 - LEVEL) / 2
         bounds = [tuple(np.percentile(b, [alpha, 100 - alpha])) for b in boot]
         method = "bootstrap"
     else:
-        vs = np.sort(v)
+        vs = np.sort(v) if sorted_v is None else sorted_v
         bounds = [_order_interval(vs, q) for q in qs]
         method = "order_statistic"
     out = {}

@@ -70,7 +70,8 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
     relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
-    pooled = dataclasses.replace(a, cols={**a.cols, "step": relabelled})
+    # computed afresh: what a live reader keeps is kept per step, not for a pool of them
+    pooled = dataclasses.replace(a, cols={**a.cols, "step": relabelled}, lasting=None)
     c = steps[0]["concurrency"]
     # no start: the window comes from the records; every windowed figure is replaced below
     out = step_stats(pooled, {"step": _POOLED, "concurrency": c, "start": None, "end": None},

@@ -59,7 +59,9 @@ Definitions used throughout the dashboard:
   ``mismatched`` those off, ``rate`` their share; ``examples`` lists up to ``INTEGRITY_EXAMPLES``
   as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked,
   nor texts past the reader's label cap (they share one label).
-- Percentiles are exact, over the raw values (numpy's linear interpolation).
+- Percentiles are exact, over the raw values (numpy's linear interpolation). A live reader's
+  attempts (the live view) keep each step's sorted values from one refresh to the next
+  (:mod:`analysis.incremental`), so a refresh sorts only what is new; the figures are the same.
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ from runformat.reader import OTHER_LABEL, Attempts
 
 from . import server_metrics
 from .confidence import percentile_cis
+from .incremental import percentiles, sorted_values
 
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503, 1013)  # 1013: a WebSocket session closed "try again later"
@@ -80,27 +83,29 @@ INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
 INTEGRITY_EXAMPLES = 5
 
 
-def dist(values: np.ndarray) -> dict | None:
-    """{count, mean, p50, p90, p95, p99, max} of the finite values, or None if there are none."""
+def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
+    """{count, mean, p50, p90, p95, p99, max} of the finite values, or None if there are none;
+    ``sorted_v``: the same values sorted, when kept (the percentiles come from them)."""
     v = values[np.isfinite(values)]
     if not len(v):
         return None
-    p = np.percentile(v, PCTS)
+    p = np.percentile(v, PCTS) if sorted_v is None else percentiles(sorted_v, PCTS)
     out = {"count": int(len(v)), "mean": float(v.mean())}
     out.update({f"p{q}": float(x) for q, x in zip(PCTS, p)})
     out["max"] = float(v.max())
     return out
 
 
-def _tail(values: np.ndarray) -> dict | None:
+def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
     """{count, mean, p95, max} of the finite values, or None if there are none."""
-    d = dist(values)
+    d = dist(values, sorted_v)
     return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
 
 
 def audio_reference(a: Attempts) -> np.ndarray:
     """Per text code, the median ``audio_s`` of the successful settled attempts at the lowest
-    concurrency in the records (NaN for texts not sent there); computed once per set of columns."""
+    concurrency in the records (NaN for texts not sent there); computed once per set of columns
+    (a live reader's attempts keep each text's sorted lengths from one refresh to the next)."""
     ref = a.memo.get("audio_reference")
     if ref is not None:
         return ref
@@ -108,32 +113,70 @@ def audio_reference(a: Attempts) -> np.ndarray:
     good = a["ok"] & a["final"] & a["settled"] & np.isfinite(a["audio_s"]) & (a["text"] >= 0) \
         & (a["concurrency"] >= 1)
     if good.any():
-        low = good & (a["concurrency"] == a["concurrency"][good].min())
-        frame = pd.DataFrame({"text": a["text"][low], "audio_s": a["audio_s"][low]})
-        med = frame.groupby("text")["audio_s"].median()
-        ref[med.index.to_numpy()] = med.to_numpy()
+        lowest = a["concurrency"][good].min()
+        low = good & (a["concurrency"] == lowest)
+        if a.lasting is None:
+            frame = pd.DataFrame({"text": a["text"][low], "audio_s": a["audio_s"][low]})
+            med = frame.groupby("text")["audio_s"].median()
+            ref[med.index.to_numpy()] = med.to_numpy()
+        else:
+            for code, lengths in _lengths_by_text(a, low, int(lowest)).items():
+                ref[code] = float(percentiles(lengths, (50,))[0])
     if OTHER_LABEL in a.texts:  # texts past the label cap share one code: no single reference
         ref[a.texts.index(OTHER_LABEL)] = np.nan
     a.memo["audio_reference"] = ref
     return ref
 
 
-def integrity(a: Attempts, rows: np.ndarray) -> dict:
+def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.ndarray]:
+    """A live reader's: each text's sorted ``audio_s`` over the rows ``low`` (at concurrency
+    ``lowest``), merged with the rows read since the last refresh."""
+    key = ("audio lengths", lowest)
+    n = len(a)
+    got = a.lasting.get(key)
+    rows, by_text = got if got is not None and got[0] <= n else (0, {})
+    idx = rows + np.flatnonzero(low[rows:])
+    codes, lengths = a["text"][idx], a["audio_s"][idx]
+    order = np.lexsort((lengths, codes))
+    codes, lengths = codes[order], lengths[order]
+    for part_codes, part in zip(np.split(codes, np.flatnonzero(np.diff(codes)) + 1),
+                                np.split(lengths, np.flatnonzero(np.diff(codes)) + 1)):
+        if len(part):
+            code = int(part_codes[0])
+            old = by_text.get(code)
+            by_text[code] = part if old is None else np.insert(old, np.searchsorted(old, part), part)
+    a.lasting[key] = (n, by_text)
+    return by_text
+
+
+def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
     """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
-    (see the module doc)."""
+    (see the module doc). A live reader's attempts keep step ``step``'s counts and check only
+    the rows read since, while the reference stays the same."""
     ref = audio_reference(a)
-    idx = np.flatnonzero(rows & np.isfinite(a["audio_s"]) & (a["text"] >= 0))
+    n = len(a)
+    key = ("integrity", step)
+    kept = a.lasting.get(key) if a.lasting is not None and step is not None else None
+    if kept is not None and kept[0] <= n and np.array_equal(kept[1], ref, equal_nan=True):
+        start, checked, mismatched, examples = kept[0], kept[2], kept[3], list(kept[4])
+    else:
+        start, checked, mismatched, examples = 0, 0, 0, []
+    sub = slice(start, n)
+    idx = start + np.flatnonzero(rows[sub] & np.isfinite(a["audio_s"][sub]) & (a["text"][sub] >= 0))
     expected = ref[a["text"][idx]] if len(ref) else np.full(len(idx), np.nan)
     has = np.isfinite(expected)
     idx, expected = idx[has], expected[has]
     got = a["audio_s"][idx]
     off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
     bad = idx[off]
-    examples = [{"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
-                for i, e, g in zip(bad[:INTEGRITY_EXAMPLES], expected[off][:INTEGRITY_EXAMPLES],
-                                   got[off][:INTEGRITY_EXAMPLES])]
-    return {"checked": int(len(idx)), "mismatched": int(len(bad)),
-            "rate": len(bad) / len(idx) if len(idx) else None, "examples": examples}
+    room = INTEGRITY_EXAMPLES - len(examples)
+    examples += [{"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
+                 for i, e, g in zip(bad[:room], expected[off][:room], got[off][:room])]
+    checked, mismatched = checked + len(idx), mismatched + len(bad)
+    if a.lasting is not None and step is not None:
+        a.lasting[key] = (n, ref, checked, mismatched, examples)
+    return {"checked": int(checked), "mismatched": int(mismatched),
+            "rate": mismatched / checked if checked else None, "examples": examples}
 
 
 def _stream_end(window: dict) -> float | None:
@@ -153,22 +196,22 @@ def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarra
     return cut
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray) -> dict:
+def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict:
     """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
-    module doc)."""
+    module doc); ``figure(column, mask, mask name, tail)`` is a distribution."""
     n_cut, okf = int((okf & cut).sum()), okf & ~cut
     under = a["underruns"][okf]
     under = under[np.isfinite(under)]
     return {
         "streamed": streamed,
         "streams": {"counted": int(okf.sum()), "cut_by_step_end": n_cut},
-        "ttfa_ms": dist(a["ttfa_ms"][okf]),
+        "ttfa_ms": figure("ttfa_ms", okf, "streams", False),
         "underrun_rate": float((under >= 1).mean()) if len(under) else None,
         "underrun_streams": int((under >= 1).sum()),
-        "underrun_ms": _tail(a["underrun_ms"][okf]),
-        "gap_max_ms": _tail(a["gap_max_ms"][okf]),
-        "chunks": _tail(a["chunks"][okf]),
-        "tail_ms": dist(a["tail_ms"][okf]),
+        "underrun_ms": figure("underrun_ms", okf, "streams", True),
+        "gap_max_ms": figure("gap_max_ms", okf, "streams", True),
+        "chunks": figure("chunks", okf, "streams", True),
+        "tail_ms": figure("tail_ms", okf, "streams", False),
     }
 
 
@@ -228,7 +271,14 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float,
 def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mask, start, end) of the logical requests whose final attempt has a known end: ``mask``
     selects those final attempts; a span runs from the first attempt's ``t0`` (else the final
-    attempt's own) to the final attempt's ``tend``."""
+    attempt's own) to the final attempt's ``tend``; computed once per set of columns."""
+    got = a.memo.get("spans")
+    if got is None:
+        got = a.memo["spans"] = _spans(a)
+    return got
+
+
+def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     fin = a["final"] & np.isfinite(a["tend"])
     end = a["tend"][fin]
     e2e = a["e2e_ms"][fin]
@@ -327,15 +377,18 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     status = a["status"][m]
     att_failed = int((m & ~a["ok"]).sum())
     throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
-    counts = {}
-    vals, cnt = np.unique(status, return_counts=True)
-    for v, c in zip(vals, cnt):
-        counts["conn_error" if v < 0 else str(int(v))] = int(c)
-    ra = a["retry_after_s"][m]
+    counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status)}
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
-    cut = _cut_by_step_end(a, m, step["streams_end"] if "streams_end" in step else _stream_end(win))
+    stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
+    cut = _cut_by_step_end(a, m, stream_end)
     okl = okf & ~cut if streamed else okf  # the requests the latency figures describe
+    # a live reader keeps each figure's sorted values under what its mask depends on
+    keep = (step["step"], stream_end, streamed)
+
+    def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
+        kept = sorted_values(a, (*keep, col, name), a[col], mask)
+        return (_tail if tail else dist)(a[col][mask], kept)
     out.update({
         "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
@@ -345,12 +398,12 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "attempt_failure_rate": att_failed / n_att if n_att else None,
         "throughput_rps": win["ok_completions"] / dur if dur else None,
         "completed_rps": win["completions"] / dur if dur else None,
-        "latency_ms": dist(a["wait_ms"][okl]),
-        "ttfb_ms": dist(a["ttfb_ms"][okl]),
-        "write_ms": dist(a["write_ms"][okl]),
-        "concat_ms": dist(a["concat_ms"][okl]),
-        "e2e_ms": dist(a["e2e_ms"][okl]),
-        "rtf": dist(a["rtf"][okl]),
+        "latency_ms": d("wait_ms", okl, "okl"),
+        "ttfb_ms": d("ttfb_ms", okl, "okl"),
+        "write_ms": d("write_ms", okl, "okl"),
+        "concat_ms": d("concat_ms", okl, "okl"),
+        "e2e_ms": dist(a["e2e_ms"][okl]),   # a retried request's e2e can come later than its row
+        "rtf": d("rtf", okl, "okl"),
         "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
         "retries": int((m & (a["attempt"] > 1)).sum()),
         "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
@@ -359,23 +412,24 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "throttled": throttled,
         "non_throttle_failures": att_failed - throttled,
         "status_counts": counts,
-        "retry_after_s": dist(ra),
-        "backoff_ms": dist(a["backoff_ms"][m & (a["attempt"] > 1)]),
+        "retry_after_s": d("retry_after_s", m, "m"),
+        "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
     })
-    out.update(_stream_stats(a, okf, streamed, cut))
-    out["integrity"] = integrity(a, okf)
+    streams = okf & ~cut
+    out.update(_stream_stats(a, okf, streamed, cut, d))
+    out["integrity"] = integrity(a, okf, step["step"])
     out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():
-        d = dist(col[m])
-        if d:
-            stages[name] = {"mean": d["mean"], "p50": d["p50"], "p95": d["p95"]}
+        sd = dist(col[m], sorted_values(a, (*keep, "stage", name), col, m))
+        if sd:
+            stages[name] = {"mean": sd["mean"], "p50": sd["p50"], "p95": sd["p95"]}
     out["server_timing_ms"] = stages
     tiers = {}
     for code, name in enumerate(a.tiers):
-        d = dist(a["wait_ms"][okl & (a["tier"] == code)])
-        if d:
-            tiers[name] = {"count": d["count"], "p50": d["p50"], "p95": d["p95"]}
+        td = d("wait_ms", okl & (a["tier"] == code), f"tier {code}")
+        if td:
+            tiers[name] = {"count": td["count"], "p50": td["p50"], "p95": td["p95"]}
     out["latency_by_tier_ms"] = tiers
     errs = a["error"][m & (a["error"] >= 0) & ~a["ok"]]
     top = []
@@ -387,10 +441,24 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["server"] = resource_aggregate(res, "server", start, end, roles)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    for key, col, mask in (("latency_ms", "wait_ms", okl), ("ttfa_ms", "ttfa_ms", okf & ~cut)):
+    for key, col, mask, name in (("latency_ms", "wait_ms", okl, "okl"), ("ttfa_ms", "ttfa_ms", streams, "streams")):
         if out.get(key) and col in a.cols:
-            out[key].update(percentile_cis(a[col][mask]))
+            out[key].update(percentile_cis(a[col][mask], sorted_v=sorted_values(a, (*keep, col, name), a[col], mask)))
     return out
+
+
+def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
+    """(value, count) of small whole numbers (statuses), ascending: a count per value rather than
+    a sort of them all."""
+    if not len(values):
+        return []
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 1_000_000:
+        vals, cnt = np.unique(values, return_counts=True)
+        return list(zip(vals.tolist(), cnt.tolist()))
+    cnt = np.bincount(values - lo)
+    seen = np.flatnonzero(cnt)
+    return list(zip((seen + lo).tolist(), cnt[seen].tolist()))
 
 
 def infer_steps(a: Attempts) -> list[dict]:

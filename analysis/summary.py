@@ -32,6 +32,7 @@ from runformat.reader import RunDir, RunDirError
 
 from . import openloop
 from . import slo as slo_mod
+from . import soak as soak_mod
 from .confidence import ci_range
 from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
@@ -116,6 +117,13 @@ def _settle_of(rd: RunDir) -> float | None:
     if not _time(v) or v < 0:
         raise _bad(rd, "settle_s", v, "is not a number of seconds >= 0")
     return float(v)
+
+
+def _soak_of(rd: RunDir) -> float | None:
+    """``options.soak``: the soak's planned length in seconds, where run.json has a usable one."""
+    v = rd.options().get("soak")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 \
+        else None
 
 
 def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
@@ -283,14 +291,18 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
     mode = rd.mode()
     open_loop = mode == "open"
+    # a soak holds one level for long: its drift is its own section, and the levels (knee,
+    # recommendation) are the sweep's, unless the soak is all the run did
+    soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
+    judged = [st for st in steps if st.get("phase") != runformat.SOAK_PHASE] or steps
     if open_loop:
         for st, p in zip(steps, plan):
             st.update(openloop.step_figures(a, p, st))
-        done = group_levels(a, steps, rd.resources, settle, key="rate", figures=openloop.level_figures,
+        done = group_levels(a, judged, rd.resources, settle, key="rate", figures=openloop.level_figures,
                             streamed=streamed, roles=roles)
         knee = openloop.find_knee(done)
     else:
-        done = group_levels(a, steps, rd.resources, settle, streamed=streamed, roles=roles, **users)
+        done = group_levels(a, judged, rd.resources, settle, streamed=streamed, roles=roles, **users)
         knee = find_knee(done, streamed, rd.ttfa_floor_ms())
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
@@ -323,6 +335,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
             "target": run.get("target"), "mode": mode, "options": run.get("options"), "workers": run.get("workers"),
             "collectors": run.get("collectors"), "versions": run.get("versions"),
             "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
+            "audio_missing": run.get("audio_missing"),
         },
         "records": {"lines": rd.requests.lines, "attempts": len(a)},
         "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},
@@ -344,6 +357,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "server_timing_stages": list(a.stages),
         "cut_by_run_end": int(run_end_cut(a).sum()),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
+        **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
     }
     return _clean(summary)
 

@@ -6,8 +6,9 @@ Run from the repository root (about 6 minutes on two cores)::
     .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 3.5 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/stream_cost.py, bench/session_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py and
-bench/distributed_master.py. One that is missing or fails is a row saying so, not a crash. The table looks like::
+bench/stream_cost.py, bench/session_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py,
+bench/live_view.py and bench/distributed_master.py (bench/own_memory.py, an hour long, runs on its
+own). One that is missing or fails is a row saying so, not a crash. The table looks like::
 
     figure                                      measured                                            goal            result
     generator CPU per attempt, tts / bare user  1.06x (357 vs 337 us; pairs 1.09, 1.06, 0.94)       <= 1.0x         FAIL
@@ -190,6 +191,17 @@ def dashboard_scale(quick: bool) -> list[Row]:
     return rows or _broken("dashboard, load + analyze + report", "printed no result line")
 
 
+def live_view(quick: bool) -> list[Row]:
+    out, why = _run("live_view.py", ["--json", "--refreshes", "5" if quick else "9"])
+    if out is None:
+        return _broken("live view refresh, 1,000,000 / 10,000 attempts", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    small, big = m["sizes"][0], m["sizes"][-1]
+    return [Row(f"live view refresh, {big['attempts']:,} / {small['attempts']:,} attempts",
+                f"{m['ratio']:.2f}x ({big['refresh_s']:.2f} vs {small['refresh_s']:.2f} s; first read "
+                f"{big['first_s']:.1f} s)", f"<= {m['goal']:g}x", m["ratio"] <= m["goal"])]
+
+
 _MASTER_LINE = re.compile(r"workers (\d+), users (\d+): .*?(\d+) attempts/s.*\nmaster CPU while receiving: ([\d.]+)%")
 
 
@@ -208,7 +220,7 @@ def main() -> int:
     args = parser.parse_args()
     rows: list[Row] = []
     for bench in (generator_cost, client_overhead, stream_cost, session_cost, collector_overhead, dashboard_scale,
-                  distributed_master):
+                  live_view, distributed_master):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]
     header = ("figure", "measured", "goal", "result")

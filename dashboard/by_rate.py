@@ -22,7 +22,7 @@ def as_levels(summary: dict) -> dict:
 
 
 def curves_figure(summary: dict) -> go.Figure | None:
-    steps = [s for s in summary["steps"] if s.get("requests")]
+    steps = [s for s in summary.get("levels") or summary["steps"] if s.get("requests")]   # a soak is not a level
     if not steps:
         return None
     steps = sorted(steps, key=lambda s: s["rate"])

@@ -2,7 +2,8 @@
 
 Each section is a module of its own building on :mod:`dashboard.kit`: the verdict, step table
 and curves (:mod:`dashboard.by_concurrency`, or :mod:`dashboard.by_rate` for an open-loop run),
-the SLO and the baseline (:mod:`dashboard.slo_verdicts`, :mod:`dashboard.baseline`), stream
+the SLO and the baseline (:mod:`dashboard.slo_verdicts`, :mod:`dashboard.baseline`), a soak's
+drift (:mod:`dashboard.soak`), stream
 health for a streamed run, audio integrity, the timeline, the server's own metrics, and the
 per-step breakdowns.
 """
@@ -19,7 +20,9 @@ from .baseline import regression_html
 from .kit import esc, fig_html, is_open_loop, is_streamed, page
 from .server_series import server_section
 from .slo_verdicts import slo_html
+from .soak import soak_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
+from .table import audio_missing_text
 from .timeline import timeline_figure
 
 
@@ -37,6 +40,8 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     if summary.get("cut_by_run_end"):
         notes.append(f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
                      f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)")
+    if run.get("audio_missing"):
+        notes.append(audio_missing_text(run["audio_missing"]))
     workers = run.get("workers") if isinstance(run.get("workers"), list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:
@@ -69,6 +74,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             f"<h2>Latency and throughput</h2>{parts[0]}"
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
+            + soak_html(summary)
             + f"{stream}{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"

@@ -10,7 +10,10 @@ nothing inside them but what the dashboard makes) can be fetched:
 - ``/runs/<i>/`` - the report of the i-th run when several are served;
 - ``/plotly.min.js``, ``/version``, ``/summary.json`` (of ``/`` - a list when several runs).
 
-Pages are cached by the files' sizes and mtimes and rebuilt at most every ``MIN_REBUILD_S``.
+Pages are cached by the files' sizes and mtimes and rebuilt at most every ``MIN_REBUILD_S``. A
+refresh reads only what was appended to the run's files, and the analysis keeps what it can
+from one refresh to the next (``RunDir(live=True)``, :mod:`analysis.incremental`), so it costs
+about as much at a million attempts as at ten thousand (``bench/live_view.py``).
 :func:`serve` wraps it in a stdlib ``ThreadingHTTPServer``.
 """
 from __future__ import annotations
@@ -48,7 +51,7 @@ class LiveView:
     """Serves the reports of ``run_dirs`` at fixed routes, rebuilding them when files change."""
 
     def __init__(self, run_dirs: list[Path]):
-        self.runs = [RunDir(Path(p)) for p in run_dirs]
+        self.runs = [RunDir(Path(p), live=True) for p in run_dirs]
         self._lock = threading.Lock()
         self._key = None
         self._built_at = 0.0

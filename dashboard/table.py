@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runformat import SOAK_PHASE
+
 from .kit import fmt, is_open_loop, is_streamed, stat
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
@@ -35,7 +37,7 @@ def table_rows(summary: dict) -> list[list[str]]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
         ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
         rows.append([
-            str(s["step"]), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
+            str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
             fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
             fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
             fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
@@ -90,6 +92,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
+    missing = summary["run"].get("audio_missing")
+    if missing:
+        lines.append(audio_missing_text(missing))
     if not open_loop:   # the open-loop lines name their knee in req/s
         lines.append("knee: none found" if knee["concurrency"] is None else
                      f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
@@ -106,9 +111,35 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     else:
         lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  "
                      f"{summary['recommendation']}")
+    lines += _soak_lines(summary)
     if report:
         lines.append(f"report: {report}")
     return "\n".join(lines)
+
+
+def audio_missing_text(missing: dict) -> str:
+    """The audio files a slow disk kept from being written in time, in one sentence."""
+    return (f"audio files not written in time: {missing.get('late', 0)} late, {missing.get('dropped', 0)} dropped "
+            f"(the disk did not keep up; those attempts have no t3 or write_ms)")
+
+
+def soak_headline(soak: dict) -> str:
+    """A soak in one line: the level it held, how long, in which windows."""
+    minutes = (soak.get("duration_s") or 0) / 60.0
+    level = f"{soak['rate']:g} req/s" if soak.get("rate") is not None else f"concurrency {soak['concurrency']}"
+    return (f"soak: step {soak['step']} held {level} for {minutes:.1f} min ({len(soak['windows'])} windows of "
+            f"{fmt(soak.get('window_s'), '{:.0f}')} s)")
+
+
+def _soak_lines(summary: dict) -> list[str]:
+    """A soak's headline and its drift verdicts, one line each (or that it held)."""
+    soak = summary.get("soak")
+    if not soak:
+        return []
+    head = soak_headline(soak)
+    if not soak["drift"]:
+        return [head + ": no drift in latency, throughput or memory"]
+    return [head + ":"] + [f"  - {v}" for v in soak["drift"]]
 
 
 RATE_COLUMNS = ("step", "offered req/s", "served req/s", "served/offered", "requests", "dropped", "err%",
@@ -121,7 +152,7 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
     rows = []
     for s in summary["steps"]:
         g = s.get("growth") or {}
-        rows.append([str(s["step"]), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
+        rows.append([str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
                      fmt(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
                      fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
                      fmt(stat(s, "inflight", "mean"), "{:.1f}"), fmt(stat(s, "inflight", "max")),

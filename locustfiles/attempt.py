@@ -226,6 +226,9 @@ class Caller:
             return
         try:
             audio_out.writer(self.environment.tts_knee).write(path, data)
+        except audio_out.AudioMissing as e:   # the disk did not keep up: the record says so
+            runformat.attempt.update(rec, audio_file=e.kind)
+            return
         except OSError as e:
             self.run.audio_failed(e)
             return

@@ -1,5 +1,8 @@
 """Writing the audio an attempt received: each file written over, in the event loop while the
-disk keeps up, on one native thread once it has not."""
+disk keeps up, on one native thread once it has not. On the thread a user waits at most
+``AUDIO_WAIT_S`` for its file and at most ``AUDIO_QUEUE_BYTES`` wait to be written: a file not
+written in time is not missing silently, its attempt's record says ``audio_file`` "late" (still
+written once the disk gets to it) or "dropped" (not written: too much was waiting already)."""
 from __future__ import annotations
 
 import collections
@@ -19,6 +22,19 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX")
 #: A write that takes longer than this is the disk stalling: from then on the node's audio is
 #: written on a thread.
 WRITE_STALL_S = 0.01
+#: Longest a user waits for its file once audio is written on the thread.
+AUDIO_WAIT_S = 1.0
+#: Most audio bytes waiting for the disk; a file beyond is dropped.
+AUDIO_QUEUE_BYTES = 64 << 20
+
+
+class AudioMissing(Exception):
+    """The file was not written in time: ``kind`` is "late" (it waits for the disk still) or
+    "dropped" (it was not queued)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
 
 
 class AudioWriter:
@@ -33,9 +49,17 @@ class AudioWriter:
     def __init__(self):
         self._thread: _WriterThread | None = None
 
+    def stalled(self, seconds: float) -> None:
+        """Another write to this disk took ``seconds`` (the run directory's writer says so):
+        write on the thread from now on, before an audio write stalls the event loop."""
+        if self._thread is None:
+            log.warning("a write to the run directory took %.0f ms; audio is written on a thread from now on",
+                        seconds * 1000)
+            self._thread = _WriterThread()
+
     def write(self, path: str, data: list) -> None:
         """Write the buffers ``data``, in order, to ``path`` and return once it is closed;
-        raises what writing raised."""
+        raises what writing raised, or :class:`AudioMissing`."""
         if self._thread is not None:
             self._thread.write(path, data)
             return
@@ -57,6 +81,7 @@ class _WriterThread:
     def __init__(self):
         self._jobs = monkey.get_original("_queue", "SimpleQueue")()
         self._done: collections.deque = collections.deque()
+        self._queued = 0   # bytes handed to the thread, not yet written
         self._wake = gevent.get_hub().loop.async_()
         self._wake.ref = False   # never what keeps the process alive
         self._wake.start(self._on_wake)
@@ -64,10 +89,15 @@ class _WriterThread:
 
     def write(self, path: str, data: list) -> None:
         """Write the buffers ``data``, in order, to ``path`` and return once it is closed;
-        raises what writing raised."""
-        job = [Event(), None]
+        raises what writing raised, or :class:`AudioMissing` when that takes too long."""
+        size = sum(len(b) for b in data)
+        if self._queued + size > AUDIO_QUEUE_BYTES:
+            raise AudioMissing("dropped")
+        self._queued += size
+        job = [Event(), None, size]
         self._jobs.put((path, data, job))
-        job[0].wait()
+        if not job[0].wait(AUDIO_WAIT_S):
+            raise AudioMissing("late")
         if job[1] is not None:
             raise job[1]
 
@@ -83,13 +113,18 @@ class _WriterThread:
 
     def _on_wake(self) -> None:
         while self._done:
-            self._done.popleft()[0].set()
+            job = self._done.popleft()
+            self._queued -= job[2]
+            job[0].set()
 
 
 def writer(node) -> AudioWriter:
-    """The node's one audio writer, made for the first file it writes."""
+    """The node's one audio writer, made for the first file it writes; it hears of the run
+    directory's slow writes (the same disk, by default)."""
     if node.audio_writer is None:
         node.audio_writer = AudioWriter()
+        if node.disk is not None:
+            node.disk.on_slow.append(node.audio_writer.stalled)
     return node.audio_writer
 
 

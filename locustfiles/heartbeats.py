@@ -10,7 +10,6 @@ import gevent
 import runformat
 
 from .clock import wall
-from .shipping import JsonlAppender
 
 log = logging.getLogger("tts_knee")
 #: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
@@ -20,7 +19,6 @@ WATCH_INTERVAL_S = 1.0
 def watch(node) -> None:
     """Master: note workers that went away, and sample every worker's own CPU and memory
     (Locust's heartbeats carry them) into resources.jsonl as role=client."""
-    appender: dict = {}
     while True:
         gevent.sleep(WATCH_INTERVAL_S)
         run = node.run
@@ -29,16 +27,11 @@ def watch(node) -> None:
         for wid in run.receiver.note_lost():
             log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
             run.save()
-        path = run.run_dir / runformat.RESOURCES
-        if appender.get("path") != path:
-            if appender:
-                appender["out"].close()
-            appender.update(path=path, out=JsonlAppender(path))
         now = wall()
-        appender["out"].write([
-            runformat.resource_sample(
-                ts=now, host=c.id, role="client", source="locust-heartbeat",
-                proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[])
+        lines = [runformat.jsonl_bytes(runformat.resource_sample(
+            ts=now, host=c.id, role="client", source="locust-heartbeat",
+            proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[]))
             # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage
-        ])
+            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage]
+        if lines:   # written off the event loop, with the run's other files
+            node.disk.append(run.run_dir / runformat.RESOURCES, b"".join(lines))

@@ -27,16 +27,20 @@ from runformat.options import CUT_BY_RUN_END
 
 from . import heartbeats, settings as settings_mod, timesync, webui
 from .clock import mono, wall
+from .disk import DiskWriter
 from .preflight import preflight
 from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
+from .soak import Soak
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends, past their drain.
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: How often the drain at the run's end looks at what is still in flight.
 DRAIN_POLL_S = 0.05
+#: Exit status of a run stopped early because its disk did not keep up (or was full of audio).
+DISK_EXIT_CODE = 3
 #: Request bodies kept per run, one per distinct segment text.
 MAX_CACHED_PAYLOADS = 20_000
 #: What of a text id does not go into an audio file's name.
@@ -52,6 +56,7 @@ class Run:
         self.state = state
         self.failed = False
         self.closed = False
+        self.cut_short: str | None = None   # why the run stops before its plan is done
         runner = environment.runner
         self.is_worker = isinstance(runner, WorkerRunner)
         self.is_master = isinstance(runner, MasterRunner)
@@ -61,6 +66,7 @@ class Run:
         self.writer = self.shipper = self.puller = self.receiver = None
         self.run_dir: Path | None = None
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
+        self.soak: Soak | None = None    # master/local: --soak, once the plan is done
         self.info: dict = {}
         self.preflight: dict | None = None
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
@@ -123,7 +129,7 @@ class Run:
         where = self.settings.audio_dir
         if self.settings.stop_on_audio_error:
             log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
-            self.environment.process_exit_code = 3
+            self.environment.process_exit_code = DISK_EXIT_CODE
             gevent.spawn(self.environment.runner.quit)
         else:
             log.error("cannot write audio to %s: %s; going on without writing audio "
@@ -135,7 +141,7 @@ class Run:
         if self.is_master:
             self.environment.runner.send_message(wire.STEP.name, wire.STEP(
                 step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers))
+                workers=step.workers, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
         self.save()
 
     @property
@@ -195,7 +201,7 @@ class Run:
         rows = self.writer.step_table()
         for row in rows:
             st = steps.get(row["step"])
-            row["phase"] = "" if st is None else ("refine" if st.phase == "refine" else f"grid {st.repeat}")
+            row["phase"] = "" if st is None else (st.phase if st.phase != "grid" else f"grid {st.repeat}")
             if st is not None and st.rate is not None:   # open loop: the step's load is its rate
                 row["concurrency"] = f"{st.rate:g} req/s"
             row["slo"] = self.plan.verdict_cell(row["step"])
@@ -213,11 +219,15 @@ class Run:
             s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir)
         self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
         self.make_audio_dir()
-        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS)
+        disk = self.environment.tts_knee.disk
+        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
         from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
+        self.soak = Soak.of(s)
+        grid = () if self.soak is not None and self.soak.alone else s.rates or s.steps
         axis = RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
-        self.plan = StepPlan(s.rates or s.steps, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
-                             axis)
+        # a soak after a sweep holds the level its judged steps recommend
+        self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
+                             axis, judge=self.soak is not None and not self.soak.alone)
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
@@ -238,11 +248,22 @@ class Run:
     def _start_puller(self) -> None:
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
-                                      server_metrics=list(s.server_metrics))
+                                      server_metrics=list(s.server_metrics), disk=self.environment.tts_knee.disk)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
             self.fail(f"collector {self.puller.unreachable[0]} is unreachable and --require-collectors is set")
+
+    def _disk_full(self, pending_bytes: int) -> None:
+        """The run directory's disk has fallen too far behind: stop the run (the shape ends it
+        at its next tick), keeping everything held for the disk to write before exiting."""
+        message = (f"the disk of {self.run_dir} has not kept up: {pending_bytes / 1e6:.1f} MB of records and samples "
+                   f"wait to be written; the run stops now so that memory stays bounded, and everything received "
+                   f"is written before tts-knee exits")
+        log.warning("%s", message)
+        self.cut_short = message
+        self.info["error"] = message
+        self.environment.process_exit_code = DISK_EXIT_CODE
 
     def fail(self, message: str) -> None:
         log.error("%s", message)
@@ -273,7 +294,9 @@ class Run:
             info["workers"] = list(self.receiver.workers.values())
         elif not self.is_master:
             info["workers"] = [runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)]
-        runformat.write_json(self.run_dir / runformat.RUN_JSON, info)
+        if self.writer is not None and self.writer.audio_missing:
+            info["audio_missing"] = dict(self.writer.audio_missing)
+        self.environment.tts_knee.disk.replace(self.run_dir / runformat.RUN_JSON, runformat.json_text(info))
 
     def close(self) -> None:
         if self.closed:
@@ -300,6 +323,11 @@ class Run:
         self.info["records"] = self.writer.count
         self.info["cut_by_run_end"] = self.writer.cut
         self.save()
+        self.environment.tts_knee.disk.drain()
+        missing = self.writer.audio_missing
+        if missing:
+            log.warning("%d audio files were not written in time (%d late, %d dropped: the disk did not keep up); "
+                        "their records say so in audio_file", sum(missing.values()), missing["late"], missing["dropped"])
         cut = (f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})"
                if self.writer.cut else "")
         log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
@@ -321,6 +349,8 @@ class Node:
         self.receiver = RecordReceiver(runner) if self.is_master else None
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
         self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
+        # master/local: the run directory's writer, off the event loop
+        self.disk = None if self.is_worker else DiskWriter()
         self.live_view = None      # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
 
@@ -379,7 +409,7 @@ def _on_init(environment, **_kw) -> None:
         def on_step(environment, msg, **_kw):
             data = msg.data
             node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
-                                  rate=data["rate"], workers=data["workers"]))
+                                  rate=data["rate"], workers=data["workers"], hold_s=data.get("hold_s")))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:

@@ -38,11 +38,14 @@ EARLY_S = 0.0002
 IDLE_POLL_S = 0.05
 
 
-def arrival_span_s(s, rate: float, settle_s: float) -> float:
+def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None) -> float:
     """How long a step at ``rate`` (req/s, the whole run's) sends arrivals, from its start:
     ``--step-time``, or with ``--step-requests N`` its settle window and N arrivals (at most
-    ``--step-time``). In open loop a step's requests are what it offers: one that went on sending
-    until N had finished would offer more the slower the server, and hand its queue to the next."""
+    ``--step-time``); a soak (``hold_s``) its own length. In open loop a step's requests are what
+    it offers: one that went on sending until N had finished would offer more the slower the
+    server, and hand its queue to the next."""
+    if hold_s is not None:
+        return hold_s
     if s.step_requests:
         return min(s.step_time_s, settle_s + s.step_requests / rate)
     return s.step_time_s
@@ -96,8 +99,8 @@ class OpenLoopUser(RunUser):
         due = phase / rate if s.arrival == "constant" else next(gen)
         dropped = run.dropped
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
-        # moment later): no arrival is scheduled past the step's time.
-        last = arrival_span_s(s, step.rate, state.settle_of(step))
+        # moment later): no arrival is scheduled past the step's time (a soak's own length).
+        last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)
         while state.current is step and due < last and not run.stopping:
             wait = m_start + due - mono()
             if wait > EARLY_S:

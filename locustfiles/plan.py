@@ -149,7 +149,7 @@ class StepPlan:
 
     def __init__(self, grid, repeat: int = 1, slo: slo_mod.SLO | None = None, refine: bool = False,
                  stop_past_knee: bool = False, streamed: bool = False,
-                 ttfa_floor_ms: float = TTFA_FLOOR_MS, axis: Axis = CONCURRENCY):
+                 ttfa_floor_ms: float = TTFA_FLOOR_MS, axis: Axis = CONCURRENCY, judge: bool = False):
         if refine and slo is None:
             raise ValueError("refine needs an SLO")
         self.grid = tuple(grid)
@@ -159,6 +159,7 @@ class StepPlan:
         self.refine = refine
         self.stop_past_knee = stop_past_knee
         self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
+        self.judge = judge   # judge every step even without an SLO or decisions (a soak follows)
         self.decisions: list[dict] = []
         self.verdicts: list[dict] = []     # one per judged step, in the order run
         self._pooled: dict = {}               # level -> verdict on the pooled steps, where several
@@ -170,8 +171,9 @@ class StepPlan:
 
     @property
     def judging(self) -> bool:
-        """Whether steps need judging at all (an SLO to show, or decisions to take)."""
-        return self.slo is not None or self.stop_past_knee
+        """Whether steps need judging at all (an SLO to show, decisions to take, or a soak to
+        choose a level for)."""
+        return self.judge or self.slo is not None or self.stop_past_knee
 
     def next(self) -> Planned | None:
         """The step to run next, or None when the plan is done."""

@@ -51,6 +51,7 @@ from collectors.sampler import Sampler, next_tick
 from collectors.scrape import stale_after
 
 from .clock import wall
+from .disk import DiskWriter
 
 log = logging.getLogger(__name__)
 
@@ -212,19 +213,23 @@ class CollectorPuller:
 
     ``start()`` returns one warning sentence per unreachable collector; ``stop()`` pulls what
     is left and probes the clocks once more; ``describe()`` is the run.json ``collectors``
-    list; ``unreachable`` lists the URLs that did not answer at start.
+    list; ``unreachable`` lists the URLs that did not answer at start. Samples are written by
+    ``disk`` (the node's run-directory writer; a writer of its own without one), off the
+    event loop.
     """
 
     def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
                  interval_s: float = 1.0, sample_client: bool = True,
-                 client_host: str | None = None, server_metrics: list[str] = ()):
+                 client_host: str | None = None, server_metrics: list[str] = (),
+                 disk: DiskWriter | None = None):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._collectors = [_Collector(_normalise(u), token) for u in urls]
         self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics]
-        self._file = None
+        self._disk = disk
+        self._writing = False
         self._started_at: float | None = None
         self._stopping = False
         self._stopped = gevent.event.Event()
@@ -238,9 +243,12 @@ class CollectorPuller:
         self._started_at = wall()
         try:
             self.out_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.out_path, "a", encoding="utf-8")
         except OSError as exc:
             return [f"Cannot write {self.out_path} ({exc.strerror or exc}); no resource samples will be recorded."]
+        if self._disk is None:
+            self._disk = DiskWriter()
+        self._disk.append(self.out_path, b"")   # the file exists from the start, as readers expect
+        self._writing = True
         warnings: list[str] = []
         jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
         gevent.joinall(jobs, timeout=CONNECT_TIMEOUT_S * PROBES + 5)
@@ -286,12 +294,10 @@ class CollectorPuller:
             for m in self._scraped:
                 m.client.close()
         finally:
-            if self._file is not None:
-                try:
-                    self._file.close()
-                except OSError:
-                    pass
-                self._file = None
+            if self._writing:
+                self._writing = False
+                self._disk.close(self.out_path)
+                self._disk.drain()
 
     def describe(self) -> list[dict]:
         """Per collector: url, host, offsets and round trips at start and end, reachability,
@@ -426,15 +432,8 @@ class CollectorPuller:
         c.samples += len(lines)
 
     def _append(self, lines: list[str]) -> None:
-        if not lines or self._file is None:
-            return
-        try:
-            self._file.write("".join(lines))
-            self._file.flush()
-        except OSError as exc:   # the run directory's disk, not the collector: said once, then dropped
-            log.error("Cannot write %s (%s); resource samples are no longer recorded.", self.out_path,
-                      exc.strerror or exc)
-            self._file = None
+        if lines and self._writing:
+            self._disk.append(self.out_path, "".join(lines).encode())
 
     def _finish(self, c: _Collector) -> None:
         try:

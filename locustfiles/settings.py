@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from locust.util.timespan import parse_timespan
+
 from analysis import slo as slo_mod
 from runformat import options as run_options
 from runformat.fields import Builder
@@ -21,6 +23,7 @@ from runformat.metric_roles import parse_roles
 from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
                                DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, PROTOCOLS,
                                SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+from runformat.options import SOAK_MIN_S
 
 from . import corpus, presets
 from .retry import RetryPolicy
@@ -107,6 +110,7 @@ class Settings:
     turns: int                 # utterances per session; 0: one session for the user's life
     think_time_s: float
     contexts: int
+    soak_s: float | None       # --soak: how long the soak holds its level; None: no soak
 
     @property
     def mode(self) -> str:
@@ -162,6 +166,7 @@ class Settings:
             "drain_time": self.drain_s, "server_roles": list(self.server_roles),
             "tts_protocol": self.protocol, "tts_preset": self.preset_source or None, "turns": self.turns,
             "think_time": self.think_time_s, "contexts": self.contexts,
+            "soak": self.soak_s,
         })
 
     @property
@@ -275,6 +280,20 @@ def _slo(raw) -> slo_mod.SLO | None:
         return slo_mod.parse(str(raw))
     except slo_mod.SLOError as e:
         raise SettingsError(f"--slo: {e}") from None
+
+
+def _soak(raw) -> float | None:
+    text = str(raw or "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(parse_timespan(text))
+    except ValueError:
+        raise SettingsError(f"--soak must be a duration like 300s, 20m or 1h, got {raw!r}") from None
+    if seconds < SOAK_MIN_S:
+        raise SettingsError(f"--soak needs at least {SOAK_MIN_S:g} s (1m) of windows to tell a trend from noise, "
+                            f"got {raw!r}")
+    return seconds
 
 
 def default_run_dir() -> Path:
@@ -438,4 +457,5 @@ def from_options(options, host: str | None) -> Settings:
         preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts,
         refine_to=refine_to, drain_s=drain,
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
+        soak_s=_soak(o.soak),
     )

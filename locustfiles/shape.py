@@ -11,6 +11,10 @@ requests it sent before the cut-off, so a slow request still running is never le
 judgment, and the next step begins. In open loop that wait is for every request the step sent
 before its cut-off (the nodes say which are still in flight), and as its arrivals stop at the
 cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
+Once the plan is done, a ``--soak`` holds one level for its
+own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it. A run
+cut short (``Run.cut_short``: its disk did not keep up) ends at the next tick, as if the plan
+were done.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from dataclasses import dataclass, field
 
 import gevent
 from locust import LoadTestShape
+
+import runformat
 
 from .clock import wall
 from .shipping import BATCH_INTERVAL_S
@@ -46,6 +52,7 @@ class Step:
     settle_s: float | None = None   # this step's own settle window; None: the run's
     rate: float | None = None       # open loop: offered requests per second, whole run
     workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
+    hold_s: float | None = None     # the soak: how long it lasts; None: --step-time
 
 
 @dataclass
@@ -93,26 +100,32 @@ class StepShape(LoadTestShape):
         if cur is not None:
             # A step with a longer settle window than the run's runs that much longer.
             if cur.rate is None:
-                left = settings.step_time_s + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
-                done = run.finished_in_step(cur.step) if settings.step_requests else 0
+                length = settings.step_time_s if cur.hold_s is None else cur.hold_s
+                left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
             else:   # open loop: the step lasts as long as it sends arrivals
                 from .openloop_user import arrival_span_s
-                left = arrival_span_s(settings, cur.rate, state.settle_of(cur)) - (wall() - cur.start)
-                done = 0
+                left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
+            by_count = settings.step_requests and cur.hold_s is None and cur.rate is None
+            done = run.finished_in_step(cur.step) if by_count else 0
+            going = run.cut_short is None   # a run cut short ends now
+            judged = going and plan.judging and cur.phase != runformat.SOAK_PHASE
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
-            if left > TICK_SLACK_S and not (settings.step_requests and done >= settings.step_requests):
-                if plan.judging:   # parse as the step goes: its judgment has little left to read
+            if going and left > TICK_SLACK_S and not (by_count and done >= settings.step_requests):
+                if judged:   # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
                 return self._load(run, cur)
-            if plan.judging:
+            if judged:
                 self._judge(run, cur)
             log.info("step %d (%s) done", cur.step,
                      f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered")
-        nxt = plan.next()
+        nxt = plan.next() if run.cut_short is None else None
+        if nxt is None and run.soak is not None and run.cut_short is None:
+            nxt = run.soak.next(run)
         if nxt is None:
             if cur is not None and cur.end is None:
                 state.finish(wall())
-                log.info("the step plan is done after step %d; stopping", cur.step)
+                log.info("the %s after step %d; stopping", "run is cut short" if run.cut_short else "step plan is done",
+                         cur.step)
             run.save()
             if run.is_master:
                 # A headless master would otherwise quit without telling workers to stop, and
@@ -121,11 +134,12 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat)
-        # "step 2/5" while the plan is the plain grid; repeats and refinement say which they are
-        plain = nxt.phase != "refine" and plan.repeats == 1
+        step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat,
+                    hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
+        # "step 2/5" while the plan is the plain grid; repeats, refinement and the soak say which they are
+        plain = nxt.phase == "grid" and plan.repeats == 1
         label = f"step {step.step}/{len(plan.grid)}" if plain else f"step {step.step}"
-        notes = [] if plain else ["refine" if nxt.phase == "refine" else f"grid pass {nxt.repeat}/{plan.repeats}"]
+        notes = [] if plain else [nxt.phase if nxt.phase != "grid" else f"grid pass {nxt.repeat}/{plan.repeats}"]
         drain = self._drain_s(run, cur, step)
         if drain is not None:
             step.settle_s = drain
@@ -163,7 +177,8 @@ class StepShape(LoadTestShape):
             return None
         rate = nxt.level
         step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
-                    workers={wid: i for i, wid in enumerate(ids)})
+                    workers={wid: i for i, wid in enumerate(ids)},
+                    hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
         log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)", step.step, rate,
                  run.settings.arrival, len(ids), "s" if len(ids) > 1 else "")
         run.begin_step(step)
@@ -208,10 +223,9 @@ class StepShape(LoadTestShape):
             elif left:
                 log.warning("step %d: %d requests sent before the step's end were still running %.0f s after it; "
                             "it is judged without them", cur.step, left, limit)
-        try:
-            run.writer.flush()
-        except OSError as e:
-            log.error("cannot write %s: %s; step %d is judged on what reached it", run.run_dir, e.strerror, cur.step)
+        if not run.writer.flush().wait(limit):
+            log.error("the disk of %s has not written step %d's last records in %.0f s; it is judged on what "
+                      "reached it", run.run_dir, cur.step, limit)
         # Parsing and the figures run on a native thread: the event loop, and with it every
         # user's timing, keeps going meanwhile.
         pool = gevent.get_hub().threadpool

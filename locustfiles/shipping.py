@@ -2,13 +2,15 @@
 runner), and on each worker a shipper that batches records to it over Locust's custom messages.
 
 A worker keeps every batch until the master acknowledges it — the master acknowledges only
-after the batch is written and flushed — and writes whatever is unacknowledged to a spool
-file if the master goes away, so an acknowledged record is never lost.
+after the batch is written (by the node's :class:`~locustfiles.disk.DiskWriter`, off the event
+loop) — and writes whatever is unacknowledged to a spool file if the master goes away, so an
+acknowledged record is never lost. Records waiting for a slow disk are held in memory; past
+``MAX_PENDING_BYTES`` the writer says so and asks the run to stop, and they are all written
+before the node exits.
 """
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter, deque
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from runformat import wire
 from runformat.options import CUT_BY_RUN_END
 
 from .clock import wall
+from .disk import DiskWriter
 
 log = logging.getLogger("tts_knee.records")
 
@@ -30,47 +33,32 @@ BATCH_MAX = 1000
 SPOOL_DIR = Path("runs") / "spool"
 #: Latest successful waits kept per step for the web UI's live table.
 TALLY_WAITS = 2000
-
-
-class JsonlAppender:
-    """Appends lines to a JSONL file; each batch is one write, flushed to the OS."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def write(self, records: list[dict]) -> None:
-        self.write_lines([runformat.jsonl_bytes(r) for r in records])
-
-    def write_lines(self, lines: list[bytes]) -> None:
-        if lines and self._fd is None:
-            raise ValueError(f"{self.path} is closed")
-        if lines:
-            view = memoryview(b"".join(lines))
-            while view:
-                view = view[os.write(self._fd, view):]
-
-    @property
-    def closed(self) -> bool:
-        return self._fd is None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+#: While the disk still holds what is left to write at the end, this often it is said.
+DRAIN_NOTE_S = 10.0
+#: Most bytes of the run directory's writes held in memory for a disk that has not kept up;
+#: past it the run is stopped (the records and samples held are still written).
+MAX_PENDING_BYTES = 256 << 20
 
 
 class RecordWriter:
-    """The one writer of requests.jsonl: buffers records, flushes every FLUSH_INTERVAL_S,
-    and keeps a small per-step tally for the step shape and the web UI, and for each user
-    (worker, user number) when its latest recorded attempt ended."""
+    """The one writer of requests.jsonl: buffers records, hands them to the node's disk writer
+    every FLUSH_INTERVAL_S (or when asked), and keeps a small per-step tally for the step
+    shape and the web UI, and for each user (worker, user number) when its latest recorded
+    attempt ended. ``count`` is the records written so far; ``on_full`` is called once (with
+    the bytes waiting) when the disk has fallen MAX_PENDING_BYTES behind."""
 
-    def __init__(self, path: Path):
-        self._out = JsonlAppender(path)
+    def __init__(self, path: Path, disk: DiskWriter | None = None, on_full=None):
+        self.path = Path(path)
+        self._disk = disk or DiskWriter()
+        self._disk.append(self.path, b"")   # the file exists from the start, as readers expect
+        self._on_full = on_full
+        self._full = False
+        self._closed = False
         self._buf: list[bytes] = []   # encoded lines
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
         self.finished_settled = Counter()   # the same, past the step's settle window
+        self.audio_missing = Counter()   # audio_file ('late', 'dropped') -> attempts
         self._tally: dict[int, dict] = {}
         self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
         self.cut = 0   # attempts recorded as cut by the run's end
@@ -85,6 +73,8 @@ class RecordWriter:
             if ends:
                 user = (r.get("worker"), r.get("user"))
                 self._user_done[user] = max(self._user_done.get(user, ends[0]), *ends)
+            if r.get("audio_file") is not None:
+                self.audio_missing[r["audio_file"]] += 1
             t = self._tally.get(r["step"])
             if t is None:
                 t = self._tally[r["step"]] = {"concurrency": r["concurrency"], "failed": 0, "retries": 0,
@@ -133,31 +123,43 @@ class RecordWriter:
                          "underrun_pct": round(100.0 * t["stalled"] / t["streams"], 1) if t["streams"] else None})
         return rows
 
-    def flush(self) -> None:
+    def flush(self):
+        """Hand what is buffered to the disk writer; returns the disk's latest job, which is
+        done once everything handed so far is written."""
         buf, self._buf = self._buf, []
-        try:
-            self._out.write_lines(buf)
-        except OSError:
-            self._buf = buf + self._buf   # keep them for the next try
-            raise
-        self.count += len(buf)
+        if buf:
+            job = self._disk.append(self.path, b"".join(buf))
+            job.on_done = lambda n=len(buf): self._written(n)
+            if self._disk.pending_bytes > MAX_PENDING_BYTES and not self._full:
+                self._full = True
+                if self._on_full is not None:
+                    self._on_full(self._disk.pending_bytes)
+        return self._disk.last
+
+    def _written(self, n: int) -> None:
+        self.count += n
 
     def _run(self) -> None:
         while True:
             gevent.sleep(FLUSH_INTERVAL_S)
-            try:
-                self.flush()
-            except OSError as e:
-                log.error("cannot write %s: %s; records are kept in memory and retried", self._out.path, e.strerror)
+            self.flush()
 
     @property
     def closed(self) -> bool:
-        return self._out.closed
+        return self._closed
 
     def close(self) -> None:
+        """Write everything (waiting as long as the disk takes, saying so now and then), then
+        close the file."""
         self._loop.kill()
+        self._closed = True
         self.flush()
-        self._out.close()
+        self._disk.close(self.path)
+        waited = 0.0
+        while not self._disk.drain(DRAIN_NOTE_S):
+            waited += DRAIN_NOTE_S
+            log.warning("still writing %s: %.1f MB wait for the disk after %.0f s", self.path,
+                        self._disk.pending_bytes / 1e6, waited)
 
 
 class RecordReceiver:
@@ -200,8 +202,8 @@ class RecordReceiver:
             return
         w = self.worker(msg.node_id)
         self.writer.add(data["records"])
-        self.writer.flush()
-        self.runner.send_message(wire.ACK.name, wire.ACK(seq=data["seq"], run=self.run_id), client_id=msg.node_id)
+        # acknowledged once written, by a greenlet of its own: this handler must not wait for the disk
+        gevent.spawn(self._ack, self.writer.flush(), data["seq"], self.run_id, msg.node_id)
         w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
                  offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
         if data.get("dropped"):   # running totals: a batch sent twice cannot count them twice
@@ -224,6 +226,9 @@ class RecordReceiver:
                 return None
             n += sum(1 for t in sent if t < cutoff)
         return n
+    def _ack(self, job, seq: int, run_id: str, worker_id: str) -> None:
+        job.wait()
+        self.runner.send_message(wire.ACK.name, wire.ACK(seq=seq, run=run_id), client_id=worker_id)
 
     def note_lost(self) -> list[str]:
         """Mark workers Locust no longer hears from; returns the ids newly marked."""
@@ -311,9 +316,8 @@ class RecordShipper:
             return None
         SPOOL_DIR.mkdir(parents=True, exist_ok=True)
         path = SPOOL_DIR / f"{self.worker_id.replace('/', '_')}-{int(wall())}.jsonl"
-        out = JsonlAppender(path)
-        out.write(left)
-        out.close()
+        with open(path, "ab") as out:   # appended: a second spool within the same second adds to it
+            out.write(b"".join(runformat.jsonl_bytes(r) for r in left))
         self.unacked.clear()
         self._buf = []
         log.error("the master did not acknowledge %d records; they were saved to %s "

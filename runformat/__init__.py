@@ -27,6 +27,8 @@ from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, DECISION
                      collector_entry, format_version, gpu_reading, missing_fields, proc_reading,
                      resource_sample, run_info, server_metrics_entry, step_entry, unknown_fields,
                      unreadable, worker_entry)
+from .files import json_text
+from .schema import PHASES, SOAK_PHASE
 from .summary import SUMMARY
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
     "worker_entry", "collector_entry", "server_metrics_entry", "unknown_fields", "missing_fields",
     "format_version", "unreadable",
+    "PHASES", "SOAK_PHASE", "json_text",
     "RUN_JSON", "REQUESTS", "RESOURCES", "SUMMARY_JSON", "REPORT_HTML", "AUDIO_DIR",
     "jsonl_bytes", "jsonl_line", "write_json", "write_text", "claim", "versions",
 ]

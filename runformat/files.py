@@ -49,9 +49,14 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
+def json_text(data: dict, indent: int = 2) -> str:
+    """``data`` as the JSON text of a run directory's file."""
+    return json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n"
+
+
 def write_json(path: Path, data: dict, indent: int = 2) -> Path:
     """``data`` as JSON, written atomically (see :func:`write_text`)."""
-    return write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
+    return write_text(path, json_text(data, indent))
 
 
 def claim(path: Path) -> Path:

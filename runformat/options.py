@@ -45,6 +45,8 @@ CUT_BY_RUN_END = "cut_by_run_end"
 DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S = 30.0, 50.0
 #: --tts-protocol: what carries an utterance, and the -H schemes each takes.
 PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "wyoming": ("tcp",)}
+#: The shortest --soak: time for enough windows to tell a trend from noise.
+SOAK_MIN_S = 60.0
 #: Where the master and the collector both find the collectors' token, off the command line.
 COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -211,6 +213,12 @@ OPTIONS: tuple[Option, ...] = (
        "ROLE=SERIES: read the scraped series (a metric family) as the server's ROLE, one of "
        "queue_depth, running, batch_size, kv_cache_usage (repeatable; default: the names tts-knee knows).",
        "list"),
+    # The soak: one level held for long, its drift reported (analysis.soak).
+    _O("--soak", "soak", "s", "",
+       "Hold one level this long and report drift (latency, throughput, server RSS, GPU memory, the "
+       "load generator's RSS per window): after the sweep at its recommended level, or on its own "
+       "with one --steps or --rates level. Locust's duration format: 300s, 20m, 1h; run.json records "
+       "seconds (default: no soak)."),
 )
 
 #: What a run that does not record an option had, by its run.json key: the flag's default.

@@ -277,6 +277,9 @@ class Attempts:
     texts: list[str]
     tiers: list[str]
     memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
+    # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
+    # from one refresh to the next (rows only ever come after them); None when read once.
+    lasting: dict | None = None
 
     def __len__(self) -> int:
         return len(self.cols["t0"])
@@ -285,24 +288,69 @@ class Attempts:
         return self.cols[name]
 
 
-class RequestLog:
-    """Incremental reader of ``requests.jsonl``."""
+class _Growing:
+    """Columns that grow at the end: each a buffer with room to spare (half again when full), so
+    that appending rows costs what they hold and reading all of them costs nothing (views of the
+    filled part). A column that first appears later, or is missing from a chunk, is ``fill``
+    (NaN) there."""
 
-    def __init__(self, path: Path):
+    GROWTH = 1.5
+    MIN_ROWS = 4096
+
+    def __init__(self, fill=np.nan):
+        self.n = 0
+        self.fill = fill
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def _capacity(self) -> int:
+        return len(next(iter(self._bufs.values()))) if self._bufs else 0
+
+    def append(self, chunk: dict[str, np.ndarray], m: int) -> None:
+        """Append ``m`` rows: ``chunk``'s columns, each of length ``m``."""
+        need = self.n + m
+        cap = self._capacity()
+        if need > cap:
+            cap = max(need, int(cap * self.GROWTH), self.MIN_ROWS)
+            for k, old in self._bufs.items():
+                buf = np.empty(cap, dtype=old.dtype)
+                buf[:self.n] = old[:self.n]
+                self._bufs[k] = buf
+        for k, v in chunk.items():
+            if k not in self._bufs:
+                buf = self._bufs[k] = np.empty(max(cap, need), dtype=v.dtype)
+                if self.n:
+                    buf[:self.n] = self.fill
+        for k, buf in self._bufs.items():
+            buf[self.n:need] = chunk[k] if k in chunk else self.fill
+        self.n = need
+
+    def view(self) -> dict[str, np.ndarray]:
+        return {k: b[:self.n] for k, b in self._bufs.items()}
+
+
+class RequestLog:
+    """Incremental reader of ``requests.jsonl``. Its columns grow in place (:class:`_Growing`),
+    so reading a few new lines of a long file costs what they hold, not the file. ``live``: it
+    will be read again and again as it grows (the live view), so its attempts carry a
+    ``lasting`` memo for the analysis to keep figures up to date in (``analysis.incremental``)."""
+
+    def __init__(self, path: Path, live: bool = False):
         self.path = path
+        self.live = live
+        self.lasting: dict | None = {} if live else None
         self.offset = 0  # bytes consumed (complete lines only)
         self.lines = 0
         self.bad_lines = 0
         self.incomplete_last_line = False
-        self._chunks: list[dict[str, np.ndarray]] = []
-        self._stage_chunks: list[dict[str, np.ndarray]] = []
+        self._cols = _Growing()
+        self._stages = _Growing()
         self._rows = 0
         self.errors = _Labels()
         self.texts = _Labels()
         self.tiers = _Labels(cap=32)
         self.stage_names: list[str] = []
         self._first_t0: dict[str, float] = {}  # req_id -> t0 of attempt 1, for retried requests
-        self._pending: list[tuple[int, str]] = []  # (row, req_id) of final attempts > 1
+        self._pending: list[tuple[int, str]] = []  # (row, req_id) of final attempts > 1 whose attempt 1 is unread
         self._cache: Attempts | None = None
 
     def update(self) -> bool:
@@ -312,7 +360,7 @@ class RequestLog:
         except FileNotFoundError:
             return False
         if size < self.offset:  # file replaced: start over
-            self.__init__(self.path)
+            self.__init__(self.path, self.live)
         if size == self.offset:
             return False
         read_any = False
@@ -466,8 +514,11 @@ class RequestLog:
         chunk["error"], chunk["text"], chunk["tier"] = error, text, tier
         chunk["offset"] = np.asarray(offsets, dtype=np.int64)
         chunk["chunk_n"] = np.asarray(chunk_n, dtype=np.int32)
-        # the first attempt's t0 of each retried request, and which rows end one
+        # end to end: a request answered at its first attempt from its own t0; a retried one from its
+        # first attempt's (usually read before it, else once it is)
         attempt, t0 = chunk["attempt"], chunk["t0"]
+        fin1 = final & (attempt <= 1)
+        chunk["e2e_ms"] = np.where(fin1, (chunk["tend"] - t0) * 1000.0, np.nan)
         idx = np.flatnonzero(((attempt > 1) & final) | ((attempt == 1) & ~final & np.isfinite(t0)))
         for i, rid in zip(idx, req_ids(idx)):
             if rid is None:
@@ -476,9 +527,18 @@ class RequestLog:
                 self._pending.append((row0 + int(i), str(rid)))
             else:
                 self._first_t0[str(rid)] = float(t0[i])
-        self._chunks.append(chunk)
-        self._stage_chunks.append(stages)
+        self._cols.append(chunk, n)
+        self._stages.append(stages, n)
         self._rows = row0 + n
+        if self._pending:
+            cols, left = self._cols.view(), []
+            for row, rid in self._pending:
+                first = self._first_t0.get(rid)
+                if first is None:
+                    left.append((row, rid))
+                else:
+                    cols["e2e_ms"][row] = (cols["tend"][row] - first) * 1000.0
+            self._pending = left
 
     def _register_stages(self, stages: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Keep the chunk's stage columns (in order of first use) up to MAX_STAGES names in all."""
@@ -495,34 +555,20 @@ class RequestLog:
         """All attempts read so far as one set of columns (cached until the next update)."""
         if self._cache is not None:
             return self._cache
-        lens = [len(c["t0"]) for c in self._chunks]
-        if self._chunks:
-            cols = {k: np.concatenate([c[k] for c in self._chunks]) for k in self._chunks[0]}
+        if self._rows:
+            cols = self._cols.view()
         else:
             cols = {k: np.empty(0, dtype=np.int32 if kind == INT else float) for k, kind in _COLUMNS.items()}
             cols["tend"] = np.empty(0)
+            cols["e2e_ms"] = np.empty(0)
             cols.update({k: np.empty(0, dtype=np.int32) for k in ("error", "text", "chunk_n")})
             cols["offset"] = np.empty(0, dtype=np.int64)
             cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
             cols["tier"] = np.empty(0, dtype=np.int16)
-        stages = {}
-        for name in self.stage_names:
-            stages[name] = np.concatenate([sc[name] if name in sc else np.full(m, np.nan)
-                                           for sc, m in zip(self._stage_chunks, lens)]) \
-                if lens else np.empty(0)
-        # keep one merged chunk so the next call only concatenates what is new
-        if self._chunks:
-            self._chunks = [dict(cols)]
-            self._stage_chunks = [dict(stages)]
-        e2e = np.full(len(cols["t0"]), np.nan)
-        fin1 = cols["final"] & (cols["attempt"] <= 1)
-        e2e[fin1] = (cols["tend"][fin1] - cols["t0"][fin1]) * 1000.0
-        for row, rid in self._pending:
-            t0 = self._first_t0.get(rid)
-            if t0 is not None:
-                e2e[row] = (cols["tend"][row] - t0) * 1000.0
-        cols["e2e_ms"] = e2e
-        self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names)
+        view = self._stages.view()
+        stages = {name: view[name] if name in view else np.full(self._rows, np.nan) for name in self.stage_names}
+        self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names,
+                               lasting=self.lasting)
         return self._cache
 
     def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -692,7 +738,8 @@ class ResourceLog:
 
 @dataclass
 class RunDir:
-    """One run directory, re-read incrementally by :meth:`refresh`."""
+    """One run directory, re-read incrementally by :meth:`refresh`; ``live``: again and again
+    as it grows (see :class:`RequestLog`)."""
 
     path: Path
     run: dict = field(default_factory=dict)
@@ -701,10 +748,11 @@ class RunDir:
     resource_incomplete: bool = False
     run_json_error: str | None = None
     format_error: str | None = None   # why this version cannot read it (runformat.unreadable)
+    live: bool = False
 
     def __post_init__(self):
         self.path = Path(self.path)
-        self.requests = RequestLog(self.path / runformat.REQUESTS)
+        self.requests = RequestLog(self.path / runformat.REQUESTS, self.live)
         self._resources = ResourceLog(self.path / runformat.RESOURCES)
 
     def check(self) -> None:

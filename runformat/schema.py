@@ -83,6 +83,9 @@ ATTEMPT: tuple[Field, ...] = (
                                  "text is complete", optional=True),
     Field("connect_ms", "ms", True, "opening the session (TCP and the protocol's handshake) for this attempt; "
                                     "null when it went on an open one", optional=True),
+    Field("audio_file", "", True, "why its audio file was not written in time: 'late' (the user did not wait "
+                                  "longer for a stalling disk; written when it gets to it) or 'dropped' (not written: "
+                                  "too much audio waited already); t3 and write_ms are then null", optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
@@ -160,7 +163,7 @@ STEP: tuple[Field, ...] = (
     Field("concurrency", "users", False, ""),
     Field("start", "unix s", False, ""),
     Field("end", "unix s", True, "null while it runs"),
-    Field("phase", "", False, "'grid' or 'refine'"),
+    Field("phase", "", False, "one of PHASES: 'grid', 'refine' or 'soak'"),
     Field("repeat", "count", False, "1-based pass over the grid"),
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
@@ -170,6 +173,11 @@ STEP: tuple[Field, ...] = (
           optional=True),
     Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
 )
+
+#: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), or
+#: the one level a soak holds (--soak).
+PHASES = ("grid", "refine", "soak")
+SOAK_PHASE = "soak"
 
 WORKER: tuple[Field, ...] = (
     Field("id", "", False, "Locust client id, or 'local'"),
@@ -304,6 +312,8 @@ RUN: tuple[Field, ...] = (
     Field("records", "count", True, "attempt records written, once the run ended", optional=True),
     Field("cut_by_run_end", "count", False, "of them, attempts still in flight when the run's drain ended "
                                             "(error cut_by_run_end)", optional=True),
+    Field("audio_missing", "count", False, "attempts whose audio file was not written in time, by their "
+                                          "audio_file ('late', 'dropped')", optional=True, of=Keyed("audio_file")),
 )
 
 # ---- builders -------------------------------------------------------------------------------

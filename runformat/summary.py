@@ -158,7 +158,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("concurrency", "users", False, "open loop: 0"),
     _F("planned_start", "unix s", True, "run.json's start"),
     _F("planned_end", "unix s", True, ""),
-    _F("phase", "", True, "'grid' or 'refine'"),
+    _F("phase", "", True, "'grid', 'refine' or 'soak'"),
     _F("repeat", "count", True, ""),
     _F("window", "", False, "the span the figures are over", of=WINDOW),
     _F("requests", "count", False, "logical requests (final attempts), settled"),
@@ -350,6 +350,52 @@ REQUIRE: tuple[Field, ...] = (
     _F("reason", "", False, ""),
 )
 
+# ---- soak (--soak): drift over one level held for long (analysis.soak)
+SOAK_WINDOW: tuple[Field, ...] = (
+    _F("start", "unix s", False, ""),
+    _F("end", "unix s", False, ""),
+    _F("requests", "count", False, "settled requests sent in it"),
+    _F("ok", "count", False, ""),
+    _F("failed", "count", False, ""),
+    _F("error_rate", "", True, "failed / requests"),
+    _F("throughput_rps", "req/s", False, "successful completions inside it per second"),
+    _F("p50_ms", "ms", True, "latency of the successful ones (open loop: from the schedule)"),
+    _F("p95_ms", "ms", True, ""),
+    _F("ttfa_p95_ms", "ms", True, "streamed runs", optional=True),
+    _F("server_rss_bytes", "bytes", False, "the watched server process, median of the samples",
+       of=Keyed("host")),
+    _F("gpu_mem_bytes", "bytes", False, "the server's fullest GPU, median", of=Keyed("host")),
+    _F("client_rss_bytes", "bytes", False, "the load generator's processes (master, workers), median",
+       of=Keyed("host")),
+)
+SOAK_TREND: tuple[Field, ...] = (
+    _F("figure", "", False, "a window figure: p50_ms, p95_ms, throughput_rps, server_rss_bytes …"),
+    _F("host", "", True, "for a figure per host"),
+    _F("unit", "", False, ""),
+    _F("windows", "count", False, "windows with the figure"),
+    _F("first", "", False, "its value in the first window"),
+    _F("last", "", False, "in the last"),
+    _F("steady_after_s", "s", False, "where the warm-up ends: the trend is judged from there on"),
+    _F("slope_per_min", "", False, "Theil-Sen slope, in the figure's unit per minute"),
+    _F("slope_ci", "", False, "its 95% interval [lo, hi]"),
+    _F("p_value", "", True, "Mann-Kendall test"),
+    _F("drift", "", False, "it drifts the bad way, significantly and materially"),
+    _F("verdict", "", True, "the drift in one sentence"),
+)
+SOAK: tuple[Field, ...] = (
+    _F("step", "", False, "the soak's step"),
+    _F("concurrency", "users", False, "the level held (open loop: 0)"),
+    _F("rate", "req/s", True, "open loop: the rate held"),
+    _F("start", "unix s", True, "its settled span"),
+    _F("end", "unix s", True, ""),
+    _F("duration_s", "s", True, ""),
+    _F("window_s", "s", True, "each window's length"),
+    _F("windows", "", False, "", of=SOAK_WINDOW),
+    _F("trends", "", False, "one per figure (and host)", of=SOAK_TREND),
+    _F("drift", "", False, "the verdict lines, one per drifting figure"),
+    _F("method", "", False, "how a trend is judged"),
+)
+
 #: ``run``: run.json's description of the run, and its path.
 SUMMARY_RUN: tuple[Field, ...] = (
     _F("run_id", "", False, ""),
@@ -365,6 +411,8 @@ SUMMARY_RUN: tuple[Field, ...] = (
     _F("versions", "", True, "", of=VERSIONS),
     _F("settle_s", "s", True, ""),
     _F("run_json_error", "", True, "why run.json could not be read"),
+    _F("audio_missing", "count", True, "run.json's: audio files not written in time, by why",
+       of=Keyed("audio_file")),
 )
 RECORDS: tuple[Field, ...] = (
     _F("lines", "count", False, "lines of requests.jsonl read"),
@@ -400,4 +448,5 @@ SUMMARY: tuple[Field, ...] = (
        optional=True),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
+    _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),
 )

@@ -38,6 +38,8 @@ STEP = Payload("tts_knee_step", "master -> every worker, as each step begins", (
     Field("settle_s", "s", True, "the step's settle window; null: the run's"),
     Field("rate", "req/s", True, "open loop: the offered rate, all workers together"),
     Field("workers", "", True, "open loop: worker id -> its index among those sharing the rate"),
+    Field("hold_s", "s", True, "a soak's length (its arrivals are laid over it); missing: --step-time",
+          optional=True),
 ))
 
 RECORDS = Payload("tts_knee_records", "worker -> master: a batch of attempt records, every "

@@ -77,3 +77,36 @@ def test_report_and_live_page_render_in_chromium(tmp_path):
         res = _chromium(["--dump-dom", proc.url + "/"])
     assert "js-plotly-plot" in res.stdout and res.stdout.count("main-svg") >= 6
     assert "Uncaught" not in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("model", [Model(slots=4, rate_limit_from=8, continuous=True),
+                                   Model(slots=4, stream_capacity=5.0, steps=(1, 2, 4, 8), continuous=True)],
+                         ids=["throttled", "streamed"])
+def test_a_live_view_fed_line_by_line_gives_the_summary_the_dashboard_gives(tmp_path, model):
+    """The live reader keeps figures from one refresh to the next (analysis.incremental): at
+    every point of a run growing in pieces, its summary is the one a fresh read of the same
+    files gives, to the last bit."""
+    from analysis.summary import analyze, load
+    from runformat.reader import RunDir
+    whole = build_run(tmp_path / "whole", model)
+    lines = (whole / "requests.jsonl").read_bytes().splitlines(keepends=True)
+    live_dir, fresh_dir = tmp_path / "live", tmp_path / "fresh"
+    for d in (live_dir, fresh_dir):
+        d.mkdir()
+        for name in ("run.json", "resources.jsonl"):
+            shutil.copy(whole / name, d / name)
+    live = RunDir(live_dir, live=True)
+    cuts = [len(lines) // 5, len(lines) // 2, len(lines) // 2 + 7, len(lines)]
+    done = 0
+    for cut in cuts:
+        part = b"".join(lines[done:cut])
+        for d in (live_dir, fresh_dir):
+            with open(d / "requests.jsonl", "ab") as f:
+                f.write(part)
+        done = cut
+        live.refresh()
+        got = json.loads(json.dumps(analyze(live)))
+        want = json.loads(json.dumps(analyze(load(fresh_dir))))
+        for s in (got, want):
+            s["run"]["path"] = None
+        assert got == want, cut

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import psutil
 import pytest
 
 from procs import ROOT, spawn
@@ -205,6 +206,24 @@ def test_oom_above_gives_500_cuda_out_of_memory():
     oom = next(r for r in replies if r.status == 500)
     assert "CUDA out of memory" in oom.body.decode()
     assert alone.status == 200
+
+
+def test_leak_grows_the_resident_set_at_its_rate():
+    """--leak-mb-per-min is a real leak: the process's RSS, as a collector reads it, grows by
+    the rate; without it, serving the same requests it stays put."""
+    def growth_mb_per_min(*knobs):
+        with spawn(["testbed.sim", "--port", "0", *FAST, *knobs]) as sim:
+            proc = psutil.Process(sim.pid)
+            tts(sim.url, "hello")
+            time.sleep(1.0)
+            r0, t0 = proc.memory_info().rss, time.monotonic()
+            for _ in range(8):
+                tts(sim.url, "hello")
+                time.sleep(0.5)
+            return (proc.memory_info().rss - r0) / 1e6 / (time.monotonic() - t0) * 60
+
+    assert growth_mb_per_min("--leak-mb-per-min", "120") == pytest.approx(120, rel=0.2)
+    assert abs(growth_mb_per_min()) < 12
 
 
 def _one_fault(fault: str, *extra: str) -> Reply | Exception:

@@ -73,6 +73,8 @@ body cleanly after half the audio (SSE: without the done event), ``reset`` abort
 connection (RST) there, ``sse-error`` sends an SSE ``error`` event there and ``garbage`` a
 malformed SSE event (bad base64 or bad JSON); ``sse-error`` leaves other answers alone, and
 ``garbage``, ``html``, ``json`` and ``empty`` answer non-SSE streams with their whole wrong body.
+``--leak-mb-per-min`` makes it a leaking server for soaks to find: it keeps that much more
+written memory each minute (:mod:`~testbed.sim.leak`), so its resident set really grows.
 SIGTERM or SIGINT stops it with exit status 0.
 
 The package: :mod:`~testbed.sim.capacity` (limits, slots and both timing models, shared by
@@ -80,7 +82,7 @@ every protocol the simulator serves), :mod:`~testbed.sim.faults` (the drills' fa
 :mod:`~testbed.sim.audio` (the tone and its WAV header), :mod:`~testbed.sim.http` (the WSGI
 app), :mod:`~testbed.sim.ws` and :mod:`~testbed.sim.wyoming` (the session faces) on
 :mod:`~testbed.sim.session`, :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``) and
-:mod:`~testbed.sim.cli` (the knobs and serving).
+:mod:`~testbed.sim.cli` (the knobs and serving), :mod:`~testbed.sim.leak` (the leak).
 """
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Cap
 from testbed.sim.faults import FAULTS
 from testbed.sim import wyoming
 from testbed.sim.http import Handler, SpeechApp
+from testbed.sim.leak import Leak
 
 PROG = "python -m testbed.sim"
 STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
@@ -106,6 +107,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--ws-close-after-done", action="store_true",
                    help="close a WebSocket session after session.done, as vLLM-Omni before 0.29 and "
                         "sglang-omni do (default: keep it open for the next utterance)")
+    p.add_argument("--leak-mb-per-min", type=number(float, 0), default=0.0,
+                   help="keep this many more MB (10^6 bytes) of memory each minute, a leak for "
+                        "a soak to find (default 0: none)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
     return p
@@ -174,6 +178,8 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"oom_above={args.oom_above}")
     if args.fault:
         knobs.append(f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}")
+    if args.leak_mb_per_min:
+        knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
     return "sim: " + " ".join(knobs)
 
 
@@ -205,6 +211,9 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         for srv, _ in servers[1:]:
             srv.stop(STOP_TIMEOUT_S)
         server.stop(STOP_TIMEOUT_S)
+
+    if args.leak_mb_per_min:
+        Leak(args.leak_mb_per_min).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, stop)
     server.serve_forever()

@@ -1,0 +1,258 @@
+"""Drift over a soak (``--soak``): one level held for a long time, cut into windows, and each
+figure tested for a trend (:mod:`analysis.trend`: Theil–Sen slope, Mann–Kendall test).
+
+**Windows**: the soak step's settled span (its start plus its settle time, to its end) cut
+into windows of ``WINDOW_S`` (a minute), or, for a soak shorter than ``MIN_WINDOWS`` minutes,
+into ``MIN_WINDOWS`` equal windows of at least ``MIN_WINDOW_S``, so that even a short soak
+has points enough for a trend. A last window shorter than half the others is left out.
+
+**Per window**: the requests sent in it (settled final attempts by ``t0``), how many failed,
+and the latency p50/p95 of the successful ones (``wait_ms``; from the schedule,
+``sched_wait_ms``, in an open-loop run); ``ttfa_p95_ms`` in a streamed run; throughput (the
+successful completions inside it per second, as a step's); and per host the median over the
+window's samples of the server's RSS (the collector's watched process), its GPU memory, and
+the load generator's RSS (the master's own process, each worker's heartbeat): a median, so one
+spike is not a level.
+
+**Trends**: per figure (and host), over the windows from where it is steady on
+(:func:`analysis.trend.steady_from`): the Theil–Sen slope per minute with its 95% interval
+and the Mann–Kendall p-value. A figure *drifts* when the test says so (p < ``ALPHA``), the
+slope goes the bad way (latency and memory up, throughput down), and the change it amounts
+to over the steady windows is material: at least ``MIN_CHANGE`` of the figure's level (and,
+for memory, ``MIN_MEMORY_BYTES``; for latency, ``MIN_LATENCY_MS``), so that a slope too small
+to matter over the soak is not a verdict however significant. Each drift is one sentence in
+``drift``, e.g. "server RSS grew 310 MB over 60 min, 5.2 MB/min, steady after 0 min: a leak".
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from runformat.reader import Attempts
+
+from . import trend
+
+WINDOW_S = 60.0
+MIN_WINDOWS = 12
+MIN_WINDOW_S = 5.0
+#: The Mann–Kendall level a drift must reach.
+ALPHA = 0.01
+#: A drift must change its figure by at least this share of the figure's level over the
+#: steady windows …
+MIN_CHANGE = {"latency": 0.10, "throughput": 0.10, "memory": 0.02}
+#: … and by at least this much.
+MIN_MEMORY_BYTES = 8e6
+MIN_LATENCY_MS = 5.0
+MB = 1e6
+
+#: (figure, kind, unit, what it is called, which way is bad)
+_FIGURES = (
+    ("p50_ms", "latency", "ms", "p50 latency", 1),
+    ("p95_ms", "latency", "ms", "p95 latency", 1),
+    ("ttfa_p95_ms", "latency", "ms", "p95 time to first audio", 1),
+    ("throughput_rps", "throughput", "req/s", "throughput", -1),
+)
+_MEMORY = (
+    ("server_rss_bytes", "server", "proc_rss_bytes", "server RSS", "a leak"),
+    ("gpu_mem_bytes", "server", "gpu_mem_used_bytes", "GPU memory", "a leak"),
+    ("client_rss_bytes", "client", "proc_rss_bytes", "the load generator's RSS",
+     "the load generator leaks"),
+)
+
+
+def window_s(duration_s: float) -> float:
+    """The window length for a soak of ``duration_s`` (see the module doc)."""
+    if duration_s >= MIN_WINDOWS * WINDOW_S:
+        return WINDOW_S
+    return max(MIN_WINDOW_S, duration_s / MIN_WINDOWS)
+
+
+def _edges(start: float, end: float, width: float) -> list[tuple[float, float]]:
+    n = int((end - start) // width)
+    edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
+    if end - (start + n * width) >= width / 2:
+        edges.append((start + n * width, end))
+    return edges
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    v = values[np.isfinite(values)]
+    return float(np.percentile(v, q)) if len(v) else None
+
+
+def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list]:
+    """Per host of ``role``: the median of ``column`` in each window (None where none)."""
+    if not len(res):
+        return {}
+    w = res[(res["role"] == role) & res[column].notna()]
+    out = {}
+    for host, g in w.groupby("host", sort=True):
+        ts, vals = g["ts"].to_numpy(), g[column].to_numpy()
+        meds = []
+        for lo, hi in edges:
+            sel = vals[(ts >= lo) & (ts < hi)]
+            meds.append(float(np.median(sel)) if len(sel) else None)
+        if any(m is not None for m in meds):
+            out[str(host)] = meds
+    return out
+
+
+def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
+            width: float) -> list[dict]:
+    """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
+    ``window`` is the settled span), each with its figures (see the module doc). A live
+    reader's attempts keep each window's figures and recompute only the windows the rows read
+    since fall in."""
+    win = step["window"]
+    if not win.get("duration_s"):
+        return []
+    edges = _edges(win["start"], win["end"], width)
+    memory = {name: _medians(res, role, col, edges) for name, role, col, _, _ in _MEMORY}
+    figures = _request_figures(a, step, edges, open_loop, streamed)
+    out = []
+    for i, (lo, hi) in enumerate(edges):
+        row = {"start": lo, "end": hi, **figures[i]}
+        for name in memory:
+            row[name] = {host: meds[i] for host, meds in memory[name].items() if meds[i] is not None}
+        out.append(row)
+    return out
+
+
+def _request_figures(a: Attempts, step: dict, edges, open_loop: bool, streamed: bool) -> list[dict]:
+    """Each window's request figures: from the rows sent in it, and the completions inside it."""
+    mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
+    done_ok = a["final"] & a["ok"]
+    key = ("soak", step["step"], edges[0][0], edges[0][1] - edges[0][0], open_loop, streamed)
+    kept = None if a.lasting is None else a.lasting.get(key)
+    n = len(a)
+    if kept is not None and kept[0] <= n:
+        rows, cached = kept
+        new = slice(rows, n)
+        touched = set(_window_of(edges, a["t0"][new][mine[new]]).tolist())
+        touched |= set(_window_of(edges, a["tend"][new][done_ok[new]], right=True).tolist())
+    else:
+        cached, touched = {}, set(range(len(edges)))
+    latency = a["sched_wait_ms"] if open_loop else a["wait_ms"]
+    t0, tend = a["t0"], a["tend"]
+    out = []
+    for i, (lo, hi) in enumerate(edges):
+        if i in cached and i not in touched and cached[i][0] == hi:
+            out.append(cached[i][1])
+            continue
+        sent = mine & (t0 >= lo) & (t0 < hi)
+        ok = sent & a["ok"]
+        got, got_ok = int(sent.sum()), int(ok.sum())
+        fig = {"requests": got, "ok": got_ok, "failed": got - got_ok,
+               "error_rate": (got - got_ok) / got if got else None,
+               "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
+               "p50_ms": _pct(latency[ok], 50), "p95_ms": _pct(latency[ok], 95)}
+        if streamed:
+            fig["ttfa_p95_ms"] = _pct(a["ttfa_ms"][ok], 95)
+        cached[i] = (hi, fig)
+        out.append(fig)
+    if a.lasting is not None:
+        a.lasting[key] = (n, cached)
+    return out
+
+
+def _window_of(edges, ts: np.ndarray, right: bool = False) -> np.ndarray:
+    """The index of the window each time falls in (windows are [lo, hi), or (lo, hi] with
+    ``right``); times outside every window are left out."""
+    starts = np.array([lo for lo, _ in edges])
+    ends = np.array([hi for _, hi in edges])
+    ts = ts[np.isfinite(ts)]
+    i = np.searchsorted(starts, ts, side="left" if right else "right") - 1
+    end = ends[np.clip(i, 0, None)]
+    inside = (i >= 0) & ((ts <= end) if right else (ts < end))
+    return i[inside]
+
+
+def _series(rows: list[dict], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
+    t, y = [], []
+    for r in rows:
+        v = r.get(key) if host is None else (r.get(key) or {}).get(host)
+        if v is not None:
+            t.append((r["start"] + r["end"]) / 2.0)
+            y.append(v)
+    return np.array(t, dtype=float), np.array(y, dtype=float)
+
+
+def _minutes(s: float) -> str:
+    m = s / 60.0
+    return f"{m:.0f} min" if m >= 10 or m == int(m) else f"{m:.1f} min"
+
+
+def _amount(v: float, unit: str) -> str:
+    if unit == "bytes":
+        return f"{v / MB:.0f} MB" if abs(v) >= 10 * MB else f"{v / MB:.1f} MB"
+    if unit == "req/s":
+        return f"{v:.2f} req/s"
+    return f"{v:.0f} ms"
+
+
+def _trend(rows: list[dict], key: str, host: str | None, kind: str, unit: str, name: str,
+           bad_sign: int, meaning: str, duration_s: float, named: bool = False) -> dict | None:
+    """One figure's trend (see the module doc); ``named``: the verdict names the host (the
+    figure has several)."""
+    t, y = _series(rows, key, host)
+    if len(y) < trend.MIN_POINTS:
+        return None
+    k = trend.steady_from(t, y)
+    fit = trend.theil_sen(t[k:], y[k:])
+    if fit is None:
+        return None
+    slope, lo, hi = (x * 60.0 for x in fit)   # per minute
+    p = trend.mann_kendall(t[k:], y[k:])
+    span_min = (t[-1] - t[k]) / 60.0
+    level = float(np.median(y[k:]))
+    change = slope * span_min
+    floor = {"memory": MIN_MEMORY_BYTES, "latency": MIN_LATENCY_MS}.get(kind, 0.0)
+    drifts = (p is not None and p < ALPHA and slope * bad_sign > 0
+              and abs(change) >= max(MIN_CHANGE[kind] * abs(level), floor))
+    out = {"figure": key, "host": host, "unit": unit, "windows": int(len(y)), "first": float(y[0]),
+           "last": float(y[-1]), "steady_after_s": float(t[k] - t[0]), "slope_per_min": slope,
+           "slope_ci": [lo, hi], "p_value": p, "drift": bool(drifts), "verdict": None}
+    if drifts:
+        who = f"{name} ({host})" if named else name
+        moved = y[-1] - y[0]
+        if kind == "memory":
+            what = f"grew {_amount(moved, unit)}"
+        elif kind == "latency":
+            what = f"rose from {_amount(y[0], unit)} to {_amount(y[-1], unit)}"
+        else:
+            what = f"fell from {_amount(y[0], unit)} to {_amount(y[-1], unit)}"
+        rate = _amount(slope, unit) + "/min"
+        out["verdict"] = (f"{who} {what} over {_minutes(duration_s)}, {rate}, steady after "
+                          f"{_minutes(t[k] - t[0])}: {meaning}")
+    return out
+
+
+def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
+         planned_s: float | None = None) -> dict:
+    """The summary's ``soak`` for the soak step ``step`` (its step summary); ``planned_s``: the
+    soak's length as run (``--soak``), which sizes the windows (else the span they cover)."""
+    win = step["window"]
+    duration = win.get("duration_s") or 0.0
+    width = window_s(planned_s or duration) if duration else None
+    rows = windows(a, step, res, open_loop, streamed, width) if width else []
+    trends = []
+    for key, kind, unit, name, sign in _FIGURES:
+        if key == "ttfa_p95_ms" and not streamed:
+            continue
+        meaning = "requests slow down as the run goes on" if kind == "latency" else \
+            "the server serves less as the run goes on"
+        got = _trend(rows, key, None, kind, unit, name, sign, meaning, duration)
+        if got:
+            trends.append(got)
+    for key, _, _, name, meaning in _MEMORY:
+        hosts = sorted({h for r in rows for h in r[key]})
+        for host in hosts:
+            got = _trend(rows, key, host, "memory", "bytes", name, 1, meaning, duration, len(hosts) > 1)
+            if got:
+                trends.append(got)
+    return {"step": step["step"], "concurrency": step["concurrency"], "rate": step.get("rate"),
+            "start": win.get("start"), "end": win.get("end"), "duration_s": duration or None,
+            "window_s": width, "windows": rows, "trends": trends,
+            "drift": [t["verdict"] for t in trends if t["drift"]],
+            "method": (f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
+                       f"from where it is steady on")}
