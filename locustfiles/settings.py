@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from locust.util.timespan import parse_timespan
 
 from analysis import slo as slo_mod
 from runformat import options as run_options
@@ -286,6 +285,9 @@ def _soak(raw) -> float | None:
     text = str(raw or "").strip()
     if not text:
         return None
+    # imported here: importing locust patches the process for gevent, which the settings' other
+    # users (the dashboard, tests, tools reading options) must not get for a --soak they never use
+    from locust.util.timespan import parse_timespan
     try:
         seconds = float(parse_timespan(text))
     except ValueError:
