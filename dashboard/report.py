@@ -58,12 +58,16 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     by_step = by_rate.as_levels(summary) if top is by_rate else summary   # other figures: one point per rate
     figs = [top.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
             breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
+    mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice"),
+           breakdown.group_figure(by_step, "latency_by_language_ms", "language")]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
     parts = []
-    for f in figs:
+    for f in figs + mix:
         parts.append(fig_html(f, first) if f is not None else "")
         first = first if f is None else False
+    mix_html = "".join(f"<h2>Latency by {what}</h2>{part}"
+                       for what, f, part in zip(("voice", "language"), mix, parts[len(figs):]) if f is not None)
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
@@ -80,7 +84,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"
             f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
-            f"<h2>Latency by text length</h2>{parts[5]}{live_script}")
+            f"<h2>Latency by text length</h2>{parts[5]}{mix_html}{live_script}")
     return page(f"tts-knee {run_id}", body)
 
 

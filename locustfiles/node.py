@@ -25,7 +25,7 @@ from runformat import wire
 from runformat.metric_roles import parse_roles
 from runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, settings as settings_mod, timesync, webui
+from . import heartbeats, settings as settings_mod, timesync, voices as voices_mod, webui
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import preflight
@@ -33,6 +33,7 @@ from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
 from .soak import Soak
+from .voice_upload import VoiceUploads
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends, past their drain.
@@ -69,17 +70,24 @@ class Run:
         self.soak: Soak | None = None    # master/local: --soak, once the plan is done
         self.info: dict = {}
         self.preflight: dict | None = None
+        self.uploads: VoiceUploads | None = None   # --voice-upload: the voices registered on the server
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
         self.stopping = False   # the run is stopping: nothing new is sent, what is in flight drains
         self.in_flight = 0      # attempts in flight on this node
         self.calls: dict = {}   # open loop: this node's requests in flight -> when each was sent (wall)
-        self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
+        self._payloads: dict[tuple, tuple] = {}   # (body, type) per segment text and ask (a corpus repeats)
+        self.mix = voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts)) \
+            if s.voices else None
         self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
 
     # ---- used by users -------------------------------------------------------------
-    def next_text(self):
-        texts = self.settings.texts
-        return texts[self.state.next_text_index() % len(texts)]
+    def next_request(self):
+        """The next text of this step and what its request asks for (its voice from the mix)."""
+        s = self.settings
+        i = self.state.next_text_index()
+        text = s.texts[i % len(s.texts)]
+        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, len(s.voices))
+        return text, voices_mod.ask_for(text, voice, s.voice_upload)
 
     def emit(self, rec: dict) -> None:
         if self.shipper is not None:
@@ -87,14 +95,15 @@ class Run:
         else:
             self.writer.add([rec])
 
-    def payload(self, text: str) -> bytes:
-        """The request body for one segment's text, made once per text (the corpus is sent again
-        at every step)."""
-        body = self._payloads.get(text)
+    def payload(self, text: str, ask) -> tuple[bytes, str]:
+        """The request body for one segment's text and ask, and its content type, made once per
+        pair (the corpus is sent again at every step)."""
+        key = (text, ask)
+        body = self._payloads.get(key)
         if body is None:
-            body = self.settings.payload(text)
+            body = self.settings.payload(text, ask)
             if len(self._payloads) < MAX_CACHED_PAYLOADS:
-                self._payloads[text] = body
+                self._payloads[key] = body
         return body
 
     def audio_path(self, text, user: int, seq: int) -> str | None:
@@ -236,6 +245,12 @@ class Run:
                                        settle_s=s.settle_s, steps=[], workers=[], collectors=[],
                                        versions=runformat.versions())
         log.info("run directory: %s", self.run_dir)
+        if s.voice_upload:   # before the preflight, which asks for the first voice by its name
+            self.uploads = VoiceUploads(s)
+            refused = self.uploads.register()
+            if refused is not None:
+                self.fail(refused)
+                return
         if s.preflight:
             self.preflight = preflight(s)
             if not self.preflight["ok"]:
@@ -248,7 +263,8 @@ class Run:
     def _start_puller(self) -> None:
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
-                                      server_metrics=list(s.server_metrics), disk=self.environment.tts_knee.disk)
+                                      server_metrics=list(s.server_metrics), server_stats=list(s.server_stats),
+                                      disk=self.environment.tts_knee.disk)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
@@ -270,7 +286,13 @@ class Run:
         self.failed = True
         self.environment.process_exit_code = 2
         self.info["error"] = message
+        self.remove_voices()
         self.save()
+
+    def remove_voices(self) -> None:
+        """Delete the voices this run registered (--voice-upload); safe to call again."""
+        if self.uploads is not None:
+            self.uploads.remove()
 
     def save(self) -> None:
         if self.run_dir is None:
@@ -287,6 +309,8 @@ class Run:
             info["plan"] = self.plan.describe()
         if self.preflight is not None:
             info["preflight"] = self.preflight
+        if self.uploads is not None:
+            info["voice_uploads"] = self.uploads.records
         if self.puller is not None:
             info["collectors"] = self.puller.describe()
             info["server_metrics"] = self.puller.describe_server_metrics()
@@ -314,6 +338,7 @@ class Run:
             for wid in stragglers:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
         self.writer.close()
+        self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
             self.fail("no worker sent a single record" + (f" ({why})" if why else "; see the workers' logs"))
@@ -447,3 +472,6 @@ def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
         run.shipper.spool()   # what the master never acknowledged (it went away, say)
+    if run is not None and run.uploads is not None and run.uploads.created:
+        run.remove_voices()   # a run stopped before it closed: what it registered goes all the same
+        run.save()

@@ -394,4 +394,4 @@ class StepReader:
 
 def _subset(a: Attempts, keep) -> Attempts:
     return Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
-                    a.errors, a.texts, a.tiers)
+                    a.errors, a.texts, a.tiers, voices=a.voices, languages=a.languages)
