@@ -9,9 +9,9 @@ A request whose corpus entry names a voice or a reference clip keeps its own; ev
 request is given one by ``--voice-mix`` from the first N voices (N: all of them, or the step's
 number with ``--voice-steps``):
 
-- ``round-robin``: request i of a step (on each load process) gets voice ``(i + i // T) % N``,
-  T the corpus's size: the voices in turn, shifted by one each pass over the corpus, so that
-  every text meets every voice;
+- ``round-robin``: request i of a step (on each load process) gets voice ``(i + i // L) % N``,
+  L the least common multiple of N and the corpus's size: the voices in turn, shifted by one
+  each time the texts and voices have come round together, so that every text meets every voice;
 - ``uniform``: each drawn with equal chance;
 - ``zipf:S``: voice k (1-based) drawn with weight ``1 / k**S``, a few voices popular and a
   long tail, as real traffic is.
@@ -21,6 +21,7 @@ Draws are seeded (``--voice-seed``, recorded in run.json), so a run's mix can be
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from itertools import accumulate
@@ -149,7 +150,7 @@ class Mix:
     def pick(self, i: int, n: int) -> Voice:
         n = min(n, len(self.voices))
         if self.kind == "round-robin":
-            return self.voices[(i + i // self.texts) % n]
+            return self.voices[(i + i // math.lcm(n, self.texts)) % n]
         if self.kind == "uniform":
             return self.voices[self.rng.randrange(n)]
         return self.rng.choices(self.voices[:n], cum_weights=self._weights[:n])[0]
