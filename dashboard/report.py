@@ -15,9 +15,9 @@ from pathlib import Path
 import runformat
 from runformat.reader import RunDir
 
-from . import breakdown, by_concurrency, by_rate
+from . import breakdown, by_concurrency, by_rate, by_voices
 from .baseline import regression_html
-from .kit import esc, fig_html, is_open_loop, is_streamed, page
+from .kit import esc, fig_html, is_open_loop, is_streamed, is_voice_sweep, page
 from .server_series import server_section
 from .slo_verdicts import slo_html
 from .soak import soak_html
@@ -54,8 +54,10 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
-    top = by_rate if is_open_loop(summary) else by_concurrency
-    by_step = by_rate.as_levels(summary) if top is by_rate else summary   # other figures: one point per rate
+    top = by_voices if is_voice_sweep(summary) else by_rate if is_open_loop(summary) else by_concurrency
+    # the other figures: one point per rate, or per number of voices
+    by_step = by_rate.as_levels(summary) if top is by_rate else by_voices.as_levels(summary) \
+        if top is by_voices else summary
     figs = [top.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
             breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
     mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice"),

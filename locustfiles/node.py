@@ -86,7 +86,9 @@ class Run:
         s = self.settings
         i = self.state.next_text_index()
         text = s.texts[i % len(s.texts)]
-        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, len(s.voices))
+        step = self.state.current
+        n = step.voices if step is not None and step.voices else len(s.voices)
+        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, n)
         return text, voices_mod.ask_for(text, voice, s.voice_upload)
 
     def emit(self, rec: dict) -> None:
@@ -150,7 +152,7 @@ class Run:
         if self.is_master:
             self.environment.runner.send_message(wire.STEP.name, wire.STEP(
                 step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
+                workers=step.workers, voices=step.voices, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
         self.save()
 
     @property
@@ -230,10 +232,11 @@ class Run:
         self.make_audio_dir()
         disk = self.environment.tts_knee.disk
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
-        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
+        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis   # numpy and pandas: where the run is written
         self.soak = Soak.of(s)
-        grid = () if self.soak is not None and self.soak.alone else s.rates or s.steps
-        axis = RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
+        grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
+        axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \
+            RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
         # a soak after a sweep holds the level its judged steps recommend
         self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
                              axis, judge=self.soak is not None and not self.soak.alone)
@@ -300,7 +303,7 @@ class Run:
         info = self.info
         info["steps"] = [runformat.step_entry(step=st.step, concurrency=st.concurrency, start=st.start, end=st.end,
                                               phase=st.phase, repeat=st.repeat, settle_s=self.state.settle_of(st),
-                                              cutoff=st.cutoff,
+                                              cutoff=st.cutoff, **({} if st.voices is None else {"voices": st.voices}),
                                               **({} if st.rate is None else
                                                  {"rate": st.rate, "dropped": self.dropped_in(st.step),
                                                   "workers": len(st.workers or ())}))
@@ -434,7 +437,8 @@ def _on_init(environment, **_kw) -> None:
         def on_step(environment, msg, **_kw):
             data = msg.data
             node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
-                                  rate=data["rate"], workers=data["workers"], hold_s=data.get("hold_s")))
+                                  rate=data["rate"], workers=data["workers"], voices=data["voices"],
+                                  hold_s=data.get("hold_s")))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:

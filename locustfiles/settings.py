@@ -117,6 +117,7 @@ class Settings:
     voice_seed: int
     voice_upload: bool
     server_stats: tuple
+    voice_steps: tuple         # numbers of distinct voices, one per step; (): not a voice sweep
 
     @property
     def mode(self) -> str:
@@ -164,6 +165,7 @@ class Settings:
             "soak": self.soak_s,
             "tts_form": self.form, "voices": [v.name for v in self.voices], "voice_mix": self.voice_mix,
             "voice_seed": self.voice_seed if self.voices else None, "voice_upload": self.voice_upload,
+            "voice_steps": list(self.voice_steps),
             "server_stats": list(self.server_stats),
         })
 
@@ -268,6 +270,26 @@ def _voices(o) -> tuple:
     except voices_mod.VoiceError as e:
         raise SettingsError(str(e)) from None
     return got
+
+
+def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool) -> tuple[int, ...]:
+    raw = str(o.voice_steps or "").replace(" ", "")
+    if not raw:
+        return ()
+    try:
+        counts = tuple(int(x) for x in raw.split(",") if x)
+    except ValueError:
+        raise SettingsError(f"--voice-steps must be comma-separated whole numbers like 1,4,8,16, got {raw!r}") from None
+    if not counts or min(counts) < 1:
+        raise SettingsError(f"--voice-steps needs at least one number of voices of 1 or more, got {raw!r}")
+    if not voices:
+        raise SettingsError("--voice-steps draws each step's voices from --voices: give --voices LIST or @FILE")
+    if max(counts) > len(voices):
+        raise SettingsError(f"--voice-steps goes up to {max(counts)} voices but --voices names {len(voices)}")
+    if len(rates or steps) != 1 or not (steps_given or rates):
+        raise SettingsError("--voice-steps sweeps the number of voices at one load: give one concurrency "
+                            "(--steps 4) or one rate (--rates 2)")
+    return counts
 
 
 def _check_asks(s: "Settings") -> None:
@@ -467,6 +489,7 @@ def from_options(options, host: str | None) -> Settings:
     voice_seed = int(_number("voice-seed", o.voice_seed, int))
     if voice_seed < 0:
         voice_seed = random.SystemRandom().randrange(2**31)
+    voice_steps = _voice_steps(o, voices, steps, rates, steps_given)
     if o.voice_upload and not any(v.ref_audio is not None for v in voices):
         raise SettingsError("--voice-upload registers the reference clips of --voices: give it a .jsonl file "
                             "whose voices have ref_audio")
@@ -497,7 +520,7 @@ def from_options(options, host: str | None) -> Settings:
         soak_s=_soak(o.soak),
         form=form, voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed,
         voice_upload=bool(o.voice_upload),
-        server_stats=_collectors(o.server_stats or [], "server-stats"),
+        server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} speaks one voice a session (--tts-voice): --voices, "

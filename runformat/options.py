@@ -232,6 +232,9 @@ OPTIONS: tuple[Option, ...] = (
        "(default {default})."),
     _O("--voice-seed", "voice_seed", "", -1,
        "Seed of the uniform and zipf voice draws, recorded in run.json (default: a random one).", int),
+    _O("--voice-steps", "voice_steps", "count", "",
+       "A sweep over distinct voices instead of concurrency: at the one concurrency of --steps (or the one rate "
+       "of --rates), each step draws from the first N voices of --voices, e.g. 1,4,8,16,32 (default: none)."),
     _O("--voice-upload", "voice_upload", "", False,
        "Register each voice's reference clip once before the run (POST /v1/audio/voices, as vLLM-Omni takes "
        "it), send requests by voice name, and delete what was registered at the end (default off).", bool),

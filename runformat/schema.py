@@ -253,6 +253,7 @@ DECISION: tuple[Field, ...] = (
     Field("skipped", "users", False, "stop: the grid's concurrencies skipped", optional=True),
     Field("concurrency", "users", False, "refine: the probe's concurrency", optional=True),
     Field("rate", "req/s", False, "refine: the probe's offered rate (open loop)", optional=True),
+    Field("voices", "count", False, "refine: the probe's number of voices (voice sweep)", optional=True),
     Field("answer", "users", True, "done: the highest level (concurrency, or rate) meeting the SLO", optional=True),
     Field("why", "", False, "the decision in words, with the figures"),
 )
@@ -262,6 +263,7 @@ VERDICT: tuple[Field, ...] = (
     Field("step", "", False, ""),
     Field("concurrency", "users", False, "closed loop", optional=True),
     Field("rate", "req/s", False, "open loop: the offered rate", optional=True),
+    Field("voices", "count", False, "voice sweep: the step's number of voices", optional=True),
     Field("phase", "", False, ""),
     Field("repeat", "count", False, ""),
     Field("pass", "", True, "true, false, or null when inconclusive"),
@@ -276,6 +278,7 @@ VERDICT: tuple[Field, ...] = (
 PLAN_LEVEL: tuple[Field, ...] = (
     Field("concurrency", "users", False, "closed loop", optional=True),
     Field("rate", "req/s", False, "open loop", optional=True),
+    Field("voices", "count", False, "voice sweep", optional=True),
     Field("pass", "", True, ""),
     Field("failed", "", False, ""),
     Field("inconclusive", "", False, ""),
@@ -283,7 +286,7 @@ PLAN_LEVEL: tuple[Field, ...] = (
 )
 
 PLAN: tuple[Field, ...] = (
-    Field("grid", "users", False, "the concurrency grid (open loop: the rates)"),
+    Field("grid", "users", False, "the concurrency grid (open loop: the rates; voice sweep: numbers of voices)"),
     Field("repeat", "count", False, "passes over the grid"),
     Field("slo", "", True, "the SLO spec"),
     Field("refine", "", False, ""),
@@ -293,6 +296,7 @@ PLAN: tuple[Field, ...] = (
     Field("levels", "", False, "verdict per concurrency", optional=True, of=PLAN_LEVEL),
     Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
     Field("max_rate", "req/s", True, "open loop: highest offered rate meeting the SLO", optional=True),
+    Field("max_voices", "count", True, "voice sweep: most voices meeting the SLO", optional=True),
 )
 
 #: ``voice_uploads``: each registration and deletion of a voice (--voice-upload), timed.

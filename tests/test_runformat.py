@@ -222,8 +222,8 @@ def test_the_wire_payloads_refuse_an_undeclared_field():
     from runformat import wire
     assert wire.STEP(step=1, concurrency=4) == {"step": 1, "concurrency": 4, "settle_s": None, "rate": None,
                                                 "workers": None}
-    with pytest.raises(TypeError, match="tts_knee_step.*voices"):
-        wire.STEP(step=1, concurrency=4, voices=2)
+    with pytest.raises(TypeError, match="tts_knee_step.*speakers"):
+        wire.STEP(step=1, concurrency=4, speakers=2)
     names = [p.name for p in wire.MESSAGES]
     assert len(set(names)) == len(names) and all(n.startswith("tts_knee_") for n in names)
     assert wire.SAMPLES(host="h", boot="b", next=0, samples=[]) == {"host": "h", "boot": "b", "next": 0,
