@@ -53,9 +53,13 @@ def find_knee(levels: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
     return dict(k, voices=k["concurrency"], concurrency=done[0]["concurrency"] if done else None, axis="voices")
 
 
+def _voices(n: int) -> str:
+    return f"{n} voice" if n == 1 else f"{n} voices"
+
+
 def _desc(s: dict) -> str:
     p95 = (s.get("latency_ms") or {}).get("p95")
-    return (f"with {s['voices']} voices: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
+    return (f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
             f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed")
 
 
@@ -73,7 +77,8 @@ def recommend(levels: list[dict], knee: dict) -> tuple[int | None, str]:
         return top["voices"], (f"No knee up to {top['voices']} distinct voices at concurrency {conc} ({_desc(top)}); "
                                f"test more voices to find where the server stops keeping up.")
     rec, nxt = done[k - 1], done[k]
-    return rec["voices"], (f"Keep to {rec['voices']} distinct voices at concurrency {conc}, or give the server room "
+    return rec["voices"], (f"Keep to {rec['voices']} distinct {'voice' if rec['voices'] == 1 else 'voices'} at "
+                           f"concurrency {conc}, or give the server room "
                            f"for more ({_desc(rec)}; {_desc(nxt)}).")
 
 
@@ -120,7 +125,7 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
     lat = lambda x, q: (x.get("latency_ms") or {}).get(q)  # noqa: E731
     ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
     ev = [f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
-          f"voices to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
+          f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
           f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
           f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."]
     here, before = cache_sentence(s), cache_sentence(lo)
@@ -157,10 +162,10 @@ def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int
                 f"{done[0]['voices']}, {why}; test fewer voices or relax the SLO.{knee_txt}")
     at = next(s for s in done if s["voices"] == best)
     first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
-    text = (f"Keep to {best} distinct voices at concurrency {conc}: the most tested that meets the SLO {spec} with "
+    text = (f"Keep to {_voices(best)} at concurrency {conc}: the most tested that meets the SLO {spec} with "
             f"every fewer tested one meeting it ({_desc(at)})")
     if first_bad is None:
         return text + f"; every tested number meets it, so test more voices to find the limit.{knee_txt}"
     v = verdicts[first_bad]
     why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
-    return text + f"; with {done[first_bad]['voices']} {why}.{knee_txt}"
+    return text + f"; with {_voices(done[first_bad]['voices'])} {why}.{knee_txt}"

@@ -221,7 +221,7 @@ def test_an_object_where_a_plain_value_is_declared_is_undeclared():
 def test_the_wire_payloads_refuse_an_undeclared_field():
     from runformat import wire
     assert wire.STEP(step=1, concurrency=4) == {"step": 1, "concurrency": 4, "settle_s": None, "rate": None,
-                                                "workers": None}
+                                                "workers": None, "voices": None}
     with pytest.raises(TypeError, match="tts_knee_step.*speakers"):
         wire.STEP(step=1, concurrency=4, speakers=2)
     names = [p.name for p in wire.MESSAGES]
