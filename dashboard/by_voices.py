@@ -13,10 +13,16 @@ from .table import table_columns, table_rows
 
 
 def as_levels(summary: dict) -> dict:
-    """The summary with each step standing at its number of voices, for the report's figures
-    that label steps by concurrency (retries, stages, memory, text length, voices)."""
-    steps = [dict(s, concurrency=s.get("voices")) for s in summary["steps"]]
-    return dict(summary, steps=steps, knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
+    """The summary with each step, level and SLO verdict standing at its number of voices, for
+    the report's sections that label them by concurrency (the SLO, retries, stages, memory, text
+    length, voices)."""
+    def at(items):
+        return [dict(s, concurrency=s.get("voices")) for s in items or ()]
+    sl = summary.get("slo")
+    if sl:
+        sl = dict(sl, steps=at(sl["steps"]), by_step=at(sl["by_step"]), max_concurrency=sl.get("max_voices"))
+    return dict(summary, steps=at(summary["steps"]), levels=at(summary.get("levels")), slo=sl,
+                knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
                 recommended_concurrency=summary.get("recommended_voices"))
 
 

@@ -73,7 +73,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
-    slo, reg = slo_html(summary, False), regression_html(summary, False)
+    slo, reg = slo_html(by_step if top is by_voices else summary, False), regression_html(summary, False)
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{top.verdict_html(summary)}"
             f"<h2>Steps</h2>{top.step_table_html(summary)}"

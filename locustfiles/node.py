@@ -42,8 +42,10 @@ FINAL_FLUSH_TIMEOUT_S = 10.0
 DRAIN_POLL_S = 0.05
 #: Exit status of a run stopped early because its disk did not keep up (or was full of audio).
 DISK_EXIT_CODE = 3
-#: Request bodies kept per run, one per distinct segment text.
+#: Request bodies kept per run, one per distinct segment text and ask, at most so many bytes in
+#: all (bodies that carry a reference clip are large, and there is one per text and voice).
 MAX_CACHED_PAYLOADS = 20_000
+MAX_CACHED_PAYLOAD_BYTES = 64 << 20
 #: What of a text id does not go into an audio file's name.
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -76,6 +78,7 @@ class Run:
         self.in_flight = 0      # attempts in flight on this node
         self.calls: dict = {}   # open loop: this node's requests in flight -> when each was sent (wall)
         self._payloads: dict[tuple, tuple] = {}   # (body, type) per segment text and ask (a corpus repeats)
+        self._payload_bytes = 0
         self.mix = voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts)) \
             if s.voices else None
         self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
@@ -104,8 +107,10 @@ class Run:
         body = self._payloads.get(key)
         if body is None:
             body = self.settings.payload(text, ask)
-            if len(self._payloads) < MAX_CACHED_PAYLOADS:
+            if len(self._payloads) < MAX_CACHED_PAYLOADS and \
+                    self._payload_bytes + len(body[0]) <= MAX_CACHED_PAYLOAD_BYTES:
                 self._payloads[key] = body
+                self._payload_bytes += len(body[0])
         return body
 
     def audio_path(self, text, user: int, seq: int) -> str | None:

@@ -298,7 +298,7 @@ def _check_asks(s: "Settings") -> None:
         return
     for text in s.texts:
         for voice in ((None,) if voices_mod.owns_voice(text) or not s.voices else s.voices):
-            lack = bodies.missing(s.template, s, voices_mod.ask_for(text, voice))
+            lack = bodies.missing(s.template, s, voices_mod.ask_for(text, voice, s.voice_upload))
             if lack:
                 name = lack[0]
                 whose = f"corpus entry {text.id!r}" if voice is None or name not in voices_mod.VOICE_ASKS else \
