@@ -98,15 +98,16 @@ def tier_figure(summary: dict) -> go.Figure:
     return group_figure(summary, "latency_by_tier_ms", "text-length tier")
 
 
-def group_figure(summary: dict, key: str, what: str) -> go.Figure | None:
+def group_figure(summary: dict, key: str, what: str, fewest: int = 1) -> go.Figure | None:
     """p50 and p95 wait per step of each label of ``key`` (``latency_by_voice_ms`` …), the
-    GROUP_LINES most requested of them; None when no step has any."""
+    GROUP_LINES most requested of them; None when the steps have fewer than ``fewest`` labels
+    (one voice, the run's default, is no mix)."""
     steps = [s for s in summary["steps"] if s.get("requests")]
     counts: dict[str, int] = {}
     for s in steps:
         for label, d in (s.get(key) or {}).items():
             counts[label] = counts.get(label, 0) + d["count"]
-    if not counts:
+    if not counts or len(counts) < fewest:
         return None
     shown = sorted(sorted(counts, key=counts.get, reverse=True)[:GROUP_LINES])
     fig = go.Figure()

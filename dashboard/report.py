@@ -60,8 +60,8 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
         if top is by_voices else summary
     figs = [top.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
             breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
-    mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice"),
-           breakdown.group_figure(by_step, "latency_by_language_ms", "language")]
+    mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice", fewest=2),
+           breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2)]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
     parts = []
