@@ -1,6 +1,7 @@
 """The knee over distinct voices: the simulator keeps 8 speaker embeddings and a miss costs
 300 ms; at concurrency 4, --voice-steps 1,4,8,16,32 bends at 16 voices and recommends 8, with
-the diagnosis voice_cache, whether or not the server's cache counters are scraped."""
+the diagnosis voice_cache, whether or not the server's cache counters are scraped; against an
+SLO, --refine finds the cache's 8."""
 from __future__ import annotations
 
 import json
@@ -57,6 +58,28 @@ def test_the_knee_over_distinct_voices(tmp_path, sim, scraped):
     assert "recommended voices: 8 (at concurrency 4)" in out.stdout
     html = (run / "report.html").read_text()
     assert "Latency (wait) vs distinct voices" in html and "Latency by voice" in html
+    assert_declared(run)
+
+
+def test_a_voice_sweep_against_an_slo_is_refined_to_the_cache_size(tmp_path, sim):
+    run = tmp_path / "run"
+    proc = locust(["--headless", "-H", sim.url, "--steps", "4", "--step-time", "3", "--voice-steps", "1,8,16",
+                   "--voices", VOICES, "--slo", "p50_ms<=250", "--refine", "--run-dir", str(run)], timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    info = json.loads((run / "run.json").read_text())
+    assert [(s["concurrency"], s["voices"], s["phase"]) for s in info["steps"]] == \
+        [(4, 1, "grid"), (4, 8, "grid"), (4, 16, "grid"), (4, 12, "refine"), (4, 10, "refine"), (4, 9, "refine")]
+    plan = info["plan"]
+    assert plan["max_voices"] == 8
+    assert [(lv["voices"], lv["pass"]) for lv in plan["levels"]] == \
+        [(1, True), (8, True), (9, False), (10, False), (12, False), (16, False)]
+    assert plan["decisions"][-1]["why"] == ("8 voices meets the SLO and 9 voices fails: the highest number of "
+                                            "voices that meets it is 8 voices")
+    out = dashboard(str(run))
+    assert out.returncode == 0, out.stdout + out.stderr
+    s = json.loads((run / "summary.json").read_text())
+    assert (s["slo"]["max_voices"], s["recommended_voices"]) == (8, 8)
+    assert "per number of voices; repeats pooled; largest meeting it with every lower one: 8" in out.stdout
     assert_declared(run)
 
 
