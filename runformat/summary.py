@@ -352,6 +352,7 @@ REGRESSION: tuple[Field, ...] = (
 REQUIRE: tuple[Field, ...] = (
     _F("concurrency", "users", False, "N of --require; open loop: 0"),
     _F("rate", "req/s", False, "open loop: R of --require R/s", optional=True),
+    _F("voices", "count", False, "voice sweep: N of --require, a number of voices", optional=True),
     _F("holds", "", False, ""),
     _F("exit", "", False, "the exit status it calls for"),
     _F("claim", "", True, "the claim at N, in words"),

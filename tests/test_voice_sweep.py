@@ -80,7 +80,14 @@ def test_a_voice_sweep_against_an_slo_is_refined_to_the_cache_size(tmp_path, sim
     s = json.loads((run / "summary.json").read_text())
     assert (s["slo"]["max_voices"], s["recommended_voices"]) == (8, 8)
     assert "per number of voices; repeats pooled; largest meeting it with every lower one: 8" in out.stdout
+    gate = dashboard(str(run), "--require", "8")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "8 voices at 4 concurrent: p50 " in gate.stdout
+    s = json.loads((run / "summary.json").read_text())
+    assert (s["require"]["voices"], s["require"]["concurrency"], s["require"]["holds"]) == (8, 4, True)
     assert_declared(run)
+    gate = dashboard(str(run), "--require", "9")
+    assert gate.returncode == 1 and "The SLO p50_ms<=250 does not hold at 9: p50_ms " in gate.stderr, gate.stderr
 
 
 def test_a_voice_sweep_needs_one_load_and_enough_voices(tmp_path, sim):
