@@ -289,6 +289,9 @@ def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool
     if len(rates or steps) != 1 or not (steps_given or rates):
         raise SettingsError("--voice-steps sweeps the number of voices at one load: give one concurrency "
                             "(--steps 4) or one rate (--rates 2)")
+    if o.soak:
+        raise SettingsError("--soak holds one load, and --voice-steps sweeps voices at one load: run the soak on "
+                            "its own, with the number of voices it should draw from in --voices")
     return counts
 
 

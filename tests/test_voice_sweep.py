@@ -94,7 +94,11 @@ def test_a_voice_sweep_needs_one_load_and_enough_voices(tmp_path, sim):
     for args, message in ((["--steps", "2,4", "--voices", VOICES], "--voice-steps sweeps the number of voices at one "
                                                                    "load: give one concurrency"),
                           (["--steps", "4", "--voices", "a,b"], "--voice-steps goes up to 4 voices but --voices names 2"),
-                          (["--steps", "4"], "--voice-steps draws each step's voices from --voices")):
+                          (["--steps", "4"], "--voice-steps draws each step's voices from --voices"),
+                          (["--steps", "4", "--voices", VOICES, "--soak", "1m"], "--soak holds one load, and "
+                                                                                 "--voice-steps sweeps voices"),
+                          (["--steps", "4", "--voices", VOICES, "--tts-protocol", "ws", "--tts-preset", "vllm-omni"],
+                           "--tts-protocol ws speaks one voice a session (--tts-voice)")):
         proc = locust(["--headless", "-H", sim.url, "--voice-steps", "1,4", "--run-dir", str(tmp_path / "r"), *args],
                       timeout=60)
         errors = [line for line in proc.stdout.splitlines() if "/ERROR/" in line]
