@@ -280,11 +280,15 @@ def test_a_run_that_fails_after_registering_removes_its_voices(tmp_path, sim):
 
 def test_a_refused_upload_is_named_and_what_was_created_is_removed(tmp_path, sim):
     import urllib.request
-    from urllib3 import encode_multipart_formdata
     path = voices_file(tmp_path, 3)
-    # clone1 is on the server already: the run registers clone0, then is refused clone1
-    body, ctype = encode_multipart_formdata([("audio_sample", ("c.wav", (tmp_path / "clip1.wav").read_bytes(),
-                                                               "audio/wav")), ("consent", "c"), ("name", "clone1")])
+    # clone1 is on the server already: the run registers clone0, then is refused clone1. The form is
+    # written out here: urllib3 imported in this process before Locust patches ssl breaks Locust's import
+    clip, b = (tmp_path / "clip1.wav").read_bytes(), b"tts-knee-test-form"
+    body = b"".join([b"--" + b + b'\r\nContent-Disposition: form-data; name="audio_sample"; filename="c.wav"\r\n'
+                     b"Content-Type: audio/wav\r\n\r\n" + clip + b"\r\n",
+                     *(b"--" + b + b'\r\nContent-Disposition: form-data; name="' + k + b'"\r\n\r\n' + v + b"\r\n"
+                       for k, v in ((b"consent", b"c"), (b"name", b"clone1"))), b"--" + b + b"--\r\n"])
+    ctype = "multipart/form-data; boundary=" + b.decode()
     urllib.request.urlopen(urllib.request.Request(sim.url + "/v1/audio/voices", body, {"Content-Type": ctype}))
     try:
         proc, errors = run_bad(tmp_path, "-H", sim.url, "--voices", f"@{path}", "--voice-upload")
