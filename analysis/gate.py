@@ -138,21 +138,27 @@ def claim(slo: slo_mod.SLO, level: dict, verdict: dict, head: str | None = None)
     return (head or f"{level['concurrency']} concurrent") + ": " + "; ".join([terms] + _context(level, slo))
 
 
-def require(summary: dict, n: int) -> dict:
+def require(summary: dict, n: int, key: str = "concurrency") -> dict:
     """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
-    "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc)."""
+    "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc). In a voice
+    sweep (``key`` "voices") ``n`` is a number of voices at the sweep's one load, the answer's
+    ``voices``, and "lower" means fewer voices."""
     sl = summary["slo"]
     spec = sl["spec"]
     slo = slo_mod.parse(spec)
     levels = summary.get("levels") or []
-    tested = [lv["concurrency"] for lv in levels]
+    tested = [lv[key] for lv in levels]
+    voices = key == "voices"
+    at = {"concurrency": levels[0]["concurrency"] if levels else 0, "voices": n} if voices else {"concurrency": n}
     if n not in tested:
-        return {"concurrency": n, "holds": False, "exit": 1, "claim": None,
-                "reason": f"The SLO {spec} cannot be claimed at {n}: this run did not test {n} "
-                          f"(tested: {', '.join(map(str, tested)) or 'none'})."}
+        return {**at, "holds": False, "exit": 1, "claim": None,
+                "reason": f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
+                          f"test {n} (tested: {', '.join(map(str, tested)) or 'none'})."}
     i = tested.index(n)
     level, verdict = levels[i], sl["steps"][i]
-    text = claim(slo, level, verdict)
+    load = f"{level['rate']:g} req/s offered" if level.get("rate") else f"{level['concurrency']} concurrent"
+    text = claim(slo, level, verdict, f"{n} voices at {load}" if voices else None)
+    lower_word = "tested number of voices" if voices else "tested concurrency"
     if verdict["pass"] is False:
         reason = f"The SLO {spec} does not hold at {n}: {', '.join(verdict['failed'])}."
     elif verdict["pass"] is None:
@@ -161,13 +167,13 @@ def require(summary: dict, n: int) -> dict:
     else:
         lower = next(((lv, v) for lv, v in zip(levels[:i], sl["steps"][:i]) if v["pass"] is not True), None)
         if lower is None:
-            return {"concurrency": n, "holds": True, "exit": 0, "claim": text,
-                    "reason": f"The SLO {spec} holds at {n} and at every lower tested concurrency."}
+            return {**at, "holds": True, "exit": 0, "claim": text,
+                    "reason": f"The SLO {spec} holds at {n} and at every lower {lower_word}."}
         lv, v = lower
         why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
-        reason = (f"The SLO {spec} is met at {n} but not at {lv['concurrency']} below it ({why}), so {n} "
+        reason = (f"The SLO {spec} is met at {n} but not at {lv[key]} below it ({why}), so {n} "
                   f"is not a safe limit.")
-    return {"concurrency": n, "holds": False, "exit": 1, "claim": text, "reason": reason}
+    return {**at, "holds": False, "exit": 1, "claim": text, "reason": reason}
 
 
 def require_rate(summary: dict, rate: float) -> dict:

@@ -113,12 +113,13 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
 
 def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | None = None,
            key: str = "concurrency", figures=None, **stats_kwargs) -> list[dict]:
-    """One step-like dict per tested level (``step[key]``: its concurrency, or its ``rate``) with
-    settled requests, ascending (see the module doc); each adds ``steps`` (the step numbers
-    pooled, in run order), ``repeats`` and ``spread`` (None for a level tested once).  ``steps``
-    are ``step_stats`` outputs; ``stats_kwargs`` go to ``step_stats`` for pooled levels (the
-    options their steps had); ``figures(attempts, entry, stats, steps)`` adds what a pooled level
-    needs beyond ``step_stats`` (the open-loop figures), over its relabelled records."""
+    """One step-like dict per tested level (``step[key]``: its concurrency, its ``rate``, or its
+    number of ``voices`` in a voice sweep) with settled requests, ascending (see the module doc);
+    each adds ``steps`` (the step numbers pooled, in run order), ``repeats`` and ``spread`` (None
+    for a level tested once).  ``steps`` are ``step_stats`` outputs; ``stats_kwargs`` go to
+    ``step_stats`` for pooled levels (the options their steps had); ``figures(attempts, entry,
+    stats, steps)`` adds what a pooled level needs beyond ``step_stats`` (the open-loop figures),
+    over its relabelled records."""
     groups: dict = {}
     for s in steps:
         if s.get("requests"):
@@ -127,7 +128,7 @@ def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | 
     for c in sorted(groups):
         group = groups[c]
         lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures)
-        lvl.update({"steps": [s["step"] for s in group], "repeats": len(group),
+        lvl.update({key: c, "steps": [s["step"] for s in group], "repeats": len(group),
                     "spread": _spread(group) if len(group) > 1 else None})
         out.append(lvl)
     return out

@@ -294,6 +294,20 @@ def run_end_cut(a: Attempts) -> np.ndarray:
         code = a.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in a.errors else -2
         cut = a.memo["run_end_cut"] = a["error"] == code
     return cut
+def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
+    """{label: {count, p50, p95}} of ``waits`` grouped by their label ``codes`` (-1: none), in
+    the labels' order; one sort, however many labels (a voice sweep has hundreds)."""
+    keep = (codes >= 0) & np.isfinite(waits)
+    codes, waits = codes[keep], waits[keep]
+    order = np.argsort(codes, kind="stable")
+    codes, waits = codes[order], waits[order]
+    cut = np.flatnonzero(np.diff(codes)) + 1
+    out = {}
+    for part, vals in zip(np.split(codes, cut), np.split(waits, cut)):
+        d = dist(vals) if len(vals) else None
+        if d:
+            out[names[part[0]]] = {"count": d["count"], "p50": d["p50"], "p95": d["p95"]}
+    return out
 
 
 def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
@@ -431,6 +445,9 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         if td:
             tiers[name] = {"count": td["count"], "p50": td["p50"], "p95": td["p95"]}
     out["latency_by_tier_ms"] = tiers
+    # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
+    for key, col, names in (("latency_by_voice_ms", "voice", a.voices), ("latency_by_language_ms", "language", a.languages)):
+        out[key] = _by_label(a["wait_ms"][okl], a[col][okl], names)
     errs = a["error"][m & (a["error"] >= 0) & ~a["ok"]]
     top = []
     if len(errs):

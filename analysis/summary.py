@@ -33,6 +33,7 @@ from runformat.reader import RunDir, RunDirError
 from . import openloop
 from . import slo as slo_mod
 from . import soak as soak_mod
+from . import voices as voice_sweep
 from .confidence import ci_range
 from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit
@@ -99,10 +100,14 @@ def _steps_of(rd: RunDir) -> list[dict]:
             # a judged rate step's arrivals stopped at its cut-off: what follows is its judgment's
             # wait for the last of them, and the load it measures is over
             end = min(end, s["cutoff"])
+        voices = s.get("voices")
+        if voices is not None and _whole(voices) is None:
+            raise _bad(rd, where, s, f"has voices {voices!r}, not a whole number >= 1")
         steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": end,
                       **({} if settle is None else {"settle_s": float(settle)}),
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
+                      **({} if voices is None else {"voices": _whole(voices)}),
                       **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {})})
     if steps or not open_loop:
         return steps or infer_steps(rd.requests.attempts())
@@ -222,12 +227,17 @@ def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: in
     return text + "." + knee_txt
 
 
-def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool) -> dict:
+def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool,
+                 key: str = "concurrency") -> dict:
+    """The SLO's verdicts per level and per step; ``key`` "voices" in a voice sweep, whose
+    levels are numbers of voices (``max_voices``)."""
     judge = openloop.judge if open_loop else slo_mod.judge
     verdicts = []
     for lv in levels:
         v = judge(slo, lv)
         v["steps"] = lv["steps"]
+        if key == "voices":
+            v["voices"] = lv["voices"]
         verdicts.append(v)
     by_step = []
     for st in steps:
@@ -236,6 +246,11 @@ def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_l
         v = judge(slo, st)
         v.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
         by_step.append(v)
+    if key == "voices":
+        for v, st in zip(by_step, [st for st in steps if st.get("requests")]):
+            v["voices"] = st["voices"]
+        return {"spec": slo.spec, "steps": verdicts, "by_step": by_step, "max_concurrency": None,
+                "max_voices": slo_mod.max_level(verdicts, "voices")}
     out = {"spec": slo.spec, "steps": verdicts, "by_step": by_step,
            "max_concurrency": None if open_loop else slo_mod.max_level(verdicts)}
     if open_loop:
@@ -289,6 +304,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
                         i + 1 == len(plan), streamed, roles, **users) for i, s in enumerate(plan)]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
+        if "voices" in p:
+            st["voices"] = p["voices"]
+    by_voices = voice_sweep.is_sweep(plan)
     mode = rd.mode()
     open_loop = mode == "open"
     # a soak holds one level for long: its drift is its own section, and the levels (knee,
@@ -298,6 +316,13 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     if open_loop:
         for st, p in zip(steps, plan):
             st.update(openloop.step_figures(a, p, st))
+    if by_voices:   # at one rate, latency counts from the schedule, as the rate's own rules have it
+        done = group_levels(a, judged, rd.resources, settle, key="voices",
+                            figures=openloop.level_figures if open_loop else None, streamed=streamed, roles=roles)
+        if open_loop:
+            done = [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done]
+        knee = voice_sweep.find_knee(done, streamed, rd.ttfa_floor_ms())
+    elif open_loop:
         done = group_levels(a, judged, rd.resources, settle, key="rate", figures=openloop.level_figures,
                             streamed=streamed, roles=roles)
         knee = openloop.find_knee(done)
@@ -312,13 +337,20 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         last = float(te.max()) if len(te) else None
     baseline = memory_baseline(rd.resources, first)
     creep = memory_creep(rd.resources, first, last)
-    rec_rate = None
-    if open_loop:
+    rec_rate = rec_voices = None
+    if by_voices:
+        rec_voices, rec_text = voice_sweep.recommend(done, knee)
+        rec = knee["concurrency"]
+        rec_rate = done[0].get("rate") if open_loop and done else None
+    elif open_loop:
         rec_rate, rec, rec_text = openloop.recommend(done, knee)
     else:
         rec, rec_text = _recommend(done, knee)
-    slo_part = _slo_section(slo, steps, done, open_loop) if slo else None
-    if slo_part and open_loop:
+    slo_part = _slo_section(slo, steps, done, open_loop, "voices" if by_voices else "concurrency") if slo else None
+    if slo_part and by_voices:
+        rec_voices = slo_part["max_voices"]
+        rec_text = voice_sweep.recommend_slo(done, slo_part["steps"], slo.spec, rec_voices, knee["voices"])
+    elif slo_part and open_loop:
         rec_rate = slo_part["max_rate"]
         rec, rec_text = openloop.recommend_slo(done, slo_part["steps"], slo.spec, rec_rate)
         if knee["rate"] is not None:
@@ -347,10 +379,11 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "slo": slo_part,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
-        "diagnosis": openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop
+        "diagnosis": voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices
+        else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop
         else diagnose(done, knee, creep, rd.has_resources()),
         "little_law": None if open_loop else little_check(done),
-        "usl": None if open_loop else usl_fit(done),
+        "usl": None if open_loop or by_voices else usl_fit(done),
         "gpu_memory_baseline_bytes": baseline,
         "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
         "gpu_memory_creep": creep,
@@ -358,6 +391,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "cut_by_run_end": int(run_end_cut(a).sum()),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
+        **({"recommended_voices": rec_voices} if by_voices else {}),
     }
     return _clean(summary)
 

@@ -16,7 +16,7 @@ Judging one run:
 - ``--require N`` (needs an SLO) is a CI gate: prints the claim at N and exits 0 when the SLO
   holds at N and every lower tested concurrency, 1 when it does not (a failed or inconclusive
   term, or N not tested; one sentence on stderr says which), see ``analysis.gate``; for an
-  open-loop run it takes a rate, ``--require 12/s``.
+  open-loop run it takes a rate, ``--require 12/s``; for a voice sweep a number of voices.
 - ``--baseline OLD_RUN`` compares this run with an earlier one (``--tolerance``, default 0.10)
   and exits 1 on a significant regression beyond the tolerance, see ``analysis.regression``;
   open-loop runs are compared at each offered rate.
@@ -43,7 +43,7 @@ from runformat.metric_roles import ROLES, parse_roles
 from runformat.reader import RunDirError
 
 from .compare import default_out, write_compare
-from .kit import is_open_loop
+from .kit import is_open_loop, is_voice_sweep
 from .report import write_report
 from .table import format_table
 
@@ -118,6 +118,12 @@ def _judge(args, rd, s: dict) -> int:
         if not s.get("slo"):
             raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
         rate = isinstance(args.require, gate.Rate)
+        if is_voice_sweep(s):
+            if rate:
+                raise RunDirError(f"--require {args.require.per_s:g}/s is a rate, but {rd.path} swept the number of "
+                                  f"voices (--voice-steps): give a number of voices, such as --require 8.")
+            s["require"] = gate.require(s, args.require, "voices")
+            return max(status, s["require"]["exit"])
         if rate and not is_open_loop(s):
             raise RunDirError(f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
                               f"(--steps): give a concurrency, such as --require 8.")

@@ -1,6 +1,6 @@
 """The report's per-step breakdowns: where the time goes (client stages and Server-Timing), retries
 and throttling, the failed attempts, GPU memory (baseline, peak, fall-back), latency by text
-length, and audio integrity."""
+length, by voice and by language, and audio integrity."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -90,17 +90,35 @@ def memory_figure(summary: dict) -> go.Figure:
     return fig
 
 
+#: Most labels (voices, languages) one breakdown draws: the most requested.
+GROUP_LINES = 12
+
+
 def tier_figure(summary: dict) -> go.Figure:
+    return group_figure(summary, "latency_by_tier_ms", "text-length tier")
+
+
+def group_figure(summary: dict, key: str, what: str, fewest: int = 1) -> go.Figure | None:
+    """p50 and p95 wait per step of each label of ``key`` (``latency_by_voice_ms`` …), the
+    GROUP_LINES most requested of them; None when the steps have fewer than ``fewest`` labels
+    (one voice, the run's default, is no mix)."""
     steps = [s for s in summary["steps"] if s.get("requests")]
-    tiers = sorted({t for s in steps for t in s["latency_by_tier_ms"]})
+    counts: dict[str, int] = {}
+    for s in steps:
+        for label, d in (s.get(key) or {}).items():
+            counts[label] = counts.get(label, 0) + d["count"]
+    if not counts or len(counts) < fewest:
+        return None
+    shown = sorted(sorted(counts, key=counts.get, reverse=True)[:GROUP_LINES])
     fig = go.Figure()
-    for t in tiers:
+    for t in shown:
         for q, dash in (("p50", None), ("p95", "dot")):
             fig.add_scatter(x=lx([s["concurrency"] for s in steps]),
-                            y=[(s["latency_by_tier_ms"].get(t) or {}).get(q) for s in steps],
+                            y=[((s.get(key) or {}).get(t) or {}).get(q) for s in steps],
                             name=f"{esc(t)} {q}", mode="lines+markers", line=dict(dash=dash))
     conc_axis(fig, steps, step_axis(summary))
-    fig.update_layout(title="Wait by text-length tier (ms)", height=340, margin=dict(t=40, b=40, l=60, r=20))
+    more = f", the {len(shown)} most requested of {len(counts)}" if len(counts) > len(shown) else ""
+    fig.update_layout(title=f"Wait by {what} (ms{more})", height=340, margin=dict(t=40, b=40, l=60, r=20))
     return fig
 
 

@@ -68,6 +68,11 @@ def is_open_loop(summary: dict) -> bool:
     return summary["run"]["mode"] == "open"
 
 
+def is_voice_sweep(summary: dict) -> bool:
+    """Whether the run swept the number of distinct voices at one load (``--voice-steps``)."""
+    return (summary.get("knee") or {}).get("axis") == "voices"
+
+
 def is_streamed(summary: dict) -> bool:
     """Whether the run was judged as streams (on underruns and TTFA)."""
     return bool((summary.get("knee") or {}).get("streamed"))
@@ -75,6 +80,8 @@ def is_streamed(summary: dict) -> bool:
 
 def step_axis(summary: dict) -> str:
     """The title of a per-step figure's x axis (and of a table's step column)."""
+    if is_voice_sweep(summary):
+        return "distinct voices"
     return "offered rate (req/s)" if is_open_loop(summary) else "concurrency"
 
 

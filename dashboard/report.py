@@ -15,9 +15,9 @@ from pathlib import Path
 import runformat
 from runformat.reader import RunDir
 
-from . import breakdown, by_concurrency, by_rate
+from . import breakdown, by_concurrency, by_rate, by_voices
 from .baseline import regression_html
-from .kit import esc, fig_html, is_open_loop, is_streamed, page
+from .kit import esc, fig_html, is_open_loop, is_streamed, is_voice_sweep, page
 from .server_series import server_section
 from .slo_verdicts import slo_html
 from .soak import soak_html
@@ -54,20 +54,26 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
-    top = by_rate if is_open_loop(summary) else by_concurrency
-    by_step = by_rate.as_levels(summary) if top is by_rate else summary   # other figures: one point per rate
+    top = by_voices if is_voice_sweep(summary) else by_rate if is_open_loop(summary) else by_concurrency
+    # the other figures: one point per rate, or per number of voices
+    by_step = by_rate.as_levels(summary) if top is by_rate else by_voices.as_levels(summary) \
+        if top is by_voices else summary
     figs = [top.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
             breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
+    mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice", fewest=2),
+           breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2)]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
     parts = []
-    for f in figs:
+    for f in figs + mix:
         parts.append(fig_html(f, first) if f is not None else "")
         first = first if f is None else False
+    mix_html = "".join(f"<h2>Latency by {what}</h2>{part}"
+                       for what, f, part in zip(("voice", "language"), mix, parts[len(figs):]) if f is not None)
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
-    slo, reg = slo_html(summary, False), regression_html(summary, False)
+    slo, reg = slo_html(by_step if top is by_voices else summary, False), regression_html(summary, False)
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
             f"<h2>Verdict</h2>{top.verdict_html(summary)}"
             f"<h2>Steps</h2>{top.step_table_html(summary)}"
@@ -80,7 +86,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"
             f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
-            f"<h2>Latency by text length</h2>{parts[5]}{live_script}")
+            f"<h2>Latency by text length</h2>{parts[5]}{mix_html}{live_script}")
     return page(f"tts-knee {run_id}", body)
 
 

@@ -1,13 +1,14 @@
 """The step table, one row per executed step (latencies in ms), as the terminal prints it with the
 verdict (``python -m dashboard``) and as ``report.html`` shows it; an open-loop run's table has
-its own columns, in requests per second (:data:`RATE_COLUMNS`)."""
+its own columns, in requests per second (:data:`RATE_COLUMNS`); a voice sweep's adds the number
+of distinct voices after the concurrency."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from runformat import SOAK_PHASE
 
-from .kit import fmt, is_open_loop, is_streamed, stat
+from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
@@ -21,23 +22,28 @@ def _has_tail(summary: dict) -> bool:
 
 def table_columns(summary: dict) -> tuple[str, ...]:
     """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
-    and :data:`TAIL_COLUMN` when the text went in pieces."""
+    and :data:`TAIL_COLUMN` when the text went in pieces, and ``voices`` in a voice sweep."""
+    cols = TABLE_COLUMNS
+    if is_voice_sweep(summary):
+        cols = cols[:2] + ("voices",) + cols[2:]
     if not is_streamed(summary):
-        return TABLE_COLUMNS
-    at = TABLE_COLUMNS.index("ttfb p50") + 1
+        return cols
+    at = cols.index("ttfb p50") + 1
     stream = STREAM_COLUMNS + ((TAIL_COLUMN,) if _has_tail(summary) else ())
-    return TABLE_COLUMNS[:at] + stream + TABLE_COLUMNS[at:]
+    return cols[:at] + stream + cols[at:]
 
 
 def table_rows(summary: dict) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
-    streamed, tail = is_streamed(summary), _has_tail(summary)
+    streamed, tail, voices = is_streamed(summary), _has_tail(summary), is_voice_sweep(summary)
     rows = []
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
         ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
         rows.append([
-            str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), str(s["concurrency"]), str(s["requests"]), str(s["ok"]),
+            str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), str(s["concurrency"])] + (
+            [fmt(s.get("voices"))] if voices else []) + [
+            str(s["requests"]), str(s["ok"]),
             fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
             fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
             fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
@@ -49,16 +55,21 @@ def table_rows(summary: dict) -> list[list[str]]:
 
 
 def _slo_lines(summary: dict) -> list[str]:
-    """Per tested level (concurrency, or offered rate): the SLO verdict, and the spread between repeats."""
+    """Per tested level (concurrency, offered rate or number of voices): the SLO verdict, and the spread
+    between repeats."""
     sl, out = summary.get("slo"), []
     levels = summary.get("levels") or []
-    rate = is_open_loop(summary)
-    key = "rate" if rate else "concurrency"
+    voices, rate = is_voice_sweep(summary), is_open_loop(summary)
+    key = "voices" if voices else "rate" if rate else "concurrency"
     if sl:
-        best = (f"{fmt(sl['max_rate'], '{:g}')} req/s" if sl["max_rate"] is not None else "none") if rate \
-            else fmt(sl["max_concurrency"])
-        out.append(f"SLO {sl['spec']}  (per {'offered rate' if rate else 'concurrency'}; repeats pooled; largest "
-                   f"meeting it with every lower one: {best})")
+        if voices:
+            best = fmt(sl.get("max_voices"))
+        elif rate:
+            best = f"{fmt(sl['max_rate'], '{:g}')} req/s" if sl["max_rate"] is not None else "none"
+        else:
+            best = fmt(sl["max_concurrency"])
+        per = "number of voices" if voices else "offered rate" if rate else "concurrency"
+        out.append(f"SLO {sl['spec']}  (per {per}; repeats pooled; largest meeting it with every lower one: {best})")
         for v in sl["steps"]:
             word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
             why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
@@ -95,7 +106,11 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     missing = summary["run"].get("audio_missing")
     if missing:
         lines.append(audio_missing_text(missing))
-    if not open_loop:   # the open-loop lines name their knee in req/s
+    if is_voice_sweep(summary):
+        lines.append("knee: none found" if knee["voices"] is None else
+                     f"knee: {knee['voices']} distinct voices at concurrency {knee['concurrency']} (methods "
+                     f"agreeing: {', '.join(knee['agree']) or 'none'})")
+    elif not open_loop:   # the open-loop lines name their knee in req/s
         lines.append("knee: none found" if knee["concurrency"] is None else
                      f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
     if knee.get("streamed"):
@@ -105,7 +120,10 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
     lines += _slo_lines(summary)
-    if open_loop:
+    if is_voice_sweep(summary):
+        lines.append(f"recommended voices: {fmt(summary.get('recommended_voices'))} (at concurrency "
+                     f"{fmt(summary['recommended_concurrency'])})  {summary['recommendation']}")
+    elif open_loop:
         lines.append(f"recommended rate: {fmt(summary.get('recommended_rate'), '{:g}')} req/s "
                      f"(concurrency {fmt(summary['recommended_concurrency'])})  {summary['recommendation']}")
     else:

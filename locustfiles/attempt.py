@@ -22,12 +22,12 @@ import runformat
 from runformat.options import CUT_BY_RUN_END
 
 from . import audio as audio_out
-from . import containers
+from . import bodies, containers
 from .clock import mono, wall
 from .corpus import Text, split
 from .headers import parse_retry_after
 from .timeline import Timeline
-from .transports import Answered, AudioPiece, Ended, Received, TextSent, TransportError, transport_for
+from .transports import Answered, Ask, AudioPiece, Ended, Received, TextSent, TransportError, transport_for
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
@@ -47,6 +47,7 @@ class Segment:
 
     req_id: str
     text: Text
+    ask: Ask          # what the request asks for beside its words (voice, language, clip ...)
     words: str        # what is said
     k: int
     n: int
@@ -70,8 +71,8 @@ class Caller:
     def close(self) -> None:
         self.transport.close()
 
-    def send(self, text: Text, seq: int, sent: dict | None = None) -> None:
-        """Send ``text`` as request number ``seq`` of this caller's user. ``sent`` (open loop):
+    def send(self, text: Text, ask: Ask, seq: int, sent: dict | None = None) -> None:
+        """Send ``text``, asking for ``ask``, as request number ``seq`` of this caller's user. ``sent`` (open loop):
         the step it was scheduled in, its ``scheduled`` time and the ``concurrency`` at sending,
         which the records carry instead of the step running when each attempt starts."""
         segments = split(text.text, self.s.split_max_chars)
@@ -80,7 +81,7 @@ class Caller:
         parts: list[tuple[bytes, containers.Audio]] = []
         for k, words in enumerate(segments, 1):
             req_id = base_id if n == 1 else f"{base_id}.{k}"
-            if self._request(Segment(req_id, text, words, k, n, seq, sent), parts) is None:
+            if self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts) is None:
                 return
 
     def _request(self, seg: Segment, parts: list) -> dict | None:
@@ -90,12 +91,15 @@ class Caller:
         while True:
             run.in_flight += 1
             try:
-                rec, ended, m0, m2, elapsed_ms, http_status, cut = self._attempt(seg.words, seg.sent)
+                rec, ended, m0, m2, elapsed_ms, http_status, cut = self._attempt(seg.words, seg.ask, seg.sent)
                 retry = not rec["ok"] and cut is None and not run.stopping and self.s.retry.should_retry(
                     attempt, http_status)
                 runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry,
                                          text_id=seg.text.id, text_len=len(seg.words), tier=seg.text.tier,
                                          segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
+                voice = bodies.voice_label(self.s, seg.ask)
+                if voice is not None or seg.ask.language is not None:
+                    runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
                 if rec["ok"]:
                     parts.append((ended.data, ended.audio))
                     if seg.k == seg.n:
@@ -123,7 +127,7 @@ class Caller:
                 return None   # the run stopped during the backoff: no attempt is sent now
             attempt += 1
 
-    def _attempt(self, words: str, sent: dict | None):
+    def _attempt(self, words: str, ask: Ask, sent: dict | None):
         """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the HTTP status --retry-on
         judges (None for a failed connection), the GreenletExit that cut it at the run's end or
         None)``; the record lacks only what the request adds (its id, attempt number …)."""
@@ -136,7 +140,7 @@ class Caller:
         timeout = gevent.Timeout(s.request_timeout_s)
         timeout.start()
         try:
-            for ev in self.transport.exchange(words):
+            for ev in self.transport.exchange(words, ask):
                 kind = type(ev)
                 if kind is AudioPiece:
                     timeline.add(ev.at, ev.ms)

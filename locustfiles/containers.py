@@ -144,6 +144,14 @@ def check_audio(body, content_type: str | None, expect: str = "wav", pcm_rate: i
     raise AudioError(f"body is not recognisable {expect} audio (starts {bytes(body[:8])!r})")
 
 
+def audio_kind(head: bytes) -> str | None:
+    """What audio file ``head`` (a file's first bytes) begins: ``wav``, ``mp3``, ``ogg``, ``aac`` or
+    ``flac``; None for anything else."""
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "wav"
+    return next((fmt for magic, fmt in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def looks_textual(body) -> bool:
     head = bytes(body[:SNIFF_BYTES])
     if head.lstrip()[:1] not in _TEXTUAL:

@@ -1,19 +1,28 @@
 """Text corpora: the batch of texts sent, in the same order, at every step.
 
 A corpus is a ``.txt`` file (one text per line; blank lines and ``#`` comments ignored) or a
-``.jsonl`` file of objects with ``text`` and optional ``id`` and ``tier``.
+``.jsonl`` file of objects with ``text`` and optional ``id`` and ``tier``, and what the request
+for that text asks for beside its words: ``voice``, ``language``, ``speed`` (a number above 0),
+``instructions``, ``ref_audio`` (a reference clip to clone the voice from: a WAV, MP3, Ogg, AAC
+or FLAC file, its path relative to the corpus file) and ``ref_text`` (what the clip says).
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from .containers import audio_kind
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "configs" / "texts" / "default.jsonl"
 TIERS = ("short", "medium", "long")
 #: Tier boundaries in characters when a corpus does not name the tier.
 SHORT_MAX_CHARS, MEDIUM_MAX_CHARS = 40, 160
+#: The content type each kind of reference clip is sent with.
+CLIP_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "ogg": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac"}
+#: Optional string fields of a corpus entry (the request's mix; ``ref_audio`` names a file).
+_ASKS = ("voice", "language", "instructions", "ref_text")
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；…])\s*")
 _SOFT_BREAK = re.compile(r"(?<=[,，、:：])\s*|\s+")
 
@@ -23,10 +32,45 @@ class CorpusError(ValueError):
 
 
 @dataclass(frozen=True)
+class Clip:
+    """A reference clip, read once: a request sends the same bytes every time. Compared and
+    hashed by its path alone."""
+    path: str
+    data: bytes = field(repr=False, compare=False)
+    content_type: str = field(compare=False, default="audio/wav")
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+@dataclass(frozen=True)
 class Text:
     id: str
     text: str
     tier: str
+    voice: str | None = None
+    language: str | None = None
+    speed: float | None = None
+    instructions: str | None = None
+    ref_audio: Clip | None = None
+    ref_text: str | None = None
+
+
+def load_clip(path: Path, what: str) -> Clip:
+    """The reference clip at ``path``; raises CorpusError naming ``what`` (the entry that names
+    it) when the file is missing, unreadable or not audio."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which does not exist") from None
+    except OSError as e:
+        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which cannot be read ({e.strerror})") from None
+    kind = audio_kind(data[:16])
+    if kind is None:
+        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which is not an audio file "
+                          f"(WAV, MP3, Ogg, AAC or FLAC; it starts {data[:8]!r})")
+    return Clip(str(path), data, CLIP_TYPES[kind])
 
 
 def tier_of(text: str) -> str:
@@ -60,7 +104,7 @@ def _load_txt(path: Path, raw: str) -> list[Text]:
 
 
 def _load_jsonl(path: Path, raw: str) -> list[Text]:
-    texts, seen = [], set()
+    texts, seen, clips = [], set(), {}
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -81,8 +125,33 @@ def _load_jsonl(path: Path, raw: str) -> list[Text]:
         tier = obj.get("tier") or tier_of(text)
         if tier not in TIERS:
             raise CorpusError(f"{where} has tier {tier!r}; expected one of {', '.join(TIERS)}")
-        texts.append(Text(tid, text.strip(), tier))
+        texts.append(Text(tid, text.strip(), tier, **_asks(obj, path, f"{where} (id {tid!r})", clips)))
     return texts
+
+
+def _asks(obj: dict, path: Path, where: str, clips: dict) -> dict:
+    """The entry's voice, language, speed, instructions, reference clip and its text; ``clips``
+    holds the clips read so far, so a clip many entries name is read once."""
+    out = {}
+    for k in _ASKS:
+        v = obj.get(k)
+        if v is not None and (not isinstance(v, str) or not v.strip()):
+            raise CorpusError(f"{where} has {k} {v!r}; expected a non-empty string")
+        out[k] = v
+    speed = obj.get("speed")
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0
+                              or speed == float("inf")):
+        raise CorpusError(f"{where} has speed {speed!r}; expected a number above 0")
+    out["speed"] = speed
+    ref = obj.get("ref_audio")
+    if ref is not None:
+        if not isinstance(ref, str) or not ref.strip():
+            raise CorpusError(f"{where} has ref_audio {ref!r}; expected the path of an audio file")
+        clip_path = path.parent / ref
+        if clip_path not in clips:
+            clips[clip_path] = load_clip(clip_path, where)
+        out["ref_audio"] = clips[clip_path]
+    return out
 
 
 def split(text: str, max_chars: int) -> list[str]:

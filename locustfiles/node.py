@@ -25,7 +25,7 @@ from runformat import wire
 from runformat.metric_roles import parse_roles
 from runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, settings as settings_mod, timesync, webui
+from . import heartbeats, settings as settings_mod, timesync, voices as voices_mod, webui
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import preflight
@@ -33,6 +33,7 @@ from .puller import CollectorPuller
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
 from .soak import Soak
+from .voice_upload import VoiceUploads
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends, past their drain.
@@ -41,8 +42,10 @@ FINAL_FLUSH_TIMEOUT_S = 10.0
 DRAIN_POLL_S = 0.05
 #: Exit status of a run stopped early because its disk did not keep up (or was full of audio).
 DISK_EXIT_CODE = 3
-#: Request bodies kept per run, one per distinct segment text.
+#: Request bodies kept per run, one per distinct segment text and ask, at most so many bytes in
+#: all (bodies that carry a reference clip are large, and there is one per text and voice).
 MAX_CACHED_PAYLOADS = 20_000
+MAX_CACHED_PAYLOAD_BYTES = 64 << 20
 #: What of a text id does not go into an audio file's name.
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -69,17 +72,27 @@ class Run:
         self.soak: Soak | None = None    # master/local: --soak, once the plan is done
         self.info: dict = {}
         self.preflight: dict | None = None
+        self.uploads: VoiceUploads | None = None   # --voice-upload: the voices registered on the server
         self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
         self.stopping = False   # the run is stopping: nothing new is sent, what is in flight drains
         self.in_flight = 0      # attempts in flight on this node
         self.calls: dict = {}   # open loop: this node's requests in flight -> when each was sent (wall)
-        self._payloads: dict[str, bytes] = {}   # request body per segment text (a corpus repeats)
+        self._payloads: dict[tuple, tuple] = {}   # (body, type) per segment text and ask (a corpus repeats)
+        self._payload_bytes = 0
+        self.mix = voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts)) \
+            if s.voices else None
         self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
 
     # ---- used by users -------------------------------------------------------------
-    def next_text(self):
-        texts = self.settings.texts
-        return texts[self.state.next_text_index() % len(texts)]
+    def next_request(self):
+        """The next text of this step and what its request asks for (its voice from the mix)."""
+        s = self.settings
+        i = self.state.next_text_index()
+        text = s.texts[i % len(s.texts)]
+        step = self.state.current
+        n = step.voices if step is not None and step.voices else len(s.voices)
+        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, n)
+        return text, voices_mod.ask_for(text, voice, s.voice_upload)
 
     def emit(self, rec: dict) -> None:
         if self.shipper is not None:
@@ -87,14 +100,17 @@ class Run:
         else:
             self.writer.add([rec])
 
-    def payload(self, text: str) -> bytes:
-        """The request body for one segment's text, made once per text (the corpus is sent again
-        at every step)."""
-        body = self._payloads.get(text)
+    def payload(self, text: str, ask) -> tuple[bytes, str]:
+        """The request body for one segment's text and ask, and its content type, made once per
+        pair (the corpus is sent again at every step)."""
+        key = (text, ask)
+        body = self._payloads.get(key)
         if body is None:
-            body = self.settings.payload(text)
-            if len(self._payloads) < MAX_CACHED_PAYLOADS:
-                self._payloads[text] = body
+            body = self.settings.payload(text, ask)
+            if len(self._payloads) < MAX_CACHED_PAYLOADS and \
+                    self._payload_bytes + len(body[0]) <= MAX_CACHED_PAYLOAD_BYTES:
+                self._payloads[key] = body
+                self._payload_bytes += len(body[0])
         return body
 
     def audio_path(self, text, user: int, seq: int) -> str | None:
@@ -141,7 +157,7 @@ class Run:
         if self.is_master:
             self.environment.runner.send_message(wire.STEP.name, wire.STEP(
                 step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
+                workers=step.workers, voices=step.voices, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
         self.save()
 
     @property
@@ -221,10 +237,11 @@ class Run:
         self.make_audio_dir()
         disk = self.environment.tts_knee.disk
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
-        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader   # numpy and pandas: where the run is written
+        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis   # numpy and pandas: where the run is written
         self.soak = Soak.of(s)
-        grid = () if self.soak is not None and self.soak.alone else s.rates or s.steps
-        axis = RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
+        grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
+        axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \
+            RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
         # a soak after a sweep holds the level its judged steps recommend
         self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
                              axis, judge=self.soak is not None and not self.soak.alone)
@@ -236,6 +253,12 @@ class Run:
                                        settle_s=s.settle_s, steps=[], workers=[], collectors=[],
                                        versions=runformat.versions())
         log.info("run directory: %s", self.run_dir)
+        if s.voice_upload:   # before the preflight, which asks for the first voice by its name
+            self.uploads = VoiceUploads(s)
+            refused = self.uploads.register()
+            if refused is not None:
+                self.fail(refused)
+                return
         if s.preflight:
             self.preflight = preflight(s)
             if not self.preflight["ok"]:
@@ -248,7 +271,8 @@ class Run:
     def _start_puller(self) -> None:
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
-                                      server_metrics=list(s.server_metrics), disk=self.environment.tts_knee.disk)
+                                      server_metrics=list(s.server_metrics), server_stats=list(s.server_stats),
+                                      disk=self.environment.tts_knee.disk)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
@@ -270,7 +294,13 @@ class Run:
         self.failed = True
         self.environment.process_exit_code = 2
         self.info["error"] = message
+        self.remove_voices()
         self.save()
+
+    def remove_voices(self) -> None:
+        """Delete the voices this run registered (--voice-upload); safe to call again."""
+        if self.uploads is not None:
+            self.uploads.remove()
 
     def save(self) -> None:
         if self.run_dir is None:
@@ -278,7 +308,7 @@ class Run:
         info = self.info
         info["steps"] = [runformat.step_entry(step=st.step, concurrency=st.concurrency, start=st.start, end=st.end,
                                               phase=st.phase, repeat=st.repeat, settle_s=self.state.settle_of(st),
-                                              cutoff=st.cutoff,
+                                              cutoff=st.cutoff, **({} if st.voices is None else {"voices": st.voices}),
                                               **({} if st.rate is None else
                                                  {"rate": st.rate, "dropped": self.dropped_in(st.step),
                                                   "workers": len(st.workers or ())}))
@@ -287,6 +317,8 @@ class Run:
             info["plan"] = self.plan.describe()
         if self.preflight is not None:
             info["preflight"] = self.preflight
+        if self.uploads is not None:
+            info["voice_uploads"] = self.uploads.records
         if self.puller is not None:
             info["collectors"] = self.puller.describe()
             info["server_metrics"] = self.puller.describe_server_metrics()
@@ -314,6 +346,7 @@ class Run:
             for wid in stragglers:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
         self.writer.close()
+        self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
             self.fail("no worker sent a single record" + (f" ({why})" if why else "; see the workers' logs"))
@@ -409,7 +442,8 @@ def _on_init(environment, **_kw) -> None:
         def on_step(environment, msg, **_kw):
             data = msg.data
             node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
-                                  rate=data["rate"], workers=data["workers"], hold_s=data.get("hold_s")))
+                                  rate=data["rate"], workers=data["workers"], voices=data["voices"],
+                                  hold_s=data.get("hold_s")))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:
@@ -447,3 +481,6 @@ def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
         run.shipper.spool()   # what the master never acknowledged (it went away, say)
+    if run is not None and run.uploads is not None and run.uploads.created:
+        run.remove_voices()   # a run stopped before it closed: what it registered goes all the same
+        run.save()

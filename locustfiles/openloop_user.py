@@ -123,8 +123,8 @@ class OpenLoopUser(RunUser):
         calls = self.run.calls
         calls[(self.no, seq)] = wall()
         try:
-            caller.send(self.run.next_text(), seq, {"step": step, "scheduled": scheduled,
-                                                    "concurrency": self.inflight})
+            caller.send(*self.run.next_request(), seq, {"step": step, "scheduled": scheduled,
+                                                        "concurrency": self.inflight})
         except BaseException:
             caller.close()
             raise

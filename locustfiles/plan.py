@@ -1,7 +1,8 @@
 """The step plan: which step runs next, decided on the master as each step ends.
 
-A plan sweeps one :class:`Axis`: the concurrency of a closed-loop run (``--steps``), or the
-offered rate of an open-loop one (``--rates``); a step's *level* is where it stands on it. The
+A plan sweeps one :class:`Axis`: the concurrency of a closed-loop run (``--steps``), the
+offered rate of an open-loop one (``--rates``), or the number of distinct voices at one of
+either (``--voice-steps``); a step's *level* is where it stands on it. The
 grid runs in order, ``--repeat`` times. Each step that ends is judged from the records the
 master already has (:class:`StepReader`): against ``--slo`` (``analysis.slo.judge``; a rate by
 ``analysis.openloop.judge``, on latency from the schedule, failing when its latency kept
@@ -17,11 +18,15 @@ growing), or by the axis's knee rule when there is no SLO. Then:
   underruns cross ``UNDERRUN_RATE``, or its TTFA p95 is above ``LATENCY_RISE`` times the lowest
   step's and above ``ttfa_floor_ms``, or its failures cross ``FAILURE_RATE``; whole-body time
   rising is no reason to stop. Rate: ``analysis.openloop.past_knee`` (throughput short of the
-  offered rate, latency growing, p95 from schedule past the lowest rate's, failures).
+  offered rate, latency growing, p95 from schedule past the lowest rate's, failures). Voices:
+  the load's own rule with the number of voices in the place of the concurrency
+  (``analysis.voices.find_knee``: the load being the same at every step, throughput per user
+  says nothing).
 - ``--refine`` (needs an SLO): after the grid, bisect between the highest level that passes
   with every lower tested one passing (0 when the lowest fails) and the lowest tested level
   above it, one new step (phase ``refine``) per probe at their midpoint, until the axis says
-  they are close enough: adjacent integers for a concurrency, ``--refine-to`` for a rate. A
+  they are close enough: adjacent integers for a concurrency or a number of voices,
+  ``--refine-to`` for a rate. A
   level tested by several steps (``--repeat``) is judged on their pooled records, as the
   dashboard judges it (``analysis.levels``); an inconclusive level counts as failing, and so
   does one where not a request finished.
@@ -39,11 +44,12 @@ import numpy as np
 from analysis import knee as knee_mod
 from analysis import openloop
 from analysis import slo as slo_mod
+from analysis import voices as voice_sweep
 from analysis.levels import levels as pool_levels
 from runformat.reader import TTFA_FLOOR_MS, Attempts, RunDir
 from analysis.steps import step_stats
 
-__all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader"]
+__all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
 log = logging.getLogger("tts_knee.plan")
 
 
@@ -54,6 +60,7 @@ class Axis:
 
     key = "concurrency"
     noun = "concurrency"
+    open_loop = False   # its steps offer a rate: judged on latency from the schedule
 
     def text(self, level) -> str:
         return str(level)
@@ -78,7 +85,7 @@ class Axis:
             return True, "is past the knee (not one request finished in it)"
         if len(done) < 2:
             return False, ""
-        knee = knee_mod.find_knee(done, streamed, ttfa_floor_ms)
+        knee = self.knee(done, streamed, ttfa_floor_ms)
         if knee["index"] is None:
             return False, ""
         base = done[0].get("attempt_failure_rate") or 0.0
@@ -99,6 +106,9 @@ class Axis:
             return True, f"is past the knee ({fails:.0%} of attempts fail)"
         return False, ""
 
+    def knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+        return knee_mod.find_knee(steps, streamed, ttfa_floor_ms)
+
 
 class RateAxis(Axis):
     """The offered rate of an open loop (req/s): judged on latency from the schedule, bisected
@@ -107,6 +117,7 @@ class RateAxis(Axis):
 
     key = "rate"
     noun = "rate"
+    open_loop = True
 
     def __init__(self, refine_to: float = 0.05, relative: bool = True, lowest: float = 1.0):
         self.refine_to, self.relative, self.lowest = refine_to, relative, lowest
@@ -130,6 +141,34 @@ class RateAxis(Axis):
 
     def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         return openloop.past_knee(steps)
+
+
+class VoiceAxis(Axis):
+    """The number of distinct voices at one load (``--voice-steps``): a concurrency, or a rate
+    when ``open_loop``, whose SLO and knee rule judge each step; bisected to adjacent numbers."""
+
+    key = "voices"
+    noun = "number of voices"
+
+    def __init__(self, open_loop: bool = False):
+        self.open_loop = open_loop
+
+    def text(self, level) -> str:
+        return f"{level} voice{'' if level == 1 else 's'}"
+
+    def label(self, level) -> str:
+        return self.text(level)
+
+    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+        return openloop.judge(slo, stats) if self.open_loop else slo_mod.judge(slo, stats)
+
+    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+        if self.open_loop:
+            return openloop.past_knee(steps)
+        return super().past_knee(steps, streamed, ttfa_floor_ms)
+
+    def knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+        return voice_sweep.find_knee(steps, streamed, ttfa_floor_ms)
 
 
 CONCURRENCY = Axis()
@@ -369,6 +408,8 @@ class StepReader:
         entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff,
                  "streams_end": None}
         out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, roles=self.roles)
+        if step.get("voices") is not None:
+            out["voices"] = step["voices"]
         if step.get("rate") is not None:
             out.update(openloop.step_figures(a, dict(entry, rate=step["rate"], dropped=step.get("dropped")), out))
         self._judged[step["step"]] = (out, cutoff)
@@ -386,12 +427,11 @@ class StepReader:
         keep = np.isfinite(a["t0"])
         for num, (_, cutoff) in self._judged.items():
             keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
-        rate = self.axis.key == "rate"
         return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
-                           settle_s, key=self.axis.key, figures=openloop.level_figures if rate else None,
+                           settle_s, key=self.axis.key, figures=openloop.level_figures if self.axis.open_loop else None,
                            roles=self.roles)
 
 
 def _subset(a: Attempts, keep) -> Attempts:
     return Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
-                    a.errors, a.texts, a.tiers)
+                    a.errors, a.texts, a.tiers, voices=a.voices, languages=a.languages)

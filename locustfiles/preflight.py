@@ -8,13 +8,16 @@ import gevent
 
 from .clock import wall
 from .transports import Answered, Ended, TransportError, transport_for
+from .voices import ask_for
 
 log = logging.getLogger("tts_knee")
 
 
 def preflight(s) -> dict:
-    """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text."""
-    text = min(s.texts, key=lambda t: len(t.text)).text
+    """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text, with
+    the first voice of ``--voices`` where it names none."""
+    entry = min(s.texts, key=lambda t: len(t.text))
+    text, ask = entry.text, ask_for(entry, s.voices[0] if s.voices else None, s.voice_upload)
     start = wall()
     out = {"ok": False, "status": None, "ms": None, "message": None}
     transport = transport_for(s)
@@ -24,7 +27,7 @@ def preflight(s) -> dict:
     answer = ended = None
     try:
         with gevent.Timeout(s.request_timeout_s):
-            for ev in transport.exchange(text):
+            for ev in transport.exchange(text, ask):
                 if isinstance(ev, Answered):
                     answer = ev
                 elif isinstance(ev, Ended):

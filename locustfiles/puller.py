@@ -23,6 +23,12 @@ sample per interval with role ``server``, ``source`` (the URL), ``host`` (its ho
 ``metrics`` (as the collector's ``--scrape`` gives them, see :mod:`collectors.exposition`), on
 the master's clock. A scrape that fails writes ``metrics: null`` (a gap), with one warning
 when it starts failing and one note when it answers again.
+
+``server_stats`` URLs (Locust ``--server-stats``) are JSON endpoints of the TTS server (a
+cache's hits and misses, say), polled the same way into the same kind of samples: each number
+in the object, nested objects included, is a series named by its path (``cache.hits_total``);
+a name ending ``_total`` is a counter and becomes a per-second rate, as a Prometheus counter
+does (:class:`JsonStats`).
 """
 from __future__ import annotations
 
@@ -155,17 +161,63 @@ class _Collector:
         return best
 
 
-class _ServerMetrics:
-    """One ``--server-metrics`` endpoint scraped by the master."""
+class JsonStats:
+    """A JSON endpoint's numbers as ``{series: value}`` readings: each number (not a boolean)
+    named by its path, objects' keys joined by ``.``; a series whose name ends ``_total`` is a
+    counter, read as its rise per second since the previous reading (absent from the first, after
+    a fall, and after a gap longer than ``max_gap_s``), as :class:`collectors.exposition.Reader`
+    reads Prometheus counters."""
 
-    def __init__(self, url: str, interval_s: float):
+    kind = "a JSON object"
+
+    def __init__(self, max_gap_s: float):
+        self.max_gap_s = max_gap_s
+        self.dropped = 0   # no cap on series: the run.json entry's series_left_out
+        self._last: dict[str, tuple[float, float]] = {}   # counter -> (value, when)
+
+    def read(self, text: str, at: float) -> dict:
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            raise ExpositionError("not JSON") from None
+        if not isinstance(obj, dict):
+            raise ExpositionError("not a JSON object")
+        out = {}
+        for name, v in _numbers(obj, ""):
+            if not name.endswith("_total"):
+                out[name] = v
+                continue
+            prev = self._last.get(name)
+            self._last[name] = (v, at)
+            if prev is not None and v >= prev[0] and 0 < at - prev[1] <= self.max_gap_s:
+                out[name] = (v - prev[0]) / (at - prev[1])
+        return out
+
+
+def _numbers(obj: dict, prefix: str):
+    for k, v in obj.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from _numbers(v, name + ".")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            yield name, float(v)
+
+
+class _ServerMetrics:
+    """One ``--server-metrics`` endpoint scraped by the master (``stats``: a ``--server-stats``
+    JSON endpoint, read by :class:`JsonStats`)."""
+
+    def __init__(self, url: str, interval_s: float, stats: bool = False):
         self.url = url
         parts = urlsplit(url)
         self.host = parts.netloc
         self.path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
         self._ssl = parts.scheme == "https"
         self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if self._ssl else 80))
-        self.reader = Reader(max_gap_s=stale_after(interval_s, SCRAPE_TIMEOUT_S))
+        gap = stale_after(interval_s, SCRAPE_TIMEOUT_S)
+        self.reader = JsonStats(gap) if stats else Reader(max_gap_s=gap)
+        self.accept = "application/json" if stats else "text/plain"
+        self.kind = JsonStats.kind if stats else "Prometheus text exposition"
         self.client = HTTPClient(self._address[0], port=self._address[1],
                                  connection_timeout=SCRAPE_TIMEOUT_S,
                                  network_timeout=SCRAPE_TIMEOUT_S, concurrency=1, ssl=self._ssl)
@@ -178,7 +230,7 @@ class _ServerMetrics:
         t_send = time.monotonic()
         try:
             with gevent.Timeout(SCRAPE_TIMEOUT_S):
-                resp = self.client.get(self.path, headers={"Accept": "text/plain"})
+                resp = self.client.get(self.path, headers={"Accept": self.accept})
                 try:
                     body = resp.read()
                 finally:
@@ -220,14 +272,15 @@ class CollectorPuller:
 
     def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
                  interval_s: float = 1.0, sample_client: bool = True,
-                 client_host: str | None = None, server_metrics: list[str] = (),
+                 client_host: str | None = None, server_metrics: list[str] = (), server_stats: list[str] = (),
                  disk: DiskWriter | None = None):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._collectors = [_Collector(_normalise(u), token) for u in urls]
-        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics]
+        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + \
+            [_ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats]
         self._disk = disk
         self._writing = False
         self._started_at: float | None = None
@@ -479,7 +532,7 @@ class CollectorPuller:
                 metrics = None
                 m.failures += 1
                 what = ("is unreachable" if isinstance(exc, _Unreachable)
-                        else "did not answer with Prometheus text exposition")
+                        else f"did not answer with {m.kind}")
                 if m.state != type(exc).__name__:
                     log.warning("Server metrics %s %s (%s); its series are a gap until it "
                                 "answers.", m.url, what, exc)

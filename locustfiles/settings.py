@@ -24,8 +24,9 @@ from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAUL
                                SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 from runformat.options import SOAK_MIN_S
 
-from . import corpus, presets
+from . import bodies, corpus, presets, voices as voices_mod
 from .retry import RetryPolicy
+from .transports.base import NO_ASK, Ask
 
 
 class SettingsError(ValueError):
@@ -110,6 +111,13 @@ class Settings:
     think_time_s: float
     contexts: int
     soak_s: float | None       # --soak: how long the soak holds its level; None: no soak
+    form: str                  # multipart/form-data with the clip as this file part; "": JSON
+    voices: tuple              # voices_mod.Voice, for requests whose corpus entry names none
+    voice_mix: str
+    voice_seed: int
+    voice_upload: bool
+    server_stats: tuple
+    voice_steps: tuple         # numbers of distinct voices, one per step; (): not a voice sweep
 
     @property
     def mode(self) -> str:
@@ -123,21 +131,10 @@ class Settings:
             return self.preset.url(self.host, {"voice": self.voice, "model": self.model})
         return self.host if self.protocol == "wyoming" else f"{self.host}{self.path}"
 
-    def payload(self, text: str) -> bytes:
-        """The request body for one text, in the configured API's shape."""
-        if self.api == "openai":
-            body = {"model": self.model, "input": text, "response_format": self.format}
-            if self.voice:
-                body["voice"] = self.voice
-            if self.stream:
-                body["stream"] = True
-            if self.stream_format:
-                body["stream_format"] = self.stream_format
-            return json.dumps(body, ensure_ascii=False).encode()
-        if self.api == "piper":
-            return json.dumps({"text": text}, ensure_ascii=False).encode()
-        # json.dumps(text)[1:-1] is the text escaped for a JSON string literal.
-        return self.template.replace("{text}", json.dumps(text, ensure_ascii=False)[1:-1]).encode()
+    def payload(self, text: str, ask: Ask = NO_ASK) -> tuple[bytes, str]:
+        """The request body for one text and what it asks for (:mod:`locustfiles.bodies`), and
+        its content type."""
+        return bodies.body(self, text, ask)
 
     def public(self) -> dict:
         """What run.json records of the options (:data:`runformat.options.RUN_OPTIONS`; the token
@@ -166,6 +163,10 @@ class Settings:
             "tts_protocol": self.protocol, "tts_preset": self.preset_source or None, "turns": self.turns,
             "think_time": self.think_time_s, "contexts": self.contexts,
             "soak": self.soak_s,
+            "tts_form": self.form, "voices": [v.name for v in self.voices], "voice_mix": self.voice_mix,
+            "voice_seed": self.voice_seed if self.voices else None, "voice_upload": self.voice_upload,
+            "voice_steps": list(self.voice_steps),
+            "server_stats": list(self.server_stats),
         })
 
     @property
@@ -244,7 +245,7 @@ def _retry_on(raw) -> frozenset:
     return frozenset(out)
 
 
-def _template(raw: str) -> str:
+def _template(raw: str, form: str = "") -> str:
     if raw.startswith("@"):
         try:
             raw = Path(raw[1:]).read_text(encoding="utf-8")
@@ -253,10 +254,61 @@ def _template(raw: str) -> str:
     if "{text}" not in raw:
         raise SettingsError('--tts-template must contain "{text}" where the text goes')
     try:
-        json.loads(raw.replace("{text}", "x"))
+        filled = json.loads(bodies.sample(raw))
     except json.JSONDecodeError as e:
-        raise SettingsError(f"--tts-template is not valid JSON once the text is filled in ({e.msg})") from None
+        raise SettingsError(f"--tts-template is not valid JSON once its placeholders are filled in ({e.msg})") from None
+    if form and not isinstance(filled, dict):
+        raise SettingsError("--tts-form sends a template's top-level fields as form fields: --tts-template "
+                            "must be a JSON object")
     return raw
+
+
+def _voices(o) -> tuple:
+    try:
+        got = voices_mod.parse_voices(o.voices)
+        voices_mod.parse_mix(o.voice_mix)
+    except voices_mod.VoiceError as e:
+        raise SettingsError(str(e)) from None
+    return got
+
+
+def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool) -> tuple[int, ...]:
+    raw = str(o.voice_steps or "").replace(" ", "")
+    if not raw:
+        return ()
+    try:
+        counts = tuple(int(x) for x in raw.split(",") if x)
+    except ValueError:
+        raise SettingsError(f"--voice-steps must be comma-separated whole numbers like 1,4,8,16, got {raw!r}") from None
+    if not counts or min(counts) < 1:
+        raise SettingsError(f"--voice-steps needs at least one number of voices of 1 or more, got {raw!r}")
+    if not voices:
+        raise SettingsError("--voice-steps draws each step's voices from --voices: give --voices LIST or @FILE")
+    if max(counts) > len(voices):
+        raise SettingsError(f"--voice-steps goes up to {max(counts)} voices but --voices names {len(voices)}")
+    if len(rates or steps) != 1 or not (steps_given or rates):
+        raise SettingsError("--voice-steps sweeps the number of voices at one load: give one concurrency "
+                            "(--steps 4) or one rate (--rates 2)")
+    if o.soak:
+        raise SettingsError("--soak holds one load, and --voice-steps sweeps voices at one load: run the soak on "
+                            "its own, with the number of voices it should draw from in --voices")
+    return counts
+
+
+def _check_asks(s: "Settings") -> None:
+    """Every request the run can make has a value for each placeholder of the template."""
+    if s.template is None:
+        return
+    for text in s.texts:
+        for voice in ((None,) if voices_mod.owns_voice(text) or not s.voices else s.voices):
+            lack = bodies.missing(s.template, s, voices_mod.ask_for(text, voice, s.voice_upload))
+            if lack:
+                name = lack[0]
+                whose = f"corpus entry {text.id!r}" if voice is None or name not in voices_mod.VOICE_ASKS else \
+                    f"voice {voice.name!r} (given to corpus entry {text.id!r})"
+                key = "ref_audio" if name == "ref_audio_b64" else name
+                hint = " and --tts-voice is empty" if name == "voice" else ""
+                raise SettingsError(f"--tts-template uses {{{name}}}, but {whose} has no {key}{hint}")
 
 
 def _collectors(raw, flag: str = "collector") -> tuple[str, ...]:
@@ -375,7 +427,8 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError(f"--tts-stream-format must be sse or audio, got {o.tts_stream_format!r}")
     if api == "json" and not o.tts_template:
         raise SettingsError('--tts-api json needs --tts-template, e.g. \'{"text": "{text}"}\'')
-    template = _template(o.tts_template) if api == "json" else None
+    form = str(o.tts_form or "").strip()
+    template = _template(o.tts_template, form) if api == "json" else None
     try:
         texts = corpus.load(o.texts or None)
     except corpus.CorpusError as e:
@@ -435,7 +488,15 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError(f"--text-jitter must be a fraction from 0 to 1, got {o.text_jitter!r}")
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
-    return Settings(
+    voices = _voices(o)
+    voice_seed = int(_number("voice-seed", o.voice_seed, int))
+    if voice_seed < 0:
+        voice_seed = random.SystemRandom().randrange(2**31)
+    voice_steps = _voice_steps(o, voices, steps, rates, steps_given)
+    if o.voice_upload and not any(v.ref_audio is not None for v in voices):
+        raise SettingsError("--voice-upload registers the reference clips of --voices: give it a .jsonl file "
+                            "whose voices have ref_audio")
+    s = Settings(
         host=host, api=api, path=path, model=o.tts_model, voice=voice, format=fmt,
         stream=bool(o.tts_stream) or bool(stream_format) or protocol != "http", stream_format=stream_format,
         playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
@@ -460,4 +521,12 @@ def from_options(options, host: str | None) -> Settings:
         refine_to=refine_to, drain_s=drain,
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
         soak_s=_soak(o.soak),
+        form=form, voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed,
+        voice_upload=bool(o.voice_upload),
+        server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
     )
+    if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
+        raise SettingsError(f"--tts-protocol {protocol} speaks one voice a session (--tts-voice): --voices, "
+                            f"--tts-form and voices named in the corpus are for HTTP requests")
+    _check_asks(s)
+    return s

@@ -1,4 +1,6 @@
-"""The step shape: concurrency 1 → 2 → 4 … with the same batch of texts at each step.
+"""The step shape: concurrency 1 → 2 → 4 … with the same batch of texts at each step (or, with
+``--voice-steps``, the one concurrency or rate at every step and the number of distinct voices
+going 1 → 4 → 8 …: the plan's levels are then numbers of voices).
 
 The shape runs where the runner runs (the master in distributed mode); it announces each step
 to the workers so every record carries the step it was sent in. A step ends after
@@ -53,6 +55,7 @@ class Step:
     rate: float | None = None       # open loop: offered requests per second, whole run
     workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
     hold_s: float | None = None     # the soak: how long it lasts; None: --step-time
+    voices: int | None = None       # --voice-steps: requests draw from the first this many voices
 
 
 @dataclass
@@ -134,8 +137,12 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat,
-                    hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
+        hold_s = run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None
+        if settings.voice_steps:   # the plan's level is the number of voices; the load stays
+            step = Step(len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat,
+                        voices=nxt.level)
+        else:
+            step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat, hold_s=hold_s)
         # "step 2/5" while the plan is the plain grid; repeats, refinement and the soak say which they are
         plain = nxt.phase == "grid" and plan.repeats == 1
         label = f"step {step.step}/{len(plan.grid)}" if plain else f"step {step.step}"
@@ -146,7 +153,8 @@ class StepShape(LoadTestShape):
             gone = cur.concurrency - step.concurrency
             notes.append(f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
                          f"stopped here left requests the server is still working on")
-        log.info("%s: concurrency %d%s", label, step.concurrency, f" ({'; '.join(notes)})" if notes else "")
+        voices = "" if step.voices is None else f", {step.voices} distinct voices"
+        log.info("%s: concurrency %d%s%s", label, step.concurrency, voices, f" ({'; '.join(notes)})" if notes else "")
         run.begin_step(step)
         return self._load(run, step)
 
@@ -175,12 +183,14 @@ class StepShape(LoadTestShape):
         if not ids:
             run.fail("no workers are connected to share the rate")
             return None
-        rate = nxt.level
+        voices = nxt.level if run.settings.voice_steps else None
+        rate = run.settings.rates[0] if voices else nxt.level
         step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
-                    workers={wid: i for i, wid in enumerate(ids)},
+                    workers={wid: i for i, wid in enumerate(ids)}, voices=voices,
                     hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
-        log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)", step.step, rate,
-                 run.settings.arrival, len(ids), "s" if len(ids) > 1 else "")
+        log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)%s", step.step, rate,
+                 run.settings.arrival, len(ids), "s" if len(ids) > 1 else "",
+                 "" if voices is None else f", {voices} distinct voices")
         run.begin_step(step)
         return self._load(run, step)
 
@@ -230,8 +240,10 @@ class StepShape(LoadTestShape):
         # user's timing, keeps going meanwhile.
         pool = gevent.get_hub().threadpool
         entry = {"step": cur.step, "concurrency": cur.concurrency, "start": cur.start,
+                 **({} if cur.voices is None else {"voices": cur.voices}),
                  **({} if cur.rate is None else {"rate": cur.rate, "dropped": run.dropped_in(cur.step)})}
         stats = pool.apply(run.reader.stats, (entry, cutoff, run.state.settle_of(cur)))
         levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
         run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat,
+                         **({} if cur.voices is None else {"voices": cur.voices}),
                          **({} if cur.rate is None else {"rate": cur.rate})}, stats, unanswered, levels)

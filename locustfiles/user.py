@@ -60,7 +60,7 @@ class TTSUser(RunUser):
             self._in_contexts(s.contexts, s.think_time_s)
             return
         self.seq += 1
-        self.caller.send(self.run.next_text(), self.seq)
+        self.caller.send(*self.run.next_request(), self.seq)
         self.turn += 1
         if s.turns and self.turn >= s.turns:
             self.turn = 0
@@ -74,7 +74,7 @@ class TTSUser(RunUser):
         def context() -> None:
             while not self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
                 self.seq += 1
-                self.caller.send(self.run.next_text(), self.seq)
+                self.caller.send(*self.run.next_request(), self.seq)
                 if think_s:
                     gevent.sleep(think_s)
         group = Group()

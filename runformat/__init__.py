@@ -23,10 +23,10 @@ from .files import (AUDIO_DIR, REPORT_HTML, REQUESTS, RESOURCES, RUN_JSON, SUMMA
 from .options import OPTIONS, RUN_OPTIONS, Option
 from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, DECISION, FORMAT_VERSION, GPU,
                      GPU_IDENTITY, GPU_READING, MODES, PLAN, PLAN_LEVEL, PREFLIGHT, PROC, READABLE_VERSIONS,
-                     RESOURCE_SAMPLE, RUN, SERVER_METRICS, STEP, VERDICT, VERSIONS, WORKER, attempt,
-                     collector_entry, format_version, gpu_reading, missing_fields, proc_reading,
+                     RESOURCE_SAMPLE, RUN, SERVER_METRICS, STEP, VERDICT, VERSIONS, VOICE_UPLOAD, WORKER,
+                     attempt, collector_entry, format_version, gpu_reading, missing_fields, proc_reading,
                      resource_sample, run_info, server_metrics_entry, step_entry, unknown_fields,
-                     unreadable, worker_entry)
+                     unreadable, voice_upload_entry, worker_entry)
 from .files import json_text
 from .schema import PHASES, SOAK_PHASE
 from .summary import SUMMARY
@@ -35,6 +35,7 @@ __all__ = [
     "FORMAT_VERSION", "READABLE_VERSIONS", "Field", "Keyed", "Option",
     "ATTEMPT", "ATTEMPT_TIMES", "ATTEMPT_STREAM", "RESOURCE_SAMPLE", "PROC", "GPU", "GPU_IDENTITY",
     "GPU_READING", "MODES", "RUN", "STEP", "WORKER", "COLLECTOR", "SERVER_METRICS", "VERSIONS", "PREFLIGHT",
+    "VOICE_UPLOAD", "voice_upload_entry",
     "PLAN", "DECISION", "VERDICT", "PLAN_LEVEL", "SUMMARY", "OPTIONS", "RUN_OPTIONS",
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
     "worker_entry", "collector_entry", "server_metrics_entry", "unknown_fields", "missing_fields",

@@ -20,6 +20,9 @@ The names are the servers' own (their docs and source):
   (queue depth), ``*_requests_running`` (running).
 - Whatever ``--server-role ROLE=SERIES`` says (the collector, the load generator, the
   dashboard): a family named there has that role, before any of the above.
+- A voice (speaker-embedding) cache, any server's, by its counters' names: ``*voice_cache_hits_total``,
+  ``*voice_cache_misses_total``, ``*voice_cache_evictions_total`` (read as per-second rates,
+  from ``/metrics`` or a ``--server-stats`` JSON endpoint), as the tts-knee simulator names them.
 
 :func:`roles` reads one sample's ``metrics`` into ``{role: (family, value)}``: a role's value
 is the sum over the family's series (all models), the KV-cache ratio the highest of them;
@@ -28,7 +31,8 @@ no role; they still go on the timeline.
 """
 from __future__ import annotations
 
-ROLES = ("queue_depth", "running", "batch_size", "kv_cache_usage")
+ROLES = ("queue_depth", "running", "batch_size", "kv_cache_usage", "voice_cache_hits", "voice_cache_misses",
+         "voice_cache_evictions")
 
 FAMILIES: dict[str, str] = {
     "vllm:num_requests_waiting": "queue_depth",
@@ -45,6 +49,9 @@ FAMILIES: dict[str, str] = {
 SUFFIXES: dict[str, str] = {
     ":num_requests_waiting": "queue_depth",
     ":num_requests_running": "running",
+    "voice_cache_hits_total": "voice_cache_hits",
+    "voice_cache_misses_total": "voice_cache_misses",
+    "voice_cache_evictions_total": "voice_cache_evictions",
 }
 #: Endings any server's family may have whose meaning is plain from the name.
 ENDINGS: dict[str, str] = {

@@ -219,6 +219,29 @@ OPTIONS: tuple[Option, ...] = (
        "load generator's RSS per window): after the sweep at its recommended level, or on its own "
        "with one --steps or --rates level. Locust's duration format: 300s, 20m, 1h; run.json records "
        "seconds (default: no soak)."),
+    # Voices: the request mix (voice, language, reference audio) and the sweep over distinct voices.
+    _O("--tts-form", "tts_form", "", "",
+       "Send each request as multipart/form-data instead of JSON, its fields as form fields and the "
+       "reference clip as a file part of this name, e.g. speaker_wav (default: JSON)."),
+    _O("--voices", "voices", "", "",
+       "Voices given to requests whose corpus entry names none: comma-separated names, or @FILE (.txt: one "
+       "name per line; .jsonl: voice, ref_audio, ref_text per line) (default: none); run.json records the "
+       "names."),
+    _O("--voice-mix", "voice_mix", "", "round-robin",
+       "How requests draw from --voices: round-robin, uniform or zipf:S (weight 1/k^S for the k-th voice) "
+       "(default {default})."),
+    _O("--voice-seed", "voice_seed", "", -1,
+       "Seed of the uniform and zipf voice draws, recorded in run.json (default: a random one).", int),
+    _O("--voice-steps", "voice_steps", "count", "",
+       "A sweep over distinct voices instead of concurrency: at the one concurrency of --steps (or the one rate "
+       "of --rates), each step draws from the first N voices of --voices, e.g. 1,4,8,16,32 (default: none)."),
+    _O("--voice-upload", "voice_upload", "", False,
+       "Register each voice's reference clip once before the run (POST /v1/audio/voices, as vLLM-Omni takes "
+       "it), send requests by voice name, and delete what was registered at the end (default off).", bool),
+    _O("--server-stats", "server_stats", "", [],
+       "A JSON endpoint of the TTS server (its cache figures, say) polled by the master each second, its "
+       "numbers into resources.jsonl as series (names ending _total as per-second rates) (repeatable; "
+       "default none).", "list"),
 )
 
 #: What a run that does not record an option had, by its run.json key: the flag's default.

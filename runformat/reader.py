@@ -47,6 +47,7 @@ READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
 CHUNK_LINES = 16384  # lines held as parsed records at once before they become numpy arrays
 MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one label
 MAX_STAGES = 32  # distinct Server-Timing stage names kept
+MAX_LANGUAGES = 64  # distinct languages kept (voices: MAX_LABELS)
 OTHER_LABEL = "(other)"
 TTFA_FLOOR_MS = OPTION_DEFAULTS["ttfa_floor_ms"]  # for runs whose run.json does not say
 
@@ -127,7 +128,7 @@ def _as_column(a: np.ndarray, kind: str = NUM) -> np.ndarray:
 _ARROW_SCHEMA = pa.schema(
     [(k, pa.float64()) for k in (*_COLUMNS, *_END_TIMES)]
     + [(k, pa.bool_()) for k in ("final", "ok", "settled")]
-    + [(k, pa.string()) for k in ("error", "text_id", "tier")]
+    + [(k, pa.string()) for k in ("error", "text_id", "tier", "voice", "language")]
     + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
 _ARROW_PARSE = pa_json.ParseOptions()
 
@@ -277,6 +278,8 @@ class Attempts:
     texts: list[str]
     tiers: list[str]
     memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
+    voices: list[str] = field(default_factory=list)      # the codes of ``voice`` (-1: none named)
+    languages: list[str] = field(default_factory=list)   # the codes of ``language``
     # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
     # from one refresh to the next (rows only ever come after them); None when read once.
     lasting: dict | None = None
@@ -348,6 +351,8 @@ class RequestLog:
         self.errors = _Labels()
         self.texts = _Labels()
         self.tiers = _Labels(cap=32)
+        self.voices = _Labels()
+        self.languages = _Labels(cap=MAX_LANGUAGES)
         self.stage_names: list[str] = []
         self._first_t0: dict[str, float] = {}  # req_id -> t0 of attempt 1, for retried requests
         self._pending: list[tuple[int, str]] = []  # (row, req_id) of final attempts > 1 whose attempt 1 is unread
@@ -449,6 +454,8 @@ class RequestLog:
                   error=self.errors.codes_of_arrow(cols["error"], empty_is_none=True),
                   text=self.texts.codes_of_arrow(cols["text_id"]),
                   tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
+                  voice=self.voices.codes_of_arrow(cols["voice"]),
+                  language=self.languages.codes_of_arrow(cols["language"], dtype=np.int16),
                   offsets=base + starts, chunk_n=chunk_n,
                   req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
                   stages=self._register_stages(stages))
@@ -492,6 +499,8 @@ class RequestLog:
                   error=self.errors.codes_of([r.get("error") or None for r in recs]),
                   text=self.texts.codes_of([r.get("text_id") for r in recs]),
                   tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
+                  voice=self.voices.codes_of([r.get("voice") for r in recs]),
+                  language=self.languages.codes_of([r.get("language") for r in recs], dtype=np.int16),
                   offsets=np.array(offsets, dtype=np.int64),
                   chunk_n=np.array(
                       [len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
@@ -499,8 +508,8 @@ class RequestLog:
                   req_ids=lambda idx: [recs[i].get("req_id") for i in idx],
                   stages=self._register_stages(_record_stages(recs)))
 
-    def _add(self, chunk: dict, end_times: list[np.ndarray], *, final, ok, settled, error, text, tier,
-             offsets, chunk_n, req_ids, stages) -> None:
+    def _add(self, chunk: dict, end_times: list[np.ndarray], *, final, ok, settled, error, text, tier, voice,
+             language, offsets, chunk_n, req_ids, stages) -> None:
         """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
         row0 = self._rows
         n = len(chunk["t0"])
@@ -512,6 +521,7 @@ class RequestLog:
         chunk["ok"] = np.asarray(ok, dtype=bool)
         chunk["settled"] = np.asarray(settled, dtype=bool)
         chunk["error"], chunk["text"], chunk["tier"] = error, text, tier
+        chunk["voice"], chunk["language"] = voice, language
         chunk["offset"] = np.asarray(offsets, dtype=np.int64)
         chunk["chunk_n"] = np.asarray(chunk_n, dtype=np.int32)
         # end to end: a request answered at its first attempt from its own t0; a retried one from its
@@ -565,10 +575,12 @@ class RequestLog:
             cols["offset"] = np.empty(0, dtype=np.int64)
             cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
             cols["tier"] = np.empty(0, dtype=np.int16)
+            cols["voice"] = np.empty(0, dtype=np.int32)
+            cols["language"] = np.empty(0, dtype=np.int16)
         view = self._stages.view()
         stages = {name: view[name] if name in view else np.full(self._rows, np.nan) for name in self.stage_names}
         self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names,
-                               lasting=self.lasting)
+                               voices=self.voices.names, languages=self.languages.names, lasting=self.lasting)
         return self._cache
 
     def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -86,6 +86,10 @@ ATTEMPT: tuple[Field, ...] = (
     Field("audio_file", "", True, "why its audio file was not written in time: 'late' (the user did not wait "
                                   "longer for a stalling disk; written when it gets to it) or 'dropped' (not written: "
                                   "too much audio waited already); t3 and write_ms are then null", optional=True),
+    # voices: what the request asked for beside its words
+    Field("voice", "", True, "the voice the request named (its own, the mix's, --tts-voice), or its reference "
+                             "clip's file name", optional=True),
+    Field("language", "", True, "the language the request named", optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
@@ -169,6 +173,7 @@ STEP: tuple[Field, ...] = (
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
     Field("rate", "req/s", True, "open loop: the step's offered arrival rate, all workers together "
                                  "(its concurrency is then 0)", optional=True),
+    Field("voices", "count", False, "--voice-steps: the distinct voices the step drew from", optional=True),
     Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight",
           optional=True),
     Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
@@ -214,7 +219,8 @@ COLLECTOR: tuple[Field, ...] = (
 #: name here; the reader refuses one it does not know.
 MODES = ("closed", "open")
 
-#: ``server_metrics``: one per ``--server-metrics`` endpoint the master scraped.
+#: ``server_metrics``: one per ``--server-metrics`` endpoint the master scraped (and per
+#: ``--server-stats`` JSON endpoint it polled).
 SERVER_METRICS: tuple[Field, ...] = (
     Field("url", "", False, ""),
     Field("samples", "count", False, "samples written (a failed scrape writes one with metrics null)"),
@@ -247,6 +253,7 @@ DECISION: tuple[Field, ...] = (
     Field("skipped", "users", False, "stop: the grid's concurrencies skipped", optional=True),
     Field("concurrency", "users", False, "refine: the probe's concurrency", optional=True),
     Field("rate", "req/s", False, "refine: the probe's offered rate (open loop)", optional=True),
+    Field("voices", "count", False, "refine: the probe's number of voices (voice sweep)", optional=True),
     Field("answer", "users", True, "done: the highest level (concurrency, or rate) meeting the SLO", optional=True),
     Field("why", "", False, "the decision in words, with the figures"),
 )
@@ -256,6 +263,7 @@ VERDICT: tuple[Field, ...] = (
     Field("step", "", False, ""),
     Field("concurrency", "users", False, "closed loop", optional=True),
     Field("rate", "req/s", False, "open loop: the offered rate", optional=True),
+    Field("voices", "count", False, "voice sweep: the step's number of voices", optional=True),
     Field("phase", "", False, ""),
     Field("repeat", "count", False, ""),
     Field("pass", "", True, "true, false, or null when inconclusive"),
@@ -270,6 +278,7 @@ VERDICT: tuple[Field, ...] = (
 PLAN_LEVEL: tuple[Field, ...] = (
     Field("concurrency", "users", False, "closed loop", optional=True),
     Field("rate", "req/s", False, "open loop", optional=True),
+    Field("voices", "count", False, "voice sweep", optional=True),
     Field("pass", "", True, ""),
     Field("failed", "", False, ""),
     Field("inconclusive", "", False, ""),
@@ -277,7 +286,7 @@ PLAN_LEVEL: tuple[Field, ...] = (
 )
 
 PLAN: tuple[Field, ...] = (
-    Field("grid", "users", False, "the concurrency grid (open loop: the rates)"),
+    Field("grid", "users", False, "the concurrency grid (open loop: the rates; voice sweep: numbers of voices)"),
     Field("repeat", "count", False, "passes over the grid"),
     Field("slo", "", True, "the SLO spec"),
     Field("refine", "", False, ""),
@@ -287,6 +296,18 @@ PLAN: tuple[Field, ...] = (
     Field("levels", "", False, "verdict per concurrency", optional=True, of=PLAN_LEVEL),
     Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
     Field("max_rate", "req/s", True, "open loop: highest offered rate meeting the SLO", optional=True),
+    Field("max_voices", "count", True, "voice sweep: most voices meeting the SLO", optional=True),
+)
+
+#: ``voice_uploads``: each registration and deletion of a voice (--voice-upload), timed.
+VOICE_UPLOAD: tuple[Field, ...] = (
+    Field("voice", "", False, "the voice's name"),
+    Field("action", "", False, "'create' (POST /v1/audio/voices) or 'delete'"),
+    Field("t0", "unix s", False, "when it was sent"),
+    Field("ms", "ms", False, "its round trip"),
+    Field("status", "", True, "HTTP status; null without an answer"),
+    Field("ok", "", False, "the server took it"),
+    Field("error", "", True, "why not, one line"),
 )
 
 RUN: tuple[Field, ...] = (
@@ -306,8 +327,10 @@ RUN: tuple[Field, ...] = (
           of=VERSIONS),
     Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
     Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
-    Field("server_metrics", "", False, "one entry per --server-metrics endpoint", optional=True,
+    Field("server_metrics", "", False, "one entry per --server-metrics (or --server-stats) endpoint", optional=True,
           of=SERVER_METRICS),
+    Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,
+          of=VOICE_UPLOAD),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
     Field("records", "count", True, "attempt records written, once the run ended", optional=True),
     Field("cut_by_run_end", "count", False, "of them, attempts still in flight when the run's drain ended "
@@ -326,6 +349,7 @@ step_entry = Builder("a run.json step", STEP)
 worker_entry = Builder("a run.json worker", WORKER)
 collector_entry = Builder("a run.json collector", COLLECTOR)
 server_metrics_entry = Builder("a run.json server_metrics entry", SERVER_METRICS)
+voice_upload_entry = Builder("a run.json voice_uploads entry", VOICE_UPLOAD)
 run_info = Builder("run.json", RUN)
 
 

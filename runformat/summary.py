@@ -200,6 +200,8 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("little", "", True, "Little's law over the window", of=LITTLE),
     _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),
     _F("latency_by_tier_ms", "ms", False, "per text tier", of=Keyed("tier", TIER)),
+    _F("latency_by_voice_ms", "ms", False, "per voice the requests named", of=Keyed("voice", TIER)),
+    _F("latency_by_language_ms", "ms", False, "per language the requests named", of=Keyed("language", TIER)),
     _F("errors", "", False, "the commonest errors", of=ERROR),
     _F("server", "", True, "the server's resources", of=RESOURCE_AGGREGATE),
     _F("client", "", True, "the load generator's resources", of=RESOURCE_AGGREGATE),
@@ -217,6 +219,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
        optional=True, of=DIST),
     _F("send_lag_ms", "ms", True, "open loop: the generator's lateness in sending", optional=True, of=DIST),
     _F("growth", "", False, "open loop: whether the queue kept growing", optional=True, of=GROWTH),
+    _F("voices", "count", False, "voice sweep: the distinct voices the step drew from", optional=True),
 )
 
 #: ``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
@@ -236,7 +239,9 @@ KNEE: tuple[Field, ...] = (
     _F("ttfa_floor_ms", "ms", True, "", optional=True),
     _F("untimed_stream", "", False, "streamed, but no stream could be timed", optional=True),
     _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
-    _F("axis", "", False, "open loop: 'rate'", optional=True),
+    _F("voices", "count", True, "voice sweep: the knee's number of distinct voices (concurrency: the one it "
+                                "ran at)", optional=True),
+    _F("axis", "", False, "open loop: 'rate'; voice sweep: 'voices'", optional=True),
 )
 
 SLO_VERDICT: tuple[Field, ...] = (
@@ -253,6 +258,7 @@ SLO_VERDICT: tuple[Field, ...] = (
     _F("intervals", "", False, "the 95% interval [lo, hi] of each term's figure that has one",
        optional=True, of=Keyed("SLO term")),
     _F("more_requests", "count", True, "requests still needed to decide"),
+    _F("voices", "count", False, "voice sweep: the level's number of voices", optional=True),
 )
 SLO: tuple[Field, ...] = (
     _F("spec", "", False, ""),
@@ -260,6 +266,8 @@ SLO: tuple[Field, ...] = (
     _F("by_step", "", False, "one verdict per executed step", of=SLO_VERDICT),
     _F("max_concurrency", "users", True, "largest level meeting it with every lower one; open loop: null"),
     _F("max_rate", "req/s", True, "open loop: the highest offered rate meeting it with every lower one",
+       optional=True),
+    _F("max_voices", "count", True, "voice sweep: the most voices meeting it with every fewer tested one",
        optional=True),
 )
 
@@ -344,6 +352,7 @@ REGRESSION: tuple[Field, ...] = (
 REQUIRE: tuple[Field, ...] = (
     _F("concurrency", "users", False, "N of --require; open loop: 0"),
     _F("rate", "req/s", False, "open loop: R of --require R/s", optional=True),
+    _F("voices", "count", False, "voice sweep: N of --require, a number of voices", optional=True),
     _F("holds", "", False, ""),
     _F("exit", "", False, "the exit status it calls for"),
     _F("claim", "", True, "the claim at N, in words"),
@@ -446,6 +455,8 @@ SUMMARY: tuple[Field, ...] = (
     _F("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
     _F("cut_by_run_end", "count", False, "attempts still in flight when the run's drain ended, all steps",
        optional=True),
+    _F("recommended_voices", "count", True, "voice sweep: the number of distinct voices before the knee (with an "
+                                            "SLO: slo.max_voices)", optional=True),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),

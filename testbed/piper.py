@@ -10,6 +10,10 @@ a warm-up synthesis answers, then prints one line to stdout::
 
     listening on http://127.0.0.1:5000
 
+``--data-dir DIR`` is piper's own: a request whose ``voice`` names ``DIR/NAME.onnx`` (with its
+``.onnx.json``) is spoken by that voice, loaded the first time one names it; the bundled voice
+is ``en_US-joe-medium``.
+
 Port 0 picks a free port. piper's own output goes to stderr, less its per-request access
 lines unless ``--log-requests``. SIGTERM or SIGINT is passed on to piper, and this process
 exits when piper has; if piper dies by itself it exits 1 with piper's last lines. A collector
@@ -47,6 +51,7 @@ PASS_THROUGH = {  # our flag -> piper.http_server's flag
     "noise_scale": "--noise-scale",
     "noise_w_scale": "--noise-w-scale",
     "sentence_silence": "--sentence-silence",
+    "data_dir": "--data-dir",
 }
 PR_SET_PDEATHSIG = 1
 
@@ -61,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise-scale", type=float, help="piper: generator noise")
     p.add_argument("--noise-w-scale", type=float, help="piper: phoneme width noise")
     p.add_argument("--sentence-silence", type=float, help="piper: seconds after each sentence")
+    p.add_argument("--data-dir", help="piper: a folder of more voices (NAME.onnx with NAME.onnx.json), each "
+                                      "loaded the first time a request names it as its voice")
     p.add_argument("--startup-timeout", type=positive, default=STARTUP_TIMEOUT_S,
                    help=f"seconds to wait for piper to answer (default {STARTUP_TIMEOUT_S:g})")
     p.add_argument("--log-requests", action="store_true",

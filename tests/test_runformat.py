@@ -184,7 +184,7 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     assert undeclared_keys(run) == []
     info = json.loads((run / runformat.RUN_JSON).read_text())
     info["options"]["tts_dialect"] = "ws"
-    info["steps"][1]["voices"] = 3
+    info["steps"][1]["speakers"] = 3
     (run / runformat.RUN_JSON).write_text(json.dumps(info))
     lines = (run / runformat.REQUESTS).read_text().splitlines()
     second = json.loads(lines[1])
@@ -204,7 +204,7 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     summary["slo"]["steps"][0]["values"]["p95_ms"] = 300.0   # SLO terms are data
     (run / runformat.SUMMARY_JSON).write_text(json.dumps(summary))
     assert undeclared_keys(run) == [
-        "run.json.options.tts_dialect", "run.json.steps[1].voices",
+        "run.json.options.tts_dialect", "run.json.steps[1].speakers",
         "summary.json.steps[0].latency_ms.p999", "summary.json.knee.methods.guess",
         "requests.jsonl:2.loudness_lufs", "resources.jsonl:1.gpus[0].fan_percent"]
     with pytest.raises(AssertionError, match="run.json.options.tts_dialect"):
@@ -221,9 +221,9 @@ def test_an_object_where_a_plain_value_is_declared_is_undeclared():
 def test_the_wire_payloads_refuse_an_undeclared_field():
     from runformat import wire
     assert wire.STEP(step=1, concurrency=4) == {"step": 1, "concurrency": 4, "settle_s": None, "rate": None,
-                                                "workers": None}
-    with pytest.raises(TypeError, match="tts_knee_step.*voices"):
-        wire.STEP(step=1, concurrency=4, voices=2)
+                                                "workers": None, "voices": None}
+    with pytest.raises(TypeError, match="tts_knee_step.*speakers"):
+        wire.STEP(step=1, concurrency=4, speakers=2)
     names = [p.name for p in wire.MESSAGES]
     assert len(set(names)) == len(names) and all(n.startswith("tts_knee_") for n in names)
     assert wire.SAMPLES(host="h", boot="b", next=0, samples=[]) == {"host": "h", "boot": "b", "next": 0,

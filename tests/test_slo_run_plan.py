@@ -10,7 +10,7 @@ import pytest
 
 import runformat
 from analysis import slo as slo_mod
-from locustfiles.plan import RateAxis, StepPlan, StepReader
+from locustfiles.plan import RateAxis, StepPlan, StepReader, VoiceAxis
 
 
 def stats(c, p95, requests=50, fail_rate=0.0):
@@ -211,7 +211,7 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
 
 def test_public_names():
     from locustfiles import plan
-    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader"]
+    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
 
 
 def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time():
@@ -326,3 +326,35 @@ def test_reader_gives_a_rate_step_its_open_loop_figures(tmp_path):
     assert st["sched_wait_ms"]["p95_ci"][0] is not None and st["growth"]["growing"] is False
     v = RateAxis().judge(slo_mod.parse("p50_ms<=300"), st)
     assert v["pass"] is True and v["rate"] == 10.0
+
+
+def test_a_voice_sweep_is_refined_to_adjacent_numbers_of_voices_and_stopped_by_its_own_knee():
+    def eight_cached(n):   # a cache of 8 voices: past 8, every request recomputes its voice
+        return 260.0 if n <= 8 else 600.0
+
+    def drive_voices(plan):
+        run = []
+        while (nxt := plan.next()) is not None:
+            assert len(run) < 100
+            step = {"step": len(run) + 1, "concurrency": 4, "voices": nxt.level, "phase": nxt.phase,
+                    "repeat": nxt.repeat}
+            run.append(step)
+            st = dict(stats(4, eight_cached(nxt.level)), step=step["step"], voices=nxt.level)
+            plan.finish(step, st)
+        return run
+
+    plan = StepPlan((1, 4, 16, 32), slo=slo_mod.parse("p95_ms<=400"), refine=True, axis=VoiceAxis())
+    assert [s["voices"] for s in drive_voices(plan)] == [1, 4, 16, 32, 10, 7, 8, 9]
+    d = plan.describe()
+    assert d["max_voices"] == 8 and "max_concurrency" not in d
+    assert d["decisions"][0] == {"after_step": 4, "action": "refine", "voices": 10,
+                                 "why": "4 voices meets the SLO and 16 voices fails: bisecting at 10 voices"}
+    assert d["decisions"][-1]["why"] == ("8 voices meets the SLO and 9 voices fails: the highest number of voices "
+                                         "that meets it is 8 voices")
+    assert [v["voices"] for v in d["levels"]] == [1, 4, 7, 8, 9, 10, 16, 32]
+    # without an SLO the knee rule over the number of voices stops the grid, the load being the
+    # same at every step (throughput per user says nothing of it)
+    plan = StepPlan((1, 4, 8, 16, 32, 64), stop_past_knee=True, axis=VoiceAxis())
+    assert [s["voices"] for s in drive_voices(plan)] == [1, 4, 8, 16, 32]
+    assert plan.decisions[0]["skipped"] == [64]
+    assert "step 5 (32 voices) is past the knee (latency 2.3x the lowest step's)" in plan.decisions[0]["why"]

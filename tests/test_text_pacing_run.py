@@ -24,7 +24,7 @@ from locustfiles.clock import mono
 from locustfiles.containers import Audio
 from locustfiles.pacing import Pacer, schedule
 from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import Answered, AudioPiece, Ended, Received, TextSent, Transport
+from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
 from locustfiles.user import TTSUser  # noqa: F401
 
 CONNECT_S, SPEAK_AFTER_S, MS_PER_TOKEN = 0.02, 0.05, 100.0
@@ -37,7 +37,7 @@ class Paced(Transport):
         self.s = s
         self.open = False
 
-    def exchange(self, text):
+    def exchange(self, text, ask=NO_ASK):
         connect_ms = None
         if not self.open:
             began = mono()

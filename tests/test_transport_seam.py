@@ -23,7 +23,7 @@ from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches t
 from locustfiles.clock import mono
 from locustfiles.containers import Audio
 from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import Answered, AudioPiece, Ended, Received, Transport
+from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
 from locustfiles.user import TTSUser  # noqa: F401
 
 PCM = bytes(4800)   # 100 ms at 24 kHz, 16-bit mono
@@ -35,7 +35,7 @@ class Scripted(Transport):
     def __init__(self, s, payload=None):
         self.sent = 0
 
-    def exchange(self, text):
+    def exchange(self, text, ask=NO_ASK):
         self.sent += 1
         if self.sent % 2:   # every other request is refused, with a pushback of 0 s
             yield Answered("RESOURCE_EXHAUSTED", False, "gRPC RESOURCE_EXHAUSTED", 429, "0")

@@ -6,7 +6,9 @@ the same way for every protocol.
 Adding a protocol means writing one :class:`Transport` subclass, in a module of this package,
 and naming it in :func:`transport_for`. What it must do:
 
-- ``exchange(text)`` sends ``text`` and is a generator of events, each stamped with the
+- ``exchange(text, ask)`` sends ``text`` with what the request asks for beside it (an
+  :class:`Ask`: voice, language, speed, instructions, a reference clip and its text; the
+  transport sends each its protocol has a place for) and is a generator of events, each stamped with the
   monotonic clock (``locustfiles.clock.mono``) the moment the transport saw it:
 
   1. :class:`Answered` once the server has said how it takes the request (HTTP: the status
@@ -63,18 +65,18 @@ The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked stream
 """
 from __future__ import annotations
 
-from .base import Answered, AudioPiece, Ended, Event, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Event, Received, TextSent, Transport, TransportError
 from .http import HttpTransport
 from .ws import WsTransport
 from .wyoming import WyomingTransport
 
-__all__ = ["Answered", "AudioPiece", "Ended", "Event", "Received", "TextSent", "Transport", "TransportError",
-           "transport_for"]
+__all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Ended", "Event", "Received", "TextSent", "Transport",
+           "TransportError", "transport_for"]
 
 
 def transport_for(s, payload=None) -> Transport:
     """The transport for the run's settings ``s`` (``--tts-protocol``). ``payload`` makes an
-    HTTP request body from a text (the run's cache of them), ``s.payload`` by default."""
+    HTTP request body from a text and its :class:`Ask` (the run's cache of them), ``s.payload`` by default."""
     if s.protocol == "ws":
         return WsTransport(s)
     if s.protocol == "wyoming":

@@ -7,6 +7,23 @@ from dataclasses import dataclass
 from typing import Iterator, Union
 
 from ..containers import Audio
+from ..corpus import Clip
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a request asks for beside its words (the corpus entry's, or the voice ``--voices``
+    gave it): the protocol sends each it has a place for. None: not asked."""
+
+    voice: str | None = None
+    language: str | None = None
+    speed: float | None = None
+    instructions: str | None = None
+    ref_audio: Clip | None = None   # a reference clip to clone the voice from
+    ref_text: str | None = None     # what the clip says
+
+
+NO_ASK = Ask()
 
 
 class TransportError(Exception):
@@ -82,7 +99,7 @@ class Transport:
     request_type: str = ""
     name: str = ""
 
-    def exchange(self, text: str) -> Iterator[Event]:
+    def exchange(self, text: str, ask: Ask = NO_ASK) -> Iterator[Event]:
         raise NotImplementedError
 
     def reset(self) -> None:

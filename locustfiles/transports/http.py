@@ -18,7 +18,7 @@ from geventhttpclient import HTTPClient
 from .. import containers
 from ..clock import mono
 from ..headers import header, parse_server_timing
-from .base import Answered, AudioPiece, Ended, Received, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, Transport, TransportError
 
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
@@ -28,7 +28,8 @@ READ_BLOCK_BYTES = 256 * 1024
 
 
 class HttpTransport(Transport):
-    """POSTs the request body ``payload(text)`` makes to ``settings.path`` on ``settings.host``."""
+    """POSTs the request body ``payload(text, ask)`` makes (with its content type: JSON, or a
+    multipart form) to ``settings.path`` on ``settings.host``."""
 
     request_type = "POST"
 
@@ -41,7 +42,7 @@ class HttpTransport(Transport):
             host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
             connection_timeout=s.connect_timeout_s, network_timeout=s.request_timeout_s,
-            headers={"Content-Type": "application/json; charset=utf-8", "User-Agent": "tts-knee",
+            headers={"User-Agent": "tts-knee",
                      "Accept": "text/event-stream" if s.stream_format == "sse"
                      else "audio/*, application/octet-stream"},
         )
@@ -54,18 +55,19 @@ class HttpTransport(Transport):
         self.http.close()
         self.http = HTTPClient(**self._client_args)
 
-    def request(self, text: str):
+    def request(self, text: str, ask: Ask = NO_ASK):
         """POST the request for ``text``; returns the response, its headers read."""
-        return self.http.request("POST", self.s.path, body=self.payload(text))
+        body, content_type = self.payload(text, ask)
+        return self.http.request("POST", self.s.path, body=body, headers={"Content-Type": content_type})
 
-    def exchange(self, text: str):
+    def exchange(self, text: str, ask: Ask = NO_ASK):
         s = self.s
         answer = parser = resp = end = None
         blocks: list[bytes] = []
         pieces: list[AudioPiece] = []
         got = 0
         try:
-            resp = self.request(text)
+            resp = self.request(text, ask)
             status = resp.status_code
             ok = 200 <= status < 300
             answer = Answered(status, ok, f"HTTP {status}", status, header(resp, "retry-after"),

@@ -27,7 +27,7 @@ from gevent.queue import Empty, Queue
 from .. import containers
 from ..clock import mono
 from ..pacing import Pacer, schedule
-from .base import Answered, AudioPiece, Ended, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, Transport, TransportError
 
 
 class Item:
@@ -184,7 +184,8 @@ class SessionTransport(Transport):
             self.conn = conn
             return conn, round((mono() - began) * 1000.0, 3)
 
-    def exchange(self, text: str):
+    def exchange(self, text: str, ask: Ask = NO_ASK):
+        # a session speaks the run's one voice (--tts-voice): settings refuse a request mix for it
         key = self.key(next(self.numbers))
         try:
             conn, connect_ms = self._session()

@@ -13,6 +13,9 @@ of two timing models:
   the turns generating at once (processor sharing), each at most ``max_speed`` x real time,
   after a ``prefill_ms`` that uses none, in chunks of ``chunk_ms``.
 
+A request's voice goes through the speaker-embedding cache (:mod:`testbed.sim.voices`): a miss
+adds ``--voice-miss-ms`` to its time in the slot, before any audio is made.
+
 The counters (served, rejected, queue time) are what ``/health`` and ``/metrics`` report
 (:mod:`testbed.sim.metrics`), so every protocol's requests count in the same figures.
 """
@@ -27,6 +30,8 @@ from collections import deque
 
 import gevent
 from gevent.event import Event
+
+from testbed.sim.voices import VoiceCache
 
 DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
 SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_ms": 20.0}
@@ -206,6 +211,7 @@ class Capacity:
         self.slots = Slots(args.slots)
         self.bucket = TokenBucket(args.rate, args.burst) if args.rate else None
         self.engine = Engine(args.capacity, args.max_speed) if args.capacity else None
+        self.voices = VoiceCache(args.voice_cache, args.voice_miss_ms)
         self.admitted = 0  # queued + holding a slot
         self.served = 0
         self.rejected = 0  # refused by a limit, or by a fault that answers as one
@@ -236,8 +242,10 @@ class Capacity:
         """An admitted request that will take no turn (its client left before it was ready)."""
         self.admitted -= 1
 
-    def take(self, text: str) -> Turn:
-        """Wait for a slot (first come, first served) and start the admitted request's turn."""
+    def take(self, text: str, voice: str | None = None) -> Turn:
+        """Wait for a slot (first come, first served) and start the admitted request's turn;
+        ``voice`` (the key of its voice, None for the default one) goes through the voice
+        cache once it holds the slot."""
         started = time.monotonic()
         try:
             self.slots.acquire()
@@ -247,7 +255,7 @@ class Capacity:
         queue_s = time.monotonic() - started
         self.queue_s_total += queue_s
         self.queue_waits += 1
-        return Turn(self, text, queue_s)
+        return Turn(self, text, queue_s, self.voices.use(voice))
 
     def service_seconds(self, text: str) -> float:
         planned_ms = self.args.base_ms + self.args.per_char_ms * len(text)
@@ -266,13 +274,15 @@ class Turn:
 
     ``queue_s``: its wait for the slot; ``planned_s``: the slots model's service time (None
     with the engine, where it is known once the audio is made); ``generating``: unix seconds it
-    began to share the engine, after the prefill (None in the slots model)."""
+    began to share the engine, after the prefill (None in the slots model); ``voice_s``: what
+    computing its voice's speaker embedding took (0 on a cache hit), part of ``planned_s``."""
 
-    def __init__(self, capacity: Capacity, text: str, queue_s: float):
+    def __init__(self, capacity: Capacity, text: str, queue_s: float, voice_s: float = 0.0):
         self.capacity = capacity
         self.queue_s = queue_s
+        self.voice_s = voice_s
         self.acquired = time.monotonic()
-        self.planned_s = capacity.service_seconds(text) if capacity.engine is None else None
+        self.planned_s = capacity.service_seconds(text) + voice_s if capacity.engine is None else None
         self.generating: float | None = None
         self._done = False
 
@@ -325,7 +335,7 @@ class Turn:
         sizes = [(b - a) * frame_s for a, b in zip(bounds, bounds[1:])]
         if whole:
             bounds, sizes = [0, frames], [sum(sizes)]
-        gevent.sleep(args.prefill_ms / 1000)
+        gevent.sleep(args.prefill_ms / 1000 + self.voice_s)
         job = Job(sizes)
         self.generating = time.time()
         engine.join(job)

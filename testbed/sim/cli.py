@@ -21,6 +21,7 @@ from testbed.sim.faults import FAULTS
 from testbed.sim import wyoming
 from testbed.sim.http import Handler, SpeechApp
 from testbed.sim.leak import Leak
+from testbed.sim.voices import DEFAULT_MISS_MS
 
 PROG = "python -m testbed.sim"
 STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
@@ -90,6 +91,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=24000,
                    help="audio sample rate in Hz (default 24000: OpenAI's PCM rate, and the client's "
                         "--tts-sample-rate)")
+    p.add_argument("--voice-cache", type=number(int, 0), default=0,
+                   help="speaker embeddings kept, least recently used evicted; a request's voice "
+                        "(its voice name, or its reference clip's bytes) that is not kept costs "
+                        "--voice-miss-ms (default 0: no cache, voices cost nothing)")
+    p.add_argument("--voice-miss-ms", type=number(float, 0), default=None,
+                   help=f"with --voice-cache, the time a miss adds to the request's slot, in ms "
+                        f"(default {DEFAULT_MISS_MS:g})")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[],
                    help="inject a fault (repeatable; one is picked per faulty request; "
                         "default none)")
@@ -142,6 +150,10 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
                      "otherwise, so nothing ever queues)")
     if args.wyoming_port is not None and args.capacity is None:
         parser.error("--wyoming-port needs --capacity (a session's sentences share the capacity)")
+    if args.voice_miss_ms is not None and not args.voice_cache:
+        parser.error("--voice-miss-ms needs --voice-cache")
+    if args.voice_miss_ms is None:
+        args.voice_miss_ms = DEFAULT_MISS_MS
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
@@ -180,6 +192,8 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}")
     if args.leak_mb_per_min:
         knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
+    if args.voice_cache:
+        knobs.append(f"voice_cache={args.voice_cache} voice_miss_ms={args.voice_miss_ms:g}")
     return "sim: " + " ".join(knobs)
 
 

@@ -1,8 +1,10 @@
-"""The simulator's HTTP face: a WSGI app (gevent's pywsgi) that parses speech requests,
-admits them through the shared :class:`~testbed.sim.capacity.Capacity`, and answers whole WAV
-or PCM bodies, chunked audio streams or OpenAI-style server-sent events, with the faults of
-:mod:`testbed.sim.faults` carried out the HTTP way. WebSocket upgrades on vLLM-Omni's path go
-to the WebSocket face (:mod:`testbed.sim.ws`)."""
+"""The simulator's HTTP face: a WSGI app (gevent's pywsgi) that parses speech requests (JSON, or
+multipart/form-data with a reference clip as a file part), admits them through the shared
+:class:`~testbed.sim.capacity.Capacity`, and answers whole WAV or PCM bodies, chunked audio
+streams or OpenAI-style server-sent events, with the faults of :mod:`testbed.sim.faults`
+carried out the HTTP way. ``/v1/audio/voices`` registers, lists and deletes voices the way
+vLLM-Omni's server does (:class:`~testbed.sim.voices.Registry`). WebSocket upgrades on
+vLLM-Omni's path go to the WebSocket face (:mod:`testbed.sim.ws`)."""
 from __future__ import annotations
 
 import argparse
@@ -21,11 +23,13 @@ from dataclasses import dataclass
 
 import gevent
 from gevent.pywsgi import WSGIHandler
+from werkzeug.formparser import parse_form_data
 
 from testbed.sim import metrics, ws
 from testbed.sim.audio import Tone, audio_seconds, wav_header
 from testbed.sim.capacity import Capacity, Refused, Turn
 from testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
+from testbed.sim.voices import Registry, clip_key
 
 HTML_PAGE = b"<!doctype html><html><head><title>502 Bad Gateway</title></head>" \
             b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"
@@ -34,6 +38,7 @@ STREAM_FORMATS = ("sse", "audio")
 SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
 SSE_AUDIO_TOKENS_PER_S = 50
 SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
+VOICES_PATH = "/v1/audio/voices"
 REFUSED_STATUS = {"rate_limited": "429 Too Many Requests",
                   "out_of_memory": "500 Internal Server Error",
                   "queue_full": "503 Service Unavailable"}
@@ -48,6 +53,7 @@ class Speech:
     request_id: str
     sse: bool = False  # server-sent events (always streamed)
     received: float = 0.0  # unix seconds the request's body had been read
+    voice: str | None = None  # the key of its voice in the voice cache (None: the default voice)
 
 
 class _Reject(Exception):
@@ -92,6 +98,7 @@ class SpeechApp:
         self.rng = rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
         self.tone = Tone(args.sample_rate)
+        self.registry = Registry()
         self.sessions = 0   # WebSocket and Wyoming sessions begun, numbering them in the chunk log
 
     def next_session(self) -> int:
@@ -113,7 +120,9 @@ class SpeechApp:
                     raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
                                   [("Allow", "GET")])
                 return self._respond(start_response, "200 OK",
-                                     _json_body(metrics.health(self.capacity)))
+                                     _json_body(metrics.health(self.capacity, self.registry)))
+            if path == VOICES_PATH or path.startswith(VOICES_PATH + "/"):
+                return self.voices(environ, start_response, path, method)
             if path == ws.PATH:
                 return ws.serve(self, environ, start_response)
             if path not in SPEECH_PATHS:
@@ -140,14 +149,66 @@ class SpeechApp:
         headers = [] if refused.retry_after_s is None else [self.retry_after(refused.retry_after_s)]
         return self.reject(REFUSED_STATUS[refused.reason], str(refused), start_response, headers)
 
+    # voices
+
+    def voices(self, environ, start_response, path: str, method: str):
+        """``POST /v1/audio/voices`` (form: ``audio_sample``, ``consent``, ``name``) registers a
+        voice; ``DELETE /v1/audio/voices/NAME`` removes it; ``GET`` lists them."""
+        if path == VOICES_PATH and method == "GET":
+            return self._respond(start_response, "200 OK", _json_body(
+                {"voices": sorted(self.registry.voices), "uploaded_voices": list(self.registry.voices.values())}))
+        if path == VOICES_PATH and method == "POST":
+            _, form, files = parse_form_data(environ)
+            sample = files.get("audio_sample")
+            if sample is None or "consent" not in form or "name" not in form:
+                raise _Reject("422 Unprocessable Entity", "audio_sample, consent and name are required")
+            try:
+                info = self.registry.add(form["name"], form["consent"], sample.read(), sample.mimetype)
+            except ValueError as e:
+                return self._respond(start_response, "400 Bad Request", _json_body({"detail": str(e)}))
+            return self._respond(start_response, "200 OK", _json_body({"success": True, "voice": info}))
+        if method == "DELETE" and path.startswith(VOICES_PATH + "/"):
+            name = path[len(VOICES_PATH) + 1:]
+            if not self.registry.remove(name):
+                return self._respond(start_response, "404 Not Found",
+                                     _json_body({"detail": f"Voice '{name}' not found"}))
+            return self._respond(start_response, "200 OK", _json_body(
+                {"success": True, "message": f"Voice '{name}' deleted successfully"}))
+        raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}")
+
+    def voice_key(self, data: dict, clip: bytes | None) -> str | None:
+        """The request's voice in the voice cache: its clip's bytes (a form's file part, or
+        ``ref_audio`` as base64 or a data: URL), else its voice by name (a registered voice by
+        its clip), else None."""
+        ref = data.get("ref_audio")
+        if clip is None and isinstance(ref, str) and ref:
+            try:
+                clip = base64.b64decode(ref.split(",", 1)[1] if ref.startswith("data:") else ref, validate=True)
+            except ValueError:
+                clip = ref.encode()   # a URL or a path: the clip it names
+        if clip is not None:
+            return clip_key(clip)
+        name = data.get("voice")
+        if isinstance(name, str) and name:
+            return self.registry.keys.get(name) or f"voice:{name}"
+        return None
+
     # synthesis
 
     def parse(self, environ, path: str) -> Speech:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            data = json.loads(environ["wsgi.input"].read(length) or b"null")
-        except (ValueError, UnicodeDecodeError):
-            raise _Reject("400 Bad Request", "the body is not valid JSON")
+        clip = None
+        if environ.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+            _, form, files = parse_form_data(environ)
+            data = dict(form.items())
+            data["stream"] = data.get("stream") == "true"
+            part = next(iter(files.values()), None)
+            clip = None if part is None else part.read()
+        else:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                data = json.loads(environ["wsgi.input"].read(length) or b"null")
+            except (ValueError, UnicodeDecodeError):
+                raise _Reject("400 Bad Request", "the body is not valid JSON")
         if not isinstance(data, dict):
             raise _Reject("400 Bad Request", "the body must be a JSON object")
         field = SPEECH_PATHS[path]
@@ -165,7 +226,7 @@ class SpeechApp:
         sse = stream_format == "sse" or (self.args.sse and stream_format is None)
         stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
         request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
-        return Speech(text, fmt, stream, request_id, sse, time.time())
+        return Speech(text, fmt, stream, request_id, sse, time.time(), self.voice_key(data, clip))
 
     def speech(self, environ, start_response, path: str):
         req = self.parse(environ, path)
@@ -185,7 +246,7 @@ class SpeechApp:
                 [self.retry_after(refused.retry_after_s), *ids]
             raise _Reject(REFUSED_STATUS[refused.reason], str(refused), headers) from None
         pcm = self.tone.pcm(audio_seconds(req.text))
-        turn = self.capacity.take(req.text)
+        turn = self.capacity.take(req.text, req.voice)
         if req.stream and self.answers_streamed(req, fault):
             return self.stream(environ, start_response, req, pcm, turn, ids, fault)
         try:

@@ -6,16 +6,23 @@ way a custom server might name them instead (``P_requests_waiting``, ``P_request
 from __future__ import annotations
 
 from testbed.sim.capacity import Capacity
+from testbed.sim.voices import Registry
 
 
-def health(capacity: Capacity) -> dict:
+def health(capacity: Capacity, registry: Registry | None = None) -> dict:
     """served: requests that held a slot; rejected: 429, 503 and out-of-memory 500s;
-    generating (with --capacity): requests sharing the capacity now."""
+    generating (with --capacity): requests sharing the capacity now; with --voice-cache, the
+    cache's figures (named as its counters, so ``--server-stats`` reads the ``_total`` ones as
+    rates) and the voices registered."""
     slots = capacity.slots
     health = {"status": "ok", "slots": slots.n, "busy": slots.busy, "queued": slots.queued,
               "served": capacity.served, "rejected": capacity.rejected}
     if capacity.engine is not None:
         health["generating"] = capacity.engine.generating
+    if capacity.voices.capacity:
+        health.update(capacity.voices.figures())
+    if registry is not None and registry.voices:
+        health["voices_registered"] = len(registry.voices)
     return health
 
 
@@ -34,6 +41,16 @@ def exposition(capacity: Capacity, prefix: str | None = None) -> str:
         ("requests_rejected_total", "counter", "Requests refused with 429, 503 or 500 OOM.",
          capacity.rejected),
     ]
+    cache = capacity.voices
+    if cache.capacity:
+        families += [
+            ("voice_cache_size", "gauge", "Speaker embeddings cached.", cache.size),
+            ("voice_cache_capacity", "gauge", "Speaker embeddings the cache keeps.", cache.capacity),
+            ("voice_cache_hits_total", "counter", "Requests whose voice was cached.", cache.hits),
+            ("voice_cache_misses_total", "counter", "Requests whose voice had to be computed.",
+             cache.misses),
+            ("voice_cache_evictions_total", "counter", "Speaker embeddings evicted.", cache.evictions),
+        ]
     lines = []
     p = "sim:" if prefix is None else prefix + "_"
     for name, kind, text, value in families:

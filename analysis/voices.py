@@ -1,0 +1,171 @@
+"""Voice sweeps (``--voice-steps``): the knee over the number of distinct voices at one
+concurrency, the recommended number, and the ``voice_cache`` diagnosis.
+
+A run is a voice sweep when its steps carry ``voices`` (run.json; each step drew its requests'
+voices from the first N of ``--voices``). Its levels are one per number of voices, repeats
+pooled as for concurrency (:mod:`analysis.levels`).
+
+**The knee** (``knee.voices``) is found by the concurrency sweep's rules (:mod:`analysis.knee`)
+with the number of voices as the axis: latency more than ``LATENCY_RISE`` the fewest voices'
+and staying so (``latency_vs_lowest``), failures rising (``failures``), and in a streamed run
+underruns and TTFA; the cross-checks that compare steps by their load
+(``throughput_efficiency``) do not apply, since the load is the same at every step.
+``recommended_voices`` is the number before the knee (the most tested when there is none; null
+when the fewest is already past it).
+
+**The diagnosis** is ``voice_cache`` when latency rose with the number of voices (the knee) and
+nothing that fails requests explains it first (memory, the load generator, throttling, server
+errors, judged as for concurrency): the server recomputes what it keeps per voice (a speaker
+embedding, a prompt cache) once the voices outnumber what it keeps. The evidence names the step
+and, where the server publishes its voice cache's counters (``server.server_roles``
+``voice_cache_hits``, ``voice_cache_misses``, ``voice_cache_evictions``, from a scraped series
+or ``--server-stats``), its hit rate and evictions there and at the step before.
+"""
+from __future__ import annotations
+
+from .diagnosis import diagnose as by_steps
+from .knee import LATENCY_RISE, find_knee as knee_over
+
+#: Kinds a voice sweep keeps from the concurrency diagnosis: what they name fails requests or
+#: spoils the measurement whatever the number of voices.
+_KEPT = ("memory_bound", "client_bound", "rate_limited", "server_errors")
+_NOT_APPLICABLE = ("throughput_efficiency",)
+
+
+def is_sweep(steps: list[dict]) -> bool:
+    return bool(steps) and all(s.get("voices") is not None for s in steps)
+
+
+def _on_axis(levels: list[dict]) -> list[dict]:
+    """The levels standing at their number of voices, as :mod:`analysis.knee` reads a level."""
+    return [dict(s, concurrency=s["voices"]) for s in levels]
+
+
+def find_knee(levels: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+    """:func:`analysis.knee.find_knee` over the number of voices; ``voices`` names the knee,
+    ``concurrency`` the one the sweep ran at."""
+    k = knee_over(_on_axis(levels), streamed, ttfa_floor_ms)
+    for name in _NOT_APPLICABLE:
+        k["methods"].pop(name, None)
+    k["agree"] = [n for n in k["agree"] if n not in _NOT_APPLICABLE]
+    k["efficiency"] = []
+    done = [s for s in levels if s.get("requests")]
+    return dict(k, voices=k["concurrency"], concurrency=done[0]["concurrency"] if done else None, axis="voices")
+
+
+def _voices(n: int) -> str:
+    return f"{n} voice" if n == 1 else f"{n} voices"
+
+
+def _desc(s: dict) -> str:
+    p95 = (s.get("latency_ms") or {}).get("p95")
+    return (f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
+            f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed")
+
+
+def recommend(levels: list[dict], knee: dict) -> tuple[int | None, str]:
+    """(recommended number of voices, the recommendation in words)."""
+    done = [s for s in levels if s.get("requests")]
+    if not done:
+        return None, "No settled requests yet."
+    k, conc = knee["index"], done[0]["concurrency"]
+    if k == 0:
+        return None, (f"The fewest voices tested ({done[0]['voices']}) are already past the knee at concurrency "
+                      f"{conc}; test fewer.")
+    if k is None:
+        top = done[-1]
+        return top["voices"], (f"No knee up to {top['voices']} distinct voices at concurrency {conc} ({_desc(top)}); "
+                               f"test more voices to find where the server stops keeping up.")
+    rec, nxt = done[k - 1], done[k]
+    return rec["voices"], (f"Keep to {rec['voices']} distinct {'voice' if rec['voices'] == 1 else 'voices'} at "
+                           f"concurrency {conc}, or give the server room "
+                           f"for more ({_desc(rec)}; {_desc(nxt)}).")
+
+
+def _role(s: dict, role: str) -> float | None:
+    r = ((s.get("server") or {}).get("server_roles") or {}).get(role)
+    return None if r is None else r["mean"]
+
+
+def cache_sentence(s: dict) -> str | None:
+    """The server's voice cache at one level, in words; None where it publishes no counters."""
+    hits, misses = _role(s, "voice_cache_hits"), _role(s, "voice_cache_misses")
+    evictions = _role(s, "voice_cache_evictions")
+    if hits is None and misses is None and evictions is None:
+        return None
+    parts = []
+    if hits is not None and misses is not None and hits + misses > 0:
+        parts.append(f"hit {hits / (hits + misses):.0%} of lookups ({hits:.1f} hits and {misses:.1f} misses a second)")
+    if evictions is not None:
+        dur = (s.get("window") or {}).get("duration_s")
+        over = f", about {evictions * dur:.0f} over the step's {dur:.0f} s" if dur else ""
+        parts.append(f"evicted {evictions:.1f} voices a second{over}")
+    return f"with {s['voices']} voices it " + " and ".join(parts) if parts else None
+
+
+def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+    """The diagnosis of a voice sweep (see the module doc)."""
+    d = by_steps(_on_axis(levels), dict(knee, concurrency=knee.get("voices")), creep, has_resources)
+    done = [s for s in levels if s.get("requests")]
+    k = knee.get("index")
+    if d["kind"] in _KEPT or not done:
+        return d
+    conc = done[0]["concurrency"]
+    if k is None:
+        base, top = done[0], done[-1]
+        infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
+        ev = [f"Latency stayed within {LATENCY_RISE}x of the fewest voices' up to {top['voices']} distinct voices at "
+              f"concurrency {conc} (largest rise {infl:.2f}x; {_desc(base)}; {_desc(top)}): the server keeps up with "
+              f"that many voices."]
+        cache = cache_sentence(top)
+        if cache:
+            ev.append(f"Its voice cache: {cache}.")
+        return dict(d, kind="no_knee", evidence=ev + _notes(d))
+    s, lo = done[k], done[k - 1] if k else done[0]
+    lat = lambda x, q: (x.get("latency_ms") or {}).get(q)  # noqa: E731
+    ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
+    ev = [f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
+          f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
+          f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
+          f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."]
+    here, before = cache_sentence(s), cache_sentence(lo)
+    if here:
+        ev.append(f"The server's voice cache says so: {here}" + (f", while {before}." if before and lo is not s else "."))
+    else:
+        ev.append("The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
+                  "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence.")
+    return dict(d, kind="voice_cache", evidence=ev + _notes(d))
+
+
+def _step(s: dict) -> str:
+    return ", ".join(map(str, s.get("steps") or [s.get("step")]))
+
+
+def _notes(d: dict) -> list[str]:
+    """The concurrency diagnosis's sentences that hold whatever the kind (missing samples,
+    audio integrity, another process on the load generator's host)."""
+    keep = ("No resource samples", "No server samples", "Audio length was off", "The load generator's host",
+            "The run was streamed")
+    return [e for e in d["evidence"] if e.startswith(keep)]
+
+
+def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None, knee: int | None) -> str:
+    """Why ``best`` (``slo.max_voices``) is the recommendation."""
+    done = [s for s in levels if s.get("requests")]
+    if not done:
+        return "No settled requests yet."
+    conc, knee_txt = done[0]["concurrency"], f" The knee is at {knee} voices." if knee else ""
+    if best is None:
+        v = verdicts[0]
+        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
+        return (f"No tested number of voices meets the SLO {spec} at concurrency {conc}: with the fewest, "
+                f"{done[0]['voices']}, {why}; test fewer voices or relax the SLO.{knee_txt}")
+    at = next(s for s in done if s["voices"] == best)
+    first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
+    text = (f"Keep to {_voices(best)} at concurrency {conc}: the most tested that meets the SLO {spec} with "
+            f"every fewer tested one meeting it ({_desc(at)})")
+    if first_bad is None:
+        return text + f"; every tested number meets it, so test more voices to find the limit.{knee_txt}"
+    v = verdicts[first_bad]
+    why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
+    return text + f"; with {_voices(done[first_bad]['voices'])} {why}.{knee_txt}"

