@@ -195,8 +195,8 @@ def test_a_connection_reset_mid_stream_is_a_connection_error_after_timed_audio()
         with pytest.raises(TransportError, match="gRPC stream open, then the connection broke .*UNAVAILABLE"):
             for ev in t.exchange("Hello there, how are you today?"):
                 events.append(ev)
-    assert sum(isinstance(e, AudioPiece) for e in events) == 5 and isinstance(events[0], Answered)
-    assert events[0].ok and t.conn is None
+    answers = [e for e in events if isinstance(e, Answered)]
+    assert sum(isinstance(e, AudioPiece) for e in events) == 5 and answers[0].ok and t.conn is None
 
 
 def test_presets_and_targets_are_checked_in_one_sentence(tmp_path):

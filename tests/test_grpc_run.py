@@ -83,6 +83,26 @@ def test_every_attempt_is_one_record_and_one_locust_request(drilled):
     assert count == len(records)
 
 
+def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_path):
+    run_dir = tmp_path / "run"
+    texts = tmp_path / "texts.txt"
+    texts.write_text("Hello there, how are you today?\n")   # six tokens: 250 ms at 20 a second
+    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY]) as sim:
+        proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
+                       "--tts-stream", "--text-rate", "20", "--steps", "1", "--step-time", "4", "--settle-time", "0",
+                       "--texts", str(texts), "--run-dir", str(run_dir)], timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert len(records) >= 2 and all(r["ok"] for r in records)
+    assert records[0]["connect_ms"] > 0 and all(r["connect_ms"] is None for r in records[1:])   # one connection
+    for r in records:
+        assert r["text_done_ms"] - r["text_first_ms"] == pytest.approx(250, abs=30)
+        # the simulator synthesises once the request stream ends: prefill, then 200 ms of audio at 5x
+        assert r["done_to_audio_ms"] == pytest.approx(140, abs=40)
+        assert r["ttfa_ms"] == pytest.approx(r["text_done_ms"] - r["text_first_ms"] + r["done_to_audio_ms"], abs=1)
+        assert r["tail_ms"] > r["done_to_audio_ms"]
+
+
 def _run_bad(tmp_path, host, *args):
     proc = locust(["--headless", "-H", host, "--tts-protocol", "grpc", "--tts-preset", "riva", "--steps", "1",
                    "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args], timeout=60)

@@ -5,8 +5,12 @@ message classes their published packages ship (``nvidia-riva-client``, ``tritonc
 - Riva (``--tts-preset riva``): ``Synthesize`` answers the whole audio in one message;
   ``SynthesizeOnline`` (``--tts-stream``) streams it, a message per piece. Each request is a
   full ``SynthesizeSpeechRequest`` (text, language, LINEAR_PCM at ``--tts-sample-rate``, voice,
-  an id Riva echoes), as NVIDIA's own clients send it; the whole text goes in one request and
-  the request stream ends.
+  an id Riva echoes), as NVIDIA's own clients send it. ``SynthesizeOnline`` takes the text as a
+  stream of requests (nvidia-riva-client 2.25 on): the whole text in one, or, with
+  ``--text-rate``, the pieces :mod:`locustfiles.pacing` says when it says, from a greenlet of
+  their own while the audio is read, each a :class:`TextSent`; the request stream's end is the
+  end of the text (Riva has no flush of its own, so ``--flush`` only splits the sends). A Riva
+  older than 2.25 serves ``SynthesizeOnline`` with one request in and reads only the first piece.
 - Triton (``--tts-preset triton`` or a preset file naming the model, its input tensors and its
   audio output): a decoupled model answers on ``ModelStreamInfer``, one response per piece of
   audio, and says it is done with an empty response flagged ``triton_final_response`` (asked
@@ -26,17 +30,19 @@ or breaks is a connection error, as in HTTP (gRPC's clients call it UNAVAILABLE;
 from __future__ import annotations
 
 import json
+import random
 import struct
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import gevent
 from google.protobuf.message import DecodeError
 
-from .. import containers
-from ..clock import wall
+from .. import containers, pacing
+from ..clock import mono, wall
 from ..headers import parse_retry_after
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, Transport, TransportError
 from .h2grpc import Call, Connection, ConnectionLost, Status, os_error
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent.parent / "configs" / "presets"
@@ -163,6 +169,7 @@ class GrpcTransport(Transport):
         self.host, self.port = target(s.host)
         self.conn: Connection | None = None
         self.request_id: str | None = None   # the id the last request carried
+        self.connect_ms: float | None = None   # opening the connection, where this exchange had to
 
     def close(self) -> None:
         if self.conn is not None:
@@ -172,15 +179,17 @@ class GrpcTransport(Transport):
     reset = close
 
     def exchange(self, text: str, ask: Ask = NO_ASK):   # one voice: settings refuse a mix for gRPC
-        self.request_id = uuid.uuid4().hex
+        self.request_id, self.connect_ms = uuid.uuid4().hex, None
         try:
             if self.conn is None or not self.conn.usable:
                 self.close()
+                started = mono()
                 try:
                     self.conn = Connection(self.host, self.port, self.s.connect_timeout_s)
                 except OSError as e:
                     raise TransportError(f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC "
                                          f"would say UNAVAILABLE)") from None
+                self.connect_ms = round((mono() - started) * 1000.0, 3)
             call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout_s * 1000)}m"),))
             yield from self._call(call, text)
         except ConnectionLost as e:
@@ -206,7 +215,7 @@ class GrpcTransport(Transport):
         for at, msg in call.messages():
             if not self._answered:
                 self._answered = True
-                yield Answered(None, True, "gRPC stream open", None)
+                yield Answered(None, True, "gRPC stream open", None, connect_ms=self.connect_ms)
             yield Received(at, len(msg) + 5)
             yield at, msg
 
@@ -216,7 +225,7 @@ class GrpcTransport(Transport):
         code, n = status.code, len(pieces.pieces)
         raw, wait_s, refused = pushback(status.metadata) if code != "OK" else (None, None, False)
         yield Answered(code, bool(n) or code == "OK", f"gRPC {code}", retry_status(code, refused),
-                       raw, retry_after_s=wait_s)
+                       raw, connect_ms=self.connect_ms, retry_after_s=wait_s)
         if error is None and code != "OK":
             error = f"gRPC {code}" + (f": {status.details}" if status.details else "")
             if n:
@@ -250,14 +259,49 @@ class RivaTransport(GrpcTransport):
         self._request = riva_tts_pb2.SynthesizeSpeechRequest(
             language_code=s.language or s.grpc_preset.get("language", ""),
             encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM, sample_rate_hz=s.pcm_rate, voice_name=s.voice)
+        self._online = s.path == RIVA_ONLINE
+        self._rng = random.Random()
 
-    def _call(self, call: Call, text: str):
+    def _message(self, text: str) -> bytes:
         req = self._request
         req.text = text
         req.id.value = self.request_id
-        call.send(req.SerializeToString(), end=True)
+        return req.SerializeToString()
+
+    def _write(self, call: Call, text: str, sent: list) -> None:
+        """The text's pieces, each once it is due (a greenlet of its own): one request each, the
+        last ending the request stream."""
+        s = self.s
+        pacer = pacing.Pacer(pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(),
+                             s.flush == "sentence")
+        try:
+            for send in pacer.sends(mono, gevent.sleep):
+                call.send(self._message(send.text), end=send.last)
+                sent.append(TextSent(mono(), len(send.text), last=send.last))
+        except OSError:   # the connection broke: the reader finds out and says so
+            return
+
+    def _call(self, call: Call, text: str):
+        sent: list[TextSent] = []   # the text's sends so far, to yield
+        writer = None
+        if self._online and self.s.text_rate:
+            writer = gevent.spawn(self._write, call, text, sent)
+        else:
+            call.send(self._message(text), end=True)
+            if self._online:
+                sent.append(TextSent(mono(), len(text), last=True))
+        try:
+            yield from self._read(call, sent)
+        finally:
+            if writer is not None:
+                writer.kill(block=False)
+
+    def _read(self, call: Call, sent: list):
         pieces = containers.PcmPieces(self.s.pcm_rate)
         for item in self._answer(call):
+            if sent:   # the sends the writer made meanwhile, in order
+                yield from sent
+                sent.clear()
             if type(item) is not tuple:
                 yield item
                 continue
@@ -275,6 +319,7 @@ class RivaTransport(GrpcTransport):
                 return
             if audio:
                 yield AudioPiece(at, ms)
+        yield from sent
         yield from self._end(call.status, call.ended_at, pieces)
 
 

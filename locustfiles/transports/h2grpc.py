@@ -182,13 +182,19 @@ class Call:
         self._body = b""
 
     def send(self, message: bytes, end: bool = False) -> None:
-        """Send one message (``end``: and end the request stream: no more messages)."""
+        """Send one message (``end``: and end the request stream: no more messages); nothing
+        once the call has ended (the server may answer before it has all the requests)."""
         frame = _PREFIX.pack(0, len(message)) + message
         conn = self.conn
         with conn.lock:
+            if self.status is not None or conn.sock is None:
+                return
             size = conn.h2.max_outbound_frame_size
-            for i in range(0, len(frame), size):
-                conn.h2.send_data(self.sid, frame[i:i + size], end_stream=end and i + size >= len(frame))
+            try:
+                for i in range(0, len(frame), size):
+                    conn.h2.send_data(self.sid, frame[i:i + size], end_stream=end and i + size >= len(frame))
+            except h2.exceptions.StreamClosedError:   # the server ended the call meanwhile
+                return
             conn._flush()
 
     def end(self) -> None:
@@ -208,7 +214,10 @@ class Call:
         self._end(status, at)
         if self.conn.sock is not None:
             with self.conn.lock:
-                self.conn.h2.reset_stream(self.sid, h2.errors.ErrorCodes.CANCEL)
+                try:
+                    self.conn.h2.reset_stream(self.sid, h2.errors.ErrorCodes.CANCEL)
+                except h2.exceptions.StreamClosedError:   # it ended meanwhile: nothing to stop
+                    return
                 self.conn._flush()
 
     def messages(self):
