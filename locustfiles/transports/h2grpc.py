@@ -89,11 +89,12 @@ class Connection:
         self.call: Call | None = None
         self.going_away: int | None = None   # GOAWAY's last stream id: no new call here
         self.heard = False                   # the server has sent something
+        self.send_failed = False             # a send broke: the reader says how
         self._flush()
 
     @property
     def usable(self) -> bool:
-        return self.sock is not None and self.going_away is None
+        return self.sock is not None and self.going_away is None and not self.send_failed
 
     def start(self, path: str, metadata: tuple = ()) -> Call:
         """Open a call to ``path`` (``/package.Service/Method``) with ``metadata`` (name, value)
@@ -115,10 +116,15 @@ class Connection:
             self.sock = None
 
     def _flush(self) -> None:
+        """Send what h2 has queued. A send that fails is left to the reader, which still reads
+        what the server said before it closed (an HTTP/1 error page, say) and says why."""
         with self.lock:
             data = self.h2.data_to_send()
-            if data:
-                self.sock.sendall(data)
+            if data and self.sock is not None and not self.send_failed:
+                try:
+                    self.sock.sendall(data)
+                except OSError:
+                    self.send_failed = True
 
     def read(self) -> None:
         """Read what the socket has (waiting for it) and hand it to the current call."""
@@ -139,9 +145,13 @@ class Connection:
             raise ConnectionLost(f"the server answered in HTTP/1 ({line}), not HTTP/2: is grpc:// aimed at an "
                                  f"HTTP/1 port?")
         self.heard = True
+        conn = self.h2
         try:
             with self.lock:
-                events = self.h2.receive_data(data)
+                events = conn.receive_data(data)
+                for ev in events:   # the data is taken at once: the server's window opens again
+                    if type(ev) is h2.events.DataReceived:
+                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
         except h2.exceptions.ProtocolError as e:
             self.close()
             raise ConnectionLost(f"the server does not speak HTTP/2 ({type(e).__name__}: {e}); is grpc:// "
@@ -149,9 +159,6 @@ class Connection:
         call = self.call
         for ev in events:
             kind = type(ev)
-            if kind is h2.events.DataReceived:
-                with self.lock:
-                    self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             if kind is h2.events.ConnectionTerminated:
                 self.going_away = ev.last_stream_id or 0
                 if call is not None and call.status is None and call.sid > self.going_away:
@@ -160,11 +167,7 @@ class Connection:
                                          f"take the call")
             elif call is not None and getattr(ev, "stream_id", None) == call.sid:
                 call.on(ev, at)
-        try:
-            self._flush()
-        except OSError as e:
-            self.close()
-            raise ConnectionLost(f"the connection broke ({os_error(e)})") from None
+        self._flush()
 
 
 class Call:
@@ -181,27 +184,23 @@ class Call:
         self._http: int | None = None
         self._body = b""
 
-    def send(self, message: bytes, end: bool = False) -> None:
-        """Send one message (``end``: and end the request stream: no more messages); nothing
-        once the call has ended (the server may answer before it has all the requests)."""
+    def send(self, message: bytes, end: bool = False) -> bool:
+        """Send one message (``end``: and end the request stream: no more messages); whether it
+        went: nothing goes once the call has ended (the server may answer before it has all the
+        requests) or the connection broke."""
         frame = _PREFIX.pack(0, len(message)) + message
         conn = self.conn
         with conn.lock:
-            if self.status is not None or conn.sock is None:
-                return
+            if self.status is not None or conn.sock is None or conn.send_failed:
+                return False
             size = conn.h2.max_outbound_frame_size
             try:
                 for i in range(0, len(frame), size):
                     conn.h2.send_data(self.sid, frame[i:i + size], end_stream=end and i + size >= len(frame))
             except h2.exceptions.StreamClosedError:   # the server ended the call meanwhile
-                return
+                return False
             conn._flush()
-
-    def end(self) -> None:
-        """End the request stream (the server's answer may go on)."""
-        with self.conn.lock:
-            self.conn.h2.end_stream(self.sid)
-            self.conn._flush()
+            return not conn.send_failed
 
     def cancel(self) -> None:
         """Reset the stream (RST_STREAM CANCEL): the server stops; the call ends CANCELLED."""
