@@ -219,6 +219,15 @@ def test_presets_and_targets_are_checked_in_one_sentence(tmp_path):
                                       "output": {"name": "AUDIO", "datatype": "INT16"}, "sample_rate": 22050}))
     with pytest.raises(settings_mod.SettingsError, match="the text input 'TEXT' must be BYTES"):
         settings("grpc://127.0.0.1:1", "--tts-preset", str(not_triton))
+    for value, shape, words in ((3, [2], r"needs 2 INT32 values for its shape \[2\], got 3"),
+                                ("three", [1], r"needs 1 INT32 value for its shape \[1\], got 'three'")):
+        not_triton.write_text(json.dumps({"protocol": "grpc", "service": "triton", "model": "m",
+                                          "inputs": [{"name": "TEXT", "datatype": "BYTES", "value": "{text}"},
+                                                     {"name": "speaker", "datatype": "INT32", "shape": shape,
+                                                      "value": value}],
+                                          "output": {"name": "AUDIO", "datatype": "INT16"}, "sample_rate": 22050}))
+        with pytest.raises(settings_mod.SettingsError, match=words):
+            settings("grpc://127.0.0.1:1", "--tts-preset", str(not_triton))
     s = settings("grpc://127.0.0.1:1", "--tts-preset", "triton")
     assert (s.model, s.stream, s.path) == ("piper_joe", True, "/inference.GRPCInferenceService/ModelStreamInfer")
     s = settings("grpc://127.0.0.1:1", "--tts-preset", "riva", "--tts-voice", "English-US.Female-1",

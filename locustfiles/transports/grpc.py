@@ -98,6 +98,19 @@ def _check_triton(p: dict, where: str) -> None:
         shape = i.get("shape", [1])
         if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
             raise PresetError(f"{where}: input {i['name']!r} needs a shape of positive whole numbers")
+        if i["value"] == "{text}":
+            continue
+        values = i["value"] if isinstance(i["value"], list) else [i["value"]]
+        size = 1
+        for d in shape:
+            size *= d
+        try:
+            if len(values) != size:
+                raise ValueError
+            _tensor(i)
+        except (ValueError, TypeError, struct.error):
+            raise PresetError(f"{where}: input {i['name']!r} needs {size} {i['datatype']} value"
+                              f"{'s' if size != 1 else ''} for its shape {shape}, got {i['value']!r}") from None
     out = p.get("output")
     if not isinstance(out, dict) or not isinstance(out.get("name"), str) or out.get("datatype") not in TRITON_OUTPUT_TYPES:
         raise PresetError(f"{where} needs \"output\": {{name, datatype}} of the audio, datatype INT16 or FP32")
@@ -105,7 +118,7 @@ def _check_triton(p: dict, where: str) -> None:
         raise PresetError(f"{where} needs \"sample_rate\", the model's audio rate in Hz")
 
 
-def paths(preset: dict, stream: bool) -> str:
+def method_path(preset: dict, stream: bool) -> str:
     """The method a run calls: Riva's Synthesize or SynthesizeOnline, Triton's ModelInfer or
     ModelStreamInfer."""
     if preset["service"] == "riva":
@@ -170,6 +183,7 @@ class GrpcTransport(Transport):
         self.conn: Connection | None = None
         self.request_id: str | None = None   # the id the last request carried
         self.connect_ms: float | None = None   # opening the connection, where this exchange had to
+        self._answered = False   # the exchange yielded its provisional Answered
 
     def close(self) -> None:
         if self.conn is not None:
@@ -179,7 +193,7 @@ class GrpcTransport(Transport):
     reset = close
 
     def exchange(self, text: str, ask: Ask = NO_ASK):   # one voice: settings refuse a mix for gRPC
-        self.request_id, self.connect_ms = uuid.uuid4().hex, None
+        self.request_id, self.connect_ms, self._answered = uuid.uuid4().hex, None, False
         try:
             if self.conn is None or not self.conn.usable:
                 self.close()
@@ -202,16 +216,13 @@ class GrpcTransport(Transport):
         if not self.conn.usable:
             self.close()
 
-    _answered = False
-
     def _call(self, call: Call, text: str):
         raise NotImplementedError
 
     def _answer(self, call: Call):
         """Each message of the answer as ``(arrival, bytes)``, with a :class:`Received` first;
-        once the server's headers said gRPC, one provisional :class:`Answered`, so that audio
-        which arrived is timed even if the connection breaks before the status comes."""
-        self._answered = False
+        before the first, one provisional :class:`Answered`, so that audio which arrived is
+        timed even if the connection breaks before the status comes."""
         for at, msg in call.messages():
             if not self._answered:
                 self._answered = True
@@ -274,12 +285,10 @@ class RivaTransport(GrpcTransport):
         s = self.s
         pacer = pacing.Pacer(pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(),
                              s.flush == "sentence")
-        try:
-            for send in pacer.sends(mono, gevent.sleep):
-                call.send(self._message(send.text), end=send.last)
-                sent.append(TextSent(mono(), len(send.text), last=send.last))
-        except OSError:   # the connection broke: the reader finds out and says so
-            return
+        for send in pacer.sends(mono, gevent.sleep):
+            if not call.send(self._message(send.text), end=send.last):
+                return   # the call ended, or the connection broke: the reader says which
+            sent.append(TextSent(mono(), len(send.text), last=send.last))
 
     def _call(self, call: Call, text: str):
         sent: list[TextSent] = []   # the text's sends so far, to yield
