@@ -154,7 +154,7 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     entries = [e for e in read_jsonl(log) if e["sent"]]
     served = []
     for r in one:
-        first = r["t0"] + r["ttfa_ms"] / 1000
+        first = r["t0"] + (r["text_first_ms"] + r["ttfa_ms"]) / 1000   # TTFA counts from the text sent
         entry = min(entries, key=lambda e: abs(e["sent"][0] - first))   # its own stream
         served.append((entry["sent"][0] - entry["received"]) * 1000)
     client_p50, served_p50 = sorted(r["ttfa_ms"] for r in one)[len(one) // 2], sorted(served)[len(served) // 2]
