@@ -3,7 +3,7 @@ arrivals against the simulator's own send times, at 1 and 256 streams on one Loc
 tts-knee's client (h2 on gevent sockets) and, beside it on the same simulator, grpcio under
 gevent as the gRPC project supports it.
 
-Run from the repository root (about 2 minutes)::
+Run from the repository root (about a minute)::
 
     .venv/bin/python bench/grpc_cost.py
     .venv/bin/python bench/grpc_cost.py --streams 1,64,256 --clients tts-knee --step-time 10
@@ -19,12 +19,12 @@ one shared channel (bench/grpcio_locustfile.py). The simulator's ``--chunk-log``
 each audio message had been handed to its socket, matched to the client's arrival by the
 request's id and the audio so far::
 
-    client    streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  streams_matched
-    tts-knee        1       4.8        1650.2        0.30        0.61        0.93                2
-    tts-knee      256    1208.3         182.5        0.41        2.95       11.20              540
-    grpcio          1       4.8        2411.7        0.81        1.62        2.10                2
-    grpcio        256    1190.0         301.4        2.03       27.60      121.00              530
-    arrival error p95 at 256 streams: 2.95 ms (tts-knee), 27.60 ms (grpcio)   (goal < 5 ms)
+      client  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  streams_matched
+    tts-knee        1       4.7        1110.9        0.08        0.61        1.59                2
+    tts-knee      256    1247.0         168.2        0.42        4.94       57.82              667
+      grpcio        1       4.7        1354.9        0.43        1.05        3.93                3
+      grpcio      256    1235.6         300.1        1.59       39.10       84.91              768
+    arrival error p95 at 256 streams: 4.94 ms (tts-knee), 39.10 ms (grpcio)   (goal < 5 ms)
 
 ``err`` is client arrival minus server send (positive: stamped late). CPU per chunk is the
 Locust process's CPU time (user + system, grpcio's own threads included) over the measured
