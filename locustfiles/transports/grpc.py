@@ -8,7 +8,8 @@ message classes their published packages ship (``nvidia-riva-client``, ``tritonc
   an id Riva echoes), as NVIDIA's own clients send it. ``SynthesizeOnline`` takes the text as a
   stream of requests (nvidia-riva-client 2.25 on): the whole text in one, or, with
   ``--text-rate``, the pieces :mod:`locustfiles.pacing` says when it says, from a greenlet of
-  their own while the audio is read, each a :class:`TextSent`; the request stream's end is the
+  their own while the audio is read, each a :class:`TextSent` (the first carries ``connect_ms``
+  where the exchange opened the connection); the request stream's end is the
   end of the text (Riva has no flush of its own, so ``--flush`` only splits the sends). A Riva
   older than 2.25 serves ``SynthesizeOnline`` with one request in and reads only the first piece.
 - Triton (``--tts-preset triton`` or a preset file naming the model, its input tensors and its
@@ -226,7 +227,7 @@ class GrpcTransport(Transport):
         for at, msg in call.messages():
             if not self._answered:
                 self._answered = True
-                yield Answered(None, True, "gRPC stream open", None, connect_ms=self.connect_ms)
+                yield Answered(None, True, "gRPC stream open", None)
             yield Received(at, len(msg) + 5)
             yield at, msg
 
@@ -236,7 +237,7 @@ class GrpcTransport(Transport):
         code, n = status.code, len(pieces.pieces)
         raw, wait_s, refused = pushback(status.metadata) if code != "OK" else (None, None, False)
         yield Answered(code, bool(n) or code == "OK", f"gRPC {code}", retry_status(code, refused),
-                       raw, connect_ms=self.connect_ms, retry_after_s=wait_s)
+                       raw, retry_after_s=wait_s)
         if error is None and code != "OK":
             error = f"gRPC {code}" + (f": {status.details}" if status.details else "")
             if n:
@@ -285,10 +286,12 @@ class RivaTransport(GrpcTransport):
         s = self.s
         pacer = pacing.Pacer(pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(),
                              s.flush == "sentence")
+        connect_ms = self.connect_ms   # the first send's, where this exchange opened the connection
         for send in pacer.sends(mono, gevent.sleep):
             if not call.send(self._message(send.text), end=send.last):
                 return   # the call ended, or the connection broke: the reader says which
-            sent.append(TextSent(mono(), len(send.text), last=send.last))
+            sent.append(TextSent(mono(), len(send.text), last=send.last, connect_ms=connect_ms))
+            connect_ms = None
 
     def _call(self, call: Call, text: str):
         sent: list[TextSent] = []   # the text's sends so far, to yield
@@ -298,7 +301,7 @@ class RivaTransport(GrpcTransport):
         else:
             call.send(self._message(text), end=True)
             if self._online:
-                sent.append(TextSent(mono(), len(text), last=True))
+                sent.append(TextSent(mono(), len(text), last=True, connect_ms=self.connect_ms))
         try:
             yield from self._read(call, sent)
         finally:
