@@ -559,7 +559,7 @@ def _grpc(o, host: str) -> dict:
     if o.tts_stream_format:
         raise SettingsError("--tts-stream-format is for HTTP; a gRPC stream is asked for with --tts-stream")
     defaults = run_options.DEFAULTS
-    out = {"preset": preset, "preset_name": name, "language": o.tts_language or preset.get("language", "")}
+    out = {"preset": preset, "language": o.tts_language or preset.get("language", "")}
     if preset["service"] == "riva":
         if o.tts_voice == defaults["tts_voice"]:
             out["voice"] = preset.get("voice", "")
