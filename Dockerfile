@@ -11,7 +11,7 @@ COPY collectors collectors
 COPY dashboard dashboard
 COPY testbed testbed
 COPY configs configs
-RUN pip install --no-cache-dir '.[piper]'
+RUN pip install --no-cache-dir '.[piper,grpc]'
 # Locust web UI, master port, collector, dashboard, simulator
 EXPOSE 8089 5557 9300 8090 8300
 CMD ["tts-knee", "run", "--help"]

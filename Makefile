@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[piper,test]'
+	$(PY) -m pip install -q -e '.[piper,grpc,test]'
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -457,9 +457,11 @@ def _server_queue(steps: list[dict], k: int) -> tuple[bool | None, str]:
     at_base = (f"; {_n(base['max'])} at {steps[0]['concurrency']}"
                if base is not None and steps[0] is not s else "")
     series = q["series"] + (f", {q['why']}" if q.get("why") else "")
+    waited = _get(s, "server", "server_roles", "queue_ms")
+    waited = f", each request waiting {waited['mean']:.0f} ms in it on average" if waited is not None else ""
     if q["max"] >= QUEUE_WAITING:
         return True, (f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
-                      f"{s['concurrency']} (mean {q['mean']:.1f}{at_base})")
+                      f"{s['concurrency']} (mean {q['mean']:.1f}{waited}{at_base})")
     return False, (f"the server's queue ({series}) stayed at {_n(q['max'])} at concurrency "
                    f"{s['concurrency']}")
 

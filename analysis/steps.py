@@ -51,6 +51,14 @@ Definitions used throughout the dashboard:
   Where the text went in pieces (sessions), ``tail_ms`` is the distribution of the wait from the
   end of the text (its final flush) to the last audio, over the same attempts.
   ``streamed`` says whether the run read its responses as streams.
+- **Riva's figures** (``riva``, streamed runs): the figures NVIDIA's ``riva_tts_perf_client``
+  prints, by its definitions, over the same streams: ``first_audio_ms`` (its time to the first
+  audio message, here ``ttfa_ms``) and ``chunk_ms`` (the gap between consecutive audio
+  arrivals of a stream, the first excluded), each pooled over the step's streams as
+  {count, avg, p90, p95, p99} with its percentile rule: the mean, and ``sorted[int(q * n)]``
+  (0-based, no interpolation), so the numbers sit beside the perf client's.  ``rtfx`` is the
+  step's audio throughput, seconds of audio delivered per wall second: ``audio_s_per_s``, by
+  the name the perf client prints it under (its "Throughput (RTF)").
 - **Audio integrity** (``integrity``): the same text should give about the same audio at every
   step.  The reference is each text's median ``audio_s`` over the successful settled attempts at
   the lowest concurrency in the records; an attempt whose ``audio_s`` differs from its text's
@@ -78,6 +86,7 @@ from .incremental import percentiles, sorted_values
 FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many seconds after a step
 THROTTLE_STATUSES = (429, 503, 1013)  # 1013: a WebSocket session closed "try again later"
 PCTS = (50, 90, 95, 99)
+RIVA_QUANTILES = (0.90, 0.95, 0.99)  # riva_tts_perf_client's, taken as sorted[int(q * n)]
 INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relative) ...
 INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
 INTEGRITY_EXAMPLES = 5
@@ -93,6 +102,17 @@ def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
     out = {"count": int(len(v)), "mean": float(v.mean())}
     out.update({f"p{q}": float(x) for q, x in zip(PCTS, p)})
     out["max"] = float(v.max())
+    return out
+
+
+def riva_stats(values: np.ndarray) -> dict | None:
+    """{count, avg, p90, p95, p99} of the finite values as riva_tts_perf_client computes them
+    (see the module doc), or None if there are none."""
+    v = np.sort(values[np.isfinite(values)])
+    if not len(v):
+        return None
+    out = {"count": int(len(v)), "avg": float(v.mean())}
+    out.update({f"p{round(q * 100)}": float(v[int(q * len(v))]) for q in RIVA_QUANTILES})
     return out
 
 
@@ -212,6 +232,8 @@ def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray,
         "gap_max_ms": figure("gap_max_ms", okf, "streams", True),
         "chunks": figure("chunks", okf, "streams", True),
         "tail_ms": figure("tail_ms", okf, "streams", False),
+        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][okf]), "chunk_ms": riva_stats(a.gaps_of(okf))}
+        if streamed else None,
     }
 
 
@@ -391,7 +413,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     status = a["status"][m]
     att_failed = int((m & ~a["ok"]).sum())
     throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
-    counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status)}
+    names = a["status_name"][m]
+    named = names >= 0
+    counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status[~named])}
+    counts.update({a.statuses[v]: c for v, c in _value_counts(names[named])})
     if streamed is None:
         streamed = bool((a["chunk_n"][m] >= 0).any())
     stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
@@ -419,6 +444,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "e2e_ms": dist(a["e2e_ms"][okl]),   # a retried request's e2e can come later than its row
         "rtf": d("rtf", okl, "okl"),
         "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+        "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
         "retries": int((m & (a["attempt"] > 1)).sum()),
         "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
                                "2": int((m & (a["attempt"] == 2)).sum()),

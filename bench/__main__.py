@@ -1,14 +1,15 @@
 """Run every benchmark and print one table: figure, measured, goal, pass/fail.
 
-Run from the repository root (about 6 minutes on two cores)::
+Run from the repository root (about 7 minutes on two cores)::
 
     make bench                      # or: .venv/bin/python -m bench
-    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 3.5 minutes)
+    .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 4 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/stream_cost.py, bench/session_cost.py, bench/collector_overhead.py, bench/dashboard_scale.py,
-bench/live_view.py and bench/distributed_master.py (bench/own_memory.py, an hour long, runs on its
-own). One that is missing or fails is a row saying so, not a crash. The table looks like::
+bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py, bench/collector_overhead.py,
+bench/dashboard_scale.py, bench/live_view.py and bench/distributed_master.py (bench/own_memory.py,
+an hour long, runs on its own). One that is missing or fails is a row saying so, not a crash. The
+table looks like::
 
     figure                                      measured                                            goal            result
     generator CPU per attempt, tts / bare user  1.06x (357 vs 337 us; pairs 1.09, 1.06, 0.94)       <= 1.0x         FAIL
@@ -142,6 +143,23 @@ def session_cost(quick: bool) -> list[Row]:
     return rows
 
 
+def grpc_cost(quick: bool) -> list[Row]:
+    out, why = _run("grpc_cost.py", ["--json", "--step-time", "8" if quick else "10"])
+    if out is None:
+        return _broken("gRPC chunk arrival error at 256 streams", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    rows = []
+    for s in m["rows"]:
+        gated = s["streams"] == m["goal_streams"] and s["client"] == "tts-knee"
+        rows.append(Row(f"gRPC chunk arrival error p50 / p95, {s['client']} at {s['streams']} streams",
+                        f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks)",
+                        f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-", s["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+        if s["cpu_us_per_chunk"] is not None:
+            rows.append(Row(f"  client CPU per chunk, {s['client']} at {s['streams']} streams",
+                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s)"))
+    return rows
+
+
 _COLLECTOR_LINE = re.compile(r"collector process at (\d+) Hz.*?([\d.]+)% of a core")
 
 
@@ -219,8 +237,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller dashboard run")
     args = parser.parse_args()
     rows: list[Row] = []
-    for bench in (generator_cost, client_overhead, stream_cost, session_cost, collector_overhead, dashboard_scale,
-                  live_view, distributed_master):
+    for bench in (generator_cost, client_overhead, stream_cost, session_cost, grpc_cost, collector_overhead,
+                  dashboard_scale, live_view, distributed_master):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]
     header = ("figure", "measured", "goal", "result")

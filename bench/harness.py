@@ -17,20 +17,24 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = Path(sys.executable).with_name("locust")
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 
 
 @contextlib.contextmanager
-def simulator(*knobs: str):
-    """``python -m testbed.sim --port 0 KNOBS``; yields its base URL and its psutil.Process."""
+def simulator(*knobs: str, scheme: str = "http"):
+    """``python -m testbed.sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
+    ``--grpc-port`` serves) and its psutil.Process."""
     proc = subprocess.Popen([sys.executable, "-m", "testbed.sim", "--port", "0", *knobs], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
-        line = proc.stdout.readline()
-        m = _LISTENING.search(line)
-        if not m:
-            raise RuntimeError(f"the simulator did not start: {line!r}")
+        for _ in range(2):   # one line per protocol served, HTTP's first
+            line = proc.stdout.readline()
+            m = _LISTENING.search(line)
+            if not m:
+                raise RuntimeError(f"the simulator did not start: {line!r}")
+            if m.group(2) == scheme:
+                break
         yield m.group(1), psutil.Process(proc.pid)
     finally:
         proc.terminate()

@@ -100,7 +100,7 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
             continue
         entry = sent.get(attempt["id"])
         if entry and attempt["at"]:
-            floor_errors += _matched(attempt["at"], attempt["audio_ms"], entry)
+            floor_errors += matched(attempt["at"], attempt["audio_ms"], entry)
     return {"format": fmt, "streams": streams, "attempts": len(records), "chunks_per_s": chunks_per_s,
             "floor_p50_ms": percentile(floor_errors, 0.5) if floor_errors else None,
             "floor_p95_ms": percentile(floor_errors, 0.95) if floor_errors else None,
@@ -120,10 +120,10 @@ def arrivals_in(records: list[dict], start: float, seconds: float) -> float:
 
 def chunk_errors(rec: dict, entry: dict) -> list[float]:
     """Client arrival minus server send (ms) for each audio write of one attempt."""
-    return _matched([rec["t0"] + ms / 1000.0 for ms in rec["chunk_at_ms"]], rec["chunk_audio_ms"], entry)
+    return matched([rec["t0"] + ms / 1000.0 for ms in rec["chunk_at_ms"]], rec["chunk_audio_ms"], entry)
 
 
-def _matched(at: list[float], got: list[float], entry: dict) -> list[float]:
+def matched(at: list[float], got: list[float], entry: dict) -> list[float]:
     """Each server write matched to the arrival that completed its audio: arrival - send, ms."""
     out, ci, have, sent_audio = [], 0, got[0], 0.0
     for when, ms in zip(entry["sent"], entry["audio_ms"]):

@@ -5,7 +5,7 @@ and curves (:mod:`dashboard.by_concurrency`, or :mod:`dashboard.by_rate` for an 
 the SLO and the baseline (:mod:`dashboard.slo_verdicts`, :mod:`dashboard.baseline`), a soak's
 drift (:mod:`dashboard.soak`), stream
 health for a streamed run, audio integrity, the timeline, the server's own metrics, and the
-per-step breakdowns.
+per-step breakdowns; a streamed run also gets Riva's figures (:mod:`dashboard.riva_figures`).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from runformat.reader import RunDir
 from . import breakdown, by_concurrency, by_rate, by_voices
 from .baseline import regression_html
 from .kit import esc, fig_html, is_open_loop, is_streamed, is_voice_sweep, page
+from .riva_figures import riva_html
 from .server_series import server_section
 from .slo_verdicts import slo_html
 from .soak import soak_html
@@ -81,7 +82,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
             + soak_html(summary)
-            + f"{stream}{breakdown.integrity_html(summary)}"
+            + f"{stream}{riva_html(summary)}{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"

@@ -1,7 +1,8 @@
 """The step table, one row per executed step (latencies in ms), as the terminal prints it with the
 verdict (``python -m dashboard``) and as ``report.html`` shows it; an open-loop run's table has
 its own columns, in requests per second (:data:`RATE_COLUMNS`); a voice sweep's adds the number
-of distinct voices after the concurrency."""
+of distinct voices after the concurrency. A streamed run also gets the figures NVIDIA's
+riva_tts_perf_client prints, per step (:data:`RIVA_COLUMNS`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,15 @@ from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
-STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%")  # after "ttfb p50" in a streamed run's table
+STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%", "rtfx")  # after "ttfb p50" in a streamed run's table
 TAIL_COLUMN = "tail p95"   # after them where the text went in pieces: the wait once the text is complete
+#: riva_tts_perf_client's figures: first audio and chunk latency (ms) and RTFX, per step.
+RIVA_COLUMNS = ("step", "conc", "streams", "first audio avg", "p90", "p95", "p99", "chunk avg", "p90", "p95", "p99",
+                "RTFX")
+RIVA_NOTE = ("As riva_tts_perf_client prints them, in ms: first audio from sending to the first audio "
+             "message, chunk latency between consecutive audio messages of a stream, each pooled over the "
+             "step's streams (avg the mean; pNN sorted[int(q n)], no interpolation); RTFX: audio seconds "
+             "delivered per wall second.")
 
 
 def _has_tail(summary: dict) -> bool:
@@ -47,11 +55,32 @@ def table_rows(summary: dict) -> list[list[str]]:
             fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
             fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
             fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
-            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(None if under is None else 100 * under, "{:.1f}")]
+            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(None if under is None else 100 * under, "{:.1f}"),
+                fmt(s.get("rtfx"), "{:.2f}")]
                if streamed else [])
             + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
             + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))])
     return rows
+
+
+def riva_rows(summary: dict) -> list[list[str]]:
+    """One row of :data:`RIVA_COLUMNS` per executed step of a streamed run (none otherwise)."""
+    if not is_streamed(summary):
+        return []
+    rows = []
+    for s in summary["steps"]:
+        riva = s.get("riva") or {}
+        first, chunk = riva.get("first_audio_ms") or {}, riva.get("chunk_ms") or {}
+        rows.append([str(s["step"]), str(s["concurrency"]), fmt(first.get("count"))]
+                    + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
+                    + [fmt(chunk.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
+                    + [fmt(s.get("rtfx"), "{:.2f}")])
+    return rows
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
 
 
 def _slo_lines(summary: dict) -> list[str]:
@@ -95,11 +124,11 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if open_loop:
         lines += _rate_lines(summary)
     else:
-        cols = table_columns(summary)
-        rows = [list(cols)] + table_rows(summary)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-        for r in rows:
-            lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        lines += _aligned([list(table_columns(summary))] + table_rows(summary))
+        riva = riva_rows(summary)
+        if riva:
+            lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
+            lines += _aligned([list(RIVA_COLUMNS)] + riva)
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
@@ -183,9 +212,7 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
 
 def _rate_lines(summary: dict) -> list[str]:
     """The terminal's step table and verdict of an open-loop run."""
-    rows = [list(RATE_COLUMNS)] + rate_table_rows(summary)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(RATE_COLUMNS))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    lines = _aligned([list(RATE_COLUMNS)] + rate_table_rows(summary))
     knee = summary["knee"]
     lines.append("knee: none found" if knee["rate"] is None else
                  f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})")

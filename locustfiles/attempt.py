@@ -201,7 +201,8 @@ class Caller:
                         rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
             elif answer.retry_after_raw is not None:
                 rec["retry_after_raw"] = answer.retry_after_raw
-                rec["retry_after_s"] = parse_retry_after(answer.retry_after_raw, wall())
+                rec["retry_after_s"] = answer.retry_after_s if answer.retry_after_s is not None \
+                    else parse_retry_after(answer.retry_after_raw, wall())
         elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
         return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut
 

@@ -17,6 +17,9 @@ A transport feeds a body, block by block with each block's arrival time, to the 
 - ``text/event-stream``: OpenAI's ``speech.audio.delta`` events with base64 PCM16 (and the
   variants servers send), framed per the WHATWG server-sent-events rules.
 
+A protocol that frames audio itself (gRPC's messages of raw PCM) adds each message's audio to
+:class:`PcmPieces` instead.
+
 Each parser reports arrivals to a sink's ``add(at, ms)`` (ms None: a duration it cannot
 know); nothing here reads the clock itself. :func:`check_audio` judges a whole body. A body
 that cannot be the stream it claims raises :class:`StreamError`, one that is not the audio it
@@ -471,6 +474,40 @@ class PcmStream:
 
     def finish(self) -> None:
         pass
+
+
+class PcmPieces:
+    """Raw PCM16 mono that a protocol delivers one message at a time (gRPC's LINEAR_PCM): each
+    piece is timed whole as it is added. Raw PCM names no format, so a server that sends a WAV,
+    Ogg, FLAC or MP3 file (or text) where raw PCM was asked for is told by the first piece's
+    first bytes; :meth:`audio` is what to write, as a WAV."""
+
+    def __init__(self, rate: int):
+        self.rate = rate
+        self.pieces: list[bytes] = []
+        self.bytes = 0
+
+    def add(self, piece: bytes) -> float:
+        """Take the next piece; returns the ms of audio it holds. Raises StreamError for a
+        first piece that is a container or text, not raw samples."""
+        if not self.bytes and piece:
+            kind = "WAV" if piece[:4] == b"RIFF" else next(
+                (fmt.upper() for magic, fmt in _MAGIC.items() if piece.startswith(magic)), None)
+            if kind is None and looks_textual(piece):
+                kind = f"text ({_snippet(piece)!r})"
+            if kind is not None:
+                raise StreamError(f"the audio is {kind}, not the raw 16-bit PCM (LINEAR_PCM) asked for")
+        self.pieces.append(piece)
+        self.bytes += len(piece)
+        return len(piece) / 2 / self.rate * 1000.0
+
+    def audio(self) -> tuple[list, Audio]:
+        """The pieces as a WAV (header first, as buffers) and what it is; AudioError for an odd
+        byte count (not 16-bit samples)."""
+        if self.bytes % 2:
+            raise AudioError(f"LINEAR_PCM audio of {self.bytes} bytes, an odd number: not 16-bit samples")
+        return ([wav_header(self.bytes, self.rate, 1, 2), *self.pieces],
+                Audio("wav", self.bytes / (2 * self.rate), self.rate, 1, 2, 44, self.bytes))
 
 
 class WavStream:

@@ -46,7 +46,7 @@ from analysis import openloop
 from analysis import slo as slo_mod
 from analysis import voices as voice_sweep
 from analysis.levels import levels as pool_levels
-from runformat.reader import TTFA_FLOOR_MS, Attempts, RunDir
+from runformat.reader import TTFA_FLOOR_MS, RunDir
 from analysis.steps import step_stats
 
 __all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
@@ -402,7 +402,8 @@ class StepReader:
         streamed run too, however late they ended. A rate step (``step`` with its ``rate`` and
         ``dropped``) gets its open-loop figures too."""
         self.rundir.refresh()
-        a = _subset(self.rundir.requests.attempts(), self.rundir.requests.attempts()["t0"] < cutoff)  # NaN: out
+        a = self.rundir.requests.attempts()
+        a = a.subset(a["t0"] < cutoff)   # NaN (no t0) is left out
         # Every stream sent before the cut-off counts: the load stayed at this step's level
         # until they ended (the shape waits for them), so none heard the next step's.
         entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff,
@@ -427,11 +428,7 @@ class StepReader:
         keep = np.isfinite(a["t0"])
         for num, (_, cutoff) in self._judged.items():
             keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
-        return pool_levels(_subset(a, keep), [st for st, _ in self._judged.values()], self.rundir.resources,
+        return pool_levels(a.subset(keep), [st for st, _ in self._judged.values()], self.rundir.resources,
                            settle_s, key=self.axis.key, figures=openloop.level_figures if self.axis.open_loop else None,
                            roles=self.roles)
 
-
-def _subset(a: Attempts, keep) -> Attempts:
-    return Attempts({k: v[keep] for k, v in a.cols.items()}, {k: v[keep] for k, v in a.stages.items()},
-                    a.errors, a.texts, a.tiers, voices=a.voices, languages=a.languages)

@@ -6,6 +6,8 @@ import logging
 
 import gevent
 
+from runformat import grpc_codes
+
 from .clock import wall
 from .transports import Answered, Ended, TransportError, transport_for
 from .voices import ask_for
@@ -23,7 +25,7 @@ def preflight(s) -> dict:
     transport = transport_for(s)
     target = s.target
     shape = f"--tts-api {s.api}" if s.protocol == "http" else \
-        f"--tts-preset {s.preset_source}" if s.protocol == "ws" else "--tts-protocol wyoming"
+        f"--tts-preset {s.preset_source}" if s.protocol in ("ws", "grpc") else "--tts-protocol wyoming"
     answer = ended = None
     try:
         with gevent.Timeout(s.request_timeout_s):
@@ -40,20 +42,22 @@ def preflight(s) -> dict:
         return out
     finally:
         transport.close()
-    status, code = answer.status, answer.http_status   # judged as HTTP, quoted as the protocol said
+    status = answer.status   # judged as the HTTP status it amounts to, quoted as the protocol said
+    code = grpc_codes.AS_HTTP.get(status, answer.http_status) if isinstance(status, str) else answer.http_status
     out.update(status=status, ms=round((wall() - start) * 1000, 1))
-    if answer.ok:
-        if ended.audio is None:
-            out["message"] = (f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, "
-                              f"and is {shape} right?")
-            return out
+    if answer.ok and ended.audio is not None:
         out["ok"] = True
+        return out
+    if answer.ok and (code is None or code < 300):
+        out["message"] = (f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, "
+                          f"and is {shape} right?")
         return out
     # the body's first words where the answer has one, else how the transport put the refusal
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
     if code in (404, 405, 501):
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
-            f"--tts-path and --tts-api (now {s.api})" if s.protocol == "http" else f"{shape} and -H")
+            f"--tts-path and --tts-api (now {s.api})" if s.protocol == "http" else
+            f"--tts-path and --tts-preset (now {s.preset_source})" if s.protocol == "grpc" else f"{shape} and -H")
     elif code in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"
     elif code is None or code < 500 and code != 429:

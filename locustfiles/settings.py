@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from analysis import slo as slo_mod
 from runformat import options as run_options
 from runformat.fields import Builder
+from runformat.grpc_codes import CODES as GRPC_CODES
 from runformat.metric_roles import parse_roles
 from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
                                DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, PROTOCOLS,
@@ -118,6 +119,9 @@ class Settings:
     voice_upload: bool
     server_stats: tuple
     voice_steps: tuple         # numbers of distinct voices, one per step; (): not a voice sweep
+    # gRPC
+    grpc_preset: dict | None = None   # --tts-protocol grpc: the --tts-preset file's content
+    language: str = ""
 
     @property
     def mode(self) -> str:
@@ -161,7 +165,7 @@ class Settings:
             "refine_to": self.refine_to_text if self.rates else None,
             "drain_time": self.drain_s, "server_roles": list(self.server_roles),
             "tts_protocol": self.protocol, "tts_preset": self.preset_source or None, "turns": self.turns,
-            "think_time": self.think_time_s, "contexts": self.contexts,
+            "think_time": self.think_time_s, "contexts": self.contexts, "tts_language": self.language or None,
             "soak": self.soak_s,
             "tts_form": self.form, "voices": [v.name for v in self.voices], "voice_mix": self.voice_mix,
             "voice_seed": self.voice_seed if self.voices else None, "voice_upload": self.voice_upload,
@@ -236,12 +240,13 @@ def _retry_on(raw) -> frozenset:
     for tok in str(raw).replace(" ", "").split(","):
         if not tok:
             continue
-        if tok == CONNECTION_ERROR:
+        if tok == CONNECTION_ERROR or tok in GRPC_CODES:
             out.add(tok)
         elif tok.isdigit() and 100 <= int(tok) <= 599:
             out.add(int(tok))
         else:
-            raise SettingsError(f"--retry-on takes HTTP statuses and `{CONNECTION_ERROR}`, got {tok!r}")
+            raise SettingsError(f"--retry-on takes HTTP statuses, gRPC code names (UNAVAILABLE …) and "
+                                f"`{CONNECTION_ERROR}`, got {tok!r}")
     return frozenset(out)
 
 
@@ -369,8 +374,12 @@ def _target(host: str | None, protocol) -> str:
     if protocol == "wyoming":
         if parts.scheme != "tcp" or not parts.hostname or port is None:
             raise SettingsError(f"--tts-protocol wyoming takes -H tcp://HOST:PORT, got {host!r}")
+    elif protocol == "grpc":
+        if parts.scheme != "grpc" or not parts.hostname or port is None or parts.path not in ("", "/"):
+            raise SettingsError(f"--host must be grpc://HOST:PORT with --tts-protocol grpc, got {host!r}")
     elif parts.scheme not in PROTOCOLS[protocol] or not parts.hostname:
-        hint = " (tcp:// is for --tts-protocol wyoming)" if parts.scheme == "tcp" else ""
+        hint = {"tcp": " (tcp:// is for --tts-protocol wyoming)",
+                "grpc": "; a gRPC server needs --tts-protocol grpc"}.get(parts.scheme, "")
         raise SettingsError(f"--host must be a base URL like http://127.0.0.1:8300, got {host!r}{hint}")
     return host.rstrip("/")
 
@@ -379,7 +388,9 @@ def _sessions(o, protocol: str, rates: tuple) -> tuple:
     """``(preset, turns, think time, contexts)`` of --tts-preset, --turns, --think-time, --contexts."""
     preset = None
     source = str(o.tts_preset or "").strip()
-    if source:
+    if source and protocol != "grpc":   # a gRPC service's preset is _grpc's to read
+        if source in ("riva", "triton") or source.endswith(".json"):
+            raise SettingsError(f"--tts-preset {source} is a gRPC service's preset: add --tts-protocol grpc")
         try:
             preset = presets.load(source)
         except presets.PresetError as e:
@@ -413,10 +424,11 @@ def from_options(options, host: str | None) -> Settings:
     o = options
     protocol = o.tts_protocol
     host = _target(host, protocol)
+    grpc = _grpc(o, host) if protocol == "grpc" else {}
     api = o.tts_api
     if api not in APIS:
         raise SettingsError(f"--tts-api must be one of {', '.join(sorted(APIS))}, got {api!r}")
-    path = o.tts_path or APIS[api]
+    path = o.tts_path or grpc.get("path") or APIS[api]
     if not path.startswith("/"):
         raise SettingsError(f"--tts-path must start with /, got {path!r}")
     fmt = str(o.tts_format).lower()
@@ -497,8 +509,9 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError("--voice-upload registers the reference clips of --voices: give it a .jsonl file "
                             "whose voices have ref_audio")
     s = Settings(
-        host=host, api=api, path=path, model=o.tts_model, voice=voice, format=fmt,
-        stream=bool(o.tts_stream) or bool(stream_format) or protocol != "http", stream_format=stream_format,
+        host=host, api=api, path=path, model=grpc.get("model", o.tts_model), voice=grpc.get("voice", voice),
+        format=fmt, stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming")
+        or grpc.get("stream", False), stream_format=stream_format,
         playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
         ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True), template=template,
         pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
@@ -524,9 +537,38 @@ def from_options(options, host: str | None) -> Settings:
         form=form, voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed,
         voice_upload=bool(o.voice_upload),
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
+        grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
-        raise SettingsError(f"--tts-protocol {protocol} speaks one voice a session (--tts-voice): --voices, "
+        raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
                             f"--tts-form and voices named in the corpus are for HTTP requests")
     _check_asks(s)
     return s
+
+
+def _grpc(o, host: str) -> dict:
+    """What --tts-protocol grpc adds to the settings: the preset, the method called, and the
+    voice, model and language the preset fills where the options were left at their defaults."""
+    from .transports import grpc   # only gRPC runs need h2 and the published protos
+    if not o.tts_preset:
+        raise SettingsError("--tts-protocol grpc needs --tts-preset: riva, triton, or a preset file")
+    try:
+        preset, name = grpc.load_preset(o.tts_preset)
+    except grpc.PresetError as e:
+        raise SettingsError(str(e)) from None
+    if o.tts_stream_format:
+        raise SettingsError("--tts-stream-format is for HTTP; a gRPC stream is asked for with --tts-stream")
+    defaults = run_options.DEFAULTS
+    out = {"preset": preset, "language": o.tts_language or preset.get("language", "")}
+    if preset["service"] == "riva":
+        if o.tts_voice == defaults["tts_voice"]:
+            out["voice"] = preset.get("voice", "")
+    else:
+        if o.tts_model == defaults["tts_model"]:
+            out["model"] = preset["model"]
+        if o.tts_stream and not preset.get("decoupled"):
+            raise SettingsError(f"--tts-stream needs a decoupled Triton model; --tts-preset {name} says "
+                                f"\"decoupled\": false, so its answers are whole")
+        out["stream"] = bool(preset.get("decoupled"))
+    out["path"] = grpc.method_path(preset, bool(o.tts_stream) or out.get("stream", False))
+    return out

@@ -10,7 +10,9 @@ The names are the servers' own (their docs and source):
   ``vllm:gpu_cache_usage_perc`` (before v0.9) / ``vllm:kv_cache_usage_perc`` (a 0-1 ratio
   despite the name).
 - Triton: ``nv_inference_pending_request_count``; batch size is inferences per model execution,
-  ``nv_inference_count`` / ``nv_inference_exec_count`` (both counters, so their rates).
+  ``nv_inference_count`` / ``nv_inference_exec_count`` (both counters, so their rates); the
+  time a request waited in its queue, ``nv_inference_queue_duration_us`` /
+  ``nv_inference_request_success`` (ms per request, ``queue_ms``).
 - SGLang: ``sglang:num_queue_reqs``, ``sglang:num_running_reqs``, ``sglang:token_usage``.
 - TGI: ``tgi_queue_size``, ``tgi_batch_current_size``.
 - Any other server following vLLM's pattern (``PREFIX:num_requests_waiting`` /
@@ -31,7 +33,7 @@ no role; they still go on the timeline.
 """
 from __future__ import annotations
 
-ROLES = ("queue_depth", "running", "batch_size", "kv_cache_usage", "voice_cache_hits", "voice_cache_misses",
+ROLES = ("queue_depth", "running", "batch_size", "kv_cache_usage", "queue_ms", "voice_cache_hits", "voice_cache_misses",
          "voice_cache_evictions")
 
 FAMILIES: dict[str, str] = {
@@ -62,9 +64,11 @@ ENDINGS: dict[str, str] = {
     "_requests_running": "running",
 }
 _SERVERS = {"vllm:": "vLLM", "nv_inference_": "Triton", "sglang:": "SGLang", "tgi_": "TGI"}
-# Triton's batch size: the ratio of two counters' rates, (numerator, denominator).
-RATIOS: dict[str, tuple[str, str]] = {
-    "batch_size": ("nv_inference_count", "nv_inference_exec_count"),
+# Triton's batch size and queue time: the ratio of two counters' rates, (numerator, denominator,
+# the factor to the role's unit).
+RATIOS: dict[str, tuple[str, str, float]] = {
+    "batch_size": ("nv_inference_count", "nv_inference_exec_count", 1.0),
+    "queue_ms": ("nv_inference_queue_duration_us", "nv_inference_request_success", 0.001),
 }
 _MAX_ROLES = ("kv_cache_usage",)  # a ratio: the fullest cache, not a sum
 
@@ -102,7 +106,7 @@ def role_of(family: str, custom: dict[str, str] | None = None) -> str | None:
     for suffix, role in (*SUFFIXES.items(), *ENDINGS.items()):
         if family.endswith(suffix):
             return role
-    for role, (num, den) in RATIOS.items():
+    for role, (num, den, _) in RATIOS.items():
         if family in (num, den):
             return role
     return None
@@ -141,8 +145,8 @@ def roles(metrics: dict | None, custom: dict[str, str] | None = None) -> dict[st
         if role is None or role in out or (family not in (custom or {}) and any(family in p for p in RATIOS.values())):
             continue
         out[role] = (family, max(values) if role in _MAX_ROLES else sum(values))
-    for role, (num, den) in RATIOS.items():
+    for role, (num, den, factor) in RATIOS.items():
         n, d = by_family.get(num), by_family.get(den)
         if role not in out and n and d and sum(d) > 0:
-            out[role] = (f"{num}/{den}", sum(n) / sum(d))
+            out[role] = (f"{num}/{den}", factor * sum(n) / sum(d))
     return out

@@ -32,7 +32,7 @@ APIS = {"openai": "/v1/audio/speech", "piper": "/synthesize", "json": "/tts"}
 FORMATS = ("wav", "pcm", "mp3", "opus", "aac", "flac")
 #: --tts-stream-format: none, server-sent events, or raw audio.
 STREAM_FORMATS = ("", "sse", "audio")
-#: What --retry-on takes beside HTTP statuses: connection errors (no status at all).
+#: What --retry-on takes beside HTTP statuses (and gRPC code names): connection errors (no status at all).
 CONNECTION_ERROR = "conn"
 #: --flush: after each sentence (where the protocol has a flush message), or only at the end.
 FLUSH_MODES = ("sentence", "end")
@@ -44,7 +44,8 @@ CUT_BY_RUN_END = "cut_by_run_end"
 #: DRAIN_MAX_S (a master waits 60 s for its workers to stop, their drain included).
 DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S = 30.0, 50.0
 #: --tts-protocol: what carries an utterance, and the -H schemes each takes.
-PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "wyoming": ("tcp",)}
+PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "wyoming": ("tcp",),
+             "grpc": ("grpc",)}
 #: The shortest --soak: time for enough windows to tell a trend from noise.
 SOAK_MIN_S = 60.0
 #: Where the master and the collector both find the collectors' token, off the command line.
@@ -106,11 +107,14 @@ OPTIONS: tuple[Option, ...] = (
     # Sessions: protocols that keep a connection open and take the text in pieces (voice agents).
     _O("--tts-protocol", "tts_protocol", "", "http",
        "What carries an utterance: an HTTP request (-H http://...), a WebSocket session in a preset's "
-       "dialect (-H http://..., see --tts-preset) or Wyoming over TCP (-H tcp://host:port) "
-       "(default {default}).", choices=tuple(PROTOCOLS)),
+       "dialect (-H http://..., see --tts-preset), Wyoming over TCP (-H tcp://host:port) or a gRPC call "
+       "(-H grpc://host:port, see --tts-preset) (default {default}).", choices=tuple(PROTOCOLS)),
     _O("--tts-preset", "tts_preset", "", "",
-       "The WebSocket dialect: a preset tts-knee ships (vllm-omni, elevenlabs, elevenlabs-multi, deepgram, "
-       "cartesia) or a .toml file of your own (default: none; --tts-protocol ws needs one)."),
+       "ws: the WebSocket dialect, a preset tts-knee ships (vllm-omni, elevenlabs, elevenlabs-multi, deepgram, "
+       "cartesia) or a .toml file of your own; grpc: riva (Riva's Synthesize, SynthesizeOnline with "
+       "--tts-stream), triton (a Triton model) or a .json preset file, whose voice, model and language "
+       "--tts-voice, --tts-model and --tts-language left at their defaults take (default: none; ws and grpc "
+       "need one)."),
     _O("--turns", "turns", "count", 0,
        "Utterances per conversation: a user closes its session after this many and opens a new one "
        "(default 0: one session for as long as the user runs; a preset that does not reuse its connection "
@@ -124,6 +128,9 @@ OPTIONS: tuple[Option, ...] = (
        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).'),
     _O("--tts-sample-rate", None, "Hz", 24000,
        "Sample rate of raw PCM responses and of SSE audio events, in Hz (default {default}).", int),
+    # gRPC: NVIDIA Riva's speech synthesis and Triton models (-H grpc://host:port, --tts-preset)
+    _O("--tts-language", "tts_language", "", "",
+       "riva: the request's language_code (default: the preset's, en-US)."),
     _O("--texts", "texts", "", "",
        "Corpus: .txt (one text per line) or .jsonl (text, id, tier) (default: the bundled "
        "configs/texts/default.jsonl); run.json records the file read."),
@@ -160,8 +167,9 @@ OPTIONS: tuple[Option, ...] = (
        "First backoff in ms; doubles per attempt (default {default}).", float),
     _O("--retry-max-ms", "retry_max_ms", "ms", 2000.0, "Longest backoff in ms (default {default}).", float),
     _O("--retry-on", "retry_on", "", "429,500,502,503,504",
-       f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors "
-       f"(default {{default}}); run.json records them as a sorted list."),
+       f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors, gRPC code "
+       f"names for gRPC (RESOURCE_EXHAUSTED and UNAVAILABLE count as 429 and 503) (default {{default}}); "
+       f"run.json records them as a sorted list."),
     _O("--retry-after-cap", "retry_after_cap", "s", 60.0,
        "Longest Retry-After honoured, in seconds (default {default}).", float),
     _O("--request-timeout", "request_timeout", "s", 120.0,

@@ -14,7 +14,14 @@ float columns like the others; a value that is not a finite number >= 0 (or, for
 a whole number) is NaN.  The per-chunk lists ``chunk_at_ms`` / ``chunk_audio_ms`` are not kept:
 each row remembers its line's byte offset in ``requests.jsonl`` and how many chunk entries it
 carried (``chunk_n``, -1 when the lists are missing or do not match), and
-:meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.
+:meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.  What is kept of them is
+the gaps between consecutive arrivals (:attr:`Attempts.gaps`, ``gap_n`` per row), which the
+step's pooled chunk latencies need.
+
+``status`` is an HTTP status or, for a gRPC attempt, the code's name: the ``status`` column is
+then the HTTP status that code amounts to (:data:`runformat.grpc_codes.AS_HTTP`), so throttling
+counts alike, and ``status_name`` codes the name into :attr:`Attempts.statuses` (-1 for a
+number or none).
 
 Field names and the format come from :mod:`runformat`. It reads run directories of format
 versions 1 and 2 (``run.json``'s ``format_version``; none means 1); one of a later version is
@@ -41,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 import runformat
+from runformat.grpc_codes import AS_HTTP as GRPC_AS_HTTP
 from runformat.options import DEFAULTS as OPTION_DEFAULTS
 
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
@@ -269,7 +277,8 @@ class Attempts:
     Times: ``t0`` is when the attempt was sent and ``tend`` when it was done (``t3``, else
     ``t2``, else ``t0 + wait_ms``), both unix seconds on the master's clock.  ``e2e_ms`` is set
     on final attempts only: first attempt's ``t0`` to this attempt's ``tend`` (attempts plus
-    backoff plus the client's write), NaN elsewhere.
+    backoff plus the client's write), NaN elsewhere.  ``gaps`` holds every row's gaps between
+    consecutive chunk arrivals (ms), in row order, ``gap_n`` of them per row.
     """
 
     cols: dict[str, np.ndarray]
@@ -277,6 +286,8 @@ class Attempts:
     errors: list[str]
     texts: list[str]
     tiers: list[str]
+    statuses: list[str] = field(default_factory=list)  # the gRPC code names ``status_name`` codes
+    gaps: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
     memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
     voices: list[str] = field(default_factory=list)      # the codes of ``voice`` (-1: none named)
     languages: list[str] = field(default_factory=list)   # the codes of ``language``
@@ -289,6 +300,16 @@ class Attempts:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name]
+
+    def gaps_of(self, rows: np.ndarray) -> np.ndarray:
+        """The chunk gaps (ms) of the rows ``rows`` (a mask) selects, pooled."""
+        return self.gaps[np.repeat(rows, self.cols["gap_n"])]
+
+    def subset(self, keep: np.ndarray) -> "Attempts":
+        """The rows ``keep`` (a mask) selects, as columns of their own."""
+        return Attempts({k: v[keep] for k, v in self.cols.items()}, {k: v[keep] for k, v in self.stages.items()},
+                        self.errors, self.texts, self.tiers, voices=self.voices, languages=self.languages,
+                        statuses=self.statuses, gaps=self.gaps_of(keep))
 
 
 class _Growing:
@@ -347,12 +368,14 @@ class RequestLog:
         self.incomplete_last_line = False
         self._cols = _Growing()
         self._stages = _Growing()
+        self._gap_values = _Growing()   # every row's gaps between chunk arrivals, laid end to end
         self._rows = 0
         self.errors = _Labels()
         self.texts = _Labels()
         self.tiers = _Labels(cap=32)
         self.voices = _Labels()
         self.languages = _Labels(cap=MAX_LANGUAGES)
+        self.statuses = _Labels(cap=64)
         self.stage_names: list[str] = []
         self._first_t0: dict[str, float] = {}  # req_id -> t0 of attempt 1, for retried requests
         self._pending: list[tuple[int, str]] = []  # (row, req_id) of final attempts > 1 whose attempt 1 is unread
@@ -430,6 +453,10 @@ class RequestLog:
         n = t.num_rows
         if n != len(starts):  # two objects on one line
             return False
+        names = None  # gRPC code names, read apart from the numeric columns
+        if "status" in t.column_names and pa.types.is_string(t.column("status").type):
+            names = t.column("status").to_pylist()
+            t = t.drop_columns(["status"])
         cols = _arrow_columns(t)
         if cols is None:
             return False
@@ -444,8 +471,12 @@ class RequestLog:
             return cols[name].to_numpy().astype(float)  # a writable copy
 
         chunk = {k: _as_column(floats(k), kind) for k, kind in _COLUMNS.items()}
+        chunk["status"], chunk["status_name"] = self._status_columns(names, chunk["status"])
         lens = [pc.list_value_length(cols[k]).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
         chunk_n = np.where(lens[0] == lens[1], lens[0], -1)
+        at = cols[_CHUNK_LISTS[0]].combine_chunks()
+        gap_n, gaps = _gaps(pc.list_flatten(at).to_numpy(zero_copy_only=False).astype(float),
+                            np.maximum(lens[0], 0), chunk_n)
         req_ids = t.column("req_id") if "req_id" in t.column_names else None
         self._add(chunk, [_as_column(floats(k)) for k in _END_TIMES],
                   final=cols["final"].fill_null(True).to_numpy(zero_copy_only=False),
@@ -456,10 +487,20 @@ class RequestLog:
                   tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
                   voice=self.voices.codes_of_arrow(cols["voice"]),
                   language=self.languages.codes_of_arrow(cols["language"], dtype=np.int16),
-                  offsets=base + starts, chunk_n=chunk_n,
+                  offsets=base + starts, chunk_n=chunk_n, gap_n=gap_n, gaps=gaps,
                   req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
                   stages=self._register_stages(stages))
         return True
+
+    def _status_columns(self, names: list | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``status``, ``status_name``) of a block: ``names`` the records' raw ``status`` values
+        where some are strings, else None; ``numbers`` is the column read as numbers. A string that
+        is no gRPC code name reads as a number, as before (``"200"``)."""
+        if names is None:
+            return numbers, np.full(len(numbers), -1, dtype=np.int16)
+        grpc = [v if type(v) is str and v in GRPC_AS_HTTP else None for v in names]
+        as_http = [v if g is None else GRPC_AS_HTTP[g] for v, g in zip(names, grpc)]
+        return _column(as_http, INT), self.statuses.codes_of(grpc, dtype=np.int16)
 
     def _parse(self, lines: list[bytes], base: int) -> None:
         """Parse complete lines one by one; ``base`` is the byte offset of the first one.
@@ -492,6 +533,12 @@ class RequestLog:
         if not recs:
             return
         chunk = {k: _column([r.get(k) for r in recs], kind) for k, kind in _COLUMNS.items()}
+        chunk["status"], chunk["status_name"] = self._status_columns([r.get("status") for r in recs],
+                                                                     chunk["status"])
+        chunk_n = np.array([len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
+                            for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)])
+        lists = [r[_CHUNK_LISTS[0]] if n > 0 else () for r, n in zip(recs, chunk_n)]
+        gap_n, gaps = _gaps(_column([v for ca in lists for v in ca]), np.array([len(x) for x in lists]), chunk_n)
         self._add(chunk, [_column([r.get(k) for r in recs]) for k in _END_TIMES],
                   final=np.array([r.get("final") is not False for r in recs], dtype=bool),
                   ok=np.array([r.get("ok") is True for r in recs], dtype=bool),
@@ -501,15 +548,12 @@ class RequestLog:
                   tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
                   voice=self.voices.codes_of([r.get("voice") for r in recs]),
                   language=self.languages.codes_of([r.get("language") for r in recs], dtype=np.int16),
-                  offsets=np.array(offsets, dtype=np.int64),
-                  chunk_n=np.array(
-                      [len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
-                       for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)]),
+                  offsets=np.array(offsets, dtype=np.int64), chunk_n=chunk_n, gap_n=gap_n, gaps=gaps,
                   req_ids=lambda idx: [recs[i].get("req_id") for i in idx],
                   stages=self._register_stages(_record_stages(recs)))
 
     def _add(self, chunk: dict, end_times: list[np.ndarray], *, final, ok, settled, error, text, tier, voice,
-             language, offsets, chunk_n, req_ids, stages) -> None:
+             language, offsets, chunk_n, gap_n, gaps, req_ids, stages) -> None:
         """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
         row0 = self._rows
         n = len(chunk["t0"])
@@ -524,6 +568,7 @@ class RequestLog:
         chunk["voice"], chunk["language"] = voice, language
         chunk["offset"] = np.asarray(offsets, dtype=np.int64)
         chunk["chunk_n"] = np.asarray(chunk_n, dtype=np.int32)
+        chunk["gap_n"] = gap_n
         # end to end: a request answered at its first attempt from its own t0; a retried one from its
         # first attempt's (usually read before it, else once it is)
         attempt, t0 = chunk["attempt"], chunk["t0"]
@@ -539,6 +584,7 @@ class RequestLog:
                 self._first_t0[str(rid)] = float(t0[i])
         self._cols.append(chunk, n)
         self._stages.append(stages, n)
+        self._gap_values.append({"gap": gaps}, len(gaps))
         self._rows = row0 + n
         if self._pending:
             cols, left = self._cols.view(), []
@@ -571,16 +617,18 @@ class RequestLog:
             cols = {k: np.empty(0, dtype=np.int32 if kind == INT else float) for k, kind in _COLUMNS.items()}
             cols["tend"] = np.empty(0)
             cols["e2e_ms"] = np.empty(0)
-            cols.update({k: np.empty(0, dtype=np.int32) for k in ("error", "text", "chunk_n")})
+            cols.update({k: np.empty(0, dtype=np.int32) for k in ("error", "text", "chunk_n", "gap_n")})
             cols["offset"] = np.empty(0, dtype=np.int64)
             cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
-            cols["tier"] = np.empty(0, dtype=np.int16)
+            cols["tier"] = cols["status_name"] = np.empty(0, dtype=np.int16)
             cols["voice"] = np.empty(0, dtype=np.int32)
             cols["language"] = np.empty(0, dtype=np.int16)
         view = self._stages.view()
         stages = {name: view[name] if name in view else np.full(self._rows, np.nan) for name in self.stage_names}
+        gaps = self._gap_values.view().get("gap", np.empty(0, dtype=np.float32))
         self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names,
-                               voices=self.voices.names, languages=self.languages.names, lasting=self.lasting)
+                               voices=self.voices.names, languages=self.languages.names,
+                               statuses=self.statuses.names, gaps=gaps, lasting=self.lasting)
         return self._cache
 
     def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -606,6 +654,21 @@ class RequestLog:
 
 _RES_SCALARS = tuple(f.name for f in runformat.RESOURCE_SAMPLE
                      if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"))
+
+
+def _gaps(values: np.ndarray, lens: np.ndarray, chunk_n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``gap_n`` per row, the gaps in row order) from the rows' ``chunk_at_ms`` values laid end
+    to end (``lens`` of them per row): the differences between consecutive arrivals of a row
+    whose lists are usable (``chunk_n`` >= 2), a row with a value that is not a number giving none."""
+    row = np.repeat(np.arange(len(lens)), lens)
+    bad = np.zeros(len(lens), dtype=bool)
+    bad[row[~np.isfinite(values)]] = True
+    use = (chunk_n >= 2) & ~bad
+    gap_n = np.where(use, lens - 1, 0).astype(np.int32)
+    if not use.any():
+        return gap_n, np.empty(0, dtype=np.float32)
+    inside = (row[1:] == row[:-1]) & use[row[:-1]]
+    return gap_n, np.diff(values)[inside].astype(np.float32)
 
 
 @contextlib.contextmanager

@@ -43,14 +43,16 @@ ATTEMPT: tuple[Field, ...] = (
     Field("wait_ms", "ms", True, "t2 - t0: server and network"),
     Field("write_ms", "ms", True, "t3 - t2: the client's write"),
     Field("concat_ms", "ms", True, "joining a split text's segments on the client"),
-    Field("status", "", True, "HTTP status; null on a connection error"),
+    Field("status", "", True, "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: "
+                              "runformat.grpc_codes); null on a connection error"),
     Field("ok", "", False, "a 2xx answer carrying valid audio"),
     Field("error", "", True, "why the attempt failed, one line"),
     Field("bytes", "bytes", False, "body bytes read"),
     Field("audio_s", "s", True, "audio duration from the PCM byte count and format"),
     Field("rtf", "", True, "synthesis seconds / audio seconds"),
-    Field("retry_after_s", "s", True, "Retry-After, parsed"),
-    Field("retry_after_raw", "", True, "Retry-After as sent"),
+    Field("retry_after_s", "s", True, "Retry-After (gRPC: the pushback), parsed"),
+    Field("retry_after_raw", "", True, "Retry-After as sent; gRPC: the trailer that said it, as "
+                                       "'grpc-retry-pushback-ms: 1000' or 'retry-after: 1'"),
     Field("server_timing", "ms", True, "Server-Timing: stage name -> ms", of=Keyed("stage name")),
     Field("settled", "", False, "false inside the step's settle (warm-up) window"),
     Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing; from the "
@@ -241,7 +243,7 @@ VERSIONS: tuple[Field, ...] = (
 #: ``preflight``: the warm-up request sent before the run.
 PREFLIGHT: tuple[Field, ...] = (
     Field("ok", "", False, "the target answered like a TTS server (or busy, but a server)"),
-    Field("status", "", True, "HTTP status; null without an answer"),
+    Field("status", "", True, "HTTP status (gRPC: the code name); null without an answer"),
     Field("ms", "ms", True, "its round trip"),
     Field("message", "", True, "why the run cannot start, one sentence"),
 )

@@ -30,6 +30,20 @@ DIST: tuple[Field, ...] = (
 )
 #: The tail of a distribution: ``underrun_ms``, ``gap_max_ms``, ``chunks``.
 TAIL: tuple[Field, ...] = tuple(f for f in DIST if f.name in ("count", "mean", "p95", "max"))
+#: A figure as NVIDIA's riva_tts_perf_client prints it (see ``analysis.steps``).
+RIVA_STATS: tuple[Field, ...] = (
+    _F("count", "count", False, "values pooled"),
+    _F("avg", "ms", False, "the mean"),
+    _F("p90", "ms", False, "sorted[int(0.90 n)], no interpolation"),
+    _F("p95", "ms", False, "sorted[int(0.95 n)]"),
+    _F("p99", "ms", False, "sorted[int(0.99 n)]"),
+)
+#: ``riva``: the perf client's latency figures over a step's streams.
+RIVA: tuple[Field, ...] = (
+    _F("first_audio_ms", "ms", True, "to the first audio (ttfa_ms), pooled over the streams", of=RIVA_STATS),
+    _F("chunk_ms", "ms", True, "between consecutive audio arrivals of a stream, the first excluded, "
+                               "pooled over the streams", of=RIVA_STATS),
+)
 
 #: A step's window: the span its figures are over.
 WINDOW: tuple[Field, ...] = (
@@ -183,8 +197,8 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("attempts_by_number", "count", False, "attempts by their number", of=ATTEMPTS_BY_NUMBER),
     _F("throttled", "count", False, "429 and 503 attempts (and WebSocket closes 1013, try again later)"),
     _F("non_throttle_failures", "count", False, ""),
-    _F("status_counts", "count", False, "attempts by HTTP status ('none': no answer)",
-       of=Keyed("status")),
+    _F("status_counts", "count", False, "attempts by status: the HTTP status, or the gRPC code name "
+                                        "('conn_error': no answer)", of=Keyed("status")),
     _F("retry_after_s", "s", True, "", of=DIST),
     _F("backoff_ms", "ms", True, "", of=DIST),
     _F("streamed", "", False, "the run read its responses as streams"),
@@ -196,6 +210,9 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("gap_max_ms", "ms", True, "", of=TAIL),
     _F("chunks", "count", True, "", of=TAIL),
     _F("tail_ms", "ms", True, "text sent in pieces: the end of the text to the last audio", of=DIST),
+    # Riva's figures, for a team comparing with NVIDIA's riva_tts_perf_client
+    _F("riva", "", True, "streamed: first audio and chunk latency as the perf client prints them", of=RIVA),
+    _F("rtfx", "", True, "audio seconds delivered per wall second (audio_s_per_s, by the perf client's name)"),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
     _F("little", "", True, "Little's law over the window", of=LITTLE),
     _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),

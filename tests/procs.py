@@ -2,7 +2,8 @@
 
 Every server tts-knee ships (the simulator, the collector, the piper launcher, the dashboard's
 live view) prints one line ``listening on http://HOST:PORT`` to stdout once it accepts
-connections, so a test can bind port 0 and learn the real port. Locust runs (headless, or a
+connections (``grpc://`` for a gRPC server; the simulator one per protocol it serves), so a test
+can bind port 0 and learn the real port. Locust runs (headless, or a
 master with its workers) and the dashboard run as the user runs them; every run directory they
 write is held to the run format's declarations (:func:`rundirs.assert_declared`) before the
 test sees it.
@@ -26,7 +27,7 @@ from pathlib import Path
 from rundirs import assert_declared
 
 ROOT = Path(__file__).resolve().parent.parent
-LISTENING = re.compile(r"listening on (http://\S+)")
+LISTENING = re.compile(r"listening on ((?:http|grpc)://\S+)")
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
 
@@ -45,6 +46,17 @@ class Proc:
 
     def output(self) -> str:
         return "".join(self.lines)
+
+    def listening(self, scheme: str, timeout: float = 10) -> str:
+        """The URL of the ``listening on SCHEME://…`` line (the simulator prints one per protocol)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                m = LISTENING.search(line)
+                if m and m.group(1).startswith(f"{scheme}://"):
+                    return m.group(1)
+            time.sleep(0.02)
+        raise RuntimeError(f"no {scheme}:// listening line:\n{self.output()}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
         if self.popen.poll() is None:

@@ -1,7 +1,7 @@
 """The fast requests.jsonl reader (pyarrow by block, orjson by line) against a plain reference:
 ``json.loads`` of every line and the column rules written out value by value. Same columns,
-same labels, same Server-Timing stages, same bad-line count, whichever path a block takes and
-however the file is cut while it is being written."""
+same labels, same Server-Timing stages, same chunk gaps, same gRPC status names, same bad-line
+count, whichever path a block takes and however the file is cut while it is being written."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +20,9 @@ NUMS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf", "
         "text_len", "bytes")
 AMOUNTS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
 COUNTS = ("chunks", "underruns")
-INTS = ("step", "concurrency", "attempt", "status")
+INTS = ("step", "concurrency", "attempt")
+#: gRPC's codes and the HTTP statuses they amount to, written out (not imported from runformat).
+GRPC = {"OK": 200, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503, "INTERNAL": 500, "DEADLINE_EXCEEDED": 504}
 
 
 # The independent reference for rundir._num (not imported: the reader must not be checked against itself).
@@ -46,9 +48,10 @@ def _label(v, names):
 
 def reference(data: bytes) -> dict:
     """Columns of every complete line, the plain way."""
-    cols = {k: [] for k in (*NUMS, *AMOUNTS, *COUNTS, *INTS, "tend", "final", "ok", "settled", "error", "text",
-                            "tier", "offset", "chunk_n")}
-    labels = {"error": [], "text": [], "tier": []}
+    cols = {k: [] for k in (*NUMS, *AMOUNTS, *COUNTS, *INTS, "status", "status_name", "tend", "final", "ok",
+                            "settled", "error", "text", "tier", "offset", "chunk_n", "gap_n")}
+    labels = {"error": [], "text": [], "tier": [], "status": []}
+    gaps: list[float] = []
     stage_rows: dict[str, dict[int, float]] = {}
     bad = pos = 0
     for raw in data.split(b"\n")[:-1]:
@@ -73,6 +76,11 @@ def reference(data: bytes) -> dict:
         for k in INTS:
             f = _num(r.get(k))
             cols[k].append(-1 if f is None else int(f))
+        status = r.get("status")
+        named = isinstance(status, str) and status in GRPC
+        f = GRPC[status] if named else _num(status)
+        cols["status"].append(-1 if f is None else int(f))
+        cols["status_name"].append(_label(status, labels["status"]) if named else -1)
         end = next((x for x in (_num(r.get("t3")), _num(r.get("t2"))) if x is not None), None)
         if end is None and _num(r.get("t0")) is not None and _num(r.get("wait_ms")) is not None:
             end = _num(r["t0"]) + _num(r["wait_ms"]) / 1000.0
@@ -87,6 +95,10 @@ def reference(data: bytes) -> dict:
         ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
         cols["chunk_n"].append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm)
                                else -1)
+        at = [_num(x) for x in ca] if cols["chunk_n"][-1] >= 2 else []
+        usable = at and None not in at
+        cols["gap_n"].append(len(at) - 1 if usable else 0)
+        gaps += [b - a for a, b in zip(at, at[1:])] if usable else []
         st = r.get("server_timing")
         if isinstance(st, dict):
             for name, ms in st.items():
@@ -99,7 +111,7 @@ def reference(data: bytes) -> dict:
     for name, rows in stage_rows.items():
         a = stages[name] = np.full(n, np.nan)
         a[list(rows)] = list(rows.values())
-    return {"cols": out, "labels": labels, "stages": stages, "bad": bad}
+    return {"cols": out, "labels": labels, "stages": stages, "bad": bad, "gaps": np.array(gaps, dtype=np.float32)}
 
 
 def assert_same(log: RequestLog, data: bytes) -> None:
@@ -111,14 +123,17 @@ def assert_same(log: RequestLog, data: bytes) -> None:
         got = a[k].astype(float)
         assert np.array_equal(got, want, equal_nan=True), (k, np.flatnonzero(~((got == want) | np.isnan(want))))
     assert a.errors == ref["labels"]["error"] and a.texts == ref["labels"]["text"] and a.tiers == ref["labels"]["tier"]
+    assert a.statuses == ref["labels"]["status"]
+    assert np.array_equal(a.gaps, ref["gaps"])
     assert list(a.stages) == list(ref["stages"])
     for name, want in ref["stages"].items():
         assert np.array_equal(a.stages[name], want, equal_nan=True), name
 
 
-def _record(rng: random.Random, i: int) -> dict:
+def _record(rng: random.Random, i: int, grpc: bool = False) -> dict:
     """A plausible attempt, with the odd values real files hold: nulls, missing fields, unicode,
-    empty errors, negative or fractional stream figures, uneven chunk lists, integer stages."""
+    empty errors, negative or fractional stream figures, uneven chunk lists, integer stages;
+    ``grpc``: statuses are gRPC code names."""
     t0 = 1_700_000_000 + i * 0.01
     r = {"req_id": f"w1-{i // 2}", "attempt": 1 + i % 2, "final": bool(i % 2) or i % 7 == 0, "step": 1 + i // 50,
          "concurrency": 2 ** (i // 50 % 8), "worker": "w1", "user": i % 4,
@@ -126,22 +141,23 @@ def _record(rng: random.Random, i: int) -> dict:
          "text_len": rng.choice([10, 12.0, None]), "tier": rng.choice(["short", "long", None]),
          "t0": t0, "t1": t0 + 0.05, "t2": rng.choice([t0 + 0.2, None]), "t3": rng.choice([t0 + 0.21, None]),
          "ttfb_ms": 50.0, "wait_ms": rng.choice([200.0, None, 0]), "write_ms": None, "concat_ms": None,
-         "status": rng.choice([200, 429, None]), "ok": rng.choice([True, False, None]),
+         "status": rng.choice(["OK", "RESOURCE_EXHAUSTED", "INTERNAL", None] if grpc else [200, 429, None]),
+         "ok": rng.choice([True, False, None]),
          "error": rng.choice([None, "", "HTTP 429", "délai dépassé"]), "bytes": 88200, "audio_s": 2.0,
          "rtf": 0.1, "retry_after_s": None, "retry_after_raw": None, "backoff_ms": 0.0,
          "server_timing": rng.choice([None, {}, {"queue": 1, "infer": 2.5}, {"infer": 3.0, "post": 0.5}]),
          "settled": rng.choice([True, False, None]),
          "ttfa_ms": rng.choice([120.0, -1.0, None, 0]), "chunks": rng.choice([3, 2.5, -1, None]),
          "gap_max_ms": 10.0, "underruns": rng.choice([0, 1, 1.5]), "underrun_ms": rng.choice([0.0, 20.0, -3.0]),
-         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0]]),
+         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0], [0.5, 40.25]]),
          "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None])}
     for k in rng.sample(sorted(r), 2):  # fields go missing
         del r[k]
     return r
 
 
-def _clean(rng: random.Random, n: int) -> bytes:
-    lines = [json.dumps(_record(rng, i), ensure_ascii=rng.random() < 0.5) for i in range(n)]
+def _clean(rng: random.Random, n: int, grpc: bool = False) -> bytes:
+    lines = [json.dumps(_record(rng, i, grpc), ensure_ascii=rng.random() < 0.5) for i in range(n)]
     lines[3] = "   "  # whitespace-only and empty lines are no attempt and not bad
     lines[5] = ""
     lines[8] = "  " + lines[8] + "\r"
@@ -155,11 +171,13 @@ DIRTY = [b'not json', b'[1, 2]', b'5', b'"str"', b'null', b'{"t0": 1}{"t0": 2}',
          b'{"text_id": "\\ud800 lone"}', b'{"error": "\xff\xfe"}', b'\xef\xbb\xbf{"t0": 3}',
          b'{"server_timing": {"queue": "12.5", "infer": true, "post": {"x": 1}, "' + b"s" * 70 + b'": 4}}',
          b'{"server_timing": "queue;dur=3"}', b'{"chunk_at_ms": [1, "a"], "chunk_audio_ms": [1, 2]}',
-         b'{"t0": 1, "tab": "a\tb"}', b'{"t0": 2', b'{}', b'{"t0": 1}null{"t0": 2}', b' null ', b'{"t0": 1} 5']
+         b'{"t0": 1, "tab": "a\tb"}', b'{"t0": 2', b'{}', b'{"t0": 1}null{"t0": 2}', b' null ', b'{"t0": 1} 5',
+         b'{"status": "UNAVAILABLE"}', b'{"status": "NOT_A_CODE"}', b'{"chunk_at_ms": [1, 2, 1e400], "chunk_audio_ms": [1, 2, 3]}']
 
 
-def test_clean_file_takes_the_block_path_and_matches(tmp_path, monkeypatch):
-    data = _clean(random.Random(1), 3000)
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_clean_file_takes_the_block_path_and_matches(tmp_path, monkeypatch, grpc):
+    data = _clean(random.Random(1), 3000, grpc)
     path = tmp_path / "requests.jsonl"
     path.write_bytes(data)
     by_line = []

@@ -9,7 +9,8 @@ from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 
 def test_public_names_are_the_intended_ones():
-    modules = {"fields", "files", "options", "schema", "summary", "wire", "check", "reader", "metric_roles"}
+    modules = {"fields", "files", "options", "schema", "summary", "wire", "check", "reader", "metric_roles",
+               "grpc_codes"}
     assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - modules
 
 

@@ -98,7 +98,7 @@ def test_a_voice_sweep_needs_one_load_and_enough_voices(tmp_path, sim):
                           (["--steps", "4", "--voices", VOICES, "--soak", "1m"], "--soak holds one load, and "
                                                                                  "--voice-steps sweeps voices"),
                           (["--steps", "4", "--voices", VOICES, "--tts-protocol", "ws", "--tts-preset", "vllm-omni"],
-                           "--tts-protocol ws speaks one voice a session (--tts-voice)")):
+                           "--tts-protocol ws sends the one voice of --tts-voice")):
         proc = locust(["--headless", "-H", sim.url, "--voice-steps", "1,4", "--run-dir", str(tmp_path / "r"), *args],
                       timeout=60)
         errors = [line for line in proc.stdout.splitlines() if "/ERROR/" in line]

@@ -42,9 +42,16 @@ and naming it in :func:`transport_for`. What it must do:
 - ``http_status`` on :class:`Answered`: the HTTP status the answer amounts to, which the
   retry policy (``--retry-on``) and the preflight judge it by. HTTP's is its own; a protocol
   with codes of its own maps them (gRPC: ``RESOURCE_EXHAUSTED`` as 429, ``UNAVAILABLE`` as
-  503), while ``status`` keeps what the protocol said, for the record.
+  503, other codes by their names, which ``--retry-on`` may list; None: judged as a timeout),
+  while ``status`` keeps what the protocol said, for the record. ``retry_after_raw`` is the
+  server's word on when to come back as sent, read as HTTP's ``Retry-After`` unless the
+  transport read it itself (``retry_after_s``: gRPC's pushback in ms).
+- An answer whose status comes only at its end (gRPC) may yield a provisional
+  :class:`Answered` (``status`` None, ``ok`` true) once the server has taken the request, so
+  that the audio which arrives is timed even if the connection breaks before the status.
 
 The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked streams, SSE),
+:mod:`~locustfiles.transports.grpc` (Riva and Triton, on :mod:`~locustfiles.transports.h2grpc`),
 :mod:`~locustfiles.transports.ws` (WebSocket sessions in a preset's dialect) and
 :mod:`~locustfiles.transports.wyoming` (Wyoming over TCP), the last two on
 :mod:`~locustfiles.transports.session`:
@@ -75,10 +82,14 @@ __all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Ended", "Event", "Receive
 
 
 def transport_for(s, payload=None) -> Transport:
-    """The transport for the run's settings ``s`` (``--tts-protocol``). ``payload`` makes an
-    HTTP request body from a text and its :class:`Ask` (the run's cache of them), ``s.payload`` by default."""
+    """The transport for the run's settings ``s`` (``--tts-protocol``): HTTP, a session, or gRPC
+    (:mod:`locustfiles.transports.grpc`, imported only then). ``payload`` makes an HTTP request
+    body from a text and its :class:`Ask` (the run's cache of them), ``s.payload`` by default."""
     if s.protocol == "ws":
         return WsTransport(s)
     if s.protocol == "wyoming":
         return WyomingTransport(s)
+    if s.protocol == "grpc":
+        from . import grpc
+        return grpc.transport_for(s)
     return HttpTransport(s, payload)

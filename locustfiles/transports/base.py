@@ -35,12 +35,13 @@ class TransportError(Exception):
 class Answered:
     """How the server took the request."""
 
-    status: int | str            # recorded as the attempt's ``status``
+    status: int | str | None     # recorded as the attempt's ``status``
     ok: bool                     # the answer carries audio to time and check
     said: str                    # how errors quote this answer: "HTTP 503"
-    http_status: int | None      # what it amounts to in HTTP, for --retry-on (see the module doc)
+    http_status: int | str | None   # what --retry-on judges it by (see the module doc)
     retry_after_raw: str | None = None    # the server's word on when to come back, as sent
     server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
+    retry_after_s: float | None = None    # that word in seconds, where the transport read it itself
 
 
 @dataclass(slots=True)

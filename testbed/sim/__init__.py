@@ -66,9 +66,15 @@ pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: `
 (``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...),
 so a collector's ``--scrape`` has a server queue to read.
 
+gRPC (``--grpc-port PORT``): NVIDIA Riva's ``RivaSpeechSynthesis`` (``Synthesize``,
+``SynthesizeOnline``) beside HTTP, on the same capacity; after the HTTP line it prints ``listening
+on grpc://127.0.0.1:PORT``. See :mod:`testbed.sim.grpc` for how its answers, refusals and drills
+look in gRPC.
+
 Limits: ``--queue-limit`` (503 + Retry-After), ``--rate``/``--burst`` (token bucket, 429 +
 Retry-After), ``--oom-above`` (500 "CUDA out of memory"), and ``--fault`` knobs for drills
-(see ``FAULTS``; one is picked per faulty request). In a streamed answer ``truncate`` ends the
+(see ``FAULTS``; one is picked per faulty request; ``exhausted`` is a 429 whose Retry-After is
+``--pushback-ms`` rounded up to seconds, ``wrong-encoding`` is gRPC's alone). In a streamed answer ``truncate`` ends the
 body cleanly after half the audio (SSE: without the done event), ``reset`` aborts the
 connection (RST) there, ``sse-error`` sends an SSE ``error`` event there and ``garbage`` a
 malformed SSE event (bad base64 or bad JSON); ``sse-error`` leaves other answers alone, and
@@ -81,8 +87,9 @@ The package: :mod:`~testbed.sim.capacity` (limits, slots and both timing models,
 every protocol the simulator serves), :mod:`~testbed.sim.faults` (the drills' fault names),
 :mod:`~testbed.sim.audio` (the tone and its WAV header), :mod:`~testbed.sim.http` (the WSGI
 app), :mod:`~testbed.sim.ws` and :mod:`~testbed.sim.wyoming` (the session faces) on
-:mod:`~testbed.sim.session`, :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``) and
-:mod:`~testbed.sim.cli` (the knobs and serving), :mod:`~testbed.sim.leak` (the leak).
+:mod:`~testbed.sim.session`, :mod:`~testbed.sim.grpc` (Riva's protocol),
+:mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``), :mod:`~testbed.sim.cli` (the
+knobs and serving) and :mod:`~testbed.sim.leak` (the leak).
 """
 from __future__ import annotations
 

@@ -120,6 +120,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "a soak to find (default 0: none)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
+    # gRPC: Riva's protocol beside HTTP, on the same capacity
+    p.add_argument("--grpc-port", type=number(int, 0, 65535),
+                   help="also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one "
+                        "(default off)")
+    p.add_argument("--pushback-ms", type=number(float, 0), default=1000.0,
+                   help="the exhausted fault's wait: gRPC's grpc-retry-pushback-ms, HTTP's Retry-After rounded "
+                        "up to seconds (default 1000)")
     return p
 
 
@@ -186,10 +193,14 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"wyoming_port={args.wyoming_port}")
     if args.ws_close_after_done:
         knobs.append("ws_close_after_done=True")
+    if args.grpc_port is not None:
+        knobs.append(f"grpc_port={args.grpc_port}")
     if args.oom_above is not None:
         knobs.append(f"oom_above={args.oom_above}")
     if args.fault:
         knobs.append(f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}")
+        if "exhausted" in args.fault:
+            knobs.append(f"pushback_ms={args.pushback_ms:g}")
     if args.leak_mb_per_min:
         knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
     if args.voice_cache:
@@ -201,13 +212,23 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     rng = random.Random(args.seed)  # one seeded source for jitter and faults
-    app = SpeechApp(args, Capacity(args, rng), rng)
+    capacity = Capacity(args, rng)
+    app = SpeechApp(args, capacity, rng)
     server = WSGIServer((args.host, args.port), app, handler_class=Handler,
                         spawn=Pool(),  # a pool, so that stop() waits for requests in flight
                         backlog=LISTEN_BACKLOG, log=log if args.log_requests else None)
     servers = [(server, args.port)]
     if args.wyoming_port is not None:
         servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
+    grpc = None
+    if args.grpc_port is not None:
+        try:
+            from testbed.sim.grpc import RivaServer
+        except ImportError as err:
+            print(f"{prog}: --grpc-port needs the grpc extra (pip install 'tts-knee[grpc]'): {err}.", file=sys.stderr)
+            return 2
+        grpc = RivaServer(args, capacity, rng).server
+        servers.append((grpc, args.grpc_port))
     for srv, port in servers:
         try:
             srv.start()
@@ -215,10 +236,14 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             in_use = err.errno == errno.EADDRINUSE
             reason = "it is already in use" if in_use else err.strerror or str(err)
             print(f"{prog}: cannot listen on {args.host}:{port}: {reason}.", file=sys.stderr)
+            for started, _ in servers:
+                started.stop()
             return 2
     if args.wyoming_port is not None:   # before the HTTP line, which tells a watcher all is up
         print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
     print(f"listening on {_url('http', server.address)}", flush=True)
+    if grpc is not None:
+        print(f"listening on {_url('grpc', grpc.address)}", flush=True)
     log.info(describe(args))
 
     def stop():

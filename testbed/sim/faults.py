@@ -10,7 +10,8 @@ import random
 RETRY_FAULTS = ("bad-retry-after", "huge-retry-after")  # a 429 whose Retry-After is wrong
 BODY_FAULTS = ("reset", "truncate", "html", "json", "empty", "garbage")  # 200s, not audio
 MID_STREAM_FAULTS = ("reset", "truncate", "garbage", "sse-error")  # hit after half the audio
-FAULTS = ("stall", "close") + RETRY_FAULTS + BODY_FAULTS + ("sse-error",)
+# exhausted: refused with a well-formed wait (--pushback-ms); wrong-encoding: gRPC's audio as a WAV
+FAULTS = ("stall", "close") + RETRY_FAULTS + BODY_FAULTS + ("sse-error", "exhausted", "wrong-encoding")
 
 
 class Faults:

@@ -234,9 +234,10 @@ class SpeechApp:
         if fault == "stall":
             gevent.sleep(self.args.stall_s)
         ids = [("X-Request-Id", req.request_id)]
-        if fault in RETRY_FAULTS:
+        if fault in RETRY_FAULTS or fault == "exhausted":
             self.capacity.rejected += 1
-            value = "soon-ish" if fault == "bad-retry-after" else "999999"
+            value = {"bad-retry-after": "soon-ish", "huge-retry-after": "999999"}.get(
+                fault, str(math.ceil(self.args.pushback_ms / 1000)))
             raise _Reject("429 Too Many Requests", "rate limit exceeded",
                           [("Retry-After", value), *ids])
         try:

@@ -1,0 +1,135 @@
+"""What timing gRPC streams costs the client: CPU per chunk, and how late it stamps chunk
+arrivals against the simulator's own send times, at 1 and 256 streams on one Locust process;
+tts-knee's client (h2 on gevent sockets) and, beside it on the same simulator, grpcio under
+gevent as the gRPC project supports it.
+
+Run from the repository root (about a minute)::
+
+    .venv/bin/python bench/grpc_cost.py
+    .venv/bin/python bench/grpc_cost.py --streams 1,64,256 --clients tts-knee --step-time 10
+    .venv/bin/python bench/grpc_cost.py --json      # one JSON object instead of the table
+
+For each client and each number of streams S, the simulator serves Riva's ``SynthesizeOnline``
+(``--grpc-port``) sharing S x real time among its streams, at most 1x each (``--capacity S
+--max-speed 1 --chunk-ms 200 --prefill-ms 100``), so every stream gets a 200 ms chunk every
+200 ms: 5 S messages a second. One headless ``locust`` process runs S users on short texts:
+``tts-knee`` is tts-knee's own user (bench/grpc_locustfile.py: ``--tts-protocol grpc
+--tts-preset riva --tts-stream``), ``grpcio`` a bare user on grpcio with ``init_gevent()`` and
+one shared channel (bench/grpcio_locustfile.py). The simulator's ``--chunk-log`` gives the time
+each audio message had been handed to its socket, matched to the client's arrival by the
+request's id and the audio so far::
+
+      client  streams  chunks/s  CPU_us/chunk  err_p50_ms  err_p95_ms  err_max_ms  streams_matched
+    tts-knee        1       4.7        1110.9        0.08        0.61        1.59                2
+    tts-knee      256    1247.0         168.2        0.42        4.94       57.82              667
+      grpcio        1       4.7        1354.9        0.43        1.05        3.93                3
+      grpcio      256    1235.6         300.1        1.59       39.10       84.91              768
+    arrival error p95 at 256 streams: 4.94 ms (tts-knee), 39.10 ms (grpcio)   (goal < 5 ms)
+
+``err`` is client arrival minus server send (positive: stamped late). CPU per chunk is the
+Locust process's CPU time (user + system, grpcio's own threads included) over the measured
+window divided by the chunks that arrived in it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import locust, percentile, simulator  # noqa: E402
+from bench.stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched  # noqa: E402
+
+CLIENTS = ("tts-knee", "grpcio")
+
+
+def measure_one(client: str, streams: int, step_time: float) -> dict:
+    settle = min(3.0, step_time / 3)
+    with tempfile.TemporaryDirectory(prefix="tts-knee-grpc-") as tmp:
+        log, texts, out = Path(tmp) / "chunks.jsonl", Path(tmp) / "texts.txt", Path(tmp) / "grpcio.jsonl"
+        texts.write_text("\n".join(TEXTS) + "\n")
+        knobs = ["--grpc-port", "0", "--capacity", str(streams), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}",
+                 "--prefill-ms", "100", "--chunk-log", str(log), "--sample-rate", str(RATE)]
+        with simulator(*knobs, scheme="grpc") as (host, _sim):
+            if client == "tts-knee":
+                args = ["-H", host, "--tts-protocol", "grpc", "--tts-preset", "riva", "--tts-stream", "--steps",
+                        str(streams), "--step-time", f"{step_time:g}", "--settle-time", f"{settle:g}", "--run-dir",
+                        "{tmp}/run", "--texts", str(texts), "--skip-preflight", "--tts-sample-rate", str(RATE)]
+                r = locust("bench/grpc_locustfile.py", args, warm_s=settle + 0.3, measure_s=step_time - settle - 0.8,
+                           timeout=90 + step_time)
+            else:
+                args = ["-H", host, "-u", str(streams), "-r", str(streams), "-t", f"{step_time + 1:g}s"]
+                os.environ["BENCH_GRPCIO_OUT"] = str(out)   # read by the locustfile
+                r = locust("bench/grpcio_locustfile.py", args, warm_s=settle + 0.3, measure_s=step_time - settle - 0.8,
+                           timeout=90 + step_time)
+        sent = {}
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            sent[entry["request_id"]] = entry
+        streams_seen = _streams(client, r, out)
+    if not streams_seen:
+        raise RuntimeError(f"the {client} run left no streams (exit {r['returncode']}):\n{r['output'][-2000:]}")
+    t_first = min(s["t0"] for s in streams_seen)
+    window = (t_first + settle + 0.3, t_first + settle + 0.3 + (r.get("wall_s") or 0.0))
+    errors, joined = [], 0
+    for s in streams_seen:
+        entry = sent.get(s["id"])
+        if entry and s["at"] and s["t0"] >= window[0] - 1.0:
+            joined += 1
+            errors += matched(s["at"], s["audio_ms"], entry)
+    chunks = sum(1 for s in streams_seen for t in s["at"] if window[0] <= t < window[1])
+    chunks_per_s = chunks / (window[1] - window[0]) if window[1] > window[0] else 0.0
+    cpu_us = 1e6 * r["cpu_s"] / r["wall_s"] / chunks_per_s if r.get("wall_s") and chunks_per_s else None
+    return {"client": client, "streams": streams, "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
+            "streams_matched": joined, "matched_chunks": len(errors),
+            "err_p50_ms": percentile(errors, 0.5), "err_p95_ms": percentile(errors, 0.95),
+            "err_max_ms": max(errors, default=float("nan"))}
+
+
+def _streams(client: str, r: dict, out: Path) -> list[dict]:
+    """Each stream's id, t0 and arrivals (unix s) with their audio."""
+    if client == "grpcio":
+        return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return [{"id": x["sim_request_id"], "t0": x["t0"], "at": [x["t0"] + ms / 1000 for ms in x["chunk_at_ms"]],
+             "audio_ms": x["chunk_audio_ms"]}
+            for x in r.get("records") or () if x["ok"] and x.get("chunk_at_ms")]
+
+
+def measure(levels: list[int], clients: list[str], step_time: float, show=print) -> dict:
+    show(f"{'client':>8} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
+         f"{'err_max_ms':>11} {'streams_matched':>16}")
+    rows = []
+    for client in clients:
+        for streams in levels:
+            row = measure_one(client, streams, step_time)
+            rows.append(row)
+            cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
+            show(f"{client:>8} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
+                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16}")
+    at_goal = {r["client"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
+    if at_goal:
+        show(f"arrival error p95 at {GOAL_STREAMS} streams: "
+             + ", ".join(f"{v:.2f} ms ({k})" for k, v in at_goal.items()) + f"   (goal < {GOAL_P95_MS:g} ms)")
+    return {"rows": rows, "goal_p95_ms": GOAL_P95_MS, "goal_streams": GOAL_STREAMS,
+            "p95_at_goal_ms": at_goal.get("tts-knee")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1,256", help="concurrent streams per run (default 1,256)")
+    parser.add_argument("--clients", default=",".join(CLIENTS), help="tts-knee and/or grpcio (default both)")
+    parser.add_argument("--step-time", type=float, default=10.0, help="seconds per run (default 10)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    args = parser.parse_args()
+    quiet = (lambda *_: None) if args.json else print
+    m = measure([int(s) for s in args.streams.split(",")], args.clients.split(","), args.step_time, show=quiet)
+    if args.json:
+        print(json.dumps(m))
+
+
+if __name__ == "__main__":
+    main()

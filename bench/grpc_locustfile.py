@@ -1,0 +1,30 @@
+"""tts-knee's user for bench/grpc_cost.py: the real TTSUser over --tts-protocol grpc, whose
+records also carry the id each request sent the simulator (``sim_request_id``: Riva's
+``RequestId``, which the simulator's ``--chunk-log`` writes), so the log can be joined to them.
+
+    BENCH_METER_OUT=/tmp/m.json locust -f bench/grpc_locustfile.py --headless -H grpc://127.0.0.1:50051 \\
+        --tts-protocol grpc --tts-preset riva --tts-stream --steps 1 --step-time 8 --run-dir /tmp/run
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
+from locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
+from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
+from locustfiles.shape import StepShape  # noqa: E402,F401
+
+
+class NamedCaller(attempt.Caller):
+    def _attempt(self, words: str, sent: dict | None):
+        out = super()._attempt(words, sent)
+        out[0]["sim_request_id"] = self.transport.request_id
+        return out
+
+
+class NamedAttemptUser(user_mod.TTSUser):
+    def on_start(self) -> None:
+        super().on_start()
+        self.caller.close()
+        self.caller = NamedCaller(self, self.no)

