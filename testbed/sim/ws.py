@@ -5,7 +5,10 @@ closes it after ``session.done``, as older vLLM-Omni and sglang-omni do).
 The client sends ``session.config`` first, then ``input.text`` pieces and ``input.done``;
 each sentence is answered, once its text is in, with ``audio.start`` (sample rate and
 channels), binary PCM16 frames as the shared capacity makes them, and ``audio.done``; then
-``session.done``. The upgrade is answered by hand on the socket pywsgi holds, and frames go
+``session.done``. Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
+released vLLM-Omni has it) stops the utterance in flight and is answered ``input.cancelled``;
+a client that closes the session, or goes away, cancels it too (``--orphan-ms`` holds its turn
+on). The upgrade is answered by hand on the socket pywsgi holds, and frames go
 through wsproto's post-handshake connection.
 
 Refusals: the capacity's limits refuse a session at the upgrade with the HTTP status and
@@ -83,6 +86,7 @@ class Session(Voice):
         self.utterances = 0
         self.configured = False
         self.utterance: Utterance | None = None
+        self.speaking: Utterance | None = None   # the utterance the speaker greenlet runs
         self.speaker: gevent.Greenlet | None = None
         self.admitted = True   # the upgrade admitted the first utterance
 
@@ -95,7 +99,9 @@ class Session(Voice):
                     return
         finally:
             if self.speaker is not None:
-                self.speaker.kill()
+                self.speaking.cancel()   # the client went away: a cancel, as a close is
+                if self.speaking.turn is None:
+                    self.speaker.kill()   # still waiting for a slot
             elif self.admitted:
                 self.app.capacity.withdraw()
             self.drop()
@@ -155,6 +161,11 @@ class Session(Voice):
                 return False
             utt.done()
             self.utterance = None
+        elif kind == "input.cancel":
+            if self.speaking is not None:
+                self.speaking.cancel()
+            self.utterance = None
+            self.send_json({"type": "input.cancelled", "utterance_index": self.utterances - 1})
         elif kind == "session.close":
             self.close(1000, "")
             return False
@@ -181,6 +192,7 @@ class Session(Voice):
                  "request_id": self.request_id}
         self.utterance = Utterance(self.app, self, label, self.picked if self.picked != "close" else None)
         self.utterances += 1
+        self.speaking = self.utterance
         self.speaker = gevent.spawn(self._speak, self.utterance)
         return self.utterance
 
