@@ -70,6 +70,12 @@ Definitions used throughout the dashboard:
 - Percentiles are exact, over the raw values (numpy's linear interpolation). A live reader's
   attempts (the live view) keep each step's sorted values from one refresh to the next
   (:mod:`analysis.incremental`), so a refresh sorts only what is new; the figures are the same.
+- **Barge-in** (``--barge-in``): a cancelled utterance (``cancel_ms`` set) is ok, not failed,
+  and its stream figures (TTFA, underruns, all before its cancel) count; but the figures that
+  describe whole utterances count only the ones heard to the end: latency, end-to-end, RTF,
+  throughput, audio per second, tail, integrity. ``cancelled`` counts a step's cancelled
+  requests and ``cancel_to_quiet_ms`` is their distribution of the cancel to quiet.
+- Percentiles are exact, over the raw values (numpy's linear interpolation).
 """
 from __future__ import annotations
 
@@ -131,7 +137,7 @@ def audio_reference(a: Attempts) -> np.ndarray:
         return ref
     ref = np.full(len(a.texts), np.nan)
     good = a["ok"] & a["final"] & a["settled"] & np.isfinite(a["audio_s"]) & (a["text"] >= 0) \
-        & (a["concurrency"] >= 1)
+        & (a["concurrency"] >= 1) & ~np.isfinite(a["cancel_ms"])   # heard whole
     if good.any():
         lowest = a["concurrency"][good].min()
         low = good & (a["concurrency"] == lowest)
@@ -399,6 +405,8 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     n_att = int(m.sum())
     fin = m & a["final"]
     okf = fin & a["ok"]
+    cancelled = np.isfinite(a["cancel_ms"])
+    heard = okf & ~cancelled
     out = {"step": step["step"], "concurrency": step["concurrency"],
            "planned_start": step.get("start"), "planned_end": step.get("end")}
     requests, ok = int(fin.sum()), int(okf.sum())
@@ -406,7 +414,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     start, end, dur = win["start"], win["end"], win["duration_s"]
     if dur:
         inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        done_in, ok_in = inside, inside & a["ok"]
+        done_in, ok_in = inside, inside & a["ok"] & ~cancelled
         win["completions"], win["ok_completions"] = int(done_in.sum()), int(ok_in.sum())
     else:
         win["completions"] = win["ok_completions"] = None
@@ -428,6 +436,8 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
+    cut = _cut_by_step_end(a, m, step["streams_end"] if "streams_end" in step else _stream_end(win))
+    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
     out.update({
         "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
@@ -458,6 +468,11 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     streams = okf & ~cut
     out.update(_stream_stats(a, okf, streamed, cut, d))
     out["integrity"] = integrity(a, okf, step["step"])
+    out.update(_stream_stats(a, okf, streamed, cut))
+    out["tail_ms"] = dist(a["tail_ms"][heard & ~cut])
+    out["cancelled"] = int((fin & cancelled).sum())
+    out["cancel_to_quiet_ms"] = dist(a["cancel_to_quiet_ms"][fin & cancelled])
+    out["integrity"] = integrity(a, heard)
     out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():
