@@ -4,8 +4,9 @@ and the simulator (4 slots; 1.8 s of audio per text made at 9x real time after a
 Cancels honoured leave the knee at 8, where 4 slots put it; 1 s orphaned per cancel lowers it,
 the summary measures that second from the server's own running and waiting series, and the
 diagnosis names the cancelled work. At 1 session each cancel is seen by the simulator when the
-client sent it, and goes quiet as fast as the simulator's log says. Bad cancels are recorded in
-one sentence and the session goes on."""
+client sent it, and goes quiet as fast as the simulator's log says. Bad cancels (never
+acknowledged, answered by closing the session, audio after a close) are recorded, in one
+sentence where it went wrong, and the session goes on."""
 from __future__ import annotations
 
 import json
@@ -151,6 +152,18 @@ def test_a_server_that_closes_the_session_on_a_cancel_is_recorded_and_the_sessio
                                     "utterance opens a new connection")
     after = [b for a, b in zip(records, records[1:]) if a.get("cancelled")]
     assert after and all(r["connect_ms"] is not None for r in after)
+
+
+def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
+    with spawn(["testbed.sim", "--port", "0", *SIM, "--ws-close-late-ms", "100"]) as sim:
+        _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset", "vllm-omni",
+                          "--barge-in", "1", "--barge-in-after", "20")
+    cancelled = [r for r in records if r.get("cancelled")]
+    assert cancelled and all(r["ok"] and r["error"] is None for r in records)
+    for r in cancelled:
+        assert r["cancel_quiet"] == "closed" and r["cancel_note"] is None
+        assert r["audio_after_cancel_ms"] >= 200   # the simulator's chunks are 200 ms, 22 ms apart
+        assert 40 <= r["cancel_to_quiet_ms"] <= 130, r["cancel_to_quiet_ms"]
 
 
 def _settings(host="http://127.0.0.1:8300", **changes):

@@ -207,8 +207,8 @@ def read_some(resp) -> bytearray:
     """What the response's body has for us now: blocks until at least one body byte has come
     (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
     socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x
-    internals, pinned by the tests that stream through it). The only code that reaches into
-    geventhttpclient's private state."""
+    internals, pinned by the tests that stream through it). With :func:`_hang_up`, the only code
+    that reaches into geventhttpclient's private state."""
     buf = resp._body_buffer
     while not buf:
         sock = resp._sock

@@ -5,7 +5,8 @@ closes it after ``session.done``, as older vLLM-Omni and sglang-omni do).
 The client sends ``session.config`` first, then ``input.text`` pieces and ``input.done``;
 each sentence is answered, once its text is in, with ``audio.start`` (sample rate and
 channels), binary PCM16 frames as the shared capacity makes them, and ``audio.done``; then
-``session.done``. Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
+``session.done``. ``--ws-close-late-ms`` answers a client's close frame that late, its audio
+going on meanwhile (audio that keeps coming after a close). Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
 released vLLM-Omni has it) stops the utterance in flight and is answered ``input.cancelled``;
 a client that closes the session, or goes away, cancels it too (``--orphan-ms`` holds its turn
 on). The upgrade is answered by hand on the socket pywsgi holds, and frames go
@@ -39,6 +40,7 @@ PATH = "/v1/audio/speech/stream"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 READ_BYTES = 65536
 TRY_AGAIN_LATER = 1013
+CLOSE_OPCODE = 0x8
 
 
 def serve(app, environ, start_response):
@@ -113,6 +115,9 @@ class Session(Voice):
             data = self.sock.recv(READ_BYTES)
             if not data:
                 return
+            if data[0] & 0x0F == CLOSE_OPCODE and self.app.args.ws_close_late_ms:
+                # read late, while the utterance's audio goes on (wsproto sends nothing once it has read a close)
+                gevent.sleep(self.app.args.ws_close_late_ms / 1000)
             self.conn.receive_data(data)
             for ev in self.conn.events():
                 if isinstance(ev, TextMessage):
