@@ -70,16 +70,16 @@ The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked stream
   attempt path fires from another greenlet; the transport sets its ``hook`` to carry it out
   (HTTP closes the stream; a session sends the preset's cancel message or closes the
   connection), yields what still arrives and ends with an :class:`Ended` whose ``quiet`` says
-  how it went quiet (:data:`~locustfiles.transports.base.QUIET`), bounded in time.
+  how it went quiet, bounded in time.
 """
 from __future__ import annotations
 
-from .base import NO_ASK, QUIET, Answered, Ask, AudioPiece, Cancel, Ended, Event, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Event, Received, TextSent, Transport, TransportError
 from .http import HttpTransport
 from .ws import WsTransport
 from .wyoming import WyomingTransport
 
-__all__ = ["NO_ASK", "QUIET", "Answered", "Ask", "AudioPiece", "Cancel", "Ended", "Event", "Received", "TextSent",
+__all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Cancel", "Ended", "Event", "Received", "TextSent",
            "Transport", "TransportError", "transport_for"]
 
 

@@ -94,18 +94,14 @@ class Ended:
     note: str | None = None      # ... and, where it went wrong, what became of the connection
 
 
-#: How a cancelled exchange went quiet (:attr:`Ended.quiet`): the server acknowledged the cancel
-#: (``at`` is the acknowledgement); the connection (or stream) was closed; the server ended the
-#: utterance; no audio came for a while (a protocol whose cancel has no answer); or the
-#: acknowledgement never came within the bounded wait.
-QUIET = ("acknowledged", "closed", "ended", "quiet", "unacknowledged")
-
-
 class Cancel:
     """A listener's interruption of one exchange (barge-in): the attempt path passes it to
     ``exchange`` and fires it from another greenlet; the transport sets ``hook`` to carry it
     out its protocol's way (``by``: ``message`` or ``close``), and ends the exchange with an
-    :class:`Ended` whose ``quiet`` says how it went quiet."""
+    :class:`Ended` whose ``quiet`` says how it went quiet: ``acknowledged`` (the server answered
+    the cancel; ``at`` is its answer), ``closed`` (the connection or stream), ``ended`` (the
+    server ended the utterance), ``quiet`` (no audio came for a while: a cancel the protocol
+    does not answer) or ``unacknowledged`` (no answer within the bounded wait)."""
 
     __slots__ = ("by", "at", "hook")
 

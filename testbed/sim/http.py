@@ -398,8 +398,8 @@ class _Stream:
             return   # pywsgi closes the stream: close() abandons the turn
         if head:  # no audio at all: the header alone still opens the body
             yield head
+        self.complete = True   # what follows is the server's own ending (or its fault), not a hang-up
         yield from self.end()
-        self.complete = True
         self.close()
 
     def frame(self, pcm: bytes) -> bytes:
