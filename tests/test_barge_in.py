@@ -52,6 +52,7 @@ def _sweep(tmp_path, sim_extra, protocol, texts):
                                 steps="1,2,4,8", step_time="3")
     judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
+    assert "<h2>Barge-in</h2>" in (run_dir / "report.html").read_text()
     return json.loads((run_dir / "summary.json").read_text()), records, judged.stdout
 
 
@@ -152,6 +153,23 @@ def test_a_server_that_closes_the_session_on_a_cancel_is_recorded_and_the_sessio
                                     "utterance opens a new connection")
     after = [b for a, b in zip(records, records[1:]) if a.get("cancelled")]
     assert after and all(r["connect_ms"] is not None for r in after)
+
+
+def test_a_cancel_the_dialect_does_not_answer_is_quiet_once_no_audio_comes(tmp_path, texts):
+    preset = tmp_path / "no-answer.toml"   # as Cartesia: a cancel message, and nothing that answers it
+    preset.write_text(SIM_CANCEL.read_text().replace('match = { type = "input.cancelled" }\nevent = "cancelled"',
+                                                     'match = { type = "input.cancelled" }\nevent = "ignore"'))
+    with spawn(["testbed.sim", "--port", "0", *SIM]) as sim:
+        _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset", str(preset),
+                          "--barge-in", "0.5", "--barge-in-after", "20")
+    cancelled = [r for r in records if r.get("cancelled")]
+    assert cancelled and all(r["ok"] and r["error"] is None for r in records)
+    for r in cancelled:
+        assert r["cancel_quiet"] == "quiet" and r["cancel_note"] is None
+        assert r["cancel_to_quiet_ms"] < TOLERANCE_MS and r["audio_after_cancel_ms"] <= 200
+        assert r["t2"] - r["t0"] - r["cancel_ms"] / 1000 == pytest.approx(0.5, abs=0.1)   # the quiet wait
+    after = [b for a, b in zip(records, records[1:]) if a.get("cancelled")]
+    assert after and all(r["connect_ms"] is not None for r in after)   # unnamed contexts: not kept
 
 
 def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
