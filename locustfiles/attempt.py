@@ -88,14 +88,15 @@ class Caller:
     attempt and fires its Locust request event. The closed-loop user owns one; the open-loop
     user one per request in flight."""
 
-    def __init__(self, user, no: int):
+    def __init__(self, user, no: int, lane: int = 0):
         self.environment = user.environment
         self.run = user.environment.tts_knee.run
         self.s = self.run.settings
         self.no = no
         self.rng = random.Random()
         self.transport = transport_for(self.s, self.run.payload)
-        self.listener = Listener(self.s, f"{self.run.worker_tag}-{no}") if self.s.barge_in else None
+        # its own draws per user and lane (the open-loop user's callers side by side)
+        self.listener = Listener(self.s, f"{self.run.worker_index}-{no}-{lane}") if self.s.barge_in else None
 
     def close(self) -> None:
         self.transport.close()

@@ -216,3 +216,18 @@ def test_the_cancel_defaults_to_the_presets_message_else_close():
     assert (public["barge_in"], public["barge_in_after"], public["cancel_by"], public["barge_in_seed"]) == \
         (0.25, "50-400", "close", 3)
     assert _settings().public()["cancel_by"] is None   # no barge-in: nothing cancels
+
+
+def test_the_listeners_draws_are_seeded_and_span_the_expected_length():
+    from locustfiles.bargein import Listener
+    s = SimpleNamespace(barge_in=0.3, barge_in_after=None, barge_in_seed=11)
+    text = "x" * 60   # 4 s at 15 characters a second
+    one, two, other = (Listener(s, tag) for tag in ("0-1-0", "0-1-0", "0-2-0"))
+    draws = [one.draw(text) for _ in range(2000)]
+    assert draws == [two.draw(text) for _ in range(2000)]
+    assert draws != [other.draw(text) for _ in range(2000)]
+    cut = [d for d in draws if d is not None]
+    assert len(cut) / len(draws) == pytest.approx(0.3, abs=0.04)
+    assert 0 <= min(cut) < 0.1 and 3.9 < max(cut) <= 4.0
+    fixed = Listener(SimpleNamespace(barge_in=1.0, barge_in_after=(50.0, 50.0), barge_in_seed=11), "0-1-0")
+    assert {fixed.draw(text) for _ in range(10)} == {0.05}
