@@ -75,7 +75,6 @@ Definitions used throughout the dashboard:
   describe whole utterances count only the ones heard to the end: latency, end-to-end, RTF,
   throughput, audio per second, tail, integrity. ``cancelled`` counts a step's cancelled
   requests and ``cancel_to_quiet_ms`` is their distribution of the cancel to quiet.
-- Percentiles are exact, over the raw values (numpy's linear interpolation).
 """
 from __future__ import annotations
 
@@ -429,15 +428,13 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         streamed = bool((a["chunk_n"][m] >= 0).any())
     stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
     cut = _cut_by_step_end(a, m, stream_end)
-    okl = okf & ~cut if streamed else okf  # the requests the latency figures describe
+    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
     # a live reader keeps each figure's sorted values under what its mask depends on
     keep = (step["step"], stream_end, streamed)
 
     def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
-    cut = _cut_by_step_end(a, m, step["streams_end"] if "streams_end" in step else _stream_end(win))
-    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
     out.update({
         "window": win,
         "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
@@ -467,12 +464,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     streams = okf & ~cut
     out.update(_stream_stats(a, okf, streamed, cut, d))
-    out["integrity"] = integrity(a, okf, step["step"])
-    out.update(_stream_stats(a, okf, streamed, cut))
-    out["tail_ms"] = dist(a["tail_ms"][heard & ~cut])
+    out["tail_ms"] = d("tail_ms", heard & ~cut, "heard")
     out["cancelled"] = int((fin & cancelled).sum())
-    out["cancel_to_quiet_ms"] = dist(a["cancel_to_quiet_ms"][fin & cancelled])
-    out["integrity"] = integrity(a, heard)
+    out["cancel_to_quiet_ms"] = d("cancel_to_quiet_ms", fin & cancelled, "cancelled")
+    out["integrity"] = integrity(a, heard, step["step"])
     out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():

@@ -20,13 +20,10 @@ from runformat import options as run_options
 from runformat.fields import Builder
 from runformat.grpc_codes import CODES as GRPC_CODES
 from runformat.metric_roles import parse_roles
-from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
-                               CANCEL_MODES, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, PROTOCOLS,
-                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
-from runformat.options import SOAK_MIN_S
 from runformat.options import (APIS, CANCEL_MODES, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S,
                                DEFAULT_STEPS, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS,
                                PROTOCOLS, SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+from runformat.options import SOAK_MIN_S
 
 from . import bodies, corpus, presets, voices as voices_mod
 from .retry import RetryPolicy
