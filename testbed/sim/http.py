@@ -434,7 +434,7 @@ class _Stream:
         if self._done:
             return
         self._done = True
-        self.watcher.kill(block=False)
+        self.watcher.kill()   # waited for: pywsgi reads the next request on this socket next
         self.pieces.close()
         if not self.complete and self.hung_up is None:
             self.hung_up = time.time()   # gone, seen by a write that failed
