@@ -37,7 +37,8 @@ from . import slo as slo_mod
 _LABEL = {
     "mean_ms": "mean", "p50_ms": "p50", "p90_ms": "p90", "p95_ms": "p95", "p99_ms": "p99", "max_ms": "max",
     "e2e_p95_ms": "end-to-end p95", "ttfa_p50_ms": "TTFA p50", "ttfa_p95_ms": "TTFA p95",
-    "tail_p95_ms": "tail p95", "underrun_rate": "underruns", "error_rate": "errors", "rtf_p95": "RTF p95", "throughput_rps": "throughput",
+    "tail_p95_ms": "tail p95", "underrun_rate": "underruns",
+    "cancel_to_quiet_p95_ms": "cancel to quiet p95", "error_rate": "errors", "rtf_p95": "RTF p95", "throughput_rps": "throughput",
     "gpu_mem_gb": "GPU memory peak", "gpu_util_pct": "GPU util",
 }
 _CI_OF = {"p50_ms": ("latency_ms", "p50_ci"), "p95_ms": ("latency_ms", "p95_ci"),

@@ -70,6 +70,11 @@ Definitions used throughout the dashboard:
 - Percentiles are exact, over the raw values (numpy's linear interpolation). A live reader's
   attempts (the live view) keep each step's sorted values from one refresh to the next
   (:mod:`analysis.incremental`), so a refresh sorts only what is new; the figures are the same.
+- **Barge-in** (``--barge-in``): a cancelled utterance (``cancel_ms`` set) is ok, not failed,
+  and its stream figures (TTFA, underruns, all before its cancel) count; but the figures that
+  describe whole utterances count only the ones heard to the end: latency, end-to-end, RTF,
+  throughput, audio per second, tail, integrity. ``cancelled`` counts a step's cancelled
+  requests and ``cancel_to_quiet_ms`` is their distribution of the cancel to quiet.
 """
 from __future__ import annotations
 
@@ -131,7 +136,7 @@ def audio_reference(a: Attempts) -> np.ndarray:
         return ref
     ref = np.full(len(a.texts), np.nan)
     good = a["ok"] & a["final"] & a["settled"] & np.isfinite(a["audio_s"]) & (a["text"] >= 0) \
-        & (a["concurrency"] >= 1)
+        & (a["concurrency"] >= 1) & ~np.isfinite(a["cancel_ms"])   # heard whole
     if good.any():
         lowest = a["concurrency"][good].min()
         low = good & (a["concurrency"] == lowest)
@@ -399,6 +404,8 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     n_att = int(m.sum())
     fin = m & a["final"]
     okf = fin & a["ok"]
+    cancelled = np.isfinite(a["cancel_ms"])
+    heard = okf & ~cancelled
     out = {"step": step["step"], "concurrency": step["concurrency"],
            "planned_start": step.get("start"), "planned_end": step.get("end")}
     requests, ok = int(fin.sum()), int(okf.sum())
@@ -406,7 +413,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     start, end, dur = win["start"], win["end"], win["duration_s"]
     if dur:
         inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        done_in, ok_in = inside, inside & a["ok"]
+        done_in, ok_in = inside, inside & a["ok"] & ~cancelled
         win["completions"], win["ok_completions"] = int(done_in.sum()), int(ok_in.sum())
     else:
         win["completions"] = win["ok_completions"] = None
@@ -421,7 +428,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         streamed = bool((a["chunk_n"][m] >= 0).any())
     stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
     cut = _cut_by_step_end(a, m, stream_end)
-    okl = okf & ~cut if streamed else okf  # the requests the latency figures describe
+    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
     # a live reader keeps each figure's sorted values under what its mask depends on
     keep = (step["step"], stream_end, streamed)
 
@@ -457,7 +464,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     })
     streams = okf & ~cut
     out.update(_stream_stats(a, okf, streamed, cut, d))
-    out["integrity"] = integrity(a, okf, step["step"])
+    out["tail_ms"] = d("tail_ms", heard & ~cut, "heard")
+    out["cancelled"] = int((fin & cancelled).sum())
+    out["cancel_to_quiet_ms"] = d("cancel_to_quiet_ms", fin & cancelled, "cancelled")
+    out["integrity"] = integrity(a, heard, step["step"])
     out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():

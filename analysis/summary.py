@@ -30,7 +30,7 @@ import runformat
 from runformat.metric_roles import parse_roles
 from runformat.reader import RunDir, RunDirError
 
-from . import openloop
+from . import bargein, openloop
 from . import slo as slo_mod
 from . import soak as soak_mod
 from . import voices as voice_sweep
@@ -360,6 +360,13 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         rec_text = _recommend_slo(done, slo_part["steps"], slo.spec, rec, knee["concurrency"])
     run = rd.run
     in_progress = bool(run) and run.get("end") is None
+    barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles)
+    diagnosis = voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices \
+        else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop \
+        else diagnose(done, knee, creep, rd.has_resources())
+    orphaned = bargein.evidence(barge)
+    if orphaned:
+        diagnosis["evidence"].insert(0, orphaned)
     summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
@@ -379,9 +386,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "slo": slo_part,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
-        "diagnosis": voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices
-        else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop
-        else diagnose(done, knee, creep, rd.has_resources()),
+        "diagnosis": diagnosis,
         "little_law": None if open_loop else little_check(done),
         "usl": None if open_loop or by_voices else usl_fit(done),
         "gpu_memory_baseline_bytes": baseline,
@@ -389,6 +394,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "gpu_memory_creep": creep,
         "server_timing_stages": list(a.stages),
         "cut_by_run_end": int(run_end_cut(a).sum()),
+        **({"barge_in": barge} if barge is not None else {}),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
         **({"recommended_voices": rec_voices} if by_voices else {}),

@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 from analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
-from .kit import GIB, conc_axis, esc, is_open_loop, lx, step_axis, step_label
+from .kit import GIB, conc_axis, esc, fmt, is_open_loop, lx, step_axis, step_label
 
 
 def stages_figure(summary: dict) -> go.Figure:
@@ -142,3 +142,27 @@ def integrity_html(summary: dict) -> str:
                     f"<td>{100 * (it['rate'] or 0):.1f}</td><td class='l'>{esc(ex)}</td></tr>")
     return (f"<h2>Audio integrity</h2><p class='meta'>{esc(rule)}</p><table><tr><th>{esc(step_axis(summary))}</th>"
             f"<th>checked</th><th>mismatched</th><th>%</th><th class='l'>examples</th></tr>{''.join(rows)}</table>")
+
+
+def barge_in_html(summary: dict) -> str:
+    """The listener's interruptions (--barge-in): per step, the cancels and how fast they went
+    quiet, and the work they orphaned on the server."""
+    barge = summary.get("barge_in")
+    if not barge:
+        return ""
+    work = barge.get("orphaned_work_s") or {}
+    per = work.get("per_cancel_s")
+    said = (f"Orphaned work: {per:.2f} s per cancel ({esc(work['method'])}, from {esc(work['series'])})."
+            if per is not None else "Orphaned work: not measured (the server publishes no running-requests series).")
+    rows = []
+    for s in summary["steps"]:
+        if not s.get("requests"):
+            continue
+        q = s.get("cancel_to_quiet_ms") or {}
+        rows.append(f"<tr><td>{esc(step_label(s))}</td><td>{s.get('cancelled', 0)}</td><td>{s['ok']}</td>"
+                    f"<td>{fmt(q.get('p50'))}</td><td>{fmt(q.get('p95'))}</td></tr>")
+    head = (f"{barge['cancelled']} utterances were interrupted (--barge-in {barge['fraction']:g}, cancelled by "
+            f"{esc(barge.get('cancel_by') or 'close')}"
+            + (f"; {barge['unacknowledged']} never acknowledged" if barge["unacknowledged"] else "") + "). ")
+    return (f"<h2>Barge-in</h2><p class='meta'>{head}{said}</p><table><tr><th>{esc(step_axis(summary))}</th>"
+            f"<th>cancelled</th><th>ok</th><th>cancel to quiet p50 ms</th><th>p95 ms</th></tr>{''.join(rows)}</table>")

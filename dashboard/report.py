@@ -82,7 +82,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
             + soak_html(summary)
-            + f"{stream}{riva_html(summary)}{breakdown.integrity_html(summary)}"
+            + f"{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"

@@ -145,6 +145,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if knee.get("streamed"):
         lines.append(f"streamed: judged on underruns and TTFA p95 (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
                      f"not whole-body time")
+    lines += _barge_in_lines(summary.get("barge_in"))
     d = summary["diagnosis"]
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
@@ -208,6 +209,19 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
                      fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
                      {True: "yes", False: "no", None: "-"}[g.get("growing")], str(s["retries"])])
     return rows
+
+
+def _barge_in_lines(barge: dict | None) -> list[str]:
+    """One line for a run with --barge-in: the cancels, how fast they went quiet, what they leaked."""
+    if not barge:
+        return []
+    quiet, after = barge.get("cancel_to_quiet_ms") or {}, barge.get("audio_after_cancel_ms") or {}
+    work = (barge.get("orphaned_work_s") or {}).get("per_cancel_s")
+    unacked = f", {barge['unacknowledged']} unacknowledged" if barge["unacknowledged"] else ""
+    return [f"barge-in: {barge['cancelled']} cancelled by {barge.get('cancel_by') or 'close'}{unacked}; cancel to "
+            f"quiet p50 {fmt(quiet.get('p50'))} / p95 {fmt(quiet.get('p95'))} ms, audio after p95 "
+            f"{fmt(after.get('p95'))} ms; orphaned work "
+            + ("n/a (no running-requests series)" if work is None else f"{work:.2f} s per cancel")]
 
 
 def _rate_lines(summary: dict) -> list[str]:

@@ -23,11 +23,12 @@ from runformat.options import CUT_BY_RUN_END
 
 from . import audio as audio_out
 from . import bodies, containers
+from .bargein import Listener
 from .clock import mono, wall
 from .corpus import Text, split
 from .headers import parse_retry_after
 from .timeline import Timeline
-from .transports import Answered, Ask, AudioPiece, Ended, Received, TextSent, TransportError, transport_for
+from .transports import Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, TransportError, transport_for
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
@@ -55,18 +56,47 @@ class Segment:
     sent: dict | None   # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
 
 
+class _AfterCancel:
+    """The audio that still arrived after a cancel."""
+
+    __slots__ = ("ms", "last")
+
+    def __init__(self):
+        self.ms = 0.0
+        self.last: float | None = None
+
+    def add(self, piece: AudioPiece) -> None:
+        self.ms += piece.ms or 0.0
+        self.last = piece.at
+
+    def fields(self, cancel: Cancel, m0: float, ended: Ended) -> dict:
+        """The record's cancel fields: quiet at the acknowledgement where one came, else at the
+        last audio (at the cancel itself when none came after it)."""
+        if ended.quiet == "acknowledged":
+            quiet = ended.at
+        elif ended.quiet == "unacknowledged":
+            quiet = None
+        else:
+            quiet = cancel.at if self.last is None else self.last
+        return {"cancelled": True, "cancel_ms": _ms(m0, cancel.at), "cancel_to_quiet_ms": _ms(cancel.at, quiet),
+                "audio_after_cancel_ms": round(self.ms, 3), "cancel_quiet": ended.quiet,
+                "cancel_note": ended.note}
+
+
 class Caller:
     """One transport to the TTS endpoint and the attempt path: sends a text, records every
     attempt and fires its Locust request event. The closed-loop user owns one; the open-loop
     user one per request in flight."""
 
-    def __init__(self, user, no: int):
+    def __init__(self, user, no: int, lane: int = 0):
         self.environment = user.environment
         self.run = user.environment.tts_knee.run
         self.s = self.run.settings
         self.no = no
         self.rng = random.Random()
         self.transport = transport_for(self.s, self.run.payload)
+        # its own draws per user and lane (the open-loop user's callers side by side)
+        self.listener = Listener(self.s, f"{self.run.worker_index}-{no}-{lane}") if self.s.barge_in else None
 
     def close(self) -> None:
         self.transport.close()
@@ -81,8 +111,9 @@ class Caller:
         parts: list[tuple[bytes, containers.Audio]] = []
         for k, words in enumerate(segments, 1):
             req_id = base_id if n == 1 else f"{base_id}.{k}"
-            if self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts) is None:
-                return
+            rec = self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts)
+            if rec is None or rec.get("cancelled"):
+                return   # failed, or the listener interrupted: the rest of the text is not said
 
     def _request(self, seg: Segment, parts: list) -> dict | None:
         """All attempts of one segment; returns its final record, or None once it finally fails."""
@@ -100,7 +131,7 @@ class Caller:
                 voice = bodies.voice_label(self.s, seg.ask)
                 if voice is not None or seg.ask.language is not None:
                     runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
-                if rec["ok"]:
+                if rec["ok"] and not rec.get("cancelled"):
                     parts.append((ended.data, ended.audio))
                     if seg.k == seg.n:
                         try:
@@ -137,13 +168,23 @@ class Caller:
         m1 = m2 = answer = ended = error = cut = None
         nbytes = 0
         timeline = Timeline()
+        after_s = self.listener.draw(words) if self.listener is not None else None
+        cancel = timer = None
+        if after_s is not None:
+            cancel = Cancel(s.cancel_by)
+        after = _AfterCancel()
         timeout = gevent.Timeout(s.request_timeout_s)
         timeout.start()
         try:
-            for ev in self.transport.exchange(words, ask):
+            for ev in self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel):
                 kind = type(ev)
                 if kind is AudioPiece:
+                    if cancel is not None and cancel.at is not None:
+                        after.add(ev)   # heard by nobody: not in the playback figures
+                        continue
                     timeline.add(ev.at, ev.ms)
+                    if cancel is not None and timer is None:   # counted from the first audio heard
+                        timer = gevent.spawn_later(after_s, cancel.fire)
                 elif kind is Received:
                     if m1 is None:
                         m1 = ev.at
@@ -169,6 +210,8 @@ class Caller:
             cut, error = e, CUT_BY_RUN_END
         finally:
             timeout.close()
+            if timer is not None:
+                timer.kill(block=False)
         # a connection that failed after the answer began leaves no status: the answer never
         # completed; one cut at the run's end keeps the status that had come
         status = answer.status if answer is not None and (error is None or cut is not None) else None
@@ -193,7 +236,12 @@ class Caller:
         if error is None:
             rec["server_timing"] = answer.server_timing
             if answer.ok:
-                if ended.audio is not None:
+                if ended.quiet is not None:
+                    rec["ok"] = True   # interrupted, not failed
+                    heard = [ms for ms in timeline.audio_ms if ms is not None]
+                    rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
+                    runformat.attempt.update(rec, **after.fields(cancel, m0, ended))
+                elif ended.audio is not None:
                     audio = ended.audio
                     rec["ok"] = True
                     rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)

@@ -20,6 +20,7 @@ requests still running then are cut (recorded as ``cut_by_run_end``).
 """
 from __future__ import annotations
 
+import itertools
 import random
 
 import gevent
@@ -67,6 +68,7 @@ class OpenLoopUser(RunUser):
         # Set before the run is looked up: on_stop runs even when on_start stops the user.
         self.inflight = 0
         self.idle: list[Caller] = []
+        self.lanes = itertools.count()   # numbers the callers
         self.inflight_requests = Group()
         super().on_start()
 
@@ -119,7 +121,7 @@ class OpenLoopUser(RunUser):
             gevent.sleep(IDLE_POLL_S)
 
     def _send(self, step, scheduled: float, seq: int) -> None:
-        caller = self.idle.pop() if self.idle else Caller(self, self.no)
+        caller = self.idle.pop() if self.idle else Caller(self, self.no, next(self.lanes))
         calls = self.run.calls
         calls[(self.no, seq)] = wall()
         try:

@@ -102,6 +102,11 @@ class Preset:
         """Frames name the utterance they belong to (contexts)."""
         return any(r.context for r in self.rules)
 
+    @property
+    def acks_cancel(self) -> bool:
+        """The server answers the ``cancel`` message (a rule's ``cancelled`` event)."""
+        return any(r.event == "cancelled" for r in self.rules)
+
     def url(self, host: str, values: dict) -> str:
         """The WebSocket URL for the run's ``-H`` (``http://`` -> ``ws://``, ``https://`` -> ``wss://``)."""
         parts = urlsplit(host)

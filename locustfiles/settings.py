@@ -20,9 +20,9 @@ from runformat import options as run_options
 from runformat.fields import Builder
 from runformat.grpc_codes import CODES as GRPC_CODES
 from runformat.metric_roles import parse_roles
-from runformat.options import (APIS, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S, DEFAULT_STEPS,
-                               DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS, PROTOCOLS,
-                               SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+from runformat.options import (APIS, CANCEL_MODES, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S,
+                               DEFAULT_STEPS, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS,
+                               PROTOCOLS, SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 from runformat.options import SOAK_MIN_S
 
 from . import bodies, corpus, presets, voices as voices_mod
@@ -119,6 +119,10 @@ class Settings:
     voice_upload: bool
     server_stats: tuple
     voice_steps: tuple         # numbers of distinct voices, one per step; (): not a voice sweep
+    barge_in: float            # share of utterances the listener interrupts
+    barge_in_after: tuple | None   # (lo, hi) ms after the first audio; None: over the expected length
+    cancel_by: str             # "message" or "close"
+    barge_in_seed: int
     # gRPC
     grpc_preset: dict | None = None   # --tts-protocol grpc: the --tts-preset file's content
     language: str = ""
@@ -171,7 +175,17 @@ class Settings:
             "voice_seed": self.voice_seed if self.voices else None, "voice_upload": self.voice_upload,
             "voice_steps": list(self.voice_steps),
             "server_stats": list(self.server_stats),
+            "barge_in": self.barge_in, "barge_in_after": self.barge_in_after_text,
+            "cancel_by": self.cancel_by if self.barge_in else None,
+            "barge_in_seed": self.barge_in_seed if self.barge_in else None,
         })
+
+    @property
+    def barge_in_after_text(self) -> str | None:
+        if not self.barge_in or self.barge_in_after is None:
+            return None
+        lo, hi = self.barge_in_after
+        return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
 
     @property
     def refine_to_text(self) -> str:
@@ -419,6 +433,47 @@ def _sessions(o, protocol: str, rates: tuple) -> tuple:
     return preset, source, turns, think, contexts
 
 
+def parse_barge_in_after(raw) -> tuple[float, float] | None:
+    """``--barge-in-after``: ``MS`` or ``LO-HI`` as (lo, hi) ms; empty: None (the default draw)."""
+    text = str(raw or "").replace(" ", "")
+    if not text:
+        return None
+    lo, sep, hi = text.partition("-")
+    try:
+        bounds = (float(lo), float(hi if sep else lo))
+    except ValueError:
+        bounds = (math.nan, math.nan)
+    if not all(math.isfinite(b) and b >= 0 for b in bounds) or bounds[0] > bounds[1]:
+        raise SettingsError(f"--barge-in-after must be ms after the first audio like 50, or a range like 50-400 "
+                            f"(low to high, 0 or more), got {raw!r}")
+    return bounds
+
+
+def _barge_in(o, protocol: str, preset, contexts: int) -> tuple[float, tuple | None, str, int]:
+    """``(share, after, cancel_by, seed)`` of --barge-in, --barge-in-after, --cancel-by, --barge-in-seed."""
+    share = _positive("barge-in", o.barge_in, allow_zero=True)
+    if share > 1:
+        raise SettingsError(f"--barge-in must be a share of utterances from 0 to 1, got {o.barge_in!r}")
+    if share and protocol == "grpc":
+        raise SettingsError("--barge-in cancels over HTTP, WebSocket and Wyoming; a gRPC call cannot be "
+                            "cancelled by tts-knee yet")
+    after = parse_barge_in_after(o.barge_in_after)
+    has_message = preset is not None and "cancel" in preset.send
+    by = str(o.cancel_by or "") or ("message" if has_message else "close")
+    if by not in CANCEL_MODES:
+        raise SettingsError(f"--cancel-by must be one of {', '.join(CANCEL_MODES)}, got {o.cancel_by!r}")
+    if by == "message" and not has_message:
+        what = f"preset {preset.name}" if preset is not None else f"--tts-protocol {protocol}"
+        raise SettingsError(f"--cancel-by message needs a cancel message, and {what} has none: cancel by close")
+    if share and by == "close" and contexts > 1:
+        raise SettingsError("--cancel-by close would end every context on the session: with --contexts, cancel by "
+                            "message")
+    seed = int(_number("barge-in-seed", o.barge_in_seed, int))
+    if seed < 0:
+        seed = random.SystemRandom().randrange(2**31)
+    return share, after, by, seed
+
+
 def from_options(options, host: str | None) -> Settings:
     """Validate Locust's parsed options (command line, .conf file or web UI) into Settings."""
     o = options
@@ -500,6 +555,7 @@ def from_options(options, host: str | None) -> Settings:
         raise SettingsError(f"--text-jitter must be a fraction from 0 to 1, got {o.text_jitter!r}")
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
+    barge_in, barge_in_after, cancel_by, barge_in_seed = _barge_in(o, protocol, preset, contexts)
     voices = _voices(o)
     voice_seed = int(_number("voice-seed", o.voice_seed, int))
     if voice_seed < 0:
@@ -531,7 +587,8 @@ def from_options(options, host: str | None) -> Settings:
         rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
         text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, protocol=protocol, preset=preset,
         preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts,
-        refine_to=refine_to, drain_s=drain,
+        refine_to=refine_to, drain_s=drain, barge_in=barge_in, barge_in_after=barge_in_after,
+        cancel_by=cancel_by, barge_in_seed=barge_in_seed,
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
         soak_s=_soak(o.soak),
         form=form, voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed,

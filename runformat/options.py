@@ -48,6 +48,10 @@ PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "w
              "grpc": ("grpc",)}
 #: The shortest --soak: time for enough windows to tell a trend from noise.
 SOAK_MIN_S = 60.0
+#: --cancel-by: the protocol's cancel message, or closing the connection (the HTTP stream).
+CANCEL_MODES = ("message", "close")
+#: --barge-in-after by default: an utterance's expected length, its characters at this speaking rate.
+SPEAKING_CHARS_PER_S = 15.0
 #: Where the master and the collector both find the collectors' token, off the command line.
 COLLECTOR_TOKEN_ENV = "TTS_KNEE_COLLECTOR_TOKEN"
 
@@ -124,6 +128,20 @@ OPTIONS: tuple[Option, ...] = (
     _O("--contexts", "contexts", "count", 1,
        "Utterances each user keeps in flight on its one session, where the preset has contexts (cartesia, "
        "elevenlabs-multi) (default {default}).", int),
+    # Barge-in: the listener interrupts, and the utterance is cancelled the way its protocol can.
+    _O("--barge-in", "barge_in", "share", 0.0,
+       "Share of utterances the listener interrupts (barge-in), 0 to 1; each is cancelled (see --cancel-by) "
+       "and recorded as cancelled, not failed (default 0: none).", float),
+    _O("--barge-in-after", "barge_in_after", "ms", "",
+       "When the listener interrupts, in ms after the first audio heard: MS, or LO-HI drawn uniformly "
+       f"(default: drawn uniformly over the utterance's expected length, its characters at "
+       f"{SPEAKING_CHARS_PER_S:g} a second)."),
+    _O("--cancel-by", "cancel_by", "", "",
+       "How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
+       "stream) (default: the preset's cancel message where it has one, else close).",
+       choices=("",) + CANCEL_MODES),
+    _O("--barge-in-seed", "barge_in_seed", "", -1,
+       "Seed of which utterances are interrupted and when, recorded in run.json (default: a random one).", int),
     _O("--tts-template", None, "", "",
        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).'),
     _O("--tts-sample-rate", None, "Hz", 24000,

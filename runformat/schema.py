@@ -92,6 +92,19 @@ ATTEMPT: tuple[Field, ...] = (
     Field("voice", "", True, "the voice the request named (its own, the mix's, --tts-voice), or its reference "
                              "clip's file name", optional=True),
     Field("language", "", True, "the language the request named", optional=True),
+    # barge-in: the listener interrupted the utterance, which was cancelled (--barge-in)
+    Field("cancelled", "", True, "the listener interrupted it: not a failure; only what came before the cancel "
+                                 "counts in its stream figures, and it counts in no latency figure", optional=True),
+    Field("cancel_ms", "ms", True, "the cancel sent (or the connection closed), after t0", optional=True),
+    Field("cancel_to_quiet_ms", "ms", True, "the cancel to the last audio received, or to the server's "
+                                            "acknowledgement where the dialect has one; null when that never came",
+          optional=True),
+    Field("audio_after_cancel_ms", "ms", True, "audio that still arrived after the cancel, in playback time",
+          optional=True),
+    Field("cancel_quiet", "", True, "how it went quiet: acknowledged, closed, ended (the server ended the "
+                                    "utterance), quiet (no audio for a while), unacknowledged", optional=True),
+    Field("cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence",
+          optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")

@@ -213,6 +213,9 @@ STEP_SUMMARY: tuple[Field, ...] = (
     # Riva's figures, for a team comparing with NVIDIA's riva_tts_perf_client
     _F("riva", "", True, "streamed: first audio and chunk latency as the perf client prints them", of=RIVA),
     _F("rtfx", "", True, "audio seconds delivered per wall second (audio_s_per_s, by the perf client's name)"),
+    _F("cancelled", "count", False, "requests the listener interrupted (--barge-in): ok, and left out of the "
+                                     "latency, throughput and tail figures"),
+    _F("cancel_to_quiet_ms", "ms", True, "cancelled requests: the cancel to quiet", of=DIST),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
     _F("little", "", True, "Little's law over the window", of=LITTLE),
     _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),
@@ -449,6 +452,24 @@ PER_FILE: tuple[Field, ...] = (
     _F("resources", "", False, "resources.jsonl"),
 )
 
+#: ``barge_in``: the listener's interruptions (``--barge-in``) and what they cost the server.
+ORPHANED: tuple[Field, ...] = (
+    _F("per_cancel_s", "s", True, "server work after each cancel that no heard utterance explains"),
+    _F("total_s", "s", False, "the same, over the run"),
+    _F("method", "", False, "how it was estimated"),
+    _F("series", "", False, "the server's series it was read from"),
+    _F("samples", "count", False, "server samples read"),
+)
+BARGE_IN: tuple[Field, ...] = (
+    _F("fraction", "", False, "--barge-in: the share of utterances the listener interrupts"),
+    _F("cancel_by", "", True, "--cancel-by"),
+    _F("cancelled", "count", False, "cancelled requests, settled, every step"),
+    _F("unacknowledged", "count", False, "cancels whose acknowledgement never came within the bounded wait"),
+    _F("cancel_to_quiet_ms", "ms", True, "the cancel to the last audio, or to its acknowledgement", of=DIST),
+    _F("audio_after_cancel_ms", "ms", True, "audio that still arrived after each cancel", of=DIST),
+    _F("orphaned_work_s", "s", True, "null without the server's running-requests series", of=ORPHANED),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -474,6 +495,7 @@ SUMMARY: tuple[Field, ...] = (
        optional=True),
     _F("recommended_voices", "count", True, "voice sweep: the number of distinct voices before the knee (with an "
                                             "SLO: slo.max_voices)", optional=True),
+    _F("barge_in", "", True, "with --barge-in", optional=True, of=BARGE_IN),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),

@@ -66,19 +66,21 @@ The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked stream
 - Several utterances in flight on one connection (contexts) are several exchanges running at
   once on one transport, each in its own greenlet, the connection's reader routing what
   arrives to the exchange it belongs to.
-- Cancelling (barge-in) is a call from another greenlet to the transport while its exchange
-  runs: the preset's cancel message, or :meth:`Transport.reset` to close; the exchange then
-  yields what still arrives and ends.
+- Cancelling (barge-in): ``exchange(text, cancel)`` is given a :class:`Cancel`, which the
+  attempt path fires from another greenlet; the transport sets its ``hook`` to carry it out
+  (HTTP closes the stream; a session sends the preset's cancel message or closes the
+  connection), yields what still arrives and ends with an :class:`Ended` whose ``quiet`` says
+  how it went quiet, bounded in time.
 """
 from __future__ import annotations
 
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Event, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Event, Received, TextSent, Transport, TransportError
 from .http import HttpTransport
 from .ws import WsTransport
 from .wyoming import WyomingTransport
 
-__all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Ended", "Event", "Received", "TextSent", "Transport",
-           "TransportError", "transport_for"]
+__all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Cancel", "Ended", "Event", "Received", "TextSent",
+           "Transport", "TransportError", "transport_for"]
 
 
 def transport_for(s, payload=None) -> Transport:

@@ -4,8 +4,9 @@ protocol implements them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
+from ..clock import mono
 from ..containers import Audio
 from ..corpus import Clip
 
@@ -89,6 +90,30 @@ class Ended:
     error: str | None = None
     audio: Audio | None = None
     data: list | None = None
+    quiet: str | None = None     # a cancelled exchange: how it went quiet (see Cancel)
+    note: str | None = None      # ... and, where it went wrong, what became of the connection
+
+
+class Cancel:
+    """A listener's interruption of one exchange (barge-in): the attempt path passes it to
+    ``exchange`` and fires it from another greenlet; the transport sets ``hook`` to carry it
+    out its protocol's way (``by``: ``message`` or ``close``), and ends the exchange with an
+    :class:`Ended` whose ``quiet`` says how it went quiet: ``acknowledged`` (the server answered
+    the cancel; ``at`` is its answer), ``closed`` (the connection or stream), ``ended`` (the
+    server ended the utterance), ``quiet`` (no audio came for a while: a cancel the protocol
+    does not answer) or ``unacknowledged`` (no answer within the bounded wait)."""
+
+    __slots__ = ("by", "at", "hook")
+
+    def __init__(self, by: str):
+        self.by = by
+        self.at: float | None = None   # monotonic, when the listener interrupted
+        self.hook: Callable[[], None] | None = None
+
+    def fire(self) -> None:
+        self.at = mono()
+        if self.hook is not None:
+            self.hook()
 
 
 Event = Union[Answered, TextSent, Received, AudioPiece, Ended]
@@ -100,7 +125,7 @@ class Transport:
     request_type: str = ""
     name: str = ""
 
-    def exchange(self, text: str, ask: Ask = NO_ASK) -> Iterator[Event]:
+    def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None) -> Iterator[Event]:
         raise NotImplementedError
 
     def reset(self) -> None:

@@ -18,7 +18,7 @@ from geventhttpclient import HTTPClient
 from .. import containers
 from ..clock import mono
 from ..headers import header, parse_server_timing
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, Transport, TransportError
 
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
@@ -60,7 +60,7 @@ class HttpTransport(Transport):
         body, content_type = self.payload(text, ask)
         return self.http.request("POST", self.s.path, body=body, headers={"Content-Type": content_type})
 
-    def exchange(self, text: str, ask: Ask = NO_ASK):
+    def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
         s = self.s
         answer = parser = resp = end = None
         blocks: list[bytes] = []
@@ -68,6 +68,8 @@ class HttpTransport(Transport):
         got = 0
         try:
             resp = self.request(text, ask)
+            if cancel is not None:   # HTTP has nothing better than closing the stream
+                cancel.hook = lambda: _hang_up(resp)
             status = resp.status_code
             ok = 200 <= status < 300
             answer = Answered(status, ok, f"HTTP {status}", status, header(resp, "retry-after"),
@@ -91,20 +93,32 @@ class HttpTransport(Transport):
                         yield from pieces
                         pieces.clear()
             end = mono()
+            if _fired(cancel):
+                yield from self._cancelled(pieces)
+                return
             if parser is not None:
                 parser.finish()
                 yield from pieces
         except containers.StreamError as e:   # the server's answer, broken or an error event
+            if _fired(cancel):
+                yield from self._cancelled(pieces)
+                return
             if end is None:
                 self.reset()   # the rest of the body is still on the connection
             yield from pieces   # what the parser timed before it failed
             yield Ended(end, str(e), data=blocks)
             return
         except OSError as e:   # socket.error and socket.timeout are OSError
+            if _fired(cancel):
+                yield from self._cancelled(pieces)
+                return
             self.reset()
             stage = "connection error" if not got else "connection broke mid-body"
             raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
         except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
+            if _fired(cancel):
+                yield from self._cancelled(pieces)
+                return
             self.reset()
             if answer is not None and str(e).startswith("Incomplete"):
                 raise TransportError(_then(answer, "connection closed before the body was complete")) from None
@@ -121,6 +135,28 @@ class HttpTransport(Transport):
             yield Ended(end, str(e), data=blocks)
             return
         yield Ended(end, audio=audio, data=data)
+
+
+    def _cancelled(self, pieces: list):
+        """The end of a stream the listener hung up on: nothing more can arrive once it is closed."""
+        self.reset()
+        yield from pieces
+        yield Ended(mono(), quiet="closed")
+
+
+def _fired(cancel: Cancel | None) -> bool:
+    return cancel is not None and cancel.at is not None
+
+
+def _hang_up(resp) -> None:
+    """Close the response's stream from another greenlet: the reader wakes to its end, the
+    server sees the connection go."""
+    sock = resp._sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class _Pieces:
@@ -171,8 +207,8 @@ def read_some(resp) -> bytearray:
     """What the response's body has for us now: blocks until at least one body byte has come
     (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
     socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x
-    internals, pinned by the tests that stream through it). The only code that reaches into
-    geventhttpclient's private state."""
+    internals, pinned by the tests that stream through it). With :func:`_hang_up`, the only code
+    that reaches into geventhttpclient's private state."""
     buf = resp._body_buffer
     while not buf:
         sock = resp._sock

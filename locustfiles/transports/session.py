@@ -12,6 +12,14 @@ Wyoming error) is a refusal the retry policy judges, not an answer that failed. 
 that closes or breaks mid-utterance fails the attempt with one sentence (what arrived is still
 timed), and the next exchange opens a new one: each opening is an attempt's ``connect_ms``.
 Any failed utterance drops its connection, so that nothing it left behind reaches the next.
+
+A cancelled utterance (barge-in) stops its text, sends the preset's cancel message or closes the
+connection, and times what still arrives until it is quiet: the acknowledgement where the
+dialect has one, the server's end of the utterance or its close, else no audio for
+``QUIET_S``; all within ``CANCEL_WAIT_S``, after which the cancel is recorded as
+unacknowledged and the connection dropped. Its connection is kept only where the cancel left
+it clean (acknowledged, ended, or quiet on a dialect that names its contexts, whose late
+frames for the cancelled one are then ignored).
 """
 from __future__ import annotations
 
@@ -27,7 +35,12 @@ from gevent.queue import Empty, Queue
 from .. import containers
 from ..clock import mono
 from ..pacing import Pacer, schedule
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, Transport, TransportError
+
+#: After a cancel: the longest wait for the utterance to go quiet (its acknowledgement, its end).
+CANCEL_WAIT_S = 2.0
+#: A cancel the server does not answer: quiet once no audio came for this long.
+QUIET_S = 0.5
 
 
 class Item:
@@ -60,6 +73,7 @@ class Connection:
 
     def __init__(self):
         self.inboxes: dict[object, Queue] = {}
+        self.gone: set = set()            # cancelled utterances: their late frames are ignored
         self.lost: Item | None = None     # why the connection ended, once it has
         self.utterances = 0               # begun on it
         self.reader: gevent.Greenlet | None = None
@@ -89,8 +103,8 @@ class Connection:
                 if inbox is not None:
                     inbox.put(item)
                     continue
-                if item.key is None or item.kind == "error":
-                    continue   # between utterances, or an error about none in flight
+                if item.key is None or item.kind == "error" or item.key in self.gone:
+                    continue   # between utterances, an error about none in flight, or a cancelled one's
                 item = Item("broken", item.at, message=f"the server sent {item.kind} for context "
                                                        f"{item.key!r}, which is not in flight")
             self.lost = item
@@ -125,6 +139,8 @@ class SessionTransport(Transport):
     an exchange. Subclasses say how to connect, what to send and what a refusal is."""
 
     reuse = True
+    routed = False            # frames name the utterance they belong to
+    acks_cancel = False       # the server answers the cancel message
     ends_on_ack = False       # an utterance ends when its last flush is acknowledged
     flush_sentences = False   # the protocol has a flush, and the run flushes per sentence
     min_interval_s = 0.0
@@ -156,6 +172,14 @@ class SessionTransport(Transport):
     def send_end(self, conn: Connection, key) -> None:
         raise NotImplementedError
 
+    def send_cancel(self, conn: Connection, key) -> None:
+        """Send the protocol's cancel message for utterance ``key``."""
+        raise NotImplementedError
+
+    def close_now(self, conn: Connection) -> None:
+        """Close the connection to cancel what is on it; the reader's closed item follows."""
+        conn.stop("the connection was closed to cancel the utterance")
+
     def answered(self) -> Answered:
         """The Answered of an utterance the server took."""
         raise NotImplementedError
@@ -184,7 +208,7 @@ class SessionTransport(Transport):
             self.conn = conn
             return conn, round((mono() - began) * 1000.0, 3)
 
-    def exchange(self, text: str, ask: Ask = NO_ASK):
+    def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
         # a session speaks the run's one voice (--tts-voice): settings refuse a request mix for it
         key = self.key(next(self.numbers))
         try:
@@ -197,9 +221,9 @@ class SessionTransport(Transport):
         conn.utterances += 1
         ok = False
         try:
-            for ev in self._converse(conn, key, text, connect_ms):
+            for ev in self._converse(conn, key, text, connect_ms, cancel):
                 if type(ev) is Ended:
-                    ok = ev.audio is not None
+                    ok = ev.audio is not None or self._clean(ev, cancel)
                 yield ev
         except BaseException:   # broken, timed out, or the user stopped: the connection is mid-utterance
             self._drop(conn)
@@ -210,6 +234,12 @@ class SessionTransport(Transport):
             self._drop(conn)
         elif not self.reuse:
             self._retire(conn)
+
+    def _clean(self, ended: Ended, cancel: Cancel | None) -> bool:
+        """A cancel that leaves the connection fit for the next utterance."""
+        if ended.quiet is None or cancel.by != "message" or ended.note:
+            return False
+        return ended.quiet in ("acknowledged", "ended") or ended.quiet == "quiet" and self.routed
 
     def _drop(self, conn: Connection) -> None:
         conn.stop()
@@ -237,8 +267,10 @@ class SessionTransport(Transport):
             else:
                 conn.stop()
 
-    def _converse(self, conn: Connection, key, text: str, connect_ms: float | None):
+    def _converse(self, conn: Connection, key, text: str, connect_ms: float | None, cancel: Cancel | None):
         inbox = conn.inboxes[key]
+        if cancel is not None:   # the exchange's own greenlet carries the cancel out
+            cancel.hook = lambda: inbox.put(Item("cancel", mono()))
         s = self.s
         try:
             self.begin(conn, key, text)
@@ -273,6 +305,9 @@ class SessionTransport(Transport):
                 connect_ms = None
                 continue
             kind = item.kind
+            if kind == "cancel":
+                yield from self._cancelled(conn, key, inbox, utt, cancel.by)
+                return
             if not said:
                 refused = self.refusal(item)
                 if refused is not None:
@@ -306,6 +341,54 @@ class SessionTransport(Transport):
                 utt.last_error = item.message
             elif kind == "broken":
                 yield Ended(None, item.message)
+                return
+
+    def _cancelled(self, conn: Connection, key, inbox: Queue, utt: _Audio, by: str):
+        """The cancel carried out (see the module doc): what still arrives, then the Ended that
+        says how the utterance went quiet."""
+        conn.gone.add(key)
+        began = mono()
+        try:
+            if by == "message":
+                self.send_cancel(conn, key)
+            else:
+                self.close_now(conn)
+        except OSError as e:
+            conn.stop()
+            yield Ended(mono(), quiet="closed", note=f"the connection broke as the cancel was sent ({os_error(e)})")
+            return
+        waits_for_answer = by == "close" or self.acks_cancel
+        deadline, last = began + CANCEL_WAIT_S, began
+        while True:
+            until = deadline if waits_for_answer else min(deadline, last + QUIET_S)
+            try:
+                item = inbox.get(timeout=max(0.0, until - mono()))
+            except Empty:
+                if not waits_for_answer:
+                    yield Ended(mono(), quiet="quiet")
+                    return
+                conn.stop()
+                answer = "acknowledge the cancel" if by == "message" else "close the connection"
+                yield Ended(mono(), quiet="unacknowledged" if by == "message" else "closed",
+                            note=f"the server did not {answer} within {CANCEL_WAIT_S:g} s: the connection was dropped")
+                return
+            kind = item.kind
+            if kind == "audio":
+                yield Received(item.at, item.nbytes)
+                yield from utt.add(item)
+                last = item.at
+            elif kind == "cancelled":
+                yield Ended(item.at, quiet="acknowledged")
+                return
+            elif kind == "end":
+                yield Ended(item.at, quiet="ended")
+                return
+            elif kind == "closed":
+                yield Ended(item.at, quiet="closed", note=None if by == "close" else
+                            f"{item.message} on the cancel: the next utterance opens a new connection")
+                return
+            elif kind == "broken" or kind == "error" and item.fatal:
+                yield Ended(item.at, quiet="closed", note=f"after the cancel {item.message}: the connection was dropped")
                 return
 
     def _broke(self, conn: Connection, answered, e: OSError) -> TransportError:

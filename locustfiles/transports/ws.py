@@ -177,7 +177,7 @@ class WsConnection(Connection):
         except StreamError as e:
             return Item("broken", at, message=str(e))
         kind = ev.event
-        if kind in ("ignore", "cancelled"):
+        if kind == "ignore":
             return None
         key = ev.context if self.routed else None
         if kind == "audio":
@@ -186,7 +186,7 @@ class WsConnection(Connection):
             return Item("start", at, len(data), rate=ev.rate, key=key)
         if kind == "error":
             return Item("error", at, len(data), message=ev.message, fatal=ev.fatal, key=key)
-        return Item(kind, at, len(data), key=key)   # flushed, end
+        return Item(kind, at, len(data), key=key)   # flushed, end, cancelled
 
     def send(self, data: str) -> None:
         try:
@@ -217,6 +217,8 @@ class WsTransport(SessionTransport):
         self.url = p.url(s.host, self.values)
         self.name = urlsplit(self.url).path
         self.reuse = p.reuse
+        self.routed = p.routed
+        self.acks_cancel = p.acks_cancel
         self.ends_on_ack = p.ends_on == "ack_of_end"
         self.flush_sentences = s.flush == "sentence" and "flush" in p.send
         self.min_interval_s = p.min_interval_s
@@ -273,6 +275,16 @@ class WsTransport(SessionTransport):
 
     def send_end(self, conn, key) -> None:
         conn.send(self.preset.message("end", self._values(conn, key)))
+
+    def send_cancel(self, conn, key) -> None:
+        conn.send(self.preset.message("cancel", self._values(conn, key)))
+
+    def close_now(self, conn: WsConnection) -> None:
+        """The close handshake: what the server sends until its close frame answers is timed."""
+        try:
+            conn.ws.send_close()
+        except websocket.WebSocketException as e:
+            raise ConnectionResetError(str(e)) from None
 
     def answered(self):
         return Answered(101, True, "WebSocket", 101)

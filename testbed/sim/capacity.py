@@ -16,6 +16,11 @@ of two timing models:
 A request's voice goes through the speaker-embedding cache (:mod:`testbed.sim.voices`): a miss
 adds ``--voice-miss-ms`` to its time in the slot, before any audio is made.
 
+A client that cancels (barge-in) or goes away stops its turn (:meth:`Turn.stop`: the making
+ends within the current sleep, not after the next piece) and leaves it with :meth:`Turn.abandon`,
+which with ``--orphan-ms`` keeps holding its slot, and its share of the engine, that long first:
+a server that goes on generating audio nobody hears.
+
 The counters (served, rejected, queue time) are what ``/health`` and ``/metrics`` report
 (:mod:`testbed.sim.metrics`), so every protocol's requests count in the same figures.
 """
@@ -99,12 +104,20 @@ class Job:
         self.sizes = sizes
         self.made = 0
         self.ready = Event()
+        self.stopped = False
 
-    def wait(self, chunks: int) -> None:
-        """Until at least ``chunks`` chunks are made."""
+    def wait(self, chunks: int) -> bool:
+        """Until at least ``chunks`` chunks are made (True), or the job is stopped (False)."""
         while self.made < chunks:
+            if self.stopped:
+                return False
             self.ready.wait()
             self.ready.clear()
+        return True
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.ready.set()
 
 
 class Engine:
@@ -285,6 +298,8 @@ class Turn:
         self.planned_s = capacity.service_seconds(text) + voice_s if capacity.engine is None else None
         self.generating: float | None = None
         self._done = False
+        self._stop = Event()
+        self._job: Job | None = None
 
     @property
     def service_s(self) -> float:
@@ -304,12 +319,41 @@ class Turn:
             self._done = True
             self.capacity.finish(self.service_s)
 
+    def stop(self) -> None:
+        """End the making now: the pieces generator returns at its next wake-up, which this brings
+        forward (the client cancelled, or went away)."""
+        self._stop.set()
+        if self._job is not None:
+            self._job.stop()
+
+    def abandon(self, orphan_s: float) -> None:
+        """Leave a stopped turn: at once, or after ``orphan_s`` more seconds of holding the slot and
+        (with the engine) a share of it, as work nobody will hear."""
+        if self._done:
+            return
+        if not orphan_s:
+            self.finish()
+            return
+        gevent.spawn(self._orphan, orphan_s)
+
+    def _orphan(self, orphan_s: float) -> None:
+        engine = self.capacity.engine
+        job = Job([engine.max_speed * orphan_s * 2]) if engine is not None else None
+        if job is not None:
+            engine.join(job)
+        try:
+            gevent.sleep(orphan_s)
+        finally:
+            if job is not None:
+                engine.leave(job)
+            self.finish()
+
     def _paced(self, pcm: bytes, whole: bool):
         """The slots model: the first piece after ``first_chunk_ms``, the rest evenly until the
         planned time."""
         if whole:
-            gevent.sleep(self.planned_s)
-            yield pcm
+            if not self._stop.wait(self.planned_s):
+                yield pcm
             return
         first_s = min(self.capacity.args.first_chunk_ms / 1000, self.planned_s)
         rest_s = self.planned_s - first_s
@@ -320,7 +364,8 @@ class Turn:
         for i in range(chunks):
             # due times from the start, so that late wake-ups do not add up
             due_s = first_s + rest_s * i / (chunks - 1)
-            gevent.sleep(max(0.0, start + due_s - time.monotonic()))
+            if self._stop.wait(max(0.0, start + due_s - time.monotonic())):
+                return
             yield pcm[bounds[i]:bounds[i + 1]]
 
     def _generated(self, pcm: bytes, whole: bool):
@@ -335,13 +380,16 @@ class Turn:
         sizes = [(b - a) * frame_s for a, b in zip(bounds, bounds[1:])]
         if whole:
             bounds, sizes = [0, frames], [sum(sizes)]
-        gevent.sleep(args.prefill_ms / 1000 + self.voice_s)
-        job = Job(sizes)
+        if self._stop.wait(args.prefill_ms / 1000 + self.voice_s):
+            return
+        job = self._job = Job(sizes)
         self.generating = time.time()
         engine.join(job)
         try:
             for k in range(len(sizes)):
-                job.wait(k + 1)
+                if not job.wait(k + 1):
+                    return
                 yield pcm[2 * bounds[k]: 2 * bounds[k + 1]]
         finally:
+            self._job = None
             engine.leave(job)

@@ -118,6 +118,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--leak-mb-per-min", type=number(float, 0), default=0.0,
                    help="keep this many more MB (10^6 bytes) of memory each minute, a leak for "
                         "a soak to find (default 0: none)")
+    p.add_argument("--orphan-ms", type=number(float, 0), default=0.0,
+                   help="after a client cancels an utterance or goes away, keep generating (holding its slot and "
+                        "its share of --capacity) this many ms, as servers that synthesise for nobody do "
+                        "(default 0: stop at once)")
+    p.add_argument("--ws-close-late-ms", type=number(float, 0), default=0.0,
+                   help="answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
+                        "meanwhile (default 0)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
     # gRPC: Riva's protocol beside HTTP, on the same capacity
@@ -195,6 +202,10 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append("ws_close_after_done=True")
     if args.grpc_port is not None:
         knobs.append(f"grpc_port={args.grpc_port}")
+    if args.ws_close_late_ms:
+        knobs.append(f"ws_close_late_ms={args.ws_close_late_ms:g}")
+    if args.orphan_ms:
+        knobs.append(f"orphan_ms={args.orphan_ms:g}")
     if args.oom_above is not None:
         knobs.append(f"oom_above={args.oom_above}")
     if args.fault:

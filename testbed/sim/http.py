@@ -348,7 +348,9 @@ class SpeechApp:
 
 class _Stream:
     """A streamed response body: ``pieces`` of PCM framed as WAV, raw PCM or SSE, one write
-    each, as they come. Holds its turn until the last write or until closed."""
+    each, as they come. Holds its turn until the last write or until closed. A client that
+    hangs up mid-stream (barge-in) is seen at once, by a greenlet that waits for its socket to
+    read its end, and its turn stopped and abandoned (``--orphan-ms``)."""
 
     def __init__(self, app: SpeechApp, req: Speech, pcm: bytes, pieces, fault: str | None,
                  sock, turn: Turn):
@@ -359,6 +361,18 @@ class _Stream:
         self.sent: list[float] = []  # unix seconds each audio write had been handed over
         self.audio_ms: list[float] = []
         self._done = False
+        self.complete = False
+        self.hung_up: float | None = None   # unix seconds the client was seen gone
+        self.watcher = gevent.spawn(self._watch)
+
+    def _watch(self) -> None:
+        try:
+            data = self.sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data and not self.complete:
+            self.hung_up = time.time()
+            self.turn.stop()
 
     def __iter__(self):
         wav = not self.req.sse and self.req.response_format != "pcm"
@@ -380,8 +394,11 @@ class _Stream:
             if self.fault and not left:
                 break
         self.pieces.close()  # a fault: stop making the rest
+        if self.hung_up is not None:
+            return   # pywsgi closes the stream: close() abandons the turn
         if head:  # no audio at all: the header alone still opens the body
             yield head
+        self.complete = True   # what follows is the server's own ending (or its fault), not a hang-up
         yield from self.end()
         self.close()
 
@@ -417,8 +434,15 @@ class _Stream:
         if self._done:
             return
         self._done = True
+        self.watcher.kill()   # waited for: pywsgi reads the next request on this socket next
         self.pieces.close()
-        self.turn.finish()
+        if not self.complete and self.hung_up is None:
+            self.hung_up = time.time()   # gone, seen by a write that failed
+        if self.complete:
+            self.turn.finish()
+        else:
+            self.turn.stop()
+            self.turn.abandon(self.app.args.orphan_ms / 1000)
         log_file = self.app.args.chunk_log
         if log_file:
             fmt = "sse" if self.req.sse else self.req.response_format
@@ -428,4 +452,5 @@ class _Stream:
                 "received": round(self.req.received, 6),
                 "generating": generating and round(generating, 6),
                 "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                **({} if self.hung_up is None else {"cancelled": round(self.hung_up, 6)})}) + "\n")

@@ -10,7 +10,11 @@ prefill, then its chunks), as vLLM-Omni sends each sentence to its engine. The f
 client's messages and hands the utterance its text (:meth:`Utterance.add`, :meth:`Utterance.done`)
 while :meth:`Utterance.speak` runs in a greenlet of its own, writing through the face's
 :class:`Voice`. ``--chunk-log`` gets one line per utterance: when its first piece of text and
-its end arrived, and when each audio write was handed to the socket.
+its end arrived, and when each audio write was handed to the socket, and, for a cancelled one,
+when the cancel (or the client's going away) was seen.
+
+A cancelled utterance (:meth:`Utterance.cancel`) writes nothing more and stops its making at
+once; its turn is abandoned, held ``--orphan-ms`` longer where that is set.
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ class Utterance:
         self.sent: list[float] = []
         self.audio_ms: list[float] = []
         self.ended = False
+        self.cancelled: float | None = None   # unix seconds the cancel was seen
 
     def add(self, text: str) -> None:
         """A piece of text arrived."""
@@ -89,6 +94,15 @@ class Utterance:
         self.buffer = ""
         self.sentences.put(None)
 
+    def cancel(self) -> None:
+        """The client cancelled the utterance, or went away: nothing more is written."""
+        if self.cancelled is not None or self.ended:
+            return
+        self.cancelled = time.time()
+        self.sentences.put(None)   # wakes a speaker still waiting for text
+        if self.turn is not None:
+            self.turn.stop()
+
     def speak(self) -> None:
         """Synthesise each sentence as it becomes complete; then tell the voice the utterance is
         done. Runs in a greenlet of its own; killing it stops the making."""
@@ -97,13 +111,19 @@ class Utterance:
         try:
             while True:
                 sentence = self.sentences.get()
+                if self.cancelled is not None:
+                    return
                 if sentence is None:
                     break
                 if self.turn is None:
                     self.turn = capacity.take(sentence)
+                    if self.cancelled is not None:
+                        return
                 pcm = tone.pcm(audio_seconds(sentence))
                 nbytes = 0
                 for piece in self.turn.pieces(pcm):
+                    if self.cancelled is not None:
+                        return
                     if self.fault and nbytes + len(piece) > len(pcm) // 2:
                         self.voice.fault(self.fault)
                         return
@@ -115,6 +135,8 @@ class Utterance:
                     nbytes += len(piece)
                     if self.generating is None:
                         self.generating = self.turn.generating
+                if self.cancelled is not None:
+                    return
                 self.voice.sentence_done(index, nbytes)
                 index += 1
             self.voice.finished(index)
@@ -129,14 +151,17 @@ class Utterance:
         capacity = self.app.capacity
         if self.turn is None:
             capacity.withdraw()
-        else:
+        elif self.cancelled is None:
             self.turn.finish()
+        else:
+            self.turn.abandon(self.app.args.orphan_ms / 1000)
         log_file = self.app.args.chunk_log
         if log_file and self.sent:
             log_file.write(json.dumps({
                 **self.label, "text_first": _round(self.text_first), "text_done": _round(self.text_done),
                 "generating": _round(self.generating), "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                **({} if self.cancelled is None else {"cancelled": _round(self.cancelled)})}) + "\n")
 
 
 def _round(t: float | None) -> float | None:

@@ -5,7 +5,11 @@ closes it after ``session.done``, as older vLLM-Omni and sglang-omni do).
 The client sends ``session.config`` first, then ``input.text`` pieces and ``input.done``;
 each sentence is answered, once its text is in, with ``audio.start`` (sample rate and
 channels), binary PCM16 frames as the shared capacity makes them, and ``audio.done``; then
-``session.done``. The upgrade is answered by hand on the socket pywsgi holds, and frames go
+``session.done``. ``--ws-close-late-ms`` answers a client's close frame that late, its audio
+going on meanwhile (audio that keeps coming after a close). Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
+released vLLM-Omni has it) stops the utterance in flight and is answered ``input.cancelled``;
+a client that closes the session, or goes away, cancels it too (``--orphan-ms`` holds its turn
+on). The upgrade is answered by hand on the socket pywsgi holds, and frames go
 through wsproto's post-handshake connection.
 
 Refusals: the capacity's limits refuse a session at the upgrade with the HTTP status and
@@ -36,6 +40,7 @@ PATH = "/v1/audio/speech/stream"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 READ_BYTES = 65536
 TRY_AGAIN_LATER = 1013
+CLOSE_OPCODE = 0x8
 
 
 def serve(app, environ, start_response):
@@ -83,6 +88,7 @@ class Session(Voice):
         self.utterances = 0
         self.configured = False
         self.utterance: Utterance | None = None
+        self.speaking: Utterance | None = None   # the utterance the speaker greenlet runs
         self.speaker: gevent.Greenlet | None = None
         self.admitted = True   # the upgrade admitted the first utterance
 
@@ -95,7 +101,9 @@ class Session(Voice):
                     return
         finally:
             if self.speaker is not None:
-                self.speaker.kill()
+                self.speaking.cancel()   # the client went away: a cancel, as a close is
+                if self.speaking.turn is None:
+                    self.speaker.kill()   # still waiting for a slot
             elif self.admitted:
                 self.app.capacity.withdraw()
             self.drop()
@@ -107,6 +115,9 @@ class Session(Voice):
             data = self.sock.recv(READ_BYTES)
             if not data:
                 return
+            if data[0] & 0x0F == CLOSE_OPCODE and self.app.args.ws_close_late_ms:
+                # read late, while the utterance's audio goes on (wsproto sends nothing once it has read a close)
+                gevent.sleep(self.app.args.ws_close_late_ms / 1000)
             self.conn.receive_data(data)
             for ev in self.conn.events():
                 if isinstance(ev, TextMessage):
@@ -155,6 +166,11 @@ class Session(Voice):
                 return False
             utt.done()
             self.utterance = None
+        elif kind == "input.cancel":
+            if self.speaking is not None:
+                self.speaking.cancel()
+            self.utterance = None
+            self.send_json({"type": "input.cancelled", "utterance_index": self.utterances - 1})
         elif kind == "session.close":
             self.close(1000, "")
             return False
@@ -181,6 +197,7 @@ class Session(Voice):
                  "request_id": self.request_id}
         self.utterance = Utterance(self.app, self, label, self.picked if self.picked != "close" else None)
         self.utterances += 1
+        self.speaking = self.utterance
         self.speaker = gevent.spawn(self._speak, self.utterance)
         return self.utterance
 

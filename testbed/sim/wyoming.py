@@ -61,6 +61,7 @@ class Session(Voice):
         self.utterances = 0
         self.utterance: Utterance | None = None
         self.speaker: gevent.Greenlet | None = None
+        self.speaking: Utterance | None = None
         self.streaming = False
         self.picked: str | None = None
 
@@ -74,7 +75,9 @@ class Session(Voice):
             pass   # the client went away
         finally:
             if self.speaker is not None:
-                self.speaker.kill()
+                self.speaking.cancel()   # the client went away: Wyoming's only cancel
+                if self.speaking.turn is None:
+                    self.speaker.kill()   # still waiting for a slot
             self.sock.close()
 
     def read(self) -> tuple[str, dict] | None:
@@ -150,7 +153,7 @@ class Session(Voice):
         self.streaming = streamed
         label = {"protocol": "wyoming", "session": self.number, "utterance": self.utterances}
         self.utterances += 1
-        self.utterance = Utterance(self.app, self, label, self.picked)
+        self.utterance = self.speaking = Utterance(self.app, self, label, self.picked)
         self.speaker = gevent.spawn(self._speak, self.utterance)
         return self.utterance
 

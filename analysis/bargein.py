@@ -1,0 +1,96 @@
+"""Barge-in (``--barge-in``): how fast cancelled utterances went quiet, and the work the server
+went on doing for them (``summary.barge_in``).
+
+**Orphaned work** is read from the server's own series, where it publishes them (scraped by a
+collector's ``--scrape`` or the master's ``--server-metrics``): at each server sample, the
+requests the server holds (``running``, plus ``queue_depth`` where it says) above those the
+load generator still had in flight then (an attempt from its ``t0`` to its end; a cancelled one
+to its quiet: cancel plus ``cancel_to_quiet_ms``) are requests nobody waits for. Their count,
+averaged over the samples and multiplied by the span they cover, is the orphaned request-time,
+shared out over the cancels in that span: ``orphaned_work_s.per_cancel_s``. A server that stops
+on a cancel gives about 0; one that goes on generating for N seconds, about N. Without the
+running series it is null: its CPU or GPU time cannot be told apart from the heard
+utterances' this way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from runformat.metric_roles import roles as roles_of
+from runformat.reader import Attempts
+
+from .diagnosis import share
+from .steps import dist, run_end_cut
+
+METHOD = ("the server's running (and waiting) requests above the load generator's requests in flight, "
+          "averaged over its samples, times their span, per cancel")
+#: Orphaned work per cancel worth a line in the diagnosis.
+ORPHANED_NOTABLE_S = 0.1
+
+
+def summarise(a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None) -> dict | None:
+    """``summary.barge_in``, or None for a run without interruptions."""
+    fraction = options.get("barge_in") or 0.0
+    cancelled = np.isfinite(a["cancel_ms"])
+    if not fraction and not cancelled.any():
+        return None
+    counted = cancelled & a["final"] & a["settled"] & ~run_end_cut(a)
+    quiet = a["cancel_to_quiet_ms"][counted]
+    return {
+        "fraction": fraction,
+        "cancel_by": options.get("cancel_by"),
+        "cancelled": int(counted.sum()),
+        "unacknowledged": int((~np.isfinite(quiet)).sum()),
+        "cancel_to_quiet_ms": dist(quiet),
+        "audio_after_cancel_ms": dist(a["audio_after_cancel_ms"][counted]),
+        "orphaned_work_s": orphaned(a, res, roles),
+    }
+
+
+def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
+    """The load generator's attempts in flight at each time of ``at``."""
+    t0 = a["t0"]
+    quiet = a["t0"] + (a["cancel_ms"] + np.nan_to_num(a["cancel_to_quiet_ms"])) / 1000.0
+    end = np.where(np.isfinite(a["cancel_ms"]), quiet, a["tend"])
+    ok = np.isfinite(t0) & np.isfinite(end)
+    starts, ends = np.sort(t0[ok]), np.sort(end[ok])
+    return np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
+
+
+def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> dict | None:
+    """Orphaned work (see the module doc), or None without the server's running series."""
+    if not len(res) or "metrics" not in res.columns or not np.isfinite(a["t0"]).any():
+        return None
+    first, last = float(np.nanmin(a["t0"])), float(np.nanmax(a["tend"]))
+    srv = res[(res["role"] == "server") & (res["ts"] >= first) & (res["ts"] <= last)]
+    at, held, series = [], [], None
+    for ts, m in zip(srv["ts"], srv["metrics"]):
+        told = roles_of(m, custom) if isinstance(m, dict) else {}
+        if "running" not in told:
+            continue
+        series = told["running"][0]
+        at.append(float(ts))
+        held.append(told["running"][1] + (told["queue_depth"][1] if "queue_depth" in told else 0.0))
+    if len(at) < 2:
+        return None
+    at_a = np.asarray(at)
+    excess = np.clip(np.asarray(held) - _in_flight(a, at_a), 0.0, None)
+    span = at_a[-1] - at_a[0] + float(np.median(np.diff(at_a)))
+    total = float(excess.mean() * span)
+    cancel_at = a["t0"] + a["cancel_ms"] / 1000.0
+    cancels = int(((cancel_at >= at_a[0]) & (cancel_at <= at_a[-1])).sum())
+    return {"per_cancel_s": total / cancels if cancels else None, "total_s": total, "method": METHOD,
+            "series": series, "samples": len(at)}
+
+
+def evidence(barge: dict | None) -> str | None:
+    """The diagnosis's line when cancelled utterances kept the server busy, else None."""
+    work = (barge or {}).get("orphaned_work_s") or {}
+    per = work.get("per_cancel_s")
+    if per is None or per < ORPHANED_NOTABLE_S:
+        return None
+    return (f"Cancelled utterances kept generating for {per:.2f} s each after their cancel ({barge['cancelled']} "
+            f"cancels; {work['series']} stayed above the requests anyone was waiting for): at a "
+            f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
+            f"lowers the knee.")
