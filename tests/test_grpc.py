@@ -1,5 +1,6 @@
 """gRPC's wire, both ways round: tts-knee's h2 client against gRPC's own server (grpcio's
-C-core, tests/grpc_reference_server.py), the simulator's Riva server against gRPC's own client,
+C-core, tests/grpc_reference_server.py), the simulator's Riva server against gRPC's own client
+(tests/grpc_reference_client.py, in a process of its own),
 and each of the simulator's drills through the transport, as the attempt path sees it: the
 status it ends with, what --retry-on judges it by, the pushback, the audio that arrived and the
 sentence a failure leaves."""
@@ -7,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 
 import gevent
-import grpc
 import pytest
-from riva.client.proto import riva_audio_pb2, riva_tts_pb2, riva_tts_pb2_grpc
 
 from locustfiles import settings as settings_mod
 from locustfiles.transports import Answered, AudioPiece, Ended, TransportError, transport_for
@@ -118,29 +118,21 @@ def sim(tmp_path_factory):
         yield proc.listening("grpc"), log
 
 
-def _request(text: str, **kw):
-    kw = {"language_code": "en-US", "sample_rate_hz": 24000, "encoding": riva_audio_pb2.AudioEncoding.LINEAR_PCM,
-          **kw}
-    return riva_tts_pb2.SynthesizeSpeechRequest(text=text, **kw)
+def _reference_client(url: str, what: str) -> dict:
+    """What gRPC's own client got (tests/grpc_reference_client.py, in a process of its own)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "grpc_reference_client.py"),
+                           url.removeprefix("grpc://"), what], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def test_the_simulator_serves_grpcs_own_client(sim):
     url, log = sim
-    with grpc.insecure_channel(url.removeprefix("grpc://")) as channel:
-        stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
-        req = _request("Hello there, how are you today?")   # 31 characters: 1.86 s of audio
-        req.id.value = "ref-1"
-        chunks = list(stub.SynthesizeOnline(iter([req]), timeout=10))
-        assert [len(c.audio) for c in chunks] == [9600] * 9 + [2880] and chunks[0].id.value == "ref-1"
-        whole = stub.Synthesize(_request("Hello there."), timeout=10)
-        assert len(whole.audio) == int(0.72 * 24000) * 2
-        with pytest.raises(grpc.RpcError) as e:
-            stub.Synthesize(_request("Hello.", sample_rate_hz=16000), timeout=10)
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "24000 Hz" in e.value.details()
-        nope = channel.unary_unary("/nvidia.riva.tts.RivaSpeechSynthesis/Nope")
-        with pytest.raises(grpc.RpcError) as e:
-            nope(b"", timeout=10)
-        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    got = _reference_client(url, "calls")
+    assert got["chunks"] == [9600] * 9 + [2880] and got["id"] == "ref-1"
+    assert got["whole"] == int(0.72 * 24000) * 2
+    assert got["wrong_rate"]["code"] == "INVALID_ARGUMENT" and "24000 Hz" in got["wrong_rate"]["details"]
+    assert got["unknown_method"]["code"] == "UNIMPLEMENTED"
     entry = next(e for e in read_jsonl(log) if e["request_id"] == "ref-1")
     assert entry["format"] == "grpc" and len(entry["sent"]) == 10 and sum(entry["audio_ms"]) == pytest.approx(1860)
     assert 0.08 < entry["sent"][0] - entry["received"] < 0.3   # prefill, then 200 ms of audio at 5x
@@ -149,12 +141,9 @@ def test_the_simulator_serves_grpcs_own_client(sim):
 def test_the_simulators_pushback_reaches_grpcs_own_client():
     with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
                 "--pushback-ms", "1500"]) as proc:
-        with grpc.insecure_channel(proc.listening("grpc").removeprefix("grpc://")) as channel:
-            stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
-            with pytest.raises(grpc.RpcError) as e:
-                list(stub.SynthesizeOnline(iter([_request("Hello.")]), timeout=10))
-    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert ("grpc-retry-pushback-ms", "1500") in e.value.trailing_metadata()
+        got = _reference_client(proc.listening("grpc"), "refused")
+    assert got["code"] == "RESOURCE_EXHAUSTED"
+    assert ["grpc-retry-pushback-ms", "1500"] in got["trailers"]
 
 
 # ---- the simulator's drills, through the transport ------------------------------------------
