@@ -6,6 +6,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A pytest-xdist worker waits for its next test on a thread of its own; once a test imports
+    # Locust, whose import monkey-patches threading for gevent, that wait ends in gevent's
+    # LoopExit and the worker dies. In a worker the patch is left out: what a test runs in this
+    # process speaks gevent's own sockets (geventhttpclient, gevent.socket) and needs none, and
+    # every Locust run is a process of its own, patched as usual.
+    from gevent import monkey
+    monkey.patch_all = lambda *args, **kwargs: None
+
 #: In CI (CI=true, as .ci/run is run) every test must run: .ci/run installs what the browser,
 #: compose, netns and tmpfs tests need, so a skip there means a check silently did not happen.
 NO_SKIPS = os.environ.get("CI", "").lower() == "true" or os.environ.get("TTS_KNEE_NO_SKIPS") == "1"
