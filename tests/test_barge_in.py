@@ -64,7 +64,9 @@ def test_cancels_honoured_keep_the_knee_and_orphaned_work_lowers_it(tmp_path, te
     assert cancelled and all(r["ok"] and r["error"] is None for r in cancelled)
     assert 0.35 < len(cancelled) / len([r for r in records if r["ok"]]) < 0.65
     assert all(r["cancel_quiet"] == ("closed" if protocol == "http" else "acknowledged") for r in cancelled)
-    assert all(r["cancel_ms"] == pytest.approx(r["ttfa_ms"] + 50, abs=15) for r in cancelled)
+    # the listener's timer fires 50 ms after the first audio or later (never earlier: 1 ms for rounding);
+    # how much later depends on the machine's load, so no upper bound
+    assert all(r["cancel_ms"] - r["ttfa_ms"] >= 49 for r in cancelled)
     assert clean["knee"]["concurrency"] == 8, clean["knee"]
     barge = clean["barge_in"]
     assert barge["fraction"] == 0.5 and barge["cancelled"] > 20 and barge["unacknowledged"] == 0
@@ -89,6 +91,7 @@ def _sim_quiet_ms(line: dict) -> float:
     return max([0.0] + [(t - line["cancelled"]) * 1000 for t in line["sent"] if t > line["cancelled"]])
 
 
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 @pytest.mark.parametrize("protocol", ["http", "ws-message", "ws-close", "wyoming"])
 def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, protocol):
     log = tmp_path / "chunks.jsonl"
@@ -108,7 +111,9 @@ def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, prot
         sent = r["t0"] + r["cancel_ms"] / 1000
         line = min(seen, key=lambda x: abs(x["cancelled"] - sent))
         assert abs(line["cancelled"] - sent) * 1000 < TOLERANCE_MS, (sent, line["cancelled"])   # seen when sent
-        assert r["cancel_ms"] - r["ttfa_ms"] == pytest.approx(60, abs=25)
+        # drawn 40-80 ms after the first audio: a timer never fires early (1 ms for rounding), but
+        # late by whatever the machine's load makes it, so the draw is bounded from below only
+        assert r["cancel_ms"] - r["ttfa_ms"] >= 39
         client.append(r["cancel_to_quiet_ms"])
         server.append(_sim_quiet_ms(line))
     assert np.percentile(client, 95) == pytest.approx(np.percentile(server, 95), abs=TOLERANCE_MS)
@@ -155,6 +160,7 @@ def test_a_server_that_closes_the_session_on_a_cancel_is_recorded_and_the_sessio
     assert after and all(r["connect_ms"] is not None for r in after)
 
 
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_a_cancel_the_dialect_does_not_answer_is_quiet_once_no_audio_comes(tmp_path, texts):
     preset = tmp_path / "no-answer.toml"   # as Cartesia: a cancel message, and nothing that answers it
     preset.write_text(SIM_CANCEL.read_text().replace('match = { type = "input.cancelled" }\nevent = "cancelled"',
@@ -167,21 +173,35 @@ def test_a_cancel_the_dialect_does_not_answer_is_quiet_once_no_audio_comes(tmp_p
     for r in cancelled:
         assert r["cancel_quiet"] == "quiet" and r["cancel_note"] is None
         assert r["cancel_to_quiet_ms"] < TOLERANCE_MS   # what came after was on its way already
-        assert r["t2"] - r["t0"] - r["cancel_ms"] / 1000 == pytest.approx(0.5, abs=0.1)   # the quiet wait
+        # the quiet wait: 0.5 s without audio (a timer: late, never early), not the 2 s an acknowledgement
+        # is waited for
+        assert 0.499 <= r["t2"] - r["t0"] - r["cancel_ms"] / 1000 < 1.5
     after = [b for a, b in zip(records, records[1:]) if a.get("cancelled")]
     assert after and all(r["connect_ms"] is not None for r in after)   # unnamed contexts: not kept
 
 
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
-    with spawn(["testbed.sim", "--port", "0", *SIM, "--ws-close-late-ms", "100"]) as sim:
+    log = tmp_path / "chunks.jsonl"
+    with spawn(["testbed.sim", "--port", "0", *SIM, "--ws-close-late-ms", "100", "--chunk-log", str(log)]) as sim:
         _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset", "vllm-omni",
                           "--barge-in", "1", "--barge-in-after", "20")
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
     cancelled = [r for r in records if r.get("cancelled")]
     assert cancelled and all(r["ok"] and r["error"] is None for r in records)
+    client, server = [], []
     for r in cancelled:
         assert r["cancel_quiet"] == "closed" and r["cancel_note"] is None
         assert r["audio_after_cancel_ms"] >= 200   # the simulator's chunks are 200 ms, 22 ms apart
-        assert 40 <= r["cancel_to_quiet_ms"] <= 130, r["cancel_to_quiet_ms"]
+        sent = r["t0"] + r["cancel_ms"] / 1000
+        first_audio = r["t0"] + r["ttfa_ms"] / 1000
+        line = min(lines, key=lambda x: abs(x["sent"][0] - first_audio))   # this utterance's log line
+        # the simulator read the close 100 ms late (a sleep: late, never early; 1 ms for rounding)
+        assert "cancelled" in line and line["cancelled"] - sent >= 0.099, (sent, line)
+        client.append(r["cancel_to_quiet_ms"])
+        server.append(max(0.0, (max(line["sent"]) - sent) * 1000))   # its last audio after the cancel was sent
+    # the client's cancel to quiet is the simulator's, by its own log, within the sessions' tolerance
+    assert np.percentile(client, 95) == pytest.approx(np.percentile(server, 95), abs=TOLERANCE_MS)
 
 
 def _settings(host="http://127.0.0.1:8300", **changes):

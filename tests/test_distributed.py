@@ -53,6 +53,7 @@ def test_master_and_two_workers_write_one_run_directory(tmp_path, sim):
     assert not list(tmp_path.glob("runs/spool/*"))
 
 
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_skewed_worker_clock_is_corrected(tmp_path, sim):
     port = free_port()
     m = master(tmp_path, sim.url, port, steps="1,2", step_time="3")

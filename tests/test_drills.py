@@ -194,8 +194,10 @@ def test_garbage_and_enormous_retry_after(tmp_path):
             continue
         followed += 1
         if r in huge:   # capped by --retry-after-cap, measured from when the 429 arrived
-            # backoff_ms is what was slept: the cap less the moments spent since the 429 arrived
-            assert 250 <= nxt["backoff_ms"] <= 300
+            # backoff_ms is the planned sleep: the cap less the time spent since the 429 arrived, so it
+            # shrinks (to 0 after 300 ms) on a busy machine; only its cap bounds it. The measured wait
+            # below proves the cap was honoured from the 429's arrival (a late timer only lengthens it).
+            assert 0 <= nxt["backoff_ms"] <= 300
             assert nxt["t0"] - r["t2"] >= 0.3 - 0.005
         else:           # exponential backoff with jitter: half of the ceiling to all of it
             ceiling = min(200, 100 * 2 ** (r["attempt"] - 1))
@@ -249,7 +251,11 @@ def test_audio_disk_full_with_stop_ends_the_run_non_zero(tmp_path, tiny_disk, si
     started = time.monotonic()
     d = run(tmp_path, sim_fast.url, "--audio-dir", str(tiny_disk), "--on-audio-error", "stop",
             steps="1,2", step_time="5")
-    assert time.monotonic() - started < 8, "the run did not stop early"
+    # Stopped early, by the run's own clock (run.json), which Locust's start-up on a busy machine does
+    # not lengthen: within 4 s of its first step's start, against 5 s for that step alone (10 s run).
+    assert d.info["end"] - d.info["steps"][0]["start"] < 4, "the run did not stop early"
+    # and the process then exited: a generous 30 s (start-up included), against a hang to the 90 s timeout
+    assert time.monotonic() - started < 30
     assert d.proc.returncode not in (0, 1), d.out
     assert "Traceback" not in d.out
     line = _audio_message_once(d.out)

@@ -52,9 +52,14 @@ def test_resource_exhausted_is_retried_after_its_pushback(drilled):
             assert (prev["retry_after_s"], prev["retry_after_raw"]) == (1.0, "grpc-retry-pushback-ms: 1000")
             assert prev["error"] == "gRPC RESOURCE_EXHAUSTED: the server is busy"
             waits.append(nxt["t0"] - prev["t2"])
-            assert nxt["backoff_ms"] == pytest.approx(1000, abs=30)
+            # the planned sleep: the 1 s pushback less the time since the refusal came, which a busy
+            # machine stretches, so only the side that cannot move is tight; above the default
+            # backoff's 100-200 ms, so it is the pushback's
+            assert 500 < nxt["backoff_ms"] <= 1000, nxt["backoff_ms"]
     assert len(waits) >= 2
-    assert all(0.99 <= w <= 1.06 for w in waits), waits   # measured from when the refusal came
+    # measured from when the refusal came: never under the 1 s pushback (10 ms for the wall clock
+    # read apart from the monotonic one); a sleep ends late on a busy machine, so no upper bound
+    assert all(w >= 0.99 for w in waits), waits
 
 
 def test_it_is_counted_like_a_429(drilled):
@@ -83,11 +88,12 @@ def test_every_attempt_is_one_record_and_one_locust_request(drilled):
     assert count == len(records)
 
 
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_path):
-    run_dir = tmp_path / "run"
+    run_dir, log = tmp_path / "run", tmp_path / "chunks.jsonl"
     texts = tmp_path / "texts.txt"
     texts.write_text("Hello there, how are you today?\n")   # six tokens: 250 ms at 20 a second
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY]) as sim:
+    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
                        "--tts-stream", "--text-rate", "20", "--steps", "1", "--step-time", "4", "--settle-time", "0",
                        "--texts", str(texts), "--run-dir", str(run_dir)], timeout=60)
@@ -96,11 +102,20 @@ def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_pat
     assert len(records) >= 2 and all(r["ok"] for r in records)
     assert records[0]["connect_ms"] > 0 and all(r["connect_ms"] is None for r in records[1:])   # one connection
     for r in records:
-        assert r["text_done_ms"] - r["text_first_ms"] == pytest.approx(250, abs=30)
-        # the simulator synthesises once the request stream ends: prefill, then 200 ms of audio at 5x
-        assert r["done_to_audio_ms"] == pytest.approx(140, abs=40)
+        # paced by sleeps, which end late on a busy machine: a lower bound, less 5 ms for the first
+        # piece's own send (the schedule counts from just before it)
+        assert r["text_done_ms"] - r["text_first_ms"] >= 245
+        # the simulator synthesises once the request stream ends: prefill, then 200 ms of audio at 5x,
+        # never sooner (1 ms rounding); how much later is its own timers' (checked below)
+        assert r["done_to_audio_ms"] >= 139
         assert r["ttfa_ms"] == pytest.approx(r["text_done_ms"] - r["text_first_ms"] + r["done_to_audio_ms"], abs=1)
         assert r["tail_ms"] > r["done_to_audio_ms"]
+    # the late side, against the simulator's own log (its request stream ending to its first audio
+    # message handed to the socket), as the sweep below does: within 20 ms in the median, since the
+    # attempt in flight as the step ends is read late by the load generator's own step-end work
+    served = served_ttfa_ms(records, [e for e in read_jsonl(log) if e["sent"]])
+    behind = sorted(r["done_to_audio_ms"] - ms for r, ms in zip(records, served))
+    assert abs(behind[len(behind) // 2]) < 20, behind
 
 
 def _run_bad(tmp_path, host, *args):
@@ -128,6 +143,18 @@ def test_targets_that_will_not_do_end_the_run_in_one_sentence(tmp_path):
 TRUTH_MS = {1: 140, 2: 180, 4: 260, 8: 420}
 
 
+def served_ttfa_ms(records: list[dict], entries: list[dict]) -> list[float]:
+    """Each record's first audio as the simulator's --chunk-log saw it (ms): its request stream ending
+    to its first audio message handed to the socket, the entry matched by when that message went."""
+    served = []
+    for r in records:
+        first = r["t0"] + (r["text_first_ms"] + r["ttfa_ms"]) / 1000   # TTFA counts from the text sent
+        entry = min(entries, key=lambda e: abs(e["sent"][0] - first))   # its own stream
+        served.append((entry["sent"][0] - entry["received"]) * 1000)
+    return served
+
+
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 @pytest.mark.slow
 def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     log, run_dir = tmp_path / "chunks.jsonl", tmp_path / "run"
@@ -140,8 +167,16 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     assert judged.returncode == 0, judged.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     by_c = {s["concurrency"]: s for s in summary["steps"]}
+    records = read_jsonl(run_dir / "requests.jsonl")
+    entries = [e for e in read_jsonl(log) if e["sent"]]
     for c, truth in TRUTH_MS.items():
-        assert by_c[c]["ttfa_ms"]["p50"] == pytest.approx(truth, abs=50), (c, by_c[c]["ttfa_ms"])
+        # never below the truth by more than 50 ms (streams start apart, so some run faster); its late
+        # side is the simulator's timers', so it is held to the simulator's own log instead: the p50
+        # within 50 ms of the p50 of the first audio it handed to the socket after each request
+        assert by_c[c]["ttfa_ms"]["p50"] >= truth - 50, (c, by_c[c]["ttfa_ms"])
+        served = served_ttfa_ms([r for r in records if r["concurrency"] == c and r["ok"] and r["settled"]],
+                                entries)
+        assert by_c[c]["ttfa_ms"]["p50"] <= sorted(served)[len(served) // 2] + 50, (c, by_c[c]["ttfa_ms"], served)
         assert by_c[c]["error_rate"] == 0 and by_c[c]["status_counts"] == {"OK": by_c[c]["attempts"]}
     assert by_c[1]["underrun_rate"] == 0 and by_c[2]["underrun_rate"] == 0 and by_c[4]["underrun_rate"] < 0.05
     assert by_c[8]["underrun_rate"] > 0.5
@@ -149,14 +184,8 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     assert summary["recommended_concurrency"] == 4, summary["recommendation"]
     # first audio at one stream, against the simulator's own log: its request stream ending to its
     # first audio message handed to the socket
-    records = read_jsonl(run_dir / "requests.jsonl")
     one = [r for r in records if r["concurrency"] == 1 and r["ok"] and r["settled"]]
-    entries = [e for e in read_jsonl(log) if e["sent"]]
-    served = []
-    for r in one:
-        first = r["t0"] + (r["text_first_ms"] + r["ttfa_ms"]) / 1000   # TTFA counts from the text sent
-        entry = min(entries, key=lambda e: abs(e["sent"][0] - first))   # its own stream
-        served.append((entry["sent"][0] - entry["received"]) * 1000)
+    served = served_ttfa_ms(one, entries)
     client_p50, served_p50 = sorted(r["ttfa_ms"] for r in one)[len(one) // 2], sorted(served)[len(served) // 2]
     assert abs(client_p50 - served_p50) < 20, (client_p50, served_p50)
     # the perf client's figures for the same steps, beside the step table

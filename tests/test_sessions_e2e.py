@@ -14,6 +14,10 @@ import pytest
 
 from procs import dashboard, locust, read_jsonl, spawn
 
+#: Times the client against the simulator's own clock to the millisecond: run with the machine
+#: to itself (make test's second pass).
+pytestmark = pytest.mark.alone
+
 SHORT = ["Hello there.", "Good morning to you.", "The train leaves at nine.", "Please hold the line.",
          "It is raining again.", "Your order has shipped.", "See you tomorrow.", "Thanks for calling.",
          "Welcome back. Your table is ready.", "The meeting moved to noon. Bring the report."]
@@ -102,6 +106,9 @@ def test_whole_texts_over_websocket_get_the_http_streams_ttfa(tmp_path, sim, tex
     ws_ttfa = statistics.median(r["ttfa_ms"] for r in ws if r["ok"] and r["settled"])
     http_ttfa = statistics.median(r["ttfa_ms"] for r in http if r["ok"] and r["settled"])
     assert ws_ttfa == pytest.approx(http_ttfa, abs=TOLERANCE_MS)
-    assert 120 <= http_ttfa <= 200   # the prefill and one 0.2 s chunk at 5x
+    # the prefill and one 0.2 s chunk at 5x: 100 + 40 ms of the simulator's sleeps, which a busy
+    # machine only lengthens, so a floor (1 ms rounding slack) and no ceiling (was 120..200); the
+    # sweep test above holds TTFA to the simulator's own log within 20 ms
+    assert http_ttfa >= 140 - 1
     whole = [r for r in ws if r["ok"]]
     assert whole and all(r["text_first_ms"] == r["text_done_ms"] for r in whole)   # one piece, then the end

@@ -1,5 +1,6 @@
 """End-to-end sweeps: real headless Locust runs against the real simulator on loopback."""
 import json
+import statistics
 
 import pytest
 
@@ -63,10 +64,17 @@ def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
     proc, run_dir = sweep(tmp_path, sim2.url, step_time="3")
     assert proc.returncode == 0, proc.stdout
     records = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["settled"] and r["ok"]]
-    mean = {c: sum(r["wait_ms"] for r in records if r["concurrency"] == c)
-            / sum(1 for r in records if r["concurrency"] == c) for c in (1, 2, 4)}
-    assert mean[2] == pytest.approx(mean[1], rel=0.25)
-    assert mean[4] / mean[2] == pytest.approx(2.0, rel=0.25)
+
+    def mean(c, value):
+        return statistics.fmean(value(r) for r in records if r["concurrency"] == c)
+    # Each step's latency in units of that step's service time as the simulator's own clock measured
+    # it (Server-Timing total - queue: the slot held, its 60 ms sleep fired however late): a busy
+    # machine stretches the sleep unevenly from step to step, and this divides that out; the 25%
+    # tolerance is left for the client's own overhead, which has no independent clock.
+    per = {c: mean(c, lambda r: r["wait_ms"])
+           / mean(c, lambda r: r["server_timing"]["total"] - r["server_timing"]["queue"]) for c in (1, 2, 4)}
+    assert per[2] == pytest.approx(per[1], rel=0.25)
+    assert per[4] / per[2] == pytest.approx(2.0, rel=0.25)
 
 
 @pytest.mark.parametrize("fmt", ["seconds", "http-date"])
@@ -91,8 +99,11 @@ def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
         if nxt is not None:
             followed += 1
             assert not r["final"]
-            # what was slept: Retry-After counted from when the 429 arrived
-            assert r["retry_after_s"] * 1000 - 50 <= nxt["backoff_ms"] <= r["retry_after_s"] * 1000
+            # what was slept: Retry-After counted from when the 429 arrived. backoff_ms is the planned
+            # sleep, Retry-After less the time spent since the 429 arrived, so it shrinks on a busy
+            # machine and only its top is bounded; the measured wait below (2 ms rounding slack; a late
+            # timer only lengthens it) proves Retry-After was honoured.
+            assert 0 <= nxt["backoff_ms"] <= r["retry_after_s"] * 1000
             assert nxt["t0"] >= r["t2"] + r["retry_after_s"] - 0.002
     assert followed
 
@@ -105,7 +116,10 @@ def test_streaming_first_byte_well_before_the_body(tmp_path):
     records = read_jsonl(run_dir / "requests.jsonl")
     assert records and all(r["ok"] and r["audio_s"] > 0 for r in records)
     for r in records:
-        assert r["ttfb_ms"] < 0.5 * r["wait_ms"]
+        # the body goes on for its paced ~270 ms (jitter: 240 or more) after the first chunk's 30 ms;
+        # a body sent whole has ~0 ms after its first byte. A gap of over 50 ms tells them apart, and
+        # only a first chunk ~190 ms late breaks it, where ttfb < 0.5 x wait broke at ~100 ms late.
+        assert r["ttfb_ms"] < r["wait_ms"] - 50
 
 
 @pytest.mark.parametrize("fault,reason", [

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from analysis.playback import listen
 from procs import ROOT, locust, locust_count, read_jsonl, spawn
 
 FIELDS = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms", "chunk_audio_ms")
@@ -59,8 +60,10 @@ def test_each_format_times_every_chunk(tmp_path, knobs, extra):
         consistent(r)
         assert r["chunks"] > 1 and r["audio_s"] == pytest.approx(1.0)
         assert r["underruns"] == 0 and r["underrun_ms"] == 0.0
-    # medians: a shared host can stall any one attempt
-    assert 40 <= statistics.median(r["ttfa_ms"] for r in records) < 150   # the 50 ms prefill, not ~300 ms
+    # medians: a shared host can stall any one attempt. The prefill is a sleep, which ends late, never
+    # early: at least its 50 ms (1 ms rounding), and a generous 175 ms between it and ~300 ms
+    ttfa_p50 = statistics.median(r["ttfa_ms"] for r in records)
+    assert 49 <= ttfa_p50 < 175, ttfa_p50   # the 50 ms prefill, not ~300 ms
     if "--header-alone" in knobs:   # the header came 12.5 ms before any sample
         assert statistics.median(r["ttfa_ms"] - r["ttfb_ms"] for r in records) > 8
 
@@ -76,7 +79,13 @@ def test_a_server_slower_than_real_time_underruns(tmp_path):
     assert done
     for r in done:
         consistent(r)
-        assert r["underruns"] == 9 and r["underrun_ms"] == pytest.approx(900, abs=60)
+        assert r["underruns"] == 9
+        # the player's silence is the playback model's on the attempt's own arrivals (0.1 ms rounding
+        # of each), and at least 900 ms less 60 for a first chunk read late: the server's 200 ms apart
+        # are sleeps, which end late, so the total is bounded from below only
+        _, stalls = listen(r["chunk_at_ms"], r["chunk_audio_ms"], 0.0)
+        assert len(stalls) == 9 and r["underrun_ms"] == pytest.approx(sum(b - a for a, b in stalls), abs=1)
+        assert r["underrun_ms"] >= 900 - 60, r["underrun_ms"]
     assert all(r["underruns"] == 0 for r in buffered if r["ok"])   # the buffer never fills: plays at the end
 
 
@@ -121,6 +130,7 @@ def _arrival_errors(r: dict, entry: dict) -> list[float]:
     ([], ["--tts-format", "pcm"]),
     (["--sse"], ["--tts-stream-format", "sse"]),
 ], ids=["wav-header-alone", "pcm", "sse"])
+@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
     """The simulator's --chunk-log is the truth: each attempt's arrivals are its writes, a
     fraction of a millisecond later (loopback), its TTFA its first write, its audio the sum."""

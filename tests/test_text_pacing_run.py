@@ -15,6 +15,10 @@ import pytest
 from procs import ROOT, dashboard, read_jsonl
 from rundirs import assert_declared
 
+#: Times the client against the simulator's own clock to the millisecond: run with the machine
+#: to itself (make test's second pass).
+pytestmark = pytest.mark.alone
+
 LOCUSTFILE = '''
 import sys
 sys.path.insert(1, {root!r})
@@ -78,8 +82,10 @@ TEXT = "One two three. Four five six."   # 6 tokens at 20/s: the first sentence 
 
 
 def late_by(measured_ms: float, scripted_ms: float) -> bool:
-    """The figure is the script's, or later by less than 120 ms (timers on a loaded 2-core machine)."""
-    return scripted_ms - 5 <= measured_ms <= scripted_ms + 120
+    """The figure is the script's, or later: the script's times are sleeps, which a loaded 2-core
+    machine ends late but never early, so a lower bound only (5 ms for the clock read a little apart
+    from the schedule's start); what tells one figure from another is the record's own arrivals."""
+    return measured_ms >= scripted_ms - 5
 
 
 def _run(tmp: Path, flush: str):
@@ -108,14 +114,16 @@ def test_each_record_times_the_listener_against_the_text(per_sentence):
     assert len(ok) >= 3 and len(ok) == len(records)
     for r in ok:
         # the text went out over 250 ms from its first piece; the first sentence was heard 50 ms after its flush.
-        # A sleep never ends early but may end late on a busy machine: each figure is at least the script's, and
-        # late by less than a slip that would mean another schedule (the next piece is 50 ms on).
+        # A sleep never ends early but may end late on a busy machine: each figure is at least the script's
+        # (late_by), and is pinned to what it counts by the record's own arrivals, to the 0.1 ms they are
+        # rounded to, not by an upper bound a late timer could break.
         assert 0 <= r["text_first_ms"] <= r["text_done_ms"]
         assert late_by(r["text_done_ms"] - r["text_first_ms"], 250)
         assert late_by(r["ttfa_ms"], 150)
         assert r["ttfa_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_first_ms"], abs=0.2)
         assert r["done_to_audio_ms"] == 0.0   # the first sentence was playing when the text was done
         assert late_by(r["tail_ms"], 50)
+        assert r["tail_ms"] == pytest.approx(r["chunk_at_ms"][-1] - r["text_done_ms"], abs=0.2)   # to the last audio
         assert r["chunk_audio_ms"] == [300.0, 300.0] and r["underruns"] == 0
     # the session opened once, on the first turn
     assert late_by(ok[0]["connect_ms"], 20) and ok[0]["text_first_ms"] >= ok[0]["connect_ms"]
@@ -147,4 +155,7 @@ def test_flushing_only_at_the_end_leaves_the_listener_waiting_for_the_whole_text
     for r in ok:
         assert late_by(r["ttfa_ms"], 300)   # one unit, spoken 50 ms after the text was done
         assert late_by(r["done_to_audio_ms"], 50)
+        # lower bounds above (sleeps end late); what each counts, from the record's own arrivals (0.1 ms rounding)
+        assert r["done_to_audio_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_done_ms"], abs=0.2)
+        assert r["ttfa_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_first_ms"], abs=0.2)
         assert late_by(r["tail_ms"], 50) and r["chunk_audio_ms"] == [600.0]
