@@ -191,16 +191,23 @@ def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
     assert cancelled and all(r["ok"] and r["error"] is None for r in records)
     client, server = [], []
     for r in cancelled:
-        assert r["cancel_quiet"] == "closed" and r["cancel_note"] is None
-        assert r["audio_after_cancel_ms"] >= 200   # the simulator's chunks are 200 ms, 22 ms apart
         sent = r["t0"] + r["cancel_ms"] / 1000
         first_audio = r["t0"] + r["ttfa_ms"] / 1000
         line = min(lines, key=lambda x: abs(x["sent"][0] - first_audio))   # this utterance's log line
+        if "cancelled" not in line:
+            # the simulator sent the whole utterance before it read the close (a cancel that fired
+            # late leaves under its 100 ms of audio to come): the utterance ended, and is recorded so
+            assert r["cancel_quiet"] == "ended", (r, line)
+            continue
+        assert r["cancel_quiet"] == "closed" and r["cancel_note"] is None
+        assert r["audio_after_cancel_ms"] >= 200   # the simulator's chunks are 200 ms, 22 ms apart
         # the simulator read the close 100 ms late (a sleep: late, never early; 1 ms for rounding)
-        assert "cancelled" in line and line["cancelled"] - sent >= 0.099, (sent, line)
+        assert line["cancelled"] - sent >= 0.099, (sent, line)
         client.append(r["cancel_to_quiet_ms"])
         server.append(max(0.0, (max(line["sent"]) - sent) * 1000))   # its last audio after the cancel was sent
-    # the client's cancel to quiet is the simulator's, by its own log, within the sessions' tolerance
+    # most cancels come 20 ms into 200 ms of audio, so the close is read mid-utterance; the client's
+    # cancel to quiet is then the simulator's, by its own log, within the sessions' tolerance
+    assert len(client) >= 0.5 * len(cancelled), (len(client), len(cancelled))
     assert np.percentile(client, 95) == pytest.approx(np.percentile(server, 95), abs=TOLERANCE_MS)
 
 
