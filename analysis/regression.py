@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.reader import RunDir, RunDirError
 
 from .confidence import compare_percentile, compare_proportions, compare_rates
 

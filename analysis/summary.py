@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-import runformat
-from runformat.metric_roles import parse_roles
-from runformat.reader import RunDir, RunDirError
+from tts_knee import runformat
+from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.reader import RunDir, RunDirError
 
 from . import bargein, openloop
 from . import slo as slo_mod

@@ -16,7 +16,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from locust import FastHttpUser, task  # noqa: E402
 
 from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import corpus  # noqa: E402
+from tts_knee.locustfiles import corpus  # noqa: E402
 
 TEXTS = [t.text for t in corpus.load()]
 _NEXT = itertools.count()

@@ -27,7 +27,7 @@ from geventhttpclient import HTTPClient  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import percentile  # noqa: E402
-from locustfiles import corpus  # noqa: E402
+from tts_knee.locustfiles import corpus  # noqa: E402
 
 SPAWN_INTERVAL_S = 0.01
 _TOTAL = re.compile(r"total;dur=([\d.]+)")

@@ -37,9 +37,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import psutil  # noqa: E402
 
-from collectors.host import HostSampler, ProcessWatcher  # noqa: E402
-from collectors.nvml import Nvml  # noqa: E402
-from collectors.sampler import Sampler  # noqa: E402
+from tts_knee.collectors.host import HostSampler, ProcessWatcher  # noqa: E402
+from tts_knee.collectors.nvml import Nvml  # noqa: E402
+from tts_knee.collectors.sampler import Sampler  # noqa: E402
 
 PROCESS_RUN_S = 5.0
 
@@ -61,7 +61,7 @@ def collector_process_cpu_s_per_s(pid: int, hz: float) -> float:
     """CPU seconds per wall second of a real collector process sampling at ``hz``."""
     env = dict(os.environ, TTS_KNEE_NVML_MODULE="fake_nvml", PYTHONPATH=str(ROOT / "tests"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--port", "0", "--interval", str(1 / hz),
+        [sys.executable, "-m", "tts_knee.collectors", "--port", "0", "--interval", str(1 / hz),
          "--pid", str(pid)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True)
     try:

@@ -52,8 +52,8 @@ _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 ti, ci = time.perf_counter(), time.process_time()
-from analysis.summary import load, analyze, write_summary
-from dashboard.report import write_report
+from tts_knee.analysis.summary import load, analyze, write_summary
+from tts_knee.dashboard.report import write_report
 t0, c0 = time.perf_counter(), time.process_time()
 rd = load(sys.argv[1])
 t1, c1 = time.perf_counter(), time.process_time()

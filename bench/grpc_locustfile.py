@@ -11,9 +11,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
-from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
-from locustfiles.shape import StepShape  # noqa: E402,F401
+from tts_knee.locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
+from tts_knee.locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
+from tts_knee.locustfiles.shape import StepShape  # noqa: E402,F401
 
 
 class NamedCaller(attempt.Caller):

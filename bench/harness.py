@@ -24,7 +24,7 @@ _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 def simulator(*knobs: str, scheme: str = "http"):
     """``python -m testbed.sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
     ``--grpc-port`` serves) and its psutil.Process."""
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.sim", "--port", "0", *knobs], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", *knobs], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:

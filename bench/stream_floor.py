@@ -30,7 +30,7 @@ from geventhttpclient import HTTPClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from locustfiles.transports.http import read_some  # noqa: E402
+from tts_knee.locustfiles.transports.http import read_some  # noqa: E402
 
 SPAWN_INTERVAL_S = 0.01
 WAV_HEADER_BYTES = 44

@@ -10,6 +10,6 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import node  # noqa: E402,F401  (attaches tts-knee's listeners)
-from locustfiles.shape import StepShape  # noqa: E402,F401
-from locustfiles.user import TTSUser  # noqa: E402,F401
+from tts_knee.locustfiles import node  # noqa: E402,F401  (attaches tts-knee's listeners)
+from tts_knee.locustfiles.shape import StepShape  # noqa: E402,F401
+from tts_knee.locustfiles.user import TTSUser  # noqa: E402,F401

@@ -28,15 +28,15 @@ import threading
 
 import psutil
 
-from collectors.dcgm import DcgmGpus
-from collectors.exposition import DEFAULT_MAX_SERIES
-from collectors.host import HostSampler, ProcessWatcher
-from collectors.http import CollectorServer
-from collectors.nvml import Nvml
-from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
-from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
-from runformat.metric_roles import ROLES, parse_roles
-from runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
+from tts_knee.collectors.dcgm import DcgmGpus
+from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES
+from tts_knee.collectors.host import HostSampler, ProcessWatcher
+from tts_knee.collectors.http import CollectorServer
+from tts_knee.collectors.nvml import Nvml
+from tts_knee.collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
+from tts_knee.collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
+from tts_knee.runformat.metric_roles import ROLES, parse_roles
+from tts_knee.runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
 
 

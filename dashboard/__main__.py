@@ -36,11 +36,11 @@ import signal
 import sys
 from pathlib import Path
 
-from analysis import gate, regression
-from analysis.slo import SLOError, parse
-from analysis.summary import analyze, load, write_summary
-from runformat.metric_roles import ROLES, parse_roles
-from runformat.reader import RunDirError
+from tts_knee.analysis import gate, regression
+from tts_knee.analysis.slo import SLOError, parse
+from tts_knee.analysis.summary import analyze, load, write_summary
+from tts_knee.runformat.metric_roles import ROLES, parse_roles
+from tts_knee.runformat.reader import RunDirError
 
 from .compare import default_out, write_compare
 from .kit import is_open_loop, is_voice_sweep

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runformat import SOAK_PHASE
+from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 

@@ -20,10 +20,10 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-import runformat
-from runformat import wire
-from runformat.metric_roles import parse_roles
-from runformat.options import CUT_BY_RUN_END
+from tts_knee import runformat
+from tts_knee.runformat import wire
+from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.options import CUT_BY_RUN_END
 
 from . import heartbeats, settings as settings_mod, timesync, voices as voices_mod, webui
 from .clock import mono, wall

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import gevent
 
-import runformat
-from runformat import wire
-from runformat.options import CUT_BY_RUN_END
+from tts_knee import runformat
+from tts_knee.runformat import wire
+from tts_knee.runformat.options import CUT_BY_RUN_END
 
 from .clock import wall
 from .disk import DiskWriter

@@ -21,7 +21,7 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 if ROOT not in sys.path:
     sys.path.insert(1, ROOT)
 
-from locustfiles import node  # noqa: E402,F401  (attaches the event listeners)
-from locustfiles.openloop_user import OpenLoopUser  # noqa: E402,F401
-from locustfiles.shape import StepShape  # noqa: E402,F401
-from locustfiles.user import TTSUser  # noqa: E402,F401
+from tts_knee.locustfiles import node  # noqa: E402,F401  (attaches the event listeners)
+from tts_knee.locustfiles.openloop_user import OpenLoopUser  # noqa: E402,F401
+from tts_knee.locustfiles.shape import StepShape  # noqa: E402,F401
+from tts_knee.locustfiles.user import TTSUser  # noqa: E402,F401

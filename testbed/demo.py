@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
@@ -77,10 +77,10 @@ class Target:
 # piper on 2 cores saturates at about 2 concurrent requests; 4 steps of 20 s keep the demo
 # to about two minutes. The simulator's 4 slots put the knee at 8.
 TARGETS = {
-    "piper": Target("piper", "the joe-us neural voice on CPU", ["testbed.piper"], "piper",
+    "piper": Target("piper", "the joe-us neural voice on CPU", ["tts_knee.testbed.piper"], "piper",
                     "1,2,4,8", 20.0),
     "sim": Target("the simulator", "4 slots, so the knee is at 8",
-                  ["testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1",
+                  ["tts_knee.testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1",
                    "--seed", "1"], "openai", "1,2,4,8,16", 10.0),
 }
 
@@ -309,7 +309,7 @@ class Demo:
 
         self.phase = "while starting the collector"
         collector = self.start("the collector", [
-            sys.executable, "-m", "collectors", "--port", str(self.args.collector_port),
+            sys.executable, "-m", "tts_knee.collectors", "--port", str(self.args.collector_port),
             "--pid", str(target.pid)], "collector.log")
         collector_url = collector.wait_listening(COLLECTOR_START_TIMEOUT_S)
         self.say(f"collector watching pid {target.pid} listening on {collector_url}")
@@ -357,7 +357,7 @@ class Demo:
                  f"report")
         print(flush=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "dashboard", str(self.run_dir)],
+            done = subprocess.run([sys.executable, "-m", "tts_knee.dashboard", str(self.run_dir)],
                                   cwd=ROOT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, errors="replace", timeout=DASHBOARD_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -35,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 
-from testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 

@@ -48,7 +48,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from testbed.args import Failure, Parser, bindable_port, number, port
+from tts_knee.testbed.args import Failure, Parser, bindable_port, number, port
 
 __all__ = ["main"]
 

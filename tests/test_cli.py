@@ -42,7 +42,7 @@ def test_the_command_names_its_subcommands():
 
 
 def test_run_help_lists_every_tts_knee_option_and_locusts_own():
-    from runformat.options import OPTIONS
+    from tts_knee.runformat.options import OPTIONS
     done = tts_knee("run", "--help")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -54,9 +54,9 @@ def test_run_help_lists_every_tts_knee_option_and_locusts_own():
     assert "(closed loop; default 1,2,4,8,16)" in text and "(default 10% of the step" in text
 
 
-@pytest.mark.parametrize("command, module, build", [("report", "dashboard.__main__", "parser"),
-                                                    ("collect", "collectors.__main__", "parser"),
-                                                    ("sim", "testbed.sim.cli", "build_parser")])
+@pytest.mark.parametrize("command, module, build", [("report", "tts_knee.dashboard.__main__", "parser"),
+                                                    ("collect", "tts_knee.collectors.__main__", "parser"),
+                                                    ("sim", "tts_knee.testbed.sim.cli", "build_parser")])
 def test_each_subcommand_lists_every_option_with_its_default(command, module, build):
     import importlib
     parser = getattr(importlib.import_module(module), build)(f"tts-knee {command}")
@@ -72,10 +72,11 @@ def test_each_subcommand_lists_every_option_with_its_default(command, module, bu
 
 
 def test_the_parts_keep_their_own_commands():
-    for module in ("dashboard", "collectors", "testbed.sim"):
+    for module, prog in (("tts_knee.dashboard", "python -m dashboard"), ("tts_knee.collectors", "python -m collectors"),
+                         ("tts_knee.testbed.sim", "python -m testbed.sim")):
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
-        assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}"), done.stderr
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: {prog}"), done.stderr
 
 
 def test_the_installed_command_runs_outside_the_clone(tmp_path):
@@ -109,8 +110,8 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
         return subprocess.run([command, *args], cwd=elsewhere, env=env, capture_output=True, text=True,
                               timeout=timeout)
 
-    where = subprocess.run([python, "-c", "import locustfiles, runformat, tts_knee, configs.texts as t; "
-                                          "print(locustfiles.__file__, runformat.__file__, list(t.__path__)[0])"],
+    where = subprocess.run([python, "-c", "import tts_knee, tts_knee.locustfiles as l, tts_knee.runformat as r, "
+                                          "tts_knee.configs.texts as t; print(l.__file__, r.__file__, list(t.__path__)[0])"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
     assert all(p.startswith(str(site)) for p in where.stdout.split()), where.stdout
@@ -134,7 +135,7 @@ def test_the_locustfile_keeps_the_project_on_the_path_once_locust_has_loaded_it(
     project once Locust has tidied its own entry off the path."""
     code = ("import sys; from locust.util.load_locustfile import load_locustfile; "
             f"load_locustfile({str(ROOT / 'locustfiles' / 'tts.py')!r}); "
-            "import dashboard.serve; print(dashboard.serve.__file__)")
+            "import tts_knee.dashboard.serve; print(tts_knee.dashboard.serve.__file__)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(ROOT / "dashboard" / "serve.py")

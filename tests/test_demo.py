@@ -28,7 +28,7 @@ MARK = "TTS_KNEE_DEMO_TEST"   # inherited by everything the demo starts, so we c
 
 def _demo(args: list[str], mark: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARK: mark})
-    return subprocess.Popen([sys.executable, "-m", "testbed.demo", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.demo", *args], cwd=ROOT, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -164,7 +164,7 @@ def test_sim_target_runs_to_the_report(tmp_path):
 def test_target_port_in_use_fails_fast_in_one_sentence(tmp_path):
     with busy_port() as port:
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "testbed.demo", "--target-port", str(port),
+        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.demo", "--target-port", str(port),
                                "--run-dir", str(tmp_path / "run")],
                               cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert time.monotonic() - started < 10

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis.steps import riva_stats
+from tts_knee.analysis.steps import riva_stats
 from procs import dashboard, read_jsonl
 from rundirs import Model, build_run
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import slo
+from tts_knee.analysis import slo
 
 
 def test_public_names():

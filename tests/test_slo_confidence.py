@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from analysis.confidence import (BOOTSTRAP_MAX_N, compare_percentile, compare_proportions, compare_rates,
+from tts_knee.analysis.confidence import (BOOTSTRAP_MAX_N, compare_percentile, compare_proportions, compare_rates,
                                   percentile_cis)
 
 MEDIAN, SIGMA = 200.0, 0.5

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis import gate, slo
-from analysis.summary import analyze, load
+from tts_knee.analysis import gate, slo
+from tts_knee.analysis.summary import analyze, load
 from procs import dashboard, read_jsonl
 from rundirs import Model, build_run
 

@@ -125,7 +125,7 @@ def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
     """The simulator's --chunk-log is the truth: each attempt's arrivals are its writes, a
     fraction of a millisecond later (loopback), its TTFA its first write, its audio the sum."""
     log = tmp_path / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
                 "--stream", "--sample-rate", "24000", "--chunk-log", str(log), *knobs]) as sim:
         proc, records, _ = run(tmp_path, sim.url, "--tts-stream", "--tts-sample-rate", "24000", *extra,
                                step_time="3")

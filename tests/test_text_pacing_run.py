@@ -19,13 +19,13 @@ LOCUSTFILE = '''
 import sys
 sys.path.insert(1, {root!r})
 import gevent
-from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
-from locustfiles.clock import mono
-from locustfiles.containers import Audio
-from locustfiles.pacing import Pacer, schedule
-from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
-from locustfiles.user import TTSUser  # noqa: F401
+from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
+from tts_knee.locustfiles.clock import mono
+from tts_knee.locustfiles.containers import Audio
+from tts_knee.locustfiles.pacing import Pacer, schedule
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
+from tts_knee.locustfiles.user import TTSUser  # noqa: F401
 
 CONNECT_S, SPEAK_AFTER_S, MS_PER_TOKEN = 0.02, 0.05, 100.0
 

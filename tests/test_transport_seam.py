@@ -19,12 +19,12 @@ LOCUSTFILE = '''
 import sys
 sys.path.insert(1, {root!r})   # second: Locust drops the first entry after loading
 import gevent
-from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
-from locustfiles.clock import mono
-from locustfiles.containers import Audio
-from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
-from locustfiles.user import TTSUser  # noqa: F401
+from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
+from tts_knee.locustfiles.clock import mono
+from tts_knee.locustfiles.containers import Audio
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
+from tts_knee.locustfiles.user import TTSUser  # noqa: F401
 
 PCM = bytes(4800)   # 100 ms at 24 kHz, 16-bit mono
 

@@ -24,7 +24,7 @@ PROG = "tts-knee"
 def _run(argv: list[str]) -> int:
     # Importing the node attaches tts-knee's options to Locust's parser before Locust builds
     # it, so that Locust's own --help (printed before it loads a locustfile) lists them too.
-    from locustfiles import node
+    from tts_knee.locustfiles import node
     from locust.main import main as locust_main
     locustfile = Path(node.__file__).with_name("tts.py")
     sys.argv = [f"{PROG} run", "-f", str(locustfile), *argv]
@@ -33,17 +33,17 @@ def _run(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    from dashboard.__main__ import main as dashboard_main
+    from tts_knee.dashboard.__main__ import main as dashboard_main
     return dashboard_main(argv, prog=f"{PROG} report")
 
 
 def _collect(argv: list[str]) -> int:
-    from collectors.__main__ import main as collector_main
+    from tts_knee.collectors.__main__ import main as collector_main
     return collector_main(argv, prog=f"{PROG} collect")
 
 
 def _sim(argv: list[str]) -> int:
-    from testbed.sim import main as sim_main
+    from tts_knee.testbed.sim import main as sim_main
     return sim_main(argv, prog=f"{PROG} sim")
 
 

@@ -101,5 +101,5 @@ def main(argv: list[str] | None = None, prog: str = "python -m testbed.sim") -> 
     # the whole simulator runs on gevent: patch before its modules load the standard library
     from gevent import monkey
     monkey.patch_all()
-    from testbed.sim.cli import serve
+    from tts_knee.testbed.sim.cli import serve
     return serve(argv, prog)
