@@ -38,11 +38,9 @@ import time
 from pathlib import Path
 
 import psutil
+from locust.util.timespan import parse_timespan
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(1, str(ROOT))
-
-from locust.util.timespan import parse_timespan  # noqa: E402
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")

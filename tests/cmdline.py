@@ -17,9 +17,6 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 class CommandLineError(Exception):

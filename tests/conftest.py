@@ -1,10 +1,10 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The tests import their helpers as top-level modules (from procs import spawn): pytest's
+# default import mode (prepend) puts tests/, a folder without __init__.py, first on the import
+# path for them.
 
 #: In CI (CI=true, as .ci/run is run) every test must run: .ci/run installs what the browser,
 #: compose, netns and tmpfs tests need, so a skip there means a check silently did not happen.

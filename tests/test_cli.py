@@ -129,10 +129,11 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
     assert_declared(elsewhere / "r")
 
 
-def test_the_locustfile_keeps_the_project_on_the_path_once_locust_has_loaded_it(tmp_path):
+def test_the_locustfile_run_from_elsewhere_imports_the_installed_package(tmp_path):
     """``locust -f locustfiles/tts.py`` from another directory: what the run imports later (the
-    web UI's live report imports the dashboard when first asked) must still come from this
-    project once Locust has tidied its own entry off the path."""
+    web UI's live report imports the dashboard when first asked) comes from the installed
+    package, this clone's in its editable install, once Locust has tidied its own entry off the
+    path."""
     code = ("import sys; from locust.util.load_locustfile import load_locustfile; "
             f"load_locustfile({str(ROOT / 'locustfiles' / 'tts.py')!r}); "
             "import tts_knee.dashboard.serve; print(tts_knee.dashboard.serve.__file__)")

@@ -36,8 +36,6 @@ SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200
 SLOW_WRITE_S = 0.05
 
 SMALL_BUFFER_LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})
 from tts_knee.locustfiles import shipping
 from tts_knee.locustfiles.tts import *  # noqa: F401,F403  (the locustfile itself)
 shipping.MAX_PENDING_BYTES = {limit}
@@ -148,7 +146,7 @@ def test_a_disk_that_turns_slow_neither_holds_up_the_load_nor_loses_a_record(tmp
 def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_path, slow_disk):
     run_dir = slow_disk.path / "run"
     locustfile = tmp_path / "small_buffer.py"
-    locustfile.write_text(SMALL_BUFFER_LOCUSTFILE.format(root=str(ROOT), limit=64 << 10))
+    locustfile.write_text(SMALL_BUFFER_LOCUSTFILE.format(limit=64 << 10))
     log = tmp_path / "locust.log"
     with spawn(SIM) as sim:
         proc = _start(["-H", sim.url, "--steps", "16", "--step-time", "120", "--run-dir", str(run_dir),

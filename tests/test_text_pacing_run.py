@@ -16,8 +16,6 @@ from procs import ROOT, dashboard, read_jsonl
 from rundirs import assert_declared
 
 LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})
 import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
@@ -83,7 +81,7 @@ def late_by(measured_ms: float, scripted_ms: float) -> bool:
 
 
 def _run(tmp: Path, flush: str):
-    (tmp / "paced.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
+    (tmp / "paced.py").write_text(LOCUSTFILE)
     (tmp / "texts.txt").write_text(TEXT + "\n")
     run_dir = tmp / "run"
     proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "paced.py"),

@@ -16,8 +16,6 @@ from procs import ROOT, read_jsonl
 from rundirs import assert_declared
 
 LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})   # second: Locust drops the first entry after loading
 import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
@@ -63,7 +61,7 @@ attempt.transport_for = preflight.transport_for = Scripted
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seam")
-    (tmp / "scripted.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
+    (tmp / "scripted.py").write_text(LOCUSTFILE)
     run_dir = tmp / "run"
     proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "scripted.py"),
                            "--headless", "-H", "http://127.0.0.1:9", "--steps", "1", "--step-time", "2",
