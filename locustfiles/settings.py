@@ -21,8 +21,8 @@ from tts_knee.runformat.fields import Builder
 from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import (APIS, CANCEL_MODES, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S,
-                               DEFAULT_STEPS, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS,
-                               PROTOCOLS, SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
+                                        DEFAULT_STEPS, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS,
+                                        PROTOCOLS, SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
 from tts_knee.runformat.options import SOAK_MIN_S
 
 from . import bodies, corpus, presets, voices as voices_mod

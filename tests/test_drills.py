@@ -84,7 +84,8 @@ def retried_per_policy(d: Drill, retried: bool) -> None:
 
 @pytest.mark.parametrize("retry_on", [WITH_CONN, []], ids=["conn-retried", "conn-not-retried"])
 def test_connection_reset_mid_body(tmp_path, retry_on):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "reset", "--fault-rate", "0.3", "--seed", "5"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "reset", "--fault-rate", "0.3", "--seed",
+                "5"]) as sim:
         d = run(tmp_path, sim.url, *retry_on, *QUICK_RETRY)
     survived(d)
     bad = d.failed()
@@ -111,7 +112,8 @@ def test_stall_past_the_request_timeout(tmp_path):
 
 
 def test_keep_alive_closed_at_random_is_not_a_failure(tmp_path):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "close", "--fault-rate", "0.5", "--seed", "4"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "close", "--fault-rate", "0.5", "--seed",
+                "4"]) as sim:
         d = run(tmp_path, sim.url)
     survived(d, exit_codes=(0,))
     assert not d.failed(), {r["error"] for r in d.failed()}
@@ -175,8 +177,8 @@ def test_a_malformed_http_response_is_a_failed_attempt_named_so(tmp_path):
 # ---- Retry-After ---------------------------------------------------------------------------
 
 def test_garbage_and_enormous_retry_after(tmp_path):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "huge-retry-after", "--fault", "bad-retry-after",
-                "--fault-rate", "0.4", "--seed", "6"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "huge-retry-after", "--fault",
+                "bad-retry-after", "--fault-rate", "0.4", "--seed", "6"]) as sim:
         d = run(tmp_path, sim.url, "--retry-after-cap", "0.3", "--retry-base-ms", "100", "--retry-max-ms", "200",
                 step_time="3")
     survived(d)
@@ -321,7 +323,8 @@ def test_markup_from_the_server_and_the_corpus_does_not_reach_the_report(tmp_pat
     texts = tmp_path / "evil.jsonl"
     texts.write_text(json.dumps({"id": evil, "text": evil}) + "\n"
                      + json.dumps({"id": "plain", "text": "A plain sentence to speak."}) + "\n")
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "json", "--fault-rate", "0.5", "--seed", "1"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "json", "--fault-rate", "0.5", "--seed",
+                "1"]) as sim:
         d = run(tmp_path, sim.url, "--texts", str(texts))
     survived(d)
     assert any("<script>alert(" in (r["error"] or "") for r in d.records), "the server's error did not echo the markup"

@@ -114,7 +114,8 @@ def test_a_timeout_mid_stream_drops_the_connection_and_the_next_call_opens_anoth
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     log = tmp_path_factory.mktemp("grpc-sim") / "chunks.jsonl"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as proc:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
+                str(log)]) as proc:
         yield proc.listening("grpc"), log
 
 

@@ -131,7 +131,8 @@ TRUTH_MS = {1: 140, 2: 180, 4: 260, 8: 420}
 @pytest.mark.slow
 def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     log, run_dir = tmp_path / "chunks.jsonl", tmp_path / "run"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
+                str(log)]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
                        "--tts-stream", "--steps", "1,2,4,8", "--step-time", "8", "--texts", str(_texts(tmp_path)),
                        "--run-dir", str(run_dir)], timeout=150)

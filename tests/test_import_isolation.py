@@ -1,12 +1,13 @@
 """The layers' imports.
 
 One installed name: the parts are tts_knee's (``tts_knee.analysis`` is ``analysis/``), imported
-by that name and no other. The dashboard, the analysis, the collectors and the run-directory format must not import locust
-or gevent: importing locust monkey-patches the whole process with gevent, which would change how
-the collector samples and how the dashboard's threads behave. Over the static import graph of
-the whole project (imports inside functions included): no import cycle, no module taking
-another's private (underscore) names, each layer importing only the layers below it, and the
-analysis importing no presentation (dashboard, plotly) or load-generator module."""
+by that name and no other. The dashboard, the analysis, the collectors and the run-directory
+format must not import locust or gevent: importing locust monkey-patches the whole process with
+gevent, which would change how the collector samples and how the dashboard's threads behave.
+Over the static import graph of the whole project (imports inside functions included): no import
+cycle, no module taking another's private (underscore) names, each layer importing only the
+layers below it, and the analysis importing no presentation (dashboard, plotly) or
+load-generator module."""
 import ast
 import json
 import subprocess
@@ -209,9 +210,9 @@ def test_analysis_imports_no_presentation_or_load_generator_module(graph):
     assert not wrong, "\n".join(wrong)
     names = sorted(f"tts_knee.{n}" if n in PARTS else n for n in PRESENTATION_OR_LOAD)
     loaded = subprocess.run([sys.executable, "-c",
-                             "import sys, tts_knee.analysis.summary, tts_knee.analysis.gate, tts_knee.analysis.regression; "
-                             "print(sorted(n for n in sys.argv[1:] if any(m == n or m.startswith(n + '.') "
-                             "for m in sys.modules)))", *names], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
+                             "import sys, tts_knee.analysis.summary, tts_knee.analysis.gate, "
+                             "tts_knee.analysis.regression; print(sorted(n for n in sys.argv[1:] "
+                             "if any(m == n or m.startswith(n + '.') for m in sys.modules)))", *names],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "[]"

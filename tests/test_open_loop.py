@@ -31,8 +31,8 @@ def dashboard(run_dir):
 @pytest.fixture(scope="module")
 def sim4():
     """16 req/s at most: 4 slots of 250 ms."""
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(SERVICE_MS), "--per-char-ms", "0",
-                "--jitter", "0.05", "--seed", "1"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(SERVICE_MS), "--per-char-ms",
+                "0", "--jitter", "0.05", "--seed", "1"]) as p:
         yield p
 
 

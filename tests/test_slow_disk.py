@@ -32,7 +32,8 @@ from rundirs import assert_declared
 
 needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="/dev/fuse is absent: no FUSE here to make a slow disk with")
-SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter", "0"]
+SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter",
+       "0"]
 SLOW_WRITE_S = 0.05
 
 SMALL_BUFFER_LOCUSTFILE = '''

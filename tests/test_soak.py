@@ -195,7 +195,8 @@ def test_a_soak_after_the_sweep_names_the_simulators_leak(tmp_path):
     run_dir = tmp_path / "run"
     sim_args = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0",
                 "--leak-mb-per-min", str(LEAK_MB_PER_MIN)]
-    with spawn(sim_args) as sim, spawn(["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)]) as col:
+    with spawn(sim_args) as sim, spawn(["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid",
+                                        str(sim.pid)]) as col:
         done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "4", "--soak", "2m",
                        "--collector", col.url, "--run-dir", str(run_dir), "--json-file", str(tmp_path / "locust")],
                       timeout=240)
