@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(PY) -m testbed.demo --target $(TARGET)
+	$(PY) -m tts_knee.testbed.demo --target $(TARGET)
 
 bench: $(STAMP)
 	$(PY) -m bench

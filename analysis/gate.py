@@ -1,4 +1,4 @@
-"""The CI gate: ``python -m dashboard RUN --slo SPEC --require N`` (or ``--require R/s`` for an
+"""The CI gate: ``tts-knee report RUN --slo SPEC --require N`` (or ``--require R/s`` for an
 open-loop run).
 
 The SLO holds at N when the level N (its repeats pooled) meets every term *and* every lower

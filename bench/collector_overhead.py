@@ -9,7 +9,7 @@ It takes N samples back to back in this process with the real psutil code, watch
 process with four children, (1) with the NVML binding that is installed (``pynvml``; on a
 host without a GPU that is CPU only) and (2) with the fake NVML binding from
 ``tests/fake_nvml.py`` (two GPUs, one in MIG mode: the wrapper's own cost, not the driver's),
-and divides the process CPU time by N. Then it runs a real ``python -m collectors`` (fake NVML)
+and divides the process CPU time by N. Then it runs a real ``tts-knee collect`` (fake NVML)
 for five seconds at 1 Hz and at 10 Hz and reads that process's CPU time, which adds the thread
 wake-ups and the HTTP server's idle polling. It prints one line per measurement, e.g.::
 

@@ -2,9 +2,9 @@
 
 Run it beside the TTS server::
 
-    python -m collectors --host 127.0.0.1 --port 9300 --interval 1 --pid 4242
-    python -m collectors --match testbed.sim --spool /var/tmp/resources.jsonl
-    python -m collectors --scrape http://127.0.0.1:8000/metrics --dcgm http://127.0.0.1:9400/metrics
+    tts-knee collect --host 127.0.0.1 --port 9300 --interval 1 --pid 4242
+    tts-knee collect --match "tts-knee sim" --spool /var/tmp/resources.jsonl
+    tts-knee collect --scrape http://127.0.0.1:8000/metrics --dcgm http://127.0.0.1:9400/metrics
 
 ``--scrape URL`` (repeatable) adds the server's own Prometheus series to every sample as
 ``metrics`` (counters as per-second rates; see :mod:`collectors.exposition`); ``--dcgm URL``
@@ -44,7 +44,7 @@ class _Usage(Exception):
     """A mistake the user can fix; the message is one sentence."""
 
 
-PROG = "python -m collectors"
+PROG = "tts-knee collect"
 NAME = "collectors"   # what its one-sentence errors start with under PROG
 
 

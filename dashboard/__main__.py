@@ -1,4 +1,4 @@
-"""``python -m dashboard RUN_DIR [RUN_DIR ...]``: summary, report, step table, live view.
+"""``tts-knee report RUN_DIR [RUN_DIR ...]``: summary, report, step table, live view.
 
 For each run directory: writes ``summary.json`` and ``report.html`` into it (unless
 ``--no-report``) and prints the step table and the verdict.  With several run directories it
@@ -48,7 +48,7 @@ from .report import write_report
 from .table import format_table
 
 
-PROG = "python -m dashboard"
+PROG = "tts-knee report"
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:

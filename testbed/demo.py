@@ -2,15 +2,15 @@
 
 Run it (``make demo`` does, with ``TARGET=piper`` or ``TARGET=sim``)::
 
-    python -m testbed.demo --target piper            # the real neural voice on CPU
-    python -m testbed.demo --target sim              # the simulator: 4 slots, knee at 8
-    python -m testbed.demo --target piper --steps 1,2 --step-time 5
+    python -m tts_knee.testbed.demo --target piper            # the real neural voice on CPU
+    python -m tts_knee.testbed.demo --target sim              # the simulator: 4 slots, knee at 8
+    python -m tts_knee.testbed.demo --target piper --steps 1,2 --step-time 5
 
-It starts the target (``python -m testbed.piper`` or ``python -m testbed.sim``) and a
-collector watching it (``python -m collectors --pid <target>``), runs a headless Locust sweep
+It starts the target (``python -m tts_knee.testbed.piper`` or ``tts-knee sim``) and a
+collector watching it (``tts-knee collect --pid <target>``), runs a headless Locust sweep
 into ``runs/demo-<UTC timestamp>/`` (Locust's full log in ``locust.log`` there, the target's
 and the collector's in ``target.log`` and ``collector.log``), stops them, then runs
-``python -m dashboard`` on the run, which prints the step table, the knee, the diagnosis and
+``tts-knee report`` on the run, which prints the step table, the knee, the diagnosis and
 the recommendation. It prints, one line each, what it started where and each step as it
 begins, and ends with the report's path and how to open the live view::
 
@@ -45,7 +45,7 @@ from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
-PROG = "python -m testbed.demo"
+PROG = "python -m tts_knee.testbed.demo"
 ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on (http://\S+)")
 HOST = "127.0.0.1"
@@ -275,7 +275,7 @@ class Demo:
         return child
 
     def live_view(self) -> str:
-        return (f"{_shown(Path(sys.executable))} -m dashboard {_shown(self.run_dir)} --serve "
+        return (f"{_shown(Path(sys.executable).with_name('tts-knee'))} report {_shown(self.run_dir)} --serve "
                 f"(then open http://127.0.0.1:8090)")
 
     def stop_all(self) -> None:

@@ -72,8 +72,8 @@ def test_each_subcommand_lists_every_option_with_its_default(command, module, bu
 
 
 def test_the_parts_keep_their_own_commands():
-    for module, prog in (("tts_knee.dashboard", "python -m dashboard"), ("tts_knee.collectors", "python -m collectors"),
-                         ("tts_knee.testbed.sim", "python -m testbed.sim")):
+    for module, prog in (("tts_knee.dashboard", "tts-knee report"), ("tts_knee.collectors", "tts-knee collect"),
+                         ("tts_knee.testbed.sim", "tts-knee sim")):
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0 and done.stdout.startswith(f"usage: {prog}"), done.stderr
@@ -111,7 +111,8 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
                               timeout=timeout)
 
     where = subprocess.run([python, "-c", "import tts_knee, tts_knee.locustfiles as l, tts_knee.runformat as r, "
-                                          "tts_knee.configs.texts as t; print(l.__file__, r.__file__, list(t.__path__)[0])"],
+                                          "tts_knee.configs.texts as t; "
+                                          "print(l.__file__, r.__file__, list(t.__path__)[0])"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
     assert all(p.startswith(str(site)) for p in where.stdout.split()), where.stdout

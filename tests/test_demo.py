@@ -1,4 +1,4 @@
-"""`python -m testbed.demo`: the real piper voice, a collector, a short sweep, the report —
+"""`python -m tts_knee.testbed.demo`: the real piper voice, a collector, a short sweep, the report —
 and nothing left running afterwards, whether it finished, was interrupted or could not start."""
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_sigint_during_the_sweep_stops_everything(tmp_path):
     status, err = demo.finish()
     assert status == 130
     _assert_nothing_left(demo.mark)
-    assert err.strip().splitlines() == ["python -m testbed.demo: stopped by SIGINT during the "
+    assert err.strip().splitlines() == ["python -m tts_knee.testbed.demo: stopped by SIGINT during the "
                                         "sweep; everything it started has been stopped."]
 
 
@@ -144,7 +144,7 @@ def test_target_dying_during_the_sweep_fails_in_one_sentence(tmp_path):
     assert status == 1
     assert time.monotonic() - started < 15
     _assert_nothing_left(demo.mark)
-    assert err.startswith("python -m testbed.demo: the simulator exited with status -9 while "
+    assert err.startswith("python -m tts_knee.testbed.demo: the simulator exited with status -9 while "
                           "locust ran"), err
 
 
@@ -171,6 +171,6 @@ def test_target_port_in_use_fails_fast_in_one_sentence(tmp_path):
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.demo: port {port} on 127.0.0.1 is already in use; pick another "
+        f"python -m tts_knee.testbed.demo: port {port} on 127.0.0.1 is already in use; pick another "
         f"with --target-port (0 picks a free one)."]
     assert not (tmp_path / "run").exists()

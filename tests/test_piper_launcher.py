@@ -74,7 +74,7 @@ def test_port_in_use_gives_one_sentence_and_exit_2():
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.piper: port {port} on 127.0.0.1 is already in use; pick another "
+        f"python -m tts_knee.testbed.piper: port {port} on 127.0.0.1 is already in use; pick another "
         f"with --port (0 picks a free one)."]
 
 
@@ -88,7 +88,7 @@ def test_child_that_dies_at_start_is_reported(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1
     assert done.stdout == ""
-    assert "python -m testbed.piper: piper's server exited with status 1 before answering; " \
+    assert "python -m tts_knee.testbed.piper: piper's server exited with status 1 before answering; " \
            "its last output:" in done.stderr
     assert "flask broken on purpose" in done.stderr.split("its last output:")[1]
 

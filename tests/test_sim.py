@@ -326,7 +326,7 @@ def test_port_in_use_gives_one_line_and_exit_2():
                               capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.sim: cannot listen on 127.0.0.1:{port}: it is already in use."]
+        f"tts-knee sim: cannot listen on 127.0.0.1:{port}: it is already in use."]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -360,7 +360,7 @@ def test_bad_numbers_keep_their_messages(args, message):
     done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"python -m testbed.sim: {message}"
+    assert done.stderr.strip() == f"tts-knee sim: {message}"
 
 
 def test_argument_checks_are_the_testbeds_shared_ones():

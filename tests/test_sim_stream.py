@@ -446,7 +446,7 @@ def test_bad_streaming_flags_give_one_line(args, message):
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert done.stderr.startswith(f"python -m testbed.sim: {message}"), done.stderr
+    assert done.stderr.startswith(f"tts-knee sim: {message}"), done.stderr
 
 
 def test_the_slots_model_streams_sse_and_pcm_too():

@@ -1,5 +1,5 @@
 """The SLO gate end to end: a sweep against the simulator (5 slots of 250 ms), then
-``python -m dashboard RUN --slo 'p95_ms<=400' --require N``."""
+``tts-knee report RUN --slo 'p95_ms<=400' --require N``."""
 import json
 
 from procs import dashboard, locust, spawn

@@ -4,7 +4,7 @@ triton while the master scrapes Triton's /metrics. The report shows Triton's que
 the diagnosis cites them.
 
 The model runs in a venv of its own (PyTriton needs numpy < 2 and protobuf 6): made once by
-``python -m testbed.triton --setup`` into pytest's cache directory (about 40 s and 550 MB,
+``python -m tts_knee.testbed.triton --setup`` into pytest's cache directory (about 40 s and 550 MB,
 nvidia-pytriton's 53 MB wheel the most of it), then reused while its stamp matches. The test
 itself takes about a minute: Triton's start (~10 s) and three 10 s steps."""
 from __future__ import annotations

@@ -9,8 +9,8 @@
 ``tts-knee COMMAND --help`` lists the command's options with their defaults. ``run`` is Locust
 with tts-knee's locustfile (``locust -f locustfiles/tts.py`` in a clone is the same): every
 Locust option passes through, the web UI included when ``--headless`` is not given. ``report``
-is ``python -m dashboard``, ``collect`` is ``python -m collectors`` and ``sim`` is
-``python -m testbed.sim``.
+is :mod:`tts_knee.dashboard`'s command line, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
+:mod:`tts_knee.testbed.sim`'s.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The simulator's command line: its knobs, the checks between them, and serving until
-SIGTERM. Run through ``python -m testbed.sim`` or ``tts-knee sim`` (see :func:`testbed.sim.main`,
-which patches the process for gevent first)."""
+SIGTERM. Run through ``tts-knee sim`` (see :func:`tts_knee.testbed.sim.main`, which patches the
+process for gevent first)."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +23,7 @@ from tts_knee.testbed.sim.http import Handler, SpeechApp
 from tts_knee.testbed.sim.leak import Leak
 from tts_knee.testbed.sim.voices import DEFAULT_MISS_MS
 
-PROG = "python -m testbed.sim"
+PROG = "tts-knee sim"
 STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
 LISTEN_BACKLOG = 1024
 
