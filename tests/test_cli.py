@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -81,14 +82,21 @@ def test_the_parts_keep_their_own_commands():
 
 def test_the_installed_command_runs_outside_the_clone(tmp_path):
     """A wheel of the project installed (without its dependencies, which the environment these
-    tests run in already holds) into a fresh environment; the command runs from elsewhere: its
-    help, then the simulator, a short run and its report, all from the installed package."""
+    tests run in already holds) into a fresh environment: it holds one name, tts_knee, and the
+    command runs from elsewhere: its help, then the simulator, a short run and its report, all
+    from the installed package."""
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=BUILD_IGNORE)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("tts_knee-*.whl")
+    # one installed name: the wheel puts tts_knee and its .dist-info into site-packages, nothing else
+    with zipfile.ZipFile(wheel) as whl:
+        [record] = [n for n in whl.namelist() if n.endswith(".dist-info/RECORD")]
+        files = [row.split(",")[0] for row in whl.read(record).decode().splitlines() if row]
+        assert set(files) == set(whl.namelist())
+    assert {f.split("/")[0] for f in files} == {"tts_knee", record.split("/")[0]}, sorted(files)
     env_dir = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=60)
     python = env_dir / "bin" / "python"
@@ -116,6 +124,11 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
     assert all(p.startswith(str(site)) for p in where.stdout.split()), where.stdout
+    parts = ("analysis", "collectors", "configs", "dashboard", "locustfiles", "runformat", "testbed")
+    old_names = subprocess.run([python, "-c", "import importlib.util, sys; "
+                                "print([n for n in sys.argv[1:] if importlib.util.find_spec(n)])", *parts],
+                               cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert old_names.returncode == 0 and old_names.stdout.strip() == "[]", old_names.stdout + old_names.stderr
     helped = run("run", "--help")
     assert helped.returncode == 0, helped.stderr
     assert {"--steps", "--tts-api", "--headless"} <= _options(helped.stdout)
