@@ -45,7 +45,6 @@ class _Usage(Exception):
 
 
 PROG = "tts-knee collect"
-NAME = "collectors"   # what its one-sentence errors start with under PROG
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             raise _Usage(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}).") \
                 from None
     except _Usage as exc:
-        print(f"{NAME if prog == PROG else prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
 
     if token is None and args.host not in ("127.0.0.1", "::1", "localhost"):

@@ -194,7 +194,7 @@ def test_bad_flags_exit_2_with_one_sentence(args):
     assert r.returncode == 2
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("collectors: ") and lines[0].endswith(".")
+    assert len(lines) == 1 and lines[0].startswith("tts-knee collect: ") and lines[0].endswith(".")
     assert "Traceback" not in r.stderr
 
 
