@@ -22,13 +22,14 @@ $(STAMP): pyproject.toml
 # or one file: PYTEST_ARGS='tests/test_sim.py'.
 PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
+	$(VENV)/bin/ruff check --quiet .
 	@status=0; \
 	$(PYTEST) -n 3 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	$(PYTEST) -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 
 demo: $(STAMP)
-	$(PY) -m testbed.demo --target $(TARGET)
+	$(PY) -m tts_knee.testbed.demo --target $(TARGET)
 
 bench: $(STAMP)
 	$(PY) -m bench

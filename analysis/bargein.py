@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from runformat.metric_roles import roles as roles_of
-from runformat.reader import Attempts
+from tts_knee.runformat.metric_roles import roles as roles_of
+from tts_knee.runformat.reader import Attempts
 
 from .diagnosis import share
 from .steps import dist, run_end_cut

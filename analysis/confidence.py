@@ -23,7 +23,7 @@ miss it by a hair when values tie); ``ci_n`` says how many values an interval re
 ``ci_method`` which kind it is.  Coverage measured on lognormal data with a known p95
 (``bench/bootstrap_coverage.py``, 1000 trials each; the test is ``tests/test_slo_confidence.py``).
 
-**Comparing two samples** (``python -m dashboard RUN --baseline OLD``): for a percentile, the
+**Comparing two samples** (``tts-knee report RUN --baseline OLD``): for a percentile, the
 ratio new / old with a 95% interval and a two-sided p-value, by the bootstrap (both samples
 resampled ``BOOTSTRAP_RESAMPLES`` times; p = twice the smaller share of resampled ratios on one
 side of 1, counted as (2k + 1) / (B + 1) so that it is never 0, and never below 2 / C(n + m, n),

@@ -410,13 +410,13 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
                 f"in the server's queue, so the wait is before it (the client, the network, a "
                 f"proxy) or in its processing.",
                 f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
-                f"the server (python -m collectors) to see its hardware."])
+                f"the server (tts-knee collect) to see its hardware."])
         return out("queueing", [
             f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
             f"the cause cannot be told.",
             f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
             f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
-            f"the same from the client; run again with --collector URL (python -m collectors "
+            f"the same from the client; run again with --collector URL (tts-knee collect "
             f"beside the TTS server) to tell them apart."])
     if streamed:
         queue = _cap(queue)

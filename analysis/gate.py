@@ -1,4 +1,4 @@
-"""The CI gate: ``python -m dashboard RUN --slo SPEC --require N`` (or ``--require R/s`` for an
+"""The CI gate: ``tts-knee report RUN --slo SPEC --require N`` (or ``--require R/s`` for an
 open-loop run).
 
 The SLO holds at N when the level N (its repeats pooled) meets every term *and* every lower
@@ -31,8 +31,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from . import openloop
-from . import slo as slo_mod
+from . import openloop, slo as slo_mod
 
 _LABEL = {
     "mean_ms": "mean", "p50_ms": "p50", "p90_ms": "p90", "p95_ms": "p95", "p99_ms": "p99", "max_ms": "max",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runformat.reader import Attempts
+from tts_knee.runformat.reader import Attempts
 
 _EMPTY = np.empty(0)
 

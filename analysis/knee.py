@@ -48,7 +48,7 @@ import math
 
 import numpy as np
 
-from runformat.reader import TTFA_FLOOR_MS
+from tts_knee.runformat.reader import TTFA_FLOOR_MS
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5

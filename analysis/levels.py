@@ -30,7 +30,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from runformat.reader import Attempts
+from tts_knee.runformat.reader import Attempts
 
 from .steps import resource_aggregate, step_stats
 

@@ -46,7 +46,7 @@ import math
 
 import numpy as np
 
-from runformat.reader import Attempts
+from tts_knee.runformat.reader import Attempts
 
 from . import slo as slo_mod
 from .confidence import ci_range, percentile_cis

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:   # the report's types; the load generator imports this module without numpy
     import numpy as np
 
-    from runformat.reader import Attempts, RequestLog
+    from tts_knee.runformat.reader import Attempts, RequestLog
 
 MAX_TRIES = 5  # candidates tried per pick when a line cannot be re-read
 #: Sums of float milliseconds; not a gap anyone could hear.

@@ -1,4 +1,4 @@
-"""Regression against a baseline run: ``python -m dashboard RUN --baseline OLD_RUN [--tolerance 0.10]``.
+"""Regression against a baseline run: ``tts-knee report RUN --baseline OLD_RUN [--tolerance 0.10]``.
 
 The concurrencies both runs tested are compared level by level (repeats pooled, see
 ``analysis.levels``); two open-loop runs, the offered rates both tested, each row with its
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.reader import RunDir, RunDirError
 
 from .confidence import compare_percentile, compare_proportions, compare_rates
 

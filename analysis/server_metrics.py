@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from runformat.metric_roles import ROLES, role_of, roles, why
+from tts_knee.runformat.metric_roles import ROLES, role_of, roles, why
 
 MAX_SERIES = 40
 

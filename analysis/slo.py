@@ -197,7 +197,7 @@ def _more_requests(point: float, lo: float, hi: float, threshold: float, n: int 
     if not n or gap <= 0 or half <= 0:
         return None
     if math.isinf(half):
-        from .confidence import min_bounding_n   # numpy: only where an interval is open
+        from .confidence import min_bounding_n  # numpy: only where an interval is open
         return max(1, min_bounding_n(q) - n), False
     need = n * (half / gap) ** 2
     return max(1, math.ceil(need - n)), True

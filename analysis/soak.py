@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from runformat.reader import Attempts
+from tts_knee.runformat.reader import Attempts
 
 from . import trend
 

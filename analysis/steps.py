@@ -81,8 +81,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from runformat.options import CUT_BY_RUN_END
-from runformat.reader import OTHER_LABEL, Attempts
+from tts_knee.runformat.options import CUT_BY_RUN_END
+from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 
 from . import server_metrics
 from .confidence import percentile_cis

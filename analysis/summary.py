@@ -26,14 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-import runformat
-from runformat.metric_roles import parse_roles
-from runformat.reader import RunDir, RunDirError
+from tts_knee import runformat
+from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.reader import RunDir, RunDirError
 
-from . import bargein, openloop
-from . import slo as slo_mod
-from . import soak as soak_mod
-from . import voices as voice_sweep
+from . import bargein, openloop, slo as slo_mod, soak as soak_mod, voices as voice_sweep
 from .confidence import ci_range
 from .diagnosis import diagnose, share
 from .knee import find_knee, little_check, usl_fit

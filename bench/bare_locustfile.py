@@ -7,16 +7,11 @@ the same corpus in the same order as tts-knee's user; nothing else is tuned.
         -H http://127.0.0.1:8300 -u 10 -r 100 -t 8s
 """
 import itertools
-import sys
-from pathlib import Path
 
-# second on sys.path, as locustfiles/tts.py says why: Locust drops the first entry after loading
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+from locust import FastHttpUser, task
 
-from locust import FastHttpUser, task  # noqa: E402
-
-from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import corpus  # noqa: E402
+import meter  # noqa: F401  (attaches the CPU meter)
+from tts_knee.locustfiles import corpus
 
 TEXTS = [t.text for t in corpus.load()]
 _NEXT = itertools.count()

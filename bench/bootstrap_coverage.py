@@ -18,12 +18,10 @@ from __future__ import annotations
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.confidence import percentile_cis  # noqa: E402
+from tts_knee.analysis.confidence import percentile_cis
 
 SIZES = (30, 60, 72, 100, 199, 200, 500, 1000, 1001, 5000, 100000)
 MEDIAN_MS, SIGMA = 200.0, 0.5

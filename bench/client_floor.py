@@ -16,18 +16,14 @@ monkey.patch_all()
 import argparse  # noqa: E402  (after patching, as gevent requires)
 import json  # noqa: E402
 import re  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 import gevent  # noqa: E402
 from geventhttpclient import HTTPClient  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import percentile  # noqa: E402
-from locustfiles import corpus  # noqa: E402
+from harness import percentile  # noqa: E402
+from tts_knee.locustfiles import corpus  # noqa: E402
 
 SPAWN_INTERVAL_S = 0.01
 _TOTAL = re.compile(r"total;dur=([\d.]+)")

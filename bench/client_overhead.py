@@ -34,9 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import locust, percentile, simulator  # noqa: E402
+from harness import locust, percentile, simulator
 
 GOAL_P95_MS = 5.0
 GOAL_USERS = 256

@@ -9,7 +9,7 @@ It takes N samples back to back in this process with the real psutil code, watch
 process with four children, (1) with the NVML binding that is installed (``pynvml``; on a
 host without a GPU that is CPU only) and (2) with the fake NVML binding from
 ``tests/fake_nvml.py`` (two GPUs, one in MIG mode: the wrapper's own cost, not the driver's),
-and divides the process CPU time by N. Then it runs a real ``python -m collectors`` (fake NVML)
+and divides the process CPU time by N. Then it runs a real ``tts-knee collect`` (fake NVML)
 for five seconds at 1 Hz and at 10 Hz and reads that process's CPU time, which adds the thread
 wake-ups and the HTTP server's idle polling. It prints one line per measurement, e.g.::
 
@@ -25,6 +25,7 @@ microseconds each, more for the process list), so measure on the GPU host for th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import subprocess
@@ -32,16 +33,25 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
+from tts_knee.collectors.host import HostSampler, ProcessWatcher
+from tts_knee.collectors.nvml import Nvml
+from tts_knee.collectors.sampler import Sampler
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import psutil  # noqa: E402
-
-from collectors.host import HostSampler, ProcessWatcher  # noqa: E402
-from collectors.nvml import Nvml  # noqa: E402
-from collectors.sampler import Sampler  # noqa: E402
-
+FAKE_NVML = ROOT / "tests" / "fake_nvml.py"
 PROCESS_RUN_S = 5.0
+
+
+def load_fake_nvml() -> str:
+    """tests/fake_nvml.py loaded from its file as the module ``fake_nvml``, the name the collector's
+    NVML wrapper imports it by; returns that name."""
+    spec = importlib.util.spec_from_file_location("fake_nvml", FAKE_NVML)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["fake_nvml"] = module
+    return "fake_nvml"
 
 
 def per_sample_cpu_s(module: str | None, samples: int, pid: int) -> tuple[float, int]:
@@ -59,9 +69,9 @@ def per_sample_cpu_s(module: str | None, samples: int, pid: int) -> tuple[float,
 
 def collector_process_cpu_s_per_s(pid: int, hz: float) -> float:
     """CPU seconds per wall second of a real collector process sampling at ``hz``."""
-    env = dict(os.environ, TTS_KNEE_NVML_MODULE="fake_nvml", PYTHONPATH=str(ROOT / "tests"))
+    env = dict(os.environ, TTS_KNEE_NVML_MODULE="fake_nvml", PYTHONPATH=str(FAKE_NVML.parent))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collectors", "--port", "0", "--interval", str(1 / hz),
+        [sys.executable, "-m", "tts_knee.collectors", "--port", "0", "--interval", str(1 / hz),
          "--pid", str(pid)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True)
     try:
@@ -94,7 +104,7 @@ def main() -> None:
         label = "in-process, installed NVML" + (f" ({n} devices):" if n else " (CPU only):")
         print(line(label, cost), flush=True)
         os.environ["FAKE_NVML_MIG"] = "1"
-        cost, n = per_sample_cpu_s("fake_nvml", args.samples, os.getpid())
+        cost, n = per_sample_cpu_s(load_fake_nvml(), args.samples, os.getpid())
         print(line(f"in-process, fake NVML ({n} devices):", cost), flush=True)
         for hz in (1, 10):
             rate = collector_process_cpu_s_per_s(os.getpid(), hz)

@@ -34,7 +34,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 STEPS = (1, 2, 4, 8, 16, 32, 64, 128)
 SLOTS = 4
 BASE_MS = 200.0
@@ -50,10 +49,9 @@ print(json.dumps({"json_s": time.perf_counter() - t0, "json_cpu_s": time.process
 
 _CHILD = r"""
 import json, resource, sys, time
-sys.path.insert(0, sys.argv[2])
 ti, ci = time.perf_counter(), time.process_time()
-from analysis.summary import load, analyze, write_summary
-from dashboard.report import write_report
+from tts_knee.analysis.summary import load, analyze, write_summary
+from tts_knee.dashboard.report import write_report
 t0, c0 = time.perf_counter(), time.process_time()
 rd = load(sys.argv[1])
 t1, c1 = time.perf_counter(), time.process_time()
@@ -137,7 +135,7 @@ def measure(attempts: int, pairs: int = 2, baseline: bool = True) -> dict:
         for _ in range(pairs if baseline else 1):
             if baseline:
                 bases.append(_child(_JSON_LOADS, str(run / "requests.jsonl")))
-            runs.append(_child(_CHILD, str(run), str(ROOT)))
+            runs.append(_child(_CHILD, str(run)))
     out = {k: statistics.median(r[k] for r in runs) for k in ("load_cpu_s", "total_cpu_s", "import_s", "load_s",
                                                                 "analyze_s", "report_s", "total_s",
                                                                 "peak_rss_MiB", "report_MiB")}

@@ -40,7 +40,7 @@ def main() -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        sim = subprocess.Popen([sys.executable, "-m", "testbed.sim", "--port", "0", "--slots", "100000",
+        sim = subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", "--slots", "100000",
                                 "--base-ms", "20", "--per-char-ms", "0", "--jitter", "0"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         url = sim.stdout.readline().split()[-1]

@@ -33,14 +33,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import locust, median, simulator  # noqa: E402
+from harness import locust, median, simulator
 
 GOAL_RATIO = 1.0
 #: Seconds from launching a pair until both processes measure: both have started their users.

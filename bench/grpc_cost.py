@@ -35,14 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import locust, percentile, simulator  # noqa: E402
-from bench.stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched  # noqa: E402
+from harness import locust, percentile, simulator
+from stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched
 
 CLIENTS = ("tts-knee", "grpcio")
 

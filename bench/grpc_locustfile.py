@@ -5,15 +5,13 @@ records also carry the id each request sent the simulator (``sim_request_id``: R
     BENCH_METER_OUT=/tmp/m.json locust -f bench/grpc_locustfile.py --headless -H grpc://127.0.0.1:50051 \\
         --tts-protocol grpc --tts-preset riva --tts-stream --steps 1 --step-time 8 --run-dir /tmp/run
 """
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
-from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
-from locustfiles.shape import StepShape  # noqa: E402,F401
+import meter  # noqa: F401  (attaches the CPU meter)
+from tts_knee.locustfiles import (  # noqa: F401  (node attaches tts-knee's listeners)
+    attempt,
+    node,
+    user as user_mod,  # the module: Locust runs every User class it sees
+)
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 
 
 class NamedCaller(attempt.Caller):

@@ -8,22 +8,18 @@ per stream, to the file named by ``BENCH_GRPCIO_OUT``: ``{"id", "t0", "at": [uni
 """
 import json
 import os
-import sys
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import grpc  # noqa: E402
-from grpc.experimental import gevent as grpc_gevent  # noqa: E402
+import grpc
+from grpc.experimental import gevent as grpc_gevent
 
 grpc_gevent.init_gevent()   # after Locust's monkey-patching, before any gRPC object
 
 from locust import User, constant, events, task  # noqa: E402
 from riva.client.proto import riva_audio_pb2, riva_tts_pb2, riva_tts_pb2_grpc  # noqa: E402
 
-from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
+import meter  # noqa: E402,F401  (attaches the CPU meter)
 
 TEXTS = ["The quick brown fox jumps over it.", "Streaming speech starts at once here.",
          "Please hold, your call matters to us.", "Turn left after the second light."]

@@ -22,9 +22,9 @@ _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 
 @contextlib.contextmanager
 def simulator(*knobs: str, scheme: str = "http"):
-    """``python -m testbed.sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
+    """``tts-knee sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
     ``--grpc-port`` serves) and its psutil.Process."""
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.sim", "--port", "0", *knobs], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", *knobs], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:

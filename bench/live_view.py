@@ -26,10 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(1, str(ROOT))
-
-from dashboard import serve  # noqa: E402
+from tts_knee.dashboard import serve
 
 RATE = 300.0
 START = 1_700_000_000.0

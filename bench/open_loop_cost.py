@@ -39,10 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import simulator
 
-from bench.harness import simulator  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LAG_GOAL_MS = 5.0
 SERVED_MIN = 0.85

@@ -38,11 +38,9 @@ import time
 from pathlib import Path
 
 import psutil
+from locust.util.timespan import parse_timespan
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(1, str(ROOT))
-
-from locust.util.timespan import parse_timespan  # noqa: E402
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
@@ -97,8 +95,8 @@ def _lines(path: Path) -> int:
 
 
 def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict:
-    sim, url = _serve(["testbed.sim", "--port", "0", *SIM], tmp / "sim.log")
-    collector, col_url = _serve(["collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)],
+    sim, url = _serve(["tts_knee.testbed.sim", "--port", "0", *SIM], tmp / "sim.log")
+    collector, col_url = _serve(["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)],
                                 tmp / "collector.log")
     port = _free_port()
     run_dir = tmp / "run"
@@ -136,7 +134,7 @@ def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict
               for name in PROCESSES}
     records = _lines(run_dir / "requests.jsonl")
     locust_requests = sum(e["num_requests"] for e in json.loads((tmp / "locust.json").read_text()))
-    from analysis.summary import analyze, load
+    from tts_knee.analysis.summary import analyze, load
     summary = analyze(load(run_dir))
     soak = summary.get("soak") or {}
     by_minute = _attempts_by_minute(run_dir, soak.get("start") or 0.0, [iv["minute"] for iv in intervals])
@@ -150,7 +148,8 @@ def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict
 def _attempts_by_minute(run_dir: Path, start: float, minutes: list[float]) -> list[int]:
     """Attempts sent up to each interval's end (the soak's clock)."""
     import numpy as np
-    from runformat.reader import RunDir
+
+    from tts_knee.runformat.reader import RunDir
     rd = RunDir(run_dir)
     rd.refresh()
     t0 = np.sort(rd.requests.attempts()["t0"])

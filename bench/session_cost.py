@@ -41,16 +41,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import ROOT, locust, median, percentile, simulator  # noqa: E402
-from bench.stream_cost import CHUNK_MS, RATE, TEXTS, arrivals_in, chunk_errors  # noqa: E402
+from harness import ROOT, locust, median, percentile, simulator
+from stream_cost import CHUNK_MS, RATE, TEXTS, arrivals_in, chunk_errors
 
 GOAL_RATIO = 1.5
 GOAL_P95_MS = 5.0

@@ -6,17 +6,16 @@ whose attempts write that id and their utterance's number on the connection into
     BENCH_METER_OUT=/tmp/m.json locust -f bench/session_locustfile.py --headless \\
         -H http://127.0.0.1:8300 --tts-protocol ws --tts-preset vllm-omni --steps 1 --step-time 8 --run-dir /tmp/run
 """
-import sys
 import uuid
-from pathlib import Path
 
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
-from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import attempt, node  # noqa: E402,F401  (node attaches tts-knee's listeners)
-from locustfiles import user as user_mod  # noqa: E402  (the module: Locust runs every User class it sees)
-from locustfiles.shape import StepShape  # noqa: E402,F401
-from locustfiles.transports.ws import WsTransport  # noqa: E402
+import meter  # noqa: F401  (attaches the CPU meter)
+from tts_knee.locustfiles import (  # noqa: F401  (node attaches tts-knee's listeners)
+    attempt,
+    node,
+    user as user_mod,  # the module: Locust runs every User class it sees
+)
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports.ws import WsTransport
 
 
 class NamedTransport(WsTransport):

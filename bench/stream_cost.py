@@ -47,9 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import locust, percentile, simulator  # noqa: E402
+from harness import locust, percentile, simulator
 
 GOAL_P95_MS = 5.0
 GOAL_STREAMS = 256
@@ -149,8 +147,8 @@ def _floor(host: str, streams: int, texts: Path, seconds: float) -> list[dict]:
 
 def parser_cost(n: int = 5000) -> dict:
     """CPU per 200 ms chunk of the stream parsers alone, in microseconds."""
-    from locustfiles import containers
-    from locustfiles.timeline import Timeline
+    from tts_knee.locustfiles import containers
+    from tts_knee.locustfiles.timeline import Timeline
     pcm = bytes(int(RATE * CHUNK_MS / 1000) * 2)
     event = b'data: {"type": "speech.audio.delta", "audio": "' + base64.b64encode(pcm) + b'"}\n\n'
     cases = {"wav": ("audio/wav", "wav", containers.wav_header(0, RATE, 1, 2), pcm),

@@ -19,7 +19,6 @@ monkey.patch_all()
 import argparse  # noqa: E402  (after patching, as gevent requires)
 import json  # noqa: E402
 import resource  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -28,9 +27,7 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 from geventhttpclient import HTTPClient  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from locustfiles.transports.http import read_some  # noqa: E402
+from tts_knee.locustfiles.transports.http import read_some  # noqa: E402
 
 SPAWN_INTERVAL_S = 0.01
 WAV_HEADER_BYTES = 44

@@ -3,13 +3,7 @@
     BENCH_METER_OUT=/tmp/tts.json locust -f bench/tts_locustfile.py --headless \\
         -H http://127.0.0.1:8300 --steps 8 --step-time 8 --run-dir /tmp/run
 """
-import sys
-from pathlib import Path
-
-# second on sys.path, as locustfiles/tts.py says why: Locust drops the first entry after loading
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
-from bench import meter  # noqa: E402,F401  (attaches the CPU meter)
-from locustfiles import node  # noqa: E402,F401  (attaches tts-knee's listeners)
-from locustfiles.shape import StepShape  # noqa: E402,F401
-from locustfiles.user import TTSUser  # noqa: E402,F401
+import meter  # noqa: F401  (attaches the CPU meter)
+from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.user import TTSUser  # noqa: F401

@@ -2,9 +2,9 @@
 
 Run it beside the TTS server::
 
-    python -m collectors --host 127.0.0.1 --port 9300 --interval 1 --pid 4242
-    python -m collectors --match testbed.sim --spool /var/tmp/resources.jsonl
-    python -m collectors --scrape http://127.0.0.1:8000/metrics --dcgm http://127.0.0.1:9400/metrics
+    tts-knee collect --host 127.0.0.1 --port 9300 --interval 1 --pid 4242
+    tts-knee collect --match "tts-knee sim" --spool /var/tmp/resources.jsonl
+    tts-knee collect --scrape http://127.0.0.1:8000/metrics --dcgm http://127.0.0.1:9400/metrics
 
 ``--scrape URL`` (repeatable) adds the server's own Prometheus series to every sample as
 ``metrics`` (counters as per-second rates; see :mod:`collectors.exposition`); ``--dcgm URL``
@@ -28,24 +28,22 @@ import threading
 
 import psutil
 
-from collectors.dcgm import DcgmGpus
-from collectors.exposition import DEFAULT_MAX_SERIES
-from collectors.host import HostSampler, ProcessWatcher
-from collectors.http import CollectorServer
-from collectors.nvml import Nvml
-from collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
-from collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
-from runformat.metric_roles import ROLES, parse_roles
-from runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
-
+from tts_knee.collectors.dcgm import DcgmGpus
+from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES
+from tts_knee.collectors.host import HostSampler, ProcessWatcher
+from tts_knee.collectors.http import CollectorServer
+from tts_knee.collectors.nvml import Nvml
+from tts_knee.collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
+from tts_knee.collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
+from tts_knee.runformat.metric_roles import ROLES, parse_roles
+from tts_knee.runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
 
 class _Usage(Exception):
     """A mistake the user can fix; the message is one sentence."""
 
 
-PROG = "python -m collectors"
-NAME = "collectors"   # what its one-sentence errors start with under PROG
+PROG = "tts-knee collect"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,7 +162,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             raise _Usage(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}).") \
                 from None
     except _Usage as exc:
-        print(f"{NAME if prog == PROG else prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
 
     if token is None and args.host not in ("127.0.0.1", "::1", "localhost"):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.exposition import ExpositionError
-from collectors.nvml import GPU_FIELDS, decode_clock_event_reasons
-from collectors.scrape import DEFAULT_TIMEOUT_S, Endpoint
+from tts_knee.collectors.exposition import ExpositionError
+from tts_knee.collectors.nvml import GPU_FIELDS, decode_clock_event_reasons
+from tts_knee.collectors.scrape import DEFAULT_TIMEOUT_S, Endpoint
 
 MIB = 1024 * 1024
 BLANK_MIN = 0x7FFFFFF0  # DCGM's int32 blanks start here; its int64 and fp64 blanks are larger

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from runformat.metric_roles import role_of
+from tts_knee.runformat.metric_roles import role_of
 
 DEFAULT_MAX_SERIES = 200
 

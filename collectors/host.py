@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-import runformat
+from tts_knee import runformat
 
 log = logging.getLogger("collectors")
 

@@ -17,8 +17,8 @@ import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from collectors.sampler import Sampler, wall_clock
-from runformat import wire
+from tts_knee.collectors.sampler import Sampler, wall_clock
+from tts_knee.runformat import wire
 
 PREFIX = "tts_knee_"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-import runformat
+from tts_knee import runformat
 
 log = logging.getLogger("collectors")
 

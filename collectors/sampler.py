@@ -16,11 +16,11 @@ import time
 import uuid
 from typing import IO, Callable
 
-import runformat
-from runformat import wire
-from collectors.host import HostSampler, ProcessWatcher
-from collectors.nvml import Nvml
-from collectors.scrape import Scrapes
+from tts_knee import runformat
+from tts_knee.collectors.host import HostSampler, ProcessWatcher
+from tts_knee.collectors.nvml import Nvml
+from tts_knee.collectors.scrape import Scrapes
+from tts_knee.runformat import wire
 
 log = logging.getLogger("collectors")
 

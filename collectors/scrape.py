@@ -16,8 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-from collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
-from runformat.metric_roles import parse_roles
+from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
+from tts_knee.runformat.metric_roles import parse_roles
 
 log = logging.getLogger("collectors")
 

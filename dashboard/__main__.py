@@ -1,4 +1,4 @@
-"""``python -m dashboard RUN_DIR [RUN_DIR ...]``: summary, report, step table, live view.
+"""``tts-knee report RUN_DIR [RUN_DIR ...]``: summary, report, step table, live view.
 
 For each run directory: writes ``summary.json`` and ``report.html`` into it (unless
 ``--no-report``) and prints the step table and the verdict.  With several run directories it
@@ -36,19 +36,18 @@ import signal
 import sys
 from pathlib import Path
 
-from analysis import gate, regression
-from analysis.slo import SLOError, parse
-from analysis.summary import analyze, load, write_summary
-from runformat.metric_roles import ROLES, parse_roles
-from runformat.reader import RunDirError
+from tts_knee.analysis import gate, regression
+from tts_knee.analysis.slo import SLOError, parse
+from tts_knee.analysis.summary import analyze, load, write_summary
+from tts_knee.runformat.metric_roles import ROLES, parse_roles
+from tts_knee.runformat.reader import RunDirError
 
 from .compare import default_out, write_compare
 from .kit import is_open_loop, is_voice_sweep
 from .report import write_report
 from .table import format_table
 
-
-PROG = "python -m dashboard"
+PROG = "tts-knee report"
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:

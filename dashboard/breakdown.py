@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
+from tts_knee.analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
 from .kit import GIB, conc_axis, esc, fmt, is_open_loop, lx, step_axis, step_label
 

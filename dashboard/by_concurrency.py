@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
+from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 
 from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx
 from .table import TAIL_COLUMN, table_columns, table_rows

@@ -6,8 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.knee import FAILURE_RATE, LATENCY_RISE
-from analysis.openloop import GROWTH_RATIO, SHORTFALL
+from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
+from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
 
 from .kit import KNEE_COLOUR, REC_COLOUR, esc, fmt, stat
 from .table import RATE_COLUMNS, rate_table_rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.knee import FAILURE_RATE, LATENCY_RISE
+from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
 
 from .kit import KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, fmt, lx
 from .table import table_columns, table_rows

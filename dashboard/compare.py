@@ -1,6 +1,6 @@
 """The comparison report of several runs: curves overlaid, step tables side by side.
 
-``python -m dashboard RUN_A RUN_B ...`` writes it to ``--out`` (default: a new
+``tts-knee report RUN_A RUN_B ...`` writes it to ``--out`` (default: a new
 ``compare-<UTC timestamp>/`` beside the first run directory) as ``report.html`` plus
 ``summary.json`` (the list of run summaries' verdicts), after each run's own summary and report.
 Each run is drawn per tested concurrency (``levels``: sorted, repeats pooled), so refined and

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import runformat
-from runformat.reader import RunDir
+from tts_knee import runformat
+from tts_knee.runformat.reader import RunDir
 
 from . import breakdown, by_concurrency, by_rate, by_voices
 from .baseline import regression_html

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-import runformat
-from analysis.summary import analyze
-from runformat.reader import RunDir, RunDirError
+from tts_knee import runformat
+from tts_knee.analysis.summary import analyze
+from tts_knee.runformat.reader import RunDir, RunDirError
 
 from .compare import compare_html
 from .kit import esc, page

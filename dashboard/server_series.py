@@ -6,8 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.server_metrics import timeline
-from runformat.reader import RunDir
+from tts_knee.analysis.server_metrics import timeline
+from tts_knee.runformat.reader import RunDir
 
 from .kit import esc, fig_html, step_axis, step_label
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.confidence import min_bounding_n
-from analysis.slo import METRICS, parse
+from tts_knee.analysis.confidence import min_bounding_n
+from tts_knee.analysis.slo import METRICS, parse
 
 from .kit import FAIL_COLOUR, PASS_COLOUR, UNSURE_COLOUR, conc_axis, esc, fig_html, is_open_loop, lx, step_axis
 

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.knee import UNDERRUN_RATE
-from analysis.playback import pick_streams, playback
-from runformat.reader import RunDir
+from tts_knee.analysis.knee import UNDERRUN_RATE
+from tts_knee.analysis.playback import pick_streams, playback
+from tts_knee.runformat.reader import RunDir
 
 from .kit import esc
 

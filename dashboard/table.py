@@ -1,5 +1,5 @@
 """The step table, one row per executed step (latencies in ms), as the terminal prints it with the
-verdict (``python -m dashboard``) and as ``report.html`` shows it; an open-loop run's table has
+verdict (``tts-knee report``) and as ``report.html`` shows it; an open-loop run's table has
 its own columns, in requests per second (:data:`RATE_COLUMNS`); a voice sweep's adds the number
 of distinct voices after the concurrency. A streamed run also gets the figures NVIDIA's
 riva_tts_perf_client prints, per step (:data:`RIVA_COLUMNS`)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runformat import SOAK_PHASE
+from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 

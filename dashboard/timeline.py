@@ -9,8 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.steps import THROTTLE_STATUSES
-from runformat.reader import Attempts, RunDir
+from tts_knee.analysis.steps import THROTTLE_STATUSES
+from tts_knee.runformat.reader import Attempts, RunDir
 
 from .kit import GIB, esc, is_open_loop, step_label
 

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import gevent
 
-import runformat
-from runformat.options import CUT_BY_RUN_END
+from tts_knee import runformat
+from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import audio as audio_out
-from . import bodies, containers
+from . import audio as audio_out, bodies, containers
 from .bargein import Listener
 from .clock import mono, wall
 from .corpus import Text, split

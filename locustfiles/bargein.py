@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from runformat.options import SPEAKING_CHARS_PER_S
+from tts_knee.runformat.options import SPEAKING_CHARS_PER_S
 
 
 class Listener:

@@ -25,7 +25,7 @@ import gevent
 from gevent import monkey
 from gevent.event import Event
 
-import runformat
+from tts_knee import runformat
 
 from .clock import mono
 

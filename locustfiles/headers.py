@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import math
 
+
 def header(resp, name: str) -> str | None:
     """A response header's value; repeated headers joined with ", " as HTTP allows."""
     value = resp.get(name)

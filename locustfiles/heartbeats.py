@@ -7,7 +7,7 @@ import logging
 
 import gevent
 
-import runformat
+from tts_knee import runformat
 
 from .clock import wall
 

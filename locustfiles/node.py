@@ -20,18 +20,18 @@ import gevent
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-import runformat
-from runformat import wire
-from runformat.metric_roles import parse_roles
-from runformat.options import CUT_BY_RUN_END
+from tts_knee import runformat
+from tts_knee.runformat import wire
+from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.options import CUT_BY_RUN_END
 
 from . import heartbeats, settings as settings_mod, timesync, voices as voices_mod, webui
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import preflight
 from .puller import CollectorPuller
-from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .shape import Step, StepState
+from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .soak import Soak
 from .voice_upload import VoiceUploads
 
@@ -237,7 +237,8 @@ class Run:
         self.make_audio_dir()
         disk = self.environment.tts_knee.disk
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
-        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis   # numpy and pandas: where the run is written
+        # numpy and pandas: imported where the run is written
+        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis
         self.soak = Soak.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
         axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \

@@ -27,10 +27,9 @@ import gevent
 from gevent.pool import Group
 from locust import task
 
-from .clock import mono, wall
 from .attempt import Caller
+from .clock import mono, wall
 from .user import RunUser
-
 
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002

@@ -41,13 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import knee as knee_mod
-from analysis import openloop
-from analysis import slo as slo_mod
-from analysis import voices as voice_sweep
-from analysis.levels import levels as pool_levels
-from runformat.reader import TTFA_FLOOR_MS, RunDir
-from analysis.steps import step_stats
+from tts_knee.analysis import knee as knee_mod, openloop, slo as slo_mod, voices as voice_sweep
+from tts_knee.analysis.levels import levels as pool_levels
+from tts_knee.analysis.steps import step_stats
+from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
 
 __all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
 log = logging.getLogger("tts_knee.plan")

@@ -6,7 +6,7 @@ import logging
 
 import gevent
 
-from runformat import grpc_codes
+from tts_knee.runformat import grpc_codes
 
 from .clock import wall
 from .transports import Answered, Ended, TransportError, transport_for

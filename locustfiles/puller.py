@@ -45,16 +45,15 @@ from urllib.parse import urlsplit
 
 import gevent
 import gevent.event
+import psutil
 from geventhttpclient import HTTPClient
 
-import psutil
-
-import runformat
-from runformat.wire import HEALTH, SAMPLES, TIME
-from collectors.exposition import ExpositionError, Reader
-from collectors.host import HostSampler, ProcessWatcher
-from collectors.sampler import Sampler, next_tick
-from collectors.scrape import stale_after
+from tts_knee import runformat
+from tts_knee.collectors.exposition import ExpositionError, Reader
+from tts_knee.collectors.host import HostSampler, ProcessWatcher
+from tts_knee.collectors.sampler import Sampler, next_tick
+from tts_knee.collectors.scrape import stale_after
+from tts_knee.runformat.wire import HEALTH, SAMPLES, TIME
 
 from .clock import wall
 from .disk import DiskWriter

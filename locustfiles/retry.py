@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from runformat.options import CONNECTION_ERROR  # the --retry-on token for connection errors
+from tts_knee.runformat.options import CONNECTION_ERROR  # the --retry-on token for connection errors
 
 
 @dataclass(frozen=True)

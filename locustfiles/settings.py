@@ -14,16 +14,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-
-from analysis import slo as slo_mod
-from runformat import options as run_options
-from runformat.fields import Builder
-from runformat.grpc_codes import CODES as GRPC_CODES
-from runformat.metric_roles import parse_roles
-from runformat.options import (APIS, CANCEL_MODES, CONNECTION_ERROR, DEFAULT_REFINE_TO, DEFAULT_STEP_TIME_S,
-                               DEFAULT_STEPS, DEFAULTS, DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S, FLUSH_MODES, FORMATS,
-                               PROTOCOLS, SETTLE_FRACTION, SETTLE_MAX_S, STEP_REQUESTS_CAP_S, STREAM_FORMATS)
-from runformat.options import SOAK_MIN_S
+from tts_knee.analysis import slo as slo_mod
+from tts_knee.runformat import options as run_options
+from tts_knee.runformat.fields import Builder
+from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
+from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.options import (
+    APIS,
+    CANCEL_MODES,
+    CONNECTION_ERROR,
+    DEFAULT_REFINE_TO,
+    DEFAULT_STEP_TIME_S,
+    DEFAULT_STEPS,
+    DEFAULTS,
+    DRAIN_DEFAULT_MAX_S,
+    DRAIN_MAX_S,
+    FLUSH_MODES,
+    FORMATS,
+    PROTOCOLS,
+    SETTLE_FRACTION,
+    SETTLE_MAX_S,
+    SOAK_MIN_S,
+    STEP_REQUESTS_CAP_S,
+    STREAM_FORMATS,
+)
 
 from . import bodies, corpus, presets, voices as voices_mod
 from .retry import RetryPolicy
@@ -606,7 +620,7 @@ def from_options(options, host: str | None) -> Settings:
 def _grpc(o, host: str) -> dict:
     """What --tts-protocol grpc adds to the settings: the preset, the method called, and the
     voice, model and language the preset fills where the options were left at their defaults."""
-    from .transports import grpc   # only gRPC runs need h2 and the published protos
+    from .transports import grpc  # only gRPC runs need h2 and the published protos
     if not o.tts_preset:
         raise SettingsError("--tts-protocol grpc needs --tts-preset: riva, triton, or a preset file")
     try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import gevent
 from locust import LoadTestShape
 
-import runformat
+from tts_knee import runformat
 
 from .clock import wall
 from .shipping import BATCH_INTERVAL_S

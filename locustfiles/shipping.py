@@ -16,9 +16,9 @@ from pathlib import Path
 
 import gevent
 
-import runformat
-from runformat import wire
-from runformat.options import CUT_BY_RUN_END
+from tts_knee import runformat
+from tts_knee.runformat import wire
+from tts_knee.runformat.options import CUT_BY_RUN_END
 
 from .clock import wall
 from .disk import DiskWriter
@@ -111,7 +111,7 @@ class RecordWriter:
         dashboard's percentile definition, numpy's linear interpolation; its figures use every
         record), and the share of its settled successful streams that ran dry (as the summary's
         ``underrun_rate``, in percent; a stream still playing at the step's end counts here)."""
-        import numpy as np   # only the master's web UI asks; workers do without it
+        import numpy as np  # only the master's web UI asks; workers do without it
         rows = []
         for step in sorted(k for k in self._tally if k is not None):
             t = self._tally[step]

@@ -15,7 +15,7 @@ import logging
 
 import gevent
 
-import runformat
+from tts_knee import runformat
 
 from .clock import wall
 
@@ -59,8 +59,8 @@ class Soak:
 
     def _recommended(self, run):
         """The level the sweep's records recommend, or None (logged) when they recommend none."""
-        from analysis.summary import analyze
-        from runformat.reader import RunDirError
+        from tts_knee.analysis.summary import analyze
+        from tts_knee.runformat.reader import RunDirError
         run.state.finish(wall())
         run.save()
         if not run.writer.flush().wait(WRITE_WAIT_S):

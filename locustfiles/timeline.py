@@ -5,7 +5,7 @@ first piece, the end of the text, the tail after it). Reads no clock and imports
 locust nor gevent: the container tests feed it by hand."""
 from __future__ import annotations
 
-from analysis.playback import listen
+from tts_knee.analysis.playback import listen
 
 #: Most arrivals kept per attempt in ``chunk_at_ms``; later ones merge into the last entry.
 MAX_CHUNKS = 4000

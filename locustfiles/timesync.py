@@ -10,7 +10,7 @@ import socket
 
 import gevent
 
-from runformat.wire import PING, PONG
+from tts_knee.runformat.wire import PING, PONG
 
 from .clock import wall
 

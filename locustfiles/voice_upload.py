@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit
 
 from geventhttpclient import HTTPClient
 
-import runformat
+from tts_knee import runformat
 
 from .clock import mono, wall
 

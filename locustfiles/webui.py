@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flask import Response, request
 
-from runformat.options import DEFAULT_STEP_TIME_S, DEFAULT_STEPS, DEFAULTS, STEP_REQUESTS_CAP_S
+from tts_knee.runformat.options import DEFAULT_STEP_TIME_S, DEFAULT_STEPS, DEFAULTS, STEP_REQUESTS_CAP_S
 
 TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
@@ -57,7 +57,7 @@ def mount(environment, node) -> None:
     @app.route(MOUNT + "<path:path>")
     @web_ui.auth_required_if_enabled
     def _live(path: str):
-        from dashboard.serve import LiveView
+        from tts_knee.dashboard.serve import LiveView
         run = node.run
         if run is None or run.run_dir is None:
             return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")

@@ -20,17 +20,63 @@
 Imports neither locust nor gevent nor pandas: the collectors and the dashboard use it too.
 """
 from .fields import Field, Keyed
-from .files import (AUDIO_DIR, REPORT_HTML, REQUESTS, RESOURCES, RUN_JSON, SUMMARY_JSON, claim,
-                    jsonl_bytes, jsonl_line, versions, write_json, write_text)
+from .files import (
+                    AUDIO_DIR,
+                    REPORT_HTML,
+                    REQUESTS,
+                    RESOURCES,
+                    RUN_JSON,
+                    SUMMARY_JSON,
+                    claim,
+                    json_text,
+                    jsonl_bytes,
+                    jsonl_line,
+                    versions,
+                    write_json,
+                    write_text,
+)
 from .options import OPTIONS, RUN_OPTIONS, Option
-from .schema import (ATTEMPT, ATTEMPT_STREAM, ATTEMPT_TIMES, COLLECTOR, DECISION, FORMAT_VERSION, GPU,
-                     GPU_IDENTITY, GPU_READING, MODES, PLAN, PLAN_LEVEL, PREFLIGHT, PROC, READABLE_VERSIONS,
-                     RESOURCE_SAMPLE, RUN, SERVER_METRICS, STEP, VERDICT, VERSIONS, VOICE_UPLOAD, WORKER,
-                     attempt, collector_entry, format_version, gpu_reading, missing_fields, proc_reading,
-                     resource_sample, run_info, server_metrics_entry, step_entry, unknown_fields,
-                     unreadable, voice_upload_entry, worker_entry)
-from .files import json_text
-from .schema import PHASES, SOAK_PHASE
+from .schema import (
+                    ATTEMPT,
+                    ATTEMPT_STREAM,
+                    ATTEMPT_TIMES,
+                    COLLECTOR,
+                    DECISION,
+                    FORMAT_VERSION,
+                    GPU,
+                    GPU_IDENTITY,
+                    GPU_READING,
+                    MODES,
+                    PHASES,
+                    PLAN,
+                    PLAN_LEVEL,
+                    PREFLIGHT,
+                    PROC,
+                    READABLE_VERSIONS,
+                    RESOURCE_SAMPLE,
+                    RUN,
+                    SERVER_METRICS,
+                    SOAK_PHASE,
+                    STEP,
+                    VERDICT,
+                    VERSIONS,
+                    VOICE_UPLOAD,
+                    WORKER,
+                    attempt,
+                    collector_entry,
+                    format_version,
+                    gpu_reading,
+                    missing_fields,
+                    proc_reading,
+                    resource_sample,
+                    run_info,
+                    server_metrics_entry,
+                    step_entry,
+                    unknown_fields,
+                    unreadable,
+                    voice_upload_entry,
+                    worker_entry,
+)
 from .summary import SUMMARY
 
 __all__ = [

@@ -47,9 +47,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-import runformat
-from runformat.grpc_codes import AS_HTTP as GRPC_AS_HTTP
-from runformat.options import DEFAULTS as OPTION_DEFAULTS
+from tts_knee import runformat
+from tts_knee.runformat.grpc_codes import AS_HTTP as GRPC_AS_HTTP
+from tts_knee.runformat.options import DEFAULTS as OPTION_DEFAULTS
 
 READ_BYTES = 8 << 20  # read requests.jsonl in blocks of this size
 CHUNK_LINES = 16384  # lines held as parsed records at once before they become numpy arrays

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 import errno
-import socket
 import math
+import socket
 
 
 class Parser(argparse.ArgumentParser):

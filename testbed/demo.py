@@ -2,15 +2,15 @@
 
 Run it (``make demo`` does, with ``TARGET=piper`` or ``TARGET=sim``)::
 
-    python -m testbed.demo --target piper            # the real neural voice on CPU
-    python -m testbed.demo --target sim              # the simulator: 4 slots, knee at 8
-    python -m testbed.demo --target piper --steps 1,2 --step-time 5
+    python -m tts_knee.testbed.demo --target piper            # the real neural voice on CPU
+    python -m tts_knee.testbed.demo --target sim              # the simulator: 4 slots, knee at 8
+    python -m tts_knee.testbed.demo --target piper --steps 1,2 --step-time 5
 
-It starts the target (``python -m testbed.piper`` or ``python -m testbed.sim``) and a
-collector watching it (``python -m collectors --pid <target>``), runs a headless Locust sweep
+It starts the target (``python -m tts_knee.testbed.piper`` or ``tts-knee sim``) and a
+collector watching it (``tts-knee collect --pid <target>``), runs a headless Locust sweep
 into ``runs/demo-<UTC timestamp>/`` (Locust's full log in ``locust.log`` there, the target's
 and the collector's in ``target.log`` and ``collector.log``), stops them, then runs
-``python -m dashboard`` on the run, which prints the step table, the knee, the diagnosis and
+``tts-knee report`` on the run, which prints the step table, the knee, the diagnosis and
 the recommendation. It prints, one line each, what it started where and each step as it
 begins, and ends with the report's path and how to open the live view::
 
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
-PROG = "python -m testbed.demo"
+PROG = "python -m tts_knee.testbed.demo"
 ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on (http://\S+)")
 HOST = "127.0.0.1"
@@ -77,10 +77,10 @@ class Target:
 # piper on 2 cores saturates at about 2 concurrent requests; 4 steps of 20 s keep the demo
 # to about two minutes. The simulator's 4 slots put the knee at 8.
 TARGETS = {
-    "piper": Target("piper", "the joe-us neural voice on CPU", ["testbed.piper"], "piper",
+    "piper": Target("piper", "the joe-us neural voice on CPU", ["tts_knee.testbed.piper"], "piper",
                     "1,2,4,8", 20.0),
     "sim": Target("the simulator", "4 slots, so the knee is at 8",
-                  ["testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1",
+                  ["tts_knee.testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1",
                    "--seed", "1"], "openai", "1,2,4,8,16", 10.0),
 }
 
@@ -275,7 +275,7 @@ class Demo:
         return child
 
     def live_view(self) -> str:
-        return (f"{_shown(Path(sys.executable))} -m dashboard {_shown(self.run_dir)} --serve "
+        return (f"{_shown(Path(sys.executable).with_name('tts-knee'))} report {_shown(self.run_dir)} --serve "
                 f"(then open http://127.0.0.1:8090)")
 
     def stop_all(self) -> None:
@@ -309,7 +309,7 @@ class Demo:
 
         self.phase = "while starting the collector"
         collector = self.start("the collector", [
-            sys.executable, "-m", "collectors", "--port", str(self.args.collector_port),
+            sys.executable, "-m", "tts_knee.collectors", "--port", str(self.args.collector_port),
             "--pid", str(target.pid)], "collector.log")
         collector_url = collector.wait_listening(COLLECTOR_START_TIMEOUT_S)
         self.say(f"collector watching pid {target.pid} listening on {collector_url}")
@@ -357,7 +357,7 @@ class Demo:
                  f"report")
         print(flush=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "dashboard", str(self.run_dir)],
+            done = subprocess.run([sys.executable, "-m", "tts_knee.dashboard", str(self.run_dir)],
                                   cwd=ROOT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, errors="replace", timeout=DASHBOARD_TIMEOUT_S)
         except subprocess.TimeoutExpired:

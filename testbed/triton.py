@@ -4,8 +4,8 @@ PyPI) bundles, with Triton's python backend and the model in ``testbed/triton_mo
 
 Run it::
 
-    python -m testbed.triton --setup            # once: the venv Triton's model runs in (~1 minute)
-    python -m testbed.triton --grpc-port 8001 --metrics-port 8002
+    python -m tts_knee.testbed.triton --setup            # once: the venv Triton's model runs in (~1 minute)
+    python -m tts_knee.testbed.triton --grpc-port 8001 --metrics-port 8002
 
 It waits until Triton says the model is ready, then prints two lines to stdout::
 
@@ -48,11 +48,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from testbed.args import Failure, Parser, bindable_port, number, port
+from tts_knee.testbed.args import Failure, Parser, bindable_port, number, port
 
 __all__ = ["main"]
 
-PROG = "python -m testbed.triton"
+PROG = "python -m tts_knee.testbed.triton"
 MODELS = Path(__file__).resolve().parent / "triton_models"
 MODEL = "piper_joe"
 #: What the model's venv holds; PyTriton pinned, since the launcher reads the layout of its wheel.

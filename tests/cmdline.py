@@ -17,9 +17,6 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 class CommandLineError(Exception):
@@ -30,21 +27,22 @@ def parser_for(argv: list[str]):
     """The parser that ``argv``'s program builds, and the arguments it is given."""
     if argv[:1] == ["locust"]:
         from locust.argument_parser import get_parser
-        from locustfiles import settings
+
+        from tts_knee.locustfiles import settings
         p = get_parser()
         p.prog = "locust"
         settings.add_arguments(p)   # what locustfiles/tts.py's init_command_line_parser listener does
         return p, argv[1:]
     if argv[:2] == ["python", "-m"] and len(argv) > 2:
         module = argv[2]
-        if module == "dashboard":
-            from dashboard.__main__ import parser
+        if module == "tts_knee.dashboard":
+            from tts_knee.dashboard.__main__ import parser
             return parser(), argv[3:]
-        if module == "collectors":
-            from collectors.__main__ import parser
+        if module == "tts_knee.collectors":
+            from tts_knee.collectors.__main__ import parser
             return parser(), argv[3:]
-        if module == "testbed.sim":
-            from testbed.sim.cli import build_parser
+        if module == "tts_knee.testbed.sim":
+            from tts_knee.testbed.sim.cli import build_parser
             return build_parser(), argv[3:]
     raise CommandLineError(f"{' '.join(argv[:3])!r} is not a tts-knee command")
 
@@ -69,7 +67,7 @@ def parse(argv: list[str]):
 
 def sweep(options) -> dict:
     """What a master's run would be made of: tts-knee's validated settings."""
-    from locustfiles import settings
+    from tts_knee.locustfiles import settings
     s = settings.from_options(options, options.host)
     return {"host": s.host, "steps": list(s.steps), "step_time_s": s.step_time_s, "settle_s": s.settle_s,
             "texts": len(s.texts), "texts_source": s.texts_source, "run_dir": str(s.run_dir),

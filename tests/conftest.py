@@ -1,10 +1,10 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The tests import their helpers as top-level modules (from procs import spawn): pytest's
+# default import mode (prepend) puts tests/, a folder without __init__.py, first on the import
+# path for them.
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # A pytest-xdist worker waits for its next test on a thread of its own; once a test imports

@@ -137,7 +137,7 @@ def expand(value: str, env: dict, where: str) -> str:
 
 
 def image_contents() -> list[str]:
-    """What the Dockerfile copies into WORKDIR (``COPY X X``)."""
+    """What the Dockerfile copies into WORKDIR (``COPY X X``; the package is built apart, in /src)."""
     return re.findall(r"^COPY (\S+) \1$", (ROOT / "Dockerfile").read_text(), re.M)
 
 
@@ -148,6 +148,7 @@ def lay_out(c: Container, docs: list[dict], where: Path, claims: dict | None = N
     volumes as empty directories. Returns the directory to run the container's command in."""
     where.mkdir(parents=True, exist_ok=True)
     for name in image_contents():
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
         os.symlink(ROOT / name, where / name)
     maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
     volumes = {v["name"]: v for v in c.pod.get("volumes", [])}

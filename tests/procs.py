@@ -172,9 +172,9 @@ def locust_count(json_file: Path) -> int:
 
 
 def dashboard(*args, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m dashboard`` with ``args``; every run directory among them (its summary.json
+    """Run ``tts-knee report`` with ``args``; every run directory among them (its summary.json
     too, once written) is held to the format."""
-    done = subprocess.run([sys.executable, "-m", "dashboard", *map(str, args)], cwd=cwd,
+    done = subprocess.run([sys.executable, "-m", "tts_knee.dashboard", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
     for arg in args:
         path = Path(cwd) / str(arg)

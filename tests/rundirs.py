@@ -40,9 +40,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import runformat
-from analysis.playback import listen
-from runformat.check import undeclared_keys
+from tts_knee import runformat
+from tts_knee.analysis.playback import listen
+from tts_knee.runformat.check import undeclared_keys
 
 START = 1_700_000_000.0
 GIB = 1024 ** 3

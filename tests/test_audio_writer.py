@@ -7,7 +7,7 @@ import pytest
 
 gevent = pytest.importorskip("gevent")
 
-from locustfiles import audio  # noqa: E402
+from tts_knee.locustfiles import audio  # noqa: E402
 
 
 def _write(writer, path, data):

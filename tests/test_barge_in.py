@@ -44,8 +44,8 @@ def _run(tmp_path, host, texts, *extra, steps="1", step_time="3", name="run"):
 
 def _sweep(tmp_path, sim_extra, protocol, texts):
     """A sweep 1,2,4,8 with barge-in 0.5 after 50 ms, a collector scraping the simulator."""
-    with spawn(["testbed.sim", "--port", "0", *SIM, *sim_extra]) as sim, \
-            spawn(["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM, *sim_extra]) as sim, \
+            spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
                    "--scrape", f"{sim.url}/metrics"]) as col:
         run_dir, records = _run(tmp_path, sim.url, texts, *PROTOCOLS[protocol], "--barge-in", "0.5",
                                 "--barge-in-after", "50", "--ttfa-floor-ms", "100", "--collector", col.url,
@@ -95,7 +95,7 @@ def _sim_quiet_ms(line: dict) -> float:
 @pytest.mark.parametrize("protocol", ["http", "ws-message", "ws-close", "wyoming"])
 def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, protocol):
     log = tmp_path / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", "--wyoming-port", "0", *SIM, "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", *SIM, "--chunk-log", str(log)]) as sim:
         tcp = next(line.split()[-1] for line in sim.lines if line.startswith("wyoming on "))
         host, extra = {"http": (sim.url, PROTOCOLS["http"]), "ws-message": (sim.url, PROTOCOLS["ws"]),
                        "ws-close": (sim.url, ["--tts-protocol", "ws", "--tts-preset", "vllm-omni"]),
@@ -131,7 +131,7 @@ def _preset(tmp_path, cancel: str) -> str:
 def test_a_cancel_never_acknowledged_is_recorded_and_the_session_reopened(tmp_path):
     long = tmp_path / "long.txt"   # 4 s of making: the bounded wait runs out before its end
     long.write_text(" ".join(["This sentence goes on for a while, as long ones do."] * 12) + "\n")
-    with spawn(["testbed.sim", "--port", "0", *SIM]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM]) as sim:
         _, records = _run(tmp_path, sim.url, long, "--tts-protocol", "ws", "--tts-preset",
                           _preset(tmp_path, '{ type = "input.stop" }'), "--barge-in", "1", "--barge-in-after", "20",
                           step_time="6")
@@ -146,7 +146,7 @@ def test_a_cancel_never_acknowledged_is_recorded_and_the_session_reopened(tmp_pa
 
 
 def test_a_server_that_closes_the_session_on_a_cancel_is_recorded_and_the_session_reopened(tmp_path, texts):
-    with spawn(["testbed.sim", "--port", "0", *SIM]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM]) as sim:
         _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset",
                           _preset(tmp_path, '{ type = "session.close" }'), "--barge-in", "0.5",
                           "--barge-in-after", "20")
@@ -165,7 +165,7 @@ def test_a_cancel_the_dialect_does_not_answer_is_quiet_once_no_audio_comes(tmp_p
     preset = tmp_path / "no-answer.toml"   # as Cartesia: a cancel message, and nothing that answers it
     preset.write_text(SIM_CANCEL.read_text().replace('match = { type = "input.cancelled" }\nevent = "cancelled"',
                                                      'match = { type = "input.cancelled" }\nevent = "ignore"'))
-    with spawn(["testbed.sim", "--port", "0", *SIM]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM]) as sim:
         _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset", str(preset),
                           "--barge-in", "0.5", "--barge-in-after", "20")
     cancelled = [r for r in records if r.get("cancelled")]
@@ -183,7 +183,8 @@ def test_a_cancel_the_dialect_does_not_answer_is_quiet_once_no_audio_comes(tmp_p
 @pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
 def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
     log = tmp_path / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", *SIM, "--ws-close-late-ms", "100", "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM, "--ws-close-late-ms", "100", "--chunk-log",
+                str(log)]) as sim:
         _, records = _run(tmp_path, sim.url, texts, "--tts-protocol", "ws", "--tts-preset", "vllm-omni",
                           "--barge-in", "1", "--barge-in-after", "20")
     lines = [json.loads(x) for x in log.read_text().splitlines()]
@@ -212,8 +213,8 @@ def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
 
 
 def _settings(host="http://127.0.0.1:8300", **changes):
-    from locustfiles import settings
     from test_fuzz import DEFAULTS
+    from tts_knee.locustfiles import settings
     return settings.from_options(SimpleNamespace(**{**DEFAULTS, **changes}), host)
 
 
@@ -229,7 +230,7 @@ def _settings(host="http://127.0.0.1:8300", **changes):
                                "cancel_by": "close"}, "with --contexts, cancel by message"),
 ], ids=["share", "range", "not-a-number", "http-message", "preset-without-cancel", "contexts-close"])
 def test_barge_in_options_are_checked_in_one_sentence(host, changes, message):
-    from locustfiles import settings
+    from tts_knee.locustfiles import settings
     with pytest.raises(settings.SettingsError) as e:
         _settings(host, **changes)
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -246,7 +247,7 @@ def test_the_cancel_defaults_to_the_presets_message_else_close():
 
 
 def test_the_listeners_draws_are_seeded_and_span_the_expected_length():
-    from locustfiles.bargein import Listener
+    from tts_knee.locustfiles.bargein import Listener
     s = SimpleNamespace(barge_in=0.3, barge_in_after=None, barge_in_seed=11)
     text = "x" * 60   # 4 s at 15 characters a second
     one, two, other = (Listener(s, tag) for tag in ("0-1-0", "0-1-0", "0-2-0"))

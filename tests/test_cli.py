@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_the_command_names_its_subcommands():
 
 
 def test_run_help_lists_every_tts_knee_option_and_locusts_own():
-    from runformat.options import OPTIONS
+    from tts_knee.runformat.options import OPTIONS
     done = tts_knee("run", "--help")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -54,9 +55,9 @@ def test_run_help_lists_every_tts_knee_option_and_locusts_own():
     assert "(closed loop; default 1,2,4,8,16)" in text and "(default 10% of the step" in text
 
 
-@pytest.mark.parametrize("command, module, build", [("report", "dashboard.__main__", "parser"),
-                                                    ("collect", "collectors.__main__", "parser"),
-                                                    ("sim", "testbed.sim.cli", "build_parser")])
+@pytest.mark.parametrize("command, module, build", [("report", "tts_knee.dashboard.__main__", "parser"),
+                                                    ("collect", "tts_knee.collectors.__main__", "parser"),
+                                                    ("sim", "tts_knee.testbed.sim.cli", "build_parser")])
 def test_each_subcommand_lists_every_option_with_its_default(command, module, build):
     import importlib
     parser = getattr(importlib.import_module(module), build)(f"tts-knee {command}")
@@ -72,22 +73,30 @@ def test_each_subcommand_lists_every_option_with_its_default(command, module, bu
 
 
 def test_the_parts_keep_their_own_commands():
-    for module in ("dashboard", "collectors", "testbed.sim"):
+    for module, prog in (("tts_knee.dashboard", "tts-knee report"), ("tts_knee.collectors", "tts-knee collect"),
+                         ("tts_knee.testbed.sim", "tts-knee sim")):
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
-        assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {module}"), done.stderr
+        assert done.returncode == 0 and done.stdout.startswith(f"usage: {prog}"), done.stderr
 
 
 def test_the_installed_command_runs_outside_the_clone(tmp_path):
     """A wheel of the project installed (without its dependencies, which the environment these
-    tests run in already holds) into a fresh environment; the command runs from elsewhere: its
-    help, then the simulator, a short run and its report, all from the installed package."""
+    tests run in already holds) into a fresh environment: it holds one name, tts_knee, and the
+    command runs from elsewhere: its help, then the simulator, a short run and its report, all
+    from the installed package."""
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=BUILD_IGNORE)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     [wheel] = (tmp_path / "dist").glob("tts_knee-*.whl")
+    # one installed name: the wheel puts tts_knee and its .dist-info into site-packages, nothing else
+    with zipfile.ZipFile(wheel) as whl:
+        [record] = [n for n in whl.namelist() if n.endswith(".dist-info/RECORD")]
+        files = [row.split(",")[0] for row in whl.read(record).decode().splitlines() if row]
+        assert set(files) == set(whl.namelist())
+    assert {f.split("/")[0] for f in files} == {"tts_knee", record.split("/")[0]}, sorted(files)
     env_dir = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=60)
     python = env_dir / "bin" / "python"
@@ -109,11 +118,17 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
         return subprocess.run([command, *args], cwd=elsewhere, env=env, capture_output=True, text=True,
                               timeout=timeout)
 
-    where = subprocess.run([python, "-c", "import locustfiles, runformat, tts_knee, configs.texts as t; "
-                                          "print(locustfiles.__file__, runformat.__file__, list(t.__path__)[0])"],
+    where = subprocess.run([python, "-c", "import tts_knee, tts_knee.locustfiles as l, tts_knee.runformat as r, "
+                                          "tts_knee.configs.texts as t; "
+                                          "print(l.__file__, r.__file__, list(t.__path__)[0])"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert where.returncode == 0, where.stderr
     assert all(p.startswith(str(site)) for p in where.stdout.split()), where.stdout
+    parts = ("analysis", "collectors", "configs", "dashboard", "locustfiles", "runformat", "testbed")
+    old_names = subprocess.run([python, "-c", "import importlib.util, sys; "
+                                "print([n for n in sys.argv[1:] if importlib.util.find_spec(n)])", *parts],
+                               cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert old_names.returncode == 0 and old_names.stdout.strip() == "[]", old_names.stdout + old_names.stderr
     helped = run("run", "--help")
     assert helped.returncode == 0, helped.stderr
     assert {"--steps", "--tts-api", "--headless"} <= _options(helped.stdout)
@@ -128,13 +143,14 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
     assert_declared(elsewhere / "r")
 
 
-def test_the_locustfile_keeps_the_project_on_the_path_once_locust_has_loaded_it(tmp_path):
+def test_the_locustfile_run_from_elsewhere_imports_the_installed_package(tmp_path):
     """``locust -f locustfiles/tts.py`` from another directory: what the run imports later (the
-    web UI's live report imports the dashboard when first asked) must still come from this
-    project once Locust has tidied its own entry off the path."""
+    web UI's live report imports the dashboard when first asked) comes from the installed
+    package, this clone's in its editable install, once Locust has tidied its own entry off the
+    path."""
     code = ("import sys; from locust.util.load_locustfile import load_locustfile; "
             f"load_locustfile({str(ROOT / 'locustfiles' / 'tts.py')!r}); "
-            "import dashboard.serve; print(dashboard.serve.__file__)")
+            "import tts_knee.dashboard.serve; print(tts_knee.dashboard.serve.__file__)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == str(ROOT / "dashboard" / "serve.py")

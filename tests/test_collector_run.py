@@ -11,7 +11,7 @@ from rundirs import assert_declared
 
 @pytest.fixture(scope="module")
 def sim():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0"]) as p:
         yield p
 
 
@@ -24,7 +24,7 @@ def start_locust(tmp_path, sim, *extra):
 def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = ["collectors", "--port", str(port), "--interval", "0.2", "--pid", str(sim.pid)]
+    args = ["tts_knee.collectors", "--port", str(port), "--interval", "0.2", "--pid", str(sim.pid)]
     with spawn(args) as first:
         run = start_locust(tmp_path, sim, "--collector", url)
         time.sleep(4)

@@ -12,9 +12,9 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import runformat
 from fake_nvml import SimHealth
 from procs import ROOT, get_json, http_get, spawn
+from tts_knee import runformat
 
 INTERVAL = "0.2"
 MARKER = "TTSKNEE_CMDLINE_MARKER"
@@ -66,7 +66,7 @@ def server_tree():
 
 
 def test_samples_describe_host_and_watched_tree(server_tree):
-    with spawn(["collectors", "--port", "0", "--interval", INTERVAL,
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL,
                 "--pid", str(server_tree.pid)], env=CPU_ONLY) as c:
         def busy_tree():
             samples = get_json(f"{c.url}/samples?since=0")["samples"]
@@ -115,7 +115,7 @@ def test_samples_describe_host_and_watched_tree(server_tree):
 def test_metrics_are_prometheus_text_in_base_units(sim_stub):
     env = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests", "FAKE_NVML_GPUS": "2",
            "FAKE_NVML_SIM_URL": sim_stub}
-    with spawn(["collectors", "--port", "0", "--interval", INTERVAL], env=env) as c:
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL], env=env) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 2)
         status, body = http_get(f"{c.url}/metrics")
         assert status == 200
@@ -146,7 +146,7 @@ def test_metrics_are_prometheus_text_in_base_units(sim_stub):
 
 
 def test_token_is_required_everywhere():
-    with spawn(["collectors", "--port", "0", "--interval", INTERVAL, "--token", "s3cret"],
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--token", "s3cret"],
                env=CPU_ONLY) as c:
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz", "/nope"):
             assert http_get(c.url + path)[0] == 401, path
@@ -154,7 +154,7 @@ def test_token_is_required_everywhere():
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz"):
             assert http_get(c.url + path, token="s3cret")[0] == 200, path
         assert http_get(c.url + "/nope", token="s3cret")[0] == 404
-    with spawn(["collectors", "--port", "0"],
+    with spawn(["tts_knee.collectors", "--port", "0"],
                env=dict(CPU_ONLY, TTS_KNEE_COLLECTOR_TOKEN="from-env")) as c:
         assert http_get(c.url + "/metrics")[0] == 401
         assert http_get(c.url + "/metrics", token="from-env")[0] == 200
@@ -162,7 +162,7 @@ def test_token_is_required_everywhere():
 
 def test_ring_drops_oldest_and_spool_keeps_all(tmp_path):
     spool = tmp_path / "spool.jsonl"
-    with spawn(["collectors", "--port", "0", "--interval", "0.1", "--buffer", "3",
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.1", "--buffer", "3",
                 "--spool", str(spool)], env=CPU_ONLY) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 6)
         reply = get_json(f"{c.url}/samples?since=0")
@@ -189,12 +189,12 @@ def _dead_pid() -> int:
 ])
 def test_bad_flags_exit_2_with_one_sentence(args):
     args = [str(_dead_pid()) if a == "DEAD" else a for a in args]
-    r = subprocess.run([sys.executable, "-m", "collectors", *args], cwd=ROOT, text=True,
+    r = subprocess.run([sys.executable, "-m", "tts_knee.collectors", *args], cwd=ROOT, text=True,
                        capture_output=True, timeout=30, env=dict(os.environ, **CPU_ONLY))
     assert r.returncode == 2
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("collectors: ") and lines[0].endswith(".")
+    assert len(lines) == 1 and lines[0].startswith("tts-knee collect: ") and lines[0].endswith(".")
     assert "Traceback" not in r.stderr
 
 
@@ -207,7 +207,7 @@ def test_match_finds_the_server_by_name_and_again_after_a_restart():
 
     first = server()
     try:
-        with spawn(["collectors", "--port", "0", "--interval", INTERVAL, "--match", marker],
+        with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--match", marker],
                    env=CPU_ONLY) as c:
             def watched() -> int | None:
                 latest = get_json(f"{c.url}/samples?since=0")["samples"][-1:]

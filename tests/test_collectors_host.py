@@ -5,8 +5,8 @@ from collections import namedtuple
 
 import psutil
 
-from collectors import host
-from collectors.host import HostSampler, ratio_percent
+from tts_knee.collectors import host
+from tts_knee.collectors.host import HostSampler, ratio_percent
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 

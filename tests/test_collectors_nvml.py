@@ -9,17 +9,16 @@ import time
 
 import pynvml
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import fake_nvml
-import runformat
-from collectors import nvml as nvml_mod
-from collectors.nvml import Nvml, decode_clock_event_reasons
-from collectors.sampler import Sampler, next_tick
 from fake_nvml import SimHealth
 from procs import ROOT, spawn
 from test_collectors import get_json, wait_for
+from tts_knee import runformat
+from tts_knee.collectors import nvml as nvml_mod
+from tts_knee.collectors.nvml import Nvml, decode_clock_event_reasons
+from tts_knee.collectors.sampler import Sampler, next_tick
 
 MIB = 1 << 20
 FAKE = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests"}
@@ -32,7 +31,7 @@ def test_fake_gpus_unsupported_fields_null_then_gpu_lost(tmp_path):
     watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with SimHealth(busy=2, slots=4) as sim, spawn(
-                ["collectors", "--port", "0", "--interval", "0.2", "--pid", str(watched.pid)],
+                ["tts_knee.collectors", "--port", "0", "--interval", "0.2", "--pid", str(watched.pid)],
                 env=dict(FAKE, FAKE_NVML_GPUS="2", FAKE_NVML_MIG="1", FAKE_NVML_LOSE_AFTER="5",
                          FAKE_NVML_SIM_URL=sim.url, FAKE_NVML_PROC_PID=str(watched.pid))) as c:
             assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 8)
@@ -73,7 +72,7 @@ def test_fake_gpus_unsupported_fields_null_then_gpu_lost(tmp_path):
 
 
 def test_no_driver_samples_cpu_only():
-    with spawn(["collectors", "--port", "0", "--interval", "0.2"],
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.2"],
                env=dict(FAKE, FAKE_NVML_ABSENT="driver")) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 2)
         health = get_json(f"{c.url}/healthz")
@@ -227,7 +226,7 @@ def test_since_reports_dropped_and_restart():
 
 
 def test_skew_hook_moves_the_wall_clock(monkeypatch):
-    from collectors.sampler import wall_clock
+    from tts_knee.collectors.sampler import wall_clock
     monkeypatch.setenv("TTS_KNEE_CLOCK_SKEW_S", "5.0")
     assert wall_clock() - time.time() == pytest.approx(5.0, abs=0.01)
 
@@ -235,6 +234,6 @@ def test_skew_hook_moves_the_wall_clock(monkeypatch):
 def test_collectors_never_imports_locust():
     import subprocess
     import sys
-    code = ("import sys, collectors.__main__, collectors.http; "
+    code = ("import sys, tts_knee.collectors.__main__, tts_knee.collectors.http; "
             "assert 'locust' not in sys.modules and 'gevent' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

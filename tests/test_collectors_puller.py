@@ -7,10 +7,10 @@ import signal
 import gevent
 import pytest
 
-from locustfiles.clock import wall
-from locustfiles.puller import CollectorPuller
 from procs import free_port, read_jsonl, spawn
 from test_collectors import CPU_ONLY, get_json
+from tts_knee.locustfiles.clock import wall
+from tts_knee.locustfiles.puller import CollectorPuller
 
 #: Offsets to 5 ms against a known skew: run with the machine to itself (make test's second pass).
 pytestmark = pytest.mark.alone
@@ -20,7 +20,7 @@ INTERVAL = 0.2
 
 def test_skewed_collector_clock_is_corrected(tmp_path):
     out = tmp_path / "run" / "resources.jsonl"
-    with spawn(["collectors", "--port", "0", "--interval", str(INTERVAL)],
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL)],
                env=dict(CPU_ONLY, TTS_KNEE_CLOCK_SKEW_S="5.0")) as c:
         puller = CollectorPuller([c.url], out, interval_s=INTERVAL, client_host="loadgen-1")
         assert puller.start() == [] and puller.unreachable == []
@@ -53,7 +53,7 @@ def test_skewed_collector_clock_is_corrected(tmp_path):
 def test_collector_restart_leaves_a_gap_and_pulling_resumes(tmp_path):
     out = tmp_path / "resources.jsonl"
     port = free_port()
-    args = ["collectors", "--port", str(port), "--interval", str(INTERVAL)]
+    args = ["tts_knee.collectors", "--port", str(port), "--interval", str(INTERVAL)]
     with spawn(args, env=CPU_ONLY) as c:
         puller = CollectorPuller([c.url], out, interval_s=INTERVAL, sample_client=False)
         assert puller.start() == []
@@ -82,13 +82,13 @@ def test_a_restart_read_before_its_first_sample_still_leaves_the_gap(tmp_path):
     # restarted collector's ring cannot cover it, whatever its "dropped" says).
     out = tmp_path / "resources.jsonl"
     port = free_port()
-    with spawn(["collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY) as c:
+    with spawn(["tts_knee.collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY) as c:
         puller = CollectorPuller([c.url], out, interval_s=INTERVAL, sample_client=False)
         assert puller.start() == []
         gevent.sleep(1.0)
         c.stop(signal.SIGKILL)
         gevent.sleep(0.8)
-    with spawn(["collectors", "--port", str(port), "--interval", "1.5"], env=CPU_ONLY):
+    with spawn(["tts_knee.collectors", "--port", str(port), "--interval", "1.5"], env=CPU_ONLY):
         gevent.sleep(4.0)
         puller.stop()
     [d] = puller.describe()
@@ -107,7 +107,7 @@ def test_unreachable_at_start_warns_once_and_catches_up(tmp_path):
     warnings = puller.start()
     assert len(warnings) == 1 and url in warnings[0] and warnings[0].endswith(".")
     assert puller.unreachable == [url]
-    with spawn(["collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY):
+    with spawn(["tts_knee.collectors", "--port", str(port), "--interval", str(INTERVAL)], env=CPU_ONLY):
         gevent.sleep(3.0)
         puller.stop()
     [d] = puller.describe()
@@ -116,7 +116,7 @@ def test_unreachable_at_start_warns_once_and_catches_up(tmp_path):
 
 
 def test_token_is_sent_and_a_wrong_one_is_reported(tmp_path):
-    with spawn(["collectors", "--port", "0", "--interval", str(INTERVAL), "--token", "t0k"],
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL), "--token", "t0k"],
                env=CPU_ONLY) as c:
         bad = CollectorPuller([c.url], tmp_path / "bad.jsonl", sample_client=False)
         [warning] = bad.start()

@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-import runformat
-from analysis.knee import find_knee
-from analysis.summary import analyze, load
 from procs import ROOT, busy_port, dashboard
 from rundirs import GIB, SCENARIOS, Model, build_run
+from tts_knee import runformat
+from tts_knee.analysis.knee import find_knee
+from tts_knee.analysis.summary import analyze, load
 
 _run = dashboard
 
@@ -154,8 +154,8 @@ def test_markup_in_texts_and_errors_is_escaped(tmp_path):
     p = build_run(tmp_path / "r", Model(text_ids=[evil, "</script><img src=x onerror=alert(1)>", "c"],
                                         error_from=8, error_text=f"boom {evil}"))
     s = analyze(load(p))
-    from dashboard.report import report_html
-    from analysis.summary import load as ld
+    from tts_knee.analysis.summary import load as ld
+    from tts_knee.dashboard.report import report_html
     html = report_html(ld(p), s)
     assert evil not in html and "onerror=alert(1)>" not in html
     assert "&lt;script&gt;alert" in html or "\\u003cscript" in html
@@ -174,7 +174,7 @@ def test_compare_two_runs(tmp_path):
 
 
 def test_dashboard_does_not_import_locust():
-    r = subprocess.run([sys.executable, "-c", "import sys, dashboard.__main__, dashboard.serve; "
+    r = subprocess.run([sys.executable, "-c", "import sys, tts_knee.dashboard.__main__, tts_knee.dashboard.serve; "
                         "print('locust' in sys.modules, 'gevent' in sys.modules)"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False False", r.stderr

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from dashboard.serve import LiveView
 from procs import dashboard, http_get, spawn
 from rundirs import SCENARIOS, Model, build_run
+from tts_knee.dashboard.serve import LiveView
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -28,7 +28,7 @@ def test_liveview_routes_and_updates(tmp_path):
         assert view.handle(bad)[0] == 404, bad
     # the run finishes: the page is rebuilt from the new files
     build_run(p, Model())
-    import dashboard.serve as serve
+    import tts_knee.dashboard.serve as serve
     serve.MIN_REBUILD_S, old = 0.0, serve.MIN_REBUILD_S
     try:
         assert view.handle("/version")[2] != v1
@@ -40,7 +40,7 @@ def test_liveview_routes_and_updates(tmp_path):
 def test_serve_cli(tmp_path):
     a = build_run(tmp_path / "a", SCENARIOS["compute_bound"][0])
     b = build_run(tmp_path / "b", SCENARIOS["no_knee"][0])
-    with spawn(["dashboard", str(a), str(b), "--serve", "--port", "0", "--no-report"]) as proc:
+    with spawn(["tts_knee.dashboard", str(a), str(b), "--serve", "--port", "0", "--no-report"]) as proc:
         assert proc.url.startswith("http://127.0.0.1:")
         status, body = http_get(proc.url + "/")
         assert status == 200 and b"comparison of 2 runs" in body
@@ -73,7 +73,7 @@ def test_report_and_live_page_render_in_chromium(tmp_path):
     assert res.stdout.count("main-svg") >= 6 and "js-plotly-plot" in res.stdout
     assert "Uncaught" not in res.stderr, res.stderr[-2000:]
     assert "pwned" not in res.stderr
-    with spawn(["dashboard", str(p), "--serve", "--port", "0", "--no-report"]) as proc:
+    with spawn(["tts_knee.dashboard", str(p), "--serve", "--port", "0", "--no-report"]) as proc:
         res = _chromium(["--dump-dom", proc.url + "/"])
     assert "js-plotly-plot" in res.stdout and res.stdout.count("main-svg") >= 6
     assert "Uncaught" not in res.stderr, res.stderr[-2000:]
@@ -86,8 +86,8 @@ def test_a_live_view_fed_line_by_line_gives_the_summary_the_dashboard_gives(tmp_
     """The live reader keeps figures from one refresh to the next (analysis.incremental): at
     every point of a run growing in pieces, its summary is the one a fresh read of the same
     files gives, to the last bit."""
-    from analysis.summary import analyze, load
-    from runformat.reader import RunDir
+    from tts_knee.analysis.summary import analyze, load
+    from tts_knee.runformat.reader import RunDir
     whole = build_run(tmp_path / "whole", model)
     lines = (whole / "requests.jsonl").read_bytes().splitlines(keepends=True)
     live_dir, fresh_dir = tmp_path / "live", tmp_path / "fresh"

@@ -12,9 +12,9 @@ import random
 import numpy as np
 import pytest
 
-from runformat import reader as rundir
-from runformat.reader import RequestLog
 from rundirs import SCENARIOS, build_run
+from tts_knee.runformat import reader as rundir
+from tts_knee.runformat.reader import RequestLog
 
 NUMS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf", "retry_after_s", "backoff_ms",
         "text_len", "bytes")
@@ -248,7 +248,7 @@ def test_synthetic_run_matches_and_e2e_joins_retries(tmp_path):
 def test_updates_read_only_the_bytes_appended_since(tmp_path):
     """The live view and the web UI's plan refresh often: what was read is never read again, so
     scribbling over it in place (same size) changes nothing, and the appended lines are read."""
-    from runformat.reader import RunDir
+    from tts_knee.runformat.reader import RunDir
     p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
     rd = RunDir(p)
     rd.refresh()
@@ -313,7 +313,7 @@ def test_resource_samples_match_the_plain_rules(tmp_path):
     rules give: the busiest GPU, the fullest GPU's memory (the first of a tie), the GPUs' power
     summed, and whatever is malformed (a GPU list that is not a list, a ts that is no number)
     dropped or read as missing, never a crash."""
-    from runformat.reader import ResourceLog
+    from tts_knee.runformat.reader import ResourceLog
     rng = random.Random(7)
     samples = []
     for i in range(600):

@@ -9,13 +9,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from analysis.knee import find_knee
-from analysis.playback import playback
-from analysis.summary import analyze, load
-from dashboard.table import TABLE_COLUMNS, format_table
 from procs import dashboard
 from rundirs import Model, build_run
-
+from tts_knee.analysis.knee import find_knee
+from tts_knee.analysis.playback import playback
+from tts_knee.analysis.summary import analyze, load
+from tts_knee.dashboard.table import TABLE_COLUMNS, format_table
 
 # A server sharing 5x real time among its streams (0.2 s chunks, 100 ms prefill), short texts
 # (0.1-6 s of audio) and a 300 ms playback buffer: TTFA ~140/180/260/420 ms; every stream
@@ -204,7 +203,7 @@ def test_a_run_read_whole_keeps_its_table_and_report(tmp_path):
     assert s["knee"]["streamed"] is False and s["steps"][0]["streamed"] is False
     assert s["steps"][0]["underrun_rate"] is None and s["steps"][0]["ttfa_ms"] is None
     assert format_table(s).splitlines()[1].split() == " ".join(TABLE_COLUMNS).split()
-    from dashboard.report import report_html
+    from tts_knee.dashboard.report import report_html
     html = report_html(load(tmp_path / "r"), s)
     assert "Stream health" not in html and "Audio integrity" in html
 
@@ -263,7 +262,8 @@ def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_p
     # Summarised again with its records relabelled and no window (as steps at one concurrency
     # are pooled), the step still leaves those streams out.
     import dataclasses
-    from analysis.steps import step_stats
+
+    from tts_knee.analysis.steps import step_stats
     rd = load(p)
     analyze(rd)
     a = rd.requests.attempts()
@@ -276,9 +276,9 @@ def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
     """A streamed run judged on TTFA and underruns: the SLO chart's y values are the TTFA p95s
     (and underrun rates) the step table shows, each term's threshold drawn; the table has a
     column per term and no wait p95."""
-    from analysis.slo import parse
-    from dashboard.slo_verdicts import slo_figure, slo_html
-    from dashboard.table import table_columns, table_rows
+    from tts_knee.analysis.slo import parse
+    from tts_knee.dashboard.slo_verdicts import slo_figure, slo_html
+    from tts_knee.dashboard.table import table_columns, table_rows
     # 40 s steps: enough requests at each concurrency for an interval to bound a p95 from above
     rd = load(build_run(tmp_path / "r", Model(**dict(SHARED_5X, step_s=40))))
     s = analyze(rd, parse("ttfa_p95_ms<=400,underrun_rate<=0.05"))

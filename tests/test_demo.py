@@ -1,4 +1,4 @@
-"""`python -m testbed.demo`: the real piper voice, a collector, a short sweep, the report —
+"""`python -m tts_knee.testbed.demo`: the real piper voice, a collector, a short sweep, the report —
 and nothing left running afterwards, whether it finished, was interrupted or could not start."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ MARK = "TTS_KNEE_DEMO_TEST"   # inherited by everything the demo starts, so we c
 
 def _demo(args: list[str], mark: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARK: mark})
-    return subprocess.Popen([sys.executable, "-m", "testbed.demo", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.demo", *args], cwd=ROOT, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -132,7 +132,7 @@ def test_sigint_during_the_sweep_stops_everything(tmp_path):
     status, err = demo.finish()
     assert status == 130
     _assert_nothing_left(demo.mark)
-    assert err.strip().splitlines() == ["python -m testbed.demo: stopped by SIGINT during the "
+    assert err.strip().splitlines() == ["python -m tts_knee.testbed.demo: stopped by SIGINT during the "
                                         "sweep; everything it started has been stopped."]
 
 
@@ -144,7 +144,7 @@ def test_target_dying_during_the_sweep_fails_in_one_sentence(tmp_path):
     assert status == 1
     assert time.monotonic() - started < 15
     _assert_nothing_left(demo.mark)
-    assert err.startswith("python -m testbed.demo: the simulator exited with status -9 while "
+    assert err.startswith("python -m tts_knee.testbed.demo: the simulator exited with status -9 while "
                           "locust ran"), err
 
 
@@ -164,13 +164,13 @@ def test_sim_target_runs_to_the_report(tmp_path):
 def test_target_port_in_use_fails_fast_in_one_sentence(tmp_path):
     with busy_port() as port:
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "testbed.demo", "--target-port", str(port),
+        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.demo", "--target-port", str(port),
                                "--run-dir", str(tmp_path / "run")],
                               cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert time.monotonic() - started < 10
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.demo: port {port} on 127.0.0.1 is already in use; pick another "
+        f"python -m tts_knee.testbed.demo: port {port} on 127.0.0.1 is already in use; pick another "
         f"with --target-port (0 picks a free one)."]
     assert not (tmp_path / "run").exists()

@@ -21,7 +21,7 @@ def relative_corpus(tmp_path):
 
 @pytest.fixture(scope="module")
 def sim():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0"]) as p:
         yield p
 
 

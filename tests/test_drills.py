@@ -15,9 +15,9 @@ import time
 import psutil
 import pytest
 
-import runformat
 from procs import dashboard, locust, locust_count, read_jsonl, spawn
 from rundirs import build_run
+from tts_knee import runformat
 
 FAST = ["--base-ms", "5", "--per-char-ms", "0", "--jitter", "0"]
 QUICK_RETRY = ["--retry-base-ms", "20", "--retry-max-ms", "40"]
@@ -84,7 +84,8 @@ def retried_per_policy(d: Drill, retried: bool) -> None:
 
 @pytest.mark.parametrize("retry_on", [WITH_CONN, []], ids=["conn-retried", "conn-not-retried"])
 def test_connection_reset_mid_body(tmp_path, retry_on):
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "reset", "--fault-rate", "0.3", "--seed", "5"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "reset", "--fault-rate", "0.3", "--seed",
+                "5"]) as sim:
         d = run(tmp_path, sim.url, *retry_on, *QUICK_RETRY)
     survived(d)
     bad = d.failed()
@@ -96,7 +97,7 @@ def test_connection_reset_mid_body(tmp_path, retry_on):
 
 
 def test_stall_past_the_request_timeout(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "stall", "--stall-s", "3",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "stall", "--stall-s", "3",
                 "--fault-rate", "0.3", "--seed", "2"]) as sim:
         d = run(tmp_path, sim.url, "--request-timeout", "0.4", *WITH_CONN, *QUICK_RETRY, step_time="3")
     survived(d)
@@ -111,7 +112,8 @@ def test_stall_past_the_request_timeout(tmp_path):
 
 
 def test_keep_alive_closed_at_random_is_not_a_failure(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "close", "--fault-rate", "0.5", "--seed", "4"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "close", "--fault-rate", "0.5", "--seed",
+                "4"]) as sim:
         d = run(tmp_path, sim.url)
     survived(d, exit_codes=(0,))
     assert not d.failed(), {r["error"] for r in d.failed()}
@@ -124,7 +126,7 @@ def test_hostile_mix_every_failure_has_its_reason(tmp_path):
     faults = ["reset", "truncate", "html", "json", "empty", "garbage", "close"]
     reasons = ("connection broke mid-body", "truncated WAV", "got HTML instead of audio",
                "got application/json instead of audio", "empty body under status 200", "body is not a WAV file")
-    with spawn(["testbed.sim", "--port", "0", *FAST, *[a for f in faults for a in ("--fault", f)],
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, *[a for f in faults for a in ("--fault", f)],
                 "--fault-rate", "0.5", "--seed", "9"]) as sim:
         d = run(tmp_path, sim.url, *QUICK_RETRY, steps="1,4", step_time="2")
     survived(d)
@@ -175,8 +177,8 @@ def test_a_malformed_http_response_is_a_failed_attempt_named_so(tmp_path):
 # ---- Retry-After ---------------------------------------------------------------------------
 
 def test_garbage_and_enormous_retry_after(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "huge-retry-after", "--fault", "bad-retry-after",
-                "--fault-rate", "0.4", "--seed", "6"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "huge-retry-after", "--fault",
+                "bad-retry-after", "--fault-rate", "0.4", "--seed", "6"]) as sim:
         d = run(tmp_path, sim.url, "--retry-after-cap", "0.3", "--retry-base-ms", "100", "--retry-max-ms", "200",
                 step_time="3")
     survived(d)
@@ -225,7 +227,7 @@ def tiny_disk(tmp_path):
 
 @pytest.fixture(scope="module")
 def sim_fast():
-    with spawn(["testbed.sim", "--port", "0", *FAST]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST]) as p:
         yield p
 
 
@@ -312,9 +314,9 @@ def _listening(pid: int) -> list[str]:
 @pytest.mark.parametrize("server", ["collector", "dashboard"])
 def test_servers_bind_loopback_by_default(tmp_path, server):
     if server == "collector":
-        args = ["collectors", "--port", "0"]
+        args = ["tts_knee.collectors", "--port", "0"]
     else:
-        args = ["dashboard", str(build_run(tmp_path / "r")), "--serve", "--port", "0"]
+        args = ["tts_knee.dashboard", str(build_run(tmp_path / "r")), "--serve", "--port", "0"]
     with spawn(args, env={"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests"}) as p:
         assert p.url.startswith("http://127.0.0.1:"), p.url
         ips = _listening(p.pid)
@@ -327,7 +329,8 @@ def test_markup_from_the_server_and_the_corpus_does_not_reach_the_report(tmp_pat
     texts = tmp_path / "evil.jsonl"
     texts.write_text(json.dumps({"id": evil, "text": evil}) + "\n"
                      + json.dumps({"id": "plain", "text": "A plain sentence to speak."}) + "\n")
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "json", "--fault-rate", "0.5", "--seed", "1"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "json", "--fault-rate", "0.5", "--seed",
+                "1"]) as sim:
         d = run(tmp_path, sim.url, "--texts", str(texts))
     survived(d)
     assert any("<script>alert(" in (r["error"] or "") for r in d.records), "the server's error did not echo the markup"

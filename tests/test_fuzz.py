@@ -11,8 +11,7 @@ from types import SimpleNamespace
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from locustfiles import containers, corpus, headers
-from locustfiles import settings as settings_mod
+from tts_knee.locustfiles import containers, corpus, headers, settings as settings_mod
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 HEADER_TEXT = st.text(st.characters(codec="latin-1"), max_size=200)   # what an HTTP header can carry

@@ -14,9 +14,9 @@ import sys
 import gevent
 import pytest
 
-from locustfiles import settings as settings_mod
-from locustfiles.transports import Answered, AudioPiece, Ended, TransportError, transport_for
 from procs import ROOT, free_port, read_jsonl, spawn
+from tts_knee.locustfiles import settings as settings_mod
+from tts_knee.locustfiles.transports import Answered, AudioPiece, Ended, TransportError, transport_for
 
 SIM_CAPACITY = ["--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100", "--sample-rate", "24000"]
 
@@ -114,7 +114,8 @@ def test_a_timeout_mid_stream_drops_the_connection_and_the_next_call_opens_anoth
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     log = tmp_path_factory.mktemp("grpc-sim") / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as proc:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
+                str(log)]) as proc:
         yield proc.listening("grpc"), log
 
 
@@ -139,7 +140,7 @@ def test_the_simulator_serves_grpcs_own_client(sim):
 
 
 def test_the_simulators_pushback_reaches_grpcs_own_client():
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
                 "--pushback-ms", "1500"]) as proc:
         got = _reference_client(proc.listening("grpc"), "refused")
     assert got["code"] == "RESOURCE_EXHAUSTED"
@@ -165,7 +166,7 @@ DRILLS = {   # fault: (status, retry judged as, audio messages kept, the error's
 @pytest.mark.parametrize("fault", sorted(DRILLS))
 def test_each_drill_ends_in_its_status_and_keeps_what_arrived(fault):
     status, retry_as, kept, words = DRILLS[fault]
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", fault]) as proc:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", fault]) as proc:
         got = exchange(transport_for(settings(proc.listening("grpc"), "--tts-preset", "riva", "--tts-stream")))
     a, ended = got["answer"], got["ended"]
     if status is not None:   # garbage: the call may have ended OK (or be cancelled) when the bad message is read
@@ -178,7 +179,7 @@ def test_each_drill_ends_in_its_status_and_keeps_what_arrived(fault):
 
 
 def test_a_connection_reset_mid_stream_is_a_connection_error_after_timed_audio():
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "reset"]) as proc:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "reset"]) as proc:
         t = transport_for(settings(proc.listening("grpc"), "--tts-preset", "riva", "--tts-stream"))
         events = []
         with pytest.raises(TransportError, match="gRPC stream open, then the connection broke .*UNAVAILABLE"):

@@ -29,7 +29,7 @@ def drilled(tmp_path_factory):
     INTERNAL after half its audio."""
     tmp = tmp_path_factory.mktemp("grpc-run")
     run_dir = tmp / "run"
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
                 "--fault", "sse-error", "--fault-rate", "0.5", "--pushback-ms", "1000", "--seed", "5"]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
                        "--tts-stream", "--steps", "2", "--step-time", "6", "--settle-time", "0", "--texts",
@@ -93,7 +93,8 @@ def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_pat
     run_dir, log = tmp_path / "run", tmp_path / "chunks.jsonl"
     texts = tmp_path / "texts.txt"
     texts.write_text("Hello there, how are you today?\n")   # six tokens: 250 ms at 20 a second
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
+                str(log)]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
                        "--tts-stream", "--text-rate", "20", "--steps", "1", "--step-time", "4", "--settle-time", "0",
                        "--texts", str(texts), "--run-dir", str(run_dir)], timeout=60)
@@ -130,7 +131,7 @@ def test_targets_that_will_not_do_end_the_run_in_one_sentence(tmp_path):
     proc, errors = _run_bad(tmp_path / "a", f"grpc://127.0.0.1:{port}")
     assert proc.returncode == 2 and len(errors) == 1
     assert f"cannot reach grpc://127.0.0.1:{port}" in errors[0] and "ECONNREFUSED" in errors[0]
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY]) as sim:
         proc, errors = _run_bad(tmp_path / "b", sim.listening("grpc"), "--tts-path", "/tts.Nope/Speak")
         assert proc.returncode == 2 and len(errors) == 1
         assert "answered UNIMPLEMENTED: no TTS endpoint there; check --tts-path and --tts-preset (now riva)" \
@@ -158,7 +159,8 @@ def served_ttfa_ms(records: list[dict], entries: list[dict]) -> list[float]:
 @pytest.mark.slow
 def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     log, run_dir = tmp_path / "chunks.jsonl", tmp_path / "run"
-    with spawn(["testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
+                str(log)]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
                        "--tts-stream", "--steps", "1,2,4,8", "--step-time", "8", "--texts", str(_texts(tmp_path)),
                        "--run-dir", str(run_dir)], timeout=150)

@@ -1,11 +1,13 @@
 """The layers' imports.
 
-The dashboard, the analysis, the collectors and the run-directory format must not import locust
-or gevent: importing locust monkey-patches the whole process with gevent, which would change how
-the collector samples and how the dashboard's threads behave. Over the static import graph of
-the whole project (imports inside functions included): no import cycle, no module taking
-another's private (underscore) names, each layer importing only the layers below it, and the
-analysis importing no presentation (dashboard, plotly) or load-generator module."""
+One installed name: the parts are tts_knee's (``tts_knee.analysis`` is ``analysis/``), imported
+by that name and no other. The dashboard, the analysis, the collectors and the run-directory
+format must not import locust or gevent: importing locust monkey-patches the whole process with
+gevent, which would change how the collector samples and how the dashboard's threads behave.
+Over the static import graph of the whole project (imports inside functions included): no import
+cycle, no module taking another's private (underscore) names, each layer importing only the
+layers below it, and the analysis importing no presentation (dashboard, plotly) or
+load-generator module."""
 import ast
 import json
 import subprocess
@@ -26,7 +28,24 @@ print(json.dumps({"modules": names, "loaded": sorted({"locust", "gevent"} & set(
 """
 
 
-@pytest.mark.parametrize("package", ["analysis", "dashboard", "collectors", "runformat"])
+#: tts_knee's parts: each a folder at the top of the clone, as pyproject.toml's package-dir maps them.
+PARTS = ("analysis", "collectors", "configs", "dashboard", "locustfiles", "runformat", "testbed")
+
+
+def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
+    """From outside the clone each part is ``tts_knee.<part>``, from its folder here; the folder's
+    own name is no package."""
+    code = ("import importlib, importlib.util, json, sys; "
+            "print(json.dumps({p: [list(importlib.import_module('tts_knee.' + p).__path__)[0], "
+            "importlib.util.find_spec(p) is not None] for p in sys.argv[1:]}))")
+    out = subprocess.run([sys.executable, "-c", code, *PARTS], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {p: [str(ROOT / p), False] for p in PARTS}
+
+
+@pytest.mark.parametrize("package", ["tts_knee.analysis", "tts_knee.dashboard", "tts_knee.collectors",
+                                     "tts_knee.runformat"])
 def test_package_imports_neither_locust_nor_gevent(package):
     out = subprocess.run([sys.executable, "-c", CODE, package], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -37,7 +56,7 @@ def test_package_imports_neither_locust_nor_gevent(package):
 
 
 def test_the_check_sees_an_import_of_gevent():
-    out = subprocess.run([sys.executable, "-c", CODE, "locustfiles"], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", CODE, "tts_knee.locustfiles"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "gevent" in out.stdout.strip().splitlines()[-1]
@@ -46,7 +65,8 @@ def test_the_check_sees_an_import_of_gevent():
 def test_the_step_shape_does_not_import_the_node():
     """The shape reaches the run through the node on the environment, not by importing node
     (which imports the shape): no import cycle."""
-    code = "import sys, locustfiles.shape, locustfiles.user; print('locustfiles.node' in sys.modules)"
+    code = ("import sys, tts_knee.locustfiles.shape, tts_knee.locustfiles.user; "
+            "print('tts_knee.locustfiles.node' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -56,7 +76,8 @@ def test_the_step_shape_does_not_import_the_node():
 # ---- the static import graph: every import statement of the project's code, those inside
 # functions included (a cycle hidden behind a function-level import is still a cycle)
 
-PACKAGES = ("analysis", "bench", "collectors", "dashboard", "locustfiles", "runformat", "testbed", "tts_knee")
+#: Each folder of the project's code and the name its modules are imported by.
+FOLDERS = {"tts_knee": "tts_knee", **{p: f"tts_knee.{p}" for p in PARTS if p != "configs"}, "bench": "bench"}
 #: What each layer may import of the project, besides itself: each only what lies below it.
 LAYERS = {
     "runformat": set(),
@@ -71,15 +92,26 @@ PRESENTATION_OR_LOAD = {"dashboard", "plotly", "locustfiles", "locust", "gevent"
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted name -> file of every module in the project's packages and in tests/ (whose
+    """Dotted name -> file of every module in the project's folders and in tests/ (whose
     modules import each other as top-level names)."""
     out = {}
-    for path in sorted([*(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")),
-                        *(ROOT / "tests").glob("*.py")]):
-        rel = path.relative_to(ROOT / "tests" if path.parent.name == "tests" else ROOT).with_suffix("")
-        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-        out[".".join(parts)] = path
+    places = [(ROOT / folder, name.split(".")) for folder, name in FOLDERS.items()] + [(ROOT / "tests", [])]
+    for top, prefix in places:
+        for path in sorted(top.rglob("*.py") if prefix else top.glob("*.py")):
+            rel = path.relative_to(top).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            out[".".join([*prefix, *parts])] = path
     return out
+
+
+def _layer(name: str) -> str | None:
+    """The layer of the project a dotted name is in: a part, "tts_knee" (the command), "bench";
+    None for what is not the project's (the standard library, Locust, tests/)."""
+    head, _, rest = name.partition(".")
+    if head == "tts_knee":
+        part = rest.split(".")[0]
+        return part if part in PARTS else "tts_knee"
+    return "bench" if head == "bench" else None
 
 
 def _imports(name: str, path: Path, modules) -> list[tuple[str, str, int]]:
@@ -156,19 +188,31 @@ def test_no_module_takes_another_modules_private_names(graph):
 def test_each_layer_imports_only_what_lies_below_it(graph):
     modules, imports = graph
     wrong = [f"{modules[m].relative_to(ROOT)}:{line}: {m} imports {t}"
-             for m, imps in imports.items() if m.split(".")[0] in LAYERS for t, _, line in imps
-             if t.split(".")[0] in PACKAGES and t.split(".")[0] != m.split(".")[0]
-             and t.split(".")[0] not in LAYERS[m.split(".")[0]]]
+             for m, imps in imports.items() if _layer(m) in LAYERS for t, _, line in imps
+             if _layer(t) is not None and _layer(t) != _layer(m) and _layer(t) not in LAYERS[_layer(m)]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_imports_a_part_by_its_folders_name(graph):
+    """A module imported as ``analysis.steps`` (not ``tts_knee.analysis.steps``) would be found
+    only from the clone's root, and then as a second copy of ``tts_knee.analysis.steps``."""
+    modules, imports = graph
+    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: imports {t}"
+             for m, imps in imports.items() for t, _, line in imps if t.split(".")[0] in PARTS]
     assert not wrong, "\n".join(wrong)
 
 
 def test_analysis_imports_no_presentation_or_load_generator_module(graph):
     modules, imports = graph
     wrong = [f"{modules[m].relative_to(ROOT)}:{line}: imports {t}" for m, imps in imports.items()
-             if m.split(".")[0] == "analysis" for t, _, line in imps if t.split(".")[0] in PRESENTATION_OR_LOAD]
+             if _layer(m) == "analysis" for t, _, line in imps
+             if (_layer(t) or t.split(".")[0]) in PRESENTATION_OR_LOAD]
     assert not wrong, "\n".join(wrong)
-    loaded = subprocess.run([sys.executable, "-c", "import sys, analysis.summary, analysis.gate, analysis.regression; "
-                             "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))",
-                             *sorted(PRESENTATION_OR_LOAD)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    names = sorted(f"tts_knee.{n}" if n in PARTS else n for n in PRESENTATION_OR_LOAD)
+    loaded = subprocess.run([sys.executable, "-c",
+                             "import sys, tts_knee.analysis.summary, tts_knee.analysis.gate, "
+                             "tts_knee.analysis.regression; print(sorted(n for n in sys.argv[1:] "
+                             "if any(m == n or m.startswith(n + '.') for m in sys.modules)))", *names],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "[]"

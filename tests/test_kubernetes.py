@@ -16,8 +16,20 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from manifests import (DEPLOY, KUBECTL, VERSION, Container, check_commands, combine, containers, find,
-                       lay_out, pod_spec, render, schema_errors)
+from manifests import (
+    DEPLOY,
+    KUBECTL,
+    VERSION,
+    Container,
+    check_commands,
+    combine,
+    containers,
+    find,
+    lay_out,
+    pod_spec,
+    render,
+    schema_errors,
+)
 from procs import ROOT, free_port, read_jsonl, spawn
 
 OVERLAYS = ("headless", "webui")
@@ -205,8 +217,8 @@ def test_nothing_is_reachable_from_outside_the_namespace(rendered):
 
 
 def test_the_collector_token_comes_from_one_secret_for_master_and_collectors(rendered):
-    from collectors.__main__ import TOKEN_ENV
-    from runformat.options import OPTIONS
+    from tts_knee.collectors.__main__ import TOKEN_ENV
+    from tts_knee.runformat.options import OPTIONS
     assert [o.env for o in OPTIONS if o.flag == "--collector-token"] == [TOKEN_ENV]
     for name in (SIDECAR, "webui+simulator+collector-dcgm"):
         cs = [c for c in containers(rendered[name]) if c.name in ("master", "collector", "tts-knee-collector")]

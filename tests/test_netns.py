@@ -58,9 +58,9 @@ def netns(ns):
 
 def test_master_workers_sim_and_collector_on_separate_hosts(tmp_path, hosts):
     tts = HOSTS["tts"]
-    with spawn(["testbed.sim", "--host", tts, "--port", "8300", "--slots", "2", "--base-ms", "40",
+    with spawn(["tts_knee.testbed.sim", "--host", tts, "--port", "8300", "--slots", "2", "--base-ms", "40",
                 "--per-char-ms", "0"], prefix=netns(hosts["tts"])) as sim, \
-         spawn(["collectors", "--host", tts, "--port", "9300", "--token", "drill"],
+         spawn(["tts_knee.collectors", "--host", tts, "--port", "9300", "--token", "drill"],
                prefix=netns(hosts["tts"])) as collector:
         assert sim.url == f"http://{tts}:8300" and collector.url == f"http://{tts}:9300"
         def locust(ns, args, log):

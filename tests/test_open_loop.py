@@ -4,10 +4,9 @@ import json
 import numpy as np
 import pytest
 
-import runformat
-
 from procs import finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
 from rundirs import assert_declared
+from tts_knee import runformat
 
 SERVICE_MS = 250
 
@@ -22,7 +21,7 @@ def run(tmp_path, host, rates, *extra, name="run", step_time="4", timeout=180):
 
 
 def dashboard(run_dir):
-    from dashboard.__main__ import main
+    from tts_knee.dashboard.__main__ import main
     assert main([str(run_dir)]) == 0
     assert_declared(run_dir)
     return json.loads((run_dir / "summary.json").read_text())
@@ -31,8 +30,8 @@ def dashboard(run_dir):
 @pytest.fixture(scope="module")
 def sim4():
     """16 req/s at most: 4 slots of 250 ms."""
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(SERVICE_MS), "--per-char-ms", "0",
-                "--jitter", "0.05", "--seed", "1"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(SERVICE_MS), "--per-char-ms",
+                "0", "--jitter", "0.05", "--seed", "1"]) as p:
         yield p
 
 
@@ -169,8 +168,9 @@ def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkey
     rate: an open-loop step has no concurrency (run.json says 0), and an attempt's concurrency is
     the number in flight when it was sent."""
     import plotly.io
-    from analysis.summary import analyze, load
-    from dashboard import report
+
+    from tts_knee.analysis.summary import analyze, load
+    from tts_knee.dashboard import report
     run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
     figs = []
     monkeypatch.setattr(plotly.io, "to_html", lambda fig, **kw: figs.append(fig) or "")

@@ -1,7 +1,7 @@
 """The open-loop knee rules and the growth test, on hand-made step figures."""
 import numpy as np
 
-from analysis import openloop
+from tts_knee.analysis import openloop
 
 
 def step(rate, thr, p95, growing=False, error_rate=0.0, mean=250.0):

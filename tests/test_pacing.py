@@ -6,8 +6,8 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from locustfiles.pacing import Pacer, Piece, ends_sentence, schedule, tokens
-from locustfiles.timeline import Timeline
+from tts_knee.locustfiles.pacing import Pacer, Piece, ends_sentence, schedule, tokens
+from tts_knee.locustfiles.timeline import Timeline
 
 
 def test_a_token_is_a_word_with_its_trailing_space():

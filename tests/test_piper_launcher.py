@@ -42,7 +42,7 @@ def _gone(pid: int, timeout: float = 10) -> bool:
 
 @pytest.mark.slow
 def test_launcher_serves_the_voice_and_stops_with_its_child():
-    with spawn(["testbed.piper", "--port", "0"], timeout=120) as launcher:
+    with spawn(["tts_knee.testbed.piper", "--port", "0"], timeout=120) as launcher:
         assert launcher.url.startswith("http://127.0.0.1:")
         children = _children(launcher.pid)
         assert len(children) == 1
@@ -69,12 +69,12 @@ def test_launcher_serves_the_voice_and_stops_with_its_child():
 @pytest.mark.slow
 def test_port_in_use_gives_one_sentence_and_exit_2():
     with busy_port() as port:
-        done = subprocess.run([sys.executable, "-m", "testbed.piper", "--port", str(port)],
+        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", "--port", str(port)],
                               cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.piper: port {port} on 127.0.0.1 is already in use; pick another "
+        f"python -m tts_knee.testbed.piper: port {port} on 127.0.0.1 is already in use; pick another "
         f"with --port (0 picks a free one)."]
 
 
@@ -84,18 +84,18 @@ def test_child_that_dies_at_start_is_reported(tmp_path):
     (tmp_path / "flask").mkdir()
     (tmp_path / "flask" / "__init__.py").write_text("raise ImportError('flask broken on purpose')")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "testbed.piper", "--port", "0"],
+    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", "--port", "0"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1
     assert done.stdout == ""
-    assert "python -m testbed.piper: piper's server exited with status 1 before answering; " \
+    assert "python -m tts_knee.testbed.piper: piper's server exited with status 1 before answering; " \
            "its last output:" in done.stderr
     assert "flask broken on purpose" in done.stderr.split("its last output:")[1]
 
 
 @pytest.mark.parametrize("args", [["--port", "http"], ["--length-scale", "0"], ["--nope"]])
 def test_bad_flags_give_one_line_and_exit_2(args):
-    done = subprocess.run([sys.executable, "-m", "testbed.piper", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -12,11 +12,11 @@ import random
 import numpy as np
 import pytest
 
-import runformat
-from analysis.playback import playback
-from analysis.summary import analyze, load
-from locustfiles.timeline import Timeline
 from rundirs import assert_declared
+from tts_knee import runformat
+from tts_knee.analysis.playback import playback
+from tts_knee.analysis.summary import analyze, load
+from tts_knee.locustfiles.timeline import Timeline
 
 BUFFER_MS = 150.0
 START = 1_700_000_000.0
@@ -77,7 +77,7 @@ def test_the_report_replays_each_stream_as_the_client_heard_it(records):
 
 def test_the_live_step_table_and_the_summary_give_the_same_underrun_figures(records, tmp_path):
     gevent = pytest.importorskip("gevent")
-    from locustfiles.shipping import RecordWriter
+    from tts_knee.locustfiles.shipping import RecordWriter
     w = RecordWriter(tmp_path / "live.jsonl")
     try:
         w.add(records)

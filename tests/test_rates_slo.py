@@ -13,8 +13,8 @@ RATES = "4,8,12,16,24"
 
 def sim(service_ms: int):
     """4 slots of ``service_ms``: 4000 / service_ms requests per second at most."""
-    return spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(service_ms), "--per-char-ms", "0",
-                  "--jitter", "0.05", "--seed", "1"])
+    return spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(service_ms), "--per-char-ms",
+                  "0", "--jitter", "0.05", "--seed", "1"])
 
 
 def sweep(tmp_path, host, name, rates, *extra):

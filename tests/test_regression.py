@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from analysis.regression import compare
-from analysis.summary import analyze, load
 from procs import dashboard
 from rundirs import Model, build_run
+from tts_knee.analysis.regression import compare
+from tts_knee.analysis.summary import analyze, load
 
 STEPS = (1, 2, 4, 8)
 

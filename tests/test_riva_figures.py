@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis.steps import riva_stats
 from procs import dashboard, read_jsonl
 from rundirs import Model, build_run
+from tts_knee.analysis.steps import riva_stats
 
 
 def test_percentiles_are_the_perf_clients_nearest_rank():

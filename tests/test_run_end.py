@@ -14,7 +14,8 @@ SERVICE_MS = 3000
 @pytest.fixture(scope="module")
 def slow_sim():
     """Plenty of slots, each request 3 s: whatever is sent in the last 3 s is in flight at the end."""
-    with spawn(["testbed.sim", "--port", "0", "--slots", "64", "--base-ms", str(SERVICE_MS), "--per-char-ms", "0"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", str(SERVICE_MS), "--per-char-ms",
+                "0"]) as p:
         yield p
 
 

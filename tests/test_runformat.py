@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-import runformat
-from runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
+from tts_knee import runformat
+from tts_knee.runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 
 def test_public_names_are_the_intended_ones():
@@ -68,7 +68,7 @@ def test_format_versions(run, readable):
 
 
 def test_imports_neither_locust_nor_gevent_nor_pandas():
-    code = ("import sys, runformat; bad = {'locust', 'gevent', 'pandas'} & set(sys.modules); "
+    code = ("import sys, tts_knee.runformat as runformat; bad = {'locust', 'gevent', 'pandas'} & set(sys.modules); "
             "print(sorted(bad)); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -82,12 +82,13 @@ def test_claim_and_write_json(tmp_path):
 
 
 def _summary_of(run_dir):
-    from analysis.summary import analyze, load
+    from tts_knee.analysis.summary import analyze, load
     return analyze(load(run_dir), None)
 
 
 def test_a_format_1_run_directory_reads_as_format_2(tmp_path):
     import json
+
     from rundirs import Model, build_run
     new = build_run(tmp_path / "v2", Model(slots=4))
     old = build_run(tmp_path / "v1", Model(slots=4))
@@ -109,6 +110,7 @@ def test_summary_keys_are_the_ones_runformat_defines(tmp_path):
 
 def test_a_newer_format_is_refused_in_one_sentence(tmp_path):
     import json
+
     from procs import dashboard
     from rundirs import Model, build_run
     run = build_run(tmp_path / "run", Model(slots=4))
@@ -137,7 +139,7 @@ def _with_run_json(run_dir, **changes):
 def test_the_run_mode_is_read_from_run_json_or_told_from_the_steps(tmp_path):
     """A run from before ``mode`` was written reads as the steps say: offered rates make it open."""
     from rundirs import Model, build_run
-    from runformat.reader import RunDir
+    from tts_knee.runformat.reader import RunDir
     run = build_run(tmp_path / "run", Model(slots=4))
     info = _with_run_json(run, mode=None)
     rd = RunDir(run)
@@ -157,8 +159,8 @@ def test_the_run_mode_is_read_from_run_json_or_told_from_the_steps(tmp_path):
 
 
 def test_a_mode_the_steps_contradict_or_this_version_does_not_know_is_one_sentence(tmp_path, capsys):
-    from dashboard.__main__ import main
     from rundirs import Model, build_run
+    from tts_knee.dashboard.__main__ import main
     run = build_run(tmp_path / "run", Model(slots=4))
     info = _with_run_json(run, mode="open")   # steps of concurrency, no offered rate
     assert main([str(run), "--no-report"]) == 2
@@ -177,8 +179,9 @@ def test_a_mode_the_steps_contradict_or_this_version_does_not_know_is_one_senten
 
 def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
     import json
+
     from rundirs import Model, assert_declared, build_run
-    from runformat.check import undeclared_keys
+    from tts_knee.runformat.check import undeclared_keys
     run = build_run(tmp_path / "run", Model(steps=(1, 2), slo="p95_ms<=400", stream_capacity=5))
     from procs import dashboard
     assert dashboard(run, "--no-report").returncode == 0   # summary.json too, and all declared
@@ -213,14 +216,14 @@ def test_the_strict_check_names_every_undeclared_key_in_every_file(tmp_path):
 
 
 def test_an_object_where_a_plain_value_is_declared_is_undeclared():
-    from runformat.fields import undeclared
+    from tts_knee.runformat.fields import undeclared
     rec = runformat.attempt(t0=1.0, error={"code": 5})
     assert undeclared(ATTEMPT, rec, "r") == ["r.error.code"]
     assert undeclared(ATTEMPT, dict(rec, error="x"), "r") == []
 
 
 def test_the_wire_payloads_refuse_an_undeclared_field():
-    from runformat import wire
+    from tts_knee.runformat import wire
     assert wire.STEP(step=1, concurrency=4) == {"step": 1, "concurrency": 4, "settle_s": None, "rate": None,
                                                 "workers": None, "voices": None}
     with pytest.raises(TypeError, match="tts_knee_step.*speakers"):
@@ -232,7 +235,7 @@ def test_the_wire_payloads_refuse_an_undeclared_field():
 
 
 def test_every_option_is_declared_once_with_a_unit_and_a_default_its_help_shows():
-    from runformat.options import DEFAULTS, OPTIONS
+    from tts_knee.runformat.options import DEFAULTS, OPTIONS
     flags = [o.flag for o in OPTIONS if o.flag]
     keys = [o.key for o in OPTIONS if o.key]
     assert len(set(flags)) == len(flags) and len(set(keys)) == len(keys)
@@ -246,9 +249,10 @@ def test_every_option_is_declared_once_with_a_unit_and_a_default_its_help_shows(
 def test_the_reader_and_the_parser_take_the_same_defaults(tmp_path):
     import argparse
     import json
-    from locustfiles import settings
-    from runformat.options import DEFAULTS
-    from runformat.reader import RunDir
+
+    from tts_knee.locustfiles import settings
+    from tts_knee.runformat.options import DEFAULTS
+    from tts_knee.runformat.reader import RunDir
     parser = argparse.ArgumentParser()
     add = parser.add_argument
     parser.add_argument = lambda *a, is_secret=False, env_var=None, **kw: add(*a, **kw)   # Locust's own

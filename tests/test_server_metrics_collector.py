@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from collectors.dcgm import DcgmGpus, gpus_from_text
-from collectors.exposition import ExpositionError, Reader, parse
-from collectors.nvml import GPU_FIELDS
-from collectors.scrape import Endpoint, Scrapes
-from runformat.metric_roles import roles
 from procs import get_json, spawn
+from tts_knee.collectors.dcgm import DcgmGpus, gpus_from_text
+from tts_knee.collectors.exposition import ExpositionError, Reader, parse
+from tts_knee.collectors.nvml import GPU_FIELDS
+from tts_knee.collectors.scrape import Endpoint, Scrapes
+from tts_knee.runformat.metric_roles import roles
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL = 'model_name="unsloth/Llama-3.2-1B-Instruct"'
@@ -281,7 +281,7 @@ def test_collector_process_scrape_and_dcgm(page):
     down = page("")
     down_url = down.url
     down.close()
-    args = ["collectors", "--port", "0", "--interval", "0.2", "--scrape", srv.url,
+    args = ["tts_knee.collectors", "--port", "0", "--interval", "0.2", "--scrape", srv.url,
             "--scrape", down_url, "--dcgm", dcgm.url, "--scrape-timeout", "0.5"]
     with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as proc:
         deadline = time.monotonic() + 10

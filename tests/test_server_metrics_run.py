@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from analysis.diagnosis import diagnose
 from procs import dashboard, locust, read_jsonl, spawn
+from tts_knee.analysis.diagnosis import diagnose
 
 WAITING = "sim:num_requests_waiting"
 
@@ -17,9 +17,9 @@ WAITING = "sim:num_requests_waiting"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("server-metrics")
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250",
                 "--per-char-ms", "0", "--jitter", "0"]) as sim:
-        args = ["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
+        args = ["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
                 "--scrape", f"{sim.url}/metrics"]
         with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as col:
             done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",
@@ -130,12 +130,12 @@ def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
 
     import gevent
 
-    from locustfiles.puller import CollectorPuller
     from procs import free_port
+    from tts_knee.locustfiles.puller import CollectorPuller
 
     down = f"http://127.0.0.1:{free_port()}/metrics"
     out = tmp_path / "resources.jsonl"
-    with spawn(["testbed.sim", "--port", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0"]) as sim:
         puller = CollectorPuller([], out, interval_s=0.2, sample_client=False,
                                  server_metrics=[f"{sim.url}/metrics", down])
         with caplog.at_level(logging.WARNING):
@@ -159,9 +159,9 @@ def test_a_custom_servers_queue_is_read_by_its_name_or_by_server_role(tmp_path):
     """A 4-slot server publishing tts_requests_waiting (the simulator's --metrics-prefix): the
     name alone is enough for the diagnosis to cite its queue at 8, and --server-role names it
     too; the collector's and the load generator's --server-role land in run.json."""
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
                 "--jitter", "0", "--metrics-prefix", "tts"]) as sim:
-        args = ["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
+        args = ["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
                 "--scrape", f"{sim.url}/metrics", "--server-role", "running=tts_requests_running"]
         with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as col:
             done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",

@@ -28,7 +28,7 @@ def texts(tmp_path_factory):
 def sim(*knobs):
     """The simulator with its Wyoming face: 5x shared capacity, 0.2 s chunks; ``.tcp`` is
     Wyoming's address."""
-    return spawn(["testbed.sim", "--port", "0", "--wyoming-port", "0", "--capacity", "5", "--chunk-ms", "200",
+    return spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", "--capacity", "5", "--chunk-ms", "200",
                   "--prefill-ms", "50", *knobs])
 
 
@@ -291,8 +291,8 @@ def test_the_preflight_names_a_session_path_with_nothing_there(tmp_path, texts):
 # ---- the options ----------------------------------------------------------------------------
 
 def _settings(host="http://127.0.0.1:8300", **changes):
-    from locustfiles import settings
     from test_fuzz import DEFAULTS
+    from tts_knee.locustfiles import settings
     return settings.from_options(SimpleNamespace(**{**DEFAULTS, **changes}), host)
 
 
@@ -314,7 +314,7 @@ def _settings(host="http://127.0.0.1:8300", **changes):
 ], ids=["ws-no-preset", "wyoming-http", "tcp-for-http", "wyoming-no-port", "preset-protocol", "contexts-none",
         "contexts-cap", "turns-contexts", "jitter", "flush", "rates-turns"])
 def test_session_options_are_checked_in_one_sentence(host, changes, message):
-    from locustfiles import settings
+    from tts_knee.locustfiles import settings
     with pytest.raises(settings.SettingsError) as e:
         _settings(host, **changes)
     assert message in str(e.value) and "\n" not in str(e.value)

@@ -27,7 +27,7 @@ TOLERANCE_MS = 20
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     log = tmp_path_factory.mktemp("sim") / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", "--wyoming-port", "0", "--capacity", "5", "--chunk-ms", "200",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", "--capacity", "5", "--chunk-ms", "200",
                 "--prefill-ms", "100", "--sample-rate", "24000", "--chunk-log", str(log)]) as proc:
         proc.chunk_log = log
         proc.tcp = next(line.split()[-1] for line in proc.lines if line.startswith("wyoming on "))

@@ -75,7 +75,7 @@ def wav_seconds(body: bytes) -> float:
 
 
 def test_wav_is_valid_and_grows_with_text():
-    with spawn(["testbed.sim", "--port", "0", *FAST]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST]) as sim:
         short, long = tts(sim.url, "Hi."), tts(sim.url, "x" * 50)
         for r in (short, long):
             assert r.status == 200
@@ -90,7 +90,7 @@ def test_wav_is_valid_and_grows_with_text():
 
 
 def test_endpoints_and_bad_requests():
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--sample-rate", "16000"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--sample-rate", "16000"]) as sim:
         piper = request(sim.url, "/synthesize", {"text": "hello"})
         assert piper.status == 200 and wav_seconds(piper.body) == pytest.approx(0.3, abs=0.001)
         openai = request(sim.url, "/v1/audio/speech",
@@ -117,7 +117,7 @@ def test_endpoints_and_bad_requests():
 
 def test_slots_queue_fifo_and_server_timing():
     service_ms = 300
-    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", str(service_ms),
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", str(service_ms),
                 "--per-char-ms", "0", "--jitter", "0"]) as sim:
         replies = sorted(concurrently(4, tts, sim.url, "hello"), key=lambda r: r.total_s)
     assert all(r.status == 200 for r in replies)
@@ -141,7 +141,7 @@ def test_slots_queue_fifo_and_server_timing():
 
 
 def test_queue_limit_gives_503_with_retry_after_and_health_counts():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "1", "--queue-limit", "1",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "1", "--queue-limit", "1",
                 "--base-ms", "400", "--per-char-ms", "0", "--jitter", "0"]) as sim:
         replies = concurrently(4, tts, sim.url, "hello")
         health = request(sim.url, "/health", method="GET").json()
@@ -156,7 +156,7 @@ def test_queue_limit_gives_503_with_retry_after_and_health_counts():
 
 
 def test_health_shows_busy_and_queued():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "1", "--base-ms", "500",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "1", "--base-ms", "500",
                 "--per-char-ms", "0", "--jitter", "0"]) as sim:
         with ThreadPoolExecutor(3) as pool:
             futures = [pool.submit(tts, sim.url, "hello") for _ in range(3)]
@@ -170,7 +170,7 @@ def test_health_shows_busy_and_queued():
 
 @pytest.mark.parametrize("fmt", ["seconds", "http-date"])
 def test_rate_limit_gives_429_with_retry_after(fmt):
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--rate", "0.5", "--burst", "2",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--rate", "0.5", "--burst", "2",
                 "--retry-after-format", fmt]) as sim:
         replies = [tts(sim.url, "hi") for _ in range(3)]
         health = request(sim.url, "/health", method="GET").json()
@@ -185,7 +185,7 @@ def test_rate_limit_gives_429_with_retry_after(fmt):
 
 
 def test_streaming_sends_first_chunk_early_with_placeholder_sizes():
-    with spawn(["testbed.sim", "--port", "0", "--stream", "--first-chunk-ms", "50",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--stream", "--first-chunk-ms", "50",
                 "--base-ms", "600", "--per-char-ms", "0", "--jitter", "0"]) as sim:
         r = tts(sim.url, "x" * 20)
     assert r.status == 200 and r.headers["Transfer-Encoding"] == "chunked"
@@ -202,14 +202,14 @@ def test_streaming_sends_first_chunk_early_with_placeholder_sizes():
 
 
 def test_stream_requested_per_request():
-    with spawn(["testbed.sim", "--port", "0", *FAST]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST]) as sim:
         r = request(sim.url, "/v1/audio/speech", {"input": "hello", "stream": True})
     assert r.headers["Transfer-Encoding"] == "chunked"
     assert struct.unpack("<I", r.body[40:44])[0] == 0xFFFFFFFF
 
 
 def test_oom_above_gives_500_cuda_out_of_memory():
-    with spawn(["testbed.sim", "--port", "0", "--oom-above", "1", "--base-ms", "400",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--oom-above", "1", "--base-ms", "400",
                 "--per-char-ms", "0", "--jitter", "0"]) as sim:
         replies = concurrently(2, tts, sim.url, "hello")
         alone = tts(sim.url, "hello")
@@ -223,7 +223,7 @@ def test_leak_grows_the_resident_set_at_its_rate():
     """--leak-mb-per-min is a real leak: the process's RSS, as a collector reads it, grows by
     the rate; without it, serving the same requests it stays put."""
     def growth_mb_per_min(*knobs):
-        with spawn(["testbed.sim", "--port", "0", *FAST, *knobs]) as sim:
+        with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, *knobs]) as sim:
             proc = psutil.Process(sim.pid)
             tts(sim.url, "hello")
             time.sleep(1.0)
@@ -238,7 +238,7 @@ def test_leak_grows_the_resident_set_at_its_rate():
 
 
 def _one_fault(fault: str, *extra: str) -> Reply | Exception:
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", fault, *extra]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", fault, *extra]) as sim:
         try:
             return tts(sim.url, "x" * 20)
         except (http.client.HTTPException, OSError) as err:
@@ -304,7 +304,7 @@ def test_fault_close_answers_then_closes():
 
 
 def test_fault_rate_mixes_faults_into_good_replies():
-    with spawn(["testbed.sim", "--port", "0", *FAST, "--fault", "html", "--fault", "empty",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "html", "--fault", "empty",
                 "--fault-rate", "0.5", "--seed", "7"]) as sim:
         kinds = {_kind(tts(sim.url, "hi")) for _ in range(30)}
     assert kinds == {"wav", "html", "empty"}
@@ -322,7 +322,7 @@ def _kind(r: Reply) -> str:
     ["--retry-after-format", "never"], ["--no-such-flag"],
 ])
 def test_bad_flags_give_one_line_and_exit_2(args):
-    done = subprocess.run([sys.executable, "-m", "testbed.sim", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -331,18 +331,18 @@ def test_bad_flags_give_one_line_and_exit_2(args):
 
 
 def test_port_in_use_gives_one_line_and_exit_2():
-    with spawn(["testbed.sim", "--port", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0"]) as sim:
         port = str(urlsplit(sim.url).port)
-        done = subprocess.run([sys.executable, "-m", "testbed.sim", "--port", port], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", "--port", port], cwd=ROOT,
                               capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"python -m testbed.sim: cannot listen on 127.0.0.1:{port}: it is already in use."]
+        f"tts-knee sim: cannot listen on 127.0.0.1:{port}: it is already in use."]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_exits_cleanly(sig):
-    with spawn(["testbed.sim", "--port", "0", *FAST]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST]) as sim:
         assert tts(sim.url, "hi").status == 200
         assert sim.stop(sig) == 0
     out = sim.output()
@@ -351,7 +351,7 @@ def test_signal_exits_cleanly(sig):
 
 
 def test_sigterm_lets_in_flight_requests_finish():
-    with spawn(["testbed.sim", "--port", "0", "--base-ms", "300", "--per-char-ms", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "300", "--per-char-ms", "0"]) as sim:
         box = []
         t = threading.Thread(target=lambda: box.append(tts(sim.url, "hi")))
         t.start()
@@ -368,16 +368,16 @@ def test_sigterm_lets_in_flight_requests_finish():
     (["--base-ms", "nan"], "argument --base-ms: expected a number >= 0, got 'nan'"),
 ])
 def test_bad_numbers_keep_their_messages(args, message):
-    done = subprocess.run([sys.executable, "-m", "testbed.sim", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
-    assert done.stderr.strip() == f"python -m testbed.sim: {message}"
+    assert done.stderr.strip() == f"tts-knee sim: {message}"
 
 
 def test_argument_checks_are_the_testbeds_shared_ones():
-    code = ("import testbed.sim.cli as s, testbed.args as c; "
+    code = ("import tts_knee.testbed.sim.cli as s, tts_knee.testbed.args as c; "
             "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert done.stdout.split() == ["True", "False", "False"], done.stderr
-    from testbed.args import number
+    from tts_knee.testbed.args import number
     assert number(int, 1)("3") == 3 and number(float, 0, 1, high_open=True)("0.5") == 0.5

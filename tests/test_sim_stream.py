@@ -195,7 +195,7 @@ def capacity_sim(*args: str):
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "chunks.jsonl"
         truth: dict[str, dict] = {}
-        with spawn(["testbed.sim", "--port", "0", *args, "--chunk-log", str(log)]) as sim:
+        with spawn(["tts_knee.testbed.sim", "--port", "0", *args, "--chunk-log", str(log)]) as sim:
             sim.truth = truth
             stream(sim.url, {"input": "hi", "stream": True})
             yield sim
@@ -345,7 +345,7 @@ def test_sse_carries_the_same_pcm_as_the_wav_stream():
 
 
 def test_sse_flag_and_the_audio_opt_out():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--sse"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--sse"]) as sim:
         sse = stream(sim.url, {"input": "hi"})  # --sse streams even unasked
         audio = stream(sim.url, {"input": "hi", "stream_format": "audio"})
         bad = stream(sim.url, {"input": "hi", "stream_format": "mp3"})
@@ -378,7 +378,7 @@ def test_pcm_is_raw():
 
 
 def test_unstreamed_requests_share_the_capacity_too():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5]) as sim:
         two = together(2, sim.url, {"input": LONG})
         health = get_json(sim.url + "/health")
     for s in two:
@@ -410,7 +410,7 @@ def test_slots_still_apply_when_given():
 
 
 def _faulty(fault: str, body: dict) -> Streamed:
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--fault", fault,
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", fault,
                 "--seed", "1"]) as sim:
         return stream(sim.url, body)
 
@@ -448,7 +448,7 @@ def test_sse_error_event_after_good_chunks():
 
 
 def test_garbage_after_good_sse_chunks():
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--fault", "garbage",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", "garbage",
                 "--seed", "3"]) as sim:
         bad = [stream(sim.url, SSE_LONG).events() for _ in range(6)]
     reasons = set()
@@ -475,7 +475,7 @@ def test_a_short_stream_cut_mid_chunk():
 
 def test_chunk_log_records_each_audio_write(tmp_path):
     log = tmp_path / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", *CAPACITY_5, "--chunk-log", str(log),
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--chunk-log", str(log),
                 "--wav-header-alone"]) as sim:
         wav = stream(sim.url, {"input": SHORT, "stream": True})
         sse = stream(sim.url, {"input": SHORT, "stream_format": "sse"})
@@ -514,11 +514,11 @@ def test_chunk_log_records_each_audio_write(tmp_path):
     (["--chunk-log", "/nonexistent/dir/x.jsonl"], "argument --chunk-log: cannot open"),
 ])
 def test_bad_streaming_flags_give_one_line(args, message):
-    done = subprocess.run([sys.executable, "-m", "testbed.sim", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert done.stderr.startswith(f"python -m testbed.sim: {message}"), done.stderr
+    assert done.stderr.startswith(f"tts-knee sim: {message}"), done.stderr
 
 
 def test_the_slots_model_streams_sse_and_pcm_too():

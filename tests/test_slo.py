@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import slo
+from tts_knee.analysis import slo
 
 
 def test_public_names():
@@ -97,8 +97,11 @@ def test_max_concurrency_unordered_gaps_repeats():
     assert slo.max_level([v(1, True), v(6, True), v(5, True), v(8, False), v(16, False)]) == 6
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,8 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from analysis.confidence import (BOOTSTRAP_MAX_N, compare_percentile, compare_proportions, compare_rates,
-                                  percentile_cis)
+from tts_knee.analysis.confidence import (
+    BOOTSTRAP_MAX_N,
+    compare_percentile,
+    compare_proportions,
+    compare_rates,
+    percentile_cis,
+)
 
 MEDIAN, SIGMA = 200.0, 0.5
 TRUE_P95 = MEDIAN * math.exp(SIGMA * 1.6448536269514722)

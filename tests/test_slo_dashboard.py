@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from analysis import gate, slo
-from analysis.summary import analyze, load
 from procs import dashboard, read_jsonl
 from rundirs import Model, build_run
+from tts_knee.analysis import gate, slo
+from tts_knee.analysis.summary import analyze, load
 
 SPEC = "p95_ms<=500,error_rate<=0.01"  # 4 slots of ~200 ms (long texts 360 ms): 1, 2, 4 pass, 8 fails
 

@@ -8,12 +8,13 @@ import json
 import pytest
 
 from procs import finish, free_port, locust, read_jsonl, spawn, start_locust
+
 FIVE_SLOTS = ["--slots", "5", "--base-ms", "250", "--per-char-ms", "0", "--jitter", "0.05"]
 FOUR_SLOTS = ["--slots", "4", "--base-ms", "100", "--per-char-ms", "0", "--jitter", "0.05"]
 
 
 def sweep(tmp_path, sim_args, *args, timeout=150):
-    with spawn(["testbed.sim", "--port", "0", *sim_args]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *sim_args]) as sim:
         proc = locust(["--headless", "-H", sim.url, "--run-dir", str(tmp_path / "run"), *args], timeout=timeout)
     assert "Traceback" not in proc.stdout, proc.stdout
     assert proc.returncode == 0, proc.stdout
@@ -108,7 +109,7 @@ def test_bad_plan_options_are_one_sentence_and_exit_2(tmp_path, args, words):
 
 def test_a_distributed_master_decides_from_its_workers_records(tmp_path):
     port = free_port()
-    with spawn(["testbed.sim", "--port", "0", *FIVE_SLOTS]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *FIVE_SLOTS]) as sim:
         master = start_locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                                "--expect-workers", "1", "--headless", "-H", sim.url, "--steps", "4,8",
                                "--slo", "mean_ms<=280", "--refine", "--step-time", "3",

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-import runformat
-from analysis import slo as slo_mod
-from locustfiles.plan import RateAxis, StepPlan, StepReader, VoiceAxis
+from tts_knee import runformat
+from tts_knee.analysis import slo as slo_mod
+from tts_knee.locustfiles.plan import RateAxis, StepPlan, StepReader, VoiceAxis
 
 
 def stats(c, p95, requests=50, fail_rate=0.0):
@@ -167,7 +167,7 @@ def test_reader_judges_what_was_sent_before_the_cutoff(tmp_path):
 
 def test_live_table_percentiles_match_the_dashboard_and_users_are_tracked(tmp_path):
     gevent = pytest.importorskip("gevent")
-    from locustfiles.shipping import RecordWriter
+    from tts_knee.locustfiles.shipping import RecordWriter
     w = RecordWriter(tmp_path / "requests.jsonl")
     try:
         waits = [100.0, 200.0, 300.0, 400.0]
@@ -210,7 +210,7 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
 
 
 def test_public_names():
-    from locustfiles import plan
+    from tts_knee.locustfiles import plan
     assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
 
 

@@ -32,14 +32,13 @@ from rundirs import assert_declared
 
 needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
                                 reason="/dev/fuse is absent: no FUSE here to make a slow disk with")
-SIM = ["testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter", "0"]
+SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter",
+       "0"]
 SLOW_WRITE_S = 0.05
 
 SMALL_BUFFER_LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})
-from locustfiles import shipping
-from locustfiles.tts import *  # noqa: F401,F403  (the locustfile itself)
+from tts_knee.locustfiles import shipping
+from tts_knee.locustfiles.tts import *  # noqa: F401,F403  (the locustfile itself)
 shipping.MAX_PENDING_BYTES = {limit}
 '''
 
@@ -148,7 +147,7 @@ def test_a_disk_that_turns_slow_neither_holds_up_the_load_nor_loses_a_record(tmp
 def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_path, slow_disk):
     run_dir = slow_disk.path / "run"
     locustfile = tmp_path / "small_buffer.py"
-    locustfile.write_text(SMALL_BUFFER_LOCUSTFILE.format(root=str(ROOT), limit=64 << 10))
+    locustfile.write_text(SMALL_BUFFER_LOCUSTFILE.format(limit=64 << 10))
     log = tmp_path / "locust.log"
     with spawn(SIM) as sim:
         proc = _start(["-H", sim.url, "--steps", "16", "--step-time", "120", "--run-dir", str(run_dir),
@@ -183,7 +182,8 @@ def test_a_failing_write_is_retried_until_it_succeeds_and_said_once(tmp_path, ca
     """A write into a folder that is not there yet fails (as a full disk's would): the writer
     keeps the bytes, says so once, retries, and writes them in order once it can."""
     import gevent
-    from locustfiles import disk as disk_mod
+
+    from tts_knee.locustfiles import disk as disk_mod
     disk_mod.RETRY_S, old = 0.05, disk_mod.RETRY_S
     try:
         writer = disk_mod.DiskWriter()

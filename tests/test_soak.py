@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import runformat
-from analysis import trend
-from analysis.summary import analyze, load
 from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
 from rundirs import assert_declared
+from tts_knee import runformat
+from tts_knee.analysis import trend
+from tts_knee.analysis.summary import analyze, load
 
 START = 1_700_000_000.0
 MB = 1e6
@@ -148,7 +148,7 @@ def test_a_live_view_of_a_growing_soak_gives_the_fresh_figures(tmp_path):
     """The live reader keeps each window's figures and recomputes the windows new rows fall
     in: at each point of a soak growing in pieces (its step still open), the summary is the
     one a fresh read of the same files gives."""
-    from runformat.reader import RunDir
+    from tts_knee.runformat.reader import RunDir
     whole = _soak_run(tmp_path / "whole", minutes=6, rss_mb=lambda m: 500 + 5.0 * m, p95=lambda m: 100 + 3 * m)
     lines = (whole / "requests.jsonl").read_bytes().splitlines(keepends=True)
     run = json.loads((whole / "run.json").read_text())
@@ -193,9 +193,10 @@ def test_a_soak_after_the_sweep_names_the_simulators_leak(tmp_path):
     LEAK_MB_PER_MIN, its RSS read by a real collector: the summary, the report and the terminal
     name the leak, at a rate within 20% of the truth; nothing recorded is lost."""
     run_dir = tmp_path / "run"
-    sim_args = ["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0",
+    sim_args = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "40", "--per-char-ms", "0",
                 "--leak-mb-per-min", str(LEAK_MB_PER_MIN)]
-    with spawn(sim_args) as sim, spawn(["collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)]) as col:
+    with spawn(sim_args) as sim, spawn(["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid",
+                                        str(sim.pid)]) as col:
         done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "4", "--soak", "2m",
                        "--collector", col.url, "--run-dir", str(run_dir), "--json-file", str(tmp_path / "locust")],
                       timeout=240)
@@ -222,7 +223,7 @@ def test_an_open_loop_soak_alone_offers_its_rate_for_its_whole_length_across_wor
     worker lays its share of the arrivals over the soak's minute (not --step-time's 30 s), and
     nothing is lost."""
     port = free_port()
-    with spawn(["testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "50", "--per-char-ms", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "50", "--per-char-ms", "0"]) as sim:
         m = master(tmp_path, sim.url, port, workers=2, steps="", step_time="30",
                    extra=["--rates", "10", "--soak", "1m", "--arrival", "constant"])
         workers = [worker(tmp_path, port, n) for n in (1, 2)]

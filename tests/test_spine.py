@@ -23,7 +23,7 @@ def sweep(tmp_path, host, *extra, steps="1,2,4", step_time="2", name="run", time
 
 @pytest.fixture(scope="module")
 def sim2():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "60", "--per-char-ms", "0",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "60", "--per-char-ms", "0",
                 "--jitter", "0.05", "--seed", "1"]) as p:
         yield p
 
@@ -79,7 +79,7 @@ def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
 
 @pytest.mark.parametrize("fmt", ["seconds", "http-date"])
 def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
-    with spawn(["testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "20", "--per-char-ms", "0",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "20", "--per-char-ms", "0",
                 "--rate", "3", "--burst", "1", "--retry-after-format", fmt]) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--retry-max-attempts", "4", steps="2", step_time="4")
     assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any attempt failed
@@ -109,7 +109,7 @@ def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
 
 
 def test_streaming_first_byte_well_before_the_body(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "300", "--per-char-ms", "0",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "300", "--per-char-ms", "0",
                 "--stream", "--first-chunk-ms", "30"]) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--tts-stream", steps="1,2", step_time="2")
     assert proc.returncode == 0, proc.stdout
@@ -127,7 +127,7 @@ def test_streaming_first_byte_well_before_the_body(tmp_path):
     ("truncate", "truncated"),
 ])
 def test_bodies_that_are_not_audio_are_failures(tmp_path, fault, reason):
-    with spawn(["testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0",
                 "--fault", fault, "--fault-rate", "0.5", "--seed", "3"]) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--skip-preflight", steps="2", step_time="2")
     assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any request failed

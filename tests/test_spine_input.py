@@ -6,7 +6,7 @@ from procs import locust, spawn
 
 @pytest.fixture(scope="module")
 def sim():
-    with spawn(["testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0"]) as p:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0"]) as p:
         yield p
 
 
@@ -32,7 +32,7 @@ def test_wrong_path_is_a_404(tmp_path, sim):
 
 def test_target_that_is_not_a_tts_server(tmp_path):
     # The collector answers HTTP but is no TTS server.
-    with spawn(["collectors", "--port", "0"]) as collector:
+    with spawn(["tts_knee.collectors", "--port", "0"]) as collector:
         proc, errors = run_bad(tmp_path, "-H", collector.url, "--tts-path", "/healthz", "--tts-api", "piper")
     assert proc.returncode == 2
     assert len(errors) == 1, errors

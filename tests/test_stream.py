@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.playback import listen
-from locustfiles import containers
-from locustfiles.timeline import MAX_CHUNKS, Timeline
-from locustfiles.transports.http import read_some
+from tts_knee.analysis.playback import listen
+from tts_knee.locustfiles import containers
+from tts_knee.locustfiles.timeline import MAX_CHUNKS, Timeline
+from tts_knee.locustfiles.transports.http import read_some
 
 RATE = 24000
 

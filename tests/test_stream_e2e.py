@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from analysis.playback import listen
 from procs import ROOT, locust, locust_count, read_jsonl, spawn
+from tts_knee.analysis.playback import listen
 
 FIELDS = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms", "chunk_audio_ms")
 
@@ -135,7 +135,7 @@ def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
     """The simulator's --chunk-log is the truth: each attempt's arrivals are its writes, a
     fraction of a millisecond later (loopback), its TTFA its first write, its audio the sum."""
     log = tmp_path / "chunks.jsonl"
-    with spawn(["testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
                 "--stream", "--sample-rate", "24000", "--chunk-log", str(log), *knobs]) as sim:
         proc, records, _ = run(tmp_path, sim.url, "--tts-stream", "--tts-sample-rate", "24000", *extra,
                                step_time="3")

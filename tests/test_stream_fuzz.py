@@ -11,8 +11,8 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from locustfiles import containers
-from locustfiles.timeline import Timeline
+from tts_knee.locustfiles import containers
+from tts_knee.locustfiles.timeline import Timeline
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 RATE = 24000

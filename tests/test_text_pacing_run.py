@@ -20,16 +20,14 @@ from rundirs import assert_declared
 pytestmark = pytest.mark.alone
 
 LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})
 import gevent
-from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
-from locustfiles.clock import mono
-from locustfiles.containers import Audio
-from locustfiles.pacing import Pacer, schedule
-from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
-from locustfiles.user import TTSUser  # noqa: F401
+from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
+from tts_knee.locustfiles.clock import mono
+from tts_knee.locustfiles.containers import Audio
+from tts_knee.locustfiles.pacing import Pacer, schedule
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
+from tts_knee.locustfiles.user import TTSUser  # noqa: F401
 
 CONNECT_S, SPEAK_AFTER_S, MS_PER_TOKEN = 0.02, 0.05, 100.0
 
@@ -89,7 +87,7 @@ def late_by(measured_ms: float, scripted_ms: float) -> bool:
 
 
 def _run(tmp: Path, flush: str):
-    (tmp / "paced.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
+    (tmp / "paced.py").write_text(LOCUSTFILE)
     (tmp / "texts.txt").write_text(TEXT + "\n")
     run_dir = tmp / "run"
     proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "paced.py"),

@@ -16,15 +16,13 @@ from procs import ROOT, read_jsonl
 from rundirs import assert_declared
 
 LOCUSTFILE = '''
-import sys
-sys.path.insert(1, {root!r})   # second: Locust drops the first entry after loading
 import gevent
-from locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
-from locustfiles.clock import mono
-from locustfiles.containers import Audio
-from locustfiles.shape import StepShape  # noqa: F401
-from locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
-from locustfiles.user import TTSUser  # noqa: F401
+from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
+from tts_knee.locustfiles.clock import mono
+from tts_knee.locustfiles.containers import Audio
+from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
+from tts_knee.locustfiles.user import TTSUser  # noqa: F401
 
 PCM = bytes(4800)   # 100 ms at 24 kHz, 16-bit mono
 
@@ -63,7 +61,7 @@ attempt.transport_for = preflight.transport_for = Scripted
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seam")
-    (tmp / "scripted.py").write_text(LOCUSTFILE.format(root=str(ROOT)))
+    (tmp / "scripted.py").write_text(LOCUSTFILE)
     run_dir = tmp / "run"
     proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "scripted.py"),
                            "--headless", "-H", "http://127.0.0.1:9", "--steps", "1", "--step-time", "2",

@@ -4,7 +4,7 @@ triton while the master scrapes Triton's /metrics. The report shows Triton's que
 the diagnosis cites them.
 
 The model runs in a venv of its own (PyTriton needs numpy < 2 and protobuf 6): made once by
-``python -m testbed.triton --setup`` into pytest's cache directory (about 40 s and 550 MB,
+``python -m tts_knee.testbed.triton --setup`` into pytest's cache directory (about 40 s and 550 MB,
 nvidia-pytriton's 53 MB wheel the most of it), then reused while its stamp matches. The test
 itself takes about a minute: Triton's start (~10 s) and three 10 s steps."""
 from __future__ import annotations
@@ -27,10 +27,10 @@ QUEUE = "nv_inference_pending_request_count"
 @pytest.fixture(scope="module")
 def triton(request):
     venv = request.config.cache.mkdir("tts-knee-triton") / "venv"
-    made = subprocess.run([sys.executable, "-m", "testbed.triton", "--setup", "--venv", str(venv)], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-m", "tts_knee.testbed.triton", "--setup", "--venv", str(venv)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert made.returncode == 0, made.stderr
-    with spawn(["testbed.triton", "--venv", str(venv), "--grpc-port", "0", "--metrics-port", "0"],
+    with spawn(["tts_knee.testbed.triton", "--venv", str(venv), "--grpc-port", "0", "--metrics-port", "0"],
                timeout=180) as proc:
         deadline = time.monotonic() + 10
         while not any(line.startswith("metrics at ") for line in proc.lines) and time.monotonic() < deadline:
@@ -74,5 +74,5 @@ def test_a_model_triton_does_not_serve_fails_in_one_sentence(triton):
 
 
 def transport_for_model(url: str, model: str):
-    from locustfiles.transports import transport_for
+    from tts_knee.locustfiles.transports import transport_for
     return transport_for(settings(url, "--tts-preset", "triton", "--tts-model", model))

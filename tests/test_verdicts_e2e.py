@@ -2,20 +2,18 @@
 dashboard's verdict. The simulator's slots put the knee where we know it must be."""
 import json
 
-import pytest
-
 from procs import ROOT, dashboard, locust, spawn
 
 STEPS = "1,2,4,8,16"
 
 
 def sweep_and_judge(tmp_path, sim_args, gpu_capacity=None, collector=True):
-    with spawn(["testbed.sim", "--port", "0", *sim_args]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *sim_args]) as sim:
         env = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": str(ROOT / "tests"),
                "FAKE_NVML_SIM_URL": sim.url, "FAKE_NVML_GPUS": "1"}
         if gpu_capacity:
             env["FAKE_NVML_CAPACITY"] = str(gpu_capacity)
-        with spawn(["collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid)], env=env) as col:
+        with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid)], env=env) as col:
             extra = ["--collector", col.url] if collector else []
             proc = locust(["--headless", "-H", sim.url, "--steps", STEPS, "--step-time", "3",
                            "--run-dir", str(tmp_path / "run"), *extra], timeout=120)

@@ -16,7 +16,7 @@ VOICES = ",".join(f"speaker{i:02d}" for i in range(32))
 
 @pytest.fixture(scope="module")
 def sim():
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--voice-cache", "8", "--voice-miss-ms", "300",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--voice-cache", "8", "--voice-miss-ms", "300",
                 "--seed", "1"]) as p:
         yield p
 

@@ -18,11 +18,10 @@ import pytest
 
 from procs import get_json, locust, read_jsonl, spawn
 from rundirs import assert_declared
-
-from locustfiles import corpus
-from locustfiles.puller import JsonStats
-from locustfiles.voices import Mix, Voice, VoiceError, parse_mix, parse_voices
-from testbed.sim.voices import VoiceCache
+from tts_knee.locustfiles import corpus
+from tts_knee.locustfiles.puller import JsonStats
+from tts_knee.locustfiles.voices import Mix, Voice, VoiceError, parse_mix, parse_voices
+from tts_knee.testbed.sim.voices import VoiceCache
 
 
 def write_clip(path: Path, hz: int, seconds: float = 0.3) -> bytes:
@@ -188,7 +187,7 @@ def test_a_template_carries_the_clip_as_base64_byte_for_byte(tmp_path, capture):
 
 @pytest.fixture(scope="module")
 def sim():
-    with spawn(["testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0", "--voice-cache", "2",
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0", "--voice-cache", "2",
                 "--voice-miss-ms", "20"]) as p:
         yield p
 

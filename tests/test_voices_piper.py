@@ -26,7 +26,7 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(
         ("Good morning.", "The train leaves at nine.", "Please hold the line.", "Thank you for calling."))))
     run = tmp_path / "run"
-    with spawn(["testbed.piper", "--port", "0", "--data-dir", str(data)], timeout=120) as piper:
+    with spawn(["tts_knee.testbed.piper", "--port", "0", "--data-dir", str(data)], timeout=120) as piper:
         proc = locust(["--headless", "-H", piper.url, "--tts-api", "piper", "--texts", str(corpus),
                        "--steps", "1,2", "--step-time", "4", "--voices", ",".join(VOICES), "--run-dir", str(run)],
                       timeout=120)

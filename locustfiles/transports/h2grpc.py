@@ -39,7 +39,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from runformat import grpc_codes
+from tts_knee.runformat import grpc_codes
 
 from ..clock import mono
 

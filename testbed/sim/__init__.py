@@ -2,8 +2,8 @@
 
 Run it::
 
-    python -m testbed.sim --port 8300 --slots 4 --base-ms 50 --per-char-ms 1
-    python -m testbed.sim --port 8300 --capacity 5 --stream      # streaming, shared capacity
+    tts-knee sim --port 8300 --slots 4 --base-ms 50 --per-char-ms 1
+    tts-knee sim --port 8300 --capacity 5 --stream      # streaming, shared capacity
 
 Once it accepts connections it prints one line to stdout::
 
@@ -96,10 +96,10 @@ from __future__ import annotations
 __all__ = ["main"]
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m testbed.sim") -> int:
+def main(argv: list[str] | None = None, prog: str = "tts-knee sim") -> int:
     """Serve until SIGTERM or SIGINT; 2 on a bad flag or a port that cannot be bound."""
     # the whole simulator runs on gevent: patch before its modules load the standard library
     from gevent import monkey
     monkey.patch_all()
-    from testbed.sim.cli import serve
+    from tts_knee.testbed.sim.cli import serve
     return serve(argv, prog)

@@ -1,6 +1,6 @@
-"""``python -m testbed.sim``: see :mod:`testbed.sim`."""
+"""``python -m tts_knee.testbed.sim``, which ``tts-knee sim`` is: see :mod:`tts_knee.testbed.sim`."""
 import sys
 
-from testbed.sim import main
+from tts_knee.testbed.sim import main
 
 sys.exit(main())

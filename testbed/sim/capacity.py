@@ -36,7 +36,7 @@ from collections import deque
 import gevent
 from gevent.event import Event
 
-from testbed.sim.voices import VoiceCache
+from tts_knee.testbed.sim.voices import VoiceCache
 
 DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
 SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_ms": 20.0}

@@ -1,6 +1,6 @@
 """The simulator's command line: its knobs, the checks between them, and serving until
-SIGTERM. Run through ``python -m testbed.sim`` or ``tts-knee sim`` (see :func:`testbed.sim.main`,
-which patches the process for gevent first)."""
+SIGTERM. Run through ``tts-knee sim`` (see :func:`tts_knee.testbed.sim.main`, which patches the
+process for gevent first)."""
 from __future__ import annotations
 
 import argparse
@@ -15,15 +15,15 @@ import gevent
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
 
-from testbed.args import Parser, number  # one-line errors and checked numbers, shared
-from testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
-from testbed.sim.faults import FAULTS
-from testbed.sim import wyoming
-from testbed.sim.http import Handler, SpeechApp
-from testbed.sim.leak import Leak
-from testbed.sim.voices import DEFAULT_MISS_MS
+from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
+from tts_knee.testbed.sim import wyoming
+from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
+from tts_knee.testbed.sim.faults import FAULTS
+from tts_knee.testbed.sim.http import Handler, SpeechApp
+from tts_knee.testbed.sim.leak import Leak
+from tts_knee.testbed.sim.voices import DEFAULT_MISS_MS
 
-PROG = "python -m testbed.sim"
+PROG = "tts-knee sim"
 STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
 LISTEN_BACKLOG = 1024
 
@@ -234,7 +234,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     grpc = None
     if args.grpc_port is not None:
         try:
-            from testbed.sim.grpc import RivaServer
+            from tts_knee.testbed.sim.grpc import RivaServer
         except ImportError as err:
             print(f"{prog}: --grpc-port needs the grpc extra (pip install 'tts-knee[grpc]'): {err}.", file=sys.stderr)
             return 2

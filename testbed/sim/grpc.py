@@ -53,9 +53,9 @@ import h2.settings
 from gevent.pool import Pool
 from gevent.server import StreamServer
 
-from testbed.sim.audio import Tone, audio_seconds, wav_header
-from testbed.sim.capacity import OOM_MESSAGE, Capacity, Refused
-from testbed.sim.faults import MID_STREAM_FAULTS, Faults
+from tts_knee.testbed.sim.audio import Tone, audio_seconds, wav_header
+from tts_knee.testbed.sim.capacity import OOM_MESSAGE, Capacity, Refused
+from tts_knee.testbed.sim.faults import MID_STREAM_FAULTS, Faults
 
 SERVICE = "/nvidia.riva.tts.RivaSpeechSynthesis/"
 SYNTHESIZE, ONLINE = SERVICE + "Synthesize", SERVICE + "SynthesizeOnline"

@@ -25,11 +25,11 @@ import gevent
 from gevent.pywsgi import WSGIHandler
 from werkzeug.formparser import parse_form_data
 
-from testbed.sim import metrics, ws
-from testbed.sim.audio import Tone, audio_seconds, wav_header
-from testbed.sim.capacity import Capacity, Refused, Turn
-from testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
-from testbed.sim.voices import Registry, clip_key
+from tts_knee.testbed.sim import metrics, ws
+from tts_knee.testbed.sim.audio import Tone, audio_seconds, wav_header
+from tts_knee.testbed.sim.capacity import Capacity, Refused, Turn
+from tts_knee.testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
+from tts_knee.testbed.sim.voices import Registry, clip_key
 
 HTML_PAGE = b"<!doctype html><html><head><title>502 Bad Gateway</title></head>" \
             b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"

@@ -5,8 +5,8 @@ so that a collector's ``--scrape`` has a server queue to read; with ``--metrics-
 way a custom server might name them instead (``P_requests_waiting``, ``P_requests_running`` ...)."""
 from __future__ import annotations
 
-from testbed.sim.capacity import Capacity
-from testbed.sim.voices import Registry
+from tts_knee.testbed.sim.capacity import Capacity
+from tts_knee.testbed.sim.voices import Registry
 
 
 def health(capacity: Capacity, registry: Registry | None = None) -> dict:

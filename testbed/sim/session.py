@@ -24,8 +24,8 @@ import time
 
 from gevent.queue import Queue
 
-from testbed.sim.audio import audio_seconds
-from testbed.sim.capacity import Turn
+from tts_knee.testbed.sim.audio import audio_seconds
+from tts_knee.testbed.sim.capacity import Turn
 
 #: Where a sentence ends: its stop (and closing quotes), then a space; a CJK stop needs none.
 SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f][\u201d\u300d\u300f]*\s*")

@@ -32,9 +32,9 @@ from gevent.lock import Semaphore
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
-from testbed.sim.capacity import Refused
-from testbed.sim.faults import MID_STREAM_FAULTS, RETRY_FAULTS
-from testbed.sim.session import Utterance, Voice
+from tts_knee.testbed.sim.capacity import Refused
+from tts_knee.testbed.sim.faults import MID_STREAM_FAULTS, RETRY_FAULTS
+from tts_knee.testbed.sim.session import Utterance, Voice
 
 PATH = "/v1/audio/speech/stream"
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

@@ -25,9 +25,9 @@ import gevent
 from gevent.lock import Semaphore
 from gevent.server import StreamServer
 
-from testbed.sim.capacity import Refused
-from testbed.sim.faults import MID_STREAM_FAULTS
-from testbed.sim.session import Utterance, Voice
+from tts_knee.testbed.sim.capacity import Refused
+from tts_knee.testbed.sim.faults import MID_STREAM_FAULTS
+from tts_knee.testbed.sim.session import Utterance, Voice
 
 READ_BYTES = 65536
 MAX_LINE_BYTES = 65536
