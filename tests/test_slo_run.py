@@ -150,5 +150,7 @@ def test_refine_with_step_requests_restarts_the_texts_at_every_step(tmp_path):
     for s in info["steps"]:
         mine = sorted((r for r in records if r["step"] == s["step"]), key=lambda r: r["t0"])
         assert sum(1 for r in mine if r["final"] and r["settled"] and r["t0"] < s["cutoff"]) >= 40
-        first[s["step"]] = mine[0]["text_id"]
-    assert len(set(first.values())) == 1
+        # the texts restart at every step: its first c attempts (one a user, sent in whichever order
+        # the event loop sends them) hold the corpus's first text
+        first[s["step"]] = {r["text_id"] for r in mine[:s["concurrency"]]}
+    assert set.intersection(*first.values()), first
