@@ -107,7 +107,12 @@ def test_workers_spool_what_a_dead_master_never_acknowledged(tmp_path, sim):
     port = free_port()
     m = master(tmp_path, sim.url, port, workers=1, steps="2", step_time="30")
     w = worker(tmp_path, port, 1)
-    time.sleep(5)
+    # the master killed once it has written some of the worker's records (a loaded machine can take
+    # seconds to start the two), so that some are acknowledged and the rest are made after it died
+    requests, deadline = tmp_path / "run" / "requests.jsonl", time.monotonic() + 60
+    while not (requests.exists() and requests.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
     m.send_signal(signal.SIGKILL)
     m.wait(10)
     time.sleep(1.5)   # records made after the master died

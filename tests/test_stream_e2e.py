@@ -33,13 +33,16 @@ def consistent(r: dict) -> None:
     at, ms = r["chunk_at_ms"], r["chunk_audio_ms"]
     assert len(at) == len(ms) == r["chunks"]
     assert at == sorted(at) and at[0] == pytest.approx(r["ttfa_ms"], abs=0.06)
-    assert r["gap_max_ms"] == pytest.approx(max(b - a for a, b in zip(at, at[1:])), abs=0.11)
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    # a client read late takes chunks that came meanwhile in one read: one piece, no gap
+    assert r["gap_max_ms"] == (pytest.approx(max(gaps), abs=0.11) if gaps else None)
     if r["ok"]:
         assert r["ttfb_ms"] <= r["ttfa_ms"] < r["wait_ms"]
         assert at[-1] <= r["wait_ms"] + 0.06
         assert sum(ms) == pytest.approx(r["audio_s"] * 1000, abs=0.01)
 
 
+@pytest.mark.alone   # every chunk read as it comes (25 ms apart): the machine to itself, make test's second pass
 @pytest.mark.parametrize("knobs,extra", [
     ([], ["--tts-stream"]),                                                  # WAV, header with the first chunk
     (["--header-alone"], ["--tts-stream"]),                                  # WAV header alone first
