@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The suite in two passes: first every test that does not time the client to the millisecond,
-# on three workers (a file's tests on one worker, sharing its servers), then those that do
+# on two workers (a file's tests on one worker, sharing its servers), then those that do
 # (marked `alone`: against the simulator's log, tight tolerances) with the machine to themselves.
 # Both passes always run; pytest's "no tests ran" (5) in a pass is not a failure. For one pass
 # or one file: PYTEST_ARGS='tests/test_sim.py'.
@@ -24,7 +24,7 @@ PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	@status=0; \
-	$(PYTEST) -n 3 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
+	$(PYTEST) -n 2 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	$(PYTEST) -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 
