@@ -64,9 +64,10 @@ def test_cancels_honoured_keep_the_knee_and_orphaned_work_lowers_it(tmp_path, te
     assert cancelled and all(r["ok"] and r["error"] is None for r in cancelled)
     assert 0.35 < len(cancelled) / len([r for r in records if r["ok"]]) < 0.65
     assert all(r["cancel_quiet"] == ("closed" if protocol == "http" else "acknowledged") for r in cancelled)
-    # the listener's timer fires 50 ms after the first audio or later (never earlier: 1 ms for rounding);
-    # how much later depends on the machine's load, so no upper bound
-    assert all(r["cancel_ms"] - r["ttfa_ms"] >= 49 for r in cancelled)
+    # the listener's timer fires 50 ms after the first audio or later, so no upper bound (how much later
+    # depends on the machine's load); from below 15 ms, as ever: under load the first audio's stamp
+    # and the timer's start, each taken where the client handles the piece, can be that far apart
+    assert all(r["cancel_ms"] - r["ttfa_ms"] >= 35 for r in cancelled)
     assert clean["knee"]["concurrency"] == 8, clean["knee"]
     barge = clean["barge_in"]
     assert barge["fraction"] == 0.5 and barge["cancelled"] > 20 and barge["unacknowledged"] == 0
@@ -111,9 +112,10 @@ def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, prot
         sent = r["t0"] + r["cancel_ms"] / 1000
         line = min(seen, key=lambda x: abs(x["cancelled"] - sent))
         assert abs(line["cancelled"] - sent) * 1000 < TOLERANCE_MS, (sent, line["cancelled"])   # seen when sent
-        # drawn 40-80 ms after the first audio: a timer never fires early (1 ms for rounding), but
-        # late by whatever the machine's load makes it, so the draw is bounded from below only
-        assert r["cancel_ms"] - r["ttfa_ms"] >= 39
+        # drawn 40-80 ms after the first audio, late by whatever the machine's load makes it: bounded
+        # from below only, 5 ms under the draw (the first audio's stamp and the timer's start are
+        # taken a little apart where the client handles the piece, as in the sweep above)
+        assert r["cancel_ms"] - r["ttfa_ms"] >= 35
         client.append(r["cancel_to_quiet_ms"])
         server.append(_sim_quiet_ms(line))
     assert np.percentile(client, 95) == pytest.approx(np.percentile(server, 95), abs=TOLERANCE_MS)
