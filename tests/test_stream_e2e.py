@@ -61,8 +61,11 @@ def test_each_format_times_every_chunk(tmp_path, knobs, extra):
     for r in records:
         assert r["ok"], r["error"]
         consistent(r)
-        assert r["chunks"] > 1 and r["audio_s"] == pytest.approx(1.0)
+        assert r["chunks"] >= 1 and r["audio_s"] == pytest.approx(1.0)
         assert r["underruns"] == 0 and r["underrun_ms"] == 0.0
+    # five chunks each as a rule: a client read late takes the chunks that came meanwhile in one read
+    # (one attempt in 30 read all five at once in CI), so the count is the median's, not every one's
+    assert statistics.median(r["chunks"] for r in records) == 5
     # medians: a shared host can stall any one attempt. The prefill is a sleep, which ends late, never
     # early: at least its 50 ms (1 ms rounding), and a generous 175 ms between it and ~300 ms
     ttfa_p50 = statistics.median(r["ttfa_ms"] for r in records)
