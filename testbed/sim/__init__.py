@@ -13,6 +13,27 @@ and logs its knobs once to stderr. Every answer holds ``AUDIO_S_PER_CHAR`` secon
 tone per input character (at least ``MIN_AUDIO_S``) as PCM16 mono: a WAV by default, raw PCM
 for ``response_format: "pcm"`` (``audio/pcm``), with ``Server-Timing`` and ``X-Request-Id``.
 
+Real speech (``--speech``, the ``piper`` extra): each text spoken by piper's joe voice instead,
+at the voice's own 22050 Hz (which ``--sample-rate`` may only repeat), as long as the speech is;
+the timing model is the same. Each text is rendered once (about 0.3 s of CPU a sentence) into
+``--speech-cache`` (default ``~/.cache/tts-knee/sim-speech/``, one WAV per text keyed by the
+sha1 of its text: :mod:`tts_knee.testbed.speech`); before it listens the simulator renders (or
+reads back) ``--speech-corpus`` (default the load generator's default corpus; with
+``--capacity`` each text's sentences too, as a session synthesises them) and logs ``sim: speech:
+N texts ready ... (R rendered, C from the cache in DIR)``; other texts are rendered the first
+time one is asked for. Drills that break an answer under load, counted against the requests in
+flight as ``--oom-above`` counts them (queued or holding a slot, the answer's own included):
+``--garble-above K`` (with ``--speech``) keeps the first 40 % of the clip and speaks the rest
+with another corpus text's speech, the length unchanged; ``--silence-above K`` puts
+``--silence-ms`` (default 600) of zeros first, so the first audio still comes when it would
+have; ``--runaway-rate P`` repeats the clip to 8x its length (at most 25 s) with probability P
+(the seeded RNG). The shared-capacity model makes the longer audio in proportion (a runaway
+takes 8x the engine time); the slots model's service time stays the text's, its pieces larger.
+Every face's answers go through :class:`~testbed.sim.audio.Speaker`, and say what was done:
+``--chunk-log`` lines carry ``garbled``, ``silence_ms`` and ``runaway`` (a session's utterance:
+any of its sentences, silence summed), and ``--log-requests`` lines end ``request_id=ID
+audio_ms=MS garbled=false silence_ms=0.0 runaway=false`` (gRPC calls log such a line too).
+
 Two models of the time it takes:
 
 - Slots (default): ``--slots`` requests (default 4) synthesise at a time, the rest wait in a
@@ -85,7 +106,8 @@ SIGTERM or SIGINT stops it with exit status 0.
 
 The package: :mod:`~testbed.sim.capacity` (limits, slots and both timing models, shared by
 every protocol the simulator serves), :mod:`~testbed.sim.faults` (the drills' fault names),
-:mod:`~testbed.sim.audio` (the tone and its WAV header), :mod:`~testbed.sim.http` (the WSGI
+:mod:`~testbed.sim.audio` (the tone or the speech, the drills that break it, and the WAV
+header), :mod:`~testbed.sim.http` (the WSGI
 app), :mod:`~testbed.sim.ws` and :mod:`~testbed.sim.wyoming` (the session faces) on
 :mod:`~testbed.sim.session`, :mod:`~testbed.sim.grpc` (Riva's protocol),
 :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``), :mod:`~testbed.sim.cli` (the

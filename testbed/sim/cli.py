@@ -10,6 +10,7 @@ import math
 import random
 import signal
 import sys
+import time
 
 import gevent
 from gevent.pool import Pool
@@ -17,15 +18,20 @@ from gevent.pywsgi import WSGIServer
 
 from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from tts_knee.testbed.sim import wyoming
+from tts_knee.testbed.sim.audio import GARBLE_KEEP, RUNAWAY_CAP_S, RUNAWAY_FACTOR, Speaker
 from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
 from tts_knee.testbed.sim.faults import FAULTS
 from tts_knee.testbed.sim.http import Handler, SpeechApp
 from tts_knee.testbed.sim.leak import Leak
+from tts_knee.testbed.sim.session import split_sentences
 from tts_knee.testbed.sim.voices import DEFAULT_MISS_MS
+from tts_knee.testbed.speech import DEFAULT_CACHE, DEFAULT_CORPUS, SpeechUnavailable, corpus_texts, voice_info
 
 PROG = "tts-knee sim"
 STOP_TIMEOUT_S = 2.0  # in-flight requests get this long after SIGTERM
 LISTEN_BACKLOG = 1024
+DEFAULT_SAMPLE_RATE = 24000
+DEFAULT_SILENCE_MS = 600.0
 
 log = logging.getLogger("testbed.sim")
 
@@ -50,7 +56,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help=f"uniform +/- fraction around the service time (default "
                         f"{SLOTS_MODEL['jitter']:g}; not with --capacity)")
     p.add_argument("--seed", type=int,
-                   help="random seed for jitter and faults (default: a different one each run)")
+                   help="random seed for jitter, faults and --runaway-rate (default: a different one each run)")
     p.add_argument("--queue-limit", type=number(int, 0),
                    help="requests allowed to wait for a slot; more get 503 (default unlimited)")
     p.add_argument("--rate", type=number(float, 0.001),
@@ -88,9 +94,34 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--oom-above", type=number(int, 0),
                    help="500 'CUDA out of memory' when more than N requests are in flight "
                         "(default off)")
-    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=24000,
-                   help="audio sample rate in Hz (default 24000: OpenAI's PCM rate, and the client's "
-                        "--tts-sample-rate)")
+    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=None,
+                   help=f"audio sample rate in Hz (default {DEFAULT_SAMPLE_RATE}: OpenAI's PCM rate, and the "
+                        f"client's --tts-sample-rate; with --speech the voice's own, 22050, and no other)")
+    # real speech, and the drills that break it under load (testbed.sim.audio.Speaker)
+    p.add_argument("--speech", action="store_true",
+                   help="answer with real speech instead of the tone: each text spoken by piper's joe voice "
+                        "(the piper extra), rendered once and cached; the audio is as long as the speech, the "
+                        "timing model unchanged (default off)")
+    p.add_argument("--speech-cache", metavar="DIR",
+                   help="with --speech, the folder of rendered speech, one WAV per text "
+                        f"(default {DEFAULT_CACHE}/)")
+    p.add_argument("--speech-corpus", metavar="FILE",
+                   help="with --speech, the corpus whose texts are rendered before listening (.jsonl text "
+                        "fields, or .txt lines); other texts are rendered when first asked for (default the "
+                        "load generator's default corpus, configs/texts/default.jsonl)")
+    p.add_argument("--garble-above", type=number(int, 0),
+                   help=f"with --speech, when more than K requests are in flight, keep an answer's first "
+                        f"{GARBLE_KEEP * 100:.0f}%% and speak the rest with another text's speech, the length unchanged "
+                        f"(default off)", metavar="K")
+    p.add_argument("--silence-above", type=number(int, 0), metavar="K",
+                   help="when more than K requests are in flight, an answer starts with --silence-ms of "
+                        "digital silence, that much longer; its first audio comes when it would have "
+                        "(default off)")
+    p.add_argument("--silence-ms", type=number(float, 0), metavar="MS",
+                   help=f"with --silence-above, the silence put first, in ms (default {DEFAULT_SILENCE_MS:g})")
+    p.add_argument("--runaway-rate", type=number(float, 0, 1), default=0.0, metavar="P",
+                   help=f"probability that an answer runs away to the token cap: its clip repeated to "
+                        f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)")
     p.add_argument("--voice-cache", type=number(int, 0), default=0,
                    help="speaker embeddings kept, least recently used evicted; a request's voice "
                         "(its voice name, or its reference clip's bytes) that is not kept costs "
@@ -168,6 +199,7 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
         parser.error("--voice-miss-ms needs --voice-cache")
     if args.voice_miss_ms is None:
         args.voice_miss_ms = DEFAULT_MISS_MS
+    check_speech(parser, args)
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
@@ -175,6 +207,34 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
             parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: "
                          f"{err.strerror or err}")
     return args
+
+
+def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--speech and its drills: the flags that need it, its sample rate (the voice's), its corpus
+    read (``args.speech_texts``)."""
+    for flag in ("speech_cache", "speech_corpus"):
+        if getattr(args, flag) is not None and not args.speech:
+            parser.error(f"--{flag.replace('_', '-')} needs --speech")
+    if args.garble_above is not None and not args.speech:
+        parser.error("--garble-above needs --speech (the rest of a clip is another text's speech)")
+    if args.silence_ms is not None and args.silence_above is None:
+        parser.error("--silence-ms needs --silence-above")
+    if args.silence_ms is None:
+        args.silence_ms = DEFAULT_SILENCE_MS
+    args.speech_texts = []
+    if not args.speech:
+        if args.sample_rate is None:
+            args.sample_rate = DEFAULT_SAMPLE_RATE
+        return
+    try:
+        voice, rate = voice_info()
+        args.speech_texts = corpus_texts(args.speech_corpus or DEFAULT_CORPUS)
+    except SpeechUnavailable as err:
+        parser.error(str(err))
+    if args.sample_rate not in (None, rate):
+        parser.error(f"--speech answers at its voice's own {rate} Hz ({voice}); leave --sample-rate out, "
+                     f"or give it {rate}")
+    args.sample_rate = rate
 
 
 def describe(args: argparse.Namespace) -> str:
@@ -216,15 +276,28 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
     if args.voice_cache:
         knobs.append(f"voice_cache={args.voice_cache} voice_miss_ms={args.voice_miss_ms:g}")
+    if args.speech:
+        knobs.append(f"speech=True speech_texts={len(args.speech_texts)}")
+    if args.garble_above is not None:
+        knobs.append(f"garble_above={args.garble_above}")
+    if args.silence_above is not None:
+        knobs.append(f"silence_above={args.silence_above} silence_ms={args.silence_ms:g}")
+    if args.runaway_rate:
+        knobs.append(f"runaway_rate={args.runaway_rate:g}")
     return "sim: " + " ".join(knobs)
 
 
 def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    rng = random.Random(args.seed)  # one seeded source for jitter and faults
+    rng = random.Random(args.seed)  # one seeded source for jitter, faults and runaways
     capacity = Capacity(args, rng)
-    app = SpeechApp(args, capacity, rng)
+    try:
+        speaker = make_speaker(args, rng)
+    except SpeechUnavailable as err:
+        print(f"{prog}: {err}.", file=sys.stderr)
+        return 2
+    app = SpeechApp(args, capacity, rng, speaker)
     server = WSGIServer((args.host, args.port), app, handler_class=Handler,
                         spawn=Pool(),  # a pool, so that stop() waits for requests in flight
                         backlog=LISTEN_BACKLOG, log=log if args.log_requests else None)
@@ -238,7 +311,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         except ImportError as err:
             print(f"{prog}: --grpc-port needs the grpc extra (pip install 'tts-knee[grpc]'): {err}.", file=sys.stderr)
             return 2
-        grpc = RivaServer(args, capacity, rng).server
+        grpc = RivaServer(args, capacity, rng, speaker).server
         servers.append((grpc, args.grpc_port))
     for srv, port in servers:
         try:
@@ -268,6 +341,23 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         gevent.signal_handler(sig, stop)
     server.serve_forever()
     return 0
+
+
+def make_speaker(args: argparse.Namespace, rng: random.Random) -> Speaker:
+    """What makes every answer's PCM; with --speech, its corpus rendered (or read from the cache)
+    first, and with --capacity each text's sentences too, as a session synthesises them."""
+    if not args.speech:
+        return Speaker(args, rng)
+    from tts_knee.testbed.speech import SpeechCache
+    speech = SpeechCache(args.speech_cache)
+    speaker = Speaker(args, rng, speech)
+    texts = args.speech_texts
+    sentences = [] if args.capacity is None else [s for t in texts for s in split_sentences(t) if s != t]
+    started = time.monotonic()
+    speaker.prepare(texts, sentences)
+    log.info(f"sim: speech: {len(speech)} texts ready in {time.monotonic() - started:.1f} s "
+             f"({speech.rendered} rendered, {speech.loaded} from the cache in {speech.folder})")
+    return speaker
 
 
 def _url(scheme: str, address) -> str:

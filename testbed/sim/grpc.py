@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import random
 import socket
@@ -53,7 +54,7 @@ import h2.settings
 from gevent.pool import Pool
 from gevent.server import StreamServer
 
-from tts_knee.testbed.sim.audio import Tone, audio_seconds, wav_header
+from tts_knee.testbed.sim.audio import Clip, Speaker, wav_header
 from tts_knee.testbed.sim.capacity import OOM_MESSAGE, Capacity, Refused
 from tts_knee.testbed.sim.faults import MID_STREAM_FAULTS, Faults
 
@@ -66,6 +67,7 @@ REFUSED_CODES = {"rate_limited": "RESOURCE_EXHAUSTED", "queue_full": "UNAVAILABL
 CODE_NUMBERS = {"OK": 0, "CANCELLED": 1, "INVALID_ARGUMENT": 3, "RESOURCE_EXHAUSTED": 8, "UNIMPLEMENTED": 12,
                 "INTERNAL": 13, "UNAVAILABLE": 14}
 GARBAGE_MESSAGE = b"\x07\x00"   # field number 0: no protobuf message parses it
+log = logging.getLogger("testbed.sim")
 HTML_PAGE = (b"<!doctype html><html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1>"
              b"</body></html>\n")
 
@@ -81,11 +83,12 @@ class _Done(Exception):
 class RivaServer:
     """Serves RivaSpeechSynthesis on ``args.grpc_port`` with the shared ``capacity``."""
 
-    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random):
+    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random,
+                 audio: Speaker | None = None):
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
         self.args, self.capacity, self.rng = args, capacity, rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
-        self.tone = Tone(args.sample_rate)
+        self.audio = audio or Speaker(args, rng)   # the HTTP face's, shared
         self.pb, self.linear_pcm = riva_tts_pb2, riva_audio_pb2.AudioEncoding.LINEAR_PCM
         self.server = StreamServer((args.host, args.grpc_port), self._connection, spawn=Pool())
 
@@ -270,12 +273,17 @@ class _Answer:
             message = OOM_MESSAGE if refused.reason == "out_of_memory" else str(refused)
             self.refuse(REFUSED_CODES[refused.reason], message, wait)
             return
-        pcm = self.server.tone.pcm(audio_seconds(text))
+        clip = self.server.audio.clip(text, capacity.admitted)
         turn = capacity.take(text)
+        request_id = first.id.value or uuid.uuid4().hex
         try:
-            self.audio(turn, pcm, first.id.value or uuid.uuid4().hex, fault)
+            self.audio(turn, clip, request_id, fault)
         finally:
             turn.finish()
+            if args.log_requests:
+                fields = " ".join(f"{k}={json.dumps(v)}" for k, v in clip.fields().items())
+                log.info(f"grpc {'SynthesizeOnline' if call.online else 'Synthesize'} request_id={request_id} "
+                         f"audio_ms={clip.seconds * 1000:.1f} {fields}")
         if fault == "close":
             with self.conn.lock:
                 self.conn.h2.close_connection()
@@ -283,10 +291,10 @@ class _Answer:
             self.conn.closing = True
             self.conn.sock.shutdown(socket.SHUT_RDWR)
 
-    def audio(self, turn, pcm: bytes, request_id: str, fault: str | None) -> None:
+    def audio(self, turn, clip: Clip, request_id: str, fault: str | None) -> None:
         """The answer's headers, its audio as the timing model makes it (one message per piece,
         or the whole), then its status; the drills as the module doc says."""
-        conn, sid = self.conn, self.call.sid
+        conn, sid, pcm = self.conn, self.call.sid, clip.pcm
         with conn.lock:
             conn.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
             conn.flush()
@@ -307,13 +315,13 @@ class _Answer:
                     head = b""
                     conn.send(sid, _frame(message.SerializeToString()))
                     self.sent.append(time.time())   # resumed once the message is on the socket
-                    self.audio_ms.append(self.server.tone.seconds(piece) * 1000)
+                    self.audio_ms.append(self.server.audio.seconds(piece) * 1000)
                 if mid and not left:
                     break
         finally:
             pieces.close()
             if self.call.online:
-                self.log(request_id, turn)
+                self.log(request_id, turn, clip)
         self.end(mid)
 
     def end(self, fault: str | None) -> None:
@@ -337,10 +345,11 @@ class _Answer:
             self.conn.h2.send_data(self.call.sid, HTML_PAGE, end_stream=True)
             self.conn.flush()
 
-    def log(self, request_id: str, turn) -> None:
+    def log(self, request_id: str, turn, clip: Clip) -> None:
         log_file = self.args.chunk_log
         if log_file:
             log_file.write(json.dumps({
                 "request_id": request_id, "format": "grpc", "received": round(self.call.received, 6),
                 "generating": turn.generating and round(turn.generating, 6),
-                "sent": [round(t, 6) for t in self.sent], "audio_ms": [round(ms, 3) for ms in self.audio_ms]}) + "\n")
+                "sent": [round(t, 6) for t in self.sent], "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                **clip.fields()}) + "\n")

@@ -26,7 +26,7 @@ from gevent.pywsgi import WSGIHandler
 from werkzeug.formparser import parse_form_data
 
 from tts_knee.testbed.sim import metrics, ws
-from tts_knee.testbed.sim.audio import Tone, audio_seconds, wav_header
+from tts_knee.testbed.sim.audio import Clip, Speaker, wav_header
 from tts_knee.testbed.sim.capacity import Capacity, Refused, Turn
 from tts_knee.testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
 from tts_knee.testbed.sim.voices import Registry, clip_key
@@ -88,16 +88,28 @@ class Handler(WSGIHandler):
         env["sim.handler"] = self   # a WebSocket session takes the connection over
         return env
 
+    def format_request(self):
+        """pywsgi's access line (``--log-requests``); an answer's adds its request id, its audio and
+        what was done to it: ``request_id=ID audio_ms=MS garbled=false silence_ms=0 runaway=false``."""
+        line = super().format_request()
+        clip = (getattr(self, "environ", None) or {}).get("sim.clip")
+        if clip is None:
+            return line
+        request_id = self.environ.get("sim.request_id", "-")
+        fields = " ".join(f"{k}={json.dumps(v)}" for k, v in clip.fields().items())
+        return f"{line} request_id={request_id} audio_ms={clip.seconds * 1000:.1f} {fields}"
+
 
 class SpeechApp:
     """The WSGI application: parses, admits, queues, 'synthesises' and answers."""
 
-    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random):
+    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random,
+                 audio: Speaker | None = None):
         self.args = args
         self.capacity = capacity
         self.rng = rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
-        self.tone = Tone(args.sample_rate)
+        self.audio = audio or Speaker(args, rng)   # every face's answers' PCM (the tone, or --speech)
         self.registry = Registry()
         self.sessions = 0   # WebSocket and Wyoming sessions begun, numbering them in the chunk log
 
@@ -246,10 +258,12 @@ class SpeechApp:
             headers = ids if refused.retry_after_s is None else \
                 [self.retry_after(refused.retry_after_s), *ids]
             raise _Reject(REFUSED_STATUS[refused.reason], str(refused), headers) from None
-        pcm = self.tone.pcm(audio_seconds(req.text))
+        clip = self.audio.clip(req.text, self.capacity.admitted)
+        environ["sim.clip"], environ["sim.request_id"] = clip, req.request_id   # for the --log-requests line
+        pcm = clip.pcm
         turn = self.capacity.take(req.text, req.voice)
         if req.stream and self.answers_streamed(req, fault):
-            return self.stream(environ, start_response, req, pcm, turn, ids, fault)
+            return self.stream(environ, start_response, req, clip, turn, ids, fault)
         try:
             for _ in turn.pieces(pcm, whole=True):
                 pass
@@ -264,7 +278,7 @@ class SpeechApp:
         if fault == "close":
             headers.append(("Connection", "close"))
         body = pcm if req.response_format == "pcm" else \
-            wav_header(len(pcm), self.tone.sample_rate) + pcm
+            wav_header(len(pcm), self.audio.sample_rate) + pcm
         return self._respond(start_response, "200 OK", body, headers, self.content_type(req))
 
     @staticmethod
@@ -294,14 +308,14 @@ class SpeechApp:
             return "text/event-stream"
         return "audio/pcm" if req.response_format == "pcm" else "audio/wav"
 
-    def stream(self, environ, start_response, req, pcm, turn: Turn, ids, fault):
+    def stream(self, environ, start_response, req, clip: Clip, turn: Turn, ids, fault):
         """Headers now, then each chunk as it is made (see :class:`_Stream`)."""
         if turn.planned_s is not None:
             timing = self.server_timing(turn.queue_s, turn.planned_s)
         else:  # the service time is known once the audio is made
             timing = ("Server-Timing", f"queue;dur={turn.queue_s * 1000:.1f}, "
                                        f"prefill;dur={self.args.prefill_ms:.1f}")
-        pieces = turn.pieces(pcm)
+        pieces = turn.pieces(clip.pcm)
         headers = [("Content-Type", self.content_type(req)), timing, *ids]
         if req.sse:
             headers.append(("Cache-Control", "no-cache"))
@@ -315,11 +329,11 @@ class SpeechApp:
             turn.finish()
             raise
         fault = fault if fault in MID_STREAM_FAULTS else None
-        return _Stream(self, req, pcm, pieces, fault, environ["sim.socket"], turn)
+        return _Stream(self, req, clip, pieces, fault, environ["sim.socket"], turn)
 
     def body_fault(self, fault, environ, start_response, req, pcm, headers):
         """A 200 that is not the audio it should be."""
-        wav = wav_header(len(pcm), self.tone.sample_rate) + pcm
+        wav = wav_header(len(pcm), self.audio.sample_rate) + pcm
         if fault == "html":
             return self._respond(start_response, "200 OK", HTML_PAGE, headers, "text/html")
         if fault == "json":  # quotes the input, as many servers' errors do (markup and all)
@@ -352,9 +366,9 @@ class _Stream:
     hangs up mid-stream (barge-in) is seen at once, by a greenlet that waits for its socket to
     read its end, and its turn stopped and abandoned (``--orphan-ms``)."""
 
-    def __init__(self, app: SpeechApp, req: Speech, pcm: bytes, pieces, fault: str | None,
+    def __init__(self, app: SpeechApp, req: Speech, clip: Clip, pieces, fault: str | None,
                  sock, turn: Turn):
-        self.app, self.req, self.pcm, self.pieces = app, req, pcm, pieces
+        self.app, self.req, self.clip, self.pcm, self.pieces = app, req, clip, clip.pcm, pieces
         self.fault = None if fault == "sse-error" and not req.sse else fault
         self.sock = sock
         self.turn = turn
@@ -376,7 +390,7 @@ class _Stream:
 
     def __iter__(self):
         wav = not self.req.sse and self.req.response_format != "pcm"
-        head = wav_header(0, self.app.tone.sample_rate, placeholder=True) if wav else b""
+        head = wav_header(0, self.app.audio.sample_rate, placeholder=True) if wav else b""
         if head and self.app.args.wav_header_alone:
             yield head
             head = b""
@@ -390,7 +404,7 @@ class _Stream:
                 head = b""
                 # resumed only once the server has written that chunk to the socket
                 self.sent.append(time.time())
-                self.audio_ms.append(self.app.tone.seconds(piece) * 1000)
+                self.audio_ms.append(self.app.audio.seconds(piece) * 1000)
             if self.fault and not left:
                 break
         self.pieces.close()  # a fault: stop making the rest
@@ -423,7 +437,7 @@ class _Stream:
             else:
                 yield b'data: {"type": "speech.audio.delta", "audio": "AAAA\n\n'
         elif self.req.sse and self.fault is None:
-            audio_s = self.app.tone.seconds(self.pcm)
+            audio_s = self.app.audio.seconds(self.pcm)
             tokens_in = max(1, math.ceil(len(self.req.text) / SSE_CHARS_PER_TOKEN))
             tokens_out = math.ceil(audio_s * SSE_AUDIO_TOKENS_PER_S)
             yield _sse({"type": "speech.audio.done", "usage": {
@@ -452,5 +466,5 @@ class _Stream:
                 "received": round(self.req.received, 6),
                 "generating": generating and round(generating, 6),
                 "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms], **self.clip.fields(),
                 **({} if self.hung_up is None else {"cancelled": round(self.hung_up, 6)})}) + "\n")

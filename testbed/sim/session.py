@@ -11,7 +11,8 @@ client's messages and hands the utterance its text (:meth:`Utterance.add`, :meth
 while :meth:`Utterance.speak` runs in a greenlet of its own, writing through the face's
 :class:`Voice`. ``--chunk-log`` gets one line per utterance: when its first piece of text and
 its end arrived, and when each audio write was handed to the socket, and, for a cancelled one,
-when the cancel (or the client's going away) was seen.
+when the cancel (or the client's going away) was seen, and what the drills did to its sentences
+(``garbled``, ``silence_ms``, ``runaway``: see :class:`~testbed.sim.audio.Speaker`).
 
 A cancelled utterance (:meth:`Utterance.cancel`) writes nothing more and stops its making at
 once; its turn is abandoned, held ``--orphan-ms`` longer where that is set.
@@ -24,11 +25,25 @@ import time
 
 from gevent.queue import Queue
 
-from tts_knee.testbed.sim.audio import audio_seconds
+from tts_knee.testbed.sim.audio import Clip
 from tts_knee.testbed.sim.capacity import Turn
 
 #: Where a sentence ends: its stop (and closing quotes), then a space; a CJK stop needs none.
 SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f][\u201d\u300d\u300f]*\s*")
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences an utterance of ``text`` is synthesised as (what :meth:`Utterance.add` then
+    :meth:`Utterance.done` make of it)."""
+    sentences = []
+    while True:
+        m = SENTENCE_END.search(text)
+        if not m:
+            break
+        sentence, text = text[:m.end()].strip(), text[m.end():]
+        if sentence:
+            sentences.append(sentence)
+    return [*sentences, text.strip()] if text.strip() else sentences
 
 
 class Voice:
@@ -69,6 +84,7 @@ class Utterance:
         self.audio_ms: list[float] = []
         self.ended = False
         self.cancelled: float | None = None   # unix seconds the cancel was seen
+        self.clips: list[Clip] = []   # each sentence's, for the chunk log's garbled, silence_ms, runaway
 
     def add(self, text: str) -> None:
         """A piece of text arrived."""
@@ -106,7 +122,7 @@ class Utterance:
     def speak(self) -> None:
         """Synthesise each sentence as it becomes complete; then tell the voice the utterance is
         done. Runs in a greenlet of its own; killing it stops the making."""
-        capacity, tone = self.app.capacity, self.app.tone
+        capacity, audio = self.app.capacity, self.app.audio
         index = 0
         try:
             while True:
@@ -119,7 +135,9 @@ class Utterance:
                     self.turn = capacity.take(sentence)
                     if self.cancelled is not None:
                         return
-                pcm = tone.pcm(audio_seconds(sentence))
+                clip = audio.clip(sentence, capacity.admitted)
+                self.clips.append(clip)
+                pcm = clip.pcm
                 nbytes = 0
                 for piece in self.turn.pieces(pcm):
                     if self.cancelled is not None:
@@ -128,10 +146,10 @@ class Utterance:
                         self.voice.fault(self.fault)
                         return
                     if not nbytes:   # announced with its first audio, as vLLM-Omni 0.29 and wyoming-piper do
-                        self.voice.sentence(index, sentence, tone.sample_rate)
+                        self.voice.sentence(index, sentence, audio.sample_rate)
                     self.voice.audio(index, piece)
                     self.sent.append(time.time())
-                    self.audio_ms.append(tone.seconds(piece) * 1000)
+                    self.audio_ms.append(audio.seconds(piece) * 1000)
                     nbytes += len(piece)
                     if self.generating is None:
                         self.generating = self.turn.generating
@@ -160,7 +178,7 @@ class Utterance:
             log_file.write(json.dumps({
                 **self.label, "text_first": _round(self.text_first), "text_done": _round(self.text_done),
                 "generating": _round(self.generating), "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                "audio_ms": [round(ms, 3) for ms in self.audio_ms], **Clip.merged(self.clips),
                 **({} if self.cancelled is None else {"cancelled": _round(self.cancelled)})}) + "\n")
 
 

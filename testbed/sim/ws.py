@@ -236,7 +236,7 @@ class Session(Voice):
                 self.write(TextMessage(data='{"type": "audio.chunk", "audio_b64": "%%not base64%%"'))
             else:
                 self.send_json({"type": "audio.chunk", "utterance_index": self.utterances - 1,
-                                "audio_b64": "%%not base64%%", "sample_rate": self.app.tone.sample_rate})
+                                "audio_b64": "%%not base64%%", "sample_rate": self.app.audio.sample_rate})
         elif name == "sse-error":
             self.send_json({"type": "error", "message": "synthesis failed mid-stream (the sse-error fault)"})
             self.send_json({"type": "audio.done", "utterance_index": self.utterances - 1, "sentence_index": 0,

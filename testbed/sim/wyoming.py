@@ -118,7 +118,8 @@ class Session(Voice):
                 "name": "tts-knee-sim", "description": "tts-knee's simulator", "installed": True,
                 "attribution": {"name": "tts-knee", "url": ""}, "version": VERSION,
                 "supports_synthesize_streaming": True,
-                "voices": [{"name": "sim", "description": "a quiet tone", "installed": True, "version": VERSION,
+                "voices": [{"name": "sim", "description": "a quiet tone" if self.app.audio.speech is None
+                            else "piper's joe", "installed": True, "version": VERSION,
                             "attribution": {"name": "tts-knee", "url": ""}, "languages": ["en"]}]}]}))
         elif kind == "synthesize":
             if self.streaming:
@@ -166,7 +167,7 @@ class Session(Voice):
     # the server's side (Voice)
 
     def _format(self) -> dict:
-        return {"rate": self.app.tone.sample_rate, "width": 2, "channels": 1, "timestamp": None}
+        return {"rate": self.app.audio.sample_rate, "width": 2, "channels": 1, "timestamp": None}
 
     def sentence(self, index: int, text: str, rate: int) -> None:
         if self.streaming or index == 0:
