@@ -13,7 +13,7 @@ COPY collectors /src/collectors
 COPY dashboard /src/dashboard
 COPY testbed /src/testbed
 COPY configs /src/configs
-RUN pip install --no-cache-dir '/src[piper,grpc]'
+RUN pip install --no-cache-dir '/src[piper,grpc,asr]'
 WORKDIR /app
 COPY locustfiles/tts.py locustfiles/tts.py
 # Locust web UI, master port, collector, dashboard, simulator

@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[piper,grpc,test]'
+	$(PY) -m pip install -q -e '.[piper,grpc,asr,test]'
 	touch $(STAMP)
 
 # The suite in two passes: first every test that does not time the client to the millisecond,

@@ -325,6 +325,54 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
     return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
 
 
+#: Leading silence this much longer than at the lowest step is said (ms).
+SILENCE_RISE_MS = 200.0
+
+
+def _signal(steps: list[dict]) -> list[str]:
+    """The signal checks that got worse with load: leading silence that delays what the listener
+    hears, and silent, runaway or truncated answers (shares above the lowest step's)."""
+    ev, base = [], steps[0]
+    lead0 = _get(base, "leading_silence_ms", "p95")
+    worse = [s for s in steps[1:] if lead0 is not None and (_get(s, "leading_silence_ms", "p95") or 0)
+             > lead0 + SILENCE_RISE_MS]
+    if worse:
+        s = worse[0]
+        ev.append(f"From concurrency {s['concurrency']} the audio starts with silence: leading silence p95 "
+                  f"{_ms(_get(s, 'leading_silence_ms', 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
+                  f"the listener hears the first sound at {_ms(_get(s, 'ttfa_audible_ms', 'p95'))} (audible TTFA "
+                  f"p95) though the first audio came at {_ms(_get(s, 'ttfa_ms', 'p95'))}: the server answers "
+                  f"early with silence.")
+    for key, what in (("silent_rate", "were silent (failed: no sound in them)"),
+                      ("runaway_rate", "ran away (audio per character over 3x the run's median: a model running "
+                                       "to its token cap)"),
+                      ("truncated_rate", "were cut short (under a third of the run's audio per character)")):
+        low = base.get(key) or 0.0
+        hit = next((st for st in steps[1:] if (st.get(key) or 0.0) > low), None)
+        if hit is not None:
+            ev.append(f"At concurrency {hit['concurrency']} {share(hit[key])} of the answers {what}, against "
+                      f"{share(low)} at {base['concurrency']}.")
+    return ev
+
+
+def common_evidence(steps: list[dict], knee: dict, has_resources: bool) -> list[str]:
+    """What every diagnosis adds after its own evidence: audio integrity, the signal checks that
+    got worse with load, an untimed stream, other load on the server, and what resource samples
+    the diagnosis could not rest on."""
+    ev = _integrity(steps) + _signal(steps)
+    if knee.get("untimed_stream"):
+        ev.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
+                  "client did not time the stream), so the knee follows whole-body time.")
+    ev += _other_load(steps, knee.get("index"))
+    if not has_resources:
+        ev.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
+                  "rests on latencies and failures only.")
+    elif not any(s.get("server") for s in steps):
+        ev.append("No server samples (resources.jsonl has only the load generator's): the "
+                  "diagnosis rests on latencies and failures only.")
+    return ev
+
+
 def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
     """``{"kind", "evidence": [sentences], "resource_data": bool}``; see the module doc.
 
@@ -337,17 +385,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
                 "resource_data": has_resources}
     k = knee.get("index")
     streamed = bool(knee.get("streamed"))
-    ev_common = _integrity(steps)
-    if knee.get("untimed_stream"):
-        ev_common.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
-                         "client did not time the stream), so the knee follows whole-body time.")
-    ev_common += _other_load(steps, k)
-    if not has_resources:
-        ev_common.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
-                         "rests on latencies and failures only.")
-    elif not any(s.get("server") for s in steps):
-        ev_common.append("No server samples (resources.jsonl has only the load generator's): the "
-                         "diagnosis rests on latencies and failures only.")
+    ev_common = common_evidence(steps, knee, has_resources)
 
     def out(kind, ev):
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}

@@ -39,6 +39,8 @@ _LABEL = {
     "tail_p95_ms": "tail p95", "underrun_rate": "underruns",
     "cancel_to_quiet_p95_ms": "cancel to quiet p95", "error_rate": "errors", "rtf_p95": "RTF p95", "throughput_rps": "throughput",
     "gpu_mem_gb": "GPU memory peak", "gpu_util_pct": "GPU util",
+    "wer_mean": "WER mean", "wer_p95": "WER p95", "cer_mean": "CER mean", "ttfa_audible_p95_ms": "audible TTFA p95",
+    "leading_silence_p95_ms": "leading silence p95", "silent_rate": "silent answers", "runaway_rate": "runaways",
 }
 _CI_OF = {"p50_ms": ("latency_ms", "p50_ci"), "p95_ms": ("latency_ms", "p95_ci"),
           "ttfa_p50_ms": ("ttfa_ms", "p50_ci"), "ttfa_p95_ms": ("ttfa_ms", "p95_ci")}
@@ -50,7 +52,7 @@ def _unit(metric: str, ref: float) -> tuple[float, str]:
     """(scale, unit) a metric is shown in; ms become s from 1000 ms on (of the threshold)."""
     if metric.endswith("_ms"):
         return (1e-3, " s") if ref >= 1000 else (1.0, " ms")
-    if metric.endswith("_rate"):
+    if metric.endswith("_rate") or metric.startswith(("wer_", "cer_")):
         return 100.0, "%"
     if metric == "gpu_util_pct":
         return 1.0, "%"

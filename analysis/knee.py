@@ -106,13 +106,23 @@ def _underruns(steps) -> int | None:
     return None
 
 
-def _ttfa_vs_lowest(steps, floor_ms: float) -> int | None:
-    base = _value(steps[0], "ttfa_ms", "p95")
+def ttfa_basis(steps) -> str:
+    """What the TTFA rule judges: ``ttfa_audible_ms`` (when the listener hears the first sound,
+    leading silence played out) where every step with successful requests has it, else
+    ``ttfa_ms`` (the first audio sample): a server that answers early with silence is no faster
+    for its listener."""
+    done = [s for s in steps if s.get("ok")]
+    return "ttfa_audible_ms" if done and all(_value(s, "ttfa_audible_ms", "p95") is not None for s in done) \
+        else "ttfa_ms"
+
+
+def _ttfa_vs_lowest(steps, floor_ms: float, key: str = "ttfa_ms") -> int | None:
+    base = _value(steps[0], key, "p95")
     if not base:
         return None
 
     def high(s):
-        v = _value(s, "ttfa_ms", "p95")
+        v = _value(s, key, "p95")
         if v is None:
             return None if s.get("ok") or not s.get("requests") else True  # nothing succeeded
         return v > LATENCY_RISE * base and v > floor_ms
@@ -229,9 +239,13 @@ def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 
     }
     if streamed:
         idx["underruns"] = _underruns(steps)
-        idx["ttfa_vs_lowest"] = _ttfa_vs_lowest(steps, ttfa_floor_ms)
+        idx["ttfa_vs_lowest"] = _ttfa_vs_lowest(steps, ttfa_floor_ms, ttfa_basis(steps))
     primary = [idx[r] for r in rules if idx[r] is not None]
     k = min(primary) if primary else None
+    # the knee only the first sound heard sets: the audio came as early, but began with silence
+    silence_first = streamed and k is not None and ttfa_basis(steps) == "ttfa_audible_ms" and \
+        idx["ttfa_vs_lowest"] == k and all(idx[r] is None or idx[r] > k for r in rules if r != "ttfa_vs_lowest") and \
+        (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms"))
     methods = {name: (steps[idx[name]]["concurrency"] if idx[name] is not None else None) for name in names}
     knee_c = steps[k]["concurrency"] if k is not None else None
     return dict(empty, **{
@@ -241,6 +255,7 @@ def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 
         "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
         "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
         "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+        **({"ttfa_basis": ttfa_basis(steps), "silence_first": bool(silence_first)} if streamed else {}),
     })
 
 

@@ -57,6 +57,21 @@ def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[
     return start, stalls
 
 
+def heard_at(at_ms, audio_ms, buffer_ms: float, position_ms: float) -> float | None:
+    """When the player of :func:`listen` plays the audio ``position_ms`` into the stream (the
+    first sound past a leading silence), in the arrivals' ms; None when no arrival carried audio.
+    Each stall that began before it delays it by the stall's length."""
+    start, stalls = listen(at_ms, audio_ms, buffer_ms)
+    if start is None:
+        return None
+    t = start + position_ms
+    for dry, resumed in stalls:
+        if dry > t:
+            break
+        t += resumed - dry
+    return t
+
+
 @dataclass
 class Playback:
     """One stream replayed: polylines in ms since ``t0`` (``received`` is a staircase, ``played``

@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["METRICS", "SLO", "SLOError", "Term", "judge", "max_level", "parse"]
+__all__ = ["AFTER_RUN", "METRICS", "SLO", "SLOError", "Term", "judge", "live", "max_level", "parse"]
 
 METRICS: dict[str, str] = {
     "mean_ms": "mean wait latency of successful requests, ms",
@@ -48,6 +48,13 @@ METRICS: dict[str, str] = {
     "throughput_rps": "successful requests completed per second",
     "gpu_mem_gb": "peak GPU memory on the server, GB (1e9 bytes)",
     "gpu_util_pct": "mean GPU utilisation on the server, %",
+    "wer_mean": "mean word error rate of the judged clips, 0..1 (--asr-model)",
+    "wer_p95": "95th percentile word error rate of the judged clips, 0..1 (--asr-model)",
+    "cer_mean": "mean character error rate of the judged clips, 0..1 (--asr-model, --asr-metric cer)",
+    "ttfa_audible_p95_ms": "95th percentile time until the listener hears the first sound, ms",
+    "leading_silence_p95_ms": "95th percentile silence before the first sound, ms",
+    "silent_rate": "share of requests answered with silent audio, 0..1",
+    "runaway_rate": "share of requests whose audio ran away (over 3x the run's duration per character), 0..1",
 }
 
 # metric -> (step dict key, sub key or None, scale); a value of None is "not measured"
@@ -69,6 +76,13 @@ _SOURCES = {
     "throughput_rps": ("throughput_rps", None, 1.0),
     "gpu_mem_gb": ("server", "gpu_mem_peak_bytes", 1e-9),
     "gpu_util_pct": ("server", "gpu_util_mean", 1.0),
+    "wer_mean": ("speech", "wer_mean", 1.0),
+    "wer_p95": ("speech", "wer_p95", 1.0),
+    "cer_mean": ("speech", "cer_mean", 1.0),
+    "ttfa_audible_p95_ms": ("ttfa_audible_ms", "p95", 1.0),
+    "leading_silence_p95_ms": ("leading_silence_ms", "p95", 1.0),
+    "silent_rate": ("silent_rate", None, 1.0),
+    "runaway_rate": ("runaway_rate", None, 1.0),
 }
 
 # percentile metrics with a confidence interval: metric -> (step dict key, CI key)
@@ -87,6 +101,19 @@ _OPS = {
 }
 _NEGATED = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}
 _TERM = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
+
+
+#: Terms from the ASR judge, whose verdicts come after their step: judged on the finished run.
+AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean"))
+
+
+def live(slo: "SLO") -> "SLO | None":
+    """``slo`` without the terms only the finished run can judge (:data:`AFTER_RUN`); None when
+    none is left."""
+    terms = tuple(t for t in slo.terms if t.metric not in AFTER_RUN)
+    if len(terms) == len(slo.terms):
+        return slo
+    return SLO(",".join(t.text for t in terms), terms) if terms else None
 
 
 class SLOError(ValueError):

@@ -84,7 +84,7 @@ import pandas as pd
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 
-from . import server_metrics
+from . import server_metrics, signal
 from .confidence import percentile_cis
 from .incremental import percentiles, sorted_values
 
@@ -95,6 +95,7 @@ RIVA_QUANTILES = (0.90, 0.95, 0.99)  # riva_tts_perf_client's, taken as sorted[i
 INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relative) ...
 INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
 INTEGRITY_EXAMPLES = 5
+CLIPPED_SHARE = 0.001  # an answer with more of its samples at full scale than this is clipped
 
 
 def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
@@ -202,6 +203,43 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
         a.lasting[key] = (n, ref, checked, mismatched, examples)
     return {"checked": int(checked), "mismatched": int(mismatched),
             "rate": mismatched / checked if checked else None, "examples": examples}
+
+
+def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
+    """The step's signal figures (:mod:`analysis.signal`): the distributions of leading and
+    trailing silence and of audible TTFA over the requests the latency figures describe
+    (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
+    (failed with :data:`~analysis.signal.SILENT`), ran away or were truncated (their audio per
+    character against the run's median for their language), or clipped (any sample at full
+    scale in more than :data:`CLIPPED_SHARE` of it)."""
+    runaway, truncated = pace_flags(a)
+    silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
+    n = int(fin.sum())
+    checked = okl & np.isfinite(a["clipped_share"])
+
+    def share(mask) -> float | None:
+        return int(mask.sum()) / n if n else None
+    return {
+        "leading_silence_ms": figure("leading_silence_ms", okl, "okl"),
+        "trailing_silence_ms": figure("trailing_silence_ms", okl, "okl"),
+        "ttfa_audible_ms": figure("ttfa_audible_ms", okl, "okl"),
+        "silent_rate": share(fin & (a["error"] == silent_code)),
+        "runaway_rate": share(fin & a["ok"] & runaway),
+        "truncated_rate": share(fin & a["ok"] & truncated),
+        "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
+        if checked.any() else None,
+    }
+
+
+def pace_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
+    """Runaway and truncated attempts (:func:`analysis.signal.pace_outliers`) over the run's
+    successful final attempts, once per set of columns."""
+    got = a.memo.get("pace_flags")
+    if got is None or len(got[0]) != len(a):
+        pace = np.where(a["ok"] & a["final"] & (a["text_len"] > 0), a["audio_s"] / np.maximum(a["text_len"], 1),
+                        np.nan)
+        got = a.memo["pace_flags"] = signal.pace_outliers(pace, a["language"])
+    return got
 
 
 def _stream_end(window: dict) -> float | None:
@@ -468,6 +506,7 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     out["cancelled"] = int((fin & cancelled).sum())
     out["cancel_to_quiet_ms"] = d("cancel_to_quiet_ms", fin & cancelled, "cancelled")
     out["integrity"] = integrity(a, heard, step["step"])
+    out.update(signal_stats(a, fin, okl, d))
     out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
     stages = {}
     for name, col in a.stages.items():

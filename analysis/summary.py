@@ -30,9 +30,9 @@ from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import RunDir, RunDirError
 
-from . import bargein, openloop, slo as slo_mod, soak as soak_mod, voices as voice_sweep
+from . import bargein, openloop, slo as slo_mod, soak as soak_mod, speech as speech_mod, voices as voice_sweep
 from .confidence import ci_range
-from .diagnosis import diagnose, share
+from .diagnosis import common_evidence, diagnose, share
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
 from .steps import infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
@@ -150,12 +150,67 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
             rate = s.get("underrun_rate")
             stalled = "underruns n/a" if rate is None else (
                 f"{share(rate)} of streams stalled" + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else ""))
-            head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}, {stalled}"
+            heard = f" (audible {ms(s.get('ttfa_audible_ms'), 'p95')})" \
+                if knee.get("ttfa_basis") == "ttfa_audible_ms" else ""
+            head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}{heard}, {stalled}"
         else:
             head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
-        return (f"at {s['concurrency']}: {head}, {s['throughput_rps'] or 0:.2f} req/s, "
+        sp = s.get("speech") or {}
+        heard = f", {sp['metric'].upper()} {speech_mod.pct(sp.get(sp['metric'] + '_mean'))}" if sp.get("judged") else ""
+        return (f"at {s['concurrency']}: {head}{heard}, {s['throughput_rps'] or 0:.2f} req/s, "
                 f"{s['failed']} of {s['requests']} requests failed")
     return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
+
+
+def _speech_knee(knee: dict, levels: list[dict]) -> dict:
+    """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules: a
+    level whose speech is significantly worse than the lowest's is a knee like a latency one, and
+    the earlier of the two is the knee. ``speech_first``: speech broke before latency did."""
+    done = [lv for lv in levels if lv.get("requests")]
+    k, rises = speech_mod.knee_index(done)
+    knee = dict(knee, methods={**knee["methods"], "speech": done[k]["concurrency"] if k is not None else None},
+                rules=[*knee["rules"], "speech"],
+                speech_rise=[None if r is None else {"pairs": r["pairs"], "mean": round(r["mean"], 4),
+                                                     "ci": [round(x, 4) for x in r["ci"]]} for r in rises])
+    first = k is not None and (knee["index"] is None or k < knee["index"])
+    if first:
+        knee.update(index=k, concurrency=done[k]["concurrency"])
+    knee["speech_first"] = first
+    knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee["concurrency"]]
+    return knee
+
+
+def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
+    """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
+    the judged words (``speech_first``), or the first sound heard later behind leading silence
+    (``silence_first``); the evidence is that, then what every diagnosis adds."""
+    done = [lv for lv in levels if lv.get("requests")]
+    common = common_evidence(done, knee, has_resources)
+    if not knee.get("speech_first"):   # the knee is leading silence: its sentence, from the signal checks, first
+        said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
+        return {**diagnosis, "kind": "speech_degraded", "evidence": said + [e for e in common if e not in said]}
+    k = knee["index"]
+    lo, hi = done[k - 1] if k > 0 else done[0], done[k]
+    sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
+    metric = sp_hi.get("metric") or "wer"
+    name = metric.upper()
+    rise = (knee.get("speech_rise") or [None] * (k + 1))[k] or {}
+    ci = rise.get("ci") or [None, None]
+    stream = knee.get("streamed")
+    key, what = ("ttfa_ms", "TTFA p95") if stream else ("latency_ms", "p95")
+    p_lo, p_hi = (lo.get(key) or {}).get("p95"), (hi.get(key) or {}).get("p95")
+    lat = (f"{what} stayed at {p_lo:.0f} ms" if p_lo is not None and p_hi is not None and abs(p_hi - p_lo) < 0.25 * p_lo
+           else f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms" if p_lo is not None and p_hi is not None else
+           f"{what} n/a")
+    ev = [f"{name} rose from {speech_mod.pct(sp_lo.get(metric + '_mean'))} at {lo['concurrency']} to "
+          f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while {lat}: the server's speech "
+          f"degrades before its latency does (paired by text over {rise.get('pairs', 0)} texts, the rise "
+          f"{speech_mod.pct(rise.get('mean'))}, 95 % interval {speech_mod.pct(ci[0])} to {speech_mod.pct(ci[1])})."]
+    worst = (sp_hi.get("worst") or [None])[0]
+    if worst:
+        ev.append(f"Worst at {hi['concurrency']} ({name} {speech_mod.pct(worst['error'])}): sent \"{worst.get('text')}\", "
+                  f"heard \"{worst.get('transcript')}\".")
+    return {**diagnosis, "kind": "speech_degraded", "evidence": ev + common}
 
 
 def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | None:
@@ -326,6 +381,11 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     else:
         done = group_levels(a, judged, rd.resources, settle, streamed=streamed, roles=roles, **users)
         knee = find_knee(done, streamed, rd.ttfa_floor_ms())
+    heard = speech_mod.read(rd.path)   # --asr-model: what the judge heard
+    speech_mod.attach(steps, done, heard)
+    if heard and not open_loop and not by_voices:
+        knee = _speech_knee(knee, done)
+    speech_mod.strip(done)
     if plan and plan[0]["start"] is not None:
         first, last = plan[0]["start"], plan[-1]["end"]
     else:  # steps inferred from the records: the first send and the last completion
@@ -361,6 +421,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     diagnosis = voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices \
         else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop \
         else diagnose(done, knee, creep, rd.has_resources())
+    if knee.get("speech_first") or knee.get("silence_first"):
+        diagnosis = _speech_degraded(done, knee, diagnosis, rd.has_resources())
     orphaned = bargein.evidence(barge)
     if orphaned:
         diagnosis["evidence"].insert(0, orphaned)

@@ -95,15 +95,17 @@ def _safe(fn):
 class ProcessWatcher:
     """The watched server process and its children, summed.
 
-    ``pid`` watches that process; ``match`` finds one by name (the executable's name or a
+    ``pid`` watches that process; ``skip`` names children not to count (the load generator's
+    ASR judge is not the load generator); ``match`` finds one by name (the executable's name or a
     word in its command line) and finds it again if it restarts. Per-process CPU seconds are
     remembered per pid, so children that come and go are counted from the time they appear.
     Command lines are only compared, never reported.
     """
 
-    def __init__(self, pid: int | None = None, match: str | None = None):
+    def __init__(self, pid: int | None = None, match: str | None = None, skip: set[int] | None = None):
         self._pid = pid
         self._match = match
+        self._skip = skip if skip is not None else set()   # children not to count (read at every reading)
         self._root: psutil.Process | None = None
         self._cpu_s: dict[int, tuple[psutil.Process, float]] = {}
         self._last_t: float | None = None
@@ -166,7 +168,7 @@ class ProcessWatcher:
         cpu_delta = 0.0
         rss = 0
         seen: dict[int, tuple[psutil.Process, float]] = {}
-        for proc in [self._root, *children]:
+        for proc in [self._root, *(c for c in children if c.pid not in self._skip)]:
             cached = self._cpu_s.get(proc.pid)
             if cached is not None and cached[0] == proc:
                 proc = cached[0]  # keep the object: psutil checks pid reuse with it

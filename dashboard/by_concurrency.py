@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 
 from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx
-from .table import TAIL_COLUMN, table_columns, table_rows
+from .table import TAIL_COLUMN, speech_metric, table_columns, table_rows
 
 
 def _marks(fig, summary, rows_cols):
@@ -87,7 +87,10 @@ def step_table_html(summary: dict) -> str:
             f"figures: the busiest host's."
             + (" ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
                "once. Both count the streams that ended before their step did (a stream still playing when "
-               "the next step began heard the next step's load)." if is_streamed(summary) else "")
+               "the next step began heard the next step's load). audible: when the listener hears the first "
+               "sound (leading silence, lead, delays it)." if is_streamed(summary) else "")
+            + (" WER% (CER%): the judged clips' mean error rate; unintel: judged above 50 %." if
+               speech_metric(summary) else "")
             + (" tail: from the end of the text (its final flush) to the last audio, what the listener waits once "
                "the text is complete." if TAIL_COLUMN in table_columns(summary) else "") + "</p>")
 

@@ -22,6 +22,7 @@ from .riva_figures import riva_html
 from .server_series import server_section
 from .slo_verdicts import slo_html
 from .soak import soak_html
+from .speech import speech_figure, speech_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
 from .table import audio_missing_text
 from .timeline import timeline_figure
@@ -65,12 +66,14 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
            breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2)]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
+    heard = speech_figure(summary)
     parts = []
-    for f in figs + mix:
+    for f in figs + mix + [heard]:
         parts.append(fig_html(f, first) if f is not None else "")
         first = first if f is None else False
+    listening = speech_html(summary, parts[-1])
     mix_html = "".join(f"<h2>Latency by {what}</h2>{part}"
-                       for what, f, part in zip(("voice", "language"), mix, parts[len(figs):]) if f is not None)
+                       for what, f, part in zip(("voice", "language"), mix, parts[len(figs):-1]) if f is not None)
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
@@ -82,7 +85,8 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
             + soak_html(summary)
-            + f"{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}{breakdown.integrity_html(summary)}"
+            + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
+            f"{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
             f"<h2>Where the time goes</h2>{parts[2]}"
             f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"

@@ -38,6 +38,7 @@ from .report import report_html
 POLL_S = 5
 MIN_REBUILD_S = 2.0
 _RUN_ROUTE = re.compile(r"^/runs/(\d{1,4})/(?:index\.html)?$")
+_CLIP_ROUTE = re.compile(r"^/(?:runs/(\d+)/)?speech/([A-Za-z0-9_.-]+\.wav)$")
 _HTML = "text/html; charset=utf-8"
 
 
@@ -110,6 +111,15 @@ class LiveView:
             if self._plotlyjs is None:
                 self._plotlyjs = get_plotlyjs().encode()
             return 200, "application/javascript; charset=utf-8", self._plotlyjs
+        clip = _CLIP_ROUTE.match(path)
+        if clip:   # a judged clip, for the speech section's players
+            i = int(clip.group(1) or 0)
+            if i >= len(self.runs):
+                return 404, "text/plain; charset=utf-8", b"not found\n"
+            try:
+                return 200, "audio/wav", (self.runs[i].path / runformat.SPEECH_DIR / clip.group(2)).read_bytes()
+            except OSError:
+                return 404, "text/plain; charset=utf-8", b"not found\n"
         if path not in ("/", "/index.html", "/version", "/summary.json") and not _RUN_ROUTE.match(path):
             return 404, "text/plain; charset=utf-8", b"not found\n"
         self._refresh()

@@ -13,7 +13,10 @@ from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
-STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "underrun%", "rtfx")  # after "ttfb p50" in a streamed run's table
+STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "audible p95", "lead p95", "underrun%", "rtfx")  # after "ttfb p50"
+#: With --asr-model, after the retries: the error rate (WER or CER, mean, %) and the unintelligible clips
+#: of the judged.
+SPEECH_COLUMNS = ("judged", "unintel")
 TAIL_COLUMN = "tail p95"   # after them where the text went in pieces: the wait once the text is complete
 #: riva_tts_perf_client's figures: first audio and chunk latency (ms) and RTFX, per step.
 RIVA_COLUMNS = ("step", "conc", "streams", "first audio avg", "p90", "p95", "p99", "chunk avg", "p90", "p95", "p99",
@@ -28,12 +31,26 @@ def _has_tail(summary: dict) -> bool:
     return any(s.get("tail_ms") for s in summary["steps"])
 
 
+def speech_metric(summary: dict) -> str | None:
+    """``wer`` or ``cer`` where the ASR judge judged any step, else None."""
+    for s in summary["steps"]:
+        sp = s.get("speech")
+        if sp and sp.get("judged"):
+            return sp["metric"]
+    return None
+
+
 def table_columns(summary: dict) -> tuple[str, ...]:
     """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
-    and :data:`TAIL_COLUMN` when the text went in pieces, and ``voices`` in a voice sweep."""
+    and :data:`TAIL_COLUMN` when the text went in pieces, ``voices`` in a voice sweep, and the
+    error rate with :data:`SPEECH_COLUMNS` where speech was judged."""
     cols = TABLE_COLUMNS
     if is_voice_sweep(summary):
         cols = cols[:2] + ("voices",) + cols[2:]
+    metric = speech_metric(summary)
+    if metric:
+        at = cols.index("retries")
+        cols = cols[:at] + (f"{metric.upper()}%",) + SPEECH_COLUMNS + cols[at:]
     if not is_streamed(summary):
         return cols
     at = cols.index("ttfb p50") + 1
@@ -44,6 +61,7 @@ def table_columns(summary: dict) -> tuple[str, ...]:
 def table_rows(summary: dict) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
     streamed, tail, voices = is_streamed(summary), _has_tail(summary), is_voice_sweep(summary)
+    metric = speech_metric(summary)
     rows = []
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
@@ -55,12 +73,20 @@ def table_rows(summary: dict) -> list[list[str]]:
             fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
             fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
             fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
-            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(None if under is None else 100 * under, "{:.1f}"),
+            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(stat(s, "ttfa_audible_ms", "p95")),
+                fmt(stat(s, "leading_silence_ms", "p95")), fmt(None if under is None else 100 * under, "{:.1f}"),
                 fmt(s.get("rtfx"), "{:.2f}")]
                if streamed else [])
             + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
+            + (_speech_cells(s.get("speech"), metric) if metric else [])
             + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))])
     return rows
+
+
+def _speech_cells(sp: dict | None, metric: str) -> list[str]:
+    sp = sp or {}
+    mean = sp.get(f"{metric}_mean")
+    return [fmt(None if mean is None else 100 * mean, "{:.1f}"), fmt(sp.get("judged")), fmt(sp.get("unintelligible"))]
 
 
 def riva_rows(summary: dict) -> list[list[str]]:
@@ -143,7 +169,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append("knee: none found" if knee["concurrency"] is None else
                      f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
     if knee.get("streamed"):
-        lines.append(f"streamed: judged on underruns and TTFA p95 (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
+        what = "audible TTFA p95 (the first sound heard)" if knee.get("ttfa_basis") == "ttfa_audible_ms" \
+            else "TTFA p95"
+        lines.append(f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
                      f"not whole-body time")
     lines += _barge_in_lines(summary.get("barge_in"))
     d = summary["diagnosis"]

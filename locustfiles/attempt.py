@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import gevent
 
 from tts_knee import runformat
+from tts_knee.analysis import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
 from . import audio as audio_out, bodies, containers
@@ -31,6 +32,17 @@ from .transports import Answered, Ask, AudioPiece, Cancel, Ended, Received, Text
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
+
+
+def _signal(data: list | None, audio: containers.Audio) -> dict | None:
+    """The signal fields of an answer's PCM16 audio (:func:`analysis.signal.check`), or None for
+    audio it cannot read without decoding (MP3, Opus, AAC, FLAC, other sample widths)."""
+    if not data or audio.format not in ("wav", "pcm") or audio.sample_width != 2 or not audio.data_bytes \
+            or not audio.sample_rate:
+        return None
+    body = data[0] if len(data) == 1 else b"".join(data)
+    return signal.check(memoryview(body)[audio.data_offset:audio.data_offset + audio.data_bytes],
+                        audio.sample_rate, audio.channels or 1)
 
 
 class AttemptFailed(Exception):
@@ -141,6 +153,8 @@ class Caller:
                 # user stopped mid-attempt leaves both or neither: the two counts always agree.
                 self._fire(rec, attempt, elapsed_ms)
                 run.emit(rec)
+                if run.picker is not None and rec["ok"] and not retry:
+                    run.picker.consider(rec, seg, parts)   # --asr-model: a clip for the judge
             finally:
                 run.in_flight -= 1
             if cut is not None:
@@ -242,10 +256,18 @@ class Caller:
                     runformat.attempt.update(rec, **after.fields(cancel, m0, ended))
                 elif ended.audio is not None:
                     audio = ended.audio
-                    rec["ok"] = True
-                    rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
-                    if audio.audio_s:
-                        rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+                    heard = _signal(ended.data, audio)
+                    if heard is not None and heard.pop("silent"):
+                        rec["error"] = signal.SILENT
+                    else:
+                        rec["ok"] = True
+                        rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
+                        if audio.audio_s:
+                            rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+                        if heard is not None:
+                            heard["ttfa_audible_ms"] = timeline.audible_ms(m0, s.playback_buffer_ms,
+                                                                           heard["leading_silence_ms"])
+                            runformat.attempt.update(rec, **heard)
             elif answer.retry_after_raw is not None:
                 rec["retry_after_raw"] = answer.retry_after_raw
                 rec["retry_after_s"] = answer.retry_after_s if answer.retry_after_s is not None \

@@ -21,11 +21,12 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from tts_knee import runformat
+from tts_knee.analysis import asr
 from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, settings as settings_mod, timesync, voices as voices_mod, webui
+from . import heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod, webui
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import preflight
@@ -67,6 +68,8 @@ class Run:
         self.worker_tag = uuid.uuid4().hex[:8]
         self._audio_ok = True
         self.writer = self.shipper = self.puller = self.receiver = None
+        self.judge: listening.Judge | None = None     # master/local: --asr-model's judge
+        self.picker: listening.Picker | None = None   # the clips this node hands it
         self.run_dir: Path | None = None
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.soak: Soak | None = None    # master/local: --soak, once the plan is done
@@ -266,8 +269,29 @@ class Run:
                 self.info["preflight"] = self.preflight
                 self.fail(self.preflight["message"])
                 return
+        if s.asr_model:
+            refused = self._start_judge()
+            if refused is not None:
+                self.fail(refused)
+                return
         self._start_puller()   # with no --collector it still samples this host (role=client)
         self.save()
+
+    def _start_judge(self) -> str | None:
+        """--asr-model: check it, start the judge (its model loaded) and this node's picker;
+        None when ready, else why not."""
+        try:
+            listening.check(self.settings)
+        except asr.AsrError as e:
+            return str(e)
+        self.judge = listening.Judge(self.settings, self.run_dir, self.environment.tts_knee.disk)
+        refused = self.judge.start()
+        if refused is not None:
+            self.judge = None
+            return refused
+        if not self.is_master:
+            self.picker = listening.Picker(self)
+        return None
 
     def _start_puller(self) -> None:
         s = self.settings
@@ -347,6 +371,9 @@ class Run:
             for wid in stragglers:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
         self.writer.close()
+        if self.judge is not None:
+            self.judge.finish()
+            self.info["speech"] = dict(self.judge.counts)
         self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
@@ -381,12 +408,20 @@ class Node:
         self.run: Run | None = None
         self.state = StepState()
         self.receiver = RecordReceiver(runner) if self.is_master else None
+        if self.is_master:
+            runner.register_message(wire.CLIP.name, self._on_clip)
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
         self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
         # master/local: the run directory's writer, off the event loop
         self.disk = None if self.is_worker else DiskWriter()
         self.live_view = None      # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
+
+    def _on_clip(self, environment, msg, **_kw) -> None:
+        run = self.run
+        if run is not None and run.judge is not None:
+            clip = {k: msg.data.get(k) for k in ("req_id", "step", "concurrency", "text_id", "text", "language")}
+            run.judge.offer(clip, msg.data["audio"])
 
     def next_user_number(self) -> int:
         """Users are numbered 1, 2, 3 … on each node, across runs."""
@@ -416,6 +451,8 @@ class Node:
             run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped,
                                         run.calls if s.rates else None)
             run.make_audio_dir()
+            if s.asr_model:
+                run.picker = listening.Picker(run)
             gevent.spawn(self.clock.probe)
         else:
             self.state = StepState(settle_s=s.settle_s)

@@ -191,8 +191,10 @@ class StepPlan:
         self.grid = tuple(grid)
         self.axis = axis
         self.repeats = repeat
-        self.slo = slo
-        self.refine = refine
+        # the ASR judge's terms are judged after the run (its verdicts come after the step): live,
+        # the plan judges the rest, and refines only on them
+        self.slo = slo_mod.live(slo) if slo is not None else None
+        self.refine = refine and self.slo is not None
         self.stop_past_knee = stop_past_knee
         self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
         self.judge = judge   # judge every step even without an SLO or decisions (a soak follows)

@@ -70,6 +70,10 @@ STOP_TIMEOUT_S = 15.0
 SCRAPE_TIMEOUT_S = 2.0     # one --server-metrics scrape; a slower one is a gap
 
 
+#: Children of this process that are not the load generator (the ASR judge: locustfiles.listening),
+#: left out of the client's CPU and memory.
+SIDECARS: set[int] = set()
+
 class _Unreachable(Exception):
     """The collector did not answer usefully; the message says why, in a few words."""
 
@@ -502,7 +506,7 @@ class CollectorPuller:
 
     def _client_loop(self) -> None:
         try:
-            watcher = ProcessWatcher(pid=os.getpid())
+            watcher = ProcessWatcher(pid=os.getpid(), skip=SIDECARS)
         except psutil.Error as exc:   # host readings are still worth having
             log.warning("Cannot watch this process (%s); client samples carry no proc.", exc)
             watcher = None

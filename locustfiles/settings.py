@@ -140,6 +140,12 @@ class Settings:
     # gRPC
     grpc_preset: dict | None = None   # --tts-protocol grpc: the --tts-preset file's content
     language: str = ""
+    # listening (--asr-model): the ASR judge (locustfiles.listening)
+    asr_model: str = ""
+    asr_sample: int = 24
+    asr_language: str = ""
+    asr_metric: str = ""
+    asr_threads: int = 1
 
     @property
     def mode(self) -> str:
@@ -192,6 +198,9 @@ class Settings:
             "barge_in": self.barge_in, "barge_in_after": self.barge_in_after_text,
             "cancel_by": self.cancel_by if self.barge_in else None,
             "barge_in_seed": self.barge_in_seed if self.barge_in else None,
+            "asr_model": self.asr_model or None, "asr_sample": self.asr_sample if self.asr_model else None,
+            "asr_language": self.asr_language or None, "asr_metric": self.asr_metric or None,
+            "asr_threads": self.asr_threads if self.asr_model else None,
         })
 
     @property
@@ -609,12 +618,26 @@ def from_options(options, host: str | None) -> Settings:
         voice_upload=bool(o.voice_upload),
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
+        **_listening(o),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
                             f"--tts-form and voices named in the corpus are for HTTP requests")
     _check_asks(s)
     return s
+
+
+def _listening(o) -> dict:
+    """The ASR judge's settings (--asr-*); the model itself is checked where the judge runs, the
+    master or the local runner, before the run's first step (locustfiles.listening.check): a
+    worker needs no recogniser installed."""
+    model = str(o.asr_model or "").strip()
+    out = {"asr_model": model, "asr_sample": int(_positive("asr-sample", o.asr_sample, int)),
+           "asr_language": str(o.asr_language or "").strip(), "asr_metric": str(o.asr_metric or "").strip(),
+           "asr_threads": int(_positive("asr-threads", o.asr_threads, int))}
+    if not model and (out["asr_language"] or out["asr_metric"]):
+        raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")
+    return out
 
 
 def _grpc(o, host: str) -> dict:

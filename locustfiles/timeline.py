@@ -5,7 +5,7 @@ first piece, the end of the text, the tail after it). Reads no clock and imports
 locust nor gevent: the container tests feed it by hand."""
 from __future__ import annotations
 
-from tts_knee.analysis.playback import listen
+from tts_knee.analysis.playback import heard_at, listen
 
 #: Most arrivals kept per attempt in ``chunk_at_ms``; later ones merge into the last entry.
 MAX_CHUNKS = 4000
@@ -42,6 +42,18 @@ class Timeline:
             return {}
         return {"text_first_ms": _ms(m0, self.text_first), "text_done_ms": _ms(m0, self.text_done),
                 "connect_ms": self.connect_ms}
+
+    def audible_ms(self, m0: float, buffer_ms: float, lead_ms: float) -> float | None:
+        """``ttfa_audible_ms``: when the player of these arrivals plays the first sound, past
+        ``lead_ms`` of leading silence, from TTFA's origin; None where an arrival's audio is
+        unknown."""
+        if not self.at or None in self.audio_ms:
+            return None
+        heard = heard_at([(t - m0) * 1000.0 for t in self.at], self.audio_ms, buffer_ms, lead_ms)
+        if heard is None:
+            return None
+        first = m0 if self.text_first is None else self.text_first
+        return round(heard - (first - m0) * 1000.0, 3)
 
     def fields(self, m0: float, buffer_ms: float, keep_lists: bool) -> dict:
         """The attempt record's streaming fields, times relative to ``m0``. Where text was sent

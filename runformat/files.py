@@ -17,6 +17,8 @@ RESOURCES = "resources.jsonl"
 SUMMARY_JSON = "summary.json"
 REPORT_HTML = "report.html"
 AUDIO_DIR = "audio"   # default --audio-dir inside the run directory
+SPEECH_FILE = "speech.jsonl"   # the ASR judge's verdicts (--asr-model): runformat.schema.SPEECH
+SPEECH_DIR = "speech"   # the clips it judged, one WAV per request
 
 
 def jsonl_bytes(record: dict) -> bytes:

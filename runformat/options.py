@@ -268,6 +268,23 @@ OPTIONS: tuple[Option, ...] = (
        "A JSON endpoint of the TTS server (its cache figures, say) polled by the master each second, its "
        "numbers into resources.jsonl as series (names ending _total as per-second rates) (repeatable; "
        "default none).", "list"),
+    # Listening: an ASR judge of what the audio says (analysis.asr), and the signal checks' level.
+    _O("--asr-model", "asr_model", "", "",
+       "Judge the speech with faster-whisper (pip install 'tts-knee[asr]'): a model directory, or a model name "
+       "faster-whisper fetches where the machine has a network (base, small, ...); each step's word error rate "
+       "against the text sent, and the speech knee (default: not judged)."),
+    _O("--asr-sample", "asr_sample", "count", 24,
+       "Utterances judged per step, the same texts at every step, spread over the corpus (default {default}).",
+       int),
+    _O("--asr-language", "asr_language", "", "",
+       "Language the judge listens for (en, zh ...) (default: the corpus entry's, else --tts-language, else "
+       "detected)."),
+    _O("--asr-metric", "asr_metric", "", "",
+       "wer (words) or cer (characters) (default: cer for zh, ja, ko and other languages written without "
+       "spaces, else wer).", str, ("", "wer", "cer")),
+    _O("--asr-threads", "asr_threads", "count", 1,
+       "CPU threads of the judge: one process beside the master (or the local runner) (default {default}).",
+       int),
 )
 
 #: What a run that does not record an option had, by its run.json key: the flag's default.

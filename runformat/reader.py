@@ -68,7 +68,8 @@ _COLUMNS = {
     "t0": NUM, "ttfb_ms": NUM, "wait_ms": NUM, "write_ms": NUM, "concat_ms": NUM, "audio_s": NUM, "rtf": NUM,
     "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM, "scheduled": NUM, "sched_wait_ms": NUM,
     "ttfa_ms": AMOUNT, "gap_max_ms": AMOUNT, "underrun_ms": AMOUNT, "chunks": COUNT, "underruns": COUNT,
-    "tail_ms": AMOUNT, "cancel_ms": NUM, "cancel_to_quiet_ms": AMOUNT, "audio_after_cancel_ms": AMOUNT,
+    "tail_ms": AMOUNT, "leading_silence_ms": AMOUNT, "trailing_silence_ms": AMOUNT, "ttfa_audible_ms": AMOUNT,
+    "clipped_share": AMOUNT, "cancel_ms": NUM, "cancel_to_quiet_ms": AMOUNT, "audio_after_cancel_ms": AMOUNT,
     "step": INT, "concurrency": INT, "attempt": INT, "status": INT,
 }
 _END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else t0 + wait_ms

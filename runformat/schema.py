@@ -105,6 +105,33 @@ ATTEMPT: tuple[Field, ...] = (
                                     "utterance), quiet (no audio for a while), unacknowledged", optional=True),
     Field("cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence",
           optional=True),
+    # the signal, checked on every attempt whose audio is PCM16 (WAV, raw PCM, SSE): analysis.signal
+    Field("leading_silence_ms", "ms", True, "audio before the first 10 ms frame at or above the silence level "
+                                            "(-40 dBFS RMS)", optional=True),
+    Field("trailing_silence_ms", "ms", True, "audio after the last 10 ms frame at or above the silence level",
+          optional=True),
+    Field("clipped_share", "", True, "share of samples at full scale (clipped)", optional=True),
+    Field("ttfa_audible_ms", "ms", True, "when the listener hears the first sound: the playback model's moment "
+                                         "the first frame above the silence level plays, from ttfa_ms's origin",
+          optional=True),
+)
+#: What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`analysis.asr`).
+SPEECH: tuple[Field, ...] = (
+    Field("req_id", "", False, "the attempt's request (its final, successful attempt)"),
+    Field("step", "", True, "the step the attempt ran in"),
+    Field("concurrency", "count", True, "the step's concurrency"),
+    Field("text_id", "", True, "corpus id of the text"),
+    Field("text", "", True, "the text sent, which the transcript is scored against"),
+    Field("language", "", True, "the language the judge was told, or the one it detected"),
+    Field("metric", "", True, "'wer' (words) or 'cer' (characters: languages written without spaces)"),
+    Field("error", "", True, "word (or character) error rate against the text sent, after normalisation "
+                             "(analysis.asr.normalize); null where the clip could not be judged"),
+    Field("transcript", "", True, "what the recogniser heard"),
+    Field("reason", "", True, "why the clip was not judged (undecodable audio, the judge behind or gone), "
+                              "one sentence; null when judged"),
+    Field("audio_s", "s", True, "the clip's length"),
+    Field("judge_s", "s", True, "CPU seconds the judge spent on the clip"),
+    Field("clip", "", True, "the clip, relative to the run directory (speech/<req_id>.wav)"),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
@@ -325,6 +352,11 @@ VOICE_UPLOAD: tuple[Field, ...] = (
     Field("error", "", True, "why not, one line"),
 )
 
+SPEECH_COUNTS: tuple[Field, ...] = (
+    Field("offered", "count", False, "clips the judge was given"),
+    Field("judged", "count", False, ""),
+    Field("not_judged", "count", False, "undecodable, or the judge behind or gone (speech.jsonl says which)"),
+)
 RUN: tuple[Field, ...] = (
     Field("format_version", "", False, "this format's version; missing means 1"),
     Field("run_id", "", False, "the run directory's name"),
@@ -347,6 +379,8 @@ RUN: tuple[Field, ...] = (
     Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,
           of=VOICE_UPLOAD),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
+    Field("speech", "count", False, "--asr-model: clips offered to the judge, judged, not judged", optional=True,
+          of=SPEECH_COUNTS),
     Field("records", "count", True, "attempt records written, once the run ended", optional=True),
     Field("cut_by_run_end", "count", False, "of them, attempts still in flight when the run's drain ended "
                                             "(error cut_by_run_end)", optional=True),
@@ -366,6 +400,7 @@ collector_entry = Builder("a run.json collector", COLLECTOR)
 server_metrics_entry = Builder("a run.json server_metrics entry", SERVER_METRICS)
 voice_upload_entry = Builder("a run.json voice_uploads entry", VOICE_UPLOAD)
 run_info = Builder("run.json", RUN)
+speech_entry = Builder("a speech.jsonl line", SPEECH)
 
 
 def unknown_fields(table: tuple[Field, ...], record: dict) -> list[str]:

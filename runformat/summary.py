@@ -166,6 +166,35 @@ ATTEMPTS_BY_NUMBER: tuple[Field, ...] = (
     _F("3+", "count", False, "the third and later"),
 )
 
+#: One level's paired rise in error rate (``knee.speech_rise``).
+SPEECH_RISE: tuple[Field, ...] = (
+    _F("pairs", "count", False, "texts judged at both levels"),
+    _F("mean", "", False, "mean rise in error rate"),
+    _F("ci", "", False, "[lo, hi]: its 95 % bootstrap interval"),
+)
+#: A judged clip quoted as an example (``speech.worst``).
+SPEECH_EXAMPLE: tuple[Field, ...] = (
+    _F("req_id", "", False, ""),
+    _F("text_id", "", True, ""),
+    _F("text", "", True, "the text sent"),
+    _F("transcript", "", True, "what the judge heard"),
+    _F("error", "", False, "its word (or character) error rate"),
+    _F("clip", "", True, "the clip, relative to the run directory"),
+)
+#: What the ASR judge heard in one step (``speech``).
+SPEECH_STEP: tuple[Field, ...] = (
+    _F("metric", "", False, "'wer' or 'cer'"),
+    _F("judged", "count", False, "clips judged"),
+    _F("not_judged", "count", False, "clips sent to the judge that it could not judge (undecodable, the judge "
+                                      "behind or gone)"),
+    _F("wer_mean", "", True, "mean word error rate (null when the metric is cer)"),
+    _F("wer_p95", "", True, ""),
+    _F("cer_mean", "", True, "mean character error rate, where cer is the metric"),
+    _F("cer_p95", "", True, ""),
+    _F("unintelligible", "count", False, "clips judged with an error rate over 0.5"),
+    _F("worst", "", False, "the worst clips, worst first", of=SPEECH_EXAMPLE),
+)
+
 #: One step (``steps``) or one tested level, repeats pooled (``levels``).
 STEP_SUMMARY: tuple[Field, ...] = (
     _F("step", "", True, "null for a pooled level"),
@@ -217,6 +246,16 @@ STEP_SUMMARY: tuple[Field, ...] = (
                                      "latency, throughput and tail figures"),
     _F("cancel_to_quiet_ms", "ms", True, "cancelled requests: the cancel to quiet", of=DIST),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
+    # the signal (analysis.signal) and the ASR judge (analysis.asr, --asr-model)
+    _F("leading_silence_ms", "ms", True, "audio before the first sound", of=DIST),
+    _F("trailing_silence_ms", "ms", True, "audio after the last sound", of=DIST),
+    _F("ttfa_audible_ms", "ms", True, "when the listener hears the first sound (the playback model)", of=DIST),
+    _F("silent_rate", "", True, "share of the requests that failed with silent audio"),
+    _F("runaway_rate", "", True, "share that ran away: audio per character over 3x the run's median for the "
+                                 "language"),
+    _F("truncated_rate", "", True, "share cut short: under a third of that median"),
+    _F("clipped_rate", "", True, "share of the checked answers with over 0.1 % of samples at full scale"),
+    _F("speech", "", True, "what the ASR judge heard (--asr-model); null when not judged", of=SPEECH_STEP),
     _F("little", "", True, "Little's law over the window", of=LITTLE),
     _F("server_timing_ms", "ms", False, "per Server-Timing stage", of=Keyed("stage name", STAGE)),
     _F("latency_by_tier_ms", "ms", False, "per text tier", of=Keyed("tier", TIER)),
@@ -245,7 +284,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
 #: ``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
 KNEE_METHODS: tuple[Field, ...] = tuple(_F(name, "", True, "") for name in (
     "latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency", "kneedle",
-    "piecewise", "underruns", "ttfa_vs_lowest", "throughput_shortfall", "latency_growing"))
+    "piecewise", "underruns", "ttfa_vs_lowest", "throughput_shortfall", "latency_growing", "speech"))
 KNEE: tuple[Field, ...] = (
     _F("concurrency", "users", True, "the knee, or null; open loop: null"),
     _F("index", "", True, "into the levels"),
@@ -257,7 +296,14 @@ KNEE: tuple[Field, ...] = (
     _F("inflation_basis", "", False, "'latency' or 'ttfa'", optional=True),
     _F("efficiency", "", False, "throughput per user over the lowest's", optional=True),
     _F("ttfa_floor_ms", "ms", True, "", optional=True),
+    _F("ttfa_basis", "", False, "streamed: what the TTFA rule judged, ttfa_audible_ms (the first sound heard) "
+                                "where every step has it, else ttfa_ms", optional=True),
+    _F("silence_first", "", False, "streamed: the knee is the first sound heard coming later (leading silence) "
+                                   "while the first audio came as early", optional=True),
     _F("untimed_stream", "", False, "streamed, but no stream could be timed", optional=True),
+    _F("speech_rise", "", False, "--asr-model: each level's rise in error rate over the lowest's, paired by text "
+                                 "(null where too few pairs)", optional=True, of=SPEECH_RISE),
+    _F("speech_first", "", False, "--asr-model: the speech knee came before any latency knee", optional=True),
     _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
     _F("voices", "count", True, "voice sweep: the knee's number of distinct voices (concurrency: the one it "
                                 "ran at)", optional=True),

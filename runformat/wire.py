@@ -78,7 +78,18 @@ PONG = Payload("tts_knee_pong", "master -> the worker that pinged: the answer", 
     Field("tm", "unix s", False, "the master's clock at answering"),
 ))
 
-MESSAGES = (STEP, RECORDS, ACK, WORKER_ERROR, PING, PONG)
+CLIP = Payload("tts_knee_clip", "worker -> master: a clip for the ASR judge (--asr-model), as its attempt's "
+                                "record goes out", (
+    Field("req_id", "", False, "the attempt's request"),
+    Field("step", "", False, ""),
+    Field("concurrency", "users", True, ""),
+    Field("text_id", "", False, ""),
+    Field("text", "", False, "what was sent, to score the transcript against"),
+    Field("language", "", True, "what the judge listens for; null: it detects"),
+    Field("audio", "bytes", False, "the clip, a WAV (or the compressed audio as it came)"),
+))
+
+MESSAGES = (STEP, RECORDS, ACK, WORKER_ERROR, PING, PONG, CLIP)
 
 
 # ---- the collector's HTTP API --------------------------------------------------------------

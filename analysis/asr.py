@@ -1,0 +1,134 @@
+"""Listening to the audio: how a transcript is scored against the text that was sent, and which
+recogniser model judges (``--asr-model``).
+
+**Normalisation.** Both the text sent and the transcript go through the normaliser of OpenAI's
+Whisper (the ``whisper-normalizer`` package, the one TTS evaluations use): for English its
+``EnglishTextNormalizer`` (lower case, punctuation dropped, spelled numbers and digits both as
+digits, "Dr." and "doctor" alike, British and American spellings alike), for other languages its
+``BasicTextNormalizer`` (lower case, punctuation and symbols dropped). So "7" and "seven", a
+comma or a capital never count as errors.
+
+**The error rate.** ``wer``: word error rate (edits over the reference's words, ``jiwer``);
+``cer``: character error rate over the normalised text without spaces, for languages written
+without spaces between words (:data:`CER_LANGUAGES`) or where ``--asr-metric cer`` says so. A
+rate can exceed 1 (a transcript of more words than were sent); an empty reference scores 0 for
+an empty transcript and 1 otherwise.
+
+**The model.** faster-whisper (CTranslate2) is an optional extra (``pip install
+'tts-knee[asr]'``); :func:`check_model` tells before the run, in one sentence, what is wrong
+with ``--asr-model``; the judge process (:mod:`analysis.judge`) loads it.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+#: Languages written without spaces between words: judged by character error rate.
+CER_LANGUAGES = frozenset(("zh", "ja", "ko", "th", "lo", "km", "my", "yue", "bo"))
+#: A clip judged with an error rate over this is unintelligible.
+UNINTELLIGIBLE = 0.5
+EXTRA = "pip install 'tts-knee[asr]'"
+
+
+class AsrError(ValueError):
+    """What is wrong with the judge's set-up, in one sentence naming the option."""
+
+
+def base_language(language: str | None) -> str | None:
+    """``en`` of ``en-US``, ``zh`` of ``zh_CN``; None for none."""
+    if not language:
+        return None
+    return language.replace("_", "-").split("-")[0].lower() or None
+
+
+def metric_for(language: str | None, forced: str = "") -> str:
+    """``wer`` or ``cer`` for a language (``forced``: ``--asr-metric``)."""
+    if forced:
+        return forced
+    return "cer" if base_language(language) in CER_LANGUAGES else "wer"
+
+
+@functools.lru_cache(maxsize=2)
+def _normalizer(english: bool):
+    if english:
+        from whisper_normalizer.english import EnglishTextNormalizer
+        return EnglishTextNormalizer()
+    from whisper_normalizer.basic import BasicTextNormalizer
+    return BasicTextNormalizer()
+
+
+def normalize(text: str, language: str | None) -> str:
+    """``text`` as it is scored (see the module doc), words separated by one space."""
+    english = base_language(language) in (None, "en")
+    return " ".join(_normalizer(english)(text or "").split())
+
+
+def error_rate(reference: str, transcript: str, language: str | None, metric: str) -> float:
+    """The word (``wer``) or character (``cer``) error rate of ``transcript`` against
+    ``reference``, both normalised for ``language``."""
+    import jiwer
+    ref, hyp = normalize(reference, language), normalize(transcript, language)
+    if metric == "cer":
+        ref, hyp = ref.replace(" ", ""), hyp.replace(" ", "")
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    if metric == "cer":
+        return float(jiwer.cer(ref, hyp))
+    return float(jiwer.wer(ref, hyp))
+
+
+def languages() -> tuple[str, ...]:
+    """The language codes the recogniser knows."""
+    from faster_whisper.tokenizer import _LANGUAGE_CODES
+    return tuple(_LANGUAGE_CODES)
+
+
+def check_model(spec: str, language: str = "", metric: str = "") -> None:
+    """Raise :class:`AsrError` where ``--asr-model spec`` (with ``--asr-language``) cannot judge:
+    the extra not installed, a directory that is missing or not a faster-whisper model, a name
+    faster-whisper does not know, an unknown language. Cheap: the model itself is loaded by the
+    judge process, which reports a model that will not load before the run's first step."""
+    missing = [m for m in ("faster_whisper", "jiwer", "whisper_normalizer") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise AsrError(f"--asr-model needs {', '.join(missing)}, not installed here: {EXTRA}")
+    if metric and metric not in ("wer", "cer"):
+        raise AsrError(f"--asr-metric must be wer or cer, got {metric!r}")
+    lang = base_language(language)
+    if lang and lang not in languages():
+        raise AsrError(f"--asr-language {language!r} is not a language the recogniser knows "
+                       f"(it knows {', '.join(languages()[:12])} ... {len(languages())} in all)")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        missing = [f for f in ("model.bin", "config.json") if not (path / f).is_file()]
+        if missing:
+            raise AsrError(f"--asr-model {spec}: the directory is not a faster-whisper (CTranslate2) model: "
+                           f"it has no {' or '.join(missing)}")
+        return
+    if path.exists():
+        raise AsrError(f"--asr-model {spec} is a file; give the model's directory (model.bin, config.json, "
+                       f"tokenizer.json) or a model name")
+    from faster_whisper.utils import available_models
+    if "/" in spec or spec.startswith("."):
+        if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+            return   # a Hugging Face repository id, fetched by the judge
+        raise AsrError(f"--asr-model {spec}: no such directory")
+    if spec not in available_models():
+        raise AsrError(f"--asr-model {spec!r} is neither a directory nor a model name faster-whisper knows "
+                       f"({', '.join(available_models())})")
+
+
+def load_model(spec: str, threads: int = 1):
+    """The recogniser for ``spec`` (int8 on the CPU, ``threads`` threads); raises
+    :class:`AsrError` in one sentence where it cannot be had (a name fetched with no network)."""
+    from faster_whisper import WhisperModel
+    path = Path(spec).expanduser()
+    try:
+        return WhisperModel(str(path) if path.is_dir() else spec, device="cpu", compute_type="int8",
+                            cpu_threads=threads, num_workers=1)
+    except Exception as e:   # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if path.is_dir():
+            raise AsrError(f"--asr-model {spec}: the model did not load ({why})") from None
+        raise AsrError(f"--asr-model {spec}: faster-whisper could not fetch the model ({why}); with no network, "
+                       f"give a model directory") from None

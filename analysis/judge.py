@@ -1,0 +1,106 @@
+"""The ASR judge's process: ``python -m tts_knee.analysis.judge --model SPEC`` loads the
+recogniser once (:func:`analysis.asr.load_model`) and transcribes the clips it is sent, one at a
+time, off the load generator's event loop and interpreter.
+
+Its stdin carries clips, each a frame: the length of a JSON header (4 bytes, big-endian), the
+header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"), then the clip's
+``bytes`` bytes (any audio PyAV decodes: WAV, MP3, Ogg ...; raw PCM goes as a WAV). Its stdout carries JSON lines: first
+``{"ready": true}`` once the model has loaded, or ``{"fatal": SENTENCE}`` and exit status 2; then
+one line per clip, in order: ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
+null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
+process's CPU seconds on it). It ends at the end of its input.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import struct
+import sys
+import time
+
+from . import asr
+
+
+def _read_exactly(stream, n: int) -> bytes | None:
+    data = stream.read(n)
+    return data if data is not None and len(data) == n else None
+
+
+def judge_clip(model, header: dict, audio: bytes) -> dict:
+    """One clip's line (see the module doc)."""
+    from faster_whisper import decode_audio
+    out = {"id": header.get("id"), "transcript": None, "language": header.get("language"),
+           "metric": None, "error": None, "reason": None, "audio_s": None, "judge_s": None}
+    started = time.process_time()
+    try:
+        samples = decode_audio(io.BytesIO(audio))
+    except Exception as e:   # PyAV's errors: the clip is not audio it can decode
+        out["reason"] = f"the clip could not be decoded ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        return out
+    out["audio_s"] = round(len(samples) / 16000, 3)
+    if not len(samples):
+        out["reason"] = "the clip holds no audio"
+        return out
+    language = asr.base_language(header.get("language"))
+    try:
+        segments, info = model.transcribe(samples, language=language, beam_size=1, without_timestamps=True,
+                                          condition_on_previous_text=False, vad_filter=False)
+        transcript = " ".join(seg.text.strip() for seg in segments).strip()
+    except Exception as e:   # a clip the model chokes on: that clip only
+        out["reason"] = f"the recogniser failed on the clip ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        return out
+    language = language or info.language
+    metric = asr.metric_for(language, header.get("metric") or "")
+    out.update(transcript=transcript, language=language, metric=metric,
+               error=round(asr.error_rate(header.get("text") or "", transcript, language, metric), 4),
+               judge_s=round(time.process_time() - started, 3))
+    return out
+
+
+def serve(model, inp, out) -> int:
+    """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
+    n = 0
+    while True:
+        size = _read_exactly(inp, 4)
+        if size is None:
+            return n
+        header = _read_exactly(inp, struct.unpack(">I", size)[0])
+        if header is None:
+            return n
+        header = json.loads(header)
+        audio = _read_exactly(inp, int(header.get("bytes", 0))) if header.get("bytes") else b""
+        if audio is None:
+            return n
+        out.write(json.dumps(judge_clip(model, header, audio), ensure_ascii=False) + "\n")
+        out.flush()
+        n += 1
+
+
+def frame(header: dict, audio: bytes) -> bytes:
+    """One clip as the judge reads it."""
+    head = json.dumps({**header, "bytes": len(audio)}, ensure_ascii=False).encode()
+    return struct.pack(">I", len(head)) + head + audio
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tts_knee.analysis.judge",
+                                description="Transcribe the clips on stdin and score them against their text.")
+    p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
+    args = p.parse_args(argv)
+    try:
+        model = asr.load_model(args.model, max(1, args.threads))
+    except asr.AsrError as e:
+        print(json.dumps({"fatal": str(e)}), flush=True)
+        return 2
+    print(json.dumps({"ready": True}), flush=True)
+    try:
+        serve(model, sys.stdin.buffer, sys.stdout)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The report's listening section: what the ASR judge heard (``--asr-model``) beside the
+latency, per step, the worst clips as text to read (with a player for each clip: the report sits
+in the run directory beside ``speech/``, and the live view serves it), and the signal checks
+(leading silence, audible TTFA, silent, runaway, truncated and clipped answers)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from tts_knee.analysis.asr import UNINTELLIGIBLE
+from tts_knee.analysis.speech import MIN_RISE, pct
+
+from .kit import esc, fmt, is_streamed, stat
+from .table import speech_metric
+
+
+def _judged_steps(summary: dict) -> list[dict]:
+    return [s for s in summary["steps"] if s.get("requests") and (s.get("speech") or {}).get("judged")]
+
+
+def speech_figure(summary: dict) -> go.Figure | None:
+    """Error rate (mean and p95) per step against the step's p95 latency (TTFA in a streamed
+    run); None where no step was judged."""
+    metric = speech_metric(summary)
+    steps = _judged_steps(summary)
+    if metric is None or not steps:
+        return None
+    name = metric.upper()
+    labels = [str(s["concurrency"]) for s in steps]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for q, dash in (("mean", "solid"), ("p95", "dot")):
+        fig.add_scatter(x=labels, y=[100 * (s["speech"].get(f"{metric}_{q}") or 0) for s in steps],
+                        name=f"{name} {q} (%)", mode="lines+markers", line=dict(color="#9467bd", dash=dash))
+    key, what = ("ttfa_ms", "TTFA p95 (ms)") if is_streamed(summary) else ("latency_ms", "p95 wait (ms)")
+    fig.add_scatter(x=labels, y=[stat(s, key, "p95") for s in steps], name=what, mode="lines+markers",
+                    line=dict(color="#1f77b4"), secondary_y=True)
+    knee = summary.get("knee") or {}
+    at = (knee.get("methods") or {}).get("speech")
+    if at is not None and str(at) in labels:   # the speech knee
+        fig.add_vline(x=labels.index(str(at)), line=dict(color="#9467bd", dash="dash"))
+    fig.update_xaxes(title_text="concurrency", type="category")
+    fig.update_yaxes(title_text=f"{name} (%)", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text=what, rangemode="tozero", secondary_y=True)
+    fig.update_layout(height=340, margin=dict(t=30, b=40, l=60, r=60), legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def speech_html(summary: dict, figure_html: str) -> str:
+    """The section (empty when the run was not judged and no signal check found anything)."""
+    metric = speech_metric(summary)
+    parts = []
+    if metric:
+        steps = _judged_steps(summary)
+        name = metric.upper()
+        rule = (f"{name}: the {'word' if metric == 'wer' else 'character'} error rate of each judged clip's "
+                f"transcript against the text sent, both normalised as Whisper's evaluations do (case, "
+                f"punctuation and spelled numbers do not count); unintelligible: above {UNINTELLIGIBLE:.0%}. "
+                f"The speech knee is the first step whose clips, paired by text with the lowest step's, are "
+                f"worse by more than {MIN_RISE:.0%} at the low end of a 95 % bootstrap interval.")
+        rows = []
+        rises = (summary.get("knee") or {}).get("speech_rise") or []
+        levels = {lv["concurrency"]: (lv, rises[i] if i < len(rises) else None)
+                  for i, lv in enumerate(lv for lv in summary.get("levels") or [] if lv.get("requests"))}
+        for s in steps:
+            sp = s["speech"]
+            rise = (levels.get(s["concurrency"]) or (None, None))[1]
+            rows.append(f"<tr><td>{esc(s['concurrency'])}</td><td>{sp['judged']}</td><td>{sp['not_judged']}</td>"
+                        f"<td>{esc(pct(sp.get(metric + '_mean')))}</td><td>{esc(pct(sp.get(metric + '_p95')))}</td>"
+                        f"<td>{sp['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>")
+        parts.append(f"<p class='meta'>{esc(rule)}</p>{figure_html}"
+                     f"<table><tr><th>concurrency</th><th>judged</th><th>not judged</th><th>{name} mean</th>"
+                     f"<th>{name} p95</th><th>unintelligible</th><th class='l'>rise over the lowest (95 % interval)"
+                     f"</th></tr>{''.join(rows)}</table>")
+        worst = [(s, w) for s in steps for w in s["speech"].get("worst") or [] if w["error"] > 0]
+        worst.sort(key=lambda p: -p[1]["error"])
+        if worst:
+            cells = "".join(
+                f"<tr><td>{esc(s['concurrency'])}</td><td>{esc(pct(w['error']))}</td><td class='l'>{esc(w.get('text'))}"
+                f"</td><td class='l'>{esc(w.get('transcript'))}</td><td>"
+                + (f"<audio controls preload='none' src='{esc(w['clip'])}'></audio>" if w.get("clip") else "")
+                + "</td></tr>" for s, w in worst[:8])
+            parts.append(f"<h3>The worst clips</h3><table><tr><th>concurrency</th><th>{name}</th><th class='l'>sent"
+                         f"</th><th class='l'>heard</th><th>clip</th></tr>{cells}</table>")
+    signal = _signal_rows(summary)
+    if signal:
+        parts.append(signal)
+    if not parts:
+        return ""
+    return "<h2>What the listener hears</h2>" + "".join(parts)
+
+
+def _rise_text(rise: dict | None) -> str:
+    if not rise:
+        return "-"
+    lo, hi = rise["ci"]
+    return f"{pct(rise['mean'])} ({pct(lo)} to {pct(hi)}, {rise['pairs']} texts)"
+
+
+def _signal_rows(summary: dict) -> str:
+    steps = [s for s in summary["steps"] if s.get("requests")]
+    if not any(s.get("leading_silence_ms") or s.get("silent_rate") for s in steps):
+        return ""
+    rows = "".join(
+        f"<tr><td>{esc(s['concurrency'])}</td><td>{fmt(stat(s, 'ttfa_ms', 'p50'))}</td>"
+        f"<td>{fmt(stat(s, 'ttfa_audible_ms', 'p50'))}</td><td>{fmt(stat(s, 'ttfa_audible_ms', 'p95'))}</td>"
+        f"<td>{fmt(stat(s, 'leading_silence_ms', 'p50'))}</td><td>{fmt(stat(s, 'leading_silence_ms', 'p95'))}</td>"
+        f"<td>{fmt(stat(s, 'trailing_silence_ms', 'p95'))}</td>"
+        + "".join(f"<td>{esc(pct(s.get(k)) if s.get(k) is not None else '-')}</td>"
+                  for k in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate"))
+        + "</tr>" for s in steps)
+    return ("<h3>The signal</h3><p class='meta'>Silence: 10 ms frames below -40 dBFS. Audible TTFA: when the "
+            "playback model plays the first sound, so leading silence delays it even when the bytes came early. "
+            "Runaway: audio per character over 3x the run's median for the language; truncated: under a third; "
+            "clipped: over 0.1 % of samples at full scale.</p>"
+            "<table><tr><th>concurrency</th><th>TTFA p50</th><th>audible p50</th><th>audible p95</th>"
+            "<th>leading silence p50</th><th>p95</th><th>trailing p95</th><th>silent</th><th>runaway</th>"
+            f"<th>truncated</th><th>clipped</th></tr>{rows}</table>")

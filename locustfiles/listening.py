@@ -1,0 +1,263 @@
+"""Listening (``--asr-model``): which attempts the ASR judge hears, and getting their clips to it.
+
+**What is judged.** ``--asr-sample N`` texts spread evenly over the corpus (every k-th) are the
+judged texts; at each step the first successful, uncancelled answer to each of them is judged,
+so every step judges the same texts where it sends them (the method compares steps on equal
+work, and the speech knee pairs the steps' clips by text). A text split into segments is not
+judged (each segment is an attempt of its own).
+
+**Where the judge runs.** One judge process (:mod:`analysis.judge`) beside the master, or beside
+the local runner: a worker ships each clip it picked to the master as a Locust message
+(:data:`runformat.wire.CLIP`), about 24 clips a step of a few hundred kB each. So the judge's CPU
+is never spent on a load generator (a worker keeps its cores for the load), the model is loaded
+once per run, not once per worker, and the clips and verdicts land in the run directory with the
+records (``speech/``, ``speech.jsonl``). Beside a local runner it runs at a lower priority
+(nice 10): the load and its timing come first.
+
+**Falling behind.** At most :data:`QUEUE_MAX` clips wait for the judge; a clip beyond is not judged
+and its line in ``speech.jsonl`` says so, as does the line of every clip still waiting when the
+run's end has waited :data:`FINISH_S` for the judge, or when the judge process died. Nothing of
+the load run depends on the judge: a judge that dies mid-run leaves every record intact.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections import deque
+
+import gevent
+from gevent import subprocess
+from gevent.event import Event
+
+from tts_knee import runformat
+from tts_knee.analysis import asr, judge as judge_proc
+from tts_knee.runformat import wire
+
+from . import containers, puller
+
+log = logging.getLogger("tts_knee.listening")
+
+#: Clips waiting for the judge at most; one beyond is not judged.
+QUEUE_MAX = 48
+#: At the run's end, how long the judge is waited for to finish the clips it has.
+FINISH_S = 180.0
+#: How long the judge process may take to load its model.
+READY_S = 180.0
+
+
+def judged_texts(texts, n: int) -> frozenset[str]:
+    """The ids of ``n`` texts spread evenly over the corpus (all of them when it has no more)."""
+    ids = list(dict.fromkeys(t.id for t in texts))
+    if n >= len(ids):
+        return frozenset(ids)
+    return frozenset(ids[int(i * len(ids) / n)] for i in range(n))
+
+
+class Picker:
+    """On every load-generating node: picks the attempts to judge and hands their clips on."""
+
+    def __init__(self, run):
+        self.run = run
+        s = run.settings
+        self.ids = judged_texts(s.texts, s.asr_sample)
+        self.cap = s.asr_sample
+        self.taken: dict[int, set] = {}
+
+    def consider(self, rec: dict, seg, parts: list) -> None:
+        """After an attempt's record went out: hand its clip on if it is one to judge."""
+        if not rec["ok"] or not rec["final"] or rec.get("cancelled") or seg.n != 1 or rec["step"] is None:
+            return
+        text = seg.text
+        if text.id not in self.ids:
+            return
+        taken = self.taken.setdefault(rec["step"], set())
+        if text.id in taken or len(taken) >= self.cap:
+            return
+        taken.add(text.id)
+        data, audio = parts[-1]
+        body = data if isinstance(data, (bytes, bytearray)) else b"".join(data)
+        if audio.format == "pcm":
+            body = containers.wav_header(len(body), audio.sample_rate, audio.channels or 1,
+                                         audio.sample_width or 2) + body
+        s = self.run.settings
+        clip = {"req_id": rec["req_id"], "step": rec["step"], "concurrency": rec["concurrency"],
+                "text_id": text.id, "text": seg.words,
+                "language": s.asr_language or seg.ask.language or text.language or s.language or None}
+        if self.run.is_worker:
+            self.run.environment.runner.send_message(wire.CLIP.name, wire.CLIP(**clip, audio=bytes(body)))
+        elif self.run.judge is not None:
+            self.run.judge.offer(clip, bytes(body))
+
+
+class Judge:
+    """Master or local runner: the judge process, its queue, ``speech/`` and ``speech.jsonl``."""
+
+    def __init__(self, s, run_dir, disk):
+        self.s = s
+        self.run_dir = run_dir
+        self.disk = disk
+        self.path = run_dir / runformat.SPEECH_FILE
+        (run_dir / runformat.SPEECH_DIR).mkdir(exist_ok=True)
+        self.disk.append(self.path, b"")
+        self.proc = None
+        self._reader = None
+        self.queue: deque = deque()
+        self.sent: deque = deque()   # clips written to the judge, not answered yet
+        self.taken: dict[int, set] = {}
+        self.counts = {"offered": 0, "judged": 0, "not_judged": 0}
+        self._more = Event()
+        self._done = Event()
+        self.dead: str | None = None
+
+    def start(self) -> str | None:
+        """Start the judge and wait for its model; None once ready, else why not (a sentence)."""
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tts_knee.analysis.judge", "--model", self.s.asr_model,
+                 "--threads", str(self.s.asr_threads)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: os.nice(10))
+        except OSError as e:
+            return f"the ASR judge did not start: {e}"
+        puller.SIDECARS.add(self.proc.pid)   # its CPU is not the load generator's
+        with gevent.Timeout(READY_S, False):
+            line = self.proc.stdout.readline()
+            try:
+                said = json.loads(line) if line else {}
+            except ValueError:
+                said = {}
+            if said.get("ready"):
+                gevent.spawn(self._feed)
+                self._reader = gevent.spawn(self._read)
+                return None
+            self.proc.kill()
+            return said.get("fatal") or "the ASR judge exited before its model loaded"
+        self.proc.kill()
+        return f"the ASR judge did not load --asr-model {self.s.asr_model} within {READY_S:g} s"
+
+    def offer(self, clip: dict, audio: bytes) -> None:
+        """A clip to judge (the first of its text at its step; at most --asr-sample a step)."""
+        taken = self.taken.setdefault(clip["step"], set())
+        if clip["text_id"] in taken or len(taken) >= self.s.asr_sample:
+            return
+        taken.add(clip["text_id"])
+        self.counts["offered"] += 1
+        name = f"{runformat.SPEECH_DIR}/{_safe(clip['req_id'])}.wav"
+        self.disk.append(self.run_dir / name, audio)
+        self.disk.close(self.run_dir / name)
+        clip = {**clip, "clip": name}
+        if self._done.is_set():
+            self._unjudged(clip, "not judged: it came after the judge had finished")
+        elif self.dead is not None:
+            self._unjudged(clip, f"not judged: {self.dead}")
+        elif len(self.queue) >= QUEUE_MAX:
+            self._unjudged(clip, f"not judged: the judge was behind ({QUEUE_MAX} clips waiting)")
+        else:
+            self.queue.append((clip, audio))
+            self._more.set()
+
+    def _feed(self) -> None:
+        while True:
+            while not self.queue:
+                if self._done.is_set():
+                    self._close_input()
+                    return
+                self._more.clear()
+                self._more.wait()
+            clip, audio = self.queue.popleft()
+            self.sent.append(clip)
+            try:
+                self.proc.stdin.write(judge_proc.frame(
+                    {"id": clip["req_id"], "text": clip["text"], "language": clip["language"],
+                     "metric": self.s.asr_metric}, audio))
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                self._died()
+                return
+
+    def _close_input(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            if not self.sent:
+                continue
+            clip = self.sent.popleft()
+            reason = said.get("reason")
+            self.counts["not_judged" if reason else "judged"] += 1
+            self._write(clip, language=said.get("language") or clip["language"], metric=said.get("metric"),
+                        error=said.get("error"), transcript=said.get("transcript"), reason=reason,
+                        audio_s=said.get("audio_s"), judge_s=said.get("judge_s"))
+        if self.proc.poll() is None:
+            self.proc.wait()
+        if self.sent or self.queue or not self._done.is_set():
+            self._died()
+
+    def _died(self) -> None:
+        if self.dead is None:
+            code = self.proc.poll()
+            self.dead = f"the judge process ended (exit status {code})" if code is not None else \
+                "the judge process stopped answering"
+            if not self._done.is_set():
+                log.error("the ASR judge went away mid-run (%s); the load run goes on, and the clips left are not "
+                          "judged", self.dead)
+        for clip in list(self.sent):
+            self._unjudged(clip, f"not judged: {self.dead}")
+        self.sent.clear()
+        while self.queue:
+            self._unjudged(self.queue.popleft()[0], f"not judged: {self.dead}")
+
+    def _unjudged(self, clip: dict, reason: str) -> None:
+        self.counts["not_judged"] += 1
+        self._write(clip, language=clip["language"], metric=None, error=None, transcript=None, reason=reason,
+                    audio_s=None, judge_s=None)
+
+    def _write(self, clip: dict, **said) -> None:
+        entry = runformat.speech_entry(req_id=clip["req_id"], step=clip["step"], concurrency=clip["concurrency"],
+                                       text_id=clip["text_id"], text=clip["text"], clip=clip.get("clip"),
+                                       **said)
+        self.disk.append(self.path, runformat.jsonl_bytes(entry))
+
+    def finish(self) -> None:
+        """The run has ended: wait up to FINISH_S for the clips the judge has, then stop it; the
+        clips it did not get to are written as not judged."""
+        if self.proc is None:
+            return
+        waiting = len(self.queue) + len(self.sent)
+        if waiting and self.dead is None:
+            log.info("the ASR judge has %d clips left; waiting up to %.0f s", waiting, FINISH_S)
+        self._done.set()
+        self._more.set()
+        with gevent.Timeout(FINISH_S, False):
+            self.proc.wait()
+            if self._reader is not None:
+                self._reader.join()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
+            self._died()
+        elif self.sent or self.queue:
+            self._died()
+        self.disk.close(self.path)
+        c = self.counts
+        if c["offered"]:
+            log.info("speech: %d clips judged, %d not (speech.jsonl)", c["judged"], c["not_judged"])
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in name)[:120]
+
+
+def check(s) -> None:
+    """Raise :class:`analysis.asr.AsrError` where the judge's options cannot work."""
+    asr.check_model(s.asr_model, s.asr_language, s.asr_metric)
