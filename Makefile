@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TARGET ?= piper
 
-.PHONY: install test demo bench clean
+.PHONY: install test docs demo bench clean
 
 install: $(STAMP)
 
@@ -23,10 +23,19 @@ $(STAMP): pyproject.toml
 PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
+	$(DOCS_BUILD)
 	@status=0; \
 	$(PYTEST) -n 2 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	$(PYTEST) -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
+
+# The manual (docs/, mkdocs): its option reference made from runformat/options.py first; --strict
+# fails on a broken link, a missing page or an unknown anchor.
+DOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+docs: $(STAMP)
+	$(PY) -c "from tts_knee.runformat.options import reference; print(reference(), end='')" > docs/options.md
+	$(DOCS_BUILD)
+	@echo "the manual: site/index.html"
 
 demo: $(STAMP)
 	$(PY) -m tts_knee.testbed.demo --target $(TARGET)
@@ -35,4 +44,4 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

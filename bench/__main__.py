@@ -1,12 +1,12 @@
 """Run every benchmark and print one table: figure, measured, goal, pass/fail.
 
-Run from the repository root (about 7 minutes on two cores)::
+Run from the repository root (about 9 minutes on two cores)::
 
     make bench                      # or: .venv/bin/python -m bench
     .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 4 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py, bench/collector_overhead.py,
+bench/listening_cost.py, bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py, bench/collector_overhead.py,
 bench/dashboard_scale.py, bench/live_view.py and bench/distributed_master.py (bench/own_memory.py,
 an hour long, runs on its own). One that is missing or fails is a row saying so, not a crash. The
 table looks like::
@@ -82,6 +82,21 @@ def generator_cost(quick: bool) -> list[Row]:
         Row(f"one worker process, {m['users']} users, fast target",
             f"{m['tts_rps']:.0f} attempts/s (bare {m['bare_rps']:.0f})"),
     ]
+
+
+def listening_cost(quick: bool) -> list[Row]:
+    out, why = _run("listening_cost.py", ["--json", "--pairs", "2" if quick else "3"])
+    if out is None:
+        return _broken("generator CPU per attempt, judging on / off", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    spread = ", ".join(f"{x:.2f}" for x in m["ratios"])
+    rows = [Row("generator CPU per attempt, judging on / off",
+                f"{m['ratio']:.2f}x ({m['on_us']:.0f} vs {m['off_us']:.0f} us; pairs {spread})",
+                f"<= {m['goal_ratio']}x", m["ratio"] <= m["goal_ratio"])]
+    rows += [Row(f"  ASR judge CPU, {j['clip']} clip ({j['audio_s']:.1f} s)",
+                 f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s") for j in m["judge"]]
+    rows.append(Row("signal checks per attempt (5 s of 22.05 kHz)", f"{m['signal_us']:.0f} us"))
+    return rows
 
 
 def client_overhead(quick: bool) -> list[Row]:
@@ -237,8 +252,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller dashboard run")
     args = parser.parse_args()
     rows: list[Row] = []
-    for bench in (generator_cost, client_overhead, stream_cost, session_cost, grpc_cost, collector_overhead,
-                  dashboard_scale, live_view, distributed_master):
+    for bench in (generator_cost, listening_cost, client_overhead, stream_cost, session_cost, grpc_cost,
+                  collector_overhead, dashboard_scale, live_view, distributed_master):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]
     header = ("figure", "measured", "goal", "result")

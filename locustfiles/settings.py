@@ -50,26 +50,33 @@ class SettingsError(ValueError):
 
 def add_arguments(parser) -> None:
     """Register tts-knee's options (:data:`runformat.options.OPTIONS`) on Locust's parser
-    (``init_command_line_parser``): the command line, ``.conf`` files and the web UI."""
-    for o in run_options.OPTIONS:
-        if o.flag is None:
-            continue
-        kw = {"default": list(o.default) if o.kind == "list" else o.default,
-              "help": o.help_text().replace("%", "%%")}   # argparse formats help with %
-        if o.kind is bool:
-            kw["action"] = "store_true"
-        elif o.kind == "list":
-            kw["action"] = "append"
-        elif o.kind is not str:
-            kw["type"] = o.kind
-        if o.choices:
-            kw["choices"] = o.choices
-        if o.secret:
-            kw["is_secret"] = True
-        if o.env:
-            kw["env_var"] = o.env
-        # Locust's own add_argument (not a group's) understands is_secret and the web-UI flags
-        parser.add_argument(o.flag, **kw)
+    (``init_command_line_parser``): the command line, ``.conf`` files and the web UI; ``--help``
+    lists them after Locust's, in their groups (:data:`runformat.options.GROUPS`)."""
+    for group in run_options.GROUPS:
+        container = parser.add_argument_group(f"tts-knee: {group.title}", group.about)
+        for o in run_options.OPTIONS:
+            if o.flag is not None and o.group is group:
+                _add(container, o)
+
+
+def _add(container, o: run_options.Option) -> None:
+    """One option on an argument group: argparse's own, with the attributes Locust's add_argument
+    would set for its web UI form (a group's add_argument does not take them)."""
+    kw = {"default": list(o.default) if o.kind == "list" else o.default,
+          "help": o.help_text().replace("%", "%%")}   # argparse formats help with %
+    if o.kind is bool:
+        kw["action"] = "store_true"
+    elif o.kind == "list":
+        kw["action"] = "append"
+    elif o.kind is not str:
+        kw["type"] = o.kind
+    if o.choices:
+        kw["choices"] = o.choices
+    if o.env:
+        kw["env_var"] = o.env
+    action = container.add_argument(o.flag, **kw)
+    action.include_in_web_ui, action.is_secret = True, bool(o.secret)
+    action.is_required = action.is_multiple = False
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ def _options(help_text: str) -> set[str]:
     return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
 
 
+def _declared(help_text: str) -> set[str]:
+    """The options ``help_text`` declares (each at the start of its line, as argparse lists them),
+    not those its help sentences mention."""
+    return set(re.findall(r"^ {2}(--[a-z][a-z0-9-]*)", help_text, flags=re.M))
+
+
 def test_the_command_names_its_subcommands():
     done = tts_knee("--help")
     assert done.returncode == 0, done.stderr
@@ -53,6 +59,32 @@ def test_run_help_lists_every_tts_knee_option_and_locusts_own():
     # each tts-knee option says its default (a stand-in value says what it becomes)
     text = " ".join(done.stdout.split())
     assert "(closed loop; default 1,2,4,8,16)" in text and "(default 10% of the step" in text
+
+
+def test_run_help_shows_tts_knees_options_in_their_groups_after_locusts():
+    from tts_knee.runformat.options import GROUPS, OPTIONS
+    out = tts_knee("run", "--help").stdout
+    heads = [line[:-1] for line in out.splitlines() if line.startswith("tts-knee: ") and line.endswith(":")]
+    assert heads == [f"tts-knee: {g.title}" for g in GROUPS]
+    assert out.index("Common options:") < out.index(heads[0])
+    for g in GROUPS:   # each group lists exactly its own options
+        nxt = [out.index(h + ":") for h in heads if out.index(h + ":") > out.index(f"tts-knee: {g.title}:")]
+        part = out[out.index(f"tts-knee: {g.title}:"):min(nxt) if nxt else out.index("Examples:")]
+        assert _declared(part) == {o.flag for o in OPTIONS if o.group is g}, g.title
+
+
+def test_the_manuals_option_reference_is_made_from_the_declarations_and_lists_every_option():
+    from tts_knee.runformat.options import OPTIONS, reference
+    page = (ROOT / "docs" / "options.md").read_text()
+    assert page == reference(), "docs/options.md is out of date: make docs writes it"
+    listed = set(re.findall(r"^\| `(--[a-z0-9-]+)`", page, flags=re.M))
+    help_text = tts_knee("run", "--help").stdout
+    ours = _declared(help_text[help_text.index("tts-knee: "):help_text.index("Examples:")])
+    assert listed == ours == {o.flag for o in OPTIONS if o.flag}
+
+
+def test_the_readme_is_a_front_door():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 300
 
 
 @pytest.mark.parametrize("command, module, build", [("report", "tts_knee.dashboard.__main__", "parser"),

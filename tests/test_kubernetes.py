@@ -156,9 +156,9 @@ def test_an_unknown_flag_fails_the_command_line_check(tmp_path):
             assert flag in results[who]["error"], (who, results[who]["error"])
 
 
-def test_the_readmes_kustomization_renders_and_its_commands_parse(tmp_path):
-    """The README's example of one's own kustomization, beside a copy of deploy/."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_manuals_kustomization_renders_and_its_commands_parse(tmp_path):
+    """The manual's example of one's own kustomization (docs/distributed.md), beside a copy of deploy/."""
+    readme = (ROOT / "docs" / "distributed.md").read_text()
     block = readme.split("```yaml\n# my-run/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     shutil.copytree(DEPLOY.parent, tmp_path / "deploy")
     (tmp_path / "my-run").mkdir()

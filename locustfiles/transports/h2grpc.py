@@ -6,7 +6,7 @@ Why not grpcio: under gevent, grpcio (with ``grpc.experimental.gevent.init_geven
 the gRPC project supports it) hands every completion event from its own native threads to the
 hub's thread pool and back. At 256 concurrent streams in one Locust process that put the
 arrival stamps 56 ms late at p95 (and cost 368 us of CPU per chunk) where this client's were
-1.9 ms late (168 us per chunk), medians of bench/grpc_cost.py's rounds in the README's gRPC
+1.9 ms late (168 us per chunk), medians of bench/grpc_cost.py's rounds in the manual's gRPC
 section.
 
 The wire is grpc/doc/PROTOCOL-HTTP2.md: a call is one HTTP/2 stream, ``POST /package.Service/
