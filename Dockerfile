@@ -7,6 +7,7 @@ FROM python:3.11-slim
 COPY pyproject.toml README.md /src/
 COPY tts_knee /src/tts_knee
 COPY runformat /src/runformat
+COPY audio /src/audio
 COPY analysis /src/analysis
 COPY locustfiles /src/locustfiles
 COPY collectors /src/collectors

@@ -3,7 +3,7 @@
 
 **Per step** (``speech``): the clips judged at the step, their mean and p95 error rate (``wer_*``
 or ``cer_*`` by the run's metric), ``unintelligible`` (judged above
-:data:`analysis.asr.UNINTELLIGIBLE`), ``not_judged``, and the :data:`WORST` worst as text to read.
+:data:`audio.asr.UNINTELLIGIBLE`), ``not_judged``, and the :data:`WORST` worst as text to read.
 
 **The speech knee** (knee method ``speech``): the first level whose speech is *significantly*
 worse than the lowest level's. Its clips are paired with the lowest level's by text (every step
@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tts_knee import runformat
-
-from .asr import UNINTELLIGIBLE
+from tts_knee.audio.asr import UNINTELLIGIBLE
 
 WORST = 3
 MIN_RISE = 0.02

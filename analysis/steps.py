@@ -81,10 +81,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tts_knee.audio import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 
-from . import server_metrics, signal
+from . import server_metrics
 from .confidence import percentile_cis
 from .incremental import percentiles, sorted_values
 
@@ -206,10 +207,10 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
 
 
 def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
-    """The step's signal figures (:mod:`analysis.signal`): the distributions of leading and
+    """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
     trailing silence and of audible TTFA over the requests the latency figures describe
     (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
-    (failed with :data:`~analysis.signal.SILENT`), ran away or were truncated (their audio per
+    (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (their audio per
     character against the run's median for their language), or clipped (any sample at full
     scale in more than :data:`CLIPPED_SHARE` of it)."""
     runaway, truncated = pace_flags(a)
@@ -232,7 +233,7 @@ def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
 
 
 def pace_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
-    """Runaway and truncated attempts (:func:`analysis.signal.pace_outliers`) over the run's
+    """Runaway and truncated attempts (:func:`audio.signal.pace_outliers`) over the run's
     successful final attempts, once per set of columns."""
     got = a.memo.get("pace_flags")
     if got is None or len(got[0]) != len(a):

@@ -6,7 +6,7 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
     .venv/bin/python bench/listening_cost.py            # 3 pairs, 10 users, 6 s measured each
     .venv/bin/python bench/listening_cost.py --json
 
-1. **The judge** (:func:`analysis.judge.judge_clip`, Whisper base, int8, one thread) on piper's
+1. **The judge** (:func:`audio.judge.judge_clip`, Whisper base, int8, one thread) on piper's
    joe voice saying a short, a medium and a long text, each judged three times: CPU seconds per
    clip and per audio second (median). Whisper reads 30 s windows, so a short clip costs about as
    much as a window: per audio second, short clips are the dear ones.
@@ -15,7 +15,7 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
    per attempt of each Locust process over the same window (bench/meter.py: the process's own
    CPU, not the judge's, which is a child process). Goal: on within 5 % of off (median of the
    pairs' ratios).
-3. **The signal checks** (:func:`analysis.signal.check`) on 5 s of 22.05 kHz PCM16: microseconds
+3. **The signal checks** (:func:`audio.signal.check`) on 5 s of 22.05 kHz PCM16: microseconds
    per attempt.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _speech(text: str) -> bytes:
 
 
 def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
-    from tts_knee.analysis import asr, judge
+    from tts_knee.audio import asr, judge
     model = asr.load_model(model_dir, 1)
     rows = []
     for name, text in TEXTS.items():
@@ -69,7 +69,7 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
 def signal_cost(n: int = 2000) -> float:
     import numpy as np
 
-    from tts_knee.analysis import signal
+    from tts_knee.audio import signal
     rate = 22050
     x = (3000 * np.sin(np.arange(5 * rate) * 0.05)).astype("<i2").tobytes()
     signal.check(x, rate, 1)

@@ -34,7 +34,7 @@ of a core) spread over 5 chunks a second. SSE costs more per chunk for its JSON 
 takes tens of microseconds). CPU per chunk is the Locust process's CPU time (user + system)
 over the settled window divided by the chunks that arrived in it: everything the client does
 per chunk, its share of each request's cost included. "parser alone" feeds the same chunks
-to locustfiles/containers.py in this process, without the network.
+to audio/containers.py in this process, without the network.
 """
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def _floor(host: str, streams: int, texts: Path, seconds: float) -> list[dict]:
 
 def parser_cost(n: int = 5000) -> dict:
     """CPU per 200 ms chunk of the stream parsers alone, in microseconds."""
-    from tts_knee.locustfiles import containers
+    from tts_knee.audio import containers
     from tts_knee.locustfiles.timeline import Timeline
     pcm = bytes(int(RATE * CHUNK_MS / 1000) * 2)
     event = b'data: {"type": "speech.audio.delta", "audio": "' + base64.b64encode(pcm) + b'"}\n\n'

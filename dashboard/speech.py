@@ -7,8 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.analysis.asr import UNINTELLIGIBLE
 from tts_knee.analysis.speech import MIN_RISE, pct
+from tts_knee.audio.asr import UNINTELLIGIBLE
 
 from .kit import esc, fmt, is_streamed, stat
 from .table import speech_metric

@@ -169,8 +169,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append("knee: none found" if knee["concurrency"] is None else
                      f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
     if knee.get("streamed"):
-        what = "audible TTFA p95 (the first sound heard)" if knee.get("ttfa_basis") == "ttfa_audible_ms" \
-            else "TTFA p95"
+        what = "audible TTFA p95" if knee.get("ttfa_basis") == "ttfa_audible_ms" else "TTFA p95"
         lines.append(f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
                      f"not whole-body time")
     lines += _barge_in_lines(summary.get("barge_in"))

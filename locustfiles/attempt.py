@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import gevent
 
 from tts_knee import runformat
-from tts_knee.analysis import signal
+from tts_knee.audio import containers, signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import audio as audio_out, bodies, containers
+from . import audio as audio_out, bodies
 from .bargein import Listener
 from .clock import mono, wall
 from .corpus import Text, split
@@ -35,7 +35,7 @@ _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
 
 
 def _signal(data: list | None, audio: containers.Audio) -> dict | None:
-    """The signal fields of an answer's PCM16 audio (:func:`analysis.signal.check`), or None for
+    """The signal fields of an answer's PCM16 audio (:func:`audio.signal.check`), or None for
     audio it cannot read without decoding (MP3, Opus, AAC, FLAC, other sample widths)."""
     if not data or audio.format not in ("wav", "pcm") or audio.sample_width != 2 or not audio.data_bytes \
             or not audio.sample_rate:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .containers import audio_kind
+from tts_knee.audio.containers import audio_kind
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "configs" / "texts" / "default.jsonl"
 TIERS = ("short", "medium", "long")

@@ -6,7 +6,7 @@ so every step judges the same texts where it sends them (the method compares ste
 work, and the speech knee pairs the steps' clips by text). A text split into segments is not
 judged (each segment is an attempt of its own).
 
-**Where the judge runs.** One judge process (:mod:`analysis.judge`) beside the master, or beside
+**Where the judge runs.** One judge process (:mod:`audio.judge`) beside the master, or beside
 the local runner: a worker ships each clip it picked to the master as a Locust message
 (:data:`runformat.wire.CLIP`), about 24 clips a step of a few hundred kB each. So the judge's CPU
 is never spent on a load generator (a worker keeps its cores for the load), the model is loaded
@@ -32,10 +32,10 @@ from gevent import subprocess
 from gevent.event import Event
 
 from tts_knee import runformat
-from tts_knee.analysis import asr, judge as judge_proc
+from tts_knee.audio import asr, containers, judge as judge_proc
 from tts_knee.runformat import wire
 
-from . import containers, puller
+from . import puller
 
 log = logging.getLogger("tts_knee.listening")
 
@@ -115,8 +115,8 @@ class Judge:
         """Start the judge and wait for its model; None once ready, else why not (a sentence)."""
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tts_knee.analysis.judge", "--model", self.s.asr_model,
-                 "--threads", str(self.s.asr_threads)],
+                [sys.executable, "-m", "tts_knee.audio.judge", "--model", self.s.asr_model,
+                 "--threads", str(self.s.asr_threads), "--language", self.s.asr_language],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(10))
         except OSError as e:
@@ -259,5 +259,5 @@ def _safe(name: str) -> str:
 
 
 def check(s) -> None:
-    """Raise :class:`analysis.asr.AsrError` where the judge's options cannot work."""
+    """Raise :class:`audio.asr.AsrError` where the judge's options cannot work."""
     asr.check_model(s.asr_model, s.asr_language, s.asr_metric)

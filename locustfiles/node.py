@@ -21,7 +21,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from tts_knee import runformat
-from tts_knee.analysis import asr
+from tts_knee.audio import asr
 from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END

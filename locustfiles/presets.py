@@ -14,7 +14,7 @@ String values in ``[send]``, ``path``, ``query`` and ``headers`` may hold placeh
 takes the value's type; a key whose placeholder has no value (no ``--tts-voice``, an unset
 variable) is left out. A frame that cannot be what the dialect says (a text frame that is not
 JSON, audio that is not base64, a binary frame where the dialect sends none) raises
-:class:`~locustfiles.containers.StreamError` with one sentence.
+:class:`~audio.containers.StreamError` with one sentence.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError:   # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-from .containers import StreamError
+from tts_knee.audio.containers import StreamError
 
 #: The presets that ship with tts-knee (``--tts-preset NAME``).
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "presets"

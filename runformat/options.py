@@ -293,7 +293,7 @@ OPTIONS: tuple[Option, ...] = (
        "A JSON endpoint of the TTS server (its cache figures, say) polled by the master each second, its "
        "numbers into resources.jsonl as series (names ending _total as per-second rates) (repeatable; "
        "default none).", "list", group=_TELEMETRY),
-    # Listening: an ASR judge of what the audio says (analysis.asr), and the signal checks' level.
+    # Listening: an ASR judge of what the audio says (audio.asr), and the signal checks' level.
     _O("--asr-model", "asr_model", "", "",
        "Judge the speech with faster-whisper (pip install 'tts-knee[asr]'): a model directory, or a model name "
        "faster-whisper fetches where the machine has a network (base, small, ...); each step's word error rate "

@@ -105,7 +105,7 @@ ATTEMPT: tuple[Field, ...] = (
                                     "utterance), quiet (no audio for a while), unacknowledged", optional=True),
     Field("cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence",
           optional=True),
-    # the signal, checked on every attempt whose audio is PCM16 (WAV, raw PCM, SSE): analysis.signal
+    # the signal, checked on every attempt whose audio is PCM16 (WAV, raw PCM, SSE): audio.signal
     Field("leading_silence_ms", "ms", True, "audio before the first 10 ms frame at or above the silence level "
                                             "(-40 dBFS RMS)", optional=True),
     Field("trailing_silence_ms", "ms", True, "audio after the last 10 ms frame at or above the silence level",
@@ -115,7 +115,7 @@ ATTEMPT: tuple[Field, ...] = (
                                          "the first frame above the silence level plays, from ttfa_ms's origin",
           optional=True),
 )
-#: What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`analysis.asr`).
+#: What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`audio.asr`).
 SPEECH: tuple[Field, ...] = (
     Field("req_id", "", False, "the attempt's request (its final, successful attempt)"),
     Field("step", "", True, "the step the attempt ran in"),
@@ -125,7 +125,7 @@ SPEECH: tuple[Field, ...] = (
     Field("language", "", True, "the language the judge was told, or the one it detected"),
     Field("metric", "", True, "'wer' (words) or 'cer' (characters: languages written without spaces)"),
     Field("error", "", True, "word (or character) error rate against the text sent, after normalisation "
-                             "(analysis.asr.normalize); null where the clip could not be judged"),
+                             "(audio.asr.normalize); null where the clip could not be judged"),
     Field("transcript", "", True, "what the recogniser heard"),
     Field("reason", "", True, "why the clip was not judged (undecodable audio, the judge behind or gone), "
                               "one sentence; null when judged"),

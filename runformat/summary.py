@@ -246,7 +246,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
                                      "latency, throughput and tail figures"),
     _F("cancel_to_quiet_ms", "ms", True, "cancelled requests: the cancel to quiet", of=DIST),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
-    # the signal (analysis.signal) and the ASR judge (analysis.asr, --asr-model)
+    # the signal (audio.signal) and the ASR judge (audio.asr, --asr-model)
     _F("leading_silence_ms", "ms", True, "audio before the first sound", of=DIST),
     _F("trailing_silence_ms", "ms", True, "audio after the last sound", of=DIST),
     _F("ttfa_audible_ms", "ms", True, "when the listener hears the first sound (the playback model)", of=DIST),

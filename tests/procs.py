@@ -218,3 +218,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def plain_parser():
+    """tts-knee's options on a plain argparse parser, without importing Locust (which would
+    monkey-patch this process with gevent): their groups drop the keywords only Locust's parser
+    takes (``is_secret``, ``env_var`` …)."""
+    import argparse
+
+    from tts_knee.locustfiles import settings
+    parser = argparse.ArgumentParser()
+    make_group = parser.add_argument_group
+
+    def group(*args, **kw):
+        g = make_group(*args, **kw)
+        add = g.add_argument
+        g.add_argument = lambda *a, **k: add(*a, **{x: v for x, v in k.items() if x not in (
+            "is_secret", "include_in_web_ui", "is_required", "env_var")})
+        return g
+    parser.add_argument_group = group
+    settings.add_arguments(parser)
+    return parser

@@ -20,12 +20,9 @@ import struct
 import gevent
 from gevent.server import StreamServer
 
+from tts_knee.audio.containers import wav_header
+
 FAULTS = ("none", "reset", "error-event", "garbage-after", "short", "bad-base64")
-
-
-def wav_header(rate: int) -> bytes:
-    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 0xFFFFFFFF, b"WAVE", b"fmt ", 16, 1, 1, rate, rate * 2,
-                       2, 16, b"data", 0xFFFFFFFF)
 
 
 def sse_event(obj: dict) -> bytes:
@@ -76,7 +73,7 @@ class Server:
         chunks = max(1, round(a.audio_ms / a.chunk_ms))
         gevent.sleep(a.prefill_ms / 1000)
         if not sse and not pcm_fmt and a.header_alone:
-            send(wav_header(a.rate))
+            send(wav_header(0, a.rate, placeholder=True))
             gevent.sleep(a.chunk_ms / a.speed / 1000 / 2)
         for i in range(chunks):
             pcm = bytes(chunk_bytes) if a.quiet else \
@@ -86,7 +83,7 @@ class Server:
                 data = sse_event({"type": "speech.audio.delta", "audio": b64[:-1] + "*" if fault == "bad-base64"
                                   and i == 1 else b64})
             else:
-                data = (wav_header(a.rate) if i == 0 and not pcm_fmt and not a.header_alone else b"") + pcm
+                data = (wav_header(0, a.rate, placeholder=True) if i == 0 and not pcm_fmt and not a.header_alone else b"") + pcm
             send(data)
             if i == 1 and fault == "reset":
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -1,4 +1,4 @@
-"""Scoring a transcript (analysis.asr), the judge process on real speech (analysis.judge with
+"""Scoring a transcript (audio.asr), the judge process on real speech (audio.judge with
 Whisper base from the test extra), and the speech knee's paired interval (analysis.speech)."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import wave
 
 import pytest
 
-from tts_knee.analysis import asr, judge, speech
+from tts_knee.analysis import speech
+from tts_knee.audio import asr, judge
 from tts_knee.testbed.whisper_base import model_dir
 
 
@@ -37,7 +38,7 @@ def test_languages_written_without_spaces_are_judged_by_characters():
 @pytest.mark.parametrize("spec,language,said", [
     ("/nonexistent/whisper", "", "--asr-model /nonexistent/whisper: no such directory"),
     ("not-a-model-name", "", "--asr-model 'not-a-model-name' is neither a directory nor a model name"),
-    ("base", "xx", "--asr-language 'xx' is not a language the recogniser knows"),
+    ("base", "english", "--asr-language 'english' is not a language code"),
 ])
 def test_a_model_or_language_that_cannot_judge_is_one_sentence(spec, language, said):
     with pytest.raises(asr.AsrError) as e:
@@ -68,7 +69,7 @@ def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbag
     frames = judge.frame({"id": "a", "text": text, "language": "en"}, _joe(text)) \
         + judge.frame({"id": "b", "text": text, "language": None}, b"this is not audio at all") \
         + judge.frame({"id": "c", "text": "Something else entirely was said here.", "language": "en"}, _joe(text))
-    done = subprocess.run([sys.executable, "-m", "tts_knee.analysis.judge", "--model", str(model_dir())],
+    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir())],
                           input=frames, capture_output=True, timeout=180)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     lines = [json.loads(x) for x in done.stdout.decode().splitlines()]
@@ -80,10 +81,17 @@ def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbag
     assert c["error"] >= 0.8, c   # the words of another text
 
 
+def test_a_language_the_model_does_not_know_is_the_judges_one_fatal_line():
+    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir()),
+                           "--language", "xx"], input=b"", capture_output=True, timeout=120)
+    assert done.returncode == 2
+    assert json.loads(done.stdout)["fatal"].startswith("--asr-language 'xx' is not a language the recogniser knows")
+
+
 def test_a_model_that_does_not_load_is_the_judges_one_fatal_line(tmp_path):
     (tmp_path / "model.bin").write_bytes(b"not a model")
     (tmp_path / "config.json").write_text("{}")
-    done = subprocess.run([sys.executable, "-m", "tts_knee.analysis.judge", "--model", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(tmp_path)],
                           input=b"", capture_output=True, timeout=60)
     assert done.returncode == 2
     said = json.loads(done.stdout)

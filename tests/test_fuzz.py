@@ -2,7 +2,6 @@
 or raises its module's own error class (one sentence for a person), never anything else."""
 from __future__ import annotations
 
-import argparse
 import math
 import struct
 import tempfile
@@ -11,7 +10,9 @@ from types import SimpleNamespace
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from tts_knee.locustfiles import containers, corpus, headers, settings as settings_mod
+from procs import plain_parser
+from tts_knee.audio import containers
+from tts_knee.locustfiles import corpus, headers, settings as settings_mod
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 HEADER_TEXT = st.text(st.characters(codec="latin-1"), max_size=200)   # what an HTTP header can carry
@@ -181,18 +182,7 @@ def test_split_keeps_every_character_within_the_limit(text, max_chars):
 # ---- settings ------------------------------------------------------------------------------
 
 def _defaults() -> dict:
-    parser = argparse.ArgumentParser()
-    parser.add_argument = _without_locust_kwargs(parser.add_argument)
-    settings_mod.add_arguments(parser)
-    return vars(parser.parse_args([]))
-
-
-def _without_locust_kwargs(add):
-    def wrapped(*args, **kw):
-        for k in ("is_secret", "include_in_web_ui", "is_required", "env_var"):
-            kw.pop(k, None)
-        return add(*args, **kw)
-    return wrapped
+    return vars(plain_parser().parse_args([]))
 
 
 DEFAULTS = _defaults()

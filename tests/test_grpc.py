@@ -6,7 +6,6 @@ status it ends with, what --retry-on judges it by, the pushback, the audio that 
 sentence a failure leaves."""
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import sys
 import gevent
 import pytest
 
-from procs import ROOT, free_port, read_jsonl, spawn
+from procs import ROOT, free_port, plain_parser, read_jsonl, spawn
 from tts_knee.locustfiles import settings as settings_mod
 from tts_knee.locustfiles.transports import Answered, AudioPiece, Ended, TransportError, transport_for
 
@@ -23,11 +22,7 @@ SIM_CAPACITY = ["--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100", "
 
 def settings(host: str, *args: str):
     """tts-knee's settings from these command-line options, parsed as Locust would."""
-    parser = argparse.ArgumentParser()
-    add = parser.add_argument
-    parser.add_argument = lambda *a, **kw: add(*a, **{k: v for k, v in kw.items() if k not in ("is_secret", "env_var")})
-    settings_mod.add_arguments(parser)
-    return settings_mod.from_options(parser.parse_args(["--tts-protocol", "grpc", *args]), host)
+    return settings_mod.from_options(plain_parser().parse_args(["--tts-protocol", "grpc", *args]), host)
 
 
 def exchange(transport, text: str = "Hello there, how are you today?") -> dict:

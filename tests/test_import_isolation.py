@@ -29,7 +29,7 @@ print(json.dumps({"modules": names, "loaded": sorted({"locust", "gevent"} & set(
 
 
 #: tts_knee's parts: each a folder at the top of the clone, as pyproject.toml's package-dir maps them.
-PARTS = ("analysis", "collectors", "configs", "dashboard", "locustfiles", "runformat", "testbed")
+PARTS = ("analysis", "audio", "collectors", "configs", "dashboard", "locustfiles", "runformat", "testbed")
 
 
 def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
@@ -44,8 +44,8 @@ def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
     assert json.loads(out.stdout) == {p: [str(ROOT / p), False] for p in PARTS}
 
 
-@pytest.mark.parametrize("package", ["tts_knee.analysis", "tts_knee.dashboard", "tts_knee.collectors",
-                                     "tts_knee.runformat"])
+@pytest.mark.parametrize("package", ["tts_knee.analysis", "tts_knee.audio", "tts_knee.dashboard",
+                                     "tts_knee.collectors", "tts_knee.runformat"])
 def test_package_imports_neither_locust_nor_gevent(package):
     out = subprocess.run([sys.executable, "-c", CODE, package], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -81,11 +81,12 @@ FOLDERS = {"tts_knee": "tts_knee", **{p: f"tts_knee.{p}" for p in PARTS if p != 
 #: What each layer may import of the project, besides itself: each only what lies below it.
 LAYERS = {
     "runformat": set(),
-    "analysis": {"runformat"},
+    "audio": set(),
+    "analysis": {"audio", "runformat"},
     "collectors": {"runformat"},
-    "dashboard": {"analysis", "runformat"},
-    "locustfiles": {"analysis", "collectors", "dashboard", "runformat"},
-    "testbed": set(),
+    "dashboard": {"analysis", "audio", "runformat"},
+    "locustfiles": {"analysis", "audio", "collectors", "dashboard", "runformat"},
+    "testbed": {"audio"},
     "tts_knee": {"collectors", "dashboard", "locustfiles", "testbed"},   # the command: on top of all
 }
 PRESENTATION_OR_LOAD = {"dashboard", "plotly", "locustfiles", "locust", "gevent", "geventhttpclient", "flask"}

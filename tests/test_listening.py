@@ -134,7 +134,7 @@ def test_a_judge_that_cannot_judge_stops_the_run_before_it_starts_in_one_sentenc
 def _judge_of(locust_proc) -> psutil.Process | None:
     for child in psutil.Process(locust_proc.pid).children(recursive=True):
         try:
-            if "tts_knee.analysis.judge" in " ".join(child.cmdline()):
+            if "tts_knee.audio.judge" in " ".join(child.cmdline()):
                 return child
         except psutil.Error:
             continue

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from tts_knee.audio.containers import StreamError
 from tts_knee.locustfiles import presets
-from tts_knee.locustfiles.containers import StreamError
 
 SHIPPED = ("cartesia", "deepgram", "elevenlabs", "elevenlabs-multi", "vllm-omni")
 VALUES = {"voice": "V1", "model": "M1", "context_id": "ctx-1", "utterance": 1}

@@ -247,17 +247,12 @@ def test_every_option_is_declared_once_with_a_unit_and_a_default_its_help_shows(
 
 
 def test_the_reader_and_the_parser_take_the_same_defaults(tmp_path):
-    import argparse
     import json
 
-    from tts_knee.locustfiles import settings
+    from procs import plain_parser
     from tts_knee.runformat.options import DEFAULTS
     from tts_knee.runformat.reader import RunDir
-    parser = argparse.ArgumentParser()
-    add = parser.add_argument
-    parser.add_argument = lambda *a, is_secret=False, env_var=None, **kw: add(*a, **kw)   # Locust's own
-    settings.add_arguments(parser)
-    parsed = vars(parser.parse_args([]))
+    parsed = vars(plain_parser().parse_args([]))
     assert parsed["ttfa_floor_ms"] == DEFAULTS["ttfa_floor_ms"]
     assert parsed["playback_buffer_ms"] == DEFAULTS["playback_buffer_ms"]
     (tmp_path / runformat.RUN_JSON).write_text(json.dumps({"options": {}}))

@@ -1,4 +1,4 @@
-"""The signal checks (analysis.signal) and the audible TTFA of the playback model, in-process."""
+"""The signal checks (audio.signal) and the audible TTFA of the playback model, in-process."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from tts_knee.analysis import signal
 from tts_knee.analysis.playback import heard_at
+from tts_knee.audio import signal
 
 RATE = 22050
 

@@ -1,4 +1,4 @@
-"""The incremental parsers of locustfiles/containers.py and the playback model
+"""The incremental parsers of audio/containers.py and the playback model
 (analysis/playback.py), on hand-made bodies fed in every split; and the HTTP transport's
 ``read_some`` against a real server on loopback."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tts_knee.analysis.playback import listen
-from tts_knee.locustfiles import containers
+from tts_knee.audio import containers
 from tts_knee.locustfiles.timeline import MAX_CHUNKS, Timeline
 from tts_knee.locustfiles.transports.http import read_some
 

@@ -11,7 +11,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tts_knee.locustfiles import containers
+from tts_knee.audio import containers
 from tts_knee.locustfiles.timeline import Timeline
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,7 +23,7 @@ LOCUSTFILE = '''
 import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
-from tts_knee.locustfiles.containers import Audio
+from tts_knee.audio.containers import Audio
 from tts_knee.locustfiles.pacing import Pacer, schedule
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport

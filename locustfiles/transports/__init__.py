@@ -17,7 +17,7 @@ and naming it in :func:`transport_for`. What it must do:
   2. :class:`Received` for each piece of the answer read off the connection (the first one's
      ``at`` is ``t1``, the time to first byte), and :class:`AudioPiece` for each arrival of
      audio in it, with its duration in ms (None where the format cannot tell): decode audio
-     with the parsers of :mod:`locustfiles.containers`, which report arrivals to a sink.
+     with the parsers of :mod:`audio.containers`, which report arrivals to a sink.
      A protocol that takes the text in pieces sends them as :mod:`locustfiles.pacing` says
      (``--text-rate``, ``--text-jitter``, ``--flush``) and yields :class:`TextSent` for each
      send, the last one flagged ``last`` when the end of the text (the final flush) went out:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, Union
 
+from tts_knee.audio.containers import Audio
+
 from ..clock import mono
-from ..containers import Audio
 from ..corpus import Clip
 
 

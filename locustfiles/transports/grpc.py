@@ -40,7 +40,9 @@ from urllib.parse import urlsplit
 import gevent
 from google.protobuf.message import DecodeError
 
-from .. import containers, pacing
+from tts_knee.audio import containers
+
+from .. import pacing
 from ..clock import mono, wall
 from ..headers import parse_retry_after
 from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, Transport, TransportError

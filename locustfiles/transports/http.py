@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 from geventhttpclient import HTTPClient
 
-from .. import containers
+from tts_knee.audio import containers
+
 from ..clock import mono
 from ..headers import header, parse_server_timing
 from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, Transport, TransportError

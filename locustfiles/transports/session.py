@@ -32,7 +32,8 @@ import gevent
 from gevent.lock import Semaphore
 from gevent.queue import Empty, Queue
 
-from .. import containers
+from tts_knee.audio import containers
+
 from ..clock import mono
 from ..pacing import Pacer, schedule
 from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, Transport, TransportError

@@ -29,8 +29,9 @@ from urllib.parse import urlsplit
 import websocket
 from websocket import ABNF
 
+from tts_knee.audio.containers import StreamError
+
 from ..clock import mono
-from ..containers import StreamError
 from ..presets import Preset
 from .base import Answered, TransportError
 from .session import Connection, Item, Refused, SessionTransport, os_error

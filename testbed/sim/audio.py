@@ -1,5 +1,5 @@
 """What the simulator answers with: a quiet PCM16 mono tone as long as the text asks for, or
-(``--speech``) the text spoken, and the WAV header that frames it. :class:`Speaker` makes every
+(``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker` makes every
 answer's PCM, and carries out the drills that break it under load (``--garble-above``,
 ``--silence-above``, ``--runaway-rate``)."""
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import array
 import hashlib
 import math
-import struct
 import sys
 from dataclasses import dataclass
+
+from tts_knee.audio.containers import wav_header  # noqa: F401  (the simulator's modules take it from here)
 
 AUDIO_S_PER_CHAR = 0.06
 MIN_AUDIO_S = 0.2
@@ -19,14 +20,6 @@ TONE_AMPLITUDE = 0.1  # of full scale
 
 def audio_seconds(text: str) -> float:
     return max(MIN_AUDIO_S, AUDIO_S_PER_CHAR * len(text))
-
-
-def wav_header(data_bytes: int, sample_rate: int, placeholder: bool = False) -> bytes:
-    """A 44-byte PCM16 mono WAV header; ``placeholder`` writes 0xFFFFFFFF sizes (streaming)."""
-    riff = 0xFFFFFFFF if placeholder else 36 + data_bytes
-    data = 0xFFFFFFFF if placeholder else data_bytes
-    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", riff, b"WAVE", b"fmt ", 16, 1, 1,
-                       sample_rate, sample_rate * 2, 2, 16, b"data", data)
 
 
 class Tone:

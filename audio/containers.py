@@ -166,10 +166,13 @@ def looks_textual(body) -> bool:
     return True
 
 
-def wav_header(data_bytes: int, rate: int, channels: int, width: int) -> bytes:
+def wav_header(data_bytes: int, rate: int, channels: int = 1, width: int = 2, placeholder: bool = False) -> bytes:
+    """The 44-byte header of integer PCM in a WAV file (PCM16 mono unless told); ``placeholder``
+    writes 0xFFFFFFFF sizes, as a server streaming audio of a length it does not know yet does."""
     frame = channels * width
-    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data_bytes, b"WAVE", b"fmt ", 16, 1,
-                       channels, rate, rate * frame, frame, width * 8, b"data", data_bytes)
+    riff, data = (0xFFFFFFFF, 0xFFFFFFFF) if placeholder else (36 + data_bytes, data_bytes)
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", riff, b"WAVE", b"fmt ", 16, 1,
+                       channels, rate, rate * frame, frame, width * 8, b"data", data)
 
 
 def concat(parts: list[tuple[bytes, Audio]]) -> bytes:

@@ -16,7 +16,7 @@ an empty transcript and 1 otherwise.
 
 **The model.** faster-whisper (CTranslate2) is an optional extra (``pip install
 'tts-knee[asr]'``); :func:`check_model` tells before the run, in one sentence, what is wrong
-with ``--asr-model``; the judge process (:mod:`analysis.judge`) loads it.
+with ``--asr-model``; the judge process (:mod:`audio.judge`) loads it.
 """
 from __future__ import annotations
 
@@ -78,26 +78,20 @@ def error_rate(reference: str, transcript: str, language: str | None, metric: st
     return float(jiwer.wer(ref, hyp))
 
 
-def languages() -> tuple[str, ...]:
-    """The language codes the recogniser knows."""
-    from faster_whisper.tokenizer import _LANGUAGE_CODES
-    return tuple(_LANGUAGE_CODES)
-
-
 def check_model(spec: str, language: str = "", metric: str = "") -> None:
     """Raise :class:`AsrError` where ``--asr-model spec`` (with ``--asr-language``) cannot judge:
     the extra not installed, a directory that is missing or not a faster-whisper model, a name
-    faster-whisper does not know, an unknown language. Cheap: the model itself is loaded by the
-    judge process, which reports a model that will not load before the run's first step."""
+    faster-whisper does not know, a language that is no language code. Cheap: the model itself is
+    loaded by the judge process, which reports a model that will not load, or a language it does
+    not know (:func:`check_language`), before the run's first step."""
     missing = [m for m in ("faster_whisper", "jiwer", "whisper_normalizer") if importlib.util.find_spec(m) is None]
     if missing:
         raise AsrError(f"--asr-model needs {', '.join(missing)}, not installed here: {EXTRA}")
     if metric and metric not in ("wer", "cer"):
         raise AsrError(f"--asr-metric must be wer or cer, got {metric!r}")
     lang = base_language(language)
-    if lang and lang not in languages():
-        raise AsrError(f"--asr-language {language!r} is not a language the recogniser knows "
-                       f"(it knows {', '.join(languages()[:12])} ... {len(languages())} in all)")
+    if language and not (lang and lang.isalpha() and 2 <= len(lang) <= 3):
+        raise AsrError(f"--asr-language {language!r} is not a language code (en, zh, de ...)")
     path = Path(spec).expanduser()
     if path.is_dir():
         missing = [f for f in ("model.bin", "config.json") if not (path / f).is_file()]
@@ -116,6 +110,15 @@ def check_model(spec: str, language: str = "", metric: str = "") -> None:
     if spec not in available_models():
         raise AsrError(f"--asr-model {spec!r} is neither a directory nor a model name faster-whisper knows "
                        f"({', '.join(available_models())})")
+
+
+def check_language(model, language: str) -> None:
+    """Raise :class:`AsrError` when the loaded ``model`` does not know ``--asr-language``."""
+    lang = base_language(language)
+    known = tuple(getattr(model, "supported_languages", ()) or ())
+    if lang and known and lang not in known:
+        raise AsrError(f"--asr-language {language!r} is not a language the recogniser knows "
+                       f"(it knows {', '.join(known[:12])} ... {len(known)} in all)")
 
 
 def load_model(spec: str, threads: int = 1):

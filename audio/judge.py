@@ -1,5 +1,5 @@
-"""The ASR judge's process: ``python -m tts_knee.analysis.judge --model SPEC`` loads the
-recogniser once (:func:`analysis.asr.load_model`) and transcribes the clips it is sent, one at a
+"""The ASR judge's process: ``python -m tts_knee.audio.judge --model SPEC`` loads the
+recogniser once (:func:`audio.asr.load_model`) and transcribes the clips it is sent, one at a
 time, off the load generator's event loop and interpreter.
 
 Its stdin carries clips, each a frame: the length of a JSON header (4 bytes, big-endian), the
@@ -84,13 +84,15 @@ def frame(header: dict, audio: bytes) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tts_knee.analysis.judge",
+    p = argparse.ArgumentParser(prog="python -m tts_knee.audio.judge",
                                 description="Transcribe the clips on stdin and score them against their text.")
     p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
+    p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")
     args = p.parse_args(argv)
     try:
         model = asr.load_model(args.model, max(1, args.threads))
+        asr.check_language(model, args.language)
     except asr.AsrError as e:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
