@@ -26,7 +26,7 @@ from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod, webui
+from . import heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import preflight
@@ -489,8 +489,6 @@ def _on_init(environment, **_kw) -> None:
         # Locust allows one listener per message type: registered once, routed to the current run.
         runner.register_message(wire.STEP.name, on_step)
         runner.register_message(wire.ACK.name, on_ack)
-    if environment.web_ui is not None:
-        webui.mount(environment, node)
 
 
 @events.test_start.add_listener

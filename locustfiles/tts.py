@@ -14,7 +14,22 @@ help before it loads a locustfile).
 It imports the installed package, ``tts_knee`` (a clone's ``make install`` installs it
 editable), wherever it is run from.
 """
-from tts_knee.locustfiles import node  # noqa: F401  (attaches the event listeners)
+from locust import events
+
+from tts_knee.locustfiles import node, webui  # noqa: F401  (node attaches the event listeners)
 from tts_knee.locustfiles.openloop_user import OpenLoopUser  # noqa: F401
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 from tts_knee.locustfiles.user import TTSUser  # noqa: F401
+
+
+@events.init.add_listener
+def _web_ui(environment, **_kw) -> None:
+    """The composition root: Locust's web UI gets tts-knee's tab and the dashboard's live view
+    (after node's own init listener has made this node's tts-knee state)."""
+    if environment.web_ui is not None:
+        webui.mount(environment, environment.tts_knee, _live_view)
+
+
+def _live_view(run_dirs):
+    from tts_knee.dashboard.serve import LiveView  # pandas and plotly: once the page is first opened
+    return LiveView(run_dirs)

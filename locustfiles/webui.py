@@ -22,8 +22,10 @@ _COLUMNS = [("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency")
             ("max_ms", "max wait (ms)"), ("underrun_pct", "Streams stalled (%)"), ("slo", "SLO")]
 
 
-def mount(environment, node) -> None:
-    """Add the tab and the live dashboard to Locust's web UI; ``node`` is this node's tts-knee state."""
+def mount(environment, node, live_view) -> None:
+    """Add the tab and the live dashboard to Locust's web UI; ``node`` is this node's tts-knee
+    state, ``live_view(run_dirs)`` makes the dashboard's live view of a run (the composition
+    root, locustfiles/tts.py, hands it :class:`dashboard.serve.LiveView`)."""
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
@@ -57,12 +59,11 @@ def mount(environment, node) -> None:
     @app.route(MOUNT + "<path:path>")
     @web_ui.auth_required_if_enabled
     def _live(path: str):
-        from tts_knee.dashboard.serve import LiveView
         run = node.run
         if run is None or run.run_dir is None:
             return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
         if node.live_view is None or node.live_view[0] != run.run_dir:   # only the current run's view is kept
-            node.live_view = (run.run_dir, LiveView([Path(run.run_dir)]))
+            node.live_view = (run.run_dir, live_view([Path(run.run_dir)]))
         status, ctype, body = node.live_view[1].handle("/" + path)
         return Response(body, status, content_type=ctype)
 
