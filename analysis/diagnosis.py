@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 
-from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE
+from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, SILENCE_RISE_MS, UNDERRUN_RATE
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
 GPU_BUSY = 80.0  # mean GPU util % over the knee step
@@ -323,10 +323,6 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
         return judged[0][1], judged[0][2]
     shown = hit or judged
     return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
-
-
-#: Leading silence this much longer than at the lowest step is said (ms).
-SILENCE_RISE_MS = 200.0
 
 
 def _signal(steps: list[dict]) -> list[str]:

@@ -58,6 +58,9 @@ UNDERRUN_RATE = 0.05
 LITTLE_TOLERANCE = 0.25
 _METRICS = (("latency_ms", "p50"), ("latency_ms", "p95"), ("e2e_ms", "p50"), ("e2e_ms", "p95"))
 _TTFA = (("ttfa_ms", "p50"), ("ttfa_ms", "p95"))
+#: Leading silence (p95) this much longer than at the lowest step is the server answering early
+#: with silence (ms), not a voice's own pause before its first word.
+SILENCE_RISE_MS = 200.0
 
 
 def _value(step: dict, key: str, q: str) -> float | None:
@@ -243,9 +246,12 @@ def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 
     primary = [idx[r] for r in rules if idx[r] is not None]
     k = min(primary) if primary else None
     # the knee only the first sound heard sets: the audio came as early, but began with silence
+    # (leading silence grown by SILENCE_RISE_MS over the lowest step's, not a voice's own pause)
+    lead = [_value(s, "leading_silence_ms", "p95") for s in steps]
     silence_first = streamed and k is not None and ttfa_basis(steps) == "ttfa_audible_ms" and \
         idx["ttfa_vs_lowest"] == k and all(idx[r] is None or idx[r] > k for r in rules if r != "ttfa_vs_lowest") and \
-        (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms"))
+        (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms")) and \
+        lead[0] is not None and lead[k] is not None and lead[k] >= lead[0] + SILENCE_RISE_MS
     methods = {name: (steps[idx[name]]["concurrency"] if idx[name] is not None else None) for name in names}
     knee_c = steps[k]["concurrency"] if k is not None else None
     return dict(empty, **{

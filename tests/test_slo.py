@@ -7,7 +7,7 @@ from tts_knee.analysis import slo
 
 
 def test_public_names():
-    assert sorted(slo.__all__) == ["METRICS", "SLO", "SLOError", "Term", "judge", "max_level", "parse"]
+    assert sorted(slo.__all__) == ["AFTER_RUN", "METRICS", "SLO", "SLOError", "Term", "judge", "live", "max_level", "parse"]
 
 
 def test_parse_normalises_terms():

@@ -24,7 +24,7 @@ from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, Transport
 from tts_knee.locustfiles.user import TTSUser  # noqa: F401
 
-PCM = bytes(4800)   # 100 ms at 24 kHz, 16-bit mono
+PCM = b"\\x00\\x10\\x00\\xf0" * 1200   # 100 ms at 24 kHz, 16-bit mono: a square wave at -18 dBFS (sound, not silence)
 
 
 class Scripted(Transport):
