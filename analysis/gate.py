@@ -160,22 +160,28 @@ def require(summary: dict, n: int, key: str = "concurrency") -> dict:
     level, verdict = levels[i], sl["steps"][i]
     load = f"{level['rate']:g} req/s offered" if level.get("rate") else f"{level['concurrency']} concurrent"
     text = claim(slo, level, verdict, f"{n} voices at {load}" if voices else None)
-    lower_word = "tested number of voices" if voices else "tested concurrency"
+    holds, reason = _held(spec, levels, sl["steps"], i, here=str(n), held_at=str(n),
+                          every="tested number of voices" if voices else "tested concurrency",
+                          below=lambda lv: str(lv[key]), unsafe=f"{n} is not a safe limit")
+    return {**at, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
+
+
+def _held(spec: str, levels: list[dict], verdicts: list[dict], i: int, here: str, held_at: str, every: str,
+          below, unsafe: str) -> tuple[bool, str]:
+    """Whether the SLO holds at level ``i`` and at every level below it, and why in one
+    sentence (``here``: level i as the sentence names it; ``below(level)`` a lower one)."""
+    verdict = verdicts[i]
     if verdict["pass"] is False:
-        reason = f"The SLO {spec} does not hold at {n}: {', '.join(verdict['failed'])}."
-    elif verdict["pass"] is None:
-        reason = (f"The SLO {spec} is not shown to hold at {n}: {'; '.join(verdict['inconclusive'])}; "
-                  f"inconclusive counts as not holding.")
-    else:
-        lower = next(((lv, v) for lv, v in zip(levels[:i], sl["steps"][:i]) if v["pass"] is not True), None)
-        if lower is None:
-            return {**at, "holds": True, "exit": 0, "claim": text,
-                    "reason": f"The SLO {spec} holds at {n} and at every lower {lower_word}."}
-        lv, v = lower
-        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
-        reason = (f"The SLO {spec} is met at {n} but not at {lv[key]} below it ({why}), so {n} "
-                  f"is not a safe limit.")
-    return {**at, "holds": False, "exit": 1, "claim": text, "reason": reason}
+        return False, f"The SLO {spec} does not hold at {here}: {', '.join(verdict['failed'])}."
+    if verdict["pass"] is None:
+        return False, (f"The SLO {spec} is not shown to hold at {here}: {'; '.join(verdict['inconclusive'])}; "
+                       f"inconclusive counts as not holding.")
+    lower = next(((lv, v) for lv, v in zip(levels[:i], verdicts[:i]) if v["pass"] is not True), None)
+    if lower is None:
+        return True, f"The SLO {spec} holds at {held_at} and at every lower {every}."
+    lv, v = lower
+    why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
+    return False, f"The SLO {spec} is met at {here} but not at {below(lv)} below it ({why}), so {unsafe}."
 
 
 def require_rate(summary: dict, rate: float) -> dict:
@@ -196,21 +202,11 @@ def require_rate(summary: dict, rate: float) -> dict:
     level, verdict = levels[at], sl["steps"][at]
     where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
     text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
-    if verdict["pass"] is False:
-        reason = f"The SLO {spec} does not hold at {level['rate']:g} req/s: {', '.join(verdict['failed'])}."
-    elif verdict["pass"] is None:
-        reason = (f"The SLO {spec} is not shown to hold at {level['rate']:g} req/s: "
-                  f"{'; '.join(verdict['inconclusive'])}; inconclusive counts as not holding.")
-    else:
-        lower = next(((lv, v) for lv, v in zip(levels[:at], sl["steps"][:at]) if v["pass"] is not True), None)
-        if lower is None:
-            return {"concurrency": 0, "rate": rate, "holds": True, "exit": 0, "claim": text,
-                    "reason": f"The SLO {spec} holds at {r} and at every lower tested rate."}
-        lv, v = lower
-        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
-        reason = (f"The SLO {spec} is met at {level['rate']:g} req/s but not at {lv['rate']:g} req/s below it "
-                  f"({why}), so {r} is not a safe rate.")
-    return {"concurrency": 0, "rate": rate, "holds": False, "exit": 1, "claim": text, "reason": reason}
+    holds, reason = _held(spec, levels, sl["steps"], at, here=f"{level['rate']:g} req/s", held_at=r,
+                          every="tested rate", below=lambda lv: f"{lv['rate']:g} req/s",
+                          unsafe=f"{r} is not a safe rate")
+    return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text,
+            "reason": reason}
 
 
 @dataclass(frozen=True)
