@@ -9,11 +9,8 @@ whose attempts write that id and their utterance's number on the connection into
 import uuid
 
 import meter  # noqa: F401  (attaches the CPU meter)
-from tts_knee.locustfiles import (  # noqa: F401  (node attaches tts-knee's listeners)
-    attempt,
-    node,
-    user as user_mod,  # the module: Locust runs every User class it sees
-)
+from named import named_user
+from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 from tts_knee.locustfiles.transports.ws import WsTransport
 
@@ -30,20 +27,4 @@ class NamedTransport(WsTransport):
         super().begin(conn, key, text)
 
 
-class NamedCaller(attempt.Caller):
-    def __init__(self, user, no: int):
-        super().__init__(user, no)
-        self.transport.close()
-        self.transport = NamedTransport(self.s)
-
-    def _attempt(self, words: str, sent: dict | None):
-        out = super()._attempt(words, sent)
-        out[0]["sim_request_id"] = self.transport.rid
-        return out
-
-
-class NamedAttemptUser(user_mod.TTSUser):
-    def on_start(self) -> None:
-        super().on_start()
-        self.caller.close()
-        self.caller = NamedCaller(self, self.no)
+NamedAttemptUser = named_user(lambda transport: transport.rid, lambda caller: NamedTransport(caller.s))

@@ -9,37 +9,22 @@ records.
 import uuid
 
 import meter  # noqa: F401  (attaches the CPU meter)
-from tts_knee.locustfiles import (  # noqa: F401  (node attaches tts-knee's listeners)
-    attempt,
-    node,
-    user as user_mod,  # the module: Locust runs every User class it sees
-)
+from named import named_user
+from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
+from tts_knee.locustfiles.transports import NO_ASK
 from tts_knee.locustfiles.transports.http import HttpTransport
 
 
 class NamedTransport(HttpTransport):
     rid = None
 
-    def request(self, text: str):
+    def request(self, text: str, ask=NO_ASK):
         self.rid = uuid.uuid4().hex
-        return self.http.request("POST", self.s.path, body=self.payload(text), headers={"X-Request-Id": self.rid})
+        body, content_type = self.payload(text, ask)
+        return self.http.request("POST", self.s.path, body=body,
+                                 headers={"Content-Type": content_type, "X-Request-Id": self.rid})
 
 
-class NamedCaller(attempt.Caller):
-    def __init__(self, user, no: int):
-        super().__init__(user, no)
-        self.transport.close()
-        self.transport = NamedTransport(self.s, self.run.payload)
-
-    def _attempt(self, words: str, sent: dict | None):
-        out = super()._attempt(words, sent)
-        out[0]["sim_request_id"] = self.transport.rid
-        return out
-
-
-class NamedAttemptUser(user_mod.TTSUser):
-    def on_start(self) -> None:
-        super().on_start()
-        self.caller.close()
-        self.caller = NamedCaller(self, self.no)
+NamedAttemptUser = named_user(lambda transport: transport.rid,
+                              lambda caller: NamedTransport(caller.s, caller.run.payload))
