@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TARGET ?= piper
 
-.PHONY: install test docs demo bench clean
+.PHONY: install test test-unit docs demo bench clean
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ test: $(STAMP)
 	$(PYTEST) -n 2 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	$(PYTEST) -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
+
+# The unit tests alone (tests/unit/: in-process, no server started), in about a minute.
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # The manual (docs/, mkdocs): its option reference made from runformat/options.py first; --strict
 # fails on a broken link, a missing page or an unknown anchor.

@@ -94,11 +94,11 @@ PRESENTATION_OR_LOAD = {"dashboard", "plotly", "locustfiles", "locust", "gevent"
 
 def _modules() -> dict[str, Path]:
     """Dotted name -> file of every module in the project's folders and in tests/ (whose
-    modules import each other as top-level names)."""
+    modules import each other as top-level names; tests/unit/'s as unit.NAME)."""
     out = {}
     places = [(ROOT / folder, name.split(".")) for folder, name in FOLDERS.items()] + [(ROOT / "tests", [])]
     for top, prefix in places:
-        for path in sorted(top.rglob("*.py") if prefix else top.glob("*.py")):
+        for path in sorted(top.rglob("*.py")):
             rel = path.relative_to(top).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             out[".".join([*prefix, *parts])] = path

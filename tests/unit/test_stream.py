@@ -196,7 +196,7 @@ def test_ogg_opus_granules():
     assert tl.at[0] == 1.0     # the header pages carry no audio
 
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 # Encoded by the reference encoder (flac 1.4.2, from sox-made WAVs): white noise, whose frames are
 # full of bytes that look like a sync code, at 24 kHz mono in blocks of 4096; and two tones at
 # 11025 Hz stereo in blocks of 1152, its last frame shorter, its rate in the header as 16-bit Hz.
