@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 # on two workers (a file's tests on one worker, sharing its servers), then those that do
 # (marked `alone`: against the simulator's log, tight tolerances) with the machine to themselves.
 # Both passes always run; pytest's "no tests ran" (5) in a pass is not a failure. For one pass
-# or one file: PYTEST_ARGS='tests/test_sim.py'.
+# or one file: PYTEST_ARGS='tests/integration/test_sim.py'.
 PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .

@@ -239,3 +239,8 @@ def plain_parser():
     parser.add_argument_group = group
     settings.add_arguments(parser)
     return parser
+
+
+def option_defaults() -> dict:
+    """tts-knee's options as an empty command line leaves them (``dest -> value``)."""
+    return vars(plain_parser().parse_args([]))

@@ -19,7 +19,7 @@ from tts_knee.collectors.nvml import GPU_FIELDS
 from tts_knee.collectors.scrape import Endpoint, Scrapes
 from tts_knee.runformat.metric_roles import roles
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 MODEL = 'model_name="unsloth/Llama-3.2-1B-Instruct"'
 
 

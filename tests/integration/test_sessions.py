@@ -291,9 +291,9 @@ def test_the_preflight_names_a_session_path_with_nothing_there(tmp_path, texts):
 # ---- the options ----------------------------------------------------------------------------
 
 def _settings(host="http://127.0.0.1:8300", **changes):
-    from test_fuzz import DEFAULTS
+    from procs import option_defaults
     from tts_knee.locustfiles import settings
-    return settings.from_options(SimpleNamespace(**{**DEFAULTS, **changes}), host)
+    return settings.from_options(SimpleNamespace(**{**option_defaults(), **changes}), host)
 
 
 @pytest.mark.parametrize("host,changes,message", [

@@ -15,9 +15,9 @@ import sys
 import time
 
 import pytest
+from test_grpc import exchange, settings
 
 from procs import ROOT, dashboard, locust, spawn
-from test_grpc import exchange, settings
 
 TEXTS = ["Hello there, how are you?", "The train leaves at nine. Please be on time.",
          "Thanks for calling. Goodbye.", "It is raining again today."]

@@ -215,9 +215,9 @@ def test_audio_that_keeps_coming_after_a_close_is_timed(tmp_path, texts):
 
 
 def _settings(host="http://127.0.0.1:8300", **changes):
-    from test_fuzz import DEFAULTS
+    from procs import option_defaults
     from tts_knee.locustfiles import settings
-    return settings.from_options(SimpleNamespace(**{**DEFAULTS, **changes}), host)
+    return settings.from_options(SimpleNamespace(**{**option_defaults(), **changes}), host)
 
 
 @pytest.mark.parametrize("host,changes,message", [

@@ -10,11 +10,11 @@ import time
 import pynvml
 import pytest
 from hypothesis import given, strategies as st
+from test_collectors import get_json, wait_for
 
 import fake_nvml
 from fake_nvml import SimHealth
 from procs import ROOT, spawn
-from test_collectors import get_json, wait_for
 from tts_knee import runformat
 from tts_knee.collectors import nvml as nvml_mod
 from tts_knee.collectors.nvml import Nvml, decode_clock_event_reasons

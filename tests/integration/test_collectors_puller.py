@@ -6,9 +6,9 @@ import signal
 
 import gevent
 import pytest
+from test_collectors import CPU_ONLY, get_json
 
 from procs import free_port, read_jsonl, spawn
-from test_collectors import CPU_ONLY, get_json
 from tts_knee.locustfiles.clock import wall
 from tts_knee.locustfiles.puller import CollectorPuller
 
