@@ -85,13 +85,17 @@ def test_a_server_slower_than_real_time_underruns(tmp_path):
     assert done
     for r in done:
         consistent(r)
-        assert r["underruns"] == 9
-        # the player's silence is the playback model's on the attempt's own arrivals (0.1 ms rounding
-        # of each), and at least 900 ms less 60 for a first chunk read late: the server's 200 ms apart
-        # are sleeps, which end late, so the total is bounded from below only
+        # the player's stalls are the playback model's on the attempt's own arrivals (0.1 ms rounding
+        # of each); a client read late takes two chunks in one read, one stall fewer (CI saw 8), so
+        # nine is the attempt that read every chunk as it came, and each has at least seven
         _, stalls = listen(r["chunk_at_ms"], r["chunk_audio_ms"], 0.0)
-        assert len(stalls) == 9 and r["underrun_ms"] == pytest.approx(sum(b - a for a, b in stalls), abs=1)
-        assert r["underrun_ms"] >= 900 - 60, r["underrun_ms"]
+        assert r["underruns"] == len(stalls) >= 7 and \
+            r["underrun_ms"] == pytest.approx(sum(b - a for a, b in stalls), abs=1)
+    nine = [r for r in done if r["underruns"] == 9]
+    assert nine, [r["underruns"] for r in done]
+    # at least 900 ms of silence less 60 for a first chunk read late: the server's 200 ms apart are
+    # sleeps, which end late, so the total is bounded from below only
+    assert all(r["underrun_ms"] >= 900 - 60 for r in nine), [r["underrun_ms"] for r in nine]
     assert all(r["underruns"] == 0 for r in buffered if r["ok"])   # the buffer never fills: plays at the end
 
 
