@@ -4,7 +4,9 @@ figure tested for a trend (:mod:`analysis.trend`: Theil–Sen slope, Mann–Kend
 **Windows**: the soak step's settled span (its start plus its settle time, to its end) cut
 into windows of ``WINDOW_S`` (a minute), or, for a soak shorter than ``MIN_WINDOWS`` minutes,
 into ``MIN_WINDOWS`` equal windows of at least ``MIN_WINDOW_S``, so that even a short soak
-has points enough for a trend. A last window shorter than half the others is left out.
+has points enough for a trend. A last window shorter than half the others is left out; while
+the soak still runs (the live view), so is a last window not yet whole: its figures would be
+read from part of it.
 
 **Per window**: the requests sent in it (settled final attempts by ``t0``), how many failed,
 and the latency p50/p95 of the successful ones (``wait_ms``; from the schedule,
@@ -67,10 +69,12 @@ def window_s(duration_s: float) -> float:
     return max(MIN_WINDOW_S, duration_s / MIN_WINDOWS)
 
 
-def _edges(start: float, end: float, width: float) -> list[tuple[float, float]]:
+def _edges(start: float, end: float, width: float, still_open: bool = False) -> list[tuple[float, float]]:
+    """The windows of ``width`` from ``start`` to ``end``; a last one of at least half the width
+    counts, unless the soak is still running (``still_open``): then only whole windows do."""
     n = int((end - start) // width)
     edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
-    if end - (start + n * width) >= width / 2:
+    if not still_open and end - (start + n * width) >= width / 2:
         edges.append((start + n * width, end))
     return edges
 
@@ -106,7 +110,7 @@ def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streame
     win = step["window"]
     if not win.get("duration_s"):
         return []
-    edges = _edges(win["start"], win["end"], width)
+    edges = _edges(win["start"], win["end"], width, bool(win.get("open")))
     memory = {name: _medians(res, role, col, edges) for name, role, col, _, _ in _MEMORY}
     figures = _request_figures(a, step, edges, open_loop, streamed)
     out = []

@@ -67,6 +67,13 @@ Definitions used throughout the dashboard:
   ``mismatched`` those off, ``rate`` their share; ``examples`` lists up to ``INTEGRITY_EXAMPLES``
   as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked,
   nor texts past the reader's label cap (they share one label).
+- A step **still open** (the live view: its end not in ``run.json`` yet, the run's last step)
+  ends at the latest completion recorded so far, and its figures are withheld (None) where
+  that part of its window cannot give them yet (:func:`hold_open`): its rates while it is
+  settling or fewer than ``OPEN_MIN_COUNT`` requests have finished in its window, and each
+  distribution with fewer than ``OPEN_MIN_COUNT`` values. ``open`` says what it has and
+  why a figure is missing; the knee, the diagnosis, the recommendation and the SLO's verdicts
+  use closed steps only (:mod:`analysis.summary`).
 - Percentiles are exact, over the raw values (numpy's linear interpolation). A live reader's
   attempts (the live view) keep each step's sorted values from one refresh to the next
   (:mod:`analysis.incremental`), so a refresh sorts only what is new; the figures are the same.
@@ -97,6 +104,12 @@ INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relat
 INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
 INTEGRITY_EXAMPLES = 5
 CLIPPED_SHARE = 0.001  # an answer with more of its samples at full scale than this is clipped
+#: An open step's rates need this many requests finished in the elapsed part of its window, and
+#: each of its distributions this many values: a rate over three completions read 34 req/s where
+#: the step's whole window gave 17.7. Fewer are withheld (None), never shown.
+OPEN_MIN_COUNT = 20
+#: The figures per second of the window, withheld together.
+RATE_FIGURES = ("throughput_rps", "completed_rps", "audio_s_per_s", "rtfx", "throughput_ratio")
 
 
 def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
@@ -538,6 +551,45 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         if out.get(key) and col in a.cols:
             out[key].update(percentile_cis(a[col][mask], sorted_v=sorted_values(a, (*keep, col, name), a[col], mask)))
     return out
+
+
+def hold_open(step: dict) -> dict:
+    """Withhold, in place, what an open step's elapsed window cannot give yet (see the module
+    doc); its window ends where the records reach so far, the step's "now". Returns
+    the step's ``open``: ``{elapsed_s, settle_s, settling, completions, withheld, note}``,
+    ``withheld`` naming the figures set to None and ``note`` saying why in one sentence."""
+    win = step["window"]
+    start, now = step.get("planned_start"), win.get("end")
+    elapsed = None if now is None or start is None else max(0.0, now - start)
+    settling = not win.get("duration_s")
+    done = win.get("completions") or 0
+    withheld = []
+    if settling or done < OPEN_MIN_COUNT:
+        withheld += [k for k in RATE_FIGURES if step.get(k) is not None]
+        for k in RATE_FIGURES:
+            if k in step:
+                step[k] = None
+        if step.get("little") is not None:
+            withheld.append("little")
+            step["little"] = None
+    for k, v in list(step.items()):
+        if isinstance(v, dict) and isinstance(v.get("count"), int) and ("p95" in v or "mean" in v) \
+                and v["count"] < OPEN_MIN_COUNT:
+            withheld.append(k)
+            step[k] = None
+    settle = win.get("settle_s")
+    if settling:
+        note = (f"step {step['step']} is in progress, settling: its window opens {settle or 0:g} s in, "
+                f"{elapsed or 0:.1f} s have passed; nothing is measured yet")
+    elif withheld:
+        note = (f"step {step['step']} is in progress: {done} requests have finished in the "
+                f"{win['duration_s']:.1f} s of its window so far; rates and percentiles need {OPEN_MIN_COUNT}")
+    else:
+        note = (f"step {step['step']} is in progress: its figures are over the {win['duration_s']:.1f} s of "
+                f"its window so far ({done} requests finished in it)")
+    step["open"] = {"elapsed_s": elapsed, "settle_s": settle, "settling": settling, "completions": done,
+                    "withheld": withheld, "note": note}
+    return step["open"]
 
 
 def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:

@@ -35,7 +35,7 @@ from .confidence import ci_range
 from .diagnosis import common_evidence, diagnose, share
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
-from .steps import infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
+from .steps import hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
 
 
 def _whole(v) -> int | None:
@@ -310,6 +310,20 @@ def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_l
     return out
 
 
+def _in_progress(step: dict, judged: list[dict]) -> dict:
+    """The open step as the verdict names it: ``{step, concurrency, rate, voices, closed_steps,
+    note}``, ``note`` one sentence of what the closed steps are and that the open one waits."""
+    level = f"{step['rate']:g} req/s" if step.get("rate") is not None else \
+        f"{step['voices']} voices" if step.get("voices") is not None else f"concurrency {step['concurrency']}"
+    closed = [st["step"] for st in judged]
+    so_far = (f"the verdict is from step{'s' if len(closed) > 1 else ''} "
+              + (f"{closed[0]}-{closed[-1]}" if len(closed) > 2 else " and ".join(map(str, closed)))
+              if closed else "no step has closed yet, so there is no verdict")
+    return {"step": step["step"], "concurrency": step["concurrency"], "rate": step.get("rate"),
+            "voices": step.get("voices"), "closed_steps": closed,
+            "note": f"Step {step['step']} ({level}) is in progress: {so_far}; it joins once its window closes."}
+
+
 def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, str]:
     """What the run's ``--server-role`` said (Locust's, then each collector's), with ``override``
     (the dashboard's ``--server-role``) on top: ``{family: role}``; raises :class:`RunDirError`
@@ -361,13 +375,19 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     by_voices = voice_sweep.is_sweep(plan)
     mode = rd.mode()
     open_loop = mode == "open"
-    # a soak holds one level for long: its drift is its own section, and the levels (knee,
-    # recommendation) are the sweep's, unless the soak is all the run did
-    soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
-    judged = [st for st in steps if st.get("phase") != runformat.SOAK_PHASE] or steps
     if open_loop:
         for st, p in zip(steps, plan):
             st.update(openloop.step_figures(a, p, st))
+    # a step still running (the live view) shows what its elapsed window gives, and the verdict
+    # waits for it: the knee, the diagnosis, the recommendation and the SLO judge closed steps
+    running = [st for st in steps if st["window"]["open"]]
+    for st in running:
+        hold_open(st)
+    closed = [st for st in steps if not st["window"]["open"]]
+    # a soak holds one level for long: its drift is its own section, and the levels (knee,
+    # recommendation) are the sweep's, unless the soak is all the run did
+    soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
+    judged = [st for st in closed if st.get("phase") != runformat.SOAK_PHASE] or closed
     if by_voices:   # at one rate, latency counts from the schedule, as the rate's own rules have it
         done = group_levels(a, judged, rd.resources, settle, key="voices",
                             figures=openloop.level_figures if open_loop else None, streamed=streamed, roles=roles)
@@ -403,7 +423,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         rec_rate, rec, rec_text = openloop.recommend(done, knee)
     else:
         rec, rec_text = _recommend(done, knee)
-    slo_part = _slo_section(slo, steps, done, open_loop, "voices" if by_voices else "concurrency") if slo else None
+    slo_part = _slo_section(slo, closed, done, open_loop, "voices" if by_voices else "concurrency") if slo else None
     if slo_part and by_voices:
         rec_voices = slo_part["max_voices"]
         rec_text = voice_sweep.recommend_slo(done, slo_part["steps"], slo.spec, rec_voices, knee["voices"])
@@ -440,6 +460,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "incomplete_last_line": {"requests": rd.requests.incomplete_last_line,
                                  "resources": rd.resource_incomplete},
         "steps": steps,
+        "in_progress_step": _in_progress(running[-1], judged) if running else None,
         "levels": done,
         "knee": knee,
         "slo": slo_part,

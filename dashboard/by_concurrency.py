@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 
-from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx
+from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx, step_row
 from .table import TAIL_COLUMN, speech_metric, table_columns, table_rows
 
 
@@ -79,7 +79,7 @@ def step_table_html(summary: dict) -> str:
                  "-" if cli.get("cpu_mean") is None else f"{cli['cpu_mean']:.0f}",
                  "-" if not lit else f"{lit['ratio']:.2f}"]
         cls = "knee" if s["concurrency"] == knee else ("rec" if s["concurrency"] == rec else "")
-        rows.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
+        rows.append(step_row(s, r, cls))
     return (f"<table><tr>{head}</tr>{''.join(rows)}</table><p class='meta'>Latencies in ms: wait of "
             f"successful final attempts (t2-t0). rps: successful requests per second of the measured "
             f"window (settle time to step end), counting requests that finished in it. Little: mean busy "

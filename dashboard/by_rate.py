@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
 
-from .kit import KNEE_COLOUR, REC_COLOUR, esc, fmt, stat
+from .kit import KNEE_COLOUR, REC_COLOUR, esc, fmt, stat, step_row
 from .table import RATE_COLUMNS, rate_table_rows
 
 
@@ -63,7 +63,7 @@ def step_table_html(summary: dict) -> str:
     body = []
     for s, r in zip(summary["steps"], rate_table_rows(summary)):
         cls = "knee" if s.get("rate") == knee else ("rec" if s.get("rate") == rec else "")
-        body.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
+        body.append(step_row(s, r, cls))
     return (f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>Open loop: each arrival was sent on "
             f"its schedule whether or not earlier requests had finished. From schedule: t2 - scheduled of "
             f"successful requests (what a caller arriving on time waited); wait: t2 - t0; send lag: t0 - "

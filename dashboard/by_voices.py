@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
 
-from .kit import KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, fmt, lx
+from .kit import KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, fmt, lx, step_row
 from .table import table_columns, table_rows
 
 
@@ -72,7 +72,7 @@ def step_table_html(summary: dict) -> str:
     body = []
     for s, r in zip(summary["steps"], table_rows(summary)):
         cls = "knee" if s.get("voices") == knee else ("rec" if s.get("voices") == rec else "")
-        body.append(f"<tr class='{cls}'>" + "".join(f"<td>{esc(c)}</td>" for c in r + [fmt(_hit_rate(s))]) + "</tr>")
+        body.append(step_row(s, r + [fmt(_hit_rate(s))], cls))
     return (f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>A voice sweep: every step at the same "
             f"load, its requests drawing their voices from the first N of --voices. cache hit%: the server's own "
             f"voice-cache counters over the step, where it publishes them.</p>")

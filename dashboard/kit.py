@@ -24,7 +24,7 @@ h1{font-size:22px;margin:18px 0 4px} h2{font-size:17px;margin:28px 0 6px;border-
 padding:10px 16px;margin:12px 0} .verdict.ok{border-color:#2ca02c} .kind{font-weight:600}
 table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 8px;text-align:right;
 border-bottom:1px solid #eee} th{background:#f3f3f3} td.l,th.l{text-align:left}
-tr.knee td{background:#fdecea} tr.rec td{background:#eaf7ea} .warn{color:#b35900}
+tr.knee td{background:#fdecea} tr.rec td{background:#eaf7ea} tr.open td{color:#777;font-style:italic} .warn{color:#b35900}
 """
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -36,6 +36,15 @@ def esc(v) -> str:
 def fmt(v, spec="{:.0f}") -> str:
     """A figure as tables show it: ``spec`` formatted, "-" where it is missing."""
     return "-" if v is None else spec.format(v)
+
+
+def step_row(s: dict, cells: list[str], cls: str = "") -> str:
+    """A step table's row of ``cells``, ``cls`` marking the knee or the recommendation; a step
+    still running is marked open instead, with why its figures are partial on hover."""
+    title = ""
+    if s.get("open"):
+        cls, title = "open", f" title='{esc(s['open']['note'])}'"
+    return f"<tr class='{cls}'{title}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
 def stat(s: dict, key: str, q: str):

@@ -24,7 +24,7 @@ from .slo_verdicts import slo_html
 from .soak import soak_html
 from .speech import speech_figure, speech_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
-from .table import audio_missing_text
+from .table import audio_missing_text, open_lines
 from .timeline import timeline_figure
 
 
@@ -78,9 +78,11 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
     slo, reg = slo_html(by_step if top is by_voices else summary, False), regression_html(summary, False)
+    # a step still running: what the verdict is from above it, what the step has so far below the table
+    so_far = [f"<div class='warn'>{esc(line)}</div>" for line in open_lines(summary)]
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
-            f"<h2>Verdict</h2>{top.verdict_html(summary)}"
-            f"<h2>Steps</h2>{top.step_table_html(summary)}"
+            f"<h2>Verdict</h2>{''.join(so_far[:1])}{top.verdict_html(summary)}"
+            f"<h2>Steps</h2>{top.step_table_html(summary)}{''.join(so_far[1:])}"
             f"<h2>Latency and throughput</h2>{parts[0]}"
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")

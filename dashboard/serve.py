@@ -8,20 +8,28 @@ nothing inside them but what the dashboard makes) can be fetched:
 - ``/`` - the report of the run (or the comparison of several runs), with a small script that
   polls ``version`` every ``POLL_S`` seconds and reloads the page when the data changed;
 - ``/runs/<i>/`` - the report of the i-th run when several are served;
-- ``/plotly.min.js``, ``/version``, ``/summary.json`` (of ``/`` - a list when several runs).
+- ``/plotly.min.js``, ``/version``, ``/summary.json`` (of ``/`` - a list when several runs);
+- ``/steps.json`` - the first run's step rows for Locust's web UI tab (:func:`dashboard.table.tab_rows`).
 
 Pages are cached by the files' sizes and mtimes and rebuilt at most every ``MIN_REBUILD_S``. A
 refresh reads only what was appended to the run's files, and the analysis keeps what it can
 from one refresh to the next (``RunDir(live=True)``, :mod:`analysis.incremental`), so it costs
 about as much at a million attempts as at ten thousand (``bench/live_view.py``).
-:func:`serve` wraps it in a stdlib ``ThreadingHTTPServer``.
+:func:`serve` wraps it in a stdlib ``ThreadingHTTPServer``; :class:`LiveProcess` runs that in a
+process of its own for the load generator's web UI (``python -m tts_knee.dashboard.serve RUN``), so
+that a refresh never holds the event loop the users are timed on.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -34,6 +42,7 @@ from tts_knee.runformat.reader import RunDir, RunDirError
 from .compare import compare_html
 from .kit import esc, page
 from .report import report_html
+from .table import tab_rows
 
 POLL_S = 5
 MIN_REBUILD_S = 2.0
@@ -120,11 +129,14 @@ class LiveView:
                 return 200, "audio/wav", (self.runs[i].path / runformat.SPEECH_DIR / clip.group(2)).read_bytes()
             except OSError:
                 return 404, "text/plain; charset=utf-8", b"not found\n"
-        if path not in ("/", "/index.html", "/version", "/summary.json") and not _RUN_ROUTE.match(path):
+        if path not in ("/", "/index.html", "/version", "/summary.json", "/steps.json") and not _RUN_ROUTE.match(path):
             return 404, "text/plain; charset=utf-8", b"not found\n"
         self._refresh()
         if path == "/version":
             return 200, "text/plain; charset=utf-8", self.version().encode()
+        if path == "/steps.json":
+            s = self._summaries[0] if self._summaries else None
+            return 200, "application/json", json.dumps(tab_rows(s) if s and "error" not in s else []).encode()
         if path == "/summary.json":
             body = self._summaries[0] if len(self.runs) == 1 else self._summaries
             return 200, "application/json", json.dumps(body).encode()
@@ -195,3 +207,62 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
         pass
     finally:
         server.server_close()
+
+
+class LiveProcess:
+    """The live view of ``run_dirs`` served by a child process on loopback, with
+    :class:`LiveView`'s ``handle``: a refresh of a large run takes tenths of a second of CPU, which
+    in the load generator's own process would hold the event loop its users are timed on. The
+    child runs at nice 10 and ends when this process closes it or goes away (its stdin closes)."""
+
+    def __init__(self, run_dirs: list[Path], timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+        self.proc = subprocess.Popen([sys.executable, "-m", "tts_knee.dashboard.serve", *map(str, run_dirs)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     preexec_fn=lambda: os.nice(10))
+        line = self.proc.stdout.readline().decode(errors="replace").strip()
+        self.url = line.removeprefix("listening on ") if line.startswith("listening on http://") else None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def handle(self, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body) for a GET of ``path``, as :meth:`LiveView.handle`."""
+        if self.url is None or self.proc.poll() is not None:
+            return 503, "text/plain; charset=utf-8", b"the live view's process is not running\n"
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=self.timeout_s) as r:
+                return r.status, r.headers.get("Content-Type", "text/plain"), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
+        except OSError as e:
+            return 503, "text/plain; charset=utf-8", f"the live view did not answer: {e}\n".encode()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            f.close()
+
+
+def _main(argv: list[str]) -> None:
+    """The child of :class:`LiveProcess`: serve the runs on a free loopback port until stdin closes."""
+    def _orphaned():
+        sys.stdin.buffer.read()
+        os._exit(0)
+    threading.Thread(target=_orphaned, daemon=True).start()
+    try:
+        serve([Path(p) for p in argv], "127.0.0.1", 0)
+    except ServeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -27,6 +27,64 @@ RIVA_NOTE = ("As riva_tts_perf_client prints them, in ms: first audio from sendi
              "delivered per wall second.")
 
 
+def step_label(s: dict) -> str:
+    """A step's first cell: its number, "soak" for a soak, "open" while it still runs."""
+    return str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else "") + (" open" if s.get("open") else "")
+
+
+def open_lines(summary: dict) -> list[str]:
+    """While a step runs: what the verdict is from, and what the open step has so far."""
+    now = summary.get("in_progress_step")
+    if not now:
+        return []
+    step = next((s for s in summary["steps"] if s["step"] == now["step"] and s.get("open")), None)
+    return [now["note"]] + ([step["open"]["note"] + "."] if step else [])
+
+
+#: The web UI's "TTS steps" tab: (key, title) per column, its rows from :func:`tab_rows`.
+TAB_COLUMNS = (("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency"), ("state", "State"),
+               ("requests", "Requests"), ("failed", "Failed"), ("retries", "Retries"),
+               ("rps", "Throughput (req/s)"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
+               ("max_ms", "max wait (ms)"), ("underrun_pct", "Streams stalled (%)"), ("slo", "SLO"))
+WITHHELD = "\u2014"   # a figure the open step's window cannot give yet
+
+
+def slo_cell(v: dict | None) -> str:
+    """An SLO verdict in one short cell ("" where none)."""
+    if v is None:
+        return ""
+    if v["pass"] is True:
+        return "pass"
+    if v["pass"] is False:
+        return "fail: " + "; ".join(v["failed"])
+    return "inconclusive: " + "; ".join(v["inconclusive"])
+
+
+def tab_rows(summary: dict) -> list[dict]:
+    """The web UI tab's rows, one per executed step, from the same summary as the report's table:
+    a closed step's row is the report's; an open one says so in ``state`` and shows what its
+    window cannot give yet as a dash."""
+    verdicts = {v.get("step"): v for v in ((summary.get("slo") or {}).get("by_step") or [])}
+    rows = []
+    for s in summary["steps"]:
+        op, lat = s.get("open"), s.get("latency_ms") or {}
+
+        def fig(v, digits=1):
+            return (WITHHELD if op else None) if v is None else round(float(v), digits)
+        state = "done" if not op else "settling" if op["settling"] else \
+            f"in progress ({op['completions']} finished)" if op["withheld"] else "in progress"
+        phase = s.get("phase") or ""
+        under = s.get("underrun_rate")
+        rows.append({
+            "step": s["step"], "phase": f"grid {s.get('repeat')}" if phase == "grid" else phase,
+            "concurrency": f"{s['rate']:g} req/s" if s.get("rate") is not None else s["concurrency"],
+            "state": state, "requests": s["requests"], "failed": s["failed"], "retries": s["retries"],
+            "rps": fig(s.get("throughput_rps"), 2), "p50_ms": fig(lat.get("p50")), "p95_ms": fig(lat.get("p95")),
+            "max_ms": fig(lat.get("max")), "underrun_pct": None if under is None else round(100.0 * under, 1),
+            "slo": "in progress" if op and summary.get("slo") else slo_cell(verdicts.get(s["step"]))})
+    return rows
+
+
 def _has_tail(summary: dict) -> bool:
     return any(s.get("tail_ms") for s in summary["steps"])
 
@@ -67,7 +125,7 @@ def table_rows(summary: dict) -> list[list[str]]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
         ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
         rows.append([
-            str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), str(s["concurrency"])] + (
+            step_label(s), str(s["concurrency"])] + (
             [fmt(s.get("voices"))] if voices else []) + [
             str(s["requests"]), str(s["ok"]),
             fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
@@ -97,7 +155,7 @@ def riva_rows(summary: dict) -> list[list[str]]:
     for s in summary["steps"]:
         riva = s.get("riva") or {}
         first, chunk = riva.get("first_audio_ms") or {}, riva.get("chunk_ms") or {}
-        rows.append([str(s["step"]), str(s["concurrency"]), fmt(first.get("count"))]
+        rows.append([step_label(s), str(s["concurrency"]), fmt(first.get("count"))]
                     + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
                     + [fmt(chunk.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
                     + [fmt(s.get("rtfx"), "{:.2f}")])
@@ -155,6 +213,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         if riva:
             lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
             lines += _aligned([list(RIVA_COLUMNS)] + riva)
+    lines += open_lines(summary)
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
@@ -227,7 +286,7 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
     rows = []
     for s in summary["steps"]:
         g = s.get("growth") or {}
-        rows.append([str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else ""), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
+        rows.append([step_label(s), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
                      fmt(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
                      fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
                      fmt(stat(s, "inflight", "mean"), "{:.1f}"), fmt(stat(s, "inflight", "max")),

@@ -211,21 +211,6 @@ class Run:
     def finished_in_step(self, step: int) -> int:
         return self.writer.finished_settled[step] if self.writer else 0
 
-    def step_table(self) -> list[dict]:
-        """The web UI's live rows: the writer's figures, each step's place in the plan and its
-        SLO verdict once judged."""
-        if self.writer is None:
-            return []
-        steps = {st.step: st for st in self.state.steps}
-        rows = self.writer.step_table()
-        for row in rows:
-            st = steps.get(row["step"])
-            row["phase"] = "" if st is None else (st.phase if st.phase != "grid" else f"grid {st.repeat}")
-            if st is not None and st.rate is not None:   # open loop: the step's load is its rate
-                row["concurrency"] = f"{st.rate:g} req/s"
-            row["slo"] = self.plan.verdict_cell(row["step"])
-        return rows
-
     # ---- run directory ---------------------------------------------------------------
     def open(self) -> None:
         """Master/local: claim the run directory, check the target, start collectors."""

@@ -346,17 +346,6 @@ class StepPlan:
     def verdict_of(self, step: int) -> dict | None:
         return next((v for v in self.verdicts if v["step"] == step), None)
 
-    def verdict_cell(self, step: int) -> str:
-        """The step's verdict in one short cell for the web UI's step table ("" until judged)."""
-        v = self.verdict_of(step)
-        if v is None:
-            return ""
-        if v["pass"] is True:
-            return "pass"
-        if v["pass"] is False:
-            return "fail: " + "; ".join(v["failed"])
-        return "inconclusive: " + "; ".join(v["inconclusive"])
-
 
 def _label(step: dict) -> str:
     return "refine" if step["phase"] == "refine" else f"grid pass {step['repeat']}"

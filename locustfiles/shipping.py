@@ -31,7 +31,7 @@ FLUSH_INTERVAL_S = 0.5
 BATCH_INTERVAL_S = 1.0
 BATCH_MAX = 1000
 SPOOL_DIR = Path("runs") / "spool"
-#: Latest successful waits kept per step for the web UI's live table.
+#: Latest successful waits kept per step, for the step shape's drain.
 TALLY_WAITS = 2000
 #: While the disk still holds what is left to write at the end, this often it is said.
 DRAIN_NOTE_S = 10.0
@@ -43,7 +43,7 @@ MAX_PENDING_BYTES = 256 << 20
 class RecordWriter:
     """The one writer of requests.jsonl: buffers records, hands them to the node's disk writer
     every FLUSH_INTERVAL_S (or when asked), and keeps a small per-step tally for the step
-    shape and the web UI, and for each user (worker, user number) when its latest recorded
+    shape, and for each user (worker, user number) when its latest recorded
     attempt ended. ``count`` is the records written so far; ``on_full`` is called once (with
     the bytes waiting) when the disk has fallen MAX_PENDING_BYTES behind."""
 
@@ -59,7 +59,7 @@ class RecordWriter:
         self.finished = Counter()  # step -> logical requests finished (final attempts)
         self.finished_settled = Counter()   # the same, past the step's settle window
         self.audio_missing = Counter()   # audio_file ('late', 'dropped') -> attempts
-        self._tally: dict[int, dict] = {}
+        self._waits: dict[int, deque] = {}   # step -> its latest successful waits, ms
         self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
         self.cut = 0   # attempts recorded as cut by the run's end
         self._loop = gevent.spawn(self._run)
@@ -75,53 +75,24 @@ class RecordWriter:
                 self._user_done[user] = max(self._user_done.get(user, ends[0]), *ends)
             if r.get("audio_file") is not None:
                 self.audio_missing[r["audio_file"]] += 1
-            t = self._tally.get(r["step"])
-            if t is None:
-                t = self._tally[r["step"]] = {"concurrency": r["concurrency"], "failed": 0, "retries": 0,
-                                              "waits": deque(maxlen=TALLY_WAITS), "streams": 0, "stalled": 0}
-            if r["attempt"] > 1:
-                t["retries"] += 1
             if r["error"] == CUT_BY_RUN_END:
                 self.cut += 1
             if r["final"]:
                 self.finished[r["step"]] += 1
                 if r.get("settled", True):
                     self.finished_settled[r["step"]] += 1
-                if not r["ok"]:
-                    t["failed"] += 1
-                    continue   # the rest of the tally is successful requests'
-                if r["wait_ms"] is not None:
-                    t["waits"].append(r["wait_ms"])
-                if r.get("underruns") is not None and r.get("settled", True):
-                    t["streams"] += 1
-                    t["stalled"] += r["underruns"] >= 1
+                if r["ok"] and r["wait_ms"] is not None:
+                    self._waits.setdefault(r["step"], deque(maxlen=TALLY_WAITS)).append(r["wait_ms"])
 
     def max_wait_s(self, step: int) -> float | None:
         """The slowest of the step's latest successful waits, in seconds (None: none yet)."""
-        t = self._tally.get(step)
-        return max(t["waits"]) / 1000.0 if t and t["waits"] else None
+        waits = self._waits.get(step)
+        return max(waits) / 1000.0 if waits else None
 
     def users_done_since(self, t: float) -> int:
         """Users whose latest recorded attempt ended at or after ``t``: a user runs one attempt
         at a time, so each of them has nothing sent before ``t`` still running."""
         return sum(1 for done in self._user_done.values() if done >= t)
-
-    def step_table(self) -> list[dict]:
-        """Live figures per step: the waits over its latest TALLY_WAITS successful ones (the
-        dashboard's percentile definition, numpy's linear interpolation; its figures use every
-        record), and the share of its settled successful streams that ran dry (as the summary's
-        ``underrun_rate``, in percent; a stream still playing at the step's end counts here)."""
-        import numpy as np  # only the master's web UI asks; workers do without it
-        rows = []
-        for step in sorted(k for k in self._tally if k is not None):
-            t = self._tally[step]
-            waits = np.fromiter(t["waits"], dtype=float, count=len(t["waits"]))
-            p50, p95 = (round(float(v), 1) for v in np.percentile(waits, (50, 95))) if len(waits) else (None, None)
-            rows.append({"step": step, "concurrency": t["concurrency"], "requests": self.finished[step],
-                         "failed": t["failed"], "retries": t["retries"], "p50_ms": p50,
-                         "p95_ms": p95, "max_ms": round(float(waits.max()), 1) if len(waits) else None,
-                         "underrun_pct": round(100.0 * t["stalled"] / t["streams"], 1) if t["streams"] else None})
-        return rows
 
     def flush(self):
         """Hand what is buffered to the disk writer; returns the disk's latest job, which is

@@ -27,9 +27,14 @@ def _web_ui(environment, **_kw) -> None:
     """The composition root: Locust's web UI gets tts-knee's tab and the dashboard's live view
     (after node's own init listener has made this node's tts-knee state)."""
     if environment.web_ui is not None:
-        webui.mount(environment, environment.tts_knee, _live_view)
+        from tts_knee.dashboard.table import TAB_COLUMNS
+        webui.mount(environment, environment.tts_knee, _live_view, TAB_COLUMNS)
 
 
 def _live_view(run_dirs):
-    from tts_knee.dashboard.serve import LiveView  # pandas and plotly: once the page is first opened
-    return LiveView(run_dirs)
+    """The dashboard's live view in a process of its own (its CPU is not the load generator's)."""
+    from tts_knee.dashboard.serve import LiveProcess
+    from tts_knee.locustfiles import puller
+    view = LiveProcess(run_dirs)
+    puller.SIDECARS.add(view.pid)
+    return view

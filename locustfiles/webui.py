@@ -1,5 +1,5 @@
 """tts-knee in Locust's web UI: a "TTS steps" tab with the per-step table as the run goes (each
-step's place in the plan and its SLO verdict once judged), and the live dashboard (knee,
+step's place in the plan, whether it is still open, and its SLO verdict once closed), and the live dashboard (knee,
 diagnosis, timeline) served from Locust's own Flask app at ``/tts-knee/``, linked from the UI's
 download tab. tts-knee's options, the SLO and the plan's among them, are in the start form.
 
@@ -17,19 +17,19 @@ from tts_knee.runformat.options import DEFAULT_STEP_TIME_S, DEFAULT_STEPS, DEFAU
 
 TAB_KEY = "tts-knee-steps"
 MOUNT = "/tts-knee/"
-_COLUMNS = [("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency"), ("requests", "Requests"),
-            ("failed", "Failed"), ("retries", "Retries"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
-            ("max_ms", "max wait (ms)"), ("underrun_pct", "Streams stalled (%)"), ("slo", "SLO")]
 
 
-def mount(environment, node, live_view) -> None:
+def mount(environment, node, live_view, columns) -> None:
     """Add the tab and the live dashboard to Locust's web UI; ``node`` is this node's tts-knee
-    state, ``live_view(run_dirs)`` makes the dashboard's live view of a run (the composition
-    root, locustfiles/tts.py, hands it :class:`dashboard.serve.LiveView`)."""
+    state, ``live_view(run_dirs)`` makes the dashboard's live view of a run, whose
+    ``handle(path)`` serves its pages and, at ``/steps.json``, the tab's rows under ``columns``
+    ((key, title) pairs): the composition root, locustfiles/tts.py, hands it the dashboard's
+    :class:`dashboard.serve.LiveProcess` and :data:`dashboard.table.TAB_COLUMNS`. The tab and the
+    report read one summary, so a step's row is the report's, and an open step is shown open."""
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
-        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}]
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns]}]
     web_ui.template_args["extended_csv_files"] = [
         {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}]
     app = web_ui.app
@@ -49,7 +49,11 @@ def mount(environment, node, live_view) -> None:
     def _add_step_table(response):
         if request.path != "/stats/requests" or response.mimetype != "application/json":
             return response
-        rows = node.run.step_table() if node.run is not None else []
+        view = _view()
+        rows = []
+        if view is not None:
+            status, _, body = view.handle("/steps.json")
+            rows = json.loads(body) if status == 200 else []
         data = response.get_json()
         data["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
         response.set_data(json.dumps(data))
@@ -59,13 +63,27 @@ def mount(environment, node, live_view) -> None:
     @app.route(MOUNT + "<path:path>")
     @web_ui.auth_required_if_enabled
     def _live(path: str):
+        view = _view()
+        if view is None:
+            return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
+        status, ctype, body = view.handle("/" + path)
+        return Response(body, status, content_type=ctype)
+
+    def _view():
+        """The current run's live view (None before a run): made once per run, the last one closed."""
         run = node.run
         if run is None or run.run_dir is None:
-            return Response("No tts-knee run has started yet; start one, then reload.", 404, mimetype="text/plain")
-        if node.live_view is None or node.live_view[0] != run.run_dir:   # only the current run's view is kept
+            return None
+        if node.live_view is None or node.live_view[0] != run.run_dir:
+            _close()
             node.live_view = (run.run_dir, live_view([Path(run.run_dir)]))
-        status, ctype, body = node.live_view[1].handle("/" + path)
-        return Response(body, status, content_type=ctype)
+        return node.live_view[1]
+
+    @environment.events.quit.add_listener
+    def _close(**_kw):
+        if node.live_view is not None:
+            view, node.live_view = node.live_view[1], None
+            view.close()
 
 
 # Locust's form is a React app: the note is kept in place as it re-renders. It reads the form's

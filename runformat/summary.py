@@ -58,6 +58,27 @@ WINDOW: tuple[Field, ...] = (
     _F("spans", "unix s", False, "pooled level: its steps' [start, end] spans", optional=True),
 )
 
+#: A step still running (the live view): what its elapsed window gives so far.
+OPEN_STEP: tuple[Field, ...] = (
+    _F("elapsed_s", "s", True, "since the step's start, to the latest record"),
+    _F("settle_s", "s", True, "where its window opens"),
+    _F("settling", "", False, "its window has not opened yet: nothing is measured"),
+    _F("completions", "count", False, "final attempts finished in its window so far"),
+    _F("withheld", "", False, "the figures set to null: too few values for them yet "
+                              "(analysis.steps.OPEN_MIN_COUNT)"),
+    _F("note", "", False, "why, in one sentence"),
+)
+
+#: The open step as the verdict names it.
+IN_PROGRESS: tuple[Field, ...] = (
+    _F("step", "", False, ""),
+    _F("concurrency", "users", False, ""),
+    _F("rate", "req/s", True, "open loop"),
+    _F("voices", "count", True, "voice sweep"),
+    _F("closed_steps", "", False, "the steps the verdict is from"),
+    _F("note", "", False, "one sentence for the verdict box"),
+)
+
 #: One host's resource figures over a step's window.
 HOST_AGGREGATE: tuple[Field, ...] = (
     _F("samples", "count", False, ""),
@@ -204,6 +225,8 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("phase", "", True, "'grid', 'refine' or 'soak'"),
     _F("repeat", "count", True, ""),
     _F("window", "", False, "the span the figures are over", of=WINDOW),
+    _F("open", "", False, "a step still running: what its window gives so far (absent once closed)",
+       of=OPEN_STEP, optional=True),
     _F("requests", "count", False, "logical requests (final attempts), settled"),
     _F("attempts", "count", False, ""),
     _F("ok", "count", False, ""),
@@ -522,7 +545,10 @@ SUMMARY: tuple[Field, ...] = (
     _F("bad_lines", "count", False, "unparseable lines per file", of=PER_FILE),
     _F("incomplete_last_line", "", False, "per file", of=PER_FILE),
     _F("steps", "", False, "one step summary per executed step, in run order", of=STEP_SUMMARY),
-    _F("levels", "", False, "one per tested concurrency, repeats pooled", of=STEP_SUMMARY),
+    _F("in_progress_step", "", True, "the live view's open step, which the verdict waits for (null: none)",
+       of=IN_PROGRESS),
+    _F("levels", "", False, "one per tested concurrency, repeats pooled, closed steps only",
+       of=STEP_SUMMARY),
     _F("knee", "", False, "concurrency (or null) and methods; open loop: rate (or null) instead", of=KNEE),
     _F("slo", "", True, "spec, steps, by_step, max_concurrency", of=SLO),
     _F("recommended_concurrency", "users", True, ""),

@@ -105,12 +105,59 @@ def test_client_samples_only_is_queueing_too(tmp_path):
 
 
 def test_run_in_progress(tmp_path):
+    # the run read half-way through its last step (16), as the live view reads it
     p = build_run(tmp_path / "r", Model(in_progress=True))
     s = analyze(load(p))
     assert s["run"]["in_progress"] is True and s["incomplete_last_line"]["requests"] is True
-    assert s["steps"][-1]["requests"] > 0 and s["knee"]["concurrency"] == 8
+    open_step = s["steps"][-1]
+    assert open_step["requests"] > 0 and open_step["open"]["settling"] is False and not open_step["open"]["withheld"]
+    # its throughput is over the part of its window that has passed: within 10% of what the whole
+    # window gives once the step has run (the same seed, the run complete)
+    done = analyze(load(build_run(tmp_path / "done", Model())))
+    assert open_step["throughput_rps"] == pytest.approx(done["steps"][-1]["throughput_rps"], rel=0.10)
+    assert [st for st in s["steps"][:-1]] == [dict(st, window=st["window"]) for st in done["steps"][:-1]]
+    # the verdict waits: the levels, the knee and the recommendation are the closed steps'
+    assert [lv["concurrency"] for lv in s["levels"]] == [1, 2, 4, 8]
+    assert s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
+    assert s["in_progress_step"]["step"] == 5 and s["in_progress_step"]["closed_steps"] == [1, 2, 3, 4]
+    assert "Step 5 (concurrency 16) is in progress: the verdict is from steps 1-4" in s["in_progress_step"]["note"]
+    assert "open" not in done["steps"][-1] and done["in_progress_step"] is None
     r = _run(p, "--no-report")
-    assert r.returncode == 0 and "(in progress)" in r.stdout
+    assert r.returncode == 0 and "(in progress)" in r.stdout and "5 open" in r.stdout, r.stdout
+    assert "Step 5 (concurrency 16) is in progress" in r.stdout
+
+
+def test_an_open_step_withholds_what_its_window_cannot_give_yet(tmp_path):
+    """Read in its settle time, the last step measures nothing; a moment past it, with fewer than
+    OPEN_MIN_COUNT requests finished, its rates and percentiles are withheld, not a rate from a
+    handful of requests over a fraction of a second."""
+    from tts_knee.analysis.steps import OPEN_MIN_COUNT
+    from tts_knee.dashboard.report import report_html
+    from tts_knee.dashboard.table import WITHHELD, tab_rows
+    whole = build_run(tmp_path / "whole", Model())
+    info = json.loads((whole / "run.json").read_text())
+    last = info["steps"][-1]
+    records = [json.loads(line) for line in (whole / "requests.jsonl").read_text().splitlines()]
+    for name, reach in (("settling", last["start"] + 1.0), ("few", last["start"] + info["settle_s"] + 0.25)):
+        p = tmp_path / name
+        p.mkdir()
+        part = dict(info, end=None, steps=info["steps"][:-1] + [dict(last, end=None)])
+        (p / "run.json").write_text(json.dumps(part))
+        (p / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records
+                                                  if (r["t3"] or r["t2"] or r["t0"]) <= reach))
+        rd = load(p)
+        s = analyze(rd)
+        st = s["steps"][-1]
+        assert st["open"]["settling"] is (name == "settling"), st["open"]
+        assert st["throughput_rps"] is None and st["latency_ms"] is None and st["little"] is None
+        if name == "few":
+            assert 0 < st["open"]["completions"] < OPEN_MIN_COUNT
+            assert "throughput_rps" in st["open"]["withheld"]
+        row = tab_rows(s)[-1]
+        assert row["rps"] == row["p95_ms"] == WITHHELD and row["state"] != "done"
+        assert [lv["concurrency"] for lv in s["levels"]] == [1, 2, 4, 8] and s["recommended_concurrency"] != 16
+        page = report_html(rd, s)
+        assert "class='open' title='step 5 is in progress" in page and "Step 5 (concurrency 16) is in progress" in page
 
 
 def test_cli_table_summary_and_report(tmp_path):

@@ -1,5 +1,5 @@
-"""One playback model: the underruns the load generator records per attempt, the web UI's live
-step table, the summary and the report's drawing of a stream all come from
+"""One playback model: the underruns the load generator records per attempt, the summary (and
+so the web UI's live step table) and the report's drawing of a stream all come from
 ``analysis.playback.listen``. The arrivals go through the attempt path's own Timeline; the
 cases include what a second model would judge differently: a hand-over exact but for float
 noise (50 + (100.1 + 100.3) is 250.39999999999998, the next chunk comes at 250.4), arrivals
@@ -75,16 +75,8 @@ def test_the_report_replays_each_stream_as_the_client_heard_it(records):
     assert list(stalled.values()) == [(0, 0.0), (1, 80.0), (0, 0.0), (2, 580.0), (1, 100.0)]
 
 
-def test_the_live_step_table_and_the_summary_give_the_same_underrun_figures(records, tmp_path):
-    gevent = pytest.importorskip("gevent")
-    from tts_knee.locustfiles.shipping import RecordWriter
-    w = RecordWriter(tmp_path / "live.jsonl")
-    try:
-        w.add(records)
-        live = {row["step"]: row["underrun_pct"] for row in w.step_table()}
-    finally:
-        w.close()
-    gevent.sleep(0)
+def test_the_web_ui_tab_and_the_summary_give_the_same_underrun_figures(records, tmp_path):
+    from tts_knee.dashboard.table import tab_rows
     steps = [runformat.step_entry(step=s, concurrency=s, start=START + (s - 1) * STEP_S, end=START + s * STEP_S,
                                   phase="grid", repeat=1, settle_s=2.0) for s in (1, 2)]
     run = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id="r", start=START, end=START + 2 * STEP_S,
@@ -96,6 +88,8 @@ def test_the_live_step_table_and_the_summary_give_the_same_underrun_figures(reco
     assert_declared(tmp_path)
     summary = analyze(load(tmp_path))
     by_step = {s["step"]: s for s in summary["steps"]}
+    live = {row["step"]: row["underrun_pct"] for row in tab_rows(summary)}
+    assert sorted(live) == [1, 2]
     for step, pct in live.items():
         assert by_step[step]["streams"]["counted"] == sum(r["step"] == step for r in records)
         assert pct == round(100.0 * by_step[step]["underrun_rate"], 1), step
