@@ -28,6 +28,16 @@ def preflight(s) -> dict:
         f"--tts-preset {s.preset_source}" if s.protocol in ("ws", "grpc") else "--tts-protocol wyoming"
     answer = ended = None
     try:
+        if s.protocol == "wyoming" and s.text_rate:   # a server without streamed text ignores it: ask first
+            streams, name = transport.streams_text()
+            if streams is False:
+                out["message"] = (f"{target} ({name}) does not support streamed synthesis (its info says "
+                                  f"supports_synthesize_streaming false): it would ignore synthesize-start/chunk/stop "
+                                  f"and every utterance would wait out --request-timeout; drop --text-rate to send "
+                                  f"whole texts with synthesize")
+                return out
+            if streams is None:
+                log.warning("%s did not say whether it takes streamed text (%s); sending it anyway", target, name)
         with gevent.Timeout(s.request_timeout_s):
             for ev in transport.exchange(text, ask):
                 if isinstance(ev, Answered):

@@ -23,6 +23,8 @@ import json
 import socket
 from urllib.parse import urlsplit
 
+import gevent
+
 from ..clock import mono
 from .base import Answered, TransportError
 from .session import Connection, Item, SessionTransport, os_error
@@ -54,6 +56,7 @@ class WyomingConnection(Connection):
         self.buf = bytearray(READ_BYTES)
         self.start_at = self.end_at = 0   # what of buf is read and not yet parsed
         self.width = 2
+        self.info: dict | None = None   # the data of the server's latest info event
 
     def _fill(self) -> bool:
         """Read more into the buffer; False at the end of the stream."""
@@ -131,6 +134,8 @@ class WyomingConnection(Connection):
             text = " ".join(str(data.get("text") or "no text").split())[:200]
             code = data.get("code")
             return Item("error", at, nbytes, message=text + (f" ({code})" if code else ""))
+        if kind == "info":
+            self.info = data
         return None   # info and whatever else a server says between the audio
 
     def _format(self, data: dict, at: float, nbytes: int) -> Item | None:
@@ -169,6 +174,12 @@ class WyomingTransport(SessionTransport):
         self.voice = {"name": s.voice} if s.voice else None
 
     def connect(self) -> WyomingConnection:
+        conn = self.connect_only()
+        conn.start()
+        return conn
+
+    def connect_only(self) -> WyomingConnection:
+        """A connection whose reader is not started yet."""
         s = self.s
         try:
             sock = socket.create_connection(self.address, timeout=s.connect_timeout_s)
@@ -176,9 +187,31 @@ class WyomingTransport(SessionTransport):
             raise TransportError(f"connection error ({os_error(e)}): {s.host}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)   # the attempt's timeout bounds an utterance
-        conn = WyomingConnection(sock, self.plain)
-        conn.start()
-        return conn
+        return WyomingConnection(sock, self.plain)
+
+    def streams_text(self) -> tuple[bool | None, str]:
+        """Whether the server takes streamed text (``synthesize-start/chunk/stop``), from its
+        answer to ``describe``: (True/False, its TTS program's name), or (None, why) where it
+        did not say within the connect timeout. A server without it ignores those events, and
+        every utterance would wait out ``--request-timeout``."""
+        try:
+            with gevent.Timeout(self.s.connect_timeout_s):
+                conn = self.connect_only()
+                try:
+                    conn.send(event("describe"))
+                    for _ in range(64):
+                        item = conn.read()
+                        if conn.info is not None:
+                            return _streaming(conn.info, self.s.voice)
+                        if item is not None and item.kind in ("closed", "broken"):
+                            return None, item.message
+                finally:
+                    conn.drop()
+        except gevent.Timeout:
+            return None, f"no info within {self.s.connect_timeout_s:g} s"
+        except OSError as e:
+            return None, os_error(e)
+        return None, "no info event among its first 64"
 
     def begin(self, conn, key, text) -> None:
         if not self.plain:
@@ -201,6 +234,18 @@ class WyomingTransport(SessionTransport):
         if item.kind == "error":
             return Answered(500, False, "Wyoming error", 500)
         return None
+
+
+def _streaming(info: dict, voice: str | None) -> tuple[bool | None, str]:
+    """From an info event's data: whether the TTS program (the one with ``voice``, where one is
+    named and found) says ``supports_synthesize_streaming``, and its name."""
+    programs = [p for p in info.get("tts") or [] if isinstance(p, dict)]
+    if not programs:
+        return None, "its info lists no TTS program"
+    named = [p for p in programs if any(isinstance(v, dict) and v.get("name") == voice
+                                        for v in p.get("voices") or [])] if voice else []
+    program = (named or programs)[0]
+    return bool(program.get("supports_synthesize_streaming")), str(program.get("name") or "its TTS program")
 
 
 def _closed_inside(kind: str) -> Item:

@@ -31,11 +31,21 @@ READY_S = 90
 
 @pytest.fixture(scope="module")
 def wyoming_piper(tmp_path_factory):
+    yield from _wyoming_piper(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def wyoming_piper_whole_texts(tmp_path_factory):
+    """wyoming-piper without streamed synthesis, as servers were before mid-2025."""
+    yield from _wyoming_piper(tmp_path_factory, "--no-streaming")
+
+
+def _wyoming_piper(tmp_path_factory, *extra):
     port = free_port()
     downloads = tmp_path_factory.mktemp("wyoming-piper")
     proc = subprocess.Popen([sys.executable, "-m", "wyoming_piper", "--uri", f"tcp://127.0.0.1:{port}",
                              "--voice", "en_US-joe-medium", "--data-dir", str(joe.data_dir()),
-                             "--download-dir", str(downloads)],
+                             "--download-dir", str(downloads), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, ready = [], threading.Event()
 
@@ -101,3 +111,25 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
         assert sp["judged"] >= 3 and sp["wer_mean"] <= 0.2, sp
         assert by_c[c]["leading_silence_ms"]["p95"] < 300 and by_c[c]["silent_rate"] == 0
     assert summary["knee"]["methods"]["speech"] is None and not summary["knee"]["speech_first"]
+
+
+def test_a_server_without_streamed_synthesis_is_named_before_any_step(tmp_path, wyoming_piper_whole_texts):
+    """It would ignore synthesize-start/chunk/stop and every utterance wait out --request-timeout:
+    its describe answer says so, and the run stops in one sentence before any step; sent whole
+    texts (no --text-rate), the same server is measured."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS[:2]) + "\n")
+    common = ["--headless", "-H", wyoming_piper_whole_texts.url, "--tts-protocol", "wyoming", "--texts", str(texts),
+              "--steps", "1", "--step-time", "3"]
+    began = time.monotonic()
+    refused = locust([*common, "--text-rate", "20", "--run-dir", str(tmp_path / "streamed")], timeout=120)
+    took = time.monotonic() - began
+    assert refused.returncode != 0 and "Traceback" not in refused.stdout, refused.stdout
+    assert "does not support streamed synthesis" in refused.stdout and "drop --text-rate" in refused.stdout
+    assert took < 60, f"{took:.0f} s: it waited for an answer that would never come"   # the timeout is 120 s
+    info = json.loads((tmp_path / "streamed" / "run.json").read_text())
+    assert not info["steps"] and "does not support streamed synthesis" in info["preflight"]["message"]
+    whole = locust([*common, "--run-dir", str(tmp_path / "whole")], timeout=120)
+    assert whole.returncode == 0, whole.stdout
+    records = read_jsonl(tmp_path / "whole" / "requests.jsonl")
+    assert records and all(r["ok"] and r["status"] == 200 for r in records)
