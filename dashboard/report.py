@@ -35,6 +35,8 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     notes = []
     if run["in_progress"]:
         notes.append("run in progress: the last step is still open")
+    if (run.get("options") or {}).get("tls_insecure"):
+        notes.append("the target's TLS certificate was not verified (--tls-insecure)")
     if bad["requests"] or bad["resources"]:
         notes.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
     if run.get("run_json_error"):

@@ -214,6 +214,8 @@ def format_table(summary: dict, report: Path | None = None) -> str:
             lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
             lines += _aligned([list(RIVA_COLUMNS)] + riva)
     lines += open_lines(summary)
+    if (summary["run"].get("options") or {}).get("tls_insecure"):
+        lines.append("the target's TLS certificate was not verified (--tls-insecure)")
     bad = summary["bad_lines"]
     if bad["requests"] or bad["resources"]:
         lines.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")

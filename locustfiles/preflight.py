@@ -9,7 +9,7 @@ import gevent
 from tts_knee.runformat import grpc_codes
 
 from .clock import wall
-from .transports import Answered, Ended, TransportError, transport_for
+from .transports import Answered, Ended, TlsError, TransportError, transport_for
 from .voices import ask_for
 
 log = logging.getLogger("tts_knee")
@@ -46,6 +46,9 @@ def preflight(s) -> dict:
                     ended = ev
     except gevent.Timeout:
         out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
+        return out
+    except TlsError as e:   # a server, reached, whose TLS does not match the run's
+        out["message"] = f"cannot reach {s.host}: {e}"
         return out
     except TransportError as e:   # no connection, or an answer that is not HTTP
         out["message"] = f"cannot reach {s.host}: {e}; is the TTS server running there?"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from tts_knee.runformat.options import (
     STREAM_FORMATS,
 )
 
-from . import bodies, corpus, presets, voices as voices_mod
+from . import bodies, corpus, presets, tls, voices as voices_mod
 from .retry import RetryPolicy
 from .transports.base import NO_ASK, Ask
 
@@ -153,6 +154,12 @@ class Settings:
     asr_language: str = ""
     asr_metric: str = ""
     asr_threads: int = 1
+    # reaching a real service (locustfiles.tls): credentials sent, never recorded; TLS that verifies
+    headers: tuple = ()        # (name, value) for every HTTP request and WebSocket upgrade
+    grpc_metadata: tuple = ()  # (key, value) for every gRPC call
+    tls_ca: str = ""
+    tls_insecure: bool = False
+    tls: ssl.SSLContext | None = None   # the client context, for a TLS target (https, wss, grpcs)
 
     @property
     def mode(self) -> str:
@@ -208,6 +215,8 @@ class Settings:
             "asr_model": self.asr_model or None, "asr_sample": self.asr_sample if self.asr_model else None,
             "asr_language": self.asr_language or None, "asr_metric": self.asr_metric or None,
             "asr_threads": self.asr_threads if self.asr_model else None,
+            "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
+            "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
         })
 
     @property
@@ -419,8 +428,10 @@ def _target(host: str | None, protocol) -> str:
         if parts.scheme != "tcp" or not parts.hostname or port is None:
             raise SettingsError(f"--tts-protocol wyoming takes -H tcp://HOST:PORT, got {host!r}")
     elif protocol == "grpc":
-        if parts.scheme != "grpc" or not parts.hostname or port is None or parts.path not in ("", "/"):
-            raise SettingsError(f"--host must be grpc://HOST:PORT with --tts-protocol grpc, got {host!r}")
+        if parts.scheme not in ("grpc", "grpcs") or not parts.hostname or port is None \
+                or parts.path not in ("", "/"):
+            raise SettingsError(f"--host must be grpc://HOST:PORT (grpcs:// for TLS) with --tts-protocol grpc, "
+                                f"got {host!r}")
     elif parts.scheme not in PROTOCOLS[protocol] or not parts.hostname:
         hint = {"tcp": " (tcp:// is for --tts-protocol wyoming)",
                 "grpc": "; a gRPC server needs --tts-protocol grpc"}.get(parts.scheme, "")
@@ -625,13 +636,34 @@ def from_options(options, host: str | None) -> Settings:
         voice_upload=bool(o.voice_upload),
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
-        **_listening(o),
+        **_listening(o), **_reach(o, host, protocol),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
                             f"--tts-form and voices named in the corpus are for HTTP requests")
     _check_asks(s)
     return s
+
+
+def _reach(o, host: str, protocol: str) -> dict:
+    """--header, --grpc-metadata and TLS (:mod:`locustfiles.tls`): the credentials, their
+    ``${VAR}`` read from the environment, and the client context a TLS target is reached with."""
+    try:
+        headers = tls.pairs(getattr(o, "header", None), "--header", ":")
+        metadata = tls.pairs(getattr(o, "grpc_metadata", None), "--grpc-metadata", "=")
+        ca, insecure = str(getattr(o, "tls_ca", "") or ""), bool(getattr(o, "tls_insecure", False))
+        secure = urlsplit(host).scheme in ("https", "wss", "grpcs")
+        context = tls.client_context(ca, insecure, ("h2",) if protocol == "grpc" else ()) \
+            if secure or ca else None
+    except tls.CredentialError as e:
+        raise SettingsError(str(e)) from None
+    if metadata and protocol != "grpc":
+        raise SettingsError("--grpc-metadata is for --tts-protocol grpc; HTTP and WebSocket take --header")
+    if headers and protocol in ("grpc", "wyoming"):
+        raise SettingsError(f"--header is for HTTP and WebSocket; --tts-protocol {protocol} "
+                            + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
+    return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
+            "tls": context if secure else None}
 
 
 def _listening(o) -> dict:

@@ -46,7 +46,7 @@ CUT_BY_RUN_END = "cut_by_run_end"
 DRAIN_DEFAULT_MAX_S, DRAIN_MAX_S = 30.0, 50.0
 #: --tts-protocol: what carries an utterance, and the -H schemes each takes.
 PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "wyoming": ("tcp",),
-             "grpc": ("grpc",)}
+             "grpc": ("grpc", "grpcs")}
 #: The shortest --soak: time for enough windows to tell a trend from noise.
 SOAK_MIN_S = 60.0
 #: --cancel-by: the protocol's cancel message, or closing the connection (the HTTP stream).
@@ -167,6 +167,20 @@ OPTIONS: tuple[Option, ...] = (
        choices=("",) + CANCEL_MODES, group=_BARGE_IN),
     _O("--barge-in-seed", "barge_in_seed", "", -1,
        "Seed of which utterances are interrupted and when, recorded in run.json (default: a random one).", int, group=_BARGE_IN),
+    # Reaching a real service: TLS that verifies, and credentials that never reach the run directory
+    _O("--header", "headers", "", [],
+       "An HTTP header sent with every request and WebSocket upgrade, 'NAME: VALUE' (repeatable); "
+       "${VAR} in the value is read from the environment. run.json records the names, never the "
+       "values (default: none).", "list", secret=True, group=_TARGET),
+    _O("--grpc-metadata", "grpc_metadata", "", [],
+       "gRPC: metadata sent with every call, KEY=VALUE (repeatable); ${VAR} in the value is read from the "
+       "environment. run.json records the keys, never the values (default: none).", "list", secret=True,
+       group=_TARGET),
+    _O("--tls-ca", "tls_ca", "", "",
+       "CA certificates (a PEM file) that https://, wss:// and grpcs:// targets are verified against, "
+       "for a private CA (default: the system's).", group=_TARGET),
+    _O("--tls-insecure", "tls_insecure", "", False,
+       "Do not verify the target's TLS certificate; the report says so (default off).", bool, group=_TARGET),
     _O("--tts-template", None, "", "",
        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).', group=_TARGET),
     _O("--tts-sample-rate", None, "Hz", 24000,

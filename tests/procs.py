@@ -27,7 +27,7 @@ from pathlib import Path
 from rundirs import assert_declared
 
 ROOT = Path(__file__).resolve().parent.parent
-LISTENING = re.compile(r"listening on ((?:http|grpc)://\S+)")
+LISTENING = re.compile(r"listening on ((?:https?|grpcs?)://\S+)")
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
 

@@ -74,13 +74,26 @@ The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked stream
 """
 from __future__ import annotations
 
-from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Event, Received, TextSent, Transport, TransportError
+from .base import (
+    NO_ASK,
+    Answered,
+    Ask,
+    AudioPiece,
+    Cancel,
+    Ended,
+    Event,
+    Received,
+    TextSent,
+    TlsError,
+    Transport,
+    TransportError,
+)
 from .http import HttpTransport
 from .ws import WsTransport
 from .wyoming import WyomingTransport
 
 __all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Cancel", "Ended", "Event", "Received", "TextSent",
-           "Transport", "TransportError", "transport_for"]
+           "TlsError", "Transport", "TransportError", "transport_for"]
 
 
 def transport_for(s, payload=None) -> Transport:

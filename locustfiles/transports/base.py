@@ -33,6 +33,10 @@ class TransportError(Exception):
     The transport has dropped the connection by the time this is raised."""
 
 
+class TlsError(TransportError):
+    """The TLS handshake failed: a certificate that does not verify, or TLS on one side only."""
+
+
 @dataclass(slots=True)
 class Answered:
     """How the server took the request."""

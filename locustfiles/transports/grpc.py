@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import random
+import ssl
 import struct
 import uuid
 from pathlib import Path
@@ -42,10 +43,10 @@ from google.protobuf.message import DecodeError
 
 from tts_knee.audio import containers
 
-from .. import pacing
+from .. import pacing, tls
 from ..clock import mono, wall
 from ..headers import parse_retry_after
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, TlsError, Transport, TransportError
 from .h2grpc import Call, Connection, ConnectionLost, Status, os_error
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent.parent / "configs" / "presets"
@@ -130,13 +131,13 @@ def method_path(preset: dict, stream: bool) -> str:
 
 
 def target(host: str) -> tuple[str, int] | None:
-    """``grpc://host:port`` as (host, port); None when it is not one."""
+    """``grpc://host:port`` (``grpcs://`` for TLS) as (host, port); None when it is not one."""
     parts = urlsplit(host)
     try:
         port = parts.port
     except ValueError:
         return None
-    if parts.scheme != "grpc" or not parts.hostname or port is None or parts.path not in ("", "/"):
+    if parts.scheme not in ("grpc", "grpcs") or not parts.hostname or port is None or parts.path not in ("", "/"):
         return None
     return parts.hostname, port
 
@@ -202,12 +203,15 @@ class GrpcTransport(Transport):
                 self.close()
                 started = mono()
                 try:
-                    self.conn = Connection(self.host, self.port, self.s.connect_timeout_s)
+                    self.conn = Connection(self.host, self.port, self.s.connect_timeout_s, self.s.tls)
+                except ssl.SSLError as e:
+                    raise TlsError(tls.verify_hint(e, self.s.tls_insecure)) from None
                 except OSError as e:
                     raise TransportError(f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC "
                                          f"would say UNAVAILABLE)") from None
                 self.connect_ms = round((mono() - started) * 1000.0, 3)
-            call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout_s * 1000)}m"),))
+            call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout_s * 1000)}m"),
+                                               *self.s.grpc_metadata))
             yield from self._call(call, text)
         except ConnectionLost as e:
             self.close()

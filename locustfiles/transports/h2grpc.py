@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
 import struct
 import urllib.parse
 from collections import deque
@@ -76,11 +77,18 @@ class Status:
 class Connection:
     """One HTTP/2 connection to ``host:port`` (raises OSError when it cannot be opened)."""
 
-    def __init__(self, host: str, port: int, connect_timeout_s: float):
+    def __init__(self, host: str, port: int, connect_timeout_s: float, tls: ssl.SSLContext | None = None):
         self.authority = f"{host}:{port}"
+        self.scheme = "https" if tls is not None else "http"
         self.sock = gevent.socket.create_connection((host, port), timeout=connect_timeout_s)
-        self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:   # grpcs://: TLS offering h2, the handshake bounded by the connect timeout
+            try:
+                self.sock = tls.wrap_socket(self.sock, server_hostname=host)
+            except BaseException:
+                self.sock.close()
+                raise
+        self.sock.settimeout(None)
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
         self.h2.local_settings = h2.settings.Settings(client=True, initial_values={
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES, h2.settings.SettingCodes.ENABLE_PUSH: 0})
@@ -104,7 +112,7 @@ class Connection:
             self.call.cancel()
         with self.lock:
             sid = self.h2.get_next_available_stream_id()
-            self.h2.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", path),
+            self.h2.send_headers(sid, [(":method", "POST"), (":scheme", self.scheme), (":path", path),
                                        (":authority", self.authority), ("content-type", "application/grpc"),
                                        ("te", "trailers"), *metadata])
             self.call = Call(self, sid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import socket
+import ssl
 from http.client import HTTPException
 from urllib.parse import urlsplit
 
@@ -17,9 +18,10 @@ from geventhttpclient import HTTPClient
 
 from tts_knee.audio import containers
 
+from .. import tls
 from ..clock import mono
 from ..headers import header, parse_server_timing
-from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, Transport, TransportError
+from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TlsError, Transport, TransportError
 
 ERROR_BODY_CHARS = 200
 #: Bytes asked of the socket per read. geventhttpclient's default (4 KiB) costs a recv and a
@@ -39,13 +41,15 @@ class HttpTransport(Transport):
         self.name = s.path
         self.payload = payload or s.payload
         parts = urlsplit(s.host)
+        context = s.tls   # https://: the run's one client context (locustfiles.tls), as it verifies
         self._client_args = dict(
             host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
             connection_timeout=s.connect_timeout_s, network_timeout=s.request_timeout_s,
             headers={"User-Agent": "tts-knee",
                      "Accept": "text/event-stream" if s.stream_format == "sse"
-                     else "audio/*, application/octet-stream"},
+                     else "audio/*, application/octet-stream", **dict(s.headers)},
+            **({"ssl_context_factory": lambda **_: context, "insecure": s.tls_insecure} if context else {}),
         )
         self.http = HTTPClient(**self._client_args)
 
@@ -114,6 +118,8 @@ class HttpTransport(Transport):
                 yield from self._cancelled(pieces)
                 return
             self.reset()
+            if isinstance(e, ssl.SSLError) and answer is None:
+                raise TlsError(tls.verify_hint(e, s.tls_insecure)) from None
             stage = "connection error" if not got else "connection broke mid-body"
             raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
         except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
@@ -123,6 +129,9 @@ class HttpTransport(Transport):
             self.reset()
             if answer is not None and str(e).startswith("Incomplete"):
                 raise TransportError(_then(answer, "connection closed before the body was complete")) from None
+            if answer is None and s.tls is None and not got:   # a TLS server closes on a plaintext request
+                raise TlsError(f"it closed the connection without an HTTP answer ({type(e).__name__}): if it "
+                               f"serves TLS, give -H https://") from None
             raise TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}")) from None
         except BaseException:   # the attempt's timeout, or the user stopped: the connection is mid-answer
             self.reset()

@@ -31,9 +31,10 @@ from websocket import ABNF
 
 from tts_knee.audio.containers import StreamError
 
+from .. import tls
 from ..clock import mono
 from ..presets import Preset
-from .base import Answered, TransportError
+from .base import Answered, TlsError, TransportError
 from .session import Connection, Item, Refused, SessionTransport, os_error
 
 TRY_AGAIN_LATER = 1013
@@ -95,7 +96,8 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def upgrade(url: str, headers: list[str], timeout: float) -> tuple[_Socket | None, int, dict, bytes]:
+def upgrade(url: str, headers: list[str], timeout: float,
+            tls: ssl.SSLContext | None = None) -> tuple[_Socket | None, int, dict, bytes]:
     """Open ``url`` and ask to upgrade it: ``(socket, 101, headers, b"")``, or for a refusal
     ``(None, status, headers, the body's first bytes)``. Raises OSError (timeouts included) and
     ValueError for an answer that is not HTTP or not the WebSocket handshake."""
@@ -106,7 +108,7 @@ def upgrade(url: str, headers: list[str], timeout: float) -> tuple[_Socket | Non
     try:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if secure:
-            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=parts.hostname)
+            raw = (tls or ssl.create_default_context()).wrap_socket(raw, server_hostname=parts.hostname)
         sock = _Socket(raw)
         key = base64.b64encode(os.urandom(16))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -226,13 +228,15 @@ class WsTransport(SessionTransport):
         self.rate, self.channels = p.rate, p.channels
 
     def handshake_headers(self) -> list[str]:
-        """The headers the upgrade sends: the preset's."""
-        return self.preset.handshake_headers(self.values)
+        """The headers the upgrade sends: the preset's, then --header's."""
+        return self.preset.handshake_headers(self.values) + [f"{name}: {value}" for name, value in self.s.headers]
 
     def connect(self) -> WsConnection:
         s, p = self.s, self.preset
         try:
-            sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout_s)
+            sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout_s, s.tls)
+        except ssl.SSLError as e:
+            raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure)}") from None
         except socket.timeout:
             raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout_s:g} s") from None
         except ValueError as e:

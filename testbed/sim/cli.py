@@ -9,6 +9,7 @@ import logging
 import math
 import random
 import signal
+import ssl
 import sys
 import time
 
@@ -159,6 +160,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request (default off)")
     # gRPC: Riva's protocol beside HTTP, on the same capacity
+    p.add_argument("--tls-cert", metavar="PEM", default="",
+                   help="serve every face over TLS with this certificate (chain) file, with --tls-key (default off)")
+    p.add_argument("--tls-key", metavar="PEM", default="", help="the private key of --tls-cert (default none)")
+    p.add_argument("--require-header", metavar="'NAME: VALUE'", default="",
+                   help="answer 401 to a request (or WebSocket upgrade) without this header, and "
+                        "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)")
     p.add_argument("--grpc-port", type=number(int, 0, 65535),
                    help="also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one "
                         "(default off)")
@@ -297,10 +304,20 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     except SpeechUnavailable as err:
         print(f"{prog}: {err}.", file=sys.stderr)
         return 2
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print(f"{prog}: --tls-cert and --tls-key go together.", file=sys.stderr)
+        return 2
+    tls = {}
+    if args.tls_cert:
+        try:
+            tls = {"ssl_context": server_context(args.tls_cert, args.tls_key)}
+        except (OSError, ssl.SSLError) as err:
+            print(f"{prog}: --tls-cert/--tls-key: {err}.", file=sys.stderr)
+            return 2
     app = SpeechApp(args, capacity, rng, speaker)
     server = WSGIServer((args.host, args.port), app, handler_class=Handler,
                         spawn=Pool(),  # a pool, so that stop() waits for requests in flight
-                        backlog=LISTEN_BACKLOG, log=log if args.log_requests else None)
+                        backlog=LISTEN_BACKLOG, log=log if args.log_requests else None, **tls)
     servers = [(server, args.port)]
     if args.wyoming_port is not None:
         servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
@@ -311,7 +328,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         except ImportError as err:
             print(f"{prog}: --grpc-port needs the grpc extra (pip install 'tts-knee[grpc]'): {err}.", file=sys.stderr)
             return 2
-        grpc = RivaServer(args, capacity, rng, speaker).server
+        grpc = RivaServer(args, capacity, rng, speaker, tls.get("ssl_context")).server
         servers.append((grpc, args.grpc_port))
     for srv, port in servers:
         try:
@@ -325,9 +342,9 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             return 2
     if args.wyoming_port is not None:   # before the HTTP line, which tells a watcher all is up
         print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
-    print(f"listening on {_url('http', server.address)}", flush=True)
+    print(f"listening on {_url('https' if tls else 'http', server.address)}", flush=True)
     if grpc is not None:
-        print(f"listening on {_url('grpc', grpc.address)}", flush=True)
+        print(f"listening on {_url('grpcs' if tls else 'grpc', grpc.address)}", flush=True)
     log.info(describe(args))
 
     def stop():
@@ -358,6 +375,14 @@ def make_speaker(args: argparse.Namespace, rng: random.Random) -> Speaker:
     log.info(f"sim: speech: {len(speech)} texts ready in {time.monotonic() - started:.1f} s "
              f"({speech.rendered} rendered, {speech.loaded} from the cache in {speech.folder})")
     return speaker
+
+
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    """The TLS context every face serves with: the certificate and key, HTTP/1.1 and h2 offered."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    return ctx
 
 
 def _url(scheme: str, address) -> str:

@@ -84,13 +84,16 @@ class RivaServer:
     """Serves RivaSpeechSynthesis on ``args.grpc_port`` with the shared ``capacity``."""
 
     def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random,
-                 audio: Speaker | None = None):
+                 audio: Speaker | None = None, ssl_context=None):
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
         self.args, self.capacity, self.rng = args, capacity, rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
         self.audio = audio or Speaker(args, rng)   # the HTTP face's, shared
         self.pb, self.linear_pcm = riva_tts_pb2, riva_audio_pb2.AudioEncoding.LINEAR_PCM
-        self.server = StreamServer((args.host, args.grpc_port), self._connection, spawn=Pool())
+        self.server = StreamServer((args.host, args.grpc_port), self._connection, spawn=Pool(),
+                                   **({"ssl_context": ssl_context} if ssl_context is not None else {}))
+        name, _, value = str(getattr(args, "require_header", "") or "").partition(":")
+        self.required = (name.strip().lower(), value.strip()) if name.strip() else None
 
     def _connection(self, sock, _address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -146,6 +149,10 @@ class _Connection:
             path = headers.get(":path")
             if path not in (SYNTHESIZE, ONLINE):
                 self.trailers_only(ev.stream_id, "UNIMPLEMENTED", f"Method not found: {path}")
+                return
+            need = self.server.required
+            if need is not None and headers.get(need[0]) != need[1]:
+                self.trailers_only(ev.stream_id, "UNAUTHENTICATED", f"missing or wrong {need[0]} metadata")
                 return
             self.calls[ev.stream_id] = _Call(self, ev.stream_id, path == ONLINE)
         elif kind is h2.events.DataReceived:

@@ -111,6 +111,9 @@ class SpeechApp:
         self.faults = Faults(args.fault, args.fault_rate, rng)
         self.audio = audio or Speaker(args, rng)   # every face's answers' PCM (the tone, or --speech)
         self.registry = Registry()
+        # --require-header: the WSGI environ key and the value a request must carry
+        name, _, value = str(getattr(args, "require_header", "") or "").partition(":")
+        self.required = ("HTTP_" + name.strip().upper().replace("-", "_"), value.strip()) if name.strip() else None
         self.sessions = 0   # WebSocket and Wyoming sessions begun, numbering them in the chunk log
 
     def next_session(self) -> int:
@@ -133,6 +136,9 @@ class SpeechApp:
                                   [("Allow", "GET")])
                 return self._respond(start_response, "200 OK",
                                      _json_body(metrics.health(self.capacity, self.registry)))
+            if self.required is not None and environ.get(self.required[0]) != self.required[1]:
+                raise _Reject("401 Unauthorized", f"missing or wrong {self.args.require_header.partition(':')[0]} "
+                                                  f"header")
             if path == VOICES_PATH or path.startswith(VOICES_PATH + "/"):
                 return self.voices(environ, start_response, path, method)
             if path == ws.PATH:
