@@ -18,7 +18,8 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 3. ``rate_limited`` - at the knee step, 429/503 are at least 5% of attempts.
 4. ``server_errors`` - at the knee step, other failures are at least 5% of attempts.
 5. ``no_knee`` - latency never rose notably: test higher.
-6. ``client_io`` - the knee is in write/concat time while wait stayed flat.
+6. ``client_io`` - the knee is in write/concat time while wait stayed flat: it rose more than
+   ``LATENCY_RISE`` times, and by at least ``CLIENT_IO_SHARE`` of the knee step's p50 wait.
 7. ``queueing`` - requests queue, but there are no server samples at the knee step (no
    collector, or none of its samples fell in that step's window): a saturated GPU/CPU cannot be
    told from a server concurrency limit, so the verdict names neither and the evidence asks
@@ -58,6 +59,7 @@ CLIENT_CPU_BUSY = 90.0
 CLIENT_CORE_BUSY = 97.0
 CLIENT_PROC_BUSY = 90.0  # % of one core: Locust runs each process's users on a single core
 CLIENT_PROC_SHARE = 50.0  # % of one core: a Locust process under it is not what fills its host
+CLIENT_IO_SHARE = 0.25  # client_io: the write/concat rise is at least this share of the knee step's wait
 MEM_FULL = 0.95
 QUEUE_WAITING = 1.0  # the server's own queue reaching this at the knee step: requests waited in it
 CREEP_FRACTION = 0.10  # of total GPU memory: more left after the run than before it is a leak
@@ -418,7 +420,9 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
         (_get(s, "latency_ms", "p95") or 0) / (_get(steps[0], "latency_ms", "p95") or 1) <= LATENCY_RISE
     for key, label in (("write_ms", "write"), ("concat_ms", "concat")):
         a, b = _get(steps[0], key, "p50"), _get(s, key, "p50")
-        if wait_flat and a and b and b / a > LATENCY_RISE:
+        # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
+        # writing beside a 1.9 s wait is no bottleneck, however many times it rose
+        if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
             return out("client_io", [
                 f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
                 f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "

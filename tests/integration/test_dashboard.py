@@ -400,3 +400,23 @@ def test_a_steps_own_settle_time_starts_its_window(tmp_path):
     start = run["steps"][2]["start"]
     assert s["steps"][2]["window"]["start"] == pytest.approx(start + 3.0)
     assert s["steps"][1]["window"]["start"] == pytest.approx(run["steps"][1]["start"] + run["settle_s"])
+
+
+def test_client_io_needs_the_clients_own_time_to_matter_beside_the_wait(tmp_path):
+    """A write time that rose many times over but stays a few ms beside a wait of seconds is no
+    bottleneck (CI saw "client_io" for wyoming-piper's 2 -> 7 ms of writing beside a 1.9 s wait)."""
+    import copy
+
+    from tts_knee.analysis.diagnosis import CLIENT_IO_SHARE, diagnose
+    s = analyze(load(build_run(tmp_path / "r", SCENARIOS["client_io"][0])))
+    assert s["diagnosis"]["kind"] == "client_io"
+    levels = copy.deepcopy(s["levels"])
+    k = s["knee"]["index"]
+    wait = levels[k]["latency_ms"]["p50"]
+    # the same rise in ratio (and so past LATENCY_RISE), scaled down under a quarter of the wait
+    scale = 0.5 * CLIENT_IO_SHARE * wait / (levels[k]["write_ms"]["p50"] - levels[0]["write_ms"]["p50"])
+    for lv in levels:
+        lv["write_ms"] = {q: v * scale for q, v in lv["write_ms"].items()}
+    assert levels[k]["write_ms"]["p50"] / levels[0]["write_ms"]["p50"] > 1.5
+    d = diagnose(levels, s["knee"], s["gpu_memory_creep"], True)
+    assert d["kind"] != "client_io", d

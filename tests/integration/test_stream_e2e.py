@@ -62,7 +62,13 @@ def test_each_format_times_every_chunk(tmp_path, knobs, extra):
         assert r["ok"], r["error"]
         consistent(r)
         assert r["chunks"] >= 1 and r["audio_s"] == pytest.approx(1.0)
-        assert r["underruns"] == 0 and r["underrun_ms"] == 0.0
+        # each attempt's stalls are the playback model's on its own arrivals: a client stalled past
+        # 175 ms (a loaded machine: CI saw one) heard a real gap, and records it
+        _, stalls = listen(r["chunk_at_ms"], r["chunk_audio_ms"], 0.0)
+        assert r["underruns"] == len(stalls) and r["underrun_ms"] == pytest.approx(sum(b - a for a, b in stalls), abs=1)
+    # the server sends 8x faster than real time: as a rule no attempt runs dry (at most one in ten,
+    # for a client stalled that long)
+    assert sum(r["underruns"] > 0 for r in records) <= len(records) / 10, [r["underruns"] for r in records]
     # five chunks each as a rule: a client read late takes the chunks that came meanwhile in one read
     # (one attempt in 30 read all five at once in CI), so the count is the median's, not every one's
     assert statistics.median(r["chunks"] for r in records) == 5
