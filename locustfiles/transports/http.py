@@ -15,6 +15,7 @@ from http.client import HTTPException
 from urllib.parse import urlsplit
 
 from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed
 
 from tts_knee.audio import containers
 
@@ -129,9 +130,10 @@ class HttpTransport(Transport):
             self.reset()
             if answer is not None and str(e).startswith("Incomplete"):
                 raise TransportError(_then(answer, "connection closed before the body was complete")) from None
-            if answer is None and s.tls is None and not got:   # a TLS server closes on a plaintext request
-                raise TlsError(f"it closed the connection without an HTTP answer ({type(e).__name__}): if it "
-                               f"serves TLS, give -H https://") from None
+            if isinstance(e, HTTPConnectionClosed) and answer is None and s.tls is None:
+                # a TLS server closes on a plaintext request without a byte of HTTP
+                raise TlsError("it closed the connection without an HTTP answer: if it serves TLS, give "
+                               "-H https://") from None
             raise TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}")) from None
         except BaseException:   # the attempt's timeout, or the user stopped: the connection is mid-answer
             self.reset()

@@ -89,3 +89,10 @@ def test_without_the_credential_the_server_refuses_before_any_step(tmp_path, sim
                    str(certs / "ca.pem"), "--run-dir", str(tmp_path / "run")])
     assert proc.returncode != 0 and "Traceback" not in proc.stdout
     assert "refused the request with 401" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_plaintext_against_a_tls_server_says_so(tmp_path, sim):
+    proc = locust(["--headless", "-H", sim.url.replace("https://", "http://"), "--steps", "1", "--step-time", "2",
+                   "--run-dir", str(tmp_path / "run")])
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout
+    assert "if it serves TLS, give -H https://" in proc.stdout, proc.stdout[-3000:]
