@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import gevent
+import locust.runners
 
 from tts_knee import runformat
 
@@ -14,6 +15,12 @@ from .clock import wall
 log = logging.getLogger("tts_knee")
 #: How often the master notes lost workers and samples their heartbeat CPU into resources.jsonl.
 WATCH_INTERVAL_S = 1.0
+#: How often a Locust process measures its own CPU and memory, which its heartbeats carry.
+#: Locust's own 10 s left a worker's first reading 10 s after it started (a short run ended with
+#: none: CI saw a 15 s run without one) and every later one up to 10 s behind its step.
+#: Locust reads the constant at each reading; set before any runner exists, the first reading
+#: comes one second after the worker starts.
+locust.runners.CPU_MONITOR_INTERVAL = WATCH_INTERVAL_S
 
 
 def watch(node) -> None:

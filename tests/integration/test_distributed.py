@@ -50,6 +50,9 @@ def test_master_and_two_workers_write_one_run_directory(tmp_path, sim):
     hb = [s for s in samples if s.get("source") == "locust-heartbeat"]
     assert {s["host"] for s in hb} == workers
     assert all(s["role"] == "client" and s["proc"]["rss_bytes"] > 0 and s["proc"]["cpu_percent"] >= 0 for s in hb)
+    # ... from the first step on (Locust's own 10 s between readings left a short run without one)
+    first = info["steps"][0]
+    assert {s["host"] for s in hb if first["start"] <= s["ts"] <= first["end"]} == workers
     assert not list(tmp_path.glob("runs/spool/*"))
 
 
