@@ -14,7 +14,7 @@ on their pooled records, so every figure means what it means for one step:
   computed over the union of those steps' settled records, exactly as for one step.
 - Figures that belong to a step's window add the windows up: ``throughput_rps`` and
   ``completed_rps`` are the completions inside the windows over their total length,
-  ``audio_s_per_s`` likewise, Little's law's effective (and expected) concurrency is the
+  ``audio_s_per_s`` and ``chars_per_s`` likewise, Little's law's effective (and expected) concurrency is the
   window-weighted mean.
 - Server and client resources are aggregated over the samples inside any of the windows (peaks
   are the highest, means are over all those samples); the GPU memory level right after the step
@@ -87,9 +87,12 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
                            "open": any(s["window"].get("open") for s in steps)},
                 "throughput_rps": ok / dur if dur else None,
                 "completed_rps": done / dur if dur else None})
-    audio = [(s["audio_s_per_s"], s["window"]["duration_s"]) for s in steps
-             if s.get("audio_s_per_s") is not None and s["window"].get("duration_s")]
-    out["audio_s_per_s"] = sum(x * d for x, d in audio) / sum(d for _, d in audio) if audio else None
+    for k in ("audio_s_per_s", "chars_per_s"):
+        per = [(s[k], s["window"]["duration_s"]) for s in steps
+               if s.get(k) is not None and s["window"].get("duration_s")]
+        out[k] = sum(x * d for x, d in per) / sum(d for _, d in per) if per else None
+    out["rtfx"] = out["audio_s_per_s"]
+    out["utterances_per_hour"] = None if out["throughput_rps"] is None else out["throughput_rps"] * 3600.0
     lit = [s["little"] for s in steps if s.get("little")]
     if lit:
         w = sum(x["window_s"] for x in lit)

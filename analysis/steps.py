@@ -20,7 +20,7 @@ Definitions used throughout the dashboard:
 - **Throughput** (``throughput_rps``) is the number of successful final attempts that
   *finished* inside the window (``tend``: ``t3``, else ``t2``), whichever step sent them,
   divided by the window's length; ``completed_rps`` counts every final attempt the same way,
-  ``audio_s_per_s`` their audio.  Users run back to back across steps, so completions inside
+  ``audio_s_per_s`` their audio, ``chars_per_s`` their text (:mod:`analysis.capacity`).  Users run back to back across steps, so completions inside
   the window are the work done in it; counting only the step's settled requests over a window
   stretched to their last completion would understate it by about one latency at each end.
 - **Little's law** (``little``): the mean number of busy users over the window is the sum, over
@@ -92,7 +92,7 @@ from tts_knee.audio import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 
-from . import server_metrics
+from . import capacity, server_metrics
 from .confidence import percentile_cis
 from .incremental import percentiles, sorted_values
 
@@ -109,7 +109,8 @@ CLIPPED_SHARE = 0.001  # an answer with more of its samples at full scale than t
 #: the step's whole window gave 17.7. Fewer are withheld (None), never shown.
 OPEN_MIN_COUNT = 20
 #: The figures per second of the window, withheld together.
-RATE_FIGURES = ("throughput_rps", "completed_rps", "audio_s_per_s", "rtfx", "throughput_ratio")
+RATE_FIGURES = ("throughput_rps", "completed_rps", "audio_s_per_s", "rtfx", "chars_per_s", "utterances_per_hour",
+                "throughput_ratio")
 
 
 def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
@@ -504,6 +505,8 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
         "rtf": d("rtf", okl, "okl"),
         "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
         "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+        **capacity.step_figures(win["ok_completions"] / dur if dur else None,
+                                float(np.nansum(a["text_len"][ok_in]) / dur) if dur else None),
         "retries": int((m & (a["attempt"] > 1)).sum()),
         "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
                                "2": int((m & (a["attempt"] == 2)).sum()),

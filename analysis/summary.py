@@ -30,7 +30,15 @@ from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import RunDir, RunDirError
 
-from . import bargein, openloop, slo as slo_mod, soak as soak_mod, speech as speech_mod, voices as voice_sweep
+from . import (
+    bargein,
+    capacity as capacity_mod,
+    openloop,
+    slo as slo_mod,
+    soak as soak_mod,
+    speech as speech_mod,
+    voices as voice_sweep,
+)
 from .confidence import ci_range
 from .diagnosis import common_evidence, diagnose, share
 from .knee import find_knee, little_check, usl_fit
@@ -356,10 +364,22 @@ def _clean(o):
     return o
 
 
-def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | None = None) -> dict:
+def run_capacity(rd: RunDir, given: capacity_mod.Options | None = None) -> capacity_mod.Options:
+    """What the capacity section is asked for: the run's own ``--cost-per-hour``, ``--plan-for``
+    and ``--headroom``, each replaced by what ``given`` sets; raises :class:`RunDirError` for a
+    recorded value that does not parse."""
+    try:
+        return capacity_mod.options(rd.options(), given)
+    except capacity_mod.CapacityError as e:
+        raise RunDirError(f"{rd.path / 'run.json'}: options: {e} Fix it or pass the flag to "
+                          f"tts-knee report.") from None
+
+
+def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | None = None,
+            capacity: capacity_mod.Options | None = None) -> dict:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
-    ``--server-role``."""
+    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
     slo = run_slo(rd, slo)
@@ -435,6 +455,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     elif slo_part:
         rec = slo_part["max_concurrency"]
         rec_text = _recommend_slo(done, slo_part["steps"], slo.spec, rec, knee["concurrency"])
+    key, value = ("voices", rec_voices) if by_voices else ("rate", rec_rate) if open_loop else ("concurrency", rec)
+    cap = capacity_mod.capacity(done, key, value, rec, run_capacity(rd, capacity))
     run = rd.run
     in_progress = bool(run) and run.get("end") is None
     barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles)
@@ -466,6 +488,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "slo": slo_part,
         "recommended_concurrency": rec,
         "recommendation": rec_text,
+        "capacity": cap,
         "diagnosis": diagnosis,
         "little_law": None if open_loop else little_check(done),
         "usl": None if open_loop or by_voices else usl_fit(done),

@@ -36,7 +36,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tts_knee.analysis import gate, regression
+from tts_knee.analysis import capacity, gate, regression
 from tts_knee.analysis.slo import SLOError, parse
 from tts_knee.analysis.summary import analyze, load, write_summary
 from tts_knee.runformat.metric_roles import ROLES, parse_roles
@@ -74,6 +74,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(default: no comparison)")
     p.add_argument("--tolerance", type=float, default=regression.TOLERANCE,
                    help=f"relative change --baseline lets pass (default {regression.TOLERANCE:.2f})")
+    p.add_argument("--cost-per-hour", metavar="AMOUNT",
+                   help="a replica's price per hour: the cost per million characters and per hour of audio at "
+                        "the recommendation (default: the run's own --cost-per-hour)")
+    p.add_argument("--plan-for", metavar="N|N/s",
+                   help="the replicas N concurrent requests (or N requests per second) need at the "
+                        "recommendation (default: the run's own --plan-for)")
+    p.add_argument("--headroom", metavar="SHARE",
+                   help=f"with --plan-for, the share of a replica's capacity left unplanned, e.g. 0.2 or 20%% "
+                        f"(default: the run's own, else {capacity.HEADROOM * 100:.0f}%%)")
     p.add_argument("--server-role", action="append", default=[], metavar="ROLE=SERIES",
                    help=f"read a scraped series as the server's ROLE, one of {', '.join(ROLES)} (repeatable; "
                         f"default: what the run was told, and the names tts-knee knows)")
@@ -160,6 +169,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         roles = parse_roles(args.server_role)
     except ValueError as e:
         bad = bad or f"{e}."
+    try:
+        asked = capacity.Options(None if args.cost_per_hour is None else capacity.parse_cost(args.cost_per_hour),
+                                 None if args.plan_for is None else capacity.parse_demand(args.plan_for),
+                                 None if args.headroom is None else capacity.parse_headroom(args.headroom))
+    except capacity.CapacityError as e:
+        bad = bad or str(e)
     if bad:
         print(f"error: {bad}", file=sys.stderr)
         return 2
@@ -167,7 +182,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     for path in args.run_dirs:
         try:
             rd = load(path)
-            s = analyze(rd, slo, roles)
+            s = analyze(rd, slo, roles, asked)
             status = max(status, _judge(args, rd, s))
         except RunDirError as e:
             if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched

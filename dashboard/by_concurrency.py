@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 
-from .kit import GIB, KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, is_streamed, lx, step_row
+from .kit import GIB, KNEE_COLOUR, REC_COLOUR, capacity_html, ci_bars, conc_axis, esc, is_streamed, lx, step_row
 from .table import TAIL_COLUMN, speech_metric, table_columns, table_rows
 
 
@@ -114,7 +114,7 @@ def verdict_html(summary: dict) -> str:
     return (f"<div class='{cls}'><div>Knee: <b>{esc(knee['concurrency'] or 'none found')}</b> &middot; "
             f"recommended concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b> &middot; "
             f"diagnosis: <span class='kind'>{esc(d['kind'])}</span></div><ul>{ev}</ul>"
-            f"<div>{esc(summary['recommendation'])}</div></div>"
+            f"<div>{esc(summary['recommendation'])}</div>{capacity_html(summary)}</div>"
             f"<table><tr><th class='l'>knee method</th><th>concurrency</th></tr>{methods}</table>"
             + (f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
                f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "

@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
 
-from .kit import KNEE_COLOUR, REC_COLOUR, esc, fmt, stat, step_row
+from .kit import KNEE_COLOUR, REC_COLOUR, capacity_html, esc, fmt, stat, step_row
 from .table import RATE_COLUMNS, rate_table_rows
 
 
@@ -83,7 +83,7 @@ def verdict_html(summary: dict) -> str:
             f"<b>{esc(fmt(summary.get('recommended_rate'), '{:g}'))} req/s</b> &middot; concurrency it implies: "
             f"<b>{esc(fmt(summary.get('recommended_concurrency')))}</b> &middot; dropped arrivals: "
             f"<b>{esc(summary.get('dropped') or 0)}</b> &middot; diagnosis: <span class='kind'>{esc(d['kind'])}"
-            f"</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div></div>"
+            f"</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>{capacity_html(summary)}</div>"
             f"<table><tr><th class='l'>knee method</th><th>offered req/s</th></tr>{methods}</table>"
             f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
             f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "

@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE
 
-from .kit import KNEE_COLOUR, REC_COLOUR, ci_bars, conc_axis, esc, fmt, lx, step_row
+from .kit import KNEE_COLOUR, REC_COLOUR, capacity_html, ci_bars, conc_axis, esc, fmt, lx, step_row
 from .table import table_columns, table_rows
 
 
@@ -86,7 +86,7 @@ def verdict_html(summary: dict) -> str:
     return (f"<div class='{cls}'><div>Knee: <b>{esc(fmt(knee['voices']) if knee['voices'] else 'none found')}</b> "
             f"distinct voices at concurrency {esc(fmt(knee['concurrency']))} &middot; recommended voices: "
             f"<b>{esc(fmt(summary.get('recommended_voices')))}</b> &middot; diagnosis: <span class='kind'>"
-            f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div></div>"
+            f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>{capacity_html(summary)}</div>"
             f"<table><tr><th class='l'>knee method</th><th>distinct voices</th></tr>{methods}</table>"
             f"<p class='meta'>A number of voices breaks when its latency stays above {LATENCY_RISE}x the fewest "
             f"voices' or {FAILURE_RATE:.0%} more of its attempts fail. Agreeing with the knee: "

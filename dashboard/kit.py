@@ -47,6 +47,13 @@ def step_row(s: dict, cells: list[str], cls: str = "") -> str:
     return f"<tr class='{cls}'{title}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
+def capacity_html(summary: dict) -> str:
+    """The recommendation in replicas and money (``summary.capacity``), for the verdict box; ""
+    where nothing is recommended."""
+    cap = summary.get("capacity") or {}
+    return f"<div class='capacity'>{esc(cap['text'])}</div>" if cap.get("at") and cap.get("text") else ""
+
+
 def stat(s: dict, key: str, q: str):
     """``s[key][q]`` (a step's ``latency_ms`` p95, say), None where either is missing."""
     return (s.get(key) or {}).get(q)

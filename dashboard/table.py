@@ -247,6 +247,9 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     else:
         lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  "
                      f"{summary['recommendation']}")
+    cap = summary.get("capacity") or {}
+    if cap.get("at") and cap.get("text"):
+        lines.append(f"capacity: {cap['text']}")
     lines += _soak_lines(summary)
     if report:
         lines.append(f"report: {report}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tts_knee.analysis import slo as slo_mod
+from tts_knee.analysis import capacity as capacity_mod, slo as slo_mod
 from tts_knee.runformat import options as run_options
 from tts_knee.runformat.fields import Builder
 from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
@@ -160,6 +160,8 @@ class Settings:
     tls_ca: str = ""
     tls_insecure: bool = False
     tls: ssl.SSLContext | None = None   # the client context, for a TLS target (https, wss, grpcs)
+    # capacity and cost (analysis.capacity): recorded for the report, read at the recommendation
+    capacity: capacity_mod.Options = capacity_mod.Options()
 
     @property
     def mode(self) -> str:
@@ -217,6 +219,9 @@ class Settings:
             "asr_threads": self.asr_threads if self.asr_model else None,
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
+            "cost_per_hour": self.capacity.cost_per_hour,
+            "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
+            "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
         })
 
     @property
@@ -636,7 +641,7 @@ def from_options(options, host: str | None) -> Settings:
         voice_upload=bool(o.voice_upload),
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
-        **_listening(o), **_reach(o, host, protocol),
+        **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
@@ -664,6 +669,17 @@ def _reach(o, host: str, protocol: str) -> dict:
                             + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
     return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
             "tls": context if secure else None}
+
+
+def _capacity(o) -> capacity_mod.Options:
+    """--cost-per-hour, --plan-for and --headroom, checked before the run (the report reads them)."""
+    cost, plan = str(getattr(o, "cost_per_hour", "") or "").strip(), str(getattr(o, "plan_for", "") or "").strip()
+    try:
+        return capacity_mod.Options(capacity_mod.parse_cost(cost) if cost else None,
+                                    capacity_mod.parse_demand(plan) if plan else None,
+                                    capacity_mod.parse_headroom(getattr(o, "headroom", None) or "20%"))
+    except capacity_mod.CapacityError as e:
+        raise SettingsError(str(e)) from None
 
 
 def _listening(o) -> dict:

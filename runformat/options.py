@@ -71,12 +71,14 @@ _PLAN = Group("load plan", "The steps: concurrency or offered rates, how long ea
 _RETRIES = Group("retries", "Which failures are retried, and how long to back off.")
 _SLO = Group("SLO and plan decisions", "An objective each step is judged against as it ends, and what "
                                       "the plan does with the verdicts.")
+_CAPACITY = Group("capacity and cost", "The recommendation in replicas and money: a replica's price and the "
+                                       "demand to plan for (the report takes them too).")
 _VOICES = Group("voices", "The voices requests ask for, and sweeps over distinct voices.")
 _BARGE_IN = Group("barge-in", "Listeners who interrupt, and how the utterance is cancelled.")
 _LISTENING = Group("listening", "The ASR judge: whether the speech is still right under load.")
 _TELEMETRY = Group("telemetry", "The collectors beside the server and the server's own metrics.")
 _OUTPUT = Group("output", "The run directory and the audio written.")
-GROUPS: tuple[Group, ...] = (_TARGET, _PLAN, _STREAMING, _RETRIES, _SLO, _VOICES, _BARGE_IN, _LISTENING, _TELEMETRY,
+GROUPS: tuple[Group, ...] = (_TARGET, _PLAN, _STREAMING, _RETRIES, _SLO, _CAPACITY, _VOICES, _BARGE_IN, _LISTENING, _TELEMETRY,
                              _OUTPUT)
 
 
@@ -258,6 +260,16 @@ OPTIONS: tuple[Option, ...] = (
     _O("--stop-past-knee", "stop_past_knee", "", False,
        "Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) and the "
        "next step fails too (default off).", bool, group=_SLO),
+    # Capacity and cost (analysis.capacity): read at the recommendation after the run.
+    _O("--cost-per-hour", "cost_per_hour", "per h", "",
+       "A replica's price per hour, in any currency: the report adds the cost per million characters and "
+       "per hour of audio at the recommendation (default: none).", group=_CAPACITY),
+    _O("--plan-for", "plan_for", "", "",
+       "A demand to plan replicas for: N concurrent requests or sessions (500), or a rate (20/s); the "
+       "report adds the replicas it needs at the recommendation (default: none).", group=_CAPACITY),
+    _O("--headroom", "headroom", "", "20%",
+       "With --plan-for: the share of a replica's measured capacity left unplanned, 0.2 or 20% "
+       "(default {default}).", group=_CAPACITY),
     _O("--repeat", "repeat", "count", 1,
        "Run the grid of --steps (or --rates) this many times (default {default}).", int, group=_PLAN),
     # Rates against an SLO: how close --refine brings the passing and the failing rate.

@@ -265,6 +265,8 @@ STEP_SUMMARY: tuple[Field, ...] = (
     # Riva's figures, for a team comparing with NVIDIA's riva_tts_perf_client
     _F("riva", "", True, "streamed: first audio and chunk latency as the perf client prints them", of=RIVA),
     _F("rtfx", "", True, "audio seconds delivered per wall second (audio_s_per_s, by the perf client's name)"),
+    _F("chars_per_s", "chars/s", True, "characters of the successful completions per second"),
+    _F("utterances_per_hour", "count", True, "throughput_rps times 3600"),
     _F("cancelled", "count", False, "requests the listener interrupted (--barge-in): ok, and left out of the "
                                      "latency, throughput and tail figures"),
     _F("cancel_to_quiet_ms", "ms", True, "cancelled requests: the cancel to quiet", of=DIST),
@@ -539,6 +541,33 @@ BARGE_IN: tuple[Field, ...] = (
     _F("orphaned_work_s", "s", True, "null without the server's running-requests series", of=ORPHANED),
 )
 
+CAPACITY_AT: tuple[Field, ...] = (
+    _F("concurrency", "users", True, "the recommended concurrency (open loop: the one the rate implies)"),
+    _F("rate", "req/s", True, "open loop: the recommended rate", optional=True),
+    _F("voices", "count", True, "voice sweep: the recommended number of voices", optional=True),
+)
+CAPACITY_PLAN: tuple[Field, ...] = (
+    _F("demand", "", False, "--plan-for as given: N concurrent requests, or N/s"),
+    _F("per_s", "", False, "the demand is a rate"),
+    _F("headroom", "", False, "--headroom: the share of a replica's capacity left unplanned"),
+    _F("per_replica", "", True, "what one replica carried at the recommendation: its concurrency, or its "
+                                "req/s for a rate"),
+    _F("replicas", "count", True, "ceil(demand / (per_replica * (1 - headroom))); null: nothing carried"),
+)
+CAPACITY: tuple[Field, ...] = (
+    _F("at", "", True, "the recommended level read (null: none recommended)", of=CAPACITY_AT),
+    _F("throughput_rps", "req/s", True, "one replica at the recommendation"),
+    _F("chars_per_s", "chars/s", True, ""),
+    _F("audio_s_per_s", "", True, "audio seconds per wall second (rtfx)"),
+    _F("utterances_per_hour", "count", True, ""),
+    _F("mchars_per_hour", "", True, "millions of characters an hour"),
+    _F("cost_per_hour", "per h", True, "--cost-per-hour: a replica's price"),
+    _F("cost_per_million_chars", "", True, "the price over the characters carried an hour, in millions"),
+    _F("cost_per_audio_hour", "", True, "the price over the hours of audio made an hour"),
+    _F("plan", "", True, "with --plan-for", of=CAPACITY_PLAN),
+    _F("text", "", True, "the whole in one or two sentences"),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -553,6 +582,7 @@ SUMMARY: tuple[Field, ...] = (
     _F("slo", "", True, "spec, steps, by_step, max_concurrency", of=SLO),
     _F("recommended_concurrency", "users", True, ""),
     _F("recommendation", "", False, "the recommendation in words"),
+    _F("capacity", "", False, "the recommendation in replicas and money (analysis.capacity)", of=CAPACITY),
     _F("diagnosis", "", False, "kind and evidence", of=DIAGNOSIS),
     _F("little_law", "", True, "", of=LITTLE_LAW),
     _F("usl", "", True, "Universal Scalability Law fit", of=USL),

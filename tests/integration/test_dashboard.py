@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
 
-from procs import ROOT, busy_port, dashboard
+from procs import ROOT, busy_port, dashboard, read_jsonl
 from rundirs import GIB, SCENARIOS, Model, build_run
 from tts_knee import runformat
 from tts_knee.analysis.knee import find_knee
@@ -175,6 +176,42 @@ def test_cli_table_summary_and_report(tmp_path):
     assert len(html) < 8_000_000
     j = _run(p, "--json", "--no-report")
     assert json.loads(j.stdout)["recommended_concurrency"] == 4
+
+
+def test_capacity_per_step_and_at_the_recommendation(tmp_path):
+    """Characters per second are the text of the window's successful completions; the report
+    prices the recommendation and plans replicas, the run's own options unless the flags say
+    otherwise; a recorded value that does not parse is one sentence."""
+    p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
+    info = json.loads((p / "run.json").read_text())
+    info.setdefault("options", {}).update(cost_per_hour=3.0, plan_for="100")
+    (p / "run.json").write_text(json.dumps(info))
+    r = _run(p)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((p / "summary.json").read_text())
+    records = read_jsonl(p / "requests.jsonl")
+    for st in s["steps"]:
+        w = st["window"]
+        done = [x for x in records if x["ok"] and x["final"] and w["start"] <= (x["t3"] or x["t2"]) <= w["end"]]
+        assert st["chars_per_s"] == pytest.approx(sum(x["text_len"] for x in done) / w["duration_s"])
+        assert st["utterances_per_hour"] == pytest.approx(3600 * st["throughput_rps"])
+    cap, rec = s["capacity"], next(lv for lv in s["levels"] if lv["concurrency"] == 4)
+    assert s["recommended_concurrency"] == 4 and cap["at"] == {"concurrency": 4}
+    assert cap["chars_per_s"] == rec["chars_per_s"] > 0
+    assert cap["cost_per_million_chars"] == pytest.approx(3.0 / (rec["chars_per_s"] * 3600 / 1e6))
+    assert cap["plan"]["replicas"] == 32   # 100 in flight, 4 a replica at 80 %: 31.25
+    assert f"capacity: {cap['text']}" in r.stdout and "32 replicas" in (p / "report.html").read_text()
+    r = _run(p, "--plan-for", "20/s", "--headroom", "0", "--no-report")
+    plan = json.loads((p / "summary.json").read_text())["capacity"]["plan"]
+    assert plan["replicas"] == math.ceil(20 / rec["throughput_rps"]) and plan["headroom"] == 0
+    bad = _run(p, "--plan-for", "a few")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: --plan-for 'a few' is neither a number of concurrent requests (500) nor a rate in requests per "
+        "second (20/s)."]
+    info["options"]["headroom"] = 2
+    (p / "run.json").write_text(json.dumps(info))
+    bad = _run(p)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "options: --headroom 2" in bad.stderr
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "file", "badjson", "norecords"])
