@@ -489,6 +489,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "recommended_concurrency": rec,
         "recommendation": rec_text,
         "capacity": cap,
+        "health": run.get("health") if isinstance(run.get("health"), dict) else None,
         "diagnosis": diagnosis,
         "little_law": None if open_loop else little_check(done),
         "usl": None if open_loop or by_voices else usl_fit(done),

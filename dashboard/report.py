@@ -24,7 +24,7 @@ from .slo_verdicts import slo_html
 from .soak import soak_html
 from .speech import speech_figure, speech_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
-from .table import audio_missing_text, open_lines
+from .table import audio_missing_text, health_text, open_lines
 from .timeline import timeline_figure
 
 
@@ -46,13 +46,17 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
                      f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)")
     if run.get("audio_missing"):
         notes.append(audio_missing_text(run["audio_missing"]))
+    health = summary.get("health")
+    if health and not health.get("ok"):
+        notes.append(health_text(health))
     workers = run.get("workers") if isinstance(run.get("workers"), list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:
         notes.append(f"{len(lost)} worker(s) went away mid-run: " + ", ".join(str(w.get("id")) for w in lost))
     note = "".join(f"<div class='warn'>{esc(n)}</div>" for n in notes)
     return (f"<div class='meta'>target {esc(run.get('target'))} &middot; started {esc(when)} &middot; "
-            f"{summary['records']['attempts']} attempts &middot; {len(workers) or 1} load process(es)</div>{note}")
+            f"{summary['records']['attempts']} attempts &middot; {len(workers) or 1} load process(es)"
+            + (f" &middot; {esc(health_text(health))}" if health and health.get("ok") else "") + f"</div>{note}")
 
 
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:

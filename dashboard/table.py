@@ -251,9 +251,21 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if cap.get("at") and cap.get("text"):
         lines.append(f"capacity: {cap['text']}")
     lines += _soak_lines(summary)
+    health = health_text(summary.get("health"))
+    if health:
+        lines.append(health)
     if report:
         lines.append(f"report: {report}")
     return "\n".join(lines)
+
+
+def health_text(h: dict | None) -> str | None:
+    """The health probe after the run in one line (None: none was made)."""
+    if not h:
+        return None
+    if h.get("ok"):
+        return f"health after the run: answered {h.get('status')} in {fmt(h.get('ms'))} ms"
+    return f"health after the run: FAILED: {h.get('message')}"
 
 
 def audio_missing_text(missing: dict) -> str:

@@ -29,7 +29,7 @@ from tts_knee.runformat.options import CUT_BY_RUN_END
 from . import heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod
 from .clock import mono, wall
 from .disk import DiskWriter
-from .preflight import preflight
+from .preflight import health, preflight
 from .puller import CollectorPuller
 from .shape import Step, StepState
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
@@ -359,6 +359,13 @@ class Run:
         if self.judge is not None:
             self.judge.finish()
             self.info["speech"] = dict(self.judge.counts)
+        if self.settings.preflight and not self.failed:   # before the voices it asks for are removed
+            self.info["health"] = health(self.settings)
+            h = self.info["health"]
+            if h["ok"]:
+                log.info("health after the run: %s answered %s in %.0f ms", self.settings.target, h["status"], h["ms"])
+            else:
+                log.warning("health after the run: FAILED: %s", h["message"])
         self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())

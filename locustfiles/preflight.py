@@ -1,8 +1,12 @@
 """The warm-up request a run starts with, through the same transport as the run's attempts: it
-tells an unreachable or wrong target apart from a TTS server before any step is measured."""
+tells an unreachable or wrong target apart from a TTS server before any step is measured. The
+same request once more after the run (or a GET of ``--health-path``) is the run's health probe:
+is the server still answering once the load is over?"""
 from __future__ import annotations
 
 import logging
+import urllib.error
+import urllib.request
 
 import gevent
 
@@ -13,11 +17,46 @@ from .transports import Answered, Ended, TlsError, TransportError, transport_for
 from .voices import ask_for
 
 log = logging.getLogger("tts_knee")
+#: The health probe's longest wait: a server that takes longer to speak the shortest text after
+#: the load is over is not healthy.
+HEALTH_TIMEOUT_S = 30.0
 
 
-def preflight(s) -> dict:
+def health(s) -> dict:
+    """After the run: ``{"ok", "status", "ms", "message"}`` of a GET of ``--health-path`` (ok: a
+    2xx), else of the warm-up request once more (ok: audio came back), at most
+    :data:`HEALTH_TIMEOUT_S`; ``message`` says what was wrong in one sentence."""
+    if s.health_path:
+        return _get(s, s.health_path)
+    return preflight(s, after_run=True)
+
+
+def _get(s, path: str) -> dict:
+    url = s.host.rstrip("/") + path
+    out = {"ok": False, "status": None, "ms": None, "message": None}
+    start = wall()
+    timeout = min(s.request_timeout_s, HEALTH_TIMEOUT_S)
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout,
+                                    context=s.tls) as r:
+            out["status"] = r.status
+    except urllib.error.HTTPError as e:
+        out["status"] = e.code
+    except (OSError, ValueError) as e:   # refused, reset, timed out, or no HTTP at all
+        reason = getattr(e, "reason", None) or e
+        out["message"] = f"{url} did not answer after the run ({reason})"
+        return out
+    out["ms"] = round((wall() - start) * 1000, 1)
+    out["ok"] = 200 <= out["status"] < 300
+    if not out["ok"]:
+        out["message"] = f"{url} answered {out['status']} after the run"
+    return out
+
+
+def preflight(s, after_run: bool = False) -> dict:
     """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text, with
-    the first voice of ``--voices`` where it names none."""
+    the first voice of ``--voices`` where it names none. ``after_run`` (the health probe): a
+    refusal or a server error is not ok either, and the wait is at most :data:`HEALTH_TIMEOUT_S`."""
     entry = min(s.texts, key=lambda t: len(t.text))
     text, ask = entry.text, ask_for(entry, s.voices[0] if s.voices else None, s.voice_upload)
     start = wall()
@@ -27,8 +66,9 @@ def preflight(s) -> dict:
     shape = f"--tts-api {s.api}" if s.protocol == "http" else \
         f"--tts-preset {s.preset_source}" if s.protocol in ("ws", "grpc") else "--tts-protocol wyoming"
     answer = ended = None
+    timeout = min(s.request_timeout_s, HEALTH_TIMEOUT_S) if after_run else s.request_timeout_s
     try:
-        if s.protocol == "wyoming" and s.text_rate:   # a server without streamed text ignores it: ask first
+        if s.protocol == "wyoming" and s.text_rate and not after_run:   # one without streamed text ignores it
             streams, name = transport.streams_text()
             if streams is False:
                 out["message"] = (f"{target} ({name}) does not support streamed synthesis (its info says "
@@ -38,14 +78,14 @@ def preflight(s) -> dict:
                 return out
             if streams is None:
                 log.warning("%s did not say whether it takes streamed text (%s); sending it anyway", target, name)
-        with gevent.Timeout(s.request_timeout_s):
+        with gevent.Timeout(timeout):
             for ev in transport.exchange(text, ask):
                 if isinstance(ev, Answered):
                     answer = ev
                 elif isinstance(ev, Ended):
                     ended = ev
     except gevent.Timeout:
-        out["message"] = f"{target} did not answer within {s.request_timeout_s:g} s; is the TTS server up?"
+        out["message"] = f"{target} did not answer within {timeout:g} s; is the TTS server up?"
         return out
     except TlsError as e:   # a server, reached, whose TLS does not match the run's
         out["message"] = f"cannot reach {s.host}: {e}"
@@ -75,6 +115,8 @@ def preflight(s) -> dict:
         out["message"] = f"{target} refused the request with {status}: {snippet}"
     elif code is None or code < 500 and code != 429:
         out["message"] = f"{target} rejected the request with {status} ({snippet}); check {shape} and its fields"
+    elif after_run:
+        out["message"] = f"{target} answered {status} after the run ({snippet})"
     else:
         out["ok"] = True   # busy or failing, but a server: the run will measure it
         log.warning("warm-up request got %s from %s; running anyway", status, target)

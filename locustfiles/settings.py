@@ -162,6 +162,7 @@ class Settings:
     tls: ssl.SSLContext | None = None   # the client context, for a TLS target (https, wss, grpcs)
     # capacity and cost (analysis.capacity): recorded for the report, read at the recommendation
     capacity: capacity_mod.Options = capacity_mod.Options()
+    health_path: str = ""      # after the run: GET this path; "": the warm-up request once more
 
     @property
     def mode(self) -> str:
@@ -219,6 +220,7 @@ class Settings:
             "asr_threads": self.asr_threads if self.asr_model else None,
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
+            "health_path": self.health_path or None,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -642,6 +644,7 @@ def from_options(options, host: str | None) -> Settings:
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
         **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
+        health_path=_health_path(o, protocol),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
@@ -669,6 +672,16 @@ def _reach(o, host: str, protocol: str) -> dict:
                             + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
     return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
             "tls": context if secure else None}
+
+
+def _health_path(o, protocol: str) -> str:
+    path = str(getattr(o, "health_path", "") or "").strip()
+    if path and not path.startswith("/"):
+        raise SettingsError(f"--health-path must be a path starting with /, such as /health, got {path!r}")
+    if path and protocol in ("grpc", "wyoming"):
+        raise SettingsError(f"--health-path is an HTTP path; --tts-protocol {protocol} has none (its health probe "
+                            f"is the warm-up request once more)")
+    return path
 
 
 def _capacity(o) -> capacity_mod.Options:

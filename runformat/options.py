@@ -249,7 +249,11 @@ OPTIONS: tuple[Option, ...] = (
     _O("--require-collectors", None, "", False,
        "End the run if a collector is unreachable at the start (default off).", bool, group=_TELEMETRY),
     _O("--skip-preflight", None, "", False,
-       "Do not send the one warm-up request that checks the target before the run (default off).", bool, group=_TARGET),
+       "Do not send the one warm-up request that checks the target before the run, nor the health probe "
+       "after it (default off).", bool, group=_TARGET),
+    _O("--health-path", "health_path", "", "",
+       "After the run, GET this path of the target (e.g. /health; a 2xx is healthy) instead of sending the "
+       "warm-up request once more (default: the warm-up request).", group=_TARGET),
     # The SLO and the step plan: each step judged as it ends, the plan decided from the verdicts.
     _O("--slo", "slo", "", "",
        "Service-level objective each step is judged against as it ends, e.g. "

@@ -449,7 +449,7 @@ class RequestLog:
         starts = np.delete(starts, blank)
         try:
             t = pa_json.read_json(pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE)
-        except (pa.ArrowInvalid, UnicodeDecodeError, ValueError):
+        except (pa.ArrowException, UnicodeDecodeError, ValueError):   # ArrowNotImplementedError too
             return False
         n = t.num_rows
         if n != len(starts):  # two objects on one line

@@ -374,6 +374,8 @@ RUN: tuple[Field, ...] = (
           of=VERSIONS),
     Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
     Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
+    Field("health", "", False, "after the run: the warm-up request once more, or a GET of --health-path "
+                               "(ok: audio, or a 2xx)", optional=True, of=PREFLIGHT),
     Field("server_metrics", "", False, "one entry per --server-metrics (or --server-stats) endpoint", optional=True,
           of=SERVER_METRICS),
     Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,

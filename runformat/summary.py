@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
-from .schema import COLLECTOR, VERSIONS, WORKER
+from .schema import COLLECTOR, PREFLIGHT, VERSIONS, WORKER
 
 _F = Field
 
@@ -583,6 +583,7 @@ SUMMARY: tuple[Field, ...] = (
     _F("recommended_concurrency", "users", True, ""),
     _F("recommendation", "", False, "the recommendation in words"),
     _F("capacity", "", False, "the recommendation in replicas and money (analysis.capacity)", of=CAPACITY),
+    _F("health", "", True, "run.json's health probe after the run (null: none was made)", of=PREFLIGHT),
     _F("diagnosis", "", False, "kind and evidence", of=DIAGNOSIS),
     _F("little_law", "", True, "", of=LITTLE_LAW),
     _F("usl", "", True, "Universal Scalability Law fit", of=USL),

@@ -3,6 +3,7 @@ it finishes, and recorded as a failed attempt with error cut_by_run_end (and wha
 when it does not; open and closed loop, on one node and with a worker. Locust's request count
 still equals the lines of requests.jsonl."""
 import json
+import threading
 
 import pytest
 
@@ -73,3 +74,37 @@ def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim):
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["workers"][0]["final"] and info["workers"][0]["records"] == 20
     assert "attempts were still in flight" in (tmp_path / "worker1.log").read_text()
+
+
+def test_the_health_probe_after_the_run_says_whether_the_server_still_answers(tmp_path):
+    """After every run the warm-up request once more (or a GET of --health-path): a server that
+    still answers is healthy; one that went away mid-run is named, in run.json, the summary, the
+    terminal and the report."""
+    sim_args = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]
+    runs = {}
+    with spawn(sim_args) as sim:
+        for name, extra in (("warm-up", []), ("path", ["--health-path", "/health"])):
+            run_dir = tmp_path / name
+            proc = locust(["--headless", "-H", sim.url, "--steps", "1", "--step-time", "1", "--run-dir", str(run_dir),
+                           *extra], timeout=60)
+            assert proc.returncode == 0, proc.stdout[-2000:]
+            runs[name] = json.loads((run_dir / "run.json").read_text())["health"]
+    assert runs["warm-up"]["ok"] and runs["warm-up"]["status"] == 200 and runs["warm-up"]["ms"] > 0
+    assert runs["path"]["ok"] and runs["path"]["status"] == 200 and runs["path"]["message"] is None
+    report = dashboard(tmp_path / "warm-up")
+    assert "health after the run: answered 200 in" in report.stdout
+    # a server that goes away during the run's second step
+    run_dir = tmp_path / "gone"
+    with spawn(sim_args) as sim:
+        threading.Timer(3.0, sim.stop).start()
+        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "2", "--settle-time", "0",
+                       "--request-timeout", "2", "--retry-max-attempts", "1", "--run-dir", str(run_dir)], timeout=60)
+    assert "Traceback" not in proc.stdout
+    health = json.loads((run_dir / "run.json").read_text())["health"]
+    assert health["ok"] is False and health["status"] is None and f"cannot reach {sim.url}" in health["message"]
+    assert f"health after the run: FAILED: {health['message']}" in proc.stdout
+    report = dashboard(run_dir)
+    assert report.returncode == 0, report.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["health"] == health
+    assert f"health after the run: FAILED: {health['message']}" in report.stdout
+    assert "health after the run: FAILED" in (run_dir / "report.html").read_text()
