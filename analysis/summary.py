@@ -34,6 +34,7 @@ from . import (
     bargein,
     capacity as capacity_mod,
     openloop,
+    reuse,
     slo as slo_mod,
     soak as soak_mod,
     speech as speech_mod,
@@ -468,6 +469,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     orphaned = bargein.evidence(barge)
     if orphaned:
         diagnosis["evidence"].insert(0, orphaned)
+    reused = reuse.text_reuse(a, streamed, rd.options().get("text_reuse") == "unique")
+    if reused["caches"]:   # what every figure above means: first of all
+        diagnosis["evidence"].insert(0, reused["note"])
     summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
@@ -490,6 +494,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "recommendation": rec_text,
         "capacity": cap,
         "health": run.get("health") if isinstance(run.get("health"), dict) else None,
+        "text_reuse": reused,
         "diagnosis": diagnosis,
         "little_law": None if open_loop else little_check(done),
         "usl": None if open_loop or by_voices else usl_fit(done),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tts_knee.audio.containers import audio_kind
@@ -55,6 +55,13 @@ class Text:
     instructions: str | None = None
     ref_audio: Clip | None = None
     ref_text: str | None = None
+
+
+def unique(text: Text, n: int) -> Text:
+    """``text`` made a text of its own for request ``n`` (--text-reuse unique): the number and a
+    comma put first, so that neither an answer cache nor a prefix cache has seen it, while its
+    length (a few characters more) and its words stay the corpus's."""
+    return replace(text, text=f"{n}, {text.text}")
 
 
 def load_clip(path: Path, what: str) -> Clip:

@@ -26,7 +26,7 @@ from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod
+from . import corpus, heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import health, preflight
@@ -47,6 +47,8 @@ DISK_EXIT_CODE = 3
 #: all (bodies that carry a reference clip are large, and there is one per text and voice).
 MAX_CACHED_PAYLOADS = 20_000
 MAX_CACHED_PAYLOAD_BYTES = 64 << 20
+#: --text-reuse unique: worker k numbers its requests from k * this (k from 0).
+UNIQUE_STRIDE = 100_000
 #: What of a text id does not go into an audio file's name.
 _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -84,7 +86,8 @@ class Run:
         self._payload_bytes = 0
         self.mix = voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts)) \
             if s.voices else None
-        self._audio_slots: dict = {}   # text -> [its --audio-keep paths, the next one to write]
+        self._audio_slots: dict = {}   # text id -> [its --audio-keep paths, the next one to write]
+        self._unique = itertools.count(1)   # --text-reuse unique: this node's request number
 
     # ---- used by users -------------------------------------------------------------
     def next_request(self):
@@ -92,6 +95,9 @@ class Run:
         s = self.settings
         i = self.state.next_text_index()
         text = s.texts[i % len(s.texts)]
+        if s.text_reuse == "unique":   # numbered apart per worker: workers share no number
+            index = getattr(self.environment.runner, "worker_index", 0) if self.is_worker else 0
+            text = corpus.unique(text, index * UNIQUE_STRIDE + next(self._unique))
         step = self.state.current
         n = step.voices if step is not None and step.voices else len(s.voices)
         voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, n)
@@ -110,7 +116,7 @@ class Run:
         body = self._payloads.get(key)
         if body is None:
             body = self.settings.payload(text, ask)
-            if len(self._payloads) < MAX_CACHED_PAYLOADS and \
+            if self.settings.text_reuse != "unique" and len(self._payloads) < MAX_CACHED_PAYLOADS and \
                     self._payload_bytes + len(body[0]) <= MAX_CACHED_PAYLOAD_BYTES:
                 self._payloads[key] = body
                 self._payload_bytes += len(body[0])
@@ -126,10 +132,10 @@ class Run:
         keep = self.settings.audio_keep
         if not keep:
             return f"{self.settings.audio_dir}/{self.worker_tag}-u{user}-{seq}.wav"
-        slots = self._audio_slots.get(text)
+        slots = self._audio_slots.get(text.id)
         if slots is None:
             name = _FILE_UNSAFE.sub("_", text.id)[:80]
-            slots = self._audio_slots[text] = [
+            slots = self._audio_slots[text.id] = [
                 [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)], 0]
         paths, k = slots
         slots[1] = (k + 1) % keep

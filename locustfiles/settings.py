@@ -163,6 +163,7 @@ class Settings:
     # capacity and cost (analysis.capacity): recorded for the report, read at the recommendation
     capacity: capacity_mod.Options = capacity_mod.Options()
     health_path: str = ""      # after the run: GET this path; "": the warm-up request once more
+    text_reuse: str = "same"   # "unique": every request a text of its own (corpus.unique)
 
     @property
     def mode(self) -> str:
@@ -220,7 +221,7 @@ class Settings:
             "asr_threads": self.asr_threads if self.asr_model else None,
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
-            "health_path": self.health_path or None,
+            "health_path": self.health_path or None, "text_reuse": self.text_reuse,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -644,7 +645,7 @@ def from_options(options, host: str | None) -> Settings:
         server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
         **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
-        health_path=_health_path(o, protocol),
+        health_path=_health_path(o, protocol), text_reuse=str(getattr(o, "text_reuse", None) or "same"),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "

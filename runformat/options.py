@@ -49,6 +49,8 @@ PROTOCOLS = {"http": ("http", "https"), "ws": ("http", "https", "ws", "wss"), "w
              "grpc": ("grpc", "grpcs")}
 #: The shortest --soak: time for enough windows to tell a trend from noise.
 SOAK_MIN_S = 60.0
+#: --text-reuse: the corpus's texts again at every step, or a text of its own for every request.
+TEXT_REUSE = ("same", "unique")
 #: --cancel-by: the protocol's cancel message, or closing the connection (the HTTP stream).
 CANCEL_MODES = ("message", "close")
 #: --barge-in-after by default: an utterance's expected length, its characters at this speaking rate.
@@ -274,6 +276,10 @@ OPTIONS: tuple[Option, ...] = (
     _O("--headroom", "headroom", "", "20%",
        "With --plan-for: the share of a replica's measured capacity left unplanned, 0.2 or 20% "
        "(default {default}).", group=_CAPACITY),
+    _O("--text-reuse", "text_reuse", "", "same",
+       "same: the corpus's texts again at every step (steps compare on equal work); unique: every request a "
+       "text of its own, its number put first (\"17, Hello there.\"), so a server that caches answers or "
+       "prompt prefixes is measured on new text (default {default}).", choices=TEXT_REUSE, group=_PLAN),
     _O("--repeat", "repeat", "count", 1,
        "Run the grid of --steps (or --rates) this many times (default {default}).", int, group=_PLAN),
     # Rates against an SLO: how close --refine brings the passing and the failing rate.

@@ -568,6 +568,16 @@ CAPACITY: tuple[Field, ...] = (
     _F("text", "", True, "the whole in one or two sentences"),
 )
 
+TEXT_REUSE: tuple[Field, ...] = (
+    _F("pairs", "count", False, "texts repeated within the step they were first sent in"),
+    _F("first_ms", "ms", True, "median of their first times (TTFA for streams, else the wait)"),
+    _F("repeat_ms", "ms", True, "median of their repeats' median times"),
+    _F("ratio", "", True, "median of repeat over first"),
+    _F("faster_share", "", True, "share of the texts faster the second time"),
+    _F("caches", "", True, "the server caches its answers; null: too few repeats to tell"),
+    _F("note", "", False, "the verdict in one sentence"),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -584,6 +594,8 @@ SUMMARY: tuple[Field, ...] = (
     _F("recommendation", "", False, "the recommendation in words"),
     _F("capacity", "", False, "the recommendation in replicas and money (analysis.capacity)", of=CAPACITY),
     _F("health", "", True, "run.json's health probe after the run (null: none was made)", of=PREFLIGHT),
+    _F("text_reuse", "", False, "first and later sends of a text compared: an answer cache (analysis.reuse)",
+       of=TEXT_REUSE),
     _F("diagnosis", "", False, "kind and evidence", of=DIAGNOSIS),
     _F("little_law", "", True, "", of=LITTLE_LAW),
     _F("usl", "", True, "Universal Scalability Law fit", of=USL),

@@ -14,7 +14,9 @@ of two timing models:
   after a ``prefill_ms`` that uses none, in chunks of ``chunk_ms``.
 
 A request's voice goes through the speaker-embedding cache (:mod:`testbed.sim.voices`): a miss
-adds ``--voice-miss-ms`` to its time in the slot, before any audio is made.
+adds ``--voice-miss-ms`` to its time in the slot, before any audio is made. With
+``--cache-hit-ms`` the server caches its answers: a text (with its voice) it has begun to serve
+before takes that long in its slot instead (``text_cache_hits``).
 
 A client that cancels (barge-in) or goes away stops its turn (:meth:`Turn.stop`: the making
 ends within the current sleep, not after the next piece) and leaves it with :meth:`Turn.abandon`,
@@ -43,6 +45,8 @@ SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_
 CAPACITY_MODEL = {"max_speed": None, "chunk_ms": 200.0, "prefill_ms": 100.0}  # defaults
 STREAM_CHUNK_MS = 40.0  # the slots model's spacing of streamed pieces after the first
 ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
+#: --cache-hit-ms: answers kept (text and voice) before the cache starts over.
+ANSWERS_KEPT = 100_000
 OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.65 GiB total "
                "capacity; 22.91 GiB already allocated; 118.06 MiB free)")
 
@@ -225,6 +229,8 @@ class Capacity:
         self.bucket = TokenBucket(args.rate, args.burst) if args.rate else None
         self.engine = Engine(args.capacity, args.max_speed) if args.capacity else None
         self.voices = VoiceCache(args.voice_cache, args.voice_miss_ms)
+        self.answers: set | None = set() if getattr(args, "cache_hit_ms", None) is not None else None
+        self.text_cache_hits = 0
         self.admitted = 0  # queued + holding a slot
         self.served = 0
         self.rejected = 0  # refused by a limit, or by a fault that answers as one
@@ -268,7 +274,20 @@ class Capacity:
         queue_s = time.monotonic() - started
         self.queue_s_total += queue_s
         self.queue_waits += 1
-        return Turn(self, text, queue_s, self.voices.use(voice))
+        return Turn(self, text, queue_s, self.voices.use(voice), self._cached(text, voice))
+
+    def _cached(self, text: str, voice: str | None) -> bool:
+        """Whether ``--cache-hit-ms`` serves this text from the answer cache (then kept for next time)."""
+        if self.answers is None:
+            return False
+        key = (text, voice)
+        if key in self.answers:
+            self.text_cache_hits += 1
+            return True
+        if len(self.answers) >= ANSWERS_KEPT:   # bounded: a run of new texts forgets the oldest all at once
+            self.answers.clear()
+        self.answers.add(key)
+        return False
 
     def service_seconds(self, text: str) -> float:
         planned_ms = self.args.base_ms + self.args.per_char_ms * len(text)
@@ -290,12 +309,13 @@ class Turn:
     began to share the engine, after the prefill (None in the slots model); ``voice_s``: what
     computing its voice's speaker embedding took (0 on a cache hit), part of ``planned_s``."""
 
-    def __init__(self, capacity: Capacity, text: str, queue_s: float, voice_s: float = 0.0):
+    def __init__(self, capacity: Capacity, text: str, queue_s: float, voice_s: float = 0.0, cached: bool = False):
         self.capacity = capacity
         self.queue_s = queue_s
         self.voice_s = voice_s
         self.acquired = time.monotonic()
-        self.planned_s = capacity.service_seconds(text) + voice_s if capacity.engine is None else None
+        self.planned_s = None if capacity.engine is not None else \
+            capacity.args.cache_hit_ms / 1000 if cached else capacity.service_seconds(text) + voice_s
         self.generating: float | None = None
         self._done = False
         self._stop = Event()

@@ -130,6 +130,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--voice-miss-ms", type=number(float, 0), default=None,
                    help=f"with --voice-cache, the time a miss adds to the request's slot, in ms "
                         f"(default {DEFAULT_MISS_MS:g})")
+    p.add_argument("--cache-hit-ms", type=number(float, 0), default=None, metavar="MS",
+                   help="a server that caches its answers: a text (with its voice) it has served before "
+                        "takes MS in its slot instead of the timing model's time (slots model; default: no "
+                        "cache)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[],
                    help="inject a fault (repeatable; one is picked per faulty request; "
                         "default none)")
@@ -154,6 +158,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="after a client cancels an utterance or goes away, keep generating (holding its slot and "
                         "its share of --capacity) this many ms, as servers that synthesise for nobody do "
                         "(default 0: stop at once)")
+    p.add_argument("--ws-idle-timeout-s", type=number(float, 0.001), default=None, metavar="S",
+                   help="close a WebSocket session that sends nothing for S seconds with no utterance in "
+                        "flight, 1008 as ElevenLabs does (default: never)")
     p.add_argument("--ws-close-late-ms", type=number(float, 0), default=0.0,
                    help="answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
                         "meanwhile (default 0)")
@@ -206,6 +213,8 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
         parser.error("--voice-miss-ms needs --voice-cache")
     if args.voice_miss_ms is None:
         args.voice_miss_ms = DEFAULT_MISS_MS
+    if args.cache_hit_ms is not None and args.capacity is not None:
+        parser.error("--cache-hit-ms is for the slots model (without --capacity)")
     check_speech(parser, args)
     if args.chunk_log:
         try:
@@ -271,6 +280,8 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"grpc_port={args.grpc_port}")
     if args.ws_close_late_ms:
         knobs.append(f"ws_close_late_ms={args.ws_close_late_ms:g}")
+    if args.ws_idle_timeout_s:
+        knobs.append(f"ws_idle_timeout_s={args.ws_idle_timeout_s:g}")
     if args.orphan_ms:
         knobs.append(f"orphan_ms={args.orphan_ms:g}")
     if args.oom_above is not None:
@@ -283,6 +294,8 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
     if args.voice_cache:
         knobs.append(f"voice_cache={args.voice_cache} voice_miss_ms={args.voice_miss_ms:g}")
+    if args.cache_hit_ms is not None:
+        knobs.append(f"cache_hit_ms={args.cache_hit_ms:g}")
     if args.speech:
         knobs.append(f"speech=True speech_texts={len(args.speech_texts)}")
     if args.garble_above is not None:

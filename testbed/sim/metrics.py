@@ -21,6 +21,8 @@ def health(capacity: Capacity, registry: Registry | None = None) -> dict:
         health["generating"] = capacity.engine.generating
     if capacity.voices.capacity:
         health.update(capacity.voices.figures())
+    if capacity.answers is not None:
+        health["text_cache_hits"] = capacity.text_cache_hits
     if registry is not None and registry.voices:
         health["voices_registered"] = len(registry.voices)
     return health

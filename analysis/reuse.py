@@ -1,0 +1,73 @@
+"""Text reuse: did the run measure the server, or its cache?
+
+tts-knee sends the same texts at every step on purpose (steps compare on equal work), so a
+server that caches its answers (an audio cache, or a model's prefix cache) looks faster than it
+is for new text. Every run checks: for each text (with its voice), its first successful first
+attempt in the run against its later ones *in the same step*, so that both saw the same load.
+The pair's ratio is the later ones' median time over the first's (TTFA for streams, else the
+wait for the answer). With at least :data:`MIN_PAIRS` texts repeated, the server caches when
+the median ratio is at most :data:`FASTER` and at least :data:`CONSISTENT` of the texts came
+back faster; a cold start makes only the run's first few requests slow, not most texts'.
+
+``--text-reuse unique`` (:mod:`locustfiles.corpus`) sends every request a text of its own, so
+nothing repeats and there is nothing to cache.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tts_knee.runformat.reader import Attempts
+
+#: Texts repeated within the step they were first sent in, needed to tell.
+MIN_PAIRS = 5
+#: A repeat at most this share of the first time, at the median: the server caches.
+FASTER = 0.5
+#: ... and at least this share of the texts faster the second time.
+CONSISTENT = 0.8
+
+
+def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict:
+    """``{pairs, first_ms, repeat_ms, ratio, faster_share, caches, note}`` (see the module doc);
+    ``caches`` None when too few texts repeated to tell; ``unique``: the run sent every request
+    a text of its own."""
+    col = "ttfa_ms" if streamed else "wait_ms"
+    t = a[col]
+    rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
+    out = {"pairs": 0, "first_ms": None, "repeat_ms": None, "ratio": None, "faster_share": None, "caches": None,
+           "note": None}
+    firsts, repeats = [], []
+    if unique:   # a text id's requests were each a text of their own: none is a repeat
+        out["note"] = "Every request had a text of its own (--text-reuse unique): nothing to cache."
+        return out
+    if len(rows):
+        rows = rows[np.argsort(a["t0"][rows], kind="stable")]
+        key = a["text"][rows].astype(np.int64) * (len(a.voices) + 2) + (a["voice"][rows].astype(np.int64) + 1)
+        order = np.argsort(key, kind="stable")   # by text, then in the order sent
+        key, rows = key[order], rows[order]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        for group in np.split(rows, cuts):
+            first = group[0]
+            later = group[1:][a["step"][group[1:]] == a["step"][first]]
+            if len(later) and t[first] > 0:
+                firsts.append(float(t[first]))
+                repeats.append(float(np.median(t[later])))
+    what = "TTFA" if streamed else "the wait"
+    if len(firsts) < MIN_PAIRS:
+        out["note"] = (f"Too few texts repeated within the step they were first sent in ({len(firsts)}; "
+                       f"{MIN_PAIRS} needed) to tell whether the server caches its answers.")
+        out["pairs"] = len(firsts)
+        return out
+    f, r = np.array(firsts), np.array(repeats)
+    ratio = r / f
+    out.update(pairs=len(f), first_ms=float(np.median(f)), repeat_ms=float(np.median(r)),
+               ratio=float(np.median(ratio)), faster_share=float(np.mean(ratio < 1)))
+    out["caches"] = out["ratio"] <= FASTER and out["faster_share"] >= CONSISTENT
+    if out["caches"]:
+        out["note"] = (f"The server caches its answers: a text sent again in the same step came back in "
+                       f"{out['repeat_ms']:.0f} ms against {out['first_ms']:.0f} ms the first time ({what}, median "
+                       f"ratio {out['ratio']:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
+                       f"these figures hold for repeated text; --text-reuse unique measures new text.")
+    else:
+        out["note"] = (f"No sign of an answer cache: a text sent again in the same step took {out['ratio']:.2f}x "
+                       f"its first time ({what}, median over {len(f)} texts).")
+    return out
