@@ -37,13 +37,13 @@ from tts_knee.audio.containers import StreamError
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "presets"
 #: Protocols whose dialects are presets.
 PROTOCOLS = ("ws",)
-SENDS = ("open", "begin", "text", "flush", "end", "cancel", "close")
+SENDS = ("open", "begin", "text", "flush", "end", "cancel", "close", "keepalive")
 #: What a rule makes of a frame. ``cancelled`` answers the ``cancel`` message (barge-in).
 EVENTS = ("audio", "audio_start", "flushed", "end", "cancelled", "error", "ignore")
 ENDS_ON = ("end", "ack_of_end")
 ENCODINGS = ("pcm_s16le",)
 _KEYS = {"name", "protocol", "path", "query", "headers", "reuse", "contexts", "ends_on", "min_interval_ms",
-         "audio", "send", "receive"}
+         "keepalive_s", "audio", "send", "receive"}
 _RULE_KEYS = {"match", "event", "audio", "rate", "context", "message", "fatal"}
 _PLACEHOLDER = re.compile(r"\{(text|voice|model|context_id|utterance|env\.[A-Za-z_][A-Za-z0-9_]*)\}")
 _UNSET = object()
@@ -96,6 +96,7 @@ class Preset:
     send: dict              # kind -> the JSON object it sends (placeholders unfilled)
     binary: str             # "audio" or "error"
     rules: tuple
+    keepalive_s: float | None = None   # send.keepalive this often while a kept connection idles
 
     @property
     def routed(self) -> bool:
@@ -123,12 +124,17 @@ class Preset:
         return [f"{k}: {v}" for k, v in ((k, render(v, values)) for k, v in self.headers.items())
                 if v is not _UNSET]
 
+    def messages(self, kind: str, values: dict) -> list[str]:
+        """The JSON texts the client sends for ``kind``, in order: one, or the sequence a
+        ``[[send.KIND]]`` array gives (ElevenLabs ends a context with a flush, then a
+        close_context); none when the dialect has no such message."""
+        return [json.dumps(render(body, values), ensure_ascii=False, separators=(",", ":"))
+                for body in self.send.get(kind) or ()]
+
     def message(self, kind: str, values: dict) -> str | None:
-        """The JSON text the client sends for ``kind``, or None when the dialect has none."""
-        body = self.send.get(kind)
-        if body is None:
-            return None
-        return json.dumps(render(body, values), ensure_ascii=False, separators=(",", ":"))
+        """The first of :meth:`messages` (the only one, but for a sequence), or None."""
+        out = self.messages(kind, values)
+        return out[0] if out else None
 
     def classify(self, frame) -> Frame:
         """What a frame is: ``bytes`` for a binary frame, ``str`` for a text one."""
@@ -333,12 +339,21 @@ class _Checker:
         if contexts > 1 and not any(r.context for r in rules):
             self.fail("contexts", "is more than 1, but no rule names the field that says which context a frame "
                                   "belongs to (`context`)")
+        keepalive = None if "keepalive_s" not in raw else \
+            self.kind(raw, "keepalive_s", (int, float), "a number of seconds > 0")
+        if keepalive is not None and not keepalive > 0:
+            self.fail("keepalive_s", f"must be a number of seconds > 0, not {keepalive}")
+        if (keepalive is None) != ("keepalive" not in send):
+            self.fail("keepalive_s" if keepalive is None else "send.keepalive",
+                      "is missing: a keepalive needs both its message (send.keepalive) and how often (keepalive_s)")
+        if keepalive is not None and not reuse:
+            self.fail("keepalive_s", "is set, but reuse is false: a connection used once never idles")
         return Preset(
             name=self.kind(raw, "name", str, "a name", self.path.stem), file=self.path, protocol=protocol,
             path=path, query=self.strings(raw, "query"), headers=self.strings(raw, "headers"),
             reuse=reuse, contexts=contexts, ends_on=ends_on,
             min_interval_s=interval / 1000.0, rate=rate, channels=channels, send=send, binary=binary,
-            rules=rules)
+            rules=rules, keepalive_s=None if keepalive is None else float(keepalive))
 
     def sends(self, send: dict) -> dict:
         unknown = sorted(set(send) - set(SENDS))
@@ -348,16 +363,23 @@ class _Checker:
             if kind not in send:
                 self.fail(f"send.{kind}", "is missing: every dialect needs the text and the end of the text")
         out = {}
-        for kind, body in send.items():
-            if not isinstance(body, dict):
-                self.fail(f"send.{kind}", f"must be a table (the JSON object sent), not {body!r}")
-            base = body.get("extends")
-            if base is not None:
-                if base not in send or not isinstance(send[base], dict) or "extends" in send[base]:
-                    self.fail(f"send.{kind}.extends", f"must name another [send] message that extends none, "
-                                                      f"not {base!r}")
-                body = {**send[base], **{k: v for k, v in body.items() if k != "extends"}}
-            out[kind] = body
+        for kind, bodies in send.items():
+            many = isinstance(bodies, list)
+            if many and (kind == "text" or not bodies):
+                self.fail(f"send.{kind}", "must be one table: the text goes in one message" if kind == "text"
+                          else "must hold at least one message")
+            out[kind] = []
+            for i, body in enumerate(bodies if many else [bodies]):
+                where = f"send.{kind}[{i}]" if many else f"send.{kind}"
+                if not isinstance(body, dict):
+                    self.fail(where, f"must be a table (the JSON object sent), not {body!r}")
+                base = body.get("extends")
+                if base is not None:
+                    if base not in send or not isinstance(send[base], dict) or "extends" in send[base]:
+                        self.fail(f"{where}.extends", f"must name another [send] message (one table) that extends "
+                                                      f"none, not {base!r}")
+                    body = {**send[base], **{k: v for k, v in body.items() if k != "extends"}}
+                out[kind].append(body)
         if "{text}" not in json.dumps(out["text"]):
             self.fail("send.text", 'must hold "{text}" where each piece of text goes')
         return out

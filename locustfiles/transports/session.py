@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import random
 import socket
 
@@ -39,6 +40,7 @@ from ..pacing import Pacer, schedule
 from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, Transport, TransportError
 
 #: After a cancel: the longest wait for the utterance to go quiet (its acknowledgement, its end).
+log = logging.getLogger("tts_knee")
 CANCEL_WAIT_S = 2.0
 #: A cancel the server does not answer: quiet once no audio came for this long.
 QUIET_S = 0.5
@@ -78,6 +80,8 @@ class Connection:
         self.lost: Item | None = None     # why the connection ended, once it has
         self.utterances = 0               # begun on it
         self.reader: gevent.Greenlet | None = None
+        self.keeper: gevent.Greenlet | None = None   # the preset's keepalive, while it idles
+        self.keepalives = 0               # sent on it
 
     def start(self) -> None:
         self.reader = gevent.spawn(self._read_all)
@@ -126,8 +130,9 @@ class Connection:
 
     def stop(self, why: str = "the connection was dropped: another utterance on it failed") -> None:
         """End the reader and drop the connection; utterances still on it end, told ``why``."""
-        if self.reader is not None and self.reader is not gevent.getcurrent():
-            self.reader.kill(block=False)
+        for task in (self.reader, self.keeper):
+            if task is not None and task is not gevent.getcurrent():
+                task.kill(block=False)
         self.drop()
         if self.lost is None:
             self.lost = Item("closed", mono(), message=why)
@@ -203,6 +208,9 @@ class SessionTransport(Transport):
         with self.opening:
             if self.conn is not None and self.conn.lost is None:
                 return self.conn, None
+            if self.conn is not None and not self.conn.inboxes:   # ended while it idled (think time)
+                log.info("%s: the session ended while it idled (%s, after %d keepalives); opening a new one",
+                         self.s.target, self.conn.lost.message, self.conn.keepalives)
             began = mono()
             self.conn = None
             conn = self.connect()

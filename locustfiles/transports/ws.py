@@ -26,6 +26,7 @@ import ssl
 import struct
 from urllib.parse import urlsplit
 
+import gevent
 import websocket
 from websocket import ABNF
 
@@ -252,14 +253,29 @@ class WsTransport(SessionTransport):
         ws.sock, ws.connected = sock, True   # upgraded here (see upgrade): its frames from now on
         conn = WsConnection(ws, p)
         conn.start()
-        opening = p.message("open", self.values)
-        if opening is not None:
-            try:
+        if p.keepalive_s is not None and self.reuse:
+            conn.keeper = gevent.spawn(self._keep_alive, conn, p.keepalive_s)
+        try:
+            for opening in p.messages("open", self.values):
                 conn.send(opening)
-            except OSError as e:
-                conn.stop()
-                raise self._failed(f"the connection broke as the session opened ({os_error(e)})")
+        except OSError as e:
+            conn.stop()
+            raise self._failed(f"the connection broke as the session opened ({os_error(e)})")
         return conn
+
+    def _keep_alive(self, conn: WsConnection, every_s: float) -> None:
+        """The preset's keepalive every ``every_s`` while nothing is in flight on ``conn`` (a
+        server that closes an idle socket, ElevenLabs' 20 s, would end the session in a long
+        think time); a server that answers it with a close ends the session, and the next turn
+        opens a new one."""
+        while conn.lost is None:
+            gevent.sleep(every_s)
+            if conn.lost is None and not conn.inboxes:
+                try:
+                    self._send(conn, "keepalive", self.values)
+                except OSError:
+                    return   # the reader sees the connection go
+                conn.keepalives += 1
 
     def _failed(self, why: str) -> TransportError:
         return TransportError(f"{why}: {self.url}")
@@ -267,22 +283,24 @@ class WsTransport(SessionTransport):
     def _values(self, conn: Connection, key, text: str | None = None) -> dict:
         return {**self.values, "context_id": key, "utterance": conn.utterances, "text": text}
 
-    def begin(self, conn, key, text) -> None:
-        msg = self.preset.message("begin", self._values(conn, key))
-        if msg is not None:
+    def _send(self, conn, kind: str, values: dict) -> None:
+        for msg in self.preset.messages(kind, values):   # a sequence goes in order, one frame each
             conn.send(msg)
 
+    def begin(self, conn, key, text) -> None:
+        self._send(conn, "begin", self._values(conn, key))
+
     def send_text(self, conn, key, text) -> None:
-        conn.send(self.preset.message("text", self._values(conn, key, text)))
+        self._send(conn, "text", self._values(conn, key, text))
 
     def send_flush(self, conn, key) -> None:
-        conn.send(self.preset.message("flush", self._values(conn, key)))
+        self._send(conn, "flush", self._values(conn, key))
 
     def send_end(self, conn, key) -> None:
-        conn.send(self.preset.message("end", self._values(conn, key)))
+        self._send(conn, "end", self._values(conn, key))
 
     def send_cancel(self, conn, key) -> None:
-        conn.send(self.preset.message("cancel", self._values(conn, key)))
+        self._send(conn, "cancel", self._values(conn, key))
 
     def close_now(self, conn: WsConnection) -> None:
         """The close handshake: what the server sends until its close frame answers is timed."""
@@ -301,9 +319,11 @@ class WsTransport(SessionTransport):
 
     def goodbye(self, conn: WsConnection) -> None:
         # the preset's close is for a connection kept across utterances; one per utterance just closes
-        msg = self.preset.message("close", self.values) if self.reuse else None
+        msgs = self.preset.messages("close", self.values) if self.reuse else []
+        if conn.keeper is not None:
+            conn.keeper.kill(block=False)
         try:
-            if msg is not None:
+            for msg in msgs:
                 conn.send(msg)
             conn.ws.send_close()
         except (OSError, websocket.WebSocketException):

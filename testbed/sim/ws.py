@@ -6,7 +6,8 @@ The client sends ``session.config`` first, then ``input.text`` pieces and ``inpu
 each sentence is answered, once its text is in, with ``audio.start`` (sample rate and
 channels), binary PCM16 frames as the shared capacity makes them, and ``audio.done``; then
 ``session.done``. ``--ws-close-late-ms`` answers a client's close frame that late, its audio
-going on meanwhile (audio that keeps coming after a close). Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
+going on meanwhile (audio that keeps coming after a close); ``--ws-idle-timeout-s`` closes a
+session that sends nothing that long with no utterance in flight (1008, as ElevenLabs does). Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
 released vLLM-Omni has it) stops the utterance in flight and is answered ``input.cancelled``;
 a client that closes the session, or goes away, cancels it too (``--orphan-ms`` holds its turn
 on). The upgrade is answered by hand on the socket pywsgi holds, and frames go
@@ -111,8 +112,17 @@ class Session(Voice):
     def messages(self):
         """The client's text messages as they complete (a str, or None for a binary one)."""
         parts: list[str] = []
+        idle_s = getattr(self.app.args, "ws_idle_timeout_s", None)
+        if idle_s:
+            self.sock.settimeout(idle_s)
         while True:
-            data = self.sock.recv(READ_BYTES)
+            try:
+                data = self.sock.recv(READ_BYTES)
+            except socket.timeout:
+                if self.utterance is not None or self.speaker is not None and not self.speaker.dead:
+                    continue   # an utterance in flight: the client waits for its audio
+                self.close(1008, f"Have not received a new text input within the timeout of {idle_s:g} seconds")
+                return
             if not data:
                 return
             if data[0] & 0x0F == CLOSE_OPCODE and self.app.args.ws_close_late_ms:

@@ -206,6 +206,51 @@ class ScriptedContexts:
         self.sock.close()
 
 
+def test_an_end_sent_as_a_sequence_goes_in_order(tmp_path, texts):
+    """A preset's ``[[send.end]]`` sends its messages in order, a frame each: here a last piece of
+    text, then input.done. The simulator speaks the piece, so it came before the end: every
+    text's audio is longer by it than with the one-message end."""
+    one = ROOT / "tests" / "fixtures" / "presets" / "sim-cancel.toml"
+    two = tmp_path / "two-part-end.toml"
+    two.write_text(one.read_text().replace('end = { type = "input.done" }\n', "") + (
+        '\n[[send.end]]\ntype = "input.text"\ntext = " And goodbye from all of us here."\n'
+        '\n[[send.end]]\ntype = "input.done"\n'))
+    audio = {}
+    with sim() as p:
+        for preset in (one, two):
+            (tmp_path / preset.stem).mkdir()
+            _, records = run(tmp_path / preset.stem, p.url, texts, "--tts-protocol", "ws", "--tts-preset", str(preset),
+                             steps="1", step_time="3")
+            assert records and all(r["ok"] for r in records), [r["error"] for r in records if not r["ok"]][:3]
+            audio[preset] = {r["text_id"]: r["audio_s"] for r in records}
+    both = audio[one].keys() & audio[two].keys()
+    assert len(both) >= 2, audio
+    for text_id in both:   # the piece, 33 characters, is well over a second of speech
+        assert audio[two][text_id] > audio[one][text_id] + 1.0, (text_id, audio[one][text_id], audio[two][text_id])
+
+
+def test_a_keepalive_keeps_an_idle_session_open_through_the_think_time(tmp_path, texts):
+    """The simulator closes a session that sends nothing for 1 s with no utterance in flight
+    (1008, as ElevenLabs does after 20 s). With 1.5 s of think time between turns, a preset
+    without a keepalive opens a new session for every turn; one whose keepalive goes every
+    0.3 s keeps its first session for the whole step."""
+    one = ROOT / "tests" / "fixtures" / "presets" / "sim-cancel.toml"
+    kept = tmp_path / "kept-alive.toml"
+    kept.write_text(one.read_text().replace('ends_on = "end"\n', 'ends_on = "end"\nkeepalive_s = 0.3\n').replace(
+        'close = { type = "session.close" }\n', 'close = { type = "session.close" }\nkeepalive = { type = "session.config" }\n'))
+    opened = {}
+    with sim("--ws-idle-timeout-s", "1") as p:
+        for preset in (one, kept):
+            (tmp_path / preset.stem).mkdir()
+            proc, records = run(tmp_path / preset.stem, p.url, texts, "--tts-protocol", "ws", "--tts-preset",
+                                str(preset), "--think-time", "1.5", steps="1", step_time="6")
+            assert len(records) >= 3 and all(r["ok"] for r in records), [r["error"] for r in records][:3]
+            opened[preset] = sum(r["connect_ms"] is not None for r in records)
+            if preset == one:
+                assert "the session ended while it idled" in proc.stdout and "1008" in proc.stdout
+    assert opened[one] >= 3 and opened[kept] == 1, opened
+
+
 def test_ws_audio_for_a_context_not_in_flight_fails_the_attempt(tmp_path, texts):
     server = ScriptedContexts()
     try:

@@ -82,6 +82,13 @@ def test_deepgram_ends_an_utterance_at_the_flush_that_answers_its_end():
     assert p.url("https://api.deepgram.com", {}) == "wss://api.deepgram.com/v1/speak?encoding=linear16&sample_rate=24000"
 
 
+def test_a_deepgram_warning_ends_the_utterance_at_once_with_its_text():
+    """Past 20 Flush a minute Deepgram warns and never sends the Flushed that would end the
+    utterance: the Warning ends it as failed, quoting it, instead of a wait to the timeout."""
+    f = presets.load("deepgram").classify('{"type": "Warning", "description": "Too many flushes", "code": "W"}')
+    assert (f.event, f.message, f.fatal) == ("error", "Too many flushes", True)
+
+
 def test_the_api_key_header_comes_from_the_environment_or_is_left_out(monkeypatch):
     p = presets.load("deepgram")
     monkeypatch.delenv("DEEPGRAM_API_KEY", raising=False)
@@ -124,6 +131,16 @@ event = "end"
 '''
 
 
+def test_elevenlabs_multi_ends_a_context_with_a_flush_then_a_close_context():
+    """Two messages, as ElevenLabs' cookbook, pipecat and bolna send them: close_context alone
+    means no further audio is generated, so sent with the flush it may cut the tail."""
+    p = presets.load("elevenlabs-multi")
+    end = [json.loads(m) for m in p.messages("end", VALUES)]
+    assert end == [{"text": "", "context_id": "ctx-1", "flush": True}, {"context_id": "ctx-1", "close_context": True}]
+    assert p.messages("flush", VALUES) == [p.message("flush", VALUES)] and p.messages("begin", {}) != []
+    assert presets.load("vllm-omni").messages("cancel", VALUES) == []
+
+
 def test_a_users_own_dialect_is_a_file(tmp_path):
     p = presets.load(str(_preset(tmp_path, GOOD)))
     assert p.name == "mine" and p.binary == "audio" and p.rate == 24000 and not p.reuse
@@ -146,8 +163,14 @@ def test_a_users_own_dialect_is_a_file(tmp_path):
     (lambda t: t.replace("[send]", "[send]\nhello = { a = 1 }"), "`send.hello`", "is not a message"),
     (lambda t: t + '[[receive.rule]]\nmatch = { a = 1 }\nevent = "audio"\n', "`receive.rule[2].audio`",
      "names the field holding base64"),
+    (lambda t: t.replace('end = { op = "done" }', 'end = [{ op = "done" }, "bye"]'), "`send.end[1]`",
+     "must be a table"),
+    (lambda t: t.replace('end = { op = "done" }', 'end = []'), "`send.end`", "at least one message"),
+    (lambda t: t.replace('text = { op = "say", text = "{text}" }', 'text = [{ op = "say", text = "{text}" }]'),
+     "`send.text`", "must be one table"),
 ], ids=["protocol", "path", "no-end", "no-text-placeholder", "event", "no-end-rule", "reuse", "contexts",
-        "unknown-key", "encoding", "binary", "unknown-message", "audio-field"])
+        "unknown-key", "encoding", "binary", "unknown-message", "audio-field", "sequence-item", "empty-sequence",
+        "text-sequence"])
 def test_a_mistake_is_one_sentence_naming_the_file_and_the_key(tmp_path, change, key, expected):
     path = _preset(tmp_path, change(GOOD))
     with pytest.raises(presets.PresetError) as e:
