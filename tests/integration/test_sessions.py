@@ -138,9 +138,13 @@ def test_ws_close_1013_on_an_open_session_is_retried_as_a_throttle(tmp_path, tex
     reusing = tmp_path / "vllm-omni-0.29.toml"
     reusing.write_text((ROOT / "configs" / "presets" / "vllm-omni.toml").read_text()
                        .replace("reuse = false", "reuse = true"))
+    # one slot, two users: a refused utterance is served once a retry lands between the other
+    # user's utterances. 40 attempts 50-100 ms apart outlast one utterance (three were a race a
+    # loaded CI machine lost: every retry of a request refused while the other spoke).
     with sim("--slots", "1", "--queue-limit", "0") as s:
         proc, records = run(tmp_path, s.url, texts, "--tts-protocol", "ws", "--tts-preset", str(reusing),
-                            "--text-rate", "20", "--retry-base-ms", "50", "--retry-max-ms", "100", step_time="5")
+                            "--text-rate", "20", "--retry-base-ms", "50", "--retry-max-ms", "100",
+                            "--retry-max-attempts", "40", step_time="5")
     closed = [r for r in records if r["status"] == 1013]
     assert closed, {r["status"] for r in records}
     for r in closed:
