@@ -105,12 +105,16 @@ def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, prot
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     seen = [x for x in lines if "cancelled" in x]
     cancelled = [r for r in records if r.get("cancelled")]
-    assert len(cancelled) >= 3 and len(seen) >= len(cancelled)
     assert {r["cancel_quiet"] for r in cancelled} == {"acknowledged" if protocol == "ws-message" else "closed"}
     client, server = [], []
     for r in cancelled:
         sent = r["t0"] + r["cancel_ms"] / 1000
-        line = min(seen, key=lambda x: abs(x["cancelled"] - sent))
+        line = min(lines, key=lambda x: abs(x.get("received", x.get("text_first")) - r["t0"]))   # its request's
+        if "cancelled" not in line:
+            # a listener's timer late enough (a loaded machine) that the simulator had written the whole
+            # utterance before the cancel came: it never saw one, and there is no quiet to compare
+            assert max(line["sent"]) < sent + TOLERANCE_MS / 1000, (line["sent"], sent)
+            continue
         assert abs(line["cancelled"] - sent) * 1000 < TOLERANCE_MS, (sent, line["cancelled"])   # seen when sent
         # drawn 40-80 ms after the first audio, late by whatever the machine's load makes it: bounded
         # from below only, 5 ms under the draw (the first audio's stamp and the timer's start are
@@ -118,6 +122,7 @@ def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, prot
         assert r["cancel_ms"] - r["ttfa_ms"] >= 35
         client.append(r["cancel_to_quiet_ms"])
         server.append(_sim_quiet_ms(line))
+    assert len(server) >= 3, (len(cancelled), len(seen))
     assert np.percentile(client, 95) == pytest.approx(np.percentile(server, 95), abs=TOLERANCE_MS)
     heard = [r for r in records if r["ok"] and not r.get("cancelled")]
     assert heard and all(r["audio_s"] == pytest.approx(1.8, abs=0.01) for r in heard)

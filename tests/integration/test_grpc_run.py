@@ -162,7 +162,7 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
                 str(log)]) as sim:
         proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
-                       "--tts-stream", "--steps", "1,2,4,8", "--step-time", "8", "--texts", str(_texts(tmp_path)),
+                       "--tts-stream", "--steps", "1,2,4,8", "--step-time", "6", "--texts", str(_texts(tmp_path)),
                        "--run-dir", str(run_dir)], timeout=150)
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(run_dir)

@@ -41,7 +41,7 @@ def test_a_streamed_sweep_is_judged_by_what_a_listener_hears(tmp_path, sim_extra
     run_dir, log = tmp_path / "run", tmp_path / "chunks.jsonl"
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
                 "--sample-rate", "24000", "--chunk-log", str(log), *sim_extra]) as sim:
-        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "8", "--texts", str(texts),
+        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "6", "--texts", str(texts),
                        "--run-dir", str(run_dir), *client_extra], timeout=150)
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(run_dir)
