@@ -34,6 +34,7 @@ from . import (
     bargein,
     capacity as capacity_mod,
     openloop,
+    probe as probe_mod,
     reuse,
     slo as slo_mod,
     soak as soak_mod,
@@ -383,6 +384,12 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
+    # the hostile-text probe's steps (--probe-texts) are their own section: none of the sweep's figures
+    probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
+    if probed:
+        plan = [p for p in plan if p.get("phase") != runformat.PROBE_PHASE]
+        in_probe = np.isin(a["step"], [p["step"] for p in probed])
+        a, a_probe = a.subset(~in_probe), a.subset(in_probe)
     slo = run_slo(rd, slo)
     roles = run_roles(rd, roles)
     streamed = rd.streamed()
@@ -472,6 +479,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     reused = reuse.text_reuse(a, streamed, rd.options().get("text_reuse") == "unique")
     if reused["caches"]:   # what every figure above means: first of all
         diagnosis["evidence"].insert(0, reused["note"])
+    hostile = probe_mod.probe(a_probe, probed, a, rd.options().get("request_timeout")) if probed else None
+    if hostile and hostile["note"]:
+        diagnosis["evidence"].append(hostile["note"])
     summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
@@ -506,6 +516,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         **({"barge_in": barge} if barge is not None else {}),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
+        **({"probe": hostile} if hostile is not None else {}),
         **({"recommended_voices": rec_voices} if by_voices else {}),
     }
     return _clean(summary)

@@ -10,6 +10,7 @@ from pathlib import Path
 from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
+from .probe import probe_lines
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
@@ -251,6 +252,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if cap.get("at") and cap.get("text"):
         lines.append(f"capacity: {cap['text']}")
     lines += _soak_lines(summary)
+    lines += probe_lines(summary)
     health = health_text(summary.get("health"))
     if health:
         lines.append(health)

@@ -112,8 +112,9 @@ def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
     """(the request body, its content type)."""
     if not s.form:
         if s.api == "json":   # the template as written, not re-encoded
-            return fill(s.template, values(s, text, ask)).encode(), JSON_TYPE
-        return json.dumps(fields(s, text, ask), ensure_ascii=False).encode(), JSON_TYPE
+            return fill(s.template, values(s, text, ask)).encode("utf-8", "surrogateescape"), JSON_TYPE
+        # surrogateescape: a probe text's escaped byte (--probe-texts invalid-utf8) goes as that byte
+        return json.dumps(fields(s, text, ask), ensure_ascii=False).encode("utf-8", "surrogateescape"), JSON_TYPE
     # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
     from urllib3 import encode_multipart_formdata
     parts = [(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))

@@ -30,6 +30,7 @@ from . import corpus, heartbeats, listening, settings as settings_mod, timesync,
 from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import health, preflight
+from .probe import Probe, rounds as probe_rounds
 from .puller import CollectorPuller
 from .shape import Step, StepState
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
@@ -75,6 +76,7 @@ class Run:
         self.run_dir: Path | None = None
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.soak: Soak | None = None    # master/local: --soak, once the plan is done
+        self.probe: Probe | None = None  # master/local: --probe-texts, once the plan and a soak are done
         self.info: dict = {}
         self.preflight: dict | None = None
         self.uploads: VoiceUploads | None = None   # --voice-upload: the voices registered on the server
@@ -91,14 +93,20 @@ class Run:
 
     # ---- used by users -------------------------------------------------------------
     def next_request(self):
-        """The next text of this step and what its request asks for (its voice from the mix)."""
+        """The next text of this step and what its request asks for (its voice from the mix);
+        None in a probe step once this node has sent its texts."""
         s = self.settings
         i = self.state.next_text_index()
+        step = self.state.current
+        if step is not None and step.phase == runformat.PROBE_PHASE and s.probe_texts:
+            if i >= probe_rounds(len(s.probe_texts), step.concurrency) * len(s.probe_texts):
+                return None   # each text sent its rounds on this node: the step ends once they are done
+            text = s.probe_texts[i % len(s.probe_texts)]   # as it is: no voice from the mix, no numbering
+            return text, voices_mod.ask_for(text, s.voices[0] if s.voices else None, s.voice_upload)
         text = s.texts[i % len(s.texts)]
         if s.text_reuse == "unique":   # numbered apart per worker: workers share no number
             index = getattr(self.environment.runner, "worker_index", 0) if self.is_worker else 0
             text = corpus.unique(text, index * UNIQUE_STRIDE + next(self._unique))
-        step = self.state.current
         n = step.voices if step is not None and step.voices else len(s.voices)
         voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, n)
         return text, voices_mod.ask_for(text, voice, s.voice_upload)
@@ -166,8 +174,14 @@ class Run:
         if self.is_master:
             self.environment.runner.send_message(wire.STEP.name, wire.STEP(
                 step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers, voices=step.voices, **({} if step.hold_s is None else {"hold_s": step.hold_s})))
+                workers=step.workers, voices=step.voices, **({} if step.hold_s is None else {"hold_s": step.hold_s}),
+                **({} if step.phase != runformat.PROBE_PHASE else {"phase": step.phase})))
         self.save()
+
+    @property
+    def sending_nodes(self) -> int:
+        """How many nodes send the load: the master's connected workers, else this node."""
+        return max(1, self.environment.runner.worker_count) if self.is_master else 1
 
     @property
     def worker_index(self) -> int:
@@ -234,12 +248,13 @@ class Run:
         # numpy and pandas: imported where the run is written
         from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis
         self.soak = Soak.of(s)
+        self.probe = Probe.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
         axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \
             RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
-        # a soak after a sweep holds the level its judged steps recommend
+        # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
         self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
-                             axis, judge=self.soak is not None and not self.soak.alone)
+                             axis, judge=(self.soak is not None and not self.soak.alone) or self.probe is not None)
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
@@ -479,7 +494,7 @@ def _on_init(environment, **_kw) -> None:
             data = msg.data
             node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
                                   rate=data["rate"], workers=data["workers"], voices=data["voices"],
-                                  hold_s=data.get("hold_s")))
+                                  hold_s=data.get("hold_s"), phase=data.get("phase") or "grid"))
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:
@@ -518,3 +533,12 @@ def _on_quitting(environment, **_kw) -> None:
     if run is not None and run.uploads is not None and run.uploads.created:
         run.remove_voices()   # a run stopped before it closed: what it registered goes all the same
         run.save()
+    if run is not None and run.probe is not None and run.writer is not None:
+        # a probe's texts are meant to fail (a 400 for an empty text is the right answer): Locust's
+        # exit status on failed requests speaks of the sweep's alone
+        probed = {st.step for st in run.state.steps if st.phase == runformat.PROBE_PHASE}
+        sweep_failed = sum(n for step, n in run.writer.failed.items() if step not in probed)
+        from locust import log as locust_log
+        if environment.process_exit_code is None and not sweep_failed and not environment.runner.exceptions \
+                and not locust_log.unhandled_greenlet_exception:
+            environment.process_exit_code = 0

@@ -40,7 +40,7 @@ from tts_knee.runformat.options import (
     STREAM_FORMATS,
 )
 
-from . import bodies, corpus, presets, tls, voices as voices_mod
+from . import bodies, corpus, presets, probe as probe_mod, tls, voices as voices_mod
 from .retry import RetryPolicy
 from .transports.base import NO_ASK, Ask
 
@@ -164,6 +164,8 @@ class Settings:
     capacity: capacity_mod.Options = capacity_mod.Options()
     health_path: str = ""      # after the run: GET this path; "": the warm-up request once more
     text_reuse: str = "same"   # "unique": every request a text of its own (corpus.unique)
+    probe: tuple = ()          # --probe-texts: the classes probed after the sweep (locustfiles.probe)
+    probe_texts: tuple = ()    # their texts (corpus.Text, ids probe:CLASS:N)
 
     @property
     def mode(self) -> str:
@@ -222,6 +224,7 @@ class Settings:
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
             "health_path": self.health_path or None, "text_reuse": self.text_reuse,
+            "probe_texts": list(self.probe) or None,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -646,6 +649,7 @@ def from_options(options, host: str | None) -> Settings:
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
         **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
         health_path=_health_path(o, protocol), text_reuse=str(getattr(o, "text_reuse", None) or "same"),
+        **_probe(o, protocol, form, rates),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
@@ -673,6 +677,19 @@ def _reach(o, host: str, protocol: str) -> dict:
                             + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
     return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
             "tls": context if secure else None}
+
+
+def _probe(o, protocol: str, form: str, rates: tuple) -> dict:
+    """--probe-texts: its classes and their texts (the bytes-only class where the body is JSON)."""
+    try:
+        classes = probe_mod.parse(str(getattr(o, "probe_texts", "") or "").strip() or None)
+    except probe_mod.ProbeError as e:
+        raise SettingsError(str(e)) from None
+    if classes and rates:
+        raise SettingsError("--probe-texts runs at concurrency 1 and the recommended concurrency: use it with "
+                            "--steps, not --rates")
+    json_body = protocol == "http" and not form
+    return {"probe": classes, "probe_texts": tuple(probe_mod.texts(classes, json_body))}
 
 
 def _health_path(o, protocol: str) -> str:

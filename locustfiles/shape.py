@@ -14,7 +14,8 @@ judgment, and the next step begins. In open loop that wait is for every request 
 before its cut-off (the nodes say which are still in flight), and as its arrivals stop at the
 cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
 Once the plan is done, a ``--soak`` holds one level for its
-own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it. A run
+own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it. Then
+``--probe-texts`` runs its steps (``probe.py``), each ending once its requests have finished. A run
 cut short (``Run.cut_short``: its disk did not keep up) ends at the next tick, as if the plan
 were done.
 """
@@ -48,13 +49,13 @@ class Step:
     concurrency: int
     start: float         # unix seconds on the master's clock
     end: float | None = None
-    phase: str = "grid"  # "grid" or "refine"
+    phase: str = "grid"  # one of runformat.PHASES
     repeat: int = 1      # 1-based pass over the grid
     cutoff: float | None = None   # judged on the requests sent before this (when judged)
     settle_s: float | None = None   # this step's own settle window; None: the run's
     rate: float | None = None       # open loop: offered requests per second, whole run
     workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
-    hold_s: float | None = None     # the soak: how long it lasts; None: --step-time
+    hold_s: float | None = None     # the soak: how long it lasts (a probe step: at most); None: --step-time
     voices: int | None = None       # --voice-steps: requests draw from the first this many voices
 
 
@@ -108,12 +109,14 @@ class StepShape(LoadTestShape):
             else:   # open loop: the step lasts as long as it sends arrivals
                 from .openloop_user import arrival_span_s
                 left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
-            by_count = settings.step_requests and cur.hold_s is None and cur.rate is None
-            done = run.finished_in_step(cur.step) if by_count else 0
+            probing = cur.phase == runformat.PROBE_PHASE
+            by_count = probing or (settings.step_requests and cur.hold_s is None and cur.rate is None)
+            done = run.writer.finished[cur.step] if probing else run.finished_in_step(cur.step) if by_count else 0
+            wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
             going = run.cut_short is None   # a run cut short ends now
-            judged = going and plan.judging and cur.phase != runformat.SOAK_PHASE
+            judged = going and plan.judging and cur.phase not in (runformat.SOAK_PHASE, runformat.PROBE_PHASE)
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
-            if going and left > TICK_SLACK_S and not (by_count and done >= settings.step_requests):
+            if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
                 if judged:   # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
                 return self._load(run, cur)
@@ -124,6 +127,8 @@ class StepShape(LoadTestShape):
         nxt = plan.next() if run.cut_short is None else None
         if nxt is None and run.soak is not None and run.cut_short is None:
             nxt = run.soak.next(run)
+        if nxt is None and run.probe is not None and run.cut_short is None:
+            nxt = run.probe.next(run)
         if nxt is None:
             if cur is not None and cur.end is None:
                 state.finish(wall())
@@ -137,8 +142,9 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        hold_s = run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None
-        if settings.voice_steps:   # the plan's level is the number of voices; the load stays
+        hold_s = run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else \
+            run.probe.longest_s(nxt.level, settings) if nxt.phase == runformat.PROBE_PHASE else None
+        if settings.voice_steps and nxt.phase != runformat.PROBE_PHASE:   # the plan's level is the number of voices; the load stays
             step = Step(len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat,
                         voices=nxt.level)
         else:

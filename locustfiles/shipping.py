@@ -58,6 +58,7 @@ class RecordWriter:
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
         self.finished_settled = Counter()   # the same, past the step's settle window
+        self.failed = Counter()    # step -> failed attempts (retried or not), as Locust counts its errors
         self.audio_missing = Counter()   # audio_file ('late', 'dropped') -> attempts
         self._waits: dict[int, deque] = {}   # step -> its latest successful waits, ms
         self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
@@ -77,6 +78,8 @@ class RecordWriter:
                 self.audio_missing[r["audio_file"]] += 1
             if r["error"] == CUT_BY_RUN_END:
                 self.cut += 1
+            if not r["ok"]:
+                self.failed[r["step"]] += 1
             if r["final"]:
                 self.finished[r["step"]] += 1
                 if r.get("settled", True):

@@ -59,30 +59,37 @@ class Soak:
 
     def _recommended(self, run):
         """The level the sweep's records recommend, or None (logged) when they recommend none."""
-        from tts_knee.analysis.summary import analyze
-        from tts_knee.runformat.reader import RunDirError
-        run.state.finish(wall())
-        run.save()
-        if not run.writer.flush().wait(WRITE_WAIT_S):
-            log.error("the disk of %s has not written the sweep's last records in %.0f s; the soak's level is "
-                      "chosen from what reached it", run.run_dir, WRITE_WAIT_S)
-        rd = run.reader.rundir
+        return recommended_level(run, "soak", "no soak")
 
-        def recommend():
-            rd.refresh()
-            return analyze(rd)
-        try:
-            summary = gevent.get_hub().threadpool.apply(recommend)
-        except RunDirError as e:
-            log.error("no soak: the sweep cannot be judged (%s)", e)
-            return None
-        key = "recommended_rate" if run.settings.mode == "open" else "recommended_concurrency"
-        level = summary.get(key)
-        if level is None:
-            log.error("no soak: the sweep recommends no level to hold (%s)", summary["recommendation"])
-            return None
-        log.info("soak: the sweep recommends %g (%s)", level, summary["recommendation"])
-        return level
+
+def recommended_level(run, who: str, without: str):
+    """The level the sweep's records so far recommend (a concurrency, or a rate in open loop),
+    judged as the dashboard judges them once they are on the disk; None, logged with
+    ``without`` (what the run does instead), when they recommend none. ``who`` is what asks."""
+    from tts_knee.analysis.summary import analyze
+    from tts_knee.runformat.reader import RunDirError
+    run.state.finish(wall())
+    run.save()
+    if not run.writer.flush().wait(WRITE_WAIT_S):
+        log.error("the disk of %s has not written the sweep's last records in %.0f s; the level is "
+                  "chosen from what reached it", run.run_dir, WRITE_WAIT_S)
+    rd = run.reader.rundir
+
+    def recommend():
+        rd.refresh()
+        return analyze(rd)
+    try:
+        summary = gevent.get_hub().threadpool.apply(recommend)
+    except RunDirError as e:
+        log.error("%s: the sweep cannot be judged (%s)", without, e)
+        return None
+    key = "recommended_rate" if run.settings.mode == "open" else "recommended_concurrency"
+    level = summary.get(key)
+    if level is None:
+        log.error("%s: the sweep recommends no level to hold (%s)", without, summary["recommendation"])
+        return None
+    log.info("%s: the sweep recommends %g (%s)", who, level, summary["recommendation"])
+    return level
 
 
 def _duration(seconds: float) -> str:

@@ -15,7 +15,7 @@ from locust.exception import StopUser
 
 from .attempt import Caller
 
-#: How often a user whose run is stopping looks again (it sends nothing more meanwhile).
+#: How often a user whose run is stopping (or whose probe step is all sent) looks again.
 STOPPING_POLL_S = 0.05
 
 
@@ -59,8 +59,12 @@ class TTSUser(RunUser):
         if s.contexts > 1:
             self._in_contexts(s.contexts, s.think_time_s)
             return
+        request = self.run.next_request()
+        if request is None:   # a probe step whose texts are all sent: nothing more until the next step
+            gevent.sleep(STOPPING_POLL_S)
+            return
         self.seq += 1
-        self.caller.send(*self.run.next_request(), self.seq)
+        self.caller.send(*request, self.seq)
         self.turn += 1
         if s.turns and self.turn >= s.turns:
             self.turn = 0
@@ -73,8 +77,12 @@ class TTSUser(RunUser):
         last ended (and ``think_s`` passed); until the user stops or the run drains."""
         def context() -> None:
             while not self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
+                request = self.run.next_request()
+                if request is None:   # a probe step's texts are all sent
+                    gevent.sleep(STOPPING_POLL_S)
+                    continue
                 self.seq += 1
-                self.caller.send(*self.run.next_request(), self.seq)
+                self.caller.send(*request, self.seq)
                 if think_s:
                     gevent.sleep(think_s)
         group = Group()

@@ -53,6 +53,7 @@ from .schema import (
                     PLAN,
                     PLAN_LEVEL,
                     PREFLIGHT,
+                    PROBE_PHASE,
                     PROC,
                     READABLE_VERSIONS,
                     RESOURCE_SAMPLE,
@@ -92,7 +93,7 @@ __all__ = [
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
     "worker_entry", "collector_entry", "server_metrics_entry", "unknown_fields", "missing_fields",
     "format_version", "unreadable",
-    "PHASES", "SOAK_PHASE", "json_text",
+    "PHASES", "SOAK_PHASE", "PROBE_PHASE", "json_text",
     "RUN_JSON", "REQUESTS", "RESOURCES", "SUMMARY_JSON", "REPORT_HTML", "AUDIO_DIR",
     "jsonl_bytes", "jsonl_line", "write_json", "write_text", "claim", "versions",
 ]

@@ -306,6 +306,13 @@ OPTIONS: tuple[Option, ...] = (
        "load generator's RSS per window): after the sweep at its recommended level, or on its own "
        "with one --steps or --rates level. Locust's duration format: 300s, 20m, 1h; run.json records "
        "seconds (default: no soak).", group=_PLAN),
+    # The hostile-text probe after the sweep (locustfiles.probe, analysis.probe).
+    _O("--probe-texts", "probe_texts", "", "",
+       "After the sweep (and a soak), send a few texts of each class users send and a server must guard "
+       "against, at concurrency 1 and at the recommended concurrency, and report per class what the server "
+       "did: all, or some of empty, whitespace, one-char, long, emoji, mixed-script, numbers, ssml, "
+       "invalid-utf8 (HTTP JSON bodies only); left out of the sweep's figures (default: no probe).",
+       group=_PLAN),
     # Voices: the request mix (voice, language, reference audio) and the sweep over distinct voices.
     _O("--tts-form", "tts_form", "", "",
        "Send each request as multipart/form-data instead of JSON, its fields as form fields and the "

@@ -209,7 +209,7 @@ STEP: tuple[Field, ...] = (
     Field("concurrency", "users", False, ""),
     Field("start", "unix s", False, ""),
     Field("end", "unix s", True, "null while it runs"),
-    Field("phase", "", False, "one of PHASES: 'grid', 'refine' or 'soak'"),
+    Field("phase", "", False, "one of PHASES: 'grid', 'refine', 'soak' or 'probe'"),
     Field("repeat", "count", False, "1-based pass over the grid"),
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
@@ -221,10 +221,11 @@ STEP: tuple[Field, ...] = (
     Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
 )
 
-#: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), or
-#: the one level a soak holds (--soak).
-PHASES = ("grid", "refine", "soak")
+#: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), the
+#: one level a soak holds (--soak), or a level of the hostile-text probe (--probe-texts).
+PHASES = ("grid", "refine", "soak", "probe")
 SOAK_PHASE = "soak"
+PROBE_PHASE = "probe"
 
 WORKER: tuple[Field, ...] = (
     Field("id", "", False, "Locust client id, or 'local'"),

@@ -578,6 +578,39 @@ TEXT_REUSE: tuple[Field, ...] = (
     _F("note", "", False, "the verdict in one sentence"),
 )
 
+# ---- the hostile-text probe (--probe-texts): what the server did per class (analysis.probe)
+PROBE_LEVEL: tuple[Field, ...] = (
+    _F("concurrency", "users", False, "a probe level: 1, then the recommended concurrency"),
+    _F("audio", "count", False, "requests answered with audio"),
+    _F("refused", "count", False, "a 4xx (or a gRPC code that reads as one)"),
+    _F("server_error", "count", False, "a 5xx other than 504"),
+    _F("timeout", "count", False, "no answer within --request-timeout, or a 504"),
+    _F("silent", "count", False, "audio with no sound in it"),
+    _F("error", "count", False, "failed otherwise: a reset connection, a body that is not audio"),
+)
+PROBE_CLASS: tuple[Field, ...] = (
+    _F("class", "", False, "one of runformat.probe.CLASSES"),
+    _F("what", "", False, "the class in words"),
+    _F("requests", "count", False, "its requests at every probe level, each by its final attempt"),
+    _F("outcomes", "", False, "requests per outcome, at every level", of=PROBE_LEVEL[1:]),
+    _F("by_concurrency", "", False, "the same per probe level", of=PROBE_LEVEL),
+    _F("statuses", "", False, "status -> requests, of those not answered with audio", of=Keyed("status")),
+    _F("ms_p50", "ms", True, "send to done, retries included"),
+    _F("ms_max", "ms", True, ""),
+    _F("audio_s_p50", "s", True, "of those answered with audio"),
+    _F("wrong_length", "count", False, "audio of texts of 20 characters or more whose length per character is a "
+                                       "runaway or truncated one against the sweep's own pace"),
+    _F("error", "", True, "the first error message"),
+    _F("needs_guarding", "", False, "a server error, a timeout, silence, another failure or a wrong length"),
+    _F("verdict", "", False, "what the server did, in words"),
+)
+PROBE: tuple[Field, ...] = (
+    _F("levels", "users", False, "the concurrencies probed"),
+    _F("classes", "", False, "one per class probed", of=PROBE_CLASS),
+    _F("needs_guarding", "", False, "the classes the server did not answer as a service should"),
+    _F("note", "", True, "the diagnosis's sentence on them; null: every class answered well"),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -614,4 +647,6 @@ SUMMARY: tuple[Field, ...] = (
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),
+    _F("probe", "", False, "with --probe-texts: what the server did per class of hostile text", optional=True,
+       of=PROBE),
 )

@@ -41,6 +41,7 @@ STEP = Payload("tts_knee_step", "master -> every worker, as each step begins", (
     Field("hold_s", "s", True, "a soak's length (its arrivals are laid over it); missing: --step-time",
           optional=True),
     Field("voices", "count", True, "--voice-steps: the step draws its voices from the first this many"),
+    Field("phase", "", False, "'probe' for a step of --probe-texts (its texts are the probe's)", optional=True),
 ))
 
 RECORDS = Payload("tts_knee_records", "worker -> master: a batch of attempt records, every "

@@ -22,7 +22,7 @@ from tts_knee.testbed.sim import wyoming
 from tts_knee.testbed.sim.audio import GARBLE_KEEP, RUNAWAY_CAP_S, RUNAWAY_FACTOR, Speaker
 from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
 from tts_knee.testbed.sim.faults import FAULTS
-from tts_knee.testbed.sim.http import Handler, SpeechApp
+from tts_knee.testbed.sim.http import UNSPEAKABLE, Handler, SpeechApp
 from tts_knee.testbed.sim.leak import Leak
 from tts_knee.testbed.sim.session import split_sentences
 from tts_knee.testbed.sim.voices import DEFAULT_MISS_MS
@@ -134,6 +134,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="a server that caches its answers: a text (with its voice) it has served before "
                         "takes MS in its slot instead of the timing model's time (slots model; default: no "
                         "cache)")
+    p.add_argument("--max-chars", type=number(int, 1), default=None, metavar="N",
+                   help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
+                        "(HTTP; default: no limit)")
+    p.add_argument("--unspeakable", choices=UNSPEAKABLE, default="audio",
+                   help="how a text with no letter or digit in it (emoji and symbols only) is answered: "
+                        "audio as any text, 400, 500 (a front end that finds nothing to say and fails), or "
+                        "hang (--stall-s, then 500) (HTTP; default audio)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[],
                    help="inject a fault (repeatable; one is picked per faulty request; "
                         "default none)")

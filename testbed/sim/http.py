@@ -37,6 +37,8 @@ RESPONSE_FORMATS = ("wav", "pcm")
 STREAM_FORMATS = ("sse", "audio")
 SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
 SSE_AUDIO_TOKENS_PER_S = 50
+#: --unspeakable: how a text with no letter or digit is answered.
+UNSPEAKABLE = ("audio", "400", "500", "hang")
 SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
 VOICES_PATH = "/v1/audio/voices"
 REFUSED_STATUS = {"rate_limited": "429 Too Many Requests",
@@ -233,6 +235,15 @@ class SpeechApp:
         text = data.get(field)
         if not isinstance(text, str) or not text.strip():
             raise _Reject("400 Bad Request", f"'{field}' must be a non-empty string")
+        if self.args.max_chars is not None and len(text) > self.args.max_chars:
+            raise _Reject("400 Bad Request", f"'{field}' is {len(text)} characters; at most "
+                                             f"{self.args.max_chars} are allowed")
+        if self.args.unspeakable != "audio" and not any(c.isalnum() for c in text):
+            if self.args.unspeakable == "hang":
+                gevent.sleep(self.args.stall_s)
+            if self.args.unspeakable == "400":
+                raise _Reject("400 Bad Request", f"'{field}' has nothing to speak")
+            raise _Reject("500 Internal Server Error", "the text front end produced no phonemes")
         fmt = data.get("response_format", "wav")
         if fmt not in RESPONSE_FORMATS:
             raise _Reject("400 Bad Request", f"response_format {fmt!r} is not supported; "

@@ -1,0 +1,53 @@
+"""The hostile-text probe (``--probe-texts``) in the terminal and the report: per class, what the
+server did at each probe level (``summary["probe"]``, from :mod:`analysis.probe`)."""
+from __future__ import annotations
+
+from .kit import esc, fmt
+
+_OUTCOMES = ("audio", "refused", "server_error", "timeout", "silent", "error")
+
+
+def probe_headline(probe: dict) -> str:
+    levels = " and ".join(map(str, probe["levels"]))
+    guard = probe["needs_guarding"]
+    return (f"hostile texts (probe at concurrency {levels}): "
+            + (f"guard {', '.join(guard)}" if guard else "every class answered as a service should"))
+
+
+def probe_lines(summary: dict) -> list[str]:
+    """The probe's headline and one line per class (none without a probe)."""
+    probe = summary.get("probe")
+    if not probe:
+        return []
+    width = max((len(c["class"]) for c in probe["classes"]), default=0)
+    return [probe_headline(probe) + ":"] + [
+        f"  {'!' if c['needs_guarding'] else ' '} {c['class']:<{width}}  {c['verdict']}" for c in probe["classes"]]
+
+
+def probe_html(summary: dict) -> str:
+    """The report's section (empty without a probe)."""
+    probe = summary.get("probe")
+    if not probe:
+        return ""
+    head = "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in _OUTCOMES)
+    rows = []
+    for c in probe["classes"]:
+        levels = "<br>".join(f"{lv['concurrency']}: " + ", ".join(f"{lv[k]} {k.replace('_', ' ')}" for k in _OUTCOMES
+                                                                   if lv[k]) for lv in c["by_concurrency"])
+        rows.append(
+            f"<tr{' class=knee' if c['needs_guarding'] else ''}><td class='l'>{esc(c['class'])}</td>"
+            f"<td class='l'>{esc(c['what'])}</td><td>{c['requests']}</td>"
+            + "".join(f"<td>{c['outcomes'][k] or ''}</td>" for k in _OUTCOMES)
+            + f"<td class='l'>{esc(', '.join(f'{s} x{n}' for s, n in c['statuses'].items()))}</td>"
+            f"<td>{fmt(c['ms_p50'])}</td><td>{fmt(c['ms_max'])}</td><td>{fmt(c['audio_s_p50'], '{:.2f}')}</td>"
+            f"<td class='l'>{levels}</td><td class='l'>{esc(c['verdict'])}</td>"
+            f"<td class='l'>{esc(c['error'] or '')}</td></tr>")
+    note = probe["note"] or "Every class was answered with audio or refused with a 4xx: nothing to guard."
+    return (f"<h2>Hostile texts</h2><div class='verdict{'' if probe['needs_guarding'] else ' ok'}'>"
+            f"<div class='meta'>{esc(probe_headline(probe))}</div><div class='kind'>{esc(note)}</div></div>"
+            f"<table><tr><th class='l'>class</th><th class='l'>what</th><th>requests</th>{head}"
+            f"<th class='l'>statuses</th><th>p50 ms</th><th>max ms</th><th>audio p50 s</th>"
+            f"<th class='l'>per concurrency</th><th class='l'>what the server did</th><th class='l'>first error</th></tr>"
+            f"{''.join(rows)}</table><p class='meta'>Each request by its final attempt, retries included; left out of "
+            f"the sweep's figures. Highlighted: a server error, a timeout, silence, another failure or audio of the "
+            f"wrong length.</p>")
