@@ -21,6 +21,8 @@ from .corpus import Text, tier_of
 log = logging.getLogger("tts_knee.probe")
 #: Times each probe text is sent at each probe level.
 ROUNDS = 2
+
+
 def rounds(n_texts: int, level: int) -> int:
     """How many times a node sends each of its ``n_texts`` probe texts at concurrency ``level``:
     ``ROUNDS``, or more where that keeps every user busy twice."""
@@ -60,9 +62,8 @@ def texts(classes: tuple[str, ...], http_json: bool) -> list[Text]:
 
 
 class Probe:
-    """The probe of one run: its texts at concurrency 1, then at the sweep's recommendation
-    (where that is above 1); ``alone`` when the sweep is one step and no soak, so there is
-    nothing to recommend from and the probe runs at that step's level too."""
+    """The probe of one run: its texts at concurrency 1, then at the level the sweep recommends
+    (where that is above 1: the records judged as the dashboard judges them)."""
 
     def __init__(self, texts: list[Text]):
         self.texts = texts
