@@ -39,6 +39,7 @@ from . import (
     slo as slo_mod,
     soak as soak_mod,
     speech as speech_mod,
+    spike as spike_mod,
     voices as voice_sweep,
 )
 from .confidence import ci_range
@@ -120,6 +121,16 @@ def _steps_of(rd: RunDir) -> list[dict]:
         return steps or infer_steps(rd.requests.attempts())
     raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
                       f"not from its records.")
+
+
+def _spike_of(rd: RunDir) -> dict:
+    """run.json's --spike as {factor, seconds} (empty when it cannot be read)."""
+    v = rd.options().get("spike")
+    try:
+        factor, seconds = str(v).lower().split("x")
+        return {"factor": float(factor), "seconds": float(seconds)}
+    except (AttributeError, ValueError):
+        return {}
 
 
 def _settle_of(rd: RunDir) -> float | None:
@@ -385,11 +396,15 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     a = rd.requests.attempts()
     plan, settle = _steps_of(rd), _settle_of(rd)
     # the hostile-text probe's steps (--probe-texts) are their own section: none of the sweep's figures
+    # and so are the spike's (--spike): its levels are not the sweep's
     probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
-    if probed:
-        plan = [p for p in plan if p.get("phase") != runformat.PROBE_PHASE]
+    spiked = [p for p in plan if p.get("phase") in runformat.SPIKE_PHASES]
+    a_probe = a_spike = None
+    if probed or spiked:
+        plan = [p for p in plan if p not in probed and p not in spiked]
         in_probe = np.isin(a["step"], [p["step"] for p in probed])
-        a, a_probe = a.subset(~in_probe), a.subset(in_probe)
+        in_spike = np.isin(a["step"], [p["step"] for p in spiked])
+        a, a_probe, a_spike = a.subset(~in_probe & ~in_spike), a.subset(in_probe), a.subset(in_spike)
     slo = run_slo(rd, slo)
     roles = run_roles(rd, roles)
     streamed = rd.streamed()
@@ -482,6 +497,10 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     hostile = probe_mod.probe(a_probe, probed, a, rd.options().get("request_timeout")) if probed else None
     if hostile and hostile["note"]:
         diagnosis["evidence"].append(hostile["note"])
+    spiked_part = spike_mod.spike(a_spike, spiked, streamed, run.get("health") if isinstance(run.get("health"), dict)
+                                  else None, _spike_of(rd)) if spiked else None
+    if spiked_part:
+        diagnosis["evidence"].append(spiked_part["text"])
     summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
@@ -517,6 +536,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
         **({"probe": hostile} if hostile is not None else {}),
+        **({"spike": spiked_part} if spiked_part is not None else {}),
         **({"recommended_voices": rec_voices} if by_voices else {}),
     }
     return _clean(summary)

@@ -1,5 +1,7 @@
-"""The hostile-text probe (``--probe-texts``) in the terminal and the report: per class, what the
-server did at each probe level (``summary["probe"]``, from :mod:`analysis.probe`)."""
+"""What runs after the sweep tried on the server, in the terminal and the report: the hostile-text
+probe (``--probe-texts``: per class, what the server did at each probe level; ``summary["probe"]``,
+from :mod:`analysis.probe`) and the spike (``--spike``: ``summary["spike"]``, from
+:mod:`analysis.spike`)."""
 from __future__ import annotations
 
 from .kit import esc, fmt
@@ -51,3 +53,23 @@ def probe_html(summary: dict) -> str:
             f"{''.join(rows)}</table><p class='meta'>Each request by its final attempt, retries included; left out of "
             f"the sweep's figures. Highlighted: a server error, a timeout, silence, another failure or audio of the "
             f"wrong length.</p>")
+
+
+def spike_html(summary: dict) -> str:
+    """The report's spike section (empty without a spike): the verdict and each phase's figures."""
+    sp = summary.get("spike")
+    if not sp:
+        return ""
+    ok = sp["behaviour"] in ("sheds", "absorbs", "queues") and sp["recovery_s"] is not None
+    rows = []
+    for name, level, part in (("spike", sp["spike_level"], sp["during"]), ("recovery", sp["level"], sp["after"])):
+        if part:
+            rows.append(f"<tr><td class='l'>{name}</td><td>{level}</td><td>{part['attempts']}</td><td>{part['ok']}</td>"
+                        f"<td>{part['shed']}</td><td>{part['failed']}</td><td>{fmt(part['shed_ms_p50'])}</td>"
+                        f"<td>{fmt(part['p95_ms'])}</td><td>{fmt(part['p95_x'], '{:.2f}')}</td></tr>")
+    return (f"<h2>Spike and recovery</h2><div class='verdict{' ok' if ok else ''}'><div class='kind'>"
+            f"{esc(sp['text'])}</div></div><table><tr><th class='l'>phase</th><th>users</th><th>attempts</th>"
+            f"<th>ok</th><th>shed (429/503)</th><th>failed</th><th>shed p50 ms</th><th>p95 ms</th>"
+            f"<th>p95 / before</th></tr>{''.join(rows)}</table><p class='meta'>p95 before the spike: "
+            f"{fmt(sp['before_p95_ms'])} ms ({esc(sp['basis'])}); recovery: from the recovery step's start until "
+            f"every 1 s window of requests sent has its p95 within 1.2x of that, with no failure.</p>")

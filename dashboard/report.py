@@ -18,7 +18,7 @@ from tts_knee.runformat.reader import RunDir
 from . import breakdown, by_concurrency, by_rate, by_voices
 from .baseline import regression_html
 from .kit import esc, fig_html, is_open_loop, is_streamed, is_voice_sweep, page
-from .probe import probe_html
+from .probe import probe_html, spike_html
 from .riva_figures import riva_html
 from .server_series import server_section
 from .slo_verdicts import slo_html
@@ -93,7 +93,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             f"<h2>Latency and throughput</h2>{parts[0]}"
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
-            + soak_html(summary) + probe_html(summary)
+            + soak_html(summary) + spike_html(summary) + probe_html(summary)
             + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
             f"{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"

@@ -252,6 +252,8 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if cap.get("at") and cap.get("text"):
         lines.append(f"capacity: {cap['text']}")
     lines += _soak_lines(summary)
+    if summary.get("spike"):
+        lines.append(f"spike: {summary['spike']['text']}")
     lines += probe_lines(summary)
     health = health_text(summary.get("health"))
     if health:

@@ -35,6 +35,7 @@ from .puller import CollectorPuller
 from .shape import Step, StepState
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .soak import Soak
+from .spike import Spike
 from .voice_upload import VoiceUploads
 
 log = logging.getLogger("tts_knee")
@@ -77,6 +78,7 @@ class Run:
         self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
         self.soak: Soak | None = None    # master/local: --soak, once the plan is done
         self.probe: Probe | None = None  # master/local: --probe-texts, once the plan and a soak are done
+        self.spike: Spike | None = None  # master/local: --spike, after a soak, before the probe
         self.info: dict = {}
         self.preflight: dict | None = None
         self.uploads: VoiceUploads | None = None   # --voice-upload: the voices registered on the server
@@ -249,12 +251,14 @@ class Run:
         from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis
         self.soak = Soak.of(s)
         self.probe = Probe.of(s)
+        self.spike = Spike.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
         axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \
             RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
         # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
         self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
-                             axis, judge=(self.soak is not None and not self.soak.alone) or self.probe is not None)
+                             axis, judge=(self.soak is not None and not self.soak.alone) or self.probe is not None
+                             or self.spike is not None)
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))

@@ -175,8 +175,9 @@ CONCURRENCY = Axis()
 class Planned:
     """One step the plan asks for."""
     level: float  # where it stands on the plan's axis: a concurrency, an offered rate
-    phase: str    # "grid" or "refine"
+    phase: str    # one of runformat.PHASES
     repeat: int   # 1-based pass over the grid; refine probes run once, as repeat 1
+    hold_s: float | None = None   # how long it lasts; None: --step-time (or the phase's own rule)
 
 
 class StepPlan:

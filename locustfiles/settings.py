@@ -40,7 +40,7 @@ from tts_knee.runformat.options import (
     STREAM_FORMATS,
 )
 
-from . import bodies, corpus, presets, probe as probe_mod, tls, voices as voices_mod
+from . import bodies, corpus, presets, probe as probe_mod, spike as spike_mod, tls, voices as voices_mod
 from .retry import RetryPolicy
 from .transports.base import NO_ASK, Ask
 
@@ -166,6 +166,8 @@ class Settings:
     text_reuse: str = "same"   # "unique": every request a text of its own (corpus.unique)
     probe: tuple = ()          # --probe-texts: the classes probed after the sweep (locustfiles.probe)
     probe_texts: tuple = ()    # their texts (corpus.Text, ids probe:CLASS:N)
+    spike: tuple | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
+    spike_at: int | None = None  # --spike-at: the level it starts from; None: the recommendation
 
     @property
     def mode(self) -> str:
@@ -225,6 +227,8 @@ class Settings:
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
             "health_path": self.health_path or None, "text_reuse": self.text_reuse,
             "probe_texts": list(self.probe) or None,
+            "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
+            "spike_at": self.spike_at,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -649,7 +653,7 @@ def from_options(options, host: str | None) -> Settings:
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
         **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
         health_path=_health_path(o, protocol), text_reuse=str(getattr(o, "text_reuse", None) or "same"),
-        **_probe(o, protocol, form, rates),
+        **_probe(o, protocol, form, rates), **_spike(o, rates),
     )
     if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
@@ -690,6 +694,25 @@ def _probe(o, protocol: str, form: str, rates: tuple) -> dict:
                             "--steps, not --rates")
     json_body = protocol == "http" and not form
     return {"probe": classes, "probe_texts": tuple(probe_mod.texts(classes, json_body))}
+
+
+def _spike(o, rates: tuple) -> dict:
+    """--spike and --spike-at."""
+    spec = str(getattr(o, "spike", "") or "").strip()
+    at = int(_number("spike-at", getattr(o, "spike_at", 0) or 0, int))
+    if not spec:
+        if at:
+            raise SettingsError("--spike-at is the level of --spike: give --spike FACTORxSECONDS too")
+        return {}
+    try:
+        factor, seconds = spike_mod.parse(spec)
+    except spike_mod.SpikeError as e:
+        raise SettingsError(str(e)) from None
+    if rates:
+        raise SettingsError("--spike multiplies a concurrency: use it with --steps, not --rates")
+    if at < 0:
+        raise SettingsError(f"--spike-at must be a concurrency of 1 or more, got {at}")
+    return {"spike": (factor, seconds), "spike_at": at or None}
 
 
 def _health_path(o, protocol: str) -> str:

@@ -15,7 +15,8 @@ before its cut-off (the nodes say which are still in flight), and as its arrival
 cut-off, the next rate begins on a server without the queue an overloaded rate left behind.
 Once the plan is done, a ``--soak`` holds one level for its
 own length (``soak.py``): its step is not judged, and ``--step-requests`` does not end it. Then
-``--probe-texts`` runs its steps (``probe.py``), each ending once its requests have finished. A run
+a ``--spike`` runs its three steps (``spike.py``), and ``--probe-texts`` its own (``probe.py``),
+each ending once its requests have finished. A run
 cut short (``Run.cut_short``: its disk did not keep up) ends at the next tick, as if the plan
 were done.
 """
@@ -114,7 +115,7 @@ class StepShape(LoadTestShape):
             done = run.writer.finished[cur.step] if probing else run.finished_in_step(cur.step) if by_count else 0
             wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
             going = run.cut_short is None   # a run cut short ends now
-            judged = going and plan.judging and cur.phase not in (runformat.SOAK_PHASE, runformat.PROBE_PHASE)
+            judged = going and plan.judging and cur.phase in ("grid", "refine")
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
                 if judged:   # parse as the step goes: its judgment has little left to read
@@ -127,6 +128,8 @@ class StepShape(LoadTestShape):
         nxt = plan.next() if run.cut_short is None else None
         if nxt is None and run.soak is not None and run.cut_short is None:
             nxt = run.soak.next(run)
+        if nxt is None and run.spike is not None and run.cut_short is None:
+            nxt = run.spike.next(run)
         if nxt is None and run.probe is not None and run.cut_short is None:
             nxt = run.probe.next(run)
         if nxt is None:
@@ -142,8 +145,9 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        hold_s = run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else \
-            run.probe.longest_s(nxt.level, settings) if nxt.phase == runformat.PROBE_PHASE else None
+        hold_s = nxt.hold_s if nxt.hold_s is not None else run.soak.seconds \
+            if nxt.phase == runformat.SOAK_PHASE else run.probe.longest_s(nxt.level, settings) \
+            if nxt.phase == runformat.PROBE_PHASE else None
         if settings.voice_steps and nxt.phase != runformat.PROBE_PHASE:   # the plan's level is the number of voices; the load stays
             step = Step(len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat,
                         voices=nxt.level)

@@ -61,6 +61,7 @@ from .schema import (
                     SERVER_METRICS,
                     SOAK_PHASE,
                     SPEECH,
+                    SPIKE_PHASES,
                     STEP,
                     VERDICT,
                     VERSIONS,
@@ -93,7 +94,7 @@ __all__ = [
     "attempt", "resource_sample", "proc_reading", "gpu_reading", "run_info", "step_entry",
     "worker_entry", "collector_entry", "server_metrics_entry", "unknown_fields", "missing_fields",
     "format_version", "unreadable",
-    "PHASES", "SOAK_PHASE", "PROBE_PHASE", "json_text",
+    "PHASES", "SOAK_PHASE", "PROBE_PHASE", "SPIKE_PHASES", "json_text",
     "RUN_JSON", "REQUESTS", "RESOURCES", "SUMMARY_JSON", "REPORT_HTML", "AUDIO_DIR",
     "jsonl_bytes", "jsonl_line", "write_json", "write_text", "claim", "versions",
 ]

@@ -306,6 +306,15 @@ OPTIONS: tuple[Option, ...] = (
        "load generator's RSS per window): after the sweep at its recommended level, or on its own "
        "with one --steps or --rates level. Locust's duration format: 300s, 20m, 1h; run.json records "
        "seconds (default: no soak).", group=_PLAN),
+    # The spike after the sweep (locustfiles.spike, analysis.spike).
+    _O("--spike", "spike", "", "",
+       "FACTORxSECONDS, e.g. 3x30: after the sweep (and a soak), hold the recommended concurrency (or "
+       "--spike-at) for --step-time, then FACTOR times as many users for SECONDS, then the level again for "
+       "twice SECONDS; the report says how the server took it (sheds, queues, fails, crashed, absorbs) and "
+       "how long it took to recover (default: no spike).", group=_PLAN),
+    _O("--spike-at", "spike_at", "users", 0,
+       "The concurrency the spike starts from and returns to (default: the sweep's recommendation).", int,
+       group=_PLAN),
     # The hostile-text probe after the sweep (locustfiles.probe, analysis.probe).
     _O("--probe-texts", "probe_texts", "", "",
        "After the sweep (and a soak), send a few texts of each class users send and a server must guard "

@@ -209,7 +209,7 @@ STEP: tuple[Field, ...] = (
     Field("concurrency", "users", False, ""),
     Field("start", "unix s", False, ""),
     Field("end", "unix s", True, "null while it runs"),
-    Field("phase", "", False, "one of PHASES: 'grid', 'refine', 'soak' or 'probe'"),
+    Field("phase", "", False, "one of PHASES: 'grid', 'refine', 'soak', 'probe', 'before_spike', 'spike' or 'recovery'"),
     Field("repeat", "count", False, "1-based pass over the grid"),
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
@@ -222,10 +222,12 @@ STEP: tuple[Field, ...] = (
 )
 
 #: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), the
-#: one level a soak holds (--soak), or a level of the hostile-text probe (--probe-texts).
-PHASES = ("grid", "refine", "soak", "probe")
+#: one level a soak holds (--soak), a level of the hostile-text probe (--probe-texts), or one of
+#: the spike's three (--spike: the steady level before it, the spike, the level again after it).
+PHASES = ("grid", "refine", "soak", "probe", "before_spike", "spike", "recovery")
 SOAK_PHASE = "soak"
 PROBE_PHASE = "probe"
+SPIKE_PHASES = ("before_spike", "spike", "recovery")
 
 WORKER: tuple[Field, ...] = (
     Field("id", "", False, "Locust client id, or 'local'"),

@@ -611,6 +611,33 @@ PROBE: tuple[Field, ...] = (
     _F("note", "", True, "the diagnosis's sentence on them; null: every class answered well"),
 )
 
+# ---- the spike (--spike): how the server took it and how long it took to recover (analysis.spike)
+SPIKE_PART: tuple[Field, ...] = (
+    _F("attempts", "count", False, ""),
+    _F("ok", "count", False, ""),
+    _F("shed", "count", False, "refused with 429 or 503"),
+    _F("failed", "count", False, "failed otherwise (5xx, resets, timeouts)"),
+    _F("shed_share", "", False, "shed / attempts"),
+    _F("failed_share", "", False, "failed / attempts"),
+    _F("shed_ms_p50", "ms", True, "how fast the refusals came"),
+    _F("p95_ms", "ms", True, "of the successful final attempts (TTFA in a streamed run)"),
+    _F("p95_x", "", True, "p95_ms over the p95 before the spike"),
+)
+SPIKE: tuple[Field, ...] = (
+    _F("factor", "", True, "FACTOR of --spike"),
+    _F("seconds", "s", True, "SECONDS of --spike"),
+    _F("level", "users", False, "the level before and after"),
+    _F("spike_level", "users", False, "ceil(level x factor)"),
+    _F("behaviour", "", False, "one of crashed, sheds, fails, queues, absorbs"),
+    _F("recovery_s", "s", True, "from the recovery's start until the p95 stays within 1.2x of before; null: did "
+                                "not recover within the run (or crashed)"),
+    _F("basis", "", False, "the latency judged: wait_ms, or ttfa_ms in a streamed run"),
+    _F("before_p95_ms", "ms", True, "p95 of the settled step before the spike"),
+    _F("during", "", False, "the spike step", of=SPIKE_PART),
+    _F("after", "", True, "the recovery step", of=SPIKE_PART),
+    _F("text", "", False, "the verdict in one sentence (also the diagnosis's last evidence)"),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -649,4 +676,5 @@ SUMMARY: tuple[Field, ...] = (
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),
     _F("probe", "", False, "with --probe-texts: what the server did per class of hostile text", optional=True,
        of=PROBE),
+    _F("spike", "", False, "with --spike: how the server took it, and its recovery", optional=True, of=SPIKE),
 )

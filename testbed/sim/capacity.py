@@ -31,6 +31,8 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import logging
+import os
 import random
 import time
 from collections import deque
@@ -47,6 +49,9 @@ STREAM_CHUNK_MS = 40.0  # the slots model's spacing of streamed pieces after the
 ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
 #: --cache-hit-ms: answers kept (text and voice) before the cache starts over.
 ANSWERS_KEPT = 100_000
+#: The simulator's exit status when --crash-above ends it.
+CRASH_EXIT_CODE = 70
+log = logging.getLogger("testbed.sim")
 OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.65 GiB total "
                "capacity; 22.91 GiB already allocated; 118.06 MiB free)")
 
@@ -247,6 +252,12 @@ class Capacity:
             if wait_s:
                 self.rejected += 1
                 raise Refused("rate_limited", "rate limit exceeded", wait_s)
+        crash = getattr(self.args, "crash_above", None)
+        if crash is not None and self.admitted + 1 > crash:
+            # as an engine that dies past its limit: the process ends, connections reset, nothing answers
+            log.error("crash: %d requests in flight, above --crash-above %d; exiting", self.admitted + 1, crash)
+            logging.shutdown()
+            os._exit(CRASH_EXIT_CODE)
         if self.args.oom_above is not None and self.admitted + 1 > self.args.oom_above:
             self.rejected += 1
             raise Refused("out_of_memory", OOM_MESSAGE)

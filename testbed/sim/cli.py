@@ -134,6 +134,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="a server that caches its answers: a text (with its voice) it has served before "
                         "takes MS in its slot instead of the timing model's time (slots model; default: no "
                         "cache)")
+    p.add_argument("--crash-above", type=number(int, 1), default=None, metavar="K",
+                   help="exit (status 70) when a request would make more than K in flight, as an engine that "
+                        "dies past its limit instead of queueing or refusing (default: never)")
     p.add_argument("--max-chars", type=number(int, 1), default=None, metavar="N",
                    help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
                         "(HTTP; default: no limit)")

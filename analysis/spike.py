@@ -1,0 +1,146 @@
+"""How the server took a spike (``--spike``) and how long it took to come back: the three steps
+of :mod:`locustfiles.spike` (``before_spike``, ``spike``, ``recovery``), judged on the latency of
+their successful final attempts (TTFA in a streamed run) and on every attempt's failures.
+
+The **behaviour** during the spike is the first of:
+
+- ``crashed``: the server stopped answering — the health probe after the run failed, or the
+  last second of the recovery was all attempts that got no answer at all (refused or reset);
+- ``sheds``: at least :data:`SHARE` of the spike's attempts were refused with 429 or 503, and
+  fast (their median wait at most the p95 before the spike);
+- ``fails``: at least :data:`SHARE` failed otherwise (5xx, resets, timeouts);
+- ``queues``: nothing much refused or failed, and the p95 rose above :data:`RECOVERED_X` times
+  the p95 before;
+- ``absorbs``: none of these: the server carried the spike.
+
+**Recovery** is the seconds from the recovery step's start to the start of the first
+:data:`WINDOW_S` window of requests sent from which on every window's p95 is within
+:data:`RECOVERED_X` of the p95 before the spike (or :data:`SLACK_MS` above it, whichever is
+more: timer noise on a short service time) with no failure; None: it did not recover within
+the run.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tts_knee.runformat.reader import Attempts
+
+SHARE = 0.05
+RECOVERED_X = 1.2
+SLACK_MS = 10.0
+WINDOW_S = 1.0
+BEHAVIOURS = ("crashed", "sheds", "fails", "queues", "absorbs")
+_SHED = (429, 503)
+
+
+def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict) -> dict | None:
+    """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
+    (those of the spike's phases are picked out); None when the run had no spike."""
+    by_phase = {s.get("phase"): s for s in steps}
+    before, at, after = (by_phase.get(p) for p in ("before_spike", "spike", "recovery"))
+    if before is None or at is None:
+        return None
+    key = "ttfa_ms" if streamed else "wait_ms"
+    base = _p95(a, _in(a, before) & a["settled"], key)
+    during = _figures(a, _in(a, at), key, base)
+    limit = None if base is None else max(RECOVERED_X * base, base + SLACK_MS)
+    recovery_s, after_figures, gone = None, None, False
+    if after is not None:
+        m = _in(a, after)
+        after_figures = _figures(a, m, key, base)
+        recovery_s = _recovery_s(a, m, after["start"], key, limit)
+        gone = _stopped_answering(a, m)
+    crashed = (health is not None and health.get("ok") is False) or gone
+    if crashed:
+        behaviour = "crashed"
+    elif during["shed_share"] >= SHARE and (base is None or (during["shed_ms_p50"] or 0) <= base):
+        behaviour = "sheds"
+    elif during["failed_share"] >= SHARE:
+        behaviour = "fails"
+    elif base is not None and during["p95_ms"] is not None and during["p95_ms"] > RECOVERED_X * base:
+        behaviour = "queues"
+    else:
+        behaviour = "absorbs"
+    out = {"factor": options.get("factor"), "seconds": options.get("seconds"), "level": before["concurrency"],
+           "spike_level": at["concurrency"], "behaviour": behaviour,
+           "recovery_s": None if crashed else recovery_s, "basis": key, "before_p95_ms": _round(base),
+           "during": during, "after": after_figures}
+    out["text"] = _text(out, health)
+    return out
+
+
+def _in(a: Attempts, step: dict) -> np.ndarray:
+    return a["step"] == int(step["step"])
+
+
+def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:
+    v = a[key][m & a["ok"] & a["final"]]
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, 95)) if len(v) else None
+
+
+def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict:
+    n = int(m.sum())
+    failed = m & ~a["ok"]
+    shed = failed & np.isin(a["status"], _SHED)
+    other = failed & ~shed
+    waits = a["wait_ms"][shed]
+    waits = waits[np.isfinite(waits)]
+    p95 = _p95(a, m, key)
+    return {"attempts": n, "ok": int((m & a["ok"]).sum()), "shed": int(shed.sum()), "failed": int(other.sum()),
+            "shed_share": round(int(shed.sum()) / n, 4) if n else 0.0,
+            "failed_share": round(int(other.sum()) / n, 4) if n else 0.0,
+            "shed_ms_p50": _round(float(np.median(waits))) if len(waits) else None,
+            "p95_ms": _round(p95), "p95_x": round(p95 / base, 2) if p95 is not None and base else None}
+
+
+def _recovery_s(a: Attempts, m: np.ndarray, start: float | None, key: str, limit: float | None) -> float | None:
+    if start is None or limit is None or not m.any():
+        return None
+    t0 = a["t0"][m]
+    ok, final, v = a["ok"][m], a["final"][m], a[key][m]
+    bins = np.floor((t0 - start) / WINDOW_S).astype(int)
+    good: list[tuple[int, bool]] = []
+    for b in sorted(set(bins[bins >= 0].tolist())):
+        inside = bins == b
+        done = v[inside & ok & final]
+        done = done[np.isfinite(done)]
+        fine = bool((ok[inside]).all()) and len(done) > 0 and float(np.percentile(done, 95)) <= limit
+        good.append((b, fine))
+    for i, (b, fine) in enumerate(good):
+        if fine and all(f for _, f in good[i:]):
+            return round(b * WINDOW_S, 1)
+    return None
+
+
+def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
+    """Whether the recovery's last second was attempts that all got no answer at all."""
+    if not m.any():
+        return False
+    t0 = a["t0"][m]
+    last = m.copy()
+    last[m] = t0 >= np.nanmax(t0) - 1.0
+    return bool(last.any() and (~a["ok"][last] & (a["status"][last] < 0)).all())
+
+
+def _text(s: dict, health: dict | None) -> str:
+    d = s["during"]
+    head = (f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
+            f"the server {s['behaviour']}")
+    if s["behaviour"] == "crashed":
+        why = (health or {}).get("message") if health and health.get("ok") is False else \
+            "the last second of the recovery got no answer at all"
+        return f"{head} — it stopped answering ({why}); nothing after it measures the server."
+    if s["behaviour"] == "sheds":
+        head += f" ({d['shed_share']:.0%} of its attempts refused with 429/503 in {d['shed_ms_p50']:g} ms)"
+    elif s["behaviour"] == "fails":
+        head += f" ({d['failed_share']:.0%} of its attempts failed)"
+    elif d["p95_x"] is not None:
+        head += f" (p95 {d['p95_x']:g}x the {s['before_p95_ms']:g} ms before)"
+    tail = (f"; back within {RECOVERED_X:g}x of the p95 before {s['recovery_s']:g} s into the recovery"
+            if s["recovery_s"] is not None else "; it did not recover within the run")
+    return head + tail + "."
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(float(v), 1)

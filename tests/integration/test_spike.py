@@ -1,0 +1,50 @@
+"""--spike end to end against the simulator (4 slots of 100 ms): a server that sheds (a queue of 2,
+then 503 with Retry-After) is named ``sheds`` and back within 5 s; one that dies past 12 in flight
+(``--crash-above 12``) is named ``crashed``, the health probe after the run failing, every attempt
+recorded and the exit status non-zero. The spike's steps stay out of the sweep's figures."""
+from __future__ import annotations
+
+import json
+
+from procs import dashboard, locust, read_jsonl, spawn
+
+SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "100", "--per-char-ms", "0",
+       "--jitter", "0"]
+
+
+def _run(tmp_path, name, sim_extra, *extra):
+    run_dir = tmp_path / name
+    with spawn([*SIM, *sim_extra]) as sim:
+        proc = locust(["--headless", "-H", sim.url, "--step-time", "2", "--settle-time", "0", "--run-dir",
+                       str(run_dir), "--spike-at", "4", *extra], timeout=120)
+    assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    judged = dashboard(run_dir)
+    assert judged.returncode == 0, judged.stderr
+    return proc, json.loads((run_dir / "summary.json").read_text()), judged.stdout, run_dir
+
+
+def test_a_server_that_sheds_is_named_and_recovers_and_one_that_dies_is_named_crashed(tmp_path):
+    proc, s, out, run_dir = _run(tmp_path, "sheds", ["--queue-limit", "2"], "--steps", "1,4", "--spike", "3x3")
+    sp = s["spike"]
+    assert (sp["level"], sp["spike_level"], sp["factor"], sp["seconds"]) == (4, 12, 3, 3)
+    assert sp["behaviour"] == "sheds", sp
+    # 4 in slots and 2 queued of 12: the rest refused at once (and retried after their Retry-After)
+    assert sp["during"]["shed_share"] > 0.1 and sp["during"]["shed_ms_p50"] < 50
+    assert sp["recovery_s"] is not None and sp["recovery_s"] <= 5, sp
+    assert sp["text"] in s["diagnosis"]["evidence"] and f"spike: {sp['text']}" in out
+    assert "<h2>Spike and recovery</h2>" in (run_dir / "report.html").read_text()
+    assert [st["concurrency"] for st in s["steps"]] == [1, 4]   # the sweep's own steps only
+    run = json.loads((run_dir / "run.json").read_text())
+    assert [st["phase"] for st in run["steps"]] == ["grid", "grid", "before_spike", "spike", "recovery"]
+    assert [st["concurrency"] for st in run["steps"]][2:] == [4, 12, 4]
+
+    proc, s, out, run_dir = _run(tmp_path, "crash", ["--crash-above", "12"], "--steps", "4", "--spike", "4x2")
+    assert proc.returncode != 0
+    sp = s["spike"]
+    assert sp["behaviour"] == "crashed" and sp["recovery_s"] is None, sp
+    assert s["health"]["ok"] is False and "stopped answering" in sp["text"]
+    records = read_jsonl(run_dir / "requests.jsonl")
+    assert s["records"]["attempts"] == len(records) > 0   # nothing lost
+    spike_step = next(st["step"] for st in json.loads((run_dir / "run.json").read_text())["steps"]
+                      if st["phase"] == "spike")
+    assert any(not r["ok"] and r["status"] is None for r in records if r["step"] >= spike_step)
