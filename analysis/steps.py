@@ -584,12 +584,13 @@ def hold_open(step: dict) -> dict:
     if settling:
         note = (f"step {step['step']} is in progress, settling: its window opens {settle or 0:g} s in, "
                 f"{elapsed or 0:.1f} s have passed; nothing is measured yet")
-    elif withheld:
+    elif done < OPEN_MIN_COUNT:
         note = (f"step {step['step']} is in progress: {done} requests have finished in the "
                 f"{win['duration_s']:.1f} s of its window so far; rates and percentiles need {OPEN_MIN_COUNT}")
-    else:
+    else:   # a percentile of fewer samples (a tier's, TTFB's) is withheld, the rates are not
         note = (f"step {step['step']} is in progress: its figures are over the {win['duration_s']:.1f} s of "
-                f"its window so far ({done} requests finished in it)")
+                f"its window so far ({done} requests finished in it)"
+                + (f"; a percentile over fewer than {OPEN_MIN_COUNT} of them is withheld" if withheld else ""))
     step["open"] = {"elapsed_s": elapsed, "settle_s": settle, "settling": settling, "completions": done,
                     "withheld": withheld, "note": note}
     return step["open"]

@@ -399,7 +399,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     # and so are the spike's (--spike): its levels are not the sweep's
     probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
     spiked = [p for p in plan if p.get("phase") in runformat.SPIKE_PHASES]
-    a_probe = a_spike = None
+    a_all, a_probe, a_spike = a, None, None
     if probed or spiked:
         plan = [p for p in plan if p not in probed and p not in spiked]
         in_probe = np.isin(a["step"], [p["step"] for p in probed])
@@ -510,7 +510,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
             "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
             "audio_missing": run.get("audio_missing"),
         },
-        "records": {"lines": rd.requests.lines, "attempts": len(a)},
+        "records": {"lines": rd.requests.lines, "attempts": len(a_all)},
         "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},
         "incomplete_last_line": {"requests": rd.requests.incomplete_last_line,
                                  "resources": rd.resource_incomplete},
@@ -530,8 +530,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "gpu_memory_baseline_bytes": baseline,
         "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
         "gpu_memory_creep": creep,
-        "server_timing_stages": list(a.stages),
-        "cut_by_run_end": int(run_end_cut(a).sum()),
+        "server_timing_stages": list(a_all.stages),
+        "cut_by_run_end": int(run_end_cut(a_all).sum()),
         **({"barge_in": barge} if barge is not None else {}),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),

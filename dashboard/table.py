@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tts_knee.analysis.steps import OPEN_MIN_COUNT
 from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
@@ -73,7 +74,7 @@ def tab_rows(summary: dict) -> list[dict]:
         def fig(v, digits=1):
             return (WITHHELD if op else None) if v is None else round(float(v), digits)
         state = "done" if not op else "settling" if op["settling"] else \
-            f"in progress ({op['completions']} finished)" if op["withheld"] else "in progress"
+            f"in progress ({op['completions']} finished)" if op["completions"] < OPEN_MIN_COUNT else "in progress"
         phase = s.get("phase") or ""
         under = s.get("underrun_rate")
         rows.append({
