@@ -13,11 +13,13 @@ The **behaviour** during the spike is the first of:
   the p95 before;
 - ``absorbs``: none of these: the server carried the spike.
 
-**Recovery** is the seconds from the recovery step's start to the start of the first
-:data:`WINDOW_S` window of requests sent from which on every window's p95 is within
-:data:`RECOVERED_X` of the p95 before the spike (or :data:`SLACK_MS` above it, whichever is
-more: timer noise on a short service time) with no failure; None: it did not recover within
-the run.
+**Recovery** is the seconds from the recovery step's start to the start of the first window of
+requests sent from which on every window has no failure and its p95 within :data:`RECOVERED_X`
+of the p95 before the spike (or :data:`SLACK_MS` above it, whichever is more: timer noise on a
+short service time); None: it did not recover within the run. Latencies are compared text by
+text (each over its own text's median before the spike), so a window that happens to hold the
+corpus's longest texts is not a slow one; a window is :data:`WINDOW_S` long, or twice the median
+latency before where that is longer.
 """
 from __future__ import annotations
 
@@ -43,12 +45,11 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
     key = "ttfa_ms" if streamed else "wait_ms"
     base = _p95(a, _in(a, before) & a["settled"], key)
     during = _figures(a, _in(a, at), key, base)
-    limit = None if base is None else max(RECOVERED_X * base, base + SLACK_MS)
     recovery_s, after_figures, gone = None, None, False
     if after is not None:
         m = _in(a, after)
         after_figures = _figures(a, m, key, base)
-        recovery_s = _recovery_s(a, m, after["start"], key, limit)
+        recovery_s = _recovery_s(a, m, _in(a, before) & a["settled"], after["start"], key)
         gone = _stopped_answering(a, m)
     crashed = (health is not None and health.get("ok") is False) or gone
     if crashed:
@@ -94,23 +95,50 @@ def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict:
             "p95_ms": _round(p95), "p95_x": round(p95 / base, 2) if p95 is not None and base else None}
 
 
-def _recovery_s(a: Attempts, m: np.ndarray, start: float | None, key: str, limit: float | None) -> float | None:
-    if start is None or limit is None or not m.any():
+def _recovery_s(a: Attempts, m: np.ndarray, before: np.ndarray, start: float | None, key: str) -> float | None:
+    """The recovery (see the module doc), each request's latency taken over its own text's median
+    before the spike, so a window of long texts is not a slow one; the windows :data:`WINDOW_S`
+    long, or twice the median latency before where that is longer (two requests a user)."""
+    ref = _medians(a, before, key)
+    if start is None or not ref or not m.any():
         return None
-    t0 = a["t0"][m]
-    ok, final, v = a["ok"][m], a["final"][m], a[key][m]
-    bins = np.floor((t0 - start) / WINDOW_S).astype(int)
+    ratio_before = _ratios(a, before & a["ok"] & a["final"], key, ref)
+    if not len(ratio_before):
+        return None
+    q = float(np.percentile(ratio_before, 95))
+    typical = float(np.median([v for v in ref.values()]))
+    limit = max(RECOVERED_X * q, q + SLACK_MS / max(typical, 1e-9))
+    window = max(WINDOW_S, 2 * typical / 1000.0)
+    rows = np.flatnonzero(m)
+    bins = np.floor((a["t0"][rows] - start) / window).astype(int)
     good: list[tuple[int, bool]] = []
     for b in sorted(set(bins[bins >= 0].tolist())):
-        inside = bins == b
-        done = v[inside & ok & final]
-        done = done[np.isfinite(done)]
-        fine = bool((ok[inside]).all()) and len(done) > 0 and float(np.percentile(done, 95)) <= limit
+        inside = rows[bins == b]
+        sel = np.zeros(len(a), dtype=bool)
+        sel[inside] = True
+        r = _ratios(a, sel & a["ok"] & a["final"], key, ref)
+        fine = bool(a["ok"][inside].all()) and len(r) > 0 and float(np.percentile(r, 95)) <= limit
         good.append((b, fine))
     for i, (b, fine) in enumerate(good):
         if fine and all(f for _, f in good[i:]):
-            return round(b * WINDOW_S, 1)
+            return round(b * window, 1)
     return None
+
+
+def _medians(a: Attempts, m: np.ndarray, key: str) -> dict[int, float]:
+    """Each text's (code's) median latency over the successful final attempts ``m`` selects."""
+    sel = m & a["ok"] & a["final"] & np.isfinite(a[key])
+    out: dict[int, float] = {}
+    for code in np.unique(a["text"][sel]).tolist():
+        out[int(code)] = float(np.median(a[key][sel & (a["text"] == code)]))
+    return out
+
+
+def _ratios(a: Attempts, m: np.ndarray, key: str, ref: dict[int, float]) -> np.ndarray:
+    v, codes = a[key][m], a["text"][m]
+    out = [x / ref[int(c)] for x, c in zip(v.tolist(), codes.tolist())
+           if int(c) in ref and ref[int(c)] > 0 and np.isfinite(x)]
+    return np.asarray(out, dtype=float)
 
 
 def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
