@@ -279,9 +279,13 @@ def test_wyoming_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path,
     kinds = set()
     for r in failed:
         one_sentence(r["error"])
-        if "the connection broke (ECONNRESET" in r["error"] or "closed the connection" in r["error"]:
+        if "the connection broke (ECONNRESET" in r["error"] or "closed the connection" in r["error"] \
+                or "the connection broke (EPIPE" in r["error"]:
+            # the reset is seen by the read (mid-utterance) or, when the text is still being paced
+            # out as the connection goes, by the next send (a loaded machine's order of the two)
             kinds.add("reset")
-            assert r["error"].startswith("Wyoming, then the ") and r["error"].endswith(" mid-utterance")
+            assert r["error"].startswith("Wyoming, then the ") and (
+                r["error"].endswith(" mid-utterance") or r["error"].endswith(" while sending text")), r["error"]
         elif "data are not JSON (its data_length is wrong, or the data is)" in r["error"]:
             kinds.add("garbage")
         elif r["error"] == "the server said: synthesis failed mid-stream (the sse-error fault) (SimulatedError)":
