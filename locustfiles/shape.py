@@ -148,7 +148,8 @@ class StepShape(LoadTestShape):
         hold_s = nxt.hold_s if nxt.hold_s is not None else run.soak.seconds \
             if nxt.phase == runformat.SOAK_PHASE else run.probe.longest_s(nxt.level, settings) \
             if nxt.phase == runformat.PROBE_PHASE else None
-        if settings.voice_steps and nxt.phase != runformat.PROBE_PHASE:   # the plan's level is the number of voices; the load stays
+        # the probe's and the spike's levels are concurrencies, a voice sweep's own steps numbers of voices
+        if settings.voice_steps and nxt.phase not in (runformat.PROBE_PHASE, *runformat.SPIKE_PHASES):   # the plan's level is the number of voices; the load stays
             step = Step(len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat,
                         voices=nxt.level)
         else:
