@@ -88,11 +88,17 @@ def test_repeat_runs_the_grid_again_with_the_texts_restarted(tmp_path):
     assert info["options"]["repeat"] == 2 and info["plan"]["decisions"] == [] and info["mode"] == "closed"
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     # each step's first texts, one a user: which of a step's users sends first is the event loop's
-    # order (at 2 users the second text can go out first), so the first c texts are compared as a set
+    # order (at 2 users the second text can go out first), so the first c texts are compared as a set.
+    # Going from 2 users to 1 (step 3), the user Locust stops may take the step's first text just
+    # before it is stopped and never send it (CI saw step 3 begin with the second): its first text
+    # is one of the corpus's first two, where without the restart it would be step 2's next one.
     first = {s["step"]: {r["text_id"] for r in sorted((r for r in records if r["step"] == s["step"]),
                                                        key=lambda r: r["t0"])[:s["concurrency"]]}
              for s in info["steps"]}
-    assert first[1] == first[3] and first[2] == first[4] and len(first[2]) == 2 and first[1] < first[2], first
+    assert first[2] == first[4] and len(first[2]) == 2 and first[1] < first[2], first
+    assert len(first[3]) == 1 and first[3] <= first[2], first
+    sent_at_2 = sum(r["step"] == 2 for r in records)
+    assert sent_at_2 > 2, sent_at_2   # step 2 went well past its first two texts: the restart is seen
 
 
 @pytest.mark.parametrize("args, words", [
