@@ -17,7 +17,8 @@ the service also meets the SLO below it.  Exit status (see :func:`require`):
 For an open-loop run (``--rates``) the gate takes a rate, ``--require 12/s``: it holds when the
 lowest tested rate at or above 12 req/s meets every term on its latency from the schedule (and
 its latency did not keep growing) and so does every lower tested rate, i.e. 12 <= ``slo.max_rate``;
-a rate above every tested one cannot be claimed (exit 1). The claim reads ``12 req/s offered:
+a rate above every tested one cannot be claimed (exit 1). A trace replay (``--trace``) takes a
+speed too, ``--require 2x``: the gate at the rate that speed offers. The claim reads ``12 req/s offered:
 p95 265 ms (95% CI 260-272 ms) <= 400 ms; 130 requests at 12.0 req/s``, and adds where it was
 tested when that is a higher rate.
 
@@ -209,6 +210,25 @@ def require_rate(summary: dict, rate: float) -> dict:
             "reason": reason}
 
 
+def require_speed(summary: dict, speed: float) -> dict:
+    """The gate at ``speed`` times a trace's pace (``--require 2x``, a ``--trace`` run): the gate
+    at the rate that speed offers (:func:`require_rate`), named as the speed."""
+    base = summary["trace"]["rate_rps"]
+    out = require_rate(summary, speed * base)
+    out["speed"] = speed
+    out["reason"] = f"At {speed:g}x the trace's pace ({speed * base:.3g} req/s): {out['reason']}"
+    return out
+
+
+@dataclass(frozen=True)
+class Speed:
+    """``--require 2x``: a speed of a replayed trace."""
+    factor: float
+
+
+_SPEED = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*$")
+
+
 @dataclass(frozen=True)
 class Rate:
     """``--require 12/s``: an offered rate, requests per second."""
@@ -218,8 +238,12 @@ class Rate:
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(?:/s|req/s|rps)\s*$")
 
 
-def requirement(s: str) -> int | Rate:
-    """argparse type for ``--require``: a concurrency (a whole number >= 1) or a rate (``12/s``)."""
+def requirement(s: str) -> int | Rate | Speed:
+    """argparse type for ``--require``: a concurrency (a whole number >= 1), a rate (``12/s``) or a
+    speed of a replayed trace (``2x``)."""
+    m = _SPEED.match(s)
+    if m and float(m.group(1)) > 0:
+        return Speed(float(m.group(1)))
     m = _RATE.match(s)
     if m:
         rate = float(m.group(1))
@@ -230,6 +254,6 @@ def requirement(s: str) -> int | Rate:
     except ValueError:
         f = math.nan
     if not math.isfinite(f) or f != int(f) or f < 1:
-        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, or a rate such as 12/s, "
-                                         f"got {s!r}")
+        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, a rate such as 12/s or a "
+                                         f"trace's speed such as 2x, got {s!r}")
     return int(f)

@@ -90,6 +90,7 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
     first = m & (a["attempt"] <= 1)
     sched = a["scheduled"]
     rate, dropped = step.get("rate"), step.get("dropped") or 0
+    target = step.get("offered_rps") or rate   # a trace's window may hold more or fewer than its mean
     win = stats.get("window") or {}
     conc = a["concurrency"][m]
     thr = stats.get("throughput_rps")
@@ -99,7 +100,8 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
         sched_wait.update(percentile_cis(waits))
     return {
         "rate": rate, "dropped": dropped, "offered": int(first.sum()) + dropped,
-        "throughput_ratio": thr / rate if thr is not None and rate else None,
+        "throughput_ratio": thr / target if thr is not None and target else None,
+        **({"offered_rps": step["offered_rps"]} if step.get("offered_rps") else {}),
         "inflight": {"mean": _inflight_mean(a, win.get("start"), win.get("end")),
                      "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None},
         "sched_wait_ms": sched_wait,
@@ -114,7 +116,8 @@ def level_figures(a: Attempts, entry: dict, stats: dict, steps: list[dict]) -> d
     ``stats``: their pooled ``step_stats``, see :mod:`analysis.levels`): the distributions pooled,
     drops added up, in flight weighted by each step's window; and the queue kept growing when it
     did in any one step (each is judged over its own thirds: thirds across repeats mean nothing)."""
-    out = step_figures(a, dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps)), stats)
+    out = step_figures(a, dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps),
+                               offered_rps=steps[0].get("offered_rps")), stats)
     timed = [(s["inflight"]["mean"], s["window"]["duration_s"]) for s in steps
              if (s.get("inflight") or {}).get("mean") is not None and s["window"].get("duration_s")]
     highs = [s["inflight"]["max"] for s in steps if (s.get("inflight") or {}).get("max") is not None]
@@ -155,6 +158,12 @@ def implied_concurrency(s: dict) -> int | None:
     return math.ceil(s["rate"] * mean / 1000.0) if mean is not None else None
 
 
+def offered(s: dict) -> float:
+    """What step ``s`` offered, per second: its rate, or for a trace step what its settled window
+    replayed (``offered_rps``)."""
+    return s.get("offered_rps") or s["rate"]
+
+
 def past_knee(steps: list[dict]) -> tuple[bool, str]:
     """Whether the latest of a pass's steps (ascending rates, the plan's ``--stop-past-knee``)
     breaks one of the knee's rules on its own figures, and the figures why."""
@@ -162,8 +171,8 @@ def past_knee(steps: list[dict]) -> tuple[bool, str]:
     if not s.get("requests"):
         return True, "is past the knee (not one request finished in it)"
     thr = s.get("throughput_rps") or 0.0
-    if thr < (1 - SHORTFALL) * s["rate"]:
-        return True, f"is past the knee (it served {thr:.2f} of {s['rate']:g} req/s offered)"
+    if thr < (1 - SHORTFALL) * offered(s):
+        return True, f"is past the knee (it served {thr:.2f} of {offered(s):.3g} req/s offered)"
     g = s.get("growth") or {}
     if g.get("growing"):
         t = g["p50_thirds"]
@@ -224,7 +233,7 @@ def find_knee(steps: list[dict]) -> dict:
     if steps:
         for i, s in enumerate(steps):
             thr = s.get("throughput_rps") or 0.0
-            if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * s["rate"]:
+            if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * offered(s):
                 idx["throughput_shortfall"] = i
             if idx["latency_growing"] is None and (s.get("growth") or {}).get("growing"):
                 idx["latency_growing"] = i

@@ -40,6 +40,7 @@ from . import (
     soak as soak_mod,
     speech as speech_mod,
     spike as spike_mod,
+    trace as trace_mod,
     voices as voice_sweep,
 )
 from .confidence import ci_range
@@ -116,7 +117,9 @@ def _steps_of(rd: RunDir) -> list[dict]:
                       "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
                       "repeat": _whole(s.get("repeat")),
                       **({} if voices is None else {"voices": _whole(voices)}),
-                      **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {})})
+                      **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {}),
+                      **({"offered_rps": float(s["offered_rps"])} if open_loop and _time(s.get("offered_rps"))
+                         and s["offered_rps"] else {})})
     if steps or not open_loop:
         return steps or infer_steps(rd.requests.attempts())
     raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
@@ -539,6 +542,16 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         **({"spike": spiked_part} if spiked_part is not None else {}),
         **({"recommended_voices": rec_voices} if by_voices else {}),
     }
+    replayed = run.get("trace") if isinstance(run.get("trace"), dict) else None
+    if open_loop and replayed and replayed.get("rate_rps"):
+        summary["trace"] = trace_mod.section(a, plan, replayed, summary)
+        if slo_part:
+            slo_part["max_speed"] = summary["trace"].get("max_speed")
+        for st in steps + done:
+            st["speed"] = round(st["rate"] / replayed["rate_rps"], 6) if st.get("rate") else None
+        best = summary["trace"]["max_speed"] if slo_part else summary["trace"]["recommended_speed"]
+        if best is not None:
+            summary["recommendation"] += f" As a speed of the trace: {best:g}x its pace."
     return _clean(summary)
 
 

@@ -66,9 +66,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="print the summary JSON instead of the table (default off)")
     p.add_argument("--slo", metavar="SPEC", help="judge each concurrency against an SLO, e.g. "
                    "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)")
-    p.add_argument("--require", metavar="N|R/s", type=gate.requirement,
-                   help="exit 0 only if the SLO holds at concurrency N (an open-loop run: rate R, e.g. 12/s) "
-                        "and every lower one tested (default: no gate)")
+    p.add_argument("--require", metavar="N|R/s|Sx", type=gate.requirement,
+                   help="exit 0 only if the SLO holds at concurrency N (an open-loop run: rate R, e.g. 12/s; a "
+                        "trace replay: speed S, e.g. 2x) and every lower one tested (default: no gate)")
     p.add_argument("--baseline", metavar="OLD_RUN", type=Path,
                    help="compare with an earlier run; exit 1 on a significant regression "
                         "(default: no comparison)")
@@ -125,6 +125,12 @@ def _judge(args, rd, s: dict) -> int:
     if args.require is not None:
         if not s.get("slo"):
             raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
+        if isinstance(args.require, gate.Speed):
+            if not s.get("trace"):
+                raise RunDirError(f"--require {args.require.factor:g}x is a speed of a replayed trace, but {rd.path} "
+                                  f"was not run with --trace: give a concurrency (8) or a rate (12/s).")
+            s["require"] = gate.require_speed(s, args.require.factor)
+            return max(status, s["require"]["exit"])
         rate = isinstance(args.require, gate.Rate)
         if is_voice_sweep(s):
             if rate:

@@ -27,6 +27,7 @@ from .speech import speech_figure, speech_html
 from .stream_health import stream_figure, stream_health_html, underrun_figure
 from .table import audio_missing_text, health_text, open_lines
 from .timeline import timeline_figure
+from .trace import trace_html
 
 
 def _meta_html(rd: RunDir, summary: dict) -> str:
@@ -93,7 +94,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
             f"<h2>Latency and throughput</h2>{parts[0]}"
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
-            + soak_html(summary) + spike_html(summary) + probe_html(summary)
+            + trace_html(summary) + soak_html(summary) + spike_html(summary) + probe_html(summary)
             + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
             f"{breakdown.integrity_html(summary)}"
             f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"

@@ -12,6 +12,7 @@ from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
 from .probe import probe_lines
+from .trace import trace_lines
 
 TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
                  "ttfb p50", "retries", "GPU%", "CPU%")
@@ -79,7 +80,8 @@ def tab_rows(summary: dict) -> list[dict]:
         under = s.get("underrun_rate")
         rows.append({
             "step": s["step"], "phase": f"grid {s.get('repeat')}" if phase == "grid" else phase,
-            "concurrency": f"{s['rate']:g} req/s" if s.get("rate") is not None else s["concurrency"],
+            "concurrency": (f"{s['speed']:g}x ({s['rate']:.3g} req/s)" if s.get("speed") else f"{s['rate']:g} req/s")
+            if s.get("rate") is not None else s["concurrency"],
             "state": state, "requests": s["requests"], "failed": s["failed"], "retries": s["retries"],
             "rps": fig(s.get("throughput_rps"), 2), "p50_ms": fig(lat.get("p50")), "p95_ms": fig(lat.get("p95")),
             "max_ms": fig(lat.get("max")), "underrun_pct": None if under is None else round(100.0 * under, 1),
@@ -256,6 +258,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if summary.get("spike"):
         lines.append(f"spike: {summary['spike']['text']}")
     lines += probe_lines(summary)
+    lines += trace_lines(summary)
     health = health_text(summary.get("health"))
     if health:
         lines.append(health)
@@ -308,7 +311,9 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
     rows = []
     for s in summary["steps"]:
         g = s.get("growth") or {}
-        rows.append([step_label(s), fmt(s.get("rate"), "{:g}"), fmt(s.get("throughput_rps"), "{:.2f}"),
+        offered = f"{s['offered_rps']:.3g} ({s['speed']:g}x)" if s.get("offered_rps") and s.get("speed") else \
+            fmt(s.get("rate"), "{:g}")
+        rows.append([step_label(s), offered, fmt(s.get("throughput_rps"), "{:.2f}"),
                      fmt(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
                      fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
                      fmt(stat(s, "inflight", "mean"), "{:.1f}"), fmt(stat(s, "inflight", "max")),

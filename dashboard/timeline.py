@@ -13,6 +13,7 @@ from tts_knee.analysis.steps import THROTTLE_STATUSES
 from tts_knee.runformat.reader import Attempts, RunDir
 
 from .kit import GIB, esc, is_open_loop, step_label
+from .trace import burst_bands
 
 MAX_POINTS = 20000
 CATEGORIES = (  # (name, colour, marker symbol) of the timeline scatter
@@ -121,8 +122,10 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
                               x1=end - t_zero, y0=0, y1=1, fillcolor=colour, opacity=0.6, layer="below",
                               line_width=0))
         labels.append(dict(x=(start + end) / 2 - t_zero, y=1.0, xref="x", yref="y domain",
-                           text=f"{step_label(s)} req/s" if open_loop else f"N={s['concurrency']}",
+                           text=(f"{s['speed']:g}x" if s.get("speed") else f"{step_label(s)} req/s") if open_loop
+                           else f"N={s['concurrency']}",
                            showarrow=False, font=dict(size=11, color="#555")))
+    bands += burst_bands(summary, t_zero)   # --trace: where each step replayed the trace's bursts
     fig.update_layout(shapes=list(fig.layout.shapes) + bands, annotations=list(fig.layout.annotations) + labels)
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, 105], row=2, col=1)

@@ -105,12 +105,19 @@ class Run:
                 return None   # each text sent its rounds on this node: the step ends once they are done
             text = s.probe_texts[i % len(s.probe_texts)]   # as it is: no voice from the mix, no numbering
             return text, voices_mod.ask_for(text, s.voices[0] if s.voices else None, s.voice_upload)
-        text = s.texts[i % len(s.texts)]
+        return self._asked(s.texts[i % len(s.texts)], i, step.voices if step is not None and step.voices else None)
+
+    def trace_request(self, row: int):
+        """Trace row ``row``'s text and what its request asks for (``--trace``): the row's voice
+        and language where it names them, else a voice from the mix as for a corpus text."""
+        return self._asked(self.settings.trace.texts[row], row, None)
+
+    def _asked(self, text, i: int, voices: int | None):
+        s = self.settings
         if s.text_reuse == "unique":   # numbered apart per worker: workers share no number
             index = getattr(self.environment.runner, "worker_index", 0) if self.is_worker else 0
             text = corpus.unique(text, index * UNIQUE_STRIDE + next(self._unique))
-        n = step.voices if step is not None and step.voices else len(s.voices)
-        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, n)
+        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, voices or len(s.voices))
         return text, voices_mod.ask_for(text, voice, s.voice_upload)
 
     def emit(self, rec: dict) -> None:
@@ -248,12 +255,12 @@ class Run:
         disk = self.environment.tts_knee.disk
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
         # numpy and pandas: imported where the run is written
-        from .plan import CONCURRENCY, RateAxis, StepPlan, StepReader, VoiceAxis
+        from .plan import CONCURRENCY, RateAxis, SpeedAxis, StepPlan, StepReader, VoiceAxis
         self.soak = Soak.of(s)
         self.probe = Probe.of(s)
         self.spike = Spike.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
-        axis = VoiceAxis(bool(s.rates)) if s.voice_steps else \
+        axis = VoiceAxis(bool(s.rates)) if s.voice_steps else SpeedAxis(s.trace.base_rps) if s.trace else \
             RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
         # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
         self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
@@ -265,7 +272,8 @@ class Run:
         self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
                                        start=wall(), target=s.host, mode=s.mode, options=s.public(),
                                        settle_s=s.settle_s, steps=[], workers=[], collectors=[],
-                                       versions=runformat.versions())
+                                       versions=runformat.versions(),
+                                       **({"trace": s.trace.describe()} if s.trace else {}))
         log.info("run directory: %s", self.run_dir)
         if s.voice_upload:   # before the preflight, which asks for the first voice by its name
             self.uploads = VoiceUploads(s)
@@ -346,7 +354,8 @@ class Run:
                                               cutoff=st.cutoff, **({} if st.voices is None else {"voices": st.voices}),
                                               **({} if st.rate is None else
                                                  {"rate": st.rate, "dropped": self.dropped_in(st.step),
-                                                  "workers": len(st.workers or ())}))
+                                                  "workers": len(st.workers or ()),
+                                                  **({} if st.offered_rps is None else {"offered_rps": st.offered_rps})}))
                          for st in self.state.steps]
         if self.plan is not None:
             info["plan"] = self.plan.describe()

@@ -17,6 +17,9 @@ request in flight is known to the run (``Run.calls``, with when it was sent), so
 judgment can wait for those sent before its end. When the run stops no arrival is sent any more;
 what is in flight has had the run's drain (``Run.drain``) by the time the user stops, and the
 requests still running then are cut (recorded as ``cut_by_run_end``).
+
+With ``--trace`` the schedule is the trace's own (:meth:`OpenLoopUser._replay`): each row at its
+offset over the step's speed, a conversation's turns in order on one caller.
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None)
     server, and hand its queue to the next."""
     if hold_s is not None:
         return hold_s
+    if s.trace is not None:   # the trace from its start for --step-time, or the whole of it
+        return s.trace.span_s(rate / s.trace.base_rps, s.step_time_s)
     if s.step_requests:
         return min(s.step_time_s, settle_s + s.step_requests / rate)
     return s.step_time_s
@@ -91,6 +96,9 @@ class OpenLoopUser(RunUser):
             return
         rate, phase = share
         s = run.settings
+        if s.trace is not None:
+            self._replay(step)
+            return
         rng = random.Random(f"{s.arrival_seed}-{run.worker_index}-{step.step}")
         # The step began at step.start on this node's wall clock; lay the schedule on the
         # monotonic clock from there.
@@ -119,18 +127,84 @@ class OpenLoopUser(RunUser):
         while state.current is step and not run.stopping:   # the step's time is up; its end is the shape's
             gevent.sleep(IDLE_POLL_S)
 
-    def _send(self, step, scheduled: float, seq: int) -> None:
+    def _send(self, step, scheduled: float, seq: int, row: int | None = None) -> None:
         caller = self.idle.pop() if self.idle else Caller(self, self.no, next(self.lanes))
-        calls = self.run.calls
-        calls[(self.no, seq)] = wall()
         try:
-            caller.send(*self.run.next_request(), seq, {"step": step, "scheduled": scheduled,
-                                                        "concurrency": self.inflight})
+            self._call(caller, step, scheduled, seq, row)
         except BaseException:
             caller.close()
             raise
+        self.idle.append(caller)
+
+    def _call(self, caller: Caller, step, scheduled: float, seq: int, row: int | None) -> None:
+        """One request on ``caller``: the next corpus text, or trace row ``row``'s."""
+        calls = self.run.calls
+        calls[(self.no, seq)] = wall()
+        try:
+            request = self.run.next_request() if row is None else self.run.trace_request(row)
+            caller.send(*request, seq, {"step": step, "scheduled": scheduled, "concurrency": self.inflight})
         finally:
             self.inflight -= 1
             calls.pop((self.no, seq), None)
-        self.idle.append(caller)
+
+    def _replay(self, step) -> None:
+        """Send this worker's lanes of the trace (``locustfiles.trace``) for one step: a lone row
+        at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
+        one caller of its own, turn after turn."""
+        run, state, s = self.run, self.run.state, self.run.settings
+        trace = s.trace
+        speed = step.rate / trace.base_rps
+        lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))
+        m_start = mono() - (wall() - step.start)
+        last = trace.span_s(speed, s.step_time_s)
+        k = 0
+        while state.current is step and k < len(lanes) and not run.stopping:
+            lane = lanes[k]
+            due = trace.offsets[lane[0]] / speed
+            if due >= last:
+                break
+            wait = m_start + due - mono()
+            if wait > EARLY_S:
+                gevent.sleep(min(wait, IDLE_POLL_S))
+                continue
+            k += 1
+            if len(lane) > 1:
+                self.inflight_requests.spawn(self._conversation, step, lane, speed, m_start, last)
+            elif self.inflight >= s.max_inflight:
+                run.dropped[step.step] += 1
+            else:
+                self.seq += 1
+                self.inflight += 1
+                self.inflight_requests.spawn(self._send, step, step.start + due, self.seq, lane[0])
+            gevent.sleep(0)
+        while state.current is step and not run.stopping:
+            gevent.sleep(IDLE_POLL_S)
+
+    def _conversation(self, step, lane: tuple, speed: float, m_start: float, last: float) -> None:
+        """A conversation's turns in order on one caller: each when the trace has it, and not
+        before the turn above has been answered (a listener asks again once heard); that later
+        moment is its ``scheduled``, so its latency from the schedule is the server's, not the
+        wait for the turn above."""
+        run, state, s = self.run, self.run.state, self.run.settings
+        caller = Caller(self, self.no, next(self.lanes))
+        try:
+            for row in lane:
+                due = s.trace.offsets[row] / speed
+                if due >= last:
+                    return
+                while (wait := m_start + due - mono()) > EARLY_S:
+                    if state.current is not step or run.stopping:
+                        return
+                    gevent.sleep(min(wait, IDLE_POLL_S))
+                if state.current is not step or run.stopping:
+                    return
+                if self.inflight >= s.max_inflight:
+                    run.dropped[step.step] += 1
+                    continue
+                scheduled = step.start + max(due, mono() - m_start)
+                self.seq += 1
+                self.inflight += 1
+                self._call(caller, step, scheduled, self.seq, row)
+        finally:
+            caller.close()
 

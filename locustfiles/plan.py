@@ -1,7 +1,8 @@
 """The step plan: which step runs next, decided on the master as each step ends.
 
 A plan sweeps one :class:`Axis`: the concurrency of a closed-loop run (``--steps``), the
-offered rate of an open-loop one (``--rates``), or the number of distinct voices at one of
+offered rate of an open-loop one (``--rates``; a trace's speeds, ``--trace-speed``, stand on it as
+rates, :class:`SpeedAxis`), or the number of distinct voices at one of
 either (``--voice-steps``); a step's *level* is where it stands on it. The
 grid runs in order, ``--repeat`` times. Each step that ends is judged from the records the
 master already has (:class:`StepReader`): against ``--slo`` (``analysis.slo.judge``; a rate by
@@ -36,6 +37,7 @@ Gevent-free and locust-free: it works on step dicts and the run directory only.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +48,9 @@ from tts_knee.analysis.levels import levels as pool_levels
 from tts_knee.analysis.steps import step_stats
 from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
 
-__all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
+from .trace import REFINE_TO as TRACE_REFINE_TO
+
+__all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "SpeedAxis", "StepPlan", "StepReader", "VoiceAxis"]
 log = logging.getLogger("tts_knee.plan")
 
 
@@ -138,6 +142,33 @@ class RateAxis(Axis):
 
     def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         return openloop.past_knee(steps)
+
+
+class SpeedAxis(RateAxis):
+    """The rates of a trace replay, named as speeds of the trace (``2x (10 req/s)``) and
+    bisected on a grid of ``TRACE_REFINE_TO`` speeds."""
+
+    noun = "speed"
+
+    def __init__(self, base_rps: float):
+        super().__init__(TRACE_REFINE_TO * base_rps, relative=False, lowest=base_rps)
+        self.base = base_rps
+
+    def speed(self, rate: float) -> float:
+        return round(rate / self.base, 6)
+
+    def text(self, level) -> str:
+        return f"{self.speed(level):g}x ({level:.3g} req/s)"
+
+    def close_enough(self, lo, hi) -> bool:
+        return self.speed(hi) - self.speed(lo) <= TRACE_REFINE_TO + 1e-9
+
+    def midpoint(self, lo, hi):
+        """A speed on the ``TRACE_REFINE_TO`` grid strictly between ``lo`` and ``hi``, as a rate."""
+        a, b = self.speed(lo) / TRACE_REFINE_TO, self.speed(hi) / TRACE_REFINE_TO
+        k = math.floor((a + b) / 2 + 1e-9)
+        k = min(max(k, math.floor(a + 1e-9) + 1), math.ceil(b - 1e-9) - 1)
+        return round(k * TRACE_REFINE_TO, 6) * self.base
 
 
 class VoiceAxis(Axis):
@@ -401,7 +432,8 @@ class StepReader:
         if step.get("voices") is not None:
             out["voices"] = step["voices"]
         if step.get("rate") is not None:
-            out.update(openloop.step_figures(a, dict(entry, rate=step["rate"], dropped=step.get("dropped")), out))
+            out.update(openloop.step_figures(a, dict(entry, rate=step["rate"], dropped=step.get("dropped"),
+                                                     offered_rps=step.get("offered_rps")), out))
         self._judged[step["step"]] = (out, cutoff)
         return out
 

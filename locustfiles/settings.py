@@ -40,7 +40,16 @@ from tts_knee.runformat.options import (
     STREAM_FORMATS,
 )
 
-from . import bodies, corpus, presets, probe as probe_mod, spike as spike_mod, tls, voices as voices_mod
+from . import (
+    bodies,
+    corpus,
+    presets,
+    probe as probe_mod,
+    spike as spike_mod,
+    tls,
+    trace as trace_mod,
+    voices as voices_mod,
+)
 from .retry import RetryPolicy
 from .transports.base import NO_ASK, Ask
 
@@ -168,6 +177,8 @@ class Settings:
     probe_texts: tuple = ()    # their texts (corpus.Text, ids probe:CLASS:N)
     spike: tuple | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
     spike_at: int | None = None  # --spike-at: the level it starts from; None: the recommendation
+    trace: trace_mod.Trace | None = None   # --trace: the log replayed (its steps' rates are its speeds')
+    trace_speeds: tuple = ()   # --trace-speed, one per grid step
 
     @property
     def mode(self) -> str:
@@ -229,6 +240,8 @@ class Settings:
             "probe_texts": list(self.probe) or None,
             "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
             "spike_at": self.spike_at,
+            "trace": self.trace.path if self.trace else None,
+            "trace_speed": list(self.trace_speeds) or None,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -372,7 +385,7 @@ def _check_asks(s: "Settings") -> None:
     """Every request the run can make has a value for each placeholder of the template."""
     if s.template is None:
         return
-    for text in s.texts:
+    for text in dict.fromkeys(s.texts + (s.trace.texts if s.trace else ())):
         for voice in ((None,) if voices_mod.owns_voice(text) or not s.voices else s.voices):
             lack = bodies.missing(s.template, s, voices_mod.ask_for(text, voice, s.voice_upload))
             if lack:
@@ -564,7 +577,11 @@ def from_options(options, host: str | None) -> Settings:
                             "(requests per second) or --steps for a closed-loop one (concurrency), not both")
     max_inflight = int(_positive("max-inflight", o.max_inflight, int))
     refine_to = parse_refine_to(o.refine_to or DEFAULT_REFINE_TO)
-    if not rates and str(o.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
+    trace, speeds = _trace(o, texts, rates, steps_given)
+    if trace is not None:
+        rates = tuple(v * trace.base_rps for v in speeds)
+        refine_to = (trace_mod.REFINE_TO * trace.base_rps, False)
+    elif not rates and str(o.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
         raise SettingsError("--refine-to sets how close --refine brings two rates (--rates); a concurrency "
                             "(--steps) is refined to adjacent whole numbers")
     seed = int(_number("arrival-seed", o.arrival_seed, int))
@@ -653,11 +670,14 @@ def from_options(options, host: str | None) -> Settings:
         grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
         **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
         health_path=_health_path(o, protocol), text_reuse=str(getattr(o, "text_reuse", None) or "same"),
-        **_probe(o, protocol, form, rates), **_spike(o, rates),
+        **_probe(o, protocol, form, rates), **_spike(o, rates), trace=trace, trace_speeds=speeds,
     )
-    if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts)):
+    if trace is not None:
+        _check_trace(s, o)
+    if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts
+                                                     + (s.trace.texts if s.trace else ()))):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
-                            f"--tts-form and voices named in the corpus are for HTTP requests")
+                            f"--tts-form and voices named in the corpus or the trace are for HTTP requests")
     _check_asks(s)
     return s
 
@@ -681,6 +701,41 @@ def _reach(o, host: str, protocol: str) -> dict:
                             + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
     return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
             "tls": context if secure else None}
+
+
+def _trace(o, texts, rates: tuple, steps_given: bool):
+    """--trace and --trace-speed: the trace resolved against the corpus and its speeds."""
+    path = str(getattr(o, "trace", "") or "").strip()
+    raw = str(getattr(o, "trace_speed", "") or "").strip()
+    if not path:
+        if raw and raw != DEFAULTS.get("trace_speed", "1"):
+            raise SettingsError("--trace-speed sets the speeds a trace is replayed at: give --trace FILE too")
+        return None, ()
+    if rates or steps_given:
+        raise SettingsError(f"--trace replays its own arrivals at --trace-speed: drop --{'rates' if rates else 'steps'}")
+    try:
+        speeds = trace_mod.parse_speeds(raw or "1")
+        trace = trace_mod.load(path, tuple(texts))
+    except trace_mod.TraceError as e:
+        raise SettingsError(str(e)) from None
+    if str(o.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
+        raise SettingsError(f"--refine-to is for --rates; a trace's speeds are refined to {trace_mod.REFINE_TO:g}x")
+    return trace, speeds
+
+
+def _check_trace(s: Settings, o) -> None:
+    """What a trace replay cannot be combined with, and a replay too short to settle."""
+    for flag, given in (("--step-requests", s.step_requests), ("--soak", s.soak_s), ("--voice-steps", s.voice_steps),
+                        ("--text-rate", s.text_rate)):
+        if given:
+            raise SettingsError(f"--trace replays each step for --step-time or the whole trace; {flag} does not "
+                                f"apply to it")
+    for v in (s.trace_speeds or ()):
+        span = s.trace.span_s(v, s.step_time_s)
+        if span <= s.settle_s:
+            raise SettingsError(f"--trace at {v:g}x lasts {span:.1f} s, no longer than --settle-time "
+                                f"({s.settle_s:g} s): nothing of it would be settled; lower that speed or "
+                                f"--settle-time")
 
 
 def _probe(o, protocol: str, form: str, rates: tuple) -> dict:

@@ -58,6 +58,7 @@ class Step:
     workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
     hold_s: float | None = None     # the soak: how long it lasts (a probe step: at most); None: --step-time
     voices: int | None = None       # --voice-steps: requests draw from the first this many voices
+    offered_rps: float | None = None   # --trace: the arrivals its settled window replays, per second
 
 
 @dataclass
@@ -199,9 +200,18 @@ class StepShape(LoadTestShape):
         step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
                     workers={wid: i for i, wid in enumerate(ids)}, voices=voices,
                     hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
-        log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)%s", step.step, rate,
-                 run.settings.arrival, len(ids), "s" if len(ids) > 1 else "",
-                 "" if voices is None else f", {voices} distinct voices")
+        trace = run.settings.trace
+        if trace is not None:
+            speed = rate / trace.base_rps
+            span, settle = trace.span_s(speed, run.settings.step_time_s), run.state.settle_of(step)
+            step.offered_rps = trace.offered_between(speed, settle, span) / (span - settle)
+            log.info("step %d: the trace at %gx, %d arrivals over %.1f s (%.3g req/s; %.3g in the settled part) "
+                     "over %d worker%s", step.step, round(speed, 6), trace.replayed(speed, run.settings.step_time_s),
+                     span, rate, step.offered_rps, len(ids), "s" if len(ids) > 1 else "")
+        else:
+            log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)%s", step.step, rate,
+                     run.settings.arrival, len(ids), "s" if len(ids) > 1 else "",
+                     "" if voices is None else f", {voices} distinct voices")
         run.begin_step(step)
         return self._load(run, step)
 
@@ -252,7 +262,8 @@ class StepShape(LoadTestShape):
         pool = gevent.get_hub().threadpool
         entry = {"step": cur.step, "concurrency": cur.concurrency, "start": cur.start,
                  **({} if cur.voices is None else {"voices": cur.voices}),
-                 **({} if cur.rate is None else {"rate": cur.rate, "dropped": run.dropped_in(cur.step)})}
+                 **({} if cur.rate is None else {"rate": cur.rate, "dropped": run.dropped_in(cur.step),
+                                                 "offered_rps": cur.offered_rps})}
         stats = pool.apply(run.reader.stats, (entry, cutoff, run.state.settle_of(cur)))
         levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
         run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat,

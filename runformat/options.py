@@ -210,6 +210,13 @@ OPTIONS: tuple[Option, ...] = (
     _O("--max-inflight", "max_inflight", "count", 1000,
        "Open loop: an arrival that finds this many requests in flight (per worker) is not sent and "
        "counted as dropped (default {default}).", int, group=_PLAN),
+    _O("--trace", "trace", "", "",
+       "Open loop: replay this log of arrivals (JSONL or CSV: offset_s and text, text_len or text_id; voice, "
+       "language, conversation, turn) instead of --rates, each step at one --trace-speed (default: none).",
+       group=_PLAN),
+    _O("--trace-speed", "trace_speed", "x", "1",
+       "With --trace: the replay's speeds, in order, e.g. 0.5,1,2,4 (2: twice the log's pace); each step "
+       "replays the trace from its start for --step-time or the whole trace (default {default}).", group=_PLAN),
     _O("--step-time", "step_time", "s", 0.0,
        f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests, "
        f"default {STEP_REQUESTS_CAP_S:g} there).", float, group=_PLAN),

@@ -219,6 +219,8 @@ STEP: tuple[Field, ...] = (
     Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight",
           optional=True),
     Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
+    Field("offered_rps", "req/s", False, "--trace: the arrivals the step's settled window replays, per second "
+                                         "(its rate is the speed times the trace's mean)", optional=True),
 )
 
 #: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), the
@@ -360,6 +362,22 @@ SPEECH_COUNTS: tuple[Field, ...] = (
     Field("judged", "count", False, ""),
     Field("not_judged", "count", False, "undecodable, or the judge behind or gone (speech.jsonl says which)"),
 )
+#: ``trace``: the log a --trace run replays (locustfiles.trace) and its bursts (analysis.trace).
+TRACE_BURST: tuple[Field, ...] = (
+    Field("start_s", "s", False, "its first arrival, seconds from the trace's start"),
+    Field("end_s", "s", False, "its last arrival"),
+    Field("arrivals", "count", False, ""),
+    Field("rate_rps", "req/s", False, "its arrivals over its length, at speed 1"),
+    Field("times_mean", "", False, "rate_rps over the trace's mean rate"),
+)
+TRACE: tuple[Field, ...] = (
+    Field("path", "", False, "the file replayed"),
+    Field("rows", "count", False, "arrivals in it"),
+    Field("duration_s", "s", False, "its last offset and one mean gap after it"),
+    Field("rate_rps", "req/s", False, "rows / duration_s: a step at speed S offers S times this"),
+    Field("conversations", "count", False, "conversations whose turns go in order on one caller"),
+    Field("bursts", "", False, "where arrivals come at least twice as fast as the mean", of=TRACE_BURST),
+)
 RUN: tuple[Field, ...] = (
     Field("format_version", "", False, "this format's version; missing means 1"),
     Field("run_id", "", False, "the run directory's name"),
@@ -383,6 +401,7 @@ RUN: tuple[Field, ...] = (
           of=SERVER_METRICS),
     Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,
           of=VOICE_UPLOAD),
+    Field("trace", "", False, "--trace: the log replayed", optional=True, of=TRACE),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
     Field("speech", "count", False, "--asr-model: clips offered to the judge, judged, not judged", optional=True,
           of=SPEECH_COUNTS),

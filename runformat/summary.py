@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
-from .schema import COLLECTOR, PREFLIGHT, VERSIONS, WORKER
+from .schema import COLLECTOR, PREFLIGHT, TRACE as RUN_TRACE, VERSIONS, WORKER
 
 _F = Field
 
@@ -295,6 +295,9 @@ STEP_SUMMARY: tuple[Field, ...] = (
        optional=True, of=SPREAD),
     # open loop
     _F("rate", "req/s", False, "open loop: the offered rate", optional=True),
+    _F("speed", "x", True, "trace replay: the rate as a speed of the trace", optional=True),
+    _F("offered_rps", "req/s", False, "trace replay: what the settled window replayed, per second (throughput_ratio "
+                                      "is over it)", optional=True),
     _F("dropped", "count", False, "open loop: arrivals not sent", optional=True),
     _F("offered", "count", False, "open loop: arrivals scheduled", optional=True),
     _F("throughput_ratio", "", True, "open loop: throughput / rate", optional=True),
@@ -360,6 +363,7 @@ SLO: tuple[Field, ...] = (
        optional=True),
     _F("max_voices", "count", True, "voice sweep: the most voices meeting it with every fewer tested one",
        optional=True),
+    _F("max_speed", "x", True, "trace replay: max_rate as a speed of the trace", optional=True),
 )
 
 DIAGNOSIS: tuple[Field, ...] = (
@@ -443,6 +447,7 @@ REGRESSION: tuple[Field, ...] = (
 REQUIRE: tuple[Field, ...] = (
     _F("concurrency", "users", False, "N of --require; open loop: 0"),
     _F("rate", "req/s", False, "open loop: R of --require R/s", optional=True),
+    _F("speed", "x", False, "trace replay: S of --require Sx (rate is what it offers)", optional=True),
     _F("voices", "count", False, "voice sweep: N of --require, a number of voices", optional=True),
     _F("holds", "", False, ""),
     _F("exit", "", False, "the exit status it calls for"),
@@ -638,6 +643,29 @@ SPIKE: tuple[Field, ...] = (
     _F("text", "", False, "the verdict in one sentence (also the diagnosis's last evidence)"),
 )
 
+# ---- trace replay (--trace): the trace, its bursts per step, the answers as speeds (analysis.trace)
+TRACE_STEP_BURST: tuple[Field, ...] = (
+    _F("start_s", "s", False, "the burst's place in the trace"),
+    _F("end_s", "s", False, ""),
+    _F("requests", "count", False, "the step's requests scheduled inside it"),
+    _F("failed", "count", False, "of them"),
+    _F("p95_ms", "ms", True, "their p95 latency from the schedule"),
+)
+TRACE_STEP: tuple[Field, ...] = (
+    _F("step", "", False, ""),
+    _F("speed", "x", False, "the step's rate over the trace's"),
+    _F("rate", "req/s", False, "offered"),
+    _F("bursts", "", False, "the trace's bursts this step replayed", of=TRACE_STEP_BURST),
+    _F("p95_outside_ms", "ms", True, "p95 latency from the schedule of the step's other requests"),
+)
+TRACE_PART: tuple[Field, ...] = (
+    *RUN_TRACE,
+    _F("steps", "", False, "one per replay step", of=TRACE_STEP),
+    _F("knee_speed", "x", True, "knee.rate as a speed"),
+    _F("recommended_speed", "x", True, "recommended_rate as a speed"),
+    _F("max_speed", "x", True, "with an SLO: slo.max_speed", optional=True),
+)
+
 SUMMARY: tuple[Field, ...] = (
     _F("run", "", False, "run.json's description of the run, and its path", of=SUMMARY_RUN),
     _F("records", "count", False, "lines and attempts read", of=RECORDS),
@@ -677,4 +705,6 @@ SUMMARY: tuple[Field, ...] = (
     _F("probe", "", False, "with --probe-texts: what the server did per class of hostile text", optional=True,
        of=PROBE),
     _F("spike", "", False, "with --spike: how the server took it, and its recovery", optional=True, of=SPIKE),
+    _F("trace", "", False, "with --trace: the log replayed, its bursts per step, the answers as speeds",
+       optional=True, of=TRACE_PART),
 )

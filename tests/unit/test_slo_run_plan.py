@@ -205,7 +205,8 @@ def test_a_repeated_concurrency_is_judged_on_its_pooled_steps(tmp_path):
 
 def test_public_names():
     from tts_knee.locustfiles import plan
-    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "StepPlan", "StepReader", "VoiceAxis"]
+    assert sorted(plan.__all__) == ["Axis", "CONCURRENCY", "Planned", "RateAxis", "SpeedAxis", "StepPlan", "StepReader",
+                                    "VoiceAxis"]
 
 
 def test_stop_past_knee_in_a_streamed_run_follows_playback_not_whole_body_time():

@@ -1,0 +1,113 @@
+"""Trace replay (``--trace``): the trace's bursts, and the summary's ``trace`` section.
+
+**Bursts.** A trace's arrivals are scanned with a window of ``max(1 s, BURST_ARRIVALS / mean
+rate)`` (about ten arrivals at the mean rate) starting at each arrival; a window holds a burst
+when it holds at least ``BURST_RATIO`` (2x) the arrivals the mean rate gives it and that excess
+is more than ``BURST_SIGMAS + sqrt(2 ln(windows))`` standard deviations of a Poisson count (2.5
+and the largest of that many Gaussian draws: about 5.4 for a two-minute trace at 5 req/s, 7 for
+a day's), so that a Poisson trace at its mean rate shows none, however long. Overlapping burst windows are one burst, from its first
+arrival to its last; the ``MAX_BURSTS`` with the most arrivals above the mean are kept.
+
+**Per step.** A step at speed S that started at T replayed the trace's second x at T + x / S: a
+burst's requests are the step's final attempts scheduled inside its window, and its ``p95_ms``
+is their latency from the schedule (``sched_wait_ms``) beside ``p95_outside_ms``, the rest of
+the step's, so the report shows what the burst did to the callers who came in it.
+
+The section: the trace as run.json has it (``path``, ``rows``, ``duration_s``, ``rate_rps``,
+``conversations``, ``bursts``), ``steps`` (``step``, ``speed``, ``rate``, ``bursts``), and the
+run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with an SLO,
+``max_speed`` (the rates' answers over the trace's rate).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tts_knee.runformat.reader import Attempts
+
+from .steps import dist
+
+BURST_ARRIVALS = 10
+BURST_RATIO = 2.0
+BURST_SIGMAS = 2.5
+MAX_BURSTS = 10
+
+
+def bursts(offsets, duration_s: float) -> list[dict]:
+    """The trace's bursts (see the module doc): ``{start_s, end_s, arrivals, rate_rps,
+    times_mean}`` each, in trace order."""
+    t = np.asarray(offsets, dtype=float)
+    if len(t) < BURST_ARRIVALS or duration_s <= 0:
+        return []
+    mean = len(t) / duration_s
+    w = max(1.0, BURST_ARRIVALS / mean)
+    expected = mean * w
+    counts = np.searchsorted(t, t + w, side="left") - np.arange(len(t))
+    sigmas = BURST_SIGMAS + math.sqrt(2 * math.log(max(duration_s / w, 2.0)))   # more windows, more chances
+    hot = (counts >= BURST_RATIO * expected) & (counts - expected > sigmas * math.sqrt(expected))
+    found, i = [], 0
+    while i < len(t):
+        if not hot[i]:
+            i += 1
+            continue
+        start, reach = t[i], t[i] + w
+        j = i
+        while j + 1 < len(t) and t[j + 1] < reach:
+            j += 1
+            if hot[j]:
+                reach = max(reach, t[j] + w)
+        nxt = j + 1
+        gap = 1.0 / (BURST_RATIO * mean)   # arrivals further apart than this are not the burst's
+        while j > i and t[j] - t[j - 1] > gap:
+            j -= 1
+        while i < j and t[i + 1] - t[i] > gap:
+            i += 1
+        start, last = t[i], t[j]
+        n = j - i + 1
+        span = max(last - start, w / BURST_ARRIVALS)
+        found.append({"start_s": float(start), "end_s": float(last), "arrivals": int(n),
+                      "rate_rps": float(n / span), "excess": n - mean * span})
+        i = nxt
+    found = sorted(sorted(found, key=lambda b: -b["excess"])[:MAX_BURSTS], key=lambda b: b["start_s"])
+    for b in found:
+        b["times_mean"] = float(b["rate_rps"] / mean)
+        del b["excess"]
+    return found
+
+
+def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
+    """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
+    the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
+    (its knee, recommendation and SLO, on rates)."""
+    base = info.get("rate_rps")
+    def speed(rate):
+        return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
+    steps = []
+    for p in plan:
+        s = speed(p.get("rate"))
+        if s is None:
+            continue
+        m = (a["step"] == p["step"]) & a["final"]
+        sched, wait, ok = a["scheduled"][m], a["sched_wait_ms"][m], a["ok"][m]
+        inside = np.zeros(len(sched), dtype=bool)
+        rows = []
+        for b in info.get("bursts") or []:
+            if p.get("start") is None:
+                break
+            lo, hi = p["start"] + b["start_s"] / s, p["start"] + b["end_s"] / s
+            if p.get("end") is not None and lo >= p["end"]:
+                continue   # not replayed: the step's span ended before it
+            inb = (sched >= lo - 1e-6) & (sched <= hi + 1e-6)
+            inside |= inb
+            lat = dist(wait[inb & ok])
+            rows.append({"start_s": b["start_s"], "end_s": b["end_s"], "requests": int(inb.sum()),
+                         "failed": int((inb & ~ok).sum()), "p95_ms": lat["p95"] if lat else None})
+        rest = dist(wait[~inside & ok])
+        steps.append({"step": p["step"], "speed": s, "rate": p["rate"], "bursts": rows,
+                      "p95_outside_ms": rest["p95"] if rest else None})
+    sl = summary.get("slo") or {}
+    knee = (summary.get("knee") or {}).get("rate")
+    return {**{k: info.get(k) for k in ("path", "rows", "duration_s", "rate_rps", "conversations", "bursts")},
+            "steps": steps, "knee_speed": speed(knee), "recommended_speed": speed(summary.get("recommended_rate")),
+            **({"max_speed": speed(sl.get("max_rate"))} if sl else {})}

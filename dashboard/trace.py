@@ -1,0 +1,84 @@
+"""A trace replay (``--trace``) in the terminal, the report and the timeline: the answers as
+speeds of the trace, and each burst the trace holds with the p95 of the requests that came in it
+beside the rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`)."""
+from __future__ import annotations
+
+from .kit import esc, fmt
+
+
+def _speed(v) -> str:
+    return "none" if v is None else f"{v:g}x"
+
+
+def trace_headline(tr: dict) -> str:
+    bursts = tr.get("bursts") or []
+    more = [f"{tr['conversations']} conversations"] if tr.get("conversations") else []
+    if bursts:
+        more.append(f"{len(bursts)} burst{'' if len(bursts) == 1 else 's'}")
+    pace = f"{tr['rate_rps']:.2f} req/s at 1x"
+    out = f"trace {tr['path']}: {tr['rows']} arrivals over {tr['duration_s']:.0f} s ({', '.join([pace] + more)})"
+    answers = [f"knee at {_speed(tr.get('knee_speed'))}", f"recommended speed {_speed(tr.get('recommended_speed'))}"]
+    if "max_speed" in tr:
+        answers.append(f"SLO met up to {_speed(tr['max_speed'])}")
+    return out + "; " + ", ".join(answers)
+
+
+def burst_text(b: dict) -> str:
+    return f"{b['start_s']:.1f}-{b['end_s']:.1f} s"
+
+
+def trace_lines(summary: dict) -> list[str]:
+    """The replay's headline and one line per step that replayed a burst (none without a trace)."""
+    tr = summary.get("trace")
+    if not tr:
+        return []
+    lines = [trace_headline(tr)]
+    for st in tr["steps"]:
+        for b in st["bursts"]:
+            lines.append(f"  step {st['step']} ({st['speed']:g}x): burst at {burst_text(b)} of the trace, "
+                         f"{b['requests']} requests, p95 from schedule {fmt(b['p95_ms'])} ms "
+                         f"(the rest of the step {fmt(st['p95_outside_ms'])} ms), {b['failed']} failed")
+    return lines
+
+
+def trace_html(summary: dict) -> str:
+    """The report's section (empty without a trace)."""
+    tr = summary.get("trace")
+    if not tr:
+        return ""
+    found = "".join(f"<tr><td>{burst_text(b)}</td><td>{b['arrivals']}</td><td>{b['rate_rps']:.1f}</td>"
+                    f"<td>{b['times_mean']:.1f}x</td></tr>" for b in tr.get("bursts") or [])
+    rows = []
+    for st in tr["steps"]:
+        for b in st["bursts"] or [None]:
+            rows.append(f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{st['rate']:.3g}</td>"
+                        + (f"<td>{burst_text(b)}</td><td>{b['requests']}</td><td>{b['failed']}</td>"
+                           f"<td>{fmt(b['p95_ms'])}</td>" if b else "<td>-</td><td></td><td></td><td></td>")
+                        + f"<td>{fmt(st['p95_outside_ms'])}</td></tr>")
+    bursts = (f"<table><tr><th>burst (trace time)</th><th>arrivals</th><th>req/s at 1x</th><th>of the mean</th></tr>"
+              f"{found}</table>" if found else "<p class='meta'>No bursts: nowhere do arrivals come twice as fast "
+                                               "as the mean.</p>")
+    return (f"<h2>Trace replay</h2><div class='verdict ok'><div class='meta'>{esc(trace_headline(tr))}</div></div>"
+            f"{bursts}<table><tr><th>step</th><th>speed</th><th>offered req/s</th><th>burst</th><th>requests</th>"
+            f"<th>failed</th><th>burst p95 ms</th><th>rest of the step p95 ms</th></tr>{''.join(rows)}</table>"
+            f"<p class='meta'>Latency from the schedule: what a caller who came when the trace has it waited. A "
+            f"step at speed S replays second x of the trace at x / S; bursts are shaded on the timeline.</p>")
+
+
+def burst_bands(summary: dict, t_zero: float) -> list[dict]:
+    """The timeline's shading of each burst as each step replayed it (plotly shapes, every row)."""
+    tr = summary.get("trace")
+    if not tr:
+        return []
+    starts = {s["step"]: s.get("planned_start") for s in summary["steps"]}
+    out = []
+    for st in tr["steps"]:
+        t = starts.get(st["step"])
+        if t is None:
+            continue
+        for b in st["bursts"]:
+            x0, x1 = t + b["start_s"] / st["speed"] - t_zero, t + b["end_s"] / st["speed"] - t_zero
+            for row in ("", "2", "3", "4"):
+                out.append(dict(type="rect", xref=f"x{row}", yref=f"y{row} domain", x0=x0, x1=max(x1, x0 + 0.2),
+                                y0=0, y1=1, fillcolor="#f6c343", opacity=0.35, layer="below", line_width=0))
+    return out

@@ -1,0 +1,198 @@
+"""The trace format (``--trace FILE``): a log of what a service was asked, replayed by
+``--trace-speed`` (``locustfiles.trace``).
+
+A trace is a JSONL file (one object per line; blank lines and ``#`` comments ignored) or a CSV
+file with a header row (``.csv``), one arrival per row, in the order they arrived:
+
+- ``offset_s`` (required): seconds from the trace's start, 0 or more, never below the row above's;
+- the text, exactly one of: ``text`` (the words sent), ``text_len`` (a number of characters: the
+  corpus text nearest that length is sent) or ``text_id`` (the ``id`` of a corpus entry);
+- optional: ``voice`` and ``language`` (what the request asks for, as in a corpus entry),
+  ``conversation`` (a name: the rows of one conversation are its turns, sent in order on one
+  connection or session, each no earlier than the log has it and not before the turn above has
+  finished) and ``turn`` (a whole number ordering a conversation's turns; default: the order of
+  the rows).
+
+Any other column is an error, so that a misspelt one is not silently ignored. A CSV cell left
+empty is a column not given for that row.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+COLUMNS = ("offset_s", "text", "text_len", "text_id", "voice", "language", "conversation", "turn")
+TEXT_COLUMNS = ("text", "text_len", "text_id")
+
+
+class TraceError(ValueError):
+    """The trace file is unusable; the message names the file and the row."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One arrival of a trace, as the file has it."""
+    line: int                 # where it is in the file (1-based; a CSV's header is line 1)
+    offset_s: float
+    text: str | None = None
+    text_len: int | None = None
+    text_id: str | None = None
+    voice: str | None = None
+    language: str | None = None
+    conversation: str | None = None
+    turn: int | None = None
+
+
+def read(path: Path) -> list[Row]:
+    """The rows of the trace at ``path``, checked; raises :class:`TraceError` naming the file and
+    the row for an unreadable file, a malformed row, an unknown column, offsets that are
+    negative or out of order, a conversation whose turns repeat or go back in time, or no rows."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TraceError(f"{path} does not exist") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path} is not UTF-8 text") from None
+    except OSError as e:
+        raise TraceError(f"{path} cannot be read ({e.strerror})") from None
+    items = _csv(path, raw) if path.suffix.lower() == ".csv" else _jsonl(path, raw)
+    rows = [_row(path, line, item) for line, item in items]
+    if not rows:
+        raise TraceError(f"{path} has no rows: a trace lists one arrival per row (offset_s and a text)")
+    for above, row in zip(rows, rows[1:]):
+        if row.offset_s < above.offset_s:
+            raise TraceError(f"{path} line {row.line}: offset_s {row.offset_s:g} is before line {above.line}'s "
+                             f"{above.offset_s:g}: a trace lists its arrivals in the order they came")
+    _check_turns(path, rows)
+    return rows
+
+
+def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
+    out = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{path} line {n} is not JSON ({e.msg})") from None
+        if not isinstance(item, dict):
+            raise TraceError(f"{path} line {n} is not a JSON object with offset_s and a text")
+        out.append((n, item))
+    return out
+
+
+def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
+    reader = csv.reader(raw.splitlines())
+    header = next(reader, None)
+    if header is None:
+        return []
+    header = [h.strip() for h in header]
+    unknown = [h for h in header if h not in COLUMNS]
+    if unknown:
+        raise TraceError(f"{path} line 1: unknown column {unknown[0]!r}; a trace's columns are "
+                         f"{', '.join(COLUMNS)}")
+    out = []
+    for n, cells in enumerate(reader, 2):
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise TraceError(f"{path} line {n} has {len(cells)} cells for the header's {len(header)} columns")
+        out.append((n, {h: c for h, c in zip(header, cells) if c != ""}))
+    return out
+
+
+def _row(path: Path, line: int, item: dict) -> Row:
+    where = f"{path} line {line}"
+    unknown = [k for k in item if k not in COLUMNS]
+    if unknown:
+        raise TraceError(f"{where}: unknown column {unknown[0]!r}; a trace's columns are {', '.join(COLUMNS)}")
+    offset = _number(where, "offset_s", item.get("offset_s"))
+    if offset is None:
+        raise TraceError(f"{where} has no offset_s (seconds from the trace's start)")
+    if offset < 0:
+        raise TraceError(f"{where}: offset_s {offset:g} is negative; offsets count seconds from the trace's start")
+    given = [k for k in TEXT_COLUMNS if item.get(k) is not None]
+    if len(given) != 1:
+        raise TraceError(f"{where} has {' and '.join(given) if given else 'no text'}: a row gives exactly one of "
+                         f"text, text_len (characters) or text_id (a corpus entry)")
+    text_len = _number(where, "text_len", item.get("text_len"), whole=True)
+    if text_len is not None and text_len < 1:
+        raise TraceError(f"{where}: text_len {text_len} is not a number of characters of 1 or more")
+    turn = _number(where, "turn", item.get("turn"), whole=True)
+    strings = {k: item.get(k) for k in ("text", "text_id", "voice", "language", "conversation")}
+    for k, v in strings.items():
+        if v is not None and not isinstance(v, str):
+            if k == "conversation" and isinstance(v, int) and not isinstance(v, bool):
+                strings[k] = str(v)
+                continue
+            raise TraceError(f"{where}: {k} {v!r} is not a string")
+    if strings["conversation"] is None and turn is not None:
+        raise TraceError(f"{where} has a turn but no conversation: turns order a conversation's rows")
+    return Row(line, offset, strings["text"], text_len, strings["text_id"], strings["voice"] or None,
+               strings["language"] or None, strings["conversation"] or None, turn)
+
+
+def _number(where: str, key: str, v, whole: bool = False):
+    if v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise TraceError(f"{where}: {key} {v!r} is not a number") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise TraceError(f"{where}: {key} {v!r} is not a number")
+    if whole:
+        if v != int(v):
+            raise TraceError(f"{where}: {key} {v!r} is not a whole number")
+        return int(v)
+    return float(v)
+
+
+def _check_turns(path: Path, rows: list[Row]) -> None:
+    seen: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.conversation is not None:
+            seen.setdefault(r.conversation, []).append(r)
+    for name, turns in seen.items():
+        numbered = [r for r in turns if r.turn is not None]
+        if numbered and len(numbered) != len(turns):
+            r = next(r for r in turns if r.turn is None)
+            raise TraceError(f"{path} line {r.line}: conversation {name!r} numbers some turns but not this one")
+        ordered = sorted(turns, key=lambda r: r.turn) if numbered else turns
+        for above, r in zip(ordered, ordered[1:]):
+            if r.turn is not None and r.turn == above.turn:
+                raise TraceError(f"{path} line {r.line}: conversation {name!r} has turn {r.turn} twice "
+                                 f"(line {above.line} too)")
+            if r.offset_s < above.offset_s:
+                raise TraceError(f"{path} line {r.line}: turn {r.turn} of conversation {name!r} comes at "
+                                 f"{r.offset_s:g} s, before turn {above.turn} at {above.offset_s:g} s")
+
+
+def conversation_turns(rows: list[Row]) -> dict[str, list[int]]:
+    """Conversation name -> the indexes into ``rows`` of its turns, in turn order."""
+    out: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.conversation is not None:
+            out.setdefault(r.conversation, []).append(i)
+    for name, idx in out.items():
+        if rows[idx[0]].turn is not None:
+            idx.sort(key=lambda i: rows[i].turn)
+    return out
+
+
+def duration_s(offsets) -> float:
+    """How long a trace lasts: its last arrival's offset and one mean gap after it (so that
+    ``len(offsets) / duration_s`` is its mean rate and a replay of the whole of it ends a gap
+    after its last arrival); a trace of one arrival, or whose arrivals all come at once, lasts 1 s."""
+    offsets = list(offsets)
+    last = offsets[-1] if offsets else 0.0
+    if len(offsets) < 2 or last <= 0:
+        return max(last, 0.0) + 1.0
+    return last + last / (len(offsets) - 1)

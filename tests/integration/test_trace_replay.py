@@ -1,0 +1,115 @@
+"""Trace replay against the simulator, 4 slots of 250 ms (16 req/s): a Poisson log of 5 req/s
+replayed at speeds, each arrival at its offset over the speed, the SLO's limit found as a speed
+to 0.1x (the server saturates at 3.2x) and gated there; a log with a burst and a conversation
+shows the burst on the timeline with its own p95, and the conversation's turns in order."""
+import json
+import random
+
+import numpy as np
+import pytest
+
+from procs import dashboard, locust, locust_count, read_jsonl, spawn
+
+
+def sim():
+    return spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
+                  "--jitter", "0.05", "--seed", "1"])
+
+
+def poisson(seed: int, rate: float, seconds: float) -> list[float]:
+    rng, t, out = random.Random(seed), 0.0, []
+    while (t := t + rng.expovariate(rate)) < seconds:
+        out.append(round(t, 4))
+    return out
+
+
+def replay(tmp_path, host, trace, name, *extra):
+    run_dir = tmp_path / name
+    proc = locust(["--headless", "-H", host, "--trace", str(trace), "--run-dir", str(run_dir),
+                   "--json-file", str(tmp_path / f"{name}-locust"), *extra], timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "Traceback" not in proc.stdout
+    assert len(read_jsonl(run_dir / "requests.jsonl")) == locust_count(tmp_path / f"{name}-locust")
+    return run_dir, proc.stdout
+
+
+@pytest.mark.slow
+def test_the_largest_speed_within_the_slo_is_found_to_a_tenth(tmp_path):
+    offsets = poisson(11, 5.0, 120)
+    trace = tmp_path / "day.jsonl"
+    trace.write_text("".join(json.dumps({"offset_s": o, "text_len": 60}) + "\n" for o in offsets))
+    # 2x offers 10 req/s (about 100 arrivals in a 10 s step: enough to bound a p95), 4x 20 req/s
+    with sim() as server:
+        run_dir, out = replay(tmp_path, server.url, trace, "run", "--trace-speed", "2,4", "--step-time", "10",
+                              "--slo", "p95_ms<=1000", "--refine")
+    info = json.loads((run_dir / "run.json").read_text())
+    base = info["trace"]["rate_rps"]
+    assert info["trace"]["rows"] == len(offsets) and base == pytest.approx(5.0, rel=0.1)
+    assert info["options"]["trace_speed"] == [2, 4] and info["mode"] == "open"
+    records = read_jsonl(run_dir / "requests.jsonl")
+    # each step sent exactly the trace's arrivals that fit its span, each scheduled at offset / speed
+    for st in info["steps"]:
+        speed = st["rate"] / base
+        span = min(10.0, info["trace"]["duration_s"] / speed)
+        want = np.array([o / speed for o in offsets if o / speed < span])
+        got = np.sort([r["scheduled"] - st["start"] for r in records if r["step"] == st["step"] and r["attempt"] == 1])
+        assert len(got) == len(want) and np.allclose(got, want, atol=1e-3), st
+    plan = info["plan"]
+    done = plan["decisions"][-1]
+    assert done["action"] == "done", plan["decisions"]
+    speeds = sorted(round(lv["rate"] / base, 6) for lv in plan["levels"])
+    probes = [round(s["rate"] / base, 6) for s in info["steps"] if s["phase"] == "refine"]
+    assert probes and all(abs(p * 10 - round(p * 10)) < 1e-6 for p in probes), probes   # on the 0.1x grid
+    best = plan["max_rate"] / base
+    above = min(s for s in speeds if s > best + 1e-9)
+    assert 2.5 <= best <= 3.2 and above - best == pytest.approx(0.1), (best, speeds)
+    assert "x (" in out and "req/s) fails: bisecting at" in out
+
+    res = dashboard(run_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    assert s["slo"]["max_speed"] == pytest.approx(best) and s["trace"]["max_speed"] == pytest.approx(best)
+    assert [st["speed"] for st in s["trace"]["steps"]][:2] == [2, 4]
+    assert f"As a speed of the trace: {round(best, 6):g}x its pace." in s["recommendation"]
+    four = next(st for st in s["steps"] if st.get("speed") == 4)
+    # the shortfall is judged against what the step's settled window replayed
+    assert four["offered_rps"] == pytest.approx(four["offered"] / four["window"]["duration_s"], rel=0.25)
+    ok = dashboard(run_dir, "--require", "2x")
+    assert ok.returncode == 0 and "At 2x the trace's pace" in ok.stdout, ok.stdout + ok.stderr
+    bad = dashboard(run_dir, "--require", "4x")
+    assert bad.returncode == 1 and "does not hold" in bad.stderr, bad.stderr
+
+
+def test_a_burst_shows_on_the_timeline_with_its_own_p95_and_a_conversation_keeps_its_order(tmp_path):
+    offsets = [round(i * 0.2, 4) for i in range(150)]   # 5 req/s for 30 s
+    rows = [{"offset_s": o, "text_len": 60} for o in offsets]
+    rows += [{"offset_s": round(4 + i * 0.1, 4), "text_len": 60} for i in range(20)]   # 20 more in 2 s
+    # a conversation whose turns come 0.1 s apart in the log: each waits for the one above's answer
+    rows += [{"offset_s": 1 + 0.1 * k, "text": f"Turn {k} of the call.", "conversation": "call-1", "turn": k}
+             for k in range(1, 4)]
+    rows.sort(key=lambda r: r["offset_s"])
+    trace = tmp_path / "burst.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with sim() as server:
+        run_dir, _ = replay(tmp_path, server.url, trace, "run", "--trace-speed", "1", "--step-time", "8")
+    res = dashboard(run_dir, "--json")
+    assert res.returncode == 0, res.stderr
+    s = json.loads(res.stdout)
+    (b,) = s["trace"]["bursts"]
+    assert 3.5 <= b["start_s"] <= 4.0 and 5.5 <= b["end_s"] <= 6.0 and b["times_mean"] > 2, b
+    (st,) = s["trace"]["steps"]
+    (seen,) = st["bursts"]
+    assert seen["requests"] >= 25 and seen["p95_ms"] is not None and st["p95_outside_ms"] is not None
+    html = (run_dir / "report.html").read_text()
+    assert "<h2>Trace replay</h2>" in html and "burst p95 ms" in html
+    assert html.count("#f6c343") >= 4   # the burst shaded on each of the timeline's rows
+    text = dashboard(run_dir)
+    assert "burst at 4.0-" in text.stdout and "p95 from schedule" in text.stdout
+    records = read_jsonl(run_dir / "requests.jsonl")
+    turns = sorted((r for r in records if r["text_id"].startswith("trace:")), key=lambda r: r["t0"])
+    assert len(turns) == 3 and all(r["ok"] for r in turns), turns
+    lines = [int(r["text_id"].split(":")[1]) for r in turns]
+    assert lines == sorted(lines), lines   # turn 1, 2, 3: the rows' order
+    for above, r in zip(turns, turns[1:]):
+        assert r["t0"] >= above["t2"], (above, r)   # sent once the turn above was answered
+        assert r["scheduled"] >= above["t2"] - 0.005  # and scheduled then: its wait for it is not the server's
