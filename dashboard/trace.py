@@ -12,7 +12,8 @@ def _speed(v) -> str:
 
 def trace_headline(tr: dict) -> str:
     bursts = tr.get("bursts") or []
-    more = [f"{tr['conversations']} conversations"] if tr.get("conversations") else []
+    convs = tr.get("conversations") or 0
+    more = [f"{convs} conversation{'' if convs == 1 else 's'}"] if convs else []
     if bursts:
         more.append(f"{len(bursts)} burst{'' if len(bursts) == 1 else 's'}")
     pace = f"{tr['rate_rps']:.2f} req/s at 1x"

@@ -363,6 +363,8 @@ class Run:
             info["preflight"] = self.preflight
         if self.uploads is not None:
             info["voice_uploads"] = self.uploads.records
+        if self.spike is not None and self.spike.probes:
+            info["spike_health"] = self.spike.probes
         if self.puller is not None:
             info["collectors"] = self.puller.describe()
             info["server_metrics"] = self.puller.describe_server_metrics()

@@ -119,6 +119,8 @@ class StepShape(LoadTestShape):
             judged = going and plan.judging and cur.phase in ("grid", "refine")
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
+                if run.spike is not None and cur.phase in runformat.SPIKE_PHASES:
+                    run.spike.watch(run, cur.phase)   # a server gone ends the run: see spike.py
                 if judged:   # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
                 return self._load(run, cur)

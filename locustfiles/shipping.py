@@ -63,6 +63,8 @@ class RecordWriter:
         self._waits: dict[int, deque] = {}   # step -> its latest successful waits, ms
         self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
         self.cut = 0   # attempts recorded as cut by the run's end
+        self.last_answer: float | None = None   # when the server last answered anything (unix s)
+        self.unanswered = 0   # attempts since then that got no answer at all (refused, reset, timed out)
         self._loop = gevent.spawn(self._run)
 
     def add(self, records: list[dict]) -> None:
@@ -78,6 +80,11 @@ class RecordWriter:
                 self.audio_missing[r["audio_file"]] += 1
             if r["error"] == CUT_BY_RUN_END:
                 self.cut += 1
+            elif r.get("status") is not None or r["ok"]:
+                self.last_answer = max(self.last_answer or 0.0, *ends) if ends else self.last_answer
+                self.unanswered = 0
+            else:
+                self.unanswered += 1
             if not r["ok"]:
                 self.failed[r["step"]] += 1
             if r["final"]:

@@ -4,6 +4,13 @@ for ``--step-time``, ``spike`` holds ceil(L x FACTOR) for SECONDS, and ``recover
 again for twice SECONDS (at least ``--step-time``), long enough to see whether the server comes
 back. The dashboard names how the server took it and how long it took to recover
 (:mod:`analysis.spike`). Closed loop only: the levels are concurrencies.
+
+While the spike's steps run, :meth:`Spike.watch` looks for a server that has gone: once
+``GONE_MIN`` attempts in a row got no answer at all (refused, reset, timed out) and nothing has
+answered for ``GONE_S``, it sends the health probe (``--health-path``, or the warm-up request);
+when that fails too, the run stops there (``Run.cut_short``) with everything recorded, rather
+than hammering a dead server for the rest of its recovery. Each probe is in run.json's
+``spike_health``.
 """
 from __future__ import annotations
 
@@ -11,9 +18,15 @@ import logging
 import math
 import re
 
+import gevent
+
 from tts_knee import runformat
 
+from .clock import wall
+
 log = logging.getLogger("tts_knee.spike")
+#: A server that has answered nothing for this long, over at least GONE_MIN attempts, is probed.
+GONE_S, GONE_MIN = 1.0, 10
 _SPEC = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[xX]\s*(\d+(?:\.\d+)?)\s*s?\s*$")
 
 
@@ -38,6 +51,9 @@ class Spike:
         self.factor, self.seconds, self.level = factor, seconds, level
         self.recovery_s = max(2 * seconds, step_time_s)
         self._left: list | None = None
+        self.probes: list[dict] = []   # health probes sent while it ran (run.json spike_health)
+        self._probing = False
+        self._probed_at = 0.0
 
     @classmethod
     def of(cls, s) -> "Spike | None":
@@ -65,3 +81,32 @@ class Spike:
             self._left = [Planned(self.level, before, 1), Planned(top, spike, 1, self.seconds),
                           Planned(self.level, recovery, 1, self.recovery_s)]
         return self._left.pop(0) if self._left else None
+
+    def watch(self, run, phase: str) -> None:
+        """Called as a spike step goes (``phase``): probe the server's health once it seems gone,
+        and stop the run when the probe fails too (see the module doc)."""
+        w = run.writer
+        if self._probing or run.cut_short is not None or w is None or w.unanswered < GONE_MIN:
+            return
+        if wall() - max(w.last_answer or 0.0, self._probed_at) < GONE_S:
+            return
+        self._probing = True
+        gevent.spawn(self._confirm, run, phase, w.unanswered)
+
+    def _confirm(self, run, phase: str, unanswered: int) -> None:
+        from .preflight import health
+        try:
+            h = health(run.settings)
+        finally:
+            self._probing, self._probed_at = False, wall()
+        self.probes.append(runformat.spike_health_entry(at=self._probed_at, phase=phase, **h))
+        if h["ok"]:
+            log.info("spike: %d attempts in a row had no answer, but the health probe did (%s in %.0f ms)",
+                     unanswered, h["status"], h["ms"])
+            return
+        message = (f"the server stopped answering during the {phase.replace('_', ' ')} step: {unanswered} attempts "
+                   f"in a row got no answer and the health probe failed too ({h['message']}); the run stops "
+                   f"here, with every attempt recorded")
+        log.error("%s", message)
+        run.cut_short = message
+        run.info["error"] = message

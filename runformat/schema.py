@@ -378,6 +378,11 @@ TRACE: tuple[Field, ...] = (
     Field("conversations", "count", False, "conversations whose turns go in order on one caller"),
     Field("bursts", "", False, "where arrivals come at least twice as fast as the mean", of=TRACE_BURST),
 )
+SPIKE_HEALTH: tuple[Field, ...] = (
+    Field("at", "unix s", False, "when it was answered (or failed)"),
+    Field("phase", "", False, "the spike's step it was sent in"),
+    *PREFLIGHT,
+)
 RUN: tuple[Field, ...] = (
     Field("format_version", "", False, "this format's version; missing means 1"),
     Field("run_id", "", False, "the run directory's name"),
@@ -402,6 +407,8 @@ RUN: tuple[Field, ...] = (
     Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,
           of=VOICE_UPLOAD),
     Field("trace", "", False, "--trace: the log replayed", optional=True, of=TRACE),
+    Field("spike_health", "", False, "--spike: health probes sent while it ran, once the server seemed gone",
+          optional=True, of=SPIKE_HEALTH),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
     Field("speech", "count", False, "--asr-model: clips offered to the judge, judged, not judged", optional=True,
           of=SPEECH_COUNTS),
@@ -424,6 +431,7 @@ collector_entry = Builder("a run.json collector", COLLECTOR)
 server_metrics_entry = Builder("a run.json server_metrics entry", SERVER_METRICS)
 voice_upload_entry = Builder("a run.json voice_uploads entry", VOICE_UPLOAD)
 run_info = Builder("run.json", RUN)
+spike_health_entry = Builder("a run.json spike_health entry", SPIKE_HEALTH)
 speech_entry = Builder("a speech.jsonl line", SPEECH)
 
 

@@ -3,7 +3,9 @@
 A protocol's server (the HTTP app in :mod:`testbed.sim.http`; a WebSocket, Wyoming or gRPC one
 alike) parses its request, asks :meth:`Capacity.admit` (which raises :class:`Refused` when a
 limit says no), waits for a :class:`Turn` with :meth:`Capacity.take`, sends the audio pieces
-the turn yields as they are made, and finishes the turn. Everything that sets the timing lives
+the turn yields as they are made, and finishes the turn. With ``--recovery-s`` the slots model
+is slow to come back from overload: a request whose turn begins while others queue, or within
+that long after one last had to, takes ``RECOVERY_SLOWDOWN`` (2x) its time. Everything that sets the timing lives
 here: the token bucket, the out-of-memory threshold, the queue limit, the FIFO slots and one
 of two timing models:
 
@@ -49,6 +51,8 @@ STREAM_CHUNK_MS = 40.0  # the slots model's spacing of streamed pieces after the
 ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as complete
 #: --cache-hit-ms: answers kept (text and voice) before the cache starts over.
 ANSWERS_KEPT = 100_000
+#: --recovery-s: how much slower each request is while the server recovers from a queue.
+RECOVERY_SLOWDOWN = 2.0
 #: The simulator's exit status when --crash-above ends it.
 CRASH_EXIT_CODE = 70
 log = logging.getLogger("testbed.sim")
@@ -243,6 +247,7 @@ class Capacity:
         self.queue_waits = 0
         first_guess_ms = args.base_ms if args.capacity is None else args.prefill_ms
         self.mean_service_s = first_guess_ms / 1000  # moving average, for queue Retry-After
+        self.congested_at: float | None = None   # --recovery-s: when a request last had to queue (monotonic)
 
     def admit(self) -> None:
         """Admit the request, or raise :class:`Refused` when the rate limit, the out-of-memory
@@ -277,12 +282,16 @@ class Capacity:
         ``voice`` (the key of its voice, None for the default one) goes through the voice
         cache once it holds the slot."""
         started = time.monotonic()
+        if self.slots.free == 0:
+            self.congested_at = started
         try:
             self.slots.acquire()
         except BaseException:
             self.admitted -= 1
             raise
         queue_s = time.monotonic() - started
+        if self.slots.queued:
+            self.congested_at = time.monotonic()
         self.queue_s_total += queue_s
         self.queue_waits += 1
         return Turn(self, text, queue_s, self.voices.use(voice), self._cached(text, voice))
@@ -303,7 +312,15 @@ class Capacity:
     def service_seconds(self, text: str) -> float:
         planned_ms = self.args.base_ms + self.args.per_char_ms * len(text)
         jitter = self.args.jitter
-        return planned_ms * (1 + self.rng.uniform(-jitter, jitter)) / 1000
+        return planned_ms * (1 + self.rng.uniform(-jitter, jitter)) / 1000 * self.slowdown()
+
+    def slowdown(self) -> float:
+        """``RECOVERY_SLOWDOWN`` while requests queue and for ``--recovery-s`` after one last had
+        to (a server slow to come back from overload), else 1."""
+        lag = getattr(self.args, "recovery_s", None)
+        if not lag or self.congested_at is None or time.monotonic() - self.congested_at >= lag:
+            return 1.0
+        return RECOVERY_SLOWDOWN
 
     def finish(self, service_s: float) -> None:
         self.slots.release()

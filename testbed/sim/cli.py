@@ -137,6 +137,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--crash-above", type=number(int, 1), default=None, metavar="K",
                    help="exit (status 70) when a request would make more than K in flight, as an engine that "
                         "dies past its limit instead of queueing or refusing (default: never)")
+    p.add_argument("--recovery-s", type=number(float, 0), default=None, metavar="S",
+                   help="a server slow to come back from overload: while requests queue and for S seconds after "
+                        "one last had to, every request takes twice its time (slots model; default: none)")
     p.add_argument("--max-chars", type=number(int, 1), default=None, metavar="N",
                    help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
                         "(HTTP; default: no limit)")

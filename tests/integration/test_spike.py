@@ -1,7 +1,9 @@
 """--spike end to end against the simulator (4 slots of 100 ms): a server that sheds (a queue of 2,
 then 503 with Retry-After) is named ``sheds`` and stops refusing once it is over; one that dies past 12 in flight
-(``--crash-above 12``) is named ``crashed``, the health probe after the run failing, every attempt
-recorded and the exit status non-zero. The spike's steps stay out of the sweep's figures."""
+(``--crash-above 12``) is named ``crashed``, the health probe during the spike and after the run
+failing, the run stopped there with every attempt recorded and the exit status non-zero; one slow to
+come back (``--recovery-s``) recovers no sooner than its lag. The spike's steps stay out of the
+sweep's figures."""
 from __future__ import annotations
 
 import json
@@ -51,3 +53,20 @@ def test_a_server_that_sheds_is_named_and_recovers_and_one_that_dies_is_named_cr
     spike_step = next(st["step"] for st in json.loads((run_dir / "run.json").read_text())["steps"]
                       if st["phase"] == "spike")
     assert any(not r["ok"] and r["status"] is None for r in records if r["step"] >= spike_step)
+    # the run saw it go: the health probe during the spike failed, and the run stopped there
+    run = json.loads((run_dir / "run.json").read_text())
+    assert "the server stopped answering during the" in run["error"] and "the run stops here" in run["error"]
+    assert run["spike_health"] and run["spike_health"][-1]["ok"] is False, run.get("spike_health")
+    assert run["spike_health"][-1]["phase"] in ("spike", "recovery")
+
+
+def test_a_server_slow_to_come_back_recovers_no_sooner_than_its_lag(tmp_path):
+    # --recovery-s 4: twice as slow until 4 s after its queue last held a request, which is no sooner
+    # than the recovery's start; a window is at least 1 s, so the first whole window at the old pace
+    # can start no sooner than about 3 s in. A late timer can only delay it (or leave it unfound).
+    proc, s, out, run_dir = _run(tmp_path, "lag", ["--recovery-s", "4"], "--steps", "4", "--spike", "3x3")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    sp = s["spike"]
+    assert sp["behaviour"] == "queues", sp
+    assert sp["recovery_s"] is None or sp["recovery_s"] >= 2.5, sp
+    assert sp["after"]["p95_x"] > 1.5, sp   # the recovery step as a whole was slow: the lag is seen
