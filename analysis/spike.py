@@ -4,8 +4,10 @@ their successful final attempts (TTFA in a streamed run) and on every attempt's 
 
 The **behaviour** during the spike is the first of:
 
-- ``crashed``: the server stopped answering — the health probe after the run failed, or the
-  last second of the recovery was all attempts that got no answer at all (refused or reset);
+- ``crashed``: the server stopped answering — the health probe after the run failed, the last
+  second of the recovery was all attempts that got no answer at all (refused or reset), or the
+  server process a collector watches (``--pid``) exited during the spike's steps
+  (``process_gone_at``: its first sample without it after one with it);
 - ``sheds``: at least :data:`SHARE` of the spike's attempts were refused with 429 or 503, and
   fast (their median wait at most the p95 before the spike);
 - ``fails``: at least :data:`SHARE` failed otherwise (5xx, resets, timeouts);
@@ -35,9 +37,11 @@ BEHAVIOURS = ("crashed", "sheds", "fails", "queues", "absorbs")
 _SHED = (429, 503)
 
 
-def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict) -> dict | None:
+def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict,
+          res=None) -> dict | None:
     """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
-    (those of the spike's phases are picked out); None when the run had no spike."""
+    (those of the spike's phases are picked out), and the resource samples ``res`` (a
+    collector's watched process); None when the run had no spike."""
     by_phase = {s.get("phase"): s for s in steps}
     before, at, after = (by_phase.get(p) for p in ("before_spike", "spike", "recovery"))
     if before is None or at is None:
@@ -51,7 +55,8 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
         after_figures = _figures(a, m, key, base)
         recovery_s = _recovery_s(a, m, _in(a, before) & a["settled"], after["start"], key)
         gone = _stopped_answering(a, m)
-    crashed = (health is not None and health.get("ok") is False) or gone
+    exited = _process_gone_at(res, before["start"], (after or at).get("end"))
+    crashed = (health is not None and health.get("ok") is False) or gone or exited is not None
     if crashed:
         behaviour = "crashed"
     elif during["shed_share"] >= SHARE and (base is None or (during["shed_ms_p50"] or 0) <= base):
@@ -65,9 +70,25 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
     out = {"factor": options.get("factor"), "seconds": options.get("seconds"), "level": before["concurrency"],
            "spike_level": at["concurrency"], "behaviour": behaviour,
            "recovery_s": None if crashed else recovery_s, "basis": key, "before_p95_ms": _round(base),
-           "during": during, "after": after_figures}
+           "during": during, "after": after_figures, "process_gone_at": exited}
     out["text"] = _text(out, health)
     return out
+
+
+def _process_gone_at(res, start: float | None, end: float | None) -> float | None:
+    """When a watched server process went away between ``start`` and ``end`` (the first of a
+    server host's samples without it after one with it), or None."""
+    if res is None or not len(res) or start is None or "proc_rss_bytes" not in res:
+        return None
+    rows = res[(res["role"] == "server") & (res["ts"] >= start) & (res["ts"] <= (end or np.inf) + 2.0)]
+    for _, g in rows.groupby("host"):
+        had = np.isfinite(g["proc_rss_bytes"].to_numpy(dtype=float))
+        if had.any():
+            first = int(np.argmax(had))
+            lost = np.flatnonzero(~had[first:])
+            if len(lost):
+                return float(g["ts"].to_numpy()[first + lost[0]])
+    return None
 
 
 def _in(a: Attempts, step: dict) -> np.ndarray:
@@ -156,8 +177,10 @@ def _text(s: dict, health: dict | None) -> str:
     head = (f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
             f"the server {s['behaviour']}")
     if s["behaviour"] == "crashed":
-        why = (health or {}).get("message") if health and health.get("ok") is False else \
-            "the last second of the recovery got no answer at all"
+        why = "; ".join(w for w in (
+            (health or {}).get("message") if health and health.get("ok") is False else None,
+            "the server process the collector watched exited" if s.get("process_gone_at") is not None else None,
+        ) if w) or "the last second of the recovery got no answer at all"
         return f"{head} — it stopped answering ({why}); nothing after it measures the server."
     if s["behaviour"] == "sheds":
         head += f" ({d['shed_share']:.0%} of its attempts refused with 429/503 in {d['shed_ms_p50']:g} ms)"

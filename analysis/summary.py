@@ -501,7 +501,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     if hostile and hostile["note"]:
         diagnosis["evidence"].append(hostile["note"])
     spiked_part = spike_mod.spike(a_spike, spiked, streamed, run.get("health") if isinstance(run.get("health"), dict)
-                                  else None, _spike_of(rd)) if spiked else None
+                                  else None, _spike_of(rd), rd.resources) if spiked else None
     if spiked_part:
         diagnosis["evidence"].append(spiked_part["text"])
     summary = {

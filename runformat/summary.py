@@ -640,6 +640,8 @@ SPIKE: tuple[Field, ...] = (
     _F("before_p95_ms", "ms", True, "p95 of the settled step before the spike"),
     _F("during", "", False, "the spike step", of=SPIKE_PART),
     _F("after", "", True, "the recovery step", of=SPIKE_PART),
+    _F("process_gone_at", "unix s", True, "when the server process a collector watched exited during it; null: "
+                                          "it did not, or none was watched"),
     _F("text", "", False, "the verdict in one sentence (also the diagnosis's last evidence)"),
 )
 

@@ -7,16 +7,23 @@ sweep's figures."""
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 
-from procs import dashboard, locust, read_jsonl, spawn
+from procs import dashboard, free_port, locust, read_jsonl, spawn
 
 SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "100", "--per-char-ms", "0",
        "--jitter", "0"]
 
 
-def _run(tmp_path, name, sim_extra, *extra):
+def _run(tmp_path, name, sim_extra, *extra, watched=False):
+    """A run against its own simulator; ``watched``: with a collector watching the simulator's process."""
     run_dir = tmp_path / name
-    with spawn([*SIM, *sim_extra]) as sim:
+    with spawn([*SIM, *sim_extra]) as sim, ExitStack() as more:
+        if watched:
+            port = free_port()
+            more.enter_context(spawn(["tts_knee.collectors", "--port", str(port), "--interval", "0.2",
+                                      "--pid", str(sim.pid)]))
+            extra = (*extra, "--collector", f"http://127.0.0.1:{port}")
         proc = locust(["--headless", "-H", sim.url, "--step-time", "2", "--settle-time", "0", "--run-dir",
                        str(run_dir), "--spike-at", "4", *extra], timeout=120)
     assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
@@ -43,10 +50,15 @@ def test_a_server_that_sheds_is_named_and_recovers_and_one_that_dies_is_named_cr
     assert [st["phase"] for st in run["steps"]] == ["grid", "grid", "before_spike", "spike", "recovery"]
     assert [st["concurrency"] for st in run["steps"]][2:] == [4, 12, 4]
 
-    proc, s, out, run_dir = _run(tmp_path, "crash", ["--crash-above", "12"], "--steps", "4", "--spike", "4x2")
+    proc, s, out, run_dir = _run(tmp_path, "crash", ["--crash-above", "12"], "--steps", "4", "--spike", "4x2",
+                                 watched=True)
     assert proc.returncode != 0
     sp = s["spike"]
     assert sp["behaviour"] == "crashed" and sp["recovery_s"] is None, sp
+    # the collector saw the server's process go, after the spike began
+    spiked = next(st for st in json.loads((run_dir / "run.json").read_text())["steps"] if st["phase"] == "spike")
+    assert sp["process_gone_at"] is not None and sp["process_gone_at"] >= spiked["start"], sp
+    assert "the server process the collector watched exited" in sp["text"]
     assert s["health"]["ok"] is False and "stopped answering" in sp["text"]
     records = read_jsonl(run_dir / "requests.jsonl")
     assert s["records"]["attempts"] == len(records) > 0   # nothing lost
