@@ -167,6 +167,7 @@ class Settings:
     headers: tuple = ()        # (name, value) for every HTTP request and WebSocket upgrade
     grpc_metadata: tuple = ()  # (key, value) for every gRPC call
     tls_ca: str = ""
+    tls_client_cert: str = ""   # --tls-client-cert: its path (the key's is not recorded)
     tls_insecure: bool = False
     tls: ssl.SSLContext | None = None   # the client context, for a TLS target (https, wss, grpcs)
     # capacity and cost (analysis.capacity): recorded for the report, read at the recommendation
@@ -236,6 +237,7 @@ class Settings:
             "asr_threads": self.asr_threads if self.asr_model else None,
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
+            "tls_client_cert": self.tls_client_cert or None,
             "health_path": self.health_path or None, "text_reuse": self.text_reuse,
             "probe_texts": list(self.probe) or None,
             "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
@@ -689,8 +691,12 @@ def _reach(o, host: str, protocol: str) -> dict:
         headers = tls.pairs(getattr(o, "header", None), "--header", ":")
         metadata = tls.pairs(getattr(o, "grpc_metadata", None), "--grpc-metadata", "=")
         ca, insecure = str(getattr(o, "tls_ca", "") or ""), bool(getattr(o, "tls_insecure", False))
+        cert, key = (str(getattr(o, k, "") or "") for k in ("tls_client_cert", "tls_client_key"))
         secure = urlsplit(host).scheme in ("https", "wss", "grpcs")
-        context = tls.client_context(ca, insecure, ("h2",) if protocol == "grpc" else ()) \
+        if (cert or key) and not secure:
+            raise tls.CredentialError(f"--tls-client-cert is shown in a TLS handshake, but the target {host} is "
+                                      f"plaintext: give -H https:// (wss://, grpcs://) or drop it")
+        context = tls.client_context(ca, insecure, ("h2",) if protocol == "grpc" else (), cert, key) \
             if secure or ca else None
     except tls.CredentialError as e:
         raise SettingsError(str(e)) from None
@@ -699,7 +705,7 @@ def _reach(o, host: str, protocol: str) -> dict:
     if headers and protocol in ("grpc", "wyoming"):
         raise SettingsError(f"--header is for HTTP and WebSocket; --tts-protocol {protocol} "
                             + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
-    return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure,
+    return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure, "tls_client_cert": cert,
             "tls": context if secure else None}
 
 

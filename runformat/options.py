@@ -183,6 +183,13 @@ OPTIONS: tuple[Option, ...] = (
     _O("--tls-ca", "tls_ca", "", "",
        "CA certificates (a PEM file) that https://, wss:// and grpcs:// targets are verified against, "
        "for a private CA (default: the system's).", group=_TARGET),
+    _O("--tls-client-cert", "tls_client_cert", "", "",
+       "A client certificate (PEM, its chain after it) for a TLS target that asks for one (mutual TLS); its "
+       "key in the same file or in --tls-client-key. run.json records the certificate's path (default: none).",
+       group=_TARGET),
+    _O("--tls-client-key", None, "", "",
+       "The private key of --tls-client-cert, when it is a file of its own (default: in the certificate's file).",
+       group=_TARGET),
     _O("--tls-insecure", "tls_insecure", "", False,
        "Do not verify the target's TLS certificate; the report says so (default off).", bool, group=_TARGET),
     _O("--tts-template", None, "", "",

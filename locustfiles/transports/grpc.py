@@ -205,7 +205,7 @@ class GrpcTransport(Transport):
                 try:
                     self.conn = Connection(self.host, self.port, self.s.connect_timeout_s, self.s.tls)
                 except ssl.SSLError as e:
-                    raise TlsError(tls.verify_hint(e, self.s.tls_insecure)) from None
+                    raise TlsError(tls.verify_hint(e, self.s.tls_insecure, bool(self.s.tls_client_cert))) from None
                 except OSError as e:
                     raise TransportError(f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC "
                                          f"would say UNAVAILABLE)") from None

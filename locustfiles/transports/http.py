@@ -120,7 +120,7 @@ class HttpTransport(Transport):
                 return
             self.reset()
             if isinstance(e, ssl.SSLError) and answer is None:
-                raise TlsError(tls.verify_hint(e, s.tls_insecure)) from None
+                raise TlsError(tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))) from None
             stage = "connection error" if not got else "connection broke mid-body"
             raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
         except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response

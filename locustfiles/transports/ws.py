@@ -237,7 +237,7 @@ class WsTransport(SessionTransport):
         try:
             sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout_s, s.tls)
         except ssl.SSLError as e:
-            raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure)}") from None
+            raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))}") from None
         except socket.timeout:
             raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout_s:g} s") from None
         except ValueError as e:

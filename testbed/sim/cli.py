@@ -183,6 +183,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", metavar="PEM", default="",
                    help="serve every face over TLS with this certificate (chain) file, with --tls-key (default off)")
     p.add_argument("--tls-key", metavar="PEM", default="", help="the private key of --tls-cert (default none)")
+    p.add_argument("--tls-client-ca", metavar="PEM", default="",
+                   help="with --tls-cert: ask every client for a certificate and refuse the handshake without one "
+                        "this CA signed (mutual TLS; default: none asked)")
     p.add_argument("--require-header", metavar="'NAME: VALUE'", default="",
                    help="answer 401 to a request (or WebSocket upgrade) without this header, and "
                         "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)")
@@ -333,10 +336,14 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print(f"{prog}: --tls-cert and --tls-key go together.", file=sys.stderr)
         return 2
+    if args.tls_client_ca and not args.tls_cert:
+        print(f"{prog}: --tls-client-ca asks clients for a certificate over TLS: give --tls-cert and --tls-key.",
+              file=sys.stderr)
+        return 2
     tls = {}
     if args.tls_cert:
         try:
-            tls = {"ssl_context": server_context(args.tls_cert, args.tls_key)}
+            tls = {"ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_client_ca)}
         except (OSError, ssl.SSLError) as err:
             print(f"{prog}: --tls-cert/--tls-key: {err}.", file=sys.stderr)
             return 2
@@ -403,10 +410,14 @@ def make_speaker(args: argparse.Namespace, rng: random.Random) -> Speaker:
     return speaker
 
 
-def server_context(cert: str, key: str) -> ssl.SSLContext:
-    """The TLS context every face serves with: the certificate and key, HTTP/1.1 and h2 offered."""
+def server_context(cert: str, key: str, client_ca: str = "") -> ssl.SSLContext:
+    """The TLS context every face serves with: the certificate and key, HTTP/1.1 and h2 offered;
+    with ``client_ca`` a client certificate that CA signed is required."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
+    if client_ca:
+        ctx.load_verify_locations(client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx
 

@@ -96,3 +96,41 @@ def test_plaintext_against_a_tls_server_says_so(tmp_path, sim):
                    "--run-dir", str(tmp_path / "run")])
     assert proc.returncode != 0 and "Traceback" not in proc.stdout
     assert "if it serves TLS, give -H https://" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_a_server_that_asks_for_a_client_certificate_gets_it_or_says_which_is_wrong(tmp_path, certs):
+    """Mutual TLS: the simulator asks for a client certificate its CA signed (--tls-client-ca). One
+    shown with --tls-client-cert is taken; none, an expired one or a key that is not the
+    certificate's stop the run in one sentence naming the option, before any step."""
+    def ssl(*args):
+        subprocess.run([OPENSSL, *args], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "client.cnf").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                                         "extendedKeyUsage=clientAuth\n")
+    ssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "client.key",
+        "-out", "client.csr", "-subj", "/CN=tts-knee test client")
+    for name, days in (("client.pem", "2"), ("expired.pem", "-1")):
+        ssl("x509", "-req", "-in", "client.csr", "-CA", str(certs / "ca.pem"), "-CAkey", str(certs / "ca.key"),
+            "-CAcreateserial", "-out", name, "-days", days, "-extfile", "client.cnf")
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0",
+                "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                "--tls-client-ca", str(certs / "ca.pem")]) as sim:
+        def run(name, *extra):
+            return locust(["--headless", "-H", sim.url, "--steps", "1", "--step-time", "1", "--settle-time", "0",
+                           "--tls-ca", str(certs / "ca.pem"), "--run-dir", str(tmp_path / name), *extra])
+        ok = run("ok", "--tls-client-cert", str(tmp_path / "client.pem"), "--tls-client-key",
+                 str(tmp_path / "client.key"))
+        assert ok.returncode == 0 and "Traceback" not in ok.stdout, ok.stdout[-3000:]
+        records = read_jsonl(tmp_path / "ok" / "requests.jsonl")
+        assert records and all(r["ok"] for r in records), {r["error"] for r in records}
+        options = json.loads((tmp_path / "ok" / "run.json").read_text())["options"]
+        assert options["tls_client_cert"] == str(tmp_path / "client.pem")
+        for name, extra, says in (
+                ("none", (), "if it asks for a client certificate, pass --tls-client-cert"),
+                ("expired", ("--tls-client-cert", str(tmp_path / "expired.pem"), "--tls-client-key",
+                             str(tmp_path / "client.key")), "expired on"),
+                ("mismatch", ("--tls-client-cert", str(tmp_path / "client.pem"), "--tls-client-key",
+                              str(certs / "server.key")), "the key does not belong to the certificate"),
+                ("keyless", ("--tls-client-cert", str(tmp_path / "client.pem")), "give --tls-client-key")):
+            proc = run(name, *extra)
+            assert proc.returncode != 0 and "Traceback" not in proc.stdout, (name, proc.stdout[-3000:])
+            assert says in proc.stdout, (name, proc.stdout[-3000:])
