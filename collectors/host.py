@@ -160,7 +160,8 @@ class ProcessWatcher:
         if self._root is None:
             return None
         try:
-            if not self._root.is_running():
+            # a process that exited but that its parent has not reaped yet is a zombie: gone all the same
+            if not self._root.is_running() or self._root.status() == psutil.STATUS_ZOMBIE:
                 raise psutil.NoSuchProcess(self._root.pid)
             children = self._root.children(recursive=True)
         except _PROC_ERRORS:
