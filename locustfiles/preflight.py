@@ -111,6 +111,12 @@ def preflight(s, after_run: bool = False) -> dict:
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
             f"--tts-path and --tts-api (now {s.api})" if s.protocol == "http" else
             f"--tts-path and --tts-preset (now {s.preset_source})" if s.protocol == "grpc" else f"{shape} and -H")
+    elif code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
+        # a TLS front end (nginx: "No required SSL certificate was sent", "The SSL certificate error")
+        # that completes the handshake and refuses the request over the client certificate
+        out["message"] = (f"{target} refused the request with {status} over the client certificate ({snippet}); "
+                          + ("is --tls-client-cert signed by a CA it trusts, and still valid?" if s.tls_client_cert
+                             else "pass --tls-client-cert FILE (and --tls-client-key FILE)"))
     elif code in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"
     elif code is None or code < 500 and code != 429:
