@@ -19,6 +19,7 @@ empty is a column not given for that row.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -88,7 +89,14 @@ def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
 
 
 def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
-    reader = csv.reader(raw.splitlines())
+    reader = csv.reader(io.StringIO(raw, newline=""))   # a quoted cell may hold a newline
+    try:
+        return _csv_rows(path, reader)
+    except csv.Error as e:
+        raise TraceError(f"{path} line {reader.line_num} is not CSV ({e})") from None
+
+
+def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
     header = next(reader, None)
     if header is None:
         return []
@@ -98,7 +106,8 @@ def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
         raise TraceError(f"{path} line 1: unknown column {unknown[0]!r}; a trace's columns are "
                          f"{', '.join(COLUMNS)}")
     out = []
-    for n, cells in enumerate(reader, 2):
+    for cells in reader:
+        n = reader.line_num   # the row's last line in the file
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != len(header):

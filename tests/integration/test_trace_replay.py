@@ -1,14 +1,16 @@
 """Trace replay against the simulator, 4 slots of 250 ms (16 req/s): a Poisson log of 5 req/s
 replayed at speeds, each arrival at its offset over the speed, the SLO's limit found as a speed
 to 0.1x (the server saturates at 3.2x) and gated there; a log with a burst and a conversation
-shows the burst on the timeline with its own p95, and the conversation's turns in order."""
+shows the burst on the timeline with its own p95, and the conversation's turns in order; two workers
+share a trace with each conversation on one of them."""
+import csv
 import json
 import random
 
 import numpy as np
 import pytest
 
-from procs import dashboard, locust, locust_count, read_jsonl, spawn
+from procs import dashboard, finish, free_port, locust, locust_count, read_jsonl, spawn, start_locust, worker
 
 
 def sim():
@@ -113,3 +115,36 @@ def test_a_burst_shows_on_the_timeline_with_its_own_p95_and_a_conversation_keeps
     for above, r in zip(turns, turns[1:]):
         assert r["t0"] >= above["t2"], (above, r)   # sent once the turn above was answered
         assert r["scheduled"] >= above["t2"] - 0.005  # and scheduled then: its wait for it is not the server's
+
+
+def test_two_workers_share_a_trace_each_conversation_on_one_of_them(tmp_path):
+    rows = [{"offset_s": round(i * 0.1, 3), "text": f"Lone request number {i}."} for i in range(30)]
+    for c in ("a", "b"):
+        rows += [{"offset_s": 0.2 + k * 0.5 + (0.05 if c == "b" else 0), "text": f"Call {c}, turn {k}.",
+                  "conversation": f"call-{c}", "turn": k} for k in range(4)]
+    rows.sort(key=lambda r: r["offset_s"])
+    trace = tmp_path / "calls.csv"
+    with trace.open("w", newline="") as f:   # the CSV form, as an export would give it
+        out = csv.writer(f)
+        out.writerow(["offset_s", "text", "conversation", "turn"])
+        out.writerows([r["offset_s"], r["text"], r.get("conversation", ""), r.get("turn", "")] for r in rows)
+    port = free_port()
+    with sim() as server:
+        m = start_locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                          "--expect-workers", "2", "--headless", "-H", server.url, "--trace", str(trace),
+                          "--step-time", "5", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+        w = [worker(tmp_path, port, n) for n in (1, 2)]
+        finish(m, *w, run_dir=tmp_path / "run")
+    assert m.returncode == 0, (tmp_path / "master.log").read_text()[-3000:]
+    records = [r for r in read_jsonl(tmp_path / "run" / "requests.jsonl") if r["final"]]
+    by_line = {}
+    for r in records:
+        by_line.setdefault(r["text_id"], []).append(r)
+    assert len(by_line) == len(rows) and all(len(v) == 1 for v in by_line.values())   # every row sent once
+    line_of = {r["text"]: n for n, r in enumerate(rows, 2)}   # the header is line 1
+    for c in ("a", "b"):
+        turns = [by_line[f"trace:{line_of[f'Call {c}, turn {k}.']}"][0] for k in range(4)]
+        assert len({t["worker"] for t in turns}) == 1, turns   # a conversation stays on its worker
+        assert [t["t0"] for t in turns] == sorted(t["t0"] for t in turns)
+    lone = [by_line[f"trace:{line_of[f'Lone request number {i}.']}"][0]["worker"] for i in range(30)]
+    assert len(set(lone)) == 2 and min(lone.count(x) for x in set(lone)) >= 10, lone   # dealt out in turn
