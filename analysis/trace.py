@@ -104,7 +104,7 @@ def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
             rows.append({"start_s": b["start_s"], "end_s": b["end_s"], "requests": int(inb.sum()),
                          "failed": int((inb & ~ok).sum()), "p95_ms": lat["p95"] if lat else None})
         rest = dist(wait[~inside & ok])
-        steps.append({"step": p["step"], "speed": s, "rate": p["rate"], "bursts": rows,
+        steps.append({"step": p["step"], "speed": s, "rate": p["rate"], "offered_rps": p.get("offered_rps"), "bursts": rows,
                       "p95_outside_ms": rest["p95"] if rest else None})
     sl = summary.get("slo") or {}
     knee = (summary.get("knee") or {}).get("rate")

@@ -52,7 +52,8 @@ def trace_html(summary: dict) -> str:
     rows = []
     for st in tr["steps"]:
         for b in st["bursts"] or [None]:
-            rows.append(f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{st['rate']:.3g}</td>"
+            offered = st.get("offered_rps") or st["rate"]
+            rows.append(f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{offered:.3g}</td>"
                         + (f"<td>{burst_text(b)}</td><td>{b['requests']}</td><td>{b['failed']}</td>"
                            f"<td>{fmt(b['p95_ms'])}</td>" if b else "<td>-</td><td></td><td></td><td></td>")
                         + f"<td>{fmt(st['p95_outside_ms'])}</td></tr>")

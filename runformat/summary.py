@@ -656,7 +656,8 @@ TRACE_STEP_BURST: tuple[Field, ...] = (
 TRACE_STEP: tuple[Field, ...] = (
     _F("step", "", False, ""),
     _F("speed", "x", False, "the step's rate over the trace's"),
-    _F("rate", "req/s", False, "offered"),
+    _F("rate", "req/s", False, "the speed times the trace's mean rate"),
+    _F("offered_rps", "req/s", True, "what the step's settled window replayed, per second"),
     _F("bursts", "", False, "the trace's bursts this step replayed", of=TRACE_STEP_BURST),
     _F("p95_outside_ms", "ms", True, "p95 latency from the schedule of the step's other requests"),
 )
