@@ -119,7 +119,7 @@ def _steps_of(rd: RunDir) -> list[dict]:
                       **({} if voices is None else {"voices": _whole(voices)}),
                       **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {}),
                       **({"offered_rps": float(s["offered_rps"])} if open_loop and _time(s.get("offered_rps"))
-                         and s["offered_rps"] else {})})
+                         and s.get("offered_rps") else {})})
     if steps or not open_loop:
         return steps or infer_steps(rd.requests.attempts())
     raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
