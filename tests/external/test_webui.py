@@ -261,7 +261,13 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
     for s, tab, page in live_open:   # the verdict is the closed step's, and never recommends the open one
         assert [lv["concurrency"] for lv in s["levels"]] == [2] and s["recommended_concurrency"] in (None, 2)
         assert s["in_progress_step"]["closed_steps"] == [1] and s["knee"]["concurrency"] != 4
-        assert tab[0] == tab_rows(final)[0]   # a closed row is already the final one
+        # a closed row is the final one, but for the requests in flight at its end, one a user at most, that
+        # can land after it closed (CI saw one of step 1's two land 50 ms late and change its max and p95)
+        done = tab_rows(final)[0]
+        late = done["requests"] - tab[0]["requests"]
+        assert tab[0]["state"] == done["state"] == "done" and 0 <= late <= done["concurrency"], (tab[0], done)
+        if late == 0:
+            assert tab[0] == done
     # the page, read after the view (CI saw the run end between the two reads), on its own terms too:
     # every page of a run in progress names the open step and waits for it, and most reads were such pages
     pages = [page for _, _, page in live_open if "is in progress" in page]
