@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
                      name="http", daemon=True).start()
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"listening on http://{shown}:{port}", flush=True)
+    # one write, newline included: a log line from another thread cannot land inside it
+    print(f"listening on http://{shown}:{port}\n", end="", flush=True)
     while not stop.wait(1.0):
         pass
     server.shutdown()

@@ -200,7 +200,8 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
         raise ServeError(f"cannot listen on {host}:{port}: {reason}.") from None
     server.daemon_threads = True
     h, p = server.server_address[:2]
-    print(f"listening on http://{h}:{p}", flush=True)
+    # one write, newline included: a log line from another thread cannot land inside it
+    print(f"listening on http://{h}:{p}\n", end="", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         box.append(piper)
         piper.wait_ready(lambda: piper.answers(args.startup_timeout), args.startup_timeout, "answering",
                          f"piper's server did not answer on {piper.url}")
-    return serve(PROG, start, lambda piper: print(f"listening on {piper.url}", flush=True))
+    # one write, newline included: a log line from another thread cannot land inside it
+    return serve(PROG, start, lambda piper: print(f"listening on {piper.url}\n", end="", flush=True))
 
 
 if __name__ == "__main__":

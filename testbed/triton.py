@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                               "the model was not ready")
 
         def announce(triton: Triton) -> None:
-            print(f"listening on grpc://{args.host}:{triton.ports['grpc']}", flush=True)
+            # one write, newline included: a log line from another thread cannot land inside it
+            print(f"listening on grpc://{args.host}:{triton.ports['grpc']}\n", end="", flush=True)
             print(f"metrics at http://{args.host}:{triton.ports['metrics']}/metrics", flush=True)
 
         if args.setup:

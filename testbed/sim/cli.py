@@ -375,9 +375,11 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             return 2
     if args.wyoming_port is not None:   # before the HTTP line, which tells a watcher all is up
         print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
-    print(f"listening on {_url('https' if tls else 'http', server.address)}", flush=True)
+    # one write, newline included: a log line from another thread cannot land inside it
+    print(f"listening on {_url('https' if tls else 'http', server.address)}\n", end="", flush=True)
     if grpc is not None:
-        print(f"listening on {_url('grpcs' if tls else 'grpc', grpc.address)}", flush=True)
+        # one write, newline included: a log line from another thread cannot land inside it
+        print(f"listening on {_url('grpcs' if tls else 'grpc', grpc.address)}\n", end="", flush=True)
     log.info(describe(args))
 
     def stop():
