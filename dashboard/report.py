@@ -1,7 +1,7 @@
 """The self-contained ``report.html`` of one run: which sections it shows, in what order.
 
 Each section is a module of its own building on :mod:`dashboard.kit`: the verdict, step table
-and curves (:mod:`dashboard.by_concurrency`, or :mod:`dashboard.by_rate` for an open-loop run),
+and curves for the axis the steps stand on (:mod:`dashboard.sweep`),
 the SLO and the baseline (:mod:`dashboard.slo_verdicts`, :mod:`dashboard.baseline`), a soak's
 drift (:mod:`dashboard.soak`), stream
 health for a streamed run, audio integrity, the timeline, the server's own metrics, and the
@@ -15,9 +15,9 @@ from pathlib import Path
 from tts_knee import runformat
 from tts_knee.runformat.reader import RunDir
 
-from . import breakdown, by_concurrency, by_rate, by_voices
+from . import breakdown, sweep
 from .baseline import regression_html
-from .kit import esc, fig_html, is_open_loop, is_streamed, is_voice_sweep, page
+from .kit import esc, fig_html, is_streamed, is_voice_sweep, page
 from .probe import probe_html, spike_html
 from .riva_figures import riva_html
 from .server_series import server_section
@@ -64,11 +64,9 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
-    top = by_voices if is_voice_sweep(summary) else by_rate if is_open_loop(summary) else by_concurrency
     # the other figures: one point per rate, or per number of voices
-    by_step = by_rate.as_levels(summary) if top is by_rate else by_voices.as_levels(summary) \
-        if top is by_voices else summary
-    figs = [top.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
+    by_step = sweep.by_step(summary)
+    figs = [sweep.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
             breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
     mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice", fewest=2),
            breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2)]
@@ -85,12 +83,12 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
-    slo, reg = slo_html(by_step if top is by_voices else summary, False), regression_html(summary, False)
+    slo, reg = slo_html(by_step if is_voice_sweep(summary) else summary, False), regression_html(summary, False)
     # a step still running: what the verdict is from above it, what the step has so far below the table
     so_far = [f"<div class='warn'>{esc(line)}</div>" for line in open_lines(summary)]
     body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
-            f"<h2>Verdict</h2>{''.join(so_far[:1])}{top.verdict_html(summary)}"
-            f"<h2>Steps</h2>{top.step_table_html(summary)}{''.join(so_far[1:])}"
+            f"<h2>Verdict</h2>{''.join(so_far[:1])}{sweep.verdict_html(summary)}"
+            f"<h2>Steps</h2>{sweep.step_table_html(summary)}{''.join(so_far[1:])}"
             f"<h2>Latency and throughput</h2>{parts[0]}"
             + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
             + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
