@@ -47,6 +47,9 @@ to the evidence whenever there are any, whatever the kind.
 from __future__ import annotations
 
 import re
+from typing import TypedDict
+
+from tts_knee.runformat.summary import DiagnosisKind as Kind
 
 from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, SILENCE_RISE_MS, UNDERRUN_RATE
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
@@ -371,39 +374,46 @@ def common_evidence(steps: list[dict], knee: dict, has_resources: bool) -> list[
     return ev
 
 
-def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
-    """``{"kind", "evidence": [sentences], "resource_data": bool}``; see the module doc.
+class Diagnosis(TypedDict):
+    """summary.json's ``diagnosis`` (declared in :data:`runformat.summary.DIAGNOSIS`)."""
+    kind: Kind
+    evidence: list[str]       # sentences with the numbers
+    resource_data: bool       # resource samples were there to judge by
+
+
+def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> Diagnosis:
+    """What bends the service at the knee, and the evidence; see the module doc.
 
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
     run), or None.
     """
     steps = [s for s in steps if s.get("requests")]
     if not steps:
-        return {"kind": "no_knee", "evidence": ["No settled requests were recorded yet."],
+        return {"kind": Kind.NO_KNEE, "evidence": ["No settled requests were recorded yet."],
                 "resource_data": has_resources}
     k = knee.get("index")
     streamed = bool(knee.get("streamed"))
     ev_common = common_evidence(steps, knee, has_resources)
 
-    def out(kind, ev):
+    def out(kind: Kind, ev: list[str]) -> Diagnosis:
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
 
     mem = _memory(steps, k, creep)
     if mem:
-        return out("memory_bound", mem)
+        return out(Kind.MEMORY_BOUND, mem)
     cli = _client(steps, k)
     if cli:
-        return out("client_bound", cli + ["Results at and above that step measure the load "
+        return out(Kind.CLIENT_BOUND, cli + ["Results at and above that step measure the load "
                                           "generator, not the server: add workers or hosts."])
     thr = _throttling(steps, k)
     if thr:
-        return out("rate_limited", thr)
+        return out(Kind.RATE_LIMITED, thr)
     err = _errors(steps, k)
     if err:
-        return out("server_errors", err)
+        return out(Kind.SERVER_ERRORS, err)
     top = steps[-1]
     if k is None and streamed:
-        return out("no_knee", _stream_no_knee(steps, knee))
+        return out(Kind.NO_KNEE, _stream_no_knee(steps, knee))
     if k is None:
         infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
         ev = [f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
@@ -413,7 +423,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
               f"{sum(s['failed'] for s in steps)} failed requests.",
               f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
               f"highest tested step, so test higher concurrency."]
-        return out("no_knee", ev)
+        return out(Kind.NO_KNEE, ev)
     s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
     w_lo, w_hi = _get(lo, "latency_ms", "p50"), _get(s, "latency_ms", "p50")
     wait_flat = w_lo and w_hi and w_hi / w_lo <= LATENCY_RISE and \
@@ -423,7 +433,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
         if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
-            return out("client_io", [
+            return out(Kind.CLIENT_IO, [
                 f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
                 f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
                 f"client's disk or concatenation is the bottleneck, not the server."])
@@ -435,7 +445,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     waiting, qev = _server_queue(steps, k)
     if sat is None:
         if waiting:
-            return out("queueing", [
+            return out(Kind.QUEUEING, [
                 f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the "
                 f"server.",
                 f"No GPU/CPU samples at concurrency {s['concurrency']}: whether the server's "
@@ -443,13 +453,13 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
                 f"(concurrency_limit) cannot be told; run a collector beside it (python -m "
                 f"collectors) to tell them apart."])
         if waiting is False:
-            return out("queueing", [
+            return out(Kind.QUEUEING, [
                 f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
                 f"in the server's queue, so the wait is before it (the client, the network, a "
                 f"proxy) or in its processing.",
                 f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
                 f"the server (tts-knee collect) to see its hardware."])
-        return out("queueing", [
+        return out(Kind.QUEUEING, [
             f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
             f"the cause cannot be told.",
             f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
@@ -467,9 +477,9 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
                       f"with {res} at {s['concurrency']}" + (f"; {qev}." if qev else "."))
         elif qev:
             ev.append(f"{_cap(qev)}.")
-        return out("compute_bound", ev)
+        return out(Kind.COMPUTE_BOUND, ev)
     if waiting:
-        return out("concurrency_limit", [
+        return out(Kind.CONCURRENCY_LIMIT, [
             f"{_cap(qev)} while {res}: its concurrency limit is too low.",
             f"{_cap(queue)}; {tp}."])
     ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
@@ -477,7 +487,7 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
     if waiting is False:
         ev.append(f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
                   f"front of it (a proxy, a worker pool) or in the client.")
-    return out("concurrency_limit", ev)
+    return out(Kind.CONCURRENCY_LIMIT, ev)
 
 
 def _n(v: float) -> str:

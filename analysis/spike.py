@@ -28,12 +28,12 @@ from __future__ import annotations
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
 
 SHARE = 0.05
 RECOVERED_X = 1.2
 SLACK_MS = 10.0
 WINDOW_S = 1.0
-BEHAVIOURS = ("crashed", "sheds", "fails", "queues", "absorbs")
 _SHED = (429, 503)
 
 
@@ -58,15 +58,15 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
     exited = _process_gone_at(res, before["start"], (after or at).get("end"))
     crashed = (health is not None and health.get("ok") is False) or gone or exited is not None
     if crashed:
-        behaviour = "crashed"
+        behaviour = Behaviour.CRASHED
     elif during["shed_share"] >= SHARE and (base is None or (during["shed_ms_p50"] or 0) <= base):
-        behaviour = "sheds"
+        behaviour = Behaviour.SHEDS
     elif during["failed_share"] >= SHARE:
-        behaviour = "fails"
+        behaviour = Behaviour.FAILS
     elif base is not None and during["p95_ms"] is not None and during["p95_ms"] > RECOVERED_X * base:
-        behaviour = "queues"
+        behaviour = Behaviour.QUEUES
     else:
-        behaviour = "absorbs"
+        behaviour = Behaviour.ABSORBS
     out = {"factor": options.get("factor"), "seconds": options.get("seconds"), "level": before["concurrency"],
            "spike_level": at["concurrency"], "behaviour": behaviour,
            "recovery_s": None if crashed else recovery_s, "basis": key, "before_p95_ms": _round(base),
@@ -176,15 +176,15 @@ def _text(s: dict, health: dict | None) -> str:
     d = s["during"]
     head = (f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
             f"the server {s['behaviour']}")
-    if s["behaviour"] == "crashed":
+    if s["behaviour"] == Behaviour.CRASHED:
         why = "; ".join(w for w in (
             (health or {}).get("message") if health and health.get("ok") is False else None,
             "the server process the collector watched exited" if s.get("process_gone_at") is not None else None,
         ) if w) or "the last second of the recovery got no answer at all"
         return f"{head} — it stopped answering ({why}); nothing after it measures the server."
-    if s["behaviour"] == "sheds":
+    if s["behaviour"] == Behaviour.SHEDS:
         head += f" ({d['shed_share']:.0%} of its attempts refused with 429/503 in {d['shed_ms_p50']:g} ms)"
-    elif s["behaviour"] == "fails":
+    elif s["behaviour"] == Behaviour.FAILS:
         head += f" ({d['failed_share']:.0%} of its attempts failed)"
     elif d["p95_x"] is not None:
         head += f" (p95 {d['p95_x']:g}x the {s['before_p95_ms']:g} ms before)"

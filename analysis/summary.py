@@ -29,6 +29,7 @@ import numpy as np
 from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.summary import DiagnosisKind
 
 from . import (
     bargein,
@@ -212,7 +213,7 @@ def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resour
     common = common_evidence(done, knee, has_resources)
     if not knee.get("speech_first"):   # the knee is leading silence: its sentence, from the signal checks, first
         said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
-        return {**diagnosis, "kind": "speech_degraded", "evidence": said + [e for e in common if e not in said]}
+        return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": said + [e for e in common if e not in said]}
     k = knee["index"]
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
     sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
@@ -234,7 +235,7 @@ def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resour
     if worst:
         ev.append(f"Worst at {hi['concurrency']} ({name} {speech_mod.pct(worst['error'])}): sent \"{worst.get('text')}\", "
                   f"heard \"{worst.get('transcript')}\".")
-    return {**diagnosis, "kind": "speech_degraded", "evidence": ev + common}
+    return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": ev + common}
 
 
 def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | None:

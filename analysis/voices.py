@@ -23,12 +23,14 @@ or ``--server-stats``), its hit rate and evictions there and at the step before.
 """
 from __future__ import annotations
 
+from tts_knee.runformat.summary import DiagnosisKind as Kind
+
 from .diagnosis import diagnose as by_steps
 from .knee import LATENCY_RISE, find_knee as knee_over
 
 #: Kinds a voice sweep keeps from the concurrency diagnosis: what they name fails requests or
 #: spoils the measurement whatever the number of voices.
-_KEPT = ("memory_bound", "client_bound", "rate_limited", "server_errors")
+_KEPT = (Kind.MEMORY_BOUND, Kind.CLIENT_BOUND, Kind.RATE_LIMITED, Kind.SERVER_ERRORS)
 _NOT_APPLICABLE = ("throughput_efficiency",)
 
 
@@ -120,7 +122,7 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
         cache = cache_sentence(top)
         if cache:
             ev.append(f"Its voice cache: {cache}.")
-        return dict(d, kind="no_knee", evidence=ev + _notes(d))
+        return dict(d, kind=Kind.NO_KNEE, evidence=ev + _notes(d))
     s, lo = done[k], done[k - 1] if k else done[0]
     lat = lambda x, q: (x.get("latency_ms") or {}).get(q)  # noqa: E731
     ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
@@ -134,7 +136,7 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
     else:
         ev.append("The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
                   "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence.")
-    return dict(d, kind="voice_cache", evidence=ev + _notes(d))
+    return dict(d, kind=Kind.VOICE_CACHE, evidence=ev + _notes(d))
 
 
 def _step(s: dict) -> str:

@@ -4,6 +4,8 @@ from :mod:`analysis.probe`) and the spike (``--spike``: ``summary["spike"]``, fr
 :mod:`analysis.spike`)."""
 from __future__ import annotations
 
+from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
+
 from .kit import esc, fmt
 
 _OUTCOMES = ("audio", "refused", "server_error", "timeout", "silent", "error")
@@ -60,7 +62,7 @@ def spike_html(summary: dict) -> str:
     sp = summary.get("spike")
     if not sp:
         return ""
-    ok = sp["behaviour"] in ("sheds", "absorbs", "queues") and sp["recovery_s"] is not None
+    ok = sp["behaviour"] in (Behaviour.SHEDS, Behaviour.ABSORBS, Behaviour.QUEUES) and sp["recovery_s"] is not None
     rows = []
     for name, level, part in (("spike", sp["spike_level"], sp["during"]), ("recovery", sp["level"], sp["after"])):
         if part:

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
+from tts_knee.runformat.summary import DiagnosisKind
 
 from .kit import (
     GIB,
@@ -85,7 +86,7 @@ def verdict_html(summary: dict) -> str:
     ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
     methods = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{esc(ax.method(v))}</td></tr>"
                       for k, v in knee["methods"].items())
-    cls = "verdict ok" if d["kind"] == "no_knee" else "verdict"
+    cls = "verdict ok" if d["kind"] == DiagnosisKind.NO_KNEE else "verdict"
     return (f"<div class='{cls}'><div>{ax.headline(summary)} &middot; diagnosis: <span class='kind'>"
             f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>"
             f"{capacity_html(summary)}</div><table><tr><th class='l'>knee method</th><th>{ax.method_head}</th></tr>"

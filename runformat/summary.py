@@ -7,6 +7,8 @@ figure added to the analysis is declared here too or the strict check of the tes
 """
 from __future__ import annotations
 
+from enum import StrEnum
+
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
 from .schema import COLLECTOR, PREFLIGHT, TRACE as RUN_TRACE, VERSIONS, WORKER
@@ -366,8 +368,25 @@ SLO: tuple[Field, ...] = (
     _F("max_speed", "x", True, "trace replay: max_rate as a speed of the trace", optional=True),
 )
 
+class DiagnosisKind(StrEnum):
+    """``diagnosis.kind``: what bends the service at the knee (:mod:`analysis.diagnosis` says in
+    which order they are checked; a voice sweep and the ASR judge add theirs). A member is its
+    name as a string, so it reads, compares and serialises as one."""
+    NO_KNEE = "no_knee"                      # no step broke
+    MEMORY_BOUND = "memory_bound"            # GPU memory near full, out-of-memory errors, memory not returning
+    CLIENT_BOUND = "client_bound"            # the load generator itself saturated (its CPU, or Little's law)
+    RATE_LIMITED = "rate_limited"            # 429/503 and Retry-After rising
+    SERVER_ERRORS = "server_errors"          # failures that are not throttling
+    CLIENT_IO = "client_io"                  # writing or joining the audio rising while the wait is flat
+    QUEUEING = "queueing"                    # requests queue, and without server samples the cause is unknown
+    COMPUTE_BOUND = "compute_bound"          # queueing with the server's GPU or CPU saturated
+    CONCURRENCY_LIMIT = "concurrency_limit"  # queueing while the server's resources are not saturated
+    VOICE_CACHE = "voice_cache"              # a voice sweep: latency rising with the number of distinct voices
+    SPEECH_DEGRADED = "speech_degraded"      # the ASR judge hears the words go wrong before latency bends
+
+
 DIAGNOSIS: tuple[Field, ...] = (
-    _F("kind", "", False, "no_knee, compute_bound, concurrency_limit, … (see shared/design.md)"),
+    _F("kind", "", False, ", ".join(DiagnosisKind)),
     _F("evidence", "", False, "sentences with the numbers"),
     _F("resource_data", "", False, "resource samples were there to judge by"),
 )
@@ -628,12 +647,21 @@ SPIKE_PART: tuple[Field, ...] = (
     _F("p95_ms", "ms", True, "of the successful final attempts (TTFA in a streamed run)"),
     _F("p95_x", "", True, "p95_ms over the p95 before the spike"),
 )
+class SpikeBehaviour(StrEnum):
+    """``spike.behaviour``: how the server took the spike, the first that holds (see :mod:`analysis.spike`)."""
+    CRASHED = "crashed"   # it stopped answering: the health probe failed, no answers came, or its process went
+    SHEDS = "sheds"       # it refused fast (429/503) a share of the spike
+    FAILS = "fails"       # other failures: 5xx, resets, timeouts
+    QUEUES = "queues"     # nothing refused, latency grew
+    ABSORBS = "absorbs"   # latency stayed within 1.2x of before
+
+
 SPIKE: tuple[Field, ...] = (
     _F("factor", "", True, "FACTOR of --spike"),
     _F("seconds", "s", True, "SECONDS of --spike"),
     _F("level", "users", False, "the level before and after"),
     _F("spike_level", "users", False, "ceil(level x factor)"),
-    _F("behaviour", "", False, "one of crashed, sheds, fails, queues, absorbs"),
+    _F("behaviour", "", False, "one of " + ", ".join(SpikeBehaviour)),
     _F("recovery_s", "s", True, "from the recovery's start until the p95 stays within 1.2x of before; null: did "
                                 "not recover within the run (or crashed)"),
     _F("basis", "", False, "the latency judged: wait_ms, or ttfa_ms in a streamed run"),
