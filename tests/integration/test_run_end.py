@@ -10,14 +10,26 @@ import pytest
 from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
 
 SERVICE_MS = 3000
+PER_CHAR_MS = 100
+#: Sent in turn: a short text takes SERVICE_MS, a long one 30 s more. A step end (and so the drain)
+#: that comes late on a loaded machine still leaves the long ones to be cut, and the short ones
+#: finish in the drain or before it.
+TEXTS = ("Hello.", "word " * 60)
 
 
 @pytest.fixture(scope="module")
 def slow_sim():
-    """Plenty of slots, each request 3 s: whatever is sent in the last 3 s is in flight at the end."""
+    """Plenty of slots, each request 3 s and a tenth of a second per character."""
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", str(SERVICE_MS), "--per-char-ms",
-                "0"]) as p:
+                str(PER_CHAR_MS)]) as p:
         yield p
+
+
+@pytest.fixture
+def texts(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n")
+    return str(path)
 
 
 def check_records(run_dir, json_file, sent):
@@ -32,12 +44,13 @@ def check_records(run_dir, json_file, sent):
     return records, cut
 
 
-def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slow_sim):
-    # 10 req/s for 2 s: 20 arrivals, each 3 s long, all in flight when the step ends; a 2 s drain
-    # lets the first ones finish, and the rest are cut
+def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slow_sim, texts):
+    # 10 req/s for 2 s: 20 arrivals, all in flight when the step ends; a 2 s drain lets the short
+    # texts finish (3 s each), and the long ones (33 s) are cut
     run_dir = tmp_path / "run"
     proc = locust(["--headless", "-H", slow_sim.url, "--rates", "10", "--arrival", "constant", "--step-time", "2",
-                   "--drain-time", "2", "--settle-time", "0", "--skip-preflight", "--run-dir", str(run_dir),
+                   "--texts", texts, "--drain-time", "2", "--settle-time", "0", "--skip-preflight", "--run-dir",
+                   str(run_dir),
                    "--json-file", str(tmp_path / "locust")], timeout=120)
     assert "Traceback" not in proc.stdout
     assert proc.returncode == 1, proc.stdout[-3000:]   # Locust counts the cut attempts as failures
@@ -56,17 +69,21 @@ def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slo
 
 def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow_sim):
     run_dir = tmp_path / "run"
+    short = tmp_path / "short.txt"
+    short.write_text(TEXTS[0] + "\n")
     proc = locust(["--headless", "-H", slow_sim.url, "--steps", "4", "--step-time", "1", "--skip-preflight",
+                   "--texts", str(short),
                    "--run-dir", str(run_dir), "--json-file", str(tmp_path / "locust")], timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:]
     records, cut = check_records(run_dir, tmp_path / "locust", 4)
     assert not cut and all(r["ok"] and r["wait_ms"] >= SERVICE_MS * 0.9 for r in records)
 
 
-def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim):
+def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim, texts):
     port = free_port()
     m = master(tmp_path, slow_sim.url, port, workers=1, steps="", step_time="2",
-               extra=("--rates", "10", "--arrival", "constant", "--drain-time", "2", "--settle-time", "0", "--skip-preflight"))
+               extra=("--rates", "10", "--arrival", "constant", "--texts", texts, "--drain-time", "2",
+                      "--settle-time", "0", "--skip-preflight"))
     w = worker(tmp_path, port, 1)
     finish(m, w, run_dir=tmp_path / "run")
     records, cut = check_records(tmp_path / "run", tmp_path / "locust", 20)
