@@ -330,9 +330,15 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
     return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
 
 
+#: How much a share of silent, runaway or truncated answers must rise over the lowest step's to be
+#: named: as much as failures must for the knee (one answer in 32 against one in 34 is not a rise).
+SIGNAL_RISE = FAILURE_RATE
+
+
 def _signal(steps: list[dict]) -> list[str]:
     """The signal checks that got worse with load: leading silence that delays what the listener
-    hears, and silent, runaway or truncated answers (shares above the lowest step's)."""
+    hears, and silent, runaway or truncated answers (shares :data:`SIGNAL_RISE` above the lowest
+    step's)."""
     ev, base = [], steps[0]
     lead0 = _get(base, "leading_silence_ms", "p95")
     worse = [s for s in steps[1:] if lead0 is not None and (_get(s, "leading_silence_ms", "p95") or 0)
@@ -349,7 +355,7 @@ def _signal(steps: list[dict]) -> list[str]:
                                        "to its token cap)"),
                       ("truncated_rate", "were cut short (under a third of the run's audio per character)")):
         low = base.get(key) or 0.0
-        hit = next((st for st in steps[1:] if (st.get(key) or 0.0) > low), None)
+        hit = next((st for st in steps[1:] if (st.get(key) or 0.0) >= low + SIGNAL_RISE), None)
         if hit is not None:
             ev.append(f"At concurrency {hit['concurrency']} {share(hit[key])} of the answers {what}, against "
                       f"{share(low)} at {base['concurrency']}.")
