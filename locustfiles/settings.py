@@ -525,9 +525,6 @@ def _barge_in(o, protocol: str, preset, contexts: int) -> tuple[float, tuple | N
     share = _positive("barge-in", o.barge_in, allow_zero=True)
     if share > 1:
         raise SettingsError(f"--barge-in must be a share of utterances from 0 to 1, got {o.barge_in!r}")
-    if share and protocol == "grpc":
-        raise SettingsError("--barge-in cancels over HTTP, WebSocket and Wyoming; a gRPC call cannot be "
-                            "cancelled by tts-knee yet")
     after = parse_barge_in_after(o.barge_in_after)
     has_message = preset is not None and "cancel" in preset.send
     by = str(o.cancel_by or "") or ("message" if has_message else "close")

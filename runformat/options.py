@@ -167,7 +167,7 @@ OPTIONS: tuple[Option, ...] = (
        f"{SPEAKING_CHARS_PER_S:g} a second).", group=_BARGE_IN),
     _O("--cancel-by", "cancel_by", "", "",
        "How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
-       "stream) (default: the preset's cancel message where it has one, else close).",
+       "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has one, else close).",
        choices=("",) + CANCEL_MODES, group=_BARGE_IN),
     _O("--barge-in-seed", "barge_in_seed", "", -1,
        "Seed of which utterances are interrupted and when, recorded in run.json (default: a random one).", int, group=_BARGE_IN),

@@ -46,7 +46,19 @@ from tts_knee.audio import containers
 from .. import pacing, tls
 from ..clock import mono, wall
 from ..headers import parse_retry_after
-from .base import NO_ASK, Answered, Ask, AudioPiece, Ended, Received, TextSent, TlsError, Transport, TransportError
+from .base import (
+    NO_ASK,
+    Answered,
+    Ask,
+    AudioPiece,
+    Cancel,
+    Ended,
+    Received,
+    TextSent,
+    TlsError,
+    Transport,
+    TransportError,
+)
 from .h2grpc import Call, Connection, ConnectionLost, Status, os_error
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent.parent / "configs" / "presets"
@@ -196,7 +208,8 @@ class GrpcTransport(Transport):
 
     reset = close
 
-    def exchange(self, text: str, ask: Ask = NO_ASK):   # one voice: settings refuse a mix for gRPC
+    def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
+        # one voice: settings refuse a mix for gRPC
         self.request_id, self.connect_ms, self._answered = uuid.uuid4().hex, None, False
         try:
             if self.conn is None or not self.conn.usable:
@@ -212,7 +225,10 @@ class GrpcTransport(Transport):
                 self.connect_ms = round((mono() - started) * 1000.0, 3)
             call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout_s * 1000)}m"),
                                                *self.s.grpc_metadata))
-            yield from self._call(call, text)
+            if cancel is None:
+                yield from self._call(call, text)
+            else:
+                yield from self._interruptible(call, text, cancel)
         except ConnectionLost as e:
             self.close()
             raise TransportError(f"{'gRPC stream open, then ' if self._answered else ''}{e} (gRPC would say "
@@ -225,6 +241,27 @@ class GrpcTransport(Transport):
 
     def _call(self, call: Call, text: str):
         raise NotImplementedError
+
+    def _interruptible(self, call: Call, text: str, cancel: Cancel):
+        """The call, which the listener may interrupt (barge-in): the call's stream is reset
+        (RST_STREAM CANCEL, as a gRPC client's cancel does), which stops the server and leaves the
+        connection to the next call, and the call ends CANCELLED, quiet at once: nothing more of
+        it can arrive. A PING wakes the reader waiting on the socket (any HTTP/2 server answers
+        one; gRPC's ping policy forgives it, the server having sent audio since the last)."""
+        def hang_up():
+            call.cancel()
+            if self.conn is call.conn:
+                call.conn.wake()
+        cancel.hook = hang_up
+        for ev in self._call(call, text):
+            if cancel.at is not None and type(ev) in (Answered, Ended):   # the end of the call we cancelled
+                break
+            yield ev
+        else:
+            if cancel.at is None:
+                return
+        yield Answered("CANCELLED", True, "gRPC CANCELLED by the listener", None)
+        yield Ended(mono(), quiet="closed")
 
     def _answer(self, call: Call):
         """Each message of the answer as ``(arrival, bytes)``, with a :class:`Received` first;

@@ -119,6 +119,15 @@ class Connection:
             self._flush()
         return self.call
 
+    def wake(self) -> None:
+        """PING the server: its answer wakes the reader waiting on the socket (after a call was
+        ended from another greenlet)."""
+        with self.lock:
+            if self.sock is None:
+                return
+            self.h2.ping(b"tts-knee")
+            self._flush()
+
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close()

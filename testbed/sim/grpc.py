@@ -24,10 +24,12 @@ OK, ``sse-error`` ends it ``INTERNAL``, ``garbage`` sends a message that is not 
 HTTP/2 as a server for a load tool: streams per connection are not capped (``MAX_CONCURRENT_
 STREAMS`` 4096 instead of h2's 100, past which a client sharing one connection would queue),
 flow control is honoured (a message waits for the client's WINDOW_UPDATE), and a stream the
-client resets stops its synthesis. ``--chunk-log`` gets one line per ``SynthesizeOnline``
+client resets (a cancel: barge-in) stops its synthesis, at once or after ``--orphan-ms`` of work
+for nobody, as a hung-up HTTP stream does. ``--chunk-log`` gets one line per ``SynthesizeOnline``
 answer, as for HTTP streams: ``request_id`` (the request's ``id``), ``format`` "grpc",
 ``received`` (unix seconds its request stream had ended), ``generating``, ``sent`` (each audio
-message handed to the socket) and ``audio_ms``.
+message handed to the socket), ``audio_ms`` and, for a call the client reset, ``cancelled``
+(unix seconds the reset came).
 """
 from __future__ import annotations
 
@@ -203,6 +205,7 @@ class _Call:
         self.requests: list = []
         self.greenlet: gevent.Greenlet | None = None
         self.received = 0.0
+        self.cancelled: float | None = None   # unix seconds the client reset the stream
 
     def data(self, data: bytes) -> None:
         self.buf += data
@@ -218,6 +221,8 @@ class _Call:
         self.greenlet = gevent.spawn(self.answer)
 
     def stop(self) -> None:
+        """The client reset the stream (a cancel): the answer stops making audio."""
+        self.cancelled = time.time()
         if self.greenlet is not None:
             self.greenlet.kill(block=False)
 
@@ -286,7 +291,11 @@ class _Answer:
         try:
             self.audio(turn, clip, request_id, fault)
         finally:
-            turn.finish()
+            if call.cancelled is None:
+                turn.finish()
+            else:   # as for an HTTP stream hung up on: at once, or after --orphan-ms of work for nobody
+                turn.stop()
+                turn.abandon(args.orphan_ms / 1000)
             if args.log_requests:
                 fields = " ".join(f"{k}={json.dumps(v)}" for k, v in clip.fields().items())
                 log.info(f"grpc {'SynthesizeOnline' if call.online else 'Synthesize'} request_id={request_id} "
@@ -359,4 +368,5 @@ class _Answer:
                 "request_id": request_id, "format": "grpc", "received": round(self.call.received, 6),
                 "generating": turn.generating and round(turn.generating, 6),
                 "sent": [round(t, 6) for t in self.sent], "audio_ms": [round(ms, 3) for ms in self.audio_ms],
-                **clip.fields()}) + "\n")
+                **clip.fields(), **({} if self.call.cancelled is None else {"cancelled": round(self.call.cancelled, 6)})
+            }) + "\n")

@@ -22,7 +22,11 @@ TEXTS = ["The train leaves at nine sharp", "Please hold the line for me...", "Yo
 SIM = ["--capacity", "1000", "--max-speed", "9", "--slots", "4", "--prefill-ms", "50", "--chunk-ms", "200"]
 SIM_CANCEL = ROOT / "tests" / "fixtures" / "presets" / "sim-cancel.toml"
 PROTOCOLS = {"http": ["--tts-stream", "--tts-format", "pcm"],
-             "ws": ["--tts-protocol", "ws", "--tts-preset", str(SIM_CANCEL)]}
+             "ws": ["--tts-protocol", "ws", "--tts-preset", str(SIM_CANCEL)],
+             "grpc": ["--tts-protocol", "grpc", "--tts-preset", "riva", "--tts-stream"]}
+#: How each protocol's cancel ends the utterance: HTTP closes the stream, gRPC resets the call's
+#: (both quiet at once), the sim-cancel dialect's server acknowledges its message.
+QUIET = {"http": "closed", "ws": "acknowledged", "grpc": "closed"}
 TOLERANCE_MS = 20
 
 
@@ -44,10 +48,11 @@ def _run(tmp_path, host, texts, *extra, steps="1", step_time="3", name="run"):
 
 def _sweep(tmp_path, sim_extra, protocol, texts):
     """A sweep 1,2,4,8 with barge-in 0.5 after 50 ms, a collector scraping the simulator."""
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM, *sim_extra]) as sim, \
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM, *sim_extra]) as sim, \
             spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
                    "--scrape", f"{sim.url}/metrics"]) as col:
-        run_dir, records = _run(tmp_path, sim.url, texts, *PROTOCOLS[protocol], "--barge-in", "0.5",
+        host = sim.listening("grpc") if protocol == "grpc" else sim.url
+        run_dir, records = _run(tmp_path, host, texts, *PROTOCOLS[protocol], "--barge-in", "0.5",
                                 "--barge-in-after", "50", "--ttfa-floor-ms", "100", "--collector", col.url,
                                 steps="1,2,4,8", step_time="3")
     judged = dashboard(run_dir)
@@ -63,7 +68,7 @@ def test_cancels_honoured_keep_the_knee_and_orphaned_work_lowers_it(tmp_path, te
     cancelled = [r for r in records if r.get("cancelled")]
     assert cancelled and all(r["ok"] and r["error"] is None for r in cancelled)
     assert 0.35 < len(cancelled) / len([r for r in records if r["ok"]]) < 0.65
-    assert all(r["cancel_quiet"] == ("closed" if protocol == "http" else "acknowledged") for r in cancelled)
+    assert all(r["cancel_quiet"] == QUIET[protocol] for r in cancelled)
     # the listener's timer fires 50 ms after the first audio or later, so no upper bound (how much later
     # depends on the machine's load); from below 15 ms, as ever: under load the first audio's stamp
     # and the timer's start, each taken where the client handles the piece, can be that far apart
@@ -93,14 +98,17 @@ def _sim_quiet_ms(line: dict) -> float:
 
 
 @pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
-@pytest.mark.parametrize("protocol", ["http", "ws-message", "ws-close", "wyoming"])
+@pytest.mark.parametrize("protocol", ["http", "ws-message", "ws-close", "wyoming", "grpc"])
 def test_one_session_goes_quiet_as_the_simulators_log_says(tmp_path, texts, protocol):
     log = tmp_path / "chunks.jsonl"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", *SIM, "--chunk-log", str(log)]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", "--grpc-port", "0", *SIM,
+                "--chunk-log", str(log)]) as sim:
         tcp = next(line.split()[-1] for line in sim.lines if line.startswith("wyoming on "))
         host, extra = {"http": (sim.url, PROTOCOLS["http"]), "ws-message": (sim.url, PROTOCOLS["ws"]),
                        "ws-close": (sim.url, ["--tts-protocol", "ws", "--tts-preset", "vllm-omni"]),
-                       "wyoming": (tcp, ["--tts-protocol", "wyoming"])}[protocol]
+                       "wyoming": (tcp, ["--tts-protocol", "wyoming"]),
+                       "grpc": (sim.listening("grpc"), ["--tts-protocol", "grpc", "--tts-preset", "riva",
+                                                        "--tts-stream"])}[protocol]
         _, records = _run(tmp_path, host, texts, *extra, "--barge-in", "0.5", "--barge-in-after", "40-80")
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     seen = [x for x in lines if "cancelled" in x]
