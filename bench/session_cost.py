@@ -13,7 +13,7 @@ One simulator shares 2 S x real time, at most 1x each (``--capacity 2S --max-spe
 Each pair starts two headless ``locust`` processes at the same time against it: S users over
 HTTP (a WAV stream per request, bench/stream_locustfile.py) and S sessions over WebSocket in
 vLLM-Omni's dialect (bench/session_locustfile.py), each session on one connection (mode
-``session``, as vLLM-Omni 0.29, Deepgram and Cartesia keep it) or opening one per utterance
+``session``, as vLLM-Omni since its PR #5517, Deepgram and Cartesia keep it) or opening one per utterance
 (mode ``utterance``, as the shipped preset does for older servers). bench/meter.py reads each
 process's CPU time over the same window, so the host's other load falls on both alike. Then
 the S sessions run alone against a simulator of their own, for their timing (two processes
@@ -120,7 +120,7 @@ def _row(show, pair, kind: str, sessions: int, row: dict) -> None:
          f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}")
 
 
-#: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni 0.29
+#: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni since #5517
 #: keep it), or one connection per utterance (as vLLM-Omni's preset, sglang-omni and ElevenLabs).
 MODES = ("session", "utterance")
 

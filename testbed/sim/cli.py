@@ -162,7 +162,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
                         "(default off; needs --capacity)")
     p.add_argument("--ws-close-after-done", action="store_true",
-                   help="close a WebSocket session after session.done, as vLLM-Omni before 0.29 and "
+                   help="close a WebSocket session after session.done, as vLLM-Omni before its PR #5517 and "
                         "sglang-omni do (default: keep it open for the next utterance)")
     p.add_argument("--leak-mb-per-min", type=number(float, 0), default=0.0,
                    help="keep this many more MB (10^6 bytes) of memory each minute, a leak for "

@@ -145,7 +145,7 @@ class Utterance:
                     if self.fault and nbytes + len(piece) > len(pcm) // 2:
                         self.voice.fault(self.fault)
                         return
-                    if not nbytes:   # announced with its first audio, as vLLM-Omni 0.29 and wyoming-piper do
+                    if not nbytes:   # announced with its first audio, as vLLM-Omni's streamed pcm and wyoming-piper do
                         self.voice.sentence(index, sentence, audio.sample_rate)
                     self.voice.audio(index, piece)
                     self.sent.append(time.time())

@@ -1,5 +1,5 @@
 """The simulator's WebSocket face: vLLM-Omni's ``/v1/audio/speech/stream`` on the HTTP port,
-in its 0.29 dialect (the connection stays open for the next utterance; ``--ws-close-after-done``
+in its dialect since PR #5517 (the connection stays open for the next utterance; ``--ws-close-after-done``
 closes it after ``session.done``, as older vLLM-Omni and sglang-omni do).
 
 The client sends ``session.config`` first, then ``input.text`` pieces and ``input.done``;
