@@ -9,8 +9,8 @@ to its quiet: cancel plus ``cancel_to_quiet_ms``) are requests nobody waits for.
 averaged over the samples and multiplied by the span they cover, is the orphaned request-time,
 shared out over the cancels in that span: ``orphaned_work_s.per_cancel_s``. A server that stops
 on a cancel gives about 0; one that goes on generating for N seconds, about N. Without the
-running series it is null: its CPU or GPU time cannot be told apart from the heard
-utterances' this way.
+running series, a collector's watch on the server process gives it from the process's CPU
+time instead (:mod:`analysis.orphans`), with its uncertainty.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pandas as pd
 from tts_knee.runformat.metric_roles import roles as roles_of
 from tts_knee.runformat.reader import Attempts
 
+from . import orphans
 from .diagnosis import share
 from .steps import dist, run_end_cut
 
@@ -29,8 +30,10 @@ METHOD = ("the server's running (and waiting) requests above the load generator'
 ORPHANED_NOTABLE_S = 0.1
 
 
-def summarise(a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None) -> dict | None:
-    """``summary.barge_in``, or None for a run without interruptions."""
+def summarise(a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None,
+              cpu: dict | None = None) -> dict | None:
+    """``summary.barge_in``, or None for a run without interruptions. ``cpu``: the process-CPU
+    fit (:func:`analysis.orphans.fit`), read where the server publishes no running series."""
     fraction = options.get("barge_in") or 0.0
     cancelled = np.isfinite(a["cancel_ms"])
     if not fraction and not cancelled.any():
@@ -44,8 +47,38 @@ def summarise(a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, st
         "unacknowledged": int((~np.isfinite(quiet)).sum()),
         "cancel_to_quiet_ms": dist(quiet),
         "audio_after_cancel_ms": dist(a["audio_after_cancel_ms"][counted]),
-        "orphaned_work_s": orphaned(a, res, roles),
+        **_orphaned_either(orphaned(a, res, roles), cpu),
     }
+
+
+def _orphaned_either(running: dict | None, cpu: dict | None) -> dict:
+    """``orphaned_work_s`` from the running series, else from the process's CPU (with the
+    ``orphaned_note`` that says why not, where it could not tell)."""
+    if running is not None or cpu is None:
+        return {"orphaned_work_s": running}
+    fitted = cpu.get("cancel")
+    if fitted is None:
+        return {"orphaned_work_s": None, "orphaned_note": cpu.get("note") or "too few cancels to fit"}
+    return {"orphaned_work_s": {"per_cancel_s": fitted["per_s"], "total_s": fitted["total_s"], "method": fitted["method"],
+                                "series": fitted["series"], "samples": fitted["samples"],
+                                "uncertainty_s": fitted["uncertainty_s"], "busy_scale": fitted["busy_scale"]}}
+
+
+def hangups(cpu: dict | None, a: Attempts) -> dict | None:
+    """``summary.hangups``: the requests the client gave up on at --request-timeout and the CPU
+    they left the server (from the process-CPU fit), or None without a hang-up or a fit."""
+    if cpu is None:
+        return None
+    timed_out = sum(int((a["error"] == i).sum()) for i, e in enumerate(a.errors) if e.startswith(orphans.TIMED_OUT))
+    if not timed_out:
+        return None
+    fitted = cpu.get("hangup")
+    work = None if fitted is None else {
+        "per_hangup_s": fitted["per_s"], "uncertainty_s": fitted["uncertainty_s"], "total_s": fitted["total_s"],
+        "method": fitted["method"], "series": fitted["series"], "samples": fitted["samples"],
+        "busy_scale": fitted["busy_scale"]}
+    return {"timed_out": timed_out, "orphaned_work_s": work,
+            "note": None if work else (cpu.get("note") or "too few hang-ups to fit")}
 
 
 def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
@@ -84,12 +117,28 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
             "series": series, "samples": len(at)}
 
 
+def hangup_evidence(hung: dict | None) -> str | None:
+    """The diagnosis's line when requests the client gave up on kept the server busy, else None."""
+    work = (hung or {}).get("orphaned_work_s") or {}
+    per = work.get("per_hangup_s")
+    if per is None or per - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
+        return None
+    return (f"Requests the client gave up on at --request-timeout cost the server {per:.2f} ± "
+            f"{work['uncertainty_s']:.2f} CPU-s each beyond the part heard ({hung['timed_out']} hang-ups; from its "
+            f"process's CPU): capacity spent on audio nobody hears.")
+
+
 def evidence(barge: dict | None) -> str | None:
     """The diagnosis's line when cancelled utterances kept the server busy, else None."""
     work = (barge or {}).get("orphaned_work_s") or {}
     per = work.get("per_cancel_s")
-    if per is None or per < ORPHANED_NOTABLE_S:
+    if per is None or per - (work.get("uncertainty_s") or 0.0) < ORPHANED_NOTABLE_S:
         return None
+    if work.get("uncertainty_s") is not None:   # from the process's CPU
+        return (f"Cancelled utterances cost the server {per:.2f} ± {work['uncertainty_s']:.2f} CPU-s each after "
+                f"their cancel ({barge['cancelled']} cancels; from its process's CPU, beyond the part heard): at a "
+                f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
+                f"lowers the knee.")
     return (f"Cancelled utterances kept generating for {per:.2f} s each after their cancel ({barge['cancelled']} "
             f"cancels; {work['series']} stayed above the requests anyone was waiting for): at a "
             f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "

@@ -35,6 +35,7 @@ from . import (
     bargein,
     capacity as capacity_mod,
     openloop,
+    orphans,
     probe as probe_mod,
     reuse,
     slo as slo_mod,
@@ -486,7 +487,9 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     cap = capacity_mod.capacity(done, key, value, rec, run_capacity(rd, capacity))
     run = rd.run
     in_progress = bool(run) and run.get("end") is None
-    barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles)
+    cpu_fit = orphans.fit(a_all, rd.resources, rd.options().get("request_timeout"))
+    barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit)
+    hung = bargein.hangups(cpu_fit, a_all)
     diagnosis = voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices \
         else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop \
         else diagnose(done, knee, creep, rd.has_resources())
@@ -495,6 +498,8 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     orphaned = bargein.evidence(barge)
     if orphaned:
         diagnosis["evidence"].insert(0, orphaned)
+    if left := bargein.hangup_evidence(hung):
+        diagnosis["evidence"].insert(0, left)
     reused = reuse.text_reuse(a, streamed, rd.options().get("text_reuse") == "unique")
     if reused["caches"]:   # what every figure above means: first of all
         diagnosis["evidence"].insert(0, reused["note"])
@@ -537,6 +542,7 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
         "server_timing_stages": list(a_all.stages),
         "cut_by_run_end": int(run_end_cut(a_all).sum()),
         **({"barge_in": barge} if barge is not None else {}),
+        **({"hangups": hung} if hung is not None else {}),
         **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
         **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
         **({"probe": hostile} if hostile is not None else {}),

@@ -8,7 +8,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
-from .kit import GIB, conc_axis, esc, fmt, is_open_loop, lx, step_axis, step_label
+from .kit import GIB, conc_axis, esc, fmt, is_open_loop, lx, orphaned_words, step_axis, step_label
 
 
 def stages_figure(summary: dict) -> go.Figure:
@@ -151,9 +151,8 @@ def barge_in_html(summary: dict) -> str:
     if not barge:
         return ""
     work = barge.get("orphaned_work_s") or {}
-    per = work.get("per_cancel_s")
-    said = (f"Orphaned work: {per:.2f} s per cancel ({esc(work['method'])}, from {esc(work['series'])})."
-            if per is not None else "Orphaned work: not measured (the server publishes no running-requests series).")
+    said = f"Orphaned work: {esc(orphaned_words(barge))}" + (
+        f" ({esc(work['method'])}, from {esc(work['series'])})." if work.get("per_cancel_s") is not None else ".")
     rows = []
     for s in summary["steps"]:
         if not s.get("requests"):

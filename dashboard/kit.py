@@ -123,3 +123,15 @@ def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
     return dict(type="data", visible=True, thickness=1.2, width=4,
                 array=[c[1] - p[q] if c and c[1] is not None else None for p, c in zip(pts, ci)],
                 arrayminus=[p[q] - c[0] if c and c[0] is not None else None for p, c in zip(pts, ci)])
+
+
+def orphaned_words(barge: dict) -> str:
+    """Barge-in's orphaned work per cancel in words: from the running series, from the process's
+    CPU (with its interval), or why it is not known."""
+    work = barge.get("orphaned_work_s") or {}
+    per = work.get("per_cancel_s")
+    if per is None:
+        return f"n/a ({barge.get('orphaned_note') or 'no running-requests series, no collector watching the server process'})"
+    if work.get("uncertainty_s") is not None:
+        return f"{per:.2f} ± {work['uncertainty_s']:.2f} CPU-s per cancel (from the server process's CPU)"
+    return f"{per:.2f} s per cancel"

@@ -10,7 +10,7 @@ from pathlib import Path
 from tts_knee.analysis.steps import OPEN_MIN_COUNT
 from tts_knee.runformat import SOAK_PHASE
 
-from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, stat
+from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words, stat
 from .probe import probe_lines
 from .trace import trace_lines
 
@@ -238,6 +238,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append(f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
                      f"not whole-body time")
     lines += _barge_in_lines(summary.get("barge_in"))
+    lines += _hangup_lines(summary.get("hangups"))
     d = summary["diagnosis"]
     lines.append(f"diagnosis: {d['kind']}")
     lines += [f"  - {e}" for e in d["evidence"]]
@@ -329,12 +330,20 @@ def _barge_in_lines(barge: dict | None) -> list[str]:
     if not barge:
         return []
     quiet, after = barge.get("cancel_to_quiet_ms") or {}, barge.get("audio_after_cancel_ms") or {}
-    work = (barge.get("orphaned_work_s") or {}).get("per_cancel_s")
     unacked = f", {barge['unacknowledged']} unacknowledged" if barge["unacknowledged"] else ""
     return [f"barge-in: {barge['cancelled']} cancelled by {barge.get('cancel_by') or 'close'}{unacked}; cancel to "
             f"quiet p50 {fmt(quiet.get('p50'))} / p95 {fmt(quiet.get('p95'))} ms, audio after p95 "
-            f"{fmt(after.get('p95'))} ms; orphaned work "
-            + ("n/a (no running-requests series)" if work is None else f"{work:.2f} s per cancel")]
+            f"{fmt(after.get('p95'))} ms; orphaned work " + orphaned_words(barge)]
+
+
+def _hangup_lines(hung: dict | None) -> list[str]:
+    """One line where the client gave up on requests and a collector watched the server process."""
+    if not hung:
+        return []
+    work = hung.get("orphaned_work_s")
+    said = (f"{work['per_hangup_s']:.2f} ± {work['uncertainty_s']:.2f} CPU-s per hang-up left to the server "
+            f"(from its process's CPU)" if work else f"orphaned work n/a ({hung['note']})")
+    return [f"hang-ups: {hung['timed_out']} at --request-timeout; {said}"]
 
 
 def _rate_lines(summary: dict) -> list[str]:

@@ -554,6 +554,25 @@ ORPHANED: tuple[Field, ...] = (
     _F("method", "", False, "how it was estimated"),
     _F("series", "", False, "the server's series it was read from"),
     _F("samples", "count", False, "server samples read"),
+    _F("uncertainty_s", "s", False, "from the process's CPU: the 95 % interval of per_cancel_s (±)", optional=True),
+    _F("busy_scale", "", False, "from the process's CPU: the fitted time the server went on with an abandoned "
+                                "request, as a share of a heard one's of its text", optional=True),
+)
+#: ``hangups``: requests the client gave up on at --request-timeout, and the work they left the server.
+HANGUP_WORK: tuple[Field, ...] = (
+    _F("per_hangup_s", "s", False, "CPU-seconds the server spent on each hang-up beyond the part heard"),
+    _F("uncertainty_s", "s", False, "the 95 % interval of per_hangup_s (±)"),
+    _F("total_s", "s", False, "the same, over the run"),
+    _F("method", "", False, "how it was estimated"),
+    _F("series", "", False, "the series it was read from"),
+    _F("samples", "count", False, "server samples read"),
+    _F("busy_scale", "", False, "the fitted time the server went on with a hang-up, as a share of a heard "
+                                "request's of its text"),
+)
+HANGUPS: tuple[Field, ...] = (
+    _F("timed_out", "count", False, "attempts the client abandoned at --request-timeout, every phase"),
+    _F("orphaned_work_s", "s", True, "null: too few, or not measurable (note says why)", of=HANGUP_WORK),
+    _F("note", "", True, "why orphaned_work_s is null"),
 )
 BARGE_IN: tuple[Field, ...] = (
     _F("fraction", "", False, "--barge-in: the share of utterances the listener interrupts"),
@@ -562,7 +581,9 @@ BARGE_IN: tuple[Field, ...] = (
     _F("unacknowledged", "count", False, "cancels whose acknowledgement never came within the bounded wait"),
     _F("cancel_to_quiet_ms", "ms", True, "the cancel to the last audio, or to its acknowledgement", of=DIST),
     _F("audio_after_cancel_ms", "ms", True, "audio that still arrived after each cancel", of=DIST),
-    _F("orphaned_work_s", "s", True, "null without the server's running-requests series", of=ORPHANED),
+    _F("orphaned_work_s", "s", True, "from the server's running-requests series, else from a collector's watch "
+                                     "on its process's CPU; null without either", of=ORPHANED),
+    _F("orphaned_note", "", True, "why orphaned_work_s is null, where the CPU could not tell", optional=True),
 )
 
 CAPACITY_AT: tuple[Field, ...] = (
@@ -730,6 +751,8 @@ SUMMARY: tuple[Field, ...] = (
     _F("recommended_voices", "count", True, "voice sweep: the number of distinct voices before the knee (with an "
                                             "SLO: slo.max_voices)", optional=True),
     _F("barge_in", "", True, "with --barge-in", optional=True, of=BARGE_IN),
+    _F("hangups", "", False, "where the client gave up on requests and a collector watched the server process",
+       optional=True, of=HANGUPS),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),

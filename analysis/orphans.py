@@ -1,0 +1,171 @@
+"""Orphaned work from the server process's CPU time, for servers that publish no running-requests
+series (piper's HTTP server, wyoming-piper, Triton): the CPU-seconds each abandoned request (a
+barge-in's cancel, a client's hang-up at ``--request-timeout``) cost beyond what a heard
+utterance of the part heard costs. See docs/barge-in.md.
+
+**The fit.** A collector watching the server process (``--pid``/``--match``) gives the CPU-seconds
+of each sample interval. They are fitted by least squares as idle CPU per second, plus a cost per
+character heard, plus one cost per cancel and one per hang-up:
+
+- a heard request's characters are spread over its time on the wire (sent to done);
+- an abandoned one's heard part (its characters times the share of its text's audio that
+  arrived) over the time up to its abandonment, and its orphan cost from then over the time a
+  heard request of the same text took (the median; for a text never heard, its characters at
+  the heard requests' pace) less the time it had already run.
+
+Each per-abandonment cost is the CPU the server spent on it after nobody listened. Its
+uncertainty is the fit's 95 % interval (1.96 standard errors), given with it: where the
+abandonments are few, or move in step with the heard load, it is wide. A server that stops on
+a cancel gives about 0; one that synthesises the whole text anyway gives the text's cost less the
+part heard.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tts_knee.runformat.reader import Attempts
+
+METHOD = ("the server process's CPU-seconds per sample fitted as idle + per character heard + per abandoned "
+          "request (its cost beyond the part heard), least squares; uncertainty: the 95 % interval")
+SERIES = "the watched server process's CPU (collector)"
+#: Fewer sample intervals than this, or fewer abandonments, and the fit is not tried.
+MIN_INTERVALS = 8
+MIN_ABANDONED = 5
+#: The host's CPU (median over the fit's samples, all cores) at which the fit is not tried.
+SATURATED_PERCENT = 95.0
+#: The server's time on an abandoned request, as a share of a heard one's of its text: tried in
+#: turn, the one that fits best kept (and said).
+SCALES = tuple(round(0.1 * 1.25 ** i, 3) for i in range(19))   # 0.1 ... 5.5
+MAX_SCALE = SCALES[-1]
+#: A hang-up: the client stopped waiting at --request-timeout (the attempt's error says so).
+TIMED_OUT = "timed out"
+
+
+def _ramp_sum(start: np.ndarray, end: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """At each time of ``at``, the sum over items of ``weight`` spread evenly over [start, end]
+    that has accrued by then (O((items + times) log items), however many of each)."""
+    width = np.maximum(end - start, 1e-6)
+    rate = weight / width
+    out = np.zeros(len(at))
+    for edge, sign in ((start, 1.0), (end, -1.0)):
+        order = np.argsort(edge)
+        e, r = edge[order], rate[order]
+        n = np.searchsorted(e, at, side="right")
+        cr, cre = np.concatenate(([0.0], np.cumsum(r))), np.concatenate(([0.0], np.cumsum(r * e)))
+        out += sign * (cr[n] * at - cre[n])
+    return out
+
+
+def _cpu_intervals(res: pd.DataFrame, first: float, last: float) -> tuple[np.ndarray, ...] | None:
+    """(edges, cpu_s, host_percent): the watched server process's sample times over [first, last]
+    (one sample before), the CPU-seconds of each interval between them and the host's CPU (all
+    cores) then, or None without a single server process series."""
+    if not len(res) or "proc_cpu_percent" not in res.columns:
+        return None
+    srv = res[(res["role"] == "server") & res["proc_cpu_percent"].notna()]
+    if srv.empty or srv["host"].nunique() != 1:
+        return None   # no process watched, or replicas: their CPU is not one server's
+    ts, pct = srv["ts"].to_numpy(float), srv["proc_cpu_percent"].to_numpy(float)
+    order = np.argsort(ts)
+    ts, pct = ts[order], pct[order]
+    lo = max(int(np.searchsorted(ts, first, side="right")) - 1, 0)
+    hi = int(np.searchsorted(ts, last, side="left")) + 1
+    ts, pct = ts[lo:hi], pct[lo:hi]
+    if len(ts) < MIN_INTERVALS + 1:
+        return None
+    host = srv["cpu_percent"].to_numpy(float)[order][lo:hi] if "cpu_percent" in srv.columns else np.full(len(ts), np.nan)
+    # a sample's percent is of the interval since the one before
+    return ts, pct[1:] / 100.0 * np.diff(ts), host[1:]
+
+
+def _expected(a: Attempts, heard: np.ndarray, chars: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """Per attempt, the median of ``column`` over the heard attempts of its text; for a text never
+    heard, its characters at the heard attempts' median ``column`` per character."""
+    codes = a["text"]
+    out = np.full(len(a), np.nan)
+    for code in np.unique(codes[heard]):
+        mine = codes == code
+        out[mine] = np.nanmedian(column[heard & mine])
+    pace = np.nanmedian(column[heard] / chars[heard]) if heard.any() else np.nan
+    missing = ~np.isfinite(out)
+    out[missing] = chars[missing] * pace
+    return out
+
+
+def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Least squares: (coefficients, standard errors, residual sum of squares), or None where the
+    columns do not determine them."""
+    if len(y) <= x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
+        return None
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    rss = float(resid @ resid)
+    se = np.sqrt(np.clip(np.diag(np.linalg.inv(x.T @ x)) * rss / (len(y) - x.shape[1]), 0.0, None))
+    return coef, se, rss
+
+
+def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict | None:
+    """``{"cancel", "hangup", "note"}``: the CPU estimate of the work orphaned per cancel and per
+    hang-up (see the module doc), each None where there were too few of them, and ``note`` the
+    sentence saying why neither could be estimated; None for a run with no abandoned request or
+    no watched server process. ``timeout_s``: --request-timeout, when a hang-up was."""
+    if not len(a):
+        return None
+    t0, chars = a["t0"], a["text_len"]
+    timed_out = np.zeros(len(a), bool)
+    for i, e in enumerate(a.errors):
+        if e.startswith(TIMED_OUT):
+            timed_out |= a["error"] == i
+    # a hang-up records no end of its own: the client left at its timeout
+    end = np.where(timed_out & ~np.isfinite(a["tend"]), t0 + (timeout_s or np.nan), a["tend"])
+    cancelled = np.isfinite(a["cancel_ms"])
+    ok = np.isfinite(t0) & np.isfinite(end) & np.isfinite(chars) & (chars > 0)
+    heard = ok & a["ok"] & ~cancelled
+    kinds = {"cancel": ok & cancelled, "hangup": ok & timed_out & ~cancelled}
+    abandoned = kinds["cancel"] | kinds["hangup"]
+    if not abandoned.any():
+        return None
+    gone = np.where(cancelled, t0 + a["cancel_ms"] / 1000.0, end)
+    took = _expected(a, heard, chars, end - t0) if heard.any() else np.full(len(a), np.nan)
+    horizon = float(np.nanmax(np.where(abandoned, t0 + np.fmax(MAX_SCALE * took, gone - t0), end)[ok]))
+    cpu = _cpu_intervals(res, float(np.nanmin(t0[ok])), horizon)
+    if cpu is None:
+        return None
+    edges, cpu_s, host_cpu = cpu
+    if not heard.any() or not any(m.sum() >= MIN_ABANDONED for m in kinds.values()):
+        return {"cancel": None, "hangup": None, "note": f"too few abandoned requests (fewer than {MIN_ABANDONED} "
+                "cancels or hang-ups) or none heard to compare them with"}
+    if np.nanmedian(host_cpu) >= SATURATED_PERCENT:
+        return {"cancel": None, "hangup": None, "note": (
+            f"the server host's CPU was saturated (median {np.nanmedian(host_cpu):.0f} % of its cores): its "
+            "process's CPU time then follows the cores, not the work; measure at a load that leaves CPU idle")}
+    audio = a["audio_s"]
+    expected_audio = _expected(a, heard, chars, audio)
+    # the part heard: the share of the text's audio that arrived before the listener left
+    share = np.where(np.isfinite(audio) & (expected_audio > 0), np.clip(audio / expected_audio, 0, 1), 0.0)
+    part = np.where(heard, chars, chars * share)
+    fitted = [k for k, m in kinds.items() if m.sum() >= MIN_ABANDONED]
+    ones = np.ones(len(a))
+    best = None
+    for scale in SCALES:
+        # the server's time on an abandoned request: at least to its abandonment, else a share of
+        # the time a heard one of its text took
+        busy_end = np.where(abandoned, t0 + np.fmax(scale * np.nan_to_num(took), gone - t0), end)
+        rows = heard | abandoned
+        x = [np.diff(edges), np.diff(_ramp_sum(t0[rows], busy_end[rows], part[rows], edges))]
+        x += [np.diff(_ramp_sum(t0[kinds[k]], busy_end[kinds[k]], ones[kinds[k]], edges)) for k in fitted]
+        got = _solve(np.column_stack(x), cpu_s)
+        if got is not None and (best is None or got[2] < best[3]):
+            best = (scale, *got)
+    if best is None:
+        return {"cancel": None, "hangup": None, "note": "the samples do not tell the abandoned requests' CPU "
+                "from the heard ones' (they rose and fell together)"}
+    scale, coef, se, _ = best
+    out: dict = {"cancel": None, "hangup": None, "note": None}
+    for i, kind in enumerate(fitted, start=2):
+        n = int(kinds[kind].sum())
+        out[kind] = {"per_s": float(coef[i]), "uncertainty_s": float(1.96 * se[i]), "total_s": float(coef[i] * n),
+                     "count": n, "method": METHOD, "series": SERIES, "samples": len(cpu_s),
+                     "per_char_s": float(coef[1]), "idle_cpu": float(coef[0]), "busy_scale": scale}
+    return out
