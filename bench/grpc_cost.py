@@ -38,14 +38,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness import locust, percentile, simulator
+from harness import PROCESS_HEAD, locust, percentile, process_columns, process_figures, simulator
 from stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched
 
 CLIENTS = ("tts-knee", "grpcio")
 
 
 def measure_one(client: str, streams: int, step_time: float) -> dict:
-    settle = min(3.0, step_time / 3)
+    settle = min(3.0 + streams / 200.0, step_time / 3)   # a second more per 200 streams, which connect in turn
     with tempfile.TemporaryDirectory(prefix="tts-knee-grpc-") as tmp:
         log, texts, out = Path(tmp) / "chunks.jsonl", Path(tmp) / "texts.txt", Path(tmp) / "grpcio.jsonl"
         texts.write_text("\n".join(TEXTS) + "\n")
@@ -84,7 +84,7 @@ def measure_one(client: str, streams: int, step_time: float) -> dict:
     return {"client": client, "streams": streams, "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
             "streams_matched": joined, "matched_chunks": len(errors),
             "err_p50_ms": percentile(errors, 0.5), "err_p95_ms": percentile(errors, 0.95),
-            "err_max_ms": max(errors, default=float("nan"))}
+            "err_max_ms": max(errors, default=float("nan")), **process_figures(r)}
 
 
 def _streams(client: str, r: dict, out: Path) -> list[dict]:
@@ -98,7 +98,7 @@ def _streams(client: str, r: dict, out: Path) -> list[dict]:
 
 def measure(levels: list[int], clients: list[str], step_time: float, show=print) -> dict:
     show(f"{'client':>8} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
-         f"{'err_max_ms':>11} {'streams_matched':>16}")
+         f"{'err_max_ms':>11} {'streams_matched':>16} {PROCESS_HEAD}")
     rows = []
     for client in clients:
         for streams in levels:
@@ -106,7 +106,7 @@ def measure(levels: list[int], clients: list[str], step_time: float, show=print)
             rows.append(row)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
             show(f"{client:>8} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16}")
+                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} {process_columns(row)}")
     at_goal = {r["client"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
     if at_goal:
         show(f"arrival error p95 at {GOAL_STREAMS} streams: "

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from tts_knee.analysis.diagnosis import CLIENT_PROC_BUSY
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = Path(sys.executable).with_name("locust")
 _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
@@ -75,3 +77,24 @@ def percentile(values, q: float) -> float:
     """The ``q``-quantile (0..1) of ``values`` as the dashboard and the live table take it:
     numpy's linear interpolation between the two nearest ranks (NaN for no values)."""
     return float(np.percentile(np.asarray(values, dtype=float), q * 100)) if len(values) else float("nan")
+
+
+def process_figures(reading: dict) -> dict:
+    """What the meter saw of the Locust process at its window's end: its users, file descriptors,
+    resident memory and what each user added to it, its CPU (% of one core) and whether
+    tts-knee's diagnosis would call a Locust process that busy ``client_bound``."""
+    users, rss, rss0 = reading.get("users"), reading.get("rss_bytes"), reading.get("rss_at_start_bytes")
+    busy = 100.0 * reading["cpu_s"] / reading["wall_s"] if reading.get("wall_s") else None
+    return {"users": users, "fds": reading.get("fds"), "rss_mib": rss / 2**20 if rss else None,
+            "kib_per_user": (rss - rss0) / 1024 / users if rss and rss0 and users else None,
+            "process_cpu_percent": busy, "client_bound": busy is not None and busy >= CLIENT_PROC_BUSY}
+
+
+PROCESS_HEAD = f"{'fds':>6} {'KiB/user':>9} {'CPU_%':>6} {'client_bound':>12}"
+
+
+def process_columns(row: dict) -> str:
+    """:func:`process_figures` as columns under :data:`PROCESS_HEAD`."""
+    n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    return (f"{n(row['fds']):>6} {n(row['kib_per_user']):>9} {n(row['process_cpu_percent']):>6} "
+            f"{'yes' if row['client_bound'] else 'no':>12}")

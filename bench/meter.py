@@ -5,7 +5,11 @@ the unix time ``BENCH_START_AT`` when that is set (so that processes run side by
 the same window), then takes this process's CPU time and Locust's request count, again
 ``BENCH_MEASURE_S`` later, and writes both to the JSON file named by ``BENCH_METER_OUT``::
 
-    {"cpu_s": 1.93, "user_s": 1.52, "sys_s": 0.41, "requests": 5210, "wall_s": 4.0}
+    {"cpu_s": 1.93, "user_s": 1.52, "sys_s": 0.41, "requests": 5210, "wall_s": 4.0,
+     "fds": 1041, "rss_bytes": 412000000, "rss_at_start_bytes": 160000000, "users": 1000}
+
+(``fds``, ``rss_bytes`` and ``users`` at the window's end; ``rss_at_start_bytes`` when the test
+started, before its users.)
 
 Nothing is measured when ``BENCH_METER_OUT`` is unset.
 """
@@ -34,12 +38,34 @@ def _measure(environment, out: str, warm_s: float, measure_s: float) -> None:
     (u1, s1), n1, t1 = _cpu(), stats.num_requests, time.perf_counter()
     with open(out, "w") as f:
         json.dump({"cpu_s": u1 - u0 + s1 - s0, "user_s": u1 - u0, "sys_s": s1 - s0, "requests": n1 - n0,
-                   "wall_s": t1 - t0}, f)
+                   "wall_s": t1 - t0, "fds": _fds(), "rss_bytes": _rss(), "rss_at_start_bytes": _AT_START.get("rss"),
+                   "users": environment.runner.user_count if environment.runner else None}, f)
+
+
+def _fds() -> int | None:
+    """File descriptors this process holds (Linux), or None."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def _rss() -> int | None:
+    """This process's resident memory now (Linux), or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_AT_START: dict = {}
 
 
 @events.test_start.add_listener
 def _on_test_start(environment, **_kw) -> None:
     out = os.environ.get("BENCH_METER_OUT")
+    _AT_START["rss"] = _rss()   # before the users start: what each one adds is measured from here
     if out:
         gevent.spawn(_measure, environment, out, float(os.environ.get("BENCH_WARM_S", "1.5")),
                      float(os.environ.get("BENCH_MEASURE_S", "4")))

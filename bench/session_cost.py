@@ -6,6 +6,7 @@ Run from the repository root (about a minute)::
 
     .venv/bin/python bench/session_cost.py
     .venv/bin/python bench/session_cost.py --sessions 64 --pairs 3 --modes session
+    .venv/bin/python bench/session_cost.py --sessions 1000 --modes session   # a thousand per worker
     .venv/bin/python bench/session_cost.py --json      # one JSON object instead of the table
 
 One simulator shares 2 S x real time, at most 1x each (``--capacity 2S --max-speed 1
@@ -28,12 +29,14 @@ that completed its audio::
        1                 http       256    1304.0         101.0        0.06        0.91        5.43       854
        1         ws utterance       256    1301.6         166.4        0.10        0.88       68.41       852
        -   ws utterance alone       256    1304.4         166.7        0.14        0.78       86.00       850
-    CPU per chunk, ws session / http (median of 1 pairs): 1.19x, pairs 1.19-1.19   (goal <= 1.5x)
+    CPU per chunk, ws session / http (median of 1 pairs): 1.19x, pairs 1.19-1.19   (goal <= 1.2x)
     WebSocket arrival error p95 at 256 sessions, session, alone: 0.79 ms (goal < 5 ms)
     CPU per chunk, ws utterance / http (median of 1 pairs): 1.65x, pairs 1.65-1.65   (no goal: a connection per turn)
     WebSocket arrival error p95 at 256 sessions, utterance, alone: 0.78 ms (goal < 5 ms)
 
-``err`` is client arrival minus server send, in ms. CPU per chunk is the Locust process's CPU
+(The table has four more columns, the Locust process's file descriptors, the resident memory each
+user added, its CPU in % of one core and whether tts-knee would call it client_bound; at 1,000
+sessions see docs/benchmarks-and-tests.md.) ``err`` is client arrival minus server send, in ms. CPU per chunk is the Locust process's CPU
 time (user + system) over the window divided by the chunks that arrived in it: everything the
 client does per chunk, its share of each utterance's connection and text included.
 """
@@ -46,19 +49,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import ROOT, locust, median, percentile, simulator
-from stream_cost import CHUNK_MS, RATE, TEXTS, arrivals_in, chunk_errors
+from harness import PROCESS_HEAD, ROOT, locust, median, percentile, process_columns, process_figures, simulator
+from stream_cost import RATE, TEXTS, arrivals_in, chunk_errors
 
-GOAL_RATIO = 1.5
+GOAL_RATIO = 1.2
 GOAL_P95_MS = 5.0
-#: Seconds from launching a pair until both processes measure: both have started their users.
+#: Seconds from launching a pair until both processes measure: both have started their users
+#: (and a second more per 200 sessions, which connect one after another).
 START_S = 6.0
+CHUNK_MS = 200.0
+
+
+def start_s(sessions: int) -> float:
+    return START_S + sessions / 200.0
 
 
 def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: str) -> dict:
     """Both kinds at once over one window: ``{"http": reading, "ws": reading}``."""
-    start_at = time.time() + START_S
-    run_s = START_S + measure_s + 2.0
+    start_at = time.time() + start_s(sessions)
+    run_s = start_s(sessions) + measure_s + 2.0
     common = ["-H", host, "--steps", str(sessions), "--step-time", f"{run_s:g}", "--settle-time", "0",
               "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight", "--tts-sample-rate", str(RATE)]
     kinds = {"http": ("bench/stream_locustfile.py", [*common, "--tts-stream"]),
@@ -96,7 +105,8 @@ def figures(reading: dict, sent: dict, start_at: float) -> dict:
         if reading.get("wall_s") and chunks_per_s else None
     return {"attempts": len(measured), "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
             "matched_chunks": len(errors), "err_p50_ms": percentile(errors, 0.5),
-            "err_p95_ms": percentile(errors, 0.95), "err_max_ms": max(errors, default=float("nan"))}
+            "err_p95_ms": percentile(errors, 0.95), "err_max_ms": max(errors, default=float("nan")),
+            **process_figures(reading)}
 
 
 def timing(sessions: int, measure_s: float, texts: Path, preset: str, log: Path) -> dict:
@@ -105,11 +115,11 @@ def timing(sessions: int, measure_s: float, texts: Path, preset: str, log: Path)
     knobs = ["--capacity", str(sessions), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}", "--prefill-ms", "100",
              "--chunk-log", str(log), "--sample-rate", str(RATE)]
     with simulator(*knobs) as (host, _sim):
-        start_at = time.time() + START_S
-        args = ["-H", host, "--steps", str(sessions), "--step-time", f"{START_S + measure_s + 2:g}",
+        start_at = time.time() + start_s(sessions)
+        args = ["-H", host, "--steps", str(sessions), "--step-time", f"{start_s(sessions) + measure_s + 2:g}",
                 "--settle-time", "0", "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight",
                 "--tts-sample-rate", str(RATE), "--tts-protocol", "ws", "--tts-preset", preset]
-        reading = locust("bench/session_locustfile.py", args, 0.0, measure_s, timeout=60 + START_S + measure_s,
+        reading = locust("bench/session_locustfile.py", args, 0.0, measure_s, timeout=60 + start_s(sessions) + measure_s,
                          start_at=start_at)
     return figures(reading, _sent(log), start_at)
 
@@ -117,7 +127,7 @@ def timing(sessions: int, measure_s: float, texts: Path, preset: str, log: Path)
 def _row(show, pair, kind: str, sessions: int, row: dict) -> None:
     cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
     show(f"{pair:>4} {kind:>20} {sessions:>9} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-         f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}")
+         f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9} {process_columns(row)}")
 
 
 #: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni since #5517
@@ -127,7 +137,7 @@ MODES = ("session", "utterance")
 
 def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=MODES, show=print) -> dict:
     show(f"{'pair':>4} {'kind':>20} {'sessions':>9} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} "
-         f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9}")
+         f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9} {PROCESS_HEAD}")
     rows, out = [], {}
     with tempfile.TemporaryDirectory(prefix="tts-knee-sessions-") as tmp:
         texts, log = Path(tmp) / "texts.txt", Path(tmp) / "chunks.jsonl"
