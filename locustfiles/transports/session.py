@@ -77,6 +77,10 @@ class Connection:
     def __init__(self):
         self.inboxes: dict[object, Queue] = {}
         self.gone: set = set()            # cancelled utterances: their late frames are ignored
+        # a cancelled utterance's flushes the server had not answered when it acknowledged the
+        # cancel, on a dialect whose acknowledgements name no utterance (Deepgram): the next
+        # utterance drops that many, where they come before its first audio
+        self.stale_flushes = 0
         self.lost: Item | None = None     # why the connection ended, once it has
         self.utterances = 0               # begun on it
         self.reader: gevent.Greenlet | None = None
@@ -315,8 +319,13 @@ class SessionTransport(Transport):
                 continue
             kind = item.kind
             if kind == "cancel":
-                yield from self._cancelled(conn, key, inbox, utt, cancel.by)
+                yield from self._cancelled(conn, key, inbox, utt, cancel.by, flushes - acked)
                 return
+            if kind == "flushed" and conn.stale_flushes and not utt.pcm_bytes:
+                conn.stale_flushes -= 1   # a cancelled utterance's, late: it answers none of this one's
+                continue
+            if kind == "audio":
+                conn.stale_flushes = 0
             if not said:
                 refused = self.refusal(item)
                 if refused is not None:
@@ -352,9 +361,9 @@ class SessionTransport(Transport):
                 yield Ended(None, item.message)
                 return
 
-    def _cancelled(self, conn: Connection, key, inbox: Queue, utt: _Audio, by: str):
+    def _cancelled(self, conn: Connection, key, inbox: Queue, utt: _Audio, by: str, owed: int = 0):
         """The cancel carried out (see the module doc): what still arrives, then the Ended that
-        says how the utterance went quiet."""
+        says how the utterance went quiet. ``owed``: its flushes the server has not answered."""
         conn.gone.add(key)
         began = mono()
         try:
@@ -386,7 +395,11 @@ class SessionTransport(Transport):
                 yield Received(item.at, item.nbytes)
                 yield from utt.add(item)
                 last = item.at
+            elif kind == "flushed":
+                owed -= 1
             elif kind == "cancelled":
+                if item.key is None:   # the next utterance on the socket may yet see the flushes' answers
+                    conn.stale_flushes = max(owed, 0)
                 yield Ended(item.at, quiet="acknowledged")
                 return
             elif kind == "end":
