@@ -4,7 +4,8 @@ Attempt records become numpy columns (only the fields the dashboard uses), block
 million attempts cost a few hundred MB at most and no per-record objects are kept.  A block of
 well-formed records is read by pyarrow's JSON reader straight into columns; a block it would
 read differently from ``json.loads`` (a bad line, a value of an unexpected type) is read line by
-line with orjson instead.  Both give the same columns (``tests/test_dashboard_reader.py``).
+line with orjson instead.  Both give the same columns (``tests/unit/test_dashboard_reader.py``);
+resource samples alike (:func:`_arrow_sample_frame`, else :func:`_sample_frame`).
 Readers are incremental: :meth:`RequestLog.update` and :meth:`ResourceLog.update` parse only
 what was appended since the last call, which is what the live view and the web UI's step plan
 need while a run is being written.
@@ -325,6 +326,7 @@ class _Growing:
     def __init__(self, fill=np.nan):
         self.n = 0
         self.fill = fill
+        self.reserved = 0   # rows to make room for at once, when it is known how many will come
         self._bufs: dict[str, np.ndarray] = {}
 
     def _capacity(self) -> int:
@@ -335,7 +337,7 @@ class _Growing:
         need = self.n + m
         cap = self._capacity()
         if need > cap:
-            cap = max(need, int(cap * self.GROWTH), self.MIN_ROWS)
+            cap = max(need, int(cap * self.GROWTH), self.MIN_ROWS, self.reserved)
             for k, old in self._bufs.items():
                 buf = np.empty(cap, dtype=old.dtype)
                 buf[:self.n] = old[:self.n]
@@ -393,39 +395,48 @@ class RequestLog:
         if size == self.offset:
             return False
         read_any = False
+        pos, want = self.offset, READ_BYTES
         with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            left = size - self.offset
-            carry = b""
-            while left > 0:
-                block = f.read(min(READ_BYTES, left))
-                if not block:
-                    break
-                left -= len(block)
-                data = carry + block
-                end = data.rfind(b"\n") + 1
-                carry = data[end:]
-                if end:
-                    base = self.offset
-                    self.offset += end
-                    whole = data[:end]
-                    del data
-                    if not self._parse_block(whole, base):
-                        lines = whole.split(b"\n")
-                        lines.pop()  # the empty string after the final newline
-                        with _gc_paused():
-                            for i in range(0, len(lines), CHUNK_LINES):
-                                part = lines[i:i + CHUNK_LINES]
-                                self._parse(part, base)
-                                base += sum(len(x) for x in part) + len(part)
-                    read_any = True
-        self.incomplete_last_line = bool(carry)
+            # Each block starts where the last complete line ended (a line cut by the block's end
+            # is read again with the next one), and is parsed in place: no copy of the file's bytes.
+            while pos < size:
+                f.seek(pos)
+                block = f.read(min(want, size - pos))
+                end = block.rfind(b"\n") + 1
+                if not end:
+                    if pos + len(block) >= size:
+                        break   # the last line, not yet whole
+                    want *= 2   # one line longer than a block
+                    continue
+                want = READ_BYTES
+                if not read_any:
+                    self._reserve(block, end, size - pos)
+                whole = memoryview(block)[:end]
+                if not self._parse_block(whole, pos):
+                    lines = bytes(whole).split(b"\n")
+                    lines.pop()  # the empty string after the final newline
+                    base = pos
+                    with _gc_paused():
+                        for i in range(0, len(lines), CHUNK_LINES):
+                            part = lines[i:i + CHUNK_LINES]
+                            self._parse(part, base)
+                            base += sum(len(x) for x in part) + len(part)
+                pos += end
+                self.offset = pos
+                read_any = True
+        self.incomplete_last_line = pos < size
         if not read_any:
             return False
         self._cache = None
         return True
 
-    def _parse_block(self, data: bytes, base: int) -> bool:
+    def _reserve(self, block: bytes, end: int, left_bytes: int) -> None:
+        """Make room for the rows still to be read, estimated from the first block's lines per
+        byte: a long file's columns are then allocated about once, not grown step by step."""
+        rows = block.count(b"\n", 0, end) * (left_bytes / end)
+        self._cols.reserved = self._stages.reserved = self._rows + int(rows * 1.02) + 1
+
+    def _parse_block(self, data: memoryview, base: int) -> bool:
         """Parse a block of complete lines with pyarrow's JSON reader (C++, no Python object per
         record); False, having read nothing, when the block holds anything the reader would not
         take exactly as ``json.loads`` does line by line: a line that is not one JSON object, a
@@ -441,7 +452,7 @@ class RequestLog:
         # "null"); a line with spaces around it is looked at here, a whitespace-only one dropped.
         blank = []
         for i in np.flatnonzero((buf[starts] != _OPEN) | (buf[ends - 1] != _CLOSE)):
-            line = data[starts[i]:ends[i]].strip()
+            line = bytes(data[starts[i]:ends[i]]).strip()
             if not line:
                 blank.append(i)
             elif line[:1] != b"{" or line[-1:] != b"}":
@@ -693,6 +704,27 @@ def _loads(raw: bytes):
         return json.loads(raw)
 
 
+def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power) -> None:
+    """The per-sample GPU columns of ``n`` samples from every GPU's figures laid end to end
+    (``owner``: the sample each GPU belongs to)."""
+    cols["gpu_util_percent"] = np.full(n, np.nan)
+    np.fmax.at(cols["gpu_util_percent"], owner, util)  # the busiest GPU; fmax skips NaN
+    # the GPU whose memory is fullest (used / total, 0 without a total); the first on a tie
+    mem_used, mem_total = np.full(n, np.nan), np.full(n, np.nan)
+    has = ~np.isnan(used)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(np.isnan(total) | (total == 0), 0.0, used / total)
+    idx = np.flatnonzero(has)
+    order = idx[np.lexsort((idx, -frac[idx], owner[idx]))]
+    first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
+    mem_used[owner[first]], mem_total[owner[first]] = used[first], total[first]
+    cols["gpu_mem_used_bytes"], cols["gpu_mem_total_bytes"] = mem_used, mem_total
+    watts = ~np.isnan(power)
+    cols["gpu_power_w"] = np.where(np.bincount(owner[watts], minlength=n) > 0,
+                                   np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan)
+    cols["gpu_count"] = np.bincount(owner, minlength=n)
+
+
 def _sample_frame(samples: list) -> pd.DataFrame:
     """Parsed resource samples as frame rows (see :class:`ResourceLog`), built column by column;
     what is not an object with a finite ``ts`` is left out."""
@@ -727,23 +759,78 @@ def _sample_frame(samples: list) -> pd.DataFrame:
     used = _column([g.get("mem_used_bytes") for g in gpus])
     total = _column([g.get("mem_total_bytes") for g in gpus])
     power = _column([g.get("power_w") for g in gpus])
-    cols["gpu_util_percent"] = np.full(n, np.nan)
-    np.fmax.at(cols["gpu_util_percent"], owner, util)  # the busiest GPU; fmax skips NaN
-    # the GPU whose memory is fullest (used / total, 0 without a total); the first on a tie
-    mem_used, mem_total = np.full(n, np.nan), np.full(n, np.nan)
-    has = ~np.isnan(used)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(np.isnan(total) | (total == 0), 0.0, used / total)
-    idx = np.flatnonzero(has)
-    order = idx[np.lexsort((idx, -frac[idx], owner[idx]))]
-    first = order[np.r_[True, owner[order][1:] != owner[order][:-1]]] if len(order) else order
-    mem_used[owner[first]], mem_total[owner[first]] = used[first], total[first]
-    cols["gpu_mem_used_bytes"], cols["gpu_mem_total_bytes"] = mem_used, mem_total
-    watts = ~np.isnan(power)
-    cols["gpu_power_w"] = np.where(np.bincount(owner[watts], minlength=n) > 0,
-                                   np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan)
-    cols["gpu_count"] = np.bincount(owner, minlength=n)
+    _gpu_columns(cols, n, owner, util, used, total, power)
     cols["metrics"] = [m if type(m) is dict else None for m in (s.get("metrics") for s in samples)]
+    return pd.DataFrame(cols)
+
+
+def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
+    """:func:`_sample_frame` of complete lines read by pyarrow's JSON reader (no Python object per
+    sample), or None where it would not give the same rows: a line pyarrow refuses or that is no
+    object, a field of another type than a number (a string ``host``, ``role``), a ``proc`` that
+    is no object, ``gpus`` that is no list of objects, and any ``metrics`` (the server's series,
+    kept as dicts: read the plain way)."""
+    try:
+        t = pa_json.read_json(pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE)
+    except (pa.ArrowException, UnicodeDecodeError, ValueError):
+        return None
+    if data.count(b"\n") != t.num_rows or "ts" not in t.column_names:   # a blank line, or two objects on one
+        return None
+    if "metrics" in t.column_names and t.column("metrics").null_count != t.num_rows:
+        return None
+
+    def column(table, name, kinds=("number",)):
+        """A column of the table (or a field of a struct array, its parent's nulls applied),
+        all nulls where absent; TypeError where its type is not one of ``kinds``."""
+        if isinstance(table, pa.Table):
+            col = table.column(name).combine_chunks() if name in table.column_names else None
+        else:
+            i = table.type.get_field_index(name)
+            col = table.flatten()[i] if i >= 0 else None
+        if col is None:
+            return pa.nulls(len(table))
+        typ = col.type
+        if pa.types.is_null(typ) or ("number" in kinds and _is_number(typ)) or \
+                ("string" in kinds and pa.types.is_string(typ)) or ("struct" in kinds and pa.types.is_struct(typ)) or \
+                ("list" in kinds and pa.types.is_list(typ) and
+                 (pa.types.is_struct(typ.value_type) or pa.types.is_null(typ.value_type))):
+            return col
+        raise TypeError(name)
+
+    def floats(col):
+        return _as_column(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(float))
+
+    try:
+        ts = floats(column(t, "ts"))
+        keep = ~np.isnan(ts)
+        if not keep.all():
+            t, ts = t.filter(pa.array(keep)), ts[keep]
+        n = t.num_rows
+        cols: dict[str, object] = {"ts": ts}
+        for name, missing in (("host", "?"), ("role", "server")):
+            col = column(t, name, ("string",))
+            col = col.cast(pa.string())
+            cols[name] = pc.if_else(pc.fill_null(pc.equal(col, ""), True), missing, col).to_pylist()
+        for k in _RES_SCALARS:
+            cols[k] = floats(column(t, k))
+        proc = column(t, "proc", ("struct",))
+        for name, field_name in (("proc_cpu_percent", "cpu_percent"), ("proc_rss_bytes", "rss_bytes")):
+            cols[name] = floats(column(proc, field_name)) if pa.types.is_struct(proc.type) else np.full(n, np.nan)
+        gl = column(t, "gpus", ("list",))
+        if pa.types.is_null(gl.type) or pa.types.is_null(gl.type.value_type):
+            owner, gpus = np.zeros(0, dtype=np.int64), None
+        else:
+            owner = pc.list_parent_indices(gl).to_numpy(zero_copy_only=False).astype(np.int64)
+            gpus = pc.list_flatten(gl)
+            valid = gpus.is_valid().to_numpy(zero_copy_only=False)
+            owner, gpus = owner[valid], gpus.filter(pa.array(valid))
+    except (TypeError, pa.ArrowException):
+        return None
+    nothing = np.full(0, np.nan)
+    util, used, total, power = (floats(column(gpus, k)) if gpus is not None else nothing
+                                for k in ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w"))
+    _gpu_columns(cols, n, owner, util, used, total, power)
+    cols["metrics"] = [None] * n
     return pd.DataFrame(cols)
 
 
@@ -787,17 +874,21 @@ class ResourceLog:
         if not end:
             return False
         self.offset += end
-        samples = []
-        with _gc_paused():
-            for raw in data[:end].split(b"\n"):
-                if not raw.strip():
-                    continue
-                try:
-                    samples.append(_loads(raw))
-                except ValueError:
-                    self.bad_lines += 1
-        chunk = _sample_frame(samples)
-        self.bad_lines += len(samples) - len(chunk)  # not an object, or no finite ts
+        chunk = _arrow_sample_frame(data[:end])
+        if chunk is not None:
+            self.bad_lines += data.count(b"\n", 0, end) - len(chunk)   # no finite ts
+        else:
+            samples = []
+            with _gc_paused():
+                for raw in data[:end].split(b"\n"):
+                    if not raw.strip():
+                        continue
+                    try:
+                        samples.append(_loads(raw))
+                    except ValueError:
+                        self.bad_lines += 1
+            chunk = _sample_frame(samples)
+            self.bad_lines += len(samples) - len(chunk)  # not an object, or no finite ts
         if len(chunk):
             self._chunks.append(chunk)
         self._frame = None

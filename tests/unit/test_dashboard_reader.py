@@ -332,7 +332,6 @@ def test_resource_samples_match_the_plain_rules(tmp_path):
     rules give: the busiest GPU, the fullest GPU's memory (the first of a tie), the GPUs' power
     summed, and whatever is malformed (a GPU list that is not a list, a ts that is no number)
     dropped or read as missing, never a crash."""
-    from tts_knee.runformat.reader import ResourceLog
     rng = random.Random(7)
     samples = []
     for i in range(600):
@@ -348,6 +347,34 @@ def test_resource_samples_match_the_plain_rules(tmp_path):
         samples.append(s)
     lines = [json.dumps(s) for s in samples] + ["[1]", "not json", "7"]
     rng.shuffle(lines)
+    _assert_samples_read_as_the_rules_say(tmp_path, lines)
+
+
+def test_clean_resource_samples_are_read_by_pyarrow_and_match_the_plain_rules(tmp_path, monkeypatch):
+    """Samples as the collector writes them (every field its own JSON type, some null or absent,
+    GPU lists empty, null or with null figures) are read into columns by pyarrow, not sample by
+    sample, and give the same rows."""
+    from tts_knee.runformat import reader
+    rng = random.Random(11)
+    samples = []
+    for i in range(800):
+        s = {"ts": rng.choice([1_700_000_000 + i * 0.5] * 9 + [None]), "host": rng.choice(["tts", "loadgen", "", None]),
+             "role": rng.choice(["server", "client", None]), "cpu_percent": rng.choice([12.5, 7, None]),
+             "cpu_max_core_percent": 50.0, "mem_used_bytes": rng.choice([8e9, None]), "mem_total_bytes": 64e9,
+             "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {"pid": 2}, None]),
+             "gpus": rng.choice([[{"util_percent": rng.choice([0, 50.5, None]),
+                                   "mem_used_bytes": rng.choice([1e9, 4e9, None]),
+                                   "mem_total_bytes": rng.choice([8e9, 0, None]), "power_w": rng.choice([120.0, None])}
+                                  for _ in range(rng.randint(0, 3))], None, []]), "metrics": None}
+        if rng.random() < 0.1:
+            del s[rng.choice(sorted(s))]
+        samples.append(s)
+    monkeypatch.setattr(reader, "_sample_frame", lambda samples: pytest.fail("read sample by sample"))
+    _assert_samples_read_as_the_rules_say(tmp_path, [json.dumps(s) for s in samples])
+
+
+def _assert_samples_read_as_the_rules_say(tmp_path, lines: list[str]) -> None:
+    from tts_knee.runformat.reader import ResourceLog
     path = tmp_path / "resources.jsonl"
     path.write_text("\n".join(lines) + "\n")
     log = ResourceLog(path)
