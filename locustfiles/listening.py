@@ -33,9 +33,8 @@ from gevent.event import Event
 
 from tts_knee import runformat
 from tts_knee.audio import asr, containers, judge as judge_proc
+from tts_knee.collectors import puller
 from tts_knee.runformat import wire
-
-from . import puller
 
 log = logging.getLogger("tts_knee.listening")
 

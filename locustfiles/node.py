@@ -22,6 +22,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from tts_knee import runformat
 from tts_knee.audio import asr
+from tts_knee.collectors.puller import CollectorPuller
 from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
@@ -31,7 +32,6 @@ from .clock import mono, wall
 from .disk import DiskWriter
 from .preflight import health, preflight
 from .probe import Probe, rounds as probe_rounds
-from .puller import CollectorPuller
 from .shape import Step, StepState
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .soak import Soak
@@ -315,7 +315,7 @@ class Run:
         s = self.settings
         self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
                                       server_metrics=list(s.server_metrics), server_stats=list(s.server_stats),
-                                      disk=self.environment.tts_knee.disk)
+                                      disk=self.environment.tts_knee.disk, clock=wall)
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:

@@ -33,8 +33,8 @@ def _web_ui(environment, **_kw) -> None:
 
 def _live_view(run_dirs):
     """The dashboard's live view in a process of its own (its CPU is not the load generator's)."""
+    from tts_knee.collectors import puller
     from tts_knee.dashboard.serve import LiveProcess
-    from tts_knee.locustfiles import puller
     view = LiveProcess(run_dirs)
     puller.SIDECARS.add(view.pid)
     return view

@@ -9,8 +9,8 @@ import pytest
 from test_collectors import CPU_ONLY, get_json
 
 from procs import free_port, read_jsonl, spawn
+from tts_knee.collectors.puller import CollectorPuller
 from tts_knee.locustfiles.clock import wall
-from tts_knee.locustfiles.puller import CollectorPuller
 
 #: Offsets to 5 ms against a known skew: run with the machine to itself (make test's second pass).
 pytestmark = pytest.mark.alone

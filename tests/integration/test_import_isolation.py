@@ -1,9 +1,11 @@
 """The layers' imports.
 
 One installed name: the parts are tts_knee's (``tts_knee.analysis`` is ``analysis/``), imported
-by that name and no other. The dashboard, the analysis, the collectors and the run-directory
+by that name and no other. The dashboard, the analysis, the collector and the run-directory
 format must not import locust or gevent: importing locust monkey-patches the whole process with
-gevent, which would change how the collector samples and how the dashboard's threads behave.
+gevent, which would change how the collector samples and how the dashboard's threads behave. The
+collector's client (``collectors.puller``) runs in the Locust master on gevent, and imports no
+locust.
 Over the static import graph of the whole project (imports inside functions included): no import
 cycle, no module taking another's private (underscore) names, each layer importing only the
 layers below it, and the analysis importing no presentation (dashboard, plotly) or
@@ -21,7 +23,8 @@ from procs import ROOT
 CODE = """
 import importlib, json, pkgutil, sys
 pkg = importlib.import_module(sys.argv[1])
-names = [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+names = [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+                          if m.name not in sys.argv[2:]]
 for name in names:
     importlib.import_module(name)
 print(json.dumps({"modules": names, "loaded": sorted({"locust", "gevent"} & set(sys.modules))}))
@@ -44,15 +47,26 @@ def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
     assert json.loads(out.stdout) == {p: [str(ROOT / p), False] for p in PARTS}
 
 
+#: The collector's client runs in the Locust master, on gevent; the sidecar beside it imports neither.
+COLLECTORS_CLIENT = "tts_knee.collectors.puller"
+
+
 @pytest.mark.parametrize("package", ["tts_knee.analysis", "tts_knee.audio", "tts_knee.dashboard",
                                      "tts_knee.collectors", "tts_knee.runformat"])
 def test_package_imports_neither_locust_nor_gevent(package):
-    out = subprocess.run([sys.executable, "-c", CODE, package], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", CODE, package, COLLECTORS_CLIENT], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(result["modules"]) > 1
+    assert len(result["modules"]) > 1 and COLLECTORS_CLIENT not in result["modules"]
     assert result["loaded"] == [], f"importing {package} loaded {result['loaded']}"
+
+
+def test_the_collectors_client_imports_gevent_but_not_locust():
+    code = f"import sys, {COLLECTORS_CLIENT}; print(sorted({{'locust', 'gevent'}} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['gevent']"
 
 
 def test_the_check_sees_an_import_of_gevent():

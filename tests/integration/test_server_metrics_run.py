@@ -131,7 +131,7 @@ def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
     import gevent
 
     from procs import free_port
-    from tts_knee.locustfiles.puller import CollectorPuller
+    from tts_knee.collectors.puller import CollectorPuller
 
     down = f"http://127.0.0.1:{free_port()}/metrics"
     out = tmp_path / "resources.jsonl"

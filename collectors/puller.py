@@ -1,8 +1,12 @@
-"""Pull collector samples into the run directory's ``resources.jsonl``, on the master's clock.
+"""The collector's client: pull collector samples into the run directory's ``resources.jsonl``,
+on the master's clock.
 
-The master's clock is :func:`locustfiles.clock.wall`, the one the request records use.
+The master's clock is the ``clock`` it is given (the node gives it :func:`locustfiles.clock.wall`,
+the one the request records use), and it writes through the ``disk`` it is given (the node's
+run-directory writer, :class:`locustfiles.disk.DiskWriter`).
 
-Runs inside the Locust master (gevent). For each collector URL it estimates the clock offset
+Runs inside the Locust master, on gevent (it never imports locust; the sidecar's own modules
+import neither). For each collector URL it estimates the clock offset
 NTP-style (several ``GET /time`` probes, the one with the least round trip wins:
 ``offset = collector_time - (t_send + t_recv) / 2``), then polls ``GET /samples?since=SEQ``,
 rewrites each sample's ``ts`` to ``ts - offset`` and appends it with a ``collector`` field.
@@ -55,9 +59,6 @@ from tts_knee.collectors.sampler import Sampler, next_tick
 from tts_knee.collectors.scrape import stale_after
 from tts_knee.runformat.wire import HEALTH, SAMPLES, TIME
 
-from .clock import wall
-from .disk import DiskWriter
-
 log = logging.getLogger(__name__)
 
 PROBES = 8                 # /time probes per offset estimate; the least round trip wins
@@ -70,9 +71,23 @@ STOP_TIMEOUT_S = 15.0
 SCRAPE_TIMEOUT_S = 2.0     # one --server-metrics scrape; a slower one is a gap
 
 
-#: Children of this process that are not the load generator (the ASR judge: locustfiles.listening),
-#: left out of the client's CPU and memory.
+#: Children of this process that are not the load generator (the ASR judge: locustfiles.listening;
+#: the live view), left out of the client's CPU and memory.
 SIDECARS: set[int] = set()
+
+class _Appender:
+    """The writer a puller has without the node's: each append written at once, in this greenlet."""
+
+    def append(self, path: pathlib.Path, data: bytes) -> None:
+        with open(path, "ab") as f:
+            f.write(data)
+
+    def close(self, path: pathlib.Path) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
 
 class _Unreachable(Exception):
     """The collector did not answer usefully; the message says why, in a few words."""
@@ -81,9 +96,10 @@ class _Unreachable(Exception):
 class _Collector:
     """Everything the puller knows about one collector."""
 
-    def __init__(self, url: str, token: str | None):
+    def __init__(self, url: str, token: str | None, clock):
         self.url = url
         self.token = token
+        self.clock = clock
         parts = urlsplit(url)
         self.base_path = parts.path.rstrip("/")
         self._ssl = parts.scheme == "https"
@@ -150,9 +166,9 @@ class _Collector:
         """(offset_s, rtt_s) from the probe with the least round trip."""
         best: tuple[float, float] | None = None
         for _ in range(n):
-            t_send = wall()
+            t_send = self.clock()
             reply = self.get(TIME.name)
-            t_recv = wall()
+            t_recv = self.clock()
             rtt = t_recv - t_send
             try:
                 offset = float(reply["time"]) - (t_send + t_recv) / 2
@@ -269,19 +285,20 @@ class CollectorPuller:
     ``start()`` returns one warning sentence per unreachable collector; ``stop()`` pulls what
     is left and probes the clocks once more; ``describe()`` is the run.json ``collectors``
     list; ``unreachable`` lists the URLs that did not answer at start. Samples are written by
-    ``disk`` (the node's run-directory writer; a writer of its own without one), off the
-    event loop.
+    ``disk`` (the node's run-directory writer, off the event loop; without one each is appended
+    at once) and stamped by ``clock`` (epoch seconds: the node's, the one its records use).
     """
 
     def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
                  interval_s: float = 1.0, sample_client: bool = True,
                  client_host: str | None = None, server_metrics: list[str] = (), server_stats: list[str] = (),
-                 disk: DiskWriter | None = None):
+                 disk=None, clock=time.time):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
-        self._collectors = [_Collector(_normalise(u), token) for u in urls]
+        self._clock = clock
+        self._collectors = [_Collector(_normalise(u), token, clock) for u in urls]
         self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + \
             [_ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats]
         self._disk = disk
@@ -296,13 +313,13 @@ class CollectorPuller:
     def start(self) -> list[str]:
         """Probe every collector's clock, start polling, return warnings for unreachable ones
         (one sentence each, for the caller to log)."""
-        self._started_at = wall()
+        self._started_at = self._clock()
         try:
             self.out_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             return [f"Cannot write {self.out_path} ({exc.strerror or exc}); no resource samples will be recorded."]
         if self._disk is None:
-            self._disk = DiskWriter()
+            self._disk = _Appender()
         self._disk.append(self.out_path, b"")   # the file exists from the start, as readers expect
         self._writing = True
         warnings: list[str] = []
@@ -339,7 +356,7 @@ class CollectorPuller:
                 gevent.killall(stuck, timeout=1)
             jobs = [gevent.spawn(self._finish, c) for c in self._collectors]
             gevent.joinall(jobs, timeout=STOP_TIMEOUT_S)
-            now = wall()
+            now = self._clock()
             for c in self._collectors:
                 if c.outages and c.outages[-1][1] is None:
                     c.outages[-1][1] = now
@@ -411,7 +428,7 @@ class CollectorPuller:
                 continue
             backoff = self.interval_s
             if c.outages and c.outages[-1][1] is None:
-                c.outages[-1][1] = wall()
+                c.outages[-1][1] = self._clock()
                 log.warning("Collector %s is reachable again.", c.url)
             k = next_tick(start, self.interval_s, time.monotonic())
             self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
@@ -420,11 +437,11 @@ class CollectorPuller:
         c.connected = False
         c.last_error = str(exc)
         if not (c.outages and c.outages[-1][1] is None):
-            c.outages.append([wall(), None])
+            c.outages.append([self._clock(), None])
             log.warning("Collector %s stopped answering (%s); retrying with backoff.",
                         c.url, c.last_error)
         if c.pending_gap_from is None:
-            c.pending_gap_from = c.last_ts if c.last_ts is not None else wall()
+            c.pending_gap_from = c.last_ts if c.last_ts is not None else self._clock()
 
     def _first_since(self, c: _Collector) -> int:
         """Where to start reading a collector met for the first time: a few seconds back."""
@@ -511,7 +528,7 @@ class CollectorPuller:
             log.warning("Cannot watch this process (%s); client samples carry no proc.", exc)
             watcher = None
         sampler = Sampler(HostSampler(), None, watcher, interval_s=self.interval_s, buffer=1,
-                          hostname=self.client_host, role="client", clock=wall)
+                          hostname=self.client_host, role="client", clock=self._clock)
         start = time.monotonic()
         k = 1
         while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
@@ -545,7 +562,7 @@ class CollectorPuller:
                     log.warning("Server metrics %s answers again.", m.url)
                 m.state = "ok"
             self._append([runformat.jsonl_line(runformat.resource_sample(
-                ts=round(wall(), 6), host=m.host, role="server", source=m.url, collector=None,
+                ts=round(self._clock(), 6), host=m.host, role="server", source=m.url, collector=None,
                 metrics=metrics, gpus=[]))])
             m.samples += 1
             k = max(k + 1, int((time.monotonic() - start) / self.interval_s) + 1)
