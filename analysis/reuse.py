@@ -9,7 +9,7 @@ wait for the answer). With at least :data:`MIN_PAIRS` texts repeated, the server
 the median ratio is at most :data:`FASTER` and at least :data:`CONSISTENT` of the texts came
 back faster; a cold start makes only the run's first few requests slow, not most texts'.
 
-``--text-reuse unique`` (:mod:`locustfiles.corpus`) sends every request a text of its own, so
+``--text-reuse unique`` (:mod:`locustfiles.inputs.corpus`) sends every request a text of its own, so
 nothing repeats and there is nothing to cache.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ import itertools
 from locust import FastHttpUser, task
 
 import meter  # noqa: F401  (attaches the CPU meter)
-from tts_knee.locustfiles import corpus
+from tts_knee.locustfiles.inputs import corpus
 
 TEXTS = [t.text for t in corpus.load()]
 _NEXT = itertools.count()

@@ -23,7 +23,7 @@ import gevent  # noqa: E402
 from geventhttpclient import HTTPClient  # noqa: E402
 
 from harness import percentile  # noqa: E402
-from tts_knee.locustfiles import corpus  # noqa: E402
+from tts_knee.locustfiles.inputs import corpus  # noqa: E402
 
 SPAWN_INTERVAL_S = 0.01
 _TOTAL = re.compile(r"total;dur=([\d.]+)")

@@ -22,11 +22,12 @@ from tts_knee import runformat
 from tts_knee.audio import containers, signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import audio as audio_out, bodies
+from . import audio as audio_out
 from .bargein import Listener
 from .clock import mono, wall
-from .corpus import Text, split
 from .headers import parse_retry_after
+from .inputs import bodies
+from .inputs.corpus import Text, split
 from .timeline import Timeline
 from .transports import Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, TransportError, transport_for
 

@@ -27,9 +27,10 @@ from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import corpus, heartbeats, listening, settings as settings_mod, timesync, voices as voices_mod
+from . import heartbeats, listening, settings as settings_mod, timesync
 from .clock import mono, wall
 from .disk import DiskWriter
+from .inputs import corpus, voices as voices_mod
 from .preflight import health, preflight
 from .probe import Probe, rounds as probe_rounds
 from .shape import Step, StepState

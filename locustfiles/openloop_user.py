@@ -148,7 +148,7 @@ class OpenLoopUser(RunUser):
             calls.pop((self.no, seq), None)
 
     def _replay(self, step) -> None:
-        """Send this worker's lanes of the trace (``locustfiles.trace``) for one step: a lone row
+        """Send this worker's lanes of the trace (``locustfiles.inputs.trace``) for one step: a lone row
         at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
         one caller of its own, turn after turn."""
         run, state, s = self.run, self.run.state, self.run.settings

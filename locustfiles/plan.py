@@ -48,7 +48,7 @@ from tts_knee.analysis.levels import levels as pool_levels
 from tts_knee.analysis.steps import step_stats
 from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
 
-from .trace import REFINE_TO as TRACE_REFINE_TO
+from .inputs.trace import REFINE_TO as TRACE_REFINE_TO
 
 __all__ = ["CONCURRENCY", "Axis", "Planned", "RateAxis", "SpeedAxis", "StepPlan", "StepReader", "VoiceAxis"]
 log = logging.getLogger("tts_knee.plan")

@@ -13,8 +13,8 @@ import gevent
 from tts_knee.runformat import grpc_codes
 
 from .clock import wall
+from .inputs.voices import ask_for
 from .transports import Answered, Ended, TlsError, TransportError, transport_for
-from .voices import ask_for
 
 log = logging.getLogger("tts_knee")
 #: The health probe's longest wait: a server that takes longer to speak the shortest text after

@@ -16,7 +16,7 @@ import math
 from tts_knee import runformat
 from tts_knee.runformat.probe import BYTES_ONLY, CLASSES, class_of
 
-from .corpus import Text, tier_of
+from .inputs.corpus import Text, tier_of
 
 log = logging.getLogger("tts_knee.probe")
 #: Times each probe text is sent at each probe level.

@@ -40,16 +40,8 @@ from tts_knee.runformat.options import (
     STREAM_FORMATS,
 )
 
-from . import (
-    bodies,
-    corpus,
-    presets,
-    probe as probe_mod,
-    spike as spike_mod,
-    tls,
-    trace as trace_mod,
-    voices as voices_mod,
-)
+from . import probe as probe_mod, spike as spike_mod, tls
+from .inputs import bodies, corpus, presets, trace as trace_mod, voices as voices_mod
 from .retry import RetryPolicy
 from .transports.base import NO_ASK, Ask
 
@@ -194,7 +186,7 @@ class Settings:
         return self.host if self.protocol == "wyoming" else f"{self.host}{self.path}"
 
     def payload(self, text: str, ask: Ask = NO_ASK) -> tuple[bytes, str]:
-        """The request body for one text and what it asks for (:mod:`locustfiles.bodies`), and
+        """The request body for one text and what it asks for (:mod:`locustfiles.inputs.bodies`), and
         its content type."""
         return bodies.body(self, text, ask)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 _SENTENCE = "The quarterly report shows steady growth across every region, and the team thanks you. "
 #: Class name -> (what it is, its texts). A text holding a lone surrogate (``\udce9``) is sent as
-#: the raw byte it escapes (0xE9, not UTF-8; :func:`locustfiles.bodies.payload`).
+#: the raw byte it escapes (0xE9, not UTF-8; :func:`locustfiles.inputs.bodies.payload`).
 CLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
     "empty": ("no text at all", ("",)),
     "whitespace": ("spaces, a tab and a newline only", ("   ", " \t\n ")),

@@ -362,7 +362,7 @@ SPEECH_COUNTS: tuple[Field, ...] = (
     Field("judged", "count", False, ""),
     Field("not_judged", "count", False, "undecodable, or the judge behind or gone (speech.jsonl says which)"),
 )
-#: ``trace``: the log a --trace run replays (locustfiles.trace) and its bursts (analysis.trace).
+#: ``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace).
 TRACE_BURST: tuple[Field, ...] = (
     Field("start_s", "s", False, "its first arrival, seconds from the trace's start"),
     Field("end_s", "s", False, "its last arrival"),

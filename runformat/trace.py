@@ -1,5 +1,5 @@
 """The trace format (``--trace FILE``): a log of what a service was asked, replayed by
-``--trace-speed`` (``locustfiles.trace``).
+``--trace-speed`` (``locustfiles.inputs.trace``).
 
 A trace is a JSONL file (one object per line; blank lines and ``#`` comments ignored) or a CSV
 file with a header row (``.csv``), one arrival per row, in the order they arrived:

@@ -24,7 +24,7 @@ import wave
 from pathlib import Path
 
 DEFAULT_CACHE = Path("~/.cache/tts-knee/sim-speech")
-#: The project's default corpus (as :mod:`tts_knee.locustfiles.corpus` finds it).
+#: The project's default corpus (as :mod:`tts_knee.locustfiles.inputs.corpus` finds it).
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "configs" / "texts" / "default.jsonl"
 
 

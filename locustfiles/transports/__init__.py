@@ -18,7 +18,7 @@ and naming it in :func:`transport_for`. What it must do:
      ``at`` is ``t1``, the time to first byte), and :class:`AudioPiece` for each arrival of
      audio in it, with its duration in ms (None where the format cannot tell): decode audio
      with the parsers of :mod:`audio.containers`, which report arrivals to a sink.
-     A protocol that takes the text in pieces sends them as :mod:`locustfiles.pacing` says
+     A protocol that takes the text in pieces sends them as :mod:`locustfiles.inputs.pacing` says
      (``--text-rate``, ``--text-jitter``, ``--flush``) and yields :class:`TextSent` for each
      send, the last one flagged ``last`` when the end of the text (the final flush) went out:
      the attempt then times the listener against the text (``text_first_ms``,

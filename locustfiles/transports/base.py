@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Union
 from tts_knee.audio.containers import Audio
 
 from ..clock import mono
-from ..corpus import Clip
+from ..inputs.corpus import Clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class Received:
 @dataclass(slots=True)
 class TextSent:
     """``chars`` characters of the text were handed to the connection at ``at`` (a protocol
-    that takes the text in pieces, paced by :mod:`locustfiles.pacing`). ``flush``: the
+    that takes the text in pieces, paced by :mod:`locustfiles.inputs.pacing`). ``flush``: the
     protocol's flush went with them; ``last``: the text was complete, and the end of the
     utterance's text (its final flush) went with them. ``connect_ms``: on the first send of an
     exchange that had to open its session, how long opening it took (TCP and the protocol's

@@ -7,7 +7,7 @@ message classes their published packages ship (``nvidia-riva-client``, ``tritonc
   full ``SynthesizeSpeechRequest`` (text, language, LINEAR_PCM at ``--tts-sample-rate``, voice,
   an id Riva echoes), as NVIDIA's own clients send it. ``SynthesizeOnline`` takes the text as a
   stream of requests (nvidia-riva-client 2.25 on): the whole text in one, or, with
-  ``--text-rate``, the pieces :mod:`locustfiles.pacing` says when it says, from a greenlet of
+  ``--text-rate``, the pieces :mod:`locustfiles.inputs.pacing` says when it says, from a greenlet of
   their own while the audio is read, each a :class:`TextSent` (the first carries ``connect_ms``
   where the exchange opened the connection); the request stream's end is the
   end of the text (Riva has no flush of its own, so ``--flush`` only splits the sends). A Riva
@@ -43,9 +43,10 @@ from google.protobuf.message import DecodeError
 
 from tts_knee.audio import containers
 
-from .. import pacing, tls
+from .. import tls
 from ..clock import mono, wall
 from ..headers import parse_retry_after
+from ..inputs import pacing
 from .base import (
     NO_ASK,
     Answered,

@@ -1,6 +1,6 @@
 """What the session transports (WebSocket, Wyoming) share: a connection whose reader greenlet
 turns the server's frames into :class:`Item` s for the utterance they belong to, and the
-exchange that sends the text as :mod:`locustfiles.pacing` says while it yields what arrives.
+exchange that sends the text as :mod:`locustfiles.inputs.pacing` says while it yields what arrives.
 
 An exchange waits on its inbox until the next piece of text is due, so one greenlet both
 paces the text and times the audio; the reader stamps each frame the moment it is read.
@@ -36,7 +36,7 @@ from gevent.queue import Empty, Queue
 from tts_knee.audio import containers
 
 from ..clock import mono
-from ..pacing import Pacer, schedule
+from ..inputs.pacing import Pacer, schedule
 from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, Transport, TransportError
 
 #: After a cancel: the longest wait for the utterance to go quiet (its acknowledgement, its end).

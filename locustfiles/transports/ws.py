@@ -1,4 +1,4 @@
-"""WebSocket sessions in the dialect of a preset (:mod:`locustfiles.presets`: vLLM-Omni,
+"""WebSocket sessions in the dialect of a preset (:mod:`locustfiles.inputs.presets`: vLLM-Omni,
 ElevenLabs, Deepgram, Cartesia, or a user's own file). Frames go through websocket-client,
 the only code that reaches into it.
 
@@ -34,7 +34,7 @@ from tts_knee.audio.containers import StreamError
 
 from .. import tls
 from ..clock import mono
-from ..presets import Preset
+from ..inputs.presets import Preset
 from .base import Answered, TlsError, TransportError
 from .session import Connection, Item, Refused, SessionTransport, os_error
 

@@ -1,6 +1,6 @@
 """Text streamed in, end to end through the shared attempt path: a real headless Locust run whose
 transport is a scripted session (it opens once, then takes the text in pieces as
-locustfiles/pacing says and speaks each flushed unit 50 ms after its flush) gets the text
+locustfiles/inputs/pacing says and speaks each flushed unit 50 ms after its flush) gets the text
 fields in its records, TTFA counted from the first text sent, the step summary's tail and the
 step table's ``tail p95``, and the SLO term ``tail_p95_ms``."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
 from tts_knee.audio.containers import Audio
-from tts_knee.locustfiles.pacing import Pacer, schedule
+from tts_knee.locustfiles.inputs.pacing import Pacer, schedule
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
 from tts_knee.locustfiles.transports import NO_ASK, Answered, AudioPiece, Ended, Received, TextSent, Transport
 from tts_knee.locustfiles.user import TTSUser  # noqa: F401

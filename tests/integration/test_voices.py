@@ -19,8 +19,8 @@ import pytest
 from procs import get_json, locust, read_jsonl, spawn
 from rundirs import assert_declared
 from tts_knee.collectors.puller import JsonStats
-from tts_knee.locustfiles import corpus
-from tts_knee.locustfiles.voices import Mix, Voice, VoiceError, parse_mix, parse_voices
+from tts_knee.locustfiles.inputs import corpus
+from tts_knee.locustfiles.inputs.voices import Mix, Voice, VoiceError, parse_mix, parse_voices
 from tts_knee.testbed.sim.voices import VoiceCache
 
 

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from procs import plain_parser
 from tts_knee.audio import containers
-from tts_knee.locustfiles import corpus, headers, settings as settings_mod
+from tts_knee.locustfiles import headers, settings as settings_mod
+from tts_knee.locustfiles.inputs import corpus
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 HEADER_TEXT = st.text(st.characters(codec="latin-1"), max_size=200)   # what an HTTP header can carry

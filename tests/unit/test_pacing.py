@@ -1,4 +1,4 @@
-"""Text paced as a language model writes it (locustfiles/pacing.py), and the listener timed
+"""Text paced as a language model writes it (locustfiles/inputs/pacing.py), and the listener timed
 against it (locustfiles/timeline.py): tokens, due times, coalescing a late sender's pieces,
 flushes at sentence ends, and the record's text fields."""
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from tts_knee.locustfiles.pacing import Pacer, Piece, ends_sentence, schedule, tokens
+from tts_knee.locustfiles.inputs.pacing import Pacer, Piece, ends_sentence, schedule, tokens
 from tts_knee.locustfiles.timeline import Timeline
 
 

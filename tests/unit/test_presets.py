@@ -1,4 +1,4 @@
-"""Session presets (locustfiles/presets.py, configs/presets/): every shipped dialect loads, its
+"""Session presets (locustfiles/inputs/presets.py, configs/presets/): every shipped dialect loads, its
 messages render as its server expects them, frames copied from each server's own protocol are
 classified as meant, and a preset with a mistake is one sentence naming the file and the key."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tts_knee.audio.containers import StreamError
-from tts_knee.locustfiles import presets
+from tts_knee.locustfiles.inputs import presets
 
 SHIPPED = ("cartesia", "deepgram", "elevenlabs", "elevenlabs-multi", "vllm-omni")
 VALUES = {"voice": "V1", "model": "M1", "context_id": "ctx-1", "utterance": 1}

@@ -12,7 +12,8 @@ import pytest
 
 from procs import option_defaults
 from tts_knee.analysis.trace import bursts
-from tts_knee.locustfiles import corpus, settings as settings_mod, trace
+from tts_knee.locustfiles import settings as settings_mod
+from tts_knee.locustfiles.inputs import corpus, trace
 from tts_knee.locustfiles.plan import SpeedAxis, StepPlan
 from tts_knee.runformat import trace as fmt
 

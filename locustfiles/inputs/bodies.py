@@ -23,7 +23,7 @@ import base64
 import json
 import re
 
-from .transports.base import Ask
+from ..transports.base import Ask
 
 JSON_TYPE = "application/json; charset=utf-8"
 PLACEHOLDERS = ("text", "voice", "language", "speed", "instructions", "ref_audio_b64", "ref_text")

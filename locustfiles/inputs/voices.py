@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
+from ..transports.base import Ask
 from .corpus import Clip, CorpusError, Text, load_clip
-from .transports.base import Ask
 
 #: Template placeholders whose value comes from the voice a request was given.
 VOICE_ASKS = ("voice", "ref_audio_b64", "ref_text")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tts_knee.audio.containers import audio_kind
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "configs" / "texts" / "default.jsonl"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "configs" / "texts" / "default.jsonl"
 TIERS = ("short", "medium", "long")
 #: Tier boundaries in characters when a corpus does not name the tier.
 SHORT_MAX_CHARS, MEDIUM_MAX_CHARS = 40, 160

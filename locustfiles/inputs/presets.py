@@ -34,7 +34,7 @@ except ModuleNotFoundError:   # Python 3.10: the same parser, from PyPI
 from tts_knee.audio.containers import StreamError
 
 #: The presets that ship with tts-knee (``--tts-preset NAME``).
-PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "presets"
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
 #: Protocols whose dialects are presets.
 PROTOCOLS = ("ws",)
 SENDS = ("open", "begin", "text", "flush", "end", "cancel", "close", "keepalive")
