@@ -512,8 +512,9 @@ def parse_barge_in_after(raw) -> tuple[float, float] | None:
     return bounds
 
 
-def _barge_in(o, protocol: str, preset, contexts: int) -> tuple[float, tuple | None, str, int]:
-    """``(share, after, cancel_by, seed)`` of --barge-in, --barge-in-after, --cancel-by, --barge-in-seed."""
+def _barge_in(o, protocol: str, preset, contexts: int) -> dict:
+    """The barge-in group: --barge-in (the share interrupted), --barge-in-after, --cancel-by and
+    --barge-in-seed."""
     share = _positive("barge-in", o.barge_in, allow_zero=True)
     if share > 1:
         raise SettingsError(f"--barge-in must be a share of utterances from 0 to 1, got {o.barge_in!r}")
@@ -531,15 +532,44 @@ def _barge_in(o, protocol: str, preset, contexts: int) -> tuple[float, tuple | N
     seed = int(_number("barge-in-seed", o.barge_in_seed, int))
     if seed < 0:
         seed = random.SystemRandom().randrange(2**31)
-    return share, after, by, seed
+    return dict(barge_in=share, barge_in_after=after, cancel_by=by, barge_in_seed=seed)
 
 
 def from_options(options, host: str | None) -> Settings:
-    """Validate Locust's parsed options (command line, .conf file or web UI) into Settings."""
+    """Validate Locust's parsed options (command line, .conf file or web UI) into Settings: each
+    concern by its own function (the target and request, the load plan, streaming and sessions,
+    retries, the plan's decisions, voices, barge-in, telemetry, output, ...), each mistake one
+    sentence naming the option; then what only the options together can tell."""
     o = options
     protocol = o.tts_protocol
     host = _target(host, protocol)
     grpc = _grpc(o, host) if protocol == "grpc" else {}
+    request = _request(o, protocol, grpc)
+    plan = _plan(o, request["texts"], request["request_timeout_s"])
+    steps_given = plan.pop("steps_given")
+    retry, decisions = _retries(o), _decisions(o)
+    streaming = _streaming(o, protocol, plan["rates"], grpc)
+    barge_in = _barge_in(o, protocol, streaming["preset"], streaming["contexts"])
+    voices = _voice_options(o, plan, steps_given)
+    s = Settings(
+        host=host, **request, **plan, **streaming, retry=retry, **decisions, **voices, **barge_in,
+        **_telemetry(o), **_output(o), **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
+        health_path=_health_path(o, protocol), **_probe(o, protocol, request["form"], plan["rates"]),
+        **_spike(o, plan["rates"]),
+    )
+    if s.trace is not None:
+        _check_trace(s, o)
+    if protocol != "http" and (s.voices or s.form or any(voices_mod.owns_voice(t) for t in s.texts
+                                                         + (s.trace.texts if s.trace else ()))):
+        raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
+                            f"--tts-form and voices named in the corpus or the trace are for HTTP requests")
+    _check_asks(s)
+    return s
+
+
+def _request(o, protocol: str, grpc: dict) -> dict:
+    """The target and request group: what each request asks for and how (--tts-api, --tts-path,
+    --tts-format, --tts-template and --tts-form, the corpus), and how long it may take."""
     api = o.tts_api
     if api not in APIS:
         raise SettingsError(f"--tts-api must be one of {', '.join(sorted(APIS))}, got {api!r}")
@@ -549,17 +579,30 @@ def from_options(options, host: str | None) -> Settings:
     fmt = str(o.tts_format).lower()
     if fmt not in FORMATS:
         raise SettingsError(f"--tts-format must be one of {', '.join(FORMATS)}, got {o.tts_format!r}")
-    stream_format = str(o.tts_stream_format or "").lower()
-    if stream_format not in STREAM_FORMATS:
-        raise SettingsError(f"--tts-stream-format must be sse or audio, got {o.tts_stream_format!r}")
     if api == "json" and not o.tts_template:
         raise SettingsError('--tts-api json needs --tts-template, e.g. \'{"text": "{text}"}\'')
     form = str(o.tts_form or "").strip()
-    template = _template(o.tts_template, form) if api == "json" else None
     try:
         texts = corpus.load(o.texts or None)
     except corpus.CorpusError as e:
         raise SettingsError(f"--texts: {e}") from None
+    voice = o.tts_voice
+    if protocol != "http" and voice == DEFAULTS["tts_voice"]:
+        voice = ""   # OpenAI's voice: a session sends one only when it is named
+    return dict(
+        api=api, path=path, model=grpc.get("model", o.tts_model), voice=grpc.get("voice", voice), format=fmt,
+        template=_template(o.tts_template, form) if api == "json" else None, form=form,
+        pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)), language=grpc.get("language", ""),
+        texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS),
+        split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
+        request_timeout_s=_positive("request-timeout", o.request_timeout),
+        connect_timeout_s=_positive("connect-timeout", o.connect_timeout), preflight=not o.skip_preflight,
+        grpc_preset=grpc.get("preset"), text_reuse=str(getattr(o, "text_reuse", None) or "same"))
+
+
+def _plan(o, texts: list, timeout: float) -> dict:
+    """The load plan group: the levels (--steps, or --rates and its arrivals, or a --trace at
+    --trace-speed), how long each is held and settles, repeats, the drain at the end, a soak."""
     steps_given = bool(str(o.steps or "").strip())
     steps = parse_steps(o.steps if steps_given else DEFAULT_STEPS)
     rates = parse_rates(o.rates) if str(o.rates or "").strip() else ()
@@ -587,90 +630,97 @@ def from_options(options, host: str | None) -> Settings:
         settle = 0.0 if step_requests else min(SETTLE_MAX_S, SETTLE_FRACTION * step_time)
     elif settle >= step_time:
         raise SettingsError(f"--settle-time ({settle:g} s) must be shorter than --step-time ({step_time:g} s)")
-    attempts = int(_positive("retry-max-attempts", o.retry_max_attempts, int))
-    base = _positive("retry-base-ms", o.retry_base_ms, allow_zero=True)
-    cap = _positive("retry-max-ms", o.retry_max_ms, allow_zero=True)
-    if cap < base:
-        raise SettingsError(f"--retry-max-ms ({cap:g}) must not be below --retry-base-ms ({base:g})")
-    retry = RetryPolicy(attempts, base, cap, _retry_on(o.retry_on),
-                        _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
-    slo = _slo(o.slo)
-    if o.refine and slo is None:
-        raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing step")
-    timeout = _positive("request-timeout", o.request_timeout)
     drain = _number("drain-time", o.drain_time)
     if drain < 0:
         drain = min(timeout, DRAIN_DEFAULT_MAX_S)
     elif drain > DRAIN_MAX_S:
         raise SettingsError(f"--drain-time must be at most {DRAIN_MAX_S:g} s (a master waits 60 s for its workers "
                             f"to stop), got {o.drain_time!r}")
-    try:
-        parse_roles(o.server_role or [])
-    except ValueError as e:
-        raise SettingsError(str(e)) from None
-    run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
+    return dict(steps=steps, steps_given=steps_given, rates=rates, arrival=o.arrival, arrival_seed=seed,
+                max_inflight=max_inflight, refine_to=refine_to, trace=trace, trace_speeds=speeds,
+                step_time_s=step_time, step_requests=step_requests, settle_s=settle, drain_s=drain,
+                repeat=int(_positive("repeat", o.repeat, int)), soak_s=_soak(o.soak))
+
+
+def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
+    """The streaming and sessions group: whether responses are read as streams and how they are
+    played, the text paced in (--text-rate, --text-jitter, --flush), and the sessions
+    (:func:`_sessions`)."""
+    stream_format = str(o.tts_stream_format or "").lower()
+    if stream_format not in STREAM_FORMATS:
+        raise SettingsError(f"--tts-stream-format must be sse or audio, got {o.tts_stream_format!r}")
     preset, preset_source, turns, think, contexts = _sessions(o, protocol, rates)
-    voice = o.tts_voice
-    if protocol != "http" and voice == DEFAULTS["tts_voice"]:
-        voice = ""   # OpenAI's voice: a session sends one only when it is named
     text_rate = _positive("text-rate", o.text_rate, allow_zero=True)
     text_jitter = _positive("text-jitter", o.text_jitter, allow_zero=True)
     if text_jitter > 1:
         raise SettingsError(f"--text-jitter must be a fraction from 0 to 1, got {o.text_jitter!r}")
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
-    barge_in, barge_in_after, cancel_by, barge_in_seed = _barge_in(o, protocol, preset, contexts)
+    return dict(
+        stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming") or grpc.get("stream", False),
+        stream_format=stream_format,
+        playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
+        ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True),
+        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, protocol=protocol, preset=preset,
+        preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts)
+
+
+def _retries(o) -> RetryPolicy:
+    """The retries group: --retry-max-attempts, --retry-base-ms, --retry-max-ms, --retry-on and
+    --retry-after-cap."""
+    attempts = int(_positive("retry-max-attempts", o.retry_max_attempts, int))
+    base = _positive("retry-base-ms", o.retry_base_ms, allow_zero=True)
+    cap = _positive("retry-max-ms", o.retry_max_ms, allow_zero=True)
+    if cap < base:
+        raise SettingsError(f"--retry-max-ms ({cap:g}) must not be below --retry-base-ms ({base:g})")
+    return RetryPolicy(attempts, base, cap, _retry_on(o.retry_on),
+                       _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
+
+
+def _decisions(o) -> dict:
+    """The SLO and plan decisions group: --slo, and --refine (which needs it) and --stop-past-knee."""
+    slo = _slo(o.slo)
+    if o.refine and slo is None:
+        raise SettingsError("--refine needs --slo: refinement bisects between a passing and a failing step")
+    return dict(slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee))
+
+
+def _voice_options(o, plan: dict, steps_given: bool) -> dict:
+    """The voices group: --voices and their mix and seed, a sweep over them (--voice-steps), and
+    --voice-upload (which needs their reference clips)."""
     voices = _voices(o)
     voice_seed = int(_number("voice-seed", o.voice_seed, int))
     if voice_seed < 0:
         voice_seed = random.SystemRandom().randrange(2**31)
-    voice_steps = _voice_steps(o, voices, steps, rates, steps_given)
+    voice_steps = _voice_steps(o, voices, plan["steps"], plan["rates"], steps_given)
     if o.voice_upload and not any(v.ref_audio is not None for v in voices):
         raise SettingsError("--voice-upload registers the reference clips of --voices: give it a .jsonl file "
                             "whose voices have ref_audio")
-    s = Settings(
-        host=host, api=api, path=path, model=grpc.get("model", o.tts_model), voice=grpc.get("voice", voice),
-        format=fmt, stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming")
-        or grpc.get("stream", False), stream_format=stream_format,
-        playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
-        ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True), template=template,
-        pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
-        texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS), steps=steps,
-        step_time_s=step_time, step_requests=step_requests, settle_s=settle,
-        split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
-        retry=retry, request_timeout_s=timeout,
-        connect_timeout_s=_positive("connect-timeout", o.connect_timeout),
-        run_dir=run_dir, audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
-        audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
-        stop_on_audio_error=o.on_audio_error == "stop",
+    return dict(voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed, voice_steps=voice_steps,
+                voice_upload=bool(o.voice_upload))
+
+
+def _telemetry(o) -> dict:
+    """The telemetry group: the collectors, the server's own metrics and stats, and what its
+    series mean (--server-role)."""
+    try:
+        parse_roles(o.server_role or [])
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+    return dict(
         collectors=_collectors(o.collector), collector_token=o.collector_token or None,
-        require_collectors=bool(o.require_collectors), preflight=not o.skip_preflight,
-        slo=slo, refine=bool(o.refine), stop_past_knee=bool(o.stop_past_knee),
-        repeat=int(_positive("repeat", o.repeat, int)),
+        require_collectors=bool(o.require_collectors),
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
-        rates=rates, arrival=o.arrival, arrival_seed=seed, max_inflight=max_inflight,
-        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, protocol=protocol, preset=preset,
-        preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts,
-        refine_to=refine_to, drain_s=drain, barge_in=barge_in, barge_in_after=barge_in_after,
-        cancel_by=cancel_by, barge_in_seed=barge_in_seed,
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
-        soak_s=_soak(o.soak),
-        form=form, voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed,
-        voice_upload=bool(o.voice_upload),
-        server_stats=_collectors(o.server_stats or [], "server-stats"), voice_steps=voice_steps,
-        grpc_preset=grpc.get("preset"), language=grpc.get("language", ""),
-        **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
-        health_path=_health_path(o, protocol), text_reuse=str(getattr(o, "text_reuse", None) or "same"),
-        **_probe(o, protocol, form, rates), **_spike(o, rates), trace=trace, trace_speeds=speeds,
-    )
-    if trace is not None:
-        _check_trace(s, o)
-    if protocol != "http" and (voices or form or any(voices_mod.owns_voice(t) for t in s.texts
-                                                     + (s.trace.texts if s.trace else ()))):
-        raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
-                            f"--tts-form and voices named in the corpus or the trace are for HTTP requests")
-    _check_asks(s)
-    return s
+        server_stats=_collectors(o.server_stats or [], "server-stats"))
+
+
+def _output(o) -> dict:
+    """The output group: the run directory, the audio written and kept, and what an audio error does."""
+    run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
+    return dict(run_dir=run_dir, audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
+                audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
+                stop_on_audio_error=o.on_audio_error == "stop")
 
 
 def _reach(o, host: str, protocol: str) -> dict:
