@@ -22,7 +22,7 @@ class NamedTransport(HttpTransport):
     def request(self, text: str, ask=NO_ASK):
         self.rid = uuid.uuid4().hex
         body, content_type = self.payload(text, ask)
-        return self.http.request("POST", self.s.path, body=body,
+        return self.http.request("POST", self.s.tts_path, body=body,
                                  headers={"Content-Type": content_type, "X-Request-Id": self.rid})
 
 

@@ -187,7 +187,7 @@ class Caller:
         if after_s is not None:
             cancel = Cancel(s.cancel_by)
         after = _AfterCancel()
-        timeout = gevent.Timeout(s.request_timeout_s)
+        timeout = gevent.Timeout(s.request_timeout)
         timeout.start()
         try:
             for ev in self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel):
@@ -213,7 +213,7 @@ class Caller:
             if t is not timeout:
                 raise
             stage = "before the first byte" if m1 is None else "while reading the body"
-            error = f"timed out after {s.request_timeout_s:g} s {stage}"
+            error = f"timed out after {s.request_timeout:g} s {stage}"
             if answer is not None:
                 error = f"{answer.said}, then {error}"
         except TransportError as e:
@@ -230,7 +230,7 @@ class Caller:
         # completed; one cut at the run's end keeps the status that had come
         status = answer.status if answer is not None and (error is None or cut is not None) else None
         if answer is not None and answer.ok:
-            stream = timeline.fields(m0, s.playback_buffer_ms, s.stream)
+            stream = timeline.fields(m0, s.playback_buffer_ms, s.tts_stream)
         else:
             stream = {**_NO_STREAM, **timeline.text_fields(m0)}
         rec = runformat.attempt(

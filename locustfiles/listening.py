@@ -83,7 +83,7 @@ class Picker:
         s = self.run.settings
         clip = {"req_id": rec["req_id"], "step": rec["step"], "concurrency": rec["concurrency"],
                 "text_id": text.id, "text": seg.words,
-                "language": s.asr_language or seg.ask.language or text.language or s.language or None}
+                "language": s.asr_language or seg.ask.language or text.language or s.tts_language or None}
         if self.run.is_worker:
             self.run.environment.runner.send_message(wire.CLIP.name, wire.CLIP(**clip, audio=bytes(body)))
         elif self.run.judge is not None:

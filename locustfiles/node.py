@@ -223,7 +223,7 @@ class Run:
         self.stopping = True
         if self.is_master or not self.in_flight:
             return
-        drain = self.settings.drain_s
+        drain = self.settings.drain_time
         log.info("the run is stopping: waiting up to %.0f s for the %d attempts in flight", drain, self.in_flight)
         deadline = mono() + drain
         while self.in_flight and mono() < deadline:
@@ -264,7 +264,7 @@ class Run:
         axis = VoiceAxis(bool(s.rates)) if s.voice_steps else SpeedAxis(s.trace.base_rps) if s.trace else \
             RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
         # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
-        self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.stream, s.ttfa_floor_ms,
+        self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.tts_stream, s.ttfa_floor_ms,
                              axis, judge=(self.soak is not None and not self.soak.alone) or self.probe is not None
                              or self.spike is not None)
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
@@ -272,7 +272,7 @@ class Run:
             self.receiver.reset(self.writer, str(self.run_dir))
         self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
                                        start=wall(), target=s.host, mode=s.mode, options=s.public(),
-                                       settle_s=s.settle_s, steps=[], workers=[], collectors=[],
+                                       settle_s=s.settle_time, steps=[], workers=[], collectors=[],
                                        versions=runformat.versions(),
                                        **({"trace": s.trace.describe()} if s.trace else {}))
         log.info("run directory: %s", self.run_dir)
@@ -388,7 +388,7 @@ class Run:
             return
         self.state.finish(wall())
         if self.receiver is not None:
-            wait = FINAL_FLUSH_TIMEOUT_S + self.settings.drain_s
+            wait = FINAL_FLUSH_TIMEOUT_S + self.settings.drain_time
             stragglers = self.receiver.wait_final(wait)
             for wid in stragglers:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
@@ -484,7 +484,7 @@ class Node:
                 run.picker = listening.Picker(run)
             gevent.spawn(self.clock.probe)
         else:
-            self.state = StepState(settle_s=s.settle_s)
+            self.state = StepState(settle_s=s.settle_time)
             run = self.run = Run(environment, s, self.state)
             run.receiver = self.receiver
             run.open()
@@ -524,7 +524,7 @@ def _on_init(environment, **_kw) -> None:
 def _on_test_start(environment, **_kw) -> None:
     run = environment.tts_knee.ensure_run()
     if run is not None and run.is_worker:
-        run.state.settle_s = run.settings.settle_s
+        run.state.settle_s = run.settings.settle_time
 
 
 @events.test_stopping.add_listener

@@ -50,10 +50,10 @@ def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None)
     if hold_s is not None:
         return hold_s
     if s.trace is not None:   # the trace from its start for --step-time, or the whole of it
-        return s.trace.span_s(rate / s.trace.base_rps, s.step_time_s)
+        return s.trace.span_s(rate / s.trace.base_rps, s.step_time)
     if s.step_requests:
-        return min(s.step_time_s, settle_s + s.step_requests / rate)
-    return s.step_time_s
+        return min(s.step_time, settle_s + s.step_requests / rate)
+    return s.step_time
 
 
 def gaps(arrival: str, rate: float, rng: random.Random):
@@ -156,7 +156,7 @@ class OpenLoopUser(RunUser):
         speed = step.rate / trace.base_rps
         lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))
         m_start = mono() - (wall() - step.start)
-        last = trace.span_s(speed, s.step_time_s)
+        last = trace.span_s(speed, s.step_time)
         k = 0
         while state.current is step and k < len(lanes) and not run.stopping:
             lane = lanes[k]

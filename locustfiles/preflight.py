@@ -35,7 +35,7 @@ def _get(s, path: str) -> dict:
     url = s.host.rstrip("/") + path
     out = {"ok": False, "status": None, "ms": None, "message": None}
     start = wall()
-    timeout = min(s.request_timeout_s, HEALTH_TIMEOUT_S)
+    timeout = min(s.request_timeout, HEALTH_TIMEOUT_S)
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout,
                                     context=s.tls) as r:
@@ -63,12 +63,12 @@ def preflight(s, after_run: bool = False) -> dict:
     out = {"ok": False, "status": None, "ms": None, "message": None}
     transport = transport_for(s)
     target = s.target
-    shape = f"--tts-api {s.api}" if s.protocol == "http" else \
-        f"--tts-preset {s.preset_source}" if s.protocol in ("ws", "grpc") else "--tts-protocol wyoming"
+    shape = f"--tts-api {s.tts_api}" if s.tts_protocol == "http" else \
+        f"--tts-preset {s.tts_preset}" if s.tts_protocol in ("ws", "grpc") else "--tts-protocol wyoming"
     answer = ended = None
-    timeout = min(s.request_timeout_s, HEALTH_TIMEOUT_S) if after_run else s.request_timeout_s
+    timeout = min(s.request_timeout, HEALTH_TIMEOUT_S) if after_run else s.request_timeout
     try:
-        if s.protocol == "wyoming" and s.text_rate and not after_run:   # one without streamed text ignores it
+        if s.tts_protocol == "wyoming" and s.text_rate and not after_run:   # one without streamed text ignores it
             streams, name = transport.streams_text()
             if streams is False:
                 out["message"] = (f"{target} ({name}) does not support streamed synthesis (its info says "
@@ -109,8 +109,8 @@ def preflight(s, after_run: bool = False) -> dict:
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
     if code in (404, 405, 501):
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
-            f"--tts-path and --tts-api (now {s.api})" if s.protocol == "http" else
-            f"--tts-path and --tts-preset (now {s.preset_source})" if s.protocol == "grpc" else f"{shape} and -H")
+            f"--tts-path and --tts-api (now {s.tts_api})" if s.tts_protocol == "http" else
+            f"--tts-path and --tts-preset (now {s.tts_preset})" if s.tts_protocol == "grpc" else f"{shape} and -H")
     elif code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
         # a TLS front end (nginx: "No required SSL certificate was sent", "The SSL certificate error")
         # that completes the handshake and refuses the request over the client certificate

@@ -84,8 +84,8 @@ class Probe:
         running to its timeout, each retry too, its users sharing them; it ends sooner once they
         have finished."""
         retry = s.retry
-        per_request = s.request_timeout_s * retry.max_attempts + retry.max_ms / 1000 * (retry.max_attempts - 1)
-        return self.requests_at(level) * per_request / max(1, level) + s.step_time_s
+        per_request = s.request_timeout * retry.max_attempts + retry.max_ms / 1000 * (retry.max_attempts - 1)
+        return self.requests_at(level) * per_request / max(1, level) + s.step_time
 
     def next(self, run):
         """The probe's next step (a :class:`~locustfiles.plan.Planned` of phase ``probe``), or

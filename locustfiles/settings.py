@@ -84,27 +84,27 @@ def _add(container, o: run_options.Option) -> None:
 @dataclass(frozen=True)
 class Settings:
     host: str
-    api: str
-    path: str
-    model: str
-    voice: str
-    format: str
-    stream: bool
-    stream_format: str
+    tts_api: str
+    tts_path: str
+    tts_model: str
+    tts_voice: str
+    tts_format: str
+    tts_stream: bool
+    tts_stream_format: str
     playback_buffer_ms: float
     ttfa_floor_ms: float
-    template: str | None
-    pcm_rate: int
+    tts_template: str | None
+    tts_sample_rate: int
     texts: tuple
     texts_source: str
     steps: tuple
-    step_time_s: float
+    step_time: float
     step_requests: int
-    settle_s: float
+    settle_time: float
     split_max_chars: int
     retry: RetryPolicy
-    request_timeout_s: float
-    connect_timeout_s: float
+    request_timeout: float
+    connect_timeout: float
     run_dir: Path
     audio_dir: Path
     audio_keep: int
@@ -126,16 +126,16 @@ class Settings:
     text_jitter: float
     flush: str
     refine_to: tuple           # open loop: (resolution, relative: a share of the rate, else req/s)
-    drain_s: float             # the run's end: how long requests in flight are waited for
+    drain_time: float             # the run's end: how long requests in flight are waited for
     server_roles: tuple        # --server-role as given: "ROLE=SERIES" each
-    protocol: str
+    tts_protocol: str
     preset: presets.Preset | None   # --tts-protocol ws: the dialect
-    preset_source: str
+    tts_preset: str
     turns: int                 # utterances per session; 0: one session for the user's life
-    think_time_s: float
+    think_time: float
     contexts: int
-    soak_s: float | None       # --soak: how long the soak holds its level; None: no soak
-    form: str                  # multipart/form-data with the clip as this file part; "": JSON
+    soak: float | None       # --soak: how long the soak holds its level; None: no soak
+    tts_form: str                  # multipart/form-data with the clip as this file part; "": JSON
     voices: tuple              # voices_mod.Voice, for requests whose corpus entry names none
     voice_mix: str
     voice_seed: int
@@ -148,7 +148,7 @@ class Settings:
     barge_in_seed: int
     # gRPC
     grpc_preset: dict | None = None   # --tts-protocol grpc: the --tts-preset file's content
-    language: str = ""
+    tts_language: str = ""
     # listening (--asr-model): the ASR judge (locustfiles.listening)
     asr_model: str = ""
     asr_sample: int = 24
@@ -171,7 +171,7 @@ class Settings:
     spike: tuple | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
     spike_at: int | None = None  # --spike-at: the level it starts from; None: the recommendation
     trace: trace_mod.Trace | None = None   # --trace: the log replayed (its steps' rates are its speeds')
-    trace_speeds: tuple = ()   # --trace-speed, one per grid step
+    trace_speed: tuple = ()   # --trace-speed, one per grid step
 
     @property
     def mode(self) -> str:
@@ -181,9 +181,9 @@ class Settings:
     @property
     def target(self) -> str:
         """What the run's requests go to, as messages name it: the URL, or Wyoming's address."""
-        if self.protocol == "ws":
-            return self.preset.url(self.host, {"voice": self.voice, "model": self.model})
-        return self.host if self.protocol == "wyoming" else f"{self.host}{self.path}"
+        if self.tts_protocol == "ws":
+            return self.preset.url(self.host, {"voice": self.tts_voice, "model": self.tts_model})
+        return self.host if self.tts_protocol == "wyoming" else f"{self.host}{self.tts_path}"
 
     def payload(self, text: str, ask: Ask = NO_ASK) -> tuple[bytes, str]:
         """The request body for one text and what it asks for (:mod:`locustfiles.inputs.bodies`), and
@@ -192,50 +192,29 @@ class Settings:
 
     def public(self) -> dict:
         """What run.json records of the options (:data:`runformat.options.RUN_OPTIONS`; the token
-        left out)."""
-        return _recorded(**{
-            "tts_api": self.api, "tts_path": self.path, "tts_model": self.model, "tts_voice": self.voice,
-            "tts_format": self.format, "tts_stream": self.stream,
-            "tts_stream_format": self.stream_format, "playback_buffer_ms": self.playback_buffer_ms,
-            "ttfa_floor_ms": self.ttfa_floor_ms, "texts": self.texts_source,
-            "texts_count": len(self.texts), "steps": list(self.steps), "step_time": self.step_time_s,
-            "step_requests": self.step_requests, "settle_time": self.settle_s,
-            "split_max_chars": self.split_max_chars, "retry_max_attempts": self.retry.max_attempts,
-            "retry_base_ms": self.retry.base_ms, "retry_max_ms": self.retry.max_ms,
-            "retry_on": sorted(map(str, self.retry.retry_on)), "retry_after_cap": self.retry.retry_after_cap_s,
-            "request_timeout": self.request_timeout_s, "audio_dir": str(self.audio_dir),
-            "audio_keep": self.audio_keep, "collectors": list(self.collectors),
-            "slo": self.slo.spec if self.slo else None, "refine": self.refine,
-            "stop_past_knee": self.stop_past_knee, "repeat": self.repeat,
-            "server_metrics": list(self.server_metrics),
-            "rates": list(self.rates), "arrival": self.arrival if self.rates else None,
-            "arrival_seed": self.arrival_seed if self.rates else None,
-            "max_inflight": self.max_inflight if self.rates else None,
-            "text_rate": self.text_rate, "text_jitter": self.text_jitter, "flush": self.flush,
-            "refine_to": self.refine_to_text if self.rates else None,
-            "drain_time": self.drain_s, "server_roles": list(self.server_roles),
-            "tts_protocol": self.protocol, "tts_preset": self.preset_source or None, "turns": self.turns,
-            "think_time": self.think_time_s, "contexts": self.contexts, "tts_language": self.language or None,
-            "soak": self.soak_s,
-            "tts_form": self.form, "voices": [v.name for v in self.voices], "voice_mix": self.voice_mix,
-            "voice_seed": self.voice_seed if self.voices else None, "voice_upload": self.voice_upload,
-            "voice_steps": list(self.voice_steps),
-            "server_stats": list(self.server_stats),
-            "barge_in": self.barge_in, "barge_in_after": self.barge_in_after_text,
-            "cancel_by": self.cancel_by if self.barge_in else None,
-            "barge_in_seed": self.barge_in_seed if self.barge_in else None,
+        left out): a field named as its key as it is (a tuple as a list), the rest as below."""
+        plain = {k: list(v) if isinstance(v, tuple) else v for k in _PLAIN_KEYS for v in (getattr(self, k),)}
+        r, open_loop, barge = self.retry, bool(self.rates), bool(self.barge_in)
+        return _recorded(**plain, **{
+            "texts": self.texts_source, "texts_count": len(self.texts),
+            "retry_max_attempts": r.max_attempts, "retry_base_ms": r.base_ms, "retry_max_ms": r.max_ms,
+            "retry_on": sorted(map(str, r.retry_on)), "retry_after_cap": r.retry_after_cap_s,
+            "audio_dir": str(self.audio_dir), "slo": self.slo.spec if self.slo else None,
+            "arrival": self.arrival if open_loop else None, "arrival_seed": self.arrival_seed if open_loop else None,
+            "max_inflight": self.max_inflight if open_loop else None,
+            "refine_to": self.refine_to_text if open_loop else None,
+            "tts_preset": self.tts_preset or None, "tts_language": self.tts_language or None,
+            "voices": [v.name for v in self.voices], "voice_seed": self.voice_seed if self.voices else None,
+            "barge_in_after": self.barge_in_after_text, "cancel_by": self.cancel_by if barge else None,
+            "barge_in_seed": self.barge_in_seed if barge else None,
             "asr_model": self.asr_model or None, "asr_sample": self.asr_sample if self.asr_model else None,
             "asr_language": self.asr_language or None, "asr_metric": self.asr_metric or None,
             "asr_threads": self.asr_threads if self.asr_model else None,
             "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
-            "tls_ca": self.tls_ca or None, "tls_insecure": self.tls_insecure,
-            "tls_client_cert": self.tls_client_cert or None,
-            "health_path": self.health_path or None, "text_reuse": self.text_reuse,
-            "probe_texts": list(self.probe) or None,
+            "tls_ca": self.tls_ca or None, "tls_client_cert": self.tls_client_cert or None,
+            "health_path": self.health_path or None, "probe_texts": list(self.probe) or None,
             "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
-            "spike_at": self.spike_at,
-            "trace": self.trace.path if self.trace else None,
-            "trace_speed": list(self.trace_speeds) or None,
+            "trace": self.trace.path if self.trace else None, "trace_speed": list(self.trace_speed) or None,
             "cost_per_hour": self.capacity.cost_per_hour,
             "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
             "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
@@ -255,6 +234,14 @@ class Settings:
 
 
 _recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
+#: run.json's option keys that are Settings fields of the same name and meaning, recorded as they
+#: are; public() says how the others are derived.
+_PLAIN_KEYS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream", "tts_stream_format",
+               "playback_buffer_ms", "ttfa_floor_ms", "steps", "step_time", "step_requests", "settle_time",
+               "split_max_chars", "request_timeout", "audio_keep", "collectors", "refine", "stop_past_knee",
+               "repeat", "server_metrics", "rates", "text_rate", "text_jitter", "flush", "drain_time",
+               "server_roles", "tts_protocol", "turns", "think_time", "contexts", "soak", "tts_form", "voice_mix",
+               "voice_upload", "voice_steps", "server_stats", "barge_in", "tls_insecure", "text_reuse", "spike_at")
 
 
 def _number(name: str, value, kind=float):
@@ -377,11 +364,11 @@ def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool
 
 def _check_asks(s: "Settings") -> None:
     """Every request the run can make has a value for each placeholder of the template."""
-    if s.template is None:
+    if s.tts_template is None:
         return
     for text in dict.fromkeys(s.texts + (s.trace.texts if s.trace else ())):
         for voice in ((None,) if voices_mod.owns_voice(text) or not s.voices else s.voices):
-            lack = bodies.missing(s.template, s, voices_mod.ask_for(text, voice, s.voice_upload))
+            lack = bodies.missing(s.tts_template, s, voices_mod.ask_for(text, voice, s.voice_upload))
             if lack:
                 name = lack[0]
                 whose = f"corpus entry {text.id!r}" if voice is None or name not in voices_mod.VOICE_ASKS else \
@@ -545,7 +532,7 @@ def from_options(options, host: str | None) -> Settings:
     host = _target(host, protocol)
     grpc = _grpc(o, host) if protocol == "grpc" else {}
     request = _request(o, protocol, grpc)
-    plan = _plan(o, request["texts"], request["request_timeout_s"])
+    plan = _plan(o, request["texts"], request["request_timeout"])
     steps_given = plan.pop("steps_given")
     retry, decisions = _retries(o), _decisions(o)
     streaming = _streaming(o, protocol, plan["rates"], grpc)
@@ -554,12 +541,12 @@ def from_options(options, host: str | None) -> Settings:
     s = Settings(
         host=host, **request, **plan, **streaming, retry=retry, **decisions, **voices, **barge_in,
         **_telemetry(o), **_output(o), **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
-        health_path=_health_path(o, protocol), **_probe(o, protocol, request["form"], plan["rates"]),
+        health_path=_health_path(o, protocol), **_probe(o, protocol, request["tts_form"], plan["rates"]),
         **_spike(o, plan["rates"]),
     )
     if s.trace is not None:
         _check_trace(s, o)
-    if protocol != "http" and (s.voices or s.form or any(voices_mod.owns_voice(t) for t in s.texts
+    if protocol != "http" and (s.voices or s.tts_form or any(voices_mod.owns_voice(t) for t in s.texts
                                                          + (s.trace.texts if s.trace else ()))):
         raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
                             f"--tts-form and voices named in the corpus or the trace are for HTTP requests")
@@ -590,13 +577,13 @@ def _request(o, protocol: str, grpc: dict) -> dict:
     if protocol != "http" and voice == DEFAULTS["tts_voice"]:
         voice = ""   # OpenAI's voice: a session sends one only when it is named
     return dict(
-        api=api, path=path, model=grpc.get("model", o.tts_model), voice=grpc.get("voice", voice), format=fmt,
-        template=_template(o.tts_template, form) if api == "json" else None, form=form,
-        pcm_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)), language=grpc.get("language", ""),
+        tts_api=api, tts_path=path, tts_model=grpc.get("model", o.tts_model), tts_voice=grpc.get("voice", voice), tts_format=fmt,
+        tts_template=_template(o.tts_template, form) if api == "json" else None, tts_form=form,
+        tts_sample_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)), tts_language=grpc.get("language", ""),
         texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS),
         split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
-        request_timeout_s=_positive("request-timeout", o.request_timeout),
-        connect_timeout_s=_positive("connect-timeout", o.connect_timeout), preflight=not o.skip_preflight,
+        request_timeout=_positive("request-timeout", o.request_timeout),
+        connect_timeout=_positive("connect-timeout", o.connect_timeout), preflight=not o.skip_preflight,
         grpc_preset=grpc.get("preset"), text_reuse=str(getattr(o, "text_reuse", None) or "same"))
 
 
@@ -637,9 +624,9 @@ def _plan(o, texts: list, timeout: float) -> dict:
         raise SettingsError(f"--drain-time must be at most {DRAIN_MAX_S:g} s (a master waits 60 s for its workers "
                             f"to stop), got {o.drain_time!r}")
     return dict(steps=steps, steps_given=steps_given, rates=rates, arrival=o.arrival, arrival_seed=seed,
-                max_inflight=max_inflight, refine_to=refine_to, trace=trace, trace_speeds=speeds,
-                step_time_s=step_time, step_requests=step_requests, settle_s=settle, drain_s=drain,
-                repeat=int(_positive("repeat", o.repeat, int)), soak_s=_soak(o.soak))
+                max_inflight=max_inflight, refine_to=refine_to, trace=trace, trace_speed=speeds,
+                step_time=step_time, step_requests=step_requests, settle_time=settle, drain_time=drain,
+                repeat=int(_positive("repeat", o.repeat, int)), soak=_soak(o.soak))
 
 
 def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
@@ -657,12 +644,12 @@ def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
     return dict(
-        stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming") or grpc.get("stream", False),
-        stream_format=stream_format,
+        tts_stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming") or grpc.get("stream", False),
+        tts_stream_format=stream_format,
         playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
         ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True),
-        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, protocol=protocol, preset=preset,
-        preset_source=preset_source, turns=turns, think_time_s=think, contexts=contexts)
+        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, tts_protocol=protocol, preset=preset,
+        tts_preset=preset_source, turns=turns, think_time=think, contexts=contexts)
 
 
 def _retries(o) -> RetryPolicy:
@@ -770,16 +757,16 @@ def _trace(o, texts, rates: tuple, steps_given: bool):
 
 def _check_trace(s: Settings, o) -> None:
     """What a trace replay cannot be combined with, and a replay too short to settle."""
-    for flag, given in (("--step-requests", s.step_requests), ("--soak", s.soak_s), ("--voice-steps", s.voice_steps),
+    for flag, given in (("--step-requests", s.step_requests), ("--soak", s.soak), ("--voice-steps", s.voice_steps),
                         ("--text-rate", s.text_rate)):
         if given:
             raise SettingsError(f"--trace replays each step for --step-time or the whole trace; {flag} does not "
                                 f"apply to it")
-    for v in (s.trace_speeds or ()):
-        span = s.trace.span_s(v, s.step_time_s)
-        if span <= s.settle_s:
+    for v in (s.trace_speed or ()):
+        span = s.trace.span_s(v, s.step_time)
+        if span <= s.settle_time:
             raise SettingsError(f"--trace at {v:g}x lasts {span:.1f} s, no longer than --settle-time "
-                                f"({s.settle_s:g} s): nothing of it would be settled; lower that speed or "
+                                f"({s.settle_time:g} s): nothing of it would be settled; lower that speed or "
                                 f"--settle-time")
 
 

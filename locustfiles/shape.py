@@ -106,7 +106,7 @@ class StepShape(LoadTestShape):
         if cur is not None:
             # A step with a longer settle window than the run's runs that much longer.
             if cur.rate is None:
-                length = settings.step_time_s if cur.hold_s is None else cur.hold_s
+                length = settings.step_time if cur.hold_s is None else cur.hold_s
                 left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
             else:   # open loop: the step lasts as long as it sends arrivals
                 from .openloop_user import arrival_span_s
@@ -205,10 +205,10 @@ class StepShape(LoadTestShape):
         trace = run.settings.trace
         if trace is not None:
             speed = rate / trace.base_rps
-            span, settle = trace.span_s(speed, run.settings.step_time_s), run.state.settle_of(step)
+            span, settle = trace.span_s(speed, run.settings.step_time), run.state.settle_of(step)
             step.offered_rps = trace.offered_between(speed, settle, span) / (span - settle)
             log.info("step %d: the trace at %gx, %d arrivals over %.1f s (%.3g req/s; %.3g in the settled part) "
-                     "over %d worker%s", step.step, round(speed, 6), trace.replayed(speed, run.settings.step_time_s),
+                     "over %d worker%s", step.step, round(speed, 6), trace.replayed(speed, run.settings.step_time),
                      span, rate, step.offered_rps, len(ids), "s" if len(ids) > 1 else "")
         else:
             log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)%s", step.step, rate,
@@ -227,7 +227,7 @@ class StepShape(LoadTestShape):
             return None
         slowest = run.writer.max_wait_s(cur.step)
         settle = run.state.settle_s
-        return min(slowest, run.settings.step_time_s) if slowest is not None and slowest > settle else None
+        return min(slowest, run.settings.step_time) if slowest is not None and slowest > settle else None
 
     def _judge(self, run, cur: Step) -> None:
         """Wait (bounded) until the requests ``cur`` sent before now are all recorded, then let
@@ -236,7 +236,7 @@ class StepShape(LoadTestShape):
         after the cut-off has nothing of the step's left; in open loop the nodes say which of
         their requests are still in flight (:meth:`Run.in_flight_before`)."""
         cur.cutoff = cutoff = wall()
-        limit = min(RECORDS_WAIT_S, run.settings.request_timeout_s + run.settings.retry.max_ms / 1000.0
+        limit = min(RECORDS_WAIT_S, run.settings.request_timeout + run.settings.retry.max_ms / 1000.0
                     + 2 * BATCH_INTERVAL_S)
         if cur.rate is None:
             expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency

@@ -36,11 +36,11 @@ class Soak:
     @classmethod
     def of(cls, s) -> "Soak | None":
         """The run's soak (``s``: its Settings), or None without ``--soak``."""
-        if s.soak_s is None:
+        if s.soak is None:
             return None
         grid = s.rates or s.steps
         alone = len(grid) == 1 and s.repeat == 1 and not s.refine
-        return cls(s.soak_s, grid[0] if alone else None)
+        return cls(s.soak, grid[0] if alone else None)
 
     def next(self, run):
         """The soak's step (a :class:`~locustfiles.plan.Planned` of phase ``soak``) once the

@@ -57,7 +57,7 @@ class TTSUser(RunUser):
             return
         s = self.run.settings
         if s.contexts > 1:
-            self._in_contexts(s.contexts, s.think_time_s)
+            self._in_contexts(s.contexts, s.think_time)
             return
         request = self.run.next_request()
         if request is None:   # a probe step whose texts are all sent: nothing more until the next step
@@ -69,8 +69,8 @@ class TTSUser(RunUser):
         if s.turns and self.turn >= s.turns:
             self.turn = 0
             self.caller.transport.hang_up()
-        elif s.think_time_s:
-            gevent.sleep(s.think_time_s)
+        elif s.think_time:
+            gevent.sleep(s.think_time)
 
     def _in_contexts(self, k: int, think_s: float) -> None:
         """K utterances in flight on the one session, each context starting its next once its

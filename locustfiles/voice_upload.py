@@ -40,8 +40,8 @@ class VoiceUploads:
         self.created: list[str] = []
         parts = urlsplit(s.host)
         self._client_args = dict(host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
-                                 ssl=parts.scheme == "https", concurrency=1, connection_timeout=s.connect_timeout_s,
-                                 network_timeout=s.request_timeout_s, headers={"User-Agent": "tts-knee"})
+                                 ssl=parts.scheme == "https", concurrency=1, connection_timeout=s.connect_timeout,
+                                 network_timeout=s.request_timeout, headers={"User-Agent": "tts-knee"})
 
     def register(self) -> str | None:
         """Register every voice of ``--voices`` that has a clip; None when all were taken, else

@@ -69,7 +69,7 @@ def sweep(options) -> dict:
     """What a master's run would be made of: tts-knee's validated settings."""
     from tts_knee.locustfiles import settings
     s = settings.from_options(options, options.host)
-    return {"host": s.host, "steps": list(s.steps), "step_time_s": s.step_time_s, "settle_s": s.settle_s,
+    return {"host": s.host, "steps": list(s.steps), "step_time_s": s.step_time, "settle_s": s.settle_time,
             "texts": len(s.texts), "texts_source": s.texts_source, "run_dir": str(s.run_dir),
             "collectors": list(s.collectors), "server_metrics": list(s.server_metrics),
             "collector_token": s.collector_token}

@@ -45,7 +45,7 @@ def sample(template: str) -> str:
 def values(s, text: str, ask: Ask) -> dict:
     """Each placeholder's value for this request (None: it has none)."""
     clip = ask.ref_audio
-    return {"text": text, "voice": ask.voice or s.voice or None, "language": ask.language, "speed": ask.speed,
+    return {"text": text, "voice": ask.voice or s.tts_voice or None, "language": ask.language, "speed": ask.speed,
             "instructions": ask.instructions,
             "ref_audio_b64": None if clip is None else base64.b64encode(clip.data).decode("ascii"),
             "ref_text": ask.ref_text}
@@ -64,17 +64,17 @@ def voice_label(s, ask: Ask) -> str | None:
         return ask.voice
     if ask.ref_audio is not None:
         return ask.ref_audio.name
-    return (s.voice or None) if s.api != "piper" else None
+    return (s.tts_voice or None) if s.tts_api != "piper" else None
 
 
 def fields(s, text: str, ask: Ask) -> dict:
     """The request's fields in the run's request shape, the clip among them unless it goes as a
     form's file part."""
-    clip = None if s.form else ask.ref_audio
-    if s.api == "openai":
-        body = {"model": s.model, "input": text, "response_format": s.format}
-        if ask.voice or s.voice:
-            body["voice"] = ask.voice or s.voice
+    clip = None if s.tts_form else ask.ref_audio
+    if s.tts_api == "openai":
+        body = {"model": s.tts_model, "input": text, "response_format": s.tts_format}
+        if ask.voice or s.tts_voice:
+            body["voice"] = ask.voice or s.tts_voice
         for key in ("language", "speed", "instructions"):
             if getattr(ask, key) is not None:
                 body[key] = getattr(ask, key)
@@ -82,19 +82,19 @@ def fields(s, text: str, ask: Ask) -> dict:
             body["ref_audio"] = f"data:{clip.content_type};base64,{base64.b64encode(clip.data).decode('ascii')}"
         if ask.ref_text is not None:
             body["ref_text"] = ask.ref_text
-        if s.stream:
+        if s.tts_stream:
             body["stream"] = True
-        if s.stream_format:
-            body["stream_format"] = s.stream_format
+        if s.tts_stream_format:
+            body["stream_format"] = s.tts_stream_format
         return body
-    if s.api == "piper":
+    if s.tts_api == "piper":
         body = {"text": text}
         if ask.voice:
             body["voice"] = ask.voice
         if ask.speed:
             body["length_scale"] = round(1.0 / ask.speed, 6)
         return body
-    return json.loads(fill(s.template, values(s, text, ask)))
+    return json.loads(fill(s.tts_template, values(s, text, ask)))
 
 
 def fill(template: str, vals: dict) -> str:
@@ -110,9 +110,9 @@ def fill(template: str, vals: dict) -> str:
 
 def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
     """(the request body, its content type)."""
-    if not s.form:
-        if s.api == "json":   # the template as written, not re-encoded
-            return fill(s.template, values(s, text, ask)).encode("utf-8", "surrogateescape"), JSON_TYPE
+    if not s.tts_form:
+        if s.tts_api == "json":   # the template as written, not re-encoded
+            return fill(s.tts_template, values(s, text, ask)).encode("utf-8", "surrogateescape"), JSON_TYPE
         # surrogateescape: a probe text's escaped byte (--probe-texts invalid-utf8) goes as that byte
         return json.dumps(fields(s, text, ask), ensure_ascii=False).encode("utf-8", "surrogateescape"), JSON_TYPE
     # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
@@ -120,5 +120,5 @@ def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
     parts = [(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
              for k, v in fields(s, text, ask).items()]
     if ask.ref_audio is not None:
-        parts.append((s.form, (ask.ref_audio.name, ask.ref_audio.data, ask.ref_audio.content_type)))
+        parts.append((s.tts_form, (ask.ref_audio.name, ask.ref_audio.data, ask.ref_audio.content_type)))
     return encode_multipart_formdata(parts)

@@ -100,11 +100,11 @@ def transport_for(s, payload=None) -> Transport:
     """The transport for the run's settings ``s`` (``--tts-protocol``): HTTP, a session, or gRPC
     (:mod:`locustfiles.transports.grpc`, imported only then). ``payload`` makes an HTTP request
     body from a text and its :class:`Ask` (the run's cache of them), ``s.payload`` by default."""
-    if s.protocol == "ws":
+    if s.tts_protocol == "ws":
         return WsTransport(s)
-    if s.protocol == "wyoming":
+    if s.tts_protocol == "wyoming":
         return WyomingTransport(s)
-    if s.protocol == "grpc":
+    if s.tts_protocol == "grpc":
         from . import grpc
         return grpc.transport_for(s)
     return HttpTransport(s, payload)

@@ -195,7 +195,7 @@ class GrpcTransport(Transport):
 
     def __init__(self, s):
         self.s = s
-        self.name = s.path
+        self.name = s.tts_path
         self.host, self.port = target(s.host)
         self.conn: Connection | None = None
         self.request_id: str | None = None   # the id the last request carried
@@ -217,14 +217,14 @@ class GrpcTransport(Transport):
                 self.close()
                 started = mono()
                 try:
-                    self.conn = Connection(self.host, self.port, self.s.connect_timeout_s, self.s.tls)
+                    self.conn = Connection(self.host, self.port, self.s.connect_timeout, self.s.tls)
                 except ssl.SSLError as e:
                     raise TlsError(tls.verify_hint(e, self.s.tls_insecure, bool(self.s.tls_client_cert))) from None
                 except OSError as e:
                     raise TransportError(f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC "
                                          f"would say UNAVAILABLE)") from None
                 self.connect_ms = round((mono() - started) * 1000.0, 3)
-            call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout_s * 1000)}m"),
+            call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout * 1000)}m"),
                                                *self.s.grpc_metadata))
             if cancel is None:
                 yield from self._call(call, text)
@@ -313,9 +313,9 @@ class RivaTransport(GrpcTransport):
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
         self._response = riva_tts_pb2.SynthesizeSpeechResponse
         self._request = riva_tts_pb2.SynthesizeSpeechRequest(
-            language_code=s.language or s.grpc_preset.get("language", ""),
-            encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM, sample_rate_hz=s.pcm_rate, voice_name=s.voice)
-        self._online = s.path == RIVA_ONLINE
+            language_code=s.tts_language or s.grpc_preset.get("language", ""),
+            encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM, sample_rate_hz=s.tts_sample_rate, voice_name=s.tts_voice)
+        self._online = s.tts_path == RIVA_ONLINE
         self._rng = random.Random()
 
     def _message(self, text: str) -> bytes:
@@ -353,7 +353,7 @@ class RivaTransport(GrpcTransport):
                 writer.kill(block=False)
 
     def _read(self, call: Call, sent: list):
-        pieces = containers.PcmPieces(self.s.pcm_rate)
+        pieces = containers.PcmPieces(self.s.tts_sample_rate)
         for item in self._answer(call):
             if sent:   # the sends the writer made meanwhile, in order
                 yield from sent
@@ -390,7 +390,7 @@ class TritonTransport(GrpcTransport):
         self._output, self._datatype = p["output"]["name"], p["output"]["datatype"]
         self._width = TRITON_OUTPUT_TYPES[self._datatype]
         self._rate = p["sample_rate"]
-        req = service_pb2.ModelInferRequest(model_name=s.model, model_version=p.get("model_version") or "")
+        req = service_pb2.ModelInferRequest(model_name=s.tts_model, model_version=p.get("model_version") or "")
         for i in p["inputs"]:
             req.inputs.add(name=i["name"], datatype=i["datatype"], shape=i.get("shape", [1]))
         req.outputs.add(name=self._output)

@@ -33,22 +33,22 @@ READ_BLOCK_BYTES = 256 * 1024
 
 class HttpTransport(Transport):
     """POSTs the request body ``payload(text, ask)`` makes (with its content type: JSON, or a
-    multipart form) to ``settings.path`` on ``settings.host``."""
+    multipart form) to ``settings.tts_path`` on ``settings.host``."""
 
     request_type = "POST"
 
     def __init__(self, s, payload=None):
         self.s = s
-        self.name = s.path
+        self.name = s.tts_path
         self.payload = payload or s.payload
         parts = urlsplit(s.host)
         context = s.tls   # https://: the run's one client context (locustfiles.tls), as it verifies
         self._client_args = dict(
             host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
-            connection_timeout=s.connect_timeout_s, network_timeout=s.request_timeout_s,
+            connection_timeout=s.connect_timeout, network_timeout=s.request_timeout,
             headers={"User-Agent": "tts-knee",
-                     "Accept": "text/event-stream" if s.stream_format == "sse"
+                     "Accept": "text/event-stream" if s.tts_stream_format == "sse"
                      else "audio/*, application/octet-stream", **dict(s.headers)},
             **({"ssl_context_factory": lambda **_: context, "insecure": s.tls_insecure} if context else {}),
         )
@@ -64,7 +64,7 @@ class HttpTransport(Transport):
     def request(self, text: str, ask: Ask = NO_ASK):
         """POST the request for ``text``; returns the response, its headers read."""
         body, content_type = self.payload(text, ask)
-        return self.http.request("POST", self.s.path, body=body, headers={"Content-Type": content_type})
+        return self.http.request("POST", self.s.tts_path, body=body, headers={"Content-Type": content_type})
 
     def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
         s = self.s
@@ -82,7 +82,7 @@ class HttpTransport(Transport):
                               parse_server_timing(header(resp, "server-timing")))
             yield answer
             if ok:
-                parser = containers.parser_for(header(resp, "content-type"), s.format, s.pcm_rate,
+                parser = containers.parser_for(header(resp, "content-type"), s.tts_format, s.tts_sample_rate,
                                                _Pieces(pieces))
             # Each block is stamped as it comes and parsed at once: audio is timed on arrival.
             while True:
@@ -202,7 +202,7 @@ def _audio_of(parser, blocks: list[bytes], size: int, content_type: str | None, 
     if isinstance(parser, containers.SseStream):
         wav, audio = parser.audio()
         return [wav], audio
-    audio = containers.check_audio(parser.head, content_type, s.format, s.pcm_rate, size=size)
+    audio = containers.check_audio(parser.head, content_type, s.tts_format, s.tts_sample_rate, size=size)
     if audio.audio_s is None and parser.duration_s() is not None:
         audio = dataclasses.replace(audio, audio_s=parser.duration_s())
     return blocks, audio

@@ -217,7 +217,7 @@ class WsTransport(SessionTransport):
     def __init__(self, s):
         super().__init__(s)
         p = self.preset = s.preset
-        self.values = {"voice": s.voice, "model": s.model}
+        self.values = {"voice": s.tts_voice, "model": s.tts_model}
         self.url = p.url(s.host, self.values)
         self.name = urlsplit(self.url).path
         self.reuse = p.reuse
@@ -235,11 +235,11 @@ class WsTransport(SessionTransport):
     def connect(self) -> WsConnection:
         s, p = self.s, self.preset
         try:
-            sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout_s, s.tls)
+            sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout, s.tls)
         except ssl.SSLError as e:
             raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))}") from None
         except socket.timeout:
-            raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout_s:g} s") from None
+            raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout:g} s") from None
         except ValueError as e:
             raise self._failed(f"the WebSocket handshake failed: {e}") from None
         except OSError as e:

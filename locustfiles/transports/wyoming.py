@@ -171,7 +171,7 @@ class WyomingTransport(SessionTransport):
         self.address = (parts.hostname, parts.port)
         self.plain = not s.text_rate
         self.name = "synthesize" if self.plain else "synthesize-start"
-        self.voice = {"name": s.voice} if s.voice else None
+        self.voice = {"name": s.tts_voice} if s.tts_voice else None
 
     def connect(self) -> WyomingConnection:
         conn = self.connect_only()
@@ -182,7 +182,7 @@ class WyomingTransport(SessionTransport):
         """A connection whose reader is not started yet."""
         s = self.s
         try:
-            sock = socket.create_connection(self.address, timeout=s.connect_timeout_s)
+            sock = socket.create_connection(self.address, timeout=s.connect_timeout)
         except OSError as e:
             raise TransportError(f"connection error ({os_error(e)}): {s.host}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -195,20 +195,20 @@ class WyomingTransport(SessionTransport):
         did not say within the connect timeout. A server without it ignores those events, and
         every utterance would wait out ``--request-timeout``."""
         try:
-            with gevent.Timeout(self.s.connect_timeout_s):
+            with gevent.Timeout(self.s.connect_timeout):
                 conn = self.connect_only()
                 try:
                     conn.send(event("describe"))
                     for _ in range(64):
                         item = conn.read()
                         if conn.info is not None:
-                            return _streaming(conn.info, self.s.voice)
+                            return _streaming(conn.info, self.s.tts_voice)
                         if item is not None and item.kind in ("closed", "broken"):
                             return None, item.message
                 finally:
                     conn.drop()
         except gevent.Timeout:
-            return None, f"no info within {self.s.connect_timeout_s:g} s"
+            return None, f"no info within {self.s.connect_timeout:g} s"
         except OSError as e:
             return None, os_error(e)
         return None, "no info event among its first 64"

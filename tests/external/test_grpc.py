@@ -214,9 +214,9 @@ def test_presets_and_targets_are_checked_in_one_sentence(tmp_path):
         with pytest.raises(settings_mod.SettingsError, match=words):
             settings("grpc://127.0.0.1:1", "--tts-preset", str(not_triton))
     s = settings("grpc://127.0.0.1:1", "--tts-preset", "triton")
-    assert (s.model, s.stream, s.path) == ("piper_joe", True, "/inference.GRPCInferenceService/ModelStreamInfer")
+    assert (s.tts_model, s.tts_stream, s.tts_path) == ("piper_joe", True, "/inference.GRPCInferenceService/ModelStreamInfer")
     s = settings("grpc://127.0.0.1:1", "--tts-preset", "riva", "--tts-voice", "English-US.Female-1",
                  "--retry-on", "429,503,INTERNAL")
-    assert (s.voice, s.language, s.stream, s.path) == ("English-US.Female-1", "en-US", False,
+    assert (s.tts_voice, s.tts_language, s.tts_stream, s.tts_path) == ("English-US.Female-1", "en-US", False,
                                                         "/nvidia.riva.tts.RivaSpeechSynthesis/Synthesize")
     assert s.retry.should_retry(1, "INTERNAL") and not s.retry.should_retry(1, "UNIMPLEMENTED")

@@ -375,9 +375,9 @@ def test_session_options_are_checked_in_one_sentence(host, changes, message):
 
 def test_a_session_sends_no_voice_unless_one_is_named():
     s = _settings(tts_protocol="ws", tts_preset="vllm-omni")
-    assert s.voice == "" and s.stream and s.target == "ws://127.0.0.1:8300/v1/audio/speech/stream"
-    assert _settings(tts_protocol="ws", tts_preset="vllm-omni", tts_voice="vivian").voice == "vivian"
-    assert _settings().voice == "alloy"   # OpenAI's, over HTTP as before
+    assert s.tts_voice == "" and s.tts_stream and s.target == "ws://127.0.0.1:8300/v1/audio/speech/stream"
+    assert _settings(tts_protocol="ws", tts_preset="vllm-omni", tts_voice="vivian").tts_voice == "vivian"
+    assert _settings().tts_voice == "alloy"   # OpenAI's, over HTTP as before
     public = _settings("tcp://127.0.0.1:10200", tts_protocol="wyoming", turns=3, think_time=0.5).public()
     assert (public["tts_protocol"], public["tts_preset"], public["turns"], public["think_time"]) == \
         ("wyoming", None, 3, 0.5)

@@ -214,11 +214,11 @@ def test_from_options_is_total(changes, host):
         assert str(e) and "\n" not in str(e)
         return
     assert s.steps and min(s.steps) >= 1 and s.retry.max_attempts >= 1
-    assert 0 <= s.settle_s < s.step_time_s
-    assert math.isfinite(s.step_time_s) and math.isfinite(s.request_timeout_s)
+    assert 0 <= s.settle_time < s.step_time
+    assert math.isfinite(s.step_time) and math.isfinite(s.request_timeout)
     s.payload("héllo \"quoted\" {text}")   # every accepted API shape can build a request
 
 
 def test_from_options_defaults_are_valid():
     s = settings_mod.from_options(SimpleNamespace(**DEFAULTS), "http://127.0.0.1:8300")
-    assert s.api == "openai" and s.steps == (1, 2, 4, 8, 16)
+    assert s.tts_api == "openai" and s.steps == (1, 2, 4, 8, 16)

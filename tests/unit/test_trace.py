@@ -103,7 +103,7 @@ def test_the_speeds_are_rates_of_the_trace_and_refine_on_a_grid_of_a_tenth(tmp_p
     path = _write(tmp_path, [{"offset_s": i * 0.2, "text_len": 50} for i in range(600)])
     s = _settings(trace=str(path), trace_speed="0.5,1,2,4", step_time="20")
     assert s.mode == "open" and s.trace.base_rps == pytest.approx(5.0)
-    assert s.rates == pytest.approx((2.5, 5.0, 10.0, 20.0)) and s.trace_speeds == (0.5, 1.0, 2.0, 4.0)
+    assert s.rates == pytest.approx((2.5, 5.0, 10.0, 20.0)) and s.trace_speed == (0.5, 1.0, 2.0, 4.0)
     assert s.public()["trace"] == str(path) and s.public()["trace_speed"] == [0.5, 1, 2, 4]
     axis = SpeedAxis(s.trace.base_rps)
     assert axis.text(10.0) == "2x (10 req/s)"
