@@ -47,8 +47,8 @@ to the evidence whenever there are any, whatever the kind.
 from __future__ import annotations
 
 import re
-from typing import TypedDict
 
+from tts_knee.runformat.results import Diagnosis, Knee, StepSummary
 from tts_knee.runformat.summary import DiagnosisKind as Kind
 
 from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, SILENCE_RISE_MS, UNDERRUN_RATE
@@ -335,7 +335,7 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
 SIGNAL_RISE = FAILURE_RATE
 
 
-def _signal(steps: list[dict]) -> list[str]:
+def _signal(steps: list[StepSummary]) -> list[str]:
     """The signal checks that got worse with load: leading silence that delays what the listener
     hears, and silent, runaway or truncated answers (shares :data:`SIGNAL_RISE` above the lowest
     step's)."""
@@ -362,7 +362,7 @@ def _signal(steps: list[dict]) -> list[str]:
     return ev
 
 
-def common_evidence(steps: list[dict], knee: dict, has_resources: bool) -> list[str]:
+def common_evidence(steps: list[StepSummary], knee: Knee, has_resources: bool) -> list[str]:
     """What every diagnosis adds after its own evidence: audio integrity, the signal checks that
     got worse with load, an untimed stream, other load on the server, and what resource samples
     the diagnosis could not rest on."""
@@ -380,14 +380,7 @@ def common_evidence(steps: list[dict], knee: dict, has_resources: bool) -> list[
     return ev
 
 
-class Diagnosis(TypedDict):
-    """summary.json's ``diagnosis`` (declared in :data:`runformat.summary.DIAGNOSIS`)."""
-    kind: Kind
-    evidence: list[str]       # sentences with the numbers
-    resource_data: bool       # resource samples were there to judge by
-
-
-def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> Diagnosis:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resources: bool) -> Diagnosis:
     """What bends the service at the knee, and the evidence; see the module doc.
 
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
@@ -500,7 +493,7 @@ def _n(v: float) -> str:
     return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
 
 
-def _server_queue(steps: list[dict], k: int) -> tuple[bool | None, str]:
+def _server_queue(steps: list[StepSummary], k: int) -> tuple[bool | None, str]:
     """(requests waited in the server's own queue at the knee step?, the words for it) from
     the server's queue-depth series; (None, "") where the server publishes none."""
     s = steps[k]
@@ -520,7 +513,7 @@ def _server_queue(steps: list[dict], k: int) -> tuple[bool | None, str]:
                    f"{s['concurrency']}")
 
 
-def _stream_no_knee(steps: list[dict], knee: dict) -> list[str]:
+def _stream_no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
     """Why a streamed run has no knee: every step's streams kept ahead of playback."""
     top, base = steps[-1], steps[0]
     rates = [s.get("underrun_rate") for s in steps]

@@ -49,6 +49,7 @@ import math
 import numpy as np
 
 from tts_knee.runformat.reader import TTFA_FLOOR_MS
+from tts_knee.runformat.results import Knee, StepSummary
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5
@@ -68,7 +69,7 @@ def _value(step: dict, key: str, q: str) -> float | None:
     return d.get(q) if d else None
 
 
-def inflation(steps: list[dict], metrics=_METRICS) -> list[float | None]:
+def inflation(steps: list[StepSummary], metrics=_METRICS) -> list[float | None]:
     """Per step, the largest ratio of its latency metrics to the lowest step's (None if unknown)."""
     base = steps[0]
     out = []
@@ -212,7 +213,7 @@ _WHOLE_METHODS = ("latency_vs_lowest", "failures", "latency_vs_previous", "throu
                   "kneedle", "piecewise")
 
 
-def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = TTFA_FLOOR_MS) -> dict:
+def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: float = TTFA_FLOOR_MS) -> Knee:
     """``{"concurrency", "index", "methods", "agree", "inflation", "inflation_basis",
     "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
     ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
@@ -265,7 +266,7 @@ def find_knee(steps: list[dict], streamed: bool = False, ttfa_floor_ms: float = 
     })
 
 
-def little_check(steps: list[dict]) -> list[dict]:
+def little_check(steps: list[StepSummary]) -> list[dict]:
     """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
     out = []
     for s in steps:
@@ -295,7 +296,7 @@ def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1] if best else np.zeros(2)
 
 
-def usl_fit(steps: list[dict]) -> dict | None:
+def usl_fit(steps: list[StepSummary]) -> dict | None:
     """Universal Scalability Law X(N) = lambda N / (1 + sigma (N-1) + kappa N (N-1)).
 
     Least squares on throughput vs concurrency (needs >= 4 steps with throughput): for each

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.results import StepSummary
 
 from .steps import resource_aggregate, step_stats
 
@@ -65,8 +66,8 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
     return res[keep]
 
 
-def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str,
-          figures) -> dict:
+def _pool(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str,
+          figures) -> StepSummary:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
     relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
@@ -114,8 +115,8 @@ def _pool(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s, stats_kwa
     return out
 
 
-def levels(a: Attempts, steps: list[dict], res: pd.DataFrame, settle_s: float | None = None,
-           key: str = "concurrency", figures=None, **stats_kwargs) -> list[dict]:
+def levels(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s: float | None = None,
+           key: str = "concurrency", figures=None, **stats_kwargs) -> list[StepSummary]:
     """One step-like dict per tested level (``step[key]``: its concurrency, its ``rate``, or its
     number of ``voices`` in a voice sweep) with settled requests, ascending (see the module doc);
     each adds ``steps`` (the step numbers pooled, in run order), ``repeats`` and ``spread`` (None

@@ -1,6 +1,6 @@
 """What the server did with each class of hostile text (``--probe-texts``; the classes are
 :data:`runformat.probe.CLASSES`): the probe steps' requests, each by its final attempt, as one of
-:data:`OUTCOMES`:
+the outcomes (:class:`runformat.summary.Outcome`):
 
 - ``audio``: it answered with audio; ``wrong_length`` counts those of 20 characters or more
   whose audio per character is a runaway or truncated one against the sweep's own pace
@@ -23,30 +23,31 @@ import numpy as np
 from tts_knee.audio import signal
 from tts_knee.runformat.probe import CLASSES, class_of
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import Outcome
 
-OUTCOMES = ("audio", "refused", "server_error", "timeout", "silent", "error")
+OUTCOMES = tuple(Outcome)
 #: What is not answered as a service should answer it.
-UNGUARDED = ("server_error", "timeout", "silent", "error")
+UNGUARDED = (Outcome.SERVER_ERROR, Outcome.TIMEOUT, Outcome.SILENT, Outcome.ERROR)
 #: Texts shorter than this are not judged by their audio's length: a word's audio is mostly its
 #: start and end, whatever the pace.
 PACE_MIN_CHARS = 20
-_NAMES = {"audio": "audio", "refused": "refused", "server_error": "server error", "timeout": "timed out",
-          "silent": "silent audio", "error": "failed"}
+_NAMES = {Outcome.AUDIO: "audio", Outcome.REFUSED: "refused", Outcome.SERVER_ERROR: "server error",
+          Outcome.TIMEOUT: "timed out", Outcome.SILENT: "silent audio", Outcome.ERROR: "failed"}
 
 
-def outcome(status: int, ok: bool, error: str | None) -> str:
-    """One final attempt's outcome (one of :data:`OUTCOMES`); ``status`` -1 when there was none."""
+def outcome(status: int, ok: bool, error: str | None) -> Outcome:
+    """One final attempt's outcome; ``status`` -1 when there was none."""
     if ok:
-        return "audio"
+        return Outcome.AUDIO
     if error == signal.SILENT:
-        return "silent"
+        return Outcome.SILENT
     if status == 504 or (error or "").startswith("timed out"):
-        return "timeout"
+        return Outcome.TIMEOUT
     if 400 <= status < 500:
-        return "refused"
+        return Outcome.REFUSED
     if status >= 500:
-        return "server_error"
-    return "error"
+        return Outcome.SERVER_ERROR
+    return Outcome.ERROR
 
 
 def probe(a: Attempts, steps: list[dict], sweep: Attempts, timeout_s: float | None = None) -> dict | None:
@@ -90,13 +91,14 @@ def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
         by_level.setdefault(r["concurrency"], Counter())[r["outcome"]] += 1
     times = [r["ms"] for r in rows if r["ms"] is not None]
     audio = [r["audio_s"] for r in rows if r["audio_s"] is not None]
-    statuses = Counter(str(r["status"]) for r in rows if r["status"] is not None and r["outcome"] != "audio")
+    statuses = Counter(str(r["status"]) for r in rows if r["status"] is not None and r["outcome"] != Outcome.AUDIO)
     errors = [r["error"] for r in rows if r["error"]]
     wrong = sum(r["wrong_length"] for r in rows)
     out = {
         "class": name, "what": CLASSES[name][0], "requests": len(rows),
-        "outcomes": {k: counts.get(k, 0) for k in OUTCOMES},
-        "by_concurrency": [{"concurrency": c, **{k: n.get(k, 0) for k in OUTCOMES}} for c, n in sorted(by_level.items())],
+        "outcomes": {k.value: counts.get(k, 0) for k in OUTCOMES},
+        "by_concurrency": [{"concurrency": c, **{k.value: n.get(k, 0) for k in OUTCOMES}}
+                           for c, n in sorted(by_level.items())],
         "statuses": dict(sorted(statuses.items())),
         "ms_p50": round(float(np.median(times)), 1) if times else None,
         "ms_max": round(max(times), 1) if times else None,
@@ -107,8 +109,8 @@ def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
     }
     ms = {k: float(np.median(v)) for k in OUTCOMES
           if (v := [r["ms"] for r in rows if r["outcome"] == k and r["ms"] is not None])}
-    if "timeout" not in ms and counts.get("timeout") and isinstance(timeout_s, (int, float)):
-        ms["timeout"] = 1000.0 * timeout_s   # a timed-out attempt records no end of its own
+    if Outcome.TIMEOUT not in ms and counts.get(Outcome.TIMEOUT) and isinstance(timeout_s, (int, float)):
+        ms[Outcome.TIMEOUT] = 1000.0 * timeout_s   # a timed-out attempt records no end of its own
     out["verdict"] = _verdict(out, ms)
     return out
 
@@ -117,15 +119,15 @@ def _verdict(c: dict, ms: dict) -> str:
     """What the server did with the class, in a few words: its outcomes, most common first, each
     with its median time (``ms``: outcome -> ms)."""
     parts = []
-    for k, n in sorted(((k, n) for k, n in c["outcomes"].items() if n), key=lambda kn: -kn[1]):
+    for k, n in sorted(((Outcome(k), n) for k, n in c["outcomes"].items() if n), key=lambda kn: -kn[1]):
         what = _NAMES[k]
-        if k == "audio" and c["audio_s_p50"] is not None:
+        if k == Outcome.AUDIO and c["audio_s_p50"] is not None:
             what += f" of {c['audio_s_p50']:g} s"
-        elif k in ("refused", "server_error") and c["statuses"]:
+        elif k in (Outcome.REFUSED, Outcome.SERVER_ERROR) and c["statuses"]:
             what += f" ({', '.join(c['statuses'])})"
         if k in ms:
-            what += f" after {_ms(ms[k])}" if k == "timeout" else f" in {_ms(ms[k])}"
-        if k == "audio" and c["wrong_length"]:
+            what += f" after {_ms(ms[k])}" if k == Outcome.TIMEOUT else f" in {_ms(ms[k])}"
+        if k == Outcome.AUDIO and c["wrong_length"]:
             what += f", {c['wrong_length']} of the wrong length"
         parts.append(what if n == c["requests"] else f"{n} {what}")
     return "; ".join(parts)

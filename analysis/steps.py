@@ -91,6 +91,7 @@ import pandas as pd
 from tts_knee.audio import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
+from tts_knee.runformat.results import StepSummary
 
 from . import capacity, server_metrics
 from .confidence import percentile_cis
@@ -443,7 +444,7 @@ def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, cont
 
 def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
                next_start: float | None = None, last: bool = False, streamed: bool | None = None,
-               roles: dict[str, str] | None = None, contexts: int = 1, think_s: float = 0.0) -> dict:
+               roles: dict[str, str] | None = None, contexts: int = 1, think_s: float = 0.0) -> StepSummary:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
     ``streamed`` whether the run was streamed: None decides from the step's records; ``roles``

@@ -4,11 +4,11 @@ from :mod:`analysis.probe`) and the spike (``--spike``: ``summary["spike"]``, fr
 :mod:`analysis.spike`)."""
 from __future__ import annotations
 
-from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
+from tts_knee.runformat.summary import Outcome, SpikeBehaviour as Behaviour
 
 from .kit import esc, fmt
 
-_OUTCOMES = ("audio", "refused", "server_error", "timeout", "silent", "error")
+_OUTCOMES = tuple(Outcome)
 
 
 def probe_headline(probe: dict) -> str:

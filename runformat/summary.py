@@ -7,7 +7,16 @@ figure added to the analysis is declared here too or the strict check of the tes
 """
 from __future__ import annotations
 
-from enum import StrEnum
+import sys
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:   # Python 3.10: a member is its value as a string, as 3.11's StrEnum makes it
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        __str__ = str.__str__
+        __format__ = str.__format__
 
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
@@ -312,7 +321,9 @@ STEP_SUMMARY: tuple[Field, ...] = (
 )
 
 #: ``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
-KNEE_METHODS: tuple[Field, ...] = tuple(_F(name, "", True, "") for name in (
+#: Each is there where its method applies (a streamed run judges underruns and TTFA, an open-loop
+#: run its own methods, --asr-model the speech), null where it names no step.
+KNEE_METHODS: tuple[Field, ...] = tuple(_F(name, "", True, "", optional=True) for name in (
     "latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency", "kneedle",
     "piecewise", "underruns", "ttfa_vs_lowest", "throughput_shortfall", "latency_growing", "speech"))
 KNEE: tuple[Field, ...] = (
@@ -622,6 +633,17 @@ TEXT_REUSE: tuple[Field, ...] = (
     _F("caches", "", True, "the server caches its answers; null: too few repeats to tell"),
     _F("note", "", False, "the verdict in one sentence"),
 )
+
+class Outcome(StrEnum):
+    """What became of a request, judged by its final attempt (:func:`analysis.probe.outcome`): the
+    probe counts its requests by these (``PROBE_LEVEL``)."""
+    AUDIO = "audio"                # answered with audio
+    REFUSED = "refused"            # a 4xx (or a gRPC code that reads as one)
+    SERVER_ERROR = "server_error"  # a 5xx other than 504
+    TIMEOUT = "timeout"            # no answer within --request-timeout, or a 504
+    SILENT = "silent"              # audio with no sound in it
+    ERROR = "error"                # failed otherwise: a reset connection, a body that is not audio
+
 
 # ---- the hostile-text probe (--probe-texts): what the server did per class (analysis.probe)
 PROBE_LEVEL: tuple[Field, ...] = (
