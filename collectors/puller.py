@@ -6,8 +6,8 @@ the one the request records use), and it writes through the ``disk`` it is given
 run-directory writer, :class:`locustfiles.disk.DiskWriter`).
 
 Runs inside the Locust master, on gevent (it never imports locust; the sidecar's own modules
-import neither). For each collector URL it estimates the clock offset
-NTP-style (several ``GET /time`` probes, the one with the least round trip wins:
+import neither). For each collector URL it estimates the clock offset NTP-style (several
+``GET /time`` probes, the one with the least round trip wins:
 ``offset = collector_time - (t_send + t_recv) / 2``), then polls ``GET /samples?since=SEQ``,
 rewrites each sample's ``ts`` to ``ts - offset`` and appends it with a ``collector`` field.
 Offsets are probed again periodically, on reconnect and at stop, so drift stays bounded.
@@ -74,6 +74,7 @@ SCRAPE_TIMEOUT_S = 2.0     # one --server-metrics scrape; a slower one is a gap
 #: Children of this process that are not the load generator (the ASR judge: locustfiles.listening;
 #: the live view), left out of the client's CPU and memory.
 SIDECARS: set[int] = set()
+
 
 class _Appender:
     """The writer a puller has without the node's: each append written at once, in this greenlet."""

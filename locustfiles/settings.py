@@ -83,6 +83,12 @@ def _add(container, o: run_options.Option) -> None:
 
 @dataclass(frozen=True)
 class Settings:
+    """One run's options, checked.
+
+    A field is named as its option (``--step-time`` is ``step_time``, in the option's unit:
+    seconds) and, where run.json records it, as its key there (:meth:`public`); what an option
+    gives parsed has a name of its own (``preset`` is the dialect ``tts_preset`` names,
+    ``texts`` the corpus ``texts_source`` holds)."""
     host: str
     tts_api: str
     tts_path: str
@@ -126,7 +132,7 @@ class Settings:
     text_jitter: float
     flush: str
     refine_to: tuple           # open loop: (resolution, relative: a share of the rate, else req/s)
-    drain_time: float             # the run's end: how long requests in flight are waited for
+    drain_time: float          # the run's end: how long requests in flight are waited for
     server_roles: tuple        # --server-role as given: "ROLE=SERIES" each
     tts_protocol: str
     preset: presets.Preset | None   # --tts-protocol ws: the dialect
