@@ -374,7 +374,7 @@ class Knee(_Knee, total=False):
     ttfa_basis: str
     silence_first: bool
     untimed_stream: bool
-    speech_rise: SpeechRise
+    speech_rise: list[SpeechRise | None]
     speech_first: bool
     rate: float | None
     voices: int | None
