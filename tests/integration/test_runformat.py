@@ -10,7 +10,7 @@ from tts_knee.runformat import ATTEMPT, RESOURCE_SAMPLE, RUN
 
 def test_public_names_are_the_intended_ones():
     modules = {"fields", "files", "options", "schema", "summary", "wire", "check", "reader", "metric_roles",
-               "grpc_codes", "probe", "trace"}
+               "grpc_codes", "probe", "trace", "results"}
     assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - modules
 
 
