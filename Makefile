@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
 	$(DOCS_BUILD)
 	@status=0; \
 	$(PYTEST) -n 2 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \

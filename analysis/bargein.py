@@ -12,6 +12,7 @@ on a cancel gives about 0; one that goes on generating for N seconds, about N. W
 running series, a collector's watch on the server process gives it from the process's CPU
 time instead (:mod:`analysis.orphans`), with its uncertainty.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,14 +25,17 @@ from . import orphans
 from .diagnosis import share
 from .steps import dist, run_end_cut
 
-METHOD = ("the server's running (and waiting) requests above the load generator's requests in flight, "
-          "averaged over its samples, times their span, per cancel")
+METHOD = (
+    "the server's running (and waiting) requests above the load generator's requests in flight, "
+    "averaged over its samples, times their span, per cancel"
+)
 #: Orphaned work per cancel worth a line in the diagnosis.
 ORPHANED_NOTABLE_S = 0.1
 
 
-def summarise(a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None,
-              cpu: dict | None = None) -> dict | None:
+def summarise(
+    a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None, cpu: dict | None = None
+) -> dict | None:
     """``summary.barge_in``, or None for a run without interruptions. ``cpu``: the process-CPU
     fit (:func:`analysis.orphans.fit`), read where the server publishes no running series."""
     fraction = options.get("barge_in") or 0.0
@@ -59,9 +63,17 @@ def _orphaned_either(running: dict | None, cpu: dict | None) -> dict:
     fitted = cpu.get("cancel")
     if fitted is None:
         return {"orphaned_work_s": None, "orphaned_note": cpu.get("note") or "too few cancels to fit"}
-    return {"orphaned_work_s": {"per_cancel_s": fitted["per_s"], "total_s": fitted["total_s"], "method": fitted["method"],
-                                "series": fitted["series"], "samples": fitted["samples"],
-                                "uncertainty_s": fitted["uncertainty_s"], "busy_scale": fitted["busy_scale"]}}
+    return {
+        "orphaned_work_s": {
+            "per_cancel_s": fitted["per_s"],
+            "total_s": fitted["total_s"],
+            "method": fitted["method"],
+            "series": fitted["series"],
+            "samples": fitted["samples"],
+            "uncertainty_s": fitted["uncertainty_s"],
+            "busy_scale": fitted["busy_scale"],
+        }
+    }
 
 
 def hangups(cpu: dict | None, a: Attempts) -> dict | None:
@@ -73,12 +85,24 @@ def hangups(cpu: dict | None, a: Attempts) -> dict | None:
     if not timed_out:
         return None
     fitted = cpu.get("hangup")
-    work = None if fitted is None else {
-        "per_hangup_s": fitted["per_s"], "uncertainty_s": fitted["uncertainty_s"], "total_s": fitted["total_s"],
-        "method": fitted["method"], "series": fitted["series"], "samples": fitted["samples"],
-        "busy_scale": fitted["busy_scale"]}
-    return {"timed_out": timed_out, "orphaned_work_s": work,
-            "note": None if work else (cpu.get("note") or "too few hang-ups to fit")}
+    work = (
+        None
+        if fitted is None
+        else {
+            "per_hangup_s": fitted["per_s"],
+            "uncertainty_s": fitted["uncertainty_s"],
+            "total_s": fitted["total_s"],
+            "method": fitted["method"],
+            "series": fitted["series"],
+            "samples": fitted["samples"],
+            "busy_scale": fitted["busy_scale"],
+        }
+    )
+    return {
+        "timed_out": timed_out,
+        "orphaned_work_s": work,
+        "note": None if work else (cpu.get("note") or "too few hang-ups to fit"),
+    }
 
 
 def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
@@ -113,8 +137,13 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
     total = float(excess.mean() * span)
     cancel_at = a["t0"] + a["cancel_ms"] / 1000.0
     cancels = int(((cancel_at >= at_a[0]) & (cancel_at <= at_a[-1])).sum())
-    return {"per_cancel_s": total / cancels if cancels else None, "total_s": total, "method": METHOD,
-            "series": series, "samples": len(at)}
+    return {
+        "per_cancel_s": total / cancels if cancels else None,
+        "total_s": total,
+        "method": METHOD,
+        "series": series,
+        "samples": len(at),
+    }
 
 
 def hangup_evidence(hung: dict | None) -> str | None:
@@ -123,9 +152,11 @@ def hangup_evidence(hung: dict | None) -> str | None:
     per = work.get("per_hangup_s")
     if per is None or per - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
         return None
-    return (f"Requests the client gave up on at --request-timeout cost the server {per:.2f} ± "
-            f"{work['uncertainty_s']:.2f} CPU-s each beyond the part heard ({hung['timed_out']} hang-ups; from its "
-            f"process's CPU): capacity spent on audio nobody hears.")
+    return (
+        f"Requests the client gave up on at --request-timeout cost the server {per:.2f} ± "
+        f"{work['uncertainty_s']:.2f} CPU-s each beyond the part heard ({hung['timed_out']} hang-ups; from its "
+        f"process's CPU): capacity spent on audio nobody hears."
+    )
 
 
 def evidence(barge: dict | None) -> str | None:
@@ -134,12 +165,16 @@ def evidence(barge: dict | None) -> str | None:
     per = work.get("per_cancel_s")
     if per is None or per - (work.get("uncertainty_s") or 0.0) < ORPHANED_NOTABLE_S:
         return None
-    if work.get("uncertainty_s") is not None:   # from the process's CPU
-        return (f"Cancelled utterances cost the server {per:.2f} ± {work['uncertainty_s']:.2f} CPU-s each after "
-                f"their cancel ({barge['cancelled']} cancels; from its process's CPU, beyond the part heard): at a "
-                f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
-                f"lowers the knee.")
-    return (f"Cancelled utterances kept generating for {per:.2f} s each after their cancel ({barge['cancelled']} "
-            f"cancels; {work['series']} stayed above the requests anyone was waiting for): at a "
+    if work.get("uncertainty_s") is not None:  # from the process's CPU
+        return (
+            f"Cancelled utterances cost the server {per:.2f} ± {work['uncertainty_s']:.2f} CPU-s each after "
+            f"their cancel ({barge['cancelled']} cancels; from its process's CPU, beyond the part heard): at a "
             f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
-            f"lowers the knee.")
+            f"lowers the knee."
+        )
+    return (
+        f"Cancelled utterances kept generating for {per:.2f} s each after their cancel ({barge['cancelled']} "
+        f"cancels; {work['series']} stayed above the requests anyone was waiting for): at a "
+        f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
+        f"lowers the knee."
+    )

@@ -13,6 +13,7 @@ requests per second against the throughput at the recommendation; each replica i
 ``1 - headroom`` of what it carried there (``--headroom``, default 20 %), so a replica taken
 out or a burst still fits: ``replicas = ceil(demand / (per_replica * (1 - headroom)))``.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,7 @@ class CapacityError(ValueError):
 class Demand(NamedTuple):
     """What ``--plan-for`` asks to carry: ``amount`` concurrent requests, or requests per second
     where ``per_s``."""
+
     amount: float
     per_s: bool
 
@@ -46,11 +48,12 @@ def parse_demand(text: str) -> Demand:
     except ValueError:
         v = math.nan
     if not math.isfinite(v) or v <= 0:
-        raise CapacityError(f"--plan-for {text!r} is neither a number of concurrent requests (500) nor a "
-                            f"rate in requests per second (20/s).")
+        raise CapacityError(
+            f"--plan-for {text!r} is neither a number of concurrent requests (500) nor a "
+            f"rate in requests per second (20/s)."
+        )
     if not per_s and v != int(v):
-        raise CapacityError(f"--plan-for {text!r}: concurrent requests are a whole number (or give a rate, "
-                            f"{s}/s).")
+        raise CapacityError(f"--plan-for {text!r}: concurrent requests are a whole number (or give a rate, {s}/s).")
     return Demand(v, per_s)
 
 
@@ -73,14 +76,14 @@ def parse_headroom(value) -> float:
     except ValueError:
         v = math.nan
     if not math.isfinite(v) or not 0 <= v < 1:
-        raise CapacityError(f"--headroom {value!r} is not a share of capacity from 0 to below 1, such as "
-                            f"0.2 or 20%.")
+        raise CapacityError(f"--headroom {value!r} is not a share of capacity from 0 to below 1, such as 0.2 or 20%.")
     return v
 
 
 class Options(NamedTuple):
     """What the capacity section is asked for: a price, a demand, the headroom; None where not
     given (the headroom is then :data:`HEADROOM`)."""
+
     cost_per_hour: float | None = None
     plan_for: Demand | None = None
     headroom: float | None = None
@@ -91,15 +94,20 @@ def options(recorded: dict | None, given: Options | None = None) -> Options:
     by what ``given`` sets; raises :class:`CapacityError` for a recorded value that does not parse."""
     rec = recorded or {}
     cost, plan, head = rec.get("cost_per_hour"), rec.get("plan_for"), rec.get("headroom")
-    own = Options(None if cost is None else parse_cost(cost), parse_demand(plan) if plan else None,
-                  None if head is None else parse_headroom(head))
+    own = Options(
+        None if cost is None else parse_cost(cost),
+        parse_demand(plan) if plan else None,
+        None if head is None else parse_headroom(head),
+    )
     return Options(*(g if g is not None else o for g, o in zip(given or Options(), own)))
 
 
 def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dict:
     """A window's ``utterances_per_hour`` and ``chars_per_s`` (None where the window gives none)."""
-    return {"chars_per_s": chars_per_s,
-            "utterances_per_hour": None if throughput_rps is None else throughput_rps * 3600.0}
+    return {
+        "chars_per_s": chars_per_s,
+        "utterances_per_hour": None if throughput_rps is None else throughput_rps * 3600.0,
+    }
 
 
 def _level(levels: list[dict], key: str, value) -> dict | None:
@@ -117,19 +125,31 @@ def capacity(levels: list[dict], key: str, value, concurrency: int | None, opts:
     run), what a demand of concurrent requests is divided by."""
     lv = _level(levels, key, value)
     at = {"concurrency": concurrency, **({} if key == "concurrency" else {key: value})}
-    out = {"at": None if value is None else at,
-           "throughput_rps": None, "chars_per_s": None, "audio_s_per_s": None, "utterances_per_hour": None,
-           "mchars_per_hour": None, "cost_per_hour": opts.cost_per_hour, "cost_per_million_chars": None,
-           "cost_per_audio_hour": None, "plan": None, "text": None}
+    out = {
+        "at": None if value is None else at,
+        "throughput_rps": None,
+        "chars_per_s": None,
+        "audio_s_per_s": None,
+        "utterances_per_hour": None,
+        "mchars_per_hour": None,
+        "cost_per_hour": opts.cost_per_hour,
+        "cost_per_million_chars": None,
+        "cost_per_audio_hour": None,
+        "plan": None,
+        "text": None,
+    }
     if lv is None:
         out["text"] = "No level is recommended, so there is no capacity to plan with."
         return out
     rps, cps, aps = lv.get("throughput_rps"), lv.get("chars_per_s"), lv.get("audio_s_per_s")
-    out.update(throughput_rps=rps, chars_per_s=cps, audio_s_per_s=aps,
-               utterances_per_hour=None if rps is None else rps * 3600.0,
-               mchars_per_hour=None if cps is None else cps * 3600.0 / 1e6)
-    where = (f"{value:g} req/s" if key == "rate" else f"{value} voices" if key == "voices"
-             else f"concurrency {value}")
+    out.update(
+        throughput_rps=rps,
+        chars_per_s=cps,
+        audio_s_per_s=aps,
+        utterances_per_hour=None if rps is None else rps * 3600.0,
+        mchars_per_hour=None if cps is None else cps * 3600.0 / 1e6,
+    )
+    where = f"{value:g} req/s" if key == "rate" else f"{value} voices" if key == "voices" else f"concurrency {value}"
     parts = []
     if rps:
         parts.append(f"{rps:.2f} req/s ({rps * 3600:,.0f} utterances an hour)")
@@ -144,23 +164,38 @@ def capacity(levels: list[dict], key: str, value, concurrency: int | None, opts:
             out["cost_per_million_chars"] = cost / (cps * 3600.0 / 1e6)
         if aps:
             out["cost_per_audio_hour"] = cost / aps
-        shown = [f"{_money(out[k])} {what}" for k, what in (("cost_per_million_chars", "per million characters"),
-                                                            ("cost_per_audio_hour", "per hour of audio"))
-                 if out[k] is not None]
-        text += (f" At {_money(cost)} an hour, kept at that level, that is {' and '.join(shown)}." if shown
-                 else f" At {_money(cost)} an hour there is no cost per character: nothing was carried.")
+        shown = [
+            f"{_money(out[k])} {what}"
+            for k, what in (
+                ("cost_per_million_chars", "per million characters"),
+                ("cost_per_audio_hour", "per hour of audio"),
+            )
+            if out[k] is not None
+        ]
+        text += (
+            f" At {_money(cost)} an hour, kept at that level, that is {' and '.join(shown)}."
+            if shown
+            else f" At {_money(cost)} an hour there is no cost per character: nothing was carried."
+        )
     demand = opts.plan_for
     headroom = HEADROOM if opts.headroom is None else opts.headroom
     if demand is not None:
         per = rps if demand.per_s else concurrency
         unit = "req/s" if demand.per_s else "in flight"
-        plan = {"demand": demand.spec, "per_s": demand.per_s, "headroom": headroom,
-                "per_replica": per, "replicas": None}
+        plan = {
+            "demand": demand.spec,
+            "per_s": demand.per_s,
+            "headroom": headroom,
+            "per_replica": per,
+            "replicas": None,
+        }
         if per:
             plan["replicas"] = max(1, math.ceil(demand.amount / (per * (1 - headroom)) - 1e-9))
             what = f"{demand.amount:g} req/s" if demand.per_s else f"{demand.amount:g} concurrent requests"
-            text += (f" {what} need {plan['replicas']} replica{'s' if plan['replicas'] != 1 else ''} at "
-                     f"{per:.3g} {unit} each, planned at {100 - headroom * 100:g} % of that.")
+            text += (
+                f" {what} need {plan['replicas']} replica{'s' if plan['replicas'] != 1 else ''} at "
+                f"{per:.3g} {unit} each, planned at {100 - headroom * 100:g} % of that."
+            )
         else:
             text += f" --plan-for {demand.spec}: the recommendation carried no {unit}, so no replica count."
         out["plan"] = plan

@@ -33,6 +33,7 @@ is as strong as so few values can show) when both have at most
 approximation on the log scale with each side's standard error read off its order-statistic
 interval.  Rates (throughput, errors) use the usual two-sample Poisson and two-proportion z-tests.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,13 @@ def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
     span where its mass is (all of 0..n for small n)."""
     half = _BINOM_SPAN_SD * math.sqrt(n * p * (1 - p)) + 1
     k0, k1 = max(0, int(n * p - half)), min(n, int(n * p + half) + 1)
-    start = (math.lgamma(n + 1) - math.lgamma(k0 + 1) - math.lgamma(n - k0 + 1)
-             + k0 * math.log(p) + (n - k0) * math.log1p(-p))
+    start = (
+        math.lgamma(n + 1)
+        - math.lgamma(k0 + 1)
+        - math.lgamma(n - k0 + 1)
+        + k0 * math.log(p)
+        + (n - k0) * math.log1p(-p)
+    )
     k = np.arange(k0, k1, dtype=float)
     steps = np.log((n - k) / (k + 1)) + math.log(p / (1 - p))
     logpmf = np.concatenate([[start], start + np.cumsum(steps)])
@@ -163,12 +169,14 @@ def compare_percentile(old, new, q: float) -> dict | None:
         p = max(p, min(1.0, 2 / math.comb(len(x) + len(y), len(x))))
         method = "bootstrap"
     else:
+
         def se_log(v, pt):
             lo_, hi_ = _order_interval(np.sort(v), q)
-            if lo_ is None or hi_ is None:   # too few values to bound it: nothing can be told
+            if lo_ is None or hi_ is None:  # too few values to bound it: nothing can be told
                 return math.inf
             lo_, hi_ = max(min(lo_, pt), 1e-12), max(hi_, pt)
             return (math.log(hi_) - math.log(lo_)) / (2 * _Z)
+
         se = math.hypot(se_log(x, px), se_log(y, py))
         d = math.log(py / px)
         if math.isinf(se):
@@ -178,9 +186,14 @@ def compare_percentile(old, new, q: float) -> dict | None:
             lo, hi = math.exp(d - _Z * se), math.exp(d + _Z * se)
             p = math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else (0.0 if d else 1.0)
         method = "order_statistic"
-    return {"old": px, "new": py, "ratio": py / px,
-            "ratio_ci": [None if lo is None else float(lo), None if hi is None else float(hi)],
-            "p_value": float(p), "method": method}
+    return {
+        "old": px,
+        "new": py,
+        "ratio": py / px,
+        "ratio_ci": [None if lo is None else float(lo), None if hi is None else float(hi)],
+        "p_value": float(p),
+        "method": method,
+    }
 
 
 def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | None:
@@ -189,7 +202,7 @@ def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | 
     if not t_old or not t_new or not k_old or not k_new:
         return None
     r0, r1 = k_old / t_old, k_new / t_new
-    se = math.sqrt(k_old / t_old ** 2 + k_new / t_new ** 2)
+    se = math.sqrt(k_old / t_old**2 + k_new / t_new**2)
     p = math.erfc(abs(r1 - r0) / se / math.sqrt(2)) if se > 0 else 1.0
     return {"old": r0, "new": r1, "ratio": r1 / r0, "p_value": p}
 

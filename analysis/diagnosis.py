@@ -44,6 +44,7 @@ rather than whole-body wait (see :mod:`analysis.knee`).  Audio-integrity mismatc
 same text giving audio of a different length under load, see :mod:`analysis.steps`) are added
 to the evidence whenever there are any, whatever the kind.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,9 +67,12 @@ CLIENT_IO_SHARE = 0.25  # client_io: the write/concat rise is at least this shar
 MEM_FULL = 0.95
 QUEUE_WAITING = 1.0  # the server's own queue reaching this at the knee step: requests waited in it
 CREEP_FRACTION = 0.10  # of total GPU memory: more left after the run than before it is a leak
-OOM = re.compile(r"out of memory|\bOOM\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
-                 r"MemoryError|failed to allocate", re.I)
-GIB = 1024 ** 3
+OOM = re.compile(
+    r"out of memory|\bOOM\b|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+    r"MemoryError|failed to allocate",
+    re.I,
+)
+GIB = 1024**3
 
 
 def _ms(v) -> str:
@@ -92,10 +96,12 @@ def _get(s: dict, *path):
 
 
 def _lat_sentence(lo: dict, hi: dict) -> str:
-    return (f"p95 wait rose from {_ms(_get(lo, 'latency_ms', 'p95'))} at {lo['concurrency']} to "
-            f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
-            f"{_ms(_get(lo, 'latency_ms', 'p50'))} -> {_ms(_get(hi, 'latency_ms', 'p50'))}, max "
-            f"{_ms(_get(hi, 'latency_ms', 'max'))})")
+    return (
+        f"p95 wait rose from {_ms(_get(lo, 'latency_ms', 'p95'))} at {lo['concurrency']} to "
+        f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
+        f"{_ms(_get(lo, 'latency_ms', 'p50'))} -> {_ms(_get(hi, 'latency_ms', 'p50'))}, max "
+        f"{_ms(_get(hi, 'latency_ms', 'max'))})"
+    )
 
 
 def share(rate: float) -> str:
@@ -108,21 +114,26 @@ def _cap(text: str) -> str:
 
 
 def _stream_state(s: dict) -> str:
-    """"64% of streams stalled (p95 stall 850 ms)" for one step."""
+    """ "64% of streams stalled (p95 stall 850 ms)" for one step."""
     rate = s.get("underrun_rate")
     if rate is None:
         return "underruns not measured"
     stall = _get(s, "underrun_ms", "p95")
-    return (f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else ""))
+    return f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else "")
 
 
 def stream_sentence(lo: dict, hi: dict, base: dict) -> str:
     """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
-    return (f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
-            f"{_ms(_get(hi, 'ttfa_ms', 'p95'))} vs {_ms(_get(base, 'ttfa_ms', 'p95'))} at "
-            f"{base['concurrency']}" + ("" if lo is base else
-                                        f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 "
-                                        f"{_ms(_get(lo, 'ttfa_ms', 'p95'))})"))
+    return (
+        f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
+        f"{_ms(_get(hi, 'ttfa_ms', 'p95'))} vs {_ms(_get(base, 'ttfa_ms', 'p95'))} at "
+        f"{base['concurrency']}"
+        + (
+            ""
+            if lo is base
+            else f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 {_ms(_get(lo, 'ttfa_ms', 'p95'))})"
+        )
+    )
 
 
 def _integrity(steps) -> list[str]:
@@ -130,11 +141,15 @@ def _integrity(steps) -> list[str]:
     for s in steps:
         it = s.get("integrity") or {}
         if it.get("mismatched"):
-            ex = "; ".join(f"\"{e['text_id'][:60]}\" {e['expected_s']:.2f} s expected, {e['got_s']:.2f} s received"
-                           for e in it["examples"][:2])
-            ev.append(f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
-                      f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
-                      f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}.")
+            ex = "; ".join(
+                f'"{e["text_id"][:60]}" {e["expected_s"]:.2f} s expected, {e["got_s"]:.2f} s received'
+                for e in it["examples"][:2]
+            )
+            ev.append(
+                f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
+                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
+                f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}."
+            )
     return ev
 
 
@@ -143,19 +158,24 @@ def _memory(steps, knee_i, creep) -> list[str]:
     for s in steps:
         for e in s.get("errors", []):
             if OOM.search(e["error"]):
-                ev.append(f"{e['count']} attempts at concurrency {s['concurrency']} failed with an "
-                          f"out-of-memory error (\"{e['error'][:120]}\").")
+                ev.append(
+                    f"{e['count']} attempts at concurrency {s['concurrency']} failed with an "
+                    f'out-of-memory error ("{e["error"][:120]}").'
+                )
                 break
     total = (creep or {}).get("total_bytes") or next(
-        (_get(s, "server", "gpu_mem_total_bytes") for s in steps if _get(s, "server", "gpu_mem_total_bytes")), None)
+        (_get(s, "server", "gpu_mem_total_bytes") for s in steps if _get(s, "server", "gpu_mem_total_bytes")), None
+    )
     if creep and total and creep["rise_bytes"] > CREEP_FRACTION * total:
         fb = [(s["concurrency"], _get(s, "server", "gpu_mem_fallback_bytes")) for s in steps]
         fb = [f"{_gib(v)} after {c}" for c, v in fb if v is not None]
-        host = f" on {creep['host']}" if len({h for s in steps for h in _hosts(s, 'server')}) > 1 else ""
-        ev.append(f"GPU memory did not come back after the run{host}: {_gib(creep['baseline_bytes'])} "
-                  f"before the first step, still {_gib(creep['after_run_bytes'])} after the last one "
-                  f"ended (+{_gib(creep['rise_bytes'])} of {_gib(total)}), which looks like a leak"
-                  + (f"; level right after each step: {', '.join(fb)}." if fb else "."))
+        host = f" on {creep['host']}" if len({h for s in steps for h in _hosts(s, "server")}) > 1 else ""
+        ev.append(
+            f"GPU memory did not come back after the run{host}: {_gib(creep['baseline_bytes'])} "
+            f"before the first step, still {_gib(creep['after_run_bytes'])} after the last one "
+            f"ended (+{_gib(creep['rise_bytes'])} of {_gib(total)}), which looks like a leak"
+            + (f"; level right after each step: {', '.join(fb)}." if fb else ".")
+        )
     if knee_i is not None:
         s = steps[knee_i]
         by = (s.get("server") or {}).get("by_host") or {}
@@ -163,8 +183,10 @@ def _memory(steps, knee_i, creep) -> list[str]:
             peak, tot = h.get("gpu_mem_peak_bytes"), h.get("gpu_mem_total_bytes")
             if peak and tot and peak / tot >= MEM_FULL:
                 on = f" on {host}" if len(by) > 1 else ""
-                ev.append(f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}){on} at "
-                          f"concurrency {s['concurrency']}.")
+                ev.append(
+                    f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}){on} at "
+                    f"concurrency {s['concurrency']}."
+                )
                 break
     return ev
 
@@ -188,8 +210,7 @@ def _locust_idle_on(by: dict, host: str) -> bool:
     one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
     and a hex id): then the load generator is not what keeps that host's CPU busy."""
     proc = by[host].get("proc_cpu_mean")
-    return proc is not None and proc < CLIENT_PROC_SHARE and \
-        not any(h.startswith(f"{host}_") for h in by if h != host)
+    return proc is not None and proc < CLIENT_PROC_SHARE and not any(h.startswith(f"{host}_") for h in by if h != host)
 
 
 def _other_load(steps, knee_i) -> list[str]:
@@ -203,11 +224,13 @@ def _other_load(steps, knee_i) -> list[str]:
             cpu, core = d.get("cpu_mean"), d.get("busiest_core_mean")
             busy = (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY)
             if h not in servers and busy and _locust_idle_on(by, h):
-                return [f"The load generator's host{f' {h}' if len(by) > 1 else ''} was busy at concurrency "
-                        f"{s['concurrency']} (CPU {_pct(cpu)} on average, busiest core {_pct(core)}) while "
-                        f"its Locust process used {_pct(d['proc_cpu_mean'])} of one core: another process "
-                        f"there took the CPU (the server, if it runs on that machine; a collector watching "
-                        f"it, --collector, would show it as the server's)."]
+                return [
+                    f"The load generator's host{f' {h}' if len(by) > 1 else ''} was busy at concurrency "
+                    f"{s['concurrency']} (CPU {_pct(cpu)} on average, busiest core {_pct(core)}) while "
+                    f"its Locust process used {_pct(d['proc_cpu_mean'])} of one core: another process "
+                    f"there took the CPU (the server, if it runs on that machine; a collector watching "
+                    f"it, --collector, would show it as the server's)."
+                ]
     return []
 
 
@@ -230,27 +253,34 @@ def _client(steps, knee_i) -> list[str]:
         kh, core = _busiest(by, "busiest_core_mean", own)
         if proc is not None and proc >= CLIENT_PROC_BUSY:
             host_cpu = by[ph].get("cpu_mean")
-            notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + \
-                ([f"the busiest of {len(by)} client hosts"] if many else [])
-            ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
-                      f"process{on(ph)} used {_pct(proc)} of one core on average"
-                      + (f" ({'; '.join(notes)})." if notes else "."))
+            notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + (
+                [f"the busiest of {len(by)} client hosts"] if many else []
+            )
+            ev.append(
+                f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
+                f"process{on(ph)} used {_pct(proc)} of one core on average"
+                + (f" ({'; '.join(notes)})." if notes else ".")
+            )
             break
         if (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY):
             h = ch if cpu is not None and cpu >= CLIENT_CPU_BUSY else kh
-            ev.append(f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
-                      f"{on(h)} {_pct(by[h].get('cpu_mean'))} on average, busiest core "
-                      f"{_pct(by[h].get('busiest_core_mean'))}.")
+            ev.append(
+                f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
+                f"{on(h)} {_pct(by[h].get('cpu_mean'))} on average, busiest core "
+                f"{_pct(by[h].get('busiest_core_mean'))}."
+            )
             break
     for s in upto:
         lit = s.get("little")
         if lit and abs(lit["ratio"] - 1) > LITTLE_TOLERANCE:
-            ev.append(f"Little's law does not hold at concurrency {s['concurrency']}: over the step's "
-                      f"{lit.get('window_s') or 0:.0f} s window, requests kept "
-                      f"{lit['effective_concurrency']:.1f} users busy on average, not "
-                      f"{round(lit['expected_concurrency'], 1):g} "
-                      f"({lit['ratio']:.0%}; {s['completed_rps'] or 0:.2f} req/s completed), so users "
-                      f"were idle between requests.")
+            ev.append(
+                f"Little's law does not hold at concurrency {s['concurrency']}: over the step's "
+                f"{lit.get('window_s') or 0:.0f} s window, requests kept "
+                f"{lit['effective_concurrency']:.1f} users busy on average, not "
+                f"{round(lit['expected_concurrency'], 1):g} "
+                f"({lit['ratio']:.0%}; {s['completed_rps'] or 0:.2f} req/s completed), so users "
+                f"were idle between requests."
+            )
             break
     return ev
 
@@ -262,18 +292,25 @@ def _throttling(steps, knee_i) -> list[str]:
         return []
     s = hit[0]
     lo = steps[max(0, knee_i - 1)] if knee_i else steps[0]
-    ev = [f"{s['throttled']} of {s['attempts']} attempts ({s['throttled'] / s['attempts']:.0%}) were "
-          f"throttled (429/503) at concurrency {s['concurrency']}, against {lo['throttled']} at "
-          f"{lo['concurrency']}; {s['retries']} retries."]
+    ev = [
+        f"{s['throttled']} of {s['attempts']} attempts ({s['throttled'] / s['attempts']:.0%}) were "
+        f"throttled (429/503) at concurrency {s['concurrency']}, against {lo['throttled']} at "
+        f"{lo['concurrency']}; {s['retries']} retries."
+    ]
     ras = [(x["concurrency"], _get(x, "retry_after_s", "mean")) for x in steps]
     ras = [(c, v) for c, v in ras if v is not None]
     if ras:
-        ev.append("Retry-After averaged " + ", ".join(f"{v:.2f} s at {c}" for c, v in ras)
-                  + (" and rose with concurrency." if len(ras) > 1 and ras[-1][1] > ras[0][1] else "."))
+        ev.append(
+            "Retry-After averaged "
+            + ", ".join(f"{v:.2f} s at {c}" for c, v in ras)
+            + (" and rose with concurrency." if len(ras) > 1 and ras[-1][1] > ras[0][1] else ".")
+        )
     e_lo, e_hi = _get(lo, "e2e_ms", "p95"), _get(s, "e2e_ms", "p95")
-    ev.append(f"End-to-end p95 (attempts plus backoff) went from {_ms(e_lo)} at {lo['concurrency']} "
-              f"to {_ms(e_hi)} at {s['concurrency']} while p95 wait of successful attempts was "
-              f"{_ms(_get(lo, 'latency_ms', 'p95'))} -> {_ms(_get(s, 'latency_ms', 'p95'))}.")
+    ev.append(
+        f"End-to-end p95 (attempts plus backoff) went from {_ms(e_lo)} at {lo['concurrency']} "
+        f"to {_ms(e_hi)} at {s['concurrency']} while p95 wait of successful attempts was "
+        f"{_ms(_get(lo, 'latency_ms', 'p95'))} -> {_ms(_get(s, 'latency_ms', 'p95'))}."
+    )
     return ev
 
 
@@ -283,11 +320,12 @@ def _errors(steps, knee_i) -> list[str]:
         if s["attempts"] and s["non_throttle_failures"] / s["attempts"] >= FAILURE_RATE:
             top = s["errors"][0]["error"][:120] if s["errors"] else "no error text"
             codes = ", ".join(f"{k}: {v}" for k, v in sorted(s["status_counts"].items()))
-            return [f"{s['non_throttle_failures']} of {s['attempts']} attempts "
-                    f"({s['non_throttle_failures'] / s['attempts']:.0%}) failed without throttling at "
-                    f"concurrency {s['concurrency']} (statuses {codes}); most common error: \"{top}\".",
-                    f"{s['failed']} of {s['requests']} requests still failed after retries "
-                    f"({(s['error_rate'] or 0):.1%})."]
+            return [
+                f"{s['non_throttle_failures']} of {s['attempts']} attempts "
+                f"({s['non_throttle_failures'] / s['attempts']:.0%}) failed without throttling at "
+                f'concurrency {s["concurrency"]} (statuses {codes}); most common error: "{top}".',
+                f"{s['failed']} of {s['requests']} requests still failed after retries ({(s['error_rate'] or 0):.1%}).",
+            ]
     return []
 
 
@@ -341,24 +379,32 @@ def _signal(steps: list[StepSummary]) -> list[str]:
     step's)."""
     ev, base = [], steps[0]
     lead0 = _get(base, "leading_silence_ms", "p95")
-    worse = [s for s in steps[1:] if lead0 is not None and (_get(s, "leading_silence_ms", "p95") or 0)
-             > lead0 + SILENCE_RISE_MS]
+    worse = [
+        s
+        for s in steps[1:]
+        if lead0 is not None and (_get(s, "leading_silence_ms", "p95") or 0) > lead0 + SILENCE_RISE_MS
+    ]
     if worse:
         s = worse[0]
-        ev.append(f"From concurrency {s['concurrency']} the audio starts with silence: leading silence p95 "
-                  f"{_ms(_get(s, 'leading_silence_ms', 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
-                  f"the listener hears the first sound at {_ms(_get(s, 'ttfa_audible_ms', 'p95'))} (audible TTFA "
-                  f"p95) though the first audio came at {_ms(_get(s, 'ttfa_ms', 'p95'))}: the server answers "
-                  f"early with silence.")
-    for key, what in (("silent_rate", "were silent (failed: no sound in them)"),
-                      ("runaway_rate", "ran away (audio per character over 3x the run's median: a model running "
-                                       "to its token cap)"),
-                      ("truncated_rate", "were cut short (under a third of the run's audio per character)")):
+        ev.append(
+            f"From concurrency {s['concurrency']} the audio starts with silence: leading silence p95 "
+            f"{_ms(_get(s, 'leading_silence_ms', 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
+            f"the listener hears the first sound at {_ms(_get(s, 'ttfa_audible_ms', 'p95'))} (audible TTFA "
+            f"p95) though the first audio came at {_ms(_get(s, 'ttfa_ms', 'p95'))}: the server answers "
+            f"early with silence."
+        )
+    for key, what in (
+        ("silent_rate", "were silent (failed: no sound in them)"),
+        ("runaway_rate", "ran away (audio per character over 3x the run's median: a model running to its token cap)"),
+        ("truncated_rate", "were cut short (under a third of the run's audio per character)"),
+    ):
         low = base.get(key) or 0.0
         hit = next((st for st in steps[1:] if (st.get(key) or 0.0) >= low + SIGNAL_RISE), None)
         if hit is not None:
-            ev.append(f"At concurrency {hit['concurrency']} {share(hit[key])} of the answers {what}, against "
-                      f"{share(low)} at {base['concurrency']}.")
+            ev.append(
+                f"At concurrency {hit['concurrency']} {share(hit[key])} of the answers {what}, against "
+                f"{share(low)} at {base['concurrency']}."
+            )
     return ev
 
 
@@ -368,15 +414,21 @@ def common_evidence(steps: list[StepSummary], knee: Knee, has_resources: bool) -
     the diagnosis could not rest on."""
     ev = _integrity(steps) + _signal(steps)
     if knee.get("untimed_stream"):
-        ev.append("The run was streamed, but no attempt carries a TTFA or underrun figure (the "
-                  "client did not time the stream), so the knee follows whole-body time.")
+        ev.append(
+            "The run was streamed, but no attempt carries a TTFA or underrun figure (the "
+            "client did not time the stream), so the knee follows whole-body time."
+        )
     ev += _other_load(steps, knee.get("index"))
     if not has_resources:
-        ev.append("No resource samples (resources.jsonl missing or empty): the diagnosis "
-                  "rests on latencies and failures only.")
+        ev.append(
+            "No resource samples (resources.jsonl missing or empty): the diagnosis "
+            "rests on latencies and failures only."
+        )
     elif not any(s.get("server") for s in steps):
-        ev.append("No server samples (resources.jsonl has only the load generator's): the "
-                  "diagnosis rests on latencies and failures only.")
+        ev.append(
+            "No server samples (resources.jsonl has only the load generator's): the "
+            "diagnosis rests on latencies and failures only."
+        )
     return ev
 
 
@@ -388,8 +440,11 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
     """
     steps = [s for s in steps if s.get("requests")]
     if not steps:
-        return {"kind": Kind.NO_KNEE, "evidence": ["No settled requests were recorded yet."],
-                "resource_data": has_resources}
+        return {
+            "kind": Kind.NO_KNEE,
+            "evidence": ["No settled requests were recorded yet."],
+            "resource_data": has_resources,
+        }
     k = knee.get("index")
     streamed = bool(knee.get("streamed"))
     ev_common = common_evidence(steps, knee, has_resources)
@@ -402,8 +457,10 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
         return out(Kind.MEMORY_BOUND, mem)
     cli = _client(steps, k)
     if cli:
-        return out(Kind.CLIENT_BOUND, cli + ["Results at and above that step measure the load "
-                                          "generator, not the server: add workers or hosts."])
+        return out(
+            Kind.CLIENT_BOUND,
+            cli + ["Results at and above that step measure the load generator, not the server: add workers or hosts."],
+        )
     thr = _throttling(steps, k)
     if thr:
         return out(Kind.RATE_LIMITED, thr)
@@ -415,77 +472,107 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
         return out(Kind.NO_KNEE, _stream_no_knee(steps, knee))
     if k is None:
         infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
-        ev = [f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
-              f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
-              f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
-              f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
-              f"{sum(s['failed'] for s in steps)} failed requests.",
-              f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
-              f"highest tested step, so test higher concurrency."]
+        ev = [
+            f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
+            f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
+            f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
+            f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
+            f"{sum(s['failed'] for s in steps)} failed requests.",
+            f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
+            f"highest tested step, so test higher concurrency.",
+        ]
         return out(Kind.NO_KNEE, ev)
     s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
     w_lo, w_hi = _get(lo, "latency_ms", "p50"), _get(s, "latency_ms", "p50")
-    wait_flat = w_lo and w_hi and w_hi / w_lo <= LATENCY_RISE and \
-        (_get(s, "latency_ms", "p95") or 0) / (_get(steps[0], "latency_ms", "p95") or 1) <= LATENCY_RISE
+    wait_flat = (
+        w_lo
+        and w_hi
+        and w_hi / w_lo <= LATENCY_RISE
+        and (_get(s, "latency_ms", "p95") or 0) / (_get(steps[0], "latency_ms", "p95") or 1) <= LATENCY_RISE
+    )
     for key, label in (("write_ms", "write"), ("concat_ms", "concat")):
         a, b = _get(steps[0], key, "p50"), _get(s, key, "p50")
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
         if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
-            return out(Kind.CLIENT_IO, [
-                f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
-                f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
-                f"client's disk or concatenation is the bottleneck, not the server."])
+            return out(
+                Kind.CLIENT_IO,
+                [
+                    f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
+                    f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
+                    f"client's disk or concatenation is the bottleneck, not the server."
+                ],
+            )
     queue = stream_sentence(lo, s, steps[0]) if streamed else _lat_sentence(lo, s)
     thr_lo, thr_hi = lo.get("throughput_rps"), s.get("throughput_rps")
-    tp = (f"throughput went from {thr_lo:.2f} to {thr_hi:.2f} req/s"
-          if thr_lo is not None and thr_hi is not None else "throughput n/a")
+    tp = (
+        f"throughput went from {thr_lo:.2f} to {thr_hi:.2f} req/s"
+        if thr_lo is not None and thr_hi is not None
+        else "throughput n/a"
+    )
     sat, res = _saturation(s)
     waiting, qev = _server_queue(steps, k)
     if sat is None:
         if waiting:
-            return out(Kind.QUEUEING, [
-                f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the "
-                f"server.",
-                f"No GPU/CPU samples at concurrency {s['concurrency']}: whether the server's "
-                f"hardware is saturated (compute_bound) or its concurrency limit is too low "
-                f"(concurrency_limit) cannot be told; run a collector beside it (python -m "
-                f"collectors) to tell them apart."])
+            return out(
+                Kind.QUEUEING,
+                [
+                    f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the server.",
+                    f"No GPU/CPU samples at concurrency {s['concurrency']}: whether the server's "
+                    f"hardware is saturated (compute_bound) or its concurrency limit is too low "
+                    f"(concurrency_limit) cannot be told; run a collector beside it (python -m "
+                    f"collectors) to tell them apart.",
+                ],
+            )
         if waiting is False:
-            return out(Kind.QUEUEING, [
-                f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
-                f"in the server's queue, so the wait is before it (the client, the network, a "
-                f"proxy) or in its processing.",
-                f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
-                f"the server (tts-knee collect) to see its hardware."])
-        return out(Kind.QUEUEING, [
-            f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
-            f"the cause cannot be told.",
-            f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
-            f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
-            f"the same from the client; run again with --collector URL (tts-knee collect "
-            f"beside the TTS server) to tell them apart."])
+            return out(
+                Kind.QUEUEING,
+                [
+                    f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
+                    f"in the server's queue, so the wait is before it (the client, the network, a "
+                    f"proxy) or in its processing.",
+                    f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
+                    f"the server (tts-knee collect) to see its hardware.",
+                ],
+            )
+        return out(
+            Kind.QUEUEING,
+            [
+                f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
+                f"the cause cannot be told.",
+                f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
+                f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
+                f"the same from the client; run again with --collector URL (tts-knee collect "
+                f"beside the TTS server) to tell them apart.",
+            ],
+        )
     if streamed:
         queue = _cap(queue)
     if sat:
         ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: the server is out of compute."]
-        running = _get(s, "server", "server_roles", "running") or \
-            _get(s, "server", "server_roles", "batch_size")
+        running = _get(s, "server", "server_roles", "running") or _get(s, "server", "server_roles", "batch_size")
         if running is not None:
-            ev.append(f"Running requests ({running['series']}) capped at {_n(running['max'])} "
-                      f"with {res} at {s['concurrency']}" + (f"; {qev}." if qev else "."))
+            ev.append(
+                f"Running requests ({running['series']}) capped at {_n(running['max'])} "
+                f"with {res} at {s['concurrency']}" + (f"; {qev}." if qev else ".")
+            )
         elif qev:
             ev.append(f"{_cap(qev)}.")
         return out(Kind.COMPUTE_BOUND, ev)
     if waiting:
-        return out(Kind.CONCURRENCY_LIMIT, [
-            f"{_cap(qev)} while {res}: its concurrency limit is too low.",
-            f"{_cap(queue)}; {tp}."])
-    ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
-          f"idle, so the server's own concurrency or batch limit is too low."]
+        return out(
+            Kind.CONCURRENCY_LIMIT,
+            [f"{_cap(qev)} while {res}: its concurrency limit is too low.", f"{_cap(queue)}; {tp}."],
+        )
+    ev = [
+        f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
+        f"idle, so the server's own concurrency or batch limit is too low."
+    ]
     if waiting is False:
-        ev.append(f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
-                  f"front of it (a proxy, a worker pool) or in the client.")
+        ev.append(
+            f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
+            f"front of it (a proxy, a worker pool) or in the client."
+        )
     return out(Kind.CONCURRENCY_LIMIT, ev)
 
 
@@ -501,16 +588,16 @@ def _server_queue(steps: list[StepSummary], k: int) -> tuple[bool | None, str]:
     if q is None:
         return None, ""
     base = _get(steps[0], "server", "server_roles", "queue_depth")
-    at_base = (f"; {_n(base['max'])} at {steps[0]['concurrency']}"
-               if base is not None and steps[0] is not s else "")
+    at_base = f"; {_n(base['max'])} at {steps[0]['concurrency']}" if base is not None and steps[0] is not s else ""
     series = q["series"] + (f", {q['why']}" if q.get("why") else "")
     waited = _get(s, "server", "server_roles", "queue_ms")
     waited = f", each request waiting {waited['mean']:.0f} ms in it on average" if waited is not None else ""
     if q["max"] >= QUEUE_WAITING:
-        return True, (f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
-                      f"{s['concurrency']} (mean {q['mean']:.1f}{waited}{at_base})")
-    return False, (f"the server's queue ({series}) stayed at {_n(q['max'])} at concurrency "
-                   f"{s['concurrency']}")
+        return True, (
+            f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
+            f"{s['concurrency']} (mean {q['mean']:.1f}{waited}{at_base})"
+        )
+    return False, (f"the server's queue ({series}) stayed at {_n(q['max'])} at concurrency {s['concurrency']}")
 
 
 def _stream_no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
@@ -520,19 +607,29 @@ def _stream_no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
     known = [r for r in rates if r is not None]
     ev = []
     if known:
-        ev.append(f"Streams kept ahead of playback up to concurrency {top['concurrency']}: at most "
-                  f"{share(max(known))} of streams stalled at any step (a step breaks at {UNDERRUN_RATE:.0%}).")
+        ev.append(
+            f"Streams kept ahead of playback up to concurrency {top['concurrency']}: at most "
+            f"{share(max(known))} of streams stalled at any step (a step breaks at {UNDERRUN_RATE:.0%})."
+        )
     else:
-        ev.append("Underruns were not measured (no step has an underrun figure, e.g. compressed "
-                  "audio the client cannot time), so only TTFA and failures were judged.")
+        ev.append(
+            "Underruns were not measured (no step has an underrun figure, e.g. compressed "
+            "audio the client cannot time), so only TTFA and failures were judged."
+        )
     t_lo, t_hi = _get(base, "ttfa_ms", "p95"), _get(top, "ttfa_ms", "p95")
-    ev.append(f"TTFA p95 went from {_ms(t_lo)} at {base['concurrency']} to {_ms(t_hi)} at "
-              f"{top['concurrency']}: a step breaks only above {LATENCY_RISE}x the lowest step's and "
-              f"above the {_ms(knee.get('ttfa_floor_ms'))} floor.")
+    ev.append(
+        f"TTFA p95 went from {_ms(t_lo)} at {base['concurrency']} to {_ms(t_hi)} at "
+        f"{top['concurrency']}: a step breaks only above {LATENCY_RISE}x the lowest step's and "
+        f"above the {_ms(knee.get('ttfa_floor_ms'))} floor."
+    )
     w_lo, w_hi = _get(base, "latency_ms", "p95"), _get(top, "latency_ms", "p95")
     if w_lo and w_hi and w_hi / w_lo > LATENCY_RISE:
-        ev.append(f"Whole-body p95 wait rose from {_ms(w_lo)} to {_ms(w_hi)}, which a listener does not "
-                  f"hear while the stream stays ahead of playback.")
-    ev.append(f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the highest "
-              f"tested step, so test higher concurrency.")
+        ev.append(
+            f"Whole-body p95 wait rose from {_ms(w_lo)} to {_ms(w_hi)}, which a listener does not "
+            f"hear while the stream stays ahead of playback."
+        )
+    ev.append(
+        f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the highest "
+        f"tested step, so test higher concurrency."
+    )
     return ev

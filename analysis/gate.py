@@ -25,6 +25,7 @@ tested when that is a higher rate.
 Every number is printed with enough digits that it compares with its threshold the way the
 unrounded value does (400.4 ms is never shown as "400 ms > 400 ms").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,37 @@ from dataclasses import dataclass
 from . import openloop, slo as slo_mod
 
 _LABEL = {
-    "mean_ms": "mean", "p50_ms": "p50", "p90_ms": "p90", "p95_ms": "p95", "p99_ms": "p99", "max_ms": "max",
-    "e2e_p95_ms": "end-to-end p95", "ttfa_p50_ms": "TTFA p50", "ttfa_p95_ms": "TTFA p95",
-    "tail_p95_ms": "tail p95", "underrun_rate": "underruns",
-    "cancel_to_quiet_p95_ms": "cancel to quiet p95", "error_rate": "errors", "rtf_p95": "RTF p95", "throughput_rps": "throughput",
-    "gpu_mem_gb": "GPU memory peak", "gpu_util_pct": "GPU util",
-    "wer_mean": "WER mean", "wer_p95": "WER p95", "cer_mean": "CER mean", "ttfa_audible_p95_ms": "audible TTFA p95",
-    "leading_silence_p95_ms": "leading silence p95", "silent_rate": "silent answers", "runaway_rate": "runaways",
+    "mean_ms": "mean",
+    "p50_ms": "p50",
+    "p90_ms": "p90",
+    "p95_ms": "p95",
+    "p99_ms": "p99",
+    "max_ms": "max",
+    "e2e_p95_ms": "end-to-end p95",
+    "ttfa_p50_ms": "TTFA p50",
+    "ttfa_p95_ms": "TTFA p95",
+    "tail_p95_ms": "tail p95",
+    "underrun_rate": "underruns",
+    "cancel_to_quiet_p95_ms": "cancel to quiet p95",
+    "error_rate": "errors",
+    "rtf_p95": "RTF p95",
+    "throughput_rps": "throughput",
+    "gpu_mem_gb": "GPU memory peak",
+    "gpu_util_pct": "GPU util",
+    "wer_mean": "WER mean",
+    "wer_p95": "WER p95",
+    "cer_mean": "CER mean",
+    "ttfa_audible_p95_ms": "audible TTFA p95",
+    "leading_silence_p95_ms": "leading silence p95",
+    "silent_rate": "silent answers",
+    "runaway_rate": "runaways",
 }
-_CI_OF = {"p50_ms": ("latency_ms", "p50_ci"), "p95_ms": ("latency_ms", "p95_ci"),
-          "ttfa_p50_ms": ("ttfa_ms", "p50_ci"), "ttfa_p95_ms": ("ttfa_ms", "p95_ci")}
+_CI_OF = {
+    "p50_ms": ("latency_ms", "p50_ci"),
+    "p95_ms": ("latency_ms", "p95_ci"),
+    "ttfa_p50_ms": ("ttfa_ms", "p50_ci"),
+    "ttfa_p95_ms": ("ttfa_ms", "p95_ci"),
+}
 _OPS = {"<=": lambda v, t: v <= t, "<": lambda v, t: v < t, ">=": lambda v, t: v >= t, ">": lambda v, t: v > t}
 _NEG = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}
 
@@ -154,29 +176,45 @@ def require(summary: dict, n: int, key: str = "concurrency") -> dict:
     voices = key == "voices"
     at = {"concurrency": levels[0]["concurrency"] if levels else 0, "voices": n} if voices else {"concurrency": n}
     if n not in tested:
-        return {**at, "holds": False, "exit": 1, "claim": None,
-                "reason": f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
-                          f"test {n} (tested: {', '.join(map(str, tested)) or 'none'})."}
+        return {
+            **at,
+            "holds": False,
+            "exit": 1,
+            "claim": None,
+            "reason": f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
+            f"test {n} (tested: {', '.join(map(str, tested)) or 'none'}).",
+        }
     i = tested.index(n)
     level, verdict = levels[i], sl["steps"][i]
     load = f"{level['rate']:g} req/s offered" if level.get("rate") else f"{level['concurrency']} concurrent"
     text = claim(slo, level, verdict, f"{n} voices at {load}" if voices else None)
-    holds, reason = _held(spec, levels, sl["steps"], i, here=str(n), held_at=str(n),
-                          every="tested number of voices" if voices else "tested concurrency",
-                          below=lambda lv: str(lv[key]), unsafe=f"{n} is not a safe limit")
+    holds, reason = _held(
+        spec,
+        levels,
+        sl["steps"],
+        i,
+        here=str(n),
+        held_at=str(n),
+        every="tested number of voices" if voices else "tested concurrency",
+        below=lambda lv: str(lv[key]),
+        unsafe=f"{n} is not a safe limit",
+    )
     return {**at, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
 
 
-def _held(spec: str, levels: list[dict], verdicts: list[dict], i: int, here: str, held_at: str, every: str,
-          below, unsafe: str) -> tuple[bool, str]:
+def _held(
+    spec: str, levels: list[dict], verdicts: list[dict], i: int, here: str, held_at: str, every: str, below, unsafe: str
+) -> tuple[bool, str]:
     """Whether the SLO holds at level ``i`` and at every level below it, and why in one
     sentence (``here``: level i as the sentence names it; ``below(level)`` a lower one)."""
     verdict = verdicts[i]
     if verdict["pass"] is False:
         return False, f"The SLO {spec} does not hold at {here}: {', '.join(verdict['failed'])}."
     if verdict["pass"] is None:
-        return False, (f"The SLO {spec} is not shown to hold at {here}: {'; '.join(verdict['inconclusive'])}; "
-                       f"inconclusive counts as not holding.")
+        return False, (
+            f"The SLO {spec} is not shown to hold at {here}: {'; '.join(verdict['inconclusive'])}; "
+            f"inconclusive counts as not holding."
+        )
     lower = next(((lv, v) for lv, v in zip(levels[:i], verdicts[:i]) if v["pass"] is not True), None)
     if lower is None:
         return True, f"The SLO {spec} holds at {held_at} and at every lower {every}."
@@ -197,17 +235,30 @@ def require_rate(summary: dict, rate: float) -> dict:
     at = next((i for i, lv in enumerate(levels) if lv["rate"] >= rate), None)
     if at is None:
         tested = ", ".join(f"{lv['rate']:g}" for lv in levels) or "none"
-        return {"concurrency": 0, "rate": rate, "holds": False, "exit": 1, "claim": None,
-                "reason": f"The SLO {spec} cannot be claimed at {r}: this run offered no rate that high "
-                          f"(tested: {tested} req/s)."}
+        return {
+            "concurrency": 0,
+            "rate": rate,
+            "holds": False,
+            "exit": 1,
+            "claim": None,
+            "reason": f"The SLO {spec} cannot be claimed at {r}: this run offered no rate that high "
+            f"(tested: {tested} req/s).",
+        }
     level, verdict = levels[at], sl["steps"][at]
     where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
     text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
-    holds, reason = _held(spec, levels, sl["steps"], at, here=f"{level['rate']:g} req/s", held_at=r,
-                          every="tested rate", below=lambda lv: f"{lv['rate']:g} req/s",
-                          unsafe=f"{r} is not a safe rate")
-    return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text,
-            "reason": reason}
+    holds, reason = _held(
+        spec,
+        levels,
+        sl["steps"],
+        at,
+        here=f"{level['rate']:g} req/s",
+        held_at=r,
+        every="tested rate",
+        below=lambda lv: f"{lv['rate']:g} req/s",
+        unsafe=f"{r} is not a safe rate",
+    )
+    return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
 
 
 def require_speed(summary: dict, speed: float) -> dict:
@@ -223,6 +274,7 @@ def require_speed(summary: dict, speed: float) -> dict:
 @dataclass(frozen=True)
 class Speed:
     """``--require 2x``: a speed of a replayed trace."""
+
     factor: float
 
 
@@ -232,6 +284,7 @@ _SPEED = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*$")
 @dataclass(frozen=True)
 class Rate:
     """``--require 12/s``: an offered rate, requests per second."""
+
     per_s: float
 
 
@@ -254,6 +307,7 @@ def requirement(s: str) -> int | Rate | Speed:
     except ValueError:
         f = math.nan
     if not math.isfinite(f) or f != int(f) or f < 1:
-        raise argparse.ArgumentTypeError(f"must be a concurrency, a whole number >= 1, a rate such as 12/s or a "
-                                         f"trace's speed such as 2x, got {s!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a concurrency, a whole number >= 1, a rate such as 12/s or a trace's speed such as 2x, got {s!r}"
+        )
     return int(f)

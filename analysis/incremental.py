@@ -10,6 +10,7 @@ must select each row the same way every time (it may depend on the row's own fie
 and whatever else the key names). Without a live reader (``lasting`` None) nothing is kept and
 the callers compute from scratch, with the same results.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -42,6 +42,7 @@ in which no step has a TTFA or underrun figure (a client that did not time the s
 be judged that way: it is judged on whole-body time as above, with ``untimed_stream`` set so
 the verdict can say so.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,7 @@ def inflation(steps: list[StepSummary], metrics=_METRICS) -> list[float | None]:
 
 def _latency_vs_lowest(steps, infl) -> int | None:
     for i in range(1, len(steps)):
-        if infl[i] is not None and infl[i] > LATENCY_RISE and all(
-                r is None or r > LATENCY_RISE for r in infl[i + 1:]):
+        if infl[i] is not None and infl[i] > LATENCY_RISE and all(r is None or r > LATENCY_RISE for r in infl[i + 1 :]):
             return i
     return None
 
@@ -116,8 +116,9 @@ def ttfa_basis(steps) -> str:
     ``ttfa_ms`` (the first audio sample): a server that answers early with silence is no faster
     for its listener."""
     done = [s for s in steps if s.get("ok")]
-    return "ttfa_audible_ms" if done and all(_value(s, "ttfa_audible_ms", "p95") is not None for s in done) \
-        else "ttfa_ms"
+    return (
+        "ttfa_audible_ms" if done and all(_value(s, "ttfa_audible_ms", "p95") is not None for s in done) else "ttfa_ms"
+    )
 
 
 def _ttfa_vs_lowest(steps, floor_ms: float, key: str = "ttfa_ms") -> int | None:
@@ -130,8 +131,9 @@ def _ttfa_vs_lowest(steps, floor_ms: float, key: str = "ttfa_ms") -> int | None:
         if v is None:
             return None if s.get("ok") or not s.get("requests") else True  # nothing succeeded
         return v > LATENCY_RISE * base and v > floor_ms
+
     for i in range(1, len(steps)):
-        if high(steps[i]) and all(h is None or h for h in map(high, steps[i + 1:])):
+        if high(steps[i]) and all(h is None or h for h in map(high, steps[i + 1 :])):
             return i
     return None
 
@@ -198,7 +200,7 @@ def _piecewise(steps, infl) -> int | None:
     x, y = np.asarray(ns, float), np.asarray(ys, float)
     best = None
     for b in range(1, len(x) - 2 + 1):
-        s1, e1 = _line_sse(x[:b + 1], y[:b + 1])
+        s1, e1 = _line_sse(x[: b + 1], y[: b + 1])
         s2, e2 = _line_sse(x[b:], y[b:])
         if s2 > max(s1, 0) * 1.5 + 1e-9 and (best is None or e1 + e2 < best[0] - 1e-12):
             best = (e1 + e2, b)
@@ -207,10 +209,24 @@ def _piecewise(steps, infl) -> int | None:
     return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
 
 
-_STREAM_METHODS = ("underruns", "failures", "ttfa_vs_lowest", "latency_vs_lowest", "latency_vs_previous",
-                   "throughput_efficiency", "kneedle", "piecewise")
-_WHOLE_METHODS = ("latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency",
-                  "kneedle", "piecewise")
+_STREAM_METHODS = (
+    "underruns",
+    "failures",
+    "ttfa_vs_lowest",
+    "latency_vs_lowest",
+    "latency_vs_previous",
+    "throughput_efficiency",
+    "kneedle",
+    "piecewise",
+)
+_WHOLE_METHODS = (
+    "latency_vs_lowest",
+    "failures",
+    "latency_vs_previous",
+    "throughput_efficiency",
+    "kneedle",
+    "piecewise",
+)
 
 
 def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: float = TTFA_FLOOR_MS) -> Knee:
@@ -219,16 +235,28 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
     set the knee."""
     steps = [s for s in steps if s.get("requests")]
-    untimed = streamed and bool(steps) and not any(
-        _value(s, "ttfa_ms", "p95") is not None or s.get("underrun_rate") is not None for s in steps)
+    untimed = (
+        streamed
+        and bool(steps)
+        and not any(_value(s, "ttfa_ms", "p95") is not None or s.get("underrun_rate") is not None for s in steps)
+    )
     streamed = streamed and not untimed
     names = _STREAM_METHODS if streamed else _WHOLE_METHODS
     rules = ("underruns", "failures", "ttfa_vs_lowest") if streamed else ("latency_vs_lowest", "failures")
     basis = "ttfa" if streamed else "latency"
-    empty = {"concurrency": None, "index": None, "methods": dict.fromkeys(names), "agree": [],
-             "inflation": [], "inflation_basis": basis, "efficiency": [], "streamed": streamed,
-             "ttfa_floor_ms": ttfa_floor_ms if streamed else None, "rules": list(rules),
-             "untimed_stream": untimed}
+    empty = {
+        "concurrency": None,
+        "index": None,
+        "methods": dict.fromkeys(names),
+        "agree": [],
+        "inflation": [],
+        "inflation_basis": basis,
+        "efficiency": [],
+        "streamed": streamed,
+        "ttfa_floor_ms": ttfa_floor_ms if streamed else None,
+        "rules": list(rules),
+        "untimed_stream": untimed,
+    }
     if not steps:
         return empty
     whole = inflation(steps)
@@ -249,21 +277,31 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     # the knee only the first sound heard sets: the audio came as early, but began with silence
     # (leading silence grown by SILENCE_RISE_MS over the lowest step's, not a voice's own pause)
     lead = [_value(s, "leading_silence_ms", "p95") for s in steps]
-    silence_first = streamed and k is not None and ttfa_basis(steps) == "ttfa_audible_ms" and \
-        idx["ttfa_vs_lowest"] == k and all(idx[r] is None or idx[r] > k for r in rules if r != "ttfa_vs_lowest") and \
-        (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms")) and \
-        lead[0] is not None and lead[k] is not None and lead[k] >= lead[0] + SILENCE_RISE_MS
+    silence_first = (
+        streamed
+        and k is not None
+        and ttfa_basis(steps) == "ttfa_audible_ms"
+        and idx["ttfa_vs_lowest"] == k
+        and all(idx[r] is None or idx[r] > k for r in rules if r != "ttfa_vs_lowest")
+        and (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms"))
+        and lead[0] is not None
+        and lead[k] is not None
+        and lead[k] >= lead[0] + SILENCE_RISE_MS
+    )
     methods = {name: (steps[idx[name]]["concurrency"] if idx[name] is not None else None) for name in names}
     knee_c = steps[k]["concurrency"] if k is not None else None
-    return dict(empty, **{
-        "concurrency": knee_c,
-        "index": k,
-        "methods": methods,
-        "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
-        "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
-        "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
-        **({"ttfa_basis": ttfa_basis(steps), "silence_first": bool(silence_first)} if streamed else {}),
-    })
+    return dict(
+        empty,
+        **{
+            "concurrency": knee_c,
+            "index": k,
+            "methods": methods,
+            "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
+            "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
+            "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+            **({"ttfa_basis": ttfa_basis(steps), "silence_first": bool(silence_first)} if streamed else {}),
+        },
+    )
 
 
 def little_check(steps: list[StepSummary]) -> list[dict]:
@@ -273,11 +311,15 @@ def little_check(steps: list[StepSummary]) -> list[dict]:
         lit = s.get("little")
         if not lit:
             continue
-        out.append({"concurrency": s["concurrency"],
-                    "effective_concurrency": round(lit["effective_concurrency"], 3),
-                    "expected_concurrency": round(lit["expected_concurrency"], 3),
-                    "ratio": round(lit["ratio"], 3),
-                    "ok": abs(lit["ratio"] - 1) <= LITTLE_TOLERANCE})
+        out.append(
+            {
+                "concurrency": s["concurrency"],
+                "effective_concurrency": round(lit["effective_concurrency"], 3),
+                "expected_concurrency": round(lit["expected_concurrency"], 3),
+                "ratio": round(lit["ratio"], 3),
+                "ok": abs(lit["ratio"] - 1) <= LITTLE_TOLERANCE,
+            }
+        )
     return out
 
 
@@ -303,8 +345,7 @@ def usl_fit(steps: list[StepSummary]) -> dict | None:
     candidate lambda the model is linear in sigma and kappa (both kept >= 0); the lambda with the
     smallest squared throughput error wins.  ``peak_concurrency`` = sqrt((1 - sigma) / kappa).
     """
-    pts = [(s["concurrency"], s["throughput_rps"]) for s in steps
-           if s.get("throughput_rps") and s.get("concurrency")]
+    pts = [(s["concurrency"], s["throughput_rps"]) for s in steps if s.get("throughput_rps") and s.get("concurrency")]
     if len(pts) < 4:
         return None
     n = np.array([p[0] for p in pts], float)
@@ -321,11 +362,16 @@ def usl_fit(steps: list[StepSummary]) -> dict | None:
     err, lam, sigma, kappa, pred = best
     ss_tot = float(((x - x.mean()) ** 2).sum())
     peak = math.sqrt((1 - sigma) / kappa) if kappa > 0 and sigma < 1 else None
-    return {"lambda_rps": lam, "sigma": float(sigma), "kappa": float(kappa),
-            "r2": 1 - err / ss_tot if ss_tot > 0 else None,
-            "peak_concurrency": peak,
-            "peak_throughput_rps": float(lam * peak / (1 + sigma * (peak - 1) + kappa * peak * (peak - 1)))
-            if peak else None}
+    return {
+        "lambda_rps": lam,
+        "sigma": float(sigma),
+        "kappa": float(kappa),
+        "r2": 1 - err / ss_tot if ss_tot > 0 else None,
+        "peak_concurrency": peak,
+        "peak_throughput_rps": float(lam * peak / (1 + sigma * (peak - 1) + kappa * peak * (peak - 1)))
+        if peak
+        else None,
+    }
 
 
 def usl_curve(usl: dict, n: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ on their pooled records, so every figure means what it means for one step:
 ``spread`` then shows how far the repeats disagree: min and max over the repeats of p50, p95 and
 throughput (and TTFA p95 in a streamed run), with each repeat's figures in ``by_repeat``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,9 +41,16 @@ _POOLED = -2  # the step number pooled records are relabelled with (no record ca
 
 def _repeat_figures(s: dict) -> dict:
     lat, ttfa = s.get("latency_ms") or {}, s.get("ttfa_ms") or {}
-    return {"step": s["step"], "phase": s.get("phase"), "repeat": s.get("repeat"),
-            "p50_ms": lat.get("p50"), "p95_ms": lat.get("p95"), "throughput_rps": s.get("throughput_rps"),
-            "ttfa_p95_ms": ttfa.get("p95"), "requests": s.get("requests")}
+    return {
+        "step": s["step"],
+        "phase": s.get("phase"),
+        "repeat": s.get("repeat"),
+        "p50_ms": lat.get("p50"),
+        "p95_ms": lat.get("p95"),
+        "throughput_rps": s.get("throughput_rps"),
+        "ttfa_p95_ms": ttfa.get("p95"),
+        "requests": s.get("requests"),
+    }
 
 
 def _spread(steps: list[dict]) -> dict:
@@ -66,8 +74,9 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
     return res[keep]
 
 
-def _pool(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str,
-          figures) -> StepSummary:
+def _pool(
+    a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str, figures
+) -> StepSummary:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
     relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
@@ -75,22 +84,41 @@ def _pool(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, st
     pooled = dataclasses.replace(a, cols={**a.cols, "step": relabelled}, lasting=None)
     c = steps[0]["concurrency"]
     # no start: the window comes from the records; every windowed figure is replaced below
-    out = step_stats(pooled, {"step": _POOLED, "concurrency": c, "start": None, "end": None},
-                     res.iloc[0:0] if len(res) else res, settle_s, **stats_kwargs)
+    out = step_stats(
+        pooled,
+        {"step": _POOLED, "concurrency": c, "start": None, "end": None},
+        res.iloc[0:0] if len(res) else res,
+        settle_s,
+        **stats_kwargs,
+    )
     wins = [s["window"] for s in steps if s["window"].get("duration_s")]
     dur = sum(w["duration_s"] for w in wins)
     spans = [(w["start"], w["end"]) for w in wins]
     done = sum(w["completions"] for w in wins)
     ok = sum(w["ok_completions"] for w in wins)
-    out.update({"step": None, "planned_start": None, "planned_end": None,
-                "window": {"start": None, "end": None, "duration_s": dur or None, "source": "pooled",
-                           "spans": [list(x) for x in spans], "completions": done, "ok_completions": ok,
-                           "open": any(s["window"].get("open") for s in steps)},
-                "throughput_rps": ok / dur if dur else None,
-                "completed_rps": done / dur if dur else None})
+    out.update(
+        {
+            "step": None,
+            "planned_start": None,
+            "planned_end": None,
+            "window": {
+                "start": None,
+                "end": None,
+                "duration_s": dur or None,
+                "source": "pooled",
+                "spans": [list(x) for x in spans],
+                "completions": done,
+                "ok_completions": ok,
+                "open": any(s["window"].get("open") for s in steps),
+            },
+            "throughput_rps": ok / dur if dur else None,
+            "completed_rps": done / dur if dur else None,
+        }
+    )
     for k in ("audio_s_per_s", "chars_per_s"):
-        per = [(s[k], s["window"]["duration_s"]) for s in steps
-               if s.get(k) is not None and s["window"].get("duration_s")]
+        per = [
+            (s[k], s["window"]["duration_s"]) for s in steps if s.get(k) is not None and s["window"].get("duration_s")
+        ]
         out[k] = sum(x * d for x, d in per) / sum(d for _, d in per) if per else None
     out["rtfx"] = out["audio_s_per_s"]
     out["utterances_per_hour"] = None if out["throughput_rps"] is None else out["throughput_rps"] * 3600.0
@@ -99,8 +127,12 @@ def _pool(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, st
         w = sum(x["window_s"] for x in lit)
         eff = sum(x["effective_concurrency"] * x["window_s"] for x in lit) / w
         expected = sum(x.get("expected_concurrency", c) * x["window_s"] for x in lit) / w
-        out["little"] = {"effective_concurrency": eff, "expected_concurrency": expected, "ratio": eff / expected,
-                         "window_s": w}
+        out["little"] = {
+            "effective_concurrency": eff,
+            "expected_concurrency": expected,
+            "ratio": eff / expected,
+            "window_s": w,
+        }
     else:
         out["little"] = None
     inside = _windowed_res(res, spans)
@@ -115,8 +147,15 @@ def _pool(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, st
     return out
 
 
-def levels(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s: float | None = None,
-           key: str = "concurrency", figures=None, **stats_kwargs) -> list[StepSummary]:
+def levels(
+    a: Attempts,
+    steps: list[StepSummary],
+    res: pd.DataFrame,
+    settle_s: float | None = None,
+    key: str = "concurrency",
+    figures=None,
+    **stats_kwargs,
+) -> list[StepSummary]:
     """One step-like dict per tested level (``step[key]``: its concurrency, its ``rate``, or its
     number of ``voices`` in a voice sweep) with settled requests, ascending (see the module doc);
     each adds ``steps`` (the step numbers pooled, in run order), ``repeats`` and ``spread`` (None
@@ -132,7 +171,13 @@ def levels(a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s: f
     for c in sorted(groups):
         group = groups[c]
         lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures)
-        lvl.update({key: c, "steps": [s["step"] for s in group], "repeats": len(group),
-                    "spread": _spread(group) if len(group) > 1 else None})
+        lvl.update(
+            {
+                key: c,
+                "steps": [s["step"] for s in group],
+                "repeats": len(group),
+                "spread": _spread(group) if len(group) > 1 else None,
+            }
+        )
         out.append(lvl)
     return out

@@ -40,6 +40,7 @@ its latency from the schedule, and failed whatever its percentiles when its late
 ``recommended_concurrency`` is what that rate implies by Little's law: rate x the step's mean
 ``sched_wait_ms``, rounded up: the concurrency limit a server taking this rate should allow.
 """
+
 from __future__ import annotations
 
 import math
@@ -90,7 +91,7 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
     first = m & (a["attempt"] <= 1)
     sched = a["scheduled"]
     rate, dropped = step.get("rate"), step.get("dropped") or 0
-    target = step.get("offered_rps") or rate   # a trace's window may hold more or fewer than its mean
+    target = step.get("offered_rps") or rate  # a trace's window may hold more or fewer than its mean
     win = stats.get("window") or {}
     conc = a["concurrency"][m]
     thr = stats.get("throughput_rps")
@@ -99,11 +100,15 @@ def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
     if sched_wait is not None:
         sched_wait.update(percentile_cis(waits))
     return {
-        "rate": rate, "dropped": dropped, "offered": int(first.sum()) + dropped,
+        "rate": rate,
+        "dropped": dropped,
+        "offered": int(first.sum()) + dropped,
         "throughput_ratio": thr / target if thr is not None and target else None,
         **({"offered_rps": step["offered_rps"]} if step.get("offered_rps") else {}),
-        "inflight": {"mean": _inflight_mean(a, win.get("start"), win.get("end")),
-                     "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None},
+        "inflight": {
+            "mean": _inflight_mean(a, win.get("start"), win.get("end")),
+            "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None,
+        },
         "sched_wait_ms": sched_wait,
         "send_lag_ms": dist((a["t0"][first] - sched[first]) * 1000.0),
         "growth": _growth(sched[okf], a["sched_wait_ms"][okf]),
@@ -116,13 +121,21 @@ def level_figures(a: Attempts, entry: dict, stats: dict, steps: list[dict]) -> d
     ``stats``: their pooled ``step_stats``, see :mod:`analysis.levels`): the distributions pooled,
     drops added up, in flight weighted by each step's window; and the queue kept growing when it
     did in any one step (each is judged over its own thirds: thirds across repeats mean nothing)."""
-    out = step_figures(a, dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps),
-                               offered_rps=steps[0].get("offered_rps")), stats)
-    timed = [(s["inflight"]["mean"], s["window"]["duration_s"]) for s in steps
-             if (s.get("inflight") or {}).get("mean") is not None and s["window"].get("duration_s")]
+    out = step_figures(
+        a,
+        dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps), offered_rps=steps[0].get("offered_rps")),
+        stats,
+    )
+    timed = [
+        (s["inflight"]["mean"], s["window"]["duration_s"])
+        for s in steps
+        if (s.get("inflight") or {}).get("mean") is not None and s["window"].get("duration_s")
+    ]
     highs = [s["inflight"]["max"] for s in steps if (s.get("inflight") or {}).get("max") is not None]
-    out["inflight"] = {"mean": sum(m * d for m, d in timed) / sum(d for _, d in timed) if timed else None,
-                       "max": max(highs) if highs else None}
+    out["inflight"] = {
+        "mean": sum(m * d for m, d in timed) / sum(d for _, d in timed) if timed else None,
+        "max": max(highs) if highs else None,
+    }
     growths = [s.get("growth") or {} for s in steps]
     grew = next((g for g in growths if g.get("growing")), None)
     known = [g.get("growing") for g in growths if g.get("growing") is not None]
@@ -145,8 +158,10 @@ def judge(slo: slo_mod.SLO, step: dict) -> dict:
     g = step.get("growth") or {}
     if g.get("growing"):
         t = g["p50_thirds"]
-        v["failed"].append(f"latency from schedule kept growing (median {t[0]:.0f} -> {t[1]:.0f} -> {t[2]:.0f} ms "
-                           f"over the step's thirds)")
+        v["failed"].append(
+            f"latency from schedule kept growing (median {t[0]:.0f} -> {t[1]:.0f} -> {t[2]:.0f} ms "
+            f"over the step's thirds)"
+        )
         v.update({"pass": False, "more_requests": None})
     return v
 
@@ -194,30 +209,45 @@ def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: flo
         return None, "No settled requests yet."
     if best is None:
         v, lv = verdicts[0], levels[0]
-        why = ", ".join(v["failed"]) if v["pass"] is False else \
-            "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
-        return None, (f"No tested rate meets the SLO {spec}: at the lowest, {lv['rate']:g} req/s, {why}; test "
-                      f"lower rates or relax the SLO.")
+        why = (
+            ", ".join(v["failed"])
+            if v["pass"] is False
+            else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+        )
+        return None, (
+            f"No tested rate meets the SLO {spec}: at the lowest, {lv['rate']:g} req/s, {why}; test "
+            f"lower rates or relax the SLO."
+        )
     i = next(k for k, lv in enumerate(levels) if lv["rate"] == best)
     rec = levels[i]
     implied = implied_concurrency(rec)
     lat = rec.get("sched_wait_ms") or {}
-    p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms" + (
-        f" (95% CI {ci_range(lat['p95_ci'])})" if lat.get("p95_ci") else "")
-    text = (f"Offer at most {best:g} req/s: the highest tested rate that meets the SLO {spec} with every lower "
-            f"one meeting it (p95 from schedule {p95}, {rec.get('throughput_rps') or 0:.2f} req/s served, "
-            f"{rec['failed']} of {rec['requests']} failed)")
-    nxt = next(((lv, v) for lv, v in zip(levels[i + 1:], verdicts[i + 1:]) if v["pass"] is not True), None)
+    p95 = (
+        "n/a"
+        if lat.get("p95") is None
+        else f"{lat['p95']:.0f} ms" + (f" (95% CI {ci_range(lat['p95_ci'])})" if lat.get("p95_ci") else "")
+    )
+    text = (
+        f"Offer at most {best:g} req/s: the highest tested rate that meets the SLO {spec} with every lower "
+        f"one meeting it (p95 from schedule {p95}, {rec.get('throughput_rps') or 0:.2f} req/s served, "
+        f"{rec['failed']} of {rec['requests']} failed)"
+    )
+    nxt = next(((lv, v) for lv, v in zip(levels[i + 1 :], verdicts[i + 1 :]) if v["pass"] is not True), None)
     if nxt is None:
         text += "; every tested rate meets it, so test higher rates to find the limit"
     else:
         lv, v = nxt
-        why = ", ".join(v["failed"]) if v["pass"] is False else \
-            "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+        why = (
+            ", ".join(v["failed"])
+            if v["pass"] is False
+            else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+        )
         text += f"; at {lv['rate']:g} req/s {why}"
     if implied is not None:
-        text += (f". By Little's law that rate at a mean {lat['mean']:.0f} ms keeps about {implied} requests in "
-                 f"flight: a concurrency limit of {implied}")
+        text += (
+            f". By Little's law that rate at a mean {lat['mean']:.0f} ms keeps about {implied} requests in "
+            f"flight: a concurrency limit of {implied}"
+        )
     return implied, text + "."
 
 
@@ -253,9 +283,16 @@ def find_knee(steps: list[dict]) -> dict:
     k = min(hits) if hits else None
     methods = {name: (steps[i]["rate"] if i is not None else None) for name, i in idx.items()}
     rate = steps[k]["rate"] if k is not None else None
-    return {"rate": rate, "concurrency": None, "index": k, "methods": methods,
-            "agree": [n for n, r in methods.items() if r is not None and r == rate], "rules": list(RULES),
-            "streamed": False, "axis": "rate"}
+    return {
+        "rate": rate,
+        "concurrency": None,
+        "index": k,
+        "methods": methods,
+        "agree": [n for n, r in methods.items() if r is not None and r == rate],
+        "rules": list(RULES),
+        "streamed": False,
+        "axis": "rate",
+    }
 
 
 def recommend(steps: list[dict], knee: dict) -> tuple[float | None, int | None, str]:
@@ -265,19 +302,26 @@ def recommend(steps: list[dict], knee: dict) -> tuple[float | None, int | None, 
         return None, None, "No settled requests yet."
     k = knee["index"]
     if k == 0:
-        return None, None, (f"The lowest offered rate ({done[0]['rate']:g} req/s) is already past the knee; "
-                            f"test lower rates.")
+        return (
+            None,
+            None,
+            (f"The lowest offered rate ({done[0]['rate']:g} req/s) is already past the knee; test lower rates."),
+        )
     rec = done[-1] if k is None else done[k - 1]
     mean = (rec.get("sched_wait_ms") or {}).get("mean")
     implied = implied_concurrency(rec)
     if k is None:
-        text = (f"No knee up to {rec['rate']:g} req/s, the highest offered; test higher rates to find the "
-                f"limit ({_desc(rec)})")
+        text = (
+            f"No knee up to {rec['rate']:g} req/s, the highest offered; test higher rates to find the "
+            f"limit ({_desc(rec)})"
+        )
     else:
         text = f"Offer at most {rec['rate']:g} req/s ({_desc(rec)}; {_desc(done[k])})"
     if implied is not None:
-        text += (f". By Little's law that rate at a mean {mean:.0f} ms keeps about {implied} requests in flight: "
-                 f"a concurrency limit of {implied}")
+        text += (
+            f". By Little's law that rate at a mean {mean:.0f} ms keeps about {implied} requests in flight: "
+            f"a concurrency limit of {implied}"
+        )
     return rec["rate"], implied, text + "."
 
 
@@ -285,20 +329,28 @@ def _desc(s: dict) -> str:
     lat = s.get("sched_wait_ms") or {}
     lag = (s.get("send_lag_ms") or {}).get("p95")
     p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms"
-    return (f"at {s['rate']:g} req/s offered: {s.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
-            f"schedule {p95}, {s.get('dropped') or 0} dropped, {s['failed']} of {s['requests']} failed"
-            + (f", send lag p95 {lag:.1f} ms" if lag is not None else ""))
+    return (
+        f"at {s['rate']:g} req/s offered: {s.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
+        f"schedule {p95}, {s.get('dropped') or 0} dropped, {s['failed']} of {s['requests']} failed"
+        + (f", send lag p95 {lag:.1f} ms" if lag is not None else "")
+    )
 
 
 #: Phrases of the closed-loop verdict that name a step by its concurrency, as they read for a rate.
-_WORDING = (("at concurrency ", "at "), ("up to concurrency ", "up to "), ("test higher concurrency", "test higher rates"))
+_WORDING = (
+    ("at concurrency ", "at "),
+    ("up to concurrency ", "up to "),
+    ("test higher concurrency", "test higher rates"),
+)
 
 
 def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
     """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
-    as_levels = [dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
-                 for s in steps]
+    as_levels = [
+        dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
+        for s in steps
+    ]
     label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
     d = by_steps(as_levels, dict(knee, concurrency=label, inflation=[]), creep, has_resources)
     ev = []
@@ -311,10 +363,17 @@ def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: b
         s = [x for x in steps if x.get("requests")][k]
         g = s.get("growth") or {}
         thirds = g.get("p50_thirds")
-        ev.insert(0, f"At {s['rate']:g} req/s offered the server took {s.get('throughput_rps') or 0:.2f} req/s "
-                     f"({s.get('dropped') or 0} arrivals dropped)"
-                     + (f"; median latency from schedule went {thirds[0]:.0f} -> {thirds[1]:.0f} -> "
-                        f"{thirds[2]:.0f} ms over the step's thirds" if thirds else "")
-                     + (": the queue kept growing, so that rate is past what it serves." if g.get("growing") else "."))
+        ev.insert(
+            0,
+            f"At {s['rate']:g} req/s offered the server took {s.get('throughput_rps') or 0:.2f} req/s "
+            f"({s.get('dropped') or 0} arrivals dropped)"
+            + (
+                f"; median latency from schedule went {thirds[0]:.0f} -> {thirds[1]:.0f} -> "
+                f"{thirds[2]:.0f} ms over the step's thirds"
+                if thirds
+                else ""
+            )
+            + (": the queue kept growing, so that rate is past what it serves." if g.get("growing") else "."),
+        )
     d["evidence"] = ev
     return d

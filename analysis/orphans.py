@@ -19,6 +19,7 @@ abandonments are few, or move in step with the heard load, it is wide. A server 
 a cancel gives about 0; one that synthesises the whole text anyway gives the text's cost less the
 part heard.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,10 @@ import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
 
-METHOD = ("the server process's CPU-seconds per sample fitted as idle + per character heard + per abandoned "
-          "request (its cost beyond the part heard), least squares; uncertainty: the 95 % interval")
+METHOD = (
+    "the server process's CPU-seconds per sample fitted as idle + per character heard + per abandoned "
+    "request (its cost beyond the part heard), least squares; uncertainty: the 95 % interval"
+)
 SERIES = "the watched server process's CPU (collector)"
 #: Fewer sample intervals than this, or fewer abandonments, and the fit is not tried.
 MIN_INTERVALS = 8
@@ -36,7 +39,7 @@ MIN_ABANDONED = 5
 SATURATED_PERCENT = 95.0
 #: The server's time on an abandoned request, as a share of a heard one's of its text: tried in
 #: turn, the one that fits best kept (and said).
-SCALES = tuple(round(0.1 * 1.25 ** i, 3) for i in range(19))   # 0.1 ... 5.5
+SCALES = tuple(round(0.1 * 1.25**i, 3) for i in range(19))  # 0.1 ... 5.5
 MAX_SCALE = SCALES[-1]
 #: A hang-up: the client stopped waiting at --request-timeout (the attempt's error says so).
 TIMED_OUT = "timed out"
@@ -65,7 +68,7 @@ def _cpu_intervals(res: pd.DataFrame, first: float, last: float) -> tuple[np.nda
         return None
     srv = res[(res["role"] == "server") & res["proc_cpu_percent"].notna()]
     if srv.empty or srv["host"].nunique() != 1:
-        return None   # no process watched, or replicas: their CPU is not one server's
+        return None  # no process watched, or replicas: their CPU is not one server's
     ts, pct = srv["ts"].to_numpy(float), srv["proc_cpu_percent"].to_numpy(float)
     order = np.argsort(ts)
     ts, pct = ts[order], pct[order]
@@ -74,7 +77,9 @@ def _cpu_intervals(res: pd.DataFrame, first: float, last: float) -> tuple[np.nda
     ts, pct = ts[lo:hi], pct[lo:hi]
     if len(ts) < MIN_INTERVALS + 1:
         return None
-    host = srv["cpu_percent"].to_numpy(float)[order][lo:hi] if "cpu_percent" in srv.columns else np.full(len(ts), np.nan)
+    host = (
+        srv["cpu_percent"].to_numpy(float)[order][lo:hi] if "cpu_percent" in srv.columns else np.full(len(ts), np.nan)
+    )
     # a sample's percent is of the interval since the one before
     return ts, pct[1:] / 100.0 * np.diff(ts), host[1:]
 
@@ -134,12 +139,21 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict | None:
         return None
     edges, cpu_s, host_cpu = cpu
     if not heard.any() or not any(m.sum() >= MIN_ABANDONED for m in kinds.values()):
-        return {"cancel": None, "hangup": None, "note": f"too few abandoned requests (fewer than {MIN_ABANDONED} "
-                "cancels or hang-ups) or none heard to compare them with"}
+        return {
+            "cancel": None,
+            "hangup": None,
+            "note": f"too few abandoned requests (fewer than {MIN_ABANDONED} "
+            "cancels or hang-ups) or none heard to compare them with",
+        }
     if np.nanmedian(host_cpu) >= SATURATED_PERCENT:
-        return {"cancel": None, "hangup": None, "note": (
-            f"the server host's CPU was saturated (median {np.nanmedian(host_cpu):.0f} % of its cores): its "
-            "process's CPU time then follows the cores, not the work; measure at a load that leaves CPU idle")}
+        return {
+            "cancel": None,
+            "hangup": None,
+            "note": (
+                f"the server host's CPU was saturated (median {np.nanmedian(host_cpu):.0f} % of its cores): its "
+                "process's CPU time then follows the cores, not the work; measure at a load that leaves CPU idle"
+            ),
+        }
     audio = a["audio_s"]
     expected_audio = _expected(a, heard, chars, audio)
     # the part heard: the share of the text's audio that arrived before the listener left
@@ -159,13 +173,26 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict | None:
         if got is not None and (best is None or got[2] < best[3]):
             best = (scale, *got)
     if best is None:
-        return {"cancel": None, "hangup": None, "note": "the samples do not tell the abandoned requests' CPU "
-                "from the heard ones' (they rose and fell together)"}
+        return {
+            "cancel": None,
+            "hangup": None,
+            "note": "the samples do not tell the abandoned requests' CPU "
+            "from the heard ones' (they rose and fell together)",
+        }
     scale, coef, se, _ = best
     out: dict = {"cancel": None, "hangup": None, "note": None}
     for i, kind in enumerate(fitted, start=2):
         n = int(kinds[kind].sum())
-        out[kind] = {"per_s": float(coef[i]), "uncertainty_s": float(1.96 * se[i]), "total_s": float(coef[i] * n),
-                     "count": n, "method": METHOD, "series": SERIES, "samples": len(cpu_s),
-                     "per_char_s": float(coef[1]), "idle_cpu": float(coef[0]), "busy_scale": scale}
+        out[kind] = {
+            "per_s": float(coef[i]),
+            "uncertainty_s": float(1.96 * se[i]),
+            "total_s": float(coef[i] * n),
+            "count": n,
+            "method": METHOD,
+            "series": SERIES,
+            "samples": len(cpu_s),
+            "per_char_s": float(coef[1]),
+            "idle_cpu": float(coef[0]),
+            "busy_scale": scale,
+        }
     return out

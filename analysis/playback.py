@@ -18,12 +18,13 @@ stream cut at the client's cap of chunk entries has its later arrivals merged in
 entry, so its replay ends early.  Only those few lines are re-read from ``requests.jsonl``
 (see :meth:`runformat.reader.RequestLog.chunk_series`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:   # the report's types; the load generator imports this module without numpy
+if TYPE_CHECKING:  # the report's types; the load generator imports this module without numpy
     import numpy as np
 
     from tts_knee.runformat.reader import Attempts, RequestLog
@@ -44,11 +45,11 @@ def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[
         if have > 0 and have >= buffer_ms:
             break
     else:
-        return last, []   # never buffered enough: starts at the end with everything in
+        return last, []  # never buffered enough: starts at the end with everything in
     start, dry_at, stalls = t, t + have, []
-    for t, ms in zip(at_ms[i + 1:], audio_ms[i + 1:]):
+    for t, ms in zip(at_ms[i + 1 :], audio_ms[i + 1 :]):
         if not ms:
-            continue   # no whole frame in it: the player stays dry (or keeps playing) as it was
+            continue  # no whole frame in it: the player stays dry (or keeps playing) as it was
         if t - dry_at > FLOAT_NOISE_MS:
             stalls.append((dry_at, t))
             dry_at = t + ms
@@ -92,6 +93,7 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
     """Replay one stream (arrival times sorted, ms since ``t0``) through :func:`listen`; None
     without audio."""
     import numpy as np
+
     keep = audio_ms > 0
     at, audio = at_ms[keep], audio_ms[keep]
     start, stalls = listen(at.tolist(), audio.tolist(), buffer_ms)
@@ -118,14 +120,14 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
     pp.append(total)
     rt = np.concatenate([[0.0], at])
     rv = np.concatenate([[0.0], cum])
-    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(stalls), silent, np.asarray(st),
-                    np.asarray(sp))
+    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(stalls), silent, np.asarray(st), np.asarray(sp))
 
 
 def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
     """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
     a pick is missing when no attempt of the step has usable chunk lists."""
     import numpy as np
+
     m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
     if "cut_by_step_end" in a.cols:  # marked by analysis.steps.step_stats
         m &= ~a["cut_by_step_end"]

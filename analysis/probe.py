@@ -14,6 +14,7 @@ the outcomes (:class:`runformat.summary.Outcome`):
 A class *needs guarding* when any of its requests was a server error, a timeout, silent, an
 error, or audio of the wrong length: the server did not answer it as a service should.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,8 +32,14 @@ UNGUARDED = (Outcome.SERVER_ERROR, Outcome.TIMEOUT, Outcome.SILENT, Outcome.ERRO
 #: Texts shorter than this are not judged by their audio's length: a word's audio is mostly its
 #: start and end, whatever the pace.
 PACE_MIN_CHARS = 20
-_NAMES = {Outcome.AUDIO: "audio", Outcome.REFUSED: "refused", Outcome.SERVER_ERROR: "server error",
-          Outcome.TIMEOUT: "timed out", Outcome.SILENT: "silent audio", Outcome.ERROR: "failed"}
+_NAMES = {
+    Outcome.AUDIO: "audio",
+    Outcome.REFUSED: "refused",
+    Outcome.SERVER_ERROR: "server error",
+    Outcome.TIMEOUT: "timed out",
+    Outcome.SILENT: "silent audio",
+    Outcome.ERROR: "failed",
+}
 
 
 def outcome(status: int, ok: bool, error: str | None) -> Outcome:
@@ -71,17 +78,32 @@ def probe(a: Attempts, steps: list[dict], sweep: Attempts, timeout_s: float | No
         status, ok = int(a["status"][i]), bool(a["ok"][i])
         named = int(a["status_name"][i]) if "status_name" in a.cols else -1
         chars, audio_s = float(a["text_len"][i]), float(a["audio_s"][i])
-        wrong = bool(ok and pace and chars >= PACE_MIN_CHARS and np.isfinite(audio_s) and
-                     not signal.TRUNCATED_X * pace <= audio_s / chars <= signal.RUNAWAY_X * pace)
-        rows.setdefault(name, []).append({
-            "concurrency": levels[int(a["step"][i])], "outcome": outcome(status, ok, error),
-            "status": a.statuses[named] if named >= 0 else (status if status >= 0 else None),
-            "ms": _finite(a["e2e_ms"][i]) if "e2e_ms" in a.cols else _finite(a["wait_ms"][i]),
-            "audio_s": _finite(audio_s) if ok else None, "error": error, "wrong_length": wrong})
+        wrong = bool(
+            ok
+            and pace
+            and chars >= PACE_MIN_CHARS
+            and np.isfinite(audio_s)
+            and not signal.TRUNCATED_X * pace <= audio_s / chars <= signal.RUNAWAY_X * pace
+        )
+        rows.setdefault(name, []).append(
+            {
+                "concurrency": levels[int(a["step"][i])],
+                "outcome": outcome(status, ok, error),
+                "status": a.statuses[named] if named >= 0 else (status if status >= 0 else None),
+                "ms": _finite(a["e2e_ms"][i]) if "e2e_ms" in a.cols else _finite(a["wait_ms"][i]),
+                "audio_s": _finite(audio_s) if ok else None,
+                "error": error,
+                "wrong_length": wrong,
+            }
+        )
     classes = [_class(name, rows[name], timeout_s) for name in CLASSES if name in rows]
     guard = [c["class"] for c in classes if c["needs_guarding"]]
-    return {"levels": sorted(set(levels.values())), "classes": classes, "needs_guarding": guard,
-            "note": _note(classes) if guard else None}
+    return {
+        "levels": sorted(set(levels.values())),
+        "classes": classes,
+        "needs_guarding": guard,
+        "note": _note(classes) if guard else None,
+    }
 
 
 def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
@@ -95,10 +117,13 @@ def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
     errors = [r["error"] for r in rows if r["error"]]
     wrong = sum(r["wrong_length"] for r in rows)
     out = {
-        "class": name, "what": CLASSES[name][0], "requests": len(rows),
+        "class": name,
+        "what": CLASSES[name][0],
+        "requests": len(rows),
         "outcomes": {k.value: counts.get(k, 0) for k in OUTCOMES},
-        "by_concurrency": [{"concurrency": c, **{k.value: n.get(k, 0) for k in OUTCOMES}}
-                           for c, n in sorted(by_level.items())],
+        "by_concurrency": [
+            {"concurrency": c, **{k.value: n.get(k, 0) for k in OUTCOMES}} for c, n in sorted(by_level.items())
+        ],
         "statuses": dict(sorted(statuses.items())),
         "ms_p50": round(float(np.median(times)), 1) if times else None,
         "ms_max": round(max(times), 1) if times else None,
@@ -107,10 +132,13 @@ def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
         "error": errors[0] if errors else None,
         "needs_guarding": wrong > 0 or any(counts.get(k) for k in UNGUARDED),
     }
-    ms = {k: float(np.median(v)) for k in OUTCOMES
-          if (v := [r["ms"] for r in rows if r["outcome"] == k and r["ms"] is not None])}
+    ms = {
+        k: float(np.median(v))
+        for k in OUTCOMES
+        if (v := [r["ms"] for r in rows if r["outcome"] == k and r["ms"] is not None])
+    }
     if Outcome.TIMEOUT not in ms and counts.get(Outcome.TIMEOUT) and isinstance(timeout_s, (int, float)):
-        ms[Outcome.TIMEOUT] = 1000.0 * timeout_s   # a timed-out attempt records no end of its own
+        ms[Outcome.TIMEOUT] = 1000.0 * timeout_s  # a timed-out attempt records no end of its own
     out["verdict"] = _verdict(out, ms)
     return out
 
@@ -135,8 +163,11 @@ def _verdict(c: dict, ms: dict) -> str:
 
 def _note(classes: list[dict]) -> str:
     bad = [f"{c['class']} ({c['verdict']})" for c in classes if c["needs_guarding"]]
-    return ("Hostile texts the server does not answer as a service should: " + "; ".join(bad)
-            + ". Guard these inputs (refuse them with a 4xx) before they reach the model.")
+    return (
+        "Hostile texts the server does not answer as a service should: "
+        + "; ".join(bad)
+        + ". Guard these inputs (refuse them with a 4xx) before they reach the model."
+    )
 
 
 def _median_pace(sweep: Attempts) -> float | None:

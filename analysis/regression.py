@@ -27,6 +27,7 @@ noise flagged by chance.
 ``warnings`` says when the runs are not like for like: options that change what is measured
 differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,10 +43,28 @@ TOLERANCE = 0.10
 ERROR_RATE_STEP = 0.01
 _FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
 # run.json options that change what a step measures (not where files go or which steps ran)
-COMPARED_OPTIONS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream",
-                    "tts_stream_format", "playback_buffer_ms", "step_time", "step_requests", "settle_time",
-                    "split_max_chars", "retry_max_attempts", "retry_base_ms", "retry_max_ms", "retry_on",
-                    "retry_after_cap", "request_timeout", "arrival", "max_inflight")
+COMPARED_OPTIONS = (
+    "tts_api",
+    "tts_path",
+    "tts_model",
+    "tts_voice",
+    "tts_format",
+    "tts_stream",
+    "tts_stream_format",
+    "playback_buffer_ms",
+    "step_time",
+    "step_requests",
+    "settle_time",
+    "split_max_chars",
+    "retry_max_attempts",
+    "retry_base_ms",
+    "retry_max_ms",
+    "retry_on",
+    "retry_after_cap",
+    "request_timeout",
+    "arrival",
+    "max_inflight",
+)
 
 
 def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
@@ -67,32 +86,50 @@ def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | Non
     if c is None:
         return None
     sig = c["p_value"] < ALPHA
-    c.update({"change": c["ratio"] - 1, "significant": sig,
-              "regression": sig and c["ratio"] > 1 + tol, "improvement": sig and c["ratio"] < 1 - tol})
+    c.update(
+        {
+            "change": c["ratio"] - 1,
+            "significant": sig,
+            "regression": sig and c["ratio"] > 1 + tol,
+            "improvement": sig and c["ratio"] < 1 - tol,
+        }
+    )
     return c
 
 
 def _throughput(old: dict, new: dict, tol: float) -> dict | None:
     wo, wn = old.get("window") or {}, new.get("window") or {}
-    c = compare_rates(wo.get("ok_completions") or 0, wo.get("duration_s") or 0,
-                      wn.get("ok_completions") or 0, wn.get("duration_s") or 0)
+    c = compare_rates(
+        wo.get("ok_completions") or 0,
+        wo.get("duration_s") or 0,
+        wn.get("ok_completions") or 0,
+        wn.get("duration_s") or 0,
+    )
     if c is None:
         return None
     sig = c["p_value"] < ALPHA
-    c.update({"change": c["ratio"] - 1, "significant": sig,
-              "regression": sig and c["ratio"] < 1 - tol, "improvement": sig and c["ratio"] > 1 + tol})
+    c.update(
+        {
+            "change": c["ratio"] - 1,
+            "significant": sig,
+            "regression": sig and c["ratio"] < 1 - tol,
+            "improvement": sig and c["ratio"] > 1 + tol,
+        }
+    )
     return c
 
 
 def _errors(old: dict, new: dict, tol: float) -> dict | None:
-    c = compare_proportions(old.get("failed") or 0, old.get("requests") or 0,
-                            new.get("failed") or 0, new.get("requests") or 0)
+    c = compare_proportions(
+        old.get("failed") or 0, old.get("requests") or 0, new.get("failed") or 0, new.get("requests") or 0
+    )
     if c is None:
         return None
     sig = c["p_value"] < ALPHA
     allowed = max(ERROR_RATE_STEP, tol * c["old"])
-    c.update({"significant": sig, "regression": sig and c["change"] > allowed,
-              "improvement": sig and -c["change"] > allowed})
+    c.update(
+        {"significant": sig, "regression": sig and c["change"] > allowed, "improvement": sig and -c["change"] > allowed}
+    )
     return c
 
 
@@ -101,8 +138,11 @@ def _warnings(new_sum: dict, old_sum: dict, new_rd: RunDir, old_rd: RunDir) -> l
     on = new_sum["run"].get("options") or {}
     oo = old_sum["run"].get("options") or {}
     on, oo = (on if isinstance(on, dict) else {}), (oo if isinstance(oo, dict) else {})
-    diff = [f"{k} {oo.get(k)!r} -> {on.get(k)!r}" for k in COMPARED_OPTIONS
-            if (k in on or k in oo) and on.get(k) != oo.get(k)]
+    diff = [
+        f"{k} {oo.get(k)!r} -> {on.get(k)!r}"
+        for k in COMPARED_OPTIONS
+        if (k in on or k in oo) and on.get(k) != oo.get(k)
+    ]
     if diff:
         out.append(f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like.")
     corpus = []
@@ -122,10 +162,17 @@ def _baseline_curve(s: dict, open_loop: bool) -> list[dict]:
     out = []
     for lv in s.get("levels") or []:
         lat = lv.get("sched_wait_ms" if open_loop else "latency_ms") or {}
-        out.append({"concurrency": lv["concurrency"], **({"rate": lv["rate"]} if open_loop else {}),
-                    "p50_ms": lat.get("p50"), "p95_ms": lat.get("p95"),
-                    "p95_ci": lat.get("p95_ci"), "throughput_rps": lv.get("throughput_rps"),
-                    "error_rate": lv.get("error_rate")})
+        out.append(
+            {
+                "concurrency": lv["concurrency"],
+                **({"rate": lv["rate"]} if open_loop else {}),
+                "p50_ms": lat.get("p50"),
+                "p95_ms": lat.get("p95"),
+                "p95_ci": lat.get("p95_ci"),
+                "throughput_rps": lv.get("throughput_rps"),
+                "error_rate": lv.get("error_rate"),
+            }
+        )
     return out
 
 
@@ -153,8 +200,10 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
     raises :class:`RunDirError` when one ran open loop and the other did not."""
     modes = new_sum["run"]["mode"], old_sum["run"]["mode"]
     if modes[0] != modes[1]:
-        raise RunDirError(f"--baseline compares runs that offered load the same way: this run ran {modes[0]} loop, "
-                          f"the baseline {modes[1]} loop.")
+        raise RunDirError(
+            f"--baseline compares runs that offered load the same way: this run ran {modes[0]} loop, "
+            f"the baseline {modes[1]} loop."
+        )
     open_loop = modes[0] == "open"
     key, wait = ("rate", "sched_wait_ms") if open_loop else ("concurrency", "wait_ms")
     name = (lambda v: f"{v:g} req/s") if open_loop else str
@@ -167,11 +216,16 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
         ol = old_levels[c]
         wo, wn = _values(old_rd, ol, wait), _values(new_rd, lv, wait)
         to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
-        row = {"concurrency": lv["concurrency"], **({"rate": c} if open_loop else {}),
-               "requests": [ol.get("requests"), lv.get("requests")],
-               "p50_ms": _latency(wo, wn, 50, tolerance), "p95_ms": _latency(wo, wn, 95, tolerance),
-               "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
-               "throughput_rps": _throughput(ol, lv, tolerance), "error_rate": _errors(ol, lv, tolerance)}
+        row = {
+            "concurrency": lv["concurrency"],
+            **({"rate": c} if open_loop else {}),
+            "requests": [ol.get("requests"), lv.get("requests")],
+            "p50_ms": _latency(wo, wn, 50, tolerance),
+            "p95_ms": _latency(wo, wn, 95, tolerance),
+            "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
+            "throughput_rps": _throughput(ol, lv, tolerance),
+            "error_rate": _errors(ol, lv, tolerance),
+        }
         figs = [row[k] for k in _FIGURES if row[k]]
         row["regression"] = any(f["regression"] for f in figs)
         row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
@@ -180,18 +234,31 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
     base = old_sum["run"]["run_id"]
     noun = "offered rate" if open_loop else "concurrency"
     if not rows:
-        verdict = (f"This run and the baseline {base} share no tested {noun} (this run: "
-                   f"{', '.join(name(x[key]) for x in new_sum.get('levels') or []) or 'none'}; "
-                   f"baseline: {', '.join(map(name, old_levels)) or 'none'}), so nothing can be compared.")
+        verdict = (
+            f"This run and the baseline {base} share no tested {noun} (this run: "
+            f"{', '.join(name(x[key]) for x in new_sum.get('levels') or []) or 'none'}; "
+            f"baseline: {', '.join(map(name, old_levels)) or 'none'}), so nothing can be compared."
+        )
     elif regressed:
-        verdict = (f"Regression against {base} beyond the {tolerance:.0%} tolerance "
-                   + "; ".join(_sentence(name(r[key]), r) for r in rows if r["regression"]) + ".")
+        verdict = (
+            f"Regression against {base} beyond the {tolerance:.0%} tolerance "
+            + "; ".join(_sentence(name(r[key]), r) for r in rows if r["regression"])
+            + "."
+        )
     else:
         better = [name(r[key]) for r in rows if r["improvement"]]
-        verdict = (f"No significant regression beyond the {tolerance:.0%} tolerance against {base} at "
-                   f"{', '.join(name(r[key]) for r in rows)}"
-                   + (f"; significantly better at {', '.join(better)}." if better else "."))
-    return {"baseline": {"run_id": base, "path": old_sum["run"]["path"], "levels": _baseline_curve(old_sum, open_loop)},
-            "tolerance": tolerance, "alpha": ALPHA, "steps": rows, "regressed": regressed,
-            "compared": [r[key] for r in rows], "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
-            "verdict": verdict}
+        verdict = (
+            f"No significant regression beyond the {tolerance:.0%} tolerance against {base} at "
+            f"{', '.join(name(r[key]) for r in rows)}"
+            + (f"; significantly better at {', '.join(better)}." if better else ".")
+        )
+    return {
+        "baseline": {"run_id": base, "path": old_sum["run"]["path"], "levels": _baseline_curve(old_sum, open_loop)},
+        "tolerance": tolerance,
+        "alpha": ALPHA,
+        "steps": rows,
+        "regressed": regressed,
+        "compared": [r[key] for r in rows],
+        "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
+        "verdict": verdict,
+    }

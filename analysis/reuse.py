@@ -12,6 +12,7 @@ back faster; a cold start makes only the run's first few requests slow, not most
 ``--text-reuse unique`` (:mod:`locustfiles.inputs.corpus`) sends every request a text of its own, so
 nothing repeats and there is nothing to cache.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,16 +34,23 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict:
     col = "ttfa_ms" if streamed else "wait_ms"
     t = a[col]
     rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
-    out = {"pairs": 0, "first_ms": None, "repeat_ms": None, "ratio": None, "faster_share": None, "caches": None,
-           "note": None}
+    out = {
+        "pairs": 0,
+        "first_ms": None,
+        "repeat_ms": None,
+        "ratio": None,
+        "faster_share": None,
+        "caches": None,
+        "note": None,
+    }
     firsts, repeats = [], []
-    if unique:   # a text id's requests were each a text of their own: none is a repeat
+    if unique:  # a text id's requests were each a text of their own: none is a repeat
         out["note"] = "Every request had a text of its own (--text-reuse unique): nothing to cache."
         return out
     if len(rows):
         rows = rows[np.argsort(a["t0"][rows], kind="stable")]
         key = a["text"][rows].astype(np.int64) * (len(a.voices) + 2) + (a["voice"][rows].astype(np.int64) + 1)
-        order = np.argsort(key, kind="stable")   # by text, then in the order sent
+        order = np.argsort(key, kind="stable")  # by text, then in the order sent
         key, rows = key[order], rows[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         for group in np.split(rows, cuts):
@@ -53,21 +61,32 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict:
                 repeats.append(float(np.median(t[later])))
     what = "TTFA" if streamed else "the wait"
     if len(firsts) < MIN_PAIRS:
-        out["note"] = (f"Too few texts repeated within the step they were first sent in ({len(firsts)}; "
-                       f"{MIN_PAIRS} needed) to tell whether the server caches its answers.")
+        out["note"] = (
+            f"Too few texts repeated within the step they were first sent in ({len(firsts)}; "
+            f"{MIN_PAIRS} needed) to tell whether the server caches its answers."
+        )
         out["pairs"] = len(firsts)
         return out
     f, r = np.array(firsts), np.array(repeats)
     ratio = r / f
-    out.update(pairs=len(f), first_ms=float(np.median(f)), repeat_ms=float(np.median(r)),
-               ratio=float(np.median(ratio)), faster_share=float(np.mean(ratio < 1)))
+    out.update(
+        pairs=len(f),
+        first_ms=float(np.median(f)),
+        repeat_ms=float(np.median(r)),
+        ratio=float(np.median(ratio)),
+        faster_share=float(np.mean(ratio < 1)),
+    )
     out["caches"] = out["ratio"] <= FASTER and out["faster_share"] >= CONSISTENT
     if out["caches"]:
-        out["note"] = (f"The server caches its answers: a text sent again in the same step came back in "
-                       f"{out['repeat_ms']:.0f} ms against {out['first_ms']:.0f} ms the first time ({what}, median "
-                       f"ratio {out['ratio']:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
-                       f"these figures hold for repeated text; --text-reuse unique measures new text.")
+        out["note"] = (
+            f"The server caches its answers: a text sent again in the same step came back in "
+            f"{out['repeat_ms']:.0f} ms against {out['first_ms']:.0f} ms the first time ({what}, median "
+            f"ratio {out['ratio']:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
+            f"these figures hold for repeated text; --text-reuse unique measures new text."
+        )
     else:
-        out["note"] = (f"No sign of an answer cache: a text sent again in the same step took {out['ratio']:.2f}x "
-                       f"its first time ({what}, median over {len(f)} texts).")
+        out["note"] = (
+            f"No sign of an answer cache: a text sent again in the same step took {out['ratio']:.2f}x "
+            f"its first time ({what}, median over {len(f)} texts)."
+        )
     return out

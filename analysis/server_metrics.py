@@ -9,6 +9,7 @@
   models), for the diagnosis and the report; ``why`` says how the family got its role (a known
   server's name, an obvious ending, ``--server-role``).
 """
+
 from __future__ import annotations
 
 import pandas as pd

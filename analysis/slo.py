@@ -22,6 +22,7 @@ Rules :func:`judge` applies to each term:
 A step passes (``True``) when every term passes, fails (``False``) when any term fails, and is
 inconclusive (``None``) otherwise.  This module is pure: no locust, gevent or I/O.
 """
+
 from __future__ import annotations
 
 import math
@@ -135,8 +136,7 @@ class SLO:
 
 
 def _valid() -> str:
-    return ("terms are metric<=value, <, >= or > joined by commas, and the metrics are "
-            + ", ".join(METRICS))
+    return "terms are metric<=value, <, >= or > joined by commas, and the metrics are " + ", ".join(METRICS)
 
 
 def parse(spec: str) -> SLO:
@@ -204,8 +204,11 @@ def _interval(step: dict, metric: str) -> tuple[float, float, int | None, float]
     if not isinstance(d, dict):
         return None
     ci = d.get(ci_key)
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or \
-            not all(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool)) for c in ci):
+    if (
+        not isinstance(ci, (list, tuple))
+        or len(ci) != 2
+        or not all(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool)) for c in ci)
+    ):
         return None
     n = d.get("count")
     lo = -math.inf if ci[0] is None else float(ci[0])
@@ -213,8 +216,9 @@ def _interval(step: dict, metric: str) -> tuple[float, float, int | None, float]
     return lo, hi, (int(n) if isinstance(n, (int, float)) else None), float(ci_key[1:-3])
 
 
-def _more_requests(point: float, lo: float, hi: float, threshold: float, n: int | None,
-                   q: float) -> tuple[int, bool] | None:
+def _more_requests(
+    point: float, lo: float, hi: float, threshold: float, n: int | None, q: float
+) -> tuple[int, bool] | None:
     """Requests to add so that the interval no longer reaches the threshold, assuming its
     half-width on the threshold's side shrinks as 1/sqrt(n), and whether that is the estimate
     (True) or only the least (False: that side is unbounded until there are enough requests to
@@ -225,6 +229,7 @@ def _more_requests(point: float, lo: float, hi: float, threshold: float, n: int 
         return None
     if math.isinf(half):
         from .confidence import min_bounding_n  # numpy: only where an interval is open
+
         return max(1, min_bounding_n(q) - n), False
     need = n * (half / gap) ** 2
     return max(1, math.ceil(need - n)), True
@@ -259,10 +264,8 @@ def judge(slo: SLO, step: dict) -> dict:
                 elif est[1]:
                     need = f"about {est[0]} more requests would settle it"
                 else:
-                    need = (f"{n} requests cannot bound a p{q:g} on that side: at least {est[0]} more "
-                            f"are needed")
-                inconclusive.append(f"{t.metric} {_fmt(v)} ({_ci_text(lo, hi)}) straddles "
-                                    f"{_fmt(t.value)}; {need}")
+                    need = f"{n} requests cannot bound a p{q:g} on that side: at least {est[0]} more are needed"
+                inconclusive.append(f"{t.metric} {_fmt(v)} ({_ci_text(lo, hi)}) straddles {_fmt(t.value)}; {need}")
                 if est is not None:
                     more.append(est[0])
                 continue
@@ -270,9 +273,16 @@ def judge(slo: SLO, step: dict) -> dict:
         if not ok:
             failed.append(f"{t.metric} {_fmt(v)} {_NEGATED[t.op]} {_fmt(t.value)}")
     verdict = False if failed else (None if inconclusive else True)
-    return {"concurrency": step.get("concurrency"), "step": step.get("step"), "pass": verdict,
-            "failed": failed, "inconclusive": inconclusive, "values": values, "intervals": intervals,
-            "more_requests": max(more) if more and not failed else None}
+    return {
+        "concurrency": step.get("concurrency"),
+        "step": step.get("step"),
+        "pass": verdict,
+        "failed": failed,
+        "inconclusive": inconclusive,
+        "values": values,
+        "intervals": intervals,
+        "more_requests": max(more) if more and not failed else None,
+    }
 
 
 def max_level(verdicts: list[dict], key: str = "concurrency"):

@@ -25,6 +25,7 @@ for memory, ``MIN_MEMORY_BYTES``; for latency, ``MIN_LATENCY_MS``), so that a sl
 to matter over the soak is not a verdict however significant. Each drift is one sentence in
 ``drift``, e.g. "server RSS grew 310 MB over 60 min, 5.2 MB/min, steady after 0 min: a leak".
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +58,7 @@ _FIGURES = (
 _MEMORY = (
     ("server_rss_bytes", "server", "proc_rss_bytes", "server RSS", "a leak"),
     ("gpu_mem_bytes", "server", "gpu_mem_used_bytes", "GPU memory", "a leak"),
-    ("client_rss_bytes", "client", "proc_rss_bytes", "the load generator's RSS",
-     "the load generator leaks"),
+    ("client_rss_bytes", "client", "proc_rss_bytes", "the load generator's RSS", "the load generator leaks"),
 )
 
 
@@ -101,8 +101,7 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list
     return out
 
 
-def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
-            width: float) -> list[dict]:
+def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool, width: float) -> list[dict]:
     """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
     ``window`` is the settled span), each with its figures (see the module doc). A live
     reader's attempts keep each window's figures and recompute only the windows the rows read
@@ -146,10 +145,15 @@ def _request_figures(a: Attempts, step: dict, edges, open_loop: bool, streamed: 
         sent = mine & (t0 >= lo) & (t0 < hi)
         ok = sent & a["ok"]
         got, got_ok = int(sent.sum()), int(ok.sum())
-        fig = {"requests": got, "ok": got_ok, "failed": got - got_ok,
-               "error_rate": (got - got_ok) / got if got else None,
-               "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
-               "p50_ms": _pct(latency[ok], 50), "p95_ms": _pct(latency[ok], 95)}
+        fig = {
+            "requests": got,
+            "ok": got_ok,
+            "failed": got - got_ok,
+            "error_rate": (got - got_ok) / got if got else None,
+            "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
+            "p50_ms": _pct(latency[ok], 50),
+            "p95_ms": _pct(latency[ok], 95),
+        }
         if streamed:
             fig["ttfa_p95_ms"] = _pct(a["ttfa_ms"][ok], 95)
         cached[i] = (hi, fig)
@@ -194,8 +198,18 @@ def _amount(v: float, unit: str) -> str:
     return f"{v:.0f} ms"
 
 
-def _trend(rows: list[dict], key: str, host: str | None, kind: str, unit: str, name: str,
-           bad_sign: int, meaning: str, duration_s: float, named: bool = False) -> dict | None:
+def _trend(
+    rows: list[dict],
+    key: str,
+    host: str | None,
+    kind: str,
+    unit: str,
+    name: str,
+    bad_sign: int,
+    meaning: str,
+    duration_s: float,
+    named: bool = False,
+) -> dict | None:
     """One figure's trend (see the module doc); ``named``: the verdict names the host (the
     figure has several)."""
     t, y = _series(rows, key, host)
@@ -205,17 +219,32 @@ def _trend(rows: list[dict], key: str, host: str | None, kind: str, unit: str, n
     fit = trend.theil_sen(t[k:], y[k:])
     if fit is None:
         return None
-    slope, lo, hi = (x * 60.0 for x in fit)   # per minute
+    slope, lo, hi = (x * 60.0 for x in fit)  # per minute
     p = trend.mann_kendall(t[k:], y[k:])
     span_min = (t[-1] - t[k]) / 60.0
     level = float(np.median(y[k:]))
     change = slope * span_min
     floor = {"memory": MIN_MEMORY_BYTES, "latency": MIN_LATENCY_MS}.get(kind, 0.0)
-    drifts = (p is not None and p < ALPHA and slope * bad_sign > 0
-              and abs(change) >= max(MIN_CHANGE[kind] * abs(level), floor))
-    out = {"figure": key, "host": host, "unit": unit, "windows": int(len(y)), "first": float(y[0]),
-           "last": float(y[-1]), "steady_after_s": float(t[k] - t[0]), "slope_per_min": slope,
-           "slope_ci": [lo, hi], "p_value": p, "drift": bool(drifts), "verdict": None}
+    drifts = (
+        p is not None
+        and p < ALPHA
+        and slope * bad_sign > 0
+        and abs(change) >= max(MIN_CHANGE[kind] * abs(level), floor)
+    )
+    out = {
+        "figure": key,
+        "host": host,
+        "unit": unit,
+        "windows": int(len(y)),
+        "first": float(y[0]),
+        "last": float(y[-1]),
+        "steady_after_s": float(t[k] - t[0]),
+        "slope_per_min": slope,
+        "slope_ci": [lo, hi],
+        "p_value": p,
+        "drift": bool(drifts),
+        "verdict": None,
+    }
     if drifts:
         who = f"{name} ({host})" if named else name
         moved = y[-1] - y[0]
@@ -226,13 +255,15 @@ def _trend(rows: list[dict], key: str, host: str | None, kind: str, unit: str, n
         else:
             what = f"fell from {_amount(y[0], unit)} to {_amount(y[-1], unit)}"
         rate = _amount(slope, unit) + "/min"
-        out["verdict"] = (f"{who} {what} over {_minutes(duration_s)}, {rate}, steady after "
-                          f"{_minutes(t[k] - t[0])}: {meaning}")
+        out["verdict"] = (
+            f"{who} {what} over {_minutes(duration_s)}, {rate}, steady after {_minutes(t[k] - t[0])}: {meaning}"
+        )
     return out
 
 
-def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool,
-         planned_s: float | None = None) -> dict:
+def soak(
+    a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool, planned_s: float | None = None
+) -> dict:
     """The summary's ``soak`` for the soak step ``step`` (its step summary); ``planned_s``: the
     soak's length as run (``--soak``), which sizes the windows (else the span they cover)."""
     win = step["window"]
@@ -243,8 +274,11 @@ def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: 
     for key, kind, unit, name, sign in _FIGURES:
         if key == "ttfa_p95_ms" and not streamed:
             continue
-        meaning = "requests slow down as the run goes on" if kind == "latency" else \
-            "the server serves less as the run goes on"
+        meaning = (
+            "requests slow down as the run goes on"
+            if kind == "latency"
+            else "the server serves less as the run goes on"
+        )
         got = _trend(rows, key, None, kind, unit, name, sign, meaning, duration)
         if got:
             trends.append(got)
@@ -254,9 +288,19 @@ def soak(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: 
             got = _trend(rows, key, host, "memory", "bytes", name, 1, meaning, duration, len(hosts) > 1)
             if got:
                 trends.append(got)
-    return {"step": step["step"], "concurrency": step["concurrency"], "rate": step.get("rate"),
-            "start": win.get("start"), "end": win.get("end"), "duration_s": duration or None,
-            "window_s": width, "windows": rows, "trends": trends,
-            "drift": [t["verdict"] for t in trends if t["drift"]],
-            "method": (f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
-                       f"from where it is steady on")}
+    return {
+        "step": step["step"],
+        "concurrency": step["concurrency"],
+        "rate": step.get("rate"),
+        "start": win.get("start"),
+        "end": win.get("end"),
+        "duration_s": duration or None,
+        "window_s": width,
+        "windows": rows,
+        "trends": trends,
+        "drift": [t["verdict"] for t in trends if t["drift"]],
+        "method": (
+            f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
+            f"from where it is steady on"
+        ),
+    }

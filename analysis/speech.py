@@ -13,6 +13,7 @@ the level is a knee when the interval's lower end is above :data:`MIN_RISE` (two
 rate: below it, a recogniser's own noise on a voice that varies from call to call). At least
 :data:`MIN_PAIRS` pairs are needed to judge a level at all.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,12 +67,25 @@ def summarise(entries: list[dict]) -> dict | None:
     p95 = float(np.percentile(rates, 95)) if len(rates) else None
     worst = sorted(judged, key=lambda e: -_rate(e))[:WORST]
     return {
-        "metric": metric, "judged": len(judged), "not_judged": len(entries) - len(judged),
-        "wer_mean": mean if metric == "wer" else None, "wer_p95": p95 if metric == "wer" else None,
-        "cer_mean": mean if metric == "cer" else None, "cer_p95": p95 if metric == "cer" else None,
+        "metric": metric,
+        "judged": len(judged),
+        "not_judged": len(entries) - len(judged),
+        "wer_mean": mean if metric == "wer" else None,
+        "wer_p95": p95 if metric == "wer" else None,
+        "cer_mean": mean if metric == "cer" else None,
+        "cer_p95": p95 if metric == "cer" else None,
         "unintelligible": int((rates > UNINTELLIGIBLE).sum()),
-        "worst": [{"req_id": e["req_id"], "text_id": e.get("text_id"), "text": e.get("text"),
-                   "transcript": e.get("transcript"), "error": _rate(e), "clip": e.get("clip")} for e in worst],
+        "worst": [
+            {
+                "req_id": e["req_id"],
+                "text_id": e.get("text_id"),
+                "text": e.get("text"),
+                "transcript": e.get("transcript"),
+                "error": _rate(e),
+                "clip": e.get("clip"),
+            }
+            for e in worst
+        ],
     }
 
 

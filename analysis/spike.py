@@ -23,6 +23,7 @@ text (each over its own text's median before the spike), so a window that happen
 corpus's longest texts is not a slow one; a window is :data:`WINDOW_S` long, or twice the median
 latency before where that is longer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,7 @@ WINDOW_S = 1.0
 _SHED = (429, 503)
 
 
-def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict,
-          res=None) -> dict | None:
+def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict, res=None) -> dict | None:
     """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
     (those of the spike's phases are picked out), and the resource samples ``res`` (a
     collector's watched process); None when the run had no spike."""
@@ -67,10 +67,19 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
         behaviour = Behaviour.QUEUES
     else:
         behaviour = Behaviour.ABSORBS
-    out = {"factor": options.get("factor"), "seconds": options.get("seconds"), "level": before["concurrency"],
-           "spike_level": at["concurrency"], "behaviour": behaviour,
-           "recovery_s": None if crashed else recovery_s, "basis": key, "before_p95_ms": _round(base),
-           "during": during, "after": after_figures, "process_gone_at": exited}
+    out = {
+        "factor": options.get("factor"),
+        "seconds": options.get("seconds"),
+        "level": before["concurrency"],
+        "spike_level": at["concurrency"],
+        "behaviour": behaviour,
+        "recovery_s": None if crashed else recovery_s,
+        "basis": key,
+        "before_p95_ms": _round(base),
+        "during": during,
+        "after": after_figures,
+        "process_gone_at": exited,
+    }
     out["text"] = _text(out, health)
     return out
 
@@ -109,11 +118,17 @@ def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict:
     waits = a["wait_ms"][shed]
     waits = waits[np.isfinite(waits)]
     p95 = _p95(a, m, key)
-    return {"attempts": n, "ok": int((m & a["ok"]).sum()), "shed": int(shed.sum()), "failed": int(other.sum()),
-            "shed_share": round(int(shed.sum()) / n, 4) if n else 0.0,
-            "failed_share": round(int(other.sum()) / n, 4) if n else 0.0,
-            "shed_ms_p50": _round(float(np.median(waits))) if len(waits) else None,
-            "p95_ms": _round(p95), "p95_x": round(p95 / base, 2) if p95 is not None and base else None}
+    return {
+        "attempts": n,
+        "ok": int((m & a["ok"]).sum()),
+        "shed": int(shed.sum()),
+        "failed": int(other.sum()),
+        "shed_share": round(int(shed.sum()) / n, 4) if n else 0.0,
+        "failed_share": round(int(other.sum()) / n, 4) if n else 0.0,
+        "shed_ms_p50": _round(float(np.median(waits))) if len(waits) else None,
+        "p95_ms": _round(p95),
+        "p95_x": round(p95 / base, 2) if p95 is not None and base else None,
+    }
 
 
 def _recovery_s(a: Attempts, m: np.ndarray, before: np.ndarray, start: float | None, key: str) -> float | None:
@@ -157,8 +172,11 @@ def _medians(a: Attempts, m: np.ndarray, key: str) -> dict[int, float]:
 
 def _ratios(a: Attempts, m: np.ndarray, key: str, ref: dict[int, float]) -> np.ndarray:
     v, codes = a[key][m], a["text"][m]
-    out = [x / ref[int(c)] for x, c in zip(v.tolist(), codes.tolist())
-           if int(c) in ref and ref[int(c)] > 0 and np.isfinite(x)]
+    out = [
+        x / ref[int(c)]
+        for x, c in zip(v.tolist(), codes.tolist())
+        if int(c) in ref and ref[int(c)] > 0 and np.isfinite(x)
+    ]
     return np.asarray(out, dtype=float)
 
 
@@ -174,13 +192,22 @@ def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
 
 def _text(s: dict, health: dict | None) -> str:
     d = s["during"]
-    head = (f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
-            f"the server {s['behaviour']}")
+    head = (
+        f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
+        f"the server {s['behaviour']}"
+    )
     if s["behaviour"] == Behaviour.CRASHED:
-        why = "; ".join(w for w in (
-            (health or {}).get("message") if health and health.get("ok") is False else None,
-            "the server process the collector watched exited" if s.get("process_gone_at") is not None else None,
-        ) if w) or "the last second of the recovery got no answer at all"
+        why = (
+            "; ".join(
+                w
+                for w in (
+                    (health or {}).get("message") if health and health.get("ok") is False else None,
+                    "the server process the collector watched exited" if s.get("process_gone_at") is not None else None,
+                )
+                if w
+            )
+            or "the last second of the recovery got no answer at all"
+        )
         return f"{head} — it stopped answering ({why}); nothing after it measures the server."
     if s["behaviour"] == Behaviour.SHEDS:
         head += f" ({d['shed_share']:.0%} of its attempts refused with 429/503 in {d['shed_ms_p50']:g} ms)"
@@ -188,8 +215,11 @@ def _text(s: dict, health: dict | None) -> str:
         head += f" ({d['failed_share']:.0%} of its attempts failed)"
     elif d["p95_x"] is not None:
         head += f" (p95 {d['p95_x']:g}x the {s['before_p95_ms']:g} ms before)"
-    tail = (f"; back within {RECOVERED_X:g}x of the p95 before {s['recovery_s']:g} s into the recovery"
-            if s["recovery_s"] is not None else "; it did not recover within the run")
+    tail = (
+        f"; back within {RECOVERED_X:g}x of the p95 before {s['recovery_s']:g} s into the recovery"
+        if s["recovery_s"] is not None
+        else "; it did not recover within the run"
+    )
     return head + tail + "."
 
 

@@ -83,6 +83,7 @@ Definitions used throughout the dashboard:
   throughput, audio per second, tail, integrity. ``cancelled`` counts a step's cancelled
   requests and ``cancel_to_quiet_ms`` is their distribution of the cancel to quiet.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -110,8 +111,15 @@ CLIPPED_SHARE = 0.001  # an answer with more of its samples at full scale than t
 #: the step's whole window gave 17.7. Fewer are withheld (None), never shown.
 OPEN_MIN_COUNT = 20
 #: The figures per second of the window, withheld together.
-RATE_FIGURES = ("throughput_rps", "completed_rps", "audio_s_per_s", "rtfx", "chars_per_s", "utterances_per_hour",
-                "throughput_ratio")
+RATE_FIGURES = (
+    "throughput_rps",
+    "completed_rps",
+    "audio_s_per_s",
+    "rtfx",
+    "chars_per_s",
+    "utterances_per_hour",
+    "throughput_ratio",
+)
 
 
 def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
@@ -152,8 +160,15 @@ def audio_reference(a: Attempts) -> np.ndarray:
     if ref is not None:
         return ref
     ref = np.full(len(a.texts), np.nan)
-    good = a["ok"] & a["final"] & a["settled"] & np.isfinite(a["audio_s"]) & (a["text"] >= 0) \
-        & (a["concurrency"] >= 1) & ~np.isfinite(a["cancel_ms"])   # heard whole
+    good = (
+        a["ok"]
+        & a["final"]
+        & a["settled"]
+        & np.isfinite(a["audio_s"])
+        & (a["text"] >= 0)
+        & (a["concurrency"] >= 1)
+        & ~np.isfinite(a["cancel_ms"])
+    )  # heard whole
     if good.any():
         lowest = a["concurrency"][good].min()
         low = good & (a["concurrency"] == lowest)
@@ -181,8 +196,9 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
     codes, lengths = a["text"][idx], a["audio_s"][idx]
     order = np.lexsort((lengths, codes))
     codes, lengths = codes[order], lengths[order]
-    for part_codes, part in zip(np.split(codes, np.flatnonzero(np.diff(codes)) + 1),
-                                np.split(lengths, np.flatnonzero(np.diff(codes)) + 1)):
+    for part_codes, part in zip(
+        np.split(codes, np.flatnonzero(np.diff(codes)) + 1), np.split(lengths, np.flatnonzero(np.diff(codes)) + 1)
+    ):
         if len(part):
             code = int(part_codes[0])
             old = by_text.get(code)
@@ -212,13 +228,19 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
     off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
     bad = idx[off]
     room = INTEGRITY_EXAMPLES - len(examples)
-    examples += [{"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
-                 for i, e, g in zip(bad[:room], expected[off][:room], got[off][:room])]
+    examples += [
+        {"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
+        for i, e, g in zip(bad[:room], expected[off][:room], got[off][:room])
+    ]
     checked, mismatched = checked + len(idx), mismatched + len(bad)
     if a.lasting is not None and step is not None:
         a.lasting[key] = (n, ref, checked, mismatched, examples)
-    return {"checked": int(checked), "mismatched": int(mismatched),
-            "rate": mismatched / checked if checked else None, "examples": examples}
+    return {
+        "checked": int(checked),
+        "mismatched": int(mismatched),
+        "rate": mismatched / checked if checked else None,
+        "examples": examples,
+    }
 
 
 def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
@@ -235,6 +257,7 @@ def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
 
     def share(mask) -> float | None:
         return int(mask.sum()) / n if n else None
+
     return {
         "leading_silence_ms": figure("leading_silence_ms", okl, "okl"),
         "trailing_silence_ms": figure("trailing_silence_ms", okl, "okl"),
@@ -243,7 +266,8 @@ def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
         "runaway_rate": share(fin & a["ok"] & runaway),
         "truncated_rate": share(fin & a["ok"] & truncated),
         "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
-        if checked.any() else None,
+        if checked.any()
+        else None,
     }
 
 
@@ -252,8 +276,7 @@ def pace_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     successful final attempts, once per set of columns."""
     got = a.memo.get("pace_flags")
     if got is None or len(got[0]) != len(a):
-        pace = np.where(a["ok"] & a["final"] & (a["text_len"] > 0), a["audio_s"] / np.maximum(a["text_len"], 1),
-                        np.nan)
+        pace = np.where(a["ok"] & a["final"] & (a["text_len"] > 0), a["audio_s"] / np.maximum(a["text_len"], 1), np.nan)
         got = a.memo["pace_flags"] = signal.pace_outliers(pace, a["language"])
     return got
 
@@ -292,7 +315,8 @@ def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray,
         "chunks": figure("chunks", okf, "streams", True),
         "tail_ms": figure("tail_ms", okf, "streams", False),
         "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][okf]), "chunk_ms": riva_stats(a.gaps_of(okf))}
-        if streamed else None,
+        if streamed
+        else None,
     }
 
 
@@ -318,13 +342,24 @@ def _host_aggregate(w: pd.DataFrame) -> dict:
     return out
 
 
-_HOST_MAX = ("cpu_mean", "cpu_max", "busiest_core_mean", "busiest_core_max", "proc_cpu_mean",
-             "proc_cpu_max", "gpu_util_mean", "gpu_util_max", "gpu_mem_peak_bytes",
-             "gpu_mem_total_bytes", "gpu_power_mean_w")
+_HOST_MAX = (
+    "cpu_mean",
+    "cpu_max",
+    "busiest_core_mean",
+    "busiest_core_max",
+    "proc_cpu_mean",
+    "proc_cpu_max",
+    "gpu_util_mean",
+    "gpu_util_max",
+    "gpu_mem_peak_bytes",
+    "gpu_mem_total_bytes",
+    "gpu_power_mean_w",
+)
 
 
-def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float,
-                       roles: dict[str, str] | None = None) -> dict | None:
+def resource_aggregate(
+    res: pd.DataFrame, role: str, start: float, end: float, roles: dict[str, str] | None = None
+) -> dict | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
     hosts' figures (see the module doc); None when there are no samples. ``roles``:
     ``--server-role``'s ``{family: role}`` for the server's series."""
@@ -341,8 +376,11 @@ def resource_aggregate(res: pd.DataFrame, role: str, start: float, end: float,
     if role == "server":
         # Shown as evidence only: this is already the next step when steps follow each other.
         after = res[(res["role"] == role) & (res["ts"] > end) & (res["ts"] <= end + FALLBACK_S)]
-        fb = [float(g["gpu_mem_used_bytes"].dropna().min()) for _, g in after.groupby("host")
-              if g["gpu_mem_used_bytes"].notna().any()]
+        fb = [
+            float(g["gpu_mem_used_bytes"].dropna().min())
+            for _, g in after.groupby("host")
+            if g["gpu_mem_used_bytes"].notna().any()
+        ]
         out["gpu_mem_fallback_bytes"] = max(fb) if fb else None
         out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(w, roles)
     out["by_host"] = by_host
@@ -375,6 +413,8 @@ def run_end_cut(a: Attempts) -> np.ndarray:
         code = a.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in a.errors else -2
         cut = a.memo["run_end_cut"] = a["error"] == code
     return cut
+
+
 def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
     """{label: {count, p50, p95}} of ``waits`` grouped by their label ``codes`` (-1: none), in
     the labels' order; one sort, however many labels (a voice sweep has hundreds)."""
@@ -394,7 +434,7 @@ def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
 def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
     open}``; ``open`` is true when the step's end is not known yet."""
-    m = (a["step"] == step["step"])
+    m = a["step"] == step["step"]
     start, end, is_open = step.get("start"), step.get("end"), False
     if start is not None:
         # the step's own settle time where run.json gives one (a step that lowers the
@@ -418,12 +458,12 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
         we = float(np.nanmax(te)) if np.isfinite(te).any() else None
         settle, source = None, "records"
     dur = (we - ws) if ws is not None and we is not None and we > ws else None
-    return {"start": ws, "end": we, "duration_s": dur, "source": source, "settle_s": settle,
-            "open": is_open}
+    return {"start": ws, "end": we, "duration_s": dur, "source": source, "settle_s": settle, "open": is_open}
 
 
-def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, contexts: int = 1,
-            think_s: float = 0.0) -> dict | None:
+def _little(
+    a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
+) -> dict | None:
     """Mean busy users over [ws, we] against what the step's users should keep busy (see the
     module doc)."""
     fin, start, end = spans(a)
@@ -438,13 +478,26 @@ def _little(a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, cont
     if think_s and len(own):
         mean = float(own.mean())
         expected *= mean / (mean + think_s)
-    return {"effective_concurrency": n_eff, "expected_concurrency": expected, "ratio": n_eff / expected,
-            "window_s": we - ws}
+    return {
+        "effective_concurrency": n_eff,
+        "expected_concurrency": expected,
+        "ratio": n_eff / expected,
+        "window_s": we - ws,
+    }
 
 
-def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | None = None,
-               next_start: float | None = None, last: bool = False, streamed: bool | None = None,
-               roles: dict[str, str] | None = None, contexts: int = 1, think_s: float = 0.0) -> StepSummary:
+def step_stats(
+    a: Attempts,
+    step: dict,
+    res: pd.DataFrame,
+    settle_s: float | None = None,
+    next_start: float | None = None,
+    last: bool = False,
+    streamed: bool | None = None,
+    roles: dict[str, str] | None = None,
+    contexts: int = 1,
+    think_s: float = 0.0,
+) -> StepSummary:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
     ``streamed`` whether the run was streamed: None decides from the step's records; ``roles``
@@ -460,8 +513,12 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     okf = fin & a["ok"]
     cancelled = np.isfinite(a["cancel_ms"])
     heard = okf & ~cancelled
-    out = {"step": step["step"], "concurrency": step["concurrency"],
-           "planned_start": step.get("start"), "planned_end": step.get("end")}
+    out = {
+        "step": step["step"],
+        "concurrency": step["concurrency"],
+        "planned_start": step.get("start"),
+        "planned_end": step.get("end"),
+    }
     requests, ok = int(fin.sum()), int(okf.sum())
     win = step_window(a, step, settle_s, next_start)
     start, end, dur = win["start"], win["end"], win["duration_s"]
@@ -489,35 +546,45 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
     def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
-    out.update({
-        "window": win,
-        "requests": requests, "attempts": n_att, "ok": ok, "failed": requests - ok,
-        "cut_by_run_end": int((mine & cut_end).sum()),
-        "error_rate": (requests - ok) / requests if requests else None,
-        "attempt_failures": att_failed,
-        "attempt_failure_rate": att_failed / n_att if n_att else None,
-        "throughput_rps": win["ok_completions"] / dur if dur else None,
-        "completed_rps": win["completions"] / dur if dur else None,
-        "latency_ms": d("wait_ms", okl, "okl"),
-        "ttfb_ms": d("ttfb_ms", okl, "okl"),
-        "write_ms": d("write_ms", okl, "okl"),
-        "concat_ms": d("concat_ms", okl, "okl"),
-        "e2e_ms": dist(a["e2e_ms"][okl]),   # a retried request's e2e can come later than its row
-        "rtf": d("rtf", okl, "okl"),
-        "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
-        "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
-        **capacity.step_figures(win["ok_completions"] / dur if dur else None,
-                                float(np.nansum(a["text_len"][ok_in]) / dur) if dur else None),
-        "retries": int((m & (a["attempt"] > 1)).sum()),
-        "attempts_by_number": {"1": int((m & (a["attempt"] <= 1)).sum()),
-                               "2": int((m & (a["attempt"] == 2)).sum()),
-                               "3+": int((m & (a["attempt"] >= 3)).sum())},
-        "throttled": throttled,
-        "non_throttle_failures": att_failed - throttled,
-        "status_counts": counts,
-        "retry_after_s": d("retry_after_s", m, "m"),
-        "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
-    })
+
+    out.update(
+        {
+            "window": win,
+            "requests": requests,
+            "attempts": n_att,
+            "ok": ok,
+            "failed": requests - ok,
+            "cut_by_run_end": int((mine & cut_end).sum()),
+            "error_rate": (requests - ok) / requests if requests else None,
+            "attempt_failures": att_failed,
+            "attempt_failure_rate": att_failed / n_att if n_att else None,
+            "throughput_rps": win["ok_completions"] / dur if dur else None,
+            "completed_rps": win["completions"] / dur if dur else None,
+            "latency_ms": d("wait_ms", okl, "okl"),
+            "ttfb_ms": d("ttfb_ms", okl, "okl"),
+            "write_ms": d("write_ms", okl, "okl"),
+            "concat_ms": d("concat_ms", okl, "okl"),
+            "e2e_ms": dist(a["e2e_ms"][okl]),  # a retried request's e2e can come later than its row
+            "rtf": d("rtf", okl, "okl"),
+            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+            "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+            **capacity.step_figures(
+                win["ok_completions"] / dur if dur else None,
+                float(np.nansum(a["text_len"][ok_in]) / dur) if dur else None,
+            ),
+            "retries": int((m & (a["attempt"] > 1)).sum()),
+            "attempts_by_number": {
+                "1": int((m & (a["attempt"] <= 1)).sum()),
+                "2": int((m & (a["attempt"] == 2)).sum()),
+                "3+": int((m & (a["attempt"] >= 3)).sum()),
+            },
+            "throttled": throttled,
+            "non_throttle_failures": att_failed - throttled,
+            "status_counts": counts,
+            "retry_after_s": d("retry_after_s", m, "m"),
+            "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
+        }
+    )
     streams = okf & ~cut
     out.update(_stream_stats(a, okf, streamed, cut, d))
     out["tail_ms"] = d("tail_ms", heard & ~cut, "heard")
@@ -539,7 +606,10 @@ def step_stats(a: Attempts, step: dict, res: pd.DataFrame, settle_s: float | Non
             tiers[name] = {"count": td["count"], "p50": td["p50"], "p95": td["p95"]}
     out["latency_by_tier_ms"] = tiers
     # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
-    for key, col, names in (("latency_by_voice_ms", "voice", a.voices), ("latency_by_language_ms", "language", a.languages)):
+    for key, col, names in (
+        ("latency_by_voice_ms", "voice", a.voices),
+        ("latency_by_language_ms", "language", a.languages),
+    ):
         out[key] = _by_label(a["wait_ms"][okl], a[col][okl], names)
     errs = a["error"][m & (a["error"] >= 0) & ~a["ok"]]
     top = []
@@ -577,23 +647,39 @@ def hold_open(step: dict) -> dict:
             withheld.append("little")
             step["little"] = None
     for k, v in list(step.items()):
-        if isinstance(v, dict) and isinstance(v.get("count"), int) and ("p95" in v or "mean" in v) \
-                and v["count"] < OPEN_MIN_COUNT:
+        if (
+            isinstance(v, dict)
+            and isinstance(v.get("count"), int)
+            and ("p95" in v or "mean" in v)
+            and v["count"] < OPEN_MIN_COUNT
+        ):
             withheld.append(k)
             step[k] = None
     settle = win.get("settle_s")
     if settling:
-        note = (f"step {step['step']} is in progress, settling: its window opens {settle or 0:g} s in, "
-                f"{elapsed or 0:.1f} s have passed; nothing is measured yet")
+        note = (
+            f"step {step['step']} is in progress, settling: its window opens {settle or 0:g} s in, "
+            f"{elapsed or 0:.1f} s have passed; nothing is measured yet"
+        )
     elif done < OPEN_MIN_COUNT:
-        note = (f"step {step['step']} is in progress: {done} requests have finished in the "
-                f"{win['duration_s']:.1f} s of its window so far; rates and percentiles need {OPEN_MIN_COUNT}")
-    else:   # a percentile of fewer samples (a tier's, TTFB's) is withheld, the rates are not
-        note = (f"step {step['step']} is in progress: its figures are over the {win['duration_s']:.1f} s of "
-                f"its window so far ({done} requests finished in it)"
-                + (f"; a percentile over fewer than {OPEN_MIN_COUNT} of them is withheld" if withheld else ""))
-    step["open"] = {"elapsed_s": elapsed, "settle_s": settle, "settling": settling, "completions": done,
-                    "withheld": withheld, "note": note}
+        note = (
+            f"step {step['step']} is in progress: {done} requests have finished in the "
+            f"{win['duration_s']:.1f} s of its window so far; rates and percentiles need {OPEN_MIN_COUNT}"
+        )
+    else:  # a percentile of fewer samples (a tier's, TTFB's) is withheld, the rates are not
+        note = (
+            f"step {step['step']} is in progress: its figures are over the {win['duration_s']:.1f} s of "
+            f"its window so far ({done} requests finished in it)"
+            + (f"; a percentile over fewer than {OPEN_MIN_COUNT} of them is withheld" if withheld else "")
+        )
+    step["open"] = {
+        "elapsed_s": elapsed,
+        "settle_s": settle,
+        "settling": settling,
+        "completions": done,
+        "withheld": withheld,
+        "note": note,
+    }
     return step["open"]
 
 
@@ -618,8 +704,7 @@ def infer_steps(a: Attempts) -> list[dict]:
     for s in sorted(set(a["step"][a["step"] >= 0].tolist())):
         m = a["step"] == s
         conc = a["concurrency"][m]
-        out.append({"step": s, "concurrency": int(conc.max()) if len(conc) else None,
-                    "start": None, "end": None})
+        out.append({"step": s, "concurrency": int(conc.max()) if len(conc) else None, "start": None, "end": None})
     return out
 
 
@@ -657,8 +742,14 @@ def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float |
             continue
         base, post = float(before["gpu_mem_used_bytes"].min()), float(after["gpu_mem_used_bytes"].min())
         tot = g["gpu_mem_total_bytes"].dropna()
-        item = {"host": str(host), "baseline_bytes": base, "after_run_bytes": post, "rise_bytes": post - base,
-                "total_bytes": float(tot.max()) if len(tot) else None, "after_samples": int(len(after))}
+        item = {
+            "host": str(host),
+            "baseline_bytes": base,
+            "after_run_bytes": post,
+            "rise_bytes": post - base,
+            "total_bytes": float(tot.max()) if len(tot) else None,
+            "after_samples": int(len(after)),
+        }
         if best is None or item["rise_bytes"] > best["rise_bytes"]:
             best = item
     return best

@@ -18,6 +18,7 @@ offered rate (each with its ``rate``; ``analysis.openloop.judge``), ``max_rate``
 of ``max_concurrency`` (null there), and ``recommended_rate`` is ``slo.max_rate`` with
 ``recommended_concurrency`` the concurrency it implies by Little's law.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,10 +88,12 @@ def _steps_of(rd: RunDir) -> list[dict]:
         if not isinstance(s, dict):
             raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
         rate = s.get("rate")
-        if open_loop and (not isinstance(rate, (int, float)) or isinstance(rate, bool)
-                          or not math.isfinite(rate) or rate <= 0):
-            raise _bad(rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0 "
-                                     f"(the run is open loop)")
+        if open_loop and (
+            not isinstance(rate, (int, float)) or isinstance(rate, bool) or not math.isfinite(rate) or rate <= 0
+        ):
+            raise _bad(
+                rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0 (the run is open loop)"
+            )
         if not open_loop and rate is not None:
             raise _bad(rd, where, s, "has an offered rate, but the run is closed loop (run.json mode)")
         # an open-loop step's load is its rate; its concurrency is 0
@@ -114,18 +117,29 @@ def _steps_of(rd: RunDir) -> list[dict]:
         voices = s.get("voices")
         if voices is not None and _whole(voices) is None:
             raise _bad(rd, where, s, f"has voices {voices!r}, not a whole number >= 1")
-        steps.append({"step": num, "concurrency": conc, "start": s.get("start"), "end": end,
-                      **({} if settle is None else {"settle_s": float(settle)}),
-                      "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
-                      "repeat": _whole(s.get("repeat")),
-                      **({} if voices is None else {"voices": _whole(voices)}),
-                      **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {}),
-                      **({"offered_rps": float(s["offered_rps"])} if open_loop and _time(s.get("offered_rps"))
-                         and s.get("offered_rps") else {})})
+        steps.append(
+            {
+                "step": num,
+                "concurrency": conc,
+                "start": s.get("start"),
+                "end": end,
+                **({} if settle is None else {"settle_s": float(settle)}),
+                "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
+                "repeat": _whole(s.get("repeat")),
+                **({} if voices is None else {"voices": _whole(voices)}),
+                **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {}),
+                **(
+                    {"offered_rps": float(s["offered_rps"])}
+                    if open_loop and _time(s.get("offered_rps")) and s.get("offered_rps")
+                    else {}
+                ),
+            }
+        )
     if steps or not open_loop:
         return steps or infer_steps(rd.requests.attempts())
-    raise RunDirError(f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, "
-                      f"not from its records.")
+    raise RunDirError(
+        f"{rd.path / 'run.json'} lists no steps: an open-loop run's offered rates come from them, not from its records."
+    )
 
 
 def _spike_of(rd: RunDir) -> dict:
@@ -150,8 +164,7 @@ def _settle_of(rd: RunDir) -> float | None:
 def _soak_of(rd: RunDir) -> float | None:
     """``options.soak``: the soak's planned length in seconds, where run.json has a usable one."""
     v = rd.options().get("soak")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 \
-        else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
 def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
@@ -161,11 +174,12 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
     k = knee["index"]
     if k is None:
         top = done[-1]
-        return top["concurrency"], (f"No knee up to {top['concurrency']}: {top['concurrency']} is the "
-                                    f"highest tested step; test higher to find the limit.")
+        return top["concurrency"], (
+            f"No knee up to {top['concurrency']}: {top['concurrency']} is the "
+            f"highest tested step; test higher to find the limit."
+        )
     if k == 0:
-        return None, (f"The lowest step ({done[0]['concurrency']}) is already past the knee; "
-                      f"test lower concurrency.")
+        return None, (f"The lowest step ({done[0]['concurrency']}) is already past the knee; test lower concurrency.")
     rec, nxt = done[k - 1], done[k]
 
     def ms(d, q):
@@ -174,17 +188,29 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
     def desc(s):
         if knee.get("streamed"):
             rate = s.get("underrun_rate")
-            stalled = "underruns n/a" if rate is None else (
-                f"{share(rate)} of streams stalled" + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else ""))
-            heard = f" (audible {ms(s.get('ttfa_audible_ms'), 'p95')})" \
-                if knee.get("ttfa_basis") == "ttfa_audible_ms" else ""
+            stalled = (
+                "underruns n/a"
+                if rate is None
+                else (
+                    f"{share(rate)} of streams stalled"
+                    + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else "")
+                )
+            )
+            heard = (
+                f" (audible {ms(s.get('ttfa_audible_ms'), 'p95')})"
+                if knee.get("ttfa_basis") == "ttfa_audible_ms"
+                else ""
+            )
             head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}{heard}, {stalled}"
         else:
             head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
         sp = s.get("speech") or {}
         heard = f", {sp['metric'].upper()} {speech_mod.pct(sp.get(sp['metric'] + '_mean'))}" if sp.get("judged") else ""
-        return (f"at {s['concurrency']}: {head}{heard}, {s['throughput_rps'] or 0:.2f} req/s, "
-                f"{s['failed']} of {s['requests']} requests failed")
+        return (
+            f"at {s['concurrency']}: {head}{heard}, {s['throughput_rps'] or 0:.2f} req/s, "
+            f"{s['failed']} of {s['requests']} requests failed"
+        )
+
     return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
 
 
@@ -194,10 +220,17 @@ def _speech_knee(knee: dict, levels: list[dict]) -> dict:
     the earlier of the two is the knee. ``speech_first``: speech broke before latency did."""
     done = [lv for lv in levels if lv.get("requests")]
     k, rises = speech_mod.knee_index(done)
-    knee = dict(knee, methods={**knee["methods"], "speech": done[k]["concurrency"] if k is not None else None},
-                rules=[*knee["rules"], "speech"],
-                speech_rise=[None if r is None else {"pairs": r["pairs"], "mean": round(r["mean"], 4),
-                                                     "ci": [round(x, 4) for x in r["ci"]]} for r in rises])
+    knee = dict(
+        knee,
+        methods={**knee["methods"], "speech": done[k]["concurrency"] if k is not None else None},
+        rules=[*knee["rules"], "speech"],
+        speech_rise=[
+            None
+            if r is None
+            else {"pairs": r["pairs"], "mean": round(r["mean"], 4), "ci": [round(x, 4) for x in r["ci"]]}
+            for r in rises
+        ],
+    )
     first = k is not None and (knee["index"] is None or k < knee["index"])
     if first:
         knee.update(index=k, concurrency=done[k]["concurrency"])
@@ -212,9 +245,13 @@ def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resour
     (``silence_first``); the evidence is that, then what every diagnosis adds."""
     done = [lv for lv in levels if lv.get("requests")]
     common = common_evidence(done, knee, has_resources)
-    if not knee.get("speech_first"):   # the knee is leading silence: its sentence, from the signal checks, first
+    if not knee.get("speech_first"):  # the knee is leading silence: its sentence, from the signal checks, first
         said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
-        return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": said + [e for e in common if e not in said]}
+        return {
+            **diagnosis,
+            "kind": DiagnosisKind.SPEECH_DEGRADED,
+            "evidence": said + [e for e in common if e not in said],
+        }
     k = knee["index"]
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
     sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
@@ -225,17 +262,25 @@ def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resour
     stream = knee.get("streamed")
     key, what = ("ttfa_ms", "TTFA p95") if stream else ("latency_ms", "p95")
     p_lo, p_hi = (lo.get(key) or {}).get("p95"), (hi.get(key) or {}).get("p95")
-    lat = (f"{what} stayed at {p_lo:.0f} ms" if p_lo is not None and p_hi is not None and abs(p_hi - p_lo) < 0.25 * p_lo
-           else f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms" if p_lo is not None and p_hi is not None else
-           f"{what} n/a")
-    ev = [f"{name} rose from {speech_mod.pct(sp_lo.get(metric + '_mean'))} at {lo['concurrency']} to "
-          f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while {lat}: the server's speech "
-          f"degrades before its latency does (paired by text over {rise.get('pairs', 0)} texts, the rise "
-          f"{speech_mod.pct(rise.get('mean'))}, 95 % interval {speech_mod.pct(ci[0])} to {speech_mod.pct(ci[1])})."]
+    lat = (
+        f"{what} stayed at {p_lo:.0f} ms"
+        if p_lo is not None and p_hi is not None and abs(p_hi - p_lo) < 0.25 * p_lo
+        else f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms"
+        if p_lo is not None and p_hi is not None
+        else f"{what} n/a"
+    )
+    ev = [
+        f"{name} rose from {speech_mod.pct(sp_lo.get(metric + '_mean'))} at {lo['concurrency']} to "
+        f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while {lat}: the server's speech "
+        f"degrades before its latency does (paired by text over {rise.get('pairs', 0)} texts, the rise "
+        f"{speech_mod.pct(rise.get('mean'))}, 95 % interval {speech_mod.pct(ci[0])} to {speech_mod.pct(ci[1])})."
+    ]
     worst = (sp_hi.get("worst") or [None])[0]
     if worst:
-        ev.append(f"Worst at {hi['concurrency']} ({name} {speech_mod.pct(worst['error'])}): sent \"{worst.get('text')}\", "
-                  f"heard \"{worst.get('transcript')}\".")
+        ev.append(
+            f'Worst at {hi["concurrency"]} ({name} {speech_mod.pct(worst["error"])}): sent "{worst.get("text")}", '
+            f'heard "{worst.get("transcript")}".'
+        )
     return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": ev + common}
 
 
@@ -250,8 +295,9 @@ def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | No
     try:
         return slo_mod.parse(str(spec))
     except slo_mod.SLOError as e:
-        raise RunDirError(f"{rd.path / 'run.json'}: options.slo {str(spec)!r} cannot be used ({e}) "
-                          f"Pass --slo to judge by another.") from None
+        raise RunDirError(
+            f"{rd.path / 'run.json'}: options.slo {str(spec)!r} cannot be used ({e}) Pass --slo to judge by another."
+        ) from None
 
 
 def _p95_text(d: dict | None) -> str:
@@ -264,15 +310,17 @@ def _p95_text(d: dict | None) -> str:
 
 def _level_text(s: dict) -> str:
     """One level's evidence: p95 (TTFA first in a streamed run), throughput, failures."""
-    p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") \
-        + _p95_text(s.get("latency_ms"))
+    p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") + _p95_text(
+        s.get("latency_ms")
+    )
     rep = f", {s['repeats']} repeats pooled" if s.get("repeats", 1) > 1 else ""
-    return (f"at {s['concurrency']}: {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
-            f"{s['failed']} of {s['requests']} requests failed{rep}")
+    return (
+        f"at {s['concurrency']}: {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
+        f"{s['failed']} of {s['requests']} requests failed{rep}"
+    )
 
 
-def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None,
-                   knee: int | None) -> str:
+def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None, knee: int | None) -> str:
     """Why ``best`` (``slo.max_concurrency``) is the recommendation, in one or two sentences."""
     if not levels:
         return "No settled requests yet."
@@ -281,32 +329,48 @@ def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: in
     if best is None:
         v, lv = verdicts[0], levels[0]
         if v["pass"] is False:
-            return (f"No tested concurrency meets the SLO {spec}: at the lowest, {lv['concurrency']}, "
-                    f"{', '.join(v['failed'])}; test lower concurrency or relax the SLO.{knee_txt}")
-        return (f"No tested concurrency is shown to meet the SLO {spec}: at the lowest, {lv['concurrency']}, "
-                f"{'; '.join(v['inconclusive'])} (inconclusive counts as not meeting it).{knee_txt}")
+            return (
+                f"No tested concurrency meets the SLO {spec}: at the lowest, {lv['concurrency']}, "
+                f"{', '.join(v['failed'])}; test lower concurrency or relax the SLO.{knee_txt}"
+            )
+        return (
+            f"No tested concurrency is shown to meet the SLO {spec}: at the lowest, {lv['concurrency']}, "
+            f"{'; '.join(v['inconclusive'])} (inconclusive counts as not meeting it).{knee_txt}"
+        )
     i = next(k for k, lv in enumerate(levels) if lv["concurrency"] == best)
-    text = (f"Limit concurrency to {best}: the largest tested concurrency that meets the SLO {spec} "
-            f"with every lower one meeting it ({_level_text(levels[i])})")
+    text = (
+        f"Limit concurrency to {best}: the largest tested concurrency that meets the SLO {spec} "
+        f"with every lower one meeting it ({_level_text(levels[i])})"
+    )
     if first_bad is None:
         return text + f"; every tested concurrency meets it, so test higher to find the limit.{knee_txt}"
     nxt, v = levels[first_bad], verdicts[first_bad]
-    why = ", ".join(v["failed"]) if v["pass"] is False else \
-        "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+    why = (
+        ", ".join(v["failed"])
+        if v["pass"] is False
+        else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+    )
     text += f"; at {nxt['concurrency']} {why}"
     if nxt["concurrency"] > best + 1:
-        text += (f"; {best + 1}" + (f"-{nxt['concurrency'] - 1}" if nxt["concurrency"] > best + 2 else "")
-                 + " untested (--refine tests them)")
-    later = [lv["concurrency"] for lv, vv in zip(levels[first_bad + 1:], verdicts[first_bad + 1:])
-             if vv["pass"] is True]
+        text += (
+            f"; {best + 1}"
+            + (f"-{nxt['concurrency'] - 1}" if nxt["concurrency"] > best + 2 else "")
+            + " untested (--refine tests them)"
+        )
+    later = [
+        lv["concurrency"] for lv, vv in zip(levels[first_bad + 1 :], verdicts[first_bad + 1 :]) if vv["pass"] is True
+    ]
     if later:
-        text += (f"; {', '.join(map(str, later))} met it again but {nxt['concurrency']} did not, "
-                 f"so {'they do' if len(later) > 1 else 'it does'} not count")
+        text += (
+            f"; {', '.join(map(str, later))} met it again but {nxt['concurrency']} did not, "
+            f"so {'they do' if len(later) > 1 else 'it does'} not count"
+        )
     return text + "." + knee_txt
 
 
-def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool,
-                 key: str = "concurrency") -> dict:
+def _slo_section(
+    slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool, key: str = "concurrency"
+) -> dict:
     """The SLO's verdicts per level and per step; ``key`` "voices" in a voice sweep, whose
     levels are numbers of voices (``max_voices``)."""
     judge = openloop.judge if open_loop else slo_mod.judge
@@ -327,10 +391,19 @@ def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_l
     if key == "voices":
         for v, st in zip(by_step, [st for st in steps if st.get("requests")]):
             v["voices"] = st["voices"]
-        return {"spec": slo.spec, "steps": verdicts, "by_step": by_step, "max_concurrency": None,
-                "max_voices": slo_mod.max_level(verdicts, "voices")}
-    out = {"spec": slo.spec, "steps": verdicts, "by_step": by_step,
-           "max_concurrency": None if open_loop else slo_mod.max_level(verdicts)}
+        return {
+            "spec": slo.spec,
+            "steps": verdicts,
+            "by_step": by_step,
+            "max_concurrency": None,
+            "max_voices": slo_mod.max_level(verdicts, "voices"),
+        }
+    out = {
+        "spec": slo.spec,
+        "steps": verdicts,
+        "by_step": by_step,
+        "max_concurrency": None if open_loop else slo_mod.max_level(verdicts),
+    }
     if open_loop:
         out["max_rate"] = slo_mod.max_level(verdicts, "rate")
     return out
@@ -339,15 +412,28 @@ def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_l
 def _in_progress(step: dict, judged: list[dict]) -> dict:
     """The open step as the verdict names it: ``{step, concurrency, rate, voices, closed_steps,
     note}``, ``note`` one sentence of what the closed steps are and that the open one waits."""
-    level = f"{step['rate']:g} req/s" if step.get("rate") is not None else \
-        f"{step['voices']} voices" if step.get("voices") is not None else f"concurrency {step['concurrency']}"
+    level = (
+        f"{step['rate']:g} req/s"
+        if step.get("rate") is not None
+        else f"{step['voices']} voices"
+        if step.get("voices") is not None
+        else f"concurrency {step['concurrency']}"
+    )
     closed = [st["step"] for st in judged]
-    so_far = (f"the verdict is from step{'s' if len(closed) > 1 else ''} "
-              + (f"{closed[0]}-{closed[-1]}" if len(closed) > 2 else " and ".join(map(str, closed)))
-              if closed else "no step has closed yet, so there is no verdict")
-    return {"step": step["step"], "concurrency": step["concurrency"], "rate": step.get("rate"),
-            "voices": step.get("voices"), "closed_steps": closed,
-            "note": f"Step {step['step']} ({level}) is in progress: {so_far}; it joins once its window closes."}
+    so_far = (
+        f"the verdict is from step{'s' if len(closed) > 1 else ''} "
+        + (f"{closed[0]}-{closed[-1]}" if len(closed) > 2 else " and ".join(map(str, closed)))
+        if closed
+        else "no step has closed yet, so there is no verdict"
+    )
+    return {
+        "step": step["step"],
+        "concurrency": step["concurrency"],
+        "rate": step.get("rate"),
+        "voices": step.get("voices"),
+        "closed_steps": closed,
+        "note": f"Step {step['step']} ({level}) is in progress: {so_far}; it joins once its window closes.",
+    }
 
 
 def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, str]:
@@ -389,12 +475,15 @@ def run_capacity(rd: RunDir, given: capacity_mod.Options | None = None) -> capac
     try:
         return capacity_mod.options(rd.options(), given)
     except capacity_mod.CapacityError as e:
-        raise RunDirError(f"{rd.path / 'run.json'}: options: {e} Fix it or pass the flag to "
-                          f"tts-knee report.") from None
+        raise RunDirError(f"{rd.path / 'run.json'}: options: {e} Fix it or pass the flag to tts-knee report.") from None
 
 
-def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | None = None,
-            capacity: capacity_mod.Options | None = None) -> dict:
+def analyze(
+    rd: RunDir,
+    slo: slo_mod.SLO | None = None,
+    roles: dict[str, str] | None = None,
+    capacity: capacity_mod.Options | None = None,
+) -> dict:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
     ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
@@ -413,9 +502,21 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     slo = run_slo(rd, slo)
     roles = run_roles(rd, roles)
     streamed = rd.streamed()
-    users = rd.users()   # what each user kept in flight and waited: Little's law's expectation
-    steps = [step_stats(a, s, rd.resources, settle, plan[i + 1]["start"] if i + 1 < len(plan) else None,
-                        i + 1 == len(plan), streamed, roles, **users) for i, s in enumerate(plan)]
+    users = rd.users()  # what each user kept in flight and waited: Little's law's expectation
+    steps = [
+        step_stats(
+            a,
+            s,
+            rd.resources,
+            settle,
+            plan[i + 1]["start"] if i + 1 < len(plan) else None,
+            i + 1 == len(plan),
+            streamed,
+            roles,
+            **users,
+        )
+        for i, s in enumerate(plan)
+    ]
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
         if "voices" in p:
@@ -436,20 +537,29 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     # recommendation) are the sweep's, unless the soak is all the run did
     soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
     judged = [st for st in closed if st.get("phase") != runformat.SOAK_PHASE] or closed
-    if by_voices:   # at one rate, latency counts from the schedule, as the rate's own rules have it
-        done = group_levels(a, judged, rd.resources, settle, key="voices",
-                            figures=openloop.level_figures if open_loop else None, streamed=streamed, roles=roles)
+    if by_voices:  # at one rate, latency counts from the schedule, as the rate's own rules have it
+        done = group_levels(
+            a,
+            judged,
+            rd.resources,
+            settle,
+            key="voices",
+            figures=openloop.level_figures if open_loop else None,
+            streamed=streamed,
+            roles=roles,
+        )
         if open_loop:
             done = [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done]
         knee = voice_sweep.find_knee(done, streamed, rd.ttfa_floor_ms())
     elif open_loop:
-        done = group_levels(a, judged, rd.resources, settle, key="rate", figures=openloop.level_figures,
-                            streamed=streamed, roles=roles)
+        done = group_levels(
+            a, judged, rd.resources, settle, key="rate", figures=openloop.level_figures, streamed=streamed, roles=roles
+        )
         knee = openloop.find_knee(done)
     else:
         done = group_levels(a, judged, rd.resources, settle, streamed=streamed, roles=roles, **users)
         knee = find_knee(done, streamed, rd.ttfa_floor_ms())
-    heard = speech_mod.read(rd.path)   # --asr-model: what the judge heard
+    heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
     speech_mod.attach(steps, done, heard)
     if heard and not open_loop and not by_voices:
         knee = _speech_knee(knee, done)
@@ -490,9 +600,13 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     cpu_fit = orphans.fit(a_all, rd.resources, rd.options().get("request_timeout"))
     barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit)
     hung = bargein.hangups(cpu_fit, a_all)
-    diagnosis = voice_sweep.diagnose(done, knee, creep, rd.has_resources()) if by_voices \
-        else openloop.diagnose(done, knee, creep, rd.has_resources()) if open_loop \
+    diagnosis = (
+        voice_sweep.diagnose(done, knee, creep, rd.has_resources())
+        if by_voices
+        else openloop.diagnose(done, knee, creep, rd.has_resources())
+        if open_loop
         else diagnose(done, knee, creep, rd.has_resources())
+    )
     if knee.get("speech_first") or knee.get("silence_first"):
         diagnosis = _speech_degraded(done, knee, diagnosis, rd.has_resources())
     orphaned = bargein.evidence(barge)
@@ -501,28 +615,45 @@ def analyze(rd: RunDir, slo: slo_mod.SLO | None = None, roles: dict[str, str] | 
     if left := bargein.hangup_evidence(hung):
         diagnosis["evidence"].insert(0, left)
     reused = reuse.text_reuse(a, streamed, rd.options().get("text_reuse") == "unique")
-    if reused["caches"]:   # what every figure above means: first of all
+    if reused["caches"]:  # what every figure above means: first of all
         diagnosis["evidence"].insert(0, reused["note"])
     hostile = probe_mod.probe(a_probe, probed, a, rd.options().get("request_timeout")) if probed else None
     if hostile and hostile["note"]:
         diagnosis["evidence"].append(hostile["note"])
-    spiked_part = spike_mod.spike(a_spike, spiked, streamed, run.get("health") if isinstance(run.get("health"), dict)
-                                  else None, _spike_of(rd), rd.resources) if spiked else None
+    spiked_part = (
+        spike_mod.spike(
+            a_spike,
+            spiked,
+            streamed,
+            run.get("health") if isinstance(run.get("health"), dict) else None,
+            _spike_of(rd),
+            rd.resources,
+        )
+        if spiked
+        else None
+    )
     if spiked_part:
         diagnosis["evidence"].append(spiked_part["text"])
     summary = {
         "run": {
-            "run_id": run.get("run_id") or rd.path.name, "path": str(rd.path),
-            "start": run.get("start"), "end": run.get("end"), "in_progress": in_progress,
-            "target": run.get("target"), "mode": mode, "options": run.get("options"), "workers": run.get("workers"),
-            "collectors": run.get("collectors"), "versions": run.get("versions"),
-            "settle_s": run.get("settle_s"), "run_json_error": rd.run_json_error,
+            "run_id": run.get("run_id") or rd.path.name,
+            "path": str(rd.path),
+            "start": run.get("start"),
+            "end": run.get("end"),
+            "in_progress": in_progress,
+            "target": run.get("target"),
+            "mode": mode,
+            "options": run.get("options"),
+            "workers": run.get("workers"),
+            "collectors": run.get("collectors"),
+            "versions": run.get("versions"),
+            "settle_s": run.get("settle_s"),
+            "run_json_error": rd.run_json_error,
             "audio_missing": run.get("audio_missing"),
         },
         "records": {"lines": rd.requests.lines, "attempts": len(a_all)},
         "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},
-        "incomplete_last_line": {"requests": rd.requests.incomplete_last_line,
-                                 "resources": rd.resource_incomplete},
+        "incomplete_last_line": {"requests": rd.requests.incomplete_last_line, "resources": rd.resource_incomplete},
         "steps": steps,
         "in_progress_step": _in_progress(running[-1], judged) if running else None,
         "levels": done,

@@ -18,6 +18,7 @@ The section: the trace as run.json has it (``path``, ``rows``, ``duration_s``, `
 run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with an SLO,
 ``max_speed`` (the rates' answers over the trace's rate).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ def bursts(offsets, duration_s: float) -> list[dict]:
     w = max(1.0, BURST_ARRIVALS / mean)
     expected = mean * w
     counts = np.searchsorted(t, t + w, side="left") - np.arange(len(t))
-    sigmas = BURST_SIGMAS + math.sqrt(2 * math.log(max(duration_s / w, 2.0)))   # more windows, more chances
+    sigmas = BURST_SIGMAS + math.sqrt(2 * math.log(max(duration_s / w, 2.0)))  # more windows, more chances
     hot = (counts >= BURST_RATIO * expected) & (counts - expected > sigmas * math.sqrt(expected))
     found, i = [], 0
     while i < len(t):
@@ -58,7 +59,7 @@ def bursts(offsets, duration_s: float) -> list[dict]:
             if hot[j]:
                 reach = max(reach, t[j] + w)
         nxt = j + 1
-        gap = 1.0 / (BURST_RATIO * mean)   # arrivals further apart than this are not the burst's
+        gap = 1.0 / (BURST_RATIO * mean)  # arrivals further apart than this are not the burst's
         while j > i and t[j] - t[j - 1] > gap:
             j -= 1
         while i < j and t[i + 1] - t[i] > gap:
@@ -66,8 +67,15 @@ def bursts(offsets, duration_s: float) -> list[dict]:
         start, last = t[i], t[j]
         n = j - i + 1
         span = max(last - start, w / BURST_ARRIVALS)
-        found.append({"start_s": float(start), "end_s": float(last), "arrivals": int(n),
-                      "rate_rps": float(n / span), "excess": n - mean * span})
+        found.append(
+            {
+                "start_s": float(start),
+                "end_s": float(last),
+                "arrivals": int(n),
+                "rate_rps": float(n / span),
+                "excess": n - mean * span,
+            }
+        )
         i = nxt
     found = sorted(sorted(found, key=lambda b: -b["excess"])[:MAX_BURSTS], key=lambda b: b["start_s"])
     for b in found:
@@ -81,8 +89,10 @@ def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""
     base = info.get("rate_rps")
+
     def speed(rate):
         return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
+
     steps = []
     for p in plan:
         s = speed(p.get("rate"))
@@ -97,17 +107,36 @@ def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
                 break
             lo, hi = p["start"] + b["start_s"] / s, p["start"] + b["end_s"] / s
             if p.get("end") is not None and lo >= p["end"]:
-                continue   # not replayed: the step's span ended before it
+                continue  # not replayed: the step's span ended before it
             inb = (sched >= lo - 1e-6) & (sched <= hi + 1e-6)
             inside |= inb
             lat = dist(wait[inb & ok])
-            rows.append({"start_s": b["start_s"], "end_s": b["end_s"], "requests": int(inb.sum()),
-                         "failed": int((inb & ~ok).sum()), "p95_ms": lat["p95"] if lat else None})
+            rows.append(
+                {
+                    "start_s": b["start_s"],
+                    "end_s": b["end_s"],
+                    "requests": int(inb.sum()),
+                    "failed": int((inb & ~ok).sum()),
+                    "p95_ms": lat["p95"] if lat else None,
+                }
+            )
         rest = dist(wait[~inside & ok])
-        steps.append({"step": p["step"], "speed": s, "rate": p["rate"], "offered_rps": p.get("offered_rps"), "bursts": rows,
-                      "p95_outside_ms": rest["p95"] if rest else None})
+        steps.append(
+            {
+                "step": p["step"],
+                "speed": s,
+                "rate": p["rate"],
+                "offered_rps": p.get("offered_rps"),
+                "bursts": rows,
+                "p95_outside_ms": rest["p95"] if rest else None,
+            }
+        )
     sl = summary.get("slo") or {}
     knee = (summary.get("knee") or {}).get("rate")
-    return {**{k: info.get(k) for k in ("path", "rows", "duration_s", "rate_rps", "conversations", "bursts")},
-            "steps": steps, "knee_speed": speed(knee), "recommended_speed": speed(summary.get("recommended_rate")),
-            **({"max_speed": speed(sl.get("max_rate"))} if sl else {})}
+    return {
+        **{k: info.get(k) for k in ("path", "rows", "duration_s", "rate_rps", "conversations", "bursts")},
+        "steps": steps,
+        "knee_speed": speed(knee),
+        "recommended_speed": speed(summary.get("recommended_rate")),
+        **({"max_speed": speed(sl.get("max_rate"))} if sl else {}),
+    }

@@ -22,6 +22,7 @@ something with a dozen points:
   extended back. The trend is then judged from there on, so a warm-up is not
   called a leak, and a leak after a warm-up is still found.
 """
+
 from __future__ import annotations
 
 import math

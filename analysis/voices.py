@@ -21,6 +21,7 @@ and, where the server publishes its voice cache's counters (``server.server_role
 ``voice_cache_hits``, ``voice_cache_misses``, ``voice_cache_evictions``, from a scraped series
 or ``--server-stats``), its hit rate and evictions there and at the step before.
 """
+
 from __future__ import annotations
 
 from tts_knee.runformat.summary import DiagnosisKind as Kind
@@ -61,8 +62,10 @@ def _voices(n: int) -> str:
 
 def _desc(s: dict) -> str:
     p95 = (s.get("latency_ms") or {}).get("p95")
-    return (f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
-            f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed")
+    return (
+        f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
+        f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed"
+    )
 
 
 def recommend(levels: list[dict], knee: dict) -> tuple[int | None, str]:
@@ -72,16 +75,22 @@ def recommend(levels: list[dict], knee: dict) -> tuple[int | None, str]:
         return None, "No settled requests yet."
     k, conc = knee["index"], done[0]["concurrency"]
     if k == 0:
-        return None, (f"The fewest voices tested ({done[0]['voices']}) are already past the knee at concurrency "
-                      f"{conc}; test fewer.")
+        return None, (
+            f"The fewest voices tested ({done[0]['voices']}) are already past the knee at concurrency "
+            f"{conc}; test fewer."
+        )
     if k is None:
         top = done[-1]
-        return top["voices"], (f"No knee up to {top['voices']} distinct voices at concurrency {conc} ({_desc(top)}); "
-                               f"test more voices to find where the server stops keeping up.")
+        return top["voices"], (
+            f"No knee up to {top['voices']} distinct voices at concurrency {conc} ({_desc(top)}); "
+            f"test more voices to find where the server stops keeping up."
+        )
     rec, nxt = done[k - 1], done[k]
-    return rec["voices"], (f"Keep to {rec['voices']} distinct {'voice' if rec['voices'] == 1 else 'voices'} at "
-                           f"concurrency {conc}, or give the server room "
-                           f"for more ({_desc(rec)}; {_desc(nxt)}).")
+    return rec["voices"], (
+        f"Keep to {rec['voices']} distinct {'voice' if rec['voices'] == 1 else 'voices'} at "
+        f"concurrency {conc}, or give the server room "
+        f"for more ({_desc(rec)}; {_desc(nxt)})."
+    )
 
 
 def _role(s: dict, role: str) -> float | None:
@@ -116,9 +125,11 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
     if k is None:
         base, top = done[0], done[-1]
         infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
-        ev = [f"Latency stayed within {LATENCY_RISE}x of the fewest voices' up to {top['voices']} distinct voices at "
-              f"concurrency {conc} (largest rise {infl:.2f}x; {_desc(base)}; {_desc(top)}): the server keeps up with "
-              f"that many voices."]
+        ev = [
+            f"Latency stayed within {LATENCY_RISE}x of the fewest voices' up to {top['voices']} distinct voices at "
+            f"concurrency {conc} (largest rise {infl:.2f}x; {_desc(base)}; {_desc(top)}): the server keeps up with "
+            f"that many voices."
+        ]
         cache = cache_sentence(top)
         if cache:
             ev.append(f"Its voice cache: {cache}.")
@@ -126,16 +137,22 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
     s, lo = done[k], done[k - 1] if k else done[0]
     lat = lambda x, q: (x.get("latency_ms") or {}).get(q)  # noqa: E731
     ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
-    ev = [f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
-          f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
-          f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
-          f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."]
+    ev = [
+        f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
+        f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
+        f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
+        f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."
+    ]
     here, before = cache_sentence(s), cache_sentence(lo)
     if here:
-        ev.append(f"The server's voice cache says so: {here}" + (f", while {before}." if before and lo is not s else "."))
+        ev.append(
+            f"The server's voice cache says so: {here}" + (f", while {before}." if before and lo is not s else ".")
+        )
     else:
-        ev.append("The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
-                  "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence.")
+        ev.append(
+            "The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
+            "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence."
+        )
     return dict(d, kind=Kind.VOICE_CACHE, evidence=ev + _notes(d))
 
 
@@ -146,8 +163,13 @@ def _step(s: dict) -> str:
 def _notes(d: dict) -> list[str]:
     """The concurrency diagnosis's sentences that hold whatever the kind (missing samples,
     audio integrity, another process on the load generator's host)."""
-    keep = ("No resource samples", "No server samples", "Audio length was off", "The load generator's host",
-            "The run was streamed")
+    keep = (
+        "No resource samples",
+        "No server samples",
+        "Audio length was off",
+        "The load generator's host",
+        "The run was streamed",
+    )
     return [e for e in d["evidence"] if e.startswith(keep)]
 
 
@@ -160,12 +182,16 @@ def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int
     if best is None:
         v = verdicts[0]
         why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
-        return (f"No tested number of voices meets the SLO {spec} at concurrency {conc}: with the fewest, "
-                f"{done[0]['voices']}, {why}; test fewer voices or relax the SLO.{knee_txt}")
+        return (
+            f"No tested number of voices meets the SLO {spec} at concurrency {conc}: with the fewest, "
+            f"{done[0]['voices']}, {why}; test fewer voices or relax the SLO.{knee_txt}"
+        )
     at = next(s for s in done if s["voices"] == best)
     first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
-    text = (f"Keep to {_voices(best)} at concurrency {conc}: the most tested that meets the SLO {spec} with "
-            f"every fewer tested one meeting it ({_desc(at)})")
+    text = (
+        f"Keep to {_voices(best)} at concurrency {conc}: the most tested that meets the SLO {spec} with "
+        f"every fewer tested one meeting it ({_desc(at)})"
+    )
     if first_bad is None:
         return text + f"; every tested number meets it, so test more voices to find the limit.{knee_txt}"
     v = verdicts[first_bad]

@@ -18,6 +18,7 @@ an empty transcript and 1 otherwise.
 'tts-knee[asr]'``); :func:`check_model` tells before the run, in one sentence, what is wrong
 with ``--asr-model``; the judge process (:mod:`audio.judge`) loads it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,8 +54,10 @@ def metric_for(language: str | None, forced: str = "") -> str:
 def _normalizer(english: bool):
     if english:
         from whisper_normalizer.english import EnglishTextNormalizer
+
         return EnglishTextNormalizer()
     from whisper_normalizer.basic import BasicTextNormalizer
+
     return BasicTextNormalizer()
 
 
@@ -68,6 +71,7 @@ def error_rate(reference: str, transcript: str, language: str | None, metric: st
     """The word (``wer``) or character (``cer``) error rate of ``transcript`` against
     ``reference``, both normalised for ``language``."""
     import jiwer
+
     ref, hyp = normalize(reference, language), normalize(transcript, language)
     if metric == "cer":
         ref, hyp = ref.replace(" ", ""), hyp.replace(" ", "")
@@ -96,20 +100,27 @@ def check_model(spec: str, language: str = "", metric: str = "") -> None:
     if path.is_dir():
         missing = [f for f in ("model.bin", "config.json") if not (path / f).is_file()]
         if missing:
-            raise AsrError(f"--asr-model {spec}: the directory is not a faster-whisper (CTranslate2) model: "
-                           f"it has no {' or '.join(missing)}")
+            raise AsrError(
+                f"--asr-model {spec}: the directory is not a faster-whisper (CTranslate2) model: "
+                f"it has no {' or '.join(missing)}"
+            )
         return
     if path.exists():
-        raise AsrError(f"--asr-model {spec} is a file; give the model's directory (model.bin, config.json, "
-                       f"tokenizer.json) or a model name")
+        raise AsrError(
+            f"--asr-model {spec} is a file; give the model's directory (model.bin, config.json, "
+            f"tokenizer.json) or a model name"
+        )
     from faster_whisper.utils import available_models
+
     if "/" in spec or spec.startswith("."):
         if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
-            return   # a Hugging Face repository id, fetched by the judge
+            return  # a Hugging Face repository id, fetched by the judge
         raise AsrError(f"--asr-model {spec}: no such directory")
     if spec not in available_models():
-        raise AsrError(f"--asr-model {spec!r} is neither a directory nor a model name faster-whisper knows "
-                       f"({', '.join(available_models())})")
+        raise AsrError(
+            f"--asr-model {spec!r} is neither a directory nor a model name faster-whisper knows "
+            f"({', '.join(available_models())})"
+        )
 
 
 def check_language(model, language: str) -> None:
@@ -117,21 +128,27 @@ def check_language(model, language: str) -> None:
     lang = base_language(language)
     known = tuple(getattr(model, "supported_languages", ()) or ())
     if lang and known and lang not in known:
-        raise AsrError(f"--asr-language {language!r} is not a language the recogniser knows "
-                       f"(it knows {', '.join(known[:12])} ... {len(known)} in all)")
+        raise AsrError(
+            f"--asr-language {language!r} is not a language the recogniser knows "
+            f"(it knows {', '.join(known[:12])} ... {len(known)} in all)"
+        )
 
 
 def load_model(spec: str, threads: int = 1):
     """The recogniser for ``spec`` (int8 on the CPU, ``threads`` threads); raises
     :class:`AsrError` in one sentence where it cannot be had (a name fetched with no network)."""
     from faster_whisper import WhisperModel
+
     path = Path(spec).expanduser()
     try:
-        return WhisperModel(str(path) if path.is_dir() else spec, device="cpu", compute_type="int8",
-                            cpu_threads=threads, num_workers=1)
-    except Exception as e:   # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
+        return WhisperModel(
+            str(path) if path.is_dir() else spec, device="cpu", compute_type="int8", cpu_threads=threads, num_workers=1
+        )
+    except Exception as e:  # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         if path.is_dir():
             raise AsrError(f"--asr-model {spec}: the model did not load ({why})") from None
-        raise AsrError(f"--asr-model {spec}: faster-whisper could not fetch the model ({why}); with no network, "
-                       f"give a model directory") from None
+        raise AsrError(
+            f"--asr-model {spec}: faster-whisper could not fetch the model ({why}); with no network, "
+            f"give a model directory"
+        ) from None

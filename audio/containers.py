@@ -25,6 +25,7 @@ know); nothing here reads the clock itself. :func:`check_audio` judges a whole b
 that cannot be the stream it claims raises :class:`StreamError`, one that is not the audio it
 should be :class:`AudioError`, each with one sentence.
 """
+
 from __future__ import annotations
 
 import binascii
@@ -37,8 +38,15 @@ from dataclasses import dataclass
 PLACEHOLDER_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
 #: Body bytes looked at before deciding what a non-WAV body is.
 SNIFF_BYTES = 256
-_MAGIC = {b"ID3": "mp3", b"\xff\xfb": "mp3", b"\xff\xf3": "mp3", b"OggS": "ogg", b"fLaC": "flac",
-          b"\xff\xf1": "aac", b"\xff\xf9": "aac"}
+_MAGIC = {
+    b"ID3": "mp3",
+    b"\xff\xfb": "mp3",
+    b"\xff\xf3": "mp3",
+    b"OggS": "ogg",
+    b"fLaC": "flac",
+    b"\xff\xf1": "aac",
+    b"\xff\xf9": "aac",
+}
 _TEXTUAL = (b"<", b"{", b"[")
 
 
@@ -52,16 +60,17 @@ class StreamError(ValueError):
 
 @dataclass(frozen=True)
 class Audio:
-    format: str               # "wav", "pcm", "mp3", "ogg", "aac" or "flac"
-    audio_s: float | None     # seconds of audio; None where it cannot be known without decoding
+    format: str  # "wav", "pcm", "mp3", "ogg", "aac" or "flac"
+    audio_s: float | None  # seconds of audio; None where it cannot be known without decoding
     sample_rate: int | None = None
     channels: int | None = None
     sample_width: int | None = None  # bytes per sample
-    data_offset: int = 0      # where the PCM data starts in the body
-    data_bytes: int = 0       # PCM bytes present
+    data_offset: int = 0  # where the PCM data starts in the body
+    data_bytes: int = 0  # PCM bytes present
 
 
 # ---- whole bodies --------------------------------------------------------------------------
+
 
 def walk_wav(head) -> tuple[tuple[int, int, int], int, int, int] | str:
     """Walk a WAV header's chunks: ``((rate, channels, width), data start, data size, RIFF size)``
@@ -74,7 +83,7 @@ def walk_wav(head) -> tuple[tuple[int, int, int], int, int, int] | str:
         raise AudioError("body is not a WAV file (no RIFF/WAVE header)")
     pos, fmt = 12, None
     while pos + 8 <= len(head):
-        chunk_id = bytes(head[pos:pos + 4])
+        chunk_id = bytes(head[pos : pos + 4])
         size = struct.unpack_from("<I", head, pos + 4)[0]
         start = pos + 8
         if chunk_id == b"fmt ":
@@ -106,7 +115,7 @@ def parse_wav(body, size: int | None = None) -> Audio:
     (rate, channels, width), start, data_size, riff_size = layout
     present = (len(body) if size is None else size) - start
     if data_size in PLACEHOLDER_SIZES or riff_size in PLACEHOLDER_SIZES and data_size > present:
-        data = present                      # streamed: sizes unknown when sent
+        data = present  # streamed: sizes unknown when sent
     elif data_size > present:
         raise AudioError(f"truncated WAV: header promises {data_size} bytes of audio, got {present}")
     else:
@@ -118,8 +127,9 @@ def parse_wav(body, size: int | None = None) -> Audio:
     return Audio("wav", data / (rate * frame), rate, channels, width, start, data)
 
 
-def check_audio(body, content_type: str | None, expect: str = "wav", pcm_rate: int = 24000,
-                size: int | None = None) -> Audio:
+def check_audio(
+    body, content_type: str | None, expect: str = "wav", pcm_rate: int = 24000, size: int | None = None
+) -> Audio:
     """Validate a 2xx response body as audio of the expected format.
 
     An empty body, HTML, JSON, or a truncated WAV raises AudioError naming the problem. With
@@ -130,7 +140,7 @@ def check_audio(body, content_type: str | None, expect: str = "wav", pcm_rate: i
     if not size:
         raise AudioError("empty body under status 200")
     ctype = (content_type or "").split(";")[0].strip().lower()
-    if body[:4] == b"RIFF":   # a WAV whatever the label says (piper's server sends text/html)
+    if body[:4] == b"RIFF":  # a WAV whatever the label says (piper's server sends text/html)
         return parse_wav(body, size)
     if ctype.startswith("text/") or ctype.endswith("json") or looks_textual(body):
         kind = "HTML" if body.lstrip()[:1] == b"<" and ctype != "application/json" else ctype or "text"
@@ -162,7 +172,7 @@ def looks_textual(body) -> bool:
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as e:
-        return e.start >= len(head) - 3   # only a character cut at the end
+        return e.start >= len(head) - 3  # only a character cut at the end
     return True
 
 
@@ -171,8 +181,22 @@ def wav_header(data_bytes: int, rate: int, channels: int = 1, width: int = 2, pl
     writes 0xFFFFFFFF sizes, as a server streaming audio of a length it does not know yet does."""
     frame = channels * width
     riff, data = (0xFFFFFFFF, 0xFFFFFFFF) if placeholder else (36 + data_bytes, data_bytes)
-    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", riff, b"WAVE", b"fmt ", 16, 1,
-                       channels, rate, rate * frame, frame, width * 8, b"data", data)
+    return struct.pack(
+        "<4sI4s4sIHHIIHH4sI",
+        b"RIFF",
+        riff,
+        b"WAVE",
+        b"fmt ",
+        16,
+        1,
+        channels,
+        rate,
+        rate * frame,
+        frame,
+        width * 8,
+        b"data",
+        data,
+    )
 
 
 def concat(parts: list[tuple[bytes, Audio]]) -> bytes:
@@ -183,9 +207,12 @@ def concat(parts: list[tuple[bytes, Audio]]) -> bytes:
     pcm = []
     for body, audio in parts:
         if (audio.sample_rate, audio.channels, audio.sample_width) != (
-                first.sample_rate, first.channels, first.sample_width):
+            first.sample_rate,
+            first.channels,
+            first.sample_width,
+        ):
             raise AudioError("segments came back in different audio formats")
-        pcm.append(body[audio.data_offset:audio.data_offset + audio.data_bytes])
+        pcm.append(body[audio.data_offset : audio.data_offset + audio.data_bytes])
     data = b"".join(pcm)
     return wav_header(len(data), first.sample_rate, first.channels, first.sample_width) + data
 
@@ -195,6 +222,7 @@ def _snippet(data) -> str:
 
 
 # ---- choosing a parser ---------------------------------------------------------------------
+
 
 def parser_for(content_type: str | None, expect: str, pcm_rate: int, sink):
     """The parser for a 2xx body with this Content-Type, expecting ``--tts-format expect``;
@@ -290,13 +318,13 @@ class FlacStream:
 
     def __init__(self, sink):
         self.sink = sink
-        self.buf = bytearray()   # the body from its start; once frames begin, from where a header may start
-        self.next = 4            # offset of the next metadata block header; 0 once the frames begin
-        self.frames = False      # the last metadata block has been seen: frames begin at self.next
-        self.info_rate = None    # STREAMINFO's sample rate
-        self.sync = None         # the first frame's two sync bytes (they carry the blocking strategy)
-        self.frame = None        # (number, samples, rate) of the frame whose bytes are arriving
-        self.ms = 0.0            # audio of the frames counted
+        self.buf = bytearray()  # the body from its start; once frames begin, from where a header may start
+        self.next = 4  # offset of the next metadata block header; 0 once the frames begin
+        self.frames = False  # the last metadata block has been seen: frames begin at self.next
+        self.info_rate = None  # STREAMINFO's sample rate
+        self.sync = None  # the first frame's two sync bytes (they carry the blocking strategy)
+        self.frame = None  # (number, samples, rate) of the frame whose bytes are arriving
+        self.ms = 0.0  # audio of the frames counted
         self.last_at = 0.0
 
     def feed(self, block: bytes, at: float) -> None:
@@ -309,10 +337,10 @@ class FlacStream:
             self.sink.add(at, ms)
 
     def finish(self) -> None:
-        if self.next:   # the body ended inside its metadata
+        if self.next:  # the body ended inside its metadata
             return
         ms = self._frames(final=True)
-        if self.frame is not None:   # the last frame ends with the body
+        if self.frame is not None:  # the last frame ends with the body
             last = _flac_ms(self.frame)
             self.ms += last
             self.frame = None
@@ -325,16 +353,16 @@ class FlacStream:
         """Walk the metadata blocks that have arrived; True once the frames begin in ``buf``."""
         buf = self.buf
         while not self.frames and len(buf) >= self.next + 4:
-            kind, size = buf[self.next] & 0x7F, int.from_bytes(buf[self.next + 1:self.next + 4], "big")
-            if kind == 0:   # STREAMINFO: the sample rate is its 20 bits from byte 10
+            kind, size = buf[self.next] & 0x7F, int.from_bytes(buf[self.next + 1 : self.next + 4], "big")
+            if kind == 0:  # STREAMINFO: the sample rate is its 20 bits from byte 10
                 if len(buf) < self.next + 17:
                     return False
-                self.info_rate = (int.from_bytes(buf[self.next + 14:self.next + 17], "big") >> 4) or None
-            self.frames = bool(buf[self.next] & 0x80)   # the last metadata block
+                self.info_rate = (int.from_bytes(buf[self.next + 14 : self.next + 17], "big") >> 4) or None
+            self.frames = bool(buf[self.next] & 0x80)  # the last metadata block
             self.next += 4 + size
         if not self.frames or len(buf) < self.next:
             return False
-        del buf[:self.next]
+        del buf[: self.next]
         self.next = 0
         return True
 
@@ -359,7 +387,7 @@ class FlacStream:
                 ms += _flac_ms(self.frame)
             number, samples, rate, size = head
             self.frame = (number, samples, rate)
-            del buf[:at + size]
+            del buf[: at + size]
         self.ms += ms
         return ms
 
@@ -377,7 +405,7 @@ class FlacStream:
             if head is not None and head[0] == expect:
                 return i, head
             i = buf.find(self.sync, i + 1)
-        del buf[:max(0, len(buf) - 1)]
+        del buf[: max(0, len(buf) - 1)]
         return None, None
 
 
@@ -396,7 +424,7 @@ def _crc8_table() -> tuple[int, ...]:
     return tuple(out)
 
 
-_CRC8 = _crc8_table()   # FLAC's header CRC: polynomial x^8 + x^2 + x + 1
+_CRC8 = _crc8_table()  # FLAC's header CRC: polynomial x^8 + x^2 + x + 1
 
 
 def _flac_ms(frame) -> float:
@@ -416,7 +444,7 @@ def _flac_header(buf, i: int, info_rate: int | None):
             return None
         j, first = i + 5, buf[i + 4]
         extra = next((k for k, top in enumerate((0x80, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF)) if first < top), None)
-        if extra is None or extra == 1 and first < 0xC0:   # 10xxxxxx cannot start a number
+        if extra is None or extra == 1 and first < 0xC0:  # 10xxxxxx cannot start a number
             return None
         number = first & (0xFF >> (extra + 2)) if extra else first
         for _ in range(extra):
@@ -430,7 +458,7 @@ def _flac_header(buf, i: int, info_rate: int | None):
         elif bs == 6:
             samples, j = buf[j] + 1, j + 1
         elif bs == 7:
-            samples, j = int.from_bytes(buf[j:j + 2], "big") + 1, j + 2
+            samples, j = int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
         else:
             samples = 256 << (bs - 8)
         if sr == 0:
@@ -440,7 +468,7 @@ def _flac_header(buf, i: int, info_rate: int | None):
         elif sr == 12:
             rate, j = buf[j] * 1000, j + 1
         else:
-            rate, j = int.from_bytes(buf[j:j + 2], "big") * (10 if sr == 14 else 1), j + 2
+            rate, j = int.from_bytes(buf[j : j + 2], "big") * (10 if sr == 14 else 1), j + 2
         crc = 0
         for b in buf[i:j]:
             crc = _CRC8[crc ^ b]
@@ -453,6 +481,7 @@ def _flac_header(buf, i: int, info_rate: int | None):
 
 # ---- PCM and WAV ---------------------------------------------------------------------------
 
+
 class PcmStream:
     """Interleaved integer PCM: every byte is audio; an arrival's duration is the whole
     frames it completes, so the durations sum to the body's ``audio_s``."""
@@ -461,7 +490,7 @@ class PcmStream:
         self.sink = sink
         self.frame = channels * width
         self.ms_per_frame = 1000.0 / rate
-        self.limit = limit       # audio bytes the header promises (inf for placeholders)
+        self.limit = limit  # audio bytes the header promises (inf for placeholders)
         self.got = 0
 
     def feed(self, block: bytes, at: float) -> None:
@@ -494,8 +523,11 @@ class PcmPieces:
         """Take the next piece; returns the ms of audio it holds. Raises StreamError for a
         first piece that is a container or text, not raw samples."""
         if not self.bytes and piece:
-            kind = "WAV" if piece[:4] == b"RIFF" else next(
-                (fmt.upper() for magic, fmt in _MAGIC.items() if piece.startswith(magic)), None)
+            kind = (
+                "WAV"
+                if piece[:4] == b"RIFF"
+                else next((fmt.upper() for magic, fmt in _MAGIC.items() if piece.startswith(magic)), None)
+            )
             if kind is None and looks_textual(piece):
                 kind = f"text ({_snippet(piece)!r})"
             if kind is not None:
@@ -509,8 +541,10 @@ class PcmPieces:
         byte count (not 16-bit samples)."""
         if self.bytes % 2:
             raise AudioError(f"LINEAR_PCM audio of {self.bytes} bytes, an odd number: not 16-bit samples")
-        return ([wav_header(self.bytes, self.rate, 1, 2), *self.pieces],
-                Audio("wav", self.bytes / (2 * self.rate), self.rate, 1, 2, 44, self.bytes))
+        return (
+            [wav_header(self.bytes, self.rate, 1, 2), *self.pieces],
+            Audio("wav", self.bytes / (2 * self.rate), self.rate, 1, 2, 44, self.bytes),
+        )
 
 
 class WavStream:
@@ -519,15 +553,15 @@ class WavStream:
 
     def __init__(self, sink):
         self.sink = sink
-        self.head = b""          # the header as far as it was walked (the first block, or the blocks so far)
-        self.inner = None        # PcmStream once the data chunk has begun; _NotAudio if broken
+        self.head = b""  # the header as far as it was walked (the first block, or the blocks so far)
+        self.inner = None  # PcmStream once the data chunk has begun; _NotAudio if broken
 
     def feed(self, block: bytes, at: float) -> None:
         if self.inner is not None:
             self.inner.feed(block, at)
             return
         if not self.head:
-            self.head = block    # the usual case: the whole header in the first read, not copied
+            self.head = block  # the usual case: the whole header in the first read, not copied
         else:
             if not isinstance(self.head, bytearray):
                 self.head = bytearray(self.head)
@@ -568,7 +602,7 @@ def _mpeg_header(buf, i: int):
     version, layer_bits = (buf[i + 1] >> 3) & 3, (buf[i + 1] >> 1) & 3
     rate_i, kbps_i, pad = (buf[i + 2] >> 2) & 3, buf[i + 2] >> 4, (buf[i + 2] >> 1) & 1
     if version == 1 or layer_bits == 0 or rate_i == 3 or kbps_i in (0, 15):
-        return None   # reserved values, or free format (no frame length in the header)
+        return None  # reserved values, or free format (no frame length in the header)
     layer, mpeg1 = 4 - layer_bits, version == 3
     rate = _MPEG_RATES[version][rate_i]
     kbps = _MPEG_KBPS[(mpeg1, layer)][kbps_i - 1]
@@ -600,10 +634,10 @@ class _Framed:
     def __init__(self, sink):
         self.sink = sink
         self.buf = bytearray()
-        self.ms = 0.0            # audio counted so far
-        self.offset = 0          # body bytes consumed
-        self.started = False     # audio frames have begun
-        self.ended = False       # a trailer tag: the rest is not audio
+        self.ms = 0.0  # audio counted so far
+        self.offset = 0  # body bytes consumed
+        self.started = False  # audio frames have begun
+        self.ended = False  # a trailer tag: the rest is not audio
 
     def feed(self, block: bytes, at: float) -> None:
         if self.ended:
@@ -641,12 +675,13 @@ class _Framed:
         return self.ms / 1000.0 if self.started else None
 
     def _lost(self, buf, i: int) -> None:
-        if bytes(buf[i:i + 8]).startswith(self.TRAILERS):
+        if bytes(buf[i : i + 8]).startswith(self.TRAILERS):
             self.ended = True
             return
         if len(buf) - i >= 10:
-            raise StreamError(f"{self.name} stream lost its frame structure at byte {self.offset + i}: "
-                              f"{bytes(buf[i:i + 8])!r}")
+            raise StreamError(
+                f"{self.name} stream lost its frame structure at byte {self.offset + i}: {bytes(buf[i : i + 8])!r}"
+            )
 
     def _frame(self, buf, i):
         raise NotImplementedError
@@ -672,11 +707,11 @@ class MpegStream(_Framed):
                 self._lost(buf, i)
             return None
         size, samples, rate = head
-        if self.first:   # a Xing/Info/VBRI frame carries the encoder's tag, not audio
+        if self.first:  # a Xing/Info/VBRI frame carries the encoder's tag, not audio
             if len(buf) < i + min(size, 40):
                 return size, 0.0, False
-            self.first = len(buf) < i + size     # decided again until the frame is whole
-            if any(tag in buf[i + 4:i + 40] for tag in (b"Xing", b"Info", b"VBRI")):
+            self.first = len(buf) < i + size  # decided again until the frame is whole
+            if any(tag in buf[i + 4 : i + 40] for tag in (b"Xing", b"Info", b"VBRI")):
                 return size, 0.0, False
         return size, samples * 1000.0 / rate, True
 
@@ -705,23 +740,23 @@ class OggStream(_Framed):
         super().__init__(sink)
         self.rate = None
         self.skip = 0
-        self.played = 0          # samples up to the last page's granule position
+        self.played = 0  # samples up to the last page's granule position
         self.codec = None
 
     def _frame(self, buf, i):
         if len(buf) < i + 27:
             return None
-        if buf[i:i + 4] != b"OggS":
+        if buf[i : i + 4] != b"OggS":
             self._lost(buf, i)
             return None
         nseg = buf[i + 26]
         if len(buf) < i + 27 + nseg:
             return None
-        size = 27 + nseg + sum(buf[i + 27:i + 27 + nseg])
+        size = 27 + nseg + sum(buf[i + 27 : i + 27 + nseg])
         if len(buf) < i + size:
             return size, 0.0, self.codec is not None and self.rate is not None
         granule = struct.unpack_from("<q", buf, i + 6)[0]
-        body = bytes(buf[i + 27 + nseg:i + 27 + nseg + 19])
+        body = bytes(buf[i + 27 + nseg : i + 27 + nseg + 19])
         if self.codec is None:
             if body.startswith(b"OpusHead"):
                 self.codec, self.rate = "opus", 48000
@@ -732,7 +767,7 @@ class OggStream(_Framed):
             else:
                 self.codec = "other"
             return size, 0.0, False
-        if granule <= 0 or self.rate is None:   # header pages (granule 0), or continued packets
+        if granule <= 0 or self.rate is None:  # header pages (granule 0), or continued packets
             return size, 0.0, self.played > 0 and self.rate is not None
         played = max(0, granule - self.skip)
         ms = (played - self.played) * 1000.0 / self.rate
@@ -762,7 +797,7 @@ class SseStream:
         self.rate, self.channels = pcm_rate, 1
         self.pcm: list[bytes] = []
         self.pcm_bytes = 0
-        self.partial: list[bytes] = []   # the current line so far, across reads
+        self.partial: list[bytes] = []  # the current line so far, across reads
         self.after_cr = False
         self.first = True
         self.data: list[bytes] = []
@@ -778,7 +813,7 @@ class SseStream:
             self.first = False
             if block.startswith(b"\xef\xbb\xbf"):
                 block = block[3:]
-        if self.after_cr and block:   # a CR ended the last read: an LF now is the same line end
+        if self.after_cr and block:  # a CR ended the last read: an LF now is the same line end
             self.after_cr = False
             if block[:1] == b"\n":
                 block = block[1:]
@@ -794,13 +829,13 @@ class SseStream:
         if self.partial:
             self.partial.append(lines[0])
             lines[0] = b"".join(self.partial)
-        tail = lines.pop()   # the line still open at the end of this read
+        tail = lines.pop()  # the line still open at the end of this read
         self.partial = [tail] if tail else []
         for line in lines:
             self._line(line, at)
 
     def finish(self) -> None:
-        if self.partial or self.data:   # no blank line after the last event: take it if it is whole
+        if self.partial or self.data:  # no blank line after the last event: take it if it is whole
             try:
                 self.feed(b"\n\n", self.last_at)
             except StreamError as e:
@@ -824,8 +859,9 @@ class SseStream:
         elif name == b"event":
             self.event = value
         elif name not in self.FIELDS:
-            raise StreamError(f"SSE stream has a line that is not an event field after {self.events} events: "
-                              f"{_snippet(line)!r}")
+            raise StreamError(
+                f"SSE stream has a line that is not an event field after {self.events} events: {_snippet(line)!r}"
+            )
 
     def _dispatch(self, data: bytes, at: float) -> None:
         self.events += 1
@@ -834,7 +870,7 @@ class SseStream:
             return
         try:
             obj = json.loads(data)
-        except (ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError
             raise StreamError(f"SSE event {self.events} is not valid JSON ({_reason(e)}): {_snippet(data)!r}") from None
         if not isinstance(obj, dict):
             raise StreamError(f"SSE event {self.events} is not a JSON object: {_snippet(data)!r}")
@@ -847,15 +883,15 @@ class SseStream:
             self.usage = obj.get("usage", obj.get("token_usage"))
             return
         if kind not in _AUDIO_TYPES and kind not in ("", "message") and ("audio" not in kind or "transcript" in kind):
-            return   # a typed event of another kind (a transcript or text delta, progress): no audio
+            return  # a typed event of another kind (a transcript or text delta, progress): no audio
         b64 = next((obj[k] for k in ("audio", "delta", "data") if isinstance(obj.get(k), str)), None)
         if b64 is None:
             if kind in _AUDIO_TYPES:
                 raise StreamError(f"SSE event {self.events} ({kind}) carries no base64 audio")
-            return   # other events (progress, text) carry no audio
+            return  # other events (progress, text) carry no audio
         try:
             pcm = binascii.a2b_base64(b64, strict_mode=True)
-        except (binascii.Error, ValueError) as e:   # ValueError: non-ASCII text
+        except (binascii.Error, ValueError) as e:  # ValueError: non-ASCII text
             raise StreamError(f"SSE event {self.events} has malformed base64 audio ({e})") from None
         self._format(obj)
         if pcm:

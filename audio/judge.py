@@ -10,6 +10,7 @@ one line per clip, in order: ``id``, ``transcript``, ``language``, ``metric``, `
 null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
 process's CPU seconds on it). It ends at the end of its input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,12 +31,21 @@ def _read_exactly(stream, n: int) -> bytes | None:
 def judge_clip(model, header: dict, audio: bytes) -> dict:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
-    out = {"id": header.get("id"), "transcript": None, "language": header.get("language"),
-           "metric": None, "error": None, "reason": None, "audio_s": None, "judge_s": None}
+
+    out = {
+        "id": header.get("id"),
+        "transcript": None,
+        "language": header.get("language"),
+        "metric": None,
+        "error": None,
+        "reason": None,
+        "audio_s": None,
+        "judge_s": None,
+    }
     started = time.process_time()
     try:
         samples = decode_audio(io.BytesIO(audio))
-    except Exception as e:   # PyAV's errors: the clip is not audio it can decode
+    except Exception as e:  # PyAV's errors: the clip is not audio it can decode
         out["reason"] = f"the clip could not be decoded ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
         return out
     out["audio_s"] = round(len(samples) / 16000, 3)
@@ -44,17 +54,27 @@ def judge_clip(model, header: dict, audio: bytes) -> dict:
         return out
     language = asr.base_language(header.get("language"))
     try:
-        segments, info = model.transcribe(samples, language=language, beam_size=1, without_timestamps=True,
-                                          condition_on_previous_text=False, vad_filter=False)
+        segments, info = model.transcribe(
+            samples,
+            language=language,
+            beam_size=1,
+            without_timestamps=True,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
         transcript = " ".join(seg.text.strip() for seg in segments).strip()
-    except Exception as e:   # a clip the model chokes on: that clip only
+    except Exception as e:  # a clip the model chokes on: that clip only
         out["reason"] = f"the recogniser failed on the clip ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
         return out
     language = language or info.language
     metric = asr.metric_for(language, header.get("metric") or "")
-    out.update(transcript=transcript, language=language, metric=metric,
-               error=round(asr.error_rate(header.get("text") or "", transcript, language, metric), 4),
-               judge_s=round(time.process_time() - started, 3))
+    out.update(
+        transcript=transcript,
+        language=language,
+        metric=metric,
+        error=round(asr.error_rate(header.get("text") or "", transcript, language, metric), 4),
+        judge_s=round(time.process_time() - started, 3),
+    )
     return out
 
 
@@ -84,8 +104,10 @@ def frame(header: dict, audio: bytes) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tts_knee.audio.judge",
-                                description="Transcribe the clips on stdin and score them against their text.")
+    p = argparse.ArgumentParser(
+        prog="python -m tts_knee.audio.judge",
+        description="Transcribe the clips on stdin and score them against their text.",
+    )
     p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
     p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")

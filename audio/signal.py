@@ -11,6 +11,7 @@ attempt fails: :data:`SILENT`). ``clipped_share`` is the share of samples at ful
 Duration per character far outside the run's own distribution (runaway and truncated answers)
 needs the run's other attempts, so the reader judges it (:func:`pace_outliers`).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,11 +46,11 @@ def check(pcm, rate: int, channels: int) -> dict:
         return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": None}
     frame = max(1, rate * channels * FRAME_MS // 1000)
     n = len(x) // frame
-    frames = x[:n * frame].reshape(n, frame)
+    frames = x[: n * frame].reshape(n, frame)
     hi, lo = int(x.max()), int(x.min())
     clipped = int(np.count_nonzero((x == 32767) | (x == -32768))) / len(x) if hi == 32767 or lo == -32768 else 0.0
 
-    def loud(a: int, b: int) -> np.ndarray:   # frames a..b-1 at or above the level
+    def loud(a: int, b: int) -> np.ndarray:  # frames a..b-1 at or above the level
         f = frames[a:b].astype(np.float32)
         return np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
 
@@ -65,17 +66,25 @@ def check(pcm, rate: int, channels: int) -> dict:
             if len(hit):
                 last = max(first, b - _BLOCK) + int(hit[-1])
                 break
-    tail = x[n * frame:]   # a last part-frame counts as sound where it is loud enough itself
+    tail = x[n * frame :]  # a last part-frame counts as sound where it is loud enough itself
     tail_loud = bool(len(tail)) and float(np.mean(tail.astype(np.float32) ** 2)) >= _LEVEL_SQ
     if first is None and not tail_loud:
-        return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None,
-                "clipped_share": round(clipped, 6)}
+        return {
+            "silent": True,
+            "leading_silence_ms": None,
+            "trailing_silence_ms": None,
+            "clipped_share": round(clipped, 6),
+        }
     total_ms = len(x) / channels / rate * 1000.0
     frame_ms = frame / channels / rate * 1000.0
     lead = (n if first is None else first) * frame_ms
     trail = 0.0 if tail_loud else total_ms - (last + 1) * frame_ms
-    return {"silent": False, "leading_silence_ms": round(min(lead, total_ms), 3),
-            "trailing_silence_ms": round(max(0.0, trail), 3), "clipped_share": round(clipped, 6)}
+    return {
+        "silent": False,
+        "leading_silence_ms": round(min(lead, total_ms), 3),
+        "trailing_silence_ms": round(max(0.0, trail), 3),
+        "clipped_share": round(clipped, 6),
+    }
 
 
 def pace_outliers(seconds_per_char: np.ndarray, language_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ several runs before concluding.
 
 Exit status 0 when every figure with a goal meets it, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ def _run(script: str, args: list[str]) -> tuple[str | None, str]:
         return None, f"missing: bench/{script} does not exist yet"
     started = time.monotonic()
     try:
-        r = subprocess.run([sys.executable, str(path), *args], cwd=ROOT, capture_output=True, text=True,
-                           timeout=BENCH_TIMEOUT_S)
+        r = subprocess.run(
+            [sys.executable, str(path), *args], cwd=ROOT, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {BENCH_TIMEOUT_S} s"
     print(f"  bench/{script} {' '.join(args)}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
@@ -76,11 +78,17 @@ def generator_cost(quick: bool) -> list[Row]:
     m = json.loads(out.strip().splitlines()[-1])
     spread = ", ".join(f"{x:.2f}" for x in m["ratios"])
     return [
-        Row("generator CPU per attempt, tts / bare user",
+        Row(
+            "generator CPU per attempt, tts / bare user",
             f"{m['ratio']:.2f}x ({m['tts_cpu_us_per_attempt']:.0f} vs {m['bare_cpu_us_per_attempt']:.0f} us; "
-            f"pairs {spread})", f"<= {m['goal_ratio']}x", m["ratio"] <= m["goal_ratio"]),
-        Row(f"one worker process, {m['users']} users, fast target",
-            f"{m['tts_rps']:.0f} attempts/s (bare {m['bare_rps']:.0f})"),
+            f"pairs {spread})",
+            f"<= {m['goal_ratio']}x",
+            m["ratio"] <= m["goal_ratio"],
+        ),
+        Row(
+            f"one worker process, {m['users']} users, fast target",
+            f"{m['tts_rps']:.0f} attempts/s (bare {m['bare_rps']:.0f})",
+        ),
     ]
 
 
@@ -90,11 +98,21 @@ def listening_cost(quick: bool) -> list[Row]:
         return _broken("generator CPU per attempt, judging on / off", why)
     m = json.loads(out.strip().splitlines()[-1])
     spread = ", ".join(f"{x:.2f}" for x in m["ratios"])
-    rows = [Row("generator CPU per attempt, judging on / off",
-                f"{m['ratio']:.2f}x ({m['on_us']:.0f} vs {m['off_us']:.0f} us; pairs {spread})",
-                f"<= {m['goal_ratio']}x", m["ratio"] <= m["goal_ratio"])]
-    rows += [Row(f"  ASR judge CPU, {j['clip']} clip ({j['audio_s']:.1f} s)",
-                 f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s") for j in m["judge"]]
+    rows = [
+        Row(
+            "generator CPU per attempt, judging on / off",
+            f"{m['ratio']:.2f}x ({m['on_us']:.0f} vs {m['off_us']:.0f} us; pairs {spread})",
+            f"<= {m['goal_ratio']}x",
+            m["ratio"] <= m["goal_ratio"],
+        )
+    ]
+    rows += [
+        Row(
+            f"  ASR judge CPU, {j['clip']} clip ({j['audio_s']:.1f} s)",
+            f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s",
+        )
+        for j in m["judge"]
+    ]
     rows.append(Row("signal checks per attempt (5 s of 22.05 kHz)", f"{m['signal_us']:.0f} us"))
     return rows
 
@@ -107,13 +125,21 @@ def client_overhead(quick: bool) -> list[Row]:
     rows = []
     for s in m["steps"]:
         gated = s["users"] == m["goal_users"]
-        rows.append(Row(f"client gap p50 / p95 at {s['users']} users",
-                        f"{s['gap_p50_ms']:.2f} / {s['gap_p95_ms']:.2f} ms (floor {s['floor']['gap_p50_ms']:.2f} / "
-                        f"{s['floor']['gap_p95_ms']:.2f}; {s['attempts']} attempts)",
-                        f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
-                        s["gap_p95_ms"] < m["goal_p95_ms"] if gated else None))
-    rows.append(Row("  CPU during that sweep", f"locust {m['locust_cpu_percent']:.0f}%, "
-                                               f"simulator {m['sim_cpu_percent']:.0f}% of a core"))
+        rows.append(
+            Row(
+                f"client gap p50 / p95 at {s['users']} users",
+                f"{s['gap_p50_ms']:.2f} / {s['gap_p95_ms']:.2f} ms (floor {s['floor']['gap_p50_ms']:.2f} / "
+                f"{s['floor']['gap_p95_ms']:.2f}; {s['attempts']} attempts)",
+                f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                s["gap_p95_ms"] < m["goal_p95_ms"] if gated else None,
+            )
+        )
+    rows.append(
+        Row(
+            "  CPU during that sweep",
+            f"locust {m['locust_cpu_percent']:.0f}%, simulator {m['sim_cpu_percent']:.0f}% of a core",
+        )
+    )
     return rows
 
 
@@ -126,17 +152,29 @@ def stream_cost(quick: bool) -> list[Row]:
     for s in m["rows"]:
         gated = s["streams"] == m["goal_streams"]
         floor = f"; floor {s['floor_p95_ms']:.2f}" if s.get("floor_p95_ms") is not None else ""
-        rows.append(Row(f"{s['format']} chunk arrival error p50 / p95 at {s['streams']} streams",
-                        f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks{floor})",
-                        f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
-                        s["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+        rows.append(
+            Row(
+                f"{s['format']} chunk arrival error p50 / p95 at {s['streams']} streams",
+                f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks{floor})",
+                f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                s["err_p95_ms"] < m["goal_p95_ms"] if gated else None,
+            )
+        )
         if s["cpu_us_per_chunk"] is not None:
             floor_cpu = s.get("floor_cpu_us_per_chunk")
-            rows.append(Row(f"  client CPU per chunk, {s['format']} at {s['streams']} streams",
-                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s"
-                            + (f"; floor {floor_cpu:.0f} us)" if floor_cpu is not None else ")")))
-    rows.append(Row("stream parser CPU per 200 ms chunk",
-                    ", ".join(f"{k} {v:.1f} us" for k, v in m["parser_us_per_chunk"].items())))
+            rows.append(
+                Row(
+                    f"  client CPU per chunk, {s['format']} at {s['streams']} streams",
+                    f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s"
+                    + (f"; floor {floor_cpu:.0f} us)" if floor_cpu is not None else ")"),
+                )
+            )
+    rows.append(
+        Row(
+            "stream parser CPU per 200 ms chunk",
+            ", ".join(f"{k} {v:.1f} us" for k, v in m["parser_us_per_chunk"].items()),
+        )
+    )
     return rows
 
 
@@ -149,12 +187,22 @@ def session_cost(quick: bool) -> list[Row]:
     for mode, f in m["modes"].items():
         gated = mode == "session"
         spread = ", ".join(f"{x:.2f}" for x in f["ratios"])
-        rows.append(Row(f"WebSocket CPU per chunk / HTTP stream, 256, a connection per {mode}",
-                        f"{f['ratio']:.2f}x (pairs {spread})", f"<= {m['goal_ratio']:g}x" if gated else "-",
-                        f["ratio"] <= m["goal_ratio"] if gated else None))
-        rows.append(Row(f"  WebSocket chunk arrival error p95 at 256, a connection per {mode}",
-                        f"{f['err_p95_ms']:.2f} ms", f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
-                        f["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+        rows.append(
+            Row(
+                f"WebSocket CPU per chunk / HTTP stream, 256, a connection per {mode}",
+                f"{f['ratio']:.2f}x (pairs {spread})",
+                f"<= {m['goal_ratio']:g}x" if gated else "-",
+                f["ratio"] <= m["goal_ratio"] if gated else None,
+            )
+        )
+        rows.append(
+            Row(
+                f"  WebSocket chunk arrival error p95 at 256, a connection per {mode}",
+                f"{f['err_p95_ms']:.2f} ms",
+                f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                f["err_p95_ms"] < m["goal_p95_ms"] if gated else None,
+            )
+        )
     return rows
 
 
@@ -166,12 +214,21 @@ def grpc_cost(quick: bool) -> list[Row]:
     rows = []
     for s in m["rows"]:
         gated = s["streams"] == m["goal_streams"] and s["client"] == "tts-knee"
-        rows.append(Row(f"gRPC chunk arrival error p50 / p95, {s['client']} at {s['streams']} streams",
-                        f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks)",
-                        f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-", s["err_p95_ms"] < m["goal_p95_ms"] if gated else None))
+        rows.append(
+            Row(
+                f"gRPC chunk arrival error p50 / p95, {s['client']} at {s['streams']} streams",
+                f"{s['err_p50_ms']:.2f} / {s['err_p95_ms']:.2f} ms ({s['matched_chunks']} chunks)",
+                f"p95 < {m['goal_p95_ms']:g} ms" if gated else "-",
+                s["err_p95_ms"] < m["goal_p95_ms"] if gated else None,
+            )
+        )
         if s["cpu_us_per_chunk"] is not None:
-            rows.append(Row(f"  client CPU per chunk, {s['client']} at {s['streams']} streams",
-                            f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s)"))
+            rows.append(
+                Row(
+                    f"  client CPU per chunk, {s['client']} at {s['streams']} streams",
+                    f"{s['cpu_us_per_chunk']:.0f} us ({s['chunks_per_s']:.0f} chunks/s)",
+                )
+            )
     return rows
 
 
@@ -185,8 +242,14 @@ def collector_overhead(quick: bool) -> list[Row]:
     rows = []
     for hz, percent in _COLLECTOR_LINE.findall(out):
         at_1hz = hz == "1"
-        rows.append(Row(f"collector process CPU at {hz} Hz", f"{float(percent):.2f}% of a core",
-                        "< 1% of a core" if at_1hz else "-", float(percent) < 1.0 if at_1hz else None))
+        rows.append(
+            Row(
+                f"collector process CPU at {hz} Hz",
+                f"{float(percent):.2f}% of a core",
+                "< 1% of a core" if at_1hz else "-",
+                float(percent) < 1.0 if at_1hz else None,
+            )
+        )
     return rows or _broken("collector CPU at 1 Hz", "printed no 'collector process at N Hz' line")
 
 
@@ -211,16 +274,31 @@ def dashboard_scale(quick: bool) -> list[Row]:
         n = int(c["attempts"])
         if c["load_ratio"] != "-":
             ratio = float(c["load_ratio"])
-            rows.append(Row(f"dashboard reading {n:,} attempts / json.loads",
-                            f"{ratio:.2f}x ({c['load_s']} vs {c['json_s']} s; CPU time {c['load_cpu_ratio']}x)",
-                            f"<= {DASHBOARD_GOAL_RATIO}x", ratio <= DASHBOARD_GOAL_RATIO))
-            rows.append(Row(f"  whole dashboard, {n:,} attempts / json.loads",
-                            f"{float(c['total_ratio']):.2f}x ({c['total_s']} s: imports {c['import_s']}, "
-                            f"analyze {c['analyze_s']}, report {c['report_s']})"))
+            rows.append(
+                Row(
+                    f"dashboard reading {n:,} attempts / json.loads",
+                    f"{ratio:.2f}x ({c['load_s']} vs {c['json_s']} s; CPU time {c['load_cpu_ratio']}x)",
+                    f"<= {DASHBOARD_GOAL_RATIO}x",
+                    ratio <= DASHBOARD_GOAL_RATIO,
+                )
+            )
+            rows.append(
+                Row(
+                    f"  whole dashboard, {n:,} attempts / json.loads",
+                    f"{float(c['total_ratio']):.2f}x ({c['total_s']} s: imports {c['import_s']}, "
+                    f"analyze {c['analyze_s']}, report {c['report_s']})",
+                )
+            )
         else:
             rss = float(c["peak_rss_MiB"])
-            rows.append(Row(f"dashboard for {n:,} attempts", f"{c['total_s']} s, peak RSS {rss:.0f} MiB, "
-                            f"report {c['report_MiB']} MiB", f"< {DASHBOARD_GOAL_MIB} MiB", rss < DASHBOARD_GOAL_MIB))
+            rows.append(
+                Row(
+                    f"dashboard for {n:,} attempts",
+                    f"{c['total_s']} s, peak RSS {rss:.0f} MiB, report {c['report_MiB']} MiB",
+                    f"< {DASHBOARD_GOAL_MIB} MiB",
+                    rss < DASHBOARD_GOAL_MIB,
+                )
+            )
     return rows or _broken("dashboard, load + analyze + report", "printed no result line")
 
 
@@ -230,9 +308,15 @@ def live_view(quick: bool) -> list[Row]:
         return _broken("live view refresh, 1,000,000 / 10,000 attempts", why)
     m = json.loads(out.strip().splitlines()[-1])
     small, big = m["sizes"][0], m["sizes"][-1]
-    return [Row(f"live view refresh, {big['attempts']:,} / {small['attempts']:,} attempts",
-                f"{m['ratio']:.2f}x ({big['refresh_s']:.2f} vs {small['refresh_s']:.2f} s; first read "
-                f"{big['first_s']:.1f} s)", f"<= {m['goal']:g}x", m["ratio"] <= m["goal"])]
+    return [
+        Row(
+            f"live view refresh, {big['attempts']:,} / {small['attempts']:,} attempts",
+            f"{m['ratio']:.2f}x ({big['refresh_s']:.2f} vs {small['refresh_s']:.2f} s; first read "
+            f"{big['first_s']:.1f} s)",
+            f"<= {m['goal']:g}x",
+            m["ratio"] <= m["goal"],
+        )
+    ]
 
 
 _MASTER_LINE = re.compile(r"workers (\d+), users (\d+): .*?(\d+) attempts/s.*\nmaster CPU while receiving: ([\d.]+)%")
@@ -252,8 +336,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and a smaller dashboard run")
     args = parser.parse_args()
     rows: list[Row] = []
-    for bench in (generator_cost, listening_cost, client_overhead, stream_cost, session_cost, grpc_cost,
-                  collector_overhead, dashboard_scale, live_view, distributed_master):
+    for bench in (
+        generator_cost,
+        listening_cost,
+        client_overhead,
+        stream_cost,
+        session_cost,
+        grpc_cost,
+        collector_overhead,
+        dashboard_scale,
+        live_view,
+        distributed_master,
+    ):
         rows += bench(args.quick)
     widths = [max(len(getattr(r, k)) for r in rows) for k in ("figure", "measured", "goal")]
     header = ("figure", "measured", "goal", "result")

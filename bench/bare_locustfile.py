@@ -6,6 +6,7 @@ the same corpus in the same order as tts-knee's user; nothing else is tuned.
     BENCH_METER_OUT=/tmp/bare.json locust -f bench/bare_locustfile.py --headless \\
         -H http://127.0.0.1:8300 -u 10 -r 100 -t 8s
 """
+
 import itertools
 
 from locust import FastHttpUser, task
@@ -21,5 +22,6 @@ class BareUser(FastHttpUser):
     @task
     def synthesize(self) -> None:
         text = TEXTS[next(_NEXT) % len(TEXTS)]
-        self.client.post("/v1/audio/speech",
-                         json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "wav"})
+        self.client.post(
+            "/v1/audio/speech", json={"model": "tts-1", "input": text, "voice": "alloy", "response_format": "wav"}
+        )

@@ -13,6 +13,7 @@ interval is bounded on both sides, ``p95_bounded`` the share of those::
 
     n      method           p50_coverage  p95_coverage  p95_bounded  p95_width_ms  ms_per_call
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,10 @@ def _inside(ci, v) -> bool:
 
 def main() -> None:
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    print(f"{'n':>6}  {'method':<15}  p50_coverage  p95_coverage  p95_bounded  p95_width_ms  ms_per_call  "
-          f"({trials} trials)")
+    print(
+        f"{'n':>6}  {'method':<15}  p50_coverage  p95_coverage  p95_bounded  p95_width_ms  ms_per_call  "
+        f"({trials} trials)"
+    )
     for n in SIZES:
         rng = np.random.default_rng(n)
         hit50 = hit95 = bounded = 0
@@ -52,8 +55,11 @@ def main() -> None:
                 width += ci["p95_ci"][1] - ci["p95_ci"][0]
         ms = (time.perf_counter() - t) / reps * 1000
         w = f"{width / bounded:>12.1f}" if bounded else f"{'-':>12}"
-        print(f"{n:>6}  {ci['ci_method']:<15}  {hit50 / reps:>12.3f}  {hit95 / reps:>12.3f}  "
-              f"{bounded / reps:>11.2f}  {w}  {ms:>11.1f}", flush=True)
+        print(
+            f"{n:>6}  {ci['ci_method']:<15}  {hit50 / reps:>12.3f}  {hit95 / reps:>12.3f}  "
+            f"{bounded / reps:>11.2f}  {w}  {ms:>11.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Users start 10 ms apart (as tts-knee's step shape spawns them, at 100 a second),
 default corpus in order, back to back, and only attempts sent after the first third of the run
 count. It prints one JSON object: ``{"users", "attempts", "gap_p50_ms", "gap_p95_ms", "gap_max_ms"}``.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -31,12 +32,14 @@ _TOTAL = re.compile(r"total;dur=([\d.]+)")
 
 def _user(url, texts, stop_at: float, count_from: float, gaps: list) -> None:
     parts = urlsplit(url)
-    client = HTTPClient(parts.hostname, parts.port, concurrency=1, block_size=64 * 1024,
-                        headers={"Content-Type": "application/json"})
+    client = HTTPClient(
+        parts.hostname, parts.port, concurrency=1, block_size=64 * 1024, headers={"Content-Type": "application/json"}
+    )
     n = 0
     while time.perf_counter() < stop_at:
-        body = json.dumps({"model": "tts-1", "input": texts[n % len(texts)], "response_format": "wav"},
-                          ensure_ascii=False).encode()
+        body = json.dumps(
+            {"model": "tts-1", "input": texts[n % len(texts)], "response_format": "wav"}, ensure_ascii=False
+        ).encode()
         n += 1
         t0 = time.perf_counter()
         resp = client.request("POST", "/v1/audio/speech", body=body)
@@ -63,8 +66,17 @@ def main() -> None:
         users.append(gevent.spawn(_user, args.url, texts, stop_at, count_from, gaps))
         gevent.sleep(SPAWN_INTERVAL_S)
     gevent.joinall(users)
-    print(json.dumps({"users": args.users, "attempts": len(gaps), "gap_p50_ms": percentile(gaps, 0.5),
-                      "gap_p95_ms": percentile(gaps, 0.95), "gap_max_ms": max(gaps, default=None)}))
+    print(
+        json.dumps(
+            {
+                "users": args.users,
+                "attempts": len(gaps),
+                "gap_p50_ms": percentile(gaps, 0.5),
+                "gap_p95_ms": percentile(gaps, 0.95),
+                "gap_max_ms": max(gaps, default=None),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

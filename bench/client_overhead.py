@@ -25,6 +25,7 @@ the same gap measured by a bare geventhttpclient loop (no Locust, no records, no
 What the simulator and the host add (its event loop, writing the response, CPUs shared with
 whatever else runs) lands in both; the difference is tts-knee's client.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,42 +45,86 @@ FIXED_TARGET = ("--slots", "1000", "--base-ms", "200", "--per-char-ms", "0", "--
 def measure(steps: str = "1,64,256", step_time: float = 6.0, show=print) -> dict:
     levels = [int(s) for s in steps.split(",")]
     with simulator(*FIXED_TARGET) as (host, sim):
-        args = ["-H", host, "--steps", steps, "--step-time", f"{step_time:g}", "--run-dir", "{tmp}/run",
-                "--settle-time", f"{min(2.0, step_time / 3):g}"]
+        args = [
+            "-H",
+            host,
+            "--steps",
+            steps,
+            "--step-time",
+            f"{step_time:g}",
+            "--run-dir",
+            "{tmp}/run",
+            "--settle-time",
+            f"{min(2.0, step_time / 3):g}",
+        ]
         # The meter covers the whole sweep, for the CPU column: start it once the first step runs.
         sim_cpu0, started = _cpu_s(sim), time.perf_counter()
-        r = locust("bench/tts_locustfile.py", args, warm_s=0.5, measure_s=step_time * len(levels) - 0.5,
-                   timeout=60 + step_time * len(levels))
+        r = locust(
+            "bench/tts_locustfile.py",
+            args,
+            warm_s=0.5,
+            measure_s=step_time * len(levels) - 0.5,
+            timeout=60 + step_time * len(levels),
+        )
         sim_cpu_percent = 100.0 * (_cpu_s(sim) - sim_cpu0) / (time.perf_counter() - started)
         floors = {users: _floor(host, users, step_time) for users in levels}
     records = r.get("records") or []
     if not records:
         raise RuntimeError(f"the run wrote no records (exit {r['returncode']}):\n{r['output'][-2000:]}")
-    show(f"{'users':>5} {'attempts':>9} {'gap_p50_ms':>11} {'gap_p95_ms':>11} {'gap_max_ms':>11} {'failed':>7}"
-         f"  {'floor_p50_ms':>12} {'floor_p95_ms':>12}")
+    show(
+        f"{'users':>5} {'attempts':>9} {'gap_p50_ms':>11} {'gap_p95_ms':>11} {'gap_max_ms':>11} {'failed':>7}"
+        f"  {'floor_p50_ms':>12} {'floor_p95_ms':>12}"
+    )
     rows = []
     for users in levels:
         mine = [x for x in records if x["concurrency"] == users and x["settled"]]
-        gaps = [x["wait_ms"] - x["server_timing"]["total"] for x in mine
-                if x["ok"] and x["server_timing"] and "total" in x["server_timing"]]
-        row = {"users": users, "attempts": len(mine), "failed": sum(not x["ok"] for x in mine),
-               "gap_p50_ms": percentile(gaps, 0.5), "gap_p95_ms": percentile(gaps, 0.95),
-               "gap_max_ms": max(gaps, default=float("nan")), "floor": floors[users]}
+        gaps = [
+            x["wait_ms"] - x["server_timing"]["total"]
+            for x in mine
+            if x["ok"] and x["server_timing"] and "total" in x["server_timing"]
+        ]
+        row = {
+            "users": users,
+            "attempts": len(mine),
+            "failed": sum(not x["ok"] for x in mine),
+            "gap_p50_ms": percentile(gaps, 0.5),
+            "gap_p95_ms": percentile(gaps, 0.95),
+            "gap_max_ms": max(gaps, default=float("nan")),
+            "floor": floors[users],
+        }
         rows.append(row)
-        show(f"{users:>5} {row['attempts']:>9} {row['gap_p50_ms']:>11.2f} {row['gap_p95_ms']:>11.2f} "
-             f"{row['gap_max_ms']:>11.2f} {row['failed']:>7}  {floors[users]['gap_p50_ms']:>12.2f} "
-             f"{floors[users]['gap_p95_ms']:>12.2f}")
+        show(
+            f"{users:>5} {row['attempts']:>9} {row['gap_p50_ms']:>11.2f} {row['gap_p95_ms']:>11.2f} "
+            f"{row['gap_max_ms']:>11.2f} {row['failed']:>7}  {floors[users]['gap_p50_ms']:>12.2f} "
+            f"{floors[users]['gap_p95_ms']:>12.2f}"
+        )
     cpu_percent = 100.0 * r["cpu_s"] / r["wall_s"] if r.get("wall_s") else None
     at_goal = next((row for row in rows if row["users"] == GOAL_USERS), None)
-    return {"steps": rows, "goal_p95_ms": GOAL_P95_MS, "goal_users": GOAL_USERS,
-            "p95_at_goal_ms": at_goal["gap_p95_ms"] if at_goal else None, "locust_cpu_percent": cpu_percent,
-            "sim_cpu_percent": sim_cpu_percent}
+    return {
+        "steps": rows,
+        "goal_p95_ms": GOAL_P95_MS,
+        "goal_users": GOAL_USERS,
+        "p95_at_goal_ms": at_goal["gap_p95_ms"] if at_goal else None,
+        "locust_cpu_percent": cpu_percent,
+        "sim_cpu_percent": sim_cpu_percent,
+    }
 
 
 def _floor(host: str, users: int, seconds: float) -> dict:
     """bench/client_floor.py against the same simulator: the gap without tts-knee's client."""
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name("client_floor.py")), host, str(users),
-                        "--seconds", f"{seconds:g}"], capture_output=True, text=True, timeout=60 + 2 * seconds)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("client_floor.py")),
+            host,
+            str(users),
+            "--seconds",
+            f"{seconds:g}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60 + 2 * seconds,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"bench/client_floor.py failed:\n{r.stderr[-2000:]}")
     return json.loads(r.stdout)
@@ -101,12 +146,16 @@ def main() -> None:
         print(json.dumps(m))
         return
     if m["locust_cpu_percent"] is not None:
-        print(f"CPU over the sweep: locust {m['locust_cpu_percent']:.0f}% of a core, "
-              f"simulator {m['sim_cpu_percent']:.0f}%")
+        print(
+            f"CPU over the sweep: locust {m['locust_cpu_percent']:.0f}% of a core, "
+            f"simulator {m['sim_cpu_percent']:.0f}%"
+        )
     if m["p95_at_goal_ms"] is not None:
         floor = next(r["floor"]["gap_p95_ms"] for r in m["steps"] if r["users"] == GOAL_USERS)
-        print(f"gap p95 at {GOAL_USERS} users: {m['p95_at_goal_ms']:.2f} ms (floor {floor:.2f} ms)   "
-              f"(goal < {GOAL_P95_MS:g} ms)")
+        print(
+            f"gap p95 at {GOAL_USERS} users: {m['p95_at_goal_ms']:.2f} ms (floor {floor:.2f} ms)   "
+            f"(goal < {GOAL_P95_MS:g} ms)"
+        )
 
 
 if __name__ == "__main__":

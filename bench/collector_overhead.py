@@ -22,6 +22,7 @@ wake-ups and the HTTP server's idle polling. It prints one line per measurement,
 The goal is under 1% of a core at 1 Hz. Real NVML calls cost more than the fake's (tens of
 microseconds each, more for the process list), so measure on the GPU host for that figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,9 +72,13 @@ def collector_process_cpu_s_per_s(pid: int, hz: float) -> float:
     """CPU seconds per wall second of a real collector process sampling at ``hz``."""
     env = dict(os.environ, TTS_KNEE_NVML_MODULE="fake_nvml", PYTHONPATH=str(FAKE_NVML.parent))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tts_knee.collectors", "--port", "0", "--interval", str(1 / hz),
-         "--pid", str(pid)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
+        [sys.executable, "-m", "tts_knee.collectors", "--port", "0", "--interval", str(1 / hz), "--pid", str(pid)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         proc.stdout.readline()  # "listening on …": start-up is over
         p = psutil.Process(proc.pid)
@@ -87,16 +92,17 @@ def collector_process_cpu_s_per_s(pid: int, hz: float) -> float:
 
 
 def line(label: str, cost_s: float) -> str:
-    return (f"{label:<40} {cost_s * 1e3:.2f} ms CPU/sample = {cost_s * 100:.2f}% of a core "
-            f"at 1 Hz, {cost_s * 1000:.2f}% at 10 Hz")
+    return (
+        f"{label:<40} {cost_s * 1e3:.2f} ms CPU/sample = {cost_s * 100:.2f}% of a core "
+        f"at 1 Hz, {cost_s * 1000:.2f}% at 10 Hz"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300, help="samples per path")
     args = parser.parse_args()
-    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-            for _ in range(4)]
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) for _ in range(4)]
     try:
         logging.basicConfig(level=logging.ERROR)  # "no NVML here" is expected, not news
         os.environ.pop("TTS_KNEE_NVML_MODULE", None)
@@ -108,11 +114,15 @@ def main() -> None:
         print(line(f"in-process, fake NVML ({n} devices):", cost), flush=True)
         for hz in (1, 10):
             rate = collector_process_cpu_s_per_s(os.getpid(), hz)
-            print(f"{f'collector process at {hz} Hz, {PROCESS_RUN_S:.0f} s:':<40} "
-                  f"{rate * 1e3:.1f} ms CPU/s = {rate * 100:.2f}% of a core (idle HTTP)",
-                  flush=True)
-        print(f"({len(psutil.pids())} processes on this host, {psutil.cpu_count()} CPUs; "
-              f"finding the watched tree's children scans them all)")
+            print(
+                f"{f'collector process at {hz} Hz, {PROCESS_RUN_S:.0f} s:':<40} "
+                f"{rate * 1e3:.1f} ms CPU/s = {rate * 100:.2f}% of a core (idle HTTP)",
+                flush=True,
+            )
+        print(
+            f"({len(psutil.pids())} processes on this host, {psutil.cpu_count()} CPUs; "
+            f"finding the watched tree's children scans them all)"
+        )
     finally:
         for k in kids:
             k.kill()

@@ -23,6 +23,7 @@ memory. One line per size::
     attempts jsonl_MiB json_s import_s load_s analyze_s report_s total_s load_ratio load_cpu_ratio total_ratio
     peak_rss_MiB report_MiB
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,24 +99,60 @@ def write_run(path: Path, attempts: int) -> None:
                     f'"retry_after_s":{"1.0" if throttled else "null"},"retry_after_raw":{ra_raw if throttled else "null"},'
                     f'"backoff_ms":{1000.0 if attempt > 1 else 0.0},"server_timing":{{"queue":{max(0, w - BASE_MS):.2f},'
                     f'"infer":{BASE_MS * 0.8:.2f}}},"settled":{"true" if i > per_step // 10 else "false"}}}'
-                    '\n')
+                    "\n"
+                )
             t += dur + 1
     ts = start - 3
     while ts < t + 5:
         n = next((s["concurrency"] for s in steps if s["start"] <= ts < s["end"]), 0)
         busy = min(n, SLOTS) / SLOTS
-        rows.append(json.dumps({"ts": ts, "host": "tts", "role": "server", "cpu_percent": 5 + 20 * busy,
-                                "cpu_max_core_percent": 10 + 40 * busy, "mem_used_bytes": 8e9, "mem_total_bytes": 64e9,
-                                "proc": {"pid": 1, "cpu_percent": 50 * busy, "rss_bytes": 2e9},
-                                "gpus": [{"index": 0, "uuid": "GPU-0", "name": "bench", "util_percent": 95 * busy,
-                                          "mem_used_bytes": 6e9 + 4e9 * busy, "mem_total_bytes": 24e9,
-                                          "power_w": 100, "temp_c": 50, "sm_clock_mhz": 1800,
-                                          "clock_event_reasons": [], "proc_mem_bytes": None}]}))
+        rows.append(
+            json.dumps(
+                {
+                    "ts": ts,
+                    "host": "tts",
+                    "role": "server",
+                    "cpu_percent": 5 + 20 * busy,
+                    "cpu_max_core_percent": 10 + 40 * busy,
+                    "mem_used_bytes": 8e9,
+                    "mem_total_bytes": 64e9,
+                    "proc": {"pid": 1, "cpu_percent": 50 * busy, "rss_bytes": 2e9},
+                    "gpus": [
+                        {
+                            "index": 0,
+                            "uuid": "GPU-0",
+                            "name": "bench",
+                            "util_percent": 95 * busy,
+                            "mem_used_bytes": 6e9 + 4e9 * busy,
+                            "mem_total_bytes": 24e9,
+                            "power_w": 100,
+                            "temp_c": 50,
+                            "sm_clock_mhz": 1800,
+                            "clock_event_reasons": [],
+                            "proc_mem_bytes": None,
+                        }
+                    ],
+                }
+            )
+        )
         ts += 1.0
     (path / "resources.jsonl").write_text("\n".join(rows) + "\n")
-    (path / "run.json").write_text(json.dumps({"run_id": path.name, "start": start, "end": t, "target": "bench",
-                                               "options": {}, "steps": steps, "settle_s": 1, "workers": 4,
-                                               "collectors": [], "versions": {}}))
+    (path / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": path.name,
+                "start": start,
+                "end": t,
+                "target": "bench",
+                "options": {},
+                "steps": steps,
+                "settle_s": 1,
+                "workers": 4,
+                "collectors": [],
+                "versions": {},
+            }
+        )
+    )
 
 
 def _child(*args: str) -> dict:
@@ -136,11 +173,31 @@ def measure(attempts: int, pairs: int = 2, baseline: bool = True) -> dict:
             if baseline:
                 bases.append(_child(_JSON_LOADS, str(run / "requests.jsonl")))
             runs.append(_child(_CHILD, str(run)))
-    out = {k: statistics.median(r[k] for r in runs) for k in ("load_cpu_s", "total_cpu_s", "import_s", "load_s",
-                                                                "analyze_s", "report_s", "total_s",
-                                                                "peak_rss_MiB", "report_MiB")}
-    out.update(knee=runs[0]["knee"], kind=runs[0]["kind"], attempts=attempts, jsonl_MiB=size / 2**20,
-               generate_s=gen_s, json_s=None, load_ratio=None, load_cpu_ratio=None, total_ratio=None)
+    out = {
+        k: statistics.median(r[k] for r in runs)
+        for k in (
+            "load_cpu_s",
+            "total_cpu_s",
+            "import_s",
+            "load_s",
+            "analyze_s",
+            "report_s",
+            "total_s",
+            "peak_rss_MiB",
+            "report_MiB",
+        )
+    }
+    out.update(
+        knee=runs[0]["knee"],
+        kind=runs[0]["kind"],
+        attempts=attempts,
+        jsonl_MiB=size / 2**20,
+        generate_s=gen_s,
+        json_s=None,
+        load_ratio=None,
+        load_cpu_ratio=None,
+        total_ratio=None,
+    )
     if bases:
         out["json_s"] = statistics.median(b["json_s"] for b in bases)
         paired = list(zip(runs, bases))
@@ -158,22 +215,33 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, help="attempts per run (default 300000 1000000)")
     parser.add_argument("--pairs", type=int, default=2, help="json.loads / dashboard pairs per size (default 2)")
-    parser.add_argument("--no-baseline", type=int, action="append", default=None, metavar="SIZE",
-                        help="measure this size once, without json.loads (default: 1000000)")
+    parser.add_argument(
+        "--no-baseline",
+        type=int,
+        action="append",
+        default=None,
+        metavar="SIZE",
+        help="measure this size once, without json.loads (default: 1000000)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or [300_000, 1_000_000]
     alone = set(args.no_baseline if args.no_baseline is not None else [1_000_000])
-    print(f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} "
-          f"{'report_s':>8} {'total_s':>7} {'load_ratio':>10} {'load_cpu_ratio':>14} {'total_ratio':>11} "
-          f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict",
-          flush=True)
+    print(
+        f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} "
+        f"{'report_s':>8} {'total_s':>7} {'load_ratio':>10} {'load_cpu_ratio':>14} {'total_ratio':>11} "
+        f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict",
+        flush=True,
+    )
     for n in sizes:
         m = measure(n, args.pairs, baseline=n not in alone)
-        print(f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} "
-              f"{m['load_s']:>7.2f} {m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} "
-              f"{_cell(m['load_ratio'], 10)} {_cell(m['load_cpu_ratio'], 14)} "
-              f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
-              f"  knee {m['knee']}, {m['kind']}", flush=True)
+        print(
+            f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} "
+            f"{m['load_s']:>7.2f} {m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} "
+            f"{_cell(m['load_ratio'], 10)} {_cell(m['load_cpu_ratio'], 14)} "
+            f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
+            f"  knee {m['knee']}, {m['kind']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

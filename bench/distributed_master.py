@@ -6,6 +6,7 @@ Starts a fast simulator, a headless Locust master and N worker processes on loop
 one step at the given concurrency, and prints attempts per second, the records the master
 wrote, and the master's CPU (percent of one core) over the step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,24 +41,74 @@ def main() -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        sim = subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", "--slots", "100000",
-                                "--base-ms", "20", "--per-char-ms", "0", "--jitter", "0"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        sim = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tts_knee.testbed.sim",
+                "--port",
+                "0",
+                "--slots",
+                "100000",
+                "--base-ms",
+                "20",
+                "--per-char-ms",
+                "0",
+                "--jitter",
+                "0",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
         url = sim.stdout.readline().split()[-1]
         port = free_port()
-        master = subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--master", "--master-bind-host", "127.0.0.1",
-                                   "--master-bind-port", str(port), "--expect-workers", str(args.workers),
-                                   "--headless", "-H", url, "--steps", str(args.users), "--step-time",
-                                   str(args.seconds), "--settle-time", "2", "--run-dir", str(tmp / "run")],
-                                  cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
-        workers = [subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1",
-                                     "--master-port", str(port)], cwd=tmp, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.STDOUT, env=env) for _ in range(args.workers)]
+        master = subprocess.Popen(
+            [
+                LOCUST,
+                "-f",
+                LOCUSTFILE,
+                "--master",
+                "--master-bind-host",
+                "127.0.0.1",
+                "--master-bind-port",
+                str(port),
+                "--expect-workers",
+                str(args.workers),
+                "--headless",
+                "-H",
+                url,
+                "--steps",
+                str(args.users),
+                "--step-time",
+                str(args.seconds),
+                "--settle-time",
+                "2",
+                "--run-dir",
+                str(tmp / "run"),
+            ],
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        workers = [
+            subprocess.Popen(
+                [LOCUST, "-f", LOCUSTFILE, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+                cwd=tmp,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            for _ in range(args.workers)
+        ]
         mp = psutil.Process(master.pid)
         info_path = tmp / "run" / "run.json"
         while not (info_path.exists() and json.loads(info_path.read_text())["steps"]):
             time.sleep(0.1)
-        time.sleep(2)                                  # past spawning
+        time.sleep(2)  # past spawning
         c0, w0 = sum(mp.cpu_times()[:2]), time.monotonic()
         time.sleep(args.seconds - 4)
         c1, w1 = sum(mp.cpu_times()[:2]), time.monotonic()
@@ -68,8 +119,10 @@ def main() -> None:
         records = [json.loads(line) for line in (tmp / "run" / "requests.jsonl").read_text().splitlines()]
         settled = [r for r in records if r["settled"]]
         span = max(r["t2"] for r in settled) - min(r["t0"] for r in settled)
-        print(f"workers {args.workers}, users {args.users}: {len(records)} attempt records, "
-              f"{len(settled) / span:.0f} attempts/s settled, all ok: {all(r['ok'] for r in records)}")
+        print(
+            f"workers {args.workers}, users {args.users}: {len(records)} attempt records, "
+            f"{len(settled) / span:.0f} attempts/s settled, all ok: {all(r['ok'] for r in records)}"
+        )
         print(f"master CPU while receiving: {100 * (c1 - c0) / (w1 - w0):.1f}% of one core")
 
 

@@ -29,6 +29,7 @@ apart on a shared host moved by tens of percent, more than the difference being 
 The simulator shares the host's CPUs, so attempts/s is a floor for what a worker can drive;
 CPU per attempt is the figure that does not depend on the target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,13 @@ def one_pair(host: str, users: int, measure_s: float) -> dict:
     tts = ["-H", host, "--steps", str(users), "--step-time", f"{run_s:g}", "--run-dir", "{tmp}/run"]
     bare = ["-H", host, "-u", str(users), "-r", "1000", "-t", f"{run_s:g}s"]
     with ThreadPoolExecutor(2) as pool:
-        runs = {kind: pool.submit(locust, locustfile, args, 0.0, measure_s, start_at=start_at)
-                for kind, locustfile, args in (("tts", "bench/tts_locustfile.py", tts),
-                                               ("bare", "bench/bare_locustfile.py", bare))}
+        runs = {
+            kind: pool.submit(locust, locustfile, args, 0.0, measure_s, start_at=start_at)
+            for kind, locustfile, args in (
+                ("tts", "bench/tts_locustfile.py", tts),
+                ("bare", "bench/bare_locustfile.py", bare),
+            )
+        }
         out = {kind: r.result() for kind, r in runs.items()}
     for kind, r in out.items():
         if not r.get("requests"):
@@ -67,26 +72,44 @@ def one_pair(host: str, users: int, measure_s: float) -> dict:
     return out
 
 
-def measure(pairs: int = 5, users: int = 10, measure_s: float = 4.0, target_ms: float = 0.0,
-            show=print) -> dict:
+def measure(pairs: int = 5, users: int = 10, measure_s: float = 4.0, target_ms: float = 0.0, show=print) -> dict:
     rows = []
     with simulator(*_knobs(target_ms)) as (host, _sim):
-        show(f"{'pair':>4}  {'tts_attempts':>12} {'tts_CPU_us':>11}  {'bare_attempts':>13} {'bare_CPU_us':>12}"
-             f"  {'tts/bare':>8}")
+        show(
+            f"{'pair':>4}  {'tts_attempts':>12} {'tts_CPU_us':>11}  {'bare_attempts':>13} {'bare_CPU_us':>12}"
+            f"  {'tts/bare':>8}"
+        )
         for n in range(1, pairs + 1):
             r = one_pair(host, users, measure_s)
             ratio = r["tts"]["cpu_us_per_attempt"] / r["bare"]["cpu_us_per_attempt"]
-            rows.append({"pair": n, "ratio": ratio, **{f"{k}_{f}": r[k][f] for k in ("tts", "bare")
-                                                        for f in ("requests", "cpu_s", "sys_s", "cpu_us_per_attempt",
-                                                                  "rps")}})
-            show(f"{n:>4}  {r['tts']['requests']:>12} {r['tts']['cpu_us_per_attempt']:>11.1f}  "
-                 f"{r['bare']['requests']:>13} {r['bare']['cpu_us_per_attempt']:>12.1f}  {ratio:>8.2f}")
+            rows.append(
+                {
+                    "pair": n,
+                    "ratio": ratio,
+                    **{
+                        f"{k}_{f}": r[k][f]
+                        for k in ("tts", "bare")
+                        for f in ("requests", "cpu_s", "sys_s", "cpu_us_per_attempt", "rps")
+                    },
+                }
+            )
+            show(
+                f"{n:>4}  {r['tts']['requests']:>12} {r['tts']['cpu_us_per_attempt']:>11.1f}  "
+                f"{r['bare']['requests']:>13} {r['bare']['cpu_us_per_attempt']:>12.1f}  {ratio:>8.2f}"
+            )
     by = lambda key: [row[key] for row in rows]  # noqa: E731
-    return {"ratio": median(by("ratio")), "ratios": by("ratio"), "goal_ratio": GOAL_RATIO,
-            "tts_cpu_us_per_attempt": median(by("tts_cpu_us_per_attempt")),
-            "bare_cpu_us_per_attempt": median(by("bare_cpu_us_per_attempt")),
-            "tts_rps": median(by("tts_rps")), "bare_rps": median(by("bare_rps")),
-            "users": users, "target_ms": target_ms, "pairs": rows}
+    return {
+        "ratio": median(by("ratio")),
+        "ratios": by("ratio"),
+        "goal_ratio": GOAL_RATIO,
+        "tts_cpu_us_per_attempt": median(by("tts_cpu_us_per_attempt")),
+        "bare_cpu_us_per_attempt": median(by("bare_cpu_us_per_attempt")),
+        "tts_rps": median(by("tts_rps")),
+        "bare_rps": median(by("bare_rps")),
+        "users": users,
+        "target_ms": target_ms,
+        "pairs": rows,
+    }
 
 
 def main() -> None:
@@ -94,17 +117,22 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5, help="pairs of side-by-side runs (default 5)")
     parser.add_argument("--users", type=int, default=10, help="users per run (default 10)")
     parser.add_argument("--measure-s", type=float, default=4.0, help="measured seconds per run (default 4)")
-    parser.add_argument("--target-ms", type=float, default=0.0,
-                        help="the simulator's latency per request, ms (default 0: answers at once)")
+    parser.add_argument(
+        "--target-ms",
+        type=float,
+        default=0.0,
+        help="the simulator's latency per request, ms (default 0: answers at once)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()
-    m = measure(args.pairs, args.users, args.measure_s, args.target_ms,
-                show=(lambda *_: None) if args.json else print)
+    m = measure(args.pairs, args.users, args.measure_s, args.target_ms, show=(lambda *_: None) if args.json else print)
     if args.json:
         print(json.dumps(m))
         return
-    print(f"CPU per attempt, tts / bare (median of {args.pairs} pairs): {m['ratio']:.2f}x, pairs "
-          f"{min(m['ratios']):.2f}-{max(m['ratios']):.2f}   (goal <= {GOAL_RATIO}x)")
+    print(
+        f"CPU per attempt, tts / bare (median of {args.pairs} pairs): {m['ratio']:.2f}x, pairs "
+        f"{min(m['ratios']):.2f}-{max(m['ratios']):.2f}   (goal <= {GOAL_RATIO}x)"
+    )
     target = "the fast target" if not args.target_ms else f"a {args.target_ms:g} ms target"
     print(f"side by side against {target}: {m['tts_rps']:.0f} attempts/s (tts), {m['bare_rps']:.0f} (bare)")
 

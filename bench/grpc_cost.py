@@ -30,6 +30,7 @@ request's id and the audio so far::
 Locust process's CPU time (user + system, grpcio's own threads included) over the measured
 window divided by the chunks that arrived in it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,24 +46,67 @@ CLIENTS = ("tts-knee", "grpcio")
 
 
 def measure_one(client: str, streams: int, step_time: float) -> dict:
-    settle = min(3.0 + streams / 200.0, step_time / 3)   # a second more per 200 streams, which connect in turn
+    settle = min(3.0 + streams / 200.0, step_time / 3)  # a second more per 200 streams, which connect in turn
     with tempfile.TemporaryDirectory(prefix="tts-knee-grpc-") as tmp:
         log, texts, out = Path(tmp) / "chunks.jsonl", Path(tmp) / "texts.txt", Path(tmp) / "grpcio.jsonl"
         texts.write_text("\n".join(TEXTS) + "\n")
-        knobs = ["--grpc-port", "0", "--capacity", str(streams), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}",
-                 "--prefill-ms", "100", "--chunk-log", str(log), "--sample-rate", str(RATE)]
+        knobs = [
+            "--grpc-port",
+            "0",
+            "--capacity",
+            str(streams),
+            "--max-speed",
+            "1",
+            "--chunk-ms",
+            f"{CHUNK_MS:g}",
+            "--prefill-ms",
+            "100",
+            "--chunk-log",
+            str(log),
+            "--sample-rate",
+            str(RATE),
+        ]
         with simulator(*knobs, scheme="grpc") as (host, _sim):
             if client == "tts-knee":
-                args = ["-H", host, "--tts-protocol", "grpc", "--tts-preset", "riva", "--tts-stream", "--steps",
-                        str(streams), "--step-time", f"{step_time:g}", "--settle-time", f"{settle:g}", "--run-dir",
-                        "{tmp}/run", "--texts", str(texts), "--skip-preflight", "--tts-sample-rate", str(RATE)]
-                r = locust("bench/grpc_locustfile.py", args, warm_s=settle + 0.3, measure_s=step_time - settle - 0.8,
-                           timeout=90 + step_time)
+                args = [
+                    "-H",
+                    host,
+                    "--tts-protocol",
+                    "grpc",
+                    "--tts-preset",
+                    "riva",
+                    "--tts-stream",
+                    "--steps",
+                    str(streams),
+                    "--step-time",
+                    f"{step_time:g}",
+                    "--settle-time",
+                    f"{settle:g}",
+                    "--run-dir",
+                    "{tmp}/run",
+                    "--texts",
+                    str(texts),
+                    "--skip-preflight",
+                    "--tts-sample-rate",
+                    str(RATE),
+                ]
+                r = locust(
+                    "bench/grpc_locustfile.py",
+                    args,
+                    warm_s=settle + 0.3,
+                    measure_s=step_time - settle - 0.8,
+                    timeout=90 + step_time,
+                )
             else:
                 args = ["-H", host, "-u", str(streams), "-r", str(streams), "-t", f"{step_time + 1:g}s"]
-                os.environ["BENCH_GRPCIO_OUT"] = str(out)   # read by the locustfile
-                r = locust("bench/grpcio_locustfile.py", args, warm_s=settle + 0.3, measure_s=step_time - settle - 0.8,
-                           timeout=90 + step_time)
+                os.environ["BENCH_GRPCIO_OUT"] = str(out)  # read by the locustfile
+                r = locust(
+                    "bench/grpcio_locustfile.py",
+                    args,
+                    warm_s=settle + 0.3,
+                    measure_s=step_time - settle - 0.8,
+                    timeout=90 + step_time,
+                )
         sent = {}
         for line in log.read_text().splitlines():
             entry = json.loads(line)
@@ -81,38 +125,64 @@ def measure_one(client: str, streams: int, step_time: float) -> dict:
     chunks = sum(1 for s in streams_seen for t in s["at"] if window[0] <= t < window[1])
     chunks_per_s = chunks / (window[1] - window[0]) if window[1] > window[0] else 0.0
     cpu_us = 1e6 * r["cpu_s"] / r["wall_s"] / chunks_per_s if r.get("wall_s") and chunks_per_s else None
-    return {"client": client, "streams": streams, "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
-            "streams_matched": joined, "matched_chunks": len(errors),
-            "err_p50_ms": percentile(errors, 0.5), "err_p95_ms": percentile(errors, 0.95),
-            "err_max_ms": max(errors, default=float("nan")), **process_figures(r)}
+    return {
+        "client": client,
+        "streams": streams,
+        "chunks_per_s": chunks_per_s,
+        "cpu_us_per_chunk": cpu_us,
+        "streams_matched": joined,
+        "matched_chunks": len(errors),
+        "err_p50_ms": percentile(errors, 0.5),
+        "err_p95_ms": percentile(errors, 0.95),
+        "err_max_ms": max(errors, default=float("nan")),
+        **process_figures(r),
+    }
 
 
 def _streams(client: str, r: dict, out: Path) -> list[dict]:
     """Each stream's id, t0 and arrivals (unix s) with their audio."""
     if client == "grpcio":
         return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    return [{"id": x["sim_request_id"], "t0": x["t0"], "at": [x["t0"] + ms / 1000 for ms in x["chunk_at_ms"]],
-             "audio_ms": x["chunk_audio_ms"]}
-            for x in r.get("records") or () if x["ok"] and x.get("chunk_at_ms")]
+    return [
+        {
+            "id": x["sim_request_id"],
+            "t0": x["t0"],
+            "at": [x["t0"] + ms / 1000 for ms in x["chunk_at_ms"]],
+            "audio_ms": x["chunk_audio_ms"],
+        }
+        for x in r.get("records") or ()
+        if x["ok"] and x.get("chunk_at_ms")
+    ]
 
 
 def measure(levels: list[int], clients: list[str], step_time: float, show=print) -> dict:
-    show(f"{'client':>8} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
-         f"{'err_max_ms':>11} {'streams_matched':>16} {PROCESS_HEAD}")
+    show(
+        f"{'client':>8} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
+        f"{'err_max_ms':>11} {'streams_matched':>16} {PROCESS_HEAD}"
+    )
     rows = []
     for client in clients:
         for streams in levels:
             row = measure_one(client, streams, step_time)
             rows.append(row)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
-            show(f"{client:>8} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} {process_columns(row)}")
+            show(
+                f"{client:>8} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
+                f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} {process_columns(row)}"
+            )
     at_goal = {r["client"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
     if at_goal:
-        show(f"arrival error p95 at {GOAL_STREAMS} streams: "
-             + ", ".join(f"{v:.2f} ms ({k})" for k, v in at_goal.items()) + f"   (goal < {GOAL_P95_MS:g} ms)")
-    return {"rows": rows, "goal_p95_ms": GOAL_P95_MS, "goal_streams": GOAL_STREAMS,
-            "p95_at_goal_ms": at_goal.get("tts-knee")}
+        show(
+            f"arrival error p95 at {GOAL_STREAMS} streams: "
+            + ", ".join(f"{v:.2f} ms ({k})" for k, v in at_goal.items())
+            + f"   (goal < {GOAL_P95_MS:g} ms)"
+        )
+    return {
+        "rows": rows,
+        "goal_p95_ms": GOAL_P95_MS,
+        "goal_streams": GOAL_STREAMS,
+        "p95_at_goal_ms": at_goal.get("tts-knee"),
+    }
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ records also carry the id each request sent the simulator (``sim_request_id``: R
     BENCH_METER_OUT=/tmp/m.json locust -f bench/grpc_locustfile.py --headless -H grpc://127.0.0.1:50051 \\
         --tts-protocol grpc --tts-preset riva --tts-stream --steps 1 --step-time 8 --run-dir /tmp/run
 """
+
 import meter  # noqa: F401  (attaches the CPU meter)
 from named import named_user
 from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)

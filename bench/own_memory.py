@@ -23,6 +23,7 @@ The last line with ``--json`` is all of it as one JSON object::
      "collector_MiB", "attempts"}], "growth_pct": {"master", "worker", "collector"}, "records",
      "locust_requests", "drift": [...]}
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ USERS = 64
 SIM = ["--slots", "64", "--base-ms", "400", "--per-char-ms", "0", "--jitter", "0.05"]
 _LISTENING = re.compile(r"listening on (http://\S+)")
 PROCESSES = ("master", "worker", "collector")
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def _free_port() -> int:
@@ -61,8 +62,14 @@ def _free_port() -> int:
 
 def _serve(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
     """``python -m ARGS``, once it prints its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=open(log, "w"), text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=open(log, "w"),
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     m = _LISTENING.search(proc.stdout.readline())
     if not m:
         proc.kill()
@@ -82,8 +89,13 @@ def _stop(*procs: subprocess.Popen) -> None:
 
 
 def _locust(args: list[str], log: Path, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, *args], cwd=cwd, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        [LOCUST, "-f", LOCUSTFILE, *args],
+        cwd=cwd,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 def _lines(path: Path) -> int:
@@ -96,17 +108,43 @@ def _lines(path: Path) -> int:
 
 def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict:
     sim, url = _serve(["tts_knee.testbed.sim", "--port", "0", *SIM], tmp / "sim.log")
-    collector, col_url = _serve(["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)],
-                                tmp / "collector.log")
+    collector, col_url = _serve(
+        ["tts_knee.collectors", "--port", "0", "--interval", "1", "--pid", str(sim.pid)], tmp / "collector.log"
+    )
     port = _free_port()
     run_dir = tmp / "run"
-    master = _locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                      "--expect-workers", "1", "--headless", "-H", url, "--steps", str(USERS),
-                      "--soak", f"{int(duration_s)}s", "--collector", col_url, "--run-dir", str(run_dir),
-                      "--json-file", str(tmp / "locust")], tmp / "master.log", tmp)
+    master = _locust(
+        [
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            "1",
+            "--headless",
+            "-H",
+            url,
+            "--steps",
+            str(USERS),
+            "--soak",
+            f"{int(duration_s)}s",
+            "--collector",
+            col_url,
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp / "locust"),
+        ],
+        tmp / "master.log",
+        tmp,
+    )
     worker = _locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], tmp / "worker.log", tmp)
-    procs = {"master": psutil.Process(master.pid), "worker": psutil.Process(worker.pid),
-             "collector": psutil.Process(collector.pid)}
+    procs = {
+        "master": psutil.Process(master.pid),
+        "worker": psutil.Process(worker.pid),
+        "collector": psutil.Process(collector.pid),
+    }
     samples: list[tuple[float, dict]] = []
     started = time.monotonic()
     try:
@@ -127,22 +165,37 @@ def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict
         lo, hi = k * report_s, (k + 1) * report_s
         inside = [rss for t, rss in samples if lo <= t < hi]
         if inside:
-            intervals.append({"minute": hi / 60, **{f"{name}_MiB": statistics.median(r[name] for r in inside) / MIB
-                                                 for name in PROCESSES}})
+            intervals.append(
+                {
+                    "minute": hi / 60,
+                    **{f"{name}_MiB": statistics.median(r[name] for r in inside) / MIB for name in PROCESSES},
+                }
+            )
     after = [iv for iv in intervals if iv["minute"] * 60 - report_s >= warm_up_s]
-    growth = {name: 100.0 * (after[-1][f"{name}_MiB"] / after[0][f"{name}_MiB"] - 1.0) if len(after) > 1 else None
-              for name in PROCESSES}
+    growth = {
+        name: 100.0 * (after[-1][f"{name}_MiB"] / after[0][f"{name}_MiB"] - 1.0) if len(after) > 1 else None
+        for name in PROCESSES
+    }
     records = _lines(run_dir / "requests.jsonl")
     locust_requests = sum(e["num_requests"] for e in json.loads((tmp / "locust.json").read_text()))
     from tts_knee.analysis.summary import analyze, load
+
     summary = analyze(load(run_dir))
     soak = summary.get("soak") or {}
     by_minute = _attempts_by_minute(run_dir, soak.get("start") or 0.0, [iv["minute"] for iv in intervals])
     for iv, n in zip(intervals, by_minute):
         iv["attempts"] = n
-    return {"duration_s": duration_s, "report_s": report_s, "warm_up_s": warm_up_s, "intervals": intervals,
-            "growth_pct": growth, "records": records, "locust_requests": locust_requests,
-            "drift": soak.get("drift", []), "soak_trends": soak.get("trends", [])}
+    return {
+        "duration_s": duration_s,
+        "report_s": report_s,
+        "warm_up_s": warm_up_s,
+        "intervals": intervals,
+        "growth_pct": growth,
+        "records": records,
+        "locust_requests": locust_requests,
+        "drift": soak.get("drift", []),
+        "soak_trends": soak.get("trends", []),
+    }
 
 
 def _attempts_by_minute(run_dir: Path, start: float, minutes: list[float]) -> list[int]:
@@ -150,6 +203,7 @@ def _attempts_by_minute(run_dir: Path, start: float, minutes: list[float]) -> li
     import numpy as np
 
     from tts_knee.runformat.reader import RunDir
+
     rd = RunDir(run_dir)
     rd.refresh()
     t0 = np.sort(rd.requests.attempts()["t0"])
@@ -168,14 +222,21 @@ def main(argv: list[str]) -> int:
         m = run(duration, report, warm, Path(tmp))
     print(f"{'minute':>6} {'master_MiB':>10} {'worker_MiB':>10} {'collector_MiB':>13} {'attempts':>9}")
     for iv in m["intervals"]:
-        print(f"{iv['minute']:>6.1f} {iv['master_MiB']:>10.1f} {iv['worker_MiB']:>10.1f} "
-              f"{iv['collector_MiB']:>13.1f} {iv['attempts']:>9}")
+        print(
+            f"{iv['minute']:>6.1f} {iv['master_MiB']:>10.1f} {iv['worker_MiB']:>10.1f} "
+            f"{iv['collector_MiB']:>13.1f} {iv['attempts']:>9}"
+        )
     span = (duration - warm) / 60
-    print(f"growth over the last {span:g} min (after {warm / 60:g} min of warm-up): " + ", ".join(
-        f"{k} {'-' if v is None else f'{v:+.2f}%'}" for k, v in m["growth_pct"].items()) + "  (goal < 2%)")
+    print(
+        f"growth over the last {span:g} min (after {warm / 60:g} min of warm-up): "
+        + ", ".join(f"{k} {'-' if v is None else f'{v:+.2f}%'}" for k, v in m["growth_pct"].items())
+        + "  (goal < 2%)"
+    )
     equal = m["records"] == m["locust_requests"]
-    print(f"records: requests.jsonl {m['records']} lines, Locust {m['locust_requests']} requests: "
-          f"{'equal' if equal else 'NOT EQUAL'}")
+    print(
+        f"records: requests.jsonl {m['records']} lines, Locust {m['locust_requests']} requests: "
+        f"{'equal' if equal else 'NOT EQUAL'}"
+    )
     print("soak drift: " + ("; ".join(m["drift"]) if m["drift"] else "none"))
     if args.json:
         print(json.dumps(m))

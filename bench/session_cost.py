@@ -40,6 +40,7 @@ sessions see docs/benchmarks-and-tests.md.) ``err`` is client arrival minus serv
 time (user + system) over the window divided by the chunks that arrived in it: everything the
 client does per chunk, its share of each utterance's connection and text included.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,13 +69,32 @@ def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: st
     """Both kinds at once over one window: ``{"http": reading, "ws": reading}``."""
     start_at = time.time() + start_s(sessions)
     run_s = start_s(sessions) + measure_s + 2.0
-    common = ["-H", host, "--steps", str(sessions), "--step-time", f"{run_s:g}", "--settle-time", "0",
-              "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight", "--tts-sample-rate", str(RATE)]
-    kinds = {"http": ("bench/stream_locustfile.py", [*common, "--tts-stream"]),
-             "ws": ("bench/session_locustfile.py", [*common, "--tts-protocol", "ws", "--tts-preset", preset])}
+    common = [
+        "-H",
+        host,
+        "--steps",
+        str(sessions),
+        "--step-time",
+        f"{run_s:g}",
+        "--settle-time",
+        "0",
+        "--run-dir",
+        "{tmp}/run",
+        "--texts",
+        str(texts),
+        "--skip-preflight",
+        "--tts-sample-rate",
+        str(RATE),
+    ]
+    kinds = {
+        "http": ("bench/stream_locustfile.py", [*common, "--tts-stream"]),
+        "ws": ("bench/session_locustfile.py", [*common, "--tts-protocol", "ws", "--tts-preset", preset]),
+    }
     with ThreadPoolExecutor(2) as pool:
-        runs = {kind: pool.submit(locust, f, args, 0.0, measure_s, timeout=60 + run_s, start_at=start_at)
-                for kind, (f, args) in kinds.items()}
+        runs = {
+            kind: pool.submit(locust, f, args, 0.0, measure_s, timeout=60 + run_s, start_at=start_at)
+            for kind, (f, args) in kinds.items()
+        }
         return {kind: run.result() for kind, run in runs.items()} | {"start_at": start_at}
 
 
@@ -93,41 +113,87 @@ def figures(reading: dict, sent: dict, start_at: float) -> dict:
     every = reading.get("records") or []
     measured = [x for x in every if x["ok"] and x.get("chunk_at_ms") and x["t0"] >= start_at]
     if not measured:
-        raise RuntimeError(f"a run left no streamed attempts (exit {reading['returncode']}):\n"
-                           f"{reading['output'][-2000:]}")
+        raise RuntimeError(
+            f"a run left no streamed attempts (exit {reading['returncode']}):\n{reading['output'][-2000:]}"
+        )
     errors = []
     for rec in measured:
         entry = sent.get(rec.get("sim_request_id"))
         if entry:
             errors += chunk_errors(rec, entry)
     chunks_per_s = arrivals_in(every, start_at, reading.get("wall_s") or 0.0)
-    cpu_us = 1e6 * reading["cpu_s"] / reading["wall_s"] / chunks_per_s \
-        if reading.get("wall_s") and chunks_per_s else None
-    return {"attempts": len(measured), "chunks_per_s": chunks_per_s, "cpu_us_per_chunk": cpu_us,
-            "matched_chunks": len(errors), "err_p50_ms": percentile(errors, 0.5),
-            "err_p95_ms": percentile(errors, 0.95), "err_max_ms": max(errors, default=float("nan")),
-            **process_figures(reading)}
+    cpu_us = (
+        1e6 * reading["cpu_s"] / reading["wall_s"] / chunks_per_s if reading.get("wall_s") and chunks_per_s else None
+    )
+    return {
+        "attempts": len(measured),
+        "chunks_per_s": chunks_per_s,
+        "cpu_us_per_chunk": cpu_us,
+        "matched_chunks": len(errors),
+        "err_p50_ms": percentile(errors, 0.5),
+        "err_p95_ms": percentile(errors, 0.95),
+        "err_max_ms": max(errors, default=float("nan")),
+        **process_figures(reading),
+    }
 
 
 def timing(sessions: int, measure_s: float, texts: Path, preset: str, log: Path) -> dict:
     """The WebSocket sessions alone (as bench/stream_cost.py times the HTTP streams): their
     arrivals against the simulator's sends, without a second process on the host's cores."""
-    knobs = ["--capacity", str(sessions), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}", "--prefill-ms", "100",
-             "--chunk-log", str(log), "--sample-rate", str(RATE)]
+    knobs = [
+        "--capacity",
+        str(sessions),
+        "--max-speed",
+        "1",
+        "--chunk-ms",
+        f"{CHUNK_MS:g}",
+        "--prefill-ms",
+        "100",
+        "--chunk-log",
+        str(log),
+        "--sample-rate",
+        str(RATE),
+    ]
     with simulator(*knobs) as (host, _sim):
         start_at = time.time() + start_s(sessions)
-        args = ["-H", host, "--steps", str(sessions), "--step-time", f"{start_s(sessions) + measure_s + 2:g}",
-                "--settle-time", "0", "--run-dir", "{tmp}/run", "--texts", str(texts), "--skip-preflight",
-                "--tts-sample-rate", str(RATE), "--tts-protocol", "ws", "--tts-preset", preset]
-        reading = locust("bench/session_locustfile.py", args, 0.0, measure_s, timeout=60 + start_s(sessions) + measure_s,
-                         start_at=start_at)
+        args = [
+            "-H",
+            host,
+            "--steps",
+            str(sessions),
+            "--step-time",
+            f"{start_s(sessions) + measure_s + 2:g}",
+            "--settle-time",
+            "0",
+            "--run-dir",
+            "{tmp}/run",
+            "--texts",
+            str(texts),
+            "--skip-preflight",
+            "--tts-sample-rate",
+            str(RATE),
+            "--tts-protocol",
+            "ws",
+            "--tts-preset",
+            preset,
+        ]
+        reading = locust(
+            "bench/session_locustfile.py",
+            args,
+            0.0,
+            measure_s,
+            timeout=60 + start_s(sessions) + measure_s,
+            start_at=start_at,
+        )
     return figures(reading, _sent(log), start_at)
 
 
 def _row(show, pair, kind: str, sessions: int, row: dict) -> None:
     cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
-    show(f"{pair:>4} {kind:>20} {sessions:>9} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-         f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9} {process_columns(row)}")
+    show(
+        f"{pair:>4} {kind:>20} {sessions:>9} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
+        f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9} {process_columns(row)}"
+    )
 
 
 #: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni since #5517
@@ -136,18 +202,34 @@ MODES = ("session", "utterance")
 
 
 def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=MODES, show=print) -> dict:
-    show(f"{'pair':>4} {'kind':>20} {'sessions':>9} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} "
-         f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9} {PROCESS_HEAD}")
+    show(
+        f"{'pair':>4} {'kind':>20} {'sessions':>9} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} "
+        f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9} {PROCESS_HEAD}"
+    )
     rows, out = [], {}
     with tempfile.TemporaryDirectory(prefix="tts-knee-sessions-") as tmp:
         texts, log = Path(tmp) / "texts.txt", Path(tmp) / "chunks.jsonl"
         texts.write_text("\n".join(TEXTS) + "\n")
         reusing = Path(tmp) / "vllm-omni-session.toml"
-        reusing.write_text((ROOT / "configs" / "presets" / "vllm-omni.toml").read_text()
-                           .replace("reuse = false", "reuse = true"))
+        reusing.write_text(
+            (ROOT / "configs" / "presets" / "vllm-omni.toml").read_text().replace("reuse = false", "reuse = true")
+        )
         presets = {"session": str(reusing), "utterance": "vllm-omni"}
-        knobs = ["--capacity", str(2 * sessions), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}",
-                 "--prefill-ms", "100", "--stream", "--chunk-log", str(log), "--sample-rate", str(RATE)]
+        knobs = [
+            "--capacity",
+            str(2 * sessions),
+            "--max-speed",
+            "1",
+            "--chunk-ms",
+            f"{CHUNK_MS:g}",
+            "--prefill-ms",
+            "100",
+            "--stream",
+            "--chunk-log",
+            str(log),
+            "--sample-rate",
+            str(RATE),
+        ]
         for mode in modes:
             ratios = []
             with simulator(*knobs) as (host, _sim):
@@ -167,10 +249,15 @@ def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=M
             out[mode] = {"ratio": median(ratios), "ratios": ratios, "err_p95_ms": alone["err_p95_ms"]}
     for mode, m in out.items():
         goal = f"goal <= {GOAL_RATIO:g}x" if mode == "session" else "no goal: a connection per turn"
-        show(f"CPU per chunk, ws {mode} / http (median of {len(m['ratios'])} pairs): {m['ratio']:.2f}x"
-             + (f", pairs {min(m['ratios']):.2f}-{max(m['ratios']):.2f}" if m["ratios"] else "") + f"   ({goal})")
-        show(f"WebSocket arrival error p95 at {sessions} sessions, {mode}, alone: {m['err_p95_ms']:.2f} ms "
-             f"(goal < {GOAL_P95_MS:g} ms)")
+        show(
+            f"CPU per chunk, ws {mode} / http (median of {len(m['ratios'])} pairs): {m['ratio']:.2f}x"
+            + (f", pairs {min(m['ratios']):.2f}-{max(m['ratios']):.2f}" if m["ratios"] else "")
+            + f"   ({goal})"
+        )
+        show(
+            f"WebSocket arrival error p95 at {sessions} sessions, {mode}, alone: {m['err_p95_ms']:.2f} ms "
+            f"(goal < {GOAL_P95_MS:g} ms)"
+        )
     return {"rows": rows, "modes": out, "goal_ratio": GOAL_RATIO, "goal_p95_ms": GOAL_P95_MS}
 
 
@@ -179,8 +266,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=256, help="sessions (and HTTP streams) per kind (256)")
     parser.add_argument("--pairs", type=int, default=2, help="pairs run side by side (2)")
     parser.add_argument("--measure", type=float, default=8.0, help="seconds measured per pair (8)")
-    parser.add_argument("--modes", default=",".join(MODES),
-                        help="session (one connection per session) and/or utterance (one per utterance) (both)")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="session (one connection per session) and/or utterance (one per utterance) (both)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()
     quiet = (lambda *_: None) if args.json else print

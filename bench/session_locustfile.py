@@ -6,6 +6,7 @@ whose attempts write that id and their utterance's number on the connection into
     BENCH_METER_OUT=/tmp/m.json locust -f bench/session_locustfile.py --headless \\
         -H http://127.0.0.1:8300 --tts-protocol ws --tts-preset vllm-omni --steps 1 --step-time 8 --run-dir /tmp/run
 """
+
 import uuid
 
 import meter  # noqa: F401  (attaches the CPU meter)
@@ -23,7 +24,7 @@ class NamedTransport(WsTransport):
         return [*super().handshake_headers(), f"X-Request-Id: {self.connection_id}"]
 
     def begin(self, conn, key, text) -> None:
-        self.rid = f"{self.connection_id}/{conn.utterances - 1}"   # the simulator counts from 0
+        self.rid = f"{self.connection_id}/{conn.utterances - 1}"  # the simulator counts from 0
         super().begin(conn, key, text)
 
 

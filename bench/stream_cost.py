@@ -36,6 +36,7 @@ over the settled window divided by the chunks that arrived in it: everything the
 per chunk, its share of each request's cost included. "parser alone" feeds the same chunks
 to audio/containers.py in this process, without the network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ GOAL_STREAMS = 256
 CHUNK_MS = 200.0
 RATE = 24000
 #: Short texts: 1.4-2.0 s of the simulator's audio each, 7-10 chunks.
-TEXTS = ["The quick brown fox jumps over it.", "Streaming speech starts at once here.",
-         "Please hold, your call matters to us.", "Turn left after the second light."]
+TEXTS = [
+    "The quick brown fox jumps over it.",
+    "Streaming speech starts at once here.",
+    "Please hold, your call matters to us.",
+    "Turn left after the second light.",
+]
 
 
 def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
@@ -63,16 +68,49 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
     with tempfile.TemporaryDirectory(prefix="tts-knee-stream-") as tmp:
         log, texts = Path(tmp) / "chunks.jsonl", Path(tmp) / "texts.txt"
         texts.write_text("\n".join(TEXTS) + "\n")
-        knobs = ["--capacity", str(streams), "--max-speed", "1", "--chunk-ms", f"{CHUNK_MS:g}",
-                 "--prefill-ms", "100", "--stream", "--chunk-log", str(log), "--sample-rate", str(RATE)]
+        knobs = [
+            "--capacity",
+            str(streams),
+            "--max-speed",
+            "1",
+            "--chunk-ms",
+            f"{CHUNK_MS:g}",
+            "--prefill-ms",
+            "100",
+            "--stream",
+            "--chunk-log",
+            str(log),
+            "--sample-rate",
+            str(RATE),
+        ]
         knobs += ["--sse"] if fmt == "sse" else []
         with simulator(*knobs) as (host, _sim):
-            args = ["-H", host, "--tts-stream", "--steps", str(streams), "--step-time", f"{step_time:g}",
-                    "--settle-time", f"{settle:g}", "--run-dir", "{tmp}/run", "--texts", str(texts),
-                    "--skip-preflight", "--tts-sample-rate", str(RATE)]
+            args = [
+                "-H",
+                host,
+                "--tts-stream",
+                "--steps",
+                str(streams),
+                "--step-time",
+                f"{step_time:g}",
+                "--settle-time",
+                f"{settle:g}",
+                "--run-dir",
+                "{tmp}/run",
+                "--texts",
+                str(texts),
+                "--skip-preflight",
+                "--tts-sample-rate",
+                str(RATE),
+            ]
             args += ["--tts-stream-format", "sse"] if fmt == "sse" else []
-            r = locust("bench/stream_locustfile.py", args, warm_s=settle + 0.3,
-                       measure_s=step_time - settle - 0.8, timeout=90 + step_time)
+            r = locust(
+                "bench/stream_locustfile.py",
+                args,
+                warm_s=settle + 0.3,
+                measure_s=step_time - settle - 0.8,
+                timeout=90 + step_time,
+            )
             floor = _floor(host, streams, texts, step_time) if fmt == "wav" else None
         sent = {}
         for line in log.read_text().splitlines():
@@ -81,8 +119,9 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
     every = r.get("records") or []
     records = [x for x in every if x["settled"] and x["ok"] and x.get("chunk_at_ms")]
     if not records:
-        raise RuntimeError(f"the run left no settled streamed attempts (exit {r['returncode']}):\n"
-                           f"{r['output'][-2000:]}")
+        raise RuntimeError(
+            f"the run left no settled streamed attempts (exit {r['returncode']}):\n{r['output'][-2000:]}"
+        )
     errors = []
     for rec in records:
         entry = sent.get(rec["sim_request_id"])
@@ -99,13 +138,21 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
         entry = sent.get(attempt["id"])
         if entry and attempt["at"]:
             floor_errors += matched(attempt["at"], attempt["audio_ms"], entry)
-    return {"format": fmt, "streams": streams, "attempts": len(records), "chunks_per_s": chunks_per_s,
-            "floor_p50_ms": percentile(floor_errors, 0.5) if floor_errors else None,
-            "floor_p95_ms": percentile(floor_errors, 0.95) if floor_errors else None,
-            "floor_cpu_us_per_chunk": floor_cpu,
-            "cpu_us_per_chunk": cpu_us, "matched_chunks": len(errors),
-            "err_p50_ms": percentile(errors, 0.5), "err_p95_ms": percentile(errors, 0.95),
-            "err_max_ms": max(errors, default=float("nan")), "err_min_ms": min(errors, default=float("nan"))}
+    return {
+        "format": fmt,
+        "streams": streams,
+        "attempts": len(records),
+        "chunks_per_s": chunks_per_s,
+        "floor_p50_ms": percentile(floor_errors, 0.5) if floor_errors else None,
+        "floor_p95_ms": percentile(floor_errors, 0.95) if floor_errors else None,
+        "floor_cpu_us_per_chunk": floor_cpu,
+        "cpu_us_per_chunk": cpu_us,
+        "matched_chunks": len(errors),
+        "err_p50_ms": percentile(errors, 0.5),
+        "err_p95_ms": percentile(errors, 0.95),
+        "err_max_ms": max(errors, default=float("nan")),
+        "err_min_ms": min(errors, default=float("nan")),
+    }
 
 
 def arrivals_in(records: list[dict], start: float, seconds: float) -> float:
@@ -130,16 +177,29 @@ def matched(at: list[float], got: list[float], entry: dict) -> list[float]:
             ci += 1
             have += got[ci]
         if have < sent_audio - 0.01:
-            break   # the client never got this write's audio
+            break  # the client never got this write's audio
         out.append((at[ci] - when) * 1000.0)
     return out
 
 
 def _floor(host: str, streams: int, texts: Path, seconds: float) -> list[dict]:
     """bench/stream_floor.py against the same simulator: arrivals without tts-knee's client."""
-    r = subprocess.run([sys.executable, str(Path(__file__).with_name("stream_floor.py")), host, str(streams),
-                        str(texts), "--seconds", f"{seconds:g}", "--sample-rate", str(RATE)],
-                       capture_output=True, text=True, timeout=60 + 2 * seconds)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("stream_floor.py")),
+            host,
+            str(streams),
+            str(texts),
+            "--seconds",
+            f"{seconds:g}",
+            "--sample-rate",
+            str(RATE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60 + 2 * seconds,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"bench/stream_floor.py failed:\n{r.stderr[-2000:]}")
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
@@ -149,10 +209,14 @@ def parser_cost(n: int = 5000) -> dict:
     """CPU per 200 ms chunk of the stream parsers alone, in microseconds."""
     from tts_knee.audio import containers
     from tts_knee.locustfiles.timeline import Timeline
+
     pcm = bytes(int(RATE * CHUNK_MS / 1000) * 2)
     event = b'data: {"type": "speech.audio.delta", "audio": "' + base64.b64encode(pcm) + b'"}\n\n'
-    cases = {"wav": ("audio/wav", "wav", containers.wav_header(0, RATE, 1, 2), pcm),
-             "pcm": ("audio/pcm", "pcm", b"", pcm), "sse": ("text/event-stream", "wav", b"", event)}
+    cases = {
+        "wav": ("audio/wav", "wav", containers.wav_header(0, RATE, 1, 2), pcm),
+        "pcm": ("audio/pcm", "pcm", b"", pcm),
+        "sse": ("text/event-stream", "wav", b"", event),
+    }
     out = {}
     for name, (ctype, expect, head, block) in cases.items():
         tl = Timeline()
@@ -166,26 +230,38 @@ def parser_cost(n: int = 5000) -> dict:
 
 
 def measure(levels: list[int], formats: list[str], step_time: float, show=print) -> dict:
-    show(f"{'format':>6} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
-         f"{'err_max_ms':>11} {'attempts':>9}  {'floor_p50_ms':>12} {'floor_p95_ms':>12} {'floor_CPU_us':>12}")
+    show(
+        f"{'format':>6} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
+        f"{'err_max_ms':>11} {'attempts':>9}  {'floor_p50_ms':>12} {'floor_p95_ms':>12} {'floor_CPU_us':>12}"
+    )
     rows = []
     for fmt in formats:
         for streams in levels:
             row = measure_one(fmt, streams, step_time, show)
             rows.append(row)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
-            show(f"{fmt:>6} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}  "
-                 f"{_cell(row['floor_p50_ms']):>12} {_cell(row['floor_p95_ms']):>12} "
-                 f"{_cell(row['floor_cpu_us_per_chunk']):>12}")
+            show(
+                f"{fmt:>6} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
+                f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['attempts']:>9}  "
+                f"{_cell(row['floor_p50_ms']):>12} {_cell(row['floor_p95_ms']):>12} "
+                f"{_cell(row['floor_cpu_us_per_chunk']):>12}"
+            )
     parsers = parser_cost()
     show("parser alone, per 200 ms chunk: " + ", ".join(f"{k} {v:.1f} us" for k, v in parsers.items()))
     at_goal = {r["format"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
     if at_goal:
-        show(f"arrival error p95 at {GOAL_STREAMS} streams: "
-             + ", ".join(f"{v:.2f} ms ({k})" for k, v in at_goal.items()) + f"   (goal < {GOAL_P95_MS:g} ms)")
-    return {"rows": rows, "parser_us_per_chunk": parsers, "goal_p95_ms": GOAL_P95_MS, "goal_streams": GOAL_STREAMS,
-            "p95_at_goal_ms": max(at_goal.values()) if at_goal else None}
+        show(
+            f"arrival error p95 at {GOAL_STREAMS} streams: "
+            + ", ".join(f"{v:.2f} ms ({k})" for k, v in at_goal.items())
+            + f"   (goal < {GOAL_P95_MS:g} ms)"
+        )
+    return {
+        "rows": rows,
+        "parser_us_per_chunk": parsers,
+        "goal_p95_ms": GOAL_P95_MS,
+        "goal_streams": GOAL_STREAMS,
+        "p95_at_goal_ms": max(at_goal.values()) if at_goal else None,
+    }
 
 
 def _cell(value) -> str:

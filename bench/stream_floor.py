@@ -12,6 +12,7 @@ for the arrivals that carried audio (the WAV header's 44 bytes are not audio), t
 ``{"cpu_s", "chunks", "wall_s"}``: this process's CPU time over the last two thirds of the run
 and the arrivals in them.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -45,12 +46,14 @@ def _meter(count_from: float, box: dict) -> None:
 
 def _user(url, texts, rate: int, stop_at: float, count_from: float, out: list, box: dict) -> None:
     parts = urlsplit(url)
-    client = HTTPClient(parts.hostname, parts.port, concurrency=1, block_size=64 * 1024,
-                        headers={"Content-Type": "application/json"})
+    client = HTTPClient(
+        parts.hostname, parts.port, concurrency=1, block_size=64 * 1024, headers={"Content-Type": "application/json"}
+    )
     n = 0
     while time.perf_counter() < stop_at:
-        body = json.dumps({"model": "tts-1", "input": texts[n % len(texts)], "response_format": "wav",
-                           "stream": True}).encode()
+        body = json.dumps(
+            {"model": "tts-1", "input": texts[n % len(texts)], "response_format": "wav", "stream": True}
+        ).encode()
         n += 1
         rid = uuid.uuid4().hex
         t0 = time.perf_counter()
@@ -91,8 +94,11 @@ def main() -> None:
     meter.join()
     for attempt in out:
         print(json.dumps(attempt))
-    print(json.dumps({"cpu_s": _cpu_s() - box["cpu0"], "chunks": box["chunks"],
-                      "wall_s": time.perf_counter() - box["t0"]}))
+    print(
+        json.dumps(
+            {"cpu_s": _cpu_s() - box["cpu0"], "chunks": box["chunks"], "wall_s": time.perf_counter() - box["t0"]}
+        )
+    )
 
 
 if __name__ == "__main__":

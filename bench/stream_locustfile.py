@@ -6,6 +6,7 @@ records.
     BENCH_METER_OUT=/tmp/m.json locust -f bench/stream_locustfile.py --headless \\
         -H http://127.0.0.1:8300 --tts-stream --steps 1 --step-time 8 --run-dir /tmp/run
 """
+
 import uuid
 
 import meter  # noqa: F401  (attaches the CPU meter)
@@ -22,9 +23,11 @@ class NamedTransport(HttpTransport):
     def request(self, text: str, ask=NO_ASK):
         self.rid = uuid.uuid4().hex
         body, content_type = self.payload(text, ask)
-        return self.http.request("POST", self.s.tts_path, body=body,
-                                 headers={"Content-Type": content_type, "X-Request-Id": self.rid})
+        return self.http.request(
+            "POST", self.s.tts_path, body=body, headers={"Content-Type": content_type, "X-Request-Id": self.rid}
+        )
 
 
-NamedAttemptUser = named_user(lambda transport: transport.rid,
-                              lambda caller: NamedTransport(caller.s, caller.run.payload))
+NamedAttemptUser = named_user(
+    lambda transport: transport.rid, lambda caller: NamedTransport(caller.s, caller.run.payload)
+)

@@ -16,6 +16,7 @@ Once it accepts connections it prints one line, ``listening on http://HOST:PORT`
 port when ``--port 0``). Notes (no NVML, a lost GPU, the watched process gone) go to stderr.
 A bad flag ends with one sentence on stderr and exit status 2. SIGTERM or Ctrl-C stop it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,48 +53,75 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog,
-                description="Sample GPU (NVML), CPU and one server process; serve the samples "
-                            "over HTTP for the tts-knee puller and Prometheus.")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; 0.0.0.0 to be reached from "
-                        "other hosts — then set --token)")
+    p = _Parser(
+        prog=prog,
+        description="Sample GPU (NVML), CPU and one server process; serve the samples "
+        "over HTTP for the tts-knee puller and Prometheus.",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 to be reached from other hosts — then set --token)",
+    )
     p.add_argument("--port", type=int, default=9300, help="port (default 9300; 0 picks a free one)")
-    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S,
-                   help="seconds between samples (default 1)")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between samples (default 1)")
     watch = p.add_mutually_exclusive_group()
-    watch.add_argument("--pid", type=int,
-                       help="watch this process and its children (default: no process)")
-    watch.add_argument("--match", metavar="NAME",
-                       help="watch the process whose name or command line contains NAME, "
-                            "found again if it restarts (default: no process)")
-    p.add_argument("--spool", metavar="FILE",
-                   help="also append every sample to FILE, JSONL (default: none)")
-    p.add_argument("--token", default=None,
-                   help=f"require 'Authorization: Bearer TOKEN' on every endpoint "
-                        f"(default: ${TOKEN_ENV})")
-    p.add_argument("--buffer", type=int, default=DEFAULT_BUFFER,
-                   help=f"samples kept in memory (default {DEFAULT_BUFFER})")
+    watch.add_argument("--pid", type=int, help="watch this process and its children (default: no process)")
+    watch.add_argument(
+        "--match",
+        metavar="NAME",
+        help="watch the process whose name or command line contains NAME, "
+        "found again if it restarts (default: no process)",
+    )
+    p.add_argument("--spool", metavar="FILE", help="also append every sample to FILE, JSONL (default: none)")
+    p.add_argument(
+        "--token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every endpoint (default: ${TOKEN_ENV})"
+    )
+    p.add_argument(
+        "--buffer", type=int, default=DEFAULT_BUFFER, help=f"samples kept in memory (default {DEFAULT_BUFFER})"
+    )
     p.add_argument("--hostname", help="host name reported in samples (default: this host's)")
     srv = p.add_argument_group("the server's own metrics")
-    srv.add_argument("--scrape", action="append", default=[], metavar="URL",
-                     help="a Prometheus endpoint of the TTS server (vLLM, Triton, SGLang, TGI "
-                          "or any other), read each interval into the samples' metrics "
-                          "(repeatable; default none)")
-    srv.add_argument("--scrape-match", metavar="REGEX",
-                     help="keep only series whose name (with labels) matches REGEX "
-                          "(default: every series)")
-    srv.add_argument("--scrape-max-series", type=int, default=DEFAULT_MAX_SERIES, metavar="N",
-                     help=f"series kept per endpoint, known queue/running/batch/KV-cache "
-                          f"series first (default {DEFAULT_MAX_SERIES})")
-    srv.add_argument("--scrape-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                     help=f"seconds one scrape may take (default {DEFAULT_TIMEOUT_S:g})")
-    srv.add_argument("--dcgm", metavar="URL",
-                     help="read GPUs from this dcgm-exporter /metrics instead of NVML "
-                          "(default: NVML)")
-    srv.add_argument("--server-role", action="append", default=[], metavar="ROLE=SERIES",
-                     help=f"the scraped series (a metric family) is the server's ROLE, one of {', '.join(ROLES)}: "
-                          f"kept under the cap, and told to the master (repeatable; default: the names tts-knee knows)")
+    srv.add_argument(
+        "--scrape",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a Prometheus endpoint of the TTS server (vLLM, Triton, SGLang, TGI "
+        "or any other), read each interval into the samples' metrics "
+        "(repeatable; default none)",
+    )
+    srv.add_argument(
+        "--scrape-match",
+        metavar="REGEX",
+        help="keep only series whose name (with labels) matches REGEX (default: every series)",
+    )
+    srv.add_argument(
+        "--scrape-max-series",
+        type=int,
+        default=DEFAULT_MAX_SERIES,
+        metavar="N",
+        help=f"series kept per endpoint, known queue/running/batch/KV-cache "
+        f"series first (default {DEFAULT_MAX_SERIES})",
+    )
+    srv.add_argument(
+        "--scrape-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds one scrape may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    srv.add_argument(
+        "--dcgm", metavar="URL", help="read GPUs from this dcgm-exporter /metrics instead of NVML (default: NVML)"
+    )
+    srv.add_argument(
+        "--server-role",
+        action="append",
+        default=[],
+        metavar="ROLE=SERIES",
+        help=f"the scraped series (a metric family) is the server's ROLE, one of {', '.join(ROLES)}: "
+        f"kept under the cap, and told to the master (repeatable; default: the names tts-knee knows)",
+    )
     return p
 
 
@@ -105,20 +133,17 @@ def _check(args: argparse.Namespace) -> None:
     if args.buffer < 1:
         raise _Usage(f"--buffer must be at least 1, not {args.buffer}.")
     if args.pid is not None and (args.pid <= 0 or not psutil.pid_exists(args.pid)):
-        raise _Usage(f"--pid {args.pid}: no such process; start the server first or use "
-                     f"--match NAME.")
+        raise _Usage(f"--pid {args.pid}: no such process; start the server first or use --match NAME.")
     if args.match is not None and not args.match.strip():
         raise _Usage("--match needs a non-empty name.")
     for flag, url in [("--scrape", u) for u in args.scrape] + [("--dcgm", args.dcgm)]:
         if url is not None and not re.match(r"https?://[^/\s]+", url):
-            raise _Usage(f"{flag} must be an http:// URL like http://127.0.0.1:8000/metrics, "
-                         f"not {url!r}.")
+            raise _Usage(f"{flag} must be an http:// URL like http://127.0.0.1:8000/metrics, not {url!r}.")
     if args.scrape_match is not None:
         try:
             re.compile(args.scrape_match)
         except re.error as exc:
-            raise _Usage(f"--scrape-match {args.scrape_match!r} is not a regular expression "
-                         f"({exc}).") from None
+            raise _Usage(f"--scrape-match {args.scrape_match!r} is not a regular expression ({exc}).") from None
     if args.scrape_max_series < 1:
         raise _Usage(f"--scrape-max-series must be at least 1, not {args.scrape_max_series}.")
     try:
@@ -126,8 +151,7 @@ def _check(args: argparse.Namespace) -> None:
     except ValueError as e:
         raise _Usage(f"{e}.") from None
     if not 0.05 <= args.scrape_timeout <= 60:
-        raise _Usage(f"--scrape-timeout must be between 0.05 and 60 seconds, not "
-                     f"{args.scrape_timeout}.")
+        raise _Usage(f"--scrape-timeout must be between 0.05 and 60 seconds, not {args.scrape_timeout}.")
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -135,11 +159,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         args = parser(prog).parse_args(argv)
         _check(args)
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
-        logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                            format="collectors: %(message)s")
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="collectors: %(message)s")
         try:
-            watcher = (ProcessWatcher(pid=args.pid, match=args.match)
-                       if args.pid is not None or args.match else None)
+            watcher = ProcessWatcher(pid=args.pid, match=args.match) if args.pid is not None or args.match else None
         except psutil.Error as exc:
             raise _Usage(f"--pid {args.pid}: cannot watch it ({exc}).") from None
         try:
@@ -151,24 +173,40 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         else:
             gpus = Nvml()
             gpus.available  # start NVML now, so "no NVML" is said at start, not on first sample
-        scrapes = Scrapes(args.scrape, args.interval, args.scrape_timeout, args.scrape_match,
-                          args.scrape_max_series, args.server_role) if args.scrape else None
-        sampler = Sampler(HostSampler(), gpus, watcher, interval_s=args.interval,
-                          buffer=args.buffer, spool=spool, hostname=args.hostname,
-                          scrapes=scrapes)
+        scrapes = (
+            Scrapes(
+                args.scrape,
+                args.interval,
+                args.scrape_timeout,
+                args.scrape_match,
+                args.scrape_max_series,
+                args.server_role,
+            )
+            if args.scrape
+            else None
+        )
+        sampler = Sampler(
+            HostSampler(),
+            gpus,
+            watcher,
+            interval_s=args.interval,
+            buffer=args.buffer,
+            spool=spool,
+            hostname=args.hostname,
+            scrapes=scrapes,
+        )
         try:
             server = CollectorServer((args.host, args.port), sampler, token)
         except OSError as exc:
-            raise _Usage(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}).") \
-                from None
+            raise _Usage(f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}).") from None
     except _Usage as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
 
     if token is None and args.host not in ("127.0.0.1", "::1", "localhost"):
         logging.getLogger("collectors").warning(
-            "Listening on %s without --token: anyone who can reach it can read this host's "
-            "readings.", args.host)
+            "Listening on %s without --token: anyone who can reach it can read this host's readings.", args.host
+        )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -177,8 +215,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if scrapes is not None:
         scrapes.start()
     sampler.start()
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                     name="http", daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True).start()
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     # one write, newline included: a log line from another thread cannot land inside it

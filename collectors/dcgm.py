@@ -17,6 +17,7 @@ The exporter is scraped on its own thread like any ``--scrape`` endpoint: while 
 answer, the GPUs last seen stay listed with null readings (a visible gap), and before it ever
 answered there are none. This module never touches NVML.
 """
+
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -54,8 +55,9 @@ def gpus_from_text(text: str) -> list[dict]:
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ...
-        raise ExpositionError(str(exc).strip().splitlines()[0][:160] if str(exc).strip()
-                              else "unreadable text") from None
+        raise ExpositionError(
+            str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "unreadable text"
+        ) from None
     devices: dict[tuple, dict] = {}
     raw: dict[tuple, dict[str, float | None]] = {}
     for fam in families:
@@ -69,10 +71,14 @@ def gpus_from_text(text: str) -> list[dict]:
             mig = s.labels.get("GPU_I_ID")
             key = (index, int(mig) if mig and mig.isdigit() else -1)
             if key not in devices:
-                devices[key] = {"index": index, "mig_index": None if key[1] < 0 else key[1],
-                                "uuid": s.labels.get("UUID") or None,
-                                "name": s.labels.get("modelName") or None, "lost": False,
-                                **dict.fromkeys(GPU_FIELDS)}
+                devices[key] = {
+                    "index": index,
+                    "mig_index": None if key[1] < 0 else key[1],
+                    "uuid": s.labels.get("UUID") or None,
+                    "name": s.labels.get("modelName") or None,
+                    "lost": False,
+                    **dict.fromkeys(GPU_FIELDS),
+                }
             raw.setdefault(key, {})[s.name] = _value(float(s.value))
     for key, dev in devices.items():
         got = raw[key]
@@ -82,8 +88,7 @@ def gpus_from_text(text: str) -> list[dict]:
         used, free = got.get("DCGM_FI_DEV_FB_USED"), got.get("DCGM_FI_DEV_FB_FREE")
         reserved = got.get("DCGM_FI_DEV_FB_RESERVED") or 0
         dev["mem_used_bytes"] = None if used is None else int(used * MIB)
-        dev["mem_total_bytes"] = (None if used is None or free is None
-                                  else int((used + free + reserved) * MIB))
+        dev["mem_total_bytes"] = None if used is None or free is None else int((used + free + reserved) * MIB)
         mask = next((got[r] for r in REASONS if got.get(r) is not None), None)
         dev["clock_event_reasons"] = decode_clock_event_reasons(None if mask is None else int(mask))
     return [devices[k] for k in sorted(devices)]
@@ -94,8 +99,9 @@ class DcgmGpus:
     same ``available`` and ``sample(pids)`` as :class:`collectors.nvml.Nvml`."""
 
     def __init__(self, url: str, interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S):
-        self.endpoint = Endpoint(url, interval_s, timeout_s, what="dcgm-exporter",
-                                 convert=lambda text, t: gpus_from_text(text))
+        self.endpoint = Endpoint(
+            url, interval_s, timeout_s, what="dcgm-exporter", convert=lambda text, t: gpus_from_text(text)
+        )
         self._known: list[dict] = []
 
     @property
@@ -113,7 +119,6 @@ class DcgmGpus:
         there is none (``pids`` is ignored: dcgm-exporter does not say per process)."""
         gpus = self.endpoint.latest()
         if gpus is not None:
-            self._known = [{k: g[k] for k in ("index", "mig_index", "uuid", "name")}
-                           for g in gpus]
+            self._known = [{k: g[k] for k in ("index", "mig_index", "uuid", "name")} for g in gpus]
             return [dict(g) for g in gpus]
         return [dict(g, lost=False, **dict.fromkeys(GPU_FIELDS)) for g in self._known]

@@ -20,6 +20,7 @@ value means:
 :class:`Reader` keeps the counter state of one endpoint and applies the selection
 (``match``, a regular expression searched in the series name) and the cap on series.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,6 +43,7 @@ class Sample:
     """One series of one scrape: ``key`` its name, ``family`` the metric family, ``kind``
     ``gauge`` or ``counter``, ``mean_of`` the histogram/summary family a ``_sum``/``_count``
     belongs to (None otherwise)."""
+
     key: str
     family: str
     kind: str
@@ -101,8 +103,16 @@ def parse(text: str) -> list[Sample]:
                 base = fam.name if fam.type != "unknown" else s.name.rsplit("_", 1)[0]
                 if s.name.endswith(("_count", "_sum")):
                     gauge = kind == "gaugehistogram"
-                    out.append(Sample(key, fam.name, "gauge" if gauge else "counter", value,
-                                      mean_of=base, labels=tuple(labels.items())))
+                    out.append(
+                        Sample(
+                            key,
+                            fam.name,
+                            "gauge" if gauge else "counter",
+                            value,
+                            mean_of=base,
+                            labels=tuple(labels.items()),
+                        )
+                    )
                 elif s.name.endswith(("_gcount", "_gsum")):
                     out.append(Sample(key, fam.name, "gauge", value))
             elif kind in ("gauge", "unknown"):
@@ -121,8 +131,7 @@ def _names_written(text: str) -> set[str]:
 
 
 def _first_line(message: str) -> str:
-    line = (message or "unreadable text").strip().splitlines()[0] if message.strip() else \
-        "unreadable text"
+    line = (message or "unreadable text").strip().splitlines()[0] if message.strip() else "unreadable text"
     return line[:160]
 
 
@@ -134,10 +143,15 @@ class Reader:
     ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says how many the cap left out last time.
     """
 
-    def __init__(self, match: str | None = None, max_series: int = DEFAULT_MAX_SERIES,
-                 max_gap_s: float | None = None, roles: dict[str, str] | None = None):
+    def __init__(
+        self,
+        match: str | None = None,
+        max_series: int = DEFAULT_MAX_SERIES,
+        max_gap_s: float | None = None,
+        roles: dict[str, str] | None = None,
+    ):
         self.match = re.compile(match) if match else None
-        self.roles = roles   # --server-role: {family: role}, kept first too
+        self.roles = roles  # --server-role: {family: role}, kept first too
         self.max_series = max_series
         self.max_gap_s = max_gap_s
         self.dropped = 0
@@ -182,12 +196,10 @@ class Reader:
         known = [k for k in unique if role_of(k.split("{", 1)[0], self.roles)]
         keep = set((known + [k for k in unique if k not in set(known)])[: self.max_series])
         self.dropped = len(unique) - len(keep)
-        return [s for s in samples
-                if (s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))) in keep]
+        return [s for s in samples if (s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))) in keep]
 
 
-def _rate(prev: tuple[float, float] | None, value: float, t: float,
-          max_gap_s: float | None = None) -> float | None:
+def _rate(prev: tuple[float, float] | None, value: float, t: float, max_gap_s: float | None = None) -> float | None:
     """Per-second rise since ``prev`` (value, t); None on the first scrape, a reset, or after
     more than ``max_gap_s``."""
     if prev is None:

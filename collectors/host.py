@@ -5,6 +5,7 @@ Rates (CPU percentages) are computed from the CPU-time counters between two read
 are divided by the time that actually passed. The first reading only primes the counters.
 The collector (role ``server``) and the Locust master's puller (role ``client``) share this.
 """
+
 from __future__ import annotations
 
 import logging
@@ -105,7 +106,7 @@ class ProcessWatcher:
     def __init__(self, pid: int | None = None, match: str | None = None, skip: set[int] | None = None):
         self._pid = pid
         self._match = match
-        self._skip = skip if skip is not None else set()   # children not to count (read at every reading)
+        self._skip = skip if skip is not None else set()  # children not to count (read at every reading)
         self._root: psutil.Process | None = None
         self._cpu_s: dict[int, tuple[psutil.Process, float]] = {}
         self._last_t: float | None = None
@@ -150,8 +151,7 @@ class ProcessWatcher:
             if self._root is None:
                 if not self._missing_noted:
                     self._missing_noted = True
-                    log.warning("No process matches %r yet; proc is null until one does.",
-                                self._match)
+                    log.warning("No process matches %r yet; proc is null until one does.", self._match)
                 return None
             log.warning("Watching process %d (matched %r).", self._root.pid, self._match)
             self._missing_noted = False
@@ -192,8 +192,11 @@ class ProcessWatcher:
         elapsed = None if self._last_t is None else now_t - self._last_t
         self._last_t, self._last_wall = now_t, now_wall
         return runformat.proc_reading(
-            pid=self._root.pid, cpu_percent=round(100.0 * cpu_delta / elapsed, 2) if elapsed else None,
-            rss_bytes=rss, num_children=len(seen) - 1)
+            pid=self._root.pid,
+            cpu_percent=round(100.0 * cpu_delta / elapsed, 2) if elapsed else None,
+            rss_bytes=rss,
+            num_children=len(seen) - 1,
+        )
 
     def _lost(self) -> None:
         pid = self._root.pid if self._root else None
@@ -203,6 +206,5 @@ class ProcessWatcher:
         if self._match:
             log.warning("Watched process %s exited; looking for %r again.", pid, self._match)
         else:
-            log.warning("Watched process %s exited; proc is null from now on, sampling goes on.",
-                        pid)
+            log.warning("Watched process %s exited; proc is null from now on, sampling goes on.", pid)
         return None

@@ -9,6 +9,7 @@ not exported again (they are on the server's own endpoint already, and repeating
 double their number); GPUs read with ``--dcgm`` are, like NVML's, in the ``gpu_*`` families.
 ``/healthz`` lists each ``--scrape`` endpoint's state.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -48,13 +49,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if not self._authorised():
-            self._send(401, json.dumps(wire.ERROR(error="unauthorised")).encode() + b"\n",
-                       "application/json", {"WWW-Authenticate": 'Bearer realm="tts-knee collector"'})
+            self._send(
+                401,
+                json.dumps(wire.ERROR(error="unauthorised")).encode() + b"\n",
+                "application/json",
+                {"WWW-Authenticate": 'Bearer realm="tts-knee collector"'},
+            )
             return
         url = urlsplit(self.path)
         route = {
-            wire.SAMPLES.name: self._samples, wire.TIME.name: self._time,
-            wire.METRICS_PATH: self._metrics, wire.HEALTH.name: self._healthz,
+            wire.SAMPLES.name: self._samples,
+            wire.TIME.name: self._time,
+            wire.METRICS_PATH: self._metrics,
+            wire.HEALTH.name: self._healthz,
         }.get(url.path)
         if route is None:
             self._json(404, wire.ERROR(error=f"no such endpoint: {url.path}"))
@@ -101,11 +108,21 @@ class _Handler(BaseHTTPRequestHandler):
         s = self.server.sampler
         latest = s.latest()
         gpus = latest["gpus"] if latest else []
-        self._json(200, wire.HEALTH(
-            status="ok", nvml=s.nvml_available, samples=s.count, host=s.hostname, boot=s.boot,
-            interval_s=s.interval_s, gpus=len(gpus), lost_gpus=sum(1 for g in gpus if g.get("lost")),
-            watching=latest["proc"]["pid"] if latest and latest.get("proc") else None,
-            scrapes=s.scrape_states()))
+        self._json(
+            200,
+            wire.HEALTH(
+                status="ok",
+                nvml=s.nvml_available,
+                samples=s.count,
+                host=s.hostname,
+                boot=s.boot,
+                interval_s=s.interval_s,
+                gpus=len(gpus),
+                lost_gpus=sum(1 for g in gpus if g.get("lost")),
+                watching=latest["proc"]["pid"] if latest and latest.get("proc") else None,
+                scrapes=s.scrape_states(),
+            ),
+        )
 
     def _metrics(self, query: dict) -> None:
         body = render_metrics(self.server.sampler).encode()
@@ -113,6 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # -- Prometheus text exposition -----------------------------------------------------------------
+
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -122,8 +140,7 @@ class _Exposition:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def family(self, name: str, kind: str, help_text: str,
-               series: list[tuple[dict, float | None]]) -> None:
+    def family(self, name: str, kind: str, help_text: str, series: list[tuple[dict, float | None]]) -> None:
         """One metric family; series whose value is None (unknown) are left out."""
         known = [(labels, v) for labels, v in series if v is not None]
         if not known:
@@ -133,8 +150,7 @@ class _Exposition:
         self.lines.append(f"# TYPE {full} {kind}")
         for labels, value in known:
             label_text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-            self.lines.append(f"{full}{{{label_text}}} {float(value)!r}" if label_text
-                              else f"{full} {float(value)!r}")
+            self.lines.append(f"{full}{{{label_text}}} {float(value)!r}" if label_text else f"{full} {float(value)!r}")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -152,78 +168,105 @@ def render_metrics(sampler: Sampler) -> str:
     def one(key: str, f=lambda v: v) -> list[tuple[dict, float | None]]:
         return [({}, None if s.get(key) is None else f(s[key]))]
 
-    e.family("collector_samples_total", "counter", "Samples taken since the collector started.",
-             [({}, sampler.count)])
-    e.family("collector_missed_ticks_total", "counter",
-             "Sampling ticks skipped because a sample ran past the next deadline.",
-             [({}, sampler.missed_ticks)])
-    e.family("collector_sample_duration_seconds", "gauge",
-             "Wall time the last sample took.", [({}, sampler.last_sample_s)])
-    e.family("collector_last_sample_timestamp_seconds", "gauge",
-             "Unix time of the last sample on the collector's clock.", one("ts"))
-    e.family("collector_nvml_available", "gauge", "1 when NVML answers, 0 otherwise.",
-             [({}, 1 if sampler.nvml_available else 0)])
-    e.family("cpu_utilization_ratio", "gauge",
-             "Busy fraction of all CPU cores together over the last interval.",
-             one("cpu_percent", _ratio))
-    e.family("cpu_max_core_utilization_ratio", "gauge",
-             "Busy fraction of the busiest CPU core over the last interval.",
-             one("cpu_max_core_percent", _ratio))
-    e.family("cpu_iowait_ratio", "gauge", "Fraction of CPU time waiting for I/O.",
-             one("iowait_percent", _ratio))
-    e.family("cpu_steal_ratio", "gauge", "Fraction of CPU time stolen by the hypervisor.",
-             one("steal_percent", _ratio))
-    e.family("memory_used_bytes", "gauge", "Host memory in use (total minus available).",
-             one("mem_used_bytes"))
+    e.family("collector_samples_total", "counter", "Samples taken since the collector started.", [({}, sampler.count)])
+    e.family(
+        "collector_missed_ticks_total",
+        "counter",
+        "Sampling ticks skipped because a sample ran past the next deadline.",
+        [({}, sampler.missed_ticks)],
+    )
+    e.family(
+        "collector_sample_duration_seconds", "gauge", "Wall time the last sample took.", [({}, sampler.last_sample_s)]
+    )
+    e.family(
+        "collector_last_sample_timestamp_seconds",
+        "gauge",
+        "Unix time of the last sample on the collector's clock.",
+        one("ts"),
+    )
+    e.family(
+        "collector_nvml_available",
+        "gauge",
+        "1 when NVML answers, 0 otherwise.",
+        [({}, 1 if sampler.nvml_available else 0)],
+    )
+    e.family(
+        "cpu_utilization_ratio",
+        "gauge",
+        "Busy fraction of all CPU cores together over the last interval.",
+        one("cpu_percent", _ratio),
+    )
+    e.family(
+        "cpu_max_core_utilization_ratio",
+        "gauge",
+        "Busy fraction of the busiest CPU core over the last interval.",
+        one("cpu_max_core_percent", _ratio),
+    )
+    e.family("cpu_iowait_ratio", "gauge", "Fraction of CPU time waiting for I/O.", one("iowait_percent", _ratio))
+    e.family("cpu_steal_ratio", "gauge", "Fraction of CPU time stolen by the hypervisor.", one("steal_percent", _ratio))
+    e.family("memory_used_bytes", "gauge", "Host memory in use (total minus available).", one("mem_used_bytes"))
     e.family("memory_total_bytes", "gauge", "Host memory in total.", one("mem_total_bytes"))
-    e.family("disk_read_bytes_total", "counter", "Bytes read from disks.",
-             one("disk_read_bytes"))
-    e.family("disk_written_bytes_total", "counter", "Bytes written to disks.",
-             one("disk_write_bytes"))
-    e.family("network_transmit_bytes_total", "counter", "Bytes sent on all interfaces.",
-             one("net_sent_bytes"))
-    e.family("network_receive_bytes_total", "counter", "Bytes received on all interfaces.",
-             one("net_recv_bytes"))
+    e.family("disk_read_bytes_total", "counter", "Bytes read from disks.", one("disk_read_bytes"))
+    e.family("disk_written_bytes_total", "counter", "Bytes written to disks.", one("disk_write_bytes"))
+    e.family("network_transmit_bytes_total", "counter", "Bytes sent on all interfaces.", one("net_sent_bytes"))
+    e.family("network_receive_bytes_total", "counter", "Bytes received on all interfaces.", one("net_recv_bytes"))
     proc = s.get("proc")
     if proc:
         labels = {"pid": proc["pid"]}
-        e.family("process_cpu_ratio", "gauge",
-                 "CPU of the watched process and its children, in cores (1.0 = one core busy).",
-                 [(labels, _ratio(proc.get("cpu_percent")))])
-        e.family("process_resident_memory_bytes", "gauge",
-                 "Resident memory of the watched process and its children, summed.",
-                 [(labels, proc.get("rss_bytes"))])
-        e.family("process_children", "gauge", "Live children of the watched process.",
-                 [(labels, proc.get("num_children"))])
+        e.family(
+            "process_cpu_ratio",
+            "gauge",
+            "CPU of the watched process and its children, in cores (1.0 = one core busy).",
+            [(labels, _ratio(proc.get("cpu_percent")))],
+        )
+        e.family(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the watched process and its children, summed.",
+            [(labels, proc.get("rss_bytes"))],
+        )
+        e.family(
+            "process_children", "gauge", "Live children of the watched process.", [(labels, proc.get("num_children"))]
+        )
     gpus = s.get("gpus") or []
 
     def per_gpu(key: str, f=lambda v: v) -> list[tuple[dict, float | None]]:
         return [(_gpu_labels(g), None if g.get(key) is None else f(g[key])) for g in gpus]
 
-    e.family("gpu_utilization_ratio", "gauge",
-             "Fraction of the last sample period in which one or more kernels ran on the GPU "
-             "(NVML utilization.gpu). This is not SM occupancy: one small kernel running all "
-             "the time reads 1.0.", per_gpu("util_percent", _ratio))
+    e.family(
+        "gpu_utilization_ratio",
+        "gauge",
+        "Fraction of the last sample period in which one or more kernels ran on the GPU "
+        "(NVML utilization.gpu). This is not SM occupancy: one small kernel running all "
+        "the time reads 1.0.",
+        per_gpu("util_percent", _ratio),
+    )
     e.family("gpu_memory_used_bytes", "gauge", "GPU memory in use.", per_gpu("mem_used_bytes"))
-    e.family("gpu_memory_total_bytes", "gauge", "GPU memory in total.",
-             per_gpu("mem_total_bytes"))
+    e.family("gpu_memory_total_bytes", "gauge", "GPU memory in total.", per_gpu("mem_total_bytes"))
     e.family("gpu_power_watts", "gauge", "GPU power draw.", per_gpu("power_w"))
     e.family("gpu_temperature_celsius", "gauge", "GPU core temperature.", per_gpu("temp_c"))
-    e.family("gpu_sm_clock_hertz", "gauge", "GPU SM clock.",
-             per_gpu("sm_clock_mhz", lambda v: v * 1_000_000))
-    e.family("gpu_process_memory_bytes", "gauge",
-             "GPU memory held by the watched process and its children.",
-             per_gpu("proc_mem_bytes"))
-    e.family("gpu_lost", "gauge", "1 once the GPU stopped answering (its readings are gone).",
-             [(_gpu_labels(g), 1 if g.get("lost") else 0) for g in gpus])
-    e.family("gpu_clock_event_reason", "gauge",
-             "1 for each reason the GPU's clocks are held down right now.",
-             [(dict(_gpu_labels(g), reason=r), 1) for g in gpus
-              for r in (g.get("clock_event_reasons") or [])])
+    e.family("gpu_sm_clock_hertz", "gauge", "GPU SM clock.", per_gpu("sm_clock_mhz", lambda v: v * 1_000_000))
+    e.family(
+        "gpu_process_memory_bytes",
+        "gauge",
+        "GPU memory held by the watched process and its children.",
+        per_gpu("proc_mem_bytes"),
+    )
+    e.family(
+        "gpu_lost",
+        "gauge",
+        "1 once the GPU stopped answering (its readings are gone).",
+        [(_gpu_labels(g), 1 if g.get("lost") else 0) for g in gpus],
+    )
+    e.family(
+        "gpu_clock_event_reason",
+        "gauge",
+        "1 for each reason the GPU's clocks are held down right now.",
+        [(dict(_gpu_labels(g), reason=r), 1) for g in gpus for r in (g.get("clock_event_reasons") or [])],
+    )
     return e.text()
 
 
 def _gpu_labels(gpu: dict) -> dict:
     mig = gpu.get("mig_index")
-    return {"gpu": gpu.get("index"), "mig": "" if mig is None else mig,
-            "uuid": gpu.get("uuid") or ""}
+    return {"gpu": gpu.get("index"), "mig": "" if mig is None else mig, "uuid": gpu.get("uuid") or ""}

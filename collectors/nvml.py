@@ -9,6 +9,7 @@ The binding is ``pynvml`` (from ``nvidia-ml-py``) unless the environment variabl
 ``TTS_KNEE_NVML_MODULE`` names another importable module with the same API; tests use that
 to load a fake.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -67,8 +68,7 @@ class _Lost(Exception):
 class _Device:
     """One GPU or MIG instance as enumerated at start; ``index`` is the physical GPU's index."""
 
-    def __init__(self, handle: Any, index: int, uuid: str | None, name: str | None,
-                 mig_index: int | None = None):
+    def __init__(self, handle: Any, index: int, uuid: str | None, name: str | None, mig_index: int | None = None):
         self.handle = handle
         self.index = index
         self.uuid = uuid
@@ -81,8 +81,7 @@ class _Device:
         return f"{where} ({self.uuid})"
 
     def identity(self) -> dict:
-        return {"index": self.index, "mig_index": self.mig_index, "uuid": self.uuid,
-                "name": self.name}
+        return {"index": self.index, "mig_index": self.mig_index, "uuid": self.uuid, "name": self.name}
 
 
 class Nvml:
@@ -119,8 +118,7 @@ class Nvml:
         try:
             self._nv = importlib.import_module(self._module_name)
         except ImportError as exc:
-            log.warning("NVML binding %r cannot be imported (%s); sampling CPU only.",
-                        self._module_name, exc)
+            log.warning("NVML binding %r cannot be imported (%s); sampling CPU only.", self._module_name, exc)
             return
         try:
             self._nv.nvmlInit()
@@ -161,13 +159,24 @@ class Nvml:
         if not mode or mode[0] != getattr(self._nv, "NVML_DEVICE_MIG_ENABLE", 1):
             return devices
         for m in range(self._call(None, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
-            mig = self._call(None, "nvmlDeviceGetMigDeviceHandleByIndex", handle, m,
-                             absent=("NVMLError_NotFound", "NVMLError_InvalidArgument"))
+            mig = self._call(
+                None,
+                "nvmlDeviceGetMigDeviceHandleByIndex",
+                handle,
+                m,
+                absent=("NVMLError_NotFound", "NVMLError_InvalidArgument"),
+            )
             if mig is None:
                 continue
-            devices.append(_Device(mig, i, self._call(None, "nvmlDeviceGetUUID", mig),
-                                   self._call(None, "nvmlDeviceGetName", mig),
-                                   mig_index=m))
+            devices.append(
+                _Device(
+                    mig,
+                    i,
+                    self._call(None, "nvmlDeviceGetUUID", mig),
+                    self._call(None, "nvmlDeviceGetName", mig),
+                    mig_index=m,
+                )
+            )
         return devices
 
     def shutdown(self) -> None:
@@ -184,8 +193,15 @@ class Nvml:
         classes = tuple(getattr(self._nv, n) for n in names if hasattr(self._nv, n))
         return isinstance(exc, classes)
 
-    def _call(self, device: _Device | None, fn_name: str, *args: Any,
-              absent: tuple[str, ...] = (), fallback: bool = False, **kwargs: Any) -> Any:
+    def _call(
+        self,
+        device: _Device | None,
+        fn_name: str,
+        *args: Any,
+        absent: tuple[str, ...] = (),
+        fallback: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """Call ``fn_name`` on the binding; None for anything NVML cannot say.
 
         ``absent`` names further error classes that mean "nothing there". ``fallback`` says
@@ -204,11 +220,15 @@ class Nvml:
             if self._is(exc, "NVMLError_FunctionNotFound"):
                 self._note_missing(fn_name, fallback=fallback)
                 return None
-            if self._is(exc, "NVMLError_GpuIsLost", "NVMLError_ResetRequired",
-                        "NVMLError_GpuNotFound"):
+            if self._is(exc, "NVMLError_GpuIsLost", "NVMLError_ResetRequired", "NVMLError_GpuNotFound"):
                 raise _Lost(str(exc)) from None
-            if self._is(exc, "NVMLError_Uninitialized", "NVMLError_DriverNotLoaded",
-                        "NVMLError_LibraryNotFound", "NVMLError_LibRmVersionMismatch"):
+            if self._is(
+                exc,
+                "NVMLError_Uninitialized",
+                "NVMLError_DriverNotLoaded",
+                "NVMLError_LibraryNotFound",
+                "NVMLError_LibRmVersionMismatch",
+            ):
                 raise _Lost(str(exc), driver=True) from None
             self._note_error(device, fn_name, exc)
             return None
@@ -220,8 +240,7 @@ class Nvml:
             self._note_error(device, fn_name, exc)
             return None
 
-    def _call_any(self, device: _Device, fn_names: tuple[str, ...], *args: Any,
-                  **kwargs: Any) -> Any:
+    def _call_any(self, device: _Device, fn_names: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
         """The first of ``fn_names`` this driver has (newer or older spellings of one call)."""
         for n, fn_name in enumerate(fn_names):
             if fn_name in self._missing:
@@ -237,8 +256,7 @@ class Nvml:
             if fallback:
                 log.info("NVML function %s is not available; using an older one.", fn_name)
             else:
-                log.warning("NVML function %s is not available with this driver; "
-                            "its readings are null.", fn_name)
+                log.warning("NVML function %s is not available with this driver; its readings are null.", fn_name)
 
     def _note_error(self, device: _Device | None, fn_name: str, exc: BaseException) -> None:
         key = (fn_name, type(exc).__name__)
@@ -278,13 +296,14 @@ class Nvml:
             self._driver_lost = True
             for d in self._devices:
                 d.lost = True
-            log.warning("The NVIDIA driver went away (%s); GPU fields are null from now on, "
-                        "CPU sampling goes on. Restart the collector once the driver is back.",
-                        exc)
+            log.warning(
+                "The NVIDIA driver went away (%s); GPU fields are null from now on, "
+                "CPU sampling goes on. Restart the collector once the driver is back.",
+                exc,
+            )
         else:
             device.lost = True
-            log.warning("%s was lost (%s); its fields are null from now on, sampling goes on.",
-                        device.label(), exc)
+            log.warning("%s was lost (%s); its fields are null from now on, sampling goes on.", device.label(), exc)
 
     def _read(self, device: _Device, pids: set[int] | None) -> dict:
         h = device.handle
@@ -293,8 +312,9 @@ class Nvml:
         memory = self._memory(device)
         power_mw = self._call(device, "nvmlDeviceGetPowerUsage", h)
         # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); V is its successor.
-        temp = self._call_any(device, ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"),
-                              h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        temp = self._call_any(
+            device, ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"), h, getattr(nv, "NVML_TEMPERATURE_GPU", 0)
+        )
         sm_clock = self._call(device, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
         return {
             "util_percent": None if util is None else util.gpu,
@@ -304,9 +324,11 @@ class Nvml:
             "temp_c": temp,
             "sm_clock_mhz": sm_clock,
             # ...ClocksEventReasons replaced ...ClocksThrottleReasons (same bits).
-            "clock_event_reasons": decode_clock_event_reasons(self._call_any(
-                device, ("nvmlDeviceGetCurrentClocksEventReasons",
-                         "nvmlDeviceGetCurrentClocksThrottleReasons"), h)),
+            "clock_event_reasons": decode_clock_event_reasons(
+                self._call_any(
+                    device, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h
+                )
+            ),
             "proc_mem_bytes": self._proc_mem(device, pids),
         }
 
@@ -318,8 +340,7 @@ class Nvml:
             try:
                 return nv.nvmlDeviceGetMemoryInfo(device.handle, version=nv.nvmlMemory_v2)
             except nv.NVMLError as exc:
-                if not self._is(exc, "NVMLError_FunctionNotFound",
-                                "NVMLError_ArgumentVersionMismatch"):
+                if not self._is(exc, "NVMLError_FunctionNotFound", "NVMLError_ArgumentVersionMismatch"):
                     # Not about v2 itself: v1 gets the same error classified by _call.
                     return self._call(device, "nvmlDeviceGetMemoryInfo", device.handle)
             except TypeError:  # a binding whose nvmlDeviceGetMemoryInfo has no version
@@ -327,15 +348,15 @@ class Nvml:
             except Exception:  # noqa: BLE001 - let the wrapper deal with it through v1
                 return self._call(device, "nvmlDeviceGetMemoryInfo", device.handle)
             self._memory_v2 = False
-            log.info("NVML memory info v2 is not available; using v1 (its used includes "
-                     "driver-reserved memory).")
+            log.info("NVML memory info v2 is not available; using v1 (its used includes driver-reserved memory).")
         return self._call(device, "nvmlDeviceGetMemoryInfo", device.handle)
 
     def _proc_mem(self, device: _Device, pids: set[int] | None) -> int | None:
         if not pids:
             return None
-        procs = self._call_any(device, ("nvmlDeviceGetComputeRunningProcesses",
-                                        "nvmlDeviceGetComputeRunningProcesses_v2"), device.handle)
+        procs = self._call_any(
+            device, ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"), device.handle
+        )
         if procs is None:
             return None
         mine = [p for p in procs if p.pid in pids]
@@ -344,8 +365,10 @@ class Nvml:
             # of them are ours to see, so the answer is unknown rather than 0.
             if not self._pid_namespace_noted:
                 self._pid_namespace_noted = True
-                log.warning("GPU processes are not visible in this PID namespace (a container "
-                            "without --pid=host?); proc_mem_bytes is null.")
+                log.warning(
+                    "GPU processes are not visible in this PID namespace (a container "
+                    "without --pid=host?); proc_mem_bytes is null."
+                )
             return None
         used = [p.usedGpuMemory for p in mine]
         if any(u is None for u in used):

@@ -34,6 +34,7 @@ in the object, nested objects included, is a series named by its path (``cache.h
 a name ending ``_total`` is a counter and becomes a per-second rate, as a Prometheus counter
 does (:class:`JsonStats`).
 """
+
 from __future__ import annotations
 
 import http.client
@@ -61,14 +62,14 @@ from tts_knee.runformat.wire import HEALTH, SAMPLES, TIME
 
 log = logging.getLogger(__name__)
 
-PROBES = 8                 # /time probes per offset estimate; the least round trip wins
-REPROBE_S = 60.0           # re-estimate the offset this often during a run
-RETRY_MAX_S = 10.0         # backoff ceiling for an unreachable collector
+PROBES = 8  # /time probes per offset estimate; the least round trip wins
+REPROBE_S = 60.0  # re-estimate the offset this often during a run
+RETRY_MAX_S = 10.0  # backoff ceiling for an unreachable collector
 CONNECT_TIMEOUT_S = 2.0
 NETWORK_TIMEOUT_S = 10.0
-PRE_ROLL_S = 5.0           # samples from just before the run are kept as a baseline
+PRE_ROLL_S = 5.0  # samples from just before the run are kept as a baseline
 STOP_TIMEOUT_S = 15.0
-SCRAPE_TIMEOUT_S = 2.0     # one --server-metrics scrape; a slower one is a gap
+SCRAPE_TIMEOUT_S = 2.0  # one --server-metrics scrape; a slower one is a gap
 
 
 #: Children of this process that are not the load generator (the ASR judge: locustfiles.listening;
@@ -108,10 +109,10 @@ class _Collector:
         self.client = self._new_client()
         self.host: str | None = None
         self.boot: str | None = None
-        self.server_roles: list[str] = []   # the collector's --server-role
+        self.server_roles: list[str] = []  # the collector's --server-role
         self.since: int | None = None
         self.connected = False
-        self.reachable = False            # at start
+        self.reachable = False  # at start
         self.offset_s: float | None = None  # first estimate
         self.rtt_s: float | None = None
         self.offset_end_s: float | None = None
@@ -131,9 +132,14 @@ class _Collector:
         self.greenlet: gevent.Greenlet | None = None
 
     def _new_client(self) -> HTTPClient:
-        return HTTPClient(self._address[0], port=self._address[1],
-                          connection_timeout=CONNECT_TIMEOUT_S,
-                          network_timeout=NETWORK_TIMEOUT_S, concurrency=1, ssl=self._ssl)
+        return HTTPClient(
+            self._address[0],
+            port=self._address[1],
+            connection_timeout=CONNECT_TIMEOUT_S,
+            network_timeout=NETWORK_TIMEOUT_S,
+            concurrency=1,
+            ssl=self._ssl,
+        )
 
     def renew_client(self) -> None:
         self.client.close()
@@ -149,7 +155,7 @@ class _Collector:
                 resp.release()
         except (OSError, gevent.Timeout) as exc:
             raise _Unreachable(str(exc) or type(exc).__name__) from None
-        except http.client.HTTPException as exc:   # geventhttpclient's parser: a garbled response
+        except http.client.HTTPException as exc:  # geventhttpclient's parser: a garbled response
             raise _Unreachable(f"{type(exc).__name__}: {exc}") from None
         if resp.status_code == 401:
             raise _Unreachable("the collector rejected the token (HTTP 401)")
@@ -192,8 +198,8 @@ class JsonStats:
 
     def __init__(self, max_gap_s: float):
         self.max_gap_s = max_gap_s
-        self.dropped = 0   # no cap on series: the run.json entry's series_left_out
-        self._last: dict[str, tuple[float, float]] = {}   # counter -> (value, when)
+        self.dropped = 0  # no cap on series: the run.json entry's series_left_out
+        self._last: dict[str, tuple[float, float]] = {}  # counter -> (value, when)
 
     def read(self, text: str, at: float) -> dict:
         try:
@@ -238,9 +244,14 @@ class _ServerMetrics:
         self.reader = JsonStats(gap) if stats else Reader(max_gap_s=gap)
         self.accept = "application/json" if stats else "text/plain"
         self.kind = JsonStats.kind if stats else "Prometheus text exposition"
-        self.client = HTTPClient(self._address[0], port=self._address[1],
-                                 connection_timeout=SCRAPE_TIMEOUT_S,
-                                 network_timeout=SCRAPE_TIMEOUT_S, concurrency=1, ssl=self._ssl)
+        self.client = HTTPClient(
+            self._address[0],
+            port=self._address[1],
+            connection_timeout=SCRAPE_TIMEOUT_S,
+            network_timeout=SCRAPE_TIMEOUT_S,
+            concurrency=1,
+            ssl=self._ssl,
+        )
         self.state = "new"
         self.samples = self.failures = 0
         self.greenlet: gevent.Greenlet | None = None
@@ -258,8 +269,7 @@ class _ServerMetrics:
         except gevent.Timeout:
             raise _Unreachable(f"no answer within {SCRAPE_TIMEOUT_S:g} s") from None
         except (OSError, http.client.HTTPException) as exc:  # refused, reset, a garbled answer
-            raise _Unreachable(getattr(exc, "strerror", None) or str(exc)
-                               or type(exc).__name__) from None
+            raise _Unreachable(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None
         if resp.status_code != 200:
             raise _Unreachable(f"HTTP {resp.status_code}")
         return self.reader.read(body.decode("utf-8", "replace"), (t_send + time.monotonic()) / 2)
@@ -290,18 +300,28 @@ class CollectorPuller:
     at once) and stamped by ``clock`` (epoch seconds: the node's, the one its records use).
     """
 
-    def __init__(self, urls: list[str], out_path: pathlib.Path, token: str | None = None,
-                 interval_s: float = 1.0, sample_client: bool = True,
-                 client_host: str | None = None, server_metrics: list[str] = (), server_stats: list[str] = (),
-                 disk=None, clock=time.time):
+    def __init__(
+        self,
+        urls: list[str],
+        out_path: pathlib.Path,
+        token: str | None = None,
+        interval_s: float = 1.0,
+        sample_client: bool = True,
+        client_host: str | None = None,
+        server_metrics: list[str] = (),
+        server_stats: list[str] = (),
+        disk=None,
+        clock=time.time,
+    ):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._clock = clock
         self._collectors = [_Collector(_normalise(u), token, clock) for u in urls]
-        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + \
-            [_ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats]
+        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + [
+            _ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats
+        ]
         self._disk = disk
         self._writing = False
         self._started_at: float | None = None
@@ -321,7 +341,7 @@ class CollectorPuller:
             return [f"Cannot write {self.out_path} ({exc.strerror or exc}); no resource samples will be recorded."]
         if self._disk is None:
             self._disk = _Appender()
-        self._disk.append(self.out_path, b"")   # the file exists from the start, as readers expect
+        self._disk.append(self.out_path, b"")  # the file exists from the start, as readers expect
         self._writing = True
         warnings: list[str] = []
         jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
@@ -331,8 +351,7 @@ class CollectorPuller:
             if not c.connected:
                 c.outages.append([self._started_at, None])
                 c.pending_gap_from = self._started_at
-                warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); "
-                                f"retrying in the background.")
+                warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); retrying in the background.")
             c.greenlet = gevent.spawn(self._poll_loop, c)
         if self.sample_client:
             self._client_greenlet = gevent.spawn(self._client_loop)
@@ -377,19 +396,34 @@ class CollectorPuller:
         """Per collector: url, host, offsets and round trips at start and end, reachability,
         ``gaps`` (spans with no samples, master's clock), ``outages`` (spans the collector did
         not answer), and counts of samples written, dropped and restarts seen."""
-        return [runformat.collector_entry(
-            url=c.url, host=c.host, offset_s=c.offset_s, rtt_s=c.rtt_s,
-            offset_end_s=c.offset_end_s, rtt_end_s=c.rtt_end_s, reachable=c.reachable,
-            gaps=[list(g) for g in c.gaps], outages=[list(o) for o in c.outages],
-            samples=c.samples, dropped=c.dropped, restarts=c.restarts,
-            **({"server_roles": c.server_roles} if c.server_roles else {}),
-        ) for c in self._collectors]
+        return [
+            runformat.collector_entry(
+                url=c.url,
+                host=c.host,
+                offset_s=c.offset_s,
+                rtt_s=c.rtt_s,
+                offset_end_s=c.offset_end_s,
+                rtt_end_s=c.rtt_end_s,
+                reachable=c.reachable,
+                gaps=[list(g) for g in c.gaps],
+                outages=[list(o) for o in c.outages],
+                samples=c.samples,
+                dropped=c.dropped,
+                restarts=c.restarts,
+                **({"server_roles": c.server_roles} if c.server_roles else {}),
+            )
+            for c in self._collectors
+        ]
 
     def describe_server_metrics(self) -> list[dict]:
         """Per ``--server-metrics`` URL: samples written, failed scrapes, and the series the
         cap left out at the last scrape."""
-        return [runformat.server_metrics_entry(url=m.url, samples=m.samples, failures=m.failures,
-                                               series_left_out=m.reader.dropped) for m in self._scraped]
+        return [
+            runformat.server_metrics_entry(
+                url=m.url, samples=m.samples, failures=m.failures, series_left_out=m.reader.dropped
+            )
+            for m in self._scraped
+        ]
 
     @property
     def unreachable(self) -> list[str]:
@@ -439,8 +473,7 @@ class CollectorPuller:
         c.last_error = str(exc)
         if not (c.outages and c.outages[-1][1] is None):
             c.outages.append([self._clock(), None])
-            log.warning("Collector %s stopped answering (%s); retrying with backoff.",
-                        c.url, c.last_error)
+            log.warning("Collector %s stopped answering (%s); retrying with backoff.", c.url, c.last_error)
         if c.pending_gap_from is None:
             c.pending_gap_from = c.last_ts if c.last_ts is not None else self._clock()
 
@@ -455,8 +488,9 @@ class CollectorPuller:
         if c.since is None:
             c.since = self._first_since(c)
         reply = c.get(f"{SAMPLES.name}?since={c.since}")
-        restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) \
-            or _number(reply, "next", SAMPLES.name) < c.since
+        restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) or _number(
+            reply, "next", SAMPLES.name
+        ) < c.since
         if restarted:
             c.restarts += 1
             log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
@@ -491,7 +525,7 @@ class CollectorPuller:
         for s in samples:
             try:
                 ts = float(s["ts"]) - offset
-            except (KeyError, TypeError, ValueError):   # not a sample (or not a dict): skipped
+            except (KeyError, TypeError, ValueError):  # not a sample (or not a dict): skipped
                 continue
             if c.last_ts is None and ts < cutoff:
                 continue  # from long before this run
@@ -525,11 +559,19 @@ class CollectorPuller:
     def _client_loop(self) -> None:
         try:
             watcher = ProcessWatcher(pid=os.getpid(), skip=SIDECARS)
-        except psutil.Error as exc:   # host readings are still worth having
+        except psutil.Error as exc:  # host readings are still worth having
             log.warning("Cannot watch this process (%s); client samples carry no proc.", exc)
             watcher = None
-        sampler = Sampler(HostSampler(), None, watcher, interval_s=self.interval_s, buffer=1,
-                          hostname=self.client_host, role="client", clock=self._clock)
+        sampler = Sampler(
+            HostSampler(),
+            None,
+            watcher,
+            interval_s=self.interval_s,
+            buffer=1,
+            hostname=self.client_host,
+            role="client",
+            clock=self._clock,
+        )
         start = time.monotonic()
         k = 1
         while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
@@ -552,19 +594,29 @@ class CollectorPuller:
             except (_Unreachable, ExpositionError) as exc:
                 metrics = None
                 m.failures += 1
-                what = ("is unreachable" if isinstance(exc, _Unreachable)
-                        else f"did not answer with {m.kind}")
+                what = "is unreachable" if isinstance(exc, _Unreachable) else f"did not answer with {m.kind}"
                 if m.state != type(exc).__name__:
-                    log.warning("Server metrics %s %s (%s); its series are a gap until it "
-                                "answers.", m.url, what, exc)
+                    log.warning("Server metrics %s %s (%s); its series are a gap until it answers.", m.url, what, exc)
                 m.state = type(exc).__name__
             else:
                 if m.state not in ("new", "ok"):
                     log.warning("Server metrics %s answers again.", m.url)
                 m.state = "ok"
-            self._append([runformat.jsonl_line(runformat.resource_sample(
-                ts=round(self._clock(), 6), host=m.host, role="server", source=m.url, collector=None,
-                metrics=metrics, gpus=[]))])
+            self._append(
+                [
+                    runformat.jsonl_line(
+                        runformat.resource_sample(
+                            ts=round(self._clock(), 6),
+                            host=m.host,
+                            role="server",
+                            source=m.url,
+                            collector=None,
+                            metrics=metrics,
+                            gpus=[],
+                        )
+                    )
+                ]
+            )
             m.samples += 1
             k = max(k + 1, int((time.monotonic() - start) / self.interval_s) + 1)
             self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))

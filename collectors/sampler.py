@@ -4,6 +4,7 @@ and an optional JSONL spool.
 Deadlines are ``start + k * interval``, so the schedule does not drift; a tick missed because
 a sample ran long is skipped rather than made up in a burst.
 """
+
 from __future__ import annotations
 
 import collections
@@ -57,11 +58,19 @@ class Sampler:
     own threads, so they never delay a sample.
     """
 
-    def __init__(self, host: HostSampler, nvml: Nvml | None = None,
-                 watcher: ProcessWatcher | None = None, interval_s: float = DEFAULT_INTERVAL_S,
-                 buffer: int = DEFAULT_BUFFER, spool: IO[str] | None = None,
-                 hostname: str | None = None, role: str = "server",
-                 clock: Callable[[], float] = wall_clock, scrapes: Scrapes | None = None):
+    def __init__(
+        self,
+        host: HostSampler,
+        nvml: Nvml | None = None,
+        watcher: ProcessWatcher | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        buffer: int = DEFAULT_BUFFER,
+        spool: IO[str] | None = None,
+        hostname: str | None = None,
+        role: str = "server",
+        clock: Callable[[], float] = wall_clock,
+        scrapes: Scrapes | None = None,
+    ):
         self.interval_s = interval_s
         self.hostname = hostname or socket.gethostname()
         self.role = role
@@ -93,9 +102,14 @@ class Sampler:
         proc = self._watcher.read() if self._watcher else None
         pids = self._watcher.pids if (self._watcher and proc) else None
         sample = runformat.resource_sample(
-            seq=None, ts=round(self._clock(), 6), host=self.hostname, role=self.role,
+            seq=None,
+            ts=round(self._clock(), 6),
+            host=self.hostname,
+            role=self.role,
             interval_s=None if self._last_t is None else round(t0 - self._last_t, 6),
-            **self._host.read(), proc=proc, gpus=self._nvml.sample(pids) if self._nvml else [],
+            **self._host.read(),
+            proc=proc,
+            gpus=self._nvml.sample(pids) if self._nvml else [],
         )
         if self._scrapes is not None:
             sample["metrics"] = self._scrapes.metrics()
@@ -153,8 +167,10 @@ class Sampler:
         """Per ``--scrape`` endpoint: url, state (new, ok, down, bad), scrapes and failures."""
         if self._scrapes is None:
             return []
-        return [{"url": e.url, "state": e.state, "scrapes": e.scrapes, "failures": e.failures}
-                for e in self._scrapes.endpoints]
+        return [
+            {"url": e.url, "state": e.state, "scrapes": e.scrapes, "failures": e.failures}
+            for e in self._scrapes.endpoints
+        ]
 
     @property
     def count(self) -> int:
@@ -178,7 +194,9 @@ class Sampler:
         oldest = ring[0]["seq"] if ring else nxt
         roles = {"server_roles": self._scrapes.server_roles} if self._scrapes and self._scrapes.server_roles else {}
         if seq < oldest:
-            return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt, samples=ring,
-                                dropped=oldest - seq, **roles)
-        return wire.SAMPLES(host=self.hostname, boot=self.boot, next=nxt,
-                            samples=ring[seq - oldest:] if seq < nxt else [], **roles)
+            return wire.SAMPLES(
+                host=self.hostname, boot=self.boot, next=nxt, samples=ring, dropped=oldest - seq, **roles
+            )
+        return wire.SAMPLES(
+            host=self.hostname, boot=self.boot, next=nxt, samples=ring[seq - oldest :] if seq < nxt else [], **roles
+        )

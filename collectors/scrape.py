@@ -7,6 +7,7 @@ A reading older than :func:`stale_after` is not used: an endpoint that is slow, 
 answers with something that is not exposition text leaves a gap (its series absent from the
 samples), with one warning when it goes and one note when it is back, never one per sample.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,9 @@ def stale_after(interval_s: float, timeout_s: float) -> float:
 
 def fetch(url: str, timeout_s: float) -> str:
     """The body of ``GET url`` as text; raises OSError (urllib's errors are OSErrors)."""
-    req = urllib.request.Request(url, headers={
-        "User-Agent": USER_AGENT, "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"})
+    req = urllib.request.Request(
+        url, headers={"User-Agent": USER_AGENT, "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1"}
+    )
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - http(s) only
         body = resp.read(MAX_BODY_BYTES + 1)
         charset = resp.headers.get_content_charset() or "utf-8"
@@ -51,9 +53,15 @@ class Endpoint:
     kept (a :class:`Reader`'s ``read`` by default); it may raise :class:`ExpositionError`.
     """
 
-    def __init__(self, url: str, interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 convert: Callable[[str, float], object] | None = None, what: str = "Scrape",
-                 reader: Reader | None = None):
+    def __init__(
+        self,
+        url: str,
+        interval_s: float,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        convert: Callable[[str, float], object] | None = None,
+        what: str = "Scrape",
+        reader: Reader | None = None,
+    ):
         self.url = url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -93,15 +101,20 @@ class Endpoint:
         try:
             text = fetch(self.url, self.timeout_s)
         except (OSError, ValueError) as exc:  # ValueError: a URL urllib cannot use
-            self._failed("down", f"{self.what} {self.url} is unreachable ({_reason(exc)}); "
-                                 f"its series are a gap until it answers.")
+            self._failed(
+                "down",
+                f"{self.what} {self.url} is unreachable ({_reason(exc)}); its series are a gap until it answers.",
+            )
             return
         t = (t_send + time.monotonic()) / 2
         try:
             reading = self._convert(text, t)
         except ExpositionError as exc:
-            self._failed("bad", f"{self.what} {self.url} did not answer with Prometheus text "
-                                f"exposition ({exc}); its series are a gap until it does.")
+            self._failed(
+                "bad",
+                f"{self.what} {self.url} did not answer with Prometheus text "
+                f"exposition ({exc}); its series are a gap until it does.",
+            )
             return
         with self._lock:
             self._latest = (time.monotonic(), reading)
@@ -111,9 +124,14 @@ class Endpoint:
         self.state = "ok"
         dropped = self.reader.dropped
         if dropped and self._dropped_noted is None:
-            log.warning("%s %s has more than %d series; %d were left out (use --scrape-match "
-                        "to choose, or --scrape-max-series).", self.what, self.url,
-                        self.reader.max_series, dropped)
+            log.warning(
+                "%s %s has more than %d series; %d were left out (use --scrape-match "
+                "to choose, or --scrape-max-series).",
+                self.what,
+                self.url,
+                self.reader.max_series,
+                dropped,
+            )
         self._dropped_noted = dropped if dropped else self._dropped_noted
 
     def _failed(self, state: str, message: str) -> None:
@@ -150,15 +168,22 @@ class Scrapes:
     once.
     """
 
-    def __init__(self, urls: list[str], interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 match: str | None = None, max_series: int = DEFAULT_MAX_SERIES,
-                 server_roles: list[str] | None = None):
-        gap = stale_after(interval_s, timeout_s)   # a rate spans at most what a reading is fresh for
-        self.server_roles = list(server_roles or [])   # --server-role as given; the samples' answer says them
+    def __init__(
+        self,
+        urls: list[str],
+        interval_s: float,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        match: str | None = None,
+        max_series: int = DEFAULT_MAX_SERIES,
+        server_roles: list[str] | None = None,
+    ):
+        gap = stale_after(interval_s, timeout_s)  # a rate spans at most what a reading is fresh for
+        self.server_roles = list(server_roles or [])  # --server-role as given; the samples' answer says them
         roles = parse_roles(self.server_roles)
-        self.endpoints = [Endpoint(u, interval_s, timeout_s,
-                                   reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
-                          for u in urls]
+        self.endpoints = [
+            Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
+            for u in urls
+        ]
         self._clash_noted = False
 
     def start(self) -> None:
@@ -186,8 +211,10 @@ class Scrapes:
                 if k in out:
                     if not self._clash_noted:
                         self._clash_noted = True
-                        log.warning("Series %s comes from more than one --scrape endpoint; the "
-                                    "first endpoint's value is kept.", k)
+                        log.warning(
+                            "Series %s comes from more than one --scrape endpoint; the first endpoint's value is kept.",
+                            k,
+                        )
                     continue
                 out[k] = v
         return out if fresh else None

@@ -26,6 +26,7 @@ Judging one run:
 With both, the exit status is 1 when either fails.  A malformed spec, a bad number, these flags
 with several run directories or with ``--serve``, or runs with no concurrency in common exit 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,39 +54,72 @@ PROG = "tts-knee report"
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    p.add_argument("--out", type=Path, help="where the comparison report of several runs goes "
-                                            "(default compare-<UTC timestamp>/ beside the first run)")
-    p.add_argument("--serve", action="store_true",
-                   help="serve a live view that follows the run (default off)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where the comparison report of several runs goes (default compare-<UTC timestamp>/ beside the first run)",
+    )
+    p.add_argument("--serve", action="store_true", help="serve a live view that follows the run (default off)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8090,
-                   help="port to serve on (default 8090; Locust's web UI has 8089); 0 picks a free one")
-    p.add_argument("--no-report", action="store_true",
-                   help="skip report.html, write summary.json only (default off)")
-    p.add_argument("--json", action="store_true",
-                   help="print the summary JSON instead of the table (default off)")
-    p.add_argument("--slo", metavar="SPEC", help="judge each concurrency against an SLO, e.g. "
-                   "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)")
-    p.add_argument("--require", metavar="N|R/s|Sx", type=gate.requirement,
-                   help="exit 0 only if the SLO holds at concurrency N (an open-loop run: rate R, e.g. 12/s; a "
-                        "trace replay: speed S, e.g. 2x) and every lower one tested (default: no gate)")
-    p.add_argument("--baseline", metavar="OLD_RUN", type=Path,
-                   help="compare with an earlier run; exit 1 on a significant regression "
-                        "(default: no comparison)")
-    p.add_argument("--tolerance", type=float, default=regression.TOLERANCE,
-                   help=f"relative change --baseline lets pass (default {regression.TOLERANCE:.2f})")
-    p.add_argument("--cost-per-hour", metavar="AMOUNT",
-                   help="a replica's price per hour: the cost per million characters and per hour of audio at "
-                        "the recommendation (default: the run's own --cost-per-hour)")
-    p.add_argument("--plan-for", metavar="N|N/s",
-                   help="the replicas N concurrent requests (or N requests per second) need at the "
-                        "recommendation (default: the run's own --plan-for)")
-    p.add_argument("--headroom", metavar="SHARE",
-                   help=f"with --plan-for, the share of a replica's capacity left unplanned, e.g. 0.2 or 20%% "
-                        f"(default: the run's own, else {capacity.HEADROOM * 100:.0f}%%)")
-    p.add_argument("--server-role", action="append", default=[], metavar="ROLE=SERIES",
-                   help=f"read a scraped series as the server's ROLE, one of {', '.join(ROLES)} (repeatable; "
-                        f"default: what the run was told, and the names tts-knee knows)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8090,
+        help="port to serve on (default 8090; Locust's web UI has 8089); 0 picks a free one",
+    )
+    p.add_argument("--no-report", action="store_true", help="skip report.html, write summary.json only (default off)")
+    p.add_argument("--json", action="store_true", help="print the summary JSON instead of the table (default off)")
+    p.add_argument(
+        "--slo",
+        metavar="SPEC",
+        help="judge each concurrency against an SLO, e.g. "
+        "'p95_ms<=1200,error_rate<=0.01' (default: the run's own --slo)",
+    )
+    p.add_argument(
+        "--require",
+        metavar="N|R/s|Sx",
+        type=gate.requirement,
+        help="exit 0 only if the SLO holds at concurrency N (an open-loop run: rate R, e.g. 12/s; a "
+        "trace replay: speed S, e.g. 2x) and every lower one tested (default: no gate)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="OLD_RUN",
+        type=Path,
+        help="compare with an earlier run; exit 1 on a significant regression (default: no comparison)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=regression.TOLERANCE,
+        help=f"relative change --baseline lets pass (default {regression.TOLERANCE:.2f})",
+    )
+    p.add_argument(
+        "--cost-per-hour",
+        metavar="AMOUNT",
+        help="a replica's price per hour: the cost per million characters and per hour of audio at "
+        "the recommendation (default: the run's own --cost-per-hour)",
+    )
+    p.add_argument(
+        "--plan-for",
+        metavar="N|N/s",
+        help="the replicas N concurrent requests (or N requests per second) need at the "
+        "recommendation (default: the run's own --plan-for)",
+    )
+    p.add_argument(
+        "--headroom",
+        metavar="SHARE",
+        help=f"with --plan-for, the share of a replica's capacity left unplanned, e.g. 0.2 or 20%% "
+        f"(default: the run's own, else {capacity.HEADROOM * 100:.0f}%%)",
+    )
+    p.add_argument(
+        "--server-role",
+        action="append",
+        default=[],
+        metavar="ROLE=SERIES",
+        help=f"read a scraped series as the server's ROLE, one of {', '.join(ROLES)} (repeatable; "
+        f"default: what the run was told, and the names tts-knee knows)",
+    )
     return p
 
 
@@ -127,23 +161,31 @@ def _judge(args, rd, s: dict) -> int:
             raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
         if isinstance(args.require, gate.Speed):
             if not s.get("trace"):
-                raise RunDirError(f"--require {args.require.factor:g}x is a speed of a replayed trace, but {rd.path} "
-                                  f"was not run with --trace: give a concurrency (8) or a rate (12/s).")
+                raise RunDirError(
+                    f"--require {args.require.factor:g}x is a speed of a replayed trace, but {rd.path} "
+                    f"was not run with --trace: give a concurrency (8) or a rate (12/s)."
+                )
             s["require"] = gate.require_speed(s, args.require.factor)
             return max(status, s["require"]["exit"])
         rate = isinstance(args.require, gate.Rate)
         if is_voice_sweep(s):
             if rate:
-                raise RunDirError(f"--require {args.require.per_s:g}/s is a rate, but {rd.path} swept the number of "
-                                  f"voices (--voice-steps): give a number of voices, such as --require 8.")
+                raise RunDirError(
+                    f"--require {args.require.per_s:g}/s is a rate, but {rd.path} swept the number of "
+                    f"voices (--voice-steps): give a number of voices, such as --require 8."
+                )
             s["require"] = gate.require(s, args.require, "voices")
             return max(status, s["require"]["exit"])
         if rate and not is_open_loop(s):
-            raise RunDirError(f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
-                              f"(--steps): give a concurrency, such as --require 8.")
+            raise RunDirError(
+                f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
+                f"(--steps): give a concurrency, such as --require 8."
+            )
         if not rate and is_open_loop(s):
-            raise RunDirError(f"--require {args.require} is a concurrency, but {rd.path} ran open loop (--rates): "
-                              f"give a rate, such as --require {args.require}/s.")
+            raise RunDirError(
+                f"--require {args.require} is a concurrency, but {rd.path} ran open loop (--rates): "
+                f"give a rate, such as --require {args.require}/s."
+            )
         s["require"] = gate.require_rate(s, args.require.per_s) if rate else gate.require(s, args.require)
         status = max(status, s["require"]["exit"])
     return status
@@ -176,9 +218,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except ValueError as e:
         bad = bad or f"{e}."
     try:
-        asked = capacity.Options(None if args.cost_per_hour is None else capacity.parse_cost(args.cost_per_hour),
-                                 None if args.plan_for is None else capacity.parse_demand(args.plan_for),
-                                 None if args.headroom is None else capacity.parse_headroom(args.headroom))
+        asked = capacity.Options(
+            None if args.cost_per_hour is None else capacity.parse_cost(args.cost_per_hour),
+            None if args.plan_for is None else capacity.parse_demand(args.plan_for),
+            None if args.headroom is None else capacity.parse_headroom(args.headroom),
+        )
     except capacity.CapacityError as e:
         bad = bad or str(e)
     if bad:
@@ -209,8 +253,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         _print_verdicts(s, args.json)
     open_loop = [s["run"]["run_id"] for s in summaries if is_open_loop(s)]
     if len(summaries) > 1 and not args.no_report and open_loop:
-        print(f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
-              f"does not draw yet; each run's own report is written", file=sys.stderr)
+        print(
+            f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
+            f"does not draw yet; each run's own report is written",
+            file=sys.stderr,
+        )
     elif len(summaries) > 1 and not args.no_report:
         try:
             out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
@@ -225,6 +272,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         return status
     if args.serve:
         from .serve import ServeError, serve
+
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             serve(args.run_dirs, args.host, args.port)

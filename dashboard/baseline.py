@@ -2,6 +2,7 @@
 and per concurrency (an open-loop run: per offered rate, latency from the schedule) each figure's
 change with its significance (see :mod:`analysis.regression`). "" when the summary has no
 ``regression``."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -19,24 +20,60 @@ def regression_figure(summary: dict) -> go.Figure:
     reg = summary["regression"]
     key = _key(summary)
     lat_key = "sched_wait_ms" if key == "rate" else "latency_ms"
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "p95 from schedule (ms)" if key == "rate" else "p95 wait (ms)", "throughput (req/s)"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("p95 from schedule (ms)" if key == "rate" else "p95 wait (ms)", "throughput (req/s)"),
+    )
     base = reg["baseline"]["levels"]
-    now = [{key: lv[key], "p95_ms": (lv.get(lat_key) or {}).get("p95"),
-            "p95_ci": (lv.get(lat_key) or {}).get("p95_ci"), "throughput_rps": lv.get("throughput_rps")}
-           for lv in summary["levels"]]
-    for rows, name, colour in ((base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
-                               (now, f"this run {summary['run']['run_id']}", "#1f77b4")):
+    now = [
+        {
+            key: lv[key],
+            "p95_ms": (lv.get(lat_key) or {}).get("p95"),
+            "p95_ci": (lv.get(lat_key) or {}).get("p95_ci"),
+            "throughput_rps": lv.get("throughput_rps"),
+        }
+        for lv in summary["levels"]
+    ]
+    for rows, name, colour in (
+        (base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
+        (now, f"this run {summary['run']['run_id']}", "#1f77b4"),
+    ):
         x = lx([r[key] for r in rows])
-        err = dict(type="data", visible=True, thickness=1.2, width=4,
-                   array=[(r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None
-                          else None for r in rows],
-                   arrayminus=[(r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] and r["p95_ci"][0] is not None
-                               else None for r in rows])
-        fig.add_scatter(x=x, y=[r["p95_ms"] for r in rows], name=esc(name), legendgroup=name, error_y=err,
-                        mode="lines+markers", line=dict(color=colour), row=1, col=1)
-        fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name=esc(name), legendgroup=name,
-                        showlegend=False, mode="lines+markers", line=dict(color=colour), row=1, col=2)
+        err = dict(
+            type="data",
+            visible=True,
+            thickness=1.2,
+            width=4,
+            array=[
+                (r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None else None for r in rows
+            ],
+            arrayminus=[
+                (r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] and r["p95_ci"][0] is not None else None for r in rows
+            ],
+        )
+        fig.add_scatter(
+            x=x,
+            y=[r["p95_ms"] for r in rows],
+            name=esc(name),
+            legendgroup=name,
+            error_y=err,
+            mode="lines+markers",
+            line=dict(color=colour),
+            row=1,
+            col=1,
+        )
+        fig.add_scatter(
+            x=x,
+            y=[r["throughput_rps"] for r in rows],
+            name=esc(name),
+            legendgroup=name,
+            showlegend=False,
+            mode="lines+markers",
+            line=dict(color=colour),
+            row=1,
+            col=2,
+        )
     bad = [r[key] for r in reg["steps"] if r["regression"]]
     for c in bad:
         for col in (1, 2):
@@ -58,8 +95,10 @@ def _fig_cell(f: dict | None, unit: str, fmt: str, scale: float = 1.0, points: b
     shade = "#fdecea" if f["regression"] else ("#eaf7ea" if f["improvement"] else None)
     style = f" style='background:{shade}'" if shade else ""
     sig = "significant" if f["significant"] else "not significant"
-    return (f"<td{style}>{fmt.format(scale * f['old'])} &rarr; {fmt.format(scale * f['new'])}{unit} ({change}, "
-            f"p={f['p_value']:.2g}, {sig})</td>")
+    return (
+        f"<td{style}>{fmt.format(scale * f['old'])} &rarr; {fmt.format(scale * f['new'])}{unit} ({change}, "
+        f"p={f['p_value']:.2g}, {sig})</td>"
+    )
 
 
 def regression_html(summary: dict, plotlyjs) -> str:
@@ -77,12 +116,15 @@ def regression_html(summary: dict, plotlyjs) -> str:
         + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
         f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
         f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
-        for r in reg["steps"])
-    return (f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
-            f"<table><tr><th>{esc(step_axis(summary))}</th><th>p50 {wait}</th><th>p95 {wait}</th>"
-            f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
-            f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
-            f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
-            f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
-            f"significant change beyond the tolerance (see analysis/regression.py).</p>"
-            + fig_html(regression_figure(summary), plotlyjs))
+        for r in reg["steps"]
+    )
+    return (
+        f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
+        f"<table><tr><th>{esc(step_axis(summary))}</th><th>p50 {wait}</th><th>p95 {wait}</th>"
+        f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
+        f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
+        f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
+        f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
+        f"significant change beyond the tolerance (see analysis/regression.py).</p>"
+        + fig_html(regression_figure(summary), plotlyjs)
+    )

@@ -6,6 +6,7 @@
 Each run is drawn per tested concurrency (``levels``: sorted, repeats pooled), so refined and
 repeated steps make one curve.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,11 +38,22 @@ def compare_figure(summaries: list[dict]) -> go.Figure:
         name = esc(s["run"]["run_id"])
         n = lx([x["concurrency"] for x in steps])
         colour = f"hsl({(i * 67) % 360},65%,45%)"
-        for col, get in ((1, lambda x: (x.get("latency_ms") or {}).get("p50")),
-                         (2, lambda x: (x.get("latency_ms") or {}).get("p95")),
-                         (3, lambda x: x.get("throughput_rps"))):
-            fig.add_scatter(x=n, y=[get(x) for x in steps], name=name, legendgroup=name, showlegend=col == 1,
-                            mode="lines+markers", line=dict(color=colour), row=1, col=col)
+        for col, get in (
+            (1, lambda x: (x.get("latency_ms") or {}).get("p50")),
+            (2, lambda x: (x.get("latency_ms") or {}).get("p95")),
+            (3, lambda x: x.get("throughput_rps")),
+        ):
+            fig.add_scatter(
+                x=n,
+                y=[get(x) for x in steps],
+                name=name,
+                legendgroup=name,
+                showlegend=col == 1,
+                mode="lines+markers",
+                line=dict(color=colour),
+                row=1,
+                col=col,
+            )
         knee = s["knee"]["concurrency"]
         if knee:
             for col in (1, 2, 3):
@@ -57,9 +69,13 @@ def compare_figure(summaries: list[dict]) -> go.Figure:
 
 def side_by_side_html(summaries: list[dict]) -> str:
     concs = sorted({x["concurrency"] for s in summaries for x in _levels(s)})
-    head = "<tr><th rowspan=2>conc</th>" + "".join(
-        f"<th colspan=4>{esc(s['run']['run_id'])}</th>" for s in summaries) + "</tr><tr>" + \
-        "<th>p50</th><th>p95</th><th>rps</th><th>err%</th>" * len(summaries) + "</tr>"
+    head = (
+        "<tr><th rowspan=2>conc</th>"
+        + "".join(f"<th colspan=4>{esc(s['run']['run_id'])}</th>" for s in summaries)
+        + "</tr><tr>"
+        + "<th>p50</th><th>p95</th><th>rps</th><th>err%</th>" * len(summaries)
+        + "</tr>"
+    )
     rows = []
     for c in concs:
         cells = [f"<td>{c}</td>"]
@@ -71,32 +87,55 @@ def side_by_side_html(summaries: list[dict]) -> str:
             lat = x.get("latency_ms") or {}
             err = None if x["error_rate"] is None else 100 * x["error_rate"]
             cls = " style='background:#fdecea'" if c == s["knee"]["concurrency"] else ""
-            cells += [f"<td{cls}>{fmt(lat.get('p50'))}</td>", f"<td{cls}>{fmt(lat.get('p95'))}</td>",
-                      f"<td{cls}>{fmt(x['throughput_rps'], '{:.2f}')}</td>", f"<td{cls}>{fmt(err, '{:.1f}')}</td>"]
+            cells += [
+                f"<td{cls}>{fmt(lat.get('p50'))}</td>",
+                f"<td{cls}>{fmt(lat.get('p95'))}</td>",
+                f"<td{cls}>{fmt(x['throughput_rps'], '{:.2f}')}</td>",
+                f"<td{cls}>{fmt(err, '{:.1f}')}</td>",
+            ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     verdict = "".join(
         f"<tr><td class='l'>{esc(s['run']['run_id'])}</td><td>{esc(s['knee']['concurrency'] or '-')}</td>"
         f"<td>{esc(s['recommended_concurrency'] or '-')}</td><td class='l'>{esc(s['diagnosis']['kind'])}</td>"
-        f"<td class='l'>{esc(' '.join(s['diagnosis']['evidence']))}</td></tr>" for s in summaries)
-    return (f"<table><tr><th class='l'>run</th><th>knee</th><th>recommended</th><th class='l'>diagnosis</th>"
-            f"<th class='l'>evidence</th></tr>{verdict}</table><h2>Steps side by side</h2>"
-            f"<table>{head}{''.join(rows)}</table><p class='meta'>Latencies in ms (wait of successful "
-            f"final attempts); the knee step of each run is shaded.</p>")
+        f"<td class='l'>{esc(' '.join(s['diagnosis']['evidence']))}</td></tr>"
+        for s in summaries
+    )
+    return (
+        f"<table><tr><th class='l'>run</th><th>knee</th><th>recommended</th><th class='l'>diagnosis</th>"
+        f"<th class='l'>evidence</th></tr>{verdict}</table><h2>Steps side by side</h2>"
+        f"<table>{head}{''.join(rows)}</table><p class='meta'>Latencies in ms (wait of successful "
+        f"final attempts); the knee step of each run is shaded.</p>"
+    )
 
 
 def compare_html(summaries: list[dict], plotlyjs="embed", live_script: str = "", links: str = "") -> str:
     fig = fig_html(compare_figure(summaries), True if plotlyjs == "embed" else plotlyjs)
-    body = (f"<h1>tts-knee &middot; comparison of {len(summaries)} runs</h1>{links}"
-            f"<h2>Verdicts</h2>{side_by_side_html(summaries)}<h2>Curves</h2>{fig}{live_script}")
+    body = (
+        f"<h1>tts-knee &middot; comparison of {len(summaries)} runs</h1>{links}"
+        f"<h2>Verdicts</h2>{side_by_side_html(summaries)}<h2>Curves</h2>{fig}{live_script}"
+    )
     return page("tts-knee comparison", body)
 
 
 def write_compare(summaries: list[dict], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.html").write_text(compare_html(summaries), encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps({"runs": [
-        {"run_id": s["run"]["run_id"], "path": s["run"]["path"], "knee": s["knee"]["concurrency"],
-         "recommended_concurrency": s["recommended_concurrency"], "diagnosis": s["diagnosis"],
-         "slo": None if not s.get("slo") else {k: s["slo"][k] for k in ("spec", "max_concurrency")}}
-        for s in summaries]}, indent=1))
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "runs": [
+                    {
+                        "run_id": s["run"]["run_id"],
+                        "path": s["run"]["path"],
+                        "knee": s["knee"]["concurrency"],
+                        "recommended_concurrency": s["recommended_concurrency"],
+                        "diagnosis": s["diagnosis"],
+                        "slo": None if not s.get("slo") else {k: s["slo"][k] for k in ("spec", "max_concurrency")},
+                    }
+                    for s in summaries
+                ]
+            },
+            indent=1,
+        )
+    )
     return out / "report.html"

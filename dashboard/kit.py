@@ -5,6 +5,7 @@ fragment, and the concurrency axis (linear in log2), shared by the sections so n
 another. Every string that comes from the run goes through :func:`esc` before it reaches the
 page or a Plotly hover label.
 """
+
 from __future__ import annotations
 
 import html
@@ -14,9 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-GIB = 1024 ** 3
+GIB = 1024**3
 KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
-PASS_COLOUR, FAIL_COLOUR, UNSURE_COLOUR = "#2ca02c", "#d62728", "#ff7f0e"   # verdicts: pass, fail, inconclusive
+PASS_COLOUR, FAIL_COLOUR, UNSURE_COLOUR = "#2ca02c", "#d62728", "#ff7f0e"  # verdicts: pass, fail, inconclusive
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 24px 40px;color:#222}
 h1{font-size:22px;margin:18px 0 4px} h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
@@ -67,9 +68,11 @@ def fig_html(fig: go.Figure, plotlyjs) -> str:
 
 def page(title: str, body: str, head_extra: str = "") -> str:
     """A whole HTML page in the report's style."""
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>{head_extra}"
-            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'>{head_extra}"
+        f"<style>{_CSS}</style></head><body>{body}</body></html>"
+    )
 
 
 def lx(n):
@@ -109,7 +112,7 @@ def step_label(s: dict) -> str:
 def conc_axis(fig, steps, title="concurrency", **where):
     """Ticks at the steps' concurrencies (or offered rates) on an x axis drawn with :func:`lx`."""
     ticks = sorted({s["concurrency"] for s in steps})
-    text = [f"{t:g}" if isinstance(t, float) else str(t) for t in ticks]   # an offered rate: 4, not 4.0
+    text = [f"{t:g}" if isinstance(t, float) else str(t) for t in ticks]  # an offered rate: 4, not 4.0
     fig.update_xaxes(tickvals=[lx(t) for t in ticks], ticktext=text, title_text=title, **where)
 
 
@@ -120,9 +123,14 @@ def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
         return None
     ci = [p.get(f"{q}_ci") for p in pts]
     # an end too few requests could bound (None) gets no bar on that side; the tables say so
-    return dict(type="data", visible=True, thickness=1.2, width=4,
-                array=[c[1] - p[q] if c and c[1] is not None else None for p, c in zip(pts, ci)],
-                arrayminus=[p[q] - c[0] if c and c[0] is not None else None for p, c in zip(pts, ci)])
+    return dict(
+        type="data",
+        visible=True,
+        thickness=1.2,
+        width=4,
+        array=[c[1] - p[q] if c and c[1] is not None else None for p, c in zip(pts, ci)],
+        arrayminus=[p[q] - c[0] if c and c[0] is not None else None for p, c in zip(pts, ci)],
+    )
 
 
 def orphaned_words(barge: dict) -> str:

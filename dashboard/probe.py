@@ -2,6 +2,7 @@
 probe (``--probe-texts``: per class, what the server did at each probe level; ``summary["probe"]``,
 from :mod:`analysis.probe`) and the spike (``--spike``: ``summary["spike"]``, from
 :mod:`analysis.spike`)."""
+
 from __future__ import annotations
 
 from tts_knee.runformat.summary import Outcome, SpikeBehaviour as Behaviour
@@ -14,8 +15,9 @@ _OUTCOMES = tuple(Outcome)
 def probe_headline(probe: dict) -> str:
     levels = " and ".join(map(str, probe["levels"]))
     guard = probe["needs_guarding"]
-    return (f"hostile texts (probe at concurrency {levels}): "
-            + (f"guard {', '.join(guard)}" if guard else "every class answered as a service should"))
+    return f"hostile texts (probe at concurrency {levels}): " + (
+        f"guard {', '.join(guard)}" if guard else "every class answered as a service should"
+    )
 
 
 def probe_lines(summary: dict) -> list[str]:
@@ -25,7 +27,8 @@ def probe_lines(summary: dict) -> list[str]:
         return []
     width = max((len(c["class"]) for c in probe["classes"]), default=0)
     return [probe_headline(probe) + ":"] + [
-        f"  {'!' if c['needs_guarding'] else ' '} {c['class']:<{width}}  {c['verdict']}" for c in probe["classes"]]
+        f"  {'!' if c['needs_guarding'] else ' '} {c['class']:<{width}}  {c['verdict']}" for c in probe["classes"]
+    ]
 
 
 def probe_html(summary: dict) -> str:
@@ -36,8 +39,10 @@ def probe_html(summary: dict) -> str:
     head = "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in _OUTCOMES)
     rows = []
     for c in probe["classes"]:
-        levels = "<br>".join(f"{lv['concurrency']}: " + ", ".join(f"{lv[k]} {k.replace('_', ' ')}" for k in _OUTCOMES
-                                                                   if lv[k]) for lv in c["by_concurrency"])
+        levels = "<br>".join(
+            f"{lv['concurrency']}: " + ", ".join(f"{lv[k]} {k.replace('_', ' ')}" for k in _OUTCOMES if lv[k])
+            for lv in c["by_concurrency"]
+        )
         rows.append(
             f"<tr{' class=knee' if c['needs_guarding'] else ''}><td class='l'>{esc(c['class'])}</td>"
             f"<td class='l'>{esc(c['what'])}</td><td>{c['requests']}</td>"
@@ -45,16 +50,19 @@ def probe_html(summary: dict) -> str:
             + f"<td class='l'>{esc(', '.join(f'{s} x{n}' for s, n in c['statuses'].items()))}</td>"
             f"<td>{fmt(c['ms_p50'])}</td><td>{fmt(c['ms_max'])}</td><td>{fmt(c['audio_s_p50'], '{:.2f}')}</td>"
             f"<td class='l'>{levels}</td><td class='l'>{esc(c['verdict'])}</td>"
-            f"<td class='l'>{esc(c['error'] or '')}</td></tr>")
+            f"<td class='l'>{esc(c['error'] or '')}</td></tr>"
+        )
     note = probe["note"] or "Every class was answered with audio or refused with a 4xx: nothing to guard."
-    return (f"<h2>Hostile texts</h2><div class='verdict{'' if probe['needs_guarding'] else ' ok'}'>"
-            f"<div class='meta'>{esc(probe_headline(probe))}</div><div class='kind'>{esc(note)}</div></div>"
-            f"<table><tr><th class='l'>class</th><th class='l'>what</th><th>requests</th>{head}"
-            f"<th class='l'>statuses</th><th>p50 ms</th><th>max ms</th><th>audio p50 s</th>"
-            f"<th class='l'>per concurrency</th><th class='l'>what the server did</th><th class='l'>first error</th></tr>"
-            f"{''.join(rows)}</table><p class='meta'>Each request by its final attempt, retries included; left out of "
-            f"the sweep's figures. Highlighted: a server error, a timeout, silence, another failure or audio of the "
-            f"wrong length.</p>")
+    return (
+        f"<h2>Hostile texts</h2><div class='verdict{'' if probe['needs_guarding'] else ' ok'}'>"
+        f"<div class='meta'>{esc(probe_headline(probe))}</div><div class='kind'>{esc(note)}</div></div>"
+        f"<table><tr><th class='l'>class</th><th class='l'>what</th><th>requests</th>{head}"
+        f"<th class='l'>statuses</th><th>p50 ms</th><th>max ms</th><th>audio p50 s</th>"
+        f"<th class='l'>per concurrency</th><th class='l'>what the server did</th><th class='l'>first error</th></tr>"
+        f"{''.join(rows)}</table><p class='meta'>Each request by its final attempt, retries included; left out of "
+        f"the sweep's figures. Highlighted: a server error, a timeout, silence, another failure or audio of the "
+        f"wrong length.</p>"
+    )
 
 
 def spike_html(summary: dict) -> str:
@@ -66,12 +74,16 @@ def spike_html(summary: dict) -> str:
     rows = []
     for name, level, part in (("spike", sp["spike_level"], sp["during"]), ("recovery", sp["level"], sp["after"])):
         if part:
-            rows.append(f"<tr><td class='l'>{name}</td><td>{level}</td><td>{part['attempts']}</td><td>{part['ok']}</td>"
-                        f"<td>{part['shed']}</td><td>{part['failed']}</td><td>{fmt(part['shed_ms_p50'])}</td>"
-                        f"<td>{fmt(part['p95_ms'])}</td><td>{fmt(part['p95_x'], '{:.2f}')}</td></tr>")
-    return (f"<h2>Spike and recovery</h2><div class='verdict{' ok' if ok else ''}'><div class='kind'>"
-            f"{esc(sp['text'])}</div></div><table><tr><th class='l'>phase</th><th>users</th><th>attempts</th>"
-            f"<th>ok</th><th>shed (429/503)</th><th>failed</th><th>shed p50 ms</th><th>p95 ms</th>"
-            f"<th>p95 / before</th></tr>{''.join(rows)}</table><p class='meta'>p95 before the spike: "
-            f"{fmt(sp['before_p95_ms'])} ms ({esc(sp['basis'])}); recovery: from the recovery step's start until "
-            f"every 1 s window of requests sent has its p95 within 1.2x of that, with no failure.</p>")
+            rows.append(
+                f"<tr><td class='l'>{name}</td><td>{level}</td><td>{part['attempts']}</td><td>{part['ok']}</td>"
+                f"<td>{part['shed']}</td><td>{part['failed']}</td><td>{fmt(part['shed_ms_p50'])}</td>"
+                f"<td>{fmt(part['p95_ms'])}</td><td>{fmt(part['p95_x'], '{:.2f}')}</td></tr>"
+            )
+    return (
+        f"<h2>Spike and recovery</h2><div class='verdict{' ok' if ok else ''}'><div class='kind'>"
+        f"{esc(sp['text'])}</div></div><table><tr><th class='l'>phase</th><th>users</th><th>attempts</th>"
+        f"<th>ok</th><th>shed (429/503)</th><th>failed</th><th>shed p50 ms</th><th>p95 ms</th>"
+        f"<th>p95 / before</th></tr>{''.join(rows)}</table><p class='meta'>p95 before the spike: "
+        f"{fmt(sp['before_p95_ms'])} ms ({esc(sp['basis'])}); recovery: from the recovery step's start until "
+        f"every 1 s window of requests sent has its p95 within 1.2x of that, with no failure.</p>"
+    )

@@ -7,6 +7,7 @@ drift (:mod:`dashboard.soak`), stream
 health for a streamed run, audio integrity, the timeline, the server's own metrics, and the
 per-step breakdowns; a streamed run also gets Riva's figures (:mod:`dashboard.riva_figures`).
 """
+
 from __future__ import annotations
 
 import time
@@ -44,8 +45,10 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     if run.get("run_json_error"):
         notes.append(run["run_json_error"])
     if summary.get("cut_by_run_end"):
-        notes.append(f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
-                     f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)")
+        notes.append(
+            f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
+            f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)"
+        )
     if run.get("audio_missing"):
         notes.append(audio_missing_text(run["audio_missing"]))
     health = summary.get("health")
@@ -56,9 +59,12 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     if lost:
         notes.append(f"{len(lost)} worker(s) went away mid-run: " + ", ".join(str(w.get("id")) for w in lost))
     note = "".join(f"<div class='warn'>{esc(n)}</div>" for n in notes)
-    return (f"<div class='meta'>target {esc(run.get('target'))} &middot; started {esc(when)} &middot; "
-            f"{summary['records']['attempts']} attempts &middot; {len(workers) or 1} load process(es)"
-            + (f" &middot; {esc(health_text(health))}" if health and health.get("ok") else "") + f"</div>{note}")
+    return (
+        f"<div class='meta'>target {esc(run.get('target'))} &middot; started {esc(when)} &middot; "
+        f"{summary['records']['attempts']} attempts &middot; {len(workers) or 1} load process(es)"
+        + (f" &middot; {esc(health_text(health))}" if health and health.get("ok") else "")
+        + f"</div>{note}"
+    )
 
 
 def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
@@ -66,10 +72,18 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     first = True if plotlyjs == "embed" else plotlyjs
     # the other figures: one point per rate, or per number of voices
     by_step = sweep.by_step(summary)
-    figs = [sweep.curves_figure(summary), timeline_figure(rd, summary), breakdown.stages_figure(by_step),
-            breakdown.retries_figure(by_step), breakdown.memory_figure(by_step), breakdown.tier_figure(by_step)]
-    mix = [breakdown.group_figure(by_step, "latency_by_voice_ms", "voice", fewest=2),
-           breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2)]
+    figs = [
+        sweep.curves_figure(summary),
+        timeline_figure(rd, summary),
+        breakdown.stages_figure(by_step),
+        breakdown.retries_figure(by_step),
+        breakdown.memory_figure(by_step),
+        breakdown.tier_figure(by_step),
+    ]
+    mix = [
+        breakdown.group_figure(by_step, "latency_by_voice_ms", "voice", fewest=2),
+        breakdown.group_figure(by_step, "latency_by_language_ms", "language", fewest=2),
+    ]
     if is_streamed(summary):
         figs += [underrun_figure(summary), stream_figure(rd, summary)]
     heard = speech_figure(summary)
@@ -78,28 +92,36 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
         parts.append(fig_html(f, first) if f is not None else "")
         first = first if f is None else False
     listening = speech_html(summary, parts[-1])
-    mix_html = "".join(f"<h2>Latency by {what}</h2>{part}"
-                       for what, f, part in zip(("voice", "language"), mix, parts[len(figs):-1]) if f is not None)
+    mix_html = "".join(
+        f"<h2>Latency by {what}</h2>{part}"
+        for what, f, part in zip(("voice", "language"), mix, parts[len(figs) : -1])
+        if f is not None
+    )
     run_id = summary["run"]["run_id"]
     stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
     slo, reg = slo_html(by_step if is_voice_sweep(summary) else summary, False), regression_html(summary, False)
     # a step still running: what the verdict is from above it, what the step has so far below the table
     so_far = [f"<div class='warn'>{esc(line)}</div>" for line in open_lines(summary)]
-    body = (f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
-            f"<h2>Verdict</h2>{''.join(so_far[:1])}{sweep.verdict_html(summary)}"
-            f"<h2>Steps</h2>{sweep.step_table_html(summary)}{''.join(so_far[1:])}"
-            f"<h2>Latency and throughput</h2>{parts[0]}"
-            + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
-            + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
-            + trace_html(summary) + soak_html(summary) + spike_html(summary) + probe_html(summary)
-            + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
-            f"{breakdown.integrity_html(summary)}"
-            f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
-            f"<h2>Where the time goes</h2>{parts[2]}"
-            f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"
-            f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
-            f"<h2>Latency by text length</h2>{parts[5]}{mix_html}{live_script}")
+    body = (
+        f"<h1>tts-knee &middot; {esc(run_id)}</h1>{_meta_html(rd, summary)}"
+        f"<h2>Verdict</h2>{''.join(so_far[:1])}{sweep.verdict_html(summary)}"
+        f"<h2>Steps</h2>{sweep.step_table_html(summary)}{''.join(so_far[1:])}"
+        f"<h2>Latency and throughput</h2>{parts[0]}"
+        + (f"<h2>Service-level objective</h2>{slo}" if slo else "")
+        + (f"<h2>Against the baseline</h2>{reg}" if reg else "")
+        + trace_html(summary)
+        + soak_html(summary)
+        + spike_html(summary)
+        + probe_html(summary)
+        + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
+        f"{breakdown.integrity_html(summary)}"
+        f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
+        f"<h2>Where the time goes</h2>{parts[2]}"
+        f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"
+        f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
+        f"<h2>Latency by text length</h2>{parts[5]}{mix_html}{live_script}"
+    )
     return page(f"tts-knee {run_id}", body)
 
 

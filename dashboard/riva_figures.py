@@ -1,6 +1,7 @@
 """The report's Riva figures of a streamed run: per step, first audio and chunk latency and RTFX as
 NVIDIA's ``riva_tts_perf_client`` prints them, so a team can set tts-knee's numbers beside the
 perf client's."""
+
 from __future__ import annotations
 
 from .kit import esc
@@ -14,7 +15,9 @@ def riva_html(summary: dict) -> str:
         return ""
     head = "".join(f"<th>{esc(c)}</th>" for c in RIVA_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return (f"<h2>Riva's figures</h2><table><tr>{head}</tr>{body}</table>"
-            f"<p class='meta'>{esc(RIVA_NOTE)} The perf client runs its streams back to back on one channel "
-            f"at one --num_parallel_requests; each row here is one step's concurrency, its streams those that "
-            f"ended within the step.</p>")
+    return (
+        f"<h2>Riva's figures</h2><table><tr>{head}</tr>{body}</table>"
+        f"<p class='meta'>{esc(RIVA_NOTE)} The perf client runs its streams back to back on one channel "
+        f"at one --num_parallel_requests; each row here is one step's concurrency, its streams those that "
+        f"ended within the step.</p>"
+    )

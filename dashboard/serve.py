@@ -19,6 +19,7 @@ about as much at a million attempts as at ten thousand (``bench/live_view.py``).
 process of its own for the load generator's web UI (``python -m tts_knee.dashboard.serve RUN``), so
 that a refresh never holds the event loop the users are timed on.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,11 @@ _HTML = "text/html; charset=utf-8"
 
 
 def _live_script(prefix: str) -> str:
-    return (f"<script>(function(){{var v=null;function poll(){{fetch('{prefix}version',{{cache:'no-store'}})"
-            f".then(function(r){{return r.text()}}).then(function(t){{if(v!==null&&t!==v){{location.reload()}}"
-            f"v=t}}).catch(function(){{}})}}poll();setInterval(poll,{POLL_S * 1000})}})();</script>")
+    return (
+        f"<script>(function(){{var v=null;function poll(){{fetch('{prefix}version',{{cache:'no-store'}})"
+        f".then(function(r){{return r.text()}}).then(function(t){{if(v!==null&&t!==v){{location.reload()}}"
+        f"v=t}}).catch(function(){{}})}}poll();setInterval(poll,{POLL_S * 1000})}})();</script>"
+    )
 
 
 class LiveView:
@@ -92,7 +95,7 @@ class LiveView:
                     if rd.format_error:
                         raise RunDirError(rd.format_error)
                     summaries.append(analyze(rd) if len(rd.requests.attempts()) else None)
-                except RunDirError as e:   # a malformed run.json is shown, not served as a crash
+                except RunDirError as e:  # a malformed run.json is shown, not served as a crash
                     summaries.append({"error": str(e)})
             self._summaries = summaries
             self._pages = {}
@@ -106,11 +109,17 @@ class LiveView:
         rd, s = self.runs[i], self._summaries[i]
         script = _live_script(prefix)
         if s is None:
-            return page("tts-knee", f"<h1>tts-knee &middot; {esc(rd.path.name)}</h1><p>Waiting for the first "
-                        f"attempt records in {esc(rd.path)}&hellip;</p>{script}").encode()
+            return page(
+                "tts-knee",
+                f"<h1>tts-knee &middot; {esc(rd.path.name)}</h1><p>Waiting for the first "
+                f"attempt records in {esc(rd.path)}&hellip;</p>{script}",
+            ).encode()
         if "error" in s:
-            return page("tts-knee", f"<h1>tts-knee</h1><p class='warn'>Could not analyse "
-                        f"{esc(rd.path.name)}: {esc(s['error'])}</p>{script}").encode()
+            return page(
+                "tts-knee",
+                f"<h1>tts-knee</h1><p class='warn'>Could not analyse "
+                f"{esc(rd.path.name)}: {esc(s['error'])}</p>{script}",
+            ).encode()
         return report_html(rd, s, plotlyjs=f"{prefix}plotly.min.js", live_script=script).encode()
 
     def handle(self, path: str) -> tuple[int, str, bytes]:
@@ -121,7 +130,7 @@ class LiveView:
                 self._plotlyjs = get_plotlyjs().encode()
             return 200, "application/javascript; charset=utf-8", self._plotlyjs
         clip = _CLIP_ROUTE.match(path)
-        if clip:   # a judged clip, for the speech section's players
+        if clip:  # a judged clip, for the speech section's players
             i = int(clip.group(1) or 0)
             if i >= len(self.runs):
                 return 404, "text/plain; charset=utf-8", b"not found\n"
@@ -158,11 +167,15 @@ class LiveView:
 
     def _compare_page(self) -> bytes:
         ok = [s for s in self._summaries if s and "error" not in s]
-        links = "<p>" + " &middot; ".join(f"<a href='runs/{i}/'>{esc(rd.path.name)}</a>"
-                                          for i, rd in enumerate(self.runs)) + "</p>"
+        links = (
+            "<p>"
+            + " &middot; ".join(f"<a href='runs/{i}/'>{esc(rd.path.name)}</a>" for i, rd in enumerate(self.runs))
+            + "</p>"
+        )
         if not ok:
-            return page("tts-knee", f"<h1>tts-knee</h1>{links}<p>Waiting for attempt records&hellip;</p>"
-                        f"{_live_script('')}").encode()
+            return page(
+                "tts-knee", f"<h1>tts-knee</h1>{links}<p>Waiting for attempt records&hellip;</p>{_live_script('')}"
+            ).encode()
         return compare_html(ok, plotlyjs="plotly.min.js", live_script=_live_script(""), links=links).encode()
 
 
@@ -218,9 +231,13 @@ class LiveProcess:
 
     def __init__(self, run_dirs: list[Path], timeout_s: float = 30.0):
         self.timeout_s = timeout_s
-        self.proc = subprocess.Popen([sys.executable, "-m", "tts_knee.dashboard.serve", *map(str, run_dirs)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     preexec_fn=lambda: os.nice(10))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tts_knee.dashboard.serve", *map(str, run_dirs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=lambda: os.nice(10),
+        )
         line = self.proc.stdout.readline().decode(errors="replace").strip()
         self.url = line.removeprefix("listening on ") if line.startswith("listening on http://") else None
 
@@ -254,9 +271,11 @@ class LiveProcess:
 
 def _main(argv: list[str]) -> None:
     """The child of :class:`LiveProcess`: serve the runs on a free loopback port until stdin closes."""
+
     def _orphaned():
         sys.stdin.buffer.read()
         os._exit(0)
+
     threading.Thread(target=_orphaned, daemon=True).start()
     try:
         serve([Path(p) for p in argv], "127.0.0.1", 0)

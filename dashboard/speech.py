@@ -2,6 +2,7 @@
 latency, per step, the worst clips as text to read (with a player for each clip: the report sits
 in the run directory beside ``speech/``, and the live view serves it), and the signal checks
 (leading silence, audible TTFA, silent, runaway, truncated and clipped answers)."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -29,14 +30,25 @@ def speech_figure(summary: dict) -> go.Figure | None:
     labels = [str(s["concurrency"]) for s in steps]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for q, dash in (("mean", "solid"), ("p95", "dot")):
-        fig.add_scatter(x=labels, y=[100 * (s["speech"].get(f"{metric}_{q}") or 0) for s in steps],
-                        name=f"{name} {q} (%)", mode="lines+markers", line=dict(color="#9467bd", dash=dash))
+        fig.add_scatter(
+            x=labels,
+            y=[100 * (s["speech"].get(f"{metric}_{q}") or 0) for s in steps],
+            name=f"{name} {q} (%)",
+            mode="lines+markers",
+            line=dict(color="#9467bd", dash=dash),
+        )
     key, what = ("ttfa_ms", "TTFA p95 (ms)") if is_streamed(summary) else ("latency_ms", "p95 wait (ms)")
-    fig.add_scatter(x=labels, y=[stat(s, key, "p95") for s in steps], name=what, mode="lines+markers",
-                    line=dict(color="#1f77b4"), secondary_y=True)
+    fig.add_scatter(
+        x=labels,
+        y=[stat(s, key, "p95") for s in steps],
+        name=what,
+        mode="lines+markers",
+        line=dict(color="#1f77b4"),
+        secondary_y=True,
+    )
     knee = summary.get("knee") or {}
     at = (knee.get("methods") or {}).get("speech")
-    if at is not None and str(at) in labels:   # the speech knee
+    if at is not None and str(at) in labels:  # the speech knee
         fig.add_vline(x=labels.index(str(at)), line=dict(color="#9467bd", dash="dash"))
     fig.update_xaxes(title_text="concurrency", type="category")
     fig.update_yaxes(title_text=f"{name} (%)", rangemode="tozero", secondary_y=False)
@@ -52,25 +64,33 @@ def speech_html(summary: dict, figure_html: str) -> str:
     if metric:
         steps = _judged_steps(summary)
         name = metric.upper()
-        rule = (f"{name}: the {'word' if metric == 'wer' else 'character'} error rate of each judged clip's "
-                f"transcript against the text sent, both normalised as Whisper's evaluations do (case, "
-                f"punctuation and spelled numbers do not count); unintelligible: above {UNINTELLIGIBLE:.0%}. "
-                f"The speech knee is the first step whose clips, paired by text with the lowest step's, are "
-                f"worse by more than {MIN_RISE:.0%} at the low end of a 95 % bootstrap interval.")
+        rule = (
+            f"{name}: the {'word' if metric == 'wer' else 'character'} error rate of each judged clip's "
+            f"transcript against the text sent, both normalised as Whisper's evaluations do (case, "
+            f"punctuation and spelled numbers do not count); unintelligible: above {UNINTELLIGIBLE:.0%}. "
+            f"The speech knee is the first step whose clips, paired by text with the lowest step's, are "
+            f"worse by more than {MIN_RISE:.0%} at the low end of a 95 % bootstrap interval."
+        )
         rows = []
         rises = (summary.get("knee") or {}).get("speech_rise") or []
-        levels = {lv["concurrency"]: (lv, rises[i] if i < len(rises) else None)
-                  for i, lv in enumerate(lv for lv in summary.get("levels") or [] if lv.get("requests"))}
+        levels = {
+            lv["concurrency"]: (lv, rises[i] if i < len(rises) else None)
+            for i, lv in enumerate(lv for lv in summary.get("levels") or [] if lv.get("requests"))
+        }
         for s in steps:
             sp = s["speech"]
             rise = (levels.get(s["concurrency"]) or (None, None))[1]
-            rows.append(f"<tr><td>{esc(s['concurrency'])}</td><td>{sp['judged']}</td><td>{sp['not_judged']}</td>"
-                        f"<td>{esc(pct(sp.get(metric + '_mean')))}</td><td>{esc(pct(sp.get(metric + '_p95')))}</td>"
-                        f"<td>{sp['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>")
-        parts.append(f"<p class='meta'>{esc(rule)}</p>{figure_html}"
-                     f"<table><tr><th>concurrency</th><th>judged</th><th>not judged</th><th>{name} mean</th>"
-                     f"<th>{name} p95</th><th>unintelligible</th><th class='l'>rise over the lowest (95 % interval)"
-                     f"</th></tr>{''.join(rows)}</table>")
+            rows.append(
+                f"<tr><td>{esc(s['concurrency'])}</td><td>{sp['judged']}</td><td>{sp['not_judged']}</td>"
+                f"<td>{esc(pct(sp.get(metric + '_mean')))}</td><td>{esc(pct(sp.get(metric + '_p95')))}</td>"
+                f"<td>{sp['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>"
+            )
+        parts.append(
+            f"<p class='meta'>{esc(rule)}</p>{figure_html}"
+            f"<table><tr><th>concurrency</th><th>judged</th><th>not judged</th><th>{name} mean</th>"
+            f"<th>{name} p95</th><th>unintelligible</th><th class='l'>rise over the lowest (95 % interval)"
+            f"</th></tr>{''.join(rows)}</table>"
+        )
         worst = [(s, w) for s in steps for w in s["speech"].get("worst") or [] if w["error"] > 0]
         worst.sort(key=lambda p: -p[1]["error"])
         if worst:
@@ -78,9 +98,13 @@ def speech_html(summary: dict, figure_html: str) -> str:
                 f"<tr><td>{esc(s['concurrency'])}</td><td>{esc(pct(w['error']))}</td><td class='l'>{esc(w.get('text'))}"
                 f"</td><td class='l'>{esc(w.get('transcript'))}</td><td>"
                 + (f"<audio controls preload='none' src='{esc(w['clip'])}'></audio>" if w.get("clip") else "")
-                + "</td></tr>" for s, w in worst[:8])
-            parts.append(f"<h3>The worst clips</h3><table><tr><th>concurrency</th><th>{name}</th><th class='l'>sent"
-                         f"</th><th class='l'>heard</th><th>clip</th></tr>{cells}</table>")
+                + "</td></tr>"
+                for s, w in worst[:8]
+            )
+            parts.append(
+                f"<h3>The worst clips</h3><table><tr><th>concurrency</th><th>{name}</th><th class='l'>sent"
+                f"</th><th class='l'>heard</th><th>clip</th></tr>{cells}</table>"
+            )
     signal = _signal_rows(summary)
     if signal:
         parts.append(signal)
@@ -105,13 +129,19 @@ def _signal_rows(summary: dict) -> str:
         f"<td>{fmt(stat(s, 'ttfa_audible_ms', 'p50'))}</td><td>{fmt(stat(s, 'ttfa_audible_ms', 'p95'))}</td>"
         f"<td>{fmt(stat(s, 'leading_silence_ms', 'p50'))}</td><td>{fmt(stat(s, 'leading_silence_ms', 'p95'))}</td>"
         f"<td>{fmt(stat(s, 'trailing_silence_ms', 'p95'))}</td>"
-        + "".join(f"<td>{esc(pct(s.get(k)) if s.get(k) is not None else '-')}</td>"
-                  for k in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate"))
-        + "</tr>" for s in steps)
-    return ("<h3>The signal</h3><p class='meta'>Silence: 10 ms frames below -40 dBFS. Audible TTFA: when the "
-            "playback model plays the first sound, so leading silence delays it even when the bytes came early. "
-            "Runaway: audio per character over 3x the run's median for the language; truncated: under a third; "
-            "clipped: over 0.1 % of samples at full scale.</p>"
-            "<table><tr><th>concurrency</th><th>TTFA p50</th><th>audible p50</th><th>audible p95</th>"
-            "<th>leading silence p50</th><th>p95</th><th>trailing p95</th><th>silent</th><th>runaway</th>"
-            f"<th>truncated</th><th>clipped</th></tr>{rows}</table>")
+        + "".join(
+            f"<td>{esc(pct(s.get(k)) if s.get(k) is not None else '-')}</td>"
+            for k in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate")
+        )
+        + "</tr>"
+        for s in steps
+    )
+    return (
+        "<h3>The signal</h3><p class='meta'>Silence: 10 ms frames below -40 dBFS. Audible TTFA: when the "
+        "playback model plays the first sound, so leading silence delays it even when the bytes came early. "
+        "Runaway: audio per character over 3x the run's median for the language; truncated: under a third; "
+        "clipped: over 0.1 % of samples at full scale.</p>"
+        "<table><tr><th>concurrency</th><th>TTFA p50</th><th>audible p50</th><th>audible p95</th>"
+        "<th>leading silence p50</th><th>p95</th><th>trailing p95</th><th>silent</th><th>runaway</th>"
+        f"<th>truncated</th><th>clipped</th></tr>{rows}</table>"
+    )

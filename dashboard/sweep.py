@@ -3,6 +3,7 @@ offered rate (``--rates``, open loop) or a number of distinct voices (``--voice-
 gets the same verdict (the knee, the recommendation, the diagnosis, the knee methods) and step
 table, from its :class:`Axis`, and curves of its own: latency and throughput against the axis
 (see :mod:`analysis.knee`, :mod:`analysis.openloop` and :mod:`analysis.voices` for the rules)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,14 +39,15 @@ from .table import RATE_COLUMNS, TAIL_COLUMN, rate_table_rows, speech_metric, ta
 @dataclass(frozen=True)
 class Axis:
     """What the steps stand on, and how the report's top names it."""
-    key: str                                    # the step's field: "concurrency", "rate" or "voices"
-    method_head: str                            # the knee methods table's column
-    method: Callable[[object], str]             # a knee method's answer, as its cell shows it
-    headline: Callable[[dict], str]             # the verdict's first line, up to the diagnosis
-    verdict_note: Callable[[dict], str]         # below the knee methods: the rules a step breaks by
-    columns: Callable[[dict], tuple]            # the step table's heads
-    rows: Callable[[dict], list[list[str]]]     # its rows, one per executed step
-    table_note: Callable[[dict], str]           # what the table's figures are
+
+    key: str  # the step's field: "concurrency", "rate" or "voices"
+    method_head: str  # the knee methods table's column
+    method: Callable[[object], str]  # a knee method's answer, as its cell shows it
+    headline: Callable[[dict], str]  # the verdict's first line, up to the diagnosis
+    verdict_note: Callable[[dict], str]  # below the knee methods: the rules a step breaks by
+    columns: Callable[[dict], tuple]  # the step table's heads
+    rows: Callable[[dict], list[list[str]]]  # its rows, one per executed step
+    table_note: Callable[[dict], str]  # what the table's figures are
     curves: Callable[[dict], go.Figure | None]  # latency and throughput against the axis
 
     def knee(self, summary: dict):
@@ -70,27 +72,41 @@ def by_step(summary: dict) -> dict:
 
     def at(items):
         return [dict(s, concurrency=s.get(key)) for s in items or ()]
+
     steps, sl = at(summary["steps"]), summary.get("slo")
     if key == "rate":
-        return dict(summary, steps=steps, levels=steps, knee=dict(summary["knee"], concurrency=summary["knee"]["rate"]),
-                    recommended_concurrency=summary.get("recommended_rate"))
+        return dict(
+            summary,
+            steps=steps,
+            levels=steps,
+            knee=dict(summary["knee"], concurrency=summary["knee"]["rate"]),
+            recommended_concurrency=summary.get("recommended_rate"),
+        )
     if sl:
         sl = dict(sl, steps=at(sl["steps"]), by_step=at(sl["by_step"]), max_concurrency=sl.get("max_voices"))
-    return dict(summary, steps=steps, levels=at(summary.get("levels")), slo=sl,
-                knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
-                recommended_concurrency=summary.get("recommended_voices"))
+    return dict(
+        summary,
+        steps=steps,
+        levels=at(summary.get("levels")),
+        slo=sl,
+        knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
+        recommended_concurrency=summary.get("recommended_voices"),
+    )
 
 
 def verdict_html(summary: dict) -> str:
     ax, d, knee = axis(summary), summary["diagnosis"], summary["knee"]
     ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
-    methods = "".join(f"<tr><td class='l'>{esc(k)}</td><td>{esc(ax.method(v))}</td></tr>"
-                      for k, v in knee["methods"].items())
+    methods = "".join(
+        f"<tr><td class='l'>{esc(k)}</td><td>{esc(ax.method(v))}</td></tr>" for k, v in knee["methods"].items()
+    )
     cls = "verdict ok" if d["kind"] == DiagnosisKind.NO_KNEE else "verdict"
-    return (f"<div class='{cls}'><div>{ax.headline(summary)} &middot; diagnosis: <span class='kind'>"
-            f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>"
-            f"{capacity_html(summary)}</div><table><tr><th class='l'>knee method</th><th>{ax.method_head}</th></tr>"
-            f"{methods}</table>{ax.verdict_note(summary)}")
+    return (
+        f"<div class='{cls}'><div>{ax.headline(summary)} &middot; diagnosis: <span class='kind'>"
+        f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>"
+        f"{capacity_html(summary)}</div><table><tr><th class='l'>knee method</th><th>{ax.method_head}</th></tr>"
+        f"{methods}</table>{ax.verdict_note(summary)}"
+    )
 
 
 def step_table_html(summary: dict) -> str:
@@ -124,34 +140,84 @@ def _levels(summary: dict) -> list[dict]:
 
 # -- by concurrency ----------------------------------------------------------------------------
 
+
 def _concurrency_curves(summary: dict) -> go.Figure:
     steps = _levels(summary)
-    fig = _figure(2, ("Latency (wait, TTFA) vs concurrency" if any(s.get("ttfa_ms") for s in steps) else
-                      "Latency (wait) vs concurrency", "Throughput vs concurrency"))
+    fig = _figure(
+        2,
+        (
+            "Latency (wait, TTFA) vs concurrency"
+            if any(s.get("ttfa_ms") for s in steps)
+            else "Latency (wait) vs concurrency",
+            "Throughput vs concurrency",
+        ),
+    )
     conc = [s["concurrency"] for s in steps]
     n = lx(conc)
     for q, dash in (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(x=n, y=[(s.get("latency_ms") or {}).get(q) for s in steps], name=f"{q} wait",
-                        mode="lines+markers", line=dict(dash=dash), row=1, col=1,
-                        error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None)
-    fig.add_scatter(x=n, y=[(s.get("e2e_ms") or {}).get("p95") for s in steps], name="p95 end-to-end",
-                    mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
+        fig.add_scatter(
+            x=n,
+            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
+            name=f"{q} wait",
+            mode="lines+markers",
+            line=dict(dash=dash),
+            row=1,
+            col=1,
+            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
+        )
+    fig.add_scatter(
+        x=n,
+        y=[(s.get("e2e_ms") or {}).get("p95") for s in steps],
+        name="p95 end-to-end",
+        mode="lines+markers",
+        line=dict(dash="dashdot", color="#7f7f7f"),
+        row=1,
+        col=1,
+    )
     if any(s.get("ttfa_ms") for s in steps):
         for q, dash in (("p50", None), ("p95", "dot")):
-            fig.add_scatter(x=n, y=[(s.get("ttfa_ms") or {}).get(q) for s in steps], name=f"{q} TTFA",
-                            mode="lines+markers", line=dict(dash=dash, color="#000000", width=2),
-                            marker=dict(symbol="star"), row=1, col=1)
-    fig.add_scatter(x=n, y=[s.get("throughput_rps") for s in steps], name="throughput (ok req/s)",
-                    mode="lines+markers", line=dict(width=3), row=1, col=2)
+            fig.add_scatter(
+                x=n,
+                y=[(s.get("ttfa_ms") or {}).get(q) for s in steps],
+                name=f"{q} TTFA",
+                mode="lines+markers",
+                line=dict(dash=dash, color="#000000", width=2),
+                marker=dict(symbol="star"),
+                row=1,
+                col=1,
+            )
+    fig.add_scatter(
+        x=n,
+        y=[s.get("throughput_rps") for s in steps],
+        name="throughput (ok req/s)",
+        mode="lines+markers",
+        line=dict(width=3),
+        row=1,
+        col=2,
+    )
     if steps and steps[0].get("throughput_rps"):
         x1 = steps[0]["throughput_rps"] / steps[0]["concurrency"]
-        fig.add_scatter(x=n, y=[x1 * c for c in conc], name="linear scaling", mode="lines",
-                        line=dict(dash="dot", color="#aaaaaa"), row=1, col=2)
+        fig.add_scatter(
+            x=n,
+            y=[x1 * c for c in conc],
+            name="linear scaling",
+            mode="lines",
+            line=dict(dash="dot", color="#aaaaaa"),
+            row=1,
+            col=2,
+        )
     usl = summary.get("usl")
     if usl:
         grid = np.geomspace(max(1, min(conc)), max(conc), 60)
-        fig.add_scatter(x=lx(grid), y=usl_curve(usl, grid), name="USL fit", mode="lines",
-                        line=dict(dash="dash", color="#9467bd"), row=1, col=2)
+        fig.add_scatter(
+            x=lx(grid),
+            y=usl_curve(usl, grid),
+            name="USL fit",
+            mode="lines",
+            line=dict(dash="dash", color="#9467bd"),
+            row=1,
+            col=2,
+        )
     conc_axis(fig, steps, row=1, col=1)
     conc_axis(fig, steps, row=1, col=2)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
@@ -160,11 +226,23 @@ def _concurrency_curves(summary: dict) -> go.Figure:
     knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
     for c in (1, 2):
         if knee:
-            fig.add_vline(x=lx(knee), line=dict(color=KNEE_COLOUR, dash="dash"), row=1, col=c,
-                          annotation_text=f"knee {knee}", annotation_position="top left")
+            fig.add_vline(
+                x=lx(knee),
+                line=dict(color=KNEE_COLOUR, dash="dash"),
+                row=1,
+                col=c,
+                annotation_text=f"knee {knee}",
+                annotation_position="top left",
+            )
         if rec:
-            fig.add_vline(x=lx(rec), line=dict(color=REC_COLOUR, dash="dot"), row=1, col=c,
-                          annotation_text=f"recommended {rec}", annotation_position="bottom right")
+            fig.add_vline(
+                x=lx(rec),
+                line=dict(color=REC_COLOUR, dash="dot"),
+                row=1,
+                col=c,
+                annotation_text=f"recommended {rec}",
+                annotation_position="bottom right",
+            )
     return _finish(fig)
 
 
@@ -178,59 +256,102 @@ def _concurrency_rows(summary: dict) -> list[list[str]]:
         e2e = (s.get("e2e_ms") or {}).get("p95")
         mem = srv.get("gpu_mem_peak_bytes")
         lit = s.get("little")
-        rows.append(r + ["-" if e2e is None else f"{e2e:.0f}", str(s["throttled"]),
-                         "-" if mem is None else f"{mem / GIB:.1f} GiB",
-                         "-" if cli.get("cpu_mean") is None else f"{cli['cpu_mean']:.0f}",
-                         "-" if not lit else f"{lit['ratio']:.2f}"])
+        rows.append(
+            r
+            + [
+                "-" if e2e is None else f"{e2e:.0f}",
+                str(s["throttled"]),
+                "-" if mem is None else f"{mem / GIB:.1f} GiB",
+                "-" if cli.get("cpu_mean") is None else f"{cli['cpu_mean']:.0f}",
+                "-" if not lit else f"{lit['ratio']:.2f}",
+            ]
+        )
     return rows
 
 
 def _concurrency_table_note(summary: dict) -> str:
-    return ("Latencies in ms: wait of successful final attempts (t2-t0). rps: successful requests per second of "
-            "the measured window (settle time to step end), counting requests that finished in it. Little: mean "
-            "busy users over the window (end-to-end request time overlapping it) / concurrency. Resource "
-            "figures: the busiest host's."
-            + (" ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
-               "once. Both count the streams that ended before their step did (a stream still playing when "
-               "the next step began heard the next step's load). audible: when the listener hears the first "
-               "sound (leading silence, lead, delays it)." if is_streamed(summary) else "")
-            + (" WER% (CER%): the judged clips' mean error rate; unintel: judged above 50 %." if
-               speech_metric(summary) else "")
-            + (" tail: from the end of the text (its final flush) to the last audio, what the listener waits once "
-               "the text is complete." if TAIL_COLUMN in table_columns(summary) else ""))
+    return (
+        "Latencies in ms: wait of successful final attempts (t2-t0). rps: successful requests per second of "
+        "the measured window (settle time to step end), counting requests that finished in it. Little: mean "
+        "busy users over the window (end-to-end request time overlapping it) / concurrency. Resource "
+        "figures: the busiest host's."
+        + (
+            " ttfa: time to the first audio sample; underrun%: successful streams that ran dry at least "
+            "once. Both count the streams that ended before their step did (a stream still playing when "
+            "the next step began heard the next step's load). audible: when the listener hears the first "
+            "sound (leading silence, lead, delays it)."
+            if is_streamed(summary)
+            else ""
+        )
+        + (
+            " WER% (CER%): the judged clips' mean error rate; unintel: judged above 50 %."
+            if speech_metric(summary)
+            else ""
+        )
+        + (
+            " tail: from the end of the text (its final flush) to the last audio, what the listener waits once "
+            "the text is complete."
+            if TAIL_COLUMN in table_columns(summary)
+            else ""
+        )
+    )
 
 
 def _concurrency_headline(summary: dict) -> str:
-    return (f"Knee: <b>{esc(summary['knee']['concurrency'] or 'none found')}</b> &middot; recommended "
-            f"concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b>")
+    return (
+        f"Knee: <b>{esc(summary['knee']['concurrency'] or 'none found')}</b> &middot; recommended "
+        f"concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b>"
+    )
 
 
 def _concurrency_note(summary: dict) -> str:
     knee, usl = summary["knee"], summary.get("usl")
-    usl_txt = "USL fit needs at least 4 steps with throughput." if not usl else (
-        f"USL fit: &sigma;={usl['sigma']:.3f}, &kappa;={usl['kappa']:.4f}, "
-        f"&lambda;={usl['lambda_rps']:.2f} req/s, R&sup2;={usl['r2'] if usl['r2'] is None else round(usl['r2'], 3)}"
-        + (f", predicted peak at concurrency {usl['peak_concurrency']:.1f}" if usl.get("peak_concurrency")
-           else ", no peak predicted (&kappa;=0)"))
+    usl_txt = (
+        "USL fit needs at least 4 steps with throughput."
+        if not usl
+        else (
+            f"USL fit: &sigma;={usl['sigma']:.3f}, &kappa;={usl['kappa']:.4f}, "
+            f"&lambda;={usl['lambda_rps']:.2f} req/s, R&sup2;={usl['r2'] if usl['r2'] is None else round(usl['r2'], 3)}"
+            + (
+                f", predicted peak at concurrency {usl['peak_concurrency']:.1f}"
+                if usl.get("peak_concurrency")
+                else ", no peak predicted (&kappa;=0)"
+            )
+        )
+    )
     lit_bad = [x for x in summary["little_law"] if not x["ok"]]
-    lit = (f"Little's law holds at every step (within {LITTLE_TOLERANCE:.0%})." if not lit_bad else
-           f"Little's law off by more than {LITTLE_TOLERANCE:.0%} at concurrency " + ", ".join(
-               f"{x['concurrency']} ({x['ratio']:.2f})" for x in lit_bad) + ".")
-    return ((f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
-             f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "
-             f"{LATENCY_RISE}x the lowest step's and above the {knee.get('ttfa_floor_ms') or 0:g} ms floor; "
-             f"whole-body time is only a cross-check.</p>" if knee.get("streamed") else "")
-            + f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} "
-            f"{esc(lit)}</p>")
+    lit = (
+        f"Little's law holds at every step (within {LITTLE_TOLERANCE:.0%})."
+        if not lit_bad
+        else f"Little's law off by more than {LITTLE_TOLERANCE:.0%} at concurrency "
+        + ", ".join(f"{x['concurrency']} ({x['ratio']:.2f})" for x in lit_bad)
+        + "."
+    )
+    return (
+        f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
+        f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "
+        f"{LATENCY_RISE}x the lowest step's and above the {knee.get('ttfa_floor_ms') or 0:g} ms floor; "
+        f"whole-body time is only a cross-check.</p>"
+        if knee.get("streamed")
+        else ""
+    ) + f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} {esc(lit)}</p>"
 
 
 CONCURRENCY = Axis(
-    "concurrency", "concurrency", lambda v: v if v is not None else "-", _concurrency_headline, _concurrency_note,
-    lambda summary: table_columns(summary) + _CONCURRENCY_EXTRA, _concurrency_rows, _concurrency_table_note,
-    _concurrency_curves)
+    "concurrency",
+    "concurrency",
+    lambda v: v if v is not None else "-",
+    _concurrency_headline,
+    _concurrency_note,
+    lambda summary: table_columns(summary) + _CONCURRENCY_EXTRA,
+    _concurrency_rows,
+    _concurrency_table_note,
+    _concurrency_curves,
+)
 
 
 # -- by offered rate ---------------------------------------------------------------------------
+
 
 def _rate_curves(summary: dict) -> go.Figure | None:
     steps = _levels(summary)
@@ -240,27 +361,76 @@ def _rate_curves(summary: dict) -> go.Figure | None:
     x = [s["rate"] for s in steps]
     fig = _figure(2, ("Latency from schedule (ms)", "Served against offered (req/s)"))
     for q, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(x=x, y=[stat(s, "sched_wait_ms", q) for s in steps], name=f"{q} from schedule",
-                        mode="lines+markers", line=dict(dash=dash), row=1, col=1)
-    fig.add_scatter(x=x, y=[stat(s, "latency_ms", "p95") for s in steps], name="p95 wait (t2-t0)",
-                    mode="lines+markers", line=dict(dash="dashdot", color="#7f7f7f"), row=1, col=1)
-    fig.add_scatter(x=x, y=[stat(s, "send_lag_ms", "p95") for s in steps], name="p95 send lag (t0-scheduled)",
-                    mode="lines+markers", line=dict(color="#8c564b"), row=1, col=1)
-    fig.add_scatter(x=x, y=[s.get("throughput_rps") for s in steps], name="served (ok req/s)",
-                    mode="lines+markers", line=dict(width=3), row=1, col=2)
-    fig.add_scatter(x=[0, max(x)], y=[0, max(x)], name="offered", mode="lines",
-                    line=dict(dash="dot", color="#aaaaaa"), row=1, col=2)
-    fig.add_scatter(x=[0, max(x)], y=[0, (1 - SHORTFALL) * max(x)], name=f"{1 - SHORTFALL:.0%} of offered",
-                    mode="lines", line=dict(dash="dash", color="#dddddd"), row=1, col=2)
+        fig.add_scatter(
+            x=x,
+            y=[stat(s, "sched_wait_ms", q) for s in steps],
+            name=f"{q} from schedule",
+            mode="lines+markers",
+            line=dict(dash=dash),
+            row=1,
+            col=1,
+        )
+    fig.add_scatter(
+        x=x,
+        y=[stat(s, "latency_ms", "p95") for s in steps],
+        name="p95 wait (t2-t0)",
+        mode="lines+markers",
+        line=dict(dash="dashdot", color="#7f7f7f"),
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=x,
+        y=[stat(s, "send_lag_ms", "p95") for s in steps],
+        name="p95 send lag (t0-scheduled)",
+        mode="lines+markers",
+        line=dict(color="#8c564b"),
+        row=1,
+        col=1,
+    )
+    fig.add_scatter(
+        x=x,
+        y=[s.get("throughput_rps") for s in steps],
+        name="served (ok req/s)",
+        mode="lines+markers",
+        line=dict(width=3),
+        row=1,
+        col=2,
+    )
+    fig.add_scatter(
+        x=[0, max(x)], y=[0, max(x)], name="offered", mode="lines", line=dict(dash="dot", color="#aaaaaa"), row=1, col=2
+    )
+    fig.add_scatter(
+        x=[0, max(x)],
+        y=[0, (1 - SHORTFALL) * max(x)],
+        name=f"{1 - SHORTFALL:.0%} of offered",
+        mode="lines",
+        line=dict(dash="dash", color="#dddddd"),
+        row=1,
+        col=2,
+    )
     if any(s.get("dropped") for s in steps):
-        fig.add_bar(x=x, y=[s.get("dropped") for s in steps], name="dropped arrivals", marker_color="#ff7f0e",
-                    opacity=0.5, row=1, col=2)
+        fig.add_bar(
+            x=x,
+            y=[s.get("dropped") for s in steps],
+            name="dropped arrivals",
+            marker_color="#ff7f0e",
+            opacity=0.5,
+            row=1,
+            col=2,
+        )
     knee, rec = summary["knee"]["rate"], summary.get("recommended_rate")
     for col in (1, 2):
         for v, colour, label in ((knee, KNEE_COLOUR, "knee"), (rec, REC_COLOUR, "recommended")):
             if v is not None:
-                fig.add_vline(x=v, line=dict(color=colour, dash="dash"), row=1, col=col,
-                              annotation_text=label, annotation_position="top")
+                fig.add_vline(
+                    x=v,
+                    line=dict(color=colour, dash="dash"),
+                    row=1,
+                    col=col,
+                    annotation_text=label,
+                    annotation_position="top",
+                )
         fig.update_xaxes(title_text="offered rate (req/s)", rangemode="tozero", row=1, col=col)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=2)
@@ -269,17 +439,21 @@ def _rate_curves(summary: dict) -> go.Figure | None:
 
 def _rate_headline(summary: dict) -> str:
     rate = fmt(summary["knee"]["rate"], "{:g}") if summary["knee"]["rate"] is not None else "none found"
-    return (f"Knee: <b>{esc(rate)} req/s</b> &middot; recommended rate: "
-            f"<b>{esc(fmt(summary.get('recommended_rate'), '{:g}'))} req/s</b> &middot; concurrency it implies: "
-            f"<b>{esc(fmt(summary.get('recommended_concurrency')))}</b> &middot; dropped arrivals: "
-            f"<b>{esc(summary.get('dropped') or 0)}</b>")
+    return (
+        f"Knee: <b>{esc(rate)} req/s</b> &middot; recommended rate: "
+        f"<b>{esc(fmt(summary.get('recommended_rate'), '{:g}'))} req/s</b> &middot; concurrency it implies: "
+        f"<b>{esc(fmt(summary.get('recommended_concurrency')))}</b> &middot; dropped arrivals: "
+        f"<b>{esc(summary.get('dropped') or 0)}</b>"
+    )
 
 
 def _rate_note(summary: dict) -> str:
-    return (f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
-            f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "
-            f"the lowest rate's, or failures rise by {FAILURE_RATE:.0%} or more. Agreeing with the knee: "
-            f"{esc(', '.join(summary['knee']['agree']) or 'none')}.</p>")
+    return (
+        f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
+        f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "
+        f"the lowest rate's, or failures rise by {FAILURE_RATE:.0%} or more. Agreeing with the knee: "
+        f"{esc(', '.join(summary['knee']['agree']) or 'none')}.</p>"
+    )
 
 
 _RATE_TABLE_NOTE = (
@@ -287,13 +461,24 @@ _RATE_TABLE_NOTE = (
     f"schedule: t2 - scheduled of successful requests (what a caller arriving on time waited); wait: t2 - t0; "
     f"send lag: t0 - scheduled (the load generator's own lateness). Dropped: arrivals not sent because "
     f"--max-inflight requests were in flight (not requests, so not in Locust's counts). Growing: median latency "
-    f"from schedule rose over the step's thirds, the last above {GROWTH_RATIO}x the first.")
+    f"from schedule rose over the step's thirds, the last above {GROWTH_RATIO}x the first."
+)
 
-RATE = Axis("rate", "offered req/s", lambda v: fmt(v, "{:g}"), _rate_headline, _rate_note,
-            lambda summary: RATE_COLUMNS, rate_table_rows, lambda summary: _RATE_TABLE_NOTE, _rate_curves)
+RATE = Axis(
+    "rate",
+    "offered req/s",
+    lambda v: fmt(v, "{:g}"),
+    _rate_headline,
+    _rate_note,
+    lambda summary: RATE_COLUMNS,
+    rate_table_rows,
+    lambda summary: _RATE_TABLE_NOTE,
+    _rate_curves,
+)
 
 
 # -- by number of voices -----------------------------------------------------------------------
+
 
 def _hit_rate(s: dict) -> float | None:
     roles = (s.get("server") or {}).get("server_roles") or {}
@@ -307,15 +492,32 @@ def _voices_curves(summary: dict) -> go.Figure:
     steps = _levels(summary)
     rates = [_hit_rate(s) for s in steps]
     cache = any(r is not None for r in rates)
-    fig = _figure(3 if cache else 2, ("Latency (wait) vs distinct voices", "Throughput vs distinct voices")
-                  + (("Server's voice cache hit rate",) if cache else ()))
+    fig = _figure(
+        3 if cache else 2,
+        ("Latency (wait) vs distinct voices", "Throughput vs distinct voices")
+        + (("Server's voice cache hit rate",) if cache else ()),
+    )
     n = lx([s["voices"] for s in steps])
     for q, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(x=n, y=[(s.get("latency_ms") or {}).get(q) for s in steps], name=f"{q} wait",
-                        mode="lines+markers", line=dict(dash=dash), row=1, col=1,
-                        error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None)
-    fig.add_scatter(x=n, y=[s.get("throughput_rps") for s in steps], name="throughput (ok req/s)",
-                    mode="lines+markers", line=dict(width=3), row=1, col=2)
+        fig.add_scatter(
+            x=n,
+            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
+            name=f"{q} wait",
+            mode="lines+markers",
+            line=dict(dash=dash),
+            row=1,
+            col=1,
+            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
+        )
+    fig.add_scatter(
+        x=n,
+        y=[s.get("throughput_rps") for s in steps],
+        name="throughput (ok req/s)",
+        mode="lines+markers",
+        line=dict(width=3),
+        row=1,
+        col=2,
+    )
     if cache:
         fig.add_scatter(x=n, y=rates, name="cache hit rate (%)", mode="lines+markers", row=1, col=3)
         fig.update_yaxes(title_text="%", range=[0, 105], row=1, col=3)
@@ -325,8 +527,14 @@ def _voices_curves(summary: dict) -> go.Figure:
         conc_axis(fig, at, "distinct voices", row=1, col=c)
         for v, colour, label in ((knee, KNEE_COLOUR, "knee"), (rec, REC_COLOUR, "recommended")):
             if v:
-                fig.add_vline(x=lx(v), line=dict(color=colour, dash="dash"), row=1, col=c,
-                              annotation_text=f"{label} {v}", annotation_position="top left")
+                fig.add_vline(
+                    x=lx(v),
+                    line=dict(color=colour, dash="dash"),
+                    row=1,
+                    col=c,
+                    annotation_text=f"{label} {v}",
+                    annotation_position="top left",
+                )
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=2)
     return _finish(fig)
@@ -334,22 +542,33 @@ def _voices_curves(summary: dict) -> go.Figure:
 
 def _voices_headline(summary: dict) -> str:
     knee = summary["knee"]
-    return (f"Knee: <b>{esc(fmt(knee['voices']) if knee['voices'] else 'none found')}</b> distinct voices at "
-            f"concurrency {esc(fmt(knee['concurrency']))} &middot; recommended voices: "
-            f"<b>{esc(fmt(summary.get('recommended_voices')))}</b>")
+    return (
+        f"Knee: <b>{esc(fmt(knee['voices']) if knee['voices'] else 'none found')}</b> distinct voices at "
+        f"concurrency {esc(fmt(knee['concurrency']))} &middot; recommended voices: "
+        f"<b>{esc(fmt(summary.get('recommended_voices')))}</b>"
+    )
 
 
 def _voices_note(summary: dict) -> str:
-    return (f"<p class='meta'>A number of voices breaks when its latency stays above {LATENCY_RISE}x the fewest "
-            f"voices' or {FAILURE_RATE:.0%} more of its attempts fail. Agreeing with the knee: "
-            f"{esc(', '.join(summary['knee']['agree']) or 'none')}.</p>")
+    return (
+        f"<p class='meta'>A number of voices breaks when its latency stays above {LATENCY_RISE}x the fewest "
+        f"voices' or {FAILURE_RATE:.0%} more of its attempts fail. Agreeing with the knee: "
+        f"{esc(', '.join(summary['knee']['agree']) or 'none')}.</p>"
+    )
 
 
 VOICES = Axis(
-    "voices", "distinct voices", fmt, _voices_headline, _voices_note,
+    "voices",
+    "distinct voices",
+    fmt,
+    _voices_headline,
+    _voices_note,
     lambda summary: table_columns(summary) + ("cache hit%",),
     lambda summary: [r + [fmt(_hit_rate(s))] for s, r in zip(summary["steps"], table_rows(summary))],
-    lambda summary: ("A voice sweep: every step at the same load, its requests drawing their voices from the "
-                     "first N of --voices. cache hit%: the server's own voice-cache counters over the step, where "
-                     "it publishes them."),
-    _voices_curves)
+    lambda summary: (
+        "A voice sweep: every step at the same load, its requests drawing their voices from the "
+        "first N of --voices. cache hit%: the server's own voice-cache counters over the step, where "
+        "it publishes them."
+    ),
+    _voices_curves,
+)

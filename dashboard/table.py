@@ -3,6 +3,7 @@ verdict (``tts-knee report``) and as ``report.html`` shows it; an open-loop run'
 its own columns, in requests per second (:data:`RATE_COLUMNS`); a voice sweep's adds the number
 of distinct voices after the concurrency. A streamed run also gets the figures NVIDIA's
 riva_tts_perf_client prints, per step (:data:`RIVA_COLUMNS`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,20 +15,48 @@ from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words,
 from .probe import probe_lines
 from .trace import trace_lines
 
-TABLE_COLUMNS = ("step", "conc", "req", "ok", "err%", "rps", "p50", "p95", "p99", "max",
-                 "ttfb p50", "retries", "GPU%", "CPU%")
+TABLE_COLUMNS = (
+    "step",
+    "conc",
+    "req",
+    "ok",
+    "err%",
+    "rps",
+    "p50",
+    "p95",
+    "p99",
+    "max",
+    "ttfb p50",
+    "retries",
+    "GPU%",
+    "CPU%",
+)
 STREAM_COLUMNS = ("ttfa p50", "ttfa p95", "audible p95", "lead p95", "underrun%", "rtfx")  # after "ttfb p50"
 #: With --asr-model, after the retries: the error rate (WER or CER, mean, %) and the unintelligible clips
 #: of the judged.
 SPEECH_COLUMNS = ("judged", "unintel")
-TAIL_COLUMN = "tail p95"   # after them where the text went in pieces: the wait once the text is complete
+TAIL_COLUMN = "tail p95"  # after them where the text went in pieces: the wait once the text is complete
 #: riva_tts_perf_client's figures: first audio and chunk latency (ms) and RTFX, per step.
-RIVA_COLUMNS = ("step", "conc", "streams", "first audio avg", "p90", "p95", "p99", "chunk avg", "p90", "p95", "p99",
-                "RTFX")
-RIVA_NOTE = ("As riva_tts_perf_client prints them, in ms: first audio from sending to the first audio "
-             "message, chunk latency between consecutive audio messages of a stream, each pooled over the "
-             "step's streams (avg the mean; pNN sorted[int(q n)], no interpolation); RTFX: audio seconds "
-             "delivered per wall second.")
+RIVA_COLUMNS = (
+    "step",
+    "conc",
+    "streams",
+    "first audio avg",
+    "p90",
+    "p95",
+    "p99",
+    "chunk avg",
+    "p90",
+    "p95",
+    "p99",
+    "RTFX",
+)
+RIVA_NOTE = (
+    "As riva_tts_perf_client prints them, in ms: first audio from sending to the first audio "
+    "message, chunk latency between consecutive audio messages of a stream, each pooled over the "
+    "step's streams (avg the mean; pNN sorted[int(q n)], no interpolation); RTFX: audio seconds "
+    "delivered per wall second."
+)
 
 
 def step_label(s: dict) -> str:
@@ -45,11 +74,22 @@ def open_lines(summary: dict) -> list[str]:
 
 
 #: The web UI's "TTS steps" tab: (key, title) per column, its rows from :func:`tab_rows`.
-TAB_COLUMNS = (("step", "Step"), ("phase", "Phase"), ("concurrency", "Concurrency"), ("state", "State"),
-               ("requests", "Requests"), ("failed", "Failed"), ("retries", "Retries"),
-               ("rps", "Throughput (req/s)"), ("p50_ms", "p50 wait (ms)"), ("p95_ms", "p95 wait (ms)"),
-               ("max_ms", "max wait (ms)"), ("underrun_pct", "Streams stalled (%)"), ("slo", "SLO"))
-WITHHELD = "\u2014"   # a figure the open step's window cannot give yet
+TAB_COLUMNS = (
+    ("step", "Step"),
+    ("phase", "Phase"),
+    ("concurrency", "Concurrency"),
+    ("state", "State"),
+    ("requests", "Requests"),
+    ("failed", "Failed"),
+    ("retries", "Retries"),
+    ("rps", "Throughput (req/s)"),
+    ("p50_ms", "p50 wait (ms)"),
+    ("p95_ms", "p95 wait (ms)"),
+    ("max_ms", "max wait (ms)"),
+    ("underrun_pct", "Streams stalled (%)"),
+    ("slo", "SLO"),
+)
+WITHHELD = "\u2014"  # a figure the open step's window cannot give yet
 
 
 def slo_cell(v: dict | None) -> str:
@@ -74,18 +114,39 @@ def tab_rows(summary: dict) -> list[dict]:
 
         def fig(v, digits=1):
             return (WITHHELD if op else None) if v is None else round(float(v), digits)
-        state = "done" if not op else "settling" if op["settling"] else \
-            f"in progress ({op['completions']} finished)" if op["completions"] < OPEN_MIN_COUNT else "in progress"
+
+        state = (
+            "done"
+            if not op
+            else "settling"
+            if op["settling"]
+            else f"in progress ({op['completions']} finished)"
+            if op["completions"] < OPEN_MIN_COUNT
+            else "in progress"
+        )
         phase = s.get("phase") or ""
         under = s.get("underrun_rate")
-        rows.append({
-            "step": s["step"], "phase": f"grid {s.get('repeat')}" if phase == "grid" else phase,
-            "concurrency": (f"{s['speed']:g}x ({s['rate']:.3g} req/s)" if s.get("speed") else f"{s['rate']:g} req/s")
-            if s.get("rate") is not None else s["concurrency"],
-            "state": state, "requests": s["requests"], "failed": s["failed"], "retries": s["retries"],
-            "rps": fig(s.get("throughput_rps"), 2), "p50_ms": fig(lat.get("p50")), "p95_ms": fig(lat.get("p95")),
-            "max_ms": fig(lat.get("max")), "underrun_pct": None if under is None else round(100.0 * under, 1),
-            "slo": "in progress" if op and summary.get("slo") else slo_cell(verdicts.get(s["step"]))})
+        rows.append(
+            {
+                "step": s["step"],
+                "phase": f"grid {s.get('repeat')}" if phase == "grid" else phase,
+                "concurrency": (
+                    f"{s['speed']:g}x ({s['rate']:.3g} req/s)" if s.get("speed") else f"{s['rate']:g} req/s"
+                )
+                if s.get("rate") is not None
+                else s["concurrency"],
+                "state": state,
+                "requests": s["requests"],
+                "failed": s["failed"],
+                "retries": s["retries"],
+                "rps": fig(s.get("throughput_rps"), 2),
+                "p50_ms": fig(lat.get("p50")),
+                "p95_ms": fig(lat.get("p95")),
+                "max_ms": fig(lat.get("max")),
+                "underrun_pct": None if under is None else round(100.0 * under, 1),
+                "slo": "in progress" if op and summary.get("slo") else slo_cell(verdicts.get(s["step"])),
+            }
+        )
     return rows
 
 
@@ -128,20 +189,36 @@ def table_rows(summary: dict) -> list[list[str]]:
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
         ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
-        rows.append([
-            step_label(s), str(s["concurrency"])] + (
-            [fmt(s.get("voices"))] if voices else []) + [
-            str(s["requests"]), str(s["ok"]),
-            fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-            fmt(s["throughput_rps"], "{:.2f}"), fmt(lat.get("p50")), fmt(lat.get("p95")),
-            fmt(lat.get("p99")), fmt(lat.get("max")), fmt(ttfb.get("p50"))]
-            + ([fmt(ttfa.get("p50")), fmt(ttfa.get("p95")), fmt(stat(s, "ttfa_audible_ms", "p95")),
-                fmt(stat(s, "leading_silence_ms", "p95")), fmt(None if under is None else 100 * under, "{:.1f}"),
-                fmt(s.get("rtfx"), "{:.2f}")]
-               if streamed else [])
+        rows.append(
+            [step_label(s), str(s["concurrency"])]
+            + ([fmt(s.get("voices"))] if voices else [])
+            + [
+                str(s["requests"]),
+                str(s["ok"]),
+                fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+                fmt(s["throughput_rps"], "{:.2f}"),
+                fmt(lat.get("p50")),
+                fmt(lat.get("p95")),
+                fmt(lat.get("p99")),
+                fmt(lat.get("max")),
+                fmt(ttfb.get("p50")),
+            ]
+            + (
+                [
+                    fmt(ttfa.get("p50")),
+                    fmt(ttfa.get("p95")),
+                    fmt(stat(s, "ttfa_audible_ms", "p95")),
+                    fmt(stat(s, "leading_silence_ms", "p95")),
+                    fmt(None if under is None else 100 * under, "{:.1f}"),
+                    fmt(s.get("rtfx"), "{:.2f}"),
+                ]
+                if streamed
+                else []
+            )
             + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
             + (_speech_cells(s.get("speech"), metric) if metric else [])
-            + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))])
+            + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))]
+        )
     return rows
 
 
@@ -159,10 +236,12 @@ def riva_rows(summary: dict) -> list[list[str]]:
     for s in summary["steps"]:
         riva = s.get("riva") or {}
         first, chunk = riva.get("first_audio_ms") or {}, riva.get("chunk_ms") or {}
-        rows.append([step_label(s), str(s["concurrency"]), fmt(first.get("count"))]
-                    + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
-                    + [fmt(chunk.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
-                    + [fmt(s.get("rtfx"), "{:.2f}")])
+        rows.append(
+            [step_label(s), str(s["concurrency"]), fmt(first.get("count"))]
+            + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
+            + [fmt(chunk.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
+            + [fmt(s.get("rtfx"), "{:.2f}")]
+        )
     return rows
 
 
@@ -195,12 +274,21 @@ def _slo_lines(summary: dict) -> list[str]:
         sp = lv.get("spread")
         if not sp:
             continue
-        parts = [f"{name} {fmt(sp[k][0], spec)}-{fmt(sp[k][1], spec)}{unit}"
-                 for k, name, spec, unit in (("p50_ms", "p50", "{:.0f}", " ms"), ("p95_ms", "p95", "{:.0f}", " ms"),
-                                            ("throughput_rps", "rps", "{:.2f}", ""),
-                                            ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms")) if k in sp]
-        out.append(f"repeats at {lv[key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, lv['steps']))}): "
-                   + ", ".join(parts) + " (min-max over repeats; judged on the pooled records)")
+        parts = [
+            f"{name} {fmt(sp[k][0], spec)}-{fmt(sp[k][1], spec)}{unit}"
+            for k, name, spec, unit in (
+                ("p50_ms", "p50", "{:.0f}", " ms"),
+                ("p95_ms", "p95", "{:.0f}", " ms"),
+                ("throughput_rps", "rps", "{:.2f}", ""),
+                ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms"),
+            )
+            if k in sp
+        ]
+        out.append(
+            f"repeats at {lv[key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, lv['steps']))}): "
+            + ", ".join(parts)
+            + " (min-max over repeats; judged on the pooled records)"
+        )
     return out
 
 
@@ -227,16 +315,23 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     if missing:
         lines.append(audio_missing_text(missing))
     if is_voice_sweep(summary):
-        lines.append("knee: none found" if knee["voices"] is None else
-                     f"knee: {knee['voices']} distinct voices at concurrency {knee['concurrency']} (methods "
-                     f"agreeing: {', '.join(knee['agree']) or 'none'})")
-    elif not open_loop:   # the open-loop lines name their knee in req/s
-        lines.append("knee: none found" if knee["concurrency"] is None else
-                     f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+        lines.append(
+            "knee: none found"
+            if knee["voices"] is None
+            else f"knee: {knee['voices']} distinct voices at concurrency {knee['concurrency']} (methods "
+            f"agreeing: {', '.join(knee['agree']) or 'none'})"
+        )
+    elif not open_loop:  # the open-loop lines name their knee in req/s
+        lines.append(
+            "knee: none found"
+            if knee["concurrency"] is None
+            else f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})"
+        )
     if knee.get("streamed"):
         what = "audible TTFA p95" if knee.get("ttfa_basis") == "ttfa_audible_ms" else "TTFA p95"
-        lines.append(f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), "
-                     f"not whole-body time")
+        lines.append(
+            f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), not whole-body time"
+        )
     lines += _barge_in_lines(summary.get("barge_in"))
     lines += _hangup_lines(summary.get("hangups"))
     d = summary["diagnosis"]
@@ -244,14 +339,17 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     lines += [f"  - {e}" for e in d["evidence"]]
     lines += _slo_lines(summary)
     if is_voice_sweep(summary):
-        lines.append(f"recommended voices: {fmt(summary.get('recommended_voices'))} (at concurrency "
-                     f"{fmt(summary['recommended_concurrency'])})  {summary['recommendation']}")
+        lines.append(
+            f"recommended voices: {fmt(summary.get('recommended_voices'))} (at concurrency "
+            f"{fmt(summary['recommended_concurrency'])})  {summary['recommendation']}"
+        )
     elif open_loop:
-        lines.append(f"recommended rate: {fmt(summary.get('recommended_rate'), '{:g}')} req/s "
-                     f"(concurrency {fmt(summary['recommended_concurrency'])})  {summary['recommendation']}")
+        lines.append(
+            f"recommended rate: {fmt(summary.get('recommended_rate'), '{:g}')} req/s "
+            f"(concurrency {fmt(summary['recommended_concurrency'])})  {summary['recommendation']}"
+        )
     else:
-        lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  "
-                     f"{summary['recommendation']}")
+        lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  {summary['recommendation']}")
     cap = summary.get("capacity") or {}
     if cap.get("at") and cap.get("text"):
         lines.append(f"capacity: {cap['text']}")
@@ -279,16 +377,20 @@ def health_text(h: dict | None) -> str | None:
 
 def audio_missing_text(missing: dict) -> str:
     """The audio files a slow disk kept from being written in time, in one sentence."""
-    return (f"audio files not written in time: {missing.get('late', 0)} late, {missing.get('dropped', 0)} dropped "
-            f"(the disk did not keep up; those attempts have no t3 or write_ms)")
+    return (
+        f"audio files not written in time: {missing.get('late', 0)} late, {missing.get('dropped', 0)} dropped "
+        f"(the disk did not keep up; those attempts have no t3 or write_ms)"
+    )
 
 
 def soak_headline(soak: dict) -> str:
     """A soak in one line: the level it held, how long, in which windows."""
     minutes = (soak.get("duration_s") or 0) / 60.0
     level = f"{soak['rate']:g} req/s" if soak.get("rate") is not None else f"concurrency {soak['concurrency']}"
-    return (f"soak: step {soak['step']} held {level} for {minutes:.1f} min ({len(soak['windows'])} windows of "
-            f"{fmt(soak.get('window_s'), '{:.0f}')} s)")
+    return (
+        f"soak: step {soak['step']} held {level} for {minutes:.1f} min ({len(soak['windows'])} windows of "
+        f"{fmt(soak.get('window_s'), '{:.0f}')} s)"
+    )
 
 
 def _soak_lines(summary: dict) -> list[str]:
@@ -302,9 +404,24 @@ def _soak_lines(summary: dict) -> list[str]:
     return [head + ":"] + [f"  - {v}" for v in soak["drift"]]
 
 
-RATE_COLUMNS = ("step", "offered req/s", "served req/s", "served/offered", "requests", "dropped", "err%",
-                "in flight mean", "in flight max", "p50 from schedule", "p95 from schedule", "p99 from schedule",
-                "p95 wait", "send lag p95", "growing", "retries")
+RATE_COLUMNS = (
+    "step",
+    "offered req/s",
+    "served req/s",
+    "served/offered",
+    "requests",
+    "dropped",
+    "err%",
+    "in flight mean",
+    "in flight max",
+    "p50 from schedule",
+    "p95 from schedule",
+    "p99 from schedule",
+    "p95 wait",
+    "send lag p95",
+    "growing",
+    "retries",
+)
 
 
 def rate_table_rows(summary: dict) -> list[list[str]]:
@@ -312,16 +429,31 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
     rows = []
     for s in summary["steps"]:
         g = s.get("growth") or {}
-        offered = f"{s['offered_rps']:.3g} ({s['speed']:g}x)" if s.get("offered_rps") and s.get("speed") else \
-            fmt(s.get("rate"), "{:g}")
-        rows.append([step_label(s), offered, fmt(s.get("throughput_rps"), "{:.2f}"),
-                     fmt(s.get("throughput_ratio"), "{:.2f}"), str(s["requests"]), str(s.get("dropped") or 0),
-                     fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-                     fmt(stat(s, "inflight", "mean"), "{:.1f}"), fmt(stat(s, "inflight", "max")),
-                     fmt(stat(s, "sched_wait_ms", "p50")), fmt(stat(s, "sched_wait_ms", "p95")),
-                     fmt(stat(s, "sched_wait_ms", "p99")), fmt(stat(s, "latency_ms", "p95")),
-                     fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
-                     {True: "yes", False: "no", None: "-"}[g.get("growing")], str(s["retries"])])
+        offered = (
+            f"{s['offered_rps']:.3g} ({s['speed']:g}x)"
+            if s.get("offered_rps") and s.get("speed")
+            else fmt(s.get("rate"), "{:g}")
+        )
+        rows.append(
+            [
+                step_label(s),
+                offered,
+                fmt(s.get("throughput_rps"), "{:.2f}"),
+                fmt(s.get("throughput_ratio"), "{:.2f}"),
+                str(s["requests"]),
+                str(s.get("dropped") or 0),
+                fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
+                fmt(stat(s, "inflight", "mean"), "{:.1f}"),
+                fmt(stat(s, "inflight", "max")),
+                fmt(stat(s, "sched_wait_ms", "p50")),
+                fmt(stat(s, "sched_wait_ms", "p95")),
+                fmt(stat(s, "sched_wait_ms", "p99")),
+                fmt(stat(s, "latency_ms", "p95")),
+                fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
+                {True: "yes", False: "no", None: "-"}[g.get("growing")],
+                str(s["retries"]),
+            ]
+        )
     return rows
 
 
@@ -331,9 +463,11 @@ def _barge_in_lines(barge: dict | None) -> list[str]:
         return []
     quiet, after = barge.get("cancel_to_quiet_ms") or {}, barge.get("audio_after_cancel_ms") or {}
     unacked = f", {barge['unacknowledged']} unacknowledged" if barge["unacknowledged"] else ""
-    return [f"barge-in: {barge['cancelled']} cancelled by {barge.get('cancel_by') or 'close'}{unacked}; cancel to "
-            f"quiet p50 {fmt(quiet.get('p50'))} / p95 {fmt(quiet.get('p95'))} ms, audio after p95 "
-            f"{fmt(after.get('p95'))} ms; orphaned work " + orphaned_words(barge)]
+    return [
+        f"barge-in: {barge['cancelled']} cancelled by {barge.get('cancel_by') or 'close'}{unacked}; cancel to "
+        f"quiet p50 {fmt(quiet.get('p50'))} / p95 {fmt(quiet.get('p95'))} ms, audio after p95 "
+        f"{fmt(after.get('p95'))} ms; orphaned work " + orphaned_words(barge)
+    ]
 
 
 def _hangup_lines(hung: dict | None) -> list[str]:
@@ -341,8 +475,12 @@ def _hangup_lines(hung: dict | None) -> list[str]:
     if not hung:
         return []
     work = hung.get("orphaned_work_s")
-    said = (f"{work['per_hangup_s']:.2f} ± {work['uncertainty_s']:.2f} CPU-s per hang-up left to the server "
-            f"(from its process's CPU)" if work else f"orphaned work n/a ({hung['note']})")
+    said = (
+        f"{work['per_hangup_s']:.2f} ± {work['uncertainty_s']:.2f} CPU-s per hang-up left to the server "
+        f"(from its process's CPU)"
+        if work
+        else f"orphaned work n/a ({hung['note']})"
+    )
     return [f"hang-ups: {hung['timed_out']} at --request-timeout; {said}"]
 
 
@@ -350,7 +488,10 @@ def _rate_lines(summary: dict) -> list[str]:
     """The terminal's step table and verdict of an open-loop run."""
     lines = _aligned([list(RATE_COLUMNS)] + rate_table_rows(summary))
     knee = summary["knee"]
-    lines.append("knee: none found" if knee["rate"] is None else
-                 f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})")
+    lines.append(
+        "knee: none found"
+        if knee["rate"] is None
+        else f"knee: {knee['rate']:g} req/s (methods agreeing: {', '.join(knee['agree']) or 'none'})"
+    )
     lines.append(f"dropped arrivals: {summary.get('dropped') or 0}")
     return lines

@@ -3,6 +3,7 @@ load generator's) GPU utilisation, GPU memory and CPU on the same clock, each st
 
 The attempt scatter is downsampled to ``MAX_POINTS``, keeping failures and retries first, so the
 page stays small."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,12 @@ from .trace import burst_bands
 
 MAX_POINTS = 20000
 CATEGORIES = (  # (name, colour, marker symbol) of the timeline scatter
-    ("ok", "#1f77b4", "circle"), ("ok after retry", "#17becf", "diamond"),
-    ("throttled 429/503", "#ff7f0e", "triangle-up"), ("server error", "#d62728", "x"),
-    ("connection error", "#000000", "x-thin-open"), ("warm-up (not settled)", "#bbbbbb", "circle"),
+    ("ok", "#1f77b4", "circle"),
+    ("ok after retry", "#17becf", "diamond"),
+    ("throttled 429/503", "#ff7f0e", "triangle-up"),
+    ("server error", "#d62728", "x"),
+    ("connection error", "#000000", "x-thin-open"),
+    ("warm-up (not settled)", "#bbbbbb", "circle"),
 )
 
 
@@ -48,10 +52,14 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
     a = rd.requests.attempts()
     res = rd.resources
     t_zero = summary["run"]["start"] or (float(np.nanmin(a["t0"])) if len(a) else 0.0)
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.035,
-                        row_heights=[0.4, 0.2, 0.2, 0.2],
-                        subplot_titles=("Every attempt: wait (ms)", "GPU utilisation (%)",
-                                        "GPU memory (GiB)", "CPU (%)"))
+    fig = make_subplots(
+        rows=4,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035,
+        row_heights=[0.4, 0.2, 0.2, 0.2],
+        subplot_titles=("Every attempt: wait (ms)", "GPU utilisation (%)", "GPU memory (GiB)", "CPU (%)"),
+    )
     open_loop = is_open_loop(summary)
     # an open-loop attempt's concurrency is the number in flight when it was sent
     conc_text = "{} in flight at sending" if open_loop else "concurrency {}"
@@ -67,13 +75,21 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
         hover = [
             f"text {esc(a.texts[t]) if t >= 0 else '-'}<br>{conc_text.format(c)}, attempt {at}, status "
             f"{s if s >= 0 else 'none'}" + (f"<br>{esc(a.errors[e][:160])}" if e >= 0 else "")
-            for t, c, at, s, e in zip(a["text"][rows], a["concurrency"][rows], a["attempt"][rows],
-                                      a["status"][rows], a["error"][rows])
+            for t, c, at, s, e in zip(
+                a["text"][rows], a["concurrency"][rows], a["attempt"][rows], a["status"][rows], a["error"][rows]
+            )
         ]
-        fig.add_scatter(x=x[sel], y=y[sel], mode="markers", name=name, text=hover,
-                        hovertemplate="%{text}<br>%{y:.0f} ms at %{x:.1f} s<extra></extra>",
-                        marker=dict(color=colour, symbol=symbol, size=5 if ci else 4,
-                                    opacity=0.5 if ci in (0, 5) else 0.9), row=1, col=1)
+        fig.add_scatter(
+            x=x[sel],
+            y=y[sel],
+            mode="markers",
+            name=name,
+            text=hover,
+            hovertemplate="%{text}<br>%{y:.0f} ms at %{x:.1f} s<extra></extra>",
+            marker=dict(color=colour, symbol=symbol, size=5 if ci else 4, opacity=0.5 if ci in (0, 5) else 0.9),
+            row=1,
+            col=1,
+        )
     if len(res):
         srv, cli = res[res["role"] == "server"], res[res["role"] == "client"]
         for host, g in srv.groupby("host"):
@@ -82,30 +98,70 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
             if g["gpu_util_percent"].notna().any():
                 fig.add_scatter(x=tx, y=g["gpu_util_percent"], name=f"GPU util {h}", mode="lines", row=2, col=1)
             if g["gpu_mem_used_bytes"].notna().any():
-                fig.add_scatter(x=tx, y=g["gpu_mem_used_bytes"] / GIB, name=f"GPU memory {h}", mode="lines",
-                                row=3, col=1)
+                fig.add_scatter(
+                    x=tx, y=g["gpu_mem_used_bytes"] / GIB, name=f"GPU memory {h}", mode="lines", row=3, col=1
+                )
                 tot = g["gpu_mem_total_bytes"].dropna()
                 if len(tot):
-                    fig.add_hline(y=float(tot.max()) / GIB, line=dict(color="#999", dash="dot"), row=3, col=1,
-                                  annotation_text="total", annotation_position="top left")
+                    fig.add_hline(
+                        y=float(tot.max()) / GIB,
+                        line=dict(color="#999", dash="dot"),
+                        row=3,
+                        col=1,
+                        annotation_text="total",
+                        annotation_position="top left",
+                    )
             fig.add_scatter(x=tx, y=g["cpu_percent"], name=f"server CPU {h}", mode="lines", row=4, col=1)
-            fig.add_scatter(x=tx, y=g["cpu_max_core_percent"], name=f"server busiest core {h}", mode="lines",
-                            line=dict(dash="dot"), row=4, col=1)
+            fig.add_scatter(
+                x=tx,
+                y=g["cpu_max_core_percent"],
+                name=f"server busiest core {h}",
+                mode="lines",
+                line=dict(dash="dot"),
+                row=4,
+                col=1,
+            )
             if g["proc_cpu_percent"].notna().any():
-                fig.add_scatter(x=tx, y=g["proc_cpu_percent"], name=f"TTS process CPU {h}", mode="lines",
-                                line=dict(dash="dash"), row=4, col=1)
+                fig.add_scatter(
+                    x=tx,
+                    y=g["proc_cpu_percent"],
+                    name=f"TTS process CPU {h}",
+                    mode="lines",
+                    line=dict(dash="dash"),
+                    row=4,
+                    col=1,
+                )
         for host, g in cli.groupby("host"):
-            fig.add_scatter(x=g["ts"] - t_zero, y=g["cpu_percent"], name=f"client CPU {esc(host)}",
-                            mode="lines", line=dict(color="#8c564b"), row=4, col=1)
+            fig.add_scatter(
+                x=g["ts"] - t_zero,
+                y=g["cpu_percent"],
+                name=f"client CPU {esc(host)}",
+                mode="lines",
+                line=dict(color="#8c564b"),
+                row=4,
+                col=1,
+            )
     else:
-        fig.add_annotation(text="no resource samples (resources.jsonl missing)", xref="x2 domain",
-                           yref="y2 domain", x=0.5, y=0.5, showarrow=False)
+        fig.add_annotation(
+            text="no resource samples (resources.jsonl missing)",
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+        )
     if not len(res) or not res["gpu_util_percent"].notna().any():
         for axis in ("yaxis2", "yaxis3"):
             lo, hi = fig.layout[axis].domain
-            fig.add_annotation(text="no GPU samples: a CPU-only server, or no collector with NVML on it",
-                               xref="paper", yref="paper", x=0.5, y=(lo + hi) / 2, showarrow=False,
-                               font=dict(color="#777"))
+            fig.add_annotation(
+                text="no GPU samples: a CPU-only server, or no collector with NVML on it",
+                xref="paper",
+                yref="paper",
+                x=0.5,
+                y=(lo + hi) / 2,
+                showarrow=False,
+                font=dict(color="#777"),
+            )
     load = "rate" if open_loop else "concurrency"
     knee = summary["knee"][load]
     # Each step's band on every row, and its label, added in one go: plotly's add_vrect(row="all")
@@ -118,18 +174,40 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
             continue
         colour = "#fdecea" if s.get(load) == knee else ("#f2f2f2" if i % 2 else "#e8eef7")
         for row in ("", "2", "3", "4"):
-            bands.append(dict(type="rect", xref=f"x{row}", yref=f"y{row} domain", x0=start - t_zero,
-                              x1=end - t_zero, y0=0, y1=1, fillcolor=colour, opacity=0.6, layer="below",
-                              line_width=0))
-        labels.append(dict(x=(start + end) / 2 - t_zero, y=1.0, xref="x", yref="y domain",
-                           text=(f"{s['speed']:g}x" if s.get("speed") else f"{step_label(s)} req/s") if open_loop
-                           else f"N={s['concurrency']}",
-                           showarrow=False, font=dict(size=11, color="#555")))
-    bands += burst_bands(summary, t_zero)   # --trace: where each step replayed the trace's bursts
+            bands.append(
+                dict(
+                    type="rect",
+                    xref=f"x{row}",
+                    yref=f"y{row} domain",
+                    x0=start - t_zero,
+                    x1=end - t_zero,
+                    y0=0,
+                    y1=1,
+                    fillcolor=colour,
+                    opacity=0.6,
+                    layer="below",
+                    line_width=0,
+                )
+            )
+        labels.append(
+            dict(
+                x=(start + end) / 2 - t_zero,
+                y=1.0,
+                xref="x",
+                yref="y domain",
+                text=(f"{s['speed']:g}x" if s.get("speed") else f"{step_label(s)} req/s")
+                if open_loop
+                else f"N={s['concurrency']}",
+                showarrow=False,
+                font=dict(size=11, color="#555"),
+            )
+        )
+    bands += burst_bands(summary, t_zero)  # --trace: where each step replayed the trace's bursts
     fig.update_layout(shapes=list(fig.layout.shapes) + bands, annotations=list(fig.layout.annotations) + labels)
     fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(range=[0, 105], row=2, col=1)
     fig.update_xaxes(title_text="seconds since run start", row=4, col=1)
-    fig.update_layout(height=900, margin=dict(t=40, b=40, l=60, r=20), hovermode="closest",
-                      legend=dict(orientation="h", y=-0.08))
+    fig.update_layout(
+        height=900, margin=dict(t=40, b=40, l=60, r=20), hovermode="closest", legend=dict(orientation="h", y=-0.08)
+    )
     return fig

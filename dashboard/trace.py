@@ -1,6 +1,7 @@
 """A trace replay (``--trace``) in the terminal, the report and the timeline: the answers as
 speeds of the trace, and each burst the trace holds with the p95 of the requests that came in it
 beside the rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`)."""
+
 from __future__ import annotations
 
 from .kit import esc, fmt
@@ -36,9 +37,11 @@ def trace_lines(summary: dict) -> list[str]:
     lines = [trace_headline(tr)]
     for st in tr["steps"]:
         for b in st["bursts"]:
-            lines.append(f"  step {st['step']} ({st['speed']:g}x): burst at {burst_text(b)} of the trace, "
-                         f"{b['requests']} requests, p95 from schedule {fmt(b['p95_ms'])} ms "
-                         f"(the rest of the step {fmt(st['p95_outside_ms'])} ms), {b['failed']} failed")
+            lines.append(
+                f"  step {st['step']} ({st['speed']:g}x): burst at {burst_text(b)} of the trace, "
+                f"{b['requests']} requests, p95 from schedule {fmt(b['p95_ms'])} ms "
+                f"(the rest of the step {fmt(st['p95_outside_ms'])} ms), {b['failed']} failed"
+            )
     return lines
 
 
@@ -47,24 +50,37 @@ def trace_html(summary: dict) -> str:
     tr = summary.get("trace")
     if not tr:
         return ""
-    found = "".join(f"<tr><td>{burst_text(b)}</td><td>{b['arrivals']}</td><td>{b['rate_rps']:.1f}</td>"
-                    f"<td>{b['times_mean']:.1f}x</td></tr>" for b in tr.get("bursts") or [])
+    found = "".join(
+        f"<tr><td>{burst_text(b)}</td><td>{b['arrivals']}</td><td>{b['rate_rps']:.1f}</td>"
+        f"<td>{b['times_mean']:.1f}x</td></tr>"
+        for b in tr.get("bursts") or []
+    )
     rows = []
     for st in tr["steps"]:
         for b in st["bursts"] or [None]:
             offered = st.get("offered_rps") or st["rate"]
-            rows.append(f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{offered:.3g}</td>"
-                        + (f"<td>{burst_text(b)}</td><td>{b['requests']}</td><td>{b['failed']}</td>"
-                           f"<td>{fmt(b['p95_ms'])}</td>" if b else "<td>-</td><td></td><td></td><td></td>")
-                        + f"<td>{fmt(st['p95_outside_ms'])}</td></tr>")
-    bursts = (f"<table><tr><th>burst (trace time)</th><th>arrivals</th><th>req/s at 1x</th><th>of the mean</th></tr>"
-              f"{found}</table>" if found else "<p class='meta'>No bursts: nowhere do arrivals come twice as fast "
-                                               "as the mean.</p>")
-    return (f"<h2>Trace replay</h2><div class='verdict ok'><div class='meta'>{esc(trace_headline(tr))}</div></div>"
-            f"{bursts}<table><tr><th>step</th><th>speed</th><th>offered req/s</th><th>burst</th><th>requests</th>"
-            f"<th>failed</th><th>burst p95 ms</th><th>rest of the step p95 ms</th></tr>{''.join(rows)}</table>"
-            f"<p class='meta'>Latency from the schedule: what a caller who came when the trace has it waited. A "
-            f"step at speed S replays second x of the trace at x / S; bursts are shaded on the timeline.</p>")
+            rows.append(
+                f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{offered:.3g}</td>"
+                + (
+                    f"<td>{burst_text(b)}</td><td>{b['requests']}</td><td>{b['failed']}</td><td>{fmt(b['p95_ms'])}</td>"
+                    if b
+                    else "<td>-</td><td></td><td></td><td></td>"
+                )
+                + f"<td>{fmt(st['p95_outside_ms'])}</td></tr>"
+            )
+    bursts = (
+        f"<table><tr><th>burst (trace time)</th><th>arrivals</th><th>req/s at 1x</th><th>of the mean</th></tr>"
+        f"{found}</table>"
+        if found
+        else "<p class='meta'>No bursts: nowhere do arrivals come twice as fast as the mean.</p>"
+    )
+    return (
+        f"<h2>Trace replay</h2><div class='verdict ok'><div class='meta'>{esc(trace_headline(tr))}</div></div>"
+        f"{bursts}<table><tr><th>step</th><th>speed</th><th>offered req/s</th><th>burst</th><th>requests</th>"
+        f"<th>failed</th><th>burst p95 ms</th><th>rest of the step p95 ms</th></tr>{''.join(rows)}</table>"
+        f"<p class='meta'>Latency from the schedule: what a caller who came when the trace has it waited. A "
+        f"step at speed S replays second x of the trace at x / S; bursts are shaded on the timeline.</p>"
+    )
 
 
 def burst_bands(summary: dict, t_zero: float) -> list[dict]:
@@ -81,6 +97,19 @@ def burst_bands(summary: dict, t_zero: float) -> list[dict]:
         for b in st["bursts"]:
             x0, x1 = t + b["start_s"] / st["speed"] - t_zero, t + b["end_s"] / st["speed"] - t_zero
             for row in ("", "2", "3", "4"):
-                out.append(dict(type="rect", xref=f"x{row}", yref=f"y{row} domain", x0=x0, x1=max(x1, x0 + 0.2),
-                                y0=0, y1=1, fillcolor="#f6c343", opacity=0.35, layer="below", line_width=0))
+                out.append(
+                    dict(
+                        type="rect",
+                        xref=f"x{row}",
+                        yref=f"y{row} domain",
+                        x0=x0,
+                        x1=max(x1, x0 + 0.2),
+                        y0=0,
+                        y1=1,
+                        fillcolor="#f6c343",
+                        opacity=0.35,
+                        layer="below",
+                        line_width=0,
+                    )
+                )
     return out

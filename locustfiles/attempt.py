@@ -11,6 +11,7 @@ waited for (``Run.drain``), and one still running when the drain ends and its us
 becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives, and the playback it allows is judged by the one
 playback model (:func:`analysis.playback.listen`).
 """
+
 from __future__ import annotations
 
 import random
@@ -38,12 +39,20 @@ _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
 def _signal(data: list | None, audio: containers.Audio) -> dict | None:
     """The signal fields of an answer's PCM16 audio (:func:`audio.signal.check`), or None for
     audio it cannot read without decoding (MP3, Opus, AAC, FLAC, other sample widths)."""
-    if not data or audio.format not in ("wav", "pcm") or audio.sample_width != 2 or not audio.data_bytes \
-            or not audio.sample_rate:
+    if (
+        not data
+        or audio.format not in ("wav", "pcm")
+        or audio.sample_width != 2
+        or not audio.data_bytes
+        or not audio.sample_rate
+    ):
         return None
     body = data[0] if len(data) == 1 else b"".join(data)
-    return signal.check(memoryview(body)[audio.data_offset:audio.data_offset + audio.data_bytes],
-                        audio.sample_rate, audio.channels or 1)
+    return signal.check(
+        memoryview(body)[audio.data_offset : audio.data_offset + audio.data_bytes],
+        audio.sample_rate,
+        audio.channels or 1,
+    )
 
 
 class AttemptFailed(Exception):
@@ -60,12 +69,12 @@ class Segment:
 
     req_id: str
     text: Text
-    ask: Ask          # what the request asks for beside its words (voice, language, clip ...)
-    words: str        # what is said
+    ask: Ask  # what the request asks for beside its words (voice, language, clip ...)
+    words: str  # what is said
     k: int
     n: int
-    seq: int          # the user's request number (it names the audio file with --audio-keep 0)
-    sent: dict | None   # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
+    seq: int  # the user's request number (it names the audio file with --audio-keep 0)
+    sent: dict | None  # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
 
 
 class _AfterCancel:
@@ -90,9 +99,14 @@ class _AfterCancel:
             quiet = None
         else:
             quiet = cancel.at if self.last is None else self.last
-        return {"cancelled": True, "cancel_ms": _ms(m0, cancel.at), "cancel_to_quiet_ms": _ms(cancel.at, quiet),
-                "audio_after_cancel_ms": round(self.ms, 3), "cancel_quiet": ended.quiet,
-                "cancel_note": ended.note}
+        return {
+            "cancelled": True,
+            "cancel_ms": _ms(m0, cancel.at),
+            "cancel_to_quiet_ms": _ms(cancel.at, quiet),
+            "audio_after_cancel_ms": round(self.ms, 3),
+            "cancel_quiet": ended.quiet,
+            "cancel_note": ended.note,
+        }
 
 
 class Caller:
@@ -125,7 +139,7 @@ class Caller:
             req_id = base_id if n == 1 else f"{base_id}.{k}"
             rec = self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts)
             if rec is None or rec.get("cancelled"):
-                return   # failed, or the listener interrupted: the rest of the text is not said
+                return  # failed, or the listener interrupted: the rest of the text is not said
 
     def _request(self, seg: Segment, parts: list) -> dict | None:
         """All attempts of one segment; returns its final record, or None once it finally fails."""
@@ -135,11 +149,23 @@ class Caller:
             run.in_flight += 1
             try:
                 rec, ended, m0, m2, elapsed_ms, http_status, cut = self._attempt(seg.words, seg.ask, seg.sent)
-                retry = not rec["ok"] and cut is None and not run.stopping and self.s.retry.should_retry(
-                    attempt, http_status)
-                runformat.attempt.update(rec, req_id=seg.req_id, attempt=attempt, final=not retry,
-                                         text_id=seg.text.id, text_len=len(seg.words), tier=seg.text.tier,
-                                         segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None, backoff_ms=backoff_ms)
+                retry = (
+                    not rec["ok"]
+                    and cut is None
+                    and not run.stopping
+                    and self.s.retry.should_retry(attempt, http_status)
+                )
+                runformat.attempt.update(
+                    rec,
+                    req_id=seg.req_id,
+                    attempt=attempt,
+                    final=not retry,
+                    text_id=seg.text.id,
+                    text_len=len(seg.words),
+                    tier=seg.text.tier,
+                    segment=f"{seg.k}/{seg.n}" if seg.n > 1 else None,
+                    backoff_ms=backoff_ms,
+                )
                 voice = bodies.voice_label(self.s, seg.ask)
                 if voice is not None or seg.ask.language is not None:
                     runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
@@ -147,15 +173,15 @@ class Caller:
                     parts.append((ended.data, ended.audio))
                     if seg.k == seg.n:
                         try:
-                            self._finish_audio(rec, parts, m0, m2, seg)   # yields while the file is written
+                            self._finish_audio(rec, parts, m0, m2, seg)  # yields while the file is written
                         except gevent.GreenletExit as e:
-                            cut = e   # stopped while writing: the attempt itself is whole, t3 stays null
+                            cut = e  # stopped while writing: the attempt itself is whole, t3 stays null
                 # The Locust event and the record go out together, with no yield in between, so a
                 # user stopped mid-attempt leaves both or neither: the two counts always agree.
                 self._fire(rec, attempt, elapsed_ms)
                 run.emit(rec)
                 if run.picker is not None and rec["ok"] and not retry:
-                    run.picker.consider(rec, seg, parts)   # --asr-model: a clip for the judge
+                    run.picker.consider(rec, seg, parts)  # --asr-model: a clip for the judge
             finally:
                 run.in_flight -= 1
             if cut is not None:
@@ -169,7 +195,7 @@ class Caller:
             backoff_ms = round(delay * 1000.0, 3)
             gevent.sleep(delay)
             if run.stopping:
-                return None   # the run stopped during the backoff: no attempt is sent now
+                return None  # the run stopped during the backoff: no attempt is sent now
             attempt += 1
 
     def _attempt(self, words: str, ask: Ask, sent: dict | None):
@@ -190,14 +216,16 @@ class Caller:
         timeout = gevent.Timeout(s.request_timeout)
         timeout.start()
         try:
-            for ev in self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel):
+            for ev in (
+                self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel)
+            ):
                 kind = type(ev)
                 if kind is AudioPiece:
                     if cancel is not None and cancel.at is not None:
-                        after.add(ev)   # heard by nobody: not in the playback figures
+                        after.add(ev)  # heard by nobody: not in the playback figures
                         continue
                     timeline.add(ev.at, ev.ms)
-                    if cancel is not None and timer is None:   # counted from the first audio heard
+                    if cancel is not None and timer is None:  # counted from the first audio heard
                         timer = gevent.spawn_later(after_s, cancel.fire)
                 elif kind is Received:
                     if m1 is None:
@@ -220,7 +248,7 @@ class Caller:
             error = str(e)
         except gevent.GreenletExit as e:
             if not self.run.stopping:
-                raise   # a user stopped mid-step leaves no record (nor a Locust event)
+                raise  # a user stopped mid-step leaves no record (nor a Locust event)
             cut, error = e, CUT_BY_RUN_END
         finally:
             timeout.close()
@@ -236,22 +264,31 @@ class Caller:
         rec = runformat.attempt(
             step=step.step if step else None,
             concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
-            worker=self.run.worker_id, user=self.no,
-            t0=t0, t1=None if m1 is None else t0 + (m1 - m0), t2=None if m2 is None else t0 + (m2 - m0),
-            ttfb_ms=_ms(m0, m1), wait_ms=_ms(m0, m2), status=status, ok=False,
-            error=error if error is not None else ended.error, bytes=nbytes,
+            worker=self.run.worker_id,
+            user=self.no,
+            t0=t0,
+            t1=None if m1 is None else t0 + (m1 - m0),
+            t2=None if m2 is None else t0 + (m2 - m0),
+            ttfb_ms=_ms(m0, m1),
+            wait_ms=_ms(m0, m2),
+            status=status,
+            ok=False,
+            error=error if error is not None else ended.error,
+            bytes=nbytes,
             settled=self.run.state.settled(step, t0),
             **stream,
         )
-        if sent is not None:   # open loop: waited from when the caller arrived, not from sending
+        if sent is not None:  # open loop: waited from when the caller arrived, not from sending
             runformat.attempt.update(
-                rec, scheduled=sent["scheduled"],
-                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3))
+                rec,
+                scheduled=sent["scheduled"],
+                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
+            )
         if error is None:
             rec["server_timing"] = answer.server_timing
             if answer.ok:
                 if ended.quiet is not None:
-                    rec["ok"] = True   # interrupted, not failed
+                    rec["ok"] = True  # interrupted, not failed
                     heard = [ms for ms in timeline.audio_ms if ms is not None]
                     rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
                     runformat.attempt.update(rec, **after.fields(cancel, m0, ended))
@@ -266,13 +303,17 @@ class Caller:
                         if audio.audio_s:
                             rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
                         if heard is not None:
-                            heard["ttfa_audible_ms"] = timeline.audible_ms(m0, s.playback_buffer_ms,
-                                                                           heard["leading_silence_ms"])
+                            heard["ttfa_audible_ms"] = timeline.audible_ms(
+                                m0, s.playback_buffer_ms, heard["leading_silence_ms"]
+                            )
                             runformat.attempt.update(rec, **heard)
             elif answer.retry_after_raw is not None:
                 rec["retry_after_raw"] = answer.retry_after_raw
-                rec["retry_after_s"] = answer.retry_after_s if answer.retry_after_s is not None \
+                rec["retry_after_s"] = (
+                    answer.retry_after_s
+                    if answer.retry_after_s is not None
                     else parse_retry_after(answer.retry_after_raw, wall())
+                )
         elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
         return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut
 
@@ -280,8 +321,12 @@ class Caller:
         # Retried attempts get a name of their own so Locust's table shows them apart.
         name = self.transport.name if attempt == 1 else f"{self.transport.name} (retry)"
         self.environment.events.request.fire(
-            request_type=self.transport.request_type, name=name, response_time=elapsed_ms,
-            response_length=rec["bytes"], response=None, context={},
+            request_type=self.transport.request_type,
+            name=name,
+            response_time=elapsed_ms,
+            response_length=rec["bytes"],
+            response=None,
+            context={},
             exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
@@ -301,7 +346,7 @@ class Caller:
             return
         try:
             audio_out.writer(self.environment.tts_knee).write(path, data)
-        except audio_out.AudioMissing as e:   # the disk did not keep up: the record says so
+        except audio_out.AudioMissing as e:  # the disk did not keep up: the record says so
             runformat.attempt.update(rec, audio_file=e.kind)
             return
         except OSError as e:

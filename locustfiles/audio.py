@@ -3,6 +3,7 @@ disk keeps up, on one native thread once it has not. On the thread a user waits 
 ``AUDIO_WAIT_S`` for its file and at most ``AUDIO_QUEUE_BYTES`` wait to be written: a file not
 written in time is not missing silently, its attempt's record says ``audio_file`` "late" (still
 written once the disk gets to it) or "dropped" (not written: too much was waiting already)."""
+
 from __future__ import annotations
 
 import collections
@@ -53,8 +54,9 @@ class AudioWriter:
         """Another write to this disk took ``seconds`` (the run directory's writer says so):
         write on the thread from now on, before an audio write stalls the event loop."""
         if self._thread is None:
-            log.warning("a write to the run directory took %.0f ms; audio is written on a thread from now on",
-                        seconds * 1000)
+            log.warning(
+                "a write to the run directory took %.0f ms; audio is written on a thread from now on", seconds * 1000
+            )
             self._thread = _WriterThread()
 
     def write(self, path: str, data: list) -> None:
@@ -69,8 +71,7 @@ class AudioWriter:
         finally:
             took = mono() - started
             if took > WRITE_STALL_S:
-                log.warning("writing an audio file took %.0f ms; audio is written on a thread from now on",
-                            took * 1000)
+                log.warning("writing an audio file took %.0f ms; audio is written on a thread from now on", took * 1000)
                 self._thread = _WriterThread()
 
 
@@ -81,9 +82,9 @@ class _WriterThread:
     def __init__(self):
         self._jobs = monkey.get_original("_queue", "SimpleQueue")()
         self._done: collections.deque = collections.deque()
-        self._queued = 0   # bytes handed to the thread, not yet written
+        self._queued = 0  # bytes handed to the thread, not yet written
         self._wake = gevent.get_hub().loop.async_()
-        self._wake.ref = False   # never what keeps the process alive
+        self._wake.ref = False  # never what keeps the process alive
         self._wake.start(self._on_wake)
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
 
@@ -101,12 +102,12 @@ class _WriterThread:
         if job[1] is not None:
             raise job[1]
 
-    def _run(self) -> None:   # the writer thread: never touches gevent objects but the watcher
+    def _run(self) -> None:  # the writer thread: never touches gevent objects but the watcher
         while True:
             path, data, job = self._jobs.get()
             try:
                 _write_over(path, data)
-            except Exception as e:   # handed to the waiting user: this thread must not die
+            except Exception as e:  # handed to the waiting user: this thread must not die
                 job[1] = e
             self._done.append(job)
             self._wake.send()
@@ -142,7 +143,7 @@ def _write_over(path: str, data: list) -> None:
     try:
         i = 0
         while i < len(views):
-            n = os.writev(fd, views[i:i + _IOV_MAX])
+            n = os.writev(fd, views[i : i + _IOV_MAX])
             while i < len(views) and n >= len(views[i]):
                 n -= len(views[i])
                 i += 1

@@ -1,6 +1,7 @@
 """The listener who interrupts (barge-in, ``--barge-in``): which utterances it cuts off and how
 long after their first audio, drawn from a seeded source per user so that a run can be repeated
 (``--barge-in-seed``, recorded in run.json)."""
+
 from __future__ import annotations
 
 import random

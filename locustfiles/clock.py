@@ -7,6 +7,7 @@ when NTP steps the wall clock. Workers convert these to the master's clock befor
 ``TTS_KNEE_CLOCK_SKEW_S`` shifts this process's wall clock by that many seconds; it exists so
 tests and drills can stand in for a host whose clock is wrong.
 """
+
 from __future__ import annotations
 
 import os

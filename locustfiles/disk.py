@@ -14,6 +14,7 @@ slow disk loses nothing. A write that fails (a full disk, an I/O error) is retri
 ``RETRY_S`` and said once (``errors``) until it succeeds. A write slower than ``SLOW_WRITE_S``
 is reported to :attr:`on_slow`'s listeners: the audio writer then leaves the event loop too.
 """
+
 from __future__ import annotations
 
 import collections
@@ -63,14 +64,14 @@ class DiskWriter:
     """One node's writer of its run directory (see the module doc)."""
 
     def __init__(self):
-        self.pending_bytes = 0   # handed over, not yet written
+        self.pending_bytes = 0  # handed over, not yet written
         self.on_slow: list = []  # called (in the event loop) with the seconds a slow write took
-        self.last: Job | None = None   # the latest job handed over
+        self.last: Job | None = None  # the latest job handed over
         self._jobs = monkey.get_original("_queue", "SimpleQueue")()
-        self._done: collections.deque = collections.deque()   # (jobs, seconds, error) from the thread
-        self._failing: set[str] = set()   # paths whose last write failed (said once)
+        self._done: collections.deque = collections.deque()  # (jobs, seconds, error) from the thread
+        self._failing: set[str] = set()  # paths whose last write failed (said once)
         self._wake = gevent.get_hub().loop.async_()
-        self._wake.ref = False   # it keeps the loop alive only while a write is in flight
+        self._wake.ref = False  # it keeps the loop alive only while a write is in flight
         self._wake.start(self._on_wake)
         self._in_flight = 0
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
@@ -132,14 +133,14 @@ class DiskWriter:
                         if fd is None:
                             fd = fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                         while view:
-                            view = view[os.write(fd, view):]
+                            view = view[os.write(fd, view) :]
                         pending.pop(0)
                     while replaced:
                         path, data = next(iter(replaced.items()))
                         runformat.write_text(path, data.decode())
                         del replaced[path]
                 except OSError as e:
-                    if pending:   # what was written of it stays written
+                    if pending:  # what was written of it stays written
                         pending[0] = (pending[0][0], view)
                     if error is None:
                         error = (str(path), e.strerror or str(e))
@@ -151,7 +152,7 @@ class DiskWriter:
                 if fd is not None:
                     try:
                         os.close(fd)
-                    except OSError:   # everything was written; a late error of the close says nothing new
+                    except OSError:  # everything was written; a late error of the close says nothing new
                         pass
             self._done.append((batch, mono() - started, None))
             self._wake.send()
@@ -165,8 +166,15 @@ class DiskWriter:
                 where, why = error
                 if where not in self._failing:
                     self._failing.add(where)
-                    gevent.spawn(log.error, "cannot write %s: %s; what waits to be written (%.1f MB) is kept in "
-                                 "memory and retried every %g s", where, why, self.pending_bytes / 1e6, RETRY_S)
+                    gevent.spawn(
+                        log.error,
+                        "cannot write %s: %s; what waits to be written (%.1f MB) is kept in "
+                        "memory and retried every %g s",
+                        where,
+                        why,
+                        self.pending_bytes / 1e6,
+                        RETRY_S,
+                    )
                 continue
             for job in jobs:
                 self.pending_bytes -= job.nbytes

@@ -2,6 +2,7 @@
 
 Both parsers are total: they return a value or ``None``, never raise, whatever the server sent.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -29,7 +30,7 @@ def parse_retry_after(raw: str | None, now: float) -> float | None:
     value = raw.strip()
     if not value:
         return None
-    if value.isascii() and value.isdigit():   # str.isdigit alone also takes "²" and "٣"
+    if value.isascii() and value.isdigit():  # str.isdigit alone also takes "²" and "٣"
         return float(int(value))
     try:
         when = email.utils.parsedate_to_datetime(value)

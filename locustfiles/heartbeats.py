@@ -1,6 +1,7 @@
 """What the master learns from its workers' Locust heartbeats: which workers went away
 (noted in run.json), and each worker's own CPU and memory, written to resources.jsonl as
 ``role: client`` samples with ``source: locust-heartbeat``."""
+
 from __future__ import annotations
 
 import logging
@@ -35,10 +36,20 @@ def watch(node) -> None:
             log.error("worker %s went away mid-run; its records up to its last batch are kept", wid)
             run.save()
         now = wall()
-        lines = [runformat.jsonl_bytes(runformat.resource_sample(
-            ts=now, host=c.id, role="client", source="locust-heartbeat",
-            proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage), gpus=[]))
+        lines = [
+            runformat.jsonl_bytes(
+                runformat.resource_sample(
+                    ts=now,
+                    host=c.id,
+                    role="client",
+                    source="locust-heartbeat",
+                    proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage),
+                    gpus=[],
+                )
+            )
             # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in node.environment.runner.clients.all if c.state != "missing" and c.memory_usage]
-        if lines:   # written off the event loop, with the run's other files
+            for c in node.environment.runner.clients.all
+            if c.state != "missing" and c.memory_usage
+        ]
+        if lines:  # written off the event loop, with the run's other files
             node.disk.append(run.run_dir / runformat.RESOURCES, b"".join(lines))

@@ -19,6 +19,7 @@ and its line in ``speech.jsonl`` says so, as does the line of every clip still w
 run's end has waited :data:`FINISH_S` for the judge, or when the judge process died. Nothing of
 the load run depends on the judge: a judge that dies mid-run leaves every record intact.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,12 +79,18 @@ class Picker:
         data, audio = parts[-1]
         body = data if isinstance(data, (bytes, bytearray)) else b"".join(data)
         if audio.format == "pcm":
-            body = containers.wav_header(len(body), audio.sample_rate, audio.channels or 1,
-                                         audio.sample_width or 2) + body
+            body = (
+                containers.wav_header(len(body), audio.sample_rate, audio.channels or 1, audio.sample_width or 2) + body
+            )
         s = self.run.settings
-        clip = {"req_id": rec["req_id"], "step": rec["step"], "concurrency": rec["concurrency"],
-                "text_id": text.id, "text": seg.words,
-                "language": s.asr_language or seg.ask.language or text.language or s.tts_language or None}
+        clip = {
+            "req_id": rec["req_id"],
+            "step": rec["step"],
+            "concurrency": rec["concurrency"],
+            "text_id": text.id,
+            "text": seg.words,
+            "language": s.asr_language or seg.ask.language or text.language or s.tts_language or None,
+        }
         if self.run.is_worker:
             self.run.environment.runner.send_message(wire.CLIP.name, wire.CLIP(**clip, audio=bytes(body)))
         elif self.run.judge is not None:
@@ -103,7 +110,7 @@ class Judge:
         self.proc = None
         self._reader = None
         self.queue: deque = deque()
-        self.sent: deque = deque()   # clips written to the judge, not answered yet
+        self.sent: deque = deque()  # clips written to the judge, not answered yet
         self.taken: dict[int, set] = {}
         self.counts = {"offered": 0, "judged": 0, "not_judged": 0}
         self._more = Event()
@@ -114,13 +121,25 @@ class Judge:
         """Start the judge and wait for its model; None once ready, else why not (a sentence)."""
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tts_knee.audio.judge", "--model", self.s.asr_model,
-                 "--threads", str(self.s.asr_threads), "--language", self.s.asr_language],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                preexec_fn=lambda: os.nice(10))
+                [
+                    sys.executable,
+                    "-m",
+                    "tts_knee.audio.judge",
+                    "--model",
+                    self.s.asr_model,
+                    "--threads",
+                    str(self.s.asr_threads),
+                    "--language",
+                    self.s.asr_language,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: os.nice(10),
+            )
         except OSError as e:
             return f"the ASR judge did not start: {e}"
-        puller.SIDECARS.add(self.proc.pid)   # its CPU is not the load generator's
+        puller.SIDECARS.add(self.proc.pid)  # its CPU is not the load generator's
         with gevent.Timeout(READY_S, False):
             line = self.proc.stdout.readline()
             try:
@@ -168,9 +187,17 @@ class Judge:
             clip, audio = self.queue.popleft()
             self.sent.append(clip)
             try:
-                self.proc.stdin.write(judge_proc.frame(
-                    {"id": clip["req_id"], "text": clip["text"], "language": clip["language"],
-                     "metric": self.s.asr_metric}, audio))
+                self.proc.stdin.write(
+                    judge_proc.frame(
+                        {
+                            "id": clip["req_id"],
+                            "text": clip["text"],
+                            "language": clip["language"],
+                            "metric": self.s.asr_metric,
+                        },
+                        audio,
+                    )
+                )
                 self.proc.stdin.flush()
             except (OSError, ValueError):
                 self._died()
@@ -193,9 +220,16 @@ class Judge:
             clip = self.sent.popleft()
             reason = said.get("reason")
             self.counts["not_judged" if reason else "judged"] += 1
-            self._write(clip, language=said.get("language") or clip["language"], metric=said.get("metric"),
-                        error=said.get("error"), transcript=said.get("transcript"), reason=reason,
-                        audio_s=said.get("audio_s"), judge_s=said.get("judge_s"))
+            self._write(
+                clip,
+                language=said.get("language") or clip["language"],
+                metric=said.get("metric"),
+                error=said.get("error"),
+                transcript=said.get("transcript"),
+                reason=reason,
+                audio_s=said.get("audio_s"),
+                judge_s=said.get("judge_s"),
+            )
         if self.proc.poll() is None:
             self.proc.wait()
         if self.sent or self.queue or not self._done.is_set():
@@ -204,11 +238,16 @@ class Judge:
     def _died(self) -> None:
         if self.dead is None:
             code = self.proc.poll()
-            self.dead = f"the judge process ended (exit status {code})" if code is not None else \
-                "the judge process stopped answering"
+            self.dead = (
+                f"the judge process ended (exit status {code})"
+                if code is not None
+                else "the judge process stopped answering"
+            )
             if not self._done.is_set():
-                log.error("the ASR judge went away mid-run (%s); the load run goes on, and the clips left are not "
-                          "judged", self.dead)
+                log.error(
+                    "the ASR judge went away mid-run (%s); the load run goes on, and the clips left are not judged",
+                    self.dead,
+                )
         for clip in list(self.sent):
             self._unjudged(clip, f"not judged: {self.dead}")
         self.sent.clear()
@@ -217,13 +256,27 @@ class Judge:
 
     def _unjudged(self, clip: dict, reason: str) -> None:
         self.counts["not_judged"] += 1
-        self._write(clip, language=clip["language"], metric=None, error=None, transcript=None, reason=reason,
-                    audio_s=None, judge_s=None)
+        self._write(
+            clip,
+            language=clip["language"],
+            metric=None,
+            error=None,
+            transcript=None,
+            reason=reason,
+            audio_s=None,
+            judge_s=None,
+        )
 
     def _write(self, clip: dict, **said) -> None:
-        entry = runformat.speech_entry(req_id=clip["req_id"], step=clip["step"], concurrency=clip["concurrency"],
-                                       text_id=clip["text_id"], text=clip["text"], clip=clip.get("clip"),
-                                       **said)
+        entry = runformat.speech_entry(
+            req_id=clip["req_id"],
+            step=clip["step"],
+            concurrency=clip["concurrency"],
+            text_id=clip["text_id"],
+            text=clip["text"],
+            clip=clip.get("clip"),
+            **said,
+        )
         self.disk.append(self.path, runformat.jsonl_bytes(entry))
 
     def finish(self) -> None:

@@ -6,6 +6,7 @@ only tts-knee attribute, ``environment.tts_knee``; the node holds the current :c
 run directory, the step plan, records, collectors, the end of the run). What the master learns
 from its workers' heartbeats is :mod:`locustfiles.heartbeats`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,7 @@ class Run:
         self.state = state
         self.failed = False
         self.closed = False
-        self.cut_short: str | None = None   # why the run stops before its plan is done
+        self.cut_short: str | None = None  # why the run stops before its plan is done
         runner = environment.runner
         self.is_worker = isinstance(runner, WorkerRunner)
         self.is_master = isinstance(runner, MasterRunner)
@@ -73,26 +74,29 @@ class Run:
         self.worker_tag = uuid.uuid4().hex[:8]
         self._audio_ok = True
         self.writer = self.shipper = self.puller = self.receiver = None
-        self.judge: listening.Judge | None = None     # master/local: --asr-model's judge
-        self.picker: listening.Picker | None = None   # the clips this node hands it
+        self.judge: listening.Judge | None = None  # master/local: --asr-model's judge
+        self.picker: listening.Picker | None = None  # the clips this node hands it
         self.run_dir: Path | None = None
-        self.plan = self.reader = None   # master/local: the step plan and its reader of the run directory
-        self.soak: Soak | None = None    # master/local: --soak, once the plan is done
+        self.plan = self.reader = None  # master/local: the step plan and its reader of the run directory
+        self.soak: Soak | None = None  # master/local: --soak, once the plan is done
         self.probe: Probe | None = None  # master/local: --probe-texts, once the plan and a soak are done
         self.spike: Spike | None = None  # master/local: --spike, after a soak, before the probe
         self.info: dict = {}
         self.preflight: dict | None = None
-        self.uploads: VoiceUploads | None = None   # --voice-upload: the voices registered on the server
-        self.dropped: Counter = Counter()   # open loop: arrivals this node did not send, per step
-        self.stopping = False   # the run is stopping: nothing new is sent, what is in flight drains
-        self.in_flight = 0      # attempts in flight on this node
-        self.calls: dict = {}   # open loop: this node's requests in flight -> when each was sent (wall)
-        self._payloads: dict[tuple, tuple] = {}   # (body, type) per segment text and ask (a corpus repeats)
+        self.uploads: VoiceUploads | None = None  # --voice-upload: the voices registered on the server
+        self.dropped: Counter = Counter()  # open loop: arrivals this node did not send, per step
+        self.stopping = False  # the run is stopping: nothing new is sent, what is in flight drains
+        self.in_flight = 0  # attempts in flight on this node
+        self.calls: dict = {}  # open loop: this node's requests in flight -> when each was sent (wall)
+        self._payloads: dict[tuple, tuple] = {}  # (body, type) per segment text and ask (a corpus repeats)
         self._payload_bytes = 0
-        self.mix = voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts)) \
-            if s.voices else None
-        self._audio_slots: dict = {}   # text id -> [its --audio-keep paths, the next one to write]
-        self._unique = itertools.count(1)   # --text-reuse unique: this node's request number
+        self.mix = (
+            voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts))
+            if s.voices
+            else None
+        )
+        self._audio_slots: dict = {}  # text id -> [its --audio-keep paths, the next one to write]
+        self._unique = itertools.count(1)  # --text-reuse unique: this node's request number
 
     # ---- used by users -------------------------------------------------------------
     def next_request(self):
@@ -103,8 +107,8 @@ class Run:
         step = self.state.current
         if step is not None and step.phase == runformat.PROBE_PHASE and s.probe_texts:
             if i >= probe_rounds(len(s.probe_texts), step.concurrency) * len(s.probe_texts):
-                return None   # each text sent its rounds on this node: the step ends once they are done
-            text = s.probe_texts[i % len(s.probe_texts)]   # as it is: no voice from the mix, no numbering
+                return None  # each text sent its rounds on this node: the step ends once they are done
+            text = s.probe_texts[i % len(s.probe_texts)]  # as it is: no voice from the mix, no numbering
             return text, voices_mod.ask_for(text, s.voices[0] if s.voices else None, s.voice_upload)
         return self._asked(s.texts[i % len(s.texts)], i, step.voices if step is not None and step.voices else None)
 
@@ -115,7 +119,7 @@ class Run:
 
     def _asked(self, text, i: int, voices: int | None):
         s = self.settings
-        if s.text_reuse == "unique":   # numbered apart per worker: workers share no number
+        if s.text_reuse == "unique":  # numbered apart per worker: workers share no number
             index = getattr(self.environment.runner, "worker_index", 0) if self.is_worker else 0
             text = corpus.unique(text, index * UNIQUE_STRIDE + next(self._unique))
         voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, voices or len(s.voices))
@@ -134,8 +138,11 @@ class Run:
         body = self._payloads.get(key)
         if body is None:
             body = self.settings.payload(text, ask)
-            if self.settings.text_reuse != "unique" and len(self._payloads) < MAX_CACHED_PAYLOADS and \
-                    self._payload_bytes + len(body[0]) <= MAX_CACHED_PAYLOAD_BYTES:
+            if (
+                self.settings.text_reuse != "unique"
+                and len(self._payloads) < MAX_CACHED_PAYLOADS
+                and self._payload_bytes + len(body[0]) <= MAX_CACHED_PAYLOAD_BYTES
+            ):
                 self._payloads[key] = body
                 self._payload_bytes += len(body[0])
         return body
@@ -154,7 +161,9 @@ class Run:
         if slots is None:
             name = _FILE_UNSAFE.sub("_", text.id)[:80]
             slots = self._audio_slots[text.id] = [
-                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)], 0]
+                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)],
+                0,
+            ]
         paths, k = slots
         slots[1] = (k + 1) % keep
         return paths[k]
@@ -175,17 +184,30 @@ class Run:
             self.environment.process_exit_code = DISK_EXIT_CODE
             gevent.spawn(self.environment.runner.quit)
         else:
-            log.error("cannot write audio to %s: %s; going on without writing audio "
-                      "(t3 and write_ms stay null; --on-audio-error stop ends the run instead)", where, e.strerror)
+            log.error(
+                "cannot write audio to %s: %s; going on without writing audio "
+                "(t3 and write_ms stay null; --on-audio-error stop ends the run instead)",
+                where,
+                e.strerror,
+            )
 
     # ---- the step shape --------------------------------------------------------------
     def begin_step(self, step: Step) -> None:
         self.state.begin(step)
         if self.is_master:
-            self.environment.runner.send_message(wire.STEP.name, wire.STEP(
-                step=step.step, concurrency=step.concurrency, settle_s=step.settle_s, rate=step.rate,
-                workers=step.workers, voices=step.voices, **({} if step.hold_s is None else {"hold_s": step.hold_s}),
-                **({} if step.phase != runformat.PROBE_PHASE else {"phase": step.phase})))
+            self.environment.runner.send_message(
+                wire.STEP.name,
+                wire.STEP(
+                    step=step.step,
+                    concurrency=step.concurrency,
+                    settle_s=step.settle_s,
+                    rate=step.rate,
+                    workers=step.workers,
+                    voices=step.voices,
+                    **({} if step.hold_s is None else {"hold_s": step.hold_s}),
+                    **({} if step.phase != runformat.PROBE_PHASE else {"phase": step.phase}),
+                ),
+            )
         self.save()
 
     @property
@@ -229,9 +251,13 @@ class Run:
         while self.in_flight and mono() < deadline:
             gevent.sleep(DRAIN_POLL_S)
         if self.in_flight:
-            log.warning("%d attempts were still in flight %.0f s after the run stopped: they are recorded as "
-                        "failed attempts with error %s (--drain-time waits longer)", self.in_flight, drain,
-                        CUT_BY_RUN_END)
+            log.warning(
+                "%d attempts were still in flight %.0f s after the run stopped: they are recorded as "
+                "failed attempts with error %s (--drain-time waits longer)",
+                self.in_flight,
+                drain,
+                CUT_BY_RUN_END,
+            )
 
     def dropped_in(self, step: int) -> int:
         if self.receiver is None:
@@ -250,33 +276,59 @@ class Run:
             log.warning("%s already holds a run; writing this one to %s", s.run_dir, self.run_dir)
         default_audio = s.audio_dir == s.run_dir / runformat.AUDIO_DIR
         self.settings = s = dataclasses.replace(
-            s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir)
-        self.environment.parsed_options.run_dir = str(self.run_dir)   # workers get the same name
+            s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir
+        )
+        self.environment.parsed_options.run_dir = str(self.run_dir)  # workers get the same name
         self.make_audio_dir()
         disk = self.environment.tts_knee.disk
         self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
         # numpy and pandas: imported where the run is written
         from .plan import CONCURRENCY, RateAxis, SpeedAxis, StepPlan, StepReader, VoiceAxis
+
         self.soak = Soak.of(s)
         self.probe = Probe.of(s)
         self.spike = Spike.of(s)
         grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
-        axis = VoiceAxis(bool(s.rates)) if s.voice_steps else SpeedAxis(s.trace.base_rps) if s.trace else \
-            RateAxis(*s.refine_to, lowest=min(s.rates)) if s.rates else CONCURRENCY
+        axis = (
+            VoiceAxis(bool(s.rates))
+            if s.voice_steps
+            else SpeedAxis(s.trace.base_rps)
+            if s.trace
+            else RateAxis(*s.refine_to, lowest=min(s.rates))
+            if s.rates
+            else CONCURRENCY
+        )
         # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
-        self.plan = StepPlan(grid, s.repeat, s.slo, s.refine, s.stop_past_knee, s.tts_stream, s.ttfa_floor_ms,
-                             axis, judge=(self.soak is not None and not self.soak.alone) or self.probe is not None
-                             or self.spike is not None)
+        self.plan = StepPlan(
+            grid,
+            s.repeat,
+            s.slo,
+            s.refine,
+            s.stop_past_knee,
+            s.tts_stream,
+            s.ttfa_floor_ms,
+            axis,
+            judge=(self.soak is not None and not self.soak.alone) or self.probe is not None or self.spike is not None,
+        )
         self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
             self.receiver.reset(self.writer, str(self.run_dir))
-        self.info = runformat.run_info(format_version=runformat.FORMAT_VERSION, run_id=self.run_dir.name,
-                                       start=wall(), target=s.host, mode=s.mode, options=s.public(),
-                                       settle_s=s.settle_time, steps=[], workers=[], collectors=[],
-                                       versions=runformat.versions(),
-                                       **({"trace": s.trace.describe()} if s.trace else {}))
+        self.info = runformat.run_info(
+            format_version=runformat.FORMAT_VERSION,
+            run_id=self.run_dir.name,
+            start=wall(),
+            target=s.host,
+            mode=s.mode,
+            options=s.public(),
+            settle_s=s.settle_time,
+            steps=[],
+            workers=[],
+            collectors=[],
+            versions=runformat.versions(),
+            **({"trace": s.trace.describe()} if s.trace else {}),
+        )
         log.info("run directory: %s", self.run_dir)
-        if s.voice_upload:   # before the preflight, which asks for the first voice by its name
+        if s.voice_upload:  # before the preflight, which asks for the first voice by its name
             self.uploads = VoiceUploads(s)
             refused = self.uploads.register()
             if refused is not None:
@@ -293,7 +345,7 @@ class Run:
             if refused is not None:
                 self.fail(refused)
                 return
-        self._start_puller()   # with no --collector it still samples this host (role=client)
+        self._start_puller()  # with no --collector it still samples this host (role=client)
         self.save()
 
     def _start_judge(self) -> str | None:
@@ -314,9 +366,15 @@ class Run:
 
     def _start_puller(self) -> None:
         s = self.settings
-        self.puller = CollectorPuller(list(s.collectors), self.run_dir / runformat.RESOURCES, token=s.collector_token,
-                                      server_metrics=list(s.server_metrics), server_stats=list(s.server_stats),
-                                      disk=self.environment.tts_knee.disk, clock=wall)
+        self.puller = CollectorPuller(
+            list(s.collectors),
+            self.run_dir / runformat.RESOURCES,
+            token=s.collector_token,
+            server_metrics=list(s.server_metrics),
+            server_stats=list(s.server_stats),
+            disk=self.environment.tts_knee.disk,
+            clock=wall,
+        )
         for warning in self.puller.start():
             log.warning("%s", warning)
         if s.require_collectors and self.puller.unreachable:
@@ -325,9 +383,11 @@ class Run:
     def _disk_full(self, pending_bytes: int) -> None:
         """The run directory's disk has fallen too far behind: stop the run (the shape ends it
         at its next tick), keeping everything held for the disk to write before exiting."""
-        message = (f"the disk of {self.run_dir} has not kept up: {pending_bytes / 1e6:.1f} MB of records and samples "
-                   f"wait to be written; the run stops now so that memory stays bounded, and everything received "
-                   f"is written before tts-knee exits")
+        message = (
+            f"the disk of {self.run_dir} has not kept up: {pending_bytes / 1e6:.1f} MB of records and samples "
+            f"wait to be written; the run stops now so that memory stays bounded, and everything received "
+            f"is written before tts-knee exits"
+        )
         log.warning("%s", message)
         self.cut_short = message
         self.info["error"] = message
@@ -350,14 +410,30 @@ class Run:
         if self.run_dir is None:
             return
         info = self.info
-        info["steps"] = [runformat.step_entry(step=st.step, concurrency=st.concurrency, start=st.start, end=st.end,
-                                              phase=st.phase, repeat=st.repeat, settle_s=self.state.settle_of(st),
-                                              cutoff=st.cutoff, **({} if st.voices is None else {"voices": st.voices}),
-                                              **({} if st.rate is None else
-                                                 {"rate": st.rate, "dropped": self.dropped_in(st.step),
-                                                  "workers": len(st.workers or ()),
-                                                  **({} if st.offered_rps is None else {"offered_rps": st.offered_rps})}))
-                         for st in self.state.steps]
+        info["steps"] = [
+            runformat.step_entry(
+                step=st.step,
+                concurrency=st.concurrency,
+                start=st.start,
+                end=st.end,
+                phase=st.phase,
+                repeat=st.repeat,
+                settle_s=self.state.settle_of(st),
+                cutoff=st.cutoff,
+                **({} if st.voices is None else {"voices": st.voices}),
+                **(
+                    {}
+                    if st.rate is None
+                    else {
+                        "rate": st.rate,
+                        "dropped": self.dropped_in(st.step),
+                        "workers": len(st.workers or ()),
+                        **({} if st.offered_rps is None else {"offered_rps": st.offered_rps}),
+                    }
+                ),
+            )
+            for st in self.state.steps
+        ]
         if self.plan is not None:
             info["plan"] = self.plan.describe()
         if self.preflight is not None:
@@ -396,7 +472,7 @@ class Run:
         if self.judge is not None:
             self.judge.finish()
             self.info["speech"] = dict(self.judge.counts)
-        if self.settings.preflight and not self.failed:   # before the voices it asks for are removed
+        if self.settings.preflight and not self.failed:  # before the voices it asks for are removed
             self.info["health"] = health(self.settings)
             h = self.info["health"]
             if h["ok"]:
@@ -416,10 +492,14 @@ class Run:
         self.environment.tts_knee.disk.drain()
         missing = self.writer.audio_missing
         if missing:
-            log.warning("%d audio files were not written in time (%d late, %d dropped: the disk did not keep up); "
-                        "their records say so in audio_file", sum(missing.values()), missing["late"], missing["dropped"])
-        cut = (f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})"
-               if self.writer.cut else "")
+            log.warning(
+                "%d audio files were not written in time (%d late, %d dropped: the disk did not keep up); "
+                "their records say so in audio_file",
+                sum(missing.values()),
+                missing["late"],
+                missing["dropped"],
+            )
+        cut = f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})" if self.writer.cut else ""
         log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
 
 
@@ -440,10 +520,10 @@ class Node:
         if self.is_master:
             runner.register_message(wire.CLIP.name, self._on_clip)
         self.clock = timesync.WorkerClock(runner) if self.is_worker else None
-        self.audio_writer = None   # made by the first user that writes audio (locustfiles/audio.py)
+        self.audio_writer = None  # made by the first user that writes audio (locustfiles/audio.py)
         # master/local: the run directory's writer, off the event loop
         self.disk = None if self.is_worker else DiskWriter()
-        self.live_view = None      # (run_dir, view) of the web UI's live dashboard
+        self.live_view = None  # (run_dir, view) of the web UI's live dashboard
         self._user_numbers = itertools.count(1)
 
     def _on_clip(self, environment, msg, **_kw) -> None:
@@ -475,10 +555,16 @@ class Node:
             return None
         if self.is_worker:
             if run is not None and run.shipper is not None:
-                run.shipper.spool()   # the master has moved on: its acknowledgements will not come now
+                run.shipper.spool()  # the master has moved on: its acknowledgements will not come now
             run = self.run = Run(environment, s, self.state)
-            run.shipper = RecordShipper(environment.runner, run.worker_id, str(s.run_dir), self.clock, run.dropped,
-                                        run.calls if s.rates else None)
+            run.shipper = RecordShipper(
+                environment.runner,
+                run.worker_id,
+                str(s.run_dir),
+                self.clock,
+                run.dropped,
+                run.calls if s.rates else None,
+            )
             run.make_audio_dir()
             if s.asr_model:
                 run.picker = listening.Picker(run)
@@ -493,6 +579,7 @@ class Node:
 
 # ---- Locust events ---------------------------------------------------------------------
 
+
 @events.init_command_line_parser.add_listener
 def _add_options(parser) -> None:
     settings_mod.add_arguments(parser)
@@ -506,15 +593,27 @@ def _on_init(environment, **_kw) -> None:
         timesync.serve(runner)
         gevent.spawn(heartbeats.watch, node)
     elif node.is_worker:
+
         def on_step(environment, msg, **_kw):
             data = msg.data
-            node.state.begin(Step(data["step"], data["concurrency"], wall(), settle_s=data["settle_s"],
-                                  rate=data["rate"], workers=data["workers"], voices=data["voices"],
-                                  hold_s=data.get("hold_s"), phase=data.get("phase") or "grid"))
+            node.state.begin(
+                Step(
+                    data["step"],
+                    data["concurrency"],
+                    wall(),
+                    settle_s=data["settle_s"],
+                    rate=data["rate"],
+                    workers=data["workers"],
+                    voices=data["voices"],
+                    hold_s=data.get("hold_s"),
+                    phase=data.get("phase") or "grid",
+                )
+            )
 
         def on_ack(environment, msg, **_kw):
             if node.run is not None and node.run.shipper is not None:
                 node.run.shipper.on_ack(msg.data)
+
         # Locust allows one listener per message type: registered once, routed to the current run.
         runner.register_message(wire.STEP.name, on_step)
         runner.register_message(wire.ACK.name, on_ack)
@@ -545,9 +644,9 @@ def _on_test_stop(environment, **_kw) -> None:
 def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if run is not None and run.shipper is not None:
-        run.shipper.spool()   # what the master never acknowledged (it went away, say)
+        run.shipper.spool()  # what the master never acknowledged (it went away, say)
     if run is not None and run.uploads is not None and run.uploads.created:
-        run.remove_voices()   # a run stopped before it closed: what it registered goes all the same
+        run.remove_voices()  # a run stopped before it closed: what it registered goes all the same
         run.save()
     if run is not None and run.probe is not None and run.writer is not None:
         # a probe's texts are meant to fail (a 400 for an empty text is the right answer): Locust's
@@ -555,6 +654,11 @@ def _on_quitting(environment, **_kw) -> None:
         probed = {st.step for st in run.state.steps if st.phase == runformat.PROBE_PHASE}
         sweep_failed = sum(n for step, n in run.writer.failed.items() if step not in probed)
         from locust import log as locust_log
-        if environment.process_exit_code is None and not sweep_failed and not environment.runner.exceptions \
-                and not locust_log.unhandled_greenlet_exception:
+
+        if (
+            environment.process_exit_code is None
+            and not sweep_failed
+            and not environment.runner.exceptions
+            and not locust_log.unhandled_greenlet_exception
+        ):
             environment.process_exit_code = 0

@@ -21,6 +21,7 @@ requests still running then are cut (recorded as ``cut_by_run_end``).
 With ``--trace`` the schedule is the trace's own (:meth:`OpenLoopUser._replay`): each row at its
 offset over the step's speed, a conversation's turns in order on one caller.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -49,7 +50,7 @@ def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None)
     server, and hand its queue to the next."""
     if hold_s is not None:
         return hold_s
-    if s.trace is not None:   # the trace from its start for --step-time, or the whole of it
+    if s.trace is not None:  # the trace from its start for --step-time, or the whole of it
         return s.trace.span_s(rate / s.trace.base_rps, s.step_time)
     if s.step_requests:
         return min(s.step_time, settle_s + s.step_requests / rate)
@@ -72,7 +73,7 @@ class OpenLoopUser(RunUser):
         # Set before the run is looked up: on_stop runs even when on_start stops the user.
         self.inflight = 0
         self.idle: list[Caller] = []
-        self.lanes = itertools.count()   # numbers the callers
+        self.lanes = itertools.count()  # numbers the callers
         self.inflight_requests = Group()
         super().on_start()
 
@@ -122,9 +123,9 @@ class OpenLoopUser(RunUser):
                 self.seq += 1
                 self.inflight += 1
                 self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
-                gevent.sleep(0)   # behind schedule, the arrivals still go out one by one, each at once
+                gevent.sleep(0)  # behind schedule, the arrivals still go out one by one, each at once
             due += next(gen)
-        while state.current is step and not run.stopping:   # the step's time is up; its end is the shape's
+        while state.current is step and not run.stopping:  # the step's time is up; its end is the shape's
             gevent.sleep(IDLE_POLL_S)
 
     def _send(self, step, scheduled: float, seq: int, row: int | None = None) -> None:
@@ -207,4 +208,3 @@ class OpenLoopUser(RunUser):
                 self._call(caller, step, scheduled, self.seq, row)
         finally:
             caller.close()
-

@@ -34,6 +34,7 @@ growing), or by the axis's knee rule when there is no SLO. Then:
 
 Gevent-free and locust-free: it works on step dicts and the run directory only.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,7 +62,7 @@ class Axis:
 
     key = "concurrency"
     noun = "concurrency"
-    open_loop = False   # its steps offer a rate: judged on latency from the schedule
+    open_loop = False  # its steps offer a rate: judged on latency from the schedule
 
     def text(self, level) -> str:
         return str(level)
@@ -205,19 +206,29 @@ CONCURRENCY = Axis()
 @dataclass(frozen=True)
 class Planned:
     """One step the plan asks for."""
+
     level: float  # where it stands on the plan's axis: a concurrency, an offered rate
-    phase: str    # one of runformat.PHASES
-    repeat: int   # 1-based pass over the grid; refine probes run once, as repeat 1
-    hold_s: float | None = None   # how long it lasts; None: --step-time (or the phase's own rule)
+    phase: str  # one of runformat.PHASES
+    repeat: int  # 1-based pass over the grid; refine probes run once, as repeat 1
+    hold_s: float | None = None  # how long it lasts; None: --step-time (or the phase's own rule)
 
 
 class StepPlan:
     """The grid, then refinement; :meth:`next` asks what to run, :meth:`finish` reports a
     judged step. ``decisions`` and ``verdicts`` go into run.json's ``plan``."""
 
-    def __init__(self, grid, repeat: int = 1, slo: slo_mod.SLO | None = None, refine: bool = False,
-                 stop_past_knee: bool = False, streamed: bool = False,
-                 ttfa_floor_ms: float = TTFA_FLOOR_MS, axis: Axis = CONCURRENCY, judge: bool = False):
+    def __init__(
+        self,
+        grid,
+        repeat: int = 1,
+        slo: slo_mod.SLO | None = None,
+        refine: bool = False,
+        stop_past_knee: bool = False,
+        streamed: bool = False,
+        ttfa_floor_ms: float = TTFA_FLOOR_MS,
+        axis: Axis = CONCURRENCY,
+        judge: bool = False,
+    ):
         if refine and slo is None:
             raise ValueError("refine needs an SLO")
         self.grid = tuple(grid)
@@ -229,14 +240,14 @@ class StepPlan:
         self.refine = refine and self.slo is not None
         self.stop_past_knee = stop_past_knee
         self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
-        self.judge = judge   # judge every step even without an SLO or decisions (a soak follows)
+        self.judge = judge  # judge every step even without an SLO or decisions (a soak follows)
         self.decisions: list[dict] = []
-        self.verdicts: list[dict] = []     # one per judged step, in the order run
-        self._pooled: dict = {}               # level -> verdict on the pooled steps, where several
+        self.verdicts: list[dict] = []  # one per judged step, in the order run
+        self._pooled: dict = {}  # level -> verdict on the pooled steps, where several
         self._phase = "grid"
-        self._repeat, self._index = 1, 0      # the grid position handed out next
-        self._pass_steps: list[dict] = []     # this pass's judged grid steps (for the knee rule)
-        self._last_failed = None              # the previous judged grid step of this pass, if it failed
+        self._repeat, self._index = 1, 0  # the grid position handed out next
+        self._pass_steps: list[dict] = []  # this pass's judged grid steps (for the knee rule)
+        self._last_failed = None  # the previous judged grid step of this pass, if it failed
         self._last_step: int | None = None
 
     @property
@@ -278,31 +289,45 @@ class StepPlan:
         where = f"step {step['step']} ({axis.label(step[key])}, {_label(step)})"
         if self.slo is not None:
             v = axis.judge(self.slo, stats)
-            verdict = {"step": step["step"], key: step[key], "phase": step["phase"],
-                       "repeat": step["repeat"], "pass": v["pass"], "failed": v["failed"],
-                       "inconclusive": v["inconclusive"], "requests": stats.get("requests"),
-                       "unanswered": unanswered, "steps": [step["step"]]}
+            verdict = {
+                "step": step["step"],
+                key: step[key],
+                "phase": step["phase"],
+                "repeat": step["repeat"],
+                "pass": v["pass"],
+                "failed": v["failed"],
+                "inconclusive": v["inconclusive"],
+                "requests": stats.get("requests"),
+                "unanswered": unanswered,
+                "steps": [step["step"]],
+            }
             self.verdicts.append(verdict)
             log.info("%s %s", where, _verdict_text(verdict))
         if step["phase"] != "grid" or not self.stop_past_knee:
             return verdict
         if self.slo is not None:
             if verdict["pass"] is None:
-                return verdict   # inconclusive: neither stops the pass nor confirms a failure
+                return verdict  # inconclusive: neither stops the pass nor confirms a failure
             failed, why = verdict["pass"] is False, "fails the SLO"
         else:
             self._pass_steps.append(stats)
             failed, why = axis.past_knee(self._pass_steps, self.streamed, self.ttfa_floor_ms)
         prev = self._last_failed
         if failed and prev is not None and self._index < len(self.grid):
-            skipped = list(self.grid[self._index:])
+            skipped = list(self.grid[self._index :])
             self._index = len(self.grid)
             more = f"; pass {self._repeat + 1} of {self.repeats} follows" if self._repeat < self.repeats else ""
-            which = ("the step before it" if prev["step"] == step["step"] - 1
-                     else f"step {prev['step']} ({axis.label(prev[key])})")
-            self._decide("stop", f"step {step['step']} ({axis.label(step[key])}) {why}, confirming "
-                                 f"{which}: the rest of the grid ({_levels(axis, skipped)}) is skipped{more}",
-                         skipped=skipped)
+            which = (
+                "the step before it"
+                if prev["step"] == step["step"] - 1
+                else f"step {prev['step']} ({axis.label(prev[key])})"
+            )
+            self._decide(
+                "stop",
+                f"step {step['step']} ({axis.label(step[key])}) {why}, confirming "
+                f"{which}: the rest of the grid ({_levels(axis, skipped)}) is skipped{more}",
+                skipped=skipped,
+            )
         self._last_failed = step if failed else None
         return verdict
 
@@ -327,8 +352,13 @@ class StepPlan:
     def _level_verdict(self, level: dict) -> dict:
         v = self.axis.judge(self.slo, level)
         key = self.axis.key
-        return {key: level[key], "pass": v["pass"], "failed": v["failed"], "inconclusive": v["inconclusive"],
-                "steps": list(level["steps"])}
+        return {
+            key: level[key],
+            "pass": v["pass"],
+            "failed": v["failed"],
+            "inconclusive": v["inconclusive"],
+            "steps": list(level["steps"]),
+        }
 
     def _probe(self):
         """The next refine probe, or None once the answer is found (decisions logged)."""
@@ -339,16 +369,25 @@ class StepPlan:
         lo = self.max_level() or 0
         above = sorted(c for c in levels if c > lo)
         if not above:
-            self._decide("done", f"every tested {axis.noun} up to {axis.text(lo)} meets the SLO; nothing to "
-                                 f"refine (test higher to find the limit)", answer=lo)
+            self._decide(
+                "done",
+                f"every tested {axis.noun} up to {axis.text(lo)} meets the SLO; nothing to "
+                f"refine (test higher to find the limit)",
+                answer=lo,
+            )
             return None
         hi = min(above)
-        fails = (f"{axis.text(hi)} is inconclusive, which counts as failing" if levels[hi] is None
-                 else f"{axis.text(hi)} fails")
+        fails = (
+            f"{axis.text(hi)} is inconclusive, which counts as failing"
+            if levels[hi] is None
+            else f"{axis.text(hi)} fails"
+        )
         if axis.close_enough(lo, hi):
             if lo:
-                why = (f"{axis.text(lo)} meets the SLO and {fails}: the highest {axis.noun} that meets it is "
-                       f"{axis.text(lo)}")
+                why = (
+                    f"{axis.text(lo)} meets the SLO and {fails}: the highest {axis.noun} that meets it is "
+                    f"{axis.text(lo)}"
+                )
             else:
                 why = f"{fails} and is the lowest {axis.noun}: none meets the SLO"
             self._decide("done", why, answer=lo or None)
@@ -366,12 +405,19 @@ class StepPlan:
     def describe(self) -> dict:
         """run.json's ``plan``."""
         key = self.axis.key
-        out = {"grid": list(self.grid), "repeat": self.repeats, "slo": self.slo.spec if self.slo else None,
-               "refine": self.refine, "stop_past_knee": self.stop_past_knee,
-               "decisions": self.decisions, "verdicts": self.verdicts}
+        out = {
+            "grid": list(self.grid),
+            "repeat": self.repeats,
+            "slo": self.slo.spec if self.slo else None,
+            "refine": self.refine,
+            "stop_past_knee": self.stop_past_knee,
+            "decisions": self.decisions,
+            "verdicts": self.verdicts,
+        }
         if self.slo is not None:
-            out["levels"] = [{k: v[k] for k in (key, "pass", "failed", "inconclusive", "steps")}
-                             for v in self.level_verdicts()]
+            out["levels"] = [
+                {k: v[k] for k in (key, "pass", "failed", "inconclusive", "steps")} for v in self.level_verdicts()
+            ]
             out["max_" + key] = self.max_level()
         return out
 
@@ -409,8 +455,8 @@ class StepReader:
     def __init__(self, run_dir: Path, axis: Axis = CONCURRENCY, roles: dict[str, str] | None = None):
         self.rundir = RunDir(Path(run_dir))
         self.axis = axis
-        self.roles = roles or None   # --server-role: {family: role}
-        self._judged: dict[int, tuple[dict, float]] = {}   # step -> (its figures, its cut-off)
+        self.roles = roles or None  # --server-role: {family: role}
+        self._judged: dict[int, tuple[dict, float]] = {}  # step -> (its figures, its cut-off)
 
     def refresh(self) -> None:
         self.rundir.refresh()
@@ -423,17 +469,27 @@ class StepReader:
         ``dropped``) gets its open-loop figures too."""
         self.rundir.refresh()
         a = self.rundir.requests.attempts()
-        a = a.subset(a["t0"] < cutoff)   # NaN (no t0) is left out
+        a = a.subset(a["t0"] < cutoff)  # NaN (no t0) is left out
         # Every stream sent before the cut-off counts: the load stayed at this step's level
         # until they ended (the shape waits for them), so none heard the next step's.
-        entry = {"step": step["step"], "concurrency": step["concurrency"], "start": step["start"], "end": cutoff,
-                 "streams_end": None}
+        entry = {
+            "step": step["step"],
+            "concurrency": step["concurrency"],
+            "start": step["start"],
+            "end": cutoff,
+            "streams_end": None,
+        }
         out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, roles=self.roles)
         if step.get("voices") is not None:
             out["voices"] = step["voices"]
         if step.get("rate") is not None:
-            out.update(openloop.step_figures(a, dict(entry, rate=step["rate"], dropped=step.get("dropped"),
-                                                     offered_rps=step.get("offered_rps")), out))
+            out.update(
+                openloop.step_figures(
+                    a,
+                    dict(entry, rate=step["rate"], dropped=step.get("dropped"), offered_rps=step.get("offered_rps")),
+                    out,
+                )
+            )
         self._judged[step["step"]] = (out, cutoff)
         return out
 
@@ -449,7 +505,12 @@ class StepReader:
         keep = np.isfinite(a["t0"])
         for num, (_, cutoff) in self._judged.items():
             keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
-        return pool_levels(a.subset(keep), [st for st, _ in self._judged.values()], self.rundir.resources,
-                           settle_s, key=self.axis.key, figures=openloop.level_figures if self.axis.open_loop else None,
-                           roles=self.roles)
-
+        return pool_levels(
+            a.subset(keep),
+            [st for st, _ in self._judged.values()],
+            self.rundir.resources,
+            settle_s,
+            key=self.axis.key,
+            figures=openloop.level_figures if self.axis.open_loop else None,
+            roles=self.roles,
+        )

@@ -2,6 +2,7 @@
 tells an unreachable or wrong target apart from a TTS server before any step is measured. The
 same request once more after the run (or a GET of ``--health-path``) is the run's health probe:
 is the server still answering once the load is over?"""
+
 from __future__ import annotations
 
 import logging
@@ -37,12 +38,13 @@ def _get(s, path: str) -> dict:
     start = wall()
     timeout = min(s.request_timeout, HEALTH_TIMEOUT_S)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout,
-                                    context=s.tls) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout, context=s.tls
+        ) as r:
             out["status"] = r.status
     except urllib.error.HTTPError as e:
         out["status"] = e.code
-    except (OSError, ValueError) as e:   # refused, reset, timed out, or no HTTP at all
+    except (OSError, ValueError) as e:  # refused, reset, timed out, or no HTTP at all
         reason = getattr(e, "reason", None) or e
         out["message"] = f"{url} did not answer after the run ({reason})"
         return out
@@ -63,18 +65,25 @@ def preflight(s, after_run: bool = False) -> dict:
     out = {"ok": False, "status": None, "ms": None, "message": None}
     transport = transport_for(s)
     target = s.target
-    shape = f"--tts-api {s.tts_api}" if s.tts_protocol == "http" else \
-        f"--tts-preset {s.tts_preset}" if s.tts_protocol in ("ws", "grpc") else "--tts-protocol wyoming"
+    shape = (
+        f"--tts-api {s.tts_api}"
+        if s.tts_protocol == "http"
+        else f"--tts-preset {s.tts_preset}"
+        if s.tts_protocol in ("ws", "grpc")
+        else "--tts-protocol wyoming"
+    )
     answer = ended = None
     timeout = min(s.request_timeout, HEALTH_TIMEOUT_S) if after_run else s.request_timeout
     try:
-        if s.tts_protocol == "wyoming" and s.text_rate and not after_run:   # one without streamed text ignores it
+        if s.tts_protocol == "wyoming" and s.text_rate and not after_run:  # one without streamed text ignores it
             streams, name = transport.streams_text()
             if streams is False:
-                out["message"] = (f"{target} ({name}) does not support streamed synthesis (its info says "
-                                  f"supports_synthesize_streaming false): it would ignore synthesize-start/chunk/stop "
-                                  f"and every utterance would wait out --request-timeout; drop --text-rate to send "
-                                  f"whole texts with synthesize")
+                out["message"] = (
+                    f"{target} ({name}) does not support streamed synthesis (its info says "
+                    f"supports_synthesize_streaming false): it would ignore synthesize-start/chunk/stop "
+                    f"and every utterance would wait out --request-timeout; drop --text-rate to send "
+                    f"whole texts with synthesize"
+                )
                 return out
             if streams is None:
                 log.warning("%s did not say whether it takes streamed text (%s); sending it anyway", target, name)
@@ -87,36 +96,43 @@ def preflight(s, after_run: bool = False) -> dict:
     except gevent.Timeout:
         out["message"] = f"{target} did not answer within {timeout:g} s; is the TTS server up?"
         return out
-    except TlsError as e:   # a server, reached, whose TLS does not match the run's
+    except TlsError as e:  # a server, reached, whose TLS does not match the run's
         out["message"] = f"cannot reach {s.host}: {e}"
         return out
-    except TransportError as e:   # no connection, or an answer that is not HTTP
+    except TransportError as e:  # no connection, or an answer that is not HTTP
         out["message"] = f"cannot reach {s.host}: {e}; is the TTS server running there?"
         return out
     finally:
         transport.close()
-    status = answer.status   # judged as the HTTP status it amounts to, quoted as the protocol said
+    status = answer.status  # judged as the HTTP status it amounts to, quoted as the protocol said
     code = grpc_codes.AS_HTTP.get(status, answer.http_status) if isinstance(status, str) else answer.http_status
     out.update(status=status, ms=round((wall() - start) * 1000, 1))
     if answer.ok and ended.audio is not None:
         out["ok"] = True
         return out
     if answer.ok and (code is None or code < 300):
-        out["message"] = (f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, "
-                          f"and is {shape} right?")
+        out["message"] = (
+            f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, and is {shape} right?"
+        )
         return out
     # the body's first words where the answer has one, else how the transport put the refusal
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
     if code in (404, 405, 501):
         out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
-            f"--tts-path and --tts-api (now {s.tts_api})" if s.tts_protocol == "http" else
-            f"--tts-path and --tts-preset (now {s.tts_preset})" if s.tts_protocol == "grpc" else f"{shape} and -H")
+            f"--tts-path and --tts-api (now {s.tts_api})"
+            if s.tts_protocol == "http"
+            else f"--tts-path and --tts-preset (now {s.tts_preset})"
+            if s.tts_protocol == "grpc"
+            else f"{shape} and -H"
+        )
     elif code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
         # a TLS front end (nginx: "No required SSL certificate was sent", "The SSL certificate error")
         # that completes the handshake and refuses the request over the client certificate
-        out["message"] = (f"{target} refused the request with {status} over the client certificate ({snippet}); "
-                          + ("is --tls-client-cert signed by a CA it trusts, and still valid?" if s.tls_client_cert
-                             else "pass --tls-client-cert FILE (and --tls-client-key FILE)"))
+        out["message"] = f"{target} refused the request with {status} over the client certificate ({snippet}); " + (
+            "is --tls-client-cert signed by a CA it trusts, and still valid?"
+            if s.tls_client_cert
+            else "pass --tls-client-cert FILE (and --tls-client-key FILE)"
+        )
     elif code in (401, 403):
         out["message"] = f"{target} refused the request with {status}: {snippet}"
     elif code is None or code < 500 and code != 429:
@@ -124,6 +140,6 @@ def preflight(s, after_run: bool = False) -> dict:
     elif after_run:
         out["message"] = f"{target} answered {status} after the run ({snippet})"
     else:
-        out["ok"] = True   # busy or failing, but a server: the run will measure it
+        out["ok"] = True  # busy or failing, but a server: the run will measure it
         log.warning("warm-up request got %s from %s; running anyway", status, target)
     return out

@@ -8,6 +8,7 @@ The classes are :data:`runformat.probe.CLASSES`; ``invalid-utf8`` goes in HTTP J
 (bytes that are not UTF-8 where the body's text belongs: every other protocol carries text as
 Unicode strings, which cannot hold them).
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,8 +44,10 @@ def parse(spec: str | None) -> tuple[str, ...]:
         return tuple(CLASSES)
     unknown = [n for n in names if n not in CLASSES]
     if unknown:
-        raise ProbeError(f"--probe-texts names {', '.join(map(repr, unknown))}, which is not a class of text; "
-                         f"the classes are {', '.join(CLASSES)} (or all)")
+        raise ProbeError(
+            f"--probe-texts names {', '.join(map(repr, unknown))}, which is not a class of text; "
+            f"the classes are {', '.join(CLASSES)} (or all)"
+        )
     return tuple(n for n in CLASSES if n in names)
 
 
@@ -54,8 +57,11 @@ def texts(classes: tuple[str, ...], http_json: bool) -> list[Text]:
     out = []
     for name in classes:
         if name in BYTES_ONLY and not http_json:
-            log.warning("probe: %s is sent in HTTP JSON bodies only; this run's protocol carries text as "
-                        "Unicode strings, so it is left out", name)
+            log.warning(
+                "probe: %s is sent in HTTP JSON bodies only; this run's protocol carries text as "
+                "Unicode strings, so it is left out",
+                name,
+            )
             continue
         out += [Text(f"probe:{name}:{n}", t, tier_of(t)) for n, t in enumerate(CLASSES[name][1], 1)]
     return out
@@ -91,13 +97,18 @@ class Probe:
         """The probe's next step (a :class:`~locustfiles.plan.Planned` of phase ``probe``), or
         None once both levels have been handed out."""
         from .plan import Planned
+
         if self._levels is None:
             self._levels = [1]
             level = _recommended(run)
             if level is not None and level > 1:
                 self._levels.append(level)
-            log.info("probe: %d texts of %d classes at concurrency %s", len(self.texts),
-                     len({class_of(t.id) for t in self.texts}), " then ".join(map(str, self._levels)))
+            log.info(
+                "probe: %d texts of %d classes at concurrency %s",
+                len(self.texts),
+                len({class_of(t.id) for t in self.texts}),
+                " then ".join(map(str, self._levels)),
+            )
         if not self._levels:
             return None
         return Planned(self._levels.pop(0), runformat.PROBE_PHASE, 1)
@@ -106,5 +117,6 @@ class Probe:
 def _recommended(run) -> int | None:
     """The concurrency the sweep's records recommend (as the soak's level is chosen), or None."""
     from .soak import recommended_level
+
     level = recommended_level(run, "probe", "the probe runs at concurrency 1 only")
     return None if level is None else int(level)

@@ -1,4 +1,5 @@
 """The retry policy: which attempts to retry and how long to wait before the next one."""
+
 from __future__ import annotations
 
 import random
@@ -11,10 +12,11 @@ from tts_knee.runformat.options import CONNECTION_ERROR  # the --retry-on token 
 class RetryPolicy:
     """From ``--retry-max-attempts``, ``--retry-base-ms``, ``--retry-max-ms``, ``--retry-on`` and
     ``--retry-after-cap`` (their defaults: :mod:`runformat.options`)."""
+
     max_attempts: int
     base_ms: float
     max_ms: float
-    retry_on: frozenset   # HTTP statuses, and CONNECTION_ERROR for connection errors
+    retry_on: frozenset  # HTTP statuses, and CONNECTION_ERROR for connection errors
     #: Longest Retry-After honoured, in seconds; a longer one is capped to this.
     retry_after_cap_s: float
 

@@ -4,6 +4,7 @@ UI) and validated into one :class:`Settings` object.
 
 A bad value raises :class:`SettingsError` whose message names the option and what it expects.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def add_arguments(parser) -> None:
 def _add(container, o: run_options.Option) -> None:
     """One option on an argument group: argparse's own, with the attributes Locust's add_argument
     would set for its web UI form (a group's add_argument does not take them)."""
-    kw = {"default": list(o.default) if o.kind == "list" else o.default,
-          "help": o.help_text().replace("%", "%%")}   # argparse formats help with %
+    kw = {
+        "default": list(o.default) if o.kind == "list" else o.default,
+        "help": o.help_text().replace("%", "%%"),
+    }  # argparse formats help with %
     if o.kind is bool:
         kw["action"] = "store_true"
     elif o.kind == "list":
@@ -89,6 +92,7 @@ class Settings:
     seconds) and, where run.json records it, as its key there (:meth:`public`); what an option
     gives parsed has a name of its own (``preset`` is the dialect ``tts_preset`` names,
     ``texts`` the corpus ``texts_source`` holds)."""
+
     host: str
     tts_api: str
     tts_path: str
@@ -124,36 +128,36 @@ class Settings:
     stop_past_knee: bool
     repeat: int
     server_metrics: tuple
-    rates: tuple               # open loop: offered req/s per step for the whole run; () = closed loop
+    rates: tuple  # open loop: offered req/s per step for the whole run; () = closed loop
     arrival: str
     arrival_seed: int
     max_inflight: int
-    text_rate: float           # tokens per second; 0: the whole text at once
+    text_rate: float  # tokens per second; 0: the whole text at once
     text_jitter: float
     flush: str
-    refine_to: tuple           # open loop: (resolution, relative: a share of the rate, else req/s)
-    drain_time: float          # the run's end: how long requests in flight are waited for
-    server_roles: tuple        # --server-role as given: "ROLE=SERIES" each
+    refine_to: tuple  # open loop: (resolution, relative: a share of the rate, else req/s)
+    drain_time: float  # the run's end: how long requests in flight are waited for
+    server_roles: tuple  # --server-role as given: "ROLE=SERIES" each
     tts_protocol: str
-    preset: presets.Preset | None   # --tts-protocol ws: the dialect
+    preset: presets.Preset | None  # --tts-protocol ws: the dialect
     tts_preset: str
-    turns: int                 # utterances per session; 0: one session for the user's life
+    turns: int  # utterances per session; 0: one session for the user's life
     think_time: float
     contexts: int
-    soak: float | None       # --soak: how long the soak holds its level; None: no soak
-    tts_form: str                  # multipart/form-data with the clip as this file part; "": JSON
-    voices: tuple              # voices_mod.Voice, for requests whose corpus entry names none
+    soak: float | None  # --soak: how long the soak holds its level; None: no soak
+    tts_form: str  # multipart/form-data with the clip as this file part; "": JSON
+    voices: tuple  # voices_mod.Voice, for requests whose corpus entry names none
     voice_mix: str
     voice_seed: int
     voice_upload: bool
     server_stats: tuple
-    voice_steps: tuple         # numbers of distinct voices, one per step; (): not a voice sweep
-    barge_in: float            # share of utterances the listener interrupts
-    barge_in_after: tuple | None   # (lo, hi) ms after the first audio; None: over the expected length
-    cancel_by: str             # "message" or "close"
+    voice_steps: tuple  # numbers of distinct voices, one per step; (): not a voice sweep
+    barge_in: float  # share of utterances the listener interrupts
+    barge_in_after: tuple | None  # (lo, hi) ms after the first audio; None: over the expected length
+    cancel_by: str  # "message" or "close"
     barge_in_seed: int
     # gRPC
-    grpc_preset: dict | None = None   # --tts-protocol grpc: the --tts-preset file's content
+    grpc_preset: dict | None = None  # --tts-protocol grpc: the --tts-preset file's content
     tts_language: str = ""
     # listening (--asr-model): the ASR judge (locustfiles.listening)
     asr_model: str = ""
@@ -162,22 +166,22 @@ class Settings:
     asr_metric: str = ""
     asr_threads: int = 1
     # reaching a real service (locustfiles.tls): credentials sent, never recorded; TLS that verifies
-    headers: tuple = ()        # (name, value) for every HTTP request and WebSocket upgrade
+    headers: tuple = ()  # (name, value) for every HTTP request and WebSocket upgrade
     grpc_metadata: tuple = ()  # (key, value) for every gRPC call
     tls_ca: str = ""
-    tls_client_cert: str = ""   # --tls-client-cert: its path (the key's is not recorded)
+    tls_client_cert: str = ""  # --tls-client-cert: its path (the key's is not recorded)
     tls_insecure: bool = False
-    tls: ssl.SSLContext | None = None   # the client context, for a TLS target (https, wss, grpcs)
+    tls: ssl.SSLContext | None = None  # the client context, for a TLS target (https, wss, grpcs)
     # capacity and cost (analysis.capacity): recorded for the report, read at the recommendation
     capacity: capacity_mod.Options = capacity_mod.Options()
-    health_path: str = ""      # after the run: GET this path; "": the warm-up request once more
-    text_reuse: str = "same"   # "unique": every request a text of its own (corpus.unique)
-    probe: tuple = ()          # --probe-texts: the classes probed after the sweep (locustfiles.probe)
-    probe_texts: tuple = ()    # their texts (corpus.Text, ids probe:CLASS:N)
+    health_path: str = ""  # after the run: GET this path; "": the warm-up request once more
+    text_reuse: str = "same"  # "unique": every request a text of its own (corpus.unique)
+    probe: tuple = ()  # --probe-texts: the classes probed after the sweep (locustfiles.probe)
+    probe_texts: tuple = ()  # their texts (corpus.Text, ids probe:CLASS:N)
     spike: tuple | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
     spike_at: int | None = None  # --spike-at: the level it starts from; None: the recommendation
-    trace: trace_mod.Trace | None = None   # --trace: the log replayed (its steps' rates are its speeds')
-    trace_speed: tuple = ()   # --trace-speed, one per grid step
+    trace: trace_mod.Trace | None = None  # --trace: the log replayed (its steps' rates are its speeds')
+    trace_speed: tuple = ()  # --trace-speed, one per grid step
 
     @property
     def mode(self) -> str:
@@ -201,30 +205,48 @@ class Settings:
         left out): a field named as its key as it is (a tuple as a list), the rest as below."""
         plain = {k: list(v) if isinstance(v, tuple) else v for k in _PLAIN_KEYS for v in (getattr(self, k),)}
         r, open_loop, barge = self.retry, bool(self.rates), bool(self.barge_in)
-        return _recorded(**plain, **{
-            "texts": self.texts_source, "texts_count": len(self.texts),
-            "retry_max_attempts": r.max_attempts, "retry_base_ms": r.base_ms, "retry_max_ms": r.max_ms,
-            "retry_on": sorted(map(str, r.retry_on)), "retry_after_cap": r.retry_after_cap_s,
-            "audio_dir": str(self.audio_dir), "slo": self.slo.spec if self.slo else None,
-            "arrival": self.arrival if open_loop else None, "arrival_seed": self.arrival_seed if open_loop else None,
-            "max_inflight": self.max_inflight if open_loop else None,
-            "refine_to": self.refine_to_text if open_loop else None,
-            "tts_preset": self.tts_preset or None, "tts_language": self.tts_language or None,
-            "voices": [v.name for v in self.voices], "voice_seed": self.voice_seed if self.voices else None,
-            "barge_in_after": self.barge_in_after_text, "cancel_by": self.cancel_by if barge else None,
-            "barge_in_seed": self.barge_in_seed if barge else None,
-            "asr_model": self.asr_model or None, "asr_sample": self.asr_sample if self.asr_model else None,
-            "asr_language": self.asr_language or None, "asr_metric": self.asr_metric or None,
-            "asr_threads": self.asr_threads if self.asr_model else None,
-            "headers": [name for name, _ in self.headers], "grpc_metadata": [key for key, _ in self.grpc_metadata],
-            "tls_ca": self.tls_ca or None, "tls_client_cert": self.tls_client_cert or None,
-            "health_path": self.health_path or None, "probe_texts": list(self.probe) or None,
-            "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
-            "trace": self.trace.path if self.trace else None, "trace_speed": list(self.trace_speed) or None,
-            "cost_per_hour": self.capacity.cost_per_hour,
-            "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
-            "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
-        })
+        return _recorded(
+            **plain,
+            **{
+                "texts": self.texts_source,
+                "texts_count": len(self.texts),
+                "retry_max_attempts": r.max_attempts,
+                "retry_base_ms": r.base_ms,
+                "retry_max_ms": r.max_ms,
+                "retry_on": sorted(map(str, r.retry_on)),
+                "retry_after_cap": r.retry_after_cap_s,
+                "audio_dir": str(self.audio_dir),
+                "slo": self.slo.spec if self.slo else None,
+                "arrival": self.arrival if open_loop else None,
+                "arrival_seed": self.arrival_seed if open_loop else None,
+                "max_inflight": self.max_inflight if open_loop else None,
+                "refine_to": self.refine_to_text if open_loop else None,
+                "tts_preset": self.tts_preset or None,
+                "tts_language": self.tts_language or None,
+                "voices": [v.name for v in self.voices],
+                "voice_seed": self.voice_seed if self.voices else None,
+                "barge_in_after": self.barge_in_after_text,
+                "cancel_by": self.cancel_by if barge else None,
+                "barge_in_seed": self.barge_in_seed if barge else None,
+                "asr_model": self.asr_model or None,
+                "asr_sample": self.asr_sample if self.asr_model else None,
+                "asr_language": self.asr_language or None,
+                "asr_metric": self.asr_metric or None,
+                "asr_threads": self.asr_threads if self.asr_model else None,
+                "headers": [name for name, _ in self.headers],
+                "grpc_metadata": [key for key, _ in self.grpc_metadata],
+                "tls_ca": self.tls_ca or None,
+                "tls_client_cert": self.tls_client_cert or None,
+                "health_path": self.health_path or None,
+                "probe_texts": list(self.probe) or None,
+                "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
+                "trace": self.trace.path if self.trace else None,
+                "trace_speed": list(self.trace_speed) or None,
+                "cost_per_hour": self.capacity.cost_per_hour,
+                "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
+                "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
+            },
+        )
 
     @property
     def barge_in_after_text(self) -> str | None:
@@ -242,18 +264,55 @@ class Settings:
 _recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
 #: run.json's option keys that are Settings fields of the same name and meaning, recorded as they
 #: are; public() says how the others are derived.
-_PLAIN_KEYS = ("tts_api", "tts_path", "tts_model", "tts_voice", "tts_format", "tts_stream", "tts_stream_format",
-               "playback_buffer_ms", "ttfa_floor_ms", "steps", "step_time", "step_requests", "settle_time",
-               "split_max_chars", "request_timeout", "audio_keep", "collectors", "refine", "stop_past_knee",
-               "repeat", "server_metrics", "rates", "text_rate", "text_jitter", "flush", "drain_time",
-               "server_roles", "tts_protocol", "turns", "think_time", "contexts", "soak", "tts_form", "voice_mix",
-               "voice_upload", "voice_steps", "server_stats", "barge_in", "tls_insecure", "text_reuse", "spike_at")
+_PLAIN_KEYS = (
+    "tts_api",
+    "tts_path",
+    "tts_model",
+    "tts_voice",
+    "tts_format",
+    "tts_stream",
+    "tts_stream_format",
+    "playback_buffer_ms",
+    "ttfa_floor_ms",
+    "steps",
+    "step_time",
+    "step_requests",
+    "settle_time",
+    "split_max_chars",
+    "request_timeout",
+    "audio_keep",
+    "collectors",
+    "refine",
+    "stop_past_knee",
+    "repeat",
+    "server_metrics",
+    "rates",
+    "text_rate",
+    "text_jitter",
+    "flush",
+    "drain_time",
+    "server_roles",
+    "tts_protocol",
+    "turns",
+    "think_time",
+    "contexts",
+    "soak",
+    "tts_form",
+    "voice_mix",
+    "voice_upload",
+    "voice_steps",
+    "server_stats",
+    "barge_in",
+    "tls_insecure",
+    "text_reuse",
+    "spike_at",
+)
 
 
 def _number(name: str, value, kind=float):
     try:
         v = kind(value)
-    except (TypeError, ValueError, OverflowError):   # OverflowError: int("inf")
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int("inf")
         raise SettingsError(f"--{name} must be a number, got {value!r}") from None
     if isinstance(v, float) and not math.isfinite(v):
         raise SettingsError(f"--{name} must be a finite number, got {value!r}")
@@ -285,7 +344,9 @@ def parse_rates(raw) -> tuple[float, ...]:
     except ValueError:
         raise SettingsError(f"--rates must be comma-separated requests per second like 1,2,4,8, got {raw!r}") from None
     if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
-        raise SettingsError(f"--rates needs at least one rate, each a number of requests per second above 0, got {raw!r}")
+        raise SettingsError(
+            f"--rates needs at least one rate, each a number of requests per second above 0, got {raw!r}"
+        )
     return rates
 
 
@@ -298,8 +359,10 @@ def parse_refine_to(raw) -> tuple[float, bool]:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0 or relative and value >= 100:
-        raise SettingsError(f"--refine-to must be a share of the rate like 5% (below 100%) or requests per second "
-                            f"like 0.5, above 0, got {raw!r}")
+        raise SettingsError(
+            f"--refine-to must be a share of the rate like 5% (below 100%) or requests per second "
+            f"like 0.5, above 0, got {raw!r}"
+        )
     return (value / 100.0, True) if relative else (value, False)
 
 
@@ -313,8 +376,9 @@ def _retry_on(raw) -> frozenset:
         elif tok.isdigit() and 100 <= int(tok) <= 599:
             out.add(int(tok))
         else:
-            raise SettingsError(f"--retry-on takes HTTP statuses, gRPC code names (UNAVAILABLE …) and "
-                                f"`{CONNECTION_ERROR}`, got {tok!r}")
+            raise SettingsError(
+                f"--retry-on takes HTTP statuses, gRPC code names (UNAVAILABLE …) and `{CONNECTION_ERROR}`, got {tok!r}"
+            )
     return frozenset(out)
 
 
@@ -331,8 +395,9 @@ def _template(raw: str, form: str = "") -> str:
     except json.JSONDecodeError as e:
         raise SettingsError(f"--tts-template is not valid JSON once its placeholders are filled in ({e.msg})") from None
     if form and not isinstance(filled, dict):
-        raise SettingsError("--tts-form sends a template's top-level fields as form fields: --tts-template "
-                            "must be a JSON object")
+        raise SettingsError(
+            "--tts-form sends a template's top-level fields as form fields: --tts-template must be a JSON object"
+        )
     return raw
 
 
@@ -360,11 +425,15 @@ def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool
     if max(counts) > len(voices):
         raise SettingsError(f"--voice-steps goes up to {max(counts)} voices but --voices names {len(voices)}")
     if len(rates or steps) != 1 or not (steps_given or rates):
-        raise SettingsError("--voice-steps sweeps the number of voices at one load: give one concurrency "
-                            "(--steps 4) or one rate (--rates 2)")
+        raise SettingsError(
+            "--voice-steps sweeps the number of voices at one load: give one concurrency "
+            "(--steps 4) or one rate (--rates 2)"
+        )
     if o.soak:
-        raise SettingsError("--soak holds one load, and --voice-steps sweeps voices at one load: run the soak on "
-                            "its own, with the number of voices it should draw from in --voices")
+        raise SettingsError(
+            "--soak holds one load, and --voice-steps sweeps voices at one load: run the soak on "
+            "its own, with the number of voices it should draw from in --voices"
+        )
     return counts
 
 
@@ -373,12 +442,15 @@ def _check_asks(s: "Settings") -> None:
     if s.tts_template is None:
         return
     for text in dict.fromkeys(s.texts + (s.trace.texts if s.trace else ())):
-        for voice in ((None,) if voices_mod.owns_voice(text) or not s.voices else s.voices):
+        for voice in (None,) if voices_mod.owns_voice(text) or not s.voices else s.voices:
             lack = bodies.missing(s.tts_template, s, voices_mod.ask_for(text, voice, s.voice_upload))
             if lack:
                 name = lack[0]
-                whose = f"corpus entry {text.id!r}" if voice is None or name not in voices_mod.VOICE_ASKS else \
-                    f"voice {voice.name!r} (given to corpus entry {text.id!r})"
+                whose = (
+                    f"corpus entry {text.id!r}"
+                    if voice is None or name not in voices_mod.VOICE_ASKS
+                    else f"voice {voice.name!r} (given to corpus entry {text.id!r})"
+                )
                 key = "ref_audio" if name == "ref_audio_b64" else name
                 hint = " and --tts-voice is empty" if name == "voice" else ""
                 raise SettingsError(f"--tts-template uses {{{name}}}, but {whose} has no {key}{hint}")
@@ -413,13 +485,15 @@ def _soak(raw) -> float | None:
     # imported here: importing locust patches the process for gevent, which the settings' other
     # users (the dashboard, tests, tools reading options) must not get for a --soak they never use
     from locust.util.timespan import parse_timespan
+
     try:
         seconds = float(parse_timespan(text))
     except ValueError:
         raise SettingsError(f"--soak must be a duration like 300s, 20m or 1h, got {raw!r}") from None
     if seconds < SOAK_MIN_S:
-        raise SettingsError(f"--soak needs at least {SOAK_MIN_S:g} s (1m) of windows to tell a trend from noise, "
-                            f"got {raw!r}")
+        raise SettingsError(
+            f"--soak needs at least {SOAK_MIN_S:g} s (1m) of windows to tell a trend from noise, got {raw!r}"
+        )
     return seconds
 
 
@@ -432,8 +506,10 @@ def _target(host: str | None, protocol) -> str:
     if not isinstance(protocol, str) or protocol not in PROTOCOLS:
         raise SettingsError(f"--tts-protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if not host:
-        raise SettingsError("no target: give the TTS server's base URL with -H/--host, e.g. -H http://127.0.0.1:8300"
-                            + (" (Wyoming: -H tcp://HOST:PORT)" if protocol == "wyoming" else ""))
+        raise SettingsError(
+            "no target: give the TTS server's base URL with -H/--host, e.g. -H http://127.0.0.1:8300"
+            + (" (Wyoming: -H tcp://HOST:PORT)" if protocol == "wyoming" else "")
+        )
     parts = urlsplit(host)
     try:
         port = parts.port
@@ -443,13 +519,15 @@ def _target(host: str | None, protocol) -> str:
         if parts.scheme != "tcp" or not parts.hostname or port is None:
             raise SettingsError(f"--tts-protocol wyoming takes -H tcp://HOST:PORT, got {host!r}")
     elif protocol == "grpc":
-        if parts.scheme not in ("grpc", "grpcs") or not parts.hostname or port is None \
-                or parts.path not in ("", "/"):
-            raise SettingsError(f"--host must be grpc://HOST:PORT (grpcs:// for TLS) with --tts-protocol grpc, "
-                                f"got {host!r}")
+        if parts.scheme not in ("grpc", "grpcs") or not parts.hostname or port is None or parts.path not in ("", "/"):
+            raise SettingsError(
+                f"--host must be grpc://HOST:PORT (grpcs:// for TLS) with --tts-protocol grpc, got {host!r}"
+            )
     elif parts.scheme not in PROTOCOLS[protocol] or not parts.hostname:
-        hint = {"tcp": " (tcp:// is for --tts-protocol wyoming)",
-                "grpc": "; a gRPC server needs --tts-protocol grpc"}.get(parts.scheme, "")
+        hint = {
+            "tcp": " (tcp:// is for --tts-protocol wyoming)",
+            "grpc": "; a gRPC server needs --tts-protocol grpc",
+        }.get(parts.scheme, "")
         raise SettingsError(f"--host must be a base URL like http://127.0.0.1:8300, got {host!r}{hint}")
     return host.rstrip("/")
 
@@ -458,7 +536,7 @@ def _sessions(o, protocol: str, rates: tuple) -> tuple:
     """``(preset, turns, think time, contexts)`` of --tts-preset, --turns, --think-time, --contexts."""
     preset = None
     source = str(o.tts_preset or "").strip()
-    if source and protocol != "grpc":   # a gRPC service's preset is _grpc's to read
+    if source and protocol != "grpc":  # a gRPC service's preset is _grpc's to read
         if source in ("riva", "triton") or source.endswith(".json"):
             raise SettingsError(f"--tts-preset {source} is a gRPC service's preset: add --tts-protocol grpc")
         try:
@@ -466,20 +544,25 @@ def _sessions(o, protocol: str, rates: tuple) -> tuple:
         except presets.PresetError as e:
             raise SettingsError(str(e)) from None
         if preset.protocol != protocol:
-            raise SettingsError(f"--tts-preset {source} is a {preset.protocol} dialect: add --tts-protocol "
-                                f"{preset.protocol}")
+            raise SettingsError(
+                f"--tts-preset {source} is a {preset.protocol} dialect: add --tts-protocol {preset.protocol}"
+            )
     elif protocol == "ws":
-        raise SettingsError(f"--tts-protocol ws needs --tts-preset: one of {', '.join(presets.names())}, or a .toml "
-                            f"file of your own (configs/presets/README.md)")
+        raise SettingsError(
+            f"--tts-protocol ws needs --tts-preset: one of {', '.join(presets.names())}, or a .toml "
+            f"file of your own (configs/presets/README.md)"
+        )
     turns = int(_positive("turns", o.turns, int, allow_zero=True))
     think = _positive("think-time", o.think_time, allow_zero=True)
     contexts = int(_positive("contexts", o.contexts, int))
     if contexts > 1:
         most = preset.contexts if preset is not None and preset.routed else 1
         if most == 1:
-            raise SettingsError(f"--contexts {contexts} needs a preset with contexts (cartesia, elevenlabs-multi); "
-                                f"{'preset ' + preset.name if preset else '--tts-protocol ' + protocol} keeps one "
-                                f"utterance in flight per connection")
+            raise SettingsError(
+                f"--contexts {contexts} needs a preset with contexts (cartesia, elevenlabs-multi); "
+                f"{'preset ' + preset.name if preset else '--tts-protocol ' + protocol} keeps one "
+                f"utterance in flight per connection"
+            )
         if contexts > most:
             raise SettingsError(f"--contexts {contexts} is more than preset {preset.name} allows ({most})")
     if turns and contexts > 1:
@@ -500,8 +583,10 @@ def parse_barge_in_after(raw) -> tuple[float, float] | None:
     except ValueError:
         bounds = (math.nan, math.nan)
     if not all(math.isfinite(b) and b >= 0 for b in bounds) or bounds[0] > bounds[1]:
-        raise SettingsError(f"--barge-in-after must be ms after the first audio like 50, or a range like 50-400 "
-                            f"(low to high, 0 or more), got {raw!r}")
+        raise SettingsError(
+            f"--barge-in-after must be ms after the first audio like 50, or a range like 50-400 "
+            f"(low to high, 0 or more), got {raw!r}"
+        )
     return bounds
 
 
@@ -520,8 +605,9 @@ def _barge_in(o, protocol: str, preset, contexts: int) -> dict:
         what = f"preset {preset.name}" if preset is not None else f"--tts-protocol {protocol}"
         raise SettingsError(f"--cancel-by message needs a cancel message, and {what} has none: cancel by close")
     if share and by == "close" and contexts > 1:
-        raise SettingsError("--cancel-by close would end every context on the session: with --contexts, cancel by "
-                            "message")
+        raise SettingsError(
+            "--cancel-by close would end every context on the session: with --contexts, cancel by message"
+        )
     seed = int(_number("barge-in-seed", o.barge_in_seed, int))
     if seed < 0:
         seed = random.SystemRandom().randrange(2**31)
@@ -545,17 +631,32 @@ def from_options(options, host: str | None) -> Settings:
     barge_in = _barge_in(o, protocol, streaming["preset"], streaming["contexts"])
     voices = _voice_options(o, plan, steps_given)
     s = Settings(
-        host=host, **request, **plan, **streaming, retry=retry, **decisions, **voices, **barge_in,
-        **_telemetry(o), **_output(o), **_listening(o), **_reach(o, host, protocol), capacity=_capacity(o),
-        health_path=_health_path(o, protocol), **_probe(o, protocol, request["tts_form"], plan["rates"]),
+        host=host,
+        **request,
+        **plan,
+        **streaming,
+        retry=retry,
+        **decisions,
+        **voices,
+        **barge_in,
+        **_telemetry(o),
+        **_output(o),
+        **_listening(o),
+        **_reach(o, host, protocol),
+        capacity=_capacity(o),
+        health_path=_health_path(o, protocol),
+        **_probe(o, protocol, request["tts_form"], plan["rates"]),
         **_spike(o, plan["rates"]),
     )
     if s.trace is not None:
         _check_trace(s, o)
-    if protocol != "http" and (s.voices or s.tts_form or any(voices_mod.owns_voice(t) for t in s.texts
-                                                         + (s.trace.texts if s.trace else ()))):
-        raise SettingsError(f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
-                            f"--tts-form and voices named in the corpus or the trace are for HTTP requests")
+    if protocol != "http" and (
+        s.voices or s.tts_form or any(voices_mod.owns_voice(t) for t in s.texts + (s.trace.texts if s.trace else ()))
+    ):
+        raise SettingsError(
+            f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
+            f"--tts-form and voices named in the corpus or the trace are for HTTP requests"
+        )
     _check_asks(s)
     return s
 
@@ -581,16 +682,26 @@ def _request(o, protocol: str, grpc: dict) -> dict:
         raise SettingsError(f"--texts: {e}") from None
     voice = o.tts_voice
     if protocol != "http" and voice == DEFAULTS["tts_voice"]:
-        voice = ""   # OpenAI's voice: a session sends one only when it is named
+        voice = ""  # OpenAI's voice: a session sends one only when it is named
     return dict(
-        tts_api=api, tts_path=path, tts_model=grpc.get("model", o.tts_model), tts_voice=grpc.get("voice", voice), tts_format=fmt,
-        tts_template=_template(o.tts_template, form) if api == "json" else None, tts_form=form,
-        tts_sample_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)), tts_language=grpc.get("language", ""),
-        texts=tuple(texts), texts_source=str(o.texts or corpus.DEFAULT_CORPUS),
+        tts_api=api,
+        tts_path=path,
+        tts_model=grpc.get("model", o.tts_model),
+        tts_voice=grpc.get("voice", voice),
+        tts_format=fmt,
+        tts_template=_template(o.tts_template, form) if api == "json" else None,
+        tts_form=form,
+        tts_sample_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
+        tts_language=grpc.get("language", ""),
+        texts=tuple(texts),
+        texts_source=str(o.texts or corpus.DEFAULT_CORPUS),
         split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
         request_timeout=_positive("request-timeout", o.request_timeout),
-        connect_timeout=_positive("connect-timeout", o.connect_timeout), preflight=not o.skip_preflight,
-        grpc_preset=grpc.get("preset"), text_reuse=str(getattr(o, "text_reuse", None) or "same"))
+        connect_timeout=_positive("connect-timeout", o.connect_timeout),
+        preflight=not o.skip_preflight,
+        grpc_preset=grpc.get("preset"),
+        text_reuse=str(getattr(o, "text_reuse", None) or "same"),
+    )
 
 
 def _plan(o, texts: list, timeout: float) -> dict:
@@ -600,8 +711,10 @@ def _plan(o, texts: list, timeout: float) -> dict:
     steps = parse_steps(o.steps if steps_given else DEFAULT_STEPS)
     rates = parse_rates(o.rates) if str(o.rates or "").strip() else ()
     if rates and steps_given:
-        raise SettingsError("--rates and --steps were both given: use --rates for an open-loop run "
-                            "(requests per second) or --steps for a closed-loop one (concurrency), not both")
+        raise SettingsError(
+            "--rates and --steps were both given: use --rates for an open-loop run "
+            "(requests per second) or --steps for a closed-loop one (concurrency), not both"
+        )
     max_inflight = int(_positive("max-inflight", o.max_inflight, int))
     refine_to = parse_refine_to(o.refine_to or DEFAULT_REFINE_TO)
     trace, speeds = _trace(o, texts, rates, steps_given)
@@ -609,8 +722,10 @@ def _plan(o, texts: list, timeout: float) -> dict:
         rates = tuple(v * trace.base_rps for v in speeds)
         refine_to = (trace_mod.REFINE_TO * trace.base_rps, False)
     elif not rates and str(o.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
-        raise SettingsError("--refine-to sets how close --refine brings two rates (--rates); a concurrency "
-                            "(--steps) is refined to adjacent whole numbers")
+        raise SettingsError(
+            "--refine-to sets how close --refine brings two rates (--rates); a concurrency "
+            "(--steps) is refined to adjacent whole numbers"
+        )
     seed = int(_number("arrival-seed", o.arrival_seed, int))
     if seed < 0:
         seed = random.SystemRandom().randrange(2**31)
@@ -627,12 +742,27 @@ def _plan(o, texts: list, timeout: float) -> dict:
     if drain < 0:
         drain = min(timeout, DRAIN_DEFAULT_MAX_S)
     elif drain > DRAIN_MAX_S:
-        raise SettingsError(f"--drain-time must be at most {DRAIN_MAX_S:g} s (a master waits 60 s for its workers "
-                            f"to stop), got {o.drain_time!r}")
-    return dict(steps=steps, steps_given=steps_given, rates=rates, arrival=o.arrival, arrival_seed=seed,
-                max_inflight=max_inflight, refine_to=refine_to, trace=trace, trace_speed=speeds,
-                step_time=step_time, step_requests=step_requests, settle_time=settle, drain_time=drain,
-                repeat=int(_positive("repeat", o.repeat, int)), soak=_soak(o.soak))
+        raise SettingsError(
+            f"--drain-time must be at most {DRAIN_MAX_S:g} s (a master waits 60 s for its workers "
+            f"to stop), got {o.drain_time!r}"
+        )
+    return dict(
+        steps=steps,
+        steps_given=steps_given,
+        rates=rates,
+        arrival=o.arrival,
+        arrival_seed=seed,
+        max_inflight=max_inflight,
+        refine_to=refine_to,
+        trace=trace,
+        trace_speed=speeds,
+        step_time=step_time,
+        step_requests=step_requests,
+        settle_time=settle,
+        drain_time=drain,
+        repeat=int(_positive("repeat", o.repeat, int)),
+        soak=_soak(o.soak),
+    )
 
 
 def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
@@ -650,12 +780,23 @@ def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
     if o.flush not in FLUSH_MODES:
         raise SettingsError(f"--flush must be one of {', '.join(FLUSH_MODES)}, got {o.flush!r}")
     return dict(
-        tts_stream=bool(o.tts_stream) or bool(stream_format) or protocol in ("ws", "wyoming") or grpc.get("stream", False),
+        tts_stream=bool(o.tts_stream)
+        or bool(stream_format)
+        or protocol in ("ws", "wyoming")
+        or grpc.get("stream", False),
         tts_stream_format=stream_format,
         playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
         ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True),
-        text_rate=text_rate, text_jitter=text_jitter, flush=o.flush, tts_protocol=protocol, preset=preset,
-        tts_preset=preset_source, turns=turns, think_time=think, contexts=contexts)
+        text_rate=text_rate,
+        text_jitter=text_jitter,
+        flush=o.flush,
+        tts_protocol=protocol,
+        preset=preset,
+        tts_preset=preset_source,
+        turns=turns,
+        think_time=think,
+        contexts=contexts,
+    )
 
 
 def _retries(o) -> RetryPolicy:
@@ -666,8 +807,9 @@ def _retries(o) -> RetryPolicy:
     cap = _positive("retry-max-ms", o.retry_max_ms, allow_zero=True)
     if cap < base:
         raise SettingsError(f"--retry-max-ms ({cap:g}) must not be below --retry-base-ms ({base:g})")
-    return RetryPolicy(attempts, base, cap, _retry_on(o.retry_on),
-                       _positive("retry-after-cap", o.retry_after_cap, allow_zero=True))
+    return RetryPolicy(
+        attempts, base, cap, _retry_on(o.retry_on), _positive("retry-after-cap", o.retry_after_cap, allow_zero=True)
+    )
 
 
 def _decisions(o) -> dict:
@@ -687,10 +829,17 @@ def _voice_options(o, plan: dict, steps_given: bool) -> dict:
         voice_seed = random.SystemRandom().randrange(2**31)
     voice_steps = _voice_steps(o, voices, plan["steps"], plan["rates"], steps_given)
     if o.voice_upload and not any(v.ref_audio is not None for v in voices):
-        raise SettingsError("--voice-upload registers the reference clips of --voices: give it a .jsonl file "
-                            "whose voices have ref_audio")
-    return dict(voices=voices, voice_mix=str(o.voice_mix).strip(), voice_seed=voice_seed, voice_steps=voice_steps,
-                voice_upload=bool(o.voice_upload))
+        raise SettingsError(
+            "--voice-upload registers the reference clips of --voices: give it a .jsonl file "
+            "whose voices have ref_audio"
+        )
+    return dict(
+        voices=voices,
+        voice_mix=str(o.voice_mix).strip(),
+        voice_seed=voice_seed,
+        voice_steps=voice_steps,
+        voice_upload=bool(o.voice_upload),
+    )
 
 
 def _telemetry(o) -> dict:
@@ -701,19 +850,24 @@ def _telemetry(o) -> dict:
     except ValueError as e:
         raise SettingsError(str(e)) from None
     return dict(
-        collectors=_collectors(o.collector), collector_token=o.collector_token or None,
+        collectors=_collectors(o.collector),
+        collector_token=o.collector_token or None,
         require_collectors=bool(o.require_collectors),
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
-        server_stats=_collectors(o.server_stats or [], "server-stats"))
+        server_stats=_collectors(o.server_stats or [], "server-stats"),
+    )
 
 
 def _output(o) -> dict:
     """The output group: the run directory, the audio written and kept, and what an audio error does."""
     run_dir = Path(o.run_dir) if o.run_dir else default_run_dir()
-    return dict(run_dir=run_dir, audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
-                audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
-                stop_on_audio_error=o.on_audio_error == "stop")
+    return dict(
+        run_dir=run_dir,
+        audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
+        audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
+        stop_on_audio_error=o.on_audio_error == "stop",
+    )
 
 
 def _reach(o, host: str, protocol: str) -> dict:
@@ -726,19 +880,30 @@ def _reach(o, host: str, protocol: str) -> dict:
         cert, key = (str(getattr(o, k, "") or "") for k in ("tls_client_cert", "tls_client_key"))
         secure = urlsplit(host).scheme in ("https", "wss", "grpcs")
         if (cert or key) and not secure:
-            raise tls.CredentialError(f"--tls-client-cert is shown in a TLS handshake, but the target {host} is "
-                                      f"plaintext: give -H https:// (wss://, grpcs://) or drop it")
-        context = tls.client_context(ca, insecure, ("h2",) if protocol == "grpc" else (), cert, key) \
-            if secure or ca else None
+            raise tls.CredentialError(
+                f"--tls-client-cert is shown in a TLS handshake, but the target {host} is "
+                f"plaintext: give -H https:// (wss://, grpcs://) or drop it"
+            )
+        context = (
+            tls.client_context(ca, insecure, ("h2",) if protocol == "grpc" else (), cert, key) if secure or ca else None
+        )
     except tls.CredentialError as e:
         raise SettingsError(str(e)) from None
     if metadata and protocol != "grpc":
         raise SettingsError("--grpc-metadata is for --tts-protocol grpc; HTTP and WebSocket take --header")
     if headers and protocol in ("grpc", "wyoming"):
-        raise SettingsError(f"--header is for HTTP and WebSocket; --tts-protocol {protocol} "
-                            + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers"))
-    return {"headers": headers, "grpc_metadata": metadata, "tls_ca": ca, "tls_insecure": insecure, "tls_client_cert": cert,
-            "tls": context if secure else None}
+        raise SettingsError(
+            f"--header is for HTTP and WebSocket; --tts-protocol {protocol} "
+            + ("takes --grpc-metadata" if protocol == "grpc" else "has no headers")
+        )
+    return {
+        "headers": headers,
+        "grpc_metadata": metadata,
+        "tls_ca": ca,
+        "tls_insecure": insecure,
+        "tls_client_cert": cert,
+        "tls": context if secure else None,
+    }
 
 
 def _trace(o, texts, rates: tuple, steps_given: bool):
@@ -750,7 +915,9 @@ def _trace(o, texts, rates: tuple, steps_given: bool):
             raise SettingsError("--trace-speed sets the speeds a trace is replayed at: give --trace FILE too")
         return None, ()
     if rates or steps_given:
-        raise SettingsError(f"--trace replays its own arrivals at --trace-speed: drop --{'rates' if rates else 'steps'}")
+        raise SettingsError(
+            f"--trace replays its own arrivals at --trace-speed: drop --{'rates' if rates else 'steps'}"
+        )
     try:
         speeds = trace_mod.parse_speeds(raw or "1")
         trace = trace_mod.load(path, tuple(texts))
@@ -763,17 +930,24 @@ def _trace(o, texts, rates: tuple, steps_given: bool):
 
 def _check_trace(s: Settings, o) -> None:
     """What a trace replay cannot be combined with, and a replay too short to settle."""
-    for flag, given in (("--step-requests", s.step_requests), ("--soak", s.soak), ("--voice-steps", s.voice_steps),
-                        ("--text-rate", s.text_rate)):
+    for flag, given in (
+        ("--step-requests", s.step_requests),
+        ("--soak", s.soak),
+        ("--voice-steps", s.voice_steps),
+        ("--text-rate", s.text_rate),
+    ):
         if given:
-            raise SettingsError(f"--trace replays each step for --step-time or the whole trace; {flag} does not "
-                                f"apply to it")
-    for v in (s.trace_speed or ()):
+            raise SettingsError(
+                f"--trace replays each step for --step-time or the whole trace; {flag} does not apply to it"
+            )
+    for v in s.trace_speed or ():
         span = s.trace.span_s(v, s.step_time)
         if span <= s.settle_time:
-            raise SettingsError(f"--trace at {v:g}x lasts {span:.1f} s, no longer than --settle-time "
-                                f"({s.settle_time:g} s): nothing of it would be settled; lower that speed or "
-                                f"--settle-time")
+            raise SettingsError(
+                f"--trace at {v:g}x lasts {span:.1f} s, no longer than --settle-time "
+                f"({s.settle_time:g} s): nothing of it would be settled; lower that speed or "
+                f"--settle-time"
+            )
 
 
 def _probe(o, protocol: str, form: str, rates: tuple) -> dict:
@@ -783,8 +957,9 @@ def _probe(o, protocol: str, form: str, rates: tuple) -> dict:
     except probe_mod.ProbeError as e:
         raise SettingsError(str(e)) from None
     if classes and rates:
-        raise SettingsError("--probe-texts runs at concurrency 1 and the recommended concurrency: use it with "
-                            "--steps, not --rates")
+        raise SettingsError(
+            "--probe-texts runs at concurrency 1 and the recommended concurrency: use it with --steps, not --rates"
+        )
     json_body = protocol == "http" and not form
     return {"probe": classes, "probe_texts": tuple(probe_mod.texts(classes, json_body))}
 
@@ -813,8 +988,10 @@ def _health_path(o, protocol: str) -> str:
     if path and not path.startswith("/"):
         raise SettingsError(f"--health-path must be a path starting with /, such as /health, got {path!r}")
     if path and protocol in ("grpc", "wyoming"):
-        raise SettingsError(f"--health-path is an HTTP path; --tts-protocol {protocol} has none (its health probe "
-                            f"is the warm-up request once more)")
+        raise SettingsError(
+            f"--health-path is an HTTP path; --tts-protocol {protocol} has none (its health probe "
+            f"is the warm-up request once more)"
+        )
     return path
 
 
@@ -822,9 +999,11 @@ def _capacity(o) -> capacity_mod.Options:
     """--cost-per-hour, --plan-for and --headroom, checked before the run (the report reads them)."""
     cost, plan = str(getattr(o, "cost_per_hour", "") or "").strip(), str(getattr(o, "plan_for", "") or "").strip()
     try:
-        return capacity_mod.Options(capacity_mod.parse_cost(cost) if cost else None,
-                                    capacity_mod.parse_demand(plan) if plan else None,
-                                    capacity_mod.parse_headroom(getattr(o, "headroom", None) or "20%"))
+        return capacity_mod.Options(
+            capacity_mod.parse_cost(cost) if cost else None,
+            capacity_mod.parse_demand(plan) if plan else None,
+            capacity_mod.parse_headroom(getattr(o, "headroom", None) or "20%"),
+        )
     except capacity_mod.CapacityError as e:
         raise SettingsError(str(e)) from None
 
@@ -834,9 +1013,13 @@ def _listening(o) -> dict:
     master or the local runner, before the run's first step (locustfiles.listening.check): a
     worker needs no recogniser installed."""
     model = str(o.asr_model or "").strip()
-    out = {"asr_model": model, "asr_sample": int(_positive("asr-sample", o.asr_sample, int)),
-           "asr_language": str(o.asr_language or "").strip(), "asr_metric": str(o.asr_metric or "").strip(),
-           "asr_threads": int(_positive("asr-threads", o.asr_threads, int))}
+    out = {
+        "asr_model": model,
+        "asr_sample": int(_positive("asr-sample", o.asr_sample, int)),
+        "asr_language": str(o.asr_language or "").strip(),
+        "asr_metric": str(o.asr_metric or "").strip(),
+        "asr_threads": int(_positive("asr-threads", o.asr_threads, int)),
+    }
     if not model and (out["asr_language"] or out["asr_metric"]):
         raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")
     return out
@@ -846,6 +1029,7 @@ def _grpc(o, host: str) -> dict:
     """What --tts-protocol grpc adds to the settings: the preset, the method called, and the
     voice, model and language the preset fills where the options were left at their defaults."""
     from .transports import grpc  # only gRPC runs need h2 and the published protos
+
     if not o.tts_preset:
         raise SettingsError("--tts-protocol grpc needs --tts-preset: riva, triton, or a preset file")
     try:
@@ -863,8 +1047,10 @@ def _grpc(o, host: str) -> dict:
         if o.tts_model == defaults["tts_model"]:
             out["model"] = preset["model"]
         if o.tts_stream and not preset.get("decoupled"):
-            raise SettingsError(f"--tts-stream needs a decoupled Triton model; --tts-preset {name} says "
-                                f"\"decoupled\": false, so its answers are whole")
+            raise SettingsError(
+                f"--tts-stream needs a decoupled Triton model; --tts-preset {name} says "
+                f'"decoupled": false, so its answers are whole'
+            )
         out["stream"] = bool(preset.get("decoupled"))
     out["path"] = grpc.method_path(preset, bool(o.tts_stream) or out.get("stream", False))
     return out

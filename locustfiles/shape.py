@@ -20,6 +20,7 @@ each ending once its requests have finished. A run
 cut short (``Run.cut_short``: its disk did not keep up) ends at the next tick, as if the plan
 were done.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,27 +47,28 @@ RECORDS_POLL_S = 0.05
 
 @dataclass
 class Step:
-    step: int            # 1-based index
+    step: int  # 1-based index
     concurrency: int
-    start: float         # unix seconds on the master's clock
+    start: float  # unix seconds on the master's clock
     end: float | None = None
     phase: str = "grid"  # one of runformat.PHASES
-    repeat: int = 1      # 1-based pass over the grid
-    cutoff: float | None = None   # judged on the requests sent before this (when judged)
-    settle_s: float | None = None   # this step's own settle window; None: the run's
-    rate: float | None = None       # open loop: offered requests per second, whole run
-    workers: dict | None = None     # open loop: worker id -> index among those sharing the rate
-    hold_s: float | None = None     # the soak: how long it lasts (a probe step: at most); None: --step-time
-    voices: int | None = None       # --voice-steps: requests draw from the first this many voices
-    offered_rps: float | None = None   # --trace: the arrivals its settled window replays, per second
+    repeat: int = 1  # 1-based pass over the grid
+    cutoff: float | None = None  # judged on the requests sent before this (when judged)
+    settle_s: float | None = None  # this step's own settle window; None: the run's
+    rate: float | None = None  # open loop: offered requests per second, whole run
+    workers: dict | None = None  # open loop: worker id -> index among those sharing the rate
+    hold_s: float | None = None  # the soak: how long it lasts (a probe step: at most); None: --step-time
+    voices: int | None = None  # --voice-steps: requests draw from the first this many voices
+    offered_rps: float | None = None  # --trace: the arrivals its settled window replays, per second
 
 
 @dataclass
 class StepState:
     """Which step is running on this node, and the text counter that restarts at each step."""
+
     settle_s: float = 0.0
     current: Step | None = None
-    steps: list = field(default_factory=list)   # every step begun, in order (master/local)
+    steps: list = field(default_factory=list)  # every step begun, in order (master/local)
     _texts: itertools.count = field(default_factory=itertools.count)
 
     def begin(self, step: Step) -> None:
@@ -101,33 +103,37 @@ class StepShape(LoadTestShape):
             return None
         settings, state, plan = run.settings, run.state, run.plan
         cur = state.current
-        if run.stopping:   # the run is draining what is in flight: no judging, no next step
+        if run.stopping:  # the run is draining what is in flight: no judging, no next step
             return self._load(run, cur) if cur is not None else None
         if cur is not None:
             # A step with a longer settle window than the run's runs that much longer.
             if cur.rate is None:
                 length = settings.step_time if cur.hold_s is None else cur.hold_s
                 left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
-            else:   # open loop: the step lasts as long as it sends arrivals
+            else:  # open loop: the step lasts as long as it sends arrivals
                 from .openloop_user import arrival_span_s
+
                 left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
             probing = cur.phase == runformat.PROBE_PHASE
             by_count = probing or (settings.step_requests and cur.hold_s is None and cur.rate is None)
             done = run.writer.finished[cur.step] if probing else run.finished_in_step(cur.step) if by_count else 0
             wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
-            going = run.cut_short is None   # a run cut short ends now
+            going = run.cut_short is None  # a run cut short ends now
             judged = going and plan.judging and cur.phase in ("grid", "refine")
             # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
             if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
                 if run.spike is not None and cur.phase in runformat.SPIKE_PHASES:
-                    run.spike.watch(run, cur.phase)   # a server gone ends the run: see spike.py
-                if judged:   # parse as the step goes: its judgment has little left to read
+                    run.spike.watch(run, cur.phase)  # a server gone ends the run: see spike.py
+                if judged:  # parse as the step goes: its judgment has little left to read
                     gevent.get_hub().threadpool.apply(run.reader.refresh)
                 return self._load(run, cur)
             if judged:
                 self._judge(run, cur)
-            log.info("step %d (%s) done", cur.step,
-                     f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered")
+            log.info(
+                "step %d (%s) done",
+                cur.step,
+                f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered",
+            )
         nxt = plan.next() if run.cut_short is None else None
         if nxt is None and run.soak is not None and run.cut_short is None:
             nxt = run.soak.next(run)
@@ -138,8 +144,11 @@ class StepShape(LoadTestShape):
         if nxt is None:
             if cur is not None and cur.end is None:
                 state.finish(wall())
-                log.info("the %s after step %d; stopping", "run is cut short" if run.cut_short else "step plan is done",
-                         cur.step)
+                log.info(
+                    "the %s after step %d; stopping",
+                    "run is cut short" if run.cut_short else "step plan is done",
+                    cur.step,
+                )
             run.save()
             if run.is_master:
                 # A headless master would otherwise quit without telling workers to stop, and
@@ -148,13 +157,23 @@ class StepShape(LoadTestShape):
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)
-        hold_s = nxt.hold_s if nxt.hold_s is not None else run.soak.seconds \
-            if nxt.phase == runformat.SOAK_PHASE else run.probe.longest_s(nxt.level, settings) \
-            if nxt.phase == runformat.PROBE_PHASE else None
+        hold_s = (
+            nxt.hold_s
+            if nxt.hold_s is not None
+            else run.soak.seconds
+            if nxt.phase == runformat.SOAK_PHASE
+            else run.probe.longest_s(nxt.level, settings)
+            if nxt.phase == runformat.PROBE_PHASE
+            else None
+        )
         # the probe's and the spike's levels are concurrencies, a voice sweep's own steps numbers of voices
-        if settings.voice_steps and nxt.phase not in (runformat.PROBE_PHASE, *runformat.SPIKE_PHASES):   # the plan's level is the number of voices; the load stays
-            step = Step(len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat,
-                        voices=nxt.level)
+        if settings.voice_steps and nxt.phase not in (
+            runformat.PROBE_PHASE,
+            *runformat.SPIKE_PHASES,
+        ):  # the plan's level is the number of voices; the load stays
+            step = Step(
+                len(state.steps) + 1, settings.steps[0], wall(), phase=nxt.phase, repeat=nxt.repeat, voices=nxt.level
+            )
         else:
             step = Step(len(state.steps) + 1, nxt.level, wall(), phase=nxt.phase, repeat=nxt.repeat, hold_s=hold_s)
         # "step 2/5" while the plan is the plain grid; repeats, refinement and the soak say which they are
@@ -165,8 +184,10 @@ class StepShape(LoadTestShape):
         if drain is not None:
             step.settle_s = drain
             gone = cur.concurrency - step.concurrency
-            notes.append(f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
-                         f"stopped here left requests the server is still working on")
+            notes.append(
+                f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
+                f"stopped here left requests the server is still working on"
+            )
         voices = "" if step.voices is None else f", {step.voices} distinct voices"
         log.info("%s: concurrency %d%s%s", label, step.concurrency, voices, f" ({'; '.join(notes)})" if notes else "")
         run.begin_step(step)
@@ -176,22 +197,26 @@ class StepShape(LoadTestShape):
         """What Locust should run for ``step``: its concurrency in closed-loop users, or one
         open-loop scheduler per worker sharing its rate."""
         from .openloop_user import OpenLoopUser
+
         classes = self.runner.environment.user_classes
         if run.settings.mode == "open":
             return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]
         closed = [c for c in classes if not issubclass(c, OpenLoopUser)]
-        return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else \
-            (step.concurrency, SPAWN_RATE, closed)
+        return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else (step.concurrency, SPAWN_RATE, closed)
 
     def _begin_rate_step(self, run, nxt):
         from .openloop_user import OpenLoopUser
+
         if not any(issubclass(c, OpenLoopUser) for c in self.runner.environment.user_classes):
-            run.fail("--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
-                     "from locustfiles.openloop_user in your locustfile")
+            run.fail(
+                "--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
+                "from locustfiles.openloop_user in your locustfile"
+            )
             return None
         if run.is_master:
-            ids = sorted(c.id for c in self.runner.clients.ready + self.runner.clients.spawning
-                         + self.runner.clients.running)
+            ids = sorted(
+                c.id for c in self.runner.clients.ready + self.runner.clients.spawning + self.runner.clients.running
+            )
         else:
             ids = [run.worker_id]
         if not ids:
@@ -199,21 +224,44 @@ class StepShape(LoadTestShape):
             return None
         voices = nxt.level if run.settings.voice_steps else None
         rate = run.settings.rates[0] if voices else nxt.level
-        step = Step(len(run.state.steps) + 1, 0, wall(), phase=nxt.phase, repeat=nxt.repeat, rate=rate,
-                    workers={wid: i for i, wid in enumerate(ids)}, voices=voices,
-                    hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None)
+        step = Step(
+            len(run.state.steps) + 1,
+            0,
+            wall(),
+            phase=nxt.phase,
+            repeat=nxt.repeat,
+            rate=rate,
+            workers={wid: i for i, wid in enumerate(ids)},
+            voices=voices,
+            hold_s=run.soak.seconds if nxt.phase == runformat.SOAK_PHASE else None,
+        )
         trace = run.settings.trace
         if trace is not None:
             speed = rate / trace.base_rps
             span, settle = trace.span_s(speed, run.settings.step_time), run.state.settle_of(step)
             step.offered_rps = trace.offered_between(speed, settle, span) / (span - settle)
-            log.info("step %d: the trace at %gx, %d arrivals over %.1f s (%.3g req/s; %.3g in the settled part) "
-                     "over %d worker%s", step.step, round(speed, 6), trace.replayed(speed, run.settings.step_time),
-                     span, rate, step.offered_rps, len(ids), "s" if len(ids) > 1 else "")
+            log.info(
+                "step %d: the trace at %gx, %d arrivals over %.1f s (%.3g req/s; %.3g in the settled part) "
+                "over %d worker%s",
+                step.step,
+                round(speed, 6),
+                trace.replayed(speed, run.settings.step_time),
+                span,
+                rate,
+                step.offered_rps,
+                len(ids),
+                "s" if len(ids) > 1 else "",
+            )
         else:
-            log.info("step %d: %g requests per second offered (%s arrivals over %d worker%s)%s", step.step, rate,
-                     run.settings.arrival, len(ids), "s" if len(ids) > 1 else "",
-                     "" if voices is None else f", {voices} distinct voices")
+            log.info(
+                "step %d: %g requests per second offered (%s arrivals over %d worker%s)%s",
+                step.step,
+                rate,
+                run.settings.arrival,
+                len(ids),
+                "s" if len(ids) > 1 else "",
+                "" if voices is None else f", {voices} distinct voices",
+            )
         run.begin_step(step)
         return self._load(run, step)
 
@@ -236,38 +284,75 @@ class StepShape(LoadTestShape):
         after the cut-off has nothing of the step's left; in open loop the nodes say which of
         their requests are still in flight (:meth:`Run.in_flight_before`)."""
         cur.cutoff = cutoff = wall()
-        limit = min(RECORDS_WAIT_S, run.settings.request_timeout + run.settings.retry.max_ms / 1000.0
-                    + 2 * BATCH_INTERVAL_S)
+        limit = min(
+            RECORDS_WAIT_S, run.settings.request_timeout + run.settings.retry.max_ms / 1000.0 + 2 * BATCH_INTERVAL_S
+        )
         if cur.rate is None:
             expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency
             while run.writer.users_done_since(cutoff) < expected and wall() < cutoff + limit:
                 gevent.sleep(RECORDS_POLL_S)
             unanswered = max(0, expected - run.writer.users_done_since(cutoff))
             if unanswered:
-                log.warning("step %d: %d of %d users still had a request running %.0f s after the step's end; "
-                            "it is judged without them", cur.step, unanswered, expected, limit)
+                log.warning(
+                    "step %d: %d of %d users still had a request running %.0f s after the step's end; "
+                    "it is judged without them",
+                    cur.step,
+                    unanswered,
+                    expected,
+                    limit,
+                )
         else:
             while (left := run.in_flight_before(cutoff)) != 0 and wall() < cutoff + limit:
                 gevent.sleep(RECORDS_POLL_S)
             unanswered = left or 0
             if left is None:
-                log.warning("step %d: not every worker said within %.0f s which of its requests were still in "
-                            "flight; it is judged on the records so far", cur.step, limit)
+                log.warning(
+                    "step %d: not every worker said within %.0f s which of its requests were still in "
+                    "flight; it is judged on the records so far",
+                    cur.step,
+                    limit,
+                )
             elif left:
-                log.warning("step %d: %d requests sent before the step's end were still running %.0f s after it; "
-                            "it is judged without them", cur.step, left, limit)
+                log.warning(
+                    "step %d: %d requests sent before the step's end were still running %.0f s after it; "
+                    "it is judged without them",
+                    cur.step,
+                    left,
+                    limit,
+                )
         if not run.writer.flush().wait(limit):
-            log.error("the disk of %s has not written step %d's last records in %.0f s; it is judged on what "
-                      "reached it", run.run_dir, cur.step, limit)
+            log.error(
+                "the disk of %s has not written step %d's last records in %.0f s; it is judged on what reached it",
+                run.run_dir,
+                cur.step,
+                limit,
+            )
         # Parsing and the figures run on a native thread: the event loop, and with it every
         # user's timing, keeps going meanwhile.
         pool = gevent.get_hub().threadpool
-        entry = {"step": cur.step, "concurrency": cur.concurrency, "start": cur.start,
-                 **({} if cur.voices is None else {"voices": cur.voices}),
-                 **({} if cur.rate is None else {"rate": cur.rate, "dropped": run.dropped_in(cur.step),
-                                                 "offered_rps": cur.offered_rps})}
+        entry = {
+            "step": cur.step,
+            "concurrency": cur.concurrency,
+            "start": cur.start,
+            **({} if cur.voices is None else {"voices": cur.voices}),
+            **(
+                {}
+                if cur.rate is None
+                else {"rate": cur.rate, "dropped": run.dropped_in(cur.step), "offered_rps": cur.offered_rps}
+            ),
+        }
         stats = pool.apply(run.reader.stats, (entry, cutoff, run.state.settle_of(cur)))
         levels = pool.apply(run.reader.levels, (run.state.settle_s,)) if run.reader.repeated() else None
-        run.plan.finish({"step": cur.step, "concurrency": cur.concurrency, "phase": cur.phase, "repeat": cur.repeat,
-                         **({} if cur.voices is None else {"voices": cur.voices}),
-                         **({} if cur.rate is None else {"rate": cur.rate})}, stats, unanswered, levels)
+        run.plan.finish(
+            {
+                "step": cur.step,
+                "concurrency": cur.concurrency,
+                "phase": cur.phase,
+                "repeat": cur.repeat,
+                **({} if cur.voices is None else {"voices": cur.voices}),
+                **({} if cur.rate is None else {"rate": cur.rate}),
+            },
+            stats,
+            unanswered,
+            levels,
+        )

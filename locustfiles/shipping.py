@@ -8,6 +8,7 @@ acknowledged record is never lost. Records waiting for a slow disk are held in m
 ``MAX_PENDING_BYTES`` the writer says so and asks the run to stop, and they are all written
 before the node exits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,21 +51,21 @@ class RecordWriter:
     def __init__(self, path: Path, disk: DiskWriter | None = None, on_full=None):
         self.path = Path(path)
         self._disk = disk or DiskWriter()
-        self._disk.append(self.path, b"")   # the file exists from the start, as readers expect
+        self._disk.append(self.path, b"")  # the file exists from the start, as readers expect
         self._on_full = on_full
         self._full = False
         self._closed = False
-        self._buf: list[bytes] = []   # encoded lines
+        self._buf: list[bytes] = []  # encoded lines
         self.count = 0
         self.finished = Counter()  # step -> logical requests finished (final attempts)
-        self.finished_settled = Counter()   # the same, past the step's settle window
-        self.failed = Counter()    # step -> failed attempts (retried or not), as Locust counts its errors
-        self.audio_missing = Counter()   # audio_file ('late', 'dropped') -> attempts
-        self._waits: dict[int, deque] = {}   # step -> its latest successful waits, ms
-        self._user_done: dict[tuple, float] = {}   # (worker, user) -> latest end of an attempt, unix s
-        self.cut = 0   # attempts recorded as cut by the run's end
-        self.last_answer: float | None = None   # when the server last answered anything (unix s)
-        self.unanswered = 0   # attempts since then that got no answer at all (refused, reset, timed out)
+        self.finished_settled = Counter()  # the same, past the step's settle window
+        self.failed = Counter()  # step -> failed attempts (retried or not), as Locust counts its errors
+        self.audio_missing = Counter()  # audio_file ('late', 'dropped') -> attempts
+        self._waits: dict[int, deque] = {}  # step -> its latest successful waits, ms
+        self._user_done: dict[tuple, float] = {}  # (worker, user) -> latest end of an attempt, unix s
+        self.cut = 0  # attempts recorded as cut by the run's end
+        self.last_answer: float | None = None  # when the server last answered anything (unix s)
+        self.unanswered = 0  # attempts since then that got no answer at all (refused, reset, timed out)
         self._loop = gevent.spawn(self._run)
 
     def add(self, records: list[dict]) -> None:
@@ -139,8 +140,12 @@ class RecordWriter:
         waited = 0.0
         while not self._disk.drain(DRAIN_NOTE_S):
             waited += DRAIN_NOTE_S
-            log.warning("still writing %s: %.1f MB wait for the disk after %.0f s", self.path,
-                        self._disk.pending_bytes / 1e6, waited)
+            log.warning(
+                "still writing %s: %.1f MB wait for the disk after %.0f s",
+                self.path,
+                self._disk.pending_bytes / 1e6,
+                waited,
+            )
 
 
 class RecordReceiver:
@@ -151,9 +156,9 @@ class RecordReceiver:
         self.writer: RecordWriter | None = None
         self.run_id: str | None = None
         self.workers: dict[str, dict] = {}
-        self.errors: dict[str, str] = {}   # worker id -> why it could not run
-        self.dropped: dict[str, dict[int, int]] = {}   # open loop: worker id -> step -> arrivals not sent
-        self.in_flight: dict[str, tuple[float, list]] = {}   # open loop: worker id -> (said at, sent times)
+        self.errors: dict[str, str] = {}  # worker id -> why it could not run
+        self.dropped: dict[str, dict[int, int]] = {}  # open loop: worker id -> step -> arrivals not sent
+        self.in_flight: dict[str, tuple[float, list]] = {}  # open loop: worker id -> (said at, sent times)
         runner.register_message(wire.RECORDS.name, self._on_records)
         runner.register_message(wire.WORKER_ERROR.name, self._on_error)
 
@@ -170,24 +175,42 @@ class RecordReceiver:
         w = self.workers.get(worker_id)
         if w is None:
             w = self.workers[worker_id] = runformat.worker_entry(
-                id=worker_id, records=0, batches=0, final=False, first_seen=wall(), last_seen=None,
-                lost_at=None, host=None)
+                id=worker_id,
+                records=0,
+                batches=0,
+                final=False,
+                first_seen=wall(),
+                last_seen=None,
+                lost_at=None,
+                host=None,
+            )
         return w
 
     def _on_records(self, environment, msg, **_kw) -> None:
         data = msg.data
         if self.writer is None or self.writer.closed or data.get("run") != self.run_id:
             # Not acknowledged: the worker keeps the batch and spools it.
-            log.error("a batch of %d records from worker %s for run %s came after that run closed; "
-                      "the worker keeps it in its spool", len(data["records"]), msg.node_id, data.get("run"))
+            log.error(
+                "a batch of %d records from worker %s for run %s came after that run closed; "
+                "the worker keeps it in its spool",
+                len(data["records"]),
+                msg.node_id,
+                data.get("run"),
+            )
             return
         w = self.worker(msg.node_id)
         self.writer.add(data["records"])
         # acknowledged once written, by a greenlet of its own: this handler must not wait for the disk
         gevent.spawn(self._ack, self.writer.flush(), data["seq"], self.run_id, msg.node_id)
-        w.update(records=w["records"] + len(data["records"]), batches=w["batches"] + 1, last_seen=wall(),
-                 offset_s=data.get("offset_s"), rtt_s=data.get("rtt_s"), host=data.get("host"))
-        if data.get("dropped"):   # running totals: a batch sent twice cannot count them twice
+        w.update(
+            records=w["records"] + len(data["records"]),
+            batches=w["batches"] + 1,
+            last_seen=wall(),
+            offset_s=data.get("offset_s"),
+            rtt_s=data.get("rtt_s"),
+            host=data.get("host"),
+        )
+        if data.get("dropped"):  # running totals: a batch sent twice cannot count them twice
             self.dropped[msg.node_id] = {int(k): int(v) for k, v in data["dropped"].items()}
         if data.get("in_flight") is not None:
             self.in_flight[msg.node_id] = (data["at"], data["in_flight"])
@@ -207,6 +230,7 @@ class RecordReceiver:
                 return None
             n += sum(1 for t in sent if t < cutoff)
         return n
+
     def _ack(self, job, seq: int, run_id: str, worker_id: str) -> None:
         job.wait()
         self.runner.send_message(wire.ACK.name, wire.ACK(seq=seq, run=run_id), client_id=worker_id)
@@ -235,8 +259,9 @@ class RecordReceiver:
 class RecordShipper:
     """Worker side: batches records to the master, converted to the master's clock."""
 
-    def __init__(self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None,
-                 calls: dict | None = None):
+    def __init__(
+        self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None, calls: dict | None = None
+    ):
         self.runner = runner
         self.worker_id = worker_id
         self.run_id = run_id
@@ -244,8 +269,8 @@ class RecordShipper:
         self._buf: list[dict] = []
         self._seq = 0
         self._warned_clock = False
-        self.dropped = Counter() if dropped is None else dropped   # open loop: step -> arrivals not sent
-        self.calls = calls   # open loop: the run's requests in flight -> when sent (every batch says them)
+        self.dropped = Counter() if dropped is None else dropped  # open loop: step -> arrivals not sent
+        self.calls = calls  # open loop: the run's requests in flight -> when sent (every batch says them)
         self.unacked: dict[int, list[dict]] = {}
         self._loop = gevent.spawn(self._run)
 
@@ -260,7 +285,7 @@ class RecordShipper:
 
     def ship(self, final: bool = False) -> None:
         if self.timesync.offset_s is None and not final and len(self._buf) < BATCH_MAX:
-            return   # hold records until the clock offset to the master is known
+            return  # hold records until the clock offset to the master is known
         if self.timesync.offset_s is None and self._buf and not self._warned_clock:
             self._warned_clock = True
             log.warning("no clock-offset answer from the master yet: these records keep this worker's clock")
@@ -270,14 +295,25 @@ class RecordShipper:
         offset = self.timesync.offset_s or 0.0
         for r in batch:
             for k in runformat.ATTEMPT_TIMES:
-                if r.get(k) is not None:   # scheduled: open loop only
+                if r.get(k) is not None:  # scheduled: open loop only
                     r[k] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch
-        self.runner.send_message(wire.RECORDS.name, wire.RECORDS(
-            run=self.run_id, seq=self._seq, records=batch, final=final, offset_s=self.timesync.offset_s,
-            rtt_s=self.timesync.rtt_s, host=self.timesync.host, dropped=dict(self.dropped),
-            at=wall() - offset, in_flight=None if self.calls is None else [t - offset for t in self.calls.values()]))
+        self.runner.send_message(
+            wire.RECORDS.name,
+            wire.RECORDS(
+                run=self.run_id,
+                seq=self._seq,
+                records=batch,
+                final=final,
+                offset_s=self.timesync.offset_s,
+                rtt_s=self.timesync.rtt_s,
+                host=self.timesync.host,
+                dropped=dict(self.dropped),
+                at=wall() - offset,
+                in_flight=None if self.calls is None else [t - offset for t in self.calls.values()],
+            ),
+        )
 
     def _run(self) -> None:
         while True:
@@ -297,10 +333,14 @@ class RecordShipper:
             return None
         SPOOL_DIR.mkdir(parents=True, exist_ok=True)
         path = SPOOL_DIR / f"{self.worker_id.replace('/', '_')}-{int(wall())}.jsonl"
-        with open(path, "ab") as out:   # appended: a second spool within the same second adds to it
+        with open(path, "ab") as out:  # appended: a second spool within the same second adds to it
             out.write(b"".join(runformat.jsonl_bytes(r) for r in left))
         self.unacked.clear()
         self._buf = []
-        log.error("the master did not acknowledge %d records; they were saved to %s "
-                  "(append them to the run's requests.jsonl)", len(left), path.resolve())
+        log.error(
+            "the master did not acknowledge %d records; they were saved to %s "
+            "(append them to the run's requests.jsonl)",
+            len(left),
+            path.resolve(),
+        )
         return path

@@ -9,6 +9,7 @@ knee. The steps are judged as they end (the shape waits for each step's records)
 last step's slow requests are in. When the sweep recommends no level, the run ends without a
 soak and says why.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,6 +47,7 @@ class Soak:
         """The soak's step (a :class:`~locustfiles.plan.Planned` of phase ``soak``) once the
         plan is done; None once it has been handed out, or when there is no level to hold."""
         from .plan import Planned
+
         if self._asked:
             return None
         self._asked = True
@@ -68,16 +70,22 @@ def recommended_level(run, who: str, without: str):
     ``without`` (what the run does instead), when they recommend none. ``who`` is what asks."""
     from tts_knee.analysis.summary import analyze
     from tts_knee.runformat.reader import RunDirError
+
     run.state.finish(wall())
     run.save()
     if not run.writer.flush().wait(WRITE_WAIT_S):
-        log.error("the disk of %s has not written the sweep's last records in %.0f s; the level is "
-                  "chosen from what reached it", run.run_dir, WRITE_WAIT_S)
+        log.error(
+            "the disk of %s has not written the sweep's last records in %.0f s; the level is "
+            "chosen from what reached it",
+            run.run_dir,
+            WRITE_WAIT_S,
+        )
     rd = run.reader.rundir
 
     def recommend():
         rd.refresh()
         return analyze(rd)
+
     try:
         summary = gevent.get_hub().threadpool.apply(recommend)
     except RunDirError as e:

@@ -12,6 +12,7 @@ when that fails too, the run stops there (``Run.cut_short``) with everything rec
 than hammering a dead server for the rest of its recovery. Each probe is in run.json's
 ``spike_health``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,8 +39,9 @@ def parse(spec: str) -> tuple[float, float]:
     """``--spike FACTORxSECONDS`` (``3x30``) as (factor, seconds)."""
     m = _SPEC.match(spec)
     if not m or float(m.group(1)) <= 1 or float(m.group(2)) <= 0:
-        raise SpikeError(f"--spike takes FACTORxSECONDS, a factor above 1 and a length in seconds, such as "
-                         f"3x30, got {spec!r}")
+        raise SpikeError(
+            f"--spike takes FACTORxSECONDS, a factor above 1 and a length in seconds, such as 3x30, got {spec!r}"
+        )
     return float(m.group(1)), float(m.group(2))
 
 
@@ -51,7 +53,7 @@ class Spike:
         self.factor, self.seconds, self.level = factor, seconds, level
         self.recovery_s = max(2 * seconds, step_time_s)
         self._left: list | None = None
-        self.probes: list[dict] = []   # health probes sent while it ran (run.json spike_health)
+        self.probes: list[dict] = []  # health probes sent while it ran (run.json spike_health)
         self._probing = False
         self._probed_at = 0.0
 
@@ -66,20 +68,31 @@ class Spike:
         """The spike's next step (a :class:`~locustfiles.plan.Planned`), or None once its three
         have been handed out, or when there is no level to start from (logged)."""
         from .plan import Planned
+
         if self._left is None:
             if self.level is None:
                 from .soak import recommended_level
+
                 level = recommended_level(run, "spike", "no spike")
                 self.level = None if level is None else int(level)
             if self.level is None:
                 self._left = []
                 return None
             top = math.ceil(self.level * self.factor)
-            log.info("spike: %d users, then %d for %g s, then %d for %g s", self.level, top, self.seconds,
-                     self.level, self.recovery_s)
+            log.info(
+                "spike: %d users, then %d for %g s, then %d for %g s",
+                self.level,
+                top,
+                self.seconds,
+                self.level,
+                self.recovery_s,
+            )
             before, spike, recovery = runformat.SPIKE_PHASES
-            self._left = [Planned(self.level, before, 1), Planned(top, spike, 1, self.seconds),
-                          Planned(self.level, recovery, 1, self.recovery_s)]
+            self._left = [
+                Planned(self.level, before, 1),
+                Planned(top, spike, 1, self.seconds),
+                Planned(self.level, recovery, 1, self.recovery_s),
+            ]
         return self._left.pop(0) if self._left else None
 
     def watch(self, run, phase: str) -> None:
@@ -95,18 +108,25 @@ class Spike:
 
     def _confirm(self, run, phase: str, unanswered: int) -> None:
         from .preflight import health
+
         try:
             h = health(run.settings)
         finally:
             self._probing, self._probed_at = False, wall()
         self.probes.append(runformat.spike_health_entry(at=self._probed_at, phase=phase, **h))
         if h["ok"]:
-            log.info("spike: %d attempts in a row had no answer, but the health probe did (%s in %.0f ms)",
-                     unanswered, h["status"], h["ms"])
+            log.info(
+                "spike: %d attempts in a row had no answer, but the health probe did (%s in %.0f ms)",
+                unanswered,
+                h["status"],
+                h["ms"],
+            )
             return
-        message = (f"the server stopped answering during the {phase.replace('_', ' ')} step: {unanswered} attempts "
-                   f"in a row got no answer and the health probe failed too ({h['message']}); the run stops "
-                   f"here, with every attempt recorded")
+        message = (
+            f"the server stopped answering during the {phase.replace('_', ' ')} step: {unanswered} attempts "
+            f"in a row got no answer and the health probe failed too ({h['message']}); the run stops "
+            f"here, with every attempt recorded"
+        )
         log.error("%s", message)
         run.cut_short = message
         run.info["error"] = message

@@ -3,6 +3,7 @@ they give (TTFA, chunks, the largest gap, and the underruns of the one playback 
 :func:`analysis.playback.listen`), timed against the text where it was sent in pieces (the
 first piece, the end of the text, the tail after it). Reads no clock and imports neither
 locust nor gevent: the container tests feed it by hand."""
+
 from __future__ import annotations
 
 from tts_knee.analysis.playback import heard_at, listen
@@ -21,7 +22,7 @@ class Timeline:
         self.at: list[float] = []
         self.audio_ms: list[float | None] = []
         self.text_first: float | None = None
-        self.text_done: float | None = None   # the end of the text, its final flush
+        self.text_done: float | None = None  # the end of the text, its final flush
         self.connect_ms: float | None = None  # opening the session the text went on
 
     def add(self, at: float, ms: float | None) -> None:
@@ -40,8 +41,11 @@ class Timeline:
         was sent in pieces (else nothing: the record leaves the fields out)."""
         if self.text_first is None:
             return {}
-        return {"text_first_ms": _ms(m0, self.text_first), "text_done_ms": _ms(m0, self.text_done),
-                "connect_ms": self.connect_ms}
+        return {
+            "text_first_ms": _ms(m0, self.text_first),
+            "text_done_ms": _ms(m0, self.text_done),
+            "connect_ms": self.connect_ms,
+        }
 
     def audible_ms(self, m0: float, buffer_ms: float, lead_ms: float) -> float | None:
         """``ttfa_audible_ms``: when the player of these arrivals plays the first sound, past
@@ -63,9 +67,15 @@ class Timeline:
         at, n = self.at, len(self.at)
         known = n and None not in self.audio_ms
         first = m0 if self.text_first is None else self.text_first
-        out = {"ttfa_ms": _ms(first, at[0]) if n else None, "chunks": n,
-               "gap_max_ms": round(max(b - a for a, b in zip(at, at[1:])) * 1000.0, 3) if n > 1 else None,
-               "underruns": None, "underrun_ms": None, "chunk_at_ms": None, "chunk_audio_ms": None}
+        out = {
+            "ttfa_ms": _ms(first, at[0]) if n else None,
+            "chunks": n,
+            "gap_max_ms": round(max(b - a for a, b in zip(at, at[1:])) * 1000.0, 3) if n > 1 else None,
+            "underruns": None,
+            "underrun_ms": None,
+            "chunk_at_ms": None,
+            "chunk_audio_ms": None,
+        }
         if known:
             _, stalls = listen([(t - m0) * 1000.0 for t in at], self.audio_ms, buffer_ms)
             out["underruns"] = len(stalls)
@@ -76,7 +86,7 @@ class Timeline:
             if known:
                 ms = self.audio_ms[:cut]
                 if n > cut:
-                    ms[-1] = sum(self.audio_ms[cut - 1:])
+                    ms[-1] = sum(self.audio_ms[cut - 1 :])
                 out["chunk_audio_ms"] = [round(x, 3) for x in ms]
         if self.text_first is not None:
             out.update(self.text_fields(m0))

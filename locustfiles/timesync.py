@@ -4,6 +4,7 @@ The worker sends pings stamped with its clock; the master answers with its own; 
 with the smallest round trip bounds the error best, so its offset is kept:
 ``offset = (t_send + t_recv) / 2 - t_master`` (worker clock minus master clock).
 """
+
 from __future__ import annotations
 
 import socket
@@ -21,8 +22,10 @@ PROBE_WAIT_S = 2.0
 
 def serve(runner) -> None:
     """Master side: answer every ping with the master's clock."""
+
     def on_ping(environment, msg, **_kw):
         runner.send_message(PONG.name, PONG(n=msg.data["n"], t=msg.data["t"], tm=wall()), client_id=msg.node_id)
+
     runner.register_message(PING.name, on_ping)
 
 

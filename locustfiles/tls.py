@@ -1,6 +1,7 @@
 """TLS and credentials for reaching a real service: one client context for every protocol's
 ``https://``, ``wss://`` and ``grpcs://`` targets (verifying by default, against ``--tls-ca``
 where given), and the ``${VAR}`` references a credential's value reads from the environment."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ class CredentialError(ValueError):
     """A credential or certificate option tts-knee cannot use; the message names it."""
 
 
-def client_context(ca: str = "", insecure: bool = False, alpn: tuple[str, ...] = (), cert: str = "",
-                   key: str = "") -> ssl.SSLContext:
+def client_context(
+    ca: str = "", insecure: bool = False, alpn: tuple[str, ...] = (), cert: str = "", key: str = ""
+) -> ssl.SSLContext:
     """The client context: the system's CAs, or ``ca``'s (a PEM file); none verified with
     ``insecure``; ``alpn`` the protocols offered (gRPC: h2); ``cert`` (and ``key``, where it is a
     file of its own) the client certificate a server asking for one is shown. Raises
@@ -35,13 +37,18 @@ def client_context(ca: str = "", insecure: bool = False, alpn: tuple[str, ...] =
             ctx.load_cert_chain(cert, key or None)
         except FileNotFoundError as e:
             which = "--tls-client-key" if key and e.filename == key else "--tls-client-cert"
-            raise CredentialError(f"{which} {e.filename or (key if which.endswith('key') else cert)}: no such file") \
-                from None
+            raise CredentialError(
+                f"{which} {e.filename or (key if which.endswith('key') else cert)}: no such file"
+            ) from None
         except (ssl.SSLError, OSError, ValueError) as e:
             text = _reason(e)
-            why = "the key does not belong to the certificate" if "KEY_VALUES_MISMATCH" in text or "mismatch" in text \
-                else "no private key in it (give --tls-client-key)" if not key and "PEM lib" in text \
+            why = (
+                "the key does not belong to the certificate"
+                if "KEY_VALUES_MISMATCH" in text or "mismatch" in text
+                else "no private key in it (give --tls-client-key)"
+                if not key and "PEM lib" in text
                 else f"not a PEM certificate{' and key' if key else ' with its key'} ({text})"
+            )
             raise CredentialError(f"--tls-client-cert {cert}: {why}") from None
         _check_dates(cert)
     if insecure:
@@ -72,11 +79,13 @@ def _check_dates(cert: str) -> None:
 def expand(value: str, option: str) -> str:
     """``value`` with each ``${VAR}`` replaced by the environment's VAR; an unset one raises
     :class:`CredentialError` naming ``option`` and the variable (never the value)."""
+
     def one(m: re.Match) -> str:
         got = os.environ.get(m.group(1))
         if got is None:
             raise CredentialError(f"{option} reads ${{{m.group(1)}}}, which is not set in the environment")
         return got
+
     return _VAR.sub(one, value)
 
 
@@ -103,24 +112,34 @@ def verify_hint(error: BaseException, insecure: bool, client_cert: bool = False)
     text = _reason(error)
     low = text.lower()
     if "certificate required" in low or "certificate_required" in low:
-        return (f"the server asks for a client certificate and got none ({text}); pass "
-                f"--tls-client-cert FILE (and --tls-client-key FILE)")
+        return (
+            f"the server asks for a client certificate and got none ({text}); pass "
+            f"--tls-client-cert FILE (and --tls-client-key FILE)"
+        )
     if "alert handshake failure" in low:
-        return (f"the server ended the TLS handshake ({text}): if it asks for a client certificate, pass "
-                f"--tls-client-cert FILE")
+        return (
+            f"the server ended the TLS handshake ({text}): if it asks for a client certificate, pass "
+            f"--tls-client-cert FILE"
+        )
     if "certificate expired" in low:
         return f"the server refused the client certificate as expired ({text}): renew --tls-client-cert"
     if "unknown ca" in low or "bad certificate" in low or "certificate unknown" in low:
-        return (f"the server refused the client certificate ({text}): is --tls-client-cert signed by a CA the "
-                f"server trusts?")
+        return (
+            f"the server refused the client certificate ({text}): is --tls-client-cert signed by a CA the "
+            f"server trusts?"
+        )
     if isinstance(error, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
-        return (f"its TLS certificate does not verify ({getattr(error, 'verify_message', None) or text}); "
-                f"pass --tls-ca FILE for a private CA" + ("" if insecure else ", or --tls-insecure to skip the check"))
-    if "EOF occurred in violation of protocol" in text:   # the server hung up mid-handshake
-        return (f"the server closed the connection during the TLS handshake ({text}): "
-                + ("does it trust the CA that signed --tls-client-cert?" if client_cert else
-                   "if it asks for a client certificate, pass --tls-client-cert FILE; is the target plaintext "
-                   "(http://, ws://, grpc://)?"))
+        return (
+            f"its TLS certificate does not verify ({getattr(error, 'verify_message', None) or text}); "
+            f"pass --tls-ca FILE for a private CA" + ("" if insecure else ", or --tls-insecure to skip the check")
+        )
+    if "EOF occurred in violation of protocol" in text:  # the server hung up mid-handshake
+        return f"the server closed the connection during the TLS handshake ({text}): " + (
+            "does it trust the CA that signed --tls-client-cert?"
+            if client_cert
+            else "if it asks for a client certificate, pass --tls-client-cert FILE; is the target plaintext "
+            "(http://, ws://, grpc://)?"
+        )
     if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text or "UNEXPECTED_EOF" in text:
         return f"the TLS handshake failed ({text}): is the target plaintext (http://, ws://, grpc://)?"
     return f"the TLS handshake failed ({text})"

@@ -14,6 +14,7 @@ help before it loads a locustfile).
 It imports the installed package, ``tts_knee`` (a clone's ``make install`` installs it
 editable), wherever it is run from.
 """
+
 from locust import events
 
 from tts_knee.locustfiles import node, webui  # noqa: F401  (node attaches the event listeners)
@@ -28,6 +29,7 @@ def _web_ui(environment, **_kw) -> None:
     (after node's own init listener has made this node's tts-knee state)."""
     if environment.web_ui is not None:
         from tts_knee.dashboard.table import TAB_COLUMNS
+
         webui.mount(environment, environment.tts_knee, _live_view, TAB_COLUMNS)
 
 
@@ -35,6 +37,7 @@ def _live_view(run_dirs):
     """The dashboard's live view in a process of its own (its CPU is not the load generator's)."""
     from tts_knee.collectors import puller
     from tts_knee.dashboard.serve import LiveProcess
+
     view = LiveProcess(run_dirs)
     puller.SIDECARS.add(view.pid)
     return view

@@ -6,6 +6,7 @@ A conversation is ``--turns`` utterances on one session (0: for as long as the u
 ``--think-time`` seconds apart; then the user hangs up and the next utterance opens a new
 session (over HTTP, a new connection).
 """
+
 from __future__ import annotations
 
 import gevent
@@ -29,7 +30,7 @@ class RunUser(User):
     def on_start(self) -> None:
         node = self.environment.tts_knee
         self.run = node.run
-        if self.run is None:   # this node's options were unusable; ensure_run said why
+        if self.run is None:  # this node's options were unusable; ensure_run said why
             raise StopUser()
         self.no = node.next_user_number()
         self.seq = 0
@@ -39,12 +40,12 @@ class TTSUser(RunUser):
     """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
     in flight at a time (closed loop)."""
 
-    caller: Caller | None = None   # none while on_start stopped the user before making it
+    caller: Caller | None = None  # none while on_start stopped the user before making it
 
     def on_start(self) -> None:
         super().on_start()
         self.caller = Caller(self, self.no)
-        self.turn = 0   # utterances of the conversation so far
+        self.turn = 0  # utterances of the conversation so far
 
     def on_stop(self) -> None:
         if self.caller is not None:
@@ -52,7 +53,7 @@ class TTSUser(RunUser):
 
     @task
     def synthesize(self) -> None:
-        if self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
+        if self.run.stopping:  # draining: what is in flight finishes, nothing new is sent
             gevent.sleep(STOPPING_POLL_S)
             return
         s = self.run.settings
@@ -60,7 +61,7 @@ class TTSUser(RunUser):
             self._in_contexts(s.contexts, s.think_time)
             return
         request = self.run.next_request()
-        if request is None:   # a probe step whose texts are all sent: nothing more until the next step
+        if request is None:  # a probe step whose texts are all sent: nothing more until the next step
             gevent.sleep(STOPPING_POLL_S)
             return
         self.seq += 1
@@ -75,16 +76,18 @@ class TTSUser(RunUser):
     def _in_contexts(self, k: int, think_s: float) -> None:
         """K utterances in flight on the one session, each context starting its next once its
         last ended (and ``think_s`` passed); until the user stops or the run drains."""
+
         def context() -> None:
-            while not self.run.stopping:   # draining: what is in flight finishes, nothing new is sent
+            while not self.run.stopping:  # draining: what is in flight finishes, nothing new is sent
                 request = self.run.next_request()
-                if request is None:   # a probe step's texts are all sent
+                if request is None:  # a probe step's texts are all sent
                     gevent.sleep(STOPPING_POLL_S)
                     continue
                 self.seq += 1
                 self.caller.send(*request, self.seq)
                 if think_s:
                     gevent.sleep(think_s)
+
         group = Group()
         try:
             for _ in range(k):

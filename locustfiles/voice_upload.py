@@ -12,6 +12,7 @@ The requests then name the voice alone. Each registration and deletion is timed 
 of its own (run.json ``voice_uploads``). A refusal ends the run with one sentence naming the
 voice; whatever was created is deleted on every way out (the run ends, fails or is stopped).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,32 +40,45 @@ class VoiceUploads:
         self.records: list[dict] = []
         self.created: list[str] = []
         parts = urlsplit(s.host)
-        self._client_args = dict(host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
-                                 ssl=parts.scheme == "https", concurrency=1, connection_timeout=s.connect_timeout,
-                                 network_timeout=s.request_timeout, headers={"User-Agent": "tts-knee"})
+        self._client_args = dict(
+            host=parts.hostname,
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            ssl=parts.scheme == "https",
+            concurrency=1,
+            connection_timeout=s.connect_timeout,
+            network_timeout=s.request_timeout,
+            headers={"User-Agent": "tts-knee"},
+        )
 
     def register(self) -> str | None:
         """Register every voice of ``--voices`` that has a clip; None when all were taken, else
         why not, in one sentence (what was created so far stays listed in ``created``)."""
         # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
         from urllib3 import encode_multipart_formdata
+
         http = HTTPClient(**self._client_args)
         try:
             for v in self.s.voices:
                 if v.ref_audio is None:
                     continue
-                fields = [("audio_sample", (v.ref_audio.name, v.ref_audio.data, v.ref_audio.content_type)),
-                          ("consent", CONSENT), ("name", v.name)]
+                fields = [
+                    ("audio_sample", (v.ref_audio.name, v.ref_audio.data, v.ref_audio.content_type)),
+                    ("consent", CONSENT),
+                    ("name", v.name),
+                ]
                 if v.ref_text is not None:
                     fields.append(("ref_text", v.ref_text))
                 body, ctype = encode_multipart_formdata(fields)
-                status, said, error = self._call(http, "create", v.name, "POST", VOICES_PATH, body,
-                                                 {"Content-Type": ctype})
+                status, said, error = self._call(
+                    http, "create", v.name, "POST", VOICES_PATH, body, {"Content-Type": ctype}
+                )
                 if error is None:
                     self.created.append(v.name)
                     continue
-                return (f"the server refused to register voice {v.name!r} ({error}): --voice-upload needs "
-                        f"{self.s.host}{VOICES_PATH} to take it")
+                return (
+                    f"the server refused to register voice {v.name!r} ({error}): --voice-upload needs "
+                    f"{self.s.host}{VOICES_PATH} to take it"
+                )
             log.info("registered %d voices on %s%s", len(self.created), self.s.host, VOICES_PATH)
             return None
         finally:
@@ -85,8 +99,9 @@ class VoiceUploads:
         finally:
             http.close()
 
-    def _call(self, http, action: str, voice: str, method: str, path: str, body: bytes = b"",
-              headers: dict | None = None) -> tuple[int | None, str, str | None]:
+    def _call(
+        self, http, action: str, voice: str, method: str, path: str, body: bytes = b"", headers: dict | None = None
+    ) -> tuple[int | None, str, str | None]:
         """One timed call, recorded: (status, body text, error or None)."""
         t0, m0 = wall(), mono()
         status, text, error = None, "", None
@@ -96,15 +111,23 @@ class VoiceUploads:
                 status, text = resp.status_code, resp.read().decode("utf-8", "replace")
             finally:
                 resp.release()
-        except OSError as e:   # refused, reset, timed out
+        except OSError as e:  # refused, reset, timed out
             error = f"connection error: {e.strerror or e or type(e).__name__}"
-        except HTTPException as e:   # an answer that is not HTTP
+        except HTTPException as e:  # an answer that is not HTTP
             error = f"bad HTTP response: {type(e).__name__}: {e}"
         if status is not None and not 200 <= status < 300:
             error = f"HTTP {status}: {_detail(text)}"
-        self.records.append(runformat.voice_upload_entry(
-            voice=voice, action=action, t0=t0, ms=round((mono() - m0) * 1000.0, 3), status=status,
-            ok=error is None, error=error))
+        self.records.append(
+            runformat.voice_upload_entry(
+                voice=voice,
+                action=action,
+                t0=t0,
+                ms=round((mono() - m0) * 1000.0, 3),
+                status=status,
+                ok=error is None,
+                error=error,
+            )
+        )
         return status, text, error
 
 

@@ -6,6 +6,7 @@ download tab. tts-knee's options, the SLO and the plan's among them, are in the 
 The steps drive the run, so Locust's "Number of users" and "Ramp up" fields (shown as a disabled
 0 while a shape runs) are hidden from the start form, and in their place a line says what the
 steps will do, following the form's own step fields as they are edited."""
+
 from __future__ import annotations
 
 import json
@@ -29,18 +30,24 @@ def mount(environment, node, live_view, columns) -> None:
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
-        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns]}]
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns]}
+    ]
     web_ui.template_args["extended_csv_files"] = [
-        {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}]
+        {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}
+    ]
     app = web_ui.app
 
     @app.after_request
     def _plan_in_form(response):
-        if request.endpoint != "locust.index" or response.mimetype != "text/html" \
-                or environment.shape_class is None:
+        if request.endpoint != "locust.index" or response.mimetype != "text/html" or environment.shape_class is None:
             return response
-        defaults = {"step_time": DEFAULT_STEP_TIME_S, "step_requests_cap": STEP_REQUESTS_CAP_S,
-                    "steps": DEFAULT_STEPS, "repeat": DEFAULTS["repeat"], "refine_to": DEFAULTS["refine_to"]}
+        defaults = {
+            "step_time": DEFAULT_STEP_TIME_S,
+            "step_requests_cap": STEP_REQUESTS_CAP_S,
+            "steps": DEFAULT_STEPS,
+            "repeat": DEFAULTS["repeat"],
+            "refine_to": DEFAULTS["refine_to"],
+        }
         script = _FORM_SCRIPT.replace("DEFAULTS", json.dumps(defaults))
         response.set_data(response.get_data(as_text=True).replace("</body>", script + "</body>", 1))
         return response

@@ -6,6 +6,7 @@ tests pass every run directory they make through :func:`undeclared_keys`.
 Lines that are not JSON objects (a torn last line, a line a test spoilt on purpose) are the
 reader's to count, not this check's: they are skipped.
 """
+
 from __future__ import annotations
 
 import json

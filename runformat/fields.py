@@ -6,6 +6,7 @@ names, HTTP statuses, series, hosts) says so with :class:`Keyed`, whose own ``of
 of each value (None: each value is a plain number, string or list). Nothing else may appear:
 :func:`undeclared` lists every key a value holds that its table does not declare.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Union
@@ -14,17 +15,18 @@ from typing import NamedTuple, Union
 class Keyed(NamedTuple):
     """An object whose keys are data, not names the format fixes: ``key`` says what they are,
     ``of`` is the table of each value (None when the values are plain)."""
+
     key: str
     of: "tuple[Field, ...] | None" = None
 
 
 class Field(NamedTuple):
     name: str
-    unit: str            # "ms", "s", "unix s", "bytes", "percent", "count", "" for none
-    nullable: bool       # may be null in a record
+    unit: str  # "ms", "s", "unix s", "bytes", "percent", "count", "" for none
+    nullable: bool  # may be null in a record
     doc: str
-    optional: bool = False   # left out of a record unless given
-    of: "Union[tuple[Field, ...], Keyed, None]" = None   # what an object value holds
+    optional: bool = False  # left out of a record unless given
+    of: "Union[tuple[Field, ...], Keyed, None]" = None  # what an object value holds
 
 
 def names(table: tuple[Field, ...]) -> tuple[str, ...]:
@@ -42,7 +44,7 @@ class Builder:
         self._base = {f.name: None for f in table if not f.optional}
 
     def __call__(self, **values) -> dict:
-        if values.keys() <= self._base.keys():   # the common case: no optional field, the table's order
+        if values.keys() <= self._base.keys():  # the common case: no optional field, the table's order
             out = self._base.copy()
             out.update(values)
             return out
@@ -67,7 +69,7 @@ def undeclared(table: tuple[Field, ...], value, where: str) -> list[str]:
     if isinstance(value, list):
         return [k for i, item in enumerate(value) for k in undeclared(table, item, f"{where}[{i}]")]
     if not isinstance(value, dict):
-        return []   # a scalar where an object is declared is a type matter, not a key
+        return []  # a scalar where an object is declared is a type matter, not a key
     by_name = {f.name: f for f in table}
     out = []
     for key, item in value.items():
@@ -84,7 +86,7 @@ def _undeclared_in(of, value, where: str) -> list[str]:
         return [k for i, item in enumerate(value) for k in _undeclared_in(of, item, f"{where}[{i}]")]
     if not isinstance(value, dict):
         return []
-    if of is None:   # an object where the format declares a plain value: all of its keys are news
+    if of is None:  # an object where the format declares a plain value: all of its keys are news
         return [f"{where}.{key}" for key in value]
     if isinstance(of, Keyed):
         return [k for key, item in value.items() for k in _undeclared_in(of.of, item, f"{where}.{key}")]

@@ -1,5 +1,6 @@
 """The run directory's files and how they are written: ``run.json``, ``summary.json`` and
 ``report.html`` atomically, the JSONL files one compact line per record."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ REQUESTS = "requests.jsonl"
 RESOURCES = "resources.jsonl"
 SUMMARY_JSON = "summary.json"
 REPORT_HTML = "report.html"
-AUDIO_DIR = "audio"   # default --audio-dir inside the run directory
-SPEECH_FILE = "speech.jsonl"   # the ASR judge's verdicts (--asr-model): runformat.schema.SPEECH
-SPEECH_DIR = "speech"   # the clips it judged, one WAV per request
+AUDIO_DIR = "audio"  # default --audio-dir inside the run directory
+SPEECH_FILE = "speech.jsonl"  # the ASR judge's verdicts (--asr-model): runformat.schema.SPEECH
+SPEECH_DIR = "speech"  # the clips it judged, one WAV per request
 
 
 def jsonl_bytes(record: dict) -> bytes:

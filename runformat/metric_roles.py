@@ -31,10 +31,19 @@ is the sum over the family's series (all models), the KV-cache ratio the highest
 :func:`why` says how a family got its role, for the evidence. Series of unknown servers have
 no role; they still go on the timeline.
 """
+
 from __future__ import annotations
 
-ROLES = ("queue_depth", "running", "batch_size", "kv_cache_usage", "queue_ms", "voice_cache_hits", "voice_cache_misses",
-         "voice_cache_evictions")
+ROLES = (
+    "queue_depth",
+    "running",
+    "batch_size",
+    "kv_cache_usage",
+    "queue_ms",
+    "voice_cache_hits",
+    "voice_cache_misses",
+    "voice_cache_evictions",
+)
 
 FAMILIES: dict[str, str] = {
     "vllm:num_requests_waiting": "queue_depth",
@@ -89,8 +98,7 @@ def parse_roles(items) -> dict[str, str]:
                 continue
             role, eq, series = (x.strip() for x in pair.partition("="))
             if not eq or not series or role not in ROLES:
-                raise ValueError(f"--server-role takes ROLE=SERIES with ROLE one of {', '.join(ROLES)}, "
-                                 f"got {pair!r}")
+                raise ValueError(f"--server-role takes ROLE=SERIES with ROLE one of {', '.join(ROLES)}, got {pair!r}")
             out[family_of(series)] = role
     return out
 

@@ -32,6 +32,7 @@ A line that is not a JSON object is skipped and counted in ``bad_lines``.  A las
 its newline is being written (or was cut by a crash): it is left unparsed and reported as
 ``incomplete_last_line``; the next update picks it up once it is complete.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,12 +67,36 @@ AMOUNT = "amount"  # a finite number >= 0, else NaN
 COUNT = "count"  # a whole finite number >= 0, else NaN
 INT = "int"  # int32, truncated toward zero; -1 where missing, not a finite number or out of range
 _COLUMNS = {
-    "t0": NUM, "ttfb_ms": NUM, "wait_ms": NUM, "write_ms": NUM, "concat_ms": NUM, "audio_s": NUM, "rtf": NUM,
-    "retry_after_s": NUM, "backoff_ms": NUM, "text_len": NUM, "bytes": NUM, "scheduled": NUM, "sched_wait_ms": NUM,
-    "ttfa_ms": AMOUNT, "gap_max_ms": AMOUNT, "underrun_ms": AMOUNT, "chunks": COUNT, "underruns": COUNT,
-    "tail_ms": AMOUNT, "leading_silence_ms": AMOUNT, "trailing_silence_ms": AMOUNT, "ttfa_audible_ms": AMOUNT,
-    "clipped_share": AMOUNT, "cancel_ms": NUM, "cancel_to_quiet_ms": AMOUNT, "audio_after_cancel_ms": AMOUNT,
-    "step": INT, "concurrency": INT, "attempt": INT, "status": INT,
+    "t0": NUM,
+    "ttfb_ms": NUM,
+    "wait_ms": NUM,
+    "write_ms": NUM,
+    "concat_ms": NUM,
+    "audio_s": NUM,
+    "rtf": NUM,
+    "retry_after_s": NUM,
+    "backoff_ms": NUM,
+    "text_len": NUM,
+    "bytes": NUM,
+    "scheduled": NUM,
+    "sched_wait_ms": NUM,
+    "ttfa_ms": AMOUNT,
+    "gap_max_ms": AMOUNT,
+    "underrun_ms": AMOUNT,
+    "chunks": COUNT,
+    "underruns": COUNT,
+    "tail_ms": AMOUNT,
+    "leading_silence_ms": AMOUNT,
+    "trailing_silence_ms": AMOUNT,
+    "ttfa_audible_ms": AMOUNT,
+    "clipped_share": AMOUNT,
+    "cancel_ms": NUM,
+    "cancel_to_quiet_ms": AMOUNT,
+    "audio_after_cancel_ms": AMOUNT,
+    "step": INT,
+    "concurrency": INT,
+    "attempt": INT,
+    "status": INT,
 }
 _END_TIMES = ("t3", "t2")  # an attempt's end: the first of these present, else t0 + wait_ms
 _CHUNK_LISTS = ("chunk_at_ms", "chunk_audio_ms")  # not kept: their length, and the line's offset
@@ -139,7 +164,8 @@ _ARROW_SCHEMA = pa.schema(
     [(k, pa.float64()) for k in (*_COLUMNS, *_END_TIMES)]
     + [(k, pa.bool_()) for k in ("final", "ok", "settled")]
     + [(k, pa.string()) for k in ("error", "text_id", "tier", "voice", "language")]
-    + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS])
+    + [(k, pa.list_(pa.float64())) for k in _CHUNK_LISTS]
+)
 _ARROW_PARSE = pa_json.ParseOptions()
 
 
@@ -291,8 +317,8 @@ class Attempts:
     statuses: list[str] = field(default_factory=list)  # the gRPC code names ``status_name`` codes
     gaps: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
     memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
-    voices: list[str] = field(default_factory=list)      # the codes of ``voice`` (-1: none named)
-    languages: list[str] = field(default_factory=list)   # the codes of ``language``
+    voices: list[str] = field(default_factory=list)  # the codes of ``voice`` (-1: none named)
+    languages: list[str] = field(default_factory=list)  # the codes of ``language``
     # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
     # from one refresh to the next (rows only ever come after them); None when read once.
     lasting: dict | None = None
@@ -309,9 +335,17 @@ class Attempts:
 
     def subset(self, keep: np.ndarray) -> "Attempts":
         """The rows ``keep`` (a mask) selects, as columns of their own."""
-        return Attempts({k: v[keep] for k, v in self.cols.items()}, {k: v[keep] for k, v in self.stages.items()},
-                        self.errors, self.texts, self.tiers, voices=self.voices, languages=self.languages,
-                        statuses=self.statuses, gaps=self.gaps_of(keep))
+        return Attempts(
+            {k: v[keep] for k, v in self.cols.items()},
+            {k: v[keep] for k, v in self.stages.items()},
+            self.errors,
+            self.texts,
+            self.tiers,
+            voices=self.voices,
+            languages=self.languages,
+            statuses=self.statuses,
+            gaps=self.gaps_of(keep),
+        )
 
 
 class _Growing:
@@ -326,7 +360,7 @@ class _Growing:
     def __init__(self, fill=np.nan):
         self.n = 0
         self.fill = fill
-        self.reserved = 0   # rows to make room for at once, when it is known how many will come
+        self.reserved = 0  # rows to make room for at once, when it is known how many will come
         self._bufs: dict[str, np.ndarray] = {}
 
     def _capacity(self) -> int:
@@ -340,19 +374,19 @@ class _Growing:
             cap = max(need, int(cap * self.GROWTH), self.MIN_ROWS, self.reserved)
             for k, old in self._bufs.items():
                 buf = np.empty(cap, dtype=old.dtype)
-                buf[:self.n] = old[:self.n]
+                buf[: self.n] = old[: self.n]
                 self._bufs[k] = buf
         for k, v in chunk.items():
             if k not in self._bufs:
                 buf = self._bufs[k] = np.empty(max(cap, need), dtype=v.dtype)
                 if self.n:
-                    buf[:self.n] = self.fill
+                    buf[: self.n] = self.fill
         for k, buf in self._bufs.items():
-            buf[self.n:need] = chunk[k] if k in chunk else self.fill
+            buf[self.n : need] = chunk[k] if k in chunk else self.fill
         self.n = need
 
     def view(self) -> dict[str, np.ndarray]:
-        return {k: b[:self.n] for k, b in self._bufs.items()}
+        return {k: b[: self.n] for k, b in self._bufs.items()}
 
 
 class RequestLog:
@@ -371,7 +405,7 @@ class RequestLog:
         self.incomplete_last_line = False
         self._cols = _Growing()
         self._stages = _Growing()
-        self._gap_values = _Growing()   # every row's gaps between chunk arrivals, laid end to end
+        self._gap_values = _Growing()  # every row's gaps between chunk arrivals, laid end to end
         self._rows = 0
         self.errors = _Labels()
         self.texts = _Labels()
@@ -405,8 +439,8 @@ class RequestLog:
                 end = block.rfind(b"\n") + 1
                 if not end:
                     if pos + len(block) >= size:
-                        break   # the last line, not yet whole
-                    want *= 2   # one line longer than a block
+                        break  # the last line, not yet whole
+                    want *= 2  # one line longer than a block
                     continue
                 want = READ_BYTES
                 if not read_any:
@@ -418,7 +452,7 @@ class RequestLog:
                     base = pos
                     with _gc_paused():
                         for i in range(0, len(lines), CHUNK_LINES):
-                            part = lines[i:i + CHUNK_LINES]
+                            part = lines[i : i + CHUNK_LINES]
                             self._parse(part, base)
                             base += sum(len(x) for x in part) + len(part)
                 pos += end
@@ -452,7 +486,7 @@ class RequestLog:
         # "null"); a line with spaces around it is looked at here, a whitespace-only one dropped.
         blank = []
         for i in np.flatnonzero((buf[starts] != _OPEN) | (buf[ends - 1] != _CLOSE)):
-            line = bytes(data[starts[i]:ends[i]]).strip()
+            line = bytes(data[starts[i] : ends[i]]).strip()
             if not line:
                 blank.append(i)
             elif line[:1] != b"{" or line[-1:] != b"}":
@@ -460,7 +494,7 @@ class RequestLog:
         starts = np.delete(starts, blank)
         try:
             t = pa_json.read_json(pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE)
-        except (pa.ArrowException, UnicodeDecodeError, ValueError):   # ArrowNotImplementedError too
+        except (pa.ArrowException, UnicodeDecodeError, ValueError):  # ArrowNotImplementedError too
             return False
         n = t.num_rows
         if n != len(starts):  # two objects on one line
@@ -487,21 +521,28 @@ class RequestLog:
         lens = [pc.list_value_length(cols[k]).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
         chunk_n = np.where(lens[0] == lens[1], lens[0], -1)
         at = cols[_CHUNK_LISTS[0]].combine_chunks()
-        gap_n, gaps = _gaps(pc.list_flatten(at).to_numpy(zero_copy_only=False).astype(float),
-                            np.maximum(lens[0], 0), chunk_n)
+        gap_n, gaps = _gaps(
+            pc.list_flatten(at).to_numpy(zero_copy_only=False).astype(float), np.maximum(lens[0], 0), chunk_n
+        )
         req_ids = t.column("req_id") if "req_id" in t.column_names else None
-        self._add(chunk, [_as_column(floats(k)) for k in _END_TIMES],
-                  final=cols["final"].fill_null(True).to_numpy(zero_copy_only=False),
-                  ok=cols["ok"].fill_null(False).to_numpy(zero_copy_only=False),
-                  settled=cols["settled"].fill_null(True).to_numpy(zero_copy_only=False),
-                  error=self.errors.codes_of_arrow(cols["error"], empty_is_none=True),
-                  text=self.texts.codes_of_arrow(cols["text_id"]),
-                  tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
-                  voice=self.voices.codes_of_arrow(cols["voice"]),
-                  language=self.languages.codes_of_arrow(cols["language"], dtype=np.int16),
-                  offsets=base + starts, chunk_n=chunk_n, gap_n=gap_n, gaps=gaps,
-                  req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
-                  stages=self._register_stages(stages))
+        self._add(
+            chunk,
+            [_as_column(floats(k)) for k in _END_TIMES],
+            final=cols["final"].fill_null(True).to_numpy(zero_copy_only=False),
+            ok=cols["ok"].fill_null(False).to_numpy(zero_copy_only=False),
+            settled=cols["settled"].fill_null(True).to_numpy(zero_copy_only=False),
+            error=self.errors.codes_of_arrow(cols["error"], empty_is_none=True),
+            text=self.texts.codes_of_arrow(cols["text_id"]),
+            tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
+            voice=self.voices.codes_of_arrow(cols["voice"]),
+            language=self.languages.codes_of_arrow(cols["language"], dtype=np.int16),
+            offsets=base + starts,
+            chunk_n=chunk_n,
+            gap_n=gap_n,
+            gaps=gaps,
+            req_ids=lambda idx: [None] * len(idx) if req_ids is None else req_ids.take(idx).to_pylist(),
+            stages=self._register_stages(stages),
+        )
         return True
 
     def _status_columns(self, names: list | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -545,27 +586,54 @@ class RequestLog:
         if not recs:
             return
         chunk = {k: _column([r.get(k) for r in recs], kind) for k, kind in _COLUMNS.items()}
-        chunk["status"], chunk["status_name"] = self._status_columns([r.get("status") for r in recs],
-                                                                     chunk["status"])
-        chunk_n = np.array([len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
-                            for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)])
+        chunk["status"], chunk["status_name"] = self._status_columns([r.get("status") for r in recs], chunk["status"])
+        chunk_n = np.array(
+            [
+                len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
+                for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)
+            ]
+        )
         lists = [r[_CHUNK_LISTS[0]] if n > 0 else () for r, n in zip(recs, chunk_n)]
         gap_n, gaps = _gaps(_column([v for ca in lists for v in ca]), np.array([len(x) for x in lists]), chunk_n)
-        self._add(chunk, [_column([r.get(k) for r in recs]) for k in _END_TIMES],
-                  final=np.array([r.get("final") is not False for r in recs], dtype=bool),
-                  ok=np.array([r.get("ok") is True for r in recs], dtype=bool),
-                  settled=np.array([r.get("settled") is not False for r in recs], dtype=bool),
-                  error=self.errors.codes_of([r.get("error") or None for r in recs]),
-                  text=self.texts.codes_of([r.get("text_id") for r in recs]),
-                  tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
-                  voice=self.voices.codes_of([r.get("voice") for r in recs]),
-                  language=self.languages.codes_of([r.get("language") for r in recs], dtype=np.int16),
-                  offsets=np.array(offsets, dtype=np.int64), chunk_n=chunk_n, gap_n=gap_n, gaps=gaps,
-                  req_ids=lambda idx: [recs[i].get("req_id") for i in idx],
-                  stages=self._register_stages(_record_stages(recs)))
+        self._add(
+            chunk,
+            [_column([r.get(k) for r in recs]) for k in _END_TIMES],
+            final=np.array([r.get("final") is not False for r in recs], dtype=bool),
+            ok=np.array([r.get("ok") is True for r in recs], dtype=bool),
+            settled=np.array([r.get("settled") is not False for r in recs], dtype=bool),
+            error=self.errors.codes_of([r.get("error") or None for r in recs]),
+            text=self.texts.codes_of([r.get("text_id") for r in recs]),
+            tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
+            voice=self.voices.codes_of([r.get("voice") for r in recs]),
+            language=self.languages.codes_of([r.get("language") for r in recs], dtype=np.int16),
+            offsets=np.array(offsets, dtype=np.int64),
+            chunk_n=chunk_n,
+            gap_n=gap_n,
+            gaps=gaps,
+            req_ids=lambda idx: [recs[i].get("req_id") for i in idx],
+            stages=self._register_stages(_record_stages(recs)),
+        )
 
-    def _add(self, chunk: dict, end_times: list[np.ndarray], *, final, ok, settled, error, text, tier, voice,
-             language, offsets, chunk_n, gap_n, gaps, req_ids, stages) -> None:
+    def _add(
+        self,
+        chunk: dict,
+        end_times: list[np.ndarray],
+        *,
+        final,
+        ok,
+        settled,
+        error,
+        text,
+        tier,
+        voice,
+        language,
+        offsets,
+        chunk_n,
+        gap_n,
+        gaps,
+        req_ids,
+        stages,
+    ) -> None:
         """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
         row0 = self._rows
         n = len(chunk["t0"])
@@ -638,9 +706,18 @@ class RequestLog:
         view = self._stages.view()
         stages = {name: view[name] if name in view else np.full(self._rows, np.nan) for name in self.stage_names}
         gaps = self._gap_values.view().get("gap", np.empty(0, dtype=np.float32))
-        self._cache = Attempts(cols, stages, self.errors.names, self.texts.names, self.tiers.names,
-                               voices=self.voices.names, languages=self.languages.names,
-                               statuses=self.statuses.names, gaps=gaps, lasting=self.lasting)
+        self._cache = Attempts(
+            cols,
+            stages,
+            self.errors.names,
+            self.texts.names,
+            self.tiers.names,
+            voices=self.voices.names,
+            languages=self.languages.names,
+            statuses=self.statuses.names,
+            gaps=gaps,
+            lasting=self.lasting,
+        )
         return self._cache
 
     def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -657,15 +734,23 @@ class RequestLog:
             audio = np.asarray(r["chunk_audio_ms"], dtype=float)
         except (OSError, ValueError, TypeError, KeyError):
             return None
-        if at.ndim != 1 or at.shape != audio.shape or not (np.isfinite(at).all() and np.isfinite(audio).all()) \
-                or (at < 0).any() or (audio < 0).any():
+        if (
+            at.ndim != 1
+            or at.shape != audio.shape
+            or not (np.isfinite(at).all() and np.isfinite(audio).all())
+            or (at < 0).any()
+            or (audio < 0).any()
+        ):
             return None
         order = np.argsort(at, kind="stable")
         return at[order], audio[order]
 
 
-_RES_SCALARS = tuple(f.name for f in runformat.RESOURCE_SAMPLE
-                     if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes"))
+_RES_SCALARS = tuple(
+    f.name
+    for f in runformat.RESOURCE_SAMPLE
+    if f.name in ("cpu_percent", "cpu_max_core_percent", "mem_used_bytes", "mem_total_bytes")
+)
 
 
 def _gaps(values: np.ndarray, lens: np.ndarray, chunk_n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -720,8 +805,9 @@ def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power
     mem_used[owner[first]], mem_total[owner[first]] = used[first], total[first]
     cols["gpu_mem_used_bytes"], cols["gpu_mem_total_bytes"] = mem_used, mem_total
     watts = ~np.isnan(power)
-    cols["gpu_power_w"] = np.where(np.bincount(owner[watts], minlength=n) > 0,
-                                   np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan)
+    cols["gpu_power_w"] = np.where(
+        np.bincount(owner[watts], minlength=n) > 0, np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan
+    )
     cols["gpu_count"] = np.bincount(owner, minlength=n)
 
 
@@ -774,7 +860,7 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
         t = pa_json.read_json(pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE)
     except (pa.ArrowException, UnicodeDecodeError, ValueError):
         return None
-    if data.count(b"\n") != t.num_rows or "ts" not in t.column_names:   # a blank line, or two objects on one
+    if data.count(b"\n") != t.num_rows or "ts" not in t.column_names:  # a blank line, or two objects on one
         return None
     if "metrics" in t.column_names and t.column("metrics").null_count != t.num_rows:
         return None
@@ -790,10 +876,17 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
         if col is None:
             return pa.nulls(len(table))
         typ = col.type
-        if pa.types.is_null(typ) or ("number" in kinds and _is_number(typ)) or \
-                ("string" in kinds and pa.types.is_string(typ)) or ("struct" in kinds and pa.types.is_struct(typ)) or \
-                ("list" in kinds and pa.types.is_list(typ) and
-                 (pa.types.is_struct(typ.value_type) or pa.types.is_null(typ.value_type))):
+        if (
+            pa.types.is_null(typ)
+            or ("number" in kinds and _is_number(typ))
+            or ("string" in kinds and pa.types.is_string(typ))
+            or ("struct" in kinds and pa.types.is_struct(typ))
+            or (
+                "list" in kinds
+                and pa.types.is_list(typ)
+                and (pa.types.is_struct(typ.value_type) or pa.types.is_null(typ.value_type))
+            )
+        ):
             return col
         raise TypeError(name)
 
@@ -827,8 +920,10 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
     except (TypeError, pa.ArrowException):
         return None
     nothing = np.full(0, np.nan)
-    util, used, total, power = (floats(column(gpus, k)) if gpus is not None else nothing
-                                for k in ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w"))
+    util, used, total, power = (
+        floats(column(gpus, k)) if gpus is not None else nothing
+        for k in ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w")
+    )
     _gpu_columns(cols, n, owner, util, used, total, power)
     cols["metrics"] = [None] * n
     return pd.DataFrame(cols)
@@ -876,7 +971,7 @@ class ResourceLog:
         self.offset += end
         chunk = _arrow_sample_frame(data[:end])
         if chunk is not None:
-            self.bad_lines += data.count(b"\n", 0, end) - len(chunk)   # no finite ts
+            self.bad_lines += data.count(b"\n", 0, end) - len(chunk)  # no finite ts
         else:
             samples = []
             with _gc_paused():
@@ -914,7 +1009,7 @@ class RunDir:
     resource_bad_lines: int = 0
     resource_incomplete: bool = False
     run_json_error: str | None = None
-    format_error: str | None = None   # why this version cannot read it (runformat.unreadable)
+    format_error: str | None = None  # why this version cannot read it (runformat.unreadable)
     live: bool = False
 
     def __post_init__(self):
@@ -974,8 +1069,10 @@ class RunDir:
             rated = isinstance(steps, list) and any(isinstance(s, dict) and s.get("rate") is not None for s in steps)
             return "open" if self.options().get("rates") or rated else "closed"
         if mode not in runformat.MODES:
-            raise RunDirError(f"{self.path / runformat.RUN_JSON} has mode {mode!r}, which this tts-knee does not "
-                              f"read (it reads {' and '.join(runformat.MODES)} runs); upgrade to read it.")
+            raise RunDirError(
+                f"{self.path / runformat.RUN_JSON} has mode {mode!r}, which this tts-knee does not "
+                f"read (it reads {' and '.join(runformat.MODES)} runs); upgrade to read it."
+            )
         return mode
 
     def streamed(self) -> bool:

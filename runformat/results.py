@@ -13,6 +13,7 @@ same keys, the same required ones, null where the table allows it, nested tables
 classes. A key a table keeps optional is in the ``total=False`` class; the required ones in its
 base.
 """
+
 from __future__ import annotations
 
 from typing import TypedDict
@@ -34,11 +35,13 @@ class _Window(TypedDict):
 
 class Window(_Window, total=False):
     """As :data:`runformat.summary.WINDOW` declares it."""
+
     spans: list[list[float]]
 
 
 class OpenStep(TypedDict):
     """As :data:`runformat.summary.OPEN_STEP` declares it."""
+
     elapsed_s: float | None
     settle_s: float | None
     settling: bool
@@ -59,6 +62,7 @@ class _Dist(TypedDict):
 
 class Dist(_Dist, total=False):
     """As :data:`runformat.summary.DIST` declares it."""
+
     p50_ci: list[float | None]
     p95_ci: list[float | None]
     ci_method: str | None
@@ -71,12 +75,14 @@ AttemptsByNumber = TypedDict("AttemptsByNumber", {"1": int, "2": int, "3+": int}
 
 class Streams(TypedDict):
     """As :data:`runformat.summary.STREAMS` declares it."""
+
     counted: int
     cut_by_step_end: int
 
 
 class Tail(TypedDict):
     """As :data:`runformat.summary.TAIL` declares it."""
+
     count: int
     mean: float
     p95: float
@@ -85,6 +91,7 @@ class Tail(TypedDict):
 
 class RivaStats(TypedDict):
     """As :data:`runformat.summary.RIVA_STATS` declares it."""
+
     count: int
     avg: float
     p90: float
@@ -94,12 +101,14 @@ class RivaStats(TypedDict):
 
 class Riva(TypedDict):
     """As :data:`runformat.summary.RIVA` declares it."""
+
     first_audio_ms: RivaStats | None
     chunk_ms: RivaStats | None
 
 
 class IntegrityExample(TypedDict):
     """As :data:`runformat.summary.INTEGRITY_EXAMPLE` declares it."""
+
     text_id: str | None
     expected_s: float
     got_s: float
@@ -107,6 +116,7 @@ class IntegrityExample(TypedDict):
 
 class Integrity(TypedDict):
     """As :data:`runformat.summary.INTEGRITY` declares it."""
+
     checked: int
     mismatched: int
     rate: float | None
@@ -115,6 +125,7 @@ class Integrity(TypedDict):
 
 class SpeechExample(TypedDict):
     """As :data:`runformat.summary.SPEECH_EXAMPLE` declares it."""
+
     req_id: str
     text_id: str | None
     text: str | None
@@ -125,6 +136,7 @@ class SpeechExample(TypedDict):
 
 class SpeechStep(TypedDict):
     """As :data:`runformat.summary.SPEECH_STEP` declares it."""
+
     metric: str
     judged: int
     not_judged: int
@@ -138,6 +150,7 @@ class SpeechStep(TypedDict):
 
 class Little(TypedDict):
     """As :data:`runformat.summary.LITTLE` declares it."""
+
     effective_concurrency: float
     expected_concurrency: float
     ratio: float
@@ -146,6 +159,7 @@ class Little(TypedDict):
 
 class Stage(TypedDict):
     """As :data:`runformat.summary.STAGE` declares it."""
+
     mean: float
     p50: float
     p95: float
@@ -153,6 +167,7 @@ class Stage(TypedDict):
 
 class Tier(TypedDict):
     """As :data:`runformat.summary.TIER` declares it."""
+
     count: int
     p50: float
     p95: float
@@ -160,12 +175,14 @@ class Tier(TypedDict):
 
 class Error(TypedDict):
     """As :data:`runformat.summary.ERROR` declares it."""
+
     error: str
     count: int
 
 
 class SeriesStats(TypedDict):
     """As :data:`runformat.summary.SERIES_STATS` declares it."""
+
     mean: float | None
     max: float | None
     samples: int
@@ -180,11 +197,13 @@ class _ServerRole(TypedDict):
 
 class ServerRole(_ServerRole, total=False):
     """As :data:`runformat.summary.SERVER_ROLE` declares it."""
+
     why: str
 
 
 class HostAggregate(TypedDict):
     """As :data:`runformat.summary.HOST_AGGREGATE` declares it."""
+
     samples: int
     cpu_mean: float | None
     cpu_max: float | None
@@ -206,6 +225,7 @@ class _ResourceAggregate(HostAggregate):
 
 class ResourceAggregate(_ResourceAggregate, total=False):
     """As :data:`runformat.summary.RESOURCE_AGGREGATE` declares it."""
+
     gpu_mem_fallback_bytes: float | None
     metrics: dict[str, SeriesStats] | None
     metrics_left_out: int
@@ -214,6 +234,7 @@ class ResourceAggregate(_ResourceAggregate, total=False):
 
 class Repeat(TypedDict):
     """As :data:`runformat.summary.REPEAT` declares it."""
+
     step: int
     phase: str | None
     repeat: int | None
@@ -230,6 +251,7 @@ class _Spread(TypedDict):
 
 class Spread(_Spread, total=False):
     """As :data:`runformat.summary.SPREAD` declares it."""
+
     p50_ms: float
     p95_ms: float
     throughput_rps: float
@@ -238,12 +260,14 @@ class Spread(_Spread, total=False):
 
 class Inflight(TypedDict):
     """As :data:`runformat.summary.INFLIGHT` declares it."""
+
     mean: float | None
     max: int | None
 
 
 class Growth(TypedDict):
     """As :data:`runformat.summary.GROWTH` declares it."""
+
     p50_thirds: list[float] | None
     growing: bool | None
     slope_ms_per_s: float | None
@@ -316,6 +340,7 @@ class _StepSummary(TypedDict):
 
 class StepSummary(_StepSummary, total=False):
     """As :data:`runformat.summary.STEP_SUMMARY` declares it."""
+
     open: OpenStep
     cut_by_run_end: int
     steps: list[int]
@@ -336,6 +361,7 @@ class StepSummary(_StepSummary, total=False):
 
 class KneeMethods(TypedDict, total=False):
     """As :data:`runformat.summary.KNEE_METHODS` declares it."""
+
     latency_vs_lowest: float | None
     failures: float | None
     latency_vs_previous: float | None
@@ -351,6 +377,7 @@ class KneeMethods(TypedDict, total=False):
 
 class SpeechRise(TypedDict):
     """As :data:`runformat.summary.SPEECH_RISE` declares it."""
+
     pairs: int
     mean: float
     ci: list[float]
@@ -367,6 +394,7 @@ class _Knee(TypedDict):
 
 class Knee(_Knee, total=False):
     """As :data:`runformat.summary.KNEE` declares it."""
+
     inflation: list[float | None]
     inflation_basis: str
     efficiency: list[float | None]
@@ -383,6 +411,7 @@ class Knee(_Knee, total=False):
 
 class Diagnosis(TypedDict):
     """As :data:`runformat.summary.DIAGNOSIS` declares it."""
+
     kind: DiagnosisKind
     evidence: list[str]
     resource_data: bool
@@ -430,6 +459,7 @@ class _Attempt(TypedDict):
 
 class Attempt(_Attempt, total=False):
     """As :data:`runformat.schema.ATTEMPT` declares it."""
+
     scheduled: float | None
     sched_wait_ms: float | None
     text_first_ms: float | None

@@ -14,6 +14,7 @@ field and a null one alike. A field whose value is an object names that object's
 ``summary.json`` is declared in :mod:`runformat.summary`, the run's options in
 :mod:`runformat.options`, the messages between nodes in :mod:`runformat.wire`.
 """
+
 from __future__ import annotations
 
 from .fields import Builder, Field, Keyed, names as _names
@@ -31,8 +32,12 @@ READABLE_VERSIONS = (1, 2)
 #: Attempt record fields, in the order a record carries them.
 ATTEMPT: tuple[Field, ...] = (
     Field("step", "", True, "1-based step the attempt was sent in (null before the first step)"),
-    Field("concurrency", "users", True, "the step's concurrency; open loop: requests in flight at sending, "
-                                        "this one included"),
+    Field(
+        "concurrency",
+        "users",
+        True,
+        "the step's concurrency; open loop: requests in flight at sending, this one included",
+    ),
     Field("worker", "", False, "Locust worker id, or 'local'"),
     Field("user", "", False, "user number on its worker"),
     Field("t0", "unix s", False, "before the request was sent, master's clock"),
@@ -43,20 +48,34 @@ ATTEMPT: tuple[Field, ...] = (
     Field("wait_ms", "ms", True, "t2 - t0: server and network"),
     Field("write_ms", "ms", True, "t3 - t2: the client's write"),
     Field("concat_ms", "ms", True, "joining a split text's segments on the client"),
-    Field("status", "", True, "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: "
-                              "runformat.grpc_codes); null on a connection error"),
+    Field(
+        "status",
+        "",
+        True,
+        "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: "
+        "runformat.grpc_codes); null on a connection error",
+    ),
     Field("ok", "", False, "a 2xx answer carrying valid audio"),
     Field("error", "", True, "why the attempt failed, one line"),
     Field("bytes", "bytes", False, "body bytes read"),
     Field("audio_s", "s", True, "audio duration from the PCM byte count and format"),
     Field("rtf", "", True, "synthesis seconds / audio seconds"),
     Field("retry_after_s", "s", True, "Retry-After (gRPC: the pushback), parsed"),
-    Field("retry_after_raw", "", True, "Retry-After as sent; gRPC: the trailer that said it, as "
-                                       "'grpc-retry-pushback-ms: 1000' or 'retry-after: 1'"),
+    Field(
+        "retry_after_raw",
+        "",
+        True,
+        "Retry-After as sent; gRPC: the trailer that said it, as 'grpc-retry-pushback-ms: 1000' or 'retry-after: 1'",
+    ),
     Field("server_timing", "ms", True, "Server-Timing: stage name -> ms", of=Keyed("stage name")),
     Field("settled", "", False, "false inside the step's settle (warm-up) window"),
-    Field("ttfa_ms", "ms", True, "to the first audio sample, past any header or SSE framing; from the "
-                                 "first text sent where the text went in pieces (text_first_ms), else from t0"),
+    Field(
+        "ttfa_ms",
+        "ms",
+        True,
+        "to the first audio sample, past any header or SSE framing; from the "
+        "first text sent where the text went in pieces (text_first_ms), else from t0",
+    ),
     Field("chunks", "count", True, "body blocks that carried audio"),
     Field("gap_max_ms", "ms", True, "longest wait between two audio arrivals"),
     Field("underruns", "count", True, "times a 1x player fed by these arrivals ran dry"),
@@ -71,49 +90,117 @@ ATTEMPT: tuple[Field, ...] = (
     Field("tier", "", True, "short, medium or long"),
     Field("segment", "", True, "'k/n' for a segment of a split text"),
     Field("backoff_ms", "ms", True, "slept before this attempt"),
-    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request",
-          optional=True),
-    Field("sched_wait_ms", "ms", True, "open loop: t2 - scheduled, what a caller who arrived on time waited "
-                                       "(t0 - scheduled is the generator's own lateness, its send lag)",
-          optional=True),
+    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request", optional=True),
+    Field(
+        "sched_wait_ms",
+        "ms",
+        True,
+        "open loop: t2 - scheduled, what a caller who arrived on time waited "
+        "(t0 - scheduled is the generator's own lateness, its send lag)",
+        optional=True,
+    ),
     # text sent in pieces, as a language model writes it (sessions: WebSocket, Wyoming, gRPC streams)
     Field("text_first_ms", "ms", True, "the first piece of text sent, after t0", optional=True),
     Field("text_done_ms", "ms", True, "the end of the text (its final flush) sent, after t0", optional=True),
-    Field("done_to_audio_ms", "ms", True, "the end of the text to the first audio after it; 0 when audio was "
-                                          "already flowing", optional=True),
-    Field("tail_ms", "ms", True, "the end of the text to the last audio: what the listener waits once the "
-                                 "text is complete", optional=True),
-    Field("connect_ms", "ms", True, "opening the session (TCP and the protocol's handshake) for this attempt; "
-                                    "null when it went on an open one", optional=True),
-    Field("audio_file", "", True, "why its audio file was not written in time: 'late' (the user did not wait "
-                                  "longer for a stalling disk; written when it gets to it) or 'dropped' (not written: "
-                                  "too much audio waited already); t3 and write_ms are then null", optional=True),
+    Field(
+        "done_to_audio_ms",
+        "ms",
+        True,
+        "the end of the text to the first audio after it; 0 when audio was already flowing",
+        optional=True,
+    ),
+    Field(
+        "tail_ms",
+        "ms",
+        True,
+        "the end of the text to the last audio: what the listener waits once the text is complete",
+        optional=True,
+    ),
+    Field(
+        "connect_ms",
+        "ms",
+        True,
+        "opening the session (TCP and the protocol's handshake) for this attempt; null when it went on an open one",
+        optional=True,
+    ),
+    Field(
+        "audio_file",
+        "",
+        True,
+        "why its audio file was not written in time: 'late' (the user did not wait "
+        "longer for a stalling disk; written when it gets to it) or 'dropped' (not written: "
+        "too much audio waited already); t3 and write_ms are then null",
+        optional=True,
+    ),
     # voices: what the request asked for beside its words
-    Field("voice", "", True, "the voice the request named (its own, the mix's, --tts-voice), or its reference "
-                             "clip's file name", optional=True),
+    Field(
+        "voice",
+        "",
+        True,
+        "the voice the request named (its own, the mix's, --tts-voice), or its reference clip's file name",
+        optional=True,
+    ),
     Field("language", "", True, "the language the request named", optional=True),
     # barge-in: the listener interrupted the utterance, which was cancelled (--barge-in)
-    Field("cancelled", "", True, "the listener interrupted it: not a failure; only what came before the cancel "
-                                 "counts in its stream figures, and it counts in no latency figure", optional=True),
+    Field(
+        "cancelled",
+        "",
+        True,
+        "the listener interrupted it: not a failure; only what came before the cancel "
+        "counts in its stream figures, and it counts in no latency figure",
+        optional=True,
+    ),
     Field("cancel_ms", "ms", True, "the cancel sent (or the connection closed), after t0", optional=True),
-    Field("cancel_to_quiet_ms", "ms", True, "the cancel to the last audio received, or to the server's "
-                                            "acknowledgement where the dialect has one; null when that never came",
-          optional=True),
-    Field("audio_after_cancel_ms", "ms", True, "audio that still arrived after the cancel, in playback time",
-          optional=True),
-    Field("cancel_quiet", "", True, "how it went quiet: acknowledged, closed, ended (the server ended the "
-                                    "utterance), quiet (no audio for a while), unacknowledged", optional=True),
-    Field("cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence",
-          optional=True),
+    Field(
+        "cancel_to_quiet_ms",
+        "ms",
+        True,
+        "the cancel to the last audio received, or to the server's "
+        "acknowledgement where the dialect has one; null when that never came",
+        optional=True,
+    ),
+    Field(
+        "audio_after_cancel_ms",
+        "ms",
+        True,
+        "audio that still arrived after the cancel, in playback time",
+        optional=True,
+    ),
+    Field(
+        "cancel_quiet",
+        "",
+        True,
+        "how it went quiet: acknowledged, closed, ended (the server ended the "
+        "utterance), quiet (no audio for a while), unacknowledged",
+        optional=True,
+    ),
+    Field(
+        "cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence", optional=True
+    ),
     # the signal, checked on every attempt whose audio is PCM16 (WAV, raw PCM, SSE): audio.signal
-    Field("leading_silence_ms", "ms", True, "audio before the first 10 ms frame at or above the silence level "
-                                            "(-40 dBFS RMS)", optional=True),
-    Field("trailing_silence_ms", "ms", True, "audio after the last 10 ms frame at or above the silence level",
-          optional=True),
+    Field(
+        "leading_silence_ms",
+        "ms",
+        True,
+        "audio before the first 10 ms frame at or above the silence level (-40 dBFS RMS)",
+        optional=True,
+    ),
+    Field(
+        "trailing_silence_ms",
+        "ms",
+        True,
+        "audio after the last 10 ms frame at or above the silence level",
+        optional=True,
+    ),
     Field("clipped_share", "", True, "share of samples at full scale (clipped)", optional=True),
-    Field("ttfa_audible_ms", "ms", True, "when the listener hears the first sound: the playback model's moment "
-                                         "the first frame above the silence level plays, from ttfa_ms's origin",
-          optional=True),
+    Field(
+        "ttfa_audible_ms",
+        "ms",
+        True,
+        "when the listener hears the first sound: the playback model's moment "
+        "the first frame above the silence level plays, from ttfa_ms's origin",
+        optional=True,
+    ),
 )
 #: What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`audio.asr`).
 SPEECH: tuple[Field, ...] = (
@@ -124,11 +211,20 @@ SPEECH: tuple[Field, ...] = (
     Field("text", "", True, "the text sent, which the transcript is scored against"),
     Field("language", "", True, "the language the judge was told, or the one it detected"),
     Field("metric", "", True, "'wer' (words) or 'cer' (characters: languages written without spaces)"),
-    Field("error", "", True, "word (or character) error rate against the text sent, after normalisation "
-                             "(audio.asr.normalize); null where the clip could not be judged"),
+    Field(
+        "error",
+        "",
+        True,
+        "word (or character) error rate against the text sent, after normalisation "
+        "(audio.asr.normalize); null where the clip could not be judged",
+    ),
     Field("transcript", "", True, "what the recogniser heard"),
-    Field("reason", "", True, "why the clip was not judged (undecodable audio, the judge behind or gone), "
-                              "one sentence; null when judged"),
+    Field(
+        "reason",
+        "",
+        True,
+        "why the clip was not judged (undecodable audio, the judge behind or gone), one sentence; null when judged",
+    ),
     Field("audio_s", "s", True, "the clip's length"),
     Field("judge_s", "s", True, "CPU seconds the judge spent on the clip"),
     Field("clip", "", True, "the clip, relative to the run directory (speech/<req_id>.wav)"),
@@ -136,8 +232,7 @@ SPEECH: tuple[Field, ...] = (
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
 #: The streaming fields of an attempt whose body was not parsed as audio.
-ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms",
-                  "chunk_audio_ms")
+ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms", "chunk_at_ms", "chunk_audio_ms")
 
 
 # ---- resources.jsonl: one sample per line ------------------------------------------------
@@ -174,13 +269,17 @@ GPU: tuple[Field, ...] = GPU_IDENTITY + GPU_READING
 #: A resource sample's fields. Collectors send the same fields on their own clock with a
 #: ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``.
 RESOURCE_SAMPLE: tuple[Field, ...] = (
-    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)",
-          optional=True),
+    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)", optional=True),
     Field("ts", "unix s", False, "when it was taken; the master's clock in resources.jsonl"),
     Field("host", "", False, "hostname, or a Locust worker id for heartbeat samples"),
     Field("role", "", False, "'server' or 'client' (the load generator)"),
-    Field("source", "", True, "what took it when not a collector: 'locust-heartbeat', or the "
-                              "--server-metrics URL", optional=True),
+    Field(
+        "source",
+        "",
+        True,
+        "what took it when not a collector: 'locust-heartbeat', or the --server-metrics URL",
+        optional=True,
+    ),
     Field("interval_s", "s", True, "time since the previous sample", optional=True),
     Field("cpu_percent", "percent", True, "all cores together"),
     Field("cpu_max_core_percent", "percent", True, "the busiest core"),
@@ -195,8 +294,14 @@ RESOURCE_SAMPLE: tuple[Field, ...] = (
     Field("net_recv_bytes", "bytes", True, "cumulative", optional=True),
     Field("proc", "", True, "the watched server process tree, or null", of=PROC),
     Field("gpus", "", False, "one GPU reading each; [] without NVML", of=GPU),
-    Field("metrics", "", True, "scraped server metrics: series -> value (counters as per-second rates)",
-          optional=True, of=Keyed("series")),
+    Field(
+        "metrics",
+        "",
+        True,
+        "scraped server metrics: series -> value (counters as per-second rates)",
+        optional=True,
+        of=Keyed("series"),
+    ),
     Field("collector", "", True, "the collector's URL; null for the master's own host", optional=True),
     Field("clock_offset_s", "s", True, "subtracted from the collector's ts", optional=True),
 )
@@ -209,18 +314,30 @@ STEP: tuple[Field, ...] = (
     Field("concurrency", "users", False, ""),
     Field("start", "unix s", False, ""),
     Field("end", "unix s", True, "null while it runs"),
-    Field("phase", "", False, "one of PHASES: 'grid', 'refine', 'soak', 'probe', 'before_spike', 'spike' or 'recovery'"),
+    Field(
+        "phase", "", False, "one of PHASES: 'grid', 'refine', 'soak', 'probe', 'before_spike', 'spike' or 'recovery'"
+    ),
     Field("repeat", "count", False, "1-based pass over the grid"),
     Field("settle_s", "s", False, "this step's settle window"),
     Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
-    Field("rate", "req/s", True, "open loop: the step's offered arrival rate, all workers together "
-                                 "(its concurrency is then 0)", optional=True),
+    Field(
+        "rate",
+        "req/s",
+        True,
+        "open loop: the step's offered arrival rate, all workers together (its concurrency is then 0)",
+        optional=True,
+    ),
     Field("voices", "count", False, "--voice-steps: the distinct voices the step drew from", optional=True),
-    Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight",
-          optional=True),
+    Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight", optional=True),
     Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
-    Field("offered_rps", "req/s", False, "--trace: the arrivals the step's settled window replays, per second "
-                                         "(its rate is the speed times the trace's mean)", optional=True),
+    Field(
+        "offered_rps",
+        "req/s",
+        False,
+        "--trace: the arrivals the step's settled window replays, per second "
+        "(its rate is the speed times the trace's mean)",
+        optional=True,
+    ),
 )
 
 #: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), the
@@ -257,8 +374,9 @@ COLLECTOR: tuple[Field, ...] = (
     Field("samples", "count", False, "samples written"),
     Field("dropped", "count", False, "samples that left its ring before they were read"),
     Field("restarts", "count", False, ""),
-    Field("server_roles", "", False, "its --server-role, ROLE=SERIES each: what its scraped series mean",
-          optional=True),
+    Field(
+        "server_roles", "", False, "its --server-role, ROLE=SERIES each: what its scraped series mean", optional=True
+    ),
 )
 
 #: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
@@ -390,33 +508,65 @@ RUN: tuple[Field, ...] = (
     Field("end", "unix s", True, "null while the run goes on"),
     Field("target", "", True, "the TTS server's base URL"),
     Field("mode", "", True, "how load was offered, one of MODES; null or missing: read from the steps"),
-    Field("options", "", False, "the run's options, secrets left out (runformat.options)",
-          of=RUN_OPTIONS),
+    Field("options", "", False, "the run's options, secrets left out (runformat.options)", of=RUN_OPTIONS),
     Field("settle_s", "s", False, "the run's settle window at the start of each step"),
     Field("steps", "", False, "one entry each, in the order run", of=STEP),
     Field("workers", "", False, "one entry each", of=WORKER),
     Field("collectors", "", False, "one entry each", of=COLLECTOR),
-    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line",
-          of=VERSIONS),
+    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line", of=VERSIONS),
     Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
     Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
-    Field("health", "", False, "after the run: the warm-up request once more, or a GET of --health-path "
-                               "(ok: audio, or a 2xx)", optional=True, of=PREFLIGHT),
-    Field("server_metrics", "", False, "one entry per --server-metrics (or --server-stats) endpoint", optional=True,
-          of=SERVER_METRICS),
-    Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True,
-          of=VOICE_UPLOAD),
+    Field(
+        "health",
+        "",
+        False,
+        "after the run: the warm-up request once more, or a GET of --health-path (ok: audio, or a 2xx)",
+        optional=True,
+        of=PREFLIGHT,
+    ),
+    Field(
+        "server_metrics",
+        "",
+        False,
+        "one entry per --server-metrics (or --server-stats) endpoint",
+        optional=True,
+        of=SERVER_METRICS,
+    ),
+    Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True, of=VOICE_UPLOAD),
     Field("trace", "", False, "--trace: the log replayed", optional=True, of=TRACE),
-    Field("spike_health", "", False, "--spike: health probes sent while it ran, once the server seemed gone",
-          optional=True, of=SPIKE_HEALTH),
+    Field(
+        "spike_health",
+        "",
+        False,
+        "--spike: health probes sent while it ran, once the server seemed gone",
+        optional=True,
+        of=SPIKE_HEALTH,
+    ),
     Field("error", "", True, "why the run could not go on, one sentence", optional=True),
-    Field("speech", "count", False, "--asr-model: clips offered to the judge, judged, not judged", optional=True,
-          of=SPEECH_COUNTS),
+    Field(
+        "speech",
+        "count",
+        False,
+        "--asr-model: clips offered to the judge, judged, not judged",
+        optional=True,
+        of=SPEECH_COUNTS,
+    ),
     Field("records", "count", True, "attempt records written, once the run ended", optional=True),
-    Field("cut_by_run_end", "count", False, "of them, attempts still in flight when the run's drain ended "
-                                            "(error cut_by_run_end)", optional=True),
-    Field("audio_missing", "count", False, "attempts whose audio file was not written in time, by their "
-                                          "audio_file ('late', 'dropped')", optional=True, of=Keyed("audio_file")),
+    Field(
+        "cut_by_run_end",
+        "count",
+        False,
+        "of them, attempts still in flight when the run's drain ended (error cut_by_run_end)",
+        optional=True,
+    ),
+    Field(
+        "audio_missing",
+        "count",
+        False,
+        "attempts whose audio file was not written in time, by their audio_file ('late', 'dropped')",
+        optional=True,
+        of=Keyed("audio_file"),
+    ),
 )
 
 # ---- builders -------------------------------------------------------------------------------

@@ -5,18 +5,20 @@ The definitions of the figures (what a window, a request or a stream counts) are
 figure added to the analysis is declared here too or the strict check of the tests
 (:func:`runformat.check.undeclared_keys`) fails.
 """
+
 from __future__ import annotations
 
 import sys
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum
-else:   # Python 3.10: a member is its value as a string, as 3.11's StrEnum makes it
+else:  # Python 3.10: a member is its value as a string, as 3.11's StrEnum makes it
     from enum import Enum
 
     class StrEnum(str, Enum):
         __str__ = str.__str__
         __format__ = str.__format__
+
 
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
@@ -33,8 +35,7 @@ DIST: tuple[Field, ...] = (
     _F("p95", "", False, ""),
     _F("p99", "", False, ""),
     _F("max", "", False, ""),
-    _F("p50_ci", "", False, "[lo, hi] of the median (an end too few values can bound is null)",
-       optional=True),
+    _F("p50_ci", "", False, "[lo, hi] of the median (an end too few values can bound is null)", optional=True),
     _F("p95_ci", "", False, "[lo, hi] of the p95", optional=True),
     _F("ci_method", "", True, "how the intervals were found", optional=True),
     _F("ci_n", "count", False, "values the intervals rest on", optional=True),
@@ -52,8 +53,13 @@ RIVA_STATS: tuple[Field, ...] = (
 #: ``riva``: the perf client's latency figures over a step's streams.
 RIVA: tuple[Field, ...] = (
     _F("first_audio_ms", "ms", True, "to the first audio (ttfa_ms), pooled over the streams", of=RIVA_STATS),
-    _F("chunk_ms", "ms", True, "between consecutive audio arrivals of a stream, the first excluded, "
-                               "pooled over the streams", of=RIVA_STATS),
+    _F(
+        "chunk_ms",
+        "ms",
+        True,
+        "between consecutive audio arrivals of a stream, the first excluded, pooled over the streams",
+        of=RIVA_STATS,
+    ),
 )
 
 #: A step's window: the span its figures are over.
@@ -75,8 +81,7 @@ OPEN_STEP: tuple[Field, ...] = (
     _F("settle_s", "s", True, "where its window opens"),
     _F("settling", "", False, "its window has not opened yet: nothing is measured"),
     _F("completions", "count", False, "final attempts finished in its window so far"),
-    _F("withheld", "", False, "the figures set to null: too few values for them yet "
-                              "(analysis.steps.OPEN_MIN_COUNT)"),
+    _F("withheld", "", False, "the figures set to null: too few values for them yet (analysis.steps.OPEN_MIN_COUNT)"),
     _F("note", "", False, "why, in one sentence"),
 )
 
@@ -114,18 +119,15 @@ SERIES_STATS: tuple[Field, ...] = (
 #: A server role (queue depth, running, batch size, KV cache) and the series that told it.
 SERVER_ROLE: tuple[Field, ...] = (
     _F("series", "", False, "the series the role was read from"),
-    _F("why", "", False, "how it got the role: a known server's name, an obvious ending, --server-role",
-       optional=True),
+    _F("why", "", False, "how it got the role: a known server's name, an obvious ending, --server-role", optional=True),
 ) + SERIES_STATS
 #: ``server`` and ``client``: a role's samples over the window, the highest of its hosts' figures.
 RESOURCE_AGGREGATE: tuple[Field, ...] = HOST_AGGREGATE + (
     _F("hosts", "", False, "the hosts sampled"),
-    _F("gpu_mem_fallback_bytes", "bytes", True, "server: GPU memory just after the step",
-       optional=True),
+    _F("gpu_mem_fallback_bytes", "bytes", True, "server: GPU memory just after the step", optional=True),
     _F("metrics", "", True, "server: the scraped series", optional=True, of=Keyed("series", SERIES_STATS)),
     _F("metrics_left_out", "count", False, "server: series past the cap", optional=True),
-    _F("server_roles", "", True, "server: the roles its series tell",
-       optional=True, of=Keyed("role", SERVER_ROLE)),
+    _F("server_roles", "", True, "server: the roles its series tell", optional=True, of=Keyed("role", SERVER_ROLE)),
     _F("by_host", "", False, "each host's own figures", of=Keyed("host", HOST_AGGREGATE)),
 )
 
@@ -142,8 +144,12 @@ INTEGRITY: tuple[Field, ...] = (
 )
 LITTLE: tuple[Field, ...] = (
     _F("effective_concurrency", "users", False, "mean busy users over the window"),
-    _F("expected_concurrency", "users", False, "what the users should keep busy: concurrency x --contexts, "
-                                               "less --think-time's share"),
+    _F(
+        "expected_concurrency",
+        "users",
+        False,
+        "what the users should keep busy: concurrency x --contexts, less --think-time's share",
+    ),
     _F("ratio", "", False, "effective / expected"),
     _F("window_s", "s", False, ""),
 )
@@ -217,8 +223,12 @@ SPEECH_EXAMPLE: tuple[Field, ...] = (
 SPEECH_STEP: tuple[Field, ...] = (
     _F("metric", "", False, "'wer' or 'cer'"),
     _F("judged", "count", False, "clips judged"),
-    _F("not_judged", "count", False, "clips sent to the judge that it could not judge (undecodable, the judge "
-                                      "behind or gone)"),
+    _F(
+        "not_judged",
+        "count",
+        False,
+        "clips sent to the judge that it could not judge (undecodable, the judge behind or gone)",
+    ),
     _F("wer_mean", "", True, "mean word error rate (null when the metric is cer)"),
     _F("wer_p95", "", True, ""),
     _F("cer_mean", "", True, "mean character error rate, where cer is the metric"),
@@ -236,14 +246,19 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("phase", "", True, "'grid', 'refine' or 'soak'"),
     _F("repeat", "count", True, ""),
     _F("window", "", False, "the span the figures are over", of=WINDOW),
-    _F("open", "", False, "a step still running: what its window gives so far (absent once closed)",
-       of=OPEN_STEP, optional=True),
+    _F(
+        "open",
+        "",
+        False,
+        "a step still running: what its window gives so far (absent once closed)",
+        of=OPEN_STEP,
+        optional=True,
+    ),
     _F("requests", "count", False, "logical requests (final attempts), settled"),
     _F("attempts", "count", False, ""),
     _F("ok", "count", False, ""),
     _F("failed", "count", False, ""),
-    _F("cut_by_run_end", "count", False, "attempts the run's end cut (left out of every other figure)",
-       optional=True),
+    _F("cut_by_run_end", "count", False, "attempts the run's end cut (left out of every other figure)", optional=True),
     _F("error_rate", "", True, "failed / requests"),
     _F("attempt_failures", "count", False, ""),
     _F("attempt_failure_rate", "", True, ""),
@@ -260,8 +275,13 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("attempts_by_number", "count", False, "attempts by their number", of=ATTEMPTS_BY_NUMBER),
     _F("throttled", "count", False, "429 and 503 attempts (and WebSocket closes 1013, try again later)"),
     _F("non_throttle_failures", "count", False, ""),
-    _F("status_counts", "count", False, "attempts by status: the HTTP status, or the gRPC code name "
-                                        "('conn_error': no answer)", of=Keyed("status")),
+    _F(
+        "status_counts",
+        "count",
+        False,
+        "attempts by status: the HTTP status, or the gRPC code name ('conn_error': no answer)",
+        of=Keyed("status"),
+    ),
     _F("retry_after_s", "s", True, "", of=DIST),
     _F("backoff_ms", "ms", True, "", of=DIST),
     _F("streamed", "", False, "the run read its responses as streams"),
@@ -278,8 +298,12 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("rtfx", "", True, "audio seconds delivered per wall second (audio_s_per_s, by the perf client's name)"),
     _F("chars_per_s", "chars/s", True, "characters of the successful completions per second"),
     _F("utterances_per_hour", "count", True, "throughput_rps times 3600"),
-    _F("cancelled", "count", False, "requests the listener interrupted (--barge-in): ok, and left out of the "
-                                     "latency, throughput and tail figures"),
+    _F(
+        "cancelled",
+        "count",
+        False,
+        "requests the listener interrupted (--barge-in): ok, and left out of the latency, throughput and tail figures",
+    ),
     _F("cancel_to_quiet_ms", "ms", True, "cancelled requests: the cancel to quiet", of=DIST),
     _F("integrity", "", False, "the same text gives about the same audio at every step", of=INTEGRITY),
     # the signal (audio.signal) and the ASR judge (audio.asr, --asr-model)
@@ -287,8 +311,7 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("trailing_silence_ms", "ms", True, "audio after the last sound", of=DIST),
     _F("ttfa_audible_ms", "ms", True, "when the listener hears the first sound (the playback model)", of=DIST),
     _F("silent_rate", "", True, "share of the requests that failed with silent audio"),
-    _F("runaway_rate", "", True, "share that ran away: audio per character over 3x the run's median for the "
-                                 "language"),
+    _F("runaway_rate", "", True, "share that ran away: audio per character over 3x the run's median for the language"),
     _F("truncated_rate", "", True, "share cut short: under a third of that median"),
     _F("clipped_rate", "", True, "share of the checked answers with over 0.1 % of samples at full scale"),
     _F("speech", "", True, "what the ASR judge heard (--asr-model); null when not judged", of=SPEECH_STEP),
@@ -302,19 +325,22 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("client", "", True, "the load generator's resources", of=RESOURCE_AGGREGATE),
     _F("steps", "", False, "level: the steps pooled", optional=True),
     _F("repeats", "count", False, "level: how many", optional=True),
-    _F("spread", "", True, "level tested more than once: the spread between repeats",
-       optional=True, of=SPREAD),
+    _F("spread", "", True, "level tested more than once: the spread between repeats", optional=True, of=SPREAD),
     # open loop
     _F("rate", "req/s", False, "open loop: the offered rate", optional=True),
     _F("speed", "x", True, "trace replay: the rate as a speed of the trace", optional=True),
-    _F("offered_rps", "req/s", False, "trace replay: what the settled window replayed, per second (throughput_ratio "
-                                      "is over it)", optional=True),
+    _F(
+        "offered_rps",
+        "req/s",
+        False,
+        "trace replay: what the settled window replayed, per second (throughput_ratio is over it)",
+        optional=True,
+    ),
     _F("dropped", "count", False, "open loop: arrivals not sent", optional=True),
     _F("offered", "count", False, "open loop: arrivals scheduled", optional=True),
     _F("throughput_ratio", "", True, "open loop: throughput / rate", optional=True),
     _F("inflight", "", False, "open loop", optional=True, of=INFLIGHT),
-    _F("sched_wait_ms", "ms", True, "open loop: what a caller who arrived on time waited",
-       optional=True, of=DIST),
+    _F("sched_wait_ms", "ms", True, "open loop: what a caller who arrived on time waited", optional=True, of=DIST),
     _F("send_lag_ms", "ms", True, "open loop: the generator's lateness in sending", optional=True, of=DIST),
     _F("growth", "", False, "open loop: whether the queue kept growing", optional=True, of=GROWTH),
     _F("voices", "count", False, "voice sweep: the distinct voices the step drew from", optional=True),
@@ -323,9 +349,22 @@ STEP_SUMMARY: tuple[Field, ...] = (
 #: ``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
 #: Each is there where its method applies (a streamed run judges underruns and TTFA, an open-loop
 #: run its own methods, --asr-model the speech), null where it names no step.
-KNEE_METHODS: tuple[Field, ...] = tuple(_F(name, "", True, "", optional=True) for name in (
-    "latency_vs_lowest", "failures", "latency_vs_previous", "throughput_efficiency", "kneedle",
-    "piecewise", "underruns", "ttfa_vs_lowest", "throughput_shortfall", "latency_growing", "speech"))
+KNEE_METHODS: tuple[Field, ...] = tuple(
+    _F(name, "", True, "", optional=True)
+    for name in (
+        "latency_vs_lowest",
+        "failures",
+        "latency_vs_previous",
+        "throughput_efficiency",
+        "kneedle",
+        "piecewise",
+        "underruns",
+        "ttfa_vs_lowest",
+        "throughput_shortfall",
+        "latency_growing",
+        "speech",
+    )
+)
 KNEE: tuple[Field, ...] = (
     _F("concurrency", "users", True, "the knee, or null; open loop: null"),
     _F("index", "", True, "into the levels"),
@@ -337,17 +376,40 @@ KNEE: tuple[Field, ...] = (
     _F("inflation_basis", "", False, "'latency' or 'ttfa'", optional=True),
     _F("efficiency", "", False, "throughput per user over the lowest's", optional=True),
     _F("ttfa_floor_ms", "ms", True, "", optional=True),
-    _F("ttfa_basis", "", False, "streamed: what the TTFA rule judged, ttfa_audible_ms (the first sound heard) "
-                                "where every step has it, else ttfa_ms", optional=True),
-    _F("silence_first", "", False, "streamed: the knee is the first sound heard coming later (leading silence) "
-                                   "while the first audio came as early", optional=True),
+    _F(
+        "ttfa_basis",
+        "",
+        False,
+        "streamed: what the TTFA rule judged, ttfa_audible_ms (the first sound heard) "
+        "where every step has it, else ttfa_ms",
+        optional=True,
+    ),
+    _F(
+        "silence_first",
+        "",
+        False,
+        "streamed: the knee is the first sound heard coming later (leading silence) "
+        "while the first audio came as early",
+        optional=True,
+    ),
     _F("untimed_stream", "", False, "streamed, but no stream could be timed", optional=True),
-    _F("speech_rise", "", False, "--asr-model: each level's rise in error rate over the lowest's, paired by text "
-                                 "(null where too few pairs)", optional=True, of=SPEECH_RISE),
+    _F(
+        "speech_rise",
+        "",
+        False,
+        "--asr-model: each level's rise in error rate over the lowest's, paired by text (null where too few pairs)",
+        optional=True,
+        of=SPEECH_RISE,
+    ),
     _F("speech_first", "", False, "--asr-model: the speech knee came before any latency knee", optional=True),
     _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
-    _F("voices", "count", True, "voice sweep: the knee's number of distinct voices (concurrency: the one it "
-                                "ran at)", optional=True),
+    _F(
+        "voices",
+        "count",
+        True,
+        "voice sweep: the knee's number of distinct voices (concurrency: the one it ran at)",
+        optional=True,
+    ),
     _F("axis", "", False, "open loop: 'rate'; voice sweep: 'voices'", optional=True),
 )
 
@@ -362,8 +424,14 @@ SLO_VERDICT: tuple[Field, ...] = (
     _F("failed", "", False, ""),
     _F("inconclusive", "", False, ""),
     _F("values", "", False, "each term's figure", of=Keyed("SLO term")),
-    _F("intervals", "", False, "the 95% interval [lo, hi] of each term's figure that has one",
-       optional=True, of=Keyed("SLO term")),
+    _F(
+        "intervals",
+        "",
+        False,
+        "the 95% interval [lo, hi] of each term's figure that has one",
+        optional=True,
+        of=Keyed("SLO term"),
+    ),
     _F("more_requests", "count", True, "requests still needed to decide"),
     _F("voices", "count", False, "voice sweep: the level's number of voices", optional=True),
 )
@@ -372,28 +440,34 @@ SLO: tuple[Field, ...] = (
     _F("steps", "", False, "one verdict per level", of=SLO_VERDICT),
     _F("by_step", "", False, "one verdict per executed step", of=SLO_VERDICT),
     _F("max_concurrency", "users", True, "largest level meeting it with every lower one; open loop: null"),
-    _F("max_rate", "req/s", True, "open loop: the highest offered rate meeting it with every lower one",
-       optional=True),
-    _F("max_voices", "count", True, "voice sweep: the most voices meeting it with every fewer tested one",
-       optional=True),
+    _F("max_rate", "req/s", True, "open loop: the highest offered rate meeting it with every lower one", optional=True),
+    _F(
+        "max_voices",
+        "count",
+        True,
+        "voice sweep: the most voices meeting it with every fewer tested one",
+        optional=True,
+    ),
     _F("max_speed", "x", True, "trace replay: max_rate as a speed of the trace", optional=True),
 )
+
 
 class DiagnosisKind(StrEnum):
     """``diagnosis.kind``: what bends the service at the knee (:mod:`analysis.diagnosis` says in
     which order they are checked; a voice sweep and the ASR judge add theirs). A member is its
     name as a string, so it reads, compares and serialises as one."""
-    NO_KNEE = "no_knee"                      # no step broke
-    MEMORY_BOUND = "memory_bound"            # GPU memory near full, out-of-memory errors, memory not returning
-    CLIENT_BOUND = "client_bound"            # the load generator itself saturated (its CPU, or Little's law)
-    RATE_LIMITED = "rate_limited"            # 429/503 and Retry-After rising
-    SERVER_ERRORS = "server_errors"          # failures that are not throttling
-    CLIENT_IO = "client_io"                  # writing or joining the audio rising while the wait is flat
-    QUEUEING = "queueing"                    # requests queue, and without server samples the cause is unknown
-    COMPUTE_BOUND = "compute_bound"          # queueing with the server's GPU or CPU saturated
+
+    NO_KNEE = "no_knee"  # no step broke
+    MEMORY_BOUND = "memory_bound"  # GPU memory near full, out-of-memory errors, memory not returning
+    CLIENT_BOUND = "client_bound"  # the load generator itself saturated (its CPU, or Little's law)
+    RATE_LIMITED = "rate_limited"  # 429/503 and Retry-After rising
+    SERVER_ERRORS = "server_errors"  # failures that are not throttling
+    CLIENT_IO = "client_io"  # writing or joining the audio rising while the wait is flat
+    QUEUEING = "queueing"  # requests queue, and without server samples the cause is unknown
+    COMPUTE_BOUND = "compute_bound"  # queueing with the server's GPU or CPU saturated
     CONCURRENCY_LIMIT = "concurrency_limit"  # queueing while the server's resources are not saturated
-    VOICE_CACHE = "voice_cache"              # a voice sweep: latency rising with the number of distinct voices
-    SPEECH_DEGRADED = "speech_degraded"      # the ASR judge hears the words go wrong before latency bends
+    VOICE_CACHE = "voice_cache"  # a voice sweep: latency rising with the number of distinct voices
+    SPEECH_DEGRADED = "speech_degraded"  # the ASR judge hears the words go wrong before latency bends
 
 
 DIAGNOSIS: tuple[Field, ...] = (
@@ -497,11 +571,11 @@ SOAK_WINDOW: tuple[Field, ...] = (
     _F("p50_ms", "ms", True, "latency of the successful ones (open loop: from the schedule)"),
     _F("p95_ms", "ms", True, ""),
     _F("ttfa_p95_ms", "ms", True, "streamed runs", optional=True),
-    _F("server_rss_bytes", "bytes", False, "the watched server process, median of the samples",
-       of=Keyed("host")),
+    _F("server_rss_bytes", "bytes", False, "the watched server process, median of the samples", of=Keyed("host")),
     _F("gpu_mem_bytes", "bytes", False, "the server's fullest GPU, median", of=Keyed("host")),
-    _F("client_rss_bytes", "bytes", False, "the load generator's processes (master, workers), median",
-       of=Keyed("host")),
+    _F(
+        "client_rss_bytes", "bytes", False, "the load generator's processes (master, workers), median", of=Keyed("host")
+    ),
 )
 SOAK_TREND: tuple[Field, ...] = (
     _F("figure", "", False, "a window figure: p50_ms, p95_ms, throughput_rps, server_rss_bytes …"),
@@ -546,8 +620,7 @@ SUMMARY_RUN: tuple[Field, ...] = (
     _F("versions", "", True, "", of=VERSIONS),
     _F("settle_s", "s", True, ""),
     _F("run_json_error", "", True, "why run.json could not be read"),
-    _F("audio_missing", "count", True, "run.json's: audio files not written in time, by why",
-       of=Keyed("audio_file")),
+    _F("audio_missing", "count", True, "run.json's: audio files not written in time, by why", of=Keyed("audio_file")),
 )
 RECORDS: tuple[Field, ...] = (
     _F("lines", "count", False, "lines of requests.jsonl read"),
@@ -566,8 +639,14 @@ ORPHANED: tuple[Field, ...] = (
     _F("series", "", False, "the server's series it was read from"),
     _F("samples", "count", False, "server samples read"),
     _F("uncertainty_s", "s", False, "from the process's CPU: the 95 % interval of per_cancel_s (±)", optional=True),
-    _F("busy_scale", "", False, "from the process's CPU: the fitted time the server went on with an abandoned "
-                                "request, as a share of a heard one's of its text", optional=True),
+    _F(
+        "busy_scale",
+        "",
+        False,
+        "from the process's CPU: the fitted time the server went on with an abandoned "
+        "request, as a share of a heard one's of its text",
+        optional=True,
+    ),
 )
 #: ``hangups``: requests the client gave up on at --request-timeout, and the work they left the server.
 HANGUP_WORK: tuple[Field, ...] = (
@@ -577,8 +656,12 @@ HANGUP_WORK: tuple[Field, ...] = (
     _F("method", "", False, "how it was estimated"),
     _F("series", "", False, "the series it was read from"),
     _F("samples", "count", False, "server samples read"),
-    _F("busy_scale", "", False, "the fitted time the server went on with a hang-up, as a share of a heard "
-                                "request's of its text"),
+    _F(
+        "busy_scale",
+        "",
+        False,
+        "the fitted time the server went on with a hang-up, as a share of a heard request's of its text",
+    ),
 )
 HANGUPS: tuple[Field, ...] = (
     _F("timed_out", "count", False, "attempts the client abandoned at --request-timeout, every phase"),
@@ -592,8 +675,14 @@ BARGE_IN: tuple[Field, ...] = (
     _F("unacknowledged", "count", False, "cancels whose acknowledgement never came within the bounded wait"),
     _F("cancel_to_quiet_ms", "ms", True, "the cancel to the last audio, or to its acknowledgement", of=DIST),
     _F("audio_after_cancel_ms", "ms", True, "audio that still arrived after each cancel", of=DIST),
-    _F("orphaned_work_s", "s", True, "from the server's running-requests series, else from a collector's watch "
-                                     "on its process's CPU; null without either", of=ORPHANED),
+    _F(
+        "orphaned_work_s",
+        "s",
+        True,
+        "from the server's running-requests series, else from a collector's watch "
+        "on its process's CPU; null without either",
+        of=ORPHANED,
+    ),
     _F("orphaned_note", "", True, "why orphaned_work_s is null, where the CPU could not tell", optional=True),
 )
 
@@ -606,8 +695,12 @@ CAPACITY_PLAN: tuple[Field, ...] = (
     _F("demand", "", False, "--plan-for as given: N concurrent requests, or N/s"),
     _F("per_s", "", False, "the demand is a rate"),
     _F("headroom", "", False, "--headroom: the share of a replica's capacity left unplanned"),
-    _F("per_replica", "", True, "what one replica carried at the recommendation: its concurrency, or its "
-                                "req/s for a rate"),
+    _F(
+        "per_replica",
+        "",
+        True,
+        "what one replica carried at the recommendation: its concurrency, or its req/s for a rate",
+    ),
     _F("replicas", "count", True, "ceil(demand / (per_replica * (1 - headroom))); null: nothing carried"),
 )
 CAPACITY: tuple[Field, ...] = (
@@ -634,15 +727,17 @@ TEXT_REUSE: tuple[Field, ...] = (
     _F("note", "", False, "the verdict in one sentence"),
 )
 
+
 class Outcome(StrEnum):
     """What became of a request, judged by its final attempt (:func:`analysis.probe.outcome`): the
     probe counts its requests by these (``PROBE_LEVEL``)."""
-    AUDIO = "audio"                # answered with audio
-    REFUSED = "refused"            # a 4xx (or a gRPC code that reads as one)
+
+    AUDIO = "audio"  # answered with audio
+    REFUSED = "refused"  # a 4xx (or a gRPC code that reads as one)
     SERVER_ERROR = "server_error"  # a 5xx other than 504
-    TIMEOUT = "timeout"            # no answer within --request-timeout, or a 504
-    SILENT = "silent"              # audio with no sound in it
-    ERROR = "error"                # failed otherwise: a reset connection, a body that is not audio
+    TIMEOUT = "timeout"  # no answer within --request-timeout, or a 504
+    SILENT = "silent"  # audio with no sound in it
+    ERROR = "error"  # failed otherwise: a reset connection, a body that is not audio
 
 
 # ---- the hostile-text probe (--probe-texts): what the server did per class (analysis.probe)
@@ -665,8 +760,13 @@ PROBE_CLASS: tuple[Field, ...] = (
     _F("ms_p50", "ms", True, "send to done, retries included"),
     _F("ms_max", "ms", True, ""),
     _F("audio_s_p50", "s", True, "of those answered with audio"),
-    _F("wrong_length", "count", False, "audio of texts of 20 characters or more whose length per character is a "
-                                       "runaway or truncated one against the sweep's own pace"),
+    _F(
+        "wrong_length",
+        "count",
+        False,
+        "audio of texts of 20 characters or more whose length per character is a "
+        "runaway or truncated one against the sweep's own pace",
+    ),
     _F("error", "", True, "the first error message"),
     _F("needs_guarding", "", False, "a server error, a timeout, silence, another failure or a wrong length"),
     _F("verdict", "", False, "what the server did, in words"),
@@ -690,13 +790,16 @@ SPIKE_PART: tuple[Field, ...] = (
     _F("p95_ms", "ms", True, "of the successful final attempts (TTFA in a streamed run)"),
     _F("p95_x", "", True, "p95_ms over the p95 before the spike"),
 )
+
+
 class SpikeBehaviour(StrEnum):
     """``spike.behaviour``: how the server took the spike, the first that holds (see :mod:`analysis.spike`)."""
-    CRASHED = "crashed"   # it stopped answering: the health probe failed, no answers came, or its process went
-    SHEDS = "sheds"       # it refused fast (429/503) a share of the spike
-    FAILS = "fails"       # other failures: 5xx, resets, timeouts
-    QUEUES = "queues"     # nothing refused, latency grew
-    ABSORBS = "absorbs"   # latency stayed within 1.2x of before
+
+    CRASHED = "crashed"  # it stopped answering: the health probe failed, no answers came, or its process went
+    SHEDS = "sheds"  # it refused fast (429/503) a share of the spike
+    FAILS = "fails"  # other failures: 5xx, resets, timeouts
+    QUEUES = "queues"  # nothing refused, latency grew
+    ABSORBS = "absorbs"  # latency stayed within 1.2x of before
 
 
 SPIKE: tuple[Field, ...] = (
@@ -705,14 +808,23 @@ SPIKE: tuple[Field, ...] = (
     _F("level", "users", False, "the level before and after"),
     _F("spike_level", "users", False, "ceil(level x factor)"),
     _F("behaviour", "", False, "one of " + ", ".join(SpikeBehaviour)),
-    _F("recovery_s", "s", True, "from the recovery's start until the p95 stays within 1.2x of before; null: did "
-                                "not recover within the run (or crashed)"),
+    _F(
+        "recovery_s",
+        "s",
+        True,
+        "from the recovery's start until the p95 stays within 1.2x of before; null: did "
+        "not recover within the run (or crashed)",
+    ),
     _F("basis", "", False, "the latency judged: wait_ms, or ttfa_ms in a streamed run"),
     _F("before_p95_ms", "ms", True, "p95 of the settled step before the spike"),
     _F("during", "", False, "the spike step", of=SPIKE_PART),
     _F("after", "", True, "the recovery step", of=SPIKE_PART),
-    _F("process_gone_at", "unix s", True, "when the server process a collector watched exited during it; null: "
-                                          "it did not, or none was watched"),
+    _F(
+        "process_gone_at",
+        "unix s",
+        True,
+        "when the server process a collector watched exited during it; null: it did not, or none was watched",
+    ),
     _F("text", "", False, "the verdict in one sentence (also the diagnosis's last evidence)"),
 )
 
@@ -746,18 +858,27 @@ SUMMARY: tuple[Field, ...] = (
     _F("bad_lines", "count", False, "unparseable lines per file", of=PER_FILE),
     _F("incomplete_last_line", "", False, "per file", of=PER_FILE),
     _F("steps", "", False, "one step summary per executed step, in run order", of=STEP_SUMMARY),
-    _F("in_progress_step", "", True, "the live view's open step, which the verdict waits for (null: none)",
-       of=IN_PROGRESS),
-    _F("levels", "", False, "one per tested concurrency, repeats pooled, closed steps only",
-       of=STEP_SUMMARY),
+    _F(
+        "in_progress_step",
+        "",
+        True,
+        "the live view's open step, which the verdict waits for (null: none)",
+        of=IN_PROGRESS,
+    ),
+    _F("levels", "", False, "one per tested concurrency, repeats pooled, closed steps only", of=STEP_SUMMARY),
     _F("knee", "", False, "concurrency (or null) and methods; open loop: rate (or null) instead", of=KNEE),
     _F("slo", "", True, "spec, steps, by_step, max_concurrency", of=SLO),
     _F("recommended_concurrency", "users", True, ""),
     _F("recommendation", "", False, "the recommendation in words"),
     _F("capacity", "", False, "the recommendation in replicas and money (analysis.capacity)", of=CAPACITY),
     _F("health", "", True, "run.json's health probe after the run (null: none was made)", of=PREFLIGHT),
-    _F("text_reuse", "", False, "first and later sends of a text compared: an answer cache (analysis.reuse)",
-       of=TEXT_REUSE),
+    _F(
+        "text_reuse",
+        "",
+        False,
+        "first and later sends of a text compared: an answer cache (analysis.reuse)",
+        of=TEXT_REUSE,
+    ),
     _F("diagnosis", "", False, "kind and evidence", of=DIAGNOSIS),
     _F("little_law", "", True, "", of=LITTLE_LAW),
     _F("usl", "", True, "Universal Scalability Law fit", of=USL),
@@ -765,22 +886,50 @@ SUMMARY: tuple[Field, ...] = (
     _F("gpu_memory_after_run_bytes", "bytes", True, ""),
     _F("gpu_memory_creep", "", True, "", of=MEMORY_CREEP),
     _F("server_timing_stages", "", False, "Server-Timing stage names seen"),
-    _F("recommended_rate", "req/s", True, "open loop: the offered rate before the knee "
-                                          "(recommended_concurrency is then what it implies)", optional=True),
+    _F(
+        "recommended_rate",
+        "req/s",
+        True,
+        "open loop: the offered rate before the knee (recommended_concurrency is then what it implies)",
+        optional=True,
+    ),
     _F("dropped", "count", False, "open loop: arrivals not sent, all steps", optional=True),
-    _F("cut_by_run_end", "count", False, "attempts still in flight when the run's drain ended, all steps",
-       optional=True),
-    _F("recommended_voices", "count", True, "voice sweep: the number of distinct voices before the knee (with an "
-                                            "SLO: slo.max_voices)", optional=True),
+    _F(
+        "cut_by_run_end",
+        "count",
+        False,
+        "attempts still in flight when the run's drain ended, all steps",
+        optional=True,
+    ),
+    _F(
+        "recommended_voices",
+        "count",
+        True,
+        "voice sweep: the number of distinct voices before the knee (with an SLO: slo.max_voices)",
+        optional=True,
+    ),
     _F("barge_in", "", True, "with --barge-in", optional=True, of=BARGE_IN),
-    _F("hangups", "", False, "where the client gave up on requests and a collector watched the server process",
-       optional=True, of=HANGUPS),
+    _F(
+        "hangups",
+        "",
+        False,
+        "where the client gave up on requests and a collector watched the server process",
+        optional=True,
+        of=HANGUPS,
+    ),
     _F("regression", "", True, "with --baseline", optional=True, of=REGRESSION),
     _F("require", "", True, "with --require", optional=True, of=REQUIRE),
     _F("soak", "", False, "with --soak: drift over the level held", optional=True, of=SOAK),
-    _F("probe", "", False, "with --probe-texts: what the server did per class of hostile text", optional=True,
-       of=PROBE),
+    _F(
+        "probe", "", False, "with --probe-texts: what the server did per class of hostile text", optional=True, of=PROBE
+    ),
     _F("spike", "", False, "with --spike: how the server took it, and its recovery", optional=True, of=SPIKE),
-    _F("trace", "", False, "with --trace: the log replayed, its bursts per step, the answers as speeds",
-       optional=True, of=TRACE_PART),
+    _F(
+        "trace",
+        "",
+        False,
+        "with --trace: the log replayed, its bursts per step, the answers as speeds",
+        optional=True,
+        of=TRACE_PART,
+    ),
 )

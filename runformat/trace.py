@@ -16,6 +16,7 @@ file with a header row (``.csv``), one arrival per row, in the order they arrive
 Any other column is an error, so that a misspelt one is not silently ignored. A CSV cell left
 empty is a column not given for that row.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,7 +37,8 @@ class TraceError(ValueError):
 @dataclass(frozen=True)
 class Row:
     """One arrival of a trace, as the file has it."""
-    line: int                 # where it is in the file (1-based; a CSV's header is line 1)
+
+    line: int  # where it is in the file (1-based; a CSV's header is line 1)
     offset_s: float
     text: str | None = None
     text_len: int | None = None
@@ -66,8 +68,10 @@ def read(path: Path) -> list[Row]:
         raise TraceError(f"{path} has no rows: a trace lists one arrival per row (offset_s and a text)")
     for above, row in zip(rows, rows[1:]):
         if row.offset_s < above.offset_s:
-            raise TraceError(f"{path} line {row.line}: offset_s {row.offset_s:g} is before line {above.line}'s "
-                             f"{above.offset_s:g}: a trace lists its arrivals in the order they came")
+            raise TraceError(
+                f"{path} line {row.line}: offset_s {row.offset_s:g} is before line {above.line}'s "
+                f"{above.offset_s:g}: a trace lists its arrivals in the order they came"
+            )
     _check_turns(path, rows)
     return rows
 
@@ -89,7 +93,7 @@ def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
 
 
 def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
-    reader = csv.reader(io.StringIO(raw, newline=""))   # a quoted cell may hold a newline
+    reader = csv.reader(io.StringIO(raw, newline=""))  # a quoted cell may hold a newline
     try:
         return _csv_rows(path, reader)
     except csv.Error as e:
@@ -103,11 +107,10 @@ def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
     header = [h.strip() for h in header]
     unknown = [h for h in header if h not in COLUMNS]
     if unknown:
-        raise TraceError(f"{path} line 1: unknown column {unknown[0]!r}; a trace's columns are "
-                         f"{', '.join(COLUMNS)}")
+        raise TraceError(f"{path} line 1: unknown column {unknown[0]!r}; a trace's columns are {', '.join(COLUMNS)}")
     out = []
     for cells in reader:
-        n = reader.line_num   # the row's last line in the file
+        n = reader.line_num  # the row's last line in the file
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != len(header):
@@ -128,8 +131,10 @@ def _row(path: Path, line: int, item: dict) -> Row:
         raise TraceError(f"{where}: offset_s {offset:g} is negative; offsets count seconds from the trace's start")
     given = [k for k in TEXT_COLUMNS if item.get(k) is not None]
     if len(given) != 1:
-        raise TraceError(f"{where} has {' and '.join(given) if given else 'no text'}: a row gives exactly one of "
-                         f"text, text_len (characters) or text_id (a corpus entry)")
+        raise TraceError(
+            f"{where} has {' and '.join(given) if given else 'no text'}: a row gives exactly one of "
+            f"text, text_len (characters) or text_id (a corpus entry)"
+        )
     text_len = _number(where, "text_len", item.get("text_len"), whole=True)
     if text_len is not None and text_len < 1:
         raise TraceError(f"{where}: text_len {text_len} is not a number of characters of 1 or more")
@@ -143,8 +148,17 @@ def _row(path: Path, line: int, item: dict) -> Row:
             raise TraceError(f"{where}: {k} {v!r} is not a string")
     if strings["conversation"] is None and turn is not None:
         raise TraceError(f"{where} has a turn but no conversation: turns order a conversation's rows")
-    return Row(line, offset, strings["text"], text_len, strings["text_id"], strings["voice"] or None,
-               strings["language"] or None, strings["conversation"] or None, turn)
+    return Row(
+        line,
+        offset,
+        strings["text"],
+        text_len,
+        strings["text_id"],
+        strings["voice"] or None,
+        strings["language"] or None,
+        strings["conversation"] or None,
+        turn,
+    )
 
 
 def _number(where: str, key: str, v, whole: bool = False):
@@ -177,11 +191,14 @@ def _check_turns(path: Path, rows: list[Row]) -> None:
         ordered = sorted(turns, key=lambda r: r.turn) if numbered else turns
         for above, r in zip(ordered, ordered[1:]):
             if r.turn is not None and r.turn == above.turn:
-                raise TraceError(f"{path} line {r.line}: conversation {name!r} has turn {r.turn} twice "
-                                 f"(line {above.line} too)")
+                raise TraceError(
+                    f"{path} line {r.line}: conversation {name!r} has turn {r.turn} twice (line {above.line} too)"
+                )
             if r.offset_s < above.offset_s:
-                raise TraceError(f"{path} line {r.line}: turn {r.turn} of conversation {name!r} comes at "
-                                 f"{r.offset_s:g} s, before turn {above.turn} at {above.offset_s:g} s")
+                raise TraceError(
+                    f"{path} line {r.line}: turn {r.turn} of conversation {name!r} comes at "
+                    f"{r.offset_s:g} s, before turn {above.turn} at {above.offset_s:g} s"
+                )
 
 
 def conversation_turns(rows: list[Row]) -> dict[str, list[int]]:

@@ -1,4 +1,5 @@
 """What the testbed's command-line programs share: one-line argument errors and value types."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ def positive(text: str) -> float:
 def number(kind, low=None, high=None, high_open=False):
     """An argparse type: ``kind`` (int or float) within [low, high] (or [low, high)), finite,
     with a plain message such as ``expected an integer >= 1, got 'x'``."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -46,9 +48,9 @@ def number(kind, low=None, high=None, high_open=False):
                 bounds.append(f">= {low}")
             if high is not None:
                 bounds.append(f"{'<' if high_open else '<='} {high}")
-            raise argparse.ArgumentTypeError(
-                f"expected {name} {' and '.join(bounds)}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {name} {' and '.join(bounds)}, got {text!r}")
         return value
+
     return parse
 
 
@@ -70,7 +72,8 @@ def bindable_port(host: str, port: int, flag: str = "--port") -> int:
             sock.bind((host, port))
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
-                raise Failure(f"port {port} on {host} is already in use; pick another with "
-                              f"{flag} (0 picks a free one).", 2) from None
+                raise Failure(
+                    f"port {port} on {host} is already in use; pick another with {flag} (0 picks a free one).", 2
+                ) from None
             raise Failure(f"cannot bind {host}:{port} for {flag}: {err.strerror or err}.", 2) from None
         return sock.getsockname()[1]

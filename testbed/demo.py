@@ -26,6 +26,7 @@ Everything it starts runs in its own process group and is stopped (SIGTERM, then
 success; otherwise one sentence on stderr and 1 (a step failed), 2 (a bad flag or a busy
 port), 130 (SIGINT) or 143 (SIGTERM).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,14 +50,14 @@ PROG = "python -m tts_knee.testbed.demo"
 ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on (http://\S+)")
 HOST = "127.0.0.1"
-STOP_TIMEOUT_S = 10.0        # SIGTERM → SIGKILL
+STOP_TIMEOUT_S = 10.0  # SIGTERM → SIGKILL
 TARGET_START_TIMEOUT_S = 180.0
 COLLECTOR_START_TIMEOUT_S = 30.0
-SWEEP_GRACE_S = 180.0        # beyond the steps' own time: start-up, the last requests, the flush
+SWEEP_GRACE_S = 180.0  # beyond the steps' own time: start-up, the last requests, the flush
 DASHBOARD_TIMEOUT_S = 120.0
-TAIL_LINES = 8               # of a child's log, quoted when it fails
+TAIL_LINES = 8  # of a child's log, quoted when it fails
 PR_SET_PDEATHSIG = 1
-POLL_INTERVAL_S = 0.2        # how often the sweep checks that the servers still run
+POLL_INTERVAL_S = 0.2  # how often the sweep checks that the servers still run
 ACCESS_LINE = re.compile(r'"(GET|POST|PUT|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}')
 # Locust's log lines worth showing while the sweep runs (all of them go to locust.log).
 LOCUST_LINE = re.compile(r"^\[[^\]]+\] [^/]+/(?P<level>[A-Z]+)/(?P<logger>[\w.]+): (?P<msg>.*)$")
@@ -66,9 +67,10 @@ SHOWN_INFO = re.compile(r"^step \d+(/\d+)?: (concurrency \d+|[\d.]+ requests per
 @dataclass(frozen=True)
 class Target:
     """A server the demo can aim at: how to start it and how Locust talks to it."""
-    label: str                  # a short name
-    about: str                  # what it is, said once at start
-    module: list[str]           # python -m <module ...>
+
+    label: str  # a short name
+    about: str  # what it is, said once at start
+    module: list[str]  # python -m <module ...>
     tts_api: str
     steps: str
     step_time_s: float
@@ -77,11 +79,15 @@ class Target:
 # piper on 2 cores saturates at about 2 concurrent requests; 4 steps of 20 s keep the demo
 # to about two minutes. The simulator's 4 slots put the knee at 8.
 TARGETS = {
-    "piper": Target("piper", "the joe-us neural voice on CPU", ["tts_knee.testbed.piper"], "piper",
-                    "1,2,4,8", 20.0),
-    "sim": Target("the simulator", "4 slots, so the knee is at 8",
-                  ["tts_knee.testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1",
-                   "--seed", "1"], "openai", "1,2,4,8,16", 10.0),
+    "piper": Target("piper", "the joe-us neural voice on CPU", ["tts_knee.testbed.piper"], "piper", "1,2,4,8", 20.0),
+    "sim": Target(
+        "the simulator",
+        "4 slots, so the knee is at 8",
+        ["tts_knee.testbed.sim", "--slots", "4", "--base-ms", "100", "--per-char-ms", "1", "--seed", "1"],
+        "openai",
+        "1,2,4,8,16",
+        10.0,
+    ),
 }
 
 
@@ -102,18 +108,17 @@ def _steps(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Start a TTS target and a collector, sweep it, report.")
-    p.add_argument("--target", choices=sorted(TARGETS), default="piper",
-                   help="piper: the real voice on CPU (default); sim: the simulator")
-    p.add_argument("--steps", type=_steps,
-                   help="concurrency levels (default: piper 1,2,4,8; sim 1,2,4,8,16)")
-    p.add_argument("--step-time", type=positive,
-                   help="seconds per step (default: piper 20; sim 10)")
-    p.add_argument("--target-port", type=port, default=0,
-                   help="port for the target (default 0: a free one)")
-    p.add_argument("--collector-port", type=port, default=0,
-                   help="port for the collector (default 0: a free one)")
-    p.add_argument("--run-dir", type=Path,
-                   help="run directory (default runs/demo-<UTC timestamp>)")
+    p.add_argument(
+        "--target",
+        choices=sorted(TARGETS),
+        default="piper",
+        help="piper: the real voice on CPU (default); sim: the simulator",
+    )
+    p.add_argument("--steps", type=_steps, help="concurrency levels (default: piper 1,2,4,8; sim 1,2,4,8,16)")
+    p.add_argument("--step-time", type=positive, help="seconds per step (default: piper 20; sim 10)")
+    p.add_argument("--target-port", type=port, default=0, help="port for the target (default 0: a free one)")
+    p.add_argument("--collector-port", type=port, default=0, help="port for the collector (default 0: a free one)")
+    p.add_argument("--run-dir", type=Path, help="run directory (default runs/demo-<UTC timestamp>)")
     return p
 
 
@@ -143,9 +148,16 @@ class Child:
         self._log_file = open(log, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=self._log_file if on_line is None else subprocess.STDOUT,
-            text=True, errors="replace", preexec_fn=_in_own_group)
+            text=True,
+            errors="replace",
+            preexec_fn=_in_own_group,
+        )
         self.url: str | None = None
         self._ready = threading.Event()
         self._on_line = on_line
@@ -161,7 +173,7 @@ class Child:
             try:
                 self._log_file.write(line.encode())
                 self._log_file.flush()
-            except ValueError:   # closed by stop(): a straggler's last words
+            except ValueError:  # closed by stop(): a straggler's last words
                 pass
             if self.url is None:
                 m = LISTENING.search(line)
@@ -176,12 +188,10 @@ class Child:
         deadline = time.monotonic() + timeout_s
         while not self._ready.wait(0.1):
             if time.monotonic() > deadline:
-                raise Failure(f"{self.name} did not start listening within {timeout_s:g} s"
-                               f"{self.last_lines()}")
+                raise Failure(f"{self.name} did not start listening within {timeout_s:g} s{self.last_lines()}")
         if self.url is None:
             self.popen.wait()
-            raise Failure(f"{self.name} exited with status {self.popen.returncode} before "
-                           f"listening{self.last_lines()}")
+            raise Failure(f"{self.name} exited with status {self.popen.returncode} before listening{self.last_lines()}")
         return self.url
 
     def wait(self, timeout_s: float, alongside: list[Child]) -> int:
@@ -196,12 +206,13 @@ class Child:
                 pass
             for other in alongside:
                 if other.popen.poll() is not None:
-                    raise Failure(f"{other.name} exited with status {other.popen.returncode} "
-                                   f"while {self.name} ran{other.last_lines()}")
+                    raise Failure(
+                        f"{other.name} exited with status {other.popen.returncode} "
+                        f"while {self.name} ran{other.last_lines()}"
+                    )
             if time.monotonic() > deadline:
-                raise Failure(f"{self.name} did not finish within {timeout_s:g} s; see "
-                               f"{_shown(self.log)}.")
-        self._pump.join(2)   # its last lines
+                raise Failure(f"{self.name} did not finish within {timeout_s:g} s; see {_shown(self.log)}.")
+        self._pump.join(2)  # its last lines
         return status
 
     def last_lines(self) -> str:
@@ -211,8 +222,7 @@ class Child:
             text = self.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        tail = [line for line in text.splitlines()
-                if line.strip() and not ACCESS_LINE.search(line)][-TAIL_LINES:]
+        tail = [line for line in text.splitlines() if line.strip() and not ACCESS_LINE.search(line)][-TAIL_LINES:]
         return "; its last lines:\n" + "\n".join(f"  {line}" for line in tail) if tail else ""
 
     def stop(self) -> None:
@@ -275,65 +285,97 @@ class Demo:
         return child
 
     def live_view(self) -> str:
-        return (f"{_shown(Path(sys.executable).with_name('tts-knee'))} report {_shown(self.run_dir)} --serve "
-                f"(then open http://127.0.0.1:8090)")
+        return (
+            f"{_shown(Path(sys.executable).with_name('tts-knee'))} report {_shown(self.run_dir)} --serve "
+            f"(then open http://127.0.0.1:8090)"
+        )
 
     def stop_all(self) -> None:
-        while self.children:   # the last started first: locust, the collector, the target
+        while self.children:  # the last started first: locust, the collector, the target
             self.children[-1].stop()
             self.children.pop()
 
     def run(self) -> None:
         if (self.run_dir / "run.json").exists() or (self.run_dir / "requests.jsonl").exists():
-            raise Failure(f"{_shown(self.run_dir)} already holds a run; pick another "
-                           f"--run-dir.", 2)
+            raise Failure(f"{_shown(self.run_dir)} already holds a run; pick another --run-dir.", 2)
         locust = Path(sys.executable).with_name("locust")
         if not locust.exists():
             raise Failure(f"{locust} is missing; run `make install`.", 2)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise Failure(f"cannot create the run directory {_shown(self.run_dir)} "
-                           f"({err.strerror or err}); pick another with --run-dir.", 2) from None
+            raise Failure(
+                f"cannot create the run directory {_shown(self.run_dir)} "
+                f"({err.strerror or err}); pick another with --run-dir.",
+                2,
+            ) from None
         n_steps = len(self.steps.split(","))
-        self.say(f"run directory {_shown(self.run_dir)}; steps {self.steps}, "
-                 f"{self.step_time_s:g} s each")
+        self.say(f"run directory {_shown(self.run_dir)}; steps {self.steps}, {self.step_time_s:g} s each")
 
         self.phase = f"while starting {self.target.label}"
-        target = self.start(self.target.label, [sys.executable, "-m", *self.target.module,
-                                                "--port", str(self.args.target_port)],
-                            "target.log")
+        target = self.start(
+            self.target.label,
+            [sys.executable, "-m", *self.target.module, "--port", str(self.args.target_port)],
+            "target.log",
+        )
         self.say(f"starting {self.target.label}, {self.target.about} (pid {target.pid}) …")
         target_url = target.wait_listening(TARGET_START_TIMEOUT_S)
         self.say(f"{self.target.label} listening on {target_url}  [{self.elapsed()}]")
 
         self.phase = "while starting the collector"
-        collector = self.start("the collector", [
-            sys.executable, "-m", "tts_knee.collectors", "--port", str(self.args.collector_port),
-            "--pid", str(target.pid)], "collector.log")
+        collector = self.start(
+            "the collector",
+            [
+                sys.executable,
+                "-m",
+                "tts_knee.collectors",
+                "--port",
+                str(self.args.collector_port),
+                "--pid",
+                str(target.pid),
+            ],
+            "collector.log",
+        )
         collector_url = collector.wait_listening(COLLECTOR_START_TIMEOUT_S)
         self.say(f"collector watching pid {target.pid} listening on {collector_url}")
 
         self.phase = "during the sweep"
         self.sweep(locust, target_url, collector_url, n_steps)
-        self.stop_all()   # frees the CPU for the dashboard
+        self.stop_all()  # frees the CPU for the dashboard
 
         self.phase = "while building the report"
         self.dashboard()
 
     def sweep(self, locust: Path, target_url: str, collector_url: str, n_steps: int) -> None:
-        cmd = [str(locust), "-f", str(ROOT / "locustfiles" / "tts.py"), "--headless",
-               "--only-summary", "--exit-code-on-error", "0", "-H", target_url,
-               "--tts-api", self.target.tts_api,
-               "--texts", str(ROOT / "configs" / "texts" / "english.jsonl"),
-               "--steps", self.steps, "--step-time", f"{self.step_time_s:g}",
-               "--run-dir", str(self.run_dir), "--collector", collector_url]
+        cmd = [
+            str(locust),
+            "-f",
+            str(ROOT / "locustfiles" / "tts.py"),
+            "--headless",
+            "--only-summary",
+            "--exit-code-on-error",
+            "0",
+            "-H",
+            target_url,
+            "--tts-api",
+            self.target.tts_api,
+            "--texts",
+            str(ROOT / "configs" / "texts" / "english.jsonl"),
+            "--steps",
+            self.steps,
+            "--step-time",
+            f"{self.step_time_s:g}",
+            "--run-dir",
+            str(self.run_dir),
+            "--collector",
+            collector_url,
+        ]
         errors: list[str] = []
 
         def show(line: str) -> None:
             m = LOCUST_LINE.match(line)
             if not m:
-                return   # the stats tables: they stay in locust.log
+                return  # the stats tables: they stay in locust.log
             level, msg = m["level"], m["msg"]
             if level in ("ERROR", "CRITICAL"):
                 errors.append(msg)
@@ -342,27 +384,32 @@ class Demo:
             elif m["logger"].startswith("tts_knee") and SHOWN_INFO.search(msg):
                 self.say(f"{msg}  [{self.elapsed()}]")
 
-        self.say(f"sweeping with locust (full log in {_shown(self.run_dir / 'locust.log')}); "
-                 f"to follow it live, run in another terminal: {self.live_view()}")
+        self.say(
+            f"sweeping with locust (full log in {_shown(self.run_dir / 'locust.log')}); "
+            f"to follow it live, run in another terminal: {self.live_view()}"
+        )
         servers = list(self.children)
         sweep = self.start("locust", cmd, "locust.log", on_line=show)
         status = sweep.wait(n_steps * self.step_time_s + SWEEP_GRACE_S, alongside=servers)
         if status != 0:
             why = errors[-1].rstrip(".") if errors else f"exit status {status}"
-            raise Failure(f"the locust sweep failed ({why}); see "
-                           f"{_shown(self.run_dir / 'locust.log')}.")
+            raise Failure(f"the locust sweep failed ({why}); see {_shown(self.run_dir / 'locust.log')}.")
 
     def dashboard(self) -> None:
-        self.say(f"sweep done [{self.elapsed()}]; target and collector stopped; building the "
-                 f"report")
+        self.say(f"sweep done [{self.elapsed()}]; target and collector stopped; building the report")
         print(flush=True)
         try:
-            done = subprocess.run([sys.executable, "-m", "tts_knee.dashboard", str(self.run_dir)],
-                                  cwd=ROOT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, errors="replace", timeout=DASHBOARD_TIMEOUT_S)
+            done = subprocess.run(
+                [sys.executable, "-m", "tts_knee.dashboard", str(self.run_dir)],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                timeout=DASHBOARD_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
-            raise Failure(f"the dashboard did not finish within {DASHBOARD_TIMEOUT_S:g} s.") \
-                from None
+            raise Failure(f"the dashboard did not finish within {DASHBOARD_TIMEOUT_S:g} s.") from None
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
             why = lines[-1] if lines else f"exit status {done.returncode}"
@@ -383,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     stopping: list[int] = []
 
     def on_signal(signum, _frame):
-        if not stopping:   # the first one stops the demo; more, during the clean-up, wait
+        if not stopping:  # the first one stops the demo; more, during the clean-up, wait
             stopping.append(signum)
             raise _Stop(signum)
 
@@ -392,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             if args.target_port and args.target_port == args.collector_port:
-                raise Failure("--target-port and --collector-port are the same; pick two "
-                               "ports (0 picks a free one).", 2)
+                raise Failure(
+                    "--target-port and --collector-port are the same; pick two ports (0 picks a free one).", 2
+                )
             for port, flag in ((args.target_port, "--target-port"), (args.collector_port, "--collector-port")):
                 if port:
                     bindable_port(HOST, port, flag)
@@ -402,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         finally:
             if demo is not None:
-                stopping.append(0)   # no more _Stop while cleaning up
+                stopping.append(0)  # no more _Stop while cleaning up
                 demo.stop_all()
     except Failure as failure:
         print(f"{PROG}: {failure}", file=sys.stderr, flush=True)
@@ -410,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Stop as stop:
         name = signal.Signals(stop.signum).name
         where = f" {demo.phase}" if demo is not None else ""
-        print(f"{PROG}: stopped by {name}{where}; everything it started has been stopped.",
-              file=sys.stderr, flush=True)
+        print(f"{PROG}: stopped by {name}{where}; everything it started has been stopped.", file=sys.stderr, flush=True)
         return SIGNAL_CODES[stop.signum]
 
 

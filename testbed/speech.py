@@ -13,6 +13,7 @@ first time something must be rendered: a start whose texts are all cached loads 
 piper's synthesis draws noise, so two renders of one text differ slightly; the cache makes one
 text one clip, run after run, which is what lets a test compare answers sample by sample.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,8 +58,9 @@ def corpus_texts(path: str | os.PathLike) -> list[str]:
     try:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise SpeechUnavailable(f"argument --speech-corpus: cannot read {str(path)!r}: "
-                                f"{getattr(err, 'strerror', None) or err}") from None
+        raise SpeechUnavailable(
+            f"argument --speech-corpus: cannot read {str(path)!r}: {getattr(err, 'strerror', None) or err}"
+        ) from None
     texts: list[str] = []
     for number, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
@@ -68,12 +70,10 @@ def corpus_texts(path: str | os.PathLike) -> list[str]:
             try:
                 entry = json.loads(line)
             except ValueError:
-                raise SpeechUnavailable(f"argument --speech-corpus: {str(path)!r} line {number} is not "
-                                        f"JSON") from None
+                raise SpeechUnavailable(f"argument --speech-corpus: {str(path)!r} line {number} is not JSON") from None
             text = entry.get("text") if isinstance(entry, dict) else None
             if not isinstance(text, str):
-                raise SpeechUnavailable(f"argument --speech-corpus: {str(path)!r} line {number} has no "
-                                        f"string 'text'")
+                raise SpeechUnavailable(f"argument --speech-corpus: {str(path)!r} line {number} has no string 'text'")
             line = text.strip()
         if line and line not in texts:
             texts.append(line)
@@ -94,7 +94,7 @@ class SpeechCache:
         self.folder = Path(folder or DEFAULT_CACHE).expanduser() / self.voice
         self._pcm: dict[str, bytes] = {}
         self._piper = None
-        self._lock = threading.Lock()   # gevent's under the simulator: one render at a time
+        self._lock = threading.Lock()  # gevent's under the simulator: one render at a time
         self._pool = None
         self.rendered = 0
         self.loaded = 0
@@ -139,7 +139,7 @@ class SpeechCache:
         try:
             with wave.open(str(self.path(text)), "rb") as w:
                 if (w.getnchannels(), w.getsampwidth(), w.getframerate()) != (1, 2, self.sample_rate):
-                    return None   # not this voice's: rendered again (and replaced)
+                    return None  # not this voice's: rendered again (and replaced)
                 pcm = w.readframes(w.getnframes())
         except (OSError, EOFError, wave.Error):
             return None
@@ -160,7 +160,7 @@ class SpeechCache:
             tmp.write_bytes(buf.getvalue())
             os.replace(tmp, path)
         except OSError:
-            tmp.unlink(missing_ok=True)   # a folder we cannot write: the speech is kept in memory only
+            tmp.unlink(missing_ok=True)  # a folder we cannot write: the speech is kept in memory only
 
     # piper
 
@@ -169,6 +169,7 @@ class SpeechCache:
         onnxruntime computes), else here."""
         try:
             from gevent import monkey
+
             patched = monkey.is_module_patched("threading")
         except ImportError:
             patched = False
@@ -176,6 +177,7 @@ class SpeechCache:
             return fn(*args)
         if self._pool is None:
             from gevent.threadpool import ThreadPool
+
             self._pool = ThreadPool(1)
         return self._pool.apply(fn, args)
 
@@ -184,8 +186,9 @@ class SpeechCache:
             try:
                 from piper import PiperVoice
             except ImportError as err:
-                raise SpeechUnavailable(f"--speech needs the piper extra (pip install 'tts-knee[piper]'): "
-                                        f"{err}") from None
+                raise SpeechUnavailable(
+                    f"--speech needs the piper extra (pip install 'tts-knee[piper]'): {err}"
+                ) from None
             self._piper = PiperVoice.load(_joe().model_path())
         # one AudioChunk per sentence, each already PCM16: the cheapest way to the bytes
         return b"".join(chunk.audio_int16_array.astype("<i2").tobytes() for chunk in self._piper.synthesize(text))

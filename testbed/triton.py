@@ -30,6 +30,7 @@ to a process of their own and return at once, so Triton's queue stays empty
 in Triton's ``execute``, one instance (``--instances``), and the queue shows. SIGTERM or SIGINT
 is passed on to Triton; if Triton dies by itself this exits 1 with its last lines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,28 +57,52 @@ REQUIREMENTS = ("nvidia-pytriton==0.7.0", "piper-tts>=1.3,<2", "joe-us-piper-voi
 STAMP = ".tts-knee-triton"
 STARTUP_TIMEOUT_S = 120.0
 #: Asked of the venv's interpreter: where the bundled server, its libraries and libpython are.
-_LAYOUT = ("import json, sys, sysconfig, pathlib, pytriton; p = pathlib.Path(pytriton.__file__).parent; "
-           "print(json.dumps({'server': str(p / 'tritonserver'), 'libs': str(p.parent / 'nvidia_pytriton.libs'), "
-           "'libdir': sysconfig.get_config_var('LIBDIR'), 'version': '%d.%d' % sys.version_info[:2]}))")
+_LAYOUT = (
+    "import json, sys, sysconfig, pathlib, pytriton; p = pathlib.Path(pytriton.__file__).parent; "
+    "print(json.dumps({'server': str(p / 'tritonserver'), 'libs': str(p.parent / 'nvidia_pytriton.libs'), "
+    "'libdir': sysconfig.get_config_var('LIBDIR'), 'version': '%d.%d' % sys.version_info[:2]}))"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Run Triton (PyTriton's bundled tritonserver) serving piper's joe voice, "
-                                      "decoupled, on CPU.")
-    p.add_argument("--venv", type=Path, default=Path(".venv-triton"),
-                   help="the venv with PyTriton, piper and the voice (default .venv-triton)")
+    p = Parser(
+        prog=PROG,
+        description="Run Triton (PyTriton's bundled tritonserver) serving piper's joe voice, decoupled, on CPU.",
+    )
+    p.add_argument(
+        "--venv",
+        type=Path,
+        default=Path(".venv-triton"),
+        help="the venv with PyTriton, piper and the voice (default .venv-triton)",
+    )
     p.add_argument("--setup", action="store_true", help="make the venv (if it is not there yet) and exit")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=port, default=8001, help="Triton's gRPC port; 0 picks a free one (default 8001)")
     p.add_argument("--http-port", type=port, default=0, help="Triton's HTTP port (default 0: a free one)")
-    p.add_argument("--metrics-port", type=port, default=8002,
-                   help="Triton's Prometheus /metrics port; 0 picks a free one (default 8002)")
-    p.add_argument("--instances", type=number(int, 1), default=1,
-                   help="model instances synthesising at once; the rest queue in Triton (default 1)")
-    p.add_argument("--metrics-interval-ms", type=number(int, 100), default=500,
-                   help="how often Triton refreshes its metrics, ms (default 500)")
-    p.add_argument("--startup-timeout", type=number(float, 1), default=STARTUP_TIMEOUT_S,
-                   help=f"seconds to wait for the model to be ready (default {STARTUP_TIMEOUT_S:g})")
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=8002,
+        help="Triton's Prometheus /metrics port; 0 picks a free one (default 8002)",
+    )
+    p.add_argument(
+        "--instances",
+        type=number(int, 1),
+        default=1,
+        help="model instances synthesising at once; the rest queue in Triton (default 1)",
+    )
+    p.add_argument(
+        "--metrics-interval-ms",
+        type=number(int, 100),
+        default=500,
+        help="how often Triton refreshes its metrics, ms (default 500)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=number(float, 1),
+        default=STARTUP_TIMEOUT_S,
+        help=f"seconds to wait for the model to be ready (default {STARTUP_TIMEOUT_S:g})",
+    )
     return p
 
 
@@ -87,8 +112,10 @@ def setup(venv: Path) -> None:
     if stamp.exists() and stamp.read_text() == "\n".join(REQUIREMENTS):
         return
     print(f"{PROG}: making {venv} with {', '.join(REQUIREMENTS)}", file=sys.stderr, flush=True)
-    steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
-             [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *REQUIREMENTS]]
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *REQUIREMENTS],
+    ]
     for cmd in steps:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if done.returncode:
@@ -103,8 +130,11 @@ def layout(venv: Path) -> dict:
         raise Failure(f"{venv} is not the venv Triton's model runs in; make it with `{PROG} --setup --venv {venv}`.", 2)
     done = subprocess.run([str(python), "-c", _LAYOUT], capture_output=True, text=True)
     if done.returncode:
-        raise Failure(f"{venv} has no usable PyTriton ({done.stderr.strip().splitlines()[-1:]}); make it again "
-                      f"with `{PROG} --setup --venv {venv}` after removing it.", 2)
+        raise Failure(
+            f"{venv} has no usable PyTriton ({done.stderr.strip().splitlines()[-1:]}); make it again "
+            f"with `{PROG} --setup --venv {venv}` after removing it.",
+            2,
+        )
     return json.loads(done.stdout)
 
 
@@ -133,20 +163,47 @@ class Triton(Child):
     def __init__(self, args: argparse.Namespace, found: dict, models: Path, backends: Path, ports: dict):
         self.ports = ports
         server = Path(found["server"])
-        env = dict(os.environ, PATH=f"{args.venv.resolve() / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-                   LD_LIBRARY_PATH=os.pathsep.join(filter(None, (found["libdir"], found["libs"],
-                                                                 os.environ.get("LD_LIBRARY_PATH")))))
-        cmd = [str(server / "bin" / "tritonserver"), "--model-repository", str(models),
-               "--backend-directory", str(backends), "--http-address", args.host, "--http-port", str(ports["http"]),
-               "--grpc-address", args.host, "--grpc-port", str(ports["grpc"]), "--metrics-address", args.host,
-               "--metrics-port", str(ports["metrics"]), "--allow-gpu-metrics", "false", "--allow-cpu-metrics", "true",
-               "--metrics-interval-ms", str(args.metrics_interval_ms), "--exit-timeout-secs", "5"]
+        env = dict(
+            os.environ,
+            PATH=f"{args.venv.resolve() / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            LD_LIBRARY_PATH=os.pathsep.join(
+                filter(None, (found["libdir"], found["libs"], os.environ.get("LD_LIBRARY_PATH")))
+            ),
+        )
+        cmd = [
+            str(server / "bin" / "tritonserver"),
+            "--model-repository",
+            str(models),
+            "--backend-directory",
+            str(backends),
+            "--http-address",
+            args.host,
+            "--http-port",
+            str(ports["http"]),
+            "--grpc-address",
+            args.host,
+            "--grpc-port",
+            str(ports["grpc"]),
+            "--metrics-address",
+            args.host,
+            "--metrics-port",
+            str(ports["metrics"]),
+            "--allow-gpu-metrics",
+            "false",
+            "--allow-cpu-metrics",
+            "true",
+            "--metrics-interval-ms",
+            str(args.metrics_interval_ms),
+            "--exit-timeout-secs",
+            "5",
+        ]
         super().__init__("tritonserver", cmd, env=env)
 
     def model_ready(self, host: str) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready",
-                                        timeout=2) as resp:
+            with urllib.request.urlopen(
+                f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready", timeout=2
+            ) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -154,17 +211,23 @@ class Triton(Child):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="tts-knee-triton-") as tmp:   # the model repository, while it runs
+    with tempfile.TemporaryDirectory(prefix="tts-knee-triton-") as tmp:  # the model repository, while it runs
 
         def start(box: list) -> None:
             found = layout(args.venv)
-            ports = {name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
-                     for name in ("grpc", "http", "metrics")}
+            ports = {
+                name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
+                for name in ("grpc", "http", "metrics")
+            }
             models, backends = repository(Path(tmp), found, args.instances)
             triton = Triton(args, found, models, backends, ports)
             box.append(triton)
-            triton.wait_ready(lambda: triton.model_ready(args.host), args.startup_timeout, "the model was ready",
-                              "the model was not ready")
+            triton.wait_ready(
+                lambda: triton.model_ready(args.host),
+                args.startup_timeout,
+                "the model was ready",
+                "the model was not ready",
+            )
 
         def announce(triton: Triton) -> None:
             # one write, newline included: a log line from another thread cannot land inside it

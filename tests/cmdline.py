@@ -10,6 +10,7 @@ command: ``{"options": {dest: value}}`` and, for a Locust master, ``"settings"``
 tts-knee makes of those options) or ``"settings_error"``; ``{"error": "..."}`` when the command
 line would not start.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,20 +30,24 @@ def parser_for(argv: list[str]):
         from locust.argument_parser import get_parser
 
         from tts_knee.locustfiles import settings
+
         p = get_parser()
         p.prog = "locust"
-        settings.add_arguments(p)   # what locustfiles/tts.py's init_command_line_parser listener does
+        settings.add_arguments(p)  # what locustfiles/tts.py's init_command_line_parser listener does
         return p, argv[1:]
     if argv[:2] == ["python", "-m"] and len(argv) > 2:
         module = argv[2]
         if module == "tts_knee.dashboard":
             from tts_knee.dashboard.__main__ import parser
+
             return parser(), argv[3:]
         if module == "tts_knee.collectors":
             from tts_knee.collectors.__main__ import parser
+
             return parser(), argv[3:]
         if module == "tts_knee.testbed.sim":
             from tts_knee.testbed.sim.cli import build_parser
+
             return build_parser(), argv[3:]
     raise CommandLineError(f"{' '.join(argv[:3])!r} is not a tts-knee command")
 
@@ -68,11 +73,20 @@ def parse(argv: list[str]):
 def sweep(options) -> dict:
     """What a master's run would be made of: tts-knee's validated settings."""
     from tts_knee.locustfiles import settings
+
     s = settings.from_options(options, options.host)
-    return {"host": s.host, "steps": list(s.steps), "step_time_s": s.step_time, "settle_s": s.settle_time,
-            "texts": len(s.texts), "texts_source": s.texts_source, "run_dir": str(s.run_dir),
-            "collectors": list(s.collectors), "server_metrics": list(s.server_metrics),
-            "collector_token": s.collector_token}
+    return {
+        "host": s.host,
+        "steps": list(s.steps),
+        "step_time_s": s.step_time,
+        "settle_s": s.settle_time,
+        "texts": len(s.texts),
+        "texts_source": s.texts_source,
+        "run_dir": str(s.run_dir),
+        "collectors": list(s.collectors),
+        "server_metrics": list(s.server_metrics),
+        "collector_token": s.collector_token,
+    }
 
 
 def check(command: dict) -> dict:
@@ -85,7 +99,7 @@ def check(command: dict) -> dict:
         if command["argv"][0] == "locust" and options.master:
             try:
                 out["settings"] = sweep(options)
-            except ValueError as e:   # settings.SettingsError: one sentence naming the option
+            except ValueError as e:  # settings.SettingsError: one sentence naming the option
                 out["settings_error"] = str(e)
         return out
     except CommandLineError as e:

@@ -13,6 +13,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # process speaks gevent's own sockets (geventhttpclient, gevent.socket) and needs none, and
     # every Locust run is a process of its own, patched as usual.
     from gevent import monkey
+
     monkey.patch_all = lambda *args, **kwargs: None
 
 #: In CI (CI=true, as .ci/run is run) every test must run: .ci/run installs what the browser,

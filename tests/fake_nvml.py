@@ -17,6 +17,7 @@ Knobs (environment, read at ``nvmlInit``):
 
 GPU 1 (when there is one) does not support power readings.
 """
+
 from __future__ import annotations
 
 import json
@@ -114,6 +115,7 @@ def _load() -> float:
 
 # -- library ----------------------------------------------------------------------------------
 
+
 def nvmlInit() -> None:
     nvmlInitWithFlags(0)
 
@@ -134,7 +136,11 @@ def nvmlInitWithFlags(flags: int) -> None:
             "mig": _env_int("FAKE_NVML_MIG", None),
             "proc_pid": _env_int("FAKE_NVML_PROC_PID", None),
             "old_driver": os.environ.get("FAKE_NVML_OLD_DRIVER") == "1",
-            "reads": 0, "lost": False, "sim_at": -1e9, "busy_ratio": 0.0, "busy": 0.0,
+            "reads": 0,
+            "lost": False,
+            "sim_at": -1e9,
+            "busy_ratio": 0.0,
+            "busy": 0.0,
         }
 
 
@@ -161,6 +167,7 @@ def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
 
 # -- identity ---------------------------------------------------------------------------------
 
+
 def nvmlDeviceGetIndex(handle: _Handle) -> int:
     _device(handle)
     return handle.index
@@ -181,6 +188,7 @@ def nvmlDeviceGetName(handle: _Handle) -> str:
 
 
 # -- MIG --------------------------------------------------------------------------------------
+
 
 def nvmlDeviceGetMigMode(device: _Handle) -> list[int]:
     state = _device(device)
@@ -218,6 +226,7 @@ def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice: _Handle) -> _Handle:
 
 # -- readings ---------------------------------------------------------------------------------
 
+
 def nvmlDeviceGetUtilizationRates(handle: _Handle) -> c_nvmlUtilization_t:
     state = _device(handle)
     _mig_unsupported(handle)
@@ -248,8 +257,7 @@ def nvmlDeviceGetMemoryInfo(handle: _Handle, version=None):
     if version != nvmlMemory_v2:
         raise NVMLError_ArgumentVersionMismatch()
     reserved = 512 * MIB
-    return c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved,
-                             free=total - used - reserved, used=used)
+    return c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved, free=total - used - reserved, used=used)
 
 
 def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
@@ -304,9 +312,16 @@ def nvmlDeviceGetCurrentClocksThrottleReasons(handle: _Handle) -> int:
 def nvmlDeviceGetComputeRunningProcesses_v3(handle: _Handle) -> list:
     state = _device(handle)
     if handle.index == 0 and handle.mig is None and state["proc_pid"] is not None:
-        return [nvmlFriendlyObject({"pid": state["proc_pid"], "usedGpuMemory": 256 * MIB,
-                                    "gpuInstanceId": 0xFFFFFFFF,
-                                    "computeInstanceId": 0xFFFFFFFF})]
+        return [
+            nvmlFriendlyObject(
+                {
+                    "pid": state["proc_pid"],
+                    "usedGpuMemory": 256 * MIB,
+                    "gpuInstanceId": 0xFFFFFFFF,
+                    "computeInstanceId": 0xFFFFFFFF,
+                }
+            )
+        ]
     return []
 
 
@@ -318,6 +333,7 @@ def nvmlDeviceGetComputeRunningProcesses(handle: _Handle) -> list:
 
 
 # -- a stand-in for the simulator's /health, for tests that run without the simulator -------
+
 
 class SimHealth:
     """Serves ``GET /health`` → ``{"busy": busy, "slots": slots}`` on 127.0.0.1, port 0.

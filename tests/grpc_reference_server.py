@@ -9,6 +9,7 @@ apart), ``Synthesize`` one message of ``len(text) * 2000`` bytes. The voice name
 ``crash`` (three messages, then INTERNAL), ``empty`` (OK, no message), ``many`` (450 messages:
 4 MB, past every default flow-control window), ``slow`` (a message every 0.5 s).
 """
+
 from __future__ import annotations
 
 import signal
@@ -20,7 +21,7 @@ from concurrent import futures
 import grpc
 from riva.client.proto import riva_tts_pb2, riva_tts_pb2_grpc
 
-CHUNK_BYTES = 9600   # 200 ms at 24 kHz
+CHUNK_BYTES = 9600  # 200 ms at 24 kHz
 CHUNKS_BY_VOICE = {"": 5, "many": 450, "crash": 3, "slow": 20}
 
 

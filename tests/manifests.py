@@ -2,6 +2,7 @@
 checked against the Kubernetes schema strictly, and each tts-knee container's command line
 taken as the kubelet would run it (``$(VAR)`` from its environment, ConfigMaps as files).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ KUBERNETES_VERSION = "1.30"
 IMAGE = "tts-knee"
 #: The image's tag everywhere (deploy/kubernetes/, docker-compose.yml): the project's version.
 VERSION = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-WORKDIR = "/app"   # the Dockerfile's WORKDIR: relative paths in commands start there
+WORKDIR = "/app"  # the Dockerfile's WORKDIR: relative paths in commands start there
 _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
@@ -51,6 +52,7 @@ def combine(where: Path, resources: list[Path], components: list[Path] = ()) -> 
 def schema_errors(docs: list[dict]) -> list[str]:
     """One line per document that the Kubernetes schema (strict: no unknown field) rejects."""
     import kubernetes_validate
+
     errors = []
     for d in docs:
         try:
@@ -75,11 +77,12 @@ def pod_spec(doc: dict) -> dict | None:
 @dataclass
 class Container:
     """One container of a rendered workload, as the kubelet would start it."""
-    owner: str        # "Job/tts-knee-master"
+
+    owner: str  # "Job/tts-knee-master"
     doc: dict
     spec: dict
-    env: dict         # name -> value, from ConfigMaps and literals (Secrets as given)
-    argv: list[str]   # command + args, $(VAR) expanded
+    env: dict  # name -> value, from ConfigMaps and literals (Secrets as given)
+    argv: list[str]  # command + args, $(VAR) expanded
 
     @property
     def name(self) -> str:
@@ -127,12 +130,14 @@ def environment(spec: dict, docs: list[dict], secrets: dict) -> dict:
 def expand(value: str, env: dict, where: str) -> str:
     """Kubernetes' ``$(VAR)`` expansion; a reference to nothing would reach the program as
     text, so it is an error here."""
+
     def one(m):
         if m.group(0) == "$$":
             return "$"
         if m.group(1) not in env:
             raise ValueError(f"{where}: $({m.group(1)}) is not in the container's environment")
         return env[m.group(1)]
+
     return _REF.sub(one, value)
 
 
@@ -171,7 +176,13 @@ def lay_out(c: Container, docs: list[dict], where: Path, claims: dict | None = N
 def check_commands(commands: list[tuple[list[str], Path, dict]]) -> list[dict]:
     """Each (argv, cwd, env) parsed by tests/cmdline.py in one process of its own."""
     payload = [{"argv": argv, "cwd": str(cwd), "env": env} for argv, cwd, env in commands]
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "cmdline.py")], input=json.dumps(payload),
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "cmdline.py")],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -8,6 +8,7 @@ master with its workers) and the dashboard run as the user runs them; every run 
 write is held to the run format's declarations (:func:`rundirs.assert_declared`) before the
 test sees it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,14 +82,24 @@ def _pump(stream, lines: list[str], found: threading.Event, box: list[str]) -> N
 
 
 @contextlib.contextmanager
-def spawn(args: list[str], env: dict | None = None, timeout: float = 60, cwd: Path = ROOT,
-          prefix: tuple[str, ...] = (), program: tuple[str, ...] | None = None):
+def spawn(
+    args: list[str],
+    env: dict | None = None,
+    timeout: float = 60,
+    cwd: Path = ROOT,
+    prefix: tuple[str, ...] = (),
+    program: tuple[str, ...] | None = None,
+):
     """Run ``python -m <args>`` (or ``program`` with ``args``; after ``prefix``, e.g. ``ip netns
     exec NS``) and yield a :class:`Proc` once it is listening."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     popen = subprocess.Popen(
-        [*prefix, *(program or (sys.executable, "-m")), *args], cwd=cwd, env=full_env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [*prefix, *(program or (sys.executable, "-m")), *args],
+        cwd=cwd,
+        env=full_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     lines: list[str] = []
     box: list[str] = []
@@ -122,8 +133,15 @@ def locust(args: list[str], timeout: float = 120, env: dict | None = None, cwd: 
     """Run ``locust -f locustfiles/tts.py`` headless with ``args``; returns the CompletedProcess
     (stdout and stderr together in ``.stdout``). The run directory it wrote is held to the format."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    done = subprocess.run([LOCUST, "-f", LOCUSTFILE, *args], cwd=cwd, env=full_env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    done = subprocess.run(
+        [LOCUST, "-f", LOCUSTFILE, *args],
+        cwd=cwd,
+        env=full_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+    )
     run_dir = _run_dir(args)
     if run_dir is not None:
         assert_declared(Path(cwd) / run_dir)
@@ -133,23 +151,48 @@ def locust(args: list[str], timeout: float = 120, env: dict | None = None, cwd: 
 def start_locust(args, log: Path, env=None, cwd=None, prefix: tuple[str, ...] = ()) -> subprocess.Popen:
     """Start ``locust -f locustfiles/tts.py`` with ``args`` (after ``prefix``), its output in
     ``log``, in ``cwd`` (default: the log's folder)."""
-    return subprocess.Popen([*prefix, LOCUST, "-f", LOCUSTFILE, *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, cwd=cwd or log.parent,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
+    return subprocess.Popen(
+        [*prefix, LOCUST, "-f", LOCUSTFILE, *args],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=cwd or log.parent,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+    )
 
 
 def master(tmp_path, host, port, workers=2, steps="1,2,4", step_time="3", extra=()) -> subprocess.Popen:
     """A headless master writing ``tmp_path/run`` (and Locust's ``tmp_path/locust.json``)."""
-    return start_locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                         "--expect-workers", str(workers), "--headless", "-H", host, "--steps", steps,
-                         "--step-time", step_time, "--run-dir", str(tmp_path / "run"),
-                         "--json-file", str(tmp_path / "locust"), *extra], tmp_path / "master.log")
+    return start_locust(
+        [
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--expect-workers",
+            str(workers),
+            "--headless",
+            "-H",
+            host,
+            "--steps",
+            steps,
+            "--step-time",
+            step_time,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--json-file",
+            str(tmp_path / "locust"),
+            *extra,
+        ],
+        tmp_path / "master.log",
+    )
 
 
 def worker(where, port, n, env=None) -> subprocess.Popen:
     """A worker whose working directory (and log) is ``where``."""
-    return start_locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-                        where / f"worker{n}.log", env=env)
+    return start_locust(
+        ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], where / f"worker{n}.log", env=env
+    )
 
 
 def finish(*procs, timeout=60, run_dir: Path | None = None) -> None:
@@ -174,8 +217,13 @@ def locust_count(json_file: Path) -> int:
 def dashboard(*args, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``tts-knee report`` with ``args``; every run directory among them (its summary.json
     too, once written) is held to the format."""
-    done = subprocess.run([sys.executable, "-m", "tts_knee.dashboard", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.dashboard", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     for arg in args:
         path = Path(cwd) / str(arg)
         if (path / "run.json").is_file() or (path / "requests.jsonl").is_file():
@@ -227,15 +275,18 @@ def plain_parser():
     import argparse
 
     from tts_knee.locustfiles import settings
+
     parser = argparse.ArgumentParser()
     make_group = parser.add_argument_group
 
     def group(*args, **kw):
         g = make_group(*args, **kw)
         add = g.add_argument
-        g.add_argument = lambda *a, **k: add(*a, **{x: v for x, v in k.items() if x not in (
-            "is_secret", "include_in_web_ui", "is_required", "env_var")})
+        g.add_argument = lambda *a, **k: add(
+            *a, **{x: v for x, v in k.items() if x not in ("is_secret", "include_in_web_ui", "is_required", "env_var")}
+        )
         return g
+
     parser.add_argument_group = group
     settings.add_arguments(parser)
     return parser

@@ -32,6 +32,7 @@ Example::
     from tests.rundirs import Model, build_run
     build_run(tmp_path / "run", Model(slots=4, gpu_busy_util=97))
 """
+
 from __future__ import annotations
 
 import json
@@ -45,11 +46,15 @@ from tts_knee.analysis.playback import listen
 from tts_knee.runformat.check import undeclared_keys
 
 START = 1_700_000_000.0
-GIB = 1024 ** 3
+GIB = 1024**3
 
 TEXTS = [  # (text_id, tier, text_len)
-    ("greeting", "short", 12), ("weather", "short", 40), ("numbers-zh", "medium", 90),
-    ("mixed-emoji", "medium", 140), ("story", "long", 600), ("news-zh", "long", 420),
+    ("greeting", "short", 12),
+    ("weather", "short", 40),
+    ("numbers-zh", "medium", 90),
+    ("mixed-emoji", "medium", 140),
+    ("story", "long", 600),
+    ("news-zh", "long", 420),
 ]
 
 
@@ -125,16 +130,24 @@ def _stream(m: Model, n: int, audio_s: float, rng: random.Random) -> dict:
         done += c
         at.append(round(prefill + done / speed, 1))
         audio.append(round(c, 3))
-    _, stalls = listen(at, audio, m.playback_buffer_ms)   # the client's own player
+    _, stalls = listen(at, audio, m.playback_buffer_ms)  # the client's own player
     under, silence = len(stalls), sum((resumed - dry for dry, resumed in stalls), 0.0)
     gaps = [b - a for a, b in zip(at, at[1:])]
-    return {"ttfa_ms": at[0], "chunks": len(at), "gap_max_ms": max(gaps) if gaps else None,
-            "underruns": under, "underrun_ms": round(silence, 1), "chunk_at_ms": at, "chunk_audio_ms": audio,
-            "wait_ms": at[-1] + 0.5}
+    return {
+        "ttfa_ms": at[0],
+        "chunks": len(at),
+        "gap_max_ms": max(gaps) if gaps else None,
+        "underruns": under,
+        "underrun_ms": round(silence, 1),
+        "chunk_at_ms": at,
+        "chunk_audio_ms": audio,
+        "wait_ms": at[-1] + 0.5,
+    }
 
 
-def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user: int, req: int,
-             now: float, s_start: float) -> tuple[list[dict], float]:
+def _request(
+    m: Model, rng: random.Random, texts, k: int, si: int, n: int, user: int, req: int, now: float, s_start: float
+) -> tuple[list[dict], float]:
     """All attempts of one logical request sent at ``now`` in step ``si``: (records, user free at)."""
     out = []
     tid, tier, tlen = texts[k % len(texts)]
@@ -161,25 +174,43 @@ def _request(m: Model, rng: random.Random, texts, k: int, si: int, n: int, user:
         t2 = t0 + wait / 1000
         t3 = t2 + write / 1000 if write is not None else None
         rec = runformat.attempt(
-            req_id=f"w0-{req}", attempt=attempt, final=final, step=si,
-            concurrency=n, worker="w0", user=user, text_id=tid,
-            text_len=tlen, tier=tier, t0=t0,
-            t1=t0 + (stream["ttfa_ms"] if stream else wait * m.ttfb_fraction) / 1000, t2=t2, t3=t3,
-            ttfb_ms=stream["ttfa_ms"] if stream else wait * m.ttfb_fraction, wait_ms=wait, write_ms=write,
-            status=status, ok=ok, error=err,
-            bytes=int(audio_s * 44100) if ok else 0, audio_s=audio_s,
+            req_id=f"w0-{req}",
+            attempt=attempt,
+            final=final,
+            step=si,
+            concurrency=n,
+            worker="w0",
+            user=user,
+            text_id=tid,
+            text_len=tlen,
+            tier=tier,
+            t0=t0,
+            t1=t0 + (stream["ttfa_ms"] if stream else wait * m.ttfb_fraction) / 1000,
+            t2=t2,
+            t3=t3,
+            ttfb_ms=stream["ttfa_ms"] if stream else wait * m.ttfb_fraction,
+            wait_ms=wait,
+            write_ms=write,
+            status=status,
+            ok=ok,
+            error=err,
+            bytes=int(audio_s * 44100) if ok else 0,
+            audio_s=audio_s,
             rtf=(wait / 1000 / audio_s) if ok else None,
-            retry_after_s=ra, retry_after_raw=None if ra is None else str(ra),
-            backoff_ms=backoff_ms, settled=t0 >= s_start + m.settle_s,
+            retry_after_s=ra,
+            retry_after_raw=None if ra is None else str(ra),
+            backoff_ms=backoff_ms,
+            settled=t0 >= s_start + m.settle_s,
         )
         if m.stream_capacity:  # every attempt of a streamed run carries the fields, null if unmeasured
             runformat.attempt.update(rec, **(stream or {"chunks": 0, "chunk_at_ms": [], "chunk_audio_ms": []}))
         if m.server_timing and ok:
             infer = m.base_ms * m.tier_factor.get(tier, 1.0) * 0.8
-            runformat.attempt.update(rec, server_timing={"queue": max(0.0, wait - infer / 0.8), "infer": infer,
-                                                         "postprocess": infer * 0.25})
+            runformat.attempt.update(
+                rec, server_timing={"queue": max(0.0, wait - infer / 0.8), "infer": infer, "postprocess": infer * 0.25}
+            )
         out.append(rec)
-        now = (t3 or t2)
+        now = t3 or t2
         if final:
             break
         backoff_ms = (ra * 1000) if ra else 200.0 * 2 ** (attempt - 1)
@@ -214,17 +245,27 @@ def build_run(path: Path, m: Model | None = None) -> Path:
     rng = random.Random(m.seed)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    texts = TEXTS if m.text_ids is None else [
-        (tid, TEXTS[i % len(TEXTS)][1], TEXTS[i % len(TEXTS)][2]) for i, tid in enumerate(m.text_ids)]
+    texts = (
+        TEXTS
+        if m.text_ids is None
+        else [(tid, TEXTS[i % len(TEXTS)][1], TEXTS[i % len(TEXTS)][2]) for i, tid in enumerate(m.text_ids)]
+    )
     steps, records = [], []
     t = START
     req = 0
     for si, n in enumerate(m.steps, start=1):
         s_start, s_end = t, t + m.step_s
-        steps.append(runformat.step_entry(
-            step=si, concurrency=n, start=s_start, end=s_end,
-            phase="refine" if m.refine_from is not None and si > m.refine_from else "grid",
-            repeat=m.steps[:si].count(n), settle_s=m.settle_s))
+        steps.append(
+            runformat.step_entry(
+                step=si,
+                concurrency=n,
+                start=s_start,
+                end=s_end,
+                phase="refine" if m.refine_from is not None and si > m.refine_from else "grid",
+                repeat=m.steps[:si].count(n),
+                settle_s=m.settle_s,
+            )
+        )
         t = s_end + (0.0 if m.continuous else m.gap_s)
         if m.continuous:
             continue
@@ -248,17 +289,44 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         steps[-1]["end"] = None
         run_end = None
     run = runformat.run_info(
-        format_version=runformat.FORMAT_VERSION, run_id=path.name, start=START, end=run_end,
+        format_version=runformat.FORMAT_VERSION,
+        run_id=path.name,
+        start=START,
+        end=run_end,
         target="http://127.0.0.1:8300",
-        options={"steps": ",".join(map(str, m.steps)), "step_time": m.step_s, "slo": m.slo,
-                    **({"tts_stream": bool(m.stream_capacity), "tts_stream_format": "",
-                        "playback_buffer_ms": m.playback_buffer_ms}
-                       if m.stream_options else {}),
-                 **({"ttfa_floor_ms": m.ttfa_floor_ms} if m.ttfa_floor_ms is not None else {})},
-        steps=steps, settle_s=m.settle_s, workers=[runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)],
-        collectors=[runformat.collector_entry(url="http://127.0.0.1:9300", offset_s=0.001, rtt_s=0.0004,
-                                              reachable=True, gaps=[], outages=[], samples=0, dropped=0,
-                                              restarts=0)] if m.resources else [],
+        options={
+            "steps": ",".join(map(str, m.steps)),
+            "step_time": m.step_s,
+            "slo": m.slo,
+            **(
+                {
+                    "tts_stream": bool(m.stream_capacity),
+                    "tts_stream_format": "",
+                    "playback_buffer_ms": m.playback_buffer_ms,
+                }
+                if m.stream_options
+                else {}
+            ),
+            **({"ttfa_floor_ms": m.ttfa_floor_ms} if m.ttfa_floor_ms is not None else {}),
+        },
+        steps=steps,
+        settle_s=m.settle_s,
+        workers=[runformat.worker_entry(id="local", offset_s=0.0, rtt_s=0.0)],
+        collectors=[
+            runformat.collector_entry(
+                url="http://127.0.0.1:9300",
+                offset_s=0.001,
+                rtt_s=0.0004,
+                reachable=True,
+                gaps=[],
+                outages=[],
+                samples=0,
+                dropped=0,
+                restarts=0,
+            )
+        ]
+        if m.resources
+        else [],
         versions={"tts-knee": "0.1.0"},
     )
     (path / runformat.RUN_JSON).write_text(json.dumps(run, indent=1))
@@ -284,8 +352,11 @@ def _active(m: Model, steps: list, ts: float) -> int:
 
 
 def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
-    last = min(run_end + m.post_run_s, steps[-1]["start"] + m.step_s / 2) if steps[-1]["end"] is None \
+    last = (
+        min(run_end + m.post_run_s, steps[-1]["start"] + m.step_s / 2)
+        if steps[-1]["end"] is None
         else run_end + m.post_run_s
+    )
     out = []
     ts = START - 3
     while ts <= last:
@@ -298,28 +369,63 @@ def _write_resources(path: Path, m: Model, steps: list, run_end: float) -> None:
         gpus = None
         if m.gpu:
             mem = m.gpu_mem_base + m.gpu_mem_leak_per_step * done + m.gpu_mem_per_slot * (min(n, m.slots or n))
-            gpus = [runformat.gpu_reading(
-                index=0, uuid="GPU-synthetic", name="Synthetic GPU", lost=False,
-                util_percent=round(m.gpu_busy_util * busy, 1), mem_used_bytes=min(mem, m.gpu_mem_total),
-                mem_total_bytes=m.gpu_mem_total, power_w=80 + 200 * busy, temp_c=50,
-                sm_clock_mhz=1800, clock_event_reasons=[],
-            )]
+            gpus = [
+                runformat.gpu_reading(
+                    index=0,
+                    uuid="GPU-synthetic",
+                    name="Synthetic GPU",
+                    lost=False,
+                    util_percent=round(m.gpu_busy_util * busy, 1),
+                    mem_used_bytes=min(mem, m.gpu_mem_total),
+                    mem_total_bytes=m.gpu_mem_total,
+                    power_w=80 + 200 * busy,
+                    temp_c=50,
+                    sm_clock_mhz=1800,
+                    clock_event_reasons=[],
+                )
+            ]
         server_cpu = 3 + m.server_cpu_busy * busy
-        out.append(runformat.resource_sample(
-            ts=ts, host="tts-server", role="server", cpu_percent=server_cpu,
-            cpu_max_core_percent=min(100, server_cpu * 2), mem_used_bytes=8 * GIB, mem_total_bytes=64 * GIB,
-            proc=runformat.proc_reading(pid=4242, cpu_percent=server_cpu * 4, rss_bytes=2 * GIB), gpus=gpus))
+        out.append(
+            runformat.resource_sample(
+                ts=ts,
+                host="tts-server",
+                role="server",
+                cpu_percent=server_cpu,
+                cpu_max_core_percent=min(100, server_cpu * 2),
+                mem_used_bytes=8 * GIB,
+                mem_total_bytes=64 * GIB,
+                proc=runformat.proc_reading(pid=4242, cpu_percent=server_cpu * 4, rss_bytes=2 * GIB),
+                gpus=gpus,
+            )
+        )
         client_cpu = min(m.client_cpu_max, 2 + m.client_cpu_per_user * n)
-        out.append(runformat.resource_sample(
-            ts=ts + 0.1, host="loadgen", role="client", cpu_percent=client_cpu,
-            cpu_max_core_percent=min(100, client_cpu * 1.1), mem_used_bytes=2 * GIB, mem_total_bytes=16 * GIB,
-            gpus=None, proc=runformat.proc_reading(pid=999, cpu_percent=client_cpu, rss_bytes=GIB)))
+        out.append(
+            runformat.resource_sample(
+                ts=ts + 0.1,
+                host="loadgen",
+                role="client",
+                cpu_percent=client_cpu,
+                cpu_max_core_percent=min(100, client_cpu * 1.1),
+                mem_used_bytes=2 * GIB,
+                mem_total_bytes=16 * GIB,
+                gpus=None,
+                proc=runformat.proc_reading(pid=999, cpu_percent=client_cpu, rss_bytes=GIB),
+            )
+        )
         for w in range(m.client_workers):  # the Locust workers' heartbeats, as the master writes them
             users = n // m.client_workers + (1 if w < n % m.client_workers else 0)
-            out.append(runformat.resource_sample(
-                ts=ts + 0.2, host=f"worker-{w}", role="client", source="locust-heartbeat", gpus=[],
-                proc=runformat.proc_reading(cpu_percent=min(99.0, 1 + m.worker_cpu_per_user * users),
-                                            rss_bytes=GIB)))
+            out.append(
+                runformat.resource_sample(
+                    ts=ts + 0.2,
+                    host=f"worker-{w}",
+                    role="client",
+                    source="locust-heartbeat",
+                    gpus=[],
+                    proc=runformat.proc_reading(
+                        cpu_percent=min(99.0, 1 + m.worker_cpu_per_user * users), rss_bytes=GIB
+                    ),
+                )
+            )
         ts += 1.0
     (path / runformat.RESOURCES).write_text("".join(json.dumps(s) + "\n" for s in out))
 
@@ -330,12 +436,21 @@ SCENARIOS = {
     "compute_bound": (Model(slots=4, gpu_busy_util=97), 8, 4),
     "concurrency_limit": (Model(slots=4, gpu_busy_util=30), 8, 4),
     "rate_limited": (Model(slots=None, gpu_busy_util=40, rate_limit_from=8), 8, 4),
-    "memory_bound": (Model(slots=None, gpu_busy_util=60, error_from=8, error_fraction=0.4,
-                           error_text="CUDA out of memory. Tried to allocate 2.00 GiB",
-                           gpu_mem_base=20 * GIB, gpu_mem_per_slot=0.25 * GIB), 8, 4),
+    "memory_bound": (
+        Model(
+            slots=None,
+            gpu_busy_util=60,
+            error_from=8,
+            error_fraction=0.4,
+            error_text="CUDA out of memory. Tried to allocate 2.00 GiB",
+            gpu_mem_base=20 * GIB,
+            gpu_mem_per_slot=0.25 * GIB,
+        ),
+        8,
+        4,
+    ),
     "client_io": (Model(slots=None, gpu_busy_util=40, write_ms_per_user=80), 4, 2),
-    "client_bound": (Model(slots=4, gpu_busy_util=40, client_cpu_per_user=20, user_gap_ms=400,
-                           user_gap_from=8), 8, 4),
+    "client_bound": (Model(slots=4, gpu_busy_util=40, client_cpu_per_user=20, user_gap_ms=400, user_gap_from=8), 8, 4),
     "server_errors": (Model(slots=None, gpu_busy_util=40, error_from=8, error_fraction=0.3), 8, 4),
 }
 
@@ -344,5 +459,8 @@ def assert_declared(run_dir: Path) -> None:
     """Every key in the run directory's files is declared in :mod:`runformat`
     (:func:`runformat.check.undeclared_keys`); the failure lists the first ones that are not."""
     bad = undeclared_keys(run_dir)
-    assert not bad, (f"{run_dir} holds {len(bad)} keys runformat does not declare: " + ", ".join(bad[:20])
-                     + (" …" if len(bad) > 20 else ""))
+    assert not bad, (
+        f"{run_dir} holds {len(bad)} keys runformat does not declare: "
+        + ", ".join(bad[:20])
+        + (" …" if len(bad) > 20 else "")
+    )

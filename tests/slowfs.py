@@ -9,6 +9,7 @@ metadata and the rest pass straight through. The kernel sends each write() of th
 under test to this server as it is made (no write-back cache), so a delay here is a disk
 that stalls, seen by the real system calls of the real tts-knee process.
 """
+
 from __future__ import annotations
 
 import errno
@@ -54,9 +55,16 @@ class SlowPassthrough(fuse.Operations):
             st = os.lstat(self._path(path))
         except OSError as e:
             raise fuse.FuseOSError(e.errno) from None
-        return {"st_mode": st.st_mode, "st_nlink": st.st_nlink, "st_uid": st.st_uid, "st_gid": st.st_gid,
-                "st_size": st.st_size, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns,
-                "st_ctime": st.st_ctime_ns}
+        return {
+            "st_mode": st.st_mode,
+            "st_nlink": st.st_nlink,
+            "st_uid": st.st_uid,
+            "st_gid": st.st_gid,
+            "st_size": st.st_size,
+            "st_atime": st.st_atime_ns,
+            "st_mtime": st.st_mtime_ns,
+            "st_ctime": st.st_ctime_ns,
+        }
 
     def readdir(self, path, fh):
         return [".", "..", *os.listdir(self._path(path))]
@@ -73,7 +81,7 @@ class SlowPassthrough(fuse.Operations):
         return os.open(self._path(path), os.O_WRONLY | os.O_CREAT, mode)
 
     def open(self, path, flags):
-        return os.open(self._path(path), flags & ~os.O_APPEND)   # the kernel gives each write its offset
+        return os.open(self._path(path), flags & ~os.O_APPEND)  # the kernel gives each write its offset
 
     def read(self, path, size, offset, fh):
         return os.pread(fh, size, offset)
@@ -117,8 +125,21 @@ class SlowPassthrough(fuse.Operations):
 
     def statfs(self, path):
         sv = os.statvfs(self._path(path))
-        return {k: getattr(sv, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
-                                            "f_files", "f_flag", "f_frsize", "f_namemax")}
+        return {
+            k: getattr(sv, k)
+            for k in (
+                "f_bavail",
+                "f_bfree",
+                "f_blocks",
+                "f_bsize",
+                "f_favail",
+                "f_ffree",
+                "f_files",
+                "f_flag",
+                "f_frsize",
+                "f_namemax",
+            )
+        }
 
     def access(self, path, amode):
         if not os.access(self._path(path), amode):

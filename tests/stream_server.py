@@ -8,6 +8,7 @@ events (``--sse`` or ``"stream_format": "sse"``). ``--fault`` breaks every Nth r
 
 prints ``listening on http://127.0.0.1:PORT`` once it accepts connections.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,14 @@ class Server:
                         return
                     buf += data
                 head, _, buf = buf.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(buf) < length:
                     buf += sock.recv(65536)
                 body, buf = buf[:length], buf[length:]
@@ -76,20 +83,24 @@ class Server:
             send(wav_header(0, a.rate, placeholder=True))
             gevent.sleep(a.chunk_ms / a.speed / 1000 / 2)
         for i in range(chunks):
-            pcm = bytes(chunk_bytes) if a.quiet else \
-                (b"\x00\x10\x00\xf0" * (chunk_bytes // 4 + 1))[:chunk_bytes]   # a square wave at -18 dBFS: sound
+            pcm = (
+                bytes(chunk_bytes) if a.quiet else (b"\x00\x10\x00\xf0" * (chunk_bytes // 4 + 1))[:chunk_bytes]
+            )  # a square wave at -18 dBFS: sound
             if sse:
                 b64 = base64.b64encode(pcm).decode()
-                data = sse_event({"type": "speech.audio.delta", "audio": b64[:-1] + "*" if fault == "bad-base64"
-                                  and i == 1 else b64})
+                data = sse_event(
+                    {"type": "speech.audio.delta", "audio": b64[:-1] + "*" if fault == "bad-base64" and i == 1 else b64}
+                )
             else:
-                data = (wav_header(0, a.rate, placeholder=True) if i == 0 and not pcm_fmt and not a.header_alone else b"") + pcm
+                data = (
+                    wav_header(0, a.rate, placeholder=True) if i == 0 and not pcm_fmt and not a.header_alone else b""
+                ) + pcm
             send(data)
             if i == 1 and fault == "reset":
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return False
             if i == 1 and fault == "short":
-                return False     # closes without the last chunk of the chunked encoding
+                return False  # closes without the last chunk of the chunked encoding
             if i == 1 and fault == "error-event":
                 send(sse_event({"type": "error", "error": {"message": "synthesis crashed"}}))
                 break

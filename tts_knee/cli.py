@@ -12,6 +12,7 @@ Locust option passes through, the web UI included when ``--headless`` is not giv
 is :mod:`tts_knee.dashboard`'s command line, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
 :mod:`tts_knee.testbed.sim`'s.
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,6 +28,7 @@ def _run(argv: list[str]) -> int:
     from locust.main import main as locust_main
 
     from tts_knee.locustfiles import node
+
     locustfile = Path(node.__file__).with_name("tts.py")
     sys.argv = [f"{PROG} run", "-f", str(locustfile), *argv]
     locust_main()
@@ -35,27 +37,33 @@ def _run(argv: list[str]) -> int:
 
 def _report(argv: list[str]) -> int:
     from tts_knee.dashboard.__main__ import main as dashboard_main
+
     return dashboard_main(argv, prog=f"{PROG} report")
 
 
 def _collect(argv: list[str]) -> int:
     from tts_knee.collectors.__main__ import main as collector_main
+
     return collector_main(argv, prog=f"{PROG} collect")
 
 
 def _sim(argv: list[str]) -> int:
     from tts_knee.testbed.sim import main as sim_main
+
     return sim_main(argv, prog=f"{PROG} sim")
 
 
 #: Each subcommand: what it does, in one line, and how it runs.
 COMMANDS = {
-    "run": ("a load run: Locust with tts-knee's locustfile (steps, retries, the run directory); "
-            "every Locust option too", _run),
-    "report": ("a run directory's summary.json, report.html and step table; comparisons, the "
-               "CI gate, the live view", _report),
-    "collect": ("the collector beside the TTS server: GPU, CPU and the server process, over HTTP",
-                _collect),
+    "run": (
+        "a load run: Locust with tts-knee's locustfile (steps, retries, the run directory); every Locust option too",
+        _run,
+    ),
+    "report": (
+        "a run directory's summary.json, report.html and step table; comparisons, the CI gate, the live view",
+        _report,
+    ),
+    "collect": ("the collector beside the TTS server: GPU, CPU and the server process, over HTTP", _collect),
     "sim": ("a TTS server with a known capacity to aim a run at", _sim),
 }
 
@@ -88,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"{PROG}: {name!r} is not a command; use one of {', '.join(COMMANDS)} "
-              f"({PROG} --help says what each does).", file=sys.stderr)
+        print(
+            f"{PROG}: {name!r} is not a command; use one of {', '.join(COMMANDS)} ({PROG} --help says what each does).",
+            file=sys.stderr,
+        )
         return 2
     return COMMANDS[name][1](rest)

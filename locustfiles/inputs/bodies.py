@@ -17,6 +17,7 @@ a form field: strings as they are, anything else as JSON) with the reference cli
 part named FIELD, as XTTS-style servers (``speaker_wav``) and the cloning servers' wrappers
 take it; urllib3 (a dependency of Locust's) encodes it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -45,10 +46,15 @@ def sample(template: str) -> str:
 def values(s, text: str, ask: Ask) -> dict:
     """Each placeholder's value for this request (None: it has none)."""
     clip = ask.ref_audio
-    return {"text": text, "voice": ask.voice or s.tts_voice or None, "language": ask.language, "speed": ask.speed,
-            "instructions": ask.instructions,
-            "ref_audio_b64": None if clip is None else base64.b64encode(clip.data).decode("ascii"),
-            "ref_text": ask.ref_text}
+    return {
+        "text": text,
+        "voice": ask.voice or s.tts_voice or None,
+        "language": ask.language,
+        "speed": ask.speed,
+        "instructions": ask.instructions,
+        "ref_audio_b64": None if clip is None else base64.b64encode(clip.data).decode("ascii"),
+        "ref_text": ask.ref_text,
+    }
 
 
 def missing(template: str, s, ask: Ask) -> list[str]:
@@ -100,25 +106,29 @@ def fields(s, text: str, ask: Ask) -> dict:
 def fill(template: str, vals: dict) -> str:
     """``template`` with its placeholders filled from ``vals`` in one pass (a text that holds
     "{voice}" stays as it is)."""
+
     def one(m) -> str:
         v = vals[m.group(1)]
         if m.group(1) == "speed":
             return json.dumps(v)
-        return json.dumps(v, ensure_ascii=False)[1:-1]   # escaped for a JSON string literal
+        return json.dumps(v, ensure_ascii=False)[1:-1]  # escaped for a JSON string literal
+
     return _PLACEHOLDER.sub(one, template)
 
 
 def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
     """(the request body, its content type)."""
     if not s.tts_form:
-        if s.tts_api == "json":   # the template as written, not re-encoded
+        if s.tts_api == "json":  # the template as written, not re-encoded
             return fill(s.tts_template, values(s, text, ask)).encode("utf-8", "surrogateescape"), JSON_TYPE
         # surrogateescape: a probe text's escaped byte (--probe-texts invalid-utf8) goes as that byte
         return json.dumps(fields(s, text, ask), ensure_ascii=False).encode("utf-8", "surrogateescape"), JSON_TYPE
     # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
     from urllib3 import encode_multipart_formdata
-    parts = [(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
-             for k, v in fields(s, text, ask).items()]
+
+    parts = [
+        (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in fields(s, text, ask).items()
+    ]
     if ask.ref_audio is not None:
         parts.append((s.tts_form, (ask.ref_audio.name, ask.ref_audio.data, ask.ref_audio.content_type)))
     return encode_multipart_formdata(parts)

@@ -6,6 +6,7 @@ for that text asks for beside its words: ``voice``, ``language``, ``speed`` (a n
 ``instructions``, ``ref_audio`` (a reference clip to clone the voice from: a WAV, MP3, Ogg, AAC
 or FLAC file, its path relative to the corpus file) and ``ref_text`` (what the clip says).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,6 +36,7 @@ class CorpusError(ValueError):
 class Clip:
     """A reference clip, read once: a request sends the same bytes every time. Compared and
     hashed by its path alone."""
+
     path: str
     data: bytes = field(repr=False, compare=False)
     content_type: str = field(compare=False, default="audio/wav")
@@ -75,8 +77,10 @@ def load_clip(path: Path, what: str) -> Clip:
         raise CorpusError(f"{what} has ref_audio {str(path)!r}, which cannot be read ({e.strerror})") from None
     kind = audio_kind(data[:16])
     if kind is None:
-        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which is not an audio file "
-                          f"(WAV, MP3, Ogg, AAC or FLAC; it starts {data[:8]!r})")
+        raise CorpusError(
+            f"{what} has ref_audio {str(path)!r}, which is not an audio file "
+            f"(WAV, MP3, Ogg, AAC or FLAC; it starts {data[:8]!r})"
+        )
     return Clip(str(path), data, CLIP_TYPES[kind])
 
 
@@ -121,10 +125,10 @@ def _load_jsonl(path: Path, raw: str) -> list[Text]:
         except json.JSONDecodeError as e:
             raise CorpusError(f"{where} is not valid JSON ({e.msg})") from None
         if not isinstance(obj, dict):
-            raise CorpusError(f"{where} must be a JSON object with a \"text\" field")
+            raise CorpusError(f'{where} must be a JSON object with a "text" field')
         text = obj.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise CorpusError(f"{where} has no non-empty \"text\" string")
+            raise CorpusError(f'{where} has no non-empty "text" string')
         tid = str(obj.get("id", f"{path.stem}:{n}"))
         if tid in seen:
             raise CorpusError(f"{where} repeats the id {tid!r}")
@@ -146,8 +150,9 @@ def _asks(obj: dict, path: Path, where: str, clips: dict) -> dict:
             raise CorpusError(f"{where} has {k} {v!r}; expected a non-empty string")
         out[k] = v
     speed = obj.get("speed")
-    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0
-                              or speed == float("inf")):
+    if speed is not None and (
+        isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0 or speed == float("inf")
+    ):
         raise CorpusError(f"{where} has speed {speed!r}; expected a number above 0")
     out["speed"] = speed
     ref = obj.get("ref_audio")
@@ -180,7 +185,7 @@ def _fit(sentence: str, max_chars: int, breaks: re.Pattern) -> list[str]:
         return [sentence]
     out: list[str] = []
     for word in filter(None, breaks.split(sentence)):
-        while len(word) > max_chars:           # no break inside: cut hard
+        while len(word) > max_chars:  # no break inside: cut hard
             out.append(word[:max_chars])
             word = word[max_chars:]
         if out and len(out[-1]) + 1 + len(word) <= max_chars:

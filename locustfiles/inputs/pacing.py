@@ -17,6 +17,7 @@ how long it may wait for the server, and :meth:`Pacer.take` what is due; :meth:`
 does both with a sleep, for a protocol whose client library pulls its requests from an
 iterator.
 """
+
 from __future__ import annotations
 
 import random
@@ -64,8 +65,7 @@ def ends_sentence(token: str) -> bool:
     return bool(_SENTENCE_END.search(token))
 
 
-def schedule(text: str, rate: float | None, jitter: float = 0.0,
-             rng: random.Random | None = None) -> list[Piece]:
+def schedule(text: str, rate: float | None, jitter: float = 0.0, rng: random.Random | None = None) -> list[Piece]:
     """The pieces of ``text`` and when each is due: ``rate`` tokens per second (None or 0: the
     whole text at once), each gap (1 +/- ``jitter``) / rate, drawn from ``rng``."""
     if not rate:
@@ -87,13 +87,12 @@ class Pacer:
 
     __slots__ = ("pieces", "start", "flush_sentences", "min_interval_s", "next", "last_sent")
 
-    def __init__(self, pieces: list[Piece], start: float, flush_sentences: bool = False,
-                 min_interval_s: float = 0.0):
+    def __init__(self, pieces: list[Piece], start: float, flush_sentences: bool = False, min_interval_s: float = 0.0):
         self.pieces = pieces
         self.start = start
         self.flush_sentences = flush_sentences
         self.min_interval_s = min_interval_s
-        self.next = 0            # the first piece not yet sent
+        self.next = 0  # the first piece not yet sent
         self.last_sent: float | None = None
 
     @property
@@ -127,8 +126,12 @@ class Pacer:
                 break
         self.next, self.last_sent = end, now
         tail = pieces[end - 1]
-        return Send("".join(p.text for p in pieces[first:end]), end - first,
-                    self.flush_sentences and tail.sentence_end and not tail.last, tail.last)
+        return Send(
+            "".join(p.text for p in pieces[first:end]),
+            end - first,
+            self.flush_sentences and tail.sentence_end and not tail.last,
+            tail.last,
+        )
 
     def sends(self, clock: Callable[[], float], sleep: Callable[[float], object]) -> Iterator[Send]:
         """Every send, each once it is due: sleeps with ``sleep`` on ``clock`` in between."""

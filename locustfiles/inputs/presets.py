@@ -16,6 +16,7 @@ variable) is left out. A frame that cannot be what the dialect says (a text fram
 JSON, audio that is not base64, a binary frame where the dialect sends none) raises
 :class:`~audio.containers.StreamError` with one sentence.
 """
+
 from __future__ import annotations
 
 import binascii
@@ -28,7 +29,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 try:
     import tomllib
-except ModuleNotFoundError:   # Python 3.10: the same parser, from PyPI
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from tts_knee.audio.containers import StreamError
@@ -42,8 +43,21 @@ SENDS = ("open", "begin", "text", "flush", "end", "cancel", "close", "keepalive"
 EVENTS = ("audio", "audio_start", "flushed", "end", "cancelled", "error", "ignore")
 ENDS_ON = ("end", "ack_of_end")
 ENCODINGS = ("pcm_s16le",)
-_KEYS = {"name", "protocol", "path", "query", "headers", "reuse", "contexts", "ends_on", "min_interval_ms",
-         "keepalive_s", "audio", "send", "receive"}
+_KEYS = {
+    "name",
+    "protocol",
+    "path",
+    "query",
+    "headers",
+    "reuse",
+    "contexts",
+    "ends_on",
+    "min_interval_ms",
+    "keepalive_s",
+    "audio",
+    "send",
+    "receive",
+}
 _RULE_KEYS = {"match", "event", "audio", "rate", "context", "message", "fatal"}
 _PLACEHOLDER = re.compile(r"\{(text|voice|model|context_id|utterance|env\.[A-Za-z_][A-Za-z0-9_]*)\}")
 _UNSET = object()
@@ -70,12 +84,12 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    match: tuple            # ((path, value), ...): every field must hold its value ("*": present, not null)
+    match: tuple  # ((path, value), ...): every field must hold its value ("*": present, not null)
     event: str
-    audio: tuple | None     # the field holding base64 audio, as a path
+    audio: tuple | None  # the field holding base64 audio, as a path
     rate: tuple | None
     context: tuple | None
-    message: tuple          # fields tried in order for an error's sentence, as paths
+    message: tuple  # fields tried in order for an error's sentence, as paths
     fatal: bool
 
 
@@ -87,16 +101,16 @@ class Preset:
     path: str
     query: dict
     headers: dict
-    reuse: bool             # several utterances per connection; False: one connection per utterance
-    contexts: int           # utterances the dialect keeps in flight on one connection
-    ends_on: str            # "end": a rule's end event; "ack_of_end": the flushed that answers the end
-    min_interval_s: float   # sends of text at least this far apart (servers that drop fast senders)
-    rate: int               # the audio's sample rate unless the server names it
+    reuse: bool  # several utterances per connection; False: one connection per utterance
+    contexts: int  # utterances the dialect keeps in flight on one connection
+    ends_on: str  # "end": a rule's end event; "ack_of_end": the flushed that answers the end
+    min_interval_s: float  # sends of text at least this far apart (servers that drop fast senders)
+    rate: int  # the audio's sample rate unless the server names it
     channels: int
-    send: dict              # kind -> the JSON object it sends (placeholders unfilled)
-    binary: str             # "audio" or "error"
+    send: dict  # kind -> the JSON object it sends (placeholders unfilled)
+    binary: str  # "audio" or "error"
     rules: tuple
-    keepalive_s: float | None = None   # send.keepalive this often while a kept connection idles
+    keepalive_s: float | None = None  # send.keepalive this often while a kept connection idles
 
     @property
     def routed(self) -> bool:
@@ -114,22 +128,25 @@ class Preset:
         scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}[parts.scheme]
         path = render(self.path, values)
         if path is _UNSET:
-            raise PresetError(f"preset {self.file}: `path` names a placeholder with no value ({self.path}); "
-                              f"give --tts-voice or --tts-model")
+            raise PresetError(
+                f"preset {self.file}: `path` names a placeholder with no value ({self.path}); "
+                f"give --tts-voice or --tts-model"
+            )
         query = {k: v for k, v in ((k, render(v, values)) for k, v in self.query.items()) if v is not _UNSET}
         base = parts.path.rstrip("/")
         return f"{scheme}://{parts.netloc}{base}{quote(path)}" + (f"?{urlencode(query)}" if query else "")
 
     def handshake_headers(self, values: dict) -> list[str]:
-        return [f"{k}: {v}" for k, v in ((k, render(v, values)) for k, v in self.headers.items())
-                if v is not _UNSET]
+        return [f"{k}: {v}" for k, v in ((k, render(v, values)) for k, v in self.headers.items()) if v is not _UNSET]
 
     def messages(self, kind: str, values: dict) -> list[str]:
         """The JSON texts the client sends for ``kind``, in order: one, or the sequence a
         ``[[send.KIND]]`` array gives (ElevenLabs ends a context with a flush, then a
         close_context); none when the dialect has no such message."""
-        return [json.dumps(render(body, values), ensure_ascii=False, separators=(",", ":"))
-                for body in self.send.get(kind) or ()]
+        return [
+            json.dumps(render(body, values), ensure_ascii=False, separators=(",", ":"))
+            for body in self.send.get(kind) or ()
+        ]
 
     def message(self, kind: str, values: dict) -> str | None:
         """The first of :meth:`messages` (the only one, but for a sequence), or None."""
@@ -161,10 +178,12 @@ class Preset:
         if rule.event == "audio":
             b64 = _get(obj, rule.audio)
             if not isinstance(b64, str):
-                raise StreamError(f"an audio frame has no base64 string in {_dotted(rule.audio)!r}: {_snippet(frame)!r}")
+                raise StreamError(
+                    f"an audio frame has no base64 string in {_dotted(rule.audio)!r}: {_snippet(frame)!r}"
+                )
             try:
                 audio = binascii.a2b_base64(b64, strict_mode=True)
-            except (binascii.Error, ValueError) as e:   # ValueError: non-ASCII text
+            except (binascii.Error, ValueError) as e:  # ValueError: non-ASCII text
                 raise StreamError(f"an audio frame's {_dotted(rule.audio)!r} is not base64 ({e})") from None
             return Frame("audio", audio, rate, context)
         if rule.event == "error":
@@ -193,6 +212,7 @@ def render(value, values: dict):
         v = _lookup(m.group(1), values)
         missing = missing or v is _UNSET
         return "" if v is _UNSET else str(v)
+
     out = _PLACEHOLDER.sub(fill, value)
     return _UNSET if missing else out
 
@@ -226,6 +246,7 @@ def _snippet(text) -> str:
 
 # ---- reading a file -------------------------------------------------------------------------
 
+
 def names() -> list[str]:
     """The presets that ship with tts-knee."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
@@ -238,8 +259,9 @@ def find(name_or_file: str) -> Path:
         return path
     shipped = PRESET_DIR / f"{name_or_file}.toml"
     if name_or_file not in names():
-        raise PresetError(f"--tts-preset {name_or_file!r} is neither a preset tts-knee ships "
-                          f"({', '.join(names())}) nor a .toml file")
+        raise PresetError(
+            f"--tts-preset {name_or_file!r} is neither a preset tts-knee ships ({', '.join(names())}) nor a .toml file"
+        )
     return shipped
 
 
@@ -248,7 +270,7 @@ def load(name_or_file: str) -> Preset:
     path = find(name_or_file)
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:   # ValueError: no file can have the name (a NUL in it), or not UTF-8
+    except (OSError, ValueError) as e:  # ValueError: no file can have the name (a NUL in it), or not UTF-8
         why = "it is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
         raise PresetError(f"preset {path} cannot be read: {why}") from None
     try:
@@ -271,7 +293,7 @@ class _Checker:
         value = raw.get(key.rsplit(".", 1)[-1], default)
         if value is _UNSET:
             self.fail(key, f"is missing; it must be {expected}")
-        if not isinstance(value, types) or isinstance(value, bool) and types is not bool:   # TOML true is no number
+        if not isinstance(value, types) or isinstance(value, bool) and types is not bool:  # TOML true is no number
             self.fail(key, f"must be {expected}, not {value!r}")
         return value
 
@@ -310,8 +332,10 @@ class _Checker:
             self.fail(f"audio.{unknown[0]}", "is not an [audio] key; the keys are encoding, rate, channels")
         encoding = self.kind(audio, "audio.encoding", str, f"one of {', '.join(ENCODINGS)}", "pcm_s16le")
         if encoding not in ENCODINGS:
-            self.fail("audio.encoding", f"must be one of {', '.join(ENCODINGS)} (the audio tts-knee times and "
-                                        f"writes), not {encoding!r}")
+            self.fail(
+                "audio.encoding",
+                f"must be one of {', '.join(ENCODINGS)} (the audio tts-knee times and writes), not {encoding!r}",
+            )
         rate = self.kind(audio, "audio.rate", int, "a sample rate in Hz", 24000)
         channels = self.kind(audio, "audio.channels", int, "a number of channels", 1)
         if not 0 < rate <= 1_000_000 or not 0 < channels <= 64:
@@ -329,31 +353,50 @@ class _Checker:
         events = {r.event for r in rules}
         needed = "end" if ends_on == "end" else "flushed"
         if needed not in events:
-            self.fail("receive.rule", f"has no rule whose event is {needed!r}, which ends an utterance "
-                                      f"(ends_on = {ends_on!r})")
+            self.fail(
+                "receive.rule",
+                f"has no rule whose event is {needed!r}, which ends an utterance (ends_on = {ends_on!r})",
+            )
         if binary != "audio" and "audio" not in events:
-            self.fail("receive.rule", 'has no audio rule, and binary frames are not audio: nothing would be audio')
+            self.fail("receive.rule", "has no audio rule, and binary frames are not audio: nothing would be audio")
         reuse = self.kind(raw, "reuse", bool, "true or false", False)
         if contexts > 1 and not reuse:
             self.fail("contexts", "is more than 1, but reuse is false: contexts share one connection")
         if contexts > 1 and not any(r.context for r in rules):
-            self.fail("contexts", "is more than 1, but no rule names the field that says which context a frame "
-                                  "belongs to (`context`)")
-        keepalive = None if "keepalive_s" not in raw else \
-            self.kind(raw, "keepalive_s", (int, float), "a number of seconds > 0")
+            self.fail(
+                "contexts",
+                "is more than 1, but no rule names the field that says which context a frame belongs to (`context`)",
+            )
+        keepalive = (
+            None if "keepalive_s" not in raw else self.kind(raw, "keepalive_s", (int, float), "a number of seconds > 0")
+        )
         if keepalive is not None and not keepalive > 0:
             self.fail("keepalive_s", f"must be a number of seconds > 0, not {keepalive}")
         if (keepalive is None) != ("keepalive" not in send):
-            self.fail("keepalive_s" if keepalive is None else "send.keepalive",
-                      "is missing: a keepalive needs both its message (send.keepalive) and how often (keepalive_s)")
+            self.fail(
+                "keepalive_s" if keepalive is None else "send.keepalive",
+                "is missing: a keepalive needs both its message (send.keepalive) and how often (keepalive_s)",
+            )
         if keepalive is not None and not reuse:
             self.fail("keepalive_s", "is set, but reuse is false: a connection used once never idles")
         return Preset(
-            name=self.kind(raw, "name", str, "a name", self.path.stem), file=self.path, protocol=protocol,
-            path=path, query=self.strings(raw, "query"), headers=self.strings(raw, "headers"),
-            reuse=reuse, contexts=contexts, ends_on=ends_on,
-            min_interval_s=interval / 1000.0, rate=rate, channels=channels, send=send, binary=binary,
-            rules=rules, keepalive_s=None if keepalive is None else float(keepalive))
+            name=self.kind(raw, "name", str, "a name", self.path.stem),
+            file=self.path,
+            protocol=protocol,
+            path=path,
+            query=self.strings(raw, "query"),
+            headers=self.strings(raw, "headers"),
+            reuse=reuse,
+            contexts=contexts,
+            ends_on=ends_on,
+            min_interval_s=interval / 1000.0,
+            rate=rate,
+            channels=channels,
+            send=send,
+            binary=binary,
+            rules=rules,
+            keepalive_s=None if keepalive is None else float(keepalive),
+        )
 
     def sends(self, send: dict) -> dict:
         unknown = sorted(set(send) - set(SENDS))
@@ -366,8 +409,12 @@ class _Checker:
         for kind, bodies in send.items():
             many = isinstance(bodies, list)
             if many and (kind == "text" or not bodies):
-                self.fail(f"send.{kind}", "must be one table: the text goes in one message" if kind == "text"
-                          else "must hold at least one message")
+                self.fail(
+                    f"send.{kind}",
+                    "must be one table: the text goes in one message"
+                    if kind == "text"
+                    else "must hold at least one message",
+                )
             out[kind] = []
             for i, body in enumerate(bodies if many else [bodies]):
                 where = f"send.{kind}[{i}]" if many else f"send.{kind}"
@@ -376,8 +423,10 @@ class _Checker:
                 base = body.get("extends")
                 if base is not None:
                     if base not in send or not isinstance(send[base], dict) or "extends" in send[base]:
-                        self.fail(f"{where}.extends", f"must name another [send] message (one table) that extends "
-                                                      f"none, not {base!r}")
+                        self.fail(
+                            f"{where}.extends",
+                            f"must name another [send] message (one table) that extends none, not {base!r}",
+                        )
                     body = {**send[base], **{k: v for k, v in body.items() if k != "extends"}}
                 out[kind].append(body)
         if "{text}" not in json.dumps(out["text"]):
@@ -414,8 +463,15 @@ class _Checker:
         if not isinstance(message, list) or not all(isinstance(m, str) and m for m in message):
             self.fail(f"{key}.message", f"must be a field name or a list of them, not {rule.get('message')!r}")
         fatal = self.kind(rule, f"{key}.fatal", bool, "true or false", True)
-        return Rule(tuple(_flatten(match)), event, audio, path("rate"), path("context"),
-                    tuple(tuple(m.split(".")) for m in message), fatal)
+        return Rule(
+            tuple(_flatten(match)),
+            event,
+            audio,
+            path("rate"),
+            path("context"),
+            tuple(tuple(m.split(".")) for m in message),
+            fatal,
+        )
 
 
 def _flatten(match: dict, prefix: tuple = ()):

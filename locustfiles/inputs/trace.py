@@ -12,6 +12,7 @@ Rows are shared out among the workers: a conversation's turns all go to one (in 
 caller: one connection or session), the other rows by their index. :meth:`Trace.lanes` says
 which rows a worker sends: one lane per conversation and one per lone row.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -34,9 +35,9 @@ class TraceError(ValueError):
 @dataclass(frozen=True)
 class Trace:
     path: str
-    offsets: tuple      # seconds from the trace's start, per row, ascending
-    texts: tuple        # corpus.Text per row: what it sends
-    lanes_of: tuple     # tuple of lanes, each a tuple of row indexes sent in order on one caller
+    offsets: tuple  # seconds from the trace's start, per row, ascending
+    texts: tuple  # corpus.Text per row: what it sends
+    lanes_of: tuple  # tuple of lanes, each a tuple of row indexes sent in order on one caller
     conversations: int
     duration_s: float
 
@@ -68,8 +69,15 @@ class Trace:
     def describe(self) -> dict:
         """run.json's ``trace``."""
         from tts_knee.analysis.trace import bursts
-        return {"path": self.path, "rows": self.rows, "duration_s": self.duration_s, "rate_rps": self.base_rps,
-                "conversations": self.conversations, "bursts": bursts(self.offsets, self.duration_s)}
+
+        return {
+            "path": self.path,
+            "rows": self.rows,
+            "duration_s": self.duration_s,
+            "rate_rps": self.base_rps,
+            "conversations": self.conversations,
+            "bursts": bursts(self.offsets, self.duration_s),
+        }
 
 
 def load(path: str, corpus: tuple) -> Trace:
@@ -87,9 +95,10 @@ def load(path: str, corpus: tuple) -> Trace:
         if r.text_id is not None:
             base = by_id.get(r.text_id)
             if base is None:
-                raise TraceError(f"--trace: {path} line {r.line}: text_id {r.text_id!r} is not in the corpus "
-                                 f"(--texts); its ids are {', '.join(sorted(by_id)[:5])}"
-                                 + (" …" if len(by_id) > 5 else ""))
+                raise TraceError(
+                    f"--trace: {path} line {r.line}: text_id {r.text_id!r} is not in the corpus "
+                    f"(--texts); its ids are {', '.join(sorted(by_id)[:5])}" + (" …" if len(by_id) > 5 else "")
+                )
         elif r.text_len is not None:
             k = bisect.bisect_left(lengths, r.text_len)
             near = [j for j in (k - 1, k) if 0 <= j < len(by_len)]
@@ -116,4 +125,3 @@ def parse_speeds(raw) -> tuple[float, ...]:
     if not speeds or not all(math.isfinite(v) and v > 0 for v in speeds):
         raise TraceError(f"--trace-speed needs at least one speed, each a number above 0, got {raw!r}")
     return speeds
-

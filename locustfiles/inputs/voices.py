@@ -18,6 +18,7 @@ number with ``--voice-steps``):
 
 Draws are seeded (``--voice-seed``, recorded in run.json), so a run's mix can be drawn again.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,13 @@ def parse_voices(raw: str) -> tuple[Voice, ...]:
             raise VoiceError(f"--voices file {path} cannot be read: {e.strerror}") from None
         except UnicodeDecodeError:
             raise VoiceError(f"--voices file {path} is not UTF-8 text") from None
-        voices = _jsonl(path, text) if path.suffix == ".jsonl" else [
-            Voice(line.strip()) for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+        voices = (
+            _jsonl(path, text)
+            if path.suffix == ".jsonl"
+            else [
+                Voice(line.strip()) for line in text.splitlines() if line.strip() and not line.strip().startswith("#")
+            ]
+        )
         where = f"--voices file {path}"
     else:
         voices = [Voice(name.strip()) for name in raw.split(",") if name.strip()]
@@ -86,7 +92,7 @@ def _jsonl(path: Path, text: str) -> list[Voice]:
             raise VoiceError(f"{where} is not valid JSON ({e.msg})") from None
         name = obj.get("voice") if isinstance(obj, dict) else None
         if not isinstance(name, str) or not name.strip():
-            raise VoiceError(f"{where} has no non-empty \"voice\" string")
+            raise VoiceError(f'{where} has no non-empty "voice" string')
         ref, ref_text = obj.get("ref_audio"), obj.get("ref_text")
         if ref_text is not None and not isinstance(ref_text, str):
             raise VoiceError(f"{where} (voice {name!r}) has ref_text {ref_text!r}; expected a string")
@@ -134,8 +140,9 @@ def parse_mix(raw: str) -> tuple[str, float]:
             s = float("nan")
         if s > 0 and s != float("inf"):
             return kind, s
-    raise VoiceError(f"--voice-mix takes round-robin, uniform or zipf:S with S a number above 0 "
-                     f"(zipf:1.1, say), got {raw!r}")
+    raise VoiceError(
+        f"--voice-mix takes round-robin, uniform or zipf:S with S a number above 0 (zipf:1.1, say), got {raw!r}"
+    )
 
 
 class Mix:
@@ -144,8 +151,9 @@ class Mix:
     def __init__(self, voices: tuple[Voice, ...], kind: str, exponent: float, seed: int, texts: int):
         self.voices, self.kind, self.texts = voices, kind, max(1, texts)
         self.rng = random.Random(seed)
-        self._weights = list(accumulate(1.0 / (k ** exponent) for k in range(1, len(voices) + 1))) \
-            if kind == "zipf" else None
+        self._weights = (
+            list(accumulate(1.0 / (k**exponent) for k in range(1, len(voices) + 1))) if kind == "zipf" else None
+        )
 
     def pick(self, i: int, n: int) -> Voice:
         n = min(n, len(self.voices))

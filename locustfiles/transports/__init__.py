@@ -72,6 +72,7 @@ The protocols: :mod:`~locustfiles.transports.http` (whole bodies, chunked stream
   connection), yields what still arrives and ends with an :class:`Ended` whose ``quiet`` says
   how it went quiet, bounded in time.
 """
+
 from __future__ import annotations
 
 from .base import (
@@ -92,8 +93,21 @@ from .http import HttpTransport
 from .ws import WsTransport
 from .wyoming import WyomingTransport
 
-__all__ = ["NO_ASK", "Answered", "Ask", "AudioPiece", "Cancel", "Ended", "Event", "Received", "TextSent",
-           "TlsError", "Transport", "TransportError", "transport_for"]
+__all__ = [
+    "NO_ASK",
+    "Answered",
+    "Ask",
+    "AudioPiece",
+    "Cancel",
+    "Ended",
+    "Event",
+    "Received",
+    "TextSent",
+    "TlsError",
+    "Transport",
+    "TransportError",
+    "transport_for",
+]
 
 
 def transport_for(s, payload=None) -> Transport:
@@ -106,5 +120,6 @@ def transport_for(s, payload=None) -> Transport:
         return WyomingTransport(s)
     if s.tts_protocol == "grpc":
         from . import grpc
+
         return grpc.transport_for(s)
     return HttpTransport(s, payload)

@@ -1,6 +1,7 @@
 """The seam's interface: :class:`Transport`, the events an exchange yields and
 :class:`TransportError`. The package's doc (``locustfiles/transports/__init__.py``) says how a
 protocol implements them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ class Ask:
     language: str | None = None
     speed: float | None = None
     instructions: str | None = None
-    ref_audio: Clip | None = None   # a reference clip to clone the voice from
-    ref_text: str | None = None     # what the clip says
+    ref_audio: Clip | None = None  # a reference clip to clone the voice from
+    ref_text: str | None = None  # what the clip says
 
 
 NO_ASK = Ask()
@@ -41,13 +42,13 @@ class TlsError(TransportError):
 class Answered:
     """How the server took the request."""
 
-    status: int | str | None     # recorded as the attempt's ``status``
-    ok: bool                     # the answer carries audio to time and check
-    said: str                    # how errors quote this answer: "HTTP 503"
-    http_status: int | str | None   # what --retry-on judges it by (see the module doc)
-    retry_after_raw: str | None = None    # the server's word on when to come back, as sent
-    server_timing: dict[str, float] | None = None   # stage -> ms, where the server says so
-    retry_after_s: float | None = None    # that word in seconds, where the transport read it itself
+    status: int | str | None  # recorded as the attempt's ``status``
+    ok: bool  # the answer carries audio to time and check
+    said: str  # how errors quote this answer: "HTTP 503"
+    http_status: int | str | None  # what --retry-on judges it by (see the module doc)
+    retry_after_raw: str | None = None  # the server's word on when to come back, as sent
+    server_timing: dict[str, float] | None = None  # stage -> ms, where the server says so
+    retry_after_s: float | None = None  # that word in seconds, where the transport read it itself
 
 
 @dataclass(slots=True)
@@ -95,8 +96,8 @@ class Ended:
     error: str | None = None
     audio: Audio | None = None
     data: list | None = None
-    quiet: str | None = None     # a cancelled exchange: how it went quiet (see Cancel)
-    note: str | None = None      # ... and, where it went wrong, what became of the connection
+    quiet: str | None = None  # a cancelled exchange: how it went quiet (see Cancel)
+    note: str | None = None  # ... and, where it went wrong, what became of the connection
 
 
 class Cancel:
@@ -112,7 +113,7 @@ class Cancel:
 
     def __init__(self, by: str):
         self.by = by
-        self.at: float | None = None   # monotonic, when the listener interrupted
+        self.at: float | None = None  # monotonic, when the listener interrupted
         self.hook: Callable[[], None] | None = None
 
     def fire(self) -> None:

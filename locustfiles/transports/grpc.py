@@ -28,6 +28,7 @@ copy from HTTP) asks for; ``DEADLINE_EXCEEDED`` as a timeout (retried only with 
 other code by its own name, which ``--retry-on`` may list. A connection that cannot be opened
 or breaks is a connection error, as in HTTP (gRPC's clients call it UNAVAILABLE; the error says so).
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,7 @@ TRITON_INFER = "/inference.GRPCInferenceService/ModelInfer"
 TRITON_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
 SERVICES = ("riva", "triton")
 TRITON_INPUT_TYPES = ("BYTES", "INT32", "INT64", "FP32", "BOOL")
-TRITON_OUTPUT_TYPES = {"INT16": 2, "FP32": 4}   # bytes per sample
+TRITON_OUTPUT_TYPES = {"INT16": 2, "FP32": 4}  # bytes per sample
 _PACK = {"INT32": "<i", "INT64": "<q", "FP32": "<f", "BOOL": "<?"}
 #: How --retry-on sees the codes that amount to an HTTP status it knows how to retry.
 RETRY_AS_HTTP = {"OK": 200, "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
@@ -86,13 +87,16 @@ def load_preset(name: str) -> tuple[dict, str]:
     try:
         preset = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
-        raise PresetError(f"--tts-preset {name}: cannot read {path} ({e.strerror or e}); give riva, triton "
-                          f"or a preset file") from None
+        raise PresetError(
+            f"--tts-preset {name}: cannot read {path} ({e.strerror or e}); give riva, triton or a preset file"
+        ) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise PresetError(f"--tts-preset {name}: {path} is not JSON ({e})") from None
     if not isinstance(preset, dict) or preset.get("protocol") != "grpc" or preset.get("service") not in SERVICES:
-        raise PresetError(f"--tts-preset {name}: {path} must be a JSON object with \"protocol\": \"grpc\" and "
-                          f"\"service\": one of {', '.join(SERVICES)}")
+        raise PresetError(
+            f'--tts-preset {name}: {path} must be a JSON object with "protocol": "grpc" and '
+            f'"service": one of {", ".join(SERVICES)}'
+        )
     if preset["service"] == "triton":
         _check_triton(preset, f"--tts-preset {name}: {path}")
     return preset, name
@@ -100,16 +104,17 @@ def load_preset(name: str) -> tuple[dict, str]:
 
 def _check_triton(p: dict, where: str) -> None:
     if not isinstance(p.get("model"), str) or not p["model"]:
-        raise PresetError(f"{where} needs \"model\", the Triton model's name")
+        raise PresetError(f'{where} needs "model", the Triton model\'s name')
     inputs = p.get("inputs")
     if not isinstance(inputs, list) or not inputs or not all(isinstance(i, dict) for i in inputs):
-        raise PresetError(f"{where} needs \"inputs\": a list of {{name, datatype, shape, value}}")
+        raise PresetError(f'{where} needs "inputs": a list of {{name, datatype, shape, value}}')
     if sum(i.get("value") == "{text}" for i in inputs) != 1:
-        raise PresetError(f"{where}: exactly one input's \"value\" must be \"{{text}}\", where the text goes")
+        raise PresetError(f'{where}: exactly one input\'s "value" must be "{{text}}", where the text goes')
     for i in inputs:
         if not isinstance(i.get("name"), str) or i.get("datatype") not in TRITON_INPUT_TYPES:
-            raise PresetError(f"{where}: input {i.get('name')!r} needs a name and a datatype among "
-                              f"{', '.join(TRITON_INPUT_TYPES)}")
+            raise PresetError(
+                f"{where}: input {i.get('name')!r} needs a name and a datatype among {', '.join(TRITON_INPUT_TYPES)}"
+            )
         if i["value"] == "{text}" and i["datatype"] != "BYTES":
             raise PresetError(f"{where}: the text input {i['name']!r} must be BYTES")
         shape = i.get("shape", [1])
@@ -126,13 +131,19 @@ def _check_triton(p: dict, where: str) -> None:
                 raise ValueError
             _tensor(i)
         except (ValueError, TypeError, struct.error):
-            raise PresetError(f"{where}: input {i['name']!r} needs {size} {i['datatype']} value"
-                              f"{'s' if size != 1 else ''} for its shape {shape}, got {i['value']!r}") from None
+            raise PresetError(
+                f"{where}: input {i['name']!r} needs {size} {i['datatype']} value"
+                f"{'s' if size != 1 else ''} for its shape {shape}, got {i['value']!r}"
+            ) from None
     out = p.get("output")
-    if not isinstance(out, dict) or not isinstance(out.get("name"), str) or out.get("datatype") not in TRITON_OUTPUT_TYPES:
-        raise PresetError(f"{where} needs \"output\": {{name, datatype}} of the audio, datatype INT16 or FP32")
+    if (
+        not isinstance(out, dict)
+        or not isinstance(out.get("name"), str)
+        or out.get("datatype") not in TRITON_OUTPUT_TYPES
+    ):
+        raise PresetError(f'{where} needs "output": {{name, datatype}} of the audio, datatype INT16 or FP32')
     if not isinstance(p.get("sample_rate"), int) or p["sample_rate"] <= 0:
-        raise PresetError(f"{where} needs \"sample_rate\", the model's audio rate in Hz")
+        raise PresetError(f'{where} needs "sample_rate", the model\'s audio rate in Hz')
 
 
 def method_path(preset: dict, stream: bool) -> str:
@@ -198,9 +209,9 @@ class GrpcTransport(Transport):
         self.name = s.tts_path
         self.host, self.port = target(s.host)
         self.conn: Connection | None = None
-        self.request_id: str | None = None   # the id the last request carried
-        self.connect_ms: float | None = None   # opening the connection, where this exchange had to
-        self._answered = False   # the exchange yielded its provisional Answered
+        self.request_id: str | None = None  # the id the last request carried
+        self.connect_ms: float | None = None  # opening the connection, where this exchange had to
+        self._answered = False  # the exchange yielded its provisional Answered
 
     def close(self) -> None:
         if self.conn is not None:
@@ -221,20 +232,23 @@ class GrpcTransport(Transport):
                 except ssl.SSLError as e:
                     raise TlsError(tls.verify_hint(e, self.s.tls_insecure, bool(self.s.tls_client_cert))) from None
                 except OSError as e:
-                    raise TransportError(f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC "
-                                         f"would say UNAVAILABLE)") from None
+                    raise TransportError(
+                        f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC would say UNAVAILABLE)"
+                    ) from None
                 self.connect_ms = round((mono() - started) * 1000.0, 3)
-            call = self.conn.start(self.name, (("grpc-timeout", f"{int(self.s.request_timeout * 1000)}m"),
-                                               *self.s.grpc_metadata))
+            call = self.conn.start(
+                self.name, (("grpc-timeout", f"{int(self.s.request_timeout * 1000)}m"), *self.s.grpc_metadata)
+            )
             if cancel is None:
                 yield from self._call(call, text)
             else:
                 yield from self._interruptible(call, text, cancel)
         except ConnectionLost as e:
             self.close()
-            raise TransportError(f"{'gRPC stream open, then ' if self._answered else ''}{e} (gRPC would say "
-                                 f"UNAVAILABLE)") from None
-        except BaseException:   # the attempt's timeout, or the user stopped: the call is mid-answer
+            raise TransportError(
+                f"{'gRPC stream open, then ' if self._answered else ''}{e} (gRPC would say UNAVAILABLE)"
+            ) from None
+        except BaseException:  # the attempt's timeout, or the user stopped: the call is mid-answer
             self.close()
             raise
         if not self.conn.usable:
@@ -249,13 +263,15 @@ class GrpcTransport(Transport):
         connection to the next call, and the call ends CANCELLED, quiet at once: nothing more of
         it can arrive. A PING wakes the reader waiting on the socket (any HTTP/2 server answers
         one; gRPC's ping policy forgives it, the server having sent audio since the last)."""
+
         def hang_up():
             call.cancel()
             if self.conn is call.conn:
                 call.conn.wake()
+
         cancel.hook = hang_up
         for ev in self._call(call, text):
-            if cancel.at is not None and type(ev) in (Answered, Ended):   # the end of the call we cancelled
+            if cancel.at is not None and type(ev) in (Answered, Ended):  # the end of the call we cancelled
                 break
             yield ev
         else:
@@ -280,8 +296,9 @@ class GrpcTransport(Transport):
         else the failure in one sentence (``error``: one the client found itself)."""
         code, n = status.code, len(pieces.pieces)
         raw, wait_s, refused = pushback(status.metadata) if code != "OK" else (None, None, False)
-        yield Answered(code, bool(n) or code == "OK", f"gRPC {code}", retry_status(code, refused),
-                       raw, retry_after_s=wait_s)
+        yield Answered(
+            code, bool(n) or code == "OK", f"gRPC {code}", retry_status(code, refused), raw, retry_after_s=wait_s
+        )
         if error is None and code != "OK":
             error = f"gRPC {code}" + (f": {status.details}" if status.details else "")
             if n:
@@ -311,10 +328,14 @@ class RivaTransport(GrpcTransport):
     def __init__(self, s):
         super().__init__(s)
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
+
         self._response = riva_tts_pb2.SynthesizeSpeechResponse
         self._request = riva_tts_pb2.SynthesizeSpeechRequest(
             language_code=s.tts_language or s.grpc_preset.get("language", ""),
-            encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM, sample_rate_hz=s.tts_sample_rate, voice_name=s.tts_voice)
+            encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM,
+            sample_rate_hz=s.tts_sample_rate,
+            voice_name=s.tts_voice,
+        )
         self._online = s.tts_path == RIVA_ONLINE
         self._rng = random.Random()
 
@@ -328,17 +349,18 @@ class RivaTransport(GrpcTransport):
         """The text's pieces, each once it is due (a greenlet of its own): one request each, the
         last ending the request stream."""
         s = self.s
-        pacer = pacing.Pacer(pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(),
-                             s.flush == "sentence")
-        connect_ms = self.connect_ms   # the first send's, where this exchange opened the connection
+        pacer = pacing.Pacer(
+            pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(), s.flush == "sentence"
+        )
+        connect_ms = self.connect_ms  # the first send's, where this exchange opened the connection
         for send in pacer.sends(mono, gevent.sleep):
             if not call.send(self._message(send.text), end=send.last):
-                return   # the call ended, or the connection broke: the reader says which
+                return  # the call ended, or the connection broke: the reader says which
             sent.append(TextSent(mono(), len(send.text), last=send.last, connect_ms=connect_ms))
             connect_ms = None
 
     def _call(self, call: Call, text: str):
-        sent: list[TextSent] = []   # the text's sends so far, to yield
+        sent: list[TextSent] = []  # the text's sends so far, to yield
         writer = None
         if self._online and self.s.text_rate:
             writer = gevent.spawn(self._write, call, text, sent)
@@ -355,7 +377,7 @@ class RivaTransport(GrpcTransport):
     def _read(self, call: Call, sent: list):
         pieces = containers.PcmPieces(self.s.tts_sample_rate)
         for item in self._answer(call):
-            if sent:   # the sends the writer made meanwhile, in order
+            if sent:  # the sends the writer made meanwhile, in order
                 yield from sent
                 sent.clear()
             if type(item) is not tuple:
@@ -385,6 +407,7 @@ class TritonTransport(GrpcTransport):
     def __init__(self, s):
         super().__init__(s)
         from tritonclient.grpc import service_pb2
+
         p = s.grpc_preset
         self._stream = bool(p.get("decoupled"))
         self._output, self._datatype = p["output"]["name"], p["output"]["datatype"]
@@ -422,8 +445,9 @@ class TritonTransport(GrpcTransport):
             if self._stream:
                 if answer.error_message:
                     call.cancel()
-                    yield from self._end(Status("OK", ""), at, pieces,
-                                         f"Triton failed the request: {answer.error_message}")
+                    yield from self._end(
+                        Status("OK", ""), at, pieces, f"Triton failed the request: {answer.error_message}"
+                    )
                     return
                 answer = answer.infer_response
             try:
@@ -450,14 +474,16 @@ class TritonTransport(GrpcTransport):
             if out.name != self._output:
                 continue
             if out.datatype != self._datatype:
-                raise containers.StreamError(f"Triton sent {self._output} as {out.datatype}, where the preset "
-                                             f"says {self._datatype}")
+                raise containers.StreamError(
+                    f"Triton sent {self._output} as {out.datatype}, where the preset says {self._datatype}"
+                )
             if k >= len(answer.raw_output_contents):
                 raise containers.StreamError(f"Triton sent {self._output} without its raw contents")
             raw = answer.raw_output_contents[k]
             if self._datatype == "FP32":
                 import numpy as np
-                samples = np.frombuffer(raw[:len(raw) // 4 * 4], dtype="<f4")
+
+                samples = np.frombuffer(raw[: len(raw) // 4 * 4], dtype="<f4")
                 return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
             return raw
         return b""

@@ -21,6 +21,7 @@ A :class:`Connection` has one reader: the greenlet iterating its current call's
 writes are serialised by a lock. Nothing here times out by itself: the caller's timeout is
 raised where it waits, after which the connection is to be dropped (:meth:`Connection.close`).
 """
+
 from __future__ import annotations
 
 import errno
@@ -48,14 +49,25 @@ from ..clock import mono
 #: server never waits on this client's flow control at hundreds of chunks a second.
 WINDOW_BYTES = 16 << 20
 READ_BYTES = 256 << 10
-_PREFIX = struct.Struct(">BI")   # compressed flag, length
+_PREFIX = struct.Struct(">BI")  # compressed flag, length
 #: A non-gRPC answer's HTTP status, as gRPC's clients read it (grpc/doc/http-grpc-status-mapping.md).
-HTTP_AS_GRPC = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
-                429: "UNAVAILABLE", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
+HTTP_AS_GRPC = {
+    400: "INTERNAL",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "UNIMPLEMENTED",
+    429: "UNAVAILABLE",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "UNAVAILABLE",
+}
 #: A stream the server reset, as gRPC reads its error code (PROTOCOL-HTTP2.md, "Errors").
-RESET_AS_GRPC = {h2.errors.ErrorCodes.REFUSED_STREAM: "UNAVAILABLE", h2.errors.ErrorCodes.CANCEL: "CANCELLED",
-                 h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
-                 h2.errors.ErrorCodes.INADEQUATE_SECURITY: "PERMISSION_DENIED"}
+RESET_AS_GRPC = {
+    h2.errors.ErrorCodes.REFUSED_STREAM: "UNAVAILABLE",
+    h2.errors.ErrorCodes.CANCEL: "CANCELLED",
+    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+    h2.errors.ErrorCodes.INADEQUATE_SECURITY: "PERMISSION_DENIED",
+}
 BODY_SNIPPET_BYTES = 200
 
 
@@ -82,7 +94,7 @@ class Connection:
         self.scheme = "https" if tls is not None else "http"
         self.sock = gevent.socket.create_connection((host, port), timeout=connect_timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:   # grpcs://: TLS offering h2, the handshake bounded by the connect timeout
+        if tls is not None:  # grpcs://: TLS offering h2, the handshake bounded by the connect timeout
             try:
                 self.sock = tls.wrap_socket(self.sock, server_hostname=host)
             except BaseException:
@@ -90,15 +102,20 @@ class Connection:
                 raise
         self.sock.settimeout(None)
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        self.h2.local_settings = h2.settings.Settings(client=True, initial_values={
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES, h2.settings.SettingCodes.ENABLE_PUSH: 0})
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(WINDOW_BYTES - self.h2.inbound_flow_control_window)
         self.lock = gevent.lock.RLock()
         self.call: Call | None = None
-        self.going_away: int | None = None   # GOAWAY's last stream id: no new call here
-        self.heard = False                   # the server has sent something
-        self.send_failed = False             # a send broke: the reader says how
+        self.going_away: int | None = None  # GOAWAY's last stream id: no new call here
+        self.heard = False  # the server has sent something
+        self.send_failed = False  # a send broke: the reader says how
         self._flush()
 
     @property
@@ -112,9 +129,18 @@ class Connection:
             self.call.cancel()
         with self.lock:
             sid = self.h2.get_next_available_stream_id()
-            self.h2.send_headers(sid, [(":method", "POST"), (":scheme", self.scheme), (":path", path),
-                                       (":authority", self.authority), ("content-type", "application/grpc"),
-                                       ("te", "trailers"), *metadata])
+            self.h2.send_headers(
+                sid,
+                [
+                    (":method", "POST"),
+                    (":scheme", self.scheme),
+                    (":path", path),
+                    (":authority", self.authority),
+                    ("content-type", "application/grpc"),
+                    ("te", "trailers"),
+                    *metadata,
+                ],
+            )
             self.call = Call(self, sid)
             self._flush()
         return self.call
@@ -154,26 +180,30 @@ class Connection:
         at = mono()
         if not data:
             self.close()
-            raise ConnectionLost("the server closed the connection" if self.heard else
-                                 "the server closed the connection without a word of HTTP/2 (is grpc:// aimed "
-                                 "at an HTTP/1 port?)")
+            raise ConnectionLost(
+                "the server closed the connection"
+                if self.heard
+                else "the server closed the connection without a word of HTTP/2 (is grpc:// aimed at an HTTP/1 port?)"
+            )
         if not self.heard and data.startswith(b"HTTP/"):
             self.close()
             line = data.split(b"\r\n", 1)[0].decode("latin-1")
-            raise ConnectionLost(f"the server answered in HTTP/1 ({line}), not HTTP/2: is grpc:// aimed at an "
-                                 f"HTTP/1 port?")
+            raise ConnectionLost(
+                f"the server answered in HTTP/1 ({line}), not HTTP/2: is grpc:// aimed at an HTTP/1 port?"
+            )
         self.heard = True
         conn = self.h2
         try:
             with self.lock:
                 events = conn.receive_data(data)
-                for ev in events:   # the data is taken at once: the server's window opens again
+                for ev in events:  # the data is taken at once: the server's window opens again
                     if type(ev) is h2.events.DataReceived:
                         conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
         except h2.exceptions.ProtocolError as e:
             self.close()
-            raise ConnectionLost(f"the server does not speak HTTP/2 ({type(e).__name__}: {e}); is grpc:// "
-                                 f"aimed at an HTTP/1 port?") from None
+            raise ConnectionLost(
+                f"the server does not speak HTTP/2 ({type(e).__name__}: {e}); is grpc:// aimed at an HTTP/1 port?"
+            ) from None
         call = self.call
         for ev in events:
             kind = type(ev)
@@ -181,8 +211,9 @@ class Connection:
                 self.going_away = ev.last_stream_id or 0
                 if call is not None and call.status is None and call.sid > self.going_away:
                     self.close()
-                    raise ConnectionLost(f"the server is going away (GOAWAY {_code(ev.error_code)}) and did not "
-                                         f"take the call")
+                    raise ConnectionLost(
+                        f"the server is going away (GOAWAY {_code(ev.error_code)}) and did not take the call"
+                    )
             elif call is not None and getattr(ev, "stream_id", None) == call.sid:
                 call.on(ev, at)
         self._flush()
@@ -193,9 +224,9 @@ class Call:
 
     def __init__(self, conn: Connection, sid: int):
         self.conn, self.sid = conn, sid
-        self.status: Status | None = None   # set once the call has ended
+        self.status: Status | None = None  # set once the call has ended
         self.ended_at: float | None = None
-        self.answered = False              # the server's headers said gRPC
+        self.answered = False  # the server's headers said gRPC
         self._messages: deque = deque()
         self._buf = bytearray()
         self._metadata: dict = {}
@@ -214,8 +245,8 @@ class Call:
             size = conn.h2.max_outbound_frame_size
             try:
                 for i in range(0, len(frame), size):
-                    conn.h2.send_data(self.sid, frame[i:i + size], end_stream=end and i + size >= len(frame))
-            except h2.exceptions.StreamClosedError:   # the server ended the call meanwhile
+                    conn.h2.send_data(self.sid, frame[i : i + size], end_stream=end and i + size >= len(frame))
+            except h2.exceptions.StreamClosedError:  # the server ended the call meanwhile
                 return False
             conn._flush()
             return not conn.send_failed
@@ -233,7 +264,7 @@ class Call:
             with self.conn.lock:
                 try:
                     self.conn.h2.reset_stream(self.sid, h2.errors.ErrorCodes.CANCEL)
-                except h2.exceptions.StreamClosedError:   # it ended meanwhile: nothing to stop
+                except h2.exceptions.StreamClosedError:  # it ended meanwhile: nothing to stop
                     return
                 self.conn._flush()
 
@@ -272,11 +303,11 @@ class Call:
         grpc = (headers.get("content-type") or "").startswith("application/grpc")
         if self._http == 200 and grpc:
             self.answered = True
-            if "grpc-status" in headers:   # trailers-only: the call ends here
+            if "grpc-status" in headers:  # trailers-only: the call ends here
                 self._trailers(headers, at)
 
     def _data(self, data: bytes, at: float) -> None:
-        if not self.answered:   # not gRPC: keep the start of the body to quote
+        if not self.answered:  # not gRPC: keep the start of the body to quote
             self._body = (self._body + data)[:BODY_SNIPPET_BYTES]
             return
         buf = self._buf
@@ -288,8 +319,8 @@ class Call:
             if compressed:
                 self._abort(Status("INTERNAL", "the server sent a compressed message, which was not asked for"), at)
                 return
-            self._messages.append((at, bytes(buf[5:5 + n])))
-            del buf[:5 + n]
+            self._messages.append((at, bytes(buf[5 : 5 + n])))
+            del buf[: 5 + n]
 
     def _trailers(self, headers: dict, at: float) -> None:
         self._metadata.update((k, v) for k, v in headers.items() if not k.startswith(":"))

@@ -5,6 +5,7 @@ WAV or other audio file, audio streamed in chunks, or server-sent events.
 Whole-body and streamed answers take the same path: a whole body is a stream that happens to
 arrive fast. Only ``--tts-stream`` (what the request asks for) differs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,14 +43,20 @@ class HttpTransport(Transport):
         self.name = s.tts_path
         self.payload = payload or s.payload
         parts = urlsplit(s.host)
-        context = s.tls   # https://: the run's one client context (locustfiles.tls), as it verifies
+        context = s.tls  # https://: the run's one client context (locustfiles.tls), as it verifies
         self._client_args = dict(
-            host=parts.hostname, port=parts.port or (443 if parts.scheme == "https" else 80),
-            ssl=parts.scheme == "https", concurrency=1, block_size=READ_BLOCK_BYTES,
-            connection_timeout=s.connect_timeout, network_timeout=s.request_timeout,
-            headers={"User-Agent": "tts-knee",
-                     "Accept": "text/event-stream" if s.tts_stream_format == "sse"
-                     else "audio/*, application/octet-stream", **dict(s.headers)},
+            host=parts.hostname,
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            ssl=parts.scheme == "https",
+            concurrency=1,
+            block_size=READ_BLOCK_BYTES,
+            connection_timeout=s.connect_timeout,
+            network_timeout=s.request_timeout,
+            headers={
+                "User-Agent": "tts-knee",
+                "Accept": "text/event-stream" if s.tts_stream_format == "sse" else "audio/*, application/octet-stream",
+                **dict(s.headers),
+            },
             **({"ssl_context_factory": lambda **_: context, "insecure": s.tls_insecure} if context else {}),
         )
         self.http = HTTPClient(**self._client_args)
@@ -74,16 +81,23 @@ class HttpTransport(Transport):
         got = 0
         try:
             resp = self.request(text, ask)
-            if cancel is not None:   # HTTP has nothing better than closing the stream
+            if cancel is not None:  # HTTP has nothing better than closing the stream
                 cancel.hook = lambda: _hang_up(resp)
             status = resp.status_code
             ok = 200 <= status < 300
-            answer = Answered(status, ok, f"HTTP {status}", status, header(resp, "retry-after"),
-                              parse_server_timing(header(resp, "server-timing")))
+            answer = Answered(
+                status,
+                ok,
+                f"HTTP {status}",
+                status,
+                header(resp, "retry-after"),
+                parse_server_timing(header(resp, "server-timing")),
+            )
             yield answer
             if ok:
-                parser = containers.parser_for(header(resp, "content-type"), s.tts_format, s.tts_sample_rate,
-                                               _Pieces(pieces))
+                parser = containers.parser_for(
+                    header(resp, "content-type"), s.tts_format, s.tts_sample_rate, _Pieces(pieces)
+                )
             # Each block is stamped as it comes and parsed at once: audio is timed on arrival.
             while True:
                 block = read_some(resp)
@@ -105,16 +119,16 @@ class HttpTransport(Transport):
             if parser is not None:
                 parser.finish()
                 yield from pieces
-        except containers.StreamError as e:   # the server's answer, broken or an error event
+        except containers.StreamError as e:  # the server's answer, broken or an error event
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
             if end is None:
-                self.reset()   # the rest of the body is still on the connection
-            yield from pieces   # what the parser timed before it failed
+                self.reset()  # the rest of the body is still on the connection
+            yield from pieces  # what the parser timed before it failed
             yield Ended(end, str(e), data=blocks)
             return
-        except OSError as e:   # socket.error and socket.timeout are OSError
+        except OSError as e:  # socket.error and socket.timeout are OSError
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
@@ -123,7 +137,7 @@ class HttpTransport(Transport):
                 raise TlsError(tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))) from None
             stage = "connection error" if not got else "connection broke mid-body"
             raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
-        except HTTPException as e:   # geventhttpclient's HTTPParseError and its kin: a malformed response
+        except HTTPException as e:  # geventhttpclient's HTTPParseError and its kin: a malformed response
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
@@ -132,10 +146,11 @@ class HttpTransport(Transport):
                 raise TransportError(_then(answer, "connection closed before the body was complete")) from None
             if isinstance(e, HTTPConnectionClosed) and answer is None and s.tls is None:
                 # a TLS server closes on a plaintext request without a byte of HTTP
-                raise TlsError("it closed the connection without an HTTP answer: if it serves TLS, give "
-                               "-H https://") from None
+                raise TlsError(
+                    "it closed the connection without an HTTP answer: if it serves TLS, give -H https://"
+                ) from None
             raise TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}")) from None
-        except BaseException:   # the attempt's timeout, or the user stopped: the connection is mid-answer
+        except BaseException:  # the attempt's timeout, or the user stopped: the connection is mid-answer
             self.reset()
             raise
         if not answer.ok:
@@ -147,7 +162,6 @@ class HttpTransport(Transport):
             yield Ended(end, str(e), data=blocks)
             return
         yield Ended(end, audio=audio, data=data)
-
 
     def _cancelled(self, pieces: list):
         """The end of a stream the listener hung up on: nothing more can arrive once it is closed."""
@@ -232,5 +246,5 @@ def read_some(resp) -> bytearray:
         except BaseException:
             resp.release()
             raise
-    resp._body_buffer = bytearray()   # hand over what came, without copying it
+    resp._body_buffer = bytearray()  # hand over what came, without copying it
     return buf

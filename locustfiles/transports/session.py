@@ -21,6 +21,7 @@ unacknowledged and the connection dropped. Its connection is kept only where the
 it clean (acknowledged, ended, or quiet on a dialect that names its contexts, whose late
 frames for the cancelled one are then ignored).
 """
+
 from __future__ import annotations
 
 import errno
@@ -55,8 +56,18 @@ class Item:
 
     __slots__ = ("kind", "at", "nbytes", "data", "rate", "message", "fatal", "code", "key")
 
-    def __init__(self, kind: str, at: float, nbytes: int = 0, data: bytes = b"", rate: int | None = None,
-                 message: str | None = None, fatal: bool = True, code: int | None = None, key=None):
+    def __init__(
+        self,
+        kind: str,
+        at: float,
+        nbytes: int = 0,
+        data: bytes = b"",
+        rate: int | None = None,
+        message: str | None = None,
+        fatal: bool = True,
+        code: int | None = None,
+        key=None,
+    ):
         self.kind, self.at, self.nbytes, self.data, self.rate = kind, at, nbytes, data, rate
         self.message, self.fatal, self.code, self.key = message, fatal, code, key
 
@@ -76,16 +87,16 @@ class Connection:
 
     def __init__(self):
         self.inboxes: dict[object, Queue] = {}
-        self.gone: set = set()            # cancelled utterances: their late frames are ignored
+        self.gone: set = set()  # cancelled utterances: their late frames are ignored
         # a cancelled utterance's flushes the server had not answered when it acknowledged the
         # cancel, on a dialect whose acknowledgements name no utterance (Deepgram): the next
         # utterance drops that many, where they come before its first audio
         self.stale_flushes = 0
-        self.lost: Item | None = None     # why the connection ended, once it has
-        self.utterances = 0               # begun on it
+        self.lost: Item | None = None  # why the connection ended, once it has
+        self.utterances = 0  # begun on it
         self.reader: gevent.Greenlet | None = None
-        self.keeper: gevent.Greenlet | None = None   # the preset's keepalive, while it idles
-        self.keepalives = 0               # sent on it
+        self.keeper: gevent.Greenlet | None = None  # the preset's keepalive, while it idles
+        self.keepalives = 0  # sent on it
 
     def start(self) -> None:
         self.reader = gevent.spawn(self._read_all)
@@ -107,15 +118,17 @@ class Connection:
             if item is None:
                 continue
             if item.kind not in ("closed", "broken"):
-                inbox = self.inboxes.get(item.key) if item.key is not None else \
-                    next(iter(self.inboxes.values()), None)
+                inbox = self.inboxes.get(item.key) if item.key is not None else next(iter(self.inboxes.values()), None)
                 if inbox is not None:
                     inbox.put(item)
                     continue
                 if item.key is None or item.kind == "error" or item.key in self.gone:
-                    continue   # between utterances, an error about none in flight, or a cancelled one's
-                item = Item("broken", item.at, message=f"the server sent {item.kind} for context "
-                                                       f"{item.key!r}, which is not in flight")
+                    continue  # between utterances, an error about none in flight, or a cancelled one's
+                item = Item(
+                    "broken",
+                    item.at,
+                    message=f"the server sent {item.kind} for context {item.key!r}, which is not in flight",
+                )
             self.lost = item
             for inbox in list(self.inboxes.values()):
                 inbox.put(item)
@@ -149,10 +162,10 @@ class SessionTransport(Transport):
     an exchange. Subclasses say how to connect, what to send and what a refusal is."""
 
     reuse = True
-    routed = False            # frames name the utterance they belong to
-    acks_cancel = False       # the server answers the cancel message
-    ends_on_ack = False       # an utterance ends when its last flush is acknowledged
-    flush_sentences = False   # the protocol has a flush, and the run flushes per sentence
+    routed = False  # frames name the utterance they belong to
+    acks_cancel = False  # the server answers the cancel message
+    ends_on_ack = False  # an utterance ends when its last flush is acknowledged
+    flush_sentences = False  # the protocol has a flush, and the run flushes per sentence
     min_interval_s = 0.0
     rate, channels = 24000, 1  # the audio, unless the server says otherwise
 
@@ -160,7 +173,7 @@ class SessionTransport(Transport):
         self.s = s
         self.conn: Connection | None = None
         self.rng = random.Random()
-        self.opening = Semaphore()   # contexts share one connection: one of them opens it
+        self.opening = Semaphore()  # contexts share one connection: one of them opens it
         self.numbers = itertools.count(1)
         self.tag = f"{id(self):x}"
 
@@ -212,9 +225,13 @@ class SessionTransport(Transport):
         with self.opening:
             if self.conn is not None and self.conn.lost is None:
                 return self.conn, None
-            if self.conn is not None and not self.conn.inboxes:   # ended while it idled (think time)
-                log.info("%s: the session ended while it idled (%s, after %d keepalives); opening a new one",
-                         self.s.target, self.conn.lost.message, self.conn.keepalives)
+            if self.conn is not None and not self.conn.inboxes:  # ended while it idled (think time)
+                log.info(
+                    "%s: the session ended while it idled (%s, after %d keepalives); opening a new one",
+                    self.s.target,
+                    self.conn.lost.message,
+                    self.conn.keepalives,
+                )
             began = mono()
             self.conn = None
             conn = self.connect()
@@ -238,7 +255,7 @@ class SessionTransport(Transport):
                 if type(ev) is Ended:
                     ok = ev.audio is not None or self._clean(ev, cancel)
                 yield ev
-        except BaseException:   # broken, timed out, or the user stopped: the connection is mid-utterance
+        except BaseException:  # broken, timed out, or the user stopped: the connection is mid-utterance
             self._drop(conn)
             raise
         finally:
@@ -282,7 +299,7 @@ class SessionTransport(Transport):
 
     def _converse(self, conn: Connection, key, text: str, connect_ms: float | None, cancel: Cancel | None):
         inbox = conn.inboxes[key]
-        if cancel is not None:   # the exchange's own greenlet carries the cancel out
+        if cancel is not None:  # the exchange's own greenlet carries the cancel out
             cancel.hook = lambda: inbox.put(Item("cancel", mono()))
         s = self.s
         try:
@@ -290,8 +307,9 @@ class SessionTransport(Transport):
         except OSError as e:
             if conn.lost is None:
                 raise self._broke(conn, None, e) from None
-        pacer = Pacer(schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences,
-                      self.min_interval_s)
+        pacer = Pacer(
+            schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences, self.min_interval_s
+        )
         utt = _Audio(self.rate, self.channels)
         answered = self.answered()
         said = flushes = acked = 0
@@ -311,7 +329,7 @@ class SessionTransport(Transport):
                         self.send_end(conn, key)
                 except OSError as e:
                     if conn.lost is not None:
-                        continue   # the reader saw why first: its item is in the inbox, told as it says
+                        continue  # the reader saw why first: its item is in the inbox, told as it says
                     raise self._broke(conn, said and answered, e) from None
                 flushes += send.flush + send.last
                 yield TextSent(mono(), len(send.text), send.flush, send.last, connect_ms)
@@ -322,7 +340,7 @@ class SessionTransport(Transport):
                 yield from self._cancelled(conn, key, inbox, utt, cancel.by, flushes - acked)
                 return
             if kind == "flushed" and conn.stale_flushes and not utt.pcm_bytes:
-                conn.stale_flushes -= 1   # a cancelled utterance's, late: it answers none of this one's
+                conn.stale_flushes -= 1  # a cancelled utterance's, late: it answers none of this one's
                 continue
             if kind == "audio":
                 conn.stale_flushes = 0
@@ -352,7 +370,7 @@ class SessionTransport(Transport):
                     yield utt.ended(item.at)
                     return
             elif kind == "error":
-                if item.fatal:   # quoted after the non-fatal error that said why, where one did
+                if item.fatal:  # quoted after the non-fatal error that said why, where one did
                     said_why = f"{utt.last_error}; then " if utt.last_error else ""
                     yield Ended(item.at, f"the server said: {said_why}{item.message}")
                     return
@@ -387,8 +405,11 @@ class SessionTransport(Transport):
                     return
                 conn.stop()
                 answer = "acknowledge the cancel" if by == "message" else "close the connection"
-                yield Ended(mono(), quiet="unacknowledged" if by == "message" else "closed",
-                            note=f"the server did not {answer} within {CANCEL_WAIT_S:g} s: the connection was dropped")
+                yield Ended(
+                    mono(),
+                    quiet="unacknowledged" if by == "message" else "closed",
+                    note=f"the server did not {answer} within {CANCEL_WAIT_S:g} s: the connection was dropped",
+                )
                 return
             kind = item.kind
             if kind == "audio":
@@ -398,7 +419,7 @@ class SessionTransport(Transport):
             elif kind == "flushed":
                 owed -= 1
             elif kind == "cancelled":
-                if item.key is None:   # the next utterance on the socket may yet see the flushes' answers
+                if item.key is None:  # the next utterance on the socket may yet see the flushes' answers
                     conn.stale_flushes = max(owed, 0)
                 yield Ended(item.at, quiet="acknowledged")
                 return
@@ -406,18 +427,26 @@ class SessionTransport(Transport):
                 yield Ended(item.at, quiet="ended")
                 return
             elif kind == "closed":
-                yield Ended(item.at, quiet="closed", note=None if by == "close" else
-                            f"{item.message} on the cancel: the next utterance opens a new connection")
+                yield Ended(
+                    item.at,
+                    quiet="closed",
+                    note=None
+                    if by == "close"
+                    else f"{item.message} on the cancel: the next utterance opens a new connection",
+                )
                 return
             elif kind == "broken" or kind == "error" and item.fatal:
-                yield Ended(item.at, quiet="closed", note=f"after the cancel {item.message}: the connection was dropped")
+                yield Ended(
+                    item.at, quiet="closed", note=f"after the cancel {item.message}: the connection was dropped"
+                )
                 return
 
     def _broke(self, conn: Connection, answered, e: OSError) -> TransportError:
         why = f"the connection broke ({os_error(e)})"
         conn.stop()
-        return TransportError(f"{answered.said}, then {why} while sending text" if answered
-                              else f"{why} while sending text")
+        return TransportError(
+            f"{answered.said}, then {why} while sending text" if answered else f"{why} while sending text"
+        )
 
 
 class _Audio:
@@ -430,7 +459,7 @@ class _Audio:
         self.pcm_bytes = 0
         self.stream: containers.PcmStream | None = None
         self.pieces = _Pieces()
-        self.last_error: str | None = None   # a non-fatal error, quoted if no audio comes
+        self.last_error: str | None = None  # a non-fatal error, quoted if no audio comes
 
     def start(self, rate: int | None) -> None:
         if self.stream is None and rate:
@@ -453,10 +482,11 @@ class _Audio:
             why = f" ({self.last_error})" if self.last_error else ""
             return Ended(at, f"the utterance ended without audio{why}")
         data = [containers.wav_header(n, self.rate, self.channels, 2), *self.pcm]
-        if n != self.pcm_bytes:   # half a sample at the end is no audio
-            data[-1] = data[-1][:len(data[-1]) - (self.pcm_bytes - n)]
-        return Ended(at, audio=containers.Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n),
-                     data=data)
+        if n != self.pcm_bytes:  # half a sample at the end is no audio
+            data[-1] = data[-1][: len(data[-1]) - (self.pcm_bytes - n)]
+        return Ended(
+            at, audio=containers.Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n), data=data
+        )
 
 
 class _Pieces:

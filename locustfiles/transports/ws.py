@@ -16,6 +16,7 @@ upgrade as its HTTP status; a session the server ends with close 1013 (try again
 before answering an utterance as 1013, which the retry policy judges as a 503. A close
 mid-utterance fails the attempt with its code and reason.
 """
+
 from __future__ import annotations
 
 import base64
@@ -72,7 +73,7 @@ class _Socket:
     def send(self, data) -> int:
         return self.sock.send(data)
 
-    def __getattr__(self, name):   # settimeout, shutdown, close, fileno ...: the socket's own
+    def __getattr__(self, name):  # settimeout, shutdown, close, fileno ...: the socket's own
         return getattr(self.sock, name)
 
 
@@ -97,8 +98,9 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def upgrade(url: str, headers: list[str], timeout: float,
-            tls: ssl.SSLContext | None = None) -> tuple[_Socket | None, int, dict, bytes]:
+def upgrade(
+    url: str, headers: list[str], timeout: float, tls: ssl.SSLContext | None = None
+) -> tuple[_Socket | None, int, dict, bytes]:
     """Open ``url`` and ask to upgrade it: ``(socket, 101, headers, b"")``, or for a refusal
     ``(None, status, headers, the body's first bytes)``. Raises OSError (timeouts included) and
     ValueError for an answer that is not HTTP or not the WebSocket handshake."""
@@ -113,17 +115,28 @@ def upgrade(url: str, headers: list[str], timeout: float,
         sock = _Socket(raw)
         key = base64.b64encode(os.urandom(16))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Key: {key.decode()}", "Sec-WebSocket-Version: 13", "User-Agent: tts-knee", *headers]
+        lines = [
+            f"GET {target} HTTP/1.1",
+            f"Host: {parts.netloc}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key.decode()}",
+            "Sec-WebSocket-Version: 13",
+            "User-Agent: tts-knee",
+            *headers,
+        ]
         raw.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("utf-8"))
         head = b""
         while b"\r\n\r\n" not in head:
             more = raw.recv(READ_BYTES)
             if not more or len(head) > MAX_ANSWER_BYTES:
-                raise ValueError("the server closed the connection before answering the upgrade" if not more
-                                 else "the upgrade's answer has no end of headers")
+                raise ValueError(
+                    "the server closed the connection before answering the upgrade"
+                    if not more
+                    else "the upgrade's answer has no end of headers"
+                )
             head += more
-        head, sock.buf = head.split(b"\r\n\r\n", 1)   # what follows is the first frames, or a refusal's body
+        head, sock.buf = head.split(b"\r\n\r\n", 1)  # what follows is the first frames, or a refusal's body
         status_line, *rest = head.decode("latin-1").split("\r\n")
         fields = status_line.split(" ", 2)
         if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
@@ -164,7 +177,7 @@ class WsConnection(Connection):
             opcode, frame = self.ws.recv_data_frame(True)
         except websocket.WebSocketConnectionClosedException:
             return Item("closed", mono(), message="the server closed the connection without a close frame")
-        except websocket.WebSocketException as e:   # a frame that is not WebSocket
+        except websocket.WebSocketException as e:  # a frame that is not WebSocket
             return Item("broken", mono(), message=f"the server broke the WebSocket protocol ({e})")
         at = mono()
         data = frame.data
@@ -172,10 +185,14 @@ class WsConnection(Connection):
             code = struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None
             reason = data[2:].decode("utf-8", "replace").strip()
             said = f"close {code}" if code is not None else "a close frame without a code"
-            return Item("closed", at, message=f"the server closed the session ({said}{': ' + reason if reason else ''})",
-                        code=code)
+            return Item(
+                "closed",
+                at,
+                message=f"the server closed the session ({said}{': ' + reason if reason else ''})",
+                code=code,
+            )
         if opcode not in (ABNF.OPCODE_TEXT, ABNF.OPCODE_BINARY):
-            return None   # ping and pong: websocket-client answers pings itself
+            return None  # ping and pong: websocket-client answers pings itself
         try:
             ev = self.preset.classify(data if opcode == ABNF.OPCODE_BINARY else data.decode("utf-8", "replace"))
         except StreamError as e:
@@ -190,7 +207,7 @@ class WsConnection(Connection):
             return Item("start", at, len(data), rate=ev.rate, key=key)
         if kind == "error":
             return Item("error", at, len(data), message=ev.message, fatal=ev.fatal, key=key)
-        return Item(kind, at, len(data), key=key)   # flushed, end, cancelled
+        return Item(kind, at, len(data), key=key)  # flushed, end, cancelled
 
     def send(self, data: str) -> None:
         try:
@@ -202,7 +219,7 @@ class WsConnection(Connection):
         sock = self.ws.sock
         if sock is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)   # wakes a reader blocked on it
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked on it
             except OSError:
                 pass
             sock.close()
@@ -246,11 +263,13 @@ class WsTransport(SessionTransport):
             raise self._failed(f"connection error ({os_error(e)})") from None
         if sock is None:
             said = " ".join(body.decode("utf-8", "replace").split())
-            raise Refused(Answered(status, False, f"HTTP {status}", status, headers.get("retry-after")),
-                          f"HTTP {status} on the WebSocket upgrade" + (f": {said}" if said else ""))
-        sock.settimeout(None)   # the attempt's timeout bounds an utterance, not the socket's
+            raise Refused(
+                Answered(status, False, f"HTTP {status}", status, headers.get("retry-after")),
+                f"HTTP {status} on the WebSocket upgrade" + (f": {said}" if said else ""),
+            )
+        sock.settimeout(None)  # the attempt's timeout bounds an utterance, not the socket's
         ws = websocket.WebSocket(skip_utf8_validation=True, enable_multithread=True)
-        ws.sock, ws.connected = sock, True   # upgraded here (see upgrade): its frames from now on
+        ws.sock, ws.connected = sock, True  # upgraded here (see upgrade): its frames from now on
         conn = WsConnection(ws, p)
         conn.start()
         if p.keepalive_s is not None and self.reuse:
@@ -274,7 +293,7 @@ class WsTransport(SessionTransport):
                 try:
                     self._send(conn, "keepalive", self.values)
                 except OSError:
-                    return   # the reader sees the connection go
+                    return  # the reader sees the connection go
                 conn.keepalives += 1
 
     def _failed(self, why: str) -> TransportError:
@@ -284,7 +303,7 @@ class WsTransport(SessionTransport):
         return {**self.values, "context_id": key, "utterance": conn.utterances, "text": text}
 
     def _send(self, conn, kind: str, values: dict) -> None:
-        for msg in self.preset.messages(kind, values):   # a sequence goes in order, one frame each
+        for msg in self.preset.messages(kind, values):  # a sequence goes in order, one frame each
             conn.send(msg)
 
     def begin(self, conn, key, text) -> None:
@@ -327,5 +346,5 @@ class WsTransport(SessionTransport):
                 conn.send(msg)
             conn.ws.send_close()
         except (OSError, websocket.WebSocketException):
-            pass   # gone already: dropping it is all that is left
+            pass  # gone already: dropping it is all that is left
         conn.stop("the session was closed")

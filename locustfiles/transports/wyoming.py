@@ -17,6 +17,7 @@ Wyoming has no statuses: an utterance answered with audio is recorded as 200, on
 with an ``error`` event (after which the server closes) as 500, the HTTP statuses they amount
 to.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,21 +53,21 @@ class WyomingConnection(Connection):
     def __init__(self, sock: socket.socket, plain: bool):
         super().__init__()
         self.sock = sock
-        self.plain = plain           # whole texts: audio-stop ends the utterance
+        self.plain = plain  # whole texts: audio-stop ends the utterance
         self.buf = bytearray(READ_BYTES)
-        self.start_at = self.end_at = 0   # what of buf is read and not yet parsed
+        self.start_at = self.end_at = 0  # what of buf is read and not yet parsed
         self.width = 2
-        self.info: dict | None = None   # the data of the server's latest info event
+        self.info: dict | None = None  # the data of the server's latest info event
 
     def _fill(self) -> bool:
         """Read more into the buffer; False at the end of the stream."""
         if self.start_at and self.end_at == len(self.buf):
-            rest = self.buf[self.start_at:self.end_at]
-            self.buf[:len(rest)] = rest
+            rest = self.buf[self.start_at : self.end_at]
+            self.buf[: len(rest)] = rest
             self.start_at, self.end_at = 0, len(rest)
         if self.end_at == len(self.buf):
             self.buf.extend(bytes(len(self.buf)))
-        n = self.sock.recv_into(memoryview(self.buf)[self.end_at:])
+        n = self.sock.recv_into(memoryview(self.buf)[self.end_at :])
         self.end_at += n
         return n > 0
 
@@ -74,7 +75,7 @@ class WyomingConnection(Connection):
         while self.end_at - self.start_at < n:
             if not self._fill():
                 return None
-        out = bytes(self.buf[self.start_at:self.start_at + n])
+        out = bytes(self.buf[self.start_at : self.start_at + n])
         self.start_at += n
         return out
 
@@ -82,11 +83,11 @@ class WyomingConnection(Connection):
         while True:
             cut = self.buf.find(b"\n", self.start_at, self.end_at)
             if cut >= 0:
-                out = bytes(self.buf[self.start_at:cut])
+                out = bytes(self.buf[self.start_at : cut])
                 self.start_at = cut + 1
                 return out
             if self.end_at - self.start_at > MAX_HEADER_BYTES:
-                return bytes(self.buf[self.start_at:self.end_at])
+                return bytes(self.buf[self.start_at : self.end_at])
             if not self._fill():
                 return None
 
@@ -105,15 +106,17 @@ class WyomingConnection(Connection):
         if not all(type(n) is int and 0 <= n <= MAX_EVENT_BYTES for n in sizes):
             return _broken(f"a Wyoming {kind} event whose lengths are not byte counts: {_snippet(line)!r}")
         data = head.get("data") if isinstance(head.get("data"), dict) else {}
-        if sizes[0]:   # the data is judged before the payload is waited for: a wrong length shows here
+        if sizes[0]:  # the data is judged before the payload is waited for: a wrong length shows here
             blob = self._take(sizes[0])
             if blob is None:
                 return _closed_inside(kind)
             try:
                 more = json.loads(blob)
             except ValueError:
-                return _broken(f"a Wyoming {kind} event whose {sizes[0]} bytes of data are not JSON "
-                               f"(its data_length is wrong, or the data is): {_snippet(blob)!r}")
+                return _broken(
+                    f"a Wyoming {kind} event whose {sizes[0]} bytes of data are not JSON "
+                    f"(its data_length is wrong, or the data is): {_snippet(blob)!r}"
+                )
             if not isinstance(more, dict):
                 return _broken(f"a Wyoming {kind} event whose data is not a JSON object")
             data = {**data, **more}
@@ -136,14 +139,15 @@ class WyomingConnection(Connection):
             return Item("error", at, nbytes, message=text + (f" ({code})" if code else ""))
         if kind == "info":
             self.info = data
-        return None   # info and whatever else a server says between the audio
+        return None  # info and whatever else a server says between the audio
 
     def _format(self, data: dict, at: float, nbytes: int) -> Item | None:
         """A broken item when the audio is not PCM16 (all tts-knee times and writes)."""
         width = data.get("width", 2)
         if width != 2:
-            return Item("broken", at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads "
-                                                      f"16-bit PCM")
+            return Item(
+                "broken", at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads 16-bit PCM"
+            )
         return None
 
     def _chunk(self, data: dict, pcm: bytes, at: float, nbytes: int) -> Item:
@@ -186,7 +190,7 @@ class WyomingTransport(SessionTransport):
         except OSError as e:
             raise TransportError(f"connection error ({os_error(e)}): {s.host}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(None)   # the attempt's timeout bounds an utterance
+        sock.settimeout(None)  # the attempt's timeout bounds an utterance
         return WyomingConnection(sock, self.plain)
 
     def streams_text(self) -> tuple[bool | None, str]:
@@ -242,8 +246,11 @@ def _streaming(info: dict, voice: str | None) -> tuple[bool | None, str]:
     programs = [p for p in info.get("tts") or [] if isinstance(p, dict)]
     if not programs:
         return None, "its info lists no TTS program"
-    named = [p for p in programs if any(isinstance(v, dict) and v.get("name") == voice
-                                        for v in p.get("voices") or [])] if voice else []
+    named = (
+        [p for p in programs if any(isinstance(v, dict) and v.get("name") == voice for v in p.get("voices") or [])]
+        if voice
+        else []
+    )
     program = (named or programs)[0]
     return bool(program.get("supports_synthesize_streaming")), str(program.get("name") or "its TTS program")
 

@@ -113,6 +113,7 @@ app), :mod:`~testbed.sim.ws` and :mod:`~testbed.sim.wyoming` (the session faces)
 :mod:`~testbed.sim.metrics` (``/health`` and ``/metrics``), :mod:`~testbed.sim.cli` (the
 knobs and serving) and :mod:`~testbed.sim.leak` (the leak).
 """
+
 from __future__ import annotations
 
 __all__ = ["main"]
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None, prog: str = "tts-knee sim") -> int:
     """Serve until SIGTERM or SIGINT; 2 on a bad flag or a port that cannot be bound."""
     # the whole simulator runs on gevent: patch before its modules load the standard library
     from gevent import monkey
+
     monkey.patch_all()
     from tts_knee.testbed.sim.cli import serve
+
     return serve(argv, prog)

@@ -2,6 +2,7 @@
 (``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker` makes every
 answer's PCM, and carries out the drills that break it under load (``--garble-above``,
 ``--silence-above``, ``--runaway-rate``)."""
+
 from __future__ import annotations
 
 import array
@@ -44,9 +45,9 @@ class Tone:
         return len(pcm) / 2 / self.sample_rate
 
 
-RUNAWAY_FACTOR = 8   # a runaway answer's audio: its clip repeated to this many times its length ...
-RUNAWAY_CAP_S = 25.0   # ... at most this long (the token cap)
-GARBLE_KEEP = 0.4   # a garbled answer keeps this fraction of its clip's samples; another text speaks the rest
+RUNAWAY_FACTOR = 8  # a runaway answer's audio: its clip repeated to this many times its length ...
+RUNAWAY_CAP_S = 25.0  # ... at most this long (the token cap)
+GARBLE_KEEP = 0.4  # a garbled answer keeps this fraction of its clip's samples; another text speaks the rest
 #: The garbling speech when the pre-rendered texts hold no other text than the one answered.
 GARBLE_FILLER = "Seven purple giraffes quietly repaired the old lighthouse before dawn."
 
@@ -56,6 +57,7 @@ class Clip:
     """One answer's audio (``pcm``, PCM16 mono) and what was done to it under load: ``garbled``
     (all after its first 40 % is another text's speech), ``silence_ms`` (digital silence put
     first) and ``runaway`` (repeated towards the token cap)."""
+
     pcm: bytes
     sample_rate: int
     garbled: bool = False
@@ -74,8 +76,11 @@ class Clip:
     def merged(clips: list[Clip]) -> dict:
         """:meth:`fields` for several clips (a session's sentences): garbled or runaway if any
         was, their silence summed."""
-        return {"garbled": any(c.garbled for c in clips), "silence_ms": sum(c.silence_ms for c in clips),
-                "runaway": any(c.runaway for c in clips)}
+        return {
+            "garbled": any(c.garbled for c in clips),
+            "silence_ms": sum(c.silence_ms for c in clips),
+            "runaway": any(c.runaway for c in clips),
+        }
 
 
 class Speaker:
@@ -106,7 +111,7 @@ class Speaker:
         self.silence_above = getattr(args, "silence_above", None)
         self.silence_ms = getattr(args, "silence_ms", None) or 0.0
         self.runaway_rate = getattr(args, "runaway_rate", 0.0) or 0.0
-        self.pool: list[str] = []   # the pre-rendered texts: where garbling speech comes from
+        self.pool: list[str] = []  # the pre-rendered texts: where garbling speech comes from
 
     def prepare(self, texts: list[str], extra: list[str] = ()) -> None:
         """With speech, render (or read from the cache) ``texts``, the garbling pool, and ``extra``
@@ -158,9 +163,9 @@ class Speaker:
         keep = int(frames * GARBLE_KEEP)
         other = self.base(self.other(text))
         need = 2 * (frames - keep)
-        return pcm[:2 * keep] + (other * (need // len(other) + 1))[:need]
+        return pcm[: 2 * keep] + (other * (need // len(other) + 1))[:need]
 
     def _run_away(self, pcm: bytes) -> bytes:
         frames = len(pcm) // 2
         target = max(frames, min(RUNAWAY_FACTOR * frames, int(RUNAWAY_CAP_S * self.sample_rate)))
-        return (pcm * (target // frames + 1))[:2 * target] if frames else pcm
+        return (pcm * (target // frames + 1))[: 2 * target] if frames else pcm

@@ -28,6 +28,7 @@ a server that goes on generating audio nobody hears.
 The counters (served, rejected, queue time) are what ``/health`` and ``/metrics`` report
 (:mod:`testbed.sim.metrics`), so every protocol's requests count in the same figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,10 @@ RECOVERY_SLOWDOWN = 2.0
 #: The simulator's exit status when --crash-above ends it.
 CRASH_EXIT_CODE = 70
 log = logging.getLogger("testbed.sim")
-OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.65 GiB total "
-               "capacity; 22.91 GiB already allocated; 118.06 MiB free)")
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 23.65 GiB total "
+    "capacity; 22.91 GiB already allocated; 118.06 MiB free)"
+)
 
 
 class Refused(Exception):
@@ -247,7 +250,7 @@ class Capacity:
         self.queue_waits = 0
         first_guess_ms = args.base_ms if args.capacity is None else args.prefill_ms
         self.mean_service_s = first_guess_ms / 1000  # moving average, for queue Retry-After
-        self.congested_at: float | None = None   # --recovery-s: when a request last had to queue (monotonic)
+        self.congested_at: float | None = None  # --recovery-s: when a request last had to queue (monotonic)
 
     def admit(self) -> None:
         """Admit the request, or raise :class:`Refused` when the rate limit, the out-of-memory
@@ -304,7 +307,7 @@ class Capacity:
         if key in self.answers:
             self.text_cache_hits += 1
             return True
-        if len(self.answers) >= ANSWERS_KEPT:   # bounded: a run of new texts forgets the oldest all at once
+        if len(self.answers) >= ANSWERS_KEPT:  # bounded: a run of new texts forgets the oldest all at once
             self.answers.clear()
         self.answers.add(key)
         return False
@@ -342,8 +345,13 @@ class Turn:
         self.queue_s = queue_s
         self.voice_s = voice_s
         self.acquired = time.monotonic()
-        self.planned_s = None if capacity.engine is not None else \
-            capacity.args.cache_hit_ms / 1000 if cached else capacity.service_seconds(text) + voice_s
+        self.planned_s = (
+            None
+            if capacity.engine is not None
+            else capacity.args.cache_hit_ms / 1000
+            if cached
+            else capacity.service_seconds(text) + voice_s
+        )
         self.generating: float | None = None
         self._done = False
         self._stop = Event()
@@ -414,7 +422,7 @@ class Turn:
             due_s = first_s + rest_s * i / (chunks - 1)
             if self._stop.wait(max(0.0, start + due_s - time.monotonic())):
                 return
-            yield pcm[bounds[i]:bounds[i + 1]]
+            yield pcm[bounds[i] : bounds[i + 1]]
 
     def _generated(self, pcm: bytes, whole: bool):
         """The shared engine, after the prefill: each chunk as soon as it is made. Leaves the
@@ -437,7 +445,7 @@ class Turn:
             for k in range(len(sizes)):
                 if not job.wait(k + 1):
                     return
-                yield pcm[2 * bounds[k]: 2 * bounds[k + 1]]
+                yield pcm[2 * bounds[k] : 2 * bounds[k + 1]]
         finally:
             self._job = None
             engine.leave(job)

@@ -1,6 +1,7 @@
 """The simulator's command line: its knobs, the checks between them, and serving until
 SIGTERM. Run through ``tts-knee sim`` (see :func:`tts_knee.testbed.sim.main`, which patches the
 process for gevent first)."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,163 +39,322 @@ log = logging.getLogger("testbed.sim")
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = Parser(prog=prog, description="A TTS server with a known capacity: slots and a FIFO "
-                                      "queue, or audio-seconds per second shared by the "
-                                      "requests generating at once (see testbed/sim).")
+    p = Parser(
+        prog=prog,
+        description="A TTS server with a known capacity: slots and a FIFO "
+        "queue, or audio-seconds per second shared by the "
+        "requests generating at once (see testbed/sim).",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=number(int, 0, 65535), default=8300,
-                   help="port to bind; 0 picks a free one (default 8300)")
-    p.add_argument("--slots", type=number(int, 1),
-                   help=f"requests synthesised at once; the rest queue FIFO (default "
-                        f"{DEFAULT_SLOTS}; unlimited with --capacity)")
-    p.add_argument("--base-ms", type=number(float, 0),
-                   help=f"fixed service time per request in ms (default "
-                        f"{SLOTS_MODEL['base_ms']:g}; not with --capacity)")
-    p.add_argument("--per-char-ms", type=number(float, 0),
-                   help=f"service time per input character in ms (default "
-                        f"{SLOTS_MODEL['per_char_ms']:g}; not with --capacity)")
-    p.add_argument("--jitter", type=number(float, 0, 1, high_open=True),
-                   help=f"uniform +/- fraction around the service time (default "
-                        f"{SLOTS_MODEL['jitter']:g}; not with --capacity)")
-    p.add_argument("--seed", type=int,
-                   help="random seed for jitter, faults and --runaway-rate (default: a different one each run)")
-    p.add_argument("--queue-limit", type=number(int, 0),
-                   help="requests allowed to wait for a slot; more get 503 (default unlimited)")
-    p.add_argument("--rate", type=number(float, 0.001),
-                   help="token-bucket rate in requests/s; over it -> 429 (default off)")
-    p.add_argument("--burst", type=number(int, 1),
-                   help="token-bucket size (default: the rate rounded up, at least 1)")
-    p.add_argument("--retry-after-format", choices=("seconds", "http-date"), default="seconds",
-                   help="Retry-After as delta-seconds or an HTTP-date (default seconds)")
-    p.add_argument("--stream", action="store_true",
-                   help="stream every response chunked (a request's \"stream\": true also "
-                        "does; default off)")
-    p.add_argument("--first-chunk-ms", type=number(float, 0),
-                   help=f"when streaming, delay of the first audio chunk in ms (default "
-                        f"{SLOTS_MODEL['first_chunk_ms']:g}; not with --capacity)")
-    p.add_argument("--capacity", type=number(float, 0.001),
-                   help="audio-seconds made per second, shared equally by the requests "
-                        "generating at once (enables the shared-capacity model; default off)")
-    p.add_argument("--max-speed", type=number(float, 0.001),
-                   help="with --capacity, the fastest one request generates, x real time "
-                        "(default: the capacity)")
-    p.add_argument("--chunk-ms", type=number(float, 1),
-                   help=f"with --capacity, audio per chunk in ms (default "
-                        f"{CAPACITY_MODEL['chunk_ms']:g})")
-    p.add_argument("--prefill-ms", type=number(float, 0),
-                   help=f"with --capacity, delay before a request starts generating, using no "
-                        f"capacity (default {CAPACITY_MODEL['prefill_ms']:g})")
-    p.add_argument("--wav-header-alone", action="store_true",
-                   help="stream the WAV header as its own write before any audio (default off)")
-    p.add_argument("--sse", action="store_true",
-                   help="answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
-                        "unless a request asks for \"stream_format\": \"audio\" (default off)")
-    p.add_argument("--chunk-log", metavar="FILE",
-                   help="append one JSON line per streamed answer with each audio write's "
-                        "send time (default off)")
-    p.add_argument("--oom-above", type=number(int, 0),
-                   help="500 'CUDA out of memory' when more than N requests are in flight "
-                        "(default off)")
-    p.add_argument("--sample-rate", type=number(int, 8000, 192000), default=None,
-                   help=f"audio sample rate in Hz (default {DEFAULT_SAMPLE_RATE}: OpenAI's PCM rate, and the "
-                        f"client's --tts-sample-rate; with --speech the voice's own, 22050, and no other)")
+    p.add_argument(
+        "--port", type=number(int, 0, 65535), default=8300, help="port to bind; 0 picks a free one (default 8300)"
+    )
+    p.add_argument(
+        "--slots",
+        type=number(int, 1),
+        help=f"requests synthesised at once; the rest queue FIFO (default {DEFAULT_SLOTS}; unlimited with --capacity)",
+    )
+    p.add_argument(
+        "--base-ms",
+        type=number(float, 0),
+        help=f"fixed service time per request in ms (default {SLOTS_MODEL['base_ms']:g}; not with --capacity)",
+    )
+    p.add_argument(
+        "--per-char-ms",
+        type=number(float, 0),
+        help=f"service time per input character in ms (default {SLOTS_MODEL['per_char_ms']:g}; not with --capacity)",
+    )
+    p.add_argument(
+        "--jitter",
+        type=number(float, 0, 1, high_open=True),
+        help=f"uniform +/- fraction around the service time (default {SLOTS_MODEL['jitter']:g}; not with --capacity)",
+    )
+    p.add_argument(
+        "--seed", type=int, help="random seed for jitter, faults and --runaway-rate (default: a different one each run)"
+    )
+    p.add_argument(
+        "--queue-limit",
+        type=number(int, 0),
+        help="requests allowed to wait for a slot; more get 503 (default unlimited)",
+    )
+    p.add_argument(
+        "--rate", type=number(float, 0.001), help="token-bucket rate in requests/s; over it -> 429 (default off)"
+    )
+    p.add_argument("--burst", type=number(int, 1), help="token-bucket size (default: the rate rounded up, at least 1)")
+    p.add_argument(
+        "--retry-after-format",
+        choices=("seconds", "http-date"),
+        default="seconds",
+        help="Retry-After as delta-seconds or an HTTP-date (default seconds)",
+    )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help='stream every response chunked (a request\'s "stream": true also does; default off)',
+    )
+    p.add_argument(
+        "--first-chunk-ms",
+        type=number(float, 0),
+        help=f"when streaming, delay of the first audio chunk in ms (default "
+        f"{SLOTS_MODEL['first_chunk_ms']:g}; not with --capacity)",
+    )
+    p.add_argument(
+        "--capacity",
+        type=number(float, 0.001),
+        help="audio-seconds made per second, shared equally by the requests "
+        "generating at once (enables the shared-capacity model; default off)",
+    )
+    p.add_argument(
+        "--max-speed",
+        type=number(float, 0.001),
+        help="with --capacity, the fastest one request generates, x real time (default: the capacity)",
+    )
+    p.add_argument(
+        "--chunk-ms",
+        type=number(float, 1),
+        help=f"with --capacity, audio per chunk in ms (default {CAPACITY_MODEL['chunk_ms']:g})",
+    )
+    p.add_argument(
+        "--prefill-ms",
+        type=number(float, 0),
+        help=f"with --capacity, delay before a request starts generating, using no "
+        f"capacity (default {CAPACITY_MODEL['prefill_ms']:g})",
+    )
+    p.add_argument(
+        "--wav-header-alone",
+        action="store_true",
+        help="stream the WAV header as its own write before any audio (default off)",
+    )
+    p.add_argument(
+        "--sse",
+        action="store_true",
+        help="answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
+        'unless a request asks for "stream_format": "audio" (default off)',
+    )
+    p.add_argument(
+        "--chunk-log",
+        metavar="FILE",
+        help="append one JSON line per streamed answer with each audio write's send time (default off)",
+    )
+    p.add_argument(
+        "--oom-above",
+        type=number(int, 0),
+        help="500 'CUDA out of memory' when more than N requests are in flight (default off)",
+    )
+    p.add_argument(
+        "--sample-rate",
+        type=number(int, 8000, 192000),
+        default=None,
+        help=f"audio sample rate in Hz (default {DEFAULT_SAMPLE_RATE}: OpenAI's PCM rate, and the "
+        f"client's --tts-sample-rate; with --speech the voice's own, 22050, and no other)",
+    )
     # real speech, and the drills that break it under load (testbed.sim.audio.Speaker)
-    p.add_argument("--speech", action="store_true",
-                   help="answer with real speech instead of the tone: each text spoken by piper's joe voice "
-                        "(the piper extra), rendered once and cached; the audio is as long as the speech, the "
-                        "timing model unchanged (default off)")
-    p.add_argument("--speech-cache", metavar="DIR",
-                   help="with --speech, the folder of rendered speech, one WAV per text "
-                        f"(default {DEFAULT_CACHE}/)")
-    p.add_argument("--speech-corpus", metavar="FILE",
-                   help="with --speech, the corpus whose texts are rendered before listening (.jsonl text "
-                        "fields, or .txt lines); other texts are rendered when first asked for (default the "
-                        "load generator's default corpus, configs/texts/default.jsonl)")
-    p.add_argument("--garble-above", type=number(int, 0),
-                   help=f"with --speech, when more than K requests are in flight, keep an answer's first "
-                        f"{GARBLE_KEEP * 100:.0f}%% and speak the rest with another text's speech, the length unchanged "
-                        f"(default off)", metavar="K")
-    p.add_argument("--silence-above", type=number(int, 0), metavar="K",
-                   help="when more than K requests are in flight, an answer starts with --silence-ms of "
-                        "digital silence, that much longer; its first audio comes when it would have "
-                        "(default off)")
-    p.add_argument("--silence-ms", type=number(float, 0), metavar="MS",
-                   help=f"with --silence-above, the silence put first, in ms (default {DEFAULT_SILENCE_MS:g})")
-    p.add_argument("--runaway-rate", type=number(float, 0, 1), default=0.0, metavar="P",
-                   help=f"probability that an answer runs away to the token cap: its clip repeated to "
-                        f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)")
-    p.add_argument("--voice-cache", type=number(int, 0), default=0,
-                   help="speaker embeddings kept, least recently used evicted; a request's voice "
-                        "(its voice name, or its reference clip's bytes) that is not kept costs "
-                        "--voice-miss-ms (default 0: no cache, voices cost nothing)")
-    p.add_argument("--voice-miss-ms", type=number(float, 0), default=None,
-                   help=f"with --voice-cache, the time a miss adds to the request's slot, in ms "
-                        f"(default {DEFAULT_MISS_MS:g})")
-    p.add_argument("--cache-hit-ms", type=number(float, 0), default=None, metavar="MS",
-                   help="a server that caches its answers: a text (with its voice) it has served before "
-                        "takes MS in its slot instead of the timing model's time (slots model; default: no "
-                        "cache)")
-    p.add_argument("--crash-above", type=number(int, 1), default=None, metavar="K",
-                   help="exit (status 70) when a request would make more than K in flight, as an engine that "
-                        "dies past its limit instead of queueing or refusing (default: never)")
-    p.add_argument("--recovery-s", type=number(float, 0), default=None, metavar="S",
-                   help="a server slow to come back from overload: while requests queue and for S seconds after "
-                        "one last had to, every request takes twice its time (slots model; default: none)")
-    p.add_argument("--max-chars", type=number(int, 1), default=None, metavar="N",
-                   help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
-                        "(HTTP; default: no limit)")
-    p.add_argument("--unspeakable", choices=UNSPEAKABLE, default="audio",
-                   help="how a text with no letter or digit in it (emoji and symbols only) is answered: "
-                        "audio as any text, 400, 500 (a front end that finds nothing to say and fails), or "
-                        "hang (--stall-s, then 500) (HTTP; default audio)")
-    p.add_argument("--fault", action="append", choices=FAULTS, default=[],
-                   help="inject a fault (repeatable; one is picked per faulty request; "
-                        "default none)")
-    p.add_argument("--fault-rate", type=number(float, 0, 1), default=1.0,
-                   help="probability that a request gets a fault (default 1)")
-    p.add_argument("--stall-s", type=number(float, 0), default=10.0,
-                   help="the stall fault's delay before the first byte (default 10)")
-    p.add_argument("--metrics-prefix", metavar="PREFIX",
-                   help="name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
-                        "server might (default: vLLM's pattern, sim:num_requests_waiting ...)")
+    p.add_argument(
+        "--speech",
+        action="store_true",
+        help="answer with real speech instead of the tone: each text spoken by piper's joe voice "
+        "(the piper extra), rendered once and cached; the audio is as long as the speech, the "
+        "timing model unchanged (default off)",
+    )
+    p.add_argument(
+        "--speech-cache",
+        metavar="DIR",
+        help=f"with --speech, the folder of rendered speech, one WAV per text (default {DEFAULT_CACHE}/)",
+    )
+    p.add_argument(
+        "--speech-corpus",
+        metavar="FILE",
+        help="with --speech, the corpus whose texts are rendered before listening (.jsonl text "
+        "fields, or .txt lines); other texts are rendered when first asked for (default the "
+        "load generator's default corpus, configs/texts/default.jsonl)",
+    )
+    p.add_argument(
+        "--garble-above",
+        type=number(int, 0),
+        help=f"with --speech, when more than K requests are in flight, keep an answer's first "
+        f"{GARBLE_KEEP * 100:.0f}%% and speak the rest with another text's speech, the length unchanged "
+        f"(default off)",
+        metavar="K",
+    )
+    p.add_argument(
+        "--silence-above",
+        type=number(int, 0),
+        metavar="K",
+        help="when more than K requests are in flight, an answer starts with --silence-ms of "
+        "digital silence, that much longer; its first audio comes when it would have "
+        "(default off)",
+    )
+    p.add_argument(
+        "--silence-ms",
+        type=number(float, 0),
+        metavar="MS",
+        help=f"with --silence-above, the silence put first, in ms (default {DEFAULT_SILENCE_MS:g})",
+    )
+    p.add_argument(
+        "--runaway-rate",
+        type=number(float, 0, 1),
+        default=0.0,
+        metavar="P",
+        help=f"probability that an answer runs away to the token cap: its clip repeated to "
+        f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)",
+    )
+    p.add_argument(
+        "--voice-cache",
+        type=number(int, 0),
+        default=0,
+        help="speaker embeddings kept, least recently used evicted; a request's voice "
+        "(its voice name, or its reference clip's bytes) that is not kept costs "
+        "--voice-miss-ms (default 0: no cache, voices cost nothing)",
+    )
+    p.add_argument(
+        "--voice-miss-ms",
+        type=number(float, 0),
+        default=None,
+        help=f"with --voice-cache, the time a miss adds to the request's slot, in ms (default {DEFAULT_MISS_MS:g})",
+    )
+    p.add_argument(
+        "--cache-hit-ms",
+        type=number(float, 0),
+        default=None,
+        metavar="MS",
+        help="a server that caches its answers: a text (with its voice) it has served before "
+        "takes MS in its slot instead of the timing model's time (slots model; default: no "
+        "cache)",
+    )
+    p.add_argument(
+        "--crash-above",
+        type=number(int, 1),
+        default=None,
+        metavar="K",
+        help="exit (status 70) when a request would make more than K in flight, as an engine that "
+        "dies past its limit instead of queueing or refusing (default: never)",
+    )
+    p.add_argument(
+        "--recovery-s",
+        type=number(float, 0),
+        default=None,
+        metavar="S",
+        help="a server slow to come back from overload: while requests queue and for S seconds after "
+        "one last had to, every request takes twice its time (slots model; default: none)",
+    )
+    p.add_argument(
+        "--max-chars",
+        type=number(int, 1),
+        default=None,
+        metavar="N",
+        help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
+        "(HTTP; default: no limit)",
+    )
+    p.add_argument(
+        "--unspeakable",
+        choices=UNSPEAKABLE,
+        default="audio",
+        help="how a text with no letter or digit in it (emoji and symbols only) is answered: "
+        "audio as any text, 400, 500 (a front end that finds nothing to say and fails), or "
+        "hang (--stall-s, then 500) (HTTP; default audio)",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        choices=FAULTS,
+        default=[],
+        help="inject a fault (repeatable; one is picked per faulty request; default none)",
+    )
+    p.add_argument(
+        "--fault-rate",
+        type=number(float, 0, 1),
+        default=1.0,
+        help="probability that a request gets a fault (default 1)",
+    )
+    p.add_argument(
+        "--stall-s",
+        type=number(float, 0),
+        default=10.0,
+        help="the stall fault's delay before the first byte (default 10)",
+    )
+    p.add_argument(
+        "--metrics-prefix",
+        metavar="PREFIX",
+        help="name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
+        "server might (default: vLLM's pattern, sim:num_requests_waiting ...)",
+    )
     # sessions: the WebSocket face is on the HTTP port (vLLM-Omni's path), Wyoming on a port of its own
-    p.add_argument("--wyoming-port", type=number(int, 0, 65535),
-                   help="also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
-                        "(default off; needs --capacity)")
-    p.add_argument("--ws-close-after-done", action="store_true",
-                   help="close a WebSocket session after session.done, as vLLM-Omni before its PR #5517 and "
-                        "sglang-omni do (default: keep it open for the next utterance)")
-    p.add_argument("--leak-mb-per-min", type=number(float, 0), default=0.0,
-                   help="keep this many more MB (10^6 bytes) of memory each minute, a leak for "
-                        "a soak to find (default 0: none)")
-    p.add_argument("--orphan-ms", type=number(float, 0), default=0.0,
-                   help="after a client cancels an utterance or goes away, keep generating (holding its slot and "
-                        "its share of --capacity) this many ms, as servers that synthesise for nobody do "
-                        "(default 0: stop at once)")
-    p.add_argument("--ws-idle-timeout-s", type=number(float, 0.001), default=None, metavar="S",
-                   help="close a WebSocket session that sends nothing for S seconds with no utterance in "
-                        "flight, 1008 as ElevenLabs does (default: never)")
-    p.add_argument("--ws-close-late-ms", type=number(float, 0), default=0.0,
-                   help="answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
-                        "meanwhile (default 0)")
-    p.add_argument("--log-requests", action="store_true",
-                   help="log one line per request (default off)")
+    p.add_argument(
+        "--wyoming-port",
+        type=number(int, 0, 65535),
+        help="also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
+        "(default off; needs --capacity)",
+    )
+    p.add_argument(
+        "--ws-close-after-done",
+        action="store_true",
+        help="close a WebSocket session after session.done, as vLLM-Omni before its PR #5517 and "
+        "sglang-omni do (default: keep it open for the next utterance)",
+    )
+    p.add_argument(
+        "--leak-mb-per-min",
+        type=number(float, 0),
+        default=0.0,
+        help="keep this many more MB (10^6 bytes) of memory each minute, a leak for a soak to find (default 0: none)",
+    )
+    p.add_argument(
+        "--orphan-ms",
+        type=number(float, 0),
+        default=0.0,
+        help="after a client cancels an utterance or goes away, keep generating (holding its slot and "
+        "its share of --capacity) this many ms, as servers that synthesise for nobody do "
+        "(default 0: stop at once)",
+    )
+    p.add_argument(
+        "--ws-idle-timeout-s",
+        type=number(float, 0.001),
+        default=None,
+        metavar="S",
+        help="close a WebSocket session that sends nothing for S seconds with no utterance in "
+        "flight, 1008 as ElevenLabs does (default: never)",
+    )
+    p.add_argument(
+        "--ws-close-late-ms",
+        type=number(float, 0),
+        default=0.0,
+        help="answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
+        "meanwhile (default 0)",
+    )
+    p.add_argument("--log-requests", action="store_true", help="log one line per request (default off)")
     # gRPC: Riva's protocol beside HTTP, on the same capacity
-    p.add_argument("--tls-cert", metavar="PEM", default="",
-                   help="serve every face over TLS with this certificate (chain) file, with --tls-key (default off)")
+    p.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        default="",
+        help="serve every face over TLS with this certificate (chain) file, with --tls-key (default off)",
+    )
     p.add_argument("--tls-key", metavar="PEM", default="", help="the private key of --tls-cert (default none)")
-    p.add_argument("--tls-client-ca", metavar="PEM", default="",
-                   help="with --tls-cert: ask every client for a certificate and refuse the handshake without one "
-                        "this CA signed (mutual TLS; default: none asked)")
-    p.add_argument("--require-header", metavar="'NAME: VALUE'", default="",
-                   help="answer 401 to a request (or WebSocket upgrade) without this header, and "
-                        "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)")
-    p.add_argument("--grpc-port", type=number(int, 0, 65535),
-                   help="also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one "
-                        "(default off)")
-    p.add_argument("--pushback-ms", type=number(float, 0), default=1000.0,
-                   help="the exhausted fault's wait: gRPC's grpc-retry-pushback-ms, HTTP's Retry-After rounded "
-                        "up to seconds (default 1000)")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        default="",
+        help="with --tls-cert: ask every client for a certificate and refuse the handshake without one "
+        "this CA signed (mutual TLS; default: none asked)",
+    )
+    p.add_argument(
+        "--require-header",
+        metavar="'NAME: VALUE'",
+        default="",
+        help="answer 401 to a request (or WebSocket upgrade) without this header, and "
+        "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=number(int, 0, 65535),
+        help="also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one (default off)",
+    )
+    p.add_argument(
+        "--pushback-ms",
+        type=number(float, 0),
+        default=1000.0,
+        help="the exhausted fault's wait: gRPC's grpc-retry-pushback-ms, HTTP's Retry-After rounded "
+        "up to seconds (default 1000)",
+    )
     return p
 
 
@@ -206,13 +366,17 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     if args.burst is None and args.rate is not None:
         args.burst = max(1, math.ceil(args.rate))
     # each model's knobs: given with the other model, one would silently do nothing
-    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else \
-        (CAPACITY_MODEL, SLOTS_MODEL)
+    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else (CAPACITY_MODEL, SLOTS_MODEL)
     for flag in other:
         if getattr(args, flag) is not None:
-            parser.error(f"--{flag.replace('_', '-')} " + (
-                "needs --capacity" if args.capacity is None else
-                "does not apply with --capacity (see --prefill-ms and --chunk-ms)"))
+            parser.error(
+                f"--{flag.replace('_', '-')} "
+                + (
+                    "needs --capacity"
+                    if args.capacity is None
+                    else "does not apply with --capacity (see --prefill-ms and --chunk-ms)"
+                )
+            )
     for flag in own:
         if getattr(args, flag) is None:
             setattr(args, flag, own[flag])
@@ -221,8 +385,9 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     if args.slots is None and args.capacity is None:
         args.slots = DEFAULT_SLOTS
     if args.slots is None and args.queue_limit is not None:
-        parser.error("--queue-limit needs --slots with --capacity (slots are unlimited "
-                     "otherwise, so nothing ever queues)")
+        parser.error(
+            "--queue-limit needs --slots with --capacity (slots are unlimited otherwise, so nothing ever queues)"
+        )
     if args.wyoming_port is not None and args.capacity is None:
         parser.error("--wyoming-port needs --capacity (a session's sentences share the capacity)")
     if args.voice_miss_ms is not None and not args.voice_cache:
@@ -236,8 +401,7 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
         except OSError as err:
-            parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: "
-                         f"{err.strerror or err}")
+            parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: {err.strerror or err}")
     return args
 
 
@@ -264,22 +428,28 @@ def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     except SpeechUnavailable as err:
         parser.error(str(err))
     if args.sample_rate not in (None, rate):
-        parser.error(f"--speech answers at its voice's own {rate} Hz ({voice}); leave --sample-rate out, "
-                     f"or give it {rate}")
+        parser.error(
+            f"--speech answers at its voice's own {rate} Hz ({voice}); leave --sample-rate out, or give it {rate}"
+        )
     args.sample_rate = rate
 
 
 def describe(args: argparse.Namespace) -> str:
     knobs = [f"slots={'unlimited' if args.slots is None else args.slots}"]
     if args.capacity:
-        knobs.append(f"capacity={args.capacity:g} max_speed={args.max_speed:g} "
-                     f"chunk_ms={args.chunk_ms:g} prefill_ms={args.prefill_ms:g}")
+        knobs.append(
+            f"capacity={args.capacity:g} max_speed={args.max_speed:g} "
+            f"chunk_ms={args.chunk_ms:g} prefill_ms={args.prefill_ms:g}"
+        )
     else:
-        knobs.append(f"base_ms={args.base_ms:g} per_char_ms={args.per_char_ms:g} "
-                     f"jitter={args.jitter:g}")
-    knobs += [f"queue_limit={'unlimited' if args.queue_limit is None else args.queue_limit}",
-              f"rate={args.rate if args.rate else 'off'}", f"stream={args.stream}",
-              f"sse={args.sse}", f"sample_rate={args.sample_rate}"]
+        knobs.append(f"base_ms={args.base_ms:g} per_char_ms={args.per_char_ms:g} jitter={args.jitter:g}")
+    knobs += [
+        f"queue_limit={'unlimited' if args.queue_limit is None else args.queue_limit}",
+        f"rate={args.rate if args.rate else 'off'}",
+        f"stream={args.stream}",
+        f"sse={args.sse}",
+        f"sample_rate={args.sample_rate}",
+    ]
     if args.rate:
         knobs.append(f"burst={args.burst} retry_after={args.retry_after_format}")
     if (args.stream or args.sse) and not args.capacity:
@@ -337,8 +507,10 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         print(f"{prog}: --tls-cert and --tls-key go together.", file=sys.stderr)
         return 2
     if args.tls_client_ca and not args.tls_cert:
-        print(f"{prog}: --tls-client-ca asks clients for a certificate over TLS: give --tls-cert and --tls-key.",
-              file=sys.stderr)
+        print(
+            f"{prog}: --tls-client-ca asks clients for a certificate over TLS: give --tls-cert and --tls-key.",
+            file=sys.stderr,
+        )
         return 2
     tls = {}
     if args.tls_cert:
@@ -348,9 +520,15 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             print(f"{prog}: --tls-cert/--tls-key: {err}.", file=sys.stderr)
             return 2
     app = SpeechApp(args, capacity, rng, speaker)
-    server = WSGIServer((args.host, args.port), app, handler_class=Handler,
-                        spawn=Pool(),  # a pool, so that stop() waits for requests in flight
-                        backlog=LISTEN_BACKLOG, log=log if args.log_requests else None, **tls)
+    server = WSGIServer(
+        (args.host, args.port),
+        app,
+        handler_class=Handler,
+        spawn=Pool(),  # a pool, so that stop() waits for requests in flight
+        backlog=LISTEN_BACKLOG,
+        log=log if args.log_requests else None,
+        **tls,
+    )
     servers = [(server, args.port)]
     if args.wyoming_port is not None:
         servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
@@ -373,7 +551,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             for started, _ in servers:
                 started.stop()
             return 2
-    if args.wyoming_port is not None:   # before the HTTP line, which tells a watcher all is up
+    if args.wyoming_port is not None:  # before the HTTP line, which tells a watcher all is up
         print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
     # one write, newline included: a log line from another thread cannot land inside it
     print(f"listening on {_url('https' if tls else 'http', server.address)}\n", end="", flush=True)
@@ -401,14 +579,17 @@ def make_speaker(args: argparse.Namespace, rng: random.Random) -> Speaker:
     if not args.speech:
         return Speaker(args, rng)
     from tts_knee.testbed.speech import SpeechCache
+
     speech = SpeechCache(args.speech_cache)
     speaker = Speaker(args, rng, speech)
     texts = args.speech_texts
     sentences = [] if args.capacity is None else [s for t in texts for s in split_sentences(t) if s != t]
     started = time.monotonic()
     speaker.prepare(texts, sentences)
-    log.info(f"sim: speech: {len(speech)} texts ready in {time.monotonic() - started:.1f} s "
-             f"({speech.rendered} rendered, {speech.loaded} from the cache in {speech.folder})")
+    log.info(
+        f"sim: speech: {len(speech)} texts ready in {time.monotonic() - started:.1f} s "
+        f"({speech.rendered} rendered, {speech.loaded} from the cache in {speech.folder})"
+    )
     return speaker
 
 

@@ -3,6 +3,7 @@
 What each does to an answer is the protocol's to carry out (see :mod:`testbed.sim.http`); the
 names and their groups are shared, so a server on another protocol picks from the same list.
 """
+
 from __future__ import annotations
 
 import random

@@ -31,6 +31,7 @@ answer, as for HTTP streams: ``request_id`` (the request's ``id``), ``format`` "
 message handed to the socket), ``audio_ms`` and, for a call the client reset, ``cancelled``
 (unix seconds the reset came).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,14 +65,22 @@ SERVICE = "/nvidia.riva.tts.RivaSpeechSynthesis/"
 SYNTHESIZE, ONLINE = SERVICE + "Synthesize", SERVICE + "SynthesizeOnline"
 MAX_STREAMS = 4096
 WINDOW_BYTES = 16 << 20
-WINDOW_WAIT_S = 1.0   # a message short of window looks again this often, in case an update was missed
+WINDOW_WAIT_S = 1.0  # a message short of window looks again this often, in case an update was missed
 REFUSED_CODES = {"rate_limited": "RESOURCE_EXHAUSTED", "queue_full": "UNAVAILABLE", "out_of_memory": "INTERNAL"}
-CODE_NUMBERS = {"OK": 0, "CANCELLED": 1, "INVALID_ARGUMENT": 3, "RESOURCE_EXHAUSTED": 8, "UNIMPLEMENTED": 12,
-                "INTERNAL": 13, "UNAVAILABLE": 14}
-GARBAGE_MESSAGE = b"\x07\x00"   # field number 0: no protobuf message parses it
+CODE_NUMBERS = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "INVALID_ARGUMENT": 3,
+    "RESOURCE_EXHAUSTED": 8,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+}
+GARBAGE_MESSAGE = b"\x07\x00"  # field number 0: no protobuf message parses it
 log = logging.getLogger("testbed.sim")
-HTML_PAGE = (b"<!doctype html><html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1>"
-             b"</body></html>\n")
+HTML_PAGE = (
+    b"<!doctype html><html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>\n"
+)
 
 
 def _frame(message: bytes) -> bytes:
@@ -85,15 +94,26 @@ class _Done(Exception):
 class RivaServer:
     """Serves RivaSpeechSynthesis on ``args.grpc_port`` with the shared ``capacity``."""
 
-    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random,
-                 audio: Speaker | None = None, ssl_context=None):
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        capacity: Capacity,
+        rng: random.Random,
+        audio: Speaker | None = None,
+        ssl_context=None,
+    ):
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
+
         self.args, self.capacity, self.rng = args, capacity, rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
-        self.audio = audio or Speaker(args, rng)   # the HTTP face's, shared
+        self.audio = audio or Speaker(args, rng)  # the HTTP face's, shared
         self.pb, self.linear_pcm = riva_tts_pb2, riva_audio_pb2.AudioEncoding.LINEAR_PCM
-        self.server = StreamServer((args.host, args.grpc_port), self._connection, spawn=Pool(),
-                                   **({"ssl_context": ssl_context} if ssl_context is not None else {}))
+        self.server = StreamServer(
+            (args.host, args.grpc_port),
+            self._connection,
+            spawn=Pool(),
+            **({"ssl_context": ssl_context} if ssl_context is not None else {}),
+        )
         name, _, value = str(getattr(args, "require_header", "") or "").partition(":")
         self.required = (name.strip().lower(), value.strip()) if name.strip() else None
 
@@ -108,11 +128,15 @@ class _Connection:
     def __init__(self, server: RivaServer, sock):
         self.server, self.sock = server, sock
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
-        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES})
+        self.h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+            },
+        )
         self.lock = gevent.lock.RLock()
-        self.window = gevent.event.Event()   # set at every WINDOW_UPDATE
+        self.window = gevent.event.Event()  # set at every WINDOW_UPDATE
         self.calls: dict[int, _Call] = {}
         self.closing = False
 
@@ -177,9 +201,17 @@ class _Connection:
 
     def trailers_only(self, sid: int, code: str, message: str, metadata: tuple = ()) -> None:
         with self.lock:
-            self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
-                                       ("grpc-status", str(CODE_NUMBERS[code])),
-                                       ("grpc-message", urllib.parse.quote(message)), *metadata], end_stream=True)
+            self.h2.send_headers(
+                sid,
+                [
+                    (":status", "200"),
+                    ("content-type", "application/grpc"),
+                    ("grpc-status", str(CODE_NUMBERS[code])),
+                    ("grpc-message", urllib.parse.quote(message)),
+                    *metadata,
+                ],
+                end_stream=True,
+            )
             self.flush()
 
     def send(self, sid: int, data: bytes) -> None:
@@ -205,7 +237,7 @@ class _Call:
         self.requests: list = []
         self.greenlet: gevent.Greenlet | None = None
         self.received = 0.0
-        self.cancelled: float | None = None   # unix seconds the client reset the stream
+        self.cancelled: float | None = None  # unix seconds the client reset the stream
 
     def data(self, data: bytes) -> None:
         self.buf += data
@@ -213,8 +245,8 @@ class _Call:
             _, n = struct.unpack_from(">BI", self.buf)
             if len(self.buf) < 5 + n:
                 return
-            self.requests.append(self.conn.server.pb.SynthesizeSpeechRequest.FromString(bytes(self.buf[5:5 + n])))
-            del self.buf[:5 + n]
+            self.requests.append(self.conn.server.pb.SynthesizeSpeechRequest.FromString(bytes(self.buf[5 : 5 + n])))
+            del self.buf[: 5 + n]
 
     def input_ended(self) -> None:
         self.received = time.time()
@@ -246,8 +278,9 @@ class _Answer:
         self.audio_ms: list[float] = []
 
     def refuse(self, code: str, message: str, pushback: str | None = None) -> None:
-        self.conn.trailers_only(self.call.sid, code, message,
-                                () if pushback is None else (("grpc-retry-pushback-ms", pushback),))
+        self.conn.trailers_only(
+            self.call.sid, code, message, () if pushback is None else (("grpc-retry-pushback-ms", pushback),)
+        )
 
     def run(self) -> None:
         call, args, capacity = self.call, self.args, self.server.capacity
@@ -260,8 +293,10 @@ class _Answer:
             self.refuse("INVALID_ARGUMENT", "only LINEAR_PCM is synthesised here")
             return
         if first.sample_rate_hz not in (0, args.sample_rate):
-            self.refuse("INVALID_ARGUMENT", f"this server synthesises at {args.sample_rate} Hz; ask for "
-                                            f"sample_rate_hz {args.sample_rate}")
+            self.refuse(
+                "INVALID_ARGUMENT",
+                f"this server synthesises at {args.sample_rate} Hz; ask for sample_rate_hz {args.sample_rate}",
+            )
             return
         if not text.strip():
             self.refuse("INVALID_ARGUMENT", "the text is empty")
@@ -271,8 +306,11 @@ class _Answer:
             gevent.sleep(args.stall_s)
         if fault in ("exhausted", "bad-retry-after", "huge-retry-after"):
             capacity.rejected += 1
-            wait = {"exhausted": f"{args.pushback_ms:g}", "bad-retry-after": "soon-ish",
-                    "huge-retry-after": "999999000"}[fault]
+            wait = {
+                "exhausted": f"{args.pushback_ms:g}",
+                "bad-retry-after": "soon-ish",
+                "huge-retry-after": "999999000",
+            }[fault]
             self.refuse("RESOURCE_EXHAUSTED", "the server is busy", wait)
             return
         if fault == "html":
@@ -293,13 +331,15 @@ class _Answer:
         finally:
             if call.cancelled is None:
                 turn.finish()
-            else:   # as for an HTTP stream hung up on: at once, or after --orphan-ms of work for nobody
+            else:  # as for an HTTP stream hung up on: at once, or after --orphan-ms of work for nobody
                 turn.stop()
                 turn.abandon(args.orphan_ms / 1000)
             if args.log_requests:
                 fields = " ".join(f"{k}={json.dumps(v)}" for k, v in clip.fields().items())
-                log.info(f"grpc {'SynthesizeOnline' if call.online else 'Synthesize'} request_id={request_id} "
-                         f"audio_ms={clip.seconds * 1000:.1f} {fields}")
+                log.info(
+                    f"grpc {'SynthesizeOnline' if call.online else 'Synthesize'} request_id={request_id} "
+                    f"audio_ms={clip.seconds * 1000:.1f} {fields}"
+                )
         if fault == "close":
             with self.conn.lock:
                 self.conn.h2.close_connection()
@@ -315,10 +355,10 @@ class _Answer:
             conn.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
             conn.flush()
         message = self.server.pb.SynthesizeSpeechResponse()
-        message.id.value = request_id   # Riva echoes the request's id
+        message.id.value = request_id  # Riva echoes the request's id
         pieces = turn.pieces(pcm, whole=not self.call.online)
         mid = fault if fault in MID_STREAM_FAULTS else None
-        left = len(pcm) // 4 * 2 if mid else len(pcm)   # a mid-stream fault strikes after half the audio
+        left = len(pcm) // 4 * 2 if mid else len(pcm)  # a mid-stream fault strikes after half the audio
         head = wav_header(len(pcm), self.args.sample_rate) if fault == "wrong-encoding" else b""
         try:
             if fault == "empty":
@@ -330,7 +370,7 @@ class _Answer:
                     message.audio = b'{"error": "synthesis failed"}' if fault == "json" else head + piece
                     head = b""
                     conn.send(sid, _frame(message.SerializeToString()))
-                    self.sent.append(time.time())   # resumed once the message is on the socket
+                    self.sent.append(time.time())  # resumed once the message is on the socket
                     self.audio_ms.append(self.server.audio.seconds(piece) * 1000)
                 if mid and not left:
                     break
@@ -348,11 +388,15 @@ class _Answer:
             raise _Done()
         if fault == "garbage":
             conn.send(sid, _frame(GARBAGE_MESSAGE))
-        code, message = ("INTERNAL", "synthesis failed mid-stream (the sse-error fault)") if fault == "sse-error" \
-            else ("OK", "")
+        code, message = (
+            ("INTERNAL", "synthesis failed mid-stream (the sse-error fault)") if fault == "sse-error" else ("OK", "")
+        )
         with conn.lock:
-            conn.h2.send_headers(sid, [("grpc-status", str(CODE_NUMBERS[code])),
-                                       ("grpc-message", urllib.parse.quote(message))], end_stream=True)
+            conn.h2.send_headers(
+                sid,
+                [("grpc-status", str(CODE_NUMBERS[code])), ("grpc-message", urllib.parse.quote(message))],
+                end_stream=True,
+            )
             conn.flush()
 
     def not_grpc(self) -> None:
@@ -364,9 +408,18 @@ class _Answer:
     def log(self, request_id: str, turn, clip: Clip) -> None:
         log_file = self.args.chunk_log
         if log_file:
-            log_file.write(json.dumps({
-                "request_id": request_id, "format": "grpc", "received": round(self.call.received, 6),
-                "generating": turn.generating and round(turn.generating, 6),
-                "sent": [round(t, 6) for t in self.sent], "audio_ms": [round(ms, 3) for ms in self.audio_ms],
-                **clip.fields(), **({} if self.call.cancelled is None else {"cancelled": round(self.call.cancelled, 6)})
-            }) + "\n")
+            log_file.write(
+                json.dumps(
+                    {
+                        "request_id": request_id,
+                        "format": "grpc",
+                        "received": round(self.call.received, 6),
+                        "generating": turn.generating and round(turn.generating, 6),
+                        "sent": [round(t, 6) for t in self.sent],
+                        "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                        **clip.fields(),
+                        **({} if self.call.cancelled is None else {"cancelled": round(self.call.cancelled, 6)}),
+                    }
+                )
+                + "\n"
+            )

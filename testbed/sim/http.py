@@ -5,6 +5,7 @@ streams or OpenAI-style server-sent events, with the faults of :mod:`testbed.sim
 carried out the HTTP way. ``/v1/audio/voices`` registers, lists and deletes voices the way
 vLLM-Omni's server does (:class:`~testbed.sim.voices.Registry`). WebSocket upgrades on
 vLLM-Omni's path go to the WebSocket face (:mod:`testbed.sim.ws`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,10 @@ from tts_knee.testbed.sim.capacity import Capacity, Refused, Turn
 from tts_knee.testbed.sim.faults import BODY_FAULTS, MID_STREAM_FAULTS, RETRY_FAULTS, Faults
 from tts_knee.testbed.sim.voices import Registry, clip_key
 
-HTML_PAGE = b"<!doctype html><html><head><title>502 Bad Gateway</title></head>" \
-            b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"
+HTML_PAGE = (
+    b"<!doctype html><html><head><title>502 Bad Gateway</title></head>"
+    b"<body><h1>Bad Gateway</h1><p>upstream returned an error</p></body></html>\n"
+)
 RESPONSE_FORMATS = ("wav", "pcm")
 STREAM_FORMATS = ("sse", "audio")
 SSE_CHARS_PER_TOKEN = 4  # usage figures in speech.audio.done: placeholders with a fixed rule
@@ -41,14 +44,17 @@ SSE_AUDIO_TOKENS_PER_S = 50
 UNSPEAKABLE = ("audio", "400", "500", "hang")
 SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
 VOICES_PATH = "/v1/audio/voices"
-REFUSED_STATUS = {"rate_limited": "429 Too Many Requests",
-                  "out_of_memory": "500 Internal Server Error",
-                  "queue_full": "503 Service Unavailable"}
+REFUSED_STATUS = {
+    "rate_limited": "429 Too Many Requests",
+    "out_of_memory": "500 Internal Server Error",
+    "queue_full": "503 Service Unavailable",
+}
 
 
 @dataclass
 class Speech:
     """One parsed synthesis request."""
+
     text: str
     response_format: str
     stream: bool
@@ -87,7 +93,7 @@ class Handler(WSGIHandler):
     def get_environ(self):
         env = super().get_environ()
         env["sim.socket"] = self.socket
-        env["sim.handler"] = self   # a WebSocket session takes the connection over
+        env["sim.handler"] = self  # a WebSocket session takes the connection over
         return env
 
     def format_request(self):
@@ -105,18 +111,17 @@ class Handler(WSGIHandler):
 class SpeechApp:
     """The WSGI application: parses, admits, queues, 'synthesises' and answers."""
 
-    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random,
-                 audio: Speaker | None = None):
+    def __init__(self, args: argparse.Namespace, capacity: Capacity, rng: random.Random, audio: Speaker | None = None):
         self.args = args
         self.capacity = capacity
         self.rng = rng
         self.faults = Faults(args.fault, args.fault_rate, rng)
-        self.audio = audio or Speaker(args, rng)   # every face's answers' PCM (the tone, or --speech)
+        self.audio = audio or Speaker(args, rng)  # every face's answers' PCM (the tone, or --speech)
         self.registry = Registry()
         # --require-header: the WSGI environ key and the value a request must carry
         name, _, value = str(getattr(args, "require_header", "") or "").partition(":")
         self.required = ("HTTP_" + name.strip().upper().replace("-", "_"), value.strip()) if name.strip() else None
-        self.sessions = 0   # WebSocket and Wyoming sessions begun, numbering them in the chunk log
+        self.sessions = 0  # WebSocket and Wyoming sessions begun, numbering them in the chunk log
 
     def next_session(self) -> int:
         self.sessions += 1
@@ -129,18 +134,20 @@ class SpeechApp:
         method = environ.get("REQUEST_METHOD", "GET")
         try:
             if path == "/metrics" and method == "GET":
-                return self._respond(start_response, "200 OK",
-                                     metrics.exposition(self.capacity, self.args.metrics_prefix).encode(),
-                                     ctype="text/plain; version=0.0.4; charset=utf-8")
+                return self._respond(
+                    start_response,
+                    "200 OK",
+                    metrics.exposition(self.capacity, self.args.metrics_prefix).encode(),
+                    ctype="text/plain; version=0.0.4; charset=utf-8",
+                )
             if path == "/health":
                 if method != "GET":
-                    raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
-                                  [("Allow", "GET")])
-                return self._respond(start_response, "200 OK",
-                                     _json_body(metrics.health(self.capacity, self.registry)))
+                    raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}", [("Allow", "GET")])
+                return self._respond(start_response, "200 OK", _json_body(metrics.health(self.capacity, self.registry)))
             if self.required is not None and environ.get(self.required[0]) != self.required[1]:
-                raise _Reject("401 Unauthorized", f"missing or wrong {self.args.require_header.partition(':')[0]} "
-                                                  f"header")
+                raise _Reject(
+                    "401 Unauthorized", f"missing or wrong {self.args.require_header.partition(':')[0]} header"
+                )
             if path == VOICES_PATH or path.startswith(VOICES_PATH + "/"):
                 return self.voices(environ, start_response, path, method)
             if path == ws.PATH:
@@ -148,12 +155,10 @@ class SpeechApp:
             if path not in SPEECH_PATHS:
                 raise _Reject("404 Not Found", f"no endpoint at {path}")
             if method != "POST":
-                raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}",
-                              [("Allow", "POST")])
+                raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}", [("Allow", "POST")])
             return self.speech(environ, start_response, path)
         except _Reject as rej:
-            return self._respond(start_response, rej.status, _json_body({"error": str(rej)}),
-                                 rej.headers)
+            return self._respond(start_response, rej.status, _json_body({"error": str(rej)}), rej.headers)
 
     @staticmethod
     def _respond(start_response, status, body: bytes, headers=(), ctype="application/json"):
@@ -175,8 +180,13 @@ class SpeechApp:
         """``POST /v1/audio/voices`` (form: ``audio_sample``, ``consent``, ``name``) registers a
         voice; ``DELETE /v1/audio/voices/NAME`` removes it; ``GET`` lists them."""
         if path == VOICES_PATH and method == "GET":
-            return self._respond(start_response, "200 OK", _json_body(
-                {"voices": sorted(self.registry.voices), "uploaded_voices": list(self.registry.voices.values())}))
+            return self._respond(
+                start_response,
+                "200 OK",
+                _json_body(
+                    {"voices": sorted(self.registry.voices), "uploaded_voices": list(self.registry.voices.values())}
+                ),
+            )
         if path == VOICES_PATH and method == "POST":
             _, form, files = parse_form_data(environ)
             sample = files.get("audio_sample")
@@ -188,12 +198,16 @@ class SpeechApp:
                 return self._respond(start_response, "400 Bad Request", _json_body({"detail": str(e)}))
             return self._respond(start_response, "200 OK", _json_body({"success": True, "voice": info}))
         if method == "DELETE" and path.startswith(VOICES_PATH + "/"):
-            name = path[len(VOICES_PATH) + 1:]
+            name = path[len(VOICES_PATH) + 1 :]
             if not self.registry.remove(name):
-                return self._respond(start_response, "404 Not Found",
-                                     _json_body({"detail": f"Voice '{name}' not found"}))
-            return self._respond(start_response, "200 OK", _json_body(
-                {"success": True, "message": f"Voice '{name}' deleted successfully"}))
+                return self._respond(
+                    start_response, "404 Not Found", _json_body({"detail": f"Voice '{name}' not found"})
+                )
+            return self._respond(
+                start_response,
+                "200 OK",
+                _json_body({"success": True, "message": f"Voice '{name}' deleted successfully"}),
+            )
         raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}")
 
     def voice_key(self, data: dict, clip: bytes | None) -> str | None:
@@ -205,7 +219,7 @@ class SpeechApp:
             try:
                 clip = base64.b64decode(ref.split(",", 1)[1] if ref.startswith("data:") else ref, validate=True)
             except ValueError:
-                clip = ref.encode()   # a URL or a path: the clip it names
+                clip = ref.encode()  # a URL or a path: the clip it names
         if clip is not None:
             return clip_key(clip)
         name = data.get("voice")
@@ -236,8 +250,9 @@ class SpeechApp:
         if not isinstance(text, str) or not text.strip():
             raise _Reject("400 Bad Request", f"'{field}' must be a non-empty string")
         if self.args.max_chars is not None and len(text) > self.args.max_chars:
-            raise _Reject("400 Bad Request", f"'{field}' is {len(text)} characters; at most "
-                                             f"{self.args.max_chars} are allowed")
+            raise _Reject(
+                "400 Bad Request", f"'{field}' is {len(text)} characters; at most {self.args.max_chars} are allowed"
+            )
         if self.args.unspeakable != "audio" and not any(c.isalnum() for c in text):
             if self.args.unspeakable == "hang":
                 gevent.sleep(self.args.stall_s)
@@ -246,12 +261,15 @@ class SpeechApp:
             raise _Reject("500 Internal Server Error", "the text front end produced no phonemes")
         fmt = data.get("response_format", "wav")
         if fmt not in RESPONSE_FORMATS:
-            raise _Reject("400 Bad Request", f"response_format {fmt!r} is not supported; "
-                                             f"use one of {', '.join(RESPONSE_FORMATS)}")
+            raise _Reject(
+                "400 Bad Request", f"response_format {fmt!r} is not supported; use one of {', '.join(RESPONSE_FORMATS)}"
+            )
         stream_format = data.get("stream_format")
         if stream_format is not None and stream_format not in STREAM_FORMATS:
-            raise _Reject("400 Bad Request", f"stream_format {stream_format!r} is not supported; "
-                                             f"use one of {', '.join(STREAM_FORMATS)}")
+            raise _Reject(
+                "400 Bad Request",
+                f"stream_format {stream_format!r} is not supported; use one of {', '.join(STREAM_FORMATS)}",
+            )
         sse = stream_format == "sse" or (self.args.sse and stream_format is None)
         stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
         request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
@@ -266,17 +284,16 @@ class SpeechApp:
         if fault in RETRY_FAULTS or fault == "exhausted":
             self.capacity.rejected += 1
             value = {"bad-retry-after": "soon-ish", "huge-retry-after": "999999"}.get(
-                fault, str(math.ceil(self.args.pushback_ms / 1000)))
-            raise _Reject("429 Too Many Requests", "rate limit exceeded",
-                          [("Retry-After", value), *ids])
+                fault, str(math.ceil(self.args.pushback_ms / 1000))
+            )
+            raise _Reject("429 Too Many Requests", "rate limit exceeded", [("Retry-After", value), *ids])
         try:
             self.capacity.admit()
         except Refused as refused:
-            headers = ids if refused.retry_after_s is None else \
-                [self.retry_after(refused.retry_after_s), *ids]
+            headers = ids if refused.retry_after_s is None else [self.retry_after(refused.retry_after_s), *ids]
             raise _Reject(REFUSED_STATUS[refused.reason], str(refused), headers) from None
         clip = self.audio.clip(req.text, self.capacity.admitted)
-        environ["sim.clip"], environ["sim.request_id"] = clip, req.request_id   # for the --log-requests line
+        environ["sim.clip"], environ["sim.request_id"] = clip, req.request_id  # for the --log-requests line
         pcm = clip.pcm
         turn = self.capacity.take(req.text, req.voice)
         if req.stream and self.answers_streamed(req, fault):
@@ -287,15 +304,13 @@ class SpeechApp:
             service_s = turn.service_s
         finally:
             turn.finish()
-        timing = self.server_timing(turn.queue_s, service_s,
-                                    turn.queue_s + time.monotonic() - turn.acquired)
+        timing = self.server_timing(turn.queue_s, service_s, turn.queue_s + time.monotonic() - turn.acquired)
         headers = [timing, *ids]
         if fault in BODY_FAULTS:
             return self.body_fault(fault, environ, start_response, req, pcm, headers)
         if fault == "close":
             headers.append(("Connection", "close"))
-        body = pcm if req.response_format == "pcm" else \
-            wav_header(len(pcm), self.audio.sample_rate) + pcm
+        body = pcm if req.response_format == "pcm" else wav_header(len(pcm), self.audio.sample_rate) + pcm
         return self._respond(start_response, "200 OK", body, headers, self.content_type(req))
 
     @staticmethod
@@ -330,8 +345,7 @@ class SpeechApp:
         if turn.planned_s is not None:
             timing = self.server_timing(turn.queue_s, turn.planned_s)
         else:  # the service time is known once the audio is made
-            timing = ("Server-Timing", f"queue;dur={turn.queue_s * 1000:.1f}, "
-                                       f"prefill;dur={self.args.prefill_ms:.1f}")
+            timing = ("Server-Timing", f"queue;dur={turn.queue_s * 1000:.1f}, prefill;dur={self.args.prefill_ms:.1f}")
         pieces = turn.pieces(clip.pcm)
         headers = [("Content-Type", self.content_type(req)), timing, *ids]
         if req.sse:
@@ -359,21 +373,21 @@ class SpeechApp:
         if fault == "empty":
             return self._respond(start_response, "200 OK", b"", headers, "audio/wav")
         if fault == "garbage":
-            return self._respond(start_response, "200 OK", os.urandom(len(wav)), headers,
-                                 "audio/wav")
+            return self._respond(start_response, "200 OK", os.urandom(len(wav)), headers, "audio/wav")
         if fault == "truncate":  # a complete HTTP body, but the WAV header promises more
             cut = wav[: 44 + len(pcm) // 4]
-            return self._respond(start_response, "200 OK", cut,
-                                 [*headers, ("Connection", "close")], "audio/wav")
+            return self._respond(start_response, "200 OK", cut, [*headers, ("Connection", "close")], "audio/wav")
         # reset: promise the whole body, send half of it, then abort the connection (RST)
-        start_response("200 OK", [("Content-Type", "audio/wav"),
-                                  ("Content-Length", str(len(wav))),
-                                  ("Connection", "close"), *headers])
+        start_response(
+            "200 OK",
+            [("Content-Type", "audio/wav"), ("Content-Length", str(len(wav))), ("Connection", "close"), *headers],
+        )
         sock = environ["sim.socket"]
 
         def half_then_reset():
             yield wav[: len(wav) // 2]
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
         return half_then_reset()
 
 
@@ -383,8 +397,7 @@ class _Stream:
     hangs up mid-stream (barge-in) is seen at once, by a greenlet that waits for its socket to
     read its end, and its turn stopped and abandoned (``--orphan-ms``)."""
 
-    def __init__(self, app: SpeechApp, req: Speech, clip: Clip, pieces, fault: str | None,
-                 sock, turn: Turn):
+    def __init__(self, app: SpeechApp, req: Speech, clip: Clip, pieces, fault: str | None, sock, turn: Turn):
         self.app, self.req, self.clip, self.pcm, self.pieces = app, req, clip, clip.pcm, pieces
         self.fault = None if fault == "sse-error" and not req.sse else fault
         self.sock = sock
@@ -393,7 +406,7 @@ class _Stream:
         self.audio_ms: list[float] = []
         self._done = False
         self.complete = False
-        self.hung_up: float | None = None   # unix seconds the client was seen gone
+        self.hung_up: float | None = None  # unix seconds the client was seen gone
         self.watcher = gevent.spawn(self._watch)
 
     def _watch(self) -> None:
@@ -426,10 +439,10 @@ class _Stream:
                 break
         self.pieces.close()  # a fault: stop making the rest
         if self.hung_up is not None:
-            return   # pywsgi closes the stream: close() abandons the turn
+            return  # pywsgi closes the stream: close() abandons the turn
         if head:  # no audio at all: the header alone still opens the body
             yield head
-        self.complete = True   # what follows is the server's own ending (or its fault), not a hang-up
+        self.complete = True  # what follows is the server's own ending (or its fault), not a hang-up
         yield from self.end()
         self.close()
 
@@ -445,9 +458,12 @@ class _Stream:
             # pywsgi drops the connection quietly on ECONNRESET; linger 0 makes that an RST
             raise ConnectionResetError(errno.ECONNRESET, "the reset fault")
         if self.fault == "sse-error":
-            yield _sse({"type": "error", "error": {
-                "message": "synthesis failed mid-stream (the sse-error fault)",
-                "type": "server_error"}})
+            yield _sse(
+                {
+                    "type": "error",
+                    "error": {"message": "synthesis failed mid-stream (the sse-error fault)", "type": "server_error"},
+                }
+            )
         elif self.fault == "garbage":  # SSE only: a delta that is not base64, or not JSON
             if self.app.rng.random() < 0.5:
                 yield b'data: {"type": "speech.audio.delta", "audio": "%%not base64%%"}\n\n'
@@ -457,18 +473,25 @@ class _Stream:
             audio_s = self.app.audio.seconds(self.pcm)
             tokens_in = max(1, math.ceil(len(self.req.text) / SSE_CHARS_PER_TOKEN))
             tokens_out = math.ceil(audio_s * SSE_AUDIO_TOKENS_PER_S)
-            yield _sse({"type": "speech.audio.done", "usage": {
-                "input_tokens": tokens_in, "output_tokens": tokens_out,
-                "total_tokens": tokens_in + tokens_out}})
+            yield _sse(
+                {
+                    "type": "speech.audio.done",
+                    "usage": {
+                        "input_tokens": tokens_in,
+                        "output_tokens": tokens_out,
+                        "total_tokens": tokens_in + tokens_out,
+                    },
+                }
+            )
 
     def close(self) -> None:
         if self._done:
             return
         self._done = True
-        self.watcher.kill()   # waited for: pywsgi reads the next request on this socket next
+        self.watcher.kill()  # waited for: pywsgi reads the next request on this socket next
         self.pieces.close()
         if not self.complete and self.hung_up is None:
-            self.hung_up = time.time()   # gone, seen by a write that failed
+            self.hung_up = time.time()  # gone, seen by a write that failed
         if self.complete:
             self.turn.finish()
         else:
@@ -478,10 +501,18 @@ class _Stream:
         if log_file:
             fmt = "sse" if self.req.sse else self.req.response_format
             generating = self.turn.generating
-            log_file.write(json.dumps({
-                "request_id": self.req.request_id, "format": fmt,
-                "received": round(self.req.received, 6),
-                "generating": generating and round(generating, 6),
-                "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms], **self.clip.fields(),
-                **({} if self.hung_up is None else {"cancelled": round(self.hung_up, 6)})}) + "\n")
+            log_file.write(
+                json.dumps(
+                    {
+                        "request_id": self.req.request_id,
+                        "format": fmt,
+                        "received": round(self.req.received, 6),
+                        "generating": generating and round(generating, 6),
+                        "sent": [round(t, 6) for t in self.sent],
+                        "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                        **self.clip.fields(),
+                        **({} if self.hung_up is None else {"cancelled": round(self.hung_up, 6)}),
+                    }
+                )
+                + "\n"
+            )

@@ -1,6 +1,7 @@
 """A server that leaks memory at a known rate (``--leak-mb-per-min``), so that a soak has a
 real leak to find: the process keeps a block of written memory every ``TICK_S``, and its
 resident set grows by the rate from the moment it starts serving, whatever the load."""
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@
 (``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...)
 so that a collector's ``--scrape`` has a server queue to read; with ``--metrics-prefix P`` the
 way a custom server might name them instead (``P_requests_waiting``, ``P_requests_running`` ...)."""
+
 from __future__ import annotations
 
 from tts_knee.testbed.sim.capacity import Capacity
@@ -15,8 +16,14 @@ def health(capacity: Capacity, registry: Registry | None = None) -> dict:
     cache's figures (named as its counters, so ``--server-stats`` reads the ``_total`` ones as
     rates) and the voices registered."""
     slots = capacity.slots
-    health = {"status": "ok", "slots": slots.n, "busy": slots.busy, "queued": slots.queued,
-              "served": capacity.served, "rejected": capacity.rejected}
+    health = {
+        "status": "ok",
+        "slots": slots.n,
+        "busy": slots.busy,
+        "queued": slots.queued,
+        "served": capacity.served,
+        "rejected": capacity.rejected,
+    }
     if capacity.engine is not None:
         health["generating"] = capacity.engine.generating
     if capacity.voices.capacity:
@@ -32,16 +39,27 @@ def exposition(capacity: Capacity, prefix: str | None = None) -> str:
     """The queue and slots as gauges, requests as counters; ``prefix``: a custom server's names."""
     slots, engine = capacity.slots, capacity.engine
     families = [
-        ("num_requests_waiting" if prefix is None else "requests_waiting", "gauge", "Requests waiting for a slot.",
-         slots.queued),
-        ("num_requests_running" if prefix is None else "requests_running", "gauge", "Requests holding a slot.",
-         slots.busy),
+        (
+            "num_requests_waiting" if prefix is None else "requests_waiting",
+            "gauge",
+            "Requests waiting for a slot.",
+            slots.queued,
+        ),
+        (
+            "num_requests_running" if prefix is None else "requests_running",
+            "gauge",
+            "Requests holding a slot.",
+            slots.busy,
+        ),
         ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", slots.n),
-        ("num_requests_generating", "gauge", "Requests sharing the capacity now.",
-         None if engine is None else engine.generating),
+        (
+            "num_requests_generating",
+            "gauge",
+            "Requests sharing the capacity now.",
+            None if engine is None else engine.generating,
+        ),
         ("requests_served_total", "counter", "Requests that held a slot.", capacity.served),
-        ("requests_rejected_total", "counter", "Requests refused with 429, 503 or 500 OOM.",
-         capacity.rejected),
+        ("requests_rejected_total", "counter", "Requests refused with 429, 503 or 500 OOM.", capacity.rejected),
     ]
     cache = capacity.voices
     if cache.capacity:
@@ -49,18 +67,18 @@ def exposition(capacity: Capacity, prefix: str | None = None) -> str:
             ("voice_cache_size", "gauge", "Speaker embeddings cached.", cache.size),
             ("voice_cache_capacity", "gauge", "Speaker embeddings the cache keeps.", cache.capacity),
             ("voice_cache_hits_total", "counter", "Requests whose voice was cached.", cache.hits),
-            ("voice_cache_misses_total", "counter", "Requests whose voice had to be computed.",
-             cache.misses),
+            ("voice_cache_misses_total", "counter", "Requests whose voice had to be computed.", cache.misses),
             ("voice_cache_evictions_total", "counter", "Speaker embeddings evicted.", cache.evictions),
         ]
     lines = []
     p = "sim:" if prefix is None else prefix + "_"
     for name, kind, text, value in families:
         if value is not None:
-            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} {kind}",
-                      f"{p}{name} {float(value)!r}"]
-    lines += [f"# HELP {p}request_queue_time_seconds Time requests waited for a slot.",
-              f"# TYPE {p}request_queue_time_seconds summary",
-              f"{p}request_queue_time_seconds_sum {capacity.queue_s_total!r}",
-              f"{p}request_queue_time_seconds_count {float(capacity.queue_waits)!r}"]
+            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} {kind}", f"{p}{name} {float(value)!r}"]
+    lines += [
+        f"# HELP {p}request_queue_time_seconds Time requests waited for a slot.",
+        f"# TYPE {p}request_queue_time_seconds summary",
+        f"{p}request_queue_time_seconds_sum {capacity.queue_s_total!r}",
+        f"{p}request_queue_time_seconds_count {float(capacity.queue_waits)!r}",
+    ]
     return "\n".join(lines) + "\n"

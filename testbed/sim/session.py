@@ -17,6 +17,7 @@ when the cancel (or the client's going away) was seen, and what the drills did t
 A cancelled utterance (:meth:`Utterance.cancel`) writes nothing more and stops its making at
 once; its turn is abandoned, held ``--orphan-ms`` longer where that is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def split_sentences(text: str) -> list[str]:
         m = SENTENCE_END.search(text)
         if not m:
             break
-        sentence, text = text[:m.end()].strip(), text[m.end():]
+        sentence, text = text[: m.end()].strip(), text[m.end() :]
         if sentence:
             sentences.append(sentence)
     return [*sentences, text.strip()] if text.strip() else sentences
@@ -75,16 +76,16 @@ class Utterance:
     def __init__(self, app, voice: Voice, label: dict, fault: str | None = None):
         self.app, self.voice, self.label, self.fault = app, voice, label, fault
         self.buffer = ""
-        self.sentences: Queue = Queue()   # complete sentences, then None once the text is done
+        self.sentences: Queue = Queue()  # complete sentences, then None once the text is done
         self.text_first: float | None = None
         self.text_done: float | None = None
         self.turn: Turn | None = None
-        self.generating: float | None = None   # when its first sentence began to share the capacity
+        self.generating: float | None = None  # when its first sentence began to share the capacity
         self.sent: list[float] = []
         self.audio_ms: list[float] = []
         self.ended = False
-        self.cancelled: float | None = None   # unix seconds the cancel was seen
-        self.clips: list[Clip] = []   # each sentence's, for the chunk log's garbled, silence_ms, runaway
+        self.cancelled: float | None = None  # unix seconds the cancel was seen
+        self.clips: list[Clip] = []  # each sentence's, for the chunk log's garbled, silence_ms, runaway
 
     def add(self, text: str) -> None:
         """A piece of text arrived."""
@@ -95,7 +96,7 @@ class Utterance:
             m = SENTENCE_END.search(self.buffer)
             if not m:
                 return
-            sentence, self.buffer = self.buffer[:m.end()].strip(), self.buffer[m.end():]
+            sentence, self.buffer = self.buffer[: m.end()].strip(), self.buffer[m.end() :]
             if sentence:
                 self.sentences.put(sentence)
 
@@ -115,7 +116,7 @@ class Utterance:
         if self.cancelled is not None or self.ended:
             return
         self.cancelled = time.time()
-        self.sentences.put(None)   # wakes a speaker still waiting for text
+        self.sentences.put(None)  # wakes a speaker still waiting for text
         if self.turn is not None:
             self.turn.stop()
 
@@ -145,7 +146,7 @@ class Utterance:
                     if self.fault and nbytes + len(piece) > len(pcm) // 2:
                         self.voice.fault(self.fault)
                         return
-                    if not nbytes:   # announced with its first audio, as vLLM-Omni's streamed pcm and wyoming-piper do
+                    if not nbytes:  # announced with its first audio, as vLLM-Omni's streamed pcm and wyoming-piper do
                         self.voice.sentence(index, sentence, audio.sample_rate)
                     self.voice.audio(index, piece)
                     self.sent.append(time.time())
@@ -175,11 +176,21 @@ class Utterance:
             self.turn.abandon(self.app.args.orphan_ms / 1000)
         log_file = self.app.args.chunk_log
         if log_file and self.sent:
-            log_file.write(json.dumps({
-                **self.label, "text_first": _round(self.text_first), "text_done": _round(self.text_done),
-                "generating": _round(self.generating), "sent": [round(t, 6) for t in self.sent],
-                "audio_ms": [round(ms, 3) for ms in self.audio_ms], **Clip.merged(self.clips),
-                **({} if self.cancelled is None else {"cancelled": _round(self.cancelled)})}) + "\n")
+            log_file.write(
+                json.dumps(
+                    {
+                        **self.label,
+                        "text_first": _round(self.text_first),
+                        "text_done": _round(self.text_done),
+                        "generating": _round(self.generating),
+                        "sent": [round(t, 6) for t in self.sent],
+                        "audio_ms": [round(ms, 3) for ms in self.audio_ms],
+                        **Clip.merged(self.clips),
+                        **({} if self.cancelled is None else {"cancelled": _round(self.cancelled)}),
+                    }
+                )
+                + "\n"
+            )
 
 
 def _round(t: float | None) -> float | None:

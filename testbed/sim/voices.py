@@ -9,6 +9,7 @@ clip is keyed by its bytes, so the same clip sent by two requests is one voice; 
 voice (``POST /v1/audio/voices``) by its clip too. A request that names neither uses the
 default voice, which is always loaded.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,18 @@ from collections import OrderedDict
 DEFAULT_MISS_MS = 300.0
 #: Largest reference clip a registration takes, as vLLM-Omni's server limits it.
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
-UPLOAD_TYPES = ("audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp3", "audio/flac",
-                "audio/ogg", "audio/aac", "audio/webm", "audio/mp4")
+UPLOAD_TYPES = (
+    "audio/wav",
+    "audio/x-wav",
+    "audio/wave",
+    "audio/mpeg",
+    "audio/mp3",
+    "audio/flac",
+    "audio/ogg",
+    "audio/aac",
+    "audio/webm",
+    "audio/mp4",
+)
 
 
 def clip_key(data: bytes) -> str:
@@ -58,9 +69,13 @@ class VoiceCache:
 
     def figures(self) -> dict:
         """For ``/health`` (and ``--server-stats``): counts named as their counters are."""
-        return {"voice_cache_capacity": self.capacity, "voice_cache_size": self.size,
-                "voice_cache_hits_total": self.hits, "voice_cache_misses_total": self.misses,
-                "voice_cache_evictions_total": self.evictions}
+        return {
+            "voice_cache_capacity": self.capacity,
+            "voice_cache_size": self.size,
+            "voice_cache_hits_total": self.hits,
+            "voice_cache_misses_total": self.misses,
+            "voice_cache_evictions_total": self.evictions,
+        }
 
 
 class Registry:
@@ -81,8 +96,13 @@ class Registry:
             raise ValueError("Audio file exceeds maximum size of 10MB")
         if mime not in UPLOAD_TYPES:
             raise ValueError(f"Unsupported MIME type {mime!r}")
-        info = {"name": name, "consent": consent, "created_at": int(time.time()), "mime_type": mime,
-                "file_size": len(data)}
+        info = {
+            "name": name,
+            "consent": consent,
+            "created_at": int(time.time()),
+            "mime_type": mime,
+            "file_size": len(data),
+        }
         self.voices[name] = info
         self.keys[name] = clip_key(data)
         return info

@@ -21,6 +21,7 @@ closes the session (1011), ``garbage`` sends a frame that is not JSON or audio t
 base64, ``sse-error`` an error and a failed ``audio.done``, ``truncate`` ends the utterance
 there; ``close`` closes the session after the utterance.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,28 +51,33 @@ def serve(app, environ, start_response):
     if environ.get("HTTP_UPGRADE", "").lower() != "websocket" or not key:
         return app.reject("400 Bad Request", f"{PATH} speaks WebSocket: send an upgrade", start_response)
     if app.args.capacity is None:
-        return app.reject("501 Not Implemented", "the simulator speaks WebSocket with --capacity only",
-                          start_response)
+        return app.reject("501 Not Implemented", "the simulator speaks WebSocket with --capacity only", start_response)
     fault = app.faults.pick()
     if fault == "stall":
         gevent.sleep(app.args.stall_s)
     if fault in RETRY_FAULTS:
         app.capacity.rejected += 1
-        return app.reject("429 Too Many Requests", "rate limit exceeded", start_response,
-                          [("Retry-After", "soon-ish" if fault == "bad-retry-after" else "999999")])
+        return app.reject(
+            "429 Too Many Requests",
+            "rate limit exceeded",
+            start_response,
+            [("Retry-After", "soon-ish" if fault == "bad-retry-after" else "999999")],
+        )
     try:
-        app.capacity.admit()   # the first utterance's
+        app.capacity.admit()  # the first utterance's
     except Refused as refused:
         return app.refuse(refused, start_response)
     handler = environ["sim.handler"]
     sock = handler.socket
     accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
     try:
-        sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        sock.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
         Session(app, sock, fault, environ.get("HTTP_X_REQUEST_ID")).run()
     except OSError:
-        pass   # the client went away
+        pass  # the client went away
     # the socket is the session's: pywsgi must neither answer nor read another request on it
     handler.close_connection = True
     return []
@@ -89,9 +95,9 @@ class Session(Voice):
         self.utterances = 0
         self.configured = False
         self.utterance: Utterance | None = None
-        self.speaking: Utterance | None = None   # the utterance the speaker greenlet runs
+        self.speaking: Utterance | None = None  # the utterance the speaker greenlet runs
         self.speaker: gevent.Greenlet | None = None
-        self.admitted = True   # the upgrade admitted the first utterance
+        self.admitted = True  # the upgrade admitted the first utterance
 
     # the client's side
 
@@ -102,9 +108,9 @@ class Session(Voice):
                     return
         finally:
             if self.speaker is not None:
-                self.speaking.cancel()   # the client went away: a cancel, as a close is
+                self.speaking.cancel()  # the client went away: a cancel, as a close is
                 if self.speaking.turn is None:
-                    self.speaker.kill()   # still waiting for a slot
+                    self.speaker.kill()  # still waiting for a slot
             elif self.admitted:
                 self.app.capacity.withdraw()
             self.drop()
@@ -120,7 +126,7 @@ class Session(Voice):
                 data = self.sock.recv(READ_BYTES)
             except socket.timeout:
                 if self.utterance is not None or self.speaker is not None and not self.speaker.dead:
-                    continue   # an utterance in flight: the client waits for its audio
+                    continue  # an utterance in flight: the client waits for its audio
                 self.close(1008, f"Have not received a new text input within the timeout of {idle_s:g} seconds")
                 return
             if not data:
@@ -203,8 +209,7 @@ class Session(Voice):
                 return None
             self.picked = _mid_stream(self.app.faults.pick())
         self.admitted = False
-        label = {"protocol": "ws", "session": self.number, "utterance": self.utterances,
-                 "request_id": self.request_id}
+        label = {"protocol": "ws", "session": self.number, "utterance": self.utterances, "request_id": self.request_id}
         self.utterance = Utterance(self.app, self, label, self.picked if self.picked != "close" else None)
         self.utterances += 1
         self.speaking = self.utterance
@@ -215,24 +220,39 @@ class Session(Voice):
         try:
             utt.speak()
         except OSError:
-            pass   # the client went away mid-utterance
+            pass  # the client went away mid-utterance
 
     # the server's side (Voice)
 
     def sentence(self, index: int, text: str, rate: int) -> None:
-        self.send_json({"type": "audio.start", "utterance_index": self.utterances - 1, "sentence_index": index,
-                        "sentence_text": text, "format": "pcm", "sample_rate": rate, "channels": 1})
+        self.send_json(
+            {
+                "type": "audio.start",
+                "utterance_index": self.utterances - 1,
+                "sentence_index": index,
+                "sentence_text": text,
+                "format": "pcm",
+                "sample_rate": rate,
+                "channels": 1,
+            }
+        )
 
     def audio(self, index: int, pcm: bytes) -> None:
         self.write(BytesMessage(data=pcm))
 
     def sentence_done(self, index: int, nbytes: int) -> None:
-        self.send_json({"type": "audio.done", "utterance_index": self.utterances - 1, "sentence_index": index,
-                        "total_bytes": nbytes, "error": False})
+        self.send_json(
+            {
+                "type": "audio.done",
+                "utterance_index": self.utterances - 1,
+                "sentence_index": index,
+                "total_bytes": nbytes,
+                "error": False,
+            }
+        )
 
     def finished(self, sentences: int) -> None:
-        self.send_json({"type": "session.done", "utterance_index": self.utterances - 1,
-                        "total_sentences": sentences})
+        self.send_json({"type": "session.done", "utterance_index": self.utterances - 1, "total_sentences": sentences})
         if self.app.args.ws_close_after_done or self.picked == "close":
             self.close(1000, "")
             self.drop()
@@ -245,14 +265,27 @@ class Session(Voice):
             if self.app.rng.random() < 0.5:
                 self.write(TextMessage(data='{"type": "audio.chunk", "audio_b64": "%%not base64%%"'))
             else:
-                self.send_json({"type": "audio.chunk", "utterance_index": self.utterances - 1,
-                                "audio_b64": "%%not base64%%", "sample_rate": self.app.audio.sample_rate})
+                self.send_json(
+                    {
+                        "type": "audio.chunk",
+                        "utterance_index": self.utterances - 1,
+                        "audio_b64": "%%not base64%%",
+                        "sample_rate": self.app.audio.sample_rate,
+                    }
+                )
         elif name == "sse-error":
             self.send_json({"type": "error", "message": "synthesis failed mid-stream (the sse-error fault)"})
-            self.send_json({"type": "audio.done", "utterance_index": self.utterances - 1, "sentence_index": 0,
-                            "total_bytes": 0, "error": True})
+            self.send_json(
+                {
+                    "type": "audio.done",
+                    "utterance_index": self.utterances - 1,
+                    "sentence_index": 0,
+                    "total_bytes": 0,
+                    "error": True,
+                }
+            )
             self.finished(1)
-        else:   # truncate: the utterance ends early
+        else:  # truncate: the utterance ends early
             self.finished(1)
 
     # the wire

@@ -15,6 +15,7 @@ sentence ``reset`` aborts the connection (RST), ``garbage`` sends a header whose
 ``data_length`` is wrong, ``sse-error`` an ``error`` event and a close, ``truncate`` ends the
 utterance there.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from tts_knee.testbed.sim.session import Utterance, Voice
 
 READ_BYTES = 65536
 MAX_LINE_BYTES = 65536
-VERSION = "1.10.2"   # the wyoming library version whose events these are
+VERSION = "1.10.2"  # the wyoming library version whose events these are
 
 
 def event(kind: str, data: dict | None = None, payload: bytes = b"", data_length: int | None = None) -> bytes:
@@ -72,12 +73,12 @@ class Session(Voice):
                 if ev is None or not self.handle(*ev):
                     return
         except OSError:
-            pass   # the client went away
+            pass  # the client went away
         finally:
             if self.speaker is not None:
-                self.speaking.cancel()   # the client went away: Wyoming's only cancel
+                self.speaking.cancel()  # the client went away: Wyoming's only cancel
                 if self.speaking.turn is None:
-                    self.speaker.kill()   # still waiting for a slot
+                    self.speaker.kill()  # still waiting for a slot
             self.sock.close()
 
     def read(self) -> tuple[str, dict] | None:
@@ -114,16 +115,38 @@ class Session(Voice):
     def handle(self, kind: str, data: dict) -> bool:
         """One client event; False once the connection is to close."""
         if kind == "describe":
-            self.write(event("info", {"tts": [{
-                "name": "tts-knee-sim", "description": "tts-knee's simulator", "installed": True,
-                "attribution": {"name": "tts-knee", "url": ""}, "version": VERSION,
-                "supports_synthesize_streaming": True,
-                "voices": [{"name": "sim", "description": "a quiet tone" if self.app.audio.speech is None
-                            else "piper's joe", "installed": True, "version": VERSION,
-                            "attribution": {"name": "tts-knee", "url": ""}, "languages": ["en"]}]}]}))
+            self.write(
+                event(
+                    "info",
+                    {
+                        "tts": [
+                            {
+                                "name": "tts-knee-sim",
+                                "description": "tts-knee's simulator",
+                                "installed": True,
+                                "attribution": {"name": "tts-knee", "url": ""},
+                                "version": VERSION,
+                                "supports_synthesize_streaming": True,
+                                "voices": [
+                                    {
+                                        "name": "sim",
+                                        "description": "a quiet tone"
+                                        if self.app.audio.speech is None
+                                        else "piper's joe",
+                                        "installed": True,
+                                        "version": VERSION,
+                                        "attribution": {"name": "tts-knee", "url": ""},
+                                        "languages": ["en"],
+                                    }
+                                ],
+                            }
+                        ]
+                    },
+                )
+            )
         elif kind == "synthesize":
             if self.streaming:
-                return True   # Home Assistant's copy of a streamed text, for servers that do not stream
+                return True  # Home Assistant's copy of a streamed text, for servers that do not stream
             utt = self.begin(streamed=False)
             if utt is None:
                 return False
@@ -162,7 +185,7 @@ class Session(Voice):
         try:
             utt.speak()
         except OSError:
-            pass   # the client went away mid-utterance
+            pass  # the client went away mid-utterance
 
     # the server's side (Voice)
 
@@ -192,14 +215,15 @@ class Session(Voice):
         if name == "reset":
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.sock.close()
-        elif name == "garbage":   # the header promises more data than follows
+        elif name == "garbage":  # the header promises more data than follows
             data = self._format()
             self.write(event("audio-chunk", data, b"\0" * 2048, data_length=len(json.dumps(data)) + 40))
         elif name == "sse-error":
-            self.write(event("error", {"text": "synthesis failed mid-stream (the sse-error fault)",
-                                       "code": "SimulatedError"}))
+            self.write(
+                event("error", {"text": "synthesis failed mid-stream (the sse-error fault)", "code": "SimulatedError"})
+            )
             self.sock.shutdown(socket.SHUT_RDWR)
-        else:   # truncate
+        else:  # truncate
             if self.streaming:
                 self.write(event("audio-stop", {"timestamp": None}))
             self.finished(1)

@@ -1,4 +1,5 @@
 """The compose file: valid for docker-compose, and its commands are ones our CLIs accept."""
+
 import re
 import shutil
 import subprocess
@@ -7,7 +8,7 @@ import pytest
 
 try:
     import tomllib
-except ModuleNotFoundError:   # Python 3.10
+except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from manifests import VERSION, image_contents
@@ -18,8 +19,13 @@ from procs import ROOT, spawn
 def config():
     if not shutil.which("docker-compose"):
         pytest.skip("docker-compose is not installed (Debian package docker-compose; .ci/run installs it)")
-    proc = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -48,7 +54,7 @@ def test_the_image_holds_every_package():
 def test_services_and_their_deployment(config):
     for name in ("master", "worker", "collector", "dashboard", "tts"):
         assert f"image: tts-knee:{VERSION}" in service(config, name)
-    assert "container_name" not in service(config, "worker")   # --scale worker=N needs this
+    assert "container_name" not in service(config, "worker")  # --scale worker=N needs this
     collector = service(config, "collector")
     assert "pid: host" in collector and "driver: nvidia" in collector and "- gpu" in collector
     for name in ("master", "dashboard"):

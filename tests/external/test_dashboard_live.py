@@ -1,4 +1,5 @@
 """The live view (LiveView and --serve) and the report in a real headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ def test_liveview_routes_and_updates(tmp_path):
     # the run finishes: the page is rebuilt from the new files
     build_run(p, Model())
     import tts_knee.dashboard.serve as serve
+
     serve.MIN_REBUILD_S, old = 0.0, serve.MIN_REBUILD_S
     try:
         assert view.handle("/version")[2] != v1
@@ -50,23 +52,38 @@ def test_serve_cli(tmp_path):
             assert http_get(proc.url + bad)[0] == 404, bad
         # raw socket: urllib normalises nothing, but make sure a literal traversal is refused too
         import socket
-        host, port = proc.url[len("http://"):].split(":")
+
+        host, port = proc.url[len("http://") :].split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(b"GET /../../etc/passwd HTTP/1.0\r\n\r\n")
             assert b" 404 " in sock.recv(200)
 
 
 def _chromium(args, timeout=90):
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                           "--v=0", "--virtual-time-budget=8000", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=8000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.skipif(not CHROMIUM, reason="chromium is not installed (apt-get install chromium)")
 def test_report_and_live_page_render_in_chromium(tmp_path):
     evil = "<script>window.__pwned=1;console.error('Uncaught pwned')</script>"
-    p = build_run(tmp_path / "r", Model(server_timing=True, rate_limit_from=16, text_ids=[evil, "b", "c"],
-                                        error_from=16, error_text=evil))
+    p = build_run(
+        tmp_path / "r",
+        Model(server_timing=True, rate_limit_from=16, text_ids=[evil, "b", "c"], error_from=16, error_text=evil),
+    )
     r = dashboard(p)
     assert r.returncode == 0, r.stderr
     res = _chromium(["--dump-dom", (p / "report.html").as_uri()])
@@ -79,15 +96,21 @@ def test_report_and_live_page_render_in_chromium(tmp_path):
     assert "Uncaught" not in res.stderr, res.stderr[-2000:]
 
 
-@pytest.mark.parametrize("model", [Model(slots=4, rate_limit_from=8, continuous=True),
-                                   Model(slots=4, stream_capacity=5.0, steps=(1, 2, 4, 8), continuous=True)],
-                         ids=["throttled", "streamed"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        Model(slots=4, rate_limit_from=8, continuous=True),
+        Model(slots=4, stream_capacity=5.0, steps=(1, 2, 4, 8), continuous=True),
+    ],
+    ids=["throttled", "streamed"],
+)
 def test_a_live_view_fed_line_by_line_gives_the_summary_the_dashboard_gives(tmp_path, model):
     """The live reader keeps figures from one refresh to the next (analysis.incremental): at
     every point of a run growing in pieces, its summary is the one a fresh read of the same
     files gives, to the last bit."""
     from tts_knee.analysis.summary import analyze, load
     from tts_knee.runformat.reader import RunDir
+
     whole = build_run(tmp_path / "whole", model)
     lines = (whole / "requests.jsonl").read_bytes().splitlines(keepends=True)
     live_dir, fresh_dir = tmp_path / "live", tmp_path / "fresh"

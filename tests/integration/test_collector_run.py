@@ -1,4 +1,5 @@
 """Collectors during real Locust runs: one that dies and comes back, one that never answers."""
+
 import json
 import subprocess
 import time
@@ -16,9 +17,27 @@ def sim():
 
 
 def start_locust(tmp_path, sim, *extra):
-    return subprocess.Popen([LOCUST, "-f", LOCUSTFILE, "--headless", "-H", sim.url,
-                             "--steps", "1,2,4", "--step-time", "4", "--run-dir", str(tmp_path / "run"), *extra],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            LOCUST,
+            "-f",
+            LOCUSTFILE,
+            "--headless",
+            "-H",
+            sim.url,
+            "--steps",
+            "1,2,4",
+            "--step-time",
+            "4",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *extra,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
@@ -28,7 +47,7 @@ def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
     with spawn(args) as first:
         run = start_locust(tmp_path, sim, "--collector", url)
         time.sleep(4)
-        first.stop(9)                       # SIGKILL: no goodbye
+        first.stop(9)  # SIGKILL: no goodbye
     time.sleep(2.5)
     with spawn(args):
         out, _ = run.communicate(timeout=60)
@@ -44,7 +63,7 @@ def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
     assert any(s["ts"] < gap_start for s in server) and any(s["ts"] > gap_end for s in server)
     assert all(s["proc"]["pid"] == sim.pid for s in server if s["proc"])
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
-    assert {r["concurrency"] for r in records} == {1, 2, 4}   # the load run never noticed
+    assert {r["concurrency"] for r in records} == {1, 2, 4}  # the load run never noticed
 
 
 def test_an_unreachable_collector_is_one_warning(tmp_path, sim):

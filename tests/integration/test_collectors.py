@@ -1,5 +1,6 @@
 """The collector sidecar as a real process: sample fields, the watched process tree, /metrics,
 the token, the spool and ring, SIGTERM and bad flags."""
+
 from __future__ import annotations
 
 import json
@@ -18,15 +19,23 @@ from tts_knee import runformat
 
 INTERVAL = "0.2"
 MARKER = "TTSKNEE_CMDLINE_MARKER"
-CPU_ONLY = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests",
-            "FAKE_NVML_ABSENT": "library"}
+CPU_ONLY = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests", "FAKE_NVML_ABSENT": "library"}
 
 HOST_FIELDS = {
-    "seq": int, "ts": float, "host": str, "role": str, "cpu_percent": float,
-    "cpu_max_core_percent": float, "mem_used_bytes": int, "mem_total_bytes": int,
-    "disk_read_bytes": (int, type(None)), "disk_write_bytes": (int, type(None)),
-    "net_sent_bytes": (int, type(None)), "net_recv_bytes": (int, type(None)),
-    "iowait_percent": (float, type(None)), "steal_percent": (float, type(None)),
+    "seq": int,
+    "ts": float,
+    "host": str,
+    "role": str,
+    "cpu_percent": float,
+    "cpu_max_core_percent": float,
+    "mem_used_bytes": int,
+    "mem_total_bytes": int,
+    "disk_read_bytes": (int, type(None)),
+    "disk_write_bytes": (int, type(None)),
+    "net_sent_bytes": (int, type(None)),
+    "net_recv_bytes": (int, type(None)),
+    "iowait_percent": (float, type(None)),
+    "steal_percent": (float, type(None)),
     "gpus": list,
 }
 assert not runformat.unknown_fields(runformat.RESOURCE_SAMPLE, HOST_FIELDS)
@@ -66,12 +75,18 @@ def server_tree():
 
 
 def test_samples_describe_host_and_watched_tree(server_tree):
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL,
-                "--pid", str(server_tree.pid)], env=CPU_ONLY) as c:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--pid", str(server_tree.pid)], env=CPU_ONLY
+    ) as c:
+
         def busy_tree():
             samples = get_json(f"{c.url}/samples?since=0")["samples"]
-            return [s for s in samples if s["proc"] and s["proc"]["num_children"] >= 2
-                    and (s["proc"]["cpu_percent"] or 0) > 30]
+            return [
+                s
+                for s in samples
+                if s["proc"] and s["proc"]["num_children"] >= 2 and (s["proc"]["cpu_percent"] or 0) > 30
+            ]
+
         busy = wait_for(busy_tree)
         assert busy, "never saw the child and grandchild burning CPU"
 
@@ -102,8 +117,7 @@ def test_samples_describe_host_and_watched_tree(server_tree):
         # The watched server exits: proc goes null, one note, sampling goes on.
         server_tree.kill()
         server_tree.wait(5)
-        after = wait_for(lambda: [s for s in get_json(f"{c.url}/samples?since=0")["samples"]
-                                  if s["proc"] is None])
+        after = wait_for(lambda: [s for s in get_json(f"{c.url}/samples?since=0")["samples"] if s["proc"] is None])
         assert after
         n = get_json(f"{c.url}/healthz")["samples"]
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] > n + 2)
@@ -113,15 +127,18 @@ def test_samples_describe_host_and_watched_tree(server_tree):
 
 
 def test_metrics_are_prometheus_text_in_base_units(sim_stub):
-    env = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests", "FAKE_NVML_GPUS": "2",
-           "FAKE_NVML_SIM_URL": sim_stub}
+    env = {
+        "TTS_KNEE_NVML_MODULE": "fake_nvml",
+        "PYTHONPATH": "tests",
+        "FAKE_NVML_GPUS": "2",
+        "FAKE_NVML_SIM_URL": sim_stub,
+    }
     with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL], env=env) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 2)
         status, body = http_get(f"{c.url}/metrics")
         assert status == 200
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
-    value = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
-             for f in families.values()}
+    value = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for f in families.values()}
 
     def gpu(i: int) -> tuple:
         return (("gpu", str(i)), ("mig", ""), ("uuid", f"GPU-fake-{i:04d}"))
@@ -138,32 +155,31 @@ def test_metrics_are_prometheus_text_in_base_units(sim_stub):
     assert gpu(1) not in value["tts_knee_gpu_power_watts"], "unsupported must be absent, not 0"
     assert value["tts_knee_gpu_sm_clock_hertz"][gpu(0)] == 1.98e9
     assert value["tts_knee_gpu_temperature_celsius"][gpu(0)] == 65
-    reasons = {dict(k)["reason"] for k in value["tts_knee_gpu_clock_event_reason"]
-               if dict(k)["gpu"] == "1"}
+    reasons = {dict(k)["reason"] for k in value["tts_knee_gpu_clock_event_reason"] if dict(k)["gpu"] == "1"}
     assert reasons == {"sw_power_cap", "hw_slowdown"}
     assert value["tts_knee_gpu_lost"][gpu(0)] == 0
     assert value["tts_knee_collector_nvml_available"][()] == 1
 
 
 def test_token_is_required_everywhere():
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--token", "s3cret"],
-               env=CPU_ONLY) as c:
+    with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--token", "s3cret"], env=CPU_ONLY) as c:
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz", "/nope"):
             assert http_get(c.url + path)[0] == 401, path
             assert http_get(c.url + path, token="wrong")[0] == 401, path
         for path in ("/samples?since=0", "/time", "/metrics", "/healthz"):
             assert http_get(c.url + path, token="s3cret")[0] == 200, path
         assert http_get(c.url + "/nope", token="s3cret")[0] == 404
-    with spawn(["tts_knee.collectors", "--port", "0"],
-               env=dict(CPU_ONLY, TTS_KNEE_COLLECTOR_TOKEN="from-env")) as c:
+    with spawn(["tts_knee.collectors", "--port", "0"], env=dict(CPU_ONLY, TTS_KNEE_COLLECTOR_TOKEN="from-env")) as c:
         assert http_get(c.url + "/metrics")[0] == 401
         assert http_get(c.url + "/metrics", token="from-env")[0] == 200
 
 
 def test_ring_drops_oldest_and_spool_keeps_all(tmp_path):
     spool = tmp_path / "spool.jsonl"
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.1", "--buffer", "3",
-                "--spool", str(spool)], env=CPU_ONLY) as c:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", "0.1", "--buffer", "3", "--spool", str(spool)],
+        env=CPU_ONLY,
+    ) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 6)
         reply = get_json(f"{c.url}/samples?since=0")
         assert len(reply["samples"]) == 3 and reply["dropped"] == reply["samples"][0]["seq"]
@@ -182,15 +198,29 @@ def _dead_pid() -> int:
     return p.pid
 
 
-@pytest.mark.parametrize("args", [
-    ["--bogus"], ["--port", "70000"], ["--interval", "0"], ["--interval", "fast"],
-    ["--buffer", "0"], ["--pid", "DEAD"], ["--pid", "1", "--match", "x"],
-    ["--spool", "/nonexistent-dir/spool.jsonl"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--bogus"],
+        ["--port", "70000"],
+        ["--interval", "0"],
+        ["--interval", "fast"],
+        ["--buffer", "0"],
+        ["--pid", "DEAD"],
+        ["--pid", "1", "--match", "x"],
+        ["--spool", "/nonexistent-dir/spool.jsonl"],
+    ],
+)
 def test_bad_flags_exit_2_with_one_sentence(args):
     args = [str(_dead_pid()) if a == "DEAD" else a for a in args]
-    r = subprocess.run([sys.executable, "-m", "tts_knee.collectors", *args], cwd=ROOT, text=True,
-                       capture_output=True, timeout=30, env=dict(os.environ, **CPU_ONLY))
+    r = subprocess.run(
+        [sys.executable, "-m", "tts_knee.collectors", *args],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=30,
+        env=dict(os.environ, **CPU_ONLY),
+    )
     assert r.returncode == 2
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
@@ -207,11 +237,14 @@ def test_match_finds_the_server_by_name_and_again_after_a_restart():
 
     first = server()
     try:
-        with spawn(["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--match", marker],
-                   env=CPU_ONLY) as c:
+        with spawn(
+            ["tts_knee.collectors", "--port", "0", "--interval", INTERVAL, "--match", marker], env=CPU_ONLY
+        ) as c:
+
             def watched() -> int | None:
                 latest = get_json(f"{c.url}/samples?since=0")["samples"][-1:]
                 return latest[0]["proc"]["pid"] if latest and latest[0]["proc"] else None
+
             assert wait_for(lambda: watched() == first.pid)  # not the collector itself
             first.kill()
             first.wait(5)

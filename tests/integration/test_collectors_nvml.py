@@ -1,5 +1,6 @@
 """The NVML wrapper: against the fake binding in a real collector process, in-process for the
 fallbacks, and against the real pynvml's names; plus the scheduler and ring buffer."""
+
 from __future__ import annotations
 
 import inspect
@@ -28,12 +29,23 @@ GPU_FIELDS = tuple(f.name for f in runformat.GPU_READING)
 def test_fake_gpus_unsupported_fields_null_then_gpu_lost(tmp_path):
     import subprocess
     import sys
+
     watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        with SimHealth(busy=2, slots=4) as sim, spawn(
+        with (
+            SimHealth(busy=2, slots=4) as sim,
+            spawn(
                 ["tts_knee.collectors", "--port", "0", "--interval", "0.2", "--pid", str(watched.pid)],
-                env=dict(FAKE, FAKE_NVML_GPUS="2", FAKE_NVML_MIG="1", FAKE_NVML_LOSE_AFTER="5",
-                         FAKE_NVML_SIM_URL=sim.url, FAKE_NVML_PROC_PID=str(watched.pid))) as c:
+                env=dict(
+                    FAKE,
+                    FAKE_NVML_GPUS="2",
+                    FAKE_NVML_MIG="1",
+                    FAKE_NVML_LOSE_AFTER="5",
+                    FAKE_NVML_SIM_URL=sim.url,
+                    FAKE_NVML_PROC_PID=str(watched.pid),
+                ),
+            ) as c,
+        ):
             assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 8)
             samples = get_json(f"{c.url}/samples?since=0")["samples"]
             n_before = get_json(f"{c.url}/healthz")["samples"]
@@ -72,8 +84,9 @@ def test_fake_gpus_unsupported_fields_null_then_gpu_lost(tmp_path):
 
 
 def test_no_driver_samples_cpu_only():
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.2"],
-               env=dict(FAKE, FAKE_NVML_ABSENT="driver")) as c:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", "0.2"], env=dict(FAKE, FAKE_NVML_ABSENT="driver")
+    ) as c:
         assert wait_for(lambda: get_json(f"{c.url}/healthz")["samples"] >= 2)
         health = get_json(f"{c.url}/healthz")
         sample = get_json(f"{c.url}/samples?since=0")["samples"][-1]
@@ -83,11 +96,19 @@ def test_no_driver_samples_cpu_only():
 
 # -- in process ---------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def fake(monkeypatch):
     """A fresh fake NVML state per test; env knobs are read at nvmlInit."""
-    for key in ("FAKE_NVML_GPUS", "FAKE_NVML_MIG", "FAKE_NVML_LOSE_AFTER", "FAKE_NVML_PROC_PID",
-                "FAKE_NVML_OLD_DRIVER", "FAKE_NVML_ABSENT", "FAKE_NVML_SIM_URL"):
+    for key in (
+        "FAKE_NVML_GPUS",
+        "FAKE_NVML_MIG",
+        "FAKE_NVML_LOSE_AFTER",
+        "FAKE_NVML_PROC_PID",
+        "FAKE_NVML_OLD_DRIVER",
+        "FAKE_NVML_ABSENT",
+        "FAKE_NVML_SIM_URL",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(fake_nvml, "_state", None)
     return monkeypatch
@@ -173,13 +194,14 @@ def test_fake_mimics_real_signatures():
 def test_decode_clock_event_reasons():
     assert decode_clock_event_reasons(None) is None
     assert decode_clock_event_reasons(0) == []
-    assert decode_clock_event_reasons(pynvml.nvmlClocksEventReasonSwPowerCap
-                                      | pynvml.nvmlClocksEventReasonHwSlowdown) == \
-        ["sw_power_cap", "hw_slowdown"]
+    assert decode_clock_event_reasons(
+        pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwSlowdown
+    ) == ["sw_power_cap", "hw_slowdown"]
     assert decode_clock_event_reasons(1 << 20) == ["bit_20"]
 
 
 # -- scheduler and ring -------------------------------------------------------------------------
+
 
 @given(start=st.floats(0, 1e6), interval=st.floats(0.01, 10), late=st.floats(0, 1e3))
 def test_next_tick_is_the_first_deadline_after_now(start, interval, late):
@@ -195,7 +217,7 @@ class _Host:
         return {"cpu_percent": 0.0}
 
 
-@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
+@pytest.mark.alone  # timed to the millisecond: make test's second pass, the machine to itself
 def test_schedule_does_not_drift_or_burst():
     sampler = Sampler(_Host(), interval_s=0.05, buffer=100, hostname="h")
     began = time.monotonic()
@@ -227,6 +249,7 @@ def test_since_reports_dropped_and_restart():
 
 def test_skew_hook_moves_the_wall_clock(monkeypatch):
     from tts_knee.collectors.sampler import wall_clock
+
     monkeypatch.setenv("TTS_KNEE_CLOCK_SKEW_S", "5.0")
     assert wall_clock() - time.time() == pytest.approx(5.0, abs=0.01)
 
@@ -234,6 +257,9 @@ def test_skew_hook_moves_the_wall_clock(monkeypatch):
 def test_collectors_never_imports_locust():
     import subprocess
     import sys
-    code = ("import sys, tts_knee.collectors.__main__, tts_knee.collectors.http; "
-            "assert 'locust' not in sys.modules and 'gevent' not in sys.modules")
+
+    code = (
+        "import sys, tts_knee.collectors.__main__, tts_knee.collectors.http; "
+        "assert 'locust' not in sys.modules and 'gevent' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

@@ -1,5 +1,6 @@
 """The puller in this process (gevent, no monkey-patching) against real collector processes:
 clock-offset correction, a collector that restarts mid-run, one unreachable at start, a token."""
+
 from __future__ import annotations
 
 import signal
@@ -20,8 +21,10 @@ INTERVAL = 0.2
 
 def test_skewed_collector_clock_is_corrected(tmp_path):
     out = tmp_path / "run" / "resources.jsonl"
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL)],
-               env=dict(CPU_ONLY, TTS_KNEE_CLOCK_SKEW_S="5.0")) as c:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL)],
+        env=dict(CPU_ONLY, TTS_KNEE_CLOCK_SKEW_S="5.0"),
+    ) as c:
         puller = CollectorPuller([c.url], out, interval_s=INTERVAL, client_host="loadgen-1")
         assert puller.start() == [] and puller.unreachable == []
         gevent.sleep(1.5)
@@ -44,8 +47,7 @@ def test_skewed_collector_clock_is_corrected(tmp_path):
         assert s["ts"] == pytest.approx(raw[s["seq"]] - 5.0, abs=0.005)
     assert [s["seq"] for s in server] == sorted({s["seq"] for s in server})
     assert len(client) >= 5
-    assert all(s["host"] == "loadgen-1" and s["gpus"] == [] and s["collector"] is None
-               for s in client)
+    assert all(s["host"] == "loadgen-1" and s["gpus"] == [] and s["collector"] is None for s in client)
     assert all(s["proc"] is None or s["proc"]["rss_bytes"] > 0 for s in client)
     assert client[-1]["cpu_percent"] is not None
 
@@ -116,14 +118,14 @@ def test_unreachable_at_start_warns_once_and_catches_up(tmp_path):
 
 
 def test_token_is_sent_and_a_wrong_one_is_reported(tmp_path):
-    with spawn(["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL), "--token", "t0k"],
-               env=CPU_ONLY) as c:
+    with spawn(
+        ["tts_knee.collectors", "--port", "0", "--interval", str(INTERVAL), "--token", "t0k"], env=CPU_ONLY
+    ) as c:
         bad = CollectorPuller([c.url], tmp_path / "bad.jsonl", sample_client=False)
         [warning] = bad.start()
         bad.stop()
         assert "401" in warning
-        good = CollectorPuller([c.url], tmp_path / "good.jsonl", token="t0k",
-                               interval_s=INTERVAL, sample_client=False)
+        good = CollectorPuller([c.url], tmp_path / "good.jsonl", token="t0k", interval_s=INTERVAL, sample_client=False)
         assert good.start() == []
         gevent.sleep(0.6)
         good.stop()

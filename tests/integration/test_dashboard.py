@@ -1,4 +1,5 @@
 """Dashboard analysis, report and CLI on synthetic run directories (tests/rundirs.py)."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,24 @@ def test_each_diagnosis_kind(tmp_path, kind):
 def test_step_fields_and_contract(tmp_path):
     s = analyze(load(build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])))
     step = s["steps"][0]
-    for k in ("step", "concurrency", "requests", "ok", "failed", "error_rate", "throughput_rps", "latency_ms",
-              "ttfb_ms", "write_ms", "retries", "throttled", "status_counts", "server", "client", "e2e_ms"):
+    for k in (
+        "step",
+        "concurrency",
+        "requests",
+        "ok",
+        "failed",
+        "error_rate",
+        "throughput_rps",
+        "latency_ms",
+        "ttfb_ms",
+        "write_ms",
+        "retries",
+        "throttled",
+        "status_counts",
+        "server",
+        "client",
+        "e2e_ms",
+    ):
         assert k in step
     assert set(step["latency_ms"]) >= {"mean", "p50", "p90", "p95", "p99", "max"}
     assert step["server"]["gpu_util_mean"] is not None and step["server"]["gpu_mem_peak_bytes"] > 0
@@ -48,9 +65,15 @@ def test_step_fields_and_contract(tmp_path):
 
 
 def _step(c, p50, p95=None, rps=None, fail=0.0):
-    return {"concurrency": c, "requests": 100, "ok": 100, "attempt_failure_rate": fail,
-            "latency_ms": {"p50": p50, "p95": p95 or p50 * 1.5}, "e2e_ms": None,
-            "throughput_rps": rps if rps is not None else c / p50 * 1000}
+    return {
+        "concurrency": c,
+        "requests": 100,
+        "ok": 100,
+        "attempt_failure_rate": fail,
+        "latency_ms": {"p50": p50, "p95": p95 or p50 * 1.5},
+        "e2e_ms": None,
+        "throughput_rps": rps if rps is not None else c / p50 * 1000,
+    }
 
 
 def test_noise_is_not_a_knee():
@@ -135,6 +158,7 @@ def test_an_open_step_withholds_what_its_window_cannot_give_yet(tmp_path):
     from tts_knee.analysis.steps import OPEN_MIN_COUNT
     from tts_knee.dashboard.report import report_html
     from tts_knee.dashboard.table import WITHHELD, tab_rows
+
     whole = build_run(tmp_path / "whole", Model())
     info = json.loads((whole / "run.json").read_text())
     last = info["steps"][-1]
@@ -144,8 +168,9 @@ def test_an_open_step_withholds_what_its_window_cannot_give_yet(tmp_path):
         p.mkdir()
         part = dict(info, end=None, steps=info["steps"][:-1] + [dict(last, end=None)])
         (p / "run.json").write_text(json.dumps(part))
-        (p / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records
-                                                  if (r["t3"] or r["t2"] or r["t0"]) <= reach))
+        (p / "requests.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in records if (r["t3"] or r["t2"] or r["t0"]) <= reach)
+        )
         rd = load(p)
         s = analyze(rd)
         st = s["steps"][-1]
@@ -166,13 +191,21 @@ def test_cli_table_summary_and_report(tmp_path):
     r = _run(p)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    for word in ("conc", "p95", "ttfb p50", "GPU%", "knee: 8", "diagnosis: compute_bound",
-                 "recommended concurrency: 4", "report:"):
+    for word in (
+        "conc",
+        "p95",
+        "ttfb p50",
+        "GPU%",
+        "knee: 8",
+        "diagnosis: compute_bound",
+        "recommended concurrency: 4",
+        "report:",
+    ):
         assert word in out
     summary = json.loads((p / "summary.json").read_text())
     assert summary["diagnosis"]["kind"] == "compute_bound"
     html = (p / "report.html").read_text()
-    assert html.count("<script type=\"text/javascript\">/**\n* plotly.js") <= 1 and "Plotly.newPlot" in html
+    assert html.count('<script type="text/javascript">/**\n* plotly.js') <= 1 and "Plotly.newPlot" in html
     assert len(html) < 8_000_000
     j = _run(p, "--json", "--no-report")
     assert json.loads(j.stdout)["recommended_concurrency"] == 4
@@ -199,7 +232,7 @@ def test_capacity_per_step_and_at_the_recommendation(tmp_path):
     assert s["recommended_concurrency"] == 4 and cap["at"] == {"concurrency": 4}
     assert cap["chars_per_s"] == rec["chars_per_s"] > 0
     assert cap["cost_per_million_chars"] == pytest.approx(3.0 / (rec["chars_per_s"] * 3600 / 1e6))
-    assert cap["plan"]["replicas"] == 32   # 100 in flight, 4 a replica at 80 %: 31.25
+    assert cap["plan"]["replicas"] == 32  # 100 in flight, 4 a replica at 80 %: 31.25
     assert f"capacity: {cap['text']}" in r.stdout and "32 replicas" in (p / "report.html").read_text()
     r = _run(p, "--plan-for", "20/s", "--headroom", "0", "--no-report")
     plan = json.loads((p / "summary.json").read_text())["capacity"]["plan"]
@@ -207,7 +240,8 @@ def test_capacity_per_step_and_at_the_recommendation(tmp_path):
     bad = _run(p, "--plan-for", "a few")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: --plan-for 'a few' is neither a number of concurrent requests (500) nor a rate in requests per "
-        "second (20/s)."]
+        "second (20/s)."
+    ]
     info["options"]["headroom"] = 2
     (p / "run.json").write_text(json.dumps(info))
     bad = _run(p)
@@ -235,11 +269,14 @@ def test_cli_errors_exit_2_with_one_sentence(tmp_path, make):
 
 def test_markup_in_texts_and_errors_is_escaped(tmp_path):
     evil = "<script>alert('x')</script>"
-    p = build_run(tmp_path / "r", Model(text_ids=[evil, "</script><img src=x onerror=alert(1)>", "c"],
-                                        error_from=8, error_text=f"boom {evil}"))
+    p = build_run(
+        tmp_path / "r",
+        Model(text_ids=[evil, "</script><img src=x onerror=alert(1)>", "c"], error_from=8, error_text=f"boom {evil}"),
+    )
     s = analyze(load(p))
     from tts_knee.analysis.summary import load as ld
     from tts_knee.dashboard.report import report_html
+
     html = report_html(ld(p), s)
     assert evil not in html and "onerror=alert(1)>" not in html
     assert "&lt;script&gt;alert" in html or "\\u003cscript" in html
@@ -258,17 +295,27 @@ def test_compare_two_runs(tmp_path):
 
 
 def test_dashboard_does_not_import_locust():
-    r = subprocess.run([sys.executable, "-c", "import sys, tts_knee.dashboard.__main__, tts_knee.dashboard.serve; "
-                        "print('locust' in sys.modules, 'gevent' in sys.modules)"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tts_knee.dashboard.__main__, tts_knee.dashboard.serve; "
+            "print('locust' in sys.modules, 'gevent' in sys.modules)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.stdout.strip() == "False False", r.stderr
 
 
 def test_long_requests_keep_their_throughput_and_littles_law(tmp_path):
     # Users carry on across steps as Locust's do; 8 slots, so at 16 users a request takes
     # 5-15 s (10 s on average): 16 users / 10 s = 1.6 req/s, with every user always busy.
-    m = Model(continuous=True, step_s=30, settle_s=3, slots=8, base_ms=5000, noise=0.5, tier_factor={},
-              gpu_busy_util=97)
+    m = Model(
+        continuous=True, step_s=30, settle_s=3, slots=8, base_ms=5000, noise=0.5, tier_factor={}, gpu_busy_util=97
+    )
     s = analyze(load(build_run(tmp_path / "r", m)))
     assert s["diagnosis"]["kind"] == "compute_bound", s["diagnosis"]
     assert s["knee"]["concurrency"] == 16 and s["recommended_concurrency"] == 8
@@ -285,8 +332,19 @@ def test_long_requests_keep_their_throughput_and_littles_law(tmp_path):
 
 def test_idle_users_still_break_littles_law(tmp_path):
     # The same long requests, but from 16 users on each loses 6 s between requests.
-    m = Model(steps=(1, 2, 4, 8, 16, 32), continuous=True, step_s=30, settle_s=3, slots=8, base_ms=5000,
-              noise=0.5, tier_factor={}, gpu_busy_util=97, user_gap_ms=6000, user_gap_from=16)
+    m = Model(
+        steps=(1, 2, 4, 8, 16, 32),
+        continuous=True,
+        step_s=30,
+        settle_s=3,
+        slots=8,
+        base_ms=5000,
+        noise=0.5,
+        tier_factor={},
+        gpu_busy_util=97,
+        user_gap_ms=6000,
+        user_gap_from=16,
+    )
     s = analyze(load(build_run(tmp_path / "r", m)))
     assert s["diagnosis"]["kind"] == "client_bound", s["diagnosis"]
     assert s["steps"][3]["little"]["ratio"] > 0.95 and s["steps"][4]["little"]["ratio"] < 0.75
@@ -313,12 +371,24 @@ def _busy_loadgen_host(path, worker_cpu=None):
     for line in (path / "resources.jsonl").read_text().splitlines():
         r = json.loads(line)
         if r["role"] == "client":
-            r.update(cpu_percent=100.0, cpu_max_core_percent=100.0,
-                     proc=runformat.proc_reading(pid=999, cpu_percent=1.0, rss_bytes=GIB))
+            r.update(
+                cpu_percent=100.0,
+                cpu_max_core_percent=100.0,
+                proc=runformat.proc_reading(pid=999, cpu_percent=1.0, rss_bytes=GIB),
+            )
             if worker_cpu is not None:
-                out.append(json.dumps(runformat.resource_sample(
-                    ts=r["ts"] + 0.1, host="loadgen_1f2e3d", role="client", source="locust-heartbeat",
-                    gpus=[], proc=runformat.proc_reading(cpu_percent=worker_cpu, rss_bytes=GIB))))
+                out.append(
+                    json.dumps(
+                        runformat.resource_sample(
+                            ts=r["ts"] + 0.1,
+                            host="loadgen_1f2e3d",
+                            role="client",
+                            source="locust-heartbeat",
+                            gpus=[],
+                            proc=runformat.proc_reading(cpu_percent=worker_cpu, rss_bytes=GIB),
+                        )
+                    )
+                )
         out.append(json.dumps(r))
     (path / "resources.jsonl").write_text("\n".join(out) + "\n")
 
@@ -331,8 +401,10 @@ def test_a_busy_client_host_with_an_idle_locust_is_not_client_bound(tmp_path):
     s = analyze(load(p))
     assert s["diagnosis"]["kind"] == "compute_bound", s["diagnosis"]
     assert s["knee"]["concurrency"] == 8 and s["recommended_concurrency"] == 4
-    assert any("its Locust process used 1% of one core: another process there took the CPU" in e
-               for e in s["diagnosis"]["evidence"]), s["diagnosis"]["evidence"]
+    assert any(
+        "its Locust process used 1% of one core: another process there took the CPU" in e
+        for e in s["diagnosis"]["evidence"]
+    ), s["diagnosis"]["evidence"]
 
 
 def test_a_busy_client_host_running_locust_workers_is_client_bound(tmp_path):
@@ -354,8 +426,13 @@ def test_a_saturated_server_host_is_not_averaged_away(tmp_path):
         r = json.loads(line)
         if r["role"] == "server":
             gpu = dict(r["gpus"][0], util_percent=0.0, mem_used_bytes=2 * GIB, uuid="GPU-idle")
-            r.update(host="replica", cpu_percent=2.0, cpu_max_core_percent=4.0, gpus=[gpu],
-                     proc=runformat.proc_reading(pid=1, cpu_percent=2.0, rss_bytes=GIB))
+            r.update(
+                host="replica",
+                cpu_percent=2.0,
+                cpu_max_core_percent=4.0,
+                gpus=[gpu],
+                proc=runformat.proc_reading(pid=1, cpu_percent=2.0, rss_bytes=GIB),
+            )
             extra.append(json.dumps(r))
     (p / "resources.jsonl").write_text("\n".join(lines + extra) + "\n")
     s = analyze(load(p))
@@ -366,8 +443,7 @@ def test_a_saturated_server_host_is_not_averaged_away(tmp_path):
 def test_memory_that_grows_with_load_and_comes_back_is_not_a_leak(tmp_path):
     # Steps back to back: the level right after a step is the next (higher) step's. Memory
     # grows with concurrency and is back at its baseline once the run is over.
-    m = Model(slots=None, gap_s=0, gpu_busy_util=40, gpu_mem_per_slot=0.5 * GIB, post_run_gap_s=5.5,
-              post_run_s=12)
+    m = Model(slots=None, gap_s=0, gpu_busy_util=40, gpu_mem_per_slot=0.5 * GIB, post_run_gap_s=5.5, post_run_s=12)
     s = analyze(load(build_run(tmp_path / "r", m)))
     assert s["diagnosis"]["kind"] == "no_knee", s["diagnosis"]
     assert s["gpu_memory_after_run_bytes"] == pytest.approx(s["gpu_memory_baseline_bytes"])
@@ -397,13 +473,16 @@ def test_serve_on_a_busy_port_says_so(tmp_path):
     assert f"127.0.0.1:{port}" in r.stderr and "in use" in r.stderr
 
 
-@pytest.mark.parametrize("entry, word", [
-    ({"step": "x", "concurrency": "abc"}, "concurrency 'abc'"),
-    ({"step": 1, "concurrency": 2.5}, "concurrency 2.5"),
-    ({"step": "x", "concurrency": 4}, "step 'x'"),
-    ({"step": 1, "concurrency": 4, "start": "soon"}, "start 'soon'"),
-    ("four", "not an object"),
-])
+@pytest.mark.parametrize(
+    "entry, word",
+    [
+        ({"step": "x", "concurrency": "abc"}, "concurrency 'abc'"),
+        ({"step": 1, "concurrency": 2.5}, "concurrency 2.5"),
+        ({"step": "x", "concurrency": 4}, "step 'x'"),
+        ({"step": 1, "concurrency": 4, "start": "soon"}, "start 'soon'"),
+        ("four", "not an object"),
+    ],
+)
 def test_malformed_step_entries_exit_2_naming_the_entry(tmp_path, entry, word):
     p = build_run(tmp_path / "r", Model())
     run = json.loads((p / "run.json").read_text())
@@ -445,6 +524,7 @@ def test_client_io_needs_the_clients_own_time_to_matter_beside_the_wait(tmp_path
     import copy
 
     from tts_knee.analysis.diagnosis import CLIENT_IO_SHARE, diagnose
+
     s = analyze(load(build_run(tmp_path / "r", SCENARIOS["client_io"][0])))
     assert s["diagnosis"]["kind"] == "client_io"
     levels = copy.deepcopy(s["levels"])

@@ -1,5 +1,6 @@
 """The dashboard on streamed runs: fields read, per-step stream figures, the knee judged on
 what a listener hears, audio integrity, the queueing verdict and the stream-health report."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from tts_knee.dashboard.table import TABLE_COLUMNS, format_table
 # (0.1-6 s of audio) and a 300 ms playback buffer: TTFA ~140/180/260/420 ms; every stream
 # keeps ahead of playback up to 4; at 8 each gets 0.625x, so the streams longer than the buffer
 # can cover run dry. Whole-body time doubles from 1 to 2 all the same.
-SHARED_5X = dict(steps=(1, 2, 4, 8), step_s=20, slots=1, gpu_busy_util=97, stream_capacity=5,
-                 playback_buffer_ms=300, text_ids=["a", "b", "c", "d", "e"], audio_s_per_char=0.01)
+SHARED_5X = dict(
+    steps=(1, 2, 4, 8),
+    step_s=20,
+    slots=1,
+    gpu_busy_util=97,
+    stream_capacity=5,
+    playback_buffer_ms=300,
+    text_ids=["a", "b", "c", "d", "e"],
+    audio_s_per_char=0.01,
+)
 
 
 def _by_conc(s):
@@ -52,8 +61,15 @@ def test_a_streamed_run_is_judged_on_playback_not_whole_body_time(tmp_path, opti
 
 def test_a_ttfa_rise_below_the_floor_is_no_knee(tmp_path):
     # TTFA 140 -> 180 -> 260 ms: 1.9x, still instant to a listener; streams never run dry.
-    m = Model(steps=(1, 2, 4), slots=None, stream_capacity=40, stream_max_speed=5, prefill_ms=100,
-              prefill_ms_per_stream=40, audio_s_per_char=0.01)
+    m = Model(
+        steps=(1, 2, 4),
+        slots=None,
+        stream_capacity=40,
+        stream_max_speed=5,
+        prefill_ms=100,
+        prefill_ms_per_stream=40,
+        audio_s_per_char=0.01,
+    )
     s = analyze(load(build_run(tmp_path / "r", m)))
     st = _by_conc(s)
     assert st[4]["ttfa_ms"]["p95"] > 1.5 * st[1]["ttfa_ms"]["p95"] and st[4]["ttfa_ms"]["p95"] < 300
@@ -67,8 +83,17 @@ def test_a_ttfa_rise_below_the_floor_is_no_knee(tmp_path):
 def test_a_ttfa_rise_above_the_floor_is_a_knee(tmp_path, floor, knee):
     # TTFA 400 -> 500 -> 700 -> 1100 ms with every stream ahead of playback: at 4 it is 1.75x
     # the lowest step's and above the default 300 ms floor; a floor of 800 ms moves it to 8.
-    m = Model(steps=(1, 2, 4, 8), slots=None, stream_capacity=80, stream_max_speed=5, prefill_ms=360,
-              prefill_ms_per_stream=100, audio_s_per_char=0.01, ttfa_floor_ms=floor, resources=False)
+    m = Model(
+        steps=(1, 2, 4, 8),
+        slots=None,
+        stream_capacity=80,
+        stream_max_speed=5,
+        prefill_ms=360,
+        prefill_ms_per_stream=100,
+        audio_s_per_char=0.01,
+        ttfa_floor_ms=floor,
+        resources=False,
+    )
     s = analyze(load(build_run(tmp_path / "r", m)))
     assert all(x["underrun_rate"] == 0.0 for x in s["steps"])
     assert s["knee"]["concurrency"] == knee and s["knee"]["methods"]["ttfa_vs_lowest"] == knee
@@ -110,8 +135,12 @@ def _expected_mismatches(path):
 
 @pytest.mark.parametrize("streamed", [True, False])
 def test_integrity_mismatches_are_counted(tmp_path, streamed):
-    m = Model(steps=(1, 2, 4, 8), truncate_from=4, truncate_fraction=0.3,
-              **({"stream_capacity": 40, "audio_s_per_char": 0.01} if streamed else {}))
+    m = Model(
+        steps=(1, 2, 4, 8),
+        truncate_from=4,
+        truncate_fraction=0.3,
+        **({"stream_capacity": 40, "audio_s_per_char": 0.01} if streamed else {}),
+    )
     p = build_run(tmp_path / "r", m)
     s = analyze(load(p))
     st, want = _by_conc(s), _expected_mismatches(p)
@@ -131,9 +160,11 @@ def test_stream_fields_read_tolerantly_and_chunks_reread(tmp_path):
     a = rd.requests.attempts()
     n = len(a)
     good = json.loads((p / "requests.jsonl").read_text().splitlines()[-1])
-    bad = [dict(good, ttfa_ms="soon", underruns=1.5, underrun_ms=-3, chunks=True, gap_max_ms=float("nan")),
-           dict(good, chunk_at_ms=[1, 2, 3], chunk_audio_ms=[200, 200]),
-           dict(good, chunk_at_ms=[1, "x"], chunk_audio_ms=[200, 200])]
+    bad = [
+        dict(good, ttfa_ms="soon", underruns=1.5, underrun_ms=-3, chunks=True, gap_max_ms=float("nan")),
+        dict(good, chunk_at_ms=[1, 2, 3], chunk_audio_ms=[200, 200]),
+        dict(good, chunk_at_ms=[1, "x"], chunk_audio_ms=[200, 200]),
+    ]
     with open(p / "requests.jsonl", "a") as f:
         f.write("".join(json.dumps(r).replace("NaN", "null") + "\n" for r in bad))
     rd.refresh()
@@ -160,10 +191,17 @@ def test_playback_replays_the_clients_player():
 
 
 def _stream_step(c, ttfa_p95, underrun=0.0, wait_p50=300.0, fail=0.0):
-    return {"concurrency": c, "requests": 100, "ok": 100, "attempt_failure_rate": fail,
-            "latency_ms": {"p50": wait_p50, "p95": wait_p50 * 1.5}, "e2e_ms": None,
-            "throughput_rps": c / wait_p50 * 1000, "ttfa_ms": {"p50": ttfa_p95 * 0.9, "p95": ttfa_p95},
-            "underrun_rate": underrun}
+    return {
+        "concurrency": c,
+        "requests": 100,
+        "ok": 100,
+        "attempt_failure_rate": fail,
+        "latency_ms": {"p50": wait_p50, "p95": wait_p50 * 1.5},
+        "e2e_ms": None,
+        "throughput_rps": c / wait_p50 * 1000,
+        "ttfa_ms": {"p50": ttfa_p95 * 0.9, "p95": ttfa_p95},
+        "underrun_rate": underrun,
+    }
 
 
 def test_knee_rules_for_streams():
@@ -204,6 +242,7 @@ def test_a_run_read_whole_keeps_its_table_and_report(tmp_path):
     assert s["steps"][0]["underrun_rate"] is None and s["steps"][0]["ttfa_ms"] is None
     assert format_table(s).splitlines()[1].split() == " ".join(TABLE_COLUMNS).split()
     from tts_knee.dashboard.report import report_html
+
     html = report_html(load(tmp_path / "r"), s)
     assert "Stream health" not in html and "Audio integrity" in html
 
@@ -216,9 +255,22 @@ def test_streamed_report_renders_in_chromium(tmp_path):
     p = build_run(tmp_path / "r", Model(**dict(SHARED_5X, text_ids=["<b>x</b>", "b", "c", "d", "e"])))
     r = dashboard(p)
     assert r.returncode == 0, r.stderr
-    res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                          "--v=0", "--virtual-time-budget=8000", "--dump-dom", (p / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=90)
+    res = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=8000",
+            "--dump-dom",
+            (p / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert res.stdout.count("main-svg") >= 8 and "Uncaught" not in res.stderr, res.stderr[-2000:]
     html = (p / "report.html").read_text()
     assert "text &lt;b&gt;x&lt;\\u002fb&gt;" in html and "text \\u003cb" not in html
@@ -247,14 +299,28 @@ def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_p
     late = []
     for i, before in enumerate((0.04, 0.0)):
         t0 = step3["end"] - before
-        late.append(dict(model, req_id=f"late-{i}", t0=t0, t2=t0 + 2.6, t3=t0 + 2.601, wait_ms=2600.0,
-                         ttfa_ms=380.0, underruns=7, underrun_ms=770.0))
+        late.append(
+            dict(
+                model,
+                req_id=f"late-{i}",
+                t0=t0,
+                t2=t0 + 2.6,
+                t3=t0 + 2.601,
+                wait_ms=2600.0,
+                ttfa_ms=380.0,
+                underruns=7,
+                underrun_ms=770.0,
+            )
+        )
     with open(p / "requests.jsonl", "a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in late))
     s = analyze(load(p))
     at4 = _by_conc(s)[4]
-    over = sum(1 for r in recs + late if r["step"] == step3["step"] and r["ok"] and r["settled"]
-               and (r["t3"] or r["t2"]) > step3["end"])
+    over = sum(
+        1
+        for r in recs + late
+        if r["step"] == step3["step"] and r["ok"] and r["settled"] and (r["t3"] or r["t2"]) > step3["end"]
+    )
     assert at4["streams"]["cut_by_step_end"] == over >= 2
     assert at4["streams"]["counted"] == at4["ok"] - over
     assert at4["underrun_rate"] == 0.0 and at4["ttfa_ms"]["max"] < 300
@@ -264,6 +330,7 @@ def test_streams_still_playing_when_the_next_step_began_are_not_this_steps(tmp_p
     import dataclasses
 
     from tts_knee.analysis.steps import step_stats
+
     rd = load(p)
     analyze(rd)
     a = rd.requests.attempts()
@@ -279,6 +346,7 @@ def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
     from tts_knee.analysis.slo import parse
     from tts_knee.dashboard.slo_verdicts import slo_figure, slo_html
     from tts_knee.dashboard.table import table_columns, table_rows
+
     # 40 s steps: enough requests at each concurrency for an interval to bound a p95 from above
     rd = load(build_run(tmp_path / "r", Model(**dict(SHARED_5X, step_s=40))))
     s = analyze(rd, parse("ttfa_p95_ms<=400,underrun_rate<=0.05"))
@@ -290,7 +358,7 @@ def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
     assert [f"{v:.0f}" for v in ttfa] == [table[c][cols.index("ttfa p95")] for c in (1, 2, 4, 8)]
     assert ttfa == [lv["ttfa_ms"]["p95"] for lv in s["levels"]]
     assert list(by_name["underrun_rate"].y) == [lv["underrun_rate"] for lv in s["levels"]]
-    assert by_name["ttfa_p95_ms"].error_y.array is not None   # its interval
+    assert by_name["ttfa_p95_ms"].error_y.array is not None  # its interval
     lines = {(round(sh.y0, 3), sh.yref) for sh in fig.layout.shapes if sh.y0 == sh.y1}
     assert {(400.0, "y"), (0.05, "y2")} <= lines
     html = slo_html(s, False)

@@ -3,6 +3,7 @@ Cleared and then, late, still sends the Flushed of the flush it dropped must not
 utterance on the same socket (it would end with no audio). A small server speaking /v1/speak on
 loopback: each Flush is answered by three 200 ms PCM frames 60 ms apart, then Flushed; a Clear
 stops the audio, answers Cleared and 30 ms later the dropped flush's Flushed."""
+
 from __future__ import annotations
 
 import base64
@@ -28,7 +29,7 @@ class DeepgramLike:
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.late_flushed = 0   # sent after a Cleared
+        self.late_flushed = 0  # sent after a Cleared
         self.clears = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -44,10 +45,15 @@ class DeepgramLike:
         head = b""
         while b"\r\n\r\n" not in head:
             head += sock.recv(4096)
-        key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"sec-websocket-key:"))
-        sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + GUID).digest()) + b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        sock.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + GUID).digest()) + b"\r\n\r\n"
+        )
         conn, lock = Connection(ConnectionType.SERVER), threading.Lock()
         cleared = threading.Event()
         seq = 0
@@ -64,7 +70,7 @@ class DeepgramLike:
                 time.sleep(0.06)
             if not cleared.is_set():
                 send(TextMessage(json.dumps({"type": "Flushed", "sequence_id": n})))
-            else:   # the Clear came first: Cleared now, the dropped flush's Flushed a little late
+            else:  # the Clear came first: Cleared now, the dropped flush's Flushed a little late
                 send(TextMessage(json.dumps({"type": "Cleared", "sequence_id": n})))
                 time.sleep(0.03)
                 send(TextMessage(json.dumps({"type": "Flushed", "sequence_id": n})))
@@ -109,10 +115,33 @@ def test_a_late_flushed_after_a_clear_does_not_end_the_next_utterance(tmp_path, 
     server = DeepgramLike()
     run = tmp_path / "run"
     try:
-        proc = locust(["--headless", "-H", server.url, "--tts-protocol", "ws", "--tts-preset", "deepgram",
-                       "--tts-voice", "aura-2-thalia-en", "--texts", str(texts), "--steps", "1", "--step-time", "4",
-                       "--barge-in", "0.5", "--barge-in-after", "20", "--run-dir", str(run)],
-                      env={"DEEPGRAM_API_KEY": "k"}, timeout=120)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                server.url,
+                "--tts-protocol",
+                "ws",
+                "--tts-preset",
+                "deepgram",
+                "--tts-voice",
+                "aura-2-thalia-en",
+                "--texts",
+                str(texts),
+                "--steps",
+                "1",
+                "--step-time",
+                "4",
+                "--barge-in",
+                "0.5",
+                "--barge-in-after",
+                "20",
+                "--run-dir",
+                str(run),
+            ],
+            env={"DEEPGRAM_API_KEY": "k"},
+            timeout=120,
+        )
     finally:
         server.close()
     assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
@@ -122,6 +151,7 @@ def test_a_late_flushed_after_a_clear_does_not_end_the_next_utterance(tmp_path, 
     assert len(cancelled) >= 3 and server.late_flushed >= 3, (len(cancelled), server.late_flushed)
     assert all(r["cancel_quiet"] == "acknowledged" for r in cancelled)
     # every utterance heard to its end got its three frames, the one after a cancel too
-    assert heard and all(r["ok"] and abs(r["audio_s"] - 0.6) < 0.01 for r in heard), \
-        [(r["ok"], r["audio_s"], r["error"]) for r in heard if not (r["ok"] and abs(r["audio_s"] - 0.6) < 0.01)]
+    assert heard and all(r["ok"] and abs(r["audio_s"] - 0.6) < 0.01 for r in heard), [
+        (r["ok"], r["audio_s"], r["error"]) for r in heard if not (r["ok"] and abs(r["audio_s"] - 0.6) < 0.01)
+    ]
     assert dashboard(str(run)).returncode == 0

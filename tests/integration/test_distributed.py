@@ -1,4 +1,5 @@
 """Headless distributed runs: a real Locust master and real worker processes."""
+
 import json
 import signal
 import subprocess
@@ -56,7 +57,7 @@ def test_master_and_two_workers_write_one_run_directory(tmp_path, sim):
     assert not list(tmp_path.glob("runs/spool/*"))
 
 
-@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
+@pytest.mark.alone  # timed to the millisecond: make test's second pass, the machine to itself
 def test_skewed_worker_clock_is_corrected(tmp_path, sim):
     port = free_port()
     m = master(tmp_path, sim.url, port, steps="1,2", step_time="3")
@@ -70,7 +71,7 @@ def test_skewed_worker_clock_is_corrected(tmp_path, sim):
     steps = {s["step"]: s for s in info["steps"]}
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert len({r["worker"] for r in records}) == 2
-    for r in records:   # on the master's clock, inside the step it names
+    for r in records:  # on the master's clock, inside the step it names
         assert steps[r["step"]]["start"] - 0.05 <= r["t0"] <= r["t2"] <= steps[r["step"]]["end"] + 1.0
 
 
@@ -102,7 +103,7 @@ def test_a_worker_killed_mid_run_keeps_its_earlier_records(tmp_path, sim):
     assert info["steps"][0]["start"] < lost[0]["lost_at"] < info["end"]
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
     assert sum(1 for r in records if r["worker"] == lost[0]["id"]) == lost[0]["records"]
-    assert any(r["step"] == 3 for r in records)   # the run went on with the other worker
+    assert any(r["step"] == 3 for r in records)  # the run went on with the other worker
     assert "went away mid-run" in log
 
 
@@ -118,7 +119,7 @@ def test_workers_spool_what_a_dead_master_never_acknowledged(tmp_path, sim):
     time.sleep(1)
     m.send_signal(signal.SIGKILL)
     m.wait(10)
-    time.sleep(1.5)   # records made after the master died
+    time.sleep(1.5)  # records made after the master died
     w.send_signal(signal.SIGTERM)
     finish(w)
     log = (tmp_path / "worker1.log").read_text()
@@ -132,10 +133,31 @@ def test_workers_spool_what_a_dead_master_never_acknowledged(tmp_path, sim):
 
 
 def test_processes_flag_runs_forked_workers(tmp_path, sim):
-    proc = subprocess.run([LOCUST, "-f", LOCUSTFILE, "--processes", "2", "--headless", "-H", sim.url,
-                           "--steps", "1,2", "--step-time", "3", "--run-dir", str(tmp_path / "run"),
-                           "--json-file", str(tmp_path / "locust")], cwd=tmp_path, timeout=60,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [
+            LOCUST,
+            "-f",
+            LOCUSTFILE,
+            "--processes",
+            "2",
+            "--headless",
+            "-H",
+            sim.url,
+            "--steps",
+            "1,2",
+            "--step-time",
+            "3",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--json-file",
+            str(tmp_path / "locust"),
+        ],
+        cwd=tmp_path,
+        timeout=60,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout
     assert_declared(tmp_path / "run")
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")

@@ -4,6 +4,7 @@ and recorded like a 429; a stream that fails mid-way keeps its code, its sentenc
 audio; every attempt is one record and one Locust request; a target that is not there, not gRPC
 or not serving Riva ends the run in one sentence. The sweep the acceptance asks for is slow and
 last: the simulator sharing 5x real time among its streams, judged by what a listener hears."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,16 @@ import pytest
 
 from procs import dashboard, free_port, locust, locust_count, read_jsonl, spawn
 
-SHORT = ["Hello there.", "Good morning to you.", "The train leaves at nine.", "Please hold the line.",
-         "It is raining again.", "Your order has shipped.", "See you tomorrow.", "Thanks for calling."]
+SHORT = [
+    "Hello there.",
+    "Good morning to you.",
+    "The train leaves at nine.",
+    "Please hold the line.",
+    "It is raining again.",
+    "Your order has shipped.",
+    "See you tomorrow.",
+    "Thanks for calling.",
+]
 SIM_CAPACITY = ["--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100", "--sample-rate", "24000"]
 
 
@@ -29,12 +38,53 @@ def drilled(tmp_path_factory):
     INTERNAL after half its audio."""
     tmp = tmp_path_factory.mktemp("grpc-run")
     run_dir = tmp / "run"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--fault", "exhausted",
-                "--fault", "sse-error", "--fault-rate", "0.5", "--pushback-ms", "1000", "--seed", "5"]) as sim:
-        proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
-                       "--tts-stream", "--steps", "2", "--step-time", "6", "--settle-time", "0", "--texts",
-                       str(_texts(tmp)), "--run-dir", str(run_dir), "--json-file", str(tmp / "locust"),
-                       "--exit-code-on-error", "0"], timeout=120)
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--grpc-port",
+            "0",
+            *SIM_CAPACITY,
+            "--fault",
+            "exhausted",
+            "--fault",
+            "sse-error",
+            "--fault-rate",
+            "0.5",
+            "--pushback-ms",
+            "1000",
+            "--seed",
+            "5",
+        ]
+    ) as sim:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.listening("grpc"),
+                "--tts-protocol",
+                "grpc",
+                "--tts-preset",
+                "riva",
+                "--tts-stream",
+                "--steps",
+                "2",
+                "--step-time",
+                "6",
+                "--settle-time",
+                "0",
+                "--texts",
+                str(_texts(tmp)),
+                "--run-dir",
+                str(run_dir),
+                "--json-file",
+                str(tmp / "locust"),
+                "--exit-code-on-error",
+                "0",
+            ],
+            timeout=120,
+        )
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
     assert dashboard(run_dir, "--no-report").returncode == 0
     return run_dir, read_jsonl(run_dir / "requests.jsonl"), locust_count(tmp / "locust")
@@ -76,7 +126,7 @@ def test_a_stream_broken_mid_way_keeps_its_code_and_its_timed_audio(drilled):
     broken = [r for r in records if r["status"] == "INTERNAL"]
     assert broken
     for r in broken:
-        assert not r["ok"] and r["final"], r   # INTERNAL is not retried by default
+        assert not r["ok"] and r["final"], r  # INTERNAL is not retried by default
         assert r["error"].startswith("gRPC INTERNAL: synthesis failed mid-stream") and "audio message" in r["error"]
         assert r["chunks"] >= 1 and r["ttfa_ms"] > 0 and len(r["chunk_at_ms"]) == r["chunks"]
     good = [r for r in records if r["ok"]]
@@ -88,20 +138,43 @@ def test_every_attempt_is_one_record_and_one_locust_request(drilled):
     assert count == len(records)
 
 
-@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
+@pytest.mark.alone  # timed to the millisecond: make test's second pass, the machine to itself
 def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "chunks.jsonl"
     texts = tmp_path / "texts.txt"
-    texts.write_text("Hello there, how are you today?\n")   # six tokens: 250 ms at 20 a second
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
-                str(log)]) as sim:
-        proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
-                       "--tts-stream", "--text-rate", "20", "--steps", "1", "--step-time", "4", "--settle-time", "0",
-                       "--texts", str(texts), "--run-dir", str(run_dir)], timeout=60)
+    texts.write_text("Hello there, how are you today?\n")  # six tokens: 250 ms at 20 a second
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]
+    ) as sim:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.listening("grpc"),
+                "--tts-protocol",
+                "grpc",
+                "--tts-preset",
+                "riva",
+                "--tts-stream",
+                "--text-rate",
+                "20",
+                "--steps",
+                "1",
+                "--step-time",
+                "4",
+                "--settle-time",
+                "0",
+                "--texts",
+                str(texts),
+                "--run-dir",
+                str(run_dir),
+            ],
+            timeout=60,
+        )
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) >= 2 and all(r["ok"] for r in records)
-    assert records[0]["connect_ms"] > 0 and all(r["connect_ms"] is None for r in records[1:])   # one connection
+    assert records[0]["connect_ms"] > 0 and all(r["connect_ms"] is None for r in records[1:])  # one connection
     for r in records:
         # paced by sleeps, which end late on a busy machine: a lower bound, less 5 ms for the first
         # piece's own send (the schedule counts from just before it)
@@ -120,8 +193,25 @@ def test_text_paced_into_synthesize_online_is_timed_against_the_listener(tmp_pat
 
 
 def _run_bad(tmp_path, host, *args):
-    proc = locust(["--headless", "-H", host, "--tts-protocol", "grpc", "--tts-preset", "riva", "--steps", "1",
-                   "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args], timeout=60)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--tts-protocol",
+            "grpc",
+            "--tts-preset",
+            "riva",
+            "--steps",
+            "1",
+            "--step-time",
+            "1",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *args,
+        ],
+        timeout=60,
+    )
     assert "Traceback" not in proc.stdout, proc.stdout
     return proc, [line for line in proc.stdout.splitlines() if "/ERROR/" in line]
 
@@ -134,10 +224,15 @@ def test_targets_that_will_not_do_end_the_run_in_one_sentence(tmp_path):
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY]) as sim:
         proc, errors = _run_bad(tmp_path / "b", sim.listening("grpc"), "--tts-path", "/tts.Nope/Speak")
         assert proc.returncode == 2 and len(errors) == 1
-        assert "answered UNIMPLEMENTED: no TTS endpoint there; check --tts-path and --tts-preset (now riva)" \
-            in errors[0]
+        assert (
+            "answered UNIMPLEMENTED: no TTS endpoint there; check --tts-path and --tts-preset (now riva)" in errors[0]
+        )
         proc, errors = _run_bad(tmp_path / "c", sim.url.replace("http://", "grpc://"))
-        assert proc.returncode == 2 and len(errors) == 1 and "answered in HTTP/1 (HTTP/1.1 400 Bad Request), not HTTP/2" in errors[0]
+        assert (
+            proc.returncode == 2
+            and len(errors) == 1
+            and "answered in HTTP/1 (HTTP/1.1 400 Bad Request), not HTTP/2" in errors[0]
+        )
 
 
 #: TTFA of one stream at 1/2/4/8 streams: prefill + 200 ms of audio at 5/n x real time.
@@ -149,21 +244,40 @@ def served_ttfa_ms(records: list[dict], entries: list[dict]) -> list[float]:
     to its first audio message handed to the socket, the entry matched by when that message went."""
     served = []
     for r in records:
-        first = r["t0"] + (r["text_first_ms"] + r["ttfa_ms"]) / 1000   # TTFA counts from the text sent
-        entry = min(entries, key=lambda e: abs(e["sent"][0] - first))   # its own stream
+        first = r["t0"] + (r["text_first_ms"] + r["ttfa_ms"]) / 1000  # TTFA counts from the text sent
+        entry = min(entries, key=lambda e: abs(e["sent"][0] - first))  # its own stream
         served.append((entry["sent"][0] - entry["received"]) * 1000)
     return served
 
 
-@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
+@pytest.mark.alone  # timed to the millisecond: make test's second pass, the machine to itself
 @pytest.mark.slow
 def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     log, run_dir = tmp_path / "chunks.jsonl", tmp_path / "run"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log",
-                str(log)]) as sim:
-        proc = locust(["--headless", "-H", sim.listening("grpc"), "--tts-protocol", "grpc", "--tts-preset", "riva",
-                       "--tts-stream", "--steps", "1,2,4,8", "--step-time", "6", "--texts", str(_texts(tmp_path)),
-                       "--run-dir", str(run_dir)], timeout=150)
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", "--grpc-port", "0", *SIM_CAPACITY, "--chunk-log", str(log)]
+    ) as sim:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.listening("grpc"),
+                "--tts-protocol",
+                "grpc",
+                "--tts-preset",
+                "riva",
+                "--tts-stream",
+                "--steps",
+                "1,2,4,8",
+                "--step-time",
+                "6",
+                "--texts",
+                str(_texts(tmp_path)),
+                "--run-dir",
+                str(run_dir),
+            ],
+            timeout=150,
+        )
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
@@ -176,8 +290,7 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
         # side is the simulator's timers', so it is held to the simulator's own log instead: the p50
         # within 50 ms of the p50 of the first audio it handed to the socket after each request
         assert by_c[c]["ttfa_ms"]["p50"] >= truth - 50, (c, by_c[c]["ttfa_ms"])
-        served = served_ttfa_ms([r for r in records if r["concurrency"] == c and r["ok"] and r["settled"]],
-                                entries)
+        served = served_ttfa_ms([r for r in records if r["concurrency"] == c and r["ok"] and r["settled"]], entries)
         assert by_c[c]["ttfa_ms"]["p50"] <= sorted(served)[len(served) // 2] + 50, (c, by_c[c]["ttfa_ms"], served)
         assert by_c[c]["error_rate"] == 0 and by_c[c]["status_counts"] == {"OK": by_c[c]["attempts"]}
     assert by_c[1]["underrun_rate"] == 0 and by_c[2]["underrun_rate"] == 0 and by_c[4]["underrun_rate"] < 0.05
@@ -193,4 +306,4 @@ def test_a_riva_sweep_is_judged_by_what_a_listener_hears(tmp_path):
     # the perf client's figures for the same steps, beside the step table
     assert "riva_tts_perf_client's figures" in judged.stdout
     assert by_c[8]["riva"]["chunk_ms"]["p99"] > by_c[1]["riva"]["chunk_ms"]["p99"]
-    assert by_c[1]["rtfx"] < by_c[4]["rtfx"] <= 5.5   # the five audio-seconds a second the simulator shares
+    assert by_c[1]["rtfx"] < by_c[4]["rtfx"] <= 5.5  # the five audio-seconds a second the simulator shares

@@ -10,6 +10,7 @@ Over the static import graph of the whole project (imports inside functions incl
 cycle, no module taking another's private (underscore) names, each layer importing only the
 layers below it, and the analysis importing no presentation (dashboard, plotly) or
 load-generator module."""
+
 import ast
 import json
 import subprocess
@@ -38,11 +39,14 @@ PARTS = ("analysis", "audio", "collectors", "configs", "dashboard", "locustfiles
 def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
     """From outside the clone each part is ``tts_knee.<part>``, from its folder here; the folder's
     own name is no package."""
-    code = ("import importlib, importlib.util, json, sys; "
-            "print(json.dumps({p: [list(importlib.import_module('tts_knee.' + p).__path__)[0], "
-            "importlib.util.find_spec(p) is not None] for p in sys.argv[1:]}))")
-    out = subprocess.run([sys.executable, "-c", code, *PARTS], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import importlib, importlib.util, json, sys; "
+        "print(json.dumps({p: [list(importlib.import_module('tts_knee.' + p).__path__)[0], "
+        "importlib.util.find_spec(p) is not None] for p in sys.argv[1:]}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *PARTS], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {p: [str(ROOT / p), False] for p in PARTS}
 
@@ -51,11 +55,14 @@ def test_the_parts_are_imported_as_tts_knee_s_only(tmp_path):
 COLLECTORS_CLIENT = "tts_knee.collectors.puller"
 
 
-@pytest.mark.parametrize("package", ["tts_knee.analysis", "tts_knee.audio", "tts_knee.dashboard",
-                                     "tts_knee.collectors", "tts_knee.runformat"])
+@pytest.mark.parametrize(
+    "package",
+    ["tts_knee.analysis", "tts_knee.audio", "tts_knee.dashboard", "tts_knee.collectors", "tts_knee.runformat"],
+)
 def test_package_imports_neither_locust_nor_gevent(package):
-    out = subprocess.run([sys.executable, "-c", CODE, package, COLLECTORS_CLIENT], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CODE, package, COLLECTORS_CLIENT], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(result["modules"]) > 1 and COLLECTORS_CLIENT not in result["modules"]
@@ -70,8 +77,9 @@ def test_the_collectors_client_imports_gevent_but_not_locust():
 
 
 def test_the_check_sees_an_import_of_gevent():
-    out = subprocess.run([sys.executable, "-c", CODE, "tts_knee.locustfiles"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CODE, "tts_knee.locustfiles"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "gevent" in out.stdout.strip().splitlines()[-1]
 
@@ -79,8 +87,10 @@ def test_the_check_sees_an_import_of_gevent():
 def test_the_step_shape_does_not_import_the_node():
     """The shape reaches the run through the node on the environment, not by importing node
     (which imports the shape): no import cycle."""
-    code = ("import sys, tts_knee.locustfiles.shape, tts_knee.locustfiles.user; "
-            "print('tts_knee.locustfiles.node' in sys.modules)")
+    code = (
+        "import sys, tts_knee.locustfiles.shape, tts_knee.locustfiles.user; "
+        "print('tts_knee.locustfiles.node' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -101,7 +111,7 @@ LAYERS = {
     "dashboard": {"analysis", "audio", "runformat"},
     "locustfiles": {"analysis", "audio", "collectors", "dashboard", "runformat"},
     "testbed": {"audio"},
-    "tts_knee": {"collectors", "dashboard", "locustfiles", "testbed"},   # the command: on top of all
+    "tts_knee": {"collectors", "dashboard", "locustfiles", "testbed"},  # the command: on top of all
 }
 PRESENTATION_OR_LOAD = {"dashboard", "plotly", "locustfiles", "locust", "gevent", "geventhttpclient", "flask"}
 
@@ -137,7 +147,7 @@ def _imports(name: str, path: Path, modules) -> list[tuple[str, str, int]]:
         if isinstance(node, ast.Import):
             out += [(a.name, "", node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
             for a in node.names:
                 sub = f"{target}.{a.name}"
@@ -153,7 +163,7 @@ def graph():
 
 def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a path [a, b, ..., a], or None."""
-    state: dict[str, int] = {}   # 1 on the current path, 2 done
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
     path: list[str] = []
 
     def visit(m):
@@ -161,7 +171,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for n in sorted(edges.get(m, ())):
             if state.get(n) == 1:
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state:
                 found = visit(n)
                 if found:
@@ -169,6 +179,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[m] = 2
         path.pop()
         return None
+
     for m in sorted(edges):
         if m not in state:
             found = visit(m)
@@ -194,17 +205,24 @@ def test_the_cycle_check_sees_one_behind_a_function_level_import(tmp_path):
 
 def test_no_module_takes_another_modules_private_names(graph):
     modules, imports = graph
-    taken = [f"{modules[m].relative_to(ROOT)}:{line}: from {t} import {n}"
-             for m, imps in imports.items() for t, n, line in imps
-             if n.startswith("_") and not n.startswith("__") and t != m]
+    taken = [
+        f"{modules[m].relative_to(ROOT)}:{line}: from {t} import {n}"
+        for m, imps in imports.items()
+        for t, n, line in imps
+        if n.startswith("_") and not n.startswith("__") and t != m
+    ]
     assert not taken, "\n".join(taken)
 
 
 def test_each_layer_imports_only_what_lies_below_it(graph):
     modules, imports = graph
-    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: {m} imports {t}"
-             for m, imps in imports.items() if _layer(m) in LAYERS for t, _, line in imps
-             if _layer(t) is not None and _layer(t) != _layer(m) and _layer(t) not in LAYERS[_layer(m)]]
+    wrong = [
+        f"{modules[m].relative_to(ROOT)}:{line}: {m} imports {t}"
+        for m, imps in imports.items()
+        if _layer(m) in LAYERS
+        for t, _, line in imps
+        if _layer(t) is not None and _layer(t) != _layer(m) and _layer(t) not in LAYERS[_layer(m)]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -212,22 +230,39 @@ def test_nothing_imports_a_part_by_its_folders_name(graph):
     """A module imported as ``analysis.steps`` (not ``tts_knee.analysis.steps``) would be found
     only from the clone's root, and then as a second copy of ``tts_knee.analysis.steps``."""
     modules, imports = graph
-    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: imports {t}"
-             for m, imps in imports.items() for t, _, line in imps if t.split(".")[0] in PARTS]
+    wrong = [
+        f"{modules[m].relative_to(ROOT)}:{line}: imports {t}"
+        for m, imps in imports.items()
+        for t, _, line in imps
+        if t.split(".")[0] in PARTS
+    ]
     assert not wrong, "\n".join(wrong)
 
 
 def test_analysis_imports_no_presentation_or_load_generator_module(graph):
     modules, imports = graph
-    wrong = [f"{modules[m].relative_to(ROOT)}:{line}: imports {t}" for m, imps in imports.items()
-             if _layer(m) == "analysis" for t, _, line in imps
-             if (_layer(t) or t.split(".")[0]) in PRESENTATION_OR_LOAD]
+    wrong = [
+        f"{modules[m].relative_to(ROOT)}:{line}: imports {t}"
+        for m, imps in imports.items()
+        if _layer(m) == "analysis"
+        for t, _, line in imps
+        if (_layer(t) or t.split(".")[0]) in PRESENTATION_OR_LOAD
+    ]
     assert not wrong, "\n".join(wrong)
     names = sorted(f"tts_knee.{n}" if n in PARTS else n for n in PRESENTATION_OR_LOAD)
-    loaded = subprocess.run([sys.executable, "-c",
-                             "import sys, tts_knee.analysis.summary, tts_knee.analysis.gate, "
-                             "tts_knee.analysis.regression; print(sorted(n for n in sys.argv[1:] "
-                             "if any(m == n or m.startswith(n + '.') for m in sys.modules)))", *names],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tts_knee.analysis.summary, tts_knee.analysis.gate, "
+            "tts_knee.analysis.regression; print(sorted(n for n in sys.argv[1:] "
+            "if any(m == n or m.startswith(n + '.') for m in sys.modules)))",
+            *names,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "[]"

@@ -1,6 +1,7 @@
 """Listening end to end: real Locust runs against the simulator speaking with piper's joe voice,
 judged by the ASR judge (Whisper base from the test extra); the signal checks on every attempt;
 the judge's bad input, its death mid-run, and a distributed run shipping its clips to the master."""
+
 from __future__ import annotations
 
 import json
@@ -16,44 +17,88 @@ from tts_knee.testbed.whisper_base import model_dir
 pytest.importorskip("piper")
 pytest.importorskip("faster_whisper")
 
-TEXTS = ["Good morning, how can I help you today?", "The train to the airport leaves at nine.",
-         "Please hold the line while I check your order.", "Thank you for calling, have a nice day.",
-         "Your table for four is ready now.", "The museum opens again on Monday morning."]
+TEXTS = [
+    "Good morning, how can I help you today?",
+    "The train to the airport leaves at nine.",
+    "Please hold the line while I check your order.",
+    "Thank you for calling, have a nice day.",
+    "Your table for four is ready now.",
+    "The museum opens again on Monday morning.",
+]
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "texts.jsonl"
-    path.write_text("".join(json.dumps({"id": f"t{i}", "text": t, "language": "en"}) + "\n"
-                            for i, t in enumerate(TEXTS)))
+    path.write_text(
+        "".join(json.dumps({"id": f"t{i}", "text": t, "language": "en"}) + "\n" for i, t in enumerate(TEXTS))
+    )
     return path
 
 
 def speaking(corpus, *knobs):
     """The simulator speaking the corpus, latency flat at 150 ms (slots for every user)."""
-    return spawn(["tts_knee.testbed.sim", "--port", "0", "--speech", "--speech-corpus", str(corpus),
-                  "--slots", "64", "--base-ms", "150", "--per-char-ms", "0", "--jitter", "0", *knobs], timeout=300)
+    return spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--speech",
+            "--speech-corpus",
+            str(corpus),
+            "--slots",
+            "64",
+            "--base-ms",
+            "150",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+            *knobs,
+        ],
+        timeout=300,
+    )
 
 
 def test_speech_garbled_above_four_in_flight_is_a_speech_knee_before_any_latency_knee(tmp_path, corpus):
     run = tmp_path / "run"
     with speaking(corpus, "--garble-above", "4") as sim:
-        proc = locust(["--headless", "-H", sim.url, "--texts", str(corpus), "--steps", "1,2,4,8",
-                       "--step-time", "4", "--asr-model", str(model_dir()), "--asr-sample", "5",
-                       "--run-dir", str(run), "--json-file", str(tmp_path / "locust")], timeout=300)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--texts",
+                str(corpus),
+                "--steps",
+                "1,2,4,8",
+                "--step-time",
+                "4",
+                "--asr-model",
+                str(model_dir()),
+                "--asr-sample",
+                "5",
+                "--run-dir",
+                str(run),
+                "--json-file",
+                str(tmp_path / "locust"),
+            ],
+            timeout=300,
+        )
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
     records = read_jsonl(run / "requests.jsonl")
     assert len(records) == locust_count(tmp_path / "locust") and all(r["ok"] for r in records)
     heard = read_jsonl(run / "speech.jsonl")
     assert {h["step"] for h in heard} == {1, 2, 3, 4}
-    assert all(h["reason"] is None and h["metric"] == "wer" and (run / h["clip"]).stat().st_size > 1000
-               for h in heard), [h for h in heard if h["reason"]]
+    assert all(
+        h["reason"] is None and h["metric"] == "wer" and (run / h["clip"]).stat().st_size > 1000 for h in heard
+    ), [h for h in heard if h["reason"]]
     out = dashboard(run)
     assert out.returncode == 0, out.stdout + out.stderr
     print(out.stdout)
     s = json.loads((run / "summary.json").read_text())
     by_c = {st["concurrency"]: st for st in s["steps"]}
-    for c in (1, 2, 4):   # the clips' own level: joe's speech heard by Whisper base
+    for c in (1, 2, 4):  # the clips' own level: joe's speech heard by Whisper base
         assert by_c[c]["speech"]["judged"] >= 4 and by_c[c]["speech"]["wer_mean"] <= 0.15, by_c[c]["speech"]
     garbled = by_c[8]["speech"]
     assert garbled["wer_mean"] >= 0.3 and garbled["unintelligible"] >= 1, garbled
@@ -61,7 +106,7 @@ def test_speech_garbled_above_four_in_flight_is_a_speech_knee_before_any_latency
     assert worst["text"] in TEXTS and worst["error"] >= 0.5 and worst["clip"].startswith("speech/")
     knee = s["knee"]
     assert knee["concurrency"] == 8 and knee["methods"]["speech"] == 8 and knee["speech_first"], knee
-    assert knee["methods"]["latency_vs_lowest"] is None   # latency stayed flat
+    assert knee["methods"]["latency_vs_lowest"] is None  # latency stayed flat
     # the rise is significant: its interval's low end above zero (its width depends on which clips were
     # judged, CI saw 0.11)
     assert knee["speech_rise"][3]["ci"][0] > 0 and knee["speech_rise"][3]["pairs"] >= 4
@@ -69,7 +114,7 @@ def test_speech_garbled_above_four_in_flight_is_a_speech_knee_before_any_latency
     d = s["diagnosis"]
     assert d["kind"] == "speech_degraded", d
     assert d["evidence"][0].startswith("WER rose from ") and " at 4 to " in d["evidence"][0], d["evidence"]
-    assert "degrades before its latency does" in d["evidence"][0] and "sent \"" in d["evidence"][1]
+    assert "degrades before its latency does" in d["evidence"][0] and 'sent "' in d["evidence"][1]
     table = out.stdout.splitlines()[1].split()
     assert "WER%" in table and "judged" in table
     html = (run / "report.html").read_text()
@@ -79,10 +124,41 @@ def test_speech_garbled_above_four_in_flight_is_a_speech_knee_before_any_latency
 
 def test_leading_silence_delays_what_the_listener_hears_while_the_bytes_come_as_early(tmp_path):
     run = tmp_path / "run"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--stream", "--silence-above", "2", "--silence-ms", "600",
-                "--slots", "64", "--base-ms", "100", "--per-char-ms", "0", "--jitter", "0"]) as sim:
-        proc = locust(["--headless", "-H", sim.url, "--tts-stream", "--steps", "1,2,4", "--step-time", "3",
-                       "--run-dir", str(run)], timeout=120)
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--stream",
+            "--silence-above",
+            "2",
+            "--silence-ms",
+            "600",
+            "--slots",
+            "64",
+            "--base-ms",
+            "100",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--tts-stream",
+                "--steps",
+                "1,2,4",
+                "--step-time",
+                "3",
+                "--run-dir",
+                str(run),
+            ],
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stdout
     out = dashboard(run)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -96,7 +172,7 @@ def test_leading_silence_delays_what_the_listener_hears_while_the_bytes_come_as_
     for c in (1, 2):
         assert by_c[c]["ttfa_audible_ms"]["p50"] == pytest.approx(by_c[c]["ttfa_ms"]["p50"], abs=1)
     assert by_c[4]["ttfa_audible_ms"]["p50"] - by_c[4]["ttfa_ms"]["p50"] >= 590
-    assert by_c[4]["ttfa_ms"]["p50"] < by_c[1]["ttfa_ms"]["p50"] + 300   # not 600 later: the bytes came early
+    assert by_c[4]["ttfa_ms"]["p50"] < by_c[1]["ttfa_ms"]["p50"] + 300  # not 600 later: the bytes came early
     rec = [r for r in read_jsonl(run / "requests.jsonl") if r["concurrency"] == 4 and r["settled"]]
     # the simulator counts its requests in flight as each arrives: a moment with two of the four users
     # between requests gets no silence, so most, not all
@@ -109,26 +185,49 @@ def test_a_silent_answer_is_a_failure_that_says_so(tmp_path):
     """A server that streams digital silence (the stream server's --quiet): every attempt fails
     with the reason, its timing kept, and no audio counted."""
     run = tmp_path / "run"
-    with spawn(["stream_server", "--port", "0", "--chunk-ms", "100", "--speed", "8", "--quiet"],
-               env={"PYTHONPATH": str(__import__("procs").ROOT / "tests")}) as srv:
-        proc = locust(["--headless", "-H", srv.url, "--tts-stream", "--steps", "1", "--step-time", "2",
-                       "--skip-preflight", "--run-dir", str(run)], timeout=60)
+    with spawn(
+        ["stream_server", "--port", "0", "--chunk-ms", "100", "--speed", "8", "--quiet"],
+        env={"PYTHONPATH": str(__import__("procs").ROOT / "tests")},
+    ) as srv:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                srv.url,
+                "--tts-stream",
+                "--steps",
+                "1",
+                "--step-time",
+                "2",
+                "--skip-preflight",
+                "--run-dir",
+                str(run),
+            ],
+            timeout=60,
+        )
     assert proc.returncode == 1, proc.stdout
     records = read_jsonl(run / "requests.jsonl")
     assert records and all(not r["ok"] and r["error"].startswith("the audio is silent") for r in records)
     assert all(r["audio_s"] is None and r["chunks"] >= 1 for r in records)
 
 
-@pytest.mark.parametrize("args,said", [
-    (["--asr-model", "/nonexistent/whisper"], "--asr-model /nonexistent/whisper: no such directory"),
-    (["--asr-model", "no-such-model"], "--asr-model 'no-such-model' is neither a directory nor a model name"),
-    (["--asr-language", "en"], "--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model"),
-])
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["--asr-model", "/nonexistent/whisper"], "--asr-model /nonexistent/whisper: no such directory"),
+        (["--asr-model", "no-such-model"], "--asr-model 'no-such-model' is neither a directory nor a model name"),
+        (
+            ["--asr-language", "en"],
+            "--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model",
+        ),
+    ],
+)
 def test_a_judge_that_cannot_judge_stops_the_run_before_it_starts_in_one_sentence(tmp_path, args, said):
     run = tmp_path / "run"
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "10"]) as sim:
-        proc = locust(["--headless", "-H", sim.url, "--steps", "1", "--step-time", "2", "--run-dir", str(run),
-                       *args], timeout=60)
+        proc = locust(
+            ["--headless", "-H", sim.url, "--steps", "1", "--step-time", "2", "--run-dir", str(run), *args], timeout=60
+        )
     assert proc.returncode == 2, proc.stdout
     assert said in proc.stdout and "Traceback" not in proc.stdout, proc.stdout
 
@@ -145,19 +244,42 @@ def _judge_of(locust_proc) -> psutil.Process | None:
 
 def test_a_judge_killed_mid_run_leaves_every_record_and_says_what_it_did_not_judge(tmp_path, corpus):
     from procs import start_locust
+
     run = tmp_path / "run"
     with speaking(corpus) as sim:
-        p = start_locust(["--headless", "-H", sim.url, "--texts", str(corpus), "--steps", "1,2,4",
-                          "--step-time", "4", "--asr-model", str(model_dir()), "--asr-sample", "6",
-                          "--run-dir", str(run), "--json-file", str(tmp_path / "locust")], tmp_path / "locust.log")
+        p = start_locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--texts",
+                str(corpus),
+                "--steps",
+                "1,2,4",
+                "--step-time",
+                "4",
+                "--asr-model",
+                str(model_dir()),
+                "--asr-sample",
+                "6",
+                "--run-dir",
+                str(run),
+                "--json-file",
+                str(tmp_path / "locust"),
+            ],
+            tmp_path / "locust.log",
+        )
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (run / "speech.jsonl").exists() or \
-                not (run / "speech.jsonl").read_text().strip():
+        while (
+            time.monotonic() < deadline
+            and not (run / "speech.jsonl").exists()
+            or not (run / "speech.jsonl").read_text().strip()
+        ):
             assert time.monotonic() < deadline and p.poll() is None, (tmp_path / "locust.log").read_text()
             time.sleep(0.2)
         judge = _judge_of(p)
         assert judge is not None
-        judge.kill()   # after its first verdict
+        judge.kill()  # after its first verdict
         finish(p, timeout=120)
     log = (tmp_path / "locust.log").read_text()
     assert p.returncode == 0 and "Traceback" not in log, log
@@ -180,8 +302,15 @@ def test_a_judge_killed_mid_run_leaves_every_record_and_says_what_it_did_not_jud
 def test_a_worker_ships_its_clips_to_the_masters_judge(tmp_path, corpus):
     with speaking(corpus) as sim:
         port = free_port()
-        m = master(tmp_path, sim.url, port, workers=1, steps="1,2", step_time="4",
-                   extra=("--texts", str(corpus), "--asr-model", str(model_dir()), "--asr-sample", "4"))
+        m = master(
+            tmp_path,
+            sim.url,
+            port,
+            workers=1,
+            steps="1,2",
+            step_time="4",
+            extra=("--texts", str(corpus), "--asr-model", str(model_dir()), "--asr-sample", "4"),
+        )
         w = worker(tmp_path, port, 1)
         finish(m, w, timeout=180, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()

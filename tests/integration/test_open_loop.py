@@ -1,4 +1,5 @@
 """Open-loop runs (--rates): real headless Locust runs against the real simulator on loopback."""
+
 import json
 
 import numpy as np
@@ -13,8 +14,23 @@ SERVICE_MS = 250
 
 def run(tmp_path, host, rates, *extra, name="run", step_time="4", timeout=180):
     run_dir = tmp_path / name
-    proc = locust(["--headless", "-H", host, "--rates", rates, "--step-time", step_time, "--run-dir", str(run_dir),
-                   "--json-file", str(tmp_path / f"{name}-locust"), *extra], timeout=timeout)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--rates",
+            rates,
+            "--step-time",
+            step_time,
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / f"{name}-locust"),
+            *extra,
+        ],
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout
     assert "Traceback" not in proc.stdout, proc.stdout
     return run_dir
@@ -22,6 +38,7 @@ def run(tmp_path, host, rates, *extra, name="run", step_time="4", timeout=180):
 
 def dashboard(run_dir):
     from tts_knee.dashboard.__main__ import main
+
     assert main([str(run_dir)]) == 0
     assert_declared(run_dir)
     return json.loads((run_dir / "summary.json").read_text())
@@ -30,15 +47,30 @@ def dashboard(run_dir):
 @pytest.fixture(scope="module")
 def sim4():
     """16 req/s at most: 4 slots of 250 ms."""
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(SERVICE_MS), "--per-char-ms",
-                "0", "--jitter", "0.05", "--seed", "1"]) as p:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            str(SERVICE_MS),
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0.05",
+            "--seed",
+            "1",
+        ]
+    ) as p:
         yield p
 
 
 def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
     run_dir = run(tmp_path, sim4.url, "4,8,12,24", "--arrival", "constant")
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert len(records) == locust_count(tmp_path / "run-locust") > 100   # nothing lost
+    assert len(records) == locust_count(tmp_path / "run-locust") > 100  # nothing lost
     info = json.loads((run_dir / "run.json").read_text())
     assert info["mode"] == "open" and [s["rate"] for s in info["steps"]] == [4, 8, 12, 24]
     assert info["options"]["arrival"] == "constant" and isinstance(info["options"]["arrival_seed"], int)
@@ -56,8 +88,13 @@ def test_constant_rates_find_the_knee_in_requests_per_second(tmp_path, sim4):
     # fire late. Floor: 85% of the capacity the simulator's own clock shows (4 slots over the mean
     # slot time, Server-Timing total - queue, late wake-ups included); the top stays 16 + 10%,
     # which a late timer cannot break.
-    held_ms = np.mean([r["server_timing"]["total"] - r["server_timing"]["queue"]
-                       for r in records if r["ok"] and r["step"] == by_rate[24]["step"]])
+    held_ms = np.mean(
+        [
+            r["server_timing"]["total"] - r["server_timing"]["queue"]
+            for r in records
+            if r["ok"] and r["step"] == by_rate[24]["step"]
+        ]
+    )
     assert 0.85 * 4000 / held_ms <= by_rate[24]["throughput_rps"] <= 16 * 1.1
     assert by_rate[24]["growth"]["growing"]
     # the generator's own timer lateness, which nothing independent measures: < 100 ms (was 20) lets
@@ -86,8 +123,9 @@ def test_poisson_bursts_queue_where_constant_arrivals_do_not(tmp_path, sim4):
     # 12 req/s against 16 at most: 75% utilisation.
     out = {}
     for arrival in ("poisson", "constant"):
-        run_dir = run(tmp_path, sim4.url, "12", "--arrival", arrival, "--arrival-seed", "7", name=arrival,
-                      step_time="8")
+        run_dir = run(
+            tmp_path, sim4.url, "12", "--arrival", arrival, "--arrival-seed", "7", name=arrival, step_time="8"
+        )
         records = read_jsonl(run_dir / "requests.jsonl")
         assert len(records) == locust_count(tmp_path / f"{arrival}-locust")
         queued = [r["server_timing"]["queue"] for r in records if r["ok"] and r["final"]]
@@ -125,14 +163,18 @@ def test_arrivals_past_max_inflight_are_dropped_and_counted(tmp_path, sim4):
     assert "dropped arrivals" in (run_dir / "report.html").read_text()
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--rates", "4,8", "--steps", "1,2"], "--rates and --steps were both given"),
-    (["--rates", "4,-1"], "--rates needs"),
-    (["--rates", "4", "--max-inflight", "0"], "--max-inflight must be greater than zero"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--rates", "4,8", "--steps", "1,2"], "--rates and --steps were both given"),
+        (["--rates", "4,-1"], "--rates needs"),
+        (["--rates", "4", "--max-inflight", "0"], "--max-inflight must be greater than zero"),
+    ],
+)
 def test_bad_open_loop_options_are_one_sentence(tmp_path, sim4, args, words):
-    proc = locust(["--headless", "-H", sim4.url, "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args],
-                  timeout=60)
+    proc = locust(
+        ["--headless", "-H", sim4.url, "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args], timeout=60
+    )
     assert proc.returncode == 2, proc.stdout
     assert "Traceback" not in proc.stdout
     errors = [line for line in proc.stdout.splitlines() if "/ERROR/" in line]
@@ -141,8 +183,14 @@ def test_bad_open_loop_options_are_one_sentence(tmp_path, sim4, args, words):
 
 def test_two_workers_share_the_rate_and_report_their_drops(tmp_path, sim4):
     port = free_port()
-    m = master(tmp_path, sim4.url, port, steps="", step_time="4",
-               extra=("--rates", "24", "--arrival", "constant", "--max-inflight", "2"))
+    m = master(
+        tmp_path,
+        sim4.url,
+        port,
+        steps="",
+        step_time="4",
+        extra=("--rates", "24", "--arrival", "constant", "--max-inflight", "2"),
+    )
     w = [worker(tmp_path, port, n) for n in (1, 2)]
     finish(m, *w, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
@@ -171,20 +219,21 @@ def test_report_figures_stand_steps_at_their_offered_rate(tmp_path, sim4, monkey
 
     from tts_knee.analysis.summary import analyze, load
     from tts_knee.dashboard import report
+
     run_dir = run(tmp_path, sim4.url, "4,8", "--server-metrics", f"{sim4.url}/metrics")
     figs = []
     monkeypatch.setattr(plotly.io, "to_html", lambda fig, **kw: figs.append(fig) or "")
     rd = load(run_dir)
     report.report_html(rd, analyze(rd))
     subplot_titles = {a.text for f in figs for a in f.layout.annotations}
-    assert "Per step: the server's queue against GPU and CPU" in subplot_titles   # the server figure is drawn
+    assert "Per step: the server's queue against GPU and CPU" in subplot_titles  # the server figure is drawn
     rate_axes = 0
     for f in figs:
         layout = f.to_plotly_json()["layout"]
         titles = [(ax.get("title") or {}).get("text") or "" for k, ax in layout.items() if k.startswith("xaxis")]
         assert not any("concurrency" in t for t in titles), titles
         rate_axes += "offered rate (req/s)" in titles
-        for t in f.data:   # category labels are the rates; hover texts and names say no concurrency
+        for t in f.data:  # category labels are the rates; hover texts and names say no concurrency
             assert {x for x in _values(t.x) if isinstance(x, str)} <= {"4", "8"}, (t.name, t.x)
             words = [t.name, *_values(t.text), *_values(t.hovertext)]
             assert not any("concurrency" in str(w) for w in words), words

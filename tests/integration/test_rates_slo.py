@@ -1,6 +1,7 @@
 """The sustainable rate against an SLO: a real open-loop sweep against the simulator, refined to
 --refine-to, recommended with the concurrency it implies; the gate at a rate and the baseline at
 each offered rate, as the dashboard's exit codes say them."""
+
 import json
 import math
 
@@ -13,16 +14,49 @@ RATES = "4,8,12,16,24"
 
 def sim(service_ms: int):
     """4 slots of ``service_ms``: 4000 / service_ms requests per second at most."""
-    return spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", str(service_ms), "--per-char-ms",
-                  "0", "--jitter", "0.05", "--seed", "1"])
+    return spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            str(service_ms),
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0.05",
+            "--seed",
+            "1",
+        ]
+    )
 
 
 def sweep(tmp_path, host, name, rates, *extra):
     run_dir = tmp_path / name
     # 80 settled requests a step: enough for the interval to bound a p95 from above (72)
-    proc = locust(["--headless", "-H", host, "--rates", rates, "--arrival", "constant", "--step-requests", "80",
-                   "--slo", "p95_ms<=400", "--run-dir", str(run_dir), "--json-file", str(tmp_path / f"{name}-locust"),
-                   *extra], timeout=400)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--rates",
+            rates,
+            "--arrival",
+            "constant",
+            "--step-requests",
+            "80",
+            "--slo",
+            "p95_ms<=400",
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / f"{name}-locust"),
+            *extra,
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "Traceback" not in proc.stdout
     assert len(read_jsonl(run_dir / "requests.jsonl")) == locust_count(tmp_path / f"{name}-locust")

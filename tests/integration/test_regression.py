@@ -1,4 +1,5 @@
 """--baseline: the same synthetic server twice is no regression, 40% slower is one."""
+
 from __future__ import annotations
 
 import json

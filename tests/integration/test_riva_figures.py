@@ -1,6 +1,7 @@
 """The figures NVIDIA's riva_tts_perf_client prints, per step of every streamed run: first audio
 and chunk latency (avg, p90, p95, p99 pooled over the step's streams, percentiles as the perf
 client takes them: sorted[int(q n)]) and RTFX, in summary.json, the terminal and the report."""
+
 import json
 
 import numpy as np
@@ -17,7 +18,7 @@ def test_percentiles_are_the_perf_clients_nearest_rank():
     assert riva_stats(values) == {"count": 10, "avg": 5.5, "p90": 10.0, "p95": 10.0, "p99": 10.0}
     twenty = np.arange(1.0, 21.0)
     got = riva_stats(twenty)
-    assert (got["p90"], got["p95"], got["p99"]) == (19.0, 20.0, 20.0)   # numpy would say 18.1, 19.05, 19.81
+    assert (got["p90"], got["p95"], got["p99"]) == (19.0, 20.0, 20.0)  # numpy would say 18.1, 19.05, 19.81
     assert riva_stats(np.array([np.nan])) is None
 
 
@@ -33,8 +34,15 @@ def test_the_summary_pools_each_steps_streams(streamed):
     run, summary, _ = streamed
     records = read_jsonl(run / "requests.jsonl")
     for step in summary["steps"]:
-        counted = [r for r in records if r["step"] == step["step"] and r["settled"] and r["final"] and r["ok"]
-                   and r["t3"] <= step["window"]["end"]]
+        counted = [
+            r
+            for r in records
+            if r["step"] == step["step"]
+            and r["settled"]
+            and r["final"]
+            and r["ok"]
+            and r["t3"] <= step["window"]["end"]
+        ]
         assert len(counted) == step["streams"]["counted"] > 0
         gaps = sorted(b - a for r in counted for a, b in zip(r["chunk_at_ms"], r["chunk_at_ms"][1:]))
         chunk = step["riva"]["chunk_ms"]

@@ -2,6 +2,7 @@
 it finishes, and recorded as a failed attempt with error cut_by_run_end (and what had arrived)
 when it does not; open and closed loop, on one node and with a worker. Locust's request count
 still equals the lines of requests.jsonl."""
+
 import json
 import threading
 
@@ -20,8 +21,19 @@ TEXTS = ("Hello.", "word " * 60)
 @pytest.fixture(scope="module")
 def slow_sim():
     """Plenty of slots, each request 3 s and a tenth of a second per character."""
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "64", "--base-ms", str(SERVICE_MS), "--per-char-ms",
-                str(PER_CHAR_MS)]) as p:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "64",
+            "--base-ms",
+            str(SERVICE_MS),
+            "--per-char-ms",
+            str(PER_CHAR_MS),
+        ]
+    ) as p:
         yield p
 
 
@@ -37,7 +49,7 @@ def check_records(run_dir, json_file, sent):
     assert len(records) == locust_count(json_file) == sent
     cut = [r for r in records if r["error"] == "cut_by_run_end"]
     assert all(r["ok"] or r in cut for r in records)
-    for r in cut:   # what had arrived: the answer had not, in 3 s a request
+    for r in cut:  # what had arrived: the answer had not, in 3 s a request
         assert r["final"] and r["t0"] is not None and r["t2"] is None and r["bytes"] == 0
     info = json.loads((run_dir / "run.json").read_text())
     assert info["records"] == len(records) and info["cut_by_run_end"] == len(cut)
@@ -48,14 +60,35 @@ def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slo
     # 10 req/s for 2 s: 20 arrivals, all in flight when the step ends; a 2 s drain lets the short
     # texts finish (3 s each), and the long ones (33 s) are cut
     run_dir = tmp_path / "run"
-    proc = locust(["--headless", "-H", slow_sim.url, "--rates", "10", "--arrival", "constant", "--step-time", "2",
-                   "--texts", texts, "--drain-time", "2", "--settle-time", "0", "--skip-preflight", "--run-dir",
-                   str(run_dir),
-                   "--json-file", str(tmp_path / "locust")], timeout=120)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            slow_sim.url,
+            "--rates",
+            "10",
+            "--arrival",
+            "constant",
+            "--step-time",
+            "2",
+            "--texts",
+            texts,
+            "--drain-time",
+            "2",
+            "--settle-time",
+            "0",
+            "--skip-preflight",
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / "locust"),
+        ],
+        timeout=120,
+    )
     assert "Traceback" not in proc.stdout
-    assert proc.returncode == 1, proc.stdout[-3000:]   # Locust counts the cut attempts as failures
+    assert proc.returncode == 1, proc.stdout[-3000:]  # Locust counts the cut attempts as failures
     records, cut = check_records(run_dir, tmp_path / "locust", 20)
-    assert cut and len(records) > len(cut)   # some finished in the drain, the rest were cut
+    assert cut and len(records) > len(cut)  # some finished in the drain, the rest were cut
     assert "attempts were still in flight 2 s after the run stopped" in proc.stdout
     assert f"({len(cut)} cut by the run's end, error cut_by_run_end)" in proc.stdout
     res = dashboard(run_dir, "--json")
@@ -71,9 +104,25 @@ def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow
     run_dir = tmp_path / "run"
     short = tmp_path / "short.txt"
     short.write_text(TEXTS[0] + "\n")
-    proc = locust(["--headless", "-H", slow_sim.url, "--steps", "4", "--step-time", "1", "--skip-preflight",
-                   "--texts", str(short),
-                   "--run-dir", str(run_dir), "--json-file", str(tmp_path / "locust")], timeout=120)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            slow_sim.url,
+            "--steps",
+            "4",
+            "--step-time",
+            "1",
+            "--skip-preflight",
+            "--texts",
+            str(short),
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / "locust"),
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     records, cut = check_records(run_dir, tmp_path / "locust", 4)
     assert not cut and all(r["ok"] and r["wait_ms"] >= SERVICE_MS * 0.9 for r in records)
@@ -81,9 +130,27 @@ def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow
 
 def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim, texts):
     port = free_port()
-    m = master(tmp_path, slow_sim.url, port, workers=1, steps="", step_time="2",
-               extra=("--rates", "10", "--arrival", "constant", "--texts", texts, "--drain-time", "2",
-                      "--settle-time", "0", "--skip-preflight"))
+    m = master(
+        tmp_path,
+        slow_sim.url,
+        port,
+        workers=1,
+        steps="",
+        step_time="2",
+        extra=(
+            "--rates",
+            "10",
+            "--arrival",
+            "constant",
+            "--texts",
+            texts,
+            "--drain-time",
+            "2",
+            "--settle-time",
+            "0",
+            "--skip-preflight",
+        ),
+    )
     w = worker(tmp_path, port, 1)
     finish(m, w, run_dir=tmp_path / "run")
     records, cut = check_records(tmp_path / "run", tmp_path / "locust", 20)
@@ -102,8 +169,10 @@ def test_the_health_probe_after_the_run_says_whether_the_server_still_answers(tm
     with spawn(sim_args) as sim:
         for name, extra in (("warm-up", []), ("path", ["--health-path", "/health"])):
             run_dir = tmp_path / name
-            proc = locust(["--headless", "-H", sim.url, "--steps", "1", "--step-time", "1", "--run-dir", str(run_dir),
-                           *extra], timeout=60)
+            proc = locust(
+                ["--headless", "-H", sim.url, "--steps", "1", "--step-time", "1", "--run-dir", str(run_dir), *extra],
+                timeout=60,
+            )
             assert proc.returncode == 0, proc.stdout[-2000:]
             runs[name] = json.loads((run_dir / "run.json").read_text())["health"]
     assert runs["warm-up"]["ok"] and runs["warm-up"]["status"] == 200 and runs["warm-up"]["ms"] > 0
@@ -114,8 +183,26 @@ def test_the_health_probe_after_the_run_says_whether_the_server_still_answers(tm
     run_dir = tmp_path / "gone"
     with spawn(sim_args) as sim:
         threading.Timer(3.0, sim.stop).start()
-        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "2", "--settle-time", "0",
-                       "--request-timeout", "2", "--retry-max-attempts", "1", "--run-dir", str(run_dir)], timeout=60)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--steps",
+                "1,2",
+                "--step-time",
+                "2",
+                "--settle-time",
+                "0",
+                "--request-timeout",
+                "2",
+                "--retry-max-attempts",
+                "1",
+                "--run-dir",
+                str(run_dir),
+            ],
+            timeout=60,
+        )
     assert "Traceback" not in proc.stdout
     health = json.loads((run_dir / "run.json").read_text())["health"]
     assert health["ok"] is False and health["status"] is None and f"cannot reach {sim.url}" in health["message"]

@@ -2,6 +2,7 @@
 and dcgm-exporter (tests/fixtures, quoted from their docs and source), rates over the time that
 passed, the series cap, roles, gaps and warnings, and the collector process with --scrape and
 --dcgm against real local endpoints."""
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,7 @@ class Page:
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self):
         self.server.shutdown()
@@ -73,12 +73,14 @@ def page():
         p = Page(*a, **kw)
         pages.append(p)
         return p
+
     yield make
     for p in pages:
         p.close()
 
 
 # -- exposition -------------------------------------------------------------------------------
+
 
 def test_a_counter_has_no_rate_right_after_a_gap():
     # scrapes 1 s apart, then two that failed (no reading), then 1 s apart again: the rise over
@@ -106,14 +108,16 @@ def test_vllm_series_named_as_in_the_exposition_counters_as_rates_over_real_time
     assert not any("_bucket" in k for k in first)
     later = fixture("vllm_metrics.txt").replace(
         f'vllm:request_success_total{{finished_reason="stop",{MODEL}}} 100.0',
-        f'vllm:request_success_total{{finished_reason="stop",{MODEL}}} 112.0')
-    later = later.replace(f"vllm:iteration_tokens_total_sum{{{MODEL}}} 0.0",
-                          f"vllm:iteration_tokens_total_sum{{{MODEL}}} 60.0")
-    later = later.replace(f"vllm:iteration_tokens_total_count{{{MODEL}}} 3.0",
-                          f"vllm:iteration_tokens_total_count{{{MODEL}}} 7.0")
+        f'vllm:request_success_total{{finished_reason="stop",{MODEL}}} 112.0',
+    )
+    later = later.replace(
+        f"vllm:iteration_tokens_total_sum{{{MODEL}}} 0.0", f"vllm:iteration_tokens_total_sum{{{MODEL}}} 60.0"
+    )
+    later = later.replace(
+        f"vllm:iteration_tokens_total_count{{{MODEL}}} 3.0", f"vllm:iteration_tokens_total_count{{{MODEL}}} 7.0"
+    )
     second = r.read(later, t=102.5)  # 2.5 s actually passed (not the 1 s interval)
-    assert second[f'vllm:request_success_total{{finished_reason="stop",{MODEL}}}'] == \
-        pytest.approx(12 / 2.5)
+    assert second[f'vllm:request_success_total{{finished_reason="stop",{MODEL}}}'] == pytest.approx(12 / 2.5)
     assert second[f"vllm:iteration_tokens_total_count{{{MODEL}}}"] == pytest.approx(4 / 2.5)
     assert second[f"vllm:iteration_tokens_total_mean{{{MODEL}}}"] == pytest.approx(60 / 4)
     # a counter that went down (server restart) gives no rate, not a negative one
@@ -123,12 +127,13 @@ def test_vllm_series_named_as_in_the_exposition_counters_as_rates_over_real_time
 
 def test_sglang_triton_tgi_roles_from_their_own_text():
     sg = roles(Reader().read(fixture("sglang_metrics.txt"), 0.0))
-    assert sg == {"queue_depth": ("sglang:num_queue_reqs", 2826.0),
-                  "running": ("sglang:num_running_reqs", 162.0),
-                  "kv_cache_usage": ("sglang:token_usage", 0.28)}
+    assert sg == {
+        "queue_depth": ("sglang:num_queue_reqs", 2826.0),
+        "running": ("sglang:num_running_reqs", 162.0),
+        "kv_cache_usage": ("sglang:token_usage", 0.28),
+    }
     tgi = roles(Reader().read(fixture("tgi_metrics.txt"), 0.0))
-    assert tgi == {"queue_depth": ("tgi_queue_size", 6.0),
-                   "batch_size": ("tgi_batch_current_size", 4.0)}
+    assert tgi == {"queue_depth": ("tgi_queue_size", 6.0), "batch_size": ("tgi_batch_current_size", 4.0)}
     vl = roles(Reader().read(fixture("vllm_metrics.txt"), 0.0))
     assert vl["queue_depth"] == ("vllm:num_requests_waiting", 12.0)
     assert vl["kv_cache_usage"] == ("vllm:gpu_cache_usage_perc", 0.35)
@@ -136,10 +141,13 @@ def test_sglang_triton_tgi_roles_from_their_own_text():
     r = Reader()
     text = fixture("triton_metrics.txt")
     assert roles(r.read(text, 10.0)) == {"queue_depth": ("nv_inference_pending_request_count", 0.0)}
-    busy = (text.replace('nv_inference_count{model="tensorrt_llm",version="1"} 0',
-                         'nv_inference_count{model="tensorrt_llm",version="1"} 64')
-                .replace('nv_inference_exec_count{model="tensorrt_llm",version="1"} 0',
-                         'nv_inference_exec_count{model="tensorrt_llm",version="1"} 8'))
+    busy = text.replace(
+        'nv_inference_count{model="tensorrt_llm",version="1"} 0',
+        'nv_inference_count{model="tensorrt_llm",version="1"} 64',
+    ).replace(
+        'nv_inference_exec_count{model="tensorrt_llm",version="1"} 0',
+        'nv_inference_exec_count{model="tensorrt_llm",version="1"} 8',
+    )
     got = roles(r.read(busy, 12.0))
     assert got["batch_size"] == ("nv_inference_count/nv_inference_exec_count", 8.0)
 
@@ -160,8 +168,7 @@ def test_match_and_cap_keep_known_series_first_and_say_how_many_were_dropped():
     assert f"vllm:num_requests_running{{{MODEL}}}" in out
     assert r.dropped == 30 + 5 - 5  # 30 others + 5 vLLM series (a histogram is one), 5 kept
     picked = Reader(match=r"^vllm:num_requests").read(text, 0.0)
-    assert set(picked) == {f"vllm:num_requests_waiting{{{MODEL}}}",
-                           f"vllm:num_requests_running{{{MODEL}}}"}
+    assert set(picked) == {f"vllm:num_requests_waiting{{{MODEL}}}", f"vllm:num_requests_running{{{MODEL}}}"}
 
 
 def test_malformed_exposition_is_one_error():
@@ -177,28 +184,56 @@ MIB = 1024 * 1024
 def test_two_dcgm_gpus_come_out_exactly_as_gpus_entries():
     gpus = gpus_from_text(fixture("dcgm_two_gpus.txt"))
     assert gpus == [
-        {"index": 0, "mig_index": None, "uuid": "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd",
-         "name": "Tesla V100-SXM2-32GB", "lost": False, "util_percent": 98,
-         "mem_used_bytes": 30256 * MIB, "mem_total_bytes": (30256 + 2254) * MIB,
-         "power_w": 243.517, "temp_c": 61, "sm_clock_mhz": 1530, "clock_event_reasons": None,
-         "proc_mem_bytes": None},
-        {"index": 1, "mig_index": None, "uuid": "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5",
-         "name": "Tesla V100-SXM2-32GB", "lost": False, "util_percent": 0,
-         "mem_used_bytes": 3 * MIB, "mem_total_bytes": (3 + 32507) * MIB,
-         "power_w": 41.305, "temp_c": 34, "sm_clock_mhz": 135, "clock_event_reasons": None,
-         "proc_mem_bytes": None},
+        {
+            "index": 0,
+            "mig_index": None,
+            "uuid": "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd",
+            "name": "Tesla V100-SXM2-32GB",
+            "lost": False,
+            "util_percent": 98,
+            "mem_used_bytes": 30256 * MIB,
+            "mem_total_bytes": (30256 + 2254) * MIB,
+            "power_w": 243.517,
+            "temp_c": 61,
+            "sm_clock_mhz": 1530,
+            "clock_event_reasons": None,
+            "proc_mem_bytes": None,
+        },
+        {
+            "index": 1,
+            "mig_index": None,
+            "uuid": "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5",
+            "name": "Tesla V100-SXM2-32GB",
+            "lost": False,
+            "util_percent": 0,
+            "mem_used_bytes": 3 * MIB,
+            "mem_total_bytes": (3 + 32507) * MIB,
+            "power_w": 41.305,
+            "temp_c": 34,
+            "sm_clock_mhz": 135,
+            "clock_event_reasons": None,
+            "proc_mem_bytes": None,
+        },
     ]
     assert set(gpus[0]) == {"index", "mig_index", "uuid", "name", "lost", *GPU_FIELDS}
 
 
 def test_dcgm_missing_fields_are_null_and_reserved_memory_counts_in_the_total():
-    text = "\n".join(line for line in fixture("dcgm_two_gpus.txt").splitlines()
-                     if "FB_FREE" not in line and "POWER_USAGE" not in line) + "\n"
+    text = (
+        "\n".join(
+            line
+            for line in fixture("dcgm_two_gpus.txt").splitlines()
+            if "FB_FREE" not in line and "POWER_USAGE" not in line
+        )
+        + "\n"
+    )
     gpus = gpus_from_text(text)
     assert gpus[0]["mem_total_bytes"] is None and gpus[0]["power_w"] is None
     assert gpus[0]["mem_used_bytes"] == 30256 * MIB
-    reserved = fixture("dcgm_two_gpus.txt") + \
-        'DCGM_FI_DEV_FB_RESERVED{gpu="0",UUID="GPU-a6158b59-2c1e-1e63-0068-9178c4298abd"} 258\n'
+    reserved = (
+        fixture("dcgm_two_gpus.txt")
+        + 'DCGM_FI_DEV_FB_RESERVED{gpu="0",UUID="GPU-a6158b59-2c1e-1e63-0068-9178c4298abd"} 258\n'
+    )
     assert gpus_from_text(reserved)[0]["mem_total_bytes"] == (30256 + 2254 + 258) * MIB
 
 
@@ -209,12 +244,15 @@ def test_dcgm_down_keeps_the_gpus_with_null_readings(page):
     assert [g["util_percent"] for g in d.sample()] == [98, 0]
     d.endpoint._latest = (time.monotonic() - 60, d.endpoint._latest[1])  # long ago
     gone = d.sample()
-    assert [g["uuid"] for g in gone] == ["GPU-a6158b59-2c1e-1e63-0068-9178c4298abd",
-                                         "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5"]
+    assert [g["uuid"] for g in gone] == [
+        "GPU-a6158b59-2c1e-1e63-0068-9178c4298abd",
+        "GPU-8d5053b3-9280-7d1a-751b-4fd2fdd547c5",
+    ]
     assert all(g[f] is None for g in gone for f in GPU_FIELDS)
 
 
 # -- endpoints: gaps and one warning ----------------------------------------------------------
+
 
 def test_unreachable_endpoint_is_a_gap_and_one_warning(caplog, page):
     p = page("x 1\n")
@@ -252,7 +290,7 @@ def test_a_slow_endpoint_never_delays_reading_the_latest(page):
     s.start()
     try:
         time.sleep(0.5)
-        deadline = time.monotonic() + 10   # a busy machine may not have scraped the fast one yet
+        deadline = time.monotonic() + 10  # a busy machine may not have scraped the fast one yet
         while "a" not in (s.metrics() or {}) and time.monotonic() < deadline:
             time.sleep(0.05)
         t0 = time.monotonic()
@@ -267,8 +305,7 @@ def test_a_slow_endpoint_never_delays_reading_the_latest(page):
 
 # -- the collector process --------------------------------------------------------------------
 
-CPU_ONLY = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests",
-            "FAKE_NVML_ABSENT": "library"}
+CPU_ONLY = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": "tests", "FAKE_NVML_ABSENT": "library"}
 
 
 def _samples(url: str) -> list[dict]:
@@ -281,8 +318,21 @@ def test_collector_process_scrape_and_dcgm(page):
     down = page("")
     down_url = down.url
     down.close()
-    args = ["tts_knee.collectors", "--port", "0", "--interval", "0.2", "--scrape", srv.url,
-            "--scrape", down_url, "--dcgm", dcgm.url, "--scrape-timeout", "0.5"]
+    args = [
+        "tts_knee.collectors",
+        "--port",
+        "0",
+        "--interval",
+        "0.2",
+        "--scrape",
+        srv.url,
+        "--scrape",
+        down_url,
+        "--dcgm",
+        dcgm.url,
+        "--scrape-timeout",
+        "0.5",
+    ]
     with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as proc:
         deadline = time.monotonic() + 10
         samples = []

@@ -2,6 +2,7 @@
 collector scraping it (--scrape) and the master scraping it too (--server-metrics), swept at
 1, 2, 4, 8; then the step summary, the diagnosis and the report. And the diagnosis's use of the
 queue on its own, on step summaries."""
+
 from __future__ import annotations
 
 import json
@@ -17,15 +18,53 @@ WAITING = "sim:num_requests_waiting"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("server-metrics")
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250",
-                "--per-char-ms", "0", "--jitter", "0"]) as sim:
-        args = ["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
-                "--scrape", f"{sim.url}/metrics"]
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            "250",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
+        args = [
+            "tts_knee.collectors",
+            "--port",
+            "0",
+            "--interval",
+            "0.25",
+            "--pid",
+            str(sim.pid),
+            "--scrape",
+            f"{sim.url}/metrics",
+        ]
         with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as col:
-            done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",
-                           "--settle-time", "0.5", "--run-dir", str(tmp / "run"),
-                           "--collector", col.url, "--server-metrics", f"{sim.url}/metrics"],
-                          cwd=tmp)
+            done = locust(
+                [
+                    "--headless",
+                    "-H",
+                    sim.url,
+                    "--steps",
+                    "1,2,4,8",
+                    "--step-time",
+                    "3",
+                    "--settle-time",
+                    "0.5",
+                    "--run-dir",
+                    str(tmp / "run"),
+                    "--collector",
+                    col.url,
+                    "--server-metrics",
+                    f"{sim.url}/metrics",
+                ],
+                cwd=tmp,
+            )
     assert done.returncode == 0, done.stdout
     assert "Traceback" not in done.stdout
     dash = dashboard(tmp / "run")
@@ -67,35 +106,68 @@ def test_the_step_summary_and_the_evidence_cite_the_queue(run_dir):
 
 # -- the diagnosis on step summaries ----------------------------------------------------------
 
+
 def _step(conc, p95, queue=None, running=None, gpu=None, cpu=None):
     server = None
     if queue is not None or gpu is not None or cpu is not None:
         roles = {}
         if queue is not None:
-            roles["queue_depth"] = {"series": "vllm:num_requests_waiting", "mean": queue / 2,
-                                    "max": queue, "samples": 5}
+            roles["queue_depth"] = {
+                "series": "vllm:num_requests_waiting",
+                "mean": queue / 2,
+                "max": queue,
+                "samples": 5,
+            }
         if running is not None:
-            roles["running"] = {"series": "vllm:num_requests_running", "mean": running,
-                                "max": running, "samples": 5}
-        by = {"gpu-host": {"gpu_util_mean": gpu, "gpu_util_max": gpu, "cpu_mean": cpu,
-                           "busiest_core_mean": cpu, "proc_cpu_mean": None}}
-        server = {"gpu_util_mean": gpu, "gpu_util_max": gpu, "cpu_mean": cpu,
-                  "busiest_core_mean": cpu, "by_host": by, "hosts": ["gpu-host"],
-                  "server_roles": roles or None}
-    return {"step": conc, "concurrency": conc, "requests": 50, "attempts": 50, "ok": 50,
-            "failed": 0, "error_rate": 0.0, "throttled": 0, "retries": 0,
-            "non_throttle_failures": 0, "errors": [], "status_counts": {"200": 50},
-            "latency_ms": {"p50": p95 * 0.8, "p95": p95, "max": p95 * 1.2},
-            "throughput_rps": 4.0, "completed_rps": 4.0, "server": server, "client": None,
-            "little": None}
+            roles["running"] = {"series": "vllm:num_requests_running", "mean": running, "max": running, "samples": 5}
+        by = {
+            "gpu-host": {
+                "gpu_util_mean": gpu,
+                "gpu_util_max": gpu,
+                "cpu_mean": cpu,
+                "busiest_core_mean": cpu,
+                "proc_cpu_mean": None,
+            }
+        }
+        server = {
+            "gpu_util_mean": gpu,
+            "gpu_util_max": gpu,
+            "cpu_mean": cpu,
+            "busiest_core_mean": cpu,
+            "by_host": by,
+            "hosts": ["gpu-host"],
+            "server_roles": roles or None,
+        }
+    return {
+        "step": conc,
+        "concurrency": conc,
+        "requests": 50,
+        "attempts": 50,
+        "ok": 50,
+        "failed": 0,
+        "error_rate": 0.0,
+        "throttled": 0,
+        "retries": 0,
+        "non_throttle_failures": 0,
+        "errors": [],
+        "status_counts": {"200": 50},
+        "latency_ms": {"p50": p95 * 0.8, "p95": p95, "max": p95 * 1.2},
+        "throughput_rps": 4.0,
+        "completed_rps": 4.0,
+        "server": server,
+        "client": None,
+        "little": None,
+    }
 
 
 KNEE = {"index": 3, "concurrency": 8}
 
 
 def test_queue_rising_with_the_gpu_idle_is_the_concurrency_limit_in_those_words():
-    steps = [_step(c, p, queue=q, running=8, gpu=35, cpu=20)
-             for c, p, q in ((1, 200, 0), (2, 200, 0), (4, 210, 0), (8, 600, 12))]
+    steps = [
+        _step(c, p, queue=q, running=8, gpu=35, cpu=20)
+        for c, p, q in ((1, 200, 0), (2, 200, 0), (4, 210, 0), (8, 600, 12))
+    ]
     d = diagnose(steps, KNEE, None, True)
     assert d["kind"] == "concurrency_limit"
     assert d["evidence"][0].startswith("The server's queue (vllm:num_requests_waiting) rose to 12")
@@ -104,18 +176,19 @@ def test_queue_rising_with_the_gpu_idle_is_the_concurrency_limit_in_those_words(
 
 
 def test_running_capped_with_the_gpu_saturated_is_compute_bound():
-    steps = [_step(c, p, queue=q, running=r, gpu=g, cpu=20)
-             for c, p, q, r, g in ((1, 200, 0, 1, 20), (2, 200, 0, 2, 40), (4, 210, 0, 4, 80),
-                                   (8, 600, 6, 8, 98))]
+    steps = [
+        _step(c, p, queue=q, running=r, gpu=g, cpu=20)
+        for c, p, q, r, g in ((1, 200, 0, 1, 20), (2, 200, 0, 2, 40), (4, 210, 0, 4, 80), (8, 600, 6, 8, 98))
+    ]
     d = diagnose(steps, KNEE, None, True)
     assert d["kind"] == "compute_bound"
-    assert any("Running requests (vllm:num_requests_running) capped at 8 with GPU utilisation 98%"
-               in e for e in d["evidence"]), d
+    assert any(
+        "Running requests (vllm:num_requests_running) capped at 8 with GPU utilisation 98%" in e for e in d["evidence"]
+    ), d
 
 
 def test_without_gpu_or_cpu_the_queue_still_tells_server_queueing_from_client_stalls():
-    inside = [_step(c, p, queue=q) for c, p, q in ((1, 200, 0), (2, 200, 0), (4, 210, 0),
-                                                  (8, 600, 12))]
+    inside = [_step(c, p, queue=q) for c, p, q in ((1, 200, 0), (2, 200, 0), (4, 210, 0), (8, 600, 12))]
     d = diagnose(inside, KNEE, None, True)
     assert d["kind"] == "queueing"
     assert "requests wait inside the server" in d["evidence"][0]
@@ -136,8 +209,9 @@ def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
     down = f"http://127.0.0.1:{free_port()}/metrics"
     out = tmp_path / "resources.jsonl"
     with spawn(["tts_knee.testbed.sim", "--port", "0"]) as sim:
-        puller = CollectorPuller([], out, interval_s=0.2, sample_client=False,
-                                 server_metrics=[f"{sim.url}/metrics", down])
+        puller = CollectorPuller(
+            [], out, interval_s=0.2, sample_client=False, server_metrics=[f"{sim.url}/metrics", down]
+        )
         with caplog.at_level(logging.WARNING):
             assert puller.start() == []
             gevent.sleep(1.2)
@@ -149,24 +223,70 @@ def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
     assert len(bad) >= 4 and all(s["metrics"] is None for s in bad)  # a gap, never 0
     warned = [r.getMessage() for r in caplog.records if down in r.getMessage()]
     assert len(warned) == 1 and "unreachable" in warned[0]
-    assert {d["url"]: d["failures"] > 0 for d in puller.describe_server_metrics()} == \
-        {f"{sim.url}/metrics": False, down: True}
+    assert {d["url"]: d["failures"] > 0 for d in puller.describe_server_metrics()} == {
+        f"{sim.url}/metrics": False,
+        down: True,
+    }
 
 
 # -- a server tts-knee does not know by name ---------------------------------------------------
+
 
 def test_a_custom_servers_queue_is_read_by_its_name_or_by_server_role(tmp_path):
     """A 4-slot server publishing tts_requests_waiting (the simulator's --metrics-prefix): the
     name alone is enough for the diagnosis to cite its queue at 8, and --server-role names it
     too; the collector's and the load generator's --server-role land in run.json."""
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
-                "--jitter", "0", "--metrics-prefix", "tts"]) as sim:
-        args = ["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid),
-                "--scrape", f"{sim.url}/metrics", "--server-role", "running=tts_requests_running"]
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            "250",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+            "--metrics-prefix",
+            "tts",
+        ]
+    ) as sim:
+        args = [
+            "tts_knee.collectors",
+            "--port",
+            "0",
+            "--interval",
+            "0.25",
+            "--pid",
+            str(sim.pid),
+            "--scrape",
+            f"{sim.url}/metrics",
+            "--server-role",
+            "running=tts_requests_running",
+        ]
         with spawn(args, env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}) as col:
-            done = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-time", "3",
-                           "--settle-time", "0.5", "--run-dir", str(tmp_path / "run"), "--collector", col.url,
-                           "--server-role", "running=tts_requests_running"], cwd=tmp_path)
+            done = locust(
+                [
+                    "--headless",
+                    "-H",
+                    sim.url,
+                    "--steps",
+                    "1,2,4,8",
+                    "--step-time",
+                    "3",
+                    "--settle-time",
+                    "0.5",
+                    "--run-dir",
+                    str(tmp_path / "run"),
+                    "--collector",
+                    col.url,
+                    "--server-role",
+                    "running=tts_requests_running",
+                ],
+                cwd=tmp_path,
+            )
     assert done.returncode == 0, done.stdout
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["options"]["server_roles"] == ["running=tts_requests_running"]
@@ -186,7 +306,9 @@ def test_a_custom_servers_queue_is_read_by_its_name_or_by_server_role(tmp_path):
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)["diagnosis"]
     assert d["kind"] == "concurrency_limit"
-    assert any("tts_requests_waiting, named by --server-role queue_depth=tts_requests_waiting" in e
-               and "at concurrency 8" in e for e in d["evidence"]), d["evidence"]
+    assert any(
+        "tts_requests_waiting, named by --server-role queue_depth=tts_requests_waiting" in e and "at concurrency 8" in e
+        for e in d["evidence"]
+    ), d["evidence"]
     bad = dashboard(tmp_path / "run", "--server-role", "queue=tts_requests_waiting")
     assert bad.returncode == 2 and "--server-role takes ROLE=SERIES" in bad.stderr

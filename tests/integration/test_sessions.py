@@ -4,6 +4,7 @@ server for what the simulator's dialect cannot say. Every failure is a failed at
 sentence, what arrived is still timed, the connection is opened again (each opening an
 attempt's ``connect_ms``), refusals are retried as the policy says, and nothing recorded is
 lost (Locust's count equals the records)."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,22 @@ def texts(tmp_path_factory):
 def sim(*knobs):
     """The simulator with its Wyoming face: 5x shared capacity, 0.2 s chunks; ``.tcp`` is
     Wyoming's address."""
-    return spawn(["tts_knee.testbed.sim", "--port", "0", "--wyoming-port", "0", "--capacity", "5", "--chunk-ms", "200",
-                  "--prefill-ms", "50", *knobs])
+    return spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--wyoming-port",
+            "0",
+            "--capacity",
+            "5",
+            "--chunk-ms",
+            "200",
+            "--prefill-ms",
+            "50",
+            *knobs,
+        ]
+    )
 
 
 def tcp(proc) -> str:
@@ -38,13 +53,31 @@ def tcp(proc) -> str:
 
 def run(tmp_path, host, texts, *extra, steps="2", step_time="3", timeout=90):
     run_dir = tmp_path / "run"
-    proc = locust(["--headless", "-H", host, "--steps", steps, "--step-time", step_time, "--settle-time", "0",
-                   "--texts", str(texts), "--run-dir", str(run_dir), "--json-file", str(tmp_path / "locust"),
-                   *extra], timeout=timeout)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--steps",
+            steps,
+            "--step-time",
+            step_time,
+            "--settle-time",
+            "0",
+            "--texts",
+            str(texts),
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / "locust"),
+            *extra,
+        ],
+        timeout=timeout,
+    )
     assert "Traceback" not in proc.stdout, proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl") if (run_dir / "requests.jsonl").exists() else []
     if records:
-        assert len(records) == locust_count(tmp_path / "locust")   # nothing recorded is lost
+        assert len(records) == locust_count(tmp_path / "locust")  # nothing recorded is lost
     return proc, records
 
 
@@ -72,10 +105,11 @@ WYOMING = ["--tts-protocol", "wyoming", "--text-rate", "20"]
 
 def test_ws_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path, texts):
     # one user, so the seeded simulator's picks come in one order: garbage, reset, sse-error first
-    with sim("--fault", "reset", "--fault", "garbage", "--fault", "sse-error", "--fault-rate", "0.5",
-             "--seed", "16") as s:
+    with sim(
+        "--fault", "reset", "--fault", "garbage", "--fault", "sse-error", "--fault-rate", "0.5", "--seed", "16"
+    ) as s:
         proc, records = run(tmp_path, s.url, texts, *VLLM, "--skip-preflight", steps="1", step_time="4")
-    assert proc.returncode == 1   # attempts failed
+    assert proc.returncode == 1  # attempts failed
     failed = [r for r in records if not r["ok"]]
     ok = [r for r in records if r["ok"]]
     assert failed and ok
@@ -92,7 +126,7 @@ def test_ws_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path, text
             assert r["status"] == 101
         else:
             raise AssertionError(r["error"])
-        assert r["chunks"] >= 1 and r["ttfa_ms"] is not None   # what arrived is still timed
+        assert r["chunks"] >= 1 and r["ttfa_ms"] is not None  # what arrived is still timed
         assert r["text_first_ms"] is not None
     assert kinds == {"reset", "garbage", "sse-error"}
     reopened(records)
@@ -101,15 +135,17 @@ def test_ws_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path, text
 
 def test_ws_handshake_that_never_completes_is_bounded_by_the_connect_timeout(tmp_path, texts):
     with sim("--fault", "stall", "--stall-s", "4") as s:
-        proc, records = run(tmp_path, s.url, texts, *VLLM, "--skip-preflight", "--connect-timeout", "1",
-                            steps="1", step_time="3")
+        proc, records = run(
+            tmp_path, s.url, texts, *VLLM, "--skip-preflight", "--connect-timeout", "1", steps="1", step_time="3"
+        )
     assert records
     for r in records:
         assert not r["ok"] and r["status"] is None and r.get("connect_ms") is None
-        assert r["error"] == ("the WebSocket handshake did not complete within 1 s: "
-                              f"ws://{s.url.split('//')[1]}/v1/audio/speech/stream")
+        assert r["error"] == (
+            f"the WebSocket handshake did not complete within 1 s: ws://{s.url.split('//')[1]}/v1/audio/speech/stream"
+        )
     starts = sorted(r["t0"] for r in records)
-    assert all(b - a >= 0.95 for a, b in zip(starts, starts[1:]))   # each waited out the connect timeout
+    assert all(b - a >= 0.95 for a, b in zip(starts, starts[1:]))  # each waited out the connect timeout
 
 
 def test_ws_upgrade_refused_with_429_honours_retry_after(tmp_path, texts):
@@ -136,21 +172,37 @@ def test_ws_upgrade_refused_with_429_honours_retry_after(tmp_path, texts):
 
 def test_ws_close_1013_on_an_open_session_is_retried_as_a_throttle(tmp_path, texts):
     reusing = tmp_path / "vllm-omni-0.29.toml"
-    reusing.write_text((ROOT / "configs" / "presets" / "vllm-omni.toml").read_text()
-                       .replace("reuse = false", "reuse = true"))
+    reusing.write_text(
+        (ROOT / "configs" / "presets" / "vllm-omni.toml").read_text().replace("reuse = false", "reuse = true")
+    )
     # one slot, two users: a refused utterance is served once a retry lands between the other
     # user's utterances. 40 attempts 50-100 ms apart outlast one utterance (three were a race a
     # loaded CI machine lost: every retry of a request refused while the other spoke).
     with sim("--slots", "1", "--queue-limit", "0") as s:
-        proc, records = run(tmp_path, s.url, texts, "--tts-protocol", "ws", "--tts-preset", str(reusing),
-                            "--text-rate", "20", "--retry-base-ms", "50", "--retry-max-ms", "100",
-                            "--retry-max-attempts", "40", step_time="5")
+        proc, records = run(
+            tmp_path,
+            s.url,
+            texts,
+            "--tts-protocol",
+            "ws",
+            "--tts-preset",
+            str(reusing),
+            "--text-rate",
+            "20",
+            "--retry-base-ms",
+            "50",
+            "--retry-max-ms",
+            "100",
+            "--retry-max-attempts",
+            "40",
+            step_time="5",
+        )
     closed = [r for r in records if r["status"] == 1013]
     assert closed, {r["status"] for r in records}
     for r in closed:
         assert not r["ok"] and "close 1013: try again later: the queue is full" in r["error"]
         assert r["error"].startswith("WebSocket close 1013: ")
-    assert any(r["attempt"] > 1 and r["ok"] for r in records)   # retried with backoff, then served
+    assert any(r["attempt"] > 1 and r["ok"] for r in records)  # retried with backoff, then served
     judged = json.loads(_summary(tmp_path))
     # a refused utterance drops its session: the next upgrade may be refused too (503 + Retry-After)
     throttles = [r for r in records if r["status"] in (503, 1013) and r["settled"]]
@@ -159,6 +211,7 @@ def test_ws_close_1013_on_an_open_session_is_retried_as_a_throttle(tmp_path, tex
 
 def _summary(tmp_path) -> str:
     from procs import dashboard
+
     done = dashboard(tmp_path / "run", "--no-report")
     assert done.returncode == 0, done.stderr
     return (tmp_path / "run" / "summary.json").read_text()
@@ -184,6 +237,7 @@ class ScriptedContexts:
     def session(self, conn):
         from wsproto import ConnectionType, WSConnection
         from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
         ws = WSConnection(ConnectionType.SERVER)
         try:
             while True:
@@ -197,8 +251,13 @@ class ScriptedContexts:
                     elif isinstance(ev, TextMessage):
                         msg = json.loads(ev.data)
                         if msg.get("transcript"):
-                            conn.sendall(ws.send(TextMessage(data=json.dumps(
-                                {"type": "chunk", "context_id": "nobody", "data": "AAAAAA=="}))))
+                            conn.sendall(
+                                ws.send(
+                                    TextMessage(
+                                        data=json.dumps({"type": "chunk", "context_id": "nobody", "data": "AAAAAA=="})
+                                    )
+                                )
+                            )
                     elif isinstance(ev, CloseConnection):
                         return
         except OSError:
@@ -216,20 +275,33 @@ def test_an_end_sent_as_a_sequence_goes_in_order(tmp_path, texts):
     text's audio is longer by it than with the one-message end."""
     one = ROOT / "tests" / "fixtures" / "presets" / "sim-cancel.toml"
     two = tmp_path / "two-part-end.toml"
-    two.write_text(one.read_text().replace('end = { type = "input.done" }\n', "") + (
-        '\n[[send.end]]\ntype = "input.text"\ntext = " And goodbye from all of us here."\n'
-        '\n[[send.end]]\ntype = "input.done"\n'))
+    two.write_text(
+        one.read_text().replace('end = { type = "input.done" }\n', "")
+        + (
+            '\n[[send.end]]\ntype = "input.text"\ntext = " And goodbye from all of us here."\n'
+            '\n[[send.end]]\ntype = "input.done"\n'
+        )
+    )
     audio = {}
     with sim() as p:
         for preset in (one, two):
             (tmp_path / preset.stem).mkdir()
-            _, records = run(tmp_path / preset.stem, p.url, texts, "--tts-protocol", "ws", "--tts-preset", str(preset),
-                             steps="1", step_time="3")
+            _, records = run(
+                tmp_path / preset.stem,
+                p.url,
+                texts,
+                "--tts-protocol",
+                "ws",
+                "--tts-preset",
+                str(preset),
+                steps="1",
+                step_time="3",
+            )
             assert records and all(r["ok"] for r in records), [r["error"] for r in records if not r["ok"]][:3]
             audio[preset] = {r["text_id"]: r["audio_s"] for r in records}
     both = audio[one].keys() & audio[two].keys()
     assert len(both) >= 2, audio
-    for text_id in both:   # the piece, 33 characters, is well over a second of speech
+    for text_id in both:  # the piece, 33 characters, is well over a second of speech
         assert audio[two][text_id] > audio[one][text_id] + 1.0, (text_id, audio[one][text_id], audio[two][text_id])
 
 
@@ -240,14 +312,31 @@ def test_a_keepalive_keeps_an_idle_session_open_through_the_think_time(tmp_path,
     0.3 s keeps its first session for the whole step."""
     one = ROOT / "tests" / "fixtures" / "presets" / "sim-cancel.toml"
     kept = tmp_path / "kept-alive.toml"
-    kept.write_text(one.read_text().replace('ends_on = "end"\n', 'ends_on = "end"\nkeepalive_s = 0.3\n').replace(
-        'close = { type = "session.close" }\n', 'close = { type = "session.close" }\nkeepalive = { type = "session.config" }\n'))
+    kept.write_text(
+        one.read_text()
+        .replace('ends_on = "end"\n', 'ends_on = "end"\nkeepalive_s = 0.3\n')
+        .replace(
+            'close = { type = "session.close" }\n',
+            'close = { type = "session.close" }\nkeepalive = { type = "session.config" }\n',
+        )
+    )
     opened = {}
     with sim("--ws-idle-timeout-s", "1") as p:
         for preset in (one, kept):
             (tmp_path / preset.stem).mkdir()
-            proc, records = run(tmp_path / preset.stem, p.url, texts, "--tts-protocol", "ws", "--tts-preset",
-                                str(preset), "--think-time", "1.5", steps="1", step_time="6")
+            proc, records = run(
+                tmp_path / preset.stem,
+                p.url,
+                texts,
+                "--tts-protocol",
+                "ws",
+                "--tts-preset",
+                str(preset),
+                "--think-time",
+                "1.5",
+                steps="1",
+                step_time="6",
+            )
             assert len(records) >= 3 and all(r["ok"] for r in records), [r["error"] for r in records][:3]
             opened[preset] = sum(r["connect_ms"] is not None for r in records)
             if preset == one:
@@ -258,34 +347,53 @@ def test_a_keepalive_keeps_an_idle_session_open_through_the_think_time(tmp_path,
 def test_ws_audio_for_a_context_not_in_flight_fails_the_attempt(tmp_path, texts):
     server = ScriptedContexts()
     try:
-        proc, records = run(tmp_path, server.url, texts, "--tts-protocol", "ws", "--tts-preset", "cartesia",
-                            "--tts-voice", "v", "--text-rate", "20", "--skip-preflight", steps="1", step_time="2")
+        proc, records = run(
+            tmp_path,
+            server.url,
+            texts,
+            "--tts-protocol",
+            "ws",
+            "--tts-preset",
+            "cartesia",
+            "--tts-voice",
+            "v",
+            "--text-rate",
+            "20",
+            "--skip-preflight",
+            steps="1",
+            step_time="2",
+        )
     finally:
         server.close()
     assert records
     for r in records:
         assert not r["ok"] and r["error"] == "the server sent audio for context 'nobody', which is not in flight"
-        assert r["connect_ms"] is not None   # each attempt opened the session again
+        assert r["connect_ms"] is not None  # each attempt opened the session again
         assert r["text_first_ms"] is not None and r["ttfa_ms"] is None
 
 
 def test_wyoming_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path, texts):
     # one user, so the seeded simulator's picks come in one order: garbage, sse-error, reset first
-    with sim("--fault", "reset", "--fault", "garbage", "--fault", "sse-error", "--fault-rate", "0.5",
-             "--seed", "8") as s:
+    with sim(
+        "--fault", "reset", "--fault", "garbage", "--fault", "sse-error", "--fault-rate", "0.5", "--seed", "8"
+    ) as s:
         proc, records = run(tmp_path, tcp(s), texts, *WYOMING, "--skip-preflight", steps="1", step_time="4")
     failed = [r for r in records if not r["ok"]]
     assert failed and any(r["ok"] for r in records)
     kinds = set()
     for r in failed:
         one_sentence(r["error"])
-        if "the connection broke (ECONNRESET" in r["error"] or "closed the connection" in r["error"] \
-                or "the connection broke (EPIPE" in r["error"]:
+        if (
+            "the connection broke (ECONNRESET" in r["error"]
+            or "closed the connection" in r["error"]
+            or "the connection broke (EPIPE" in r["error"]
+        ):
             # the reset is seen by the read (mid-utterance) or, when the text is still being paced
             # out as the connection goes, by the next send (a loaded machine's order of the two)
             kinds.add("reset")
             assert r["error"].startswith("Wyoming, then the ") and (
-                r["error"].endswith(" mid-utterance") or r["error"].endswith(" while sending text")), r["error"]
+                r["error"].endswith(" mid-utterance") or r["error"].endswith(" while sending text")
+            ), r["error"]
         elif "data are not JSON (its data_length is wrong, or the data is)" in r["error"]:
             kinds.add("garbage")
         elif r["error"] == "the server said: synthesis failed mid-stream (the sse-error fault) (SimulatedError)":
@@ -299,8 +407,9 @@ def test_wyoming_faults_mid_utterance_fail_the_attempt_in_one_sentence(tmp_path,
 
 def test_wyoming_utterance_that_never_ends_is_bounded_by_the_request_timeout(tmp_path, texts):
     with sim("--fault", "stall", "--stall-s", "30", "--fault-rate", "0.5", "--seed", "2") as s:
-        proc, records = run(tmp_path, tcp(s), texts, *WYOMING, "--skip-preflight", "--request-timeout", "1.5",
-                            steps="1", step_time="6")
+        proc, records = run(
+            tmp_path, tcp(s), texts, *WYOMING, "--skip-preflight", "--request-timeout", "1.5", steps="1", step_time="6"
+        )
     stalled = [r for r in records if not r["ok"]]
     assert stalled and any(r["ok"] for r in records)
     for r in stalled:
@@ -331,11 +440,15 @@ def test_the_preflight_checks_a_session_target(tmp_path, texts, protocol):
 
 def test_the_preflight_names_a_session_path_with_nothing_there(tmp_path, texts):
     wrong = tmp_path / "wrong.toml"
-    wrong.write_text((ROOT / "configs" / "presets" / "vllm-omni.toml").read_text()
-                     .replace('path = "/v1/audio/speech/stream"', 'path = "/v2/nothing"'))
+    wrong.write_text(
+        (ROOT / "configs" / "presets" / "vllm-omni.toml")
+        .read_text()
+        .replace('path = "/v1/audio/speech/stream"', 'path = "/v2/nothing"')
+    )
     with sim() as s:
-        proc, _ = run(tmp_path, s.url, texts, "--tts-protocol", "ws", "--tts-preset", str(wrong), steps="1",
-                      step_time="1")
+        proc, _ = run(
+            tmp_path, s.url, texts, "--tts-protocol", "ws", "--tts-preset", str(wrong), steps="1", step_time="1"
+        )
     errors = [line for line in proc.stdout.splitlines() if "/ERROR/" in line]
     assert proc.returncode == 2 and len(errors) == 1
     assert "/v2/nothing answered 404: no TTS endpoint there; check --tts-preset" in errors[0]
@@ -343,31 +456,58 @@ def test_the_preflight_names_a_session_path_with_nothing_there(tmp_path, texts):
 
 # ---- the options ----------------------------------------------------------------------------
 
+
 def _settings(host="http://127.0.0.1:8300", **changes):
     from procs import option_defaults
     from tts_knee.locustfiles import settings
+
     return settings.from_options(SimpleNamespace(**{**option_defaults(), **changes}), host)
 
 
-@pytest.mark.parametrize("host,changes,message", [
-    ("http://127.0.0.1:8300", {"tts_protocol": "ws"}, "--tts-protocol ws needs --tts-preset: one of cartesia"),
-    ("http://127.0.0.1:8300", {"tts_protocol": "wyoming"}, "--tts-protocol wyoming takes -H tcp://HOST:PORT"),
-    ("tcp://127.0.0.1:10200", {}, "(tcp:// is for --tts-protocol wyoming)"),
-    ("tcp://127.0.0.1", {"tts_protocol": "wyoming"}, "takes -H tcp://HOST:PORT"),
-    ("http://127.0.0.1:8300", {"tts_preset": "vllm-omni"}, "is a ws dialect: add --tts-protocol ws"),
-    ("http://127.0.0.1:8300", {"tts_protocol": "ws", "tts_preset": "vllm-omni", "contexts": 2},
-     "--contexts 2 needs a preset with contexts"),
-    ("http://127.0.0.1:8300", {"tts_protocol": "ws", "tts_preset": "elevenlabs-multi", "contexts": 6},
-     "--contexts 6 is more than preset elevenlabs-multi allows (5)"),
-    ("http://127.0.0.1:8300", {"tts_protocol": "ws", "tts_preset": "cartesia", "contexts": 2, "turns": 3},
-     "--turns works with one utterance in flight"),
-    ("http://127.0.0.1:8300", {"text_jitter": 1.5}, "--text-jitter must be a fraction from 0 to 1"),
-    ("http://127.0.0.1:8300", {"flush": "word"}, "--flush must be one of sentence, end"),
-    ("http://127.0.0.1:8300", {"rates": "1,2", "turns": 2}, "work with --steps only"),
-], ids=["ws-no-preset", "wyoming-http", "tcp-for-http", "wyoming-no-port", "preset-protocol", "contexts-none",
-        "contexts-cap", "turns-contexts", "jitter", "flush", "rates-turns"])
+@pytest.mark.parametrize(
+    "host,changes,message",
+    [
+        ("http://127.0.0.1:8300", {"tts_protocol": "ws"}, "--tts-protocol ws needs --tts-preset: one of cartesia"),
+        ("http://127.0.0.1:8300", {"tts_protocol": "wyoming"}, "--tts-protocol wyoming takes -H tcp://HOST:PORT"),
+        ("tcp://127.0.0.1:10200", {}, "(tcp:// is for --tts-protocol wyoming)"),
+        ("tcp://127.0.0.1", {"tts_protocol": "wyoming"}, "takes -H tcp://HOST:PORT"),
+        ("http://127.0.0.1:8300", {"tts_preset": "vllm-omni"}, "is a ws dialect: add --tts-protocol ws"),
+        (
+            "http://127.0.0.1:8300",
+            {"tts_protocol": "ws", "tts_preset": "vllm-omni", "contexts": 2},
+            "--contexts 2 needs a preset with contexts",
+        ),
+        (
+            "http://127.0.0.1:8300",
+            {"tts_protocol": "ws", "tts_preset": "elevenlabs-multi", "contexts": 6},
+            "--contexts 6 is more than preset elevenlabs-multi allows (5)",
+        ),
+        (
+            "http://127.0.0.1:8300",
+            {"tts_protocol": "ws", "tts_preset": "cartesia", "contexts": 2, "turns": 3},
+            "--turns works with one utterance in flight",
+        ),
+        ("http://127.0.0.1:8300", {"text_jitter": 1.5}, "--text-jitter must be a fraction from 0 to 1"),
+        ("http://127.0.0.1:8300", {"flush": "word"}, "--flush must be one of sentence, end"),
+        ("http://127.0.0.1:8300", {"rates": "1,2", "turns": 2}, "work with --steps only"),
+    ],
+    ids=[
+        "ws-no-preset",
+        "wyoming-http",
+        "tcp-for-http",
+        "wyoming-no-port",
+        "preset-protocol",
+        "contexts-none",
+        "contexts-cap",
+        "turns-contexts",
+        "jitter",
+        "flush",
+        "rates-turns",
+    ],
+)
 def test_session_options_are_checked_in_one_sentence(host, changes, message):
     from tts_knee.locustfiles import settings
+
     with pytest.raises(settings.SettingsError) as e:
         _settings(host, **changes)
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -377,7 +517,11 @@ def test_a_session_sends_no_voice_unless_one_is_named():
     s = _settings(tts_protocol="ws", tts_preset="vllm-omni")
     assert s.tts_voice == "" and s.tts_stream and s.target == "ws://127.0.0.1:8300/v1/audio/speech/stream"
     assert _settings(tts_protocol="ws", tts_preset="vllm-omni", tts_voice="vivian").tts_voice == "vivian"
-    assert _settings().tts_voice == "alloy"   # OpenAI's, over HTTP as before
+    assert _settings().tts_voice == "alloy"  # OpenAI's, over HTTP as before
     public = _settings("tcp://127.0.0.1:10200", tts_protocol="wyoming", turns=3, think_time=0.5).public()
-    assert (public["tts_protocol"], public["tts_preset"], public["turns"], public["think_time"]) == \
-        ("wyoming", None, 3, 0.5)
+    assert (public["tts_protocol"], public["tts_preset"], public["turns"], public["think_time"]) == (
+        "wyoming",
+        None,
+        3,
+        0.5,
+    )

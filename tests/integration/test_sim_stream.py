@@ -6,6 +6,7 @@ Tolerances are for a busy 2-core machine, whose timers fire late but never early
 measures is never earlier than the formula (but for streams started a few ms apart), and within
 40 ms of what the simulator's own chunk log says it sent (a late timer delays both alike).
 """
+
 from __future__ import annotations
 
 import base64
@@ -77,8 +78,7 @@ class Streamed:
         return [block.removeprefix("data: ") for block in text.split("\n\n") if block]
 
 
-def stream(url: str, body: dict, barrier: threading.Barrier | None = None,
-           path: str = "/v1/audio/speech") -> Streamed:
+def stream(url: str, body: dict, barrier: threading.Barrier | None = None, path: str = "/v1/audio/speech") -> Streamed:
     """POST ``body`` and time every read as it arrives; a broken body is kept, not raised."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
@@ -87,8 +87,7 @@ def stream(url: str, body: dict, barrier: threading.Barrier | None = None,
         barrier.wait()
     try:
         wall0, t0 = time.time(), time.monotonic()
-        conn.request("POST", path, body=json.dumps(body),
-                     headers={"Content-Type": "application/json"})
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         got = Streamed(resp.status, resp.headers, [], t0, wall0)
         try:
@@ -145,8 +144,9 @@ def as_logged(lags: tuple[list[float], ...]) -> bool:
 GROUP_EARLY_S = 0.02
 
 
-def shared(starts: list[float], audio_s: float, capacity: float, max_speed: float | None = None,
-           chunk_s: float = 0.2) -> list[list[float]]:
+def shared(
+    starts: list[float], audio_s: float, capacity: float, max_speed: float | None = None, chunk_s: float = 0.2
+) -> list[list[float]]:
     """The model, computed independently: when each stream's chunks are complete, for streams
     that start generating at ``starts`` and share ``capacity`` equally, each at most
     ``max_speed``."""
@@ -172,8 +172,14 @@ def shared(starts: list[float], audio_s: float, capacity: float, max_speed: floa
     return done
 
 
-def late_by(streams: list["Streamed"], truth: dict, audio_s: float, capacity: float,
-            max_speed: float | None = None, prefill_s: float = 0.1) -> tuple[list, list]:
+def late_by(
+    streams: list["Streamed"],
+    truth: dict,
+    audio_s: float,
+    capacity: float,
+    max_speed: float | None = None,
+    prefill_s: float = 0.1,
+) -> tuple[list, list]:
     """How much later than the model each stream's first audio and last byte arrived (unix
     seconds on this machine), the model fed with when each request began to generate (the
     simulator's chunk log): threads started "together" send their requests ms apart, and a
@@ -225,8 +231,7 @@ def test_ttfa_follows_the_shared_capacity(n):
         assert len(s.body) - HEADER == frames(SHORT) * 2
     # the ground truth: 140/180/260/420 ms, and 0.66 s of audio at 5 / n x real time
     ttfa_s, end_s = 0.1 + 0.2 / (5 / n), 0.1 + 0.66 / (5 / n)
-    assert shared([0.1] * n, 0.66, 5)[0] == pytest.approx([0.1 + x * n / 5 for x in
-                                                           (0.2, 0.4, 0.6, 0.66)])
+    assert shared([0.1] * n, 0.66, 5)[0] == pytest.approx([0.1 + x * n / 5 for x in (0.2, 0.4, 0.6, 0.66)])
     ttfa = [s.first_after(HEADER) for s in streams]
     # not earlier than the formula by more than TOL_S (sent ms apart, the first run faster
     # until the rest join); no upper bound: the prefill and the chunks are timers, whose late
@@ -313,8 +318,7 @@ def test_the_rate_is_recomputed_when_a_stream_joins():
 
 def test_each_chunk_is_its_own_write_at_its_time():
     with capacity_sim("--capacity", "1", "--prefill-ms", "50") as sim:
-        runs = repeat(3, stream, sim.url, {"input": SHORT, "stream": True,
-                                           "response_format": "pcm"})
+        runs = repeat(3, stream, sim.url, {"input": SHORT, "stream": True, "response_format": "pcm"})
     # 1x real time: audio at 0.25, 0.45, 0.65 and 0.71 s (the last chunk is 60 ms)
     starts = []
     for s in runs:
@@ -326,8 +330,11 @@ def test_each_chunk_is_its_own_write_at_its_time():
     for i, want in enumerate([0.25, 0.45, 0.65, 0.71]):
         assert near([run[i] for run in starts], want), starts  # never early (timers end late)
     # each write read when the simulator's log says it sent it: TOL_S in the median
-    lags = [s.wall0 + at - sent for s, run in zip(runs, starts)
-            for at, sent in zip(run, sim.truth[s.headers["X-Request-Id"]]["sent"], strict=True)]
+    lags = [
+        s.wall0 + at - sent
+        for s, run in zip(runs, starts)
+        for at, sent in zip(run, sim.truth[s.headers["X-Request-Id"]]["sent"], strict=True)
+    ]
     assert statistics.median(lags) <= TOL_S, lags
 
 
@@ -339,8 +346,10 @@ def test_sse_carries_the_same_pcm_as_the_wav_stream():
     events = sse.events()
     assert len(events) == 5  # four chunks, then done
     assert pcm_of(events) == wav.body[HEADER:]
-    assert json.loads(events[-1]) == {"type": "speech.audio.done", "usage": {
-        "input_tokens": 3, "output_tokens": 33, "total_tokens": 36}}
+    assert json.loads(events[-1]) == {
+        "type": "speech.audio.done",
+        "usage": {"input_tokens": 3, "output_tokens": 33, "total_tokens": 36},
+    }
     assert sse.first_after(0) > 0.135 and sse.end_s > 0.232
 
 
@@ -390,8 +399,15 @@ def test_unstreamed_requests_share_the_capacity_too():
     behind = [s.end_s - server_total_s(s) for s in two]
     assert statistics.median(behind) <= TOL_S, behind  # body read TOL_S after the server's own total
     # with --capacity the slots do not limit unless given
-    assert health == {"status": "ok", "slots": None, "busy": 0, "queued": 0, "served": 2,
-                      "rejected": 0, "generating": 0}
+    assert health == {
+        "status": "ok",
+        "slots": None,
+        "busy": 0,
+        "queued": 0,
+        "served": 2,
+        "rejected": 0,
+        "generating": 0,
+    }
 
 
 def test_slots_still_apply_when_given():
@@ -401,8 +417,7 @@ def test_slots_still_apply_when_given():
     pairs = [sorted(pair, key=lambda s: s.end_s) for pair in pairs]
     alone_s = 0.1 + 1.2 / 5
     assert near([first.end_s for first, _ in pairs], alone_s, GROUP_EARLY_S)
-    assert near([second.first_after(HEADER) for _, second in pairs], alone_s + 0.14,
-                GROUP_EARLY_S)
+    assert near([second.first_after(HEADER) for _, second in pairs], alone_s + 0.14, GROUP_EARLY_S)
     assert near([second.end_s for _, second in pairs], 2 * alone_s, GROUP_EARLY_S)
     # the near()s are lower bounds (timers end late): the late side, against the log
     lags = behind_log([s for pair in pairs for s in pair], sim.truth)
@@ -410,8 +425,7 @@ def test_slots_still_apply_when_given():
 
 
 def _faulty(fault: str, body: dict) -> Streamed:
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", fault,
-                "--seed", "1"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", fault, "--seed", "1"]) as sim:
         return stream(sim.url, body)
 
 
@@ -429,8 +443,7 @@ def test_truncate_ends_a_stream_cleanly_after_half_the_audio():
 
 
 def test_reset_aborts_a_stream_after_half_the_audio():
-    for body, audio in ((WAV_LONG, lambda s: len(s.body) - HEADER),
-                        (SSE_LONG, lambda s: len(pcm_of(s.events())))):
+    for body, audio in ((WAV_LONG, lambda s: len(s.body) - HEADER), (SSE_LONG, lambda s: len(pcm_of(s.events())))):
         s = _faulty("reset", body)
         assert isinstance(s.error, (http.client.IncompleteRead, ConnectionError)), s.error
         assert audio(s) == HALF
@@ -448,8 +461,7 @@ def test_sse_error_event_after_good_chunks():
 
 
 def test_garbage_after_good_sse_chunks():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", "garbage",
-                "--seed", "3"]) as sim:
+    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--fault", "garbage", "--seed", "3"]) as sim:
         bad = [stream(sim.url, SSE_LONG).events() for _ in range(6)]
     reasons = set()
     for events in bad:
@@ -469,21 +481,24 @@ def test_garbage_after_good_sse_chunks():
 def test_a_short_stream_cut_mid_chunk():
     # one 200 ms chunk: a fault cuts it in half, sent when the chunk is made
     s = _faulty("truncate", {"input": "hi", "stream": True, "response_format": "pcm"})
-    assert len(s.body) == frames('hi') // 2 * 2
+    assert len(s.body) == frames("hi") // 2 * 2
     assert s.first_after(0) > 0.135
 
 
 def test_chunk_log_records_each_audio_write(tmp_path):
     log = tmp_path / "chunks.jsonl"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--chunk-log", str(log),
-                "--wav-header-alone"]) as sim:
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", *CAPACITY_5, "--chunk-log", str(log), "--wav-header-alone"]
+    ) as sim:
         wav = stream(sim.url, {"input": SHORT, "stream": True})
         sse = stream(sim.url, {"input": SHORT, "stream_format": "sse"})
         pcm = stream(sim.url, {"input": LONG, "stream": True, "response_format": "pcm"})
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["request_id"], r["format"]) for r in lines] == [
-        (wav.headers["X-Request-Id"], "wav"), (sse.headers["X-Request-Id"], "sse"),
-        (pcm.headers["X-Request-Id"], "pcm")]
+        (wav.headers["X-Request-Id"], "wav"),
+        (sse.headers["X-Request-Id"], "sse"),
+        (pcm.headers["X-Request-Id"], "pcm"),
+    ]
     assert lines[0]["audio_ms"] == pytest.approx([200, 200, 200, 60], abs=0.1)  # no header
     assert len(lines[1]["sent"]) == 4 and len(lines[2]["sent"]) == 6
     for s, line, audio_s in zip((wav, sse, pcm), lines, (0.66, 0.66, 1.2)):
@@ -500,22 +515,25 @@ def test_chunk_log_records_each_audio_write(tmp_path):
         assert statistics.median(lag) < 0.01, lag
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--max-speed", "2"], "--max-speed needs --capacity"),
-    (["--chunk-ms", "100"], "--chunk-ms needs --capacity"),
-    (["--prefill-ms", "0"], "--prefill-ms needs --capacity"),
-    (["--capacity", "5", "--base-ms", "10"], "--base-ms does not apply with --capacity"),
-    (["--capacity", "5", "--first-chunk-ms", "10"],
-     "--first-chunk-ms does not apply with --capacity"),
-    (["--capacity", "0"], "argument --capacity: expected a number >= 0.001, got '0'"),
-    (["--capacity", "5", "--chunk-ms", "0"], "argument --chunk-ms: expected a number >= 1, got '0'"),
-    (["--fault", "sse-errors"], "argument --fault: invalid choice"),
-    (["--capacity", "5", "--queue-limit", "2"], "--queue-limit needs --slots with --capacity"),
-    (["--chunk-log", "/nonexistent/dir/x.jsonl"], "argument --chunk-log: cannot open"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-speed", "2"], "--max-speed needs --capacity"),
+        (["--chunk-ms", "100"], "--chunk-ms needs --capacity"),
+        (["--prefill-ms", "0"], "--prefill-ms needs --capacity"),
+        (["--capacity", "5", "--base-ms", "10"], "--base-ms does not apply with --capacity"),
+        (["--capacity", "5", "--first-chunk-ms", "10"], "--first-chunk-ms does not apply with --capacity"),
+        (["--capacity", "0"], "argument --capacity: expected a number >= 0.001, got '0'"),
+        (["--capacity", "5", "--chunk-ms", "0"], "argument --chunk-ms: expected a number >= 1, got '0'"),
+        (["--fault", "sse-errors"], "argument --fault: invalid choice"),
+        (["--capacity", "5", "--queue-limit", "2"], "--queue-limit needs --slots with --capacity"),
+        (["--chunk-log", "/nonexistent/dir/x.jsonl"], "argument --chunk-log: cannot open"),
+    ],
+)
 def test_bad_streaming_flags_give_one_line(args, message):
-    done = subprocess.run([sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=20)
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee.testbed.sim", *args], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith(f"tts-knee sim: {message}"), done.stderr
@@ -523,11 +541,13 @@ def test_bad_streaming_flags_give_one_line(args, message):
 
 def test_the_slots_model_streams_sse_and_pcm_too():
     # capacity_sim warms the process up and keeps its chunk log (the slots model's too)
-    with capacity_sim("--base-ms", "300", "--per-char-ms", "0", "--jitter", "0",
-                      "--first-chunk-ms", "30", "--sse") as sim:
+    with capacity_sim(
+        "--base-ms", "300", "--per-char-ms", "0", "--jitter", "0", "--first-chunk-ms", "30", "--sse"
+    ) as sim:
         sse = repeat(3, stream, sim.url, {"input": LONG})
-        pcm = repeat(3, stream, sim.url, {"input": LONG, "stream": True,
-                                          "stream_format": "audio", "response_format": "pcm"})
+        pcm = repeat(
+            3, stream, sim.url, {"input": LONG, "stream": True, "stream_format": "audio", "response_format": "pcm"}
+        )
     assert sse[0].headers["Content-Type"] == "text/event-stream"
     assert pcm_of(sse[0].events()) == pcm[0].body and len(pcm[0].body) == frames(LONG) * 2
     assert json.loads(sse[0].events()[-1])["type"] == "speech.audio.done"
@@ -561,8 +581,12 @@ def test_a_client_that_leaves_frees_its_share():
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
         conn.connect()
         barrier.wait()
-        conn.request("POST", "/v1/audio/speech", headers={"Content-Type": "application/json"},
-                     body=json.dumps({"input": LONG, "stream": True}))
+        conn.request(
+            "POST",
+            "/v1/audio/speech",
+            headers={"Content-Type": "application/json"},
+            body=json.dumps({"input": LONG, "stream": True}),
+        )
         conn.getresponse().read1(1 << 16)
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()

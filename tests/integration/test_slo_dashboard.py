@@ -1,5 +1,6 @@
 """SLO verdicts, levels (refined and repeated steps) and the --require gate on synthetic run
 directories (tests/rundirs.py)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,10 @@ def grid(tmp_path_factory):
 
 
 def test_refined_steps_are_judged_by_concurrency(tmp_path):
-    s = analyze(load(build_run(tmp_path / "r", Model(steps=(1, 2, 4, 8, 16, 6, 5), refine_from=5, step_s=30))),
-                slo.parse("p95_ms<=500"))
+    s = analyze(
+        load(build_run(tmp_path / "r", Model(steps=(1, 2, 4, 8, 16, 6, 5), refine_from=5, step_s=30))),
+        slo.parse("p95_ms<=500"),
+    )
     assert [x["concurrency"] for x in s["steps"]] == [1, 2, 4, 8, 16, 6, 5]  # run order kept
     assert [x["phase"] for x in s["steps"]][-3:] == ["grid", "refine", "refine"]
     assert [x["concurrency"] for x in s["levels"]] == [1, 2, 4, 5, 6, 8, 16]
@@ -47,8 +50,11 @@ def test_repeats_are_pooled_over_their_records(tmp_path):
     four, steps = lv[4], {x["step"]: x for x in s["steps"]}
     assert four["steps"] == [3, 7] and four["repeats"] == 2 and four["step"] is None
     assert four["requests"] == steps[3]["requests"] + steps[7]["requests"]
-    recs = [r for r in read_jsonl(path / "requests.jsonl")
-            if r["step"] in (3, 7) and r["settled"] and r["final"] and r["ok"]]
+    recs = [
+        r
+        for r in read_jsonl(path / "requests.jsonl")
+        if r["step"] in (3, 7) and r["settled"] and r["final"] and r["ok"]
+    ]
     assert four["latency_ms"]["p95"] == pytest.approx(np.percentile([r["wait_ms"] for r in recs], 95))
     ok_in = steps[3]["window"]["ok_completions"] + steps[7]["window"]["ok_completions"]
     dur = steps[3]["window"]["duration_s"] + steps[7]["window"]["duration_s"]
@@ -56,8 +62,10 @@ def test_repeats_are_pooled_over_their_records(tmp_path):
     lo, hi = four["latency_ms"]["p95_ci"]
     assert lo <= four["latency_ms"]["p95"] <= hi
     sp = four["spread"]
-    assert sp["p95_ms"] == [min(steps[3]["latency_ms"]["p95"], steps[7]["latency_ms"]["p95"]),
-                            max(steps[3]["latency_ms"]["p95"], steps[7]["latency_ms"]["p95"])]
+    assert sp["p95_ms"] == [
+        min(steps[3]["latency_ms"]["p95"], steps[7]["latency_ms"]["p95"]),
+        max(steps[3]["latency_ms"]["p95"], steps[7]["latency_ms"]["p95"]),
+    ]
     assert [r["step"] for r in sp["by_repeat"]] == [3, 7]
     assert four["server"]["gpu_util_mean"] is not None and four["server"]["gpu_mem_peak_bytes"] > 0
     assert s["slo"]["max_concurrency"] == 4 and s["knee"]["concurrency"] == 8
@@ -103,12 +111,15 @@ def test_require_inconclusive_counts_as_not_holding(grid):
     assert "more requests would settle it" in r.stderr
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--slo", "p95<=3"], "unknown metric"),
-    (["--slo", "p95_ms=3", "--require", "4"], "malformed"),
-    (["--require", "0"], "whole number"),
-    (["--tolerance", "-0.1", "--baseline", "."], "--tolerance"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--slo", "p95<=3"], "unknown metric"),
+        (["--slo", "p95_ms=3", "--require", "4"], "malformed"),
+        (["--require", "0"], "whole number"),
+        (["--tolerance", "-0.1", "--baseline", "."], "--tolerance"),
+    ],
+)
 def test_bad_input_exits_2(grid, args, words):
     r = _run(grid, *args)
     assert r.returncode == 2 and words in r.stderr, r.stderr
@@ -121,12 +132,16 @@ def test_require_without_any_slo_exits_2(tmp_path):
 
 
 def test_require_needs_every_lower_concurrency():
-    levels = [{"concurrency": c, "requests": 10, "throughput_rps": 1.0, "latency_ms": {"p95": p}}
-              for c, p in ((1, 100.0), (2, 900.0), (4, 100.0))]
+    levels = [
+        {"concurrency": c, "requests": 10, "throughput_rps": 1.0, "latency_ms": {"p95": p}}
+        for c, p in ((1, 100.0), (2, 900.0), (4, 100.0))
+    ]
     spec = slo.parse("p95_ms<=500")
     verdicts = [dict(slo.judge(spec, lv), steps=[lv["concurrency"]]) for lv in levels]
-    summary = {"levels": levels, "slo": {"spec": spec.spec, "steps": verdicts,
-                                         "max_concurrency": slo.max_level(verdicts)}}
+    summary = {
+        "levels": levels,
+        "slo": {"spec": spec.spec, "steps": verdicts, "max_concurrency": slo.max_level(verdicts)},
+    }
     r = gate.require(summary, 4)
     assert r["exit"] == 1 and "met at 4 but not at 2 below it (p95_ms 900 > 500)" in r["reason"]
     assert gate.require(summary, 1)["exit"] == 0

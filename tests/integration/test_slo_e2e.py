@@ -1,5 +1,6 @@
 """The SLO gate end to end: a sweep against the simulator (5 slots of 250 ms), then
 ``tts-knee report RUN --slo 'p95_ms<=400' --require N``."""
+
 import json
 
 from procs import dashboard, locust, spawn
@@ -15,8 +16,22 @@ def test_require_on_a_real_sweep(tmp_path):
     run = tmp_path / "run"
     with spawn(["tts_knee.testbed.sim", "--port", "0", *SIM]) as sim:
         # 80 requests a step: a p95 needs 72 before anything bounds it from above
-        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2,4,8", "--step-requests", "80",
-                       "--step-time", "60", "--run-dir", str(run)], timeout=150)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--steps",
+                "1,2,4,8",
+                "--step-requests",
+                "80",
+                "--step-time",
+                "60",
+                "--run-dir",
+                str(run),
+            ],
+            timeout=150,
+        )
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
     holds = _gate(run, 4)
     assert holds.returncode == 0, holds.stdout + holds.stderr

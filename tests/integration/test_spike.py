@@ -4,6 +4,7 @@ then 503 with Retry-After) is named ``sheds`` and stops refusing once it is over
 failing, the run stopped there with every attempt recorded and the exit status non-zero; one slow to
 come back (``--recovery-s``) recovers no sooner than its lag. The spike's steps stay out of the
 sweep's figures."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,7 @@ from contextlib import ExitStack
 
 from procs import dashboard, free_port, locust, read_jsonl, spawn
 
-SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "100", "--per-char-ms", "0",
-       "--jitter", "0"]
+SIM = ["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "100", "--per-char-ms", "0", "--jitter", "0"]
 
 
 def _run(tmp_path, name, sim_extra, *extra, watched=False):
@@ -21,11 +21,27 @@ def _run(tmp_path, name, sim_extra, *extra, watched=False):
     with spawn([*SIM, *sim_extra]) as sim, ExitStack() as more:
         if watched:
             port = free_port()
-            more.enter_context(spawn(["tts_knee.collectors", "--port", str(port), "--interval", "0.2",
-                                      "--pid", str(sim.pid)]))
+            more.enter_context(
+                spawn(["tts_knee.collectors", "--port", str(port), "--interval", "0.2", "--pid", str(sim.pid)])
+            )
             extra = (*extra, "--collector", f"http://127.0.0.1:{port}")
-        proc = locust(["--headless", "-H", sim.url, "--step-time", "2", "--settle-time", "0", "--run-dir",
-                       str(run_dir), "--spike-at", "4", *extra], timeout=120)
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--step-time",
+                "2",
+                "--settle-time",
+                "0",
+                "--run-dir",
+                str(run_dir),
+                "--spike-at",
+                "4",
+                *extra,
+            ],
+            timeout=120,
+        )
     assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
     judged = dashboard(run_dir)
     assert judged.returncode == 0, judged.stderr
@@ -45,13 +61,14 @@ def test_a_server_that_sheds_is_named_and_recovers_and_one_that_dies_is_named_cr
     assert sp["recovery_s"] is None or sp["recovery_s"] <= 5, sp
     assert sp["text"] in s["diagnosis"]["evidence"] and f"spike: {sp['text']}" in out
     assert "<h2>Spike and recovery</h2>" in (run_dir / "report.html").read_text()
-    assert [st["concurrency"] for st in s["steps"]] == [1, 4]   # the sweep's own steps only
+    assert [st["concurrency"] for st in s["steps"]] == [1, 4]  # the sweep's own steps only
     run = json.loads((run_dir / "run.json").read_text())
     assert [st["phase"] for st in run["steps"]] == ["grid", "grid", "before_spike", "spike", "recovery"]
     assert [st["concurrency"] for st in run["steps"]][2:] == [4, 12, 4]
 
-    proc, s, out, run_dir = _run(tmp_path, "crash", ["--crash-above", "12"], "--steps", "4", "--spike", "4x2",
-                                 watched=True)
+    proc, s, out, run_dir = _run(
+        tmp_path, "crash", ["--crash-above", "12"], "--steps", "4", "--spike", "4x2", watched=True
+    )
     assert proc.returncode != 0
     sp = s["spike"]
     assert sp["behaviour"] == "crashed" and sp["recovery_s"] is None, sp
@@ -61,9 +78,10 @@ def test_a_server_that_sheds_is_named_and_recovers_and_one_that_dies_is_named_cr
     assert "the server process the collector watched exited" in sp["text"]
     assert s["health"]["ok"] is False and "stopped answering" in sp["text"]
     records = read_jsonl(run_dir / "requests.jsonl")
-    assert s["records"]["attempts"] == len(records) > 0   # nothing lost
-    spike_step = next(st["step"] for st in json.loads((run_dir / "run.json").read_text())["steps"]
-                      if st["phase"] == "spike")
+    assert s["records"]["attempts"] == len(records) > 0  # nothing lost
+    spike_step = next(
+        st["step"] for st in json.loads((run_dir / "run.json").read_text())["steps"] if st["phase"] == "spike"
+    )
     assert any(not r["ok"] and r["status"] is None for r in records if r["step"] >= spike_step)
     # the run saw it go: the health probe during the spike failed, and the run stopped there
     run = json.loads((run_dir / "run.json").read_text())
@@ -81,4 +99,4 @@ def test_a_server_slow_to_come_back_recovers_no_sooner_than_its_lag(tmp_path):
     sp = s["spike"]
     assert sp["behaviour"] == "queues", sp
     assert sp["recovery_s"] is None or sp["recovery_s"] >= 2.5, sp
-    assert sp["after"]["p95_x"] > 1.5, sp   # the recovery step as a whole was slow: the lag is seen
+    assert sp["after"]["p95_x"] > 1.5, sp  # the recovery step as a whole was slow: the lag is seen

@@ -1,4 +1,5 @@
 """End-to-end sweeps: real headless Locust runs against the real simulator on loopback."""
+
 import json
 import statistics
 
@@ -7,24 +8,78 @@ import pytest
 from procs import locust, locust_count, read_jsonl, spawn
 
 CONTRACT_FIELDS = {
-    "req_id", "attempt", "final", "step", "concurrency", "worker", "user", "text_id", "text_len",
-    "t0", "t1", "t2", "t3", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "status", "ok", "error",
-    "bytes", "audio_s", "rtf", "retry_after_s", "retry_after_raw", "backoff_ms", "server_timing", "settled",
+    "req_id",
+    "attempt",
+    "final",
+    "step",
+    "concurrency",
+    "worker",
+    "user",
+    "text_id",
+    "text_len",
+    "t0",
+    "t1",
+    "t2",
+    "t3",
+    "ttfb_ms",
+    "wait_ms",
+    "write_ms",
+    "concat_ms",
+    "status",
+    "ok",
+    "error",
+    "bytes",
+    "audio_s",
+    "rtf",
+    "retry_after_s",
+    "retry_after_raw",
+    "backoff_ms",
+    "server_timing",
+    "settled",
 }
 
 
 def sweep(tmp_path, host, *extra, steps="1,2,4", step_time="2", name="run", timeout=120):
     run_dir = tmp_path / name
-    proc = locust(["--headless", "-H", host, "--steps", steps, "--step-time", step_time,
-                   "--run-dir", str(run_dir), "--json-file", str(tmp_path / f"{name}-locust"), *extra],
-                  timeout=timeout)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--steps",
+            steps,
+            "--step-time",
+            step_time,
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / f"{name}-locust"),
+            *extra,
+        ],
+        timeout=timeout,
+    )
     return proc, run_dir
 
 
 @pytest.fixture(scope="module")
 def sim2():
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "60", "--per-char-ms", "0",
-                "--jitter", "0.05", "--seed", "1"]) as p:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "2",
+            "--base-ms",
+            "60",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0.05",
+            "--seed",
+            "1",
+        ]
+    ) as p:
         yield p
 
 
@@ -50,7 +105,7 @@ def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
     assert [(s["step"], s["concurrency"]) for s in info["steps"]] == [(1, 1), (2, 2), (3, 4)]
     assert info["end"] is not None and all(s["end"] > s["start"] for s in info["steps"])
     assert {r["concurrency"] for r in records} == {1, 2, 4}
-    for s in info["steps"]:   # every record lies in the step it names
+    for s in info["steps"]:  # every record lies in the step it names
         for r in (r for r in records if r["step"] == s["step"]):
             assert s["start"] - 0.01 <= r["t0"] <= s["end"] + 0.01
             assert r["settled"] == (r["t0"] >= s["start"] + info["settle_s"])
@@ -63,7 +118,7 @@ def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
         if c == 1:
             assert ids[:3] == first_three
         else:
-            assert len(set(ids[:c])) == c and set(first_three[:c]) <= set(ids[:max(c, 3)]), (c, ids[:6])
+            assert len(set(ids[:c])) == c and set(first_three[:c]) <= set(ids[: max(c, 3)]), (c, ids[:6])
 
 
 def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
@@ -73,22 +128,43 @@ def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
 
     def mean(c, value):
         return statistics.fmean(value(r) for r in records if r["concurrency"] == c)
+
     # Each step's latency in units of that step's service time as the simulator's own clock measured
     # it (Server-Timing total - queue: the slot held, its 60 ms sleep fired however late): a busy
     # machine stretches the sleep unevenly from step to step, and this divides that out; the 25%
     # tolerance is left for the client's own overhead, which has no independent clock.
-    per = {c: mean(c, lambda r: r["wait_ms"])
-           / mean(c, lambda r: r["server_timing"]["total"] - r["server_timing"]["queue"]) for c in (1, 2, 4)}
+    per = {
+        c: mean(c, lambda r: r["wait_ms"])
+        / mean(c, lambda r: r["server_timing"]["total"] - r["server_timing"]["queue"])
+        for c in (1, 2, 4)
+    }
     assert per[2] == pytest.approx(per[1], rel=0.25)
     assert per[4] / per[2] == pytest.approx(2.0, rel=0.25)
 
 
 @pytest.mark.parametrize("fmt", ["seconds", "http-date"])
 def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "8", "--base-ms", "20", "--per-char-ms", "0",
-                "--rate", "3", "--burst", "1", "--retry-after-format", fmt]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "8",
+            "--base-ms",
+            "20",
+            "--per-char-ms",
+            "0",
+            "--rate",
+            "3",
+            "--burst",
+            "1",
+            "--retry-after-format",
+            fmt,
+        ]
+    ) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--retry-max-attempts", "4", steps="2", step_time="4")
-    assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any attempt failed
+    assert proc.returncode in (0, 1), proc.stdout  # Locust exits 1 when any attempt failed
     assert "Traceback" not in proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) == locust_count(tmp_path / "run-locust")
@@ -115,8 +191,22 @@ def test_rate_limited_attempts_honour_retry_after(tmp_path, fmt):
 
 
 def test_streaming_first_byte_well_before_the_body(tmp_path):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "300", "--per-char-ms", "0",
-                "--stream", "--first-chunk-ms", "30"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            "300",
+            "--per-char-ms",
+            "0",
+            "--stream",
+            "--first-chunk-ms",
+            "30",
+        ]
+    ) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--tts-stream", steps="1,2", step_time="2")
     assert proc.returncode == 0, proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
@@ -128,15 +218,36 @@ def test_streaming_first_byte_well_before_the_body(tmp_path):
         assert r["ttfb_ms"] < r["wait_ms"] - 50
 
 
-@pytest.mark.parametrize("fault,reason", [
-    ("garbage", "not a WAV"), ("html", "HTML"), ("json", "instead of audio"), ("empty", "empty body"),
-    ("truncate", "truncated"),
-])
+@pytest.mark.parametrize(
+    "fault,reason",
+    [
+        ("garbage", "not a WAV"),
+        ("html", "HTML"),
+        ("json", "instead of audio"),
+        ("empty", "empty body"),
+        ("truncate", "truncated"),
+    ],
+)
 def test_bodies_that_are_not_audio_are_failures(tmp_path, fault, reason):
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "5", "--per-char-ms", "0",
-                "--fault", fault, "--fault-rate", "0.5", "--seed", "3"]) as sim:
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--base-ms",
+            "5",
+            "--per-char-ms",
+            "0",
+            "--fault",
+            fault,
+            "--fault-rate",
+            "0.5",
+            "--seed",
+            "3",
+        ]
+    ) as sim:
         proc, run_dir = sweep(tmp_path, sim.url, "--skip-preflight", steps="2", step_time="2")
-    assert proc.returncode in (0, 1), proc.stdout   # Locust exits 1 when any request failed
+    assert proc.returncode in (0, 1), proc.stdout  # Locust exits 1 when any request failed
     assert "Traceback" not in proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) == locust_count(tmp_path / "run-locust")

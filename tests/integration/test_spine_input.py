@@ -1,4 +1,5 @@
 """Bad input ends in one sentence and a non-zero exit, never a traceback."""
+
 import pytest
 
 from procs import locust, spawn
@@ -11,8 +12,9 @@ def sim():
 
 
 def run_bad(tmp_path, *args):
-    proc = locust(["--headless", "--steps", "1", "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args],
-                  timeout=60)
+    proc = locust(
+        ["--headless", "--steps", "1", "--step-time", "1", "--run-dir", str(tmp_path / "run"), *args], timeout=60
+    )
     assert "Traceback" not in proc.stdout, proc.stdout
     errors = [line for line in proc.stdout.splitlines() if "/ERROR/" in line]
     return proc, errors
@@ -44,19 +46,22 @@ def test_wrong_api_shape_is_rejected(tmp_path, sim):
     assert len(errors) == 1 and "rejected the request with 400" in errors[0]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--steps", "1,x"], "--steps must be comma-separated whole numbers"),
-    (["--steps", "0"], "--steps needs at least one concurrency of 1 or more"),
-    (["--retry-on", "42x"], "--retry-on takes HTTP statuses"),
-    (["--retry-base-ms", "500", "--retry-max-ms", "100"], "--retry-max-ms (100) must not be below"),
-    (["--collector", "ftp://x"], "--collector must be an http:// URL"),
-    (["--tts-api", "json"], "--tts-api json needs --tts-template"),
-    (["--tts-format", "aiff"], "--tts-format must be one of"),
-    (["--settle-time", "5"], "--settle-time (5 s) must be shorter than --step-time (1 s)"),
-    (["--tts-stream-format", "websocket"], "--tts-stream-format must be sse or audio, got 'websocket'"),
-    (["--playback-buffer-ms", "-5"], "--playback-buffer-ms must be zero or more"),
-    (["--ttfa-floor-ms", "nan"], "--ttfa-floor-ms must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--steps", "1,x"], "--steps must be comma-separated whole numbers"),
+        (["--steps", "0"], "--steps needs at least one concurrency of 1 or more"),
+        (["--retry-on", "42x"], "--retry-on takes HTTP statuses"),
+        (["--retry-base-ms", "500", "--retry-max-ms", "100"], "--retry-max-ms (100) must not be below"),
+        (["--collector", "ftp://x"], "--collector must be an http:// URL"),
+        (["--tts-api", "json"], "--tts-api json needs --tts-template"),
+        (["--tts-format", "aiff"], "--tts-format must be one of"),
+        (["--settle-time", "5"], "--settle-time (5 s) must be shorter than --step-time (1 s)"),
+        (["--tts-stream-format", "websocket"], "--tts-stream-format must be sse or audio, got 'websocket'"),
+        (["--playback-buffer-ms", "-5"], "--playback-buffer-ms must be zero or more"),
+        (["--ttfa-floor-ms", "nan"], "--ttfa-floor-ms must be a finite number"),
+    ],
+)
 def test_bad_options_are_named(tmp_path, sim, args, message):
     proc, errors = run_bad(tmp_path, "-H", sim.url, *args)
     assert proc.returncode == 2

@@ -1,5 +1,6 @@
 """Streamed responses end to end: real headless Locust runs against tests/stream_server.py in
 each format, checking the streaming fields of every attempt record."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,23 @@ def server(*knobs):
 
 def run(tmp_path, url, *extra, steps="1,2", step_time="2"):
     run_dir = tmp_path / "run"
-    proc = locust(["--headless", "-H", url, "--steps", steps, "--step-time", step_time, "--run-dir", str(run_dir),
-                   "--json-file", str(tmp_path / "locust"), *extra], timeout=90)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            url,
+            "--steps",
+            steps,
+            "--step-time",
+            step_time,
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / "locust"),
+            *extra,
+        ],
+        timeout=90,
+    )
     assert "Traceback" not in proc.stdout, proc.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
     assert len(records) == locust_count(tmp_path / "locust")
@@ -42,13 +58,17 @@ def consistent(r: dict) -> None:
         assert sum(ms) == pytest.approx(r["audio_s"] * 1000, abs=0.01)
 
 
-@pytest.mark.alone   # every chunk read as it comes (25 ms apart): the machine to itself, make test's second pass
-@pytest.mark.parametrize("knobs,extra", [
-    ([], ["--tts-stream"]),                                                  # WAV, header with the first chunk
-    (["--header-alone"], ["--tts-stream"]),                                  # WAV header alone first
-    ([], ["--tts-stream", "--tts-format", "pcm"]),                           # raw PCM
-    ([], ["--tts-stream-format", "sse"]),                                    # OpenAI server-sent events
-], ids=["wav", "wav-header-alone", "pcm", "sse"])
+@pytest.mark.alone  # every chunk read as it comes (25 ms apart): the machine to itself, make test's second pass
+@pytest.mark.parametrize(
+    "knobs,extra",
+    [
+        ([], ["--tts-stream"]),  # WAV, header with the first chunk
+        (["--header-alone"], ["--tts-stream"]),  # WAV header alone first
+        ([], ["--tts-stream", "--tts-format", "pcm"]),  # raw PCM
+        ([], ["--tts-stream-format", "sse"]),  # OpenAI server-sent events
+    ],
+    ids=["wav", "wav-header-alone", "pcm", "sse"],
+)
 def test_each_format_times_every_chunk(tmp_path, knobs, extra):
     """Audio arrives 8x faster than it plays (200 ms chunks 25 ms apart, so only a stall of the
     client itself longer than 175 ms could starve the player): five chunks each, never dry."""
@@ -75,8 +95,8 @@ def test_each_format_times_every_chunk(tmp_path, knobs, extra):
     # medians: a shared host can stall any one attempt. The prefill is a sleep, which ends late, never
     # early: at least its 50 ms (1 ms rounding), and a generous 175 ms between it and ~300 ms
     ttfa_p50 = statistics.median(r["ttfa_ms"] for r in records)
-    assert 49 <= ttfa_p50 < 175, ttfa_p50   # the 50 ms prefill, not ~300 ms
-    if "--header-alone" in knobs:   # the header came 12.5 ms before any sample
+    assert 49 <= ttfa_p50 < 175, ttfa_p50  # the 50 ms prefill, not ~300 ms
+    if "--header-alone" in knobs:  # the header came 12.5 ms before any sample
         assert statistics.median(r["ttfa_ms"] - r["ttfb_ms"] for r in records) > 8
 
 
@@ -85,8 +105,9 @@ def test_a_server_slower_than_real_time_underruns(tmp_path):
     ran dry — nine underruns of 100 ms each; a 1 s buffer smooths it to at most five."""
     with server("--chunk-ms", "100", "--speed", "0.5", "--prefill-ms", "10") as srv:
         _, records, _ = run(tmp_path, srv.url, "--tts-stream", steps="1", step_time="4")
-        _, buffered, _ = run(tmp_path / "b", srv.url, "--tts-stream", "--playback-buffer-ms", "1000", steps="1",
-                             step_time="4")
+        _, buffered, _ = run(
+            tmp_path / "b", srv.url, "--tts-stream", "--playback-buffer-ms", "1000", steps="1", step_time="4"
+        )
     done = [r for r in records if r["ok"]]
     assert done
     for r in done:
@@ -95,27 +116,32 @@ def test_a_server_slower_than_real_time_underruns(tmp_path):
         # of each); a client read late takes two chunks in one read, one stall fewer (CI saw 8), so
         # nine is the attempt that read every chunk as it came, and each has at least seven
         _, stalls = listen(r["chunk_at_ms"], r["chunk_audio_ms"], 0.0)
-        assert r["underruns"] == len(stalls) >= 7 and \
-            r["underrun_ms"] == pytest.approx(sum(b - a for a, b in stalls), abs=1)
+        assert r["underruns"] == len(stalls) >= 7 and r["underrun_ms"] == pytest.approx(
+            sum(b - a for a, b in stalls), abs=1
+        )
     nine = [r for r in done if r["underruns"] == 9]
     assert nine, [r["underruns"] for r in done]
     # at least 900 ms of silence less 60 for a first chunk read late: the server's 200 ms apart are
     # sleeps, which end late, so the total is bounded from below only
     assert all(r["underrun_ms"] >= 900 - 60 for r in nine), [r["underrun_ms"] for r in nine]
-    assert all(r["underruns"] == 0 for r in buffered if r["ok"])   # the buffer never fills: plays at the end
+    assert all(r["underruns"] == 0 for r in buffered if r["ok"])  # the buffer never fills: plays at the end
 
 
-@pytest.mark.parametrize("fault,knobs,reason", [
-    ("reset", [], "HTTP 200, then connection broke mid-body: ECONNRESET"),
-    ("short", [], "HTTP 200, then connection closed before the body was complete"),
-    ("error-event", ["--sse"], "server sent an error event: synthesis crashed"),
-    ("garbage-after", ["--sse"], "SSE stream has a line that is not an event field after 2 events"),
-    ("bad-base64", ["--sse"], "SSE event 2 has malformed base64 audio"),
-])
+@pytest.mark.parametrize(
+    "fault,knobs,reason",
+    [
+        ("reset", [], "HTTP 200, then connection broke mid-body: ECONNRESET"),
+        ("short", [], "HTTP 200, then connection closed before the body was complete"),
+        ("error-event", ["--sse"], "server sent an error event: synthesis crashed"),
+        ("garbage-after", ["--sse"], "SSE stream has a line that is not an event field after 2 events"),
+        ("bad-base64", ["--sse"], "SSE event 2 has malformed base64 audio"),
+    ],
+)
 def test_broken_streams_fail_with_their_reason_and_keep_their_timing(tmp_path, fault, knobs, reason):
     with server("--chunk-ms", "100", "--speed", "4", "--fault", fault, *knobs) as srv:
-        proc, records, _ = run(tmp_path, srv.url, "--tts-stream", "--skip-preflight", "--retry-on", "429",
-                               steps="1", step_time="2")
+        proc, records, _ = run(
+            tmp_path, srv.url, "--tts-stream", "--skip-preflight", "--retry-on", "429", steps="1", step_time="2"
+        )
     assert proc.returncode == 1, proc.stdout
     bad = [r for r in records if not r["ok"]]
     assert bad and len(bad) < len(records)
@@ -126,6 +152,7 @@ def test_broken_streams_fail_with_their_reason_and_keep_their_timing(tmp_path, f
 
 
 # ---- against the simulator's own send times -----------------------------------------------
+
 
 def _arrival_errors(r: dict, entry: dict) -> list[float]:
     """Client arrival minus the simulator's send time (ms) of each audio write, matched by
@@ -141,20 +168,40 @@ def _arrival_errors(r: dict, entry: dict) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("knobs,extra", [
-    (["--wav-header-alone"], []),
-    ([], ["--tts-format", "pcm"]),
-    (["--sse"], ["--tts-stream-format", "sse"]),
-], ids=["wav-header-alone", "pcm", "sse"])
-@pytest.mark.alone   # timed to the millisecond: make test's second pass, the machine to itself
+@pytest.mark.parametrize(
+    "knobs,extra",
+    [
+        (["--wav-header-alone"], []),
+        ([], ["--tts-format", "pcm"]),
+        (["--sse"], ["--tts-stream-format", "sse"]),
+    ],
+    ids=["wav-header-alone", "pcm", "sse"],
+)
+@pytest.mark.alone  # timed to the millisecond: make test's second pass, the machine to itself
 def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
     """The simulator's --chunk-log is the truth: each attempt's arrivals are its writes, a
     fraction of a millisecond later (loopback), its TTFA its first write, its audio the sum."""
     log = tmp_path / "chunks.jsonl"
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--capacity", "5", "--chunk-ms", "200", "--prefill-ms", "100",
-                "--stream", "--sample-rate", "24000", "--chunk-log", str(log), *knobs]) as sim:
-        proc, records, _ = run(tmp_path, sim.url, "--tts-stream", "--tts-sample-rate", "24000", *extra,
-                               step_time="3")
+    with spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--capacity",
+            "5",
+            "--chunk-ms",
+            "200",
+            "--prefill-ms",
+            "100",
+            "--stream",
+            "--sample-rate",
+            "24000",
+            "--chunk-log",
+            str(log),
+            *knobs,
+        ]
+    ) as sim:
+        proc, records, _ = run(tmp_path, sim.url, "--tts-stream", "--tts-sample-rate", "24000", *extra, step_time="3")
     assert proc.returncode == 0, proc.stdout
     entries = read_jsonl(log)
     errors, ttfa_errors = [], []
@@ -162,7 +209,7 @@ def test_arrivals_match_the_simulators_send_times(tmp_path, knobs, extra):
         consistent(r)
         first = r["t0"] + r["ttfa_ms"] / 1000.0
         same_audio = [e for e in entries if abs(sum(e["audio_ms"]) - r["audio_s"] * 1000) < 0.5]
-        entry = min(same_audio, key=lambda e: abs(e["sent"][0] - first))   # its own stream
+        entry = min(same_audio, key=lambda e: abs(e["sent"][0] - first))  # its own stream
         assert abs(entry["sent"][0] - first) < 0.1
         errors += _arrival_errors(r, entry)
         ttfa_errors.append(first - entry["sent"][0])

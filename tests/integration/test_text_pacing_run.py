@@ -3,6 +3,7 @@ transport is a scripted session (it opens once, then takes the text in pieces as
 locustfiles/inputs/pacing says and speaks each flushed unit 50 ms after its flush) gets the text
 fields in its records, TTFA counted from the first text sent, the step summary's tail and the
 step table's ``tail p95``, and the SLO term ``tail_p95_ms``."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from rundirs import assert_declared
 #: to itself (make test's second pass).
 pytestmark = pytest.mark.alone
 
-LOCUSTFILE = '''
+LOCUSTFILE = """
 import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
@@ -75,8 +76,8 @@ class Paced(Transport):
 
 
 attempt.transport_for = preflight.transport_for = Paced
-'''
-TEXT = "One two three. Four five six."   # 6 tokens at 20/s: the first sentence done at 100 ms, the text at 250
+"""
+TEXT = "One two three. Four five six."  # 6 tokens at 20/s: the first sentence done at 100 ms, the text at 250
 
 
 def late_by(measured_ms: float, scripted_ms: float) -> bool:
@@ -90,12 +91,38 @@ def _run(tmp: Path, flush: str):
     (tmp / "paced.py").write_text(LOCUSTFILE)
     (tmp / "texts.txt").write_text(TEXT + "\n")
     run_dir = tmp / "run"
-    proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "paced.py"),
-                           "--headless", "-H", "http://127.0.0.1:9", "--steps", "1", "--step-time", "2",
-                           "--settle-time", "0", "--tts-stream", "--texts", str(tmp / "texts.txt"),
-                           "--text-rate", "20", "--flush", flush, "--exit-code-on-error", "0",
-                           "--run-dir", str(run_dir)],
-                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("locust")),
+            "-f",
+            str(tmp / "paced.py"),
+            "--headless",
+            "-H",
+            "http://127.0.0.1:9",
+            "--steps",
+            "1",
+            "--step-time",
+            "2",
+            "--settle-time",
+            "0",
+            "--tts-stream",
+            "--texts",
+            str(tmp / "texts.txt"),
+            "--text-rate",
+            "20",
+            "--flush",
+            flush,
+            "--exit-code-on-error",
+            "0",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     assert_declared(run_dir)
     return read_jsonl(run_dir / "requests.jsonl"), run_dir
@@ -119,9 +146,9 @@ def test_each_record_times_the_listener_against_the_text(per_sentence):
         assert late_by(r["text_done_ms"] - r["text_first_ms"], 250)
         assert late_by(r["ttfa_ms"], 150)
         assert r["ttfa_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_first_ms"], abs=0.2)
-        assert r["done_to_audio_ms"] == 0.0   # the first sentence was playing when the text was done
+        assert r["done_to_audio_ms"] == 0.0  # the first sentence was playing when the text was done
         assert late_by(r["tail_ms"], 50)
-        assert r["tail_ms"] == pytest.approx(r["chunk_at_ms"][-1] - r["text_done_ms"], abs=0.2)   # to the last audio
+        assert r["tail_ms"] == pytest.approx(r["chunk_at_ms"][-1] - r["text_done_ms"], abs=0.2)  # to the last audio
         assert r["chunk_audio_ms"] == [300.0, 300.0] and r["underruns"] == 0
     # the session opened once, on the first turn
     assert late_by(ok[0]["connect_ms"], 20) and ok[0]["text_first_ms"] >= ok[0]["connect_ms"]
@@ -151,7 +178,7 @@ def test_flushing_only_at_the_end_leaves_the_listener_waiting_for_the_whole_text
     ok = [r for r in records if r["ok"]]
     assert ok
     for r in ok:
-        assert late_by(r["ttfa_ms"], 300)   # one unit, spoken 50 ms after the text was done
+        assert late_by(r["ttfa_ms"], 300)  # one unit, spoken 50 ms after the text was done
         assert late_by(r["done_to_audio_ms"], 50)
         # lower bounds above (sleeps end late); what each counts, from the record's own arrivals (0.1 ms rounding)
         assert r["done_to_audio_ms"] == pytest.approx(r["chunk_at_ms"][0] - r["text_done_ms"], abs=0.2)

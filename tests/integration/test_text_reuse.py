@@ -2,6 +2,7 @@
 (--cache-hit-ms) every run tells, from the texts it sent again in a step, that the server caches
 and says so first in the diagnosis; a server without one is not called a cache; and
 --text-reuse unique sends every request a text of its own, so nothing is served from the cache."""
+
 from __future__ import annotations
 
 import json
@@ -9,18 +10,44 @@ import urllib.request
 
 from procs import dashboard, locust, read_jsonl, spawn
 
-TEXTS = ["Hello there.", "Good morning to you.", "The train leaves at nine.", "Please hold the line.",
-         "It is raining again.", "Your order has shipped.", "See you tomorrow.", "Thanks for calling."]
+TEXTS = [
+    "Hello there.",
+    "Good morning to you.",
+    "The train leaves at nine.",
+    "Please hold the line.",
+    "It is raining again.",
+    "Your order has shipped.",
+    "See you tomorrow.",
+    "Thanks for calling.",
+]
 
 
 def _sweep(tmp_path, name, sim_extra, *extra):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     run_dir = tmp_path / name
-    with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "120", "--per-char-ms", "0",
-                *sim_extra]) as sim:
-        proc = locust(["--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "4", "--settle-time", "0",
-                       "--texts", str(texts), "--run-dir", str(run_dir), *extra], timeout=90)
+    with spawn(
+        ["tts_knee.testbed.sim", "--port", "0", "--slots", "2", "--base-ms", "120", "--per-char-ms", "0", *sim_extra]
+    ) as sim:
+        proc = locust(
+            [
+                "--headless",
+                "-H",
+                sim.url,
+                "--steps",
+                "1,2",
+                "--step-time",
+                "4",
+                "--settle-time",
+                "0",
+                "--texts",
+                str(texts),
+                "--run-dir",
+                str(run_dir),
+                *extra,
+            ],
+            timeout=90,
+        )
         with urllib.request.urlopen(f"{sim.url}/health", timeout=10) as r:
             served = json.loads(r.read())
     assert proc.returncode == 0, proc.stdout[-2000:]

@@ -3,6 +3,7 @@ replayed at speeds, each arrival at its offset over the speed, the SLO's limit f
 to 0.1x (the server saturates at 3.2x) and gated there; a log with a burst and a conversation
 shows the burst on the timeline with its own p95, and the conversation's turns in order; two workers
 share a trace with each conversation on one of them."""
+
 import csv
 import json
 import random
@@ -14,8 +15,23 @@ from procs import dashboard, finish, free_port, locust, locust_count, read_jsonl
 
 
 def sim():
-    return spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "250", "--per-char-ms", "0",
-                  "--jitter", "0.05", "--seed", "1"])
+    return spawn(
+        [
+            "tts_knee.testbed.sim",
+            "--port",
+            "0",
+            "--slots",
+            "4",
+            "--base-ms",
+            "250",
+            "--per-char-ms",
+            "0",
+            "--jitter",
+            "0.05",
+            "--seed",
+            "1",
+        ]
+    )
 
 
 def poisson(seed: int, rate: float, seconds: float) -> list[float]:
@@ -27,8 +43,21 @@ def poisson(seed: int, rate: float, seconds: float) -> list[float]:
 
 def replay(tmp_path, host, trace, name, *extra):
     run_dir = tmp_path / name
-    proc = locust(["--headless", "-H", host, "--trace", str(trace), "--run-dir", str(run_dir),
-                   "--json-file", str(tmp_path / f"{name}-locust"), *extra], timeout=400)
+    proc = locust(
+        [
+            "--headless",
+            "-H",
+            host,
+            "--trace",
+            str(trace),
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp_path / f"{name}-locust"),
+            *extra,
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "Traceback" not in proc.stdout
     assert len(read_jsonl(run_dir / "requests.jsonl")) == locust_count(tmp_path / f"{name}-locust")
@@ -42,8 +71,19 @@ def test_the_largest_speed_within_the_slo_is_found_to_a_tenth(tmp_path):
     trace.write_text("".join(json.dumps({"offset_s": o, "text_len": 60}) + "\n" for o in offsets))
     # 2x offers 10 req/s (about 100 arrivals in a 10 s step: enough to bound a p95), 4x 20 req/s
     with sim() as server:
-        run_dir, out = replay(tmp_path, server.url, trace, "run", "--trace-speed", "2,4", "--step-time", "10",
-                              "--slo", "p95_ms<=1000", "--refine")
+        run_dir, out = replay(
+            tmp_path,
+            server.url,
+            trace,
+            "run",
+            "--trace-speed",
+            "2,4",
+            "--step-time",
+            "10",
+            "--slo",
+            "p95_ms<=1000",
+            "--refine",
+        )
     info = json.loads((run_dir / "run.json").read_text())
     base = info["trace"]["rate_rps"]
     assert info["trace"]["rows"] == len(offsets) and base == pytest.approx(5.0, rel=0.1)
@@ -61,7 +101,7 @@ def test_the_largest_speed_within_the_slo_is_found_to_a_tenth(tmp_path):
     assert done["action"] == "done", plan["decisions"]
     speeds = sorted(round(lv["rate"] / base, 6) for lv in plan["levels"])
     probes = [round(s["rate"] / base, 6) for s in info["steps"] if s["phase"] == "refine"]
-    assert probes and all(abs(p * 10 - round(p * 10)) < 1e-6 for p in probes), probes   # on the 0.1x grid
+    assert probes and all(abs(p * 10 - round(p * 10)) < 1e-6 for p in probes), probes  # on the 0.1x grid
     best = plan["max_rate"] / base
     above = min(s for s in speeds if s > best + 1e-9)
     assert 2.5 <= best <= 3.2 and above - best == pytest.approx(0.1), (best, speeds)
@@ -83,12 +123,14 @@ def test_the_largest_speed_within_the_slo_is_found_to_a_tenth(tmp_path):
 
 
 def test_a_burst_shows_on_the_timeline_with_its_own_p95_and_a_conversation_keeps_its_order(tmp_path):
-    offsets = [round(i * 0.2, 4) for i in range(150)]   # 5 req/s for 30 s
+    offsets = [round(i * 0.2, 4) for i in range(150)]  # 5 req/s for 30 s
     rows = [{"offset_s": o, "text_len": 60} for o in offsets]
-    rows += [{"offset_s": round(4 + i * 0.1, 4), "text_len": 60} for i in range(20)]   # 20 more in 2 s
+    rows += [{"offset_s": round(4 + i * 0.1, 4), "text_len": 60} for i in range(20)]  # 20 more in 2 s
     # a conversation whose turns come 0.1 s apart in the log: each waits for the one above's answer
-    rows += [{"offset_s": 1 + 0.1 * k, "text": f"Turn {k} of the call.", "conversation": "call-1", "turn": k}
-             for k in range(1, 4)]
+    rows += [
+        {"offset_s": 1 + 0.1 * k, "text": f"Turn {k} of the call.", "conversation": "call-1", "turn": k}
+        for k in range(1, 4)
+    ]
     rows.sort(key=lambda r: r["offset_s"])
     trace = tmp_path / "burst.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -104,35 +146,60 @@ def test_a_burst_shows_on_the_timeline_with_its_own_p95_and_a_conversation_keeps
     assert seen["requests"] >= 25 and seen["p95_ms"] is not None and st["p95_outside_ms"] is not None
     html = (run_dir / "report.html").read_text()
     assert "<h2>Trace replay</h2>" in html and "burst p95 ms" in html
-    assert html.count("#f6c343") >= 4   # the burst shaded on each of the timeline's rows
+    assert html.count("#f6c343") >= 4  # the burst shaded on each of the timeline's rows
     text = dashboard(run_dir)
     assert "burst at 4.0-" in text.stdout and "p95 from schedule" in text.stdout
     records = read_jsonl(run_dir / "requests.jsonl")
     turns = sorted((r for r in records if r["text_id"].startswith("trace:")), key=lambda r: r["t0"])
     assert len(turns) == 3 and all(r["ok"] for r in turns), turns
     lines = [int(r["text_id"].split(":")[1]) for r in turns]
-    assert lines == sorted(lines), lines   # turn 1, 2, 3: the rows' order
+    assert lines == sorted(lines), lines  # turn 1, 2, 3: the rows' order
     for above, r in zip(turns, turns[1:]):
-        assert r["t0"] >= above["t2"], (above, r)   # sent once the turn above was answered
+        assert r["t0"] >= above["t2"], (above, r)  # sent once the turn above was answered
         assert r["scheduled"] >= above["t2"] - 0.005  # and scheduled then: its wait for it is not the server's
 
 
 def test_two_workers_share_a_trace_each_conversation_on_one_of_them(tmp_path):
     rows = [{"offset_s": round(i * 0.1, 3), "text": f"Lone request number {i}."} for i in range(30)]
     for c in ("a", "b"):
-        rows += [{"offset_s": 0.2 + k * 0.5 + (0.05 if c == "b" else 0), "text": f"Call {c}, turn {k}.",
-                  "conversation": f"call-{c}", "turn": k} for k in range(4)]
+        rows += [
+            {
+                "offset_s": 0.2 + k * 0.5 + (0.05 if c == "b" else 0),
+                "text": f"Call {c}, turn {k}.",
+                "conversation": f"call-{c}",
+                "turn": k,
+            }
+            for k in range(4)
+        ]
     rows.sort(key=lambda r: r["offset_s"])
     trace = tmp_path / "calls.csv"
-    with trace.open("w", newline="") as f:   # the CSV form, as an export would give it
+    with trace.open("w", newline="") as f:  # the CSV form, as an export would give it
         out = csv.writer(f)
         out.writerow(["offset_s", "text", "conversation", "turn"])
         out.writerows([r["offset_s"], r["text"], r.get("conversation", ""), r.get("turn", "")] for r in rows)
     port = free_port()
     with sim() as server:
-        m = start_locust(["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                          "--expect-workers", "2", "--headless", "-H", server.url, "--trace", str(trace),
-                          "--step-time", "5", "--run-dir", str(tmp_path / "run")], tmp_path / "master.log")
+        m = start_locust(
+            [
+                "--master",
+                "--master-bind-host",
+                "127.0.0.1",
+                "--master-bind-port",
+                str(port),
+                "--expect-workers",
+                "2",
+                "--headless",
+                "-H",
+                server.url,
+                "--trace",
+                str(trace),
+                "--step-time",
+                "5",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
+            tmp_path / "master.log",
+        )
         w = [worker(tmp_path, port, n) for n in (1, 2)]
         finish(m, *w, run_dir=tmp_path / "run")
     assert m.returncode == 0, (tmp_path / "master.log").read_text()[-3000:]
@@ -140,11 +207,11 @@ def test_two_workers_share_a_trace_each_conversation_on_one_of_them(tmp_path):
     by_line = {}
     for r in records:
         by_line.setdefault(r["text_id"], []).append(r)
-    assert len(by_line) == len(rows) and all(len(v) == 1 for v in by_line.values())   # every row sent once
-    line_of = {r["text"]: n for n, r in enumerate(rows, 2)}   # the header is line 1
+    assert len(by_line) == len(rows) and all(len(v) == 1 for v in by_line.values())  # every row sent once
+    line_of = {r["text"]: n for n, r in enumerate(rows, 2)}  # the header is line 1
     for c in ("a", "b"):
         turns = [by_line[f"trace:{line_of[f'Call {c}, turn {k}.']}"][0] for k in range(4)]
-        assert len({t["worker"] for t in turns}) == 1, turns   # a conversation stays on its worker
+        assert len({t["worker"] for t in turns}) == 1, turns  # a conversation stays on its worker
         assert [t["t0"] for t in turns] == sorted(t["t0"] for t in turns)
     lone = [by_line[f"trace:{line_of[f'Lone request number {i}.']}"][0]["worker"] for i in range(30)]
-    assert len(set(lone)) == 2 and min(lone.count(x) for x in set(lone)) >= 10, lone   # dealt out in turn
+    assert len(set(lone)) == 2 and min(lone.count(x) for x in set(lone)) >= 10, lone  # dealt out in turn

@@ -3,6 +3,7 @@ whose transport is a scripted protocol (no HTTP: a gRPC-like one that refuses wi
 RESOURCE_EXHAUSTED, then streams three pieces of audio) gets the retry, the records, the Locust
 request events, the playback figures and the audio file from the shared attempt path; and
 only the HTTP transport reaches into geventhttpclient."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 from procs import ROOT, read_jsonl
 from rundirs import assert_declared
 
-LOCUSTFILE = '''
+LOCUSTFILE = """
 import gevent
 from tts_knee.locustfiles import attempt, node, preflight  # noqa: F401  (node attaches the listeners)
 from tts_knee.locustfiles.clock import mono
@@ -55,7 +56,7 @@ class Scripted(Transport):
 
 
 attempt.transport_for = preflight.transport_for = Scripted
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +64,34 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seam")
     (tmp / "scripted.py").write_text(LOCUSTFILE)
     run_dir = tmp / "run"
-    proc = subprocess.run([str(Path(sys.executable).with_name("locust")), "-f", str(tmp / "scripted.py"),
-                           "--headless", "-H", "http://127.0.0.1:9", "--steps", "1", "--step-time", "2",
-                           "--settle-time", "0", "--tts-stream", "--exit-code-on-error", "0", "--run-dir", str(run_dir),
-                           "--json-file", str(tmp / "locust")],
-                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("locust")),
+            "-f",
+            str(tmp / "scripted.py"),
+            "--headless",
+            "-H",
+            "http://127.0.0.1:9",
+            "--steps",
+            "1",
+            "--step-time",
+            "2",
+            "--settle-time",
+            "0",
+            "--tts-stream",
+            "--exit-code-on-error",
+            "0",
+            "--run-dir",
+            str(run_dir),
+            "--json-file",
+            str(tmp / "locust"),
+        ],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     assert_declared(run_dir)
     return read_jsonl(run_dir / "requests.jsonl"), json.loads((tmp / "locust.json").read_text()), run_dir
@@ -79,7 +103,7 @@ def test_a_refusal_is_retried_as_the_http_status_it_amounts_to(run):
     assert (first["attempt"], first["final"], first["ok"], first["status"]) == (1, False, False, "RESOURCE_EXHAUSTED")
     assert first["error"] == "gRPC RESOURCE_EXHAUSTED: try later"
     assert (first["retry_after_raw"], first["retry_after_s"]) == ("0", 0.0)
-    assert first["ttfa_ms"] is None and first["chunks"] is None   # a refusal carries no audio to time
+    assert first["ttfa_ms"] is None and first["chunks"] is None  # a refusal carries no audio to time
     assert (second["req_id"], second["attempt"], second["final"], second["ok"]) == (first["req_id"], 2, True, True)
 
 

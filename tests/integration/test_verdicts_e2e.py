@@ -1,5 +1,6 @@
 """The whole chain: a sweep against the simulator with a collector beside it, then the
 dashboard's verdict. The simulator's slots put the knee where we know it must be."""
+
 import json
 
 from procs import ROOT, dashboard, locust, spawn
@@ -9,14 +10,31 @@ STEPS = "1,2,4,8,16"
 
 def sweep_and_judge(tmp_path, sim_args, gpu_capacity=None, collector=True):
     with spawn(["tts_knee.testbed.sim", "--port", "0", *sim_args]) as sim:
-        env = {"TTS_KNEE_NVML_MODULE": "fake_nvml", "PYTHONPATH": str(ROOT / "tests"),
-               "FAKE_NVML_SIM_URL": sim.url, "FAKE_NVML_GPUS": "1"}
+        env = {
+            "TTS_KNEE_NVML_MODULE": "fake_nvml",
+            "PYTHONPATH": str(ROOT / "tests"),
+            "FAKE_NVML_SIM_URL": sim.url,
+            "FAKE_NVML_GPUS": "1",
+        }
         if gpu_capacity:
             env["FAKE_NVML_CAPACITY"] = str(gpu_capacity)
         with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.25", "--pid", str(sim.pid)], env=env) as col:
             extra = ["--collector", col.url] if collector else []
-            proc = locust(["--headless", "-H", sim.url, "--steps", STEPS, "--step-time", "3",
-                           "--run-dir", str(tmp_path / "run"), *extra], timeout=120)
+            proc = locust(
+                [
+                    "--headless",
+                    "-H",
+                    sim.url,
+                    "--steps",
+                    STEPS,
+                    "--step-time",
+                    "3",
+                    "--run-dir",
+                    str(tmp_path / "run"),
+                    *extra,
+                ],
+                timeout=120,
+            )
     assert "Traceback" not in proc.stdout, proc.stdout
     judged = dashboard(tmp_path / "run")
     assert judged.returncode == 0, judged.stderr
@@ -50,8 +68,11 @@ def test_a_rate_limit_is_named(tmp_path):
     # sleeps its whole-second Retry-After, so the share of attempts throttled at c users is
     # (c - 15 x 0.15) / (c + 15 x 1 s): none at 2, 9 % at 4 (the diagnosis names it from 5 %), 25 % at
     # 8. (At 100 ms and 25/s it was 5.2 % at 4: a coin toss.)
-    summary, _ = sweep_and_judge(tmp_path, ["--slots", "64", "--base-ms", "150", "--per-char-ms", "0",
-                                            "--jitter", "0.05", "--rate", "15", "--burst", "5"], gpu_capacity=64)
+    summary, _ = sweep_and_judge(
+        tmp_path,
+        ["--slots", "64", "--base-ms", "150", "--per-char-ms", "0", "--jitter", "0.05", "--rate", "15", "--burst", "5"],
+        gpu_capacity=64,
+    )
     assert summary["diagnosis"]["kind"] == "rate_limited", summary["diagnosis"]
     assert summary["knee"]["concurrency"] == 4
     assert summary["recommended_concurrency"] == 2

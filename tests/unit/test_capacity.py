@@ -1,5 +1,6 @@
 """Capacity and cost (analysis.capacity): what a replica carries at the recommendation, its price
 per character and per hour of audio, the replicas a demand needs; each bad option one sentence."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,10 @@ from procs import option_defaults
 from tts_knee.analysis import capacity
 from tts_knee.locustfiles import settings as settings_mod
 
-LEVELS = [{"concurrency": 2, "throughput_rps": 4.0, "chars_per_s": 200.0, "audio_s_per_s": 12.0},
-          {"concurrency": 4, "throughput_rps": 6.0, "chars_per_s": 300.0, "audio_s_per_s": 18.0}]
+LEVELS = [
+    {"concurrency": 2, "throughput_rps": 4.0, "chars_per_s": 200.0, "audio_s_per_s": 12.0},
+    {"concurrency": 4, "throughput_rps": 6.0, "chars_per_s": 300.0, "audio_s_per_s": 18.0},
+]
 
 
 def test_the_recommended_level_in_replicas_and_money():
@@ -33,10 +36,11 @@ def test_the_recommended_level_in_replicas_and_money():
 def test_a_rate_is_planned_against_the_throughput_and_exact_fits_are_not_rounded_up():
     opts = capacity.Options(plan_for=capacity.parse_demand("24/s"), headroom=0.5)
     cap = capacity.capacity(LEVELS, "concurrency", 4, 4, opts)
-    assert cap["plan"]["per_replica"] == 6.0 and cap["plan"]["replicas"] == 8   # 24 / (6 * 0.5), exactly
+    assert cap["plan"]["per_replica"] == 6.0 and cap["plan"]["replicas"] == 8  # 24 / (6 * 0.5), exactly
     assert cap["cost_per_million_chars"] is None and "per million" not in cap["text"]
-    open_loop = capacity.capacity([dict(LEVELS[0], rate=5.0)], "rate", 5.0, 3,
-                                  capacity.Options(plan_for=capacity.parse_demand("7")))
+    open_loop = capacity.capacity(
+        [dict(LEVELS[0], rate=5.0)], "rate", 5.0, 3, capacity.Options(plan_for=capacity.parse_demand("7"))
+    )
     assert open_loop["at"] == {"concurrency": 3, "rate": 5.0}
     assert open_loop["plan"]["per_replica"] == 3 and open_loop["plan"]["replicas"] == math.ceil(7 / 2.4)
 
@@ -56,15 +60,18 @@ def test_the_run_s_own_options_hold_unless_the_report_sets_them():
     assert capacity.options({}) == capacity.Options()
 
 
-@pytest.mark.parametrize("parse,value,message", [
-    (capacity.parse_demand, "lots", "--plan-for 'lots' is neither a number of concurrent requests"),
-    (capacity.parse_demand, "0/s", "--plan-for '0/s' is neither"),
-    (capacity.parse_demand, "2.5", "concurrent requests are a whole number (or give a rate, 2.5/s)"),
-    (capacity.parse_cost, "-1", "--cost-per-hour '-1' is not a price per hour > 0"),
-    (capacity.parse_cost, "inf", "--cost-per-hour 'inf' is not a price"),
-    (capacity.parse_headroom, "100%", "--headroom '100%' is not a share of capacity from 0 to below 1"),
-    (capacity.parse_headroom, "x", "--headroom 'x' is not a share"),
-])
+@pytest.mark.parametrize(
+    "parse,value,message",
+    [
+        (capacity.parse_demand, "lots", "--plan-for 'lots' is neither a number of concurrent requests"),
+        (capacity.parse_demand, "0/s", "--plan-for '0/s' is neither"),
+        (capacity.parse_demand, "2.5", "concurrent requests are a whole number (or give a rate, 2.5/s)"),
+        (capacity.parse_cost, "-1", "--cost-per-hour '-1' is not a price per hour > 0"),
+        (capacity.parse_cost, "inf", "--cost-per-hour 'inf' is not a price"),
+        (capacity.parse_headroom, "100%", "--headroom '100%' is not a share of capacity from 0 to below 1"),
+        (capacity.parse_headroom, "x", "--headroom 'x' is not a share"),
+    ],
+)
 def test_each_bad_value_is_one_sentence_naming_the_option(parse, value, message):
     with pytest.raises(capacity.CapacityError) as e:
         parse(value)
@@ -74,6 +81,7 @@ def test_each_bad_value_is_one_sentence_naming_the_option(parse, value, message)
 def test_the_run_checks_and_records_them():
     def settings(**changes):
         return settings_mod.from_options(SimpleNamespace(**{**option_defaults(), **changes}), "http://127.0.0.1:8300")
+
     public = settings(cost_per_hour="2.5", plan_for="20/s", headroom="10%").public()
     assert (public["cost_per_hour"], public["plan_for"], public["headroom"]) == (2.5, "20/s", 0.1)
     public = settings().public()

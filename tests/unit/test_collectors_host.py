@@ -1,4 +1,5 @@
 """Host readings: a CPU figure over no elapsed CPU time is unknown (None), never 0."""
+
 from __future__ import annotations
 
 from collections import namedtuple

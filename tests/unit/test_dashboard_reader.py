@@ -2,6 +2,7 @@
 ``json.loads`` of every line and the column rules written out value by value. Same columns,
 same labels, same Server-Timing stages, same chunk gaps, same gRPC status names, same bad-line
 count, whichever path a block takes and however the file is cut while it is being written."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,19 @@ from rundirs import SCENARIOS, build_run
 from tts_knee.runformat import reader as rundir
 from tts_knee.runformat.reader import RequestLog
 
-NUMS = ("t0", "ttfb_ms", "wait_ms", "write_ms", "concat_ms", "audio_s", "rtf", "retry_after_s", "backoff_ms",
-        "text_len", "bytes")
+NUMS = (
+    "t0",
+    "ttfb_ms",
+    "wait_ms",
+    "write_ms",
+    "concat_ms",
+    "audio_s",
+    "rtf",
+    "retry_after_s",
+    "backoff_ms",
+    "text_len",
+    "bytes",
+)
 AMOUNTS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
 COUNTS = ("chunks", "underruns")
 INTS = ("step", "concurrency", "attempt")
@@ -48,8 +60,27 @@ def _label(v, names):
 
 def reference(data: bytes) -> dict:
     """Columns of every complete line, the plain way."""
-    cols = {k: [] for k in (*NUMS, *AMOUNTS, *COUNTS, *INTS, "status", "status_name", "tend", "final", "ok",
-                            "settled", "error", "text", "tier", "offset", "chunk_n", "gap_n")}
+    cols = {
+        k: []
+        for k in (
+            *NUMS,
+            *AMOUNTS,
+            *COUNTS,
+            *INTS,
+            "status",
+            "status_name",
+            "tend",
+            "final",
+            "ok",
+            "settled",
+            "error",
+            "text",
+            "tier",
+            "offset",
+            "chunk_n",
+            "gap_n",
+        )
+    }
     labels = {"error": [], "text": [], "tier": [], "status": []}
     gaps: list[float] = []
     stage_rows: dict[str, dict[int, float]] = {}
@@ -93,8 +124,7 @@ def reference(data: bytes) -> dict:
         cols["tier"].append(_label(r.get("tier"), labels["tier"]))
         cols["offset"].append(at)
         ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
-        cols["chunk_n"].append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm)
-                               else -1)
+        cols["chunk_n"].append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm) else -1)
         at = [_num(x) for x in ca] if cols["chunk_n"][-1] >= 2 else []
         usable = at and None not in at
         cols["gap_n"].append(len(at) - 1 if usable else 0)
@@ -135,22 +165,44 @@ def _record(rng: random.Random, i: int, grpc: bool = False) -> dict:
     empty errors, negative or fractional stream figures, uneven chunk lists, integer stages;
     ``grpc``: statuses are gRPC code names."""
     t0 = 1_700_000_000 + i * 0.01
-    r = {"req_id": f"w1-{i // 2}", "attempt": 1 + i % 2, "final": bool(i % 2) or i % 7 == 0, "step": 1 + i // 50,
-         "concurrency": 2 ** (i // 50 % 8), "worker": "w1", "user": i % 4,
-         "text_id": rng.choice(["t1", "中文", "emoji 🎙️", "x" * 400]),
-         "text_len": rng.choice([10, 12.0, None]), "tier": rng.choice(["short", "long", None]),
-         "t0": t0, "t1": t0 + 0.05, "t2": rng.choice([t0 + 0.2, None]), "t3": rng.choice([t0 + 0.21, None]),
-         "ttfb_ms": 50.0, "wait_ms": rng.choice([200.0, None, 0]), "write_ms": None, "concat_ms": None,
-         "status": rng.choice(["OK", "RESOURCE_EXHAUSTED", "INTERNAL", None] if grpc else [200, 429, None]),
-         "ok": rng.choice([True, False, None]),
-         "error": rng.choice([None, "", "HTTP 429", "délai dépassé"]), "bytes": 88200, "audio_s": 2.0,
-         "rtf": 0.1, "retry_after_s": None, "retry_after_raw": None, "backoff_ms": 0.0,
-         "server_timing": rng.choice([None, {}, {"queue": 1, "infer": 2.5}, {"infer": 3.0, "post": 0.5}]),
-         "settled": rng.choice([True, False, None]),
-         "ttfa_ms": rng.choice([120.0, -1.0, None, 0]), "chunks": rng.choice([3, 2.5, -1, None]),
-         "gap_max_ms": 10.0, "underruns": rng.choice([0, 1, 1.5]), "underrun_ms": rng.choice([0.0, 20.0, -3.0]),
-         "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0], [0.5, 40.25]]),
-         "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None])}
+    r = {
+        "req_id": f"w1-{i // 2}",
+        "attempt": 1 + i % 2,
+        "final": bool(i % 2) or i % 7 == 0,
+        "step": 1 + i // 50,
+        "concurrency": 2 ** (i // 50 % 8),
+        "worker": "w1",
+        "user": i % 4,
+        "text_id": rng.choice(["t1", "中文", "emoji 🎙️", "x" * 400]),
+        "text_len": rng.choice([10, 12.0, None]),
+        "tier": rng.choice(["short", "long", None]),
+        "t0": t0,
+        "t1": t0 + 0.05,
+        "t2": rng.choice([t0 + 0.2, None]),
+        "t3": rng.choice([t0 + 0.21, None]),
+        "ttfb_ms": 50.0,
+        "wait_ms": rng.choice([200.0, None, 0]),
+        "write_ms": None,
+        "concat_ms": None,
+        "status": rng.choice(["OK", "RESOURCE_EXHAUSTED", "INTERNAL", None] if grpc else [200, 429, None]),
+        "ok": rng.choice([True, False, None]),
+        "error": rng.choice([None, "", "HTTP 429", "délai dépassé"]),
+        "bytes": 88200,
+        "audio_s": 2.0,
+        "rtf": 0.1,
+        "retry_after_s": None,
+        "retry_after_raw": None,
+        "backoff_ms": 0.0,
+        "server_timing": rng.choice([None, {}, {"queue": 1, "infer": 2.5}, {"infer": 3.0, "post": 0.5}]),
+        "settled": rng.choice([True, False, None]),
+        "ttfa_ms": rng.choice([120.0, -1.0, None, 0]),
+        "chunks": rng.choice([3, 2.5, -1, None]),
+        "gap_max_ms": 10.0,
+        "underruns": rng.choice([0, 1, 1.5]),
+        "underrun_ms": rng.choice([0.0, 20.0, -3.0]),
+        "chunk_at_ms": rng.choice([[1.0, 2.0], [], None, [5.0], [0.5, 40.25]]),
+        "chunk_audio_ms": rng.choice([[10.0, 10.0], [], None]),
+    }
     for k in rng.sample(sorted(r), 2):  # fields go missing
         del r[k]
     return r
@@ -165,14 +217,35 @@ def _clean(rng: random.Random, n: int, grpc: bool = False) -> bytes:
 
 
 # each of these makes pyarrow refuse its block, or json.loads read a line its own way
-DIRTY = [b'not json', b'[1, 2]', b'5', b'"str"', b'null', b'{"t0": 1}{"t0": 2}', b'{"t0": NaN, "wait_ms": Infinity}',
-         b'{"t0": "1.5", "wait_ms": "nan", "status": "200"}', b'{"t0": true, "ok": 1, "final": 0}',
-         b'{"t0": 1e400, "status": 200.7}', b'{"t0": 1, "t0": 2}', b'{"error": 5, "text_id": 7, "tier": false}',
-         b'{"text_id": "\\ud800 lone"}', b'{"error": "\xff\xfe"}', b'\xef\xbb\xbf{"t0": 3}',
-         b'{"server_timing": {"queue": "12.5", "infer": true, "post": {"x": 1}, "' + b"s" * 70 + b'": 4}}',
-         b'{"server_timing": "queue;dur=3"}', b'{"chunk_at_ms": [1, "a"], "chunk_audio_ms": [1, 2]}',
-         b'{"t0": 1, "tab": "a\tb"}', b'{"t0": 2', b'{}', b'{"t0": 1}null{"t0": 2}', b' null ', b'{"t0": 1} 5',
-         b'{"status": "UNAVAILABLE"}', b'{"status": "NOT_A_CODE"}', b'{"chunk_at_ms": [1, 2, 1e400], "chunk_audio_ms": [1, 2, 3]}']
+DIRTY = [
+    b"not json",
+    b"[1, 2]",
+    b"5",
+    b'"str"',
+    b"null",
+    b'{"t0": 1}{"t0": 2}',
+    b'{"t0": NaN, "wait_ms": Infinity}',
+    b'{"t0": "1.5", "wait_ms": "nan", "status": "200"}',
+    b'{"t0": true, "ok": 1, "final": 0}',
+    b'{"t0": 1e400, "status": 200.7}',
+    b'{"t0": 1, "t0": 2}',
+    b'{"error": 5, "text_id": 7, "tier": false}',
+    b'{"text_id": "\\ud800 lone"}',
+    b'{"error": "\xff\xfe"}',
+    b'\xef\xbb\xbf{"t0": 3}',
+    b'{"server_timing": {"queue": "12.5", "infer": true, "post": {"x": 1}, "' + b"s" * 70 + b'": 4}}',
+    b'{"server_timing": "queue;dur=3"}',
+    b'{"chunk_at_ms": [1, "a"], "chunk_audio_ms": [1, 2]}',
+    b'{"t0": 1, "tab": "a\tb"}',
+    b'{"t0": 2',
+    b"{}",
+    b'{"t0": 1}null{"t0": 2}',
+    b" null ",
+    b'{"t0": 1} 5',
+    b'{"status": "UNAVAILABLE"}',
+    b'{"status": "NOT_A_CODE"}',
+    b'{"chunk_at_ms": [1, 2, 1e400], "chunk_audio_ms": [1, 2, 3]}',
+]
 
 
 @pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
@@ -200,7 +273,7 @@ def test_a_block_pyarrow_cannot_convert_is_read_line_by_line(tmp_path):
     data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode() * 3
     path = tmp_path / "requests.jsonl"
     path.write_bytes(data)
-    for _ in range(20):   # pyarrow's threads fail on some reads only
+    for _ in range(20):  # pyarrow's threads fail on some reads only
         log = RequestLog(path)
         log.update()
         assert log.lines == 15_000 and log.bad_lines == 0
@@ -235,7 +308,7 @@ def test_incremental_reads_with_cut_lines_match_one_read(tmp_path, monkeypatch, 
     with open(path, "wb") as f:
         while written < len(data):  # the writer appends pieces that end mid-line
             step = rng.randrange(1, 9000)
-            f.write(data[written:written + step])
+            f.write(data[written : written + step])
             f.flush()
             written += step
             log.update()
@@ -268,6 +341,7 @@ def test_updates_read_only_the_bytes_appended_since(tmp_path):
     """The live view and the web UI's plan refresh often: what was read is never read again, so
     scribbling over it in place (same size) changes nothing, and the appended lines are read."""
     from tts_knee.runformat.reader import RunDir
+
     p = build_run(tmp_path / "r", SCENARIOS["compute_bound"][0])
     rd = RunDir(p)
     rd.refresh()
@@ -321,10 +395,12 @@ def _sample_reference(s) -> dict | None:
 def _gpu(rng: random.Random) -> object:
     if rng.random() < 0.05:
         return rng.choice([None, "GPU-0", 3])
-    return {"util_percent": rng.choice([0, 50.5, 100, None, "7", True, -1.0]),
-            "mem_used_bytes": rng.choice([1e9, 2e9, 4e9, 0, None, "x"]),
-            "mem_total_bytes": rng.choice([8e9, 4e9, 0, None, -8e9]),
-            "power_w": rng.choice([120.0, 80, None, "nan"])}
+    return {
+        "util_percent": rng.choice([0, 50.5, 100, None, "7", True, -1.0]),
+        "mem_used_bytes": rng.choice([1e9, 2e9, 4e9, 0, None, "x"]),
+        "mem_total_bytes": rng.choice([8e9, 4e9, 0, None, -8e9]),
+        "power_w": rng.choice([120.0, 80, None, "nan"]),
+    }
 
 
 def test_resource_samples_match_the_plain_rules(tmp_path):
@@ -335,13 +411,18 @@ def test_resource_samples_match_the_plain_rules(tmp_path):
     rng = random.Random(7)
     samples = []
     for i in range(600):
-        s = {"ts": rng.choice([1_700_000_000 + i * 0.5] * 8 + [None, "x", float("nan"), True]),
-             "host": rng.choice(["tts", "", None, 5]), "role": rng.choice(["server", "client", None]),
-             "cpu_percent": rng.choice([12.5, 7, None, "3", False]), "cpu_max_core_percent": 50.0,
-             "mem_used_bytes": rng.choice([8e9, None]), "mem_total_bytes": 64e9,
-             "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {}, None, [1]]),
-             "gpus": rng.choice([[_gpu(rng) for _ in range(rng.randint(0, 4))]] * 6 + [None, {"0": {}}, 5, "g"]),
-             "metrics": rng.choice([None, {"q": 3.0}, [1]])}
+        s = {
+            "ts": rng.choice([1_700_000_000 + i * 0.5] * 8 + [None, "x", float("nan"), True]),
+            "host": rng.choice(["tts", "", None, 5]),
+            "role": rng.choice(["server", "client", None]),
+            "cpu_percent": rng.choice([12.5, 7, None, "3", False]),
+            "cpu_max_core_percent": 50.0,
+            "mem_used_bytes": rng.choice([8e9, None]),
+            "mem_total_bytes": 64e9,
+            "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {}, None, [1]]),
+            "gpus": rng.choice([[_gpu(rng) for _ in range(rng.randint(0, 4))]] * 6 + [None, {"0": {}}, 5, "g"]),
+            "metrics": rng.choice([None, {"q": 3.0}, [1]]),
+        }
         if rng.random() < 0.1:
             del s[rng.choice(sorted(s))]
         samples.append(s)
@@ -355,17 +436,36 @@ def test_clean_resource_samples_are_read_by_pyarrow_and_match_the_plain_rules(tm
     GPU lists empty, null or with null figures) are read into columns by pyarrow, not sample by
     sample, and give the same rows."""
     from tts_knee.runformat import reader
+
     rng = random.Random(11)
     samples = []
     for i in range(800):
-        s = {"ts": rng.choice([1_700_000_000 + i * 0.5] * 9 + [None]), "host": rng.choice(["tts", "loadgen", "", None]),
-             "role": rng.choice(["server", "client", None]), "cpu_percent": rng.choice([12.5, 7, None]),
-             "cpu_max_core_percent": 50.0, "mem_used_bytes": rng.choice([8e9, None]), "mem_total_bytes": 64e9,
-             "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {"pid": 2}, None]),
-             "gpus": rng.choice([[{"util_percent": rng.choice([0, 50.5, None]),
-                                   "mem_used_bytes": rng.choice([1e9, 4e9, None]),
-                                   "mem_total_bytes": rng.choice([8e9, 0, None]), "power_w": rng.choice([120.0, None])}
-                                  for _ in range(rng.randint(0, 3))], None, []]), "metrics": None}
+        s = {
+            "ts": rng.choice([1_700_000_000 + i * 0.5] * 9 + [None]),
+            "host": rng.choice(["tts", "loadgen", "", None]),
+            "role": rng.choice(["server", "client", None]),
+            "cpu_percent": rng.choice([12.5, 7, None]),
+            "cpu_max_core_percent": 50.0,
+            "mem_used_bytes": rng.choice([8e9, None]),
+            "mem_total_bytes": 64e9,
+            "proc": rng.choice([{"pid": 1, "cpu_percent": 40.0, "rss_bytes": 2e9}, {"pid": 2}, None]),
+            "gpus": rng.choice(
+                [
+                    [
+                        {
+                            "util_percent": rng.choice([0, 50.5, None]),
+                            "mem_used_bytes": rng.choice([1e9, 4e9, None]),
+                            "mem_total_bytes": rng.choice([8e9, 0, None]),
+                            "power_w": rng.choice([120.0, None]),
+                        }
+                        for _ in range(rng.randint(0, 3))
+                    ],
+                    None,
+                    [],
+                ]
+            ),
+            "metrics": None,
+        }
         if rng.random() < 0.1:
             del s[rng.choice(sorted(s))]
         samples.append(s)
@@ -375,6 +475,7 @@ def test_clean_resource_samples_are_read_by_pyarrow_and_match_the_plain_rules(tm
 
 def _assert_samples_read_as_the_rules_say(tmp_path, lines: list[str]) -> None:
     from tts_knee.runformat.reader import ResourceLog
+
     path = tmp_path / "resources.jsonl"
     path.write_text("\n".join(lines) + "\n")
     log = ResourceLog(path)

@@ -1,13 +1,21 @@
 """The open-loop knee rules and the growth test, on hand-made step figures."""
+
 import numpy as np
 
 from tts_knee.analysis import openloop
 
 
 def step(rate, thr, p95, growing=False, error_rate=0.0, mean=250.0):
-    return {"rate": rate, "requests": 100, "failed": int(error_rate * 100), "throughput_rps": thr,
-            "error_rate": error_rate, "dropped": 0, "growth": {"growing": growing},
-            "sched_wait_ms": {"p95": p95, "mean": mean}}
+    return {
+        "rate": rate,
+        "requests": 100,
+        "failed": int(error_rate * 100),
+        "throughput_rps": thr,
+        "error_rate": error_rate,
+        "dropped": 0,
+        "growth": {"growing": growing},
+        "sched_wait_ms": {"p95": p95, "mean": mean},
+    }
 
 
 def test_throughput_short_of_offered_is_the_knee():
@@ -41,6 +49,6 @@ def test_growth_needs_each_third_above_the_one_before():
     t = np.linspace(0, 9, 30)
     assert openloop._growth(t, 250 + 100 * t)["growing"]
     assert not openloop._growth(t, np.full(30, 250.0))["growing"]
-    noisy = np.where(np.arange(30) % 2, 250.0, 900.0)   # bursts, but no queue that builds
+    noisy = np.where(np.arange(30) % 2, 250.0, 900.0)  # bursts, but no queue that builds
     assert not openloop._growth(t, noisy)["growing"]
-    assert openloop._growth(t[:5], t[:5])["growing"] is None   # too few to judge
+    assert openloop._growth(t[:5], t[:5])["growing"] is None  # too few to judge

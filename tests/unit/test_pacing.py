@@ -1,6 +1,7 @@
 """Text paced as a language model writes it (locustfiles/inputs/pacing.py), and the listener timed
 against it (locustfiles/timeline.py): tokens, due times, coalescing a late sender's pieces,
 flushes at sentence ends, and the record's text fields."""
+
 import random
 
 import pytest
@@ -27,8 +28,15 @@ def test_the_tokens_joined_are_the_text(text):
 
 
 def test_sentence_ends_include_closing_quotes_and_cjk_stops():
-    assert [ends_sentence(t) for t in ("there. ", '"Quoted." ', "you?", "了！", "word ", "3.5 ", "(aside.) ")] \
-        == [True, True, True, True, False, False, True]
+    assert [ends_sentence(t) for t in ("there. ", '"Quoted." ', "you?", "了！", "word ", "3.5 ", "(aside.) ")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
 
 
 def test_without_a_rate_the_whole_text_goes_at_once():
@@ -49,7 +57,7 @@ def test_jitter_keeps_each_gap_within_its_fraction_and_is_reproducible():
     pieces = schedule(text, 10, jitter=0.5, rng=random.Random(7))
     gaps = [b.due_s - a.due_s for a, b in zip(pieces, pieces[1:])]
     assert min(gaps) >= 0.05 - 1e-9 and max(gaps) <= 0.15 + 1e-9
-    assert max(gaps) - min(gaps) > 0.05   # it does vary
+    assert max(gaps) - min(gaps) > 0.05  # it does vary
     assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.1)
     assert pieces == schedule(text, 10, jitter=0.5, rng=random.Random(7))
 
@@ -67,14 +75,14 @@ def test_a_sender_on_time_sends_each_piece_alone_when_due():
 def test_a_late_sender_coalesces_what_is_due_into_one_send():
     pacer = Pacer(schedule("a b c d e", 10), start=0.0)
     assert pacer.take(0.0).text == "a "
-    late = pacer.take(0.35)   # b, c and d were due by now
+    late = pacer.take(0.35)  # b, c and d were due by now
     assert (late.text, late.pieces, late.last) == ("b c d ", 3, False)
     assert pacer.take(0.39) is None and pacer.take(0.4).text == "e"
 
 
 def test_flushing_per_sentence_stops_a_send_at_each_sentence_end():
     pacer = Pacer(schedule("One two. Three. Four", 10), start=0.0, flush_sentences=True)
-    first = pacer.take(10.0)   # everything is due, but a send ends at a sentence's end
+    first = pacer.take(10.0)  # everything is due, but a send ends at a sentence's end
     assert (first.text, first.flush, first.last) == ("One two. ", True, False)
     second = pacer.take(10.0)
     assert (second.text, second.flush) == ("Three. ", True)
@@ -95,7 +103,7 @@ def test_a_minimum_interval_spaces_the_sends():
     pacer = Pacer(schedule("a b c d", 100), start=0.0, min_interval_s=0.1)
     assert pacer.take(0.0).text == "a "
     assert pacer.take(0.05) is None and pacer.wait_s(0.05) == pytest.approx(0.05)
-    assert pacer.take(0.1).text == "b c d"   # what came due meanwhile goes together
+    assert pacer.take(0.1).text == "b c d"  # what came due meanwhile goes together
 
 
 def test_sends_sleeps_until_each_is_due():
@@ -125,7 +133,7 @@ def test_ttfa_counts_from_the_first_text_and_the_tail_from_the_end_of_it():
     f = tl.fields(0.0, 0.0, False)
     assert f["ttfa_ms"] == pytest.approx(200.0)
     assert (f["text_first_ms"], f["text_done_ms"]) == pytest.approx((50.0, 450.0))
-    assert f["done_to_audio_ms"] == 0.0   # audio was already flowing when the text was done
+    assert f["done_to_audio_ms"] == 0.0  # audio was already flowing when the text was done
     assert f["tail_ms"] == pytest.approx(500.0)
 
 
@@ -146,9 +154,9 @@ def test_a_whole_text_sent_at_t0_has_no_text_fields():
 def test_the_session_opening_comes_with_the_first_text():
     tl = Timeline()
     tl.text_sent(0.05, False, 12.3456)
-    tl.text_sent(0.1, True, 99.0)   # only the first send can have opened the session
+    tl.text_sent(0.1, True, 99.0)  # only the first send can have opened the session
     assert tl.text_fields(0.0)["connect_ms"] == 12.346
-    assert _timeline([0.1], [], None).text_fields(0.0)["connect_ms"] is None   # it went on an open one
+    assert _timeline([0.1], [], None).text_fields(0.0)["connect_ms"] is None  # it went on an open one
 
 
 def test_text_that_never_ended_and_no_audio_leave_the_figures_null():

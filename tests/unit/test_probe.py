@@ -1,6 +1,7 @@
 """The hostile-text probe's parts that need no server: --probe-texts named wrong is one sentence,
 the bytes-only class goes in HTTP JSON bodies only (as the raw byte its text escapes), and each
 final attempt reads as the outcome a team guards against."""
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,22 @@ def test_all_probes_every_class_and_run_json_names_them():
     assert {class_of(t.id) for t in s.probe_texts} == set(CLASSES)
     assert all(t.id.startswith("probe:") for t in s.probe_texts)
     assert _settings().probe == () and _settings().public()["probe_texts"] is None
-    assert _settings(probe_texts="long, empty").probe == ("empty", "long")   # in the classes' order
+    assert _settings(probe_texts="long, empty").probe == ("empty", "long")  # in the classes' order
 
 
-@pytest.mark.parametrize("changes, says", [
-    ({"probe_texts": "empty,nonsense"}, "--probe-texts names 'nonsense', which is not a class of text; the "
-                                        "classes are empty, whitespace"),
-    ({"probe_texts": "all", "rates": "2,4"}, "--probe-texts runs at concurrency 1 and the recommended "
-                                             "concurrency: use it with --steps, not --rates"),
-])
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        (
+            {"probe_texts": "empty,nonsense"},
+            "--probe-texts names 'nonsense', which is not a class of text; the classes are empty, whitespace",
+        ),
+        (
+            {"probe_texts": "all", "rates": "2,4"},
+            "--probe-texts runs at concurrency 1 and the recommended concurrency: use it with --steps, not --rates",
+        ),
+    ],
+)
 def test_a_probe_named_wrong_is_one_sentence(changes, says):
     with pytest.raises(settings_mod.SettingsError) as e:
         _settings(**changes)
@@ -47,24 +55,27 @@ def test_invalid_utf8_is_the_raw_byte_in_a_json_body_and_left_out_elsewhere(capl
     with pytest.raises(UnicodeDecodeError):
         body.decode("utf-8")
     assert b"caf\xe9 au lait" in body
-    assert json.loads(body.decode("latin-1"))["input"].startswith("caf")   # JSON otherwise
+    assert json.loads(body.decode("latin-1"))["input"].startswith("caf")  # JSON otherwise
     w = _settings("tcp://127.0.0.1:10200", tts_protocol="wyoming", probe_texts="invalid-utf8,numbers")
     assert {class_of(t.id) for t in w.probe_texts} == {"numbers"}
     assert "invalid-utf8 is sent in HTTP JSON bodies only" in caplog.text
 
 
-@pytest.mark.parametrize("status, ok, error, expected", [
-    (200, True, None, "audio"),
-    (400, False, "400 Bad Request", "refused"),
-    (422, False, None, "refused"),
-    (500, False, None, "server_error"),
-    (503, False, None, "server_error"),
-    (504, False, None, "timeout"),
-    (-1, False, "timed out after 2 s waiting for the first byte", "timeout"),
-    (200, False, SILENT, "silent"),
-    (-1, False, "connection reset by peer", "error"),
-    (200, False, "the body is not audio", "error"),
-])
+@pytest.mark.parametrize(
+    "status, ok, error, expected",
+    [
+        (200, True, None, "audio"),
+        (400, False, "400 Bad Request", "refused"),
+        (422, False, None, "refused"),
+        (500, False, None, "server_error"),
+        (503, False, None, "server_error"),
+        (504, False, None, "timeout"),
+        (-1, False, "timed out after 2 s waiting for the first byte", "timeout"),
+        (200, False, SILENT, "silent"),
+        (-1, False, "connection reset by peer", "error"),
+        (200, False, "the body is not audio", "error"),
+    ],
+)
 def test_each_final_attempt_reads_as_one_outcome(status, ok, error, expected):
     assert outcome(status, ok, error) == expected
 

@@ -5,6 +5,7 @@ The first tests hold the classes to the tables (the same keys, the same required
 the table allows it, a nested table as its class); the last analyses a synthetic run directory
 and checks every step, level, the knee and the diagnosis value by value against the classes, and
 the run's attempt records against :class:`~runformat.results.Attempt`."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,7 @@ def test_null_where_the_table_allows_it_and_nested_tables_as_their_classes(cls):
                 assert typing.get_args(value)[1] is CLASS_OF[id(f.of.of)], (cls.__name__, f.name)
         elif f.of is not None:
             inner = typing.get_args(value)[0] if typing.get_origin(value) is list else value
-            inner = [a for a in _alternatives(inner) if a is not type(None)][0]   # a list's null entries
+            inner = [a for a in _alternatives(inner) if a is not type(None)][0]  # a list's null entries
             assert inner is CLASS_OF.get(id(f.of)), (cls.__name__, f.name, value)
 
 
@@ -92,9 +93,11 @@ def _wrong(value, hint, path: str) -> list[str]:
             return [f"{path}: {type(value).__name__} is not a {hint.__name__}"]
         hints = HINTS.get(hint) or typing.get_type_hints(hint)
         missing = [f"{path}.{k}: missing" for k in hint.__required_keys__ if k not in value]
-        return missing + [f"{path}.{k}: not a {hint.__name__} key" if k not in hints else w
-                          for k, v in value.items() for w in (_wrong(v, hints[k], f"{path}.{k}") if k in hints
-                                                               else [None])]
+        return missing + [
+            f"{path}.{k}: not a {hint.__name__} key" if k not in hints else w
+            for k, v in value.items()
+            for w in (_wrong(v, hints[k], f"{path}.{k}") if k in hints else [None])
+        ]
     if hint is summary.DiagnosisKind:
         return [] if value in set(summary.DiagnosisKind) else [f"{path}: {value!r} is no kind"]
     kinds = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}[hint]
@@ -103,14 +106,19 @@ def _wrong(value, hint, path: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("model", [
-    Model(rate_limit_from=8, error_from=16, server_timing=True, slo="p95_ms<=2000"),
-    Model(stream_capacity=6.0, truncate_from=8, gpu_mem_leak_per_step=2 * 2**30, continuous=True, refine_from=4),
-], ids=["whole-bodies", "streamed"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        Model(rate_limit_from=8, error_from=16, server_timing=True, slo="p95_ms<=2000"),
+        Model(stream_capacity=6.0, truncate_from=8, gpu_mem_leak_per_step=2 * 2**30, continuous=True, refine_from=4),
+    ],
+    ids=["whole-bodies", "streamed"],
+)
 def test_what_the_analysis_makes_of_a_run_holds_to_the_classes(tmp_path, model):
     from tts_knee.analysis.summary import analyze, load
+
     run = build_run(tmp_path / "run", model)
-    s = json.loads(json.dumps(analyze(load(run))))   # as summary.json holds it
+    s = json.loads(json.dumps(analyze(load(run))))  # as summary.json holds it
     wrong = [w for i, step in enumerate(s["steps"]) for w in _wrong(step, results.StepSummary, f"steps[{i}]")]
     wrong += [w for i, lv in enumerate(s["levels"]) for w in _wrong(lv, results.StepSummary, f"levels[{i}]")]
     wrong += _wrong(s["knee"], results.Knee, "knee") + _wrong(s["diagnosis"], results.Diagnosis, "diagnosis")

@@ -1,4 +1,5 @@
 """The signal checks (audio.signal) and the audible TTFA of the playback model, in-process."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def test_leading_and_trailing_silence_are_measured_to_the_frame():
 
 
 def test_sound_below_the_level_is_silence_and_above_it_is_not():
-    quiet = 10 ** ((signal.SILENCE_DBFS - 6) / 20)   # 6 dB under the level (RMS of a sine: amplitude / sqrt 2)
+    quiet = 10 ** ((signal.SILENCE_DBFS - 6) / 20)  # 6 dB under the level (RMS of a sine: amplitude / sqrt 2)
     assert signal.check(tone(500, quiet).tobytes(), RATE, 1)["silent"]
     assert signal.check(silence(500).tobytes(), RATE, 1)["silent"]
     assert signal.check(b"", RATE, 1)["silent"]
@@ -56,8 +57,8 @@ def test_runaway_and_truncated_are_judged_against_their_languages_median():
     pace = np.array([0.06] * 10 + [0.5, 0.01] + [0.1] * 6 + [0.5])
     lang = np.array([0] * 12 + [1] * 6 + [2])
     runaway, truncated = signal.pace_outliers(pace, lang)
-    assert np.flatnonzero(runaway).tolist() == [10]   # 8x the median of language 0
-    assert np.flatnonzero(truncated).tolist() == [11]   # a sixth of it
+    assert np.flatnonzero(runaway).tolist() == [10]  # 8x the median of language 0
+    assert np.flatnonzero(truncated).tolist() == [11]  # a sixth of it
     # language 2 has one attempt: too few to have a median, so it judges nothing
     assert not runaway[18]
 

@@ -1,5 +1,6 @@
 """analysis.confidence: percentile intervals (coverage on data with a known p95, speed) and the
 two-sample comparisons behind --baseline."""
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ MEDIAN, SIGMA = 200.0, 0.5
 TRUE_P95 = MEDIAN * math.exp(SIGMA * 1.6448536269514722)
 
 
-def _inside(ci, v) -> bool:   # an open end (None) holds everything beyond it
+def _inside(ci, v) -> bool:  # an open end (None) holds everything beyond it
     return (ci[0] is None or ci[0] <= v) and (ci[1] is None or v <= ci[1])
 
 

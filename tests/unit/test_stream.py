@@ -1,6 +1,7 @@
 """The incremental parsers of audio/containers.py and the playback model
 (analysis/playback.py), on hand-made bodies fed in every split; and the HTTP transport's
 ``read_some`` against a real server on loopback."""
+
 from __future__ import annotations
 
 import base64
@@ -41,16 +42,20 @@ def placeholder_wav(pcm: bytes, extra: bytes = b"", size=0xFFFFFFFF) -> bytes:
 
 # ---- the player ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("at,ms,buffer,expect", [
-    ([0, 100, 200, 300], [100, 100, 100, 100], 0, (0, 0.0)),        # exactly in time
-    ([0, 50, 100], [100, 100, 100], 0, (0, 0.0)),                   # ahead of playback
-    ([0, 150, 400], [100, 100, 100], 0, (2, 200.0)),                # dry at 100 (50), at 250 (150)
-    ([0, 150, 400], [100, 100, 100], 200, (1, 50.0)),               # starts at 150, dry at 350
-    ([0, 150, 400], [100, 100, 100], 1000, (0, 0.0)),               # never buffered: starts at the end
-    ([10, 20, 500], [0, 100, 100], 0, (1, 380.0)),                  # a frameless first arrival does not start it
-    ([0, 300, 500], [100, 0, 100], 0, (1, 400.0)),                  # nor does a frameless one split a stall
-    ([], [], 0, (0, 0.0)),
-])
+
+@pytest.mark.parametrize(
+    "at,ms,buffer,expect",
+    [
+        ([0, 100, 200, 300], [100, 100, 100, 100], 0, (0, 0.0)),  # exactly in time
+        ([0, 50, 100], [100, 100, 100], 0, (0, 0.0)),  # ahead of playback
+        ([0, 150, 400], [100, 100, 100], 0, (2, 200.0)),  # dry at 100 (50), at 250 (150)
+        ([0, 150, 400], [100, 100, 100], 200, (1, 50.0)),  # starts at 150, dry at 350
+        ([0, 150, 400], [100, 100, 100], 1000, (0, 0.0)),  # never buffered: starts at the end
+        ([10, 20, 500], [0, 100, 100], 0, (1, 380.0)),  # a frameless first arrival does not start it
+        ([0, 300, 500], [100, 0, 100], 0, (1, 400.0)),  # nor does a frameless one split a stall
+        ([], [], 0, (0, 0.0)),
+    ],
+)
 def test_playback_on_hand_made_arrivals(at, ms, buffer, expect):
     _, stalls = listen(at, ms, buffer)
     assert (len(stalls), sum(resumed - dry for dry, resumed in stalls)) == expect
@@ -81,17 +86,18 @@ def test_unknown_durations_time_arrivals_only():
 
 # ---- WAV and PCM ---------------------------------------------------------------------------
 
+
 def test_wav_header_split_at_every_byte():
-    pcm = bytes(range(256)) * 12   # 3072 bytes = 1536 frames = 64 ms
+    pcm = bytes(range(256)) * 12  # 3072 bytes = 1536 frames = 64 ms
     body = placeholder_wav(pcm, extra=b"LIST" + struct.pack("<I", 5) + b"INFOx\0")
     start = body.index(b"data") + 8
     for cut in range(1, len(body)):
         tl, p = wav_parser()
         feed(p, [body[:cut], body[cut:]])
         assert sum(tl.audio_ms) == pytest.approx(64.0), cut
-        assert tl.at == ([1.0] if cut <= start else [0.0, 1.0]), cut   # first arrival with a sample
+        assert tl.at == ([1.0] if cut <= start else [0.0, 1.0]), cut  # first arrival with a sample
     tl, p = wav_parser()
-    feed(p, [body[i:i + 1] for i in range(len(body))])
+    feed(p, [body[i : i + 1] for i in range(len(body))])
     assert tl.at[0] == start and sum(tl.audio_ms) == pytest.approx(64.0)
 
 
@@ -99,7 +105,7 @@ def test_wav_header_split_at_every_byte():
 def test_wav_header_alone_then_chunks(size):
     tl, p = wav_parser()
     body = placeholder_wav(bytes(9600), size=size)
-    feed(p, [body[:44], body[44:44 + 4800], body[44 + 4800:]], times=[0.1, 0.3, 0.5])
+    feed(p, [body[:44], body[44 : 44 + 4800], body[44 + 4800 :]], times=[0.1, 0.3, 0.5])
     assert tl.at == [0.3, 0.5] and tl.audio_ms == [100.0, 100.0]
 
 
@@ -113,18 +119,21 @@ def test_wav_with_real_sizes_stops_at_the_data_chunk():
 
 
 def test_wav_partial_frames_sum_to_whole_frames():
-    body = containers.wav_header(0, RATE, 2, 2) + bytes(4 * 1000)    # stereo 16-bit: 4-byte frames
+    body = containers.wav_header(0, RATE, 2, 2) + bytes(4 * 1000)  # stereo 16-bit: 4-byte frames
     tl, p = wav_parser()
     feed(p, [body[:47], body[47:53], body[53:]])
     assert tl.audio_ms[0] == 0.0 and sum(tl.audio_ms) == pytest.approx(1000 / RATE * 1000)
 
 
-@pytest.mark.parametrize("body,ctype,expect", [
-    (b"<html><body>busy</body></html>", "text/html", "wav"),
-    (b'{"error": "no"}', "application/json", "pcm"),
-    (b"\x00\x01garbage" * 40, "audio/wav", "wav"),
-    (b"RIFF\xff\xff\xff\xffWAVEdata\x10\x00\x00\x00" + bytes(16), "audio/wav", "wav"),   # data before fmt
-])
+@pytest.mark.parametrize(
+    "body,ctype,expect",
+    [
+        (b"<html><body>busy</body></html>", "text/html", "wav"),
+        (b'{"error": "no"}', "application/json", "pcm"),
+        (b"\x00\x01garbage" * 40, "audio/wav", "wav"),
+        (b"RIFF\xff\xff\xff\xffWAVEdata\x10\x00\x00\x00" + bytes(16), "audio/wav", "wav"),  # data before fmt
+    ],
+)
 def test_bodies_that_are_not_audio_time_no_audio(body, ctype, expect):
     tl = Timeline()
     feed(containers.parser_for(ctype, expect, RATE, tl), [body[:7], body[7:]])
@@ -139,8 +148,9 @@ def test_pcm_counts_every_byte():
 
 # ---- compressed ----------------------------------------------------------------------------
 
+
 def mp3_frames(n: int, xing: bool = False) -> bytes:
-    frame = b"\xff\xfb\x90\x00" + bytes(413)          # MPEG-1 layer III, 128 kbit/s, 44.1 kHz: 417 bytes
+    frame = b"\xff\xfb\x90\x00" + bytes(413)  # MPEG-1 layer III, 128 kbit/s, 44.1 kHz: 417 bytes
     first = b"\xff\xfb\x90\x00" + bytes(32) + b"Info" + bytes(377)
     return (b"ID3\x03\x00\x00\x00\x00\x00\x05" + bytes(5)) + (first if xing else b"") + frame * n
 
@@ -167,8 +177,17 @@ def test_mp3_garbage_after_frames_fails_but_a_tag_does_not():
 
 def adts_frame(payload: int = 100, rate_index: int = 4) -> bytes:
     length = 7 + payload
-    head = bytes([0xFF, 0xF1, (1 << 6) | (rate_index << 2), (1 << 6) | (length >> 11),
-                  (length >> 3) & 0xFF, ((length & 7) << 5) | 0x1F, 0xFC])
+    head = bytes(
+        [
+            0xFF,
+            0xF1,
+            (1 << 6) | (rate_index << 2),
+            (1 << 6) | (length >> 11),
+            (length >> 3) & 0xFF,
+            ((length & 7) << 5) | 0x1F,
+            0xFC,
+        ]
+    )
     return head + bytes(payload)
 
 
@@ -181,8 +200,7 @@ def test_adts_frames():
 
 def ogg_page(granule: int, payload: bytes, seq: int) -> bytes:
     segs = [255] * (len(payload) // 255) + [len(payload) % 255]
-    return (b"OggS\x00\x00" + struct.pack("<qIII", granule, 1, seq, 0) + bytes([len(segs)]) + bytes(segs)
-            + payload)
+    return b"OggS\x00\x00" + struct.pack("<qIII", granule, 1, seq, 0) + bytes([len(segs)]) + bytes(segs) + payload
 
 
 def test_ogg_opus_granules():
@@ -193,7 +211,7 @@ def test_ogg_opus_granules():
     p = containers.parser_for("audio/ogg", "opus", RATE, tl)
     feed(p, [body[:40], body[40:700], body[700:]])
     assert sum(tl.audio_ms) == pytest.approx(200.0) and p.duration_s() == pytest.approx(0.2)
-    assert tl.at[0] == 1.0     # the header pages carry no audio
+    assert tl.at[0] == 1.0  # the header pages carry no audio
 
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -216,7 +234,7 @@ def test_flac_durations_come_from_its_frame_headers(name, samples, rate, block):
         for size in (1, 7, 100, 1000, len(b)):
             tl = Timeline()
             p = containers.parser_for("audio/flac", "flac", RATE, tl)
-            feed(p, [b[i:i + size] for i in range(0, len(b), size)])
+            feed(p, [b[i : i + size] for i in range(0, len(b), size)])
             assert p.duration_s() == pytest.approx(truth / 1000.0)
             assert sum(tl.audio_ms) == pytest.approx(truth)
             # each arrival is credited with the frames it completed: never ahead of the body, and
@@ -231,11 +249,12 @@ def test_flac_without_a_frame_after_its_metadata_fails():
     body = (FIXTURES / FLAC[0][0]).read_bytes()
     tl = Timeline()
     with pytest.raises(containers.StreamError, match="FLAC stream has no frame header after its metadata"):
-        feed(containers.parser_for("audio/flac", "flac", RATE, tl), [body[:body.index(b"\xff\xf8")] + bytes(40)])
+        feed(containers.parser_for("audio/flac", "flac", RATE, tl), [body[: body.index(b"\xff\xf8")] + bytes(40)])
     assert tl.at == []
 
 
 # ---- server-sent events --------------------------------------------------------------------
+
 
 def delta(pcm: bytes, kind="speech.audio.delta", field="audio", **extra) -> bytes:
     return b"data: " + json.dumps({"type": kind, field: base64.b64encode(pcm).decode(), **extra}).encode() + b"\n\n"
@@ -261,15 +280,18 @@ def test_openai_sse_split_at_every_byte():
     assert p.usage == {"input_tokens": 5, "output_tokens": 9}
 
 
-@pytest.mark.parametrize("body", [
-    delta(bytes(4800), kind="audio.data") + b"data: [DONE]\n\n",
-    delta(bytes(4800), field="delta") + b'data: {"type": "speech.audio.done", "token_usage": {"total": 3}}\n\n',
-    b"event: audio\n" + delta(bytes(4800), kind=None) + b"data: [DONE]\n\n",
-    (delta(bytes(4800)) + DONE).replace(b"\n", b"\r\n"),
-    (delta(bytes(4800)) + DONE).replace(b"\n", b"\r"),
-    b"\xef\xbb\xbfretry: 100\nid: 1\n" + delta(bytes(4800)) + DONE,
-    delta(bytes(4800)) + DONE.rstrip(b"\n"),          # no blank line after the last event
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        delta(bytes(4800), kind="audio.data") + b"data: [DONE]\n\n",
+        delta(bytes(4800), field="delta") + b'data: {"type": "speech.audio.done", "token_usage": {"total": 3}}\n\n',
+        b"event: audio\n" + delta(bytes(4800), kind=None) + b"data: [DONE]\n\n",
+        (delta(bytes(4800)) + DONE).replace(b"\n", b"\r\n"),
+        (delta(bytes(4800)) + DONE).replace(b"\n", b"\r"),
+        b"\xef\xbb\xbfretry: 100\nid: 1\n" + delta(bytes(4800)) + DONE,
+        delta(bytes(4800)) + DONE.rstrip(b"\n"),  # no blank line after the last event
+    ],
+)
 def test_sse_variants(body):
     for cut in range(0, len(body), 7):
         tl, p = sse([body[:cut], body[cut:]] if cut else [body])
@@ -278,17 +300,18 @@ def test_sse_variants(body):
 
 def test_sse_text_events_beside_the_audio_are_not_audio():
     # a transcript delta's text is not base64 audio: neither a failure nor the first audio
-    text = (b'data: {"type": "response.output_audio_transcript.delta", "delta": "Hello"}\n\n'
-            b'data: {"type": "transcript.text.delta", "delta": "abcd"}\n\n'
-            b'event: progress\ndata: {"data": "ABCD"}\n\n')
-    tl, p = sse([text, delta(bytes(4800)), delta(bytes(4800), kind="response.output_audio.delta", field="delta"),
-                 DONE])
+    text = (
+        b'data: {"type": "response.output_audio_transcript.delta", "delta": "Hello"}\n\n'
+        b'data: {"type": "transcript.text.delta", "delta": "abcd"}\n\n'
+        b'event: progress\ndata: {"data": "ABCD"}\n\n'
+    )
+    tl, p = sse([text, delta(bytes(4800)), delta(bytes(4800), kind="response.output_audio.delta", field="delta"), DONE])
     assert tl.at == [1.0, 2.0] and tl.audio_ms == [100.0, 100.0] and p.done
 
 
 def test_sse_multi_line_data_joins_with_newline():
     pcm64 = base64.b64encode(bytes(480)).decode()
-    body = (b'data: {"type": "speech.audio.delta",\ndata: "audio": "' + pcm64.encode() + b'"}\n\n' + DONE)
+    body = b'data: {"type": "speech.audio.delta",\ndata: "audio": "' + pcm64.encode() + b'"}\n\n' + DONE
     tl, _ = sse([body])
     assert tl.audio_ms == [10.0]
 
@@ -305,20 +328,25 @@ def test_sse_sample_rate_from_the_event():
     assert tl.audio_ms == [50.0] and p.audio()[1].sample_rate == 48000
 
 
-@pytest.mark.parametrize("tail,message", [
-    (b'event: error\ndata: {"error": {"message": "model overloaded", "code": 503}}\n\n',
-     "server sent an error event: model overloaded"),
-    (b'data: {"type": "error", "message": "voice not found"}\n\n', "server sent an error event: voice not found"),
-    (b'data: {"type": "speech.audio.delta", "audio": "AAA*"}\n\n', "malformed base64"),
-    (b'data: {"type": "speech.audio.delta", "audio": "AAA"}\n\n', "malformed base64"),
-    (b"data: {not json\n\n", "is not valid JSON"),
-    (b"data: [1, 2]\n\n", "is not a JSON object"),
-    (b'data: {"type": "speech.audio.delta"}\n\n', "carries no base64 audio"),
-    (b"<html><body>502 Bad Gateway</body></html>\n\n", "not an event field"),
-    (b'data: {"type": "speech.audio.delta", "aud', "ended in the middle of event"),
-    (b"", "ended without speech.audio.done"),
-    (delta(bytes(10), format="mp3"), "tts-knee reads PCM16"),
-])
+@pytest.mark.parametrize(
+    "tail,message",
+    [
+        (
+            b'event: error\ndata: {"error": {"message": "model overloaded", "code": 503}}\n\n',
+            "server sent an error event: model overloaded",
+        ),
+        (b'data: {"type": "error", "message": "voice not found"}\n\n', "server sent an error event: voice not found"),
+        (b'data: {"type": "speech.audio.delta", "audio": "AAA*"}\n\n', "malformed base64"),
+        (b'data: {"type": "speech.audio.delta", "audio": "AAA"}\n\n', "malformed base64"),
+        (b"data: {not json\n\n", "is not valid JSON"),
+        (b"data: [1, 2]\n\n", "is not a JSON object"),
+        (b'data: {"type": "speech.audio.delta"}\n\n', "carries no base64 audio"),
+        (b"<html><body>502 Bad Gateway</body></html>\n\n", "not an event field"),
+        (b'data: {"type": "speech.audio.delta", "aud', "ended in the middle of event"),
+        (b"", "ended without speech.audio.done"),
+        (delta(bytes(10), format="mp3"), "tts-knee reads PCM16"),
+    ],
+)
 def test_sse_failures_keep_what_came_before(tail, message):
     with pytest.raises(containers.StreamError, match=message) as e:
         sse([delta(bytes(4800)), tail])
@@ -341,6 +369,7 @@ def test_a_whole_sse_body_read_at_once_becomes_a_wav():
 
 # ---- reading as it comes -------------------------------------------------------------------
 
+
 @pytest.fixture(params=["chunked", "until-close"])
 def chunked_server(request):
     """Answers one POST with three 4800-byte pieces 100 ms apart: chunked, or a body without a
@@ -354,8 +383,10 @@ def chunked_server(request):
         conn, _ = srv.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/pcm\r\n"
-                         + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n"))
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: audio/pcm\r\n"
+                + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Connection: close\r\n\r\n")
+            )
             for _ in range(3):
                 time.sleep(0.1)
                 conn.sendall(b"%x\r\n%s\r\n" % (4800, bytes(4800)) if chunked else bytes(4800))
@@ -371,6 +402,7 @@ def chunked_server(request):
 
 def test_read_some_returns_each_chunk_as_it_arrives(chunked_server):
     from geventhttpclient import HTTPClient
+
     client = HTTPClient("127.0.0.1", chunked_server, block_size=65536)
     resp = client.request("POST", "/", body=b"{}")
     t0, got = time.monotonic(), []

