@@ -28,7 +28,7 @@ from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, listening, settings as settings_mod, timesync
+from . import heartbeats, listening, provenance, settings as settings_mod, timesync
 from .clock import mono, wall
 from .disk import DiskWriter
 from .inputs import corpus, voices as voices_mod
@@ -340,6 +340,7 @@ class Run:
                 self.info["preflight"] = self.preflight
                 self.fail(self.preflight["message"])
                 return
+        self.info["provenance"] = provenance.describe(s, self.info["options"])
         if s.asr_model:
             refused = self._start_judge()
             if refused is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -83,6 +84,19 @@ def versions() -> dict:
             out[dist] = None
     out["argv"] = _redact([os.path.basename(sys.argv[0]), *sys.argv[1:]])
     return out
+
+
+#: run.json options the options' digest leaves out: where files went, which names the run directory.
+UNDIGESTED_OPTIONS = ("audio_dir",)
+
+
+def options_digest(options: dict) -> str:
+    """run.json ``provenance.options_sha256``: SHA-256 (hex) of ``options`` as canonical JSON
+    (keys sorted, no spaces, UTF-8), :data:`UNDIGESTED_OPTIONS` left out; a script recomputes it
+    from run.json's ``options`` the same way."""
+    kept = {k: v for k, v in options.items() if k not in UNDIGESTED_OPTIONS}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _redact(argv: list[str]) -> list[str]:

@@ -403,6 +403,49 @@ VERSIONS: tuple[Field, ...] = (
     Field("argv", "", False, "the command line, the collector token hidden"),
 )
 
+#: ``provenance.host``: the machine the master (or the local runner) ran on.
+LOAD_HOST: tuple[Field, ...] = (
+    Field("cpu_model", "", True, "the CPU's model name; null where the system does not say"),
+    Field("cpu_cores", "count", True, "logical cores"),
+    Field("cpu_physical_cores", "count", True, "physical cores; null where the system does not say"),
+    Field("memory_bytes", "bytes", True, "physical memory"),
+    Field("os", "", True, "the operating system and its release (Python's platform.platform())"),
+)
+#: ``provenance.server``: what the TTS server says of itself, from one bounded request before the
+#: run (``GET /v1/models``, locustfiles.provenance); null where it did not say.
+SERVER_INFO: tuple[Field, ...] = (
+    Field("url", "", True, "the request sent; null where the protocol has no HTTP (Wyoming)"),
+    Field("status", "", True, "its HTTP status; null without an answer"),
+    Field(
+        "http_version", "", True, "the HTTP version the server answered in: 'HTTP/1.1', 'HTTP/1.0', or 'HTTP/2' (gRPC)"
+    ),
+    Field("server", "", True, "its Server header"),
+    Field("model", "", True, "the model it names: a model header of the answer, else the ids /v1/models lists"),
+    Field("model_from", "", True, "where model came from: 'header NAME' or '/v1/models'"),
+    Field("error", "", True, "why there is no answer, one line"),
+)
+#: ``provenance``: what two runs must share to compare like for like (``--baseline`` names each
+#: difference, analysis.regression).
+PROVENANCE: tuple[Field, ...] = (
+    Field("tts_knee", "", True, "tts-knee's version; null when not installed as a distribution"),
+    Field("commit", "", True, "the git commit of the clone tts-knee ran from; null when not run from a clone"),
+    Field("modified", "", True, "the clone had uncommitted changes to tracked files; null when not a clone"),
+    Field("python", "", False, "Python's version"),
+    Field("locust", "", True, "Locust's version"),
+    Field("corpus", "", True, "the corpus file read (--texts, its default, or --trace)"),
+    Field("corpus_sha256", "", True, "SHA-256 of the corpus file's bytes; null where it could not be read"),
+    Field("trace_sha256", "", True, "--trace: SHA-256 of the trace file's bytes", optional=True),
+    Field(
+        "options_sha256",
+        "",
+        False,
+        "SHA-256 of run.json's options as canonical JSON (keys sorted, no spaces, UTF-8), audio_dir "
+        "left out (it names the run directory): equal options, equal digest",
+    ),
+    Field("host", "", False, "the load host: the master's, or the local runner's", of=LOAD_HOST),
+    Field("server", "", False, "what the TTS server says of itself", of=SERVER_INFO),
+)
+
 #: ``preflight``: the warm-up request sent before the run.
 PREFLIGHT: tuple[Field, ...] = (
     Field("ok", "", False, "the target answered like a TTS server (or busy, but a server)"),
@@ -514,6 +557,14 @@ RUN: tuple[Field, ...] = (
     Field("workers", "", False, "one entry each", of=WORKER),
     Field("collectors", "", False, "one entry each", of=COLLECTOR),
     Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line", of=VERSIONS),
+    Field(
+        "provenance",
+        "",
+        False,
+        "what made the run: tool, corpus, options, load host and server",
+        optional=True,
+        of=PROVENANCE,
+    ),
     Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
     Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
     Field(
@@ -583,6 +634,9 @@ voice_upload_entry = Builder("a run.json voice_uploads entry", VOICE_UPLOAD)
 run_info = Builder("run.json", RUN)
 spike_health_entry = Builder("a run.json spike_health entry", SPIKE_HEALTH)
 speech_entry = Builder("a speech.jsonl line", SPEECH)
+provenance_entry = Builder("run.json provenance", PROVENANCE)
+load_host_entry = Builder("run.json provenance.host", LOAD_HOST)
+server_info_entry = Builder("run.json provenance.server", SERVER_INFO)
 
 
 def unknown_fields(table: tuple[Field, ...], record: dict) -> list[str]:
