@@ -24,8 +24,15 @@ one ran open loop and the other did not).  No correction for the several tests i
 change must be both significant and beyond the tolerance, and the tolerance is the guard against
 noise flagged by chance.
 
-``warnings`` says when the runs are not like for like: options that change what is measured
-differ, or the corpus differs (its file name or size in run.json, or the text ids in the records).
+``warnings`` names each difference in what made the two runs (:func:`differences`), the corpus
+first: the corpus (its SHA-256 in run.json's ``provenance``, else its file name and size, and the
+text ids in the records), the options that change what is measured, tts-knee, Python and Locust,
+the load host, and what the server said of itself (its Server header, HTTP version and model).
+
+A run whose audio failed its checks is no baseline, nor a candidate: :func:`audio_refusal` says
+why in one sentence when more than ``AUDIO_FAILED_SHARE`` (2%) of its requests came back silent,
+or ran away, or with audio whose length is off the same text's at the lowest step (integrity);
+the steps of ``--probe-texts``, whose texts are meant to be refused, are not counted.
 """
 
 from __future__ import annotations
@@ -34,13 +41,18 @@ from pathlib import Path
 
 import numpy as np
 
+from tts_knee.runformat.files import UNDIGESTED_OPTIONS
 from tts_knee.runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.schema import PROBE_PHASE
 
 from .confidence import compare_percentile, compare_proportions, compare_rates
 
 ALPHA = 0.05
 TOLERANCE = 0.10
 ERROR_RATE_STEP = 0.01
+#: The share of a run's requests whose audio failed one check (silent, runaway, integrity) above
+#: which it is refused as a baseline or a candidate.
+AUDIO_FAILED_SHARE = 0.02
 _FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
 # run.json options that change what a step measures (not where files go or which steps ran)
 COMPARED_OPTIONS = (
@@ -133,29 +145,110 @@ def _errors(old: dict, new: dict, tol: float) -> dict | None:
     return c
 
 
-def _warnings(new_sum: dict, old_sum: dict, new_rd: RunDir, old_rd: RunDir) -> list[str]:
-    out = []
-    on = new_sum["run"].get("options") or {}
-    oo = old_sum["run"].get("options") or {}
-    on, oo = (on if isinstance(on, dict) else {}), (oo if isinstance(oo, dict) else {})
+def _options_sentence(on: dict, oo: dict) -> str | None:
     diff = [
         f"{k} {oo.get(k)!r} -> {on.get(k)!r}"
         for k in COMPARED_OPTIONS
         if (k in on or k in oo) and on.get(k) != oo.get(k)
     ]
-    if diff:
-        out.append(f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like.")
+    if not diff:
+        return None
+    return f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like."
+
+
+def _corpus_sentence(on: dict, oo: dict, pn: dict, po: dict, new_rd: RunDir, old_rd: RunDir) -> str | None:
     corpus = []
-    if on.get("texts") and oo.get("texts") and Path(str(on["texts"])).name != Path(str(oo["texts"])).name:
-        corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")  # the same file elsewhere is fine
+    hashes = pn.get("corpus_sha256"), po.get("corpus_sha256")
+    if all(hashes) and hashes[0] != hashes[1]:
+        corpus.append(
+            f"sha256 {str(hashes[1])[:12]} ({po.get('corpus')}) -> {str(hashes[0])[:12]} ({pn.get('corpus')})"
+        )
+    elif not all(hashes) and on.get("texts") and oo.get("texts"):
+        if Path(str(on["texts"])).name != Path(str(oo["texts"])).name:  # the same file elsewhere is fine
+            corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")
     if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
         corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
     tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
     if tn != to:
         corpus.append(f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline")
-    if corpus:
-        out.append(f"The corpus differs from the baseline's ({'; '.join(corpus)}).")
+    if not corpus:
+        return None
+    return f"The corpus differs from the baseline's ({'; '.join(corpus)})."
+
+
+def _changed(new: dict, old: dict, keys: tuple[tuple[str, str], ...]) -> list[str]:
+    """``name old -> new`` for each of ``keys`` (key, name) whose values differ, both known."""
+    return [
+        f"{name} {old.get(key)!r} -> {new.get(key)!r}"
+        for key, name in keys
+        if old.get(key) is not None and new.get(key) is not None and old.get(key) != new.get(key)
+    ]
+
+
+_TOOL = (("tts_knee", "tts-knee"), ("commit", "commit"), ("python", "Python"), ("locust", "Locust"))
+_HOST = (("cpu_model", "CPU"), ("cpu_cores", "cores"), ("memory_bytes", "memory bytes"), ("os", "OS"))
+_SERVER = (("server", "Server header"), ("http_version", "HTTP version"), ("model", "model"))
+
+
+def _provenance_sentences(pn: dict, po: dict, on: dict, oo: dict) -> list[str]:
+    out = []
+    tool = _changed(pn, po, _TOOL)
+    if tool:
+        out.append(f"The runs were made by different software ({'; '.join(tool)}).")
+    host = _changed(_object(pn.get("host")), _object(po.get("host")), _HOST)
+    if host:
+        out.append(f"The load host differs ({'; '.join(host)}).")
+    server = _changed(_object(pn.get("server")), _object(po.get("server")), _SERVER)
+    if server:
+        out.append(f"The server says something else of itself ({'; '.join(server)}).")
+    digests = pn.get("options_sha256"), po.get("options_sha256")
+    if all(digests) and digests[0] != digests[1]:
+        keys = sorted(k for k in on.keys() | oo.keys() if on.get(k) != oo.get(k) and k not in UNDIGESTED_OPTIONS)
+        out.append(
+            f"The options' digests differ ({str(digests[1])[:12]} -> {str(digests[0])[:12]}: "
+            f"{', '.join(keys) or 'options not recorded alike'})."
+        )
     return out
+
+
+def _object(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def differences(new_run: dict, old_run: dict, new_rd: RunDir, old_rd: RunDir) -> list[str]:
+    """Each difference in what made the two runs (their summaries' ``run``: run.json's options
+    and provenance), one sentence each, the corpus first; [] when they were made alike."""
+    on, oo = _object(new_run.get("options")), _object(old_run.get("options"))
+    pn, po = _object(new_run.get("provenance")), _object(old_run.get("provenance"))
+    first = [_corpus_sentence(on, oo, pn, po, new_rd, old_rd), _options_sentence(on, oo)]
+    return [x for x in first if x] + _provenance_sentences(pn, po, on, oo)
+
+
+def audio_refusal(summary: dict, which: str) -> str | None:
+    """Why ``summary``'s run (``which``: how to name it, "the baseline runs/old") is refused
+    for comparison, one sentence: its audio failed a check for more than
+    :data:`AUDIO_FAILED_SHARE` of its requests; None when it passes."""
+    steps = [st for st in summary.get("steps") or [] if st.get("phase") != PROBE_PHASE]
+    requests = sum(st.get("requests") or 0 for st in steps)
+    checked = sum((st.get("integrity") or {}).get("checked") or 0 for st in steps)
+    failed = {
+        "came back silent": (sum((st.get("silent_rate") or 0) * (st.get("requests") or 0) for st in steps), requests),
+        "ran away (audio per character over 3x the run's median)": (
+            sum((st.get("runaway_rate") or 0) * (st.get("requests") or 0) for st in steps),
+            requests,
+        ),
+        "had audio of another length than the same text's at the lowest step": (
+            sum((st.get("integrity") or {}).get("mismatched") or 0 for st in steps),
+            checked,
+        ),
+    }
+    for what, (bad, of) in failed.items():
+        if of and bad / of > AUDIO_FAILED_SHARE:
+            return (
+                f"--baseline refuses {which}: {bad / of:.1%} of its requests {what}, over the "
+                f"{AUDIO_FAILED_SHARE:.0%} a comparison allows; --baseline-anyway compares all the same."
+            )
+    return None
 
 
 def _baseline_curve(s: dict, open_loop: bool) -> list[dict]:
@@ -259,6 +352,6 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
         "steps": rows,
         "regressed": regressed,
         "compared": [r[key] for r in rows],
-        "warnings": _warnings(new_sum, old_sum, new_rd, old_rd),
+        "warnings": differences(new_sum["run"], old_sum["run"], new_rd, old_rd),
         "verdict": verdict,
     }

@@ -647,6 +647,7 @@ def analyze(
             "workers": run.get("workers"),
             "collectors": run.get("collectors"),
             "versions": run.get("versions"),
+            "provenance": run.get("provenance"),
             "settle_s": run.get("settle_s"),
             "run_json_error": rd.run_json_error,
             "audio_missing": run.get("audio_missing"),

@@ -19,7 +19,9 @@ Judging one run:
   open-loop run it takes a rate, ``--require 12/s``; for a voice sweep a number of voices.
 - ``--baseline OLD_RUN`` compares this run with an earlier one (``--tolerance``, default 0.10)
   and exits 1 on a significant regression beyond the tolerance, see ``analysis.regression``;
-  open-loop runs are compared at each offered rate.
+  open-loop runs are compared at each offered rate. It first names each difference in what
+  made the two runs (``warning:`` lines, the corpus first), and refuses (exit 2) a run whose
+  audio failed its checks unless ``--baseline-anyway`` is given.
 - ``--server-role ROLE=SERIES`` (repeatable) says what a scraped series of the server means,
   on top of what the run itself was told (``runformat.metric_roles``).
 
@@ -89,6 +91,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="compare with an earlier run; exit 1 on a significant regression (default: no comparison)",
     )
     p.add_argument(
+        "--baseline-anyway",
+        action="store_true",
+        help=f"compare with --baseline even when either run's audio failed its checks (over "
+        f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; default: refuse)",
+    )
+    p.add_argument(
         "--tolerance",
         type=float,
         default=regression.TOLERANCE,
@@ -151,7 +159,16 @@ def _judge(args, rd, s: dict) -> int:
     status = 0
     if args.baseline is not None:
         old_rd = load(args.baseline)
-        reg = regression.compare(rd, s, old_rd, analyze(old_rd, None, parse_roles(args.server_role)), args.tolerance)
+        old_s = analyze(old_rd, None, parse_roles(args.server_role))
+        reg = regression.compare(rd, s, old_rd, old_s, args.tolerance)
+        for difference in reg["warnings"]:  # what made the runs, before the comparison is read
+            print(f"warning: {difference}", file=sys.stderr, flush=True)
+        refused = not args.baseline_anyway and (
+            regression.audio_refusal(old_s, f"the baseline {args.baseline}")
+            or regression.audio_refusal(s, f"this run {rd.path}")
+        )
+        if refused:
+            raise RunDirError(refused)
         if not reg["compared"]:
             raise RunDirError(reg["verdict"])
         s["regression"] = reg
@@ -195,8 +212,6 @@ def _print_verdicts(s: dict, as_json: bool) -> None:
     """Regression and gate verdicts: warnings and failures on stderr, the claim on stdout."""
     reg, req = s.get("regression"), s.get("require")
     if reg:
-        for w in reg["warnings"]:
-            print(f"warning: {w}", file=sys.stderr, flush=True)
         print(reg["verdict"], file=sys.stderr if reg["regressed"] or as_json else sys.stdout, flush=True)
     if req:
         if req["claim"] and not as_json:

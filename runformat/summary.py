@@ -22,7 +22,7 @@ else:  # Python 3.10: a member is its value as a string, as 3.11's StrEnum makes
 
 from .fields import Field, Keyed
 from .options import RUN_OPTIONS
-from .schema import COLLECTOR, PREFLIGHT, TRACE as RUN_TRACE, VERSIONS, WORKER
+from .schema import COLLECTOR, PREFLIGHT, PROVENANCE, TRACE as RUN_TRACE, VERSIONS, WORKER
 
 _F = Field
 
@@ -545,7 +545,12 @@ REGRESSION: tuple[Field, ...] = (
     _F("steps", "", False, "one per concurrency both runs tested", of=REGRESSION_STEP),
     _F("regressed", "users", False, "concurrencies that regressed (open loop: offered rates)"),
     _F("compared", "users", False, "(open loop: offered rates)"),
-    _F("warnings", "", False, "why the runs may not be like for like"),
+    _F(
+        "warnings",
+        "",
+        False,
+        "each difference in what made the runs (corpus, options, tts-knee, host, server), the corpus first",
+    ),
     _F("verdict", "", False, "in words"),
 )
 REQUIRE: tuple[Field, ...] = (
@@ -618,6 +623,7 @@ SUMMARY_RUN: tuple[Field, ...] = (
     _F("workers", "", True, "", of=WORKER),
     _F("collectors", "", True, "", of=COLLECTOR),
     _F("versions", "", True, "", of=VERSIONS),
+    _F("provenance", "", True, "run.json's: what made the run; null before tts-knee recorded it", of=PROVENANCE),
     _F("settle_s", "s", True, ""),
     _F("run_json_error", "", True, "why run.json could not be read"),
     _F("audio_missing", "count", True, "run.json's: audio files not written in time, by why", of=Keyed("audio_file")),

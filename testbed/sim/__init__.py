@@ -85,7 +85,8 @@ pcm, ``stream``, ``stream_format`` sse or audio), ``POST /synthesize`` (piper: `
 "busy", "queued", "served", "rejected"}``, plus ``"generating"`` with ``--capacity``, and
 ``GET /metrics``: the same in Prometheus text exposition, named the way vLLM names its own
 (``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...),
-so a collector's ``--scrape`` has a server queue to read.
+so a collector's ``--scrape`` has a server queue to read; ``GET /v1/models`` lists one model,
+``tts-knee-sim``, as an OpenAI-style server does (a run's provenance reads it).
 
 gRPC (``--grpc-port PORT``): NVIDIA Riva's ``RivaSpeechSynthesis`` (``Synthesize``,
 ``SynthesizeOnline``) beside HTTP, on the same capacity; after the HTTP line it prints ``listening

@@ -44,6 +44,8 @@ SSE_AUDIO_TOKENS_PER_S = 50
 UNSPEAKABLE = ("audio", "400", "500", "hang")
 SPEECH_PATHS = {"/v1/audio/speech": "input", "/synthesize": "text", "/tts": "text"}
 VOICES_PATH = "/v1/audio/voices"
+#: The model ``GET /v1/models`` lists, as an OpenAI-style server does.
+MODEL_ID = "tts-knee-sim"
 REFUSED_STATUS = {
     "rate_limited": "429 Too Many Requests",
     "out_of_memory": "500 Internal Server Error",
@@ -140,6 +142,9 @@ class SpeechApp:
                     metrics.exposition(self.capacity, self.args.metrics_prefix).encode(),
                     ctype="text/plain; version=0.0.4; charset=utf-8",
                 )
+            if path == "/v1/models" and method == "GET":
+                models = {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "tts-knee"}]}
+                return self._respond(start_response, "200 OK", _json_body(models))
             if path == "/health":
                 if method != "GET":
                     raise _Reject("405 Method Not Allowed", f"{method} not allowed on {path}", [("Allow", "GET")])
