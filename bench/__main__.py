@@ -7,7 +7,7 @@ Run from the repository root (about 9 minutes on two cores)::
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
 bench/listening_cost.py, bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py, bench/collector_overhead.py,
-bench/dashboard_scale.py, bench/live_view.py and bench/distributed_master.py (bench/own_memory.py,
+bench/dashboard_scale.py, bench/export_scale.py, bench/live_view.py and bench/distributed_master.py (bench/own_memory.py,
 an hour long, runs on its own). One that is missing or fails is a row saying so, not a crash. The
 table looks like::
 
@@ -302,6 +302,21 @@ def dashboard_scale(quick: bool) -> list[Row]:
     return rows or _broken("dashboard, load + analyze + report", "printed no result line")
 
 
+def export_scale(quick: bool) -> list[Row]:
+    out, why = _run("export_scale.py", ["--json", "--rounds", "1" if quick else "3"])
+    if out is None:
+        return _broken("export of 300,000 attempts / tts-knee report", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    return [
+        Row(
+            f"export of {m['attempts']:,} attempts to Parquet / tts-knee report",
+            f"{m['parquet_ratio']:.2f}x ({m['parquet_s']:.2f} vs {m['report_s']:.2f} s; CSV {m['csv_s']:.2f} s)",
+            "< 1.0x",
+            m["parquet_ratio"] < 1.0,
+        )
+    ]
+
+
 def live_view(quick: bool) -> list[Row]:
     out, why = _run("live_view.py", ["--json", "--refreshes", "5" if quick else "9"])
     if out is None:
@@ -345,6 +360,7 @@ def main() -> int:
         grpc_cost,
         collector_overhead,
         dashboard_scale,
+        export_scale,
         live_view,
         distributed_master,
     ):

@@ -1,7 +1,7 @@
 """What made a run, for run.json's ``provenance`` (:data:`runformat.schema.PROVENANCE`): tts-knee's
 version and commit, the corpus's and the options' digests, Python and Locust, the load host, and
 what the TTS server says of itself, from one bounded request before the run (``GET /v1/models``:
-its Server header, the HTTP version it answers in, a model it names). See docs/run-directory.md.
+its Server header, the HTTP version it answers in, a model it names). See docs/results.md.
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@
     tts-knee run --headless -H http://127.0.0.1:8300 --steps 1,2,4,8,16 --step-time 30 \\
                  --run-dir runs/demo --collector http://127.0.0.1:9300
     tts-knee report runs/demo                                # summary.json, report.html
+    tts-knee export runs/demo --format parquet               # runs/demo/attempts.parquet
 
 ``tts-knee COMMAND --help`` lists the command's options with their defaults. ``run`` is Locust
 with tts-knee's locustfile (``locust -f locustfiles/tts.py`` in a clone is the same): every
 Locust option passes through, the web UI included when ``--headless`` is not given. ``report``
-is :mod:`tts_knee.dashboard`'s command line, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
+is :mod:`tts_knee.dashboard`'s command line, ``export`` :mod:`tts_knee.dashboard.export`'s, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
 :mod:`tts_knee.testbed.sim`'s.
 """
 
@@ -41,6 +42,12 @@ def _report(argv: list[str]) -> int:
     return dashboard_main(argv, prog=f"{PROG} report")
 
 
+def _export(argv: list[str]) -> int:
+    from tts_knee.dashboard.export import main as export_main
+
+    return export_main(argv, prog=f"{PROG} export")
+
+
 def _collect(argv: list[str]) -> int:
     from tts_knee.collectors.__main__ import main as collector_main
 
@@ -62,6 +69,10 @@ COMMANDS = {
     "report": (
         "a run directory's summary.json, report.html and step table; comparisons, the CI gate, the live view",
         _report,
+    ),
+    "export": (
+        "a run directory's attempts, judged clips or resource samples as Parquet or CSV, typed columns",
+        _export,
     ),
     "collect": ("the collector beside the TTS server: GPU, CPU and the server process, over HTTP", _collect),
     "sim": ("a TTS server with a known capacity to aim a run at", _sim),
