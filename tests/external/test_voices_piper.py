@@ -64,6 +64,10 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     assert {r["voice"] for r in recs} == set(VOICES) and all(r["ok"] for r in recs)
     assert all(r["audio_s"] > 0.3 for r in recs)  # piper spoke each text, in either voice
+    server = json.loads((run / "run.json").read_text())["provenance"]["server"]
+    # piper's Flask server: no /v1/models, but it says what it is, and speaks HTTP/1.1
+    assert server["status"] == 404 and server["server"].startswith("Werkzeug/"), server
+    assert server["http_version"] == "HTTP/1.1" and server["model"] is None
     out = dashboard(str(run))
     assert out.returncode == 0, out.stdout + out.stderr
     s = json.loads((run / "summary.json").read_text())
