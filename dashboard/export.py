@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
@@ -101,28 +100,54 @@ def _fast(data: bytes) -> pa.Table | None:
     return None if pc.any(empty).as_py() else table
 
 
+def _kind(value: Any) -> type:
+    return type(value) if type(value) in _KINDS else object
+
+
+#: The Python types of parsed JSON values, and those each declared type takes without changing
+#: one (pyarrow would make 1.5 the int64 1, and True the float64 1.0).
+_KINDS = (type(None), bool, int, float, str, list, dict)
+_TAKES: dict[pa.DataType, frozenset[type]] = {
+    pa.int64(): frozenset((type(None), int)),
+    pa.float64(): frozenset((type(None), int, float)),
+    pa.bool_(): frozenset((type(None), bool)),
+    pa.string(): frozenset((type(None), str)),
+}
+
+
+def _fits(values: list[Any], declared: pa.DataType) -> bool:
+    if declared in _TAKES:
+        return {_kind(v) for v in values} <= _TAKES[declared]
+    numbers = _TAKES[pa.float64()]  # a list of float64
+    return all(v is None or (type(v) is list and {_kind(x) for x in v} <= numbers) for v in values)
+
+
 def _column(values: list[Any], declared: pa.DataType | None) -> pa.Array:
-    """One column of the values read line by line: of its declared type, else as pyarrow infers
-    it, else strings (other values as JSON text)."""
-    for kind in (declared, None) if declared is not None else (None,):
-        try:
-            return pa.array(values, type=kind, from_pandas=False)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            continue
+    """One column of the values read line by line: of its declared type where every value is
+    one, else as pyarrow infers values of one kind (numbers, objects), else strings (other
+    values as JSON text)."""
+    kinds = {_kind(v) for v in values} - {type(None)}
+    try:
+        if declared is not None and _fits(values, declared):
+            return pa.array(values, type=declared, from_pandas=False)
+        if kinds <= {int, float} or len(kinds) == 1:
+            return pa.array(values, from_pandas=False)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
     return pa.array(
         [v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values], pa.string()
     )
 
 
 def _slow(data: bytes, fields: tuple[Field, ...]) -> tuple[pa.Table, int]:
-    """The lines read one by one with orjson; the table and how many lines were skipped."""
+    """The lines read one by one with ``json.loads``; the table and how many lines were skipped."""
     records, skipped = [], 0
     for line in data.split(b"\n"):
         if not line.strip():
             continue
         try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            record = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
             record = None
         if isinstance(record, dict):
             records.append(record)
@@ -133,7 +158,7 @@ def _slow(data: bytes, fields: tuple[Field, ...]) -> tuple[pa.Table, int]:
         names.update(dict.fromkeys(record))
     declared = {f.name: _scalar_type(f) for f in fields}
     columns = {name: _column([r.get(name) for r in records], declared.get(name)) for name in names}
-    return pa.table(columns) if columns else pa.table({}), skipped
+    return pa.table(columns), skipped
 
 
 def _typed(column: pa.ChunkedArray, declared: pa.DataType | None) -> pa.ChunkedArray:
@@ -141,6 +166,12 @@ def _typed(column: pa.ChunkedArray, declared: pa.DataType | None) -> pa.ChunkedA
     numbers, a field all null), else as it was read."""
     if declared is None or column.type == declared:
         return column
+    have, want = column.type, declared
+    if pa.types.is_list(have) and pa.types.is_list(want):  # a list of numbers: its numbers
+        have, want = have.value_type, want.value_type
+    numeric = (pa.types.is_integer, pa.types.is_floating)
+    if not pa.types.is_null(have) and not (any(test(have) for test in numeric) and any(test(want) for test in numeric)):
+        return column  # a flag or a string is not a number, whatever it would parse as
     try:
         return column.cast(declared, safe=True)
     except (pa.ArrowException, ValueError):

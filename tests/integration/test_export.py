@@ -110,14 +110,14 @@ def test_resources_keep_their_nested_readings(run):
 
 
 def test_lines_the_fast_reader_refuses(tmp_path):
-    """A gRPC run's code names, a line that is not JSON, a null: read line by line, the names a
-    string column, the rest skipped and counted."""
+    """A gRPC run's code names, values not of their field's type, a line that is not JSON, a
+    null: read line by line, the names a string column, the rest skipped and counted."""
     run = tmp_path / "grpc"
     run.mkdir()
     lines = [
-        {"step": 1, "t0": 1.5, "status": "OK", "ok": True, "wait_ms": 12},
-        {"step": 1, "t0": 2.5, "status": "RESOURCE_EXHAUSTED", "ok": False, "wait_ms": 3.25},
-        {"step": 2, "t0": 3.5, "status": None, "ok": False, "wait_ms": None, "error": "reset"},
+        {"step": 1, "t0": 1.5, "status": "OK", "ok": True, "wait_ms": 12, "bytes": 1.5, "settled": 1},
+        {"step": 1, "t0": 2.5, "status": "RESOURCE_EXHAUSTED", "ok": False, "wait_ms": 3.25, "settled": True},
+        {"step": 2, "t0": 3.5, "status": None, "ok": False, "wait_ms": None, "error": "reset", "bytes": 2},
     ]
     text = "\n".join(json.dumps(r) for r in lines[:2]) + "\nnot json\nnull\n" + json.dumps(lines[2]) + "\n"
     (run / "requests.jsonl").write_text(text + '{"step": 3')  # the last line, still being written
@@ -125,9 +125,11 @@ def test_lines_the_fast_reader_refuses(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "note: skipped 2 lines that are not JSON objects"
     table = pq.read_table(run / "attempts.parquet")
-    _assert_equal(table, lines)
+    _assert_equal(table.drop_columns(["settled"]), [{k: v for k, v in r.items() if k != "settled"} for r in lines])
+    assert table.column("settled").to_pylist() == ["1", "true", None]  # neither all flags nor all numbers
     assert table.schema.field("status").type == pa.string() and table.schema.field("step").type == pa.int64()
     assert table.schema.field("wait_ms").type == pa.float64() and math.isclose(table.column("wait_ms")[0].as_py(), 12)
+    assert table.schema.field("bytes").type == pa.float64()  # 1.5 bytes stay 1.5, not the int64 1
 
 
 def test_bad_input_is_one_sentence(tmp_path):
