@@ -86,8 +86,10 @@ def versions() -> dict:
     return out
 
 
-#: run.json options the options' digest leaves out: where files went, which names the run directory.
-UNDIGESTED_OPTIONS = ("audio_dir",)
+#: run.json options the options' digest leaves out: where the audio went (it names the run
+#: directory), and where the corpus was read from (its content has a digest of its own,
+#: ``provenance.corpus_sha256``; the default corpus's path is the clone's).
+UNDIGESTED_OPTIONS = ("audio_dir", "texts")
 
 
 def options_digest(options: dict) -> str:

@@ -440,7 +440,8 @@ PROVENANCE: tuple[Field, ...] = (
         "",
         False,
         "SHA-256 of run.json's options as canonical JSON (keys sorted, no spaces, UTF-8), audio_dir "
-        "left out (it names the run directory): equal options, equal digest",
+        "and texts left out (where the audio went and the corpus was read from: runformat.files."
+        "UNDIGESTED_OPTIONS): equal options, equal digest",
     ),
     Field("host", "", False, "the load host: the master's, or the local runner's", of=LOAD_HOST),
     Field("server", "", False, "what the TTS server says of itself", of=SERVER_INFO),
