@@ -169,20 +169,18 @@ def _corpus_sentence(on: dict, oo: dict, pn: dict, po: dict, new_rd: RunDir, old
     if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
         corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
     tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
-    if tn != to:
-        corpus.append(f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline")
+    sent = f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline" if tn != to else None
+    if all(hashes) and hashes[0] == hashes[1] and not corpus:
+        return f"The runs sent different texts of the same corpus ({sent})." if sent else None
+    corpus += [sent] if sent else []
     if not corpus:
         return None
     return f"The corpus differs from the baseline's ({'; '.join(corpus)})."
 
 
 def _changed(new: dict, old: dict, keys: tuple[tuple[str, str], ...]) -> list[str]:
-    """``name old -> new`` for each of ``keys`` (key, name) whose values differ, both known."""
-    return [
-        f"{name} {old.get(key)!r} -> {new.get(key)!r}"
-        for key, name in keys
-        if old.get(key) is not None and new.get(key) is not None and old.get(key) != new.get(key)
-    ]
+    """``name old -> new`` for each of ``keys`` (key, name) whose values differ."""
+    return [f"{name} {old.get(key)!r} -> {new.get(key)!r}" for key, name in keys if old.get(key) != new.get(key)]
 
 
 _TOOL = (("tts_knee", "tts-knee"), ("commit", "commit"), ("python", "Python"), ("locust", "Locust"))
@@ -191,6 +189,10 @@ _SERVER = (("server", "Server header"), ("http_version", "HTTP version"), ("mode
 
 
 def _provenance_sentences(pn: dict, po: dict, on: dict, oo: dict) -> list[str]:
+    """The differences in what made the runs beside the corpus; [] unless both recorded it (a run
+    from before ``provenance`` has nothing to compare)."""
+    if not pn or not po:
+        return []
     out = []
     tool = _changed(pn, po, _TOOL)
     if tool:
