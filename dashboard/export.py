@@ -238,7 +238,7 @@ def export(run_dir: Path, fmt: str, table: str = "attempts", out: Path | None = 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--format", choices=FORMATS, required=True, help="the file's format")
+    p.add_argument("--format", choices=FORMATS, required=True, help="the file's format (required: no default)")
     p.add_argument(
         "--table",
         choices=tuple(TABLES),
