@@ -60,13 +60,26 @@ Definitions used throughout the dashboard:
   step's audio throughput, seconds of audio delivered per wall second: ``audio_s_per_s``, by
   the name the perf client prints it under (its "Throughput (RTF)").
 - **Audio integrity** (``integrity``): the same text should give about the same audio at every
-  step.  The reference is each text's median ``audio_s`` over the successful settled attempts at
-  the lowest concurrency in the records; an attempt whose ``audio_s`` differs from its text's
-  reference by more than max(``INTEGRITY_REL`` (15%) of it, ``INTEGRITY_ABS_S`` (0.1 s)) is a
-  mismatch.  ``checked`` counts successful attempts with an ``audio_s`` and a reference,
-  ``mismatched`` those off, ``rate`` their share; ``examples`` lists up to ``INTEGRITY_EXAMPLES``
-  as {text_id, expected_s, got_s}.  Texts never sent at the lowest concurrency are not checked,
-  nor texts past the reader's label cap (they share one label).
+  step.  An answer's length here is its audio from the first sound on (``audio_s`` less its
+  ``leading_silence_ms`` where the signal checks measured one: silence put first is its own
+  figure, not a longer answer).  The reference is each text's median length over the
+  successful settled attempts heard whole at the lowest concurrency in the records; an attempt
+  whose length differs from its text's reference by more than max(``INTEGRITY_REL`` (15%) of
+  it, ``INTEGRITY_ABS_S`` (0.1 s)) is a mismatch.  ``checked`` counts successful attempts with
+  an ``audio_s`` and a reference, ``mismatched`` those off, ``rate`` their share; ``examples``
+  lists up to ``INTEGRITY_EXAMPLES`` as {text_id, expected_s, got_s}.  Texts never sent at the
+  lowest concurrency are not checked, nor texts past the reader's label cap (they share one
+  label).
+- **Runaways and truncated answers** (``runaway_rate``, ``truncated_rate``, over the step's
+  requests): each answer heard whole is judged against its own text's length, the integrity
+  check's reference, or for a text the lowest step did not send its median over the run: at
+  least :data:`audio.signal.SELF_X` (2x) as long is a runaway, half as long or less truncated,
+  either only when at least :data:`audio.signal.SELF_MIN_S` (0.5 s) off.  A text the run heard
+  once (or past the label cap) has no length of its own: it is judged by its duration per
+  character against its language's median over the run, over
+  :data:`audio.signal.HEARD_ONCE_X` (5x) or under a fifth (:func:`length_flags`).  So a text
+  that speaks its digits is no runaway, and answers that run on at every high step are, though
+  they then make most of the run's answers.
 - A step **still open** (the live view: its end not in ``run.json`` yet, the run's last step)
   ends at the latest completion recorded so far, and its figures are withheld (None) where
   that part of its window cannot give them yet (:func:`hold_open`): its rates while it is
@@ -152,15 +165,21 @@ def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None
     return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
 
 
-def audio_reference(a: Attempts) -> np.ndarray:
-    """Per text code, the median ``audio_s`` of the successful settled attempts at the lowest
-    concurrency in the records (NaN for texts not sent there); computed once per set of columns
-    (a live reader's attempts keep each text's sorted lengths from one refresh to the next)."""
-    ref = a.memo.get("audio_reference")
-    if ref is not None:
-        return ref
-    ref = np.full(len(a.texts), np.nan)
-    good = (
+def spoken_s(a: Attempts) -> np.ndarray:
+    """Per attempt, the seconds of its audio from the first sound on: ``audio_s`` less its
+    ``leading_silence_ms`` where the signal checks measured one, else ``audio_s`` (see the module
+    doc); once per set of columns."""
+    got = a.memo.get("spoken_s")
+    if got is None or len(got) != len(a):
+        lead = a["leading_silence_ms"]
+        got = a.memo["spoken_s"] = np.where(np.isfinite(lead), a["audio_s"] - lead / 1000.0, a["audio_s"])
+    return got
+
+
+def _heard_whole(a: Attempts) -> np.ndarray:
+    """The successful settled final attempts with a length and a text, not interrupted: the ones
+    a text's reference length comes from."""
+    return (
         a["ok"]
         & a["final"]
         & a["settled"]
@@ -168,12 +187,24 @@ def audio_reference(a: Attempts) -> np.ndarray:
         & (a["text"] >= 0)
         & (a["concurrency"] >= 1)
         & ~np.isfinite(a["cancel_ms"])
-    )  # heard whole
+    )
+
+
+def audio_reference(a: Attempts) -> np.ndarray:
+    """Per text code, the median length (:func:`spoken_s`) of the successful settled attempts at
+    the lowest concurrency in the records (NaN for texts not sent there); computed once per set
+    of columns (a live reader's attempts keep each text's sorted lengths from one refresh to the
+    next)."""
+    ref = a.memo.get("audio_reference")
+    if ref is not None:
+        return ref
+    ref = np.full(len(a.texts), np.nan)
+    good = _heard_whole(a)
     if good.any():
         lowest = a["concurrency"][good].min()
         low = good & (a["concurrency"] == lowest)
         if a.lasting is None:
-            frame = pd.DataFrame({"text": a["text"][low], "audio_s": a["audio_s"][low]})
+            frame = pd.DataFrame({"text": a["text"][low], "audio_s": spoken_s(a)[low]})
             med = frame.groupby("text")["audio_s"].median()
             ref[med.index.to_numpy()] = med.to_numpy()
         else:
@@ -193,7 +224,7 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
     got = a.lasting.get(key)
     rows, by_text = got if got is not None and got[0] <= n else (0, {})
     idx = rows + np.flatnonzero(low[rows:])
-    codes, lengths = a["text"][idx], a["audio_s"][idx]
+    codes, lengths = a["text"][idx], spoken_s(a)[idx]
     order = np.lexsort((lengths, codes))
     codes, lengths = codes[order], lengths[order]
     for part_codes, part in zip(
@@ -224,7 +255,7 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
     expected = ref[a["text"][idx]] if len(ref) else np.full(len(idx), np.nan)
     has = np.isfinite(expected)
     idx, expected = idx[has], expected[has]
-    got = a["audio_s"][idx]
+    got = spoken_s(a)[idx]
     off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
     bad = idx[off]
     room = INTEGRITY_EXAMPLES - len(examples)
@@ -247,10 +278,9 @@ def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
     """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
     trailing silence and of audible TTFA over the requests the latency figures describe
     (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
-    (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (their audio per
-    character against the run's median for their language), or clipped (any sample at full
-    scale in more than :data:`CLIPPED_SHARE` of it)."""
-    runaway, truncated = pace_flags(a)
+    (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (:func:`length_flags`),
+    or clipped (any sample at full scale in more than :data:`CLIPPED_SHARE` of it)."""
+    runaway, truncated = length_flags(a)
     silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
     n = int(fin.sum())
     checked = okl & np.isfinite(a["clipped_share"])
@@ -263,21 +293,64 @@ def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
         "trailing_silence_ms": figure("trailing_silence_ms", okl, "okl"),
         "ttfa_audible_ms": figure("ttfa_audible_ms", okl, "okl"),
         "silent_rate": share(fin & (a["error"] == silent_code)),
-        "runaway_rate": share(fin & a["ok"] & runaway),
-        "truncated_rate": share(fin & a["ok"] & truncated),
+        "runaway_rate": share(fin & runaway),
+        "truncated_rate": share(fin & truncated),
         "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
         if checked.any()
         else None,
     }
 
 
-def pace_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
-    """Runaway and truncated attempts (:func:`audio.signal.pace_outliers`) over the run's
-    successful final attempts, once per set of columns."""
-    got = a.memo.get("pace_flags")
-    if got is None or len(got[0]) != len(a):
-        pace = np.where(a["ok"] & a["final"] & (a["text_len"] > 0), a["audio_s"] / np.maximum(a["text_len"], 1), np.nan)
-        got = a.memo["pace_flags"] = signal.pace_outliers(pace, a["language"])
+def text_lengths(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
+    """Per text code, ``(reference, heard)``: the text's own length, :func:`audio_reference`'s
+    (its median at the lowest step), or where the lowest step did not send it its median over
+    the run; and how many times the run heard it whole (:func:`_heard_whole`; 0 for the label
+    cap's shared code, which has no single length). Once per set of columns."""
+    got = a.memo.get("text_lengths")
+    if got is not None and got[2] == len(a):
+        return got[0], got[1]
+    good = _heard_whole(a)
+    codes = a["text"][good]
+    heard = np.bincount(codes, minlength=len(a.texts))[: len(a.texts)] if len(a.texts) else np.zeros(0, dtype=int)
+    if OTHER_LABEL in a.texts:
+        heard[a.texts.index(OTHER_LABEL)] = 0
+    ref = audio_reference(a).copy()
+    missing = np.flatnonzero(np.isnan(ref) & (heard >= 2))
+    if len(missing):
+        keep = np.isin(codes, missing)
+        frame = pd.DataFrame({"text": codes[keep], "s": spoken_s(a)[good][keep]})
+        med = frame.groupby("text")["s"].median()
+        ref[med.index.to_numpy()] = med.to_numpy()
+    a.memo["text_lengths"] = (ref, heard, len(a))
+    return ref, heard
+
+
+def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
+    """``(runaway, truncated)`` masks over the attempts: each successful final attempt heard whole
+    against its text's own length (:func:`text_lengths`) where the run heard the text more than
+    once, else by its pace against its language's (:func:`audio.signal.pace_outliers`); see the
+    module doc. Once per set of columns."""
+    got = a.memo.get("length_flags")
+    if got is not None and len(got[0]) == len(a):
+        return got
+    ref, heard = text_lengths(a)
+    spoken = spoken_s(a)
+    code = a["text"]
+    whole = a["ok"] & a["final"] & np.isfinite(spoken) & ~np.isfinite(a["cancel_ms"])
+    expected = np.full(len(a), np.nan)
+    known = (code >= 0) & (code < len(ref))
+    if known.any():
+        own_ref = ref[code[known]]
+        expected[known] = np.where(heard[code[known]] >= 2, own_ref, np.nan)
+    own = whole & np.isfinite(expected) & (expected > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = spoken / expected
+    off = np.abs(spoken - expected) >= signal.SELF_MIN_S
+    runaway = own & off & (ratio >= signal.SELF_X)
+    truncated = own & off & (ratio <= 1 / signal.SELF_X)
+    pace = np.where(whole & (a["text_len"] > 0), spoken / np.maximum(a["text_len"], 1), np.nan)
+    fast, slow = signal.pace_outliers(pace, a["language"])
+    got = a.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
     return got
 
 

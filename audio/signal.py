@@ -8,8 +8,10 @@ at a normal level -20 to -30). ``leading_silence_ms`` is the audio before the fi
 ``trailing_silence_ms`` after the last; an answer with no sound frame at all is silent (the
 attempt fails: :data:`SILENT`). ``clipped_share`` is the share of samples at full scale.
 
-Duration per character far outside the run's own distribution (runaway and truncated answers)
-needs the run's other attempts, so the reader judges it (:func:`pace_outliers`).
+Whether an answer ran away (speech on past its text) or was cut short needs the run's other
+answers, so the reader judges it (:func:`analysis.steps.length_flags`): against the same text's
+own length (:data:`SELF_X`) where the run heard the text more than once, else against the
+language's pace (:func:`pace_outliers`, :data:`HEARD_ONCE_X`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,21 @@ _LEVEL = 10 ** (SILENCE_DBFS / 20) * 32768.0
 _LEVEL_SQ = _LEVEL * _LEVEL
 #: The error of an attempt whose audio has no sound in it.
 SILENT = f"the audio is silent: no {FRAME_MS} ms of it reaches {SILENCE_DBFS:g} dBFS"
-#: Duration per character this many times the run's median for the language (or this fraction of
-#: it) is a runaway (truncated) answer: a runaway speaks to the model's token cap, several times
-#: longer than the text asks; a truncated one stops early.
+#: An answer at least this many times as long as the same text's own (its median at the lowest
+#: step) is a runaway; one this fraction of it or less is truncated. A text's own length varies
+#: little from call to call (piper's joe voice by a few per cent; a model that samples its
+#: durations by more, but not twofold), so twice it is speech past the text; the run's other
+#: texts play no part, so a text that speaks its digits is judged by what it asks for.
+SELF_X = 2.0
+#: ... and at least this many seconds off it: a short clip's length is mostly its own pauses.
+SELF_MIN_S = 0.5
+#: A text heard once has no length of its own to compare with: its duration per character more
+#: than this many times the language's median (or under this fraction of it) is a runaway
+#: (truncated). Texts' own paces spread wide around the median: piper's joe voice speaks
+#: "Call 555-0199, ext. 42." (its digits as words) at 3.2x it and "Thanks! 👍" at 2.2x, so
+#: the band is wider than that; a model running to its token cap runs on far longer.
+HEARD_ONCE_X = 5.0
+#: The hostile-text probe's band around the sweep's median pace (:mod:`analysis.probe`).
 RUNAWAY_X, TRUNCATED_X = 3.0, 1 / 3
 #: Fewest attempts of a language before its median pace judges any.
 PACE_MIN = 5
@@ -87,10 +101,13 @@ def check(pcm, rate: int, channels: int) -> dict:
     }
 
 
-def pace_outliers(seconds_per_char: np.ndarray, language_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pace_outliers(
+    seconds_per_char: np.ndarray, language_codes: np.ndarray, factor: float = HEARD_ONCE_X
+) -> tuple[np.ndarray, np.ndarray]:
     """``(runaway, truncated)`` masks over attempts, each judged against the median seconds per
-    character of its language (codes; -1 pooled as one) over all attempts given; NaN paces
-    are neither; a language with fewer than :data:`PACE_MIN` paces judges none."""
+    character of its language (codes; -1 pooled as one) over all attempts given: over ``factor``
+    times it (under ``1 / factor`` of it); NaN paces are neither; a language with fewer than
+    :data:`PACE_MIN` paces judges none."""
     runaway = np.zeros(len(seconds_per_char), dtype=bool)
     truncated = np.zeros(len(seconds_per_char), dtype=bool)
     ok = np.isfinite(seconds_per_char) & (seconds_per_char > 0)
@@ -101,6 +118,6 @@ def pace_outliers(seconds_per_char: np.ndarray, language_codes: np.ndarray) -> t
         med = float(np.median(seconds_per_char[m]))
         if not math.isfinite(med) or med <= 0:
             continue
-        runaway |= m & (seconds_per_char > RUNAWAY_X * med)
-        truncated |= m & (seconds_per_char < TRUNCATED_X * med)
+        runaway |= m & (seconds_per_char > factor * med)
+        truncated |= m & (seconds_per_char < med / factor)
     return runaway, truncated

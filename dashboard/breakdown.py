@@ -185,7 +185,7 @@ def integrity_html(summary: dict) -> str:
         else "at the lowest concurrency"
     )
     rule = (
-        f"Audio length against the same text's median {lowest}; a mismatch is off by more "
+        f"Audio length (from the first sound on) against the same text's median {lowest}; a mismatch is off by more "
         f"than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s)."
     )
     if not any(s["integrity"]["mismatched"] for s in steps):

@@ -139,7 +139,8 @@ def _signal_rows(summary: dict) -> str:
     return (
         "<h3>The signal</h3><p class='meta'>Silence: 10 ms frames below -40 dBFS. Audible TTFA: when the "
         "playback model plays the first sound, so leading silence delays it even when the bytes came early. "
-        "Runaway: audio per character over 3x the run's median for the language; truncated: under a third; "
+        "Runaway: at least twice the same text's length at the lowest step (a text heard once: audio per "
+        "character over 5x the language's median); truncated: half of it or less (heard once: under a fifth); "
         "clipped: over 0.1 % of samples at full scale.</p>"
         "<table><tr><th>concurrency</th><th>TTFA p50</th><th>audible p50</th><th>audible p95</th>"
         "<th>leading silence p50</th><th>p95</th><th>trailing p95</th><th>silent</th><th>runaway</th>"
