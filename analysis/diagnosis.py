@@ -52,7 +52,17 @@ import re
 from tts_knee.runformat.results import Diagnosis, Knee, StepSummary
 from tts_knee.runformat.summary import DiagnosisKind as Kind
 
-from .knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, SILENCE_RISE_MS, UNDERRUN_RATE
+from .knee import (
+    FAILURE_RATE,
+    LATENCY_RISE,
+    LITTLE_TOLERANCE,
+    SIGNAL_RISE,
+    SIGNAL_SHARES,
+    SILENCE_RISE_MS,
+    UNDERRUN_RATE,
+    signal_rise,
+    signal_share,
+)
 from .steps import INTEGRITY_ABS_S, INTEGRITY_REL
 
 GPU_BUSY = 80.0  # mean GPU util % over the knee step
@@ -368,15 +378,56 @@ def _saturation(s: dict) -> tuple[bool | None, str]:
     return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
 
 
-#: How much a share of silent, runaway or truncated answers must rise over the lowest step's to be
-#: named: as much as failures must for the knee (one answer in 32 against one in 34 is not a rise).
-SIGNAL_RISE = FAILURE_RATE
+#: What each share the ``signal`` knee watches counts (:data:`analysis.knee.SIGNAL_SHARES`).
+SIGNAL_WHAT = {
+    "runaway_rate": "answers at least twice as long as the same text's at the lowest step, or for a text heard "
+    "once over 5x its language's audio per character: speech running on past the text",
+    "truncated_rate": "answers half the same text's length at the lowest step or less",
+    "integrity": f"answers more than {INTEGRITY_REL:.0%} off the same text's length at the lowest step",
+}
 
 
-def _signal(steps: list[StepSummary]) -> list[str]:
+def latency_while(lo: dict, hi: dict, streamed: bool) -> str:
+    """What latency (TTFA in a streamed run) did from level ``lo`` to ``hi``, in words."""
+    key, what = ("ttfa_ms", "TTFA p95") if streamed else ("latency_ms", "p95")
+    p_lo, p_hi = _get(lo, key, "p95"), _get(hi, key, "p95")
+    if p_lo is None or p_hi is None:
+        return f"{what} n/a"
+    if abs(p_hi - p_lo) < 0.25 * p_lo:
+        return f"{what} stayed at {p_lo:.0f} ms"
+    return f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms"
+
+
+def signal_evidence(levels: list[dict], knee: Knee | dict) -> list[str]:
+    """The ``signal`` knee in words: which share rose, from what at the level before to what at
+    the knee, and what latency did meanwhile; [] where no share rose."""
+    rise = signal_rise(levels)
+    if rise is None:
+        return []
+    k, key = rise
+    lo, hi, base = levels[k - 1], levels[k], levels[0]
+    name = next(what for kk, what, _ in SIGNAL_SHARES if kk == key)
+    r_lo, r_hi, r_base = (signal_share(s, key)[0] or 0.0 for s in (lo, hi, base))
+    since = "" if lo is base else f"{share(r_base)} at {base['concurrency']}; "
+    ev = [
+        f"{_cap(name)} rose from {share(r_lo)} at {lo['concurrency']} to {share(r_hi)} at {hi['concurrency']}"
+        f" ({since}{SIGNAL_WHAT[key]}) while {latency_while(lo, hi, bool(knee.get('streamed')))}: the server's "
+        f"audio goes wrong before its latency does."
+    ]
+    if key == "integrity":
+        ex = (hi.get("integrity") or {}).get("examples") or []
+        if ex:
+            e = ex[0]
+            ev.append(
+                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s against {e["expected_s"]:.2f} s.'
+            )
+    return ev
+
+
+def _signal(steps: list[StepSummary], named: tuple[str, ...] = ()) -> list[str]:
     """The signal checks that got worse with load: leading silence that delays what the listener
     hears, and silent, runaway or truncated answers (shares :data:`SIGNAL_RISE` above the lowest
-    step's)."""
+    step's), but none of the shares ``named`` (said already, by :func:`signal_evidence`)."""
     ev, base = [], steps[0]
     lead0 = _get(base, "leading_silence_ms", "p95")
     worse = [
@@ -395,9 +446,11 @@ def _signal(steps: list[StepSummary]) -> list[str]:
         )
     for key, what in (
         ("silent_rate", "were silent (failed: no sound in them)"),
-        ("runaway_rate", "ran away (audio per character over 3x the run's median: a model running to its token cap)"),
-        ("truncated_rate", "were cut short (under a third of the run's audio per character)"),
+        ("runaway_rate", f"ran away ({SIGNAL_WHAT['runaway_rate']})"),
+        ("truncated_rate", f"were cut short ({SIGNAL_WHAT['truncated_rate']})"),
     ):
+        if key in named:
+            continue
         low = base.get(key) or 0.0
         hit = next((st for st in steps[1:] if (st.get(key) or 0.0) >= low + SIGNAL_RISE), None)
         if hit is not None:
@@ -408,11 +461,13 @@ def _signal(steps: list[StepSummary]) -> list[str]:
     return ev
 
 
-def common_evidence(steps: list[StepSummary], knee: Knee, has_resources: bool) -> list[str]:
+def common_evidence(
+    steps: list[StepSummary], knee: Knee, has_resources: bool, named: tuple[str, ...] = ()
+) -> list[str]:
     """What every diagnosis adds after its own evidence: audio integrity, the signal checks that
-    got worse with load, an untimed stream, other load on the server, and what resource samples
-    the diagnosis could not rest on."""
-    ev = _integrity(steps) + _signal(steps)
+    got worse with load (but the shares ``named``, said already), an untimed stream, other load on
+    the server, and what resource samples the diagnosis could not rest on."""
+    ev = _integrity(steps) + _signal(steps, named)
     if knee.get("untimed_stream"):
         ev.append(
             "The run was streamed, but no attempt carries a TTFA or underrun figure (the "

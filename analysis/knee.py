@@ -41,6 +41,21 @@ what the rule for whole responses would have said, but does not set the knee.  A
 in which no step has a TTFA or underrun figure (a client that did not time the stream) cannot
 be judged that way: it is judged on whole-body time as above, with ``untimed_stream`` set so
 the verdict can say so.
+
+**What the listener gets** (method ``signal``, a rule in every run, judge or no judge): the
+lowest level at which answers whose audio went wrong rose with load, and stayed so at every
+higher level: runaways (``runaway_rate``) or truncated answers (``truncated_rate``), each judged
+against its own text's length (:func:`analysis.steps.length_flags`), at least ``SIGNAL_RISE``
+(5 points) above the lowest level's share and at least ``SIGNAL_MIN_ANSWERS`` (2) answers; or
+length mismatches (``integrity.rate``, more than 15 % off the same text's length) at least
+``MISMATCH_RISE`` (25 points) above the lowest level's. A runaway or cut-short answer is a
+failed request the server counted as a success, so it breaks a level by the failure rule's
+margin; two answers at least, so that one odd answer in a short step is no trend. The mismatch
+share's margin is wider: at the lowest level every text is measured against its own median
+there, so that level's share is low by construction, and an engine whose lengths vary from call
+to call by about the 15 % tolerance can read 10 to 20 points more at the next level with no load
+effect at all. ``signal_first``: the signal knee came before every latency and failure knee
+(the diagnosis is then ``speech_degraded``, naming the share that rose).
 """
 
 from __future__ import annotations
@@ -60,6 +75,18 @@ UNDERRUN_RATE = 0.05
 LITTLE_TOLERANCE = 0.25
 _METRICS = (("latency_ms", "p50"), ("latency_ms", "p95"), ("e2e_ms", "p50"), ("e2e_ms", "p95"))
 _TTFA = (("ttfa_ms", "p50"), ("ttfa_ms", "p95"))
+#: A runaway or truncated share this much above the lowest level's breaks a level (``signal``) ...
+SIGNAL_RISE = FAILURE_RATE
+#: ... a length-mismatch share this much above it (see the module doc) ...
+MISMATCH_RISE = 0.25
+#: ... with at least this many such answers at that level.
+SIGNAL_MIN_ANSWERS = 2
+#: The shares the ``signal`` method watches: (key, what they are, the rise that breaks a level).
+SIGNAL_SHARES: tuple[tuple[str, str, float], ...] = (
+    ("runaway_rate", "runaways", SIGNAL_RISE),
+    ("truncated_rate", "truncated answers", SIGNAL_RISE),
+    ("integrity", "length mismatches", MISMATCH_RISE),
+)
 #: Leading silence (p95) this much longer than at the lowest step is the server answering early
 #: with silence (ms), not a voice's own pause before its first word.
 SILENCE_RISE_MS = 200.0
@@ -209,10 +236,55 @@ def _piecewise(steps, infl) -> int | None:
     return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
 
 
+def signal_share(step: StepSummary | dict, key: str) -> tuple[float | None, int]:
+    """One of :data:`SIGNAL_SHARES` at a level: (its share or None, how many answers it counts)."""
+    if key == "integrity":
+        it = step.get("integrity") or {}
+        return it.get("rate"), int(it.get("mismatched") or 0)
+    rate, n = step.get(key), step.get("requests") or 0
+    return rate, (round(rate * n) if rate is not None else 0)
+
+
+def signal_rise(steps: list[StepSummary] | list[dict]) -> tuple[int, str] | None:
+    """``(index, key)``: the first level at which one of :data:`SIGNAL_SHARES` rose (see the
+    module doc) and that share's key; the earliest over the shares (the first listed on a tie);
+    None where none rose."""
+    best: tuple[int, str] | None = None
+    for key, _, margin in SIGNAL_SHARES:
+        base = signal_share(steps[0], key)[0] or 0.0 if steps else 0.0
+
+        def high(s: StepSummary | dict) -> bool | None:
+            rate = signal_share(s, key)[0]
+            return None if rate is None else rate >= base + margin
+
+        for i in range(1, len(steps)):
+            if (
+                high(steps[i])
+                and signal_share(steps[i], key)[1] >= SIGNAL_MIN_ANSWERS
+                and all(h is None or h for h in map(high, steps[i + 1 :]))
+            ):
+                if best is None or i < best[0]:
+                    best = (i, key)
+                break
+    return best
+
+
+def _signal(steps: list[StepSummary]) -> int | None:
+    rise = signal_rise(steps)
+    return None if rise is None else rise[0]
+
+
+def signal_first(idx: dict[str, int | None], rules: tuple[str, ...] | list[str]) -> bool:
+    """Whether the ``signal`` method set the knee before every other rule did."""
+    k = idx.get("signal")
+    return k is not None and all(idx.get(r) is None or idx[r] > k for r in rules if r not in ("signal", "speech"))
+
+
 _STREAM_METHODS = (
     "underruns",
     "failures",
     "ttfa_vs_lowest",
+    "signal",
     "latency_vs_lowest",
     "latency_vs_previous",
     "throughput_efficiency",
@@ -222,6 +294,7 @@ _STREAM_METHODS = (
 _WHOLE_METHODS = (
     "latency_vs_lowest",
     "failures",
+    "signal",
     "latency_vs_previous",
     "throughput_efficiency",
     "kneedle",
@@ -233,7 +306,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     """``{"concurrency", "index", "methods", "agree", "inflation", "inflation_basis",
     "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
     ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
-    set the knee."""
+    set the knee, ``signal_first`` whether the ``signal`` method set it before the others."""
     steps = [s for s in steps if s.get("requests")]
     untimed = (
         streamed
@@ -242,7 +315,11 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     )
     streamed = streamed and not untimed
     names = _STREAM_METHODS if streamed else _WHOLE_METHODS
-    rules = ("underruns", "failures", "ttfa_vs_lowest") if streamed else ("latency_vs_lowest", "failures")
+    rules = (
+        ("underruns", "failures", "ttfa_vs_lowest", "signal")
+        if streamed
+        else ("latency_vs_lowest", "failures", "signal")
+    )
     basis = "ttfa" if streamed else "latency"
     empty = {
         "concurrency": None,
@@ -256,6 +333,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
         "ttfa_floor_ms": ttfa_floor_ms if streamed else None,
         "rules": list(rules),
         "untimed_stream": untimed,
+        "signal_first": False,
     }
     if not steps:
         return empty
@@ -268,6 +346,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
         "throughput_efficiency": _throughput_efficiency(steps),
         "kneedle": _kneedle(steps, infl),
         "piecewise": _piecewise(steps, infl),
+        "signal": _signal(steps),
     }
     if streamed:
         idx["underruns"] = _underruns(steps)
@@ -299,6 +378,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
             "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
             "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
             "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+            "signal_first": signal_first(idx, rules),
             **({"ttfa_basis": ttfa_basis(steps), "silence_first": bool(silence_first)} if streamed else {}),
         },
     )

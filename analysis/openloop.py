@@ -31,7 +31,10 @@ of its steps carries a ``rate`` (offered requests per second, all workers togeth
 - ``latency_vs_lowest``: p95 of ``sched_wait_ms`` is more than ``LATENCY_RISE`` (1.5x) the lowest
   rate's and stays so at every higher rate;
 - ``failures``: at least ``FAILURE_RATE`` (5%) of the step's requests fail, and that much more
-  than at the lowest rate.
+  than at the lowest rate;
+- ``signal``: runaway, truncated or length-mismatched answers rose with the rate, as for
+  concurrency (:mod:`analysis.knee`); ``signal_first`` when it came before the others (the
+  diagnosis is then ``speech_degraded``).
 
 ``recommended_rate`` is the rate before the knee (the highest tested rate when there is none;
 null when the lowest is already past it). With an SLO it is ``slo.max_rate`` instead: the highest
@@ -52,14 +55,14 @@ from tts_knee.runformat.reader import Attempts
 from . import slo as slo_mod
 from .confidence import ci_range, percentile_cis
 from .diagnosis import diagnose as by_steps
-from .knee import FAILURE_RATE, LATENCY_RISE
+from .knee import FAILURE_RATE, LATENCY_RISE, signal_first, signal_rise
 from .steps import dist, spans
 
 SHORTFALL = 0.15
 GROWTH_RATIO = 1.5
 #: Fewest successful requests per third for the growth rule to judge a step.
 GROWTH_MIN = 3
-RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures")
+RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures", "signal")
 
 
 def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:
@@ -279,6 +282,8 @@ def find_knee(steps: list[dict]) -> dict:
             if e >= FAILURE_RATE and e - low_err >= FAILURE_RATE:
                 idx["failures"] = i
                 break
+        rise = signal_rise(steps)
+        idx["signal"] = None if rise is None else rise[0]
     hits = [i for i in idx.values() if i is not None]
     k = min(hits) if hits else None
     methods = {name: (steps[i]["rate"] if i is not None else None) for name, i in idx.items()}
@@ -292,6 +297,7 @@ def find_knee(steps: list[dict]) -> dict:
         "rules": list(RULES),
         "streamed": False,
         "axis": "rate",
+        "signal_first": signal_first(idx, RULES),
     }
 
 
@@ -344,20 +350,32 @@ _WORDING = (
 )
 
 
-def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
-    """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
-    with its latency from schedule, after one sentence on what the open-loop rules saw."""
-    as_levels = [
+def at_rates(steps: list[dict]) -> list[dict]:
+    """The rate steps, each standing at its offered rate with its latency from schedule, as
+    :mod:`analysis.diagnosis` reads a level."""
+    return [
         dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
         for s in steps
     ]
-    label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
-    d = by_steps(as_levels, dict(knee, concurrency=label, inflation=[]), creep, has_resources)
-    ev = []
-    for e in d["evidence"]:
+
+
+def reword(evidence: list[str]) -> list[str]:
+    """Sentences written for concurrency, said of rates."""
+    out = []
+    for e in evidence:
         for old, new in _WORDING:
             e = e.replace(old, new)
-        ev.append(e)
+        out.append(e)
+    return out
+
+
+def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+    """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
+    with its latency from schedule, after one sentence on what the open-loop rules saw."""
+    as_levels = at_rates(steps)
+    label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
+    d = by_steps(as_levels, dict(knee, concurrency=label, inflation=[]), creep, has_resources)
+    ev = reword(d["evidence"])
     k = knee["index"]
     if k is not None:
         s = [x for x in steps if x.get("requests")][k]

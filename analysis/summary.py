@@ -47,8 +47,8 @@ from . import (
     voices as voice_sweep,
 )
 from .confidence import ci_range
-from .diagnosis import common_evidence, diagnose, share
-from .knee import find_knee, little_check, usl_fit
+from .diagnosis import common_evidence, diagnose, latency_while, share, signal_evidence
+from .knee import find_knee, little_check, signal_rise, usl_fit
 from .levels import levels as group_levels
 from .steps import hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
 
@@ -217,7 +217,8 @@ def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
 def _speech_knee(knee: dict, levels: list[dict]) -> dict:
     """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules: a
     level whose speech is significantly worse than the lowest's is a knee like a latency one, and
-    the earlier of the two is the knee. ``speech_first``: speech broke before latency did."""
+    the earliest of them is the knee. ``speech_first``: speech broke before latency (and failures)
+    did."""
     done = [lv for lv in levels if lv.get("requests")]
     k, rises = speech_mod.knee_index(done)
     knee = dict(
@@ -231,47 +232,32 @@ def _speech_knee(knee: dict, levels: list[dict]) -> dict:
             for r in rises
         ],
     )
-    first = k is not None and (knee["index"] is None or k < knee["index"])
-    if first:
+    latency = _method_index(knee, done, [r for r in knee["rules"] if r not in ("signal", "speech")])
+    if k is not None and (knee["index"] is None or k < knee["index"]):
         knee.update(index=k, concurrency=done[k]["concurrency"])
-    knee["speech_first"] = first
+    knee["speech_first"] = k is not None and (latency is None or k < latency)
     knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee["concurrency"]]
     return knee
 
 
-def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
-    """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
-    the judged words (``speech_first``), or the first sound heard later behind leading silence
-    (``silence_first``); the evidence is that, then what every diagnosis adds."""
-    done = [lv for lv in levels if lv.get("requests")]
-    common = common_evidence(done, knee, has_resources)
-    if not knee.get("speech_first"):  # the knee is leading silence: its sentence, from the signal checks, first
-        said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
-        return {
-            **diagnosis,
-            "kind": DiagnosisKind.SPEECH_DEGRADED,
-            "evidence": said + [e for e in common if e not in said],
-        }
-    k = knee["index"]
+def _method_index(knee: dict, done: list[dict], names: list[str]) -> int | None:
+    """The first level (index into ``done``) any of the methods ``names`` names, or None."""
+    at = {knee["methods"].get(n) for n in names} - {None}
+    return next((i for i, lv in enumerate(done) if lv["concurrency"] in at), None)
+
+
+def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
+    """The speech knee at level ``k``: how the judged error rate rose, and the worst clip."""
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
     sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
     metric = sp_hi.get("metric") or "wer"
     name = metric.upper()
     rise = (knee.get("speech_rise") or [None] * (k + 1))[k] or {}
     ci = rise.get("ci") or [None, None]
-    stream = knee.get("streamed")
-    key, what = ("ttfa_ms", "TTFA p95") if stream else ("latency_ms", "p95")
-    p_lo, p_hi = (lo.get(key) or {}).get("p95"), (hi.get(key) or {}).get("p95")
-    lat = (
-        f"{what} stayed at {p_lo:.0f} ms"
-        if p_lo is not None and p_hi is not None and abs(p_hi - p_lo) < 0.25 * p_lo
-        else f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms"
-        if p_lo is not None and p_hi is not None
-        else f"{what} n/a"
-    )
     ev = [
         f"{name} rose from {speech_mod.pct(sp_lo.get(metric + '_mean'))} at {lo['concurrency']} to "
-        f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while {lat}: the server's speech "
+        f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while "
+        f"{latency_while(lo, hi, bool(knee.get('streamed')))}: the server's speech "
         f"degrades before its latency does (paired by text over {rise.get('pairs', 0)} texts, the rise "
         f"{speech_mod.pct(rise.get('mean'))}, 95 % interval {speech_mod.pct(ci[0])} to {speech_mod.pct(ci[1])})."
     ]
@@ -281,6 +267,29 @@ def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resour
             f'Worst at {hi["concurrency"]} ({name} {speech_mod.pct(worst["error"])}): sent "{worst.get("text")}", '
             f'heard "{worst.get("transcript")}".'
         )
+    return ev
+
+
+def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
+    """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
+    the judged words (``speech_first``), answers running on past their text or cut short
+    (``signal_first``), or the first sound heard later behind leading silence
+    (``silence_first``); the evidence is each of those in the order they broke, then what every
+    diagnosis adds."""
+    done = [lv for lv in levels if lv.get("requests")]
+    signal = signal_rise(done) if knee.get("signal_first") else None
+    common = common_evidence(done, knee, has_resources, named=(signal[1],) if signal else ())
+    parts: list[tuple[int, list[str]]] = []
+    if knee.get("silence_first"):  # the knee is leading silence: its sentence, from the signal checks
+        said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
+        common = [e for e in common if e not in said]
+        parts.append((knee["index"] or 0, said))
+    speech_at = _method_index(knee, done, ["speech"]) if knee.get("speech_first") else None
+    if speech_at is not None:
+        parts.append((speech_at, _speech_sentences(done, knee, speech_at)))
+    if signal is not None:
+        parts.append((signal[0], signal_evidence(done, knee)))
+    ev = [e for _, said in sorted(parts, key=lambda p: p[0]) for e in said]
     return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": ev + common}
 
 
@@ -607,7 +616,10 @@ def analyze(
         if open_loop
         else diagnose(done, knee, creep, rd.has_resources())
     )
-    if knee.get("speech_first") or knee.get("silence_first"):
+    if open_loop and knee.get("signal_first"):  # said of rates, as the open-loop diagnosis is
+        diagnosis = _speech_degraded(openloop.at_rates(done), knee, diagnosis, rd.has_resources())
+        diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
+    elif knee.get("speech_first") or knee.get("silence_first") or knee.get("signal_first"):
         diagnosis = _speech_degraded(done, knee, diagnosis, rd.has_resources())
     orphaned = bargein.evidence(barge)
     if orphaned:

@@ -373,6 +373,7 @@ class KneeMethods(TypedDict, total=False):
     throughput_shortfall: float | None
     latency_growing: float | None
     speech: float | None
+    signal: float | None
 
 
 class SpeechRise(TypedDict):
@@ -404,6 +405,7 @@ class Knee(_Knee, total=False):
     untimed_stream: bool
     speech_rise: list[SpeechRise | None]
     speech_first: bool
+    signal_first: bool
     rate: float | None
     voices: int | None
     axis: str

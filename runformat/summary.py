@@ -311,8 +311,14 @@ STEP_SUMMARY: tuple[Field, ...] = (
     _F("trailing_silence_ms", "ms", True, "audio after the last sound", of=DIST),
     _F("ttfa_audible_ms", "ms", True, "when the listener hears the first sound (the playback model)", of=DIST),
     _F("silent_rate", "", True, "share of the requests that failed with silent audio"),
-    _F("runaway_rate", "", True, "share that ran away: audio per character over 3x the run's median for the language"),
-    _F("truncated_rate", "", True, "share cut short: under a third of that median"),
+    _F(
+        "runaway_rate",
+        "",
+        True,
+        "share that ran away: at least twice the same text's length at the lowest step (a text heard "
+        "once: audio per character over 5x the language's median)",
+    ),
+    _F("truncated_rate", "", True, "share cut short: half the same text's length or less (heard once: under a fifth)"),
     _F("clipped_rate", "", True, "share of the checked answers with over 0.1 % of samples at full scale"),
     _F("speech", "", True, "what the ASR judge heard (--asr-model); null when not judged", of=SPEECH_STEP),
     _F("little", "", True, "Little's law over the window", of=LITTLE),
@@ -363,6 +369,7 @@ KNEE_METHODS: tuple[Field, ...] = tuple(
         "throughput_shortfall",
         "latency_growing",
         "speech",
+        "signal",
     )
 )
 KNEE: tuple[Field, ...] = (
@@ -402,6 +409,14 @@ KNEE: tuple[Field, ...] = (
         of=SPEECH_RISE,
     ),
     _F("speech_first", "", False, "--asr-model: the speech knee came before any latency knee", optional=True),
+    _F(
+        "signal_first",
+        "",
+        False,
+        "the signal knee (runaways, truncated answers or length mismatches rising with load) came "
+        "before any latency or failure knee",
+        optional=True,
+    ),
     _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
     _F(
         "voices",
