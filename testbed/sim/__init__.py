@@ -27,7 +27,9 @@ flight as ``--oom-above`` counts them (queued or holding a slot, the answer's ow
 with another corpus text's speech, the length unchanged; ``--silence-above K`` puts
 ``--silence-ms`` (default 600) of zeros first, so the first audio still comes when it would
 have; ``--runaway-rate P`` repeats the clip to 8x its length (at most 25 s) with probability P
-(the seeded RNG). The shared-capacity model makes the longer audio in proportion (a runaway
+(the seeded RNG); ``--runaway-above K`` runs every answer on past its text, its clip followed
+by other corpus texts' speech (more tone without ``--speech``) to ``--runaway-x`` (default 4)
+times its length. The shared-capacity model makes the longer audio in proportion (a runaway
 takes 8x the engine time); the slots model's service time stays the text's, its pieces larger.
 Every face's answers go through :class:`~testbed.sim.audio.Speaker`, and say what was done:
 ``--chunk-log`` lines carry ``garbled``, ``silence_ms`` and ``runaway`` (a session's utterance:

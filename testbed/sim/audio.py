@@ -1,7 +1,7 @@
 """What the simulator answers with: a quiet PCM16 mono tone as long as the text asks for, or
 (``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker` makes every
 answer's PCM, and carries out the drills that break it under load (``--garble-above``,
-``--silence-above``, ``--runaway-rate``)."""
+``--silence-above``, ``--runaway-rate``, ``--runaway-above``)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ class Tone:
 
 RUNAWAY_FACTOR = 8  # a runaway answer's audio: its clip repeated to this many times its length ...
 RUNAWAY_CAP_S = 25.0  # ... at most this long (the token cap)
+#: --runaway-above's answer: its clip and then more speech to this many times its length (--runaway-x).
+DEFAULT_RUN_ON_X = 4.0
 GARBLE_KEEP = 0.4  # a garbled answer keeps this fraction of its clip's samples; another text speaks the rest
 #: The garbling speech when the pre-rendered texts hold no other text than the one answered.
 GARBLE_FILLER = "Seven purple giraffes quietly repaired the old lighthouse before dawn."
@@ -97,6 +99,10 @@ class Speaker:
     - ``--runaway-rate P``: with probability P (drawn from the simulator's seeded ``rng``, only
       when P > 0) the clip is repeated until it is ``RUNAWAY_FACTOR`` x as long, at most
       ``RUNAWAY_CAP_S`` (a clip already longer stays as it is);
+    - ``--runaway-above K``: above K in flight, the clip runs on past its text: followed by more
+      speech (the next pre-rendered texts', cycled; with the tone, more tone) until it is
+      ``--runaway-x`` times its length (no cap: a server that runs on under load, not to its
+      token cap);
     - ``--silence-above K``: above K in flight, ``--silence-ms`` of zeros come first.
 
     in that order, so the silence is the first audio sent, and comes on top of a runaway's cap.
@@ -111,6 +117,8 @@ class Speaker:
         self.silence_above = getattr(args, "silence_above", None)
         self.silence_ms = getattr(args, "silence_ms", None) or 0.0
         self.runaway_rate = getattr(args, "runaway_rate", 0.0) or 0.0
+        self.runaway_above = getattr(args, "runaway_above", None)
+        self.runaway_x = getattr(args, "runaway_x", None) or DEFAULT_RUN_ON_X
         self.pool: list[str] = []  # the pre-rendered texts: where garbling speech comes from
 
     def prepare(self, texts: list[str], extra: list[str] = ()) -> None:
@@ -119,7 +127,7 @@ class Speaker:
         if self.speech is None:
             return
         self.pool = list(dict.fromkeys(texts))
-        if self.garble_above is not None and len(self.pool) < 2:
+        if (self.garble_above is not None or self.runaway_above is not None) and len(self.pool) < 2:
             self.pool.append(GARBLE_FILLER if GARBLE_FILLER not in self.pool else "Hello there.")
         self.speech.prerender([*self.pool, *extra])
 
@@ -138,6 +146,8 @@ class Speaker:
             clip.pcm, clip.garbled = self._garble(text, clip.pcm), True
         if self.runaway_rate and self.rng.random() < self.runaway_rate:
             clip.pcm, clip.runaway = self._run_away(clip.pcm), True
+        elif self.runaway_above is not None and in_flight > self.runaway_above:
+            clip.pcm, clip.runaway = self._run_on(text, clip.pcm), True
         if self.silence_above is not None and in_flight > self.silence_above and self.silence_ms:
             frames = round(self.silence_ms * self.sample_rate / 1000)
             clip.pcm, clip.silence_ms = bytes(2 * frames) + clip.pcm, self.silence_ms
@@ -164,6 +174,20 @@ class Speaker:
         other = self.base(self.other(text))
         need = 2 * (frames - keep)
         return pcm[: 2 * keep] + (other * (need // len(other) + 1))[:need]
+
+    def _run_on(self, text: str, pcm: bytes) -> bytes:
+        """``pcm`` followed by more speech (other texts', in turn) to ``runaway_x`` times its length."""
+        target = 2 * int(self.runaway_x * (len(pcm) // 2))
+        out, other = [pcm], text
+        have = len(pcm)
+        for _ in range(1000):  # bounded: each turn adds at least MIN_AUDIO_S of audio
+            if have >= target:
+                break
+            other = self.other(other) if self.speech is not None else text
+            more = self.base(other)
+            out.append(more)
+            have += len(more)
+        return b"".join(out)[:target]
 
     def _run_away(self, pcm: bytes) -> bytes:
         frames = len(pcm) // 2

@@ -20,7 +20,7 @@ from gevent.pywsgi import WSGIServer
 
 from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from tts_knee.testbed.sim import wyoming
-from tts_knee.testbed.sim.audio import GARBLE_KEEP, RUNAWAY_CAP_S, RUNAWAY_FACTOR, Speaker
+from tts_knee.testbed.sim.audio import DEFAULT_RUN_ON_X, GARBLE_KEEP, RUNAWAY_CAP_S, RUNAWAY_FACTOR, Speaker
 from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
 from tts_knee.testbed.sim.faults import FAULTS
 from tts_knee.testbed.sim.http import UNSPEAKABLE, Handler, SpeechApp
@@ -197,6 +197,20 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="P",
         help=f"probability that an answer runs away to the token cap: its clip repeated to "
         f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)",
+    )
+    p.add_argument(
+        "--runaway-above",
+        type=number(int, 0),
+        metavar="K",
+        help="when more than K requests are in flight, every answer runs on past its text: its clip "
+        "followed by more speech (other texts'; the tone without --speech) to --runaway-x times its "
+        "length (default off)",
+    )
+    p.add_argument(
+        "--runaway-x",
+        type=number(float, 1),
+        metavar="X",
+        help=f"with --runaway-above, how many times its own length an answer runs on to (default {DEFAULT_RUN_ON_X:g})",
     )
     p.add_argument(
         "--voice-cache",
@@ -417,6 +431,8 @@ def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--silence-ms needs --silence-above")
     if args.silence_ms is None:
         args.silence_ms = DEFAULT_SILENCE_MS
+    if args.runaway_x is not None and args.runaway_above is None:
+        parser.error("--runaway-x needs --runaway-above")
     args.speech_texts = []
     if not args.speech:
         if args.sample_rate is None:
@@ -488,6 +504,8 @@ def describe(args: argparse.Namespace) -> str:
         knobs.append(f"garble_above={args.garble_above}")
     if args.silence_above is not None:
         knobs.append(f"silence_above={args.silence_above} silence_ms={args.silence_ms:g}")
+    if args.runaway_above is not None:
+        knobs.append(f"runaway_above={args.runaway_above} runaway_x={args.runaway_x or DEFAULT_RUN_ON_X:g}")
     if args.runaway_rate:
         knobs.append(f"runaway_rate={args.runaway_rate:g}")
     return "sim: " + " ".join(knobs)
