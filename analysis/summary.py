@@ -619,6 +619,8 @@ def analyze(
     if open_loop and knee.get("signal_first"):  # said of rates, as the open-loop diagnosis is
         diagnosis = _speech_degraded(openloop.at_rates(done), knee, diagnosis, rd.has_resources())
         diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
+    elif by_voices and knee.get("signal_first"):  # each level standing at its number of voices
+        diagnosis = _speech_degraded(voice_sweep.on_axis(done), knee, diagnosis, rd.has_resources())
     elif knee.get("speech_first") or knee.get("silence_first") or knee.get("signal_first"):
         diagnosis = _speech_degraded(done, knee, diagnosis, rd.has_resources())
     orphaned = bargein.evidence(barge)

@@ -39,7 +39,7 @@ def is_sweep(steps: list[dict]) -> bool:
     return bool(steps) and all(s.get("voices") is not None for s in steps)
 
 
-def _on_axis(levels: list[dict]) -> list[dict]:
+def on_axis(levels: list[dict]) -> list[dict]:
     """The levels standing at their number of voices, as :mod:`analysis.knee` reads a level."""
     return [dict(s, concurrency=s["voices"]) for s in levels]
 
@@ -47,7 +47,7 @@ def _on_axis(levels: list[dict]) -> list[dict]:
 def find_knee(levels: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
     """:func:`analysis.knee.find_knee` over the number of voices; ``voices`` names the knee,
     ``concurrency`` the one the sweep ran at."""
-    k = knee_over(_on_axis(levels), streamed, ttfa_floor_ms)
+    k = knee_over(on_axis(levels), streamed, ttfa_floor_ms)
     for name in _NOT_APPLICABLE:
         k["methods"].pop(name, None)
     k["agree"] = [n for n in k["agree"] if n not in _NOT_APPLICABLE]
@@ -116,7 +116,7 @@ def cache_sentence(s: dict) -> str | None:
 
 def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
     """The diagnosis of a voice sweep (see the module doc)."""
-    d = by_steps(_on_axis(levels), dict(knee, concurrency=knee.get("voices")), creep, has_resources)
+    d = by_steps(on_axis(levels), dict(knee, concurrency=knee.get("voices")), creep, has_resources)
     done = [s for s in levels if s.get("requests")]
     k = knee.get("index")
     if d["kind"] in _KEPT or not done:
