@@ -100,8 +100,9 @@ class Picker:
 class Judge:
     """Master or local runner: the judge process, its queue, ``speech/`` and ``speech.jsonl``."""
 
-    def __init__(self, s, run_dir, disk):
+    def __init__(self, s, run_dir, disk, on_judged=None):
         self.s = s
+        self.on_judged = on_judged  # --metrics-port: the live metrics take every speech.jsonl line too
         self.run_dir = run_dir
         self.disk = disk
         self.path = run_dir / runformat.SPEECH_FILE
@@ -278,6 +279,8 @@ class Judge:
             **said,
         )
         self.disk.append(self.path, runformat.jsonl_bytes(entry))
+        if self.on_judged is not None:
+            self.on_judged(entry)
 
     def finish(self) -> None:
         """The run has ended: wait up to FINISH_S for the clips the judge has, then stop it; the

@@ -28,7 +28,7 @@ from tts_knee.runformat import wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, listening, provenance, settings as settings_mod, timesync
+from . import heartbeats, listening, metrics as metrics_mod, provenance, settings as settings_mod, timesync
 from .clock import mono, wall
 from .disk import DiskWriter
 from .inputs import corpus, voices as voices_mod
@@ -208,6 +208,9 @@ class Run:
                     **({} if step.phase != runformat.PROBE_PHASE else {"phase": step.phase}),
                 ),
             )
+        metrics = self.environment.tts_knee.metrics
+        if metrics is not None:
+            metrics.begin_step(step)
         self.save()
 
     @property
@@ -280,8 +283,15 @@ class Run:
         )
         self.environment.parsed_options.run_dir = str(self.run_dir)  # workers get the same name
         self.make_audio_dir()
-        disk = self.environment.tts_knee.disk
-        self.writer = RecordWriter(self.run_dir / runformat.REQUESTS, disk, on_full=self._disk_full)
+        disk, metrics = self.environment.tts_knee.disk, self.environment.tts_knee.metrics
+        if metrics is not None:
+            metrics.start_run(self.run_dir.name, s.tts_stream)
+        self.writer = RecordWriter(
+            self.run_dir / runformat.REQUESTS,
+            disk,
+            on_full=self._disk_full,
+            on_records=None if metrics is None else metrics.observe,
+        )
         # numpy and pandas: imported where the run is written
         from .plan import CONCURRENCY, RateAxis, SpeedAxis, StepPlan, StepReader, VoiceAxis
 
@@ -356,7 +366,13 @@ class Run:
             listening.check(self.settings)
         except asr.AsrError as e:
             return str(e)
-        self.judge = listening.Judge(self.settings, self.run_dir, self.environment.tts_knee.disk)
+        metrics = self.environment.tts_knee.metrics
+        self.judge = listening.Judge(
+            self.settings,
+            self.run_dir,
+            self.environment.tts_knee.disk,
+            on_judged=None if metrics is None else metrics.observe_judged,
+        )
         refused = self.judge.start()
         if refused is not None:
             self.judge = None
@@ -525,6 +541,9 @@ class Node:
         # master/local: the run directory's writer, off the event loop
         self.disk = None if self.is_worker else DiskWriter()
         self.live_view = None  # (run_dir, view) of the web UI's live dashboard
+        # master/local, --metrics-port: the live metrics served, or why they cannot be
+        self.metrics: metrics_mod.LiveMetrics | None = None
+        self.metrics_error: str | None = None
         self._user_numbers = itertools.count(1)
 
     def _on_clip(self, environment, msg, **_kw) -> None:
@@ -544,6 +563,10 @@ class Node:
         if run is not None and not run.closed:
             return run
         environment = self.environment
+        if self.metrics_error is not None:
+            log.error("%s", self.metrics_error)
+            environment.process_exit_code = 2
+            return None
         try:
             s = settings_mod.from_options(environment.parsed_options, environment.host)
         except settings_mod.SettingsError as e:
@@ -590,6 +613,8 @@ def _add_options(parser) -> None:
 def _on_init(environment, **_kw) -> None:
     node = environment.tts_knee = Node(environment)
     runner = environment.runner
+    if not node.is_worker:
+        node.metrics, node.metrics_error = metrics_mod.listen(environment.parsed_options, lambda: runner.user_count)
     if node.is_master:
         timesync.serve(runner)
         gevent.spawn(heartbeats.watch, node)
@@ -644,6 +669,8 @@ def _on_test_stop(environment, **_kw) -> None:
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
+    if environment.tts_knee.metrics is not None:
+        environment.tts_knee.metrics.wait_for_scrape()  # the run's last figures, for the scraper
     if run is not None and run.shipper is not None:
         run.shipper.spool()  # what the master never acknowledged (it went away, say)
     if run is not None and run.uploads is not None and run.uploads.created:

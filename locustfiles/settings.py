@@ -80,7 +80,7 @@ def _add(container, o: run_options.Option) -> None:
     if o.env:
         kw["env_var"] = o.env
     action = container.add_argument(o.flag, **kw)
-    action.include_in_web_ui, action.is_secret = True, bool(o.secret)
+    action.include_in_web_ui, action.is_secret = o.web_ui, bool(o.secret)
     action.is_required = action.is_multiple = False
 
 

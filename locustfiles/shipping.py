@@ -46,10 +46,12 @@ class RecordWriter:
     every FLUSH_INTERVAL_S (or when asked), and keeps a small per-step tally for the step
     shape, and for each user (worker, user number) when its latest recorded
     attempt ended. ``count`` is the records written so far; ``on_full`` is called once (with
-    the bytes waiting) when the disk has fallen MAX_PENDING_BYTES behind."""
+    the bytes waiting) when the disk has fallen MAX_PENDING_BYTES behind; ``on_records`` (the
+    live metrics) with every list of records taken."""
 
-    def __init__(self, path: Path, disk: DiskWriter | None = None, on_full=None):
+    def __init__(self, path: Path, disk: DiskWriter | None = None, on_full=None, on_records=None):
         self.path = Path(path)
+        self._on_records = on_records  # --metrics-port: the live metrics take every batch too
         self._disk = disk or DiskWriter()
         self._disk.append(self.path, b"")  # the file exists from the start, as readers expect
         self._on_full = on_full
@@ -72,6 +74,8 @@ class RecordWriter:
         # Encoded as they come rather than all at once at the flush, which would stall the
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
         self._buf.extend(runformat.jsonl_bytes(r) for r in records)
+        if self._on_records is not None:
+            self._on_records(records)
         for r in records:
             ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
             if ends:

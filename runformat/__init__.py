@@ -12,6 +12,8 @@
 - ``runformat.check``: a finished run directory held to the declarations (no undeclared key).
 - ``runformat.metric_roles``: what known servers' scraped series mean (queue depth, running
   requests, batch size, KV cache), for the collector that scrapes them and the analysis.
+- ``runformat.live_series``: the live metrics a run serves (``--metrics-port``): each series'
+  name, kind, labels and buckets.
 - ``runformat.grpc_codes``: gRPC's status codes, which a gRPC attempt's ``status`` names, and
   the HTTP status each amounts to.
 - ``runformat.reader``: reads a run directory back into columns (numpy, pandas, pyarrow; not

@@ -118,6 +118,7 @@ class Option(NamedTuple):
     secret: bool = False  # kept out of run.json and masked in the web UI
     env: str | None = None  # an environment variable that sets it when the flag is not given
     group: Group | None = None  # where --help and the manual list it; None: a figure only run.json records
+    web_ui: bool = True  # in Locust's web UI form; False: read once at start, so the form could not change it
 
     def help_text(self) -> str:
         shown = self.default
@@ -617,6 +618,26 @@ OPTIONS: tuple[Option, ...] = (
         secret=True,
         env=COLLECTOR_TOKEN_ENV,
         group=_TELEMETRY,
+    ),
+    _O(
+        "--metrics-port",
+        None,
+        "",
+        0,
+        "Serve the run's live figures as Prometheus text at /metrics on this port, from the master or "
+        "the local runner (default: off; see the manual's live metrics page).",
+        int,
+        group=_TELEMETRY,
+        web_ui=False,
+    ),
+    _O(
+        "--metrics-host",
+        None,
+        "",
+        "127.0.0.1",
+        "The address --metrics-port listens on (default {default}: this host only; 0.0.0.0 for every interface).",
+        group=_TELEMETRY,
+        web_ui=False,
     ),
     _O(
         "--require-collectors",
