@@ -14,9 +14,9 @@ COPY collectors /src/collectors
 COPY dashboard /src/dashboard
 COPY testbed /src/testbed
 COPY configs /src/configs
-RUN pip install --no-cache-dir '/src[piper,grpc,asr]'
+RUN pip install --no-cache-dir '/src[piper,grpc,asr,otel]'
 WORKDIR /app
 COPY locustfiles/tts.py locustfiles/tts.py
-# Locust web UI, master port, collector, dashboard, simulator
-EXPOSE 8089 5557 9300 8090 8300
+# Locust web UI, master port, collector, live metrics (--metrics-port), dashboard, simulator
+EXPOSE 8089 5557 9300 9310 8090 8300
 CMD ["tts-knee", "run", "--help"]

@@ -351,7 +351,8 @@ def _conf_keys() -> set[str]:
 
 def _listens_on(role: str, options: dict) -> set[int]:
     if role == "master":
-        return {options["master_bind_port"]} | ({options["web_port"]} if not options["headless"] else set())
+        metrics = {options["metrics_port"]} if options["metrics_port"] else set()
+        return {options["master_bind_port"]} | metrics | ({options["web_port"]} if not options["headless"] else set())
     if role == "worker":
         return set()
     return {options["port"]}
@@ -433,11 +434,40 @@ def _stop(*procs: subprocess.Popen, timeout: float = 30) -> None:
             raise
 
 
+def _scrape_until(url: str, line: str, proc: subprocess.Popen, timeout: float = 60) -> str:
+    """GET the live metrics until they hold ``line`` (bounded; the master still running)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+            if line in text.splitlines():
+                return text
+        except OSError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, f"{url} never said {line!r}"
+        time.sleep(0.2)
+
+
+def test_the_masters_live_metrics_are_annotated_for_prometheus(rendered):
+    for overlay in OVERLAYS:
+        [master] = [c for c in containers(rendered[overlay]) if c.name == "master"]
+        annotations = master.doc["spec"]["template"]["metadata"]["annotations"]
+        port = master.argv[master.argv.index("--metrics-port") + 1]
+        assert annotations == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": port,
+            "prometheus.io/path": "/metrics",
+        }
+        assert {"name": "metrics", "containerPort": int(port)} in master.spec["ports"], overlay
+        service = find(rendered[overlay], "Service", "tts-knee-master")
+        assert {"name": "metrics", "port": int(port), "targetPort": int(port)} in service["spec"]["ports"], overlay
+
+
 def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_claim(rendered, tmp_path):
     """Each pod's command as rendered, run on loopback in a copy of its pod's files: the Job's
     master with the workers, the sidecar collector and the simulator, then the report from the
     same claim. Only addresses change (loopback, free ports) and the ConfigMap's 7-minute
-    sweep is cut to two 3-second steps."""
+    sweep is cut to two 3-second steps. The master's live metrics answer while it runs."""
     docs = rendered[SIDECAR]
     token = "from-the-secret"
     cs = by_name(containers(docs, secrets={"tts-knee-collector-token": {"token": token}}))
@@ -460,8 +490,9 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
         return spawn(argv[2:], env=c.env, cwd=cwd)
 
     with server(sim, tts_pod) as tts, server(collector, tts_pod) as coll:
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         argv = _set(_set(_set(master.argv, "--master-bind-host", "127.0.0.1"), "-H", tts.url), "--collector", coll.url)
+        argv = _set(_set(argv, "--metrics-host", "127.0.0.1"), "--metrics-port", str(metrics_port))
         argv += ["--master-bind-port", str(port), "--steps", "1,2", "--step-time", "3", "--settle-time", "0"]
         master_pod = lay_out(master, docs, tmp_path / "master", claims={"tts-knee-runs": claim})
         m = _start(master, argv, master_pod, tmp_path / "master.log")
@@ -473,9 +504,11 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
             for n in (1, 2)
         ]
         try:
+            live = _scrape_until(f"http://127.0.0.1:{metrics_port}/metrics", "tts_knee_step 2", m)
             m.wait(120)
         finally:
             _stop(m, *ws)
+        assert "tts_knee_step_concurrency 2" in live  # the port the pod's annotations name, served
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     run = claim / "sweep"
