@@ -6,8 +6,9 @@ Run from the repository root (about 9 minutes on two cores)::
     .venv/bin/python -m bench --quick    # fewer repetitions, smaller dashboard run (about 4 minutes)
 
 Each benchmark runs as its own process: bench/generator_cost.py, bench/client_overhead.py,
-bench/listening_cost.py, bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py, bench/collector_overhead.py,
-bench/dashboard_scale.py, bench/export_scale.py, bench/live_view.py and bench/distributed_master.py (bench/own_memory.py,
+bench/listening_cost.py, bench/metrics_cost.py, bench/stream_cost.py, bench/session_cost.py, bench/grpc_cost.py,
+bench/collector_overhead.py, bench/dashboard_scale.py, bench/export_scale.py, bench/live_view.py and
+bench/distributed_master.py (bench/own_memory.py,
 an hour long, runs on its own). One that is missing or fails is a row saying so, not a crash. The
 table looks like::
 
@@ -115,6 +116,23 @@ def listening_cost(quick: bool) -> list[Row]:
     ]
     rows.append(Row("signal checks per attempt (5 s of 22.05 kHz)", f"{m['signal_us']:.0f} us"))
     return rows
+
+
+def metrics_cost(quick: bool) -> list[Row]:
+    out, why = _run("metrics_cost.py", ["--json", "--pairs", "2" if quick else "3"])
+    if out is None:
+        return _broken("generator CPU per attempt, live metrics on / off", why)
+    m = json.loads(out.strip().splitlines()[-1])
+    spread = ", ".join(f"{x:.2f}" for x in m["ratios"])
+    return [
+        Row(
+            "generator CPU per attempt, live metrics on / off",
+            f"{m['ratio']:.2f}x ({m['on_us']:.0f} vs {m['off_us']:.0f} us; pairs {spread})",
+            f"<= {m['goal_ratio']}x",
+            m["ratio"] <= m["goal_ratio"],
+        ),
+        Row("  a scrape after a 10-step streamed sweep", f"{m['scrape_ms']:.1f} ms, {m['scrape_bytes'] / 1000:.0f} kB"),
+    ]
 
 
 def client_overhead(quick: bool) -> list[Row]:
@@ -354,6 +372,7 @@ def main() -> int:
     for bench in (
         generator_cost,
         listening_cost,
+        metrics_cost,
         client_overhead,
         stream_cost,
         session_cost,

@@ -99,7 +99,7 @@ WAIT = Series(
     "histogram",
     _STEP,
     "Request sent to response fully read (wait_ms), over the requests the step's latency figures "
-    "describe: settled, final, successful, not cancelled.",
+    "describe: settled, final, successful, not cancelled (streamed: finished before the step ended).",
     LATENCY_BUCKETS_S,
 )
 TTFA = Series(
