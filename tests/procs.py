@@ -257,6 +257,30 @@ def busy_port():
         yield busy.getsockname()[1]
 
 
+@contextlib.contextmanager
+def scraping(url: str, every_s: float = 0.5):
+    """GET ``url`` every ``every_s`` in a thread while the block runs, as Prometheus would scrape
+    it; yields a list that holds each answer's text, in order (the last: the last answered)."""
+    texts: list[str] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.wait(every_s):
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    texts.append(resp.read().decode())
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    try:
+        yield texts
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 

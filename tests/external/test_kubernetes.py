@@ -508,7 +508,8 @@ def test_the_jobs_commands_wait_for_the_workers_run_the_sweep_and_write_the_clai
             m.wait(120)
         finally:
             _stop(m, *ws)
-        assert "tts_knee_step_concurrency 2" in live  # the port the pod's annotations name, served
+        # the port the pod's annotations name, served: the step, and the workers' attempts
+        assert "tts_knee_step_concurrency 2" in live and 'tts_knee_attempts_total{step="1"' in live
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     run = claim / "sweep"

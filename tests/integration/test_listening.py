@@ -1,6 +1,7 @@
 """Listening end to end: real Locust runs against the simulator speaking with piper's joe voice,
 judged by the ASR judge (Whisper base from the test extra); the signal checks on every attempt;
-the judge's bad input, its death mid-run, and a distributed run shipping its clips to the master."""
+the judge's bad input, its death mid-run, and a distributed run shipping its clips to the master
+(whose live metrics count them)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import time
 
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
+from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, scraping, spawn, worker
 from rundirs import assert_declared
 from tts_knee.testbed.whisper_base import model_dir
 
@@ -300,8 +302,10 @@ def test_a_judge_killed_mid_run_leaves_every_record_and_says_what_it_did_not_jud
 
 
 def test_a_worker_ships_its_clips_to_the_masters_judge(tmp_path, corpus):
+    """... and the master's live metrics (--metrics-port) count the worker's attempts and the
+    judge's verdicts, scraped until the master exits."""
     with speaking(corpus) as sim:
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         m = master(
             tmp_path,
             sim.url,
@@ -309,10 +313,12 @@ def test_a_worker_ships_its_clips_to_the_masters_judge(tmp_path, corpus):
             workers=1,
             steps="1,2",
             step_time="4",
-            extra=("--texts", str(corpus), "--asr-model", str(model_dir()), "--asr-sample", "4"),
+            extra=("--texts", str(corpus), "--asr-model", str(model_dir()), "--asr-sample", "4")
+            + ("--metrics-port", str(metrics_port)),
         )
         w = worker(tmp_path, port, 1)
-        finish(m, w, timeout=180, run_dir=tmp_path / "run")
+        with scraping(f"http://127.0.0.1:{metrics_port}/metrics") as texts:
+            finish(m, w, timeout=180, run_dir=tmp_path / "run")
     log = (tmp_path / "master.log").read_text()
     assert m.returncode == 0, log
     records = read_jsonl(tmp_path / "run" / "requests.jsonl")
@@ -321,3 +327,15 @@ def test_a_worker_ships_its_clips_to_the_masters_judge(tmp_path, corpus):
     assert len(heard) == 8 and all(h["req_id"] in by_id and by_id[h["req_id"]]["worker"] != "local" for h in heard)
     assert all(h["error"] is not None and h["error"] <= 0.3 for h in heard), heard
     assert all((tmp_path / "run" / h["clip"]).exists() for h in heard)
+    last = {
+        (s.name, s.labels.get("step")): s.value
+        for family in text_string_to_metric_families(texts[-1])
+        for s in family.samples
+        if not s.labels.get("le")
+    }
+    for step in (1, 2):
+        judged = [h["error"] for h in heard if h["step"] == step]
+        assert last["tts_knee_speech_wer_ratio_count", str(step)] == len(judged) == 4
+        assert last["tts_knee_speech_wer_ratio_sum", str(step)] == pytest.approx(sum(judged))
+    attempts = sum(v for (name, _), v in last.items() if name == "tts_knee_attempts_total")
+    assert attempts == len(records)
