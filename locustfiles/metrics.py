@@ -14,10 +14,13 @@ when it has changed, so a finished step costs nothing.
 
 from __future__ import annotations
 
+import argparse
 import logging
+import math
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 from gevent import pywsgi
@@ -25,6 +28,7 @@ from gevent import pywsgi
 from tts_knee.analysis.steps import THROTTLE_STATUSES
 from tts_knee.runformat import live_series as series
 from tts_knee.runformat.options import CUT_BY_RUN_END
+from tts_knee.runformat.results import Attempt
 
 from .clock import mono
 from .shape import Step
@@ -54,6 +58,11 @@ def _label_text(names: Iterable[str], values: Iterable[str]) -> str:
 
 
 def _number(value: float) -> str:
+    """A sample value or bucket edge as the text format writes it."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return repr(float(value))
@@ -134,7 +143,7 @@ class _Family:
         return head + "".join(body)
 
 
-def _status(record: dict) -> str:
+def _status(record: Attempt) -> str:
     """The status label: the HTTP status, the gRPC code name, conn_error for no answer."""
     status = record.get("status")
     if status is None:
@@ -142,7 +151,7 @@ def _status(record: dict) -> str:
     return str(status)
 
 
-def _outcome(record: dict) -> str:
+def _outcome(record: Attempt) -> str:
     if record.get("error") == CUT_BY_RUN_END:
         return "cut_by_run_end"
     if record["ok"]:
@@ -150,7 +159,7 @@ def _outcome(record: dict) -> str:
     return "throttled" if record.get("status") in THROTTLE_STATUSES else "failed"
 
 
-def _end(record: dict) -> float | None:
+def _end(record: Attempt) -> float | None:
     """When the attempt was done, as the reader takes it: t3, else t2, else t0 + wait."""
     for key in ("t3", "t2"):
         if record.get(key) is not None:
@@ -197,7 +206,7 @@ class LiveMetrics:
         concurrency = "" if step.rate is not None else str(step.concurrency)
         self._family(series.STEP_INFO).set((str(step.step), step.phase, concurrency, rate), 1)
 
-    def observe(self, records: list[dict]) -> None:
+    def observe(self, records: list[Attempt]) -> None:
         """Attempt records as the run's writer takes them."""
         attempts, requests = self._family(series.ATTEMPTS), self._family(series.REQUESTS)
         retries, retry_after = self._family(series.RETRIES), self._family(series.RETRY_AFTER)
@@ -214,7 +223,7 @@ class LiveMetrics:
             if r["final"] and r["ok"] and r.get("settled", True):
                 self._described(r, step)
 
-    def _described(self, r: dict, step: Labels) -> None:
+    def _described(self, r: Attempt, step: Labels) -> None:
         """A settled, final, successful attempt: into the step's figures, as summary.json
         counts them (analysis.steps): streams that finished after their step ended are left
         out, and in a streamed run the latency figures leave them out too; a cancelled
@@ -232,7 +241,7 @@ class LiveMetrics:
             self._family(series.UNDERRUNS).inc(step, r["underruns"])
             self._family(series.UNDERRUN).observe(step, (r.get("underrun_ms") or 0.0) / 1000.0)
 
-    def observe_judged(self, entry: dict) -> None:
+    def observe_judged(self, entry: Mapping[str, Any]) -> None:
         """A speech.jsonl line as the judge writes it."""
         step = (str(entry["step"]),)
         error_rate = series.ERROR_RATES.get(entry.get("metric") or "")
@@ -262,7 +271,7 @@ class LiveMetrics:
             gevent.sleep(LAST_SCRAPE_POLL_S)
 
 
-def listen(options, users: Callable[[], int]) -> tuple[LiveMetrics | None, str | None]:
+def listen(options: argparse.Namespace | None, users: Callable[[], int]) -> tuple[LiveMetrics | None, str | None]:
     """Serve ``--metrics-port`` on ``--metrics-host`` when a port is given: the metrics and None,
     or None and why not (one sentence); (None, None) without the option."""
     port, host = getattr(options, "metrics_port", 0) or 0, getattr(options, "metrics_host", "") or "127.0.0.1"
@@ -281,8 +290,10 @@ def listen(options, users: Callable[[], int]) -> tuple[LiveMetrics | None, str |
     return metrics, None
 
 
-def _app(metrics: LiveMetrics) -> Callable:
-    def app(environ: dict, start_response: Callable) -> list[bytes]:
+def _app(metrics: LiveMetrics) -> Callable[[dict[str, Any], Callable[..., object]], list[bytes]]:
+    """The WSGI app: /metrics (and /) answers the text, anything else 404."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., object]) -> list[bytes]:
         if environ.get("PATH_INFO") not in ("/metrics", "/"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: the metrics are at /metrics\n"]

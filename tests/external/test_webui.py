@@ -37,6 +37,23 @@ def finished(run_dir: Path, tries: int = 150) -> dict:
     return info
 
 
+def _live(url: str) -> dict:
+    """The live metrics now: each sample by (name, labels), and the attempts and runs they count."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    return {
+        **samples,
+        "attempts": sum(v for (name, _), v in samples.items() if name == "tts_knee_attempts_total"),
+        "run_info": [labels for name, labels in samples if name == "tts_knee_run_info"],
+    }
+
+
 def _dom(url: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
@@ -218,8 +235,10 @@ def test_an_open_loop_run_started_from_the_web_ui(webui, tmp_path):
 
 
 def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
+    """... each with its own live metrics (--metrics-port): the second run's start from nothing."""
+    live: dict[str, dict] = {}
     with spawn(["tts_knee.testbed.sim", "--port", "0", "--slots", "4", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
-        port, mport = free_port(), free_port()
+        port, mport, metrics_port = free_port(), free_port(), free_port()
         master = start_locust(
             [
                 "--master",
@@ -239,6 +258,8 @@ def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
                 "2",
                 "--run-dir",
                 str(tmp_path / "run"),
+                "--metrics-port",
+                str(metrics_port),
             ],
             tmp_path / "master.log",
         )
@@ -257,6 +278,7 @@ def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
             for run in ("run", "run-2"):
                 assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1"})[1])["success"]
                 finished(tmp_path / run)
+                live[run] = _live(f"http://127.0.0.1:{metrics_port}/metrics")
         finally:
             master.terminate()
             worker.terminate()
@@ -267,6 +289,8 @@ def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
         assert records and {r["concurrency"] for r in records} == {1, 2}, run
         workers = json.loads((tmp_path / run / "run.json").read_text())["workers"]
         assert workers and all(w["final"] for w in workers) and sum(w["records"] for w in workers) == len(records)
+        assert live[run]["tts_knee_run_info", (("run", run),)] == 1 and len(live[run]["run_info"]) == 1
+        assert live[run]["attempts"] == len(records), run
     assert "Traceback" not in (tmp_path / "worker.log").read_text()
     assert not list(tmp_path.glob("runs/spool/*"))
 
