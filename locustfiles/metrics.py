@@ -7,9 +7,9 @@ of attempt records it takes (a worker's batches on the master), and the judge ev
 a worker spends nothing more per attempt. A step's wait and TTFA histograms count the attempts
 that the step's figures in summary.json describe, so that a quantile read from them is the
 report's. The text is written here rather than by prometheus_client: a sweep's histograms are
-thousands of bucket lines, which prometheus_client formats anew at every scrape (38 ms measured,
-with the master's event loop stalled meanwhile); here a series' lines are formatted again only
-when it has changed, so a finished step costs nothing.
+thousands of bucket lines, which prometheus_client formats anew at every scrape (38 ms measured
+for a 10-step sweep's, the master's event loop stalled meanwhile); here a series' lines are
+formatted again only when it has changed, so a finished step's are not formatted again.
 """
 
 from __future__ import annotations
@@ -43,10 +43,6 @@ LAST_SCRAPE_MAX_S = 30.0
 LAST_SCRAPE_POLL_S = 0.05
 
 Labels = tuple[str, ...]
-
-
-class MetricsError(ValueError):
-    """--metrics-port or --metrics-host cannot be served; the message names the option."""
 
 
 def _escape(value: str) -> str:
