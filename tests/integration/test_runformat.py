@@ -24,6 +24,7 @@ def test_public_names_are_the_intended_ones():
         "probe",
         "trace",
         "results",
+        "live_series",
     }
     assert set(runformat.__all__) == {n for n in dir(runformat) if not n.startswith("_")} - modules
 
