@@ -24,11 +24,11 @@ from locust.runners import MasterRunner, WorkerRunner
 from tts_knee import runformat
 from tts_knee.audio import asr
 from tts_knee.collectors.puller import CollectorPuller
-from tts_knee.runformat import wire
+from tts_knee.runformat import exits, wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
-from . import heartbeats, listening, metrics as metrics_mod, provenance, settings as settings_mod, timesync
+from . import heartbeats, listening, metrics as metrics_mod, provenance, settings as settings_mod, startup, timesync
 from .clock import mono, wall
 from .disk import DiskWriter
 from .inputs import corpus, voices as voices_mod
@@ -45,8 +45,6 @@ log = logging.getLogger("tts_knee")
 FINAL_FLUSH_TIMEOUT_S = 10.0
 #: How often the drain at the run's end looks at what is still in flight.
 DRAIN_POLL_S = 0.05
-#: Exit status of a run stopped early because its disk did not keep up (or was full of audio).
-DISK_EXIT_CODE = 3
 #: Request bodies kept per run, one per distinct segment text and ask, at most so many bytes in
 #: all (bodies that carry a reference clip are large, and there is one per text and voice).
 MAX_CACHED_PAYLOADS = 20_000
@@ -181,7 +179,7 @@ class Run:
         where = self.settings.audio_dir
         if self.settings.stop_on_audio_error:
             log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
-            self.environment.process_exit_code = DISK_EXIT_CODE
+            self.environment.process_exit_code = exits.DISK
             gevent.spawn(self.environment.runner.quit)
         else:
             log.error(
@@ -344,8 +342,9 @@ class Run:
             if refused is not None:
                 self.fail(refused)
                 return
-        if s.preflight:
-            self.preflight = preflight(s)
+        if s.preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
+            node = self.environment.tts_knee
+            self.preflight, node.preflight = node.preflight or preflight(s), None
             if not self.preflight["ok"]:
                 self.info["preflight"] = self.preflight
                 self.fail(self.preflight["message"])
@@ -408,12 +407,12 @@ class Run:
         log.warning("%s", message)
         self.cut_short = message
         self.info["error"] = message
-        self.environment.process_exit_code = DISK_EXIT_CODE
+        self.environment.process_exit_code = exits.DISK
 
     def fail(self, message: str) -> None:
         log.error("%s", message)
         self.failed = True
-        self.environment.process_exit_code = 2
+        self.environment.process_exit_code = exits.BAD_INPUT
         self.info["error"] = message
         self.remove_voices()
         self.save()
@@ -496,6 +495,8 @@ class Run:
                 log.info("health after the run: %s answered %s in %.0f ms", self.settings.target, h["status"], h["ms"])
             else:
                 log.warning("health after the run: FAILED: %s", h["message"])
+                if self.environment.process_exit_code is None:  # a crash or a full disk said so first
+                    self.environment.process_exit_code = exits.HEALTH_FAILED
         self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
             why = "; ".join(f"{wid}: {msg}" for wid, msg in self.receiver.errors.items())
@@ -544,6 +545,7 @@ class Node:
         # master/local, --metrics-port: the live metrics served, or why they cannot be
         self.metrics: metrics_mod.LiveMetrics | None = None
         self.metrics_error: str | None = None
+        self.preflight: dict | None = None  # a headless run's warm-up answer, asked before Locust started
         self._user_numbers = itertools.count(1)
 
     def _on_clip(self, environment, msg, **_kw) -> None:
@@ -571,7 +573,7 @@ class Node:
             s = settings_mod.from_options(environment.parsed_options, environment.host)
         except settings_mod.SettingsError as e:
             log.error("%s", e)
-            environment.process_exit_code = 2
+            environment.process_exit_code = exits.BAD_INPUT
             if self.is_worker:
                 # A worker that cannot run says why to the master and leaves the run to the others.
                 environment.runner.send_message(wire.WORKER_ERROR.name, wire.WORKER_ERROR(message=str(e)))
@@ -607,11 +609,16 @@ class Node:
 @events.init_command_line_parser.add_listener
 def _add_options(parser) -> None:
     settings_mod.add_arguments(parser)
+    startup.default_web_host(parser)
 
 
 @events.init.add_listener
 def _on_init(environment, **_kw) -> None:
+    warning = startup.web_ui_warning(environment.parsed_options)
+    if warning:
+        log.warning("%s", warning)
     node = environment.tts_knee = Node(environment)
+    startup.check_before_start(environment)  # a mistake ends the process here, with its sentence
     runner = environment.runner
     if not node.is_worker:
         node.metrics, node.metrics_error = metrics_mod.listen(environment.parsed_options, lambda: runner.user_count)

@@ -22,6 +22,7 @@ import re
 import gevent
 
 from tts_knee import runformat
+from tts_knee.runformat import exits
 
 from .clock import wall
 
@@ -130,3 +131,4 @@ class Spike:
         log.error("%s", message)
         run.cut_short = message
         run.info["error"] = message
+        run.environment.process_exit_code = exits.SERVER_CRASHED  # whatever --exit-code-on-error says
