@@ -275,7 +275,8 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def _sentence(c: str, row: dict) -> str:
+def level_sentence(c: str, row: dict) -> str:
+    """What regressed at level ``c`` (a row of ``regression.steps``), its figures and p-values."""
     parts = []
     for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
         r = row[key]
@@ -337,7 +338,7 @@ def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolera
     elif regressed:
         verdict = (
             f"Regression against {base} beyond the {tolerance:.0%} tolerance "
-            + "; ".join(_sentence(name(r[key]), r) for r in rows if r["regression"])
+            + "; ".join(level_sentence(name(r[key]), r) for r in rows if r["regression"])
             + "."
         )
     else:

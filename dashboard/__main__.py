@@ -25,6 +25,10 @@ Judging one run:
 - ``--server-role ROLE=SERIES`` (repeatable) says what a scraped series of the server means,
   on top of what the run itself was told (``runformat.metric_roles``).
 
+- ``--junit FILE`` writes those verdicts, and the SLO's per term and level, as JUnit XML; where
+  ``GITHUB_STEP_SUMMARY`` is set the verdict and the tables are appended to it in Markdown
+  (:mod:`dashboard.ci`).
+
 With both, the exit status is 1 when either fails.  A malformed spec, a bad number, these flags
 with several run directories or with ``--serve``, or runs with no concurrency in common exit 2.
 """
@@ -45,6 +49,7 @@ from tts_knee.analysis.summary import analyze, load, write_summary
 from tts_knee.runformat.metric_roles import ROLES, parse_roles
 from tts_knee.runformat.reader import RunDirError
 
+from .ci import append_step_summary, write_junit
 from .compare import default_out, write_compare
 from .kit import is_open_loop, is_voice_sweep
 from .report import write_report
@@ -97,6 +102,13 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; default: refuse)",
     )
     p.add_argument(
+        "--junit",
+        metavar="FILE",
+        type=Path,
+        help="write the verdicts as JUnit XML: a test case per SLO term and level, per --require, per level "
+        "compared with --baseline (default: none)",
+    )
+    p.add_argument(
         "--tolerance",
         type=float,
         default=regression.TOLERANCE,
@@ -135,6 +147,8 @@ def _gate_args(args) -> str | None:
     """Why these flags cannot be used together, or None."""
     if args.tolerance is not None and not (0 <= args.tolerance < 1e6):
         return f"--tolerance must be a number >= 0 such as 0.10, got {args.tolerance}."
+    if args.junit is not None and (len(args.run_dirs) != 1 or args.serve):
+        return "--junit reports on one run's verdicts: give exactly one RUN_DIR, without --serve."
     if args.require is None and args.baseline is None:
         return None
     if len(args.run_dirs) != 1:
@@ -258,6 +272,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         try:
             write_summary(rd, s)
             report = None if args.no_report else write_report(rd, s)
+            if args.junit is not None:
+                write_junit(s, args.junit)
+            if not args.serve:
+                append_step_summary(s)
         except OSError as e:
             print(f"error: {_write_error(e)}", file=sys.stderr)
             return 2

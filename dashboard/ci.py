@@ -1,0 +1,202 @@
+"""What a CI job reads besides the exit status: a JUnit XML report of the run's verdicts
+(``--junit FILE``: one test case per SLO term and level, per ``--require``, per level compared
+with ``--baseline``, a failure's sentence as its message) and, where ``GITHUB_STEP_SUMMARY`` is
+set, the verdict, the step table and the SLO verdicts in Markdown. See the manual's "In CI"."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from tts_knee.analysis.regression import level_sentence
+from tts_knee.analysis.slo import parse
+
+from .kit import fmt, is_open_loop, is_voice_sweep
+from .table import RATE_COLUMNS, rate_table_rows, table_columns, table_rows
+
+#: The environment variable GitHub Actions names its step summary file with.
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One JUnit test case: its name, and why it failed (None: it passed)."""
+
+    name: str
+    failure: str | None = None
+    kind: str = "failure"  # the failure's type: "failure" or "inconclusive"
+
+
+def _level_key(summary: dict) -> str:
+    return "voices" if is_voice_sweep(summary) else "rate" if is_open_loop(summary) else "concurrency"
+
+
+def _level_name(key: str, value: float) -> str:
+    return f"{value:g} req/s" if key == "rate" else f"{value:g} voices" if key == "voices" else f"{value:g}"
+
+
+def slo_cases(summary: dict) -> list[Case]:
+    """One case per SLO term and tested level (repeats pooled), as the summary judged them."""
+    sl = summary.get("slo")
+    if not sl:
+        return []
+    key, terms = _level_key(summary), parse(sl["spec"]).terms
+    cases = []
+    for verdict in sl["steps"]:
+        level = _level_name(key, verdict[key])
+        for term in terms:
+            name = f"{term.text} at {level}"
+            failed = [f for f in verdict["failed"] if f.startswith(f"{term.metric} ")]
+            unsure = [f for f in verdict["inconclusive"] if f.startswith(f"{term.metric} ")]
+            if failed:
+                cases.append(Case(name, f"The SLO term {term.text} fails at {level}: {'; '.join(failed)}."))
+            elif unsure:
+                why = "; ".join(unsure)
+                cases.append(Case(name, f"The SLO term {term.text} is inconclusive at {level}: {why}.", "inconclusive"))
+            else:
+                cases.append(Case(name))
+    return cases
+
+
+def require_cases(summary: dict) -> list[Case]:
+    """The gate (``--require``), one case."""
+    req = summary.get("require")
+    if not req:
+        return []
+    if req.get("speed") is not None:
+        at = f"{req['speed']:g}x"
+    elif req.get("rate") is not None:
+        at = f"{req['rate']:g}/s"
+    elif is_voice_sweep(summary):
+        at = f"{req['voices']} voices"
+    else:
+        at = str(req["concurrency"])
+    return [Case(f"--require {at}", None if req["holds"] else req["reason"])]
+
+
+def baseline_cases(summary: dict) -> list[Case]:
+    """One case per level both runs tested (``--baseline``)."""
+    reg = summary.get("regression")
+    if not reg:
+        return []
+    key = "rate" if is_open_loop(summary) else "concurrency"
+    base = reg["baseline"]["run_id"]
+    cases = []
+    for row in reg["steps"]:
+        level = _level_name(key, row[key])
+        failure = None
+        if row["regression"]:
+            failure = (
+                f"Regression against {base} beyond the {reg['tolerance']:.0%} tolerance {level_sentence(level, row)}."
+            )
+        cases.append(Case(f"against {base} at {level}", failure))
+    return cases
+
+
+def junit_xml(summary: dict) -> str:
+    """The run's verdicts as JUnit XML: a ``<testsuite>`` each for ``slo``, ``require`` and
+    ``baseline`` (those the summary has), in a ``<testsuites>`` named for the run."""
+    run_id = summary["run"]["run_id"]
+    root = ET.Element("testsuites", name=f"tts-knee {run_id}")
+    totals = {"tests": 0, "failures": 0}
+    for suite_name, cases in (
+        ("slo", slo_cases(summary)),
+        ("require", require_cases(summary)),
+        ("baseline", baseline_cases(summary)),
+    ):
+        if not cases:
+            continue
+        failures = sum(c.failure is not None for c in cases)
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=suite_name,
+            tests=str(len(cases)),
+            failures=str(failures),
+            errors="0",
+            skipped="0",
+        )
+        for case in cases:
+            element = ET.SubElement(suite, "testcase", name=case.name, classname=f"tts_knee.{suite_name}")
+            if case.failure is not None:
+                ET.SubElement(element, "failure", message=case.failure, type=case.kind).text = case.failure
+        totals["tests"] += len(cases)
+        totals["failures"] += failures
+    root.set("tests", str(totals["tests"]))
+    root.set("failures", str(totals["failures"]))
+    root.set("errors", "0")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(summary: dict, path: Path) -> None:
+    """``--junit FILE``: the verdicts' JUnit XML (raises OSError where it cannot be written)."""
+    Path(path).write_text(junit_xml(summary), encoding="utf-8")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(map(_cell, columns)) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(map(_cell, row)) + " |" for row in rows]
+
+
+def _verdict_lines(summary: dict) -> list[str]:
+    knee, diagnosis = summary["knee"], summary["diagnosis"]
+    if is_open_loop(summary):
+        limit = f"recommended rate: **{fmt(summary.get('recommended_rate'), '{:g}')} req/s**"
+    else:
+        limit = f"recommended concurrency: **{fmt(summary['recommended_concurrency'])}**"
+    lines = [
+        f"- knee: {'none found' if knee['concurrency'] is None else knee['concurrency']}",
+        f"- {limit}: {summary['recommendation']}",
+        f"- diagnosis: `{diagnosis['kind']}`" + "".join(f"\n  - {e}" for e in diagnosis["evidence"]),
+    ]
+    req, reg = summary.get("require"), summary.get("regression")
+    if req:
+        lines.append(f"- gate: **{'holds' if req['holds'] else 'FAILS'}**: {req['reason']}")
+    if reg:
+        lines.append(f"- baseline: **{'REGRESSED' if reg['regressed'] else 'no regression'}**: {reg['verdict']}")
+    health = summary.get("health")
+    if health and not health.get("ok"):
+        lines.append(f"- health after the run: **FAILED**: {health['message']}")
+    return lines
+
+
+def _slo_table(summary: dict) -> list[str]:
+    sl = summary.get("slo")
+    if not sl:
+        return []
+    key = _level_key(summary)
+    word = {True: "pass", False: "**FAIL**", None: "inconclusive"}
+    rows = [
+        [_level_name(key, v[key]), word[v["pass"]], ", ".join(v["failed"]) or "; ".join(v["inconclusive"])]
+        for v in sl["steps"]
+    ]
+    return ["", f"### SLO `{sl['spec']}`", "", *_md_table([key, "verdict", "why"], rows)]
+
+
+def step_summary(summary: dict) -> str:
+    """The run's verdict, its step table and its SLO verdicts, in GitHub-flavoured Markdown."""
+    lines = [f"## tts-knee: {summary['run']['run_id']}", "", *_verdict_lines(summary)]
+    if is_open_loop(summary):
+        table = _md_table(list(RATE_COLUMNS), rate_table_rows(summary))
+    else:
+        table = _md_table(list(table_columns(summary)), table_rows(summary))
+    lines += ["", "### Steps", "", *table]
+    lines += _slo_table(summary)
+    return "\n".join(lines) + "\n\n"
+
+
+def append_step_summary(summary: dict) -> Path | None:
+    """Append :func:`step_summary` to ``$GITHUB_STEP_SUMMARY`` where it is set; the file, or None."""
+    where = os.environ.get(STEP_SUMMARY_ENV)
+    if not where:
+        return None
+    with open(where, "a", encoding="utf-8") as out:
+        out.write(step_summary(summary))
+    return Path(where)
