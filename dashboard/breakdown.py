@@ -51,12 +51,25 @@ def stages_figure(summary: dict) -> go.Figure:
     return fig
 
 
+def has_retry_after(summary: dict) -> bool:
+    """Whether any step's answers carried a Retry-After header (else the report says so in a line)."""
+    return any((s.get("retry_after_s") or {}).get("max") is not None for s in summary["steps"])
+
+
+NO_RETRY_AFTER = "<p class='meta'>No answer carried a Retry-After header: there is no Retry-After to draw.</p>"
+NO_GPU_MEMORY = (
+    "<p class='meta'>No GPU memory was sampled (no collector beside a GPU server, or its GPU does not report "
+    "memory): there is nothing to draw.</p>"
+)
+
+
 def retries_figure(summary: dict) -> go.Figure:
+    """Attempts by status, Retry-After per step where any answer carried one, attempt 1 vs retries."""
     steps = [s for s in summary["steps"] if s.get("requests")]
     labels = [step_label(s) for s in steps]
-    fig = make_subplots(
-        rows=1, cols=3, subplot_titles=("Attempts by status", "Retry-After (s)", "Attempt 1 vs retries")
-    )
+    retry_after = has_retry_after(summary)
+    titles = ("Attempts by status", "Retry-After (s)", "Attempt 1 vs retries")
+    fig = make_subplots(rows=1, cols=3 if retry_after else 2, subplot_titles=titles if retry_after else titles[::2])
     statuses = sorted({k for s in steps for k in s["status_counts"]})
     for st in statuses:
         fig.add_bar(
@@ -67,7 +80,7 @@ def retries_figure(summary: dict) -> go.Figure:
             row=1,
             col=1,
         )
-    for q, sym in (("mean", "circle"), ("max", "triangle-up")):
+    for q, sym in (("mean", "circle"), ("max", "triangle-up")) if retry_after else ():
         fig.add_scatter(
             x=labels,
             y=[(s.get("retry_after_s") or {}).get(q) for s in steps],
@@ -78,7 +91,13 @@ def retries_figure(summary: dict) -> go.Figure:
             col=2,
         )
     for k in ("1", "2", "3+"):
-        fig.add_bar(x=labels, y=[s["attempts_by_number"][k] for s in steps], name=f"attempt {k}", row=1, col=3)
+        fig.add_bar(
+            x=labels,
+            y=[s["attempts_by_number"][k] for s in steps],
+            name=f"attempt {k}",
+            row=1,
+            col=3 if retry_after else 2,
+        )
     fig.update_xaxes(title_text=step_axis(summary), type="category")
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(barmode="stack", height=360, margin=dict(t=40, b=40, l=60, r=20))
@@ -100,8 +119,11 @@ def errors_html(summary: dict) -> str:
     )
 
 
-def memory_figure(summary: dict) -> go.Figure:
+def memory_figure(summary: dict) -> go.Figure | None:
+    """GPU memory per step (peak, right after, baseline, after the run); None where none was sampled."""
     steps = [s for s in summary["steps"] if s.get("server")]
+    if not any(s["server"].get("gpu_mem_peak_bytes") is not None for s in steps):
+        return None
     labels = [step_label(s) for s in steps]
     fig = go.Figure()
     g = lambda s, k: None if (s["server"].get(k) is None) else s["server"][k] / GIB  # noqa: E731

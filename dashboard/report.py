@@ -118,8 +118,9 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
         f"{breakdown.integrity_html(summary)}"
         f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"
         f"<h2>Where the time goes</h2>{parts[2]}"
-        f"<h2>Retries and throttling</h2>{parts[3]}{breakdown.errors_html(by_step)}"
-        f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4]}"
+        f"<h2>Retries and throttling</h2>{parts[3]}"
+        f"{'' if breakdown.has_retry_after(by_step) else breakdown.NO_RETRY_AFTER}{breakdown.errors_html(by_step)}"
+        f"<h2>GPU memory: baseline, peak, fall-back</h2>{parts[4] or breakdown.NO_GPU_MEMORY}"
         f"<h2>Latency by text length</h2>{parts[5]}{mix_html}{live_script}"
     )
     return page(f"tts-knee {run_id}", body)

@@ -211,6 +211,21 @@ def test_cli_table_summary_and_report(tmp_path):
     assert json.loads(j.stdout)["recommended_concurrency"] == 4
 
 
+def test_the_report_says_in_a_line_what_it_has_nothing_to_draw_for(tmp_path):
+    # no GPU sampled and no Retry-After: a line each instead of empty axes
+    bare = build_run(tmp_path / "bare", Model(steps=(1, 2, 4), gpu=False))
+    assert _run(bare).returncode == 0
+    html = (bare / "report.html").read_text()
+    assert "No GPU memory was sampled" in html and "GPU memory per step (GiB)" not in html
+    assert "No answer carried a Retry-After header" in html and "Retry-After (s)" not in html
+    # a GPU sampled and answers throttled with Retry-After: both figures, no such line
+    full = build_run(tmp_path / "full", Model(steps=(1, 2, 4), rate_limit_from=4))
+    assert _run(full).returncode == 0
+    html = (full / "report.html").read_text()
+    assert "GPU memory per step (GiB)" in html and "No GPU memory was sampled" not in html
+    assert "Retry-After (s)" in html and "No answer carried a Retry-After header" not in html
+
+
 def test_capacity_per_step_and_at_the_recommendation(tmp_path):
     """Characters per second are the text of the window's successful completions; the report
     prices the recommendation and plans replicas, the run's own options unless the flags say
