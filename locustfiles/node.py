@@ -519,6 +519,27 @@ class Run:
             )
         cut = f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})" if self.writer.cut else ""
         log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
+        if self.settings.junit is not None and not self.failed and self.writer.count:
+            self._report_for_ci(self.settings.junit)
+
+    def _report_for_ci(self, junit: Path) -> None:
+        """--junit: the finished run judged as ``tts-knee report`` judges it (its own --slo), the
+        verdicts written as JUnit XML, and the verdict appended to $GITHUB_STEP_SUMMARY where set."""
+        from tts_knee.analysis.summary import analyze, load
+        from tts_knee.dashboard import ci
+        from tts_knee.runformat.reader import RunDirError
+
+        def judge() -> None:
+            summary = analyze(load(self.run_dir))
+            ci.write_junit(summary, junit)
+            ci.append_step_summary(summary)
+
+        try:
+            gevent.get_hub().threadpool.apply(judge)  # pandas, off the event loop
+        except (OSError, RunDirError) as e:
+            log.error("--junit: the run's verdicts were not written: %s", e)
+            return
+        log.info("the run's verdicts as JUnit XML: %s", junit)
 
 
 class Node:

@@ -119,6 +119,7 @@ class Settings:
     audio_dir: Path
     audio_keep: int
     stop_on_audio_error: bool
+    junit: Path | None  # --junit: where the run's verdicts go as JUnit XML once it ends
     collectors: tuple
     collector_token: str | None
     require_collectors: bool
@@ -867,6 +868,7 @@ def _output(o) -> dict:
         audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
         audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
         stop_on_audio_error=o.on_audio_error == "stop",
+        junit=Path(o.junit) if getattr(o, "junit", "") else None,
     )
 
 

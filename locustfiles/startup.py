@@ -64,9 +64,9 @@ def _stop(environment, message: str | None) -> NoReturn:
 
 
 def check_before_start(environment) -> None:
-    """A headless master or local runner: its options, and the target's answer to the warm-up
-    request (unless --voice-upload must register a voice first); a mistake ends the process
-    here with its sentence (the target's, after run.json records it)."""
+    """A headless master or local runner: its options, and (a local runner, unless --voice-upload
+    must register a voice first) the target's answer to the warm-up request; a mistake ends the
+    process here with its sentence (the target's, after run.json records it)."""
     options = environment.parsed_options
     if not options.headless or options.worker:
         return  # the web UI's form may still change them; a worker says why to its master
@@ -74,7 +74,9 @@ def check_before_start(environment) -> None:
         s = settings_mod.from_options(options, environment.host)
     except settings_mod.SettingsError as e:
         _stop(environment, str(e))
-    if not s.preflight or s.voice_upload:
+    if not s.preflight or s.voice_upload or options.master:
+        # a master sends it at the first step, as its workers start: the time it takes is theirs
+        # to settle their clocks in (a trace's arrivals are scheduled on them)
         return
     node = environment.tts_knee
     node.preflight = preflight(s)

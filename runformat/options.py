@@ -608,6 +608,15 @@ OPTIONS: tuple[Option, ...] = (
         group=_OUTPUT,
     ),
     _O("--run-dir", None, "", "", "Run directory (default runs/<UTC timestamp>).", group=_OUTPUT),
+    _O(
+        "--junit",
+        None,
+        "",
+        "",
+        "Once the run ends, judge it as tts-knee report does and write its SLO verdicts as JUnit XML to "
+        "this file, and append the verdict to $GITHUB_STEP_SUMMARY where that is set (default: neither).",
+        group=_OUTPUT,
+    ),
     _O("--collector", "collectors", "", [], "Collector URL (repeatable; default none).", "list", group=_TELEMETRY),
     _O(
         "--collector-token",

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import markdown
 import pytest
 
-from procs import dashboard
+from procs import dashboard, locust, spawn
 from rundirs import Model, build_run
 
 SPEC = "p95_ms<=500,error_rate<=0.01"
@@ -84,3 +84,21 @@ def test_the_step_summary_renders_the_verdict_and_tables(runs, tmp_path, monkeyp
     assert verdicts[0] == ["concurrency", "verdict", "why"]
     assert [row[:1] for row in verdicts[1:]] == [[str(n)] for n in STEPS]
     assert "FAIL" in ET.tostring(tables[1], encoding="unicode") and "p95_ms" in verdicts[-1][2]
+
+
+def test_a_run_with_junit_judges_itself_once_it_ends(tmp_path, monkeypatch):
+    summary_file = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "20", "--per-char-ms", "0"]) as sim:
+        done = locust(
+            ["--headless", "-H", sim.url, "--steps", "1,2", "--step-time", "1", "--settle-time", "0"]
+            + ["--slo", "p95_ms<=1,error_rate<=0.01", "--run-dir", str(tmp_path / "run"), "--junit", "junit.xml"],
+            cwd=tmp_path,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stdout[-3000:]
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    _check_junit(root)
+    failed = [c.get("name") for s in root for c in s if c.find("failure") is not None]
+    assert failed == ["p95_ms<=1 at 1", "p95_ms<=1 at 2"]  # 20 ms a request: never within 1 ms
+    assert "### SLO `p95_ms<=1,error_rate<=0.01`" in summary_file.read_text()
