@@ -156,6 +156,7 @@ def test_the_installed_command_runs_outside_the_clone(tmp_path):
         timeout=120,
     )
     assert built.returncode == 0, built.stderr
+    assert "Package would be ignored" not in built.stdout + built.stderr, built.stderr  # its data declared
     [wheel] = (tmp_path / "dist").glob("tts_knee-*.whl")
     # one installed name: the wheel puts tts_knee and its .dist-info into site-packages, nothing else
     with zipfile.ZipFile(wheel) as whl:
