@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import re
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -694,11 +696,23 @@ def _on_test_stop(environment, **_kw) -> None:
         run.close()
 
 
+def _end_with_the_sentence(environment, message: str) -> None:
+    """A run that failed before it measured anything: Locust's closing statistics would be empty
+    tables, so they go nowhere (unless asked for as JSON), and the sentence is the last line."""
+    options = environment.parsed_options
+    if not (options.json or options.json_file):
+        options.json_file = os.devnull
+    # printed, not logged: the log said it once already, when it happened
+    events.quit.add_listener(lambda **_kw: print(f"tts-knee: {message}", file=sys.stderr, flush=True))
+
+
 @events.quitting.add_listener
 def _on_quitting(environment, **_kw) -> None:
     run = environment.tts_knee.run
     if environment.tts_knee.metrics is not None:
         environment.tts_knee.metrics.wait_for_scrape()  # the run's last figures, for the scraper
+    if run is not None and run.failed and not run.is_worker and (run.writer is None or not run.writer.count):
+        _end_with_the_sentence(environment, run.info.get("error") or "the run failed")
     if run is not None and run.shipper is not None:
         run.shipper.spool()  # what the master never acknowledged (it went away, say)
     if run is not None and run.uploads is not None and run.uploads.created:

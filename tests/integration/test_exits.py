@@ -1,6 +1,7 @@
 """How a run ends and what it listens on: the web UI binds 127.0.0.1 unless told otherwise; each of
 the ten mistakes a newcomer makes ends before Locust starts, in at most three lines with its
-sentence last and exit status 2; a server that crashes under a spike ends the run non-zero even
+sentence last and exit status 2, and one found once it started ends with its sentence and
+without Locust's empty closing tables; a server that crashes under a spike ends the run non-zero even
 under ``--exit-code-on-error 0``; and the manual lists every exit status."""
 
 from __future__ import annotations
@@ -107,6 +108,16 @@ def test_ten_mistakes_end_before_locust_starts_in_three_lines_their_sentence_las
     # the target's refusal is still recorded where the run would have been
     refused = json.loads((tmp_path / "unreachable-host" / "run" / "run.json").read_text())
     assert "cannot reach http://127.0.0.1:9" in refused["error"] and refused["preflight"]["ok"] is False
+
+
+def test_a_run_that_fails_once_started_ends_with_its_sentence_and_no_empty_tables(tmp_path, sim):
+    args = ["-H", sim.url, "--steps", "1", "--collector", "http://127.0.0.1:9", "--require-collectors"]
+    done = _tts_knee_run(*args, cwd=tmp_path)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == exits.BAD_INPUT, lines
+    assert "collector http://127.0.0.1:9 is unreachable and --require-collectors is set" in lines[-1], lines
+    assert "Shutting down (exit code 2)" in lines[-2], lines  # Locust's closing tables: none
+    assert not any("Response time percentiles" in line for line in lines), lines
 
 
 def test_a_server_that_crashes_under_a_spike_fails_the_run_whatever_exit_code_on_error(tmp_path):
