@@ -270,7 +270,7 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
     return ev
 
 
-def _speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
+def speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
     """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
     the judged words (``speech_first``), answers running on past their text or cut short
     (``signal_first``), or the first sound heard later behind leading silence
@@ -617,12 +617,12 @@ def analyze(
         else diagnose(done, knee, creep, rd.has_resources())
     )
     if open_loop and knee.get("signal_first"):  # said of rates, as the open-loop diagnosis is
-        diagnosis = _speech_degraded(openloop.at_rates(done), knee, diagnosis, rd.has_resources())
+        diagnosis = speech_degraded(openloop.at_rates(done), knee, diagnosis, rd.has_resources())
         diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
     elif by_voices and knee.get("signal_first"):  # each level standing at its number of voices
-        diagnosis = _speech_degraded(voice_sweep.on_axis(done), knee, diagnosis, rd.has_resources())
+        diagnosis = speech_degraded(voice_sweep.on_axis(done), knee, diagnosis, rd.has_resources())
     elif knee.get("speech_first") or knee.get("silence_first") or knee.get("signal_first"):
-        diagnosis = _speech_degraded(done, knee, diagnosis, rd.has_resources())
+        diagnosis = speech_degraded(done, knee, diagnosis, rd.has_resources())
     orphaned = bargein.evidence(barge)
     if orphaned:
         diagnosis["evidence"].insert(0, orphaned)

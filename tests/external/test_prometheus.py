@@ -152,9 +152,10 @@ def test_prometheus_reads_each_steps_ttfa_p95_within_5_percent_of_the_report(pro
 
 
 def test_a_busy_metrics_port_is_one_sentence_and_exit_2(tmp_path):
-    with busy_port() as port:
+    # a target that answers: a run refuses an unreachable one before it would bind the port
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--base-ms", "10"]) as sim, busy_port() as port:
         done = locust(
-            ["--headless", "-H", "http://127.0.0.1:9", "--run-dir", str(tmp_path / "run"), "--metrics-port", str(port)],
+            ["--headless", "-H", sim.url, "--run-dir", str(tmp_path / "run"), "--metrics-port", str(port)],
             timeout=60,
         )
     assert done.returncode == 2, done.stdout

@@ -114,7 +114,7 @@ def test_a_runaway_share_that_rises_with_load_is_the_knee():
 
 def test_open_loop_a_runaway_share_rising_with_the_rate_is_the_knee_and_named():
     from tts_knee.analysis import openloop
-    from tts_knee.analysis.summary import _speech_degraded
+    from tts_knee.analysis.summary import speech_degraded
 
     steps = [
         dict(_level(0, r), rate=rate, throughput_rps=rate, sched_wait_ms={"p50": 150.0, "p95": 160.0})
@@ -122,6 +122,6 @@ def test_open_loop_a_runaway_share_rising_with_the_rate_is_the_knee_and_named():
     ]
     knee = openloop.find_knee(steps)
     assert knee["rate"] == 20 and knee["methods"]["signal"] == 20 and knee["signal_first"], knee
-    d = _speech_degraded(openloop.at_rates(steps), knee, {"kind": "no_knee", "evidence": []}, True)
+    d = speech_degraded(openloop.at_rates(steps), knee, {"kind": "no_knee", "evidence": []}, True)
     assert d["kind"] == "speech_degraded"
     assert d["evidence"][0].startswith("Runaways rose from 0% at 10 req/s to 90% at 20 req/s"), d["evidence"]
