@@ -8,7 +8,10 @@ header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"),
 ``{"ready": true}`` once the model has loaded, or ``{"fatal": SENTENCE}`` and exit status 2; then
 one line per clip, in order: ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
 null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
-process's CPU seconds on it). It ends at the end of its input.
+process's CPU seconds on it). With ``--listen``: ``embedding`` (the speaker embedding,
+:mod:`audio.speaker`; 256 values, or null), ``similarity_ref`` (its cosine to the header's
+``reference`` clip, a path, where given), ``mos``, ``mos_sig``, ``mos_bak`` (DNSMOS P.835,
+:mod:`audio.quality`) and ``listen_reason`` (why a figure is null). It ends at the end of its input.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import struct
 import sys
 import time
 
-from . import asr
+from . import asr, quality, speaker
 
 
 def _read_exactly(stream, n: int) -> bytes | None:
@@ -28,7 +31,55 @@ def _read_exactly(stream, n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
-def judge_clip(model, header: dict, audio: bytes) -> dict:
+class Listener:
+    """Speaker similarity and predicted naturalness of a clip (``--listen``)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        self.encoder = speaker.load()
+        self.mos = quality.MosPredictor(threads=threads)
+        self.references: dict[str, speaker.Floats | str] = {}
+
+    def reference(self, path: str) -> speaker.Floats | str:
+        """The reference clip's embedding, or why there is none (a sentence); read once."""
+        if path not in self.references:
+            from faster_whisper import decode_audio
+
+            try:
+                ref = self.encoder.embed(decode_audio(path))
+            except Exception as e:  # not a file PyAV decodes
+                ref = f"the reference voice {path} could not be read ({str(e).splitlines()[0] if str(e) else e!r})"
+            self.references[path] = (
+                ref if ref is not None else f"the reference voice {path} holds too little speech to embed"
+            )
+        return self.references[path]
+
+    def hear(self, samples, reference: str | None) -> dict[str, object]:
+        """``embedding``, ``similarity_ref``, ``mos``, ``mos_sig``, ``mos_bak``, ``listen_reason``."""
+        reasons = []
+        embedding = self.encoder.embed(samples)
+        if embedding is None:
+            reasons.append(f"too little speech to embed (under {speaker.MIN_SPEECH_S:g} s)")
+        similarity_ref = None
+        if reference and embedding is not None:
+            ref = self.reference(reference)
+            if isinstance(ref, str):
+                reasons.append(ref)
+            else:
+                similarity_ref = round(speaker.cosine(embedding, ref), 4)
+        scores = self.mos.score(samples)
+        if scores is None:
+            reasons.append(f"too short to score its naturalness (under {quality.MIN_AUDIO_S:g} s)")
+        return {
+            "embedding": None if embedding is None else [round(float(v), 4) for v in embedding],
+            "similarity_ref": similarity_ref,
+            "mos": None if scores is None else round(scores.ovrl, 3),
+            "mos_sig": None if scores is None else round(scores.sig, 3),
+            "mos_bak": None if scores is None else round(scores.bak, 3),
+            "listen_reason": "; ".join(reasons) or None,
+        }
+
+
+def judge_clip(model, header: dict, audio: bytes, listener: Listener | None = None) -> dict:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
 
@@ -52,6 +103,8 @@ def judge_clip(model, header: dict, audio: bytes) -> dict:
     if not len(samples):
         out["reason"] = "the clip holds no audio"
         return out
+    if listener is not None:
+        out.update(listener.hear(samples, header.get("reference")))
     language = asr.base_language(header.get("language"))
     try:
         segments, info = model.transcribe(
@@ -78,7 +131,7 @@ def judge_clip(model, header: dict, audio: bytes) -> dict:
     return out
 
 
-def serve(model, inp, out) -> int:
+def serve(model, inp, out, listener: Listener | None = None) -> int:
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
     n = 0
     while True:
@@ -92,7 +145,7 @@ def serve(model, inp, out) -> int:
         audio = _read_exactly(inp, int(header.get("bytes", 0))) if header.get("bytes") else b""
         if audio is None:
             return n
-        out.write(json.dumps(judge_clip(model, header, audio), ensure_ascii=False) + "\n")
+        out.write(json.dumps(judge_clip(model, header, audio, listener), ensure_ascii=False) + "\n")
         out.flush()
         n += 1
 
@@ -111,16 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
     p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")
+    p.add_argument("--listen", action="store_true", help="also speaker similarity and naturalness (--asr-listen)")
     args = p.parse_args(argv)
     try:
         model = asr.load_model(args.model, max(1, args.threads))
         asr.check_language(model, args.language)
-    except asr.AsrError as e:
+        listener = Listener(max(1, args.threads)) if args.listen else None
+    except (asr.AsrError, speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
     try:
-        serve(model, sys.stdin.buffer, sys.stdout)
+        serve(model, sys.stdin.buffer, sys.stdout, listener)
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     return 0
