@@ -228,6 +228,39 @@ SPEECH: tuple[Field, ...] = (
     Field("audio_s", "s", True, "the clip's length"),
     Field("judge_s", "s", True, "CPU seconds the judge spent on the clip"),
     Field("clip", "", True, "the clip, relative to the run directory (speech/<req_id>.wav)"),
+    Field(
+        "similarity",
+        "",
+        True,
+        "speaker similarity (cosine of speaker embeddings, audio.speaker) to the same text's clip at the "
+        "lowest concurrency heard so far (--asr-listen); null where the clip was too short to embed",
+        optional=True,
+    ),
+    Field(
+        "similarity_ref",
+        "",
+        True,
+        "speaker similarity to the voice's reference audio (its ref_audio, else --reference-voice)",
+        optional=True,
+    ),
+    Field("reference", "", True, "the reference audio similarity_ref compares with", optional=True),
+    Field(
+        "mos",
+        "",
+        True,
+        "predicted naturalness, DNSMOS P.835 OVRL (1-5, audio.quality); null where too short to score",
+        optional=True,
+    ),
+    Field("mos_sig", "", True, "DNSMOS P.835 SIG: the speech itself (1-5)", optional=True),
+    Field("mos_bak", "", True, "DNSMOS P.835 BAK: the background, noise and clicks (1-5)", optional=True),
+    Field(
+        "listen_reason",
+        "",
+        True,
+        "why similarity or mos is null, one sentence; null when both are there",
+        optional=True,
+    ),
+    Field("embedding", "", True, "the clip's speaker embedding (256 values, unit length)", optional=True),
 )
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
