@@ -134,9 +134,19 @@ class SpeechExample(TypedDict):
     clip: str | None
 
 
-class SpeechStep(TypedDict):
-    """As :data:`runformat.summary.SPEECH_STEP` declares it."""
+class SimilarityExample(TypedDict):
+    """As :data:`runformat.summary.SIMILARITY_EXAMPLE` declares it."""
 
+    req_id: str
+    text_id: str | None
+    text: str | None
+    similarity: float
+    similarity_ref: float | None
+    mos: float | None
+    clip: str | None
+
+
+class _SpeechStep(TypedDict):
     metric: str
     judged: int
     not_judged: int
@@ -146,6 +156,20 @@ class SpeechStep(TypedDict):
     cer_p95: float | None
     unintelligible: int
     worst: list[SpeechExample]
+
+
+class SpeechStep(_SpeechStep, total=False):
+    """As :data:`runformat.summary.SPEECH_STEP` declares it."""
+
+    similarity_mean: float | None
+    similarity_p5: float | None
+    similarity_ref_mean: float | None
+    mos_mean: float | None
+    mos_p5: float | None
+    mos_sig_mean: float | None
+    mos_bak_mean: float | None
+    not_listened: int | None
+    worst_similarity: list[SimilarityExample]
 
 
 class Little(TypedDict):
@@ -374,10 +398,20 @@ class KneeMethods(TypedDict, total=False):
     latency_growing: float | None
     speech: float | None
     signal: float | None
+    similarity: float | None
+    mos: float | None
 
 
 class SpeechRise(TypedDict):
     """As :data:`runformat.summary.SPEECH_RISE` declares it."""
+
+    pairs: int
+    mean: float
+    ci: list[float]
+
+
+class ListenDrop(TypedDict):
+    """As :data:`runformat.summary.LISTEN_DROP` declares it."""
 
     pairs: int
     mean: float
@@ -406,6 +440,9 @@ class Knee(_Knee, total=False):
     speech_rise: list[SpeechRise | None]
     speech_first: bool
     signal_first: bool
+    similarity_drop: list[ListenDrop | None]
+    mos_drop: list[ListenDrop | None]
+    speech_changed: list[str]
     rate: float | None
     voices: int | None
     axis: str
@@ -498,6 +535,7 @@ TABLES: dict[type, tuple] = {
     Integrity: summary.INTEGRITY,
     SpeechExample: summary.SPEECH_EXAMPLE,
     SpeechStep: summary.SPEECH_STEP,
+    SimilarityExample: summary.SIMILARITY_EXAMPLE,
     Little: summary.LITTLE,
     Stage: summary.STAGE,
     Tier: summary.TIER,
@@ -513,6 +551,7 @@ TABLES: dict[type, tuple] = {
     StepSummary: summary.STEP_SUMMARY,
     KneeMethods: summary.KNEE_METHODS,
     SpeechRise: summary.SPEECH_RISE,
+    ListenDrop: summary.LISTEN_DROP,
     Knee: summary.KNEE,
     Diagnosis: summary.DIAGNOSIS,
     Attempt: schema.ATTEMPT,

@@ -219,6 +219,22 @@ SPEECH_EXAMPLE: tuple[Field, ...] = (
     _F("error", "", False, "its word (or character) error rate"),
     _F("clip", "", True, "the clip, relative to the run directory"),
 )
+#: A judged clip quoted for its voice (``speech.worst_similarity``).
+SIMILARITY_EXAMPLE: tuple[Field, ...] = (
+    _F("req_id", "", False, ""),
+    _F("text_id", "", True, ""),
+    _F("text", "", True, "the text sent"),
+    _F("similarity", "", False, "its speaker similarity to the same text at the lowest level"),
+    _F("similarity_ref", "", True, "to the voice's reference audio, where there is one"),
+    _F("mos", "", True, "its predicted naturalness (DNSMOS OVRL)"),
+    _F("clip", "", True, "the clip, relative to the run directory"),
+)
+#: One level's paired drop in similarity or naturalness (``knee.similarity_drop``, ``knee.mos_drop``).
+LISTEN_DROP: tuple[Field, ...] = (
+    _F("pairs", "count", False, "texts heard at both levels"),
+    _F("mean", "", False, "mean drop from the lowest level (similarity: 1 - similarity; mos: in MOS points)"),
+    _F("ci", "", False, "[lo, hi]: its 95 % bootstrap interval"),
+)
 #: What the ASR judge heard in one step (``speech``).
 SPEECH_STEP: tuple[Field, ...] = (
     _F("metric", "", False, "'wer' or 'cer'"),
@@ -235,6 +251,41 @@ SPEECH_STEP: tuple[Field, ...] = (
     _F("cer_p95", "", True, ""),
     _F("unintelligible", "count", False, "clips judged with an error rate over 0.5"),
     _F("worst", "", False, "the worst clips, worst first", of=SPEECH_EXAMPLE),
+    _F(
+        "similarity_mean",
+        "",
+        True,
+        "--asr-listen: mean speaker similarity (cosine, audio.speaker) of the step's clips to the same "
+        "texts' clips at the lowest level (1 at the lowest level itself)",
+        optional=True,
+    ),
+    _F("similarity_p5", "", True, "--asr-listen: its 5th percentile (the least alike)", optional=True),
+    _F(
+        "similarity_ref_mean",
+        "",
+        True,
+        "--asr-listen: mean similarity to the voice's reference audio; null without one",
+        optional=True,
+    ),
+    _F("mos_mean", "", True, "--asr-listen: mean predicted naturalness, DNSMOS P.835 OVRL (1-5)", optional=True),
+    _F("mos_p5", "", True, "--asr-listen: its 5th percentile", optional=True),
+    _F("mos_sig_mean", "", True, "--asr-listen: mean DNSMOS SIG (the speech itself)", optional=True),
+    _F("mos_bak_mean", "", True, "--asr-listen: mean DNSMOS BAK (the background: noise, clicks)", optional=True),
+    _F(
+        "not_listened",
+        "count",
+        True,
+        "--asr-listen: judged clips whose similarity or mos is null (too short to embed or score)",
+        optional=True,
+    ),
+    _F(
+        "worst_similarity",
+        "",
+        False,
+        "--asr-listen: the least alike clips, least first",
+        optional=True,
+        of=SIMILARITY_EXAMPLE,
+    ),
 )
 
 #: One step (``steps``) or one tested level, repeats pooled (``levels``).
@@ -370,6 +421,8 @@ KNEE_METHODS: tuple[Field, ...] = tuple(
         "latency_growing",
         "speech",
         "signal",
+        "similarity",
+        "mos",
     )
 )
 KNEE: tuple[Field, ...] = (
@@ -415,6 +468,30 @@ KNEE: tuple[Field, ...] = (
         False,
         "the signal knee (runaways, truncated answers or length mismatches rising with load) came "
         "before any latency or failure knee",
+        optional=True,
+    ),
+    _F(
+        "similarity_drop",
+        "",
+        False,
+        "--asr-listen: each level's drop in speaker similarity from the lowest's, paired by text (null where "
+        "too few pairs)",
+        optional=True,
+        of=LISTEN_DROP,
+    ),
+    _F(
+        "mos_drop",
+        "",
+        False,
+        "--asr-listen: each level's drop in naturalness (DNSMOS OVRL) from the lowest's, paired by text",
+        optional=True,
+        of=LISTEN_DROP,
+    ),
+    _F(
+        "speech_changed",
+        "",
+        False,
+        "--asr-model: what the speech knee heard change: wer, similarity, mos",
         optional=True,
     ),
     _F("rate", "req/s", True, "open loop: the knee's rate", optional=True),
