@@ -33,6 +33,8 @@ TARGET_DBFS = -30.0
 #: Windows quieter than the loudest by more than this are silence, cut where long.
 GATE_DB = 40.0
 GATE_WINDOW = 480  # 30 ms
+#: Windows below this level (dBFS) are silence whatever the loudest.
+SILENCE_DBFS = -70.0
 #: Speech needed to embed a clip (seconds, after long silences are cut).
 MIN_SPEECH_S = 0.5
 
@@ -192,7 +194,7 @@ def _trim_silences(wav: Floats) -> Floats:
         return wav[:0]
     windows = wav[: count * GATE_WINDOW].reshape(count, GATE_WINDOW).astype(np.float64)
     level = 10 * np.log10((windows**2).mean(axis=1) + 1e-12)
-    sound = level > level.max() - GATE_DB
+    sound = (level > level.max() - GATE_DB) & (level > SILENCE_DBFS)
     smoothed = np.convolve(sound.astype(float), np.ones(8) / 8)[3 : 3 + count] >= 0.5
     keep = np.convolve(smoothed.astype(float), np.ones(7))[3 : 3 + count] > 0  # dilate by 3 windows
     return windows[keep].reshape(-1).astype(np.float32)

@@ -145,6 +145,12 @@ class Judge:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(10),
+                # numpy's BLAS held to the judge's threads: its idle threads spin, ten times the CPU
+                env={
+                    **os.environ,
+                    "OPENBLAS_NUM_THREADS": str(self.s.asr_threads),
+                    "OMP_NUM_THREADS": str(self.s.asr_threads),
+                },
             )
         except OSError as e:
             return f"the ASR judge did not start: {e}"
