@@ -613,6 +613,22 @@ REGRESSION_STEP: tuple[Field, ...] = (
     _F("ttfa_p95_ms", "ms", True, "", of=COMPARISON),
     _F("throughput_rps", "req/s", True, "", of=COMPARISON),
     _F("error_rate", "", True, "", of=COMPARISON),
+    _F(
+        "mos_mean",
+        "",
+        True,
+        "--asr-listen in both runs: naturalness (DNSMOS OVRL), paired by text",
+        optional=True,
+        of=COMPARISON,
+    ),
+    _F(
+        "similarity_ref_mean",
+        "",
+        True,
+        "--asr-listen in both runs: similarity to the reference voice, paired by text",
+        optional=True,
+        of=COMPARISON,
+    ),
     _F("regression", "", False, ""),
     _F("improvement", "", False, ""),
 )

@@ -130,3 +130,17 @@ def test_slo_terms_similarity_and_mos():
     assert held["pass"] is True and broke["pass"] is False
     assert broke["failed"] == ["similarity_mean 0.45 < 0.8"], broke
     assert slo_mod.live(spec) is None  # judged on the finished run, as the judge's other terms
+
+
+def test_baseline_compares_naturalness_by_text_and_regresses_only_past_what_is_heard():
+    from tts_knee.analysis import regression
+
+    old = [{"text_id": f"t{i}", "mos": 3.2 + 0.05 * i, "similarity_ref": 0.9} for i in range(6)]
+    same = [{**e, "mos": e["mos"] - 0.1} for e in old]  # a tenth of a point: heard by no one
+    worse = [{**e, "mos": e["mos"] - 1.0, "similarity_ref": 0.5} for e in old]
+    held = regression._listened(old, same, "mos_mean")
+    assert held["significant"] and not held["regression"] and held["change"] == pytest.approx(-0.1)
+    fell = regression._listened(old, worse, "mos_mean")
+    assert fell["regression"] and fell["old"] == pytest.approx(3.325) and fell["new"] == pytest.approx(2.325)
+    assert regression._listened(old, worse, "similarity_ref_mean")["regression"]
+    assert regression._listened(old[:3], worse[:3], "mos_mean") is None  # too few pairs
