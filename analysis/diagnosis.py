@@ -157,7 +157,8 @@ def _integrity(steps) -> list[str]:
             )
             ev.append(
                 f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
-                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
+                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) "
+                "differ from the same text's median at the "
                 f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}."
             )
     return ev
@@ -251,7 +252,7 @@ def _client(steps, knee_i) -> list[str]:
         cli = s.get("client") or {}
         by = cli.get("by_host") or {}
         many = len(by) > 1
-        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731
+        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731, B023 - called in this iteration only
         ph, proc = _busiest(by, "proc_cpu_mean")
         # Where the server shares a load generator's host, the host's CPU is the server's too:
         # only the Locust process's own CPU then says whether that client host was saturated.

@@ -38,7 +38,7 @@ def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[
     """When the player started (ms, None when no arrival carried audio) and its stalls, each
     ``(ran dry at, resumed at)`` in ms; arrivals sorted, in ms since any common origin."""
     have, last = 0.0, None
-    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):
+    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):  # noqa: B007 - i is where the next loop starts
         have += ms
         if ms:
             last = t

@@ -108,7 +108,7 @@ _TERM = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d
 AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean"))
 
 
-def live(slo: "SLO") -> "SLO | None":
+def live(slo: SLO) -> SLO | None:
     """``slo`` without the terms only the finished run can judge (:data:`AFTER_RUN`); None when
     none is left."""
     terms = tuple(t for t in slo.terms if t.metric not in AFTER_RUN)

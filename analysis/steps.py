@@ -13,14 +13,16 @@ Definitions used throughout the dashboard:
   attempt's ``t0`` to the final attempt's ``t3`` (or ``t2``), so it includes failed attempts,
   backoff sleeps and the client's write.
 - A step's **window** is its own span from ``run.json``: from its start plus the settle time
-  (the step's own ``settle_s`` where its entry has one, else the run's) to its end.  Only when ``run.json`` does not give the step's start (run
+  (the step's own ``settle_s`` where its entry has one, else the run's) to its end.  Only when ``run.json`` does not
+  give the step's start (run
   directories without a usable ``run.json``) is it taken from the records: the earliest settled
   ``t0`` to the latest completion of the step's settled attempts.  A step still running (no end
   yet) ends at the next step's start, or else at the latest completion seen so far.
 - **Throughput** (``throughput_rps``) is the number of successful final attempts that
   *finished* inside the window (``tend``: ``t3``, else ``t2``), whichever step sent them,
   divided by the window's length; ``completed_rps`` counts every final attempt the same way,
-  ``audio_s_per_s`` their audio, ``chars_per_s`` their text (:mod:`analysis.capacity`).  Users run back to back across steps, so completions inside
+  ``audio_s_per_s`` their audio, ``chars_per_s`` their text (:mod:`analysis.capacity`).  Users run back to back
+  across steps, so completions inside
   the window are the work done in it; counting only the step's settled requests over a window
   stretched to their last completion would understate it by about one latency at each end.
 - **Little's law** (``little``): the mean number of busy users over the window is the sum, over

@@ -5,7 +5,8 @@ rate)`` (about ten arrivals at the mean rate) starting at each arrival; a window
 when it holds at least ``BURST_RATIO`` (2x) the arrivals the mean rate gives it and that excess
 is more than ``BURST_SIGMAS + sqrt(2 ln(windows))`` standard deviations of a Poisson count (2.5
 and the largest of that many Gaussian draws: about 5.4 for a two-minute trace at 5 req/s, 7 for
-a day's), so that a Poisson trace at its mean rate shows none, however long. Overlapping burst windows are one burst, from its first
+a day's), so that a Poisson trace at its mean rate shows none, however long. Overlapping burst windows are one burst,
+from its first
 arrival to its last; the ``MAX_BURSTS`` with the most arrivals above the mean are kept.
 
 **Per step.** A step at speed S that started at T replayed the trace's second x at T + x / S: a
