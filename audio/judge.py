@@ -14,6 +14,7 @@ process's CPU seconds on it). It ends at the end of its input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import struct
@@ -119,10 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
-    try:
+    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
         serve(model, sys.stdin.buffer, sys.stdout)
-    except (BrokenPipeError, KeyboardInterrupt):
-        pass
     return 0
 
 
