@@ -165,14 +165,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         except psutil.Error as exc:
             raise _Usage(f"--pid {args.pid}: cannot watch it ({exc}).") from None
         try:
-            spool = open(args.spool, "a", encoding="utf-8") if args.spool else None
+            spool = open(args.spool, "a", encoding="utf-8") if args.spool else None  # noqa: SIM115 - the run's
         except OSError as exc:
             raise _Usage(f"--spool {args.spool}: cannot open it ({exc.strerror}).") from None
         if args.dcgm:
             gpus = DcgmGpus(args.dcgm, args.interval, args.scrape_timeout)
         else:
             gpus = Nvml()
-            gpus.available  # start NVML now, so "no NVML" is said at start, not on first sample
+            gpus.available  # noqa: B018 - start NVML now, so "no NVML" is said at start, not on first sample
         scrapes = (
             Scrapes(
                 args.scrape,

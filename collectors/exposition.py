@@ -140,7 +140,8 @@ class Reader:
 
     ``match`` selects series by a regular expression searched in their name; at most
     ``max_series`` are kept, series with a known meaning (see :mod:`runformat.metric_roles`;
-    ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says how many the cap left out last time.
+    ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says
+    how many the cap left out last time.
     """
 
     def __init__(

@@ -12,6 +12,7 @@ to load a fake.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -181,10 +182,8 @@ class Nvml:
 
     def shutdown(self) -> None:
         if self._available and not self._driver_lost:
-            try:
+            with contextlib.suppress(Exception):  # shutting down; nothing left to save
                 self._nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down; nothing left to save
-                pass
         self._available = False
 
     # -- the one wrapper around every call --------------------------------------------------

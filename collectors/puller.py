@@ -452,9 +452,9 @@ class CollectorPuller:
         backoff = self.interval_s
         while not self._stopped.is_set():
             try:
-                if not c.connected or time.monotonic() - c.probed_at >= REPROBE_S:
-                    if not self._connect(c):
-                        raise _Unreachable(c.last_error)
+                stale = not c.connected or time.monotonic() - c.probed_at >= REPROBE_S
+                if stale and not self._connect(c):
+                    raise _Unreachable(c.last_error)
                 self._pull(c)
             except _Unreachable as exc:
                 self._lost(c, exc)

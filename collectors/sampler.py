@@ -8,6 +8,7 @@ a sample ran long is skipped rather than made up in a burst.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import os
@@ -15,7 +16,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 from tts_knee import runformat
 from tts_knee.collectors.host import HostSampler, ProcessWatcher
@@ -143,10 +145,8 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout)
         if self._spool is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._spool.close()
-            except OSError:
-                pass
             self._spool = None
 
     def _run(self) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
 from tts_knee.runformat.metric_roles import parse_roles
