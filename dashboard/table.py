@@ -113,7 +113,7 @@ def tab_rows(summary: dict) -> list[dict]:
         op, lat = s.get("open"), s.get("latency_ms") or {}
 
         def fig(v, digits=1):
-            return (WITHHELD if op else None) if v is None else round(float(v), digits)
+            return (WITHHELD if op else None) if v is None else round(float(v), digits)  # noqa: B023 - called in this iteration
 
         state = (
             "done"
