@@ -8,7 +8,8 @@ of the answer, ``t2`` when the answer is complete, ``t3`` when the audio is writ
 — and becomes one record and one Locust request event. Failures the retry policy names are
 retried, except once the run is stopping (``Run.stopping``): an attempt in flight then is
 waited for (``Run.drain``), and one still running when the drain ends and its user is stopped
-becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives, and the playback it allows is judged by the one
+becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives,
+and the playback it allows is judged by the one
 playback model (:func:`analysis.playback.listen`).
 """
 

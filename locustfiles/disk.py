@@ -18,6 +18,7 @@ is reported to :attr:`on_slow`'s listeners: the audio writer then leaves the eve
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -150,10 +151,8 @@ class DiskWriter:
             for path in closing:
                 fd = fds.pop(path, None)
                 if fd is not None:
-                    try:
+                    with contextlib.suppress(OSError):  # all was written; a late error of the close says nothing new
                         os.close(fd)
-                    except OSError:  # everything was written; a late error of the close says nothing new
-                        pass
             self._done.append((batch, mono() - started, None))
             self._wake.send()
 

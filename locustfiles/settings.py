@@ -438,7 +438,7 @@ def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool
     return counts
 
 
-def _check_asks(s: "Settings") -> None:
+def _check_asks(s: Settings) -> None:
     """Every request the run can make has a value for each placeholder of the template."""
     if s.tts_template is None:
         return

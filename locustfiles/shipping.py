@@ -115,7 +115,8 @@ class RecordWriter:
         buf, self._buf = self._buf, []
         if buf:
             job = self._disk.append(self.path, b"".join(buf))
-            job.on_done = lambda n=len(buf): self._written(n)
+            handed = len(buf)
+            job.on_done = lambda: self._written(handed)
             if self._disk.pending_bytes > MAX_PENDING_BYTES and not self._full:
                 self._full = True
                 if self._on_full is not None:

@@ -35,7 +35,7 @@ class Soak:
         self._asked = False
 
     @classmethod
-    def of(cls, s) -> "Soak | None":
+    def of(cls, s) -> Soak | None:
         """The run's soak (``s``: its Settings), or None without ``--soak``."""
         if s.soak is None:
             return None

@@ -59,7 +59,7 @@ class Spike:
         self._probed_at = 0.0
 
     @classmethod
-    def of(cls, s) -> "Spike | None":
+    def of(cls, s) -> Spike | None:
         """The run's spike (``s``: its Settings), or None without ``--spike``."""
         if s.spike is None:
             return None

@@ -91,7 +91,7 @@ def load(path: str, corpus: tuple) -> Trace:
     by_len = sorted(corpus, key=lambda t: len(t.text))
     lengths = [len(t.text) for t in by_len]
     texts = []
-    for i, r in enumerate(rows):
+    for _i, r in enumerate(rows):
         if r.text_id is not None:
             base = by_id.get(r.text_id)
             if base is None:

@@ -8,6 +8,7 @@ arrive fast. Only ``--tts-stream`` (what the request asks for) differs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import socket
@@ -179,10 +180,8 @@ def _hang_up(resp) -> None:
     server sees the connection go."""
     sock = resp._sock
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 class _Pieces:

@@ -20,6 +20,7 @@ mid-utterance fails the attempt with its code and reason.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import socket
@@ -218,10 +219,8 @@ class WsConnection(Connection):
     def drop(self) -> None:
         sock = self.ws.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked on it
-            except OSError:
-                pass
             sock.close()
         self.ws.sock, self.ws.connected = None, False
 
@@ -255,7 +254,7 @@ class WsTransport(SessionTransport):
             sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout, s.tls)
         except ssl.SSLError as e:
             raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))}") from None
-        except socket.timeout:
+        except TimeoutError:
             raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout:g} s") from None
         except ValueError as e:
             raise self._failed(f"the WebSocket handshake failed: {e}") from None
@@ -279,7 +278,7 @@ class WsTransport(SessionTransport):
                 conn.send(opening)
         except OSError as e:
             conn.stop()
-            raise self._failed(f"the connection broke as the session opened ({os_error(e)})")
+            raise self._failed(f"the connection broke as the session opened ({os_error(e)})") from e
         return conn
 
     def _keep_alive(self, conn: WsConnection, every_s: float) -> None:

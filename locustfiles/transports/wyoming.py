@@ -20,6 +20,7 @@ to.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from urllib.parse import urlsplit
@@ -157,10 +158,8 @@ class WyomingConnection(Connection):
         self.sock.sendall(data)
 
     def drop(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
 
 
