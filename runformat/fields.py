@@ -9,7 +9,7 @@ of each value (None: each value is a plain number, string or list). Nothing else
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 
 class Keyed(NamedTuple):
@@ -17,7 +17,7 @@ class Keyed(NamedTuple):
     ``of`` is the table of each value (None when the values are plain)."""
 
     key: str
-    of: "tuple[Field, ...] | None" = None
+    of: tuple[Field, ...] | None = None
 
 
 class Field(NamedTuple):
@@ -26,7 +26,7 @@ class Field(NamedTuple):
     nullable: bool  # may be null in a record
     doc: str
     optional: bool = False  # left out of a record unless given
-    of: "Union[tuple[Field, ...], Keyed, None]" = None  # what an object value holds
+    of: tuple[Field, ...] | Keyed | None = None  # what an object value holds
 
 
 def names(table: tuple[Field, ...]) -> tuple[str, ...]:

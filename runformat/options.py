@@ -312,7 +312,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "",
         "How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
-        "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has one, else close).",
+        "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has "
+        "one, else close).",
         choices=("",) + CANCEL_MODES,
         group=_BARGE_IN,
     ),

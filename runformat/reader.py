@@ -333,7 +333,7 @@ class Attempts:
         """The chunk gaps (ms) of the rows ``rows`` (a mask) selects, pooled."""
         return self.gaps[np.repeat(rows, self.cols["gap_n"])]
 
-    def subset(self, keep: np.ndarray) -> "Attempts":
+    def subset(self, keep: np.ndarray) -> Attempts:
         """The rows ``keep`` (a mask) selects, as columns of their own."""
         return Attempts(
             {k: v[keep] for k, v in self.cols.items()},
@@ -382,7 +382,7 @@ class _Growing:
                 if self.n:
                     buf[: self.n] = self.fill
         for k, buf in self._bufs.items():
-            buf[self.n : need] = chunk[k] if k in chunk else self.fill
+            buf[self.n : need] = chunk.get(k, self.fill)
         self.n = need
 
     def view(self) -> dict[str, np.ndarray]:

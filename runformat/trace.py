@@ -207,7 +207,7 @@ def conversation_turns(rows: list[Row]) -> dict[str, list[int]]:
     for i, r in enumerate(rows):
         if r.conversation is not None:
             out.setdefault(r.conversation, []).append(i)
-    for name, idx in out.items():
+    for _name, idx in out.items():
         if rows[idx[0]].turn is not None:
             idx.sort(key=lambda i: rows[i].turn)
     return out
