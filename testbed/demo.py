@@ -30,6 +30,7 @@ port), 130 (SIGINT) or 143 (SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import re
@@ -126,10 +127,8 @@ def _in_own_group() -> None:
     """In the child: its own process group (we stop it and everything it starts together;
     a Ctrl-C in the terminal reaches only us), and SIGTERM if we die without cleaning up."""
     os.setsid()
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def _shown(path: Path) -> str:
@@ -145,7 +144,7 @@ class Child:
     def __init__(self, name: str, cmd: list[str], log: Path, on_line=None):
         self.name = name
         self.log = log
-        self._log_file = open(log, "ab")
+        self._log_file = open(log, "ab")  # noqa: SIM115 - the process's log for its life, closed by stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
             cmd,
@@ -239,10 +238,8 @@ class Child:
             time.sleep(0.05)
             self.popen.poll()
         if _group_alive(self.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.popen.wait()
         self._pump.join(2)
         self._log_file.close()

@@ -1,5 +1,6 @@
 """What the simulator answers with: a quiet PCM16 mono tone as long as the text asks for, or
-(``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker` makes every
+(``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker`
+makes every
 answer's PCM, and carries out the drills that break it under load (``--garble-above``,
 ``--silence-above``, ``--runaway-rate``, ``--runaway-above``)."""
 

@@ -413,7 +413,7 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     check_speech(parser, args)
     if args.chunk_log:
         try:
-            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
+            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the server's log
         except OSError as err:
             parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: {err.strerror or err}")
     return args

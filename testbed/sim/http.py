@@ -247,7 +247,7 @@ class SpeechApp:
                 length = int(environ.get("CONTENT_LENGTH") or 0)
                 data = json.loads(environ["wsgi.input"].read(length) or b"null")
             except (ValueError, UnicodeDecodeError):
-                raise _Reject("400 Bad Request", "the body is not valid JSON")
+                raise _Reject("400 Bad Request", "the body is not valid JSON") from None
         if not isinstance(data, dict):
             raise _Reject("400 Bad Request", "the body must be a JSON object")
         field = SPEECH_PATHS[path]

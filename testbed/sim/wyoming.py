@@ -18,6 +18,7 @@ utterance there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -182,10 +183,8 @@ class Session(Voice):
         return self.utterance
 
     def _speak(self, utt: Utterance) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the client went away mid-utterance
             utt.speak()
-        except OSError:
-            pass  # the client went away mid-utterance
 
     # the server's side (Voice)
 
