@@ -377,12 +377,12 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
     assert live_open, "the live view never showed the last step open"
     settling = [x for x in live_open if x[0]["steps"][-1]["open"]["settling"]]
     assert settling, "no read fell in the last step's 3 s settle time"
-    for s, tab, page in settling:
+    for s, _tab, _page in settling:
         assert s["steps"][-1]["throughput_rps"] is None and s["steps"][-1]["latency_ms"] is None
     window = final["steps"][-1]["window"]["duration_s"]
     later = [x for x in live_open if (x[0]["steps"][-1]["window"]["duration_s"] or 0) >= window / 2]
     assert later, "no read fell in the second half of the last step's window"
-    for s, tab, page in later:
+    for s, _tab, _page in later:
         assert s["steps"][-1]["throughput_rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25)
     # the tab, read a moment after the view (the live view may rebuild between the two reads), on its own
     # terms: an open row settling or with too few completions shows a dash, one in progress a rate, and
@@ -397,7 +397,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
             assert row["rps"] == row["p95_ms"] == WITHHELD, row
     rated = [row for row in open_rows if row["state"] == "in progress"]
     assert rated and rated[-1]["rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25), rated[-1:]
-    for s, tab, page in live_open:  # the verdict is the closed step's, and never recommends the open one
+    for s, _tab, _page in live_open:  # the verdict is the closed step's, and never recommends the open one
         assert [lv["concurrency"] for lv in s["levels"]] == [2] and s["recommended_concurrency"] in (None, 2)
         assert s["in_progress_step"]["closed_steps"] == [1] and s["knee"]["concurrency"] != 4
         # a closed row is the final one, but for the requests in flight at its end, one a user at most, that
