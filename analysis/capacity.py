@@ -17,7 +17,7 @@ out or a burst still fits: ``replicas = ceil(demand / (per_replica * (1 - headro
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: --headroom without the flag: the share of a replica's measured capacity left unplanned.
 HEADROOM = 0.2
@@ -89,7 +89,7 @@ class Options(NamedTuple):
     headroom: float | None = None
 
 
-def options(recorded: dict | None, given: Options | None = None) -> Options:
+def options(recorded: dict[str, Any] | None, given: Options | None = None) -> Options:
     """The run's own ``options`` (``cost_per_hour``, ``plan_for``, ``headroom``), each replaced
     by what ``given`` sets; raises :class:`CapacityError` for a recorded value that does not parse."""
     rec = recorded or {}
@@ -102,7 +102,7 @@ def options(recorded: dict | None, given: Options | None = None) -> Options:
     return Options(*(g if g is not None else o for g, o in zip(given or Options(), own)))
 
 
-def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dict:
+def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dict[str, Any]:
     """A window's ``utterances_per_hour`` and ``chars_per_s`` (None where the window gives none)."""
     return {
         "chars_per_s": chars_per_s,
@@ -110,7 +110,7 @@ def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dic
     }
 
 
-def _level(levels: list[dict], key: str, value) -> dict | None:
+def _level(levels: list[dict[str, Any]], key: str, value) -> dict[str, Any] | None:
     return next((lv for lv in levels if value is not None and lv.get(key) == value), None)
 
 
@@ -118,7 +118,7 @@ def _money(v: float) -> str:
     return f"{v:,.2f}" if v >= 0.995 else f"{v:.3g}"
 
 
-def capacity(levels: list[dict], key: str, value, concurrency: int | None, opts: Options) -> dict:
+def capacity(levels: list[dict[str, Any]], key: str, value, concurrency: int | None, opts: Options) -> dict[str, Any]:
     """The ``capacity`` section: the figures of the level whose ``key`` is ``value`` (the
     recommendation), its cost and the replicas ``opts`` ask for, and ``text``, the whole in one
     or two sentences; ``concurrency`` is the recommended concurrency (implied, in an open-loop

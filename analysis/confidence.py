@@ -37,6 +37,7 @@ interval.  Rates (throughput, errors) use the usual two-sample Poisson and two-p
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -115,7 +116,7 @@ def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
     return np.array(out)
 
 
-def percentile_cis(values, qs=(50, 95), sorted_v: np.ndarray | None = None) -> dict:
+def percentile_cis(values, qs=(50, 95), sorted_v: np.ndarray | None = None) -> dict[str, Any]:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
     (see the module doc; an end too few values can bound is None); empty when there are fewer
     than 2. ``sorted_v``: the same values sorted, when kept (no sort then)."""
@@ -145,7 +146,7 @@ def ci_range(ci, fmt: str = ".0f") -> str:
     return "-".join("unbounded" if b is None else format(b, fmt) for b in ci)
 
 
-def compare_percentile(old, new, q: float) -> dict | None:
+def compare_percentile(old, new, q: float) -> dict[str, Any] | None:
     """The q-th percentile of two samples: ``{"old", "new", "ratio", "ratio_ci", "p_value",
     "method"}`` (see the module doc), or None when either has fewer than 2 finite values or a
     percentile of 0."""
@@ -196,7 +197,7 @@ def compare_percentile(old, new, q: float) -> dict | None:
     }
 
 
-def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | None:
+def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict[str, Any] | None:
     """Two event rates (k events over t seconds): ``{"old", "new", "ratio", "p_value"}`` by the
     two-sample Poisson z-test; None when a duration is missing or a rate is 0."""
     if not t_old or not t_new or not k_old or not k_new:
@@ -207,7 +208,7 @@ def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | 
     return {"old": r0, "new": r1, "ratio": r1 / r0, "p_value": p}
 
 
-def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> dict | None:
+def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> dict[str, Any] | None:
     """Two proportions (k of n): ``{"old", "new", "change", "p_value"}`` by the two-proportion
     z-test (pooled); None when either n is 0."""
     if not n_old or not n_new:

@@ -48,6 +48,7 @@ to the evidence whenever there are any, whatever the kind.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from tts_knee.runformat.results import Diagnosis, Knee, StepSummary
 from tts_knee.runformat.summary import DiagnosisKind as Kind
@@ -97,7 +98,7 @@ def _gib(v) -> str:
     return "n/a" if v is None else f"{v / GIB:.1f} GiB"
 
 
-def _get(s: dict, *path):
+def _get(s: dict[str, Any], *path):
     for p in path:
         if s is None:
             return None
@@ -105,7 +106,7 @@ def _get(s: dict, *path):
     return s
 
 
-def _lat_sentence(lo: dict, hi: dict) -> str:
+def _lat_sentence(lo: dict[str, Any], hi: dict[str, Any]) -> str:
     return (
         f"p95 wait rose from {_ms(_get(lo, 'latency_ms', 'p95'))} at {lo['concurrency']} to "
         f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
@@ -123,7 +124,7 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _stream_state(s: dict) -> str:
+def _stream_state(s: dict[str, Any]) -> str:
     """ "64% of streams stalled (p95 stall 850 ms)" for one step."""
     rate = s.get("underrun_rate")
     if rate is None:
@@ -132,7 +133,7 @@ def _stream_state(s: dict) -> str:
     return f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else "")
 
 
-def stream_sentence(lo: dict, hi: dict, base: dict) -> str:
+def stream_sentence(lo: dict[str, Any], hi: dict[str, Any], base: dict[str, Any]) -> str:
     """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
     return (
         f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
@@ -202,11 +203,11 @@ def _memory(steps, knee_i, creep) -> list[str]:
     return ev
 
 
-def _hosts(s: dict, role: str) -> list[str]:
+def _hosts(s: dict[str, Any], role: str) -> list[str]:
     return list((s.get(role) or {}).get("hosts") or ())
 
 
-def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
+def _busiest(by: dict[str, Any], key: str, hosts=None) -> tuple[str | None, float | None]:
     """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None)."""
     best = (None, None)
     for host, h in by.items():
@@ -216,7 +217,7 @@ def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
     return best
 
 
-def _locust_idle_on(by: dict, host: str) -> bool:
+def _locust_idle_on(by: dict[str, Any], host: str) -> bool:
     """Whether ``host``'s own Locust process is measured and used under ``CLIENT_PROC_SHARE`` of
     one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
     and a hex id): then the load generator is not what keeps that host's CPU busy."""
@@ -340,7 +341,7 @@ def _errors(steps, knee_i) -> list[str]:
     return []
 
 
-def _host_saturation(srv: dict) -> tuple[bool | None, str]:
+def _host_saturation(srv: dict[str, Any]) -> tuple[bool | None, str]:
     """(saturated?, sentence) for one server host's figures; None when nothing was measured."""
     gpu, cpu, core = srv.get("gpu_util_mean"), srv.get("cpu_mean"), srv.get("busiest_core_mean")
     proc = srv.get("proc_cpu_mean")
@@ -361,7 +362,7 @@ def _host_saturation(srv: dict) -> tuple[bool | None, str]:
     return (gpu is not None and gpu >= GPU_BUSY) or host_busy, ", ".join(parts)
 
 
-def _saturation(s: dict) -> tuple[bool | None, str]:
+def _saturation(s: dict[str, Any]) -> tuple[bool | None, str]:
     """(saturated?, sentence) for the server at one step: saturated when any host is; None
     when nothing was measured."""
     srv = s.get("server")
@@ -488,7 +489,7 @@ def common_evidence(
     return ev
 
 
-def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resources: bool) -> Diagnosis:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
     """What bends the service at the knee, and the evidence; see the module doc.
 
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ BOOTSTRAP = 2000
 SEED = 20261201
 
 
-def read(path: Path) -> list[dict]:
+def read(path: Path) -> list[dict[str, Any]]:
     """The judge's lines of a run directory (``speech.jsonl``); lines that do not parse (one
     cut by a crash) are skipped. [] when there is no such file."""
     try:
@@ -50,12 +51,12 @@ def read(path: Path) -> list[dict]:
     return out
 
 
-def _rate(e: dict) -> float | None:
+def _rate(e: dict[str, Any]) -> float | None:
     v = e.get("error")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def summarise(entries: list[dict]) -> dict | None:
+def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One step's (or level's) ``speech`` from its judge lines; None when it had none."""
     if not entries:
         return None
@@ -89,15 +90,15 @@ def summarise(entries: list[dict]) -> dict | None:
     }
 
 
-def by_step(entries: list[dict]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
+def by_step(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
     for e in entries:
         if isinstance(e.get("step"), int):
             out.setdefault(e["step"], []).append(e)
     return out
 
 
-def attach(steps: list[dict], levels: list[dict], entries: list[dict]) -> None:
+def attach(steps: list[dict[str, Any]], levels: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
     """Set ``speech`` on every step and level (levels pool their steps' clips)."""
     grouped = by_step(entries)
     for st in steps:
@@ -108,7 +109,7 @@ def attach(steps: list[dict], levels: list[dict], entries: list[dict]) -> None:
         lv["_speech_entries"] = [e for n in nums for e in grouped.get(n, [])]
 
 
-def _by_text(entries: list[dict]) -> dict[str, float]:
+def _by_text(entries: list[dict[str, Any]]) -> dict[str, float]:
     """Each text's mean error rate over its judged clips."""
     sums: dict[str, list[float]] = {}
     for e in entries:
@@ -118,7 +119,7 @@ def _by_text(entries: list[dict]) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in sums.items()}
 
 
-def paired_rise(low: list[dict], high: list[dict]) -> dict | None:
+def paired_rise(low: list[dict[str, Any]], high: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The rise in error rate from ``low``'s clips to ``high``'s, paired by text: ``{pairs, mean,
     ci: [lo, hi]}``; None with fewer than MIN_PAIRS pairs."""
     a, b = _by_text(low), _by_text(high)
@@ -132,7 +133,7 @@ def paired_rise(low: list[dict], high: list[dict]) -> dict | None:
     return {"pairs": len(common), "mean": float(d.mean()), "ci": [float(lo), float(hi)]}
 
 
-def knee_index(levels: list[dict]) -> tuple[int | None, list[dict | None]]:
+def knee_index(levels: list[dict[str, Any]]) -> tuple[int | None, list[dict[str, Any] | None]]:
     """The first level whose speech is significantly worse than the lowest's (see the module
     doc), and each level's paired rise (None where it could not be judged)."""
     done = [lv for lv in levels if lv.get("requests")]
@@ -144,7 +145,7 @@ def knee_index(levels: list[dict]) -> tuple[int | None, list[dict | None]]:
     return k, rises
 
 
-def strip(levels: list[dict]) -> None:
+def strip(levels: list[dict[str, Any]]) -> None:
     for lv in levels:
         lv.pop("_speech_entries", None)
 

@@ -101,6 +101,8 @@ Definitions used throughout the dashboard:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -137,7 +139,7 @@ RATE_FIGURES = (
 )
 
 
-def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
+def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
     """{count, mean, p50, p90, p95, p99, max} of the finite values, or None if there are none;
     ``sorted_v``: the same values sorted, when kept (the percentiles come from them)."""
     v = values[np.isfinite(values)]
@@ -150,7 +152,7 @@ def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
     return out
 
 
-def riva_stats(values: np.ndarray) -> dict | None:
+def riva_stats(values: np.ndarray) -> dict[str, Any] | None:
     """{count, avg, p90, p95, p99} of the finite values as riva_tts_perf_client computes them
     (see the module doc), or None if there are none."""
     v = np.sort(values[np.isfinite(values)])
@@ -161,7 +163,7 @@ def riva_stats(values: np.ndarray) -> dict | None:
     return out
 
 
-def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
+def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
     """{count, mean, p95, max} of the finite values, or None if there are none."""
     d = dist(values, sorted_v)
     return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
@@ -240,7 +242,7 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
     return by_text
 
 
-def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
+def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict[str, Any]:
     """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
     (see the module doc). A live reader's attempts keep step ``step``'s counts and check only
     the rows read since, while the reference stays the same."""
@@ -276,7 +278,7 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
     }
 
 
-def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
+def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict[str, Any]:
     """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
     trailing silence and of audible TTFA over the requests the latency figures describe
     (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
@@ -356,7 +358,7 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
-def _stream_end(window: dict) -> float | None:
+def _stream_end(window: dict[str, Any]) -> float | None:
     """The end a step's streams must have finished by to count (see the module doc), or None."""
     return None if window["open"] or window["source"] != "run.json" else window["end"]
 
@@ -373,7 +375,7 @@ def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarra
     return cut
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict:
+def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict[str, Any]:
     """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
     module doc); ``figure(column, mask, mask name, tail)`` is a distribution."""
     n_cut, okf = int((okf & cut).sum()), okf & ~cut
@@ -402,7 +404,7 @@ def _mean_max(s: pd.Series) -> tuple[float | None, float | None]:
     return float(s.mean()), float(s.max())
 
 
-def _host_aggregate(w: pd.DataFrame) -> dict:
+def _host_aggregate(w: pd.DataFrame) -> dict[str, Any]:
     """Mean/max figures of one host's samples."""
     out = {"samples": int(len(w))}
     out["cpu_mean"], out["cpu_max"] = _mean_max(w["cpu_percent"])
@@ -434,7 +436,7 @@ _HOST_MAX = (
 
 def resource_aggregate(
     res: pd.DataFrame, role: str, start: float, end: float, roles: dict[str, str] | None = None
-) -> dict | None:
+) -> dict[str, Any] | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
     hosts' figures (see the module doc); None when there are no samples. ``roles``:
     ``--server-role``'s ``{family: role}`` for the server's series."""
@@ -490,7 +492,7 @@ def run_end_cut(a: Attempts) -> np.ndarray:
     return cut
 
 
-def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
+def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[str, Any]:
     """{label: {count, p50, p95}} of ``waits`` grouped by their label ``codes`` (-1: none), in
     the labels' order; one sort, however many labels (a voice sweep has hundreds)."""
     keep = (codes >= 0) & np.isfinite(waits)
@@ -506,7 +508,7 @@ def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
     return out
 
 
-def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
+def step_window(a: Attempts, step: dict[str, Any], settle_s=None, next_start=None) -> dict[str, Any]:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
     open}``; ``open`` is true when the step's end is not known yet."""
     m = a["step"] == step["step"]
@@ -537,8 +539,8 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
 
 
 def _little(
-    a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
-) -> dict | None:
+    a: Attempts, step: dict[str, Any], ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
+) -> dict[str, Any] | None:
     """Mean busy users over [ws, we] against what the step's users should keep busy (see the
     module doc)."""
     fin, start, end = spans(a)
@@ -563,7 +565,7 @@ def _little(
 
 def step_stats(
     a: Attempts,
-    step: dict,
+    step: dict[str, Any],
     res: pd.DataFrame,
     settle_s: float | None = None,
     next_start: float | None = None,
@@ -618,7 +620,7 @@ def step_stats(
     # a live reader keeps each figure's sorted values under what its mask depends on
     keep = (step["step"], stream_end, streamed)
 
-    def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
+    def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict[str, Any] | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
 
@@ -702,7 +704,7 @@ def step_stats(
     return out
 
 
-def hold_open(step: dict) -> dict:
+def hold_open(step: dict[str, Any]) -> dict[str, Any]:
     """Withhold, in place, what an open step's elapsed window cannot give yet (see the module
     doc); its window ends where the records reach so far, the step's "now". Returns
     the step's ``open``: ``{elapsed_s, settle_s, settling, completions, withheld, note}``,
@@ -772,7 +774,7 @@ def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip((seen + lo).tolist(), cnt[seen].tolist()))
 
 
-def infer_steps(a: Attempts) -> list[dict]:
+def infer_steps(a: Attempts) -> list[dict[str, Any]]:
     """Steps from the records themselves, for a run directory without a usable run.json: no
     start or end, so each step's window comes from its records (see the module doc)."""
     out = []
@@ -798,7 +800,7 @@ def memory_baseline(res: pd.DataFrame, first_start: float | None) -> float | Non
     return float(w.min()) if len(w) else None
 
 
-def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict | None:
+def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict[str, Any] | None:
     """GPU memory before the run against after it, per server host, where both were sampled.
 
     Per host: ``baseline_bytes`` (the minimum before the first step's start) and

@@ -23,6 +23,7 @@ run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ BURST_SIGMAS = 2.5
 MAX_BURSTS = 10
 
 
-def bursts(offsets, duration_s: float) -> list[dict]:
+def bursts(offsets, duration_s: float) -> list[dict[str, Any]]:
     """The trace's bursts (see the module doc): ``{start_s, end_s, arrivals, rate_rps,
     times_mean}`` each, in trace order."""
     t = np.asarray(offsets, dtype=float)
@@ -85,7 +86,7 @@ def bursts(offsets, duration_s: float) -> list[dict]:
     return found
 
 
-def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
+def section(a: Attempts, plan: list[dict[str, Any]], info: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""

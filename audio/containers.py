@@ -33,6 +33,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 #: Size fields streaming servers put in a WAV header before they know the length.
 PLACEHOLDER_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
@@ -536,7 +537,7 @@ class PcmPieces:
         self.bytes += len(piece)
         return len(piece) / 2 / self.rate * 1000.0
 
-    def audio(self) -> tuple[list, Audio]:
+    def audio(self) -> tuple[list[Any], Audio]:
         """The pieces as a WAV (header first, as buffers) and what it is; AudioError for an odd
         byte count (not 16-bit samples)."""
         if self.bytes % 2:
@@ -629,7 +630,7 @@ class _Framed:
     except for the tags that end MP3 files."""
 
     name = ""
-    TRAILERS: tuple = ()
+    TRAILERS: tuple[Any, ...] = ()
 
     def __init__(self, sink):
         self.sink = sink
@@ -901,7 +902,7 @@ class SseStream:
             self.pcm.append(pcm)
             self.sink.add(at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
 
-    def _format(self, obj: dict) -> None:
+    def _format(self, obj: dict[str, Any]) -> None:
         rate, channels, fmt = obj.get("sample_rate"), obj.get("channels"), obj.get("format", "pcm")
         if isinstance(fmt, str) and fmt.lower() not in _PCM_FORMATS:
             raise StreamError(f"SSE audio is {fmt!r}; tts-knee reads PCM16 in SSE events")
@@ -923,7 +924,7 @@ class SseStream:
         return wav, Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n)
 
 
-def _error_message(obj: dict) -> str:
+def _error_message(obj: dict[str, Any]) -> str:
     err = obj.get("error", obj)
     msg = err.get("message") if isinstance(err, dict) else err
     if not isinstance(msg, str) or not msg.strip():

@@ -20,6 +20,7 @@ import json
 import struct
 import sys
 import time
+from typing import Any
 
 from . import asr
 
@@ -29,7 +30,7 @@ def _read_exactly(stream, n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
-def judge_clip(model, header: dict, audio: bytes) -> dict:
+def judge_clip(model, header: dict[str, Any], audio: bytes) -> dict[str, Any]:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
 
@@ -98,7 +99,7 @@ def serve(model, inp, out) -> int:
         n += 1
 
 
-def frame(header: dict, audio: bytes) -> bytes:
+def frame(header: dict[str, Any], audio: bytes) -> bytes:
     """One clip as the judge reads it."""
     head = json.dumps({**header, "bytes": len(audio)}, ensure_ascii=False).encode()
     return struct.pack(">I", len(head)) + head + audio

@@ -17,6 +17,7 @@ language's pace (:func:`pace_outliers`, :data:`HEARD_ONCE_X`).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ PACE_MIN = 5
 _BLOCK = 64
 
 
-def check(pcm, rate: int, channels: int) -> dict:
+def check(pcm, rate: int, channels: int) -> dict[str, Any]:
     """The signal fields of PCM16 little-endian audio ``pcm`` (bytes or a memoryview):
     ``leading_silence_ms``, ``trailing_silence_ms`` (None when silent) and ``clipped_share``,
     and ``silent``. The frames are looked at from each end until the first sound: a whole pass

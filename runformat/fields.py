@@ -9,7 +9,7 @@ of each value (None: each value is a plain number, string or list). Nothing else
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Keyed(NamedTuple):
@@ -43,7 +43,7 @@ class Builder:
         self._order = names(table)
         self._base = {f.name: None for f in table if not f.optional}
 
-    def __call__(self, **values) -> dict:
+    def __call__(self, **values) -> dict[str, Any]:
         if values.keys() <= self._base.keys():  # the common case: no optional field, the table's order
             out = self._base.copy()
             out.update(values)
@@ -51,13 +51,13 @@ class Builder:
         self._check(values)
         return {k: values.get(k) for k in self._order if k in self._base or k in values}
 
-    def update(self, record: dict, **values) -> dict:
+    def update(self, record: dict[str, Any], **values) -> dict[str, Any]:
         """Set fields of an existing record, by name; returns it."""
         self._check(values)
         record.update(values)
         return record
 
-    def _check(self, values: dict) -> None:
+    def _check(self, values: dict[str, Any]) -> None:
         if not values.keys() <= self.names:
             unknown = ", ".join(sorted(values.keys() - self.names))
             raise TypeError(f"{self.what} has no field {unknown}")

@@ -34,6 +34,8 @@ no role; they still go on the timeline.
 
 from __future__ import annotations
 
+from typing import Any
+
 ROLES = (
     "queue_depth",
     "running",
@@ -131,7 +133,7 @@ def why(family: str, custom: dict[str, str] | None = None) -> str:
     return f"its name ends in {end}"
 
 
-def roles(metrics: dict | None, custom: dict[str, str] | None = None) -> dict[str, tuple[str, float]]:
+def roles(metrics: dict[str, Any] | None, custom: dict[str, str] | None = None) -> dict[str, tuple[str, float]]:
     """``{role: (family, value)}`` for the roles this sample's series tell (see the module doc);
     ``custom``: ``--server-role``'s ``{family: role}``.
 

@@ -41,6 +41,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -128,7 +129,7 @@ def _amount(v, whole: bool = False) -> float | None:
     return f
 
 
-def _column(values: list, kind: str = NUM) -> np.ndarray:
+def _column(values: list[Any], kind: str = NUM) -> np.ndarray:
     """One numeric column from the records' raw values, as :func:`_num` / :func:`_amount` take
     each value.  Plain JSON numbers and nulls (nearly every value) convert in one numpy call;
     a block holding anything else (a boolean, a string) goes value by value."""
@@ -173,7 +174,7 @@ def _is_number(t) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
 
 
-def _arrow_columns(t: pa.Table) -> dict | None:
+def _arrow_columns(t: pa.Table) -> dict[str, Any] | None:
     """The :data:`_ARROW_SCHEMA` columns of a block as read, cast to their types (a field absent
     from the block is all null); None if one holds values of another JSON type."""
     out = {}
@@ -221,7 +222,7 @@ def _arrow_stages(col) -> list[tuple[str, np.ndarray]] | None:
     return [(name, a) for _, name, a in out]
 
 
-def _record_stages(recs: list[dict]) -> list[tuple[str, np.ndarray]]:
+def _record_stages(recs: list[dict[str, Any]]) -> list[tuple[str, np.ndarray]]:
     """Server-Timing columns (ms, NaN where a record lacks the stage) of parsed records, in the
     order their first usable value appears; names cut to 64 characters."""
     rows: dict[str, list[int]] = {}
@@ -276,7 +277,7 @@ class _Labels:
             self.names.append(s)
         return c
 
-    def codes_of(self, values: list, dtype=np.int32) -> np.ndarray:
+    def codes_of(self, values: list[Any], dtype=np.int32) -> np.ndarray:
         """:meth:`code` of each value; a string already seen is looked up directly."""
         known, code = self.codes.get, self.code
         out = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
@@ -316,12 +317,12 @@ class Attempts:
     tiers: list[str]
     statuses: list[str] = field(default_factory=list)  # the gRPC code names ``status_name`` codes
     gaps: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
-    memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
+    memo: dict[str, Any] = field(default_factory=dict)  # figures derived from these columns, computed once
     voices: list[str] = field(default_factory=list)  # the codes of ``voice`` (-1: none named)
     languages: list[str] = field(default_factory=list)  # the codes of ``language``
     # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
     # from one refresh to the next (rows only ever come after them); None when read once.
-    lasting: dict | None = None
+    lasting: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.cols["t0"])
@@ -398,7 +399,7 @@ class RequestLog:
     def __init__(self, path: Path, live: bool = False):
         self.path = path
         self.live = live
-        self.lasting: dict | None = {} if live else None
+        self.lasting: dict[str, Any] | None = {} if live else None
         self.offset = 0  # bytes consumed (complete lines only)
         self.lines = 0
         self.bad_lines = 0
@@ -545,7 +546,7 @@ class RequestLog:
         )
         return True
 
-    def _status_columns(self, names: list | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _status_columns(self, names: list[Any] | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(``status``, ``status_name``) of a block: ``names`` the records' raw ``status`` values
         where some are strings, else None; ``numbers`` is the column read as numbers. A string that
         is no gRPC code name reads as a number, as before (``"200"``)."""
@@ -616,7 +617,7 @@ class RequestLog:
 
     def _add(
         self,
-        chunk: dict,
+        chunk: dict[str, Any],
         end_times: list[np.ndarray],
         *,
         final,
@@ -789,7 +790,7 @@ def _loads(raw: bytes):
         return json.loads(raw)
 
 
-def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power) -> None:
+def _gpu_columns(cols: dict[str, Any], n: int, owner: np.ndarray, util, used, total, power) -> None:
     """The per-sample GPU columns of ``n`` samples from every GPU's figures laid end to end
     (``owner``: the sample each GPU belongs to)."""
     cols["gpu_util_percent"] = np.full(n, np.nan)
@@ -811,7 +812,7 @@ def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power
     cols["gpu_count"] = np.bincount(owner, minlength=n)
 
 
-def _sample_frame(samples: list) -> pd.DataFrame:
+def _sample_frame(samples: list[Any]) -> pd.DataFrame:
     """Parsed resource samples as frame rows (see :class:`ResourceLog`), built column by column;
     what is not an object with a finite ``ts`` is left out."""
     samples = [s for s in samples if type(s) is dict]
@@ -1004,7 +1005,7 @@ class RunDir:
     as it grows (see :class:`RequestLog`)."""
 
     path: Path
-    run: dict = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
     resources: pd.DataFrame = field(default_factory=pd.DataFrame)
     resource_bad_lines: int = 0
     resource_incomplete: bool = False
@@ -1054,7 +1055,7 @@ class RunDir:
     def has_resources(self) -> bool:
         return (self.path / runformat.RESOURCES).exists() and len(self.resources) > 0
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         opts = self.run.get("options")
         return opts if isinstance(opts, dict) else {}
 
@@ -1084,7 +1085,7 @@ class RunDir:
             return opts.get("tts_stream") is True or bool(opts.get("tts_stream_format"))
         return bool((self.requests.attempts()["chunk_n"] >= 0).any())
 
-    def users(self) -> dict:
+    def users(self) -> dict[str, Any]:
         """What each user kept in flight and waited between utterances: ``{"contexts",
         "think_s"}`` from ``options.contexts`` and ``options.think_time`` (1 and 0 when unset)."""
         opts = self.options()

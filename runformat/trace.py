@@ -25,6 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 COLUMNS = ("offset_s", "text", "text_len", "text_id", "voice", "language", "conversation", "turn")
 TEXT_COLUMNS = ("text", "text_len", "text_id")
@@ -76,7 +77,7 @@ def read(path: Path) -> list[Row]:
     return rows
 
 
-def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
+def _jsonl(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
     for n, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
@@ -92,7 +93,7 @@ def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
     return out
 
 
-def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
+def _csv(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     reader = csv.reader(io.StringIO(raw, newline=""))  # a quoted cell may hold a newline
     try:
         return _csv_rows(path, reader)
@@ -100,7 +101,7 @@ def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
         raise TraceError(f"{path} line {reader.line_num} is not CSV ({e})") from None
 
 
-def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
+def _csv_rows(path: Path, reader) -> list[tuple[int, dict[str, Any]]]:
     header = next(reader, None)
     if header is None:
         return []
@@ -119,7 +120,7 @@ def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
     return out
 
 
-def _row(path: Path, line: int, item: dict) -> Row:
+def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
     where = f"{path} line {line}"
     unknown = [k for k in item if k not in COLUMNS]
     if unknown:
