@@ -20,17 +20,20 @@ import json
 import struct
 import sys
 import time
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from . import asr
 
+if TYPE_CHECKING:  # loaded by asr.load_model (faster-whisper has no types: Any)
+    from faster_whisper import WhisperModel
 
-def _read_exactly(stream, n: int) -> bytes | None:
+
+def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
     data = stream.read(n)
     return data if data is not None and len(data) == n else None
 
 
-def judge_clip(model, header: dict[str, Any], audio: bytes) -> dict[str, Any]:
+def judge_clip(model: WhisperModel, header: dict[str, Any], audio: bytes) -> dict[str, Any]:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
 
@@ -80,7 +83,7 @@ def judge_clip(model, header: dict[str, Any], audio: bytes) -> dict[str, Any]:
     return out
 
 
-def serve(model, inp, out) -> int:
+def serve(model: WhisperModel, inp: IO[bytes], out: IO[str]) -> int:
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
     n = 0
     while True:
