@@ -43,7 +43,7 @@ class Builder:
         self._order = names(table)
         self._base = {f.name: None for f in table if not f.optional}
 
-    def __call__(self, **values) -> dict[str, Any]:
+    def __call__(self, **values: Any) -> dict[str, Any]:
         if values.keys() <= self._base.keys():  # the common case: no optional field, the table's order
             out = self._base.copy()
             out.update(values)
@@ -51,7 +51,7 @@ class Builder:
         self._check(values)
         return {k: values.get(k) for k in self._order if k in self._base or k in values}
 
-    def update(self, record: dict[str, Any], **values) -> dict[str, Any]:
+    def update(self, record: dict[str, Any], **values: Any) -> dict[str, Any]:
         """Set fields of an existing record, by name; returns it."""
         self._check(values)
         record.update(values)
@@ -63,7 +63,7 @@ class Builder:
             raise TypeError(f"{self.what} has no field {unknown}")
 
 
-def undeclared(table: tuple[Field, ...], value, where: str) -> list[str]:
+def undeclared(table: tuple[Field, ...], value: object, where: str) -> list[str]:
     """Every key in ``value`` (an object or a list of objects, nested all the way down) that
     its table does not declare, as ``where.key.path`` (``[i]`` for a list's i-th item)."""
     if isinstance(value, list):
@@ -81,7 +81,7 @@ def undeclared(table: tuple[Field, ...], value, where: str) -> list[str]:
     return out
 
 
-def _undeclared_in(of, value, where: str) -> list[str]:
+def _undeclared_in(of: tuple[Field, ...] | Keyed | None, value: object, where: str) -> list[str]:
     if isinstance(value, list):
         return [k for i, item in enumerate(value) for k in _undeclared_in(of, item, f"{where}[{i}]")]
     if not isinstance(value, dict):

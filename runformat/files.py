@@ -77,7 +77,7 @@ def claim(path: Path) -> Path:
 def versions() -> dict[str, Any]:
     """run.json's ``versions``: python, the packages that measure, and the command line
     (with the collector token hidden)."""
-    out = {"python": platform.python_version()}
+    out: dict[str, Any] = {"python": platform.python_version()}
     for dist in ("tts-knee", "locust", "gevent", "geventhttpclient"):
         try:
             out[dist] = metadata.version(dist)

@@ -34,6 +34,7 @@ no role; they still go on the timeline.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 ROLES = (
@@ -88,7 +89,7 @@ def family_of(series: str) -> str:
     return series.split("{", 1)[0]
 
 
-def parse_roles(items) -> dict[str, str]:
+def parse_roles(items: Iterable[str]) -> dict[str, str]:
     """``--server-role ROLE=SERIES`` values (each may hold several, comma-separated) as
     ``{family: role}``; raises ValueError with one sentence for one that is not ROLE=SERIES
     with a known ROLE."""

@@ -26,7 +26,7 @@ class Payload:
         self.fields = fields
         self._build = Builder(f"the {name} payload", fields)
 
-    def __call__(self, **values) -> dict[str, Any]:
+    def __call__(self, **values: Any) -> dict[str, Any]:
         return self._build(**values)
 
     def __repr__(self) -> str:
