@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             slo = parse(args.slo)
         except SLOError as e:
             bad = f"--slo: {e}"
+    roles: dict[str, str] = {}
+    asked = capacity.Options()
     try:
         roles = parse_roles(args.server_role)
     except ValueError as e:

@@ -340,7 +340,7 @@ def _concurrency_note(summary: dict) -> str:
 CONCURRENCY = Axis(
     "concurrency",
     "concurrency",
-    lambda v: v if v is not None else "-",
+    lambda v: str(v) if v is not None else "-",
     _concurrency_headline,
     _concurrency_note,
     lambda summary: table_columns(summary) + _CONCURRENCY_EXTRA,
