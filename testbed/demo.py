@@ -168,6 +168,7 @@ class Child:
         return self.popen.pid
 
     def _read(self) -> None:
+        assert self.popen.stdout is not None  # stdout=PIPE
         for line in self.popen.stdout:
             try:
                 self._log_file.write(line.encode())
@@ -197,7 +198,8 @@ class Child:
         """Its exit status; fail if it takes longer than ``timeout_s`` or if one of the
         ``alongside`` processes (the servers it needs) exits first."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        status = None
+        while status is None:
             try:
                 status = self.popen.wait(POLL_INTERVAL_S)
                 break
@@ -456,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         name = signal.Signals(stop.signum).name
         where = f" {demo.phase}" if demo is not None else ""
         print(f"{PROG}: stopped by {name}{where}; everything it started has been stopped.", file=sys.stderr, flush=True)
-        return SIGNAL_CODES[stop.signum]
+        return SIGNAL_CODES[signal.Signals(stop.signum)]
 
 
 if __name__ == "__main__":

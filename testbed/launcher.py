@@ -49,6 +49,7 @@ class Child:
         self._pump.start()
 
     def _copy_output(self) -> None:
+        assert self.popen.stdout is not None  # stdout=PIPE
         for line in self.popen.stdout:
             self.tail.append(line.rstrip("\n"))
             if self._quiet is None or not self._quiet(line):

@@ -10,6 +10,7 @@ import array
 import hashlib
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tts_knee.audio.containers import wav_header  # noqa: F401  (the simulator's modules take it from here)
@@ -122,7 +123,7 @@ class Speaker:
         self.runaway_x = getattr(args, "runaway_x", None) or DEFAULT_RUN_ON_X
         self.pool: list[str] = []  # the pre-rendered texts: where garbling speech comes from
 
-    def prepare(self, texts: list[str], extra: list[str] = ()) -> None:
+    def prepare(self, texts: list[str], extra: Sequence[str] = ()) -> None:
         """With speech, render (or read from the cache) ``texts``, the garbling pool, and ``extra``
         (more texts to have at hand: a session's sentences), before any request comes."""
         if self.speech is None:

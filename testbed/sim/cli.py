@@ -13,10 +13,12 @@ import signal
 import ssl
 import sys
 import time
+from typing import Any
 
 import gevent
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
+from gevent.server import StreamServer
 
 from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from tts_knee.testbed.sim import wyoming
@@ -530,7 +532,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             file=sys.stderr,
         )
         return 2
-    tls = {}
+    tls: dict[str, Any] = {}
     if args.tls_cert:
         try:
             tls = {"ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_client_ca)}
@@ -547,7 +549,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         log=log if args.log_requests else None,
         **tls,
     )
-    servers = [(server, args.port)]
+    servers: list[tuple[StreamServer, int]] = [(server, args.port)]
     if args.wyoming_port is not None:
         servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
     grpc = None

@@ -109,7 +109,7 @@ class Session(Voice):
                 if not self.handle(msg):
                     return
         finally:
-            if self.speaker is not None:
+            if self.speaker is not None and self.speaking is not None:  # set together
                 self.speaking.cancel()  # the client went away: a cancel, as a close is
                 if self.speaking.turn is None:
                     self.speaker.kill()  # still waiting for a slot
