@@ -39,7 +39,7 @@ import contextlib
 import gc
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,7 +336,7 @@ class Attempts:
     languages: list[str] = field(default_factory=list)  # the codes of ``language``
     # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
     # from one refresh to the next (rows only ever come after them); None when read once.
-    lasting: dict[str, Any] | None = None
+    lasting: dict[Hashable, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.cols["t0"])
@@ -414,7 +414,7 @@ class RequestLog:
     def __init__(self, path: Path, live: bool = False):
         self.path = path
         self.live = live
-        self.lasting: dict[str, Any] | None = {} if live else None
+        self.lasting: dict[Hashable, Any] | None = {} if live else None
         self.offset = 0  # bytes consumed (complete lines only)
         self.lines = 0
         self.bad_lines = 0
