@@ -154,7 +154,9 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
 
 def hangup_evidence(hung: dict[str, Any] | None) -> str | None:
     """The diagnosis's line when requests the client gave up on kept the server busy, else None."""
-    work = (hung or {}).get("orphaned_work_s") or {}
+    if hung is None:
+        return None
+    work = hung.get("orphaned_work_s") or {}
     per = work.get("per_hangup_s")
     if per is None or per - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
         return None
@@ -167,7 +169,9 @@ def hangup_evidence(hung: dict[str, Any] | None) -> str | None:
 
 def evidence(barge: dict[str, Any] | None) -> str | None:
     """The diagnosis's line when cancelled utterances kept the server busy, else None."""
-    work = (barge or {}).get("orphaned_work_s") or {}
+    if barge is None:
+        return None
+    work = barge.get("orphaned_work_s") or {}
     per = work.get("per_cancel_s")
     if per is None or per - (work.get("uncertainty_s") or 0.0) < ORPHANED_NOTABLE_S:
         return None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,7 +212,7 @@ def _held(
     here: str,
     held_at: str,
     every: str,
-    below,
+    below: Callable[[dict[str, Any]], str],
     unsafe: str,
 ) -> tuple[bool, str]:
     """Whether the SLO holds at level ``i`` and at every level below it, and why in one

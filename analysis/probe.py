@@ -146,7 +146,7 @@ def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> di
     return out
 
 
-def _verdict(c: dict[str, Any], ms: dict[str, Any]) -> str:
+def _verdict(c: dict[str, Any], ms: dict[Outcome, float]) -> str:
     """What the server did with the class, in a few words: its outcomes, most common first, each
     with its median time (``ms``: outcome -> ms)."""
     parts = []
@@ -182,8 +182,8 @@ def _median_pace(sweep: Attempts) -> float | None:
     return float(np.median(sweep["audio_s"][m] / sweep["text_len"][m]))
 
 
-def _finite(v) -> float | None:
-    v = float(v)
+def _finite(value: object) -> float | None:
+    v = float(value)  # type: ignore[arg-type]  # a number from the records, or NaN
     return round(v, 3) if np.isfinite(v) else None
 
 

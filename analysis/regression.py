@@ -90,7 +90,8 @@ def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
     cut = a.cols.get("cut_by_step_end")
     if cut is not None and (col == "ttfa_ms" or rd.streamed()):
         m &= ~cut
-    return a[col][m]
+    values: np.ndarray = a[col][m]
+    return values
 
 
 def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | None:

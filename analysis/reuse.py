@@ -36,7 +36,7 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, A
     col = "ttfa_ms" if streamed else "wait_ms"
     t = a[col]
     rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
-    out = {
+    out: dict[str, Any] = {
         "pairs": 0,
         "first_ms": None,
         "repeat_ms": None,

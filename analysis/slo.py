@@ -286,7 +286,7 @@ def judge(slo: SLO, step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def max_level(verdicts: list[dict[str, Any]], key: str = "concurrency"):
+def max_level(verdicts: list[dict[str, Any]], key: str = "concurrency") -> Any:  # the level's own type
     """The largest level (``v[key]``: a concurrency, an offered rate) that passes with every
     lower tested level passing; None when the lowest one does not pass.  Verdicts may come in
     any order and a level may appear several times: it passes only if every verdict for it

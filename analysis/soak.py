@@ -86,7 +86,7 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(v, q)) if len(v) else None
 
 
-def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list[Any]]:
+def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float, float]]) -> dict[str, list[Any]]:
     """Per host of ``role``: the median of ``column`` in each window (None where none)."""
     if not len(res):
         return {}
@@ -125,7 +125,9 @@ def windows(
     return out
 
 
-def _request_figures(a: Attempts, step: dict[str, Any], edges, open_loop: bool, streamed: bool) -> list[dict[str, Any]]:
+def _request_figures(
+    a: Attempts, step: dict[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
+) -> list[dict[str, Any]]:
     """Each window's request figures: from the rows sent in it, and the completions inside it."""
     mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
     done_ok = a["final"] & a["ok"]
@@ -167,7 +169,7 @@ def _request_figures(a: Attempts, step: dict[str, Any], edges, open_loop: bool, 
     return out
 
 
-def _window_of(edges, ts: np.ndarray, right: bool = False) -> np.ndarray:
+def _window_of(edges: list[tuple[float, float]], ts: np.ndarray, right: bool = False) -> np.ndarray:
     """The index of the window each time falls in (windows are [lo, hi), or (lo, hi] with
     ``right``); times outside every window are left out."""
     starts = np.array([lo for lo, _ in edges])

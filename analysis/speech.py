@@ -66,7 +66,7 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     rates = np.array([_rate(e) for e in judged], dtype=float)
     mean = float(rates.mean()) if len(rates) else None
     p95 = float(np.percentile(rates, 95)) if len(rates) else None
-    worst = sorted(judged, key=lambda e: -_rate(e))[:WORST]
+    worst = sorted(judged, key=lambda e: -(_rate(e) or 0.0))[:WORST]
     return {
         "metric": metric,
         "judged": len(judged),

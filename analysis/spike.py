@@ -26,11 +26,14 @@ latency before where that is longer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+
+if TYPE_CHECKING:
+    import pandas as pd
 from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
 
 SHARE = 0.05
@@ -46,7 +49,7 @@ def spike(
     streamed: bool,
     health: dict[str, Any] | None,
     options: dict[str, Any],
-    res=None,
+    res: pd.DataFrame | None = None,
 ) -> dict[str, Any] | None:
     """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
     (those of the spike's phases are picked out), and the resource samples ``res`` (a
@@ -93,7 +96,7 @@ def spike(
     return out
 
 
-def _process_gone_at(res, start: float | None, end: float | None) -> float | None:
+def _process_gone_at(res: pd.DataFrame | None, start: float | None, end: float | None) -> float | None:
     """When a watched server process went away between ``start`` and ``end`` (the first of a
     server host's samples without it after one with it), or None."""
     if res is None or not len(res) or start is None or "proc_rss_bytes" not in res:
@@ -110,7 +113,8 @@ def _process_gone_at(res, start: float | None, end: float | None) -> float | Non
 
 
 def _in(a: Attempts, step: dict[str, Any]) -> np.ndarray:
-    return a["step"] == int(step["step"])
+    rows: np.ndarray = a["step"] == int(step["step"])
+    return rows
 
 
 def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:

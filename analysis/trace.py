@@ -23,6 +23,7 @@ run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ BURST_SIGMAS = 2.5
 MAX_BURSTS = 10
 
 
-def bursts(offsets, duration_s: float) -> list[dict[str, Any]]:
+def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
     """The trace's bursts (see the module doc): ``{start_s, end_s, arrivals, rate_rps,
     times_mean}`` each, in trace order."""
     t = np.asarray(offsets, dtype=float)
@@ -92,7 +93,7 @@ def section(a: Attempts, plan: list[dict[str, Any]], info: dict[str, Any], summa
     (its knee, recommendation and SLO, on rates)."""
     base = info.get("rate_rps")
 
-    def speed(rate):
+    def speed(rate: object) -> float | None:
         return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
 
     steps = []
