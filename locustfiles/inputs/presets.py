@@ -23,13 +23,15 @@ import binascii
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from tts_knee.audio.containers import StreamError
@@ -176,6 +178,7 @@ class Preset:
         rate = None if rule.rate is None else _get(obj, rule.rate)
         rate = rate if type(rate) is int and 0 < rate <= 1_000_000 else None
         if rule.event == "audio":
+            assert rule.audio is not None  # the dialect check: an audio rule names its field
             b64 = _get(obj, rule.audio)
             if not isinstance(b64, str):
                 raise StreamError(
@@ -405,7 +408,7 @@ class _Checker:
         for kind in ("text", "end"):
             if kind not in send:
                 self.fail(f"send.{kind}", "is missing: every dialect needs the text and the end of the text")
-        out = {}
+        out: dict[str, Any] = {}
         for kind, bodies in send.items():
             many = isinstance(bodies, list)
             if many and (kind == "text" or not bodies):
