@@ -24,6 +24,7 @@ PYTEST := $(PY) -m pytest -q -rs --durations=25
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/ruff format --check --quiet .
+	$(MYPY)
 	$(DOCS_BUILD)
 	@status=0; \
 	$(PYTEST) -n 2 --dist loadfile -m 'not alone' $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
