@@ -93,7 +93,7 @@ def versions() -> dict[str, Any]:
 UNDIGESTED_OPTIONS = ("audio_dir", "texts")
 
 
-def options_digest(options: dict) -> str:
+def options_digest(options: dict[str, Any]) -> str:
     """run.json ``provenance.options_sha256``: SHA-256 (hex) of ``options`` as canonical JSON
     (keys sorted, no spaces, UTF-8), :data:`UNDIGESTED_OPTIONS` left out; a script recomputes it
     from run.json's ``options`` the same way."""
