@@ -99,7 +99,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--baseline-anyway",
         action="store_true",
         help=f"compare with --baseline even when either run's audio failed its checks (over "
-        f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; default: refuse)",
+        f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; "
+        "default: refuse)",
     )
     p.add_argument(
         "--junit",
