@@ -21,6 +21,7 @@ import collections
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import gevent
@@ -54,7 +55,7 @@ class Job:
         self.path, self.data, self.kind = path, data, kind
         self.nbytes = len(data)
         self.done = Event()
-        self.on_done = None
+        self.on_done: Callable[[], None] | None = None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether it was written, waiting (this greenlet only) at most ``timeout`` seconds."""
