@@ -421,7 +421,8 @@ def signal_evidence(levels: list[dict], knee: Knee | dict) -> list[str]:
         if ex:
             e = ex[0]
             ev.append(
-                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s against {e["expected_s"]:.2f} s.'
+                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s '
+                f"against {e['expected_s']:.2f} s."
             )
     return ev
 

@@ -254,9 +254,9 @@ def signal_rise(steps: list[StepSummary] | list[dict]) -> tuple[int, str] | None
     for key, _, margin in SIGNAL_SHARES:
         base = signal_share(steps[0], key)[0] or 0.0 if steps else 0.0
 
-        def high(s: StepSummary | dict) -> bool | None:
-            rate = signal_share(s, key)[0]
-            return None if rate is None else rate >= base + margin
+        def high(s: StepSummary | dict) -> bool | None:  # called in this iteration only
+            rate = signal_share(s, key)[0]  # noqa: B023
+            return None if rate is None else rate >= base + margin  # noqa: B023
 
         for i in range(1, len(steps)):
             if (

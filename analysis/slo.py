@@ -56,7 +56,9 @@ METRICS: dict[str, str] = {
     "ttfa_audible_p95_ms": "95th percentile time until the listener hears the first sound, ms",
     "leading_silence_p95_ms": "95th percentile silence before the first sound, ms",
     "silent_rate": "share of requests answered with silent audio, 0..1",
-    "runaway_rate": "share of requests whose audio ran away (at least twice the same text's length at the lowest step), 0..1",
+    "runaway_rate": (
+        "share of requests whose audio ran away (at least twice the same text's length at the lowest step), 0..1"
+    ),
 }
 
 # metric -> (step dict key, sub key or None, scale); a value of None is "not measured"
