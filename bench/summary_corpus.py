@@ -1,0 +1,131 @@
+"""Re-analyse a corpus of run directories and compare the summaries byte for byte.
+
+A refactor of the analysis must leave ``summary.json`` and the terminal verdict unchanged. This
+tool keeps that checkable::
+
+    python bench/summary_corpus.py synth CORPUS          # add synthetic runs (tests/rundirs.py)
+    python bench/summary_corpus.py analyse CORPUS OUT    # summary.json + verdict.txt per run
+    python bench/summary_corpus.py compare OUT_A OUT_B   # byte-for-byte, one line per difference
+
+``analyse`` finds every run directory under ``CORPUS`` (a folder holding ``requests.jsonl``),
+runs ``tts-knee report --no-report`` on it in this process (the code this interpreter imports:
+point ``PYTHONPATH`` at another tree's ``tts_knee`` to analyse with that) and keeps, under
+``OUT`` at the run's relative path, its ``summary.json``, what the report printed
+(``verdict.txt``) and its exit status (``status``). ``compare`` exits 1 when anything differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_dirs(corpus: Path) -> list[Path]:
+    """Every run directory under ``corpus``, sorted."""
+    return sorted(p.parent for p in corpus.rglob("requests.jsonl") if "analysed" not in p.parts)
+
+
+def analyse(corpus: Path, out: Path) -> int:
+    from tts_knee.dashboard.__main__ import main
+
+    n = 0
+    for rd in run_dirs(corpus):
+        dest = out / rd.relative_to(corpus)
+        dest.mkdir(parents=True, exist_ok=True)
+        (rd / "summary.json").unlink(missing_ok=True)
+        printed, errors = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+            try:
+                status = main([str(rd), "--no-report"])
+            except SystemExit as e:  # a bad run directory ends the command
+                status = e.code
+            except Exception as e:  # noqa: BLE001 - a crash is a result to compare too
+                status = f"crash {type(e).__name__}: {e}"
+        (dest / "verdict.txt").write_text(printed.getvalue() + errors.getvalue())
+        (dest / "status").write_text(f"{status}\n")
+        if (rd / "summary.json").exists():
+            shutil.copyfile(rd / "summary.json", dest / "summary.json")
+        n += 1
+    print(f"analysed {n} run directories into {out}")
+    return 0
+
+
+def compare(a: Path, b: Path) -> int:
+    names = sorted({p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*") if p.is_file()})
+    runs = {n.parent for n in names}
+    differ = []
+    for n in names:
+        fa, fb = a / n, b / n
+        if not fa.exists() or not fb.exists() or fa.read_bytes() != fb.read_bytes():
+            differ.append(n)
+            print(f"differs: {n}")
+    summaries = sum(1 for n in names if n.name == "summary.json")
+    print(f"{len(runs)} run directories, {summaries} summaries, {len(names)} files compared: {len(differ)} differ")
+    return 1 if differ else 0
+
+
+def synth(corpus: Path) -> int:
+    """Synthetic runs of many shapes: each diagnosis, streamed, in progress, with an SLO, refined."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from rundirs import Model, build_run
+
+    shapes = {
+        "flat": Model(slots=None),
+        "slots4": Model(slots=4, gpu_busy_util=97),
+        "slots2-cpu": Model(slots=2, gpu=False, server_cpu_busy=95),
+        "leak": Model(gpu_mem_leak_per_step=2 * 1024**3),
+        "errors": Model(error_from=8),
+        "ratelimit": Model(rate_limit_from=4),
+        "client-io": Model(write_ms_per_user=4.0),
+        "client-bound": Model(user_gap_ms=300.0, user_gap_from=8, client_cpu_per_user=12.0),
+        "no-resources": Model(resources=False),
+        "continuous": Model(continuous=True),
+        "workers": Model(continuous=True, client_workers=2),
+        "in-progress": Model(in_progress=True),
+        "bad-lines": Model(bad_lines=3),
+        "timing": Model(server_timing=True),
+        "stream": Model(stream_capacity=8.0, stream_max_speed=4.0),
+        "stream-buffer": Model(stream_capacity=6.0, playback_buffer_ms=300.0, prefill_ms_per_stream=40.0),
+        "stream-truncate": Model(stream_capacity=8.0, truncate_from=8),
+        "stream-floor": Model(stream_capacity=8.0, ttfa_floor_ms=150.0),
+        "slo": Model(slo="p95<600ms"),
+        "slo-fail": Model(slo="p95<100ms,errors<1%"),
+        "refine": Model(steps=(1, 2, 4, 8, 16, 5, 6, 7), refine_from=5),
+        "short": Model(steps=(1, 2), step_s=4.0),
+        "one-step": Model(steps=(4,)),
+        "noisy": Model(noise=0.4, seed=7),
+    }
+    for seed in range(1, 9):
+        shapes[f"seed{seed}"] = Model(seed=seed, slots=1 + seed % 5, noise=0.1)
+    for name, model in shapes.items():
+        build_run(corpus / "synthetic" / name, model)
+    print(f"wrote {len(shapes)} synthetic run directories under {corpus / 'synthetic'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("synth").add_argument("corpus", type=Path)
+    an = sub.add_parser("analyse")
+    an.add_argument("corpus", type=Path)
+    an.add_argument("out", type=Path)
+    co = sub.add_parser("compare")
+    co.add_argument("a", type=Path)
+    co.add_argument("b", type=Path)
+    args = p.parse_args(argv)
+    if args.cmd == "synth":
+        return synth(args.corpus)
+    if args.cmd == "analyse":
+        return analyse(args.corpus, args.out)
+    return compare(args.a, args.b)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
