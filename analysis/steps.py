@@ -278,27 +278,27 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict[st
     }
 
 
-def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict[str, Any]:
+def signal_stats(a: Attempts, final: np.ndarray, ok_timed: np.ndarray, figure) -> dict[str, Any]:
     """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
     trailing silence and of audible TTFA over the requests the latency figures describe
-    (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
+    (``ok_timed``), and, over its requests (``final``, final attempts), the shares that were silent
     (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (:func:`length_flags`),
     or clipped (any sample at full scale in more than :data:`CLIPPED_SHARE` of it)."""
     runaway, truncated = length_flags(a)
     silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
-    n = int(fin.sum())
-    checked = okl & np.isfinite(a["clipped_share"])
+    n = int(final.sum())
+    checked = ok_timed & np.isfinite(a["clipped_share"])
 
     def share(mask) -> float | None:
         return int(mask.sum()) / n if n else None
 
     return {
-        "leading_silence_ms": figure("leading_silence_ms", okl, "okl"),
-        "trailing_silence_ms": figure("trailing_silence_ms", okl, "okl"),
-        "ttfa_audible_ms": figure("ttfa_audible_ms", okl, "okl"),
-        "silent_rate": share(fin & (a["error"] == silent_code)),
-        "runaway_rate": share(fin & runaway),
-        "truncated_rate": share(fin & truncated),
+        "leading_silence_ms": figure("leading_silence_ms", ok_timed, "ok_timed"),
+        "trailing_silence_ms": figure("trailing_silence_ms", ok_timed, "ok_timed"),
+        "ttfa_audible_ms": figure("ttfa_audible_ms", ok_timed, "ok_timed"),
+        "silent_rate": share(final & (a["error"] == silent_code)),
+        "runaway_rate": share(final & runaway),
+        "truncated_rate": share(final & truncated),
         "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
         if checked.any()
         else None,
@@ -375,23 +375,23 @@ def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarra
     return cut
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict[str, Any]:
+def _stream_stats(a: Attempts, ok_final: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict[str, Any]:
     """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
     module doc); ``figure(column, mask, mask name, tail)`` is a distribution."""
-    n_cut, okf = int((okf & cut).sum()), okf & ~cut
-    under = a["underruns"][okf]
+    n_cut, ok_final = int((ok_final & cut).sum()), ok_final & ~cut
+    under = a["underruns"][ok_final]
     under = under[np.isfinite(under)]
     return {
         "streamed": streamed,
-        "streams": {"counted": int(okf.sum()), "cut_by_step_end": n_cut},
-        "ttfa_ms": figure("ttfa_ms", okf, "streams", False),
+        "streams": {"counted": int(ok_final.sum()), "cut_by_step_end": n_cut},
+        "ttfa_ms": figure("ttfa_ms", ok_final, "streams", False),
         "underrun_rate": float((under >= 1).mean()) if len(under) else None,
         "underrun_streams": int((under >= 1).sum()),
-        "underrun_ms": figure("underrun_ms", okf, "streams", True),
-        "gap_max_ms": figure("gap_max_ms", okf, "streams", True),
-        "chunks": figure("chunks", okf, "streams", True),
-        "tail_ms": figure("tail_ms", okf, "streams", False),
-        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][okf]), "chunk_ms": riva_stats(a.gaps_of(okf))}
+        "underrun_ms": figure("underrun_ms", ok_final, "streams", True),
+        "gap_max_ms": figure("gap_max_ms", ok_final, "streams", True),
+        "chunks": figure("chunks", ok_final, "streams", True),
+        "tail_ms": figure("tail_ms", ok_final, "streams", False),
+        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][ok_final]), "chunk_ms": riva_stats(a.gaps_of(ok_final))}
         if streamed
         else None,
     }
@@ -563,6 +563,25 @@ def _little(
     }
 
 
+def _status_counts(a: Attempts, rows: np.ndarray) -> dict[str, int]:
+    """How many of the attempts ``rows`` ended with each status: its code, its name (a gRPC or
+    WebSocket status), or ``conn_error`` where no response came."""
+    status, names = a["status"][rows], a["status_name"][rows]
+    named = names >= 0
+    counts = {"conn_error" if v < 0 else str(int(v)): n for v, n in _value_counts(status[~named])}
+    counts.update({a.statuses[v]: n for v, n in _value_counts(names[named])})
+    return counts
+
+
+def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[dict[str, Any]]:
+    """The ``most`` commonest error texts of the failed attempts among ``rows``, with counts."""
+    error_codes = a["error"][rows & (a["error"] >= 0) & ~a["ok"]]
+    if not len(error_codes):
+        return []
+    codes, counts = np.unique(error_codes, return_counts=True)
+    return [{"error": a.errors[codes[i]], "count": int(counts[i])} for i in np.argsort(-counts)[:most]]
+
+
 def step_stats(
     a: Attempts,
     step: dict[str, Any],
@@ -584,121 +603,113 @@ def step_stats(
     (None: every one counts)."""
     cut_end = run_end_cut(a)
     mine = a["step"] == step["step"]
-    m = mine & a["settled"] & ~cut_end
-    n_att = int(m.sum())
-    fin = m & a["final"]
-    okf = fin & a["ok"]
+    settled = mine & a["settled"] & ~cut_end
+    n_attempts = int(settled.sum())
+    final = settled & a["final"]
+    ok_final = final & a["ok"]
     cancelled = np.isfinite(a["cancel_ms"])
-    heard = okf & ~cancelled
+    heard = ok_final & ~cancelled
     out = {
         "step": step["step"],
         "concurrency": step["concurrency"],
         "planned_start": step.get("start"),
         "planned_end": step.get("end"),
     }
-    requests, ok = int(fin.sum()), int(okf.sum())
-    win = step_window(a, step, settle_s, next_start)
-    start, end, dur = win["start"], win["end"], win["duration_s"]
-    if dur:
+    requests, ok = int(final.sum()), int(ok_final.sum())
+    window = step_window(a, step, settle_s, next_start)
+    start, end, duration_s = window["start"], window["end"], window["duration_s"]
+    if duration_s:
         inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        done_in, ok_in = inside, inside & a["ok"] & ~cancelled
-        win["completions"], win["ok_completions"] = int(done_in.sum()), int(ok_in.sum())
+        done_inside, ok_inside = inside, inside & a["ok"] & ~cancelled
+        window["completions"], window["ok_completions"] = int(done_inside.sum()), int(ok_inside.sum())
     else:
-        win["completions"] = win["ok_completions"] = None
-    status = a["status"][m]
-    att_failed = int((m & ~a["ok"]).sum())
-    throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
-    names = a["status_name"][m]
-    named = names >= 0
-    counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status[~named])}
-    counts.update({a.statuses[v]: c for v, c in _value_counts(names[named])})
+        window["completions"] = window["ok_completions"] = None
+    attempts_failed = int((settled & ~a["ok"]).sum())
+    throttled = int(np.isin(a["status"][settled], THROTTLE_STATUSES).sum())
     if streamed is None:
-        streamed = bool((a["chunk_n"][m] >= 0).any())
-    stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
-    cut = _cut_by_step_end(a, m, stream_end)
-    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
+        streamed = bool((a["chunk_n"][settled] >= 0).any())
+    stream_end = step["streams_end"] if "streams_end" in step else _stream_end(window)
+    cut = _cut_by_step_end(a, settled, stream_end)
+    ok_timed = heard & ~cut if streamed else heard  # the requests the latency figures describe
     # a live reader keeps each figure's sorted values under what its mask depends on
     keep = (step["step"], stream_end, streamed)
 
-    def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict[str, Any] | None:
+    def figure(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict[str, Any] | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
 
     out.update(
         {
-            "window": win,
+            "window": window,
             "requests": requests,
-            "attempts": n_att,
+            "attempts": n_attempts,
             "ok": ok,
             "failed": requests - ok,
             "cut_by_run_end": int((mine & cut_end).sum()),
             "error_rate": (requests - ok) / requests if requests else None,
-            "attempt_failures": att_failed,
-            "attempt_failure_rate": att_failed / n_att if n_att else None,
-            "throughput_rps": win["ok_completions"] / dur if dur else None,
-            "completed_rps": win["completions"] / dur if dur else None,
-            "latency_ms": d("wait_ms", okl, "okl"),
-            "ttfb_ms": d("ttfb_ms", okl, "okl"),
-            "write_ms": d("write_ms", okl, "okl"),
-            "concat_ms": d("concat_ms", okl, "okl"),
-            "e2e_ms": dist(a["e2e_ms"][okl]),  # a retried request's e2e can come later than its row
-            "rtf": d("rtf", okl, "okl"),
-            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
-            "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+            "attempt_failures": attempts_failed,
+            "attempt_failure_rate": attempts_failed / n_attempts if n_attempts else None,
+            "throughput_rps": window["ok_completions"] / duration_s if duration_s else None,
+            "completed_rps": window["completions"] / duration_s if duration_s else None,
+            "latency_ms": figure("wait_ms", ok_timed, "ok_timed"),
+            "ttfb_ms": figure("ttfb_ms", ok_timed, "ok_timed"),
+            "write_ms": figure("write_ms", ok_timed, "ok_timed"),
+            "concat_ms": figure("concat_ms", ok_timed, "ok_timed"),
+            "e2e_ms": dist(a["e2e_ms"][ok_timed]),  # a retried request's e2e can come later than its row
+            "rtf": figure("rtf", ok_timed, "ok_timed"),
+            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
+            "rtfx": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
             **capacity.step_figures(
-                win["ok_completions"] / dur if dur else None,
-                float(np.nansum(a["text_len"][ok_in]) / dur) if dur else None,
+                window["ok_completions"] / duration_s if duration_s else None,
+                float(np.nansum(a["text_len"][ok_inside]) / duration_s) if duration_s else None,
             ),
-            "retries": int((m & (a["attempt"] > 1)).sum()),
+            "retries": int((settled & (a["attempt"] > 1)).sum()),
             "attempts_by_number": {
-                "1": int((m & (a["attempt"] <= 1)).sum()),
-                "2": int((m & (a["attempt"] == 2)).sum()),
-                "3+": int((m & (a["attempt"] >= 3)).sum()),
+                "1": int((settled & (a["attempt"] <= 1)).sum()),
+                "2": int((settled & (a["attempt"] == 2)).sum()),
+                "3+": int((settled & (a["attempt"] >= 3)).sum()),
             },
             "throttled": throttled,
-            "non_throttle_failures": att_failed - throttled,
-            "status_counts": counts,
-            "retry_after_s": d("retry_after_s", m, "m"),
-            "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
+            "non_throttle_failures": attempts_failed - throttled,
+            "status_counts": _status_counts(a, settled),
+            "retry_after_s": figure("retry_after_s", settled, "settled"),
+            "backoff_ms": figure("backoff_ms", settled & (a["attempt"] > 1), "retried"),
         }
     )
-    streams = okf & ~cut
-    out.update(_stream_stats(a, okf, streamed, cut, d))
-    out["tail_ms"] = d("tail_ms", heard & ~cut, "heard")
-    out["cancelled"] = int((fin & cancelled).sum())
-    out["cancel_to_quiet_ms"] = d("cancel_to_quiet_ms", fin & cancelled, "cancelled")
+    streams = ok_final & ~cut
+    out.update(_stream_stats(a, ok_final, streamed, cut, figure))
+    out["tail_ms"] = figure("tail_ms", heard & ~cut, "heard")
+    out["cancelled"] = int((final & cancelled).sum())
+    out["cancel_to_quiet_ms"] = figure("cancel_to_quiet_ms", final & cancelled, "cancelled")
     out["integrity"] = integrity(a, heard, step["step"])
-    out.update(signal_stats(a, fin, okl, d))
-    out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
+    out.update(signal_stats(a, final, ok_timed, figure))
+    out["little"] = _little(a, step, start, end, last or window["open"], contexts, think_s) if duration_s else None
     stages = {}
     for name, col in a.stages.items():
-        sd = dist(col[m], sorted_values(a, (*keep, "stage", name), col, m))
-        if sd:
-            stages[name] = {"mean": sd["mean"], "p50": sd["p50"], "p95": sd["p95"]}
+        stage_dist = dist(col[settled], sorted_values(a, (*keep, "stage", name), col, settled))
+        if stage_dist:
+            stages[name] = {"mean": stage_dist["mean"], "p50": stage_dist["p50"], "p95": stage_dist["p95"]}
     out["server_timing_ms"] = stages
     tiers = {}
     for code, name in enumerate(a.tiers):
-        td = d("wait_ms", okl & (a["tier"] == code), f"tier {code}")
-        if td:
-            tiers[name] = {"count": td["count"], "p50": td["p50"], "p95": td["p95"]}
+        tier_dist = figure("wait_ms", ok_timed & (a["tier"] == code), f"tier {code}")
+        if tier_dist:
+            tiers[name] = {"count": tier_dist["count"], "p50": tier_dist["p50"], "p95": tier_dist["p95"]}
     out["latency_by_tier_ms"] = tiers
     # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
     for key, col, names in (
         ("latency_by_voice_ms", "voice", a.voices),
         ("latency_by_language_ms", "language", a.languages),
     ):
-        out[key] = _by_label(a["wait_ms"][okl], a[col][okl], names)
-    errs = a["error"][m & (a["error"] >= 0) & ~a["ok"]]
-    top = []
-    if len(errs):
-        codes, c = np.unique(errs, return_counts=True)
-        for i in np.argsort(-c)[:5]:
-            top.append({"error": a.errors[codes[i]], "count": int(c[i])})
-    out["errors"] = top
+        out[key] = _by_label(a["wait_ms"][ok_timed], a[col][ok_timed], names)
+    out["errors"] = _top_errors(a, settled)
     out["server"] = resource_aggregate(res, "server", start, end, roles)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    for key, col, mask, name in (("latency_ms", "wait_ms", okl, "okl"), ("ttfa_ms", "ttfa_ms", streams, "streams")):
+    for key, col, mask, name in (
+        ("latency_ms", "wait_ms", ok_timed, "ok_timed"),
+        ("ttfa_ms", "ttfa_ms", streams, "streams"),
+    ):
         if out.get(key) and col in a.cols:
             out[key].update(percentile_cis(a[col][mask], sorted_v=sorted_values(a, (*keep, col, name), a[col], mask)))
     return out
