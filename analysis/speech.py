@@ -11,7 +11,8 @@ judges the same texts); the mean of the paired differences in error rate gets a 
 interval (:data:`BOOTSTRAP` resamples, a fixed seed: the same records give the same verdict), and
 the level is a knee when the interval's lower end is above :data:`MIN_RISE` (two points of error
 rate: below it, a recogniser's own noise on a voice that varies from call to call). At least
-:data:`MIN_PAIRS` pairs are needed to judge a level at all.
+:data:`MIN_PAIRS` pairs are needed to judge a level at all. A level is one of the run's axis
+(:mod:`analysis.axis`): a concurrency, an offered rate or a number of voices.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from tts_knee.analysis.axis import of_summary
+
 GIB = 1024**3
 KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
 PASS_COLOUR, FAIL_COLOUR, UNSURE_COLOUR = "#2ca02c", "#d62728", "#ff7f0e"  # verdicts: pass, fail, inconclusive
@@ -84,12 +86,12 @@ def lx(n):
 def is_open_loop(summary: dict) -> bool:
     """Whether the run offered rates (``--rates``, run.json mode ``open``): its steps stand at an
     offered rate, not a concurrency."""
-    return summary["run"]["mode"] == "open"
+    return of_summary(summary).open_loop
 
 
 def is_voice_sweep(summary: dict) -> bool:
     """Whether the run swept the number of distinct voices at one load (``--voice-steps``)."""
-    return (summary.get("knee") or {}).get("axis") == "voices"
+    return of_summary(summary).key == "voices"
 
 
 def is_streamed(summary: dict) -> bool:
