@@ -510,37 +510,54 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
     def out(kind: Kind, ev: list[str]) -> Diagnosis:
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
 
+    first = _failing(steps, k, creep)
+    if first is not None:
+        return out(*first)
+    if k is None:
+        return out(Kind.NO_KNEE, _stream_no_knee(steps, knee) if streamed else _no_knee(steps, knee))
+    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
+    client_io = _client_io(steps, lo, s)
+    if client_io:
+        return out(Kind.CLIENT_IO, client_io)
+    return out(*_at_knee(steps, k, streamed))
+
+
+def _failing(steps: list[StepSummary], k: int | None, creep: dict | None) -> tuple[Kind, list[str]] | None:
+    """What fails requests or spoils the measurement, judged before what bends latency: memory,
+    the load generator, throttling, server errors (the first that holds), or None."""
     mem = _memory(steps, k, creep)
     if mem:
-        return out(Kind.MEMORY_BOUND, mem)
+        return Kind.MEMORY_BOUND, mem
     cli = _client(steps, k)
     if cli:
-        return out(
-            Kind.CLIENT_BOUND,
-            cli + ["Results at and above that step measure the load generator, not the server: add workers or hosts."],
-        )
+        return Kind.CLIENT_BOUND, cli + [
+            "Results at and above that step measure the load generator, not the server: add workers or hosts."
+        ]
     thr = _throttling(steps, k)
     if thr:
-        return out(Kind.RATE_LIMITED, thr)
+        return Kind.RATE_LIMITED, thr
     err = _errors(steps, k)
-    if err:
-        return out(Kind.SERVER_ERRORS, err)
+    return (Kind.SERVER_ERRORS, err) if err else None
+
+
+def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
+    """No knee up to the highest step: how far latency stayed, and to test higher."""
     top = steps[-1]
-    if k is None and streamed:
-        return out(Kind.NO_KNEE, _stream_no_knee(steps, knee))
-    if k is None:
-        infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
-        ev = [
-            f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
-            f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
-            f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
-            f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
-            f"{sum(s['failed'] for s in steps)} failed requests.",
-            f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
-            f"highest tested step, so test higher concurrency.",
-        ]
-        return out(Kind.NO_KNEE, ev)
-    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
+    infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
+    return [
+        f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
+        f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
+        f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
+        f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
+        f"{sum(s['failed'] for s in steps)} failed requests.",
+        f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
+        f"highest tested step, so test higher concurrency.",
+    ]
+
+
+def _client_io(steps: list[StepSummary], lo: StepSummary, s: StepSummary) -> list[str] | None:
+    """The client's own writing or concatenation grew to the knee step ``s`` while the wait
+    stayed flat (``client_io``), or None."""
     w_lo, w_hi = _get(lo, "latency_ms", "p50"), _get(s, "latency_ms", "p50")
     wait_flat = (
         w_lo
@@ -553,14 +570,18 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
         if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
-            return out(
-                Kind.CLIENT_IO,
-                [
-                    f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
-                    f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
-                    f"client's disk or concatenation is the bottleneck, not the server."
-                ],
-            )
+            return [
+                f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
+                f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
+                f"client's disk or concatenation is the bottleneck, not the server."
+            ]
+    return None
+
+
+def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, list[str]]:
+    """What bends latency at the knee step ``k``: the server's compute, its concurrency limit,
+    or a queue whose cause its samples (where there are none) cannot tell."""
+    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
     queue = stream_sentence(lo, s, steps[0]) if streamed else _lat_sentence(lo, s)
     thr_lo, thr_hi = lo.get("throughput_rps"), s.get("throughput_rps")
     tp = (
@@ -572,7 +593,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
     waiting, qev = _server_queue(steps, k)
     if sat is None:
         if waiting:
-            return out(
+            return (
                 Kind.QUEUEING,
                 [
                     f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the server.",
@@ -583,7 +604,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
                 ],
             )
         if waiting is False:
-            return out(
+            return (
                 Kind.QUEUEING,
                 [
                     f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
@@ -593,7 +614,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
                     f"the server (tts-knee collect) to see its hardware.",
                 ],
             )
-        return out(
+        return (
             Kind.QUEUEING,
             [
                 f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
@@ -616,9 +637,9 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
             )
         elif qev:
             ev.append(f"{_cap(qev)}.")
-        return out(Kind.COMPUTE_BOUND, ev)
+        return Kind.COMPUTE_BOUND, ev
     if waiting:
-        return out(
+        return (
             Kind.CONCURRENCY_LIMIT,
             [f"{_cap(qev)} while {res}: its concurrency limit is too low.", f"{_cap(queue)}; {tp}."],
         )
@@ -631,7 +652,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
             f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
             f"front of it (a proxy, a worker pool) or in the client."
         )
-    return out(Kind.CONCURRENCY_LIMIT, ev)
+    return Kind.CONCURRENCY_LIMIT, ev
 
 
 def _n(v: float) -> str:

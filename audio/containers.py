@@ -463,6 +463,32 @@ def _flac_ms(frame: tuple[int, ...]) -> float:
     return frame[1] * 1000.0 / frame[2]
 
 
+def _flac_block_size(buf: bytearray, j: int, code: int) -> tuple[int, int]:
+    """A FLAC frame's samples from its block-size ``code``, read on at ``buf[j]`` where the code
+    says the size follows the frame number: ``(samples, the index after it)``."""
+    if code == 1:
+        return 192, j
+    if code <= 5:
+        return 576 << (code - 2), j
+    if code == 6:
+        return buf[j] + 1, j + 1
+    if code == 7:
+        return int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
+    return 256 << (code - 8), j
+
+
+def _flac_rate(buf: bytearray, j: int, code: int, info_rate: int | None) -> tuple[int | None, int]:
+    """A FLAC frame's sample rate from its rate ``code`` (0: STREAMINFO's ``info_rate``), read on
+    at ``buf[j]`` where the code says it follows: ``(rate, the index after it)``."""
+    if code == 0:
+        return info_rate, j
+    if code <= 11:
+        return _FLAC_RATES[code], j
+    if code == 12:
+        return buf[j] * 1000, j + 1
+    return int.from_bytes(buf[j : j + 2], "big") * (10 if code == 14 else 1), j + 2
+
+
 def _flac_header(buf: bytearray, i: int, info_rate: int | None) -> FlacHeader | None:
     """``(number, samples, rate, header bytes)`` of a FLAC frame header at ``buf[i]``, or None
     (not one, or cut short). ``number`` is the frame's number (fixed block size) or its first
@@ -483,24 +509,8 @@ def _flac_header(buf: bytearray, i: int, info_rate: int | None) -> FlacHeader | 
             if buf[j] & 0xC0 != 0x80:
                 return None
             number, j = number << 6 | buf[j] & 0x3F, j + 1
-        if bs == 1:
-            samples = 192
-        elif bs <= 5:
-            samples = 576 << (bs - 2)
-        elif bs == 6:
-            samples, j = buf[j] + 1, j + 1
-        elif bs == 7:
-            samples, j = int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
-        else:
-            samples = 256 << (bs - 8)
-        if sr == 0:
-            rate = info_rate
-        elif sr <= 11:
-            rate = _FLAC_RATES[sr]
-        elif sr == 12:
-            rate, j = buf[j] * 1000, j + 1
-        else:
-            rate, j = int.from_bytes(buf[j : j + 2], "big") * (10 if sr == 14 else 1), j + 2
+        samples, j = _flac_block_size(buf, j, bs)
+        rate, j = _flac_rate(buf, j, sr, info_rate)
         crc = 0
         for b in buf[i:j]:
             crc = _CRC8[crc ^ b]

@@ -114,41 +114,8 @@ class DiskWriter:
                 except _Empty:
                     break
             started = mono()
-            # one write per file: its appends joined in order; of its replacements, the last
-            appends: dict[Path, list[bytes]] = {}
-            replaced: dict[Path, bytes] = {}
-            closing = []
-            for job in batch:
-                if job.kind == _REPLACE:
-                    replaced[job.path] = job.data
-                elif job.kind == _APPEND:
-                    appends.setdefault(job.path, []).append(job.data)
-                else:
-                    closing.append(job.path)
-            pending = [(path, memoryview(b"".join(parts))) for path, parts in appends.items()]
-            error = None
-            while pending or replaced:
-                try:
-                    while pending:
-                        path, view = pending[0]
-                        fd = fds.get(path)
-                        if fd is None:
-                            fd = fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                        pending.pop(0)
-                    while replaced:
-                        path, data = next(iter(replaced.items()))
-                        runformat.write_text(path, data.decode())
-                        del replaced[path]
-                except OSError as e:
-                    if pending:  # what was written of it stays written
-                        pending[0] = (pending[0][0], view)
-                    if error is None:
-                        error = (str(path), e.strerror or str(e))
-                        self._done.append(([], 0.0, error))
-                        self._wake.send()
-                    _sleep(RETRY_S)
+            pending, replaced, closing = _sorted(batch)
+            self._write(fds, pending, replaced)
             for path in closing:
                 fd = fds.pop(path, None)
                 if fd is not None:
@@ -156,6 +123,32 @@ class DiskWriter:
                         os.close(fd)
             self._done.append((batch, mono() - started, None))
             self._wake.send()
+
+    def _write(self, fds: dict[Path, int], pending: list, replaced: dict[Path, bytes]) -> None:
+        """Write it all, retrying every ``RETRY_S`` after an error (told once to the event loop)."""
+        error = None
+        while pending or replaced:
+            try:
+                while pending:
+                    path, view = pending[0]
+                    fd = fds.get(path)
+                    if fd is None:
+                        fd = fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    pending.pop(0)
+                while replaced:
+                    path, data = next(iter(replaced.items()))
+                    runformat.write_text(path, data.decode())
+                    del replaced[path]
+            except OSError as e:
+                if pending:  # what was written of it stays written
+                    pending[0] = (pending[0][0], view)
+                if error is None:
+                    error = (str(path), e.strerror or str(e))
+                    self._done.append(([], 0.0, error))
+                    self._wake.send()
+                _sleep(RETRY_S)
 
     # ---- back in the event loop -------------------------------------------------------------
     def _on_wake(self) -> None:
@@ -189,3 +182,19 @@ class DiskWriter:
                 for listener in self.on_slow:
                     gevent.spawn(listener, took)
         self._wake.ref = self._in_flight > 0
+
+
+def _sorted(batch: list) -> tuple[list, dict, list]:
+    """One write per file: ``(appends, replacements, files to close)``, each file's appends
+    joined in order (``(path, memoryview)``), of its replacements the last."""
+    appends: dict[Path, list[bytes]] = {}
+    replaced: dict[Path, bytes] = {}
+    closing = []
+    for job in batch:
+        if job.kind == _REPLACE:
+            replaced[job.path] = job.data
+        elif job.kind == _APPEND:
+            appends.setdefault(job.path, []).append(job.data)
+        else:
+            closing.append(job.path)
+    return [(path, memoryview(b"".join(parts))) for path, parts in appends.items()], replaced, closing
