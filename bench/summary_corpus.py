@@ -57,7 +57,10 @@ def analyse(corpus: Path, out: Path) -> int:
 
 
 def compare(a: Path, b: Path) -> int:
-    names = sorted({p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*") if p.is_file()})
+    names = sorted(
+        {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+        | {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    )
     runs = {n.parent for n in names}
     differ = []
     for n in names:
