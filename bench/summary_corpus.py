@@ -108,8 +108,48 @@ def synth(corpus: Path) -> int:
         shapes[f"seed{seed}"] = Model(seed=seed, slots=1 + seed % 5, noise=0.1)
     for name, model in shapes.items():
         build_run(corpus / "synthetic" / name, model)
-    print(f"wrote {len(shapes)} synthetic run directories under {corpus / 'synthetic'}")
+    swept = 0
+    for sweep in ("rate", "voices", "concurrency"):
+        for heard in (False, True):
+            path = corpus / "synthetic" / f"{sweep}{'-speech' if heard else ''}"
+            build_run(path, Model(steps=(2, 2, 2, 2) if sweep == "voices" else (1, 2, 4, 8), slots=2))
+            _sweep_along(path, sweep, heard)
+            swept += 1
+    print(f"wrote {len(shapes) + swept} synthetic run directories under {corpus / 'synthetic'}")
     return 0
+
+
+def _sweep_along(path: Path, sweep: str, heard: bool) -> None:
+    """Make a synthetic closed loop an open loop (``rate``) or a voice sweep (``voices``), and,
+    where ``heard``, give it a judge's ``speech.jsonl`` whose words break at the fourth step."""
+    import json
+
+    run = json.loads((path / "run.json").read_text())
+    for i, st in enumerate(run["steps"]):
+        if sweep == "voices":
+            st["voices"] = 2**i
+        elif sweep == "rate":
+            st.update(rate=float(2**i), concurrency=0)
+    if sweep == "rate":
+        run["mode"] = "open"
+        records = [json.loads(line) for line in (path / "requests.jsonl").read_text().splitlines()]
+        (path / "requests.jsonl").write_text("".join(json.dumps(dict(r, scheduled=r["t0"])) + "\n" for r in records))
+    (path / "run.json").write_text(json.dumps(run))
+    if heard:
+        lines = [
+            {
+                "req_id": f"{st['step']}-{t}",
+                "step": st["step"],
+                "text_id": f"t{t}",
+                "metric": "wer",
+                "error": 0.05 * (t % 3) + (0.5 if i == 3 else 0.0),
+                "text": f"text {t}",
+                "transcript": "x",
+            }
+            for i, st in enumerate(run["steps"])
+            for t in range(8)
+        ]
+        (path / "speech.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
 
 
 def main(argv: list[str] | None = None) -> int:
