@@ -143,7 +143,7 @@ class _Arrivals:
         self.timeline = Timeline()
         self.cancel, self.after_s = cancel, after_s
         self.timer: gevent.Greenlet | None = None
-        self.after = _AfterCancel()
+        self.after = _AfterCancel() if cancel is not None else None  # what still came after a cancel
 
     def audio(self, ev: AudioPiece) -> None:
         cancel = self.cancel
