@@ -191,7 +191,9 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
     return ev
 
 
-def speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool, key: str) -> dict:
+def speech_degraded(
+    levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool, key: str = "concurrency"
+) -> dict:
     """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
     the judged words (``speech_first``), answers running on past their text or cut short
     (``signal_first``), or the first sound heard later behind leading silence

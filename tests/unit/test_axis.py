@@ -54,7 +54,7 @@ def _run(path: Path, sweep: str) -> Path:
 
 @pytest.mark.parametrize(
     ("sweep", "knee_at", "said"),
-    [("concurrency", 8, " at 4 to "), ("rate", 8.0, " at 4 req/s to "), ("voices", 8, " at 4 voices to ")],
+    [("concurrency", 8, " at 4 to "), ("rate", 8.0, " at 4 req/s to "), ("voices", 8, " at 4 to ")],
 )
 def test_the_speech_knee_holds_on_every_axis(tmp_path, sweep, knee_at, said):
     s = analyze(load(_run(tmp_path / sweep, sweep)))
