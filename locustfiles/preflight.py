@@ -32,6 +32,13 @@ def health(s) -> dict:
     return preflight(s, after_run=True)
 
 
+def throttled(result: dict) -> bool:
+    """Whether a health probe (or warm-up) was refused as too many requests (429, gRPC
+    RESOURCE_EXHAUSTED): a server that answers so is up, and only rate-limiting."""
+    status = result.get("status")
+    return (grpc_codes.AS_HTTP.get(status) if isinstance(status, str) else status) == 429
+
+
 def _get(s, path: str) -> dict:
     url = s.host.rstrip("/") + path
     out = {"ok": False, "status": None, "ms": None, "message": None}

@@ -55,6 +55,6 @@ STATUSES = (
         HEALTH_FAILED,
         "health_failed",
         "the health probe after the run failed: the server did not answer (or not with audio, or not 2xx for "
-        "--health-path)",
+        "--health-path); one still refusing with 429 (RESOURCE_EXHAUSTED) is up and exits as the run would",
     ),
 )
