@@ -15,6 +15,8 @@ time instead (:mod:`analysis.orphans`), with its uncertainty.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -34,8 +36,12 @@ ORPHANED_NOTABLE_S = 0.1
 
 
 def summarise(
-    a: Attempts, res: pd.DataFrame, options: dict, roles: dict[str, str] | None = None, cpu: dict | None = None
-) -> dict | None:
+    a: Attempts,
+    res: pd.DataFrame,
+    options: dict[str, Any],
+    roles: dict[str, str] | None = None,
+    cpu: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """``summary.barge_in``, or None for a run without interruptions. ``cpu``: the process-CPU
     fit (:func:`analysis.orphans.fit`), read where the server publishes no running series."""
     fraction = options.get("barge_in") or 0.0
@@ -55,7 +61,7 @@ def summarise(
     }
 
 
-def _orphaned_either(running: dict | None, cpu: dict | None) -> dict:
+def _orphaned_either(running: dict[str, Any] | None, cpu: dict[str, Any] | None) -> dict[str, Any]:
     """``orphaned_work_s`` from the running series, else from the process's CPU (with the
     ``orphaned_note`` that says why not, where it could not tell)."""
     if running is not None or cpu is None:
@@ -76,7 +82,7 @@ def _orphaned_either(running: dict | None, cpu: dict | None) -> dict:
     }
 
 
-def hangups(cpu: dict | None, a: Attempts) -> dict | None:
+def hangups(cpu: dict[str, Any] | None, a: Attempts) -> dict[str, Any] | None:
     """``summary.hangups``: the requests the client gave up on at --request-timeout and the CPU
     they left the server (from the process-CPU fit), or None without a hang-up or a fit."""
     if cpu is None:
@@ -115,7 +121,7 @@ def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
 
 
-def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> dict | None:
+def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Orphaned work (see the module doc), or None without the server's running series."""
     if not len(res) or "metrics" not in res.columns or not np.isfinite(a["t0"]).any():
         return None
@@ -146,9 +152,11 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
     }
 
 
-def hangup_evidence(hung: dict | None) -> str | None:
+def hangup_evidence(hung: dict[str, Any] | None) -> str | None:
     """The diagnosis's line when requests the client gave up on kept the server busy, else None."""
-    work = (hung or {}).get("orphaned_work_s") or {}
+    if hung is None:
+        return None
+    work = hung.get("orphaned_work_s") or {}
     per = work.get("per_hangup_s")
     if per is None or per - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
         return None
@@ -159,9 +167,11 @@ def hangup_evidence(hung: dict | None) -> str | None:
     )
 
 
-def evidence(barge: dict | None) -> str | None:
+def evidence(barge: dict[str, Any] | None) -> str | None:
     """The diagnosis's line when cancelled utterances kept the server busy, else None."""
-    work = (barge or {}).get("orphaned_work_s") or {}
+    if barge is None:
+        return None
+    work = barge.get("orphaned_work_s") or {}
     per = work.get("per_cancel_s")
     if per is None or per - (work.get("uncertainty_s") or 0.0) < ORPHANED_NOTABLE_S:
         return None

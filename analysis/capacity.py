@@ -17,7 +17,7 @@ out or a burst still fits: ``replicas = ceil(demand / (per_replica * (1 - headro
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: --headroom without the flag: the share of a replica's measured capacity left unplanned.
 HEADROOM = 0.2
@@ -57,7 +57,7 @@ def parse_demand(text: str) -> Demand:
     return Demand(v, per_s)
 
 
-def parse_cost(value) -> float:
+def parse_cost(value: str | float) -> float:
     """A replica's price per hour: a number > 0."""
     try:
         v = float(value)
@@ -68,7 +68,7 @@ def parse_cost(value) -> float:
     return v
 
 
-def parse_headroom(value) -> float:
+def parse_headroom(value: object) -> float:
     """A share of capacity left unplanned: 0 <= h < 1 (0.2, or 20%)."""
     s = str(value).strip()
     try:
@@ -89,7 +89,7 @@ class Options(NamedTuple):
     headroom: float | None = None
 
 
-def options(recorded: dict | None, given: Options | None = None) -> Options:
+def options(recorded: dict[str, Any] | None, given: Options | None = None) -> Options:
     """The run's own ``options`` (``cost_per_hour``, ``plan_for``, ``headroom``), each replaced
     by what ``given`` sets; raises :class:`CapacityError` for a recorded value that does not parse."""
     rec = recorded or {}
@@ -99,10 +99,15 @@ def options(recorded: dict | None, given: Options | None = None) -> Options:
         parse_demand(plan) if plan else None,
         None if head is None else parse_headroom(head),
     )
-    return Options(*(g if g is not None else o for g, o in zip(given or Options(), own)))
+    given = given or Options()
+    return Options(
+        given.cost_per_hour if given.cost_per_hour is not None else own.cost_per_hour,
+        given.plan_for if given.plan_for is not None else own.plan_for,
+        given.headroom if given.headroom is not None else own.headroom,
+    )
 
 
-def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dict:
+def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dict[str, Any]:
     """A window's ``utterances_per_hour`` and ``chars_per_s`` (None where the window gives none)."""
     return {
         "chars_per_s": chars_per_s,
@@ -110,7 +115,7 @@ def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dic
     }
 
 
-def _level(levels: list[dict], key: str, value) -> dict | None:
+def _level(levels: list[dict[str, Any]], key: str, value: object) -> dict[str, Any] | None:
     return next((lv for lv in levels if value is not None and lv.get(key) == value), None)
 
 
@@ -118,14 +123,16 @@ def _money(v: float) -> str:
     return f"{v:,.2f}" if v >= 0.995 else f"{v:.3g}"
 
 
-def capacity(levels: list[dict], key: str, value, concurrency: int | None, opts: Options) -> dict:
+def capacity(
+    levels: list[dict[str, Any]], key: str, value: object, concurrency: int | None, opts: Options
+) -> dict[str, Any]:
     """The ``capacity`` section: the figures of the level whose ``key`` is ``value`` (the
     recommendation), its cost and the replicas ``opts`` ask for, and ``text``, the whole in one
     or two sentences; ``concurrency`` is the recommended concurrency (implied, in an open-loop
     run), what a demand of concurrent requests is divided by."""
     lv = _level(levels, key, value)
     at = {"concurrency": concurrency, **({} if key == "concurrency" else {key: value})}
-    out = {
+    out: dict[str, Any] = {
         "at": None if value is None else at,
         "throughput_rps": None,
         "chars_per_s": None,

@@ -37,8 +37,11 @@ interval.  Rates (throughput, errors) use the usual two-sample Poisson and two-p
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .incremental import percentiles
 
@@ -50,9 +53,10 @@ SEED = 0
 _Z = 1.959963984540054  # the normal's 97.5% point
 
 
-def _finite(values) -> np.ndarray:
+def _finite(values: npt.ArrayLike) -> np.ndarray:
     v = np.asarray(values, dtype=float)
-    return v[np.isfinite(v)]
+    finite: np.ndarray = v[np.isfinite(v)]
+    return finite
 
 
 #: The binomial's mass is computed this many standard deviations either side of its mean (and
@@ -98,7 +102,7 @@ def min_bounding_n(q: float) -> int:
     return math.ceil(math.log((1 - LEVEL) / 2) / math.log(p))
 
 
-def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
+def _bootstrap(v: np.ndarray, qs: Sequence[float], rng: np.random.Generator) -> np.ndarray:
     """Percentiles ``qs`` of ``BOOTSTRAP_RESAMPLES`` resamples of v: shape (len(qs), B).
 
     Each resample is sorted and interpolated as ``np.percentile`` does (linear): one row sort
@@ -115,7 +119,9 @@ def _bootstrap(v: np.ndarray, qs, rng: np.random.Generator) -> np.ndarray:
     return np.array(out)
 
 
-def percentile_cis(values, qs=(50, 95), sorted_v: np.ndarray | None = None) -> dict:
+def percentile_cis(
+    values: npt.ArrayLike, qs: Sequence[int] = (50, 95), sorted_v: np.ndarray | None = None
+) -> dict[str, Any]:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
     (see the module doc; an end too few values can bound is None); empty when there are fewer
     than 2. ``sorted_v``: the same values sorted, when kept (no sort then)."""
@@ -133,19 +139,19 @@ def percentile_cis(values, qs=(50, 95), sorted_v: np.ndarray | None = None) -> d
         vs = np.sort(v) if sorted_v is None else sorted_v
         bounds = [_order_interval(vs, q) for q in qs]
         method = "order_statistic"
-    out = {}
+    out: dict[str, Any] = {}
     for q, pt, (lo, hi) in zip(qs, points, bounds):
         out[f"p{q}_ci"] = [None if lo is None else float(min(lo, pt)), None if hi is None else float(max(hi, pt))]
     out["ci_method"], out["ci_n"] = method, n
     return out
 
 
-def ci_range(ci, fmt: str = ".0f") -> str:
+def ci_range(ci: Iterable[float | None], fmt: str = ".0f") -> str:
     """An interval as text, '120-480', an end too few values could bound shown 'unbounded'."""
     return "-".join("unbounded" if b is None else format(b, fmt) for b in ci)
 
 
-def compare_percentile(old, new, q: float) -> dict | None:
+def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, q: float) -> dict[str, Any] | None:
     """The q-th percentile of two samples: ``{"old", "new", "ratio", "ratio_ci", "p_value",
     "method"}`` (see the module doc), or None when either has fewer than 2 finite values or a
     percentile of 0."""
@@ -170,7 +176,7 @@ def compare_percentile(old, new, q: float) -> dict | None:
         method = "bootstrap"
     else:
 
-        def se_log(v, pt):
+        def se_log(v: np.ndarray, pt: float) -> float:
             lo_, hi_ = _order_interval(np.sort(v), q)
             if lo_ is None or hi_ is None:  # too few values to bound it: nothing can be told
                 return math.inf
@@ -196,7 +202,7 @@ def compare_percentile(old, new, q: float) -> dict | None:
     }
 
 
-def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | None:
+def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict[str, Any] | None:
     """Two event rates (k events over t seconds): ``{"old", "new", "ratio", "p_value"}`` by the
     two-sample Poisson z-test; None when a duration is missing or a rate is 0."""
     if not t_old or not t_new or not k_old or not k_new:
@@ -207,7 +213,7 @@ def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict | 
     return {"old": r0, "new": r1, "ratio": r1 / r0, "p_value": p}
 
 
-def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> dict | None:
+def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> dict[str, Any] | None:
     """Two proportions (k of n): ``{"old", "new", "change", "p_value"}`` by the two-proportion
     z-test (pooled); None when either n is 0."""
     if not n_old or not n_new:

@@ -48,6 +48,7 @@ to the evidence whenever there are any, whatever the kind.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from tts_knee.runformat.results import Diagnosis, Knee, StepSummary
 from tts_knee.runformat.summary import DiagnosisKind as Kind
@@ -97,7 +98,7 @@ def _gib(v) -> str:
     return "n/a" if v is None else f"{v / GIB:.1f} GiB"
 
 
-def _get(s: dict, *path):
+def _get(s: dict[str, Any], *path):
     for p in path:
         if s is None:
             return None
@@ -105,7 +106,7 @@ def _get(s: dict, *path):
     return s
 
 
-def _lat_sentence(lo: dict, hi: dict) -> str:
+def _lat_sentence(lo: dict[str, Any], hi: dict[str, Any]) -> str:
     return (
         f"p95 wait rose from {_ms(_get(lo, 'latency_ms', 'p95'))} at {lo['concurrency']} to "
         f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
@@ -123,7 +124,7 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _stream_state(s: dict) -> str:
+def _stream_state(s: dict[str, Any]) -> str:
     """ "64% of streams stalled (p95 stall 850 ms)" for one step."""
     rate = s.get("underrun_rate")
     if rate is None:
@@ -132,7 +133,7 @@ def _stream_state(s: dict) -> str:
     return f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else "")
 
 
-def stream_sentence(lo: dict, hi: dict, base: dict) -> str:
+def stream_sentence(lo: dict[str, Any], hi: dict[str, Any], base: dict[str, Any]) -> str:
     """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
     return (
         f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
@@ -157,7 +158,8 @@ def _integrity(steps) -> list[str]:
             )
             ev.append(
                 f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
-                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) differ from the same text's median at the "
+                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) "
+                "differ from the same text's median at the "
                 f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}."
             )
     return ev
@@ -201,11 +203,11 @@ def _memory(steps, knee_i, creep) -> list[str]:
     return ev
 
 
-def _hosts(s: dict, role: str) -> list[str]:
+def _hosts(s: dict[str, Any], role: str) -> list[str]:
     return list((s.get(role) or {}).get("hosts") or ())
 
 
-def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
+def _busiest(by: dict[str, Any], key: str, hosts=None) -> tuple[str | None, float | None]:
     """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None)."""
     best = (None, None)
     for host, h in by.items():
@@ -215,7 +217,7 @@ def _busiest(by: dict, key: str, hosts=None) -> tuple[str | None, float | None]:
     return best
 
 
-def _locust_idle_on(by: dict, host: str) -> bool:
+def _locust_idle_on(by: dict[str, Any], host: str) -> bool:
     """Whether ``host``'s own Locust process is measured and used under ``CLIENT_PROC_SHARE`` of
     one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
     and a hex id): then the load generator is not what keeps that host's CPU busy."""
@@ -251,7 +253,7 @@ def _client(steps, knee_i) -> list[str]:
         cli = s.get("client") or {}
         by = cli.get("by_host") or {}
         many = len(by) > 1
-        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731
+        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731, B023 - called in this iteration only
         ph, proc = _busiest(by, "proc_cpu_mean")
         # Where the server shares a load generator's host, the host's CPU is the server's too:
         # only the Locust process's own CPU then says whether that client host was saturated.
@@ -339,7 +341,7 @@ def _errors(steps, knee_i) -> list[str]:
     return []
 
 
-def _host_saturation(srv: dict) -> tuple[bool | None, str]:
+def _host_saturation(srv: dict[str, Any]) -> tuple[bool | None, str]:
     """(saturated?, sentence) for one server host's figures; None when nothing was measured."""
     gpu, cpu, core = srv.get("gpu_util_mean"), srv.get("cpu_mean"), srv.get("busiest_core_mean")
     proc = srv.get("proc_cpu_mean")
@@ -360,7 +362,7 @@ def _host_saturation(srv: dict) -> tuple[bool | None, str]:
     return (gpu is not None and gpu >= GPU_BUSY) or host_busy, ", ".join(parts)
 
 
-def _saturation(s: dict) -> tuple[bool | None, str]:
+def _saturation(s: dict[str, Any]) -> tuple[bool | None, str]:
     """(saturated?, sentence) for the server at one step: saturated when any host is; None
     when nothing was measured."""
     srv = s.get("server")
@@ -419,7 +421,8 @@ def signal_evidence(levels: list[dict], knee: Knee | dict) -> list[str]:
         if ex:
             e = ex[0]
             ev.append(
-                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s against {e["expected_s"]:.2f} s.'
+                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s '
+                f"against {e['expected_s']:.2f} s."
             )
     return ev
 
@@ -487,7 +490,7 @@ def common_evidence(
     return ev
 
 
-def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resources: bool) -> Diagnosis:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
     """What bends the service at the knee, and the evidence; see the module doc.
 
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
@@ -507,37 +510,54 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
     def out(kind: Kind, ev: list[str]) -> Diagnosis:
         return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
 
+    first = _failing(steps, k, creep)
+    if first is not None:
+        return out(*first)
+    if k is None:
+        return out(Kind.NO_KNEE, _stream_no_knee(steps, knee) if streamed else _no_knee(steps, knee))
+    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
+    client_io = _client_io(steps, lo, s)
+    if client_io:
+        return out(Kind.CLIENT_IO, client_io)
+    return out(*_at_knee(steps, k, streamed))
+
+
+def _failing(steps: list[StepSummary], k: int | None, creep: dict | None) -> tuple[Kind, list[str]] | None:
+    """What fails requests or spoils the measurement, judged before what bends latency: memory,
+    the load generator, throttling, server errors (the first that holds), or None."""
     mem = _memory(steps, k, creep)
     if mem:
-        return out(Kind.MEMORY_BOUND, mem)
+        return Kind.MEMORY_BOUND, mem
     cli = _client(steps, k)
     if cli:
-        return out(
-            Kind.CLIENT_BOUND,
-            cli + ["Results at and above that step measure the load generator, not the server: add workers or hosts."],
-        )
+        return Kind.CLIENT_BOUND, cli + [
+            "Results at and above that step measure the load generator, not the server: add workers or hosts."
+        ]
     thr = _throttling(steps, k)
     if thr:
-        return out(Kind.RATE_LIMITED, thr)
+        return Kind.RATE_LIMITED, thr
     err = _errors(steps, k)
-    if err:
-        return out(Kind.SERVER_ERRORS, err)
+    return (Kind.SERVER_ERRORS, err) if err else None
+
+
+def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
+    """No knee up to the highest step: how far latency stayed, and to test higher."""
     top = steps[-1]
-    if k is None and streamed:
-        return out(Kind.NO_KNEE, _stream_no_knee(steps, knee))
-    if k is None:
-        infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
-        ev = [
-            f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
-            f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
-            f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
-            f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
-            f"{sum(s['failed'] for s in steps)} failed requests.",
-            f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
-            f"highest tested step, so test higher concurrency.",
-        ]
-        return out(Kind.NO_KNEE, ev)
-    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
+    infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
+    return [
+        f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
+        f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
+        f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
+        f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
+        f"{sum(s['failed'] for s in steps)} failed requests.",
+        f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
+        f"highest tested step, so test higher concurrency.",
+    ]
+
+
+def _client_io(steps: list[StepSummary], lo: StepSummary, s: StepSummary) -> list[str] | None:
+    """The client's own writing or concatenation grew to the knee step ``s`` while the wait
+    stayed flat (``client_io``), or None."""
     w_lo, w_hi = _get(lo, "latency_ms", "p50"), _get(s, "latency_ms", "p50")
     wait_flat = (
         w_lo
@@ -550,14 +570,18 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
         if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
-            return out(
-                Kind.CLIENT_IO,
-                [
-                    f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
-                    f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
-                    f"client's disk or concatenation is the bottleneck, not the server."
-                ],
-            )
+            return [
+                f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
+                f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
+                f"client's disk or concatenation is the bottleneck, not the server."
+            ]
+    return None
+
+
+def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, list[str]]:
+    """What bends latency at the knee step ``k``: the server's compute, its concurrency limit,
+    or a queue whose cause its samples (where there are none) cannot tell."""
+    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
     queue = stream_sentence(lo, s, steps[0]) if streamed else _lat_sentence(lo, s)
     thr_lo, thr_hi = lo.get("throughput_rps"), s.get("throughput_rps")
     tp = (
@@ -569,7 +593,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
     waiting, qev = _server_queue(steps, k)
     if sat is None:
         if waiting:
-            return out(
+            return (
                 Kind.QUEUEING,
                 [
                     f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the server.",
@@ -580,7 +604,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
                 ],
             )
         if waiting is False:
-            return out(
+            return (
                 Kind.QUEUEING,
                 [
                     f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
@@ -590,7 +614,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
                     f"the server (tts-knee collect) to see its hardware.",
                 ],
             )
-        return out(
+        return (
             Kind.QUEUEING,
             [
                 f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
@@ -613,9 +637,9 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
             )
         elif qev:
             ev.append(f"{_cap(qev)}.")
-        return out(Kind.COMPUTE_BOUND, ev)
+        return Kind.COMPUTE_BOUND, ev
     if waiting:
-        return out(
+        return (
             Kind.CONCURRENCY_LIMIT,
             [f"{_cap(qev)} while {res}: its concurrency limit is too low.", f"{_cap(queue)}; {tp}."],
         )
@@ -628,7 +652,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict | None, has_resou
             f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
             f"front of it (a proxy, a worker pool) or in the client."
         )
-    return out(Kind.CONCURRENCY_LIMIT, ev)
+    return Kind.CONCURRENCY_LIMIT, ev
 
 
 def _n(v: float) -> str:

@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import openloop, slo as slo_mod
 
@@ -112,7 +114,7 @@ def _base_digits(metric: str, scale: float) -> int:
     return 2
 
 
-def term_text(term: slo_mod.Term, level: dict, verdict: dict) -> str:
+def term_text(term: slo_mod.Term, level: dict[str, Any], verdict: dict[str, Any]) -> str:
     """One term at one level as published: label, value, comparison, threshold."""
     v = verdict["values"].get(term.metric)
     label = _LABEL[term.metric]
@@ -137,7 +139,7 @@ def term_text(term: slo_mod.Term, level: dict, verdict: dict) -> str:
     return f"{label} {_shown(v, term.value, term.op, scale, digits)}{unit}{ci_txt} {op} {thr}"
 
 
-def _context(level: dict, slo: slo_mod.SLO) -> list[str]:
+def _context(level: dict[str, Any], slo: slo_mod.SLO) -> list[str]:
     """Resource and volume figures that belong in the claim even when no term names them."""
     named = {t.metric for t in slo.terms}
     srv = level.get("server") or {}
@@ -159,13 +161,13 @@ def _context(level: dict, slo: slo_mod.SLO) -> list[str]:
     return out
 
 
-def claim(slo: slo_mod.SLO, level: dict, verdict: dict, head: str | None = None) -> str:
+def claim(slo: slo_mod.SLO, level: dict[str, Any], verdict: dict[str, Any], head: str | None = None) -> str:
     """``N concurrent: term, term; context`` for one level (``head`` in place of ``N concurrent``)."""
     terms = ", ".join(term_text(t, level, verdict) for t in slo.terms)
     return (head or f"{level['concurrency']} concurrent") + ": " + "; ".join([terms] + _context(level, slo))
 
 
-def require(summary: dict, n: int, key: str = "concurrency") -> dict:
+def require(summary: dict[str, Any], n: int, key: str = "concurrency") -> dict[str, Any]:
     """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
     "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc). In a voice
     sweep (``key`` "voices") ``n`` is a number of voices at the sweep's one load, the answer's
@@ -205,7 +207,15 @@ def require(summary: dict, n: int, key: str = "concurrency") -> dict:
 
 
 def _held(
-    spec: str, levels: list[dict], verdicts: list[dict], i: int, here: str, held_at: str, every: str, below, unsafe: str
+    spec: str,
+    levels: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+    i: int,
+    here: str,
+    held_at: str,
+    every: str,
+    below: Callable[[dict[str, Any]], str],
+    unsafe: str,
 ) -> tuple[bool, str]:
     """Whether the SLO holds at level ``i`` and at every level below it, and why in one
     sentence (``here``: level i as the sentence names it; ``below(level)`` a lower one)."""
@@ -225,7 +235,7 @@ def _held(
     return False, f"The SLO {spec} is met at {here} but not at {below(lv)} below it ({why}), so {unsafe}."
 
 
-def require_rate(summary: dict, rate: float) -> dict:
+def require_rate(summary: dict[str, Any], rate: float) -> dict[str, Any]:
     """The gate at ``rate`` req/s for an open-loop summary with ``slo``: ``{"concurrency": 0,
     "rate", "holds", "exit", "claim" (None when no tested rate reaches it), "reason"}`` (see
     the module doc)."""
@@ -263,7 +273,7 @@ def require_rate(summary: dict, rate: float) -> dict:
     return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
 
 
-def require_speed(summary: dict, speed: float) -> dict:
+def require_speed(summary: dict[str, Any], speed: float) -> dict[str, Any]:
     """The gate at ``speed`` times a trace's pace (``--require 2x``, a ``--trace`` run): the gate
     at the rate that speed offers (:func:`require_rate`), named as the speed."""
     base = summary["trace"]["rate_rps"]

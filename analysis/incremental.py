@@ -13,14 +13,17 @@ the callers compute from scratch, with the same results.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
+import numpy.typing as npt
 
 from tts_knee.runformat.reader import Attempts
 
 _EMPTY = np.empty(0)
 
 
-def percentiles(s: np.ndarray, qs) -> np.ndarray:
+def percentiles(s: np.ndarray, qs: npt.ArrayLike) -> np.ndarray:
     """``np.percentile(values, qs)`` from the values sorted (``s``), by the same arithmetic:
     numpy's linear method, its virtual index and its interpolation, so the figures are the
     same to the last bit."""
@@ -35,10 +38,10 @@ def percentiles(s: np.ndarray, qs) -> np.ndarray:
     diff = b - a
     out = a + diff * gamma
     np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
-    return out
+    return np.asarray(out)
 
 
-def sorted_values(a: Attempts, key, values: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+def sorted_values(a: Attempts, key: Hashable, values: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
     """The finite ``values[mask]``, sorted, kept under ``key`` and merged with only the rows
     appended since the last call; None when the attempts are not a live reader's."""
     if a.lasting is None:

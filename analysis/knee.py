@@ -61,6 +61,7 @@ effect at all. ``signal_first``: the signal knee came before every latency and f
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ SIGNAL_SHARES: tuple[tuple[str, str, float], ...] = (
 SILENCE_RISE_MS = 200.0
 
 
-def _value(step: dict, key: str, q: str) -> float | None:
+def _value(step: dict[str, Any], key: str, q: str) -> float | None:
     d = step.get(key)
     return d.get(q) if d else None
 
@@ -253,9 +254,9 @@ def signal_rise(steps: list[StepSummary] | list[dict]) -> tuple[int, str] | None
     for key, _, margin in SIGNAL_SHARES:
         base = signal_share(steps[0], key)[0] or 0.0 if steps else 0.0
 
-        def high(s: StepSummary | dict) -> bool | None:
-            rate = signal_share(s, key)[0]
-            return None if rate is None else rate >= base + margin
+        def high(s: StepSummary | dict) -> bool | None:  # called in this iteration only
+            rate = signal_share(s, key)[0]  # noqa: B023
+            return None if rate is None else rate >= base + margin  # noqa: B023
 
         for i in range(1, len(steps)):
             if (
@@ -384,7 +385,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     )
 
 
-def little_check(steps: list[StepSummary]) -> list[dict]:
+def little_check(steps: list[StepSummary]) -> list[dict[str, Any]]:
     """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
     out = []
     for s in steps:
@@ -418,7 +419,7 @@ def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1] if best else np.zeros(2)
 
 
-def usl_fit(steps: list[StepSummary]) -> dict | None:
+def usl_fit(steps: list[StepSummary]) -> dict[str, Any] | None:
     """Universal Scalability Law X(N) = lambda N / (1 + sigma (N-1) + kappa N (N-1)).
 
     Least squares on throughput vs concurrency (needs >= 4 steps with throughput): for each
@@ -454,5 +455,5 @@ def usl_fit(steps: list[StepSummary]) -> dict | None:
     }
 
 
-def usl_curve(usl: dict, n: np.ndarray) -> np.ndarray:
+def usl_curve(usl: dict[str, Any], n: np.ndarray) -> np.ndarray:
     return usl["lambda_rps"] * n / (1 + usl["sigma"] * (n - 1) + usl["kappa"] * n * (n - 1))

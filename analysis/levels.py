@@ -27,6 +27,7 @@ throughput (and TTFA p95 in a streamed run), with each repeat's figures in ``by_
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ from .steps import resource_aggregate, step_stats
 _POOLED = -2  # the step number pooled records are relabelled with (no record carries it)
 
 
-def _repeat_figures(s: dict) -> dict:
+def _repeat_figures(s: dict[str, Any]) -> dict[str, Any]:
     lat, ttfa = s.get("latency_ms") or {}, s.get("ttfa_ms") or {}
     return {
         "step": s["step"],
@@ -53,7 +54,7 @@ def _repeat_figures(s: dict) -> dict:
     }
 
 
-def _spread(steps: list[dict]) -> dict:
+def _spread(steps: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [_repeat_figures(s) for s in steps]
     out = {}
     for k in ("p50_ms", "p95_ms", "throughput_rps", "ttfa_p95_ms"):
@@ -75,7 +76,7 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
 
 
 def _pool(
-    a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict, key: str, figures
+    a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict[str, Any], key: str, figures
 ) -> StepSummary:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
     nums = [s["step"] for s in steps]
@@ -163,7 +164,7 @@ def levels(
     ``step_stats`` for pooled levels (the options their steps had); ``figures(attempts, entry,
     stats, steps)`` adds what a pooled level needs beyond ``step_stats`` (the open-loop figures),
     over its relabelled records."""
-    groups: dict = {}
+    groups: dict[str, Any] = {}
     for s in steps:
         if s.get("requests"):
             groups.setdefault(s[key], []).append(s)

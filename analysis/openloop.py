@@ -179,7 +179,8 @@ def implied_concurrency(s: dict) -> int | None:
 def offered(s: dict) -> float:
     """What step ``s`` offered, per second: its rate, or for a trace step what its settled window
     replayed (``offered_rps``)."""
-    return s.get("offered_rps") or s["rate"]
+    offered: float = s.get("offered_rps") or s["rate"]
+    return offered
 
 
 def past_knee(steps: list[dict]) -> tuple[bool, str]:
@@ -271,7 +272,7 @@ def find_knee(steps: list[dict]) -> dict:
             if idx["latency_growing"] is None and (s.get("growth") or {}).get("growing"):
                 idx["latency_growing"] = i
         base = _p95(steps[0])
-        high = [base is not None and _p95(s) is not None and _p95(s) > LATENCY_RISE * base for s in steps]
+        high = [base is not None and (p95 := _p95(s)) is not None and p95 > LATENCY_RISE * base for s in steps]
         for i in range(1, len(steps)):
             if all(high[i:]):
                 idx["latency_vs_lowest"] = i

@@ -22,6 +22,8 @@ part heard.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -110,7 +112,7 @@ def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]
     return coef, se, rss
 
 
-def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict | None:
+def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict[str, Any] | None:
     """``{"cancel", "hangup", "note"}``: the CPU estimate of the work orphaned per cancel and per
     hang-up (see the module doc), each None where there were too few of them, and ``note`` the
     sentence saying why neither could be estimated; None for a run with no abandoned request or
@@ -180,7 +182,7 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict | None:
             "from the heard ones' (they rose and fell together)",
         }
     scale, coef, se, _ = best
-    out: dict = {"cancel": None, "hangup": None, "note": None}
+    out: dict[str, Any] = {"cancel": None, "hangup": None, "note": None}
     for i, kind in enumerate(fitted, start=2):
         n = int(kinds[kind].sum())
         out[kind] = {

@@ -21,6 +21,7 @@ entry, so its replay ends early.  Only those few lines are re-read from ``reques
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,11 +35,13 @@ MAX_TRIES = 5  # candidates tried per pick when a line cannot be re-read
 FLOAT_NOISE_MS = 1e-6
 
 
-def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[float, float]]]:
+def listen(
+    at_ms: Sequence[float], audio_ms: Sequence[float], buffer_ms: float
+) -> tuple[float | None, list[tuple[float, float]]]:
     """When the player started (ms, None when no arrival carried audio) and its stalls, each
     ``(ran dry at, resumed at)`` in ms; arrivals sorted, in ms since any common origin."""
     have, last = 0.0, None
-    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):
+    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):  # noqa: B007 - i is where the next loop starts
         have += ms
         if ms:
             last = t
@@ -58,7 +61,7 @@ def listen(at_ms, audio_ms, buffer_ms: float) -> tuple[float | None, list[tuple[
     return start, stalls
 
 
-def heard_at(at_ms, audio_ms, buffer_ms: float, position_ms: float) -> float | None:
+def heard_at(at_ms: Sequence[float], audio_ms: Sequence[float], buffer_ms: float, position_ms: float) -> float | None:
     """When the player of :func:`listen` plays the audio ``position_ms`` into the stream (the
     first sound past a leading silence), in the arrivals' ms; None when no arrival carried audio.
     Each stall that began before it delays it by the stall's length."""
@@ -138,13 +141,13 @@ def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int
     order = rows[np.argsort(key, kind="stable")]
     mid = len(order) // 2
     near_mid = [order[k] for k in sorted(range(len(order)), key=lambda k: abs(k - mid))]
-    out = {}
+    out: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
     for name, cands in (("worst", order[::-1]), ("typical", near_mid)):
         tries = 0
         for row in cands:
             if tries >= MAX_TRIES:
                 break
-            if name == "typical" and len(order) > 1 and row == out.get("worst", (None,))[0]:
+            if name == "typical" and len(order) > 1 and "worst" in out and row == out["worst"][0]:
                 continue  # draw two different streams when there are two
             tries += 1
             series = log.chunk_series(int(row))

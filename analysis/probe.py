@@ -18,6 +18,7 @@ error, or audio of the wrong length: the server did not answer it as a service s
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,9 @@ def outcome(status: int, ok: bool, error: str | None) -> Outcome:
     return Outcome.ERROR
 
 
-def probe(a: Attempts, steps: list[dict], sweep: Attempts, timeout_s: float | None = None) -> dict | None:
+def probe(
+    a: Attempts, steps: list[dict[str, Any]], sweep: Attempts, timeout_s: float | None = None
+) -> dict[str, Any] | None:
     """summary.json's ``probe`` from the attempts ``a`` of the probe's ``steps`` (run.json
     entries of phase ``probe``), judged against the pace of the sweep's attempts ``sweep``
     (``timeout_s``: the run's --request-timeout, what a timeout waited); None when the run had
@@ -66,7 +69,7 @@ def probe(a: Attempts, steps: list[dict], sweep: Attempts, timeout_s: float | No
         return None
     levels = {int(s["step"]): int(s["concurrency"]) for s in steps}
     pace = _median_pace(sweep)
-    rows: dict[str, list[dict]] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
     final = np.flatnonzero(a["final"] & np.isin(a["step"], list(levels)))
     for i in final:
         code = int(a["text"][i])
@@ -106,9 +109,9 @@ def probe(a: Attempts, steps: list[dict], sweep: Attempts, timeout_s: float | No
     }
 
 
-def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
+def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> dict[str, Any]:
     counts = Counter(r["outcome"] for r in rows)
-    by_level: dict[int, Counter] = {}
+    by_level: dict[int, Counter[str]] = {}
     for r in rows:
         by_level.setdefault(r["concurrency"], Counter())[r["outcome"]] += 1
     times = [r["ms"] for r in rows if r["ms"] is not None]
@@ -143,7 +146,7 @@ def _class(name: str, rows: list[dict], timeout_s: float | None) -> dict:
     return out
 
 
-def _verdict(c: dict, ms: dict) -> str:
+def _verdict(c: dict[str, Any], ms: dict[Outcome, float]) -> str:
     """What the server did with the class, in a few words: its outcomes, most common first, each
     with its median time (``ms``: outcome -> ms)."""
     parts = []
@@ -161,7 +164,7 @@ def _verdict(c: dict, ms: dict) -> str:
     return "; ".join(parts)
 
 
-def _note(classes: list[dict]) -> str:
+def _note(classes: list[dict[str, Any]]) -> str:
     bad = [f"{c['class']} ({c['verdict']})" for c in classes if c["needs_guarding"]]
     return (
         "Hostile texts the server does not answer as a service should: "
@@ -179,8 +182,8 @@ def _median_pace(sweep: Attempts) -> float | None:
     return float(np.median(sweep["audio_s"][m] / sweep["text_len"][m]))
 
 
-def _finite(v) -> float | None:
-    v = float(v)
+def _finite(value: object) -> float | None:
+    v = float(value)  # type: ignore[arg-type]  # a number from the records, or NaN
     return round(v, 3) if np.isfinite(v) else None
 
 

@@ -41,6 +41,7 @@ the steps of ``--probe-texts``, whose texts are meant to be refused, are not cou
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ COMPARED_OPTIONS = (
 )
 
 
-def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
+def _values(rd: RunDir, level: dict[str, Any], col: str) -> np.ndarray:
     """``col`` of the level's successful settled final attempts (empty when not recorded): the
     attempts the level's own figures count, so TTFA, and in a streamed run every latency, leave
     out the streams cut by their step's end (``analysis.steps``; the summary marks them)."""
@@ -99,10 +100,11 @@ def _values(rd: RunDir, level: dict, col: str) -> np.ndarray:
     cut = a.cols.get("cut_by_step_end")
     if cut is not None and (col == "ttfa_ms" or rd.streamed()):
         m &= ~cut
-    return a[col][m]
+    values: np.ndarray = a[col][m]
+    return values
 
 
-def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | None:
+def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict[str, Any] | None:
     c = compare_percentile(old, new, q)
     if c is None:
         return None
@@ -118,12 +120,12 @@ def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict | Non
     return c
 
 
-def _heard(entries: list[dict], level: dict) -> list[dict]:
+def _heard(entries: list[dict[str, Any]], level: dict[str, Any]) -> list[dict[str, Any]]:
     steps = set(level.get("steps") or ([level["step"]] if level.get("step") is not None else []))
     return [e for e in entries if e.get("step") in steps]
 
 
-def _listened(old: list[dict], new: list[dict], figure: str) -> dict | None:
+def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
     """--asr-listen's ``mos_mean`` or ``similarity_ref_mean`` of a level against the baseline's,
     paired by text (the same corpus): significant when the 95 % bootstrap interval of the paired
     change leaves out 0, a regression when its low end drops past the knee's margin for it (0.3
@@ -148,7 +150,7 @@ def _listened(old: list[dict], new: list[dict], figure: str) -> dict | None:
     }
 
 
-def _throughput(old: dict, new: dict, tol: float) -> dict | None:
+def _throughput(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, Any] | None:
     wo, wn = old.get("window") or {}, new.get("window") or {}
     c = compare_rates(
         wo.get("ok_completions") or 0,
@@ -170,7 +172,7 @@ def _throughput(old: dict, new: dict, tol: float) -> dict | None:
     return c
 
 
-def _errors(old: dict, new: dict, tol: float) -> dict | None:
+def _errors(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, Any] | None:
     c = compare_proportions(
         old.get("failed") or 0, old.get("requests") or 0, new.get("failed") or 0, new.get("requests") or 0
     )
@@ -184,7 +186,7 @@ def _errors(old: dict, new: dict, tol: float) -> dict | None:
     return c
 
 
-def _options_sentence(on: dict, oo: dict) -> str | None:
+def _options_sentence(on: dict[str, Any], oo: dict[str, Any]) -> str | None:
     diff = [
         f"{k} {oo.get(k)!r} -> {on.get(k)!r}"
         for k in COMPARED_OPTIONS
@@ -195,16 +197,22 @@ def _options_sentence(on: dict, oo: dict) -> str | None:
     return f"The runs' options differ ({'; '.join(diff)}), so the figures may not be like for like."
 
 
-def _corpus_sentence(on: dict, oo: dict, pn: dict, po: dict, new_rd: RunDir, old_rd: RunDir) -> str | None:
+def _corpus_sentence(
+    on: dict[str, Any], oo: dict[str, Any], pn: dict[str, Any], po: dict[str, Any], new_rd: RunDir, old_rd: RunDir
+) -> str | None:
     corpus = []
     hashes = pn.get("corpus_sha256"), po.get("corpus_sha256")
     if all(hashes) and hashes[0] != hashes[1]:
         corpus.append(
             f"sha256 {str(hashes[1])[:12]} ({po.get('corpus')}) -> {str(hashes[0])[:12]} ({pn.get('corpus')})"
         )
-    elif not all(hashes) and on.get("texts") and oo.get("texts"):
-        if Path(str(on["texts"])).name != Path(str(oo["texts"])).name:  # the same file elsewhere is fine
-            corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")
+    elif (
+        not all(hashes)
+        and on.get("texts")
+        and oo.get("texts")
+        and Path(str(on["texts"])).name != Path(str(oo["texts"])).name  # the same file elsewhere is fine
+    ):
+        corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")
     if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
         corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
     tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
@@ -217,7 +225,7 @@ def _corpus_sentence(on: dict, oo: dict, pn: dict, po: dict, new_rd: RunDir, old
     return f"The corpus differs from the baseline's ({'; '.join(corpus)})."
 
 
-def _changed(new: dict, old: dict, keys: tuple[tuple[str, str], ...]) -> list[str]:
+def _changed(new: dict[str, Any], old: dict[str, Any], keys: tuple[tuple[str, str], ...]) -> list[str]:
     """``name old -> new`` for each of ``keys`` (key, name) whose values differ."""
     return [f"{name} {old.get(key)!r} -> {new.get(key)!r}" for key, name in keys if old.get(key) != new.get(key)]
 
@@ -227,7 +235,7 @@ _HOST = (("cpu_model", "CPU"), ("cpu_cores", "cores"), ("memory_bytes", "memory 
 _SERVER = (("server", "Server header"), ("http_version", "HTTP version"), ("model", "model"))
 
 
-def _provenance_sentences(pn: dict, po: dict, on: dict, oo: dict) -> list[str]:
+def _provenance_sentences(pn: dict[str, Any], po: dict[str, Any], on: dict[str, Any], oo: dict[str, Any]) -> list[str]:
     """The differences in what made the runs beside the corpus; [] unless both recorded it (a run
     from before ``provenance`` has nothing to compare)."""
     if not pn or not po:
@@ -252,11 +260,11 @@ def _provenance_sentences(pn: dict, po: dict, on: dict, oo: dict) -> list[str]:
     return out
 
 
-def _object(value: object) -> dict:
+def _object(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def differences(new_run: dict, old_run: dict, new_rd: RunDir, old_rd: RunDir) -> list[str]:
+def differences(new_run: dict[str, Any], old_run: dict[str, Any], new_rd: RunDir, old_rd: RunDir) -> list[str]:
     """Each difference in what made the two runs (their summaries' ``run``: run.json's options
     and provenance), one sentence each, the corpus first; [] when they were made alike."""
     on, oo = _object(new_run.get("options")), _object(old_run.get("options"))
@@ -265,7 +273,7 @@ def differences(new_run: dict, old_run: dict, new_rd: RunDir, old_rd: RunDir) ->
     return [x for x in first if x] + _provenance_sentences(pn, po, on, oo)
 
 
-def audio_refusal(summary: dict, which: str) -> str | None:
+def audio_refusal(summary: dict[str, Any], which: str) -> str | None:
     """Why ``summary``'s run (``which``: how to name it, "the baseline runs/old") is refused
     for comparison, one sentence: its audio failed a check for more than
     :data:`AUDIO_FAILED_SHARE` of its requests; None when it passes."""
@@ -292,7 +300,7 @@ def audio_refusal(summary: dict, which: str) -> str | None:
     return None
 
 
-def _baseline_curve(s: dict, open_loop: bool) -> list[dict]:
+def _baseline_curve(s: dict[str, Any], open_loop: bool) -> list[dict[str, Any]]:
     out = []
     for lv in s.get("levels") or []:
         lat = lv.get("sched_wait_ms" if open_loop else "latency_ms") or {}
@@ -314,7 +322,7 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def level_sentence(c: str, row: dict) -> str:
+def level_sentence(c: str, row: dict[str, Any]) -> str:
     """What regressed at level ``c`` (a row of ``regression.steps``), its figures and p-values."""
     parts = []
     for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
@@ -337,7 +345,9 @@ def level_sentence(c: str, row: dict) -> str:
     return f"at {c}: " + ", ".join(parts)
 
 
-def compare(new_rd: RunDir, new_sum: dict, old_rd: RunDir, old_sum: dict, tolerance: float = TOLERANCE) -> dict:
+def compare(
+    new_rd: RunDir, new_sum: dict[str, Any], old_rd: RunDir, old_sum: dict[str, Any], tolerance: float = TOLERANCE
+) -> dict[str, Any]:
     """``summary.json`` ``regression`` of this run against the baseline (see the module doc);
     raises :class:`RunDirError` when one ran open loop and the other did not."""
     modes = new_sum["run"]["mode"], old_sum["run"]["mode"]

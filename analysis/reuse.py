@@ -15,6 +15,8 @@ nothing repeats and there is nothing to cache.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
@@ -27,14 +29,14 @@ FASTER = 0.5
 CONSISTENT = 0.8
 
 
-def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict:
+def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, Any]:
     """``{pairs, first_ms, repeat_ms, ratio, faster_share, caches, note}`` (see the module doc);
     ``caches`` None when too few texts repeated to tell; ``unique``: the run sent every request
     a text of its own."""
     col = "ttfa_ms" if streamed else "wait_ms"
     t = a[col]
     rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
-    out = {
+    out: dict[str, Any] = {
         "pairs": 0,
         "first_ms": None,
         "repeat_ms": None,

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from tts_knee.runformat.metric_roles import ROLES, role_of, roles, why
@@ -19,11 +21,13 @@ from tts_knee.runformat.metric_roles import ROLES, role_of, roles, why
 MAX_SERIES = 40
 
 
-def _stats(values: list[float]) -> dict:
+def _stats(values: list[float]) -> dict[str, Any]:
     return {"mean": sum(values) / len(values), "max": max(values), "samples": len(values)}
 
 
-def aggregate(w: pd.DataFrame, custom: dict[str, str] | None = None) -> tuple[dict | None, int, dict | None]:
+def aggregate(
+    w: pd.DataFrame, custom: dict[str, str] | None = None
+) -> tuple[dict[str, Any] | None, int, dict[str, Any] | None]:
     """(metrics, left out, roles) of the server samples ``w`` (see the module doc); None for
     what no sample carries. ``custom``: ``--server-role``'s ``{family: role}``."""
     if "metrics" not in w.columns:
@@ -51,20 +55,20 @@ def aggregate(w: pd.DataFrame, custom: dict[str, str] | None = None) -> tuple[di
     return metrics or None, max(0, len(order) - MAX_SERIES), told or None
 
 
-def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], list]]:
+def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], list[Any]]]:
     """For the report: {series: (ts, values)} of the server samples' series, role series
     first, at most ``limit`` of them. A sample of a host that carried the series elsewhere
     but not then gives None there, so the line shows the gap."""
     if not len(res) or "metrics" not in res.columns:
         return {}
     srv = res[res["role"] == "server"]
-    seen: dict[str, set] = {}
+    seen: dict[str, set[Any]] = {}
     for host, m in zip(srv["host"], srv["metrics"]):
         if isinstance(m, dict):
             seen.setdefault(host, set()).update(m)
     order = list(dict.fromkeys(s for h in seen.values() for s in sorted(h)))
     order = ([s for s in order if role_of(s)] + [s for s in order if not role_of(s)])[:limit]
-    out: dict[str, tuple[list[float], list]] = {s: ([], []) for s in order}
+    out: dict[str, tuple[list[float], list[Any]]] = {s: ([], []) for s in order}
     for ts, host, m in zip(srv["ts"], srv["host"], srv["metrics"]):
         for series in seen.get(host, ()):
             if series in out:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["AFTER_RUN", "METRICS", "SLO", "SLOError", "Term", "judge", "live", "max_level", "parse"]
 
@@ -58,7 +59,9 @@ METRICS: dict[str, str] = {
     "ttfa_audible_p95_ms": "95th percentile time until the listener hears the first sound, ms",
     "leading_silence_p95_ms": "95th percentile silence before the first sound, ms",
     "silent_rate": "share of requests answered with silent audio, 0..1",
-    "runaway_rate": "share of requests whose audio ran away (at least twice the same text's length at the lowest step), 0..1",
+    "runaway_rate": (
+        "share of requests whose audio ran away (at least twice the same text's length at the lowest step), 0..1"
+    ),
 }
 
 # metric -> (step dict key, sub key or None, scale); a value of None is "not measured"
@@ -113,7 +116,7 @@ _TERM = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d
 AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean", "similarity_mean", "mos_mean"))
 
 
-def live(slo: "SLO") -> "SLO | None":
+def live(slo: SLO) -> SLO | None:
     """``slo`` without the terms only the finished run can judge (:data:`AFTER_RUN`); None when
     none is left."""
     terms = tuple(t for t in slo.terms if t.metric not in AFTER_RUN)
@@ -185,7 +188,7 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _value(step: dict, metric: str) -> float | None:
+def _value(step: dict[str, Any], metric: str) -> float | None:
     key, sub, scale = _SOURCES[metric]
     v = step.get(key)
     if sub is not None:
@@ -199,7 +202,7 @@ def _value(step: dict, metric: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _interval(step: dict, metric: str) -> tuple[float, float, int | None, float] | None:
+def _interval(step: dict[str, Any], metric: str) -> tuple[float, float, int | None, float] | None:
     """(lo, hi, n, q) of the metric's confidence interval when the step has one, q the
     percentile (50, 95); an end too few requests could bound (None) is -inf / inf."""
     if metric not in _CI:
@@ -245,7 +248,7 @@ def _ci_text(lo: float, hi: float) -> str:
     return f"95% CI {'unbounded' if math.isinf(lo) else _fmt(lo)}-{'unbounded' if math.isinf(hi) else _fmt(hi)}"
 
 
-def judge(slo: SLO, step: dict) -> dict:
+def judge(slo: SLO, step: dict[str, Any]) -> dict[str, Any]:
     """One step against the SLO (see the module doc for the rules). ``values`` holds each term's
     figure, ``intervals`` the 95% interval of those with one ([lo, hi], an end too few requests
     could bound null)."""
@@ -290,12 +293,12 @@ def judge(slo: SLO, step: dict) -> dict:
     }
 
 
-def max_level(verdicts: list[dict], key: str = "concurrency"):
+def max_level(verdicts: list[dict[str, Any]], key: str = "concurrency") -> Any:  # the level's own type
     """The largest level (``v[key]``: a concurrency, an offered rate) that passes with every
     lower tested level passing; None when the lowest one does not pass.  Verdicts may come in
     any order and a level may appear several times: it passes only if every verdict for it
     passes."""
-    by_level: dict = {}
+    by_level: dict[str, Any] = {}
     for v in verdicts:
         c = v.get(key)
         if c is None:

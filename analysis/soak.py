@@ -28,6 +28,8 @@ to matter over the soak is not a verdict however significant. Each drift is one 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -84,7 +86,7 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(v, q)) if len(v) else None
 
 
-def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list]:
+def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float, float]]) -> dict[str, list[Any]]:
     """Per host of ``role``: the median of ``column`` in each window (None where none)."""
     if not len(res):
         return {}
@@ -101,7 +103,9 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges) -> dict[str, list
     return out
 
 
-def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool, width: float) -> list[dict]:
+def windows(
+    a: Attempts, step: dict[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
+) -> list[dict[str, Any]]:
     """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
     ``window`` is the settled span), each with its figures (see the module doc). A live
     reader's attempts keep each window's figures and recompute only the windows the rows read
@@ -121,7 +125,9 @@ def windows(a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streame
     return out
 
 
-def _request_figures(a: Attempts, step: dict, edges, open_loop: bool, streamed: bool) -> list[dict]:
+def _request_figures(
+    a: Attempts, step: dict[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
+) -> list[dict[str, Any]]:
     """Each window's request figures: from the rows sent in it, and the completions inside it."""
     mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
     done_ok = a["final"] & a["ok"]
@@ -163,7 +169,7 @@ def _request_figures(a: Attempts, step: dict, edges, open_loop: bool, streamed: 
     return out
 
 
-def _window_of(edges, ts: np.ndarray, right: bool = False) -> np.ndarray:
+def _window_of(edges: list[tuple[float, float]], ts: np.ndarray, right: bool = False) -> np.ndarray:
     """The index of the window each time falls in (windows are [lo, hi), or (lo, hi] with
     ``right``); times outside every window are left out."""
     starts = np.array([lo for lo, _ in edges])
@@ -175,7 +181,7 @@ def _window_of(edges, ts: np.ndarray, right: bool = False) -> np.ndarray:
     return i[inside]
 
 
-def _series(rows: list[dict], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
+def _series(rows: list[dict[str, Any]], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
     t, y = [], []
     for r in rows:
         v = r.get(key) if host is None else (r.get(key) or {}).get(host)
@@ -199,7 +205,7 @@ def _amount(v: float, unit: str) -> str:
 
 
 def _trend(
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     key: str,
     host: str | None,
     kind: str,
@@ -209,7 +215,7 @@ def _trend(
     meaning: str,
     duration_s: float,
     named: bool = False,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """One figure's trend (see the module doc); ``named``: the verdict names the host (the
     figure has several)."""
     t, y = _series(rows, key, host)
@@ -262,8 +268,13 @@ def _trend(
 
 
 def soak(
-    a: Attempts, step: dict, res: pd.DataFrame, open_loop: bool, streamed: bool, planned_s: float | None = None
-) -> dict:
+    a: Attempts,
+    step: dict[str, Any],
+    res: pd.DataFrame,
+    open_loop: bool,
+    streamed: bool,
+    planned_s: float | None = None,
+) -> dict[str, Any]:
     """The summary's ``soak`` for the soak step ``step`` (its step summary); ``planned_s``: the
     soak's length as run (``--soak``), which sizes the windows (else the span they cover)."""
     win = step["window"]

@@ -11,7 +11,8 @@ judges the same texts); the mean of the paired differences in error rate gets a 
 interval (:data:`BOOTSTRAP` resamples, a fixed seed: the same records give the same verdict), and
 the level is a knee when the interval's lower end is above :data:`MIN_RISE` (two points of error
 rate: below it, a recogniser's own noise on a voice that varies from call to call). At least
-:data:`MIN_PAIRS` pairs are needed to judge a level at all.
+:data:`MIN_PAIRS` pairs are needed to judge a level at all. A level is one of the run's axis
+(:mod:`analysis.axis`): a concurrency, an offered rate or a number of voices.
 
 **Voice and sound** (``--asr-listen``): per step ``similarity_mean``/``_p5`` (each clip's speaker
 embedding against the same text's at the lowest level: 1 there by definition) and ``mos_mean``/
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +45,7 @@ MIN_SIMILARITY_DROP = 0.2
 MIN_MOS_DROP = 0.3
 
 
-def read(path: Path) -> list[dict]:
+def read(path: Path) -> list[dict[str, Any]]:
     """The judge's lines of a run directory (``speech.jsonl``); lines that do not parse (one
     cut by a crash) are skipped. [] when there is no such file."""
     try:
@@ -61,12 +63,12 @@ def read(path: Path) -> list[dict]:
     return out
 
 
-def _rate(e: dict) -> float | None:
+def _rate(e: dict[str, Any]) -> float | None:
     v = e.get("error")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def summarise(entries: list[dict]) -> dict | None:
+def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One step's (or level's) ``speech`` from its judge lines; None when it had none."""
     if not entries:
         return None
@@ -76,7 +78,7 @@ def summarise(entries: list[dict]) -> dict | None:
     rates = np.array([_rate(e) for e in judged], dtype=float)
     mean = float(rates.mean()) if len(rates) else None
     p95 = float(np.percentile(rates, 95)) if len(rates) else None
-    worst = sorted(judged, key=lambda e: -_rate(e))[:WORST]
+    worst = sorted(judged, key=lambda e: -(_rate(e) or 0.0))[:WORST]
     return {
         **listened(entries),
         "metric": metric,
@@ -101,7 +103,7 @@ def summarise(entries: list[dict]) -> dict | None:
     }
 
 
-def _number(e: dict, key: str) -> float | None:
+def _number(e: dict[str, Any], key: str) -> float | None:
     v = e.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -114,7 +116,7 @@ def _p5(values: list[float]) -> float | None:
     return round(float(np.percentile(values, 5)), 4) if values else None
 
 
-def listened(entries: list[dict]) -> dict:
+def listened(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``--asr-listen`` figures of a step's judge lines ({} when none was listened to)."""
     heard = [e for e in entries if "mos" in e or "similarity" in e]
     if not heard:
@@ -146,20 +148,22 @@ def listened(entries: list[dict]) -> dict:
     }
 
 
-def resimilar(entries: list[dict]) -> list[dict]:
-    """The judge lines with ``similarity`` recomputed against each text's clip at the lowest
-    concurrency of the run (the judge wrote it against the lowest heard so far, the same in a run
-    whose steps ascend)."""
-    base: dict[str, tuple[float, np.ndarray]] = {}
+def resimilar(entries: list[dict[str, Any]], lowest: set[int] | None = None) -> list[dict[str, Any]]:
+    """The judge lines with ``similarity`` recomputed against each text's clip at the lowest level
+    of the run's axis (``lowest``: its steps; without them, the lowest concurrency). The judge
+    wrote it against the lowest concurrency heard so far, the same in a closed loop whose steps
+    ascend."""
+    base: dict[str, tuple[tuple[bool, float], np.ndarray]] = {}
     for e in entries:
         emb, c = e.get("embedding"), e.get("concurrency")
         if isinstance(emb, list) and emb and isinstance(c, (int, float)) and e.get("text_id") is not None:
-            if e["text_id"] not in base or c < base[e["text_id"]][0]:
-                base[e["text_id"]] = (c, np.asarray(emb, dtype=float))
+            rank = (lowest is not None and e.get("step") not in lowest, float(c))
+            if e["text_id"] not in base or rank < base[e["text_id"]][0]:
+                base[e["text_id"]] = (rank, np.asarray(emb, dtype=float))
     out = []
     for e in entries:
         emb = e.get("embedding")
-        ref = base.get(e.get("text_id"))
+        ref = base.get(e["text_id"]) if e.get("text_id") is not None else None
         if isinstance(emb, list) and emb and ref is not None:
             v = np.asarray(emb, dtype=float)
             e = {**e, "similarity": round(float(v @ ref[1] / (np.linalg.norm(v) * np.linalg.norm(ref[1]) + 1e-12)), 4)}
@@ -167,26 +171,32 @@ def resimilar(entries: list[dict]) -> list[dict]:
     return out
 
 
-def by_step(entries: list[dict]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = {}
+def by_step(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
     for e in entries:
         if isinstance(e.get("step"), int):
             out.setdefault(e["step"], []).append(e)
     return out
 
 
-def attach(steps: list[dict], levels: list[dict], entries: list[dict]) -> None:
-    """Set ``speech`` on every step and level (levels pool their steps' clips)."""
-    grouped = by_step(resimilar(entries))
+def _steps_of(level: dict[str, Any]) -> list[int]:
+    return list(level.get("steps") or ([level["step"]] if level.get("step") is not None else []))
+
+
+def attach(steps: list[dict[str, Any]], levels: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+    """Set ``speech`` on every step and level (levels pool their steps' clips; ``levels`` run
+    along the axis, the first with requests the one ``similarity`` compares with)."""
+    first = next((lv for lv in levels if lv.get("requests")), None)
+    grouped = by_step(resimilar(entries, None if first is None else set(_steps_of(first))))
     for st in steps:
         st["speech"] = summarise(grouped.get(st["step"], []))
     for lv in levels:
-        nums = lv.get("steps") or ([lv["step"]] if lv.get("step") is not None else [])
+        nums = _steps_of(lv)
         lv["speech"] = summarise([e for n in nums for e in grouped.get(n, [])])
         lv["_speech_entries"] = [e for n in nums for e in grouped.get(n, [])]
 
 
-def _by_text(entries: list[dict]) -> dict[str, float]:
+def _by_text(entries: list[dict[str, Any]]) -> dict[str, float]:
     """Each text's mean error rate over its judged clips."""
     sums: dict[str, list[float]] = {}
     for e in entries:
@@ -196,7 +206,7 @@ def _by_text(entries: list[dict]) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in sums.items()}
 
 
-def _by_text_of(entries: list[dict], key: str) -> dict[str, float]:
+def _by_text_of(entries: list[dict[str, Any]], key: str) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
     for e in entries:
         v = _number(e, key)
@@ -205,7 +215,7 @@ def _by_text_of(entries: list[dict], key: str) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in sums.items()}
 
 
-def paired_rise(low: list[dict], high: list[dict], key: str = "error") -> dict | None:
+def paired_rise(low: list[dict[str, Any]], high: list[dict[str, Any]], key: str = "error") -> dict[str, Any] | None:
     """The rise in error rate (or another figure, ``key``) from ``low``'s clips to ``high``'s,
     paired by text: ``{pairs, mean, ci: [lo, hi]}``; None with fewer than MIN_PAIRS pairs."""
     a, b = (_by_text(low), _by_text(high)) if key == "error" else (_by_text_of(low, key), _by_text_of(high, key))
@@ -219,7 +229,7 @@ def paired_rise(low: list[dict], high: list[dict], key: str = "error") -> dict |
     return {"pairs": len(common), "mean": float(d.mean()), "ci": [float(lo), float(hi)]}
 
 
-def knee_index(levels: list[dict]) -> tuple[int | None, list[dict | None]]:
+def knee_index(levels: list[dict[str, Any]]) -> tuple[int | None, list[dict[str, Any] | None]]:
     """The first level whose speech is significantly worse than the lowest's (see the module
     doc), and each level's paired rise (None where it could not be judged)."""
     done = [lv for lv in levels if lv.get("requests")]
@@ -231,7 +241,7 @@ def knee_index(levels: list[dict]) -> tuple[int | None, list[dict | None]]:
     return k, rises
 
 
-def drop_index(levels: list[dict], key: str) -> tuple[int | None, list[dict | None]]:
+def drop_index(levels: list[dict[str, Any]], key: str) -> tuple[int | None, list[dict[str, Any] | None]]:
     """Knee methods ``similarity`` and ``mos``: the first level whose ``key`` (``similarity`` or
     ``mos``) dropped from the lowest level's by more than its margin (see the module doc), paired by
     text, and each level's drop (None where it could not be judged; [] when nothing was heard)."""
@@ -239,7 +249,7 @@ def drop_index(levels: list[dict], key: str) -> tuple[int | None, list[dict | No
     if not done or not any(_number(e, key) is not None for lv in done for e in lv.get("_speech_entries") or []):
         return None, []
     base = done[0].get("_speech_entries") or []
-    drops: list[dict | None] = [None]
+    drops: list[dict[str, Any] | None] = [None]
     for lv in done[1:]:
         rise = paired_rise(lv.get("_speech_entries") or [], base, key)  # base - level: a drop
         drops.append(rise)
@@ -248,7 +258,7 @@ def drop_index(levels: list[dict], key: str) -> tuple[int | None, list[dict | No
     return k, drops
 
 
-def strip(levels: list[dict]) -> None:
+def strip(levels: list[dict[str, Any]]) -> None:
     for lv in levels:
         lv.pop("_speech_entries", None)
 

@@ -26,9 +26,14 @@ latency before where that is longer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+
+if TYPE_CHECKING:
+    import pandas as pd
 from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
 
 SHARE = 0.05
@@ -38,7 +43,14 @@ WINDOW_S = 1.0
 _SHED = (429, 503)
 
 
-def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, options: dict, res=None) -> dict | None:
+def spike(
+    a: Attempts,
+    steps: list[dict[str, Any]],
+    streamed: bool,
+    health: dict[str, Any] | None,
+    options: dict[str, Any],
+    res: pd.DataFrame | None = None,
+) -> dict[str, Any] | None:
     """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
     (those of the spike's phases are picked out), and the resource samples ``res`` (a
     collector's watched process); None when the run had no spike."""
@@ -84,7 +96,7 @@ def spike(a: Attempts, steps: list[dict], streamed: bool, health: dict | None, o
     return out
 
 
-def _process_gone_at(res, start: float | None, end: float | None) -> float | None:
+def _process_gone_at(res: pd.DataFrame | None, start: float | None, end: float | None) -> float | None:
     """When a watched server process went away between ``start`` and ``end`` (the first of a
     server host's samples without it after one with it), or None."""
     if res is None or not len(res) or start is None or "proc_rss_bytes" not in res:
@@ -100,8 +112,9 @@ def _process_gone_at(res, start: float | None, end: float | None) -> float | Non
     return None
 
 
-def _in(a: Attempts, step: dict) -> np.ndarray:
-    return a["step"] == int(step["step"])
+def _in(a: Attempts, step: dict[str, Any]) -> np.ndarray:
+    rows: np.ndarray = a["step"] == int(step["step"])
+    return rows
 
 
 def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:
@@ -110,7 +123,7 @@ def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:
     return float(np.percentile(v, 95)) if len(v) else None
 
 
-def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict:
+def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict[str, Any]:
     n = int(m.sum())
     failed = m & ~a["ok"]
     shed = failed & np.isin(a["status"], _SHED)
@@ -190,7 +203,7 @@ def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
     return bool(last.any() and (~a["ok"][last] & (a["status"][last] < 0)).all())
 
 
-def _text(s: dict, health: dict | None) -> str:
+def _text(s: dict[str, Any], health: dict[str, Any] | None) -> str:
     d = s["during"]
     head = (
         f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "

@@ -13,14 +13,16 @@ Definitions used throughout the dashboard:
   attempt's ``t0`` to the final attempt's ``t3`` (or ``t2``), so it includes failed attempts,
   backoff sleeps and the client's write.
 - A step's **window** is its own span from ``run.json``: from its start plus the settle time
-  (the step's own ``settle_s`` where its entry has one, else the run's) to its end.  Only when ``run.json`` does not give the step's start (run
+  (the step's own ``settle_s`` where its entry has one, else the run's) to its end.  Only when ``run.json`` does not
+  give the step's start (run
   directories without a usable ``run.json``) is it taken from the records: the earliest settled
   ``t0`` to the latest completion of the step's settled attempts.  A step still running (no end
   yet) ends at the next step's start, or else at the latest completion seen so far.
 - **Throughput** (``throughput_rps``) is the number of successful final attempts that
   *finished* inside the window (``tend``: ``t3``, else ``t2``), whichever step sent them,
   divided by the window's length; ``completed_rps`` counts every final attempt the same way,
-  ``audio_s_per_s`` their audio, ``chars_per_s`` their text (:mod:`analysis.capacity`).  Users run back to back across steps, so completions inside
+  ``audio_s_per_s`` their audio, ``chars_per_s`` their text (:mod:`analysis.capacity`).  Users run back to back
+  across steps, so completions inside
   the window are the work done in it; counting only the step's settled requests over a window
   stretched to their last completion would understate it by about one latency at each end.
 - **Little's law** (``little``): the mean number of busy users over the window is the sum, over
@@ -99,6 +101,8 @@ Definitions used throughout the dashboard:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -135,7 +139,7 @@ RATE_FIGURES = (
 )
 
 
-def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
+def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
     """{count, mean, p50, p90, p95, p99, max} of the finite values, or None if there are none;
     ``sorted_v``: the same values sorted, when kept (the percentiles come from them)."""
     v = values[np.isfinite(values)]
@@ -148,7 +152,7 @@ def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
     return out
 
 
-def riva_stats(values: np.ndarray) -> dict | None:
+def riva_stats(values: np.ndarray) -> dict[str, Any] | None:
     """{count, avg, p90, p95, p99} of the finite values as riva_tts_perf_client computes them
     (see the module doc), or None if there are none."""
     v = np.sort(values[np.isfinite(values)])
@@ -159,7 +163,7 @@ def riva_stats(values: np.ndarray) -> dict | None:
     return out
 
 
-def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict | None:
+def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
     """{count, mean, p95, max} of the finite values, or None if there are none."""
     d = dist(values, sorted_v)
     return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
@@ -238,7 +242,7 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
     return by_text
 
 
-def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
+def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict[str, Any]:
     """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
     (see the module doc). A live reader's attempts keep step ``step``'s counts and check only
     the rows read since, while the reference stays the same."""
@@ -274,27 +278,27 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict:
     }
 
 
-def signal_stats(a: Attempts, fin: np.ndarray, okl: np.ndarray, figure) -> dict:
+def signal_stats(a: Attempts, final: np.ndarray, ok_timed: np.ndarray, figure) -> dict[str, Any]:
     """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
     trailing silence and of audible TTFA over the requests the latency figures describe
-    (``okl``), and, over its requests (``fin``, final attempts), the shares that were silent
+    (``ok_timed``), and, over its requests (``final``, final attempts), the shares that were silent
     (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (:func:`length_flags`),
     or clipped (any sample at full scale in more than :data:`CLIPPED_SHARE` of it)."""
     runaway, truncated = length_flags(a)
     silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
-    n = int(fin.sum())
-    checked = okl & np.isfinite(a["clipped_share"])
+    n = int(final.sum())
+    checked = ok_timed & np.isfinite(a["clipped_share"])
 
     def share(mask) -> float | None:
         return int(mask.sum()) / n if n else None
 
     return {
-        "leading_silence_ms": figure("leading_silence_ms", okl, "okl"),
-        "trailing_silence_ms": figure("trailing_silence_ms", okl, "okl"),
-        "ttfa_audible_ms": figure("ttfa_audible_ms", okl, "okl"),
-        "silent_rate": share(fin & (a["error"] == silent_code)),
-        "runaway_rate": share(fin & runaway),
-        "truncated_rate": share(fin & truncated),
+        "leading_silence_ms": figure("leading_silence_ms", ok_timed, "ok_timed"),
+        "trailing_silence_ms": figure("trailing_silence_ms", ok_timed, "ok_timed"),
+        "ttfa_audible_ms": figure("ttfa_audible_ms", ok_timed, "ok_timed"),
+        "silent_rate": share(final & (a["error"] == silent_code)),
+        "runaway_rate": share(final & runaway),
+        "truncated_rate": share(final & truncated),
         "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
         if checked.any()
         else None,
@@ -354,7 +358,7 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
-def _stream_end(window: dict) -> float | None:
+def _stream_end(window: dict[str, Any]) -> float | None:
     """The end a step's streams must have finished by to count (see the module doc), or None."""
     return None if window["open"] or window["source"] != "run.json" else window["end"]
 
@@ -371,23 +375,23 @@ def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarra
     return cut
 
 
-def _stream_stats(a: Attempts, okf: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict:
+def _stream_stats(a: Attempts, ok_final: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict[str, Any]:
     """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
     module doc); ``figure(column, mask, mask name, tail)`` is a distribution."""
-    n_cut, okf = int((okf & cut).sum()), okf & ~cut
-    under = a["underruns"][okf]
+    n_cut, ok_final = int((ok_final & cut).sum()), ok_final & ~cut
+    under = a["underruns"][ok_final]
     under = under[np.isfinite(under)]
     return {
         "streamed": streamed,
-        "streams": {"counted": int(okf.sum()), "cut_by_step_end": n_cut},
-        "ttfa_ms": figure("ttfa_ms", okf, "streams", False),
+        "streams": {"counted": int(ok_final.sum()), "cut_by_step_end": n_cut},
+        "ttfa_ms": figure("ttfa_ms", ok_final, "streams", False),
         "underrun_rate": float((under >= 1).mean()) if len(under) else None,
         "underrun_streams": int((under >= 1).sum()),
-        "underrun_ms": figure("underrun_ms", okf, "streams", True),
-        "gap_max_ms": figure("gap_max_ms", okf, "streams", True),
-        "chunks": figure("chunks", okf, "streams", True),
-        "tail_ms": figure("tail_ms", okf, "streams", False),
-        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][okf]), "chunk_ms": riva_stats(a.gaps_of(okf))}
+        "underrun_ms": figure("underrun_ms", ok_final, "streams", True),
+        "gap_max_ms": figure("gap_max_ms", ok_final, "streams", True),
+        "chunks": figure("chunks", ok_final, "streams", True),
+        "tail_ms": figure("tail_ms", ok_final, "streams", False),
+        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][ok_final]), "chunk_ms": riva_stats(a.gaps_of(ok_final))}
         if streamed
         else None,
     }
@@ -400,7 +404,7 @@ def _mean_max(s: pd.Series) -> tuple[float | None, float | None]:
     return float(s.mean()), float(s.max())
 
 
-def _host_aggregate(w: pd.DataFrame) -> dict:
+def _host_aggregate(w: pd.DataFrame) -> dict[str, Any]:
     """Mean/max figures of one host's samples."""
     out = {"samples": int(len(w))}
     out["cpu_mean"], out["cpu_max"] = _mean_max(w["cpu_percent"])
@@ -432,7 +436,7 @@ _HOST_MAX = (
 
 def resource_aggregate(
     res: pd.DataFrame, role: str, start: float, end: float, roles: dict[str, str] | None = None
-) -> dict | None:
+) -> dict[str, Any] | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
     hosts' figures (see the module doc); None when there are no samples. ``roles``:
     ``--server-role``'s ``{family: role}`` for the server's series."""
@@ -488,7 +492,7 @@ def run_end_cut(a: Attempts) -> np.ndarray:
     return cut
 
 
-def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
+def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[str, Any]:
     """{label: {count, p50, p95}} of ``waits`` grouped by their label ``codes`` (-1: none), in
     the labels' order; one sort, however many labels (a voice sweep has hundreds)."""
     keep = (codes >= 0) & np.isfinite(waits)
@@ -504,7 +508,7 @@ def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict:
     return out
 
 
-def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict:
+def step_window(a: Attempts, step: dict[str, Any], settle_s=None, next_start=None) -> dict[str, Any]:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
     open}``; ``open`` is true when the step's end is not known yet."""
     m = a["step"] == step["step"]
@@ -535,8 +539,8 @@ def step_window(a: Attempts, step: dict, settle_s=None, next_start=None) -> dict
 
 
 def _little(
-    a: Attempts, step: dict, ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
-) -> dict | None:
+    a: Attempts, step: dict[str, Any], ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
+) -> dict[str, Any] | None:
     """Mean busy users over [ws, we] against what the step's users should keep busy (see the
     module doc)."""
     fin, start, end = spans(a)
@@ -559,9 +563,28 @@ def _little(
     }
 
 
+def _status_counts(a: Attempts, rows: np.ndarray) -> dict[str, int]:
+    """How many of the attempts ``rows`` ended with each status: its code, its name (a gRPC or
+    WebSocket status), or ``conn_error`` where no response came."""
+    status, names = a["status"][rows], a["status_name"][rows]
+    named = names >= 0
+    counts = {"conn_error" if v < 0 else str(int(v)): n for v, n in _value_counts(status[~named])}
+    counts.update({a.statuses[v]: n for v, n in _value_counts(names[named])})
+    return counts
+
+
+def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[dict[str, Any]]:
+    """The ``most`` commonest error texts of the failed attempts among ``rows``, with counts."""
+    error_codes = a["error"][rows & (a["error"] >= 0) & ~a["ok"]]
+    if not len(error_codes):
+        return []
+    codes, counts = np.unique(error_codes, return_counts=True)
+    return [{"error": a.errors[codes[i]], "count": int(counts[i])} for i in np.argsort(-counts)[:most]]
+
+
 def step_stats(
     a: Attempts,
-    step: dict,
+    step: dict[str, Any],
     res: pd.DataFrame,
     settle_s: float | None = None,
     next_start: float | None = None,
@@ -580,127 +603,119 @@ def step_stats(
     (None: every one counts)."""
     cut_end = run_end_cut(a)
     mine = a["step"] == step["step"]
-    m = mine & a["settled"] & ~cut_end
-    n_att = int(m.sum())
-    fin = m & a["final"]
-    okf = fin & a["ok"]
+    settled = mine & a["settled"] & ~cut_end
+    n_attempts = int(settled.sum())
+    final = settled & a["final"]
+    ok_final = final & a["ok"]
     cancelled = np.isfinite(a["cancel_ms"])
-    heard = okf & ~cancelled
+    heard = ok_final & ~cancelled
     out = {
         "step": step["step"],
         "concurrency": step["concurrency"],
         "planned_start": step.get("start"),
         "planned_end": step.get("end"),
     }
-    requests, ok = int(fin.sum()), int(okf.sum())
-    win = step_window(a, step, settle_s, next_start)
-    start, end, dur = win["start"], win["end"], win["duration_s"]
-    if dur:
+    requests, ok = int(final.sum()), int(ok_final.sum())
+    window = step_window(a, step, settle_s, next_start)
+    start, end, duration_s = window["start"], window["end"], window["duration_s"]
+    if duration_s:
         inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        done_in, ok_in = inside, inside & a["ok"] & ~cancelled
-        win["completions"], win["ok_completions"] = int(done_in.sum()), int(ok_in.sum())
+        done_inside, ok_inside = inside, inside & a["ok"] & ~cancelled
+        window["completions"], window["ok_completions"] = int(done_inside.sum()), int(ok_inside.sum())
     else:
-        win["completions"] = win["ok_completions"] = None
-    status = a["status"][m]
-    att_failed = int((m & ~a["ok"]).sum())
-    throttled = int(np.isin(status, THROTTLE_STATUSES).sum())
-    names = a["status_name"][m]
-    named = names >= 0
-    counts = {"conn_error" if v < 0 else str(int(v)): c for v, c in _value_counts(status[~named])}
-    counts.update({a.statuses[v]: c for v, c in _value_counts(names[named])})
+        window["completions"] = window["ok_completions"] = None
+    attempts_failed = int((settled & ~a["ok"]).sum())
+    throttled = int(np.isin(a["status"][settled], THROTTLE_STATUSES).sum())
     if streamed is None:
-        streamed = bool((a["chunk_n"][m] >= 0).any())
-    stream_end = step["streams_end"] if "streams_end" in step else _stream_end(win)
-    cut = _cut_by_step_end(a, m, stream_end)
-    okl = heard & ~cut if streamed else heard  # the requests the latency figures describe
+        streamed = bool((a["chunk_n"][settled] >= 0).any())
+    stream_end = step["streams_end"] if "streams_end" in step else _stream_end(window)
+    cut = _cut_by_step_end(a, settled, stream_end)
+    ok_timed = heard & ~cut if streamed else heard  # the requests the latency figures describe
     # a live reader keeps each figure's sorted values under what its mask depends on
     keep = (step["step"], stream_end, streamed)
 
-    def d(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict | None:
+    def figure(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict[str, Any] | None:
         kept = sorted_values(a, (*keep, col, name), a[col], mask)
         return (_tail if tail else dist)(a[col][mask], kept)
 
     out.update(
         {
-            "window": win,
+            "window": window,
             "requests": requests,
-            "attempts": n_att,
+            "attempts": n_attempts,
             "ok": ok,
             "failed": requests - ok,
             "cut_by_run_end": int((mine & cut_end).sum()),
             "error_rate": (requests - ok) / requests if requests else None,
-            "attempt_failures": att_failed,
-            "attempt_failure_rate": att_failed / n_att if n_att else None,
-            "throughput_rps": win["ok_completions"] / dur if dur else None,
-            "completed_rps": win["completions"] / dur if dur else None,
-            "latency_ms": d("wait_ms", okl, "okl"),
-            "ttfb_ms": d("ttfb_ms", okl, "okl"),
-            "write_ms": d("write_ms", okl, "okl"),
-            "concat_ms": d("concat_ms", okl, "okl"),
-            "e2e_ms": dist(a["e2e_ms"][okl]),  # a retried request's e2e can come later than its row
-            "rtf": d("rtf", okl, "okl"),
-            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
-            "rtfx": float(np.nansum(a["audio_s"][ok_in]) / dur) if dur else None,
+            "attempt_failures": attempts_failed,
+            "attempt_failure_rate": attempts_failed / n_attempts if n_attempts else None,
+            "throughput_rps": window["ok_completions"] / duration_s if duration_s else None,
+            "completed_rps": window["completions"] / duration_s if duration_s else None,
+            "latency_ms": figure("wait_ms", ok_timed, "ok_timed"),
+            "ttfb_ms": figure("ttfb_ms", ok_timed, "ok_timed"),
+            "write_ms": figure("write_ms", ok_timed, "ok_timed"),
+            "concat_ms": figure("concat_ms", ok_timed, "ok_timed"),
+            "e2e_ms": dist(a["e2e_ms"][ok_timed]),  # a retried request's e2e can come later than its row
+            "rtf": figure("rtf", ok_timed, "ok_timed"),
+            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
+            "rtfx": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
             **capacity.step_figures(
-                win["ok_completions"] / dur if dur else None,
-                float(np.nansum(a["text_len"][ok_in]) / dur) if dur else None,
+                window["ok_completions"] / duration_s if duration_s else None,
+                float(np.nansum(a["text_len"][ok_inside]) / duration_s) if duration_s else None,
             ),
-            "retries": int((m & (a["attempt"] > 1)).sum()),
+            "retries": int((settled & (a["attempt"] > 1)).sum()),
             "attempts_by_number": {
-                "1": int((m & (a["attempt"] <= 1)).sum()),
-                "2": int((m & (a["attempt"] == 2)).sum()),
-                "3+": int((m & (a["attempt"] >= 3)).sum()),
+                "1": int((settled & (a["attempt"] <= 1)).sum()),
+                "2": int((settled & (a["attempt"] == 2)).sum()),
+                "3+": int((settled & (a["attempt"] >= 3)).sum()),
             },
             "throttled": throttled,
-            "non_throttle_failures": att_failed - throttled,
-            "status_counts": counts,
-            "retry_after_s": d("retry_after_s", m, "m"),
-            "backoff_ms": d("backoff_ms", m & (a["attempt"] > 1), "retried"),
+            "non_throttle_failures": attempts_failed - throttled,
+            "status_counts": _status_counts(a, settled),
+            "retry_after_s": figure("retry_after_s", settled, "settled"),
+            "backoff_ms": figure("backoff_ms", settled & (a["attempt"] > 1), "retried"),
         }
     )
-    streams = okf & ~cut
-    out.update(_stream_stats(a, okf, streamed, cut, d))
-    out["tail_ms"] = d("tail_ms", heard & ~cut, "heard")
-    out["cancelled"] = int((fin & cancelled).sum())
-    out["cancel_to_quiet_ms"] = d("cancel_to_quiet_ms", fin & cancelled, "cancelled")
+    streams = ok_final & ~cut
+    out.update(_stream_stats(a, ok_final, streamed, cut, figure))
+    out["tail_ms"] = figure("tail_ms", heard & ~cut, "heard")
+    out["cancelled"] = int((final & cancelled).sum())
+    out["cancel_to_quiet_ms"] = figure("cancel_to_quiet_ms", final & cancelled, "cancelled")
     out["integrity"] = integrity(a, heard, step["step"])
-    out.update(signal_stats(a, fin, okl, d))
-    out["little"] = _little(a, step, start, end, last or win["open"], contexts, think_s) if dur else None
+    out.update(signal_stats(a, final, ok_timed, figure))
+    out["little"] = _little(a, step, start, end, last or window["open"], contexts, think_s) if duration_s else None
     stages = {}
     for name, col in a.stages.items():
-        sd = dist(col[m], sorted_values(a, (*keep, "stage", name), col, m))
-        if sd:
-            stages[name] = {"mean": sd["mean"], "p50": sd["p50"], "p95": sd["p95"]}
+        stage_dist = dist(col[settled], sorted_values(a, (*keep, "stage", name), col, settled))
+        if stage_dist:
+            stages[name] = {"mean": stage_dist["mean"], "p50": stage_dist["p50"], "p95": stage_dist["p95"]}
     out["server_timing_ms"] = stages
     tiers = {}
     for code, name in enumerate(a.tiers):
-        td = d("wait_ms", okl & (a["tier"] == code), f"tier {code}")
-        if td:
-            tiers[name] = {"count": td["count"], "p50": td["p50"], "p95": td["p95"]}
+        tier_dist = figure("wait_ms", ok_timed & (a["tier"] == code), f"tier {code}")
+        if tier_dist:
+            tiers[name] = {"count": tier_dist["count"], "p50": tier_dist["p50"], "p95": tier_dist["p95"]}
     out["latency_by_tier_ms"] = tiers
     # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
     for key, col, names in (
         ("latency_by_voice_ms", "voice", a.voices),
         ("latency_by_language_ms", "language", a.languages),
     ):
-        out[key] = _by_label(a["wait_ms"][okl], a[col][okl], names)
-    errs = a["error"][m & (a["error"] >= 0) & ~a["ok"]]
-    top = []
-    if len(errs):
-        codes, c = np.unique(errs, return_counts=True)
-        for i in np.argsort(-c)[:5]:
-            top.append({"error": a.errors[codes[i]], "count": int(c[i])})
-    out["errors"] = top
+        out[key] = _by_label(a["wait_ms"][ok_timed], a[col][ok_timed], names)
+    out["errors"] = _top_errors(a, settled)
     out["server"] = resource_aggregate(res, "server", start, end, roles)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    for key, col, mask, name in (("latency_ms", "wait_ms", okl, "okl"), ("ttfa_ms", "ttfa_ms", streams, "streams")):
+    for key, col, mask, name in (
+        ("latency_ms", "wait_ms", ok_timed, "ok_timed"),
+        ("ttfa_ms", "ttfa_ms", streams, "streams"),
+    ):
         if out.get(key) and col in a.cols:
             out[key].update(percentile_cis(a[col][mask], sorted_v=sorted_values(a, (*keep, col, name), a[col], mask)))
     return out
 
 
-def hold_open(step: dict) -> dict:
+def hold_open(step: dict[str, Any]) -> dict[str, Any]:
     """Withhold, in place, what an open step's elapsed window cannot give yet (see the module
     doc); its window ends where the records reach so far, the step's "now". Returns
     the step's ``open``: ``{elapsed_s, settle_s, settling, completions, withheld, note}``,
@@ -770,7 +785,7 @@ def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip((seen + lo).tolist(), cnt[seen].tolist()))
 
 
-def infer_steps(a: Attempts) -> list[dict]:
+def infer_steps(a: Attempts) -> list[dict[str, Any]]:
     """Steps from the records themselves, for a run directory without a usable run.json: no
     start or end, so each step's window comes from its records (see the module doc)."""
     out = []
@@ -796,7 +811,7 @@ def memory_baseline(res: pd.DataFrame, first_start: float | None) -> float | Non
     return float(w.min()) if len(w) else None
 
 
-def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict | None:
+def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict[str, Any] | None:
     """GPU memory before the run against after it, per server host, where both were sampled.
 
     Per host: ``baseline_bytes`` (the minimum before the first step's start) and

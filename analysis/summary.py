@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
-from tts_knee.runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.reader import Attempts, RunDir, RunDirError
 from tts_knee.runformat.summary import DiagnosisKind
 
 from . import (
+    axis as axis_mod,
     bargein,
     capacity as capacity_mod,
     openloop,
@@ -44,12 +46,10 @@ from . import (
     speech as speech_mod,
     spike as spike_mod,
     trace as trace_mod,
-    voices as voice_sweep,
 )
-from .confidence import ci_range
-from .diagnosis import common_evidence, diagnose, latency_while, share, signal_evidence
-from .knee import find_knee, little_check, signal_rise, usl_fit
-from .levels import levels as group_levels
+from .axis import Axis, method_index
+from .diagnosis import common_evidence, latency_while, signal_evidence
+from .knee import signal_rise
 from .steps import hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
 
 
@@ -167,108 +167,6 @@ def _soak_of(rd: RunDir) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
-def _recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
-    done = [s for s in steps if s.get("requests")]
-    if not done:
-        return None, "No settled requests yet."
-    k = knee["index"]
-    if k is None:
-        top = done[-1]
-        return top["concurrency"], (
-            f"No knee up to {top['concurrency']}: {top['concurrency']} is the "
-            f"highest tested step; test higher to find the limit."
-        )
-    if k == 0:
-        return None, (f"The lowest step ({done[0]['concurrency']}) is already past the knee; test lower concurrency.")
-    rec, nxt = done[k - 1], done[k]
-
-    def ms(d, q):
-        return f"{d[q]:.0f} ms" if (d or {}).get(q) is not None else "n/a"
-
-    def desc(s):
-        if knee.get("streamed"):
-            rate = s.get("underrun_rate")
-            stalled = (
-                "underruns n/a"
-                if rate is None
-                else (
-                    f"{share(rate)} of streams stalled"
-                    + (f" (p95 stall {ms(s.get('underrun_ms'), 'p95')})" if rate else "")
-                )
-            )
-            heard = (
-                f" (audible {ms(s.get('ttfa_audible_ms'), 'p95')})"
-                if knee.get("ttfa_basis") == "ttfa_audible_ms"
-                else ""
-            )
-            head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}{heard}, {stalled}"
-        else:
-            head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
-        sp = s.get("speech") or {}
-        heard = f", {sp['metric'].upper()} {speech_mod.pct(sp.get(sp['metric'] + '_mean'))}" if sp.get("judged") else ""
-        return (
-            f"at {s['concurrency']}: {head}{heard}, {s['throughput_rps'] or 0:.2f} req/s, "
-            f"{s['failed']} of {s['requests']} requests failed"
-        )
-
-    return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
-
-
-def _speech_knee(knee: dict, levels: list[dict]) -> dict:
-    """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules: a
-    level whose speech is significantly worse than the lowest's is a knee like a latency one, and
-    the earliest of them is the knee. ``speech_first``: speech broke before latency (and failures)
-    did."""
-    done = [lv for lv in levels if lv.get("requests")]
-    k_words, rises = speech_mod.knee_index(done)
-    k_voice, sim_drops = speech_mod.drop_index(done, "similarity")
-    k_sound, mos_drops = speech_mod.drop_index(done, "mos")
-    found = {"speech": k_words, "similarity": k_voice, "mos": k_sound}
-    heard = ["speech"] + [name for name, drops in (("similarity", sim_drops), ("mos", mos_drops)) if drops]
-    at = [i for name, i in found.items() if name in heard and i is not None]
-    k = min(at) if at else None
-    listen = {
-        f"{name}_drop": [
-            None
-            if d is None
-            else {"pairs": d["pairs"], "mean": round(d["mean"], 4), "ci": [round(x, 4) for x in d["ci"]]}
-            for d in drops
-        ]
-        for name, drops in (("similarity", sim_drops), ("mos", mos_drops))
-        if drops
-    }
-    knee = dict(
-        knee,
-        **listen,
-        methods={
-            **knee["methods"],
-            **{name: done[found[name]]["concurrency"] if found[name] is not None else None for name in heard},
-        },
-        rules=[*knee["rules"], *heard],
-        speech_changed=[name for name in heard if k is not None and found[name] == k],
-        speech_rise=[
-            None
-            if r is None
-            else {"pairs": r["pairs"], "mean": round(r["mean"], 4), "ci": [round(x, 4) for x in r["ci"]]}
-            for r in rises
-        ],
-    )
-    latency = _method_index(
-        knee, done, [r for r in knee["rules"] if r not in ("signal", "speech", "similarity", "mos")]
-    )
-    if k is not None and (knee["index"] is None or k < knee["index"]):
-        knee.update(index=k, concurrency=done[k]["concurrency"])
-    knee["speech_first"] = k is not None and (latency is None or k < latency)
-    knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee["concurrency"]]
-    return knee
-
-
-def _method_index(knee: dict, done: list[dict], names: list[str]) -> int | None:
-    """The first level (index into ``done``) any of the methods ``names`` names, or None."""
-    at = {knee["methods"].get(n) for n in names} - {None}
-    return next((i for i, lv in enumerate(done) if lv["concurrency"] in at), None)
-
-
 def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
     """The speech knee at level ``k``: how speaker similarity and naturalness fell (--asr-listen),
     the one further past its margin first, then how the judged error rate rose, and the worst clip."""
@@ -298,12 +196,15 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
     return heard + ev
 
 
-def speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool) -> dict:
+def speech_degraded(
+    levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool, key: str = "concurrency"
+) -> dict:
     """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
     the judged words (``speech_first``), answers running on past their text or cut short
     (``signal_first``), or the first sound heard later behind leading silence
     (``silence_first``); the evidence is each of those in the order they broke, then what every
-    diagnosis adds."""
+    diagnosis adds. ``levels`` stand as the axis's diagnosis reads them (:meth:`Axis.view`), each
+    named by its ``key``."""
     done = [lv for lv in levels if lv.get("requests")]
     signal = signal_rise(done) if knee.get("signal_first") else None
     common = common_evidence(done, knee, has_resources, named=(signal[1],) if signal else ())
@@ -312,7 +213,7 @@ def speech_degraded(levels: list[dict], knee: dict, diagnosis: dict, has_resourc
         said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
         common = [e for e in common if e not in said]
         parts.append((knee["index"] or 0, said))
-    speech_at = _method_index(knee, done, ["speech", "similarity", "mos"]) if knee.get("speech_first") else None
+    speech_at = method_index(knee, done, ["speech", "similarity", "mos"], key) if knee.get("speech_first") else None
     if speech_at is not None:
         parts.append((speech_at, _speech_sentences(done, knee, speech_at)))
     if signal is not None:
@@ -393,111 +294,34 @@ def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | No
         ) from None
 
 
-def _p95_text(d: dict | None) -> str:
-    d = d or {}
-    if d.get("p95") is None:
-        return "n/a"
-    ci = d.get("p95_ci")
-    return f"{d['p95']:.0f} ms" + (f" (95% CI {ci_range(ci)})" if ci else "")
-
-
-def _level_text(s: dict) -> str:
-    """One level's evidence: p95 (TTFA first in a streamed run), throughput, failures."""
-    p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") + _p95_text(
-        s.get("latency_ms")
-    )
-    rep = f", {s['repeats']} repeats pooled" if s.get("repeats", 1) > 1 else ""
-    return (
-        f"at {s['concurrency']}: {p95}, {s['throughput_rps'] or 0:.2f} req/s, "
-        f"{s['failed']} of {s['requests']} requests failed{rep}"
-    )
-
-
-def _recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None, knee: int | None) -> str:
-    """Why ``best`` (``slo.max_concurrency``) is the recommendation, in one or two sentences."""
-    if not levels:
-        return "No settled requests yet."
-    knee_txt = f" The knee is at {knee}." if knee else ""
-    first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
-    if best is None:
-        v, lv = verdicts[0], levels[0]
-        if v["pass"] is False:
-            return (
-                f"No tested concurrency meets the SLO {spec}: at the lowest, {lv['concurrency']}, "
-                f"{', '.join(v['failed'])}; test lower concurrency or relax the SLO.{knee_txt}"
-            )
-        return (
-            f"No tested concurrency is shown to meet the SLO {spec}: at the lowest, {lv['concurrency']}, "
-            f"{'; '.join(v['inconclusive'])} (inconclusive counts as not meeting it).{knee_txt}"
-        )
-    i = next(k for k, lv in enumerate(levels) if lv["concurrency"] == best)
-    text = (
-        f"Limit concurrency to {best}: the largest tested concurrency that meets the SLO {spec} "
-        f"with every lower one meeting it ({_level_text(levels[i])})"
-    )
-    if first_bad is None:
-        return text + f"; every tested concurrency meets it, so test higher to find the limit.{knee_txt}"
-    nxt, v = levels[first_bad], verdicts[first_bad]
-    why = (
-        ", ".join(v["failed"])
-        if v["pass"] is False
-        else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
-    )
-    text += f"; at {nxt['concurrency']} {why}"
-    if nxt["concurrency"] > best + 1:
-        text += (
-            f"; {best + 1}"
-            + (f"-{nxt['concurrency'] - 1}" if nxt["concurrency"] > best + 2 else "")
-            + " untested (--refine tests them)"
-        )
-    later = [
-        lv["concurrency"] for lv, vv in zip(levels[first_bad + 1 :], verdicts[first_bad + 1 :]) if vv["pass"] is True
-    ]
-    if later:
-        text += (
-            f"; {', '.join(map(str, later))} met it again but {nxt['concurrency']} did not, "
-            f"so {'they do' if len(later) > 1 else 'it does'} not count"
-        )
-    return text + "." + knee_txt
-
-
-def _slo_section(
-    slo: slo_mod.SLO, steps: list[dict], levels: list[dict], open_loop: bool, key: str = "concurrency"
-) -> dict:
-    """The SLO's verdicts per level and per step; ``key`` "voices" in a voice sweep, whose
-    levels are numbers of voices (``max_voices``)."""
-    judge = openloop.judge if open_loop else slo_mod.judge
+def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], axis: Axis) -> dict:
+    """The SLO's verdicts per level and per step; in a voice sweep its levels are numbers of
+    voices (``max_voices``), in an open loop offered rates (``max_rate``)."""
+    judge = openloop.judge if axis.open_loop else slo_mod.judge
+    by_voices = axis.key == "voices"
     verdicts = []
     for lv in levels:
         v = judge(slo, lv)
         v["steps"] = lv["steps"]
-        if key == "voices":
+        if by_voices:
             v["voices"] = lv["voices"]
         verdicts.append(v)
     by_step = []
-    for st in steps:
-        if not st.get("requests"):
-            continue
+    for st in (st for st in steps if st.get("requests")):
         v = judge(slo, st)
         v.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
-        by_step.append(v)
-    if key == "voices":
-        for v, st in zip(by_step, [st for st in steps if st.get("requests")]):
+        if by_voices:
             v["voices"] = st["voices"]
-        return {
-            "spec": slo.spec,
-            "steps": verdicts,
-            "by_step": by_step,
-            "max_concurrency": None,
-            "max_voices": slo_mod.max_level(verdicts, "voices"),
-        }
+        by_step.append(v)
     out = {
         "spec": slo.spec,
         "steps": verdicts,
         "by_step": by_step,
-        "max_concurrency": None if open_loop else slo_mod.max_level(verdicts),
+        "max_concurrency": slo_mod.max_level(verdicts) if axis.key == "concurrency" else None,
     }
-    if open_loop:
+    if by_voices:
+        out["max_voices"] = slo_mod.max_level(verdicts, "voices")
+    elif axis.open_loop:
         out["max_rate"] = slo_mod.max_level(verdicts, "rate")
     return out
 
@@ -571,34 +395,40 @@ def run_capacity(rd: RunDir, given: capacity_mod.Options | None = None) -> capac
         raise RunDirError(f"{rd.path / 'run.json'}: options: {e} Fix it or pass the flag to tts-knee report.") from None
 
 
-def analyze(
-    rd: RunDir,
-    slo: slo_mod.SLO | None = None,
-    roles: dict[str, str] | None = None,
-    capacity: capacity_mod.Options | None = None,
-) -> dict:
-    """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
-    overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
-    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
-    a = rd.requests.attempts()
-    plan, settle = _steps_of(rd), _settle_of(rd)
-    # the hostile-text probe's steps (--probe-texts) are their own section: none of the sweep's figures
-    # and so are the spike's (--spike): its levels are not the sweep's
-    probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
-    spiked = [p for p in plan if p.get("phase") in runformat.SPIKE_PHASES]
-    a_all, a_probe, a_spike = a, None, None
-    if probed or spiked:
-        plan = [p for p in plan if p not in probed and p not in spiked]
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """A run's attempts split by what judges them: the sweep's (``a``, its steps ``plan``), the
+    hostile-text probe's (``--probe-texts``) and the spike's (``--spike``), each its own section."""
+
+    plan: list[dict]
+    a: Attempts
+    every: Attempts
+    probed: list[dict]
+    a_probe: Attempts | None
+    spiked: list[dict]
+    a_spike: Attempts | None
+
+    @classmethod
+    def of(cls, a: Attempts, plan: list[dict]) -> _Parts:
+        probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
+        spiked = [p for p in plan if p.get("phase") in runformat.SPIKE_PHASES]
+        if not probed and not spiked:
+            return cls(plan, a, a, [], None, [], None)
         in_probe = np.isin(a["step"], [p["step"] for p in probed])
         in_spike = np.isin(a["step"], [p["step"] for p in spiked])
-        a, a_probe, a_spike = a.subset(~in_probe & ~in_spike), a.subset(in_probe), a.subset(in_spike)
-    slo = run_slo(rd, slo)
-    roles = run_roles(rd, roles)
-    streamed = rd.streamed()
-    users = rd.users()  # what each user kept in flight and waited: Little's law's expectation
+        sweep = [p for p in plan if p not in probed and p not in spiked]
+        return cls(sweep, a.subset(~in_probe & ~in_spike), a, probed, a.subset(in_probe), spiked, a.subset(in_spike))
+
+
+def _step_table(
+    rd: RunDir, parts: _Parts, axis: Axis, settle: float | None, streamed: bool, roles: dict[str, str], users: dict
+) -> list[dict]:
+    """Every executed step's figures, in run order (:func:`analysis.steps.step_stats`), with its
+    phase, repeat, number of voices and what its axis adds."""
+    plan = parts.plan
     steps = [
         step_stats(
-            a,
+            parts.a,
             s,
             rd.resources,
             settle,
@@ -614,12 +444,94 @@ def analyze(
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
         if "voices" in p:
             st["voices"] = p["voices"]
-    by_voices = voice_sweep.is_sweep(plan)
-    mode = rd.mode()
-    open_loop = mode == "open"
-    if open_loop:
-        for st, p in zip(steps, plan):
-            st.update(openloop.step_figures(a, p, st))
+    axis.step_figures(parts.a, plan, steps)
+    return steps
+
+
+def _span(plan: list[dict], a: Attempts) -> tuple[float | None, float | None]:
+    """When the sweep began and ended: its first step's start and its last step's end, or, for
+    steps inferred from the records, the first send and the last completion."""
+    if plan and plan[0]["start"] is not None:
+        return plan[0]["start"], plan[-1]["end"]
+    t0, te = a["t0"][np.isfinite(a["t0"])], a["tend"][np.isfinite(a["tend"])]
+    return (float(t0.min()) if len(t0) else None), (float(te.max()) if len(te) else None)
+
+
+def _sections(rd: RunDir, parts: _Parts, streamed: bool, roles: dict[str, str]) -> dict:
+    """What the run did besides its sweep, each None where it did not: the orphaned work and
+    hang-ups (``barge_in``, ``hangups``), the text reuse, the hostile-text probe and the spike."""
+    run, a, options = rd.run, parts.a, rd.options()
+    cpu_fit = orphans.fit(parts.every, rd.resources, options.get("request_timeout"))
+    spiked = None
+    if parts.spiked:
+        health = run.get("health") if isinstance(run.get("health"), dict) else None
+        spiked = spike_mod.spike(parts.a_spike, parts.spiked, streamed, health, _spike_of(rd), rd.resources)
+    return {
+        "barge_in": bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit),
+        "hangups": bargein.hangups(cpu_fit, parts.every),
+        "text_reuse": reuse.text_reuse(a, streamed, options.get("text_reuse") == "unique"),
+        "probe": probe_mod.probe(parts.a_probe, parts.probed, a, options.get("request_timeout"))
+        if parts.probed
+        else None,
+        "spike": spiked,
+    }
+
+
+def _diagnosis(rd: RunDir, axis: Axis, done: list[dict], knee: dict, creep: dict | None, sections: dict) -> dict:
+    """What bends the service at the knee along the run's axis, the speech's when the listener
+    heard it first, then what the other sections say first (text reuse, hang-ups, orphaned work)
+    and last (the probe, the spike)."""
+    diagnosis = axis.diagnose(done, knee, creep, rd.has_resources())
+    if knee.get("speech_first") or knee.get("silence_first") or knee.get("signal_first"):
+        degraded = speech_degraded(axis.view(done), knee, diagnosis, rd.has_resources(), axis.key)
+        diagnosis = axis.said(degraded)
+    evidence = diagnosis["evidence"]
+    first = [
+        sections["text_reuse"]["note"] if sections["text_reuse"]["caches"] else None,
+        bargein.hangup_evidence(sections["hangups"]),
+        bargein.evidence(sections["barge_in"]),
+    ]
+    evidence[:0] = [e for e in first if e]
+    probe, spike = sections["probe"], sections["spike"]
+    if probe and probe["note"]:
+        evidence.append(probe["note"])
+    if spike:
+        evidence.append(spike["text"])
+    return diagnosis
+
+
+def _trace(rd: RunDir, parts: _Parts, steps: list[dict], done: list[dict], summary: dict) -> None:
+    """A replayed trace's section, each step's speed of the trace, and the recommendation as a
+    speed (in place; nothing for a run that replayed no trace)."""
+    run = rd.run
+    replayed = run.get("trace") if isinstance(run.get("trace"), dict) else None
+    if summary["run"]["mode"] != "open" or not replayed or not replayed.get("rate_rps"):
+        return
+    summary["trace"] = trace_mod.section(parts.a, parts.plan, replayed, summary)
+    slo_part = summary["slo"]
+    if slo_part:
+        slo_part["max_speed"] = summary["trace"].get("max_speed")
+    for st in steps + done:
+        st["speed"] = round(st["rate"] / replayed["rate_rps"], 6) if st.get("rate") else None
+    best = summary["trace"]["max_speed"] if slo_part else summary["trace"]["recommended_speed"]
+    if best is not None:
+        summary["recommendation"] += f" As a speed of the trace: {best:g}x its pace."
+
+
+def analyze(
+    rd: RunDir,
+    slo: slo_mod.SLO | None = None,
+    roles: dict[str, str] | None = None,
+    capacity: capacity_mod.Options | None = None,
+) -> dict:
+    """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
+    overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
+    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
+    parts, settle = _Parts.of(rd.requests.attempts(), _steps_of(rd)), _settle_of(rd)
+    axis = axis_mod.of_run(parts.plan, rd.mode())
+    slo, roles = run_slo(rd, slo), run_roles(rd, roles)
+    streamed, users = rd.streamed(), rd.users()  # users: what each kept in flight (Little's law)
+    steps = _step_table(rd, parts, axis, settle, streamed, roles, users)
     # a step still running (the live view) shows what its elapsed window gives, and the verdict
     # waits for it: the knee, the diagnosis, the recommendation and the SLO judge closed steps
     running = [st for st in steps if st["window"]["open"]]
@@ -630,117 +542,30 @@ def analyze(
     # recommendation) are the sweep's, unless the soak is all the run did
     soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
     judged = [st for st in closed if st.get("phase") != runformat.SOAK_PHASE] or closed
-    if by_voices:  # at one rate, latency counts from the schedule, as the rate's own rules have it
-        done = group_levels(
-            a,
-            judged,
-            rd.resources,
-            settle,
-            key="voices",
-            figures=openloop.level_figures if open_loop else None,
-            streamed=streamed,
-            roles=roles,
-        )
-        if open_loop:
-            done = [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done]
-        knee = voice_sweep.find_knee(done, streamed, rd.ttfa_floor_ms())
-    elif open_loop:
-        done = group_levels(
-            a, judged, rd.resources, settle, key="rate", figures=openloop.level_figures, streamed=streamed, roles=roles
-        )
-        knee = openloop.find_knee(done)
-    else:
-        done = group_levels(a, judged, rd.resources, settle, streamed=streamed, roles=roles, **users)
-        knee = find_knee(done, streamed, rd.ttfa_floor_ms())
+    done = axis.levels(parts.a, judged, rd.resources, settle, streamed, roles, users)
+    knee = axis.find_knee(done, streamed, rd.ttfa_floor_ms())
     heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
     speech_mod.attach(steps, done, heard)
-    if heard and not open_loop and not by_voices:
-        knee = _speech_knee(knee, done)
+    if heard:
+        knee = axis.speech_knee(knee, done)
     speech_mod.strip(done)
-    if plan and plan[0]["start"] is not None:
-        first, last = plan[0]["start"], plan[-1]["end"]
-    else:  # steps inferred from the records: the first send and the last completion
-        t0, te = a["t0"][np.isfinite(a["t0"])], a["tend"][np.isfinite(a["tend"])]
-        first = float(t0.min()) if len(t0) else None
-        last = float(te.max()) if len(te) else None
-    baseline = memory_baseline(rd.resources, first)
+    first, last = _span(parts.plan, parts.a)
     creep = memory_creep(rd.resources, first, last)
-    rec_rate = rec_voices = None
-    if by_voices:
-        rec_voices, rec_text = voice_sweep.recommend(done, knee)
-        rec = knee["concurrency"]
-        rec_rate = done[0].get("rate") if open_loop and done else None
-    elif open_loop:
-        rec_rate, rec, rec_text = openloop.recommend(done, knee)
-    else:
-        rec, rec_text = _recommend(done, knee)
-    slo_part = _slo_section(slo, closed, done, open_loop, "voices" if by_voices else "concurrency") if slo else None
-    if slo_part and by_voices:
-        rec_voices = slo_part["max_voices"]
-        rec_text = voice_sweep.recommend_slo(done, slo_part["steps"], slo.spec, rec_voices, knee["voices"])
-    elif slo_part and open_loop:
-        rec_rate = slo_part["max_rate"]
-        rec, rec_text = openloop.recommend_slo(done, slo_part["steps"], slo.spec, rec_rate)
-        if knee["rate"] is not None:
-            rec_text += f" The knee is at {knee['rate']:g} req/s."
-    elif slo_part:
-        rec = slo_part["max_concurrency"]
-        rec_text = _recommend_slo(done, slo_part["steps"], slo.spec, rec, knee["concurrency"])
-    key, value = ("voices", rec_voices) if by_voices else ("rate", rec_rate) if open_loop else ("concurrency", rec)
-    cap = capacity_mod.capacity(done, key, value, rec, run_capacity(rd, capacity))
+    rec = axis.recommend(done, knee)
+    slo_part = _slo_section(slo, closed, done, axis) if slo else None
+    if slo_part:
+        rec = axis.recommend_slo(done, slo_part, slo.spec, knee, rec)
+    sections = _sections(rd, parts, streamed, roles)
     run = rd.run
-    in_progress = bool(run) and run.get("end") is None
-    cpu_fit = orphans.fit(a_all, rd.resources, rd.options().get("request_timeout"))
-    barge = bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit)
-    hung = bargein.hangups(cpu_fit, a_all)
-    diagnosis = (
-        voice_sweep.diagnose(done, knee, creep, rd.has_resources())
-        if by_voices
-        else openloop.diagnose(done, knee, creep, rd.has_resources())
-        if open_loop
-        else diagnose(done, knee, creep, rd.has_resources())
-    )
-    if open_loop and knee.get("signal_first"):  # said of rates, as the open-loop diagnosis is
-        diagnosis = speech_degraded(openloop.at_rates(done), knee, diagnosis, rd.has_resources())
-        diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
-    elif by_voices and knee.get("signal_first"):  # each level standing at its number of voices
-        diagnosis = speech_degraded(voice_sweep.on_axis(done), knee, diagnosis, rd.has_resources())
-    elif knee.get("speech_first") or knee.get("silence_first") or knee.get("signal_first"):
-        diagnosis = speech_degraded(done, knee, diagnosis, rd.has_resources())
-    orphaned = bargein.evidence(barge)
-    if orphaned:
-        diagnosis["evidence"].insert(0, orphaned)
-    if left := bargein.hangup_evidence(hung):
-        diagnosis["evidence"].insert(0, left)
-    reused = reuse.text_reuse(a, streamed, rd.options().get("text_reuse") == "unique")
-    if reused["caches"]:  # what every figure above means: first of all
-        diagnosis["evidence"].insert(0, reused["note"])
-    hostile = probe_mod.probe(a_probe, probed, a, rd.options().get("request_timeout")) if probed else None
-    if hostile and hostile["note"]:
-        diagnosis["evidence"].append(hostile["note"])
-    spiked_part = (
-        spike_mod.spike(
-            a_spike,
-            spiked,
-            streamed,
-            run.get("health") if isinstance(run.get("health"), dict) else None,
-            _spike_of(rd),
-            rd.resources,
-        )
-        if spiked
-        else None
-    )
-    if spiked_part:
-        diagnosis["evidence"].append(spiked_part["text"])
     summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name,
             "path": str(rd.path),
             "start": run.get("start"),
             "end": run.get("end"),
-            "in_progress": in_progress,
+            "in_progress": bool(run) and run.get("end") is None,
             "target": run.get("target"),
-            "mode": mode,
+            "mode": rd.mode(),
             "options": run.get("options"),
             "workers": run.get("workers"),
             "collectors": run.get("collectors"),
@@ -750,7 +575,7 @@ def analyze(
             "run_json_error": rd.run_json_error,
             "audio_missing": run.get("audio_missing"),
         },
-        "records": {"lines": rd.requests.lines, "attempts": len(a_all)},
+        "records": {"lines": rd.requests.lines, "attempts": len(parts.every)},
         "bad_lines": {"requests": rd.requests.bad_lines, "resources": rd.resource_bad_lines},
         "incomplete_last_line": {"requests": rd.requests.incomplete_last_line, "resources": rd.resource_incomplete},
         "steps": steps,
@@ -758,37 +583,39 @@ def analyze(
         "levels": done,
         "knee": knee,
         "slo": slo_part,
-        "recommended_concurrency": rec,
-        "recommendation": rec_text,
-        "capacity": cap,
+        "recommended_concurrency": rec.concurrency,
+        "recommendation": rec.text,
+        "capacity": capacity_mod.capacity(
+            done, axis.key, rec.on(axis.key), rec.concurrency, run_capacity(rd, capacity)
+        ),
         "health": run.get("health") if isinstance(run.get("health"), dict) else None,
-        "text_reuse": reused,
-        "diagnosis": diagnosis,
-        "little_law": None if open_loop else little_check(done),
-        "usl": None if open_loop or by_voices else usl_fit(done),
-        "gpu_memory_baseline_bytes": baseline,
+        "text_reuse": sections["text_reuse"],
+        "diagnosis": _diagnosis(rd, axis, done, knee, creep, sections),
+        "little_law": axis.little_law(done),
+        "usl": axis.usl(done),
+        "gpu_memory_baseline_bytes": memory_baseline(rd.resources, first),
         "gpu_memory_after_run_bytes": creep["after_run_bytes"] if creep else None,
         "gpu_memory_creep": creep,
-        "server_timing_stages": list(a_all.stages),
-        "cut_by_run_end": int(run_end_cut(a_all).sum()),
-        **({"barge_in": barge} if barge is not None else {}),
-        **({"hangups": hung} if hung is not None else {}),
-        **({"recommended_rate": rec_rate, "dropped": sum(s.get("dropped") or 0 for s in steps)} if open_loop else {}),
-        **({"soak": soak_mod.soak(a, soaks[-1], rd.resources, open_loop, streamed, _soak_of(rd))} if soaks else {}),
-        **({"probe": hostile} if hostile is not None else {}),
-        **({"spike": spiked_part} if spiked_part is not None else {}),
-        **({"recommended_voices": rec_voices} if by_voices else {}),
+        "server_timing_stages": list(parts.every.stages),
+        "cut_by_run_end": int(run_end_cut(parts.every).sum()),
     }
-    replayed = run.get("trace") if isinstance(run.get("trace"), dict) else None
-    if open_loop and replayed and replayed.get("rate_rps"):
-        summary["trace"] = trace_mod.section(a, plan, replayed, summary)
-        if slo_part:
-            slo_part["max_speed"] = summary["trace"].get("max_speed")
-        for st in steps + done:
-            st["speed"] = round(st["rate"] / replayed["rate_rps"], 6) if st.get("rate") else None
-        best = summary["trace"]["max_speed"] if slo_part else summary["trace"]["recommended_speed"]
-        if best is not None:
-            summary["recommendation"] += f" As a speed of the trace: {best:g}x its pace."
+    optional = {
+        "barge_in": sections["barge_in"],
+        "hangups": sections["hangups"],
+        **(
+            {"recommended_rate": rec.rate, "dropped": sum(s.get("dropped") or 0 for s in steps)}
+            if axis.open_loop
+            else {}
+        ),
+        "soak": soak_mod.soak(parts.a, soaks[-1], rd.resources, axis.open_loop, streamed, _soak_of(rd))
+        if soaks
+        else None,
+        "probe": sections["probe"],
+        "spike": sections["spike"],
+        **({"recommended_voices": rec.voices} if axis.key == "voices" else {}),
+    }
+    summary.update((k, v) for k, v in optional.items() if v is not None or k.startswith("recommended_"))
+    _trace(rd, parts, steps, done, summary)
     return _clean(summary)
 
 

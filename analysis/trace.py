@@ -5,7 +5,8 @@ rate)`` (about ten arrivals at the mean rate) starting at each arrival; a window
 when it holds at least ``BURST_RATIO`` (2x) the arrivals the mean rate gives it and that excess
 is more than ``BURST_SIGMAS + sqrt(2 ln(windows))`` standard deviations of a Poisson count (2.5
 and the largest of that many Gaussian draws: about 5.4 for a two-minute trace at 5 req/s, 7 for
-a day's), so that a Poisson trace at its mean rate shows none, however long. Overlapping burst windows are one burst, from its first
+a day's), so that a Poisson trace at its mean rate shows none, however long. Overlapping burst windows are one burst,
+from its first
 arrival to its last; the ``MAX_BURSTS`` with the most arrivals above the mean are kept.
 
 **Per step.** A step at speed S that started at T replayed the trace's second x at T + x / S: a
@@ -22,6 +23,8 @@ run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +38,7 @@ BURST_SIGMAS = 2.5
 MAX_BURSTS = 10
 
 
-def bursts(offsets, duration_s: float) -> list[dict]:
+def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
     """The trace's bursts (see the module doc): ``{start_s, end_s, arrivals, rate_rps,
     times_mean}`` each, in trace order."""
     t = np.asarray(offsets, dtype=float)
@@ -84,13 +87,13 @@ def bursts(offsets, duration_s: float) -> list[dict]:
     return found
 
 
-def section(a: Attempts, plan: list[dict], info: dict, summary: dict) -> dict:
+def section(a: Attempts, plan: list[dict[str, Any]], info: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""
     base = info.get("rate_rps")
 
-    def speed(rate):
+    def speed(rate: object) -> float | None:
         return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
 
     steps = []

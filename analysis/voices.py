@@ -139,7 +139,8 @@ def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: 
     ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
     ev = [
         f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
-        f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} (p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
+        f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} "
+        f"(p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
         f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
         f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."
     ]

@@ -23,7 +23,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # loaded when a model is asked for (faster-whisper has no types: Any)
+    from faster_whisper import WhisperModel
 
 #: Languages written without spaces between words: judged by character error rate.
 CER_LANGUAGES = frozenset(("zh", "ja", "ko", "th", "lo", "km", "my", "yue", "bo"))
@@ -51,14 +56,16 @@ def metric_for(language: str | None, forced: str = "") -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def _normalizer(english: bool):
+def _normalizer(english: bool) -> Callable[[str], str]:
     if english:
         from whisper_normalizer.english import EnglishTextNormalizer
 
-        return EnglishTextNormalizer()
+        english_normalizer: Callable[[str], str] = EnglishTextNormalizer()
+        return english_normalizer
     from whisper_normalizer.basic import BasicTextNormalizer
 
-    return BasicTextNormalizer()
+    basic_normalizer: Callable[[str], str] = BasicTextNormalizer()
+    return basic_normalizer
 
 
 def normalize(text: str, language: str | None) -> str:
@@ -123,7 +130,7 @@ def check_model(spec: str, language: str = "", metric: str = "") -> None:
         )
 
 
-def check_language(model, language: str) -> None:
+def check_language(model: WhisperModel, language: str) -> None:
     """Raise :class:`AsrError` when the loaded ``model`` does not know ``--asr-language``."""
     lang = base_language(language)
     known = tuple(getattr(model, "supported_languages", ()) or ())
@@ -134,7 +141,7 @@ def check_language(model, language: str) -> None:
         )
 
 
-def load_model(spec: str, threads: int = 1):
+def load_model(spec: str, threads: int = 1) -> WhisperModel:
     """The recogniser for ``spec`` (int8 on the CPU, ``threads`` threads); raises
     :class:`AsrError` in one sentence where it cannot be had (a name fetched with no network)."""
     from faster_whisper import WhisperModel

@@ -33,6 +33,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 #: Size fields streaming servers put in a WAV header before they know the length.
 PLACEHOLDER_SIZES = (0, 0xFFFFFFFF, 0x7FFFFFFF)
@@ -48,6 +49,28 @@ _MAGIC = {
     b"\xff\xf9": "aac",
 }
 _TEXTUAL = (b"<", b"{", b"[")
+
+
+#: A body or its first bytes, as they arrive or are kept.
+BytesLike = bytes | bytearray
+#: ``(frame bytes, samples, rate)`` of a compressed frame's header.
+FrameHeader = tuple[int, int, int]
+#: ``(number, samples, rate, header bytes)`` of a FLAC frame header.
+FlacHeader = tuple[int, int, int, int]
+
+
+class Sink(Protocol):
+    """Where a parser reports each arrival that carried audio: at ``at``, ``ms`` of it."""
+
+    def add(self, at: float, ms: float) -> None: ...
+
+
+class Parser(Protocol):
+    """A streaming body parser: each block as it arrives, then the body's end."""
+
+    def feed(self, block: bytes, at: float) -> None: ...
+
+    def finish(self) -> None: ...
 
 
 class AudioError(ValueError):
@@ -72,7 +95,7 @@ class Audio:
 # ---- whole bodies --------------------------------------------------------------------------
 
 
-def walk_wav(head) -> tuple[tuple[int, int, int], int, int, int] | str:
+def walk_wav(head: BytesLike) -> tuple[tuple[int, int, int], int, int, int] | str:
     """Walk a WAV header's chunks: ``((rate, channels, width), data start, data size, RIFF size)``
     once ``head`` (the body's first bytes) reaches the data chunk's header; while it does not,
     what is missing, as the sentence a body ending there deserves. Raises AudioError for a
@@ -105,7 +128,7 @@ def walk_wav(head) -> tuple[tuple[int, int, int], int, int, int] | str:
     return "truncated WAV: no data chunk" if fmt else "truncated WAV: no fmt chunk"
 
 
-def parse_wav(body, size: int | None = None) -> Audio:
+def parse_wav(body: BytesLike, size: int | None = None) -> Audio:
     """Parse a PCM WAV body; raise AudioError if it is not one or is cut short. ``body`` may be
     only the first bytes of the body, through the data chunk's header, when ``size`` gives the
     whole body's length."""
@@ -128,7 +151,7 @@ def parse_wav(body, size: int | None = None) -> Audio:
 
 
 def check_audio(
-    body, content_type: str | None, expect: str = "wav", pcm_rate: int = 24000, size: int | None = None
+    body: BytesLike, content_type: str | None, expect: str = "wav", pcm_rate: int = 24000, size: int | None = None
 ) -> Audio:
     """Validate a 2xx response body as audio of the expected format.
 
@@ -165,7 +188,7 @@ def audio_kind(head: bytes) -> str | None:
     return next((fmt for magic, fmt in _MAGIC.items() if head.startswith(magic)), None)
 
 
-def looks_textual(body) -> bool:
+def looks_textual(body: BytesLike) -> bool:
     head = bytes(body[:SNIFF_BYTES])
     if head.lstrip()[:1] not in _TEXTUAL:
         return False
@@ -202,7 +225,7 @@ def wav_header(data_bytes: int, rate: int, channels: int = 1, width: int = 2, pl
 def concat(parts: list[tuple[bytes, Audio]]) -> bytes:
     """Join segments' audio into one WAV (all parts must share one PCM format)."""
     first = parts[0][1]
-    if first.sample_rate is None:
+    if first.sample_rate is None or first.channels is None or first.sample_width is None:
         raise AudioError(f"cannot join {first.format} segments; ask for wav or pcm")
     pcm = []
     for body, audio in parts:
@@ -217,14 +240,14 @@ def concat(parts: list[tuple[bytes, Audio]]) -> bytes:
     return wav_header(len(data), first.sample_rate, first.channels, first.sample_width) + data
 
 
-def _snippet(data) -> str:
+def _snippet(data: BytesLike) -> str:
     return " ".join(bytes(data[:60]).decode("utf-8", "replace").split())
 
 
 # ---- choosing a parser ---------------------------------------------------------------------
 
 
-def parser_for(content_type: str | None, expect: str, pcm_rate: int, sink):
+def parser_for(content_type: str | None, expect: str, pcm_rate: int, sink: Sink) -> SseStream | Sniffer:
     """The parser for a 2xx body with this Content-Type, expecting ``--tts-format expect``;
     it reports each arrival with audio to ``sink.add(at, ms)``."""
     ctype = (content_type or "").split(";")[0].strip().lower()
@@ -238,11 +261,11 @@ class Sniffer:
     their arrival times, to the parser for it. Bodies that are not audio get no parser (the
     whole-body check names what they are): none of their arrivals counts as audio."""
 
-    def __init__(self, sink, ctype: str, expect: str, pcm_rate: int):
+    def __init__(self, sink: Sink, ctype: str, expect: str, pcm_rate: int):
         self.sink, self.ctype, self.expect, self.pcm_rate = sink, ctype, expect, pcm_rate
         self.held: list[tuple[bytes, float]] = []
         self.size = 0
-        self.inner = None
+        self.inner: Parser | None = None
         self._head = b""
 
     def feed(self, block: bytes, at: float) -> None:
@@ -264,13 +287,13 @@ class Sniffer:
         first = self.held[0][0]
         head = first if len(first) >= SNIFF_BYTES else b"".join(b for b, _ in self.held)
         self._head = head
-        self.inner = _pick(head[:SNIFF_BYTES], self.ctype, self.expect, self.pcm_rate, self.sink)
+        inner = self.inner = _pick(head[:SNIFF_BYTES], self.ctype, self.expect, self.pcm_rate, self.sink)
         held, self.held = self.held, []
         for block, at in held:
-            self.inner.feed(block, at)
+            inner.feed(block, at)
 
     @property
-    def head(self):
+    def head(self) -> BytesLike:
         """The body's first bytes as this parser saw them: enough for :func:`check_audio` to
         judge the whole body from them and its length."""
         if isinstance(self.inner, WavStream):
@@ -282,7 +305,7 @@ class Sniffer:
         return self.inner.duration_s() if isinstance(self.inner, (_Framed, FlacStream)) else None
 
 
-def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, sink):
+def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, sink: Sink) -> Parser:
     if head[:4] == b"RIFF":
         return WavStream(sink)
     if ctype.startswith("text/") or ctype.endswith("json") or looks_textual(head):
@@ -292,12 +315,18 @@ def _pick(head: bytes, ctype: str, expect: str, pcm_rate: int, sink):
     if expect == "wav":
         return _NotAudio()
     # the magic numbers check_audio accepts, so the two never disagree on what audio is
-    kind = next((fmt for magic, fmt in _MAGIC.items() if head.startswith(magic)), None)
-    return {"mp3": MpegStream, "ogg": OggStream, "aac": AdtsStream, "flac": FlacStream}.get(kind, _NotAudio)(sink)
+    kind = next((fmt for magic, fmt in _MAGIC.items() if head.startswith(magic)), "")
+    parsers: dict[str, type[MpegStream | OggStream | AdtsStream | FlacStream | _NotAudio]] = {
+        "mp3": MpegStream,
+        "ogg": OggStream,
+        "aac": AdtsStream,
+        "flac": FlacStream,
+    }
+    return parsers.get(kind, _NotAudio)(sink)
 
 
 class _NotAudio:
-    def __init__(self, sink=None):
+    def __init__(self, sink: Sink | None = None):
         pass
 
     def feed(self, block: bytes, at: float) -> None:
@@ -316,14 +345,14 @@ class FlacStream:
     frame's samples go to the arrival that completed it (the last frame's to the body's last
     arrival), so the durations sum to the stream's exact length and lag it by at most a frame."""
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink):
         self.sink = sink
         self.buf = bytearray()  # the body from its start; once frames begin, from where a header may start
         self.next = 4  # offset of the next metadata block header; 0 once the frames begin
         self.frames = False  # the last metadata block has been seen: frames begin at self.next
-        self.info_rate = None  # STREAMINFO's sample rate
-        self.sync = None  # the first frame's two sync bytes (they carry the blocking strategy)
-        self.frame = None  # (number, samples, rate) of the frame whose bytes are arriving
+        self.info_rate: int | None = None  # STREAMINFO's sample rate
+        self.sync: bytes | None = None  # the first frame's two sync bytes (they carry the blocking strategy)
+        self.frame: FrameHeader | None = None  # (number, samples, rate) of the frame whose bytes are arriving
         self.ms = 0.0  # audio of the frames counted
         self.last_at = 0.0
 
@@ -381,9 +410,11 @@ class FlacStream:
                     break
                 self.sync, at = bytes(buf[:2]), 0
             else:
-                at, head = self._candidate(final)
-                if head is None:
+                assert self.frame is not None  # set with the sync bytes, from the first frame on
+                candidate = self._candidate(final, self.frame, self.sync)
+                if candidate is None:
                     break
+                at, head = candidate
                 ms += _flac_ms(self.frame)
             number, samples, rate, size = head
             self.frame = (number, samples, rate)
@@ -391,22 +422,23 @@ class FlacStream:
         self.ms += ms
         return ms
 
-    def _candidate(self, final: bool):
-        """(offset, header) of the next frame's header in ``buf``, or (None, None) while it has
-        not arrived (``buf`` then keeps only what a header could still start in)."""
-        buf, number, samples = self.buf, self.frame[0], self.frame[1]
-        expect = number + 1 if self.sync[1] == 0xF8 else number + samples
-        i = buf.find(self.sync)
+    def _candidate(self, final: bool, frame: FrameHeader, sync: bytes) -> tuple[int, FlacHeader] | None:
+        """(offset, header) of the next frame's header in ``buf``, or None while it has not
+        arrived (``buf`` then keeps only what a header could still start in); ``frame``: the
+        frame whose bytes are arriving, ``sync``: the first frame's sync bytes."""
+        buf, number, samples = self.buf, frame[0], frame[1]
+        expect = number + 1 if sync[1] == 0xF8 else number + samples
+        i = buf.find(sync)
         while i >= 0:
             if len(buf) - i < FLAC_HEADER_MAX and not final:
                 del buf[:i]
-                return None, None
+                return None
             head = _flac_header(buf, i, self.info_rate)
             if head is not None and head[0] == expect:
                 return i, head
-            i = buf.find(self.sync, i + 1)
+            i = buf.find(sync, i + 1)
         del buf[: max(0, len(buf) - 1)]
-        return None, None
+        return None
 
 
 #: The longest a FLAC frame header can be, in bytes.
@@ -427,11 +459,37 @@ def _crc8_table() -> tuple[int, ...]:
 _CRC8 = _crc8_table()  # FLAC's header CRC: polynomial x^8 + x^2 + x + 1
 
 
-def _flac_ms(frame) -> float:
+def _flac_ms(frame: tuple[int, ...]) -> float:
     return frame[1] * 1000.0 / frame[2]
 
 
-def _flac_header(buf, i: int, info_rate: int | None):
+def _flac_block_size(buf: bytearray, j: int, code: int) -> tuple[int, int]:
+    """A FLAC frame's samples from its block-size ``code``, read on at ``buf[j]`` where the code
+    says the size follows the frame number: ``(samples, the index after it)``."""
+    if code == 1:
+        return 192, j
+    if code <= 5:
+        return 576 << (code - 2), j
+    if code == 6:
+        return buf[j] + 1, j + 1
+    if code == 7:
+        return int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
+    return 256 << (code - 8), j
+
+
+def _flac_rate(buf: bytearray, j: int, code: int, info_rate: int | None) -> tuple[int | None, int]:
+    """A FLAC frame's sample rate from its rate ``code`` (0: STREAMINFO's ``info_rate``), read on
+    at ``buf[j]`` where the code says it follows: ``(rate, the index after it)``."""
+    if code == 0:
+        return info_rate, j
+    if code <= 11:
+        return _FLAC_RATES[code], j
+    if code == 12:
+        return buf[j] * 1000, j + 1
+    return int.from_bytes(buf[j : j + 2], "big") * (10 if code == 14 else 1), j + 2
+
+
+def _flac_header(buf: bytearray, i: int, info_rate: int | None) -> FlacHeader | None:
     """``(number, samples, rate, header bytes)`` of a FLAC frame header at ``buf[i]``, or None
     (not one, or cut short). ``number`` is the frame's number (fixed block size) or its first
     sample's (variable); a rate of 0 defers to STREAMINFO's ``info_rate``."""
@@ -451,24 +509,8 @@ def _flac_header(buf, i: int, info_rate: int | None):
             if buf[j] & 0xC0 != 0x80:
                 return None
             number, j = number << 6 | buf[j] & 0x3F, j + 1
-        if bs == 1:
-            samples = 192
-        elif bs <= 5:
-            samples = 576 << (bs - 2)
-        elif bs == 6:
-            samples, j = buf[j] + 1, j + 1
-        elif bs == 7:
-            samples, j = int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
-        else:
-            samples = 256 << (bs - 8)
-        if sr == 0:
-            rate = info_rate
-        elif sr <= 11:
-            rate = _FLAC_RATES[sr]
-        elif sr == 12:
-            rate, j = buf[j] * 1000, j + 1
-        else:
-            rate, j = int.from_bytes(buf[j : j + 2], "big") * (10 if sr == 14 else 1), j + 2
+        samples, j = _flac_block_size(buf, j, bs)
+        rate, j = _flac_rate(buf, j, sr, info_rate)
         crc = 0
         for b in buf[i:j]:
             crc = _CRC8[crc ^ b]
@@ -486,12 +528,12 @@ class PcmStream:
     """Interleaved integer PCM: every byte is audio; an arrival's duration is the whole
     frames it completes, so the durations sum to the body's ``audio_s``."""
 
-    def __init__(self, sink, rate: int, channels: int, width: int, limit: float = math.inf):
+    def __init__(self, sink: Sink, rate: int, channels: int, width: int, limit: float = math.inf):
         self.sink = sink
         self.frame = channels * width
         self.ms_per_frame = 1000.0 / rate
         self.limit = limit  # audio bytes the header promises (inf for placeholders)
-        self.got = 0
+        self.got: float = 0  # bytes (a whole number; a float for the comparison with inf)
 
     def feed(self, block: bytes, at: float) -> None:
         self.count(len(block), at)
@@ -536,7 +578,7 @@ class PcmPieces:
         self.bytes += len(piece)
         return len(piece) / 2 / self.rate * 1000.0
 
-    def audio(self) -> tuple[list, Audio]:
+    def audio(self) -> tuple[list[Any], Audio]:
         """The pieces as a WAV (header first, as buffers) and what it is; AudioError for an odd
         byte count (not 16-bit samples)."""
         if self.bytes % 2:
@@ -551,10 +593,10 @@ class WavStream:
     """A WAV body: header bytes are held until :func:`walk_wav` finds the data chunk, then it
     is PCM. A header that cannot be PCM makes the rest no audio (check_audio names the fault)."""
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink):
         self.sink = sink
-        self.head = b""  # the header as far as it was walked (the first block, or the blocks so far)
-        self.inner = None  # PcmStream once the data chunk has begun; _NotAudio if broken
+        self.head: bytes | bytearray = b""  # the header as far as it was walked (the first block, or the blocks so far)
+        self.inner: PcmStream | _NotAudio | None = None  # PcmStream once the data chunk has begun; _NotAudio if broken
 
     def feed(self, block: bytes, at: float) -> None:
         if self.inner is not None:
@@ -595,7 +637,7 @@ _MPEG_KBPS[(False, 3)] = _MPEG_KBPS[(False, 2)]
 _ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 
 
-def _mpeg_header(buf, i: int):
+def _mpeg_header(buf: bytearray, i: int) -> FrameHeader | None:
     """``(frame bytes, samples, rate)`` of an MPEG audio frame header at ``buf[i]``, or None."""
     if len(buf) < i + 4 or buf[i] != 0xFF or buf[i + 1] & 0xE0 != 0xE0:
         return None
@@ -612,7 +654,7 @@ def _mpeg_header(buf, i: int):
     return samples // 8 * 1000 * kbps // rate + pad, samples, rate
 
 
-def _adts_header(buf, i: int):
+def _adts_header(buf: bytearray, i: int) -> FrameHeader | None:
     """``(frame bytes, samples, rate)`` of an ADTS (AAC) frame header at ``buf[i]``, or None."""
     if len(buf) < i + 7 or buf[i] != 0xFF or buf[i + 1] & 0xF6 != 0xF0:
         return None
@@ -629,9 +671,9 @@ class _Framed:
     except for the tags that end MP3 files."""
 
     name = ""
-    TRAILERS: tuple = ()
+    TRAILERS: tuple[Any, ...] = ()
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink):
         self.sink = sink
         self.buf = bytearray()
         self.ms = 0.0  # audio counted so far
@@ -674,7 +716,7 @@ class _Framed:
     def duration_s(self) -> float | None:
         return self.ms / 1000.0 if self.started else None
 
-    def _lost(self, buf, i: int) -> None:
+    def _lost(self, buf: bytearray, i: int) -> None:
         if bytes(buf[i : i + 8]).startswith(self.TRAILERS):
             self.ended = True
             return
@@ -683,7 +725,9 @@ class _Framed:
                 f"{self.name} stream lost its frame structure at byte {self.offset + i}: {bytes(buf[i : i + 8])!r}"
             )
 
-    def _frame(self, buf, i):
+    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
+        """``(frame bytes, ms of audio, whether it is audio)`` of the frame at ``buf[i]``, or None
+        while its header has not arrived."""
         raise NotImplementedError
 
 
@@ -691,11 +735,11 @@ class MpegStream(_Framed):
     name = "MP3"
     TRAILERS = (b"TAG", b"APETAGEX", b"LYRICS")
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink):
         super().__init__(sink)
         self.first = True
 
-    def _frame(self, buf, i):
+    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
         if self.offset == 0 and i == 0 and buf[:3] == b"ID3":
             if len(buf) < 10:
                 return None
@@ -720,7 +764,7 @@ class AdtsStream(_Framed):
     name = "AAC (ADTS)"
     TRAILERS = (b"TAG", b"APETAGEX")
 
-    def _frame(self, buf, i):
+    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
         head = _adts_header(buf, i)
         if head is None:
             if len(buf) - i >= 7:
@@ -736,14 +780,14 @@ class OggStream(_Framed):
 
     name = "Ogg"
 
-    def __init__(self, sink):
+    def __init__(self, sink: Sink):
         super().__init__(sink)
-        self.rate = None
+        self.rate: int | None = None
         self.skip = 0
         self.played = 0  # samples up to the last page's granule position
-        self.codec = None
+        self.codec: str | None = None
 
-    def _frame(self, buf, i):
+    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
         if len(buf) < i + 27:
             return None
         if buf[i : i + 4] != b"OggS":
@@ -792,7 +836,7 @@ class SseStream:
 
     FIELDS = (b"data", b"event", b"id", b"retry")
 
-    def __init__(self, sink, pcm_rate: int):
+    def __init__(self, sink: Sink, pcm_rate: int):
         self.sink = sink
         self.rate, self.channels = pcm_rate, 1
         self.pcm: list[bytes] = []
@@ -901,7 +945,7 @@ class SseStream:
             self.pcm.append(pcm)
             self.sink.add(at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
 
-    def _format(self, obj: dict) -> None:
+    def _format(self, obj: dict[str, Any]) -> None:
         rate, channels, fmt = obj.get("sample_rate"), obj.get("channels"), obj.get("format", "pcm")
         if isinstance(fmt, str) and fmt.lower() not in _PCM_FORMATS:
             raise StreamError(f"SSE audio is {fmt!r}; tts-knee reads PCM16 in SSE events")
@@ -923,11 +967,12 @@ class SseStream:
         return wav, Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n)
 
 
-def _error_message(obj: dict) -> str:
+def _error_message(obj: dict[str, Any]) -> str:
     err = obj.get("error", obj)
     msg = err.get("message") if isinstance(err, dict) else err
     if not isinstance(msg, str) or not msg.strip():
-        msg = obj.get("message") if isinstance(obj.get("message"), str) else json.dumps(err)[:200]
+        message = obj.get("message")
+        msg = message if isinstance(message, str) else json.dumps(err)[:200]
     return " ".join(msg.split())[:200] or "no message"
 
 

@@ -17,16 +17,21 @@ process's CPU seconds on it). With ``--listen``: ``embedding`` (the speaker embe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import struct
 import sys
 import time
+from typing import IO, TYPE_CHECKING, Any
 
 from . import asr, quality, speaker
 
+if TYPE_CHECKING:  # loaded by asr.load_model (faster-whisper has no types: Any)
+    from faster_whisper import WhisperModel
 
-def _read_exactly(stream, n: int) -> bytes | None:
+
+def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
     data = stream.read(n)
     return data if data is not None and len(data) == n else None
 
@@ -44,6 +49,7 @@ class Listener:
         if path not in self.references:
             from faster_whisper import decode_audio
 
+            ref: speaker.Floats | str | None
             try:
                 ref = self.encoder.embed(decode_audio(path))
             except Exception as e:  # not a file PyAV decodes
@@ -53,9 +59,9 @@ class Listener:
             )
         return self.references[path]
 
-    def hear(self, samples, reference: str | None) -> dict[str, object]:
+    def hear(self, samples: speaker.Floats, reference: str | None) -> dict[str, object]:
         """``embedding``, ``similarity_ref``, ``mos``, ``mos_sig``, ``mos_bak``, ``listen_reason``."""
-        reasons = []
+        reasons: list[str] = []
         embedding = self.encoder.embed(samples)
         if embedding is None:
             reasons.append(f"too little speech to embed (under {speaker.MIN_SPEECH_S:g} s)")
@@ -79,7 +85,9 @@ class Listener:
         }
 
 
-def judge_clip(model, header: dict, audio: bytes, listener: Listener | None = None) -> dict:
+def judge_clip(
+    model: WhisperModel, header: dict[str, Any], audio: bytes, listener: Listener | None = None
+) -> dict[str, Any]:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
 
@@ -131,7 +139,7 @@ def judge_clip(model, header: dict, audio: bytes, listener: Listener | None = No
     return out
 
 
-def serve(model, inp, out, listener: Listener | None = None) -> int:
+def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener | None = None) -> int:
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
     n = 0
     while True:
@@ -150,7 +158,7 @@ def serve(model, inp, out, listener: Listener | None = None) -> int:
         n += 1
 
 
-def frame(header: dict, audio: bytes) -> bytes:
+def frame(header: dict[str, Any], audio: bytes) -> bytes:
     """One clip as the judge reads it."""
     head = json.dumps({**header, "bytes": len(audio)}, ensure_ascii=False).encode()
     return struct.pack(">I", len(head)) + head + audio
@@ -174,10 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
-    try:
+    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
         serve(model, sys.stdin.buffer, sys.stdout, listener)
-    except (BrokenPipeError, KeyboardInterrupt):
-        pass
     return 0
 
 

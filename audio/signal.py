@@ -17,6 +17,7 @@ language's pace (:func:`pace_outliers`, :data:`HEARD_ONCE_X`).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ PACE_MIN = 5
 _BLOCK = 64
 
 
-def check(pcm, rate: int, channels: int) -> dict:
+def check(pcm: bytes | memoryview, rate: int, channels: int) -> dict[str, Any]:
     """The signal fields of PCM16 little-endian audio ``pcm`` (bytes or a memoryview):
     ``leading_silence_ms``, ``trailing_silence_ms`` (None when silent) and ``clipped_share``,
     and ``silent``. The frames are looked at from each end until the first sound: a whole pass
@@ -66,7 +67,8 @@ def check(pcm, rate: int, channels: int) -> dict:
 
     def loud(a: int, b: int) -> np.ndarray:  # frames a..b-1 at or above the level
         f = frames[a:b].astype(np.float32)
-        return np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
+        level: np.ndarray = np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
+        return level
 
     first = last = None
     for a in range(0, n, _BLOCK):
@@ -92,7 +94,8 @@ def check(pcm, rate: int, channels: int) -> dict:
     total_ms = len(x) / channels / rate * 1000.0
     frame_ms = frame / channels / rate * 1000.0
     lead = (n if first is None else first) * frame_ms
-    trail = 0.0 if tail_loud else total_ms - (last + 1) * frame_ms
+    assert first is None or last is not None  # the frame found first is found again from the end
+    trail = 0.0 if tail_loud or last is None else total_ms - (last + 1) * frame_ms
     return {
         "silent": False,
         "leading_silence_ms": round(min(lead, total_ms), 3),

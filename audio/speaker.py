@@ -130,7 +130,8 @@ class SpeakerEncoder:
         partial = np.maximum(hidden[:, -1, :] @ self.linear_w.T + self.linear_b, 0.0)
         partial /= np.linalg.norm(partial, axis=1, keepdims=True) + 1e-12
         mean = partial.mean(axis=0)
-        return (mean / (np.linalg.norm(mean) + 1e-12)).astype(np.float32)
+        embedding: Floats = (mean / (np.linalg.norm(mean) + 1e-12)).astype(np.float32)
+        return embedding
 
     def _partials(self, wav: Floats) -> Floats:
         n_frames = int(np.ceil((len(wav) + 1) / HOP))

@@ -96,8 +96,10 @@ def write_run(path: Path, attempts: int) -> None:
                     f'"ttfb_ms":{w * 0.4:.3f},"wait_ms":{w:.3f},"write_ms":3.0,"concat_ms":null,'
                     f'"status":{status},"ok":{ok},"error":{err_throttled if throttled else "null"},'
                     f'"bytes":88200,"audio_s":2.0,"rtf":{w / 2000:.4f},'
-                    f'"retry_after_s":{"1.0" if throttled else "null"},"retry_after_raw":{ra_raw if throttled else "null"},'
-                    f'"backoff_ms":{1000.0 if attempt > 1 else 0.0},"server_timing":{{"queue":{max(0, w - BASE_MS):.2f},'
+                    f'"retry_after_s":{"1.0" if throttled else "null"},'
+                    f'"retry_after_raw":{ra_raw if throttled else "null"},'
+                    f'"backoff_ms":{1000.0 if attempt > 1 else 0.0},'
+                    f'"server_timing":{{"queue":{max(0, w - BASE_MS):.2f},'
                     f'"infer":{BASE_MS * 0.8:.2f}}},"settled":{"true" if i > per_step // 10 else "false"}}}'
                     "\n"
                 )

@@ -168,7 +168,8 @@ def measure(levels: list[int], clients: list[str], step_time: float, show=print)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
             show(
                 f"{client:>8} {streams:>8} {row['chunks_per_s']:>9.1f} {cpu:>13} {row['err_p50_ms']:>11.2f} "
-                f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} {process_columns(row)}"
+                f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} "
+                f"{process_columns(row)}"
             )
     at_goal = {r["client"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
     if at_goal:

@@ -104,7 +104,8 @@ def measure(pairs: int = 3, users: int = 10, measure_s: float = 4.0, show=print)
     knobs = ("--slots", "1000", "--base-ms", "0", "--per-char-ms", "0", "--jitter", "0")
     with simulator(*knobs) as (host, _sim):
         show(
-            f"{'pair':>4}  {'on_attempts':>11} {'on_CPU_us':>10}  {'off_attempts':>12} {'off_CPU_us':>11}  {'on/off':>6}"
+            f"{'pair':>4}  {'on_attempts':>11} {'on_CPU_us':>10}  "
+            f"{'off_attempts':>12} {'off_CPU_us':>11}  {'on/off':>6}"
         )
         for n in range(1, pairs + 1):
             r = one_pair(host, users, measure_s)

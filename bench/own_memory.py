@@ -66,7 +66,7 @@ def _serve(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-m", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=open(log, "w"),
+        stderr=open(log, "w"),  # noqa: SIM115 - the child's, for its life
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )

@@ -36,7 +36,8 @@ that completed its audio::
 
 (The table has four more columns, the Locust process's file descriptors, the resident memory each
 user added, its CPU in % of one core and whether tts-knee would call it client_bound; at 1,000
-sessions see docs/benchmarks-and-tests.md.) ``err`` is client arrival minus server send, in ms. CPU per chunk is the Locust process's CPU
+sessions see docs/benchmarks-and-tests.md.) ``err`` is client arrival minus server send, in ms. CPU per chunk is the
+Locust process's CPU
 time (user + system) over the window divided by the chunks that arrived in it: everything the
 client does per chunk, its share of each utterance's connection and text included.
 """

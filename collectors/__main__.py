@@ -26,6 +26,7 @@ import re
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 import psutil
 
@@ -48,7 +49,7 @@ PROG = "tts-knee collect"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one sentence instead of usage + traceback
+    def error(self, message: str) -> NoReturn:  # one sentence instead of usage + traceback
         raise _Usage(f"{message} (see {self.prog} --help).")
 
 
@@ -165,14 +166,15 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         except psutil.Error as exc:
             raise _Usage(f"--pid {args.pid}: cannot watch it ({exc}).") from None
         try:
-            spool = open(args.spool, "a", encoding="utf-8") if args.spool else None
+            spool = open(args.spool, "a", encoding="utf-8") if args.spool else None  # noqa: SIM115 - the run's
         except OSError as exc:
             raise _Usage(f"--spool {args.spool}: cannot open it ({exc.strerror}).") from None
+        gpus: DcgmGpus | Nvml
         if args.dcgm:
             gpus = DcgmGpus(args.dcgm, args.interval, args.scrape_timeout)
         else:
             gpus = Nvml()
-            gpus.available  # start NVML now, so "no NVML" is said at start, not on first sample
+            gpus.available  # noqa: B018 - start NVML now, so "no NVML" is said at start, not on first sample
         scrapes = (
             Scrapes(
                 args.scrape,
@@ -210,13 +212,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if args.dcgm:
+    if isinstance(gpus, DcgmGpus):
         gpus.start()
     if scrapes is not None:
         scrapes.start()
     sampler.start()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="http", daemon=True).start()
     host, port = server.server_address[:2]
+    assert isinstance(host, str)  # an address of AF_INET(6): the type also has AF_UNIX's bytes
     shown = f"[{host}]" if ":" in host else host
     # one write, newline included: a log line from another thread cannot land inside it
     print(f"listening on http://{shown}:{port}\n", end="", flush=True)

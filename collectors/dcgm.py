@@ -20,6 +20,8 @@ answered there are none. This module never touches NVML.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from tts_knee.collectors.exposition import ExpositionError
@@ -49,7 +51,7 @@ def _int(v: float | None) -> int | float | None:
     return int(v) if v is not None and float(v).is_integer() else v
 
 
-def gpus_from_text(text: str) -> list[dict]:
+def gpus_from_text(text: str) -> list[dict[str, Any]]:
     """dcgm-exporter's exposition into ``gpus`` entries, ordered by index (and MIG instance).
     Raises :class:`ExpositionError` for text that is not exposition."""
     try:
@@ -58,8 +60,8 @@ def gpus_from_text(text: str) -> list[dict]:
         raise ExpositionError(
             str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "unreadable text"
         ) from None
-    devices: dict[tuple, dict] = {}
-    raw: dict[tuple, dict[str, float | None]] = {}
+    devices: dict[tuple[Any, ...], dict[str, Any]] = {}
+    raw: dict[tuple[Any, ...], dict[str, float | None]] = {}
     for fam in families:
         for s in fam.samples:
             if s.name not in FIELDS and s.name not in MEMORY and s.name not in REASONS:
@@ -102,7 +104,7 @@ class DcgmGpus:
         self.endpoint = Endpoint(
             url, interval_s, timeout_s, what="dcgm-exporter", convert=lambda text, t: gpus_from_text(text)
         )
-        self._known: list[dict] = []
+        self._known: list[dict[str, Any]] = []
 
     @property
     def available(self) -> bool:
@@ -114,7 +116,7 @@ class DcgmGpus:
     def shutdown(self) -> None:
         self.endpoint.stop()
 
-    def sample(self, pids: set[int] | None = None) -> list[dict]:
+    def sample(self, pids: set[int] | None = None) -> list[dict[str, Any]]:
         """The GPUs of the latest fresh scrape; the last seen ones with null readings when
         there is none (``pids`` is ignored: dcgm-exporter does not say per process)."""
         gpus = self.endpoint.latest()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -49,14 +50,14 @@ class Sample:
     kind: str
     value: float
     mean_of: str | None = None
-    labels: tuple = ()
+    labels: tuple[Any, ...] = ()
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def series_key(name: str, labels: dict) -> str:
+def series_key(name: str, labels: dict[str, Any]) -> str:
     """``name`` or ``name{k="v",...}`` as the exposition writes it."""
     if not labels:
         return name
@@ -140,7 +141,8 @@ class Reader:
 
     ``match`` selects series by a regular expression searched in their name; at most
     ``max_series`` are kept, series with a known meaning (see :mod:`runformat.metric_roles`;
-    ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says how many the cap left out last time.
+    ``roles``, ``--server-role``'s ``{family: role}``, among them) first, then in exposition order. ``dropped`` says
+    how many the cap left out last time.
     """
 
     def __init__(
@@ -164,7 +166,7 @@ class Reader:
             samples = [s for s in samples if self.match.search(s.key)]
         samples = self._cap(samples)
         out: dict[str, float | None] = {}
-        sums: dict[tuple, dict[str, float | None]] = {}
+        sums: dict[tuple[Any, ...], dict[str, float | None]] = {}
         prev, self._prev = self._prev, {}
         for s in samples:
             if s.kind == "counter":

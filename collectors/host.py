@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psutil
 
@@ -18,10 +20,12 @@ from tts_knee import runformat
 
 log = logging.getLogger("collectors")
 
+T = TypeVar("T")
+
 _PROC_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
-def _busy_and_total(times) -> tuple[float, float]:
+def _busy_and_total(times: Any) -> tuple[float, float]:  # psutil's scputimes, fields by platform
     """Busy and total CPU seconds the way psutil.cpu_percent counts them."""
     fields = times._asdict()
     total = sum(fields.values())
@@ -47,7 +51,7 @@ class HostSampler:
     def __init__(self) -> None:
         self._last = psutil.cpu_times(percpu=True)
 
-    def read(self) -> dict:
+    def read(self) -> dict[str, Any]:
         now = psutil.cpu_times(percpu=True)
         last, self._last = self._last, now
         busy_sum = total_sum = iowait = steal = 0.0
@@ -85,7 +89,7 @@ class HostSampler:
         }
 
 
-def _safe(fn):
+def _safe(fn: Callable[[], T]) -> T | None:
     """psutil's disk/net counters, or None where the host has none (containers, no disks)."""
     try:
         return fn()
@@ -138,7 +142,7 @@ class ProcessWatcher:
         tops.sort(key=lambda p: p.info.get("create_time") or 0.0)
         return tops[0] if tops else None
 
-    def read(self) -> dict | None:
+    def read(self) -> dict[str, Any] | None:
         """``{pid, cpu_percent, rss_bytes, num_children}`` or None when nothing is watched.
 
         ``cpu_percent`` is of one core (the whole tree can exceed 100); ``rss_bytes`` sums
@@ -165,7 +169,8 @@ class ProcessWatcher:
                 raise psutil.NoSuchProcess(self._root.pid)
             children = self._root.children(recursive=True)
         except _PROC_ERRORS:
-            return self._lost()
+            self._lost()
+            return None
         cpu_delta = 0.0
         rss = 0
         seen: dict[int, tuple[psutil.Process, float]] = {}
@@ -181,7 +186,8 @@ class ProcessWatcher:
                     born = proc.create_time()
             except _PROC_ERRORS:
                 if proc is self._root:
-                    return self._lost()
+                    self._lost()
+                    return None
                 continue
             if cached is not None and cached[0] == proc:
                 cpu_delta += max(cpu_s - cached[1], 0.0)

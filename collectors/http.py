@@ -15,7 +15,9 @@ from __future__ import annotations
 import hmac
 import json
 import socket
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tts_knee.collectors.sampler import Sampler, wall_clock
@@ -44,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
     # delayed ACK (~40 ms) and the clock probes' round trips become useless.
     disable_nagle_algorithm = True
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # one line per poll would drown the notes that matter
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -76,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
         scheme, _, given = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
 
-    def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, Any] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -86,11 +88,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, status: int, obj: dict) -> None:
+    def _json(self, status: int, obj: dict[str, Any]) -> None:
         body = json.dumps(obj, separators=(",", ":")).encode()
         self._send(status, body, "application/json")
 
-    def _samples(self, query: dict) -> None:
+    def _samples(self, query: dict[str, Any]) -> None:
         raw = (query.get("since") or ["0"])[-1]
         try:
             since = int(raw)
@@ -101,10 +103,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._json(200, self.server.sampler.since(since))
 
-    def _time(self, query: dict) -> None:
+    def _time(self, query: dict[str, Any]) -> None:
         self._json(200, wire.TIME(time=wall_clock()))
 
-    def _healthz(self, query: dict) -> None:
+    def _healthz(self, query: dict[str, Any]) -> None:
         s = self.server.sampler
         latest = s.latest()
         gpus = latest["gpus"] if latest else []
@@ -124,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             ),
         )
 
-    def _metrics(self, query: dict) -> None:
+    def _metrics(self, query: dict[str, Any]) -> None:
         body = render_metrics(self.server.sampler).encode()
         self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
 
@@ -140,7 +142,7 @@ class _Exposition:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def family(self, name: str, kind: str, help_text: str, series: list[tuple[dict, float | None]]) -> None:
+    def family(self, name: str, kind: str, help_text: str, series: list[tuple[dict[str, Any], float | None]]) -> None:
         """One metric family; series whose value is None (unknown) are left out."""
         known = [(labels, v) for labels, v in series if v is not None]
         if not known:
@@ -165,7 +167,7 @@ def render_metrics(sampler: Sampler) -> str:
     s = sampler.latest() or {}
     e = _Exposition()
 
-    def one(key: str, f=lambda v: v) -> list[tuple[dict, float | None]]:
+    def one(key: str, f: Callable[[float], float | None] = lambda v: v) -> list[tuple[dict[str, Any], float | None]]:
         return [({}, None if s.get(key) is None else f(s[key]))]
 
     e.family("collector_samples_total", "counter", "Samples taken since the collector started.", [({}, sampler.count)])
@@ -230,7 +232,9 @@ def render_metrics(sampler: Sampler) -> str:
         )
     gpus = s.get("gpus") or []
 
-    def per_gpu(key: str, f=lambda v: v) -> list[tuple[dict, float | None]]:
+    def per_gpu(
+        key: str, f: Callable[[float], float | None] = lambda v: v
+    ) -> list[tuple[dict[str, Any], float | None]]:
         return [(_gpu_labels(g), None if g.get(key) is None else f(g[key])) for g in gpus]
 
     e.family(
@@ -267,6 +271,6 @@ def render_metrics(sampler: Sampler) -> str:
     return e.text()
 
 
-def _gpu_labels(gpu: dict) -> dict:
+def _gpu_labels(gpu: dict[str, Any]) -> dict[str, Any]:
     mig = gpu.get("mig_index")
     return {"gpu": gpu.get("index"), "mig": "" if mig is None else mig, "uuid": gpu.get("uuid") or ""}

@@ -12,6 +12,7 @@ to load a fake.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -80,7 +81,7 @@ class _Device:
         where = f"GPU {self.index}" if self.mig_index is None else f"MIG {self.index}:{self.mig_index}"
         return f"{where} ({self.uuid})"
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         return {"index": self.index, "mig_index": self.mig_index, "uuid": self.uuid, "name": self.name}
 
 
@@ -181,10 +182,8 @@ class Nvml:
 
     def shutdown(self) -> None:
         if self._available and not self._driver_lost:
-            try:
+            with contextlib.suppress(Exception):  # shutting down; nothing left to save
                 self._nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down; nothing left to save
-                pass
         self._available = False
 
     # -- the one wrapper around every call --------------------------------------------------
@@ -267,7 +266,7 @@ class Nvml:
 
     # -- sampling ---------------------------------------------------------------------------
 
-    def sample(self, pids: set[int] | None = None) -> list[dict]:
+    def sample(self, pids: set[int] | None = None) -> list[dict[str, Any]]:
         """One reading per device (GPU and MIG instance), in enumeration order.
 
         ``util_percent`` is NVML's ``utilization.gpu``: the percentage of the last sample
@@ -305,7 +304,7 @@ class Nvml:
             device.lost = True
             log.warning("%s was lost (%s); its fields are null from now on, sampling goes on.", device.label(), exc)
 
-    def _read(self, device: _Device, pids: set[int] | None) -> dict:
+    def _read(self, device: _Device, pids: set[int] | None) -> dict[str, Any]:
         h = device.handle
         nv = self._nv
         util = self._call(device, "nvmlDeviceGetUtilizationRates", h)
@@ -370,7 +369,5 @@ class Nvml:
                     "without --pid=host?); proc_mem_bytes is null."
                 )
             return None
-        used = [p.usedGpuMemory for p in mine]
-        if any(u is None for u in used):
-            return None
-        return sum(used)
+        used: list[int | None] = [p.usedGpuMemory for p in mine]
+        return None if any(u is None for u in used) else sum(u for u in used if u is not None)

@@ -46,6 +46,8 @@ import pathlib
 import random
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import gevent
@@ -77,6 +79,16 @@ SCRAPE_TIMEOUT_S = 2.0  # one --server-metrics scrape; a slower one is a gap
 SIDECARS: set[int] = set()
 
 
+class Disk(Protocol):
+    """Where the samples are written: the node's run-directory writer, or :class:`_Appender`."""
+
+    def append(self, path: pathlib.Path, data: bytes) -> object: ...
+
+    def close(self, path: pathlib.Path) -> object: ...
+
+    def drain(self) -> object: ...
+
+
 class _Appender:
     """The writer a puller has without the node's: each append written at once, in this greenlet."""
 
@@ -98,7 +110,7 @@ class _Unreachable(Exception):
 class _Collector:
     """Everything the puller knows about one collector."""
 
-    def __init__(self, url: str, token: str | None, clock):
+    def __init__(self, url: str, token: str | None, clock: Callable[[], float]):
         self.url = url
         self.token = token
         self.clock = clock
@@ -129,7 +141,7 @@ class _Collector:
         self.gaps: list[list[float | None]] = []
         self.outages: list[list[float | None]] = []
         self.last_error: str | None = None
-        self.greenlet: gevent.Greenlet | None = None
+        self.greenlet: gevent.Greenlet[..., Any] | None = None
 
     def _new_client(self) -> HTTPClient:
         return HTTPClient(
@@ -145,7 +157,7 @@ class _Collector:
         self.client.close()
         self.client = self._new_client()
 
-    def get(self, path: str) -> dict:
+    def get(self, path: str) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             resp = self.client.get(self.base_path + path, headers=headers)
@@ -201,7 +213,7 @@ class JsonStats:
         self.dropped = 0  # no cap on series: the run.json entry's series_left_out
         self._last: dict[str, tuple[float, float]] = {}  # counter -> (value, when)
 
-    def read(self, text: str, at: float) -> dict:
+    def read(self, text: str, at: float) -> dict[str, Any]:
         try:
             obj = json.loads(text)
         except ValueError:
@@ -220,7 +232,7 @@ class JsonStats:
         return out
 
 
-def _numbers(obj: dict, prefix: str):
+def _numbers(obj: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
     for k, v in obj.items():
         name = f"{prefix}{k}"
         if isinstance(v, dict):
@@ -254,9 +266,9 @@ class _ServerMetrics:
         )
         self.state = "new"
         self.samples = self.failures = 0
-        self.greenlet: gevent.Greenlet | None = None
+        self.greenlet: gevent.Greenlet[..., Any] | None = None
 
-    def read(self) -> dict:
+    def read(self) -> dict[str, Any]:
         """One scrape into ``{series: value}``; raises _Unreachable or ExpositionError."""
         t_send = time.monotonic()
         try:
@@ -275,7 +287,7 @@ class _ServerMetrics:
         return self.reader.read(body.decode("utf-8", "replace"), (t_send + time.monotonic()) / 2)
 
 
-def _number(reply: dict, key: str, path: str) -> float:
+def _number(reply: dict[str, Any], key: str, path: str) -> float:
     """``reply[key]`` as a float; a collector that answers without it is not a usable one."""
     try:
         return float(reply[key])
@@ -308,10 +320,10 @@ class CollectorPuller:
         interval_s: float = 1.0,
         sample_client: bool = True,
         client_host: str | None = None,
-        server_metrics: list[str] = (),
-        server_stats: list[str] = (),
-        disk=None,
-        clock=time.time,
+        server_metrics: Sequence[str] = (),
+        server_stats: Sequence[str] = (),
+        disk: Disk | None = None,
+        clock: Callable[[], float] = time.time,
     ):
         self.interval_s = interval_s
         self.out_path = pathlib.Path(out_path)
@@ -322,12 +334,12 @@ class CollectorPuller:
         self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + [
             _ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats
         ]
-        self._disk = disk
+        self._disk: Disk = disk if disk is not None else _Appender()
         self._writing = False
         self._started_at: float | None = None
         self._stopping = False
         self._stopped = gevent.event.Event()
-        self._client_greenlet: gevent.Greenlet | None = None
+        self._client_greenlet: gevent.Greenlet[..., Any] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -339,8 +351,6 @@ class CollectorPuller:
             self.out_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             return [f"Cannot write {self.out_path} ({exc.strerror or exc}); no resource samples will be recorded."]
-        if self._disk is None:
-            self._disk = _Appender()
         self._disk.append(self.out_path, b"")  # the file exists from the start, as readers expect
         self._writing = True
         warnings: list[str] = []
@@ -392,7 +402,7 @@ class CollectorPuller:
                 self._disk.close(self.out_path)
                 self._disk.drain()
 
-    def describe(self) -> list[dict]:
+    def describe(self) -> list[dict[str, Any]]:
         """Per collector: url, host, offsets and round trips at start and end, reachability,
         ``gaps`` (spans with no samples, master's clock), ``outages`` (spans the collector did
         not answer), and counts of samples written, dropped and restarts seen."""
@@ -415,7 +425,7 @@ class CollectorPuller:
             for c in self._collectors
         ]
 
-    def describe_server_metrics(self) -> list[dict]:
+    def describe_server_metrics(self) -> list[dict[str, Any]]:
         """Per ``--server-metrics`` URL: samples written, failed scrapes, and the series the
         cap left out at the last scrape."""
         return [
@@ -452,9 +462,9 @@ class CollectorPuller:
         backoff = self.interval_s
         while not self._stopped.is_set():
             try:
-                if not c.connected or time.monotonic() - c.probed_at >= REPROBE_S:
-                    if not self._connect(c):
-                        raise _Unreachable(c.last_error)
+                stale = not c.connected or time.monotonic() - c.probed_at >= REPROBE_S
+                if stale and not self._connect(c):
+                    raise _Unreachable(c.last_error)
                 self._pull(c)
             except _Unreachable as exc:
                 self._lost(c, exc)
@@ -518,7 +528,7 @@ class CollectorPuller:
         self._write_samples(c, samples)
         c.since = int(_number(reply, "next", SAMPLES.name))
 
-    def _write_samples(self, c: _Collector, samples: list[dict]) -> None:
+    def _write_samples(self, c: _Collector, samples: list[dict[str, Any]]) -> None:
         offset = c.current_offset_s or 0.0
         cutoff = (self._started_at or 0.0) - PRE_ROLL_S
         lines = []

@@ -8,6 +8,7 @@ a sample ran long is skipped rather than made up in a burst.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import os
@@ -15,9 +16,11 @@ import socket
 import threading
 import time
 import uuid
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from tts_knee import runformat
+from tts_knee.collectors.dcgm import DcgmGpus
 from tts_knee.collectors.host import HostSampler, ProcessWatcher
 from tts_knee.collectors.nvml import Nvml
 from tts_knee.collectors.scrape import Scrapes
@@ -61,7 +64,7 @@ class Sampler:
     def __init__(
         self,
         host: HostSampler,
-        nvml: Nvml | None = None,
+        nvml: Nvml | DcgmGpus | None = None,
         watcher: ProcessWatcher | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         buffer: int = DEFAULT_BUFFER,
@@ -83,7 +86,7 @@ class Sampler:
         self._watcher = watcher
         self._scrapes = scrapes
         self._spool = spool
-        self._ring: collections.deque[dict] = collections.deque(maxlen=buffer)
+        self._ring: collections.deque[dict[str, Any]] = collections.deque(maxlen=buffer)
         self._next_seq = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -96,7 +99,7 @@ class Sampler:
     def nvml_available(self) -> bool:
         return bool(self._nvml and self._nvml.available)
 
-    def take(self) -> dict:
+    def take(self) -> dict[str, Any]:
         """Take one sample now, keep it in the ring and the spool, and return it."""
         t0 = time.monotonic()
         proc = self._watcher.read() if self._watcher else None
@@ -122,7 +125,7 @@ class Sampler:
         self.last_sample_s = time.monotonic() - t0
         return sample
 
-    def _write_spool(self, sample: dict) -> None:
+    def _write_spool(self, sample: dict[str, Any]) -> None:
         if self._spool is None:
             return
         try:
@@ -143,10 +146,8 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout)
         if self._spool is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._spool.close()
-            except OSError:
-                pass
             self._spool = None
 
     def _run(self) -> None:
@@ -163,7 +164,7 @@ class Sampler:
 
     # -- reading back -----------------------------------------------------------------------
 
-    def scrape_states(self) -> list[dict]:
+    def scrape_states(self) -> list[dict[str, Any]]:
         """Per ``--scrape`` endpoint: url, state (new, ok, down, bad), scrapes and failures."""
         if self._scrapes is None:
             return []
@@ -177,11 +178,11 @@ class Sampler:
         """Samples taken since start (the next ``seq``)."""
         return self._next_seq
 
-    def latest(self) -> dict | None:
+    def latest(self) -> dict[str, Any] | None:
         with self._lock:
             return self._ring[-1] if self._ring else None
 
-    def since(self, seq: int) -> dict:
+    def since(self, seq: int) -> dict[str, Any]:
         """Samples with ``seq >= seq``; ``next`` is what to ask for next time.
 
         ``dropped`` counts asked-for samples that already left the ring. A ``seq`` beyond

@@ -15,7 +15,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
 from tts_knee.runformat.metric_roles import parse_roles
@@ -43,7 +44,8 @@ def fetch(url: str, timeout_s: float) -> str:
         charset = resp.headers.get_content_charset() or "utf-8"
     if len(body) > MAX_BODY_BYTES:
         raise OSError(f"the page is larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
-    return body.decode(charset, "replace")
+    text: str = body.decode(charset, "replace")
+    return text
 
 
 class Endpoint:
@@ -68,7 +70,7 @@ class Endpoint:
         self.what = what
         self.reader = reader or Reader()
         self._convert = convert or self.reader.read
-        self._latest: tuple[float, object] | None = None
+        self._latest: tuple[float, Any] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -86,7 +88,7 @@ class Endpoint:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def latest(self, now: float | None = None):
+    def latest(self, now: float | None = None) -> Any:  # the convert's reading: figures, or GPUs
         """The last reading, or None when there is none newer than :func:`stale_after`."""
         now = time.monotonic() if now is None else now
         with self._lock:

@@ -99,7 +99,8 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--baseline-anyway",
         action="store_true",
         help=f"compare with --baseline even when either run's audio failed its checks (over "
-        f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; default: refuse)",
+        f"{regression.AUDIO_FAILED_SHARE * 100:.0f}%% of its requests silent, runaway or off in length; "
+        "default: refuse)",
     )
     p.add_argument(
         "--junit",
@@ -233,8 +234,13 @@ def _print_verdicts(s: dict, as_json: bool) -> None:
         print(req["reason"], file=sys.stdout if req["holds"] and not as_json else sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    args = parser(prog).parse_args(argv)
+class _Failed(Exception):
+    """A run directory, a flag or a write that ends the command: exit 2 with this sentence."""
+
+
+def _flags(args: argparse.Namespace) -> tuple:
+    """``(slo, roles, capacity options)`` the flags ask for; raises :class:`_Failed` naming the
+    first flag that does not parse."""
     bad = _gate_args(args)
     slo = None
     if bad is None and args.slo is not None:
@@ -242,6 +248,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             slo = parse(args.slo)
         except SLOError as e:
             bad = f"--slo: {e}"
+    roles: dict[str, str] = {}
+    asked = capacity.Options()
     try:
         roles = parse_roles(args.server_role)
     except ValueError as e:
@@ -255,50 +263,72 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except capacity.CapacityError as e:
         bad = bad or str(e)
     if bad:
-        print(f"error: {bad}", file=sys.stderr)
-        return 2
-    summaries, status = [], 0
-    for path in args.run_dirs:
-        try:
-            rd = load(path)
-            s = analyze(rd, slo, roles, asked)
-            status = max(status, _judge(args, rd, s))
-        except RunDirError as e:
-            if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
-                print(f"note: {e}", file=sys.stderr)
-                continue
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        try:
-            write_summary(rd, s)
-            report = None if args.no_report else write_report(rd, s)
-            if args.junit is not None:
-                write_junit(s, args.junit)
-            if not args.serve:
-                append_step_summary(s)
-        except OSError as e:
-            print(f"error: {_write_error(e)}", file=sys.stderr)
-            return 2
-        summaries.append(s)
-        if not args.json:
-            print(format_table(s, report), flush=True)
-            print(flush=True)
-        _print_verdicts(s, args.json)
+        raise _Failed(bad)
+    return slo, roles, asked
+
+
+def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tuple[dict | None, int]:
+    """Analyse, write and print one run directory: ``(its summary, the status its verdicts
+    give)``; the summary is None for a live view's run that has not written yet."""
+    try:
+        rd = load(path)
+        s = analyze(rd, slo, roles, asked)
+        status = _judge(args, rd, s)
+    except RunDirError as e:
+        if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
+            print(f"note: {e}", file=sys.stderr)
+            return None, 0
+        raise _Failed(str(e)) from None
+    try:
+        write_summary(rd, s)
+        report = None if args.no_report else write_report(rd, s)
+        if args.junit is not None:
+            write_junit(s, args.junit)
+        if not args.serve:
+            append_step_summary(s)
+    except OSError as e:
+        raise _Failed(_write_error(e)) from None
+    if not args.json:
+        print(format_table(s, report), flush=True)
+        print(flush=True)
+    _print_verdicts(s, args.json)
+    return s, status
+
+
+def _compare(args: argparse.Namespace, summaries: list[dict]) -> None:
+    """The comparison report of several runs (none where one ran open loop: it says so)."""
+    if len(summaries) < 2 or args.no_report:
+        return
     open_loop = [s["run"]["run_id"] for s in summaries if is_open_loop(s)]
-    if len(summaries) > 1 and not args.no_report and open_loop:
+    if open_loop:
         print(
             f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
             f"does not draw yet; each run's own report is written",
             file=sys.stderr,
         )
-    elif len(summaries) > 1 and not args.no_report:
-        try:
-            out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
-        except OSError as e:
-            print(f"error: {_write_error(e)}", file=sys.stderr)
-            return 2
-        if not args.json:
-            print(f"comparison report: {out}", flush=True)
+        return
+    try:
+        out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
+    except OSError as e:
+        raise _Failed(_write_error(e)) from None
+    if not args.json:
+        print(f"comparison report: {out}", flush=True)
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = parser(prog).parse_args(argv)
+    summaries, status = [], 0
+    try:
+        slo, roles, asked = _flags(args)
+        for path in args.run_dirs:
+            s, judged = _report_one(args, path, slo, roles, asked)
+            status = max(status, judged)
+            if s is not None:
+                summaries.append(s)
+        _compare(args, summaries)
+    except _Failed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1), flush=True)
     if status:

@@ -180,7 +180,7 @@ def group_figure(summary: dict, key: str, what: str, fewest: int = 1) -> go.Figu
             counts[label] = counts.get(label, 0) + d["count"]
     if not counts or len(counts) < fewest:
         return None
-    shown = sorted(sorted(counts, key=counts.get, reverse=True)[:GROUP_LINES])
+    shown = sorted(sorted(counts, key=lambda label: counts[label], reverse=True)[:GROUP_LINES])
     fig = go.Figure()
     for t in shown:
         for q, dash in (("p50", None), ("p95", "dot")):

@@ -5,7 +5,8 @@ one of a run directory's record files as a table with typed columns, for pandas,
 ``resources.jsonl``; one row per line, one column per field, in the order the run format declares
 them (:mod:`runformat.schema`), then any field it does not declare. Each declared field has its
 type (:data:`TYPES`: whole numbers int64, flags bool, text string, the rest float64 in the
-field's unit); a required field no record carries is all null, an optional one left out. A field whose values are objects
+field's unit); a required field no record carries is all null, an optional one left out. A field
+whose values are objects
 (``server_timing``, ``proc``, ``gpus``, ``metrics``) is a struct (a list of them) in Parquet and
 flattened into ``field.key`` columns in CSV; lists CSV cannot hold are JSON text there. A field
 whose values are not all of its type (a gRPC run's ``status`` names codes) is a string column:

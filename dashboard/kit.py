@@ -15,6 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from tts_knee.analysis.axis import of_summary
+
 GIB = 1024**3
 KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
 PASS_COLOUR, FAIL_COLOUR, UNSURE_COLOUR = "#2ca02c", "#d62728", "#ff7f0e"  # verdicts: pass, fail, inconclusive
@@ -26,7 +28,7 @@ padding:10px 16px;margin:12px 0} .verdict.ok{border-color:#2ca02c} .kind{font-we
 table{border-collapse:collapse;font-size:13px;margin:8px 0} th,td{padding:3px 8px;text-align:right;
 border-bottom:1px solid #eee} th{background:#f3f3f3} td.l,th.l{text-align:left}
 tr.knee td{background:#fdecea} tr.rec td{background:#eaf7ea} tr.open td{color:#777;font-style:italic} .warn{color:#b35900}
-"""
+"""  # noqa: E501 - one rule a line of the report's CSS
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -84,12 +86,12 @@ def lx(n):
 def is_open_loop(summary: dict) -> bool:
     """Whether the run offered rates (``--rates``, run.json mode ``open``): its steps stand at an
     offered rate, not a concurrency."""
-    return summary["run"]["mode"] == "open"
+    return of_summary(summary).open_loop
 
 
 def is_voice_sweep(summary: dict) -> bool:
     """Whether the run swept the number of distinct voices at one load (``--voice-steps``)."""
-    return (summary.get("knee") or {}).get("axis") == "voices"
+    return of_summary(summary).key == "voices"
 
 
 def is_streamed(summary: dict) -> bool:
@@ -139,7 +141,8 @@ def orphaned_words(barge: dict) -> str:
     work = barge.get("orphaned_work_s") or {}
     per = work.get("per_cancel_s")
     if per is None:
-        return f"n/a ({barge.get('orphaned_note') or 'no running-requests series, no collector watching the server process'})"
+        why = barge.get("orphaned_note") or "no running-requests series, no collector watching the server process"
+        return f"n/a ({why})"
     if work.get("uncertainty_s") is not None:
         return f"{per:.2f} ± {work['uncertainty_s']:.2f} CPU-s per cancel (from the server process's CPU)"
     return f"{per:.2f} s per cancel"

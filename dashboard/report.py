@@ -52,8 +52,9 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     if run.get("audio_missing"):
         notes.append(audio_missing_text(run["audio_missing"]))
     health = summary.get("health")
-    if health and not health.get("ok"):
-        notes.append(health_text(health))
+    shown_health = health_text(health) if health and not health.get("ok") else None
+    if shown_health:
+        notes.append(shown_health)
     workers = run.get("workers") if isinstance(run.get("workers"), list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:

@@ -66,14 +66,14 @@ class LiveView:
     def __init__(self, run_dirs: list[Path]):
         self.runs = [RunDir(Path(p), live=True) for p in run_dirs]
         self._lock = threading.Lock()
-        self._key = None
+        self._key: tuple[tuple[int, int] | None, ...] | None = None
         self._built_at = 0.0
         self._summaries: list[dict | None] = []
         self._pages: dict[str, bytes] = {}
         self._plotlyjs: bytes | None = None
 
-    def _file_key(self):
-        key = []
+    def _file_key(self) -> tuple[tuple[int, int] | None, ...]:
+        key: list[tuple[int, int] | None] = []
         for rd in self.runs:
             for name in (runformat.RUN_JSON, runformat.REQUESTS, runformat.RESOURCES):
                 try:
@@ -213,6 +213,7 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
         raise ServeError(f"cannot listen on {host}:{port}: {reason}.") from None
     server.daemon_threads = True
     h, p = server.server_address[:2]
+    assert isinstance(h, str)  # an address of AF_INET(6): the type also has AF_UNIX's bytes
     # one write, newline included: a log line from another thread cannot land inside it
     print(f"listening on http://{h}:{p}\n", end="", flush=True)
     try:
@@ -238,6 +239,7 @@ class LiveProcess:
             stderr=subprocess.DEVNULL,
             preexec_fn=lambda: os.nice(10),
         )
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline().decode(errors="replace").strip()
         self.url = line.removeprefix("listening on ") if line.startswith("listening on http://") else None
 
@@ -266,7 +268,8 @@ class LiveProcess:
                 self.proc.kill()
                 self.proc.wait()
         for f in (self.proc.stdin, self.proc.stdout):
-            f.close()
+            if f is not None:  # both PIPE
+                f.close()
 
 
 def _main(argv: list[str]) -> None:

@@ -121,7 +121,8 @@ def slo_html(summary: dict, plotlyjs) -> str:
             ci = (v.get("intervals") or {}).get(m)
             shown = _fmt(v["values"].get(m))
             if ci:
-                shown += f" [{'unbounded' if ci[0] is None else _fmt(ci[0])}-{'unbounded' if ci[1] is None else _fmt(ci[1])}]"
+                low, high = ("unbounded" if end is None else _fmt(end) for end in ci)
+                shown += f" [{low}-{high}]"
             cells.append(f"<td>{esc(shown)}</td>")
         notes = "; ".join(v["failed"] + v["inconclusive"])
         rows.append(
@@ -155,7 +156,8 @@ def slo_html(summary: dict, plotlyjs) -> str:
         "A percentile term whose 95% interval straddles its threshold is inconclusive, and counts as "
         "not meeting the SLO; the interval narrows about as 1/sqrt(requests), which gives the "
         f"estimate of how many more requests would settle it. Fewer than {min_bounding_n(95)} requests "
-        "cannot bound a p95 from above (nothing says the slowest 5% are not slower than the slowest request seen): such "
+        "cannot bound a p95 from above (nothing says the slowest 5% are not slower than the slowest request "
+        "seen): such "
         "an interval is open at the top, and a p95 term cannot pass on it.</p>"
     )
     gate = summary.get("require")

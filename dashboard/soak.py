@@ -58,7 +58,8 @@ def _trend_rows(soak: dict) -> str:
         lo, hi = t["slope_ci"]
         out.append(
             f"<tr{' class=knee' if t['drift'] else ''}><td class='l'>{esc(t['figure'])}</td>"
-            f"<td class='l'>{esc(t['host'] or '')}</td><td class='l'>{esc(unit)}</td><td>{fmt(t['first'] / scale, spec)}</td>"
+            f"<td class='l'>{esc(t['host'] or '')}</td><td class='l'>{esc(unit)}</td>"
+            f"<td>{fmt(t['first'] / scale, spec)}</td>"
             f"<td>{fmt(t['last'] / scale, spec)}</td><td>{fmt(t['slope_per_min'] / scale, spec)} {esc(unit)}/min</td>"
             f"<td>{fmt(lo / scale, spec)} to {fmt(hi / scale, spec)}</td><td>{fmt(t['p_value'], '{:.3g}')}</td>"
             f"<td>{fmt(t['steady_after_s'] / 60.0, '{:.1f}')}</td><td>{'drift' if t['drift'] else '-'}</td></tr>"
@@ -77,7 +78,8 @@ def soak_html(summary: dict) -> str:
         or "<div class='kind'>No drift: latency, throughput and memory held over the soak.</div>"
     )
     table = (
-        f"<table><tr><th class='l'>figure</th><th class='l'>host</th><th class='l'>unit</th><th>first window</th><th>last window</th>"
+        f"<table><tr><th class='l'>figure</th><th class='l'>host</th><th class='l'>unit</th>"
+        "<th>first window</th><th>last window</th>"
         f"<th>slope</th><th>95% interval</th><th>p (Mann-Kendall)</th><th>steady after (min)</th><th></th></tr>"
         f"{_trend_rows(soak)}</table>"
     )

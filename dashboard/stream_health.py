@@ -28,11 +28,11 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     buffer_ms = rd.playback_buffer_ms()
     drawn = []
     for s in steps:
-        picks = {
+        candidates = {
             name: (row, playback(at, audio, buffer_ms))
             for name, (row, at, audio) in pick_streams(a, rd.requests, s["step"]).items()
         }
-        drawn.append((s, {k: v for k, v in picks.items() if v[1] is not None}))
+        drawn.append((s, {k: (row, pb) for k, (row, pb) in candidates.items() if pb is not None}))
     if not any(p for _, p in drawn):
         return None
     cols = min(STREAM_COLS, len(drawn))

@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tts_knee.analysis.axis import of_summary
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
 from tts_knee.runformat.summary import DiagnosisKind
@@ -26,9 +27,7 @@ from .kit import (
     conc_axis,
     esc,
     fmt,
-    is_open_loop,
     is_streamed,
-    is_voice_sweep,
     lx,
     stat,
     step_row,
@@ -58,8 +57,9 @@ class Axis:
 
 
 def axis(summary: dict) -> Axis:
-    """The axis a run's steps stand on."""
-    return VOICES if is_voice_sweep(summary) else RATE if is_open_loop(summary) else CONCURRENCY
+    """The axis a run's steps stand on: the analysis's own (:func:`analysis.axis.of_summary`),
+    as the report draws it."""
+    return _DRAWN[of_summary(summary).key]
 
 
 def by_step(summary: dict) -> dict:
@@ -340,7 +340,7 @@ def _concurrency_note(summary: dict) -> str:
 CONCURRENCY = Axis(
     "concurrency",
     "concurrency",
-    lambda v: v if v is not None else "-",
+    lambda v: str(v) if v is not None else "-",
     _concurrency_headline,
     _concurrency_note,
     lambda summary: table_columns(summary) + _CONCURRENCY_EXTRA,
@@ -572,3 +572,6 @@ VOICES = Axis(
     ),
     _voices_curves,
 )
+
+
+_DRAWN = {ax.key: ax for ax in (CONCURRENCY, RATE, VOICES)}

@@ -113,7 +113,7 @@ def tab_rows(summary: dict) -> list[dict]:
         op, lat = s.get("open"), s.get("latency_ms") or {}
 
         def fig(v, digits=1):
-            return (WITHHELD if op else None) if v is None else round(float(v), digits)
+            return (WITHHELD if op else None) if v is None else round(float(v), digits)  # noqa: B023 - called in this iteration
 
         state = (
             "done"
@@ -167,7 +167,7 @@ def table_columns(summary: dict) -> tuple[str, ...]:
     """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
     and :data:`TAIL_COLUMN` when the text went in pieces, ``voices`` in a voice sweep, and the
     error rate with :data:`SPEECH_COLUMNS` where speech was judged."""
-    cols = TABLE_COLUMNS
+    cols: tuple[str, ...] = TABLE_COLUMNS
     if is_voice_sweep(summary):
         cols = cols[:2] + ("voices",) + cols[2:]
     metric = speech_metric(summary)

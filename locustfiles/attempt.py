@@ -8,7 +8,8 @@ of the answer, ``t2`` when the answer is complete, ``t3`` when the audio is writ
 — and becomes one record and one Locust request event. Failures the retry policy names are
 retried, except once the run is stopping (``Run.stopping``): an attempt in flight then is
 waited for (``Run.drain``), and one still running when the drain ends and its user is stopped
-becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives, and the playback it allows is judged by the one
+becomes a failed attempt with error ``cut_by_run_end`` and what had arrived by then. Audio is timed as it arrives,
+and the playback it allows is judged by the one
 playback model (:func:`analysis.playback.listen`).
 """
 
@@ -109,6 +110,75 @@ class _AfterCancel:
         }
 
 
+@dataclass(slots=True)
+class Attempt:
+    """One attempt as :meth:`Caller._request` takes it: its ``record`` (lacking only what the
+    request adds: its id, attempt number …), the transport's ``ended`` (None where none came),
+    the monotonic clock at sending (``m0``) and at the complete answer (``m2``), what Locust's
+    event reports (``elapsed_ms``), the status ``--retry-on`` judges (``http_status``, None for
+    a failed connection), and the GreenletExit that ``cut`` it at the run's end, or None."""
+
+    record: dict
+    ended: Ended | None
+    m0: float
+    m2: float | None
+    elapsed_ms: float
+    http_status: int | str | None
+    cut: gevent.GreenletExit | None
+
+
+class _Arrivals:
+    """What the transport's events said during one attempt: the first byte (``m1``), the whole
+    answer (``m2``, ``ended``), the bytes, the answer's head, the audio's arrivals, and a
+    barge-in's cancel (fired ``after_s`` after the first audio heard)."""
+
+    __slots__ = ("m1", "m2", "nbytes", "answer", "ended", "timeline", "cancel", "after_s", "timer", "after")
+
+    def __init__(self, cancel: Cancel | None, after_s: float | None):
+        self.m1: float | None = None
+        self.m2: float | None = None
+        self.nbytes = 0
+        self.answer: Answered | None = None
+        self.ended: Ended | None = None
+        self.timeline = Timeline()
+        self.cancel, self.after_s = cancel, after_s
+        self.timer: gevent.Greenlet | None = None
+        self.after = _AfterCancel() if cancel is not None else None  # what still came after a cancel
+
+    def audio(self, ev: AudioPiece) -> None:
+        cancel = self.cancel
+        if cancel is not None and cancel.at is not None:
+            self.after.add(ev)  # heard by nobody: not in the playback figures
+            return
+        self.timeline.add(ev.at, ev.ms)
+        if cancel is not None and self.timer is None:  # counted from the first audio heard
+            self.timer = gevent.spawn_later(self.after_s, cancel.fire)
+
+    def received(self, ev: Received) -> None:
+        if self.m1 is None:
+            self.m1 = ev.at
+        self.nbytes += ev.nbytes
+
+    def text_sent(self, ev: TextSent) -> None:
+        self.timeline.text_sent(ev.at, ev.last, ev.connect_ms)
+
+    def answered(self, ev: Answered) -> None:
+        self.answer = ev
+
+    def end(self, ev: Ended) -> None:
+        self.ended, self.m2 = ev, ev.at
+
+
+#: Each transport event's handler (another type of event is not the attempt's to time).
+_ON_EVENT = {
+    AudioPiece: _Arrivals.audio,
+    Received: _Arrivals.received,
+    TextSent: _Arrivals.text_sent,
+    Answered: _Arrivals.answered,
+    Ended: _Arrivals.end,
+}
+
+
 class Caller:
     """One transport to the TTS endpoint and the attempt path: sends a text, records every
     attempt and fires its Locust request event. The closed-loop user owns one; the open-loop
@@ -148,12 +218,13 @@ class Caller:
         while True:
             run.in_flight += 1
             try:
-                rec, ended, m0, m2, elapsed_ms, http_status, cut = self._attempt(seg.words, seg.ask, seg.sent)
+                done = self._attempt(seg.words, seg.ask, seg.sent)
+                rec, cut = done.record, done.cut
                 retry = (
                     not rec["ok"]
                     and cut is None
                     and not run.stopping
-                    and self.s.retry.should_retry(attempt, http_status)
+                    and self.s.retry.should_retry(attempt, done.http_status)
                 )
                 runformat.attempt.update(
                     rec,
@@ -170,15 +241,15 @@ class Caller:
                 if voice is not None or seg.ask.language is not None:
                     runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
                 if rec["ok"] and not rec.get("cancelled"):
-                    parts.append((ended.data, ended.audio))
+                    parts.append((done.ended.data, done.ended.audio))
                     if seg.k == seg.n:
                         try:
-                            self._finish_audio(rec, parts, m0, m2, seg)  # yields while the file is written
+                            self._finish_audio(rec, parts, done.m0, done.m2, seg)  # yields while the file is written
                         except gevent.GreenletExit as e:
                             cut = e  # stopped while writing: the attempt itself is whole, t3 stays null
                 # The Locust event and the record go out together, with no yield in between, so a
                 # user stopped mid-attempt leaves both or neither: the two counts always agree.
-                self._fire(rec, attempt, elapsed_ms)
+                self._fire(rec, attempt, done.elapsed_ms)
                 run.emit(rec)
                 if run.picker is not None and rec["ok"] and not retry:
                     run.picker.consider(rec, seg, parts)  # --asr-model: a clip for the judge
@@ -191,76 +262,29 @@ class Caller:
             delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
             if rec["retry_after_s"] is not None and delay > 0:
                 # Honour Retry-After measured from when the answer arrived, not from now.
-                delay = max(0.0, m2 + delay - mono())
+                delay = max(0.0, done.m2 + delay - mono())
             backoff_ms = round(delay * 1000.0, 3)
             gevent.sleep(delay)
             if run.stopping:
                 return None  # the run stopped during the backoff: no attempt is sent now
             attempt += 1
 
-    def _attempt(self, words: str, ask: Ask, sent: dict | None):
-        """One attempt: ``(record, Ended or None, m0, m2, elapsed ms, the HTTP status --retry-on
-        judges (None for a failed connection), the GreenletExit that cut it at the run's end or
-        None)``; the record lacks only what the request adds (its id, attempt number …)."""
+    def _attempt(self, words: str, ask: Ask, sent: dict | None) -> Attempt:
+        """One attempt: sent, timed as its events arrive, and judged (see :class:`Attempt`)."""
         s = self.s
         step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
-        m1 = m2 = answer = ended = error = cut = None
-        nbytes = 0
-        timeline = Timeline()
         after_s = self.listener.draw(words) if self.listener is not None else None
-        cancel = timer = None
-        if after_s is not None:
-            cancel = Cancel(s.cancel_by)
-        after = _AfterCancel()
-        timeout = gevent.Timeout(s.request_timeout)
-        timeout.start()
-        try:
-            for ev in (
-                self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel)
-            ):
-                kind = type(ev)
-                if kind is AudioPiece:
-                    if cancel is not None and cancel.at is not None:
-                        after.add(ev)  # heard by nobody: not in the playback figures
-                        continue
-                    timeline.add(ev.at, ev.ms)
-                    if cancel is not None and timer is None:  # counted from the first audio heard
-                        timer = gevent.spawn_later(after_s, cancel.fire)
-                elif kind is Received:
-                    if m1 is None:
-                        m1 = ev.at
-                    nbytes += ev.nbytes
-                elif kind is TextSent:
-                    timeline.text_sent(ev.at, ev.last, ev.connect_ms)
-                elif kind is Answered:
-                    answer = ev
-                elif kind is Ended:
-                    ended, m2 = ev, ev.at
-        except gevent.Timeout as t:
-            if t is not timeout:
-                raise
-            stage = "before the first byte" if m1 is None else "while reading the body"
-            error = f"timed out after {s.request_timeout:g} s {stage}"
-            if answer is not None:
-                error = f"{answer.said}, then {error}"
-        except TransportError as e:
-            error = str(e)
-        except gevent.GreenletExit as e:
-            if not self.run.stopping:
-                raise  # a user stopped mid-step leaves no record (nor a Locust event)
-            cut, error = e, CUT_BY_RUN_END
-        finally:
-            timeout.close()
-            if timer is not None:
-                timer.kill(block=False)
+        got = _Arrivals(None if after_s is None else Cancel(s.cancel_by), after_s)
+        error, cut = self._exchange(words, ask, got)
+        answer, m1, m2 = got.answer, got.m1, got.m2
         # a connection that failed after the answer began leaves no status: the answer never
         # completed; one cut at the run's end keeps the status that had come
         status = answer.status if answer is not None and (error is None or cut is not None) else None
         if answer is not None and answer.ok:
-            stream = timeline.fields(m0, s.playback_buffer_ms, s.tts_stream)
+            stream = got.timeline.fields(m0, s.playback_buffer_ms, s.tts_stream)
         else:
-            stream = {**_NO_STREAM, **timeline.text_fields(m0)}
+            stream = {**_NO_STREAM, **got.timeline.text_fields(m0)}
         rec = runformat.attempt(
             step=step.step if step else None,
             concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
@@ -273,8 +297,8 @@ class Caller:
             wait_ms=_ms(m0, m2),
             status=status,
             ok=False,
-            error=error if error is not None else ended.error,
-            bytes=nbytes,
+            error=error if error is not None else got.ended.error,
+            bytes=got.nbytes,
             settled=self.run.state.settled(step, t0),
             **stream,
         )
@@ -285,37 +309,82 @@ class Caller:
                 sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
             )
         if error is None:
-            rec["server_timing"] = answer.server_timing
-            if answer.ok:
-                if ended.quiet is not None:
-                    rec["ok"] = True  # interrupted, not failed
-                    heard = [ms for ms in timeline.audio_ms if ms is not None]
-                    rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
-                    runformat.attempt.update(rec, **after.fields(cancel, m0, ended))
-                elif ended.audio is not None:
-                    audio = ended.audio
-                    heard = _signal(ended.data, audio)
-                    if heard is not None and heard.pop("silent"):
-                        rec["error"] = signal.SILENT
-                    else:
-                        rec["ok"] = True
-                        rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
-                        if audio.audio_s:
-                            rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
-                        if heard is not None:
-                            heard["ttfa_audible_ms"] = timeline.audible_ms(
-                                m0, s.playback_buffer_ms, heard["leading_silence_ms"]
-                            )
-                            runformat.attempt.update(rec, **heard)
-            elif answer.retry_after_raw is not None:
+            self._judge(rec, got, m0)
+        elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
+        return Attempt(rec, got.ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut)
+
+    def _exchange(self, words: str, ask: Ask, got: _Arrivals) -> tuple[str | None, gevent.GreenletExit | None]:
+        """Run the transport's exchange into ``got`` within ``--request-timeout``: ``(the error
+        that ended it, the GreenletExit that cut it at the run's end)``, each None where none did."""
+        s = self.s
+        on_event = _ON_EVENT.get
+        timeout = gevent.Timeout(s.request_timeout)
+        timeout.start()
+        try:
+            cancel = got.cancel
+            events = (
+                self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel)
+            )
+            for ev in events:
+                handle = on_event(type(ev))
+                if handle is not None:
+                    handle(got, ev)
+        except gevent.Timeout as t:
+            if t is not timeout:
+                raise
+            stage = "before the first byte" if got.m1 is None else "while reading the body"
+            error = f"timed out after {s.request_timeout:g} s {stage}"
+            return (error if got.answer is None else f"{got.answer.said}, then {error}"), None
+        except TransportError as e:
+            return str(e), None
+        except gevent.GreenletExit as e:
+            if not self.run.stopping:
+                raise  # a user stopped mid-step leaves no record (nor a Locust event)
+            return CUT_BY_RUN_END, e
+        finally:
+            timeout.close()
+            if got.timer is not None:
+                got.timer.kill(block=False)
+        return None, None
+
+    def _judge(self, rec: dict, got: _Arrivals, m0: float) -> None:
+        """An answer that came whole, into its record: its audio heard and checked where it
+        carries audio, its Retry-After where it refused (in place)."""
+        answer, ended = got.answer, got.ended
+        rec["server_timing"] = answer.server_timing
+        if not answer.ok:
+            if answer.retry_after_raw is not None:
                 rec["retry_after_raw"] = answer.retry_after_raw
                 rec["retry_after_s"] = (
                     answer.retry_after_s
                     if answer.retry_after_s is not None
                     else parse_retry_after(answer.retry_after_raw, wall())
                 )
-        elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
-        return rec, ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut
+        elif ended.quiet is not None:
+            rec["ok"] = True  # interrupted, not failed
+            heard = [ms for ms in got.timeline.audio_ms if ms is not None]
+            rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
+            runformat.attempt.update(rec, **got.after.fields(got.cancel, m0, ended))
+        elif ended.audio is not None:
+            self._hear(rec, got, m0)
+
+    def _hear(self, rec: dict, got: _Arrivals, m0: float) -> None:
+        """A whole answer's audio: its length and real-time factor, and the signal checks (a
+        silent answer fails with ``signal.SILENT``)."""
+        audio = got.ended.audio
+        heard = _signal(got.ended.data, audio)
+        if heard is not None and heard.pop("silent"):
+            rec["error"] = signal.SILENT
+            return
+        rec["ok"] = True
+        rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
+        if audio.audio_s:
+            rec["rtf"] = round((got.m2 - m0) / audio.audio_s, 6)
+        if heard is not None:
+            heard["ttfa_audible_ms"] = got.timeline.audible_ms(
+                m0, self.s.playback_buffer_ms, heard["leading_silence_ms"]
+            )
+            runformat.attempt.update(rec, **heard)
 
     def _fire(self, rec: dict, attempt: int, elapsed_ms: float) -> None:
         # Retried attempts get a name of their own so Locust's table shows them apart.

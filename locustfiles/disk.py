@@ -18,8 +18,10 @@ is reported to :attr:`on_slow`'s listeners: the audio writer then leaves the eve
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import gevent
@@ -53,7 +55,7 @@ class Job:
         self.path, self.data, self.kind = path, data, kind
         self.nbytes = len(data)
         self.done = Event()
-        self.on_done = None
+        self.on_done: Callable[[], None] | None = None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Whether it was written, waiting (this greenlet only) at most ``timeout`` seconds."""
@@ -112,50 +114,41 @@ class DiskWriter:
                 except _Empty:
                     break
             started = mono()
-            # one write per file: its appends joined in order; of its replacements, the last
-            appends: dict[Path, list[bytes]] = {}
-            replaced: dict[Path, bytes] = {}
-            closing = []
-            for job in batch:
-                if job.kind == _REPLACE:
-                    replaced[job.path] = job.data
-                elif job.kind == _APPEND:
-                    appends.setdefault(job.path, []).append(job.data)
-                else:
-                    closing.append(job.path)
-            pending = [(path, memoryview(b"".join(parts))) for path, parts in appends.items()]
-            error = None
-            while pending or replaced:
-                try:
-                    while pending:
-                        path, view = pending[0]
-                        fd = fds.get(path)
-                        if fd is None:
-                            fd = fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                        pending.pop(0)
-                    while replaced:
-                        path, data = next(iter(replaced.items()))
-                        runformat.write_text(path, data.decode())
-                        del replaced[path]
-                except OSError as e:
-                    if pending:  # what was written of it stays written
-                        pending[0] = (pending[0][0], view)
-                    if error is None:
-                        error = (str(path), e.strerror or str(e))
-                        self._done.append(([], 0.0, error))
-                        self._wake.send()
-                    _sleep(RETRY_S)
+            pending, replaced, closing = _sorted(batch)
+            self._write(fds, pending, replaced)
             for path in closing:
                 fd = fds.pop(path, None)
                 if fd is not None:
-                    try:
+                    with contextlib.suppress(OSError):  # all was written; a late error of the close says nothing new
                         os.close(fd)
-                    except OSError:  # everything was written; a late error of the close says nothing new
-                        pass
             self._done.append((batch, mono() - started, None))
             self._wake.send()
+
+    def _write(self, fds: dict[Path, int], pending: list, replaced: dict[Path, bytes]) -> None:
+        """Write it all, retrying every ``RETRY_S`` after an error (told once to the event loop)."""
+        error = None
+        while pending or replaced:
+            try:
+                while pending:
+                    path, view = pending[0]
+                    fd = fds.get(path)
+                    if fd is None:
+                        fd = fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    pending.pop(0)
+                while replaced:
+                    path, data = next(iter(replaced.items()))
+                    runformat.write_text(path, data.decode())
+                    del replaced[path]
+            except OSError as e:
+                if pending:  # what was written of it stays written
+                    pending[0] = (pending[0][0], view)
+                if error is None:
+                    error = (str(path), e.strerror or str(e))
+                    self._done.append(([], 0.0, error))
+                    self._wake.send()
+                _sleep(RETRY_S)
 
     # ---- back in the event loop -------------------------------------------------------------
     def _on_wake(self) -> None:
@@ -189,3 +182,19 @@ class DiskWriter:
                 for listener in self.on_slow:
                     gevent.spawn(listener, took)
         self._wake.ref = self._in_flight > 0
+
+
+def _sorted(batch: list) -> tuple[list, dict, list]:
+    """One write per file: ``(appends, replacements, files to close)``, each file's appends
+    joined in order (``(path, memoryview)``), of its replacements the last."""
+    appends: dict[Path, list[bytes]] = {}
+    replaced: dict[Path, bytes] = {}
+    closing = []
+    for job in batch:
+        if job.kind == _REPLACE:
+            replaced[job.path] = job.data
+        elif job.kind == _APPEND:
+            appends.setdefault(job.path, []).append(job.data)
+        else:
+            closing.append(job.path)
+    return [(path, memoryview(b"".join(parts))) for path, parts in appends.items()], replaced, closing

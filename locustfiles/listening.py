@@ -23,6 +23,7 @@ the load run depends on the judge: a judge that dies mid-run leaves every record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -220,10 +221,8 @@ class Judge:
                 return
 
     def _close_input(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
 
     def _read(self) -> None:
         for line in self.proc.stdout:

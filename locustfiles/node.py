@@ -34,7 +34,7 @@ from . import heartbeats, listening, metrics as metrics_mod, provenance, setting
 from .clock import mono, wall
 from .disk import DiskWriter
 from .inputs import corpus, voices as voices_mod
-from .preflight import health, preflight
+from .preflight import health, preflight, throttled
 from .probe import Probe, rounds as probe_rounds
 from .shape import Step, StepState
 from .shipping import RecordReceiver, RecordShipper, RecordWriter
@@ -497,7 +497,8 @@ class Run:
                 log.info("health after the run: %s answered %s in %.0f ms", self.settings.target, h["status"], h["ms"])
             else:
                 log.warning("health after the run: FAILED: %s", h["message"])
-                if self.environment.process_exit_code is None:  # a crash or a full disk said so first
+                # a crash or a full disk said so first; a server still throttling is up, not failed
+                if self.environment.process_exit_code is None and not throttled(h):
                     self.environment.process_exit_code = exits.HEALTH_FAILED
         self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:

@@ -32,6 +32,13 @@ def health(s) -> dict:
     return preflight(s, after_run=True)
 
 
+def throttled(result: dict) -> bool:
+    """Whether a health probe (or warm-up) was refused as too many requests (429, gRPC
+    RESOURCE_EXHAUSTED): a server that answers so is up, and only rate-limiting."""
+    status = result.get("status")
+    return (grpc_codes.AS_HTTP.get(status) if isinstance(status, str) else status) == 429
+
+
 def _get(s, path: str) -> dict:
     url = s.host.rstrip("/") + path
     out = {"ok": False, "status": None, "ms": None, "message": None}
@@ -76,17 +83,9 @@ def preflight(s, after_run: bool = False) -> dict:
     timeout = min(s.request_timeout, HEALTH_TIMEOUT_S) if after_run else s.request_timeout
     try:
         if s.tts_protocol == "wyoming" and s.text_rate and not after_run:  # one without streamed text ignores it
-            streams, name = transport.streams_text()
-            if streams is False:
-                out["message"] = (
-                    f"{target} ({name}) does not support streamed synthesis (its info says "
-                    f"supports_synthesize_streaming false): it would ignore synthesize-start/chunk/stop "
-                    f"and every utterance would wait out --request-timeout; drop --text-rate to send "
-                    f"whole texts with synthesize"
-                )
+            out["message"] = _streamed_text_refused(transport, target)
+            if out["message"]:
                 return out
-            if streams is None:
-                log.warning("%s did not say whether it takes streamed text (%s); sending it anyway", target, name)
         with gevent.Timeout(timeout):
             for ev in transport.exchange(text, ask):
                 if isinstance(ev, Answered):
@@ -107,39 +106,60 @@ def preflight(s, after_run: bool = False) -> dict:
     status = answer.status  # judged as the HTTP status it amounts to, quoted as the protocol said
     code = grpc_codes.AS_HTTP.get(status, answer.http_status) if isinstance(status, str) else answer.http_status
     out.update(status=status, ms=round((wall() - start) * 1000, 1))
+    out["ok"], out["message"] = _judged(s, answer, ended, code, shape, after_run)
+    return out
+
+
+def _judged(
+    s, answer: Answered, ended: Ended, code: int | None, shape: str, after_run: bool
+) -> tuple[bool, str | None]:
+    """``(ok, message)`` of the preflight's answer (``code``: the HTTP status it amounts to)."""
+    target, status = s.target, answer.status
     if answer.ok and ended.audio is not None:
-        out["ok"] = True
-        return out
+        return True, None
     if answer.ok and (code is None or code < 300):
-        out["message"] = (
+        return False, (
             f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, and is {shape} right?"
         )
-        return out
     # the body's first words where the answer has one, else how the transport put the refusal
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
     if code in (404, 405, 501):
-        out["message"] = f"{target} answered {status}: no TTS endpoint there; check " + (
+        return False, f"{target} answered {status}: no TTS endpoint there; check " + (
             f"--tts-path and --tts-api (now {s.tts_api})"
             if s.tts_protocol == "http"
             else f"--tts-path and --tts-preset (now {s.tts_preset})"
             if s.tts_protocol == "grpc"
             else f"{shape} and -H"
         )
-    elif code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
+    if code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
         # a TLS front end (nginx: "No required SSL certificate was sent", "The SSL certificate error")
         # that completes the handshake and refuses the request over the client certificate
-        out["message"] = f"{target} refused the request with {status} over the client certificate ({snippet}); " + (
+        return False, f"{target} refused the request with {status} over the client certificate ({snippet}); " + (
             "is --tls-client-cert signed by a CA it trusts, and still valid?"
             if s.tls_client_cert
             else "pass --tls-client-cert FILE (and --tls-client-key FILE)"
         )
-    elif code in (401, 403):
-        out["message"] = f"{target} refused the request with {status}: {snippet}"
-    elif code is None or code < 500 and code != 429:
-        out["message"] = f"{target} rejected the request with {status} ({snippet}); check {shape} and its fields"
-    elif after_run:
-        out["message"] = f"{target} answered {status} after the run ({snippet})"
-    else:
-        out["ok"] = True  # busy or failing, but a server: the run will measure it
-        log.warning("warm-up request got %s from %s; running anyway", status, target)
-    return out
+    if code in (401, 403):
+        return False, f"{target} refused the request with {status}: {snippet}"
+    if code is None or code < 500 and code != 429:
+        return False, f"{target} rejected the request with {status} ({snippet}); check {shape} and its fields"
+    if after_run:
+        return False, f"{target} answered {status} after the run ({snippet})"
+    log.warning("warm-up request got %s from %s; running anyway", status, target)
+    return True, None  # busy or failing, but a server: the run will measure it
+
+
+def _streamed_text_refused(transport, target: str) -> str | None:
+    """Why a Wyoming server that says it takes no streamed text cannot run with --text-rate, or
+    None (it takes it, or does not say: then sent anyway, with a warning)."""
+    streams, name = transport.streams_text()
+    if streams is None:
+        log.warning("%s did not say whether it takes streamed text (%s); sending it anyway", target, name)
+    if streams is not False:
+        return None
+    return (
+        f"{target} ({name}) does not support streamed synthesis (its info says "
+        f"supports_synthesize_streaming false): it would ignore synthesize-start/chunk/stop "
+        f"and every utterance would wait out --request-timeout; drop --text-rate to send "
+        f"whole texts with synthesize"
+    )

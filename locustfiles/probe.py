@@ -76,7 +76,7 @@ class Probe:
         self._levels: list[int] | None = None
 
     @classmethod
-    def of(cls, s) -> "Probe | None":
+    def of(cls, s) -> Probe | None:
         """The run's probe (``s``: its Settings), or None without ``--probe-texts``."""
         return cls(s.probe_texts) if s.probe_texts else None
 

@@ -161,7 +161,7 @@ def server_info(s: Any) -> dict[str, Any]:
         finally:
             conn.close()
     except (OSError, http.client.HTTPException, ValueError) as e:
-        out["error"] = f"GET {url} got no answer: {e or type(e).__name__}"
+        out["error"] = f"GET {url} got no answer: {str(e) or type(e).__name__}"
         return out
     out.update(status=answer.status, http_version=_HTTP_VERSIONS.get(answer.version), server=answer.getheader("Server"))
     for name in MODEL_HEADERS:

@@ -27,7 +27,7 @@ class RetryPolicy:
             return CONNECTION_ERROR in self.retry_on
         return status in self.retry_on
 
-    def delay_s(self, attempt: int, retry_after_s: float | None, rng: random.Random = random) -> float:
+    def delay_s(self, attempt: int, retry_after_s: float | None, rng: random.Random | None = None) -> float:
         """Seconds to sleep after failed ``attempt`` (1-based) before the next one.
 
         A parsed Retry-After wins (capped); otherwise exponential backoff from ``base_ms``
@@ -36,4 +36,5 @@ class RetryPolicy:
         if retry_after_s is not None:
             return min(retry_after_s, self.retry_after_cap_s)
         ceiling = min(self.max_ms, self.base_ms * 2 ** (attempt - 1)) / 1000.0
-        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+        jitter = (rng or random).uniform(0, ceiling / 2)  # the module's own generator by default
+        return ceiling / 2 + jitter

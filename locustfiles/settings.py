@@ -136,7 +136,7 @@ class Settings:
     text_rate: float  # tokens per second; 0: the whole text at once
     text_jitter: float
     flush: str
-    refine_to: tuple  # open loop: (resolution, relative: a share of the rate, else req/s)
+    refine_to: tuple[float, bool]  # open loop: (resolution, relative: a share of the rate, else req/s)
     drain_time: float  # the run's end: how long requests in flight are waited for
     server_roles: tuple  # --server-role as given: "ROLE=SERIES" each
     tts_protocol: str
@@ -181,7 +181,7 @@ class Settings:
     text_reuse: str = "same"  # "unique": every request a text of its own (corpus.unique)
     probe: tuple = ()  # --probe-texts: the classes probed after the sweep (locustfiles.probe)
     probe_texts: tuple = ()  # their texts (corpus.Text, ids probe:CLASS:N)
-    spike: tuple | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
+    spike: tuple[float, float] | None = None  # --spike: (factor, seconds); None: no spike (locustfiles.spike)
     spike_at: int | None = None  # --spike-at: the level it starts from; None: the recommendation
     trace: trace_mod.Trace | None = None  # --trace: the log replayed (its steps' rates are its speeds')
     trace_speed: tuple = ()  # --trace-speed, one per grid step
@@ -371,8 +371,8 @@ def parse_refine_to(raw) -> tuple[float, bool]:
     return (value / 100.0, True) if relative else (value, False)
 
 
-def _retry_on(raw) -> frozenset:
-    out = set()
+def _retry_on(raw) -> frozenset[str | int]:
+    out: set[str | int] = set()
     for tok in str(raw).replace(" ", "").split(","):
         if not tok:
             continue
@@ -442,7 +442,7 @@ def _voice_steps(o, voices: tuple, steps: tuple, rates: tuple, steps_given: bool
     return counts
 
 
-def _check_asks(s: "Settings") -> None:
+def _check_asks(s: Settings) -> None:
     """Every request the run can make has a value for each placeholder of the template."""
     if s.tts_template is None:
         return

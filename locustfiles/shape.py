@@ -93,8 +93,69 @@ class StepState:
         return step is None or t0 >= step.start + self.settle_of(step)
 
 
+def _next_level(run):
+    """The next level to run: the plan's, then the soak's, the spike's, the probe's (none once
+    the run is cut short)."""
+    if run.cut_short is not None:
+        return None
+    nxt = run.plan.next()
+    for then in (run.soak, run.spike, run.probe):
+        if nxt is None and then is not None:
+            nxt = then.next(run)
+    return nxt
+
+
 class StepShape(LoadTestShape):
     """Runs the steps the plan asks for; the run stops itself when the plan is done."""
+
+    def _going_on(self, run, cur: Step) -> bool:
+        """Whether the step ``cur`` goes on this tick (its time or its requests not yet done, the
+        run not cut short); a step that ends is judged where the plan judges it, and logged."""
+        settings, state, plan = run.settings, run.state, run.plan
+        # A step with a longer settle window than the run's runs that much longer.
+        if cur.rate is None:
+            length = settings.step_time if cur.hold_s is None else cur.hold_s
+            left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
+        else:  # open loop: the step lasts as long as it sends arrivals
+            from .openloop_user import arrival_span_s
+
+            left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
+        probing = cur.phase == runformat.PROBE_PHASE
+        by_count = probing or (settings.step_requests and cur.hold_s is None and cur.rate is None)
+        done = run.writer.finished[cur.step] if probing else run.finished_in_step(cur.step) if by_count else 0
+        wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
+        going = run.cut_short is None  # a run cut short ends now
+        judged = going and plan.judging and cur.phase in ("grid", "refine")
+        # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
+        if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
+            if run.spike is not None and cur.phase in runformat.SPIKE_PHASES:
+                run.spike.watch(run, cur.phase)  # a server gone ends the run: see spike.py
+            if judged:  # parse as the step goes: its judgment has little left to read
+                gevent.get_hub().threadpool.apply(run.reader.refresh)
+            return True
+        if judged:
+            self._judge(run, cur)
+        log.info(
+            "step %d (%s) done",
+            cur.step,
+            f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered",
+        )
+        return False
+
+    def _end(self, run, cur: Step | None) -> None:
+        """No step is left (or the run is cut short): the run ends and is saved."""
+        if cur is not None and cur.end is None:
+            run.state.finish(wall())
+            log.info(
+                "the %s after step %d; stopping",
+                "run is cut short" if run.cut_short else "step plan is done",
+                cur.step,
+            )
+        run.save()
+        if run.is_master:
+            # A headless master would otherwise quit without telling workers to stop, and
+            # their last records would never be sent: stop them first, then let Locust quit.
+            self.runner.stop()
 
     def tick(self):
         # The first tick comes before test_start: it opens the run.
@@ -105,55 +166,11 @@ class StepShape(LoadTestShape):
         cur = state.current
         if run.stopping:  # the run is draining what is in flight: no judging, no next step
             return self._load(run, cur) if cur is not None else None
-        if cur is not None:
-            # A step with a longer settle window than the run's runs that much longer.
-            if cur.rate is None:
-                length = settings.step_time if cur.hold_s is None else cur.hold_s
-                left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
-            else:  # open loop: the step lasts as long as it sends arrivals
-                from .openloop_user import arrival_span_s
-
-                left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
-            probing = cur.phase == runformat.PROBE_PHASE
-            by_count = probing or (settings.step_requests and cur.hold_s is None and cur.rate is None)
-            done = run.writer.finished[cur.step] if probing else run.finished_in_step(cur.step) if by_count else 0
-            wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
-            going = run.cut_short is None  # a run cut short ends now
-            judged = going and plan.judging and cur.phase in ("grid", "refine")
-            # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
-            if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
-                if run.spike is not None and cur.phase in runformat.SPIKE_PHASES:
-                    run.spike.watch(run, cur.phase)  # a server gone ends the run: see spike.py
-                if judged:  # parse as the step goes: its judgment has little left to read
-                    gevent.get_hub().threadpool.apply(run.reader.refresh)
-                return self._load(run, cur)
-            if judged:
-                self._judge(run, cur)
-            log.info(
-                "step %d (%s) done",
-                cur.step,
-                f"concurrency {cur.concurrency}" if cur.rate is None else f"{cur.rate:g} req/s offered",
-            )
-        nxt = plan.next() if run.cut_short is None else None
-        if nxt is None and run.soak is not None and run.cut_short is None:
-            nxt = run.soak.next(run)
-        if nxt is None and run.spike is not None and run.cut_short is None:
-            nxt = run.spike.next(run)
-        if nxt is None and run.probe is not None and run.cut_short is None:
-            nxt = run.probe.next(run)
+        if cur is not None and self._going_on(run, cur):
+            return self._load(run, cur)
+        nxt = _next_level(run)
         if nxt is None:
-            if cur is not None and cur.end is None:
-                state.finish(wall())
-                log.info(
-                    "the %s after step %d; stopping",
-                    "run is cut short" if run.cut_short else "step plan is done",
-                    cur.step,
-                )
-            run.save()
-            if run.is_master:
-                # A headless master would otherwise quit without telling workers to stop, and
-                # their last records would never be sent: stop them first, then let Locust quit.
-                self.runner.stop()
+            self._end(run, cur)
             return None
         if settings.mode == "open":
             return self._begin_rate_step(run, nxt)

@@ -59,10 +59,10 @@ class RecordWriter:
         self._closed = False
         self._buf: list[bytes] = []  # encoded lines
         self.count = 0
-        self.finished = Counter()  # step -> logical requests finished (final attempts)
-        self.finished_settled = Counter()  # the same, past the step's settle window
-        self.failed = Counter()  # step -> failed attempts (retried or not), as Locust counts its errors
-        self.audio_missing = Counter()  # audio_file ('late', 'dropped') -> attempts
+        self.finished: Counter[int] = Counter()  # step -> logical requests finished (final attempts)
+        self.finished_settled: Counter[int] = Counter()  # the same, past the step's settle window
+        self.failed: Counter[int] = Counter()  # step -> failed attempts (retried or not), as Locust counts its errors
+        self.audio_missing: Counter[str] = Counter()  # audio_file ('late', 'dropped') -> attempts
         self._waits: dict[int, deque] = {}  # step -> its latest successful waits, ms
         self._user_done: dict[tuple, float] = {}  # (worker, user) -> latest end of an attempt, unix s
         self.cut = 0  # attempts recorded as cut by the run's end
@@ -115,7 +115,8 @@ class RecordWriter:
         buf, self._buf = self._buf, []
         if buf:
             job = self._disk.append(self.path, b"".join(buf))
-            job.on_done = lambda n=len(buf): self._written(n)
+            handed = len(buf)
+            job.on_done = lambda: self._written(handed)
             if self._disk.pending_bytes > MAX_PENDING_BYTES and not self._full:
                 self._full = True
                 if self._on_full is not None:
@@ -235,7 +236,7 @@ class RecordReceiver:
             n += sum(1 for t in sent if t < cutoff)
         return n
 
-    def _ack(self, job, seq: int, run_id: str, worker_id: str) -> None:
+    def _ack(self, job, seq: int, run_id: str | None, worker_id: str) -> None:
         job.wait()
         self.runner.send_message(wire.ACK.name, wire.ACK(seq=seq, run=run_id), client_id=worker_id)
 

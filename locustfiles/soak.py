@@ -35,7 +35,7 @@ class Soak:
         self._asked = False
 
     @classmethod
-    def of(cls, s) -> "Soak | None":
+    def of(cls, s) -> Soak | None:
         """The run's soak (``s``: its Settings), or None without ``--soak``."""
         if s.soak is None:
             return None
@@ -53,11 +53,12 @@ class Soak:
         self._asked = True
         if not self.alone:
             self.level = self._recommended(run)
-            if self.level is None:
-                return None
+        level = self.level
+        if level is None:  # the sweep recommends none (alone, the level is the run's one)
+            return None
         unit = "req/s" if run.settings.mode == "open" else "users"
-        log.info("soak: holding %g %s for %s", self.level, unit, _duration(self.seconds))
-        return Planned(self.level, runformat.SOAK_PHASE, 1)
+        log.info("soak: holding %g %s for %s", level, unit, _duration(self.seconds))
+        return Planned(level, runformat.SOAK_PHASE, 1)
 
     def _recommended(self, run):
         """The level the sweep's records recommend, or None (logged) when they recommend none."""

@@ -59,11 +59,12 @@ class Spike:
         self._probed_at = 0.0
 
     @classmethod
-    def of(cls, s) -> "Spike | None":
+    def of(cls, s) -> Spike | None:
         """The run's spike (``s``: its Settings), or None without ``--spike``."""
         if s.spike is None:
             return None
-        return cls(*s.spike, s.spike_at, s.step_time)
+        factor, seconds = s.spike
+        return cls(factor, seconds, s.spike_at, s.step_time)
 
     def next(self, run):
         """The spike's next step (a :class:`~locustfiles.plan.Planned`), or None once its three

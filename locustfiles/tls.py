@@ -66,6 +66,8 @@ def _check_dates(cert: str) -> None:
     decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
     try:
         info = decode(cert) if decode else None
+        if info is None:
+            return
         after, before = (ssl.cert_time_to_seconds(info[k]) for k in ("notAfter", "notBefore")) if info else (None, None)
     except (ssl.SSLError, OSError, ValueError, KeyError, TypeError):
         return
@@ -146,4 +148,4 @@ def verify_hint(error: BaseException, insecure: bool, client_cert: bool = False)
 
 
 def _reason(e: BaseException) -> str:
-    return " ".join(str(getattr(e, "reason", None) or e or type(e).__name__).split())[:160]
+    return " ".join((str(getattr(e, "reason", None) or e) or type(e).__name__).split())[:160]

@@ -112,7 +112,7 @@ class VoiceUploads:
             finally:
                 resp.release()
         except OSError as e:  # refused, reset, timed out
-            error = f"connection error: {e.strerror or e or type(e).__name__}"
+            error = f"connection error: {e.strerror or str(e) or type(e).__name__}"
         except HTTPException as e:  # an answer that is not HTTP
             error = f"bad HTTP response: {type(e).__name__}: {e}"
         if status is not None and not 200 <= status < 300:

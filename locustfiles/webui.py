@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from flask import Response, request
 
@@ -57,7 +58,7 @@ def mount(environment, node, live_view, columns) -> None:
         if request.path != "/stats/requests" or response.mimetype != "application/json":
             return response
         view = _view()
-        rows = []
+        rows: list[Any] = []
         if view is not None:
             status, _, body = view.handle("/steps.json")
             rows = json.loads(body) if status == 200 else []

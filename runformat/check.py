@@ -38,7 +38,7 @@ def undeclared_keys(run_dir: Path) -> list[str]:
     return out
 
 
-def _object(data: bytes):
+def _object(data: bytes) -> object:
     try:
         return json.loads(data)
     except ValueError:

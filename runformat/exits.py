@@ -43,7 +43,8 @@ STATUSES = (
     ExitStatus(
         DISK,
         "disk",
-        "the run directory's disk did not keep up (or audio could not be written with --on-audio-error stop): the run stopped early, every record received written",
+        "the run directory's disk did not keep up (or audio could not be written with --on-audio-error stop): "
+        "the run stopped early, every record received written",
     ),
     ExitStatus(
         SERVER_CRASHED,
@@ -53,6 +54,7 @@ STATUSES = (
     ExitStatus(
         HEALTH_FAILED,
         "health_failed",
-        "the health probe after the run failed: the server did not answer (or not with audio, or not 2xx for --health-path)",
+        "the health probe after the run failed: the server did not answer (or not with audio, or not 2xx for "
+        "--health-path); one still refusing with 429 (RESOURCE_EXHAUSTED) is up and exits as the run would",
     ),
 )

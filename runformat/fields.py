@@ -9,7 +9,7 @@ of each value (None: each value is a plain number, string or list). Nothing else
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple
 
 
 class Keyed(NamedTuple):
@@ -17,7 +17,7 @@ class Keyed(NamedTuple):
     ``of`` is the table of each value (None when the values are plain)."""
 
     key: str
-    of: "tuple[Field, ...] | None" = None
+    of: tuple[Field, ...] | None = None
 
 
 class Field(NamedTuple):
@@ -26,7 +26,7 @@ class Field(NamedTuple):
     nullable: bool  # may be null in a record
     doc: str
     optional: bool = False  # left out of a record unless given
-    of: "Union[tuple[Field, ...], Keyed, None]" = None  # what an object value holds
+    of: tuple[Field, ...] | Keyed | None = None  # what an object value holds
 
 
 def names(table: tuple[Field, ...]) -> tuple[str, ...]:
@@ -43,7 +43,7 @@ class Builder:
         self._order = names(table)
         self._base = {f.name: None for f in table if not f.optional}
 
-    def __call__(self, **values) -> dict:
+    def __call__(self, **values: Any) -> dict[str, Any]:
         if values.keys() <= self._base.keys():  # the common case: no optional field, the table's order
             out = self._base.copy()
             out.update(values)
@@ -51,19 +51,19 @@ class Builder:
         self._check(values)
         return {k: values.get(k) for k in self._order if k in self._base or k in values}
 
-    def update(self, record: dict, **values) -> dict:
+    def update(self, record: dict[str, Any], **values: Any) -> dict[str, Any]:
         """Set fields of an existing record, by name; returns it."""
         self._check(values)
         record.update(values)
         return record
 
-    def _check(self, values: dict) -> None:
+    def _check(self, values: dict[str, Any]) -> None:
         if not values.keys() <= self.names:
             unknown = ", ".join(sorted(values.keys() - self.names))
             raise TypeError(f"{self.what} has no field {unknown}")
 
 
-def undeclared(table: tuple[Field, ...], value, where: str) -> list[str]:
+def undeclared(table: tuple[Field, ...], value: object, where: str) -> list[str]:
     """Every key in ``value`` (an object or a list of objects, nested all the way down) that
     its table does not declare, as ``where.key.path`` (``[i]`` for a list's i-th item)."""
     if isinstance(value, list):
@@ -81,7 +81,7 @@ def undeclared(table: tuple[Field, ...], value, where: str) -> list[str]:
     return out
 
 
-def _undeclared_in(of, value, where: str) -> list[str]:
+def _undeclared_in(of: tuple[Field, ...] | Keyed | None, value: object, where: str) -> list[str]:
     if isinstance(value, list):
         return [k for i, item in enumerate(value) for k in _undeclared_in(of, item, f"{where}[{i}]")]
     if not isinstance(value, dict):

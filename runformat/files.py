@@ -10,6 +10,7 @@ import platform
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -23,7 +24,7 @@ SPEECH_FILE = "speech.jsonl"  # the ASR judge's verdicts (--asr-model): runforma
 SPEECH_DIR = "speech"  # the clips it judged, one WAV per request
 
 
-def jsonl_bytes(record: dict) -> bytes:
+def jsonl_bytes(record: dict[str, Any]) -> bytes:
     """One record as one line of a JSONL file, newline included, UTF-8: orjson (several times
     cheaper per record than the standard library, and NaN becomes null), or ``json`` for what
     orjson refuses (an integer beyond 64 bits, a key that is not a string)."""
@@ -33,7 +34,7 @@ def jsonl_bytes(record: dict) -> bytes:
         return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
-def jsonl_line(record: dict) -> str:
+def jsonl_line(record: dict[str, Any]) -> str:
     """:func:`jsonl_bytes` as text, for files opened in text mode."""
     return jsonl_bytes(record).decode()
 
@@ -53,12 +54,12 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def json_text(data: dict, indent: int = 2) -> str:
+def json_text(data: dict[str, Any], indent: int = 2) -> str:
     """``data`` as the JSON text of a run directory's file."""
     return json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n"
 
 
-def write_json(path: Path, data: dict, indent: int = 2) -> Path:
+def write_json(path: Path, data: dict[str, Any], indent: int = 2) -> Path:
     """``data`` as JSON, written atomically (see :func:`write_text`)."""
     return write_text(path, json_text(data, indent))
 
@@ -73,10 +74,10 @@ def claim(path: Path) -> Path:
     return candidate
 
 
-def versions() -> dict:
+def versions() -> dict[str, Any]:
     """run.json's ``versions``: python, the packages that measure, and the command line
     (with the collector token hidden)."""
-    out = {"python": platform.python_version()}
+    out: dict[str, Any] = {"python": platform.python_version()}
     for dist in ("tts-knee", "locust", "gevent", "geventhttpclient"):
         try:
             out[dist] = metadata.version(dist)
@@ -92,7 +93,7 @@ def versions() -> dict:
 UNDIGESTED_OPTIONS = ("audio_dir", "texts")
 
 
-def options_digest(options: dict) -> str:
+def options_digest(options: dict[str, Any]) -> str:
     """run.json ``provenance.options_sha256``: SHA-256 (hex) of ``options`` as canonical JSON
     (keys sorted, no spaces, UTF-8), :data:`UNDIGESTED_OPTIONS` left out; a script recomputes it
     from run.json's ``options`` the same way."""

@@ -34,6 +34,9 @@ no role; they still go on the timeline.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 ROLES = (
     "queue_depth",
     "running",
@@ -86,7 +89,7 @@ def family_of(series: str) -> str:
     return series.split("{", 1)[0]
 
 
-def parse_roles(items) -> dict[str, str]:
+def parse_roles(items: Iterable[str]) -> dict[str, str]:
     """``--server-role ROLE=SERIES`` values (each may hold several, comma-separated) as
     ``{family: role}``; raises ValueError with one sentence for one that is not ROLE=SERIES
     with a known ROLE."""
@@ -131,7 +134,7 @@ def why(family: str, custom: dict[str, str] | None = None) -> str:
     return f"its name ends in {end}"
 
 
-def roles(metrics: dict | None, custom: dict[str, str] | None = None) -> dict[str, tuple[str, float]]:
+def roles(metrics: dict[str, Any] | None, custom: dict[str, str] | None = None) -> dict[str, tuple[str, float]]:
     """``{role: (family, value)}`` for the roles this sample's series tell (see the module doc);
     ``custom``: ``--server-role``'s ``{family: role}``.
 

@@ -16,7 +16,7 @@ becomes the default), then its use in ``locustfiles.settings``; the manual's opt
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .fields import Field
 
@@ -114,7 +114,7 @@ class Option(NamedTuple):
     default: object  # the flag's value when it is not given
     help: str  # "{default}" is replaced by the default as the help shows it
     kind: type | str = str  # str, int, float, bool (a switch) or "list" (repeatable)
-    choices: tuple | None = None
+    choices: tuple[Any, ...] | None = None
     secret: bool = False  # kept out of run.json and masked in the web UI
     env: str | None = None  # an environment variable that sets it when the flag is not given
     group: Group | None = None  # where --help and the manual list it; None: a figure only run.json records
@@ -312,7 +312,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "",
         "How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
-        "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has one, else close).",
+        "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has "
+        "one, else close).",
         choices=("",) + CANCEL_MODES,
         group=_BARGE_IN,
     ),

@@ -39,10 +39,13 @@ import contextlib
 import gc
 import json
 import math
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import pandas as pd
 import pyarrow as pa
@@ -59,7 +62,16 @@ MAX_LABELS = 2000  # distinct error strings / text ids kept; the rest share one 
 MAX_STAGES = 32  # distinct Server-Timing stage names kept
 MAX_LANGUAGES = 64  # distinct languages kept (voices: MAX_LABELS)
 OTHER_LABEL = "(other)"
-TTFA_FLOOR_MS = OPTION_DEFAULTS["ttfa_floor_ms"]  # for runs whose run.json does not say
+
+
+def _default_ms(key: str) -> float:
+    """The option ``key``'s default, a float of milliseconds."""
+    value = OPTION_DEFAULTS[key]
+    assert isinstance(value, float), (key, value)
+    return value
+
+
+TTFA_FLOOR_MS = _default_ms("ttfa_floor_ms")  # for runs whose run.json does not say
 
 # How each numeric attempt field becomes a column (named as the field):
 NUM = "num"  # a finite number, else NaN
@@ -107,7 +119,7 @@ _NUMBER_TYPES = frozenset((int, float, type(None)))
 _INT32 = np.iinfo(np.int32)
 
 
-def _num(v) -> float | None:
+def _num(v: Any) -> float | None:  # a JSON value
     """A finite float, or None for anything else (null, booleans, NaN, non-numeric strings)."""
     if type(v) is float:  # the common case first: resource samples call this per field
         return v if v - v == 0 else None
@@ -120,7 +132,7 @@ def _num(v) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _amount(v, whole: bool = False) -> float | None:
+def _amount(v: Any, whole: bool = False) -> float | None:
     """A finite float >= 0 (a whole one when ``whole``), else None."""
     f = _num(v)
     if f is None or f < 0 or (whole and f != int(f)):
@@ -128,7 +140,7 @@ def _amount(v, whole: bool = False) -> float | None:
     return f
 
 
-def _column(values: list, kind: str = NUM) -> np.ndarray:
+def _column(values: list[Any], kind: str = NUM) -> np.ndarray:
     """One numeric column from the records' raw values, as :func:`_num` / :func:`_amount` take
     each value.  Plain JSON numbers and nulls (nearly every value) convert in one numpy call;
     a block holding anything else (a boolean, a string) goes value by value."""
@@ -169,11 +181,11 @@ _ARROW_SCHEMA = pa.schema(
 _ARROW_PARSE = pa_json.ParseOptions()
 
 
-def _is_number(t) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+def _is_number(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
 
 
-def _arrow_columns(t: pa.Table) -> dict | None:
+def _arrow_columns(t: pa.Table) -> dict[str, Any] | None:
     """The :data:`_ARROW_SCHEMA` columns of a block as read, cast to their types (a field absent
     from the block is all null); None if one holds values of another JSON type."""
     out = {}
@@ -199,7 +211,7 @@ _ARROW_READ = pa_json.ReadOptions(block_size=1 << 20)  # 1 MiB blocks, parsed on
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
-def _arrow_stages(col) -> list[tuple[str, np.ndarray]] | None:
+def _arrow_stages(col: pa.ChunkedArray) -> list[tuple[str, np.ndarray]] | None:
     """Server-Timing columns from pyarrow's inferred ``server_timing`` struct, in the order
     their first usable value appears, as :func:`_record_stages` gives them; None when a name is
     longer than 64 characters (the line-by-line reader merges those by their first 64)."""
@@ -221,7 +233,7 @@ def _arrow_stages(col) -> list[tuple[str, np.ndarray]] | None:
     return [(name, a) for _, name, a in out]
 
 
-def _record_stages(recs: list[dict]) -> list[tuple[str, np.ndarray]]:
+def _record_stages(recs: list[dict[str, Any]]) -> list[tuple[str, np.ndarray]]:
     """Server-Timing columns (ms, NaN where a record lacks the stage) of parsed records, in the
     order their first usable value appears; names cut to 64 characters."""
     rows: dict[str, list[int]] = {}
@@ -260,7 +272,7 @@ class _Labels:
         self.codes: dict[str, int] = {}
         self.names: list[str] = []
 
-    def code(self, s) -> int:
+    def code(self, s: object) -> int:
         if s is None:
             return -1
         s = str(s)[:300]
@@ -276,16 +288,18 @@ class _Labels:
             self.names.append(s)
         return c
 
-    def codes_of(self, values: list, dtype=np.int32) -> np.ndarray:
+    def codes_of(self, values: list[Any], dtype: type[np.integer[Any]] = np.int32) -> np.ndarray:
         """:meth:`code` of each value; a string already seen is looked up directly."""
         known, code = self.codes.get, self.code
-        out = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
+        out: list[int | None] = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
         for i, c in enumerate(out):
             if c is None:
                 out[i] = code(values[i])
         return np.array(out, dtype=dtype)
 
-    def codes_of_arrow(self, col, dtype=np.int32, empty_is_none: bool = False) -> np.ndarray:
+    def codes_of_arrow(
+        self, col: pa.ChunkedArray, dtype: type[np.integer[Any]] = np.int32, empty_is_none: bool = False
+    ) -> np.ndarray:
         """:meth:`code` of each value of a pyarrow string column (nulls, and with
         ``empty_is_none`` empty strings, are -1), coded in order of first appearance."""
         arr = col.combine_chunks()
@@ -295,7 +309,8 @@ class _Labels:
         codes = [-1 if v is None or (empty_is_none and v == "") else self.code(v) for v in d.dictionary.to_pylist()]
         codes.append(-1)  # for nulls
         idx = d.indices.fill_null(len(codes) - 1).to_numpy(zero_copy_only=False)
-        return np.array(codes, dtype=dtype)[idx]
+        coded: np.ndarray = np.array(codes, dtype=dtype)[idx]
+        return coded
 
 
 @dataclass
@@ -316,12 +331,12 @@ class Attempts:
     tiers: list[str]
     statuses: list[str] = field(default_factory=list)  # the gRPC code names ``status_name`` codes
     gaps: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
-    memo: dict = field(default_factory=dict)  # figures derived from these columns, computed once
+    memo: dict[str, Any] = field(default_factory=dict)  # figures derived from these columns, computed once
     voices: list[str] = field(default_factory=list)  # the codes of ``voice`` (-1: none named)
     languages: list[str] = field(default_factory=list)  # the codes of ``language``
     # A live reader's (RequestLog(live=True)): what figures keep of the rows read so far, kept
     # from one refresh to the next (rows only ever come after them); None when read once.
-    lasting: dict | None = None
+    lasting: dict[Hashable, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.cols["t0"])
@@ -331,9 +346,10 @@ class Attempts:
 
     def gaps_of(self, rows: np.ndarray) -> np.ndarray:
         """The chunk gaps (ms) of the rows ``rows`` (a mask) selects, pooled."""
-        return self.gaps[np.repeat(rows, self.cols["gap_n"])]
+        gaps: np.ndarray = self.gaps[np.repeat(rows, self.cols["gap_n"])]
+        return gaps
 
-    def subset(self, keep: np.ndarray) -> "Attempts":
+    def subset(self, keep: np.ndarray) -> Attempts:
         """The rows ``keep`` (a mask) selects, as columns of their own."""
         return Attempts(
             {k: v[keep] for k, v in self.cols.items()},
@@ -357,7 +373,7 @@ class _Growing:
     GROWTH = 1.5
     MIN_ROWS = 4096
 
-    def __init__(self, fill=np.nan):
+    def __init__(self, fill: float = np.nan):
         self.n = 0
         self.fill = fill
         self.reserved = 0  # rows to make room for at once, when it is known how many will come
@@ -382,7 +398,7 @@ class _Growing:
                 if self.n:
                     buf[: self.n] = self.fill
         for k, buf in self._bufs.items():
-            buf[self.n : need] = chunk[k] if k in chunk else self.fill
+            buf[self.n : need] = chunk.get(k, self.fill)
         self.n = need
 
     def view(self) -> dict[str, np.ndarray]:
@@ -398,7 +414,7 @@ class RequestLog:
     def __init__(self, path: Path, live: bool = False):
         self.path = path
         self.live = live
-        self.lasting: dict | None = {} if live else None
+        self.lasting: dict[Hashable, Any] | None = {} if live else None
         self.offset = 0  # bytes consumed (complete lines only)
         self.lines = 0
         self.bad_lines = 0
@@ -425,7 +441,7 @@ class RequestLog:
         except FileNotFoundError:
             return False
         if size < self.offset:  # file replaced: start over
-            self.__init__(self.path, self.live)
+            self.__init__(self.path, self.live)  # type: ignore[misc]  # this class's own, anew
         if size == self.offset:
             return False
         read_any = False
@@ -513,8 +529,8 @@ class RequestLog:
         if not n:
             return True
 
-        def floats(name):
-            return cols[name].to_numpy().astype(float)  # a writable copy
+        def floats(name: str) -> np.ndarray:
+            return cols[name].to_numpy().astype(float)  # type: ignore[no-any-return]  # a writable copy
 
         chunk = {k: _as_column(floats(k), kind) for k, kind in _COLUMNS.items()}
         chunk["status"], chunk["status_name"] = self._status_columns(names, chunk["status"])
@@ -545,7 +561,7 @@ class RequestLog:
         )
         return True
 
-    def _status_columns(self, names: list | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _status_columns(self, names: list[Any] | None, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(``status``, ``status_name``) of a block: ``names`` the records' raw ``status`` values
         where some are strings, else None; ``numbers`` is the column read as numbers. A string that
         is no gRPC code name reads as a number, as before (``"200"``)."""
@@ -616,23 +632,23 @@ class RequestLog:
 
     def _add(
         self,
-        chunk: dict,
+        chunk: dict[str, Any],
         end_times: list[np.ndarray],
         *,
-        final,
-        ok,
-        settled,
-        error,
-        text,
-        tier,
-        voice,
-        language,
-        offsets,
-        chunk_n,
-        gap_n,
-        gaps,
-        req_ids,
-        stages,
+        final: npt.ArrayLike,
+        ok: npt.ArrayLike,
+        settled: npt.ArrayLike,
+        error: np.ndarray,
+        text: np.ndarray,
+        tier: np.ndarray,
+        voice: np.ndarray,
+        language: np.ndarray,
+        offsets: npt.ArrayLike,
+        chunk_n: npt.ArrayLike,
+        gap_n: np.ndarray,
+        gaps: np.ndarray,
+        req_ids: Callable[[np.ndarray], Iterable[object]],
+        stages: dict[str, np.ndarray],
     ) -> None:
         """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
         row0 = self._rows
@@ -769,7 +785,7 @@ def _gaps(values: np.ndarray, lens: np.ndarray, chunk_n: np.ndarray) -> tuple[np
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while many parsed records are made at once (JSON makes no
     cycles; the collector would walk every record made so far, again and again)."""
     was = gc.isenabled()
@@ -781,7 +797,7 @@ def _gc_paused():
             gc.enable()
 
 
-def _loads(raw: bytes):
+def _loads(raw: bytes) -> Any:  # a JSON value
     """One JSON line: orjson, or ``json.loads`` for what orjson refuses (NaN literals, ...)."""
     try:
         return orjson.loads(raw)
@@ -789,7 +805,15 @@ def _loads(raw: bytes):
         return json.loads(raw)
 
 
-def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power) -> None:
+def _gpu_columns(
+    cols: dict[str, Any],
+    n: int,
+    owner: np.ndarray,
+    util: np.ndarray,
+    used: np.ndarray,
+    total: np.ndarray,
+    power: np.ndarray,
+) -> None:
     """The per-sample GPU columns of ``n`` samples from every GPU's figures laid end to end
     (``owner``: the sample each GPU belongs to)."""
     cols["gpu_util_percent"] = np.full(n, np.nan)
@@ -811,7 +835,7 @@ def _gpu_columns(cols: dict, n: int, owner: np.ndarray, util, used, total, power
     cols["gpu_count"] = np.bincount(owner, minlength=n)
 
 
-def _sample_frame(samples: list) -> pd.DataFrame:
+def _sample_frame(samples: list[Any]) -> pd.DataFrame:
     """Parsed resource samples as frame rows (see :class:`ResourceLog`), built column by column;
     what is not an object with a finite ``ts`` is left out."""
     samples = [s for s in samples if type(s) is dict]
@@ -840,12 +864,12 @@ def _sample_frame(samples: list) -> pd.DataFrame:
                 if type(g) is dict:
                     owner.append(i)
                     gpus.append(g)
-    owner = np.array(owner, dtype=np.int64)
+    owners = np.array(owner, dtype=np.int64)
     util = _column([g.get("util_percent") for g in gpus])
     used = _column([g.get("mem_used_bytes") for g in gpus])
     total = _column([g.get("mem_total_bytes") for g in gpus])
     power = _column([g.get("power_w") for g in gpus])
-    _gpu_columns(cols, n, owner, util, used, total, power)
+    _gpu_columns(cols, n, owners, util, used, total, power)
     cols["metrics"] = [m if type(m) is dict else None for m in (s.get("metrics") for s in samples)]
     return pd.DataFrame(cols)
 
@@ -865,7 +889,7 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
     if "metrics" in t.column_names and t.column("metrics").null_count != t.num_rows:
         return None
 
-    def column(table, name, kinds=("number",)):
+    def column(table: pa.Table | pa.StructArray, name: str, kinds: tuple[str, ...] = ("number",)) -> pa.Array:
         """A column of the table (or a field of a struct array, its parent's nulls applied),
         all nulls where absent; TypeError where its type is not one of ``kinds``."""
         if isinstance(table, pa.Table):
@@ -890,7 +914,7 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
             return col
         raise TypeError(name)
 
-    def floats(col):
+    def floats(col: pa.Array) -> np.ndarray:
         return _as_column(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(float))
 
     try:
@@ -955,10 +979,10 @@ class ResourceLog:
             size = self.path.stat().st_size
         except FileNotFoundError:
             changed = bool(self._chunks) or self.offset > 0
-            self.__init__(self.path)
+            self.__init__(self.path)  # type: ignore[misc]  # this class's own, anew
             return changed
         if size < self.offset:  # file replaced: start over
-            self.__init__(self.path)
+            self.__init__(self.path)  # type: ignore[misc]  # this class's own, anew
         if size == self.offset:
             return False
         with open(self.path, "rb") as f:
@@ -1004,7 +1028,7 @@ class RunDir:
     as it grows (see :class:`RequestLog`)."""
 
     path: Path
-    run: dict = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
     resources: pd.DataFrame = field(default_factory=pd.DataFrame)
     resource_bad_lines: int = 0
     resource_incomplete: bool = False
@@ -1012,7 +1036,7 @@ class RunDir:
     format_error: str | None = None  # why this version cannot read it (runformat.unreadable)
     live: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.requests = RequestLog(self.path / runformat.REQUESTS, self.live)
         self._resources = ResourceLog(self.path / runformat.RESOURCES)
@@ -1054,7 +1078,7 @@ class RunDir:
     def has_resources(self) -> bool:
         return (self.path / runformat.RESOURCES).exists() and len(self.resources) > 0
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         opts = self.run.get("options")
         return opts if isinstance(opts, dict) else {}
 
@@ -1073,7 +1097,7 @@ class RunDir:
                 f"{self.path / runformat.RUN_JSON} has mode {mode!r}, which this tts-knee does not "
                 f"read (it reads {' and '.join(runformat.MODES)} runs); upgrade to read it."
             )
-        return mode
+        return str(mode)
 
     def streamed(self) -> bool:
         """Whether the run read its responses as streams: ``options.tts_stream`` (or a stream
@@ -1084,7 +1108,7 @@ class RunDir:
             return opts.get("tts_stream") is True or bool(opts.get("tts_stream_format"))
         return bool((self.requests.attempts()["chunk_n"] >= 0).any())
 
-    def users(self) -> dict:
+    def users(self) -> dict[str, Any]:
         """What each user kept in flight and waited between utterances: ``{"contexts",
         "think_s"}`` from ``options.contexts`` and ``options.think_time`` (1 and 0 when unset)."""
         opts = self.options()
@@ -1099,4 +1123,4 @@ class RunDir:
     def playback_buffer_ms(self) -> float:
         """``options.playback_buffer_ms`` (default: the option's)."""
         v = _amount(self.options().get("playback_buffer_ms"))
-        return OPTION_DEFAULTS["playback_buffer_ms"] if v is None else v
+        return _default_ms("playback_buffer_ms") if v is None else v

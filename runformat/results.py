@@ -16,7 +16,7 @@ base.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from . import schema, summary
 from .summary import DiagnosisKind
@@ -522,7 +522,7 @@ class Attempt(_Attempt, total=False):
 
 
 #: Each class and the table that declares it.
-TABLES: dict[type, tuple] = {
+TABLES: dict[type, tuple[Any, ...]] = {
     AttemptsByNumber: summary.ATTEMPTS_BY_NUMBER,
     Window: summary.WINDOW,
     OpenStep: summary.OPEN_STEP,

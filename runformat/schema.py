@@ -17,6 +17,8 @@ field and a null one alike. A field whose value is an object names that object's
 
 from __future__ import annotations
 
+from typing import Any
+
 from .fields import Builder, Field, Keyed, names as _names
 from .options import RUN_OPTIONS
 
@@ -673,24 +675,24 @@ load_host_entry = Builder("run.json provenance.host", LOAD_HOST)
 server_info_entry = Builder("run.json provenance.server", SERVER_INFO)
 
 
-def unknown_fields(table: tuple[Field, ...], record: dict) -> list[str]:
+def unknown_fields(table: tuple[Field, ...], record: dict[str, Any]) -> list[str]:
     """Names in ``record`` that ``table`` does not define (a misspelt or undeclared field)."""
     names = set(_names(table))
     return sorted(k for k in record if k not in names)
 
 
-def missing_fields(table: tuple[Field, ...], record: dict) -> list[str]:
+def missing_fields(table: tuple[Field, ...], record: dict[str, Any]) -> list[str]:
     """Names ``table`` requires (not optional) that ``record`` lacks."""
     return [f.name for f in table if not f.optional and f.name not in record]
 
 
-def format_version(run: dict) -> int | None:
+def format_version(run: dict[str, Any]) -> int | None:
     """``run.json``'s format version: 1 when it has none, None when it is not a whole number."""
     v = run.get("format_version", 1)
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
 
 
-def unreadable(run: dict) -> str | None:
+def unreadable(run: dict[str, Any]) -> str | None:
     """Why this version cannot read a run directory with this ``run.json``, in one sentence;
     None when it can."""
     v = format_version(run)

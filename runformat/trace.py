@@ -23,8 +23,13 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 COLUMNS = ("offset_s", "text", "text_len", "text_id", "voice", "language", "conversation", "turn")
 TEXT_COLUMNS = ("text", "text_len", "text_id")
@@ -76,7 +81,7 @@ def read(path: Path) -> list[Row]:
     return rows
 
 
-def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
+def _jsonl(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
     for n, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
@@ -92,7 +97,7 @@ def _jsonl(path: Path, raw: str) -> list[tuple[int, dict]]:
     return out
 
 
-def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
+def _csv(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     reader = csv.reader(io.StringIO(raw, newline=""))  # a quoted cell may hold a newline
     try:
         return _csv_rows(path, reader)
@@ -100,7 +105,7 @@ def _csv(path: Path, raw: str) -> list[tuple[int, dict]]:
         raise TraceError(f"{path} line {reader.line_num} is not CSV ({e})") from None
 
 
-def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
+def _csv_rows(path: Path, reader: CsvReader) -> list[tuple[int, dict[str, Any]]]:
     header = next(reader, None)
     if header is None:
         return []
@@ -119,7 +124,7 @@ def _csv_rows(path: Path, reader) -> list[tuple[int, dict]]:
     return out
 
 
-def _row(path: Path, line: int, item: dict) -> Row:
+def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
     where = f"{path} line {line}"
     unknown = [k for k in item if k not in COLUMNS]
     if unknown:
@@ -161,7 +166,11 @@ def _row(path: Path, line: int, item: dict) -> Row:
     )
 
 
-def _number(where: str, key: str, v, whole: bool = False):
+@overload
+def _number(where: str, key: str, v: object, whole: Literal[True]) -> int | None: ...
+@overload
+def _number(where: str, key: str, v: object, whole: Literal[False] = False) -> float | None: ...
+def _number(where: str, key: str, v: object, whole: bool = False) -> float | None:
     if v is None:
         return None
     if isinstance(v, str):
@@ -188,7 +197,7 @@ def _check_turns(path: Path, rows: list[Row]) -> None:
         if numbered and len(numbered) != len(turns):
             r = next(r for r in turns if r.turn is None)
             raise TraceError(f"{path} line {r.line}: conversation {name!r} numbers some turns but not this one")
-        ordered = sorted(turns, key=lambda r: r.turn) if numbered else turns
+        ordered = sorted(turns, key=lambda r: r.turn or 0) if numbered else turns  # numbered: every turn
         for above, r in zip(ordered, ordered[1:]):
             if r.turn is not None and r.turn == above.turn:
                 raise TraceError(
@@ -207,13 +216,13 @@ def conversation_turns(rows: list[Row]) -> dict[str, list[int]]:
     for i, r in enumerate(rows):
         if r.conversation is not None:
             out.setdefault(r.conversation, []).append(i)
-    for name, idx in out.items():
+    for _name, idx in out.items():
         if rows[idx[0]].turn is not None:
-            idx.sort(key=lambda i: rows[i].turn)
+            idx.sort(key=lambda i: rows[i].turn or 0)  # numbered: every turn (_check_turns)
     return out
 
 
-def duration_s(offsets) -> float:
+def duration_s(offsets: Iterable[float]) -> float:
     """How long a trace lasts: its last arrival's offset and one mean gap after it (so that
     ``len(offsets) / duration_s`` is its mean rate and a replay of the whole of it ends a gap
     after its last arrival); a trace of one arrival, or whose arrivals all come at once, lasts 1 s."""

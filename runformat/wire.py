@@ -10,6 +10,8 @@ its receiver.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .fields import Builder, Field
 from .schema import ATTEMPT, RESOURCE_SAMPLE
 
@@ -24,7 +26,7 @@ class Payload:
         self.fields = fields
         self._build = Builder(f"the {name} payload", fields)
 
-    def __call__(self, **values) -> dict:
+    def __call__(self, **values: Any) -> dict[str, Any]:
         return self._build(**values)
 
     def __repr__(self) -> str:

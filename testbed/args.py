@@ -6,10 +6,11 @@ import argparse
 import errno
 import math
 import socket
+from typing import NoReturn
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage block
+    def error(self, message: str) -> NoReturn:  # one line, no usage block
         self.exit(2, f"{self.prog}: {message}\n")
 
 

@@ -30,6 +30,7 @@ port), 130 (SIGINT) or 143 (SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import re
@@ -126,10 +127,8 @@ def _in_own_group() -> None:
     """In the child: its own process group (we stop it and everything it starts together;
     a Ctrl-C in the terminal reaches only us), and SIGTERM if we die without cleaning up."""
     os.setsid()
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def _shown(path: Path) -> str:
@@ -145,7 +144,7 @@ class Child:
     def __init__(self, name: str, cmd: list[str], log: Path, on_line=None):
         self.name = name
         self.log = log
-        self._log_file = open(log, "ab")
+        self._log_file = open(log, "ab")  # noqa: SIM115 - the process's log for its life, closed by stop()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
             cmd,
@@ -169,6 +168,7 @@ class Child:
         return self.popen.pid
 
     def _read(self) -> None:
+        assert self.popen.stdout is not None  # stdout=PIPE
         for line in self.popen.stdout:
             try:
                 self._log_file.write(line.encode())
@@ -198,7 +198,8 @@ class Child:
         """Its exit status; fail if it takes longer than ``timeout_s`` or if one of the
         ``alongside`` processes (the servers it needs) exits first."""
         deadline = time.monotonic() + timeout_s
-        while True:
+        status = None
+        while status is None:
             try:
                 status = self.popen.wait(POLL_INTERVAL_S)
                 break
@@ -239,10 +240,8 @@ class Child:
             time.sleep(0.05)
             self.popen.poll()
         if _group_alive(self.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.popen.wait()
         self._pump.join(2)
         self._log_file.close()
@@ -459,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         name = signal.Signals(stop.signum).name
         where = f" {demo.phase}" if demo is not None else ""
         print(f"{PROG}: stopped by {name}{where}; everything it started has been stopped.", file=sys.stderr, flush=True)
-        return SIGNAL_CODES[stop.signum]
+        return SIGNAL_CODES[signal.Signals(stop.signum)]
 
 
 if __name__ == "__main__":

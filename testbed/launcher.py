@@ -6,6 +6,7 @@ exiting once it has, or exiting 1 with the child's last lines when it dies by it
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import signal
 import subprocess
@@ -22,10 +23,8 @@ PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:
     """In the child: get SIGTERM if the launcher dies without passing a signal on (Linux)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 class Child:
@@ -50,6 +49,7 @@ class Child:
         self._pump.start()
 
     def _copy_output(self) -> None:
+        assert self.popen.stdout is not None  # stdout=PIPE
         for line in self.popen.stdout:
             self.tail.append(line.rstrip("\n"))
             if self._quiet is None or not self._quiet(line):

@@ -23,6 +23,11 @@ import os
 import threading
 import wave
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # loaded when first needed
+    from gevent.threadpool import ThreadPool
+    from piper import PiperVoice
 
 DEFAULT_CACHE = Path("~/.cache/tts-knee/sim-speech")
 #: The project's default corpus (as :mod:`tts_knee.locustfiles.inputs.corpus` finds it).
@@ -93,9 +98,9 @@ class SpeechCache:
         self.voice, self.sample_rate = voice_info()
         self.folder = Path(folder or DEFAULT_CACHE).expanduser() / self.voice
         self._pcm: dict[str, bytes] = {}
-        self._piper = None
+        self._piper: PiperVoice | None = None
         self._lock = threading.Lock()  # gevent's under the simulator: one render at a time
-        self._pool = None
+        self._pool: ThreadPool | None = None
         self.rendered = 0
         self.loaded = 0
 

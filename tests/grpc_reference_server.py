@@ -35,7 +35,7 @@ class Synthesis(riva_tts_pb2_grpc.RivaSpeechSynthesisServicer):
         if voice == "exhausted":
             context.set_trailing_metadata((("grpc-retry-pushback-ms", "1000"),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy ü 100%")
-        for k in range(CHUNKS_BY_VOICE.get(voice, 0)):
+        for _k in range(CHUNKS_BY_VOICE.get(voice, 0)):
             time.sleep(0.5 if voice == "slow" else 0.01 if voice != "many" else 0)
             yield riva_tts_pb2.SynthesizeSpeechResponse(audio=bytes(CHUNK_BYTES), id=requests[0].id)
         if voice == "crash":

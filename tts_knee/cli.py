@@ -10,7 +10,8 @@
 ``tts-knee COMMAND --help`` lists the command's options with their defaults. ``run`` is Locust
 with tts-knee's locustfile (``locust -f locustfiles/tts.py`` in a clone is the same): every
 Locust option passes through, the web UI included when ``--headless`` is not given. ``report``
-is :mod:`tts_knee.dashboard`'s command line, ``export`` :mod:`tts_knee.dashboard.export`'s, ``collect`` :mod:`tts_knee.collectors`' and ``sim``
+is :mod:`tts_knee.dashboard`'s command line, ``export`` :mod:`tts_knee.dashboard.export`'s,
+``collect`` :mod:`tts_knee.collectors`' and ``sim``
 :mod:`tts_knee.testbed.sim`'s.
 """
 

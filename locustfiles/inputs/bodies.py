@@ -126,7 +126,7 @@ def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
     # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
     from urllib3 import encode_multipart_formdata
 
-    parts = [
+    parts: list[tuple[str, str | tuple[str, bytes, str]]] = [
         (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in fields(s, text, ask).items()
     ]
     if ask.ref_audio is not None:

@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tts_knee.audio.containers import audio_kind
 
@@ -115,7 +116,9 @@ def _load_txt(path: Path, raw: str) -> list[Text]:
 
 
 def _load_jsonl(path: Path, raw: str) -> list[Text]:
-    texts, seen, clips = [], set(), {}
+    texts: list[Text] = []
+    seen: set[str] = set()
+    clips: dict[str, Any] = {}
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -143,7 +146,7 @@ def _load_jsonl(path: Path, raw: str) -> list[Text]:
 def _asks(obj: dict, path: Path, where: str, clips: dict) -> dict:
     """The entry's voice, language, speed, instructions, reference clip and its text; ``clips``
     holds the clips read so far, so a clip many entries name is read once."""
-    out = {}
+    out: dict[str, Any] = {}
     for k in _ASKS:
         v = obj.get(k)
         if v is not None and (not isinstance(v, str) or not v.strip()):

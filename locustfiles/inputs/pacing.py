@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 # Han, kana, hangul and the full-width forms: scripts written without spaces, where a language
 # model's token is about one character. Anything else is a word up to the next space.

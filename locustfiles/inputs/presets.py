@@ -23,13 +23,15 @@ import binascii
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from tts_knee.audio.containers import StreamError
@@ -176,6 +178,7 @@ class Preset:
         rate = None if rule.rate is None else _get(obj, rule.rate)
         rate = rate if type(rate) is int and 0 < rate <= 1_000_000 else None
         if rule.event == "audio":
+            assert rule.audio is not None  # the dialect check: an audio rule names its field
             b64 = _get(obj, rule.audio)
             if not isinstance(b64, str):
                 raise StreamError(
@@ -307,6 +310,61 @@ class _Checker:
                 self.fail(f"{key}.{k}", f"must be a string or a number, not {v!r}")
         return {k: str(v) for k, v in table.items()}
 
+    def audio(self, audio: dict) -> tuple[int, int]:
+        """The preset's ``[audio]``: ``(rate, channels)`` (its encoding is PCM16, checked)."""
+        unknown = sorted(set(audio) - {"encoding", "rate", "channels"})
+        if unknown:
+            self.fail(f"audio.{unknown[0]}", "is not an [audio] key; the keys are encoding, rate, channels")
+        encoding = self.kind(audio, "audio.encoding", str, f"one of {', '.join(ENCODINGS)}", "pcm_s16le")
+        if encoding not in ENCODINGS:
+            self.fail(
+                "audio.encoding",
+                f"must be one of {', '.join(ENCODINGS)} (the audio tts-knee times and writes), not {encoding!r}",
+            )
+        rate = self.kind(audio, "audio.rate", int, "a sample rate in Hz", 24000)
+        channels = self.kind(audio, "audio.channels", int, "a number of channels", 1)
+        if not 0 < rate <= 1_000_000 or not 0 < channels <= 64:
+            self.fail("audio.rate" if not 0 < rate <= 1_000_000 else "audio.channels", "is out of range")
+        return rate, channels
+
+    def receive(self, receive: dict, ends_on: str) -> tuple[str, tuple]:
+        """The preset's ``[receive]``: ``(what binary frames are, its rules)``, the rules checked
+        to end an utterance as ``ends_on`` says and to find its audio."""
+        unknown = sorted(set(receive) - {"binary", "rule"})
+        if unknown:
+            self.fail(f"receive.{unknown[0]}", "is not a [receive] key; the keys are binary and rule")
+        binary = self.kind(receive, "receive.binary", str, '"audio" or "error"', "audio")
+        if binary not in ("audio", "error"):
+            self.fail("receive.binary", f'must be "audio" or "error", not {binary!r}')
+        rules_raw = self.kind(receive, "receive.rule", list, "a list of [[receive.rule]] tables", [])
+        rules = tuple(self.rule(r, i) for i, r in enumerate(rules_raw, 1))
+        events = {r.event for r in rules}
+        needed = "end" if ends_on == "end" else "flushed"
+        if needed not in events:
+            self.fail(
+                "receive.rule",
+                f"has no rule whose event is {needed!r}, which ends an utterance (ends_on = {ends_on!r})",
+            )
+        if binary != "audio" and "audio" not in events:
+            self.fail("receive.rule", "has no audio rule, and binary frames are not audio: nothing would be audio")
+        return binary, rules
+
+    def keepalive(self, raw: dict, send: dict, reuse: bool) -> float | int | None:
+        """``keepalive_s``, checked against its message (``send.keepalive``) and ``reuse``."""
+        keepalive = (
+            None if "keepalive_s" not in raw else self.kind(raw, "keepalive_s", (int, float), "a number of seconds > 0")
+        )
+        if keepalive is not None and not keepalive > 0:
+            self.fail("keepalive_s", f"must be a number of seconds > 0, not {keepalive}")
+        if (keepalive is None) != ("keepalive" not in send):
+            self.fail(
+                "keepalive_s" if keepalive is None else "send.keepalive",
+                "is missing: a keepalive needs both its message (send.keepalive) and how often (keepalive_s)",
+            )
+        if keepalive is not None and not reuse:
+            self.fail("keepalive_s", "is set, but reuse is false: a connection used once never idles")
+        return keepalive
+
     def preset(self, raw: dict) -> Preset:
         unknown = sorted(set(raw) - _KEYS)
         if unknown:
@@ -326,39 +384,9 @@ class _Checker:
         interval = self.kind(raw, "min_interval_ms", (int, float), "a number of ms, 0 or more", 0)
         if interval < 0:
             self.fail("min_interval_ms", f"must be 0 or more, not {interval}")
-        audio = self.table(raw, "audio")
-        unknown = sorted(set(audio) - {"encoding", "rate", "channels"})
-        if unknown:
-            self.fail(f"audio.{unknown[0]}", "is not an [audio] key; the keys are encoding, rate, channels")
-        encoding = self.kind(audio, "audio.encoding", str, f"one of {', '.join(ENCODINGS)}", "pcm_s16le")
-        if encoding not in ENCODINGS:
-            self.fail(
-                "audio.encoding",
-                f"must be one of {', '.join(ENCODINGS)} (the audio tts-knee times and writes), not {encoding!r}",
-            )
-        rate = self.kind(audio, "audio.rate", int, "a sample rate in Hz", 24000)
-        channels = self.kind(audio, "audio.channels", int, "a number of channels", 1)
-        if not 0 < rate <= 1_000_000 or not 0 < channels <= 64:
-            self.fail("audio.rate" if not 0 < rate <= 1_000_000 else "audio.channels", "is out of range")
+        rate, channels = self.audio(self.table(raw, "audio"))
         send = self.sends(self.table(raw, "send"))
-        receive = self.table(raw, "receive")
-        unknown = sorted(set(receive) - {"binary", "rule"})
-        if unknown:
-            self.fail(f"receive.{unknown[0]}", "is not a [receive] key; the keys are binary and rule")
-        binary = self.kind(receive, "receive.binary", str, '"audio" or "error"', "audio")
-        if binary not in ("audio", "error"):
-            self.fail("receive.binary", f'must be "audio" or "error", not {binary!r}')
-        rules_raw = self.kind(receive, "receive.rule", list, "a list of [[receive.rule]] tables", [])
-        rules = tuple(self.rule(r, i) for i, r in enumerate(rules_raw, 1))
-        events = {r.event for r in rules}
-        needed = "end" if ends_on == "end" else "flushed"
-        if needed not in events:
-            self.fail(
-                "receive.rule",
-                f"has no rule whose event is {needed!r}, which ends an utterance (ends_on = {ends_on!r})",
-            )
-        if binary != "audio" and "audio" not in events:
-            self.fail("receive.rule", "has no audio rule, and binary frames are not audio: nothing would be audio")
+        binary, rules = self.receive(self.table(raw, "receive"), ends_on)
         reuse = self.kind(raw, "reuse", bool, "true or false", False)
         if contexts > 1 and not reuse:
             self.fail("contexts", "is more than 1, but reuse is false: contexts share one connection")
@@ -367,18 +395,7 @@ class _Checker:
                 "contexts",
                 "is more than 1, but no rule names the field that says which context a frame belongs to (`context`)",
             )
-        keepalive = (
-            None if "keepalive_s" not in raw else self.kind(raw, "keepalive_s", (int, float), "a number of seconds > 0")
-        )
-        if keepalive is not None and not keepalive > 0:
-            self.fail("keepalive_s", f"must be a number of seconds > 0, not {keepalive}")
-        if (keepalive is None) != ("keepalive" not in send):
-            self.fail(
-                "keepalive_s" if keepalive is None else "send.keepalive",
-                "is missing: a keepalive needs both its message (send.keepalive) and how often (keepalive_s)",
-            )
-        if keepalive is not None and not reuse:
-            self.fail("keepalive_s", "is set, but reuse is false: a connection used once never idles")
+        keepalive = self.keepalive(raw, send, reuse)
         return Preset(
             name=self.kind(raw, "name", str, "a name", self.path.stem),
             file=self.path,
@@ -405,7 +422,7 @@ class _Checker:
         for kind in ("text", "end"):
             if kind not in send:
                 self.fail(f"send.{kind}", "is missing: every dialect needs the text and the end of the text")
-        out = {}
+        out: dict[str, Any] = {}
         for kind, bodies in send.items():
             many = isinstance(bodies, list)
             if many and (kind == "text" or not bodies):

@@ -91,7 +91,7 @@ def load(path: str, corpus: tuple) -> Trace:
     by_len = sorted(corpus, key=lambda t: len(t.text))
     lengths = [len(t.text) for t in by_len]
     texts = []
-    for i, r in enumerate(rows):
+    for _i, r in enumerate(rows):
         if r.text_id is not None:
             base = by_id.get(r.text_id)
             if base is None:
@@ -100,10 +100,12 @@ def load(path: str, corpus: tuple) -> Trace:
                     f"(--texts); its ids are {', '.join(sorted(by_id)[:5])}" + (" …" if len(by_id) > 5 else "")
                 )
         elif r.text_len is not None:
-            k = bisect.bisect_left(lengths, r.text_len)
+            want = r.text_len
+            k = bisect.bisect_left(lengths, want)
             near = [j for j in (k - 1, k) if 0 <= j < len(by_len)]
-            base = min((by_len[j] for j in near), key=lambda t: abs(len(t.text) - r.text_len))
+            base = min((by_len[j] for j in near), key=lambda t: abs(len(t.text) - want))
         else:
+            assert r.text is not None  # a row has its text, its text_len or its text_id (runformat.trace)
             base = Text(f"trace:{r.line}", r.text, tier_of(r.text))
         if r.voice is not None or r.language is not None:
             base = replace(base, voice=r.voice or base.voice, language=r.language or base.language)

@@ -161,4 +161,5 @@ class Mix:
             return self.voices[(i + i // math.lcm(n, self.texts)) % n]
         if self.kind == "uniform":
             return self.voices[self.rng.randrange(n)]
+        assert self._weights is not None  # zipf, the one kind left
         return self.rng.choices(self.voices[:n], cum_weights=self._weights[:n])[0]

@@ -4,8 +4,8 @@ protocol implements them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
 
 from tts_knee.audio.containers import Audio
 
@@ -122,7 +122,7 @@ class Cancel:
             self.hook()
 
 
-Event = Union[Answered, TextSent, Received, AudioPiece, Ended]
+Event = Answered | TextSent | Received | AudioPiece | Ended
 
 
 class Transport:

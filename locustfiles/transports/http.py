@@ -8,6 +8,7 @@ arrive fast. Only ``--tts-stream`` (what the request asks for) differs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import socket
@@ -128,40 +129,44 @@ class HttpTransport(Transport):
             yield from pieces  # what the parser timed before it failed
             yield Ended(end, str(e), data=blocks)
             return
-        except OSError as e:  # socket.error and socket.timeout are OSError
+        except (OSError, HTTPException) as e:  # the connection, or a malformed response
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
             self.reset()
-            if isinstance(e, ssl.SSLError) and answer is None:
-                raise TlsError(tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))) from None
-            stage = "connection error" if not got else "connection broke mid-body"
-            raise TransportError(_then(answer, f"{stage}: {_os_error(e)}")) from None
-        except HTTPException as e:  # geventhttpclient's HTTPParseError and its kin: a malformed response
-            if _fired(cancel):
-                yield from self._cancelled(pieces)
-                return
-            self.reset()
-            if answer is not None and str(e).startswith("Incomplete"):
-                raise TransportError(_then(answer, "connection closed before the body was complete")) from None
-            if isinstance(e, HTTPConnectionClosed) and answer is None and s.tls is None:
-                # a TLS server closes on a plaintext request without a byte of HTTP
-                raise TlsError(
-                    "it closed the connection without an HTTP answer: if it serves TLS, give -H https://"
-                ) from None
-            raise TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}")) from None
+            raise self._failed(e, answer, got) from None
         except BaseException:  # the attempt's timeout, or the user stopped: the connection is mid-answer
             self.reset()
             raise
+        yield self._ended(answer, end, parser, blocks, got, header(resp, "content-type"))
+
+    def _ended(self, answer: Answered, end: float, parser, blocks: list[bytes], got: int, content_type) -> Ended:
+        """A whole body's end: the refusal's text, or the audio it carries (its error where it
+        is not audio tts-knee reads)."""
         if not answer.ok:
-            yield Ended(end, _error_text(answer.status, blocks), data=blocks)
-            return
+            return Ended(end, _error_text(answer.status, blocks), data=blocks)
         try:
-            data, audio = _audio_of(parser, blocks, got, header(resp, "content-type"), s)
+            data, audio = _audio_of(parser, blocks, got, content_type, self.s)
         except (containers.AudioError, containers.StreamError) as e:
-            yield Ended(end, str(e), data=blocks)
-            return
-        yield Ended(end, audio=audio, data=data)
+            return Ended(end, str(e), data=blocks)
+        return Ended(end, audio=audio, data=data)
+
+    def _failed(self, e: OSError | HTTPException, answer: Answered | None, got: int) -> TransportError:
+        """The error an exchange that broke with ``e`` fails with, once ``got`` bytes of the body
+        had come (``answer``: its head, where it came)."""
+        s = self.s
+        if isinstance(e, OSError):  # socket.error and socket.timeout are OSError
+            if isinstance(e, ssl.SSLError) and answer is None:
+                return TlsError(tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert)))
+            stage = "connection error" if not got else "connection broke mid-body"
+            return TransportError(_then(answer, f"{stage}: {_os_error(e)}"))
+        # geventhttpclient's HTTPParseError and its kin: a malformed response
+        if answer is not None and str(e).startswith("Incomplete"):
+            return TransportError(_then(answer, "connection closed before the body was complete"))
+        if isinstance(e, HTTPConnectionClosed) and answer is None and s.tls is None:
+            # a TLS server closes on a plaintext request without a byte of HTTP
+            return TlsError("it closed the connection without an HTTP answer: if it serves TLS, give -H https://")
+        return TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}"))
 
     def _cancelled(self, pieces: list):
         """The end of a stream the listener hung up on: nothing more can arrive once it is closed."""
@@ -179,10 +184,8 @@ def _hang_up(resp) -> None:
     server sees the connection go."""
     sock = resp._sock
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 class _Pieces:

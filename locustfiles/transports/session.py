@@ -24,11 +24,13 @@ frames for the cancelled one are then ignored).
 
 from __future__ import annotations
 
+import enum
 import errno
 import itertools
 import logging
 import random
 import socket
+from dataclasses import dataclass
 
 import gevent
 from gevent.lock import Semaphore
@@ -47,18 +49,29 @@ CANCEL_WAIT_S = 2.0
 QUIET_S = 0.5
 
 
+class Kind(enum.StrEnum):
+    """What a reader's :class:`Item` is (its value is how a preset's rule and the errors name it)."""
+
+    AUDIO = "audio"  # ``data`` is PCM16, at ``rate`` where the frame names it
+    START = "start"  # the audio's ``rate``
+    FLUSHED = "flushed"  # the server answered a flush
+    END = "end"  # the utterance's end
+    CANCELLED = "cancelled"  # the server acknowledged a cancel
+    ERROR = "error"  # ``message``; ``fatal`` or not
+    CLOSED = "closed"  # the connection ended: ``message`` says how, ``code`` is its WebSocket close code
+    BROKEN = "broken"  # a frame that cannot be the protocol: ``message``
+    CANCEL = "cancel"  # not from the server: the listener's barge-in, put in the inbox by its hook
+
+
 class Item:
-    """What the reader hands an utterance. ``kind``: ``audio`` (``data`` is PCM16, at ``rate``
-    where the frame names it), ``start`` (the audio's ``rate``), ``flushed``, ``end``,
-    ``error`` (``message``; ``fatal`` or not), ``closed`` (the connection ended: ``message``
-    says how, ``code`` is its WebSocket close code) or ``broken`` (a frame that cannot be the
-    protocol: ``message``). ``key``: the utterance it names (None: the one in flight)."""
+    """What the reader hands an utterance: its :class:`Kind` and what that kind carries.
+    ``key``: the utterance it names (None: the one in flight)."""
 
     __slots__ = ("kind", "at", "nbytes", "data", "rate", "message", "fatal", "code", "key")
 
     def __init__(
         self,
-        kind: str,
+        kind: Kind,
         at: float,
         nbytes: int = 0,
         data: bytes = b"",
@@ -114,18 +127,18 @@ class Connection:
             try:
                 item = self.read()
             except OSError as e:
-                item = Item("closed", mono(), message=f"the connection broke ({os_error(e)})")
+                item = Item(Kind.CLOSED, mono(), message=f"the connection broke ({os_error(e)})")
             if item is None:
                 continue
-            if item.kind not in ("closed", "broken"):
+            if item.kind not in (Kind.CLOSED, Kind.BROKEN):
                 inbox = self.inboxes.get(item.key) if item.key is not None else next(iter(self.inboxes.values()), None)
                 if inbox is not None:
                     inbox.put(item)
                     continue
-                if item.key is None or item.kind == "error" or item.key in self.gone:
+                if item.key is None or item.kind is Kind.ERROR or item.key in self.gone:
                     continue  # between utterances, an error about none in flight, or a cancelled one's
                 item = Item(
-                    "broken",
+                    Kind.BROKEN,
                     item.at,
                     message=f"the server sent {item.kind} for context {item.key!r}, which is not in flight",
                 )
@@ -152,7 +165,7 @@ class Connection:
                 task.kill(block=False)
         self.drop()
         if self.lost is None:
-            self.lost = Item("closed", mono(), message=why)
+            self.lost = Item(Kind.CLOSED, mono(), message=why)
             for inbox in list(self.inboxes.values()):
                 inbox.put(self.lost)
 
@@ -300,7 +313,7 @@ class SessionTransport(Transport):
     def _converse(self, conn: Connection, key, text: str, connect_ms: float | None, cancel: Cancel | None):
         inbox = conn.inboxes[key]
         if cancel is not None:  # the exchange's own greenlet carries the cancel out
-            cancel.hook = lambda: inbox.put(Item("cancel", mono()))
+            cancel.hook = lambda: inbox.put(Item(Kind.CANCEL, mono()))
         s = self.s
         try:
             self.begin(conn, key, text)
@@ -310,74 +323,83 @@ class SessionTransport(Transport):
         pacer = Pacer(
             schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences, self.min_interval_s
         )
-        utt = _Audio(self.rate, self.channels)
-        answered = self.answered()
-        said = flushes = acked = 0
+        talk = _Talk(pacer, _Audio(self.rate, self.channels), self.answered(), connect_ms)
         while True:
             wait = pacer.wait_s(mono())
             try:
                 item = inbox.get_nowait() if wait == 0 else inbox.get(timeout=wait)
             except Empty:
-                send = pacer.take(mono())
-                if send is None:
-                    continue
-                try:
-                    self.send_text(conn, key, send.text)
-                    if send.flush:
-                        self.send_flush(conn, key)
-                    if send.last:
-                        self.send_end(conn, key)
-                except OSError as e:
-                    if conn.lost is not None:
-                        continue  # the reader saw why first: its item is in the inbox, told as it says
-                    raise self._broke(conn, said and answered, e) from None
-                flushes += send.flush + send.last
-                yield TextSent(mono(), len(send.text), send.flush, send.last, connect_ms)
-                connect_ms = None
+                yield from self._send_due(conn, key, talk)
                 continue
-            kind = item.kind
-            if kind == "cancel":
-                yield from self._cancelled(conn, key, inbox, utt, cancel.by, flushes - acked)
+            if item.kind is Kind.CANCEL:
+                yield from self._cancelled(conn, key, inbox, talk.utt, cancel.by, talk.flushes - talk.acked)
                 return
-            if kind == "flushed" and conn.stale_flushes and not utt.pcm_bytes:
+            if item.kind is Kind.FLUSHED and conn.stale_flushes and not talk.utt.pcm_bytes:
                 conn.stale_flushes -= 1  # a cancelled utterance's, late: it answers none of this one's
                 continue
-            if kind == "audio":
+            if item.kind is Kind.AUDIO:
                 conn.stale_flushes = 0
-            if not said:
+            if not talk.said:
                 refused = self.refusal(item)
                 if refused is not None:
                     yield refused
                     yield Ended(item.at, f"{refused.said}: {item.message}")
                     return
-                if kind == "closed":
+                if item.kind is Kind.CLOSED:
                     raise TransportError(f"{item.message} before answering")
-                said = True
-                yield answered
-            if kind == "closed":
-                raise TransportError(f"{answered.said}, then {item.message} mid-utterance")
+                talk.said = True
+                yield talk.answered
+            if item.kind is Kind.CLOSED:
+                raise TransportError(f"{talk.answered.said}, then {item.message} mid-utterance")
             yield Received(item.at, item.nbytes)
-            if kind == "audio":
-                yield from utt.add(item)
-            elif kind == "start":
-                utt.start(item.rate)
-            elif kind == "end":
+            if (yield from self._heard(talk, item)):
+                return
+
+    def _send_due(self, conn: Connection, key, talk: _Talk):
+        """Send the text that is due, if any, and say so (:class:`TextSent`)."""
+        send = talk.pacer.take(mono())
+        if send is None:
+            return
+        try:
+            self.send_text(conn, key, send.text)
+            if send.flush:
+                self.send_flush(conn, key)
+            if send.last:
+                self.send_end(conn, key)
+        except OSError as e:
+            if conn.lost is not None:
+                return  # the reader saw why first: its item is in the inbox, told as it says
+            raise self._broke(conn, talk.said and talk.answered, e) from None
+        talk.flushes += send.flush + send.last
+        yield TextSent(mono(), len(send.text), send.flush, send.last, talk.connect_ms)
+        talk.connect_ms = None
+
+    def _heard(self, talk: _Talk, item: Item):
+        """What an item the server sent about the utterance does to it; returns whether it ended
+        the utterance (its :class:`Ended` yielded)."""
+        kind, utt = item.kind, talk.utt
+        if kind is Kind.AUDIO:
+            yield from utt.add(item)
+        elif kind is Kind.START:
+            utt.start(item.rate)
+        elif kind is Kind.END:
+            yield utt.ended(item.at)
+            return True
+        elif kind is Kind.FLUSHED:
+            talk.acked += 1
+            if self.ends_on_ack and talk.pacer.done and talk.acked >= talk.flushes:
                 yield utt.ended(item.at)
-                return
-            elif kind == "flushed":
-                acked += 1
-                if self.ends_on_ack and pacer.done and acked >= flushes:
-                    yield utt.ended(item.at)
-                    return
-            elif kind == "error":
-                if item.fatal:  # quoted after the non-fatal error that said why, where one did
-                    said_why = f"{utt.last_error}; then " if utt.last_error else ""
-                    yield Ended(item.at, f"the server said: {said_why}{item.message}")
-                    return
-                utt.last_error = item.message
-            elif kind == "broken":
-                yield Ended(None, item.message)
-                return
+                return True
+        elif kind is Kind.ERROR:
+            if item.fatal:  # quoted after the non-fatal error that said why, where one did
+                said_why = f"{utt.last_error}; then " if utt.last_error else ""
+                yield Ended(item.at, f"the server said: {said_why}{item.message}")
+                return True
+            utt.last_error = item.message
+        elif kind is Kind.BROKEN:
+            yield Ended(None, item.message)
+            return True
+        return False
 
     def _cancelled(self, conn: Connection, key, inbox: Queue, utt: _Audio, by: str, owed: int = 0):
         """The cancel carried out (see the module doc): what still arrives, then the Ended that
@@ -412,21 +434,21 @@ class SessionTransport(Transport):
                 )
                 return
             kind = item.kind
-            if kind == "audio":
+            if kind is Kind.AUDIO:
                 yield Received(item.at, item.nbytes)
                 yield from utt.add(item)
                 last = item.at
-            elif kind == "flushed":
+            elif kind is Kind.FLUSHED:
                 owed -= 1
-            elif kind == "cancelled":
+            elif kind is Kind.CANCELLED:
                 if item.key is None:  # the next utterance on the socket may yet see the flushes' answers
                     conn.stale_flushes = max(owed, 0)
                 yield Ended(item.at, quiet="acknowledged")
                 return
-            elif kind == "end":
+            elif kind is Kind.END:
                 yield Ended(item.at, quiet="ended")
                 return
-            elif kind == "closed":
+            elif kind is Kind.CLOSED:
                 yield Ended(
                     item.at,
                     quiet="closed",
@@ -435,7 +457,7 @@ class SessionTransport(Transport):
                     else f"{item.message} on the cancel: the next utterance opens a new connection",
                 )
                 return
-            elif kind == "broken" or kind == "error" and item.fatal:
+            elif kind is Kind.BROKEN or kind is Kind.ERROR and item.fatal:
                 yield Ended(
                     item.at, quiet="closed", note=f"after the cancel {item.message}: the connection was dropped"
                 )
@@ -447,6 +469,21 @@ class SessionTransport(Transport):
         return TransportError(
             f"{answered.said}, then {why} while sending text" if answered else f"{why} while sending text"
         )
+
+
+@dataclass(slots=True)
+class _Talk:
+    """One utterance's exchange as it goes: the text's pacing, the audio, the answer yielded at
+    the server's first word (``said``), the flushes sent and acknowledged, the connection's
+    opening time (told with the first text sent)."""
+
+    pacer: Pacer
+    utt: _Audio
+    answered: Answered
+    connect_ms: float | None
+    said: bool = False
+    flushes: int = 0
+    acked: int = 0
 
 
 class _Audio:

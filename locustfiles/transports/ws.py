@@ -20,6 +20,7 @@ mid-utterance fails the attempt with its code and reason.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import socket
@@ -37,7 +38,7 @@ from .. import tls
 from ..clock import mono
 from ..inputs.presets import Preset
 from .base import Answered, TlsError, TransportError
-from .session import Connection, Item, Refused, SessionTransport, os_error
+from .session import Connection, Item, Kind, Refused, SessionTransport, os_error
 
 TRY_AGAIN_LATER = 1013
 ERROR_BODY_CHARS = 200
@@ -176,9 +177,9 @@ class WsConnection(Connection):
         try:
             opcode, frame = self.ws.recv_data_frame(True)
         except websocket.WebSocketConnectionClosedException:
-            return Item("closed", mono(), message="the server closed the connection without a close frame")
+            return Item(Kind.CLOSED, mono(), message="the server closed the connection without a close frame")
         except websocket.WebSocketException as e:  # a frame that is not WebSocket
-            return Item("broken", mono(), message=f"the server broke the WebSocket protocol ({e})")
+            return Item(Kind.BROKEN, mono(), message=f"the server broke the WebSocket protocol ({e})")
         at = mono()
         data = frame.data
         if opcode == ABNF.OPCODE_CLOSE:
@@ -186,7 +187,7 @@ class WsConnection(Connection):
             reason = data[2:].decode("utf-8", "replace").strip()
             said = f"close {code}" if code is not None else "a close frame without a code"
             return Item(
-                "closed",
+                Kind.CLOSED,
                 at,
                 message=f"the server closed the session ({said}{': ' + reason if reason else ''})",
                 code=code,
@@ -196,18 +197,18 @@ class WsConnection(Connection):
         try:
             ev = self.preset.classify(data if opcode == ABNF.OPCODE_BINARY else data.decode("utf-8", "replace"))
         except StreamError as e:
-            return Item("broken", at, message=str(e))
+            return Item(Kind.BROKEN, at, message=str(e))
         kind = ev.event
         if kind == "ignore":
             return None
         key = ev.context if self.routed else None
         if kind == "audio":
-            return Item("audio", at, len(data), ev.audio, ev.rate, key=key)
+            return Item(Kind.AUDIO, at, len(data), ev.audio, ev.rate, key=key)
         if kind == "audio_start":
-            return Item("start", at, len(data), rate=ev.rate, key=key)
+            return Item(Kind.START, at, len(data), rate=ev.rate, key=key)
         if kind == "error":
-            return Item("error", at, len(data), message=ev.message, fatal=ev.fatal, key=key)
-        return Item(kind, at, len(data), key=key)  # flushed, end, cancelled
+            return Item(Kind.ERROR, at, len(data), message=ev.message, fatal=ev.fatal, key=key)
+        return Item(Kind(kind), at, len(data), key=key)  # flushed, end, cancelled
 
     def send(self, data: str) -> None:
         try:
@@ -218,10 +219,8 @@ class WsConnection(Connection):
     def drop(self) -> None:
         sock = self.ws.sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked on it
-            except OSError:
-                pass
             sock.close()
         self.ws.sock, self.ws.connected = None, False
 
@@ -255,7 +254,7 @@ class WsTransport(SessionTransport):
             sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout, s.tls)
         except ssl.SSLError as e:
             raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))}") from None
-        except socket.timeout:
+        except TimeoutError:
             raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout:g} s") from None
         except ValueError as e:
             raise self._failed(f"the WebSocket handshake failed: {e}") from None
@@ -279,7 +278,7 @@ class WsTransport(SessionTransport):
                 conn.send(opening)
         except OSError as e:
             conn.stop()
-            raise self._failed(f"the connection broke as the session opened ({os_error(e)})")
+            raise self._failed(f"the connection broke as the session opened ({os_error(e)})") from e
         return conn
 
     def _keep_alive(self, conn: WsConnection, every_s: float) -> None:
@@ -332,7 +331,7 @@ class WsTransport(SessionTransport):
         return Answered(101, True, "WebSocket", 101)
 
     def refusal(self, item: Item) -> Answered | None:
-        if item.kind == "closed" and item.code == TRY_AGAIN_LATER:
+        if item.kind is Kind.CLOSED and item.code == TRY_AGAIN_LATER:
             return Answered(TRY_AGAIN_LATER, False, "WebSocket close 1013", 503)
         return None
 

@@ -20,6 +20,7 @@ to.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ import gevent
 
 from ..clock import mono
 from .base import Answered, TransportError
-from .session import Connection, Item, SessionTransport, os_error
+from .session import Connection, Item, Kind, SessionTransport, os_error
 
 READ_BYTES = 64 * 1024
 #: Longest header line accepted; a longer one is not Wyoming.
@@ -94,7 +95,7 @@ class WyomingConnection(Connection):
     def read(self) -> Item | None:
         line = self._line()
         if line is None:
-            return Item("closed", mono(), message="the server closed the connection")
+            return Item(Kind.CLOSED, mono(), message="the server closed the connection")
         try:
             head = json.loads(line)
         except ValueError:
@@ -123,20 +124,22 @@ class WyomingConnection(Connection):
         payload = self._take(sizes[1]) if sizes[1] else b""
         if payload is None:
             return _closed_inside(kind)
-        at = mono()
-        nbytes = len(line) + 1 + sizes[0] + sizes[1]
+        return self._item(kind, data, payload, mono(), len(line) + 1 + sizes[0] + sizes[1])
+
+    def _item(self, kind: str, data: dict, payload: bytes, at: float, nbytes: int) -> Item | None:
+        """The item a whole Wyoming event of type ``kind`` is for the utterance (None: none)."""
         if kind == "audio-chunk":
             return self._chunk(data, payload, at, nbytes)
         if kind == "audio-start":
-            return self._format(data, at, nbytes) or Item("start", at, nbytes, rate=_int(data.get("rate")))
+            return self._format(data, at, nbytes) or Item(Kind.START, at, nbytes, rate=_int(data.get("rate")))
         if kind == "audio-stop":
-            return Item("end", at, nbytes) if self.plain else None
+            return Item(Kind.END, at, nbytes) if self.plain else None
         if kind == "synthesize-stopped":
-            return Item("end", at, nbytes)
+            return Item(Kind.END, at, nbytes)
         if kind == "error":
             text = " ".join(str(data.get("text") or "no text").split())[:200]
             code = data.get("code")
-            return Item("error", at, nbytes, message=text + (f" ({code})" if code else ""))
+            return Item(Kind.ERROR, at, nbytes, message=text + (f" ({code})" if code else ""))
         if kind == "info":
             self.info = data
         return None  # info and whatever else a server says between the audio
@@ -146,21 +149,19 @@ class WyomingConnection(Connection):
         width = data.get("width", 2)
         if width != 2:
             return Item(
-                "broken", at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads 16-bit PCM"
+                Kind.BROKEN, at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads 16-bit PCM"
             )
         return None
 
     def _chunk(self, data: dict, pcm: bytes, at: float, nbytes: int) -> Item:
-        return self._format(data, at, nbytes) or Item("audio", at, nbytes, pcm, _int(data.get("rate")))
+        return self._format(data, at, nbytes) or Item(Kind.AUDIO, at, nbytes, pcm, _int(data.get("rate")))
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def drop(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
 
 
@@ -207,7 +208,7 @@ class WyomingTransport(SessionTransport):
                         item = conn.read()
                         if conn.info is not None:
                             return _streaming(conn.info, self.s.tts_voice)
-                        if item is not None and item.kind in ("closed", "broken"):
+                        if item is not None and item.kind in (Kind.CLOSED, Kind.BROKEN):
                             return None, item.message
                 finally:
                     conn.drop()
@@ -235,7 +236,7 @@ class WyomingTransport(SessionTransport):
         return Answered(200, True, "Wyoming", 200)
 
     def refusal(self, item: Item) -> Answered | None:
-        if item.kind == "error":
+        if item.kind is Kind.ERROR:
             return Answered(500, False, "Wyoming error", 500)
         return None
 
@@ -256,11 +257,11 @@ def _streaming(info: dict, voice: str | None) -> tuple[bool | None, str]:
 
 
 def _closed_inside(kind: str) -> Item:
-    return Item("closed", mono(), message=f"the server closed the connection inside a {kind} event")
+    return Item(Kind.CLOSED, mono(), message=f"the server closed the connection inside a {kind} event")
 
 
 def _broken(what: str) -> Item:
-    return Item("broken", mono(), message=f"the server sent {what}")
+    return Item(Kind.BROKEN, mono(), message=f"the server sent {what}")
 
 
 def _int(v) -> int | None:

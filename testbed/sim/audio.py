@@ -1,5 +1,6 @@
 """What the simulator answers with: a quiet PCM16 mono tone as long as the text asks for, or
-(``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker` makes every
+(``--speech``) the text spoken (framed by :func:`audio.containers.wav_header`, the one WAV header). :class:`Speaker`
+makes every
 answer's PCM, and carries out the drills that break it under load (``--garble-above``,
 ``--silence-above``, ``--runaway-rate``, ``--runaway-above``)."""
 
@@ -9,6 +10,7 @@ import array
 import hashlib
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,7 +139,7 @@ class Speaker:
         self.other_voice: dict[str, bytes] = {}  # text -> espeak-ng's PCM
         self.noisy: dict[bytes, bytes] = {}  # a clip's sha1 -> it with noise and clicks (made once)
 
-    def prepare(self, texts: list[str], extra: list[str] = ()) -> None:
+    def prepare(self, texts: list[str], extra: Sequence[str] = ()) -> None:
         """With speech, render (or read from the cache) ``texts``, the garbling pool, and ``extra``
         (more texts to have at hand: a session's sentences), before any request comes."""
         if self.speech is None:

@@ -270,9 +270,10 @@ class Capacity:
             self.rejected += 1
             raise Refused("out_of_memory", OOM_MESSAGE)
         limit = self.args.queue_limit
-        if limit is not None and self.slots.free == 0 and self.slots.queued >= limit:
+        slots_n = self.slots.n  # not None where none is free
+        if limit is not None and slots_n is not None and self.slots.free == 0 and self.slots.queued >= limit:
             self.rejected += 1
-            drain_s = (self.slots.queued + 1) / self.slots.n * self.mean_service_s
+            drain_s = (self.slots.queued + 1) / slots_n * self.mean_service_s
             raise Refused("queue_full", "the queue is full", drain_s)
         self.admitted += 1
 
@@ -395,12 +396,12 @@ class Turn:
     def _orphan(self, orphan_s: float) -> None:
         engine = self.capacity.engine
         job = Job([engine.max_speed * orphan_s * 2]) if engine is not None else None
-        if job is not None:
+        if engine is not None and job is not None:
             engine.join(job)
         try:
             gevent.sleep(orphan_s)
         finally:
-            if job is not None:
+            if engine is not None and job is not None:
                 engine.leave(job)
             self.finish()
 
@@ -434,6 +435,7 @@ class Turn:
         per_chunk = max(1, round(args.chunk_ms / 1000 * sample_rate))
         bounds = list(range(0, frames, per_chunk)) + [frames]
         sizes = [(b - a) * frame_s for a, b in zip(bounds, bounds[1:])]
+        assert engine is not None  # this path is the shared engine's
         if whole:
             bounds, sizes = [0, frames], [sum(sizes)]
         if self._stop.wait(args.prefill_ms / 1000 + self.voice_s):

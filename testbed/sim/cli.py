@@ -13,10 +13,12 @@ import signal
 import ssl
 import sys
 import time
+from typing import Any
 
 import gevent
 from gevent.pool import Pool
 from gevent.pywsgi import WSGIServer
+from gevent.server import StreamServer
 
 from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from tts_knee.testbed.sim import wyoming
@@ -407,21 +409,7 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
         parser.error("--burst needs --rate")
     if args.burst is None and args.rate is not None:
         args.burst = max(1, math.ceil(args.rate))
-    # each model's knobs: given with the other model, one would silently do nothing
-    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else (CAPACITY_MODEL, SLOTS_MODEL)
-    for flag in other:
-        if getattr(args, flag) is not None:
-            parser.error(
-                f"--{flag.replace('_', '-')} "
-                + (
-                    "needs --capacity"
-                    if args.capacity is None
-                    else "does not apply with --capacity (see --prefill-ms and --chunk-ms)"
-                )
-            )
-    for flag in own:
-        if getattr(args, flag) is None:
-            setattr(args, flag, own[flag])
+    check_model(parser, args)
     if args.capacity is not None:
         args.max_speed = args.capacity if args.max_speed is None else args.max_speed
     if args.slots is None and args.capacity is None:
@@ -441,10 +429,29 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     check_speech(parser, args)
     if args.chunk_log:
         try:
-            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")
+            args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the server's log
         except OSError as err:
             parser.error(f"argument --chunk-log: cannot open {args.chunk_log!r} for appending: {err.strerror or err}")
     return args
+
+
+def check_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Each model's knobs: given with the other model, one would silently do nothing; those of
+    the model in use not given take their defaults."""
+    own, other = (SLOTS_MODEL, CAPACITY_MODEL) if args.capacity is None else (CAPACITY_MODEL, SLOTS_MODEL)
+    for flag in other:
+        if getattr(args, flag) is not None:
+            parser.error(
+                f"--{flag.replace('_', '-')} "
+                + (
+                    "needs --capacity"
+                    if args.capacity is None
+                    else "does not apply with --capacity (see --prefill-ms and --chunk-ms)"
+                )
+            )
+    for flag in own:
+        if getattr(args, flag) is None:
+            setattr(args, flag, own[flag])
 
 
 def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -483,6 +490,7 @@ def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def describe(args: argparse.Namespace) -> str:
+    """The simulator's knobs in one line: the model's, then each drill that is on."""
     knobs = [f"slots={'unlimited' if args.slots is None else args.slots}"]
     if args.capacity:
         knobs.append(
@@ -498,53 +506,67 @@ def describe(args: argparse.Namespace) -> str:
         f"sse={args.sse}",
         f"sample_rate={args.sample_rate}",
     ]
-    if args.rate:
-        knobs.append(f"burst={args.burst} retry_after={args.retry_after_format}")
-    if (args.stream or args.sse) and not args.capacity:
-        knobs.append(f"first_chunk_ms={args.first_chunk_ms:g}")
-    if args.wav_header_alone:
-        knobs.append("wav_header_alone=True")
-    if args.chunk_log:
-        knobs.append(f"chunk_log={args.chunk_log.name}")
-    if args.wyoming_port is not None:
-        knobs.append(f"wyoming_port={args.wyoming_port}")
-    if args.ws_close_after_done:
-        knobs.append("ws_close_after_done=True")
-    if args.grpc_port is not None:
-        knobs.append(f"grpc_port={args.grpc_port}")
-    if args.ws_close_late_ms:
-        knobs.append(f"ws_close_late_ms={args.ws_close_late_ms:g}")
-    if args.ws_idle_timeout_s:
-        knobs.append(f"ws_idle_timeout_s={args.ws_idle_timeout_s:g}")
-    if args.orphan_ms:
-        knobs.append(f"orphan_ms={args.orphan_ms:g}")
-    if args.oom_above is not None:
-        knobs.append(f"oom_above={args.oom_above}")
-    if args.fault:
-        knobs.append(f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}")
-        if "exhausted" in args.fault:
-            knobs.append(f"pushback_ms={args.pushback_ms:g}")
-    if args.leak_mb_per_min:
-        knobs.append(f"leak_mb_per_min={args.leak_mb_per_min:g}")
-    if args.voice_cache:
-        knobs.append(f"voice_cache={args.voice_cache} voice_miss_ms={args.voice_miss_ms:g}")
-    if args.cache_hit_ms is not None:
-        knobs.append(f"cache_hit_ms={args.cache_hit_ms:g}")
-    if args.speech:
-        knobs.append(f"speech=True speech_texts={len(args.speech_texts)}")
-    if args.garble_above is not None:
-        knobs.append(f"garble_above={args.garble_above}")
-    if args.other_voice_above is not None:
-        knobs.append(f"other_voice_above={args.other_voice_above}")
-    if args.noise_above is not None:
-        knobs.append(f"noise_above={args.noise_above} snr_db={args.snr_db or DEFAULT_SNR_DB:g}")
-    if args.silence_above is not None:
-        knobs.append(f"silence_above={args.silence_above} silence_ms={args.silence_ms:g}")
-    if args.runaway_above is not None:
-        knobs.append(f"runaway_above={args.runaway_above} runaway_x={args.runaway_x or DEFAULT_RUN_ON_X:g}")
-    if args.runaway_rate:
-        knobs.append(f"runaway_rate={args.runaway_rate:g}")
+    exhausted = f" pushback_ms={args.pushback_ms:g}" if args.fault and "exhausted" in args.fault else ""
+    drills = (  # (on, what it says): said only where on
+        (args.rate, lambda: f"burst={args.burst} retry_after={args.retry_after_format}"),
+        ((args.stream or args.sse) and not args.capacity, lambda: f"first_chunk_ms={args.first_chunk_ms:g}"),
+        (args.wav_header_alone, lambda: "wav_header_alone=True"),
+        (args.chunk_log, lambda: f"chunk_log={args.chunk_log.name}"),
+        (args.wyoming_port is not None, lambda: f"wyoming_port={args.wyoming_port}"),
+        (args.ws_close_after_done, lambda: "ws_close_after_done=True"),
+        (args.grpc_port is not None, lambda: f"grpc_port={args.grpc_port}"),
+        (args.ws_close_late_ms, lambda: f"ws_close_late_ms={args.ws_close_late_ms:g}"),
+        (args.ws_idle_timeout_s, lambda: f"ws_idle_timeout_s={args.ws_idle_timeout_s:g}"),
+        (args.orphan_ms, lambda: f"orphan_ms={args.orphan_ms:g}"),
+        (args.oom_above is not None, lambda: f"oom_above={args.oom_above}"),
+        (args.fault, lambda: f"faults={','.join(args.fault)} fault_rate={args.fault_rate:g}{exhausted}"),
+        (args.leak_mb_per_min, lambda: f"leak_mb_per_min={args.leak_mb_per_min:g}"),
+        (args.voice_cache, lambda: f"voice_cache={args.voice_cache} voice_miss_ms={args.voice_miss_ms:g}"),
+        (args.cache_hit_ms is not None, lambda: f"cache_hit_ms={args.cache_hit_ms:g}"),
+        (args.speech, lambda: f"speech=True speech_texts={len(args.speech_texts)}"),
+        (args.garble_above is not None, lambda: f"garble_above={args.garble_above}"),
+        (args.other_voice_above is not None, lambda: f"other_voice_above={args.other_voice_above}"),
+        (
+            args.noise_above is not None,
+            lambda: f"noise_above={args.noise_above} snr_db={args.snr_db or DEFAULT_SNR_DB:g}",
+        ),
+        (args.silence_above is not None, lambda: f"silence_above={args.silence_above} silence_ms={args.silence_ms:g}"),
+        (
+            args.runaway_above is not None,
+            lambda: f"runaway_above={args.runaway_above} runaway_x={args.runaway_x or DEFAULT_RUN_ON_X:g}",
+        ),
+        (args.runaway_rate, lambda: f"runaway_rate={args.runaway_rate:g}"),
+    )
+    knobs += [say() for on, say in drills if on]
     return "sim: " + " ".join(knobs)
+
+
+def _tls(args: argparse.Namespace) -> dict[str, Any]:
+    """The server's TLS keyword (``ssl_context``; empty without --tls-cert); raises ValueError
+    with the sentence for flags that do not go together or a key that does not load."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together.")
+    if args.tls_client_ca and not args.tls_cert:
+        raise ValueError("--tls-client-ca asks clients for a certificate over TLS: give --tls-cert and --tls-key.")
+    if not args.tls_cert:
+        return {}
+    try:
+        return {"ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_client_ca)}
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"--tls-cert/--tls-key: {err}.") from None
+
+
+def _start(servers: list, host: str) -> None:
+    """Start every server, or none: raises ValueError naming the port that cannot listen."""
+    for srv, port in servers:
+        try:
+            srv.start()
+        except OSError as err:
+            in_use = err.errno == errno.EADDRINUSE
+            reason = "it is already in use" if in_use else err.strerror or str(err)
+            for started, _ in servers:
+                started.stop()
+            raise ValueError(f"cannot listen on {host}:{port}: {reason}.") from None
 
 
 def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -557,22 +579,11 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
     except SpeechUnavailable as err:
         print(f"{prog}: {err}.", file=sys.stderr)
         return 2
-    if bool(args.tls_cert) != bool(args.tls_key):
-        print(f"{prog}: --tls-cert and --tls-key go together.", file=sys.stderr)
+    try:
+        tls = _tls(args)
+    except ValueError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
         return 2
-    if args.tls_client_ca and not args.tls_cert:
-        print(
-            f"{prog}: --tls-client-ca asks clients for a certificate over TLS: give --tls-cert and --tls-key.",
-            file=sys.stderr,
-        )
-        return 2
-    tls = {}
-    if args.tls_cert:
-        try:
-            tls = {"ssl_context": server_context(args.tls_cert, args.tls_key, args.tls_client_ca)}
-        except (OSError, ssl.SSLError) as err:
-            print(f"{prog}: --tls-cert/--tls-key: {err}.", file=sys.stderr)
-            return 2
     app = SpeechApp(args, capacity, rng, speaker)
     server = WSGIServer(
         (args.host, args.port),
@@ -583,7 +594,7 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
         log=log if args.log_requests else None,
         **tls,
     )
-    servers = [(server, args.port)]
+    servers: list[tuple[StreamServer, int]] = [(server, args.port)]
     if args.wyoming_port is not None:
         servers.append((wyoming.server(app, args.host, args.wyoming_port), args.wyoming_port))
     grpc = None
@@ -595,16 +606,11 @@ def serve(argv: list[str] | None = None, prog: str = PROG) -> int:
             return 2
         grpc = RivaServer(args, capacity, rng, speaker, tls.get("ssl_context")).server
         servers.append((grpc, args.grpc_port))
-    for srv, port in servers:
-        try:
-            srv.start()
-        except OSError as err:
-            in_use = err.errno == errno.EADDRINUSE
-            reason = "it is already in use" if in_use else err.strerror or str(err)
-            print(f"{prog}: cannot listen on {args.host}:{port}: {reason}.", file=sys.stderr)
-            for started, _ in servers:
-                started.stop()
-            return 2
+    try:
+        _start(servers, args.host)
+    except ValueError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
     if args.wyoming_port is not None:  # before the HTTP line, which tells a watcher all is up
         print(f"wyoming on {_url('tcp', servers[1][0].address)}", flush=True)
     # one write, newline included: a log line from another thread cannot land inside it

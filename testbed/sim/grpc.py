@@ -306,7 +306,7 @@ class _Answer:
             gevent.sleep(args.stall_s)
         if fault in ("exhausted", "bad-retry-after", "huge-retry-after"):
             capacity.rejected += 1
-            wait = {
+            wait: str | None = {
                 "exhausted": f"{args.pushback_ms:g}",
                 "bad-retry-after": "soon-ish",
                 "huge-retry-after": "999999000",

@@ -21,6 +21,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import gevent
 from gevent.pywsgi import WSGIHandler
@@ -102,10 +103,11 @@ class Handler(WSGIHandler):
         """pywsgi's access line (``--log-requests``); an answer's adds its request id, its audio and
         what was done to it: ``request_id=ID audio_ms=MS garbled=false silence_ms=0 runaway=false``."""
         line = super().format_request()
-        clip = (getattr(self, "environ", None) or {}).get("sim.clip")
+        environ: dict[str, Any] = getattr(self, "environ", None) or {}
+        clip = environ.get("sim.clip")
         if clip is None:
             return line
-        request_id = self.environ.get("sim.request_id", "-")
+        request_id = environ.get("sim.request_id", "-")
         fields = " ".join(f"{k}={json.dumps(v)}" for k, v in clip.fields().items())
         return f"{line} request_id={request_id} audio_ms={clip.seconds * 1000:.1f} {fields}"
 
@@ -238,7 +240,7 @@ class SpeechApp:
         clip = None
         if environ.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
             _, form, files = parse_form_data(environ)
-            data = dict(form.items())
+            data: dict[str, Any] = dict(form.items())
             data["stream"] = data.get("stream") == "true"
             part = next(iter(files.values()), None)
             clip = None if part is None else part.read()
@@ -247,7 +249,7 @@ class SpeechApp:
                 length = int(environ.get("CONTENT_LENGTH") or 0)
                 data = json.loads(environ["wsgi.input"].read(length) or b"null")
             except (ValueError, UnicodeDecodeError):
-                raise _Reject("400 Bad Request", "the body is not valid JSON")
+                raise _Reject("400 Bad Request", "the body is not valid JSON") from None
         if not isinstance(data, dict):
             raise _Reject("400 Bad Request", "the body must be a JSON object")
         field = SPEECH_PATHS[path]

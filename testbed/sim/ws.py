@@ -7,7 +7,8 @@ each sentence is answered, once its text is in, with ``audio.start`` (sample rat
 channels), binary PCM16 frames as the shared capacity makes them, and ``audio.done``; then
 ``session.done``. ``--ws-close-late-ms`` answers a client's close frame that late, its audio
 going on meanwhile (audio that keeps coming after a close); ``--ws-idle-timeout-s`` closes a
-session that sends nothing that long with no utterance in flight (1008, as ElevenLabs does). Cancels: ``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
+session that sends nothing that long with no utterance in flight (1008, as ElevenLabs does). Cancels:
+``input.cancel`` (the message vLLM-Omni's RFC #1480 proposed; no
 released vLLM-Omni has it) stops the utterance in flight and is answered ``input.cancelled``;
 a client that closes the session, or goes away, cancels it too (``--orphan-ms`` holds its turn
 on). The upgrade is answered by hand on the socket pywsgi holds, and frames go
@@ -25,6 +26,7 @@ there; ``close`` closes the session after the utterance.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -107,7 +109,7 @@ class Session(Voice):
                 if not self.handle(msg):
                     return
         finally:
-            if self.speaker is not None:
+            if self.speaker is not None and self.speaking is not None:  # set together
                 self.speaking.cancel()  # the client went away: a cancel, as a close is
                 if self.speaking.turn is None:
                     self.speaker.kill()  # still waiting for a slot
@@ -124,7 +126,7 @@ class Session(Voice):
         while True:
             try:
                 data = self.sock.recv(READ_BYTES)
-            except socket.timeout:
+            except TimeoutError:
                 if self.utterance is not None or self.speaker is not None and not self.speaker.dead:
                     continue  # an utterance in flight: the client waits for its audio
                 self.close(1008, f"Have not received a new text input within the timeout of {idle_s:g} seconds")
@@ -217,10 +219,8 @@ class Session(Voice):
         return self.utterance
 
     def _speak(self, utt: Utterance) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the client went away mid-utterance
             utt.speak()
-        except OSError:
-            pass  # the client went away mid-utterance
 
     # the server's side (Voice)
 
@@ -298,17 +298,13 @@ class Session(Voice):
             self.sock.sendall(self.conn.send(event))
 
     def close(self, code: int, reason: str) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.write(CloseConnection(code=code, reason=reason))
-        except OSError:
-            pass
 
     def drop(self) -> None:
         """End the connection once what was written is out (the client reads a close frame first)."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def _mid_stream(fault: str | None) -> str | None:

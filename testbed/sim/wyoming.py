@@ -18,9 +18,11 @@ utterance there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
+from typing import Any
 
 import gevent
 from gevent.lock import Semaphore
@@ -37,7 +39,7 @@ VERSION = "1.10.2"  # the wyoming library version whose events these are
 
 def event(kind: str, data: dict | None = None, payload: bytes = b"", data_length: int | None = None) -> bytes:
     body = json.dumps(data).encode() if data else b""
-    head = {"type": kind, "version": VERSION}
+    head: dict[str, Any] = {"type": kind, "version": VERSION}
     if body:
         head["data_length"] = len(body) if data_length is None else data_length
     if payload:
@@ -75,7 +77,7 @@ class Session(Voice):
         except OSError:
             pass  # the client went away
         finally:
-            if self.speaker is not None:
+            if self.speaker is not None and self.speaking is not None:  # set together
                 self.speaking.cancel()  # the client went away: Wyoming's only cancel
                 if self.speaking.turn is None:
                     self.speaker.kill()  # still waiting for a slot
@@ -182,10 +184,8 @@ class Session(Voice):
         return self.utterance
 
     def _speak(self, utt: Utterance) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the client went away mid-utterance
             utt.speak()
-        except OSError:
-            pass  # the client went away mid-utterance
 
     # the server's side (Voice)
 

@@ -233,7 +233,7 @@ def test_nothing_is_reachable_from_outside_the_namespace(rendered):
         policy = find(docs, "NetworkPolicy", "tts-knee")["spec"]
         assert policy["policyTypes"] == ["Ingress"] and policy["ingress"] == [{"from": [{"podSelector": {}}]}]
         selected = policy["podSelector"]["matchLabels"].items()
-        for doc, pod in _pods(docs):
+        for doc, _pod in _pods(docs):
             if doc["metadata"]["name"] != "tts":  # the TTS server is yours, not tts-knee's
                 assert selected <= doc["spec"]["template"]["metadata"]["labels"].items(), doc["metadata"]["name"]
 

@@ -44,7 +44,7 @@ def prometheus(tmp_path):
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{web}",
         ],
-        stdout=open(tmp_path / "prometheus.log", "w"),
+        stdout=open(tmp_path / "prometheus.log", "w"),  # noqa: SIM115 - the child's, for its life
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{web}"

@@ -67,7 +67,7 @@ class SlowDisk:
         self.log = tmp / "slowfs.log"
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "slowfs.py"), str(self.backing), str(self.path), str(self.control)],
-            stdout=open(self.log, "w"),
+            stdout=open(self.log, "w"),  # noqa: SIM115 - the child's, for its life
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 15

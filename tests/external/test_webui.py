@@ -295,6 +295,26 @@ def test_two_runs_in_one_distributed_web_ui_session(tmp_path):
     assert not list(tmp_path.glob("runs/spool/*"))
 
 
+def _wait_up(url: str) -> None:
+    """Until the web UI answers (20 s at most)."""
+    for _ in range(200):
+        try:
+            get(url + "/")
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def _final_live(url: str) -> dict:
+    """The live view's last rebuild, once the run has ended (10 s at most)."""
+    for _ in range(40):
+        final_live = json.loads(get(url + "/tts-knee/summary.json")[1])
+        if not final_live["run"]["in_progress"]:
+            break
+        time.sleep(0.25)
+    return final_live
+
+
 def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_path):
     """Polled through its last step's settle time and window, the web UI's live report and its
     "TTS steps" tab mark the open step, show no rate while it settles and one within 25 % of its
@@ -328,12 +348,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
         url = f"http://127.0.0.1:{port}"
         seen, dom = [], None
         try:
-            for _ in range(200):
-                try:
-                    get(url + "/")
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            _wait_up(url)
             assert json.loads(get(url + "/swarm", {"user_count": "1", "spawn_rate": "1", "tts_api": "openai"})[1])[
                 "success"
             ]
@@ -363,11 +378,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
                         )
                 time.sleep(0.25)
             info = finished(run)
-            for _ in range(40):  # the live view's last rebuild, once the run has ended
-                final_live = json.loads(get(url + "/tts-knee/summary.json")[1])
-                if not final_live["run"]["in_progress"]:
-                    break
-                time.sleep(0.25)
+            final_live = _final_live(url)
             final_tab = {t["key"]: t["data"] for t in json.loads(get(url + "/stats/requests")[1])["extended_stats"]}
         finally:
             proc.terminate()
@@ -377,12 +388,12 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
     assert live_open, "the live view never showed the last step open"
     settling = [x for x in live_open if x[0]["steps"][-1]["open"]["settling"]]
     assert settling, "no read fell in the last step's 3 s settle time"
-    for s, tab, page in settling:
+    for s, _tab, _page in settling:
         assert s["steps"][-1]["throughput_rps"] is None and s["steps"][-1]["latency_ms"] is None
     window = final["steps"][-1]["window"]["duration_s"]
     later = [x for x in live_open if (x[0]["steps"][-1]["window"]["duration_s"] or 0) >= window / 2]
     assert later, "no read fell in the second half of the last step's window"
-    for s, tab, page in later:
+    for s, _tab, _page in later:
         assert s["steps"][-1]["throughput_rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25)
     # the tab, read a moment after the view (the live view may rebuild between the two reads), on its own
     # terms: an open row settling or with too few completions shows a dash, one in progress a rate, and
@@ -397,7 +408,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
             assert row["rps"] == row["p95_ms"] == WITHHELD, row
     rated = [row for row in open_rows if row["state"] == "in progress"]
     assert rated and rated[-1]["rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25), rated[-1:]
-    for s, tab, page in live_open:  # the verdict is the closed step's, and never recommends the open one
+    for s, _tab, _page in live_open:  # the verdict is the closed step's, and never recommends the open one
         assert [lv["concurrency"] for lv in s["levels"]] == [2] and s["recommended_concurrency"] in (None, 2)
         assert s["in_progress_step"]["closed_steps"] == [1] and s["knee"]["concurrency"] != 4
         # a closed row is the final one, but for the requests in flight at its end, one a user at most, that

@@ -230,7 +230,7 @@ def test_schedule_does_not_drift_or_burst():
     # No burst: at most one sample per 50 ms tick of the time it really ran (the test's own sleep
     # runs late on a busy machine; 1 ms slack). Ticks passed over are counted, not made up: samples
     # and missed ticks together are 8 or more (about 10; 2 spare for a late thread start).
-    assert 8 <= len(ts) + missed and len(ts) <= (ran_s + 0.001) / 0.05, (len(ts), missed, ran_s)
+    assert len(ts) + missed >= 8 and len(ts) <= (ran_s + 0.001) / 0.05, (len(ts), missed, ran_s)
     # No drift: over the ticks spanned, missed ones included, the spacing is 50 ms; +-10 ms, which a
     # late last sample cannot pass (it is late by under one tick) nor a first sample late by < 90 ms
     assert (ts[-1] - ts[0]) / (len(ts) - 1 + missed) == pytest.approx(0.05, abs=0.01)

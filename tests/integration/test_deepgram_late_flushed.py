@@ -41,7 +41,9 @@ class DeepgramLike:
                 return
             threading.Thread(target=self._session, args=(client,), daemon=True).start()
 
-    def _session(self, sock: socket.socket):
+    @staticmethod
+    def _upgrade(sock: socket.socket) -> None:
+        """The WebSocket handshake: read the upgrade request, accept it."""
         head = b""
         while b"\r\n\r\n" not in head:
             head += sock.recv(4096)
@@ -54,6 +56,9 @@ class DeepgramLike:
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Accept: " + base64.b64encode(hashlib.sha1(key + GUID).digest()) + b"\r\n\r\n"
         )
+
+    def _session(self, sock: socket.socket):
+        self._upgrade(sock)
         conn, lock = Connection(ConnectionType.SERVER), threading.Lock()
         cleared = threading.Event()
         seq = 0

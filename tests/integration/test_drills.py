@@ -206,7 +206,7 @@ def test_a_malformed_http_response_is_a_failed_attempt_named_so(tmp_path):
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 conn.settimeout(2)

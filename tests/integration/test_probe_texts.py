@@ -86,7 +86,7 @@ def test_each_class_is_reported_by_what_the_server_did_and_the_sweep_is_untouche
     for name in ("mixed-script", "numbers", "ssml"):  # spoken
         assert by[name]["outcomes"]["audio"] == by[name]["requests"] and not by[name]["needs_guarding"]
     # one-char: "a" spoken, "?" and "。" hang; emoji: the sentence spoken, symbols alone hang
-    for name, spoken in (("one-char", 1), ("emoji", 1)):
+    for name, _spoken in (("one-char", 1), ("emoji", 1)):
         c = by[name]
         assert c["outcomes"]["timeout"] == 2 * c["outcomes"]["audio"] > 0 and c["needs_guarding"], c
         assert [lv["concurrency"] for lv in c["by_concurrency"]] == p["levels"]

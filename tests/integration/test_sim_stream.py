@@ -120,7 +120,7 @@ def near(measured: list[float], want_s: float, early_s: float = 0.005) -> bool:
     return min(measured) >= want_s - early_s
 
 
-def behind_log(streams: list["Streamed"], truth: dict) -> tuple[list[float], list[float]]:
+def behind_log(streams: list[Streamed], truth: dict) -> tuple[list[float], list[float]]:
     """How long after the simulator handed each stream's first and last audio write to the
     socket (its chunk log, unix seconds on this machine's clock) the client had read it: a
     simulator timer that fires late is late in the log alike, so this is what the delivery
@@ -173,7 +173,7 @@ def shared(
 
 
 def late_by(
-    streams: list["Streamed"],
+    streams: list[Streamed],
     truth: dict,
     audio_s: float,
     capacity: float,
@@ -210,7 +210,7 @@ def capacity_sim(*args: str):
             truth[record["request_id"]] = record
 
 
-def server_total_s(s: "Streamed") -> float:
+def server_total_s(s: Streamed) -> float:
     """The ``total`` of the answer's ``Server-Timing`` (queue + service, measured by the
     simulator), in seconds."""
     return float(re.search(r"total;dur=([\d.]+)", s.headers["Server-Timing"]).group(1)) / 1000

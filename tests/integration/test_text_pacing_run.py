@@ -66,7 +66,8 @@ class Paced(Transport):
                 got += int(ms * 48)
                 yield Received(now, int(ms * 48))
                 yield AudioPiece(now, ms)
-        yield Ended(mono(), audio=Audio("pcm", got / 48000, 24000, 1, 2, 0, got), data=[(b"\\x00\\x10\\x00\\xf0" * (got // 4 + 1))[:got]])   # sound, not silence
+        sound = (b"\\x00\\x10\\x00\\xf0" * (got // 4 + 1))[:got]  # sound, not silence
+        yield Ended(mono(), audio=Audio("pcm", got / 48000, 24000, 1, 2, 0, got), data=[sound])
 
     def reset(self):
         self.open = False

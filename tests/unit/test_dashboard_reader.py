@@ -5,6 +5,7 @@ count, whichever path a block takes and however the file is cut while it is bein
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -326,10 +327,8 @@ def test_synthetic_run_matches_and_e2e_joins_retries(tmp_path):
     # a retried request's end-to-end time runs from its first attempt
     recs = []
     for line in data.splitlines():
-        try:
+        with contextlib.suppress(ValueError):
             recs.append(json.loads(line))
-        except ValueError:
-            pass
     first = {r["req_id"]: r["t0"] for r in recs if r["attempt"] == 1}
     rows = [i for i, r in enumerate(recs) if r["final"] and r["attempt"] > 1 and r["req_id"] in first]
     assert rows

@@ -29,7 +29,7 @@ def _server(
     rng = random.Random(seed)
     work = []  # (start, end, cpu_s): CPU spent evenly over [start, end]
     recs, t = [], T0
-    for i in range(n):
+    for _i in range(n):
         t += rng.expovariate(1.0)
         tid = rng.choice(list(TEXTS))
         chars = TEXTS[tid]

@@ -1,0 +1,233 @@
+"""The axis a run's steps stand on, and what the analysis does differently along it.
+
+Three axes, one object each, chosen once per run (:func:`of_run`):
+
+- ``CONCURRENCY``: a closed loop (``--steps``), each step at a number of users
+  (:mod:`analysis.knee`, :mod:`analysis.closedloop`);
+- ``RATE``: an open loop (``--rates``, and a trace replayed at its speeds), each step at an
+  offered rate (:mod:`analysis.openloop`);
+- ``VOICES`` (closed loop) and ``VOICES_AT_RATE`` (open loop): a voice sweep
+  (``--voice-steps``), each step at a number of distinct voices (:mod:`analysis.voices`).
+
+:func:`analysis.summary.analyze` asks the axis for the levels, the knee, the recommendation and
+the diagnosis, and never which axis it is. What holds on one axis holds on every one: the speech
+knee (:meth:`Axis.speech_knee`, ``--asr-model``; with ``--asr-listen`` its ``similarity`` and
+``mos`` methods too) is judged along whichever axis the run swept.
+The dashboard draws its report along the same axis (``knee.axis`` and ``run.mode`` of the
+summary, :func:`of_summary`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+from tts_knee.runformat.reader import Attempts
+
+from . import closedloop, openloop, speech as speech_mod, voices as voice_sweep
+from .diagnosis import diagnose
+from .knee import find_knee, little_check, usl_fit
+from .levels import levels as group_levels
+
+Key = Literal["concurrency", "rate", "voices"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """What the run recommends: the concurrency (every axis has one: the knee's, the one a rate
+    implies, the one a voice sweep ran at), the rate (open loop) or number of voices (voice
+    sweep) it stands at, and why, in words."""
+
+    concurrency: int | None
+    text: str
+    rate: float | None = None
+    voices: int | None = None
+
+    def on(self, key: Key) -> float | int | None:
+        """The recommended value along the axis ``key``."""
+        return {"concurrency": self.concurrency, "rate": self.rate, "voices": self.voices}[key]
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """One axis: ``key`` is the step field that names a level (``concurrency``, ``rate`` or
+    ``voices``), ``open_loop`` whether the load was offered as a rate (latency then counts from
+    the schedule)."""
+
+    key: Key
+    open_loop: bool
+
+    @property
+    def slo_key(self) -> str:
+        """The field an SLO verdict stands at (an open loop's verdicts carry their ``rate`` too)."""
+        return "voices" if self.key == "voices" else "concurrency"
+
+    def view(self, levels: list[dict]) -> list[dict]:
+        """The levels as :mod:`analysis.diagnosis` reads a level: each standing (as its
+        ``concurrency``) at its offered rate with its latency from the schedule, or at its number
+        of voices."""
+        if self.key == "rate":
+            return openloop.at_rates(levels)
+        return voice_sweep.on_axis(levels) if self.key == "voices" else levels
+
+    def said(self, diagnosis: dict) -> dict:
+        """A diagnosis written for concurrency (on :meth:`view`'s levels), said along the axis."""
+        if self.key == "rate":
+            diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
+        return diagnosis
+
+    def step_figures(self, a: Attempts, plan: list[dict], steps: list[dict]) -> None:
+        """Add what an open loop measures on top of every step's figures (in place)."""
+        if self.open_loop:
+            for st, p in zip(steps, plan):
+                st.update(openloop.step_figures(a, p, st))
+
+    def levels(
+        self,
+        a: Attempts,
+        judged: list[dict],
+        resources: pd.DataFrame,
+        settle: float | None,
+        streamed: bool,
+        roles: dict[str, str],
+        users: dict,
+    ) -> list[dict]:
+        """One level per tested value along the axis, ascending, repeats pooled."""
+        figures = openloop.level_figures if self.open_loop else None
+        if self.key == "voices":
+            done = group_levels(
+                a, judged, resources, settle, key="voices", figures=figures, streamed=streamed, roles=roles
+            )
+            # at one rate, latency counts from the schedule, as the rate's own rules have it
+            return [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done] if self.open_loop else done
+        if self.key == "rate":
+            return group_levels(
+                a, judged, resources, settle, key="rate", figures=figures, streamed=streamed, roles=roles
+            )
+        return group_levels(a, judged, resources, settle, streamed=streamed, roles=roles, **users)
+
+    def find_knee(self, done: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+        if self.key == "voices":
+            return voice_sweep.find_knee(done, streamed, ttfa_floor_ms)
+        if self.key == "rate":
+            return openloop.find_knee(done)
+        return find_knee(done, streamed, ttfa_floor_ms)
+
+    def speech_knee(self, knee: dict, levels: list[dict]) -> dict:
+        """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules,
+        and with ``--asr-listen`` the ``similarity`` and ``mos`` methods
+        (:func:`analysis.speech.drop_index`): a level whose speech is significantly worse than the
+        lowest's is a knee like a latency one, and the earliest of them is the knee.
+        ``speech_first``: speech broke before latency (and failures) did; ``speech_changed``: the
+        listening methods that name the knee."""
+        done = [lv for lv in levels if lv.get("requests")]
+        k_words, rises = speech_mod.knee_index(done)
+        k_voice, sim_drops = speech_mod.drop_index(done, "similarity")
+        k_sound, mos_drops = speech_mod.drop_index(done, "mos")
+        found = {"speech": k_words, "similarity": k_voice, "mos": k_sound}
+        listened = {name: drops for name, drops in (("similarity", sim_drops), ("mos", mos_drops)) if drops}
+        heard = ["speech", *listened]
+        at = [found[name] for name in heard if found[name] is not None]
+        k = min(at) if at else None
+        knee = dict(
+            knee,
+            **{f"{name}_drop": [_interval(d) for d in drops] for name, drops in listened.items()},
+            methods={
+                **knee["methods"],
+                **{name: done[i][self.key] if (i := found[name]) is not None else None for name in heard},
+            },
+            rules=[*knee["rules"], *heard],
+            speech_changed=[name for name in heard if k is not None and found[name] == k],
+            speech_rise=[_interval(r) for r in rises],
+        )
+        latency = method_index(
+            knee, done, [r for r in knee["rules"] if r not in ("signal", "speech", "similarity", "mos")], self.key
+        )
+        if k is not None and (knee["index"] is None or k < knee["index"]):
+            knee.update({"index": k, self.key: done[k][self.key]})
+        knee["speech_first"] = k is not None and (latency is None or k < latency)
+        knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee[self.key]]
+        return knee
+
+    def recommend(self, done: list[dict], knee: dict) -> Recommendation:
+        """The recommendation from the knee."""
+        if self.key == "voices":
+            voices, text = voice_sweep.recommend(done, knee)
+            return Recommendation(knee["concurrency"], text, self._rate(done), voices)
+        if self.key == "rate":
+            rate, concurrency, text = openloop.recommend(done, knee)
+            return Recommendation(concurrency, text, rate)
+        return Recommendation(*closedloop.recommend(done, knee))
+
+    def recommend_slo(
+        self, done: list[dict], slo: dict, spec: str, knee: dict, by_knee: Recommendation
+    ) -> Recommendation:
+        """The recommendation from the SLO's verdicts ``slo`` (the summary's ``slo`` section)."""
+        if self.key == "voices":
+            best = slo["max_voices"]
+            text = voice_sweep.recommend_slo(done, slo["steps"], spec, best, knee["voices"])
+            return Recommendation(by_knee.concurrency, text, by_knee.rate, best)
+        if self.key == "rate":
+            concurrency, text = openloop.recommend_slo(done, slo["steps"], spec, slo["max_rate"])
+            if knee["rate"] is not None:
+                text += f" The knee is at {knee['rate']:g} req/s."
+            return Recommendation(concurrency, text, slo["max_rate"])
+        best = slo["max_concurrency"]
+        return Recommendation(best, closedloop.recommend_slo(done, slo["steps"], spec, best, knee["concurrency"]))
+
+    def _rate(self, done: list[dict]) -> float | None:
+        return done[0].get("rate") if self.open_loop and done else None
+
+    def diagnose(self, done: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+        if self.key == "voices":
+            return voice_sweep.diagnose(done, knee, creep, has_resources)
+        if self.key == "rate":
+            return openloop.diagnose(done, knee, creep, has_resources)
+        return diagnose(done, knee, creep, has_resources)
+
+    def little_law(self, done: list[dict]) -> dict | None:
+        """Little's law's cross-check of a closed loop's users (None when the load was a rate)."""
+        return None if self.open_loop else little_check(done)
+
+    def usl(self, done: list[dict]) -> dict | None:
+        """The Universal Scalability Law's fit over concurrency (None on any other axis)."""
+        return usl_fit(done) if self.key == "concurrency" else None
+
+
+def _interval(d: dict | None) -> dict | None:
+    """A paired change as the knee keeps it (rounded), None where the level was not judged."""
+    return (
+        None if d is None else {"pairs": d["pairs"], "mean": round(d["mean"], 4), "ci": [round(x, 4) for x in d["ci"]]}
+    )
+
+
+def method_index(knee: dict, done: list[dict], names: list[str], key: str = "concurrency") -> int | None:
+    """The first level (index into ``done``) any of the knee's methods ``names`` names (a level's
+    ``key``: its concurrency, rate or number of voices), or None."""
+    at = {knee["methods"].get(n) for n in names} - {None}
+    return next((i for i, lv in enumerate(done) if lv[key] in at), None)
+
+
+CONCURRENCY = Axis("concurrency", open_loop=False)
+RATE = Axis("rate", open_loop=True)
+VOICES = Axis("voices", open_loop=False)
+VOICES_AT_RATE = Axis("voices", open_loop=True)
+
+
+def of_run(plan: list[dict], mode: str) -> Axis:
+    """The axis of a run whose steps are ``plan`` (the checked run.json steps) and whose run.json
+    mode is ``mode``."""
+    open_loop = mode == "open"
+    if voice_sweep.is_sweep(plan):
+        return VOICES_AT_RATE if open_loop else VOICES
+    return RATE if open_loop else CONCURRENCY
+
+
+def of_summary(summary: dict) -> Axis:
+    """The axis a summary (``summary.json``) was analysed along."""
+    open_loop = summary["run"]["mode"] == "open"
+    if (summary.get("knee") or {}).get("axis") == "voices":
+        return VOICES_AT_RATE if open_loop else VOICES
+    return RATE if open_loop else CONCURRENCY
