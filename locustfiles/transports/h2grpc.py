@@ -131,6 +131,7 @@ class Connection:
         self.heard = False  # the server has sent something
         self.send_failed = False  # a send broke: the reader says how
         self._raw = False  # what is read goes to h2 as it comes (not HTTP/2 frames)
+        self._h2_fed = False  # the last read handed h2 something
         self._inbox = bytearray()  # bytes read that do not make a whole frame yet
         self._in_header_block = False  # a HEADERS frame's CONTINUATION frames are due
         self._taken = 0  # DATA bytes read past h2 whose window is not opened again yet
@@ -215,11 +216,13 @@ class Connection:
         if not self.heard and (len(data) < 4 or data[3] != _SETTINGS):
             self._raw = True  # not the SETTINGS frame a server's preface begins with: h2 judges it
         self.heard = True
+        self._h2_fed = False
         if self._raw:
             self._to_h2(data, at)
         else:
             self._frames(data, at)
-        self._flush()
+        if self._h2_fed or self._window_updates:  # h2 may have an answer to send (SETTINGS ACK, PING ACK ...)
+            self._flush()
 
     def _frames(self, data: bytes, at: float) -> None:
         """Take the whole frames read so far: the current call's DATA frames here, the rest
@@ -261,6 +264,7 @@ class Connection:
 
     def _to_h2(self, data: bytes, at: float) -> None:
         """Hand whole frames (or bytes that are not) to h2 and their events to the call."""
+        self._h2_fed = True
         conn = self.h2
         try:
             with self.lock:
