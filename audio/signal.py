@@ -69,6 +69,7 @@ class _Pcm:
     def __init__(self, blocks: Sequence[Buffer], offset: int, size: int):
         self.views: list[memoryview] = []
         self.starts: list[int] = []  # each view's first byte in the audio
+        self.whole: np.ndarray | None = None  # all the samples, where they lie in one buffer
         at = -offset  # where the next block starts, in the audio's bytes
         if len(blocks) == 1:  # the usual body: one read
             view = memoryview(blocks[0]).cast("B")[offset : offset + size]
