@@ -7,6 +7,7 @@ Run from the repository root (about a minute)::
     .venv/bin/python bench/session_cost.py
     .venv/bin/python bench/session_cost.py --sessions 64 --pairs 3 --modes session
     .venv/bin/python bench/session_cost.py --sessions 1000 --modes session   # a thousand per worker
+    .venv/bin/python bench/session_cost.py --sessions 256 --modes grpc   # gRPC streams beside HTTP's
     .venv/bin/python bench/session_cost.py --json      # one JSON object instead of the table
 
 One simulator shares 2 S x real time, at most 1x each (``--capacity 2S --max-speed 1
@@ -15,7 +16,10 @@ Each pair starts two headless ``locust`` processes at the same time against it: 
 HTTP (a WAV stream per request, bench/stream_locustfile.py) and S sessions over WebSocket in
 vLLM-Omni's dialect (bench/session_locustfile.py), each session on one connection (mode
 ``session``, as vLLM-Omni since its PR #5517, Deepgram and Cartesia keep it) or opening one per utterance
-(mode ``utterance``, as the shipped preset does for older servers). bench/meter.py reads each
+(mode ``utterance``, as the shipped preset does for older servers); mode ``grpc`` runs S gRPC
+streams in Riva's dialect (bench/grpc_locustfile.py, the simulator's ``--grpc-port``) in the
+sessions' place, for gRPC's CPU per chunk against HTTP's (its arrivals are timed alone by
+bench/grpc_cost.py). bench/meter.py reads each
 process's CPU time over the same window, so the host's other load falls on both alike. Then
 the S sessions run alone against a simulator of their own, for their timing (two processes
 at 256 streams each on two cores time each other's load). The simulator's ``--chunk-log``
