@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: typing's TypedDict does not know NotRequired
     from typing_extensions import NotRequired, TypedDict
 
-__all__ = ["Doc", "Field", "Keyed", "NotRequired", "TypedDict", "table"]
+__all__ = ["Doc", "Field", "Keyed", "NotRequired", "TypedDict", "class_of", "table"]
 
 
 class Doc(NamedTuple):
@@ -76,7 +76,17 @@ def table(cls: type) -> "tuple[Field, ...]":
         if (typing.get_origin(value) is dict and doc.of is None) != (doc.key is not None):
             raise TypeError(f"{cls.__name__}.{name}: a Doc key goes with a dict[str, ...] field and only there")
         out.append(Field(name, doc.unit, type(None) in alternatives, doc.doc, name in optional, of))
-    return tuple(out)
+    _CLASS_OF[id(out := tuple(out))] = cls
+    return out
+
+
+#: Each derived table's class, by the table's id (tables are cached: one tuple per class).
+_CLASS_OF: dict[int, type] = {}
+
+
+def class_of(table: "tuple[Field, ...]") -> type | None:
+    """The declared class a table was derived from; None for a table declared otherwise."""
+    return _CLASS_OF.get(id(table))
 
 
 def _alternatives(hint: Any) -> tuple[Any, ...]:

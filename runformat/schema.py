@@ -287,7 +287,7 @@ GPU_READING = table(GpuReading)
 
 
 class Gpu(TypedDict):
-    """``GPU``."""
+    """One GPU of a resource sample (``gpus``): what enumeration gives, then the readings."""
 
     index: Annotated[int, Doc("", "NVML device index")]
     mig_index: Annotated[int | None, Doc("", "MIG instance index, null for a whole GPU")]
@@ -350,7 +350,7 @@ RESOURCE_SAMPLE = table(ResourceSample)
 
 
 class StepEntry(TypedDict):
-    """``STEP``."""
+    """One step of the run as it ran (``run.json``'s ``steps``)."""
 
     step: Annotated[int, Doc("", "1-based")]
     concurrency: Annotated[int, Doc("users", "")]
@@ -396,7 +396,7 @@ SPIKE_PHASES = ("before_spike", "spike", "recovery")
 
 
 class WorkerEntry(TypedDict):
-    """``WORKER``."""
+    """One Locust worker (``run.json``'s ``workers``), with its clock offset."""
 
     id: Annotated[str, Doc("", "Locust client id, or 'local'")]
     offset_s: Annotated[float | None, Doc("s", "worker clock minus master clock")]
@@ -414,7 +414,7 @@ WORKER = table(WorkerEntry)
 
 
 class CollectorEntry(TypedDict):
-    """``COLLECTOR``."""
+    """One collector (``run.json``'s ``collectors``), with its clock offset and what it sent."""
 
     url: Annotated[str, Doc("", "")]
     host: Annotated[str | None, Doc("", "")]
@@ -454,7 +454,6 @@ class ServerMetricsEntry(TypedDict):
 
 SERVER_METRICS = table(ServerMetricsEntry)
 
-#: ``versions``: what measured, and how it was started.
 Versions = TypedDict(
     "Versions",
     {
@@ -466,6 +465,7 @@ Versions = TypedDict(
         "argv": Annotated[list[str], Doc("", "the command line, the collector token hidden")],
     },
 )
+Versions.__doc__ = """``versions``: what measured, and how it was started."""
 VERSIONS = table(Versions)
 
 
@@ -563,7 +563,6 @@ class Decision(TypedDict):
 
 DECISION = table(Decision)
 
-#: One judged step's SLO verdict, as the plan took it.
 Verdict = TypedDict(
     "Verdict",
     {
@@ -581,9 +580,9 @@ Verdict = TypedDict(
         "steps": Annotated[list[int], Doc("", "the steps judged together")],
     },
 )
+Verdict.__doc__ = """One judged step's SLO verdict, as the plan took it."""
 VERDICT = table(Verdict)
 
-#: One verdict per tested level (concurrency, or offered rate), repeats pooled.
 PlanLevel = TypedDict(
     "PlanLevel",
     {
@@ -596,11 +595,12 @@ PlanLevel = TypedDict(
         "steps": Annotated[list[int], Doc("", "the steps pooled")],
     },
 )
+PlanLevel.__doc__ = """One verdict per tested level (concurrency, or offered rate), repeats pooled."""
 PLAN_LEVEL = table(PlanLevel)
 
 
 class Plan(TypedDict):
-    """``PLAN``."""
+    """The step plan (``run.json``'s ``plan``): the grid, the SLO, and what it decided step by step."""
 
     grid: Annotated[
         list[float], Doc("users", "the concurrency grid (open loop: the rates; voice sweep: numbers of voices)")
@@ -636,7 +636,7 @@ VOICE_UPLOAD = table(VoiceUpload)
 
 
 class SpeechCounts(TypedDict):
-    """``SPEECH_COUNTS``."""
+    """``run.json``'s ``speech`` (--asr-model): clips offered to the judge, judged, not judged."""
 
     offered: Annotated[int, Doc("count", "clips the judge was given")]
     judged: Annotated[int, Doc("count", "")]
@@ -660,7 +660,7 @@ TRACE_BURST = table(TraceBurst)
 
 
 class Trace(TypedDict):
-    """``TRACE``."""
+    """``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace)."""
 
     path: Annotated[str, Doc("", "the file replayed")]
     rows: Annotated[int, Doc("count", "arrivals in it")]
@@ -674,7 +674,7 @@ TRACE = table(Trace)
 
 
 class SpikeHealth(TypedDict):
-    """``SPIKE_HEALTH``."""
+    """A health probe sent while the spike ran (``run.json``'s ``spike_health``)."""
 
     at: Annotated[float, Doc("unix s", "when it was answered (or failed)")]
     phase: Annotated[str, Doc("", "the spike's step it was sent in")]
@@ -688,7 +688,7 @@ SPIKE_HEALTH = table(SpikeHealth)
 
 
 class RunInfo(TypedDict):
-    """``RUN``."""
+    """``run.json``: the run's plan, options, clocks and versions, written by the master."""
 
     format_version: Annotated[int, Doc("", "this format's version; missing means 1")]
     run_id: Annotated[str, Doc("", "the run directory's name")]

@@ -209,7 +209,7 @@ RESOURCE_AGGREGATE = table(ResourceAggregate)
 
 
 class IntegrityExample(TypedDict):
-    """``INTEGRITY_EXAMPLE``."""
+    """A mismatch quoted as an example (``integrity.examples``)."""
 
     text_id: Annotated[str | None, Doc("", "")]
     expected_s: Annotated[float, Doc("s", "the text's reference audio")]
@@ -220,7 +220,7 @@ INTEGRITY_EXAMPLE = table(IntegrityExample)
 
 
 class Integrity(TypedDict):
-    """``INTEGRITY``."""
+    """``integrity``: the same text gives about the same audio at every step."""
 
     checked: Annotated[int, Doc("count", "successful attempts with audio and a reference")]
     mismatched: Annotated[int, Doc("count", "")]
@@ -232,7 +232,7 @@ INTEGRITY = table(Integrity)
 
 
 class Little(TypedDict):
-    """``LITTLE``."""
+    """``little``: Little's law over a step's window (busy users against expected)."""
 
     effective_concurrency: Annotated[float, Doc("users", "mean busy users over the window")]
     expected_concurrency: Annotated[
@@ -246,7 +246,7 @@ LITTLE = table(Little)
 
 
 class Stage(TypedDict):
-    """``STAGE``."""
+    """A Server-Timing stage over a step (``server_timing_ms``)."""
 
     mean: Annotated[float, Doc("ms", "")]
     p50: Annotated[float, Doc("ms", "")]
@@ -257,7 +257,7 @@ STAGE = table(Stage)
 
 
 class Tier(TypedDict):
-    """``TIER``."""
+    """A text tier's, voice's or language's latency over a step (``latency_by_tier_ms`` …)."""
 
     count: Annotated[int, Doc("count", "")]
     p50: Annotated[float, Doc("ms", "")]
@@ -268,7 +268,7 @@ TIER = table(Tier)
 
 
 class Error(TypedDict):
-    """``ERROR``."""
+    """One of a step's commonest errors (``errors``)."""
 
     error: Annotated[str, Doc("", "the error, one line")]
     count: Annotated[int, Doc("count", "")]
@@ -278,7 +278,7 @@ ERROR = table(Error)
 
 
 class Streams(TypedDict):
-    """``STREAMS``."""
+    """``streams``: the streams a step's stream figures count."""
 
     counted: Annotated[int, Doc("count", "streams that ended before the step did")]
     cut_by_step_end: Annotated[int, Doc("count", "left out: they heard the next step's load")]
@@ -288,7 +288,7 @@ STREAMS = table(Streams)
 
 
 class Repeat(TypedDict):
-    """``REPEAT``."""
+    """One repeat's own figures at a level tested more than once (``spread.by_repeat``)."""
 
     step: Annotated[int, Doc("", "")]
     phase: Annotated[str | None, Doc("", "")]
@@ -304,7 +304,7 @@ REPEAT = table(Repeat)
 
 
 class Spread(TypedDict):
-    """``SPREAD``."""
+    """``spread``: a level tested more than once, the spread between its repeats."""
 
     by_repeat: Annotated[list[Repeat], Doc("", "each repeat's own figures")]
     p50_ms: NotRequired[Annotated[float, Doc("ms", "[min, max] over the repeats")]]
@@ -317,7 +317,7 @@ SPREAD = table(Spread)
 
 
 class Growth(TypedDict):
-    """``GROWTH``."""
+    """``growth`` (open loop): whether the queue kept growing through the step."""
 
     p50_thirds: Annotated[list[float] | None, Doc("ms", "median sched_wait_ms in each third of the step")]
     growing: Annotated[bool | None, Doc("", "the queue kept growing through the step")]
@@ -328,7 +328,7 @@ GROWTH = table(Growth)
 
 
 class Inflight(TypedDict):
-    """``INFLIGHT``."""
+    """``inflight`` (open loop): requests in flight over the window."""
 
     mean: Annotated[float | None, Doc("count", "requests in flight over the window")]
     max: Annotated[int | None, Doc("count", "")]
@@ -336,7 +336,6 @@ class Inflight(TypedDict):
 
 INFLIGHT = table(Inflight)
 
-#: ``ATTEMPTS_BY_NUMBER``.
 AttemptsByNumber = TypedDict(
     "AttemptsByNumber",
     {
@@ -344,6 +343,9 @@ AttemptsByNumber = TypedDict(
         "2": Annotated[int, Doc("count", "second attempts")],
         "3+": Annotated[int, Doc("count", "the third and later")],
     },
+)
+AttemptsByNumber.__doc__ = (
+    """``attempts_by_number``: a step's attempts by their number (its keys are no Python names)."""
 )
 ATTEMPTS_BY_NUMBER = table(AttemptsByNumber)
 
@@ -537,7 +539,7 @@ KNEE_METHODS = table(KneeMethods)
 
 
 class Knee(TypedDict):
-    """``KNEE``."""
+    """``knee``: the level where the service stops scaling, and what each method says."""
 
     concurrency: Annotated[int | None, Doc("users", "the knee, or null; open loop: null")]
     index: Annotated[int | None, Doc("", "into the levels")]
@@ -600,7 +602,6 @@ class Knee(TypedDict):
 
 KNEE = table(Knee)
 
-#: ``SLO_VERDICT``.
 SloVerdict = TypedDict(
     "SloVerdict",
     {
@@ -624,11 +625,12 @@ SloVerdict = TypedDict(
         "voices": NotRequired[Annotated[int, Doc("count", "voice sweep: the level's number of voices")]],
     },
 )
+SloVerdict.__doc__ = """One level's (or step's) SLO verdict (``slo.steps``, ``slo.by_step``)."""
 SLO_VERDICT = table(SloVerdict)
 
 
 class Slo(TypedDict):
-    """``SLO``."""
+    """``slo``: each level and step judged against the SLO, and the highest level meeting it."""
 
     spec: Annotated[str, Doc("", "")]
     steps: Annotated[list[SloVerdict], Doc("", "one verdict per level")]
@@ -667,7 +669,7 @@ class DiagnosisKind(StrEnum):
 
 
 class Diagnosis(TypedDict):
-    """``DIAGNOSIS``."""
+    """``diagnosis``: what bends the service at the knee, with the evidence."""
 
     kind: Annotated[
         DiagnosisKind,
@@ -684,7 +686,7 @@ DIAGNOSIS = table(Diagnosis)
 
 
 class LittleLaw(TypedDict):
-    """``LITTLE_LAW``."""
+    """``little_law``: Little's law at the knee (or the highest step)."""
 
     concurrency: Annotated[int, Doc("users", "")]
     effective_concurrency: Annotated[float, Doc("users", "")]
@@ -697,7 +699,7 @@ LITTLE_LAW = table(LittleLaw)
 
 
 class Usl(TypedDict):
-    """``USL``."""
+    """``usl``: the Universal Scalability Law fitted to throughput over concurrency."""
 
     lambda_rps: Annotated[float, Doc("req/s", "")]
     sigma: Annotated[float, Doc("", "contention")]
@@ -711,7 +713,7 @@ USL = table(Usl)
 
 
 class MemoryCreep(TypedDict):
-    """``MEMORY_CREEP``."""
+    """``gpu_memory_creep``: GPU memory left above its pre-run level after the run."""
 
     host: Annotated[str, Doc("", "the host with the largest rise")]
     baseline_bytes: Annotated[float, Doc("bytes", "before the run")]
@@ -743,7 +745,7 @@ COMPARISON = table(Comparison)
 
 
 class RegressionStep(TypedDict):
-    """``REGRESSION_STEP``."""
+    """One level both runs tested, compared (``regression.steps``)."""
 
     concurrency: Annotated[int, Doc("users", "open loop: 0")]
     rate: NotRequired[Annotated[float, Doc("req/s", "open loop: the offered rate compared")]]
@@ -761,7 +763,7 @@ REGRESSION_STEP = table(RegressionStep)
 
 
 class BaselineLevel(TypedDict):
-    """``BASELINE_LEVEL``."""
+    """One level of the baseline's curve (``regression.baseline.levels``)."""
 
     concurrency: Annotated[int, Doc("users", "open loop: 0")]
     rate: NotRequired[Annotated[float, Doc("req/s", "open loop")]]
@@ -776,7 +778,7 @@ BASELINE_LEVEL = table(BaselineLevel)
 
 
 class Baseline(TypedDict):
-    """``BASELINE``."""
+    """The baseline run compared against (``regression.baseline``)."""
 
     run_id: Annotated[str, Doc("", "")]
     path: Annotated[str, Doc("", "")]
@@ -787,7 +789,7 @@ BASELINE = table(Baseline)
 
 
 class Regression(TypedDict):
-    """``REGRESSION``."""
+    """``regression`` (--baseline): this run against a baseline, level by level."""
 
     baseline: Annotated[Baseline, Doc("", "")]
     tolerance: Annotated[float, Doc("", "relative change let pass")]
@@ -806,7 +808,7 @@ REGRESSION = table(Regression)
 
 
 class Require(TypedDict):
-    """``REQUIRE``."""
+    """``require`` (--require): whether the claim at N holds, and the exit status it calls for."""
 
     concurrency: Annotated[int, Doc("users", "N of --require; open loop: 0")]
     rate: NotRequired[Annotated[float, Doc("req/s", "open loop: R of --require R/s")]]
@@ -823,7 +825,7 @@ REQUIRE = table(Require)
 
 # ---- soak (--soak): drift over one level held for long (analysis.soak)
 class SoakWindow(TypedDict):
-    """``SOAK_WINDOW``."""
+    """One window of a soak (``soak.windows``)."""
 
     start: Annotated[float, Doc("unix s", "")]
     end: Annotated[float, Doc("unix s", "")]
@@ -848,7 +850,7 @@ SOAK_WINDOW = table(SoakWindow)
 
 
 class SoakTrend(TypedDict):
-    """``SOAK_TREND``."""
+    """One figure's trend over a soak's windows (``soak.trends``)."""
 
     figure: Annotated[str, Doc("", "a window figure: p50_ms, p95_ms, throughput_rps, server_rss_bytes …")]
     host: Annotated[str | None, Doc("", "for a figure per host")]
@@ -868,7 +870,7 @@ SOAK_TREND = table(SoakTrend)
 
 
 class Soak(TypedDict):
-    """``SOAK``."""
+    """``soak`` (--soak): drift over the one level held for long (analysis.soak)."""
 
     step: Annotated[int, Doc("", "the soak's step")]
     concurrency: Annotated[int, Doc("users", "the level held (open loop: 0)")]
@@ -912,7 +914,7 @@ SUMMARY_RUN = table(SummaryRun)
 
 
 class Records(TypedDict):
-    """``RECORDS``."""
+    """``records``: what was read of requests.jsonl."""
 
     lines: Annotated[int, Doc("count", "lines of requests.jsonl read")]
     attempts: Annotated[int, Doc("count", "attempt records among them")]
@@ -922,7 +924,7 @@ RECORDS = table(Records)
 
 
 class PerFile(TypedDict):
-    """``PER_FILE``."""
+    """A count per file of the run directory (``bad_lines``, ``incomplete_last_line``)."""
 
     requests: Annotated[bool | int, Doc("", "requests.jsonl")]
     resources: Annotated[bool | int, Doc("", "resources.jsonl")]
@@ -974,7 +976,7 @@ HANGUP_WORK = table(HangupWork)
 
 
 class Hangups(TypedDict):
-    """``HANGUPS``."""
+    """``hangups``: requests the client gave up on at --request-timeout, and the work they left the server."""
 
     timed_out: Annotated[int, Doc("count", "attempts the client abandoned at --request-timeout, every phase")]
     orphaned_work_s: Annotated[HangupWork | None, Doc("s", "null: too few, or not measurable (note says why)")]
@@ -985,7 +987,7 @@ HANGUPS = table(Hangups)
 
 
 class BargeIn(TypedDict):
-    """``BARGE_IN``."""
+    """``barge_in``: the listener's interruptions (--barge-in) and what they cost the server."""
 
     fraction: Annotated[float, Doc("", "--barge-in: the share of utterances the listener interrupts")]
     cancel_by: Annotated[str | None, Doc("", "--cancel-by")]
@@ -1009,7 +1011,7 @@ BARGE_IN = table(BargeIn)
 
 
 class CapacityAt(TypedDict):
-    """``CAPACITY_AT``."""
+    """The recommended level a capacity is read at (``capacity.at``)."""
 
     concurrency: Annotated[
         int | None, Doc("users", "the recommended concurrency (open loop: the one the rate implies)")
@@ -1022,7 +1024,7 @@ CAPACITY_AT = table(CapacityAt)
 
 
 class CapacityPlan(TypedDict):
-    """``CAPACITY_PLAN``."""
+    """``capacity.plan`` (--plan-for): the replicas the demand needs."""
 
     demand: Annotated[float | str, Doc("", "--plan-for as given: N concurrent requests, or N/s")]
     per_s: Annotated[bool, Doc("", "the demand is a rate")]
@@ -1040,7 +1042,7 @@ CAPACITY_PLAN = table(CapacityPlan)
 
 
 class Capacity(TypedDict):
-    """``CAPACITY``."""
+    """``capacity``: the recommendation in replicas and money (analysis.capacity)."""
 
     at: Annotated[CapacityAt | None, Doc("", "the recommended level read (null: none recommended)")]
     throughput_rps: Annotated[float | None, Doc("req/s", "one replica at the recommendation")]
@@ -1061,7 +1063,7 @@ CAPACITY = table(Capacity)
 
 
 class TextReuse(TypedDict):
-    """``TEXT_REUSE``."""
+    """``text_reuse``: first and later sends of a text compared, an answer cache (analysis.reuse)."""
 
     pairs: Annotated[int, Doc("count", "texts repeated within the step they were first sent in")]
     first_ms: Annotated[float | None, Doc("ms", "median of their first times (TTFA for streams, else the wait)")]
@@ -1106,7 +1108,6 @@ class ProbeLevel(ProbeOutcomes):
 
 
 PROBE_LEVEL = table(ProbeLevel)
-#: ``PROBE_CLASS``.
 ProbeClass = TypedDict(
     "ProbeClass",
     {
@@ -1135,11 +1136,12 @@ ProbeClass = TypedDict(
         "verdict": Annotated[str, Doc("", "what the server did, in words")],
     },
 )
+ProbeClass.__doc__ = """One class of hostile text probed (``probe.classes``)."""
 PROBE_CLASS = table(ProbeClass)
 
 
 class Probe(TypedDict):
-    """``PROBE``."""
+    """``probe`` (--probe-texts): what the server did per class of hostile text (analysis.probe)."""
 
     levels: Annotated[list[int], Doc("users", "the concurrencies probed")]
     classes: Annotated[list[ProbeClass], Doc("", "one per class probed")]
@@ -1152,7 +1154,7 @@ PROBE = table(Probe)
 
 # ---- the spike (--spike): how the server took it and how long it took to recover (analysis.spike)
 class SpikePart(TypedDict):
-    """``SPIKE_PART``."""
+    """The spike step or the recovery step (``spike.during``, ``spike.after``)."""
 
     attempts: Annotated[int, Doc("count", "")]
     ok: Annotated[bool, Doc("count", "")]
@@ -1179,7 +1181,7 @@ class SpikeBehaviour(StrEnum):
 
 
 class Spike(TypedDict):
-    """``SPIKE``."""
+    """``spike`` (--spike): how the server took it and how long it took to recover (analysis.spike)."""
 
     factor: Annotated[float | None, Doc("", "FACTOR of --spike")]
     seconds: Annotated[float | None, Doc("s", "SECONDS of --spike")]
@@ -1212,7 +1214,7 @@ SPIKE = table(Spike)
 
 # ---- trace replay (--trace): the trace, its bursts per step, the answers as speeds (analysis.trace)
 class TraceStepBurst(TypedDict):
-    """``TRACE_STEP_BURST``."""
+    """A burst of the trace as one step replayed it (``trace.steps[].bursts``)."""
 
     start_s: Annotated[float, Doc("s", "the burst's place in the trace")]
     end_s: Annotated[float, Doc("s", "")]
@@ -1225,7 +1227,7 @@ TRACE_STEP_BURST = table(TraceStepBurst)
 
 
 class TraceStep(TypedDict):
-    """``TRACE_STEP``."""
+    """One replay step of a trace (``trace.steps``)."""
 
     step: Annotated[int, Doc("", "")]
     speed: Annotated[float, Doc("x", "the step's rate over the trace's")]
@@ -1251,7 +1253,7 @@ TRACE_PART = table(TracePart)
 
 
 class Summary(TypedDict):
-    """``SUMMARY``."""
+    """``summary.json``: the analysis of a run, written by the dashboard."""
 
     run: Annotated[SummaryRun, Doc("", "run.json's description of the run, and its path")]
     records: Annotated[Records, Doc("count", "lines and attempts read")]

@@ -8,6 +8,7 @@ directories and check every value of ``summary.json``, ``run.json`` and each att
 against the declared types."""
 
 import json
+import re
 import types
 import typing
 from typing import Annotated
@@ -59,6 +60,19 @@ def test_a_field_without_its_unit_and_meaning_or_keyed_without_its_key_is_refuse
         table(Bare)
     with pytest.raises(TypeError, match="Unkeyed.by"):
         table(Unkeyed)
+
+
+def test_the_manuals_field_reference_is_made_from_the_declarations():
+    from pathlib import Path
+
+    from tts_knee.runformat.check import DECLARED, reference
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "fields.md").read_text()
+    assert page == reference(), "docs/fields.md is out of date: make docs writes it"
+    sections = re.findall(r"^#+ `?([\w.]+)", page, flags=re.M)
+    assert list(DECLARED) == sections[1 : len(DECLARED) + 1]  # each file, then what it nests
+    assert {"StepSummary", "Knee", "Diagnosis", "SloVerdict", "StepEntry", "Dist"} <= set(sections)
+    assert "| `ttfb_ms` | ms | null | t1 - t0 |" in page
 
 
 def test_the_outcomes_are_the_probes_counts():
