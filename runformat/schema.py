@@ -250,7 +250,7 @@ class Proc(TypedDict):
 
     pid: Annotated[int | None, Doc("", "the watched root process; null for a heartbeat")]
     cpu_percent: Annotated[float | None, Doc("percent", "of one core, summed over the tree")]
-    rss_bytes: Annotated[int | None, Doc("bytes", "")]
+    rss_bytes: Annotated[float | None, Doc("bytes", "")]
     num_children: NotRequired[Annotated[int | None, Doc("count", "")]]
 
 
@@ -286,22 +286,8 @@ class GpuReading(TypedDict):
 GPU_READING = table(GpuReading)
 
 
-class Gpu(TypedDict):
+class Gpu(GpuIdentity, GpuReading):
     """One GPU of a resource sample (``gpus``): what enumeration gives, then the readings."""
-
-    index: Annotated[int, Doc("", "NVML device index")]
-    mig_index: Annotated[int | None, Doc("", "MIG instance index, null for a whole GPU")]
-    uuid: Annotated[str | None, Doc("", "")]
-    name: Annotated[str | None, Doc("", "")]
-    lost: Annotated[bool, Doc("", "the device (or driver) went away: its readings are null")]
-    util_percent: Annotated[float | None, Doc("percent", "NVML utilization.gpu: time a kernel ran, not SM occupancy")]
-    mem_used_bytes: Annotated[float | None, Doc("bytes", "")]
-    mem_total_bytes: Annotated[int | None, Doc("bytes", "")]
-    power_w: Annotated[float | None, Doc("W", "")]
-    temp_c: Annotated[int | None, Doc("°C", "")]
-    sm_clock_mhz: Annotated[int | None, Doc("MHz", "")]
-    clock_event_reasons: Annotated[list[str] | None, Doc("", "decoded clock event (throttle) reasons")]
-    proc_mem_bytes: Annotated[float | None, Doc("bytes", "GPU memory the watched processes hold")]
 
 
 GPU = table(Gpu)
@@ -325,8 +311,8 @@ class ResourceSample(TypedDict):
     iowait_percent: NotRequired[Annotated[float | None, Doc("percent", "")]]
     steal_percent: NotRequired[Annotated[float | None, Doc("percent", "")]]
     cpu_count: NotRequired[Annotated[int | None, Doc("count", "")]]
-    mem_used_bytes: Annotated[int | None, Doc("bytes", "what applications hold; not cache")]
-    mem_total_bytes: Annotated[int | None, Doc("bytes", "")]
+    mem_used_bytes: Annotated[float | None, Doc("bytes", "what applications hold; not cache")]
+    mem_total_bytes: Annotated[float | None, Doc("bytes", "")]
     disk_read_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
     disk_write_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
     net_sent_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
@@ -673,15 +659,13 @@ class Trace(TypedDict):
 TRACE = table(Trace)
 
 
-class SpikeHealth(TypedDict):
-    """A health probe sent while the spike ran (``run.json``'s ``spike_health``)."""
-
+class _SpikeProbe(TypedDict):
     at: Annotated[float, Doc("unix s", "when it was answered (or failed)")]
     phase: Annotated[str, Doc("", "the spike's step it was sent in")]
-    ok: Annotated[bool, Doc("", "the target answered like a TTS server (or busy, but a server)")]
-    status: Annotated[str | None, Doc("", "HTTP status (gRPC: the code name); null without an answer")]
-    ms: Annotated[float | None, Doc("ms", "its round trip")]
-    message: Annotated[str | None, Doc("", "why the run cannot start, one sentence")]
+
+
+class SpikeHealth(_SpikeProbe, Preflight):
+    """A health probe sent while the spike ran (``run.json``'s ``spike_health``): when, then as the preflight."""
 
 
 SPIKE_HEALTH = table(SpikeHealth)

@@ -28,16 +28,24 @@ from .options import RUN_OPTIONS
 from .schema import CollectorEntry, Preflight, Provenance, Trace, Versions, WorkerEntry
 
 
-class Dist(TypedDict):
-    """A distribution of finite values: ``latency_ms``, ``ttfb_ms``, ``ttfa_ms`` … (null: none)."""
+class Tail(TypedDict):
+    """The tail of a distribution: ``underrun_ms``, ``gap_max_ms``, ``chunks`` (null: none)."""
 
     count: Annotated[int, Doc("count", "values")]
     mean: Annotated[float, Doc("", "in the unit of the figure")]
-    p50: Annotated[float, Doc("", "exact percentiles, numpy's linear interpolation")]
-    p90: Annotated[float, Doc("", "")]
-    p95: Annotated[float, Doc("", "")]
-    p99: Annotated[float, Doc("", "")]
+    p95: Annotated[float, Doc("", "exact percentiles, numpy's linear interpolation")]
     max: Annotated[float, Doc("", "")]
+
+
+TAIL = table(Tail)
+
+
+class Dist(Tail):
+    """A distribution of finite values: ``latency_ms``, ``ttfb_ms``, ``ttfa_ms`` … (null: none); its tail and more."""
+
+    p50: Annotated[float, Doc("", "")]
+    p90: Annotated[float, Doc("", "")]
+    p99: Annotated[float, Doc("", "")]
     p50_ci: NotRequired[
         Annotated[list[float | None], Doc("", "[lo, hi] of the median (an end too few values can bound is null)")]
     ]
@@ -47,18 +55,6 @@ class Dist(TypedDict):
 
 
 DIST = table(Dist)
-
-
-class Tail(TypedDict):
-    """The tail of a distribution: ``underrun_ms``, ``gap_max_ms``, ``chunks``."""
-
-    count: Annotated[int, Doc("count", "values")]
-    mean: Annotated[float, Doc("", "in the unit of the figure")]
-    p95: Annotated[float, Doc("", "")]
-    max: Annotated[float, Doc("", "")]
-
-
-TAIL = table(Tail)
 
 
 class RivaStats(TypedDict):
@@ -165,36 +161,21 @@ class SeriesStats(TypedDict):
 SERIES_STATS = table(SeriesStats)
 
 
-class ServerRole(TypedDict):
+class ServerRole(SeriesStats):
     """A server role (queue depth, running, batch size, KV cache) and the series that told it."""
 
     series: Annotated[str, Doc("", "the series the role was read from")]
     why: NotRequired[
         Annotated[str, Doc("", "how it got the role: a known server's name, an obvious ending, --server-role")]
     ]
-    mean: Annotated[float | None, Doc("", "")]
-    max: Annotated[float | None, Doc("", "")]
-    samples: Annotated[int, Doc("count", "samples that carried it")]
 
 
 SERVER_ROLE = table(ServerRole)
 
 
-class ResourceAggregate(TypedDict):
+class ResourceAggregate(HostAggregate):
     """``server`` and ``client``: a role's samples over the window, the highest of its hosts' figures."""
 
-    samples: Annotated[int, Doc("count", "")]
-    cpu_mean: Annotated[float | None, Doc("percent", "")]
-    cpu_max: Annotated[float | None, Doc("percent", "")]
-    busiest_core_mean: Annotated[float | None, Doc("percent", "")]
-    busiest_core_max: Annotated[float | None, Doc("percent", "")]
-    proc_cpu_mean: Annotated[float | None, Doc("percent", "the watched process tree, of one core")]
-    proc_cpu_max: Annotated[float | None, Doc("percent", "")]
-    gpu_util_mean: Annotated[float | None, Doc("percent", "")]
-    gpu_util_max: Annotated[float | None, Doc("percent", "")]
-    gpu_mem_peak_bytes: Annotated[float | None, Doc("bytes", "")]
-    gpu_mem_total_bytes: Annotated[float | None, Doc("bytes", "")]
-    gpu_power_mean_w: Annotated[float | None, Doc("W", "")]
     hosts: Annotated[list[str], Doc("", "the hosts sampled")]
     gpu_mem_fallback_bytes: NotRequired[Annotated[float | None, Doc("bytes", "server: GPU memory just after the step")]]
     metrics: NotRequired[Annotated[dict[str, SeriesStats] | None, Doc("", "server: the scraped series", key="series")]]
@@ -830,7 +811,7 @@ class SoakWindow(TypedDict):
     start: Annotated[float, Doc("unix s", "")]
     end: Annotated[float, Doc("unix s", "")]
     requests: Annotated[int, Doc("count", "settled requests sent in it")]
-    ok: Annotated[bool, Doc("count", "")]
+    ok: Annotated[int, Doc("count", "")]
     failed: Annotated[int, Doc("count", "")]
     error_rate: Annotated[float | None, Doc("", "failed / requests")]
     throughput_rps: Annotated[float, Doc("req/s", "successful completions inside it per second")]
@@ -862,7 +843,7 @@ class SoakTrend(TypedDict):
     slope_per_min: Annotated[float, Doc("", "Theil-Sen slope, in the figure's unit per minute")]
     slope_ci: Annotated[list[float], Doc("", "its 95% interval [lo, hi]")]
     p_value: Annotated[float | None, Doc("", "Mann-Kendall test")]
-    drift: Annotated[list[str], Doc("", "it drifts the bad way, significantly and materially")]
+    drift: Annotated[bool, Doc("", "it drifts the bad way, significantly and materially")]
     verdict: Annotated[str | None, Doc("", "the drift in one sentence")]
 
 
@@ -1157,7 +1138,7 @@ class SpikePart(TypedDict):
     """The spike step or the recovery step (``spike.during``, ``spike.after``)."""
 
     attempts: Annotated[int, Doc("count", "")]
-    ok: Annotated[bool, Doc("count", "")]
+    ok: Annotated[int, Doc("count", "")]
     shed: Annotated[int, Doc("count", "refused with 429 or 503")]
     failed: Annotated[int, Doc("count", "failed otherwise (5xx, resets, timeouts)")]
     shed_share: Annotated[float, Doc("", "shed / attempts")]
