@@ -63,7 +63,7 @@ def table(cls: type) -> "tuple[Field, ...]":
     nullable where its type takes None, optional where it is ``NotRequired``, and the table of
     a nested class (an object, a list of them, or ``dict[str, ...]`` keyed by data) in ``of``."""
     optional = getattr(cls, "__optional_keys__", frozenset())
-    out = []
+    out: list[Field] = []
     for name, hint in typing.get_type_hints(cls, include_extras=True).items():
         if getattr(hint, "__origin__", None) is NotRequired:
             hint = typing.get_args(hint)[0]
@@ -76,8 +76,9 @@ def table(cls: type) -> "tuple[Field, ...]":
         if (typing.get_origin(value) is dict and doc.of is None) != (doc.key is not None):
             raise TypeError(f"{cls.__name__}.{name}: a Doc key goes with a dict[str, ...] field and only there")
         out.append(Field(name, doc.unit, type(None) in alternatives, doc.doc, name in optional, of))
-    _CLASS_OF[id(out := tuple(out))] = cls
-    return out
+    derived = tuple(out)
+    _CLASS_OF[id(derived)] = cls
+    return derived
 
 
 #: Each derived table's class, by the table's id (tables are cached: one tuple per class).
