@@ -62,7 +62,7 @@ def table(cls: type) -> "tuple[Field, ...]":
     """The table of a declared class: each field's name, unit and meaning (its :class:`Doc`),
     nullable where its type takes None, optional where it is ``NotRequired``, and the table of
     a nested class (an object, a list of them, or ``dict[str, ...]`` keyed by data) in ``of``."""
-    optional = getattr(cls, "__optional_keys__", frozenset())
+    optional: frozenset[str] = getattr(cls, "__optional_keys__", frozenset())
     out: list[Field] = []
     for name, hint in typing.get_type_hints(cls, include_extras=True).items():
         if getattr(hint, "__origin__", None) is NotRequired:
