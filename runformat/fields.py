@@ -64,7 +64,10 @@ def table(cls: type) -> "tuple[Field, ...]":
     a nested class (an object, a list of them, or ``dict[str, ...]`` keyed by data) in ``of``."""
     optional: frozenset[str] = getattr(cls, "__optional_keys__", frozenset())
     out: list[Field] = []
-    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+    hints = cls.__annotations__  # a TypedDict's own and its bases', evaluated where declared
+    if any(isinstance(hint, str) for hint in hints.values()):  # declared under postponed annotations
+        hints = typing.get_type_hints(cls, include_extras=True)
+    for name, hint in hints.items():
         if getattr(hint, "__origin__", None) is NotRequired:
             hint = typing.get_args(hint)[0]
         docs = [e for e in getattr(hint, "__metadata__", ()) if isinstance(e, Doc)]

@@ -629,9 +629,6 @@ class SpeechCounts(TypedDict):
     not_judged: Annotated[int, Doc("count", "undecodable, or the judge behind or gone (speech.jsonl says which)")]
 
 
-SPEECH_COUNTS = table(SpeechCounts)
-
-
 class TraceBurst(TypedDict):
     """``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace)."""
 
@@ -640,9 +637,6 @@ class TraceBurst(TypedDict):
     arrivals: Annotated[int, Doc("count", "")]
     rate_rps: Annotated[float, Doc("req/s", "its arrivals over its length, at speed 1")]
     times_mean: Annotated[float, Doc("", "rate_rps over the trace's mean rate")]
-
-
-TRACE_BURST = table(TraceBurst)
 
 
 class Trace(TypedDict):
@@ -654,9 +648,6 @@ class Trace(TypedDict):
     rate_rps: Annotated[float, Doc("req/s", "rows / duration_s: a step at speed S offers S times this")]
     conversations: Annotated[int, Doc("count", "conversations whose turns go in order on one caller")]
     bursts: Annotated[list[TraceBurst], Doc("", "where arrivals come at least twice as fast as the mean")]
-
-
-TRACE = table(Trace)
 
 
 class _SpikeProbe(TypedDict):

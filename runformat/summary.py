@@ -37,9 +37,6 @@ class Tail(TypedDict):
     max: Annotated[float, Doc("", "")]
 
 
-TAIL = table(Tail)
-
-
 class Dist(Tail):
     """A distribution of finite values: ``latency_ms``, ``ttfb_ms``, ``ttfa_ms`` … (null: none); its tail and more."""
 
@@ -54,9 +51,6 @@ class Dist(Tail):
     ci_n: NotRequired[Annotated[int, Doc("count", "values the intervals rest on")]]
 
 
-DIST = table(Dist)
-
-
 class RivaStats(TypedDict):
     """A figure as NVIDIA's riva_tts_perf_client prints it (see ``analysis.steps``)."""
 
@@ -67,9 +61,6 @@ class RivaStats(TypedDict):
     p99: Annotated[float, Doc("ms", "sorted[int(0.99 n)]")]
 
 
-RIVA_STATS = table(RivaStats)
-
-
 class Riva(TypedDict):
     """``riva``: the perf client's latency figures over a step's streams."""
 
@@ -78,9 +69,6 @@ class Riva(TypedDict):
         RivaStats | None,
         Doc("ms", "between consecutive audio arrivals of a stream, the first excluded, pooled over the streams"),
     ]
-
-
-RIVA = table(Riva)
 
 
 class Window(TypedDict):
@@ -97,9 +85,6 @@ class Window(TypedDict):
     spans: NotRequired[Annotated[list[list[float]], Doc("unix s", "pooled level: its steps' [start, end] spans")]]
 
 
-WINDOW = table(Window)
-
-
 class OpenStep(TypedDict):
     """A step still running (the live view): what its elapsed window gives so far."""
 
@@ -113,9 +98,6 @@ class OpenStep(TypedDict):
     note: Annotated[str, Doc("", "why, in one sentence")]
 
 
-OPEN_STEP = table(OpenStep)
-
-
 class InProgress(TypedDict):
     """The open step as the verdict names it."""
 
@@ -125,9 +107,6 @@ class InProgress(TypedDict):
     voices: Annotated[int | None, Doc("count", "voice sweep")]
     closed_steps: Annotated[list[int], Doc("", "the steps the verdict is from")]
     note: Annotated[str, Doc("", "one sentence for the verdict box")]
-
-
-IN_PROGRESS = table(InProgress)
 
 
 class HostAggregate(TypedDict):
@@ -147,18 +126,12 @@ class HostAggregate(TypedDict):
     gpu_power_mean_w: Annotated[float | None, Doc("W", "")]
 
 
-HOST_AGGREGATE = table(HostAggregate)
-
-
 class SeriesStats(TypedDict):
     """A scraped series over a step's window."""
 
     mean: Annotated[float | None, Doc("", "")]
     max: Annotated[float | None, Doc("", "")]
     samples: Annotated[int, Doc("count", "samples that carried it")]
-
-
-SERIES_STATS = table(SeriesStats)
 
 
 class ServerRole(SeriesStats):
@@ -168,9 +141,6 @@ class ServerRole(SeriesStats):
     why: NotRequired[
         Annotated[str, Doc("", "how it got the role: a known server's name, an obvious ending, --server-role")]
     ]
-
-
-SERVER_ROLE = table(ServerRole)
 
 
 class ResourceAggregate(HostAggregate):
@@ -186,18 +156,12 @@ class ResourceAggregate(HostAggregate):
     by_host: Annotated[dict[str, HostAggregate], Doc("", "each host's own figures", key="host")]
 
 
-RESOURCE_AGGREGATE = table(ResourceAggregate)
-
-
 class IntegrityExample(TypedDict):
     """A mismatch quoted as an example (``integrity.examples``)."""
 
     text_id: Annotated[str | None, Doc("", "")]
     expected_s: Annotated[float, Doc("s", "the text's reference audio")]
     got_s: Annotated[float, Doc("s", "")]
-
-
-INTEGRITY_EXAMPLE = table(IntegrityExample)
 
 
 class Integrity(TypedDict):
@@ -207,9 +171,6 @@ class Integrity(TypedDict):
     mismatched: Annotated[int, Doc("count", "")]
     rate: Annotated[float | None, Doc("", "their share")]
     examples: Annotated[list[IntegrityExample], Doc("", "a few mismatches")]
-
-
-INTEGRITY = table(Integrity)
 
 
 class Little(TypedDict):
@@ -223,9 +184,6 @@ class Little(TypedDict):
     window_s: Annotated[float, Doc("s", "")]
 
 
-LITTLE = table(Little)
-
-
 class Stage(TypedDict):
     """A Server-Timing stage over a step (``server_timing_ms``)."""
 
@@ -234,18 +192,12 @@ class Stage(TypedDict):
     p95: Annotated[float, Doc("ms", "")]
 
 
-STAGE = table(Stage)
-
-
 class Tier(TypedDict):
     """A text tier's, voice's or language's latency over a step (``latency_by_tier_ms`` …)."""
 
     count: Annotated[int, Doc("count", "")]
     p50: Annotated[float, Doc("ms", "")]
     p95: Annotated[float, Doc("ms", "")]
-
-
-TIER = table(Tier)
 
 
 class Error(TypedDict):
@@ -281,9 +233,6 @@ class Repeat(TypedDict):
     requests: Annotated[int | None, Doc("count", "")]
 
 
-REPEAT = table(Repeat)
-
-
 class Spread(TypedDict):
     """``spread``: a level tested more than once, the spread between its repeats."""
 
@@ -292,9 +241,6 @@ class Spread(TypedDict):
     p95_ms: NotRequired[Annotated[float, Doc("ms", "")]]
     throughput_rps: NotRequired[Annotated[float, Doc("req/s", "")]]
     ttfa_p95_ms: NotRequired[Annotated[float, Doc("ms", "")]]
-
-
-SPREAD = table(Spread)
 
 
 class Growth(TypedDict):
@@ -315,8 +261,6 @@ class Inflight(TypedDict):
     max: Annotated[int | None, Doc("count", "")]
 
 
-INFLIGHT = table(Inflight)
-
 AttemptsByNumber = TypedDict(
     "AttemptsByNumber",
     {
@@ -328,7 +272,6 @@ AttemptsByNumber = TypedDict(
 AttemptsByNumber.__doc__ = (
     """``attempts_by_number``: a step's attempts by their number (its keys are no Python names)."""
 )
-ATTEMPTS_BY_NUMBER = table(AttemptsByNumber)
 
 
 class SpeechRise(TypedDict):
@@ -337,9 +280,6 @@ class SpeechRise(TypedDict):
     pairs: Annotated[int, Doc("count", "texts judged at both levels")]
     mean: Annotated[float, Doc("", "mean rise in error rate")]
     ci: Annotated[list[float], Doc("", "[lo, hi]: its 95 % bootstrap interval")]
-
-
-SPEECH_RISE = table(SpeechRise)
 
 
 class SpeechExample(TypedDict):
@@ -351,9 +291,6 @@ class SpeechExample(TypedDict):
     transcript: Annotated[str | None, Doc("", "what the judge heard")]
     error: Annotated[float, Doc("", "its word (or character) error rate")]
     clip: Annotated[str | None, Doc("", "the clip, relative to the run directory")]
-
-
-SPEECH_EXAMPLE = table(SpeechExample)
 
 
 class SpeechStep(TypedDict):
@@ -370,9 +307,6 @@ class SpeechStep(TypedDict):
     cer_p95: Annotated[float | None, Doc("", "")]
     unintelligible: Annotated[int, Doc("count", "clips judged with an error rate over 0.5")]
     worst: Annotated[list[SpeechExample], Doc("", "the worst clips, worst first")]
-
-
-SPEECH_STEP = table(SpeechStep)
 
 
 class StepSummary(TypedDict):
@@ -516,9 +450,6 @@ class KneeMethods(TypedDict):
     signal: NotRequired[Annotated[float | None, Doc("", "")]]
 
 
-KNEE_METHODS = table(KneeMethods)
-
-
 class Knee(TypedDict):
     """``knee``: the level where the service stops scaling, and what each method says."""
 
@@ -607,7 +538,6 @@ SloVerdict = TypedDict(
     },
 )
 SloVerdict.__doc__ = """One level's (or step's) SLO verdict (``slo.steps``, ``slo.by_step``)."""
-SLO_VERDICT = table(SloVerdict)
 
 
 class Slo(TypedDict):
@@ -663,9 +593,6 @@ class Diagnosis(TypedDict):
     resource_data: Annotated[bool, Doc("", "resource samples were there to judge by")]
 
 
-DIAGNOSIS = table(Diagnosis)
-
-
 class LittleLaw(TypedDict):
     """``little_law``: Little's law at the knee (or the highest step)."""
 
@@ -674,9 +601,6 @@ class LittleLaw(TypedDict):
     expected_concurrency: Annotated[float, Doc("users", "")]
     ratio: Annotated[float, Doc("", "")]
     ok: Annotated[bool, Doc("", "within the tolerance of 1")]
-
-
-LITTLE_LAW = table(LittleLaw)
 
 
 class Usl(TypedDict):
@@ -704,9 +628,6 @@ class MemoryCreep(TypedDict):
     after_samples: Annotated[int, Doc("count", "")]
 
 
-MEMORY_CREEP = table(MemoryCreep)
-
-
 class Comparison(TypedDict):
     """A figure compared with the baseline run."""
 
@@ -720,9 +641,6 @@ class Comparison(TypedDict):
     significant: Annotated[bool, Doc("", "")]
     regression: Annotated[bool, Doc("", "")]
     improvement: Annotated[bool, Doc("", "")]
-
-
-COMPARISON = table(Comparison)
 
 
 class RegressionStep(TypedDict):
@@ -740,9 +658,6 @@ class RegressionStep(TypedDict):
     improvement: Annotated[bool, Doc("", "")]
 
 
-REGRESSION_STEP = table(RegressionStep)
-
-
 class BaselineLevel(TypedDict):
     """One level of the baseline's curve (``regression.baseline.levels``)."""
 
@@ -755,18 +670,12 @@ class BaselineLevel(TypedDict):
     error_rate: Annotated[float | None, Doc("", "")]
 
 
-BASELINE_LEVEL = table(BaselineLevel)
-
-
 class Baseline(TypedDict):
     """The baseline run compared against (``regression.baseline``)."""
 
     run_id: Annotated[str, Doc("", "")]
     path: Annotated[str, Doc("", "")]
     levels: Annotated[list[BaselineLevel], Doc("", "the baseline's curve")]
-
-
-BASELINE = table(Baseline)
 
 
 class Regression(TypedDict):
@@ -785,9 +694,6 @@ class Regression(TypedDict):
     verdict: Annotated[str, Doc("", "in words")]
 
 
-REGRESSION = table(Regression)
-
-
 class Require(TypedDict):
     """``require`` (--require): whether the claim at N holds, and the exit status it calls for."""
 
@@ -799,9 +705,6 @@ class Require(TypedDict):
     exit: Annotated[int, Doc("", "the exit status it calls for")]
     claim: Annotated[str | None, Doc("", "the claim at N, in words")]
     reason: Annotated[str, Doc("", "")]
-
-
-REQUIRE = table(Require)
 
 
 # ---- soak (--soak): drift over one level held for long (analysis.soak)
@@ -827,9 +730,6 @@ class SoakWindow(TypedDict):
     ]
 
 
-SOAK_WINDOW = table(SoakWindow)
-
-
 class SoakTrend(TypedDict):
     """One figure's trend over a soak's windows (``soak.trends``)."""
 
@@ -847,9 +747,6 @@ class SoakTrend(TypedDict):
     verdict: Annotated[str | None, Doc("", "the drift in one sentence")]
 
 
-SOAK_TREND = table(SoakTrend)
-
-
 class Soak(TypedDict):
     """``soak`` (--soak): drift over the one level held for long (analysis.soak)."""
 
@@ -864,9 +761,6 @@ class Soak(TypedDict):
     trends: Annotated[list[SoakTrend], Doc("", "one per figure (and host)")]
     drift: Annotated[list[str], Doc("", "the verdict lines, one per drifting figure")]
     method: Annotated[str, Doc("", "how a trend is judged")]
-
-
-SOAK = table(Soak)
 
 
 class SummaryRun(TypedDict):
@@ -891,9 +785,6 @@ class SummaryRun(TypedDict):
     ]
 
 
-SUMMARY_RUN = table(SummaryRun)
-
-
 class Records(TypedDict):
     """``records``: what was read of requests.jsonl."""
 
@@ -909,9 +800,6 @@ class PerFile(TypedDict):
 
     requests: Annotated[bool | int, Doc("", "requests.jsonl")]
     resources: Annotated[bool | int, Doc("", "resources.jsonl")]
-
-
-PER_FILE = table(PerFile)
 
 
 class Orphaned(TypedDict):
@@ -936,9 +824,6 @@ class Orphaned(TypedDict):
     ]
 
 
-ORPHANED = table(Orphaned)
-
-
 class HangupWork(TypedDict):
     """``hangups``: requests the client gave up on at --request-timeout, and the work they left the server."""
 
@@ -953,18 +838,12 @@ class HangupWork(TypedDict):
     ]
 
 
-HANGUP_WORK = table(HangupWork)
-
-
 class Hangups(TypedDict):
     """``hangups``: requests the client gave up on at --request-timeout, and the work they left the server."""
 
     timed_out: Annotated[int, Doc("count", "attempts the client abandoned at --request-timeout, every phase")]
     orphaned_work_s: Annotated[HangupWork | None, Doc("s", "null: too few, or not measurable (note says why)")]
     note: Annotated[str | None, Doc("", "why orphaned_work_s is null")]
-
-
-HANGUPS = table(Hangups)
 
 
 class BargeIn(TypedDict):
@@ -988,9 +867,6 @@ class BargeIn(TypedDict):
     ]
 
 
-BARGE_IN = table(BargeIn)
-
-
 class CapacityAt(TypedDict):
     """The recommended level a capacity is read at (``capacity.at``)."""
 
@@ -999,9 +875,6 @@ class CapacityAt(TypedDict):
     ]
     rate: NotRequired[Annotated[float | None, Doc("req/s", "open loop: the recommended rate")]]
     voices: NotRequired[Annotated[int | None, Doc("count", "voice sweep: the recommended number of voices")]]
-
-
-CAPACITY_AT = table(CapacityAt)
 
 
 class CapacityPlan(TypedDict):
@@ -1017,9 +890,6 @@ class CapacityPlan(TypedDict):
     replicas: Annotated[
         int | None, Doc("count", "ceil(demand / (per_replica * (1 - headroom))); null: nothing carried")
     ]
-
-
-CAPACITY_PLAN = table(CapacityPlan)
 
 
 class Capacity(TypedDict):
@@ -1118,7 +988,6 @@ ProbeClass = TypedDict(
     },
 )
 ProbeClass.__doc__ = """One class of hostile text probed (``probe.classes``)."""
-PROBE_CLASS = table(ProbeClass)
 
 
 class Probe(TypedDict):
@@ -1128,9 +997,6 @@ class Probe(TypedDict):
     classes: Annotated[list[ProbeClass], Doc("", "one per class probed")]
     needs_guarding: Annotated[list[str], Doc("", "the classes the server did not answer as a service should")]
     note: Annotated[str | None, Doc("", "the diagnosis's sentence on them; null: every class answered well")]
-
-
-PROBE = table(Probe)
 
 
 # ---- the spike (--spike): how the server took it and how long it took to recover (analysis.spike)
@@ -1146,9 +1012,6 @@ class SpikePart(TypedDict):
     shed_ms_p50: Annotated[float | None, Doc("ms", "how fast the refusals came")]
     p95_ms: Annotated[float | None, Doc("ms", "of the successful final attempts (TTFA in a streamed run)")]
     p95_x: Annotated[float | None, Doc("", "p95_ms over the p95 before the spike")]
-
-
-SPIKE_PART = table(SpikePart)
 
 
 class SpikeBehaviour(StrEnum):
@@ -1190,9 +1053,6 @@ class Spike(TypedDict):
     text: Annotated[str, Doc("", "the verdict in one sentence (also the diagnosis's last evidence)")]
 
 
-SPIKE = table(Spike)
-
-
 # ---- trace replay (--trace): the trace, its bursts per step, the answers as speeds (analysis.trace)
 class TraceStepBurst(TypedDict):
     """A burst of the trace as one step replayed it (``trace.steps[].bursts``)."""
@@ -1202,9 +1062,6 @@ class TraceStepBurst(TypedDict):
     requests: Annotated[int, Doc("count", "the step's requests scheduled inside it")]
     failed: Annotated[int, Doc("count", "of them")]
     p95_ms: Annotated[float | None, Doc("ms", "their p95 latency from the schedule")]
-
-
-TRACE_STEP_BURST = table(TraceStepBurst)
 
 
 class TraceStep(TypedDict):
@@ -1218,9 +1075,6 @@ class TraceStep(TypedDict):
     p95_outside_ms: Annotated[float | None, Doc("ms", "p95 latency from the schedule of the step's other requests")]
 
 
-TRACE_STEP = table(TraceStep)
-
-
 class TracePart(Trace):
     """``trace``: the log replayed (run.json's ``trace``), its bursts per step, the answers as speeds."""
 
@@ -1228,9 +1082,6 @@ class TracePart(Trace):
     knee_speed: Annotated[float | None, Doc("x", "knee.rate as a speed")]
     recommended_speed: Annotated[float | None, Doc("x", "recommended_rate as a speed")]
     max_speed: NotRequired[Annotated[float | None, Doc("x", "with an SLO: slo.max_speed")]]
-
-
-TRACE_PART = table(TracePart)
 
 
 class Summary(TypedDict):
