@@ -37,7 +37,7 @@ class Doc(NamedTuple):
     unit: str  # "ms", "s", "unix s", "bytes", "percent", "count", "" for none
     doc: str
     key: str | None = None
-    of: "tuple[Field, ...] | None" = None
+    of: tuple[Field, ...] | None = None
 
 
 class Keyed(NamedTuple):
@@ -58,7 +58,7 @@ class Field(NamedTuple):
 
 
 @functools.cache
-def table(cls: type) -> "tuple[Field, ...]":
+def table(cls: type) -> tuple[Field, ...]:
     """The table of a declared class: each field's name, unit and meaning (its :class:`Doc`),
     nullable where its type takes None, optional where it is ``NotRequired``, and the table of
     a nested class (an object, a list of them, or ``dict[str, ...]`` keyed by data) in ``of``."""
@@ -88,7 +88,7 @@ def table(cls: type) -> "tuple[Field, ...]":
 _CLASS_OF: dict[int, type] = {}
 
 
-def class_of(table: "tuple[Field, ...]") -> type | None:
+def class_of(table: tuple[Field, ...]) -> type | None:
     """The declared class a table was derived from; None for a table declared otherwise."""
     return _CLASS_OF.get(id(table))
 
@@ -98,7 +98,7 @@ def _alternatives(hint: Any) -> tuple[Any, ...]:
     return typing.get_args(hint) if union else (hint,)
 
 
-def _nested(hint: Any, key: str | None) -> "tuple[Field, ...] | Keyed | None":
+def _nested(hint: Any, key: str | None) -> tuple[Field, ...] | Keyed | None:
     """The table a field's value nests: its class's, its list items' class's, or a Keyed."""
     origin = typing.get_origin(hint)
     if origin is list:

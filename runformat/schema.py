@@ -3,13 +3,14 @@
 Each record kind is a TypedDict (an attempt is an :class:`Attempt`, run.json a :class:`RunInfo`)
 whose fields carry their unit and meaning (:class:`runformat.fields.Doc`); its table (a tuple
 of :class:`Field`: ``ATTEMPT``, ``RUN`` …) is derived from it, so that writers, readers, tests
-and the manual (``docs/fields.md``) share one spelling. Each record kind has a builder that takes only the names its table knows and fills
-every field it was not given with null, in table order: a writer cannot forget or misspell a
-field, and the key order (and so the bytes) of a record does not depend on who built it.
+and the manual (``docs/fields.md``) share one spelling. Each record kind has a builder that
+takes only the names its table knows and fills every field it was not given with null, in table
+order: a writer cannot forget or misspell a field, and the key order (and so the bytes) of a
+record does not depend on who built it.
 
-A field declared ``NotRequired`` (``optional`` in its table) is left out of a record unless given: fields that only some runs
-carry (streaming lists, open-loop scheduling, server metrics). Readers must treat a missing
-field and a null one alike. A field whose value is an object names that object's table in
+A field declared ``NotRequired`` (``optional`` in its table) is left out of a record unless
+given: fields that only some runs carry (streaming lists, open-loop scheduling, server metrics).
+Readers must treat a missing field and a null one alike. A field whose value is an object names that object's table in
 ``of`` (see :mod:`runformat.fields`), all the way down, so every key a file holds is declared:
 :func:`runformat.check.undeclared_keys` holds a run directory to it.
 
@@ -53,7 +54,10 @@ class Attempt(TypedDict):
         int | str | None,
         Doc(
             "",
-            "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: runformat.grpc_codes); null on a connection error",
+            (
+                "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: runformat.grpc_codes); "
+                "null on a connection error"
+            ),
         ),
     ]
     ok: Annotated[bool, Doc("", "a 2xx answer carrying valid audio")]
@@ -66,7 +70,10 @@ class Attempt(TypedDict):
         str | None,
         Doc(
             "",
-            "Retry-After as sent; gRPC: the trailer that said it, as 'grpc-retry-pushback-ms: 1000' or 'retry-after: 1'",
+            (
+                "Retry-After as sent; gRPC: the trailer that said it, as 'grpc-retry-pushback-ms: 1000' or "
+                "'retry-after: 1'"
+            ),
         ),
     ]
     server_timing: Annotated[dict[str, float] | None, Doc("ms", "Server-Timing: stage name -> ms", key="stage name")]
@@ -75,7 +82,10 @@ class Attempt(TypedDict):
         float | None,
         Doc(
             "ms",
-            "to the first audio sample, past any header or SSE framing; from the first text sent where the text went in pieces (text_first_ms), else from t0",
+            (
+                "to the first audio sample, past any header or SSE framing; from the first text sent where the "
+                "text went in pieces (text_first_ms), else from t0"
+            ),
         ),
     ]
     chunks: Annotated[int | None, Doc("count", "body blocks that carried audio")]
@@ -100,7 +110,10 @@ class Attempt(TypedDict):
             float | None,
             Doc(
                 "ms",
-                "open loop: t2 - scheduled, what a caller who arrived on time waited (t0 - scheduled is the generator's own lateness, its send lag)",
+                (
+                    "open loop: t2 - scheduled, what a caller who arrived on time waited (t0 - scheduled is the"
+                    " generator's own lateness, its send lag)"
+                ),
             ),
         ]
     ]
@@ -125,7 +138,10 @@ class Attempt(TypedDict):
             float | None,
             Doc(
                 "ms",
-                "opening the session (TCP and the protocol's handshake) for this attempt; null when it went on an open one",
+                (
+                    "opening the session (TCP and the protocol's handshake) for this attempt; null when it went"
+                    " on an open one"
+                ),
             ),
         ]
     ]
@@ -134,7 +150,11 @@ class Attempt(TypedDict):
             str | None,
             Doc(
                 "",
-                "why its audio file was not written in time: 'late' (the user did not wait longer for a stalling disk; written when it gets to it) or 'dropped' (not written: too much audio waited already); t3 and write_ms are then null",
+                (
+                    "why its audio file was not written in time: 'late' (the user did not wait longer for a "
+                    "stalling disk; written when it gets to it) or 'dropped' (not written: too much audio "
+                    "waited already); t3 and write_ms are then null"
+                ),
             ),
         ]
     ]
@@ -152,7 +172,10 @@ class Attempt(TypedDict):
             bool | None,
             Doc(
                 "",
-                "the listener interrupted it: not a failure; only what came before the cancel counts in its stream figures, and it counts in no latency figure",
+                (
+                    "the listener interrupted it: not a failure; only what came before the cancel counts in its"
+                    " stream figures, and it counts in no latency figure"
+                ),
             ),
         ]
     ]
@@ -162,7 +185,10 @@ class Attempt(TypedDict):
             float | None,
             Doc(
                 "ms",
-                "the cancel to the last audio received, or to the server's acknowledgement where the dialect has one; null when that never came",
+                (
+                    "the cancel to the last audio received, or to the server's acknowledgement where the "
+                    "dialect has one; null when that never came"
+                ),
             ),
         ]
     ]
@@ -174,7 +200,10 @@ class Attempt(TypedDict):
             str | None,
             Doc(
                 "",
-                "how it went quiet: acknowledged, closed, ended (the server ended the utterance), quiet (no audio for a while), unacknowledged",
+                (
+                    "how it went quiet: acknowledged, closed, ended (the server ended the utterance), quiet (no"
+                    " audio for a while), unacknowledged"
+                ),
             ),
         ]
     ]
@@ -196,7 +225,10 @@ class Attempt(TypedDict):
             float | None,
             Doc(
                 "ms",
-                "when the listener hears the first sound: the playback model's moment the first frame above the silence level plays, from ttfa_ms's origin",
+                (
+                    "when the listener hears the first sound: the playback model's moment the first frame above"
+                    " the silence level plays, from ttfa_ms's origin"
+                ),
             ),
         ]
     ]
@@ -219,7 +251,10 @@ class SpeechLine(TypedDict):
         float | None,
         Doc(
             "",
-            "word (or character) error rate against the text sent, after normalisation (audio.asr.normalize); null where the clip could not be judged",
+            (
+                "word (or character) error rate against the text sent, after normalisation "
+                "(audio.asr.normalize); null where the clip could not be judged"
+            ),
         ),
     ]
     transcript: Annotated[str | None, Doc("", "what the recogniser heard")]
@@ -294,7 +329,8 @@ GPU = table(Gpu)
 
 
 class ResourceSample(TypedDict):
-    """A resource sample's fields. Collectors send the same fields on their own clock with a ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``."""
+    """A resource sample's fields. Collectors send the same fields on their own clock with a
+    ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``."""
 
     seq: NotRequired[Annotated[int | None, Doc("count", "the collector's sample number (0, 1, 2 … for its lifetime)")]]
     ts: Annotated[float, Doc("unix s", "when it was taken; the master's clock in resources.jsonl")]
@@ -364,7 +400,10 @@ class StepEntry(TypedDict):
             float,
             Doc(
                 "req/s",
-                "--trace: the arrivals the step's settled window replays, per second (its rate is the speed times the trace's mean)",
+                (
+                    "--trace: the arrivals the step's settled window replays, per second (its rate is the speed"
+                    " times the trace's mean)"
+                ),
             ),
         ]
     ]
@@ -430,7 +469,8 @@ MODES = ("closed", "open")
 
 
 class ServerMetricsEntry(TypedDict):
-    """``server_metrics``: one per ``--server-metrics`` endpoint the master scraped (and per ``--server-stats`` JSON endpoint it polled)."""
+    """``server_metrics``: one per ``--server-metrics`` endpoint the master scraped (and per
+    ``--server-stats`` JSON endpoint it polled)."""
 
     url: Annotated[str, Doc("", "")]
     samples: Annotated[int, Doc("count", "samples written (a failed scrape writes one with metrics null)")]

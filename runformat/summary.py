@@ -375,7 +375,10 @@ class StepSummary(TypedDict):
         int,
         Doc(
             "count",
-            "requests the listener interrupted (--barge-in): ok, and left out of the latency, throughput and tail figures",
+            (
+                "requests the listener interrupted (--barge-in): ok, and left out of the latency, throughput "
+                "and tail figures"
+            ),
         ),
     ]
     cancel_to_quiet_ms: Annotated[Dist | None, Doc("ms", "cancelled requests: the cancel to quiet")]
@@ -434,7 +437,9 @@ STEP_SUMMARY = table(StepSummary)
 
 
 class KneeMethods(TypedDict):
-    """``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run). Each is there where its method applies (a streamed run judges underruns and TTFA, an open-loop run its own methods, --asr-model the speech), null where it names no step."""
+    """``knee.methods``: the step each method names (concurrency, or the rate in an open-loop run).
+    Each is there where its method applies (a streamed run judges underruns and TTFA, an open-loop
+    run its own methods, --asr-model the speech), null where it names no step."""
 
     latency_vs_lowest: NotRequired[Annotated[float | None, Doc("", "")]]
     failures: NotRequired[Annotated[float | None, Doc("", "")]]
@@ -468,7 +473,10 @@ class Knee(TypedDict):
             str,
             Doc(
                 "",
-                "streamed: what the TTFA rule judged, ttfa_audible_ms (the first sound heard) where every step has it, else ttfa_ms",
+                (
+                    "streamed: what the TTFA rule judged, ttfa_audible_ms (the first sound heard) where every "
+                    "step has it, else ttfa_ms"
+                ),
             ),
         ]
     ]
@@ -477,7 +485,10 @@ class Knee(TypedDict):
             bool,
             Doc(
                 "",
-                "streamed: the knee is the first sound heard coming later (leading silence) while the first audio came as early",
+                (
+                    "streamed: the knee is the first sound heard coming later (leading silence) while the first"
+                    " audio came as early"
+                ),
             ),
         ]
     ]
@@ -487,7 +498,10 @@ class Knee(TypedDict):
             list[SpeechRise | None],
             Doc(
                 "",
-                "--asr-model: each level's rise in error rate over the lowest's, paired by text (null where too few pairs)",
+                (
+                    "--asr-model: each level's rise in error rate over the lowest's, paired by text (null where"
+                    " too few pairs)"
+                ),
             ),
         ]
     ]
@@ -586,7 +600,10 @@ class Diagnosis(TypedDict):
         DiagnosisKind,
         Doc(
             "",
-            "no_knee, memory_bound, client_bound, rate_limited, server_errors, client_io, queueing, compute_bound, concurrency_limit, voice_cache, speech_degraded",
+            (
+                "no_knee, memory_bound, client_bound, rate_limited, server_errors, client_io, queueing, "
+                "compute_bound, concurrency_limit, voice_cache, speech_degraded"
+            ),
         ),
     ]
     evidence: Annotated[list[str], Doc("", "sentences with the numbers")]
@@ -818,7 +835,10 @@ class Orphaned(TypedDict):
             float,
             Doc(
                 "",
-                "from the process's CPU: the fitted time the server went on with an abandoned request, as a share of a heard one's of its text",
+                (
+                    "from the process's CPU: the fitted time the server went on with an abandoned request, as a"
+                    " share of a heard one's of its text"
+                ),
             ),
         ]
     ]
@@ -859,7 +879,10 @@ class BargeIn(TypedDict):
         Orphaned | None,
         Doc(
             "s",
-            "from the server's running-requests series, else from a collector's watch on its process's CPU; null without either",
+            (
+                "from the server's running-requests series, else from a collector's watch on its process's CPU;"
+                " null without either"
+            ),
         ),
     ]
     orphaned_note: NotRequired[
@@ -977,7 +1000,10 @@ ProbeClass = TypedDict(
             int,
             Doc(
                 "count",
-                "audio of texts of 20 characters or more whose length per character is a runaway or truncated one against the sweep's own pace",
+                (
+                    "audio of texts of 20 characters or more whose length per character is a runaway or "
+                    "truncated one against the sweep's own pace"
+                ),
             ),
         ],
         "error": Annotated[str | None, Doc("", "the first error message")],
@@ -1036,7 +1062,10 @@ class Spike(TypedDict):
         float | None,
         Doc(
             "s",
-            "from the recovery's start until the p95 stays within 1.2x of before; null: did not recover within the run (or crashed)",
+            (
+                "from the recovery's start until the p95 stays within 1.2x of before; null: did not recover "
+                "within the run (or crashed)"
+            ),
         ),
     ]
     basis: Annotated[str, Doc("", "the latency judged: wait_ms, or ttfa_ms in a streamed run")]
