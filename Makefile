@@ -48,11 +48,12 @@ typecheck: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
-# The manual (docs/, mkdocs): its option reference made from runformat/options.py first; --strict
+# The manual (docs/, mkdocs): its option and field references made from runformat first; --strict
 # fails on a broken link, a missing page or an unknown anchor.
 DOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 docs: $(STAMP)
 	$(PY) -c "from tts_knee.runformat.options import reference; print(reference(), end='')" > docs/options.md
+	$(PY) -c "from tts_knee.runformat.check import reference; print(reference(), end='')" > docs/fields.md
 	$(DOCS_BUILD)
 	@echo "the manual: site/index.html"
 

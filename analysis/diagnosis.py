@@ -50,8 +50,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tts_knee.runformat.results import Diagnosis, Knee, StepSummary
-from tts_knee.runformat.summary import DiagnosisKind as Kind
+from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, StepSummary
 
 from .knee import (
     FAILURE_RATE,

@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from tts_knee.runformat.reader import TTFA_FLOOR_MS
-from tts_knee.runformat.results import Knee, StepSummary
+from tts_knee.runformat.summary import Knee, StepSummary
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.results import StepSummary
+from tts_knee.runformat.summary import StepSummary
 
 from .steps import resource_aggregate, step_stats
 

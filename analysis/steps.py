@@ -109,7 +109,7 @@ import pandas as pd
 from tts_knee.audio import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
-from tts_knee.runformat.results import StepSummary
+from tts_knee.runformat.summary import StepSummary
 
 from . import capacity, server_metrics
 from .confidence import percentile_cis

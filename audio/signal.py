@@ -16,8 +16,11 @@ language's pace (:func:`pace_outliers`, :data:`HEARD_ONCE_X`).
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -47,42 +50,141 @@ RUNAWAY_X, TRUNCATED_X = 3.0, 1 / 3
 PACE_MIN = 5
 
 
-#: Frames whose power is computed at a time while looking for the first (or last) sound.
+#: Frames whose power is computed at a time while looking for the first (or last) sound, after
+#: the first :data:`_FIRST` frames at each end (where speech usually is already).
 _BLOCK = 64
+_FIRST = 4
+_FULL_SCALE = (32767, -32768)
+#: What holds audio bytes: a body's block as read, or a view of one.
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
-def check(pcm: bytes | memoryview, rate: int, channels: int) -> dict[str, Any]:
+class _Pcm:
+    """The samples of PCM16 little-endian audio held as buffers in order (a body as it was
+    read), read where they lie: a range of samples inside one buffer is a view of it, and only
+    a range across buffers is copied."""
+
+    __slots__ = ("views", "starts", "size", "whole")
+
+    def __init__(self, blocks: Sequence[Buffer], offset: int, size: int):
+        self.views: list[memoryview] = []
+        self.starts: list[int] = []  # each view's first byte in the audio
+        self.whole: np.ndarray | None = None  # all the samples, where they lie in one buffer
+        at = -offset  # where the next block starts, in the audio's bytes
+        if len(blocks) == 1:  # the usual body: one read
+            view = memoryview(blocks[0]).cast("B")[offset : offset + size]
+            self.views, self.starts, self.size = [view], [0], len(view) // 2
+            self.whole = np.frombuffer(view, dtype="<i2", count=self.size)
+            return
+        for block in blocks:
+            view = memoryview(block).cast("B")
+            lo, hi = max(0, -at), min(len(view), size - at)
+            if hi > lo:
+                self.views.append(view[lo:hi])
+                self.starts.append(at + lo)
+            at += len(view)
+            if at >= size:
+                break
+        self.size = sum(len(v) for v in self.views) // 2  # samples (a last odd byte is not one)
+        self.whole = np.frombuffer(self.views[0], dtype="<i2", count=self.size) if len(self.views) == 1 else None
+
+    def samples(self, i: int, j: int) -> np.ndarray:
+        """Samples ``i`` to ``j - 1``."""
+        if self.whole is not None:
+            return self.whole[i:j]
+        lo, hi = 2 * i, 2 * j
+        k = bisect.bisect_right(self.starts, lo) - 1
+        start = self.starts[k]
+        if hi <= start + len(self.views[k]):
+            return np.frombuffer(self.views[k][lo - start : hi - start], dtype="<i2")
+        parts = []
+        while lo < hi:
+            start, view = self.starts[k], self.views[k]
+            parts.append(view[lo - start : min(hi, start + len(view)) - start])
+            lo = start + len(view)
+            k += 1
+        return np.frombuffer(b"".join(parts), dtype="<i2")
+
+    def clipped(self) -> int:
+        """How many samples are at full scale: one pass of max and min over each buffer, and a
+        count only where one reaches it."""
+        count = 0
+        end = 2 * self.size
+        for start, view in zip(self.starts, self.views):
+            if start % 2 and start < end:  # a sample across the boundary with the buffer before
+                count += self.samples(start // 2, start // 2 + 1)[0] in _FULL_SCALE
+            lo = start + start % 2
+            hi = min(start + len(view), end)
+            if hi - lo < 2:
+                continue
+            x = np.frombuffer(view[lo - start : hi - start - (hi - lo) % 2], dtype="<i2")
+            if int(x.max()) == 32767 or int(x.min()) == -32768:
+                count += int(np.count_nonzero((x == 32767) | (x == -32768)))
+        return count
+
+
+def _surely_loud(samples: np.ndarray, frame: int) -> bool:
+    """Whether a frame is at or above the level by a margin its power summed in float32 (as
+    :func:`check_blocks` sums it) cannot cross: its exact power (integers, exact in float64) is
+    above the float32 level by more than that sum's rounding can take off, at most one part in
+    2^24 per sample. Cheaper than the float32 sum for the one frame; False says nothing."""
+    v = samples.astype(np.float64)
+    return float(v @ v) >= _level32(frame) * (1.0 + (frame + 2) * 2.0**-22)
+
+
+@functools.lru_cache(maxsize=64)
+def _level32(frame: int) -> float:
+    """The level a frame's float32 power is held to: numpy compares a float32 array with the
+    float32 nearest ``_LEVEL_SQ * frame``."""
+    return float(np.float32(_LEVEL_SQ * frame))
+
+
+def check(pcm: Buffer, rate: int, channels: int) -> dict[str, Any]:
     """The signal fields of PCM16 little-endian audio ``pcm`` (bytes or a memoryview):
     ``leading_silence_ms``, ``trailing_silence_ms`` (None when silent) and ``clipped_share``,
-    and ``silent``. The frames are looked at from each end until the first sound: a whole pass
-    only for an answer that is silent."""
-    x = np.frombuffer(pcm, dtype="<i2", count=len(pcm) // 2)
-    if not len(x):
+    and ``silent``."""
+    return check_blocks([pcm], 0, len(memoryview(pcm).cast("B")), rate, channels)
+
+
+def check_blocks(blocks: Sequence[Buffer], offset: int, size: int, rate: int, channels: int) -> dict[str, Any]:
+    """:func:`check` of the ``size`` bytes from ``offset`` on of the buffers ``blocks`` taken in
+    order (a body as it was read: never joined). The frames are looked at from each end until
+    the first sound, a few first and then :data:`_BLOCK` at a time: a whole pass only for an
+    answer that is silent; the clipped samples are counted in the same pass over each buffer."""
+    pcm = _Pcm(blocks, offset, size)
+    if not pcm.size:
         return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": None}
     frame = max(1, rate * channels * FRAME_MS // 1000)
-    n = len(x) // frame
-    frames = x[: n * frame].reshape(n, frame)
-    hi, lo = int(x.max()), int(x.min())
-    clipped = int(np.count_nonzero((x == 32767) | (x == -32768))) / len(x) if hi == 32767 or lo == -32768 else 0.0
+    n = pcm.size // frame
+    clipped = pcm.clipped() / pcm.size
 
     def loud(a: int, b: int) -> np.ndarray:  # frames a..b-1 at or above the level
-        f = frames[a:b].astype(np.float32)
+        f = pcm.samples(a * frame, b * frame).reshape(b - a, frame).astype(np.float32)
         level: np.ndarray = np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
         return level
 
     first = last = None
-    for a in range(0, n, _BLOCK):
-        hit = np.flatnonzero(loud(a, min(n, a + _BLOCK)))
-        if len(hit):
-            first = a + int(hit[0])
+    if n and _surely_loud(pcm.samples(0, frame), frame):
+        first = 0  # the usual answer: sound from the first frame ...
+    a = n if first is not None else 0
+    while a < n:
+        b = min(n, a + (_FIRST if a == 0 else _BLOCK))
+        hit = loud(a, b)
+        if hit.any():
+            first = a + int(hit.argmax())
             break
-    if first is not None:
-        for b in range(n, first, -_BLOCK):
-            hit = np.flatnonzero(loud(max(first, b - _BLOCK), b))
-            if len(hit):
-                last = max(first, b - _BLOCK) + int(hit[-1])
-                break
-    tail = x[n * frame :]  # a last part-frame counts as sound where it is loud enough itself
+        a = b
+    if first is not None and _surely_loud(pcm.samples((n - 1) * frame, n * frame), frame):
+        last = n - 1  # ... to the last
+    b = n if first is not None and last is None else -1
+    while first is not None and b > first:
+        a = max(first, b - (_FIRST if b == n else _BLOCK))
+        hit = loud(a, b)
+        if hit.any():
+            last = b - 1 - int(hit[::-1].argmax())
+            break
+        b = a
+    tail = pcm.samples(n * frame, pcm.size)  # a last part-frame counts as sound where it is loud enough itself
     tail_loud = bool(len(tail)) and float(np.mean(tail.astype(np.float32) ** 2)) >= _LEVEL_SQ
     if first is None and not tail_loud:
         return {
@@ -91,10 +193,9 @@ def check(pcm: bytes | memoryview, rate: int, channels: int) -> dict[str, Any]:
             "trailing_silence_ms": None,
             "clipped_share": round(clipped, 6),
         }
-    total_ms = len(x) / channels / rate * 1000.0
+    total_ms = pcm.size / channels / rate * 1000.0
     frame_ms = frame / channels / rate * 1000.0
     lead = (n if first is None else first) * frame_ms
-    assert first is None or last is not None  # the frame found first is found again from the end
     trail = 0.0 if tail_loud or last is None else total_ms - (last + 1) * frame_ms
     return {
         "silent": False,

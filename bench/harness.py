@@ -24,9 +24,10 @@ _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 
 
 @contextlib.contextmanager
-def simulator(*knobs: str, scheme: str = "http"):
+def simulator(*knobs: str, scheme: str = "http", urls: dict | None = None):
     """``tts-knee sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
-    ``--grpc-port`` serves) and its psutil.Process."""
+    ``--grpc-port`` serves) and its psutil.Process; ``urls`` gets each protocol's URL it
+    listened on by then (HTTP's first)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tts_knee.testbed.sim", "--port", "0", *knobs],
         cwd=ROOT,
@@ -41,6 +42,8 @@ def simulator(*knobs: str, scheme: str = "http"):
             m = _LISTENING.search(line)
             if not m:
                 raise RuntimeError(f"the simulator did not start: {line!r}")
+            if urls is not None:
+                urls[m.group(2)] = m.group(1)
             if m.group(2) == scheme:
                 break
         yield m.group(1), psutil.Process(proc.pid)

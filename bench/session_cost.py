@@ -7,6 +7,7 @@ Run from the repository root (about a minute)::
     .venv/bin/python bench/session_cost.py
     .venv/bin/python bench/session_cost.py --sessions 64 --pairs 3 --modes session
     .venv/bin/python bench/session_cost.py --sessions 1000 --modes session   # a thousand per worker
+    .venv/bin/python bench/session_cost.py --sessions 256 --modes grpc   # gRPC streams beside HTTP's
     .venv/bin/python bench/session_cost.py --json      # one JSON object instead of the table
 
 One simulator shares 2 S x real time, at most 1x each (``--capacity 2S --max-speed 1
@@ -15,7 +16,10 @@ Each pair starts two headless ``locust`` processes at the same time against it: 
 HTTP (a WAV stream per request, bench/stream_locustfile.py) and S sessions over WebSocket in
 vLLM-Omni's dialect (bench/session_locustfile.py), each session on one connection (mode
 ``session``, as vLLM-Omni since its PR #5517, Deepgram and Cartesia keep it) or opening one per utterance
-(mode ``utterance``, as the shipped preset does for older servers). bench/meter.py reads each
+(mode ``utterance``, as the shipped preset does for older servers); mode ``grpc`` runs S gRPC
+streams in Riva's dialect (bench/grpc_locustfile.py, the simulator's ``--grpc-port``) in the
+sessions' place, for gRPC's CPU per chunk against HTTP's (its arrivals are timed alone by
+bench/grpc_cost.py). bench/meter.py reads each
 process's CPU time over the same window, so the host's other load falls on both alike. Then
 the S sessions run alone against a simulator of their own, for their timing (two processes
 at 256 streams each on two cores time each other's load). The simulator's ``--chunk-log``
@@ -66,8 +70,9 @@ def start_s(sessions: int) -> float:
     return START_S + sessions / 200.0
 
 
-def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: str) -> dict:
-    """Both kinds at once over one window: ``{"http": reading, "ws": reading}``."""
+def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: str, grpc_host: str = "") -> dict:
+    """Both kinds at once over one window: ``{"http": reading, "ws": reading}`` (with
+    ``grpc_host``, gRPC streams in Riva's dialect instead of the WebSocket sessions)."""
     start_at = time.time() + start_s(sessions)
     run_s = start_s(sessions) + measure_s + 2.0
     common = [
@@ -91,6 +96,9 @@ def one_pair(host: str, sessions: int, measure_s: float, texts: Path, preset: st
         "http": ("bench/stream_locustfile.py", [*common, "--tts-stream"]),
         "ws": ("bench/session_locustfile.py", [*common, "--tts-protocol", "ws", "--tts-preset", preset]),
     }
+    if grpc_host:
+        grpc = ["-H", grpc_host, *common[2:], "--tts-protocol", "grpc", "--tts-preset", "riva", "--tts-stream"]
+        kinds["ws"] = ("bench/grpc_locustfile.py", grpc)
     with ThreadPoolExecutor(2) as pool:
         runs = {
             kind: pool.submit(locust, f, args, 0.0, measure_s, timeout=60 + run_s, start_at=start_at)
@@ -198,8 +206,10 @@ def _row(show, pair, kind: str, sessions: int, row: dict) -> None:
 
 
 #: --modes: the WebSocket session kept across utterances (as Deepgram, Cartesia and vLLM-Omni since #5517
-#: keep it), or one connection per utterance (as vLLM-Omni's preset, sglang-omni and ElevenLabs).
+#: keep it), or one connection per utterance (as vLLM-Omni's preset, sglang-omni and ElevenLabs); or
+#: (asked for by name) gRPC streams, Riva's SynthesizeOnline, in the WebSocket sessions' place.
 MODES = ("session", "utterance")
+GRPC = "grpc"
 
 
 def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=MODES, show=print) -> dict:
@@ -232,29 +242,38 @@ def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=M
             str(RATE),
         ]
         for mode in modes:
-            ratios = []
-            with simulator(*knobs) as (host, _sim):
+            ratios, urls = [], {}
+            grpc_knobs = ("--grpc-port", "0") if mode == GRPC else ()
+            with simulator(*knobs, *grpc_knobs, scheme="grpc" if grpc_knobs else "http", urls=urls) as (_, _sim):
                 for pair in range(1, pairs + 1):
-                    readings = one_pair(host, sessions, measure_s, texts, presets[mode])
+                    readings = one_pair(
+                        urls["http"], sessions, measure_s, texts, presets.get(mode, ""), urls.get("grpc", "")
+                    )
                     sent = _sent(log)
                     figs = {kind: figures(readings[kind], sent, readings["start_at"]) for kind in ("http", "ws")}
                     for kind, row in figs.items():
-                        label = "http" if kind == "http" else f"ws {mode}"
+                        label = "http" if kind == "http" else (GRPC if mode == GRPC else f"ws {mode}")
                         rows.append({"pair": pair, "kind": label, "sessions": sessions, **row})
                         _row(show, pair, label, sessions, row)
                     if figs["ws"]["cpu_us_per_chunk"] and figs["http"]["cpu_us_per_chunk"]:
                         ratios.append(figs["ws"]["cpu_us_per_chunk"] / figs["http"]["cpu_us_per_chunk"])
+            if mode == GRPC:  # timed alone by bench/grpc_cost.py
+                out[mode] = {"ratio": median(ratios), "ratios": ratios, "err_p95_ms": float("nan")}
+                continue
             alone = timing(sessions, measure_s, texts, presets[mode], Path(tmp) / f"alone-{mode}.jsonl")
             rows.append({"pair": None, "kind": f"ws {mode} alone", "sessions": sessions, **alone})
             _row(show, "-", f"ws {mode} alone", sessions, alone)
             out[mode] = {"ratio": median(ratios), "ratios": ratios, "err_p95_ms": alone["err_p95_ms"]}
     for mode, m in out.items():
-        goal = f"goal <= {GOAL_RATIO:g}x" if mode == "session" else "no goal: a connection per turn"
+        goal = f"goal <= {GOAL_RATIO:g}x" if mode != "utterance" else "no goal: a connection per turn"
+        name = GRPC if mode == GRPC else f"ws {mode}"
         show(
-            f"CPU per chunk, ws {mode} / http (median of {len(m['ratios'])} pairs): {m['ratio']:.2f}x"
+            f"CPU per chunk, {name} / http (median of {len(m['ratios'])} pairs): {m['ratio']:.2f}x"
             + (f", pairs {min(m['ratios']):.2f}-{max(m['ratios']):.2f}" if m["ratios"] else "")
             + f"   ({goal})"
         )
+        if mode == GRPC:
+            continue
         show(
             f"WebSocket arrival error p95 at {sessions} sessions, {mode}, alone: {m['err_p95_ms']:.2f} ms "
             f"(goal < {GOAL_P95_MS:g} ms)"
@@ -270,7 +289,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default=",".join(MODES),
-        help="session (one connection per session) and/or utterance (one per utterance) (both)",
+        help="session (one connection per session), utterance (one per utterance) and/or grpc (gRPC streams, "
+        "Riva's, beside the HTTP streams) (session,utterance)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()

@@ -48,12 +48,7 @@ def _signal(data: list | None, audio: containers.Audio) -> dict | None:
         or not audio.sample_rate
     ):
         return None
-    body = data[0] if len(data) == 1 else b"".join(data)
-    return signal.check(
-        memoryview(body)[audio.data_offset : audio.data_offset + audio.data_bytes],
-        audio.sample_rate,
-        audio.channels or 1,
-    )
+    return signal.check_blocks(data, audio.data_offset, audio.data_bytes, audio.sample_rate, audio.channels or 1)
 
 
 class AttemptFailed(Exception):

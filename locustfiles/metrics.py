@@ -28,7 +28,7 @@ from gevent import pywsgi
 from tts_knee.analysis.steps import THROTTLE_STATUSES
 from tts_knee.runformat import live_series as series
 from tts_knee.runformat.options import CUT_BY_RUN_END
-from tts_knee.runformat.results import Attempt
+from tts_knee.runformat.schema import Attempt
 
 from .clock import mono
 from .shape import Step

@@ -12,7 +12,7 @@ import math
 import random
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -205,53 +205,51 @@ class Settings:
 
     def public(self) -> dict:
         """What run.json records of the options (:data:`runformat.options.RUN_OPTIONS`; the token
-        left out): a field named as its key as it is (a tuple as a list), the rest as below."""
-        plain = {k: list(v) if isinstance(v, tuple) else v for k in _PLAIN_KEYS for v in (getattr(self, k),)}
+        left out): every field named as a key as it is (a tuple as a list), unless derived below."""
         r, open_loop, barge = self.retry, bool(self.rates), bool(self.barge_in)
-        return _recorded(
-            **plain,
-            **{
-                "texts": self.texts_source,
-                "texts_count": len(self.texts),
-                "retry_max_attempts": r.max_attempts,
-                "retry_base_ms": r.base_ms,
-                "retry_max_ms": r.max_ms,
-                "retry_on": sorted(map(str, r.retry_on)),
-                "retry_after_cap": r.retry_after_cap_s,
-                "audio_dir": str(self.audio_dir),
-                "slo": self.slo.spec if self.slo else None,
-                "arrival": self.arrival if open_loop else None,
-                "arrival_seed": self.arrival_seed if open_loop else None,
-                "max_inflight": self.max_inflight if open_loop else None,
-                "refine_to": self.refine_to_text if open_loop else None,
-                "tts_preset": self.tts_preset or None,
-                "tts_language": self.tts_language or None,
-                "voices": [v.name for v in self.voices],
-                "voice_seed": self.voice_seed if self.voices else None,
-                "barge_in_after": self.barge_in_after_text,
-                "cancel_by": self.cancel_by if barge else None,
-                "barge_in_seed": self.barge_in_seed if barge else None,
-                "asr_model": self.asr_model or None,
-                "asr_sample": self.asr_sample if self.asr_model else None,
-                "asr_language": self.asr_language or None,
-                "asr_metric": self.asr_metric or None,
-                "asr_threads": self.asr_threads if self.asr_model else None,
-                "asr_listen": self.asr_listen if self.asr_model else None,
-                "reference_voice": self.reference_voice or None,
-                "headers": [name for name, _ in self.headers],
-                "grpc_metadata": [key for key, _ in self.grpc_metadata],
-                "tls_ca": self.tls_ca or None,
-                "tls_client_cert": self.tls_client_cert or None,
-                "health_path": self.health_path or None,
-                "probe_texts": list(self.probe) or None,
-                "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
-                "trace": self.trace.path if self.trace else None,
-                "trace_speed": list(self.trace_speed) or None,
-                "cost_per_hour": self.capacity.cost_per_hour,
-                "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
-                "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
-            },
-        )
+        derived = {
+            "texts": self.texts_source,
+            "texts_count": len(self.texts),
+            "retry_max_attempts": r.max_attempts,
+            "retry_base_ms": r.base_ms,
+            "retry_max_ms": r.max_ms,
+            "retry_on": sorted(map(str, r.retry_on)),
+            "retry_after_cap": r.retry_after_cap_s,
+            "audio_dir": str(self.audio_dir),
+            "slo": self.slo.spec if self.slo else None,
+            "arrival": self.arrival if open_loop else None,
+            "arrival_seed": self.arrival_seed if open_loop else None,
+            "max_inflight": self.max_inflight if open_loop else None,
+            "refine_to": self.refine_to_text if open_loop else None,
+            "tts_preset": self.tts_preset or None,
+            "tts_language": self.tts_language or None,
+            "voices": [v.name for v in self.voices],
+            "voice_seed": self.voice_seed if self.voices else None,
+            "barge_in_after": self.barge_in_after_text,
+            "cancel_by": self.cancel_by if barge else None,
+            "barge_in_seed": self.barge_in_seed if barge else None,
+            "asr_model": self.asr_model or None,
+            "asr_sample": self.asr_sample if self.asr_model else None,
+            "asr_language": self.asr_language or None,
+            "asr_metric": self.asr_metric or None,
+            "asr_threads": self.asr_threads if self.asr_model else None,
+            "asr_listen": self.asr_listen if self.asr_model else None,
+            "reference_voice": self.reference_voice or None,
+            "headers": [name for name, _ in self.headers],
+            "grpc_metadata": [key for key, _ in self.grpc_metadata],
+            "tls_ca": self.tls_ca or None,
+            "tls_client_cert": self.tls_client_cert or None,
+            "health_path": self.health_path or None,
+            "probe_texts": list(self.probe) or None,
+            "spike": None if self.spike is None else f"{self.spike[0]:g}x{self.spike[1]:g}",
+            "trace": self.trace.path if self.trace else None,
+            "trace_speed": list(self.trace_speed) or None,
+            "cost_per_hour": self.capacity.cost_per_hour,
+            "plan_for": self.capacity.plan_for.spec if self.capacity.plan_for else None,
+            "headroom": capacity_mod.HEADROOM if self.capacity.headroom is None else self.capacity.headroom,
+        }
+        plain = {k: getattr(self, k) for k in _FIELD_KEYS if k not in derived}
+        return _recorded(**{k: list(v) if isinstance(v, tuple) else v for k, v in plain.items()}, **derived)
 
     @property
     def barge_in_after_text(self) -> str | None:
@@ -267,51 +265,9 @@ class Settings:
 
 
 _recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
-#: run.json's option keys that are Settings fields of the same name and meaning, recorded as they
-#: are; public() says how the others are derived.
-_PLAIN_KEYS = (
-    "tts_api",
-    "tts_path",
-    "tts_model",
-    "tts_voice",
-    "tts_format",
-    "tts_stream",
-    "tts_stream_format",
-    "playback_buffer_ms",
-    "ttfa_floor_ms",
-    "steps",
-    "step_time",
-    "step_requests",
-    "settle_time",
-    "split_max_chars",
-    "request_timeout",
-    "audio_keep",
-    "collectors",
-    "refine",
-    "stop_past_knee",
-    "repeat",
-    "server_metrics",
-    "rates",
-    "text_rate",
-    "text_jitter",
-    "flush",
-    "drain_time",
-    "server_roles",
-    "tts_protocol",
-    "turns",
-    "think_time",
-    "contexts",
-    "soak",
-    "tts_form",
-    "voice_mix",
-    "voice_upload",
-    "voice_steps",
-    "server_stats",
-    "barge_in",
-    "tls_insecure",
-    "text_reuse",
-    "spike_at",
-)
+#: run.json's option keys that are Settings fields of the same name: recorded as they are (a tuple
+#: as a list) unless public() says how it is derived.
+_FIELD_KEYS = tuple(f.name for f in run_options.RUN_OPTIONS if f.name in {f.name for f in fields(Settings)})
 
 
 def _number(name: str, value, kind=float):
@@ -619,6 +575,19 @@ def _barge_in(o, protocol: str, preset, contexts: int) -> dict:
     return dict(barge_in=share, barge_in_after=after, cancel_by=by, barge_in_seed=seed)
 
 
+def _declared(o) -> dict:
+    """Every option that declares its bounds (:meth:`runformat.options.Option.checked`), checked:
+    the setting of its name, as given."""
+    try:
+        return {opt.dest: opt.checked(getattr(o, opt.dest)) for opt in _CHECKED}
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+
+
+#: The options checked by their declaration alone.
+_CHECKED = tuple(o for o in run_options.OPTIONS if o.flag and (o.at_least is not None or o.above is not None))
+
+
 def from_options(options, host: str | None) -> Settings:
     """Validate Locust's parsed options (command line, .conf file or web UI) into Settings: each
     concern by its own function (the target and request, the load plan, streaming and sessions,
@@ -628,8 +597,9 @@ def from_options(options, host: str | None) -> Settings:
     protocol = o.tts_protocol
     host = _target(host, protocol)
     grpc = _grpc(o, host) if protocol == "grpc" else {}
+    declared = _declared(o)
     request = _request(o, protocol, grpc)
-    plan = _plan(o, request["texts"], request["request_timeout"])
+    plan = _plan(o, request["texts"], declared["request_timeout"])
     steps_given = plan.pop("steps_given")
     retry, decisions = _retries(o), _decisions(o)
     streaming = _streaming(o, protocol, plan["rates"], grpc)
@@ -637,6 +607,7 @@ def from_options(options, host: str | None) -> Settings:
     voices = _voice_options(o, plan, steps_given)
     s = Settings(
         host=host,
+        **declared,
         **request,
         **plan,
         **streaming,
@@ -696,13 +667,9 @@ def _request(o, protocol: str, grpc: dict) -> dict:
         tts_format=fmt,
         tts_template=_template(o.tts_template, form) if api == "json" else None,
         tts_form=form,
-        tts_sample_rate=int(_positive("tts-sample-rate", o.tts_sample_rate, int)),
         tts_language=grpc.get("language", ""),
         texts=tuple(texts),
         texts_source=str(o.texts or corpus.DEFAULT_CORPUS),
-        split_max_chars=int(_positive("split-max-chars", o.split_max_chars, int, allow_zero=True)),
-        request_timeout=_positive("request-timeout", o.request_timeout),
-        connect_timeout=_positive("connect-timeout", o.connect_timeout),
         preflight=not o.skip_preflight,
         grpc_preset=grpc.get("preset"),
         text_reuse=str(getattr(o, "text_reuse", None) or "same"),
@@ -765,7 +732,6 @@ def _plan(o, texts: list, timeout: float) -> dict:
         step_requests=step_requests,
         settle_time=settle,
         drain_time=drain,
-        repeat=int(_positive("repeat", o.repeat, int)),
         soak=_soak(o.soak),
     )
 
@@ -778,7 +744,6 @@ def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
     if stream_format not in STREAM_FORMATS:
         raise SettingsError(f"--tts-stream-format must be sse or audio, got {o.tts_stream_format!r}")
     preset, preset_source, turns, think, contexts = _sessions(o, protocol, rates)
-    text_rate = _positive("text-rate", o.text_rate, allow_zero=True)
     text_jitter = _positive("text-jitter", o.text_jitter, allow_zero=True)
     if text_jitter > 1:
         raise SettingsError(f"--text-jitter must be a fraction from 0 to 1, got {o.text_jitter!r}")
@@ -790,9 +755,6 @@ def _streaming(o, protocol: str, rates: tuple, grpc: dict) -> dict:
         or protocol in ("ws", "wyoming")
         or grpc.get("stream", False),
         tts_stream_format=stream_format,
-        playback_buffer_ms=_positive("playback-buffer-ms", o.playback_buffer_ms, allow_zero=True),
-        ttfa_floor_ms=_positive("ttfa-floor-ms", o.ttfa_floor_ms, allow_zero=True),
-        text_rate=text_rate,
         text_jitter=text_jitter,
         flush=o.flush,
         tts_protocol=protocol,
@@ -870,7 +832,6 @@ def _output(o) -> dict:
     return dict(
         run_dir=run_dir,
         audio_dir=Path(o.audio_dir) if o.audio_dir else run_dir / "audio",
-        audio_keep=int(_positive("audio-keep", o.audio_keep, int, allow_zero=True)),
         stop_on_audio_error=o.on_audio_error == "stop",
         junit=Path(o.junit) if getattr(o, "junit", "") else None,
     )
@@ -1021,10 +982,8 @@ def _listening(o) -> dict:
     model = str(o.asr_model or "").strip()
     out = {
         "asr_model": model,
-        "asr_sample": int(_positive("asr-sample", o.asr_sample, int)),
         "asr_language": str(o.asr_language or "").strip(),
         "asr_metric": str(o.asr_metric or "").strip(),
-        "asr_threads": int(_positive("asr-threads", o.asr_threads, int)),
     }
     if not model and (out["asr_language"] or out["asr_metric"]):
         raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")

@@ -1,12 +1,13 @@
 """The run directory format: the one definition of every file tts-knee writes into
 ``runs/<run-id>/`` and reads back, and of the wire between its nodes.
 
-- ``runformat.schema``: each record kind's fields (name, unit, may it be null, what a nested
-  object holds) as tables, the builders writers and tests make records with, and the format
-  version; ``runformat.fields`` is how a table is written and checked.
+- ``runformat.schema``: each record kind declared once, as a TypedDict whose fields carry their
+  unit and meaning; the tables derived from them, the builders writers and tests make records
+  with, and the format version; ``runformat.fields`` is how a field is declared, how a table is
+  derived and how a record is checked.
 - ``runformat.options``: the run's options (flag, run.json key, unit, default, help), from which
   the load generator's parser is built and the reader takes its defaults.
-- ``runformat.summary``: ``summary.json``, nested all the way down.
+- ``runformat.summary``: ``summary.json``, nested all the way down, declared the same way.
 - ``runformat.wire``: the Locust messages between master and workers, and the collector's API.
 - ``runformat.files``: the file names and how each file is written (JSONL lines, atomic files).
 - ``runformat.check``: a finished run directory held to the declarations (no undeclared key).

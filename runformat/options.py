@@ -10,12 +10,15 @@ worked out. ``key`` None: the run does not record the option (a secret, a path o
 that says nothing of what was measured); ``flag`` None: a figure only ``run.json`` records.
 
 To add an option: one :class:`Option` here, in its :class:`Group` (``{default}`` in its help
-becomes the default), then its use in ``locustfiles.settings``; the manual's option reference
-(``docs/options.md``) is made from these declarations (:func:`reference`).
+becomes the default; a number's bounds, ``at_least`` or ``above``, make it checked by its
+declaration), then a field of its name in ``locustfiles.settings.Settings``
+(``docs/adding.md``); the manual's option reference (``docs/options.md``) is made from these
+declarations (:func:`reference`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 from .fields import Field
@@ -119,12 +122,39 @@ class Option(NamedTuple):
     env: str | None = None  # an environment variable that sets it when the flag is not given
     group: Group | None = None  # where --help and the manual list it; None: a figure only run.json records
     web_ui: bool = True  # in Locust's web UI form; False: read once at start, so the form could not change it
+    # A number's bounds: an option that declares one is checked by its declaration (:meth:`checked`)
+    # and is the run's setting of its name as it is (locustfiles.settings); the others are worked
+    # out by their group's validator there.
+    at_least: float | None = None  # the least value it may take
+    above: float | None = None  # it must be greater than this
+
+    @property
+    def dest(self) -> str:
+        """Its name on Locust's parsed options and in the run's settings: ``--step-time`` is ``step_time``."""
+        return (self.flag or "").lstrip("-").replace("-", "_")
 
     def help_text(self) -> str:
         shown = self.default
         if isinstance(shown, float):
             shown = f"{shown:g}"
         return self.help.replace("{default}", str(shown))
+
+    def checked(self, value: object) -> object:
+        """``value`` as the option's kind (int or float), finite and within its bounds; a
+        ValueError says in one sentence what the option expects."""
+        try:
+            number = self.kind(value)  # type: ignore[operator]  # int or float, the options with bounds
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int("inf")
+            raise ValueError(f"{self.flag} must be a number, got {value!r}") from None
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ValueError(f"{self.flag} must be a finite number, got {value!r}")
+        if self.at_least is not None and number < self.at_least:
+            least = "zero" if self.at_least == 0 else f"{self.at_least:g}"
+            raise ValueError(f"{self.flag} must be {least} or more, got {value!r}")
+        if self.above is not None and number <= self.above:
+            above = "zero" if self.above == 0 else f"{self.above:g}"
+            raise ValueError(f"{self.flag} must be greater than {above}, got {value!r}")
+        return number
 
 
 _O = Option
@@ -189,6 +219,7 @@ OPTIONS: tuple[Option, ...] = (
         "Audio (ms) the simulated player buffers before it starts playing a stream (default {default}).",
         float,
         group=_STREAMING,
+        at_least=0,
     ),
     _O(
         "--ttfa-floor-ms",
@@ -198,6 +229,7 @@ OPTIONS: tuple[Option, ...] = (
         "A rise in time to first audio counts toward the knee only above this, in ms (default {default}).",
         float,
         group=_STREAMING,
+        at_least=0,
     ),
     # Text paced as a language model writes it, for protocols that take text in pieces.
     _O(
@@ -210,6 +242,7 @@ OPTIONS: tuple[Option, ...] = (
         "once).",
         float,
         group=_STREAMING,
+        at_least=0,
     ),
     _O(
         "--text-jitter",
@@ -401,6 +434,7 @@ OPTIONS: tuple[Option, ...] = (
         "Sample rate of raw PCM responses and of SSE audio events, in Hz (default {default}).",
         int,
         group=_TARGET,
+        above=0,
     ),
     # gRPC: NVIDIA Riva's speech synthesis and Triton models (-H grpc://host:port, --tts-preset)
     _O(
@@ -524,6 +558,7 @@ OPTIONS: tuple[Option, ...] = (
         "each, joined into one WAV on the client (default 0: off).",
         int,
         group=_TARGET,
+        at_least=0,
     ),
     _O(
         "--retry-max-attempts",
@@ -579,6 +614,7 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds before an attempt is abandoned (default {default}).",
         float,
         group=_TARGET,
+        above=0,
     ),
     _O(
         "--connect-timeout",
@@ -588,6 +624,7 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds to wait for a connection (default {default}).",
         float,
         group=_TARGET,
+        above=0,
     ),
     _O("--audio-dir", "audio_dir", "", "", "Where audio is written (default RUN_DIR/audio).", group=_OUTPUT),
     _O(
@@ -598,6 +635,7 @@ OPTIONS: tuple[Option, ...] = (
         "Audio files kept per text, overwritten in turn so disk use stays bounded (default {default}; 0: keep all).",
         int,
         group=_OUTPUT,
+        at_least=0,
     ),
     _O(
         "--on-audio-error",
@@ -753,6 +791,7 @@ OPTIONS: tuple[Option, ...] = (
         "Run the grid of --steps (or --rates) this many times (default {default}).",
         int,
         group=_PLAN,
+        above=0,
     ),
     # Rates against an SLO: how close --refine brings the passing and the failing rate.
     _O(
@@ -930,6 +969,7 @@ OPTIONS: tuple[Option, ...] = (
         "Utterances judged per step, the same texts at every step, spread over the corpus (default {default}).",
         int,
         group=_LISTENING,
+        above=0,
     ),
     _O(
         "--asr-language",
@@ -979,6 +1019,7 @@ OPTIONS: tuple[Option, ...] = (
         "CPU threads of the judge: one process beside the master (or the local runner) (default {default}).",
         int,
         group=_LISTENING,
+        above=0,
     ),
 )
 

@@ -1,13 +1,16 @@
-"""Every field of the run directory: its name, its unit, and whether it may be null.
+"""Every field of the run directory: its name, its type, its unit and what it means, declared once.
 
-The tables are data (tuples of :class:`Field`) so that writers, readers and tests share one
-spelling. Each record kind has a builder that takes only the names its table knows and fills
-every field it was not given with null, in table order: a writer cannot forget or misspell a
-field, and the key order (and so the bytes) of a record does not depend on who built it.
+Each record kind is a TypedDict (an attempt is an :class:`Attempt`, run.json a :class:`RunInfo`)
+whose fields carry their unit and meaning (:class:`runformat.fields.Doc`); its table (a tuple
+of :class:`Field`: ``ATTEMPT``, ``RUN`` …) is derived from it, so that writers, readers, tests
+and the manual (``docs/fields.md``) share one spelling. Each record kind has a builder that
+takes only the names its table knows and fills every field it was not given with null, in table
+order: a writer cannot forget or misspell a field, and the key order (and so the bytes) of a
+record does not depend on who built it.
 
-A field marked ``optional`` is left out of a record unless given: fields that only some runs
-carry (streaming lists, open-loop scheduling, server metrics). Readers must treat a missing
-field and a null one alike. A field whose value is an object names that object's table in
+A field declared ``NotRequired`` (``optional`` in its table) is left out of a record unless
+given: fields that only some runs carry (streaming lists, open-loop scheduling, server metrics).
+Readers must treat a missing field and a null one alike. A field whose value is an object names that object's table in
 ``of`` (see :mod:`runformat.fields`), all the way down, so every key a file holds is declared:
 :func:`runformat.check.undeclared_keys` holds a run directory to it.
 
@@ -15,11 +18,9 @@ field and a null one alike. A field whose value is an object names that object's
 :mod:`runformat.options`, the messages between nodes in :mod:`runformat.wire`.
 """
 
-from __future__ import annotations
+from typing import Annotated, Any
 
-from typing import Any
-
-from .fields import Builder, Field, Keyed, names as _names
+from .fields import Builder, Doc, Field, NotRequired, TypedDict, names as _names, table
 from .options import RUN_OPTIONS
 
 #: The run directory format this version of tts-knee writes (``run.json``'s ``format_version``).
@@ -31,239 +32,276 @@ READABLE_VERSIONS = (1, 2)
 
 # ---- requests.jsonl: one attempt per line -----------------------------------------------
 
-#: Attempt record fields, in the order a record carries them.
-ATTEMPT: tuple[Field, ...] = (
-    Field("step", "", True, "1-based step the attempt was sent in (null before the first step)"),
-    Field(
-        "concurrency",
-        "users",
-        True,
-        "the step's concurrency; open loop: requests in flight at sending, this one included",
-    ),
-    Field("worker", "", False, "Locust worker id, or 'local'"),
-    Field("user", "", False, "user number on its worker"),
-    Field("t0", "unix s", False, "before the request was sent, master's clock"),
-    Field("t1", "unix s", True, "first body byte"),
-    Field("t2", "unix s", True, "body fully read"),
-    Field("t3", "unix s", True, "audio written to disk and closed"),
-    Field("ttfb_ms", "ms", True, "t1 - t0"),
-    Field("wait_ms", "ms", True, "t2 - t0: server and network"),
-    Field("write_ms", "ms", True, "t3 - t2: the client's write"),
-    Field("concat_ms", "ms", True, "joining a split text's segments on the client"),
-    Field(
-        "status",
-        "",
-        True,
-        "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: "
-        "runformat.grpc_codes); null on a connection error",
-    ),
-    Field("ok", "", False, "a 2xx answer carrying valid audio"),
-    Field("error", "", True, "why the attempt failed, one line"),
-    Field("bytes", "bytes", False, "body bytes read"),
-    Field("audio_s", "s", True, "audio duration from the PCM byte count and format"),
-    Field("rtf", "", True, "synthesis seconds / audio seconds"),
-    Field("retry_after_s", "s", True, "Retry-After (gRPC: the pushback), parsed"),
-    Field(
-        "retry_after_raw",
-        "",
-        True,
-        "Retry-After as sent; gRPC: the trailer that said it, as 'grpc-retry-pushback-ms: 1000' or 'retry-after: 1'",
-    ),
-    Field("server_timing", "ms", True, "Server-Timing: stage name -> ms", of=Keyed("stage name")),
-    Field("settled", "", False, "false inside the step's settle (warm-up) window"),
-    Field(
-        "ttfa_ms",
-        "ms",
-        True,
-        "to the first audio sample, past any header or SSE framing; from the "
-        "first text sent where the text went in pieces (text_first_ms), else from t0",
-    ),
-    Field("chunks", "count", True, "body blocks that carried audio"),
-    Field("gap_max_ms", "ms", True, "longest wait between two audio arrivals"),
-    Field("underruns", "count", True, "times a 1x player fed by these arrivals ran dry"),
-    Field("underrun_ms", "ms", True, "silence those underruns add up to"),
-    Field("chunk_at_ms", "ms", True, "arrival of each chunk after t0 (streamed runs only)"),
-    Field("chunk_audio_ms", "ms", True, "audio each chunk carried"),
-    Field("req_id", "", False, "one logical request, unique across workers"),
-    Field("attempt", "count", False, "1-based attempt number"),
-    Field("final", "", False, "the last attempt of its request"),
-    Field("text_id", "", True, "corpus id of the text"),
-    Field("text_len", "chars", False, "characters sent in this attempt"),
-    Field("tier", "", True, "short, medium or long"),
-    Field("segment", "", True, "'k/n' for a segment of a split text"),
-    Field("backoff_ms", "ms", True, "slept before this attempt"),
-    Field("scheduled", "unix s", True, "open loop: when the arrival process scheduled the request", optional=True),
-    Field(
-        "sched_wait_ms",
-        "ms",
-        True,
-        "open loop: t2 - scheduled, what a caller who arrived on time waited "
-        "(t0 - scheduled is the generator's own lateness, its send lag)",
-        optional=True,
-    ),
+
+class Attempt(TypedDict):
+    """Attempt record fields, in the order a record carries them."""
+
+    step: Annotated[int | None, Doc("", "1-based step the attempt was sent in (null before the first step)")]
+    concurrency: Annotated[
+        int | None, Doc("users", "the step's concurrency; open loop: requests in flight at sending, this one included")
+    ]
+    worker: Annotated[str, Doc("", "Locust worker id, or 'local'")]
+    user: Annotated[int, Doc("", "user number on its worker")]
+    t0: Annotated[float, Doc("unix s", "before the request was sent, master's clock")]
+    t1: Annotated[float | None, Doc("unix s", "first body byte")]
+    t2: Annotated[float | None, Doc("unix s", "body fully read")]
+    t3: Annotated[float | None, Doc("unix s", "audio written to disk and closed")]
+    ttfb_ms: Annotated[float | None, Doc("ms", "t1 - t0")]
+    wait_ms: Annotated[float | None, Doc("ms", "t2 - t0: server and network")]
+    write_ms: Annotated[float | None, Doc("ms", "t3 - t2: the client's write")]
+    concat_ms: Annotated[float | None, Doc("ms", "joining a split text's segments on the client")]
+    status: Annotated[
+        int | str | None,
+        Doc(
+            "",
+            (
+                "HTTP status, or a gRPC attempt's code name (OK, RESOURCE_EXHAUSTED …: runformat.grpc_codes); "
+                "null on a connection error"
+            ),
+        ),
+    ]
+    ok: Annotated[bool, Doc("", "a 2xx answer carrying valid audio")]
+    error: Annotated[str | None, Doc("", "why the attempt failed, one line")]
+    bytes: Annotated[int, Doc("bytes", "body bytes read")]
+    audio_s: Annotated[float | None, Doc("s", "audio duration from the PCM byte count and format")]
+    rtf: Annotated[float | None, Doc("", "synthesis seconds / audio seconds")]
+    retry_after_s: Annotated[float | None, Doc("s", "Retry-After (gRPC: the pushback), parsed")]
+    retry_after_raw: Annotated[
+        str | None,
+        Doc(
+            "",
+            (
+                "Retry-After as sent; gRPC: the trailer that said it, as 'grpc-retry-pushback-ms: 1000' or "
+                "'retry-after: 1'"
+            ),
+        ),
+    ]
+    server_timing: Annotated[dict[str, float] | None, Doc("ms", "Server-Timing: stage name -> ms", key="stage name")]
+    settled: Annotated[bool, Doc("", "false inside the step's settle (warm-up) window")]
+    ttfa_ms: Annotated[
+        float | None,
+        Doc(
+            "ms",
+            (
+                "to the first audio sample, past any header or SSE framing; from the first text sent where the "
+                "text went in pieces (text_first_ms), else from t0"
+            ),
+        ),
+    ]
+    chunks: Annotated[int | None, Doc("count", "body blocks that carried audio")]
+    gap_max_ms: Annotated[float | None, Doc("ms", "longest wait between two audio arrivals")]
+    underruns: Annotated[int | None, Doc("count", "times a 1x player fed by these arrivals ran dry")]
+    underrun_ms: Annotated[float | None, Doc("ms", "silence those underruns add up to")]
+    chunk_at_ms: Annotated[list[float] | None, Doc("ms", "arrival of each chunk after t0 (streamed runs only)")]
+    chunk_audio_ms: Annotated[list[float] | None, Doc("ms", "audio each chunk carried")]
+    req_id: Annotated[str, Doc("", "one logical request, unique across workers")]
+    attempt: Annotated[int, Doc("count", "1-based attempt number")]
+    final: Annotated[bool, Doc("", "the last attempt of its request")]
+    text_id: Annotated[str | None, Doc("", "corpus id of the text")]
+    text_len: Annotated[int, Doc("chars", "characters sent in this attempt")]
+    tier: Annotated[str | None, Doc("", "short, medium or long")]
+    segment: Annotated[str | None, Doc("", "'k/n' for a segment of a split text")]
+    backoff_ms: Annotated[float | None, Doc("ms", "slept before this attempt")]
+    scheduled: NotRequired[
+        Annotated[float | None, Doc("unix s", "open loop: when the arrival process scheduled the request")]
+    ]
+    sched_wait_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                (
+                    "open loop: t2 - scheduled, what a caller who arrived on time waited (t0 - scheduled is the"
+                    " generator's own lateness, its send lag)"
+                ),
+            ),
+        ]
+    ]
     # text sent in pieces, as a language model writes it (sessions: WebSocket, Wyoming, gRPC streams)
-    Field("text_first_ms", "ms", True, "the first piece of text sent, after t0", optional=True),
-    Field("text_done_ms", "ms", True, "the end of the text (its final flush) sent, after t0", optional=True),
-    Field(
-        "done_to_audio_ms",
-        "ms",
-        True,
-        "the end of the text to the first audio after it; 0 when audio was already flowing",
-        optional=True,
-    ),
-    Field(
-        "tail_ms",
-        "ms",
-        True,
-        "the end of the text to the last audio: what the listener waits once the text is complete",
-        optional=True,
-    ),
-    Field(
-        "connect_ms",
-        "ms",
-        True,
-        "opening the session (TCP and the protocol's handshake) for this attempt; null when it went on an open one",
-        optional=True,
-    ),
-    Field(
-        "audio_file",
-        "",
-        True,
-        "why its audio file was not written in time: 'late' (the user did not wait "
-        "longer for a stalling disk; written when it gets to it) or 'dropped' (not written: "
-        "too much audio waited already); t3 and write_ms are then null",
-        optional=True,
-    ),
+    text_first_ms: NotRequired[Annotated[float | None, Doc("ms", "the first piece of text sent, after t0")]]
+    text_done_ms: NotRequired[
+        Annotated[float | None, Doc("ms", "the end of the text (its final flush) sent, after t0")]
+    ]
+    done_to_audio_ms: NotRequired[
+        Annotated[
+            float | None, Doc("ms", "the end of the text to the first audio after it; 0 when audio was already flowing")
+        ]
+    ]
+    tail_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc("ms", "the end of the text to the last audio: what the listener waits once the text is complete"),
+        ]
+    ]
+    connect_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                (
+                    "opening the session (TCP and the protocol's handshake) for this attempt; null when it went"
+                    " on an open one"
+                ),
+            ),
+        ]
+    ]
+    audio_file: NotRequired[
+        Annotated[
+            str | None,
+            Doc(
+                "",
+                (
+                    "why its audio file was not written in time: 'late' (the user did not wait longer for a "
+                    "stalling disk; written when it gets to it) or 'dropped' (not written: too much audio "
+                    "waited already); t3 and write_ms are then null"
+                ),
+            ),
+        ]
+    ]
     # voices: what the request asked for beside its words
-    Field(
-        "voice",
-        "",
-        True,
-        "the voice the request named (its own, the mix's, --tts-voice), or its reference clip's file name",
-        optional=True,
-    ),
-    Field("language", "", True, "the language the request named", optional=True),
+    voice: NotRequired[
+        Annotated[
+            str | None,
+            Doc("", "the voice the request named (its own, the mix's, --tts-voice), or its reference clip's file name"),
+        ]
+    ]
+    language: NotRequired[Annotated[str | None, Doc("", "the language the request named")]]
     # barge-in: the listener interrupted the utterance, which was cancelled (--barge-in)
-    Field(
-        "cancelled",
-        "",
-        True,
-        "the listener interrupted it: not a failure; only what came before the cancel "
-        "counts in its stream figures, and it counts in no latency figure",
-        optional=True,
-    ),
-    Field("cancel_ms", "ms", True, "the cancel sent (or the connection closed), after t0", optional=True),
-    Field(
-        "cancel_to_quiet_ms",
-        "ms",
-        True,
-        "the cancel to the last audio received, or to the server's "
-        "acknowledgement where the dialect has one; null when that never came",
-        optional=True,
-    ),
-    Field(
-        "audio_after_cancel_ms",
-        "ms",
-        True,
-        "audio that still arrived after the cancel, in playback time",
-        optional=True,
-    ),
-    Field(
-        "cancel_quiet",
-        "",
-        True,
-        "how it went quiet: acknowledged, closed, ended (the server ended the "
-        "utterance), quiet (no audio for a while), unacknowledged",
-        optional=True,
-    ),
-    Field(
-        "cancel_note", "", True, "what became of the connection when the cancel went wrong, one sentence", optional=True
-    ),
+    cancelled: NotRequired[
+        Annotated[
+            bool | None,
+            Doc(
+                "",
+                (
+                    "the listener interrupted it: not a failure; only what came before the cancel counts in its"
+                    " stream figures, and it counts in no latency figure"
+                ),
+            ),
+        ]
+    ]
+    cancel_ms: NotRequired[Annotated[float | None, Doc("ms", "the cancel sent (or the connection closed), after t0")]]
+    cancel_to_quiet_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                (
+                    "the cancel to the last audio received, or to the server's acknowledgement where the "
+                    "dialect has one; null when that never came"
+                ),
+            ),
+        ]
+    ]
+    audio_after_cancel_ms: NotRequired[
+        Annotated[float | None, Doc("ms", "audio that still arrived after the cancel, in playback time")]
+    ]
+    cancel_quiet: NotRequired[
+        Annotated[
+            str | None,
+            Doc(
+                "",
+                (
+                    "how it went quiet: acknowledged, closed, ended (the server ended the utterance), quiet (no"
+                    " audio for a while), unacknowledged"
+                ),
+            ),
+        ]
+    ]
+    cancel_note: NotRequired[
+        Annotated[str | None, Doc("", "what became of the connection when the cancel went wrong, one sentence")]
+    ]
     # the signal, checked on every attempt whose audio is PCM16 (WAV, raw PCM, SSE): audio.signal
-    Field(
-        "leading_silence_ms",
-        "ms",
-        True,
-        "audio before the first 10 ms frame at or above the silence level (-40 dBFS RMS)",
-        optional=True,
-    ),
-    Field(
-        "trailing_silence_ms",
-        "ms",
-        True,
-        "audio after the last 10 ms frame at or above the silence level",
-        optional=True,
-    ),
-    Field("clipped_share", "", True, "share of samples at full scale (clipped)", optional=True),
-    Field(
-        "ttfa_audible_ms",
-        "ms",
-        True,
-        "when the listener hears the first sound: the playback model's moment "
-        "the first frame above the silence level plays, from ttfa_ms's origin",
-        optional=True,
-    ),
-)
-#: What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`audio.asr`).
-SPEECH: tuple[Field, ...] = (
-    Field("req_id", "", False, "the attempt's request (its final, successful attempt)"),
-    Field("step", "", True, "the step the attempt ran in"),
-    Field("concurrency", "count", True, "the step's concurrency"),
-    Field("text_id", "", True, "corpus id of the text"),
-    Field("text", "", True, "the text sent, which the transcript is scored against"),
-    Field("language", "", True, "the language the judge was told, or the one it detected"),
-    Field("metric", "", True, "'wer' (words) or 'cer' (characters: languages written without spaces)"),
-    Field(
-        "error",
-        "",
-        True,
-        "word (or character) error rate against the text sent, after normalisation "
-        "(audio.asr.normalize); null where the clip could not be judged",
-    ),
-    Field("transcript", "", True, "what the recogniser heard"),
-    Field(
-        "reason",
-        "",
-        True,
-        "why the clip was not judged (undecodable audio, the judge behind or gone), one sentence; null when judged",
-    ),
-    Field("audio_s", "s", True, "the clip's length"),
-    Field("judge_s", "s", True, "CPU seconds the judge spent on the clip"),
-    Field("clip", "", True, "the clip, relative to the run directory (speech/<req_id>.wav)"),
-    Field(
-        "similarity",
-        "",
-        True,
-        "speaker similarity (cosine of speaker embeddings, audio.speaker) to the same text's clip at the "
-        "lowest concurrency heard so far (--asr-listen); null where the clip was too short to embed",
-        optional=True,
-    ),
-    Field(
-        "similarity_ref",
-        "",
-        True,
-        "speaker similarity to the voice's reference audio (its ref_audio, else --reference-voice)",
-        optional=True,
-    ),
-    Field("reference", "", True, "the reference audio similarity_ref compares with", optional=True),
-    Field(
-        "mos",
-        "",
-        True,
-        "predicted naturalness, DNSMOS P.835 OVRL (1-5, audio.quality); null where too short to score",
-        optional=True,
-    ),
-    Field("mos_sig", "", True, "DNSMOS P.835 SIG: the speech itself (1-5)", optional=True),
-    Field("mos_bak", "", True, "DNSMOS P.835 BAK: the background, noise and clicks (1-5)", optional=True),
-    Field(
-        "listen_reason",
-        "",
-        True,
-        "why similarity or mos is null, one sentence; null when both are there",
-        optional=True,
-    ),
-    Field("embedding", "", True, "the clip's speaker embedding (256 values, unit length)", optional=True),
-)
+    leading_silence_ms: NotRequired[
+        Annotated[
+            float | None, Doc("ms", "audio before the first 10 ms frame at or above the silence level (-40 dBFS RMS)")
+        ]
+    ]
+    trailing_silence_ms: NotRequired[
+        Annotated[float | None, Doc("ms", "audio after the last 10 ms frame at or above the silence level")]
+    ]
+    clipped_share: NotRequired[Annotated[float | None, Doc("", "share of samples at full scale (clipped)")]]
+    ttfa_audible_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                (
+                    "when the listener hears the first sound: the playback model's moment the first frame above"
+                    " the silence level plays, from ttfa_ms's origin"
+                ),
+            ),
+        ]
+    ]
+
+
+ATTEMPT = table(Attempt)
+
+
+class SpeechLine(TypedDict):
+    """What the ASR judge says of one attempt it judged (``speech.jsonl``, :mod:`audio.asr`)."""
+
+    req_id: Annotated[str, Doc("", "the attempt's request (its final, successful attempt)")]
+    step: Annotated[int | None, Doc("", "the step the attempt ran in")]
+    concurrency: Annotated[int | None, Doc("count", "the step's concurrency")]
+    text_id: Annotated[str | None, Doc("", "corpus id of the text")]
+    text: Annotated[str | None, Doc("", "the text sent, which the transcript is scored against")]
+    language: Annotated[str | None, Doc("", "the language the judge was told, or the one it detected")]
+    metric: Annotated[str | None, Doc("", "'wer' (words) or 'cer' (characters: languages written without spaces)")]
+    error: Annotated[
+        float | None,
+        Doc(
+            "",
+            (
+                "word (or character) error rate against the text sent, after normalisation "
+                "(audio.asr.normalize); null where the clip could not be judged"
+            ),
+        ),
+    ]
+    transcript: Annotated[str | None, Doc("", "what the recogniser heard")]
+    reason: Annotated[
+        str | None,
+        Doc(
+            "",
+            "why the clip was not judged (undecodable audio, the judge behind or gone), one sentence; null when judged",
+        ),
+    ]
+    audio_s: Annotated[float | None, Doc("s", "the clip's length")]
+    judge_s: Annotated[float | None, Doc("s", "CPU seconds the judge spent on the clip")]
+    clip: Annotated[str | None, Doc("", "the clip, relative to the run directory (speech/<req_id>.wav)")]
+    similarity: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "",
+                "speaker similarity (cosine of speaker embeddings, audio.speaker) to the same text's clip at the "
+                "lowest concurrency heard so far (--asr-listen); null where the clip was too short to embed",
+            ),
+        ]
+    ]
+    similarity_ref: NotRequired[
+        Annotated[
+            float | None,
+            Doc("", "speaker similarity to the voice's reference audio (its ref_audio, else --reference-voice)"),
+        ]
+    ]
+    reference: NotRequired[Annotated[str | None, Doc("", "the reference audio similarity_ref compares with")]]
+    mos: NotRequired[
+        Annotated[
+            float | None,
+            Doc("", "predicted naturalness, DNSMOS P.835 OVRL (1-5, audio.quality); null where too short to score"),
+        ]
+    ]
+    mos_sig: NotRequired[Annotated[float | None, Doc("", "DNSMOS P.835 SIG: the speech itself (1-5)")]]
+    mos_bak: NotRequired[Annotated[float | None, Doc("", "DNSMOS P.835 BAK: the background, noise and clicks (1-5)")]]
+    listen_reason: NotRequired[
+        Annotated[str | None, Doc("", "why similarity or mos is null, one sentence; null when both are there")]
+    ]
+    embedding: NotRequired[
+        Annotated[list[float] | None, Doc("", "the clip's speaker embedding (256 values, unit length)")]
+    ]
+
+
+SPEECH = table(SpeechLine)
 #: The timestamps of an attempt: shifted onto the master's clock by a worker.
 ATTEMPT_TIMES = ("t0", "t1", "t2", "t3", "scheduled")
 #: The streaming fields of an attempt whose body was not parsed as audio.
@@ -272,108 +310,137 @@ ATTEMPT_STREAM = ("ttfa_ms", "chunks", "gap_max_ms", "underruns", "underrun_ms",
 
 # ---- resources.jsonl: one sample per line ------------------------------------------------
 
-#: ``proc``: the watched process and its children.
-PROC: tuple[Field, ...] = (
-    Field("pid", "", True, "the watched root process; null for a heartbeat"),
-    Field("cpu_percent", "percent", True, "of one core, summed over the tree"),
-    Field("rss_bytes", "bytes", True, ""),
-    Field("num_children", "count", True, "", optional=True),
-)
 
-#: GPU identity fields (what enumeration gives) before the readings.
-GPU_IDENTITY: tuple[Field, ...] = (
-    Field("index", "", False, "NVML device index"),
-    Field("mig_index", "", True, "MIG instance index, null for a whole GPU"),
-    Field("uuid", "", True, ""),
-    Field("name", "", True, ""),
-    Field("lost", "", False, "the device (or driver) went away: its readings are null"),
-)
-#: GPU readings: null for what the device does not support (never 0 for unknown).
-GPU_READING: tuple[Field, ...] = (
-    Field("util_percent", "percent", True, "NVML utilization.gpu: time a kernel ran, not SM occupancy"),
-    Field("mem_used_bytes", "bytes", True, ""),
-    Field("mem_total_bytes", "bytes", True, ""),
-    Field("power_w", "W", True, ""),
-    Field("temp_c", "°C", True, ""),
-    Field("sm_clock_mhz", "MHz", True, ""),
-    Field("clock_event_reasons", "", True, "decoded clock event (throttle) reasons"),
-    Field("proc_mem_bytes", "bytes", True, "GPU memory the watched processes hold"),
-)
-GPU: tuple[Field, ...] = GPU_IDENTITY + GPU_READING
+class Proc(TypedDict):
+    """``proc``: the watched process and its children."""
 
-#: A resource sample's fields. Collectors send the same fields on their own clock with a
-#: ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``.
-RESOURCE_SAMPLE: tuple[Field, ...] = (
-    Field("seq", "count", True, "the collector's sample number (0, 1, 2 … for its lifetime)", optional=True),
-    Field("ts", "unix s", False, "when it was taken; the master's clock in resources.jsonl"),
-    Field("host", "", False, "hostname, or a Locust worker id for heartbeat samples"),
-    Field("role", "", False, "'server' or 'client' (the load generator)"),
-    Field(
-        "source",
-        "",
-        True,
-        "what took it when not a collector: 'locust-heartbeat', or the --server-metrics URL",
-        optional=True,
-    ),
-    Field("interval_s", "s", True, "time since the previous sample", optional=True),
-    Field("cpu_percent", "percent", True, "all cores together"),
-    Field("cpu_max_core_percent", "percent", True, "the busiest core"),
-    Field("iowait_percent", "percent", True, "", optional=True),
-    Field("steal_percent", "percent", True, "", optional=True),
-    Field("cpu_count", "count", True, "", optional=True),
-    Field("mem_used_bytes", "bytes", True, "what applications hold; not cache"),
-    Field("mem_total_bytes", "bytes", True, ""),
-    Field("disk_read_bytes", "bytes", True, "cumulative", optional=True),
-    Field("disk_write_bytes", "bytes", True, "cumulative", optional=True),
-    Field("net_sent_bytes", "bytes", True, "cumulative", optional=True),
-    Field("net_recv_bytes", "bytes", True, "cumulative", optional=True),
-    Field("proc", "", True, "the watched server process tree, or null", of=PROC),
-    Field("gpus", "", False, "one GPU reading each; [] without NVML", of=GPU),
-    Field(
-        "metrics",
-        "",
-        True,
-        "scraped server metrics: series -> value (counters as per-second rates)",
-        optional=True,
-        of=Keyed("series"),
-    ),
-    Field("collector", "", True, "the collector's URL; null for the master's own host", optional=True),
-    Field("clock_offset_s", "s", True, "subtracted from the collector's ts", optional=True),
-)
+    pid: Annotated[int | None, Doc("", "the watched root process; null for a heartbeat")]
+    cpu_percent: Annotated[float | None, Doc("percent", "of one core, summed over the tree")]
+    rss_bytes: Annotated[float | None, Doc("bytes", "")]
+    num_children: NotRequired[Annotated[int | None, Doc("count", "")]]
+
+
+PROC = table(Proc)
+
+
+class GpuIdentity(TypedDict):
+    """GPU identity fields (what enumeration gives) before the readings."""
+
+    index: Annotated[int, Doc("", "NVML device index")]
+    mig_index: Annotated[int | None, Doc("", "MIG instance index, null for a whole GPU")]
+    uuid: Annotated[str | None, Doc("", "")]
+    name: Annotated[str | None, Doc("", "")]
+    lost: Annotated[bool, Doc("", "the device (or driver) went away: its readings are null")]
+
+
+GPU_IDENTITY = table(GpuIdentity)
+
+
+class GpuReading(TypedDict):
+    """GPU readings: null for what the device does not support (never 0 for unknown)."""
+
+    util_percent: Annotated[float | None, Doc("percent", "NVML utilization.gpu: time a kernel ran, not SM occupancy")]
+    mem_used_bytes: Annotated[float | None, Doc("bytes", "")]
+    mem_total_bytes: Annotated[float | None, Doc("bytes", "")]
+    power_w: Annotated[float | None, Doc("W", "")]
+    temp_c: Annotated[float | None, Doc("°C", "")]
+    sm_clock_mhz: Annotated[float | None, Doc("MHz", "")]
+    clock_event_reasons: Annotated[list[str] | None, Doc("", "decoded clock event (throttle) reasons")]
+    proc_mem_bytes: Annotated[float | None, Doc("bytes", "GPU memory the watched processes hold")]
+
+
+GPU_READING = table(GpuReading)
+
+
+class Gpu(GpuIdentity, GpuReading):
+    """One GPU of a resource sample (``gpus``): what enumeration gives, then the readings."""
+
+
+GPU = table(Gpu)
+
+
+class ResourceSample(TypedDict):
+    """A resource sample's fields. Collectors send the same fields on their own clock with a
+    ``seq``; the puller writes them on the master's clock with ``collector`` and ``clock_offset_s``."""
+
+    seq: NotRequired[Annotated[int | None, Doc("count", "the collector's sample number (0, 1, 2 … for its lifetime)")]]
+    ts: Annotated[float, Doc("unix s", "when it was taken; the master's clock in resources.jsonl")]
+    host: Annotated[str, Doc("", "hostname, or a Locust worker id for heartbeat samples")]
+    role: Annotated[str, Doc("", "'server' or 'client' (the load generator)")]
+    source: NotRequired[
+        Annotated[
+            str | None, Doc("", "what took it when not a collector: 'locust-heartbeat', or the --server-metrics URL")
+        ]
+    ]
+    interval_s: NotRequired[Annotated[float | None, Doc("s", "time since the previous sample")]]
+    cpu_percent: Annotated[float | None, Doc("percent", "all cores together")]
+    cpu_max_core_percent: Annotated[float | None, Doc("percent", "the busiest core")]
+    iowait_percent: NotRequired[Annotated[float | None, Doc("percent", "")]]
+    steal_percent: NotRequired[Annotated[float | None, Doc("percent", "")]]
+    cpu_count: NotRequired[Annotated[int | None, Doc("count", "")]]
+    mem_used_bytes: Annotated[float | None, Doc("bytes", "what applications hold; not cache")]
+    mem_total_bytes: Annotated[float | None, Doc("bytes", "")]
+    disk_read_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
+    disk_write_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
+    net_sent_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
+    net_recv_bytes: NotRequired[Annotated[int | None, Doc("bytes", "cumulative")]]
+    proc: Annotated[Proc | None, Doc("", "the watched server process tree, or null")]
+    gpus: Annotated[list[Gpu] | None, Doc("", "one GPU reading each; [] without NVML; null in a heartbeat sample")]
+    metrics: NotRequired[
+        Annotated[
+            dict[str, float] | None,
+            Doc("", "scraped server metrics: series -> value (counters as per-second rates)", key="series"),
+        ]
+    ]
+    collector: NotRequired[Annotated[str | None, Doc("", "the collector's URL; null for the master's own host")]]
+    clock_offset_s: NotRequired[Annotated[float | None, Doc("s", "subtracted from the collector's ts")]]
+
+
+RESOURCE_SAMPLE = table(ResourceSample)
 
 
 # ---- run.json ------------------------------------------------------------------------------
 
-STEP: tuple[Field, ...] = (
-    Field("step", "", False, "1-based"),
-    Field("concurrency", "users", False, ""),
-    Field("start", "unix s", False, ""),
-    Field("end", "unix s", True, "null while it runs"),
-    Field(
-        "phase", "", False, "one of PHASES: 'grid', 'refine', 'soak', 'probe', 'before_spike', 'spike' or 'recovery'"
-    ),
-    Field("repeat", "count", False, "1-based pass over the grid"),
-    Field("settle_s", "s", False, "this step's settle window"),
-    Field("cutoff", "unix s", True, "judged on the requests sent before this; null when not judged"),
-    Field(
-        "rate",
-        "req/s",
-        True,
-        "open loop: the step's offered arrival rate, all workers together (its concurrency is then 0)",
-        optional=True,
-    ),
-    Field("voices", "count", False, "--voice-steps: the distinct voices the step drew from", optional=True),
-    Field("dropped", "count", False, "open loop: arrivals not sent, finding --max-inflight in flight", optional=True),
-    Field("workers", "count", False, "open loop: workers sharing the rate", optional=True),
-    Field(
-        "offered_rps",
-        "req/s",
-        False,
-        "--trace: the arrivals the step's settled window replays, per second "
-        "(its rate is the speed times the trace's mean)",
-        optional=True,
-    ),
-)
+
+class StepEntry(TypedDict):
+    """One step of the run as it ran (``run.json``'s ``steps``)."""
+
+    step: Annotated[int, Doc("", "1-based")]
+    concurrency: Annotated[int, Doc("users", "")]
+    start: Annotated[float, Doc("unix s", "")]
+    end: Annotated[float | None, Doc("unix s", "null while it runs")]
+    phase: Annotated[
+        str, Doc("", "one of PHASES: 'grid', 'refine', 'soak', 'probe', 'before_spike', 'spike' or 'recovery'")
+    ]
+    repeat: Annotated[int, Doc("count", "1-based pass over the grid")]
+    settle_s: Annotated[float, Doc("s", "this step's settle window")]
+    cutoff: Annotated[float | None, Doc("unix s", "judged on the requests sent before this; null when not judged")]
+    rate: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "req/s", "open loop: the step's offered arrival rate, all workers together (its concurrency is then 0)"
+            ),
+        ]
+    ]
+    voices: NotRequired[Annotated[int, Doc("count", "--voice-steps: the distinct voices the step drew from")]]
+    dropped: NotRequired[Annotated[int, Doc("count", "open loop: arrivals not sent, finding --max-inflight in flight")]]
+    workers: NotRequired[Annotated[int, Doc("count", "open loop: workers sharing the rate")]]
+    offered_rps: NotRequired[
+        Annotated[
+            float,
+            Doc(
+                "req/s",
+                (
+                    "--trace: the arrivals the step's settled window replays, per second (its rate is the speed"
+                    " times the trace's mean)"
+                ),
+            ),
+        ]
+    ]
+
+
+STEP = table(StepEntry)
 
 #: A step's ``phase``: a level of the grid (--steps or --rates), a refine probe (--refine), the
 #: one level a soak holds (--soak), a level of the hostile-text probe (--probe-texts), or one of
@@ -383,278 +450,348 @@ SOAK_PHASE = "soak"
 PROBE_PHASE = "probe"
 SPIKE_PHASES = ("before_spike", "spike", "recovery")
 
-WORKER: tuple[Field, ...] = (
-    Field("id", "", False, "Locust client id, or 'local'"),
-    Field("offset_s", "s", True, "worker clock minus master clock"),
-    Field("rtt_s", "s", True, "round trip of the probe the offset came from"),
-    Field("records", "count", False, "attempt records received", optional=True),
-    Field("batches", "count", False, "", optional=True),
-    Field("final", "", False, "its final batch came", optional=True),
-    Field("first_seen", "unix s", False, "", optional=True),
-    Field("last_seen", "unix s", True, "", optional=True),
-    Field("lost_at", "unix s", True, "when Locust stopped hearing from it", optional=True),
-    Field("host", "", True, "", optional=True),
-)
 
-COLLECTOR: tuple[Field, ...] = (
-    Field("url", "", False, ""),
-    Field("host", "", True, ""),
-    Field("offset_s", "s", True, "collector clock minus master clock, at the start"),
-    Field("rtt_s", "s", True, ""),
-    Field("offset_end_s", "s", True, "the same at the end"),
-    Field("rtt_end_s", "s", True, ""),
-    Field("reachable", "", False, ""),
-    Field("gaps", "unix s", False, "[from, to] spans without samples"),
-    Field("outages", "unix s", False, "[from, to] spans it did not answer (to: null if never again)"),
-    Field("samples", "count", False, "samples written"),
-    Field("dropped", "count", False, "samples that left its ring before they were read"),
-    Field("restarts", "count", False, ""),
-    Field(
-        "server_roles", "", False, "its --server-role, ROLE=SERIES each: what its scraped series mean", optional=True
-    ),
-)
+class WorkerEntry(TypedDict):
+    """One Locust worker (``run.json``'s ``workers``), with its clock offset."""
+
+    id: Annotated[str, Doc("", "Locust client id, or 'local'")]
+    offset_s: Annotated[float | None, Doc("s", "worker clock minus master clock")]
+    rtt_s: Annotated[float | None, Doc("s", "round trip of the probe the offset came from")]
+    records: NotRequired[Annotated[int, Doc("count", "attempt records received")]]
+    batches: NotRequired[Annotated[int, Doc("count", "")]]
+    final: NotRequired[Annotated[bool, Doc("", "its final batch came")]]
+    first_seen: NotRequired[Annotated[float, Doc("unix s", "")]]
+    last_seen: NotRequired[Annotated[float | None, Doc("unix s", "")]]
+    lost_at: NotRequired[Annotated[float | None, Doc("unix s", "when Locust stopped hearing from it")]]
+    host: NotRequired[Annotated[str | None, Doc("", "")]]
+
+
+WORKER = table(WorkerEntry)
+
+
+class CollectorEntry(TypedDict):
+    """One collector (``run.json``'s ``collectors``), with its clock offset and what it sent."""
+
+    url: Annotated[str, Doc("", "")]
+    host: Annotated[str | None, Doc("", "")]
+    offset_s: Annotated[float | None, Doc("s", "collector clock minus master clock, at the start")]
+    rtt_s: Annotated[float | None, Doc("s", "")]
+    offset_end_s: Annotated[float | None, Doc("s", "the same at the end")]
+    rtt_end_s: Annotated[float | None, Doc("s", "")]
+    reachable: Annotated[bool, Doc("", "")]
+    gaps: Annotated[list[list[float | None]], Doc("unix s", "[from, to] spans without samples")]
+    outages: Annotated[
+        list[list[float | None]], Doc("unix s", "[from, to] spans it did not answer (to: null if never again)")
+    ]
+    samples: Annotated[int, Doc("count", "samples written")]
+    dropped: Annotated[int, Doc("count", "samples that left its ring before they were read")]
+    restarts: Annotated[int, Doc("count", "")]
+    server_roles: NotRequired[
+        Annotated[list[str], Doc("", "its --server-role, ROLE=SERIES each: what its scraped series mean")]
+    ]
+
+
+COLLECTOR = table(CollectorEntry)
 
 #: run.json's ``mode``: users sending back to back at each step's concurrency (--steps), or
 #: arrivals on a schedule at each step's offered rate (--rates). A later mode (sessions) adds a
 #: name here; the reader refuses one it does not know.
 MODES = ("closed", "open")
 
-#: ``server_metrics``: one per ``--server-metrics`` endpoint the master scraped (and per
-#: ``--server-stats`` JSON endpoint it polled).
-SERVER_METRICS: tuple[Field, ...] = (
-    Field("url", "", False, ""),
-    Field("samples", "count", False, "samples written (a failed scrape writes one with metrics null)"),
-    Field("failures", "count", False, "scrapes that failed"),
-    Field("series_left_out", "count", False, "series the cap left out at the last scrape"),
-)
 
-#: ``versions``: what measured, and how it was started.
-VERSIONS: tuple[Field, ...] = (
-    Field("python", "", False, ""),
-    Field("tts-knee", "", True, "null when not installed as a distribution"),
-    Field("locust", "", True, ""),
-    Field("gevent", "", True, ""),
-    Field("geventhttpclient", "", True, ""),
-    Field("argv", "", False, "the command line, the collector token hidden"),
-)
+class ServerMetricsEntry(TypedDict):
+    """``server_metrics``: one per ``--server-metrics`` endpoint the master scraped (and per
+    ``--server-stats`` JSON endpoint it polled)."""
 
-#: ``provenance.host``: the machine the master (or the local runner) ran on.
-LOAD_HOST: tuple[Field, ...] = (
-    Field("cpu_model", "", True, "the CPU's model name; null where the system does not say"),
-    Field("cpu_cores", "count", True, "logical cores"),
-    Field("cpu_physical_cores", "count", True, "physical cores; null where the system does not say"),
-    Field("memory_bytes", "bytes", True, "physical memory"),
-    Field("os", "", True, "the operating system and its release (Python's platform.platform())"),
-)
-#: ``provenance.server``: what the TTS server says of itself, from one bounded request before the
-#: run (``GET /v1/models``, locustfiles.provenance); null where it did not say.
-SERVER_INFO: tuple[Field, ...] = (
-    Field("url", "", True, "the request sent; null where the protocol has no HTTP (Wyoming)"),
-    Field("status", "", True, "its HTTP status; null without an answer"),
-    Field(
-        "http_version", "", True, "the HTTP version the server answered in: 'HTTP/1.1', 'HTTP/1.0', or 'HTTP/2' (gRPC)"
-    ),
-    Field("server", "", True, "its Server header"),
-    Field("model", "", True, "the model it names: a model header of the answer, else the ids /v1/models lists"),
-    Field("model_from", "", True, "where model came from: 'header NAME' or '/v1/models'"),
-    Field("error", "", True, "why there is no answer, one line"),
-)
-#: ``provenance``: what two runs must share to compare like for like (``--baseline`` names each
-#: difference, analysis.regression).
-PROVENANCE: tuple[Field, ...] = (
-    Field("tts_knee", "", True, "tts-knee's version; null when not installed as a distribution"),
-    Field("commit", "", True, "the git commit of the clone tts-knee ran from; null when not run from a clone"),
-    Field("modified", "", True, "the clone had uncommitted changes to tracked files; null when not a clone"),
-    Field("python", "", False, "Python's version"),
-    Field("locust", "", True, "Locust's version"),
-    Field("corpus", "", True, "the corpus file read (--texts, its default, or --trace)"),
-    Field("corpus_sha256", "", True, "SHA-256 of the corpus file's bytes; null where it could not be read"),
-    Field("trace_sha256", "", True, "--trace: SHA-256 of the trace file's bytes", optional=True),
-    Field(
-        "options_sha256",
-        "",
-        False,
-        "SHA-256 of run.json's options as canonical JSON (keys sorted, no spaces, UTF-8), audio_dir "
-        "and texts left out (where the audio went and the corpus was read from: runformat.files."
-        "UNDIGESTED_OPTIONS): equal options, equal digest",
-    ),
-    Field("host", "", False, "the load host: the master's, or the local runner's", of=LOAD_HOST),
-    Field("server", "", False, "what the TTS server says of itself", of=SERVER_INFO),
-)
+    url: Annotated[str, Doc("", "")]
+    samples: Annotated[int, Doc("count", "samples written (a failed scrape writes one with metrics null)")]
+    failures: Annotated[int, Doc("count", "scrapes that failed")]
+    series_left_out: Annotated[int, Doc("count", "series the cap left out at the last scrape")]
 
-#: ``preflight``: the warm-up request sent before the run.
-PREFLIGHT: tuple[Field, ...] = (
-    Field("ok", "", False, "the target answered like a TTS server (or busy, but a server)"),
-    Field("status", "", True, "HTTP status (gRPC: the code name); null without an answer"),
-    Field("ms", "ms", True, "its round trip"),
-    Field("message", "", True, "why the run cannot start, one sentence"),
-)
 
-#: One decision of the step plan.
-DECISION: tuple[Field, ...] = (
-    Field("after_step", "", True, "the step judged last when it was taken"),
-    Field("action", "", False, "'stop' (the rest of the grid skipped), 'refine' (a probe) or 'done'"),
-    Field("skipped", "users", False, "stop: the grid's concurrencies skipped", optional=True),
-    Field("concurrency", "users", False, "refine: the probe's concurrency", optional=True),
-    Field("rate", "req/s", False, "refine: the probe's offered rate (open loop)", optional=True),
-    Field("voices", "count", False, "refine: the probe's number of voices (voice sweep)", optional=True),
-    Field("answer", "users", True, "done: the highest level (concurrency, or rate) meeting the SLO", optional=True),
-    Field("why", "", False, "the decision in words, with the figures"),
-)
+SERVER_METRICS = table(ServerMetricsEntry)
 
-#: One judged step's SLO verdict, as the plan took it.
-VERDICT: tuple[Field, ...] = (
-    Field("step", "", False, ""),
-    Field("concurrency", "users", False, "closed loop", optional=True),
-    Field("rate", "req/s", False, "open loop: the offered rate", optional=True),
-    Field("voices", "count", False, "voice sweep: the step's number of voices", optional=True),
-    Field("phase", "", False, ""),
-    Field("repeat", "count", False, ""),
-    Field("pass", "", True, "true, false, or null when inconclusive"),
-    Field("failed", "", False, "the terms it fails, in words"),
-    Field("inconclusive", "", False, "the terms the records cannot bound yet, in words"),
-    Field("requests", "count", True, "requests judged"),
-    Field("unanswered", "count", False, "requests sent before the cut-off with no record yet"),
-    Field("steps", "", False, "the steps judged together"),
+Versions = TypedDict(
+    "Versions",
+    {
+        "python": Annotated[str, Doc("", "")],
+        "tts-knee": Annotated[str | None, Doc("", "null when not installed as a distribution")],
+        "locust": Annotated[str | None, Doc("", "")],
+        "gevent": Annotated[str | None, Doc("", "")],
+        "geventhttpclient": Annotated[str | None, Doc("", "")],
+        "argv": Annotated[list[str], Doc("", "the command line, the collector token hidden")],
+    },
 )
+Versions.__doc__ = """``versions``: what measured, and how it was started."""
+VERSIONS = table(Versions)
 
-#: One verdict per tested level (concurrency, or offered rate), repeats pooled.
-PLAN_LEVEL: tuple[Field, ...] = (
-    Field("concurrency", "users", False, "closed loop", optional=True),
-    Field("rate", "req/s", False, "open loop", optional=True),
-    Field("voices", "count", False, "voice sweep", optional=True),
-    Field("pass", "", True, ""),
-    Field("failed", "", False, ""),
-    Field("inconclusive", "", False, ""),
-    Field("steps", "", False, "the steps pooled"),
-)
 
-PLAN: tuple[Field, ...] = (
-    Field("grid", "users", False, "the concurrency grid (open loop: the rates; voice sweep: numbers of voices)"),
-    Field("repeat", "count", False, "passes over the grid"),
-    Field("slo", "", True, "the SLO spec"),
-    Field("refine", "", False, ""),
-    Field("stop_past_knee", "", False, ""),
-    Field("decisions", "", False, "what the plan decided, step by step", of=DECISION),
-    Field("verdicts", "", False, "each judged step's SLO verdict", of=VERDICT),
-    Field("levels", "", False, "verdict per concurrency", optional=True, of=PLAN_LEVEL),
-    Field("max_concurrency", "users", True, "highest level meeting the SLO", optional=True),
-    Field("max_rate", "req/s", True, "open loop: highest offered rate meeting the SLO", optional=True),
-    Field("max_voices", "count", True, "voice sweep: most voices meeting the SLO", optional=True),
-)
+class LoadHost(TypedDict):
+    """``provenance.host``: the machine the master (or the local runner) ran on."""
 
-#: ``voice_uploads``: each registration and deletion of a voice (--voice-upload), timed.
-VOICE_UPLOAD: tuple[Field, ...] = (
-    Field("voice", "", False, "the voice's name"),
-    Field("action", "", False, "'create' (POST /v1/audio/voices) or 'delete'"),
-    Field("t0", "unix s", False, "when it was sent"),
-    Field("ms", "ms", False, "its round trip"),
-    Field("status", "", True, "HTTP status; null without an answer"),
-    Field("ok", "", False, "the server took it"),
-    Field("error", "", True, "why not, one line"),
-)
+    cpu_model: Annotated[str | None, Doc("", "the CPU's model name; null where the system does not say")]
+    cpu_cores: Annotated[int | None, Doc("count", "logical cores")]
+    cpu_physical_cores: Annotated[int | None, Doc("count", "physical cores; null where the system does not say")]
+    memory_bytes: Annotated[int | None, Doc("bytes", "physical memory")]
+    os: Annotated[str | None, Doc("", "the operating system and its release (Python's platform.platform())")]
 
-SPEECH_COUNTS: tuple[Field, ...] = (
-    Field("offered", "count", False, "clips the judge was given"),
-    Field("judged", "count", False, ""),
-    Field("not_judged", "count", False, "undecodable, or the judge behind or gone (speech.jsonl says which)"),
+
+LOAD_HOST = table(LoadHost)
+
+
+class ServerInfo(TypedDict):
+    """``provenance.server``: what the TTS server says of itself, from one bounded request before the
+    run (``GET /v1/models``, locustfiles.provenance); null where it did not say."""
+
+    url: Annotated[str | None, Doc("", "the request sent; null where the protocol has no HTTP (Wyoming)")]
+    status: Annotated[int | None, Doc("", "its HTTP status; null without an answer")]
+    http_version: Annotated[
+        str | None, Doc("", "the HTTP version the server answered in: 'HTTP/1.1', 'HTTP/1.0', or 'HTTP/2' (gRPC)")
+    ]
+    server: Annotated[str | None, Doc("", "its Server header")]
+    model: Annotated[
+        str | None, Doc("", "the model it names: a model header of the answer, else the ids /v1/models lists")
+    ]
+    model_from: Annotated[str | None, Doc("", "where model came from: 'header NAME' or '/v1/models'")]
+    error: Annotated[str | None, Doc("", "why there is no answer, one line")]
+
+
+SERVER_INFO = table(ServerInfo)
+
+
+class Provenance(TypedDict):
+    """``provenance``: what two runs must share to compare like for like (``--baseline`` names each
+    difference, analysis.regression)."""
+
+    tts_knee: Annotated[str | None, Doc("", "tts-knee's version; null when not installed as a distribution")]
+    commit: Annotated[
+        str | None, Doc("", "the git commit of the clone tts-knee ran from; null when not run from a clone")
+    ]
+    modified: Annotated[
+        bool | None, Doc("", "the clone had uncommitted changes to tracked files; null when not a clone")
+    ]
+    python: Annotated[str, Doc("", "Python's version")]
+    locust: Annotated[str | None, Doc("", "Locust's version")]
+    corpus: Annotated[str | None, Doc("", "the corpus file read (--texts, its default, or --trace)")]
+    corpus_sha256: Annotated[str | None, Doc("", "SHA-256 of the corpus file's bytes; null where it could not be read")]
+    trace_sha256: NotRequired[Annotated[str | None, Doc("", "--trace: SHA-256 of the trace file's bytes")]]
+    options_sha256: Annotated[
+        str,
+        Doc(
+            "",
+            "SHA-256 of run.json's options as canonical JSON (keys sorted, no spaces, UTF-8), audio_dir "
+            "and texts left out (where the audio went and the corpus was read from: runformat.files."
+            "UNDIGESTED_OPTIONS): equal options, equal digest",
+        ),
+    ]
+    host: Annotated[LoadHost, Doc("", "the load host: the master's, or the local runner's")]
+    server: Annotated[ServerInfo, Doc("", "what the TTS server says of itself")]
+
+
+PROVENANCE = table(Provenance)
+
+
+class Preflight(TypedDict):
+    """``preflight``: the warm-up request sent before the run."""
+
+    ok: Annotated[bool, Doc("", "the target answered like a TTS server (or busy, but a server)")]
+    status: Annotated[int | None, Doc("", "HTTP status (gRPC: the code name); null without an answer")]
+    ms: Annotated[float | None, Doc("ms", "its round trip")]
+    message: Annotated[str | None, Doc("", "why the run cannot start, one sentence")]
+
+
+PREFLIGHT = table(Preflight)
+
+
+class Decision(TypedDict):
+    """One decision of the step plan."""
+
+    after_step: Annotated[int | None, Doc("", "the step judged last when it was taken")]
+    action: Annotated[str, Doc("", "'stop' (the rest of the grid skipped), 'refine' (a probe) or 'done'")]
+    skipped: NotRequired[Annotated[list[int], Doc("users", "stop: the grid's concurrencies skipped")]]
+    concurrency: NotRequired[Annotated[int, Doc("users", "refine: the probe's concurrency")]]
+    rate: NotRequired[Annotated[float, Doc("req/s", "refine: the probe's offered rate (open loop)")]]
+    voices: NotRequired[Annotated[int, Doc("count", "refine: the probe's number of voices (voice sweep)")]]
+    answer: NotRequired[
+        Annotated[float | None, Doc("users", "done: the highest level (concurrency, or rate) meeting the SLO")]
+    ]
+    why: Annotated[str, Doc("", "the decision in words, with the figures")]
+
+
+DECISION = table(Decision)
+
+Verdict = TypedDict(
+    "Verdict",
+    {
+        "step": Annotated[int, Doc("", "")],
+        "concurrency": NotRequired[Annotated[int, Doc("users", "closed loop")]],
+        "rate": NotRequired[Annotated[float, Doc("req/s", "open loop: the offered rate")]],
+        "voices": NotRequired[Annotated[int, Doc("count", "voice sweep: the step's number of voices")]],
+        "phase": Annotated[str, Doc("", "")],
+        "repeat": Annotated[int, Doc("count", "")],
+        "pass": Annotated[bool | None, Doc("", "true, false, or null when inconclusive")],
+        "failed": Annotated[list[str], Doc("", "the terms it fails, in words")],
+        "inconclusive": Annotated[list[str], Doc("", "the terms the records cannot bound yet, in words")],
+        "requests": Annotated[int | None, Doc("count", "requests judged")],
+        "unanswered": Annotated[int, Doc("count", "requests sent before the cut-off with no record yet")],
+        "steps": Annotated[list[int], Doc("", "the steps judged together")],
+    },
 )
-#: ``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace).
-TRACE_BURST: tuple[Field, ...] = (
-    Field("start_s", "s", False, "its first arrival, seconds from the trace's start"),
-    Field("end_s", "s", False, "its last arrival"),
-    Field("arrivals", "count", False, ""),
-    Field("rate_rps", "req/s", False, "its arrivals over its length, at speed 1"),
-    Field("times_mean", "", False, "rate_rps over the trace's mean rate"),
+Verdict.__doc__ = """One judged step's SLO verdict, as the plan took it."""
+VERDICT = table(Verdict)
+
+PlanLevel = TypedDict(
+    "PlanLevel",
+    {
+        "concurrency": NotRequired[Annotated[int, Doc("users", "closed loop")]],
+        "rate": NotRequired[Annotated[float, Doc("req/s", "open loop")]],
+        "voices": NotRequired[Annotated[int, Doc("count", "voice sweep")]],
+        "pass": Annotated[bool | None, Doc("", "")],
+        "failed": Annotated[list[str], Doc("", "")],
+        "inconclusive": Annotated[list[str], Doc("", "")],
+        "steps": Annotated[list[int], Doc("", "the steps pooled")],
+    },
 )
-TRACE: tuple[Field, ...] = (
-    Field("path", "", False, "the file replayed"),
-    Field("rows", "count", False, "arrivals in it"),
-    Field("duration_s", "s", False, "its last offset and one mean gap after it"),
-    Field("rate_rps", "req/s", False, "rows / duration_s: a step at speed S offers S times this"),
-    Field("conversations", "count", False, "conversations whose turns go in order on one caller"),
-    Field("bursts", "", False, "where arrivals come at least twice as fast as the mean", of=TRACE_BURST),
-)
-SPIKE_HEALTH: tuple[Field, ...] = (
-    Field("at", "unix s", False, "when it was answered (or failed)"),
-    Field("phase", "", False, "the spike's step it was sent in"),
-    *PREFLIGHT,
-)
-RUN: tuple[Field, ...] = (
-    Field("format_version", "", False, "this format's version; missing means 1"),
-    Field("run_id", "", False, "the run directory's name"),
-    Field("start", "unix s", False, ""),
-    Field("end", "unix s", True, "null while the run goes on"),
-    Field("target", "", True, "the TTS server's base URL"),
-    Field("mode", "", True, "how load was offered, one of MODES; null or missing: read from the steps"),
-    Field("options", "", False, "the run's options, secrets left out (runformat.options)", of=RUN_OPTIONS),
-    Field("settle_s", "s", False, "the run's settle window at the start of each step"),
-    Field("steps", "", False, "one entry each, in the order run", of=STEP),
-    Field("workers", "", False, "one entry each", of=WORKER),
-    Field("collectors", "", False, "one entry each", of=COLLECTOR),
-    Field("versions", "", False, "python, tts-knee, locust, gevent … and the command line", of=VERSIONS),
-    Field(
-        "provenance",
-        "",
-        False,
-        "what made the run: tool, corpus, options, load host and server",
-        optional=True,
-        of=PROVENANCE,
-    ),
-    Field("plan", "", True, "the step plan and its decisions", optional=True, of=PLAN),
-    Field("preflight", "", True, "the warm-up request", optional=True, of=PREFLIGHT),
-    Field(
-        "health",
-        "",
-        False,
-        "after the run: the warm-up request once more, or a GET of --health-path (ok: audio, or a 2xx)",
-        optional=True,
-        of=PREFLIGHT,
-    ),
-    Field(
-        "server_metrics",
-        "",
-        False,
-        "one entry per --server-metrics (or --server-stats) endpoint",
-        optional=True,
-        of=SERVER_METRICS,
-    ),
-    Field("voice_uploads", "", False, "--voice-upload: each registration and deletion", optional=True, of=VOICE_UPLOAD),
-    Field("trace", "", False, "--trace: the log replayed", optional=True, of=TRACE),
-    Field(
-        "spike_health",
-        "",
-        False,
-        "--spike: health probes sent while it ran, once the server seemed gone",
-        optional=True,
-        of=SPIKE_HEALTH,
-    ),
-    Field("error", "", True, "why the run could not go on, one sentence", optional=True),
-    Field(
-        "speech",
-        "count",
-        False,
-        "--asr-model: clips offered to the judge, judged, not judged",
-        optional=True,
-        of=SPEECH_COUNTS,
-    ),
-    Field("records", "count", True, "attempt records written, once the run ended", optional=True),
-    Field(
-        "cut_by_run_end",
-        "count",
-        False,
-        "of them, attempts still in flight when the run's drain ended (error cut_by_run_end)",
-        optional=True,
-    ),
-    Field(
-        "audio_missing",
-        "count",
-        False,
-        "attempts whose audio file was not written in time, by their audio_file ('late', 'dropped')",
-        optional=True,
-        of=Keyed("audio_file"),
-    ),
-)
+PlanLevel.__doc__ = """One verdict per tested level (concurrency, or offered rate), repeats pooled."""
+PLAN_LEVEL = table(PlanLevel)
+
+
+class Plan(TypedDict):
+    """The step plan (``run.json``'s ``plan``): the grid, the SLO, and what it decided step by step."""
+
+    grid: Annotated[
+        list[float], Doc("users", "the concurrency grid (open loop: the rates; voice sweep: numbers of voices)")
+    ]
+    repeat: Annotated[int, Doc("count", "passes over the grid")]
+    slo: Annotated[str | None, Doc("", "the SLO spec")]
+    refine: Annotated[bool, Doc("", "")]
+    stop_past_knee: Annotated[bool, Doc("", "")]
+    decisions: Annotated[list[Decision], Doc("", "what the plan decided, step by step")]
+    verdicts: Annotated[list[Verdict], Doc("", "each judged step's SLO verdict")]
+    levels: NotRequired[Annotated[list[PlanLevel], Doc("", "verdict per concurrency")]]
+    max_concurrency: NotRequired[Annotated[int | None, Doc("users", "highest level meeting the SLO")]]
+    max_rate: NotRequired[Annotated[float | None, Doc("req/s", "open loop: highest offered rate meeting the SLO")]]
+    max_voices: NotRequired[Annotated[int | None, Doc("count", "voice sweep: most voices meeting the SLO")]]
+
+
+PLAN = table(Plan)
+
+
+class VoiceUpload(TypedDict):
+    """``voice_uploads``: each registration and deletion of a voice (--voice-upload), timed."""
+
+    voice: Annotated[str, Doc("", "the voice's name")]
+    action: Annotated[str, Doc("", "'create' (POST /v1/audio/voices) or 'delete'")]
+    t0: Annotated[float, Doc("unix s", "when it was sent")]
+    ms: Annotated[float, Doc("ms", "its round trip")]
+    status: Annotated[int | None, Doc("", "HTTP status; null without an answer")]
+    ok: Annotated[bool, Doc("", "the server took it")]
+    error: Annotated[str | None, Doc("", "why not, one line")]
+
+
+VOICE_UPLOAD = table(VoiceUpload)
+
+
+class SpeechCounts(TypedDict):
+    """``run.json``'s ``speech`` (--asr-model): clips offered to the judge, judged, not judged."""
+
+    offered: Annotated[int, Doc("count", "clips the judge was given")]
+    judged: Annotated[int, Doc("count", "")]
+    not_judged: Annotated[int, Doc("count", "undecodable, or the judge behind or gone (speech.jsonl says which)")]
+
+
+class TraceBurst(TypedDict):
+    """``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace)."""
+
+    start_s: Annotated[float, Doc("s", "its first arrival, seconds from the trace's start")]
+    end_s: Annotated[float, Doc("s", "its last arrival")]
+    arrivals: Annotated[int, Doc("count", "")]
+    rate_rps: Annotated[float, Doc("req/s", "its arrivals over its length, at speed 1")]
+    times_mean: Annotated[float, Doc("", "rate_rps over the trace's mean rate")]
+
+
+class Trace(TypedDict):
+    """``trace``: the log a --trace run replays (locustfiles.inputs.trace) and its bursts (analysis.trace)."""
+
+    path: Annotated[str, Doc("", "the file replayed")]
+    rows: Annotated[int, Doc("count", "arrivals in it")]
+    duration_s: Annotated[float, Doc("s", "its last offset and one mean gap after it")]
+    rate_rps: Annotated[float, Doc("req/s", "rows / duration_s: a step at speed S offers S times this")]
+    conversations: Annotated[int, Doc("count", "conversations whose turns go in order on one caller")]
+    bursts: Annotated[list[TraceBurst], Doc("", "where arrivals come at least twice as fast as the mean")]
+
+
+class _SpikeProbe(TypedDict):
+    at: Annotated[float, Doc("unix s", "when it was answered (or failed)")]
+    phase: Annotated[str, Doc("", "the spike's step it was sent in")]
+
+
+class SpikeHealth(_SpikeProbe, Preflight):
+    """A health probe sent while the spike ran (``run.json``'s ``spike_health``): when, then as the preflight."""
+
+
+SPIKE_HEALTH = table(SpikeHealth)
+
+
+class RunInfo(TypedDict):
+    """``run.json``: the run's plan, options, clocks and versions, written by the master."""
+
+    format_version: Annotated[int, Doc("", "this format's version; missing means 1")]
+    run_id: Annotated[str, Doc("", "the run directory's name")]
+    start: Annotated[float, Doc("unix s", "")]
+    end: Annotated[float | None, Doc("unix s", "null while the run goes on")]
+    target: Annotated[str | None, Doc("", "the TTS server's base URL")]
+    mode: Annotated[str | None, Doc("", "how load was offered, one of MODES; null or missing: read from the steps")]
+    options: Annotated[
+        dict[str, object], Doc("", "the run's options, secrets left out (runformat.options)", of=RUN_OPTIONS)
+    ]
+    settle_s: Annotated[float, Doc("s", "the run's settle window at the start of each step")]
+    steps: Annotated[list[StepEntry], Doc("", "one entry each, in the order run")]
+    workers: Annotated[list[WorkerEntry], Doc("", "one entry each")]
+    collectors: Annotated[list[CollectorEntry], Doc("", "one entry each")]
+    versions: Annotated[Versions, Doc("", "python, tts-knee, locust, gevent … and the command line")]
+    provenance: NotRequired[
+        Annotated[Provenance, Doc("", "what made the run: tool, corpus, options, load host and server")]
+    ]
+    plan: NotRequired[Annotated[Plan | None, Doc("", "the step plan and its decisions")]]
+    preflight: NotRequired[Annotated[Preflight | None, Doc("", "the warm-up request")]]
+    health: NotRequired[
+        Annotated[
+            Preflight,
+            Doc("", "after the run: the warm-up request once more, or a GET of --health-path (ok: audio, or a 2xx)"),
+        ]
+    ]
+    server_metrics: NotRequired[
+        Annotated[list[ServerMetricsEntry], Doc("", "one entry per --server-metrics (or --server-stats) endpoint")]
+    ]
+    voice_uploads: NotRequired[Annotated[list[VoiceUpload], Doc("", "--voice-upload: each registration and deletion")]]
+    trace: NotRequired[Annotated[Trace, Doc("", "--trace: the log replayed")]]
+    spike_health: NotRequired[
+        Annotated[list[SpikeHealth], Doc("", "--spike: health probes sent while it ran, once the server seemed gone")]
+    ]
+    error: NotRequired[Annotated[str | None, Doc("", "why the run could not go on, one sentence")]]
+    speech: NotRequired[
+        Annotated[SpeechCounts, Doc("count", "--asr-model: clips offered to the judge, judged, not judged")]
+    ]
+    records: NotRequired[Annotated[int | None, Doc("count", "attempt records written, once the run ended")]]
+    cut_by_run_end: NotRequired[
+        Annotated[
+            int, Doc("count", "of them, attempts still in flight when the run's drain ended (error cut_by_run_end)")
+        ]
+    ]
+    audio_missing: NotRequired[
+        Annotated[
+            dict[str, int],
+            Doc(
+                "count",
+                "attempts whose audio file was not written in time, by their audio_file ('late', 'dropped')",
+                key="audio_file",
+            ),
+        ]
+    ]
+
+
+RUN = table(RunInfo)
 
 # ---- builders -------------------------------------------------------------------------------
 

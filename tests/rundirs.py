@@ -327,7 +327,7 @@ def build_run(path: Path, m: Model | None = None) -> Path:
         ]
         if m.resources
         else [],
-        versions={"tts-knee": "0.1.0"},
+        versions=runformat.versions(),
     )
     (path / runformat.RUN_JSON).write_text(json.dumps(run, indent=1))
     lines = [json.dumps(r) for r in records]

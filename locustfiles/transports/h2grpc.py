@@ -16,6 +16,13 @@ the trailers (``grpc-status``, ``grpc-message``), or in the headers of a trailer
 An answer that is not gRPC (an HTTP error from a proxy), a stream the server resets and a
 connection going away map onto gRPC codes the way gRPC's own clients map them.
 
+The frames a unary-in, stream-out call mostly receives are DATA frames of its open stream:
+those this client reads itself (a 9-byte header, the payload handed to the call, the windows
+opened again in batches), without h2's frame objects, stream state machine, event per frame
+and the ``repr`` of each frame it formats for a log that is off; every other frame (SETTINGS,
+HEADERS, trailers, RST_STREAM, GOAWAY, PING, WINDOW_UPDATE, a padded or last DATA frame, one on
+another stream) goes to h2 in the order it came, and h2 is the reference for what they mean.
+
 A :class:`Connection` has one reader: the greenlet iterating its current call's
 :meth:`Call.messages`. Another greenlet may :meth:`Call.send` meanwhile (text paced in):
 writes are serialised by a lock. Nothing here times out by itself: the caller's timeout is
@@ -49,7 +56,14 @@ from ..clock import mono
 #: server never waits on this client's flow control at hundreds of chunks a second.
 WINDOW_BYTES = 16 << 20
 READ_BYTES = 256 << 10
+#: DATA bytes read past h2 that open the windows again (WINDOW_UPDATE) once this many are taken:
+#: a quarter of each window, so the server never waits on it.
+WINDOW_BATCH = WINDOW_BYTES // 4
 _PREFIX = struct.Struct(">BI")  # compressed flag, length
+_FRAME = struct.Struct(">HBBBL")  # HTTP/2 frame header: length (high 16 bits, low 8), type, flags, stream
+_WINDOW_UPDATE = struct.Struct(">HBBBLL")  # ... and its increment
+_DATA, _HEADERS, _SETTINGS, _PUSH_PROMISE, _CONTINUATION = 0x0, 0x1, 0x4, 0x5, 0x9
+_END_STREAM, _END_HEADERS, _PADDED = 0x1, 0x4, 0x8
 #: A non-gRPC answer's HTTP status, as gRPC's clients read it (grpc/doc/http-grpc-status-mapping.md).
 HTTP_AS_GRPC = {
     400: "INTERNAL",
@@ -116,6 +130,12 @@ class Connection:
         self.going_away: int | None = None  # GOAWAY's last stream id: no new call here
         self.heard = False  # the server has sent something
         self.send_failed = False  # a send broke: the reader says how
+        self._raw = False  # what is read goes to h2 as it comes (not HTTP/2 frames)
+        self._h2_fed = False  # the last read handed h2 something
+        self._inbox = bytearray()  # bytes read that do not make a whole frame yet
+        self._in_header_block = False  # a HEADERS frame's CONTINUATION frames are due
+        self._taken = 0  # DATA bytes read past h2 whose window is not opened again yet
+        self._window_updates = b""  # WINDOW_UPDATE frames for the next flush
         self._flush()
 
     @property
@@ -164,6 +184,8 @@ class Connection:
         what the server said before it closed (an HTTP/1 error page, say) and says why."""
         with self.lock:
             data = self.h2.data_to_send()
+            if self._window_updates:
+                data, self._window_updates = data + self._window_updates, b""
             if data and self.sock is not None and not self.send_failed:
                 try:
                     self.sock.sendall(data)
@@ -191,7 +213,58 @@ class Connection:
             raise ConnectionLost(
                 f"the server answered in HTTP/1 ({line}), not HTTP/2: is grpc:// aimed at an HTTP/1 port?"
             )
+        if not self.heard and (len(data) < 4 or data[3] != _SETTINGS):
+            self._raw = True  # not the SETTINGS frame a server's preface begins with: h2 judges it
         self.heard = True
+        self._h2_fed = False
+        if self._raw:
+            self._to_h2(data, at)
+        else:
+            self._frames(data, at)
+        if self._h2_fed or self._window_updates:  # h2 may have an answer to send (SETTINGS ACK, PING ACK ...)
+            self._flush()
+
+    def _frames(self, data: bytes, at: float) -> None:
+        """Take the whole frames read so far: the current call's DATA frames here, the rest
+        through h2, in the order they came."""
+        inbox = self._inbox
+        inbox += data
+        call, end, start, h2_from = self.call, len(inbox), 0, 0
+        while start + 9 <= end:
+            hi, lo, kind, flags, sid = _FRAME.unpack_from(inbox, start)
+            size = (hi << 8) | lo
+            if size > self.h2.max_inbound_frame_size:
+                self._raw = True  # from here on h2 has the bytes, and says what is wrong with them
+                self._to_h2(bytes(inbox[h2_from:]), at)
+                inbox.clear()
+                return
+            if start + 9 + size > end:
+                break
+            if self._in_header_block:
+                self._in_header_block = kind == _CONTINUATION and not flags & _END_HEADERS
+            elif kind in (_HEADERS, _PUSH_PROMISE):
+                self._in_header_block = not flags & _END_HEADERS
+            elif (
+                kind == _DATA
+                and not flags & (_END_STREAM | _PADDED)
+                and call is not None
+                and sid == call.sid
+                and call.fast
+                and call.status is None
+            ):
+                if h2_from < start:  # what came before goes first
+                    self._to_h2(bytes(inbox[h2_from:start]), at)
+                call._data(inbox[start + 9 : start + 9 + size], at)
+                self._took(call, size)
+                h2_from = start + 9 + size
+            start += 9 + size
+        if h2_from < start:
+            self._to_h2(bytes(inbox[h2_from:start]), at)
+        del inbox[:start]
+
+    def _to_h2(self, data: bytes, at: float) -> None:
+        """Hand whole frames (or bytes that are not) to h2 and their events to the call."""
+        self._h2_fed = True
         conn = self.h2
         try:
             with self.lock:
@@ -216,7 +289,18 @@ class Connection:
                     )
             elif call is not None and getattr(ev, "stream_id", None) == call.sid:
                 call.on(ev, at)
-        self._flush()
+
+    def _took(self, call: Call, size: int) -> None:
+        """``size`` DATA bytes of ``call`` were read past h2: open the connection's and the
+        stream's windows again once a batch of them is taken."""
+        self._taken += size
+        call.taken += size
+        if self._taken >= WINDOW_BATCH:
+            self._window_updates += _WINDOW_UPDATE.pack(0, 4, 0x8, 0, 0, self._taken)
+            self._taken = 0
+        if call.taken >= WINDOW_BATCH:
+            self._window_updates += _WINDOW_UPDATE.pack(0, 4, 0x8, 0, call.sid, call.taken)
+            call.taken = 0
 
 
 class Call:
@@ -227,6 +311,8 @@ class Call:
         self.status: Status | None = None  # set once the call has ended
         self.ended_at: float | None = None
         self.answered = False  # the server's headers said gRPC
+        self.fast = False  # ... and named no content-length h2 would check: DATA frames are read past h2
+        self.taken = 0  # this call's DATA bytes read past h2 whose window is not opened again yet
         self._messages: deque = deque()
         self._buf = bytearray()
         self._metadata: dict = {}
@@ -303,6 +389,7 @@ class Call:
         grpc = (headers.get("content-type") or "").startswith("application/grpc")
         if self._http == 200 and grpc:
             self.answered = True
+            self.fast = "content-length" not in headers
             if "grpc-status" in headers:  # trailers-only: the call ends here
                 self._trailers(headers, at)
 

@@ -1,74 +1,83 @@
-"""Results with names (:mod:`runformat.results`): each TypedDict is its field table's keys with
-Python types, and what the analysis makes of a run holds to them.
+"""Results declared once (:mod:`runformat.summary`, :mod:`runformat.schema`): each record and
+table is a TypedDict whose fields carry their unit and meaning, and its field table is derived
+from it (:func:`runformat.fields.table`).
 
-The first tests hold the classes to the tables (the same keys, the same required ones, null where
-the table allows it, a nested table as its class); the last analyses a synthetic run directory
-and checks every step, level, the knee and the diagnosis value by value against the classes, and
-the run's attempt records against :class:`~runformat.results.Attempt`."""
-
-from __future__ import annotations
+The first tests hold the derivation to what a declaration says (nullable, optional, nested,
+keyed by data, a field without its unit and meaning refused); the last analyse synthetic run
+directories and check every value of ``summary.json``, ``run.json`` and each attempt record
+against the declared types."""
 
 import json
+import re
 import types
 import typing
+from typing import Annotated
 
 import pytest
 
 from rundirs import Model, build_run
-from tts_knee.runformat import results, summary
-from tts_knee.runformat.fields import Keyed
+from tts_knee.runformat import schema, summary
+from tts_knee.runformat.fields import Doc, Field, Keyed, NotRequired, TypedDict, table
 
-HINTS = {cls: typing.get_type_hints(cls) for cls in results.TABLES}
-CLASS_OF = {id(table): cls for cls, table in results.TABLES.items()}
+HINTS: dict[type, dict] = {}
 
 
 def _alternatives(hint) -> tuple:
     return typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
 
 
-@pytest.mark.parametrize("cls", list(results.TABLES), ids=lambda c: c.__name__)
-def test_each_class_is_its_tables_keys_with_the_required_ones_required(cls):
-    table = results.TABLES[cls]
-    assert set(HINTS[cls]) == {f.name for f in table}
-    assert set(cls.__required_keys__) == {f.name for f in table if not f.optional}
+class _Inner(TypedDict):
+    mean: Annotated[float, Doc("ms", "the mean")]
 
 
-@pytest.mark.parametrize("cls", list(results.TABLES), ids=lambda c: c.__name__)
-def test_null_where_the_table_allows_it_and_nested_tables_as_their_classes(cls):
-    for f in results.TABLES[cls]:
-        hint = HINTS[cls][f.name]
-        alts = _alternatives(hint)
-        assert (type(None) in alts) == f.nullable, (cls.__name__, f.name, hint)
-        values = [a for a in alts if a is not type(None)]
-        assert values and object not in values, (cls.__name__, f.name)
-        value = values[0]
-        if isinstance(f.of, Keyed):
-            assert typing.get_origin(value) is dict and typing.get_args(value)[0] is str, (cls.__name__, f.name)
-            if f.of.of is not None:
-                assert typing.get_args(value)[1] is CLASS_OF[id(f.of.of)], (cls.__name__, f.name)
-        elif f.of is not None:
-            inner = typing.get_args(value)[0] if typing.get_origin(value) is list else value
-            inner = [a for a in _alternatives(inner) if a is not type(None)][0]  # a list's null entries
-            assert inner is CLASS_OF.get(id(f.of)), (cls.__name__, f.name, value)
+class _Outer(TypedDict):
+    one: Annotated[_Inner | None, Doc("", "an object, or null")]
+    many: Annotated[list[_Inner], Doc("", "a list of them")]
+    by_stage: Annotated[dict[str, _Inner], Doc("ms", "per stage", key="stage name")]
+    counts: NotRequired[Annotated[dict[str, int], Doc("count", "by status", key="status")]]
+    plain: Annotated[list[float], Doc("s", "a list of numbers")]
 
 
-def test_every_table_a_step_the_knee_or_the_diagnosis_nests_has_its_class():
-    seen, todo = set(), [summary.STEP_SUMMARY, summary.KNEE, summary.DIAGNOSIS]
-    while todo:
-        table = todo.pop()
-        if id(table) in seen:
-            continue
-        seen.add(id(table))
-        assert id(table) in CLASS_OF
-        for f in table:
-            nested = f.of.of if isinstance(f.of, Keyed) else f.of
-            if nested is not None:
-                todo.append(nested)
+def test_a_table_is_derived_from_its_class():
+    inner = (Field("mean", "ms", False, "the mean"),)
+    assert table(_Outer) == (
+        Field("one", "", True, "an object, or null", False, inner),
+        Field("many", "", False, "a list of them", False, inner),
+        Field("by_stage", "ms", False, "per stage", False, Keyed("stage name", inner)),
+        Field("counts", "count", False, "by status", True, Keyed("status")),
+        Field("plain", "s", False, "a list of numbers"),
+    )
+
+
+def test_a_field_without_its_unit_and_meaning_or_keyed_without_its_key_is_refused():
+    class Bare(TypedDict):
+        mean: float
+
+    class Unkeyed(TypedDict):
+        by: Annotated[dict[str, int], Doc("count", "keyed by what?")]
+
+    with pytest.raises(TypeError, match="Bare.mean has no Doc"):
+        table(Bare)
+    with pytest.raises(TypeError, match="Unkeyed.by"):
+        table(Unkeyed)
+
+
+def test_the_manuals_field_reference_is_made_from_the_declarations():
+    from pathlib import Path
+
+    from tts_knee.runformat.check import DECLARED, reference
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "fields.md").read_text()
+    assert page == reference(), "docs/fields.md is out of date: make docs writes it"
+    sections = re.findall(r"^#+ `?([\w.]+)", page, flags=re.M)
+    assert list(DECLARED) == sections[1 : len(DECLARED) + 1]  # each file, then what it nests
+    assert {"StepSummary", "Knee", "Diagnosis", "SloVerdict", "StepEntry", "Dist"} <= set(sections)
+    assert "| `ttfb_ms` | ms | null | t1 - t0 |" in page
 
 
 def test_the_outcomes_are_the_probes_counts():
-    assert [o.value for o in summary.Outcome] == [f.name for f in summary.PROBE_LEVEL[1:]]
-    assert typing.get_type_hints(results.Diagnosis)["kind"] is summary.DiagnosisKind
+    assert [o.value for o in summary.Outcome] == [f.name for f in table(summary.ProbeOutcomes)]
+    assert typing.get_type_hints(summary.Diagnosis)["kind"] is summary.DiagnosisKind
 
 
 def _wrong(value, hint, path: str) -> list[str]:
@@ -91,7 +100,7 @@ def _wrong(value, hint, path: str) -> list[str]:
     if typing.is_typeddict(hint):
         if not isinstance(value, dict):
             return [f"{path}: {type(value).__name__} is not a {hint.__name__}"]
-        hints = HINTS.get(hint) or typing.get_type_hints(hint)
+        hints = HINTS.get(hint) or HINTS.setdefault(hint, typing.get_type_hints(hint))
         missing = [f"{path}.{k}: missing" for k in hint.__required_keys__ if k not in value]
         return missing + [
             f"{path}.{k}: not a {hint.__name__} key" if k not in hints else w
@@ -100,6 +109,8 @@ def _wrong(value, hint, path: str) -> list[str]:
         ]
     if hint is summary.DiagnosisKind:
         return [] if value in set(summary.DiagnosisKind) else [f"{path}: {value!r} is no kind"]
+    if hint is object:  # run.json's options: declared by runformat.options, any JSON value
+        return []
     kinds = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}[hint]
     if isinstance(value, bool) and hint is not bool or not isinstance(value, kinds):
         return [f"{path}: {value!r} is not {hint.__name__}"]
@@ -119,15 +130,14 @@ def test_what_the_analysis_makes_of_a_run_holds_to_the_classes(tmp_path, model):
 
     run = build_run(tmp_path / "run", model)
     s = json.loads(json.dumps(analyze(load(run))))  # as summary.json holds it
-    wrong = [w for i, step in enumerate(s["steps"]) for w in _wrong(step, results.StepSummary, f"steps[{i}]")]
-    wrong += [w for i, lv in enumerate(s["levels"]) for w in _wrong(lv, results.StepSummary, f"levels[{i}]")]
-    wrong += _wrong(s["knee"], results.Knee, "knee") + _wrong(s["diagnosis"], results.Diagnosis, "diagnosis")
+    wrong = _wrong(s, summary.Summary, "summary")
+    wrong += _wrong(json.loads((run / "run.json").read_text()), schema.RunInfo, "run.json")
     records = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines() if line.strip()]
-    wrong += [w for i, r in enumerate(records) for w in _wrong(r, results.Attempt, f"requests.jsonl:{i + 1}")]
+    wrong += [w for i, r in enumerate(records) for w in _wrong(r, schema.Attempt, f"requests.jsonl:{i + 1}")]
     assert not wrong, "\n".join(wrong[:20])
     assert s["steps"][0]["latency_ms"] and s["steps"][-1]["status_counts"] and s["knee"]["methods"]
 
 
 def test_the_check_sees_a_figure_of_the_wrong_type():
     step = {"count": 3, "mean": "12 ms", "p50": 1.0, "p90": 1.0, "p95": 1.0, "p99": 1.0, "max": True}
-    assert _wrong(step, results.Dist, "d") == ["d.mean: '12 ms' is not float", "d.max: True is not float"]
+    assert _wrong(step, summary.Dist, "d") == ["d.mean: '12 ms' is not float", "d.max: True is not float"]
