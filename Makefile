@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[piper,grpc,asr,test]'
+	$(PY) -m pip install -q --no-deps 'Resemblyzer==0.1.4'  # its speaker encoder's weights only (audio.speaker): no torch
 	touch $(STAMP)
 
 # The suite in two passes: first every test that does not time the client to the millisecond,

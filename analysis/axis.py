@@ -11,7 +11,8 @@ Three axes, one object each, chosen once per run (:func:`of_run`):
 
 :func:`analysis.summary.analyze` asks the axis for the levels, the knee, the recommendation and
 the diagnosis, and never which axis it is. What holds on one axis holds on every one: the speech
-knee (:meth:`Axis.speech_knee`, ``--asr-model``) is judged along whichever axis the run swept.
+knee (:meth:`Axis.speech_knee`, ``--asr-model``; with ``--asr-listen`` its ``similarity`` and
+``mos`` methods too) is judged along whichever axis the run swept.
 The dashboard draws its report along the same axis (``knee.axis`` and ``run.mode`` of the
 summary, :func:`of_summary`).
 """
@@ -115,24 +116,35 @@ class Axis:
         return find_knee(done, streamed, ttfa_floor_ms)
 
     def speech_knee(self, knee: dict, levels: list[dict]) -> dict:
-        """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules: a
-        level whose speech is significantly worse than the lowest's is a knee like a latency one,
-        and the earliest of them is the knee. ``speech_first``: speech broke before latency (and
-        failures) did."""
+        """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules,
+        and with ``--asr-listen`` the ``similarity`` and ``mos`` methods
+        (:func:`analysis.speech.drop_index`): a level whose speech is significantly worse than the
+        lowest's is a knee like a latency one, and the earliest of them is the knee.
+        ``speech_first``: speech broke before latency (and failures) did; ``speech_changed``: the
+        listening methods that name the knee."""
         done = [lv for lv in levels if lv.get("requests")]
-        k, rises = speech_mod.knee_index(done)
+        k_words, rises = speech_mod.knee_index(done)
+        k_voice, sim_drops = speech_mod.drop_index(done, "similarity")
+        k_sound, mos_drops = speech_mod.drop_index(done, "mos")
+        found = {"speech": k_words, "similarity": k_voice, "mos": k_sound}
+        listened = {name: drops for name, drops in (("similarity", sim_drops), ("mos", mos_drops)) if drops}
+        heard = ["speech", *listened]
+        at = [found[name] for name in heard if found[name] is not None]
+        k = min(at) if at else None
         knee = dict(
             knee,
-            methods={**knee["methods"], "speech": done[k][self.key] if k is not None else None},
-            rules=[*knee["rules"], "speech"],
-            speech_rise=[
-                None
-                if r is None
-                else {"pairs": r["pairs"], "mean": round(r["mean"], 4), "ci": [round(x, 4) for x in r["ci"]]}
-                for r in rises
-            ],
+            **{f"{name}_drop": [_interval(d) for d in drops] for name, drops in listened.items()},
+            methods={
+                **knee["methods"],
+                **{name: done[i][self.key] if (i := found[name]) is not None else None for name in heard},
+            },
+            rules=[*knee["rules"], *heard],
+            speech_changed=[name for name in heard if k is not None and found[name] == k],
+            speech_rise=[_interval(r) for r in rises],
         )
-        latency = method_index(knee, done, [r for r in knee["rules"] if r not in ("signal", "speech")], self.key)
+        latency = method_index(
+            knee, done, [r for r in knee["rules"] if r not in ("signal", "speech", "similarity", "mos")], self.key
+        )
         if k is not None and (knee["index"] is None or k < knee["index"]):
             knee.update({"index": k, self.key: done[k][self.key]})
         knee["speech_first"] = k is not None and (latency is None or k < latency)
@@ -182,6 +194,13 @@ class Axis:
     def usl(self, done: list[dict]) -> dict | None:
         """The Universal Scalability Law's fit over concurrency (None on any other axis)."""
         return usl_fit(done) if self.key == "concurrency" else None
+
+
+def _interval(d: dict | None) -> dict | None:
+    """A paired change as the knee keeps it (rounded), None where the level was not judged."""
+    return (
+        None if d is None else {"pairs": d["pairs"], "mean": round(d["mean"], 4), "ci": [round(x, 4) for x in d["ci"]]}
+    )
 
 
 def method_index(knee: dict, done: list[dict], names: list[str], key: str = "concurrency") -> int | None:

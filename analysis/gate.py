@@ -58,6 +58,8 @@ _LABEL = {
     "wer_mean": "WER mean",
     "wer_p95": "WER p95",
     "cer_mean": "CER mean",
+    "similarity_mean": "speaker similarity mean",
+    "mos_mean": "naturalness (DNSMOS OVRL) mean",
     "ttfa_audible_p95_ms": "audible TTFA p95",
     "leading_silence_p95_ms": "leading silence p95",
     "silent_rate": "silent answers",

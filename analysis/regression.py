@@ -12,7 +12,10 @@ waited). For each level (``summary.json`` ``regression.steps``):
 - ``throughput_rps``: successful completions per second of the steps' windows, the ratio and a
   two-sample Poisson test (conservative for a closed loop, whose completions are more regular
   than Poisson);
-- ``error_rate``: failed / requests, the change in percentage points and a two-proportion test.
+- ``error_rate``: failed / requests, the change in percentage points and a two-proportion test;
+- with ``--asr-listen`` in both runs, ``mos_mean`` and ``similarity_ref_mean``: the judged clips
+  paired by text, a regression when the 95 % bootstrap interval of the drop stays above the knee's
+  margin (0.3 MOS, 0.2 of similarity).
 
 A figure is ``significant`` when p < ``ALPHA`` (0.05).  It is a ``regression`` when it is
 significant *and* worse than the tolerance allows: latency ratio above 1 + tolerance, throughput
@@ -46,6 +49,7 @@ from tts_knee.runformat.files import UNDIGESTED_OPTIONS
 from tts_knee.runformat.reader import RunDir, RunDirError
 from tts_knee.runformat.schema import PROBE_PHASE
 
+from . import speech as speech_mod
 from .confidence import compare_percentile, compare_proportions, compare_rates
 
 ALPHA = 0.05
@@ -54,7 +58,12 @@ ERROR_RATE_STEP = 0.01
 #: The share of a run's requests whose audio failed one check (silent, runaway, integrity) above
 #: which it is refused as a baseline or a candidate.
 AUDIO_FAILED_SHARE = 0.02
-_FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate")
+_FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate", "mos_mean", "similarity_ref_mean")
+#: --asr-listen figures compared by text (the per-clip key, the margin a drop must pass to regress)
+_LISTENED = {
+    "mos_mean": ("mos", speech_mod.MIN_MOS_DROP),
+    "similarity_ref_mean": ("similarity_ref", speech_mod.MIN_SIMILARITY_DROP),
+}
 # run.json options that change what a step measures (not where files go or which steps ran)
 COMPARED_OPTIONS = (
     "tts_api",
@@ -109,6 +118,36 @@ def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict[str, 
         }
     )
     return c
+
+
+def _heard(entries: list[dict[str, Any]], level: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = set(level.get("steps") or ([level["step"]] if level.get("step") is not None else []))
+    return [e for e in entries if e.get("step") in steps]
+
+
+def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
+    """--asr-listen's ``mos_mean`` or ``similarity_ref_mean`` of a level against the baseline's,
+    paired by text (the same corpus): significant when the 95 % bootstrap interval of the paired
+    change leaves out 0, a regression when its low end drops past the knee's margin for it (0.3
+    MOS, 0.2 of similarity: what a listener hears), not a tolerance share."""
+    key, margin = _LISTENED[figure]
+    drop = speech_mod.paired_rise(new, old, key)  # baseline - this run: a drop
+    if drop is None:
+        return None
+    lo, hi = drop["ci"]
+    old_mean = float(np.mean([v for e in old if isinstance(v := e.get(key), (int, float))]))
+    new_mean = float(np.mean([v for e in new if isinstance(v := e.get(key), (int, float))]))
+    return {
+        "old": round(old_mean, 4),
+        "new": round(new_mean, 4),
+        "change": round(-drop["mean"], 4),
+        "p_value": None,
+        "method": f"paired by text over {drop['pairs']} texts, 95 % bootstrap interval of the drop "
+        f"[{lo:.3f}, {hi:.3f}]",
+        "significant": lo > 0 or hi < 0,
+        "regression": lo > margin,
+        "improvement": hi < -margin,
+    }
 
 
 def _throughput(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, Any] | None:
@@ -296,6 +335,13 @@ def level_sentence(c: str, row: dict[str, Any]) -> str:
     r = row["error_rate"]
     if r and r["regression"]:
         parts.append(f"errors {r['old']:.1%} -> {r['new']:.1%} (p={r['p_value']:.3g})")
+    for key, name in (
+        ("mos_mean", "naturalness (DNSMOS OVRL)"),
+        ("similarity_ref_mean", "similarity to the reference"),
+    ):
+        r = row.get(key)
+        if r and r["regression"]:
+            parts.append(f"{name} {r['old']:.2f} -> {r['new']:.2f} ({r['method']})")
     return f"at {c}: " + ", ".join(parts)
 
 
@@ -314,6 +360,7 @@ def compare(
     key, wait = ("rate", "sched_wait_ms") if open_loop else ("concurrency", "wait_ms")
     name = (lambda v: f"{v:g} req/s") if open_loop else str
     old_levels = {lv[key]: lv for lv in old_sum.get("levels") or []}
+    old_heard, new_heard = speech_mod.read(old_rd.path), speech_mod.read(new_rd.path)
     rows = []
     for lv in new_sum.get("levels") or []:
         c = lv[key]
@@ -332,7 +379,11 @@ def compare(
             "throughput_rps": _throughput(ol, lv, tolerance),
             "error_rate": _errors(ol, lv, tolerance),
         }
-        figs = [row[k] for k in _FIGURES if row[k]]
+        for figure in _LISTENED:
+            change = _listened(_heard(old_heard, ol), _heard(new_heard, lv), figure)
+            if change is not None:
+                row[figure] = change
+        figs = [row[k] for k in _FIGURES if row.get(k)]
         row["regression"] = any(f["regression"] for f in figs)
         row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
         rows.append(row)

@@ -53,6 +53,9 @@ METRICS: dict[str, str] = {
     "wer_mean": "mean word error rate of the judged clips, 0..1 (--asr-model)",
     "wer_p95": "95th percentile word error rate of the judged clips, 0..1 (--asr-model)",
     "cer_mean": "mean character error rate of the judged clips, 0..1 (--asr-model, --asr-metric cer)",
+    "similarity_mean": "mean speaker similarity of the judged clips to the same texts at the lowest step, "
+    "-1..1 (--asr-listen; say >=)",
+    "mos_mean": "mean predicted naturalness of the judged clips, DNSMOS OVRL 1..5 (--asr-listen; say >=)",
     "ttfa_audible_p95_ms": "95th percentile time until the listener hears the first sound, ms",
     "leading_silence_p95_ms": "95th percentile silence before the first sound, ms",
     "silent_rate": "share of requests answered with silent audio, 0..1",
@@ -83,6 +86,8 @@ _SOURCES = {
     "wer_mean": ("speech", "wer_mean", 1.0),
     "wer_p95": ("speech", "wer_p95", 1.0),
     "cer_mean": ("speech", "cer_mean", 1.0),
+    "similarity_mean": ("speech", "similarity_mean", 1.0),
+    "mos_mean": ("speech", "mos_mean", 1.0),
     "ttfa_audible_p95_ms": ("ttfa_audible_ms", "p95", 1.0),
     "leading_silence_p95_ms": ("leading_silence_ms", "p95", 1.0),
     "silent_rate": ("silent_rate", None, 1.0),
@@ -108,7 +113,7 @@ _TERM = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d
 
 
 #: Terms from the ASR judge, whose verdicts come after their step: judged on the finished run.
-AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean"))
+AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean", "similarity_mean", "mos_mean"))
 
 
 def live(slo: SLO) -> SLO | None:

@@ -13,6 +13,15 @@ the level is a knee when the interval's lower end is above :data:`MIN_RISE` (two
 rate: below it, a recogniser's own noise on a voice that varies from call to call). At least
 :data:`MIN_PAIRS` pairs are needed to judge a level at all. A level is one of the run's axis
 (:mod:`analysis.axis`): a concurrency, an offered rate or a number of voices.
+
+**Voice and sound** (``--asr-listen``): per step ``similarity_mean``/``_p5`` (each clip's speaker
+embedding against the same text's at the lowest level: 1 there by definition) and ``mos_mean``/
+``_p5`` (DNSMOS OVRL). Knee methods ``similarity`` and ``mos`` pair the clips by text the same way
+and ask the same of the drop's interval: its lower end above :data:`MIN_SIMILARITY_DROP` (0.2 of
+cosine: the same voice re-rendered, even under noise at 20 dB SNR, stays within about 0.1 of
+itself with this encoder; another speaker falls 0.35-0.6) or :data:`MIN_MOS_DROP` (0.3 MOS: about
+the smallest difference a listening test tells apart, and above DNSMOS's own spread on one voice,
+a few hundredths).
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ MIN_RISE = 0.02
 MIN_PAIRS = 4
 BOOTSTRAP = 2000
 SEED = 20261201
+MIN_SIMILARITY_DROP = 0.2
+MIN_MOS_DROP = 0.3
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -69,6 +80,7 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     p95 = float(np.percentile(rates, 95)) if len(rates) else None
     worst = sorted(judged, key=lambda e: -(_rate(e) or 0.0))[:WORST]
     return {
+        **listened(entries),
         "metric": metric,
         "judged": len(judged),
         "not_judged": len(entries) - len(judged),
@@ -91,6 +103,74 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def _number(e: dict[str, Any], key: str) -> float | None:
+    v = e.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(float(np.mean(values)), 4) if values else None
+
+
+def _p5(values: list[float]) -> float | None:
+    return round(float(np.percentile(values, 5)), 4) if values else None
+
+
+def listened(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``--asr-listen`` figures of a step's judge lines ({} when none was listened to)."""
+    heard = [e for e in entries if "mos" in e or "similarity" in e]
+    if not heard:
+        return {}
+    sims = [v for e in heard if (v := _number(e, "similarity")) is not None]
+    moses = [v for e in heard if (v := _number(e, "mos")) is not None]
+    alike = sorted((e for e in heard if _number(e, "similarity") is not None), key=lambda e: e["similarity"])
+    return {
+        "similarity_mean": _mean(sims),
+        "similarity_p5": _p5(sims),
+        "similarity_ref_mean": _mean([v for e in heard if (v := _number(e, "similarity_ref")) is not None]),
+        "mos_mean": _mean(moses),
+        "mos_p5": _p5(moses),
+        "mos_sig_mean": _mean([v for e in heard if (v := _number(e, "mos_sig")) is not None]),
+        "mos_bak_mean": _mean([v for e in heard if (v := _number(e, "mos_bak")) is not None]),
+        "not_listened": sum(1 for e in heard if _number(e, "similarity") is None or _number(e, "mos") is None),
+        "worst_similarity": [
+            {
+                "req_id": e["req_id"],
+                "text_id": e.get("text_id"),
+                "text": e.get("text"),
+                "similarity": e["similarity"],
+                "similarity_ref": _number(e, "similarity_ref"),
+                "mos": _number(e, "mos"),
+                "clip": e.get("clip"),
+            }
+            for e in alike[:WORST]
+        ],
+    }
+
+
+def resimilar(entries: list[dict[str, Any]], lowest: set[int] | None = None) -> list[dict[str, Any]]:
+    """The judge lines with ``similarity`` recomputed against each text's clip at the lowest level
+    of the run's axis (``lowest``: its steps; without them, the lowest concurrency). The judge
+    wrote it against the lowest concurrency heard so far, the same in a closed loop whose steps
+    ascend."""
+    base: dict[str, tuple[tuple[bool, float], np.ndarray]] = {}
+    for e in entries:
+        emb, c = e.get("embedding"), e.get("concurrency")
+        if isinstance(emb, list) and emb and isinstance(c, (int, float)) and e.get("text_id") is not None:
+            rank = (lowest is not None and e.get("step") not in lowest, float(c))
+            if e["text_id"] not in base or rank < base[e["text_id"]][0]:
+                base[e["text_id"]] = (rank, np.asarray(emb, dtype=float))
+    out = []
+    for e in entries:
+        emb = e.get("embedding")
+        ref = base.get(e["text_id"]) if e.get("text_id") is not None else None
+        if isinstance(emb, list) and emb and ref is not None:
+            v = np.asarray(emb, dtype=float)
+            e = {**e, "similarity": round(float(v @ ref[1] / (np.linalg.norm(v) * np.linalg.norm(ref[1]) + 1e-12)), 4)}
+        out.append(e)
+    return out
+
+
 def by_step(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
     for e in entries:
@@ -99,13 +179,19 @@ def by_step(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def _steps_of(level: dict[str, Any]) -> list[int]:
+    return list(level.get("steps") or ([level["step"]] if level.get("step") is not None else []))
+
+
 def attach(steps: list[dict[str, Any]], levels: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
-    """Set ``speech`` on every step and level (levels pool their steps' clips)."""
-    grouped = by_step(entries)
+    """Set ``speech`` on every step and level (levels pool their steps' clips; ``levels`` run
+    along the axis, the first with requests the one ``similarity`` compares with)."""
+    first = next((lv for lv in levels if lv.get("requests")), None)
+    grouped = by_step(resimilar(entries, None if first is None else set(_steps_of(first))))
     for st in steps:
         st["speech"] = summarise(grouped.get(st["step"], []))
     for lv in levels:
-        nums = lv.get("steps") or ([lv["step"]] if lv.get("step") is not None else [])
+        nums = _steps_of(lv)
         lv["speech"] = summarise([e for n in nums for e in grouped.get(n, [])])
         lv["_speech_entries"] = [e for n in nums for e in grouped.get(n, [])]
 
@@ -120,10 +206,19 @@ def _by_text(entries: list[dict[str, Any]]) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in sums.items()}
 
 
-def paired_rise(low: list[dict[str, Any]], high: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The rise in error rate from ``low``'s clips to ``high``'s, paired by text: ``{pairs, mean,
-    ci: [lo, hi]}``; None with fewer than MIN_PAIRS pairs."""
-    a, b = _by_text(low), _by_text(high)
+def _by_text_of(entries: list[dict[str, Any]], key: str) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for e in entries:
+        v = _number(e, key)
+        if v is not None and e.get("text_id") is not None:
+            sums.setdefault(e["text_id"], []).append(v)
+    return {t: sum(v) / len(v) for t, v in sums.items()}
+
+
+def paired_rise(low: list[dict[str, Any]], high: list[dict[str, Any]], key: str = "error") -> dict[str, Any] | None:
+    """The rise in error rate (or another figure, ``key``) from ``low``'s clips to ``high``'s,
+    paired by text: ``{pairs, mean, ci: [lo, hi]}``; None with fewer than MIN_PAIRS pairs."""
+    a, b = (_by_text(low), _by_text(high)) if key == "error" else (_by_text_of(low, key), _by_text_of(high, key))
     common = sorted(a.keys() & b.keys())
     if len(common) < MIN_PAIRS:
         return None
@@ -144,6 +239,23 @@ def knee_index(levels: list[dict[str, Any]]) -> tuple[int | None, list[dict[str,
     rises = [None] + [paired_rise(base, lv.get("_speech_entries") or []) for lv in done[1:]]
     k = next((i for i, r in enumerate(rises) if r is not None and r["ci"][0] > MIN_RISE), None)
     return k, rises
+
+
+def drop_index(levels: list[dict[str, Any]], key: str) -> tuple[int | None, list[dict[str, Any] | None]]:
+    """Knee methods ``similarity`` and ``mos``: the first level whose ``key`` (``similarity`` or
+    ``mos``) dropped from the lowest level's by more than its margin (see the module doc), paired by
+    text, and each level's drop (None where it could not be judged; [] when nothing was heard)."""
+    done = [lv for lv in levels if lv.get("requests")]
+    if not done or not any(_number(e, key) is not None for lv in done for e in lv.get("_speech_entries") or []):
+        return None, []
+    base = done[0].get("_speech_entries") or []
+    drops: list[dict[str, Any] | None] = [None]
+    for lv in done[1:]:
+        rise = paired_rise(lv.get("_speech_entries") or [], base, key)  # base - level: a drop
+        drops.append(rise)
+    margin = MIN_SIMILARITY_DROP if key == "similarity" else MIN_MOS_DROP
+    k = next((i for i, d in enumerate(drops) if d is not None and d["ci"][0] > margin), None)
+    return k, drops
 
 
 def strip(levels: list[dict[str, Any]]) -> None:

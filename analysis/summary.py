@@ -168,8 +168,13 @@ def _soak_of(rd: RunDir) -> float | None:
 
 
 def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
-    """The speech knee at level ``k``: how the judged error rate rose, and the worst clip."""
+    """The speech knee at level ``k``: how speaker similarity and naturalness fell (--asr-listen),
+    the one further past its margin first, then how the judged error rate rose, and the worst clip."""
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
+    changed = knee.get("speech_changed") or ["speech"]
+    heard = [_listen_sentence(done, knee, name, k) for name in _listen_order(knee, k) if name in changed]
+    if "speech" not in changed:
+        return heard
     sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
     metric = sp_hi.get("metric") or "wer"
     name = metric.upper()
@@ -188,7 +193,7 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
             f'Worst at {hi["concurrency"]} ({name} {speech_mod.pct(worst["error"])}): sent "{worst.get("text")}", '
             f'heard "{worst.get("transcript")}".'
         )
-    return ev
+    return heard + ev
 
 
 def speech_degraded(
@@ -208,13 +213,69 @@ def speech_degraded(
         said = [e for e in common if e.startswith("From concurrency") and "starts with silence" in e]
         common = [e for e in common if e not in said]
         parts.append((knee["index"] or 0, said))
-    speech_at = method_index(knee, done, ["speech"], key) if knee.get("speech_first") else None
+    speech_at = method_index(knee, done, ["speech", "similarity", "mos"], key) if knee.get("speech_first") else None
     if speech_at is not None:
         parts.append((speech_at, _speech_sentences(done, knee, speech_at)))
     if signal is not None:
         parts.append((signal[0], signal_evidence(done, knee)))
     ev = [e for _, said in sorted(parts, key=lambda p: p[0]) for e in said]
     return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": ev + common}
+
+
+def _relative_drop(knee: dict, name: str, k: int) -> float:
+    """The knee level's drop in ``name`` over that method's margin."""
+    drop = (knee.get(f"{name}_drop") or [None] * (k + 1))[k] or {}
+    margin = speech_mod.MIN_SIMILARITY_DROP if name == "similarity" else speech_mod.MIN_MOS_DROP
+    return float(drop.get("mean") or 0.0) / margin
+
+
+def _listen_order(knee: dict, k: int) -> list[str]:
+    """``similarity`` and ``mos``, the one that fell further past its margin first: another voice
+    moves similarity most, noise and clicks naturalness (and similarity a little with it)."""
+    return sorted(("similarity", "mos"), key=lambda name: -_relative_drop(knee, name, k))
+
+
+def _listen_sentence(done: list[dict], knee: dict, name: str, k: int) -> str:
+    """The evidence of a ``similarity`` or ``mos`` knee: the figure at the lowest level, the level
+    before the knee and the knee, the paired drop and its interval, and the clip least alike."""
+    base, lo, hi = done[0], done[k - 1] if k > 0 else done[0], done[k]
+    key = "similarity_mean" if name == "similarity" else "mos_mean"
+
+    def at(level: dict) -> str:
+        v = (level.get("speech") or {}).get(key)
+        return "n/a" if v is None else f"{v:.2f}"
+
+    drop = (knee.get(f"{name}_drop") or [None] * (k + 1))[k] or {}
+    ci = drop.get("ci") or [math.nan, math.nan]
+    what = (
+        "speaker similarity (to the same text at the lowest step)"
+        if name == "similarity"
+        else "naturalness (DNSMOS OVRL)"
+    )
+    said = (
+        f"The voice changed: {what} fell from {at(base)} at {base['concurrency']} "
+        f"and {at(lo)} at {lo['concurrency']} to {at(hi)} at {hi['concurrency']} "
+        f"(paired by text over {drop.get('pairs', 0)} texts, the drop {drop.get('mean', math.nan):.2f}, "
+        f"95 % interval {ci[0]:.2f} to {ci[1]:.2f})."
+    )
+    if name == "mos":
+        sp_lo, sp_hi = base.get("speech") or {}, hi.get("speech") or {}
+        parts = [
+            f"{label} {sp_lo[f]:.2f} -> {sp_hi[f]:.2f}"
+            for label, f in (("SIG (the speech)", "mos_sig_mean"), ("BAK (the background)", "mos_bak_mean"))
+            if sp_lo.get(f) is not None and sp_hi.get(f) is not None
+        ]
+        said = said.replace("The voice changed", "The sound degraded") + (f" {'; '.join(parts)}." if parts else "")
+    else:
+        worst = ((hi.get("speech") or {}).get("worst_similarity") or [None])[0]
+        if worst:
+            said += f' Least alike at {hi["concurrency"]}: "{worst.get("text")}" ({worst["similarity"]:.2f}).'
+        if "mos" in (knee.get("speech_changed") or []) and _listen_order(knee, k)[0] == "mos":
+            said += (
+                " Noise and clicks lower speaker similarity too: with the naturalness fallen further, it may be "
+                "the same voice."
+            )
+    return said
 
 
 def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | None:

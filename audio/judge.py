@@ -8,7 +8,10 @@ header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"),
 ``{"ready": true}`` once the model has loaded, or ``{"fatal": SENTENCE}`` and exit status 2; then
 one line per clip, in order: ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
 null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
-process's CPU seconds on it). It ends at the end of its input.
+process's CPU seconds on it). With ``--listen``: ``embedding`` (the speaker embedding,
+:mod:`audio.speaker`; 256 values, or null), ``similarity_ref`` (its cosine to the header's
+``reference`` clip, a path, where given), ``mos``, ``mos_sig``, ``mos_bak`` (DNSMOS P.835,
+:mod:`audio.quality`) and ``listen_reason`` (why a figure is null). It ends at the end of its input.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from . import asr
+from . import asr, quality, speaker
 
 if TYPE_CHECKING:  # loaded by asr.load_model (faster-whisper has no types: Any)
     from faster_whisper import WhisperModel
@@ -33,7 +36,58 @@ def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
     return data if data is not None and len(data) == n else None
 
 
-def judge_clip(model: WhisperModel, header: dict[str, Any], audio: bytes) -> dict[str, Any]:
+class Listener:
+    """Speaker similarity and predicted naturalness of a clip (``--listen``)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        self.encoder = speaker.load()
+        self.mos = quality.MosPredictor(threads=threads)
+        self.references: dict[str, speaker.Floats | str] = {}
+
+    def reference(self, path: str) -> speaker.Floats | str:
+        """The reference clip's embedding, or why there is none (a sentence); read once."""
+        if path not in self.references:
+            from faster_whisper import decode_audio
+
+            ref: speaker.Floats | str | None
+            try:
+                ref = self.encoder.embed(decode_audio(path))
+            except Exception as e:  # not a file PyAV decodes
+                ref = f"the reference voice {path} could not be read ({str(e).splitlines()[0] if str(e) else e!r})"
+            self.references[path] = (
+                ref if ref is not None else f"the reference voice {path} holds too little speech to embed"
+            )
+        return self.references[path]
+
+    def hear(self, samples: speaker.Floats, reference: str | None) -> dict[str, object]:
+        """``embedding``, ``similarity_ref``, ``mos``, ``mos_sig``, ``mos_bak``, ``listen_reason``."""
+        reasons: list[str] = []
+        embedding = self.encoder.embed(samples)
+        if embedding is None:
+            reasons.append(f"too little speech to embed (under {speaker.MIN_SPEECH_S:g} s)")
+        similarity_ref = None
+        if reference and embedding is not None:
+            ref = self.reference(reference)
+            if isinstance(ref, str):
+                reasons.append(ref)
+            else:
+                similarity_ref = round(speaker.cosine(embedding, ref), 4)
+        scores = self.mos.score(samples)
+        if scores is None:
+            reasons.append(f"too short to score its naturalness (under {quality.MIN_AUDIO_S:g} s)")
+        return {
+            "embedding": None if embedding is None else [round(float(v), 4) for v in embedding],
+            "similarity_ref": similarity_ref,
+            "mos": None if scores is None else round(scores.ovrl, 3),
+            "mos_sig": None if scores is None else round(scores.sig, 3),
+            "mos_bak": None if scores is None else round(scores.bak, 3),
+            "listen_reason": "; ".join(reasons) or None,
+        }
+
+
+def judge_clip(
+    model: WhisperModel, header: dict[str, Any], audio: bytes, listener: Listener | None = None
+) -> dict[str, Any]:
     """One clip's line (see the module doc)."""
     from faster_whisper import decode_audio
 
@@ -57,6 +111,8 @@ def judge_clip(model: WhisperModel, header: dict[str, Any], audio: bytes) -> dic
     if not len(samples):
         out["reason"] = "the clip holds no audio"
         return out
+    if listener is not None:
+        out.update(listener.hear(samples, header.get("reference")))
     language = asr.base_language(header.get("language"))
     try:
         segments, info = model.transcribe(
@@ -83,7 +139,7 @@ def judge_clip(model: WhisperModel, header: dict[str, Any], audio: bytes) -> dic
     return out
 
 
-def serve(model: WhisperModel, inp: IO[bytes], out: IO[str]) -> int:
+def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener | None = None) -> int:
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
     n = 0
     while True:
@@ -97,7 +153,7 @@ def serve(model: WhisperModel, inp: IO[bytes], out: IO[str]) -> int:
         audio = _read_exactly(inp, int(header.get("bytes", 0))) if header.get("bytes") else b""
         if audio is None:
             return n
-        out.write(json.dumps(judge_clip(model, header, audio), ensure_ascii=False) + "\n")
+        out.write(json.dumps(judge_clip(model, header, audio, listener), ensure_ascii=False) + "\n")
         out.flush()
         n += 1
 
@@ -116,16 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
     p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")
+    p.add_argument("--listen", action="store_true", help="also speaker similarity and naturalness (--asr-listen)")
     args = p.parse_args(argv)
     try:
         model = asr.load_model(args.model, max(1, args.threads))
         asr.check_language(model, args.language)
-    except asr.AsrError as e:
+        listener = Listener(max(1, args.threads)) if args.listen else None
+    except (asr.AsrError, speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
-        serve(model, sys.stdin.buffer, sys.stdout)
+        serve(model, sys.stdin.buffer, sys.stdout, listener)
     return 0
 
 

@@ -5,11 +5,14 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
 
     .venv/bin/python bench/listening_cost.py            # 3 pairs, 10 users, 6 s measured each
     .venv/bin/python bench/listening_cost.py --json
+    .venv/bin/python bench/listening_cost.py --judge-only  # the judge's CPU per clip, WER alone and with --asr-listen
 
 1. **The judge** (:func:`audio.judge.judge_clip`, Whisper base, int8, one thread) on piper's
    joe voice saying a short, a medium and a long text, each judged three times: CPU seconds per
    clip and per audio second (median). Whisper reads 30 s windows, so a short clip costs about as
-   much as a window: per audio second, short clips are the dear ones.
+   much as a window: per audio second, short clips are the dear ones. Then the same with
+   ``--asr-listen`` (the speaker embedding and DNSMOS too): CPU per clip, listening on against
+   WER alone.
 2. **The generator**: two tts-knee runs side by side against one simulator (50 ms a request),
    one with ``--asr-model`` (24 clips a step shipped to the judge process), one without; CPU
    per attempt of each Locust process over the same window (bench/meter.py: the process's own
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import statistics
 import time
 import wave
@@ -31,6 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from harness import locust, median, simulator
 
+# the judge process runs with numpy's BLAS on its own threads (locustfiles.listening): so here
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 GOAL_RATIO = 1.05
 START_S = 5.0
 TEXTS = {
@@ -53,19 +60,27 @@ def _speech(text: str) -> bytes:
     return buf.getvalue()
 
 
+def _judged(model, listener, name: str, text: str, clip: bytes, repeats: int) -> tuple[float, dict]:
+    from tts_knee.audio import judge
+
+    cpu, said = [], {}
+    for _ in range(repeats):
+        t = time.process_time()
+        said = judge.judge_clip(model, {"id": name, "text": text, "language": "en"}, clip, listener)
+        cpu.append(time.process_time() - t)
+    return statistics.median(cpu), said
+
+
 def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
     from tts_knee.audio import asr, judge
 
     model = asr.load_model(model_dir, 1)
+    listener = judge.Listener(1)
     rows = []
     for name, text in TEXTS.items():
         clip = _speech(text)
-        cpu, said = [], None
-        for _ in range(repeats):
-            t = time.process_time()
-            said = judge.judge_clip(model, {"id": name, "text": text, "language": "en"}, clip)
-            cpu.append(time.process_time() - t)
-        c = statistics.median(cpu)
+        c, said = _judged(model, None, name, text, clip, repeats)
+        c_listen, heard = _judged(model, listener, name, text, clip, repeats)
         rows.append(
             {
                 "clip": name,
@@ -73,6 +88,9 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
                 "cpu_s": c,
                 "cpu_s_per_audio_s": c / said["audio_s"],
                 "wer": said["error"],
+                "cpu_s_listening": c_listen,
+                "listening_ratio": c_listen / c,
+                "mos": heard["mos"],
             }
         )
     return rows
@@ -110,7 +128,7 @@ def one_pair(host: str, users: int, measure_s: float, model_dir: str) -> dict:
     return out
 
 
-def measure(pairs: int, users: int, measure_s: float, show=print) -> dict:
+def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bool = False) -> dict:
     from tts_knee.testbed.whisper_base import model_dir
 
     model = str(model_dir())
@@ -118,8 +136,11 @@ def measure(pairs: int, users: int, measure_s: float, show=print) -> dict:
     for r in judged:
         show(
             f"judge, {r['clip']:>6} clip ({r['audio_s']:.1f} s): {r['cpu_s']:.2f} CPU s, "
-            f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f})"
+            f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f}); with --asr-listen "
+            f"{r['cpu_s_listening']:.2f} CPU s, {r['listening_ratio']:.2f}x (DNSMOS OVRL {r['mos']:.2f})"
         )
+    if judge_only:
+        return {"judge": judged}
     rows = []
     with simulator("--slots", "1000", "--base-ms", "50", "--per-char-ms", "0", "--jitter", "0") as (host, _sim):
         for n in range(1, pairs + 1):
@@ -159,9 +180,16 @@ def main() -> None:
     p.add_argument("--users", type=int, default=10)
     p.add_argument("--measure-s", type=float, default=6.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--judge-only", action="store_true", help="only the judge's CPU per clip (part 1)")
     args = p.parse_args()
-    m = measure(args.pairs, args.users, args.measure_s, show=(lambda *_: None) if args.json else print)
-    if args.json:
+    m = measure(
+        args.pairs,
+        args.users,
+        args.measure_s,
+        show=(lambda *_: None) if args.json else print,
+        judge_only=args.judge_only,
+    )
+    if args.json or args.judge_only:
         print(json.dumps(m))
         return
     print(

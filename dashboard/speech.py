@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.analysis.speech import MIN_RISE, pct
+from tts_knee.analysis.speech import MIN_MOS_DROP, MIN_RISE, MIN_SIMILARITY_DROP, pct
 from tts_knee.audio.asr import UNINTELLIGIBLE
 
 from .kit import esc, fmt, is_streamed, stat
@@ -105,6 +105,7 @@ def speech_html(summary: dict, figure_html: str) -> str:
                 f"<h3>The worst clips</h3><table><tr><th>concurrency</th><th>{name}</th><th class='l'>sent"
                 f"</th><th class='l'>heard</th><th>clip</th></tr>{cells}</table>"
             )
+        parts.append(_listen_html(summary, steps))
     signal = _signal_rows(summary)
     if signal:
         parts.append(signal)
@@ -145,4 +146,59 @@ def _signal_rows(summary: dict) -> str:
         "<table><tr><th>concurrency</th><th>TTFA p50</th><th>audible p50</th><th>audible p95</th>"
         "<th>leading silence p50</th><th>p95</th><th>trailing p95</th><th>silent</th><th>runaway</th>"
         f"<th>truncated</th><th>clipped</th></tr>{rows}</table>"
+    )
+
+
+def _drop_text(drop: dict | None) -> str:
+    return "-" if not drop else f"{drop['mean']:.2f} ({drop['ci'][0]:.2f} to {drop['ci'][1]:.2f})"
+
+
+def _listen_html(summary: dict, steps: list[dict]) -> str:
+    """--asr-listen: each step's speaker similarity and naturalness, their drops, the least alike clips."""
+    if not any("similarity_mean" in s["speech"] for s in steps):
+        return ""
+    knee = summary.get("knee") or {}
+    drops = {name: knee.get(f"{name}_drop") or [] for name in ("similarity", "mos")}
+    done = [lv for lv in summary.get("levels") or [] if lv.get("requests")]
+    at = {lv["concurrency"]: i for i, lv in enumerate(done)}
+
+    def drop(name: str, c: int) -> dict | None:
+        i = at.get(c)
+        return drops[name][i] if i is not None and i < len(drops[name]) else None
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    rows = "".join(
+        f"<tr><td>{esc(s['concurrency'])}</td><td>{num(sp.get('similarity_mean'))}</td>"
+        f"<td>{num(sp.get('similarity_p5'))}</td><td>{esc(_drop_text(drop('similarity', s['concurrency'])))}</td>"
+        f"<td>{num(sp.get('similarity_ref_mean'))}</td><td>{num(sp.get('mos_mean'))}</td><td>{num(sp.get('mos_p5'))}"
+        f"</td><td>{num(sp.get('mos_sig_mean'))}</td><td>{num(sp.get('mos_bak_mean'))}</td>"
+        f"<td>{esc(_drop_text(drop('mos', s['concurrency'])))}</td><td>{sp.get('not_listened') or 0}</td></tr>"
+        for s in steps
+        for sp in [s["speech"]]
+    )
+    rule = (
+        f"Speaker similarity: the cosine of each clip's speaker embedding with the same text's at the lowest "
+        f"step (1 there), and with the voice's reference audio where there is one. Naturalness: DNSMOS P.835 "
+        f"OVRL (1-5), SIG the speech, BAK the background. A knee where the paired drop's 95 % interval "
+        f"stays above {MIN_SIMILARITY_DROP:g} of similarity or {MIN_MOS_DROP:g} MOS."
+    )
+    least = sorted(
+        ((s, w) for s in steps for w in s["speech"].get("worst_similarity") or []), key=lambda p: p[1]["similarity"]
+    )
+    clips = "".join(
+        f"<tr><td>{esc(s['concurrency'])}</td><td>{w['similarity']:.2f}</td><td>{num(w.get('mos'))}</td>"
+        f"<td class='l'>{esc(w.get('text'))}</td><td>"
+        + (f"<audio controls preload='none' src='{esc(w['clip'])}'></audio>" if w.get("clip") else "")
+        + "</td></tr>"
+        for s, w in least[:8]
+    )
+    return (
+        f"<h3>The voice and the sound</h3><p class='meta'>{esc(rule)}</p>"
+        "<table><tr><th>concurrency</th><th>similarity mean</th><th>p5</th><th>drop (95 % interval)</th>"
+        "<th>to reference</th><th>MOS mean</th><th>p5</th><th>SIG</th><th>BAK</th><th>drop (95 % interval)</th>"
+        f"<th>not heard</th></tr>{rows}</table>"
+        "<h3>The least alike clips</h3><table><tr><th>concurrency</th><th>similarity</th><th>MOS</th>"
+        f"<th class='l'>sent</th><th>clip</th></tr>{clips}</table>"
     )

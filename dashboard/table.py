@@ -173,7 +173,8 @@ def table_columns(summary: dict) -> tuple[str, ...]:
     metric = speech_metric(summary)
     if metric:
         at = cols.index("retries")
-        cols = cols[:at] + (f"{metric.upper()}%",) + SPEECH_COLUMNS + cols[at:]
+        listen = LISTEN_COLUMNS if listened(summary) else ()
+        cols = cols[:at] + (f"{metric.upper()}%",) + SPEECH_COLUMNS + listen + cols[at:]
     if not is_streamed(summary):
         return cols
     at = cols.index("ttfb p50") + 1
@@ -181,10 +182,20 @@ def table_columns(summary: dict) -> tuple[str, ...]:
     return cols[:at] + stream + cols[at:]
 
 
+#: With --asr-listen: mean speaker similarity and mean naturalness (DNSMOS OVRL) of the judged clips.
+LISTEN_COLUMNS = ("sim", "MOS")
+
+
+def listened(summary: dict) -> bool:
+    """Whether the judge also heard voice and sound (--asr-listen) at any step."""
+    return any("similarity_mean" in (s.get("speech") or {}) for s in summary["steps"])
+
+
 def table_rows(summary: dict) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
     streamed, tail, voices = is_streamed(summary), _has_tail(summary), is_voice_sweep(summary)
     metric = speech_metric(summary)
+    listen = listened(summary)
     rows = []
     for s in summary["steps"]:
         lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
@@ -217,6 +228,11 @@ def table_rows(summary: dict) -> list[list[str]]:
             )
             + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
             + (_speech_cells(s.get("speech"), metric) if metric else [])
+            + (
+                [fmt((s.get("speech") or {}).get(k), "{:.2f}") for k in ("similarity_mean", "mos_mean")]
+                if metric and listen
+                else []
+            )
             + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))]
         )
     return rows

@@ -1,7 +1,8 @@
 """Listening (``--asr-model``): which attempts the ASR judge hears, and getting their clips to it.
 
 **What is judged.** ``--asr-sample N`` texts spread evenly over the corpus (every k-th) are the
-judged texts; at each step the first successful, uncancelled answer to each of them is judged,
+judged texts; at each step the first successful, uncancelled answer to each of them sent past the
+step's settle window (``--settle-time``: not beside the last step's load) is judged,
 so every step judges the same texts where it sends them (the method compares steps on equal
 work, and the speech knee pairs the steps' clips by text). A text split into segments is not
 judged (each segment is an attempt of its own).
@@ -30,11 +31,12 @@ import sys
 from collections import deque
 
 import gevent
+import numpy as np
 from gevent import subprocess
 from gevent.event import Event
 
 from tts_knee import runformat
-from tts_knee.audio import asr, containers, judge as judge_proc
+from tts_knee.audio import asr, containers, judge as judge_proc, quality, speaker
 from tts_knee.collectors import puller
 from tts_knee.runformat import wire
 
@@ -70,6 +72,8 @@ class Picker:
         """After an attempt's record went out: hand its clip on if it is one to judge."""
         if not rec["ok"] or not rec["final"] or rec.get("cancelled") or seg.n != 1 or rec["step"] is None:
             return
+        if rec.get("settled") is False:  # sent in the step's warm-up, beside the last step's load
+            return
         text = seg.text
         if text.id not in self.ids:
             return
@@ -91,6 +95,7 @@ class Picker:
             "text_id": text.id,
             "text": seg.words,
             "language": s.asr_language or seg.ask.language or text.language or s.tts_language or None,
+            "reference": (seg.ask.ref_audio.path if seg.ask.ref_audio is not None else s.reference_voice) or None,
         }
         if self.run.is_worker:
             self.run.environment.runner.send_message(wire.CLIP.name, wire.CLIP(**clip, audio=bytes(body)))
@@ -115,6 +120,8 @@ class Judge:
         self.sent: deque = deque()  # clips written to the judge, not answered yet
         self.taken: dict[int, set] = {}
         self.counts = {"offered": 0, "judged": 0, "not_judged": 0}
+        # each text's embedding at the lowest concurrency heard so far: what `similarity` compares with
+        self.first: dict[str, tuple[int, list[float]]] = {}
         self._more = Event()
         self._done = Event()
         self.dead: str | None = None
@@ -133,11 +140,18 @@ class Judge:
                     str(self.s.asr_threads),
                     "--language",
                     self.s.asr_language,
+                    *(["--listen"] if self.s.asr_listen else []),
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(10),
+                # numpy's BLAS held to the judge's threads: its idle threads spin, ten times the CPU
+                env={
+                    **os.environ,
+                    "OPENBLAS_NUM_THREADS": str(self.s.asr_threads),
+                    "OMP_NUM_THREADS": str(self.s.asr_threads),
+                },
             )
         except OSError as e:
             return f"the ASR judge did not start: {e}"
@@ -196,6 +210,7 @@ class Judge:
                             "text": clip["text"],
                             "language": clip["language"],
                             "metric": self.s.asr_metric,
+                            "reference": clip.get("reference"),
                         },
                         audio,
                     )
@@ -229,11 +244,34 @@ class Judge:
                 reason=reason,
                 audio_s=said.get("audio_s"),
                 judge_s=said.get("judge_s"),
+                **(self._listened(clip, said) if self.s.asr_listen else {}),
             )
         if self.proc.poll() is None:
             self.proc.wait()
         if self.sent or self.queue or not self._done.is_set():
             self._died()
+
+    def _listened(self, clip: dict, said: dict) -> dict:
+        """What --asr-listen adds to the clip's line: ``similarity`` to its text's clip at the
+        lowest concurrency heard so far (1 for that clip itself), and what the judge heard."""
+        embedding = said.get("embedding")
+        similarity = None
+        concurrency = clip.get("concurrency") or 0
+        if isinstance(embedding, list) and embedding:
+            first = self.first.get(clip["text_id"])
+            if first is None or concurrency < first[0]:
+                self.first[clip["text_id"]] = first = (concurrency, embedding)
+            similarity = round(speaker.cosine(np.asarray(embedding), np.asarray(first[1])), 4)
+        return {
+            "similarity": similarity,
+            "similarity_ref": said.get("similarity_ref"),
+            "reference": clip.get("reference"),
+            "mos": said.get("mos"),
+            "mos_sig": said.get("mos_sig"),
+            "mos_bak": said.get("mos_bak"),
+            "listen_reason": said.get("listen_reason"),
+            "embedding": embedding,
+        }
 
     def _died(self) -> None:
         if self.dead is None:
@@ -315,3 +353,31 @@ def _safe(name: str) -> str:
 def check(s) -> None:
     """Raise :class:`audio.asr.AsrError` where the judge's options cannot work."""
     asr.check_model(s.asr_model, s.asr_language, s.asr_metric)
+    if s.asr_listen:
+        check_listening(s.reference_voice)
+
+
+def check_listening(reference_voice: str) -> None:
+    """Raise :class:`audio.asr.AsrError` (one sentence) where --asr-listen cannot work: its models
+    not installed, or a --reference-voice that is missing, not audio, or too short to embed."""
+    try:
+        speaker.weights_path()
+        quality.model_path()
+    except (speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
+        raise asr.AsrError(f"--asr-listen: {e}") from None
+    if not reference_voice:
+        return
+    if not os.path.isfile(reference_voice):
+        raise asr.AsrError(f"--reference-voice {reference_voice}: no such file")
+    try:
+        from faster_whisper import decode_audio
+
+        samples = decode_audio(reference_voice)
+    except Exception:  # PyAV's errors: whatever it is, it is not audio
+        raise asr.AsrError(f"--reference-voice {reference_voice}: not an audio file PyAV can decode") from None
+    heard = speaker.speech_seconds(samples)
+    if heard < speaker.MIN_SPEECH_S:
+        raise asr.AsrError(
+            f"--reference-voice {reference_voice}: {heard:.2f} s of speech, too short to embed "
+            f"(at least {speaker.MIN_SPEECH_S:g} s)"
+        )

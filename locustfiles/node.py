@@ -575,7 +575,10 @@ class Node:
     def _on_clip(self, environment, msg, **_kw) -> None:
         run = self.run
         if run is not None and run.judge is not None:
-            clip = {k: msg.data.get(k) for k in ("req_id", "step", "concurrency", "text_id", "text", "language")}
+            clip = {
+                k: msg.data.get(k)
+                for k in ("req_id", "step", "concurrency", "text_id", "text", "language", "reference")
+            }
             run.judge.offer(clip, msg.data["audio"])
 
     def next_user_number(self) -> int:

@@ -166,6 +166,8 @@ class Settings:
     asr_language: str = ""
     asr_metric: str = ""
     asr_threads: int = 1
+    asr_listen: bool = False
+    reference_voice: str = ""
     # reaching a real service (locustfiles.tls): credentials sent, never recorded; TLS that verifies
     headers: tuple = ()  # (name, value) for every HTTP request and WebSocket upgrade
     grpc_metadata: tuple = ()  # (key, value) for every gRPC call
@@ -231,6 +233,8 @@ class Settings:
             "asr_language": self.asr_language or None,
             "asr_metric": self.asr_metric or None,
             "asr_threads": self.asr_threads if self.asr_model else None,
+            "asr_listen": self.asr_listen if self.asr_model else None,
+            "reference_voice": self.reference_voice or None,
             "headers": [name for name, _ in self.headers],
             "grpc_metadata": [key for key, _ in self.grpc_metadata],
             "tls_ca": self.tls_ca or None,
@@ -983,6 +987,12 @@ def _listening(o) -> dict:
     }
     if not model and (out["asr_language"] or out["asr_metric"]):
         raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")
+    out["asr_listen"] = bool(getattr(o, "asr_listen", False))
+    out["reference_voice"] = str(getattr(o, "reference_voice", "") or "").strip()
+    if (out["asr_listen"] or out["reference_voice"]) and not model:
+        raise SettingsError("--asr-listen and --reference-voice are heard by the ASR judge: give --asr-model")
+    if out["reference_voice"] and not out["asr_listen"]:
+        raise SettingsError("--reference-voice is compared by the speaker similarity check: give --asr-listen")
     return out
 
 

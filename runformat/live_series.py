@@ -135,9 +135,28 @@ SPEECH_CER = Series(
 #: A judged clip's error rate (a speech.jsonl line's ``error``) goes into one of these by the
 #: line's ``metric``.
 ERROR_RATES: dict[str, Series] = {"wer": SPEECH_WER, "cer": SPEECH_CER}
+#: Speaker similarity (cosine of two speaker embeddings: 1 the same, another speaker 0.4-0.65).
+SIMILARITY_BUCKETS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
+#: DNSMOS scores, 1 (bad) to 5 (excellent).
+MOS_BUCKETS: tuple[float, ...] = (1.0, 1.5, 2.0, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0, 4.5, 5.0)
+SPEECH_SIMILARITY = Series(
+    "speech_similarity_ratio",
+    "histogram",
+    _STEP,
+    "Speaker similarity of each clip the judge listened to (--asr-listen) to its text's clip at the "
+    "lowest concurrency heard so far (1 for that clip).",
+    SIMILARITY_BUCKETS,
+)
+SPEECH_MOS = Series(
+    "speech_mos",
+    "histogram",
+    _STEP,
+    "Predicted naturalness (DNSMOS OVRL, 1 to 5) of each clip the judge listened to (--asr-listen).",
+    MOS_BUCKETS,
+)
 #: The judge's other figures of a clip (a speech.jsonl line's field -> its histogram). A figure
-#: the judge adds (similarity, MOS) is one Series above and one entry here.
-JUDGED_FIGURES: dict[str, Series] = {}
+#: the judge adds is one Series above and one entry here.
+JUDGED_FIGURES: dict[str, Series] = {"similarity": SPEECH_SIMILARITY, "mos": SPEECH_MOS}
 
 SERIES: tuple[Series, ...] = (
     RUN_INFO,

@@ -992,6 +992,26 @@ OPTIONS: tuple[Option, ...] = (
         group=_LISTENING,
     ),
     _O(
+        "--asr-listen",
+        "asr_listen",
+        "",
+        False,
+        "Also hear each judged clip's voice and sound: speaker similarity to the same text at the lowest step "
+        "(and to --reference-voice or the voice's ref_audio) and predicted naturalness (DNSMOS), with their "
+        "knees (default off).",
+        bool,
+        group=_LISTENING,
+    ),
+    _O(
+        "--reference-voice",
+        "reference_voice",
+        "",
+        "",
+        "An audio file of the voice the server should speak in: each judged clip's similarity to it "
+        "(similarity_ref) where its voice has no ref_audio of its own (needs --asr-listen; default none).",
+        group=_LISTENING,
+    ),
+    _O(
         "--asr-threads",
         "asr_threads",
         "count",

@@ -268,6 +268,37 @@ class SpeechLine(TypedDict):
     audio_s: Annotated[float | None, Doc("s", "the clip's length")]
     judge_s: Annotated[float | None, Doc("s", "CPU seconds the judge spent on the clip")]
     clip: Annotated[str | None, Doc("", "the clip, relative to the run directory (speech/<req_id>.wav)")]
+    similarity: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "",
+                "speaker similarity (cosine of speaker embeddings, audio.speaker) to the same text's clip at the "
+                "lowest concurrency heard so far (--asr-listen); null where the clip was too short to embed",
+            ),
+        ]
+    ]
+    similarity_ref: NotRequired[
+        Annotated[
+            float | None,
+            Doc("", "speaker similarity to the voice's reference audio (its ref_audio, else --reference-voice)"),
+        ]
+    ]
+    reference: NotRequired[Annotated[str | None, Doc("", "the reference audio similarity_ref compares with")]]
+    mos: NotRequired[
+        Annotated[
+            float | None,
+            Doc("", "predicted naturalness, DNSMOS P.835 OVRL (1-5, audio.quality); null where too short to score"),
+        ]
+    ]
+    mos_sig: NotRequired[Annotated[float | None, Doc("", "DNSMOS P.835 SIG: the speech itself (1-5)")]]
+    mos_bak: NotRequired[Annotated[float | None, Doc("", "DNSMOS P.835 BAK: the background, noise and clicks (1-5)")]]
+    listen_reason: NotRequired[
+        Annotated[str | None, Doc("", "why similarity or mos is null, one sentence; null when both are there")]
+    ]
+    embedding: NotRequired[
+        Annotated[list[float] | None, Doc("", "the clip's speaker embedding (256 values, unit length)")]
+    ]
 
 
 SPEECH = table(SpeechLine)

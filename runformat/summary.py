@@ -293,6 +293,27 @@ class SpeechExample(TypedDict):
     clip: Annotated[str | None, Doc("", "the clip, relative to the run directory")]
 
 
+class SimilarityExample(TypedDict):
+    """A judged clip quoted for its voice (``speech.worst_similarity``)."""
+
+    req_id: Annotated[str, Doc("", "")]
+    text_id: Annotated[str | None, Doc("", "")]
+    text: Annotated[str | None, Doc("", "the text sent")]
+    similarity: Annotated[float, Doc("", "its speaker similarity to the same text at the lowest level")]
+    similarity_ref: Annotated[float | None, Doc("", "to the voice's reference audio, where there is one")]
+    mos: Annotated[float | None, Doc("", "its predicted naturalness (DNSMOS OVRL)")]
+    clip: Annotated[str | None, Doc("", "the clip, relative to the run directory")]
+
+
+class ListenDrop(TypedDict):
+    """One level's paired drop in similarity or naturalness (``knee.similarity_drop``,
+    ``knee.mos_drop``)."""
+
+    pairs: Annotated[int, Doc("count", "texts heard at both levels")]
+    mean: Annotated[float, Doc("", "mean drop from the lowest level (similarity: 1 - similarity; mos: in MOS points)")]
+    ci: Annotated[list[float], Doc("", "[lo, hi]: its 95 % bootstrap interval")]
+
+
 class SpeechStep(TypedDict):
     """What the ASR judge heard in one step (``speech``)."""
 
@@ -307,6 +328,39 @@ class SpeechStep(TypedDict):
     cer_p95: Annotated[float | None, Doc("", "")]
     unintelligible: Annotated[int, Doc("count", "clips judged with an error rate over 0.5")]
     worst: Annotated[list[SpeechExample], Doc("", "the worst clips, worst first")]
+    similarity_mean: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "",
+                "--asr-listen: mean speaker similarity (cosine, audio.speaker) of the step's clips to the same "
+                "texts' clips at the lowest level (1 at the lowest level itself)",
+            ),
+        ]
+    ]
+    similarity_p5: NotRequired[Annotated[float | None, Doc("", "--asr-listen: its 5th percentile (the least alike)")]]
+    similarity_ref_mean: NotRequired[
+        Annotated[
+            float | None, Doc("", "--asr-listen: mean similarity to the voice's reference audio; null without one")
+        ]
+    ]
+    mos_mean: NotRequired[
+        Annotated[float | None, Doc("", "--asr-listen: mean predicted naturalness, DNSMOS P.835 OVRL (1-5)")]
+    ]
+    mos_p5: NotRequired[Annotated[float | None, Doc("", "--asr-listen: its 5th percentile")]]
+    mos_sig_mean: NotRequired[Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS SIG (the speech itself)")]]
+    mos_bak_mean: NotRequired[
+        Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS BAK (the background: noise, clicks)")]
+    ]
+    not_listened: NotRequired[
+        Annotated[
+            int | None,
+            Doc("count", "--asr-listen: judged clips whose similarity or mos is null (too short to embed or score)"),
+        ]
+    ]
+    worst_similarity: NotRequired[
+        Annotated[list[SimilarityExample], Doc("", "--asr-listen: the least alike clips, least first")]
+    ]
 
 
 class StepSummary(TypedDict):
@@ -453,6 +507,8 @@ class KneeMethods(TypedDict):
     latency_growing: NotRequired[Annotated[float | None, Doc("", "")]]
     speech: NotRequired[Annotated[float | None, Doc("", "")]]
     signal: NotRequired[Annotated[float | None, Doc("", "")]]
+    similarity: NotRequired[Annotated[float | None, Doc("", "")]]
+    mos: NotRequired[Annotated[float | None, Doc("", "")]]
 
 
 class Knee(TypedDict):
@@ -515,6 +571,25 @@ class Knee(TypedDict):
                 "before any latency or failure knee",
             ),
         ]
+    ]
+    similarity_drop: NotRequired[
+        Annotated[
+            list[ListenDrop | None],
+            Doc(
+                "",
+                "--asr-listen: each level's drop in speaker similarity from the lowest's, paired by text (null "
+                "where too few pairs)",
+            ),
+        ]
+    ]
+    mos_drop: NotRequired[
+        Annotated[
+            list[ListenDrop | None],
+            Doc("", "--asr-listen: each level's drop in naturalness (DNSMOS OVRL) from the lowest's, paired by text"),
+        ]
+    ]
+    speech_changed: NotRequired[
+        Annotated[list[str], Doc("", "--asr-model: what the speech knee heard change: speech, similarity, mos")]
     ]
     rate: NotRequired[Annotated[float | None, Doc("req/s", "open loop: the knee's rate")]]
     voices: NotRequired[
@@ -671,6 +746,14 @@ class RegressionStep(TypedDict):
     ttfa_p95_ms: Annotated[Comparison | None, Doc("ms", "")]
     throughput_rps: Annotated[Comparison | None, Doc("req/s", "")]
     error_rate: Annotated[Comparison | None, Doc("", "")]
+    mos_mean: NotRequired[
+        Annotated[Comparison | None, Doc("", "--asr-listen in both runs: naturalness (DNSMOS OVRL), paired by text")]
+    ]
+    similarity_ref_mean: NotRequired[
+        Annotated[
+            Comparison | None, Doc("", "--asr-listen in both runs: similarity to the reference voice, paired by text")
+        ]
+    ]
     regression: Annotated[bool, Doc("", "")]
     improvement: Annotated[bool, Doc("", "")]
 

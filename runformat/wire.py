@@ -120,6 +120,13 @@ CLIP = Payload(
         Field("text_id", "", False, ""),
         Field("text", "", False, "what was sent, to score the transcript against"),
         Field("language", "", True, "what the judge listens for; null: it detects"),
+        Field(
+            "reference",
+            "",
+            True,
+            "--asr-listen: the voice's reference audio (its ref_audio, else --reference-voice), a path the "
+            "master reads",
+        ),
         Field("audio", "bytes", False, "the clip, a WAV (or the compressed audio as it came)"),
     ),
 )

@@ -197,3 +197,23 @@ class SpeechCache:
             self._piper = PiperVoice.load(_joe().model_path())
         # one AudioChunk per sentence, each already PCM16: the cheapest way to the bytes
         return b"".join(chunk.audio_int16_array.astype("<i2").tobytes() for chunk in self._piper.synthesize(text))
+
+
+def espeak_pcm(text: str, sample_rate: int) -> bytes:
+    """``text`` spoken by espeak-ng (Debian's ``espeak-ng``): another speaker than joe, for the
+    simulator's --other-voice-above. PCM16 mono at ``sample_rate`` (espeak-ng speaks at 22050 Hz,
+    joe's rate; another rate is refused). Raises SpeechUnavailable where espeak-ng is missing."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise SpeechUnavailable("--other-voice-above needs espeak-ng (apt-get install espeak-ng)")
+    done = subprocess.run([binary, "--stdout", text], capture_output=True, timeout=60, check=False)
+    try:
+        with wave.open(io.BytesIO(done.stdout), "rb") as w:
+            if (w.getnchannels(), w.getsampwidth(), w.getframerate()) != (1, 2, sample_rate):
+                raise SpeechUnavailable(f"espeak-ng spoke at {w.getframerate()} Hz, not the voice's {sample_rate} Hz")
+            return w.readframes(w.getnframes())
+    except (EOFError, wave.Error):
+        raise SpeechUnavailable(f"espeak-ng did not speak {text[:40]!r}: {done.stderr[:200]!r}") from None

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tts_knee.audio.containers import wav_header  # noqa: F401  (the simulator's modules take it from here)
 
 AUDIO_S_PER_CHAR = 0.06
@@ -52,6 +54,10 @@ RUNAWAY_CAP_S = 25.0  # ... at most this long (the token cap)
 #: --runaway-above's answer: its clip and then more speech to this many times its length (--runaway-x).
 DEFAULT_RUN_ON_X = 4.0
 GARBLE_KEEP = 0.4  # a garbled answer keeps this fraction of its clip's samples; another text speaks the rest
+#: --noise-above: the noise's level under the clip's (dB), and how often a click comes (s).
+DEFAULT_SNR_DB = 20.0
+CLICK_EVERY_S = 0.05
+CLICK_LEVEL = 2.0
 #: The garbling speech when the pre-rendered texts hold no other text than the one answered.
 GARBLE_FILLER = "Seven purple giraffes quietly repaired the old lighthouse before dawn."
 
@@ -105,6 +111,11 @@ class Speaker:
       speech (the next pre-rendered texts', cycled; with the tone, more tone) until it is
       ``--runaway-x`` times its length (no cap: a server that runs on under load, not to its
       token cap);
+    - ``--other-voice-above K`` (speech only): above K in flight, the text is spoken by another
+      speaker (espeak-ng) instead of joe;
+    - ``--noise-above K``: above K in flight, white noise at ``--snr-db`` below the clip's level and
+      a click (a 1 ms step of :data:`CLICK_LEVEL` times the clip's RMS level, as a seam between chunks
+      that do not meet makes) every :data:`CLICK_EVERY_S` are added;
     - ``--silence-above K``: above K in flight, ``--silence-ms`` of zeros come first.
 
     in that order, so the silence is the first audio sent, and comes on top of a runaway's cap.
@@ -122,6 +133,11 @@ class Speaker:
         self.runaway_above = getattr(args, "runaway_above", None)
         self.runaway_x = getattr(args, "runaway_x", None) or DEFAULT_RUN_ON_X
         self.pool: list[str] = []  # the pre-rendered texts: where garbling speech comes from
+        self.other_voice_above = getattr(args, "other_voice_above", None)
+        self.noise_above = getattr(args, "noise_above", None)
+        self.snr_db = getattr(args, "snr_db", None) or DEFAULT_SNR_DB
+        self.other_voice: dict[str, bytes] = {}  # text -> espeak-ng's PCM
+        self.noisy: dict[bytes, bytes] = {}  # a clip's sha1 -> it with noise and clicks (made once)
 
     def prepare(self, texts: list[str], extra: Sequence[str] = ()) -> None:
         """With speech, render (or read from the cache) ``texts``, the garbling pool, and ``extra``
@@ -132,6 +148,9 @@ class Speaker:
         if (self.garble_above is not None or self.runaway_above is not None) and len(self.pool) < 2:
             self.pool.append(GARBLE_FILLER if GARBLE_FILLER not in self.pool else "Hello there.")
         self.speech.prerender([*self.pool, *extra])
+        if self.other_voice_above is not None:
+            for text in [*self.pool, *extra]:
+                self._other_voice(text)
 
     def base(self, text: str) -> bytes:
         """``text``'s clip before any effect."""
@@ -146,6 +165,10 @@ class Speaker:
         clip = Clip(self.base(text), self.sample_rate)
         if self.speech is not None and self.garble_above is not None and in_flight > self.garble_above:
             clip.pcm, clip.garbled = self._garble(text, clip.pcm), True
+        if self.speech is not None and self.other_voice_above is not None and in_flight > self.other_voice_above:
+            clip.pcm = self._other_voice(text)
+        if self.noise_above is not None and in_flight > self.noise_above:
+            clip.pcm = self._noisy(clip.pcm)
         if self.runaway_rate and self.rng.random() < self.runaway_rate:
             clip.pcm, clip.runaway = self._run_away(clip.pcm), True
         elif self.runaway_above is not None and in_flight > self.runaway_above:
@@ -190,6 +213,32 @@ class Speaker:
             out.append(more)
             have += len(more)
         return b"".join(out)[:target]
+
+    def _other_voice(self, text: str) -> bytes:
+        pcm = self.other_voice.get(text)
+        if pcm is None:
+            from tts_knee.testbed.speech import espeak_pcm
+
+            pcm = self.other_voice[text] = espeak_pcm(text, self.sample_rate)
+        return pcm
+
+    def _noisy(self, pcm: bytes) -> bytes:
+        key = hashlib.sha1(pcm).digest()
+        if key not in self.noisy:
+            self.noisy[key] = self._add_noise(pcm, int.from_bytes(key[:4], "big"))
+        return self.noisy[key]
+
+    def _add_noise(self, pcm: bytes, seed: int) -> bytes:
+        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
+        if not len(samples):
+            return pcm
+        level = float(np.sqrt(np.mean(samples**2))) or 1.0
+        noisy = samples + np.random.default_rng(seed).normal(0.0, level / 10 ** (self.snr_db / 20), len(samples))
+        every = int(CLICK_EVERY_S * self.sample_rate)
+        width = max(1, self.sample_rate // 1000)
+        for start in range(every // 2, len(noisy), every):
+            noisy[start : start + width] += CLICK_LEVEL * level
+        return np.clip(noisy, -32768, 32767).astype("<i2").tobytes()
 
     def _run_away(self, pcm: bytes) -> bytes:
         frames = len(pcm) // 2

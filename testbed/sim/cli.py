@@ -22,7 +22,15 @@ from gevent.server import StreamServer
 
 from tts_knee.testbed.args import Parser, number  # one-line errors and checked numbers, shared
 from tts_knee.testbed.sim import wyoming
-from tts_knee.testbed.sim.audio import DEFAULT_RUN_ON_X, GARBLE_KEEP, RUNAWAY_CAP_S, RUNAWAY_FACTOR, Speaker
+from tts_knee.testbed.sim.audio import (
+    CLICK_EVERY_S,
+    DEFAULT_RUN_ON_X,
+    DEFAULT_SNR_DB,
+    GARBLE_KEEP,
+    RUNAWAY_CAP_S,
+    RUNAWAY_FACTOR,
+    Speaker,
+)
 from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
 from tts_knee.testbed.sim.faults import FAULTS
 from tts_knee.testbed.sim.http import UNSPEAKABLE, Handler, SpeechApp
@@ -177,6 +185,26 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         f"{GARBLE_KEEP * 100:.0f}%% and speak the rest with another text's speech, the length unchanged "
         f"(default off)",
         metavar="K",
+    )
+    p.add_argument(
+        "--other-voice-above",
+        type=number(int, 0),
+        metavar="K",
+        help="with --speech, when more than K requests are in flight, answer in another speaker's voice: "
+        "the text spoken by espeak-ng (Debian's espeak-ng) instead of joe (default off)",
+    )
+    p.add_argument(
+        "--noise-above",
+        type=number(int, 0),
+        metavar="K",
+        help=f"when more than K requests are in flight, add white noise at --snr-db below the answer's level "
+        f"and a click every {CLICK_EVERY_S * 1000:.0f} ms (default off)",
+    )
+    p.add_argument(
+        "--snr-db",
+        type=number(float, 0),
+        metavar="DB",
+        help=f"with --noise-above, the signal-to-noise ratio in dB (default {DEFAULT_SNR_DB:g})",
     )
     p.add_argument(
         "--silence-above",
@@ -434,6 +462,10 @@ def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             parser.error(f"--{flag.replace('_', '-')} needs --speech")
     if args.garble_above is not None and not args.speech:
         parser.error("--garble-above needs --speech (the rest of a clip is another text's speech)")
+    if args.other_voice_above is not None and not args.speech:
+        parser.error("--other-voice-above needs --speech (joe's voice is the one it changes from)")
+    if args.snr_db is not None and args.noise_above is None:
+        parser.error("--snr-db needs --noise-above")
     if args.silence_ms is not None and args.silence_above is None:
         parser.error("--silence-ms needs --silence-above")
     if args.silence_ms is None:
@@ -493,6 +525,11 @@ def describe(args: argparse.Namespace) -> str:
         (args.cache_hit_ms is not None, lambda: f"cache_hit_ms={args.cache_hit_ms:g}"),
         (args.speech, lambda: f"speech=True speech_texts={len(args.speech_texts)}"),
         (args.garble_above is not None, lambda: f"garble_above={args.garble_above}"),
+        (args.other_voice_above is not None, lambda: f"other_voice_above={args.other_voice_above}"),
+        (
+            args.noise_above is not None,
+            lambda: f"noise_above={args.noise_above} snr_db={args.snr_db or DEFAULT_SNR_DB:g}",
+        ),
         (args.silence_above is not None, lambda: f"silence_above={args.silence_above} silence_ms={args.silence_ms:g}"),
         (
             args.runaway_above is not None,

@@ -79,3 +79,39 @@ def test_speech_heard_alike_at_every_level_is_no_knee_on_any_axis(tmp_path):
         (path / "speech.jsonl").write_text("".join(json.dumps(dict(e, error=0.05)) + "\n" for e in entries))
         knee = analyze(load(path))["knee"]
         assert knee["methods"]["speech"] is None and not knee["speech_first"], (sweep, knee)
+
+
+@pytest.mark.parametrize(("sweep", "knee_at"), [("concurrency", 8), ("rate", 8.0), ("voices", 8)])
+def test_the_similarity_knee_holds_on_every_axis(tmp_path, sweep, knee_at):
+    """--asr-listen: the words heard alike everywhere, the fourth level in another voice (its
+    embedding far from the first level's), the naturalness flat: a similarity knee there."""
+    path = _run(tmp_path / sweep, sweep)
+    steps = {st["step"]: st for st in json.loads((path / "run.json").read_text())["steps"]}
+    entries = [json.loads(line) for line in (path / "speech.jsonl").read_text().splitlines()]
+    (path / "speech.jsonl").write_text(
+        "".join(
+            json.dumps(
+                dict(
+                    e,
+                    error=0.05,
+                    transcript=e["text"],
+                    concurrency=steps[e["step"]]["concurrency"],
+                    embedding=[0.3, 1.0, 0.0, 0.0] if e["step"] == 4 else [1.0, 0.0, 0.01 * int(e["text_id"][1:]), 0.0],
+                    mos=3.5 - 0.01 * (int(e["text_id"][1:]) % 3),
+                )
+            )
+            + "\n"
+            for e in entries
+        )
+    )
+    s = analyze(load(path))
+    knee = s["knee"]
+    assert knee["methods"]["speech"] is None and knee["methods"]["mos"] is None, knee
+    assert knee["methods"]["similarity"] == knee_at and knee[sweep] == knee_at, knee
+    assert knee["speech_changed"] == ["similarity"] and knee["speech_first"], knee
+    assert knee["similarity_drop"][3]["ci"][0] > 0.2 and knee["similarity_drop"][2]["ci"][1] < 0.05, knee
+    levels = s["levels"]
+    assert levels[0]["speech"]["similarity_mean"] == 1.0 and levels[3]["speech"]["similarity_mean"] < 0.5, levels
+    d = s["diagnosis"]
+    assert d["kind"] == "speech_degraded" and d["evidence"][0].startswith("The voice changed: "), d
+    assert f" at 4{' req/s' if sweep == 'rate' else ''} to " in d["evidence"][0], d["evidence"]

@@ -103,3 +103,25 @@ def test_every_series_the_board_reads_is_exported():
 def test_the_manual_lists_every_live_series():
     page = (Path(__file__).resolve().parents[2] / "docs" / "live-metrics.md").read_text()
     assert live_series.reference() in page
+
+
+def test_a_listened_clips_similarity_and_mos_are_histograms_by_step():
+    from tts_knee.locustfiles.metrics import LiveMetrics
+
+    metrics = LiveMetrics()
+    metrics.start_run("r", streamed=False)
+    for similarity, mos in ((1.0, 3.4), (0.45, 2.2)):
+        metrics.observe_judged({"step": 2, "metric": "wer", "error": 0.0, "similarity": similarity, "mos": mos})
+    metrics.observe_judged({"step": 2, "metric": "wer", "error": 0.5, "similarity": None, "mos": None})
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for family in text_string_to_metric_families(metrics.text())
+        for s in family.samples
+        if s.labels.get("step") == "2"
+    }
+    assert samples["tts_knee_speech_similarity_ratio_count", None] == 2
+    assert samples["tts_knee_speech_similarity_ratio_sum", None] == 1.45
+    assert samples["tts_knee_speech_similarity_ratio_bucket", "0.5"] == 1
+    assert samples["tts_knee_speech_mos_count", None] == 2
+    assert samples["tts_knee_speech_mos_bucket", "2.5"] == 1
+    assert samples["tts_knee_speech_wer_ratio_count", None] == 3
