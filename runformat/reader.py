@@ -13,8 +13,9 @@ need while a run is being written.
 Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``, ``tail_ms``) are
 float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
 a whole number) is NaN.  The per-chunk lists ``chunk_at_ms`` / ``chunk_audio_ms`` are not kept:
-each row remembers its line's byte offset in ``requests.jsonl`` and how many chunk entries it
-carried (``chunk_n``, -1 when the lists are missing or do not match), and
+each row remembers how many chunk entries it carried (``chunk_n``, -1 when the lists are missing
+or do not match) and, where it carried them, its line's byte offset in ``requests.jsonl``
+(``offset``, -1 elsewhere), and
 :meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.  What is kept of them is
 the gaps between consecutive arrivals (:attr:`Attempts.gaps`, ``gap_n`` per row), which the
 step's pooled chunk latencies need.
@@ -89,7 +90,6 @@ _COLUMNS = {
     "retry_after_s": NUM,
     "backoff_ms": NUM,
     "text_len": NUM,
-    "bytes": NUM,
     "scheduled": NUM,
     "sched_wait_ms": NUM,
     "ttfa_ms": AMOUNT,
@@ -115,6 +115,28 @@ _CHUNK_LISTS = ("chunk_at_ms", "chunk_audio_ms")  # not kept: their length, and 
 _UNKNOWN = (set(_COLUMNS) | set(_END_TIMES) | set(_CHUNK_LISTS)) - {f.name for f in runformat.ATTEMPT}
 if _UNKNOWN:  # the reader's names come from the one definition of the format
     raise ImportError(f"runformat.reader reads fields runformat does not define: {sorted(_UNKNOWN)}")
+# Every row column: its dtype, and what a row holds where its record gives nothing. A column that
+# holds that in every row read so far (a field the run never wrote: stream figures in a run that
+# did not stream, barge-in's, open loop's) takes no memory: it reads as a read-only view of the
+# one value (:func:`_constant`) until a row gives it another.
+_ROW_COLUMNS: dict[str, tuple[type, object]] = {
+    **{k: (np.int32, -1) if kind == INT else (np.float64, np.nan) for k, kind in _COLUMNS.items()},
+    "status_name": (np.int16, -1),
+    "tend": (np.float64, np.nan),
+    "e2e_ms": (np.float64, np.nan),
+    "final": (np.bool_, True),
+    "ok": (np.bool_, False),
+    "settled": (np.bool_, True),
+    "error": (np.int16, -1),
+    "text": (np.int16, -1),
+    "tier": (np.int16, -1),
+    "voice": (np.int16, -1),
+    "language": (np.int16, -1),
+    "offset": (np.int64, -1),
+    "chunk_n": (np.int32, -1),
+    "gap_n": (np.int32, 0),
+}
+_STORED = ("t0", "e2e_ms")  # always held: e2e_ms is written into later
 _NUMBER_TYPES = frozenset((int, float, type(None)))
 _INT32 = np.iinfo(np.int32)
 
@@ -265,9 +287,11 @@ class RunDirError(Exception):
 
 
 class _Labels:
-    """Interns strings (error messages, text ids, tiers) to small integer codes."""
+    """Interns strings (error messages, text ids, tiers) to small integer codes (int16: a cap
+    keeps them few)."""
 
     def __init__(self, cap: int = MAX_LABELS):
+        assert cap < np.iinfo(np.int16).max
         self.cap = cap
         self.codes: dict[str, int] = {}
         self.names: list[str] = []
@@ -288,7 +312,7 @@ class _Labels:
             self.names.append(s)
         return c
 
-    def codes_of(self, values: list[Any], dtype: type[np.integer[Any]] = np.int32) -> np.ndarray:
+    def codes_of(self, values: list[Any], dtype: type[np.integer[Any]] = np.int16) -> np.ndarray:
         """:meth:`code` of each value; a string already seen is looked up directly."""
         known, code = self.codes.get, self.code
         out: list[int | None] = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
@@ -298,7 +322,7 @@ class _Labels:
         return np.array(out, dtype=dtype)
 
     def codes_of_arrow(
-        self, col: pa.ChunkedArray, dtype: type[np.integer[Any]] = np.int32, empty_is_none: bool = False
+        self, col: pa.ChunkedArray, dtype: type[np.integer[Any]] = np.int16, empty_is_none: bool = False
     ) -> np.ndarray:
         """:meth:`code` of each value of a pyarrow string column (nulls, and with
         ``empty_is_none`` empty strings, are -1), coded in order of first appearance."""
@@ -350,10 +374,17 @@ class Attempts:
         return gaps
 
     def subset(self, keep: np.ndarray) -> Attempts:
-        """The rows ``keep`` (a mask) selects, as columns of their own."""
+        """The rows ``keep`` (a mask) selects, as columns of their own (a column of one value
+        stays one, in no memory)."""
+
+        count = int(np.count_nonzero(keep))
+
+        def rows(v: np.ndarray) -> np.ndarray:
+            return np.broadcast_to(v[:1], (count,)) if _is_constant(v) and len(v) else v[keep]
+
         return Attempts(
-            {k: v[keep] for k, v in self.cols.items()},
-            {k: v[keep] for k, v in self.stages.items()},
+            {k: rows(v) for k, v in self.cols.items()},
+            {k: rows(v) for k, v in self.stages.items()},
             self.errors,
             self.texts,
             self.tiers,
@@ -367,20 +398,24 @@ class Attempts:
 class _Growing:
     """Columns that grow at the end: each a buffer with room to spare (half again when full), so
     that appending rows costs what they hold and reading all of them costs nothing (views of the
-    filled part). A column that first appears later, or is missing from a chunk, is ``fill``
-    (NaN) there."""
+    filled part). A column that first appears later, or is missing from a chunk, holds its fill
+    there (``fills``, else ``fill``)."""
 
     GROWTH = 1.5
     MIN_ROWS = 4096
 
-    def __init__(self, fill: float = np.nan):
+    def __init__(self, fill: float = np.nan, fills: dict[str, object] | None = None):
         self.n = 0
         self.fill = fill
+        self.fills = fills or {}
         self.reserved = 0  # rows to make room for at once, when it is known how many will come
         self._bufs: dict[str, np.ndarray] = {}
 
     def _capacity(self) -> int:
         return len(next(iter(self._bufs.values()))) if self._bufs else 0
+
+    def has(self, name: str) -> bool:
+        return name in self._bufs
 
     def append(self, chunk: dict[str, np.ndarray], m: int) -> None:
         """Append ``m`` rows: ``chunk``'s columns, each of length ``m``."""
@@ -396,13 +431,29 @@ class _Growing:
             if k not in self._bufs:
                 buf = self._bufs[k] = np.empty(max(cap, need), dtype=v.dtype)
                 if self.n:
-                    buf[: self.n] = self.fill
+                    buf[: self.n] = self.fills.get(k, self.fill)
         for k, buf in self._bufs.items():
-            buf[self.n : need] = chunk.get(k, self.fill)
+            buf[self.n : need] = chunk[k] if k in chunk else self.fills.get(k, self.fill)
         self.n = need
 
     def view(self) -> dict[str, np.ndarray]:
         return {k: b[: self.n] for k, b in self._bufs.items()}
+
+
+def _constant(dtype: type, value: object, n: int) -> np.ndarray:
+    """A read-only column of ``n`` rows all ``value``, in no memory (every row views one value)."""
+    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+
+
+def _is_constant(column: np.ndarray) -> bool:
+    return column.ndim == 1 and column.strides == (0,)
+
+
+def _only(column: np.ndarray, value: object) -> bool:
+    """Whether every value of ``column`` is ``value`` (NaN: every one NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return bool(np.isnan(column).all())
+    return bool((column == value).all())
 
 
 class RequestLog:
@@ -419,7 +470,7 @@ class RequestLog:
         self.lines = 0
         self.bad_lines = 0
         self.incomplete_last_line = False
-        self._cols = _Growing()
+        self._cols = _Growing(fills={k: fill for k, (_, fill) in _ROW_COLUMNS.items()})
         self._stages = _Growing()
         self._gap_values = _Growing()  # every row's gaps between chunk arrivals, laid end to end
         self._rows = 0
@@ -431,7 +482,7 @@ class RequestLog:
         self.statuses = _Labels(cap=64)
         self.stage_names: list[str] = []
         self._first_t0: dict[str, float] = {}  # req_id -> t0 of attempt 1, for retried requests
-        self._pending: list[tuple[int, str]] = []  # (row, req_id) of final attempts > 1 whose attempt 1 is unread
+        self._pending: dict[str, list[int]] = {}  # req_id -> rows of final attempts > 1 whose attempt 1 is unread
         self._cache: Attempts | None = None
 
     def update(self) -> bool:
@@ -549,9 +600,9 @@ class RequestLog:
             settled=cols["settled"].fill_null(True).to_numpy(zero_copy_only=False),
             error=self.errors.codes_of_arrow(cols["error"], empty_is_none=True),
             text=self.texts.codes_of_arrow(cols["text_id"]),
-            tier=self.tiers.codes_of_arrow(cols["tier"], dtype=np.int16),
+            tier=self.tiers.codes_of_arrow(cols["tier"]),
             voice=self.voices.codes_of_arrow(cols["voice"]),
-            language=self.languages.codes_of_arrow(cols["language"], dtype=np.int16),
+            language=self.languages.codes_of_arrow(cols["language"]),
             offsets=base + starts,
             chunk_n=chunk_n,
             gap_n=gap_n,
@@ -569,7 +620,7 @@ class RequestLog:
             return numbers, np.full(len(numbers), -1, dtype=np.int16)
         grpc = [v if type(v) is str and v in GRPC_AS_HTTP else None for v in names]
         as_http = [v if g is None else GRPC_AS_HTTP[g] for v, g in zip(names, grpc)]
-        return _column(as_http, INT), self.statuses.codes_of(grpc, dtype=np.int16)
+        return _column(as_http, INT), self.statuses.codes_of(grpc)
 
     def _parse(self, lines: list[bytes], base: int) -> None:
         """Parse complete lines one by one; ``base`` is the byte offset of the first one.
@@ -619,9 +670,9 @@ class RequestLog:
             settled=np.array([r.get("settled") is not False for r in recs], dtype=bool),
             error=self.errors.codes_of([r.get("error") or None for r in recs]),
             text=self.texts.codes_of([r.get("text_id") for r in recs]),
-            tier=self.tiers.codes_of([r.get("tier") for r in recs], dtype=np.int16),
+            tier=self.tiers.codes_of([r.get("tier") for r in recs]),
             voice=self.voices.codes_of([r.get("voice") for r in recs]),
-            language=self.languages.codes_of([r.get("language") for r in recs], dtype=np.int16),
+            language=self.languages.codes_of([r.get("language") for r in recs]),
             offsets=np.array(offsets, dtype=np.int64),
             chunk_n=chunk_n,
             gap_n=gap_n,
@@ -662,8 +713,9 @@ class RequestLog:
         chunk["settled"] = np.asarray(settled, dtype=bool)
         chunk["error"], chunk["text"], chunk["tier"] = error, text, tier
         chunk["voice"], chunk["language"] = voice, language
-        chunk["offset"] = np.asarray(offsets, dtype=np.int64)
         chunk["chunk_n"] = np.asarray(chunk_n, dtype=np.int32)
+        # a row's line is read again only for its chunk lists (chunk_series)
+        chunk["offset"] = np.where(chunk["chunk_n"] >= 0, np.asarray(offsets, dtype=np.int64), -1)
         chunk["gap_n"] = gap_n
         # end to end: a request answered at its first attempt from its own t0; a retried one from its
         # first attempt's (usually read before it, else once it is)
@@ -671,26 +723,29 @@ class RequestLog:
         fin1 = final & (attempt <= 1)
         chunk["e2e_ms"] = np.where(fin1, (chunk["tend"] - t0) * 1000.0, np.nan)
         idx = np.flatnonzero(((attempt > 1) & final) | ((attempt == 1) & ~final & np.isfinite(t0)))
+        waiting = set()  # the req_ids whose final attempts may now find their first's t0
         for i, rid in zip(idx, req_ids(idx)):
             if rid is None:
                 continue
+            rid = str(rid)
             if final[i]:
-                self._pending.append((row0 + int(i), str(rid)))
+                self._pending.setdefault(rid, []).append(row0 + int(i))
             else:
-                self._first_t0[str(rid)] = float(t0[i])
+                self._first_t0[rid] = float(t0[i])
+            waiting.add(rid)
+        for k in [k for k in chunk if k not in _STORED and not self._cols.has(k)]:
+            if _only(chunk[k], _ROW_COLUMNS[k][1]):  # nothing yet: no memory (see _ROW_COLUMNS)
+                del chunk[k]
         self._cols.append(chunk, n)
         self._stages.append(stages, n)
         self._gap_values.append({"gap": gaps}, len(gaps))
         self._rows = row0 + n
-        if self._pending:
-            cols, left = self._cols.view(), []
-            for row, rid in self._pending:
-                first = self._first_t0.get(rid)
-                if first is None:
-                    left.append((row, rid))
-                else:
-                    cols["e2e_ms"][row] = (cols["tend"][row] - first) * 1000.0
-            self._pending = left
+        cols = self._cols.view()
+        for rid in waiting:
+            first = self._first_t0.get(rid)
+            if first is not None and rid in self._pending:
+                rows = self._pending.pop(rid)
+                cols["e2e_ms"][rows] = (cols["tend"][rows] - first) * 1000.0
 
     def _register_stages(self, stages: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Keep the chunk's stage columns (in order of first use) up to MAX_STAGES names in all."""
@@ -707,20 +762,10 @@ class RequestLog:
         """All attempts read so far as one set of columns (cached until the next update)."""
         if self._cache is not None:
             return self._cache
-        if self._rows:
-            cols = self._cols.view()
-        else:
-            cols = {k: np.empty(0, dtype=np.int32 if kind == INT else float) for k, kind in _COLUMNS.items()}
-            cols["tend"] = np.empty(0)
-            cols["e2e_ms"] = np.empty(0)
-            cols.update({k: np.empty(0, dtype=np.int32) for k in ("error", "text", "chunk_n", "gap_n")})
-            cols["offset"] = np.empty(0, dtype=np.int64)
-            cols.update({k: np.empty(0, dtype=bool) for k in ("final", "ok", "settled")})
-            cols["tier"] = cols["status_name"] = np.empty(0, dtype=np.int16)
-            cols["voice"] = np.empty(0, dtype=np.int32)
-            cols["language"] = np.empty(0, dtype=np.int16)
+        view, n = self._cols.view(), self._rows
+        cols = {k: view[k] if k in view else _constant(dtype, fill, n) for k, (dtype, fill) in _ROW_COLUMNS.items()}
         view = self._stages.view()
-        stages = {name: view[name] if name in view else np.full(self._rows, np.nan) for name in self.stage_names}
+        stages = {name: view[name] if name in view else _constant(np.float64, np.nan, n) for name in self.stage_names}
         gaps = self._gap_values.view().get("gap", np.empty(0, dtype=np.float32))
         self._cache = Attempts(
             cols,
@@ -985,21 +1030,34 @@ class ResourceLog:
             self.__init__(self.path)  # type: ignore[misc]  # this class's own, anew
         if size == self.offset:
             return False
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read(size - self.offset)
-        end = data.rfind(b"\n") + 1
-        self.incomplete_last_line = end < len(data)
-        if not end:
-            return False
-        self.offset += end
-        chunk = _arrow_sample_frame(data[:end])
+        read_any = False
+        with open(self.path, "rb") as f:  # block by block, as RequestLog reads: bounded memory
+            while self.offset < size:
+                f.seek(self.offset)
+                data = f.read(min(READ_BYTES, size - self.offset))
+                end = data.rfind(b"\n") + 1
+                if not end and len(data) < size - self.offset:  # one line longer than a block
+                    data += f.read(size - self.offset - len(data))
+                    end = data.rfind(b"\n") + 1
+                self.incomplete_last_line = end < len(data)
+                if not end:
+                    break
+                self.offset += end
+                self._add(data[:end] if end < len(data) else data)
+                read_any = True
+        if read_any:
+            self._frame = None
+        return read_any
+
+    def _add(self, data: bytes) -> None:
+        """Parse complete lines into a chunk of rows."""
+        chunk = _arrow_sample_frame(data)
         if chunk is not None:
-            self.bad_lines += data.count(b"\n", 0, end) - len(chunk)  # no finite ts
+            self.bad_lines += data.count(b"\n") - len(chunk)  # no finite ts
         else:
             samples = []
             with _gc_paused():
-                for raw in data[:end].split(b"\n"):
+                for raw in data.split(b"\n"):
                     if not raw.strip():
                         continue
                     try:
@@ -1010,14 +1068,15 @@ class ResourceLog:
             self.bad_lines += len(samples) - len(chunk)  # not an object, or no finite ts
         if len(chunk):
             self._chunks.append(chunk)
-        self._frame = None
-        return True
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
             df = pd.concat(self._chunks, ignore_index=True) if self._chunks else pd.DataFrame()
             if len(df):
                 df = df.sort_values("ts", kind="stable").reset_index(drop=True)
+            # one copy: the rows sorted stand for the chunks (a stable sort of them and the rows
+            # read later orders them as one of every row in the file's order would)
+            self._chunks = [df] if len(df) else []
             self._frame = df
         return self._frame
 

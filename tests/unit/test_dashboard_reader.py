@@ -29,7 +29,6 @@ NUMS = (
     "retry_after_s",
     "backoff_ms",
     "text_len",
-    "bytes",
 )
 AMOUNTS = ("ttfa_ms", "gap_max_ms", "underrun_ms")
 COUNTS = ("chunks", "underruns")
@@ -123,9 +122,9 @@ def reference(data: bytes) -> dict:
         cols["error"].append(_label(r.get("error") or None, labels["error"]))
         cols["text"].append(_label(r.get("text_id"), labels["text"]))
         cols["tier"].append(_label(r.get("tier"), labels["tier"]))
-        cols["offset"].append(at)
         ca, cm = r.get("chunk_at_ms"), r.get("chunk_audio_ms")
         cols["chunk_n"].append(len(ca) if isinstance(ca, list) and isinstance(cm, list) and len(ca) == len(cm) else -1)
+        cols["offset"].append(at if cols["chunk_n"][-1] >= 0 else -1)
         at = [_num(x) for x in ca] if cols["chunk_n"][-1] >= 2 else []
         usable = at and None not in at
         cols["gap_n"].append(len(at) - 1 if usable else 0)
