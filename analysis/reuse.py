@@ -50,9 +50,12 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, A
         out["note"] = "Every request had a text of its own (--text-reuse unique): nothing to cache."
         return out
     if len(rows):
-        rows = rows[np.argsort(a["t0"][rows], kind="stable")]
-        key = a["text"][rows].astype(np.int64) * (len(a.voices) + 2) + (a["voice"][rows].astype(np.int64) + 1)
-        order = np.argsort(key, kind="stable")  # by text, then in the order sent
+        # by text (and voice), then in the order sent; the narrowest integers that hold them
+        width = len(a.voices) + 2
+        small = np.int32 if (len(a.texts) + 1) * width < np.iinfo(np.int32).max else np.int64
+        rows = rows.astype(small)
+        key = a["text"][rows].astype(small) * small(width) + (a["voice"][rows].astype(small) + 1)
+        order = np.lexsort((a["t0"][rows], key))
         key, rows = key[order], rows[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         for group in np.split(rows, cuts):

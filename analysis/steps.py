@@ -347,12 +347,17 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
         own_ref = ref[code[known]]
         expected[known] = np.where(heard[code[known]] >= 2, own_ref, np.nan)
     own = whole & np.isfinite(expected) & (expected > 0)
+    # run-long columns: each temporary made in place, and let go before the next
+    off = spoken - expected
+    off = np.abs(off, out=off) >= signal.SELF_MIN_S
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = spoken / expected
-    off = np.abs(spoken - expected) >= signal.SELF_MIN_S
+        ratio = np.divide(spoken, expected, out=expected)
     runaway = own & off & (ratio >= signal.SELF_X)
     truncated = own & off & (ratio <= 1 / signal.SELF_X)
-    pace = np.where(whole & (a["text_len"] > 0), spoken / np.maximum(a["text_len"], 1), np.nan)
+    del ratio, expected, off
+    pace = np.maximum(a["text_len"], 1)
+    np.divide(spoken, pace, out=pace)
+    pace[~(whole & (a["text_len"] > 0))] = np.nan
     fast, slow = signal.pace_outliers(pace, a["language"])
     got = a.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
     return got
@@ -477,9 +482,11 @@ def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     fin = a["final"] & np.isfinite(a["tend"])
     end = a["tend"][fin]
-    e2e = a["e2e_ms"][fin]
-    start = np.where(np.isfinite(e2e), end - e2e / 1000.0, a["t0"][fin])
-    start = np.where(np.isfinite(start), start, end)
+    start = a["e2e_ms"][fin]  # run-long columns: worked in place
+    start /= 1000.0
+    np.subtract(end, start, out=start)  # finite where e2e is (end is)
+    np.copyto(start, a["t0"][fin], where=~np.isfinite(start))
+    np.copyto(start, end, where=~np.isfinite(start))
     return fin, start, end
 
 
@@ -549,7 +556,9 @@ def _little(
         we = we - (float(own.max()) if len(own) else 0.0)
     if not we > ws or not step.get("concurrency"):
         return None
-    busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
+    overlap = np.minimum(end, we)  # each request's time inside the window, in place: a run-long column
+    overlap -= np.maximum(start, ws)
+    busy = np.clip(overlap, 0.0, None, out=overlap).sum()
     n_eff = float(busy) / (we - ws)
     expected = float(step["concurrency"] * contexts)
     if think_s and len(own):

@@ -1,8 +1,9 @@
 """The report's timeline: every attempt's wait at the time it was sent, and the server's (and the
 load generator's) GPU utilisation, GPU memory and CPU on the same clock, each step a band.
 
-The attempt scatter is downsampled to ``MAX_POINTS``, keeping failures and retries first, so the
-page stays small."""
+The attempt scatter is downsampled to ``MAX_POINTS``, keeping failures and retries first, and each
+resource line to ``MAX_LINE_POINTS`` (the lowest and the highest sample of each stretch), so the
+page stays small: a day's samples at one a second made a 30 MB page."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .kit import GIB, esc, is_open_loop, step_label
 from .trace import burst_bands
 
 MAX_POINTS = 20000
+MAX_LINE_POINTS = 4000
 CATEGORIES = (  # (name, colour, marker symbol) of the timeline scatter
     ("ok", "#1f77b4", "circle"),
     ("ok after retry", "#17becf", "diamond"),
@@ -46,6 +48,31 @@ def _sample(a: Attempts, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
         plain = np.sort(rng.choice(plain, room, replace=False))
     idx = np.concatenate([special, plain])
     return idx, cat[idx]
+
+
+def _thin(x, y, most: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """A line of at most ``most`` points: past that, each of ``most / 2`` stretches of consecutive
+    samples keeps its lowest and its highest, in time order, so a spike still shows."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(y)
+    if n <= most:
+        return x, y
+    width = -(-n // (most // 2))
+    padded = np.full(width * -(-n // width), np.nan)
+    padded[:n] = y
+    rows = padded.reshape(-1, width)
+    base = np.arange(len(rows)) * width
+    low = base + np.argmin(np.where(np.isnan(rows), np.inf, rows), axis=1)
+    high = base + np.argmax(np.where(np.isnan(rows), -np.inf, rows), axis=1)
+    keep = np.unique(np.concatenate([low, high]))
+    keep = keep[keep < n]
+    return x[keep], y[keep]
+
+
+def _line(fig: go.Figure, x, y, **kwargs) -> None:
+    """A resource line, thinned (:func:`_thin`)."""
+    x, y = _thin(x, y)
+    fig.add_scatter(x=x, y=y, mode="lines", **kwargs)
 
 
 def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
@@ -96,11 +123,9 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
             tx = g["ts"] - t_zero
             h = esc(host)
             if g["gpu_util_percent"].notna().any():
-                fig.add_scatter(x=tx, y=g["gpu_util_percent"], name=f"GPU util {h}", mode="lines", row=2, col=1)
+                _line(fig, tx, g["gpu_util_percent"], name=f"GPU util {h}", row=2, col=1)
             if g["gpu_mem_used_bytes"].notna().any():
-                fig.add_scatter(
-                    x=tx, y=g["gpu_mem_used_bytes"] / GIB, name=f"GPU memory {h}", mode="lines", row=3, col=1
-                )
+                _line(fig, tx, g["gpu_mem_used_bytes"] / GIB, name=f"GPU memory {h}", row=3, col=1)
                 tot = g["gpu_mem_total_bytes"].dropna()
                 if len(tot):
                     fig.add_hline(
@@ -111,32 +136,18 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
                         annotation_text="total",
                         annotation_position="top left",
                     )
-            fig.add_scatter(x=tx, y=g["cpu_percent"], name=f"server CPU {h}", mode="lines", row=4, col=1)
-            fig.add_scatter(
-                x=tx,
-                y=g["cpu_max_core_percent"],
-                name=f"server busiest core {h}",
-                mode="lines",
-                line=dict(dash="dot"),
-                row=4,
-                col=1,
+            _line(fig, tx, g["cpu_percent"], name=f"server CPU {h}", row=4, col=1)
+            _line(
+                fig, tx, g["cpu_max_core_percent"], name=f"server busiest core {h}", line=dict(dash="dot"), row=4, col=1
             )
             if g["proc_cpu_percent"].notna().any():
-                fig.add_scatter(
-                    x=tx,
-                    y=g["proc_cpu_percent"],
-                    name=f"TTS process CPU {h}",
-                    mode="lines",
-                    line=dict(dash="dash"),
-                    row=4,
-                    col=1,
-                )
+                _line(fig, tx, g["proc_cpu_percent"], name=f"TTS process CPU {h}", line=dict(dash="dash"), row=4, col=1)
         for host, g in cli.groupby("host"):
-            fig.add_scatter(
-                x=g["ts"] - t_zero,
-                y=g["cpu_percent"],
+            _line(
+                fig,
+                g["ts"] - t_zero,
+                g["cpu_percent"],
                 name=f"client CPU {esc(host)}",
-                mode="lines",
                 line=dict(color="#8c564b"),
                 row=4,
                 col=1,
