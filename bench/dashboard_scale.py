@@ -6,6 +6,7 @@ Run it from the repository root::
     .venv/bin/python bench/dashboard_scale.py              # 300k (against json.loads) and 1M attempts
     .venv/bin/python bench/dashboard_scale.py 200000       # just this size
     .venv/bin/python bench/dashboard_scale.py --pairs 3 300000
+    .venv/bin/python bench/dashboard_scale.py --pairs 3 3000000  # a 12-hour soak at 70 req/s (1.4 GB)
 
 It writes a synthetic run directory per size (8 steps, 1..128 users, a server with 4 slots,
 resources every second, some 429s and retries), then, ``--pairs`` times in turn, (A) a fresh
@@ -21,7 +22,10 @@ given with ``--no-baseline`` (the 1M run by default) is measured once, for its t
 memory. One line per size::
 
     attempts jsonl_MiB json_s import_s load_s analyze_s report_s total_s load_ratio load_cpu_ratio total_ratio
-    peak_rss_MiB report_MiB
+    peak_rss_MiB peak_B_per_attempt report_MiB
+
+``peak_rss_MiB`` is the dashboard process's maximum resident set (``ru_maxrss``, what
+``/usr/bin/time -v`` prints), ``peak_B_per_attempt`` the same in bytes over the attempts.
 """
 
 from __future__ import annotations
@@ -231,7 +235,7 @@ def main(argv: list[str]) -> None:
     print(
         f"{'attempts':>9} {'jsonl_MiB':>9} {'json_s':>7} {'import_s':>8} {'load_s':>7} {'analyze_s':>9} "
         f"{'report_s':>8} {'total_s':>7} {'load_ratio':>10} {'load_cpu_ratio':>14} {'total_ratio':>11} "
-        f"{'peak_rss_MiB':>12} {'report_MiB':>10}  verdict",
+        f"{'peak_rss_MiB':>12} {'peak_B_per_attempt':>18} {'report_MiB':>10}  verdict",
         flush=True,
     )
     for n in sizes:
@@ -240,7 +244,8 @@ def main(argv: list[str]) -> None:
             f"{m['attempts']:>9} {m['jsonl_MiB']:>9.0f} {_cell(m['json_s'], 7)} {m['import_s']:>8.2f} "
             f"{m['load_s']:>7.2f} {m['analyze_s']:>9.2f} {m['report_s']:>8.2f} {m['total_s']:>7.2f} "
             f"{_cell(m['load_ratio'], 10)} {_cell(m['load_cpu_ratio'], 14)} "
-            f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} {m['report_MiB']:>10.1f}"
+            f"{_cell(m['total_ratio'], 11)} {m['peak_rss_MiB']:>12.0f} "
+            f"{m['peak_rss_MiB'] * 2**20 / m['attempts']:>18.0f} {m['report_MiB']:>10.1f}"
             f"  knee {m['knee']}, {m['kind']}",
             flush=True,
         )

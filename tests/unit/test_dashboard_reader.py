@@ -491,3 +491,54 @@ def _assert_samples_read_as_the_rules_say(tmp_path, lines: list[str]) -> None:
                 assert (w is None and math.isnan(g)) or w == g, (k, i, w, g)
             else:
                 assert w == g, (k, i, w, g)
+
+
+def test_resource_samples_read_block_by_block_match_one_read(tmp_path, monkeypatch):
+    """resources.jsonl is read a block at a time (bounded memory); small blocks, a line longer
+    than a block and a sample appended later give the rows one read gives, in ts order."""
+    from tts_knee.runformat.reader import ResourceLog
+
+    rng = random.Random(5)
+    lines = [
+        json.dumps({"ts": 1_700_000_000 + rng.random() * 50, "host": "h" * rng.choice([1, 3000]), "cpu_percent": i})
+        for i in range(400)
+    ]
+    path = tmp_path / "resources.jsonl"
+    path.write_text("\n".join(lines[:300]) + "\n" + lines[300][:20])
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text("\n".join(lines) + "\n")
+    want = ResourceLog(whole)
+    want.update()
+    monkeypatch.setattr(rundir, "READ_BYTES", 1024)
+    log = ResourceLog(path)
+    assert log.update() and log.incomplete_last_line
+    path.write_text("\n".join(lines) + "\n")
+    assert log.update() and not log.incomplete_last_line
+    got, ref = log.frame(), want.frame()
+    assert len(got) == len(ref) == 400
+    assert got["ts"].tolist() == ref["ts"].tolist() and got["cpu_percent"].tolist() == ref["cpu_percent"].tolist()
+
+
+def test_a_field_no_record_wrote_takes_no_memory(tmp_path):
+    """A field no record has written (a run that did not stream: no TTFA) reads as missing in
+    every row from one value in memory, also in a subset; once a record writes it, the rows
+    before it read as missing and the column is the reference's."""
+    rec = {"attempt": 1, "final": True, "step": 1, "concurrency": 1, "wait_ms": 100.0, "ok": True, "status": 200}
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps({**rec, "req_id": f"r{i}", "t0": 1.7e9 + i}) + "\n" for i in range(100)))
+    log = RequestLog(path, live=True)
+    log.update()
+    a = log.attempts()
+    for name, missing in (("ttfa_ms", np.nan), ("cancel_ms", np.nan), ("voice", -1), ("chunk_n", -1), ("offset", -1)):
+        assert a[name].strides == (0,) and len(a[name]) == 100, name
+        assert np.array_equal(a[name], np.full(100, missing), equal_nan=True), name
+    assert a["wait_ms"].strides != (0,)
+    half = a.subset(np.arange(100) % 2 == 0)
+    assert len(half["ttfa_ms"]) == 50 and half["ttfa_ms"].strides == (0,) and len(half["wait_ms"]) == 50
+    with open(path, "a") as f:
+        f.write(json.dumps({**rec, "req_id": "late", "t0": 1.7e9 + 100, "ttfa_ms": 80.0, "voice": "v1"}) + "\n")
+    log.update()
+    a = log.attempts()
+    assert np.isnan(a["ttfa_ms"][:100]).all() and a["ttfa_ms"][100] == 80.0
+    assert (a["voice"][:100] == -1).all() and a.voices[a["voice"][100]] == "v1"
+    assert_same(log, path.read_bytes())
