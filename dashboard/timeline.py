@@ -8,6 +8,7 @@ page stays small: a day's samples at one a second made a 30 MB page."""
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -50,7 +51,7 @@ def _sample(a: Attempts, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     return idx, cat[idx]
 
 
-def _thin(x, y, most: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
+def _thin(x: ArrayLike, y: ArrayLike, most: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """A line of at most ``most`` points: past that, each of ``most / 2`` stretches of consecutive
     samples keeps its lowest and its highest, in time order, so a spike still shows."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -69,7 +70,7 @@ def _thin(x, y, most: int = MAX_LINE_POINTS) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
-def _line(fig: go.Figure, x, y, **kwargs) -> None:
+def _line(fig: go.Figure, x: ArrayLike, y: ArrayLike, **kwargs: object) -> None:
     """A resource line, thinned (:func:`_thin`)."""
     x, y = _thin(x, y)
     fig.add_scatter(x=x, y=y, mode="lines", **kwargs)
