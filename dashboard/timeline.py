@@ -8,8 +8,8 @@ page stays small: a day's samples at one a second made a 30 MB page."""
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike
 import plotly.graph_objects as go
+from numpy.typing import ArrayLike
 from plotly.subplots import make_subplots
 
 from tts_knee.analysis.steps import THROTTLE_STATUSES
