@@ -54,7 +54,8 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, A
         width = len(a.voices) + 2
         small = np.int32 if (len(a.texts) + 1) * width < np.iinfo(np.int32).max else np.int64
         rows = rows.astype(small)
-        key = a["text"][rows].astype(small) * small(width) + (a["voice"][rows].astype(small) + 1)
+        key = np.multiply(a["text"][rows], width, dtype=small)
+        np.add(key, a["voice"][rows].astype(small) + 1, out=key)
         order = np.lexsort((a["t0"][rows], key))
         key, rows = key[order], rows[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
