@@ -56,6 +56,8 @@ _CHILD = r"""
 import json, resource, sys, time
 ti, ci = time.perf_counter(), time.process_time()
 from tts_knee.analysis.summary import load, analyze, write_summary
+from tts_knee.runformat.reader import heap_gives_back
+heap_gives_back()  # as the report command does
 from tts_knee.dashboard.report import write_report
 t0, c0 = time.perf_counter(), time.process_time()
 rd = load(sys.argv[1])

@@ -47,7 +47,7 @@ from tts_knee.analysis import capacity, gate, regression
 from tts_knee.analysis.slo import SLOError, parse
 from tts_knee.analysis.summary import analyze, load, write_summary
 from tts_knee.runformat.metric_roles import ROLES, parse_roles
-from tts_knee.runformat.reader import RunDirError
+from tts_knee.runformat.reader import RunDirError, heap_gives_back
 
 from .ci import append_step_summary, write_junit
 from .compare import default_out, write_compare
@@ -317,6 +317,7 @@ def _compare(args: argparse.Namespace, summaries: list[dict]) -> None:
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = parser(prog).parse_args(argv)
+    heap_gives_back()  # whole runs are read and analysed here: their temporaries go back to the system
     summaries, status = [], 0
     try:
         slo, roles, asked = _flags(args)

@@ -245,19 +245,20 @@ _ARROW_READ = pa_json.ReadOptions(block_size=1 << 20)  # 1 MiB blocks, parsed on
 _POOL = pa.system_memory_pool()
 
 
-def _heap_gives_back() -> None:
-    """Have glibc serve blocks of 1 MiB and more from mappings of their own, returned to the
-    system when freed. By default it raises that threshold to the largest block freed so far (up
-    to 32 MiB), after which a run's whole-column temporaries (3 million float64s are 24 MB) come
-    from the heap, which keeps them: a report of 3 million attempts held 110 MB more after its
-    analysis. Elsewhere (another C library) nothing changes."""
+def heap_gives_back() -> None:
+    """For a process that reads whole runs (the report command, the bench): have glibc serve
+    blocks of 1 MiB and more from mappings of their own, returned to the system when freed. By
+    default it raises that threshold to the largest block freed so far (up to 32 MiB), after
+    which a run's whole-column temporaries (3 million float64s are 24 MB) come from the heap,
+    which keeps them: a report of 3 million attempts held 110 MB more after its analysis.
+    Elsewhere (another C library) nothing changes. Not done on import: in a Locust process every
+    answer of a megabyte or more would then be a mapping made and unmade."""
     if sys.platform != "linux":
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
 
 
-_heap_gives_back()
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
