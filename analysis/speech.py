@@ -3,7 +3,9 @@
 
 **Per step** (``speech``): the clips judged at the step, their mean and p95 error rate (``wer_*``
 or ``cer_*`` by the run's metric), ``unintelligible`` (judged above
-:data:`audio.asr.UNINTELLIGIBLE`), ``not_judged``, and the :data:`WORST` worst as text to read.
+:data:`audio.asr.UNINTELLIGIBLE`), ``not_judged``, of them ``behind`` (left unjudged because the
+judge fell behind: its queue full, or the run's end done waiting), ``judge_cpu_s`` (the judge's
+CPU seconds on the judged clips), and the :data:`WORST` worst as text to read.
 
 **The speech knee** (knee method ``speech``): the first level whose speech is *significantly*
 worse than the lowest level's. Its clips are paired with the lowest level's by text (every step
@@ -68,6 +70,15 @@ def _rate(e: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+#: The start of the reasons :mod:`locustfiles.listening` gives for a clip the judge had no time for.
+BEHIND = ("not judged: the judge was behind", "not judged: the run's end waited")
+
+
+def _cpu(e: dict[str, Any]) -> float:
+    v = e.get("judge_s")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
+
+
 def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One step's (or level's) ``speech`` from its judge lines; None when it had none."""
     if not entries:
@@ -84,6 +95,8 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         "metric": metric,
         "judged": len(judged),
         "not_judged": len(entries) - len(judged),
+        "behind": sum(1 for e in entries if str(e.get("reason") or "").startswith(BEHIND)),
+        "judge_cpu_s": round(sum(_cpu(e) for e in judged), 3),
         "wer_mean": mean if metric == "wer" else None,
         "wer_p95": p95 if metric == "wer" else None,
         "cer_mean": mean if metric == "cer" else None,

@@ -6,9 +6,11 @@ Its stdin carries clips, each a frame: the length of a JSON header (4 bytes, big
 header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"), then the clip's
 ``bytes`` bytes (any audio PyAV decodes: WAV, MP3, Ogg ...; raw PCM goes as a WAV). Its stdout carries JSON lines: first
 ``{"ready": true}`` once the model has loaded, or ``{"fatal": SENTENCE}`` and exit status 2; then
-one line per clip, in order: ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
+one line per clip, in order (the clips waiting together are judged together, several to a
+Whisper window: :func:`audio.asr.transcribe`): ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
 null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
-process's CPU seconds on it). With ``--listen``: ``embedding`` (the speaker embedding,
+process's CPU seconds on it: its even share of the clips judged together). With ``--listen``:
+``embedding`` (the speaker embedding,
 :mod:`audio.speaker`; 256 values, or null), ``similarity_ref`` (its cosine to the header's
 ``reference`` clip, a path, where given), ``mos``, ``mos_sig``, ``mos_bak`` (DNSMOS P.835,
 :mod:`audio.quality`) and ``listen_reason`` (why a figure is null). It ends at the end of its input.
@@ -20,10 +22,13 @@ import argparse
 import contextlib
 import io
 import json
+import select
 import struct
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
 
 from . import asr, quality, speaker
 
@@ -31,9 +36,30 @@ if TYPE_CHECKING:  # loaded by asr.load_model (faster-whisper has no types: Any)
     from faster_whisper import WhisperModel
 
 
+#: Clips read from stdin before judging them together at most (:func:`audio.asr.transcribe`
+#: packs those that fit into one window).
+BATCH_MAX = 24
+
+
 def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
-    data = stream.read(n)
-    return data if data is not None and len(data) == n else None
+    chunks: list[bytes] = []
+    got = 0
+    while got < n:
+        data = stream.read(n - got)
+        if not data:
+            return None
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+def _waiting(stream: IO[bytes]) -> bool:
+    """Whether more input is there to read now (a stream with no descriptor: always)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return True
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 class Listener:
@@ -85,13 +111,8 @@ class Listener:
         }
 
 
-def judge_clip(
-    model: WhisperModel, header: dict[str, Any], audio: bytes, listener: Listener | None = None
-) -> dict[str, Any]:
-    """One clip's line (see the module doc)."""
-    from faster_whisper import decode_audio
-
-    out = {
+def _blank(header: dict[str, Any]) -> dict[str, Any]:
+    return {
         "id": header.get("id"),
         "transcript": None,
         "language": header.get("language"),
@@ -101,61 +122,123 @@ def judge_clip(
         "audio_s": None,
         "judge_s": None,
     }
-    started = time.process_time()
+
+
+def _why(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _decode(header: dict[str, Any], audio: bytes, out: dict[str, Any]) -> np.ndarray | None:
+    from faster_whisper import decode_audio
+
     try:
-        samples = decode_audio(io.BytesIO(audio))
+        samples: np.ndarray = decode_audio(io.BytesIO(audio))
     except Exception as e:  # PyAV's errors: the clip is not audio it can decode
-        out["reason"] = f"the clip could not be decoded ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-        return out
-    out["audio_s"] = round(len(samples) / 16000, 3)
+        out["reason"] = f"the clip could not be decoded ({_why(e)})"
+        return None
+    out["audio_s"] = round(len(samples) / asr.SAMPLE_RATE, 3)
     if not len(samples):
         out["reason"] = "the clip holds no audio"
-        return out
-    if listener is not None:
-        out.update(listener.hear(samples, header.get("reference")))
-    language = asr.base_language(header.get("language"))
+        return None
+    return samples
+
+
+def _hear(model: WhisperModel, clips: list[np.ndarray], languages: list[str | None]) -> list[asr.Heard | str]:
+    """What the model heard in each clip, or the sentence of why not: a window it chokes on is
+    tried again clip by clip, so only the clip that fails goes unjudged."""
     try:
-        segments, info = model.transcribe(
-            samples,
-            language=language,
-            beam_size=1,
-            without_timestamps=True,
-            condition_on_previous_text=False,
-            vad_filter=False,
-        )
-        transcript = " ".join(seg.text.strip() for seg in segments).strip()
-    except Exception as e:  # a clip the model chokes on: that clip only
-        out["reason"] = f"the recogniser failed on the clip ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-        return out
-    language = language or info.language
-    metric = asr.metric_for(language, header.get("metric") or "")
-    out.update(
-        transcript=transcript,
-        language=language,
-        metric=metric,
-        error=round(asr.error_rate(header.get("text") or "", transcript, language, metric), 4),
-        judge_s=round(time.process_time() - started, 3),
-    )
-    return out
+        return list[asr.Heard | str](asr.transcribe(model, clips, languages))
+    except Exception:
+        if len(clips) == 1:
+            raise
+    heard: list[asr.Heard | str] = []
+    for clip, language in zip(clips, languages):
+        try:
+            heard += asr.transcribe(model, [clip], [language])
+        except Exception as e:  # a clip the model chokes on: that clip only
+            heard.append(f"the recogniser failed on the clip ({_why(e)})")
+    return heard
+
+
+def judge_clips(
+    model: WhisperModel, batch: list[tuple[dict[str, Any], bytes]], listener: Listener | None = None
+) -> list[dict[str, Any]]:
+    """One line per clip (see the module doc), judged together: the clips that fit share a
+    Whisper window (:func:`audio.asr.transcribe`); ``judge_s`` is the batch's CPU shared evenly."""
+    started = time.process_time()
+    lines = [_blank(header) for header, _ in batch]
+    todo: list[int] = []
+    clips: list[np.ndarray] = []
+    languages: list[str | None] = []
+    heard: list[asr.Heard | str]
+    for k, (header, audio) in enumerate(batch):
+        samples = _decode(header, audio, lines[k])
+        if samples is not None:
+            if listener is not None:
+                lines[k].update(listener.hear(samples, header.get("reference")))
+            todo.append(k)
+            clips.append(samples)
+            languages.append(asr.base_language(header.get("language")))
+    try:
+        heard = _hear(model, clips, languages) if clips else []
+    except Exception as e:  # a lone clip the model chokes on
+        heard = [f"the recogniser failed on the clip ({_why(e)})"]
+    for k, said in zip(todo, heard):
+        if isinstance(said, str):
+            lines[k]["reason"] = said
+            continue
+        header = batch[k][0]
+        metric = asr.metric_for(said.language, header.get("metric") or "")
+        error = asr.error_rate(header.get("text") or "", said.transcript, said.language, metric)
+        lines[k].update(transcript=said.transcript, language=said.language, metric=metric, error=round(error, 4))
+    share = round((time.process_time() - started) / max(1, len(todo)), 3)
+    for k in todo:
+        if lines[k]["reason"] is None:
+            lines[k]["judge_s"] = share
+    return lines
+
+
+def judge_clip(
+    model: WhisperModel, header: dict[str, Any], audio: bytes, listener: Listener | None = None
+) -> dict[str, Any]:
+    """One clip's line (see the module doc), judged alone."""
+    return judge_clips(model, [(header, audio)], listener)[0]
+
+
+def _next(inp: IO[bytes]) -> tuple[dict[str, Any], bytes] | None:
+    size = _read_exactly(inp, 4)
+    if size is None:
+        return None
+    header = _read_exactly(inp, struct.unpack(">I", size)[0])
+    if header is None:
+        return None
+    head = json.loads(header)
+    audio = _read_exactly(inp, int(head.get("bytes", 0))) if head.get("bytes") else b""
+    return None if audio is None else (head, audio)
 
 
 def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener | None = None) -> int:
-    """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged."""
+    """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged.
+    The clips already waiting when one is read (up to :data:`BATCH_MAX`) are judged with it."""
     n = 0
     while True:
-        size = _read_exactly(inp, 4)
-        if size is None:
+        first = _next(inp)
+        if first is None:
             return n
-        header = _read_exactly(inp, struct.unpack(">I", size)[0])
-        if header is None:
-            return n
-        header = json.loads(header)
-        audio = _read_exactly(inp, int(header.get("bytes", 0))) if header.get("bytes") else b""
-        if audio is None:
-            return n
-        out.write(json.dumps(judge_clip(model, header, audio, listener), ensure_ascii=False) + "\n")
+        batch = [first]
+        ended = False
+        while len(batch) < BATCH_MAX and _waiting(inp):
+            more = _next(inp)
+            if more is None:
+                ended = True
+                break
+            batch.append(more)
+        for line in judge_clips(model, batch, listener):
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
         out.flush()
-        n += 1
+        n += len(batch)
+        if ended:
+            return n
 
 
 def frame(header: dict[str, Any], audio: bytes) -> bytes:
@@ -182,8 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"fatal": str(e)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
-    with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
-        serve(model, sys.stdin.buffer, sys.stdout, listener)
+    # unbuffered: what select says waits is what a read gets
+    with (
+        open(sys.stdin.fileno(), "rb", buffering=0, closefd=False) as inp,
+        contextlib.suppress(BrokenPipeError, KeyboardInterrupt),
+    ):
+        serve(model, inp, sys.stdout, listener)
     return 0
 
 

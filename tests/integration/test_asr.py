@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 import wave
 
 import pytest
@@ -102,6 +103,37 @@ def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbag
     assert c["error"] >= 0.8, c  # the words of another text
 
 
+def test_clips_that_share_a_window_each_get_their_own_words_and_cost_less_than_alone():
+    """Several clips waiting are judged in one Whisper window: each gets back its own words (split
+    by word timestamps), as it does alone, for a fraction of the CPU; a clip of no language is
+    judged alone."""
+    texts = ["Good morning.", "Please hold the line.", "Turn left at the next corner.", "See you tomorrow."]
+    batch = [({"id": str(i), "text": t, "language": "en"}, _joe(t)) for i, t in enumerate(texts)]
+    batch.append(({"id": "x", "text": texts[0], "language": None}, _joe(texts[0])))
+    model = asr.load_model(str(model_dir()), 1)
+    started = time.process_time()
+    together = judge.judge_clips(model, batch)
+    together_s = time.process_time() - started
+    started = time.process_time()
+    alone = [judge.judge_clip(model, *clip) for clip in batch]
+    alone_s = time.process_time() - started
+    assert [line["id"] for line in together] == ["0", "1", "2", "3", "x"]
+    for line, one, text in zip(together, alone, texts):
+        assert asr.normalize(line["transcript"], "en") == asr.normalize(text, "en"), (line, one)
+        assert line["error"] == one["error"] == 0.0 and line["judge_s"] > 0
+    assert together[4]["language"] == "en" and together[4]["error"] == 0.0  # detected, alone
+    assert together_s < alone_s  # four short clips share one window (and a fifth alone)
+
+
+def test_which_clips_share_a_window():
+    assert asr.windows([1.0, 1.0, 1.0], ["en", "en", "en"]) == [[0, 1, 2]]
+    assert asr.windows([1.0, 1.0, 1.0], ["en", None, "en"]) == [[0], [1], [2]]  # no language: alone
+    assert asr.windows([1.0, 1.0, 1.0], ["en", "de", "de"]) == [[0], [1, 2]]
+    full = asr.WINDOW_S - asr.GAP_S - 1.0
+    assert asr.windows([1.0, full, 0.5], ["en"] * 3) == [[0, 1], [2]]  # 28 s and no more
+    assert asr.windows([40.0, 1.0], ["en", "en"]) == [[0], [1]]  # too long to share
+
+
 def test_a_language_the_model_does_not_know_is_the_judges_one_fatal_line():
     done = subprocess.run(
         [sys.executable, "-m", "tts_knee.audio.judge", "--model", str(model_dir()), "--language", "xx"],
@@ -166,7 +198,15 @@ def test_a_step_summary_names_its_worst_clips_and_the_unintelligible():
         _entries(1, {"a": 0.0, "b": 0.6, "c": 0.2})
         + [{"req_id": "1-d", "step": 1, "text_id": "d", "error": None, "reason": "not judged: x"}]
     )
-    assert s["judged"] == 3 and s["not_judged"] == 1 and s["unintelligible"] == 1
+    assert s["judged"] == 3 and s["not_judged"] == 1 and s["unintelligible"] == 1 and s["behind"] == 0
+    late = {
+        "req_id": "1-e",
+        "step": 1,
+        "text_id": "e",
+        "error": None,
+        "reason": "not judged: the judge was behind (48)",
+    }
+    assert speech.summarise(_entries(1, {"a": 0.0}) + [late])["behind"] == 1
     assert s["wer_mean"] == pytest.approx(0.8 / 3) and s["cer_mean"] is None
     assert [w["text_id"] for w in s["worst"]] == ["b", "c", "a"]
 
@@ -182,3 +222,25 @@ def test_speech_terms_judge_a_finished_step_and_leave_the_live_plan_to_the_rest(
     assert [t.metric for t in live.terms] == ["p95_ms", "leading_silence_p95_ms"]
     assert slo.judge(live, step)["pass"] is True
     assert slo.live(slo.parse("wer_p95<=0.2")) is None
+
+
+def test_the_report_says_the_judges_rate_where_it_fell_behind():
+    from tts_knee.dashboard.speech import speech_html
+
+    judged = _entries(1, {"a": 0.0, "b": 0.1})
+    for e in judged:
+        e["judge_s"] = 0.5
+    late = {
+        "req_id": "1-c",
+        "step": 1,
+        "text_id": "c",
+        "error": None,
+        "reason": "not judged: the judge was behind (48)",
+    }
+    step = {"step": 1, "concurrency": 4, "requests": 40, "window": {"duration_s": 10.0}}
+    kept_up = {"steps": [{**step, "speech": speech.summarise(judged)}], "levels": []}
+    assert "fell behind" not in speech_html(kept_up, "")
+    fell = {"steps": [{**step, "speech": speech.summarise([*judged, late])}], "levels": []}
+    html = speech_html(fell, "")
+    assert "The judge fell behind: 1 of 3 clips were not judged" in html, html
+    assert "2.00 clips per CPU-second (2 clips in 1.0 CPU-s)" in html and "0.30 clips per second offered" in html
