@@ -322,6 +322,10 @@ class SpeechStep(TypedDict):
     not_judged: Annotated[
         int, Doc("count", "clips sent to the judge that it could not judge (undecodable, the judge behind or gone)")
     ]
+    behind: Annotated[
+        int, Doc("count", "of not_judged: left for want of the judge's time (its queue full, the run's end)")
+    ]
+    judge_cpu_s: Annotated[float, Doc("s", "the judge's CPU seconds on the clips it judged")]
     wer_mean: Annotated[float | None, Doc("", "mean word error rate (null when the metric is cer)")]
     wer_p95: Annotated[float | None, Doc("", "")]
     cer_mean: Annotated[float | None, Doc("", "mean character error rate, where cer is the metric")]
