@@ -119,7 +119,8 @@ def listening_cost(quick: bool) -> list[Row]:
     rows.append(
         Row(
             f"  ASR judge, {p['clips']} short clips together / one at a time",
-            f"{p['ratio']:.2f}x clips per CPU s ({p['alone_clips_per_cpu_s']:.2f} -> {p['packed_clips_per_cpu_s']:.2f}; "
+            f"{p['ratio']:.2f}x clips per CPU s ({p['alone_clips_per_cpu_s']:.2f} -> "
+            f"{p['packed_clips_per_cpu_s']:.2f}; "
             f"pairs {pairs}; WER {p['alone_wer']:.3f} -> {p['packed_wer']:.3f})",
             f">= {p['goal_ratio']:g}x",
             p["ratio"] >= p["goal_ratio"] and abs(p["packed_wer"] - p["alone_wer"]) <= 0.01,
