@@ -50,8 +50,10 @@ EXTRA = "pip install 'tts-knee[asr]'"
 SAMPLE_RATE = 16000
 #: Silence between two clips that share a window, seconds.
 GAP_S = 1.0
-#: Audio one shared window holds at most, seconds (clips and gaps; Whisper's window is 30 s).
-WINDOW_S = 28.0
+#: Audio one shared window holds at most, seconds (clips and gaps; Whisper's window is 30 s, but
+#: its word timestamps drift early towards a full window's end, by half a second near 28 s: one
+#: word landed in the clip before, where at 20 s none did).
+WINDOW_S = 20.0
 
 
 class AsrError(ValueError):

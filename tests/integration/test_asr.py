@@ -130,7 +130,7 @@ def test_which_clips_share_a_window():
     assert asr.windows([1.0, 1.0, 1.0], ["en", None, "en"]) == [[0], [1], [2]]  # no language: alone
     assert asr.windows([1.0, 1.0, 1.0], ["en", "de", "de"]) == [[0], [1, 2]]
     full = asr.WINDOW_S - asr.GAP_S - 1.0
-    assert asr.windows([1.0, full, 0.5], ["en"] * 3) == [[0, 1], [2]]  # 28 s and no more
+    assert asr.windows([1.0, full, 0.5], ["en"] * 3) == [[0, 1], [2]]  # WINDOW_S and no more
     assert asr.windows([40.0, 1.0], ["en", "en"]) == [[0], [1]]  # too long to share
 
 
