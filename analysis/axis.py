@@ -20,11 +20,13 @@ summary, :func:`of_summary`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.schema import StepEntry
+from tts_knee.runformat.summary import Diagnosis, Knee, Slo, StepSummary
 
 from . import closedloop, openloop, speech as speech_mod, voices as voice_sweep
 from .diagnosis import diagnose
@@ -64,7 +66,7 @@ class Axis:
         """The field an SLO verdict stands at (an open loop's verdicts carry their ``rate`` too)."""
         return "voices" if self.key == "voices" else "concurrency"
 
-    def view(self, levels: list[dict]) -> list[dict]:
+    def view(self, levels: list[StepSummary]) -> list[StepSummary]:
         """The levels as :mod:`analysis.diagnosis` reads a level: each standing (as its
         ``concurrency``) at its offered rate with its latency from the schedule, or at its number
         of voices."""
@@ -72,13 +74,13 @@ class Axis:
             return openloop.at_rates(levels)
         return voice_sweep.on_axis(levels) if self.key == "voices" else levels
 
-    def said(self, diagnosis: dict) -> dict:
+    def said(self, diagnosis: Diagnosis) -> Diagnosis:
         """A diagnosis written for concurrency (on :meth:`view`'s levels), said along the axis."""
         if self.key == "rate":
             diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
         return diagnosis
 
-    def step_figures(self, a: Attempts, plan: list[dict], steps: list[dict]) -> None:
+    def step_figures(self, a: Attempts, plan: list[StepEntry], steps: list[StepSummary]) -> None:
         """Add what an open loop measures on top of every step's figures (in place)."""
         if self.open_loop:
             for st, p in zip(steps, plan):
@@ -87,13 +89,13 @@ class Axis:
     def levels(
         self,
         a: Attempts,
-        judged: list[dict],
+        judged: list[StepSummary],
         resources: pd.DataFrame,
         settle: float | None,
         streamed: bool,
         roles: dict[str, str],
-        users: dict,
-    ) -> list[dict]:
+        users: dict[str, Any],
+    ) -> list[StepSummary]:
         """One level per tested value along the axis, ascending, repeats pooled."""
         figures = openloop.level_figures if self.open_loop else None
         if self.key == "voices":
@@ -108,14 +110,14 @@ class Axis:
             )
         return group_levels(a, judged, resources, settle, streamed=streamed, roles=roles, **users)
 
-    def find_knee(self, done: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+    def find_knee(self, done: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
         if self.key == "voices":
             return voice_sweep.find_knee(done, streamed, ttfa_floor_ms)
         if self.key == "rate":
             return openloop.find_knee(done)
         return find_knee(done, streamed, ttfa_floor_ms)
 
-    def speech_knee(self, knee: dict, levels: list[dict]) -> dict:
+    def speech_knee(self, knee: Knee, levels: list[StepSummary]) -> Knee:
         """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules,
         and with ``--asr-listen`` the ``similarity`` and ``mos`` methods
         (:func:`analysis.speech.drop_index`): a level whose speech is significantly worse than the
@@ -123,35 +125,42 @@ class Axis:
         ``speech_first``: speech broke before latency (and failures) did; ``speech_changed``: the
         listening methods that name the knee."""
         done = [lv for lv in levels if lv.get("requests")]
-        k_words, rises = speech_mod.knee_index(done)
-        k_voice, sim_drops = speech_mod.drop_index(done, "similarity")
-        k_sound, mos_drops = speech_mod.drop_index(done, "mos")
+        # the speech judges read the levels as open JSON (they are shared with the dashboard's)
+        heard_levels = cast(list[dict[str, Any]], done)
+        k_words, rises = speech_mod.knee_index(heard_levels)
+        k_voice, sim_drops = speech_mod.drop_index(heard_levels, "similarity")
+        k_sound, mos_drops = speech_mod.drop_index(heard_levels, "mos")
         found = {"speech": k_words, "similarity": k_voice, "mos": k_sound}
         listened = {name: drops for name, drops in (("similarity", sim_drops), ("mos", mos_drops)) if drops}
         heard = ["speech", *listened]
-        at = [found[name] for name in heard if found[name] is not None]
+        at = [i for i in (found[name] for name in heard) if i is not None]
         k = min(at) if at else None
-        knee = dict(
-            knee,
-            **{f"{name}_drop": [_interval(d) for d in drops] for name, drops in listened.items()},
-            methods={
-                **knee["methods"],
-                **{name: done[i][self.key] if (i := found[name]) is not None else None for name in heard},
-            },
-            rules=[*knee["rules"], *heard],
-            speech_changed=[name for name in heard if k is not None and found[name] == k],
-            speech_rise=[_interval(r) for r in rises],
+        # the listening methods' keys are made from their names: the checker cannot follow them
+        knee = cast(
+            Knee,
+            dict(
+                knee,
+                **{f"{name}_drop": [_interval(d) for d in drops] for name, drops in listened.items()},
+                methods={
+                    **knee["methods"],
+                    **{name: done[i][self.key] if (i := found[name]) is not None else None for name in heard},
+                },
+                rules=[*knee["rules"], *heard],
+                speech_changed=[name for name in heard if k is not None and found[name] == k],
+                speech_rise=[_interval(r) for r in rises],
+            ),
         )
         latency = method_index(
             knee, done, [r for r in knee["rules"] if r not in ("signal", "speech", "similarity", "mos")], self.key
         )
         if k is not None and (knee["index"] is None or k < knee["index"]):
-            knee.update({"index": k, self.key: done[k][self.key]})
+            knee["index"] = k
+            knee[self.key] = done[k][self.key]
         knee["speech_first"] = k is not None and (latency is None or k < latency)
         knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee[self.key]]
         return knee
 
-    def recommend(self, done: list[dict], knee: dict) -> Recommendation:
+    def recommend(self, done: list[StepSummary], knee: Knee) -> Recommendation:
         """The recommendation from the knee."""
         if self.key == "voices":
             voices, text = voice_sweep.recommend(done, knee)
@@ -162,7 +171,7 @@ class Axis:
         return Recommendation(*closedloop.recommend(done, knee))
 
     def recommend_slo(
-        self, done: list[dict], slo: dict, spec: str, knee: dict, by_knee: Recommendation
+        self, done: list[StepSummary], slo: Slo, spec: str, knee: Knee, by_knee: Recommendation
     ) -> Recommendation:
         """The recommendation from the SLO's verdicts ``slo`` (the summary's ``slo`` section)."""
         if self.key == "voices":
@@ -177,33 +186,35 @@ class Axis:
         best = slo["max_concurrency"]
         return Recommendation(best, closedloop.recommend_slo(done, slo["steps"], spec, best, knee["concurrency"]))
 
-    def _rate(self, done: list[dict]) -> float | None:
+    def _rate(self, done: list[StepSummary]) -> float | None:
         return done[0].get("rate") if self.open_loop and done else None
 
-    def diagnose(self, done: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+    def diagnose(
+        self, done: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool
+    ) -> Diagnosis:
         if self.key == "voices":
             return voice_sweep.diagnose(done, knee, creep, has_resources)
         if self.key == "rate":
             return openloop.diagnose(done, knee, creep, has_resources)
         return diagnose(done, knee, creep, has_resources)
 
-    def little_law(self, done: list[dict]) -> dict | None:
+    def little_law(self, done: list[StepSummary]) -> list[dict[str, Any]] | None:
         """Little's law's cross-check of a closed loop's users (None when the load was a rate)."""
         return None if self.open_loop else little_check(done)
 
-    def usl(self, done: list[dict]) -> dict | None:
+    def usl(self, done: list[StepSummary]) -> dict[str, Any] | None:
         """The Universal Scalability Law's fit over concurrency (None on any other axis)."""
         return usl_fit(done) if self.key == "concurrency" else None
 
 
-def _interval(d: dict | None) -> dict | None:
+def _interval(d: dict[str, Any] | None) -> dict[str, Any] | None:
     """A paired change as the knee keeps it (rounded), None where the level was not judged."""
     return (
         None if d is None else {"pairs": d["pairs"], "mean": round(d["mean"], 4), "ci": [round(x, 4) for x in d["ci"]]}
     )
 
 
-def method_index(knee: dict, done: list[dict], names: list[str], key: str = "concurrency") -> int | None:
+def method_index(knee: Knee, done: list[StepSummary], names: list[str], key: Key = "concurrency") -> int | None:
     """The first level (index into ``done``) any of the knee's methods ``names`` names (a level's
     ``key``: its concurrency, rate or number of voices), or None."""
     at = {knee["methods"].get(n) for n in names} - {None}
@@ -216,7 +227,7 @@ VOICES = Axis("voices", open_loop=False)
 VOICES_AT_RATE = Axis("voices", open_loop=True)
 
 
-def of_run(plan: list[dict], mode: str) -> Axis:
+def of_run(plan: list[StepEntry], mode: str) -> Axis:
     """The axis of a run whose steps are ``plan`` (the checked run.json steps) and whose run.json
     mode is ``mode``."""
     open_loop = mode == "open"
@@ -225,7 +236,7 @@ def of_run(plan: list[dict], mode: str) -> Axis:
     return RATE if open_loop else CONCURRENCY
 
 
-def of_summary(summary: dict) -> Axis:
+def of_summary(summary: dict[str, Any]) -> Axis:
     """The axis a summary (``summary.json``) was analysed along."""
     open_loop = summary["run"]["mode"] == "open"
     if (summary.get("knee") or {}).get("axis") == "voices":

@@ -6,12 +6,14 @@ Its companions for the other axes are :mod:`analysis.openloop` (offered rates) a
 
 from __future__ import annotations
 
+from tts_knee.runformat.summary import Knee, SloVerdict, StepSummary
+
 from . import speech as speech_mod
 from .confidence import ci_range
 from .diagnosis import share
 
 
-def recommend(steps: list[dict], knee: dict) -> tuple[int | None, str]:
+def recommend(steps: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     done = [s for s in steps if s.get("requests")]
     if not done:
         return None, "No settled requests yet."
@@ -78,7 +80,9 @@ def _level_text(s: dict) -> str:
     )
 
 
-def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None, knee: int | None) -> str:
+def recommend_slo(
+    levels: list[StepSummary], verdicts: list[SloVerdict], spec: str, best: int | None, knee: int | None
+) -> str:
     """Why ``best`` (``slo.max_concurrency``) is the recommendation, in one or two sentences."""
     if not levels:
         return "No settled requests yet."

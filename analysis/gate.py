@@ -33,7 +33,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from . import openloop, slo as slo_mod
 
@@ -258,7 +258,8 @@ def require_rate(summary: dict[str, Any], rate: float) -> dict[str, Any]:
         }
     level, verdict = levels[at], sl["steps"][at]
     where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
-    text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
+    # the summary read back is open JSON here: the judged level read as such
+    text = claim(slo, cast(dict[str, Any], openloop.judged(level)), verdict, f"{r} offered{where}")
     holds, reason = _held(
         spec,
         levels,

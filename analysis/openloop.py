@@ -47,10 +47,13 @@ its latency from the schedule, and failed whatever its percentiles when its late
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.schema import StepEntry
+from tts_knee.runformat.summary import Diagnosis, Knee, SloVerdict, StepSummary
 
 from . import slo as slo_mod
 from .confidence import ci_range, percentile_cis
@@ -86,7 +89,7 @@ def _inflight_mean(a: Attempts, ws: float | None, we: float | None) -> float | N
     return float(busy) / (we - ws)
 
 
-def step_figures(a: Attempts, step: dict, stats: dict) -> dict:
+def step_figures(a: Attempts, step: StepEntry, stats: StepSummary) -> StepSummary:
     """The open-loop figures of one step (``step``: its run.json entry; ``stats``: its
     ``step_stats``), to merge into ``stats``."""
     m = (a["step"] == step["step"]) & a["settled"]
@@ -146,7 +149,7 @@ def level_figures(a: Attempts, entry: dict, stats: dict, steps: list[dict]) -> d
     return out
 
 
-def judged(step: dict) -> dict:
+def judged(step: StepSummary) -> StepSummary:
     """A rate step as an SLO judges it: its latency terms (``p95_ms`` …) read latency from the
     schedule, what a caller arriving on time waited."""
     return dict(step, latency_ms=step.get("sched_wait_ms"))
@@ -206,7 +209,9 @@ def past_knee(steps: list[dict]) -> tuple[bool, str]:
     return False, ""
 
 
-def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: float | None) -> tuple[int | None, str]:
+def recommend_slo(
+    levels: list[StepSummary], verdicts: list[SloVerdict], spec: str, best: float | None
+) -> tuple[int | None, str]:
     """(the concurrency ``best`` (``slo.max_rate``) implies by Little's law, why it is the
     recommendation) over the rate levels and their SLO verdicts."""
     if not levels:
@@ -259,7 +264,7 @@ def _p95(s: dict) -> float | None:
     return (s.get("sched_wait_ms") or {}).get("p95")
 
 
-def find_knee(steps: list[dict]) -> dict:
+def find_knee(steps: list[StepSummary]) -> Knee:
     """``{"rate", "index", "methods", "agree", "rules"}`` over the steps with requests, in
     ascending rate (see the module doc); ``index`` is into that list."""
     steps = [s for s in steps if s.get("requests")]
@@ -302,7 +307,7 @@ def find_knee(steps: list[dict]) -> dict:
     }
 
 
-def recommend(steps: list[dict], knee: dict) -> tuple[float | None, int | None, str]:
+def recommend(steps: list[StepSummary], knee: Knee) -> tuple[float | None, int | None, str]:
     """(recommended rate, the concurrency it implies, the recommendation in words)."""
     done = [s for s in steps if s.get("requests")]
     if not done:
@@ -351,7 +356,7 @@ _WORDING = (
 )
 
 
-def at_rates(steps: list[dict]) -> list[dict]:
+def at_rates(steps: list[StepSummary]) -> list[StepSummary]:
     """The rate steps, each standing at its offered rate with its latency from schedule, as
     :mod:`analysis.diagnosis` reads a level."""
     return [
@@ -370,7 +375,7 @@ def reword(evidence: list[str]) -> list[str]:
     return out
 
 
-def diagnose(steps: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
     """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
     as_levels = at_rates(steps)

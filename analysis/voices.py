@@ -24,7 +24,10 @@ or ``--server-stats``), its hit rate and evictions there and at the step before.
 
 from __future__ import annotations
 
-from tts_knee.runformat.summary import DiagnosisKind as Kind
+from typing import Any
+
+from tts_knee.runformat.schema import StepEntry
+from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, SloVerdict, StepSummary
 
 from .diagnosis import diagnose as by_steps
 from .knee import LATENCY_RISE, find_knee as knee_over
@@ -35,16 +38,16 @@ _KEPT = (Kind.MEMORY_BOUND, Kind.CLIENT_BOUND, Kind.RATE_LIMITED, Kind.SERVER_ER
 _NOT_APPLICABLE = ("throughput_efficiency",)
 
 
-def is_sweep(steps: list[dict]) -> bool:
+def is_sweep(steps: list[StepEntry]) -> bool:
     return bool(steps) and all(s.get("voices") is not None for s in steps)
 
 
-def on_axis(levels: list[dict]) -> list[dict]:
+def on_axis(levels: list[StepSummary]) -> list[StepSummary]:
     """The levels standing at their number of voices, as :mod:`analysis.knee` reads a level."""
     return [dict(s, concurrency=s["voices"]) for s in levels]
 
 
-def find_knee(levels: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+def find_knee(levels: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
     """:func:`analysis.knee.find_knee` over the number of voices; ``voices`` names the knee,
     ``concurrency`` the one the sweep ran at."""
     k = knee_over(on_axis(levels), streamed, ttfa_floor_ms)
@@ -68,7 +71,7 @@ def _desc(s: dict) -> str:
     )
 
 
-def recommend(levels: list[dict], knee: dict) -> tuple[int | None, str]:
+def recommend(levels: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     """(recommended number of voices, the recommendation in words)."""
     done = [s for s in levels if s.get("requests")]
     if not done:
@@ -114,7 +117,7 @@ def cache_sentence(s: dict) -> str | None:
     return f"with {s['voices']} voices it " + " and ".join(parts) if parts else None
 
 
-def diagnose(levels: list[dict], knee: dict, creep: dict | None, has_resources: bool) -> dict:
+def diagnose(levels: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
     """The diagnosis of a voice sweep (see the module doc)."""
     d = by_steps(on_axis(levels), dict(knee, concurrency=knee.get("voices")), creep, has_resources)
     done = [s for s in levels if s.get("requests")]
@@ -174,7 +177,9 @@ def _notes(d: dict) -> list[str]:
     return [e for e in d["evidence"] if e.startswith(keep)]
 
 
-def recommend_slo(levels: list[dict], verdicts: list[dict], spec: str, best: int | None, knee: int | None) -> str:
+def recommend_slo(
+    levels: list[StepSummary], verdicts: list[SloVerdict], spec: str, best: int | None, knee: int | None
+) -> str:
     """Why ``best`` (``slo.max_voices``) is the recommendation."""
     done = [s for s in levels if s.get("requests")]
     if not done:
