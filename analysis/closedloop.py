@@ -6,7 +6,10 @@ Its companions for the other axes are :mod:`analysis.openloop` (offered rates) a
 
 from __future__ import annotations
 
-from tts_knee.runformat.summary import Knee, SloVerdict, StepSummary
+from collections.abc import Mapping
+from typing import Any
+
+from tts_knee.runformat.summary import Dist, Knee, SloVerdict, StepSummary
 
 from . import speech as speech_mod
 from .confidence import ci_range
@@ -28,10 +31,10 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
         return None, (f"The lowest step ({done[0]['concurrency']}) is already past the knee; test lower concurrency.")
     rec, nxt = done[k - 1], done[k]
 
-    def ms(d, q):
-        return f"{d[q]:.0f} ms" if (d or {}).get(q) is not None else "n/a"
+    def ms(d: Mapping[str, Any] | None, q: str) -> str:
+        return f"{d[q]:.0f} ms" if d and d.get(q) is not None else "n/a"
 
-    def desc(s):
+    def desc(s: StepSummary) -> str:
         if knee.get("streamed"):
             rate = s.get("underrun_rate")
             stalled = (
@@ -50,7 +53,7 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
             head = f"TTFA p95 {ms(s.get('ttfa_ms'), 'p95')}{heard}, {stalled}"
         else:
             head = f"p95 wait {ms(s.get('latency_ms'), 'p95')}"
-        sp = s.get("speech") or {}
+        sp: Mapping[str, Any] = s.get("speech") or {}
         heard = f", {sp['metric'].upper()} {speech_mod.pct(sp.get(sp['metric'] + '_mean'))}" if sp.get("judged") else ""
         return (
             f"at {s['concurrency']}: {head}{heard}, {s['throughput_rps'] or 0:.2f} req/s, "
@@ -60,15 +63,14 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     return rec["concurrency"], f"Limit concurrency to {rec['concurrency']} ({desc(rec)}; {desc(nxt)})."
 
 
-def _p95_text(d: dict | None) -> str:
-    d = d or {}
-    if d.get("p95") is None:
+def _p95_text(d: Dist | None) -> str:
+    if d is None or d.get("p95") is None:
         return "n/a"
     ci = d.get("p95_ci")
     return f"{d['p95']:.0f} ms" + (f" (95% CI {ci_range(ci)})" if ci else "")
 
 
-def _level_text(s: dict) -> str:
+def _level_text(s: StepSummary) -> str:
     """One level's evidence: p95 (TTFA first in a streamed run), throughput, failures."""
     p95 = (f"p95 TTFA {_p95_text(s['ttfa_ms'])}, p95 wait " if s.get("ttfa_ms") else "p95 wait ") + _p95_text(
         s.get("latency_ms")
