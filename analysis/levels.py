@@ -27,7 +27,8 @@ throughput (and TTFA p95 in a streamed run), with each repeat's figures in ``by_
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -39,9 +40,13 @@ from .steps import resource_aggregate, step_stats
 
 _POOLED = -2  # the step number pooled records are relabelled with (no record carries it)
 
+# what a pooled level needs beyond step_stats: figures(attempts, entry, stats, steps) (openloop.level_figures)
+Figures = Callable[[Attempts, dict[str, Any], StepSummary, list[StepSummary]], StepSummary]
 
-def _repeat_figures(s: dict[str, Any]) -> dict[str, Any]:
-    lat, ttfa = s.get("latency_ms") or {}, s.get("ttfa_ms") or {}
+
+def _repeat_figures(s: StepSummary) -> dict[str, Any]:
+    lat: Mapping[str, Any] = s.get("latency_ms") or {}
+    ttfa: Mapping[str, Any] = s.get("ttfa_ms") or {}
     return {
         "step": s["step"],
         "phase": s.get("phase"),
@@ -54,7 +59,7 @@ def _repeat_figures(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _spread(steps: list[dict[str, Any]]) -> dict[str, Any]:
+def _spread(steps: list[StepSummary]) -> dict[str, Any]:
     rows = [_repeat_figures(s) for s in steps]
     out = {}
     for k in ("p50_ms", "p95_ms", "throughput_rps", "ttfa_p95_ms"):
@@ -76,21 +81,33 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
 
 
 def _pool(
-    a: Attempts, steps: list[StepSummary], res: pd.DataFrame, settle_s, stats_kwargs: dict[str, Any], key: str, figures
+    a: Attempts,
+    typed_steps: list[StepSummary],
+    res: pd.DataFrame,
+    settle_s: float | None,
+    stats_kwargs: dict[str, Any],
+    key: str,
+    figures: Figures | None,
 ) -> StepSummary:
     """One step dict over the pooled records and windows of ``steps`` (see the module doc)."""
+    # read and written as open JSON: the windows' figures are filtered for presence (which the
+    # checker cannot narrow through a comprehension), and a pooled window has no settle_s
+    steps = cast(list[dict[str, Any]], typed_steps)
     nums = [s["step"] for s in steps]
-    relabelled = np.where(np.isin(a["step"], nums), _POOLED, a["step"])
+    relabelled = np.where(np.isin(a["step"], np.asarray(nums)), _POOLED, a["step"])
     # computed afresh: what a live reader keeps is kept per step, not for a pool of them
     pooled = dataclasses.replace(a, cols={**a.cols, "step": relabelled}, lasting=None)
     c = steps[0]["concurrency"]
     # no start: the window comes from the records; every windowed figure is replaced below
-    out = step_stats(
-        pooled,
-        {"step": _POOLED, "concurrency": c, "start": None, "end": None},
-        res.iloc[0:0] if len(res) else res,
-        settle_s,
-        **stats_kwargs,
+    out = cast(
+        dict[str, Any],
+        step_stats(
+            pooled,
+            {"step": _POOLED, "concurrency": c, "start": None, "end": None},
+            res.iloc[0:0] if len(res) else res,
+            settle_s,
+            **stats_kwargs,
+        ),
     )
     wins = [s["window"] for s in steps if s["window"].get("duration_s")]
     dur = sum(w["duration_s"] for w in wins)
@@ -144,8 +161,8 @@ def _pool(
         last = steps[-1].get("server") or {}
         out["server"]["gpu_mem_fallback_bytes"] = last.get("gpu_mem_fallback_bytes")
     if figures is not None:
-        out.update(figures(pooled, {"step": _POOLED, key: steps[0][key]}, out, steps))
-    return out
+        out.update(figures(pooled, {"step": _POOLED, key: steps[0][key]}, cast(StepSummary, out), typed_steps))
+    return cast(StepSummary, out)
 
 
 def levels(
@@ -154,8 +171,8 @@ def levels(
     res: pd.DataFrame,
     settle_s: float | None = None,
     key: str = "concurrency",
-    figures=None,
-    **stats_kwargs,
+    figures: Figures | None = None,
+    **stats_kwargs: Any,
 ) -> list[StepSummary]:
     """One step-like dict per tested level (``step[key]``: its concurrency, its ``rate``, or its
     number of ``voices`` in a voice sweep) with settled requests, ascending (see the module doc);
@@ -164,14 +181,17 @@ def levels(
     ``step_stats`` for pooled levels (the options their steps had); ``figures(attempts, entry,
     stats, steps)`` adds what a pooled level needs beyond ``step_stats`` (the open-loop figures),
     over its relabelled records."""
-    groups: dict[str, Any] = {}
+    groups: dict[Any, list[StepSummary]] = {}
     for s in steps:
         if s.get("requests"):
-            groups.setdefault(s[key], []).append(s)
-    out = []
+            groups.setdefault(cast(dict[str, Any], s)[key], []).append(s)
+    out: list[StepSummary] = []
     for c in sorted(groups):
         group = groups[c]
-        lvl = dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures)
+        lvl = cast(
+            dict[str, Any],
+            dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures),
+        )
         lvl.update(
             {
                 key: c,
@@ -180,5 +200,5 @@ def levels(
                 "spread": _spread(group) if len(group) > 1 else None,
             }
         )
-        out.append(lvl)
+        out.append(cast(StepSummary, lvl))
     return out

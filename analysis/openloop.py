@@ -121,7 +121,7 @@ def step_figures(a: Attempts, step: StepEntry, stats: StepSummary) -> StepSummar
     }
 
 
-def level_figures(a: Attempts, entry: dict, stats: dict, steps: list[dict]) -> dict:
+def level_figures(a: Attempts, entry: dict[str, Any], stats: StepSummary, steps: list[StepSummary]) -> StepSummary:
     """The open-loop figures of a rate tested by several steps (``--repeat``, a refine probe at a
     tested rate), over their pooled records (``entry``: the pooled step number and the rate;
     ``stats``: their pooled ``step_stats``, see :mod:`analysis.levels`): the distributions pooled,

@@ -440,7 +440,7 @@ _HOST_MAX = (
 
 
 def resource_aggregate(
-    res: pd.DataFrame, role: str, start: float, end: float, roles: dict[str, str] | None = None
+    res: pd.DataFrame, role: str, start: float | None, end: float | None, roles: dict[str, str] | None = None
 ) -> dict[str, Any] | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
     hosts' figures (see the module doc); None when there are no samples. ``roles``:
