@@ -24,7 +24,8 @@ or ``--server-stats``), its hit rate and evictions there and at the step before.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from tts_knee.runformat.schema import StepEntry
 from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, SloVerdict, StepSummary
@@ -35,7 +36,7 @@ from .knee import LATENCY_RISE, find_knee as knee_over
 #: Kinds a voice sweep keeps from the concurrency diagnosis: what they name fails requests or
 #: spoils the measurement whatever the number of voices.
 _KEPT = (Kind.MEMORY_BOUND, Kind.CLIENT_BOUND, Kind.RATE_LIMITED, Kind.SERVER_ERRORS)
-_NOT_APPLICABLE = ("throughput_efficiency",)
+_NOT_APPLICABLE: tuple[Literal["throughput_efficiency"]] = ("throughput_efficiency",)
 
 
 def is_sweep(steps: list[StepEntry]) -> bool:
@@ -44,7 +45,7 @@ def is_sweep(steps: list[StepEntry]) -> bool:
 
 def on_axis(levels: list[StepSummary]) -> list[StepSummary]:
     """The levels standing at their number of voices, as :mod:`analysis.knee` reads a level."""
-    return [dict(s, concurrency=s["voices"]) for s in levels]
+    return [{**s, "concurrency": s["voices"]} for s in levels]
 
 
 def find_knee(levels: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
@@ -56,15 +57,16 @@ def find_knee(levels: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -
     k["agree"] = [n for n in k["agree"] if n not in _NOT_APPLICABLE]
     k["efficiency"] = []
     done = [s for s in levels if s.get("requests")]
-    return dict(k, voices=k["concurrency"], concurrency=done[0]["concurrency"] if done else None, axis="voices")
+    return {**k, "voices": k["concurrency"], "concurrency": done[0]["concurrency"] if done else None, "axis": "voices"}
 
 
 def _voices(n: int) -> str:
     return f"{n} voice" if n == 1 else f"{n} voices"
 
 
-def _desc(s: dict) -> str:
-    p95 = (s.get("latency_ms") or {}).get("p95")
+def _desc(s: StepSummary) -> str:
+    latency: Mapping[str, Any] = s.get("latency_ms") or {}
+    p95 = latency.get("p95")
     return (
         f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
         f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed"
@@ -96,12 +98,13 @@ def recommend(levels: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     )
 
 
-def _role(s: dict, role: str) -> float | None:
-    r = ((s.get("server") or {}).get("server_roles") or {}).get(role)
+def _role(s: StepSummary, role: str) -> float | None:
+    server: Mapping[str, Any] = s.get("server") or {}
+    r: Mapping[str, float] | None = (server.get("server_roles") or {}).get(role)
     return None if r is None else r["mean"]
 
 
-def cache_sentence(s: dict) -> str | None:
+def cache_sentence(s: StepSummary) -> str | None:
     """The server's voice cache at one level, in words; None where it publishes no counters."""
     hits, misses = _role(s, "voice_cache_hits"), _role(s, "voice_cache_misses")
     evictions = _role(s, "voice_cache_evictions")
@@ -119,7 +122,7 @@ def cache_sentence(s: dict) -> str | None:
 
 def diagnose(levels: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
     """The diagnosis of a voice sweep (see the module doc)."""
-    d = by_steps(on_axis(levels), dict(knee, concurrency=knee.get("voices")), creep, has_resources)
+    d = by_steps(on_axis(levels), {**knee, "concurrency": knee.get("voices")}, creep, has_resources)
     done = [s for s in levels if s.get("requests")]
     k = knee.get("index")
     if d["kind"] in _KEPT or not done:
@@ -136,10 +139,17 @@ def diagnose(levels: list[StepSummary], knee: Knee, creep: dict[str, Any] | None
         cache = cache_sentence(top)
         if cache:
             ev.append(f"Its voice cache: {cache}.")
-        return dict(d, kind=Kind.NO_KNEE, evidence=ev + _notes(d))
+        return {**d, "kind": Kind.NO_KNEE, "evidence": ev + _notes(d)}
     s, lo = done[k], done[k - 1] if k else done[0]
-    lat = lambda x, q: (x.get("latency_ms") or {}).get(q)  # noqa: E731
-    ms = lambda v: "n/a" if v is None else f"{v:.0f} ms"  # noqa: E731
+
+    def lat(x: StepSummary, q: str) -> float | None:
+        latency: Mapping[str, Any] = x.get("latency_ms") or {}
+        value: float | None = latency.get(q)
+        return value
+
+    def ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f} ms"
+
     ev = [
         f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
         f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} "
@@ -157,14 +167,15 @@ def diagnose(levels: list[StepSummary], knee: Knee, creep: dict[str, Any] | None
             "The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
             "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence."
         )
-    return dict(d, kind=Kind.VOICE_CACHE, evidence=ev + _notes(d))
+    return {**d, "kind": Kind.VOICE_CACHE, "evidence": ev + _notes(d)}
 
 
-def _step(s: dict) -> str:
-    return ", ".join(map(str, s.get("steps") or [s.get("step")]))
+def _step(s: StepSummary) -> str:
+    numbers: Sequence[int | None] = s.get("steps") or [s.get("step")]
+    return ", ".join(map(str, numbers))
 
 
-def _notes(d: dict) -> list[str]:
+def _notes(d: Diagnosis) -> list[str]:
     """The concurrency diagnosis's sentences that hold whatever the kind (missing samples,
     audio integrity, another process on the load generator's host)."""
     keep = (
