@@ -61,12 +61,13 @@ effect at all. ``signal_first``: the signal knee came before every latency and f
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
 from tts_knee.runformat.reader import TTFA_FLOOR_MS
-from tts_knee.runformat.summary import Knee, StepSummary
+from tts_knee.runformat.summary import Knee, KneeMethods, StepSummary
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5
@@ -93,17 +94,17 @@ SIGNAL_SHARES: tuple[tuple[str, str, float], ...] = (
 SILENCE_RISE_MS = 200.0
 
 
-def _value(step: dict[str, Any], key: str, q: str) -> float | None:
-    d = step.get(key)
+def _value(step: Mapping[str, Any], key: str, q: str) -> float | None:
+    d: Mapping[str, float | None] | None = step.get(key)
     return d.get(q) if d else None
 
 
-def inflation(steps: list[StepSummary], metrics=_METRICS) -> list[float | None]:
+def inflation(steps: list[StepSummary], metrics: tuple[tuple[str, str], ...] = _METRICS) -> list[float | None]:
     """Per step, the largest ratio of its latency metrics to the lowest step's (None if unknown)."""
     base = steps[0]
-    out = []
+    out: list[float | None] = []
     for s in steps:
-        r = None
+        r: float | None = None
         for key, q in metrics:
             v, b = _value(s, key, q), _value(base, key, q)
             if v is not None and b:
@@ -114,14 +115,15 @@ def inflation(steps: list[StepSummary], metrics=_METRICS) -> list[float | None]:
     return out
 
 
-def _latency_vs_lowest(steps, infl) -> int | None:
+def _latency_vs_lowest(steps: list[StepSummary], infl: list[float | None]) -> int | None:
     for i in range(1, len(steps)):
-        if infl[i] is not None and infl[i] > LATENCY_RISE and all(r is None or r > LATENCY_RISE for r in infl[i + 1 :]):
+        rise = infl[i]
+        if rise is not None and rise > LATENCY_RISE and all(r is None or r > LATENCY_RISE for r in infl[i + 1 :]):
             return i
     return None
 
 
-def _failures(steps) -> int | None:
+def _failures(steps: list[StepSummary]) -> int | None:
     base = steps[0].get("attempt_failure_rate") or 0.0
     for i, s in enumerate(steps):
         r = s.get("attempt_failure_rate")
@@ -130,7 +132,7 @@ def _failures(steps) -> int | None:
     return None
 
 
-def _underruns(steps) -> int | None:
+def _underruns(steps: list[StepSummary]) -> int | None:
     for i, s in enumerate(steps):
         r = s.get("underrun_rate")
         if r is not None and r >= UNDERRUN_RATE:
@@ -138,7 +140,7 @@ def _underruns(steps) -> int | None:
     return None
 
 
-def ttfa_basis(steps) -> str:
+def ttfa_basis(steps: list[StepSummary]) -> str:
     """What the TTFA rule judges: ``ttfa_audible_ms`` (when the listener hears the first sound,
     leading silence played out) where every step with successful requests has it, else
     ``ttfa_ms`` (the first audio sample): a server that answers early with silence is no faster
@@ -149,12 +151,12 @@ def ttfa_basis(steps) -> str:
     )
 
 
-def _ttfa_vs_lowest(steps, floor_ms: float, key: str = "ttfa_ms") -> int | None:
+def _ttfa_vs_lowest(steps: list[StepSummary], floor_ms: float, key: str = "ttfa_ms") -> int | None:
     base = _value(steps[0], key, "p95")
     if not base:
         return None
 
-    def high(s):
+    def high(s: StepSummary) -> bool | None:
         v = _value(s, key, "p95")
         if v is None:
             return None if s.get("ok") or not s.get("requests") else True  # nothing succeeded
@@ -166,7 +168,7 @@ def _ttfa_vs_lowest(steps, floor_ms: float, key: str = "ttfa_ms") -> int | None:
     return None
 
 
-def _latency_vs_previous(steps, metrics=_METRICS) -> int | None:
+def _latency_vs_previous(steps: list[StepSummary], metrics: tuple[tuple[str, str], ...] = _METRICS) -> int | None:
     for i in range(1, len(steps)):
         prev, cur = steps[i - 1], steps[i]
         allowed = STEP_RISE ** math.log2(cur["concurrency"] / prev["concurrency"])
@@ -177,9 +179,9 @@ def _latency_vs_previous(steps, metrics=_METRICS) -> int | None:
     return None
 
 
-def efficiencies(steps) -> list[float | None]:
+def efficiencies(steps: list[StepSummary]) -> list[float | None]:
     """Relative throughput gain / relative concurrency gain against the previous step."""
-    out = [None]
+    out: list[float | None] = [None]
     for prev, cur in zip(steps, steps[1:]):
         x0, x1 = prev.get("throughput_rps"), cur.get("throughput_rps")
         gain_n = cur["concurrency"] / prev["concurrency"] - 1
@@ -187,19 +189,19 @@ def efficiencies(steps) -> list[float | None]:
     return out
 
 
-def _throughput_efficiency(steps) -> int | None:
+def _throughput_efficiency(steps: list[StepSummary]) -> int | None:
     for i, e in enumerate(efficiencies(steps)):
         if e is not None and e < EFFICIENCY_MIN:
             return i
     return None
 
 
-def _curve(steps, infl):
+def _curve(steps: list[StepSummary], infl: list[float | None]) -> tuple[list[int], list[float]]:
     pts = [(s["concurrency"], r) for s, r in zip(steps, infl) if r is not None and math.isfinite(r)]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _kneedle(steps, infl) -> int | None:
+def _kneedle(steps: list[StepSummary], infl: list[float | None]) -> int | None:
     ns, ys = _curve(steps, infl)
     if len(ns) < 3 or max(ys) <= LATENCY_RISE:
         return None
@@ -214,14 +216,14 @@ def _kneedle(steps, infl) -> int | None:
     return [s["concurrency"] for s in steps].index(ns[i + 1])
 
 
-def _line_sse(x, y) -> tuple[float, float]:
+def _line_sse(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     if len(x) < 2:
         return 0.0, 0.0
     slope, icpt = np.polyfit(x, y, 1)
     return float(slope), float(((np.polyval([slope, icpt], x) - y) ** 2).sum())
 
 
-def _piecewise(steps, infl) -> int | None:
+def _piecewise(steps: list[StepSummary], infl: list[float | None]) -> int | None:
     ns, ys = _curve(steps, infl)
     if len(ns) < 4 or max(ys) <= LATENCY_RISE:
         return None
@@ -237,7 +239,7 @@ def _piecewise(steps, infl) -> int | None:
     return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
 
 
-def signal_share(step: StepSummary | dict, key: str) -> tuple[float | None, int]:
+def signal_share(step: Mapping[str, Any], key: str) -> tuple[float | None, int]:
     """One of :data:`SIGNAL_SHARES` at a level: (its share or None, how many answers it counts)."""
     if key == "integrity":
         it = step.get("integrity") or {}
@@ -246,7 +248,7 @@ def signal_share(step: StepSummary | dict, key: str) -> tuple[float | None, int]
     return rate, (round(rate * n) if rate is not None else 0)
 
 
-def signal_rise(steps: list[StepSummary] | list[dict]) -> tuple[int, str] | None:
+def signal_rise(steps: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
     """``(index, key)``: the first level at which one of :data:`SIGNAL_SHARES` rose (see the
     module doc) and that share's key; the earliest over the shares (the first listed on a tie);
     None where none rose."""
@@ -254,7 +256,7 @@ def signal_rise(steps: list[StepSummary] | list[dict]) -> tuple[int, str] | None
     for key, _, margin in SIGNAL_SHARES:
         base = signal_share(steps[0], key)[0] or 0.0 if steps else 0.0
 
-        def high(s: StepSummary | dict) -> bool | None:  # called in this iteration only
+        def high(s: Mapping[str, Any]) -> bool | None:  # called in this iteration only
             rate = signal_share(s, key)[0]  # noqa: B023
             return None if rate is None else rate >= base + margin  # noqa: B023
 
@@ -278,7 +280,7 @@ def _signal(steps: list[StepSummary]) -> int | None:
 def signal_first(idx: dict[str, int | None], rules: tuple[str, ...] | list[str]) -> bool:
     """Whether the ``signal`` method set the knee before every other rule did."""
     k = idx.get("signal")
-    return k is not None and all(idx.get(r) is None or idx[r] > k for r in rules if r not in ("signal", "speech"))
+    return k is not None and all((at := idx.get(r)) is None or at > k for r in rules if r not in ("signal", "speech"))
 
 
 _STREAM_METHODS = (
@@ -322,10 +324,10 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
         else ("latency_vs_lowest", "failures", "signal")
     )
     basis = "ttfa" if streamed else "latency"
-    empty = {
+    empty: Knee = {
         "concurrency": None,
         "index": None,
-        "methods": dict.fromkeys(names),
+        "methods": cast(KneeMethods, dict.fromkeys(names)),
         "agree": [],
         "inflation": [],
         "inflation_basis": basis,
@@ -340,7 +342,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
         return empty
     whole = inflation(steps)
     infl = inflation(steps, _TTFA) if streamed else whole
-    idx = {
+    idx: dict[str, int | None] = {
         "latency_vs_lowest": _latency_vs_lowest(steps, whole),
         "failures": _failures(steps),
         "latency_vs_previous": _latency_vs_previous(steps, _TTFA if streamed else _METRICS),
@@ -352,7 +354,7 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     if streamed:
         idx["underruns"] = _underruns(steps)
         idx["ttfa_vs_lowest"] = _ttfa_vs_lowest(steps, ttfa_floor_ms, ttfa_basis(steps))
-    primary = [idx[r] for r in rules if idx[r] is not None]
+    primary = [i for i in (idx[r] for r in rules) if i is not None]
     k = min(primary) if primary else None
     # the knee only the first sound heard sets: the audio came as early, but began with silence
     # (leading silence grown by SILENCE_RISE_MS over the lowest step's, not a voice's own pause)
@@ -362,32 +364,33 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
         and k is not None
         and ttfa_basis(steps) == "ttfa_audible_ms"
         and idx["ttfa_vs_lowest"] == k
-        and all(idx[r] is None or idx[r] > k for r in rules if r != "ttfa_vs_lowest")
+        and all((at := idx[r]) is None or at > k for r in rules if r != "ttfa_vs_lowest")
         and (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms"))
-        and lead[0] is not None
-        and lead[k] is not None
-        and lead[k] >= lead[0] + SILENCE_RISE_MS
+        and (lead_base := lead[0]) is not None
+        and (lead_k := lead[k]) is not None
+        and lead_k >= lead_base + SILENCE_RISE_MS
     )
-    methods = {name: (steps[idx[name]]["concurrency"] if idx[name] is not None else None) for name in names}
+    methods = {name: (steps[i]["concurrency"] if (i := idx[name]) is not None else None) for name in names}
     knee_c = steps[k]["concurrency"] if k is not None else None
-    return dict(
-        empty,
-        **{
-            "concurrency": knee_c,
-            "index": k,
-            "methods": methods,
-            "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
-            "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
-            "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
-            "signal_first": signal_first(idx, rules),
-            **({"ttfa_basis": ttfa_basis(steps), "silence_first": bool(silence_first)} if streamed else {}),
-        },
-    )
+    knee: Knee = {
+        **empty,
+        "concurrency": knee_c,
+        "index": k,
+        "methods": cast(KneeMethods, methods),
+        "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
+        "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
+        "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+        "signal_first": signal_first(idx, rules),
+    }
+    if streamed:
+        knee["ttfa_basis"] = ttfa_basis(steps)
+        knee["silence_first"] = bool(silence_first)
+    return knee
 
 
 def little_check(steps: list[StepSummary]) -> list[dict[str, Any]]:
     """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
-    out = []
+    out: list[dict[str, Any]] = []
     for s in steps:
         lit = s.get("little")
         if not lit:
@@ -406,7 +409,7 @@ def little_check(steps: list[StepSummary]) -> list[dict[str, Any]]:
 
 def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares for two non-negative coefficients."""
-    best = None
+    best: tuple[float, np.ndarray] | None = None
     for cols in ((0, 1), (0,), (1,)):
         coef = np.zeros(2)
         sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
@@ -433,13 +436,14 @@ def usl_fit(steps: list[StepSummary]) -> dict[str, Any] | None:
     x = np.array([p[1] for p in pts], float)
     a = np.column_stack([n - 1, n * (n - 1)])
     lam0 = float(np.max(x / n))
-    best = None
+    best: tuple[float, Any, Any, Any, np.ndarray] | None = None
     for lam in lam0 * np.linspace(0.7, 1.5, 81):
         sigma, kappa = _nnls2(a, lam * n / x - 1)
         pred = lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
         err = float(((pred - x) ** 2).sum())
         if best is None or err < best[0]:
             best = (err, lam, sigma, kappa, pred)
+    assert best is not None  # the first of the candidates always sets it
     err, lam, sigma, kappa, pred = best
     ss_tot = float(((x - x.mean()) ** 2).sum())
     peak = math.sqrt((1 - sigma) / kappa) if kappa > 0 and sigma < 1 else None
@@ -456,4 +460,5 @@ def usl_fit(steps: list[StepSummary]) -> dict[str, Any] | None:
 
 
 def usl_curve(usl: dict[str, Any], n: np.ndarray) -> np.ndarray:
-    return usl["lambda_rps"] * n / (1 + usl["sigma"] * (n - 1) + usl["kappa"] * n * (n - 1))
+    curve: np.ndarray = usl["lambda_rps"] * n / (1 + usl["sigma"] * (n - 1) + usl["kappa"] * n * (n - 1))
+    return curve
