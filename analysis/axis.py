@@ -84,7 +84,7 @@ class Axis:
         """Add what an open loop measures on top of every step's figures (in place)."""
         if self.open_loop:
             for st, p in zip(steps, plan):
-                st.update(openloop.step_figures(a, p, st))
+                cast(dict[str, Any], st).update(openloop.step_figures(a, p, st))
 
     def levels(
         self,

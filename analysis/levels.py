@@ -41,7 +41,7 @@ from .steps import resource_aggregate, step_stats
 _POOLED = -2  # the step number pooled records are relabelled with (no record carries it)
 
 # what a pooled level needs beyond step_stats: figures(attempts, entry, stats, steps) (openloop.level_figures)
-Figures = Callable[[Attempts, dict[str, Any], StepSummary, list[StepSummary]], StepSummary]
+Figures = Callable[[Attempts, dict[str, Any], StepSummary, list[dict[str, Any]]], dict[str, Any]]
 
 
 def _repeat_figures(s: StepSummary) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def _pool(
         last = steps[-1].get("server") or {}
         out["server"]["gpu_mem_fallback_bytes"] = last.get("gpu_mem_fallback_bytes")
     if figures is not None:
-        out.update(figures(pooled, {"step": _POOLED, key: steps[0][key]}, cast(StepSummary, out), typed_steps))
+        out.update(figures(pooled, {"step": _POOLED, key: steps[0][key]}, cast(StepSummary, out), steps))
     return cast(StepSummary, out)
 
 

@@ -47,13 +47,13 @@ its latency from the schedule, and failed whatever its percentiles when its late
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.schema import StepEntry
-from tts_knee.runformat.summary import Diagnosis, Knee, SloVerdict, StepSummary
+from tts_knee.runformat.summary import Diagnosis, Growth, Knee, KneeMethods, SloVerdict, StepSummary
 
 from . import slo as slo_mod
 from .confidence import ci_range, percentile_cis
@@ -68,7 +68,7 @@ GROWTH_MIN = 3
 RULES = ("throughput_shortfall", "latency_growing", "latency_vs_lowest", "failures", "signal")
 
 
-def _growth(sched: np.ndarray, waits: np.ndarray) -> dict:
+def _growth(sched: np.ndarray, waits: np.ndarray) -> Growth:
     order = np.argsort(sched, kind="stable")
     sched, waits = sched[order], waits[order]
     thirds = np.array_split(waits, 3)
@@ -89,7 +89,7 @@ def _inflight_mean(a: Attempts, ws: float | None, we: float | None) -> float | N
     return float(busy) / (we - ws)
 
 
-def step_figures(a: Attempts, step: StepEntry, stats: StepSummary) -> StepSummary:
+def step_figures(a: Attempts, step: Mapping[str, Any], stats: StepSummary) -> dict[str, Any]:
     """The open-loop figures of one step (``step``: its run.json entry; ``stats``: its
     ``step_stats``), to merge into ``stats``."""
     m = (a["step"] == step["step"]) & a["settled"]
@@ -121,7 +121,9 @@ def step_figures(a: Attempts, step: StepEntry, stats: StepSummary) -> StepSummar
     }
 
 
-def level_figures(a: Attempts, entry: dict[str, Any], stats: StepSummary, steps: list[StepSummary]) -> StepSummary:
+def level_figures(
+    a: Attempts, entry: dict[str, Any], stats: StepSummary, steps: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The open-loop figures of a rate tested by several steps (``--repeat``, a refine probe at a
     tested rate), over their pooled records (``entry``: the pooled step number and the rate;
     ``stats``: their pooled ``step_stats``, see :mod:`analysis.levels`): the distributions pooled,
@@ -152,16 +154,17 @@ def level_figures(a: Attempts, entry: dict[str, Any], stats: StepSummary, steps:
 def judged(step: StepSummary) -> StepSummary:
     """A rate step as an SLO judges it: its latency terms (``p95_ms`` …) read latency from the
     schedule, what a caller arriving on time waited."""
-    return dict(step, latency_ms=step.get("sched_wait_ms"))
+    return {**step, "latency_ms": step.get("sched_wait_ms")}
 
 
-def judge(slo: slo_mod.SLO, step: dict) -> dict:
+def judge(slo: slo_mod.SLO, step: StepSummary) -> dict[str, Any]:
     """:func:`analysis.slo.judge` of a rate step on its latency from the schedule, failing a step
     whose latency kept growing through it whatever its percentiles: its queue was still
     building when it ended, so a longer step would have shown more."""
-    v = slo_mod.judge(slo, judged(step))
+    # the SLO reads a step as open JSON (its terms name their figures)
+    v = slo_mod.judge(slo, cast(dict[str, Any], judged(step)))
     v["rate"] = step.get("rate")
-    g = step.get("growth") or {}
+    g: Mapping[str, Any] = step.get("growth") or {}
     if g.get("growing"):
         t = g["p50_thirds"]
         v["failed"].append(
@@ -172,21 +175,22 @@ def judge(slo: slo_mod.SLO, step: dict) -> dict:
     return v
 
 
-def implied_concurrency(s: dict) -> int | None:
+def implied_concurrency(s: StepSummary) -> int | None:
     """What the rate of step ``s`` keeps in flight by Little's law: rate x its mean latency from
     schedule, rounded up."""
-    mean = (s.get("sched_wait_ms") or {}).get("mean")
+    sched_wait: Mapping[str, Any] = s.get("sched_wait_ms") or {}
+    mean = sched_wait.get("mean")
     return math.ceil(s["rate"] * mean / 1000.0) if mean is not None else None
 
 
-def offered(s: dict) -> float:
+def offered(s: StepSummary) -> float:
     """What step ``s`` offered, per second: its rate, or for a trace step what its settled window
     replayed (``offered_rps``)."""
     offered: float = s.get("offered_rps") or s["rate"]
     return offered
 
 
-def past_knee(steps: list[dict]) -> tuple[bool, str]:
+def past_knee(steps: list[StepSummary]) -> tuple[bool, str]:
     """Whether the latest of a pass's steps (ascending rates, the plan's ``--stop-past-knee``)
     breaks one of the knee's rules on its own figures, and the figures why."""
     s = steps[-1]
@@ -195,7 +199,7 @@ def past_knee(steps: list[dict]) -> tuple[bool, str]:
     thr = s.get("throughput_rps") or 0.0
     if thr < (1 - SHORTFALL) * offered(s):
         return True, f"is past the knee (it served {thr:.2f} of {offered(s):.3g} req/s offered)"
-    g = s.get("growth") or {}
+    g: Mapping[str, Any] = s.get("growth") or {}
     if g.get("growing"):
         t = g["p50_thirds"]
         return True, f"is past the knee (latency from schedule kept growing, {t[0]:.0f} -> {t[2]:.0f} ms)"
@@ -230,7 +234,7 @@ def recommend_slo(
     i = next(k for k, lv in enumerate(levels) if lv["rate"] == best)
     rec = levels[i]
     implied = implied_concurrency(rec)
-    lat = rec.get("sched_wait_ms") or {}
+    lat: Mapping[str, Any] = rec.get("sched_wait_ms") or {}
     p95 = (
         "n/a"
         if lat.get("p95") is None
@@ -260,8 +264,10 @@ def recommend_slo(
     return implied, text + "."
 
 
-def _p95(s: dict) -> float | None:
-    return (s.get("sched_wait_ms") or {}).get("p95")
+def _p95(s: StepSummary) -> float | None:
+    sched_wait: Mapping[str, Any] = s.get("sched_wait_ms") or {}
+    p95: float | None = sched_wait.get("p95")
+    return p95
 
 
 def find_knee(steps: list[StepSummary]) -> Knee:
@@ -274,7 +280,8 @@ def find_knee(steps: list[StepSummary]) -> Knee:
             thr = s.get("throughput_rps") or 0.0
             if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * offered(s):
                 idx["throughput_shortfall"] = i
-            if idx["latency_growing"] is None and (s.get("growth") or {}).get("growing"):
+            growth: Mapping[str, Any] = s.get("growth") or {}
+            if idx["latency_growing"] is None and growth.get("growing"):
                 idx["latency_growing"] = i
         base = _p95(steps[0])
         high = [base is not None and (p95 := _p95(s)) is not None and p95 > LATENCY_RISE * base for s in steps]
@@ -298,7 +305,7 @@ def find_knee(steps: list[StepSummary]) -> Knee:
         "rate": rate,
         "concurrency": None,
         "index": k,
-        "methods": methods,
+        "methods": cast(KneeMethods, methods),
         "agree": [n for n, r in methods.items() if r is not None and r == rate],
         "rules": list(RULES),
         "streamed": False,
@@ -320,7 +327,8 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[float | None, int |
             (f"The lowest offered rate ({done[0]['rate']:g} req/s) is already past the knee; test lower rates."),
         )
     rec = done[-1] if k is None else done[k - 1]
-    mean = (rec.get("sched_wait_ms") or {}).get("mean")
+    sched_wait: Mapping[str, Any] = rec.get("sched_wait_ms") or {}
+    mean = sched_wait.get("mean")
     implied = implied_concurrency(rec)
     if k is None:
         text = (
@@ -337,9 +345,10 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[float | None, int |
     return rec["rate"], implied, text + "."
 
 
-def _desc(s: dict) -> str:
-    lat = s.get("sched_wait_ms") or {}
-    lag = (s.get("send_lag_ms") or {}).get("p95")
+def _desc(s: StepSummary) -> str:
+    lat: Mapping[str, Any] = s.get("sched_wait_ms") or {}
+    send_lag: Mapping[str, Any] = s.get("send_lag_ms") or {}
+    lag = send_lag.get("p95")
     p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms"
     return (
         f"at {s['rate']:g} req/s offered: {s.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
@@ -359,8 +368,12 @@ _WORDING = (
 def at_rates(steps: list[StepSummary]) -> list[StepSummary]:
     """The rate steps, each standing at its offered rate with its latency from schedule, as
     :mod:`analysis.diagnosis` reads a level."""
+    # a level's concurrency is its rate's label here: the diagnosis only prints it
     return [
-        dict(s, concurrency=f"{s['rate']:g} req/s", latency_ms=s.get("sched_wait_ms") or s.get("latency_ms"))
+        cast(
+            StepSummary,
+            {**s, "concurrency": f"{s['rate']:g} req/s", "latency_ms": s.get("sched_wait_ms") or s.get("latency_ms")},
+        )
         for s in steps
     ]
 
@@ -380,12 +393,13 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
     as_levels = at_rates(steps)
     label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
-    d = by_steps(as_levels, dict(knee, concurrency=label, inflation=[]), creep, has_resources)
+    # the knee's concurrency is its rate's label, as at_rates's levels have it
+    d = by_steps(as_levels, cast(Knee, {**knee, "concurrency": label, "inflation": []}), creep, has_resources)
     ev = reword(d["evidence"])
     k = knee["index"]
     if k is not None:
         s = [x for x in steps if x.get("requests")][k]
-        g = s.get("growth") or {}
+        g: Mapping[str, Any] = s.get("growth") or {}
         thirds = g.get("p50_thirds")
         ev.insert(
             0,
