@@ -88,7 +88,7 @@ class OpenLoopUser(RunUser):
     @task
     def schedule(self) -> None:
         """Send one step's arrivals until the step changes or the run stops."""
-        run = self.run
+        run = self.tts_run
         state = run.state
         step = state.current
         share = run.rate_share(step)
@@ -139,10 +139,10 @@ class OpenLoopUser(RunUser):
 
     def _call(self, caller: Caller, step, scheduled: float, seq: int, row: int | None) -> None:
         """One request on ``caller``: the next corpus text, or trace row ``row``'s."""
-        calls = self.run.calls
+        calls = self.tts_run.calls
         calls[(self.no, seq)] = wall()
         try:
-            request = self.run.next_request() if row is None else self.run.trace_request(row)
+            request = self.tts_run.next_request() if row is None else self.tts_run.trace_request(row)
             caller.send(*request, seq, {"step": step, "scheduled": scheduled, "concurrency": self.inflight})
         finally:
             self.inflight -= 1
@@ -152,7 +152,7 @@ class OpenLoopUser(RunUser):
         """Send this worker's lanes of the trace (``locustfiles.inputs.trace``) for one step: a lone row
         at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
         one caller of its own, turn after turn."""
-        run, state, s = self.run, self.run.state, self.run.settings
+        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
         trace = s.trace
         speed = step.rate / trace.base_rps
         lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))
@@ -186,7 +186,7 @@ class OpenLoopUser(RunUser):
         before the turn above has been answered (a listener asks again once heard); that later
         moment is its ``scheduled``, so its latency from the schedule is the server's, not the
         wait for the turn above."""
-        run, state, s = self.run, self.run.state, self.run.settings
+        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
         caller = Caller(self, self.no, next(self.lanes))
         try:
             for row in lane:
