@@ -983,7 +983,7 @@ def _listening(o) -> dict:
     master or the local runner, before the run's first step (locustfiles.listening.check): a
     worker needs no recogniser installed."""
     model = str(o.asr_model or "").strip()
-    out = {
+    out: dict[str, str | bool] = {
         "asr_model": model,
         "asr_language": str(o.asr_language or "").strip(),
         "asr_metric": str(o.asr_metric or "").strip(),
