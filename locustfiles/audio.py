@@ -84,7 +84,7 @@ class _WriterThread:
         self._done: collections.deque = collections.deque()
         self._queued = 0  # bytes handed to the thread, not yet written
         self._wake = gevent.get_hub().loop.async_()
-        self._wake.ref = False  # never what keeps the process alive
+        self._wake.ref = False  # type: ignore[attr-defined]  # gevent watchers have ref; its stubs lack it  # never what keeps the process alive
         self._wake.start(self._on_wake)
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
 
@@ -95,12 +95,12 @@ class _WriterThread:
         if self._queued + size > AUDIO_QUEUE_BYTES:
             raise AudioMissing("dropped")
         self._queued += size
-        job = [Event(), None, size]
+        job = _Job(size)
         self._jobs.put((path, data, job))
-        if not job[0].wait(AUDIO_WAIT_S):
+        if not job.done.wait(AUDIO_WAIT_S):
             raise AudioMissing("late")
-        if job[1] is not None:
-            raise job[1]
+        if job.error is not None:
+            raise job.error
 
     def _run(self) -> None:  # the writer thread: never touches gevent objects but the watcher
         while True:
@@ -108,15 +108,27 @@ class _WriterThread:
             try:
                 _write_over(path, data)
             except Exception as e:  # handed to the waiting user: this thread must not die
-                job[1] = e
+                job.error = e
             self._done.append(job)
             self._wake.send()
 
     def _on_wake(self) -> None:
         while self._done:
             job = self._done.popleft()
-            self._queued -= job[2]
-            job[0].set()
+            self._queued -= job.size
+            job.done.set()
+
+
+class _Job:
+    """One file handed to the writer thread: set ``done`` once written (``error``: what
+    writing raised)."""
+
+    __slots__ = ("done", "error", "size")
+
+    def __init__(self, size: int) -> None:
+        self.done = Event()
+        self.error: Exception | None = None
+        self.size = size
 
 
 def writer(node) -> AudioWriter:

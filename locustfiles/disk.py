@@ -73,7 +73,7 @@ class DiskWriter:
         self._done: collections.deque = collections.deque()  # (jobs, seconds, error) from the thread
         self._failing: set[str] = set()  # paths whose last write failed (said once)
         self._wake = gevent.get_hub().loop.async_()
-        self._wake.ref = False  # it keeps the loop alive only while a write is in flight
+        self._wake.ref = False  # type: ignore[attr-defined]  # gevent watchers have ref; its stubs lack it  # it keeps the loop alive only while a write is in flight
         self._wake.start(self._on_wake)
         self._in_flight = 0
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
@@ -94,7 +94,7 @@ class DiskWriter:
         self.pending_bytes += job.nbytes
         self.last = job
         self._in_flight += 1
-        self._wake.ref = True
+        self._wake.ref = True  # type: ignore[attr-defined]
         self._jobs.put(job)
         return job
 
@@ -142,10 +142,11 @@ class DiskWriter:
                     runformat.write_text(path, data.decode())
                     del replaced[path]
             except OSError as e:
+                # path (and view, where pending) are bound before anything above can raise OSError
                 if pending:  # what was written of it stays written
-                    pending[0] = (pending[0][0], view)
+                    pending[0] = (pending[0][0], view)  # type: ignore[possibly-undefined]
                 if error is None:
-                    error = (str(path), e.strerror or str(e))
+                    error = (str(path), e.strerror or str(e))  # type: ignore[possibly-undefined]
                     self._done.append(([], 0.0, error))
                     self._wake.send()
                 _sleep(RETRY_S)
@@ -181,7 +182,7 @@ class DiskWriter:
             if took > SLOW_WRITE_S:
                 for listener in self.on_slow:
                     gevent.spawn(listener, took)
-        self._wake.ref = self._in_flight > 0
+        self._wake.ref = self._in_flight > 0  # type: ignore[attr-defined]
 
 
 def _sorted(batch: list) -> tuple[list, dict, list]:

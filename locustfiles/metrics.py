@@ -157,11 +157,12 @@ def _outcome(record: Attempt) -> str:
 
 def _end(record: Attempt) -> float | None:
     """When the attempt was done, as the reader takes it: t3, else t2, else t0 + wait."""
-    for key in ("t3", "t2"):
-        if record.get(key) is not None:
-            return float(record[key])
-    if record.get("t0") is not None and record.get("wait_ms") is not None:
-        return float(record["t0"]) + float(record["wait_ms"]) / 1000.0
+    if (t3 := record.get("t3")) is not None:
+        return float(t3)
+    if (t2 := record.get("t2")) is not None:
+        return float(t2)
+    if (t0 := record.get("t0")) is not None and (wait_ms := record.get("wait_ms")) is not None:
+        return float(t0) + float(wait_ms) / 1000.0
     return None
 
 
@@ -214,8 +215,8 @@ class LiveMetrics:
                 requests.inc((step[0], outcome))
             if (r.get("attempt") or 1) > 1:
                 retries.inc(step)
-            if r.get("retry_after_s") is not None:
-                retry_after.observe(step, float(r["retry_after_s"]))
+            if (retry_after_s := r.get("retry_after_s")) is not None:
+                retry_after.observe(step, float(retry_after_s))
             if r["final"] and r["ok"] and r.get("settled", True):
                 self._described(r, step)
 
@@ -224,17 +225,18 @@ class LiveMetrics:
         counts them (analysis.steps): streams that finished after their step ended are left
         out, and in a streamed run the latency figures leave them out too; a cancelled
         utterance has no latency figure."""
-        begun = self._steps.get(r["step"])
+        begun = self._steps.get(r["step"])  # type: ignore[arg-type]  # None (before the first step) finds none
         end = _end(r)
         cut = begun is not None and begun.end is not None and end is not None and end > begun.end
-        if r.get("wait_ms") is not None and r.get("cancel_ms") is None and not (cut and self._streamed):
-            self._family(series.WAIT).observe(step, r["wait_ms"] / 1000.0)
+        wait_ms = r.get("wait_ms")
+        if wait_ms is not None and r.get("cancel_ms") is None and not (cut and self._streamed):
+            self._family(series.WAIT).observe(step, wait_ms / 1000.0)
         if cut:
             return
-        if r.get("ttfa_ms") is not None:
-            self._family(series.TTFA).observe(step, r["ttfa_ms"] / 1000.0)
-        if r.get("underruns") is not None:
-            self._family(series.UNDERRUNS).inc(step, r["underruns"])
+        if (ttfa_ms := r.get("ttfa_ms")) is not None:
+            self._family(series.TTFA).observe(step, ttfa_ms / 1000.0)
+        if (underruns := r.get("underruns")) is not None:
+            self._family(series.UNDERRUNS).inc(step, underruns)
             self._family(series.UNDERRUN).observe(step, (r.get("underrun_ms") or 0.0) / 1000.0)
 
     def observe_judged(self, entry: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.pool import Group
@@ -34,6 +35,10 @@ from locust import task
 from .attempt import Caller
 from .clock import mono, wall
 from .user import RunUser
+
+if TYPE_CHECKING:
+    from .inputs.trace import Trace
+    from .shape import Step
 
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002
@@ -88,7 +93,7 @@ class OpenLoopUser(RunUser):
     @task
     def schedule(self) -> None:
         """Send one step's arrivals until the step changes or the run stops."""
-        run = self.run
+        run = self.tts_run
         state = run.state
         step = state.current
         share = run.rate_share(step)
@@ -98,7 +103,7 @@ class OpenLoopUser(RunUser):
         rate, phase = share
         s = run.settings
         if s.trace is not None:
-            self._replay(step)
+            self._replay(step, s.trace)
             return
         rng = random.Random(f"{s.arrival_seed}-{run.worker_index}-{step.step}")
         # The step began at step.start on this node's wall clock; lay the schedule on the
@@ -110,7 +115,8 @@ class OpenLoopUser(RunUser):
         dropped = run.dropped
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
         # moment later): no arrival is scheduled past the step's time (a soak's own length).
-        last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)
+        # an open-loop step has its rate (and its workers), None only in closed loop
+        last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)  # type: ignore[arg-type]
         while state.current is step and due < last and not run.stopping:
             wait = m_start + due - mono()
             if wait > EARLY_S:
@@ -128,7 +134,7 @@ class OpenLoopUser(RunUser):
         while state.current is step and not run.stopping:  # the step's time is up; its end is the shape's
             gevent.sleep(IDLE_POLL_S)
 
-    def _send(self, step, scheduled: float, seq: int, row: int | None = None) -> None:
+    def _send(self, step: Step, scheduled: float, seq: int, row: int | None = None) -> None:
         caller = self.idle.pop() if self.idle else Caller(self, self.no, next(self.lanes))
         try:
             self._call(caller, step, scheduled, seq, row)
@@ -137,25 +143,26 @@ class OpenLoopUser(RunUser):
             raise
         self.idle.append(caller)
 
-    def _call(self, caller: Caller, step, scheduled: float, seq: int, row: int | None) -> None:
+    def _call(self, caller: Caller, step: Step, scheduled: float, seq: int, row: int | None) -> None:
         """One request on ``caller``: the next corpus text, or trace row ``row``'s."""
-        calls = self.run.calls
+        calls = self.tts_run.calls
         calls[(self.no, seq)] = wall()
         try:
-            request = self.run.next_request() if row is None else self.run.trace_request(row)
-            caller.send(*request, seq, {"step": step, "scheduled": scheduled, "concurrency": self.inflight})
+            request = self.tts_run.next_request() if row is None else self.tts_run.trace_request(row)
+            text, ask = request
+            caller.send(text, ask, seq, {"step": step, "scheduled": scheduled, "concurrency": self.inflight})
         finally:
             self.inflight -= 1
             calls.pop((self.no, seq), None)
 
-    def _replay(self, step) -> None:
+    def _replay(self, step: Step, trace: Trace) -> None:
         """Send this worker's lanes of the trace (``locustfiles.inputs.trace``) for one step: a lone row
         at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
         one caller of its own, turn after turn."""
-        run, state, s = self.run, self.run.state, self.run.settings
-        trace = s.trace
-        speed = step.rate / trace.base_rps
-        lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))
+        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
+        # an open-loop step has its rate and its workers, None only in closed loop
+        speed = step.rate / trace.base_rps  # type: ignore[operator]
+        lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))  # type: ignore[index, arg-type]
         m_start = mono() - (wall() - step.start)
         last = trace.span_s(speed, s.step_time)
         k = 0
@@ -170,7 +177,7 @@ class OpenLoopUser(RunUser):
                 continue
             k += 1
             if len(lane) > 1:
-                self.inflight_requests.spawn(self._conversation, step, lane, speed, m_start, last)
+                self.inflight_requests.spawn(self._conversation, step, trace, lane, speed, m_start, last)
             elif self.inflight >= s.max_inflight:
                 run.dropped[step.step] += 1
             else:
@@ -181,16 +188,16 @@ class OpenLoopUser(RunUser):
         while state.current is step and not run.stopping:
             gevent.sleep(IDLE_POLL_S)
 
-    def _conversation(self, step, lane: tuple, speed: float, m_start: float, last: float) -> None:
+    def _conversation(self, step: Step, trace: Trace, lane: tuple, speed: float, m_start: float, last: float) -> None:
         """A conversation's turns in order on one caller: each when the trace has it, and not
         before the turn above has been answered (a listener asks again once heard); that later
         moment is its ``scheduled``, so its latency from the schedule is the server's, not the
         wait for the turn above."""
-        run, state, s = self.run, self.run.state, self.run.settings
+        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
         caller = Caller(self, self.no, next(self.lanes))
         try:
             for row in lane:
-                due = s.trace.offsets[row] / speed
+                due = trace.offsets[row] / speed
                 if due >= last:
                     return
                 while (wait := m_start + due - mono()) > EARLY_S:

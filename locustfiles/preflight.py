@@ -12,6 +12,7 @@ import urllib.request
 import gevent
 
 from tts_knee.runformat import grpc_codes
+from tts_knee.runformat.schema import Preflight
 
 from .clock import wall
 from .inputs.voices import ask_for
@@ -23,7 +24,7 @@ log = logging.getLogger("tts_knee")
 HEALTH_TIMEOUT_S = 30.0
 
 
-def health(s) -> dict:
+def health(s) -> Preflight:
     """After the run: ``{"ok", "status", "ms", "message"}`` of a GET of ``--health-path`` (ok: a
     2xx), else of the warm-up request once more (ok: audio came back), at most
     :data:`HEALTH_TIMEOUT_S`; ``message`` says what was wrong in one sentence."""
@@ -32,44 +33,45 @@ def health(s) -> dict:
     return preflight(s, after_run=True)
 
 
-def throttled(result: dict) -> bool:
+def throttled(result: Preflight) -> bool:
     """Whether a health probe (or warm-up) was refused as too many requests (429, gRPC
     RESOURCE_EXHAUSTED): a server that answers so is up, and only rate-limiting."""
     status = result.get("status")
     return (grpc_codes.AS_HTTP.get(status) if isinstance(status, str) else status) == 429
 
 
-def _get(s, path: str) -> dict:
+def _get(s, path: str) -> Preflight:
     url = s.host.rstrip("/") + path
-    out = {"ok": False, "status": None, "ms": None, "message": None}
+    out: Preflight = {"ok": False, "status": None, "ms": None, "message": None}
     start = wall()
     timeout = min(s.request_timeout, HEALTH_TIMEOUT_S)
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout, context=s.tls
         ) as r:
-            out["status"] = r.status
+            status = r.status
     except urllib.error.HTTPError as e:
-        out["status"] = e.code
+        status = e.code
     except (OSError, ValueError) as e:  # refused, reset, timed out, or no HTTP at all
         reason = getattr(e, "reason", None) or e
         out["message"] = f"{url} did not answer after the run ({reason})"
         return out
+    out["status"] = status
     out["ms"] = round((wall() - start) * 1000, 1)
-    out["ok"] = 200 <= out["status"] < 300
+    out["ok"] = 200 <= status < 300
     if not out["ok"]:
         out["message"] = f"{url} answered {out['status']} after the run"
     return out
 
 
-def preflight(s, after_run: bool = False) -> dict:
+def preflight(s, after_run: bool = False) -> Preflight:
     """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text, with
     the first voice of ``--voices`` where it names none. ``after_run`` (the health probe): a
     refusal or a server error is not ok either, and the wait is at most :data:`HEALTH_TIMEOUT_S`."""
     entry = min(s.texts, key=lambda t: len(t.text))
     text, ask = entry.text, ask_for(entry, s.voices[0] if s.voices else None, s.voice_upload)
     start = wall()
-    out = {"ok": False, "status": None, "ms": None, "message": None}
+    out: Preflight = {"ok": False, "status": None, "ms": None, "message": None}
     transport = transport_for(s)
     target = s.target
     shape = (
@@ -79,7 +81,8 @@ def preflight(s, after_run: bool = False) -> dict:
         if s.tts_protocol in ("ws", "grpc")
         else "--tts-protocol wyoming"
     )
-    answer = ended = None
+    answer: Answered | None = None
+    ended: Ended | None = None
     timeout = min(s.request_timeout, HEALTH_TIMEOUT_S) if after_run else s.request_timeout
     try:
         if s.tts_protocol == "wyoming" and s.text_rate and not after_run:  # one without streamed text ignores it
@@ -103,10 +106,14 @@ def preflight(s, after_run: bool = False) -> dict:
         return out
     finally:
         transport.close()
+    if answer is None or ended is None:  # every transport says both; never a traceback if one did not
+        out["message"] = f"{target} ended the exchange without an answer"
+        return out
     status = answer.status  # judged as the HTTP status it amounts to, quoted as the protocol said
     code = grpc_codes.AS_HTTP.get(status, answer.http_status) if isinstance(status, str) else answer.http_status
-    out.update(status=status, ms=round((wall() - start) * 1000, 1))
-    out["ok"], out["message"] = _judged(s, answer, ended, code, shape, after_run)
+    out["status"], out["ms"] = status, round((wall() - start) * 1000, 1)
+    # an int or None: every gRPC code name maps to its HTTP status, and other transports give one
+    out["ok"], out["message"] = _judged(s, answer, ended, code, shape, after_run)  # type: ignore[arg-type]
     return out
 
 
@@ -122,7 +129,7 @@ def _judged(
             f"{target} answered {status} but not with audio ({ended.error}); is it a TTS server, and is {shape} right?"
         )
     # the body's first words where the answer has one, else how the transport put the refusal
-    snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or ended.error
+    snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or str(ended.error)
     if code in (404, 405, 501):
         return False, f"{target} answered {status}: no TTS endpoint there; check " + (
             f"--tts-path and --tts-api (now {s.tts_api})"

@@ -66,7 +66,8 @@ def _add(container, o: run_options.Option) -> None:
     """One option on an argument group: argparse's own, with the attributes Locust's add_argument
     would set for its web UI form (a group's add_argument does not take them)."""
     kw = {
-        "default": list(o.default) if o.kind == "list" else o.default,
+        # a list option's default is a sequence
+        "default": list(o.default) if o.kind == "list" else o.default,  # type: ignore[call-overload]
         "help": o.help_text().replace("%", "%%"),
     }  # argparse formats help with %
     if o.kind is bool:
@@ -194,8 +195,9 @@ class Settings:
     @property
     def target(self) -> str:
         """What the run's requests go to, as messages name it: the URL, or Wyoming's address."""
-        if self.tts_protocol == "ws":
-            return self.preset.url(self.host, {"voice": self.tts_voice, "model": self.tts_model})
+        if self.tts_protocol == "ws":  # ws has a preset: the settings refuse ws without one
+            voice_model = {"voice": self.tts_voice, "model": self.tts_model}
+            return self.preset.url(self.host, voice_model)  # type: ignore[union-attr]
         return self.host if self.tts_protocol == "wyoming" else f"{self.host}{self.tts_path}"
 
     def payload(self, text: str, ask: Ask = NO_ASK) -> tuple[bytes, str]:
@@ -525,7 +527,8 @@ def _sessions(o, protocol: str, rates: tuple) -> tuple:
                 f"utterance in flight per connection"
             )
         if contexts > most:
-            raise SettingsError(f"--contexts {contexts} is more than preset {preset.name} allows ({most})")
+            # most > 1: a preset's
+            raise SettingsError(f"--contexts {contexts} is more than preset {preset.name} allows ({most})")  # type: ignore[union-attr]
     if turns and contexts > 1:
         raise SettingsError("--turns works with one utterance in flight per session, not with --contexts")
     if rates and (turns or think or contexts > 1):
@@ -908,7 +911,7 @@ def _check_trace(s: Settings, o) -> None:
                 f"--trace replays each step for --step-time or the whole trace; {flag} does not apply to it"
             )
     for v in s.trace_speed or ():
-        span = s.trace.span_s(v, s.step_time)
+        span = s.trace.span_s(v, s.step_time)  # type: ignore[union-attr]  # trace speeds come with a trace
         if span <= s.settle_time:
             raise SettingsError(
                 f"--trace at {v:g}x lasts {span:.1f} s, no longer than --settle-time "
@@ -980,7 +983,7 @@ def _listening(o) -> dict:
     master or the local runner, before the run's first step (locustfiles.listening.check): a
     worker needs no recogniser installed."""
     model = str(o.asr_model or "").strip()
-    out = {
+    out: dict[str, str | bool] = {
         "asr_model": model,
         "asr_language": str(o.asr_language or "").strip(),
         "asr_metric": str(o.asr_metric or "").strip(),

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import gevent
 from locust import LoadTestShape
+from locust.runners import MasterRunner, Runner
 
 from tts_knee import runformat
 
@@ -108,6 +109,12 @@ def _next_level(run):
 class StepShape(LoadTestShape):
     """Runs the steps the plan asks for; the run stops itself when the plan is done."""
 
+    @property
+    def _runner(self) -> Runner:
+        """Locust's runner, which it sets before the first tick."""
+        assert self.runner is not None
+        return self.runner
+
     def _going_on(self, run, cur: Step) -> bool:
         """Whether the step ``cur`` goes on this tick (its time or its requests not yet done, the
         run not cut short); a step that ends is judged where the plan judges it, and logged."""
@@ -155,11 +162,11 @@ class StepShape(LoadTestShape):
         if run.is_master:
             # A headless master would otherwise quit without telling workers to stop, and
             # their last records would never be sent: stop them first, then let Locust quit.
-            self.runner.stop()
+            self._runner.stop()
 
     def tick(self):
         # The first tick comes before test_start: it opens the run.
-        run = self.runner.environment.tts_knee.ensure_run()
+        run = self._runner.environment.tts_knee.ensure_run()  # type: ignore[attr-defined]  # the node, set at init
         if run is None or run.failed:
             return None
         settings, state, plan = run.settings, run.state, run.plan
@@ -215,25 +222,25 @@ class StepShape(LoadTestShape):
         open-loop scheduler per worker sharing its rate."""
         from .openloop_user import OpenLoopUser
 
-        classes = self.runner.environment.user_classes
+        classes = self._runner.environment.user_classes
         if run.settings.mode == "open":
-            return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]
+            return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]  # type: ignore[arg-type]  # an open step has its workers
         closed = [c for c in classes if not issubclass(c, OpenLoopUser)]
         return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else (step.concurrency, SPAWN_RATE, closed)
 
     def _begin_rate_step(self, run, nxt):
         from .openloop_user import OpenLoopUser
 
-        if not any(issubclass(c, OpenLoopUser) for c in self.runner.environment.user_classes):
+        if not any(issubclass(c, OpenLoopUser) for c in self._runner.environment.user_classes):
             run.fail(
                 "--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
                 "from locustfiles.openloop_user in your locustfile"
             )
             return None
         if run.is_master:
-            ids = sorted(
-                c.id for c in self.runner.clients.ready + self.runner.clients.spawning + self.runner.clients.running
-            )
+            master = self._runner
+            assert isinstance(master, MasterRunner)
+            ids = sorted(c.id for c in master.clients.ready + master.clients.spawning + master.clients.running)
         else:
             ids = [run.worker_id]
         if not ids:
@@ -305,7 +312,8 @@ class StepShape(LoadTestShape):
             RECORDS_WAIT_S, run.settings.request_timeout + run.settings.retry.max_ms / 1000.0 + 2 * BATCH_INTERVAL_S
         )
         if cur.rate is None:
-            expected = min(cur.concurrency, self.runner.user_count) if self.runner.user_count else cur.concurrency
+            users = self._runner.user_count
+            expected = min(cur.concurrency, users) if users else cur.concurrency
             while run.writer.users_done_since(cutoff) < expected and wall() < cutoff + limit:
                 gevent.sleep(RECORDS_POLL_S)
             unanswered = max(0, expected - run.writer.users_done_since(cutoff))

@@ -6,6 +6,8 @@ locust nor gevent: the container tests feed it by hand."""
 
 from __future__ import annotations
 
+from typing import Any, overload
+
 from tts_knee.analysis.playback import heard_at, listen
 
 #: Most arrivals kept per attempt in ``chunk_at_ms``; later ones merge into the last entry.
@@ -53,7 +55,8 @@ class Timeline:
         unknown."""
         if not self.at or None in self.audio_ms:
             return None
-        heard = heard_at([(t - m0) * 1000.0 for t in self.at], self.audio_ms, buffer_ms, lead_ms)
+        at_ms = [(t - m0) * 1000.0 for t in self.at]
+        heard = heard_at(at_ms, self.audio_ms, buffer_ms, lead_ms)  # type: ignore[arg-type]  # no None: checked above
         if heard is None:
             return None
         first = m0 if self.text_first is None else self.text_first
@@ -67,7 +70,7 @@ class Timeline:
         at, n = self.at, len(self.at)
         known = n and None not in self.audio_ms
         first = m0 if self.text_first is None else self.text_first
-        out = {
+        out: dict[str, Any] = {
             "ttfa_ms": _ms(first, at[0]) if n else None,
             "chunks": n,
             "gap_max_ms": round(max(b - a for a, b in zip(at, at[1:])) * 1000.0, 3) if n > 1 else None,
@@ -77,25 +80,33 @@ class Timeline:
             "chunk_audio_ms": None,
         }
         if known:
-            _, stalls = listen([(t - m0) * 1000.0 for t in at], self.audio_ms, buffer_ms)
+            at_ms = [(t - m0) * 1000.0 for t in at]
+            _, stalls = listen(at_ms, self.audio_ms, buffer_ms)  # type: ignore[arg-type]  # known: no None in it
             out["underruns"] = len(stalls)
             out["underrun_ms"] = round(sum((resumed - dry for dry, resumed in stalls), 0.0), 3)
         if keep_lists:
             cut = min(n, MAX_CHUNKS)
             out["chunk_at_ms"] = [round((t - m0) * 1000.0, 1) for t in at[:cut]]
             if known:
-                ms = self.audio_ms[:cut]
+                # known: no None in them
+                audio_ms: list[float] = self.audio_ms[:cut]  # type: ignore[assignment]
                 if n > cut:
-                    ms[-1] = sum(self.audio_ms[cut - 1 :])
-                out["chunk_audio_ms"] = [round(x, 3) for x in ms]
+                    audio_ms[-1] = sum(self.audio_ms[cut - 1 :])  # type: ignore[arg-type]
+                out["chunk_audio_ms"] = [round(x, 3) for x in audio_ms]
         if self.text_first is not None:
             out.update(self.text_fields(m0))
             done = self.text_done
-            heard = n and done is not None
-            out["done_to_audio_ms"] = max(0.0, _ms(done, at[0])) if heard else None
-            out["tail_ms"] = max(0.0, _ms(done, at[-1])) if heard else None
+            if n and done is not None:
+                out["done_to_audio_ms"] = max(0.0, _ms(done, at[0]))
+                out["tail_ms"] = max(0.0, _ms(done, at[-1]))
+            else:
+                out["done_to_audio_ms"] = out["tail_ms"] = None
         return out
 
 
+@overload
+def _ms(a: float, b: float) -> float: ...
+@overload
+def _ms(a: float, b: float | None) -> float | None: ...
 def _ms(a: float, b: float | None) -> float | None:
     return None if b is None else round((b - a) * 1000.0, 3)

@@ -9,12 +9,17 @@ session (over HTTP, a new connection).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gevent
 from gevent.pool import Group
 from locust import User, constant, task
 from locust.exception import StopUser
 
 from .attempt import Caller
+
+if TYPE_CHECKING:
+    from .node import Run
 
 #: How often a user whose run is stopping (or whose probe step is all sent) looks again.
 STOPPING_POLL_S = 0.05
@@ -26,12 +31,15 @@ class RunUser(User):
 
     abstract = True
     wait_time = constant(0)
+    #: This node's run, from on_start on (not ``run``: that is Locust's User.run, which runs the tasks).
+    tts_run: Run
 
     def on_start(self) -> None:
         node = self.environment.tts_knee
-        self.run = node.run
-        if self.run is None:  # this node's options were unusable; ensure_run said why
+        run = node.run
+        if run is None:  # this node's options were unusable; ensure_run said why
             raise StopUser()
+        self.tts_run = run
         self.no = node.next_user_number()
         self.seq = 0
 
@@ -40,7 +48,8 @@ class TTSUser(RunUser):
     """Sends the corpus, text by text, to the TTS endpoint the options describe: one request
     in flight at a time (closed loop)."""
 
-    caller: Caller | None = None  # none while on_start stopped the user before making it
+    # None only where on_start stopped the user before making it: then no task runs, and on_stop checks
+    caller: Caller = None  # type: ignore[assignment]
 
     def on_start(self) -> None:
         super().on_start()
@@ -53,19 +62,20 @@ class TTSUser(RunUser):
 
     @task
     def synthesize(self) -> None:
-        if self.run.stopping:  # draining: what is in flight finishes, nothing new is sent
+        if self.tts_run.stopping:  # draining: what is in flight finishes, nothing new is sent
             gevent.sleep(STOPPING_POLL_S)
             return
-        s = self.run.settings
+        s = self.tts_run.settings
         if s.contexts > 1:
             self._in_contexts(s.contexts, s.think_time)
             return
-        request = self.run.next_request()
+        request = self.tts_run.next_request()
         if request is None:  # a probe step whose texts are all sent: nothing more until the next step
             gevent.sleep(STOPPING_POLL_S)
             return
         self.seq += 1
-        self.caller.send(*request, self.seq)
+        text, ask = request
+        self.caller.send(text, ask, self.seq)
         self.turn += 1
         if s.turns and self.turn >= s.turns:
             self.turn = 0
@@ -78,13 +88,14 @@ class TTSUser(RunUser):
         last ended (and ``think_s`` passed); until the user stops or the run drains."""
 
         def context() -> None:
-            while not self.run.stopping:  # draining: what is in flight finishes, nothing new is sent
-                request = self.run.next_request()
+            while not self.tts_run.stopping:  # draining: what is in flight finishes, nothing new is sent
+                request = self.tts_run.next_request()
                 if request is None:  # a probe step's texts are all sent
                     gevent.sleep(STOPPING_POLL_S)
                     continue
                 self.seq += 1
-                self.caller.send(*request, self.seq)
+                text, ask = request
+                self.caller.send(text, ask, self.seq)
                 if think_s:
                     gevent.sleep(think_s)
 

@@ -595,7 +595,7 @@ class Preflight(TypedDict):
     """``preflight``: the warm-up request sent before the run."""
 
     ok: Annotated[bool, Doc("", "the target answered like a TTS server (or busy, but a server)")]
-    status: Annotated[int | None, Doc("", "HTTP status (gRPC: the code name); null without an answer")]
+    status: Annotated[int | str | None, Doc("", "HTTP status (gRPC: the code name); null without an answer")]
     ms: Annotated[float | None, Doc("ms", "its round trip")]
     message: Annotated[str | None, Doc("", "why the run cannot start, one sentence")]
 

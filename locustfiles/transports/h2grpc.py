@@ -64,8 +64,9 @@ _FRAME = struct.Struct(">HBBBL")  # HTTP/2 frame header: length (high 16 bits, l
 _WINDOW_UPDATE = struct.Struct(">HBBBLL")  # ... and its increment
 _DATA, _HEADERS, _SETTINGS, _PUSH_PROMISE, _CONTINUATION = 0x0, 0x1, 0x4, 0x5, 0x9
 _END_STREAM, _END_HEADERS, _PADDED = 0x1, 0x4, 0x8
-#: A non-gRPC answer's HTTP status, as gRPC's clients read it (grpc/doc/http-grpc-status-mapping.md).
-HTTP_AS_GRPC = {
+#: A non-gRPC answer's HTTP status, as gRPC's clients read it (grpc/doc/http-grpc-status-mapping.md); None
+#: (no headers came) finds none, as any status not here.
+HTTP_AS_GRPC: dict[int | None, str] = {
     400: "INTERNAL",
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
@@ -106,7 +107,7 @@ class Connection:
     def __init__(self, host: str, port: int, connect_timeout_s: float, tls: ssl.SSLContext | None = None):
         self.authority = f"{host}:{port}"
         self.scheme = "https" if tls is not None else "http"
-        self.sock = gevent.socket.create_connection((host, port), timeout=connect_timeout_s)
+        self.sock: socket.socket | None = gevent.socket.create_connection((host, port), timeout=connect_timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:  # grpcs://: TLS offering h2, the handshake bounded by the connect timeout
             try:
@@ -195,7 +196,8 @@ class Connection:
     def read(self) -> None:
         """Read what the socket has (waiting for it) and hand it to the current call."""
         try:
-            data = self.sock.recv(READ_BYTES)
+            # read by the call in flight, and closed (None) only as it fails: no check on the hot path
+            data = self.sock.recv(READ_BYTES)  # type: ignore[union-attr]
         except OSError as e:
             self.close()
             raise ConnectionLost(f"the connection broke ({os_error(e)})") from None
@@ -279,8 +281,7 @@ class Connection:
             ) from None
         call = self.call
         for ev in events:
-            kind = type(ev)
-            if kind is h2.events.ConnectionTerminated:
+            if type(ev) is h2.events.ConnectionTerminated:
                 self.going_away = ev.last_stream_id or 0
                 if call is not None and call.status is None and call.sid > self.going_away:
                     self.close()
@@ -393,7 +394,7 @@ class Call:
             if "grpc-status" in headers:  # trailers-only: the call ends here
                 self._trailers(headers, at)
 
-    def _data(self, data: bytes, at: float) -> None:
+    def _data(self, data: bytes | bytearray, at: float) -> None:
         if not self.answered:  # not gRPC: keep the start of the body to quote
             self._body = (self._body + data)[:BODY_SNIPPET_BYTES]
             return

@@ -77,7 +77,7 @@ class HttpTransport(Transport):
     def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
         s = self.s
         answer = parser = resp = end = None
-        blocks: list[bytes] = []
+        blocks: list[bytes | bytearray] = []
         pieces: list[AudioPiece] = []
         got = 0
         try:
@@ -109,7 +109,8 @@ class HttpTransport(Transport):
                 blocks.append(block)
                 yield Received(at, len(block))
                 if parser is not None:
-                    parser.feed(block, at)
+                    # a bytearray, read by the parsers with only what bytes and bytearray share
+                    parser.feed(block, at)  # type: ignore[arg-type]
                     if pieces:
                         yield from pieces
                         pieces.clear()
@@ -140,7 +141,9 @@ class HttpTransport(Transport):
             raise
         yield self._ended(answer, end, parser, blocks, got, header(resp, "content-type"))
 
-    def _ended(self, answer: Answered, end: float, parser, blocks: list[bytes], got: int, content_type) -> Ended:
+    def _ended(
+        self, answer: Answered, end: float, parser, blocks: list[bytes | bytearray], got: int, content_type
+    ) -> Ended:
         """A whole body's end: the refusal's text, or the audio it carries (its error where it
         is not audio tts-knee reads)."""
         if not answer.ok:
@@ -205,12 +208,14 @@ def _then(answer: Answered | None, error: str) -> str:
     return error if answer is None else f"{answer.said}, then {error}"
 
 
-def _error_text(status: int, blocks: list[bytes]) -> str:
+def _error_text(status: int | str | None, blocks: list[bytes | bytearray]) -> str:
     snippet = " ".join(b"".join(blocks)[:ERROR_BODY_CHARS].decode("utf-8", "replace").split())
     return f"HTTP {status}" + (f": {snippet}" if snippet else "")
 
 
-def _audio_of(parser, blocks: list[bytes], size: int, content_type: str | None, s) -> tuple[list, containers.Audio]:
+def _audio_of(
+    parser, blocks: list[bytes | bytearray], size: int, content_type: str | None, s
+) -> tuple[list, containers.Audio]:
     """The audio to write for a whole 2xx body, and what it is; raises AudioError or
     StreamError. Judged from the first bytes the parser kept and the body's length, so the
     body is never joined into one buffer. Server-sent events become their decoded PCM as a
@@ -232,7 +237,7 @@ def _os_error(e: OSError) -> str:
     return f"{name} ({e.strerror})" if name and e.strerror else str(e) or type(e).__name__
 
 
-def read_some(resp) -> bytearray:
+def read_some(resp) -> bytes | bytearray:
     """What the response's body has for us now: blocks until at least one body byte has come
     (or the body ended: b""). geventhttpclient's ``read(n)`` waits for n bytes; this reads one
     socket's worth at a time, through the same buffer and parser ``read`` uses (its 2.x

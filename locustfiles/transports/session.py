@@ -31,6 +31,7 @@ import logging
 import random
 import socket
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import gevent
 from gevent.lock import Semaphore
@@ -170,7 +171,11 @@ class Connection:
                 inbox.put(self.lost)
 
 
-class SessionTransport(Transport):
+#: The connection a session transport opens (its subclass of :class:`Connection`).
+ConnT = TypeVar("ConnT", bound=Connection)
+
+
+class SessionTransport(Transport, Generic[ConnT]):
     """A connection kept across utterances (``reuse``; else one per utterance), each utterance
     an exchange. Subclasses say how to connect, what to send and what a refusal is."""
 
@@ -184,7 +189,7 @@ class SessionTransport(Transport):
 
     def __init__(self, s):
         self.s = s
-        self.conn: Connection | None = None
+        self.conn: ConnT | None = None
         self.rng = random.Random()
         self.opening = Semaphore()  # contexts share one connection: one of them opens it
         self.numbers = itertools.count(1)
@@ -192,27 +197,27 @@ class SessionTransport(Transport):
 
     # what a protocol provides
 
-    def connect(self) -> Connection:
+    def connect(self) -> ConnT:
         """A new, started connection; raises :class:`Refused`, or TransportError."""
         raise NotImplementedError
 
-    def begin(self, conn: Connection, key, text: str) -> None:
+    def begin(self, conn: ConnT, key, text: str) -> None:
         """Send what starts an utterance (its number on the connection is ``conn.utterances``)."""
 
-    def send_text(self, conn: Connection, key, text: str) -> None:
+    def send_text(self, conn: ConnT, key, text: str) -> None:
         raise NotImplementedError
 
-    def send_flush(self, conn: Connection, key) -> None:
+    def send_flush(self, conn: ConnT, key) -> None:
         """Send the protocol's flush (only called where ``flush_sentences`` is set)."""
 
-    def send_end(self, conn: Connection, key) -> None:
+    def send_end(self, conn: ConnT, key) -> None:
         raise NotImplementedError
 
-    def send_cancel(self, conn: Connection, key) -> None:
+    def send_cancel(self, conn: ConnT, key) -> None:
         """Send the protocol's cancel message for utterance ``key``."""
         raise NotImplementedError
 
-    def close_now(self, conn: Connection) -> None:
+    def close_now(self, conn: ConnT) -> None:
         """Close the connection to cancel what is on it; the reader's closed item follows."""
         conn.stop("the connection was closed to cancel the utterance")
 
@@ -224,7 +229,7 @@ class SessionTransport(Transport):
         """The Answered of a first item that turns the utterance away, or None."""
         return None
 
-    def goodbye(self, conn: Connection) -> None:
+    def goodbye(self, conn: ConnT) -> None:
         """End a connection politely (the protocol's close), then drop it."""
         conn.stop()
 
@@ -234,16 +239,17 @@ class SessionTransport(Transport):
         """The inbox (and context) name of utterance ``n`` of this transport."""
         return f"{self.tag}-{n}"
 
-    def _session(self) -> tuple[Connection, float | None]:
+    def _session(self) -> tuple[ConnT, float | None]:
         with self.opening:
-            if self.conn is not None and self.conn.lost is None:
-                return self.conn, None
-            if self.conn is not None and not self.conn.inboxes:  # ended while it idled (think time)
+            old = self.conn
+            if old is not None and old.lost is None:
+                return old, None
+            if old is not None and old.lost is not None and not old.inboxes:  # ended while it idled (think time)
                 log.info(
                     "%s: the session ended while it idled (%s, after %d keepalives); opening a new one",
                     self.s.target,
-                    self.conn.lost.message,
-                    self.conn.keepalives,
+                    old.lost.message,
+                    old.keepalives,
                 )
             began = mono()
             self.conn = None
@@ -280,16 +286,16 @@ class SessionTransport(Transport):
 
     def _clean(self, ended: Ended, cancel: Cancel | None) -> bool:
         """A cancel that leaves the connection fit for the next utterance."""
-        if ended.quiet is None or cancel.by != "message" or ended.note:
+        if ended.quiet is None or cancel is None or cancel.by != "message" or ended.note:
             return False
         return ended.quiet in ("acknowledged", "ended") or ended.quiet == "quiet" and self.routed
 
-    def _drop(self, conn: Connection) -> None:
+    def _drop(self, conn: ConnT) -> None:
         conn.stop()
         if self.conn is conn:
             self.conn = None
 
-    def _retire(self, conn: Connection) -> None:
+    def _retire(self, conn: ConnT) -> None:
         if not conn.inboxes:
             if self.conn is conn:
                 self.conn = None
@@ -310,7 +316,7 @@ class SessionTransport(Transport):
             else:
                 conn.stop()
 
-    def _converse(self, conn: Connection, key, text: str, connect_ms: float | None, cancel: Cancel | None):
+    def _converse(self, conn: ConnT, key, text: str, connect_ms: float | None, cancel: Cancel | None):
         inbox = conn.inboxes[key]
         if cancel is not None:  # the exchange's own greenlet carries the cancel out
             cancel.hook = lambda: inbox.put(Item(Kind.CANCEL, mono()))
@@ -332,6 +338,7 @@ class SessionTransport(Transport):
                 yield from self._send_due(conn, key, talk)
                 continue
             if item.kind is Kind.CANCEL:
+                assert cancel is not None  # only the cancel's own hook puts CANCEL in the inbox
                 yield from self._cancelled(conn, key, inbox, talk.utt, cancel.by, talk.flushes - talk.acked)
                 return
             if item.kind is Kind.FLUSHED and conn.stale_flushes and not talk.utt.pcm_bytes:
@@ -355,7 +362,7 @@ class SessionTransport(Transport):
             if (yield from self._heard(talk, item)):
                 return
 
-    def _send_due(self, conn: Connection, key, talk: _Talk):
+    def _send_due(self, conn: ConnT, key, talk: _Talk):
         """Send the text that is due, if any, and say so (:class:`TextSent`)."""
         send = talk.pacer.take(mono())
         if send is None:
@@ -401,7 +408,7 @@ class SessionTransport(Transport):
             return True
         return False
 
-    def _cancelled(self, conn: Connection, key, inbox: Queue, utt: _Audio, by: str, owed: int = 0):
+    def _cancelled(self, conn: ConnT, key, inbox: Queue, utt: _Audio, by: str, owed: int = 0):
         """The cancel carried out (see the module doc): what still arrives, then the Ended that
         says how the utterance went quiet. ``owed``: its flushes the server has not answered."""
         conn.gone.add(key)
@@ -463,7 +470,7 @@ class SessionTransport(Transport):
                 )
                 return
 
-    def _broke(self, conn: Connection, answered, e: OSError) -> TransportError:
+    def _broke(self, conn: ConnT, answered, e: OSError) -> TransportError:
         why = f"the connection broke ({os_error(e)})"
         conn.stop()
         return TransportError(

@@ -78,10 +78,10 @@ class _Socket:
         return getattr(self.sock, name)
 
 
-_ADDRESSES: dict[tuple[str, int], tuple] = {}
+_ADDRESSES: dict[tuple[str | None, int], tuple] = {}
 
 
-def _connect(host: str, port: int, timeout: float) -> socket.socket:
+def _connect(host: str | None, port: int, timeout: float) -> socket.socket:
     """A TCP connection to ``host``, resolved once per process: under gevent each resolution is
     a hand-off to a thread, which one connection per utterance would pay every turn."""
     found = _ADDRESSES.get((host, port))
@@ -225,7 +225,7 @@ class WsConnection(Connection):
         self.ws.sock, self.ws.connected = None, False
 
 
-class WsTransport(SessionTransport):
+class WsTransport(SessionTransport[WsConnection]):
     """One WebSocket connection per user (per utterance where the preset does not reuse one)."""
 
     request_type = "WS"
@@ -268,7 +268,9 @@ class WsTransport(SessionTransport):
             )
         sock.settimeout(None)  # the attempt's timeout bounds an utterance, not the socket's
         ws = websocket.WebSocket(skip_utf8_validation=True, enable_multithread=True)
-        ws.sock, ws.connected = sock, True  # upgraded here (see upgrade): its frames from now on
+        # upgraded here (see upgrade): its frames from now on, read through the buffered stand-in
+        # for a socket, which has what WebSocket calls on one
+        ws.sock, ws.connected = sock, True  # type: ignore[assignment]
         conn = WsConnection(ws, p)
         conn.start()
         if p.keepalive_s is not None and self.reuse:

@@ -42,7 +42,7 @@ _SNIPPET = 80
 def event(kind: str, data: dict | None = None, payload: bytes = b"") -> bytes:
     """One Wyoming event as bytes on the wire."""
     body = json.dumps(data, ensure_ascii=False).encode() if data else b""
-    head = {"type": kind}
+    head: dict[str, str | int] = {"type": kind}
     if body:
         head["data_length"] = len(body)
     if payload:
@@ -106,7 +106,7 @@ class WyomingConnection(Connection):
         sizes = [head.get("data_length") or 0, head.get("payload_length") or 0]
         if not all(type(n) is int and 0 <= n <= MAX_EVENT_BYTES for n in sizes):
             return _broken(f"a Wyoming {kind} event whose lengths are not byte counts: {_snippet(line)!r}")
-        data = head.get("data") if isinstance(head.get("data"), dict) else {}
+        data: dict = head["data"] if isinstance(head.get("data"), dict) else {}
         if sizes[0]:  # the data is judged before the payload is waited for: a wrong length shows here
             blob = self._take(sizes[0])
             if blob is None:
@@ -165,7 +165,7 @@ class WyomingConnection(Connection):
         self.sock.close()
 
 
-class WyomingTransport(SessionTransport):
+class WyomingTransport(SessionTransport[WyomingConnection]):
     """One TCP connection per user, kept across its utterances."""
 
     request_type = "Wyoming"
@@ -194,7 +194,7 @@ class WyomingTransport(SessionTransport):
         sock.settimeout(None)  # the attempt's timeout bounds an utterance
         return WyomingConnection(sock, self.plain)
 
-    def streams_text(self) -> tuple[bool | None, str]:
+    def streams_text(self) -> tuple[bool | None, str | None]:
         """Whether the server takes streamed text (``synthesize-start/chunk/stop``), from its
         answer to ``describe``: (True/False, its TTS program's name), or (None, why) where it
         did not say within the connect timeout. A server without it ignores those events, and
