@@ -338,6 +338,9 @@ class Run:
             **({"trace": s.trace.describe()} if s.trace else {}),
         )
         log.info("run directory: %s", self.run_dir)
+        # run.json from the start: what follows asks the network (voices, the warm-up, provenance), and
+        # a run stopped meanwhile (audio that cannot be written, say) still leaves its record
+        self.save()
         if s.voice_upload:  # before the preflight, which asks for the first voice by its name
             self.uploads = VoiceUploads(s)
             refused = self.uploads.register()
