@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import shutil
 import sys
@@ -75,8 +76,13 @@ def compare(a: Path, b: Path) -> int:
 
 def synth(corpus: Path) -> int:
     """Synthetic runs of many shapes: each diagnosis, streamed, in progress, with an SLO, refined."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from rundirs import Model, build_run
+    # the tests' run-directory builder, loaded from its file (tests/ is not a package)
+    spec = importlib.util.spec_from_file_location("rundirs", HERE.parent / "tests" / "rundirs.py")
+    assert spec is not None and spec.loader is not None
+    rundirs = importlib.util.module_from_spec(spec)
+    sys.modules["rundirs"] = rundirs  # its dataclasses look their module up by name
+    spec.loader.exec_module(rundirs)
+    Model, build_run = rundirs.Model, rundirs.build_run
 
     shapes = {
         "flat": Model(slots=None),
