@@ -31,7 +31,7 @@ from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.schema import Attempt
 
 from .clock import mono
-from .shape import Step
+from .step import Step
 
 log = logging.getLogger("tts_knee.metrics")
 

@@ -38,7 +38,7 @@ from .user import RunUser
 
 if TYPE_CHECKING:
     from .inputs.trace import Trace
-    from .shape import Step
+    from .step import Step
 
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002

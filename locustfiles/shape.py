@@ -35,6 +35,7 @@ from tts_knee import runformat
 
 from .clock import wall
 from .shipping import BATCH_INTERVAL_S
+from .step import Step
 
 log = logging.getLogger("tts_knee.shape")
 #: Users started per second at a step change: fast enough that a step is all at its level.
@@ -44,23 +45,6 @@ TICK_SLACK_S = 0.1
 #: unanswered then are judged without (and counted in the verdict's ``unanswered``).
 RECORDS_WAIT_S = 30.0
 RECORDS_POLL_S = 0.05
-
-
-@dataclass
-class Step:
-    step: int  # 1-based index
-    concurrency: int
-    start: float  # unix seconds on the master's clock
-    end: float | None = None
-    phase: str = "grid"  # one of runformat.PHASES
-    repeat: int = 1  # 1-based pass over the grid
-    cutoff: float | None = None  # judged on the requests sent before this (when judged)
-    settle_s: float | None = None  # this step's own settle window; None: the run's
-    rate: float | None = None  # open loop: offered requests per second, whole run
-    workers: dict | None = None  # open loop: worker id -> index among those sharing the rate
-    hold_s: float | None = None  # the soak: how long it lasts (a probe step: at most); None: --step-time
-    voices: int | None = None  # --voice-steps: requests draw from the first this many voices
-    offered_rps: float | None = None  # --trace: the arrivals its settled window replays, per second
 
 
 @dataclass
