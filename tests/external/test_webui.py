@@ -408,7 +408,7 @@ def test_a_step_still_running_is_shown_open_and_the_verdict_waits_for_it(tmp_pat
             assert row["rps"] == row["p95_ms"] == WITHHELD, row
     rated = [row for row in open_rows if row["state"] == "in progress"]
     assert rated and rated[-1]["rps"] == pytest.approx(final["steps"][-1]["throughput_rps"], rel=0.25), rated[-1:]
-    for s, _tab, _page in live_open:  # the verdict is the closed step's, and never recommends the open one
+    for s, tab, _page in live_open:  # the verdict is the closed step's, and never recommends the open one
         assert [lv["concurrency"] for lv in s["levels"]] == [2] and s["recommended_concurrency"] in (None, 2)
         assert s["in_progress_step"]["closed_steps"] == [1] and s["knee"]["concurrency"] != 4
         # a closed row is the final one, but for the requests in flight at its end, one a user at most, that
