@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -154,17 +155,7 @@ def _concurrency_curves(summary: dict) -> go.Figure:
     )
     conc = [s["concurrency"] for s in steps]
     n = lx(conc)
-    for q, dash in (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(
-            x=n,
-            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
-            name=f"{q} wait",
-            mode="lines+markers",
-            line=dict(dash=dash),
-            row=1,
-            col=1,
-            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
-        )
+    _wait_lines(fig, n, steps, (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")))
     fig.add_scatter(
         x=n,
         y=[(s.get("e2e_ms") or {}).get("p95") for s in steps],
@@ -498,17 +489,7 @@ def _voices_curves(summary: dict) -> go.Figure:
         + (("Server's voice cache hit rate",) if cache else ()),
     )
     n = lx([s["voices"] for s in steps])
-    for q, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(
-            x=n,
-            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
-            name=f"{q} wait",
-            mode="lines+markers",
-            line=dict(dash=dash),
-            row=1,
-            col=1,
-            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
-        )
+    _wait_lines(fig, n, steps, (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")))
     fig.add_scatter(
         x=n,
         y=[s.get("throughput_rps") for s in steps],
@@ -575,3 +556,19 @@ VOICES = Axis(
 
 
 _DRAWN = {ax.key: ax for ax in (CONCURRENCY, RATE, VOICES)}
+
+
+def _wait_lines(fig: Any, x: list[Any], steps: list[Any], quantiles: tuple[tuple[str, str | None], ...]) -> None:
+    """The wait's percentiles against the sweep's axis, each a line (p50 and p95 with their
+    confidence bars), in the figure's first panel."""
+    for q, dash in quantiles:
+        fig.add_scatter(
+            x=x,
+            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
+            name=f"{q} wait",
+            mode="lines+markers",
+            line=dict(dash=dash),
+            row=1,
+            col=1,
+            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
+        )
