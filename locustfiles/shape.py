@@ -41,6 +41,8 @@ log = logging.getLogger("tts_knee.shape")
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
 TICK_SLACK_S = 0.1
+#: How often Locust calls the shape's tick.
+TICK_S = 1.0
 #: Longest wait past a step's cut-off for the requests it sent before it; those still
 #: unanswered then are judged without (and counted in the verdict's ``unanswered``).
 RECORDS_WAIT_S = 30.0
@@ -117,6 +119,13 @@ class StepShape(LoadTestShape):
         wanted = run.probe.requests_at(cur.concurrency, run.sending_nodes) if probing else settings.step_requests
         going = run.cut_short is None  # a run cut short ends now
         judged = going and plan.judging and cur.phase in ("grid", "refine")
+        if going and not by_count and TICK_SLACK_S < left < TICK_S:
+            # Locust ticks once a second, in the phase of the tick that began the step, which its
+            # own start (opening the run, spawning) can lag: a step due before the next tick ends
+            # on its time, not up to a second late (an open-loop step sends no arrival then, and
+            # a longer window would read as a shortfall)
+            gevent.sleep(left)
+            left = 0.0
         # Locust ticks once a second: a step due within TICK_SLACK_S ends now, not a tick later.
         if going and left > TICK_SLACK_S and not (by_count and done >= wanted):
             if run.spike is not None and cur.phase in runformat.SPIKE_PHASES:

