@@ -56,10 +56,10 @@ from tts_knee.runformat.reader import Attempts
 from tts_knee.runformat.summary import Diagnosis, Growth, Knee, KneeMethods, SloVerdict, StepSummary
 
 from . import slo as slo_mod
-from .confidence import ci_range, percentile_cis
+from .confidence import ci_range
 from .diagnosis import diagnose as by_steps
 from .knee import FAILURE_RATE, LATENCY_RISE, signal_first, signal_rise
-from .steps import dist, spans
+from .steps import add_intervals, dist, spans
 
 SHORTFALL = 0.15
 GROWTH_RATIO = 1.5
@@ -104,7 +104,7 @@ def step_figures(a: Attempts, step: Mapping[str, Any], stats: StepSummary) -> di
     waits = a["sched_wait_ms"][okf]
     sched_wait = dist(waits)
     if sched_wait is not None:
-        sched_wait.update(percentile_cis(waits))
+        add_intervals(sched_wait, waits)
     return {
         "rate": rate,
         "dropped": dropped,

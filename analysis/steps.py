@@ -101,7 +101,9 @@ Definitions used throughout the dashboard:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -109,7 +111,23 @@ import pandas as pd
 from tts_knee.audio import signal
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
-from tts_knee.runformat.summary import StepSummary
+from tts_knee.runformat.summary import (
+    Dist,
+    Error,
+    HostAggregate,
+    Integrity,
+    IntegrityExample,
+    Little,
+    MemoryCreep,
+    OpenStep,
+    ResourceAggregate,
+    RivaStats,
+    Stage,
+    StepSummary,
+    Tail,
+    Tier,
+    Window,
+)
 
 from . import capacity, server_metrics
 from .confidence import percentile_cis
@@ -139,41 +157,47 @@ RATE_FIGURES = (
 )
 
 
-def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
+def dist(values: np.ndarray, sorted_v: np.ndarray | None = None) -> Dist | None:
     """{count, mean, p50, p90, p95, p99, max} of the finite values, or None if there are none;
     ``sorted_v``: the same values sorted, when kept (the percentiles come from them)."""
-    v = values[np.isfinite(values)]
-    if not len(v):
+    finite = values[np.isfinite(values)]
+    if not len(finite):
         return None
-    p = np.percentile(v, PCTS) if sorted_v is None else percentiles(sorted_v, PCTS)
-    out = {"count": int(len(v)), "mean": float(v.mean())}
-    out.update({f"p{q}": float(x) for q, x in zip(PCTS, p)})
-    out["max"] = float(v.max())
-    return out
+    p50, p90, p95, p99 = np.percentile(finite, PCTS) if sorted_v is None else percentiles(sorted_v, PCTS)
+    return {
+        "count": int(len(finite)),
+        "mean": float(finite.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+        "max": float(finite.max()),
+    }
 
 
-def riva_stats(values: np.ndarray) -> dict[str, Any] | None:
+def riva_stats(values: np.ndarray) -> RivaStats | None:
     """{count, avg, p90, p95, p99} of the finite values as riva_tts_perf_client computes them
     (see the module doc), or None if there are none."""
-    v = np.sort(values[np.isfinite(values)])
-    if not len(v):
+    ordered = np.sort(values[np.isfinite(values)])
+    if not len(ordered):
         return None
-    out = {"count": int(len(v)), "avg": float(v.mean())}
-    out.update({f"p{round(q * 100)}": float(v[int(q * len(v))]) for q in RIVA_QUANTILES})
-    return out
+    p90, p95, p99 = (float(ordered[int(q * len(ordered))]) for q in RIVA_QUANTILES)
+    return {"count": int(len(ordered)), "avg": float(ordered.mean()), "p90": p90, "p95": p95, "p99": p99}
 
 
-def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> dict[str, Any] | None:
+def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> Tail | None:
     """{count, mean, p95, max} of the finite values, or None if there are none."""
-    d = dist(values, sorted_v)
-    return None if d is None else {k: d[k] for k in ("count", "mean", "p95", "max")}
+    whole = dist(values, sorted_v)
+    if whole is None:
+        return None
+    return {"count": whole["count"], "mean": whole["mean"], "p95": whole["p95"], "max": whole["max"]}
 
 
 def spoken_s(a: Attempts) -> np.ndarray:
     """Per attempt, the seconds of its audio from the first sound on: ``audio_s`` less its
     ``leading_silence_ms`` where the signal checks measured one, else ``audio_s`` (see the module
     doc); once per set of columns."""
-    got = a.memo.get("spoken_s")
+    got: np.ndarray | None = a.memo.get("spoken_s")
     if got is None or len(got) != len(a):
         lead = a["leading_silence_ms"]
         got = a.memo["spoken_s"] = np.where(np.isfinite(lead), a["audio_s"] - lead / 1000.0, a["audio_s"])
@@ -183,7 +207,7 @@ def spoken_s(a: Attempts) -> np.ndarray:
 def _heard_whole(a: Attempts) -> np.ndarray:
     """The successful settled final attempts with a length and a text, not interrupted: the ones
     a text's reference length comes from."""
-    return (
+    heard: np.ndarray = (
         a["ok"]
         & a["final"]
         & a["settled"]
@@ -192,6 +216,7 @@ def _heard_whole(a: Attempts) -> np.ndarray:
         & (a["concurrency"] >= 1)
         & ~np.isfinite(a["cancel_ms"])
     )
+    return heard
 
 
 def audio_reference(a: Attempts) -> np.ndarray:
@@ -199,9 +224,9 @@ def audio_reference(a: Attempts) -> np.ndarray:
     the lowest concurrency in the records (NaN for texts not sent there); computed once per set
     of columns (a live reader's attempts keep each text's sorted lengths from one refresh to the
     next)."""
-    ref = a.memo.get("audio_reference")
-    if ref is not None:
-        return ref
+    kept: np.ndarray | None = a.memo.get("audio_reference")
+    if kept is not None:
+        return kept
     ref = np.full(len(a.texts), np.nan)
     good = _heard_whole(a)
     if good.any():
@@ -223,12 +248,15 @@ def audio_reference(a: Attempts) -> np.ndarray:
 def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.ndarray]:
     """A live reader's: each text's sorted ``audio_s`` over the rows ``low`` (at concurrency
     ``lowest``), merged with the rows read since the last refresh."""
+    assert a.lasting is not None  # only a live reader's attempts keep lengths from one refresh to the next
     key = ("audio lengths", lowest)
-    n = len(a)
+    n_rows = len(a)
     got = a.lasting.get(key)
-    rows, by_text = got if got is not None and got[0] <= n else (0, {})
-    idx = rows + np.flatnonzero(low[rows:])
-    codes, lengths = a["text"][idx], spoken_s(a)[idx]
+    read: int
+    by_text: dict[int, np.ndarray]
+    read, by_text = got if got is not None and got[0] <= n_rows else (0, {})
+    new_rows = read + np.flatnonzero(low[read:])
+    codes, lengths = a["text"][new_rows], spoken_s(a)[new_rows]
     order = np.lexsort((lengths, codes))
     codes, lengths = codes[order], lengths[order]
     for part_codes, part in zip(
@@ -238,38 +266,42 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
             code = int(part_codes[0])
             old = by_text.get(code)
             by_text[code] = part if old is None else np.insert(old, np.searchsorted(old, part), part)
-    a.lasting[key] = (n, by_text)
+    a.lasting[key] = (n_rows, by_text)
     return by_text
 
 
-def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict[str, Any]:
+def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> Integrity:
     """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
     (see the module doc). A live reader's attempts keep step ``step``'s counts and check only
     the rows read since, while the reference stays the same."""
     ref = audio_reference(a)
-    n = len(a)
+    n_rows = len(a)
     key = ("integrity", step)
     kept = a.lasting.get(key) if a.lasting is not None and step is not None else None
-    if kept is not None and kept[0] <= n and np.array_equal(kept[1], ref, equal_nan=True):
+    start: int
+    checked: int
+    mismatched: int
+    examples: list[IntegrityExample]
+    if kept is not None and kept[0] <= n_rows and np.array_equal(kept[1], ref, equal_nan=True):
         start, checked, mismatched, examples = kept[0], kept[2], kept[3], list(kept[4])
     else:
         start, checked, mismatched, examples = 0, 0, 0, []
-    sub = slice(start, n)
-    idx = start + np.flatnonzero(rows[sub] & np.isfinite(a["audio_s"][sub]) & (a["text"][sub] >= 0))
-    expected = ref[a["text"][idx]] if len(ref) else np.full(len(idx), np.nan)
-    has = np.isfinite(expected)
-    idx, expected = idx[has], expected[has]
-    got = spoken_s(a)[idx]
+    unread = slice(start, n_rows)
+    candidates = start + np.flatnonzero(rows[unread] & np.isfinite(a["audio_s"][unread]) & (a["text"][unread] >= 0))
+    expected = ref[a["text"][candidates]] if len(ref) else np.full(len(candidates), np.nan)
+    has_reference = np.isfinite(expected)
+    compared, expected = candidates[has_reference], expected[has_reference]
+    got = spoken_s(a)[compared]
     off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
-    bad = idx[off]
+    off_rows = compared[off]
     room = INTEGRITY_EXAMPLES - len(examples)
     examples += [
-        {"text_id": a.texts[a["text"][i]], "expected_s": round(float(e), 3), "got_s": round(float(g), 3)}
-        for i, e, g in zip(bad[:room], expected[off][:room], got[off][:room])
+        {"text_id": a.texts[a["text"][row]], "expected_s": round(float(want), 3), "got_s": round(float(had), 3)}
+        for row, want, had in zip(off_rows[:room], expected[off][:room], got[off][:room])
     ]
-    checked, mismatched = checked + len(idx), mismatched + len(bad)
+    checked, mismatched = checked + len(compared), mismatched + len(off_rows)
     if a.lasting is not None and step is not None:
-        a.lasting[key] = (n, ref, checked, mismatched, examples)
+        a.lasting[key] = (n_rows, ref, checked, mismatched, examples)
     return {
         "checked": int(checked),
         "mismatched": int(mismatched),
@@ -278,31 +310,57 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> dict[st
     }
 
 
-def signal_stats(a: Attempts, final: np.ndarray, ok_timed: np.ndarray, figure) -> dict[str, Any]:
-    """The step's signal figures (:mod:`audio.signal`): the distributions of leading and
-    trailing silence and of audible TTFA over the requests the latency figures describe
-    (``ok_timed``), and, over its requests (``final``, final attempts), the shares that were silent
-    (failed with :data:`~audio.signal.SILENT`), ran away or were truncated (:func:`length_flags`),
-    or clipped (any sample at full scale in more than :data:`CLIPPED_SHARE` of it)."""
+@dataclass(frozen=True)
+class _Figures:
+    """One step's distributions of the attempts' columns. A live reader's attempts keep each
+    one's sorted values under ``key`` (what the step's masks depend on) and the column's and
+    the mask's names."""
+
+    attempts: Attempts
+    key: tuple[Hashable, ...]
+
+    def sorted(self, column: str, mask: np.ndarray, mask_name: str) -> np.ndarray | None:
+        """The finite values of ``column`` over ``mask``, sorted, where a live reader keeps them."""
+        return sorted_values(self.attempts, (*self.key, column, mask_name), self.attempts[column], mask)
+
+    def dist(self, column: str, mask: np.ndarray, mask_name: str) -> Dist | None:
+        """:func:`dist` of ``column`` over ``mask``."""
+        kept = self.sorted(column, mask, mask_name)
+        return dist(self.attempts[column][mask], kept)
+
+    def tail(self, column: str, mask: np.ndarray, mask_name: str) -> Tail | None:
+        """:func:`_tail` of ``column`` over ``mask``."""
+        kept = self.sorted(column, mask, mask_name)
+        return _tail(self.attempts[column][mask], kept)
+
+
+def signal_stats(out: StepSummary, final: np.ndarray, ok_timed: np.ndarray, figures: _Figures) -> None:
+    """The step's signal figures (:mod:`audio.signal`), set in ``out``: the distributions of
+    leading and trailing silence and of audible TTFA over the requests the latency figures
+    describe (``ok_timed``), and, over its requests (``final``, final attempts), the shares that
+    were silent (failed with :data:`~audio.signal.SILENT`), ran away or were truncated
+    (:func:`length_flags`), or clipped (any sample at full scale in more than
+    :data:`CLIPPED_SHARE` of it)."""
+    a = figures.attempts
     runaway, truncated = length_flags(a)
     silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
-    n = int(final.sum())
-    checked = ok_timed & np.isfinite(a["clipped_share"])
+    n_requests = int(final.sum())
+    clip_checked = ok_timed & np.isfinite(a["clipped_share"])
 
-    def share(mask) -> float | None:
-        return int(mask.sum()) / n if n else None
+    def share(mask: np.ndarray) -> float | None:
+        return int(mask.sum()) / n_requests if n_requests else None
 
-    return {
-        "leading_silence_ms": figure("leading_silence_ms", ok_timed, "ok_timed"),
-        "trailing_silence_ms": figure("trailing_silence_ms", ok_timed, "ok_timed"),
-        "ttfa_audible_ms": figure("ttfa_audible_ms", ok_timed, "ok_timed"),
-        "silent_rate": share(final & (a["error"] == silent_code)),
-        "runaway_rate": share(final & runaway),
-        "truncated_rate": share(final & truncated),
-        "clipped_rate": int((checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(checked.sum())
-        if checked.any()
-        else None,
-    }
+    out["leading_silence_ms"] = figures.dist("leading_silence_ms", ok_timed, "ok_timed")
+    out["trailing_silence_ms"] = figures.dist("trailing_silence_ms", ok_timed, "ok_timed")
+    out["ttfa_audible_ms"] = figures.dist("ttfa_audible_ms", ok_timed, "ok_timed")
+    out["silent_rate"] = share(final & (a["error"] == silent_code))
+    out["runaway_rate"] = share(final & runaway)
+    out["truncated_rate"] = share(final & truncated)
+    out["clipped_rate"] = (
+        int((clip_checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(clip_checked.sum())
+        if clip_checked.any()
+        else None
+    )
 
 
 def text_lengths(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
@@ -310,7 +368,7 @@ def text_lengths(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     (its median at the lowest step), or where the lowest step did not send it its median over
     the run; and how many times the run heard it whole (:func:`_heard_whole`; 0 for the label
     cap's shared code, which has no single length). Once per set of columns."""
-    got = a.memo.get("text_lengths")
+    got: tuple[np.ndarray, np.ndarray, int] | None = a.memo.get("text_lengths")
     if got is not None and got[2] == len(a):
         return got[0], got[1]
     good = _heard_whole(a)
@@ -334,9 +392,9 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     against its text's own length (:func:`text_lengths`) where the run heard the text more than
     once, else by its pace against its language's (:func:`audio.signal.pace_outliers`); see the
     module doc. Once per set of columns."""
-    got = a.memo.get("length_flags")
-    if got is not None and len(got[0]) == len(a):
-        return got
+    kept: tuple[np.ndarray, np.ndarray] | None = a.memo.get("length_flags")
+    if kept is not None and len(kept[0]) == len(a):
+        return kept
     ref, heard = text_lengths(a)
     spoken = spoken_s(a)
     code = a["text"]
@@ -359,72 +417,85 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     np.divide(spoken, pace, out=pace)
     pace[~(whole & (a["text_len"] > 0))] = np.nan
     fast, slow = signal.pace_outliers(pace, a["language"])
-    got = a.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
-    return got
+    flags = a.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
+    return flags
 
 
-def _stream_end(window: dict[str, Any]) -> float | None:
+def _stream_end(window: Window) -> float | None:
     """The end a step's streams must have finished by to count (see the module doc), or None."""
     return None if window["open"] or window["source"] != "run.json" else window["end"]
 
 
-def _cut_by_step_end(a: Attempts, m: np.ndarray, end: float | None) -> np.ndarray:
+def _cut_by_step_end(a: Attempts, rows: np.ndarray, end: float | None) -> np.ndarray:
     """The ``cut_by_step_end`` column: attempts that finished after the end of the step they were
-    sent in.  Each step marks its own rows (``m``) as it is summarised, so a summary of several
+    sent in.  Each step marks its own rows (``rows``) as it is summarised, so a summary of several
     steps pooled later (their records relabelled) still leaves those attempts out."""
     cut = a.cols.get("cut_by_step_end")
     if cut is None:
         cut = a.cols["cut_by_step_end"] = np.zeros(len(a), dtype=bool)
     if end is not None:
-        cut[m & (a["tend"] > end)] = True  # an attempt without a known end counts as inside
+        cut[rows & (a["tend"] > end)] = True  # an attempt without a known end counts as inside
     return cut
 
 
-def _stream_stats(a: Attempts, ok_final: np.ndarray, streamed: bool, cut: np.ndarray, figure) -> dict[str, Any]:
-    """The stream figures of one step's successful requests, leaving out those ``cut`` (see the
-    module doc); ``figure(column, mask, mask name, tail)`` is a distribution."""
-    n_cut, ok_final = int((ok_final & cut).sum()), ok_final & ~cut
-    under = a["underruns"][ok_final]
-    under = under[np.isfinite(under)]
-    return {
-        "streamed": streamed,
-        "streams": {"counted": int(ok_final.sum()), "cut_by_step_end": n_cut},
-        "ttfa_ms": figure("ttfa_ms", ok_final, "streams", False),
-        "underrun_rate": float((under >= 1).mean()) if len(under) else None,
-        "underrun_streams": int((under >= 1).sum()),
-        "underrun_ms": figure("underrun_ms", ok_final, "streams", True),
-        "gap_max_ms": figure("gap_max_ms", ok_final, "streams", True),
-        "chunks": figure("chunks", ok_final, "streams", True),
-        "tail_ms": figure("tail_ms", ok_final, "streams", False),
-        "riva": {"first_audio_ms": riva_stats(a["ttfa_ms"][ok_final]), "chunk_ms": riva_stats(a.gaps_of(ok_final))}
+def _stream_stats(
+    out: StepSummary, figures: _Figures, ok_final: np.ndarray, heard: np.ndarray, streamed: bool, cut: np.ndarray
+) -> None:
+    """The stream figures of one step's successful requests, set in ``out``, leaving out those
+    ``cut`` (see the module doc); the tail over the ones ``heard`` to the end."""
+    a = figures.attempts
+    n_cut, streams = int((ok_final & cut).sum()), ok_final & ~cut
+    underruns = a["underruns"][streams]
+    underruns = underruns[np.isfinite(underruns)]
+    out["streamed"] = streamed
+    out["streams"] = {"counted": int(streams.sum()), "cut_by_step_end": n_cut}
+    out["ttfa_ms"] = figures.dist("ttfa_ms", streams, "streams")
+    out["underrun_rate"] = float((underruns >= 1).mean()) if len(underruns) else None
+    out["underrun_streams"] = int((underruns >= 1).sum())
+    out["underrun_ms"] = figures.tail("underrun_ms", streams, "streams")
+    out["gap_max_ms"] = figures.tail("gap_max_ms", streams, "streams")
+    out["chunks"] = figures.tail("chunks", streams, "streams")
+    out["tail_ms"] = figures.dist("tail_ms", heard & ~cut, "heard")
+    out["riva"] = (
+        {"first_audio_ms": riva_stats(a["ttfa_ms"][streams]), "chunk_ms": riva_stats(a.gaps_of(streams))}
         if streamed
-        else None,
+        else None
+    )
+
+
+def _mean_max(series: pd.Series) -> tuple[float | None, float | None]:
+    known = series.dropna()
+    if not len(known):
+        return None, None
+    return float(known.mean()), float(known.max())
+
+
+def _host_aggregate(samples: pd.DataFrame) -> HostAggregate:
+    """Mean/max figures of one host's samples."""
+    cpu_mean, cpu_max = _mean_max(samples["cpu_percent"])
+    busiest_core_mean, busiest_core_max = _mean_max(samples["cpu_max_core_percent"])
+    proc_cpu_mean, proc_cpu_max = _mean_max(samples["proc_cpu_percent"])
+    gpu_util_mean, gpu_util_max = _mean_max(samples["gpu_util_percent"])
+    used = samples["gpu_mem_used_bytes"].dropna()
+    total = samples["gpu_mem_total_bytes"].dropna()
+    return {
+        "samples": int(len(samples)),
+        "cpu_mean": cpu_mean,
+        "cpu_max": cpu_max,
+        "busiest_core_mean": busiest_core_mean,
+        "busiest_core_max": busiest_core_max,
+        "proc_cpu_mean": proc_cpu_mean,
+        "proc_cpu_max": proc_cpu_max,
+        "gpu_util_mean": gpu_util_mean,
+        "gpu_util_max": gpu_util_max,
+        "gpu_mem_peak_bytes": float(used.max()) if len(used) else None,
+        "gpu_mem_total_bytes": float(total.max()) if len(total) else None,
+        "gpu_power_mean_w": _mean_max(samples["gpu_power_w"])[0],
     }
 
 
-def _mean_max(s: pd.Series) -> tuple[float | None, float | None]:
-    s = s.dropna()
-    if not len(s):
-        return None, None
-    return float(s.mean()), float(s.max())
-
-
-def _host_aggregate(w: pd.DataFrame) -> dict[str, Any]:
-    """Mean/max figures of one host's samples."""
-    out = {"samples": int(len(w))}
-    out["cpu_mean"], out["cpu_max"] = _mean_max(w["cpu_percent"])
-    out["busiest_core_mean"], out["busiest_core_max"] = _mean_max(w["cpu_max_core_percent"])
-    out["proc_cpu_mean"], out["proc_cpu_max"] = _mean_max(w["proc_cpu_percent"])
-    out["gpu_util_mean"], out["gpu_util_max"] = _mean_max(w["gpu_util_percent"])
-    mem = w["gpu_mem_used_bytes"].dropna()
-    out["gpu_mem_peak_bytes"] = float(mem.max()) if len(mem) else None
-    tot = w["gpu_mem_total_bytes"].dropna()
-    out["gpu_mem_total_bytes"] = float(tot.max()) if len(tot) else None
-    out["gpu_power_mean_w"] = _mean_max(w["gpu_power_w"])[0]
-    return out
-
-
-_HOST_MAX = (
+#: The figures a role takes as the highest of its hosts'.
+HostFigure = Literal[
     "cpu_mean",
     "cpu_max",
     "busiest_core_mean",
@@ -436,35 +507,37 @@ _HOST_MAX = (
     "gpu_mem_peak_bytes",
     "gpu_mem_total_bytes",
     "gpu_power_mean_w",
-)
+]
+_HOST_MAX: tuple[HostFigure, ...] = get_args(HostFigure)
 
 
 def resource_aggregate(
     res: pd.DataFrame, role: str, start: float | None, end: float | None, roles: dict[str, str] | None = None
-) -> dict[str, Any] | None:
+) -> ResourceAggregate | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
     hosts' figures (see the module doc); None when there are no samples. ``roles``:
     ``--server-role``'s ``{family: role}`` for the server's series."""
     if not len(res) or start is None or end is None:
         return None
-    w = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
-    if not len(w):
+    inside = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
+    if not len(inside):
         return None
-    by_host = {str(h): _host_aggregate(g) for h, g in w.groupby("host", sort=True)}
-    out = {"samples": int(len(w)), "hosts": sorted(by_host)}
-    for k in _HOST_MAX:
-        vals = [d[k] for d in by_host.values() if d[k] is not None]
-        out[k] = max(vals) if vals else None
+    by_host = {str(host): _host_aggregate(samples) for host, samples in inside.groupby("host", sort=True)}
+    # by_host goes last, after the server's own figures (summary.json's order): set below
+    out: ResourceAggregate = {"samples": int(len(inside)), "hosts": sorted(by_host)}  # type: ignore[typeddict-item]
+    for figure in _HOST_MAX:
+        values = [found for host_figures in by_host.values() if (found := host_figures[figure]) is not None]
+        out[figure] = max(values) if values else None
     if role == "server":
         # Shown as evidence only: this is already the next step when steps follow each other.
         after = res[(res["role"] == role) & (res["ts"] > end) & (res["ts"] <= end + FALLBACK_S)]
-        fb = [
-            float(g["gpu_mem_used_bytes"].dropna().min())
-            for _, g in after.groupby("host")
-            if g["gpu_mem_used_bytes"].notna().any()
+        fallback = [
+            float(samples["gpu_mem_used_bytes"].dropna().min())
+            for _, samples in after.groupby("host")
+            if samples["gpu_mem_used_bytes"].notna().any()
         ]
-        out["gpu_mem_fallback_bytes"] = max(fb) if fb else None
-        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(w, roles)
+        out["gpu_mem_fallback_bytes"] = max(fallback) if fallback else None
+        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(inside, roles)
     out["by_host"] = by_host
     return out
 
@@ -473,102 +546,132 @@ def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mask, start, end) of the logical requests whose final attempt has a known end: ``mask``
     selects those final attempts; a span runs from the first attempt's ``t0`` (else the final
     attempt's own) to the final attempt's ``tend``; computed once per set of columns."""
-    got = a.memo.get("spans")
+    got: tuple[np.ndarray, np.ndarray, np.ndarray] | None = a.memo.get("spans")
     if got is None:
         got = a.memo["spans"] = _spans(a)
     return got
 
 
 def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    fin = a["final"] & np.isfinite(a["tend"])
-    end = a["tend"][fin]
-    start = a["e2e_ms"][fin]  # run-long columns: worked in place
+    final_ended = a["final"] & np.isfinite(a["tend"])
+    end = a["tend"][final_ended]
+    start = a["e2e_ms"][final_ended]  # run-long columns: worked in place
     start /= 1000.0
     np.subtract(end, start, out=start)  # finite where e2e is (end is)
-    np.copyto(start, a["t0"][fin], where=~np.isfinite(start))
+    np.copyto(start, a["t0"][final_ended], where=~np.isfinite(start))
     np.copyto(start, end, where=~np.isfinite(start))
-    return fin, start, end
+    return final_ended, start, end
 
 
 def run_end_cut(a: Attempts) -> np.ndarray:
     """The attempts the run's end cut (error ``cut_by_run_end``), as a mask."""
-    cut = a.memo.get("run_end_cut")
+    cut: np.ndarray | None = a.memo.get("run_end_cut")
     if cut is None or len(cut) != len(a):
         code = a.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in a.errors else -2
         cut = a.memo["run_end_cut"] = a["error"] == code
     return cut
 
 
-def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[str, Any]:
+def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[str, Tier]:
     """{label: {count, p50, p95}} of ``waits`` grouped by their label ``codes`` (-1: none), in
     the labels' order; one sort, however many labels (a voice sweep has hundreds)."""
     keep = (codes >= 0) & np.isfinite(waits)
     codes, waits = codes[keep], waits[keep]
     order = np.argsort(codes, kind="stable")
     codes, waits = codes[order], waits[order]
-    cut = np.flatnonzero(np.diff(codes)) + 1
-    out = {}
-    for part, vals in zip(np.split(codes, cut), np.split(waits, cut)):
-        d = dist(vals) if len(vals) else None
-        if d:
-            out[names[part[0]]] = {"count": d["count"], "p50": d["p50"], "p95": d["p95"]}
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    out: dict[str, Tier] = {}
+    for part, values in zip(np.split(codes, bounds), np.split(waits, bounds)):
+        label_dist = dist(values) if len(values) else None
+        if label_dist:
+            out[names[part[0]]] = {"count": label_dist["count"], "p50": label_dist["p50"], "p95": label_dist["p95"]}
     return out
 
 
-def step_window(a: Attempts, step: dict[str, Any], settle_s=None, next_start=None) -> dict[str, Any]:
+def step_window(
+    a: Attempts, step: dict[str, Any], settle_s: float | None = None, next_start: float | None = None
+) -> Window:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
-    open}``; ``open`` is true when the step's end is not known yet."""
-    m = a["step"] == step["step"]
-    start, end, is_open = step.get("start"), step.get("end"), False
+    open}``; ``open`` is true when the step's end is not known yet. Its ``completions`` and
+    ``ok_completions`` are :func:`step_stats`'s to count (None here)."""
+    in_step = a["step"] == step["step"]
+    start: float | None = step.get("start")
+    end: float | None = step.get("end")
+    settle: float | None
+    is_open = False
     if start is not None:
         # the step's own settle time where run.json gives one (a step that lowers the
         # concurrency settles while the previous step's requests drain), else the run's
         settle = step.get("settle_s", settle_s)
         if settle is None:  # run.json without settle_s: where the records start being settled
-            st = m & a["settled"] & np.isfinite(a["t0"])
-            settle = max(0.0, float(a["t0"][st].min()) - start) if (m & ~a["settled"]).any() and st.any() else 0.0
-        ws, source = start + settle, "run.json"
+            settled_sent = in_step & a["settled"] & np.isfinite(a["t0"])
+            settle = (
+                max(0.0, float(a["t0"][settled_sent].min()) - start)
+                if (in_step & ~a["settled"]).any() and settled_sent.any()
+                else 0.0
+            )
+        window_start: float | None = start + settle
+        source = "run.json"
         if end is None:
             end = next_start
         if end is None:
-            fin = np.isfinite(a["tend"])
-            end = float(a["tend"][fin].max()) if fin.any() else None
+            has_end = np.isfinite(a["tend"])
+            end = float(a["tend"][has_end].max()) if has_end.any() else None
             is_open = True
-        we = end
+        window_end = end
     else:
-        ms = m & a["settled"]
-        t0, te = a["t0"][ms], a["tend"][ms]
-        ws = float(np.nanmin(t0)) if np.isfinite(t0).any() else None
-        we = float(np.nanmax(te)) if np.isfinite(te).any() else None
+        settled_here = in_step & a["settled"]
+        sent, done = a["t0"][settled_here], a["tend"][settled_here]
+        window_start = float(np.nanmin(sent)) if np.isfinite(sent).any() else None
+        window_end = float(np.nanmax(done)) if np.isfinite(done).any() else None
         settle, source = None, "records"
-    dur = (we - ws) if ws is not None and we is not None and we > ws else None
-    return {"start": ws, "end": we, "duration_s": dur, "source": source, "settle_s": settle, "open": is_open}
+    duration = (
+        (window_end - window_start)
+        if window_start is not None and window_end is not None and window_end > window_start
+        else None
+    )
+    return {
+        "start": window_start,
+        "end": window_end,
+        "duration_s": duration,
+        "source": source,
+        "settle_s": settle,
+        "open": is_open,
+        "completions": None,
+        "ok_completions": None,
+    }
 
 
 def _little(
-    a: Attempts, step: dict[str, Any], ws: float, we: float, trim_tail: bool, contexts: int = 1, think_s: float = 0.0
-) -> dict[str, Any] | None:
-    """Mean busy users over [ws, we] against what the step's users should keep busy (see the
-    module doc)."""
-    fin, start, end = spans(a)
-    own = (end - start)[a["step"][fin] == step["step"]]
+    a: Attempts,
+    step: dict[str, Any],
+    window_start: float,
+    window_end: float,
+    trim_tail: bool,
+    contexts: int = 1,
+    think_s: float = 0.0,
+) -> Little | None:
+    """Mean busy users over [window_start, window_end] against what the step's users should
+    keep busy (see the module doc)."""
+    ended, start, end = spans(a)
+    own = (end - start)[a["step"][ended] == step["step"]]
     if trim_tail:  # requests in flight when the run stopped (or still running) have no record
-        we = we - (float(own.max()) if len(own) else 0.0)
-    if not we > ws or not step.get("concurrency"):
+        window_end = window_end - (float(own.max()) if len(own) else 0.0)
+    if not window_end > window_start or not step.get("concurrency"):
         return None
-    overlap = np.minimum(end, we)  # each request's time inside the window, in place: a run-long column
-    overlap -= np.maximum(start, ws)
+    overlap = np.minimum(end, window_end)  # each request's time inside the window, in place: a run-long column
+    overlap -= np.maximum(start, window_start)
     busy = np.clip(overlap, 0.0, None, out=overlap).sum()
-    n_eff = float(busy) / (we - ws)
+    effective = float(busy) / (window_end - window_start)
     expected = float(step["concurrency"] * contexts)
     if think_s and len(own):
         mean = float(own.mean())
         expected *= mean / (mean + think_s)
     return {
-        "effective_concurrency": n_eff,
+        "effective_concurrency": effective,
         "expected_concurrency": expected,
-        "ratio": n_eff / expected,
-        "window_s": we - ws,
+        "ratio": effective / expected,
+        "window_s": window_end - window_start,
     }
 
 
@@ -582,7 +685,7 @@ def _status_counts(a: Attempts, rows: np.ndarray) -> dict[str, int]:
     return counts
 
 
-def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[dict[str, Any]]:
+def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[Error]:
     """The ``most`` commonest error texts of the failed attempts among ``rows``, with counts."""
     error_codes = a["error"][rows & (a["error"] >= 0) & ~a["ok"]]
     if not len(error_codes):
@@ -611,14 +714,16 @@ def step_stats(
     ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
     (None: every one counts)."""
     cut_end = run_end_cut(a)
-    mine = a["step"] == step["step"]
-    settled = mine & a["settled"] & ~cut_end
+    in_step = a["step"] == step["step"]
+    settled = in_step & a["settled"] & ~cut_end
     n_attempts = int(settled.sum())
     final = settled & a["final"]
     ok_final = final & a["ok"]
     cancelled = np.isfinite(a["cancel_ms"])
     heard = ok_final & ~cancelled
-    out = {
+    # filled in below, figure by figure in summary.json's order; phase, repeat and speech are
+    # the summary's to set (analysis.summary, analysis.speech), after what the sweep's axis adds
+    out: StepSummary = {  # type: ignore[typeddict-item]
         "step": step["step"],
         "concurrency": step["concurrency"],
         "planned_start": step.get("start"),
@@ -627,12 +732,16 @@ def step_stats(
     requests, ok = int(final.sum()), int(ok_final.sum())
     window = step_window(a, step, settle_s, next_start)
     start, end, duration_s = window["start"], window["end"], window["duration_s"]
+    ok_rate = completed_rate = audio_rate = chars_rate = None
     if duration_s:
-        inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        done_inside, ok_inside = inside, inside & a["ok"] & ~cancelled
-        window["completions"], window["ok_completions"] = int(done_inside.sum()), int(ok_inside.sum())
-    else:
-        window["completions"] = window["ok_completions"] = None
+        assert start is not None and end is not None  # a window has a length between known ends only
+        done_inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
+        ok_inside = done_inside & a["ok"] & ~cancelled
+        completions, ok_completions = int(done_inside.sum()), int(ok_inside.sum())
+        window["completions"], window["ok_completions"] = completions, ok_completions
+        ok_rate, completed_rate = ok_completions / duration_s, completions / duration_s
+        audio_rate = float(np.nansum(a["audio_s"][ok_inside]) / duration_s)
+        chars_rate = float(np.nansum(a["text_len"][ok_inside]) / duration_s)
     attempts_failed = int((settled & ~a["ok"]).sum())
     throttled = int(np.isin(a["status"][settled], THROTTLE_STATUSES).sum())
     if streamed is None:
@@ -641,12 +750,8 @@ def step_stats(
     cut = _cut_by_step_end(a, settled, stream_end)
     ok_timed = heard & ~cut if streamed else heard  # the requests the latency figures describe
     # a live reader keeps each figure's sorted values under what its mask depends on
-    keep = (step["step"], stream_end, streamed)
-
-    def figure(col: str, mask: np.ndarray, name: str, tail: bool = False) -> dict[str, Any] | None:
-        kept = sorted_values(a, (*keep, col, name), a[col], mask)
-        return (_tail if tail else dist)(a[col][mask], kept)
-
+    figures = _Figures(a, (step["step"], stream_end, streamed))
+    capacity_figures = capacity.step_figures(ok_rate, chars_rate)
     out.update(
         {
             "window": window,
@@ -654,24 +759,22 @@ def step_stats(
             "attempts": n_attempts,
             "ok": ok,
             "failed": requests - ok,
-            "cut_by_run_end": int((mine & cut_end).sum()),
+            "cut_by_run_end": int((in_step & cut_end).sum()),
             "error_rate": (requests - ok) / requests if requests else None,
             "attempt_failures": attempts_failed,
             "attempt_failure_rate": attempts_failed / n_attempts if n_attempts else None,
-            "throughput_rps": window["ok_completions"] / duration_s if duration_s else None,
-            "completed_rps": window["completions"] / duration_s if duration_s else None,
-            "latency_ms": figure("wait_ms", ok_timed, "ok_timed"),
-            "ttfb_ms": figure("ttfb_ms", ok_timed, "ok_timed"),
-            "write_ms": figure("write_ms", ok_timed, "ok_timed"),
-            "concat_ms": figure("concat_ms", ok_timed, "ok_timed"),
+            "throughput_rps": ok_rate,
+            "completed_rps": completed_rate,
+            "latency_ms": figures.dist("wait_ms", ok_timed, "ok_timed"),
+            "ttfb_ms": figures.dist("ttfb_ms", ok_timed, "ok_timed"),
+            "write_ms": figures.dist("write_ms", ok_timed, "ok_timed"),
+            "concat_ms": figures.dist("concat_ms", ok_timed, "ok_timed"),
             "e2e_ms": dist(a["e2e_ms"][ok_timed]),  # a retried request's e2e can come later than its row
-            "rtf": figure("rtf", ok_timed, "ok_timed"),
-            "audio_s_per_s": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
-            "rtfx": float(np.nansum(a["audio_s"][ok_inside]) / duration_s) if duration_s else None,
-            **capacity.step_figures(
-                window["ok_completions"] / duration_s if duration_s else None,
-                float(np.nansum(a["text_len"][ok_inside]) / duration_s) if duration_s else None,
-            ),
+            "rtf": figures.dist("rtf", ok_timed, "ok_timed"),
+            "audio_s_per_s": audio_rate,
+            "rtfx": audio_rate,
+            "chars_per_s": capacity_figures["chars_per_s"],
+            "utterances_per_hour": capacity_figures["utterances_per_hour"],
             "retries": int((settled & (a["attempt"] > 1)).sum()),
             "attempts_by_number": {
                 "1": int((settled & (a["attempt"] <= 1)).sum()),
@@ -681,50 +784,63 @@ def step_stats(
             "throttled": throttled,
             "non_throttle_failures": attempts_failed - throttled,
             "status_counts": _status_counts(a, settled),
-            "retry_after_s": figure("retry_after_s", settled, "settled"),
-            "backoff_ms": figure("backoff_ms", settled & (a["attempt"] > 1), "retried"),
+            "retry_after_s": figures.dist("retry_after_s", settled, "settled"),
+            "backoff_ms": figures.dist("backoff_ms", settled & (a["attempt"] > 1), "retried"),
         }
     )
-    streams = ok_final & ~cut
-    out.update(_stream_stats(a, ok_final, streamed, cut, figure))
-    out["tail_ms"] = figure("tail_ms", heard & ~cut, "heard")
+    _stream_stats(out, figures, ok_final, heard, streamed, cut)
     out["cancelled"] = int((final & cancelled).sum())
-    out["cancel_to_quiet_ms"] = figure("cancel_to_quiet_ms", final & cancelled, "cancelled")
+    out["cancel_to_quiet_ms"] = figures.dist("cancel_to_quiet_ms", final & cancelled, "cancelled")
     out["integrity"] = integrity(a, heard, step["step"])
-    out.update(signal_stats(a, final, ok_timed, figure))
-    out["little"] = _little(a, step, start, end, last or window["open"], contexts, think_s) if duration_s else None
-    stages = {}
-    for name, col in a.stages.items():
-        stage_dist = dist(col[settled], sorted_values(a, (*keep, "stage", name), col, settled))
+    signal_stats(out, final, ok_timed, figures)
+    out["little"] = (
+        _little(a, step, start, end, last or window["open"], contexts, think_s)
+        if duration_s and start is not None and end is not None
+        else None
+    )
+    stages: dict[str, Stage] = {}
+    for stage, values in a.stages.items():
+        stage_dist = dist(values[settled], sorted_values(a, (*figures.key, "stage", stage), values, settled))
         if stage_dist:
-            stages[name] = {"mean": stage_dist["mean"], "p50": stage_dist["p50"], "p95": stage_dist["p95"]}
+            stages[stage] = {"mean": stage_dist["mean"], "p50": stage_dist["p50"], "p95": stage_dist["p95"]}
     out["server_timing_ms"] = stages
-    tiers = {}
-    for code, name in enumerate(a.tiers):
-        tier_dist = figure("wait_ms", ok_timed & (a["tier"] == code), f"tier {code}")
+    tiers: dict[str, Tier] = {}
+    for code, tier in enumerate(a.tiers):
+        tier_dist = figures.dist("wait_ms", ok_timed & (a["tier"] == code), f"tier {code}")
         if tier_dist:
-            tiers[name] = {"count": tier_dist["count"], "p50": tier_dist["p50"], "p95": tier_dist["p95"]}
+            tiers[tier] = {"count": tier_dist["count"], "p50": tier_dist["p50"], "p95": tier_dist["p95"]}
     out["latency_by_tier_ms"] = tiers
     # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
-    for key, col, names in (
-        ("latency_by_voice_ms", "voice", a.voices),
-        ("latency_by_language_ms", "language", a.languages),
-    ):
-        out[key] = _by_label(a["wait_ms"][ok_timed], a[col][ok_timed], names)
+    waits = a["wait_ms"][ok_timed]
+    out["latency_by_voice_ms"] = _by_label(waits, a["voice"][ok_timed], a.voices)
+    out["latency_by_language_ms"] = _by_label(waits, a["language"][ok_timed], a.languages)
     out["errors"] = _top_errors(a, settled)
     out["server"] = resource_aggregate(res, "server", start, end, roles)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    for key, col, mask, name in (
-        ("latency_ms", "wait_ms", ok_timed, "ok_timed"),
-        ("ttfa_ms", "ttfa_ms", streams, "streams"),
-    ):
-        if out.get(key) and col in a.cols:
-            out[key].update(percentile_cis(a[col][mask], sorted_v=sorted_values(a, (*keep, col, name), a[col], mask)))
+    _add_intervals(out["latency_ms"], figures, "wait_ms", ok_timed, "ok_timed")
+    _add_intervals(out["ttfa_ms"], figures, "ttfa_ms", ok_final & ~cut, "streams")
     return out
 
 
-def hold_open(step: dict[str, Any]) -> dict[str, Any]:
+def _add_intervals(found: Dist | None, figures: _Figures, column: str, mask: np.ndarray, mask_name: str) -> None:
+    """:func:`add_intervals` of ``found``, over the values of ``column`` it was found from, where
+    it was found and the column was read."""
+    if found and column in figures.attempts.cols:
+        add_intervals(found, figures.attempts[column][mask], figures.sorted(column, mask, mask_name))
+
+
+def add_intervals(found: Dist, values: np.ndarray, sorted_v: np.ndarray | None = None) -> None:
+    """Set the intervals of ``found``'s p50 and p95 (:func:`analysis.confidence.percentile_cis`)
+    over the ``values`` it was found from (``sorted_v``: the same sorted, when kept); none where
+    fewer than 2 are finite."""
+    intervals = percentile_cis(values, sorted_v=sorted_v)
+    if intervals:
+        found["p50_ci"], found["p95_ci"] = intervals["p50_ci"], intervals["p95_ci"]
+        found["ci_method"], found["ci_n"] = intervals["ci_method"], intervals["ci_n"]
+
+
+def hold_open(step: dict[str, Any]) -> OpenStep:
     """Withhold, in place, what an open step's elapsed window cannot give yet (see the module
     doc); its window ends where the records reach so far, the step's "now". Returns
     the step's ``open``: ``{elapsed_s, settle_s, settling, completions, withheld, note}``,
@@ -734,7 +850,7 @@ def hold_open(step: dict[str, Any]) -> dict[str, Any]:
     elapsed = None if now is None or start is None else max(0.0, now - start)
     settling = not win.get("duration_s")
     done = win.get("completions") or 0
-    withheld = []
+    withheld: list[str] = []
     if settling or done < OPEN_MIN_COUNT:
         withheld += [k for k in RATE_FIGURES if step.get(k) is not None]
         for k in RATE_FIGURES:
@@ -743,15 +859,15 @@ def hold_open(step: dict[str, Any]) -> dict[str, Any]:
         if step.get("little") is not None:
             withheld.append("little")
             step["little"] = None
-    for k, v in list(step.items()):
+    for key, value in list(step.items()):
         if (
-            isinstance(v, dict)
-            and isinstance(v.get("count"), int)
-            and ("p95" in v or "mean" in v)
-            and v["count"] < OPEN_MIN_COUNT
+            isinstance(value, dict)
+            and isinstance(value.get("count"), int)
+            and ("p95" in value or "mean" in value)
+            and value["count"] < OPEN_MIN_COUNT
         ):
-            withheld.append(k)
-            step[k] = None
+            withheld.append(key)
+            step[key] = None
     settle = win.get("settle_s")
     if settling:
         note = (
@@ -769,7 +885,7 @@ def hold_open(step: dict[str, Any]) -> dict[str, Any]:
             f"its window so far ({done} requests finished in it)"
             + (f"; a percentile over fewer than {OPEN_MIN_COUNT} of them is withheld" if withheld else "")
         )
-    step["open"] = {
+    held: OpenStep = {
         "elapsed_s": elapsed,
         "settle_s": settle,
         "settling": settling,
@@ -777,7 +893,8 @@ def hold_open(step: dict[str, Any]) -> dict[str, Any]:
         "withheld": withheld,
         "note": note,
     }
-    return step["open"]
+    step["open"] = held
+    return held
 
 
 def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
@@ -797,11 +914,12 @@ def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
 def infer_steps(a: Attempts) -> list[dict[str, Any]]:
     """Steps from the records themselves, for a run directory without a usable run.json: no
     start or end, so each step's window comes from its records (see the module doc)."""
-    out = []
-    for s in sorted(set(a["step"][a["step"] >= 0].tolist())):
-        m = a["step"] == s
-        conc = a["concurrency"][m]
-        out.append({"step": s, "concurrency": int(conc.max()) if len(conc) else None, "start": None, "end": None})
+    out: list[dict[str, Any]] = []
+    for number in sorted(set(a["step"][a["step"] >= 0].tolist())):
+        users = a["concurrency"][a["step"] == number]
+        out.append(
+            {"step": number, "concurrency": int(users.max()) if len(users) else None, "start": None, "end": None}
+        )
     return out
 
 
@@ -813,14 +931,14 @@ def _server_mem(res: pd.DataFrame) -> pd.DataFrame:
 
 def memory_baseline(res: pd.DataFrame, first_start: float | None) -> float | None:
     """GPU memory before load: the minimum of server samples before the first step's start."""
-    w = _server_mem(res)
-    if not len(w) or first_start is None:
+    samples = _server_mem(res)
+    if not len(samples) or first_start is None:
         return None
-    w = w[w["ts"] < first_start]["gpu_mem_used_bytes"]
-    return float(w.min()) if len(w) else None
+    before = samples[samples["ts"] < first_start]["gpu_mem_used_bytes"]
+    return float(before.min()) if len(before) else None
 
 
-def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> dict[str, Any] | None:
+def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float | None) -> MemoryCreep | None:
     """GPU memory before the run against after it, per server host, where both were sampled.
 
     Per host: ``baseline_bytes`` (the minimum before the first step's start) and
@@ -829,17 +947,17 @@ def memory_creep(res: pd.DataFrame, first_start: float | None, last_end: float |
     ``{host, baseline_bytes, after_run_bytes, rise_bytes, total_bytes, after_samples}``, or None
     when no host has samples on both sides (a run still going, or no collector then).
     """
-    w = _server_mem(res)
-    if not len(w) or first_start is None or last_end is None:
+    samples = _server_mem(res)
+    if not len(samples) or first_start is None or last_end is None:
         return None
-    best = None
-    for host, g in w.groupby("host", sort=True):
-        before, after = g[g["ts"] < first_start], g[g["ts"] > last_end]
+    best: MemoryCreep | None = None
+    for host, on_host in samples.groupby("host", sort=True):
+        before, after = on_host[on_host["ts"] < first_start], on_host[on_host["ts"] > last_end]
         if not len(before) or not len(after):
             continue
         base, post = float(before["gpu_mem_used_bytes"].min()), float(after["gpu_mem_used_bytes"].min())
-        tot = g["gpu_mem_total_bytes"].dropna()
-        item = {
+        tot = on_host["gpu_mem_total_bytes"].dropna()
+        item: MemoryCreep = {
             "host": str(host),
             "baseline_bytes": base,
             "after_run_bytes": post,
