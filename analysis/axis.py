@@ -26,7 +26,7 @@ import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
 from tts_knee.runformat.schema import StepEntry
-from tts_knee.runformat.summary import Diagnosis, Knee, Slo, StepSummary
+from tts_knee.runformat.summary import Diagnosis, Knee, MemoryCreep, Slo, StepSummary
 
 from . import closedloop, openloop, speech as speech_mod, voices as voice_sweep
 from .diagnosis import diagnose
@@ -190,7 +190,7 @@ class Axis:
         return done[0].get("rate") if self.open_loop and done else None
 
     def diagnose(
-        self, done: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool
+        self, done: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool
     ) -> Diagnosis:
         if self.key == "voices":
             return voice_sweep.diagnose(done, knee, creep, has_resources)

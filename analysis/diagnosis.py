@@ -48,9 +48,19 @@ to the evidence whenever there are any, whatever the kind.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Literal
 
-from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, StepSummary
+from tts_knee.runformat.summary import (
+    Diagnosis,
+    DiagnosisKind as Kind,
+    Dist,
+    HostAggregate,
+    Knee,
+    MemoryCreep,
+    ServerRole,
+    StepSummary,
+    Tail,
+)
 
 from .knee import (
     FAILURE_RATE,
@@ -85,32 +95,55 @@ OOM = re.compile(
 GIB = 1024**3
 
 
-def _ms(v) -> str:
-    return "n/a" if v is None else f"{v:.0f} ms"
+#: A role's resource figures: the server's and the load generator's.
+Role = Literal["server", "client"]
 
 
-def _pct(v) -> str:
-    return "n/a" if v is None else f"{v:.0f}%"
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} ms"
 
 
-def _gib(v) -> str:
-    return "n/a" if v is None else f"{v / GIB:.1f} GiB"
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
 
 
-def _get(s: dict[str, Any], *path):
-    for p in path:
-        if s is None:
-            return None
-        s = s.get(p)
-    return s
+def _gib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / GIB:.1f} GiB"
 
 
-def _lat_sentence(lo: dict[str, Any], hi: dict[str, Any]) -> str:
+def _stat(found: Tail | None, key: Literal["mean", "p95", "max"]) -> float | None:
+    """A figure of a distribution (or of its tail), None where there is none."""
+    return None if found is None else found.get(key)
+
+
+def _p50(found: Dist | None) -> float | None:
+    return None if found is None else found.get("p50")
+
+
+def _by_host(s: StepSummary, role: Role) -> dict[str, HostAggregate]:
+    """Each host's figures of ``role`` at step ``s`` ({} where none were sampled)."""
+    aggregate = s.get(role)
+    return (aggregate.get("by_host") if aggregate else None) or {}
+
+
+def _server_figure(s: StepSummary, key: Literal["gpu_mem_total_bytes", "gpu_mem_fallback_bytes"]) -> float | None:
+    server = s.get("server")
+    return server.get(key) if server else None
+
+
+def _server_role(s: StepSummary, role: str) -> ServerRole | None:
+    """What the server's series say of ``role`` (queue depth, running …) at step ``s``, or None."""
+    server = s.get("server")
+    roles = server.get("server_roles") if server else None
+    return roles.get(role) if roles else None
+
+
+def _lat_sentence(lo: StepSummary, hi: StepSummary) -> str:
     return (
-        f"p95 wait rose from {_ms(_get(lo, 'latency_ms', 'p95'))} at {lo['concurrency']} to "
-        f"{_ms(_get(hi, 'latency_ms', 'p95'))} at {hi['concurrency']} (p50 "
-        f"{_ms(_get(lo, 'latency_ms', 'p50'))} -> {_ms(_get(hi, 'latency_ms', 'p50'))}, max "
-        f"{_ms(_get(hi, 'latency_ms', 'max'))})"
+        f"p95 wait rose from {_ms(_stat(lo.get('latency_ms'), 'p95'))} at {lo['concurrency']} to "
+        f"{_ms(_stat(hi.get('latency_ms'), 'p95'))} at {hi['concurrency']} (p50 "
+        f"{_ms(_p50(lo.get('latency_ms')))} -> {_ms(_p50(hi.get('latency_ms')))}, max "
+        f"{_ms(_stat(hi.get('latency_ms'), 'max'))})"
     )
 
 
@@ -123,48 +156,55 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _stream_state(s: dict[str, Any]) -> str:
+def _stream_state(s: StepSummary) -> str:
     """ "64% of streams stalled (p95 stall 850 ms)" for one step."""
     rate = s.get("underrun_rate")
     if rate is None:
         return "underruns not measured"
-    stall = _get(s, "underrun_ms", "p95")
+    stall = _stat(s.get("underrun_ms"), "p95")
     return f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else "")
 
 
-def stream_sentence(lo: dict[str, Any], hi: dict[str, Any], base: dict[str, Any]) -> str:
+def stream_sentence(lo: StepSummary, hi: StepSummary, base: StepSummary) -> str:
     """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
     return (
         f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
-        f"{_ms(_get(hi, 'ttfa_ms', 'p95'))} vs {_ms(_get(base, 'ttfa_ms', 'p95'))} at "
+        f"{_ms(_stat(hi.get('ttfa_ms'), 'p95'))} vs {_ms(_stat(base.get('ttfa_ms'), 'p95'))} at "
         f"{base['concurrency']}"
         + (
             ""
             if lo is base
-            else f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 {_ms(_get(lo, 'ttfa_ms', 'p95'))})"
+            else f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 {_ms(_stat(lo.get('ttfa_ms'), 'p95'))})"
         )
     )
 
 
-def _integrity(steps) -> list[str]:
-    ev = []
+def _quoted(text_id: str | None) -> str:
+    """A text's id as the evidence quotes it: its first 60 characters."""
+    return (text_id or "")[:60]
+
+
+def _integrity(steps: list[StepSummary]) -> list[str]:
+    evidence = []
     for s in steps:
-        it = s.get("integrity") or {}
-        if it.get("mismatched"):
-            ex = "; ".join(
-                f'"{e["text_id"][:60]}" {e["expected_s"]:.2f} s expected, {e["got_s"]:.2f} s received'
-                for e in it["examples"][:2]
+        checked = s.get("integrity")
+        if checked and checked.get("mismatched"):
+            rate = checked["rate"]
+            assert rate is not None  # the mismatched ones were checked
+            examples = "; ".join(
+                f'"{_quoted(e["text_id"])}" {e["expected_s"]:.2f} s expected, {e["got_s"]:.2f} s received'
+                for e in checked["examples"][:2]
             )
-            ev.append(
-                f"Audio length was off at concurrency {s['concurrency']}: {it['mismatched']} of "
-                f"{it['checked']} attempts ({'<0.1%' if it['rate'] < 0.0005 else format(it['rate'], '.1%')}) "
+            evidence.append(
+                f"Audio length was off at concurrency {s['concurrency']}: {checked['mismatched']} of "
+                f"{checked['checked']} attempts ({'<0.1%' if rate < 0.0005 else format(rate, '.1%')}) "
                 "differ from the same text's median at the "
-                f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {ex}."
+                f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {examples}."
             )
-    return ev
+    return evidence
 
 
-def _memory(steps, knee_i, creep) -> list[str]:
+def _memory(steps: list[StepSummary], knee_i: int | None, creep: MemoryCreep | None) -> list[str]:
     ev = []
     for s in steps:
         for e in s.get("errors", []):
@@ -174,12 +214,15 @@ def _memory(steps, knee_i, creep) -> list[str]:
                     f'out-of-memory error ("{e["error"][:120]}").'
                 )
                 break
-    total = (creep or {}).get("total_bytes") or next(
-        (_get(s, "server", "gpu_mem_total_bytes") for s in steps if _get(s, "server", "gpu_mem_total_bytes")), None
+    total = (creep.get("total_bytes") if creep else None) or next(
+        (_server_figure(s, "gpu_mem_total_bytes") for s in steps if _server_figure(s, "gpu_mem_total_bytes")), None
     )
     if creep and total and creep["rise_bytes"] > CREEP_FRACTION * total:
-        fb = [(s["concurrency"], _get(s, "server", "gpu_mem_fallback_bytes")) for s in steps]
-        fb = [f"{_gib(v)} after {c}" for c, v in fb if v is not None]
+        fb = [
+            f"{_gib(level)} after {s['concurrency']}"
+            for s in steps
+            if (level := _server_figure(s, "gpu_mem_fallback_bytes")) is not None
+        ]
         host = f" on {creep['host']}" if len({h for s in steps for h in _hosts(s, "server")}) > 1 else ""
         ev.append(
             f"GPU memory did not come back after the run{host}: {_gib(creep['baseline_bytes'])} "
@@ -189,7 +232,7 @@ def _memory(steps, knee_i, creep) -> list[str]:
         )
     if knee_i is not None:
         s = steps[knee_i]
-        by = (s.get("server") or {}).get("by_host") or {}
+        by = _by_host(s, "server")
         for host, h in sorted(by.items()):
             peak, tot = h.get("gpu_mem_peak_bytes"), h.get("gpu_mem_total_bytes")
             if peak and tot and peak / tot >= MEM_FULL:
@@ -202,21 +245,27 @@ def _memory(steps, knee_i, creep) -> list[str]:
     return ev
 
 
-def _hosts(s: dict[str, Any], role: str) -> list[str]:
-    return list((s.get(role) or {}).get("hosts") or ())
+def _hosts(s: StepSummary, role: Role) -> list[str]:
+    aggregate = s.get(role)
+    return list((aggregate.get("hosts") if aggregate else None) or ())
 
 
-def _busiest(by: dict[str, Any], key: str, hosts=None) -> tuple[str | None, float | None]:
-    """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None)."""
-    best = (None, None)
-    for host, h in by.items():
-        v = h.get(key)
-        if v is not None and (hosts is None or host in hosts) and (best[1] is None or v > best[1]):
-            best = (host, v)
+def _busiest(
+    by: dict[str, HostAggregate],
+    key: Literal["proc_cpu_mean", "cpu_mean", "busiest_core_mean"],
+    hosts: list[str] | None = None,
+) -> tuple[str, float] | None:
+    """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None); None
+    where no host has it."""
+    best: tuple[str, float] | None = None
+    for host, figures in by.items():
+        value = figures.get(key)
+        if value is not None and (hosts is None or host in hosts) and (best is None or value > best[1]):
+            best = (host, value)
     return best
 
 
-def _locust_idle_on(by: dict[str, Any], host: str) -> bool:
+def _locust_idle_on(by: dict[str, HostAggregate], host: str) -> bool:
     """Whether ``host``'s own Locust process is measured and used under ``CLIENT_PROC_SHARE`` of
     one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
     and a hex id): then the load generator is not what keeps that host's CPU busy."""
@@ -224,12 +273,12 @@ def _locust_idle_on(by: dict[str, Any], host: str) -> bool:
     return proc is not None and proc < CLIENT_PROC_SHARE and not any(h.startswith(f"{host}_") for h in by if h != host)
 
 
-def _other_load(steps, knee_i) -> list[str]:
+def _other_load(steps: list[StepSummary], knee_i: int | None) -> list[str]:
     """A sentence when a load generator's host was busy while its Locust process was not: the
     CPU went to another process there (often the server, run on the same machine)."""
     upto = steps[: knee_i + 1] if knee_i is not None else steps
     for s in upto:
-        by = (s.get("client") or {}).get("by_host") or {}
+        by = _by_host(s, "client")
         servers = set(_hosts(s, "server"))
         for h, d in by.items():
             cpu, core = d.get("cpu_mean"), d.get("busiest_core_mean")
@@ -245,41 +294,59 @@ def _other_load(steps, knee_i) -> list[str]:
     return []
 
 
-def _client(steps, knee_i) -> list[str]:
+def _client_saturated(s: StepSummary) -> str | None:
+    """The sentence saying the load generator was saturated at step ``s`` (its Locust process,
+    or its host's CPU or busiest core), or None."""
+    by = _by_host(s, "client")
+    many = len(by) > 1
+
+    def on(host: str) -> str:
+        return f" on {host}" if many and host else ""
+
+    proc = _busiest(by, "proc_cpu_mean")
+    # Where the server shares a load generator's host, the host's CPU is the server's too:
+    # only the Locust process's own CPU then says whether that client host was saturated.
+    # So does a host whose Locust process is measured and nearly idle: what fills its CPU
+    # is something else (see _other_load).
+    servers = set(_hosts(s, "server"))
+    own = [h for h in by if h not in servers and not _locust_idle_on(by, h)]
+    cpu = _busiest(by, "cpu_mean", own)
+    core = _busiest(by, "busiest_core_mean", own)
+    if proc is not None and proc[1] >= CLIENT_PROC_BUSY:
+        proc_host, proc_cpu = proc
+        host_cpu = by[proc_host].get("cpu_mean")
+        notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + (
+            [f"the busiest of {len(by)} client hosts"] if many else []
+        )
+        return (
+            f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
+            f"process{on(proc_host)} used {_pct(proc_cpu)} of one core on average"
+            + (f" ({'; '.join(notes)})." if notes else ".")
+        )
+    busy = (
+        cpu
+        if cpu is not None and cpu[1] >= CLIENT_CPU_BUSY
+        else core
+        if core is not None and core[1] >= CLIENT_CORE_BUSY
+        else None
+    )
+    if busy is None:
+        return None
+    host = busy[0]
+    return (
+        f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
+        f"{on(host)} {_pct(by[host].get('cpu_mean'))} on average, busiest core "
+        f"{_pct(by[host].get('busiest_core_mean'))}."
+    )
+
+
+def _client(steps: list[StepSummary], knee_i: int | None) -> list[str]:
     ev = []
     upto = steps[: knee_i + 1] if knee_i is not None else steps
     for s in upto:
-        cli = s.get("client") or {}
-        by = cli.get("by_host") or {}
-        many = len(by) > 1
-        on = lambda h: f" on {h}" if many and h else ""  # noqa: E731, B023 - called in this iteration only
-        ph, proc = _busiest(by, "proc_cpu_mean")
-        # Where the server shares a load generator's host, the host's CPU is the server's too:
-        # only the Locust process's own CPU then says whether that client host was saturated.
-        # So does a host whose Locust process is measured and nearly idle: what fills its CPU
-        # is something else (see _other_load).
-        servers = set(_hosts(s, "server"))
-        own = [h for h in by if h not in servers and not _locust_idle_on(by, h)]
-        ch, cpu = _busiest(by, "cpu_mean", own)
-        kh, core = _busiest(by, "busiest_core_mean", own)
-        if proc is not None and proc >= CLIENT_PROC_BUSY:
-            host_cpu = by[ph].get("cpu_mean")
-            notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + (
-                [f"the busiest of {len(by)} client hosts"] if many else []
-            )
-            ev.append(
-                f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
-                f"process{on(ph)} used {_pct(proc)} of one core on average"
-                + (f" ({'; '.join(notes)})." if notes else ".")
-            )
-            break
-        if (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY):
-            h = ch if cpu is not None and cpu >= CLIENT_CPU_BUSY else kh
-            ev.append(
-                f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
-                f"{on(h)} {_pct(by[h].get('cpu_mean'))} on average, busiest core "
-                f"{_pct(by[h].get('busiest_core_mean'))}."
-            )
+        saturated = _client_saturated(s)
+        if saturated is not None:
+            ev.append(saturated)
             break
     for s in upto:
         lit = s.get("little")
@@ -296,51 +363,51 @@ def _client(steps, knee_i) -> list[str]:
     return ev
 
 
-def _throttling(steps, knee_i) -> list[str]:
-    after = [steps[knee_i]] if knee_i is not None else []
-    hit = [s for s in after if s["attempts"] and s["throttled"] / s["attempts"] >= FAILURE_RATE]
-    if not hit:
+def _throttling(steps: list[StepSummary], knee_i: int | None) -> list[str]:
+    if knee_i is None:
         return []
-    s = hit[0]
+    s = steps[knee_i]
+    if not (s["attempts"] and s["throttled"] / s["attempts"] >= FAILURE_RATE):
+        return []
     lo = steps[max(0, knee_i - 1)] if knee_i else steps[0]
     ev = [
         f"{s['throttled']} of {s['attempts']} attempts ({s['throttled'] / s['attempts']:.0%}) were "
         f"throttled (429/503) at concurrency {s['concurrency']}, against {lo['throttled']} at "
         f"{lo['concurrency']}; {s['retries']} retries."
     ]
-    ras = [(x["concurrency"], _get(x, "retry_after_s", "mean")) for x in steps]
-    ras = [(c, v) for c, v in ras if v is not None]
+    ras = [(x["concurrency"], mean) for x in steps if (mean := _stat(x.get("retry_after_s"), "mean")) is not None]
     if ras:
         ev.append(
             "Retry-After averaged "
             + ", ".join(f"{v:.2f} s at {c}" for c, v in ras)
             + (" and rose with concurrency." if len(ras) > 1 and ras[-1][1] > ras[0][1] else ".")
         )
-    e_lo, e_hi = _get(lo, "e2e_ms", "p95"), _get(s, "e2e_ms", "p95")
+    e_lo, e_hi = _stat(lo.get("e2e_ms"), "p95"), _stat(s.get("e2e_ms"), "p95")
     ev.append(
         f"End-to-end p95 (attempts plus backoff) went from {_ms(e_lo)} at {lo['concurrency']} "
         f"to {_ms(e_hi)} at {s['concurrency']} while p95 wait of successful attempts was "
-        f"{_ms(_get(lo, 'latency_ms', 'p95'))} -> {_ms(_get(s, 'latency_ms', 'p95'))}."
+        f"{_ms(_stat(lo.get('latency_ms'), 'p95'))} -> {_ms(_stat(s.get('latency_ms'), 'p95'))}."
     )
     return ev
 
 
-def _errors(steps, knee_i) -> list[str]:
-    after = [steps[knee_i]] if knee_i is not None else []
-    for s in after:
-        if s["attempts"] and s["non_throttle_failures"] / s["attempts"] >= FAILURE_RATE:
-            top = s["errors"][0]["error"][:120] if s["errors"] else "no error text"
-            codes = ", ".join(f"{k}: {v}" for k, v in sorted(s["status_counts"].items()))
-            return [
-                f"{s['non_throttle_failures']} of {s['attempts']} attempts "
-                f"({s['non_throttle_failures'] / s['attempts']:.0%}) failed without throttling at "
-                f'concurrency {s["concurrency"]} (statuses {codes}); most common error: "{top}".',
-                f"{s['failed']} of {s['requests']} requests still failed after retries ({(s['error_rate'] or 0):.1%}).",
-            ]
-    return []
+def _errors(steps: list[StepSummary], knee_i: int | None) -> list[str]:
+    if knee_i is None:
+        return []
+    s = steps[knee_i]
+    if not (s["attempts"] and s["non_throttle_failures"] / s["attempts"] >= FAILURE_RATE):
+        return []
+    top = s["errors"][0]["error"][:120] if s["errors"] else "no error text"
+    codes = ", ".join(f"{k}: {v}" for k, v in sorted(s["status_counts"].items()))
+    return [
+        f"{s['non_throttle_failures']} of {s['attempts']} attempts "
+        f"({s['non_throttle_failures'] / s['attempts']:.0%}) failed without throttling at "
+        f'concurrency {s["concurrency"]} (statuses {codes}); most common error: "{top}".',
+        f"{s['failed']} of {s['requests']} requests still failed after retries ({(s['error_rate'] or 0):.1%}).",
+    ]
 
 
-def _host_saturation(srv: dict[str, Any]) -> tuple[bool | None, str]:
+def _host_saturation(srv: HostAggregate) -> tuple[bool | None, str]:
     """(saturated?, sentence) for one server host's figures; None when nothing was measured."""
     gpu, cpu, core = srv.get("gpu_util_mean"), srv.get("cpu_mean"), srv.get("busiest_core_mean")
     proc = srv.get("proc_cpu_mean")
@@ -361,13 +428,13 @@ def _host_saturation(srv: dict[str, Any]) -> tuple[bool | None, str]:
     return (gpu is not None and gpu >= GPU_BUSY) or host_busy, ", ".join(parts)
 
 
-def _saturation(s: dict[str, Any]) -> tuple[bool | None, str]:
+def _saturation(s: StepSummary) -> tuple[bool | None, str]:
     """(saturated?, sentence) for the server at one step: saturated when any host is; None
     when nothing was measured."""
     srv = s.get("server")
     if not srv:
         return None, ""
-    by = srv.get("by_host") or {"": srv}
+    by: dict[str, HostAggregate] = srv.get("by_host") or {"": srv}
     judged = [(h, *_host_saturation(x)) for h, x in sorted(by.items())]
     judged = [j for j in judged if j[1] is not None]
     if not judged:
@@ -388,10 +455,11 @@ SIGNAL_WHAT = {
 }
 
 
-def latency_while(lo: dict, hi: dict, streamed: bool) -> str:
+def latency_while(lo: StepSummary, hi: StepSummary, streamed: bool) -> str:
     """What latency (TTFA in a streamed run) did from level ``lo`` to ``hi``, in words."""
-    key, what = ("ttfa_ms", "TTFA p95") if streamed else ("latency_ms", "p95")
-    p_lo, p_hi = _get(lo, key, "p95"), _get(hi, key, "p95")
+    key: Literal["ttfa_ms", "latency_ms"] = "ttfa_ms" if streamed else "latency_ms"
+    what = "TTFA p95" if streamed else "p95"
+    p_lo, p_hi = _stat(lo.get(key), "p95"), _stat(hi.get(key), "p95")
     if p_lo is None or p_hi is None:
         return f"{what} n/a"
     if abs(p_hi - p_lo) < 0.25 * p_lo:
@@ -399,7 +467,7 @@ def latency_while(lo: dict, hi: dict, streamed: bool) -> str:
     return f"{what} went from {p_lo:.0f} to {p_hi:.0f} ms"
 
 
-def signal_evidence(levels: list[dict], knee: Knee | dict) -> list[str]:
+def signal_evidence(levels: list[StepSummary], knee: Knee) -> list[str]:
     """The ``signal`` knee in words: which share rose, from what at the level before to what at
     the knee, and what latency did meanwhile; [] where no share rose."""
     rise = signal_rise(levels)
@@ -416,11 +484,12 @@ def signal_evidence(levels: list[dict], knee: Knee | dict) -> list[str]:
         f"audio goes wrong before its latency does."
     ]
     if key == "integrity":
-        ex = (hi.get("integrity") or {}).get("examples") or []
+        checked = hi.get("integrity")
+        ex = (checked.get("examples") if checked else None) or []
         if ex:
             e = ex[0]
             ev.append(
-                f'E.g. "{e["text_id"][:60]}" at {hi["concurrency"]}: {e["got_s"]:.2f} s '
+                f'E.g. "{_quoted(e["text_id"])}" at {hi["concurrency"]}: {e["got_s"]:.2f} s '
                 f"against {e['expected_s']:.2f} s."
             )
     return ev
@@ -431,33 +500,34 @@ def _signal(steps: list[StepSummary], named: tuple[str, ...] = ()) -> list[str]:
     hears, and silent, runaway or truncated answers (shares :data:`SIGNAL_RISE` above the lowest
     step's), but none of the shares ``named`` (said already, by :func:`signal_evidence`)."""
     ev, base = [], steps[0]
-    lead0 = _get(base, "leading_silence_ms", "p95")
+    lead0 = _stat(base.get("leading_silence_ms"), "p95")
     worse = [
         s
         for s in steps[1:]
-        if lead0 is not None and (_get(s, "leading_silence_ms", "p95") or 0) > lead0 + SILENCE_RISE_MS
+        if lead0 is not None and (_stat(s.get("leading_silence_ms"), "p95") or 0) > lead0 + SILENCE_RISE_MS
     ]
     if worse:
         s = worse[0]
         ev.append(
             f"From concurrency {s['concurrency']} the audio starts with silence: leading silence p95 "
-            f"{_ms(_get(s, 'leading_silence_ms', 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
-            f"the listener hears the first sound at {_ms(_get(s, 'ttfa_audible_ms', 'p95'))} (audible TTFA "
-            f"p95) though the first audio came at {_ms(_get(s, 'ttfa_ms', 'p95'))}: the server answers "
+            f"{_ms(_stat(s.get('leading_silence_ms'), 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
+            f"the listener hears the first sound at {_ms(_stat(s.get('ttfa_audible_ms'), 'p95'))} (audible TTFA "
+            f"p95) though the first audio came at {_ms(_stat(s.get('ttfa_ms'), 'p95'))}: the server answers "
             f"early with silence."
         )
-    for key, what in (
+    shares: tuple[tuple[Literal["silent_rate", "runaway_rate", "truncated_rate"], str], ...] = (
         ("silent_rate", "were silent (failed: no sound in them)"),
         ("runaway_rate", f"ran away ({SIGNAL_WHAT['runaway_rate']})"),
         ("truncated_rate", f"were cut short ({SIGNAL_WHAT['truncated_rate']})"),
-    ):
+    )
+    for key, what in shares:
         if key in named:
             continue
         low = base.get(key) or 0.0
         hit = next((st for st in steps[1:] if (st.get(key) or 0.0) >= low + SIGNAL_RISE), None)
         if hit is not None:
             ev.append(
-                f"At concurrency {hit['concurrency']} {share(hit[key])} of the answers {what}, against "
+                f"At concurrency {hit['concurrency']} {share(hit[key] or 0.0)} of the answers {what}, against "
                 f"{share(low)} at {base['concurrency']}."
             )
     return ev
@@ -489,7 +559,7 @@ def common_evidence(
     return ev
 
 
-def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool) -> Diagnosis:
     """What bends the service at the knee, and the evidence; see the module doc.
 
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
@@ -521,7 +591,7 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None,
     return out(*_at_knee(steps, k, streamed))
 
 
-def _failing(steps: list[StepSummary], k: int | None, creep: dict | None) -> tuple[Kind, list[str]] | None:
+def _failing(steps: list[StepSummary], k: int | None, creep: MemoryCreep | None) -> tuple[Kind, list[str]] | None:
     """What fails requests or spoils the measurement, judged before what bends latency: memory,
     the load generator, throttling, server errors (the first that holds), or None."""
     mem = _memory(steps, k, creep)
@@ -546,8 +616,8 @@ def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
     return [
         f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
         f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
-        f"{_ms(_get(steps[0], 'latency_ms', 'p95'))} at {steps[0]['concurrency']}, "
-        f"{_ms(_get(top, 'latency_ms', 'p95'))} at {top['concurrency']}), with "
+        f"{_ms(_stat(steps[0].get('latency_ms'), 'p95'))} at {steps[0]['concurrency']}, "
+        f"{_ms(_stat(top.get('latency_ms'), 'p95'))} at {top['concurrency']}), with "
         f"{sum(s['failed'] for s in steps)} failed requests.",
         f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
         f"highest tested step, so test higher concurrency.",
@@ -557,18 +627,19 @@ def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
 def _client_io(steps: list[StepSummary], lo: StepSummary, s: StepSummary) -> list[str] | None:
     """The client's own writing or concatenation grew to the knee step ``s`` while the wait
     stayed flat (``client_io``), or None."""
-    w_lo, w_hi = _get(lo, "latency_ms", "p50"), _get(s, "latency_ms", "p50")
-    wait_flat = (
-        w_lo
-        and w_hi
-        and w_hi / w_lo <= LATENCY_RISE
-        and (_get(s, "latency_ms", "p95") or 0) / (_get(steps[0], "latency_ms", "p95") or 1) <= LATENCY_RISE
+    w_lo, w_hi = _p50(lo.get("latency_ms")), _p50(s.get("latency_ms"))
+    p95_rise = (_stat(s.get("latency_ms"), "p95") or 0) / (_stat(steps[0].get("latency_ms"), "p95") or 1)
+    if not (w_lo and w_hi and w_hi / w_lo <= LATENCY_RISE and p95_rise <= LATENCY_RISE):
+        return None  # the wait did not stay flat
+    client_times: tuple[tuple[Literal["write_ms", "concat_ms"], str], ...] = (
+        ("write_ms", "write"),
+        ("concat_ms", "concat"),
     )
-    for key, label in (("write_ms", "write"), ("concat_ms", "concat")):
-        a, b = _get(steps[0], key, "p50"), _get(s, key, "p50")
+    for key, label in client_times:
+        a, b = _p50(steps[0].get(key)), _p50(s.get(key))
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
-        if wait_flat and a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
+        if a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
             return [
                 f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
                 f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
@@ -628,7 +699,7 @@ def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, li
         queue = _cap(queue)
     if sat:
         ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: the server is out of compute."]
-        running = _get(s, "server", "server_roles", "running") or _get(s, "server", "server_roles", "batch_size")
+        running = _server_role(s, "running") or _server_role(s, "batch_size")
         if running is not None:
             ev.append(
                 f"Running requests ({running['series']}) capped at {_n(running['max'])} "
@@ -654,23 +725,25 @@ def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, li
     return Kind.CONCURRENCY_LIMIT, ev
 
 
-def _n(v: float) -> str:
-    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+def _n(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
 def _server_queue(steps: list[StepSummary], k: int) -> tuple[bool | None, str]:
     """(requests waited in the server's own queue at the knee step?, the words for it) from
     the server's queue-depth series; (None, "") where the server publishes none."""
     s = steps[k]
-    q = _get(s, "server", "server_roles", "queue_depth")
+    q = _server_role(s, "queue_depth")
     if q is None:
         return None, ""
-    base = _get(steps[0], "server", "server_roles", "queue_depth")
+    base = _server_role(steps[0], "queue_depth")
     at_base = f"; {_n(base['max'])} at {steps[0]['concurrency']}" if base is not None and steps[0] is not s else ""
     series = q["series"] + (f", {q['why']}" if q.get("why") else "")
-    waited = _get(s, "server", "server_roles", "queue_ms")
-    waited = f", each request waiting {waited['mean']:.0f} ms in it on average" if waited is not None else ""
-    if q["max"] >= QUEUE_WAITING:
+    queue_ms = _server_role(s, "queue_ms")
+    waited = f", each request waiting {queue_ms['mean']:.0f} ms in it on average" if queue_ms is not None else ""
+    if q["max"] is not None and q["max"] >= QUEUE_WAITING:
         return True, (
             f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
             f"{s['concurrency']} (mean {q['mean']:.1f}{waited}{at_base})"
@@ -694,13 +767,13 @@ def _stream_no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
             "Underruns were not measured (no step has an underrun figure, e.g. compressed "
             "audio the client cannot time), so only TTFA and failures were judged."
         )
-    t_lo, t_hi = _get(base, "ttfa_ms", "p95"), _get(top, "ttfa_ms", "p95")
+    t_lo, t_hi = _stat(base.get("ttfa_ms"), "p95"), _stat(top.get("ttfa_ms"), "p95")
     ev.append(
         f"TTFA p95 went from {_ms(t_lo)} at {base['concurrency']} to {_ms(t_hi)} at "
         f"{top['concurrency']}: a step breaks only above {LATENCY_RISE}x the lowest step's and "
         f"above the {_ms(knee.get('ttfa_floor_ms'))} floor."
     )
-    w_lo, w_hi = _get(base, "latency_ms", "p95"), _get(top, "latency_ms", "p95")
+    w_lo, w_hi = _stat(base.get("latency_ms"), "p95"), _stat(top.get("latency_ms"), "p95")
     if w_lo and w_hi and w_hi / w_lo > LATENCY_RISE:
         ev.append(
             f"Whole-body p95 wait rose from {_ms(w_lo)} to {_ms(w_hi)}, which a listener does not "

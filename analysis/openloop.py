@@ -53,7 +53,7 @@ from typing import Any, cast
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.summary import Diagnosis, Growth, Knee, KneeMethods, SloVerdict, StepSummary
+from tts_knee.runformat.summary import Diagnosis, Growth, Knee, KneeMethods, MemoryCreep, SloVerdict, StepSummary
 
 from . import slo as slo_mod
 from .confidence import ci_range
@@ -388,7 +388,7 @@ def reword(evidence: list[str]) -> list[str]:
     return out
 
 
-def diagnose(steps: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
+def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool) -> Diagnosis:
     """:func:`analysis.diagnosis.diagnose` on the rate steps, each standing at its offered rate
     with its latency from schedule, after one sentence on what the open-loop rules saw."""
     as_levels = at_rates(steps)

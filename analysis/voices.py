@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from tts_knee.runformat.schema import StepEntry
-from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, SloVerdict, StepSummary
+from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, MemoryCreep, SloVerdict, StepSummary
 
 from .diagnosis import diagnose as by_steps
 from .knee import LATENCY_RISE, find_knee as knee_over
@@ -120,7 +120,7 @@ def cache_sentence(s: StepSummary) -> str | None:
     return f"with {s['voices']} voices it " + " and ".join(parts) if parts else None
 
 
-def diagnose(levels: list[StepSummary], knee: Knee, creep: dict[str, Any] | None, has_resources: bool) -> Diagnosis:
+def diagnose(levels: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool) -> Diagnosis:
     """The diagnosis of a voice sweep (see the module doc)."""
     d = by_steps(on_axis(levels), {**knee, "concurrency": knee.get("voices")}, creep, has_resources)
     done = [s for s in levels if s.get("requests")]
