@@ -41,6 +41,7 @@ from . import (
     orphans,
     probe as probe_mod,
     reuse,
+    slices as slices_mod,
     slo as slo_mod,
     soak as soak_mod,
     speech as speech_mod,
@@ -549,6 +550,14 @@ def analyze(
     if heard:
         knee = axis.speech_knee(knee, done)
     speech_mod.strip(done)
+    context = {
+        "settle": settle,
+        "streamed": streamed,
+        "roles": roles,
+        "users": users,
+        "ttfa_floor_ms": rd.ttfa_floor_ms(),
+    }
+    sliced = slices_mod.slices(parts.a, parts.plan, judged, axis, knee, done, context, heard, rd.path)
     first, last = _span(parts.plan, parts.a)
     creep = memory_creep(rd.resources, first, last)
     rec = axis.recommend(done, knee)
@@ -613,9 +622,12 @@ def analyze(
         "probe": sections["probe"],
         "spike": sections["spike"],
         **({"recommended_voices": rec.voices} if axis.key == "voices" else {}),
+        "slices": sliced,
     }
     summary.update((k, v) for k, v in optional.items() if v is not None or k.startswith("recommended_"))
     _trace(rd, parts, steps, done, summary)
+    if sliced and sliced["note"]:
+        summary["diagnosis"]["evidence"].append(sliced["note"])
     return _clean(summary)
 
 

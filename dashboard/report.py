@@ -22,6 +22,7 @@ from .kit import esc, fig_html, is_streamed, is_voice_sweep, page
 from .probe import probe_html, spike_html
 from .riva_figures import riva_html
 from .server_series import server_section
+from .slices import slices_html
 from .slo_verdicts import slo_html
 from .soak import soak_html
 from .speech import speech_figure, speech_html
@@ -115,6 +116,7 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
         + soak_html(summary)
         + spike_html(summary)
         + probe_html(summary)
+        + slices_html(summary)
         + f"{listening}{stream}{riva_html(summary)}{breakdown.barge_in_html(summary)}"
         f"{breakdown.integrity_html(summary)}"
         f"<h2>Timeline: client and server on one clock</h2>{parts[1]}{server_section(rd, summary)}"

@@ -13,6 +13,7 @@ from tts_knee.runformat import SOAK_PHASE
 
 from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words, stat
 from .probe import probe_lines
+from .slices import slice_lines
 from .trace import trace_lines
 
 TABLE_COLUMNS = (
@@ -348,6 +349,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
         lines.append(
             f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), not whole-body time"
         )
+    lines += slice_lines(summary)
     lines += _barge_in_lines(summary.get("barge_in"))
     lines += _hangup_lines(summary.get("hangups"))
     d = summary["diagnosis"]

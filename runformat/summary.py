@@ -1200,6 +1200,68 @@ class TracePart(Trace):
     max_speed: NotRequired[Annotated[float | None, Doc("x", "with an SLO: slo.max_speed")]]
 
 
+class SliceSpeech(TypedDict):
+    """What the judge heard of one slice at one level (``slices.by_language[].levels[].speech``)."""
+
+    judged: Annotated[int, Doc("count", "the slice's clips judged at the level")]
+    metric: Annotated[str, Doc("", "'wer' or 'cer'")]
+    wer_mean: Annotated[float | None, Doc("", "mean word error rate (null when the metric is cer)")]
+    cer_mean: Annotated[float | None, Doc("", "mean character error rate, where cer is the metric")]
+    similarity_mean: Annotated[float | None, Doc("", "--asr-listen: mean speaker similarity (null: not listened)")]
+    mos_mean: Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS OVRL (null: not listened)")]
+
+
+class SliceLevel(TypedDict):
+    """One slice's figures at one level along the run's axis (``slices.by_language[].levels``)."""
+
+    concurrency: Annotated[int, Doc("users", "the level's concurrency (open loop: 0)")]
+    rate: NotRequired[Annotated[float | None, Doc("req/s", "open loop: the level's offered rate (all slices)")]]
+    voices: NotRequired[Annotated[int | None, Doc("count", "voice sweep: the level's number of voices")]]
+    requests: Annotated[int, Doc("count", "the slice's requests at the level")]
+    failed: Annotated[int, Doc("count", "of them, failed")]
+    error_rate: Annotated[float | None, Doc("", "failed / requests")]
+    p50_ms: Annotated[float | None, Doc("ms", "the wait's p50 (latency_ms) of the slice's successful requests")]
+    p95_ms: Annotated[float | None, Doc("ms", "the wait's p95")]
+    ttfa_p95_ms: Annotated[float | None, Doc("ms", "streamed: time to first audio, p95 (null: not streamed)")]
+    underrun_rate: Annotated[float | None, Doc("", "streamed: the share of the slice's streams that ran dry")]
+    speech: Annotated[SliceSpeech | None, Doc("", "--asr-model: what the judge heard (null: nothing judged)")]
+
+
+class Slice(TypedDict):
+    """One language's (or voice's) requests, judged as a run of their own (analysis.slices)."""
+
+    by: Annotated[str, Doc("", "'language' or 'voice'")]
+    name: Annotated[str, Doc("", "the language (voice) the records name")]
+    requests: Annotated[int, Doc("count", "the slice's requests over the judged levels")]
+    judged: Annotated[
+        bool, Doc("", "its knee was judged: every level has analysis.slices.MIN_REQUESTS requests at least")
+    ]
+    knee: Annotated[
+        float | None,
+        Doc("", "the level it breaks at, by the pooled knee's rules on the same axis (null: none, or not judged)"),
+    ]
+    rules: Annotated[list[str], Doc("", "the knee's methods that name that level")]
+    held_to: Annotated[float | None, Doc("", "the highest level below its knee (the highest tested where none)")]
+    broke: Annotated[str | None, Doc("", "what broke at its knee, in words")]
+    levels: Annotated[list[SliceLevel], Doc("", "its figures per level, ascending")]
+
+
+class Slices(TypedDict):
+    """``slices``: a run whose requests name several languages (voices), per language (voice)."""
+
+    axis: Annotated[str, Doc("", "the levels' axis: 'concurrency', 'rate' or 'voices' (knee.axis)")]
+    knee: Annotated[float | None, Doc("", "the pooled knee along that axis, to compare with (null: none)")]
+    held_to: Annotated[float | None, Doc("", "the highest pooled level below it (the highest tested where none)")]
+    by_language: NotRequired[Annotated[list[Slice], Doc("", "one per language the records name, where 2 to 8")]]
+    by_voice: NotRequired[
+        Annotated[list[Slice], Doc("", "one per voice the records name, where 2 to 8 (not in a voice sweep)")]
+    ]
+    note: Annotated[
+        str | None,
+        Doc("", "where a slice breaks before the pooled knee: the sentence the diagnosis adds (null: none does)"),
+    ]
+
+
 class Summary(TypedDict):
     """``summary.json``: the analysis of a run, written by the dashboard."""
 
@@ -1257,6 +1319,9 @@ class Summary(TypedDict):
     spike: NotRequired[Annotated[Spike, Doc("", "with --spike: how the server took it, and its recovery")]]
     trace: NotRequired[
         Annotated[TracePart, Doc("", "with --trace: the log replayed, its bursts per step, the answers as speeds")]
+    ]
+    slices: NotRequired[
+        Annotated[Slices, Doc("", "where the requests name several languages (voices): each one's figures and knee")]
     ]
 
 

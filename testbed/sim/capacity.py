@@ -3,7 +3,9 @@
 A protocol's server (the HTTP app in :mod:`testbed.sim.http`; a WebSocket, Wyoming or gRPC one
 alike) parses its request, asks :meth:`Capacity.admit` (which raises :class:`Refused` when a
 limit says no), waits for a :class:`Turn` with :meth:`Capacity.take`, sends the audio pieces
-the turn yields as they are made, and finishes the turn. With ``--recovery-s`` the slots model
+the turn yields as they are made, and finishes the turn. With ``--slow-above K`` a request
+for ``--slow-language`` (or ``--slow-voice``) taken while more than K are in flight takes
+``--slow-x`` times its service time (one language or voice breaking first). With ``--recovery-s`` the slots model
 is slow to come back from overload: a request whose turn begins while others queue, or within
 that long after one last had to, takes ``RECOVERY_SLOWDOWN`` (2x) its time. Everything that sets the timing lives
 here: the token bucket, the out-of-memory threshold, the queue limit, the FIFO slots and one
@@ -54,6 +56,8 @@ ENGINE_EPS_S = 1e-9  # audio-seconds: a chunk this close to complete counts as c
 ANSWERS_KEPT = 100_000
 #: --recovery-s: how much slower each request is while the server recovers from a queue.
 RECOVERY_SLOWDOWN = 2.0
+#: --slow-above: how many times its service time a slowed request takes, unless --slow-x says.
+DEFAULT_SLOW_X = 3.0
 #: The simulator's exit status when --crash-above ends it.
 CRASH_EXIT_CODE = 70
 log = logging.getLogger("testbed.sim")
@@ -281,10 +285,13 @@ class Capacity:
         """An admitted request that will take no turn (its client left before it was ready)."""
         self.admitted -= 1
 
-    def take(self, text: str, voice: str | None = None) -> Turn:
+    def take(self, text: str, voice: str | None = None, slowed: bool = False) -> Turn:
         """Wait for a slot (first come, first served) and start the admitted request's turn;
         ``voice`` (the key of its voice, None for the default one) goes through the voice
-        cache once it holds the slot."""
+        cache once it holds the slot; ``slowed``: the request is of the language (voice)
+        ``--slow-above`` slows, which it does past its K in flight."""
+        above = getattr(self.args, "slow_above", None)
+        slow_x = self.args.slow_x if slowed and above is not None and self.admitted > above else 1.0
         started = time.monotonic()
         if self.slots.free == 0:
             self.congested_at = started
@@ -298,7 +305,7 @@ class Capacity:
             self.congested_at = time.monotonic()
         self.queue_s_total += queue_s
         self.queue_waits += 1
-        return Turn(self, text, queue_s, self.voices.use(voice), self._cached(text, voice))
+        return Turn(self, text, queue_s, self.voices.use(voice), self._cached(text, voice), slow_x)
 
     def _cached(self, text: str, voice: str | None) -> bool:
         """Whether ``--cache-hit-ms`` serves this text from the answer cache (then kept for next time)."""
@@ -341,7 +348,15 @@ class Turn:
     began to share the engine, after the prefill (None in the slots model); ``voice_s``: what
     computing its voice's speaker embedding took (0 on a cache hit), part of ``planned_s``."""
 
-    def __init__(self, capacity: Capacity, text: str, queue_s: float, voice_s: float = 0.0, cached: bool = False):
+    def __init__(
+        self,
+        capacity: Capacity,
+        text: str,
+        queue_s: float,
+        voice_s: float = 0.0,
+        cached: bool = False,
+        slow_x: float = 1.0,
+    ):
         self.capacity = capacity
         self.queue_s = queue_s
         self.voice_s = voice_s
@@ -351,7 +366,7 @@ class Turn:
             if capacity.engine is not None
             else capacity.args.cache_hit_ms / 1000
             if cached
-            else capacity.service_seconds(text) + voice_s
+            else capacity.service_seconds(text) * slow_x + voice_s
         )
         self.generating: float | None = None
         self._done = False

@@ -31,7 +31,7 @@ from tts_knee.testbed.sim.audio import (
     RUNAWAY_FACTOR,
     Speaker,
 )
-from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, SLOTS_MODEL, Capacity
+from tts_knee.testbed.sim.capacity import CAPACITY_MODEL, DEFAULT_SLOTS, DEFAULT_SLOW_X, SLOTS_MODEL, Capacity
 from tts_knee.testbed.sim.faults import FAULTS
 from tts_knee.testbed.sim.http import UNSPEAKABLE, Handler, SpeechApp
 from tts_knee.testbed.sim.leak import Leak
@@ -243,6 +243,29 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help=f"with --runaway-above, how many times its own length an answer runs on to (default {DEFAULT_RUN_ON_X:g})",
     )
     p.add_argument(
+        "--slow-above",
+        type=number(int, 0),
+        metavar="K",
+        help="when more than K requests are in flight, a request for --slow-language (or --slow-voice) takes "
+        "--slow-x times its service time, the others theirs (slots model, HTTP; default off)",
+    )
+    p.add_argument(
+        "--slow-language",
+        metavar="LANG",
+        help='with --slow-above, the language slowed: requests whose "language" is LANG (default none)',
+    )
+    p.add_argument(
+        "--slow-voice",
+        metavar="NAME",
+        help='with --slow-above, the voice slowed: requests whose "voice" is NAME (default none)',
+    )
+    p.add_argument(
+        "--slow-x",
+        type=number(float, 1),
+        metavar="X",
+        help=f"with --slow-above, how many times its service time a slowed request takes (default {DEFAULT_SLOW_X:g})",
+    )
+    p.add_argument(
         "--voice-cache",
         type=number(int, 0),
         default=0,
@@ -427,6 +450,7 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     if args.cache_hit_ms is not None and args.capacity is not None:
         parser.error("--cache-hit-ms is for the slots model (without --capacity)")
     check_speech(parser, args)
+    check_slow(parser, args)
     if args.chunk_log:
         try:
             args.chunk_log = open(args.chunk_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the server's log
@@ -452,6 +476,21 @@ def check_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     for flag in own:
         if getattr(args, flag) is None:
             setattr(args, flag, own[flag])
+
+
+def check_slow(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--slow-above and what it slows: a language or a voice, and the slots model."""
+    named = args.slow_language is not None or args.slow_voice is not None
+    if args.slow_above is None:
+        for flag in ("slow_language", "slow_voice", "slow_x"):
+            if getattr(args, flag) is not None:
+                parser.error(f"--{flag.replace('_', '-')} needs --slow-above")
+    elif not named:
+        parser.error("--slow-above needs --slow-language or --slow-voice (what it slows)")
+    elif args.capacity is not None:
+        parser.error("--slow-above is for the slots model (without --capacity)")
+    if args.slow_x is None:
+        args.slow_x = DEFAULT_SLOW_X
 
 
 def check_speech(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

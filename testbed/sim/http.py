@@ -65,6 +65,7 @@ class Speech:
     sse: bool = False  # server-sent events (always streamed)
     received: float = 0.0  # unix seconds the request's body had been read
     voice: str | None = None  # the key of its voice in the voice cache (None: the default voice)
+    slowed: bool = False  # its language (or voice) is the one --slow-above slows
 
 
 class _Reject(Exception):
@@ -280,7 +281,11 @@ class SpeechApp:
         sse = stream_format == "sse" or (self.args.sse and stream_format is None)
         stream = self.args.stream or sse or stream_format is not None or data.get("stream") is True
         request_id = environ.get("HTTP_X_REQUEST_ID") or uuid.uuid4().hex
-        return Speech(text, fmt, stream, request_id, sse, time.time(), self.voice_key(data, clip))
+        slow_language, slow_voice = getattr(self.args, "slow_language", None), getattr(self.args, "slow_voice", None)
+        slowed = (slow_language is not None and data.get("language") == slow_language) or (
+            slow_voice is not None and data.get("voice") == slow_voice
+        )
+        return Speech(text, fmt, stream, request_id, sse, time.time(), self.voice_key(data, clip), slowed)
 
     def speech(self, environ, start_response, path: str):
         req = self.parse(environ, path)
@@ -302,7 +307,7 @@ class SpeechApp:
         clip = self.audio.clip(req.text, self.capacity.admitted)
         environ["sim.clip"], environ["sim.request_id"] = clip, req.request_id  # for the --log-requests line
         pcm = clip.pcm
-        turn = self.capacity.take(req.text, req.voice)
+        turn = self.capacity.take(req.text, req.voice, req.slowed)
         if req.stream and self.answers_streamed(req, fault):
             return self.stream(environ, start_response, req, clip, turn, ids, fault)
         try:
