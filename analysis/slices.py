@@ -11,7 +11,7 @@ figures set none), the diagnosis says so in one sentence. Records that name no l
 voice) belong to no slice of that kind; a voice sweep has no voice slices (its voices are its
 axis), nor has a kind with more than :data:`MAX_SLICES` labels. A slice with fewer than
 :data:`MIN_REQUESTS` requests at one of its levels is not judged (its knee null, ``judged`` false).
-Manual: docs/results.md (Slices).
+Manual: docs/results.md, "Does one language (or voice) break first?".
 """
 
 from __future__ import annotations

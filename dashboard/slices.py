@@ -1,6 +1,6 @@
 """The report's slices: each language's (voice's) p95 along the run's axis, its knee, and a table
 of its figures per level, where the run's requests mix them (``summary.slices``,
-:mod:`analysis.slices`). Manual: docs/results.md (Slices)."""
+:mod:`analysis.slices`). Manual: docs/results.md."""
 
 from __future__ import annotations
 
