@@ -82,3 +82,10 @@ def test_a_mix_by_voice_in_the_report(tmp_path):
     assert "What the listener hears" in html
     assert "Latency by voice" in html and "Wait by voice (ms)" in html and VOICES[1] in html
     assert_declared(run)
+    # each voice a slice of its own: every request and every judged clip (joined by req_id) in one
+    sliced = {sl["name"]: sl for sl in s["slices"]["by_voice"]}
+    assert set(sliced) == set(VOICES) and "by_language" not in s["slices"]
+    assert sum(lv["requests"] for sl in sliced.values() for lv in sl["levels"]) == sum(
+        lv["requests"] for lv in s["levels"]
+    )
+    assert sum(lv["speech"]["judged"] for sl in sliced.values() for lv in sl["levels"] if lv["speech"]) == 8
