@@ -100,8 +100,8 @@ def _levels(
     streamed: bool,
     roles: dict[str, str],
     users: dict[str, Any],
-) -> tuple[list[StepSummary], list[StepSummary]]:
-    """A slice's steps (the judged ones) and levels, as the pooled ones are made."""
+) -> list[StepSummary]:
+    """A slice's levels over its judged steps, made as the pooled ones are."""
     plan = _plan_of(sub, whole, plan)
     no_samples = pd.DataFrame()
     steps = [
@@ -123,7 +123,7 @@ def _levels(
             cast(dict[str, Any], st)["voices"] = entry["voices"]
     axis.step_figures(sub, cast(list[StepEntry], plan), steps)
     steps = [st for st in steps if st["step"] in judged]
-    return steps, axis.levels(sub, steps, no_samples, settle, streamed, roles, users)
+    return axis.levels(sub, steps, no_samples, settle, streamed, roles, users)
 
 
 def request_labels(path: Path, req_ids: set[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -320,7 +320,7 @@ def slices(
         sliced = []
         for code, name in sorted(named.items(), key=lambda item: item[1]):
             sub = a.subset(a[kind] == code)
-            _, lv = _levels(
+            lv = _levels(
                 sub,
                 a,
                 plan,
