@@ -16,7 +16,9 @@ playback model (:func:`analysis.playback.listen`).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gevent
 
@@ -31,13 +33,28 @@ from .headers import parse_retry_after
 from .inputs import bodies
 from .inputs.corpus import Text, split
 from .timeline import Timeline
-from .transports import Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, TransportError, transport_for
+from .transports import (
+    Answered,
+    Ask,
+    AudioPiece,
+    Cancel,
+    Ended,
+    Event,
+    Received,
+    TextSent,
+    TransportError,
+    transport_for,
+)
 
 #: The streaming fields of an attempt whose answer carried no audio to time (refused, no answer).
 _NO_STREAM = dict.fromkeys(runformat.ATTEMPT_STREAM)
 
 
-def _signal(data: list | None, audio: containers.Audio) -> dict | None:
+#: An answer's audio as it came, per segment of a text: its buffers in order, and what they hold.
+Parts = list[tuple[list[signal.Buffer], containers.Audio]]
+
+
+def _signal(data: list[signal.Buffer] | None, audio: containers.Audio) -> dict[str, Any] | None:
     """The signal fields of an answer's PCM16 audio (:func:`audio.signal.check`), or None for
     audio it cannot read without decoding (MP3, Opus, AAC, FLAC, other sample widths)."""
     if (
@@ -70,15 +87,18 @@ class Segment:
     k: int
     n: int
     seq: int  # the user's request number (it names the audio file with --audio-keep 0)
-    sent: dict | None  # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
+    sent: dict[str, Any] | None  # open loop: the step it was scheduled in, its ``scheduled`` time, in flight
 
 
-class _AfterCancel:
-    """The audio that still arrived after a cancel."""
+class _BargeIn:
+    """A listener's interruption of one attempt: its ``cancel``, fired ``after_s`` after the
+    first audio heard (by ``timer``), and the audio that still arrived after it."""
 
-    __slots__ = ("ms", "last")
+    __slots__ = ("cancel", "after_s", "timer", "ms", "last")
 
-    def __init__(self):
+    def __init__(self, cancel: Cancel, after_s: float) -> None:
+        self.cancel, self.after_s = cancel, after_s
+        self.timer: gevent.Greenlet[[], None] | None = None
         self.ms = 0.0
         self.last: float | None = None
 
@@ -86,9 +106,10 @@ class _AfterCancel:
         self.ms += piece.ms or 0.0
         self.last = piece.at
 
-    def fields(self, cancel: Cancel, m0: float, ended: Ended) -> dict:
+    def fields(self, m0: float, ended: Ended) -> dict[str, Any]:
         """The record's cancel fields: quiet at the acknowledgement where one came, else at the
         last audio (at the cancel itself when none came after it)."""
+        cancel = self.cancel
         if ended.quiet == "acknowledged":
             quiet = ended.at
         elif ended.quiet == "unacknowledged":
@@ -113,7 +134,7 @@ class Attempt:
     event reports (``elapsed_ms``), the status ``--retry-on`` judges (``http_status``, None for
     a failed connection), and the GreenletExit that ``cut`` it at the run's end, or None."""
 
-    record: dict
+    record: dict[str, Any]
     ended: Ended | None
     m0: float
     m2: float | None
@@ -125,29 +146,27 @@ class Attempt:
 class _Arrivals:
     """What the transport's events said during one attempt: the first byte (``m1``), the whole
     answer (``m2``, ``ended``), the bytes, the answer's head, the audio's arrivals, and a
-    barge-in's cancel (fired ``after_s`` after the first audio heard)."""
+    barge-in (None where the listener does not interrupt this attempt)."""
 
-    __slots__ = ("m1", "m2", "nbytes", "answer", "ended", "timeline", "cancel", "after_s", "timer", "after")
+    __slots__ = ("m1", "m2", "nbytes", "answer", "ended", "timeline", "barge_in")
 
-    def __init__(self, cancel: Cancel | None, after_s: float | None):
+    def __init__(self, barge_in: _BargeIn | None) -> None:
         self.m1: float | None = None
         self.m2: float | None = None
         self.nbytes = 0
         self.answer: Answered | None = None
         self.ended: Ended | None = None
         self.timeline = Timeline()
-        self.cancel, self.after_s = cancel, after_s
-        self.timer: gevent.Greenlet | None = None
-        self.after = _AfterCancel() if cancel is not None else None  # what still came after a cancel
+        self.barge_in = barge_in
 
     def audio(self, ev: AudioPiece) -> None:
-        cancel = self.cancel
-        if cancel is not None and cancel.at is not None:
-            self.after.add(ev)  # heard by nobody: not in the playback figures
+        barge_in = self.barge_in
+        if barge_in is not None and barge_in.cancel.at is not None:
+            barge_in.add(ev)  # heard by nobody: not in the playback figures
             return
         self.timeline.add(ev.at, ev.ms)
-        if cancel is not None and self.timer is None:  # counted from the first audio heard
-            self.timer = gevent.spawn_later(self.after_s, cancel.fire)
+        if barge_in is not None and barge_in.timer is None:  # counted from the first audio heard
+            barge_in.timer = gevent.spawn_later(barge_in.after_s, barge_in.cancel.fire)
 
     def received(self, ev: Received) -> None:
         if self.m1 is None:
@@ -164,8 +183,9 @@ class _Arrivals:
         self.ended, self.m2 = ev, ev.at
 
 
-#: Each transport event's handler (another type of event is not the attempt's to time).
-_ON_EVENT = {
+#: Each transport event's handler (another type of event is not the attempt's to time). Each
+#: takes the event of its key's type, which a dict's type cannot say: hence ``Any``.
+_ON_EVENT: dict[type[Event], Callable[[_Arrivals, Any], None]] = {
     AudioPiece: _Arrivals.audio,
     Received: _Arrivals.received,
     TextSent: _Arrivals.text_sent,
@@ -192,21 +212,21 @@ class Caller:
     def close(self) -> None:
         self.transport.close()
 
-    def send(self, text: Text, ask: Ask, seq: int, sent: dict | None = None) -> None:
+    def send(self, text: Text, ask: Ask, seq: int, sent: dict[str, Any] | None = None) -> None:
         """Send ``text``, asking for ``ask``, as request number ``seq`` of this caller's user. ``sent`` (open loop):
         the step it was scheduled in, its ``scheduled`` time and the ``concurrency`` at sending,
         which the records carry instead of the step running when each attempt starts."""
         segments = split(text.text, self.s.split_max_chars)
         base_id = f"{self.run.worker_tag}-{self.no}-{seq}"
         n = len(segments)
-        parts: list[tuple[bytes, containers.Audio]] = []
+        parts: Parts = []
         for k, words in enumerate(segments, 1):
             req_id = base_id if n == 1 else f"{base_id}.{k}"
             rec = self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts)
             if rec is None or rec.get("cancelled"):
                 return  # failed, or the listener interrupted: the rest of the text is not said
 
-    def _request(self, seg: Segment, parts: list) -> dict | None:
+    def _request(self, seg: Segment, parts: Parts) -> dict[str, Any] | None:
         """All attempts of one segment; returns its final record, or None once it finally fails."""
         attempt, backoff_ms = 1, None
         run = self.run
@@ -236,10 +256,13 @@ class Caller:
                 if voice is not None or seg.ask.language is not None:
                     runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
                 if rec["ok"] and not rec.get("cancelled"):
-                    parts.append((done.ended.data, done.ended.audio))
+                    ended, m2 = done.ended, done.m2
+                    # an ok answer that was not interrupted came whole, with its audio (_hear)
+                    assert ended is not None and ended.data is not None and ended.audio is not None and m2 is not None
+                    parts.append((ended.data, ended.audio))
                     if seg.k == seg.n:
                         try:
-                            self._finish_audio(rec, parts, done.m0, done.m2, seg)  # yields while the file is written
+                            self._finish_audio(rec, parts, done.m0, m2, seg)  # yields while the file is written
                         except gevent.GreenletExit as e:
                             cut = e  # stopped while writing: the attempt itself is whole, t3 stays null
                 # The Locust event and the record go out together, with no yield in between, so a
@@ -257,6 +280,7 @@ class Caller:
             delay = self.s.retry.delay_s(attempt, rec["retry_after_s"], self.rng)
             if rec["retry_after_s"] is not None and delay > 0:
                 # Honour Retry-After measured from when the answer arrived, not from now.
+                assert done.m2 is not None  # a refusal that said when to come back came whole
                 delay = max(0.0, done.m2 + delay - mono())
             backoff_ms = round(delay * 1000.0, 3)
             gevent.sleep(delay)
@@ -264,15 +288,15 @@ class Caller:
                 return None  # the run stopped during the backoff: no attempt is sent now
             attempt += 1
 
-    def _attempt(self, words: str, ask: Ask, sent: dict | None) -> Attempt:
+    def _attempt(self, words: str, ask: Ask, sent: dict[str, Any] | None) -> Attempt:
         """One attempt: sent, timed as its events arrive, and judged (see :class:`Attempt`)."""
         s = self.s
         step = self.run.state.current if sent is None else sent["step"]
         t0, m0 = wall(), mono()
         after_s = self.listener.draw(words) if self.listener is not None else None
-        got = _Arrivals(None if after_s is None else Cancel(s.cancel_by), after_s)
+        got = _Arrivals(None if after_s is None else _BargeIn(Cancel(s.cancel_by), after_s))
         error, cut = self._exchange(words, ask, got)
-        answer, m1, m2 = got.answer, got.m1, got.m2
+        answer, ended, m1, m2 = got.answer, got.ended, got.m1, got.m2
         # a connection that failed after the answer began leaves no status: the answer never
         # completed; one cut at the run's end keeps the status that had come
         status = answer.status if answer is not None and (error is None or cut is not None) else None
@@ -292,7 +316,7 @@ class Caller:
             wait_ms=_ms(m0, m2),
             status=status,
             ok=False,
-            error=error if error is not None else got.ended.error,
+            error=error,  # an exchange that ran to its end: its answer's, below
             bytes=got.nbytes,
             settled=self.run.state.settled(step, t0),
             **stream,
@@ -304,9 +328,13 @@ class Caller:
                 sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
             )
         if error is None:
-            self._judge(rec, got, m0)
+            # an exchange that ran to its end was answered, and ended: the transports' contract
+            assert answer is not None and ended is not None
+            rec["error"] = ended.error
+            self._judge(rec, got, answer, ended, m0)
         elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
-        return Attempt(rec, got.ended, m0, m2, elapsed_ms, None if status is None else answer.http_status, cut)
+        http_status = None if status is None or answer is None else answer.http_status
+        return Attempt(rec, ended, m0, m2, elapsed_ms, http_status, cut)
 
     def _exchange(self, words: str, ask: Ask, got: _Arrivals) -> tuple[str | None, gevent.GreenletExit | None]:
         """Run the transport's exchange into ``got`` within ``--request-timeout``: ``(the error
@@ -315,10 +343,12 @@ class Caller:
         on_event = _ON_EVENT.get
         timeout = gevent.Timeout(s.request_timeout)
         timeout.start()
+        barge_in = got.barge_in
         try:
-            cancel = got.cancel
             events = (
-                self.transport.exchange(words, ask) if cancel is None else self.transport.exchange(words, ask, cancel)
+                self.transport.exchange(words, ask)
+                if barge_in is None
+                else self.transport.exchange(words, ask, barge_in.cancel)
             )
             for ev in events:
                 handle = on_event(type(ev))
@@ -338,14 +368,13 @@ class Caller:
             return CUT_BY_RUN_END, e
         finally:
             timeout.close()
-            if got.timer is not None:
-                got.timer.kill(block=False)
+            if barge_in is not None and barge_in.timer is not None:
+                barge_in.timer.kill(block=False)
         return None, None
 
-    def _judge(self, rec: dict, got: _Arrivals, m0: float) -> None:
+    def _judge(self, rec: dict[str, Any], got: _Arrivals, answer: Answered, ended: Ended, m0: float) -> None:
         """An answer that came whole, into its record: its audio heard and checked where it
         carries audio, its Retry-After where it refused (in place)."""
-        answer, ended = got.answer, got.ended
         rec["server_timing"] = answer.server_timing
         if not answer.ok:
             if answer.retry_after_raw is not None:
@@ -359,29 +388,32 @@ class Caller:
             rec["ok"] = True  # interrupted, not failed
             heard = [ms for ms in got.timeline.audio_ms if ms is not None]
             rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
-            runformat.attempt.update(rec, **got.after.fields(got.cancel, m0, ended))
+            barge_in = got.barge_in
+            assert barge_in is not None  # only an exchange the listener interrupted goes quiet
+            runformat.attempt.update(rec, **barge_in.fields(m0, ended))
         elif ended.audio is not None:
-            self._hear(rec, got, m0)
+            self._hear(rec, got, ended, ended.audio, m0)
 
-    def _hear(self, rec: dict, got: _Arrivals, m0: float) -> None:
-        """A whole answer's audio: its length and real-time factor, and the signal checks (a
-        silent answer fails with ``signal.SILENT``)."""
-        audio = got.ended.audio
-        heard = _signal(got.ended.data, audio)
+    def _hear(self, rec: dict[str, Any], got: _Arrivals, ended: Ended, audio: containers.Audio, m0: float) -> None:
+        """A whole answer's ``audio`` (``ended.audio``): its length and real-time factor, and the
+        signal checks (a silent answer fails with ``signal.SILENT``)."""
+        heard = _signal(ended.data, audio)
         if heard is not None and heard.pop("silent"):
             rec["error"] = signal.SILENT
             return
         rec["ok"] = True
         rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
         if audio.audio_s:
-            rec["rtf"] = round((got.m2 - m0) / audio.audio_s, 6)
+            m2 = ended.at
+            assert m2 is not None  # audio that checked out came whole
+            rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
         if heard is not None:
             heard["ttfa_audible_ms"] = got.timeline.audible_ms(
                 m0, self.s.playback_buffer_ms, heard["leading_silence_ms"]
             )
             runformat.attempt.update(rec, **heard)
 
-    def _fire(self, rec: dict, attempt: int, elapsed_ms: float) -> None:
+    def _fire(self, rec: dict[str, Any], attempt: int, elapsed_ms: float) -> None:
         # Retried attempts get a name of their own so Locust's table shows them apart.
         name = self.transport.name if attempt == 1 else f"{self.transport.name} (retry)"
         self.environment.events.request.fire(
@@ -394,7 +426,8 @@ class Caller:
             exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict, parts, m0: float, m2: float, seg: Segment) -> None:
+    def _finish_audio(self, rec: dict[str, Any], parts: Parts, m0: float, m2: float, seg: Segment) -> None:
+        data: list[signal.Buffer]
         if len(parts) > 1:
             try:
                 data = [containers.concat([(b"".join(d), a) for d, a in parts])]
@@ -402,7 +435,8 @@ class Caller:
                 rec.update(ok=False, error=str(e))
                 return
             rec["concat_ms"] = round((mono() - m2) * 1000.0, 3)
-            rec["audio_s"] = round(sum(a.audio_s for _, a in parts), 6)
+            # PCM that joined has every segment's length (only a format it cannot join lacks one)
+            rec["audio_s"] = round(sum(a.audio_s or 0.0 for _, a in parts), 6)
         else:
             data = parts[0][0]
         path = self.run.audio_path(seg.text, self.no, seg.seq)
