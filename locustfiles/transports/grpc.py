@@ -207,7 +207,9 @@ class GrpcTransport(Transport):
     def __init__(self, s):
         self.s = s
         self.name = s.tts_path
-        self.host, self.port = target(s.host)
+        host_port = target(s.host)
+        assert host_port is not None  # settings take only -H grpc://host:port with gRPC
+        self.host, self.port = host_port
         self.conn: Connection | None = None
         self.request_id: str | None = None  # the id the last request carried
         self.connect_ms: float | None = None  # opening the connection, where this exchange had to
@@ -389,16 +391,16 @@ class RivaTransport(GrpcTransport):
                 ms = pieces.add(audio)
             except containers.StreamError as e:
                 call.cancel()
-                yield from self._end(call.status, at, pieces, str(e))
+                yield from self._end(call.outcome()[0], at, pieces, str(e))
                 return
             except DecodeError:
                 call.cancel()
-                yield from self._end(call.status, at, pieces, "a message that is not a SynthesizeSpeechResponse")
+                yield from self._end(call.outcome()[0], at, pieces, "a message that is not a SynthesizeSpeechResponse")
                 return
             if audio:
                 yield AudioPiece(at, ms)
         yield from sent
-        yield from self._end(call.status, call.ended_at, pieces)
+        yield from self._end(*call.outcome(), pieces)
 
 
 class TritonTransport(GrpcTransport):
@@ -440,7 +442,9 @@ class TritonTransport(GrpcTransport):
                 answer = self._answer_type.FromString(msg)
             except DecodeError:
                 call.cancel()
-                yield from self._end(call.status, at, pieces, f"a message that is not a {self._answer_type.__name__}")
+                yield from self._end(
+                    call.outcome()[0], at, pieces, f"a message that is not a {self._answer_type.__name__}"
+                )
                 return
             if self._stream:
                 if answer.error_message:
@@ -455,18 +459,20 @@ class TritonTransport(GrpcTransport):
                 ms = pieces.add(audio) if audio else 0.0
             except containers.StreamError as e:
                 call.cancel()
-                yield from self._end(call.status, at, pieces, str(e))
+                yield from self._end(call.outcome()[0], at, pieces, str(e))
                 return
             if audio:
                 yield AudioPiece(at, ms)
             flag = answer.parameters.get("triton_final_response")
             if not self._stream or (flag is not None and flag.bool_param):
                 final = at
-        status = call.status
-        if status.code == "OK" and final is None:
-            yield from self._end(status, call.ended_at, pieces, "the stream ended without Triton's final response")
-            return
-        yield from self._end(status, final if status.code == "OK" else call.ended_at, pieces)
+        status, ended_at = call.outcome()
+        if status.code != "OK":
+            yield from self._end(status, ended_at, pieces)
+        elif final is None:
+            yield from self._end(status, ended_at, pieces, "the stream ended without Triton's final response")
+        else:
+            yield from self._end(status, final, pieces)
 
     def _audio(self, answer) -> bytes:
         """The audio output's samples, as PCM16 (FP32 converted); b"" where the response has none."""

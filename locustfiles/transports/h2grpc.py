@@ -338,6 +338,13 @@ class Call:
             conn._flush()
             return not conn.send_failed
 
+    def outcome(self) -> tuple[Status, float]:
+        """How the call ended (:attr:`status`) and when (:attr:`ended_at`): known once
+        :meth:`messages` is exhausted or the call is cancelled."""
+        status, at = self.status, self.ended_at
+        assert status is not None and at is not None, "the call has not ended"
+        return status, at
+
     def cancel(self) -> None:
         """Reset the stream (RST_STREAM CANCEL): the server stops; the call ends CANCELLED."""
         self._abort(Status("CANCELLED", "cancelled by the client"), mono())
