@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 from collections import deque
+from typing import IO
 
 import gevent
 import numpy as np
@@ -114,8 +115,8 @@ class Judge:
         self.path = run_dir / runformat.SPEECH_FILE
         (run_dir / runformat.SPEECH_DIR).mkdir(exist_ok=True)
         self.disk.append(self.path, b"")
-        self.proc = None
-        self._reader = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._reader: gevent.Greenlet[[subprocess.Popen[bytes], IO[bytes]], None] | None = None
         self.queue: deque = deque()
         self.sent: deque = deque()  # clips written to the judge, not answered yet
         self.taken: dict[int, set] = {}
@@ -129,7 +130,7 @@ class Judge:
     def start(self) -> str | None:
         """Start the judge and wait for its model; None once ready, else why not (a sentence)."""
         try:
-            self.proc = subprocess.Popen(
+            proc = self.proc = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -155,20 +156,22 @@ class Judge:
             )
         except OSError as e:
             return f"the ASR judge did not start: {e}"
-        puller.SIDECARS.add(self.proc.pid)  # its CPU is not the load generator's
-        with gevent.Timeout(READY_S, False):
-            line = self.proc.stdout.readline()
+        puller.SIDECARS.add(proc.pid)  # its CPU is not the load generator's
+        assert proc.stdin is not None and proc.stdout is not None  # both piped
+        # False: the block just ends at the timeout (gevent takes it; its stubs do not say so)
+        with gevent.Timeout(READY_S, False):  # type: ignore[arg-type]
+            line = proc.stdout.readline()
             try:
                 said = json.loads(line) if line else {}
             except ValueError:
                 said = {}
             if said.get("ready"):
-                gevent.spawn(self._feed)
-                self._reader = gevent.spawn(self._read)
+                gevent.spawn(self._feed, proc, proc.stdin)
+                self._reader = gevent.spawn(self._read, proc, proc.stdout)
                 return None
-            self.proc.kill()
+            proc.kill()
             return said.get("fatal") or "the ASR judge exited before its model loaded"
-        self.proc.kill()
+        proc.kill()
         return f"the ASR judge did not load --asr-model {self.s.asr_model} within {READY_S:g} s"
 
     def offer(self, clip: dict, audio: bytes) -> None:
@@ -192,18 +195,19 @@ class Judge:
             self.queue.append((clip, audio))
             self._more.set()
 
-    def _feed(self) -> None:
+    def _feed(self, proc: subprocess.Popen[bytes], to_judge: IO[bytes]) -> None:
         while True:
             while not self.queue:
                 if self._done.is_set():
-                    self._close_input()
+                    with contextlib.suppress(OSError):
+                        to_judge.close()
                     return
                 self._more.clear()
                 self._more.wait()
             clip, audio = self.queue.popleft()
             self.sent.append(clip)
             try:
-                self.proc.stdin.write(
+                to_judge.write(
                     judge_proc.frame(
                         {
                             "id": clip["req_id"],
@@ -215,17 +219,13 @@ class Judge:
                         audio,
                     )
                 )
-                self.proc.stdin.flush()
+                to_judge.flush()
             except (OSError, ValueError):
-                self._died()
+                self._died(proc)
                 return
 
-    def _close_input(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
+    def _read(self, proc: subprocess.Popen[bytes], from_judge: IO[bytes]) -> None:
+        for line in from_judge:
             try:
                 said = json.loads(line)
             except ValueError:
@@ -246,10 +246,10 @@ class Judge:
                 judge_s=said.get("judge_s"),
                 **(self._listened(clip, said) if self.s.asr_listen else {}),
             )
-        if self.proc.poll() is None:
-            self.proc.wait()
+        if proc.poll() is None:
+            proc.wait()
         if self.sent or self.queue or not self._done.is_set():
-            self._died()
+            self._died(proc)
 
     def _listened(self, clip: dict, said: dict) -> dict:
         """What --asr-listen adds to the clip's line: ``similarity`` to its text's clip at the
@@ -273,9 +273,9 @@ class Judge:
             "embedding": embedding,
         }
 
-    def _died(self) -> None:
+    def _died(self, proc: subprocess.Popen[bytes]) -> None:
         if self.dead is None:
-            code = self.proc.poll()
+            code = proc.poll()
             self.dead = (
                 f"the judge process ended (exit status {code})"
                 if code is not None
@@ -322,24 +322,25 @@ class Judge:
     def finish(self) -> None:
         """The run has ended: wait up to FINISH_S for the clips the judge has, then stop it; the
         clips it did not get to are written as not judged."""
-        if self.proc is None:
+        proc = self.proc
+        if proc is None:
             return
         waiting = len(self.queue) + len(self.sent)
         if waiting and self.dead is None:
             log.info("the ASR judge has %d clips left; waiting up to %.0f s", waiting, FINISH_S)
         self._done.set()
         self._more.set()
-        with gevent.Timeout(FINISH_S, False):
-            self.proc.wait()
+        with gevent.Timeout(FINISH_S, False):  # type: ignore[arg-type]  # False: as in start
+            proc.wait()
             if self._reader is not None:
                 self._reader.join()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
             self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
-            self._died()
+            self._died(proc)
         elif self.sent or self.queue:
-            self._died()
+            self._died(proc)
         self.disk.close(self.path)
         c = self.counts
         if c["offered"]:
