@@ -18,6 +18,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import events
@@ -29,6 +30,7 @@ from tts_knee.collectors.puller import CollectorPuller
 from tts_knee.runformat import exits, wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
+from tts_knee.runformat.schema import Preflight
 
 from . import heartbeats, listening, metrics as metrics_mod, provenance, settings as settings_mod, startup, timesync
 from .clock import mono, wall
@@ -41,6 +43,9 @@ from .shipping import RecordReceiver, RecordShipper, RecordWriter
 from .soak import Soak
 from .spike import Spike
 from .voice_upload import VoiceUploads
+
+if TYPE_CHECKING:  # numpy and pandas: imported where the run is written (Run.open)
+    from .plan import StepPlan, StepReader
 
 log = logging.getLogger("tts_knee")
 #: How long the master waits for workers' last batches when the run ends, past their drain.
@@ -73,16 +78,21 @@ class Run:
         self.worker_id = runner.client_id if self.is_worker else "local"
         self.worker_tag = uuid.uuid4().hex[:8]
         self._audio_ok = True
-        self.writer = self.shipper = self.puller = self.receiver = None
+        self.writer: RecordWriter | None = None  # master/local: the records, once open() made the run directory
+        self.shipper: RecordShipper | None = None  # worker: the records, to the master
+        self.puller: CollectorPuller | None = None  # master/local: the collectors
+        self.receiver: RecordReceiver | None = None  # master: the workers' records
         self.judge: listening.Judge | None = None  # master/local: --asr-model's judge
         self.picker: listening.Picker | None = None  # the clips this node hands it
         self.run_dir: Path | None = None
-        self.plan = self.reader = None  # master/local: the step plan and its reader of the run directory
+        # master/local: the step plan and its reader of the run directory
+        self.plan: StepPlan | None = None
+        self.reader: StepReader | None = None
         self.soak: Soak | None = None  # master/local: --soak, once the plan is done
         self.probe: Probe | None = None  # master/local: --probe-texts, once the plan and a soak are done
         self.spike: Spike | None = None  # master/local: --spike, after a soak, before the probe
         self.info: dict = {}
-        self.preflight: dict | None = None
+        self.preflight: Preflight | None = None
         self.uploads: VoiceUploads | None = None  # --voice-upload: the voices registered on the server
         self.dropped: Counter = Counter()  # open loop: arrivals this node did not send, per step
         self.stopping = False  # the run is stopping: nothing new is sent, what is in flight drains
@@ -115,7 +125,9 @@ class Run:
     def trace_request(self, row: int):
         """Trace row ``row``'s text and what its request asks for (``--trace``): the row's voice
         and language where it names them, else a voice from the mix as for a corpus text."""
-        return self._asked(self.settings.trace.texts[row], row, None)
+        trace = self.settings.trace
+        assert trace is not None  # a trace's rows are sent only with --trace
+        return self._asked(trace.texts[row], row, None)
 
     def _asked(self, text, i: int, voices: int | None):
         s = self.settings
@@ -125,11 +137,14 @@ class Run:
         voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, voices or len(s.voices))
         return text, voices_mod.ask_for(text, voice, s.voice_upload)
 
-    def emit(self, rec: dict) -> None:
-        if self.shipper is not None:
-            self.shipper.add(rec)
-        else:
-            self.writer.add([rec])
+    def emit(self, rec: dict[str, Any]) -> None:
+        shipper = self.shipper
+        if shipper is not None:
+            shipper.add(rec)
+            return
+        writer = self.writer
+        assert writer is not None  # master/local: open() made it before any user was started
+        writer.add([rec])
 
     def payload(self, text: str, ask) -> tuple[bytes, str]:
         """The request body for one segment's text and ask, and its content type, made once per
@@ -274,20 +289,20 @@ class Run:
     def open(self) -> None:
         """Master/local: claim the run directory, check the target, start collectors."""
         s = self.settings
-        self.run_dir = runformat.claim(s.run_dir)
-        if self.run_dir != s.run_dir:
-            log.warning("%s already holds a run; writing this one to %s", s.run_dir, self.run_dir)
+        self.run_dir = run_dir = runformat.claim(s.run_dir)
+        if run_dir != s.run_dir:
+            log.warning("%s already holds a run; writing this one to %s", s.run_dir, run_dir)
         default_audio = s.audio_dir == s.run_dir / runformat.AUDIO_DIR
         self.settings = s = dataclasses.replace(
-            s, run_dir=self.run_dir, audio_dir=self.run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir
+            s, run_dir=run_dir, audio_dir=run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir
         )
-        self.environment.parsed_options.run_dir = str(self.run_dir)  # workers get the same name
+        self.environment.parsed_options.run_dir = str(run_dir)  # workers get the same name
         self.make_audio_dir()
         disk, metrics = self.environment.tts_knee.disk, self.environment.tts_knee.metrics
         if metrics is not None:
-            metrics.start_run(self.run_dir.name, s.tts_stream)
-        self.writer = RecordWriter(
-            self.run_dir / runformat.REQUESTS,
+            metrics.start_run(run_dir.name, s.tts_stream)
+        self.writer = writer = RecordWriter(
+            run_dir / runformat.REQUESTS,
             disk,
             on_full=self._disk_full,
             on_records=None if metrics is None else metrics.observe,
@@ -320,12 +335,12 @@ class Run:
             axis,
             judge=(self.soak is not None and not self.soak.alone) or self.probe is not None or self.spike is not None,
         )
-        self.reader = StepReader(self.run_dir, axis, parse_roles(s.server_roles))
+        self.reader = StepReader(run_dir, axis, parse_roles(s.server_roles))
         if self.receiver is not None:
-            self.receiver.reset(self.writer, str(self.run_dir))
+            self.receiver.reset(writer, str(run_dir))
         self.info = runformat.run_info(
             format_version=runformat.FORMAT_VERSION,
-            run_id=self.run_dir.name,
+            run_id=run_dir.name,
             start=wall(),
             target=s.host,
             mode=s.mode,
@@ -337,7 +352,7 @@ class Run:
             versions=runformat.versions(),
             **({"trace": s.trace.describe()} if s.trace else {}),
         )
-        log.info("run directory: %s", self.run_dir)
+        log.info("run directory: %s", run_dir)
         # run.json from the start: what follows asks the network (voices, the warm-up, provenance), and
         # a run stopped meanwhile (audio that cannot be written, say) still leaves its record
         self.save()
@@ -349,21 +364,23 @@ class Run:
                 return
         if s.preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
             node = self.environment.tts_knee
-            self.preflight, node.preflight = node.preflight or preflight(s), None
-            if not self.preflight["ok"]:
-                self.info["preflight"] = self.preflight
-                self.fail(self.preflight["message"])
+            self.preflight = answer = node.preflight or preflight(s)
+            node.preflight = None
+            if not answer["ok"]:
+                self.info["preflight"] = answer
+                assert answer["message"] is not None  # a warm-up that failed says why
+                self.fail(answer["message"])
                 return
         self.info["provenance"] = provenance.describe(s, self.info["options"])
         if s.asr_model:
-            refused = self._start_judge()
+            refused = self._start_judge(run_dir)
             if refused is not None:
                 self.fail(refused)
                 return
-        self._start_puller()  # with no --collector it still samples this host (role=client)
+        self._start_puller(run_dir)  # with no --collector it still samples this host (role=client)
         self.save()
 
-    def _start_judge(self) -> str | None:
+    def _start_judge(self, run_dir: Path) -> str | None:
         """--asr-model: check it, start the judge (its model loaded) and this node's picker;
         None when ready, else why not."""
         try:
@@ -373,7 +390,7 @@ class Run:
         metrics = self.environment.tts_knee.metrics
         self.judge = listening.Judge(
             self.settings,
-            self.run_dir,
+            run_dir,
             self.environment.tts_knee.disk,
             on_judged=None if metrics is None else metrics.observe_judged,
         )
@@ -385,21 +402,21 @@ class Run:
             self.picker = listening.Picker(self)
         return None
 
-    def _start_puller(self) -> None:
+    def _start_puller(self, run_dir: Path) -> None:
         s = self.settings
-        self.puller = CollectorPuller(
+        self.puller = puller = CollectorPuller(
             list(s.collectors),
-            self.run_dir / runformat.RESOURCES,
+            run_dir / runformat.RESOURCES,
             token=s.collector_token,
             server_metrics=list(s.server_metrics),
             server_stats=list(s.server_stats),
             disk=self.environment.tts_knee.disk,
             clock=wall,
         )
-        for warning in self.puller.start():
+        for warning in puller.start():
             log.warning("%s", warning)
-        if s.require_collectors and self.puller.unreachable:
-            self.fail(f"collector {self.puller.unreachable[0]} is unreachable and --require-collectors is set")
+        if s.require_collectors and puller.unreachable:
+            self.fail(f"collector {puller.unreachable[0]} is unreachable and --require-collectors is set")
 
     def _disk_full(self, pending_bytes: int) -> None:
         """The run directory's disk has fallen too far behind: stop the run (the shape ends it
@@ -481,8 +498,10 @@ class Run:
         if self.shipper is not None:
             self.shipper.finish()
             return
+        run_dir = self.run_dir
         if self.writer is None:
             return
+        assert run_dir is not None  # open() named it before it made the writer
         self.state.finish(wall())
         if self.receiver is not None:
             wait = FINAL_FLUSH_TIMEOUT_S + self.settings.drain_time
@@ -524,11 +543,11 @@ class Run:
                 missing["dropped"],
             )
         cut = f" ({self.writer.cut} cut by the run's end, error {CUT_BY_RUN_END})" if self.writer.cut else ""
-        log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, self.run_dir / runformat.REQUESTS)
+        log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, run_dir / runformat.REQUESTS)
         if self.settings.junit is not None and not self.failed and self.writer.count:
-            self._report_for_ci(self.settings.junit)
+            self._report_for_ci(run_dir, self.settings.junit)
 
-    def _report_for_ci(self, junit: Path) -> None:
+    def _report_for_ci(self, run_dir: Path, junit: Path) -> None:
         """--junit: the finished run judged as ``tts-knee report`` judges it (its own --slo), the
         verdicts written as JUnit XML, and the verdict appended to $GITHUB_STEP_SUMMARY where set."""
         from tts_knee.analysis.summary import analyze, load
@@ -536,7 +555,7 @@ class Run:
         from tts_knee.runformat.reader import RunDirError
 
         def judge() -> None:
-            summary = analyze(load(self.run_dir))
+            summary = analyze(load(run_dir))
             ci.write_junit(summary, junit)
             ci.append_step_summary(summary)
 
@@ -624,6 +643,7 @@ class Node:
             run.make_audio_dir()
             if s.asr_model:
                 run.picker = listening.Picker(run)
+            assert self.clock is not None  # a worker's, made with the node
             gevent.spawn(self.clock.probe)
         else:
             self.state = StepState(settle_s=s.settle_time)
