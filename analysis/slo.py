@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +189,7 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _value(step: dict[str, Any], metric: str) -> float | None:
+def _value(step: Mapping[str, Any], metric: str) -> float | None:
     key, sub, scale = _SOURCES[metric]
     v = step.get(key)
     if sub is not None:
@@ -202,7 +203,7 @@ def _value(step: dict[str, Any], metric: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _interval(step: dict[str, Any], metric: str) -> tuple[float, float, int | None, float] | None:
+def _interval(step: Mapping[str, Any], metric: str) -> tuple[float, float, int | None, float] | None:
     """(lo, hi, n, q) of the metric's confidence interval when the step has one, q the
     percentile (50, 95); an end too few requests could bound (None) is -inf / inf."""
     if metric not in _CI:
@@ -248,7 +249,7 @@ def _ci_text(lo: float, hi: float) -> str:
     return f"95% CI {'unbounded' if math.isinf(lo) else _fmt(lo)}-{'unbounded' if math.isinf(hi) else _fmt(hi)}"
 
 
-def judge(slo: SLO, step: dict[str, Any]) -> dict[str, Any]:
+def judge(slo: SLO, step: Mapping[str, Any]) -> dict[str, Any]:
     """One step against the SLO (see the module doc for the rules). ``values`` holds each term's
     figure, ``intervals`` the 95% interval of those with one ([lo, hi], an end too few requests
     could bound null)."""

@@ -41,6 +41,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from tts_knee.analysis import knee as knee_mod, openloop, slo as slo_mod, voices
 from tts_knee.analysis.levels import levels as pool_levels
 from tts_knee.analysis.steps import step_stats
 from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
+from tts_knee.runformat.summary import Knee, StepSummary
 
 from .inputs.trace import REFINE_TO as TRACE_REFINE_TO
 
@@ -70,7 +72,11 @@ class Axis:
     def label(self, level) -> str:
         return f"concurrency {level}"
 
-    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+    def level(self, stats: StepSummary) -> float:
+        """Where a step's figures (or a pooled level's) stand on this axis."""
+        return stats["concurrency"]
+
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
         return slo_mod.judge(slo, stats)
 
     def close_enough(self, lo, hi) -> bool:
@@ -80,7 +86,7 @@ class Axis:
     def midpoint(self, lo, hi):
         return (lo + hi) // 2
 
-    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+    def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         """Whether this pass's latest step is past the knee rule, and the figures why."""
         done = [s for s in steps if s.get("requests")]
         if done and not steps[-1].get("requests"):
@@ -97,7 +103,8 @@ class Axis:
             if under is not None and under >= knee_mod.UNDERRUN_RATE:
                 return True, f"is past the knee ({under:.0%} of streams underrun)"
             rise = knee_mod.inflation(done, (("ttfa_ms", "p95"),))[-1]
-            ttfa = (done[-1].get("ttfa_ms") or {}).get("p95")
+            ttfa_ms = done[-1].get("ttfa_ms")
+            ttfa = None if ttfa_ms is None else ttfa_ms.get("p95")
             if rise is not None and rise > knee_mod.LATENCY_RISE and (ttfa is None or ttfa > ttfa_floor_ms):
                 return True, f"is past the knee (TTFA p95 {_ratio(rise)} the lowest step's)"
         else:
@@ -108,7 +115,7 @@ class Axis:
             return True, f"is past the knee ({fails:.0%} of attempts fail)"
         return False, ""
 
-    def knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+    def knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
         return knee_mod.find_knee(steps, streamed, ttfa_floor_ms)
 
 
@@ -130,7 +137,10 @@ class RateAxis(Axis):
     def label(self, level) -> str:
         return self.text(level)
 
-    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+    def level(self, stats: StepSummary) -> float:
+        return stats["rate"]
+
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
         return openloop.judge(slo, stats)
 
     def close_enough(self, lo, hi) -> bool:
@@ -141,7 +151,7 @@ class RateAxis(Axis):
     def midpoint(self, lo, hi):
         return (lo + hi) / 2
 
-    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+    def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         return openloop.past_knee(steps)
 
 
@@ -188,15 +198,18 @@ class VoiceAxis(Axis):
     def label(self, level) -> str:
         return self.text(level)
 
-    def judge(self, slo: slo_mod.SLO, stats: dict) -> dict:
+    def level(self, stats: StepSummary) -> float:
+        return stats["voices"]
+
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
         return openloop.judge(slo, stats) if self.open_loop else slo_mod.judge(slo, stats)
 
-    def past_knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
+    def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         if self.open_loop:
             return openloop.past_knee(steps)
         return super().past_knee(steps, streamed, ttfa_floor_ms)
 
-    def knee(self, steps: list[dict], streamed: bool, ttfa_floor_ms: float) -> dict:
+    def knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
         return voice_sweep.find_knee(steps, streamed, ttfa_floor_ms)
 
 
@@ -241,13 +254,14 @@ class StepPlan:
         self.stop_past_knee = stop_past_knee
         self.streamed, self.ttfa_floor_ms = streamed, ttfa_floor_ms
         self.judge = judge  # judge every step even without an SLO or decisions (a soak follows)
-        self.decisions: list[dict] = []
-        self.verdicts: list[dict] = []  # one per judged step, in the order run
-        self._pooled: dict = {}  # level -> verdict on the pooled steps, where several
+        self.decisions: list[dict[str, Any]] = []
+        self.verdicts: list[dict[str, Any]] = []  # one per judged step, in the order run
+        self._pooled: dict[float, dict[str, Any]] = {}  # level -> verdict on the pooled steps, where several
         self._phase = "grid"
         self._repeat, self._index = 1, 0  # the grid position handed out next
-        self._pass_steps: list[dict] = []  # this pass's judged grid steps (for the knee rule)
-        self._last_failed = None  # the previous judged grid step of this pass, if it failed
+        self._pass_steps: list[StepSummary] = []  # this pass's judged grid steps (for the knee rule)
+        # the previous judged grid step of this pass (its run.json entry), if it failed
+        self._last_failed: dict[str, Any] | None = None
         self._last_step: int | None = None
 
     @property
@@ -274,7 +288,9 @@ class StepPlan:
             self._phase = "done"
         return None
 
-    def finish(self, step: dict, stats: dict, unanswered: int = 0, levels: list[dict] | None = None) -> dict | None:
+    def finish(
+        self, step: dict[str, Any], stats: StepSummary, unanswered: int = 0, levels: list[StepSummary] | None = None
+    ) -> dict[str, Any] | None:
         """Take the figures of a step that ended (``step``: its run.json entry with ``phase``,
         ``repeat`` and its level under the axis's key; ``stats``: ``analysis.steps.step_stats``
         over what it sent before its end, with the open-loop figures for a rate; ``unanswered``:
@@ -283,12 +299,13 @@ class StepPlan:
         Returns the step's SLO verdict (None without an SLO)."""
         axis, key = self.axis, self.axis.key
         self._last_step = step["step"]
-        if levels is not None and self.slo is not None:
-            self._pooled = {lv[key]: self._level_verdict(lv) for lv in levels if lv.get("repeats", 1) > 1}
+        slo = self.slo
+        if levels is not None and slo is not None:
+            self._pooled = {axis.level(lv): self._level_verdict(slo, lv) for lv in levels if lv.get("repeats", 1) > 1}
         verdict = None
         where = f"step {step['step']} ({axis.label(step[key])}, {_label(step)})"
-        if self.slo is not None:
-            v = axis.judge(self.slo, stats)
+        if slo is not None:
+            v = axis.judge(slo, stats)
             verdict = {
                 "step": step["step"],
                 key: step[key],
@@ -305,7 +322,7 @@ class StepPlan:
             log.info("%s %s", where, _verdict_text(verdict))
         if step["phase"] != "grid" or not self.stop_past_knee:
             return verdict
-        if self.slo is not None:
+        if verdict is not None:  # judged against the SLO
             if verdict["pass"] is None:
                 return verdict  # inconclusive: neither stops the pass nor confirms a failure
             failed, why = verdict["pass"] is False, "fails the SLO"
@@ -349,11 +366,11 @@ class StepPlan:
         """The highest level that meets the SLO with every lower one meeting it, or None."""
         return slo_mod.max_level(self.level_verdicts(), self.axis.key)
 
-    def _level_verdict(self, level: dict) -> dict:
-        v = self.axis.judge(self.slo, level)
+    def _level_verdict(self, slo: slo_mod.SLO, level: StepSummary) -> dict[str, Any]:
+        v = self.axis.judge(slo, level)
         key = self.axis.key
         return {
-            key: level[key],
+            key: self.axis.level(level),
             "pass": v["pass"],
             "failed": v["failed"],
             "inconclusive": v["inconclusive"],
@@ -456,12 +473,12 @@ class StepReader:
         self.rundir = RunDir(Path(run_dir))
         self.axis = axis
         self.roles = roles or None  # --server-role: {family: role}
-        self._judged: dict[int, tuple[dict, float]] = {}  # step -> (its figures, its cut-off)
+        self._judged: dict[int, tuple[StepSummary, float]] = {}  # step -> (its figures, its cut-off)
 
     def refresh(self) -> None:
         self.rundir.refresh()
 
-    def stats(self, step: dict, cutoff: float, settle_s: float) -> dict:
+    def stats(self, step: dict[str, Any], cutoff: float, settle_s: float) -> StepSummary:
         """``step_stats`` of ``step`` as if it had ended at ``cutoff``, over the attempts sent
         before it: the step's requests sent past the cut-off are not in the set, so what is
         judged does not depend on how long the judging took; those sent before it count, in a
@@ -482,8 +499,8 @@ class StepReader:
         out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, roles=self.roles)
         if step.get("voices") is not None:
             out["voices"] = step["voices"]
-        if step.get("rate") is not None:
-            out.update(
+        if step.get("rate") is not None:  # the open-loop figures: keys of a step's summary, as open JSON
+            cast(dict[str, Any], out).update(
                 openloop.step_figures(
                     a,
                     dict(entry, rate=step["rate"], dropped=step.get("dropped"), offered_rps=step.get("offered_rps")),
@@ -495,10 +512,10 @@ class StepReader:
 
     def repeated(self) -> bool:
         """Whether some level has been judged more than once."""
-        cs = [st[self.axis.key] for st, _ in self._judged.values()]
+        cs = [self.axis.level(st) for st, _ in self._judged.values()]
         return len(set(cs)) < len(cs)
 
-    def levels(self, settle_s: float) -> list[dict]:
+    def levels(self, settle_s: float) -> list[StepSummary]:
         """The judged steps pooled per level as the dashboard pools them (``analysis.levels``),
         each over what it sent before its cut-off, every stream of it counted as in :meth:`stats`."""
         a = self.rundir.requests.attempts()
