@@ -5,6 +5,8 @@ still equals the lines of requests.jsonl."""
 
 import json
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -160,6 +162,18 @@ def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim, texts):
     assert "attempts were still in flight" in (tmp_path / "worker1.log").read_text()
 
 
+def _stop_at_step(sim, requests: Path, step: int, limit_s: float = 60.0) -> None:
+    """Stop ``sim`` once ``requests`` holds a record of ``step`` (at most ``limit_s`` on)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if requests.exists() and any(
+            json.loads(line)["step"] >= step for line in requests.read_text().splitlines() if line.endswith("}")
+        ):
+            break
+        time.sleep(0.05)
+    sim.stop()
+
+
 def test_the_health_probe_after_the_run_says_whether_the_server_still_answers(tmp_path):
     """After every run the warm-up request once more (or a GET of --health-path): a server that
     still answers is healthy; one that went away mid-run is named, in run.json, the summary, the
@@ -182,7 +196,9 @@ def test_the_health_probe_after_the_run_says_whether_the_server_still_answers(tm
     # a server that goes away during the run's second step
     run_dir = tmp_path / "gone"
     with spawn(sim_args) as sim:
-        threading.Timer(3.0, sim.stop).start()
+        # stopped once the run has recorded an answer of its second step (a fixed timer from here
+        # fired before a loaded machine's Locust had started)
+        threading.Thread(target=_stop_at_step, args=(sim, run_dir / "requests.jsonl", 2), daemon=True).start()
         proc = locust(
             [
                 "--headless",
