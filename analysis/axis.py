@@ -25,13 +25,13 @@ from typing import Any, Literal, cast
 import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.schema import StepEntry
 from tts_knee.runformat.summary import Diagnosis, Knee, MemoryCreep, Slo, StepSummary
 
 from . import closedloop, openloop, speech as speech_mod, voices as voice_sweep
 from .diagnosis import diagnose
 from .knee import find_knee, little_check, usl_fit
 from .levels import levels as group_levels
+from .steps import PlannedStep
 
 Key = Literal["concurrency", "rate", "voices"]
 
@@ -80,7 +80,7 @@ class Axis:
             diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
         return diagnosis
 
-    def step_figures(self, a: Attempts, plan: list[StepEntry], steps: list[StepSummary]) -> None:
+    def step_figures(self, a: Attempts, plan: list[PlannedStep], steps: list[StepSummary]) -> None:
         """Add what an open loop measures on top of every step's figures (in place)."""
         if self.open_loop:
             for st, p in zip(steps, plan):
@@ -227,7 +227,7 @@ VOICES = Axis("voices", open_loop=False)
 VOICES_AT_RATE = Axis("voices", open_loop=True)
 
 
-def of_run(plan: list[StepEntry], mode: str) -> Axis:
+def of_run(plan: list[PlannedStep], mode: str) -> Axis:
     """The axis of a run whose steps are ``plan`` (the checked run.json steps) and whose run.json
     mode is ``mode``."""
     open_loop = mode == "open"

@@ -17,6 +17,7 @@ out or a burst still fits: ``replicas = ceil(demand / (per_replica * (1 - headro
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 #: --headroom without the flag: the share of a replica's measured capacity left unplanned.
@@ -115,7 +116,7 @@ def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dic
     }
 
 
-def _level(levels: list[dict[str, Any]], key: str, value: object) -> dict[str, Any] | None:
+def _level(levels: Sequence[Mapping[str, Any]], key: str, value: object) -> Mapping[str, Any] | None:
     return next((lv for lv in levels if value is not None and lv.get(key) == value), None)
 
 
@@ -124,7 +125,7 @@ def _money(v: float) -> str:
 
 
 def capacity(
-    levels: list[dict[str, Any]], key: str, value: object, concurrency: int | None, opts: Options
+    levels: Sequence[Mapping[str, Any]], key: str, value: object, concurrency: int | None, opts: Options
 ) -> dict[str, Any]:
     """The ``capacity`` section: the figures of the level whose ``key`` is ``value`` (the
     recommendation), its cost and the replicas ``opts`` ask for, and ``text``, the whole in one

@@ -157,12 +157,11 @@ def judged(step: StepSummary) -> StepSummary:
     return {**step, "latency_ms": step.get("sched_wait_ms")}
 
 
-def judge(slo: slo_mod.SLO, step: StepSummary) -> dict[str, Any]:
+def judge(slo: slo_mod.SLO, step: StepSummary) -> SloVerdict:
     """:func:`analysis.slo.judge` of a rate step on its latency from the schedule, failing a step
     whose latency kept growing through it whatever its percentiles: its queue was still
     building when it ended, so a longer step would have shown more."""
-    # the SLO reads a step as open JSON (its terms name their figures)
-    v = slo_mod.judge(slo, cast(dict[str, Any], judged(step)))
+    v = slo_mod.judge(slo, judged(step))
     v["rate"] = step.get("rate")
     g: Mapping[str, Any] = step.get("growth") or {}
     if g.get("growing"):

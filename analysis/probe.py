@@ -18,6 +18,7 @@ error, or audio of the wrong length: the server did not answer it as a service s
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ def outcome(status: int, ok: bool, error: str | None) -> Outcome:
 
 
 def probe(
-    a: Attempts, steps: list[dict[str, Any]], sweep: Attempts, timeout_s: float | None = None
+    a: Attempts, steps: Sequence[Mapping[str, Any]], sweep: Attempts, timeout_s: float | None = None
 ) -> dict[str, Any] | None:
     """summary.json's ``probe`` from the attempts ``a`` of the probe's ``steps`` (run.json
     entries of phase ``probe``), judged against the pace of the sweep's attempts ``sweep``

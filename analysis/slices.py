@@ -27,13 +27,12 @@ import pandas as pd
 
 from tts_knee import runformat
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
-from tts_knee.runformat.schema import StepEntry
 from tts_knee.runformat.summary import Knee, Slice, SliceLevel, Slices, SliceSpeech, StepSummary
 
 from . import speech as speech_mod
 from .axis import Axis
 from .knee import LATENCY_RISE, signal_rise
-from .steps import step_stats
+from .steps import PlannedStep, step_stats
 
 #: Most labels of one kind sliced: more (a voice mix of dozens) are too many to judge one by one.
 MAX_SLICES = 8
@@ -75,7 +74,7 @@ def _held(done: list[StepSummary], k: int | None, key: str) -> float | None:
     return held
 
 
-def _plan_of(sub: Attempts, whole: Attempts, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _plan_of(sub: Attempts, whole: Attempts, plan: list[PlannedStep]) -> list[PlannedStep]:
     """The plan's entries as a slice sees them: an open-loop step offers the slice its share of
     the rate (the share of the step's first attempts that are the slice's), so that its
     throughput is judged against what was offered to it."""
@@ -93,7 +92,7 @@ def _plan_of(sub: Attempts, whole: Attempts, plan: list[dict[str, Any]]) -> list
 def _levels(
     sub: Attempts,
     whole: Attempts,
-    plan: list[dict[str, Any]],
+    plan: list[PlannedStep],
     judged: set[int],
     axis: Axis,
     settle: float | None,
@@ -121,7 +120,7 @@ def _levels(
     for st, entry in zip(steps, plan):
         if "voices" in entry:
             cast(dict[str, Any], st)["voices"] = entry["voices"]
-    axis.step_figures(sub, cast(list[StepEntry], plan), steps)
+    axis.step_figures(sub, plan, steps)
     steps = [st for st in steps if st["step"] in judged]
     return axis.levels(sub, steps, no_samples, settle, streamed, roles, users)
 
@@ -287,7 +286,7 @@ def sentence(kind: str, sliced: list[Slice], pooled: float | None, pooled_held: 
 
 def slices(
     a: Attempts,
-    plan: list[dict[str, Any]],
+    plan: list[PlannedStep],
     judged: list[StepSummary],
     axis: Axis,
     pooled: Knee,

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tts_knee.runformat.summary import SloVerdict, StepSummary
 
 __all__ = ["AFTER_RUN", "METRICS", "SLO", "SLOError", "Term", "judge", "live", "max_level", "parse"]
 
@@ -249,7 +251,7 @@ def _ci_text(lo: float, hi: float) -> str:
     return f"95% CI {'unbounded' if math.isinf(lo) else _fmt(lo)}-{'unbounded' if math.isinf(hi) else _fmt(hi)}"
 
 
-def judge(slo: SLO, step: Mapping[str, Any]) -> dict[str, Any]:
+def judge(slo: SLO, step: StepSummary) -> SloVerdict:
     """One step against the SLO (see the module doc for the rules). ``values`` holds each term's
     figure, ``intervals`` the 95% interval of those with one ([lo, hi], an end too few requests
     could bound null)."""
@@ -294,7 +296,7 @@ def judge(slo: SLO, step: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def max_level(verdicts: list[dict[str, Any]], key: str = "concurrency") -> Any:  # the level's own type
+def max_level(verdicts: Sequence[Mapping[str, Any]], key: str = "concurrency") -> Any:  # the level's own type
     """The largest level (``v[key]``: a concurrency, an offered rate) that passes with every
     lower tested level passing; None when the lowest one does not pass.  Verdicts may come in
     any order and a level may appear several times: it passes only if every verdict for it

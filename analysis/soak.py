@@ -28,6 +28,7 @@ to matter over the soak is not a verdict however significant. Each drift is one 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,7 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float,
 
 
 def windows(
-    a: Attempts, step: dict[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
+    a: Attempts, step: Mapping[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
 ) -> list[dict[str, Any]]:
     """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
     ``window`` is the settled span), each with its figures (see the module doc). A live
@@ -126,7 +127,7 @@ def windows(
 
 
 def _request_figures(
-    a: Attempts, step: dict[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
+    a: Attempts, step: Mapping[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
 ) -> list[dict[str, Any]]:
     """Each window's request figures: from the rows sent in it, and the completions inside it."""
     mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
@@ -269,7 +270,7 @@ def _trend(
 
 def soak(
     a: Attempts,
-    step: dict[str, Any],
+    step: Mapping[str, Any],
     res: pd.DataFrame,
     open_loop: bool,
     streamed: bool,

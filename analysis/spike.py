@@ -26,6 +26,7 @@ latency before where that is longer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,7 +46,7 @@ _SHED = (429, 503)
 
 def spike(
     a: Attempts,
-    steps: list[dict[str, Any]],
+    steps: Sequence[Mapping[str, Any]],
     streamed: bool,
     health: dict[str, Any] | None,
     options: dict[str, Any],
@@ -112,7 +113,7 @@ def _process_gone_at(res: pd.DataFrame | None, start: float | None, end: float |
     return None
 
 
-def _in(a: Attempts, step: dict[str, Any]) -> np.ndarray:
+def _in(a: Attempts, step: Mapping[str, Any]) -> np.ndarray:
     rows: np.ndarray = a["step"] == int(step["step"])
     return rows
 

@@ -101,7 +101,7 @@ Definitions used throughout the dashboard:
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -109,6 +109,7 @@ import numpy as np
 import pandas as pd
 
 from tts_knee.audio import signal
+from tts_knee.runformat.fields import NotRequired, TypedDict
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 from tts_knee.runformat.summary import (
@@ -589,7 +590,7 @@ def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[st
 
 
 def step_window(
-    a: Attempts, step: dict[str, Any], settle_s: float | None = None, next_start: float | None = None
+    a: Attempts, step: Mapping[str, Any], settle_s: float | None = None, next_start: float | None = None
 ) -> Window:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
     open}``; ``open`` is true when the step's end is not known yet. Its ``completions`` and
@@ -644,7 +645,7 @@ def step_window(
 
 def _little(
     a: Attempts,
-    step: dict[str, Any],
+    step: Mapping[str, Any],
     window_start: float,
     window_end: float,
     trim_tail: bool,
@@ -696,7 +697,7 @@ def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[Error]:
 
 def step_stats(
     a: Attempts,
-    step: dict[str, Any],
+    step: Mapping[str, Any],
     res: pd.DataFrame,
     settle_s: float | None = None,
     next_start: float | None = None,
@@ -911,15 +912,31 @@ def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip((seen + lo).tolist(), cnt[seen].tolist()))
 
 
-def infer_steps(a: Attempts) -> list[dict[str, Any]]:
+class PlannedStep(TypedDict):
+    """A step as the analysis reads it: run.json's entry checked against the run's mode
+    (:func:`analysis.summary.analyze`), or one inferred from the records (:func:`infer_steps`:
+    its number, concurrency and no start or end)."""
+
+    step: int
+    concurrency: int  # an open-loop step's is 0
+    start: float | None
+    end: float | None  # an open-loop step's ends at its cut-off, where it was judged
+    settle_s: NotRequired[float]
+    phase: NotRequired[str | None]
+    repeat: NotRequired[int | None]
+    voices: NotRequired[int]
+    rate: NotRequired[float]  # open loop: the offered rate
+    dropped: NotRequired[int]  # open loop
+    offered_rps: NotRequired[float]  # a trace replayed
+
+
+def infer_steps(a: Attempts) -> list[PlannedStep]:
     """Steps from the records themselves, for a run directory without a usable run.json: no
     start or end, so each step's window comes from its records (see the module doc)."""
-    out: list[dict[str, Any]] = []
+    out: list[PlannedStep] = []
     for number in sorted(set(a["step"][a["step"] >= 0].tolist())):
-        users = a["concurrency"][a["step"] == number]
-        out.append(
-            {"step": number, "concurrency": int(users.max()) if len(users) else None, "start": None, "end": None}
-        )
+        users = a["concurrency"][a["step"] == number]  # never empty: the step is one the records carry
+        out.append({"step": number, "concurrency": int(users.max()), "start": None, "end": None})
     return out
 
 

@@ -23,7 +23,7 @@ run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,7 +87,9 @@ def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
     return found
 
 
-def section(a: Attempts, plan: list[dict[str, Any]], info: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def section(
+    a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any], summary: dict[str, Any]
+) -> dict[str, Any]:
     """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""

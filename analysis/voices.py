@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from tts_knee.runformat.schema import StepEntry
 from tts_knee.runformat.summary import Diagnosis, DiagnosisKind as Kind, Knee, MemoryCreep, SloVerdict, StepSummary
 
 from .diagnosis import diagnose as by_steps
 from .knee import LATENCY_RISE, find_knee as knee_over
+from .steps import PlannedStep
 
 #: Kinds a voice sweep keeps from the concurrency diagnosis: what they name fails requests or
 #: spoils the measurement whatever the number of voices.
@@ -39,7 +39,7 @@ _KEPT = (Kind.MEMORY_BOUND, Kind.CLIENT_BOUND, Kind.RATE_LIMITED, Kind.SERVER_ER
 _NOT_APPLICABLE: tuple[Literal["throughput_efficiency"]] = ("throughput_efficiency",)
 
 
-def is_sweep(steps: list[StepEntry]) -> bool:
+def is_sweep(steps: list[PlannedStep]) -> bool:
     return bool(steps) and all(s.get("voices") is not None for s in steps)
 
 

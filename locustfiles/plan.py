@@ -49,7 +49,7 @@ from tts_knee.analysis import knee as knee_mod, openloop, slo as slo_mod, voices
 from tts_knee.analysis.levels import levels as pool_levels
 from tts_knee.analysis.steps import step_stats
 from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
-from tts_knee.runformat.summary import Knee, StepSummary
+from tts_knee.runformat.summary import Knee, SloVerdict, StepSummary
 
 from .inputs.trace import REFINE_TO as TRACE_REFINE_TO
 
@@ -76,7 +76,7 @@ class Axis:
         """Where a step's figures (or a pooled level's) stand on this axis."""
         return stats["concurrency"]
 
-    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> SloVerdict:
         return slo_mod.judge(slo, stats)
 
     def close_enough(self, lo, hi) -> bool:
@@ -140,7 +140,7 @@ class RateAxis(Axis):
     def level(self, stats: StepSummary) -> float:
         return stats["rate"]
 
-    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> SloVerdict:
         return openloop.judge(slo, stats)
 
     def close_enough(self, lo, hi) -> bool:
@@ -201,7 +201,7 @@ class VoiceAxis(Axis):
     def level(self, stats: StepSummary) -> float:
         return stats["voices"]
 
-    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> dict[str, Any]:
+    def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> SloVerdict:
         return openloop.judge(slo, stats) if self.open_loop else slo_mod.judge(slo, stats)
 
     def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
