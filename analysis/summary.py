@@ -25,13 +25,25 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import Attempts, RunDir, RunDirError
-from tts_knee.runformat.summary import DiagnosisKind
+from tts_knee.runformat.summary import (
+    Diagnosis,
+    DiagnosisKind,
+    InProgress,
+    Knee,
+    ListenDrop,
+    MemoryCreep,
+    Slo,
+    SloVerdict,
+    SpeechStep,
+    StepSummary,
+)
 
 from . import (
     axis as axis_mod,
@@ -48,94 +60,51 @@ from . import (
     spike as spike_mod,
     trace as trace_mod,
 )
-from .axis import Axis, method_index
+from .axis import Axis, Key, method_index
 from .diagnosis import common_evidence, latency_while, signal_evidence
 from .knee import signal_rise
-from .steps import hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
+from .steps import PlannedStep, hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
 
 
-def _whole(v) -> int | None:
+def _whole(value: object) -> int | None:
     """A whole number >= 1 (4 or 4.0), else None."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    return int(v) if v == int(v) and v >= 1 else None
+    return int(value) if value == int(value) and value >= 1 else None
 
 
-def _count(v) -> int:
+def _count(value: object) -> int:
     """A count >= 0 (0 where missing or malformed)."""
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else 0
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return int(value)
+    return 0
 
 
-def _time(v) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+def _positive(value: object) -> float | None:
+    """A finite number > 0 as a float, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
 
 
-def _bad(rd: RunDir, where: str, entry, what: str) -> RunDirError:
+def _time(value: object) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _bad(rd: RunDir, where: str, entry: object, what: str) -> RunDirError:
     shown = json.dumps(entry, default=str)
     shown = shown if len(shown) <= 120 else shown[:117] + "..."
     return RunDirError(f"{rd.path / 'run.json'}: {where} {shown} {what}; fix or remove it.")
 
 
-def _steps_of(rd: RunDir) -> list[dict]:
+def _steps_of(rd: RunDir) -> list[PlannedStep]:
     """The run.json steps, checked against the run's mode; raises :class:`RunDirError` naming a
     malformed entry."""
     raw = rd.run.get("steps")
     if raw is not None and not isinstance(raw, list):
         raise _bad(rd, "steps", raw, "is not a list of step entries")
     open_loop = rd.mode() == "open"
-    steps = []
-    for i, s in enumerate(raw or []):
-        where = f"step entry {i + 1}"
-        if not isinstance(s, dict):
-            raise _bad(rd, where, s, "is not an object with step, concurrency, start and end")
-        rate = s.get("rate")
-        if open_loop and (
-            not isinstance(rate, (int, float)) or isinstance(rate, bool) or not math.isfinite(rate) or rate <= 0
-        ):
-            raise _bad(
-                rd, where, s, f"has rate {rate!r}, not a number of requests per second > 0 (the run is open loop)"
-            )
-        if not open_loop and rate is not None:
-            raise _bad(rd, where, s, "has an offered rate, but the run is closed loop (run.json mode)")
-        # an open-loop step's load is its rate; its concurrency is 0
-        conc = 0 if open_loop and s.get("concurrency") in (0, None) else _whole(s.get("concurrency"))
-        if conc is None:
-            raise _bad(rd, where, s, f"has concurrency {s.get('concurrency')!r}, not a whole number >= 1")
-        num = _whole(s.get("step", i + 1))
-        if num is None:
-            raise _bad(rd, where, s, f"has step {s.get('step')!r}, not a whole number >= 1")
-        for k in ("start", "end"):
-            if not _time(s.get(k)):
-                raise _bad(rd, where, s, f"has {k} {s.get(k)!r}, not unix seconds or null")
-        settle = s.get("settle_s")
-        if not _time(settle) or (settle is not None and settle < 0):
-            raise _bad(rd, where, s, f"has settle_s {settle!r}, not a number of seconds >= 0")
-        end = s.get("end")
-        if open_loop and isinstance(s.get("cutoff"), (int, float)) and _time(s["cutoff"]) and end is not None:
-            # a judged rate step's arrivals stopped at its cut-off: what follows is its judgment's
-            # wait for the last of them, and the load it measures is over
-            end = min(end, s["cutoff"])
-        voices = s.get("voices")
-        if voices is not None and _whole(voices) is None:
-            raise _bad(rd, where, s, f"has voices {voices!r}, not a whole number >= 1")
-        steps.append(
-            {
-                "step": num,
-                "concurrency": conc,
-                "start": s.get("start"),
-                "end": end,
-                **({} if settle is None else {"settle_s": float(settle)}),
-                "phase": s.get("phase") if isinstance(s.get("phase"), str) else None,
-                "repeat": _whole(s.get("repeat")),
-                **({} if voices is None else {"voices": _whole(voices)}),
-                **({"rate": float(rate), "dropped": _count(s.get("dropped"))} if open_loop else {}),
-                **(
-                    {"offered_rps": float(s["offered_rps"])}
-                    if open_loop and _time(s.get("offered_rps")) and s.get("offered_rps")
-                    else {}
-                ),
-            }
-        )
+    steps = [_planned(rd, f"step entry {i + 1}", i, entry, open_loop) for i, entry in enumerate(raw or [])]
     if steps or not open_loop:
         return steps or infer_steps(rd.requests.attempts())
     raise RunDirError(
@@ -143,7 +112,58 @@ def _steps_of(rd: RunDir) -> list[dict]:
     )
 
 
-def _spike_of(rd: RunDir) -> dict:
+def _planned(rd: RunDir, where: str, index: int, entry: object, open_loop: bool) -> PlannedStep:
+    """run.json's step entry ``index`` (0-based), checked against the run's mode."""
+    if not isinstance(entry, dict):
+        raise _bad(rd, where, entry, "is not an object with step, concurrency, start and end")
+    rate = entry.get("rate")
+    offered = _positive(rate)
+    if open_loop and offered is None:
+        raise _bad(
+            rd, where, entry, f"has rate {rate!r}, not a number of requests per second > 0 (the run is open loop)"
+        )
+    if not open_loop and rate is not None:
+        raise _bad(rd, where, entry, "has an offered rate, but the run is closed loop (run.json mode)")
+    # an open-loop step's load is its rate; its concurrency is 0
+    conc = 0 if open_loop and entry.get("concurrency") in (0, None) else _whole(entry.get("concurrency"))
+    if conc is None:
+        raise _bad(rd, where, entry, f"has concurrency {entry.get('concurrency')!r}, not a whole number >= 1")
+    num = _whole(entry.get("step", index + 1))
+    if num is None:
+        raise _bad(rd, where, entry, f"has step {entry.get('step')!r}, not a whole number >= 1")
+    for k in ("start", "end"):
+        if not _time(entry.get(k)):
+            raise _bad(rd, where, entry, f"has {k} {entry.get(k)!r}, not unix seconds or null")
+    settle = entry.get("settle_s")
+    if not _time(settle) or (settle is not None and settle < 0):
+        raise _bad(rd, where, entry, f"has settle_s {settle!r}, not a number of seconds >= 0")
+    end = entry.get("end")
+    cutoff = entry.get("cutoff")
+    if open_loop and isinstance(cutoff, (int, float)) and _time(cutoff) and end is not None:
+        # a judged rate step's arrivals stopped at its cut-off: what follows is its judgment's
+        # wait for the last of them, and the load it measures is over
+        end = min(end, cutoff)
+    voices = entry.get("voices")
+    voice_count = _whole(voices)
+    if voices is not None and voice_count is None:
+        raise _bad(rd, where, entry, f"has voices {voices!r}, not a whole number >= 1")
+    planned: PlannedStep = {"step": num, "concurrency": conc, "start": entry.get("start"), "end": end}
+    if settle is not None:
+        planned["settle_s"] = float(settle)
+    planned["phase"] = entry.get("phase") if isinstance(entry.get("phase"), str) else None
+    planned["repeat"] = _whole(entry.get("repeat"))
+    if voice_count is not None:
+        planned["voices"] = voice_count
+    if offered is not None:  # the run is open loop (a closed-loop entry with a rate was refused above)
+        planned["rate"] = offered
+        planned["dropped"] = _count(entry.get("dropped"))
+        offered_rps = entry.get("offered_rps")
+        if _time(offered_rps) and offered_rps:
+            planned["offered_rps"] = float(offered_rps)
+    return planned
+
+
+def _spike_of(rd: RunDir) -> dict[str, float]:
     """run.json's --spike as {factor, seconds} (empty when it cannot be read)."""
     v = rd.options().get("spike")
     try:
@@ -164,11 +184,33 @@ def _settle_of(rd: RunDir) -> float | None:
 
 def _soak_of(rd: RunDir) -> float | None:
     """``options.soak``: the soak's planned length in seconds, where run.json has a usable one."""
-    v = rd.options().get("soak")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
+    return _positive(rd.options().get("soak"))
 
 
-def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
+#: What the listener's figures (--asr-listen) are read from, and which of its scores a level has
+Listened = Literal["similarity", "mos"]
+_LISTENED: tuple[Listened, ...] = ("similarity", "mos")
+HeardFigure = Literal["similarity_mean", "mos_mean", "mos_sig_mean", "mos_bak_mean"]
+_MOS_PARTS: tuple[tuple[str, HeardFigure], ...] = (
+    ("SIG (the speech)", "mos_sig_mean"),
+    ("BAK (the background)", "mos_bak_mean"),
+)
+
+
+def _heard(level: StepSummary, figure: HeardFigure) -> float | None:
+    """A level's listening figure (``speech``'s ``figure``), None where it has none."""
+    speech = level.get("speech")
+    return speech.get(figure) if speech else None
+
+
+def _error_mean(speech: SpeechStep | None, metric: str) -> float | None:
+    """The mean error rate the judge heard by ``metric`` (``wer`` or ``cer``), None where none."""
+    if not speech:
+        return None
+    return speech.get("wer_mean") if metric == "wer" else speech.get("cer_mean") if metric == "cer" else None
+
+
+def _speech_sentences(done: list[StepSummary], knee: Knee, k: int) -> list[str]:
     """The speech knee at level ``k``: how speaker similarity and naturalness fell (--asr-listen),
     the one further past its margin first, then how the judged error rate rose, and the worst clip."""
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
@@ -176,19 +218,21 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
     heard = [_listen_sentence(done, knee, name, k) for name in _listen_order(knee, k) if name in changed]
     if "speech" not in changed:
         return heard
-    sp_lo, sp_hi = lo.get("speech") or {}, hi.get("speech") or {}
-    metric = sp_hi.get("metric") or "wer"
+    sp_lo, sp_hi = lo.get("speech"), hi.get("speech")
+    metric = (sp_hi.get("metric") if sp_hi else None) or "wer"
     name = metric.upper()
-    rise = (knee.get("speech_rise") or [None] * (k + 1))[k] or {}
-    ci = rise.get("ci") or [None, None]
+    rise = (knee.get("speech_rise") or [None] * (k + 1))[k]
+    ci_low, ci_high = rise["ci"] if rise and rise["ci"] else (None, None)
     ev = [
-        f"{name} rose from {speech_mod.pct(sp_lo.get(metric + '_mean'))} at {lo['concurrency']} to "
-        f"{speech_mod.pct(sp_hi.get(metric + '_mean'))} at {hi['concurrency']} while "
+        f"{name} rose from {speech_mod.pct(_error_mean(sp_lo, metric))} at {lo['concurrency']} to "
+        f"{speech_mod.pct(_error_mean(sp_hi, metric))} at {hi['concurrency']} while "
         f"{latency_while(lo, hi, bool(knee.get('streamed')))}: the server's speech "
-        f"degrades before its latency does (paired by text over {rise.get('pairs', 0)} texts, the rise "
-        f"{speech_mod.pct(rise.get('mean'))}, 95 % interval {speech_mod.pct(ci[0])} to {speech_mod.pct(ci[1])})."
+        f"degrades before its latency does (paired by text over {rise['pairs'] if rise else 0} texts, the rise "
+        f"{speech_mod.pct(rise['mean'] if rise else None)}, 95 % interval {speech_mod.pct(ci_low)} to "
+        f"{speech_mod.pct(ci_high)})."
     ]
-    worst = (sp_hi.get("worst") or [None])[0]
+    worst_clips = sp_hi.get("worst") if sp_hi else None
+    worst = worst_clips[0] if worst_clips else None
     if worst:
         ev.append(
             f'Worst at {hi["concurrency"]} ({name} {speech_mod.pct(worst["error"])}): sent "{worst.get("text")}", '
@@ -198,8 +242,8 @@ def _speech_sentences(done: list[dict], knee: dict, k: int) -> list[str]:
 
 
 def speech_degraded(
-    levels: list[dict], knee: dict, diagnosis: dict, has_resources: bool, key: str = "concurrency"
-) -> dict:
+    levels: list[StepSummary], knee: Knee, diagnosis: Diagnosis, has_resources: bool, key: Key = "concurrency"
+) -> Diagnosis:
     """``speech_degraded``: what the listener hears broke at the knee while latency had not (yet):
     the judged words (``speech_first``), answers running on past their text or cut short
     (``signal_first``), or the first sound heard later behind leading silence
@@ -223,31 +267,37 @@ def speech_degraded(
     return {**diagnosis, "kind": DiagnosisKind.SPEECH_DEGRADED, "evidence": ev + common}
 
 
-def _relative_drop(knee: dict, name: str, k: int) -> float:
+def _drop(knee: Knee, name: Listened, k: int) -> ListenDrop | None:
+    """The knee level's paired drop in ``name`` (None where it was not judged)."""
+    drops = knee.get("similarity_drop") if name == "similarity" else knee.get("mos_drop")
+    return (drops or [None] * (k + 1))[k]
+
+
+def _relative_drop(knee: Knee, name: Listened, k: int) -> float:
     """The knee level's drop in ``name`` over that method's margin."""
-    drop = (knee.get(f"{name}_drop") or [None] * (k + 1))[k] or {}
+    drop = _drop(knee, name, k)
     margin = speech_mod.MIN_SIMILARITY_DROP if name == "similarity" else speech_mod.MIN_MOS_DROP
-    return float(drop.get("mean") or 0.0) / margin
+    return float((drop["mean"] if drop else None) or 0.0) / margin
 
 
-def _listen_order(knee: dict, k: int) -> list[str]:
+def _listen_order(knee: Knee, k: int) -> list[Listened]:
     """``similarity`` and ``mos``, the one that fell further past its margin first: another voice
     moves similarity most, noise and clicks naturalness (and similarity a little with it)."""
-    return sorted(("similarity", "mos"), key=lambda name: -_relative_drop(knee, name, k))
+    return sorted(_LISTENED, key=lambda name: -_relative_drop(knee, name, k))
 
 
-def _listen_sentence(done: list[dict], knee: dict, name: str, k: int) -> str:
+def _listen_sentence(done: list[StepSummary], knee: Knee, name: Listened, k: int) -> str:
     """The evidence of a ``similarity`` or ``mos`` knee: the figure at the lowest level, the level
     before the knee and the knee, the paired drop and its interval, and the clip least alike."""
     base, lo, hi = done[0], done[k - 1] if k > 0 else done[0], done[k]
-    key = "similarity_mean" if name == "similarity" else "mos_mean"
+    figure: HeardFigure = "similarity_mean" if name == "similarity" else "mos_mean"
 
-    def at(level: dict) -> str:
-        v = (level.get("speech") or {}).get(key)
+    def at(level: StepSummary) -> str:
+        v = _heard(level, figure)
         return "n/a" if v is None else f"{v:.2f}"
 
-    drop = (knee.get(f"{name}_drop") or [None] * (k + 1))[k] or {}
-    ci = drop.get("ci") or [math.nan, math.nan]
+    drop = _drop(knee, name, k)
+    ci = (drop["ci"] if drop else None) or [math.nan, math.nan]
     what = (
         "speaker similarity (to the same text at the lowest step)"
         if name == "similarity"
@@ -256,19 +306,19 @@ def _listen_sentence(done: list[dict], knee: dict, name: str, k: int) -> str:
     said = (
         f"The voice changed: {what} fell from {at(base)} at {base['concurrency']} "
         f"and {at(lo)} at {lo['concurrency']} to {at(hi)} at {hi['concurrency']} "
-        f"(paired by text over {drop.get('pairs', 0)} texts, the drop {drop.get('mean', math.nan):.2f}, "
-        f"95 % interval {ci[0]:.2f} to {ci[1]:.2f})."
+        f"(paired by text over {drop['pairs'] if drop else 0} texts, the drop "
+        f"{drop['mean'] if drop else math.nan:.2f}, 95 % interval {ci[0]:.2f} to {ci[1]:.2f})."
     )
     if name == "mos":
-        sp_lo, sp_hi = base.get("speech") or {}, hi.get("speech") or {}
+        figures = [(label, _heard(base, part), _heard(hi, part)) for label, part in _MOS_PARTS]
         parts = [
-            f"{label} {sp_lo[f]:.2f} -> {sp_hi[f]:.2f}"
-            for label, f in (("SIG (the speech)", "mos_sig_mean"), ("BAK (the background)", "mos_bak_mean"))
-            if sp_lo.get(f) is not None and sp_hi.get(f) is not None
+            f"{label} {low:.2f} -> {high:.2f}" for label, low, high in figures if low is not None and high is not None
         ]
         said = said.replace("The voice changed", "The sound degraded") + (f" {'; '.join(parts)}." if parts else "")
     else:
-        worst = ((hi.get("speech") or {}).get("worst_similarity") or [None])[0]
+        speech = hi.get("speech")
+        least_alike = speech.get("worst_similarity") if speech else None
+        worst = least_alike[0] if least_alike else None
         if worst:
             said += f' Least alike at {hi["concurrency"]}: "{worst.get("text")}" ({worst["similarity"]:.2f}).'
         if "mos" in (knee.get("speech_changed") or []) and _listen_order(knee, k)[0] == "mos":
@@ -284,7 +334,8 @@ def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | No
     :class:`RunDirError` when the run's own spec does not parse."""
     if override is not None:
         return override
-    spec = (rd.run.get("options") or {}).get("slo") if isinstance(rd.run.get("options"), dict) else None
+    options = rd.run.get("options")
+    spec = options.get("slo") if isinstance(options, dict) else None
     if not spec:
         return None
     try:
@@ -295,26 +346,26 @@ def run_slo(rd: RunDir, override: slo_mod.SLO | None = None) -> slo_mod.SLO | No
         ) from None
 
 
-def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], axis: Axis) -> dict:
+def _slo_section(slo: slo_mod.SLO, steps: list[StepSummary], levels: list[StepSummary], axis: Axis) -> Slo:
     """The SLO's verdicts per level and per step; in a voice sweep its levels are numbers of
     voices (``max_voices``), in an open loop offered rates (``max_rate``)."""
     judge = openloop.judge if axis.open_loop else slo_mod.judge
     by_voices = axis.key == "voices"
-    verdicts = []
+    verdicts: list[SloVerdict] = []
     for lv in levels:
-        v = judge(slo, lv)
-        v["steps"] = lv["steps"]
+        verdict = judge(slo, lv)
+        verdict["steps"] = lv["steps"]
         if by_voices:
-            v["voices"] = lv["voices"]
-        verdicts.append(v)
-    by_step = []
+            verdict["voices"] = lv["voices"]
+        verdicts.append(verdict)
+    by_step: list[SloVerdict] = []
     for st in (st for st in steps if st.get("requests")):
-        v = judge(slo, st)
-        v.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
+        verdict = judge(slo, st)
+        verdict.update({"phase": st.get("phase"), "repeat": st.get("repeat")})
         if by_voices:
-            v["voices"] = st["voices"]
-        by_step.append(v)
-    out = {
+            verdict["voices"] = st["voices"]
+        by_step.append(verdict)
+    out: Slo = {
         "spec": slo.spec,
         "steps": verdicts,
         "by_step": by_step,
@@ -327,7 +378,14 @@ def _slo_section(slo: slo_mod.SLO, steps: list[dict], levels: list[dict], axis: 
     return out
 
 
-def _in_progress(step: dict, judged: list[dict]) -> dict:
+def _number(step: StepSummary) -> int:
+    """An executed step's number (only a level that pools repeats has none)."""
+    number = step["step"]
+    assert number is not None, "an executed step has its number"
+    return number
+
+
+def _in_progress(step: StepSummary, judged: list[StepSummary]) -> InProgress:
     """The open step as the verdict names it: ``{step, concurrency, rate, voices, closed_steps,
     note}``, ``note`` one sentence of what the closed steps are and that the open one waits."""
     level = (
@@ -337,7 +395,7 @@ def _in_progress(step: dict, judged: list[dict]) -> dict:
         if step.get("voices") is not None
         else f"concurrency {step['concurrency']}"
     )
-    closed = [st["step"] for st in judged]
+    closed = [_number(st) for st in judged]
     so_far = (
         f"the verdict is from step{'s' if len(closed) > 1 else ''} "
         + (f"{closed[0]}-{closed[-1]}" if len(closed) > 2 else " and ".join(map(str, closed)))
@@ -345,7 +403,7 @@ def _in_progress(step: dict, judged: list[dict]) -> dict:
         else "no step has closed yet, so there is no verdict"
     )
     return {
-        "step": step["step"],
+        "step": _number(step),
         "concurrency": step["concurrency"],
         "rate": step.get("rate"),
         "voices": step.get("voices"),
@@ -358,7 +416,8 @@ def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, s
     """What the run's ``--server-role`` said (Locust's, then each collector's), with ``override``
     (the dashboard's ``--server-role``) on top: ``{family: role}``; raises :class:`RunDirError`
     for an entry that does not parse."""
-    options = rd.run.get("options") if isinstance(rd.run.get("options"), dict) else {}
+    recorded = rd.run.get("options")
+    options = recorded if isinstance(recorded, dict) else {}
     given = list(options.get("server_roles") or [])
     for c in rd.run.get("collectors") or []:
         if isinstance(c, dict):
@@ -370,20 +429,20 @@ def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, s
     return {**roles, **(override or {})}
 
 
-def _clean(o):
+def _clean(value: object) -> object:
     """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, (np.floating, float)):
-        f = float(o)
-        return f if math.isfinite(f) else None
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    return o
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
 
 
 def run_capacity(rd: RunDir, given: capacity_mod.Options | None = None) -> capacity_mod.Options:
@@ -401,16 +460,16 @@ class _Parts:
     """A run's attempts split by what judges them: the sweep's (``a``, its steps ``plan``), the
     hostile-text probe's (``--probe-texts``) and the spike's (``--spike``), each its own section."""
 
-    plan: list[dict]
+    plan: list[PlannedStep]
     a: Attempts
     every: Attempts
-    probed: list[dict]
+    probed: list[PlannedStep]
     a_probe: Attempts | None
-    spiked: list[dict]
+    spiked: list[PlannedStep]
     a_spike: Attempts | None
 
     @classmethod
-    def of(cls, a: Attempts, plan: list[dict]) -> _Parts:
+    def of(cls, a: Attempts, plan: list[PlannedStep]) -> _Parts:
         probed = [p for p in plan if p.get("phase") == runformat.PROBE_PHASE]
         spiked = [p for p in plan if p.get("phase") in runformat.SPIKE_PHASES]
         if not probed and not spiked:
@@ -422,8 +481,14 @@ class _Parts:
 
 
 def _step_table(
-    rd: RunDir, parts: _Parts, axis: Axis, settle: float | None, streamed: bool, roles: dict[str, str], users: dict
-) -> list[dict]:
+    rd: RunDir,
+    parts: _Parts,
+    axis: Axis,
+    settle: float | None,
+    streamed: bool,
+    roles: dict[str, str],
+    users: dict[str, Any],
+) -> list[StepSummary]:
     """Every executed step's figures, in run order (:func:`analysis.steps.step_stats`), with its
     phase, repeat, number of voices and what its axis adds."""
     plan = parts.plan
@@ -449,7 +514,19 @@ def _step_table(
     return steps
 
 
-def _span(plan: list[dict], a: Attempts) -> tuple[float | None, float | None]:
+@dataclass(frozen=True, slots=True)
+class Sections:
+    """What the run did besides its sweep, each None where it did not (``text_reuse`` always
+    says): summary.json's sections of the same names."""
+
+    barge_in: dict[str, Any] | None
+    hangups: dict[str, Any] | None
+    text_reuse: dict[str, Any]
+    probe: dict[str, Any] | None
+    spike: dict[str, Any] | None
+
+
+def _span(plan: list[PlannedStep], a: Attempts) -> tuple[float | None, float | None]:
     """When the sweep began and ended: its first step's start and its last step's end, or, for
     steps inferred from the records, the first send and the last completion."""
     if plan and plan[0]["start"] is not None:
@@ -458,27 +535,32 @@ def _span(plan: list[dict], a: Attempts) -> tuple[float | None, float | None]:
     return (float(t0.min()) if len(t0) else None), (float(te.max()) if len(te) else None)
 
 
-def _sections(rd: RunDir, parts: _Parts, streamed: bool, roles: dict[str, str]) -> dict:
+def _sections(rd: RunDir, parts: _Parts, streamed: bool, roles: dict[str, str]) -> Sections:
     """What the run did besides its sweep, each None where it did not: the orphaned work and
     hang-ups (``barge_in``, ``hangups``), the text reuse, the hostile-text probe and the spike."""
     run, a, options = rd.run, parts.a, rd.options()
     cpu_fit = orphans.fit(parts.every, rd.resources, options.get("request_timeout"))
     spiked = None
     if parts.spiked:
+        assert parts.a_spike is not None, "a spike's attempts are split off with its steps"
         health = run.get("health") if isinstance(run.get("health"), dict) else None
         spiked = spike_mod.spike(parts.a_spike, parts.spiked, streamed, health, _spike_of(rd), rd.resources)
-    return {
-        "barge_in": bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit),
-        "hangups": bargein.hangups(cpu_fit, parts.every),
-        "text_reuse": reuse.text_reuse(a, streamed, options.get("text_reuse") == "unique"),
-        "probe": probe_mod.probe(parts.a_probe, parts.probed, a, options.get("request_timeout"))
-        if parts.probed
-        else None,
-        "spike": spiked,
-    }
+    probed = None
+    if parts.probed:
+        assert parts.a_probe is not None, "the probe's attempts are split off with its steps"
+        probed = probe_mod.probe(parts.a_probe, parts.probed, a, options.get("request_timeout"))
+    return Sections(
+        barge_in=bargein.summarise(a, rd.resources, run.get("options") or {}, roles, cpu_fit),
+        hangups=bargein.hangups(cpu_fit, parts.every),
+        text_reuse=reuse.text_reuse(a, streamed, options.get("text_reuse") == "unique"),
+        probe=probed,
+        spike=spiked,
+    )
 
 
-def _diagnosis(rd: RunDir, axis: Axis, done: list[dict], knee: dict, creep: dict | None, sections: dict) -> dict:
+def _diagnosis(
+    rd: RunDir, axis: Axis, done: list[StepSummary], knee: Knee, creep: MemoryCreep | None, sections: Sections
+) -> Diagnosis:
     """What bends the service at the knee along the run's axis, the speech's when the listener
     heard it first, then what the other sections say first (text reuse, hang-ups, orphaned work)
     and last (the probe, the spike)."""
@@ -488,12 +570,12 @@ def _diagnosis(rd: RunDir, axis: Axis, done: list[dict], knee: dict, creep: dict
         diagnosis = axis.said(degraded)
     evidence = diagnosis["evidence"]
     first = [
-        sections["text_reuse"]["note"] if sections["text_reuse"]["caches"] else None,
-        bargein.hangup_evidence(sections["hangups"]),
-        bargein.evidence(sections["barge_in"]),
+        sections.text_reuse["note"] if sections.text_reuse["caches"] else None,
+        bargein.hangup_evidence(sections.hangups),
+        bargein.evidence(sections.barge_in),
     ]
     evidence[:0] = [e for e in first if e]
-    probe, spike = sections["probe"], sections["spike"]
+    probe, spike = sections.probe, sections.spike
     if probe and probe["note"]:
         evidence.append(probe["note"])
     if spike:
@@ -501,7 +583,9 @@ def _diagnosis(rd: RunDir, axis: Axis, done: list[dict], knee: dict, creep: dict
     return diagnosis
 
 
-def _trace(rd: RunDir, parts: _Parts, steps: list[dict], done: list[dict], summary: dict) -> None:
+def _trace(
+    rd: RunDir, parts: _Parts, steps: list[StepSummary], done: list[StepSummary], summary: dict[str, Any]
+) -> None:
     """A replayed trace's section, each step's speed of the trace, and the recommendation as a
     speed (in place; nothing for a run that replayed no trace)."""
     run = rd.run
@@ -524,7 +608,7 @@ def analyze(
     slo: slo_mod.SLO | None = None,
     roles: dict[str, str] | None = None,
     capacity: capacity_mod.Options | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
     ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
@@ -537,7 +621,7 @@ def analyze(
     # waits for it: the knee, the diagnosis, the recommendation and the SLO judge closed steps
     running = [st for st in steps if st["window"]["open"]]
     for st in running:
-        hold_open(st)
+        hold_open(cast(dict[str, Any], st))  # it withholds figures by name, as open JSON
     closed = [st for st in steps if not st["window"]["open"]]
     # a soak holds one level for long: its drift is its own section, and the levels (knee,
     # recommendation) are the sweep's, unless the soak is all the run did
@@ -546,10 +630,11 @@ def analyze(
     done = axis.levels(parts.a, judged, rd.resources, settle, streamed, roles, users)
     knee = axis.find_knee(done, streamed, rd.ttfa_floor_ms())
     heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
-    speech_mod.attach(steps, done, heard)
+    # the speech judges add to the steps and levels as open JSON (they are shared with the dashboard's)
+    speech_mod.attach(cast(list[dict[str, Any]], steps), cast(list[dict[str, Any]], done), heard)
     if heard:
         knee = axis.speech_knee(knee, done)
-    speech_mod.strip(done)
+    speech_mod.strip(cast(list[dict[str, Any]], done))
     context = {
         "settle": settle,
         "streamed": streamed,
@@ -563,10 +648,10 @@ def analyze(
     rec = axis.recommend(done, knee)
     slo_part = _slo_section(slo, closed, done, axis) if slo else None
     if slo_part:
-        rec = axis.recommend_slo(done, slo_part, slo.spec, knee, rec)
+        rec = axis.recommend_slo(done, slo_part, slo_part["spec"], knee, rec)
     sections = _sections(rd, parts, streamed, roles)
     run = rd.run
-    summary = {
+    summary: dict[str, Any] = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name,
             "path": str(rd.path),
@@ -598,7 +683,7 @@ def analyze(
             done, axis.key, rec.on(axis.key), rec.concurrency, run_capacity(rd, capacity)
         ),
         "health": run.get("health") if isinstance(run.get("health"), dict) else None,
-        "text_reuse": sections["text_reuse"],
+        "text_reuse": sections.text_reuse,
         "diagnosis": _diagnosis(rd, axis, done, knee, creep, sections),
         "little_law": axis.little_law(done),
         "usl": axis.usl(done),
@@ -609,8 +694,8 @@ def analyze(
         "cut_by_run_end": int(run_end_cut(parts.every).sum()),
     }
     optional = {
-        "barge_in": sections["barge_in"],
-        "hangups": sections["hangups"],
+        "barge_in": sections.barge_in,
+        "hangups": sections.hangups,
         **(
             {"recommended_rate": rec.rate, "dropped": sum(s.get("dropped") or 0 for s in steps)}
             if axis.open_loop
@@ -619,8 +704,8 @@ def analyze(
         "soak": soak_mod.soak(parts.a, soaks[-1], rd.resources, axis.open_loop, streamed, _soak_of(rd))
         if soaks
         else None,
-        "probe": sections["probe"],
-        "spike": sections["spike"],
+        "probe": sections.probe,
+        "spike": sections.spike,
         **({"recommended_voices": rec.voices} if axis.key == "voices" else {}),
         "slices": sliced,
     }
@@ -628,7 +713,9 @@ def analyze(
     _trace(rd, parts, steps, done, summary)
     if sliced and sliced["note"]:
         summary["diagnosis"]["evidence"].append(sliced["note"])
-    return _clean(summary)
+    cleaned = _clean(summary)
+    assert isinstance(cleaned, dict), "a summary cleaned is a summary"
+    return cleaned
 
 
 def load(path: Path) -> RunDir:
@@ -647,6 +734,6 @@ def load(path: Path) -> RunDir:
     return rd
 
 
-def write_summary(rd: RunDir, summary: dict) -> Path:
+def write_summary(rd: RunDir, summary: dict[str, Any]) -> Path:
     """Write ``summary.json`` atomically; an OSError leaves no temporary file behind."""
     return runformat.write_json(rd.path / runformat.SUMMARY_JSON, summary, indent=1)
