@@ -187,7 +187,7 @@ def _soak_of(rd: RunDir) -> float | None:
     return _positive(rd.options().get("soak"))
 
 
-#: What the listener's figures (--asr-listen) are read from, and which of its scores a level has
+#: The listening methods (--asr-listen), and the listener's figures a level's ``speech`` holds
 Listened = Literal["similarity", "mos"]
 _LISTENED: tuple[Listened, ...] = ("similarity", "mos")
 HeardFigure = Literal["similarity_mean", "mos_mean", "mos_sig_mean", "mos_bak_mean"]
@@ -611,7 +611,9 @@ def analyze(
 ) -> dict[str, Any]:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
-    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
+    ``--server-role``, ``capacity`` sets what the run's own capacity options do not. Its shape
+    is :class:`runformat.summary.Summary`'s, given as the open JSON the dashboard reads (several
+    sections come from modules that return open dicts)."""
     parts, settle = _Parts.of(rd.requests.attempts(), _steps_of(rd)), _settle_of(rd)
     axis = axis_mod.of_run(parts.plan, rd.mode())
     slo, roles = run_slo(rd, slo), run_roles(rd, roles)
@@ -630,7 +632,8 @@ def analyze(
     done = axis.levels(parts.a, judged, rd.resources, settle, streamed, roles, users)
     knee = axis.find_knee(done, streamed, rd.ttfa_floor_ms())
     heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
-    # the speech judges add to the steps and levels as open JSON (they are shared with the dashboard's)
+    # the speech judge adds to the steps and levels as open JSON: their ``speech``, and on each
+    # level its clips (``_speech_entries``, read by the speech knee, stripped before the summary)
     speech_mod.attach(cast(list[dict[str, Any]], steps), cast(list[dict[str, Any]], done), heard)
     if heard:
         knee = axis.speech_knee(knee, done)
