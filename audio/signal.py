@@ -71,10 +71,11 @@ class _Pcm:
         self.starts: list[int] = []  # each view's first byte in the audio
         self.whole: np.ndarray | None = None  # all the samples, where they lie in one buffer
         at = -offset  # where the next block starts, in the audio's bytes
-        if len(blocks) == 1:  # the usual body: one read
-            view = memoryview(blocks[0]).cast("B")[offset : offset + size]
-            self.views, self.starts, self.size = [view], [0], len(view) // 2
-            self.whole = np.frombuffer(view, dtype="<i2", count=self.size)
+        if len(blocks) == 1:  # the usual body: one read, its samples an array over it at once
+            block = blocks[0]
+            room = (len(block) if isinstance(block, (bytes, bytearray)) else memoryview(block).nbytes) - offset
+            self.size = max(0, min(size, room)) // 2  # samples (a last odd byte is not one)
+            self.whole = np.frombuffer(block, dtype="<i2", count=self.size, offset=offset) if self.size else _NONE
             return
         for block in blocks:
             view = memoryview(block).cast("B")
@@ -106,8 +107,10 @@ class _Pcm:
         return np.frombuffer(b"".join(parts), dtype="<i2")
 
     def clipped(self) -> int:
-        """How many samples are at full scale: one pass of max and min over each buffer, and a
-        count only where one reaches it."""
+        """How many samples are at full scale: one pass of highest and lowest over each buffer,
+        and a count only where one reaches it."""
+        if self.whole is not None:
+            return _clipped_in(self.whole)
         count = 0
         end = 2 * self.size
         for start, view in zip(self.starts, self.views):
@@ -115,21 +118,30 @@ class _Pcm:
                 count += self.samples(start // 2, start // 2 + 1)[0] in _FULL_SCALE
             lo = start + start % 2
             hi = min(start + len(view), end)
-            if hi - lo < 2:
-                continue
-            x = np.frombuffer(view[lo - start : hi - start - (hi - lo) % 2], dtype="<i2")
-            if int(x.max()) == 32767 or int(x.min()) == -32768:
-                count += int(np.count_nonzero((x == 32767) | (x == -32768)))
+            if hi - lo >= 2:
+                count += _clipped_in(np.frombuffer(view[lo - start : hi - start - (hi - lo) % 2], dtype="<i2"))
         return count
 
 
-def _surely_loud(samples: np.ndarray, frame: int) -> bool:
-    """Whether a frame is at or above the level by a margin its power summed in float32 (as
-    :func:`check_blocks` sums it) cannot cross: its exact power (integers, exact in float64) is
-    above the float32 level by more than that sum's rounding can take off, at most one part in
-    2^24 per sample. Cheaper than the float32 sum for the one frame; False says nothing."""
-    v = samples.astype(np.float64)
-    return float(v @ v) >= _level32(frame) * (1.0 + (frame + 2) * 2.0**-22)
+def _clipped_in(x: np.ndarray) -> int:
+    """How many of the samples ``x`` are at full scale: the ufuncs' own reductions (numpy's
+    ``max``/``min`` add a Python layer each), a count only where one reaches it."""
+    if _highest(x) == 32767 or _lowest(x) == -32768:
+        return int(np.count_nonzero((x == 32767) | (x == -32768)))
+    return 0
+
+
+_highest, _lowest = np.maximum.reduce, np.minimum.reduce
+_NONE = np.empty(0, dtype="<i2")
+
+
+def _surely_loud_at(frame: int) -> float:
+    """The exact power (integers, exact in float64) at or above which a frame is at or above
+    the level by a margin its power summed in float32 (as :func:`_loud_frames` sums it) cannot
+    cross: above the float32 level by more than that sum's rounding can take off, at most one
+    part in 2^24 per sample. A frame's exact power is one dot product, cheaper than the float32
+    sum; one below this says nothing."""
+    return _level32(frame) * (1.0 + (frame + 2) * 2.0**-22)
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,6 +149,30 @@ def _level32(frame: int) -> float:
     """The level a frame's float32 power is held to: numpy compares a float32 array with the
     float32 nearest ``_LEVEL_SQ * frame``."""
     return float(np.float32(_LEVEL_SQ * frame))
+
+
+def _loud_frames(pcm: _Pcm, frame: int, a: int, b: int) -> np.ndarray:
+    """Which of frames ``a`` to ``b - 1`` are at or above the level (their power in float32)."""
+    f = pcm.samples(a * frame, b * frame).reshape(b - a, frame).astype(np.float32)
+    level: np.ndarray = np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
+    return level
+
+
+def _part_loud(pcm: _Pcm, start: int, power: float) -> bool:
+    """Whether the samples from ``start`` on (less than a frame) are loud enough themselves:
+    their mean square in float32 at or above the level. Their exact ``power`` decides it where
+    it is clear of the level by more than the float32 sum's rounding (at most one part in 2^24
+    per sample, and one for the mean) can move it, as nearly always; else the float32 mean."""
+    k = pcm.size - start
+    if not k:
+        return False
+    margin = (k + 4) * 2.0**-22
+    if power >= _LEVEL_SQ * k * (1.0 + margin):
+        return True
+    if power < _LEVEL_SQ * k * (1.0 - margin):
+        return False
+    tail = pcm.samples(start, pcm.size).astype(np.float32)
+    return float(np.mean(tail**2)) >= _LEVEL_SQ
 
 
 def check(pcm: Buffer, rate: int, channels: int) -> dict[str, Any]:
@@ -148,51 +184,32 @@ def check(pcm: Buffer, rate: int, channels: int) -> dict[str, Any]:
 
 def check_blocks(blocks: Sequence[Buffer], offset: int, size: int, rate: int, channels: int) -> dict[str, Any]:
     """:func:`check` of the ``size`` bytes from ``offset`` on of the buffers ``blocks`` taken in
-    order (a body as it was read: never joined). The frames are looked at from each end until
-    the first sound, a few first and then :data:`_BLOCK` at a time: a whole pass only for an
-    answer that is silent; the clipped samples are counted in the same pass over each buffer."""
+    order (a body as it was read: never joined). One pass over the samples, for the clipped
+    ones (highest and lowest of each buffer); the first frame, the last and the part-frame after
+    it are judged by their exact power (two conversions to float64, three dot products), and only where an
+    end is silent (or near the level) are frames summed in float32 inward from it until the
+    first sound, a few first and then :data:`_BLOCK` at a time: a whole pass only for an answer
+    that is silent."""
     pcm = _Pcm(blocks, offset, size)
     if not pcm.size:
         return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": None}
     frame = max(1, rate * channels * FRAME_MS // 1000)
     n = pcm.size // frame
-    clipped = pcm.clipped() / pcm.size
-
-    def loud(a: int, b: int) -> np.ndarray:  # frames a..b-1 at or above the level
-        f = pcm.samples(a * frame, b * frame).reshape(b - a, frame).astype(np.float32)
-        level: np.ndarray = np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
-        return level
-
-    first = last = None
-    if n and _surely_loud(pcm.samples(0, frame), frame):
-        first = 0  # the usual answer: sound from the first frame ...
-    a = n if first is not None else 0
-    while a < n:
-        b = min(n, a + (_FIRST if a == 0 else _BLOCK))
-        hit = loud(a, b)
-        if hit.any():
-            first = a + int(hit.argmax())
-            break
-        a = b
-    if first is not None and _surely_loud(pcm.samples((n - 1) * frame, n * frame), frame):
-        last = n - 1  # ... to the last
-    b = n if first is not None and last is None else -1
-    while first is not None and b > first:
-        a = max(first, b - (_FIRST if b == n else _BLOCK))
-        hit = loud(a, b)
-        if hit.any():
-            last = b - 1 - int(hit[::-1].argmax())
-            break
-        b = a
-    tail = pcm.samples(n * frame, pcm.size)  # a last part-frame counts as sound where it is loud enough itself
-    tail_loud = bool(len(tail)) and float(np.mean(tail.astype(np.float32) ** 2)) >= _LEVEL_SQ
+    clipped = round(pcm.clipped() / pcm.size, 6)
+    cut = n * frame  # where the last part-frame starts
+    end = pcm.samples(max(0, cut - frame), pcm.size).astype(np.float64)  # the last frame and the part after it
+    part = end[len(end) - (pcm.size - cut) :]
+    tail_loud = _part_loud(pcm, cut, float(part @ part))
+    first_loud = last_loud = False  # sure to be at or above the level by their exact power
+    if n:
+        sure = _surely_loud_at(frame)
+        last_frame = end[:frame]
+        last_loud = float(last_frame @ last_frame) >= sure
+        head = last_frame if n == 1 else pcm.samples(0, frame).astype(np.float64)
+        first_loud = last_loud if n == 1 else float(head @ head) >= sure
+    first, last = _sound_between(pcm, frame, n, first_loud, last_loud)
     if first is None and not tail_loud:
-        return {
-            "silent": True,
-            "leading_silence_ms": None,
-            "trailing_silence_ms": None,
-            "clipped_share": round(clipped, 6),
-        }
+        return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": clipped}
     total_ms = pcm.size / channels / rate * 1000.0
     frame_ms = frame / channels / rate * 1000.0
     lead = (n if first is None else first) * frame_ms
@@ -201,8 +218,34 @@ def check_blocks(blocks: Sequence[Buffer], offset: int, size: int, rate: int, ch
         "silent": False,
         "leading_silence_ms": round(min(lead, total_ms), 3),
         "trailing_silence_ms": round(max(0.0, trail), 3),
-        "clipped_share": round(clipped, 6),
+        "clipped_share": clipped,
     }
+
+
+def _sound_between(pcm: _Pcm, frame: int, n: int, first_loud: bool, last_loud: bool) -> tuple[int | None, int | None]:
+    """The first and the last of the ``n`` frames with sound, None where there is none: frames
+    summed in float32 from each end inward, a few first and then :data:`_BLOCK` at a time,
+    where the end frame's exact power did not already say it is loud (``first_loud``,
+    ``last_loud``)."""
+    first = 0 if first_loud else None  # the usual answer: sound from the first frame ...
+    a = n if first is not None else 0
+    while a < n:
+        b = min(n, a + (_FIRST if a == 0 else _BLOCK))
+        hit = _loud_frames(pcm, frame, a, b)
+        if hit.any():
+            first = a + int(hit.argmax())
+            break
+        a = b
+    last = n - 1 if first is not None and last_loud else None  # ... to the last
+    b = n if first is not None and last is None else -1
+    while first is not None and b > first:
+        a = max(first, b - (_FIRST if b == n else _BLOCK))
+        hit = _loud_frames(pcm, frame, a, b)
+        if hit.any():
+            last = b - 1 - int(hit[::-1].argmax())
+            break
+        b = a
+    return first, last
 
 
 def pace_outliers(
