@@ -82,8 +82,8 @@ class MosPredictor:
             return None
         audio = np.clip(samples.astype(np.float32), -1.0, 1.0)
         need = int(WINDOW_S * SAMPLE_RATE)
-        if len(audio) < need:
-            audio = np.tile(audio, int(np.ceil(need / len(audio))))
+        if len(audio) < need:  # repeated to one window, not past it: more would score the same audio again
+            audio = np.tile(audio, int(np.ceil(need / len(audio))))[:need]
         hops = max(1, int(np.floor(len(audio) / SAMPLE_RATE) - WINDOW_S) + 1)
         starts = sorted({int(round(h)) for h in np.linspace(0, hops - 1, min(hops, MAX_WINDOWS))})
         raw = []
