@@ -14,52 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, scraping, spawn, worker
 from rundirs import assert_declared
+from speaking import TEXTS, speaking
 from tts_knee.testbed.whisper_base import model_dir
 
 pytest.importorskip("piper")
 pytest.importorskip("faster_whisper")
-
-TEXTS = [
-    "Good morning, how can I help you today?",
-    "The train to the airport leaves at nine.",
-    "Please hold the line while I check your order.",
-    "Thank you for calling, have a nice day.",
-    "Your table for four is ready now.",
-    "The museum opens again on Monday morning.",
-]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "texts.jsonl"
-    path.write_text(
-        "".join(json.dumps({"id": f"t{i}", "text": t, "language": "en"}) + "\n" for i, t in enumerate(TEXTS))
-    )
-    return path
-
-
-def speaking(corpus, *knobs):
-    """The simulator speaking the corpus, latency flat at 150 ms (slots for every user)."""
-    return spawn(
-        [
-            "tts_knee.testbed.sim",
-            "--port",
-            "0",
-            "--speech",
-            "--speech-corpus",
-            str(corpus),
-            "--slots",
-            "64",
-            "--base-ms",
-            "150",
-            "--per-char-ms",
-            "0",
-            "--jitter",
-            "0",
-            *knobs,
-        ],
-        timeout=300,
-    )
 
 
 def test_speech_garbled_above_four_in_flight_is_a_speech_knee_before_any_latency_knee(tmp_path, corpus):

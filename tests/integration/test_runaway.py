@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from procs import dashboard, locust, read_jsonl, spawn
+from procs import dashboard, locust, read_jsonl
 from rundirs import assert_declared
+from speaking import speaking, write_corpus
 
 pytest.importorskip("piper")
 
@@ -26,34 +27,9 @@ TEXTS = [
 
 
 def test_answers_running_on_past_four_in_flight_set_a_signal_knee_at_eight(tmp_path):
-    corpus = tmp_path / "texts.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"id": f"t{i}", "text": t, "language": "en"}) + "\n" for i, t in enumerate(TEXTS))
-    )
+    corpus = write_corpus(tmp_path / "texts.jsonl", TEXTS)
     run = tmp_path / "run"
-    with spawn(
-        [
-            "tts_knee.testbed.sim",
-            "--port",
-            "0",
-            "--speech",
-            "--speech-corpus",
-            str(corpus),
-            "--slots",
-            "64",
-            "--base-ms",
-            "150",
-            "--per-char-ms",
-            "0",
-            "--jitter",
-            "0",
-            "--runaway-above",
-            "4",
-            "--runaway-x",
-            "4",
-        ],
-        timeout=300,
-    ) as sim:
+    with speaking(corpus, "--runaway-above", "4", "--runaway-x", "4") as sim:
         proc = locust(
             ["--headless", "-H", sim.url, "--texts", str(corpus), "--steps", "1,2,4,8,16", "--step-time", "3"]
             + ["--run-dir", str(run)],
