@@ -110,10 +110,18 @@ def listening_cost(quick: bool) -> list[Row]:
     rows += [
         Row(
             f"  ASR judge CPU, {j['clip']} clip ({j['audio_s']:.1f} s)",
-            f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s",
+            f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s; with --asr-listen "
+            f"{j['cpu_s_listening']:.2f} s ({j['listening_ratio']:.2f}x)",
         )
         for j in m["judge"]
     ]
+    lc = m["listening"]
+    rows.append(
+        Row(
+            f"  ASR judge CPU per clip, {lc['clips']} short clips together, with --asr-listen / WER alone",
+            f"{lc['ratio']:.2f}x ({lc['alone_cpu_s_per_clip']:.2f} -> {lc['listening_cpu_s_per_clip']:.2f} s)",
+        )
+    )
     p = m["packed"]
     pairs = ", ".join(f"{r['ratio']:.2f}" for r in p["pairs"])
     rows.append(

@@ -8,22 +8,24 @@ Run from the repository root (about two minutes; needs the ``test`` extra's Whis
     .venv/bin/python bench/listening_cost.py --judge-only  # the judge's CPU per clip, WER alone and with --asr-listen
 
 1. **The judge** (:func:`audio.judge.judge_clip`, Whisper base, int8, one thread) on piper's
-   joe voice saying a short, a medium and a long text, each judged three times: CPU seconds per
-   clip and per audio second (median). Whisper reads 30 s windows, so a short clip costs about as
-   much as a window: per audio second, short clips are the dear ones. Then the same with
-   ``--asr-listen`` (the speaker embedding and DNSMOS too): CPU per clip, listening on against
-   WER alone.
-   Then the judge as it keeps up: :data:`SHORT` (eight short texts, about a second each) judged
-   one at a time (as the judge did before it packed clips) and together
-   (:func:`audio.judge.judge_clips`: eight to one Whisper window), side by side in pairs: clips per
+   joe voice saying a short, a medium and a long text: CPU seconds per clip and per audio second
+   by WER alone, and CPU per clip with ``--asr-listen`` (the speaker embedding and DNSMOS too),
+   the two judged in turn three times (side by side: the host's load falls on both alike),
+   medians. Whisper reads 30 s windows, so a short clip costs about as much as a window: per
+   audio second, short clips are the dear ones. Then :data:`SHORT` (eight short texts, about a
+   second each) judged together, as the judge takes the clips waiting for it
+   (:func:`audio.judge.judge_clips`: eight to one Whisper window), by WER alone and with
+   ``--asr-listen`` in three pairs: CPU seconds per clip, medians (packing shares Whisper's
+   window; the embedding and DNSMOS are each clip's own). Then the same eight one at a time (as
+   the judge did before it packed clips) and together, side by side in pairs: clips per
    CPU-second (process time, not wall: the machine may be loaded) and the mean WER of each, the
    medians of the pairs. Goal: at least :data:`GOAL_PACKED` times the clips per CPU-second, the
    WER within a point.
 2. **The generator**: two tts-knee runs side by side against one simulator (50 ms a request),
-   one with ``--asr-model`` (24 clips a step shipped to the judge process), one without; CPU
-   per attempt of each Locust process over the same window (bench/meter.py: the process's own
-   CPU, not the judge's, which is a child process). Goal: on within 5 % of off (median of the
-   pairs' ratios).
+   one judged (``--asr-model --asr-listen``: 24 clips a step shipped to the judge process, a
+   cosine per judged clip on the master), one not; CPU per attempt of each Locust process over
+   the same window (bench/meter.py: the process's own CPU, not the judge's, which is a child
+   process). Goal: on within 5 % of off (median of the pairs' ratios).
 3. **The signal checks** (:func:`audio.signal.check`) on 5 s of 22.05 kHz PCM16: microseconds
    per attempt.
 """
@@ -39,8 +41,14 @@ import statistics
 import time
 import wave
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from harness import locust, median, simulator
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+    from tts_knee.audio.judge import Listener
 
 # the judge process runs with numpy's BLAS on its own threads (locustfiles.listening): so here
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -83,18 +91,26 @@ def _speech(text: str) -> bytes:
     return buf.getvalue()
 
 
-def _judged(model, listener, name: str, text: str, clip: bytes, repeats: int) -> tuple[float, dict]:
+def _judged_side_by_side(
+    model: WhisperModel, listener: Listener, header: dict[str, Any], clip: bytes, repeats: int
+) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """The clip judged ``repeats`` times by WER alone and with ``listener``, alternating (so the
+    host's load falls on both alike): the median CPU seconds of each, and the last lines."""
     from tts_knee.audio import judge
 
-    cpu, said = [], {}
+    cpu: dict[str, list[float]] = {"alone": [], "listening": []}
+    said: dict[str, dict[str, Any]] = {}
     for _ in range(repeats):
-        t = time.process_time()
-        said = judge.judge_clip(model, {"id": name, "text": text, "language": "en"}, clip, listener)
-        cpu.append(time.process_time() - t)
-    return statistics.median(cpu), said
+        for kind, with_listener in (("alone", None), ("listening", listener)):
+            t = time.process_time()
+            said[kind] = judge.judge_clip(model, header, clip, with_listener)
+            cpu[kind].append(time.process_time() - t)
+    return {kind: statistics.median(v) for kind, v in cpu.items()}, said
 
 
 def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
+    """Each of :data:`TEXTS` judged by WER alone and with ``--asr-listen`` (speaker embedding
+    and DNSMOS), side by side ``repeats`` times: CPU seconds per clip, medians."""
     from tts_knee.audio import asr, judge
 
     model = asr.load_model(model_dir, 1)
@@ -102,25 +118,47 @@ def judge_cost(model_dir: str, repeats: int = 3) -> list[dict]:
     rows = []
     batch = []
     for name, text in TEXTS.items():
+        header = {"id": name, "text": text, "language": "en"}
         clip = _speech(text)
-        batch.append(({"id": name, "text": text, "language": "en"}, clip))
-        c, said = _judged(model, None, name, text, clip, repeats)
-        c_listen, heard = _judged(model, listener, name, text, clip, repeats)
+        batch.append((header, clip))
+        cpu, said = _judged_side_by_side(model, listener, header, clip, repeats)
         rows.append(
             {
                 "clip": name,
-                "audio_s": said["audio_s"],
-                "cpu_s": c,
-                "cpu_s_per_audio_s": c / said["audio_s"],
-                "wer": said["error"],
-                "cpu_s_listening": c_listen,
-                "listening_ratio": c_listen / c,
-                "mos": heard["mos"],
+                "audio_s": said["alone"]["audio_s"],
+                "cpu_s": cpu["alone"],
+                "cpu_s_per_audio_s": cpu["alone"] / said["alone"]["audio_s"],
+                "wer": said["alone"]["error"],
+                "cpu_s_listening": cpu["listening"],
+                "listening_ratio": cpu["listening"] / cpu["alone"],
+                "mos": said["listening"]["mos"],
             }
         )
     for row, line in zip(rows, judge.judge_clips(model, batch)):  # the three to one window
         row["wer_together"] = line["error"]
     return rows
+
+
+def packed_listening_cost(model_dir: str, pairs: int = 3) -> dict[str, Any]:
+    """:data:`SHORT` judged together (as the judge takes the clips waiting for it), by WER alone
+    and with ``--asr-listen``, side by side ``pairs`` times: CPU seconds per clip, medians. Packing
+    shares Whisper's window among the clips; the embedding and DNSMOS are per clip."""
+    from tts_knee.audio import asr, judge
+
+    model = asr.load_model(model_dir, 1)
+    listener = judge.Listener(1)
+    batch = [({"id": str(i), "text": t, "language": "en"}, _speech(t)) for i, t in enumerate(SHORT)]
+    rows = []
+    for n in range(1, pairs + 1):
+        row: dict[str, Any] = {"pair": n}
+        for kind, with_listener in (("alone", None), ("listening", listener)):
+            t = time.process_time()
+            judge.judge_clips(model, batch, with_listener)
+            row[f"{kind}_cpu_s_per_clip"] = (time.process_time() - t) / len(batch)
+        row["ratio"] = row["listening_cpu_s_per_clip"] / row["alone_cpu_s_per_clip"]
+        rows.append(row)
+    out = {k: median([r[k] for r in rows]) for k in rows[0] if k != "pair"}
+    return {**out, "clips": len(batch), "pairs": rows}
 
 
 def packed_cost(model_dir: str, pairs: int = 3) -> dict:
@@ -169,10 +207,15 @@ def one_pair(host: str, users: int, measure_s: float, model_dir: str) -> dict:
     start_at = time.time() + START_S
     run_s = START_S + measure_s + 2.0
     base = ["-H", host, "--steps", str(users), "--step-time", f"{run_s:g}", "--run-dir", "{tmp}/run"]
+    # the judged run waits for its judge to finish the clips it has (locustfiles.listening.FINISH_S, 180 s)
+    timeout = run_s + 240.0
     with ThreadPoolExecutor(2) as pool:
         runs = {
-            kind: pool.submit(locust, "bench/tts_locustfile.py", args, 0.0, measure_s, start_at=start_at)
-            for kind, args in (("on", [*base, "--asr-model", model_dir, "--asr-sample", "24"]), ("off", base))
+            kind: pool.submit(locust, "bench/tts_locustfile.py", args, 0.0, measure_s, timeout, start_at=start_at)
+            for kind, args in (
+                ("on", [*base, "--asr-model", model_dir, "--asr-sample", "24", "--asr-listen"]),
+                ("off", base),
+            )
         }
         out = {kind: r.result() for kind, r in runs.items()}
     for kind, r in out.items():
@@ -194,6 +237,18 @@ def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bo
             f"{r['cpu_s_per_audio_s']:.2f} CPU s per audio s (WER {r['wer']:.2f}); with --asr-listen "
             f"{r['cpu_s_listening']:.2f} CPU s, {r['listening_ratio']:.2f}x (DNSMOS OVRL {r['mos']:.2f})"
         )
+    listening = packed_listening_cost(model)
+    for r in listening["pairs"]:
+        show(
+            f"judge, {listening['clips']} short clips together, pair {r['pair']}: WER alone "
+            f"{r['alone_cpu_s_per_clip']:.2f} CPU s per clip, with --asr-listen {r['listening_cpu_s_per_clip']:.2f}: "
+            f"{r['ratio']:.2f}x"
+        )
+    show(
+        f"judge, short clips together, median of {len(listening['pairs'])} pairs: WER alone "
+        f"{listening['alone_cpu_s_per_clip']:.2f} CPU s per clip, with --asr-listen "
+        f"{listening['listening_cpu_s_per_clip']:.2f} ({listening['ratio']:.2f}x)"
+    )
     packed = packed_cost(model)
     for r in packed["pairs"]:
         show(
@@ -207,7 +262,7 @@ def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bo
         f"WER {packed['alone_wer']:.3f} -> {packed['packed_wer']:.3f}"
     )
     if judge_only:
-        return {"judge": judged, "packed": packed}
+        return {"judge": judged, "listening": listening, "packed": packed}
     rows = []
     with simulator("--slots", "1000", "--base-ms", "50", "--per-char-ms", "0", "--jitter", "0") as (host, _sim):
         for n in range(1, pairs + 1):
@@ -231,6 +286,7 @@ def measure(pairs: int, users: int, measure_s: float, show=print, judge_only: bo
     show(f"signal checks on 5 s of 22.05 kHz audio: {sig:.0f} us per attempt")
     return {
         "judge": judged,
+        "listening": listening,
         "packed": packed,
         "ratio": median([r["ratio"] for r in rows]),
         "ratios": [r["ratio"] for r in rows],
