@@ -43,16 +43,18 @@ import wave
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from harness import locust, median, simulator
+# the judge process runs with numpy's BLAS on its own threads (locustfiles.listening): so here, set
+# before numpy loads (harness imports it): idle BLAS threads spin, and process time counts them
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from harness import locust, median, simulator  # noqa: E402
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
 
     from tts_knee.audio.judge import Listener
 
-# the judge process runs with numpy's BLAS on its own threads (locustfiles.listening): so here
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 GOAL_RATIO = 1.05
 GOAL_PACKED = 2.0
 SHORT = (
