@@ -18,7 +18,7 @@ def named_user(request_id, make_transport=None):
 
         def _attempt(self, *args):
             out = super()._attempt(*args)
-            out[0]["sim_request_id"] = request_id(self.transport)
+            out.record["sim_request_id"] = request_id(self.transport)
             return out
 
     class NamedAttemptUser(user_mod.TTSUser):
