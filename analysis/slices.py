@@ -32,7 +32,7 @@ from tts_knee.runformat.summary import Knee, Slice, SliceLevel, Slices, SliceSpe
 from . import speech as speech_mod
 from .axis import Axis
 from .knee import LATENCY_RISE, signal_rise
-from .steps import PlannedStep, step_stats
+from .steps import PlannedStep, plan_stats
 
 #: Most labels of one kind sliced: more (a voice mix of dozens) are too many to judge one by one.
 MAX_SLICES = 8
@@ -103,20 +103,7 @@ def _levels(
     """A slice's levels over its judged steps, made as the pooled ones are."""
     plan = _plan_of(sub, whole, plan)
     no_samples = pd.DataFrame()
-    steps = [
-        step_stats(
-            sub,
-            entry,
-            no_samples,
-            settle,
-            plan[i + 1]["start"] if i + 1 < len(plan) else None,
-            i + 1 == len(plan),
-            streamed,
-            roles,
-            **users,
-        )
-        for i, entry in enumerate(plan)
-    ]
+    steps = plan_stats(sub, plan, no_samples, settle, streamed, roles, users)
     for st, entry in zip(steps, plan):
         if "voices" in entry:
             cast(dict[str, Any], st)["voices"] = entry["voices"]

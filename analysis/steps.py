@@ -101,7 +101,7 @@ Definitions used throughout the dashboard:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -693,6 +693,33 @@ def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[Error]:
         return []
     codes, counts = np.unique(error_codes, return_counts=True)
     return [{"error": a.errors[codes[i]], "count": int(counts[i])} for i in np.argsort(-counts)[:most]]
+
+
+def plan_stats(
+    a: Attempts,
+    plan: Sequence[Mapping[str, Any]],
+    res: pd.DataFrame,
+    settle_s: float | None,
+    streamed: bool | None,
+    roles: dict[str, str] | None,
+    users: Mapping[str, Any],
+) -> list[StepSummary]:
+    """:func:`step_stats` of every step of ``plan``, in run order: each step ends where the next
+    begins, the last is the run's last; ``users`` the ``contexts`` and ``think_s`` keywords."""
+    return [
+        step_stats(
+            a,
+            entry,
+            res,
+            settle_s,
+            plan[i + 1]["start"] if i + 1 < len(plan) else None,
+            i + 1 == len(plan),
+            streamed,
+            roles,
+            **users,
+        )
+        for i, entry in enumerate(plan)
+    ]
 
 
 def step_stats(

@@ -63,7 +63,7 @@ from . import (
 from .axis import Axis, Key, method_index
 from .diagnosis import common_evidence, latency_while, signal_evidence
 from .knee import signal_rise
-from .steps import PlannedStep, hold_open, infer_steps, memory_baseline, memory_creep, run_end_cut, step_stats
+from .steps import PlannedStep, hold_open, infer_steps, memory_baseline, memory_creep, plan_stats, run_end_cut
 
 
 def _whole(value: object) -> int | None:
@@ -492,20 +492,7 @@ def _step_table(
     """Every executed step's figures, in run order (:func:`analysis.steps.step_stats`), with its
     phase, repeat, number of voices and what its axis adds."""
     plan = parts.plan
-    steps = [
-        step_stats(
-            parts.a,
-            s,
-            rd.resources,
-            settle,
-            plan[i + 1]["start"] if i + 1 < len(plan) else None,
-            i + 1 == len(plan),
-            streamed,
-            roles,
-            **users,
-        )
-        for i, s in enumerate(plan)
-    ]
+    steps = plan_stats(parts.a, plan, rd.resources, settle, streamed, roles, users)
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
         if "voices" in p:
