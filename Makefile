@@ -32,9 +32,10 @@ test: $(STAMP)
 	$(PYTEST) -m alone $(PYTEST_ARGS) || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 
-# The type checker (pyproject's [tool.mypy]) over the installed package tts_knee. mypy has no
-# package-dir mapping: build/mypy/tts_knee/ links to the folders that are the package's parts, and
-# mypy checks the package there (its messages name those links: open them as the files they are).
+# The type checker (pyproject's [tool.mypy]) over the installed package tts_knee and the
+# benchmarks (bench/). mypy has no package-dir mapping: build/mypy/tts_knee/ links to the folders
+# that are the package's parts, and mypy checks the package there (its messages name those links:
+# open them as the files they are).
 PARTS := analysis audio collectors configs dashboard locustfiles runformat testbed
 MYPY_TREE := build/mypy/tts_knee
 MYPY = mkdir -p $(MYPY_TREE) \

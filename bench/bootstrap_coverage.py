@@ -43,7 +43,7 @@ def main() -> None:
     for n in SIZES:
         rng = np.random.default_rng(n)
         hit50 = hit95 = bounded = 0
-        width = 0.0
+        width, method = 0.0, "-"
         reps = trials if n <= 5000 else max(20, trials // 10)
         t = time.perf_counter()
         for _ in range(reps):
@@ -53,10 +53,11 @@ def main() -> None:
             if None not in ci["p95_ci"]:
                 bounded += 1
                 width += ci["p95_ci"][1] - ci["p95_ci"][0]
+            method = ci["ci_method"]
         ms = (time.perf_counter() - t) / reps * 1000
         w = f"{width / bounded:>12.1f}" if bounded else f"{'-':>12}"
         print(
-            f"{n:>6}  {ci['ci_method']:<15}  {hit50 / reps:>12.3f}  {hit95 / reps:>12.3f}  "
+            f"{n:>6}  {method:<15}  {hit50 / reps:>12.3f}  {hit95 / reps:>12.3f}  "
             f"{bounded / reps:>11.2f}  {w}  {ms:>11.1f}",
             flush=True,
         )

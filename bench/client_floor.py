@@ -30,11 +30,8 @@ SPAWN_INTERVAL_S = 0.01
 _TOTAL = re.compile(r"total;dur=([\d.]+)")
 
 
-def _user(url, texts, stop_at: float, count_from: float, gaps: list) -> None:
-    parts = urlsplit(url)
-    client = HTTPClient(
-        parts.hostname, parts.port, concurrency=1, block_size=64 * 1024, headers={"Content-Type": "application/json"}
-    )
+def _user(host: str, port: int | None, texts: list[str], stop_at: float, count_from: float, gaps: list[float]) -> None:
+    client = HTTPClient(host, port, concurrency=1, block_size=64 * 1024, headers={"Content-Type": "application/json"})
     n = 0
     while time.perf_counter() < stop_at:
         body = json.dumps(
@@ -45,7 +42,8 @@ def _user(url, texts, stop_at: float, count_from: float, gaps: list) -> None:
         resp = client.request("POST", "/v1/audio/speech", body=body)
         resp.read()
         t2 = time.perf_counter()
-        m = _TOTAL.search(resp.get("server-timing") or "")
+        timing = resp.get("server-timing") or ""  # a header sent more than once: a list of its values
+        m = _TOTAL.search(timing if isinstance(timing, str) else ", ".join(timing))
         if m and t0 >= count_from:
             gaps.append((t2 - t0) * 1000.0 - float(m.group(1)))
     client.close()
@@ -57,13 +55,16 @@ def main() -> None:
     parser.add_argument("users", type=int)
     parser.add_argument("--seconds", type=float, default=6.0)
     args = parser.parse_args()
+    target = urlsplit(args.url)
+    if not target.hostname:
+        parser.error(f"{args.url!r} names no host: give http://HOST:PORT")
     texts = [t.text for t in corpus.load()]
     gaps: list[float] = []
     start = time.perf_counter()
     stop_at, count_from = start + args.seconds, start + args.seconds / 3
     users = []
     for _ in range(args.users):
-        users.append(gevent.spawn(_user, args.url, texts, stop_at, count_from, gaps))
+        users.append(gevent.spawn(_user, target.hostname, target.port, texts, stop_at, count_from, gaps))
         gevent.sleep(SPAWN_INTERVAL_S)
     gevent.joinall(users)
     print(

@@ -49,6 +49,7 @@ def load_fake_nvml() -> str:
     """tests/fake_nvml.py loaded from its file as the module ``fake_nvml``, the name the collector's
     NVML wrapper imports it by; returns that name."""
     spec = importlib.util.spec_from_file_location("fake_nvml", FAKE_NVML)
+    assert spec is not None and spec.loader is not None  # a .py file: the source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules["fake_nvml"] = module
@@ -59,7 +60,7 @@ def per_sample_cpu_s(module: str | None, samples: int, pid: int) -> tuple[float,
     """CPU seconds per sample and the number of GPU devices seen."""
     nvml = Nvml(module)
     sampler = Sampler(HostSampler(), nvml, ProcessWatcher(pid=pid), buffer=16)
-    sampler.take()  # NVML start-up and first reads are not the steady state
+    sample = sampler.take()  # NVML start-up and first reads are not the steady state
     t0 = time.process_time()
     for _ in range(samples):
         sample = sampler.take()
@@ -79,6 +80,7 @@ def collector_process_cpu_s_per_s(pid: int, hz: float) -> float:
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         proc.stdout.readline()  # "listening on …": start-up is over
         p = psutil.Process(proc.pid)

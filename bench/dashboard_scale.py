@@ -112,8 +112,8 @@ def write_run(path: Path, attempts: int) -> None:
             t += dur + 1
     ts = start - 3
     while ts < t + 5:
-        n = next((s["concurrency"] for s in steps if s["start"] <= ts < s["end"]), 0)
-        busy = min(n, SLOTS) / SLOTS
+        users = next((s["concurrency"] for s in steps if s["start"] <= ts < s["end"]), 0)
+        busy = min(users, SLOTS) / SLOTS
         rows.append(
             json.dumps(
                 {

@@ -39,8 +39,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20)
     args = ap.parse_args()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         sim = subprocess.Popen(
             [
                 sys.executable,
@@ -63,6 +63,7 @@ def main() -> None:
             text=True,
             env=env,
         )
+        assert sim.stdout is not None  # stdout=PIPE
         url = sim.stdout.readline().split()[-1]
         port = free_port()
         master = subprocess.Popen(

@@ -11,6 +11,7 @@ import json
 import os
 import time
 import uuid
+from typing import Any, TextIO
 
 import grpc
 from grpc.experimental import gevent as grpc_gevent
@@ -29,18 +30,24 @@ TEXTS = [
     "Turn left after the second light.",
 ]
 RATE = 24000
-_shared = {}
+#: The stub every user shares (a riva_tts_pb2_grpc.RivaSpeechSynthesisStub: riva ships no types) and
+#: the log each stream's line goes to, both made by the first user to start.
+_stub: Any = None
+_out: TextIO | None = None
 
 
 class GrpcioUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        if "stub" not in _shared:
+        global _stub, _out
+        if _stub is None:
+            if not self.host:
+                raise ValueError("no server to stream from: give -H grpc://HOST:PORT")
             channel = grpc.insecure_channel(self.host.removeprefix("grpc://"))
             grpc.channel_ready_future(channel).result(timeout=10)  # grpcio connects lazily
-            _shared["stub"] = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
-            _shared["out"] = open(os.environ["BENCH_GRPCIO_OUT"], "a", buffering=1)  # noqa: SIM115 - the run's log
+            _stub = riva_tts_pb2_grpc.RivaSpeechSynthesisStub(channel)
+            _out = open(os.environ["BENCH_GRPCIO_OUT"], "a", buffering=1)  # noqa: SIM115 - the run's log
         self.n = 0
 
     @task
@@ -54,7 +61,7 @@ class GrpcioUser(User):
         )
         req.id.value = uuid.uuid4().hex
         t0, at, audio_ms, error = time.time(), [], [], None
-        call = _shared["stub"].SynthesizeOnline(iter([req]), timeout=30)
+        call = _stub.SynthesizeOnline(iter([req]), timeout=30)
         try:
             for msg in call:
                 at.append(time.time())
@@ -72,4 +79,5 @@ class GrpcioUser(User):
             context={},
             exception=error,
         )
-        _shared["out"].write(json.dumps({"id": req.id.value, "t0": t0, "at": at, "audio_ms": audio_ms}) + "\n")
+        assert _out is not None  # opened with the stub
+        _out.write(json.dumps({"id": req.id.value, "t0": t0, "at": at, "audio_ms": audio_ms}) + "\n")

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,9 @@ _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
 
 
 @contextlib.contextmanager
-def simulator(*knobs: str, scheme: str = "http", urls: dict | None = None):
+def simulator(
+    *knobs: str, scheme: str = "http", urls: dict[str, str] | None = None
+) -> Iterator[tuple[str, psutil.Process]]:
     """``tts-knee sim --port 0 KNOBS``; yields its base URL (``scheme`` grpc: the one
     ``--grpc-port`` serves) and its psutil.Process; ``urls`` gets each protocol's URL it
     listened on by then (HTTP's first)."""
@@ -36,6 +39,7 @@ def simulator(*knobs: str, scheme: str = "http", urls: dict | None = None):
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         for _ in range(2):  # one line per protocol served, HTTP's first
             line = proc.stdout.readline()
@@ -45,8 +49,11 @@ def simulator(*knobs: str, scheme: str = "http", urls: dict | None = None):
             if urls is not None:
                 urls[m.group(2)] = m.group(1)
             if m.group(2) == scheme:
+                url = m.group(1)
                 break
-        yield m.group(1), psutil.Process(proc.pid)
+        else:
+            raise RuntimeError(f"the simulator did not serve {scheme}")
+        yield url, psutil.Process(proc.pid)
     finally:
         proc.terminate()
         try:

@@ -70,6 +70,7 @@ def _serve(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
         text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
+    assert proc.stdout is not None  # stdout=PIPE
     m = _LISTENING.search(proc.stdout.readline())
     if not m:
         proc.kill()

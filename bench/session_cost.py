@@ -242,7 +242,7 @@ def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=M
             str(RATE),
         ]
         for mode in modes:
-            ratios, urls = [], {}
+            ratios, urls = [], dict[str, str]()
             grpc_knobs = ("--grpc-port", "0") if mode == GRPC else ()
             with simulator(*knobs, *grpc_knobs, scheme="grpc" if grpc_knobs else "http", urls=urls) as (_, _sim):
                 for pair in range(1, pairs + 1):

@@ -36,6 +36,7 @@ def analyse(corpus: Path, out: Path) -> int:
     from tts_knee.dashboard.__main__ import main
 
     n = 0
+    status: int | str | None  # the command's exit status, or what ended it
     for rd in run_dirs(corpus):
         dest = out / rd.relative_to(corpus)
         dest.mkdir(parents=True, exist_ok=True)
