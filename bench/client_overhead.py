@@ -81,7 +81,7 @@ def measure(steps: str = "1,64,256", step_time: float = 6.0, show=print) -> dict
         gaps = [
             x["wait_ms"] - x["server_timing"]["total"]
             for x in mine
-            if x["ok"] and x["server_timing"] and "total" in x["server_timing"]
+            if x["ok"] and x["wait_ms"] is not None and x["server_timing"] and "total" in x["server_timing"]
         ]
         row = {
             "users": users,

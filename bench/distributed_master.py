@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from tts_knee.runformat.schema import Attempt
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = str(Path(sys.executable).with_name("locust"))
 LOCUSTFILE = str(ROOT / "locustfiles" / "tts.py")
@@ -117,9 +119,12 @@ def main() -> None:
         for w in workers:
             w.wait(60)
         sim.terminate()
-        records = [json.loads(line) for line in (tmp / "run" / "requests.jsonl").read_text().splitlines()]
+        records: list[Attempt] = [
+            json.loads(line) for line in (tmp / "run" / "requests.jsonl").read_text().splitlines()
+        ]
         settled = [r for r in records if r["settled"]]
-        span = max(r["t2"] for r in settled) - min(r["t0"] for r in settled)
+        # an attempt that failed to connect or was cut at the run's end has no t2
+        span = max(t2 for r in settled if (t2 := r["t2"]) is not None) - min(r["t0"] for r in settled)
         print(
             f"workers {args.workers}, users {args.users}: {len(records)} attempt records, "
             f"{len(settled) / span:.0f} attempts/s settled, all ok: {all(r['ok'] for r in records)}"

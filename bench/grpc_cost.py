@@ -39,7 +39,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness import PROCESS_HEAD, locust, percentile, process_columns, process_figures, simulator
+from harness import PROCESS_HEAD, LocustRun, locust, percentile, process_columns, process_figures, simulator
 from stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched
 
 CLIENTS = ("tts-knee", "grpcio")
@@ -139,7 +139,7 @@ def measure_one(client: str, streams: int, step_time: float) -> dict:
     }
 
 
-def _streams(client: str, r: dict, out: Path) -> list[dict]:
+def _streams(client: str, r: LocustRun, out: Path) -> list[dict]:
     """Each stream's id, t0 and arrivals (unix s) with their audio."""
     if client == "grpcio":
         return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
@@ -147,7 +147,7 @@ def _streams(client: str, r: dict, out: Path) -> list[dict]:
         {
             "id": x["sim_request_id"],
             "t0": x["t0"],
-            "at": [x["t0"] + ms / 1000 for ms in x["chunk_at_ms"]],
+            "at": [x["t0"] + ms / 1000 for ms in x.get("chunk_at_ms") or ()],
             "audio_ms": x["chunk_audio_ms"],
         }
         for x in r.get("records") or ()

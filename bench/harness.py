@@ -18,10 +18,41 @@ import numpy as np
 import psutil
 
 from tts_knee.analysis.diagnosis import CLIENT_PROC_BUSY
+from tts_knee.runformat.fields import NotRequired, TypedDict
+from tts_knee.runformat.schema import Attempt
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUST = Path(sys.executable).with_name("locust")
 _LISTENING = re.compile(r"listening on ((http|grpc)://\S+)")
+
+
+class Record(Attempt):
+    """A line of requests.jsonl as a benchmark's Locust run writes it: an attempt record, with
+    (bench/named.py's users) the id its request gave the simulator."""
+
+    sim_request_id: NotRequired[str | None]
+
+
+class LocustRun(TypedDict):
+    """What :func:`locust` returns: bench/meter.py's reading (each figure absent when the meter
+    wrote none; ``fds``, ``rss_bytes`` and ``users`` at the window's end, None where not known),
+    the run's attempt records (absent when it wrote none), Locust's exit status and output; and
+    the figures per attempt that a benchmark adds."""
+
+    cpu_s: NotRequired[float]
+    user_s: NotRequired[float]
+    sys_s: NotRequired[float]
+    requests: NotRequired[int]
+    wall_s: NotRequired[float]
+    fds: NotRequired[int | None]
+    rss_bytes: NotRequired[int | None]
+    rss_at_start_bytes: NotRequired[int | None]
+    users: NotRequired[int | None]
+    records: NotRequired[list[Record]]
+    returncode: int
+    output: str
+    cpu_us_per_attempt: NotRequired[float]
+    rps: NotRequired[float]
 
 
 @contextlib.contextmanager
@@ -70,7 +101,7 @@ def locust(
     measure_s: float,
     timeout: float = 120,
     start_at: float | None = None,
-) -> dict:
+) -> LocustRun:
     """Run ``locust -f LOCUSTFILE --headless ARGS`` with the meter on; returns the meter's
     reading ``{"cpu_s", "requests", "wall_s"}`` plus ``returncode`` and ``output``. With
     ``start_at`` (unix s) the meter's window starts then instead of ``warm_s`` after the test."""
@@ -103,11 +134,10 @@ def locust(
             timeout=timeout,
         )
         reading = json.loads(out.read_text()) if out.exists() else {}
-        extra = {}
         records = Path(tmp) / "run" / "requests.jsonl"
         if records.exists():
-            extra["records"] = [json.loads(line) for line in records.read_text().splitlines() if line]
-    return {**reading, **extra, "returncode": proc.returncode, "output": proc.stdout}
+            reading["records"] = [json.loads(line) for line in records.read_text().splitlines() if line]
+    return {**reading, "returncode": proc.returncode, "output": proc.stdout}
 
 
 def median(values):
@@ -120,7 +150,18 @@ def percentile(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q * 100)) if len(values) else float("nan")
 
 
-def process_figures(reading: dict) -> dict:
+class ProcessFigures(TypedDict):
+    """:func:`process_figures`' result."""
+
+    users: int | None
+    fds: int | None
+    rss_mib: float | None
+    kib_per_user: float | None
+    process_cpu_percent: float | None
+    client_bound: bool
+
+
+def process_figures(reading: LocustRun) -> ProcessFigures:
     """What the meter saw of the Locust process at its window's end: its users, file descriptors,
     resident memory and what each user added to it, its CPU (% of one core) and whether
     tts-knee's diagnosis would call a Locust process that busy ``client_bound``."""

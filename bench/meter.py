@@ -71,7 +71,7 @@ def _rss() -> int | None:
         return None
 
 
-_AT_START: dict = {}
+_AT_START: dict[str, int | None] = {}
 
 
 @events.test_start.add_listener

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import simulator
+from tts_knee.runformat.schema import Attempt, RunInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,31 +86,30 @@ def measure(rates: list[float], step_time: float = 3.0, show=print) -> dict:
         )
         if proc.returncode != 0:
             raise RuntimeError(f"locust exited {proc.returncode}:\n{proc.stdout[-2000:]}")
-        info = json.loads((run_dir / "run.json").read_text())
-        records = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line]
+        info: RunInfo = json.loads((run_dir / "run.json").read_text())
+        records: list[Attempt] = [
+            json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines() if line
+        ]
     rows, best = [], None
     for st in info["steps"]:
+        end, rate = st["end"], st.get("rate")
+        if end is None or rate is None:  # each step of an open-loop run that ended has both
+            raise RuntimeError(f"step {st['step']} has no end or no rate: not an ended open-loop run")
         mine = [r for r in records if r["step"] == st["step"] and r["attempt"] == 1 and r["settled"]]
-        lag = np.array([(r["t0"] - r["scheduled"]) * 1000.0 for r in mine])
-        window = st["end"] - st["start"] - info["settle_s"]
-        served = (
-            sum(
-                1
-                for r in records
-                if r["ok"]
-                and r["final"]
-                and r.get("t2") is not None
-                and st["start"] + info["settle_s"] < r["t2"] <= st["end"]
-            )
-            / window
-        )
+        lag = np.array([(r["t0"] - at) * 1000.0 for r in mine if (at := r.get("scheduled")) is not None])
+        settled_from = st["start"] + info["settle_s"]
+        served = sum(
+            1
+            for r in records
+            if r["ok"] and r["final"] and (t2 := r.get("t2")) is not None and settled_from < t2 <= end
+        ) / (end - settled_from)
         p50, p95, mx = (float(np.percentile(lag, q)) for q in (50, 95, 100)) if len(lag) else (None,) * 3
-        ok = p95 is not None and p95 < LAG_GOAL_MS and served >= SERVED_MIN * st["rate"]
-        if ok and (best is None or st["rate"] > best):
-            best = st["rate"]
+        ok = p95 is not None and p95 < LAG_GOAL_MS and served >= SERVED_MIN * rate
+        if ok and (best is None or rate > best):
+            best = rate
         rows.append(
             {
-                "rate": st["rate"],
+                "rate": rate,
                 "served_rps": served,
                 "sent": len(mine),
                 "dropped": st.get("dropped", 0),

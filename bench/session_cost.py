@@ -54,8 +54,19 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from harness import PROCESS_HEAD, ROOT, locust, median, percentile, process_columns, process_figures, simulator
+from harness import (
+    PROCESS_HEAD,
+    ROOT,
+    LocustRun,
+    locust,
+    median,
+    percentile,
+    process_columns,
+    process_figures,
+    simulator,
+)
 from stream_cost import RATE, TEXTS, arrivals_in, chunk_errors
 
 GOAL_RATIO = 1.2
@@ -118,7 +129,7 @@ def _sent(log: Path) -> dict:
     return out
 
 
-def figures(reading: dict, sent: dict, start_at: float) -> dict:
+def figures(reading: LocustRun, sent: dict[str, dict[str, Any]], start_at: float) -> dict:
     every = reading.get("records") or []
     measured = [x for x in every if x["ok"] and x.get("chunk_at_ms") and x["t0"] >= start_at]
     if not measured:
@@ -127,7 +138,8 @@ def figures(reading: dict, sent: dict, start_at: float) -> dict:
         )
     errors = []
     for rec in measured:
-        entry = sent.get(rec.get("sim_request_id"))
+        request_id = rec.get("sim_request_id")
+        entry = sent.get(request_id) if request_id else None
         if entry:
             errors += chunk_errors(rec, entry)
     chunks_per_s = arrivals_in(every, start_at, reading.get("wall_s") or 0.0)

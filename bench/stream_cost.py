@@ -47,8 +47,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from harness import locust, percentile, simulator
+from harness import Record, locust, percentile, simulator
 
 GOAL_P95_MS = 5.0
 GOAL_STREAMS = 256
@@ -155,7 +156,7 @@ def measure_one(fmt: str, streams: int, step_time: float, show=print) -> dict:
     }
 
 
-def arrivals_in(records: list[dict], start: float, seconds: float) -> float:
+def arrivals_in(records: list[Record], start: float, seconds: float) -> float:
     """Chunk arrivals per second, of any attempt, within [start, start + seconds)."""
     if seconds <= 0:
         return 0.0
@@ -163,9 +164,13 @@ def arrivals_in(records: list[dict], start: float, seconds: float) -> float:
     return n / seconds
 
 
-def chunk_errors(rec: dict, entry: dict) -> list[float]:
-    """Client arrival minus server send (ms) for each audio write of one attempt."""
-    return matched([rec["t0"] + ms / 1000.0 for ms in rec["chunk_at_ms"]], rec["chunk_audio_ms"], entry)
+def chunk_errors(rec: Record, entry: dict[str, Any]) -> list[float]:
+    """Client arrival minus server send (ms) for each audio write of one attempt (none for an
+    attempt that got no audio chunk)."""
+    at_ms, audio_ms = rec.get("chunk_at_ms"), rec.get("chunk_audio_ms")
+    if not at_ms or not audio_ms:
+        return []
+    return matched([rec["t0"] + ms / 1000.0 for ms in at_ms], audio_ms, entry)
 
 
 def matched(at: list[float], got: list[float], entry: dict) -> list[float]:
