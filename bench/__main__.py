@@ -44,7 +44,7 @@ BENCH_TIMEOUT_S = 300
 
 
 class Row:
-    def __init__(self, figure: str, measured: str, goal: str = "-", ok: bool | None = None):
+    def __init__(self, figure: str, measured: str, goal: str = "-", ok: bool | None = None) -> None:
         self.figure, self.measured, self.goal = figure, measured, goal
         self.result = "info" if ok is None else "pass" if ok else "FAIL"
 

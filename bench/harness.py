@@ -11,7 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -140,11 +140,11 @@ def locust(
     return {**reading, "returncode": proc.returncode, "output": proc.stdout}
 
 
-def median(values):
+def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def percentile(values, q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-quantile (0..1) of ``values`` as the dashboard and the live table take it:
     numpy's linear interpolation between the two nearest ranks (NaN for no values)."""
     return float(np.percentile(np.asarray(values, dtype=float), q * 100)) if len(values) else float("nan")

@@ -60,7 +60,9 @@ def one_pair(host: str, users: int, measure_s: float) -> dict:
     run_s = START_S + measure_s + 2.0
     port = _free_port()
     base = ["-H", host, "--steps", str(users), "--step-time", f"{run_s:g}", "--run-dir", "{tmp}/run"]
-    stop, took, size = threading.Event(), list[float](), list[int]()
+    stop = threading.Event()
+    took: list[float] = []  # each answered scrape's seconds
+    size: list[int] = []  # and bytes
     scraper = threading.Thread(target=_scrape, args=(f"http://127.0.0.1:{port}/metrics", stop, took, size))
     scraper.start()
     try:
@@ -85,7 +87,9 @@ def one_pair(host: str, users: int, measure_s: float) -> dict:
 def sweep_scrape(host: str) -> dict:
     """A 10-step streamed sweep with the metrics on; the scrapes' time at its end."""
     port = _free_port()
-    stop, took, size = threading.Event(), list[float](), list[int]()
+    stop = threading.Event()
+    took: list[float] = []  # each answered scrape's seconds
+    size: list[int] = []  # and bytes
     args = ["-H", host, "--tts-stream", "--steps", ",".join(str(n) for n in range(1, 11)), "--step-time", "2"]
     args += ["--run-dir", "{tmp}/run", "--metrics-port", str(port)]
     scraper = threading.Thread(target=_scrape, args=(f"http://127.0.0.1:{port}/metrics", stop, took, size))

@@ -2,22 +2,29 @@
 real TTSUser whose records also carry ``sim_request_id``, the id its transport's latest request
 gave the simulator, so the simulator's ``--chunk-log`` can be joined to the records."""
 
+from collections.abc import Callable
+from typing import Any
+
 from tts_knee.locustfiles import attempt, user as user_mod  # the module: Locust runs every User class it sees
+from tts_knee.locustfiles.transports import Ask, Transport
 
 
-def named_user(request_id, make_transport=None):
-    """A TTSUser class whose records carry ``request_id(transport)``; ``make_transport(caller)``
+def named_user(
+    request_id: Callable[[Any], str | None], make_transport: Callable[[attempt.Caller], Transport] | None = None
+) -> type[user_mod.TTSUser]:
+    """A TTSUser class whose records carry ``request_id(transport)`` (the transport
+    ``make_transport`` makes, whose own attribute it reads: hence Any); ``make_transport(caller)``
     (None: the caller's own) makes the transport that sends the id."""
 
     class NamedCaller(attempt.Caller):
-        def __init__(self, user, no: int):
+        def __init__(self, user: user_mod.TTSUser, no: int) -> None:
             super().__init__(user, no)
             if make_transport is not None:
                 self.transport.close()
                 self.transport = make_transport(self)
 
-        def _attempt(self, *args):
-            out = super()._attempt(*args)
+        def _attempt(self, words: str, ask: Ask, sent: dict[str, Any] | None) -> attempt.Attempt:
+            out = super()._attempt(words, ask, sent)
             out.record["sim_request_id"] = request_id(self.transport)
             return out
 

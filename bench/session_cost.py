@@ -54,7 +54,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harness import (
     PROCESS_HEAD,
@@ -224,12 +224,21 @@ MODES = ("session", "utterance")
 GRPC = "grpc"
 
 
+class ModeFigures(TypedDict):
+    """One mode's figures in :func:`measure`'s result."""
+
+    ratio: float  # CPU per chunk against HTTP streams, median of the pairs
+    ratios: list[float]  # each pair's
+    err_p95_ms: float  # the sessions alone (NaN for gRPC, timed by bench/grpc_cost.py)
+
+
 def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=MODES, show=print) -> dict:
     show(
         f"{'pair':>4} {'kind':>20} {'sessions':>9} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} "
         f"{'err_p95_ms':>11} {'err_max_ms':>11} {'attempts':>9} {PROCESS_HEAD}"
     )
-    rows, out = [], {}
+    rows: list[dict[str, Any]] = []
+    out: dict[str, ModeFigures] = {}
     with tempfile.TemporaryDirectory(prefix="tts-knee-sessions-") as tmp:
         texts, log = Path(tmp) / "texts.txt", Path(tmp) / "chunks.jsonl"
         texts.write_text("\n".join(TEXTS) + "\n")
@@ -254,7 +263,8 @@ def measure(sessions: int = 256, pairs: int = 2, measure_s: float = 8.0, modes=M
             str(RATE),
         ]
         for mode in modes:
-            ratios, urls = [], dict[str, str]()
+            ratios: list[float] = []
+            urls: dict[str, str] = {}
             grpc_knobs = ("--grpc-port", "0") if mode == GRPC else ()
             with simulator(*knobs, *grpc_knobs, scheme="grpc" if grpc_knobs else "http", urls=urls) as (_, _sim):
                 for pair in range(1, pairs + 1):

@@ -13,14 +13,14 @@ import meter  # noqa: F401  (attaches the CPU meter)
 from named import named_user
 from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)
 from tts_knee.locustfiles.shape import StepShape  # noqa: F401
-from tts_knee.locustfiles.transports import NO_ASK
+from tts_knee.locustfiles.transports import NO_ASK, Ask
 from tts_knee.locustfiles.transports.http import HttpTransport
 
 
 class NamedTransport(HttpTransport):
     rid = None
 
-    def request(self, text: str, ask=NO_ASK):
+    def request(self, text: str, ask: Ask = NO_ASK):
         self.rid = uuid.uuid4().hex
         body, content_type = self.payload(text, ask)
         return self.http.request(
