@@ -109,7 +109,10 @@ def main() -> None:
         ]
         mp = psutil.Process(master.pid)
         info_path = tmp / "run" / "run.json"
+        started_by = time.monotonic() + 60
         while not (info_path.exists() and json.loads(info_path.read_text())["steps"]):
+            if time.monotonic() > started_by or master.poll() is not None:
+                raise SystemExit("distributed_master: the master planned no step within 60 s (or exited)")
             time.sleep(0.1)
         time.sleep(2)  # past spawning
         c0, w0 = sum(mp.cpu_times()[:2]), time.monotonic()
