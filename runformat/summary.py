@@ -237,10 +237,10 @@ class Spread(TypedDict):
     """``spread``: a level tested more than once, the spread between its repeats."""
 
     by_repeat: Annotated[list[Repeat], Doc("", "each repeat's own figures")]
-    p50_ms: NotRequired[Annotated[float, Doc("ms", "[min, max] over the repeats")]]
-    p95_ms: NotRequired[Annotated[float, Doc("ms", "")]]
-    throughput_rps: NotRequired[Annotated[float, Doc("req/s", "")]]
-    ttfa_p95_ms: NotRequired[Annotated[float, Doc("ms", "")]]
+    p50_ms: NotRequired[Annotated[list[float], Doc("ms", "[min, max] over the repeats")]]
+    p95_ms: NotRequired[Annotated[list[float], Doc("ms", "")]]
+    throughput_rps: NotRequired[Annotated[list[float], Doc("req/s", "")]]
+    ttfa_p95_ms: NotRequired[Annotated[list[float], Doc("ms", "")]]
 
 
 class Growth(TypedDict):
@@ -705,7 +705,7 @@ class Usl(TypedDict):
     lambda_rps: Annotated[float, Doc("req/s", "")]
     sigma: Annotated[float, Doc("", "contention")]
     kappa: Annotated[float, Doc("", "coherency")]
-    r2: Annotated[float, Doc("", "")]
+    r2: Annotated[float | None, Doc("", "null where the throughputs do not vary")]
     peak_concurrency: Annotated[float | None, Doc("users", "")]
     peak_throughput_rps: Annotated[float | None, Doc("req/s", "")]
 
@@ -727,11 +727,11 @@ class MemoryCreep(TypedDict):
 class Comparison(TypedDict):
     """A figure compared with the baseline run."""
 
-    old: Annotated[float | None, Doc("", "")]
-    new: Annotated[float | None, Doc("", "")]
-    ratio: NotRequired[Annotated[float | None, Doc("", "")]]
-    ratio_ci: NotRequired[Annotated[list[float], Doc("", "")]]
-    change: NotRequired[Annotated[float | None, Doc("", "")]]
+    old: Annotated[float, Doc("", "")]
+    new: Annotated[float, Doc("", "")]
+    ratio: NotRequired[Annotated[float, Doc("", "")]]
+    ratio_ci: NotRequired[Annotated[list[float | None], Doc("", "null: an end too few values bound")]]
+    change: Annotated[float, Doc("", "")]
     p_value: Annotated[float | None, Doc("", "")]
     method: NotRequired[Annotated[str, Doc("", "")]]
     significant: Annotated[bool, Doc("", "")]
@@ -769,7 +769,7 @@ class BaselineLevel(TypedDict):
     rate: NotRequired[Annotated[float, Doc("req/s", "open loop")]]
     p50_ms: Annotated[float | None, Doc("ms", "")]
     p95_ms: Annotated[float | None, Doc("ms", "")]
-    p95_ci: Annotated[float | None, Doc("ms", "")]
+    p95_ci: Annotated[list[float | None] | None, Doc("ms", "the p95's 95 % interval [lo, hi]")]
     throughput_rps: Annotated[float | None, Doc("req/s", "")]
     error_rate: Annotated[float | None, Doc("", "")]
 
@@ -961,7 +961,7 @@ class BargeIn(TypedDict):
     cancelled: Annotated[int, Doc("count", "cancelled requests, settled, every step")]
     unacknowledged: Annotated[int, Doc("count", "cancels whose acknowledgement never came within the bounded wait")]
     cancel_to_quiet_ms: Annotated[Dist | None, Doc("ms", "the cancel to the last audio, or to its acknowledgement")]
-    audio_after_cancel_ms: Annotated[list[Dist] | None, Doc("ms", "audio that still arrived after each cancel")]
+    audio_after_cancel_ms: Annotated[Dist | None, Doc("ms", "audio that still arrived after each cancel")]
     orphaned_work_s: Annotated[
         Orphaned | None,
         Doc(
@@ -1095,7 +1095,7 @@ ProbeClass = TypedDict(
         ],
         "error": Annotated[str | None, Doc("", "the first error message")],
         "needs_guarding": Annotated[
-            list[str], Doc("", "a server error, a timeout, silence, another failure or a wrong length")
+            bool, Doc("", "a server error, a timeout, silence, another failure or a wrong length")
         ],
         "verdict": Annotated[str, Doc("", "what the server did, in words")],
     },
