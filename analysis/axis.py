@@ -19,13 +19,14 @@ summary, :func:`of_summary`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import pandas as pd
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.summary import Diagnosis, Knee, MemoryCreep, Slo, StepSummary
+from tts_knee.runformat.summary import Diagnosis, Knee, LittleLaw, MemoryCreep, Slo, StepSummary, Usl
 
 from . import closedloop, openloop, speech as speech_mod, voices as voice_sweep
 from .diagnosis import diagnose
@@ -198,11 +199,11 @@ class Axis:
             return openloop.diagnose(done, knee, creep, has_resources)
         return diagnose(done, knee, creep, has_resources)
 
-    def little_law(self, done: list[StepSummary]) -> list[dict[str, Any]] | None:
+    def little_law(self, done: list[StepSummary]) -> list[LittleLaw] | None:
         """Little's law's cross-check of a closed loop's users (None when the load was a rate)."""
         return None if self.open_loop else little_check(done)
 
-    def usl(self, done: list[StepSummary]) -> dict[str, Any] | None:
+    def usl(self, done: list[StepSummary]) -> Usl | None:
         """The Universal Scalability Law's fit over concurrency (None on any other axis)."""
         return usl_fit(done) if self.key == "concurrency" else None
 
@@ -236,7 +237,7 @@ def of_run(plan: list[PlannedStep], mode: str) -> Axis:
     return RATE if open_loop else CONCURRENCY
 
 
-def of_summary(summary: dict[str, Any]) -> Axis:
+def of_summary(summary: Mapping[str, Any]) -> Axis:
     """The axis a summary (``summary.json``) was analysed along."""
     open_loop = summary["run"]["mode"] == "open"
     if (summary.get("knee") or {}).get("axis") == "voices":

@@ -22,6 +22,7 @@ import pandas as pd
 
 from tts_knee.runformat.metric_roles import roles as roles_of
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import BargeIn, Hangups, HangupWork, Orphaned
 
 from . import orphans
 from .diagnosis import share
@@ -40,8 +41,8 @@ def summarise(
     res: pd.DataFrame,
     options: dict[str, Any],
     roles: dict[str, str] | None = None,
-    cpu: dict[str, Any] | None = None,
-) -> dict[str, Any] | None:
+    cpu: orphans.CpuFit | None = None,
+) -> BargeIn | None:
     """``summary.barge_in``, or None for a run without interruptions. ``cpu``: the process-CPU
     fit (:func:`analysis.orphans.fit`), read where the server publishes no running series."""
     fraction = options.get("barge_in") or 0.0
@@ -50,39 +51,36 @@ def summarise(
         return None
     counted = cancelled & a["final"] & a["settled"] & ~run_end_cut(a)
     quiet = a["cancel_to_quiet_ms"][counted]
-    return {
+    barge: BargeIn = {
         "fraction": fraction,
         "cancel_by": options.get("cancel_by"),
         "cancelled": int(counted.sum()),
         "unacknowledged": int((~np.isfinite(quiet)).sum()),
         "cancel_to_quiet_ms": dist(quiet),
         "audio_after_cancel_ms": dist(a["audio_after_cancel_ms"][counted]),
-        **_orphaned_either(orphaned(a, res, roles), cpu),
+        "orphaned_work_s": None,
     }
-
-
-def _orphaned_either(running: dict[str, Any] | None, cpu: dict[str, Any] | None) -> dict[str, Any]:
-    """``orphaned_work_s`` from the running series, else from the process's CPU (with the
-    ``orphaned_note`` that says why not, where it could not tell)."""
+    running = orphaned(a, res, roles)
     if running is not None or cpu is None:
-        return {"orphaned_work_s": running}
-    fitted = cpu.get("cancel")
+        barge["orphaned_work_s"] = running
+        return barge
+    fitted = cpu["cancel"]
     if fitted is None:
-        return {"orphaned_work_s": None, "orphaned_note": cpu.get("note") or "too few cancels to fit"}
-    return {
-        "orphaned_work_s": {
-            "per_cancel_s": fitted["per_s"],
-            "total_s": fitted["total_s"],
-            "method": fitted["method"],
-            "series": fitted["series"],
-            "samples": fitted["samples"],
-            "uncertainty_s": fitted["uncertainty_s"],
-            "busy_scale": fitted["busy_scale"],
-        }
+        barge["orphaned_note"] = cpu["note"] or "too few cancels to fit"
+        return barge
+    barge["orphaned_work_s"] = {
+        "per_cancel_s": fitted["per_s"],
+        "total_s": fitted["total_s"],
+        "method": fitted["method"],
+        "series": fitted["series"],
+        "samples": fitted["samples"],
+        "uncertainty_s": fitted["uncertainty_s"],
+        "busy_scale": fitted["busy_scale"],
     }
+    return barge
 
 
-def hangups(cpu: dict[str, Any] | None, a: Attempts) -> dict[str, Any] | None:
+def hangups(cpu: orphans.CpuFit | None, a: Attempts) -> Hangups | None:
     """``summary.hangups``: the requests the client gave up on at --request-timeout and the CPU
     they left the server (from the process-CPU fit), or None without a hang-up or a fit."""
     if cpu is None:
@@ -90,8 +88,8 @@ def hangups(cpu: dict[str, Any] | None, a: Attempts) -> dict[str, Any] | None:
     timed_out = sum(int((a["error"] == i).sum()) for i, e in enumerate(a.errors) if e.startswith(orphans.TIMED_OUT))
     if not timed_out:
         return None
-    fitted = cpu.get("hangup")
-    work = (
+    fitted = cpu["hangup"]
+    work: HangupWork | None = (
         None
         if fitted is None
         else {
@@ -107,7 +105,7 @@ def hangups(cpu: dict[str, Any] | None, a: Attempts) -> dict[str, Any] | None:
     return {
         "timed_out": timed_out,
         "orphaned_work_s": work,
-        "note": None if work else (cpu.get("note") or "too few hang-ups to fit"),
+        "note": None if work else (cpu["note"] or "too few hang-ups to fit"),
     }
 
 
@@ -121,7 +119,7 @@ def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
 
 
-def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> dict[str, Any] | None:
+def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> Orphaned | None:
     """Orphaned work (see the module doc), or None without the server's running series."""
     if not len(res) or "metrics" not in res.columns or not np.isfinite(a["t0"]).any():
         return None
@@ -137,6 +135,7 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
         held.append(told["running"][1] + (told["queue_depth"][1] if "queue_depth" in told else 0.0))
     if len(at) < 2:
         return None
+    assert series is not None, "each sample read names its running series"
     at_a = np.asarray(at)
     excess = np.clip(np.asarray(held) - _in_flight(a, at_a), 0.0, None)
     span = at_a[-1] - at_a[0] + float(np.median(np.diff(at_a)))
@@ -152,32 +151,32 @@ def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = Non
     }
 
 
-def hangup_evidence(hung: dict[str, Any] | None) -> str | None:
+def hangup_evidence(hung: Hangups | None) -> str | None:
     """The diagnosis's line when requests the client gave up on kept the server busy, else None."""
     if hung is None:
         return None
-    work = hung.get("orphaned_work_s") or {}
-    per = work.get("per_hangup_s")
-    if per is None or per - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
+    work = hung["orphaned_work_s"]
+    if work is None or work["per_hangup_s"] - work["uncertainty_s"] < ORPHANED_NOTABLE_S:
         return None
     return (
-        f"Requests the client gave up on at --request-timeout cost the server {per:.2f} ± "
+        f"Requests the client gave up on at --request-timeout cost the server {work['per_hangup_s']:.2f} ± "
         f"{work['uncertainty_s']:.2f} CPU-s each beyond the part heard ({hung['timed_out']} hang-ups; from its "
         f"process's CPU): capacity spent on audio nobody hears."
     )
 
 
-def evidence(barge: dict[str, Any] | None) -> str | None:
+def evidence(barge: BargeIn | None) -> str | None:
     """The diagnosis's line when cancelled utterances kept the server busy, else None."""
     if barge is None:
         return None
-    work = barge.get("orphaned_work_s") or {}
-    per = work.get("per_cancel_s")
-    if per is None or per - (work.get("uncertainty_s") or 0.0) < ORPHANED_NOTABLE_S:
+    work = barge["orphaned_work_s"]
+    per = work["per_cancel_s"] if work else None
+    if work is None or per is None or per - work.get("uncertainty_s", 0.0) < ORPHANED_NOTABLE_S:
         return None
-    if work.get("uncertainty_s") is not None:  # from the process's CPU
+    uncertainty = work.get("uncertainty_s")
+    if uncertainty is not None:  # from the process's CPU
         return (
-            f"Cancelled utterances cost the server {per:.2f} ± {work['uncertainty_s']:.2f} CPU-s each after "
+            f"Cancelled utterances cost the server {per:.2f} ± {uncertainty:.2f} CPU-s each after "
             f"their cancel ({barge['cancelled']} cancels; from its process's CPU, beyond the part heard): at a "
             f"{share(barge['fraction'])} barge-in rate that is capacity spent on audio nobody hears, and it "
             f"lowers the knee."

@@ -20,6 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from tts_knee.runformat.summary import Capacity, CapacityAt, CapacityPlan
+
 #: --headroom without the flag: the share of a replica's measured capacity left unplanned.
 HEADROOM = 0.2
 
@@ -125,16 +127,15 @@ def _money(v: float) -> str:
 
 
 def capacity(
-    levels: Sequence[Mapping[str, Any]], key: str, value: object, concurrency: int | None, opts: Options
-) -> dict[str, Any]:
+    levels: Sequence[Mapping[str, Any]], key: str, value: float | None, concurrency: int | None, opts: Options
+) -> Capacity:
     """The ``capacity`` section: the figures of the level whose ``key`` is ``value`` (the
     recommendation), its cost and the replicas ``opts`` ask for, and ``text``, the whole in one
     or two sentences; ``concurrency`` is the recommended concurrency (implied, in an open-loop
     run), what a demand of concurrent requests is divided by."""
     lv = _level(levels, key, value)
-    at = {"concurrency": concurrency, **({} if key == "concurrency" else {key: value})}
-    out: dict[str, Any] = {
-        "at": None if value is None else at,
+    out: Capacity = {
+        "at": None if value is None else _at(key, value, concurrency),
         "throughput_rps": None,
         "chars_per_s": None,
         "audio_s_per_s": None,
@@ -150,13 +151,9 @@ def capacity(
         out["text"] = "No level is recommended, so there is no capacity to plan with."
         return out
     rps, cps, aps = lv.get("throughput_rps"), lv.get("chars_per_s"), lv.get("audio_s_per_s")
-    out.update(
-        throughput_rps=rps,
-        chars_per_s=cps,
-        audio_s_per_s=aps,
-        utterances_per_hour=None if rps is None else rps * 3600.0,
-        mchars_per_hour=None if cps is None else cps * 3600.0 / 1e6,
-    )
+    out["throughput_rps"], out["chars_per_s"], out["audio_s_per_s"] = rps, cps, aps
+    out["utterances_per_hour"] = None if rps is None else rps * 3600.0
+    out["mchars_per_hour"] = None if cps is None else cps * 3600.0 / 1e6
     where = f"{value:g} req/s" if key == "rate" else f"{value} voices" if key == "voices" else f"concurrency {value}"
     parts = []
     if rps:
@@ -173,39 +170,53 @@ def capacity(
         if aps:
             out["cost_per_audio_hour"] = cost / aps
         shown = [
-            f"{_money(out[k])} {what}"
-            for k, what in (
-                ("cost_per_million_chars", "per million characters"),
-                ("cost_per_audio_hour", "per hour of audio"),
+            f"{_money(price)} {what}"
+            for price, what in (
+                (out["cost_per_million_chars"], "per million characters"),
+                (out["cost_per_audio_hour"], "per hour of audio"),
             )
-            if out[k] is not None
+            if price is not None
         ]
         text += (
             f" At {_money(cost)} an hour, kept at that level, that is {' and '.join(shown)}."
             if shown
             else f" At {_money(cost)} an hour there is no cost per character: nothing was carried."
         )
-    demand = opts.plan_for
-    headroom = HEADROOM if opts.headroom is None else opts.headroom
-    if demand is not None:
-        per = rps if demand.per_s else concurrency
-        unit = "req/s" if demand.per_s else "in flight"
-        plan = {
-            "demand": demand.spec,
-            "per_s": demand.per_s,
-            "headroom": headroom,
-            "per_replica": per,
-            "replicas": None,
-        }
-        if per:
-            plan["replicas"] = max(1, math.ceil(demand.amount / (per * (1 - headroom)) - 1e-9))
-            what = f"{demand.amount:g} req/s" if demand.per_s else f"{demand.amount:g} concurrent requests"
-            text += (
-                f" {what} need {plan['replicas']} replica{'s' if plan['replicas'] != 1 else ''} at "
-                f"{per:.3g} {unit} each, planned at {100 - headroom * 100:g} % of that."
-            )
-        else:
-            text += f" --plan-for {demand.spec}: the recommendation carried no {unit}, so no replica count."
+    if opts.plan_for is not None:
+        plan, said = _plan(opts.plan_for, HEADROOM if opts.headroom is None else opts.headroom, rps, concurrency)
+        text += said
         out["plan"] = plan
     out["text"] = text
     return out
+
+
+def _at(key: str, value: float, concurrency: int | None) -> CapacityAt:
+    """``capacity.at``: the recommended concurrency, and the rate or number of voices on those axes."""
+    at: CapacityAt = {"concurrency": concurrency}
+    if key == "rate":
+        at["rate"] = value
+    elif key == "voices":
+        at["voices"] = int(value)  # Recommendation.voices: a whole number
+    return at
+
+
+def _plan(demand: Demand, headroom: float, rps: float | None, concurrency: int | None) -> tuple[CapacityPlan, str]:
+    """``capacity.plan``: the replicas ``demand`` needs, and what the capacity's text adds about it."""
+    per = rps if demand.per_s else concurrency
+    unit = "req/s" if demand.per_s else "in flight"
+    plan: CapacityPlan = {
+        "demand": demand.spec,
+        "per_s": demand.per_s,
+        "headroom": headroom,
+        "per_replica": per,
+        "replicas": None,
+    }
+    if not per:
+        return plan, f" --plan-for {demand.spec}: the recommendation carried no {unit}, so no replica count."
+    replicas = max(1, math.ceil(demand.amount / (per * (1 - headroom)) - 1e-9))
+    plan["replicas"] = replicas
+    what = f"{demand.amount:g} req/s" if demand.per_s else f"{demand.amount:g} concurrent requests"
+    return plan, (
+        f" {what} need {replicas} replica{'s' if replicas != 1 else ''} at "
+        f"{per:.3g} {unit} each, planned at {100 - headroom * 100:g} % of that."
+    )

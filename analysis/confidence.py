@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -151,7 +151,36 @@ def ci_range(ci: Iterable[float | None], fmt: str = ".0f") -> str:
     return "-".join("unbounded" if b is None else format(b, fmt) for b in ci)
 
 
-def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, q: float) -> dict[str, Any] | None:
+class PercentileChange(TypedDict):
+    """:func:`compare_percentile`'s answer."""
+
+    old: float
+    new: float
+    ratio: float
+    ratio_ci: list[float | None]
+    p_value: float
+    method: str
+
+
+class RateChange(TypedDict):
+    """:func:`compare_rates`'s answer."""
+
+    old: float
+    new: float
+    ratio: float
+    p_value: float
+
+
+class ProportionChange(TypedDict):
+    """:func:`compare_proportions`'s answer."""
+
+    old: float
+    new: float
+    change: float
+    p_value: float
+
+
+def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, q: float) -> PercentileChange | None:
     """The q-th percentile of two samples: ``{"old", "new", "ratio", "ratio_ci", "p_value",
     "method"}`` (see the module doc), or None when either has fewer than 2 finite values or a
     percentile of 0."""
@@ -202,7 +231,7 @@ def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, q: float) -> dict
     }
 
 
-def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict[str, Any] | None:
+def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> RateChange | None:
     """Two event rates (k events over t seconds): ``{"old", "new", "ratio", "p_value"}`` by the
     two-sample Poisson z-test; None when a duration is missing or a rate is 0."""
     if not t_old or not t_new or not k_old or not k_new:
@@ -213,7 +242,7 @@ def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> dict[st
     return {"old": r0, "new": r1, "ratio": r1 / r0, "p_value": p}
 
 
-def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> dict[str, Any] | None:
+def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> ProportionChange | None:
     """Two proportions (k of n): ``{"old", "new", "change", "p_value"}`` by the two-proportion
     z-test (pooled); None when either n is 0."""
     if not n_old or not n_new:

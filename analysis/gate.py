@@ -31,9 +31,11 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Literal
+
+from tts_knee.runformat.summary import Require, SloVerdict, StepSummary, Summary
 
 from . import openloop, slo as slo_mod
 
@@ -114,7 +116,7 @@ def _base_digits(metric: str, scale: float) -> int:
     return 2
 
 
-def term_text(term: slo_mod.Term, level: dict[str, Any], verdict: dict[str, Any]) -> str:
+def term_text(term: slo_mod.Term, level: StepSummary, verdict: SloVerdict) -> str:
     """One term at one level as published: label, value, comparison, threshold."""
     v = verdict["values"].get(term.metric)
     label = _LABEL[term.metric]
@@ -126,7 +128,9 @@ def term_text(term: slo_mod.Term, level: dict[str, Any], verdict: dict[str, Any]
     ci_txt, straddles = "", False
     if term.metric in _CI_OF:
         key, ci_key = _CI_OF[term.metric]
-        ci = (level.get(key) or {}).get(ci_key)
+        figures: Mapping[str, object] = level
+        dist = figures.get(key)
+        ci = dist.get(ci_key) if isinstance(dist, dict) else None
         if ci:
             shown = ["unbounded" if b is None else f"{b * scale:.{digits}f}" for b in ci]
             lo = -math.inf if ci[0] is None else ci[0]
@@ -139,16 +143,16 @@ def term_text(term: slo_mod.Term, level: dict[str, Any], verdict: dict[str, Any]
     return f"{label} {_shown(v, term.value, term.op, scale, digits)}{unit}{ci_txt} {op} {thr}"
 
 
-def _context(level: dict[str, Any], slo: slo_mod.SLO) -> list[str]:
+def _context(level: StepSummary, slo: slo_mod.SLO) -> list[str]:
     """Resource and volume figures that belong in the claim even when no term names them."""
     named = {t.metric for t in slo.terms}
-    srv = level.get("server") or {}
+    srv = level.get("server")
     out = []
     res = []
-    mem = srv.get("gpu_mem_peak_bytes")
+    mem = srv.get("gpu_mem_peak_bytes") if srv else None
     if mem is not None and "gpu_mem_gb" not in named:
         res.append(f"GPU memory peak {mem / 1e9:.1f} GB")
-    um, ux = srv.get("gpu_util_mean"), srv.get("gpu_util_max")
+    um, ux = (srv.get("gpu_util_mean"), srv.get("gpu_util_max")) if srv else (None, None)
     if um is not None and "gpu_util_pct" not in named:
         res.append(f"GPU util {um:.0f}% mean" + (f", {ux:.0f}% peak" if ux is not None else ""))
     if res:
@@ -161,41 +165,62 @@ def _context(level: dict[str, Any], slo: slo_mod.SLO) -> list[str]:
     return out
 
 
-def claim(slo: slo_mod.SLO, level: dict[str, Any], verdict: dict[str, Any], head: str | None = None) -> str:
+def claim(slo: slo_mod.SLO, level: StepSummary, verdict: SloVerdict, head: str | None = None) -> str:
     """``N concurrent: term, term; context`` for one level (``head`` in place of ``N concurrent``)."""
     terms = ", ".join(term_text(t, level, verdict) for t in slo.terms)
     return (head or f"{level['concurrency']} concurrent") + ": " + "; ".join([terms] + _context(level, slo))
 
 
-def require(summary: dict[str, Any], n: int, key: str = "concurrency") -> dict[str, Any]:
+def _gate(concurrency: int, voices: int | None, holds: bool, said: str | None, reason: str) -> Require:
+    """``require``: at ``concurrency`` (and ``voices`` in a voice sweep) the claim ``said``
+    holds or not, the exit status that calls for, and why."""
+    exit_status = 0 if holds else 1
+    if voices is None:
+        return {"concurrency": concurrency, "holds": holds, "exit": exit_status, "claim": said, "reason": reason}
+    return {
+        "concurrency": concurrency,
+        "voices": voices,
+        "holds": holds,
+        "exit": exit_status,
+        "claim": said,
+        "reason": reason,
+    }
+
+
+def _slo_of(summary: Summary) -> tuple[str, slo_mod.SLO, list[SloVerdict]]:
+    """The summary's SLO as specified, parsed, and its verdict per level."""
+    judged = summary["slo"]
+    assert judged is not None, "--require is judged on a run with an SLO (tts-knee report refuses one without)"
+    return judged["spec"], slo_mod.parse(judged["spec"]), judged["steps"]
+
+
+def require(summary: Summary, n: int, key: Literal["concurrency", "voices"] = "concurrency") -> Require:
     """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
     "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc). In a voice
     sweep (``key`` "voices") ``n`` is a number of voices at the sweep's one load, the answer's
     ``voices``, and "lower" means fewer voices."""
-    sl = summary["slo"]
-    spec = sl["spec"]
-    slo = slo_mod.parse(spec)
+    spec, slo, verdicts = _slo_of(summary)
     levels = summary.get("levels") or []
     tested = [lv[key] for lv in levels]
     voices = key == "voices"
-    at = {"concurrency": levels[0]["concurrency"] if levels else 0, "voices": n} if voices else {"concurrency": n}
+    concurrency = (levels[0]["concurrency"] if levels else 0) if voices else n
     if n not in tested:
-        return {
-            **at,
-            "holds": False,
-            "exit": 1,
-            "claim": None,
-            "reason": f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
+        return _gate(
+            concurrency,
+            n if voices else None,
+            False,
+            None,
+            f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
             f"test {n} (tested: {', '.join(map(str, tested)) or 'none'}).",
-        }
+        )
     i = tested.index(n)
-    level, verdict = levels[i], sl["steps"][i]
+    level, verdict = levels[i], verdicts[i]
     load = f"{level['rate']:g} req/s offered" if level.get("rate") else f"{level['concurrency']} concurrent"
     text = claim(slo, level, verdict, f"{n} voices at {load}" if voices else None)
     holds, reason = _held(
         spec,
         levels,
-        sl["steps"],
+        verdicts,
         i,
         here=str(n),
         held_at=str(n),
@@ -203,18 +228,18 @@ def require(summary: dict[str, Any], n: int, key: str = "concurrency") -> dict[s
         below=lambda lv: str(lv[key]),
         unsafe=f"{n} is not a safe limit",
     )
-    return {**at, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
+    return _gate(concurrency, n if voices else None, holds, text, reason)
 
 
 def _held(
     spec: str,
-    levels: list[dict[str, Any]],
-    verdicts: list[dict[str, Any]],
+    levels: list[StepSummary],
+    verdicts: list[SloVerdict],
     i: int,
     here: str,
     held_at: str,
     every: str,
-    below: Callable[[dict[str, Any]], str],
+    below: Callable[[StepSummary], str],
     unsafe: str,
 ) -> tuple[bool, str]:
     """Whether the SLO holds at level ``i`` and at every level below it, and why in one
@@ -235,13 +260,11 @@ def _held(
     return False, f"The SLO {spec} is met at {here} but not at {below(lv)} below it ({why}), so {unsafe}."
 
 
-def require_rate(summary: dict[str, Any], rate: float) -> dict[str, Any]:
+def require_rate(summary: Summary, rate: float) -> Require:
     """The gate at ``rate`` req/s for an open-loop summary with ``slo``: ``{"concurrency": 0,
     "rate", "holds", "exit", "claim" (None when no tested rate reaches it), "reason"}`` (see
     the module doc)."""
-    sl = summary["slo"]
-    spec = sl["spec"]
-    slo = slo_mod.parse(spec)
+    spec, slo, verdicts = _slo_of(summary)
     levels = summary.get("levels") or []
     r = f"{rate:g} req/s"
     at = next((i for i, lv in enumerate(levels) if lv["rate"] >= rate), None)
@@ -256,14 +279,13 @@ def require_rate(summary: dict[str, Any], rate: float) -> dict[str, Any]:
             "reason": f"The SLO {spec} cannot be claimed at {r}: this run offered no rate that high "
             f"(tested: {tested} req/s).",
         }
-    level, verdict = levels[at], sl["steps"][at]
+    level, verdict = levels[at], verdicts[at]
     where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
-    # the summary read back is open JSON here: the judged level read as such
-    text = claim(slo, cast(dict[str, Any], openloop.judged(level)), verdict, f"{r} offered{where}")
+    text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
     holds, reason = _held(
         spec,
         levels,
-        sl["steps"],
+        verdicts,
         at,
         here=f"{level['rate']:g} req/s",
         held_at=r,
@@ -274,7 +296,7 @@ def require_rate(summary: dict[str, Any], rate: float) -> dict[str, Any]:
     return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
 
 
-def require_speed(summary: dict[str, Any], speed: float) -> dict[str, Any]:
+def require_speed(summary: Summary, speed: float) -> Require:
     """The gate at ``speed`` times a trace's pace (``--require 2x``, a ``--trace`` run): the gate
     at the rate that speed offers (:func:`require_rate`), named as the speed."""
     base = summary["trace"]["rate_rps"]

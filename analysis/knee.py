@@ -67,7 +67,7 @@ from typing import Any, cast
 import numpy as np
 
 from tts_knee.runformat.reader import TTFA_FLOOR_MS
-from tts_knee.runformat.summary import Knee, KneeMethods, StepSummary
+from tts_knee.runformat.summary import Knee, KneeMethods, LittleLaw, StepSummary, Usl
 
 LATENCY_RISE = 1.5
 STEP_RISE = 1.5
@@ -388,9 +388,9 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     return knee
 
 
-def little_check(steps: list[StepSummary]) -> list[dict[str, Any]]:
+def little_check(steps: list[StepSummary]) -> list[LittleLaw]:
     """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
-    out: list[dict[str, Any]] = []
+    out: list[LittleLaw] = []
     for s in steps:
         lit = s.get("little")
         if not lit:
@@ -422,7 +422,7 @@ def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best[1] if best else np.zeros(2)
 
 
-def usl_fit(steps: list[StepSummary]) -> dict[str, Any] | None:
+def usl_fit(steps: list[StepSummary]) -> Usl | None:
     """Universal Scalability Law X(N) = lambda N / (1 + sigma (N-1) + kappa N (N-1)).
 
     Least squares on throughput vs concurrency (needs >= 4 steps with throughput): for each
@@ -459,6 +459,6 @@ def usl_fit(steps: list[StepSummary]) -> dict[str, Any] | None:
     }
 
 
-def usl_curve(usl: dict[str, Any], n: np.ndarray) -> np.ndarray:
+def usl_curve(usl: Usl, n: np.ndarray) -> np.ndarray:
     curve: np.ndarray = usl["lambda_rps"] * n / (1 + usl["sigma"] * (n - 1) + usl["kappa"] * n * (n - 1))
     return curve

@@ -22,7 +22,7 @@ part heard.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,32 @@ METHOD = (
     "request (its cost beyond the part heard), least squares; uncertainty: the 95 % interval"
 )
 SERIES = "the watched server process's CPU (collector)"
+Abandonment = Literal["cancel", "hangup"]
+
+
+class AbandonedFit(TypedDict):
+    """The fit's figures for one kind of abandoned request (a cancel, a hang-up)."""
+
+    per_s: float
+    uncertainty_s: float
+    total_s: float
+    count: int
+    method: str
+    series: str
+    samples: int
+    per_char_s: float
+    idle_cpu: float
+    busy_scale: float
+
+
+class CpuFit(TypedDict):
+    """:func:`fit`'s answer: each kind's figures (None where too few), and why neither was fitted."""
+
+    cancel: AbandonedFit | None
+    hangup: AbandonedFit | None
+    note: str | None
+
+
 #: Fewer sample intervals than this, or fewer abandonments, and the fit is not tried.
 MIN_INTERVALS = 8
 MIN_ABANDONED = 5
@@ -112,7 +138,7 @@ def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]
     return coef, se, rss
 
 
-def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict[str, Any] | None:
+def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> CpuFit | None:
     """``{"cancel", "hangup", "note"}``: the CPU estimate of the work orphaned per cancel and per
     hang-up (see the module doc), each None where there were too few of them, and ``note`` the
     sentence saying why neither could be estimated; None for a run with no abandoned request or
@@ -129,7 +155,7 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict[str, An
     cancelled = np.isfinite(a["cancel_ms"])
     ok = np.isfinite(t0) & np.isfinite(end) & np.isfinite(chars) & (chars > 0)
     heard = ok & a["ok"] & ~cancelled
-    kinds = {"cancel": ok & cancelled, "hangup": ok & timed_out & ~cancelled}
+    kinds: dict[Abandonment, np.ndarray] = {"cancel": ok & cancelled, "hangup": ok & timed_out & ~cancelled}
     abandoned = kinds["cancel"] | kinds["hangup"]
     if not abandoned.any():
         return None
@@ -182,7 +208,7 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> dict[str, An
             "from the heard ones' (they rose and fell together)",
         }
     scale, coef, se, _ = best
-    out: dict[str, Any] = {"cancel": None, "hangup": None, "note": None}
+    out: CpuFit = {"cancel": None, "hangup": None, "note": None}
     for i, kind in enumerate(fitted, start=2):
         n = int(kinds[kind].sum())
         out[kind] = {

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from tts_knee.audio import signal
 from tts_knee.runformat.probe import CLASSES, class_of
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.summary import Outcome
+from tts_knee.runformat.summary import Outcome, Probe, ProbeClass, ProbeLevel, ProbeOutcomes
 
 OUTCOMES = tuple(Outcome)
 #: What is not answered as a service should answer it.
@@ -42,6 +42,30 @@ _NAMES = {
     Outcome.SILENT: "silent audio",
     Outcome.ERROR: "failed",
 }
+
+
+class _Row(TypedDict):
+    """One probed request, by its final attempt."""
+
+    concurrency: int
+    outcome: Outcome
+    status: str | int | None
+    ms: float | None
+    audio_s: float | None
+    error: str | None
+    wrong_length: bool
+
+
+def _outcomes(counts: Counter[Outcome]) -> ProbeOutcomes:
+    """Requests per outcome, each outcome named (0 where none)."""
+    return {
+        "audio": counts.get(Outcome.AUDIO, 0),
+        "refused": counts.get(Outcome.REFUSED, 0),
+        "server_error": counts.get(Outcome.SERVER_ERROR, 0),
+        "timeout": counts.get(Outcome.TIMEOUT, 0),
+        "silent": counts.get(Outcome.SILENT, 0),
+        "error": counts.get(Outcome.ERROR, 0),
+    }
 
 
 def outcome(status: int, ok: bool, error: str | None) -> Outcome:
@@ -61,7 +85,7 @@ def outcome(status: int, ok: bool, error: str | None) -> Outcome:
 
 def probe(
     a: Attempts, steps: Sequence[Mapping[str, Any]], sweep: Attempts, timeout_s: float | None = None
-) -> dict[str, Any] | None:
+) -> Probe | None:
     """summary.json's ``probe`` from the attempts ``a`` of the probe's ``steps`` (run.json
     entries of phase ``probe``), judged against the pace of the sweep's attempts ``sweep``
     (``timeout_s``: the run's --request-timeout, what a timeout waited); None when the run had
@@ -70,7 +94,7 @@ def probe(
         return None
     levels = {int(s["step"]): int(s["concurrency"]) for s in steps}
     pace = _median_pace(sweep)
-    rows: dict[str, list[dict[str, Any]]] = {}
+    rows: dict[str, list[_Row]] = {}
     final = np.flatnonzero(a["final"] & np.isin(a["step"], list(levels)))
     for i in final:
         code = int(a["text"][i])
@@ -110,9 +134,9 @@ def probe(
     }
 
 
-def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> dict[str, Any]:
+def _class(name: str, rows: list[_Row], timeout_s: float | None) -> ProbeClass:
     counts = Counter(r["outcome"] for r in rows)
-    by_level: dict[int, Counter[str]] = {}
+    by_level: dict[int, Counter[Outcome]] = {}
     for r in rows:
         by_level.setdefault(r["concurrency"], Counter())[r["outcome"]] += 1
     times = [r["ms"] for r in rows if r["ms"] is not None]
@@ -120,14 +144,12 @@ def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> di
     statuses = Counter(str(r["status"]) for r in rows if r["status"] is not None and r["outcome"] != Outcome.AUDIO)
     errors = [r["error"] for r in rows if r["error"]]
     wrong = sum(r["wrong_length"] for r in rows)
-    out = {
+    out: ProbeClass = {
         "class": name,
         "what": CLASSES[name][0],
         "requests": len(rows),
-        "outcomes": {k.value: counts.get(k, 0) for k in OUTCOMES},
-        "by_concurrency": [
-            {"concurrency": c, **{k.value: n.get(k, 0) for k in OUTCOMES}} for c, n in sorted(by_level.items())
-        ],
+        "outcomes": _outcomes(counts),
+        "by_concurrency": [_level(c, n) for c, n in sorted(by_level.items())],
         "statuses": dict(sorted(statuses.items())),
         "ms_p50": round(float(np.median(times)), 1) if times else None,
         "ms_max": round(max(times), 1) if times else None,
@@ -135,6 +157,7 @@ def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> di
         "wrong_length": wrong,
         "error": errors[0] if errors else None,
         "needs_guarding": wrong > 0 or any(counts.get(k) for k in UNGUARDED),
+        "verdict": "",
     }
     ms = {
         k: float(np.median(v))
@@ -143,15 +166,20 @@ def _class(name: str, rows: list[dict[str, Any]], timeout_s: float | None) -> di
     }
     if Outcome.TIMEOUT not in ms and counts.get(Outcome.TIMEOUT) and isinstance(timeout_s, (int, float)):
         ms[Outcome.TIMEOUT] = 1000.0 * timeout_s  # a timed-out attempt records no end of its own
-    out["verdict"] = _verdict(out, ms)
+    out["verdict"] = _verdict(out, counts, ms)
     return out
 
 
-def _verdict(c: dict[str, Any], ms: dict[Outcome, float]) -> str:
-    """What the server did with the class, in a few words: its outcomes, most common first, each
-    with its median time (``ms``: outcome -> ms)."""
+def _level(concurrency: int, counts: Counter[Outcome]) -> ProbeLevel:
+    """A probed class's requests per outcome at one probe level."""
+    return {"concurrency": concurrency, **_outcomes(counts)}
+
+
+def _verdict(c: ProbeClass, counts: Counter[Outcome], ms: dict[Outcome, float]) -> str:
+    """What the server did with the class, in a few words: its outcomes (``counts``), most common
+    first, each with its median time (``ms``: outcome -> ms)."""
     parts = []
-    for k, n in sorted(((Outcome(k), n) for k, n in c["outcomes"].items() if n), key=lambda kn: -kn[1]):
+    for k, n in sorted(((k, counts[k]) for k in OUTCOMES if counts[k]), key=lambda kn: -kn[1]):
         what = _NAMES[k]
         if k == Outcome.AUDIO and c["audio_s_p50"] is not None:
             what += f" of {c['audio_s_p50']:g} s"
@@ -165,7 +193,7 @@ def _verdict(c: dict[str, Any], ms: dict[Outcome, float]) -> str:
     return "; ".join(parts)
 
 
-def _note(classes: list[dict[str, Any]]) -> str:
+def _note(classes: list[ProbeClass]) -> str:
     bad = [f"{c['class']} ({c['verdict']})" for c in classes if c["needs_guarding"]]
     return (
         "Hostile texts the server does not answer as a service should: "

@@ -41,13 +41,22 @@ the steps of ``--probe-texts``, whose texts are meant to be refused, are not cou
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
 from tts_knee.runformat.files import UNDIGESTED_OPTIONS
 from tts_knee.runformat.reader import RunDir, RunDirError
 from tts_knee.runformat.schema import PROBE_PHASE
+from tts_knee.runformat.summary import (
+    BaselineLevel,
+    Comparison,
+    Regression,
+    RegressionStep,
+    StepSummary,
+    Summary,
+    SummaryRun,
+)
 
 from . import speech as speech_mod
 from .confidence import compare_percentile, compare_proportions, compare_rates
@@ -58,9 +67,9 @@ ERROR_RATE_STEP = 0.01
 #: The share of a run's requests whose audio failed one check (silent, runaway, integrity) above
 #: which it is refused as a baseline or a candidate.
 AUDIO_FAILED_SHARE = 0.02
-_FIGURES = ("p50_ms", "p95_ms", "ttfa_p95_ms", "throughput_rps", "error_rate", "mos_mean", "similarity_ref_mean")
+Listened = Literal["mos_mean", "similarity_ref_mean"]
 #: --asr-listen figures compared by text (the per-clip key, the margin a drop must pass to regress)
-_LISTENED = {
+_LISTENED: dict[Listened, tuple[str, float]] = {
     "mos_mean": ("mos", speech_mod.MIN_MOS_DROP),
     "similarity_ref_mean": ("similarity_ref", speech_mod.MIN_SIMILARITY_DROP),
 }
@@ -89,7 +98,20 @@ COMPARED_OPTIONS = (
 )
 
 
-def _values(rd: RunDir, level: dict[str, Any], col: str) -> np.ndarray:
+class _Offered(TypedDict, total=False):
+    """An open-loop level's offered rate, as a compared level names it."""
+
+    rate: float
+
+
+class _Heard(TypedDict, total=False):
+    """The --asr-listen figures of a compared level, where both runs listened."""
+
+    mos_mean: Comparison | None
+    similarity_ref_mean: Comparison | None
+
+
+def _values(rd: RunDir, level: StepSummary, col: str) -> np.ndarray:
     """``col`` of the level's successful settled final attempts (empty when not recorded): the
     attempts the level's own figures count, so TTFA, and in a streamed run every latency, leave
     out the streams cut by their step's end (``analysis.steps``; the summary marks them)."""
@@ -104,28 +126,27 @@ def _values(rd: RunDir, level: dict[str, Any], col: str) -> np.ndarray:
     return values
 
 
-def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> dict[str, Any] | None:
+def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> Comparison | None:
     c = compare_percentile(old, new, q)
     if c is None:
         return None
     sig = c["p_value"] < ALPHA
-    c.update(
-        {
-            "change": c["ratio"] - 1,
-            "significant": sig,
-            "regression": sig and c["ratio"] > 1 + tol,
-            "improvement": sig and c["ratio"] < 1 - tol,
-        }
-    )
-    return c
+    return {
+        **c,
+        "change": c["ratio"] - 1,
+        "significant": sig,
+        "regression": sig and c["ratio"] > 1 + tol,
+        "improvement": sig and c["ratio"] < 1 - tol,
+    }
 
 
-def _heard(entries: list[dict[str, Any]], level: dict[str, Any]) -> list[dict[str, Any]]:
-    steps = set(level.get("steps") or ([level["step"]] if level.get("step") is not None else []))
+def _heard(entries: list[dict[str, Any]], level: StepSummary) -> list[dict[str, Any]]:
+    step = level.get("step")
+    steps = set(level.get("steps") or ([step] if step is not None else []))
     return [e for e in entries if e.get("step") in steps]
 
 
-def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: str) -> dict[str, Any] | None:
+def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: Listened) -> Comparison | None:
     """--asr-listen's ``mos_mean`` or ``similarity_ref_mean`` of a level against the baseline's,
     paired by text (the same corpus): significant when the 95 % bootstrap interval of the paired
     change leaves out 0, a regression when its low end drops past the knee's margin for it (0.3
@@ -150,29 +171,27 @@ def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: str)
     }
 
 
-def _throughput(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, Any] | None:
-    wo, wn = old.get("window") or {}, new.get("window") or {}
+def _throughput(old: StepSummary, new: StepSummary, tol: float) -> Comparison | None:
+    wo, wn = old.get("window"), new.get("window")
     c = compare_rates(
-        wo.get("ok_completions") or 0,
-        wo.get("duration_s") or 0,
-        wn.get("ok_completions") or 0,
-        wn.get("duration_s") or 0,
+        (wo.get("ok_completions") if wo else None) or 0,
+        (wo.get("duration_s") if wo else None) or 0,
+        (wn.get("ok_completions") if wn else None) or 0,
+        (wn.get("duration_s") if wn else None) or 0,
     )
     if c is None:
         return None
     sig = c["p_value"] < ALPHA
-    c.update(
-        {
-            "change": c["ratio"] - 1,
-            "significant": sig,
-            "regression": sig and c["ratio"] < 1 - tol,
-            "improvement": sig and c["ratio"] > 1 + tol,
-        }
-    )
-    return c
+    return {
+        **c,
+        "change": c["ratio"] - 1,
+        "significant": sig,
+        "regression": sig and c["ratio"] < 1 - tol,
+        "improvement": sig and c["ratio"] > 1 + tol,
+    }
 
 
-def _errors(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, Any] | None:
+def _errors(old: StepSummary, new: StepSummary, tol: float) -> Comparison | None:
     c = compare_proportions(
         old.get("failed") or 0, old.get("requests") or 0, new.get("failed") or 0, new.get("requests") or 0
     )
@@ -180,10 +199,12 @@ def _errors(old: dict[str, Any], new: dict[str, Any], tol: float) -> dict[str, A
         return None
     sig = c["p_value"] < ALPHA
     allowed = max(ERROR_RATE_STEP, tol * c["old"])
-    c.update(
-        {"significant": sig, "regression": sig and c["change"] > allowed, "improvement": sig and -c["change"] > allowed}
-    )
-    return c
+    return {
+        **c,
+        "significant": sig,
+        "regression": sig and c["change"] > allowed,
+        "improvement": sig and -c["change"] > allowed,
+    }
 
 
 def _options_sentence(on: dict[str, Any], oo: dict[str, Any]) -> str | None:
@@ -264,7 +285,7 @@ def _object(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def differences(new_run: dict[str, Any], old_run: dict[str, Any], new_rd: RunDir, old_rd: RunDir) -> list[str]:
+def differences(new_run: SummaryRun, old_run: SummaryRun, new_rd: RunDir, old_rd: RunDir) -> list[str]:
     """Each difference in what made the two runs (their summaries' ``run``: run.json's options
     and provenance), one sentence each, the corpus first; [] when they were made alike."""
     on, oo = _object(new_run.get("options")), _object(old_run.get("options"))
@@ -273,7 +294,7 @@ def differences(new_run: dict[str, Any], old_run: dict[str, Any], new_rd: RunDir
     return [x for x in first if x] + _provenance_sentences(pn, po, on, oo)
 
 
-def audio_refusal(summary: dict[str, Any], which: str) -> str | None:
+def audio_refusal(summary: Summary, which: str) -> str | None:
     """Why ``summary``'s run (``which``: how to name it, "the baseline runs/old") is refused
     for comparison, one sentence: its audio failed a check for more than
     :data:`AUDIO_FAILED_SHARE` of its requests; None when it passes."""
@@ -300,17 +321,18 @@ def audio_refusal(summary: dict[str, Any], which: str) -> str | None:
     return None
 
 
-def _baseline_curve(s: dict[str, Any], open_loop: bool) -> list[dict[str, Any]]:
-    out = []
+def _baseline_curve(s: Summary, open_loop: bool) -> list[BaselineLevel]:
+    out: list[BaselineLevel] = []
     for lv in s.get("levels") or []:
-        lat = lv.get("sched_wait_ms" if open_loop else "latency_ms") or {}
+        lat = lv.get("sched_wait_ms") if open_loop else lv.get("latency_ms")
+        offered: _Offered = {"rate": lv["rate"]} if open_loop else {}
         out.append(
             {
                 "concurrency": lv["concurrency"],
-                **({"rate": lv["rate"]} if open_loop else {}),
-                "p50_ms": lat.get("p50"),
-                "p95_ms": lat.get("p95"),
-                "p95_ci": lat.get("p95_ci"),
+                **offered,
+                "p50_ms": lat.get("p50") if lat else None,
+                "p95_ms": lat.get("p95") if lat else None,
+                "p95_ci": lat.get("p95_ci") if lat else None,
                 "throughput_rps": lv.get("throughput_rps"),
                 "error_rate": lv.get("error_rate"),
             }
@@ -318,15 +340,15 @@ def _baseline_curve(s: dict[str, Any], open_loop: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _pct(x: float) -> str:
+def _pct(x: float | None) -> str:
+    assert x is not None, "a regressed latency or throughput has its change"
     return f"{x:+.0%}"
 
 
-def level_sentence(c: str, row: dict[str, Any]) -> str:
+def level_sentence(c: str, row: RegressionStep) -> str:
     """What regressed at level ``c`` (a row of ``regression.steps``), its figures and p-values."""
     parts = []
-    for key, name in (("p50_ms", "p50"), ("p95_ms", "p95"), ("ttfa_p95_ms", "TTFA p95")):
-        r = row[key]
+    for r, name in ((row["p50_ms"], "p50"), (row["p95_ms"], "p95"), (row["ttfa_p95_ms"], "TTFA p95")):
         if r and r["regression"]:
             parts.append(f"{name} {r['old']:.0f} -> {r['new']:.0f} ms ({_pct(r['change'])}, p={r['p_value']:.3g})")
     r = row["throughput_rps"]
@@ -335,19 +357,18 @@ def level_sentence(c: str, row: dict[str, Any]) -> str:
     r = row["error_rate"]
     if r and r["regression"]:
         parts.append(f"errors {r['old']:.1%} -> {r['new']:.1%} (p={r['p_value']:.3g})")
-    for key, name in (
-        ("mos_mean", "naturalness (DNSMOS OVRL)"),
-        ("similarity_ref_mean", "similarity to the reference"),
+    for r, name in (
+        (row.get("mos_mean"), "naturalness (DNSMOS OVRL)"),
+        (row.get("similarity_ref_mean"), "similarity to the reference"),
     ):
-        r = row.get(key)
         if r and r["regression"]:
-            parts.append(f"{name} {r['old']:.2f} -> {r['new']:.2f} ({r['method']})")
+            parts.append(f"{name} {r['old']:.2f} -> {r['new']:.2f} ({r.get('method')})")
     return f"at {c}: " + ", ".join(parts)
 
 
 def compare(
-    new_rd: RunDir, new_sum: dict[str, Any], old_rd: RunDir, old_sum: dict[str, Any], tolerance: float = TOLERANCE
-) -> dict[str, Any]:
+    new_rd: RunDir, new_sum: Summary, old_rd: RunDir, old_sum: Summary, tolerance: float = TOLERANCE
+) -> Regression:
     """``summary.json`` ``regression`` of this run against the baseline (see the module doc);
     raises :class:`RunDirError` when one ran open loop and the other did not."""
     modes = new_sum["run"]["mode"], old_sum["run"]["mode"]
@@ -357,11 +378,12 @@ def compare(
             f"the baseline {modes[1]} loop."
         )
     open_loop = modes[0] == "open"
-    key, wait = ("rate", "sched_wait_ms") if open_loop else ("concurrency", "wait_ms")
+    key: Literal["rate", "concurrency"] = "rate" if open_loop else "concurrency"
+    wait = "sched_wait_ms" if open_loop else "wait_ms"
     name = (lambda v: f"{v:g} req/s") if open_loop else str
     old_levels = {lv[key]: lv for lv in old_sum.get("levels") or []}
     old_heard, new_heard = speech_mod.read(old_rd.path), speech_mod.read(new_rd.path)
-    rows = []
+    rows: list[RegressionStep] = []
     for lv in new_sum.get("levels") or []:
         c = lv[key]
         if c not in old_levels:
@@ -369,24 +391,36 @@ def compare(
         ol = old_levels[c]
         wo, wn = _values(old_rd, ol, wait), _values(new_rd, lv, wait)
         to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
-        row = {
-            "concurrency": lv["concurrency"],
-            **({"rate": c} if open_loop else {}),
-            "requests": [ol.get("requests"), lv.get("requests")],
-            "p50_ms": _latency(wo, wn, 50, tolerance),
-            "p95_ms": _latency(wo, wn, 95, tolerance),
-            "ttfa_p95_ms": _latency(to, tn, 95, tolerance),
-            "throughput_rps": _throughput(ol, lv, tolerance),
-            "error_rate": _errors(ol, lv, tolerance),
-        }
+        offered: _Offered = {"rate": c} if open_loop else {}
+        measured = (
+            _latency(wo, wn, 50, tolerance),
+            _latency(wo, wn, 95, tolerance),
+            _latency(to, tn, 95, tolerance),
+            _throughput(ol, lv, tolerance),
+            _errors(ol, lv, tolerance),
+        )
+        heard: _Heard = {}
         for figure in _LISTENED:
             change = _listened(_heard(old_heard, ol), _heard(new_heard, lv), figure)
             if change is not None:
-                row[figure] = change
-        figs = [row[k] for k in _FIGURES if row.get(k)]
-        row["regression"] = any(f["regression"] for f in figs)
-        row["improvement"] = any(f["improvement"] for f in figs) and not row["regression"]
-        rows.append(row)
+                heard[figure] = change
+        figs = [f for f in (*measured, heard.get("mos_mean"), heard.get("similarity_ref_mean")) if f]
+        regression = any(f["regression"] for f in figs)
+        rows.append(
+            {
+                "concurrency": lv["concurrency"],
+                **offered,
+                "requests": [ol.get("requests"), lv.get("requests")],
+                "p50_ms": measured[0],
+                "p95_ms": measured[1],
+                "ttfa_p95_ms": measured[2],
+                "throughput_rps": measured[3],
+                "error_rate": measured[4],
+                **heard,
+                "regression": regression,
+                "improvement": any(f["improvement"] for f in figs) and not regression,
+            }
+        )
     regressed = [r[key] for r in rows if r["regression"]]
     base = old_sum["run"]["run_id"]
     noun = "offered rate" if open_loop else "concurrency"

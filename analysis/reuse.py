@@ -15,11 +15,10 @@ nothing repeats and there is nothing to cache.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import TextReuse
 
 #: Texts repeated within the step they were first sent in, needed to tell.
 MIN_PAIRS = 5
@@ -29,21 +28,21 @@ FASTER = 0.5
 CONSISTENT = 0.8
 
 
-def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, Any]:
+def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> TextReuse:
     """``{pairs, first_ms, repeat_ms, ratio, faster_share, caches, note}`` (see the module doc);
     ``caches`` None when too few texts repeated to tell; ``unique``: the run sent every request
     a text of its own."""
     col = "ttfa_ms" if streamed else "wait_ms"
     t = a[col]
     rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
-    out: dict[str, Any] = {
+    out: TextReuse = {
         "pairs": 0,
         "first_ms": None,
         "repeat_ms": None,
         "ratio": None,
         "faster_share": None,
         "caches": None,
-        "note": None,
+        "note": "",  # each way out says why
     }
     firsts, repeats = [], []
     if unique:  # a text id's requests were each a text of their own: none is a repeat
@@ -75,24 +74,21 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> dict[str, A
         return out
     f, r = np.array(firsts), np.array(repeats)
     ratio = r / f
-    out.update(
-        pairs=len(f),
-        first_ms=float(np.median(f)),
-        repeat_ms=float(np.median(r)),
-        ratio=float(np.median(ratio)),
-        faster_share=float(np.mean(ratio < 1)),
-    )
-    out["caches"] = out["ratio"] <= FASTER and out["faster_share"] >= CONSISTENT
+    first_ms, repeat_ms = float(np.median(f)), float(np.median(r))
+    median_ratio, faster_share = float(np.median(ratio)), float(np.mean(ratio < 1))
+    out["pairs"], out["first_ms"], out["repeat_ms"] = len(f), first_ms, repeat_ms
+    out["ratio"], out["faster_share"] = median_ratio, faster_share
+    out["caches"] = median_ratio <= FASTER and faster_share >= CONSISTENT
     if out["caches"]:
         out["note"] = (
             f"The server caches its answers: a text sent again in the same step came back in "
-            f"{out['repeat_ms']:.0f} ms against {out['first_ms']:.0f} ms the first time ({what}, median "
-            f"ratio {out['ratio']:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
+            f"{repeat_ms:.0f} ms against {first_ms:.0f} ms the first time ({what}, median "
+            f"ratio {median_ratio:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
             f"these figures hold for repeated text; --text-reuse unique measures new text."
         )
     else:
         out["note"] = (
-            f"No sign of an answer cache: a text sent again in the same step took {out['ratio']:.2f}x "
+            f"No sign of an answer cache: a text sent again in the same step took {median_ratio:.2f}x "
             f"its first time ({what}, median over {len(f)} texts)."
         )
     return out

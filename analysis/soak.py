@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tts_knee.runformat.fields import NotRequired, TypedDict
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import Soak, SoakTrend, SoakWindow
 
 from . import trend
 
@@ -87,7 +89,22 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(v, q)) if len(v) else None
 
 
-def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float, float]]) -> dict[str, list[Any]]:
+class _RequestFigures(TypedDict):
+    """A soak window's request figures (:class:`runformat.summary.SoakWindow`'s)."""
+
+    requests: int
+    ok: int
+    failed: int
+    error_rate: float | None
+    throughput_rps: float
+    p50_ms: float | None
+    p95_ms: float | None
+    ttfa_p95_ms: NotRequired[float | None]
+
+
+def _medians(
+    res: pd.DataFrame, role: str, column: str, edges: list[tuple[float, float]]
+) -> dict[str, list[float | None]]:
     """Per host of ``role``: the median of ``column`` in each window (None where none)."""
     if not len(res):
         return {}
@@ -95,7 +112,7 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float,
     out = {}
     for host, g in w.groupby("host", sort=True):
         ts, vals = g["ts"].to_numpy(), g[column].to_numpy()
-        meds = []
+        meds: list[float | None] = []
         for lo, hi in edges:
             sel = vals[(ts >= lo) & (ts < hi)]
             meds.append(float(np.median(sel)) if len(sel) else None)
@@ -106,7 +123,7 @@ def _medians(res: pd.DataFrame, role: str, column: str, edges: list[tuple[float,
 
 def windows(
     a: Attempts, step: Mapping[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
-) -> list[dict[str, Any]]:
+) -> list[SoakWindow]:
     """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
     ``window`` is the settled span), each with its figures (see the module doc). A live
     reader's attempts keep each window's figures and recompute only the windows the rows read
@@ -117,23 +134,32 @@ def windows(
     edges = _edges(win["start"], win["end"], width, bool(win.get("open")))
     memory = {name: _medians(res, role, col, edges) for name, role, col, _, _ in _MEMORY}
     figures = _request_figures(a, step, edges, open_loop, streamed)
-    out = []
-    for i, (lo, hi) in enumerate(edges):
-        row = {"start": lo, "end": hi, **figures[i]}
-        for name in memory:
-            row[name] = {host: meds[i] for host, meds in memory[name].items() if meds[i] is not None}
-        out.append(row)
-    return out
+
+    def at(name: str, i: int) -> dict[str, float]:
+        return {host: med for host, meds in memory[name].items() if (med := meds[i]) is not None}
+
+    return [
+        {
+            "start": lo,
+            "end": hi,
+            **figures[i],
+            "server_rss_bytes": at("server_rss_bytes", i),
+            "gpu_mem_bytes": at("gpu_mem_bytes", i),
+            "client_rss_bytes": at("client_rss_bytes", i),
+        }
+        for i, (lo, hi) in enumerate(edges)
+    ]
 
 
 def _request_figures(
     a: Attempts, step: Mapping[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
-) -> list[dict[str, Any]]:
+) -> list[_RequestFigures]:
     """Each window's request figures: from the rows sent in it, and the completions inside it."""
     mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
     done_ok = a["final"] & a["ok"]
     key = ("soak", step["step"], edges[0][0], edges[0][1] - edges[0][0], open_loop, streamed)
     kept = None if a.lasting is None else a.lasting.get(key)
+    cached: dict[int, tuple[float, _RequestFigures]]
     n = len(a)
     if kept is not None and kept[0] <= n:
         rows, cached = kept
@@ -144,7 +170,7 @@ def _request_figures(
         cached, touched = {}, set(range(len(edges)))
     latency = a["sched_wait_ms"] if open_loop else a["wait_ms"]
     t0, tend = a["t0"], a["tend"]
-    out = []
+    out: list[_RequestFigures] = []
     for i, (lo, hi) in enumerate(edges):
         if i in cached and i not in touched and cached[i][0] == hi:
             out.append(cached[i][1])
@@ -152,7 +178,7 @@ def _request_figures(
         sent = mine & (t0 >= lo) & (t0 < hi)
         ok = sent & a["ok"]
         got, got_ok = int(sent.sum()), int(ok.sum())
-        fig = {
+        fig: _RequestFigures = {
             "requests": got,
             "ok": got_ok,
             "failed": got - got_ok,
@@ -182,11 +208,24 @@ def _window_of(edges: list[tuple[float, float]], ts: np.ndarray, right: bool = F
     return i[inside]
 
 
-def _series(rows: list[dict[str, Any]], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
-    t, y = [], []
+def per_host(row: SoakWindow, key: str) -> dict[str, float]:
+    """A window's figure per host (``key``: one of the memory figures)."""
+    figure: Mapping[str, object] = row
+    held = figure.get(key)
+    return held if isinstance(held, dict) else {}
+
+
+def _series(rows: list[SoakWindow], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """A window figure (``key``; a host's, for a figure per host) over the windows that have it:
+    (the windows' middles, the figure)."""
+    t: list[float] = []
+    y: list[float] = []
     for r in rows:
-        v = r.get(key) if host is None else (r.get(key) or {}).get(host)
-        if v is not None:
+        figure: Mapping[str, object] = r
+        v = figure.get(key)
+        if host is not None:
+            v = v.get(host) if isinstance(v, dict) else None
+        if isinstance(v, (int, float)):
             t.append((r["start"] + r["end"]) / 2.0)
             y.append(v)
     return np.array(t, dtype=float), np.array(y, dtype=float)
@@ -206,7 +245,7 @@ def _amount(v: float, unit: str) -> str:
 
 
 def _trend(
-    rows: list[dict[str, Any]],
+    rows: list[SoakWindow],
     key: str,
     host: str | None,
     kind: str,
@@ -216,7 +255,7 @@ def _trend(
     meaning: str,
     duration_s: float,
     named: bool = False,
-) -> dict[str, Any] | None:
+) -> SoakTrend | None:
     """One figure's trend (see the module doc); ``named``: the verdict names the host (the
     figure has several)."""
     t, y = _series(rows, key, host)
@@ -238,7 +277,7 @@ def _trend(
         and slope * bad_sign > 0
         and abs(change) >= max(MIN_CHANGE[kind] * abs(level), floor)
     )
-    out = {
+    out: SoakTrend = {
         "figure": key,
         "host": host,
         "unit": unit,
@@ -275,7 +314,7 @@ def soak(
     open_loop: bool,
     streamed: bool,
     planned_s: float | None = None,
-) -> dict[str, Any]:
+) -> Soak:
     """The summary's ``soak`` for the soak step ``step`` (its step summary); ``planned_s``: the
     soak's length as run (``--soak``), which sizes the windows (else the span they cover)."""
     win = step["window"]
@@ -295,7 +334,7 @@ def soak(
         if got:
             trends.append(got)
     for key, _, _, name, meaning in _MEMORY:
-        hosts = sorted({h for r in rows for h in r[key]})
+        hosts = sorted({h for r in rows for h in per_host(r, key)})
         for host in hosts:
             got = _trend(rows, key, host, "memory", "bytes", name, 1, meaning, duration, len(hosts) > 1)
             if got:
@@ -310,7 +349,7 @@ def soak(
         "window_s": width,
         "windows": rows,
         "trends": trends,
-        "drift": [t["verdict"] for t in trends if t["drift"]],
+        "drift": [verdict for t in trends if t["drift"] and (verdict := t["verdict"]) is not None],
         "method": (
             f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
             f"from where it is steady on"

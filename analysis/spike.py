@@ -35,7 +35,7 @@ from tts_knee.runformat.reader import Attempts
 
 if TYPE_CHECKING:
     import pandas as pd
-from tts_knee.runformat.summary import SpikeBehaviour as Behaviour
+from tts_knee.runformat.summary import Spike, SpikeBehaviour as Behaviour, SpikePart
 
 SHARE = 0.05
 RECOVERED_X = 1.2
@@ -49,9 +49,9 @@ def spike(
     steps: Sequence[Mapping[str, Any]],
     streamed: bool,
     health: dict[str, Any] | None,
-    options: dict[str, Any],
+    options: Mapping[str, float],
     res: pd.DataFrame | None = None,
-) -> dict[str, Any] | None:
+) -> Spike | None:
     """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
     (those of the spike's phases are picked out), and the resource samples ``res`` (a
     collector's watched process); None when the run had no spike."""
@@ -80,7 +80,7 @@ def spike(
         behaviour = Behaviour.QUEUES
     else:
         behaviour = Behaviour.ABSORBS
-    out = {
+    out: Spike = {
         "factor": options.get("factor"),
         "seconds": options.get("seconds"),
         "level": before["concurrency"],
@@ -92,6 +92,7 @@ def spike(
         "during": during,
         "after": after_figures,
         "process_gone_at": exited,
+        "text": "",
     }
     out["text"] = _text(out, health)
     return out
@@ -124,7 +125,7 @@ def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:
     return float(np.percentile(v, 95)) if len(v) else None
 
 
-def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> dict[str, Any]:
+def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> SpikePart:
     n = int(m.sum())
     failed = m & ~a["ok"]
     shed = failed & np.isin(a["status"], _SHED)
@@ -204,7 +205,7 @@ def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
     return bool(last.any() and (~a["ok"][last] & (a["status"][last] < 0)).all())
 
 
-def _text(s: dict[str, Any], health: dict[str, Any] | None) -> str:
+def _text(s: Spike, health: dict[str, Any] | None) -> str:
     d = s["during"]
     head = (
         f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
@@ -216,7 +217,7 @@ def _text(s: dict[str, Any], health: dict[str, Any] | None) -> str:
                 w
                 for w in (
                     (health or {}).get("message") if health and health.get("ok") is False else None,
-                    "the server process the collector watched exited" if s.get("process_gone_at") is not None else None,
+                    "the server process the collector watched exited" if s["process_gone_at"] is not None else None,
                 )
                 if w
             )

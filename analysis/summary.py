@@ -32,17 +32,24 @@ import numpy as np
 from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import Attempts, RunDir, RunDirError
+from tts_knee.runformat.schema import Trace
 from tts_knee.runformat.summary import (
+    BargeIn,
     Diagnosis,
     DiagnosisKind,
+    Hangups,
     InProgress,
     Knee,
     ListenDrop,
     MemoryCreep,
+    Probe,
     Slo,
     SloVerdict,
     SpeechStep,
+    Spike,
     StepSummary,
+    Summary,
+    TextReuse,
 )
 
 from . import (
@@ -506,11 +513,11 @@ class Sections:
     """What the run did besides its sweep, each None where it did not (``text_reuse`` always
     says): summary.json's sections of the same names."""
 
-    barge_in: dict[str, Any] | None
-    hangups: dict[str, Any] | None
-    text_reuse: dict[str, Any]
-    probe: dict[str, Any] | None
-    spike: dict[str, Any] | None
+    barge_in: BargeIn | None
+    hangups: Hangups | None
+    text_reuse: TextReuse
+    probe: Probe | None
+    spike: Spike | None
 
 
 def _span(plan: list[PlannedStep], a: Attempts) -> tuple[float | None, float | None]:
@@ -570,22 +577,23 @@ def _diagnosis(
     return diagnosis
 
 
-def _trace(
-    rd: RunDir, parts: _Parts, steps: list[StepSummary], done: list[StepSummary], summary: dict[str, Any]
-) -> None:
+def _trace(rd: RunDir, parts: _Parts, steps: list[StepSummary], done: list[StepSummary], summary: Summary) -> None:
     """A replayed trace's section, each step's speed of the trace, and the recommendation as a
     speed (in place; nothing for a run that replayed no trace)."""
     run = rd.run
     replayed = run.get("trace") if isinstance(run.get("trace"), dict) else None
     if summary["run"]["mode"] != "open" or not replayed or not replayed.get("rate_rps"):
         return
-    summary["trace"] = trace_mod.section(parts.a, parts.plan, replayed, summary)
+    if not Trace.__required_keys__ <= replayed.keys():
+        return  # a trace record without what the trace's section copies from it
+    trace = summary["trace"] = trace_mod.section(parts.a, parts.plan, replayed, summary)
     slo_part = summary["slo"]
     if slo_part:
-        slo_part["max_speed"] = summary["trace"].get("max_speed")
+        slo_part["max_speed"] = trace.get("max_speed")
     for st in steps + done:
-        st["speed"] = round(st["rate"] / replayed["rate_rps"], 6) if st.get("rate") else None
-    best = summary["trace"]["max_speed"] if slo_part else summary["trace"]["recommended_speed"]
+        rate = st.get("rate")
+        st["speed"] = round(rate / replayed["rate_rps"], 6) if rate else None
+    best = trace.get("max_speed") if slo_part else trace["recommended_speed"]
     if best is not None:
         summary["recommendation"] += f" As a speed of the trace: {best:g}x its pace."
 
@@ -595,12 +603,10 @@ def analyze(
     slo: slo_mod.SLO | None = None,
     roles: dict[str, str] | None = None,
     capacity: capacity_mod.Options | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
-    ``--server-role``, ``capacity`` sets what the run's own capacity options do not. Its shape
-    is :class:`runformat.summary.Summary`'s, given as the open JSON the dashboard reads (several
-    sections come from modules that return open dicts)."""
+    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
     parts, settle = _Parts.of(rd.requests.attempts(), _steps_of(rd)), _settle_of(rd)
     axis = axis_mod.of_run(parts.plan, rd.mode())
     slo, roles = run_slo(rd, slo), run_roles(rd, roles)
@@ -641,7 +647,7 @@ def analyze(
         rec = axis.recommend_slo(done, slo_part, slo_part["spec"], knee, rec)
     sections = _sections(rd, parts, streamed, roles)
     run = rd.run
-    summary: dict[str, Any] = {
+    summary: Summary = {
         "run": {
             "run_id": run.get("run_id") or rd.path.name,
             "path": str(rd.path),
@@ -683,29 +689,37 @@ def analyze(
         "server_timing_stages": list(parts.every.stages),
         "cut_by_run_end": int(run_end_cut(parts.every).sum()),
     }
-    optional = {
-        "barge_in": sections.barge_in,
-        "hangups": sections.hangups,
-        **(
-            {"recommended_rate": rec.rate, "dropped": sum(s.get("dropped") or 0 for s in steps)}
-            if axis.open_loop
-            else {}
-        ),
-        "soak": soak_mod.soak(parts.a, soaks[-1], rd.resources, axis.open_loop, streamed, _soak_of(rd))
-        if soaks
-        else None,
-        "probe": sections.probe,
-        "spike": sections.spike,
-        **({"recommended_voices": rec.voices} if axis.key == "voices" else {}),
-        "slices": sliced,
-    }
-    summary.update((k, v) for k, v in optional.items() if v is not None or k.startswith("recommended_"))
+    # the sections a run may not have, each in when it has it (in this order)
+    if sections.barge_in is not None:
+        summary["barge_in"] = sections.barge_in
+    if sections.hangups is not None:
+        summary["hangups"] = sections.hangups
+    if axis.open_loop:
+        summary["recommended_rate"] = rec.rate
+        summary["dropped"] = sum(s.get("dropped") or 0 for s in steps)
+    if soaks:
+        summary["soak"] = soak_mod.soak(parts.a, soaks[-1], rd.resources, axis.open_loop, streamed, _soak_of(rd))
+    if sections.probe is not None:
+        summary["probe"] = sections.probe
+    if sections.spike is not None:
+        summary["spike"] = sections.spike
+    if axis.key == "voices":
+        summary["recommended_voices"] = rec.voices
+    if sliced is not None:
+        summary["slices"] = sliced
     _trace(rd, parts, steps, done, summary)
     if sliced and sliced["note"]:
         summary["diagnosis"]["evidence"].append(sliced["note"])
+    return _cleaned(summary)
+
+
+def _cleaned(summary: Summary) -> Summary:
+    """The summary JSON-safe (:func:`_clean`). Cleaning keeps its shape: the same keys, numpy
+    numbers as Python's, a NaN or infinite figure as null (which every figure that can be one
+    declares), tuples as lists."""
     cleaned = _clean(summary)
     assert isinstance(cleaned, dict), "a summary cleaned is a summary"
-    return cleaned
+    return cast(Summary, cleaned)  # _clean walks the JSON untyped; it returns the shape it was given
 
 
 def load(path: Path) -> RunDir:
@@ -724,6 +738,6 @@ def load(path: Path) -> RunDir:
     return rd
 
 
-def write_summary(rd: RunDir, summary: dict[str, Any]) -> Path:
+def write_summary(rd: RunDir, summary: Summary) -> Path:
     """Write ``summary.json`` atomically; an OSError leaves no temporary file behind."""
     return runformat.write_json(rd.path / runformat.SUMMARY_JSON, summary, indent=1)

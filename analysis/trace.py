@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
+from tts_knee.runformat.summary import Summary, TracePart, TraceStep, TraceStepBurst
 
 from .steps import dist
 
@@ -87,9 +88,7 @@ def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
     return found
 
 
-def section(
-    a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any], summary: dict[str, Any]
-) -> dict[str, Any]:
+def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any], summary: Summary) -> TracePart:
     """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""
@@ -98,7 +97,7 @@ def section(
     def speed(rate: object) -> float | None:
         return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
 
-    steps = []
+    steps: list[TraceStep] = []
     for p in plan:
         s = speed(p.get("rate"))
         if s is None:
@@ -106,7 +105,7 @@ def section(
         m = (a["step"] == p["step"]) & a["final"]
         sched, wait, ok = a["scheduled"][m], a["sched_wait_ms"][m], a["ok"][m]
         inside = np.zeros(len(sched), dtype=bool)
-        rows = []
+        rows: list[TraceStepBurst] = []
         for b in info.get("bursts") or []:
             if p.get("start") is None:
                 break
@@ -136,12 +135,18 @@ def section(
                 "p95_outside_ms": rest["p95"] if rest else None,
             }
         )
-    sl = summary.get("slo") or {}
-    knee = (summary.get("knee") or {}).get("rate")
-    return {
-        **{k: info.get(k) for k in ("path", "rows", "duration_s", "rate_rps", "conversations", "bursts")},
+    part: TracePart = {
+        "path": info["path"],
+        "rows": info["rows"],
+        "duration_s": info["duration_s"],
+        "rate_rps": info["rate_rps"],
+        "conversations": info["conversations"],
+        "bursts": info["bursts"],
         "steps": steps,
-        "knee_speed": speed(knee),
+        "knee_speed": speed(summary["knee"].get("rate")),
         "recommended_speed": speed(summary.get("recommended_rate")),
-        **({"max_speed": speed(sl.get("max_rate"))} if sl else {}),
     }
+    slo = summary["slo"]
+    if slo is not None:
+        part["max_speed"] = speed(slo.get("max_rate"))
+    return part

@@ -182,8 +182,9 @@ def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict
     from tts_knee.analysis.summary import analyze, load
 
     summary = analyze(load(run_dir))
-    soak = summary.get("soak") or {}
-    by_minute = _attempts_by_minute(run_dir, soak.get("start") or 0.0, [iv["minute"] for iv in intervals])
+    soak = summary.get("soak")
+    start = soak["start"] if soak else None
+    by_minute = _attempts_by_minute(run_dir, start or 0.0, [iv["minute"] for iv in intervals])
     for iv, n in zip(intervals, by_minute):
         iv["attempts"] = n
     return {
@@ -194,8 +195,8 @@ def run(duration_s: float, report_s: float, warm_up_s: float, tmp: Path) -> dict
         "growth_pct": growth,
         "records": records,
         "locust_requests": locust_requests,
-        "drift": soak.get("drift", []),
-        "soak_trends": soak.get("trends", []),
+        "drift": soak["drift"] if soak else [],
+        "soak_trends": soak["trends"] if soak else [],
     }
 
 

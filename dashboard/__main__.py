@@ -48,6 +48,7 @@ from tts_knee.analysis.slo import SLOError, parse
 from tts_knee.analysis.summary import analyze, load, write_summary
 from tts_knee.runformat.metric_roles import ROLES, parse_roles
 from tts_knee.runformat.reader import RunDirError, heap_gives_back
+from tts_knee.runformat.summary import Summary
 
 from .ci import append_step_summary, write_junit
 from .compare import default_out, write_compare
@@ -168,7 +169,7 @@ def _write_error(e: OSError) -> str:
     return f"cannot write {where or 'the output'}: {reason}."
 
 
-def _judge(args, rd, s: dict) -> int:
+def _judge(args, rd, s: Summary) -> int:
     """Adds ``regression`` and ``require`` to the summary; returns the exit status they call
     for (0 or 1); raises :class:`RunDirError` for input that cannot be judged."""
     status = 0
@@ -197,8 +198,8 @@ def _judge(args, rd, s: dict) -> int:
                     f"--require {args.require.factor:g}x is a speed of a replayed trace, but {rd.path} "
                     f"was not run with --trace: give a concurrency (8) or a rate (12/s)."
                 )
-            s["require"] = gate.require_speed(s, args.require.factor)
-            return max(status, s["require"]["exit"])
+            required = s["require"] = gate.require_speed(s, args.require.factor)
+            return max(status, required["exit"])
         rate = isinstance(args.require, gate.Rate)
         if is_voice_sweep(s):
             if rate:
@@ -206,8 +207,8 @@ def _judge(args, rd, s: dict) -> int:
                     f"--require {args.require.per_s:g}/s is a rate, but {rd.path} swept the number of "
                     f"voices (--voice-steps): give a number of voices, such as --require 8."
                 )
-            s["require"] = gate.require(s, args.require, "voices")
-            return max(status, s["require"]["exit"])
+            required = s["require"] = gate.require(s, args.require, "voices")
+            return max(status, required["exit"])
         if rate and not is_open_loop(s):
             raise RunDirError(
                 f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
@@ -218,12 +219,12 @@ def _judge(args, rd, s: dict) -> int:
                 f"--require {args.require} is a concurrency, but {rd.path} ran open loop (--rates): "
                 f"give a rate, such as --require {args.require}/s."
             )
-        s["require"] = gate.require_rate(s, args.require.per_s) if rate else gate.require(s, args.require)
-        status = max(status, s["require"]["exit"])
+        required = s["require"] = gate.require_rate(s, args.require.per_s) if rate else gate.require(s, args.require)
+        status = max(status, required["exit"])
     return status
 
 
-def _print_verdicts(s: dict, as_json: bool) -> None:
+def _print_verdicts(s: Summary, as_json: bool) -> None:
     """Regression and gate verdicts: warnings and failures on stderr, the claim on stdout."""
     reg, req = s.get("regression"), s.get("require")
     if reg:
@@ -267,7 +268,7 @@ def _flags(args: argparse.Namespace) -> tuple:
     return slo, roles, asked
 
 
-def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tuple[dict | None, int]:
+def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tuple[Summary | None, int]:
     """Analyse, write and print one run directory: ``(its summary, the status its verdicts
     give)``; the summary is None for a live view's run that has not written yet."""
     try:
@@ -295,7 +296,7 @@ def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tupl
     return s, status
 
 
-def _compare(args: argparse.Namespace, summaries: list[dict]) -> None:
+def _compare(args: argparse.Namespace, summaries: list[Summary]) -> None:
     """The comparison report of several runs (none where one ran open loop: it says so)."""
     if len(summaries) < 2 or args.no_report:
         return
@@ -318,7 +319,8 @@ def _compare(args: argparse.Namespace, summaries: list[dict]) -> None:
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = parser(prog).parse_args(argv)
     heap_gives_back()  # whole runs are read and analysed here: their temporaries go back to the system
-    summaries, status = [], 0
+    summaries: list[Summary] = []
+    status = 0
     try:
         slo, roles, asked = _flags(args)
         for path in args.run_dirs:

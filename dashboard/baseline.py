@@ -5,52 +5,66 @@ change with its significance (see :mod:`analysis.regression`). "" when the summa
 
 from __future__ import annotations
 
+from typing import Literal, TypedDict
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from tts_knee.runformat.summary import Comparison, Summary
 
 from .kit import FAIL_COLOUR, conc_axis, esc, fig_html, is_open_loop, lx, step_axis
 
 
-def _key(summary: dict) -> str:
+class _Point(TypedDict):
+    """One level of a run as the comparison figure draws it."""
+
+    at: float
+    p95_ms: float | None
+    p95_ci: list[float | None] | None
+    throughput_rps: float | None
+
+
+def _key(summary: Summary) -> Literal["rate", "concurrency"]:
     return "rate" if is_open_loop(summary) else "concurrency"
 
 
-def regression_figure(summary: dict) -> go.Figure:
+def regression_figure(summary: Summary) -> go.Figure:
     """This run and the baseline overlaid: p95 (with 95% intervals) and throughput."""
-    reg = summary["regression"]
+    reg = summary.get("regression")
+    assert reg is not None, "drawn for a run compared with a baseline"
     key = _key(summary)
-    lat_key = "sched_wait_ms" if key == "rate" else "latency_ms"
     fig = make_subplots(
         rows=1,
         cols=2,
         subplot_titles=("p95 from schedule (ms)" if key == "rate" else "p95 wait (ms)", "throughput (req/s)"),
     )
-    base = reg["baseline"]["levels"]
-    now = [
-        {
-            key: lv[key],
-            "p95_ms": (lv.get(lat_key) or {}).get("p95"),
-            "p95_ci": (lv.get(lat_key) or {}).get("p95_ci"),
-            "throughput_rps": lv.get("throughput_rps"),
-        }
-        for lv in summary["levels"]
+    base: list[_Point] = [
+        {"at": lv[key], "p95_ms": lv["p95_ms"], "p95_ci": lv["p95_ci"], "throughput_rps": lv["throughput_rps"]}
+        for lv in reg["baseline"]["levels"]
     ]
+    now: list[_Point] = []
+    for lv in summary["levels"]:
+        lat = lv.get("sched_wait_ms") if key == "rate" else lv.get("latency_ms")
+        now.append(
+            {
+                "at": lv[key],
+                "p95_ms": lat.get("p95") if lat else None,
+                "p95_ci": lat.get("p95_ci") if lat else None,
+                "throughput_rps": lv.get("throughput_rps"),
+            }
+        )
     for rows, name, colour in (
         (base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
         (now, f"this run {summary['run']['run_id']}", "#1f77b4"),
     ):
-        x = lx([r[key] for r in rows])
+        x = lx([r["at"] for r in rows])
         err = dict(
             type="data",
             visible=True,
             thickness=1.2,
             width=4,
-            array=[
-                (r["p95_ci"][1] - r["p95_ms"]) if r["p95_ci"] and r["p95_ci"][1] is not None else None for r in rows
-            ],
-            arrayminus=[
-                (r["p95_ms"] - r["p95_ci"][0]) if r["p95_ci"] and r["p95_ci"][0] is not None else None for r in rows
-            ],
+            array=[_ci_arm(r, 1) for r in rows],
+            arrayminus=[_ci_arm(r, 0) for r in rows],
         )
         fig.add_scatter(
             x=x,
@@ -78,7 +92,7 @@ def regression_figure(summary: dict) -> go.Figure:
     for c in bad:
         for col in (1, 2):
             fig.add_vline(x=lx(c), line=dict(color=FAIL_COLOUR, dash="dot", width=1), row=1, col=col)
-    every = [{"concurrency": r[key]} for r in base + now]
+    every = [{"concurrency": r["at"]} for r in base + now]
     for col in (1, 2):
         conc_axis(fig, every, step_axis(summary), row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
@@ -86,7 +100,17 @@ def regression_figure(summary: dict) -> go.Figure:
     return fig
 
 
-def _fig_cell(f: dict | None, unit: str, fmt: str, scale: float = 1.0, points: bool = False) -> str:
+def _ci_arm(point: _Point, end: int) -> float | None:
+    """How far the p95's interval reaches above (``end`` 1) or below (0) it, None where unbounded."""
+    ci, p95 = point["p95_ci"], point["p95_ms"]
+    bound = ci[end] if ci else None
+    if bound is None:
+        return None
+    assert p95 is not None, "a p95 with an interval is a p95"
+    return bound - p95 if end else p95 - bound
+
+
+def _fig_cell(f: Comparison | None, unit: str, fmt: str, scale: float = 1.0, points: bool = False) -> str:
     """old -> new (change, p, significance), shaded red for a regression, green for better;
     ``points``: the change in percentage points (error rates) rather than relative."""
     if not f:
@@ -101,7 +125,7 @@ def _fig_cell(f: dict | None, unit: str, fmt: str, scale: float = 1.0, points: b
     )
 
 
-def regression_html(summary: dict, plotlyjs) -> str:
+def regression_html(summary: Summary, plotlyjs) -> str:
     reg = summary.get("regression")
     if not reg:
         return ""

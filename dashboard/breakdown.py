@@ -8,11 +8,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tts_knee.analysis.steps import INTEGRITY_ABS_S, INTEGRITY_REL
+from tts_knee.runformat.summary import Summary
 
-from .kit import GIB, conc_axis, esc, fmt, is_open_loop, lx, orphaned_words, step_axis, step_label
+from .kit import GIB, Relabelled, conc_axis, esc, figures, fmt, is_open_loop, lx, orphaned_words, step_axis, step_label
 
 
-def stages_figure(summary: dict) -> go.Figure:
+def stages_figure(summary: Relabelled) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("requests")]
     labels = [step_label(s) for s in steps]
     stages = summary.get("server_timing_stages") or []
@@ -51,7 +52,7 @@ def stages_figure(summary: dict) -> go.Figure:
     return fig
 
 
-def has_retry_after(summary: dict) -> bool:
+def has_retry_after(summary: Relabelled) -> bool:
     """Whether any step's answers carried a Retry-After header (else the report says so in a line)."""
     return any((s.get("retry_after_s") or {}).get("max") is not None for s in summary["steps"])
 
@@ -63,7 +64,7 @@ NO_GPU_MEMORY = (
 )
 
 
-def retries_figure(summary: dict) -> go.Figure:
+def retries_figure(summary: Relabelled) -> go.Figure:
     """Attempts by status, Retry-After per step where any answer carried one, attempt 1 vs retries."""
     steps = [s for s in summary["steps"] if s.get("requests")]
     labels = [step_label(s) for s in steps]
@@ -104,7 +105,7 @@ def retries_figure(summary: dict) -> go.Figure:
     return fig
 
 
-def errors_html(summary: dict) -> str:
+def errors_html(summary: Relabelled) -> str:
     rows = [
         f"<tr><td>{esc(step_label(s))}</td><td>{esc(e['count'])}</td><td class='l'>{esc(e['error'])}</td></tr>"
         for s in summary["steps"]
@@ -119,7 +120,7 @@ def errors_html(summary: dict) -> str:
     )
 
 
-def memory_figure(summary: dict) -> go.Figure | None:
+def memory_figure(summary: Relabelled) -> go.Figure | None:
     """GPU memory per step (peak, right after, baseline, after the run); None where none was sampled."""
     steps = [s for s in summary["steps"] if s.get("server")]
     if not any(s["server"].get("gpu_mem_peak_bytes") is not None for s in steps):
@@ -165,11 +166,11 @@ def memory_figure(summary: dict) -> go.Figure | None:
 GROUP_LINES = 12
 
 
-def tier_figure(summary: dict) -> go.Figure:
+def tier_figure(summary: Relabelled) -> go.Figure:
     return group_figure(summary, "latency_by_tier_ms", "text-length tier")
 
 
-def group_figure(summary: dict, key: str, what: str, fewest: int = 1) -> go.Figure | None:
+def group_figure(summary: Relabelled, key: str, what: str, fewest: int = 1) -> go.Figure | None:
     """p50 and p95 wait per step of each label of ``key`` (``latency_by_voice_ms`` …), the
     GROUP_LINES most requested of them; None when the steps have fewer than ``fewest`` labels
     (one voice, the run's default, is no mix)."""
@@ -197,7 +198,7 @@ def group_figure(summary: dict, key: str, what: str, fewest: int = 1) -> go.Figu
     return fig
 
 
-def integrity_html(summary: dict) -> str:
+def integrity_html(summary: Summary) -> str:
     steps = [s for s in summary["steps"] if (s.get("integrity") or {}).get("checked")]
     if not steps:
         return ""
@@ -229,21 +230,23 @@ def integrity_html(summary: dict) -> str:
     )
 
 
-def barge_in_html(summary: dict) -> str:
+def barge_in_html(summary: Summary) -> str:
     """The listener's interruptions (--barge-in): per step, the cancels and how fast they went
     quiet, and the work they orphaned on the server."""
     barge = summary.get("barge_in")
     if not barge:
         return ""
-    work = barge.get("orphaned_work_s") or {}
+    work = barge["orphaned_work_s"]
     said = f"Orphaned work: {esc(orphaned_words(barge))}" + (
-        f" ({esc(work['method'])}, from {esc(work['series'])})." if work.get("per_cancel_s") is not None else "."
+        f" ({esc(work['method'])}, from {esc(work['series'])})."
+        if work is not None and work["per_cancel_s"] is not None
+        else "."
     )
     rows = []
     for s in summary["steps"]:
         if not s.get("requests"):
             continue
-        q = s.get("cancel_to_quiet_ms") or {}
+        q = figures(s.get("cancel_to_quiet_ms"))
         rows.append(
             f"<tr><td>{esc(step_label(s))}</td><td>{s.get('cancelled', 0)}</td><td>{s['ok']}</td>"
             f"<td>{fmt(q.get('p50'))}</td><td>{fmt(q.get('p95'))}</td></tr>"

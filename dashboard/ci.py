@@ -9,9 +9,12 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from tts_knee.analysis.axis import Key
 from tts_knee.analysis.regression import level_sentence
 from tts_knee.analysis.slo import parse
+from tts_knee.runformat.summary import Summary
 
 from .kit import fmt, is_open_loop, is_voice_sweep
 from .table import RATE_COLUMNS, rate_table_rows, table_columns, table_rows
@@ -29,15 +32,15 @@ class Case:
     kind: str = "failure"  # the failure's type: "failure" or "inconclusive"
 
 
-def _level_key(summary: dict) -> str:
+def _level_key(summary: Summary) -> Key:
     return "voices" if is_voice_sweep(summary) else "rate" if is_open_loop(summary) else "concurrency"
 
 
-def _level_name(key: str, value: float) -> str:
+def _level_name(key: str, value: float | None) -> str:
     return f"{value:g} req/s" if key == "rate" else f"{value:g} voices" if key == "voices" else f"{value:g}"
 
 
-def slo_cases(summary: dict) -> list[Case]:
+def slo_cases(summary: Summary) -> list[Case]:
     """One case per SLO term and tested level (repeats pooled), as the summary judged them."""
     sl = summary.get("slo")
     if not sl:
@@ -60,7 +63,7 @@ def slo_cases(summary: dict) -> list[Case]:
     return cases
 
 
-def require_cases(summary: dict) -> list[Case]:
+def require_cases(summary: Summary) -> list[Case]:
     """The gate (``--require``), one case."""
     req = summary.get("require")
     if not req:
@@ -76,12 +79,12 @@ def require_cases(summary: dict) -> list[Case]:
     return [Case(f"--require {at}", None if req["holds"] else req["reason"])]
 
 
-def baseline_cases(summary: dict) -> list[Case]:
+def baseline_cases(summary: Summary) -> list[Case]:
     """One case per level both runs tested (``--baseline``)."""
     reg = summary.get("regression")
     if not reg:
         return []
-    key = "rate" if is_open_loop(summary) else "concurrency"
+    key: Literal["rate", "concurrency"] = "rate" if is_open_loop(summary) else "concurrency"
     base = reg["baseline"]["run_id"]
     cases = []
     for row in reg["steps"]:
@@ -95,7 +98,7 @@ def baseline_cases(summary: dict) -> list[Case]:
     return cases
 
 
-def junit_xml(summary: dict) -> str:
+def junit_xml(summary: Summary) -> str:
     """The run's verdicts as JUnit XML: a ``<testsuite>`` each for ``slo``, ``require`` and
     ``baseline`` (those the summary has), in a ``<testsuites>`` named for the run."""
     run_id = summary["run"]["run_id"]
@@ -131,7 +134,7 @@ def junit_xml(summary: dict) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(summary: dict, path: Path) -> None:
+def write_junit(summary: Summary, path: Path) -> None:
     """``--junit FILE``: the verdicts' JUnit XML (raises OSError where it cannot be written)."""
     Path(path).write_text(junit_xml(summary), encoding="utf-8")
 
@@ -145,7 +148,7 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(map(_cell, row)) + " |" for row in rows]
 
 
-def _verdict_lines(summary: dict) -> list[str]:
+def _verdict_lines(summary: Summary) -> list[str]:
     knee, diagnosis = summary["knee"], summary["diagnosis"]
     if is_open_loop(summary):
         limit = f"recommended rate: **{fmt(summary.get('recommended_rate'), '{:g}')} req/s**"
@@ -167,7 +170,7 @@ def _verdict_lines(summary: dict) -> list[str]:
     return lines
 
 
-def _slo_table(summary: dict) -> list[str]:
+def _slo_table(summary: Summary) -> list[str]:
     sl = summary.get("slo")
     if not sl:
         return []
@@ -180,7 +183,7 @@ def _slo_table(summary: dict) -> list[str]:
     return ["", f"### SLO `{sl['spec']}`", "", *_md_table([key, "verdict", "why"], rows)]
 
 
-def step_summary(summary: dict) -> str:
+def step_summary(summary: Summary) -> str:
     """The run's verdict, its step table and its SLO verdicts, in GitHub-flavoured Markdown."""
     lines = [f"## tts-knee: {summary['run']['run_id']}", "", *_verdict_lines(summary)]
     if is_open_loop(summary):
@@ -192,7 +195,7 @@ def step_summary(summary: dict) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def append_step_summary(summary: dict) -> Path | None:
+def append_step_summary(summary: Summary) -> Path | None:
     """Append :func:`step_summary` to ``$GITHUB_STEP_SUMMARY`` where it is set; the file, or None."""
     where = os.environ.get(STEP_SUMMARY_ENV)
     if not where:

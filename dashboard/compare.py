@@ -16,6 +16,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from tts_knee.runformat.summary import StepSummary, Summary
+
 from .kit import conc_axis, esc, fig_html, fmt, lx, page
 
 
@@ -23,13 +25,13 @@ def default_out(first_run: Path) -> Path:
     return Path(first_run).resolve().parent / time.strftime("compare-%Y%m%d-%H%M%S", time.gmtime())
 
 
-def _levels(s: dict) -> list[dict]:
+def _levels(s: Summary) -> list[StepSummary]:
     """A run's tested concurrencies in ascending order (summaries from before levels existed: its
     steps)."""
     return [x for x in s.get("levels") or s["steps"] if x.get("requests")]
 
 
-def compare_figure(summaries: list[dict]) -> go.Figure:
+def compare_figure(summaries: list[Summary]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, subplot_titles=("p50 wait (ms)", "p95 wait (ms)", "throughput (req/s)"))
     all_steps = []
     for i, s in enumerate(summaries):
@@ -67,7 +69,7 @@ def compare_figure(summaries: list[dict]) -> go.Figure:
     return fig
 
 
-def side_by_side_html(summaries: list[dict]) -> str:
+def side_by_side_html(summaries: list[Summary]) -> str:
     concs = sorted({x["concurrency"] for s in summaries for x in _levels(s)})
     head = (
         "<tr><th rowspan=2>conc</th>"
@@ -84,12 +86,12 @@ def side_by_side_html(summaries: list[dict]) -> str:
             if not x:
                 cells.append("<td>-</td>" * 4)
                 continue
-            lat = x.get("latency_ms") or {}
+            lat = x.get("latency_ms")
             err = None if x["error_rate"] is None else 100 * x["error_rate"]
             cls = " style='background:#fdecea'" if c == s["knee"]["concurrency"] else ""
             cells += [
-                f"<td{cls}>{fmt(lat.get('p50'))}</td>",
-                f"<td{cls}>{fmt(lat.get('p95'))}</td>",
+                f"<td{cls}>{fmt(lat.get('p50') if lat else None)}</td>",
+                f"<td{cls}>{fmt(lat.get('p95') if lat else None)}</td>",
                 f"<td{cls}>{fmt(x['throughput_rps'], '{:.2f}')}</td>",
                 f"<td{cls}>{fmt(err, '{:.1f}')}</td>",
             ]
@@ -108,7 +110,7 @@ def side_by_side_html(summaries: list[dict]) -> str:
     )
 
 
-def compare_html(summaries: list[dict], plotlyjs="embed", live_script: str = "", links: str = "") -> str:
+def compare_html(summaries: list[Summary], plotlyjs="embed", live_script: str = "", links: str = "") -> str:
     fig = fig_html(compare_figure(summaries), True if plotlyjs == "embed" else plotlyjs)
     body = (
         f"<h1>tts-knee &middot; comparison of {len(summaries)} runs</h1>{links}"
@@ -117,7 +119,7 @@ def compare_html(summaries: list[dict], plotlyjs="embed", live_script: str = "",
     return page("tts-knee comparison", body)
 
 
-def write_compare(summaries: list[dict], out: Path) -> Path:
+def write_compare(summaries: list[Summary], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.html").write_text(compare_html(summaries), encoding="utf-8")
     (out / "summary.json").write_text(
@@ -130,7 +132,9 @@ def write_compare(summaries: list[dict], out: Path) -> Path:
                         "knee": s["knee"]["concurrency"],
                         "recommended_concurrency": s["recommended_concurrency"],
                         "diagnosis": s["diagnosis"],
-                        "slo": None if not s.get("slo") else {k: s["slo"][k] for k in ("spec", "max_concurrency")},
+                        "slo": None
+                        if not (slo := s.get("slo"))
+                        else {"spec": slo["spec"], "max_concurrency": slo["max_concurrency"]},
                     }
                     for s in summaries
                 ]

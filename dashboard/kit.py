@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from tts_knee.analysis.axis import of_summary
+from tts_knee.runformat.summary import BargeIn, Summary
+
+#: A summary whose steps stand at their rate or number of voices (:func:`dashboard.sweep.by_step`):
+#: the summary's shape with each ``concurrency`` relabelled (a rate in it), which is no declared
+#: type, so read as JSON; a summary of a run on the concurrency axis is one as it is.
+Relabelled = Mapping[str, Any]
 
 GIB = 1024**3
 KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
@@ -41,25 +49,43 @@ def fmt(v, spec="{:.0f}") -> str:
     return "-" if v is None else spec.format(v)
 
 
-def step_row(s: dict, cells: list[str], cls: str = "") -> str:
+def step_row(s: Mapping[str, object], cells: list[str], cls: str = "") -> str:
     """A step table's row of ``cells``, ``cls`` marking the knee or the recommendation; a step
     still running is marked open instead, with why its figures are partial on hover."""
     title = ""
-    if s.get("open"):
-        cls, title = "open", f" title='{esc(s['open']['note'])}'"
+    opened = s.get("open")
+    if opened:
+        assert isinstance(opened, dict), "a step's open is its open window's note"
+        cls, title = "open", f" title='{esc(opened['note'])}'"
     return f"<tr class='{cls}'{title}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
 
 
-def capacity_html(summary: dict) -> str:
+def capacity_html(summary: Summary) -> str:
     """The recommendation in replicas and money (``summary.capacity``), for the verdict box; ""
     where nothing is recommended."""
-    cap = summary.get("capacity") or {}
-    return f"<div class='capacity'>{esc(cap['text'])}</div>" if cap.get("at") and cap.get("text") else ""
+    cap = summary.get("capacity")
+    return f"<div class='capacity'>{esc(cap['text'])}</div>" if cap and cap.get("at") and cap.get("text") else ""
 
 
-def stat(s: dict, key: str, q: str):
+_NO_FIGURES: Mapping[str, object] = {}
+
+
+def figures(part: Mapping[str, object] | None) -> Mapping[str, object]:
+    """A part of the summary (a step's ``latency_ms``, its ``server`` …) read as figures by name,
+    none where it is missing (null)."""
+    return part or _NO_FIGURES
+
+
+def number(part: Mapping[str, object] | None, name: str) -> float | None:
+    """``part[name]`` where it is a number (a figure named at run time, ``wer_mean`` say), else None."""
+    value = part.get(name) if part else None
+    return value if isinstance(value, (int, float)) else None
+
+
+def stat(s: Mapping[str, object], key: str, q: str) -> object:
     """``s[key][q]`` (a step's ``latency_ms`` p95, say), None where either is missing."""
-    return (s.get(key) or {}).get(q)
+    figure = s.get(key)
+    return figure.get(q) if isinstance(figure, dict) else None
 
 
 def fig_html(fig: go.Figure, plotlyjs) -> str:
@@ -83,30 +109,30 @@ def lx(n):
     return np.log2(np.asarray(n, dtype=float)) if np.ndim(n) else math.log2(n)
 
 
-def is_open_loop(summary: dict) -> bool:
+def is_open_loop(summary: Relabelled) -> bool:
     """Whether the run offered rates (``--rates``, run.json mode ``open``): its steps stand at an
     offered rate, not a concurrency."""
     return of_summary(summary).open_loop
 
 
-def is_voice_sweep(summary: dict) -> bool:
+def is_voice_sweep(summary: Relabelled) -> bool:
     """Whether the run swept the number of distinct voices at one load (``--voice-steps``)."""
     return of_summary(summary).key == "voices"
 
 
-def is_streamed(summary: dict) -> bool:
+def is_streamed(summary: Relabelled) -> bool:
     """Whether the run was judged as streams (on underruns and TTFA)."""
     return bool((summary.get("knee") or {}).get("streamed"))
 
 
-def step_axis(summary: dict) -> str:
+def step_axis(summary: Relabelled) -> str:
     """The title of a per-step figure's x axis (and of a table's step column)."""
     if is_voice_sweep(summary):
         return "distinct voices"
     return "offered rate (req/s)" if is_open_loop(summary) else "concurrency"
 
 
-def step_label(s: dict) -> str:
+def step_label(s: Mapping[str, object]) -> str:
     """A step as per-step figures and tables name it: its offered rate (open loop), else its concurrency."""
     return f"{s['rate']:g}" if s.get("rate") is not None else str(s["concurrency"])
 
@@ -135,14 +161,15 @@ def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
     )
 
 
-def orphaned_words(barge: dict) -> str:
+def orphaned_words(barge: BargeIn) -> str:
     """Barge-in's orphaned work per cancel in words: from the running series, from the process's
     CPU (with its interval), or why it is not known."""
-    work = barge.get("orphaned_work_s") or {}
-    per = work.get("per_cancel_s")
-    if per is None:
+    work = barge["orphaned_work_s"]
+    per = work["per_cancel_s"] if work else None
+    if work is None or per is None:
         why = barge.get("orphaned_note") or "no running-requests series, no collector watching the server process"
         return f"n/a ({why})"
-    if work.get("uncertainty_s") is not None:
-        return f"{per:.2f} ± {work['uncertainty_s']:.2f} CPU-s per cancel (from the server process's CPU)"
+    uncertainty = work.get("uncertainty_s")
+    if uncertainty is not None:
+        return f"{per:.2f} ± {uncertainty:.2f} CPU-s per cancel (from the server process's CPU)"
     return f"{per:.2f} s per cancel"

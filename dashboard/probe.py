@@ -5,14 +5,16 @@ from :mod:`analysis.probe`) and the spike (``--spike``: ``summary["spike"]``, fr
 
 from __future__ import annotations
 
-from tts_knee.runformat.summary import Outcome, SpikeBehaviour as Behaviour
+from collections.abc import Mapping
+
+from tts_knee.runformat.summary import Outcome, Probe, ProbeLevel, SpikeBehaviour as Behaviour, Summary
 
 from .kit import esc, fmt
 
 _OUTCOMES = tuple(Outcome)
 
 
-def probe_headline(probe: dict) -> str:
+def probe_headline(probe: Probe) -> str:
     levels = " and ".join(map(str, probe["levels"]))
     guard = probe["needs_guarding"]
     return f"hostile texts (probe at concurrency {levels}): " + (
@@ -20,7 +22,14 @@ def probe_headline(probe: dict) -> str:
     )
 
 
-def probe_lines(summary: dict) -> list[str]:
+def _level_counts(level: ProbeLevel) -> str:
+    """A probe level's outcomes in words (those with requests)."""
+    counts: Mapping[str, object] = level
+    named = (f"{counts[k]} {k.replace('_', ' ')}" for k in _OUTCOMES if counts[k])
+    return f"{level['concurrency']}: " + ", ".join(named)
+
+
+def probe_lines(summary: Summary) -> list[str]:
     """The probe's headline and one line per class (none without a probe)."""
     probe = summary.get("probe")
     if not probe:
@@ -31,7 +40,7 @@ def probe_lines(summary: dict) -> list[str]:
     ]
 
 
-def probe_html(summary: dict) -> str:
+def probe_html(summary: Summary) -> str:
     """The report's section (empty without a probe)."""
     probe = summary.get("probe")
     if not probe:
@@ -39,14 +48,12 @@ def probe_html(summary: dict) -> str:
     head = "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in _OUTCOMES)
     rows = []
     for c in probe["classes"]:
-        levels = "<br>".join(
-            f"{lv['concurrency']}: " + ", ".join(f"{lv[k]} {k.replace('_', ' ')}" for k in _OUTCOMES if lv[k])
-            for lv in c["by_concurrency"]
-        )
+        levels = "<br>".join(_level_counts(lv) for lv in c["by_concurrency"])
+        outcomes: Mapping[str, object] = c["outcomes"]
         rows.append(
             f"<tr{' class=knee' if c['needs_guarding'] else ''}><td class='l'>{esc(c['class'])}</td>"
             f"<td class='l'>{esc(c['what'])}</td><td>{c['requests']}</td>"
-            + "".join(f"<td>{c['outcomes'][k] or ''}</td>" for k in _OUTCOMES)
+            + "".join(f"<td>{outcomes[k] or ''}</td>" for k in _OUTCOMES)
             + f"<td class='l'>{esc(', '.join(f'{s} x{n}' for s, n in c['statuses'].items()))}</td>"
             f"<td>{fmt(c['ms_p50'])}</td><td>{fmt(c['ms_max'])}</td><td>{fmt(c['audio_s_p50'], '{:.2f}')}</td>"
             f"<td class='l'>{levels}</td><td class='l'>{esc(c['verdict'])}</td>"
@@ -65,7 +72,7 @@ def probe_html(summary: dict) -> str:
     )
 
 
-def spike_html(summary: dict) -> str:
+def spike_html(summary: Summary) -> str:
     """The report's spike section (empty without a spike): the verdict and each phase's figures."""
     sp = summary.get("spike")
     if not sp:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tts_knee import runformat
 from tts_knee.runformat.reader import RunDir
+from tts_knee.runformat.summary import Summary
 
 from . import breakdown, sweep
 from .baseline import regression_html
@@ -32,7 +33,7 @@ from .timeline import timeline_figure
 from .trace import trace_html
 
 
-def _meta_html(rd: RunDir, summary: dict) -> str:
+def _meta_html(rd: RunDir, summary: Summary) -> str:
     run = summary["run"]
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(run["start"])) + " UTC" if run.get("start") else "?"
     bad = summary["bad_lines"]
@@ -43,20 +44,21 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
         notes.append("the target's TLS certificate was not verified (--tls-insecure)")
     if bad["requests"] or bad["resources"]:
         notes.append(f"skipped bad lines: requests.jsonl {bad['requests']}, resources.jsonl {bad['resources']}")
-    if run.get("run_json_error"):
-        notes.append(run["run_json_error"])
+    if unread := run.get("run_json_error"):
+        notes.append(unread)
     if summary.get("cut_by_run_end"):
         notes.append(
             f"{summary['cut_by_run_end']} attempts were still in flight when the run's drain ended: they are "
             f"recorded as cut_by_run_end and left out of every figure (--drain-time waits longer)"
         )
-    if run.get("audio_missing"):
-        notes.append(audio_missing_text(run["audio_missing"]))
+    if missing := run.get("audio_missing"):
+        notes.append(audio_missing_text(missing))
     health = summary.get("health")
     shown_health = health_text(health) if health and not health.get("ok") else None
     if shown_health:
         notes.append(shown_health)
-    workers = run.get("workers") if isinstance(run.get("workers"), list) else []
+    listed = run.get("workers")
+    workers = listed if isinstance(listed, list) else []
     lost = [w for w in workers if isinstance(w, dict) and w.get("lost_at")]
     if lost:
         notes.append(f"{len(lost)} worker(s) went away mid-run: " + ", ".join(str(w.get("id")) for w in lost))
@@ -69,7 +71,7 @@ def _meta_html(rd: RunDir, summary: dict) -> str:
     )
 
 
-def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = "") -> str:
+def report_html(rd: RunDir, summary: Summary, plotlyjs="embed", live_script: str = "") -> str:
     """The report page.  ``plotlyjs``: "embed" (self-contained) or a URL to load plotly.js from."""
     first = True if plotlyjs == "embed" else plotlyjs
     # the other figures: one point per rate, or per number of voices
@@ -129,6 +131,6 @@ def report_html(rd: RunDir, summary: dict, plotlyjs="embed", live_script: str = 
     return page(f"tts-knee {run_id}", body)
 
 
-def write_report(rd: RunDir, summary: dict) -> Path:
+def write_report(rd: RunDir, summary: Summary) -> Path:
     """Write ``report.html`` atomically; an OSError leaves no temporary file behind."""
     return runformat.write_text(rd.path / runformat.REPORT_HTML, report_html(rd, summary))

@@ -4,11 +4,13 @@ perf client's."""
 
 from __future__ import annotations
 
+from tts_knee.runformat.summary import Summary
+
 from .kit import esc
 from .table import RIVA_COLUMNS, RIVA_NOTE, riva_rows
 
 
-def riva_html(summary: dict) -> str:
+def riva_html(summary: Summary) -> str:
     """The section as rendered; "" for a run that was not streamed."""
     rows = riva_rows(summary)
     if not rows:

@@ -39,6 +39,7 @@ from plotly.offline import get_plotlyjs
 from tts_knee import runformat
 from tts_knee.analysis.summary import analyze
 from tts_knee.runformat.reader import RunDir, RunDirError
+from tts_knee.runformat.summary import Summary
 
 from .compare import compare_html
 from .kit import esc, page
@@ -68,7 +69,8 @@ class LiveView:
         self._lock = threading.Lock()
         self._key: tuple[tuple[int, int] | None, ...] | None = None
         self._built_at = 0.0
-        self._summaries: list[dict | None] = []
+        # each run's summary; why it could not be analysed; None before its first records
+        self._summaries: list[Summary | str | None] = []
         self._pages: dict[str, bytes] = {}
         self._plotlyjs: bytes | None = None
 
@@ -88,7 +90,7 @@ class LiveView:
             key = self._file_key()
             if key == self._key or (self._key is not None and time.monotonic() - self._built_at < MIN_REBUILD_S):
                 return
-            summaries = []
+            summaries: list[Summary | str | None] = []
             for rd in self.runs:
                 try:
                     rd.refresh()
@@ -96,7 +98,7 @@ class LiveView:
                         raise RunDirError(rd.format_error)
                     summaries.append(analyze(rd) if len(rd.requests.attempts()) else None)
                 except RunDirError as e:  # a malformed run.json is shown, not served as a crash
-                    summaries.append({"error": str(e)})
+                    summaries.append(str(e))
             self._summaries = summaries
             self._pages = {}
             self._key = key
@@ -114,11 +116,10 @@ class LiveView:
                 f"<h1>tts-knee &middot; {esc(rd.path.name)}</h1><p>Waiting for the first "
                 f"attempt records in {esc(rd.path)}&hellip;</p>{script}",
             ).encode()
-        if "error" in s:
+        if isinstance(s, str):
             return page(
                 "tts-knee",
-                f"<h1>tts-knee</h1><p class='warn'>Could not analyse "
-                f"{esc(rd.path.name)}: {esc(s['error'])}</p>{script}",
+                f"<h1>tts-knee</h1><p class='warn'>Could not analyse {esc(rd.path.name)}: {esc(s)}</p>{script}",
             ).encode()
         return report_html(rd, s, plotlyjs=f"{prefix}plotly.min.js", live_script=script).encode()
 
@@ -145,9 +146,10 @@ class LiveView:
             return 200, "text/plain; charset=utf-8", self.version().encode()
         if path == "/steps.json":
             s = self._summaries[0] if self._summaries else None
-            return 200, "application/json", json.dumps(tab_rows(s) if s and "error" not in s else []).encode()
+            return 200, "application/json", json.dumps(tab_rows(s) if s and not isinstance(s, str) else []).encode()
         if path == "/summary.json":
-            body = self._summaries[0] if len(self.runs) == 1 else self._summaries
+            served = [{"error": s} if isinstance(s, str) else s for s in self._summaries]
+            body = served[0] if len(self.runs) == 1 else served
             return 200, "application/json", json.dumps(body).encode()
         m = _RUN_ROUTE.match(path)
         if m:
@@ -166,7 +168,7 @@ class LiveView:
         return body
 
     def _compare_page(self) -> bytes:
-        ok = [s for s in self._summaries if s and "error" not in s]
+        ok = [s for s in self._summaries if s and not isinstance(s, str)]
         links = (
             "<p>"
             + " &middot; ".join(f"<a href='runs/{i}/'>{esc(rd.path.name)}</a>" for i, rd in enumerate(self.runs))

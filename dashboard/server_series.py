@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.server_metrics import timeline
 from tts_knee.runformat.reader import RunDir
+from tts_knee.runformat.summary import Summary
 
 from .kit import esc, fig_html, step_axis, step_label
 
@@ -19,7 +20,7 @@ def _get(s, *path):
     return s
 
 
-def server_figure(rd: RunDir, summary: dict) -> go.Figure | None:
+def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
     series = timeline(rd.resources)
     if not series:
         return None
@@ -92,7 +93,7 @@ def server_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     return fig
 
 
-def server_section(rd: RunDir, summary: dict) -> str:
+def server_section(rd: RunDir, summary: Summary) -> str:
     fig = server_figure(rd, summary)
     if fig is None:
         return ""

@@ -4,31 +4,37 @@ of its figures per level, where the run's requests mix them (``summary.slices``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 import plotly.graph_objects as go
 
 from tts_knee.analysis.slices import MIN_REQUESTS
 from tts_knee.analysis.speech import pct
+from tts_knee.runformat.summary import SliceLevel, SliceSpeech, Summary
 
 from .kit import KNEE_COLOUR, conc_axis, esc, fig_html, fmt, lx, step_axis
 
-_KINDS = (("by_language", "language"), ("by_voice", "voice"))
+#: The slices by what the records name: ``slices``'s lists
+Kind = Literal["by_language", "by_voice"]
+_KINDS: tuple[tuple[Kind, str], ...] = (("by_language", "language"), ("by_voice", "voice"))
 
 
-def _x(level: dict[str, Any], axis: str) -> Any:
+def _x(level: SliceLevel, axis: str) -> float | None:
     """A level's place on the axis (its concurrency, offered rate or number of voices)."""
-    return level.get(axis) if axis != "concurrency" else level["concurrency"]
+    if axis == "concurrency":
+        return level["concurrency"]
+    return level.get("rate") if axis == "rate" else level.get("voices") if axis == "voices" else None
 
 
-def _streamed(summary: dict[str, Any]) -> bool:
-    return bool((summary.get("knee") or {}).get("streamed"))
+def _streamed(summary: Summary) -> bool:
+    return bool(summary["knee"].get("streamed"))
 
 
-def figure(summary: dict[str, Any], key: str, what: str) -> go.Figure:
+def figure(summary: Summary, key: Kind, what: str) -> go.Figure:
     """Each slice's p95 (TTFA p95 in a streamed run) along the axis, its knee marked."""
     sliced, axis = summary["slices"], summary["slices"]["axis"]
-    field, label = ("ttfa_p95_ms", "TTFA p95") if _streamed(summary) else ("p95_ms", "wait p95")
+    field: Literal["ttfa_p95_ms", "p95_ms"] = "ttfa_p95_ms" if _streamed(summary) else "p95_ms"
+    label = "TTFA p95" if _streamed(summary) else "wait p95"
     fig = go.Figure()
     points = []
     for sl in sliced[key]:
@@ -63,11 +69,12 @@ def figure(summary: dict[str, Any], key: str, what: str) -> go.Figure:
     return fig
 
 
-def _speech_cell(sp: dict[str, Any] | None) -> str:
+def _speech_cell(sp: SliceSpeech | None) -> str:
     if not sp:
         return "-"
     metric = sp["metric"]
-    said = [f"{metric.upper()} {pct(sp.get(metric + '_mean'))}"]
+    error_mean = sp["wer_mean"] if metric == "wer" else sp["cer_mean"] if metric == "cer" else None
+    said = [f"{metric.upper()} {pct(error_mean)}"]
     if sp.get("similarity_mean") is not None:
         said.append(f"sim {sp['similarity_mean']:.2f}")
     if sp.get("mos_mean") is not None:
@@ -75,7 +82,7 @@ def _speech_cell(sp: dict[str, Any] | None) -> str:
     return ", ".join(said)
 
 
-def table(summary: dict[str, Any], key: str, what: str) -> str:
+def table(summary: Summary, key: Kind, what: str) -> str:
     """One row per slice and level: requests, failures, p50 and p95, TTFA p95 and underruns
     (streamed), what the judge heard; the knee's row marked."""
     axis, streamed = summary["slices"]["axis"], _streamed(summary)
@@ -91,7 +98,7 @@ def table(summary: dict[str, Any], key: str, what: str) -> str:
             if streamed:
                 cells += [
                     fmt(lv["ttfa_p95_ms"]),
-                    fmt(None if lv["underrun_rate"] is None else 100 * lv["underrun_rate"]),
+                    fmt(None if (underrun := lv["underrun_rate"]) is None else 100 * underrun),
                 ]
             if judged:
                 cells.append(_speech_cell(lv.get("speech")))
@@ -105,7 +112,7 @@ def table(summary: dict[str, Any], key: str, what: str) -> str:
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
-def verdicts(summary: dict[str, Any], key: str) -> str:
+def verdicts(summary: Summary, key: Kind) -> str:
     """Each slice's knee in words."""
     axis = summary["slices"]["axis"]
     unit = {"rate": " req/s", "voices": " voices"}.get(axis, "")
@@ -127,7 +134,7 @@ RULE = (
 )
 
 
-def slices_html(summary: dict[str, Any]) -> str:
+def slices_html(summary: Summary) -> str:
     """The section ("" where the run has no slices)."""
     sliced = summary.get("slices")
     if not sliced:
@@ -144,7 +151,7 @@ def slices_html(summary: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def slice_lines(summary: dict[str, Any]) -> list[str]:
+def slice_lines(summary: Summary) -> list[str]:
     """The terminal's lines: each kind's slices and their knees ([] where the run has none)."""
-    sliced = summary.get("slices") or {}
-    return [f"slices by {what}: {verdicts(summary, key)}" for key, what in _KINDS if sliced.get(key)]
+    sliced = summary.get("slices")
+    return [f"slices by {what}: {verdicts(summary, key)}" for key, what in _KINDS if sliced and sliced.get(key)]

@@ -11,21 +11,32 @@ from plotly.subplots import make_subplots
 from tts_knee.analysis.confidence import min_bounding_n
 from tts_knee.analysis.slo import METRICS, parse
 
-from .kit import FAIL_COLOUR, PASS_COLOUR, UNSURE_COLOUR, conc_axis, esc, fig_html, is_open_loop, lx, step_axis
+from .kit import (
+    FAIL_COLOUR,
+    PASS_COLOUR,
+    UNSURE_COLOUR,
+    Relabelled,
+    conc_axis,
+    esc,
+    fig_html,
+    is_open_loop,
+    lx,
+    step_axis,
+)
 
 _WORD = {True: "pass", False: "fail", None: "inconclusive"}
 _COLOUR = {True: PASS_COLOUR, False: FAIL_COLOUR, None: UNSURE_COLOUR}
 
 
-def _key(summary: dict) -> str:
+def _key(summary: Relabelled) -> str:
     return "rate" if is_open_loop(summary) else "concurrency"
 
 
-def _name(summary: dict, v) -> str:
+def _name(summary: Relabelled, v) -> str:
     return f"{v:g} req/s" if is_open_loop(summary) else str(v)
 
 
-def _metrics(summary: dict) -> list[str]:
+def _metrics(summary: Relabelled) -> list[str]:
     """The SLO's metrics, each once, in the spec's order."""
     return list(dict.fromkeys(t.metric for t in parse(summary["slo"]["spec"]).terms))
 
@@ -36,7 +47,7 @@ def _fmt(v) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def slo_figure(summary: dict) -> go.Figure:
+def slo_figure(summary: Relabelled) -> go.Figure:
     """Each SLO term's own figure per level, as it was judged (its value, its 95% interval where
     it has one), coloured by the level's verdict, with the term's threshold drawn."""
     sl, key = summary["slo"], _key(summary)
@@ -105,7 +116,7 @@ def slo_figure(summary: dict) -> go.Figure:
     return fig
 
 
-def slo_html(summary: dict, plotlyjs) -> str:
+def slo_html(summary: Relabelled, plotlyjs) -> str:
     """Verdict per level (repeats pooled) with each term's figure, and the figure."""
     sl = summary.get("slo")
     if not sl:
@@ -173,7 +184,7 @@ def slo_html(summary: dict, plotlyjs) -> str:
     return head + gate_html + table + fig_html(slo_figure(summary), plotlyjs) + repeats_html(summary)
 
 
-def repeats_html(summary: dict) -> str:
+def repeats_html(summary: Relabelled) -> str:
     """Each repeat's figures where a concurrency was tested more than once."""
     rows = []
     key = _key(summary)

@@ -4,8 +4,13 @@ throughput and memory, and the trend found in each figure (``summary["soak"]``, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from tts_knee.analysis.soak import per_host
+from tts_knee.runformat.summary import Soak, Summary
 
 from .kit import esc, fig_html, fmt
 from .table import soak_headline
@@ -19,7 +24,7 @@ _MEMORY = (
 )
 
 
-def soak_figure(soak: dict) -> go.Figure:
+def soak_figure(soak: Soak) -> go.Figure:
     rows = soak["windows"]
     t0 = soak.get("start") or (rows[0]["start"] if rows else 0.0)
     x = [((r["start"] + r["end"]) / 2 - t0) / 60.0 for r in rows]
@@ -30,17 +35,25 @@ def soak_figure(soak: dict) -> go.Figure:
         vertical_spacing=0.06,
         subplot_titles=("Latency per window (ms)", "Throughput (req/s)", "Memory (MB)"),
     )
+    figures: list[Mapping[str, object]] = [*rows]
     for key, name, dash in (("p50_ms", "p50", None), ("p95_ms", "p95", "dot"), ("ttfa_p95_ms", "TTFA p95", "dash")):
-        if any(r.get(key) is not None for r in rows):
+        if any(r.get(key) is not None for r in figures):
             fig.add_scatter(
-                x=x, y=[r.get(key) for r in rows], name=name, mode="lines+markers", line=dict(dash=dash), row=1, col=1
+                x=x,
+                y=[r.get(key) for r in figures],
+                name=name,
+                mode="lines+markers",
+                line=dict(dash=dash),
+                row=1,
+                col=1,
             )
     fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name="throughput", mode="lines+markers", row=2, col=1)
     for key, name in _MEMORY:
-        for host in sorted({h for r in rows for h in r[key]}):
+        by_host = [per_host(r, key) for r in rows]
+        for host in sorted({h for held in by_host for h in held}):
             fig.add_scatter(
                 x=x,
-                y=[None if r[key].get(host) is None else r[key][host] / MB for r in rows],
+                y=[None if held.get(host) is None else held[host] / MB for held in by_host],
                 name=f"{name} {esc(host)}",
                 mode="lines+markers",
                 row=3,
@@ -51,7 +64,7 @@ def soak_figure(soak: dict) -> go.Figure:
     return fig
 
 
-def _trend_rows(soak: dict) -> str:
+def _trend_rows(soak: Soak) -> str:
     out = []
     for t in soak["trends"]:
         unit, scale, spec = _UNITS.get(t["unit"], (t["unit"], 1.0, "{:.2f}"))
@@ -67,7 +80,7 @@ def _trend_rows(soak: dict) -> str:
     return "".join(out)
 
 
-def soak_html(summary: dict) -> str:
+def soak_html(summary: Summary) -> str:
     """The section (empty for a run without a soak); plotly.js is loaded by an earlier figure."""
     soak = summary.get("soak")
     if not soak:

@@ -10,16 +10,24 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.speech import MIN_MOS_DROP, MIN_RISE, MIN_SIMILARITY_DROP, pct
 from tts_knee.audio.asr import UNINTELLIGIBLE
+from tts_knee.runformat.summary import ListenDrop, SpeechRise, SpeechStep, StepSummary, Summary
 
-from .kit import esc, fmt, is_streamed, stat
+from .kit import esc, fmt, is_streamed, number, stat
 from .table import speech_metric
 
 
-def _judged_steps(summary: dict) -> list[dict]:
-    return [s for s in summary["steps"] if s.get("requests") and (s.get("speech") or {}).get("judged")]
+def _judged_steps(summary: Summary) -> list[StepSummary]:
+    return [s for s in summary["steps"] if s.get("requests") and (sp := s.get("speech")) and sp.get("judged")]
 
 
-def speech_figure(summary: dict) -> go.Figure | None:
+def _speech(step: StepSummary) -> SpeechStep:
+    """What the judge heard of a step this section shows (one it judged)."""
+    speech = step.get("speech")
+    assert speech is not None, "the steps shown here are those the judge heard"
+    return speech
+
+
+def speech_figure(summary: Summary) -> go.Figure | None:
     """Error rate (mean and p95) per step against the step's p95 latency (TTFA in a streamed
     run); None where no step was judged."""
     metric = speech_metric(summary)
@@ -32,7 +40,7 @@ def speech_figure(summary: dict) -> go.Figure | None:
     for q, dash in (("mean", "solid"), ("p95", "dot")):
         fig.add_scatter(
             x=labels,
-            y=[100 * (s["speech"].get(f"{metric}_{q}") or 0) for s in steps],
+            y=[100 * (number(_speech(s), f"{metric}_{q}") or 0) for s in steps],
             name=f"{name} {q} (%)",
             mode="lines+markers",
             line=dict(color="#9467bd", dash=dash),
@@ -46,8 +54,7 @@ def speech_figure(summary: dict) -> go.Figure | None:
         line=dict(color="#1f77b4"),
         secondary_y=True,
     )
-    knee = summary.get("knee") or {}
-    at = (knee.get("methods") or {}).get("speech")
+    at = summary["knee"]["methods"].get("speech")
     if at is not None and str(at) in labels:  # the speech knee
         fig.add_vline(x=labels.index(str(at)), line=dict(color="#9467bd", dash="dash"))
     fig.update_xaxes(title_text="concurrency", type="category")
@@ -57,7 +64,7 @@ def speech_figure(summary: dict) -> go.Figure | None:
     return fig
 
 
-def speech_html(summary: dict, figure_html: str) -> str:
+def speech_html(summary: Summary, figure_html: str) -> str:
     """The section (empty when the run was not judged and no signal check found anything)."""
     metric = speech_metric(summary)
     parts = []
@@ -72,17 +79,17 @@ def speech_html(summary: dict, figure_html: str) -> str:
             f"worse by more than {MIN_RISE:.0%} at the low end of a 95 % bootstrap interval."
         )
         rows = []
-        rises = (summary.get("knee") or {}).get("speech_rise") or []
+        rises = summary["knee"].get("speech_rise") or []
         levels = {
             lv["concurrency"]: (lv, rises[i] if i < len(rises) else None)
             for i, lv in enumerate(lv for lv in summary.get("levels") or [] if lv.get("requests"))
         }
         for s in steps:
-            sp = s["speech"]
+            sp = _speech(s)
             rise = (levels.get(s["concurrency"]) or (None, None))[1]
             rows.append(
                 f"<tr><td>{esc(s['concurrency'])}</td><td>{sp['judged']}</td><td>{sp['not_judged']}</td>"
-                f"<td>{esc(pct(sp.get(metric + '_mean')))}</td><td>{esc(pct(sp.get(metric + '_p95')))}</td>"
+                f"<td>{esc(pct(number(sp, metric + '_mean')))}</td><td>{esc(pct(number(sp, metric + '_p95')))}</td>"
                 f"<td>{sp['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>"
             )
         parts.append(
@@ -92,7 +99,7 @@ def speech_html(summary: dict, figure_html: str) -> str:
             f"</th></tr>{''.join(rows)}</table>"
         )
         parts.append(_behind(summary))
-        worst = [(s, w) for s in steps for w in s["speech"].get("worst") or [] if w["error"] > 0]
+        worst = [(s, w) for s in steps for w in _speech(s).get("worst") or [] if w["error"] > 0]
         worst.sort(key=lambda p: -p[1]["error"])
         if worst:
             cells = "".join(
@@ -115,17 +122,17 @@ def speech_html(summary: dict, figure_html: str) -> str:
     return "<h2>What the listener hears</h2>" + "".join(parts)
 
 
-def _behind(summary: dict) -> str:
+def _behind(summary: Summary) -> str:
     """A line saying how fast the judge went, where it fell behind (clips left unjudged for want
     of time); empty where it kept up."""
-    steps = [s for s in summary["steps"] if s.get("speech")]
-    behind = sum(s["speech"].get("behind") or 0 for s in steps)
+    heard = [(s, speech) for s in summary["steps"] if (speech := s.get("speech"))]
+    behind = sum(sp.get("behind") or 0 for _, sp in heard)
     if not behind:
         return ""
-    judged = sum(s["speech"]["judged"] for s in steps)
-    offered = judged + sum(s["speech"]["not_judged"] for s in steps)
-    cpu_s = sum(s["speech"].get("judge_cpu_s") or 0.0 for s in steps)
-    step_s = sum((s.get("window") or {}).get("duration_s") or 0.0 for s in steps)
+    judged = sum(sp["judged"] for _, sp in heard)
+    offered = judged + sum(sp["not_judged"] for _, sp in heard)
+    cpu_s = sum(sp.get("judge_cpu_s") or 0.0 for _, sp in heard)
+    step_s = sum(s["window"].get("duration_s") or 0.0 for s, _ in heard)
     rate = f"{judged / cpu_s:.2f} clips per CPU-second ({judged} clips in {cpu_s:.1f} CPU-s)" if cpu_s else "-"
     offer = f", against {offered / step_s:.2f} clips per second offered ({offered} in {step_s:.0f} s of steps)"
     return (
@@ -135,14 +142,14 @@ def _behind(summary: dict) -> str:
     )
 
 
-def _rise_text(rise: dict | None) -> str:
+def _rise_text(rise: SpeechRise | None) -> str:
     if not rise:
         return "-"
     lo, hi = rise["ci"]
     return f"{pct(rise['mean'])} ({pct(lo)} to {pct(hi)}, {rise['pairs']} texts)"
 
 
-def _signal_rows(summary: dict) -> str:
+def _signal_rows(summary: Summary) -> str:
     steps = [s for s in summary["steps"] if s.get("requests")]
     if not any(s.get("leading_silence_ms") or s.get("silent_rate") for s in steps):
         return ""
@@ -152,7 +159,7 @@ def _signal_rows(summary: dict) -> str:
         f"<td>{fmt(stat(s, 'leading_silence_ms', 'p50'))}</td><td>{fmt(stat(s, 'leading_silence_ms', 'p95'))}</td>"
         f"<td>{fmt(stat(s, 'trailing_silence_ms', 'p95'))}</td>"
         + "".join(
-            f"<td>{esc(pct(s.get(k)) if s.get(k) is not None else '-')}</td>"
+            f"<td>{esc(pct(rate) if (rate := number(s, k)) is not None else '-')}</td>"
             for k in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate")
         )
         + "</tr>"
@@ -170,20 +177,20 @@ def _signal_rows(summary: dict) -> str:
     )
 
 
-def _drop_text(drop: dict | None) -> str:
+def _drop_text(drop: ListenDrop | None) -> str:
     return "-" if not drop else f"{drop['mean']:.2f} ({drop['ci'][0]:.2f} to {drop['ci'][1]:.2f})"
 
 
-def _listen_html(summary: dict, steps: list[dict]) -> str:
+def _listen_html(summary: Summary, steps: list[StepSummary]) -> str:
     """--asr-listen: each step's speaker similarity and naturalness, their drops, the least alike clips."""
-    if not any("similarity_mean" in s["speech"] for s in steps):
+    if not any("similarity_mean" in _speech(s) for s in steps):
         return ""
-    knee = summary.get("knee") or {}
-    drops = {name: knee.get(f"{name}_drop") or [] for name in ("similarity", "mos")}
+    knee = summary["knee"]
+    drops = {"similarity": knee.get("similarity_drop") or [], "mos": knee.get("mos_drop") or []}
     done = [lv for lv in summary.get("levels") or [] if lv.get("requests")]
     at = {lv["concurrency"]: i for i, lv in enumerate(done)}
 
-    def drop(name: str, c: int) -> dict | None:
+    def drop(name: str, c: int) -> ListenDrop | None:
         i = at.get(c)
         return drops[name][i] if i is not None and i < len(drops[name]) else None
 
@@ -197,7 +204,7 @@ def _listen_html(summary: dict, steps: list[dict]) -> str:
         f"</td><td>{num(sp.get('mos_sig_mean'))}</td><td>{num(sp.get('mos_bak_mean'))}</td>"
         f"<td>{esc(_drop_text(drop('mos', s['concurrency'])))}</td><td>{sp.get('not_listened') or 0}</td></tr>"
         for s in steps
-        for sp in [s["speech"]]
+        for sp in [_speech(s)]
     )
     rule = (
         f"Speaker similarity: the cosine of each clip's speaker embedding with the same text's at the lowest "
@@ -206,7 +213,7 @@ def _listen_html(summary: dict, steps: list[dict]) -> str:
         f"stays above {MIN_SIMILARITY_DROP:g} of similarity or {MIN_MOS_DROP:g} MOS."
     )
     least = sorted(
-        ((s, w) for s in steps for w in s["speech"].get("worst_similarity") or []), key=lambda p: p[1]["similarity"]
+        ((s, w) for s in steps for w in _speech(s).get("worst_similarity") or []), key=lambda p: p[1]["similarity"]
     )
     clips = "".join(
         f"<tr><td>{esc(s['concurrency'])}</td><td>{w['similarity']:.2f}</td><td>{num(w.get('mos'))}</td>"

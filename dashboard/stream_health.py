@@ -13,14 +13,15 @@ from plotly.subplots import make_subplots
 from tts_knee.analysis.knee import UNDERRUN_RATE
 from tts_knee.analysis.playback import pick_streams, playback
 from tts_knee.runformat.reader import RunDir
+from tts_knee.runformat.summary import Summary
 
-from .kit import esc
+from .kit import esc, stat
 
 STREAM_COLOURS = {"typical": "#1f77b4", "worst": "#d62728"}
 STREAM_COLS = 4  # subplots per row of the stream-health figure
 
 
-def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
+def stream_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
     """Per step, audio received and played (s) over time since t0 (s) of a typical and the worst
     stream; None when no step has a stream with chunk lists."""
     steps = [s for s in summary["steps"] if s.get("requests")]
@@ -28,9 +29,11 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     buffer_ms = rd.playback_buffer_ms()
     drawn = []
     for s in steps:
+        number = s["step"]
+        assert number is not None, "an executed step has its number"
         candidates = {
             name: (row, playback(at, audio, buffer_ms))
-            for name, (row, at, audio) in pick_streams(a, rd.requests, s["step"]).items()
+            for name, (row, at, audio) in pick_streams(a, rd.requests, number).items()
         }
         drawn.append((s, {k: (row, pb) for k, (row, pb) in candidates.items() if pb is not None}))
     if not any(p for _, p in drawn):
@@ -114,13 +117,13 @@ def stream_figure(rd: RunDir, summary: dict) -> go.Figure | None:
     return fig
 
 
-def underrun_figure(summary: dict) -> go.Figure:
+def underrun_figure(summary: Summary) -> go.Figure:
     steps = [s for s in summary["steps"] if s.get("requests")]
     labels = [str(s["concurrency"]) for s in steps]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Streams that stalled (%)", "Stall per stream (ms)"))
     fig.add_bar(
         x=labels,
-        y=[None if s.get("underrun_rate") is None else 100 * s["underrun_rate"] for s in steps],
+        y=[None if (rate := s.get("underrun_rate")) is None else 100 * rate for s in steps],
         name="streams with >= 1 underrun",
         marker_color="#d62728",
         row=1,
@@ -138,9 +141,7 @@ def underrun_figure(summary: dict) -> go.Figure:
         ("underrun_ms", "max", "max stall"),
         ("gap_max_ms", "p95", "p95 largest gap between chunks"),
     ):
-        fig.add_scatter(
-            x=labels, y=[(s.get(key) or {}).get(q) for s in steps], name=name, mode="lines+markers", row=1, col=2
-        )
+        fig.add_scatter(x=labels, y=[stat(s, key, q) for s in steps], name=name, mode="lines+markers", row=1, col=2)
     fig.update_xaxes(title_text="concurrency", type="category")
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=340, margin=dict(t=40, b=40, l=60, r=20))

@@ -6,7 +6,7 @@ table, from its :class:`Axis`, and curves of its own: latency and throughput aga
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,19 +14,21 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.analysis.axis import of_summary
+from tts_knee.analysis.axis import Key, of_summary
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
-from tts_knee.runformat.summary import DiagnosisKind
+from tts_knee.runformat.summary import DiagnosisKind, StepSummary, Summary
 
 from .kit import (
     GIB,
     KNEE_COLOUR,
     REC_COLOUR,
+    Relabelled,
     capacity_html,
     ci_bars,
     conc_axis,
     esc,
+    figures,
     fmt,
     is_streamed,
     lx,
@@ -40,30 +42,34 @@ from .table import RATE_COLUMNS, TAIL_COLUMN, rate_table_rows, speech_metric, ta
 class Axis:
     """What the steps stand on, and how the report's top names it."""
 
-    key: str  # the step's field: "concurrency", "rate" or "voices"
+    key: Key  # the step's field: "concurrency", "rate" or "voices"
     method_head: str  # the knee methods table's column
     method: Callable[[object], str]  # a knee method's answer, as its cell shows it
-    headline: Callable[[dict], str]  # the verdict's first line, up to the diagnosis
-    verdict_note: Callable[[dict], str]  # below the knee methods: the rules a step breaks by
-    columns: Callable[[dict], tuple]  # the step table's heads
-    rows: Callable[[dict], list[list[str]]]  # its rows, one per executed step
-    table_note: Callable[[dict], str]  # what the table's figures are
-    curves: Callable[[dict], go.Figure | None]  # latency and throughput against the axis
+    headline: Callable[[Summary], str]  # the verdict's first line, up to the diagnosis
+    verdict_note: Callable[[Summary], str]  # below the knee methods: the rules a step breaks by
+    columns: Callable[[Summary], tuple]  # the step table's heads
+    rows: Callable[[Summary], list[list[str]]]  # its rows, one per executed step
+    table_note: Callable[[Summary], str]  # what the table's figures are
+    curves: Callable[[Summary], go.Figure | None]  # latency and throughput against the axis
 
-    def knee(self, summary: dict):
+    def knee(self, summary: Summary) -> float | None:
         return summary["knee"][self.key]
 
-    def recommended(self, summary: dict):
-        return summary.get(f"recommended_{self.key}")
+    def recommended(self, summary: Summary) -> float | None:
+        if self.key == "rate":
+            return summary.get("recommended_rate")
+        if self.key == "voices":
+            return summary.get("recommended_voices")
+        return summary.get("recommended_concurrency")
 
 
-def axis(summary: dict) -> Axis:
+def axis(summary: Summary) -> Axis:
     """The axis a run's steps stand on: the analysis's own (:func:`analysis.axis.of_summary`),
     as the report draws it."""
     return _DRAWN[of_summary(summary).key]
 
 
-def by_step(summary: dict) -> dict:
+def by_step(summary: Summary) -> Relabelled:
     """The summary with each step (its levels, and for a voice sweep its SLO verdicts) standing at
     its rate or number of voices, for the report's figures that label steps by concurrency
     (retries, stages, memory, text length, the voice sweep's SLO)."""
@@ -71,7 +77,7 @@ def by_step(summary: dict) -> dict:
     if key == "concurrency":
         return summary
 
-    def at(items):
+    def at(items: Sequence[Mapping[str, object]] | None) -> list[dict[str, object]]:
         return [dict(s, concurrency=s.get(key)) for s in items or ()]
 
     steps, sl = at(summary["steps"]), summary.get("slo")
@@ -83,19 +89,20 @@ def by_step(summary: dict) -> dict:
             knee=dict(summary["knee"], concurrency=summary["knee"]["rate"]),
             recommended_concurrency=summary.get("recommended_rate"),
         )
-    if sl:
-        sl = dict(sl, steps=at(sl["steps"]), by_step=at(sl["by_step"]), max_concurrency=sl.get("max_voices"))
+    voices_slo = (
+        dict(sl, steps=at(sl["steps"]), by_step=at(sl["by_step"]), max_concurrency=sl.get("max_voices")) if sl else sl
+    )
     return dict(
         summary,
         steps=steps,
         levels=at(summary.get("levels")),
-        slo=sl,
+        slo=voices_slo,
         knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
         recommended_concurrency=summary.get("recommended_voices"),
     )
 
 
-def verdict_html(summary: dict) -> str:
+def verdict_html(summary: Summary) -> str:
     ax, d, knee = axis(summary), summary["diagnosis"], summary["knee"]
     ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
     methods = "".join(
@@ -110,7 +117,7 @@ def verdict_html(summary: dict) -> str:
     )
 
 
-def step_table_html(summary: dict) -> str:
+def step_table_html(summary: Summary) -> str:
     ax = axis(summary)
     knee, rec = ax.knee(summary), ax.recommended(summary)
     head = "".join(f"<th>{esc(c)}</th>" for c in ax.columns(summary))
@@ -121,7 +128,7 @@ def step_table_html(summary: dict) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>{ax.table_note(summary)}</p>"
 
 
-def curves_figure(summary: dict) -> go.Figure | None:
+def curves_figure(summary: Summary) -> go.Figure | None:
     return axis(summary).curves(summary)
 
 
@@ -134,7 +141,7 @@ def _finish(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def _levels(summary: dict) -> list[dict]:
+def _levels(summary: Summary) -> list[StepSummary]:
     """The steps the curves show: one per level (repeats pooled), a soak left out."""
     return [s for s in summary.get("levels") or summary["steps"] if s.get("requests")]
 
@@ -142,7 +149,7 @@ def _levels(summary: dict) -> list[dict]:
 # -- by concurrency ----------------------------------------------------------------------------
 
 
-def _concurrency_curves(summary: dict) -> go.Figure:
+def _concurrency_curves(summary: Summary) -> go.Figure:
     steps = _levels(summary)
     fig = _figure(
         2,
@@ -158,7 +165,7 @@ def _concurrency_curves(summary: dict) -> go.Figure:
     _wait_lines(fig, n, steps, (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")))
     fig.add_scatter(
         x=n,
-        y=[(s.get("e2e_ms") or {}).get("p95") for s in steps],
+        y=[stat(s, "e2e_ms", "p95") for s in steps],
         name="p95 end-to-end",
         mode="lines+markers",
         line=dict(dash="dashdot", color="#7f7f7f"),
@@ -169,7 +176,7 @@ def _concurrency_curves(summary: dict) -> go.Figure:
         for q, dash in (("p50", None), ("p95", "dot")):
             fig.add_scatter(
                 x=n,
-                y=[(s.get("ttfa_ms") or {}).get(q) for s in steps],
+                y=[stat(s, "ttfa_ms", q) for s in steps],
                 name=f"{q} TTFA",
                 mode="lines+markers",
                 line=dict(dash=dash, color="#000000", width=2),
@@ -186,8 +193,8 @@ def _concurrency_curves(summary: dict) -> go.Figure:
         row=1,
         col=2,
     )
-    if steps and steps[0].get("throughput_rps"):
-        x1 = steps[0]["throughput_rps"] / steps[0]["concurrency"]
+    if steps and (first_rps := steps[0].get("throughput_rps")):
+        x1 = first_rps / steps[0]["concurrency"]
         fig.add_scatter(
             x=n,
             y=[x1 * c for c in conc],
@@ -212,7 +219,7 @@ def _concurrency_curves(summary: dict) -> go.Figure:
     conc_axis(fig, steps, row=1, col=1)
     conc_axis(fig, steps, row=1, col=2)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
-    xs = [s["throughput_rps"] for s in steps if s.get("throughput_rps")]
+    xs = [rps for s in steps if (rps := s.get("throughput_rps"))]
     fig.update_yaxes(title_text="req/s", range=[0, 1.3 * max(xs)] if xs else None, row=1, col=2)
     knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
     for c in (1, 2):
@@ -240,12 +247,12 @@ def _concurrency_curves(summary: dict) -> go.Figure:
 _CONCURRENCY_EXTRA = ("e2e p95", "throttled", "GPU mem peak", "client CPU", "Little")
 
 
-def _concurrency_rows(summary: dict) -> list[list[str]]:
+def _concurrency_rows(summary: Summary) -> list[list[str]]:
     rows = []
     for s, r in zip(summary["steps"], table_rows(summary)):
-        srv, cli = s.get("server") or {}, s.get("client") or {}
-        e2e = (s.get("e2e_ms") or {}).get("p95")
-        mem = srv.get("gpu_mem_peak_bytes")
+        srv, cli = s.get("server"), figures(s.get("client"))
+        e2e = stat(s, "e2e_ms", "p95")
+        mem = srv.get("gpu_mem_peak_bytes") if srv else None
         lit = s.get("little")
         rows.append(
             r
@@ -260,7 +267,7 @@ def _concurrency_rows(summary: dict) -> list[list[str]]:
     return rows
 
 
-def _concurrency_table_note(summary: dict) -> str:
+def _concurrency_table_note(summary: Summary) -> str:
     return (
         "Latencies in ms: wait of successful final attempts (t2-t0). rps: successful requests per second of "
         "the measured window (settle time to step end), counting requests that finished in it. Little: mean "
@@ -288,14 +295,14 @@ def _concurrency_table_note(summary: dict) -> str:
     )
 
 
-def _concurrency_headline(summary: dict) -> str:
+def _concurrency_headline(summary: Summary) -> str:
     return (
         f"Knee: <b>{esc(summary['knee']['concurrency'] or 'none found')}</b> &middot; recommended "
         f"concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b>"
     )
 
 
-def _concurrency_note(summary: dict) -> str:
+def _concurrency_note(summary: Summary) -> str:
     knee, usl = summary["knee"], summary.get("usl")
     usl_txt = (
         "USL fit needs at least 4 steps with throughput."
@@ -310,7 +317,7 @@ def _concurrency_note(summary: dict) -> str:
             )
         )
     )
-    lit_bad = [x for x in summary["little_law"] if not x["ok"]]
+    lit_bad = [x for x in summary["little_law"] or [] if not x["ok"]]
     lit = (
         f"Little's law holds at every step (within {LITTLE_TOLERANCE:.0%})."
         if not lit_bad
@@ -344,7 +351,7 @@ CONCURRENCY = Axis(
 # -- by offered rate ---------------------------------------------------------------------------
 
 
-def _rate_curves(summary: dict) -> go.Figure | None:
+def _rate_curves(summary: Summary) -> go.Figure | None:
     steps = _levels(summary)
     if not steps:
         return None
@@ -428,7 +435,7 @@ def _rate_curves(summary: dict) -> go.Figure | None:
     return _finish(fig)
 
 
-def _rate_headline(summary: dict) -> str:
+def _rate_headline(summary: Summary) -> str:
     rate = fmt(summary["knee"]["rate"], "{:g}") if summary["knee"]["rate"] is not None else "none found"
     return (
         f"Knee: <b>{esc(rate)} req/s</b> &middot; recommended rate: "
@@ -438,7 +445,7 @@ def _rate_headline(summary: dict) -> str:
     )
 
 
-def _rate_note(summary: dict) -> str:
+def _rate_note(summary: Summary) -> str:
     return (
         f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
         f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "
@@ -471,15 +478,19 @@ RATE = Axis(
 # -- by number of voices -----------------------------------------------------------------------
 
 
-def _hit_rate(s: dict) -> float | None:
-    roles = (s.get("server") or {}).get("server_roles") or {}
+def _hit_rate(s: StepSummary) -> float | None:
+    server = s.get("server")
+    roles = (server.get("server_roles") if server else None) or {}
     hits, misses = roles.get("voice_cache_hits"), roles.get("voice_cache_misses")
-    if not hits or not misses or hits["mean"] + misses["mean"] <= 0:
+    if not hits or not misses:
         return None
-    return 100.0 * hits["mean"] / (hits["mean"] + misses["mean"])
+    hit_mean, miss_mean = hits["mean"], misses["mean"]
+    if hit_mean is None or miss_mean is None or hit_mean + miss_mean <= 0:  # a series without a value
+        return None
+    return 100.0 * hit_mean / (hit_mean + miss_mean)
 
 
-def _voices_curves(summary: dict) -> go.Figure:
+def _voices_curves(summary: Summary) -> go.Figure:
     steps = _levels(summary)
     rates = [_hit_rate(s) for s in steps]
     cache = any(r is not None for r in rates)
@@ -521,7 +532,7 @@ def _voices_curves(summary: dict) -> go.Figure:
     return _finish(fig)
 
 
-def _voices_headline(summary: dict) -> str:
+def _voices_headline(summary: Summary) -> str:
     knee = summary["knee"]
     return (
         f"Knee: <b>{esc(fmt(knee['voices']) if knee['voices'] else 'none found')}</b> distinct voices at "
@@ -530,7 +541,7 @@ def _voices_headline(summary: dict) -> str:
     )
 
 
-def _voices_note(summary: dict) -> str:
+def _voices_note(summary: Summary) -> str:
     return (
         f"<p class='meta'>A number of voices breaks when its latency stays above {LATENCY_RISE}x the fewest "
         f"voices' or {FAILURE_RATE:.0%} more of its attempts fail. Agreeing with the knee: "

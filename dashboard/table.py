@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tts_knee.analysis.axis import Key
 from tts_knee.analysis.steps import OPEN_MIN_COUNT
 from tts_knee.runformat import SOAK_PHASE
+from tts_knee.runformat.schema import Preflight
+from tts_knee.runformat.summary import BargeIn, Hangups, SloVerdict, Soak, SpeechStep, StepSummary, Summary
 
-from .kit import fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words, stat
+from .kit import figures, fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words, stat
 from .probe import probe_lines
 from .slices import slice_lines
 from .trace import trace_lines
@@ -60,12 +63,12 @@ RIVA_NOTE = (
 )
 
 
-def step_label(s: dict) -> str:
+def step_label(s: StepSummary) -> str:
     """A step's first cell: its number, "soak" for a soak, "open" while it still runs."""
     return str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else "") + (" open" if s.get("open") else "")
 
 
-def open_lines(summary: dict) -> list[str]:
+def open_lines(summary: Summary) -> list[str]:
     """While a step runs: what the verdict is from, and what the open step has so far."""
     now = summary.get("in_progress_step")
     if not now:
@@ -93,7 +96,7 @@ TAB_COLUMNS = (
 WITHHELD = "\u2014"  # a figure the open step's window cannot give yet
 
 
-def slo_cell(v: dict | None) -> str:
+def slo_cell(v: SloVerdict | None) -> str:
     """An SLO verdict in one short cell ("" where none)."""
     if v is None:
         return ""
@@ -104,14 +107,15 @@ def slo_cell(v: dict | None) -> str:
     return "inconclusive: " + "; ".join(v["inconclusive"])
 
 
-def tab_rows(summary: dict) -> list[dict]:
+def tab_rows(summary: Summary) -> list[dict]:
     """The web UI tab's rows, one per executed step, from the same summary as the report's table:
     a closed step's row is the report's; an open one says so in ``state`` and shows what its
     window cannot give yet as a dash."""
-    verdicts = {v.get("step"): v for v in ((summary.get("slo") or {}).get("by_step") or [])}
+    slo = summary.get("slo")
+    verdicts = {v.get("step"): v for v in ((slo.get("by_step") if slo else None) or [])}
     rows = []
     for s in summary["steps"]:
-        op, lat = s.get("open"), s.get("latency_ms") or {}
+        op, lat = s.get("open"), figures(s.get("latency_ms"))
 
         def fig(v, digits=1):
             return (WITHHELD if op else None) if v is None else round(float(v), digits)  # noqa: B023 - called in this iteration
@@ -151,11 +155,11 @@ def tab_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def _has_tail(summary: dict) -> bool:
+def _has_tail(summary: Summary) -> bool:
     return any(s.get("tail_ms") for s in summary["steps"])
 
 
-def speech_metric(summary: dict) -> str | None:
+def speech_metric(summary: Summary) -> str | None:
     """``wer`` or ``cer`` where the ASR judge judged any step, else None."""
     for s in summary["steps"]:
         sp = s.get("speech")
@@ -164,7 +168,7 @@ def speech_metric(summary: dict) -> str | None:
     return None
 
 
-def table_columns(summary: dict) -> tuple[str, ...]:
+def table_columns(summary: Summary) -> tuple[str, ...]:
     """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
     and :data:`TAIL_COLUMN` when the text went in pieces, ``voices`` in a voice sweep, and the
     error rate with :data:`SPEECH_COLUMNS` where speech was judged."""
@@ -187,20 +191,20 @@ def table_columns(summary: dict) -> tuple[str, ...]:
 LISTEN_COLUMNS = ("sim", "MOS")
 
 
-def listened(summary: dict) -> bool:
+def listened(summary: Summary) -> bool:
     """Whether the judge also heard voice and sound (--asr-listen) at any step."""
     return any("similarity_mean" in (s.get("speech") or {}) for s in summary["steps"])
 
 
-def table_rows(summary: dict) -> list[list[str]]:
+def table_rows(summary: Summary) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
     streamed, tail, voices = is_streamed(summary), _has_tail(summary), is_voice_sweep(summary)
     metric = speech_metric(summary)
     listen = listened(summary)
     rows = []
     for s in summary["steps"]:
-        lat, ttfb, srv = s.get("latency_ms") or {}, s.get("ttfb_ms") or {}, s.get("server") or {}
-        ttfa, under = s.get("ttfa_ms") or {}, s.get("underrun_rate")
+        lat, ttfb, srv = figures(s.get("latency_ms")), figures(s.get("ttfb_ms")), figures(s.get("server"))
+        ttfa, under = figures(s.get("ttfa_ms")), s.get("underrun_rate")
         rows.append(
             [step_label(s), str(s["concurrency"])]
             + ([fmt(s.get("voices"))] if voices else [])
@@ -230,7 +234,7 @@ def table_rows(summary: dict) -> list[list[str]]:
             + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
             + (_speech_cells(s.get("speech"), metric) if metric else [])
             + (
-                [fmt((s.get("speech") or {}).get(k), "{:.2f}") for k in ("similarity_mean", "mos_mean")]
+                [fmt(figures(s.get("speech")).get(k), "{:.2f}") for k in ("similarity_mean", "mos_mean")]
                 if metric and listen
                 else []
             )
@@ -239,20 +243,22 @@ def table_rows(summary: dict) -> list[list[str]]:
     return rows
 
 
-def _speech_cells(sp: dict | None, metric: str) -> list[str]:
-    sp = sp or {}
+def _speech_cells(speech: SpeechStep | None, metric: str) -> list[str]:
+    sp = figures(speech)
     mean = sp.get(f"{metric}_mean")
-    return [fmt(None if mean is None else 100 * mean, "{:.1f}"), fmt(sp.get("judged")), fmt(sp.get("unintelligible"))]
+    shown = mean if isinstance(mean, (int, float)) else None  # a figure, or null
+    return [fmt(None if shown is None else 100 * shown, "{:.1f}"), fmt(sp.get("judged")), fmt(sp.get("unintelligible"))]
 
 
-def riva_rows(summary: dict) -> list[list[str]]:
+def riva_rows(summary: Summary) -> list[list[str]]:
     """One row of :data:`RIVA_COLUMNS` per executed step of a streamed run (none otherwise)."""
     if not is_streamed(summary):
         return []
     rows = []
     for s in summary["steps"]:
-        riva = s.get("riva") or {}
-        first, chunk = riva.get("first_audio_ms") or {}, riva.get("chunk_ms") or {}
+        riva = s.get("riva")
+        first = figures(riva.get("first_audio_ms") if riva else None)
+        chunk = figures(riva.get("chunk_ms") if riva else None)
         rows.append(
             [step_label(s), str(s["concurrency"]), fmt(first.get("count"))]
             + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
@@ -267,13 +273,13 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
 
 
-def _slo_lines(summary: dict) -> list[str]:
+def _slo_lines(summary: Summary) -> list[str]:
     """Per tested level (concurrency, offered rate or number of voices): the SLO verdict, and the spread
     between repeats."""
     sl, out = summary.get("slo"), []
     levels = summary.get("levels") or []
     voices, rate = is_voice_sweep(summary), is_open_loop(summary)
-    key = "voices" if voices else "rate" if rate else "concurrency"
+    key: Key = "voices" if voices else "rate" if rate else "concurrency"
     if sl:
         if voices:
             best = fmt(sl.get("max_voices"))
@@ -292,14 +298,14 @@ def _slo_lines(summary: dict) -> list[str]:
         if not sp:
             continue
         parts = [
-            f"{name} {fmt(sp[k][0], spec)}-{fmt(sp[k][1], spec)}{unit}"
-            for k, name, spec, unit in (
-                ("p50_ms", "p50", "{:.0f}", " ms"),
-                ("p95_ms", "p95", "{:.0f}", " ms"),
-                ("throughput_rps", "rps", "{:.2f}", ""),
-                ("ttfa_p95_ms", "TTFA p95", "{:.0f}", " ms"),
+            f"{name} {fmt(bounds[0], spec)}-{fmt(bounds[1], spec)}{unit}"
+            for bounds, name, spec, unit in (
+                (sp.get("p50_ms"), "p50", "{:.0f}", " ms"),
+                (sp.get("p95_ms"), "p95", "{:.0f}", " ms"),
+                (sp.get("throughput_rps"), "rps", "{:.2f}", ""),
+                (sp.get("ttfa_p95_ms"), "TTFA p95", "{:.0f}", " ms"),
             )
-            if k in sp
+            if bounds is not None
         ]
         out.append(
             f"repeats at {lv[key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, lv['steps']))}): "
@@ -309,7 +315,7 @@ def _slo_lines(summary: dict) -> list[str]:
     return out
 
 
-def format_table(summary: dict, report: Path | None = None) -> str:
+def format_table(summary: Summary, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
     lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
     knee = summary["knee"]
@@ -384,7 +390,7 @@ def format_table(summary: dict, report: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def health_text(h: dict | None) -> str | None:
+def health_text(h: Preflight | None) -> str | None:
     """The health probe after the run in one line (None: none was made)."""
     if not h:
         return None
@@ -393,7 +399,7 @@ def health_text(h: dict | None) -> str | None:
     return f"health after the run: FAILED: {h.get('message')}"
 
 
-def audio_missing_text(missing: dict) -> str:
+def audio_missing_text(missing: dict[str, int]) -> str:
     """The audio files a slow disk kept from being written in time, in one sentence."""
     return (
         f"audio files not written in time: {missing.get('late', 0)} late, {missing.get('dropped', 0)} dropped "
@@ -401,7 +407,7 @@ def audio_missing_text(missing: dict) -> str:
     )
 
 
-def soak_headline(soak: dict) -> str:
+def soak_headline(soak: Soak) -> str:
     """A soak in one line: the level it held, how long, in which windows."""
     minutes = (soak.get("duration_s") or 0) / 60.0
     level = f"{soak['rate']:g} req/s" if soak.get("rate") is not None else f"concurrency {soak['concurrency']}"
@@ -411,7 +417,7 @@ def soak_headline(soak: dict) -> str:
     )
 
 
-def _soak_lines(summary: dict) -> list[str]:
+def _soak_lines(summary: Summary) -> list[str]:
     """A soak's headline and its drift verdicts, one line each (or that it held)."""
     soak = summary.get("soak")
     if not soak:
@@ -442,11 +448,11 @@ RATE_COLUMNS = (
 )
 
 
-def rate_table_rows(summary: dict) -> list[list[str]]:
+def rate_table_rows(summary: Summary) -> list[list[str]]:
     """One row of :data:`RATE_COLUMNS` per executed step of an open-loop run."""
     rows = []
     for s in summary["steps"]:
-        g = s.get("growth") or {}
+        growth = s.get("growth")
         offered = (
             f"{s['offered_rps']:.3g} ({s['speed']:g}x)"
             if s.get("offered_rps") and s.get("speed")
@@ -468,18 +474,18 @@ def rate_table_rows(summary: dict) -> list[list[str]]:
                 fmt(stat(s, "sched_wait_ms", "p99")),
                 fmt(stat(s, "latency_ms", "p95")),
                 fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
-                {True: "yes", False: "no", None: "-"}[g.get("growing")],
+                {True: "yes", False: "no", None: "-"}[growth.get("growing") if growth else None],
                 str(s["retries"]),
             ]
         )
     return rows
 
 
-def _barge_in_lines(barge: dict | None) -> list[str]:
+def _barge_in_lines(barge: BargeIn | None) -> list[str]:
     """One line for a run with --barge-in: the cancels, how fast they went quiet, what they leaked."""
     if not barge:
         return []
-    quiet, after = barge.get("cancel_to_quiet_ms") or {}, barge.get("audio_after_cancel_ms") or {}
+    quiet, after = figures(barge.get("cancel_to_quiet_ms")), figures(barge.get("audio_after_cancel_ms"))
     unacked = f", {barge['unacknowledged']} unacknowledged" if barge["unacknowledged"] else ""
     return [
         f"barge-in: {barge['cancelled']} cancelled by {barge.get('cancel_by') or 'close'}{unacked}; cancel to "
@@ -488,7 +494,7 @@ def _barge_in_lines(barge: dict | None) -> list[str]:
     ]
 
 
-def _hangup_lines(hung: dict | None) -> list[str]:
+def _hangup_lines(hung: Hangups | None) -> list[str]:
     """One line where the client gave up on requests and a collector watched the server process."""
     if not hung:
         return []
@@ -502,7 +508,7 @@ def _hangup_lines(hung: dict | None) -> list[str]:
     return [f"hang-ups: {hung['timed_out']} at --request-timeout; {said}"]
 
 
-def _rate_lines(summary: dict) -> list[str]:
+def _rate_lines(summary: Summary) -> list[str]:
     """The terminal's step table and verdict of an open-loop run."""
     lines = _aligned([list(RATE_COLUMNS)] + rate_table_rows(summary))
     knee = summary["knee"]

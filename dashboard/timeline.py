@@ -7,6 +7,8 @@ page stays small: a day's samples at one a second made a 30 MB page."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import plotly.graph_objects as go
 from numpy.typing import ArrayLike
@@ -14,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from tts_knee.analysis.steps import THROTTLE_STATUSES
 from tts_knee.runformat.reader import Attempts, RunDir
+from tts_knee.runformat.summary import Summary
 
 from .kit import GIB, esc, is_open_loop, step_label
 from .trace import burst_bands
@@ -76,7 +79,7 @@ def _line(fig: go.Figure, x: ArrayLike, y: ArrayLike, **kwargs: object) -> None:
     fig.add_scatter(x=x, y=y, mode="lines", **kwargs)
 
 
-def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
+def timeline_figure(rd: RunDir, summary: Summary) -> go.Figure:
     a = rd.requests.attempts()
     res = rd.resources
     t_zero = summary["run"]["start"] or (float(np.nanmin(a["t0"])) if len(a) else 0.0)
@@ -174,7 +177,7 @@ def timeline_figure(rd: RunDir, summary: dict) -> go.Figure:
                 showarrow=False,
                 font=dict(color="#777"),
             )
-    load = "rate" if open_loop else "concurrency"
+    load: Literal["rate", "concurrency"] = "rate" if open_loop else "concurrency"
     knee = summary["knee"][load]
     # Each step's band on every row, and its label, added in one go: plotly's add_vrect(row="all")
     # re-validates every shape already there, which took seconds for a long sweep.

@@ -4,6 +4,9 @@ beside the rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`)
 
 from __future__ import annotations
 
+from tts_knee.runformat.schema import TraceBurst
+from tts_knee.runformat.summary import Summary, TracePart, TraceStepBurst
+
 from .kit import esc, fmt
 
 
@@ -11,7 +14,7 @@ def _speed(v) -> str:
     return "none" if v is None else f"{v:g}x"
 
 
-def trace_headline(tr: dict) -> str:
+def trace_headline(tr: TracePart) -> str:
     bursts = tr.get("bursts") or []
     convs = tr.get("conversations") or 0
     more = [f"{convs} conversation{'' if convs == 1 else 's'}"] if convs else []
@@ -25,11 +28,11 @@ def trace_headline(tr: dict) -> str:
     return out + "; " + ", ".join(answers)
 
 
-def burst_text(b: dict) -> str:
+def burst_text(b: TraceBurst | TraceStepBurst) -> str:
     return f"{b['start_s']:.1f}-{b['end_s']:.1f} s"
 
 
-def trace_lines(summary: dict) -> list[str]:
+def trace_lines(summary: Summary) -> list[str]:
     """The replay's headline and one line per step that replayed a burst (none without a trace)."""
     tr = summary.get("trace")
     if not tr:
@@ -45,7 +48,7 @@ def trace_lines(summary: dict) -> list[str]:
     return lines
 
 
-def trace_html(summary: dict) -> str:
+def trace_html(summary: Summary) -> str:
     """The report's section (empty without a trace)."""
     tr = summary.get("trace")
     if not tr:
@@ -57,7 +60,8 @@ def trace_html(summary: dict) -> str:
     )
     rows = []
     for st in tr["steps"]:
-        for b in st["bursts"] or [None]:
+        replayed: list[TraceStepBurst | None] = [*st["bursts"]] or [None]
+        for b in replayed:
             offered = st.get("offered_rps") or st["rate"]
             rows.append(
                 f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{offered:.3g}</td>"
@@ -83,7 +87,7 @@ def trace_html(summary: dict) -> str:
     )
 
 
-def burst_bands(summary: dict, t_zero: float) -> list[dict]:
+def burst_bands(summary: Summary, t_zero: float) -> list[dict]:
     """The timeline's shading of each burst as each step replayed it (plotly shapes, every row)."""
     tr = summary.get("trace")
     if not tr:

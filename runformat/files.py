@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,12 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
-def json_text(data: dict[str, Any], indent: int = 2) -> str:
+def json_text(data: Mapping[str, object], indent: int = 2) -> str:
     """``data`` as the JSON text of a run directory's file."""
     return json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n"
 
 
-def write_json(path: Path, data: dict[str, Any], indent: int = 2) -> Path:
+def write_json(path: Path, data: Mapping[str, object], indent: int = 2) -> Path:
     """``data`` as JSON, written atomically (see :func:`write_text`)."""
     return write_text(path, json_text(data, indent))
 
