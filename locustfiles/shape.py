@@ -40,6 +40,8 @@ from .step import Step
 log = logging.getLogger("tts_knee.shape")
 #: Users started per second at a step change: fast enough that a step is all at its level.
 SPAWN_RATE = 100
+#: A step whose new users take this long to start, or longer, is settled once they all run.
+RAMP_NOTABLE_S = 1.0
 TICK_SLACK_S = 0.1
 #: How often Locust calls the shape's tick.
 TICK_S = 1.0
@@ -205,6 +207,13 @@ class StepShape(LoadTestShape):
                 f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
                 f"stopped here left requests the server is still working on"
             )
+        ramp = self._ramp_s(run, cur, step)
+        if ramp is not None:
+            step.settle_s = ramp
+            notes.append(
+                f"the first {ramp:.1f} s are not settled: Locust starts the "
+                f"{step.concurrency - (cur.concurrency if cur else 0)} users it adds {SPAWN_RATE} a second"
+            )
         voices = "" if step.voices is None else f", {step.voices} distinct voices"
         log.info("%s: concurrency %d%s%s", label, step.concurrency, voices, f" ({'; '.join(notes)})" if notes else "")
         run.begin_step(step)
@@ -281,6 +290,18 @@ class StepShape(LoadTestShape):
             )
         run.begin_step(step)
         return self._load(run, step)
+
+    @staticmethod
+    def _ramp_s(run, cur: Step | None, step: Step) -> float | None:
+        """The settle window of a step that adds so many users that starting them (SPAWN_RATE a
+        second) takes a second or more and longer than the run's settle window: until they all
+        run, the step is below its level. None: the run's settle window will do. A spike's jump
+        is its own measure, left as it is."""
+        if step.phase in runformat.SPIKE_PHASES:
+            return None
+        added = step.concurrency - (cur.concurrency if cur is not None else 0)
+        ramp = added / SPAWN_RATE
+        return ramp if ramp >= RAMP_NOTABLE_S and ramp > run.state.settle_s else None
 
     @staticmethod
     def _drain_s(run, cur: Step | None, step: Step) -> float | None:

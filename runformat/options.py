@@ -545,7 +545,9 @@ OPTIONS: tuple[Option, ...] = (
         "s",
         -1.0,
         f"Seconds at the start of each step whose records are marked settled=false (default "
-        f"{SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s; 0 with --step-requests).",
+        f"{SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s; 0 with --step-requests). A step that "
+        "adds more users than start in this time (100 a second), or stops users whose requests are still "
+        "running, settles longer and runs that much longer.",
         float,
         group=_PLAN,
     ),

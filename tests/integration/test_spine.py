@@ -256,3 +256,23 @@ def test_bodies_that_are_not_audio_are_failures(tmp_path, fault, reason):
     assert bad and good
     assert all(reason in r["error"] for r in bad), {r["error"] for r in bad}
     assert all(r["audio_s"] is None and r["t3"] is None for r in bad)
+
+
+def test_a_step_that_adds_many_users_is_settled_once_they_all_run(tmp_path):
+    """Locust starts the users a step adds 100 a second: a step from 1 user to 250 runs below its
+    level for 2.49 s, so its settle window (and its length) grows to that, where the run's own
+    settle window is shorter; the window the summary measures starts there."""
+    sim_args = ["tts_knee.testbed.sim", "--port", "0", "--slots", "300", "--base-ms", "1000", "--per-char-ms", "0"]
+    with spawn(sim_args) as sim:
+        proc, run_dir = sweep(tmp_path, sim.url, "--settle-time", "0.2", steps="1,250", step_time="2")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    info = json.loads((run_dir / "run.json").read_text())
+    first, many = info["steps"]
+    assert first["settle_s"] == info["settle_s"] == 0.2  # one user starts at once: the run's window
+    assert many["settle_s"] == pytest.approx(2.49)
+    # the step ran its time past its longer settle window (a late tick only lengthens it)
+    assert many["end"] - many["start"] >= 2 + 2.49 - 0.2 - 0.15
+    records = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["step"] == 2]
+    assert all(r["settled"] == (r["t0"] >= many["start"] + many["settle_s"]) for r in records)
+    assert len({r["user"] for r in records if r["settled"]}) > 200  # the users were running by then
+    assert "the first 2.5 s are not settled: Locust starts the 249 users it adds 100 a second" in proc.stdout
