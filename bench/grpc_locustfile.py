@@ -6,6 +6,7 @@ records also carry the id each request sent the simulator (``sim_request_id``: R
         --tts-protocol grpc --tts-preset riva --tts-stream --steps 1 --step-time 8 --run-dir /tmp/run
 """
 
+import kernel_lag  # noqa: F401  (with BENCH_KERNEL_LAG_OUT: each read's lag behind the kernel's stamp)
 import meter  # noqa: F401  (attaches the CPU meter)
 from named import named_user
 from tts_knee.locustfiles import node  # noqa: F401  (attaches tts-knee's listeners)
