@@ -26,7 +26,9 @@ request's id and the audio so far::
       grpcio      256    1235.6         300.1        1.59       39.10       84.91              768
     arrival error p95 at 256 streams: 4.94 ms (tts-knee), 39.10 ms (grpcio)   (goal < 5 ms)
 
-``err`` is client arrival minus server send (positive: stamped late). CPU per chunk is the
+``err`` is client arrival minus server send (positive: stamped late), of the chunks sent within
+the window the CPU is measured over: from a second after Locust has started every stream
+(tts-knee's shape starts 100 users a second) to before the run's end stops them. CPU per chunk is the
 Locust process's CPU time (user + system, grpcio's own threads included) over the measured
 window divided by the chunks that arrived in it.
 """
@@ -43,12 +45,37 @@ from harness import PROCESS_HEAD, LocustRun, locust, percentile, process_columns
 from stream_cost import CHUNK_MS, GOAL_P95_MS, GOAL_STREAMS, RATE, TEXTS, matched
 
 CLIENTS = ("tts-knee", "grpcio")
+#: Users tts-knee's step shape starts a second (locustfiles/shape.py's SPAWN_RATE; grpcio's
+#: bare user starts them all at once).
+SPAWN_RATE = 100.0
 
 
-def measure_one(client: str, streams: int, step_time: float) -> dict:
-    settle = min(3.0 + streams / 200.0, step_time / 3)  # a second more per 200 streams, which connect in turn
+def default_step_time(streams: int) -> float:
+    """10 s, or as long as it takes tts-knee's shape to start the streams and 9 s more."""
+    return max(10.0, streams / SPAWN_RATE + 9.0)
+
+
+def settle_s(streams: int, step_time: float) -> float:
+    """Seconds from the first attempt to the measured window: a second more per 200 streams,
+    which connect in turn, at most a third of the run, and never before every stream has started
+    (a second after the shape spawned the last: at 1,000 streams that takes 10 s)."""
+    return max(min(3.0 + streams / 200.0, step_time / 3), streams / SPAWN_RATE + 1.0)
+
+
+def measure_one(client: str, streams: int, step_time: float | None, kernel_lag: bool = False) -> dict:
+    step_time = step_time or default_step_time(streams)
+    settle = settle_s(streams, step_time)
+    if step_time - settle < 3.0:
+        raise SystemExit(
+            f"--step-time {step_time:g} leaves no window at {streams} streams: they take {settle:g} s to start "
+            f"and settle; give --step-time {settle + 5:g} or more"
+        )
     with tempfile.TemporaryDirectory(prefix="tts-knee-grpc-") as tmp:
         log, texts, out = Path(tmp) / "chunks.jsonl", Path(tmp) / "texts.txt", Path(tmp) / "grpcio.jsonl"
+        lag_out = Path(tmp) / "lag.json"
+        os.environ["BENCH_AFTER_SPAWN_S"] = "1"  # read by bench/meter.py: the window starts once every user runs
+        if kernel_lag and client == "tts-knee":
+            os.environ["BENCH_KERNEL_LAG_OUT"] = str(lag_out)  # read by bench/kernel_lag.py
         texts.write_text("\n".join(TEXTS) + "\n")
         knobs = [
             "--grpc-port",
@@ -112,19 +139,24 @@ def measure_one(client: str, streams: int, step_time: float) -> dict:
             entry = json.loads(line)
             sent[entry["request_id"]] = entry
         streams_seen = _streams(client, r, out)
+        lags = json.loads(lag_out.read_text()) if lag_out.exists() else None
+        os.environ.pop("BENCH_KERNEL_LAG_OUT", None)
     if not streams_seen:
         raise RuntimeError(f"the {client} run left no streams (exit {r['returncode']}):\n{r['output'][-2000:]}")
     t_first = min(s["t0"] for s in streams_seen)
-    window = (t_first + settle + 0.3, t_first + settle + 0.3 + (r.get("wall_s") or 0.0))
+    start = r.get("start_unix") or t_first + settle + 0.3  # the meter's window
+    window = (start, start + (r.get("wall_s") or 0.0))
     errors, joined = [], 0
-    for s in streams_seen:
+    for s in streams_seen:  # each chunk the simulator sent within the meter's window
         entry = sent.get(s["id"])
-        if entry and s["at"] and s["t0"] >= window[0] - 1.0:
+        if entry and s["at"] and entry["sent"] and window[0] <= entry["sent"][-1] and entry["sent"][0] < window[1]:
             joined += 1
-            errors += matched(s["at"], s["audio_ms"], entry)
+            late = matched(s["at"], s["audio_ms"], entry)
+            errors += [ms for ms, when in zip(late, entry["sent"]) if window[0] <= when < window[1]]
     chunks = sum(1 for s in streams_seen for t in s["at"] if window[0] <= t < window[1])
     chunks_per_s = chunks / (window[1] - window[0]) if window[1] > window[0] else 0.0
     cpu_us = 1e6 * r["cpu_s"] / r["wall_s"] / chunks_per_s if r.get("wall_s") and chunks_per_s else None
+    lag = [ms for at, ms in zip(lags["at"], lags["lag_ms"]) if window[0] <= at < window[1]] if lags else []
     return {
         "client": client,
         "streams": streams,
@@ -135,6 +167,9 @@ def measure_one(client: str, streams: int, step_time: float) -> dict:
         "err_p50_ms": percentile(errors, 0.5),
         "err_p95_ms": percentile(errors, 0.95),
         "err_max_ms": max(errors, default=float("nan")),
+        "window_unix": window,
+        "read_lag_p50_ms": percentile(lag, 0.5) if lag else None,
+        "read_lag_p95_ms": percentile(lag, 0.95) if lag else None,
         **process_figures(r),
     }
 
@@ -155,7 +190,9 @@ def _streams(client: str, r: LocustRun, out: Path) -> list[dict]:
     ]
 
 
-def measure(levels: list[int], clients: list[str], step_time: float, show=print) -> dict:
+def measure(
+    levels: list[int], clients: list[str], step_time: float | None, show=print, kernel_lag: bool = False
+) -> dict:
     show(
         f"{'client':>8} {'streams':>8} {'chunks/s':>9} {'CPU_us/chunk':>13} {'err_p50_ms':>11} {'err_p95_ms':>11} "
         f"{'err_max_ms':>11} {'streams_matched':>16} {PROCESS_HEAD}"
@@ -163,7 +200,7 @@ def measure(levels: list[int], clients: list[str], step_time: float, show=print)
     rows = []
     for client in clients:
         for streams in levels:
-            row = measure_one(client, streams, step_time)
+            row = measure_one(client, streams, step_time, kernel_lag)
             rows.append(row)
             cpu = "-" if row["cpu_us_per_chunk"] is None else f"{row['cpu_us_per_chunk']:.1f}"
             show(
@@ -171,6 +208,11 @@ def measure(levels: list[int], clients: list[str], step_time: float, show=print)
                 f"{row['err_p95_ms']:>11.2f} {row['err_max_ms']:>11.2f} {row['streams_matched']:>16} "
                 f"{process_columns(row)}"
             )
+            if row["read_lag_p95_ms"] is not None:
+                show(
+                    f"{'':>8} {'':>8} reads behind the kernel's stamp: p50 {row['read_lag_p50_ms']:.2f} ms, "
+                    f"p95 {row['read_lag_p95_ms']:.2f} ms"
+                )
     at_goal = {r["client"]: r["err_p95_ms"] for r in rows if r["streams"] == GOAL_STREAMS}
     if at_goal:
         show(
@@ -190,11 +232,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="1,256", help="concurrent streams per run (default 1,256)")
     parser.add_argument("--clients", default=",".join(CLIENTS), help="tts-knee and/or grpcio (default both)")
-    parser.add_argument("--step-time", type=float, default=10.0, help="seconds per run (default 10)")
+    parser.add_argument(
+        "--step-time",
+        type=float,
+        help="seconds per run (default 10, or the streams' start at 100 a second and 9 s more: 19 s at 1,000)",
+    )
+    parser.add_argument(
+        "--kernel-lag",
+        action="store_true",
+        help="tts-knee's reads also note the kernel's receive stamp (bench/kernel_lag.py): the client's own share",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args()
     quiet = (lambda *_: None) if args.json else print
-    m = measure([int(s) for s in args.streams.split(",")], args.clients.split(","), args.step_time, show=quiet)
+    m = measure(
+        [int(s) for s in args.streams.split(",")],
+        args.clients.split(","),
+        args.step_time,
+        show=quiet,
+        kernel_lag=args.kernel_lag,
+    )
     if args.json:
         print(json.dumps(m))
 

@@ -9,7 +9,10 @@ the same window), then takes this process's CPU time and Locust's request count,
      "fds": 1041, "rss_bytes": 412000000, "rss_at_start_bytes": 160000000, "users": 1000}
 
 (``fds``, ``rss_bytes`` and ``users`` at the window's end; ``rss_at_start_bytes`` when the test
-started, before its users.)
+started, before its users; ``start_unix`` the window's start.) With ``BENCH_AFTER_SPAWN_S`` the
+window starts no sooner than that many seconds after Locust said every user was spawned, and
+ends where it would have: a host slow to start the users leaves a shorter window, not one
+that measures the start.
 
 Nothing is measured when ``BENCH_METER_OUT`` is unset.
 """
@@ -22,6 +25,7 @@ import resource
 import time
 
 import gevent
+import gevent.event
 from locust import events
 
 
@@ -32,7 +36,14 @@ def _cpu() -> tuple[float, float]:
 
 def _measure(environment, out: str, warm_s: float, measure_s: float) -> None:
     start_at = os.environ.get("BENCH_START_AT")
+    end = time.perf_counter() + (max(0.0, float(start_at) - time.time()) if start_at else warm_s) + measure_s
     gevent.sleep(max(0.0, float(start_at) - time.time()) if start_at else warm_s)
+    after_spawn = os.environ.get("BENCH_AFTER_SPAWN_S")
+    if after_spawn:
+        _SPAWNED.wait()
+        gevent.sleep(max(0.0, float(after_spawn) - (time.perf_counter() - _SPAWNED_AT[0])))
+        measure_s = max(0.5, end - time.perf_counter())
+    start_unix = time.time()
     stats = environment.stats.total
     (u0, s0), n0, t0 = _cpu(), stats.num_requests, time.perf_counter()
     gevent.sleep(measure_s)
@@ -49,6 +60,7 @@ def _measure(environment, out: str, warm_s: float, measure_s: float) -> None:
                 "rss_bytes": _rss(),
                 "rss_at_start_bytes": _AT_START.get("rss"),
                 "users": environment.runner.user_count if environment.runner else None,
+                "start_unix": start_unix,
             },
             f,
         )
@@ -72,6 +84,14 @@ def _rss() -> int | None:
 
 
 _AT_START: dict[str, int | None] = {}
+_SPAWNED = gevent.event.Event()
+_SPAWNED_AT: list[float] = []
+
+
+@events.spawning_complete.add_listener
+def _on_spawned(**_kw: object) -> None:
+    _SPAWNED_AT[:] = [time.perf_counter()]
+    _SPAWNED.set()
 
 
 @events.test_start.add_listener
