@@ -8,6 +8,7 @@ Run from the repository root (about a minute)::
     .venv/bin/python bench/grpc_cost.py
     .venv/bin/python bench/grpc_cost.py --streams 1,64,256 --clients tts-knee --step-time 10
     .venv/bin/python bench/grpc_cost.py --json      # one JSON object instead of the table
+    .venv/bin/python bench/grpc_cost.py --streams 1000 --clients tts-knee --kernel-lag   # the client's own share
 
 For each client and each number of streams S, the simulator serves Riva's ``SynthesizeOnline``
 (``--grpc-port``) sharing S x real time among its streams, at most 1x each (``--capacity S
