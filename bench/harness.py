@@ -48,6 +48,7 @@ class LocustRun(TypedDict):
     rss_bytes: NotRequired[int | None]
     rss_at_start_bytes: NotRequired[int | None]
     users: NotRequired[int | None]
+    start_unix: NotRequired[float]
     records: NotRequired[list[Record]]
     returncode: int
     output: str

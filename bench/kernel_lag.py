@@ -18,6 +18,7 @@ import socket
 import struct
 import time
 from array import array
+from typing import Any, cast
 
 from tts_knee.locustfiles.transports import h2grpc
 
@@ -29,7 +30,7 @@ _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 class _Stamped:
     """A socket whose ``recv`` notes each read's lag behind the kernel's receive stamp."""
 
-    def __init__(self, sock: socket.socket, at: array, lag_ms: array) -> None:
+    def __init__(self, sock: socket.socket, at: array[float], lag_ms: array[float]) -> None:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         self._sock, self._at, self._lag_ms = sock, at, lag_ms
 
@@ -51,11 +52,12 @@ def install(out: str) -> None:
     at, lag_ms = array("d"), array("d")
     opened = h2grpc.Connection.__init__
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self: h2grpc.Connection, *args: Any, **kwargs: Any) -> None:
         opened(self, *args, **kwargs)
-        self.sock = _Stamped(self.sock, at, lag_ms)
+        assert self.sock is not None  # just opened
+        self.sock = cast(socket.socket, _Stamped(self.sock, at, lag_ms))  # the reader calls recv, the rest passes
 
-    h2grpc.Connection.__init__ = __init__
+    h2grpc.Connection.__init__ = __init__  # type: ignore[method-assign]  # the bench's patch, this process only
 
     @atexit.register
     def _write() -> None:
