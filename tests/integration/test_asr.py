@@ -105,8 +105,8 @@ def test_the_judge_process_hears_real_speech_and_says_why_it_cannot_judge_garbag
 
 def test_clips_that_share_a_window_each_get_their_own_words_and_cost_less_than_alone():
     """Several clips waiting are judged in one Whisper window: each gets back its own words (split
-    by word timestamps), as it does alone, for a fraction of the CPU; a clip of no language is
-    judged alone."""
+    by word timestamps), for a fraction of the CPU the clips cost judged alone; a clip of no
+    language is judged alone."""
     texts = ["Good morning.", "Please hold the line.", "Turn left at the next corner.", "See you tomorrow."]
     batch = [({"id": str(i), "text": t, "language": "en"}, _joe(t)) for i, t in enumerate(texts)]
     batch.append(({"id": "x", "text": texts[0], "language": None}, _joe(texts[0])))
@@ -120,7 +120,9 @@ def test_clips_that_share_a_window_each_get_their_own_words_and_cost_less_than_a
     assert [line["id"] for line in together] == ["0", "1", "2", "3", "x"]
     for line, one, text in zip(together, alone, texts):
         assert asr.normalize(line["transcript"], "en") == asr.normalize(text, "en"), (line, one)
-        assert line["error"] == one["error"] == 0.0 and line["judge_s"] > 0
+        # heard whole in the shared window; alone, a clip has been misheard by a word once (CI: "Turn
+        # left at the next corner." at 1 in 6), so alone is the cost's reference, not the words'
+        assert line["error"] == 0.0 and line["judge_s"] > 0, (line, one)
     assert together[4]["language"] == "en" and together[4]["error"] == 0.0  # detected, alone
     assert together_s < alone_s  # four short clips share one window (and a fifth alone)
 
@@ -238,9 +240,9 @@ def test_the_report_says_the_judges_rate_where_it_fell_behind():
         "reason": "not judged: the judge was behind (48)",
     }
     step = {"step": 1, "concurrency": 4, "requests": 40, "window": {"duration_s": 10.0}}
-    kept_up = {"steps": [{**step, "speech": speech.summarise(judged)}], "levels": []}
+    kept_up = {"steps": [{**step, "speech": speech.summarise(judged)}], "levels": [], "knee": {}}
     assert "fell behind" not in speech_html(kept_up, "")
-    fell = {"steps": [{**step, "speech": speech.summarise([*judged, late])}], "levels": []}
+    fell = {"steps": [{**step, "speech": speech.summarise([*judged, late])}], "levels": [], "knee": {}}
     html = speech_html(fell, "")
     assert "The judge fell behind: 1 of 3 clips were not judged" in html, html
     assert "2.00 clips per CPU-second (2 clips in 1.0 CPU-s)" in html and "0.30 clips per second offered" in html
