@@ -199,21 +199,10 @@ class StepShape(LoadTestShape):
         plain = nxt.phase == "grid" and plan.repeats == 1
         label = f"step {step.step}/{len(plan.grid)}" if plain else f"step {step.step}"
         notes = [] if plain else [nxt.phase if nxt.phase != "grid" else f"grid pass {nxt.repeat}/{plan.repeats}"]
-        drain = self._drain_s(run, cur, step)
-        if drain is not None:
-            step.settle_s = drain
-            gone = cur.concurrency - step.concurrency
-            notes.append(
-                f"the first {drain:.1f} s are not settled: the {gone} user{'s' if gone > 1 else ''} "
-                f"stopped here left requests the server is still working on"
-            )
-        ramp = self._ramp_s(run, cur, step)
-        if ramp is not None:
-            step.settle_s = ramp
-            notes.append(
-                f"the first {ramp:.1f} s are not settled: Locust starts the "
-                f"{step.concurrency - (cur.concurrency if cur else 0)} users it adds {SPAWN_RATE} a second"
-            )
+        own = self._own_settle(run, cur, step)
+        if own is not None:
+            step.settle_s, why = own
+            notes.append(f"the first {step.settle_s:.1f} s are not settled: {why}")
         voices = "" if step.voices is None else f", {step.voices} distinct voices"
         log.info("%s: concurrency %d%s%s", label, step.concurrency, voices, f" ({'; '.join(notes)})" if notes else "")
         run.begin_step(step)
@@ -290,6 +279,24 @@ class StepShape(LoadTestShape):
             )
         run.begin_step(step)
         return self._load(run, step)
+
+    @classmethod
+    def _own_settle(cls, run, cur: Step | None, step: Step) -> tuple[float, str] | None:
+        """A step's own settle window, where the run's is too short for what the step change
+        leaves behind (users stopped with requests in flight, or users still starting), and why;
+        None: the run's settle window will do."""
+        drain = cls._drain_s(run, cur, step)
+        if drain is not None:
+            assert cur is not None  # a drain follows a step
+            gone = cur.concurrency - step.concurrency
+            return drain, (
+                f"the {gone} user{'s' if gone > 1 else ''} stopped here left requests the server is still working on"
+            )
+        ramp = cls._ramp_s(run, cur, step)
+        if ramp is not None:
+            added = step.concurrency - (cur.concurrency if cur is not None else 0)
+            return ramp, f"Locust starts the {added} users it adds {SPAWN_RATE} a second"
+        return None
 
     @staticmethod
     def _ramp_s(run, cur: Step | None, step: Step) -> float | None:

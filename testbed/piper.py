@@ -97,8 +97,8 @@ def model_path() -> str:
 
 def run_server(threads: int) -> None:
     """Run piper's HTTP server (its arguments in ``sys.argv``) with ``threads`` onnxruntime threads
-    per synthesis and none spinning between operators: piper builds its session from onnxruntime's
-    default ``SessionOptions``, which has no setting for them."""
+    per synthesis (with one, no pool thread is left to spin): piper builds its session from
+    onnxruntime's default ``SessionOptions``, and its server has no flag for them."""
     import runpy
 
     import onnxruntime
