@@ -13,17 +13,20 @@ import pytest
 from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, spawn, worker
 from tts_knee.runformat import exits
 
-SERVICE_MS = 3000
-PER_CHAR_MS = 100
-#: Sent in turn: a short text takes SERVICE_MS, a long one 30 s more. A step end (and so the drain)
-#: that comes late on a loaded machine still leaves the long ones to be cut, and the short ones
-#: finish in the drain or before it.
+SERVICE_MS = 200
+PER_CHAR_MS = 50
+#: Sent in turn: the short text takes SHORT_MS, the long one 15 s. What the simulator is told
+#: makes the case, however fast the machine: a 2 s drain finishes every short one (sent at most
+#: a moment before the run stops) with 1.5 s to spare, and cuts every long one (15 s each).
 TEXTS = ("Hello.", "word " * 60)
+#: A text whose answer takes longer than the closed-loop test's 1 s step (2.2 s).
+ONE_STEP_TEXT = "word " * 8
+ONE_STEP_MS = SERVICE_MS + PER_CHAR_MS * len(ONE_STEP_TEXT)
 
 
 @pytest.fixture(scope="module")
 def slow_sim():
-    """Plenty of slots, each request 3 s and a tenth of a second per character."""
+    """Plenty of slots, each request 0.2 s and 50 ms per character."""
     with spawn(
         [
             "tts_knee.testbed.sim",
@@ -52,7 +55,7 @@ def check_records(run_dir, json_file, sent):
     assert len(records) == locust_count(json_file) == sent
     cut = [r for r in records if r["error"] == "cut_by_run_end"]
     assert all(r["ok"] or r in cut for r in records)
-    for r in cut:  # what had arrived: the answer had not, in 3 s a request
+    for r in cut:  # what had arrived: the answer had not (a long text's takes 15 s)
         assert r["final"] and r["t0"] is not None and r["t2"] is None and r["bytes"] == 0
     info = json.loads((run_dir / "run.json").read_text())
     assert info["records"] == len(records) and info["cut_by_run_end"] == len(cut)
@@ -60,8 +63,8 @@ def check_records(run_dir, json_file, sent):
 
 
 def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slow_sim, texts):
-    # 10 req/s for 2 s: 20 arrivals, all in flight when the step ends; a 2 s drain lets the short
-    # texts finish (3 s each), and the long ones (33 s) are cut
+    # 10 req/s for 2 s: 20 arrivals; a 2 s drain lets the short texts finish (0.5 s each), and
+    # the long ones (15 s) are cut
     run_dir = tmp_path / "run"
     proc = locust(
         [
@@ -104,9 +107,11 @@ def test_open_loop_requests_in_flight_at_the_end_finish_or_are_cut(tmp_path, slo
 
 
 def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow_sim):
+    # one text of 2.2 s: each of the 4 users is still waiting for its first answer when the 1 s
+    # step ends (a slower machine only sends it later), and the run waits for all four
     run_dir = tmp_path / "run"
-    short = tmp_path / "short.txt"
-    short.write_text(TEXTS[0] + "\n")
+    one = tmp_path / "one.txt"
+    one.write_text(ONE_STEP_TEXT + "\n")
     proc = locust(
         [
             "--headless",
@@ -118,7 +123,7 @@ def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow
             "1",
             "--skip-preflight",
             "--texts",
-            str(short),
+            str(one),
             "--run-dir",
             str(run_dir),
             "--json-file",
@@ -128,7 +133,7 @@ def test_closed_loop_requests_in_flight_at_the_end_are_waited_for(tmp_path, slow
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     records, cut = check_records(run_dir, tmp_path / "locust", 4)
-    assert not cut and all(r["ok"] and r["wait_ms"] >= SERVICE_MS * 0.9 for r in records)
+    assert not cut and all(r["ok"] and r["wait_ms"] >= ONE_STEP_MS * 0.9 for r in records)
 
 
 def test_a_worker_drains_before_its_final_batch(tmp_path, slow_sim, texts):
