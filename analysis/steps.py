@@ -112,6 +112,7 @@ from tts_knee.audio import signal
 from tts_knee.runformat.fields import NotRequired, TypedDict
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
+from tts_knee.runformat.schema import Arrivals
 from tts_knee.runformat.summary import (
     Dist,
     Error,
@@ -955,6 +956,7 @@ class PlannedStep(TypedDict):
     rate: NotRequired[float]  # open loop: the offered rate
     dropped: NotRequired[int]  # open loop
     offered_rps: NotRequired[float]  # a trace replayed
+    arrivals: NotRequired[Arrivals]  # open loop: what its arrivals became (run.json's, where it has them)
 
 
 def infer_steps(a: Attempts) -> list[PlannedStep]:

@@ -32,7 +32,7 @@ import numpy as np
 from tts_knee import runformat
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.reader import Attempts, RunDir, RunDirError
-from tts_knee.runformat.schema import Trace
+from tts_knee.runformat.schema import Arrivals, Trace
 from tts_knee.runformat.summary import (
     BargeIn,
     Diagnosis,
@@ -162,12 +162,34 @@ def _planned(rd: RunDir, where: str, index: int, entry: object, open_loop: bool)
     if voice_count is not None:
         planned["voices"] = voice_count
     if offered is not None:  # the run is open loop (a closed-loop entry with a rate was refused above)
-        planned["rate"] = offered
-        planned["dropped"] = _count(entry.get("dropped"))
-        offered_rps = entry.get("offered_rps")
-        if _time(offered_rps) and offered_rps:
-            planned["offered_rps"] = float(offered_rps)
+        _open_loop_figures(planned, offered, entry)
     return planned
+
+
+def _open_loop_figures(planned: PlannedStep, rate: float, entry: dict[str, Any]) -> None:
+    """An open-loop step's rate, its arrivals dropped (and what they all became, where run.json
+    counts them) and a trace step's offered rate, from its run.json entry."""
+    planned["rate"] = rate
+    planned["dropped"] = _count(entry.get("dropped"))
+    offered_rps = entry.get("offered_rps")
+    if _time(offered_rps) and offered_rps:
+        planned["offered_rps"] = float(offered_rps)
+    arrivals = _arrivals(entry.get("arrivals"))
+    if arrivals is not None:
+        planned["arrivals"] = arrivals
+
+
+def _arrivals(value: object) -> Arrivals | None:
+    """run.json's ``arrivals`` of an open-loop step, its counts as counts (None: not recorded)."""
+    if not isinstance(value, dict):
+        return None
+    not_sent = value.get("not_sent")
+    return {
+        "planned": _count(value.get("planned")),
+        "sent": _count(value.get("sent")),
+        "dropped": _count(value.get("dropped")),
+        "not_sent": {str(k): _count(v) for k, v in not_sent.items()} if isinstance(not_sent, dict) else {},
+    }
 
 
 def _spike_of(rd: RunDir) -> dict[str, float]:

@@ -23,15 +23,16 @@ run's answers on the speed axis: ``knee_speed``, ``recommended_speed`` and, with
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tts_knee.runformat.reader import Attempts
-from tts_knee.runformat.summary import Summary, TracePart, TraceStep, TraceStepBurst
+from tts_knee.runformat.summary import Summary, TracePart, TraceRows, TraceStep, TraceStepBurst
 
-from .steps import dist
+from .steps import dist, run_end_cut
 
 BURST_ARRIVALS = 10
 BURST_RATIO = 2.0
@@ -125,16 +126,25 @@ def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any]
                 }
             )
         rest = dist(wait[~inside & ok])
-        steps.append(
-            {
-                "step": p["step"],
-                "speed": s,
-                "rate": p["rate"],
-                "offered_rps": p.get("offered_rps"),
-                "bursts": rows,
-                "p95_outside_ms": rest["p95"] if rest else None,
+        step: TraceStep = {
+            "step": p["step"],
+            "speed": s,
+            "rate": p["rate"],
+            "offered_rps": p.get("offered_rps"),
+            "bursts": rows,
+            "p95_outside_ms": rest["p95"] if rest else None,
+        }
+        arrivals = p.get("arrivals")
+        if arrivals is not None:
+            step["replayed_rows"] = {
+                "planned": arrivals["planned"],
+                "sent": arrivals["sent"],
+                "recorded": int(m.sum()),
+                "cut_by_run_end": int((m & run_end_cut(a)).sum()),
+                "dropped": arrivals["dropped"],
+                "not_sent": arrivals["not_sent"],
             }
-        )
+        steps.append(step)
     part: TracePart = {
         "path": info["path"],
         "rows": info["rows"],
@@ -149,4 +159,22 @@ def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any]
     slo = summary["slo"]
     if slo is not None:
         part["max_speed"] = speed(slo.get("max_rate"))
+    counted = [st["replayed_rows"] for st in steps if "replayed_rows" in st]
+    if counted:
+        part["replayed_rows"] = _rows_total(counted)
     return part
+
+
+def _rows_total(per_step: Sequence[TraceRows]) -> TraceRows:
+    """The steps' row counts summed."""
+    not_sent: Counter[str] = Counter()
+    for rows in per_step:
+        not_sent.update(rows["not_sent"])
+    return {
+        "planned": sum(r["planned"] for r in per_step),
+        "sent": sum(r["sent"] for r in per_step),
+        "recorded": sum(r["recorded"] for r in per_step),
+        "cut_by_run_end": sum(r["cut_by_run_end"] for r in per_step),
+        "dropped": sum(r["dropped"] for r in per_step),
+        "not_sent": dict(sorted(not_sent.items())),
+    }

@@ -5,7 +5,7 @@ beside the rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`)
 from __future__ import annotations
 
 from tts_knee.runformat.schema import TraceBurst
-from tts_knee.runformat.summary import Summary, TracePart, TraceStepBurst
+from tts_knee.runformat.summary import Summary, TracePart, TraceRows, TraceStepBurst
 
 from .kit import esc, fmt
 
@@ -28,6 +28,23 @@ def trace_headline(tr: TracePart) -> str:
     return out + "; " + ", ".join(answers)
 
 
+def _not_sent(rows: TraceRows) -> int:
+    return sum(rows["not_sent"].values())
+
+
+def rows_text(rows: TraceRows) -> str:
+    """``38 rows planned, 38 sent, 38 recorded (0 cut by the run's end), 0 not sent``, with the
+    reasons of those not sent (runformat.schema.NOT_SENT_REASONS)."""
+    not_sent = _not_sent(rows)
+    reasons = ", ".join(f"{n} {why}" for why, n in sorted(rows["not_sent"].items(), key=lambda kv: -kv[1]) if n)
+    dropped = f", {rows['dropped']} dropped at --max-inflight" if rows["dropped"] else ""
+    return (
+        f"{rows['planned']} rows planned, {rows['sent']} sent, {rows['recorded']} recorded "
+        f"({rows['cut_by_run_end']} cut by the run's end){dropped}, {not_sent} not sent"
+        + (f": {reasons}" if reasons else "")
+    )
+
+
 def burst_text(b: TraceBurst | TraceStepBurst) -> str:
     return f"{b['start_s']:.1f}-{b['end_s']:.1f} s"
 
@@ -38,7 +55,11 @@ def trace_lines(summary: Summary) -> list[str]:
     if not tr:
         return []
     lines = [trace_headline(tr)]
+    if "replayed_rows" in tr:
+        lines.append(f"  {rows_text(tr['replayed_rows'])}")
     for st in tr["steps"]:
+        if "replayed_rows" in st and _not_sent(st["replayed_rows"]) and len(tr["steps"]) > 1:
+            lines.append(f"  step {st['step']} ({st['speed']:g}x): {rows_text(st['replayed_rows'])}")
         for b in st["bursts"]:
             lines.append(
                 f"  step {st['step']} ({st['speed']:g}x): burst at {burst_text(b)} of the trace, "
@@ -78,8 +99,11 @@ def trace_html(summary: Summary) -> str:
         if found
         else "<p class='meta'>No bursts: nowhere do arrivals come twice as fast as the mean.</p>"
     )
+    counted = f"<div class='meta'>{esc(rows_text(tr['replayed_rows']))}</div>" if "replayed_rows" in tr else ""
+    lost = "replayed_rows" in tr and _not_sent(tr["replayed_rows"]) > 0
     return (
-        f"<h2>Trace replay</h2><div class='verdict ok'><div class='meta'>{esc(trace_headline(tr))}</div></div>"
+        f"<h2>Trace replay</h2><div class='verdict{'' if lost else ' ok'}'>"
+        f"<div class='meta'>{esc(trace_headline(tr))}</div>{counted}</div>"
         f"{bursts}<table><tr><th>step</th><th>speed</th><th>offered req/s</th><th>burst</th><th>requests</th>"
         f"<th>failed</th><th>burst p95 ms</th><th>rest of the step p95 ms</th></tr>{''.join(rows)}</table>"
         f"<p class='meta'>Latency from the schedule: what a caller who came when the trace has it waited. A "

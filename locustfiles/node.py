@@ -30,9 +30,10 @@ from tts_knee.collectors.puller import CollectorPuller
 from tts_knee.runformat import exits, wire
 from tts_knee.runformat.metric_roles import parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
-from tts_knee.runformat.schema import Preflight
+from tts_knee.runformat.schema import NOT_SENT_REASONS, Preflight
 
 from . import heartbeats, listening, metrics as metrics_mod, provenance, settings as settings_mod, startup, timesync
+from .arrivals import StepArrivals, step_entry as arrivals_entry
 from .clock import mono, wall
 from .disk import DiskWriter
 from .inputs import corpus, voices as voices_mod
@@ -94,7 +95,7 @@ class Run:
         self.info: dict = {}
         self.preflight: Preflight | None = None
         self.uploads: VoiceUploads | None = None  # --voice-upload: the voices registered on the server
-        self.dropped: Counter = Counter()  # open loop: arrivals this node did not send, per step
+        self.arrivals: dict[int, StepArrivals] = {}  # open loop: what this node's arrivals became, per step
         self.stopping = False  # the run is stopping: nothing new is sent, what is in flight drains
         self.in_flight = 0  # attempts in flight on this node
         self.calls: dict = {}  # open loop: this node's requests in flight -> when each was sent (wall)
@@ -277,10 +278,47 @@ class Run:
                 CUT_BY_RUN_END,
             )
 
-    def dropped_in(self, step: int) -> int:
+    def arrivals_of(self, step: int) -> StepArrivals:
+        """This node's tally of ``step``'s arrivals (made on first use)."""
+        tally = self.arrivals.get(step)
+        if tally is None:
+            tally = self.arrivals[step] = StepArrivals()
+        return tally
+
+    def arrivals_settled_here(self, step: int) -> None:
+        """This node's arrivals for ``step`` are all sent, dropped or given up: a worker says so
+        now rather than with its next batch, as the master may be waiting to end the step."""
+        if self.shipper is not None:
+            self.shipper.ship()
+
+    def arrivals_in(self, step: int) -> StepArrivals:
+        """``step``'s arrivals over this run's nodes."""
         if self.receiver is None:
-            return self.dropped[step]
-        return sum(c.get(step, 0) for c in self.receiver.dropped.values())
+            return self.arrivals.get(step) or StepArrivals()
+        total = StepArrivals()
+        for tallies in self.receiver.arrivals.values():
+            if step in tallies:
+                total.add(tallies[step])
+        return total
+
+    def arrivals_settled(self, step: Step) -> bool:
+        """Open loop: whether every node sending ``step``'s arrivals has settled them all."""
+        if self.receiver is None:
+            tally = self.arrivals.get(step.step)
+            return tally is not None and tally.done
+        return self.receiver.arrivals_settled(step.step, step.workers or {})
+
+    def _planned_rows(self, step: Step) -> int | None:
+        """A replayed trace's rows due within ``step``, as the master counts them once the run is
+        closed (until then the nodes' tallies are all there is: a row no worker has reported yet
+        is not lost); None for any other step."""
+        trace = self.settings.trace
+        if not self.closed or trace is None or step.rate is None:
+            return None
+        return trace.replayed(step.rate / trace.base_rps, self.settings.step_time)
+
+    def dropped_in(self, step: int) -> int:
+        return self.arrivals_in(step).dropped
 
     def finished_in_step(self, step: int) -> int:
         return self.writer.finished_settled[step] if self.writer else 0
@@ -466,6 +504,7 @@ class Run:
                         "rate": st.rate,
                         "dropped": self.dropped_in(st.step),
                         "workers": len(st.workers or ()),
+                        "arrivals": arrivals_entry(self.arrivals_in(st.step), self._planned_rows(st)),
                         **({} if st.offered_rps is None else {"offered_rps": st.offered_rps}),
                     }
                 ),
@@ -509,6 +548,7 @@ class Run:
             for wid in stragglers:
                 log.error("worker %s sent no final batch within %.0f s; its last records may be missing", wid, wait)
         self.writer.close()
+        self._account_arrivals()
         if self.judge is not None:
             self.judge.finish()
             self.info["speech"] = dict(self.judge.counts)
@@ -546,6 +586,32 @@ class Run:
         log.info("run finished: %d attempt records%s in %s", self.writer.count, cut, run_dir / runformat.REQUESTS)
         if self.settings.junit is not None and not self.failed and self.writer.count:
             self._report_for_ci(run_dir, self.settings.junit)
+
+    def _account_arrivals(self) -> None:
+        """An open-loop run's end: what its arrivals became, said in one line; a replayed trace
+        that did not send every row it planned fails the run (--exit-code-on-error)."""
+        entries = [
+            arrivals_entry(self.arrivals_in(st.step), self._planned_rows(st))
+            for st in self.state.steps
+            if st.rate is not None
+        ]
+        if not entries:
+            return
+        not_sent: Counter[str] = Counter()
+        for entry in entries:
+            not_sent.update(entry["not_sent"])
+        what = "trace rows" if self.settings.trace is not None else "arrivals"
+        counts = (
+            f"{sum(e['planned'] for e in entries)} {what} planned, {sum(e['sent'] for e in entries)} sent, "
+            f"{sum(e['dropped'] for e in entries)} dropped at --max-inflight"
+        )
+        if not not_sent.total():
+            log.info("%s, every one accounted for", counts)
+            return
+        reasons = "; ".join(f"{n} {why}: {NOT_SENT_REASONS.get(why, why)}" for why, n in not_sent.most_common())
+        log.warning("%s, %d NOT SENT (%s)", counts, not_sent.total(), reasons)
+        if self.settings.trace is not None and self.environment.process_exit_code is None:
+            self.environment.process_exit_code = self.environment.parsed_options.exit_code_on_error
 
     def _report_for_ci(self, run_dir: Path, junit: Path) -> None:
         """--junit: the finished run judged as ``tts-knee report`` judges it (its own --slo), the
@@ -637,7 +703,7 @@ class Node:
                 run.worker_id,
                 str(s.run_dir),
                 self.clock,
-                run.dropped,
+                run.arrivals,
                 run.calls if s.rates else None,
             )
             run.make_audio_dir()

@@ -32,6 +32,9 @@ import gevent
 from gevent.pool import Group
 from locust import task
 
+from tts_knee.runformat.schema import BEHIND_SCHEDULE, RUN_STOPPED, TURN_UNANSWERED
+
+from .arrivals import StepArrivals, arrival_span_s
 from .attempt import Caller
 from .clock import mono, wall
 from .user import RunUser
@@ -42,24 +45,12 @@ if TYPE_CHECKING:
 
 #: Arrivals due within this much of now are sent now rather than after another sleep.
 EARLY_S = 0.0002
+#: Arrivals a step still held when it ended are counted one by one up to this many (a long soak
+#: stopped early: the rest from its rate).
+MAX_LEFT_COUNTED = 100_000
 #: How often a scheduler looks for a new step: while idle (between steps, a rate share of zero)
 #: and while waiting for a distant arrival. A new step's first arrivals are late by up to this.
 IDLE_POLL_S = 0.05
-
-
-def arrival_span_s(s, rate: float, settle_s: float, hold_s: float | None = None) -> float:
-    """How long a step at ``rate`` (req/s, the whole run's) sends arrivals, from its start:
-    ``--step-time``, or with ``--step-requests N`` its settle window and N arrivals (at most
-    ``--step-time``); a soak (``hold_s``) its own length. In open loop a step's requests are what
-    it offers: one that went on sending until N had finished would offer more the slower the
-    server, and hand its queue to the next."""
-    if hold_s is not None:
-        return hold_s
-    if s.trace is not None:  # the trace from its start for --step-time, or the whole of it
-        return s.trace.span_s(rate / s.trace.base_rps, s.step_time)
-    if s.step_requests:
-        return min(s.step_time, settle_s + s.step_requests / rate)
-    return s.step_time
 
 
 def gaps(arrival: str, rate: float, rng: random.Random):
@@ -73,6 +64,8 @@ def gaps(arrival: str, rate: float, rng: random.Random):
 
 class OpenLoopUser(RunUser):
     """Schedules this worker's share of each step's offered rate."""
+
+    open_loop = True
 
     def on_start(self) -> None:
         # Set before the run is looked up: on_stop runs even when on_start stops the user.
@@ -102,8 +95,12 @@ class OpenLoopUser(RunUser):
             return
         rate, phase = share
         s = run.settings
+        tally = run.arrivals_of(step.step)
+        if tally.open or tally.done:  # this step's schedule is laid out already (or given up)
+            self._hold(step)
+            return
         if s.trace is not None:
-            self._replay(step, s.trace)
+            self._replay(step, s.trace, tally)
             return
         rng = random.Random(f"{s.arrival_seed}-{run.worker_index}-{step.step}")
         # The step began at step.start on this node's wall clock; lay the schedule on the
@@ -112,26 +109,47 @@ class OpenLoopUser(RunUser):
         w_start = step.start
         gen = gaps(s.arrival, rate, rng)
         due = phase / rate if s.arrival == "constant" else next(gen)
-        dropped = run.dropped
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
         # moment later): no arrival is scheduled past the step's time (a soak's own length).
         # an open-loop step has its rate (and its workers), None only in closed loop
         last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)  # type: ignore[arg-type]
-        while state.current is step and due < last and not run.stopping:
-            wait = m_start + due - mono()
-            if wait > EARLY_S:
-                # Wake at the arrival or soon after the step changes, whichever comes first.
-                gevent.sleep(min(wait, IDLE_POLL_S))
-                continue
-            if self.inflight >= s.max_inflight:
-                dropped[step.step] += 1
-            else:
-                self.seq += 1
-                self.inflight += 1
-                self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
-                gevent.sleep(0)  # behind schedule, the arrivals still go out one by one, each at once
-            due += next(gen)
-        while state.current is step and not run.stopping:  # the step's time is up; its end is the shape's
+        tally.enter()
+        try:
+            while state.current is step and due < last and not run.stopping:
+                wait = m_start + due - mono()
+                if wait > EARLY_S:
+                    # Wake at the arrival or soon after the step changes, whichever comes first.
+                    gevent.sleep(min(wait, IDLE_POLL_S))
+                    continue
+                tally.planned += 1
+                if self.inflight >= s.max_inflight:
+                    tally.dropped += 1
+                else:
+                    tally.sent += 1
+                    self.seq += 1
+                    self.inflight += 1
+                    self.inflight_requests.spawn(self._send, step, w_start + due, self.seq)
+                    gevent.sleep(0)  # behind schedule, the arrivals still go out one by one, each at once
+                due += next(gen)
+        finally:  # the step ended (or the user was stopped) with arrivals left: each counted, with why
+            left = 0
+            while due < last and left < MAX_LEFT_COUNTED:
+                tally.not_sent[_why_not_sent(run.stopping)] += 1
+                left += 1
+                due += next(gen)
+            if due < last:  # a long soak stopped early: the rest, as many as its rate gives it
+                rest = int((last - due) * rate)
+                tally.not_sent[RUN_STOPPED] += rest
+                left += rest
+            tally.planned += left
+            if tally.leave():
+                run.arrivals_settled_here(step.step)
+        self._hold(step)
+
+    def _hold(self, step: Step) -> None:
+        """The step's arrivals are laid out: wait for its end (the shape's), or the run's."""
+        run = self.tts_run
+        while run.state.current is step and not run.stopping:
             gevent.sleep(IDLE_POLL_S)
 
     def _send(self, step: Step, scheduled: float, seq: int, row: int | None = None) -> None:
@@ -155,63 +173,95 @@ class OpenLoopUser(RunUser):
             self.inflight -= 1
             calls.pop((self.no, seq), None)
 
-    def _replay(self, step: Step, trace: Trace) -> None:
+    def _replay(self, step: Step, trace: Trace, tally: StepArrivals) -> None:
         """Send this worker's lanes of the trace (``locustfiles.inputs.trace``) for one step: a lone row
         at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
-        one caller of its own, turn after turn."""
+        one caller of its own, turn after turn. Every row due within the step's span is planned,
+        and ends sent, dropped (``--max-inflight``) or counted as not sent with why."""
         run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
         # an open-loop step has its rate and its workers, None only in closed loop
         speed = step.rate / trace.base_rps  # type: ignore[operator]
-        lanes = trace.lanes(step.workers[run.worker_id], len(step.workers))  # type: ignore[index, arg-type]
-        m_start = mono() - (wall() - step.start)
         last = trace.span_s(speed, s.step_time)
+        # the rows of each lane due within the span (a lane's rows come in offset order)
+        lanes = [
+            due_rows
+            for lane in trace.lanes(step.workers[run.worker_id], len(step.workers))  # type: ignore[index, arg-type]
+            if (due_rows := tuple(row for row in lane if trace.due_in_span(row, speed, last)))
+        ]
+        tally.planned = sum(len(lane) for lane in lanes)
+        m_start = mono() - (wall() - step.start)
+        tally.enter()
         k = 0
-        while state.current is step and k < len(lanes) and not run.stopping:
-            lane = lanes[k]
-            due = trace.offsets[lane[0]] / speed
-            if due >= last:
-                break
-            wait = m_start + due - mono()
-            if wait > EARLY_S:
-                gevent.sleep(min(wait, IDLE_POLL_S))
-                continue
-            k += 1
-            if len(lane) > 1:
-                self.inflight_requests.spawn(self._conversation, step, trace, lane, speed, m_start, last)
-            elif self.inflight >= s.max_inflight:
-                run.dropped[step.step] += 1
-            else:
-                self.seq += 1
-                self.inflight += 1
-                self.inflight_requests.spawn(self._send, step, step.start + due, self.seq, lane[0])
-            gevent.sleep(0)
-        while state.current is step and not run.stopping:
-            gevent.sleep(IDLE_POLL_S)
+        try:
+            while state.current is step and k < len(lanes) and not run.stopping:
+                lane = lanes[k]
+                wait = m_start + trace.offsets[lane[0]] / speed - mono()
+                if wait > EARLY_S:
+                    gevent.sleep(min(wait, IDLE_POLL_S))
+                    continue
+                k += 1
+                if len(lane) > 1:
+                    tally.enter()
+                    self.inflight_requests.spawn(self._conversation, step, trace, lane, speed, m_start, tally)
+                elif self.inflight >= s.max_inflight:
+                    tally.dropped += 1
+                else:
+                    tally.sent += 1
+                    self.seq += 1
+                    self.inflight += 1
+                    due = trace.offsets[lane[0]] / speed
+                    self.inflight_requests.spawn(self._send, step, step.start + due, self.seq, lane[0])
+                gevent.sleep(0)
+        finally:  # lanes the step ended before: each row counted, with why
+            left = sum(len(lane) for lane in lanes[k:])
+            if left:
+                tally.not_sent[_why_not_sent(run.stopping)] += left
+            if tally.leave():
+                run.arrivals_settled_here(step.step)
+        self._hold(step)
 
-    def _conversation(self, step: Step, trace: Trace, lane: tuple, speed: float, m_start: float, last: float) -> None:
+    def _conversation(
+        self, step: Step, trace: Trace, lane: tuple[int, ...], speed: float, m_start: float, tally: StepArrivals
+    ) -> None:
         """A conversation's turns in order on one caller: each when the trace has it, and not
         before the turn above has been answered (a listener asks again once heard); that later
         moment is its ``scheduled``, so its latency from the schedule is the server's, not the
-        wait for the turn above."""
+        wait for the turn above. Turns the step ends before are counted as not sent, with why."""
         run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
         caller = Caller(self, self.no, next(self.lanes))
+        turn = 0  # the next turn to send
+        answered_at: float | None = None  # when the turn above was answered (monotonic)
         try:
-            for row in lane:
+            while turn < len(lane):
+                row = lane[turn]
                 due = trace.offsets[row] / speed
-                if due >= last:
-                    return
-                while (wait := m_start + due - mono()) > EARLY_S:
-                    if state.current is not step or run.stopping:
-                        return
+                while (wait := m_start + due - mono()) > EARLY_S and state.current is step and not run.stopping:
                     gevent.sleep(min(wait, IDLE_POLL_S))
                 if state.current is not step or run.stopping:
-                    return
+                    break
+                turn += 1
                 if self.inflight >= s.max_inflight:
-                    run.dropped[step.step] += 1
+                    tally.dropped += 1
                     continue
                 scheduled = step.start + max(due, mono() - m_start)
+                tally.sent += 1
                 self.seq += 1
                 self.inflight += 1
+                answered_at = None  # until it is: the turns below wait for it
                 self._call(caller, step, scheduled, self.seq, row)
+                answered_at = mono()
         finally:
             caller.close()
+            for row in lane[turn:]:
+                due_m = m_start + trace.offsets[row] / speed
+                # a turn due before the turn above was answered (or while it still ran) waited for it
+                waited = turn > 0 and due_m <= mono() and (answered_at is None or answered_at > due_m)
+                tally.not_sent[TURN_UNANSWERED if waited else _why_not_sent(run.stopping)] += 1
+            if tally.leave():
+                run.arrivals_settled_here(step.step)
+
+
+def _why_not_sent(stopping: bool) -> str:
+    """Why an arrival was not sent when its step ended: the run stopped, or the next step began
+    before this node had sent it (it fell behind the schedule)."""
+    return RUN_STOPPED if stopping else BEHIND_SCHEDULE

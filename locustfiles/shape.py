@@ -5,7 +5,7 @@ going 1 → 4 → 8 …: the plan's levels are then numbers of voices).
 The shape runs where the runner runs (the master in distributed mode); it announces each step
 to the workers so every record carries the step it was sent in. A step ends after
 ``--step-time`` seconds, or after ``--step-requests`` finished requests when that is set (an
-open-loop step: once it has sent that many arrivals, see ``openloop_user.arrival_span_s``). Which
+open-loop step: once it has sent that many arrivals, see ``arrivals.arrival_span_s``). Which
 step comes next is the step plan's to say (``plan.py``). When the plan judges steps, a step's
 load goes on past its cut-off until every user has finished what it sent before it and those
 records have reached the master (at most ``RECORDS_WAIT_S``); the step is then judged on the
@@ -33,6 +33,7 @@ from locust.runners import MasterRunner, Runner
 
 from tts_knee import runformat
 
+from .arrivals import arrival_span_s
 from .clock import wall
 from .shipping import BATCH_INTERVAL_S
 from .step import Step
@@ -48,6 +49,9 @@ TICK_S = 1.0
 #: Longest wait past a step's cut-off for the requests it sent before it; those still
 #: unanswered then are judged without (and counted in the verdict's ``unanswered``).
 RECORDS_WAIT_S = 30.0
+#: Longest wait past an open-loop step's time for arrivals its nodes have yet to send, counted
+#: from the last one sent (the request timeout, if shorter).
+ARRIVALS_WAIT_S = 30.0
 RECORDS_POLL_S = 0.05
 
 
@@ -82,6 +86,11 @@ class StepState:
         return step is None or t0 >= step.start + self.settle_of(step)
 
 
+def _open_loop(user_class: type) -> bool:
+    """Whether Locust's ``user_class`` schedules open-loop arrivals (``RunUser.open_loop``)."""
+    return bool(getattr(user_class, "open_loop", False))
+
+
 def _next_level(run):
     """The next level to run: the plan's, then the soak's, the spike's, the probe's (none once
     the run is cut short)."""
@@ -112,8 +121,6 @@ class StepShape(LoadTestShape):
             length = settings.step_time if cur.hold_s is None else cur.hold_s
             left = length + state.settle_of(cur) - state.settle_s - (wall() - cur.start)
         else:  # open loop: the step lasts as long as it sends arrivals
-            from .openloop_user import arrival_span_s
-
             left = arrival_span_s(settings, cur.rate, state.settle_of(cur), cur.hold_s) - (wall() - cur.start)
         probing = cur.phase == runformat.PROBE_PHASE
         by_count = probing or (settings.step_requests and cur.hold_s is None and cur.rate is None)
@@ -135,6 +142,8 @@ class StepShape(LoadTestShape):
             if judged:  # parse as the step goes: its judgment has little left to read
                 gevent.get_hub().threadpool.apply(run.reader.refresh)
             return True
+        if going and cur.rate is not None:
+            self._await_arrivals(run, cur)
         if judged:
             self._judge(run, cur)
         log.info(
@@ -211,18 +220,14 @@ class StepShape(LoadTestShape):
     def _load(self, run, step: Step):
         """What Locust should run for ``step``: its concurrency in closed-loop users, or one
         open-loop scheduler per worker sharing its rate."""
-        from .openloop_user import OpenLoopUser
-
         classes = self._runner.environment.user_classes
         if run.settings.mode == "open":
-            return len(step.workers), SPAWN_RATE, [c for c in classes if issubclass(c, OpenLoopUser)]  # type: ignore[arg-type]  # an open step has its workers
-        closed = [c for c in classes if not issubclass(c, OpenLoopUser)]
+            return len(step.workers), SPAWN_RATE, [c for c in classes if _open_loop(c)]  # type: ignore[arg-type]  # an open step has its workers
+        closed = [c for c in classes if not _open_loop(c)]
         return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else (step.concurrency, SPAWN_RATE, closed)
 
     def _begin_rate_step(self, run, nxt):
-        from .openloop_user import OpenLoopUser
-
-        if not any(issubclass(c, OpenLoopUser) for c in self._runner.environment.user_classes):
+        if not any(_open_loop(c) for c in self._runner.environment.user_classes):
             run.fail(
                 "--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
                 "from locustfiles.openloop_user in your locustfile"
@@ -321,6 +326,29 @@ class StepShape(LoadTestShape):
         slowest = run.writer.max_wait_s(cur.step)
         settle = run.state.settle_s
         return min(slowest, run.settings.step_time) if slowest is not None and slowest > settle else None
+
+    @staticmethod
+    def _await_arrivals(run, cur: Step) -> None:
+        """An open-loop step's time is up: wait until every node has sent what its schedule
+        held for the step (a worker that heard of the step late is behind by that much; a
+        conversation's turn waits for the turn above to be answered), at most ARRIVALS_WAIT_S
+        past the last arrival any node sent; what is left then is counted as not sent."""
+        limit = min(ARRIVALS_WAIT_S, run.settings.request_timeout + 2 * BATCH_INTERVAL_S)
+        deadline = wall() + limit
+        sent = run.arrivals_in(cur.step).sent
+        while not run.arrivals_settled(cur) and not run.stopping and wall() < deadline:
+            gevent.sleep(RECORDS_POLL_S)
+            now_sent = run.arrivals_in(cur.step).sent
+            if now_sent > sent:  # still sending: the wait is for what comes after
+                sent, deadline = now_sent, wall() + limit
+        if not run.arrivals_settled(cur) and not run.stopping:
+            log.warning(
+                "step %d: %d of its arrivals were still unsent %.0f s after the last one sent; it ends without "
+                "them (run.json counts them as not sent)",
+                cur.step,
+                max(0, run.arrivals_in(cur.step).unsent),
+                limit,
+            )
 
     def _judge(self, run, cur: Step) -> None:
         """Wait (bounded) until the requests ``cur`` sent before now are all recorded, then let

@@ -21,6 +21,7 @@ from tts_knee import runformat
 from tts_knee.runformat import wire
 from tts_knee.runformat.options import CUT_BY_RUN_END
 
+from .arrivals import StepArrivals
 from .clock import wall
 from .disk import DiskWriter
 
@@ -162,14 +163,14 @@ class RecordReceiver:
         self.run_id: str | None = None
         self.workers: dict[str, dict] = {}
         self.errors: dict[str, str] = {}  # worker id -> why it could not run
-        self.dropped: dict[str, dict[int, int]] = {}  # open loop: worker id -> step -> arrivals not sent
+        self.arrivals: dict[str, dict[int, StepArrivals]] = {}  # open loop: worker id -> step -> its tally
         self.in_flight: dict[str, tuple[float, list]] = {}  # open loop: worker id -> (said at, sent times)
         runner.register_message(wire.RECORDS.name, self._on_records)
         runner.register_message(wire.WORKER_ERROR.name, self._on_error)
 
     def reset(self, writer: RecordWriter, run_id: str) -> None:
         """Point at a new run's writer (a web-UI session can hold several runs)."""
-        self.writer, self.run_id, self.workers, self.errors, self.dropped = writer, run_id, {}, {}, {}
+        self.writer, self.run_id, self.workers, self.errors, self.arrivals = writer, run_id, {}, {}, {}
         self.in_flight = {}
 
     def _on_error(self, environment, msg, **_kw) -> None:
@@ -215,8 +216,8 @@ class RecordReceiver:
             rtt_s=data.get("rtt_s"),
             host=data.get("host"),
         )
-        if data.get("dropped"):  # running totals: a batch sent twice cannot count them twice
-            self.dropped[msg.node_id] = {int(k): int(v) for k, v in data["dropped"].items()}
+        if data.get("arrivals"):  # running totals: a batch sent twice cannot count them twice
+            self.arrivals[msg.node_id] = {int(k): StepArrivals.from_wire(v) for k, v in data["arrivals"].items()}
         if data.get("in_flight") is not None:
             self.in_flight[msg.node_id] = (data["at"], data["in_flight"])
         if data.get("final"):
@@ -235,6 +236,20 @@ class RecordReceiver:
                 return None
             n += sum(1 for t in sent if t < cutoff)
         return n
+
+    def arrivals_settled(self, step: int, worker_ids) -> bool:
+        """Open loop: whether each of ``worker_ids`` still answering has said its arrivals for
+        ``step`` are settled (all sent, dropped or given up)."""
+        self.note_lost()
+        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        for wid in worker_ids:
+            w = self.workers.get(wid)
+            if wid not in alive or (w is not None and w["lost_at"] is not None):
+                continue
+            tally = self.arrivals.get(wid, {}).get(step)
+            if tally is None or not tally.done:
+                return False
+        return True
 
     def _ack(self, job, seq: int, run_id: str | None, worker_id: str) -> None:
         job.wait()
@@ -265,7 +280,13 @@ class RecordShipper:
     """Worker side: batches records to the master, converted to the master's clock."""
 
     def __init__(
-        self, runner, worker_id: str, run_id: str, timesync, dropped: Counter | None = None, calls: dict | None = None
+        self,
+        runner,
+        worker_id: str,
+        run_id: str,
+        timesync,
+        arrivals: dict[int, StepArrivals] | None = None,
+        calls: dict | None = None,
     ):
         self.runner = runner
         self.worker_id = worker_id
@@ -274,7 +295,7 @@ class RecordShipper:
         self._buf: list[dict] = []
         self._seq = 0
         self._warned_clock = False
-        self.dropped = Counter() if dropped is None else dropped  # open loop: step -> arrivals not sent
+        self.arrivals = {} if arrivals is None else arrivals  # open loop: step -> what its arrivals became
         self.calls = calls  # open loop: the run's requests in flight -> when sent (every batch says them)
         self.unacked: dict[int, list[dict]] = {}
         self._loop = gevent.spawn(self._run)
@@ -295,7 +316,7 @@ class RecordShipper:
             self._warned_clock = True
             log.warning("no clock-offset answer from the master yet: these records keep this worker's clock")
         batch, self._buf = self._buf, []
-        if not batch and not final and not self.dropped and self.calls is None:
+        if not batch and not final and not self.arrivals and self.calls is None:
             return
         offset = self.timesync.offset_s or 0.0
         for r in batch:
@@ -314,7 +335,7 @@ class RecordShipper:
                 offset_s=self.timesync.offset_s,
                 rtt_s=self.timesync.rtt_s,
                 host=self.timesync.host,
-                dropped=dict(self.dropped),
+                arrivals={step: tally.wire() for step, tally in self.arrivals.items()},
                 at=wall() - offset,
                 in_flight=None if self.calls is None else [t - offset for t in self.calls.values()],
             ),

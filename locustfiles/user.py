@@ -9,7 +9,7 @@ session (over HTTP, a new connection).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import gevent
 from gevent.pool import Group
@@ -31,6 +31,9 @@ class RunUser(User):
 
     abstract = True
     wait_time = constant(0)
+    #: Whether the user schedules open-loop arrivals (``--rates``, ``--trace``); the step shape
+    #: runs these in an open-loop step and the others in a closed-loop one.
+    open_loop: ClassVar[bool] = False
     #: This node's run, from on_start on (not ``run``: that is Locust's User.run, which runs the tasks).
     tts_run: Run
 

@@ -31,7 +31,8 @@ STATUSES = (
     ExitStatus(
         FAILED,
         "failed",
-        "run: some requests failed (Locust's --exit-code-on-error, default 1, sets this number); report: "
+        "run: some requests failed, or a replayed trace did not send every row it planned (Locust's "
+        "--exit-code-on-error, default 1, sets this number); report: "
         "--require does not hold, or --baseline found a significant regression",
     ),
     ExitStatus(

@@ -402,6 +402,33 @@ RESOURCE_SAMPLE = table(ResourceSample)
 # ---- run.json ------------------------------------------------------------------------------
 
 
+#: Why an open-loop arrival (a replayed trace's row) was not sent: run.json's
+#: ``steps[].arrivals.not_sent`` keys, each with what it means.
+BEHIND_SCHEDULE = "behind_schedule"
+TURN_UNANSWERED = "turn_above_unanswered"
+RUN_STOPPED = "run_stopped"
+WORKER_LOST = "worker_lost"
+NOT_SENT_REASONS = {
+    BEHIND_SCHEDULE: "the next step began before its node had sent it (the node fell behind the schedule)",
+    TURN_UNANSWERED: "a conversation's turn still waiting for the turn above to be answered when the step ended",
+    RUN_STOPPED: "the run stopped before it was sent (stopped by hand, cut short, or the wait for it ran out)",
+    WORKER_LOST: "the worker that was to send it stopped answering",
+}
+
+
+class Arrivals(TypedDict):
+    """What an open-loop step's arrivals became, all nodes together (``run.json``'s
+    ``steps[].arrivals``): every one planned was sent, dropped, or is counted as not sent."""
+
+    planned: Annotated[int, Doc("count", "what the step's schedule held (a trace: its rows due within the step)")]
+    sent: Annotated[int, Doc("count", "sent: each has its records")]
+    dropped: Annotated[int, Doc("count", "not sent: --max-inflight requests were in flight")]
+    not_sent: Annotated[
+        dict[str, int],
+        Doc("count", "not sent for another reason: reason -> arrivals (NOT_SENT_REASONS)", key="reason"),
+    ]
+
+
 class StepEntry(TypedDict):
     """One step of the run as it ran (``run.json``'s ``steps``)."""
 
@@ -426,6 +453,7 @@ class StepEntry(TypedDict):
     voices: NotRequired[Annotated[int, Doc("count", "--voice-steps: the distinct voices the step drew from")]]
     dropped: NotRequired[Annotated[int, Doc("count", "open loop: arrivals not sent, finding --max-inflight in flight")]]
     workers: NotRequired[Annotated[int, Doc("count", "open loop: workers sharing the rate")]]
+    arrivals: NotRequired[Annotated[Arrivals, Doc("", "open loop: what its arrivals became, all nodes together")]]
     offered_rps: NotRequired[
         Annotated[
             float,

@@ -1180,6 +1180,21 @@ class TraceStepBurst(TypedDict):
     p95_ms: Annotated[float | None, Doc("ms", "their p95 latency from the schedule")]
 
 
+class TraceRows(TypedDict):
+    """What the rows a replay planned became (``trace.rows``, ``trace.steps[].rows``): each one
+    due within its step was sent (and recorded), dropped, or is counted as not sent with why."""
+
+    planned: Annotated[int, Doc("count", "rows due within the step's span")]
+    sent: Annotated[int, Doc("count", "")]
+    recorded: Annotated[int, Doc("count", "rows with a final record (sent ones the run kept)")]
+    cut_by_run_end: Annotated[int, Doc("count", "of the recorded, those the run's end cut")]
+    dropped: Annotated[int, Doc("count", "not sent: --max-inflight requests were in flight")]
+    not_sent: Annotated[
+        dict[str, int],
+        Doc("count", "not sent for another reason: reason -> rows (runformat.schema.NOT_SENT_REASONS)", key="reason"),
+    ]
+
+
 class TraceStep(TypedDict):
     """One replay step of a trace (``trace.steps``)."""
 
@@ -1189,6 +1204,7 @@ class TraceStep(TypedDict):
     offered_rps: Annotated[float | None, Doc("req/s", "what the step's settled window replayed, per second")]
     bursts: Annotated[list[TraceStepBurst], Doc("", "the trace's bursts this step replayed")]
     p95_outside_ms: Annotated[float | None, Doc("ms", "p95 latency from the schedule of the step's other requests")]
+    replayed_rows: NotRequired[Annotated[TraceRows, Doc("", "what the step's rows became (runs that count them)")]]
 
 
 class TracePart(Trace):
@@ -1198,6 +1214,7 @@ class TracePart(Trace):
     knee_speed: Annotated[float | None, Doc("x", "knee.rate as a speed")]
     recommended_speed: Annotated[float | None, Doc("x", "recommended_rate as a speed")]
     max_speed: NotRequired[Annotated[float | None, Doc("x", "with an SLO: slo.max_speed")]]
+    replayed_rows: NotRequired[Annotated[TraceRows, Doc("", "what every step's rows became (runs that count them)")]]
 
 
 class SliceSpeech(TypedDict):

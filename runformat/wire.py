@@ -64,7 +64,13 @@ RECORDS = Payload(
         Field("offset_s", "s", True, "the worker's clock minus the master's (null: not known yet)"),
         Field("rtt_s", "s", True, "round trip of the probe the offset came from"),
         Field("host", "", False, "the worker's hostname"),
-        Field("dropped", "count", False, "open loop: step -> arrivals not sent so far (running totals)"),
+        Field(
+            "arrivals",
+            "",
+            False,
+            "open loop: step -> what its arrivals became on the worker so far (running totals: planned, sent, "
+            "dropped, not_sent by reason, and done once its schedule is settled)",
+        ),
         Field("at", "unix s", False, "when the batch was made, on the master's clock"),
         Field(
             "in_flight",

@@ -55,8 +55,15 @@ class Trace:
         return min(step_time_s, self.duration_s / speed)
 
     def replayed(self, speed: float, step_time_s: float) -> int:
-        """How many rows a step at ``speed`` sends (those due before its span ends)."""
-        return bisect.bisect_left(self.offsets, self.span_s(speed, step_time_s) * speed)
+        """How many rows a step at ``speed`` sends: those due before its span ends
+        (:meth:`due_in_span`)."""
+        last = self.span_s(speed, step_time_s)
+        return sum(1 for row in range(self.rows) if self.due_in_span(row, speed, last))
+
+    def due_in_span(self, row: int, speed: float, last_s: float) -> bool:
+        """Whether ``row`` comes due before ``last_s`` into a step at ``speed``: the one test of
+        what a step replays, for the node that sends it and the master that counts it."""
+        return self.offsets[row] / speed < last_s
 
     def offered_between(self, speed: float, start_s: float, end_s: float) -> int:
         """How many rows a step at ``speed`` sends from ``start_s`` to ``end_s`` of its own time."""

@@ -7,6 +7,9 @@ share a trace with each conversation on one of them."""
 import csv
 import json
 import random
+import signal
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +218,48 @@ def test_two_workers_share_a_trace_each_conversation_on_one_of_them(tmp_path):
         assert [t["t0"] for t in turns] == sorted(t["t0"] for t in turns)
     lone = [by_line[f"trace:{line_of[f'Lone request number {i}.']}"][0]["worker"] for i in range(30)]
     assert len(set(lone)) == 2 and min(lone.count(x) for x in set(lone)) >= 10, lone  # dealt out in turn
+    # every row accounted for, in run.json, the summary and the master's last words
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["steps"][0]["arrivals"] == {"planned": 38, "sent": 38, "dropped": 0, "not_sent": {}}
+    text = dashboard(tmp_path / "run")
+    assert "38 rows planned, 38 sent, 38 recorded (0 cut by the run's end), 0 not sent" in text.stdout
+    assert (
+        "38 trace rows planned, 38 sent, 0 dropped at --max-inflight, every one accounted for"
+        in (tmp_path / "master.log").read_text()
+    )
+
+
+def test_a_replay_stopped_before_its_last_rows_are_due_counts_them_as_not_sent(tmp_path):
+    # 100 rows over 10 s, the run stopped by hand about 2 s in: the rows not yet due are not sent,
+    # and said so with their reason in run.json, the summary, the terminal and the exit status
+    trace = tmp_path / "day.jsonl"
+    trace.write_text(
+        "".join(json.dumps({"offset_s": round(i * 0.1, 2), "text": f"Row {i}."}) + "\n" for i in range(100))
+    )
+    run_dir = tmp_path / "run"
+    with sim() as server:
+        proc = start_locust(
+            ["--headless", "-H", server.url, "--trace", str(trace), "--step-time", "30", "--run-dir", str(run_dir)],
+            tmp_path / "locust.log",
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_lines(run_dir / "requests.jsonl")) < 10:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        finish(proc, run_dir=run_dir)
+    out = (tmp_path / "locust.log").read_text()
+    assert proc.returncode == 1, out[-3000:]  # --exit-code-on-error's default: the replay did not send every row
+    arrivals = json.loads((run_dir / "run.json").read_text())["steps"][0]["arrivals"]
+    stopped = arrivals["not_sent"].get("run_stopped", 0)
+    assert arrivals["planned"] == 100 and arrivals["sent"] + stopped == 100 and stopped >= 50, arrivals
+    final = [r for r in read_jsonl(run_dir / "requests.jsonl") if r["final"]]
+    assert len(final) == arrivals["sent"]  # each row sent has its record (cut or answered)
+    assert f"100 trace rows planned, {arrivals['sent']} sent, 0 dropped at --max-inflight, {stopped} NOT SENT" in out
+    assert "run_stopped: the run stopped before it was sent" in out
+    text = dashboard(run_dir)
+    assert f"100 rows planned, {arrivals['sent']} sent, {len(final)} recorded" in text.stdout
+    assert f"{stopped} not sent: {stopped} run_stopped" in text.stdout
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
