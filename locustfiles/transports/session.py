@@ -30,6 +30,7 @@ import itertools
 import logging
 import random
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -41,7 +42,19 @@ from tts_knee.audio import containers
 
 from ..clock import mono
 from ..inputs.pacing import Pacer, schedule
-from .base import NO_ASK, Answered, Ask, AudioPiece, Cancel, Ended, Received, TextSent, Transport, TransportError
+from .base import (
+    NO_ASK,
+    Answered,
+    Ask,
+    AudioPiece,
+    Cancel,
+    Ended,
+    Event,
+    Received,
+    TextSent,
+    Transport,
+    TransportError,
+)
 
 #: After a cancel: the longest wait for the utterance to go quiet (its acknowledgement, its end).
 log = logging.getLogger("tts_knee")
@@ -66,7 +79,8 @@ class Kind(enum.StrEnum):
 
 class Item:
     """What the reader hands an utterance: its :class:`Kind` and what that kind carries.
-    ``key``: the utterance it names (None: the one in flight)."""
+    ``key``: the utterance it names, as the frame names it (compared with the utterances' own
+    names, :meth:`SessionTransport.key`; None: the one in flight)."""
 
     __slots__ = ("kind", "at", "nbytes", "data", "rate", "message", "fatal", "code", "key")
 
@@ -80,7 +94,7 @@ class Item:
         message: str | None = None,
         fatal: bool = True,
         code: int | None = None,
-        key=None,
+        key: object = None,
     ):
         self.kind, self.at, self.nbytes, self.data, self.rate = kind, at, nbytes, data, rate
         self.message, self.fatal, self.code, self.key = message, fatal, code, key
@@ -100,7 +114,7 @@ class Connection:
     :meth:`send` and :meth:`drop`."""
 
     def __init__(self):
-        self.inboxes: dict[object, Queue] = {}
+        self.inboxes: dict[object, Queue] = {}  # an utterance's name -> its inbox
         self.gone: set = set()  # cancelled utterances: their late frames are ignored
         # a cancelled utterance's flushes the server had not answered when it acknowledged the
         # cancel, on a dialect whose acknowledgements name no utterance (Deepgram): the next
@@ -115,12 +129,12 @@ class Connection:
     def start(self) -> None:
         self.reader = gevent.spawn(self._read_all)
 
-    def subscribe(self, key) -> None:
+    def subscribe(self, key: str) -> None:
         inbox = self.inboxes[key] = Queue()
         if self.lost is not None:
             inbox.put(self.lost)
 
-    def unsubscribe(self, key) -> None:
+    def unsubscribe(self, key: str) -> None:
         self.inboxes.pop(key, None)
 
     def _read_all(self) -> None:
@@ -201,19 +215,19 @@ class SessionTransport(Transport, Generic[ConnT]):
         """A new, started connection; raises :class:`Refused`, or TransportError."""
         raise NotImplementedError
 
-    def begin(self, conn: ConnT, key, text: str) -> None:
+    def begin(self, conn: ConnT, key: str, text: str) -> None:
         """Send what starts an utterance (its number on the connection is ``conn.utterances``)."""
 
-    def send_text(self, conn: ConnT, key, text: str) -> None:
+    def send_text(self, conn: ConnT, key: str, text: str) -> None:
         raise NotImplementedError
 
-    def send_flush(self, conn: ConnT, key) -> None:
+    def send_flush(self, conn: ConnT, key: str) -> None:
         """Send the protocol's flush (only called where ``flush_sentences`` is set)."""
 
-    def send_end(self, conn: ConnT, key) -> None:
+    def send_end(self, conn: ConnT, key: str) -> None:
         raise NotImplementedError
 
-    def send_cancel(self, conn: ConnT, key) -> None:
+    def send_cancel(self, conn: ConnT, key: str) -> None:
         """Send the protocol's cancel message for utterance ``key``."""
         raise NotImplementedError
 
@@ -235,7 +249,7 @@ class SessionTransport(Transport, Generic[ConnT]):
 
     # the session
 
-    def key(self, n: int):
+    def key(self, n: int) -> str:
         """The inbox (and context) name of utterance ``n`` of this transport."""
         return f"{self.tag}-{n}"
 
@@ -316,53 +330,46 @@ class SessionTransport(Transport, Generic[ConnT]):
             else:
                 conn.stop()
 
-    def _converse(self, conn: ConnT, key, text: str, connect_ms: float | None, cancel: Cancel | None):
+    def _converse(
+        self, conn: ConnT, key: str, text: str, connect_ms: float | None, cancel: Cancel | None
+    ) -> Iterator[Event]:
+        """One utterance on ``conn``: its text goes out as the pacer says while what the server
+        sends about it (the utterance's inbox, filled by the reader) becomes events, until one of
+        them is the :class:`Ended` that closes it. A barge-in's cancel hands the rest of the
+        utterance to :meth:`_cancelled`."""
         inbox = conn.inboxes[key]
         if cancel is not None:  # the exchange's own greenlet carries the cancel out
             cancel.hook = lambda: inbox.put(Item(Kind.CANCEL, mono()))
+        self._begin(conn, key, text)
         s = self.s
-        try:
-            self.begin(conn, key, text)
-        except OSError as e:
-            if conn.lost is None:
-                raise self._broke(conn, None, e) from None
         pacer = Pacer(
             schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences, self.min_interval_s
         )
         talk = _Talk(pacer, _Audio(self.rate, self.channels), self.answered(), connect_ms)
         while True:
-            wait = pacer.wait_s(mono())
-            try:
-                item = inbox.get_nowait() if wait == 0 else inbox.get(timeout=wait)
-            except Empty:
+            item = _next_item(inbox, pacer.wait_s(mono()))
+            if item is None:  # text is due before the server said more
                 yield from self._send_due(conn, key, talk)
-                continue
-            if item.kind is Kind.CANCEL:
+            elif item.kind is Kind.CANCEL:
                 assert cancel is not None  # only the cancel's own hook puts CANCEL in the inbox
                 yield from self._cancelled(conn, key, inbox, talk.utt, cancel.by, talk.flushes - talk.acked)
                 return
-            if item.kind is Kind.FLUSHED and conn.stale_flushes and not talk.utt.pcm_bytes:
-                conn.stale_flushes -= 1  # a cancelled utterance's, late: it answers none of this one's
-                continue
-            if item.kind is Kind.AUDIO:
-                conn.stale_flushes = 0
-            if not talk.said:
-                refused = self.refusal(item)
-                if refused is not None:
-                    yield refused
-                    yield Ended(item.at, f"{refused.said}: {item.message}")
-                    return
-                if item.kind is Kind.CLOSED:
-                    raise TransportError(f"{item.message} before answering")
-                talk.said = True
-                yield talk.answered
-            if item.kind is Kind.CLOSED:
-                raise TransportError(f"{talk.answered.said}, then {item.message} mid-utterance")
-            yield Received(item.at, item.nbytes)
-            if (yield from self._heard(talk, item)):
-                return
+            elif not _stale_flush(conn, talk, item):
+                for event in self._events(talk, item):
+                    yield event
+                    if type(event) is Ended:
+                        return
 
-    def _send_due(self, conn: ConnT, key, talk: _Talk):
+    def _begin(self, conn: ConnT, key: str, text: str) -> None:
+        """Send what starts the utterance; a connection that broke is said by its reader's item,
+        or here where the reader has not seen it yet."""
+        try:
+            self.begin(conn, key, text)
+        except OSError as e:
+            if conn.lost is None:
+                raise self._broke(conn, None, e) from None
+
+    def _send_due(self, conn: ConnT, key: str, talk: _Talk) -> Iterator[TextSent]:
         """Send the text that is due, if any, and say so (:class:`TextSent`)."""
         send = talk.pacer.take(mono())
         if send is None:
@@ -381,34 +388,48 @@ class SessionTransport(Transport, Generic[ConnT]):
         yield TextSent(mono(), len(send.text), send.flush, send.last, talk.connect_ms)
         talk.connect_ms = None
 
-    def _heard(self, talk: _Talk, item: Item):
-        """What an item the server sent about the utterance does to it; returns whether it ended
-        the utterance (its :class:`Ended` yielded)."""
+    def _events(self, talk: _Talk, item: Item) -> list[Event]:
+        """The events of an item the server sent about the utterance: its answer at the first
+        (or its refusal, which ends it), what arrived, and what the item does to the utterance;
+        an :class:`Ended` is the last event."""
+        events: list[Event] = []
+        if not talk.said:
+            refused = self.refusal(item)
+            if refused is not None:
+                return [refused, Ended(item.at, f"{refused.said}: {item.message}")]
+            if item.kind is Kind.CLOSED:
+                raise TransportError(f"{item.message} before answering")
+            talk.said = True
+            events.append(talk.answered)
+        if item.kind is Kind.CLOSED:
+            raise TransportError(f"{talk.answered.said}, then {item.message} mid-utterance")
+        events.append(Received(item.at, item.nbytes))
+        return events + self._heard(talk, item)
+
+    def _heard(self, talk: _Talk, item: Item) -> list[Event]:
+        """What an item the server sent about the utterance does to it: the audio pieces it
+        adds, or the :class:`Ended` of an utterance it ends (none for what only updates it)."""
         kind, utt = item.kind, talk.utt
         if kind is Kind.AUDIO:
-            yield from utt.add(item)
-        elif kind is Kind.START:
+            return list(utt.add(item))
+        if kind is Kind.START:
             utt.start(item.rate)
         elif kind is Kind.END:
-            yield utt.ended(item.at)
-            return True
+            return [utt.ended(item.at)]
         elif kind is Kind.FLUSHED:
             talk.acked += 1
             if self.ends_on_ack and talk.pacer.done and talk.acked >= talk.flushes:
-                yield utt.ended(item.at)
-                return True
+                return [utt.ended(item.at)]
         elif kind is Kind.ERROR:
             if item.fatal:  # quoted after the non-fatal error that said why, where one did
                 said_why = f"{utt.last_error}; then " if utt.last_error else ""
-                yield Ended(item.at, f"the server said: {said_why}{item.message}")
-                return True
+                return [Ended(item.at, f"the server said: {said_why}{item.message}")]
             utt.last_error = item.message
         elif kind is Kind.BROKEN:
-            yield Ended(None, item.message)
-            return True
-        return False
+            return [Ended(None, item.message)]
+        return []
 
-    def _cancelled(self, conn: ConnT, key, inbox: Queue, utt: _Audio, by: str, owed: int = 0):
+    def _cancelled(self, conn: ConnT, key: str, inbox: Queue, utt: _Audio, by: str, owed: int = 0) -> Iterator[Event]:
         """The cancel carried out (see the module doc): what still arrives, then the Ended that
         says how the utterance went quiet. ``owed``: its flushes the server has not answered."""
         conn.gone.add(key)
@@ -476,6 +497,26 @@ class SessionTransport(Transport, Generic[ConnT]):
         return TransportError(
             f"{answered.said}, then {why} while sending text" if answered else f"{why} while sending text"
         )
+
+
+def _next_item(inbox: Queue, wait_s: float | None) -> Item | None:
+    """The next item the reader put in the utterance's inbox within ``wait_s`` (at once when 0;
+    None: no text is left to send, so for as long as it takes), or None: text is due."""
+    try:
+        return inbox.get_nowait() if wait_s == 0 else inbox.get(timeout=wait_s)
+    except Empty:
+        return None
+
+
+def _stale_flush(conn: Connection, talk: _Talk, item: Item) -> bool:
+    """Whether ``item`` answers a flush of a cancelled utterance before this one (it is then
+    dropped); the first audio ends that possibility."""
+    if item.kind is Kind.FLUSHED and conn.stale_flushes and not talk.utt.pcm_bytes:
+        conn.stale_flushes -= 1
+        return True
+    if item.kind is Kind.AUDIO:
+        conn.stale_flushes = 0
+    return False
 
 
 @dataclass(slots=True)

@@ -300,26 +300,26 @@ class WsTransport(SessionTransport[WsConnection]):
     def _failed(self, why: str) -> TransportError:
         return TransportError(f"{why}: {self.url}")
 
-    def _values(self, conn: Connection, key, text: str | None = None) -> dict:
+    def _values(self, conn: Connection, key: str, text: str | None = None) -> dict:
         return {**self.values, "context_id": key, "utterance": conn.utterances, "text": text}
 
     def _send(self, conn, kind: str, values: dict) -> None:
         for msg in self.preset.messages(kind, values):  # a sequence goes in order, one frame each
             conn.send(msg)
 
-    def begin(self, conn, key, text) -> None:
+    def begin(self, conn: WsConnection, key: str, text: str) -> None:
         self._send(conn, "begin", self._values(conn, key))
 
-    def send_text(self, conn, key, text) -> None:
+    def send_text(self, conn: WsConnection, key: str, text: str) -> None:
         self._send(conn, "text", self._values(conn, key, text))
 
-    def send_flush(self, conn, key) -> None:
+    def send_flush(self, conn: WsConnection, key: str) -> None:
         self._send(conn, "flush", self._values(conn, key))
 
-    def send_end(self, conn, key) -> None:
+    def send_end(self, conn: WsConnection, key: str) -> None:
         self._send(conn, "end", self._values(conn, key))
 
-    def send_cancel(self, conn, key) -> None:
+    def send_cancel(self, conn: WsConnection, key: str) -> None:
         self._send(conn, "cancel", self._values(conn, key))
 
     def close_now(self, conn: WsConnection) -> None:

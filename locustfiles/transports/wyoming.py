@@ -218,17 +218,17 @@ class WyomingTransport(SessionTransport[WyomingConnection]):
             return None, os_error(e)
         return None, "no info event among its first 64"
 
-    def begin(self, conn, key, text) -> None:
+    def begin(self, conn: WyomingConnection, key: str, text: str) -> None:
         if not self.plain:
             conn.send(event("synthesize-start", {"voice": self.voice} if self.voice else None))
 
-    def send_text(self, conn, key, text) -> None:
+    def send_text(self, conn: WyomingConnection, key: str, text: str) -> None:
         if self.plain:
             conn.send(event("synthesize", {"text": text, **({"voice": self.voice} if self.voice else {})}))
         else:
             conn.send(event("synthesize-chunk", {"text": text}))
 
-    def send_end(self, conn, key) -> None:
+    def send_end(self, conn: WyomingConnection, key: str) -> None:
         if not self.plain:
             conn.send(event("synthesize-stop"))
 
