@@ -13,7 +13,7 @@ import signal
 import ssl
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gevent
 from gevent.pool import Pool
@@ -48,381 +48,406 @@ DEFAULT_SILENCE_MS = 600.0
 log = logging.getLogger("testbed.sim")
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = Parser(
-        prog=prog,
-        description="A TTS server with a known capacity: slots and a FIFO "
-        "queue, or audio-seconds per second shared by the "
-        "requests generating at once (see testbed/sim).",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument(
-        "--port", type=number(int, 0, 65535), default=8300, help="port to bind; 0 picks a free one (default 8300)"
-    )
-    p.add_argument(
+class Knob(NamedTuple):
+    """One option of the simulator: its flag, its help (which says its default) and the rest of
+    argparse's keywords for it."""
+
+    flag: str
+    help: str
+    options: dict[str, Any]
+
+
+def _knob(flag: str, help: str, **options: Any) -> Knob:  # noqa: A002 - argparse's name for it
+    return Knob(flag, help, options)
+
+
+_LISTENING = (
+    _knob("--host", "address to bind (default 127.0.0.1)", default="127.0.0.1"),
+    _knob("--port", "port to bind; 0 picks a free one (default 8300)", type=number(int, 0, 65535), default=8300),
+    _knob(
+        "--tls-cert",
+        "serve every face over TLS with this certificate (chain) file, with --tls-key (default off)",
+        metavar="PEM",
+        default="",
+    ),
+    _knob("--tls-key", "the private key of --tls-cert (default none)", metavar="PEM", default=""),
+    _knob(
+        "--tls-client-ca",
+        "with --tls-cert: ask every client for a certificate and refuse the handshake without one "
+        "this CA signed (mutual TLS; default: none asked)",
+        metavar="PEM",
+        default="",
+    ),
+    _knob(
+        "--require-header",
+        "answer 401 to a request (or WebSocket upgrade) without this header, and "
+        "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)",
+        metavar="'NAME: VALUE'",
+        default="",
+    ),
+    _knob(
+        "--wyoming-port",
+        "also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
+        "(default off; needs --capacity)",
+        type=number(int, 0, 65535),
+    ),
+    _knob(
+        "--grpc-port",
+        "also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one (default off)",
+        type=number(int, 0, 65535),
+    ),
+    _knob("--log-requests", "log one line per request (default off)", action="store_true"),
+)
+_SLOTS = (
+    _knob(
         "--slots",
+        f"requests synthesised at once; the rest queue FIFO (default {DEFAULT_SLOTS}; unlimited with --capacity)",
         type=number(int, 1),
-        help=f"requests synthesised at once; the rest queue FIFO (default {DEFAULT_SLOTS}; unlimited with --capacity)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--base-ms",
+        f"fixed service time per request in ms (default {SLOTS_MODEL['base_ms']:g}; not with --capacity)",
         type=number(float, 0),
-        help=f"fixed service time per request in ms (default {SLOTS_MODEL['base_ms']:g}; not with --capacity)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--per-char-ms",
+        f"service time per input character in ms (default {SLOTS_MODEL['per_char_ms']:g}; not with --capacity)",
         type=number(float, 0),
-        help=f"service time per input character in ms (default {SLOTS_MODEL['per_char_ms']:g}; not with --capacity)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--jitter",
+        f"uniform +/- fraction around the service time (default {SLOTS_MODEL['jitter']:g}; not with --capacity)",
         type=number(float, 0, 1, high_open=True),
-        help=f"uniform +/- fraction around the service time (default {SLOTS_MODEL['jitter']:g}; not with --capacity)",
-    )
-    p.add_argument(
-        "--seed", type=int, help="random seed for jitter, faults and --runaway-rate (default: a different one each run)"
-    )
-    p.add_argument(
-        "--queue-limit",
-        type=number(int, 0),
-        help="requests allowed to wait for a slot; more get 503 (default unlimited)",
-    )
-    p.add_argument(
-        "--rate", type=number(float, 0.001), help="token-bucket rate in requests/s; over it -> 429 (default off)"
-    )
-    p.add_argument("--burst", type=number(int, 1), help="token-bucket size (default: the rate rounded up, at least 1)")
-    p.add_argument(
+    ),
+    _knob("--seed", "random seed for jitter, faults and --runaway-rate (default: a different one each run)", type=int),
+    _knob(
+        "--queue-limit", "requests allowed to wait for a slot; more get 503 (default unlimited)", type=number(int, 0)
+    ),
+)
+_SHARED = (
+    _knob(
+        "--capacity",
+        "audio-seconds made per second, shared equally by the requests "
+        "generating at once (enables the shared-capacity model; default off)",
+        type=number(float, 0.001),
+    ),
+    _knob(
+        "--max-speed",
+        "with --capacity, the fastest one request generates, x real time (default: the capacity)",
+        type=number(float, 0.001),
+    ),
+    _knob(
+        "--chunk-ms",
+        f"with --capacity, audio per chunk in ms (default {CAPACITY_MODEL['chunk_ms']:g})",
+        type=number(float, 1),
+    ),
+    _knob(
+        "--prefill-ms",
+        f"with --capacity, delay before a request starts generating, using no "
+        f"capacity (default {CAPACITY_MODEL['prefill_ms']:g})",
+        type=number(float, 0),
+    ),
+)
+_REFUSALS = (
+    _knob("--rate", "token-bucket rate in requests/s; over it -> 429 (default off)", type=number(float, 0.001)),
+    _knob("--burst", "token-bucket size (default: the rate rounded up, at least 1)", type=number(int, 1)),
+    _knob(
         "--retry-after-format",
+        "Retry-After as delta-seconds or an HTTP-date (default seconds)",
         choices=("seconds", "http-date"),
         default="seconds",
-        help="Retry-After as delta-seconds or an HTTP-date (default seconds)",
-    )
-    p.add_argument(
-        "--stream",
-        action="store_true",
-        help='stream every response chunked (a request\'s "stream": true also does; default off)',
-    )
-    p.add_argument(
-        "--first-chunk-ms",
-        type=number(float, 0),
-        help=f"when streaming, delay of the first audio chunk in ms (default "
-        f"{SLOTS_MODEL['first_chunk_ms']:g}; not with --capacity)",
-    )
-    p.add_argument(
-        "--capacity",
-        type=number(float, 0.001),
-        help="audio-seconds made per second, shared equally by the requests "
-        "generating at once (enables the shared-capacity model; default off)",
-    )
-    p.add_argument(
-        "--max-speed",
-        type=number(float, 0.001),
-        help="with --capacity, the fastest one request generates, x real time (default: the capacity)",
-    )
-    p.add_argument(
-        "--chunk-ms",
-        type=number(float, 1),
-        help=f"with --capacity, audio per chunk in ms (default {CAPACITY_MODEL['chunk_ms']:g})",
-    )
-    p.add_argument(
-        "--prefill-ms",
-        type=number(float, 0),
-        help=f"with --capacity, delay before a request starts generating, using no "
-        f"capacity (default {CAPACITY_MODEL['prefill_ms']:g})",
-    )
-    p.add_argument(
-        "--wav-header-alone",
-        action="store_true",
-        help="stream the WAV header as its own write before any audio (default off)",
-    )
-    p.add_argument(
-        "--sse",
-        action="store_true",
-        help="answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
-        'unless a request asks for "stream_format": "audio" (default off)',
-    )
-    p.add_argument(
-        "--chunk-log",
-        metavar="FILE",
-        help="append one JSON line per streamed answer with each audio write's send time (default off)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--oom-above",
+        "500 'CUDA out of memory' when more than N requests are in flight (default off)",
         type=number(int, 0),
-        help="500 'CUDA out of memory' when more than N requests are in flight (default off)",
-    )
-    p.add_argument(
-        "--sample-rate",
-        type=number(int, 8000, 192000),
-        default=None,
-        help=f"audio sample rate in Hz (default {DEFAULT_SAMPLE_RATE}: OpenAI's PCM rate, and the "
-        f"client's --tts-sample-rate; with --speech the voice's own, 22050, and no other)",
-    )
-    # real speech, and the drills that break it under load (testbed.sim.audio.Speaker)
-    p.add_argument(
-        "--speech",
+    ),
+    _knob(
+        "--max-chars",
+        "refuse a text longer than N characters with 400, as OpenAI's API does past 4096 (HTTP; default: no limit)",
+        type=number(int, 1),
+        metavar="N",
+    ),
+    _knob(
+        "--crash-above",
+        "exit (status 70) when a request would make more than K in flight, as an engine that "
+        "dies past its limit instead of queueing or refusing (default: never)",
+        type=number(int, 1),
+        metavar="K",
+    ),
+    _knob(
+        "--recovery-s",
+        "a server slow to come back from overload: while requests queue and for S seconds after "
+        "one last had to, every request takes twice its time (slots model; default: none)",
+        type=number(float, 0),
+        metavar="S",
+    ),
+    _knob(
+        "--pushback-ms",
+        "the exhausted fault's wait: gRPC's grpc-retry-pushback-ms, HTTP's Retry-After rounded "
+        "up to seconds (default 1000)",
+        type=number(float, 0),
+        default=1000.0,
+    ),
+)
+_STREAMING = (
+    _knob(
+        "--stream",
+        'stream every response chunked (a request\'s "stream": true also does; default off)',
         action="store_true",
-        help="answer with real speech instead of the tone: each text spoken by piper's joe voice "
+    ),
+    _knob(
+        "--first-chunk-ms",
+        f"when streaming, delay of the first audio chunk in ms (default "
+        f"{SLOTS_MODEL['first_chunk_ms']:g}; not with --capacity)",
+        type=number(float, 0),
+    ),
+    _knob(
+        "--wav-header-alone",
+        "stream the WAV header as its own write before any audio (default off)",
+        action="store_true",
+    ),
+    _knob(
+        "--sse",
+        "answer server-sent events (OpenAI speech.audio.delta/done, PCM16) "
+        'unless a request asks for "stream_format": "audio" (default off)',
+        action="store_true",
+    ),
+    _knob(
+        "--chunk-log",
+        "append one JSON line per streamed answer with each audio write's send time (default off)",
+        metavar="FILE",
+    ),
+    _knob(
+        "--sample-rate",
+        f"audio sample rate in Hz (default {DEFAULT_SAMPLE_RATE}: OpenAI's PCM rate, and the "
+        f"client's --tts-sample-rate; with --speech the voice's own, 22050, and no other)",
+        type=number(int, 8000, 192000),
+    ),
+)
+_SPEECH = (
+    _knob(
+        "--speech",
+        "answer with real speech instead of the tone: each text spoken by piper's joe voice "
         "(the piper extra), rendered once and cached; the audio is as long as the speech, the "
         "timing model unchanged (default off)",
-    )
-    p.add_argument(
+        action="store_true",
+    ),
+    _knob(
         "--speech-cache",
+        f"with --speech, the folder of rendered speech, one WAV per text (default {DEFAULT_CACHE}/)",
         metavar="DIR",
-        help=f"with --speech, the folder of rendered speech, one WAV per text (default {DEFAULT_CACHE}/)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--speech-corpus",
-        metavar="FILE",
-        help="with --speech, the corpus whose texts are rendered before listening (.jsonl text "
+        "with --speech, the corpus whose texts are rendered before listening (.jsonl text "
         "fields, or .txt lines); other texts are rendered when first asked for (default the "
         "load generator's default corpus, configs/texts/default.jsonl)",
-    )
-    p.add_argument(
+        metavar="FILE",
+    ),
+    _knob(
         "--garble-above",
-        type=number(int, 0),
-        help=f"with --speech, when more than K requests are in flight, keep an answer's first "
+        f"with --speech, when more than K requests are in flight, keep an answer's first "
         f"{GARBLE_KEEP * 100:.0f}%% and speak the rest with another text's speech, the length unchanged "
         f"(default off)",
+        type=number(int, 0),
         metavar="K",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--other-voice-above",
-        type=number(int, 0),
-        metavar="K",
-        help="with --speech, when more than K requests are in flight, answer in another speaker's voice: "
+        "with --speech, when more than K requests are in flight, answer in another speaker's voice: "
         "the text spoken by espeak-ng (Debian's espeak-ng) instead of joe (default off)",
-    )
-    p.add_argument(
-        "--noise-above",
         type=number(int, 0),
         metavar="K",
-        help=f"when more than K requests are in flight, add white noise at --snr-db below the answer's level "
+    ),
+    _knob(
+        "--noise-above",
+        f"when more than K requests are in flight, add white noise at --snr-db below the answer's level "
         f"and a click every {CLICK_EVERY_S * 1000:.0f} ms (default off)",
-    )
-    p.add_argument(
+        type=number(int, 0),
+        metavar="K",
+    ),
+    _knob(
         "--snr-db",
+        f"with --noise-above, the signal-to-noise ratio in dB (default {DEFAULT_SNR_DB:g})",
         type=number(float, 0),
         metavar="DB",
-        help=f"with --noise-above, the signal-to-noise ratio in dB (default {DEFAULT_SNR_DB:g})",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--silence-above",
-        type=number(int, 0),
-        metavar="K",
-        help="when more than K requests are in flight, an answer starts with --silence-ms of "
+        "when more than K requests are in flight, an answer starts with --silence-ms of "
         "digital silence, that much longer; its first audio comes when it would have "
         "(default off)",
-    )
-    p.add_argument(
+        type=number(int, 0),
+        metavar="K",
+    ),
+    _knob(
         "--silence-ms",
+        f"with --silence-above, the silence put first, in ms (default {DEFAULT_SILENCE_MS:g})",
         type=number(float, 0),
         metavar="MS",
-        help=f"with --silence-above, the silence put first, in ms (default {DEFAULT_SILENCE_MS:g})",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--runaway-rate",
+        f"probability that an answer runs away to the token cap: its clip repeated to "
+        f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)",
         type=number(float, 0, 1),
         default=0.0,
         metavar="P",
-        help=f"probability that an answer runs away to the token cap: its clip repeated to "
-        f"{RUNAWAY_FACTOR}x its length, at most {RUNAWAY_CAP_S:g} s (default 0)",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--runaway-above",
-        type=number(int, 0),
-        metavar="K",
-        help="when more than K requests are in flight, every answer runs on past its text: its clip "
+        "when more than K requests are in flight, every answer runs on past its text: its clip "
         "followed by more speech (other texts'; the tone without --speech) to --runaway-x times its "
         "length (default off)",
-    )
-    p.add_argument(
-        "--runaway-x",
-        type=number(float, 1),
-        metavar="X",
-        help=f"with --runaway-above, how many times its own length an answer runs on to (default {DEFAULT_RUN_ON_X:g})",
-    )
-    p.add_argument(
-        "--slow-above",
         type=number(int, 0),
         metavar="K",
-        help="when more than K requests are in flight, a request for --slow-language (or --slow-voice) takes "
-        "--slow-x times its service time, the others theirs (slots model, HTTP; default off)",
-    )
-    p.add_argument(
-        "--slow-language",
-        metavar="LANG",
-        help='with --slow-above, the language slowed: requests whose "language" is LANG (default none)',
-    )
-    p.add_argument(
-        "--slow-voice",
-        metavar="NAME",
-        help='with --slow-above, the voice slowed: requests whose "voice" is NAME (default none)',
-    )
-    p.add_argument(
-        "--slow-x",
+    ),
+    _knob(
+        "--runaway-x",
+        f"with --runaway-above, how many times its own length an answer runs on to (default {DEFAULT_RUN_ON_X:g})",
         type=number(float, 1),
         metavar="X",
-        help=f"with --slow-above, how many times its service time a slowed request takes (default {DEFAULT_SLOW_X:g})",
-    )
-    p.add_argument(
-        "--voice-cache",
+    ),
+)
+_VOICES = (
+    _knob(
+        "--slow-above",
+        "when more than K requests are in flight, a request for --slow-language (or --slow-voice) takes "
+        "--slow-x times its service time, the others theirs (slots model, HTTP; default off)",
         type=number(int, 0),
-        default=0,
-        help="speaker embeddings kept, least recently used evicted; a request's voice "
+        metavar="K",
+    ),
+    _knob(
+        "--slow-language",
+        'with --slow-above, the language slowed: requests whose "language" is LANG (default none)',
+        metavar="LANG",
+    ),
+    _knob(
+        "--slow-voice",
+        'with --slow-above, the voice slowed: requests whose "voice" is NAME (default none)',
+        metavar="NAME",
+    ),
+    _knob(
+        "--slow-x",
+        f"with --slow-above, how many times its service time a slowed request takes (default {DEFAULT_SLOW_X:g})",
+        type=number(float, 1),
+        metavar="X",
+    ),
+    _knob(
+        "--voice-cache",
+        "speaker embeddings kept, least recently used evicted; a request's voice "
         "(its voice name, or its reference clip's bytes) that is not kept costs "
         "--voice-miss-ms (default 0: no cache, voices cost nothing)",
-    )
-    p.add_argument(
+        type=number(int, 0),
+        default=0,
+    ),
+    _knob(
         "--voice-miss-ms",
+        f"with --voice-cache, the time a miss adds to the request's slot, in ms (default {DEFAULT_MISS_MS:g})",
         type=number(float, 0),
-        default=None,
-        help=f"with --voice-cache, the time a miss adds to the request's slot, in ms (default {DEFAULT_MISS_MS:g})",
-    )
-    p.add_argument(
+    ),
+    _knob(
         "--cache-hit-ms",
-        type=number(float, 0),
-        default=None,
-        metavar="MS",
-        help="a server that caches its answers: a text (with its voice) it has served before "
+        "a server that caches its answers: a text (with its voice) it has served before "
         "takes MS in its slot instead of the timing model's time (slots model; default: no "
         "cache)",
-    )
-    p.add_argument(
-        "--crash-above",
-        type=number(int, 1),
-        default=None,
-        metavar="K",
-        help="exit (status 70) when a request would make more than K in flight, as an engine that "
-        "dies past its limit instead of queueing or refusing (default: never)",
-    )
-    p.add_argument(
-        "--recovery-s",
         type=number(float, 0),
-        default=None,
-        metavar="S",
-        help="a server slow to come back from overload: while requests queue and for S seconds after "
-        "one last had to, every request takes twice its time (slots model; default: none)",
-    )
-    p.add_argument(
-        "--max-chars",
-        type=number(int, 1),
-        default=None,
-        metavar="N",
-        help="refuse a text longer than N characters with 400, as OpenAI's API does past 4096 "
-        "(HTTP; default: no limit)",
-    )
-    p.add_argument(
+        metavar="MS",
+    ),
+    _knob(
         "--unspeakable",
-        choices=UNSPEAKABLE,
-        default="audio",
-        help="how a text with no letter or digit in it (emoji and symbols only) is answered: "
+        "how a text with no letter or digit in it (emoji and symbols only) is answered: "
         "audio as any text, 400, 500 (a front end that finds nothing to say and fails), or "
         "hang (--stall-s, then 500) (HTTP; default audio)",
-    )
-    p.add_argument(
+        choices=UNSPEAKABLE,
+        default="audio",
+    ),
+)
+_FAULTS = (
+    _knob(
         "--fault",
+        "inject a fault (repeatable; one is picked per faulty request; default none)",
         action="append",
         choices=FAULTS,
         default=[],
-        help="inject a fault (repeatable; one is picked per faulty request; default none)",
-    )
-    p.add_argument(
-        "--fault-rate",
-        type=number(float, 0, 1),
-        default=1.0,
-        help="probability that a request gets a fault (default 1)",
-    )
-    p.add_argument(
-        "--stall-s",
-        type=number(float, 0),
-        default=10.0,
-        help="the stall fault's delay before the first byte (default 10)",
-    )
-    p.add_argument(
-        "--metrics-prefix",
-        metavar="PREFIX",
-        help="name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
-        "server might (default: vLLM's pattern, sim:num_requests_waiting ...)",
-    )
-    # sessions: the WebSocket face is on the HTTP port (vLLM-Omni's path), Wyoming on a port of its own
-    p.add_argument(
-        "--wyoming-port",
-        type=number(int, 0, 65535),
-        help="also serve Wyoming (Home Assistant's TTS protocol) on this TCP port; 0 picks a free one "
-        "(default off; needs --capacity)",
-    )
-    p.add_argument(
-        "--ws-close-after-done",
-        action="store_true",
-        help="close a WebSocket session after session.done, as vLLM-Omni before its PR #5517 and "
-        "sglang-omni do (default: keep it open for the next utterance)",
-    )
-    p.add_argument(
+    ),
+    _knob("--fault-rate", "probability that a request gets a fault (default 1)", type=number(float, 0, 1), default=1.0),
+    _knob(
+        "--stall-s", "the stall fault's delay before the first byte (default 10)", type=number(float, 0), default=10.0
+    ),
+    _knob(
         "--leak-mb-per-min",
+        "keep this many more MB (10^6 bytes) of memory each minute, a leak for a soak to find (default 0: none)",
         type=number(float, 0),
         default=0.0,
-        help="keep this many more MB (10^6 bytes) of memory each minute, a leak for a soak to find (default 0: none)",
-    )
-    p.add_argument(
+    ),
+)
+_SESSIONS = (
+    _knob(
+        "--ws-close-after-done",
+        "close a WebSocket session after session.done, as vLLM-Omni before its PR #5517 and "
+        "sglang-omni do (default: keep it open for the next utterance)",
+        action="store_true",
+    ),
+    _knob(
         "--orphan-ms",
-        type=number(float, 0),
-        default=0.0,
-        help="after a client cancels an utterance or goes away, keep generating (holding its slot and "
+        "after a client cancels an utterance or goes away, keep generating (holding its slot and "
         "its share of --capacity) this many ms, as servers that synthesise for nobody do "
         "(default 0: stop at once)",
-    )
-    p.add_argument(
-        "--ws-idle-timeout-s",
-        type=number(float, 0.001),
-        default=None,
-        metavar="S",
-        help="close a WebSocket session that sends nothing for S seconds with no utterance in "
-        "flight, 1008 as ElevenLabs does (default: never)",
-    )
-    p.add_argument(
-        "--ws-close-late-ms",
         type=number(float, 0),
         default=0.0,
-        help="answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
+    ),
+    _knob(
+        "--ws-idle-timeout-s",
+        "close a WebSocket session that sends nothing for S seconds with no utterance in "
+        "flight, 1008 as ElevenLabs does (default: never)",
+        type=number(float, 0.001),
+        metavar="S",
+    ),
+    _knob(
+        "--ws-close-late-ms",
+        "answer a WebSocket client's close frame this many ms late, the utterance's audio going on "
         "meanwhile (default 0)",
-    )
-    p.add_argument("--log-requests", action="store_true", help="log one line per request (default off)")
-    # gRPC: Riva's protocol beside HTTP, on the same capacity
-    p.add_argument(
-        "--tls-cert",
-        metavar="PEM",
-        default="",
-        help="serve every face over TLS with this certificate (chain) file, with --tls-key (default off)",
-    )
-    p.add_argument("--tls-key", metavar="PEM", default="", help="the private key of --tls-cert (default none)")
-    p.add_argument(
-        "--tls-client-ca",
-        metavar="PEM",
-        default="",
-        help="with --tls-cert: ask every client for a certificate and refuse the handshake without one "
-        "this CA signed (mutual TLS; default: none asked)",
-    )
-    p.add_argument(
-        "--require-header",
-        metavar="'NAME: VALUE'",
-        default="",
-        help="answer 401 to a request (or WebSocket upgrade) without this header, and "
-        "UNAUTHENTICATED to a gRPC call without it as metadata (NAME lowercased) (default off)",
-    )
-    p.add_argument(
-        "--grpc-port",
-        type=number(int, 0, 65535),
-        help="also serve NVIDIA Riva's RivaSpeechSynthesis (gRPC) on this port; 0 picks a free one (default off)",
-    )
-    p.add_argument(
-        "--pushback-ms",
         type=number(float, 0),
-        default=1000.0,
-        help="the exhausted fault's wait: gRPC's grpc-retry-pushback-ms, HTTP's Retry-After rounded "
-        "up to seconds (default 1000)",
+        default=0.0,
+    ),
+)
+_METRICS = (
+    _knob(
+        "--metrics-prefix",
+        "name /metrics' series PREFIX_requests_waiting, PREFIX_requests_running ... as a custom "
+        "server might (default: vLLM's pattern, sim:num_requests_waiting ...)",
+        metavar="PREFIX",
+    ),
+)
+#: The simulator's options, in the groups ``--help`` lists them by.
+KNOBS: tuple[tuple[str, tuple[Knob, ...]], ...] = (
+    ("where it listens", _LISTENING),
+    ("capacity: slots and a FIFO queue (the default model)", _SLOTS),
+    ("capacity: audio-seconds per second shared by the requests generating (--capacity)", _SHARED),
+    ("refusals and limits", _REFUSALS),
+    ("streaming and the audio", _STREAMING),
+    ("real speech, and the drills that break it under load", _SPEECH),
+    ("languages, voices and caches", _VOICES),
+    ("faults", _FAULTS),
+    ("sessions (WebSocket, Wyoming)", _SESSIONS),
+    ("metrics", _METRICS),
+)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The simulator's parser, made from :data:`KNOBS`."""
+    parser = Parser(
+        prog=prog,
+        description="A TTS server with a known capacity: slots and a FIFO queue, or audio-seconds per second "
+        "shared by the requests generating at once (see testbed/sim).",
     )
-    return p
+    for title, knobs in KNOBS:
+        group = parser.add_argument_group(title)
+        for knob in knobs:
+            group.add_argument(knob.flag, help=knob.help, **knob.options)
+    return parser
 
 
 def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Namespace:
