@@ -200,6 +200,14 @@ class Tier(TypedDict):
     p95: Annotated[float, Doc("ms", "")]
 
 
+class AudioRtf(TypedDict):
+    """``audio_rtf``: vLLM-Omni's real-time factor over a step's requests (docs/streaming.md)."""
+
+    count: Annotated[int, Doc("count", "requests")]
+    p50: Annotated[float, Doc("", "its median (np.median)")]
+    p95: Annotated[float, Doc("", "its np.percentile(..., 95): numpy's linear interpolation")]
+
+
 class Error(TypedDict):
     """One of a step's commonest errors (``errors``)."""
 
@@ -421,6 +429,25 @@ class StepSummary(TypedDict):
     underrun_ms: Annotated[Tail | None, Doc("ms", "")]
     gap_max_ms: Annotated[Tail | None, Doc("ms", "")]
     chunks: Annotated[Tail | None, Doc("count", "")]
+    preroll_ms: Annotated[
+        Dist | None, Doc("ms", "the start-up buffer each stream needed to play from its first audio without a gap")
+    ]
+    smooth_start_ms: Annotated[
+        Dist | None, Doc("ms", "ttfa_ms + preroll_ms of each stream: the wait until audio that plays without a gap")
+    ]
+    # the peers' figures, each as the peer defines it (docs/streaming.md)
+    audio_rtf: Annotated[
+        AudioRtf | None, Doc("", "vLLM-Omni's audio_rtf: wait_ms over the audio's length (rtf, by its name)")
+    ]
+    continuity_ok_rate: Annotated[
+        float | None, Doc("", "vLLM-Omni's continuity OK rate: share of the streams whose preroll_ms is <= 100")
+    ]
+    c50: Annotated[
+        float | None,
+        Doc("", "sglang-omni's C50: share of the streams of two or more audio arrivals whose stall_max_ms is <= 50"),
+    ]
+    c100: Annotated[float | None, Doc("", "sglang-omni's C100: the same, <= 100 ms")]
+    c200: Annotated[float | None, Doc("", "sglang-omni's C200: the same, <= 200 ms")]
     tail_ms: Annotated[Dist | None, Doc("ms", "text sent in pieces: the end of the text to the last audio")]
     # Riva's figures, for a team comparing with NVIDIA's riva_tts_perf_client
     riva: Annotated[Riva | None, Doc("", "streamed: first audio and chunk latency as the perf client prints them")]
