@@ -1029,6 +1029,21 @@ class CapacityPlan(TypedDict):
     ]
 
 
+class CapacityMemory(TypedDict):
+    """``capacity.gpu_memory``: GPU memory per added stream, fitted over the levels before the knee
+    (analysis.capacity.memory_fit), and what the recommended concurrency needs."""
+
+    levels: Annotated[list[int], Doc("users", "the concurrencies fitted: each one's peak used GPU memory")]
+    per_stream_bytes: Annotated[float, Doc("bytes", "the Theil-Sen slope: memory per added stream")]
+    base_bytes: Annotated[float, Doc("bytes", "the line at no stream")]
+    at_recommended_bytes: Annotated[float | None, Doc("bytes", "the line at the recommended concurrency")]
+    total_bytes: Annotated[float | None, Doc("bytes", "the GPU's memory (null: not reported)")]
+    headroom_bytes: Annotated[float | None, Doc("bytes", "total_bytes - at_recommended_bytes")]
+    fills_at: Annotated[
+        float | None, Doc("users", "the concurrency at which the line reaches total_bytes (null: it does not rise)")
+    ]
+
+
 class Capacity(TypedDict):
     """``capacity``: the recommendation in replicas and money (analysis.capacity)."""
 
@@ -1044,7 +1059,11 @@ class Capacity(TypedDict):
     ]
     cost_per_audio_hour: Annotated[float | None, Doc("", "the price over the hours of audio made an hour")]
     plan: Annotated[CapacityPlan | None, Doc("", "with --plan-for")]
-    text: Annotated[str | None, Doc("", "the whole in one or two sentences")]
+    gpu_memory: Annotated[
+        CapacityMemory | None,
+        Doc("", "GPU memory per added stream (null: no two levels with GPU memory before the knee, or no concurrency)"),
+    ]
+    text: Annotated[str | None, Doc("", "the whole in a few sentences")]
 
 
 CAPACITY = table(Capacity)
