@@ -12,6 +12,18 @@ replica kept at that level all hour. With ``--plan-for`` it adds the replicas a 
 requests per second against the throughput at the recommendation; each replica is planned at
 ``1 - headroom`` of what it carried there (``--headroom``, default 20 %), so a replica taken
 out or a burst still fits: ``replicas = ceil(demand / (per_replica * (1 - headroom)))``.
+
+``gpu_memory`` is what each added stream costs in GPU memory: the Theil–Sen line
+(:func:`memory_fit`) of each level's peak used GPU memory (the server's ``gpu_mem_peak_bytes``,
+the fullest GPU of the fullest host) against its concurrency, over the levels before the knee
+(all of them without one: past it requests queue, and memory stops following the users), and
+where that line puts the recommended concurrency against the GPU's total. The peak, not the
+step's mean: in a closed loop a stream holds its memory while its request runs and none between
+requests, so the mean is diluted by every user's moments between requests (and by samples that
+fall there), and its slope is the memory per stream times how busy a stream is, less than one
+more stream in flight needs; the peak is the moment the step's streams were all in flight, and a
+server whose allocator keeps what it took shows the same peak and mean anyway. One step's
+passing spike is one point of several, which the median of pairwise slopes passes over.
 """
 
 from __future__ import annotations
@@ -20,10 +32,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tts_knee.runformat.summary import Capacity, CapacityAt, CapacityPlan
+import numpy as np
+
+from tts_knee.runformat.summary import Capacity, CapacityAt, CapacityMemory, CapacityPlan
+
+from .trend import theil_sen
 
 #: --headroom without the flag: the share of a replica's measured capacity left unplanned.
 HEADROOM = 0.2
+MIB, GIB = 1 << 20, 1 << 30
 
 
 class CapacityError(ValueError):
@@ -126,13 +143,94 @@ def _money(v: float) -> str:
     return f"{v:,.2f}" if v >= 0.995 else f"{v:.3g}"
 
 
+class MemoryFit(NamedTuple):
+    """A line of used GPU memory against concurrency, in bytes."""
+
+    per_stream_bytes: float  # the slope: memory per added stream
+    base_bytes: float  # the line at no stream
+
+
+def memory_fit(concurrency: Sequence[float], used_bytes: Sequence[float]) -> MemoryFit | None:
+    """The Theil–Sen line of ``used_bytes`` against ``concurrency``, one point a level: the median
+    of the slopes between every pair of levels, and the median of each level's memory less that
+    slope times its concurrency; None with fewer than two distinct concurrencies. Any memory
+    series per level fits: the whole GPU's peak (:func:`gpu_memory`), or a stage's own where the
+    server reports one."""
+    users, used = np.asarray(concurrency, dtype=float), np.asarray(used_bytes, dtype=float)
+    line = theil_sen(users, used)
+    if line is None:
+        return None
+    return MemoryFit(line[0], float(np.median(used - line[0] * users)))
+
+
+def gpu_memory(
+    levels: Sequence[Mapping[str, Any]], knee: float | None, recommended: int | None
+) -> CapacityMemory | None:
+    """``capacity.gpu_memory`` (see the module doc): :func:`memory_fit` of the levels before the
+    ``knee`` concurrency whose server reported GPU memory, and what the ``recommended``
+    concurrency needs on that line; None with fewer than two such levels."""
+    fitted = [
+        lv
+        for lv in levels
+        if (knee is None or lv["concurrency"] < knee) and (lv.get("server") or {}).get("gpu_mem_peak_bytes") is not None
+    ]
+    fit = memory_fit([lv["concurrency"] for lv in fitted], [lv["server"]["gpu_mem_peak_bytes"] for lv in fitted])
+    if fit is None:
+        return None
+    totals = [found for lv in fitted if (found := lv["server"].get("gpu_mem_total_bytes"))]
+    total = max(totals) if totals else None
+    need = None if recommended is None else fit.base_bytes + fit.per_stream_bytes * recommended
+    return {
+        "levels": [int(lv["concurrency"]) for lv in fitted],
+        "per_stream_bytes": fit.per_stream_bytes,
+        "base_bytes": fit.base_bytes,
+        "at_recommended_bytes": need,
+        "total_bytes": total,
+        "headroom_bytes": None if total is None or need is None else total - need,
+        "fills_at": (total - fit.base_bytes) / fit.per_stream_bytes if total and fit.per_stream_bytes > 0 else None,
+    }
+
+
+def _gib(v: float) -> str:
+    return f"{v / GIB:.0f}" if abs(v) >= 10 * GIB else f"{v / GIB:.1f}"
+
+
+def memory_text(mem: CapacityMemory, recommended: int | None) -> str:
+    """What the capacity's text says of ``mem``, one or two sentences with a leading space."""
+    levels = mem["levels"]
+    fitted = ", ".join(map(str, levels[:-1])) + f" and {levels[-1]}"
+    per = mem["per_stream_bytes"]
+    text = (
+        f" GPU memory rose {per / MIB:,.0f} MiB per added stream (the peaks at concurrency {fitted})"
+        if per > 0
+        else f" GPU memory did not rise with the streams (the peaks at concurrency {fitted})"
+    )
+    need, total = mem["at_recommended_bytes"], mem["total_bytes"]
+    if need is not None and recommended is not None:
+        text += f"; {recommended} stream{'s' if recommended != 1 else ''} would need {_gib(need)} GiB"
+        if total is not None and need <= total:
+            text += f" of {_gib(total)}, leaving {_gib(total - need)} GiB"
+        elif total is not None:
+            text += f", more than its {_gib(total)} GiB"
+    text += "."
+    if mem["fills_at"] is not None:
+        text += f" It would be full at about {mem['fills_at']:,.0f} streams."
+    return text
+
+
 def capacity(
-    levels: Sequence[Mapping[str, Any]], key: str, value: float | None, concurrency: int | None, opts: Options
+    levels: Sequence[Mapping[str, Any]],
+    key: str,
+    value: float | None,
+    concurrency: int | None,
+    opts: Options,
+    knee: float | None = None,
 ) -> Capacity:
     """The ``capacity`` section: the figures of the level whose ``key`` is ``value`` (the
-    recommendation), its cost and the replicas ``opts`` ask for, and ``text``, the whole in one
-    or two sentences; ``concurrency`` is the recommended concurrency (implied, in an open-loop
-    run), what a demand of concurrent requests is divided by."""
+    recommendation), its cost and the replicas ``opts`` ask for, the GPU memory per added stream
+    over the levels before the ``knee`` (a concurrency; on the concurrency axis only), and
+    ``text``, the whole in a few sentences; ``concurrency`` is the recommended concurrency
+    (implied, in an open-loop run), what a demand of concurrent requests is divided by."""
     lv = _level(levels, key, value)
     out: Capacity = {
         "at": None if value is None else _at(key, value, concurrency),
@@ -145,11 +243,14 @@ def capacity(
         "cost_per_million_chars": None,
         "cost_per_audio_hour": None,
         "plan": None,
+        "gpu_memory": None,
         "text": None,
     }
     if lv is None:
         out["text"] = "No level is recommended, so there is no capacity to plan with."
         return out
+    memory = gpu_memory(levels, knee, concurrency) if key == "concurrency" else None
+    out["gpu_memory"] = memory
     rps, cps, aps = lv.get("throughput_rps"), lv.get("chars_per_s"), lv.get("audio_s_per_s")
     out["throughput_rps"], out["chars_per_s"], out["audio_s_per_s"] = rps, cps, aps
     out["utterances_per_hour"] = None if rps is None else rps * 3600.0
@@ -186,6 +287,8 @@ def capacity(
         plan, said = _plan(opts.plan_for, HEADROOM if opts.headroom is None else opts.headroom, rps, concurrency)
         text += said
         out["plan"] = plan
+    if memory is not None:
+        text += memory_text(memory, concurrency)
     out["text"] = text
     return out
 

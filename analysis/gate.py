@@ -51,6 +51,8 @@ _LABEL = {
     "ttfa_p95_ms": "TTFA p95",
     "tail_p95_ms": "tail p95",
     "underrun_rate": "underruns",
+    "preroll_p95_ms": "pre-roll p95",
+    "smooth_start_p95_ms": "smooth start p95",
     "cancel_to_quiet_p95_ms": "cancel to quiet p95",
     "error_rate": "errors",
     "rtf_p95": "RTF p95",

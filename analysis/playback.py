@@ -7,7 +7,10 @@ starts once ``playback_buffer_ms`` of audio is in (at least some audio), or at t
 with audio if that never happens, and plays at 1x. Each time it runs dry before the next
 arrival with audio is one underrun, and the wait until that arrival is silence; it resumes at
 once. An arrival without a whole frame neither starts it, nor ends or splits a stall. Pure
-Python, so the load generator's workers use it without numpy.
+Python, so the load generator's workers use it without numpy. Two figures of every attempt
+judge the arrivals without a buffer, as the listener's side of the peers' benchmarks does:
+:func:`preroll`, the start-up buffer that would have played without a gap (``preroll_ms``),
+and :func:`stall_max`, the longest gap a player starting at once hears (``stall_max_ms``).
 
 :func:`playback` replays one stream's chunk arrivals (``chunk_at_ms``, ``chunk_audio_ms``)
 through that model as polylines.  :func:`pick_streams` chooses which attempts of a step to
@@ -59,6 +62,33 @@ def listen(
         else:
             dry_at += ms
     return start, stalls
+
+
+def preroll(at_ms: Sequence[float], audio_ms: Sequence[float]) -> float | None:
+    """The smallest start-up buffer, in ms after the first arrival, with which a 1x player that
+    starts then never runs dry: the most any arrival with audio came after the audio before it
+    would have played out (vLLM-Omni's worst-case underrun, the silence a player that starts at
+    once hears in all); None when no arrival carried audio. Arrivals sorted, in ms."""
+    if not at_ms:
+        return None
+    played_to, need = at_ms[0], None
+    for t, ms in zip(at_ms, audio_ms):
+        if not ms:
+            continue  # no whole frame in it: nothing to play, nothing late
+        late = t - played_to
+        need = late if need is None else max(need, late)
+        played_to += ms
+    return None if need is None else need if need > FLOAT_NOISE_MS else 0.0
+
+
+def stall_max(at_ms: Sequence[float], audio_ms: Sequence[float]) -> float | None:
+    """The longest silence a player that starts with the first audio, with no buffer, hears
+    (:func:`listen` at 0 ms; sglang-omni's maximum playback underrun); None with fewer than two
+    arrivals with audio."""
+    if sum(1 for ms in audio_ms if ms) < 2:
+        return None
+    _, stalls = listen(at_ms, audio_ms, 0.0)
+    return max((resumed - dry for dry, resumed in stalls), default=0.0)
 
 
 def heard_at(at_ms: Sequence[float], audio_ms: Sequence[float], buffer_ms: float, position_ms: float) -> float | None:

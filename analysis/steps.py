@@ -61,6 +61,20 @@ Definitions used throughout the dashboard:
   (0-based, no interpolation), so the numbers sit beside the perf client's.  ``rtfx`` is the
   step's audio throughput, seconds of audio delivered per wall second: ``audio_s_per_s``, by
   the name the perf client prints it under (its "Throughput (RTF)").
+- **Pre-roll** (``preroll_ms``, over the same streams): the smallest start-up buffer with which a
+  player starting at the stream's first audio and playing at 1x would never have run dry, each
+  stream's figure as its record gives it (:func:`analysis.playback.preroll`); ``smooth_start_ms``
+  is each stream's ``ttfa_ms`` plus it, the wait until audio that plays without a gap. A
+  listener's buffer set to the p95 pre-roll plays 95 % of the streams without a stall.
+- **The peers' figures**, each as the peer's benchmark defines it (docs/streaming.md cites the
+  lines): ``audio_rtf`` is vLLM-Omni's, the request's time to its last byte over its audio's
+  length, as {count, p50, p95} of ``rtf`` over the requests the latency figures describe;
+  ``continuity_ok_rate`` is vLLM-Omni's continuity OK rate, the share of the streams whose
+  worst-case underrun (the pre-roll) is at most :data:`CONTINUITY_OK_MS` (a stream of one
+  arrival has none and passes); ``c50``, ``c100`` and ``c200`` are sglang-omni's, the share of
+  the streams of two or more audio arrivals whose longest single stall with no buffer
+  (``stall_max_ms``, :func:`analysis.playback.stall_max`) is at most 50, 100 and 200 ms. Each
+  is a share from 0 to 1 (sglang-omni prints a percentage), null with no stream to judge.
 - **Audio integrity** (``integrity``): the same text should give about the same audio at every
   step.  An answer's length here is its audio from the first sound on (``audio_s`` less its
   ``leading_silence_ms`` where the signal checks measured one: silence put first is its own
@@ -139,6 +153,8 @@ FALLBACK_S = 5.0  # GPU memory "fall-back" level: the minimum in this many secon
 THROTTLE_STATUSES = (429, 503, 1013)  # 1013: a WebSocket session closed "try again later"
 PCTS = (50, 90, 95, 99)
 RIVA_QUANTILES = (0.90, 0.95, 0.99)  # riva_tts_perf_client's, taken as sorted[int(q * n)]
+CONTINUITY_OK_MS = 100.0  # vLLM-Omni's default continuity threshold: its worst-case underrun at most this
+CONTINUITY_LIMITS_MS = (50.0, 100.0, 200.0)  # sglang-omni's C50, C100, C200
 INTEGRITY_REL = 0.15  # an audio length this far off its text's reference (relative) ...
 INTEGRITY_ABS_S = 0.1  # ... and at least this far (seconds) is a mismatch
 INTEGRITY_EXAMPLES = 5
@@ -457,12 +473,32 @@ def _stream_stats(
     out["underrun_ms"] = figures.tail("underrun_ms", streams, "streams")
     out["gap_max_ms"] = figures.tail("gap_max_ms", streams, "streams")
     out["chunks"] = figures.tail("chunks", streams, "streams")
+    _peer_stats(out, figures, streams)
     out["tail_ms"] = figures.dist("tail_ms", heard & ~cut, "heard")
     out["riva"] = (
         {"first_audio_ms": riva_stats(a["ttfa_ms"][streams]), "chunk_ms": riva_stats(a.gaps_of(streams))}
         if streamed
         else None
     )
+
+
+def _share_within(values: np.ndarray, limit_ms: float) -> float | None:
+    """The share of the finite ``values`` at or below ``limit_ms``; None when there are none."""
+    known = values[np.isfinite(values)]
+    return float((known <= limit_ms).mean()) if len(known) else None
+
+
+def _peer_stats(out: StepSummary, figures: _Figures, streams: np.ndarray) -> None:
+    """The pre-roll, the smooth start and the peers' figures of a step's ``streams``, set in
+    ``out`` (see the module doc); ``audio_rtf`` is ``rtf``'s, which ``out`` holds already."""
+    a = figures.attempts
+    out["preroll_ms"] = figures.dist("preroll_ms", streams, "streams")
+    out["smooth_start_ms"] = dist(a["ttfa_ms"][streams] + a["preroll_ms"][streams])
+    rtf = out["rtf"]
+    out["audio_rtf"] = None if rtf is None else {"count": rtf["count"], "p50": rtf["p50"], "p95": rtf["p95"]}
+    out["continuity_ok_rate"] = _share_within(a["preroll_ms"][streams], CONTINUITY_OK_MS)
+    longest = a["stall_max_ms"][streams]
+    out["c50"], out["c100"], out["c200"] = (_share_within(longest, limit) for limit in CONTINUITY_LIMITS_MS)
 
 
 def _mean_max(series: pd.Series) -> tuple[float | None, float | None]:

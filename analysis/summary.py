@@ -698,7 +698,7 @@ def analyze(
         "recommended_concurrency": rec.concurrency,
         "recommendation": rec.text,
         "capacity": capacity_mod.capacity(
-            done, axis.key, rec.on(axis.key), rec.concurrency, run_capacity(rd, capacity)
+            done, axis.key, rec.on(axis.key), rec.concurrency, run_capacity(rd, capacity), knee["concurrency"]
         ),
         "health": run.get("health") if isinstance(run.get("health"), dict) else None,
         "text_reuse": sections.text_reuse,

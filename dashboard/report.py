@@ -102,7 +102,7 @@ def report_html(rd: RunDir, summary: Summary, plotlyjs="embed", live_script: str
         if f is not None
     )
     run_id = summary["run"]["run_id"]
-    stream = stream_health_html(rd, parts[6], parts[7]) if is_streamed(summary) else ""
+    stream = stream_health_html(rd, summary, parts[6], parts[7]) if is_streamed(summary) else ""
     # the SLO and baseline figures come after the first figure, which loads plotly.js
     slo, reg = slo_html(by_step if is_voice_sweep(summary) else summary, False), regression_html(summary, False)
     # a step still running: what the verdict is from above it, what the step has so far below the table

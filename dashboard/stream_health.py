@@ -1,6 +1,6 @@
 """The report's stream health of a streamed run: per step, audio received and played over time for
-a typical and the worst stream (the player of :mod:`analysis.playback`), and the share of streams
-that stalled."""
+a typical and the worst stream (the player of :mod:`analysis.playback`), the share of streams
+that stalled, and the pre-roll and the peers' figures."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tts_knee.runformat.reader import RunDir
 from tts_knee.runformat.summary import Summary
 
 from .kit import esc, stat
+from .table import PEER_COLUMNS, PEER_NOTE, peer_rows
 
 STREAM_COLOURS = {"typical": "#1f77b4", "worst": "#d62728"}
 STREAM_COLS = 4  # subplots per row of the stream-health figure
@@ -148,10 +149,18 @@ def underrun_figure(summary: Summary) -> go.Figure:
     return fig
 
 
-def stream_health_html(rd: RunDir, underruns: str, streams: str) -> str:
-    """The section around its two figures as rendered (``streams`` "" when none could be drawn)."""
+def peers_html(summary: Summary) -> str:
+    """The table of the pre-roll and the peers' figures per step."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in PEER_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in peer_rows(summary))
+    return f"<table><tr>{head}</tr>{body}</table><p class='meta'>{esc(PEER_NOTE)}</p>"
+
+
+def stream_health_html(rd: RunDir, summary: Summary, underruns: str, streams: str) -> str:
+    """The section around its two figures and its table as rendered (``streams`` "" when none
+    could be drawn)."""
     return (
-        f"<h2>Stream health: audio received vs played</h2>{underruns}"
+        f"<h2>Stream health: audio received vs played</h2>{underruns}{peers_html(summary)}"
         + (streams or "<p class='meta'>No stream carries chunk arrival times, so none can be drawn.</p>")
         + "<p class='meta'>Per step, the typical (median) and the worst stream, ranked by TTFA plus "
         "total stall. Thin staircase: audio received; dotted: audio played by a player that starts "

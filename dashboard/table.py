@@ -2,7 +2,8 @@
 verdict (``tts-knee report``) and as ``report.html`` shows it; an open-loop run's table has
 its own columns, in requests per second (:data:`RATE_COLUMNS`); a voice sweep's adds the number
 of distinct voices after the concurrency. A streamed run also gets the figures NVIDIA's
-riva_tts_perf_client prints, per step (:data:`RIVA_COLUMNS`)."""
+riva_tts_perf_client prints, per step (:data:`RIVA_COLUMNS`), and the pre-roll and the figures
+vLLM-Omni's and sglang-omni's benchmarks print (:data:`PEER_COLUMNS`)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,31 @@ RIVA_NOTE = (
     "message, chunk latency between consecutive audio messages of a stream, each pooled over the "
     "step's streams (avg the mean; pNN sorted[int(q n)], no interpolation); RTFX: audio seconds "
     "delivered per wall second."
+)
+
+#: A streamed run's pre-roll and the peers' figures, per step (ms; the shares in %).
+PEER_COLUMNS = (
+    "step",
+    "conc",
+    "streams",
+    "preroll p50",
+    "p95",
+    "smooth start p50",
+    "p95",
+    "audio_rtf p50",
+    "p95",
+    "continuity ok%",
+    "C50%",
+    "C100%",
+    "C200%",
+)
+PEER_NOTE = (
+    "Pre-roll: the start-up buffer a stream needed to play from its first audio without a gap; "
+    "smooth start: TTFA plus it. audio_rtf (time to the last byte over the audio's length) and "
+    "continuity ok (the share whose worst-case underrun from the first audio, the pre-roll, is at most "
+    "100 ms) as vLLM-Omni's benchmark defines them; C50, C100 and C200 (the share of streams of two "
+    "or more chunks whose longest stall, playing from the first audio with no buffer, is at most 50, "
+    "100 and 200 ms) as sglang-omni's."
 )
 
 
@@ -268,6 +294,25 @@ def riva_rows(summary: Summary) -> list[list[str]]:
     return rows
 
 
+def peer_rows(summary: Summary) -> list[list[str]]:
+    """One row of :data:`PEER_COLUMNS` per executed step of a streamed run (none otherwise)."""
+    if not is_streamed(summary):
+        return []
+    rows = []
+    for s in summary["steps"]:
+        rtf = figures(s.get("audio_rtf"))
+        rows.append(
+            [step_label(s), str(s["concurrency"]), str(s["streams"]["counted"])]
+            + [fmt(stat(s, key, q)) for key in ("preroll_ms", "smooth_start_ms") for q in ("p50", "p95")]
+            + [fmt(rtf.get(q), "{:.2f}") for q in ("p50", "p95")]
+            + [
+                fmt(None if share is None else 100 * share, "{:.1f}")
+                for share in (s.get("continuity_ok_rate"), s.get("c50"), s.get("c100"), s.get("c200"))
+            ]
+        )
+    return rows
+
+
 def _aligned(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
@@ -315,19 +360,25 @@ def _slo_lines(summary: Summary) -> list[str]:
     return out
 
 
+def _step_lines(summary: Summary) -> list[str]:
+    """The step table, and a streamed run's Riva and peers' tables under it."""
+    lines = _aligned([list(table_columns(summary))] + table_rows(summary))
+    riva, peers = riva_rows(summary), peer_rows(summary)
+    if riva:
+        lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
+        lines += _aligned([list(RIVA_COLUMNS)] + riva)
+    if peers:
+        lines.append("pre-roll and the peers' figures (ms; audio_rtf; % of the streams):")
+        lines += _aligned([list(PEER_COLUMNS)] + peers)
+    return lines
+
+
 def format_table(summary: Summary, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
     lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
     knee = summary["knee"]
     open_loop = is_open_loop(summary)
-    if open_loop:
-        lines += _rate_lines(summary)
-    else:
-        lines += _aligned([list(table_columns(summary))] + table_rows(summary))
-        riva = riva_rows(summary)
-        if riva:
-            lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
-            lines += _aligned([list(RIVA_COLUMNS)] + riva)
+    lines += _rate_lines(summary) if open_loop else _step_lines(summary)
     lines += open_lines(summary)
     if (summary["run"].get("options") or {}).get("tls_insecure"):
         lines.append("the target's TLS certificate was not verified (--tls-insecure)")

@@ -1,14 +1,15 @@
 """The listener's side of an attempt: the arrivals that carried audio, and the record fields
-they give (TTFA, chunks, the largest gap, and the underruns of the one playback model,
-:func:`analysis.playback.listen`), timed against the text where it was sent in pieces (the
-first piece, the end of the text, the tail after it). Reads no clock and imports neither
-locust nor gevent: the container tests feed it by hand."""
+they give (TTFA, chunks, the largest gap, the underruns of the one playback model,
+:func:`analysis.playback.listen`, and the pre-roll and longest stall without a buffer), timed
+against the text where it was sent in pieces (the first piece, the end of the text, the tail
+after it). Reads no clock and imports neither locust nor gevent: the container tests feed it by
+hand."""
 
 from __future__ import annotations
 
 from typing import Any, overload
 
-from tts_knee.analysis.playback import heard_at, listen
+from tts_knee.analysis.playback import heard_at, listen, preroll, stall_max
 
 #: Most arrivals kept per attempt in ``chunk_at_ms``; later ones merge into the last entry.
 MAX_CHUNKS = 4000
@@ -81,9 +82,13 @@ class Timeline:
         }
         if known:
             at_ms = [(t - m0) * 1000.0 for t in at]
-            _, stalls = listen(at_ms, self.audio_ms, buffer_ms)  # type: ignore[arg-type]  # known: no None in it
+            heard: list[float] = self.audio_ms  # type: ignore[assignment]  # known: no None in it
+            _, stalls = listen(at_ms, heard, buffer_ms)
             out["underruns"] = len(stalls)
             out["underrun_ms"] = round(sum((resumed - dry for dry, resumed in stalls), 0.0), 3)
+            need, longest = preroll(at_ms, heard), stall_max(at_ms, heard)
+            out["preroll_ms"] = None if need is None else round(need, 3)
+            out["stall_max_ms"] = None if longest is None else round(longest, 3)
         if keep_lists:
             cut = min(n, MAX_CHUNKS)
             out["chunk_at_ms"] = [round((t - m0) * 1000.0, 1) for t in at[:cut]]

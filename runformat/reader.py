@@ -18,12 +18,12 @@ Readers are incremental: :meth:`RequestLog.update` and :meth:`ResourceLog.update
 what was appended since the last call, which is what the live view and the web UI's step plan
 need while a run is being written.
 
-Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``, ``tail_ms``) are
-float columns like the others; a value that is not a finite number >= 0 (or, for the counts, not
-a whole number) is NaN.  The per-chunk lists ``chunk_at_ms`` / ``chunk_audio_ms`` are not kept:
-each row remembers how many chunk entries it carried (``chunk_n``, -1 when the lists are missing
-or do not match) and, where it carried them, its line's byte offset in ``requests.jsonl``
-(``offset``, -1 elsewhere), and
+Streaming fields (``ttfa_ms``, ``chunks``, ``gap_max_ms``, ``underruns``, ``underrun_ms``,
+``preroll_ms``, ``stall_max_ms``, ``tail_ms``) are float columns like the others; a value that is
+not a finite number >= 0 (or, for the counts, not a whole number) is NaN.  The per-chunk lists
+``chunk_at_ms`` / ``chunk_audio_ms`` are not kept: each row remembers how many chunk entries it
+carried (``chunk_n``, -1 when the lists are missing or do not match) and, where it carried them,
+its line's byte offset in ``requests.jsonl`` (``offset``, -1 elsewhere), and
 :meth:`RequestLog.chunk_series` re-reads the few lines a figure draws.  What is kept of them is
 the gaps between consecutive arrivals (:attr:`Attempts.gaps`, ``gap_n`` per row), which the
 step's pooled chunk latencies need.
@@ -105,6 +105,8 @@ _COLUMNS = {
     "ttfa_ms": AMOUNT,
     "gap_max_ms": AMOUNT,
     "underrun_ms": AMOUNT,
+    "preroll_ms": AMOUNT,
+    "stall_max_ms": AMOUNT,
     "chunks": COUNT,
     "underruns": COUNT,
     "tail_ms": AMOUNT,

@@ -92,6 +92,28 @@ class Attempt(TypedDict):
     gap_max_ms: Annotated[float | None, Doc("ms", "longest wait between two audio arrivals")]
     underruns: Annotated[int | None, Doc("count", "times a 1x player fed by these arrivals ran dry")]
     underrun_ms: Annotated[float | None, Doc("ms", "silence those underruns add up to")]
+    # the arrivals judged without a buffer (analysis.playback): where the audio of each was known
+    preroll_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                (
+                    "the smallest start-up buffer, after the first audio, with which a 1x player never runs dry: "
+                    "the most an arrival came after the audio before it would have played out"
+                ),
+            ),
+        ]
+    ]
+    stall_max_ms: NotRequired[
+        Annotated[
+            float | None,
+            Doc(
+                "ms",
+                "the longest silence of a player that starts with the first audio, no buffer; null: one arrival",
+            ),
+        ]
+    ]
     chunk_at_ms: Annotated[list[float] | None, Doc("ms", "arrival of each chunk after t0 (streamed runs only)")]
     chunk_audio_ms: Annotated[list[float] | None, Doc("ms", "audio each chunk carried")]
     req_id: Annotated[str, Doc("", "one logical request, unique across workers")]

@@ -200,6 +200,14 @@ class Tier(TypedDict):
     p95: Annotated[float, Doc("ms", "")]
 
 
+class AudioRtf(TypedDict):
+    """``audio_rtf``: vLLM-Omni's real-time factor over a step's requests (docs/streaming.md)."""
+
+    count: Annotated[int, Doc("count", "requests")]
+    p50: Annotated[float, Doc("", "its median (np.median)")]
+    p95: Annotated[float, Doc("", "its np.percentile(..., 95): numpy's linear interpolation")]
+
+
 class Error(TypedDict):
     """One of a step's commonest errors (``errors``)."""
 
@@ -421,6 +429,25 @@ class StepSummary(TypedDict):
     underrun_ms: Annotated[Tail | None, Doc("ms", "")]
     gap_max_ms: Annotated[Tail | None, Doc("ms", "")]
     chunks: Annotated[Tail | None, Doc("count", "")]
+    preroll_ms: Annotated[
+        Dist | None, Doc("ms", "the start-up buffer each stream needed to play from its first audio without a gap")
+    ]
+    smooth_start_ms: Annotated[
+        Dist | None, Doc("ms", "ttfa_ms + preroll_ms of each stream: the wait until audio that plays without a gap")
+    ]
+    # the peers' figures, each as the peer defines it (docs/streaming.md)
+    audio_rtf: Annotated[
+        AudioRtf | None, Doc("", "vLLM-Omni's audio_rtf: wait_ms over the audio's length (rtf, by its name)")
+    ]
+    continuity_ok_rate: Annotated[
+        float | None, Doc("", "vLLM-Omni's continuity OK rate: share of the streams whose preroll_ms is <= 100")
+    ]
+    c50: Annotated[
+        float | None,
+        Doc("", "sglang-omni's C50: share of the streams of two or more audio arrivals whose stall_max_ms is <= 50"),
+    ]
+    c100: Annotated[float | None, Doc("", "sglang-omni's C100: the same, <= 100 ms")]
+    c200: Annotated[float | None, Doc("", "sglang-omni's C200: the same, <= 200 ms")]
     tail_ms: Annotated[Dist | None, Doc("ms", "text sent in pieces: the end of the text to the last audio")]
     # Riva's figures, for a team comparing with NVIDIA's riva_tts_perf_client
     riva: Annotated[Riva | None, Doc("", "streamed: first audio and chunk latency as the perf client prints them")]
@@ -1002,6 +1029,21 @@ class CapacityPlan(TypedDict):
     ]
 
 
+class CapacityMemory(TypedDict):
+    """``capacity.gpu_memory``: GPU memory per added stream, fitted over the levels before the knee
+    (analysis.capacity.memory_fit), and what the recommended concurrency needs."""
+
+    levels: Annotated[list[int], Doc("users", "the concurrencies fitted: each one's peak used GPU memory")]
+    per_stream_bytes: Annotated[float, Doc("bytes", "the Theil-Sen slope: memory per added stream")]
+    base_bytes: Annotated[float, Doc("bytes", "the line at no stream")]
+    at_recommended_bytes: Annotated[float | None, Doc("bytes", "the line at the recommended concurrency")]
+    total_bytes: Annotated[float | None, Doc("bytes", "the GPU's memory (null: not reported)")]
+    headroom_bytes: Annotated[float | None, Doc("bytes", "total_bytes - at_recommended_bytes")]
+    fills_at: Annotated[
+        float | None, Doc("users", "the concurrency at which the line reaches total_bytes (null: it does not rise)")
+    ]
+
+
 class Capacity(TypedDict):
     """``capacity``: the recommendation in replicas and money (analysis.capacity)."""
 
@@ -1017,7 +1059,11 @@ class Capacity(TypedDict):
     ]
     cost_per_audio_hour: Annotated[float | None, Doc("", "the price over the hours of audio made an hour")]
     plan: Annotated[CapacityPlan | None, Doc("", "with --plan-for")]
-    text: Annotated[str | None, Doc("", "the whole in one or two sentences")]
+    gpu_memory: Annotated[
+        CapacityMemory | None,
+        Doc("", "GPU memory per added stream (null: no two levels with GPU memory before the knee, or no concurrency)"),
+    ]
+    text: Annotated[str | None, Doc("", "the whole in a few sentences")]
 
 
 CAPACITY = table(Capacity)

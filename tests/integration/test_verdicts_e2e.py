@@ -3,9 +3,12 @@ dashboard's verdict. The simulator's slots put the knee where we know it must be
 
 import json
 
+import pytest
+
 from procs import ROOT, dashboard, locust, spawn
 
 STEPS = "1,2,4,8,16"
+MIB, GIB = 1 << 20, 1 << 30
 
 
 def sweep_and_judge(tmp_path, sim_args, gpu_capacity=None, collector=True):
@@ -53,6 +56,13 @@ def test_saturated_gpu_is_compute_bound_with_the_knee_past_the_slots(tmp_path):
     assert "8" in out and "report.html" in out
     at4 = next(s for s in summary["steps"] if s["concurrency"] == 4)
     assert at4["server"]["gpu_util_max"] >= 90
+    # the fake GPU holds 1 GiB and 512 MiB for each request in a slot: per added stream that, over
+    # the levels before the knee (past it the slots are full, and memory stays where it was)
+    mem = summary["capacity"]["gpu_memory"]
+    assert mem["levels"] == [1, 2, 4]
+    assert mem["per_stream_bytes"] == pytest.approx(512 * MIB, rel=0.05)
+    assert mem["at_recommended_bytes"] == pytest.approx(3 * GIB, rel=0.05) and mem["total_bytes"] == 80 * GIB
+    assert "GPU memory rose 512 MiB per added stream (the peaks at concurrency 1, 2 and 4); 4 streams would " in out
 
 
 def test_idle_gpu_behind_a_queue_is_a_concurrency_limit(tmp_path):

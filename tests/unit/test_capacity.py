@@ -88,3 +88,42 @@ def test_the_run_checks_and_records_them():
     assert (public["cost_per_hour"], public["plan_for"], public["headroom"]) == (None, None, capacity.HEADROOM)
     with pytest.raises(settings_mod.SettingsError, match="--plan-for '1.5'"):
         settings(plan_for="1.5")
+
+
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def _memory_levels(peaks: dict[int, float], total: float | None = 80 * GIB) -> list[dict]:
+    return [
+        dict(LEVELS[0], concurrency=c, server={"gpu_mem_peak_bytes": peak, "gpu_mem_total_bytes": total})
+        for c, peak in peaks.items()
+    ]
+
+
+def test_gpu_memory_per_added_stream_is_the_line_through_the_levels_before_the_knee():
+    # 2 GiB of weights, 1.5 GiB a stream; a passing spike at 4 and the queue past the knee (16, 32)
+    # are off the line, and the knee's own level is left out
+    peaks = {c: 2 * GIB + 1.5 * GIB * c for c in (1, 2, 4, 8, 16, 32)}
+    peaks[4] += 6 * GIB
+    peaks[16], peaks[32] = 30 * GIB, 31 * GIB
+    cap = capacity.capacity(_memory_levels(peaks), "concurrency", 8, 8, capacity.Options(), knee=16)
+    mem = cap["gpu_memory"]
+    assert mem["levels"] == [1, 2, 4, 8]
+    assert mem["per_stream_bytes"] == pytest.approx(1.5 * GIB) and mem["base_bytes"] == pytest.approx(2 * GIB)
+    assert mem["at_recommended_bytes"] == pytest.approx(14 * GIB) and mem["headroom_bytes"] == pytest.approx(66 * GIB)
+    assert mem["fills_at"] == pytest.approx(52)  # (80 - 2) / 1.5
+    assert (
+        "GPU memory rose 1,536 MiB per added stream (the peaks at concurrency 1, 2, 4 and 8); 8 streams would "
+        "need 14 GiB of 80, leaving 66 GiB. It would be full at about 52 streams." in cap["text"]
+    )
+
+
+def test_gpu_memory_that_does_not_rise_or_is_not_sampled_says_so():
+    flat = capacity.capacity(_memory_levels({1: 20 * GIB, 2: 20 * GIB}, None), "concurrency", 2, 2, capacity.Options())
+    assert flat["gpu_memory"]["per_stream_bytes"] == 0 and flat["gpu_memory"]["fills_at"] is None
+    said = "GPU memory did not rise with the streams (the peaks at concurrency 1 and 2); 2 streams would need 20 GiB."
+    assert said in flat["text"]
+    one = capacity.capacity(_memory_levels({1: GIB, 2: 2 * GIB}), "concurrency", 1, 1, capacity.Options(), knee=2)
+    assert one["gpu_memory"] is None and "GPU memory" not in one["text"]  # one level before the knee: no line
+    assert capacity.capacity(LEVELS, "concurrency", 4, 4, capacity.Options())["gpu_memory"] is None
+    assert capacity.memory_fit([4, 4], [GIB, 2 * GIB]) is None  # one concurrency: no slope
