@@ -155,3 +155,27 @@ def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], 
                 out[series][0].append(float(ts))
                 out[series][1].append(v if isinstance(v, (int, float)) else None)
     return out
+
+
+def stage_timeline(
+    res: pd.DataFrame, names: ServerNames | None = None
+) -> dict[str, dict[str, tuple[list[float], list[Any]]]]:
+    """For the report: each stage's queue depth, queue time, compute time and requests in compute
+    over the run, ``{stage: {role: (ts, values)}}`` (a sample that does not tell one is a None, so
+    the line shows the gap); {} where fewer than two stages are seen."""
+    if not len(res) or "metrics" not in res.columns:
+        return {}
+    srv = res[res["role"] == "server"]
+    told = [(float(ts), stage_roles(m, names)) for ts, m in zip(srv["ts"], srv["metrics"]) if isinstance(m, dict)]
+    stages = list(dict.fromkeys(stage for _, by_stage in told for stage in by_stage))
+    if len(stages) < 2:
+        return {}
+    out: dict[str, dict[str, tuple[list[float], list[Any]]]] = {}
+    for stage in stages:
+        lines: dict[str, tuple[list[float], list[Any]]] = {}
+        for role in ("queue_depth", "queue_ms", "compute_ms", "busy"):
+            values = [(ts, by_stage.get(stage, {}).get(role)) for ts, by_stage in told]
+            if any(v is not None for _, v in values):
+                lines[role] = ([ts for ts, _ in values], [None if v is None else v[1] for _, v in values])
+        out[stage] = lines
+    return out

@@ -47,6 +47,8 @@ def test_the_vocoder_on_fewer_slots_is_the_stage_named(tmp_path):
     named = [e for e in summary["diagnosis"]["evidence"] if e.startswith("Stage 1's queue rose")]
     assert named and named[0].endswith("add stage 1 replicas."), summary["diagnosis"]["evidence"]
     assert any("summed over 2 stages" in e for e in summary["diagnosis"]["evidence"])
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "<h3>The server's stages</h3>" in html and "stage 1 waiting" in html and "One stage:" not in html
 
 
 def test_stages_alike_have_none_named(tmp_path):
