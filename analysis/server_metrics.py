@@ -33,7 +33,7 @@ from tts_knee.runformat.metric_roles import (
     stage_roles,
     why,
 )
-from tts_knee.runformat.summary import ServerRole, StageRoles
+from tts_knee.runformat.summary import StageRoles
 
 MAX_SERIES = 40
 MAX_STAGES = 8
@@ -114,13 +114,13 @@ def _label_of(metrics: dict[str, Any]) -> str | None:
 
 
 def _stage_figures(by_role: dict[str, list[tuple[str, float]]], custom: dict[str, str] | None) -> StageRoles:
-    out: dict[str, ServerRole] = {}
+    out: dict[str, Any] = {}
     for role in STAGE_ROLES:
         got = by_role.get(role)
         if got:
             families = [f for f, _ in got]
             family = max(set(families), key=families.count)
-            out[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}  # type: ignore[typeddict-item]
+            out[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}
     return cast(StageRoles, out)
 
 

@@ -172,6 +172,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         _check(args)
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="collectors: %(message)s")
+        scrapes = (
+            Scrapes(
+                args.scrape,
+                args.interval,
+                args.scrape_timeout,
+                args.scrape_match,
+                args.scrape_max_series,
+                args.server_role,
+                args.server_stage_label,
+            )
+            if args.scrape
+            else None
+        )
+        # before anything else starts: a label no series carries is a mistake to say alone
+        missing = scrapes.missing_label() if scrapes is not None else None
+        if missing:
+            raise _Usage(f"{missing}.")
         try:
             watcher = ProcessWatcher(pid=args.pid, match=args.match) if args.pid is not None or args.match else None
         except psutil.Error as exc:
@@ -186,22 +203,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         else:
             gpus = Nvml()
             gpus.available  # noqa: B018 - start NVML now, so "no NVML" is said at start, not on first sample
-        scrapes = (
-            Scrapes(
-                args.scrape,
-                args.interval,
-                args.scrape_timeout,
-                args.scrape_match,
-                args.scrape_max_series,
-                args.server_role,
-                args.server_stage_label,
-            )
-            if args.scrape
-            else None
-        )
-        missing = scrapes.missing_label() if scrapes is not None else None
-        if missing:
-            raise _Usage(f"{missing}.")
         sampler = Sampler(
             HostSampler(),
             gpus,

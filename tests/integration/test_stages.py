@@ -2,15 +2,19 @@
 /metrics with vLLM's families per ``stage``), scraped by the master (``--server-metrics``), swept
 at 1, 2, 4, 8. With the second stage on fewer slots the verdict names it; with both stages alike
 it names none (the first queues, the second runs at its limit: a balanced pipeline). A
-``--server-stage-label`` no series carries ends the run, and the report, with one sentence."""
+``--server-stage-label`` no series carries ends the run, the report and the collector with one
+sentence; one that a series carries the collector tells the master."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from procs import dashboard, locust, spawn
+from procs import ROOT, dashboard, get_json, locust, spawn
 
 STEPS = ["--steps", "1,2,4,8", "--step-time", "3", "--settle-time", "0.5"]
 
@@ -84,3 +88,24 @@ def test_a_stage_label_no_series_carries_is_one_sentence(tmp_path, where):
     assert judged.returncode == 2 and "Traceback" not in judged.stderr, judged.stderr
     assert "carries that label (the labels there: model_name, replica, stage)." in judged.stderr
     assert len(judged.stderr.strip().splitlines()) == 1, judged.stderr
+
+
+def test_the_collector_refuses_a_stage_label_no_series_carries_and_tells_one_that_is_there():
+    with spawn(["tts_knee.testbed.sim", "--port", "0", "--stages", "a:1:10,b:1:10"]) as sim:
+        scrape = ["-m", "tts_knee.collectors", "--port", "0", "--scrape", f"{sim.url}/metrics"]
+        refused = subprocess.run(
+            [sys.executable, *scrape, "--server-stage-label", "pipeline_stage"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=dict(os.environ, TTS_KNEE_NVML_MODULE="no_such_nvml_module"),
+        )
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+            f"tts-knee collect: --server-stage-label pipeline_stage: no series of {sim.url}/metrics carries that "
+            "label (the labels there: model_name, replica, stage)."
+        ], refused.stderr
+        with spawn(
+            [*scrape[1:], "--server-stage-label", "stage"], env={"TTS_KNEE_NVML_MODULE": "no_such_nvml_module"}
+        ) as col:
+            assert get_json(f"{col.url}/samples?since=0")["server_stage_label"] == "stage"
