@@ -32,13 +32,12 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 9. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
 Where the server publishes its own queue depth (``server.server_roles``, from ``--scrape`` or
-``--server-metrics``; see :mod:`analysis.server_metrics`), the evidence cites it (summed over
-its stages, for a server of several: then :mod:`analysis.stages` names the one that broke, in
-``diagnosis.stage``): a queue
-that reached ``QUEUE_WAITING`` at the knee step while the hardware idled is the server's
-concurrency limit, said in those words; with the hardware saturated, the running requests are
-quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue still tells
-requests waiting inside the server from a wait before it (the queue stayed empty).
+``--server-metrics``; see :mod:`analysis.server_metrics`), the evidence cites it (summed over its
+stages, for a server of several: then :mod:`analysis.stages` names the one that broke, in
+``diagnosis.stage``): a queue that reached ``QUEUE_WAITING`` at the knee step while the hardware
+idled is the server's concurrency limit, said in those words; with the hardware saturated, the
+running requests are quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue
+still tells requests waiting inside the server from a wait before it (the queue stayed empty).
 
 In a streamed run (``knee["streamed"]``) the kinds are the same, but "queueing" means streams
 falling behind playback or TTFA rising, and the evidence quotes underrun and TTFA figures

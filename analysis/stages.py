@@ -13,7 +13,7 @@ A server of two stages or more (``server.stages``: Triton's models, vLLM-Omni's 
   gauge showed up to the knee: a balanced pipeline, where adding to the first stage only moves
   the queue to the next);
 - with no queue rising, a single stage running at its limit is the one;
-- otherwise no stage is singled out, and the sentence says why.
+- otherwise no stage is singled out, and the sentence says why; stages past the cap are said.
 
 The sentence quotes the queue before and at the knee, the others', the stage's work (its running
 requests, or Triton's compute time per second: the instances busy) and what to change.
@@ -76,13 +76,30 @@ def verdict(steps: list[StepSummary], k: int, saturated: bool | None) -> Named |
     level = steps[k]["concurrency"]
     stages = []
     for name, figures in at_knee.items():
-        carrying = [_stages_of(s)[name] for s in steps[: k + 1] if name in _stages_of(s)]  # the knee step at least
-        base = next(s for s in steps[: k + 1] if name in _stages_of(s))
-        tops = [top for f in carrying if (r := _role(f, "running")) is not None and (top := r.get("max")) is not None]
-        stages.append(_Stage(name, figures, carrying[0], base["concurrency"], max(tops) if tops else None))
+        # from the first step that carries the stage (the knee step at the latest)
+        carrying = [s for s in steps[: k + 1] if name in _stages_of(s)]
+        tops = [
+            top
+            for s in carrying
+            if (running := _role(_stages_of(s)[name], "running")) is not None
+            and (top := running.get("max")) is not None
+        ]
+        first = carrying[0]
+        stages.append(_Stage(name, figures, _stages_of(first)[name], first["concurrency"], max(tops) if tops else None))
+    named = _judge(stages, _Words(server.get("stage_label") or "stage", level, saturated))
+    left_out = server.get("stages_left_out")
+    if left_out:
+        named.evidence.append(
+            f"The server has {len(stages) + left_out} stages: the {len(stages)} busiest at {level} were judged, "
+            f"{left_out} more left out."
+        )
+    return named
+
+
+def _judge(stages: list[_Stage], words: _Words) -> Named:
+    """Which of ``stages`` broke (see the module doc), in ``words``."""
     measure: Measure = "queue_ms" if all(_mean(s.at_knee, "queue_ms") is not None for s in stages) else "queue_depth"
     told = [s for s in stages if _mean(s.at_knee, measure) is not None]
-    words = _Words(server.get("stage_label") or "stage", level, saturated)
     if not told:
         return Named(None, [f"The server's {len(stages)} stages publish no queue, so none can be named."])
     rises = {s.name: _rise(s, measure) for s in told}

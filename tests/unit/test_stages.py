@@ -196,3 +196,14 @@ def test_with_no_queue_rising_the_one_stage_at_its_limit_is_named_else_none():
     assert named is not None and named.stage is None
     assert named.evidence[0].endswith("the wait is not in a queue of the server's stages.")
     assert verdict([{"concurrency": 1, "server": {"server_roles": {}}}], 0, None) is None
+
+
+def test_stages_past_the_cap_are_said():
+    steps = [
+        _level(1, {"0": {"queue_ms": _role(0.0)}, "1": {"queue_ms": _role(0.0)}}),
+        _level(4, {"0": {"queue_ms": _role(0.0)}, "1": {"queue_ms": _role(90.0)}}),
+    ]
+    steps[1]["server"]["stages_left_out"] = 3
+    named = verdict(steps, 1, saturated=None)
+    assert named is not None and named.stage == "1"
+    assert named.evidence[-1] == "The server has 5 stages: the 2 busiest at 4 were judged, 3 more left out."
