@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 
 import pandas as pd
 
+from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.reader import Attempts
 from tts_knee.runformat.summary import Diagnosis, Knee, LittleLaw, MemoryCreep, Slo, StepSummary, Usl
 
@@ -94,22 +95,22 @@ class Axis:
         resources: pd.DataFrame,
         settle: float | None,
         streamed: bool,
-        roles: dict[str, str],
+        names: ServerNames,
         users: dict[str, Any],
     ) -> list[StepSummary]:
         """One level per tested value along the axis, ascending, repeats pooled."""
         figures = openloop.level_figures if self.open_loop else None
         if self.key == "voices":
             done = group_levels(
-                a, judged, resources, settle, key="voices", figures=figures, streamed=streamed, roles=roles
+                a, judged, resources, settle, key="voices", figures=figures, streamed=streamed, names=names
             )
             # at one rate, latency counts from the schedule, as the rate's own rules have it
             return [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done] if self.open_loop else done
         if self.key == "rate":
             return group_levels(
-                a, judged, resources, settle, key="rate", figures=figures, streamed=streamed, roles=roles
+                a, judged, resources, settle, key="rate", figures=figures, streamed=streamed, names=names
             )
-        return group_levels(a, judged, resources, settle, streamed=streamed, roles=roles, **users)
+        return group_levels(a, judged, resources, settle, streamed=streamed, names=names, **users)
 
     def find_knee(self, done: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
         if self.key == "voices":

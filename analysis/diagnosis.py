@@ -32,11 +32,12 @@ Exactly one kind is chosen, checking in this order (the first that holds wins):
 9. ``concurrency_limit`` - queueing while those resources were measured and not saturated.
 
 Where the server publishes its own queue depth (``server.server_roles``, from ``--scrape`` or
-``--server-metrics``; see :mod:`analysis.server_metrics`), the evidence cites it: a queue
-that reached ``QUEUE_WAITING`` at the knee step while the hardware idled is the server's
-concurrency limit, said in those words; with the hardware saturated, the running requests are
-quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue still tells
-requests waiting inside the server from a wait before it (the queue stayed empty).
+``--server-metrics``; see :mod:`analysis.server_metrics`), the evidence cites it (summed over its
+stages, for a server of several: then :mod:`analysis.stages` names the one that broke, in
+``diagnosis.stage``): a queue that reached ``QUEUE_WAITING`` at the knee step while the hardware
+idled is the server's concurrency limit, said in those words; with the hardware saturated, the
+running requests are quoted. Without GPU/CPU samples the kind stays ``queueing``, but the queue
+still tells requests waiting inside the server from a wait before it (the queue stayed empty).
 
 In a streamed run (``knee["streamed"]``) the kinds are the same, but "queueing" means streams
 falling behind playback or TTFA rising, and the evidence quotes underrun and TTFA figures
@@ -62,6 +63,7 @@ from tts_knee.runformat.summary import (
     Tail,
 )
 
+from . import stages
 from .knee import (
     FAILURE_RATE,
     LATENCY_RISE,
@@ -588,7 +590,12 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, ha
     client_io = _client_io(steps, lo, s)
     if client_io:
         return out(Kind.CLIENT_IO, client_io)
-    return out(*_at_knee(steps, k, streamed))
+    found = out(*_at_knee(steps, k, streamed))
+    named = stages.verdict(steps, k, _saturation(s)[0])
+    if named is not None:  # a server of stages: which broke, after what the kind rests on
+        found["evidence"][1:1] = named.evidence
+        found["stage"] = named.stage
+    return found
 
 
 def _failing(steps: list[StepSummary], k: int | None, creep: MemoryCreep | None) -> tuple[Kind, list[str]] | None:
@@ -740,7 +747,10 @@ def _server_queue(steps: list[StepSummary], k: int) -> tuple[bool | None, str]:
         return None, ""
     base = _server_role(steps[0], "queue_depth")
     at_base = f"; {_n(base['max'])} at {steps[0]['concurrency']}" if base is not None and steps[0] is not s else ""
-    series = q["series"] + (f", {q['why']}" if q.get("why") else "")
+    server = s.get("server")
+    staged = len(server.get("stages") or {}) if server else 0
+    summed = f", summed over {staged} stages" if staged else ""
+    series = q["series"] + (f", {q['why']}" if q.get("why") else "") + summed
     queue_ms = _server_role(s, "queue_ms")
     waited = f", each request waiting {queue_ms['mean']:.0f} ms in it on average" if queue_ms is not None else ""
     if q["max"] is not None and q["max"] >= QUEUE_WAITING:

@@ -155,7 +155,7 @@ def _pool(
         out["little"] = None
     inside = _windowed_res(res, spans)
     lo, hi = (min(x[0] for x in spans), max(x[1] for x in spans)) if spans else (None, None)
-    out["server"] = resource_aggregate(inside, "server", lo, hi, stats_kwargs.get("roles"))
+    out["server"] = resource_aggregate(inside, "server", lo, hi, stats_kwargs.get("names"))
     out["client"] = resource_aggregate(inside, "client", lo, hi)
     if out["server"] is not None:
         last = steps[-1].get("server") or {}

@@ -8,17 +8,35 @@
   size and KV-cache use, each from the family that tells it (summed over its series, e.g. over
   models), for the diagnosis and the report; ``why`` says how the family got its role (a known
   server's name, an obvious ending, ``--server-role``).
+- ``server.stages`` {stage: {role: {series, why, mean, max}}}: for a server of two stages or more
+  (series told apart by ``server.stage_label``: Triton's ``model``, vLLM-Omni's ``stage``,
+  ``--server-stage-label``), each stage's roles from its own series
+  (:func:`runformat.metric_roles.stage_roles`). A stage is counted from the first sample that
+  carries it; at most ``MAX_STAGES`` are kept, the busiest (by queue, then queue time, then
+  work), ``server.stages_left_out`` counts the rest. A server with one stage has none of these.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import pandas as pd
 
-from tts_knee.runformat.metric_roles import ROLES, role_of, roles, why
+from tts_knee.runformat.metric_roles import (
+    ROLES,
+    STAGE_LABELS,
+    STAGE_ROLES,
+    ServerNames,
+    labels_of,
+    role_of,
+    roles,
+    stage_roles,
+    why,
+)
+from tts_knee.runformat.summary import StageRoles
 
 MAX_SERIES = 40
+MAX_STAGES = 8
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
@@ -55,6 +73,67 @@ def aggregate(
     return metrics or None, max(0, len(order) - MAX_SERIES), told or None
 
 
+class Staged(NamedTuple):
+    """A window's stages: the label that tells them apart, each kept stage's roles, how many more there were."""
+
+    label: str
+    stages: dict[str, StageRoles]
+    left_out: int
+
+
+def stages(w: pd.DataFrame, names: ServerNames | None = None) -> Staged | None:
+    """The stages of the server samples ``w`` (see the module doc); None where fewer than two
+    stages are seen."""
+    if "metrics" not in w.columns:
+        return None
+    told: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    label: str | None = names.stage_label if names else None
+    for m in w["metrics"]:
+        if not isinstance(m, dict):
+            continue
+        for stage, stage_told in stage_roles(m, names).items():
+            for role, pair in stage_told.items():
+                told.setdefault(stage, {}).setdefault(role, []).append(pair)
+        if label is None and told:
+            label = _label_of(m)
+    if len(told) < 2 or label is None:
+        return None
+    custom = names.roles if names else None
+    figures = {stage: _stage_figures(by_role, custom) for stage, by_role in told.items()}
+    kept = sorted(figures, key=lambda stage: _busiest(figures[stage]), reverse=True)[:MAX_STAGES]
+    return Staged(label, {stage: figures[stage] for stage in figures if stage in kept}, len(figures) - len(kept))
+
+
+def _label_of(metrics: dict[str, Any]) -> str | None:
+    """Which of :data:`STAGE_LABELS` the sample's stage series carry."""
+    for series in metrics:
+        found = next((name for name in STAGE_LABELS if name in labels_of(series)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _stage_figures(by_role: dict[str, list[tuple[str, float]]], custom: dict[str, str] | None) -> StageRoles:
+    out: dict[str, Any] = {}
+    for role in STAGE_ROLES:
+        got = by_role.get(role)
+        if got:
+            families = [f for f, _ in got]
+            family = max(set(families), key=families.count)
+            out[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}
+    return cast(StageRoles, out)
+
+
+def _busiest(stage: StageRoles) -> tuple[float, float, float]:
+    """What ranks a stage under the cap: its mean queue, its mean queue time, its mean work."""
+
+    def mean(role: str) -> float:
+        found = cast(dict[str, Any], stage).get(role)
+        return float(found["mean"]) if found and found.get("mean") is not None else 0.0
+
+    return mean("queue_depth"), mean("queue_ms"), max(mean("busy"), mean("running"))
+
+
 def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], list[Any]]]:
     """For the report: {series: (ts, values)} of the server samples' series, role series
     first, at most ``limit`` of them. A sample of a host that carried the series elsewhere
@@ -75,4 +154,28 @@ def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], 
                 v = m.get(series) if isinstance(m, dict) else None
                 out[series][0].append(float(ts))
                 out[series][1].append(v if isinstance(v, (int, float)) else None)
+    return out
+
+
+def stage_timeline(
+    res: pd.DataFrame, names: ServerNames | None = None
+) -> dict[str, dict[str, tuple[list[float], list[Any]]]]:
+    """For the report: each stage's queue depth, queue time, compute time and requests in compute
+    over the run, ``{stage: {role: (ts, values)}}`` (a sample that does not tell one is a None, so
+    the line shows the gap); {} where fewer than two stages are seen."""
+    if not len(res) or "metrics" not in res.columns:
+        return {}
+    srv = res[res["role"] == "server"]
+    told = [(float(ts), stage_roles(m, names)) for ts, m in zip(srv["ts"], srv["metrics"]) if isinstance(m, dict)]
+    stages = list(dict.fromkeys(stage for _, by_stage in told for stage in by_stage))
+    if len(stages) < 2:
+        return {}
+    out: dict[str, dict[str, tuple[list[float], list[Any]]]] = {}
+    for stage in stages:
+        lines: dict[str, tuple[list[float], list[Any]]] = {}
+        for role in ("queue_depth", "queue_ms", "compute_ms", "busy"):
+            values = [(ts, by_stage.get(stage, {}).get(role)) for ts, by_stage in told]
+            if any(v is not None for _, v in values):
+                lines[role] = ([ts for ts, _ in values], [None if v is None else v[1] for _, v in values])
+        out[stage] = lines
     return out

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tts_knee import runformat
+from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 from tts_knee.runformat.summary import Knee, Slice, SliceLevel, Slices, SliceSpeech, StepSummary
 
@@ -97,19 +98,19 @@ def _levels(
     axis: Axis,
     settle: float | None,
     streamed: bool,
-    roles: dict[str, str],
+    names: ServerNames,
     users: dict[str, Any],
 ) -> list[StepSummary]:
     """A slice's levels over its judged steps, made as the pooled ones are."""
     plan = _plan_of(sub, whole, plan)
     no_samples = pd.DataFrame()
-    steps = plan_stats(sub, plan, no_samples, settle, streamed, roles, users)
+    steps = plan_stats(sub, plan, no_samples, settle, streamed, names, users)
     for st, entry in zip(steps, plan):
         if "voices" in entry:
             cast(dict[str, Any], st)["voices"] = entry["voices"]
     axis.step_figures(sub, plan, steps)
     steps = [st for st in steps if st["step"] in judged]
-    return axis.levels(sub, steps, no_samples, settle, streamed, roles, users)
+    return axis.levels(sub, steps, no_samples, settle, streamed, names, users)
 
 
 def request_labels(path: Path, req_ids: set[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -284,7 +285,7 @@ def slices(
 ) -> Slices | None:
     """The run's slices (see the module doc), or None where its requests name one language and
     one voice. ``judged``: the closed steps the pooled levels ``levels`` and knee ``pooled`` were
-    judged on; ``context``: ``settle``, ``streamed``, ``roles``, ``users`` and ``ttfa_floor_ms``
+    judged on; ``context``: ``settle``, ``streamed``, ``names``, ``users`` and ``ttfa_floor_ms``
     as the pooled levels had them; ``heard``: the judge's lines."""
     kinds = {kind: labels(a, kind) for kind, _ in _KINDS if not (kind == "voice" and axis.key == "voices")}
     kinds = {kind: named for kind, named in kinds.items() if 2 <= len(named) <= MAX_SLICES}
@@ -314,7 +315,7 @@ def slices(
                 axis,
                 context["settle"],
                 context["streamed"],
-                context["roles"],
+                context["names"],
                 context["users"],
             )
             entries = [e for e in heard if said.get(e["req_id"], (None, None))[column] == name]

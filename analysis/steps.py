@@ -124,6 +124,7 @@ import pandas as pd
 
 from tts_knee.audio import signal
 from tts_knee.runformat.fields import NotRequired, TypedDict
+from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.reader import OTHER_LABEL, Attempts
 from tts_knee.runformat.schema import Arrivals
@@ -550,11 +551,11 @@ _HOST_MAX: tuple[HostFigure, ...] = get_args(HostFigure)
 
 
 def resource_aggregate(
-    res: pd.DataFrame, role: str, start: float | None, end: float | None, roles: dict[str, str] | None = None
+    res: pd.DataFrame, role: str, start: float | None, end: float | None, names: ServerNames | None = None
 ) -> ResourceAggregate | None:
     """One role's samples over [start, end], per host (``by_host``) and as the highest of the
-    hosts' figures (see the module doc); None when there are no samples. ``roles``:
-    ``--server-role``'s ``{family: role}`` for the server's series."""
+    hosts' figures (see the module doc); None when there are no samples. ``names``: what
+    ``--server-role`` and ``--server-stage-label`` say of the server's series."""
     if not len(res) or start is None or end is None:
         return None
     inside = res[(res["role"] == role) & (res["ts"] >= start) & (res["ts"] <= end)]
@@ -575,7 +576,14 @@ def resource_aggregate(
             if samples["gpu_mem_used_bytes"].notna().any()
         ]
         out["gpu_mem_fallback_bytes"] = max(fallback) if fallback else None
-        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(inside, roles)
+        out["metrics"], out["metrics_left_out"], out["server_roles"] = server_metrics.aggregate(
+            inside, names.roles if names else None
+        )
+        staged = server_metrics.stages(inside, names)
+        if staged is not None:  # a server of one stage reads as before: none of these
+            out["stage_label"], out["stages"] = staged.label, staged.stages
+            if staged.left_out:
+                out["stages_left_out"] = staged.left_out
     out["by_host"] = by_host
     return out
 
@@ -738,7 +746,7 @@ def plan_stats(
     res: pd.DataFrame,
     settle_s: float | None,
     streamed: bool | None,
-    roles: dict[str, str] | None,
+    names: ServerNames | None,
     users: Mapping[str, Any],
 ) -> list[StepSummary]:
     """:func:`step_stats` of every step of ``plan``, in run order: each step ends where the next
@@ -752,7 +760,7 @@ def plan_stats(
             plan[i + 1]["start"] if i + 1 < len(plan) else None,
             i + 1 == len(plan),
             streamed,
-            roles,
+            names,
             **users,
         )
         for i, entry in enumerate(plan)
@@ -767,14 +775,14 @@ def step_stats(
     next_start: float | None = None,
     last: bool = False,
     streamed: bool | None = None,
-    roles: dict[str, str] | None = None,
+    names: ServerNames | None = None,
     contexts: int = 1,
     think_s: float = 0.0,
 ) -> StepSummary:
     """All aggregates for one step (``step`` is a run.json step entry; ``settle_s`` the run's
     settle time, ``next_start`` the next step's start, ``last`` whether no step follows,
-    ``streamed`` whether the run was streamed: None decides from the step's records; ``roles``
-    the server series' roles ``--server-role`` gave, ``{family: role}``; ``contexts`` and
+    ``streamed`` whether the run was streamed: None decides from the step's records; ``names``
+    what ``--server-role`` and ``--server-stage-label`` say of the server's series; ``contexts`` and
     ``think_s`` what each user kept in flight and waited, for Little's law). A
     ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
     (None: every one counts)."""
@@ -880,7 +888,7 @@ def step_stats(
     out["latency_by_voice_ms"] = _by_label(waits, a["voice"][ok_timed], a.voices)
     out["latency_by_language_ms"] = _by_label(waits, a["language"][ok_timed], a.languages)
     out["errors"] = _top_errors(a, settled)
-    out["server"] = resource_aggregate(res, "server", start, end, roles)
+    out["server"] = resource_aggregate(res, "server", start, end, names)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
     _add_intervals(out["latency_ms"], figures, "wait_ms", ok_timed, "ok_timed")

@@ -30,7 +30,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from tts_knee import runformat
-from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.metric_roles import ServerNames, labels_seen, parse_roles
 from tts_knee.runformat.reader import Attempts, RunDir, RunDirError
 from tts_knee.runformat.schema import Arrivals, Trace
 from tts_knee.runformat.summary import (
@@ -458,6 +458,27 @@ def run_roles(rd: RunDir, override: dict[str, str] | None = None) -> dict[str, s
     return {**roles, **(override or {})}
 
 
+def run_stage_label(rd: RunDir, override: str | None = None) -> str | None:
+    """The label that tells the server's stages apart: ``override`` (the dashboard's
+    ``--server-stage-label``), else the run's (Locust's, then a collector's), else None (Triton's
+    ``model``, vLLM-Omni's ``stage``). An ``override`` no series in resources.jsonl carries
+    raises :class:`RunDirError` naming the labels that are there."""
+    if override:
+        series = {s for m in rd.resources.get("metrics", ()) if isinstance(m, dict) for s in m}
+        seen = labels_seen(series)
+        if override not in seen:
+            raise RunDirError(
+                f"--server-stage-label {override}: no series in {rd.path / runformat.RESOURCES} carries that label "
+                f"(the labels there: {', '.join(seen) or 'none'})."
+            )
+        return override
+    recorded = rd.run.get("options")
+    given = recorded.get("server_stage_label") if isinstance(recorded, dict) else None
+    for c in rd.run.get("collectors") or []:
+        given = given or (c.get("server_stage_label") if isinstance(c, dict) else None)
+    return str(given) if given else None
+
+
 def _clean(value: object) -> object:
     """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
     if isinstance(value, dict):
@@ -515,13 +536,13 @@ def _step_table(
     axis: Axis,
     settle: float | None,
     streamed: bool,
-    roles: dict[str, str],
+    names: ServerNames,
     users: dict[str, Any],
 ) -> list[StepSummary]:
     """Every executed step's figures, in run order (:func:`analysis.steps.step_stats`), with its
     phase, repeat, number of voices and what its axis adds."""
     plan = parts.plan
-    steps = plan_stats(parts.a, plan, rd.resources, settle, streamed, roles, users)
+    steps = plan_stats(parts.a, plan, rd.resources, settle, streamed, names, users)
     for st, p in zip(steps, plan):
         st["phase"], st["repeat"] = p.get("phase"), p.get("repeat")
         if "voices" in p:
@@ -625,15 +646,18 @@ def analyze(
     slo: slo_mod.SLO | None = None,
     roles: dict[str, str] | None = None,
     capacity: capacity_mod.Options | None = None,
+    stage_label: str | None = None,
 ) -> Summary:
     """The summary of a (re)loaded run directory, as written to ``summary.json``; ``slo``
     overrides the run's own ``options.slo``, ``roles`` (``{family: role}``) add to its
-    ``--server-role``, ``capacity`` sets what the run's own capacity options do not."""
+    ``--server-role``, ``capacity`` sets what the run's own capacity options do not,
+    ``stage_label`` replaces its ``--server-stage-label``."""
     parts, settle = _Parts.of(rd.requests.attempts(), _steps_of(rd)), _settle_of(rd)
     axis = axis_mod.of_run(parts.plan, rd.mode())
     slo, roles = run_slo(rd, slo), run_roles(rd, roles)
+    names = ServerNames(roles, run_stage_label(rd, stage_label))
     streamed, users = rd.streamed(), rd.users()  # users: what each kept in flight (Little's law)
-    steps = _step_table(rd, parts, axis, settle, streamed, roles, users)
+    steps = _step_table(rd, parts, axis, settle, streamed, names, users)
     # a step still running (the live view) shows what its elapsed window gives, and the verdict
     # waits for it: the knee, the diagnosis, the recommendation and the SLO judge closed steps
     running = [st for st in steps if st["window"]["open"]]
@@ -644,7 +668,7 @@ def analyze(
     # recommendation) are the sweep's, unless the soak is all the run did
     soaks = [st for st in steps if st.get("phase") == runformat.SOAK_PHASE]
     judged = [st for st in closed if st.get("phase") != runformat.SOAK_PHASE] or closed
-    done = axis.levels(parts.a, judged, rd.resources, settle, streamed, roles, users)
+    done = axis.levels(parts.a, judged, rd.resources, settle, streamed, names, users)
     knee = axis.find_knee(done, streamed, rd.ttfa_floor_ms())
     heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
     # the speech judge adds to the steps and levels as open JSON: their ``speech``, and on each
@@ -656,7 +680,7 @@ def analyze(
     context = {
         "settle": settle,
         "streamed": streamed,
-        "roles": roles,
+        "names": names,
         "users": users,
         "ttfa_floor_ms": rd.ttfa_floor_ms(),
     }

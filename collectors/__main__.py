@@ -37,7 +37,7 @@ from tts_knee.collectors.http import CollectorServer
 from tts_knee.collectors.nvml import Nvml
 from tts_knee.collectors.sampler import DEFAULT_BUFFER, DEFAULT_INTERVAL_S, Sampler
 from tts_knee.collectors.scrape import DEFAULT_TIMEOUT_S, Scrapes
-from tts_knee.runformat.metric_roles import ROLES, parse_roles
+from tts_knee.runformat.metric_roles import LABEL_NAME, ROLES, parse_roles
 from tts_knee.runformat.options import COLLECTOR_TOKEN_ENV as TOKEN_ENV  # the master's --collector-token reads it too
 
 
@@ -123,6 +123,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         help=f"the scraped series (a metric family) is the server's ROLE, one of {', '.join(ROLES)}: "
         f"kept under the cap, and told to the master (repeatable; default: the names tts-knee knows)",
     )
+    srv.add_argument(
+        "--server-stage-label",
+        metavar="NAME",
+        help="the label that tells the server's stages apart in its series, told to the master; one no scraped "
+        "series carries is refused at start (default: Triton's model, vLLM-Omni's stage)",
+    )
     return p
 
 
@@ -151,6 +157,11 @@ def _check(args: argparse.Namespace) -> None:
         parse_roles(args.server_role)
     except ValueError as e:
         raise _Usage(f"{e}.") from None
+    label = args.server_stage_label
+    if label is not None and not LABEL_NAME.fullmatch(label):
+        raise _Usage(f"--server-stage-label takes a label name (letters, digits and _), not {label!r}.")
+    if args.server_stage_label is not None and not args.scrape:
+        raise _Usage("--server-stage-label needs --scrape URL (the series it tells apart).")
     if not 0.05 <= args.scrape_timeout <= 60:
         raise _Usage(f"--scrape-timeout must be between 0.05 and 60 seconds, not {args.scrape_timeout}.")
 
@@ -161,6 +172,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         _check(args)
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="collectors: %(message)s")
+        scrapes = (
+            Scrapes(
+                args.scrape,
+                args.interval,
+                args.scrape_timeout,
+                args.scrape_match,
+                args.scrape_max_series,
+                args.server_role,
+                args.server_stage_label,
+            )
+            if args.scrape
+            else None
+        )
+        # before anything else starts: a label no series carries is a mistake to say alone
+        missing = scrapes.missing_label() if scrapes is not None else None
+        if missing:
+            raise _Usage(f"{missing}.")
         try:
             watcher = ProcessWatcher(pid=args.pid, match=args.match) if args.pid is not None or args.match else None
         except psutil.Error as exc:
@@ -175,18 +203,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         else:
             gpus = Nvml()
             gpus.available  # noqa: B018 - start NVML now, so "no NVML" is said at start, not on first sample
-        scrapes = (
-            Scrapes(
-                args.scrape,
-                args.interval,
-                args.scrape_timeout,
-                args.scrape_match,
-                args.scrape_max_series,
-                args.server_role,
-            )
-            if args.scrape
-            else None
-        )
         sampler = Sampler(
             HostSampler(),
             gpus,

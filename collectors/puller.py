@@ -56,10 +56,11 @@ import psutil
 from geventhttpclient import HTTPClient
 
 from tts_knee import runformat
-from tts_knee.collectors.exposition import ExpositionError, Reader
+from tts_knee.collectors.exposition import ExpositionError, Reader, parse
 from tts_knee.collectors.host import HostSampler, ProcessWatcher
 from tts_knee.collectors.sampler import Sampler, next_tick
 from tts_knee.collectors.scrape import stale_after
+from tts_knee.runformat.metric_roles import labels_seen
 from tts_knee.runformat.wire import HEALTH, SAMPLES, TIME
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class _Collector:
         self.host: str | None = None
         self.boot: str | None = None
         self.server_roles: list[str] = []  # the collector's --server-role
+        self.server_stage_label: str | None = None  # and its --server-stage-label
         self.since: int | None = None
         self.connected = False
         self.reachable = False  # at start
@@ -253,6 +255,7 @@ class _ServerMetrics:
         self._ssl = parts.scheme == "https"
         self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if self._ssl else 80))
         gap = stale_after(interval_s, SCRAPE_TIMEOUT_S)
+        self.stats = stats
         self.reader = JsonStats(gap) if stats else Reader(max_gap_s=gap)
         self.accept = "application/json" if stats else "text/plain"
         self.kind = JsonStats.kind if stats else "Prometheus text exposition"
@@ -271,6 +274,11 @@ class _ServerMetrics:
     def read(self) -> dict[str, Any]:
         """One scrape into ``{series: value}``; raises _Unreachable or ExpositionError."""
         t_send = time.monotonic()
+        text = self.body()
+        return self.reader.read(text, (t_send + time.monotonic()) / 2)
+
+    def body(self) -> str:
+        """The endpoint's answer as text; raises _Unreachable."""
         try:
             with gevent.Timeout(SCRAPE_TIMEOUT_S):
                 resp = self.client.get(self.path, headers={"Accept": self.accept})
@@ -284,7 +292,7 @@ class _ServerMetrics:
             raise _Unreachable(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__) from None
         if resp.status_code != 200:
             raise _Unreachable(f"HTTP {resp.status_code}")
-        return self.reader.read(body.decode("utf-8", "replace"), (t_send + time.monotonic()) / 2)
+        return str(body.decode("utf-8", "replace"))
 
 
 def _number(reply: dict[str, Any], key: str, path: str) -> float:
@@ -421,6 +429,7 @@ class CollectorPuller:
                 dropped=c.dropped,
                 restarts=c.restarts,
                 **({"server_roles": c.server_roles} if c.server_roles else {}),
+                **({"server_stage_label": c.server_stage_label} if c.server_stage_label else {}),
             )
             for c in self._collectors
         ]
@@ -434,6 +443,36 @@ class CollectorPuller:
             )
             for m in self._scraped
         ]
+
+    def missing_label(self, label: str) -> str | None:
+        """``--server-stage-label`` before the run: the sentence saying that no series of the
+        ``--server-metrics`` endpoints (one fetch each) and the collectors' samples so far carries
+        ``label``, naming the labels there; None when one does, or none of them answered."""
+        seen: set[str] = set()
+        asked: list[str] = []
+        for m in self._scraped:
+            if m.stats:
+                continue
+            try:
+                seen.update(labels_seen(s.key for s in parse(m.body())))
+            except (_Unreachable, ExpositionError):  # said as the run scrapes it
+                continue
+            asked.append(m.url)
+        for c in self._collectors:
+            try:
+                reply = c.get(f"{SAMPLES.name}?since=0") if c.connected else {}
+            except _Unreachable:
+                continue
+            keys = {k for s in reply.get("samples") or [] if isinstance(s, dict) for k in s.get("metrics") or {}}
+            if keys:
+                seen.update(labels_seen(keys))
+                asked.append(c.url)
+        if not asked or label in seen:
+            return None
+        return (
+            f"--server-stage-label {label}: no series of {', '.join(asked)} carries that label "
+            f"(the labels there: {', '.join(sorted(seen)) or 'none'})"
+        )
 
     @property
     def unreachable(self) -> list[str]:
@@ -522,6 +561,9 @@ class CollectorPuller:
         roles = reply.get("server_roles")
         if isinstance(roles, list):
             c.server_roles = [str(r) for r in roles]
+        label = reply.get("server_stage_label")
+        if isinstance(label, str):
+            c.server_stage_label = label
         samples = reply.get("samples") or []
         if not isinstance(samples, list):
             raise _Unreachable(f"{SAMPLES.name} answered without a list of samples")

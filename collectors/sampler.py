@@ -193,7 +193,7 @@ class Sampler:
             ring = list(self._ring)
             nxt = self._next_seq
         oldest = ring[0]["seq"] if ring else nxt
-        roles = {"server_roles": self._scrapes.server_roles} if self._scrapes and self._scrapes.server_roles else {}
+        roles = self._scrapes.told() if self._scrapes else {}
         if seq < oldest:
             return wire.SAMPLES(
                 host=self.hostname, boot=self.boot, next=nxt, samples=ring, dropped=oldest - seq, **roles

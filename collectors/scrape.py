@@ -18,8 +18,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader
-from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.collectors.exposition import DEFAULT_MAX_SERIES, ExpositionError, Reader, parse
+from tts_knee.runformat.metric_roles import labels_seen, parse_roles
 
 log = logging.getLogger("collectors")
 
@@ -178,15 +178,44 @@ class Scrapes:
         match: str | None = None,
         max_series: int = DEFAULT_MAX_SERIES,
         server_roles: list[str] | None = None,
+        stage_label: str | None = None,
     ):
         gap = stale_after(interval_s, timeout_s)  # a rate spans at most what a reading is fresh for
         self.server_roles = list(server_roles or [])  # --server-role as given; the samples' answer says them
+        self.stage_label = stage_label  # --server-stage-label, said to the master the same way
         roles = parse_roles(self.server_roles)
         self.endpoints = [
             Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
             for u in urls
         ]
         self._clash_noted = False
+
+    def told(self) -> dict[str, Any]:
+        """What the samples' answer tells the master of these series: --server-role, --server-stage-label."""
+        return {
+            **({"server_roles": self.server_roles} if self.server_roles else {}),
+            **({"server_stage_label": self.stage_label} if self.stage_label else {}),
+        }
+
+    def missing_label(self) -> str | None:
+        """With --server-stage-label, one fetch of each endpoint: the sentence saying that no series
+        carries the label, naming the labels there; None when one does, or none answered."""
+        if not self.stage_label:
+            return None
+        seen: set[str] = set()
+        answered = False
+        for e in self.endpoints:
+            try:
+                seen.update(labels_seen(s.key for s in parse(fetch(e.url, e.timeout_s))))
+                answered = True
+            except (OSError, ValueError):  # unreachable or not exposition: said once it runs
+                continue
+        if not answered or self.stage_label in seen:
+            return None
+        return (
+            f"--server-stage-label {self.stage_label}: no series of {', '.join(e.url for e in self.endpoints)} "
+            f"carries that label (the labels there: {', '.join(sorted(seen)) or 'none'})"
+        )
 
     def start(self) -> None:
         for e in self.endpoints:

@@ -23,7 +23,8 @@ Judging one run:
   made the two runs (``warning:`` lines, the corpus first), and refuses (exit 2) a run whose
   audio failed its checks unless ``--baseline-anyway`` is given.
 - ``--server-role ROLE=SERIES`` (repeatable) says what a scraped series of the server means,
-  on top of what the run itself was told (``runformat.metric_roles``).
+  on top of what the run itself was told (``runformat.metric_roles``); ``--server-stage-label
+  NAME`` the label its stages' series are told apart by, in place of the run's.
 
 - ``--junit FILE`` writes those verdicts, and the SLO's per term and level, as JUnit XML; where
   ``GITHUB_STEP_SUMMARY`` is set the verdict and the tables are appended to it in Markdown
@@ -141,6 +142,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="ROLE=SERIES",
         help=f"read a scraped series as the server's ROLE, one of {', '.join(ROLES)} (repeatable; "
         f"default: what the run was told, and the names tts-knee knows)",
+    )
+    p.add_argument(
+        "--server-stage-label",
+        metavar="NAME",
+        help="the label that tells the server's stages apart in its series (default: what the run was told, "
+        "else Triton's model and vLLM-Omni's stage)",
     )
     return p
 
@@ -273,7 +280,7 @@ def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tupl
     give)``; the summary is None for a live view's run that has not written yet."""
     try:
         rd = load(path)
-        s = analyze(rd, slo, roles, asked)
+        s = analyze(rd, slo, roles, asked, args.server_stage_label)
         status = _judge(args, rd, s)
     except RunDirError as e:
         if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched

@@ -1,15 +1,18 @@
 """The report's section on the server's own metrics: its series on the run's timeline, and per
 step its queue against GPU and CPU utilisation (the picture that tells a saturated server from
-one whose concurrency limit is too low). Empty when no sample carries ``metrics``."""
+one whose concurrency limit is too low); for a server of stages, each stage's queue and compute
+on the timeline and per step (which stage's queue grew). Empty when no sample carries
+``metrics``."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.analysis.server_metrics import timeline
+from tts_knee.analysis.server_metrics import stage_timeline, timeline
+from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.reader import RunDir
-from tts_knee.runformat.summary import Summary
+from tts_knee.runformat.summary import StepSummary, Summary
 
 from .kit import esc, fig_html, step_axis, step_label
 
@@ -93,10 +96,105 @@ def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
     return fig
 
 
+#: A stage's colour, by its place among the stages (Plotly's default cycle).
+STAGE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def _staged(steps: list[StepSummary]) -> tuple[str, list[str]] | None:
+    """(the stage label, the stages the summary kept, in order of first appearance); None for a
+    server of one stage."""
+    label, kept = None, {}
+    for s in steps:
+        server = s.get("server")
+        if server and server.get("stages"):
+            label = label or server.get("stage_label")
+            kept.update(dict.fromkeys(server.get("stages") or {}))
+    return (label or "stage", list(kept)) if kept else None
+
+
+def stage_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
+    """Each stage's queue over the run and, per step, its queue time and compute time per request."""
+    steps = [s for s in summary["steps"] if s.get("server")]
+    staged = _staged(steps)
+    if staged is None:
+        return None
+    label, kept = staged
+    lines = stage_timeline(rd.resources, ServerNames(stage_label=label))
+    t_zero = summary["run"]["start"] or 0.0
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        vertical_spacing=0.16,
+        specs=[[{}], [{"secondary_y": True}]],
+        subplot_titles=(
+            f"Each stage over the run (by {esc(label)}): requests waiting (lines) and in compute (dots)",
+            "Per step: each stage's queue time (bars) and compute time (lines) per request",
+        ),
+    )
+    conc = [step_label(s) for s in steps]
+    for i, stage in enumerate(kept):
+        colour, name = STAGE_COLOURS[i % len(STAGE_COLOURS)], esc(f"{label} {stage}")
+        own = lines.get(stage, {})
+        queue = "queue_depth" if "queue_depth" in own else "queue_ms"
+        for role, what, dash in (
+            (queue, "waiting" if queue == "queue_depth" else "queue ms", None),
+            ("busy", "in compute", "dot"),
+        ):
+            if role in own:
+                xs, ys = own[role]
+                fig.add_scatter(
+                    x=[x - t_zero for x in xs],
+                    y=ys,
+                    name=f"{name} {what}",
+                    mode="lines",
+                    line=dict(color=colour, dash=dash),
+                )
+        for key, secondary, trace in (("queue_ms", False, "bar"), ("compute_ms", True, "line")):
+            ys = [_get(s, "server", "stages", stage, key, "mean") for s in steps]
+            if not any(v is not None for v in ys):
+                continue
+            shown = f"{name} {'queue' if key == 'queue_ms' else 'compute'} ms"
+            if trace == "bar":
+                fig.add_bar(x=conc, y=ys, name=shown, marker_color=colour, row=2, col=1, secondary_y=secondary)
+            else:
+                fig.add_scatter(
+                    x=conc,
+                    y=ys,
+                    name=shown,
+                    mode="lines+markers",
+                    line=dict(color=colour, dash="dot"),
+                    row=2,
+                    col=1,
+                    secondary_y=secondary,
+                )
+    fig.update_yaxes(title_text="requests", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="queue ms", rangemode="tozero", row=2, col=1, secondary_y=False)
+    fig.update_yaxes(title_text="compute ms", rangemode="tozero", row=2, col=1, secondary_y=True)
+    fig.update_xaxes(title_text="seconds since run start", row=1, col=1)
+    fig.update_xaxes(title_text=step_axis(summary), type="category", row=2, col=1)
+    fig.update_layout(
+        height=640, barmode="group", margin=dict(t=40, b=40, l=60, r=60), legend=dict(orientation="h", y=-0.14)
+    )
+    return fig
+
+
+def _one_stage_note(summary: Summary) -> str:
+    """Said once where the server's roles are read but its stages cannot be told apart."""
+    steps = summary["steps"]
+    if _staged(steps) is not None or not any(_get(s, "server", "server_roles") for s in steps):
+        return ""
+    return (
+        "<p class='meta'>One stage: the server's series carry no stage label (Triton's model, vLLM-Omni's "
+        "stage, or the one --server-stage-label names) that tells two stages apart, so its queue is read as "
+        "one.</p>"
+    )
+
+
 def server_section(rd: RunDir, summary: Summary) -> str:
     fig = server_figure(rd, summary)
     if fig is None:
         return ""
+    stages = stage_figure(rd, summary)
     return (
         "<h2>The server's own metrics</h2>"
         + fig_html(fig, False)
@@ -104,4 +202,14 @@ def server_section(rd: RunDir, summary: Summary) -> str:
         "--scrape or Locust --server-metrics); a break in a line is a scrape that did not "
         "answer. A queue that grows while GPU and CPU stay low is the server's own "
         "concurrency limit; one that grows with them saturated is its capacity.</p>"
+        + _one_stage_note(summary)
+        + (
+            ""
+            if stages is None
+            else "<h3>The server's stages</h3>"
+            + fig_html(stages, False)
+            + "<p class='meta'>Each stage's own series (its queue, the time a request waited in it and "
+            "the time it computed): the stage whose queue grows while the others hold is the one that "
+            "broke; the verdict names it.</p>"
+        )
     )

@@ -28,7 +28,7 @@ from tts_knee import runformat
 from tts_knee.audio import asr
 from tts_knee.collectors.puller import CollectorPuller
 from tts_knee.runformat import exits, wire
-from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.metric_roles import ServerNames, parse_roles
 from tts_knee.runformat.options import CUT_BY_RUN_END
 from tts_knee.runformat.schema import NOT_SENT_REASONS, Preflight
 
@@ -373,7 +373,7 @@ class Run:
             axis,
             judge=(self.soak is not None and not self.soak.alone) or self.probe is not None or self.spike is not None,
         )
-        self.reader = StepReader(run_dir, axis, parse_roles(s.server_roles))
+        self.reader = StepReader(run_dir, axis, ServerNames(parse_roles(s.server_roles), s.server_stage_label))
         if self.receiver is not None:
             self.receiver.reset(writer, str(run_dir))
         self.info = runformat.run_info(
@@ -455,6 +455,9 @@ class Run:
             log.warning("%s", warning)
         if s.require_collectors and puller.unreachable:
             self.fail(f"collector {puller.unreachable[0]} is unreachable and --require-collectors is set")
+        missing = puller.missing_label(s.server_stage_label) if s.server_stage_label else None
+        if missing:
+            self.fail(missing)
 
     def _disk_full(self, pending_bytes: int) -> None:
         """The run directory's disk has fallen too far behind: stop the run (the shape ends it

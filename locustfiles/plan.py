@@ -48,6 +48,7 @@ import numpy as np
 from tts_knee.analysis import knee as knee_mod, openloop, slo as slo_mod, voices as voice_sweep
 from tts_knee.analysis.levels import levels as pool_levels
 from tts_knee.analysis.steps import step_stats
+from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.reader import TTFA_FLOOR_MS, RunDir
 from tts_knee.runformat.summary import Knee, SloVerdict, StepSummary
 
@@ -466,13 +467,13 @@ def _verdict_text(v: dict) -> str:
 class StepReader:
     """Judged steps' figures from the run directory as the master has written it so far, with
     the dashboard's own definitions. One incremental reader: each call parses only new bytes.
-    ``axis`` says what a step stands at, so that repeats are pooled per level; ``roles`` what
-    ``--server-role`` said the server's series mean."""
+    ``axis`` says what a step stands at, so that repeats are pooled per level; ``names`` what
+    ``--server-role`` and ``--server-stage-label`` said the server's series mean."""
 
-    def __init__(self, run_dir: Path, axis: Axis = CONCURRENCY, roles: dict[str, str] | None = None):
+    def __init__(self, run_dir: Path, axis: Axis = CONCURRENCY, names: ServerNames | None = None):
         self.rundir = RunDir(Path(run_dir))
         self.axis = axis
-        self.roles = roles or None  # --server-role: {family: role}
+        self.names = names
         self._judged: dict[int, tuple[StepSummary, float]] = {}  # step -> (its figures, its cut-off)
 
     def refresh(self) -> None:
@@ -496,7 +497,7 @@ class StepReader:
             "end": cutoff,
             "streams_end": None,
         }
-        out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, roles=self.roles)
+        out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, names=self.names)
         if step.get("voices") is not None:
             out["voices"] = step["voices"]
         if step.get("rate") is not None:  # the open-loop figures: keys of a step's summary, as open JSON
@@ -529,5 +530,5 @@ class StepReader:
             settle_s,
             key=self.axis.key,
             figures=openloop.level_figures if self.axis.open_loop else None,
-            roles=self.roles,
+            names=self.names,
         )

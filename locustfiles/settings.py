@@ -20,7 +20,7 @@ from tts_knee.analysis import capacity as capacity_mod, slo as slo_mod
 from tts_knee.runformat import options as run_options
 from tts_knee.runformat.fields import Builder
 from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
-from tts_knee.runformat.metric_roles import parse_roles
+from tts_knee.runformat.metric_roles import LABEL_NAME, parse_roles
 from tts_knee.runformat.options import (
     APIS,
     CANCEL_MODES,
@@ -140,6 +140,7 @@ class Settings:
     refine_to: tuple[float, bool]  # open loop: (resolution, relative: a share of the rate, else req/s)
     drain_time: float  # the run's end: how long requests in flight are waited for
     server_roles: tuple  # --server-role as given: "ROLE=SERIES" each
+    server_stage_label: str | None  # --server-stage-label; None: Triton's model, vLLM-Omni's stage
     tts_protocol: str
     preset: presets.Preset | None  # --tts-protocol ws: the dialect
     tts_preset: str
@@ -814,11 +815,14 @@ def _voice_options(o, plan: dict, steps_given: bool) -> dict:
 
 def _telemetry(o) -> dict:
     """The telemetry group: the collectors, the server's own metrics and stats, and what its
-    series mean (--server-role)."""
+    series mean (--server-role, --server-stage-label)."""
     try:
         parse_roles(o.server_role or [])
     except ValueError as e:
         raise SettingsError(str(e)) from None
+    stage_label = str(o.server_stage_label or "").strip() or None
+    if stage_label is not None and not LABEL_NAME.fullmatch(stage_label):
+        raise SettingsError(f"--server-stage-label takes a label name (letters, digits and _), got {stage_label!r}")
     return dict(
         collectors=_collectors(o.collector),
         collector_token=o.collector_token or None,
@@ -826,6 +830,7 @@ def _telemetry(o) -> dict:
         server_metrics=_collectors(o.server_metrics or [], "server-metrics"),
         server_roles=tuple(p.strip() for item in (o.server_role or []) for p in str(item).split(",") if p.strip()),
         server_stats=_collectors(o.server_stats or [], "server-stats"),
+        server_stage_label=stage_label,
     )
 
 

@@ -30,11 +30,32 @@ The names are the servers' own (their docs and source):
 is the sum over the family's series (all models), the KV-cache ratio the highest of them;
 :func:`why` says how a family got its role, for the evidence. Series of unknown servers have
 no role; they still go on the timeline.
+
+A server served as a pipeline of stages keeps each stage's series apart by a label
+(:func:`stage_roles`, ``server.stages`` in ``summary.json``): Triton's ``model`` (each model of
+an ensemble or a BLS pipeline has its own ``nv_inference_*`` series), vLLM-Omni's ``stage``
+(its ``OmniPrometheusStatLogger`` turns vLLM's ``engine`` label into ``stage`` and ``replica``,
+RFC #3545 / PR #3576, ``vllm_omni/metrics/stat_logger.py``), or the label
+``--server-stage-label`` names. A stage's roles are the pooled ones over its own series (its
+replicas and versions summed) and what only a stage tells:
+
+- ``compute_ms``: compute time per request, Triton's ``nv_inference_compute_infer_duration_us`` /
+  ``nv_inference_request_success``, vLLM's ``vllm:request_inference_time_seconds`` (its ``_sum``
+  over its ``_count``);
+- ``queue_ms`` also from vLLM's ``vllm:request_queue_time_seconds``;
+- ``busy``: the stage's compute time per second, the requests in its compute on average
+  (Little's law): Triton's ``nv_inference_compute_infer_duration_us``, vLLM's
+  ``vllm:request_inference_time_seconds_sum``, each a counter read as its rate;
+- ``gpu_mem_bytes``: a stage's family whose name ends in ``memory_used_bytes`` or
+  ``memory_allocated_bytes``.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 ROLES = (
@@ -84,6 +105,41 @@ RATIOS: dict[str, tuple[str, str, float]] = {
 }
 _MAX_ROLES = ("kv_cache_usage",)  # a ratio: the fullest cache, not a sum
 
+#: The labels that tell a server's stages apart unless ``--server-stage-label`` names another:
+#: Triton's per-model label, vLLM-Omni's per-stage one.
+STAGE_LABELS = ("model", "stage")
+#: What a stage's series tell (the pooled roles a stage has, and what only a stage tells).
+STAGE_ROLES = (
+    "queue_depth",
+    "running",
+    "batch_size",
+    "queue_ms",
+    "compute_ms",
+    "busy",
+    "kv_cache_usage",
+    "gpu_mem_bytes",
+)
+#: A stage's times per request: (numerator, denominator, the factor to ms), the first one a stage has.
+STAGE_RATIOS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "queue_ms": (("vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count", 1000.0),),
+    "compute_ms": (
+        ("nv_inference_compute_infer_duration_us", "nv_inference_request_success", 0.001),
+        ("vllm:request_inference_time_seconds_sum", "vllm:request_inference_time_seconds_count", 1000.0),
+    ),
+}
+#: A stage's compute time, a counter (so read as time per second), and the factor to seconds.
+COMPUTE_TIME = {"nv_inference_compute_infer_duration_us": 1e-6, "vllm:request_inference_time_seconds_sum": 1.0}
+MEMORY_ENDINGS = ("memory_used_bytes", "memory_allocated_bytes")
+
+
+@dataclass(frozen=True)
+class ServerNames:
+    """What the server's series are called: ``roles``, ``--server-role``'s ``{family: role}``;
+    ``stage_label``, ``--server-stage-label`` (None: :data:`STAGE_LABELS`)."""
+
+    roles: dict[str, str] = field(default_factory=dict)
+    stage_label: str | None = None
+
 
 def family_of(series: str) -> str:
     return series.split("{", 1)[0]
@@ -128,7 +184,7 @@ def why(family: str, custom: dict[str, str] | None = None) -> str:
     if custom and family in custom:
         return f"named by --server-role {custom[family]}={family}"
     server = next((name for prefix, name in _SERVERS.items() if family.startswith(prefix)), None)
-    if family in FAMILIES or "/" in family:
+    if family in FAMILIES or "/" in family or family in COMPUTE_TIME:
         return f"{server}'s name for it" if server else "a known server's name for it"
     end = next((s for s in (*SUFFIXES, *ENDINGS) if family.endswith(s)), "")
     return f"its name ends in {end}"
@@ -161,3 +217,72 @@ def roles(metrics: dict[str, Any] | None, custom: dict[str, str] | None = None) 
         if role not in out and n and d and sum(d) > 0:
             out[role] = (f"{num}/{den}", factor * sum(n) / sum(d))
     return out
+
+
+#: What a Prometheus label's name may be.
+LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+_ESCAPED = re.compile(r'\\[\\n"]')
+
+
+@functools.lru_cache(maxsize=65536)
+def labels_of(series: str) -> dict[str, str]:
+    """A series name's labels, ``name{k="v",...}`` as the collector writes it (escapes undone)."""
+    _, brace, rest = series.partition("{")
+    if not brace:
+        return {}
+    return {k: _ESCAPED.sub(lambda m: _UNESCAPE[m.group(0)], v) for k, v in _LABEL.findall(rest)}
+
+
+def stage_of(series: str, label: str | None = None) -> str | None:
+    """The stage a series belongs to: its ``label``'s value, or with None its first of
+    :data:`STAGE_LABELS`; None for a series without it."""
+    labels = labels_of(series)
+    if label is not None:
+        return labels.get(label)
+    return next((labels[name] for name in STAGE_LABELS if name in labels), None)
+
+
+def stage_roles(
+    metrics: dict[str, Any] | None, names: ServerNames | None = None
+) -> dict[str, dict[str, tuple[str, float]]]:
+    """``{stage: {role: (family, value)}}`` for the series of one sample that carry a stage label
+    (see the module doc); a stage none of whose series has a role is left out."""
+    by_stage: dict[str, dict[str, Any]] = {}
+    label = names.stage_label if names else None
+    for series, value in (metrics or {}).items():
+        stage = stage_of(series, label)
+        if stage is not None:
+            by_stage.setdefault(stage, {})[series] = value
+    out = {}
+    for stage, stage_series in by_stage.items():
+        told = _stage_told(stage_series, names.roles if names else None)
+        if told:
+            out[stage] = told
+    return out
+
+
+def _stage_told(metrics: dict[str, Any], custom: dict[str, str] | None) -> dict[str, tuple[str, float]]:
+    """One stage's roles: the pooled ones over its series, then what only a stage tells."""
+    out = roles(metrics, custom)
+    sums: dict[str, float] = {}
+    for series, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            sums[family_of(series)] = sums.get(family_of(series), 0.0) + float(value)
+    for role, ratios in STAGE_RATIOS.items():
+        for num, den, factor in ratios:
+            if role not in out and sums.get(den) and num in sums:
+                out[role] = (f"{num}/{den}", factor * sums[num] / sums[den])
+    compute = next((f for f in COMPUTE_TIME if f in sums), None)
+    if compute is not None:
+        out["busy"] = (compute, sums[compute] * COMPUTE_TIME[compute])
+    memory = [f for f in sums if f.endswith(MEMORY_ENDINGS)]
+    if memory:
+        out["gpu_mem_bytes"] = (memory[0], sums[memory[0]])
+    return out
+
+
+def labels_seen(series: Iterable[str]) -> list[str]:
+    """The label names these series carry, sorted (for the sentence that says a label is not among them)."""
+    return sorted({name for s in series for name in labels_of(s)})

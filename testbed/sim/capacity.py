@@ -8,14 +8,16 @@ for ``--slow-language`` (or ``--slow-voice``) taken while more than K are in fli
 ``--slow-x`` times its service time (one language or voice breaking first). With ``--recovery-s`` the slots model
 is slow to come back from overload: a request whose turn begins while others queue, or within
 that long after one last had to, takes ``RECOVERY_SLOWDOWN`` (2x) its time. Everything that sets the timing lives
-here: the token bucket, the out-of-memory threshold, the queue limit, the FIFO slots and one
-of two timing models:
+here: the token bucket, the out-of-memory threshold, the queue limit, the FIFO slots and a timing
+model:
 
 - slots: a planned service time (``base_ms`` + ``per_char_ms`` x characters, +/- ``jitter``);
   a stream's first piece after ``first_chunk_ms``, the rest evenly until that time is over;
 - shared capacity (:class:`Engine`): ``capacity`` audio-seconds per second shared equally by
   the turns generating at once (processor sharing), each at most ``max_speed`` x real time,
-  after a ``prefill_ms`` that uses none, in chunks of ``chunk_ms``.
+  after a ``prefill_ms`` that uses none, in chunks of ``chunk_ms``;
+- stages (``--stages``, :mod:`testbed.sim.stages`): a pipeline, each stage its own slots and
+  cost per request, the audio once the last is done.
 
 A request's voice goes through the speaker-embedding cache (:mod:`testbed.sim.voices`): a miss
 adds ``--voice-miss-ms`` to its time in the slot, before any audio is made. With
@@ -41,11 +43,15 @@ import os
 import random
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
 
 from tts_knee.testbed.sim.voices import VoiceCache
+
+if TYPE_CHECKING:
+    from tts_knee.testbed.sim.stages import Stage
 
 DEFAULT_SLOTS = 4  # without --capacity; with it, slots are unlimited unless given
 SLOTS_MODEL = {"base_ms": 50.0, "per_char_ms": 1.0, "jitter": 0.1, "first_chunk_ms": 20.0}
@@ -245,6 +251,7 @@ class Capacity:
         self.bucket = TokenBucket(args.rate, args.burst) if args.rate else None
         self.engine = Engine(args.capacity, args.max_speed) if args.capacity else None
         self.voices = VoiceCache(args.voice_cache, args.voice_miss_ms)
+        self.stages: list[Stage] = getattr(args, "stages", None) or []  # --stages, parsed
         self.answers: set | None = set() if getattr(args, "cache_hit_ms", None) is not None else None
         self.text_cache_hits = 0
         self.admitted = 0  # queued + holding a slot
@@ -381,6 +388,8 @@ class Turn:
     def pieces(self, pcm: bytes, whole: bool = False):
         """``pcm`` as the timing model makes it, a piece at a time (``whole``: one piece once
         all of it is made). Closing the generator early stops the making."""
+        if self.capacity.stages:
+            return self._staged(pcm)
         if self.capacity.engine is None:
             return self._paced(pcm, whole)
         return self._generated(pcm, whole)
@@ -419,6 +428,14 @@ class Turn:
             if engine is not None and job is not None:
                 engine.leave(job)
             self.finish()
+
+    def _staged(self, pcm: bytes):
+        """``--stages``: through each stage in turn (a slot of its own, then its cost), the audio
+        in one piece once the last is done (:mod:`testbed.sim.stages`)."""
+        for stage in self.capacity.stages:
+            if not stage.run(self.capacity.rng, self.capacity.args.jitter, self._stop):
+                return
+        yield pcm
 
     def _paced(self, pcm: bytes, whole: bool):
         """The slots model: the first piece after ``first_chunk_ms``, the rest evenly until the

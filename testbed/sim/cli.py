@@ -36,6 +36,7 @@ from tts_knee.testbed.sim.faults import FAULTS
 from tts_knee.testbed.sim.http import UNSPEAKABLE, Handler, SpeechApp
 from tts_knee.testbed.sim.leak import Leak
 from tts_knee.testbed.sim.session import split_sentences
+from tts_knee.testbed.sim.stages import STAGE_METRICS, Stage, parse as parse_stages
 from tts_knee.testbed.sim.voices import DEFAULT_MISS_MS
 from tts_knee.testbed.speech import DEFAULT_CACHE, DEFAULT_CORPUS, SpeechUnavailable, corpus_texts, voice_info
 
@@ -59,6 +60,13 @@ class Knob(NamedTuple):
 
 def _knob(flag: str, help: str, **options: Any) -> Knob:  # noqa: A002 - argparse's name for it
     return Knob(flag, help, options)
+
+
+def _stages(text: str) -> list[Stage]:
+    try:
+        return parse_stages(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 _LISTENING = (
@@ -122,6 +130,23 @@ _SLOTS = (
     _knob("--seed", "random seed for jitter, faults and --runaway-rate (default: a different one each run)", type=int),
     _knob(
         "--queue-limit", "requests allowed to wait for a slot; more get 503 (default unlimited)", type=number(int, 0)
+    ),
+)
+_STAGES = (
+    _knob(
+        "--stages",
+        "serve as a pipeline of stages, each with its own slots and cost per request in ms (+/- --jitter), "
+        "e.g. talker:8:50,code2wav:2:200: a request waits for a slot of each in turn, its audio comes once the "
+        "last is done; /metrics shows each stage's series (default: one stage, the slots model)",
+        type=_stages,
+        metavar="NAME:SLOTS:MS,...",
+    ),
+    _knob(
+        "--stage-metrics",
+        "with --stages, whose names the stages' series take: vLLM-Omni's (vLLM's families with stage and "
+        "replica labels) or Triton's (nv_inference_* by model) (default %(default)s)",
+        choices=STAGE_METRICS,
+        default=STAGE_METRICS[0],
     ),
 )
 _SHARED = (
@@ -425,6 +450,7 @@ _METRICS = (
 KNOBS: tuple[tuple[str, tuple[Knob, ...]], ...] = (
     ("where it listens", _LISTENING),
     ("capacity: slots and a FIFO queue (the default model)", _SLOTS),
+    ("capacity: a pipeline of stages, each its own slots (--stages)", _STAGES),
     ("capacity: audio-seconds per second shared by the requests generating (--capacity)", _SHARED),
     ("refusals and limits", _REFUSALS),
     ("streaming and the audio", _STREAMING),
@@ -460,7 +486,9 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> argparse.Name
     check_model(parser, args)
     if args.capacity is not None:
         args.max_speed = args.capacity if args.max_speed is None else args.max_speed
-    if args.slots is None and args.capacity is None:
+    if args.stages and args.capacity is not None:
+        parser.error("--stages is for the slots model (without --capacity)")
+    if args.slots is None and args.capacity is None and not args.stages:
         args.slots = DEFAULT_SLOTS
     if args.slots is None and args.queue_limit is not None:
         parser.error(
@@ -561,6 +589,9 @@ def describe(args: argparse.Namespace) -> str:
             f"capacity={args.capacity:g} max_speed={args.max_speed:g} "
             f"chunk_ms={args.chunk_ms:g} prefill_ms={args.prefill_ms:g}"
         )
+    elif args.stages:
+        shown = ",".join(f"{s.name}:{s.slots.n}:{s.cost_ms:g}" for s in args.stages)
+        knobs.append(f"stages={shown} stage_metrics={args.stage_metrics} jitter={args.jitter:g}")
     else:
         knobs.append(f"base_ms={args.base_ms:g} per_char_ms={args.per_char_ms:g} jitter={args.jitter:g}")
     knobs += [

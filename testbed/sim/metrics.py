@@ -2,11 +2,14 @@
 ``/health``'s JSON object and ``/metrics``' Prometheus text, named the way vLLM names its own
 (``sim:num_requests_waiting``, ``sim:num_requests_running``, ``sim:requests_served_total`` ...)
 so that a collector's ``--scrape`` has a server queue to read; with ``--metrics-prefix P`` the
-way a custom server might name them instead (``P_requests_waiting``, ``P_requests_running`` ...)."""
+way a custom server might name them instead (``P_requests_waiting``, ``P_requests_running`` ...);
+with ``--stages`` the queue and the running requests are each stage's, as vLLM-Omni or Triton
+name them (:mod:`testbed.sim.stages`)."""
 
 from __future__ import annotations
 
 from tts_knee.testbed.sim.capacity import Capacity
+from tts_knee.testbed.sim.stages import exposition as stage_lines
 from tts_knee.testbed.sim.voices import Registry
 
 
@@ -36,22 +39,24 @@ def health(capacity: Capacity, registry: Registry | None = None) -> dict:
 
 
 def exposition(capacity: Capacity, prefix: str | None = None) -> str:
-    """The queue and slots as gauges, requests as counters; ``prefix``: a custom server's names."""
+    """The queue and slots as gauges, requests as counters; ``prefix``: a custom server's names.
+    With ``--stages`` the queue and the running requests are each stage's (:mod:`testbed.sim.stages`)."""
     slots, engine = capacity.slots, capacity.engine
+    staged = bool(capacity.stages)
     families = [
         (
             "num_requests_waiting" if prefix is None else "requests_waiting",
             "gauge",
             "Requests waiting for a slot.",
-            slots.queued,
+            None if staged else slots.queued,
         ),
         (
             "num_requests_running" if prefix is None else "requests_running",
             "gauge",
             "Requests holding a slot.",
-            slots.busy,
+            None if staged else slots.busy,
         ),
-        ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", slots.n),
+        ("slots", "gauge", "Requests synthesised at once (absent: unlimited).", None if staged else slots.n),
         (
             "num_requests_generating",
             "gauge",
@@ -81,4 +86,6 @@ def exposition(capacity: Capacity, prefix: str | None = None) -> str:
         f"{p}request_queue_time_seconds_sum {capacity.queue_s_total!r}",
         f"{p}request_queue_time_seconds_count {float(capacity.queue_waits)!r}",
     ]
+    if staged:
+        lines += stage_lines(capacity.stages, capacity.args.stage_metrics)
     return "\n".join(lines) + "\n"

@@ -102,6 +102,9 @@ def test_the_step_summary_and_the_evidence_cite_the_queue(run_dir):
     assert any(WAITING in e and "concurrency limit is too low" in e for e in d["evidence"]), d
     html = (run_dir / "report.html").read_text()
     assert "The server&#x27;s own metrics" in html or "The server's own metrics" in html
+    # one stage: nothing of stages in the summary, and the report says so once
+    assert not any("stages" in s["server"] for s in summary["steps"]) and "stage" not in d
+    assert html.count("One stage: the server") == 1 and "The server's stages" not in html
 
 
 # -- the diagnosis on step summaries ----------------------------------------------------------
