@@ -23,7 +23,7 @@ import time
 
 from gevent.event import Event
 
-from tts_knee.testbed.sim.capacity import Slots
+from tts_knee.testbed.sim.slots import Slots
 
 STAGE_METRICS = ("vllm-omni", "triton")
 MODEL_NAME = "sim"  # vLLM-Omni's model_name label
