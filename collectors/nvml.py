@@ -150,7 +150,7 @@ class Nvml:
         return devices
 
     def _enumerate_one(self, index: int) -> list[_Device]:
-        """GPU ``i`` and, when it is in MIG mode, its MIG instances."""
+        """GPU ``index`` and, when it is in MIG mode, its MIG instances."""
         handle = self._call(None, "nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return []
