@@ -162,7 +162,7 @@ class Axis:
         latency = method_index(
             knee,
             done,
-            [rise for rise in knee["rules"] if rise not in ("signal", "speech", "similarity", "mos")],
+            [rule for rule in knee["rules"] if rule not in ("signal", "speech", "similarity", "mos")],
             self.key,
         )
         if knee_index is not None and (knee["index"] is None or knee_index < knee["index"]):

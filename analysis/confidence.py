@@ -102,8 +102,8 @@ def min_bounding_n(percentile: float) -> int:
     return math.ceil(math.log((1 - LEVEL) / 2) / math.log(share))
 
 
-def _bootstrap(values: np.ndarray, qs: Sequence[float], rng: np.random.Generator) -> np.ndarray:
-    """Percentiles ``qs`` of ``BOOTSTRAP_RESAMPLES`` resamples of v: shape (len(qs), B).
+def _bootstrap(values: np.ndarray, percents: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """Percentiles ``percents`` of ``BOOTSTRAP_RESAMPLES`` resamples of ``values``: shape (len(percents), B).
 
     Each resample is sorted and interpolated as ``np.percentile`` does (linear): one row sort
     is several times faster than ``np.percentile`` along an axis."""
@@ -111,7 +111,7 @@ def _bootstrap(values: np.ndarray, qs: Sequence[float], rng: np.random.Generator
     resamples = values[rng.integers(0, count, size=(BOOTSTRAP_RESAMPLES, count), dtype=np.int32)]
     resamples.sort(axis=1)
     out = []
-    for percentile in qs:
+    for percentile in percents:
         position = (count - 1) * percentile / 100.0
         below = int(math.floor(position))
         above = min(below + 1, count - 1)
@@ -120,7 +120,7 @@ def _bootstrap(values: np.ndarray, qs: Sequence[float], rng: np.random.Generator
 
 
 def percentile_cis(
-    values: npt.ArrayLike, qs: Sequence[int] = (50, 95), sorted_v: np.ndarray | None = None
+    values: npt.ArrayLike, percents: Sequence[int] = (50, 95), sorted_v: np.ndarray | None = None
 ) -> dict[str, Any]:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
     (see the module doc; an end too few values can bound is None); empty when there are fewer
@@ -129,18 +129,18 @@ def percentile_cis(
     count = len(finite)
     if count < 2:
         return {}
-    points = np.percentile(finite, qs) if sorted_v is None else percentiles(sorted_v, qs)
+    points = np.percentile(finite, percents) if sorted_v is None else percentiles(sorted_v, percents)
     if BOOTSTRAP_MIN_N <= count <= BOOTSTRAP_MAX_N:
-        boot = _bootstrap(finite, qs, np.random.default_rng(SEED))
+        boot = _bootstrap(finite, percents, np.random.default_rng(SEED))
         alpha = 100 * (1 - LEVEL) / 2
         bounds = [tuple(np.percentile(resampled, [alpha, 100 - alpha])) for resampled in boot]
         method = "bootstrap"
     else:
         sorted_finite = np.sort(finite) if sorted_v is None else sorted_v
-        bounds = [_order_interval(sorted_finite, percentile) for percentile in qs]
+        bounds = [_order_interval(sorted_finite, percentile) for percentile in percents]
         method = "order_statistic"
     out: dict[str, Any] = {}
-    for percentile, point, (lower, upper) in zip(qs, points, bounds):
+    for percentile, point, (lower, upper) in zip(percents, points, bounds):
         out[f"p{percentile}_ci"] = [
             None if lower is None else float(min(lower, point)),
             None if upper is None else float(max(upper, point)),

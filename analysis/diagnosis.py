@@ -123,7 +123,7 @@ def _p50(found: Dist | None) -> float | None:
 
 
 def _by_host(step: StepSummary, role: Role) -> dict[str, HostAggregate]:
-    """Each host's figures of ``role`` at step ``s`` ({} where none were sampled)."""
+    """Each host's figures of ``role`` at ``step`` ({} where none were sampled)."""
     aggregate = step.get(role)
     return (aggregate.get("by_host") if aggregate else None) or {}
 
@@ -134,7 +134,7 @@ def _server_figure(step: StepSummary, key: Literal["gpu_mem_total_bytes", "gpu_m
 
 
 def _server_role(step: StepSummary, role: str) -> ServerRole | None:
-    """What the server's series say of ``role`` (queue depth, running …) at step ``s``, or None."""
+    """What the server's series say of ``role`` (queue depth, running …) at ``step``, or None."""
     server = step.get("server")
     roles = server.get("server_roles") if server else None
     return roles.get(role) if roles else None
@@ -168,7 +168,7 @@ def _stream_state(step: StepSummary) -> str:
 
 
 def stream_sentence(low: StepSummary, high: StepSummary, base: StepSummary) -> str:
-    """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
+    """Underruns and TTFA at ``high`` against ``low`` (the step before) and ``base`` (the lowest)."""
     return (
         f"at {high['concurrency']} streams {_stream_state(high)}; TTFA p95 "
         f"{_ms(_stat(high.get('ttfa_ms'), 'p95'))} vs {_ms(_stat(base.get('ttfa_ms'), 'p95'))} at "
@@ -307,7 +307,7 @@ def _other_load(steps: list[StepSummary], knee_i: int | None) -> list[str]:
 
 
 def _client_saturated(step: StepSummary) -> str | None:
-    """The sentence saying the load generator was saturated at step ``s`` (its Locust process,
+    """The sentence saying the load generator was saturated at ``step`` (its Locust process,
     or its host's CPU or busiest core), or None."""
     by_host = _by_host(step, "client")
     many = len(by_host) > 1
@@ -477,7 +477,7 @@ SIGNAL_WHAT = {
 
 
 def latency_while(low: StepSummary, high: StepSummary, streamed: bool) -> str:
-    """What latency (TTFA in a streamed run) did from level ``lo`` to ``hi``, in words."""
+    """What latency (TTFA in a streamed run) did from level ``low`` to ``high``, in words."""
     key: Literal["ttfa_ms", "latency_ms"] = "ttfa_ms" if streamed else "latency_ms"
     what = "TTFA p95" if streamed else "p95"
     p_lo, p_hi = _stat(low.get(key), "p95"), _stat(high.get(key), "p95")
@@ -653,7 +653,7 @@ def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
 
 
 def _client_io(steps: list[StepSummary], low_step: StepSummary, step: StepSummary) -> list[str] | None:
-    """The client's own writing or concatenation grew to the knee step ``s`` while the wait
+    """The client's own writing or concatenation grew to the knee ``step`` while the wait
     stayed flat (``client_io``), or None."""
     w_lo, w_hi = _p50(low_step.get("latency_ms")), _p50(step.get("latency_ms"))
     p95_rise = (_stat(step.get("latency_ms"), "p95") or 0) / (_stat(steps[0].get("latency_ms"), "p95") or 1)
@@ -682,7 +682,7 @@ def _client_io(steps: list[StepSummary], low_step: StepSummary, step: StepSummar
 
 
 def _at_knee(steps: list[StepSummary], knee_index: int, streamed: bool) -> tuple[Kind, list[str]]:
-    """What bends latency at the knee step ``k``: the server's compute, its concurrency limit,
+    """What bends latency at the knee step ``knee_index``: the server's compute, its concurrency limit,
     or a queue whose cause its samples (where there are none) cannot tell."""
     step, low_step = steps[knee_index], steps[knee_index - 1] if knee_index > 0 else steps[0]
     queue = stream_sentence(low_step, step, steps[0]) if streamed else _lat_sentence(low_step, step)

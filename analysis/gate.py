@@ -197,9 +197,9 @@ def _slo_of(summary: Summary) -> tuple[str, slo_mod.SLO, list[SloVerdict]]:
 
 
 def require(summary: Summary, wanted: int, key: Literal["concurrency", "voices"] = "concurrency") -> Require:
-    """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
-    "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc). In a voice
-    sweep (``key`` "voices") ``n`` is a number of voices at the sweep's one load, the answer's
+    """The gate at concurrency ``wanted`` for a summary with ``slo``: ``{"concurrency", "holds",
+    "exit", "claim" (None when it was not tested), "reason"}`` (see the module doc). In a voice
+    sweep (``key`` "voices") ``wanted`` is a number of voices at the sweep's one load, the answer's
     ``voices``, and "lower" means fewer voices."""
     spec, slo, verdicts = _slo_of(summary)
     levels = summary.get("levels") or []

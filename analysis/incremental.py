@@ -24,7 +24,7 @@ _EMPTY = np.empty(0)
 
 
 def percentiles(ordered: np.ndarray, wanted: npt.ArrayLike) -> np.ndarray:
-    """``np.percentile(values, qs)`` from the values sorted (``s``), by the same arithmetic:
+    """``np.percentile(values, wanted)`` from the values sorted (``ordered``), by the same arithmetic:
     numpy's linear method, its virtual index and its interpolation, so the figures are the
     same to the last bit."""
     fractions = np.true_divide(np.asarray(wanted, dtype=float), 100)

@@ -177,7 +177,7 @@ def judge(slo: slo_mod.SLO, step: StepSummary) -> SloVerdict:
 
 
 def implied_concurrency(level: StepSummary) -> int | None:
-    """What the rate of step ``s`` keeps in flight by Little's law: rate x its mean latency from
+    """What the rate of the step ``level`` keeps in flight by Little's law: rate x its mean latency from
     schedule, rounded up."""
     sched_wait: Mapping[str, Any] = level.get("sched_wait_ms") or {}
     mean = sched_wait.get("mean")
@@ -185,7 +185,7 @@ def implied_concurrency(level: StepSummary) -> int | None:
 
 
 def offered(level: StepSummary) -> float:
-    """What step ``s`` offered, per second: its rate, or for a trace step what its settled window
+    """What the step ``level`` offered, per second: its rate, or for a trace step what its settled window
     replayed (``offered_rps``)."""
     offered: float = level.get("offered_rps") or level["rate"]
     return offered
