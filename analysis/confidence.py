@@ -65,8 +65,8 @@ _BINOM_SPAN_SD = 40.0
 
 
 def _binom_cdf(trials: int, chance: float) -> tuple[int, np.ndarray]:
-    """(k0, cdf): P(K <= k) for k = k0, k0 + 1, …, K ~ Binomial(n, p), 0 < p < 1, over the
-    span where its mass is (all of 0..n for small n)."""
+    """(first, cdf): P(K <= k) for k = first, first + 1, …, K ~ Binomial(trials, chance),
+    0 < chance < 1, over the span where its mass is (all of 0..trials for few trials)."""
     half = _BINOM_SPAN_SD * math.sqrt(trials * chance * (1 - chance)) + 1
     first, end = max(0, int(trials * chance - half)), min(trials, int(trials * chance + half) + 1)
     start = (
