@@ -82,15 +82,15 @@ class Axis:
             diagnosis["evidence"] = openloop.reword(diagnosis["evidence"])
         return diagnosis
 
-    def step_figures(self, a: Attempts, plan: list[PlannedStep], steps: list[StepSummary]) -> None:
+    def step_figures(self, attempts: Attempts, plan: list[PlannedStep], steps: list[StepSummary]) -> None:
         """Add what an open loop measures on top of every step's figures (in place)."""
         if self.open_loop:
-            for st, p in zip(steps, plan):
-                cast(dict[str, Any], st).update(openloop.step_figures(a, p, st))
+            for step, planned in zip(steps, plan):
+                cast(dict[str, Any], step).update(openloop.step_figures(attempts, planned, step))
 
     def levels(
         self,
-        a: Attempts,
+        attempts: Attempts,
         judged: list[StepSummary],
         resources: pd.DataFrame,
         settle: float | None,
@@ -102,15 +102,19 @@ class Axis:
         figures = openloop.level_figures if self.open_loop else None
         if self.key == "voices":
             done = group_levels(
-                a, judged, resources, settle, key="voices", figures=figures, streamed=streamed, names=names
+                attempts, judged, resources, settle, key="voices", figures=figures, streamed=streamed, names=names
             )
             # at one rate, latency counts from the schedule, as the rate's own rules have it
-            return [openloop.judged(s) if s.get("sched_wait_ms") else s for s in done] if self.open_loop else done
+            return (
+                [openloop.judged(level) if level.get("sched_wait_ms") else level for level in done]
+                if self.open_loop
+                else done
+            )
         if self.key == "rate":
             return group_levels(
-                a, judged, resources, settle, key="rate", figures=figures, streamed=streamed, names=names
+                attempts, judged, resources, settle, key="rate", figures=figures, streamed=streamed, names=names
             )
-        return group_levels(a, judged, resources, settle, streamed=streamed, names=names, **users)
+        return group_levels(attempts, judged, resources, settle, streamed=streamed, names=names, **users)
 
     def find_knee(self, done: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
         if self.key == "voices":
@@ -126,7 +130,7 @@ class Axis:
         lowest's is a knee like a latency one, and the earliest of them is the knee.
         ``speech_first``: speech broke before latency (and failures) did; ``speech_changed``: the
         listening methods that name the knee."""
-        done = [lv for lv in levels if lv.get("requests")]
+        done = [level for level in levels if level.get("requests")]
         # the speech judges read the levels as open JSON (they are shared with the dashboard's)
         heard_levels = cast(list[dict[str, Any]], done)
         k_words, rises = speech_mod.knee_index(heard_levels)
@@ -135,31 +139,39 @@ class Axis:
         found = {"speech": k_words, "similarity": k_voice, "mos": k_sound}
         listened = {name: drops for name, drops in (("similarity", sim_drops), ("mos", mos_drops)) if drops}
         heard = ["speech", *listened]
-        at = [i for i in (found[name] for name in heard) if i is not None]
-        k = min(at) if at else None
+        found_at = [level_index for level_index in (found[name] for name in heard) if level_index is not None]
+        knee_index = min(found_at) if found_at else None
         # the listening methods' keys are made from their names: the checker cannot follow them
         knee = cast(
             Knee,
             dict(
                 knee,
-                **{f"{name}_drop": [_interval(d) for d in drops] for name, drops in listened.items()},
+                **{f"{name}_drop": [_interval(drop) for drop in drops] for name, drops in listened.items()},
                 methods={
                     **knee["methods"],
-                    **{name: done[i][self.key] if (i := found[name]) is not None else None for name in heard},
+                    **{
+                        name: done[level_index][self.key] if (level_index := found[name]) is not None else None
+                        for name in heard
+                    },
                 },
                 rules=[*knee["rules"], *heard],
-                speech_changed=[name for name in heard if k is not None and found[name] == k],
-                speech_rise=[_interval(r) for r in rises],
+                speech_changed=[name for name in heard if knee_index is not None and found[name] == knee_index],
+                speech_rise=[_interval(rise) for rise in rises],
             ),
         )
         latency = method_index(
-            knee, done, [r for r in knee["rules"] if r not in ("signal", "speech", "similarity", "mos")], self.key
+            knee,
+            done,
+            [rule for rule in knee["rules"] if rule not in ("signal", "speech", "similarity", "mos")],
+            self.key,
         )
-        if k is not None and (knee["index"] is None or k < knee["index"]):
-            knee["index"] = k
-            knee[self.key] = done[k][self.key]
-        knee["speech_first"] = k is not None and (latency is None or k < latency)
-        knee["agree"] = [name for name, c in knee["methods"].items() if c is not None and c == knee[self.key]]
+        if knee_index is not None and (knee["index"] is None or knee_index < knee["index"]):
+            knee["index"] = knee_index
+            knee[self.key] = done[knee_index][self.key]
+        knee["speech_first"] = knee_index is not None and (latency is None or knee_index < latency)
+        knee["agree"] = [
+            name for name, named in knee["methods"].items() if named is not None and named == knee[self.key]
+        ]
         return knee
 
     def recommend(self, done: list[StepSummary], knee: Knee) -> Recommendation:
@@ -209,18 +221,24 @@ class Axis:
         return usl_fit(done) if self.key == "concurrency" else None
 
 
-def _interval(d: dict[str, Any] | None) -> dict[str, Any] | None:
+def _interval(change: dict[str, Any] | None) -> dict[str, Any] | None:
     """A paired change as the knee keeps it (rounded), None where the level was not judged."""
     return (
-        None if d is None else {"pairs": d["pairs"], "mean": round(d["mean"], 4), "ci": [round(x, 4) for x in d["ci"]]}
+        None
+        if change is None
+        else {
+            "pairs": change["pairs"],
+            "mean": round(change["mean"], 4),
+            "ci": [round(bound, 4) for bound in change["ci"]],
+        }
     )
 
 
 def method_index(knee: Knee, done: list[StepSummary], names: list[str], key: Key = "concurrency") -> int | None:
     """The first level (index into ``done``) any of the knee's methods ``names`` names (a level's
     ``key``: its concurrency, rate or number of voices), or None."""
-    at = {knee["methods"].get(n) for n in names} - {None}
-    return next((i for i, lv in enumerate(done) if lv[key] in at), None)
+    named = {knee["methods"].get(name) for name in names} - {None}
+    return next((index for index, level in enumerate(done) if level[key] in named), None)
 
 
 CONCURRENCY = Axis("concurrency", open_loop=False)

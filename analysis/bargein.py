@@ -37,7 +37,7 @@ ORPHANED_NOTABLE_S = 0.1
 
 
 def summarise(
-    a: Attempts,
+    attempts: Attempts,
     res: pd.DataFrame,
     options: dict[str, Any],
     roles: dict[str, str] | None = None,
@@ -46,21 +46,21 @@ def summarise(
     """``summary.barge_in``, or None for a run without interruptions. ``cpu``: the process-CPU
     fit (:func:`analysis.orphans.fit`), read where the server publishes no running series."""
     fraction = options.get("barge_in") or 0.0
-    cancelled = np.isfinite(a["cancel_ms"])
+    cancelled = np.isfinite(attempts["cancel_ms"])
     if not fraction and not cancelled.any():
         return None
-    counted = cancelled & a["final"] & a["settled"] & ~run_end_cut(a)
-    quiet = a["cancel_to_quiet_ms"][counted]
+    counted = cancelled & attempts["final"] & attempts["settled"] & ~run_end_cut(attempts)
+    quiet = attempts["cancel_to_quiet_ms"][counted]
     barge: BargeIn = {
         "fraction": fraction,
         "cancel_by": options.get("cancel_by"),
         "cancelled": int(counted.sum()),
         "unacknowledged": int((~np.isfinite(quiet)).sum()),
         "cancel_to_quiet_ms": dist(quiet),
-        "audio_after_cancel_ms": dist(a["audio_after_cancel_ms"][counted]),
+        "audio_after_cancel_ms": dist(attempts["audio_after_cancel_ms"][counted]),
         "orphaned_work_s": None,
     }
-    running = orphaned(a, res, roles)
+    running = orphaned(attempts, res, roles)
     if running is not None or cpu is None:
         barge["orphaned_work_s"] = running
         return barge
@@ -80,12 +80,16 @@ def summarise(
     return barge
 
 
-def hangups(cpu: orphans.CpuFit | None, a: Attempts) -> Hangups | None:
+def hangups(cpu: orphans.CpuFit | None, attempts: Attempts) -> Hangups | None:
     """``summary.hangups``: the requests the client gave up on at --request-timeout and the CPU
     they left the server (from the process-CPU fit), or None without a hang-up or a fit."""
     if cpu is None:
         return None
-    timed_out = sum(int((a["error"] == i).sum()) for i, e in enumerate(a.errors) if e.startswith(orphans.TIMED_OUT))
+    timed_out = sum(
+        int((attempts["error"] == code).sum())
+        for code, error in enumerate(attempts.errors)
+        if error.startswith(orphans.TIMED_OUT)
+    )
     if not timed_out:
         return None
     fitted = cpu["hangup"]
@@ -109,45 +113,45 @@ def hangups(cpu: orphans.CpuFit | None, a: Attempts) -> Hangups | None:
     }
 
 
-def _in_flight(a: Attempts, at: np.ndarray) -> np.ndarray:
+def _in_flight(attempts: Attempts, times: np.ndarray) -> np.ndarray:
     """The load generator's attempts in flight at each time of ``at``."""
-    t0 = a["t0"]
-    quiet = a["t0"] + (a["cancel_ms"] + np.nan_to_num(a["cancel_to_quiet_ms"])) / 1000.0
-    end = np.where(np.isfinite(a["cancel_ms"]), quiet, a["tend"])
-    ok = np.isfinite(t0) & np.isfinite(end)
-    starts, ends = np.sort(t0[ok]), np.sort(end[ok])
-    return np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
+    sent = attempts["t0"]
+    quiet = attempts["t0"] + (attempts["cancel_ms"] + np.nan_to_num(attempts["cancel_to_quiet_ms"])) / 1000.0
+    end = np.where(np.isfinite(attempts["cancel_ms"]), quiet, attempts["tend"])
+    timed = np.isfinite(sent) & np.isfinite(end)
+    starts, ends = np.sort(sent[timed]), np.sort(end[timed])
+    return np.searchsorted(starts, times, side="right") - np.searchsorted(ends, times, side="right")
 
 
-def orphaned(a: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> Orphaned | None:
+def orphaned(attempts: Attempts, res: pd.DataFrame, custom: dict[str, str] | None = None) -> Orphaned | None:
     """Orphaned work (see the module doc), or None without the server's running series."""
-    if not len(res) or "metrics" not in res.columns or not np.isfinite(a["t0"]).any():
+    if not len(res) or "metrics" not in res.columns or not np.isfinite(attempts["t0"]).any():
         return None
-    first, last = float(np.nanmin(a["t0"])), float(np.nanmax(a["tend"]))
+    first, last = float(np.nanmin(attempts["t0"])), float(np.nanmax(attempts["tend"]))
     srv = res[(res["role"] == "server") & (res["ts"] >= first) & (res["ts"] <= last)]
-    at, held, series = [], [], None
-    for ts, m in zip(srv["ts"], srv["metrics"]):
-        told = roles_of(m, custom) if isinstance(m, dict) else {}
+    sampled_at, held, series = [], [], None
+    for sample_ts, metrics in zip(srv["ts"], srv["metrics"]):
+        told = roles_of(metrics, custom) if isinstance(metrics, dict) else {}
         if "running" not in told:
             continue
         series = told["running"][0]
-        at.append(float(ts))
+        sampled_at.append(float(sample_ts))
         held.append(told["running"][1] + (told["queue_depth"][1] if "queue_depth" in told else 0.0))
-    if len(at) < 2:
+    if len(sampled_at) < 2:
         return None
     assert series is not None, "each sample read names its running series"
-    at_a = np.asarray(at)
-    excess = np.clip(np.asarray(held) - _in_flight(a, at_a), 0.0, None)
+    at_a = np.asarray(sampled_at)
+    excess = np.clip(np.asarray(held) - _in_flight(attempts, at_a), 0.0, None)
     span = at_a[-1] - at_a[0] + float(np.median(np.diff(at_a)))
     total = float(excess.mean() * span)
-    cancel_at = a["t0"] + a["cancel_ms"] / 1000.0
+    cancel_at = attempts["t0"] + attempts["cancel_ms"] / 1000.0
     cancels = int(((cancel_at >= at_a[0]) & (cancel_at <= at_a[-1])).sum())
     return {
         "per_cancel_s": total / cancels if cancels else None,
         "total_s": total,
         "method": METHOD,
         "series": series,
-        "samples": len(at),
+        "samples": len(sampled_at),
     }
 
 

@@ -61,43 +61,45 @@ class Demand(NamedTuple):
 
 def parse_demand(text: str) -> Demand:
     """``500`` (concurrent requests or sessions) or ``20/s`` (requests per second)."""
-    s = str(text).strip().replace(" ", "")
-    per_s = s.lower().endswith("/s")
+    cleaned = str(text).strip().replace(" ", "")
+    per_s = cleaned.lower().endswith("/s")
     try:
-        v = float(s[:-2] if per_s else s)
+        demand = float(cleaned[:-2] if per_s else cleaned)
     except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or v <= 0:
+        demand = math.nan
+    if not math.isfinite(demand) or demand <= 0:
         raise CapacityError(
             f"--plan-for {text!r} is neither a number of concurrent requests (500) nor a "
             f"rate in requests per second (20/s)."
         )
-    if not per_s and v != int(v):
-        raise CapacityError(f"--plan-for {text!r}: concurrent requests are a whole number (or give a rate, {s}/s).")
-    return Demand(v, per_s)
+    if not per_s and demand != int(demand):
+        raise CapacityError(
+            f"--plan-for {text!r}: concurrent requests are a whole number (or give a rate, {cleaned}/s)."
+        )
+    return Demand(demand, per_s)
 
 
 def parse_cost(value: str | float) -> float:
     """A replica's price per hour: a number > 0."""
     try:
-        v = float(value)
+        cost = float(value)
     except (TypeError, ValueError):
-        v = math.nan
-    if not math.isfinite(v) or v <= 0:
+        cost = math.nan
+    if not math.isfinite(cost) or cost <= 0:
         raise CapacityError(f"--cost-per-hour {value!r} is not a price per hour > 0, such as 2.5.")
-    return v
+    return cost
 
 
 def parse_headroom(value: object) -> float:
     """A share of capacity left unplanned: 0 <= h < 1 (0.2, or 20%)."""
-    s = str(value).strip()
+    cleaned = str(value).strip()
     try:
-        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+        share = float(cleaned[:-1]) / 100 if cleaned.endswith("%") else float(cleaned)
     except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or not 0 <= v < 1:
+        share = math.nan
+    if not math.isfinite(share) or not 0 <= share < 1:
         raise CapacityError(f"--headroom {value!r} is not a share of capacity from 0 to below 1, such as 0.2 or 20%.")
-    return v
+    return share
 
 
 class Options(NamedTuple):
@@ -136,11 +138,11 @@ def step_figures(throughput_rps: float | None, chars_per_s: float | None) -> dic
 
 
 def _level(levels: Sequence[Mapping[str, Any]], key: str, value: object) -> Mapping[str, Any] | None:
-    return next((lv for lv in levels if value is not None and lv.get(key) == value), None)
+    return next((level for level in levels if value is not None and level.get(key) == value), None)
 
 
-def _money(v: float) -> str:
-    return f"{v:,.2f}" if v >= 0.995 else f"{v:.3g}"
+def _money(amount: float) -> str:
+    return f"{amount:,.2f}" if amount >= 0.995 else f"{amount:.3g}"
 
 
 class MemoryFit(NamedTuple):
@@ -170,18 +172,21 @@ def gpu_memory(
     ``knee`` concurrency whose server reported GPU memory, and what the ``recommended``
     concurrency needs on that line; None with fewer than two such levels."""
     fitted = [
-        lv
-        for lv in levels
-        if (knee is None or lv["concurrency"] < knee) and (lv.get("server") or {}).get("gpu_mem_peak_bytes") is not None
+        level
+        for level in levels
+        if (knee is None or level["concurrency"] < knee)
+        and (level.get("server") or {}).get("gpu_mem_peak_bytes") is not None
     ]
-    fit = memory_fit([lv["concurrency"] for lv in fitted], [lv["server"]["gpu_mem_peak_bytes"] for lv in fitted])
+    fit = memory_fit(
+        [level["concurrency"] for level in fitted], [level["server"]["gpu_mem_peak_bytes"] for level in fitted]
+    )
     if fit is None:
         return None
-    totals = [found for lv in fitted if (found := lv["server"].get("gpu_mem_total_bytes"))]
+    totals = [found for level in fitted if (found := level["server"].get("gpu_mem_total_bytes"))]
     total = max(totals) if totals else None
     need = None if recommended is None else fit.base_bytes + fit.per_stream_bytes * recommended
     return {
-        "levels": [int(lv["concurrency"]) for lv in fitted],
+        "levels": [int(level["concurrency"]) for level in fitted],
         "per_stream_bytes": fit.per_stream_bytes,
         "base_bytes": fit.base_bytes,
         "at_recommended_bytes": need,
@@ -191,8 +196,8 @@ def gpu_memory(
     }
 
 
-def _gib(v: float) -> str:
-    return f"{v / GIB:.0f}" if abs(v) >= 10 * GIB else f"{v / GIB:.1f}"
+def _gib(size_bytes: float) -> str:
+    return f"{size_bytes / GIB:.0f}" if abs(size_bytes) >= 10 * GIB else f"{size_bytes / GIB:.1f}"
 
 
 def memory_text(mem: CapacityMemory, recommended: int | None) -> str:
@@ -231,7 +236,7 @@ def capacity(
     over the levels before the ``knee`` (a concurrency; on the concurrency axis only), and
     ``text``, the whole in a few sentences; ``concurrency`` is the recommended concurrency
     (implied, in an open-loop run), what a demand of concurrent requests is divided by."""
-    lv = _level(levels, key, value)
+    level = _level(levels, key, value)
     out: Capacity = {
         "at": None if value is None else _at(key, value, concurrency),
         "throughput_rps": None,
@@ -246,12 +251,12 @@ def capacity(
         "gpu_memory": None,
         "text": None,
     }
-    if lv is None:
+    if level is None:
         out["text"] = "No level is recommended, so there is no capacity to plan with."
         return out
     memory = gpu_memory(levels, knee, concurrency) if key == "concurrency" else None
     out["gpu_memory"] = memory
-    rps, cps, aps = lv.get("throughput_rps"), lv.get("chars_per_s"), lv.get("audio_s_per_s")
+    rps, cps, aps = level.get("throughput_rps"), level.get("chars_per_s"), level.get("audio_s_per_s")
     out["throughput_rps"], out["chars_per_s"], out["audio_s_per_s"] = rps, cps, aps
     out["utterances_per_hour"] = None if rps is None else rps * 3600.0
     out["mchars_per_hour"] = None if cps is None else cps * 3600.0 / 1e6
@@ -295,12 +300,12 @@ def capacity(
 
 def _at(key: str, value: float, concurrency: int | None) -> CapacityAt:
     """``capacity.at``: the recommended concurrency, and the rate or number of voices on those axes."""
-    at: CapacityAt = {"concurrency": concurrency}
+    capacity_at: CapacityAt = {"concurrency": concurrency}
     if key == "rate":
-        at["rate"] = value
+        capacity_at["rate"] = value
     elif key == "voices":
-        at["voices"] = int(value)  # Recommendation.voices: a whole number
-    return at
+        capacity_at["voices"] = int(value)  # Recommendation.voices: a whole number
+    return capacity_at
 
 
 def _plan(demand: Demand, headroom: float, rps: float | None, concurrency: int | None) -> tuple[CapacityPlan, str]:

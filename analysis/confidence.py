@@ -54,8 +54,8 @@ _Z = 1.959963984540054  # the normal's 97.5% point
 
 
 def _finite(values: npt.ArrayLike) -> np.ndarray:
-    v = np.asarray(values, dtype=float)
-    finite: np.ndarray = v[np.isfinite(v)]
+    array = np.asarray(values, dtype=float)
+    finite: np.ndarray = array[np.isfinite(array)]
     return finite
 
 
@@ -64,91 +64,94 @@ def _finite(values: npt.ArrayLike) -> np.ndarray:
 _BINOM_SPAN_SD = 40.0
 
 
-def _binom_cdf(n: int, p: float) -> tuple[int, np.ndarray]:
-    """(k0, cdf): P(K <= k) for k = k0, k0 + 1, …, K ~ Binomial(n, p), 0 < p < 1, over the
-    span where its mass is (all of 0..n for small n)."""
-    half = _BINOM_SPAN_SD * math.sqrt(n * p * (1 - p)) + 1
-    k0, k1 = max(0, int(n * p - half)), min(n, int(n * p + half) + 1)
+def _binom_cdf(trials: int, chance: float) -> tuple[int, np.ndarray]:
+    """(first, cdf): P(K <= k) for k = first, first + 1, …, K ~ Binomial(trials, chance),
+    0 < chance < 1, over the span where its mass is (all of 0..trials for few trials)."""
+    half = _BINOM_SPAN_SD * math.sqrt(trials * chance * (1 - chance)) + 1
+    first, end = max(0, int(trials * chance - half)), min(trials, int(trials * chance + half) + 1)
     start = (
-        math.lgamma(n + 1)
-        - math.lgamma(k0 + 1)
-        - math.lgamma(n - k0 + 1)
-        + k0 * math.log(p)
-        + (n - k0) * math.log1p(-p)
+        math.lgamma(trials + 1)
+        - math.lgamma(first + 1)
+        - math.lgamma(trials - first + 1)
+        + first * math.log(chance)
+        + (trials - first) * math.log1p(-chance)
     )
-    k = np.arange(k0, k1, dtype=float)
-    steps = np.log((n - k) / (k + 1)) + math.log(p / (1 - p))
+    count = np.arange(first, end, dtype=float)
+    steps = np.log((trials - count) / (count + 1)) + math.log(chance / (1 - chance))
     logpmf = np.concatenate([[start], start + np.cumsum(steps)])
     pmf = np.exp(logpmf - logpmf.max())
-    return k0, np.cumsum(pmf) / pmf.sum()
+    return first, np.cumsum(pmf) / pmf.sum()
 
 
-def _order_interval(v_sorted: np.ndarray, q: float) -> tuple[float | None, float | None]:
+def _order_interval(v_sorted: np.ndarray, percentile: float) -> tuple[float | None, float | None]:
     """Order-statistic interval for the q-th percentile (q in 0..100) of sorted values; an end
     the sample is too small to bound is None."""
-    n = len(v_sorted)
-    p = min(max(q / 100.0, 1e-9), 1 - 1e-9)
-    k0, cdf = _binom_cdf(n, p)
+    count = len(v_sorted)
+    share = min(max(percentile / 100.0, 1e-9), 1 - 1e-9)
+    first, cdf = _binom_cdf(count, share)
     alpha = 1 - LEVEL
-    lo_i = k0 + int(np.searchsorted(cdf, alpha / 2)) - 1  # x_(l) with l the binomial's alpha/2 point
-    hi_i = k0 + int(np.searchsorted(cdf, 1 - alpha / 2))  # x_(u) with u - 1 its 1 - alpha/2 point
-    return (float(v_sorted[lo_i]) if lo_i >= 0 else None), (float(v_sorted[hi_i]) if hi_i < n else None)
+    lo_i = first + int(np.searchsorted(cdf, alpha / 2)) - 1  # x_(l) with l the binomial's alpha/2 point
+    hi_i = first + int(np.searchsorted(cdf, 1 - alpha / 2))  # x_(u) with u - 1 its 1 - alpha/2 point
+    return (float(v_sorted[lo_i]) if lo_i >= 0 else None), (float(v_sorted[hi_i]) if hi_i < count else None)
 
 
-def min_bounding_n(q: float) -> int:
+def min_bounding_n(percentile: float) -> int:
     """The fewest values whose order-statistic interval bounds the q-th percentile (q in 0..100)
     on both sides: the far end needs 1 - max(p, 1 - p)^n >= 1 - (1 - LEVEL) / 2."""
-    p = max(q / 100.0, 1 - q / 100.0)
-    return math.ceil(math.log((1 - LEVEL) / 2) / math.log(p))
+    share = max(percentile / 100.0, 1 - percentile / 100.0)
+    return math.ceil(math.log((1 - LEVEL) / 2) / math.log(share))
 
 
-def _bootstrap(v: np.ndarray, qs: Sequence[float], rng: np.random.Generator) -> np.ndarray:
-    """Percentiles ``qs`` of ``BOOTSTRAP_RESAMPLES`` resamples of v: shape (len(qs), B).
+def _bootstrap(values: np.ndarray, percents: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """Percentiles ``percents`` of ``BOOTSTRAP_RESAMPLES`` resamples of ``values``: shape (len(percents), B).
 
     Each resample is sorted and interpolated as ``np.percentile`` does (linear): one row sort
     is several times faster than ``np.percentile`` along an axis."""
-    n = len(v)
-    x = v[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n), dtype=np.int32)]
-    x.sort(axis=1)
+    count = len(values)
+    resamples = values[rng.integers(0, count, size=(BOOTSTRAP_RESAMPLES, count), dtype=np.int32)]
+    resamples.sort(axis=1)
     out = []
-    for q in qs:
-        h = (n - 1) * q / 100.0
-        lo = int(math.floor(h))
-        hi = min(lo + 1, n - 1)
-        out.append(x[:, lo] + (h - lo) * (x[:, hi] - x[:, lo]))
+    for percentile in percents:
+        position = (count - 1) * percentile / 100.0
+        below = int(math.floor(position))
+        above = min(below + 1, count - 1)
+        out.append(resamples[:, below] + (position - below) * (resamples[:, above] - resamples[:, below]))
     return np.array(out)
 
 
 def percentile_cis(
-    values: npt.ArrayLike, qs: Sequence[int] = (50, 95), sorted_v: np.ndarray | None = None
+    values: npt.ArrayLike, percents: Sequence[int] = (50, 95), sorted_v: np.ndarray | None = None
 ) -> dict[str, Any]:
     """``{"p50_ci": [lo, hi], "p95_ci": [lo, hi], "ci_method", "ci_n"}`` for the finite values
     (see the module doc; an end too few values can bound is None); empty when there are fewer
     than 2. ``sorted_v``: the same values sorted, when kept (no sort then)."""
-    v = _finite(values)
-    n = len(v)
-    if n < 2:
+    finite = _finite(values)
+    count = len(finite)
+    if count < 2:
         return {}
-    points = np.percentile(v, qs) if sorted_v is None else percentiles(sorted_v, qs)
-    if BOOTSTRAP_MIN_N <= n <= BOOTSTRAP_MAX_N:
-        boot = _bootstrap(v, qs, np.random.default_rng(SEED))
+    points = np.percentile(finite, percents) if sorted_v is None else percentiles(sorted_v, percents)
+    if BOOTSTRAP_MIN_N <= count <= BOOTSTRAP_MAX_N:
+        boot = _bootstrap(finite, percents, np.random.default_rng(SEED))
         alpha = 100 * (1 - LEVEL) / 2
-        bounds = [tuple(np.percentile(b, [alpha, 100 - alpha])) for b in boot]
+        bounds = [tuple(np.percentile(resampled, [alpha, 100 - alpha])) for resampled in boot]
         method = "bootstrap"
     else:
-        vs = np.sort(v) if sorted_v is None else sorted_v
-        bounds = [_order_interval(vs, q) for q in qs]
+        sorted_finite = np.sort(finite) if sorted_v is None else sorted_v
+        bounds = [_order_interval(sorted_finite, percentile) for percentile in percents]
         method = "order_statistic"
     out: dict[str, Any] = {}
-    for q, pt, (lo, hi) in zip(qs, points, bounds):
-        out[f"p{q}_ci"] = [None if lo is None else float(min(lo, pt)), None if hi is None else float(max(hi, pt))]
-    out["ci_method"], out["ci_n"] = method, n
+    for percentile, point, (lower, upper) in zip(percents, points, bounds):
+        out[f"p{percentile}_ci"] = [
+            None if lower is None else float(min(lower, point)),
+            None if upper is None else float(max(upper, point)),
+        ]
+    out["ci_method"], out["ci_n"] = method, count
     return out
 
 
-def ci_range(ci: Iterable[float | None], fmt: str = ".0f") -> str:
+def ci_range(interval: Iterable[float | None], fmt: str = ".0f") -> str:
     """An interval as text, '120-480', an end too few values could bound shown 'unbounded'."""
-    return "-".join("unbounded" if b is None else format(b, fmt) for b in ci)
+    return "-".join("unbounded" if bound is None else format(bound, fmt) for bound in interval)
 
 
 class PercentileChange(TypedDict):
@@ -180,53 +183,55 @@ class ProportionChange(TypedDict):
     p_value: float
 
 
-def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, q: float) -> PercentileChange | None:
+def compare_percentile(old: npt.ArrayLike, new: npt.ArrayLike, percentile: float) -> PercentileChange | None:
     """The q-th percentile of two samples: ``{"old", "new", "ratio", "ratio_ci", "p_value",
     "method"}`` (see the module doc), or None when either has fewer than 2 finite values or a
     percentile of 0."""
-    x, y = _finite(old), _finite(new)
-    if len(x) < 2 or len(y) < 2:
+    old_values, new_values = _finite(old), _finite(new)
+    if len(old_values) < 2 or len(new_values) < 2:
         return None
-    px, py = float(np.percentile(x, q)), float(np.percentile(y, q))
-    if px <= 0 or py <= 0:
+    old_point, new_point = float(np.percentile(old_values, percentile)), float(np.percentile(new_values, percentile))
+    if old_point <= 0 or new_point <= 0:
         return None
-    if max(len(x), len(y)) <= BOOTSTRAP_MAX_N:
+    if max(len(old_values), len(new_values)) <= BOOTSTRAP_MAX_N:
         rng = np.random.default_rng(SEED)
-        bx, by = _bootstrap(x, [q], rng)[0], _bootstrap(y, [q], rng)[0]
+        old_boot, new_boot = _bootstrap(old_values, [percentile], rng)[0], _bootstrap(new_values, [percentile], rng)[0]
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = by / bx
-        r = r[np.isfinite(r)]
-        lo, hi = np.percentile(r, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
+            ratios = new_boot / old_boot
+        ratios = ratios[np.isfinite(ratios)]
+        lower, upper = np.percentile(ratios, [100 * (1 - LEVEL) / 2, 100 * (1 + LEVEL) / 2])
         # two-sided, with the usual +1 so that B resamples never claim p = 0
-        p = min(1.0, (2 * min(int((r <= 1).sum()), int((r >= 1).sum())) + 1) / (len(r) + 1))
+        p_value = min(1.0, (2 * min(int((ratios <= 1).sum()), int((ratios >= 1).sum())) + 1) / (len(ratios) + 1))
         # A handful of values cannot show more than a full separation of the two samples does:
         # its chance when both come from one distribution, 2 / C(n + m, n), bounds p below.
-        p = max(p, min(1.0, 2 / math.comb(len(x) + len(y), len(x))))
+        p_value = max(p_value, min(1.0, 2 / math.comb(len(old_values) + len(new_values), len(old_values))))
         method = "bootstrap"
     else:
 
-        def se_log(v: np.ndarray, pt: float) -> float:
-            lo_, hi_ = _order_interval(np.sort(v), q)
+        def se_log(values: np.ndarray, point: float) -> float:
+            lo_, hi_ = _order_interval(np.sort(values), percentile)
             if lo_ is None or hi_ is None:  # too few values to bound it: nothing can be told
                 return math.inf
-            lo_, hi_ = max(min(lo_, pt), 1e-12), max(hi_, pt)
+            lo_, hi_ = max(min(lo_, point), 1e-12), max(hi_, point)
             return (math.log(hi_) - math.log(lo_)) / (2 * _Z)
 
-        se = math.hypot(se_log(x, px), se_log(y, py))
-        d = math.log(py / px)
-        if math.isinf(se):
-            lo = hi = None
-            p = 1.0
+        std_error = math.hypot(se_log(old_values, old_point), se_log(new_values, new_point))
+        log_ratio = math.log(new_point / old_point)
+        if math.isinf(std_error):
+            lower = upper = None
+            p_value = 1.0
         else:
-            lo, hi = math.exp(d - _Z * se), math.exp(d + _Z * se)
-            p = math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else (0.0 if d else 1.0)
+            lower, upper = math.exp(log_ratio - _Z * std_error), math.exp(log_ratio + _Z * std_error)
+            p_value = (
+                math.erfc(abs(log_ratio) / std_error / math.sqrt(2)) if std_error > 0 else (0.0 if log_ratio else 1.0)
+            )
         method = "order_statistic"
     return {
-        "old": px,
-        "new": py,
-        "ratio": py / px,
-        "ratio_ci": [None if lo is None else float(lo), None if hi is None else float(hi)],
-        "p_value": float(p),
+        "old": old_point,
+        "new": new_point,
+        "ratio": new_point / old_point,
+        "ratio_ci": [None if lower is None else float(lower), None if upper is None else float(upper)],
+        "p_value": float(p_value),
         "method": method,
     }
 
@@ -236,10 +241,10 @@ def compare_rates(k_old: int, t_old: float, k_new: int, t_new: float) -> RateCha
     two-sample Poisson z-test; None when a duration is missing or a rate is 0."""
     if not t_old or not t_new or not k_old or not k_new:
         return None
-    r0, r1 = k_old / t_old, k_new / t_new
-    se = math.sqrt(k_old / t_old**2 + k_new / t_new**2)
-    p = math.erfc(abs(r1 - r0) / se / math.sqrt(2)) if se > 0 else 1.0
-    return {"old": r0, "new": r1, "ratio": r1 / r0, "p_value": p}
+    old_rate, new_rate = k_old / t_old, k_new / t_new
+    std_error = math.sqrt(k_old / t_old**2 + k_new / t_new**2)
+    p_value = math.erfc(abs(new_rate - old_rate) / std_error / math.sqrt(2)) if std_error > 0 else 1.0
+    return {"old": old_rate, "new": new_rate, "ratio": new_rate / old_rate, "p_value": p_value}
 
 
 def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> ProportionChange | None:
@@ -247,8 +252,8 @@ def compare_proportions(k_old: int, n_old: int, k_new: int, n_new: int) -> Propo
     z-test (pooled); None when either n is 0."""
     if not n_old or not n_new:
         return None
-    p0, p1 = k_old / n_old, k_new / n_new
+    old_share, new_share = k_old / n_old, k_new / n_new
     pool = (k_old + k_new) / (n_old + n_new)
-    se = math.sqrt(pool * (1 - pool) * (1 / n_old + 1 / n_new))
-    p = math.erfc(abs(p1 - p0) / se / math.sqrt(2)) if se > 0 else 1.0
-    return {"old": p0, "new": p1, "change": p1 - p0, "p_value": p}
+    std_error = math.sqrt(pool * (1 - pool) * (1 / n_old + 1 / n_new))
+    p_value = math.erfc(abs(new_share - old_share) / std_error / math.sqrt(2)) if std_error > 0 else 1.0
+    return {"old": old_share, "new": new_share, "change": new_share - old_share, "p_value": p_value}

@@ -122,30 +122,30 @@ def _p50(found: Dist | None) -> float | None:
     return None if found is None else found.get("p50")
 
 
-def _by_host(s: StepSummary, role: Role) -> dict[str, HostAggregate]:
-    """Each host's figures of ``role`` at step ``s`` ({} where none were sampled)."""
-    aggregate = s.get(role)
+def _by_host(step: StepSummary, role: Role) -> dict[str, HostAggregate]:
+    """Each host's figures of ``role`` at ``step`` ({} where none were sampled)."""
+    aggregate = step.get(role)
     return (aggregate.get("by_host") if aggregate else None) or {}
 
 
-def _server_figure(s: StepSummary, key: Literal["gpu_mem_total_bytes", "gpu_mem_fallback_bytes"]) -> float | None:
-    server = s.get("server")
+def _server_figure(step: StepSummary, key: Literal["gpu_mem_total_bytes", "gpu_mem_fallback_bytes"]) -> float | None:
+    server = step.get("server")
     return server.get(key) if server else None
 
 
-def _server_role(s: StepSummary, role: str) -> ServerRole | None:
-    """What the server's series say of ``role`` (queue depth, running …) at step ``s``, or None."""
-    server = s.get("server")
+def _server_role(step: StepSummary, role: str) -> ServerRole | None:
+    """What the server's series say of ``role`` (queue depth, running …) at ``step``, or None."""
+    server = step.get("server")
     roles = server.get("server_roles") if server else None
     return roles.get(role) if roles else None
 
 
-def _lat_sentence(lo: StepSummary, hi: StepSummary) -> str:
+def _lat_sentence(low: StepSummary, high: StepSummary) -> str:
     return (
-        f"p95 wait rose from {_ms(_stat(lo.get('latency_ms'), 'p95'))} at {lo['concurrency']} to "
-        f"{_ms(_stat(hi.get('latency_ms'), 'p95'))} at {hi['concurrency']} (p50 "
-        f"{_ms(_p50(lo.get('latency_ms')))} -> {_ms(_p50(hi.get('latency_ms')))}, max "
-        f"{_ms(_stat(hi.get('latency_ms'), 'max'))})"
+        f"p95 wait rose from {_ms(_stat(low.get('latency_ms'), 'p95'))} at {low['concurrency']} to "
+        f"{_ms(_stat(high.get('latency_ms'), 'p95'))} at {high['concurrency']} (p50 "
+        f"{_ms(_p50(low.get('latency_ms')))} -> {_ms(_p50(high.get('latency_ms')))}, max "
+        f"{_ms(_stat(high.get('latency_ms'), 'max'))})"
     )
 
 
@@ -158,25 +158,25 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _stream_state(s: StepSummary) -> str:
+def _stream_state(step: StepSummary) -> str:
     """ "64% of streams stalled (p95 stall 850 ms)" for one step."""
-    rate = s.get("underrun_rate")
+    rate = step.get("underrun_rate")
     if rate is None:
         return "underruns not measured"
-    stall = _stat(s.get("underrun_ms"), "p95")
+    stall = _stat(step.get("underrun_ms"), "p95")
     return f"{share(rate)} of streams stalled" + (f" (p95 stall {_ms(stall)})" if rate and stall is not None else "")
 
 
-def stream_sentence(lo: StepSummary, hi: StepSummary, base: StepSummary) -> str:
-    """Underruns and TTFA at ``hi`` against ``lo`` (the step before) and ``base`` (the lowest)."""
+def stream_sentence(low: StepSummary, high: StepSummary, base: StepSummary) -> str:
+    """Underruns and TTFA at ``high`` against ``low`` (the step before) and ``base`` (the lowest)."""
     return (
-        f"at {hi['concurrency']} streams {_stream_state(hi)}; TTFA p95 "
-        f"{_ms(_stat(hi.get('ttfa_ms'), 'p95'))} vs {_ms(_stat(base.get('ttfa_ms'), 'p95'))} at "
+        f"at {high['concurrency']} streams {_stream_state(high)}; TTFA p95 "
+        f"{_ms(_stat(high.get('ttfa_ms'), 'p95'))} vs {_ms(_stat(base.get('ttfa_ms'), 'p95'))} at "
         f"{base['concurrency']}"
         + (
             ""
-            if lo is base
-            else f" (at {lo['concurrency']}: {_stream_state(lo)}, TTFA p95 {_ms(_stat(lo.get('ttfa_ms'), 'p95'))})"
+            if low is base
+            else f" (at {low['concurrency']}: {_stream_state(low)}, TTFA p95 {_ms(_stat(low.get('ttfa_ms'), 'p95'))})"
         )
     )
 
@@ -188,17 +188,18 @@ def _quoted(text_id: str | None) -> str:
 
 def _integrity(steps: list[StepSummary]) -> list[str]:
     evidence = []
-    for s in steps:
-        checked = s.get("integrity")
+    for step in steps:
+        checked = step.get("integrity")
         if checked and checked.get("mismatched"):
             rate = checked["rate"]
             assert rate is not None  # the mismatched ones were checked
             examples = "; ".join(
-                f'"{_quoted(e["text_id"])}" {e["expected_s"]:.2f} s expected, {e["got_s"]:.2f} s received'
-                for e in checked["examples"][:2]
+                f'"{_quoted(example["text_id"])}" {example["expected_s"]:.2f} s expected, '
+                f"{example['got_s']:.2f} s received"
+                for example in checked["examples"][:2]
             )
             evidence.append(
-                f"Audio length was off at concurrency {s['concurrency']}: {checked['mismatched']} of "
+                f"Audio length was off at concurrency {step['concurrency']}: {checked['mismatched']} of "
                 f"{checked['checked']} attempts ({'<0.1%' if rate < 0.0005 else format(rate, '.1%')}) "
                 "differ from the same text's median at the "
                 f"lowest step by more than {INTEGRITY_REL:.0%} (at least {INTEGRITY_ABS_S} s), e.g. {examples}."
@@ -207,121 +208,134 @@ def _integrity(steps: list[StepSummary]) -> list[str]:
 
 
 def _memory(steps: list[StepSummary], knee_i: int | None, creep: MemoryCreep | None) -> list[str]:
-    ev = []
-    for s in steps:
-        for e in s.get("errors", []):
-            if OOM.search(e["error"]):
-                ev.append(
-                    f"{e['count']} attempts at concurrency {s['concurrency']} failed with an "
-                    f'out-of-memory error ("{e["error"][:120]}").'
+    evidence = []
+    for step in steps:
+        for error in step.get("errors", []):
+            if OOM.search(error["error"]):
+                evidence.append(
+                    f"{error['count']} attempts at concurrency {step['concurrency']} failed with an "
+                    f'out-of-memory error ("{error["error"][:120]}").'
                 )
                 break
     total = (creep.get("total_bytes") if creep else None) or next(
-        (_server_figure(s, "gpu_mem_total_bytes") for s in steps if _server_figure(s, "gpu_mem_total_bytes")), None
+        (_server_figure(step, "gpu_mem_total_bytes") for step in steps if _server_figure(step, "gpu_mem_total_bytes")),
+        None,
     )
     if creep and total and creep["rise_bytes"] > CREEP_FRACTION * total:
-        fb = [
-            f"{_gib(level)} after {s['concurrency']}"
-            for s in steps
-            if (level := _server_figure(s, "gpu_mem_fallback_bytes")) is not None
+        fallbacks = [
+            f"{_gib(level)} after {step['concurrency']}"
+            for step in steps
+            if (level := _server_figure(step, "gpu_mem_fallback_bytes")) is not None
         ]
-        host = f" on {creep['host']}" if len({h for s in steps for h in _hosts(s, "server")}) > 1 else ""
-        ev.append(
+        host = (
+            f" on {creep['host']}"
+            if len({server_host for step in steps for server_host in _hosts(step, "server")}) > 1
+            else ""
+        )
+        evidence.append(
             f"GPU memory did not come back after the run{host}: {_gib(creep['baseline_bytes'])} "
             f"before the first step, still {_gib(creep['after_run_bytes'])} after the last one "
             f"ended (+{_gib(creep['rise_bytes'])} of {_gib(total)}), which looks like a leak"
-            + (f"; level right after each step: {', '.join(fb)}." if fb else ".")
+            + (f"; level right after each step: {', '.join(fallbacks)}." if fallbacks else ".")
         )
     if knee_i is not None:
-        s = steps[knee_i]
-        by = _by_host(s, "server")
-        for host, h in sorted(by.items()):
-            peak, tot = h.get("gpu_mem_peak_bytes"), h.get("gpu_mem_total_bytes")
+        step = steps[knee_i]
+        by_host = _by_host(step, "server")
+        for host, aggregate in sorted(by_host.items()):
+            peak, tot = aggregate.get("gpu_mem_peak_bytes"), aggregate.get("gpu_mem_total_bytes")
             if peak and tot and peak / tot >= MEM_FULL:
-                on = f" on {host}" if len(by) > 1 else ""
-                ev.append(
-                    f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}){on} at "
-                    f"concurrency {s['concurrency']}."
+                on_host = f" on {host}" if len(by_host) > 1 else ""
+                evidence.append(
+                    f"GPU memory peaked at {_gib(peak)} of {_gib(tot)} ({peak / tot:.0%}){on_host} at "
+                    f"concurrency {step['concurrency']}."
                 )
                 break
-    return ev
+    return evidence
 
 
-def _hosts(s: StepSummary, role: Role) -> list[str]:
-    aggregate = s.get(role)
+def _hosts(step: StepSummary, role: Role) -> list[str]:
+    aggregate = step.get(role)
     return list((aggregate.get("hosts") if aggregate else None) or ())
 
 
 def _busiest(
-    by: dict[str, HostAggregate],
+    by_host: dict[str, HostAggregate],
     key: Literal["proc_cpu_mean", "cpu_mean", "busiest_core_mean"],
     hosts: list[str] | None = None,
 ) -> tuple[str, float] | None:
     """(host, value) of the host with the highest ``key`` among ``hosts`` (all when None); None
     where no host has it."""
     best: tuple[str, float] | None = None
-    for host, figures in by.items():
+    for host, figures in by_host.items():
         value = figures.get(key)
         if value is not None and (hosts is None or host in hosts) and (best is None or value > best[1]):
             best = (host, value)
     return best
 
 
-def _locust_idle_on(by: dict[str, HostAggregate], host: str) -> bool:
+def _locust_idle_on(by_host: dict[str, HostAggregate], host: str) -> bool:
     """Whether ``host``'s own Locust process is measured and used under ``CLIENT_PROC_SHARE`` of
     one core, with no Locust worker of that host reporting (a worker's id is its hostname, '_',
     and a hex id): then the load generator is not what keeps that host's CPU busy."""
-    proc = by[host].get("proc_cpu_mean")
-    return proc is not None and proc < CLIENT_PROC_SHARE and not any(h.startswith(f"{host}_") for h in by if h != host)
+    proc = by_host[host].get("proc_cpu_mean")
+    return (
+        proc is not None
+        and proc < CLIENT_PROC_SHARE
+        and not any(name.startswith(f"{host}_") for name in by_host if name != host)
+    )
 
 
 def _other_load(steps: list[StepSummary], knee_i: int | None) -> list[str]:
     """A sentence when a load generator's host was busy while its Locust process was not: the
     CPU went to another process there (often the server, run on the same machine)."""
     upto = steps[: knee_i + 1] if knee_i is not None else steps
-    for s in upto:
-        by = _by_host(s, "client")
-        servers = set(_hosts(s, "server"))
-        for h, d in by.items():
-            cpu, core = d.get("cpu_mean"), d.get("busiest_core_mean")
+    for step in upto:
+        by_host = _by_host(step, "client")
+        servers = set(_hosts(step, "server"))
+        for host, aggregate in by_host.items():
+            cpu, core = aggregate.get("cpu_mean"), aggregate.get("busiest_core_mean")
             busy = (cpu is not None and cpu >= CLIENT_CPU_BUSY) or (core is not None and core >= CLIENT_CORE_BUSY)
-            if h not in servers and busy and _locust_idle_on(by, h):
+            if host not in servers and busy and _locust_idle_on(by_host, host):
                 return [
-                    f"The load generator's host{f' {h}' if len(by) > 1 else ''} was busy at concurrency "
-                    f"{s['concurrency']} (CPU {_pct(cpu)} on average, busiest core {_pct(core)}) while "
-                    f"its Locust process used {_pct(d['proc_cpu_mean'])} of one core: another process "
+                    f"The load generator's host{f' {host}' if len(by_host) > 1 else ''} was busy at concurrency "
+                    f"{step['concurrency']} (CPU {_pct(cpu)} on average, busiest core {_pct(core)}) while "
+                    f"its Locust process used {_pct(aggregate['proc_cpu_mean'])} of one core: another process "
                     f"there took the CPU (the server, if it runs on that machine; a collector watching "
                     f"it, --collector, would show it as the server's)."
                 ]
     return []
 
 
-def _client_saturated(s: StepSummary) -> str | None:
-    """The sentence saying the load generator was saturated at step ``s`` (its Locust process,
+def _client_saturated(step: StepSummary) -> str | None:
+    """The sentence saying the load generator was saturated at ``step`` (its Locust process,
     or its host's CPU or busiest core), or None."""
-    by = _by_host(s, "client")
-    many = len(by) > 1
+    by_host = _by_host(step, "client")
+    many = len(by_host) > 1
 
     def on(host: str) -> str:
         return f" on {host}" if many and host else ""
 
-    proc = _busiest(by, "proc_cpu_mean")
+    proc = _busiest(by_host, "proc_cpu_mean")
     # Where the server shares a load generator's host, the host's CPU is the server's too:
     # only the Locust process's own CPU then says whether that client host was saturated.
     # So does a host whose Locust process is measured and nearly idle: what fills its CPU
     # is something else (see _other_load).
-    servers = set(_hosts(s, "server"))
-    own = [h for h in by if h not in servers and not _locust_idle_on(by, h)]
-    cpu = _busiest(by, "cpu_mean", own)
-    core = _busiest(by, "busiest_core_mean", own)
+    servers = set(_hosts(step, "server"))
+    own = [
+        client_host
+        for client_host in by_host
+        if client_host not in servers and not _locust_idle_on(by_host, client_host)
+    ]
+    cpu = _busiest(by_host, "cpu_mean", own)
+    core = _busiest(by_host, "busiest_core_mean", own)
     if proc is not None and proc[1] >= CLIENT_PROC_BUSY:
         proc_host, proc_cpu = proc
-        host_cpu = by[proc_host].get("cpu_mean")
+        host_cpu = by_host[proc_host].get("cpu_mean")
         notes = ([f"host CPU {_pct(host_cpu)}"] if host_cpu is not None else []) + (
-            [f"the busiest of {len(by)} client hosts"] if many else []
+            [f"the busiest of {len(by_host)} client hosts"] if many else []
         )
         return (
-            f"The load generator was saturated at concurrency {s['concurrency']}: its Locust "
+            f"The load generator was saturated at concurrency {step['concurrency']}: its Locust "
             f"process{on(proc_host)} used {_pct(proc_cpu)} of one core on average"
             + (f" ({'; '.join(notes)})." if notes else ".")
         )
@@ -336,76 +350,81 @@ def _client_saturated(s: StepSummary) -> str | None:
         return None
     host = busy[0]
     return (
-        f"The load generator was saturated at concurrency {s['concurrency']}: client CPU"
-        f"{on(host)} {_pct(by[host].get('cpu_mean'))} on average, busiest core "
-        f"{_pct(by[host].get('busiest_core_mean'))}."
+        f"The load generator was saturated at concurrency {step['concurrency']}: client CPU"
+        f"{on(host)} {_pct(by_host[host].get('cpu_mean'))} on average, busiest core "
+        f"{_pct(by_host[host].get('busiest_core_mean'))}."
     )
 
 
 def _client(steps: list[StepSummary], knee_i: int | None) -> list[str]:
-    ev = []
+    evidence = []
     upto = steps[: knee_i + 1] if knee_i is not None else steps
-    for s in upto:
-        saturated = _client_saturated(s)
+    for step in upto:
+        saturated = _client_saturated(step)
         if saturated is not None:
-            ev.append(saturated)
+            evidence.append(saturated)
             break
-    for s in upto:
-        lit = s.get("little")
+    for step in upto:
+        lit = step.get("little")
         if lit and abs(lit["ratio"] - 1) > LITTLE_TOLERANCE:
-            ev.append(
-                f"Little's law does not hold at concurrency {s['concurrency']}: over the step's "
+            evidence.append(
+                f"Little's law does not hold at concurrency {step['concurrency']}: over the step's "
                 f"{lit.get('window_s') or 0:.0f} s window, requests kept "
                 f"{lit['effective_concurrency']:.1f} users busy on average, not "
                 f"{round(lit['expected_concurrency'], 1):g} "
-                f"({lit['ratio']:.0%}; {s['completed_rps'] or 0:.2f} req/s completed), so users "
+                f"({lit['ratio']:.0%}; {step['completed_rps'] or 0:.2f} req/s completed), so users "
                 f"were idle between requests."
             )
             break
-    return ev
+    return evidence
 
 
 def _throttling(steps: list[StepSummary], knee_i: int | None) -> list[str]:
     if knee_i is None:
         return []
-    s = steps[knee_i]
-    if not (s["attempts"] and s["throttled"] / s["attempts"] >= FAILURE_RATE):
+    step = steps[knee_i]
+    if not (step["attempts"] and step["throttled"] / step["attempts"] >= FAILURE_RATE):
         return []
-    lo = steps[max(0, knee_i - 1)] if knee_i else steps[0]
-    ev = [
-        f"{s['throttled']} of {s['attempts']} attempts ({s['throttled'] / s['attempts']:.0%}) were "
-        f"throttled (429/503) at concurrency {s['concurrency']}, against {lo['throttled']} at "
-        f"{lo['concurrency']}; {s['retries']} retries."
+    low_step = steps[max(0, knee_i - 1)] if knee_i else steps[0]
+    evidence = [
+        f"{step['throttled']} of {step['attempts']} attempts ({step['throttled'] / step['attempts']:.0%}) were "
+        f"throttled (429/503) at concurrency {step['concurrency']}, against {low_step['throttled']} at "
+        f"{low_step['concurrency']}; {step['retries']} retries."
     ]
-    ras = [(x["concurrency"], mean) for x in steps if (mean := _stat(x.get("retry_after_s"), "mean")) is not None]
+    ras = [
+        (each_step["concurrency"], mean)
+        for each_step in steps
+        if (mean := _stat(each_step.get("retry_after_s"), "mean")) is not None
+    ]
     if ras:
-        ev.append(
+        evidence.append(
             "Retry-After averaged "
-            + ", ".join(f"{v:.2f} s at {c}" for c, v in ras)
+            + ", ".join(f"{seconds:.2f} s at {concurrency}" for concurrency, seconds in ras)
             + (" and rose with concurrency." if len(ras) > 1 and ras[-1][1] > ras[0][1] else ".")
         )
-    e_lo, e_hi = _stat(lo.get("e2e_ms"), "p95"), _stat(s.get("e2e_ms"), "p95")
-    ev.append(
-        f"End-to-end p95 (attempts plus backoff) went from {_ms(e_lo)} at {lo['concurrency']} "
-        f"to {_ms(e_hi)} at {s['concurrency']} while p95 wait of successful attempts was "
-        f"{_ms(_stat(lo.get('latency_ms'), 'p95'))} -> {_ms(_stat(s.get('latency_ms'), 'p95'))}."
+    e_lo, e_hi = _stat(low_step.get("e2e_ms"), "p95"), _stat(step.get("e2e_ms"), "p95")
+    evidence.append(
+        f"End-to-end p95 (attempts plus backoff) went from {_ms(e_lo)} at {low_step['concurrency']} "
+        f"to {_ms(e_hi)} at {step['concurrency']} while p95 wait of successful attempts was "
+        f"{_ms(_stat(low_step.get('latency_ms'), 'p95'))} -> {_ms(_stat(step.get('latency_ms'), 'p95'))}."
     )
-    return ev
+    return evidence
 
 
 def _errors(steps: list[StepSummary], knee_i: int | None) -> list[str]:
     if knee_i is None:
         return []
-    s = steps[knee_i]
-    if not (s["attempts"] and s["non_throttle_failures"] / s["attempts"] >= FAILURE_RATE):
+    step = steps[knee_i]
+    if not (step["attempts"] and step["non_throttle_failures"] / step["attempts"] >= FAILURE_RATE):
         return []
-    top = s["errors"][0]["error"][:120] if s["errors"] else "no error text"
-    codes = ", ".join(f"{k}: {v}" for k, v in sorted(s["status_counts"].items()))
+    top = step["errors"][0]["error"][:120] if step["errors"] else "no error text"
+    codes = ", ".join(f"{status}: {count}" for status, count in sorted(step["status_counts"].items()))
     return [
-        f"{s['non_throttle_failures']} of {s['attempts']} attempts "
-        f"({s['non_throttle_failures'] / s['attempts']:.0%}) failed without throttling at "
-        f'concurrency {s["concurrency"]} (statuses {codes}); most common error: "{top}".',
-        f"{s['failed']} of {s['requests']} requests still failed after retries ({(s['error_rate'] or 0):.1%}).",
+        f"{step['non_throttle_failures']} of {step['attempts']} attempts "
+        f"({step['non_throttle_failures'] / step['attempts']:.0%}) failed without throttling at "
+        f'concurrency {step["concurrency"]} (statuses {codes}); most common error: "{top}".',
+        f"{step['failed']} of {step['requests']} requests still failed after retries "
+        f"({(step['error_rate'] or 0):.1%}).",
     ]
 
 
@@ -430,22 +449,22 @@ def _host_saturation(srv: HostAggregate) -> tuple[bool | None, str]:
     return (gpu is not None and gpu >= GPU_BUSY) or host_busy, ", ".join(parts)
 
 
-def _saturation(s: StepSummary) -> tuple[bool | None, str]:
+def _saturation(step: StepSummary) -> tuple[bool | None, str]:
     """(saturated?, sentence) for the server at one step: saturated when any host is; None
     when nothing was measured."""
-    srv = s.get("server")
+    srv = step.get("server")
     if not srv:
         return None, ""
-    by: dict[str, HostAggregate] = srv.get("by_host") or {"": srv}
-    judged = [(h, *_host_saturation(x)) for h, x in sorted(by.items())]
-    judged = [j for j in judged if j[1] is not None]
+    by_host: dict[str, HostAggregate] = srv.get("by_host") or {"": srv}
+    judged = [(host, *_host_saturation(aggregate)) for host, aggregate in sorted(by_host.items())]
+    judged = [entry for entry in judged if entry[1] is not None]
     if not judged:
         return None, ""
-    hit = [j for j in judged if j[1]]
+    hit = [entry for entry in judged if entry[1]]
     if len(judged) == 1:
         return judged[0][1], judged[0][2]
     shown = hit or judged
-    return bool(hit), "; ".join(f"on {h}: {text}" for h, _, text in shown)
+    return bool(hit), "; ".join(f"on {host}: {text}" for host, _, text in shown)
 
 
 #: What each share the ``signal`` knee watches counts (:data:`analysis.knee.SIGNAL_SHARES`).
@@ -457,11 +476,11 @@ SIGNAL_WHAT = {
 }
 
 
-def latency_while(lo: StepSummary, hi: StepSummary, streamed: bool) -> str:
-    """What latency (TTFA in a streamed run) did from level ``lo`` to ``hi``, in words."""
+def latency_while(low: StepSummary, high: StepSummary, streamed: bool) -> str:
+    """What latency (TTFA in a streamed run) did from level ``low`` to ``high``, in words."""
     key: Literal["ttfa_ms", "latency_ms"] = "ttfa_ms" if streamed else "latency_ms"
     what = "TTFA p95" if streamed else "p95"
-    p_lo, p_hi = _stat(lo.get(key), "p95"), _stat(hi.get(key), "p95")
+    p_lo, p_hi = _stat(low.get(key), "p95"), _stat(high.get(key), "p95")
     if p_lo is None or p_hi is None:
         return f"{what} n/a"
     if abs(p_hi - p_lo) < 0.25 * p_lo:
@@ -475,46 +494,46 @@ def signal_evidence(levels: list[StepSummary], knee: Knee) -> list[str]:
     rise = signal_rise(levels)
     if rise is None:
         return []
-    k, key = rise
-    lo, hi, base = levels[k - 1], levels[k], levels[0]
-    name = next(what for kk, what, _ in SIGNAL_SHARES if kk == key)
-    r_lo, r_hi, r_base = (signal_share(s, key)[0] or 0.0 for s in (lo, hi, base))
-    since = "" if lo is base else f"{share(r_base)} at {base['concurrency']}; "
-    ev = [
-        f"{_cap(name)} rose from {share(r_lo)} at {lo['concurrency']} to {share(r_hi)} at {hi['concurrency']}"
-        f" ({since}{SIGNAL_WHAT[key]}) while {latency_while(lo, hi, bool(knee.get('streamed')))}: the server's "
+    rise_index, key = rise
+    low, high, base = levels[rise_index - 1], levels[rise_index], levels[0]
+    name = next(what for share_key, what, _ in SIGNAL_SHARES if share_key == key)
+    r_lo, r_hi, r_base = (signal_share(level, key)[0] or 0.0 for level in (low, high, base))
+    since = "" if low is base else f"{share(r_base)} at {base['concurrency']}; "
+    evidence = [
+        f"{_cap(name)} rose from {share(r_lo)} at {low['concurrency']} to {share(r_hi)} at {high['concurrency']}"
+        f" ({since}{SIGNAL_WHAT[key]}) while {latency_while(low, high, bool(knee.get('streamed')))}: the server's "
         f"audio goes wrong before its latency does."
     ]
     if key == "integrity":
-        checked = hi.get("integrity")
-        ex = (checked.get("examples") if checked else None) or []
-        if ex:
-            e = ex[0]
-            ev.append(
-                f'E.g. "{_quoted(e["text_id"])}" at {hi["concurrency"]}: {e["got_s"]:.2f} s '
-                f"against {e['expected_s']:.2f} s."
+        checked = high.get("integrity")
+        examples = (checked.get("examples") if checked else None) or []
+        if examples:
+            example = examples[0]
+            evidence.append(
+                f'E.g. "{_quoted(example["text_id"])}" at {high["concurrency"]}: {example["got_s"]:.2f} s '
+                f"against {example['expected_s']:.2f} s."
             )
-    return ev
+    return evidence
 
 
 def _signal(steps: list[StepSummary], named: tuple[str, ...] = ()) -> list[str]:
     """The signal checks that got worse with load: leading silence that delays what the listener
     hears, and silent, runaway or truncated answers (shares :data:`SIGNAL_RISE` above the lowest
     step's), but none of the shares ``named`` (said already, by :func:`signal_evidence`)."""
-    ev, base = [], steps[0]
+    evidence, base = [], steps[0]
     lead0 = _stat(base.get("leading_silence_ms"), "p95")
     worse = [
-        s
-        for s in steps[1:]
-        if lead0 is not None and (_stat(s.get("leading_silence_ms"), "p95") or 0) > lead0 + SILENCE_RISE_MS
+        step
+        for step in steps[1:]
+        if lead0 is not None and (_stat(step.get("leading_silence_ms"), "p95") or 0) > lead0 + SILENCE_RISE_MS
     ]
     if worse:
-        s = worse[0]
-        ev.append(
-            f"From concurrency {s['concurrency']} the audio starts with silence: leading silence p95 "
-            f"{_ms(_stat(s.get('leading_silence_ms'), 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
-            f"the listener hears the first sound at {_ms(_stat(s.get('ttfa_audible_ms'), 'p95'))} (audible TTFA "
-            f"p95) though the first audio came at {_ms(_stat(s.get('ttfa_ms'), 'p95'))}: the server answers "
+        step = worse[0]
+        evidence.append(
+            f"From concurrency {step['concurrency']} the audio starts with silence: leading silence p95 "
+            f"{_ms(_stat(step.get('leading_silence_ms'), 'p95'))} against {_ms(lead0)} at {base['concurrency']}, so "
+            f"the listener hears the first sound at {_ms(_stat(step.get('ttfa_audible_ms'), 'p95'))} (audible TTFA "
+            f"p95) though the first audio came at {_ms(_stat(step.get('ttfa_ms'), 'p95'))}: the server answers "
             f"early with silence."
         )
     shares: tuple[tuple[Literal["silent_rate", "runaway_rate", "truncated_rate"], str], ...] = (
@@ -526,13 +545,13 @@ def _signal(steps: list[StepSummary], named: tuple[str, ...] = ()) -> list[str]:
         if key in named:
             continue
         low = base.get(key) or 0.0
-        hit = next((st for st in steps[1:] if (st.get(key) or 0.0) >= low + SIGNAL_RISE), None)
+        hit = next((later for later in steps[1:] if (later.get(key) or 0.0) >= low + SIGNAL_RISE), None)
         if hit is not None:
-            ev.append(
+            evidence.append(
                 f"At concurrency {hit['concurrency']} {share(hit[key] or 0.0)} of the answers {what}, against "
                 f"{share(low)} at {base['concurrency']}."
             )
-    return ev
+    return evidence
 
 
 def common_evidence(
@@ -541,24 +560,24 @@ def common_evidence(
     """What every diagnosis adds after its own evidence: audio integrity, the signal checks that
     got worse with load (but the shares ``named``, said already), an untimed stream, other load on
     the server, and what resource samples the diagnosis could not rest on."""
-    ev = _integrity(steps) + _signal(steps, named)
+    evidence = _integrity(steps) + _signal(steps, named)
     if knee.get("untimed_stream"):
-        ev.append(
+        evidence.append(
             "The run was streamed, but no attempt carries a TTFA or underrun figure (the "
             "client did not time the stream), so the knee follows whole-body time."
         )
-    ev += _other_load(steps, knee.get("index"))
+    evidence += _other_load(steps, knee.get("index"))
     if not has_resources:
-        ev.append(
+        evidence.append(
             "No resource samples (resources.jsonl missing or empty): the diagnosis "
             "rests on latencies and failures only."
         )
-    elif not any(s.get("server") for s in steps):
-        ev.append(
+    elif not any(step.get("server") for step in steps):
+        evidence.append(
             "No server samples (resources.jsonl has only the load generator's): the "
             "diagnosis rests on latencies and failures only."
         )
-    return ev
+    return evidence
 
 
 def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool) -> Diagnosis:
@@ -567,75 +586,77 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, ha
     ``creep`` is :func:`analysis.steps.memory_creep`'s answer (GPU memory before and after the
     run), or None.
     """
-    steps = [s for s in steps if s.get("requests")]
+    steps = [step for step in steps if step.get("requests")]
     if not steps:
         return {
             "kind": Kind.NO_KNEE,
             "evidence": ["No settled requests were recorded yet."],
             "resource_data": has_resources,
         }
-    k = knee.get("index")
+    knee_index = knee.get("index")
     streamed = bool(knee.get("streamed"))
     ev_common = common_evidence(steps, knee, has_resources)
 
-    def out(kind: Kind, ev: list[str]) -> Diagnosis:
-        return {"kind": kind, "evidence": ev + ev_common, "resource_data": has_resources}
+    def out(kind: Kind, evidence: list[str]) -> Diagnosis:
+        return {"kind": kind, "evidence": evidence + ev_common, "resource_data": has_resources}
 
-    first = _failing(steps, k, creep)
+    first = _failing(steps, knee_index, creep)
     if first is not None:
         return out(*first)
-    if k is None:
+    if knee_index is None:
         return out(Kind.NO_KNEE, _stream_no_knee(steps, knee) if streamed else _no_knee(steps, knee))
-    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
-    client_io = _client_io(steps, lo, s)
+    step, low_step = steps[knee_index], steps[knee_index - 1] if knee_index > 0 else steps[0]
+    client_io = _client_io(steps, low_step, step)
     if client_io:
         return out(Kind.CLIENT_IO, client_io)
-    found = out(*_at_knee(steps, k, streamed))
-    named = stages.verdict(steps, k, _saturation(s)[0])
+    found = out(*_at_knee(steps, knee_index, streamed))
+    named = stages.verdict(steps, knee_index, _saturation(step)[0])
     if named is not None:  # a server of stages: which broke, after what the kind rests on
         found["evidence"][1:1] = named.evidence
         found["stage"] = named.stage
     return found
 
 
-def _failing(steps: list[StepSummary], k: int | None, creep: MemoryCreep | None) -> tuple[Kind, list[str]] | None:
+def _failing(
+    steps: list[StepSummary], knee_index: int | None, creep: MemoryCreep | None
+) -> tuple[Kind, list[str]] | None:
     """What fails requests or spoils the measurement, judged before what bends latency: memory,
     the load generator, throttling, server errors (the first that holds), or None."""
-    mem = _memory(steps, k, creep)
+    mem = _memory(steps, knee_index, creep)
     if mem:
         return Kind.MEMORY_BOUND, mem
-    cli = _client(steps, k)
+    cli = _client(steps, knee_index)
     if cli:
         return Kind.CLIENT_BOUND, cli + [
             "Results at and above that step measure the load generator, not the server: add workers or hosts."
         ]
-    thr = _throttling(steps, k)
+    thr = _throttling(steps, knee_index)
     if thr:
         return Kind.RATE_LIMITED, thr
-    err = _errors(steps, k)
+    err = _errors(steps, knee_index)
     return (Kind.SERVER_ERRORS, err) if err else None
 
 
 def _no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
     """No knee up to the highest step: how far latency stayed, and to test higher."""
     top = steps[-1]
-    infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
+    infl = max((ratio for ratio in knee.get("inflation", []) if ratio is not None), default=1.0)
     return [
         f"Latency stayed within {LATENCY_RISE}x of the lowest step up to concurrency "
         f"{top['concurrency']} (largest rise {infl:.2f}x; p95 wait "
         f"{_ms(_stat(steps[0].get('latency_ms'), 'p95'))} at {steps[0]['concurrency']}, "
         f"{_ms(_stat(top.get('latency_ms'), 'p95'))} at {top['concurrency']}), with "
-        f"{sum(s['failed'] for s in steps)} failed requests.",
+        f"{sum(step['failed'] for step in steps)} failed requests.",
         f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the "
         f"highest tested step, so test higher concurrency.",
     ]
 
 
-def _client_io(steps: list[StepSummary], lo: StepSummary, s: StepSummary) -> list[str] | None:
-    """The client's own writing or concatenation grew to the knee step ``s`` while the wait
+def _client_io(steps: list[StepSummary], low_step: StepSummary, step: StepSummary) -> list[str] | None:
+    """The client's own writing or concatenation grew to the knee ``step`` while the wait
     stayed flat (``client_io``), or None."""
-    w_lo, w_hi = _p50(lo.get("latency_ms")), _p50(s.get("latency_ms"))
-    p95_rise = (_stat(s.get("latency_ms"), "p95") or 0) / (_stat(steps[0].get("latency_ms"), "p95") or 1)
+    w_lo, w_hi = _p50(low_step.get("latency_ms")), _p50(step.get("latency_ms"))
+    p95_rise = (_stat(step.get("latency_ms"), "p95") or 0) / (_stat(steps[0].get("latency_ms"), "p95") or 1)
     if not (w_lo and w_hi and w_hi / w_lo <= LATENCY_RISE and p95_rise <= LATENCY_RISE):
         return None  # the wait did not stay flat
     client_times: tuple[tuple[Literal["write_ms", "concat_ms"], str], ...] = (
@@ -643,38 +664,43 @@ def _client_io(steps: list[StepSummary], lo: StepSummary, s: StepSummary) -> lis
         ("concat_ms", "concat"),
     )
     for key, label in client_times:
-        a, b = _p50(steps[0].get(key)), _p50(s.get(key))
+        base_p50, step_p50 = _p50(steps[0].get(key)), _p50(step.get(key))
         # the client's own time must have grown by enough to matter beside the wait: 2 -> 7 ms of
         # writing beside a 1.9 s wait is no bottleneck, however many times it rose
-        if a and b and b / a > LATENCY_RISE and b - a >= CLIENT_IO_SHARE * w_hi:
+        if (
+            base_p50
+            and step_p50
+            and step_p50 / base_p50 > LATENCY_RISE
+            and step_p50 - base_p50 >= CLIENT_IO_SHARE * w_hi
+        ):
             return [
-                f"p50 {label} time rose from {_ms(a)} at {steps[0]['concurrency']} to {_ms(b)} at "
-                f"{s['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
+                f"p50 {label} time rose from {_ms(base_p50)} at {steps[0]['concurrency']} to {_ms(step_p50)} at "
+                f"{step['concurrency']} while p50 wait stayed at {_ms(w_lo)} -> {_ms(w_hi)}: the "
                 f"client's disk or concatenation is the bottleneck, not the server."
             ]
     return None
 
 
-def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, list[str]]:
-    """What bends latency at the knee step ``k``: the server's compute, its concurrency limit,
+def _at_knee(steps: list[StepSummary], knee_index: int, streamed: bool) -> tuple[Kind, list[str]]:
+    """What bends latency at the knee step ``knee_index``: the server's compute, its concurrency limit,
     or a queue whose cause its samples (where there are none) cannot tell."""
-    s, lo = steps[k], steps[k - 1] if k > 0 else steps[0]
-    queue = stream_sentence(lo, s, steps[0]) if streamed else _lat_sentence(lo, s)
-    thr_lo, thr_hi = lo.get("throughput_rps"), s.get("throughput_rps")
-    tp = (
+    step, low_step = steps[knee_index], steps[knee_index - 1] if knee_index > 0 else steps[0]
+    queue = stream_sentence(low_step, step, steps[0]) if streamed else _lat_sentence(low_step, step)
+    thr_lo, thr_hi = low_step.get("throughput_rps"), step.get("throughput_rps")
+    throughput = (
         f"throughput went from {thr_lo:.2f} to {thr_hi:.2f} req/s"
         if thr_lo is not None and thr_hi is not None
         else "throughput n/a"
     )
-    sat, res = _saturation(s)
-    waiting, qev = _server_queue(steps, k)
+    sat, res = _saturation(step)
+    waiting, qev = _server_queue(steps, knee_index)
     if sat is None:
         if waiting:
             return (
                 Kind.QUEUEING,
                 [
-                    f"{_cap(queue) if streamed else queue}; {tp}: {qev}, so requests wait inside the server.",
-                    f"No GPU/CPU samples at concurrency {s['concurrency']}: whether the server's "
+                    f"{_cap(queue) if streamed else queue}; {throughput}: {qev}, so requests wait inside the server.",
+                    f"No GPU/CPU samples at concurrency {step['concurrency']}: whether the server's "
                     f"hardware is saturated (compute_bound) or its concurrency limit is too low "
                     f"(concurrency_limit) cannot be told; run a collector beside it (python -m "
                     f"collectors) to tell them apart.",
@@ -684,19 +710,19 @@ def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, li
             return (
                 Kind.QUEUEING,
                 [
-                    f"{_cap(queue) if streamed else queue}; {tp}, but {qev}: requests are not waiting "
+                    f"{_cap(queue) if streamed else queue}; {throughput}, but {qev}: requests are not waiting "
                     f"in the server's queue, so the wait is before it (the client, the network, a "
                     f"proxy) or in its processing.",
-                    f"No GPU/CPU samples at concurrency {s['concurrency']}; run a collector beside "
+                    f"No GPU/CPU samples at concurrency {step['concurrency']}; run a collector beside "
                     f"the server (tts-knee collect) to see its hardware.",
                 ],
             )
         return (
             Kind.QUEUEING,
             [
-                f"{_cap(queue) if streamed else queue}; {tp}: requests queue; without server samples "
+                f"{_cap(queue) if streamed else queue}; {throughput}: requests queue; without server samples "
                 f"the cause cannot be told.",
-                f"No server resource samples at concurrency {s['concurrency']}: a saturated GPU/CPU "
+                f"No server resource samples at concurrency {step['concurrency']}: a saturated GPU/CPU "
                 f"(compute_bound) and a server concurrency limit set too low (concurrency_limit) look "
                 f"the same from the client; run again with --collector URL (tts-knee collect "
                 f"beside the TTS server) to tell them apart.",
@@ -705,31 +731,31 @@ def _at_knee(steps: list[StepSummary], k: int, streamed: bool) -> tuple[Kind, li
     if streamed:
         queue = _cap(queue)
     if sat:
-        ev = [f"{queue} while {res} at {s['concurrency']}; {tp}: the server is out of compute."]
-        running = _server_role(s, "running") or _server_role(s, "batch_size")
+        evidence = [f"{queue} while {res} at {step['concurrency']}; {throughput}: the server is out of compute."]
+        running = _server_role(step, "running") or _server_role(step, "batch_size")
         if running is not None:
-            ev.append(
+            evidence.append(
                 f"Running requests ({running['series']}) capped at {_n(running['max'])} "
-                f"with {res} at {s['concurrency']}" + (f"; {qev}." if qev else ".")
+                f"with {res} at {step['concurrency']}" + (f"; {qev}." if qev else ".")
             )
         elif qev:
-            ev.append(f"{_cap(qev)}.")
-        return Kind.COMPUTE_BOUND, ev
+            evidence.append(f"{_cap(qev)}.")
+        return Kind.COMPUTE_BOUND, evidence
     if waiting:
         return (
             Kind.CONCURRENCY_LIMIT,
-            [f"{_cap(qev)} while {res}: its concurrency limit is too low.", f"{_cap(queue)}; {tp}."],
+            [f"{_cap(qev)} while {res}: its concurrency limit is too low.", f"{_cap(queue)}; {throughput}."],
         )
-    ev = [
-        f"{queue} while {res} at {s['concurrency']}; {tp}: requests queue with the hardware "
+    evidence = [
+        f"{queue} while {res} at {step['concurrency']}; {throughput}: requests queue with the hardware "
         f"idle, so the server's own concurrency or batch limit is too low."
     ]
     if waiting is False:
-        ev.append(
+        evidence.append(
             f"Yet {qev}: the requests did not wait in that queue, so look for a limit in "
             f"front of it (a proxy, a worker pool) or in the client."
         )
-    return Kind.CONCURRENCY_LIMIT, ev
+    return Kind.CONCURRENCY_LIMIT, evidence
 
 
 def _n(value: float | None) -> str:
@@ -738,59 +764,59 @@ def _n(value: float | None) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
-def _server_queue(steps: list[StepSummary], k: int) -> tuple[bool | None, str]:
+def _server_queue(steps: list[StepSummary], knee_index: int) -> tuple[bool | None, str]:
     """(requests waited in the server's own queue at the knee step?, the words for it) from
     the server's queue-depth series; (None, "") where the server publishes none."""
-    s = steps[k]
-    q = _server_role(s, "queue_depth")
-    if q is None:
+    step = steps[knee_index]
+    queue = _server_role(step, "queue_depth")
+    if queue is None:
         return None, ""
     base = _server_role(steps[0], "queue_depth")
-    at_base = f"; {_n(base['max'])} at {steps[0]['concurrency']}" if base is not None and steps[0] is not s else ""
-    server = s.get("server")
+    at_base = f"; {_n(base['max'])} at {steps[0]['concurrency']}" if base is not None and steps[0] is not step else ""
+    server = step.get("server")
     staged = len(server.get("stages") or {}) if server else 0
     summed = f", summed over {staged} stages" if staged else ""
-    series = q["series"] + (f", {q['why']}" if q.get("why") else "") + summed
-    queue_ms = _server_role(s, "queue_ms")
+    series = queue["series"] + (f", {queue['why']}" if queue.get("why") else "") + summed
+    queue_ms = _server_role(step, "queue_ms")
     waited = f", each request waiting {queue_ms['mean']:.0f} ms in it on average" if queue_ms is not None else ""
-    if q["max"] is not None and q["max"] >= QUEUE_WAITING:
+    if queue["max"] is not None and queue["max"] >= QUEUE_WAITING:
         return True, (
-            f"the server's queue ({series}) rose to {_n(q['max'])} at concurrency "
-            f"{s['concurrency']} (mean {q['mean']:.1f}{waited}{at_base})"
+            f"the server's queue ({series}) rose to {_n(queue['max'])} at concurrency "
+            f"{step['concurrency']} (mean {queue['mean']:.1f}{waited}{at_base})"
         )
-    return False, (f"the server's queue ({series}) stayed at {_n(q['max'])} at concurrency {s['concurrency']}")
+    return False, (f"the server's queue ({series}) stayed at {_n(queue['max'])} at concurrency {step['concurrency']}")
 
 
 def _stream_no_knee(steps: list[StepSummary], knee: Knee) -> list[str]:
     """Why a streamed run has no knee: every step's streams kept ahead of playback."""
     top, base = steps[-1], steps[0]
-    rates = [s.get("underrun_rate") for s in steps]
-    known = [r for r in rates if r is not None]
-    ev = []
+    rates = [step.get("underrun_rate") for step in steps]
+    known = [rate for rate in rates if rate is not None]
+    evidence = []
     if known:
-        ev.append(
+        evidence.append(
             f"Streams kept ahead of playback up to concurrency {top['concurrency']}: at most "
             f"{share(max(known))} of streams stalled at any step (a step breaks at {UNDERRUN_RATE:.0%})."
         )
     else:
-        ev.append(
+        evidence.append(
             "Underruns were not measured (no step has an underrun figure, e.g. compressed "
             "audio the client cannot time), so only TTFA and failures were judged."
         )
     t_lo, t_hi = _stat(base.get("ttfa_ms"), "p95"), _stat(top.get("ttfa_ms"), "p95")
-    ev.append(
+    evidence.append(
         f"TTFA p95 went from {_ms(t_lo)} at {base['concurrency']} to {_ms(t_hi)} at "
         f"{top['concurrency']}: a step breaks only above {LATENCY_RISE}x the lowest step's and "
         f"above the {_ms(knee.get('ttfa_floor_ms'))} floor."
     )
     w_lo, w_hi = _stat(base.get("latency_ms"), "p95"), _stat(top.get("latency_ms"), "p95")
     if w_lo and w_hi and w_hi / w_lo > LATENCY_RISE:
-        ev.append(
+        evidence.append(
             f"Whole-body p95 wait rose from {_ms(w_lo)} to {_ms(w_hi)}, which a listener does not "
             f"hear while the stream stays ahead of playback."
         )
-    ev.append(
+    evidence.append(
         f"Throughput reached {top['throughput_rps'] or 0:.2f} req/s; the knee is above the highest "
         f"tested step, so test higher concurrency."
     )
-    return ev
+    return evidence

@@ -94,20 +94,20 @@ def _unit(metric: str, ref: float) -> tuple[float, str]:
     return 1.0, ""
 
 
-def _shown(v: float, t: float, op: str, scale: float, base_digits: int) -> str:
+def _shown(value: float, threshold: float, operator: str, scale: float, base_digits: int) -> str:
     """v (scaled) with the fewest digits >= base_digits that keep ``op(v, t)`` true as shown."""
-    truth = _OPS[op](v, t)
-    for d in range(base_digits, base_digits + 6):
-        s = f"{v * scale:.{d}f}"
-        shown = float(s) / scale
-        if _OPS[op](shown, t) == truth and (shown != t or v == t):
-            return s
-    return f"{v * scale:.{base_digits + 6}f}"
+    truth = _OPS[operator](value, threshold)
+    for digits in range(base_digits, base_digits + 6):
+        text = f"{value * scale:.{digits}f}"
+        shown = float(text) / scale
+        if _OPS[operator](shown, threshold) == truth and (shown != threshold or value == threshold):
+            return text
+    return f"{value * scale:.{base_digits + 6}f}"
 
 
-def _threshold(t: float, scale: float) -> str:
-    x = t * scale
-    return f"{x:g}" if abs(x) < 1e6 else f"{x:.0f}"
+def _threshold(threshold: float, scale: float) -> str:
+    scaled = threshold * scale
+    return f"{scaled:g}" if abs(scaled) < 1e6 else f"{scaled:.0f}"
 
 
 def _base_digits(metric: str, scale: float) -> int:
@@ -120,11 +120,11 @@ def _base_digits(metric: str, scale: float) -> int:
 
 def term_text(term: slo_mod.Term, level: StepSummary, verdict: SloVerdict) -> str:
     """One term at one level as published: label, value, comparison, threshold."""
-    v = verdict["values"].get(term.metric)
+    value = verdict["values"].get(term.metric)
     label = _LABEL[term.metric]
     scale, unit = _unit(term.metric, term.value)
     thr = _threshold(term.value, scale) + unit
-    if v is None:
+    if value is None:
         return f"{label} not measured (needed {term.op} {thr})"
     digits = _base_digits(term.metric, scale)
     ci_txt, straddles = "", False
@@ -132,31 +132,31 @@ def term_text(term: slo_mod.Term, level: StepSummary, verdict: SloVerdict) -> st
         key, ci_key = _CI_OF[term.metric]
         figures: Mapping[str, object] = level
         dist = figures.get(key)
-        ci = dist.get(ci_key) if isinstance(dist, dict) else None
-        if ci:
-            shown = ["unbounded" if b is None else f"{b * scale:.{digits}f}" for b in ci]
-            lo = -math.inf if ci[0] is None else ci[0]
-            hi = math.inf if ci[1] is None else ci[1]
+        interval = dist.get(ci_key) if isinstance(dist, dict) else None
+        if interval:
+            shown = ["unbounded" if bound is None else f"{bound * scale:.{digits}f}" for bound in interval]
+            lower = -math.inf if interval[0] is None else interval[0]
+            upper = math.inf if interval[1] is None else interval[1]
             ci_txt = f" (95% CI {shown[0]}-{shown[1]}{unit})"
-            straddles = _OPS[term.op](lo, term.value) != _OPS[term.op](hi, term.value)
+            straddles = _OPS[term.op](lower, term.value) != _OPS[term.op](upper, term.value)
     if straddles:
-        return f"{label} {v * scale:.{digits}f}{unit}{ci_txt} straddles {thr}"
-    op = term.op if _OPS[term.op](v, term.value) else _NEG[term.op]
-    return f"{label} {_shown(v, term.value, term.op, scale, digits)}{unit}{ci_txt} {op} {thr}"
+        return f"{label} {value * scale:.{digits}f}{unit}{ci_txt} straddles {thr}"
+    operator = term.op if _OPS[term.op](value, term.value) else _NEG[term.op]
+    return f"{label} {_shown(value, term.value, term.op, scale, digits)}{unit}{ci_txt} {operator} {thr}"
 
 
 def _context(level: StepSummary, slo: slo_mod.SLO) -> list[str]:
     """Resource and volume figures that belong in the claim even when no term names them."""
-    named = {t.metric for t in slo.terms}
+    named = {term.metric for term in slo.terms}
     srv = level.get("server")
     out = []
     res = []
     mem = srv.get("gpu_mem_peak_bytes") if srv else None
     if mem is not None and "gpu_mem_gb" not in named:
         res.append(f"GPU memory peak {mem / 1e9:.1f} GB")
-    um, ux = (srv.get("gpu_util_mean"), srv.get("gpu_util_max")) if srv else (None, None)
-    if um is not None and "gpu_util_pct" not in named:
-        res.append(f"GPU util {um:.0f}% mean" + (f", {ux:.0f}% peak" if ux is not None else ""))
+    util_mean, util_max = (srv.get("gpu_util_mean"), srv.get("gpu_util_max")) if srv else (None, None)
+    if util_mean is not None and "gpu_util_pct" not in named:
+        res.append(f"GPU util {util_mean:.0f}% mean" + (f", {util_max:.0f}% peak" if util_max is not None else ""))
     if res:
         out.append(", ".join(res))
     rps = level.get("throughput_rps")
@@ -169,7 +169,7 @@ def _context(level: StepSummary, slo: slo_mod.SLO) -> list[str]:
 
 def claim(slo: slo_mod.SLO, level: StepSummary, verdict: SloVerdict, head: str | None = None) -> str:
     """``N concurrent: term, term; context`` for one level (``head`` in place of ``N concurrent``)."""
-    terms = ", ".join(term_text(t, level, verdict) for t in slo.terms)
+    terms = ", ".join(term_text(term, level, verdict) for term in slo.terms)
     return (head or f"{level['concurrency']} concurrent") + ": " + "; ".join([terms] + _context(level, slo))
 
 
@@ -196,48 +196,48 @@ def _slo_of(summary: Summary) -> tuple[str, slo_mod.SLO, list[SloVerdict]]:
     return judged["spec"], slo_mod.parse(judged["spec"]), judged["steps"]
 
 
-def require(summary: Summary, n: int, key: Literal["concurrency", "voices"] = "concurrency") -> Require:
-    """The gate at concurrency ``n`` for a summary with ``slo``: ``{"concurrency", "holds",
-    "exit", "claim" (None when n was not tested), "reason"}`` (see the module doc). In a voice
-    sweep (``key`` "voices") ``n`` is a number of voices at the sweep's one load, the answer's
+def require(summary: Summary, wanted: int, key: Literal["concurrency", "voices"] = "concurrency") -> Require:
+    """The gate at concurrency ``wanted`` for a summary with ``slo``: ``{"concurrency", "holds",
+    "exit", "claim" (None when it was not tested), "reason"}`` (see the module doc). In a voice
+    sweep (``key`` "voices") ``wanted`` is a number of voices at the sweep's one load, the answer's
     ``voices``, and "lower" means fewer voices."""
     spec, slo, verdicts = _slo_of(summary)
     levels = summary.get("levels") or []
-    tested = [lv[key] for lv in levels]
+    tested = [tested_level[key] for tested_level in levels]
     voices = key == "voices"
-    concurrency = (levels[0]["concurrency"] if levels else 0) if voices else n
-    if n not in tested:
+    concurrency = (levels[0]["concurrency"] if levels else 0) if voices else wanted
+    if wanted not in tested:
         return _gate(
             concurrency,
-            n if voices else None,
+            wanted if voices else None,
             False,
             None,
-            f"The SLO {spec} cannot be claimed at {n}{' voices' if voices else ''}: this run did not "
-            f"test {n} (tested: {', '.join(map(str, tested)) or 'none'}).",
+            f"The SLO {spec} cannot be claimed at {wanted}{' voices' if voices else ''}: this run did not "
+            f"test {wanted} (tested: {', '.join(map(str, tested)) or 'none'}).",
         )
-    i = tested.index(n)
-    level, verdict = levels[i], verdicts[i]
+    index = tested.index(wanted)
+    level, verdict = levels[index], verdicts[index]
     load = f"{level['rate']:g} req/s offered" if level.get("rate") else f"{level['concurrency']} concurrent"
-    text = claim(slo, level, verdict, f"{n} voices at {load}" if voices else None)
+    text = claim(slo, level, verdict, f"{wanted} voices at {load}" if voices else None)
     holds, reason = _held(
         spec,
         levels,
         verdicts,
-        i,
-        here=str(n),
-        held_at=str(n),
+        index,
+        here=str(wanted),
+        held_at=str(wanted),
         every="tested number of voices" if voices else "tested concurrency",
-        below=lambda lv: str(lv[key]),
-        unsafe=f"{n} is not a safe limit",
+        below=lambda tested_level: str(tested_level[key]),
+        unsafe=f"{wanted} is not a safe limit",
     )
-    return _gate(concurrency, n if voices else None, holds, text, reason)
+    return _gate(concurrency, wanted if voices else None, holds, text, reason)
 
 
 def _held(
     spec: str,
     levels: list[StepSummary],
     verdicts: list[SloVerdict],
-    i: int,
+    index: int,
     here: str,
     held_at: str,
     every: str,
@@ -246,7 +246,7 @@ def _held(
 ) -> tuple[bool, str]:
     """Whether the SLO holds at level ``i`` and at every level below it, and why in one
     sentence (``here``: level i as the sentence names it; ``below(level)`` a lower one)."""
-    verdict = verdicts[i]
+    verdict = verdicts[index]
     if verdict["pass"] is False:
         return False, f"The SLO {spec} does not hold at {here}: {', '.join(verdict['failed'])}."
     if verdict["pass"] is None:
@@ -254,12 +254,23 @@ def _held(
             f"The SLO {spec} is not shown to hold at {here}: {'; '.join(verdict['inconclusive'])}; "
             f"inconclusive counts as not holding."
         )
-    lower = next(((lv, v) for lv, v in zip(levels[:i], verdicts[:i]) if v["pass"] is not True), None)
+    lower = next(
+        (
+            (failed_level, failed_verdict)
+            for failed_level, failed_verdict in zip(levels[:index], verdicts[:index])
+            if failed_verdict["pass"] is not True
+        ),
+        None,
+    )
     if lower is None:
         return True, f"The SLO {spec} holds at {held_at} and at every lower {every}."
-    lv, v = lower
-    why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + ", inconclusive"
-    return False, f"The SLO {spec} is met at {here} but not at {below(lv)} below it ({why}), so {unsafe}."
+    failed_level, failed_verdict = lower
+    why = (
+        ", ".join(failed_verdict["failed"])
+        if failed_verdict["pass"] is False
+        else "; ".join(failed_verdict["inconclusive"]) + ", inconclusive"
+    )
+    return False, f"The SLO {spec} is met at {here} but not at {below(failed_level)} below it ({why}), so {unsafe}."
 
 
 def require_rate(summary: Summary, rate: float) -> Require:
@@ -268,32 +279,32 @@ def require_rate(summary: Summary, rate: float) -> Require:
     the module doc)."""
     spec, slo, verdicts = _slo_of(summary)
     levels = summary.get("levels") or []
-    r = f"{rate:g} req/s"
-    at = next((i for i, lv in enumerate(levels) if lv["rate"] >= rate), None)
-    if at is None:
-        tested = ", ".join(f"{lv['rate']:g}" for lv in levels) or "none"
+    rate_text = f"{rate:g} req/s"
+    first_at = next((index for index, tested_level in enumerate(levels) if tested_level["rate"] >= rate), None)
+    if first_at is None:
+        tested = ", ".join(f"{tested_level['rate']:g}" for tested_level in levels) or "none"
         return {
             "concurrency": 0,
             "rate": rate,
             "holds": False,
             "exit": 1,
             "claim": None,
-            "reason": f"The SLO {spec} cannot be claimed at {r}: this run offered no rate that high "
+            "reason": f"The SLO {spec} cannot be claimed at {rate_text}: this run offered no rate that high "
             f"(tested: {tested} req/s).",
         }
-    level, verdict = levels[at], verdicts[at]
+    level, verdict = levels[first_at], verdicts[first_at]
     where = "" if level["rate"] == rate else f" (tested at {level['rate']:g} req/s, the lowest tested rate above it)"
-    text = claim(slo, openloop.judged(level), verdict, f"{r} offered{where}")
+    text = claim(slo, openloop.judged(level), verdict, f"{rate_text} offered{where}")
     holds, reason = _held(
         spec,
         levels,
         verdicts,
-        at,
+        first_at,
         here=f"{level['rate']:g} req/s",
-        held_at=r,
+        held_at=rate_text,
         every="tested rate",
-        below=lambda lv: f"{lv['rate']:g} req/s",
-        unsafe=f"{r} is not a safe rate",
+        below=lambda tested_level: f"{tested_level['rate']:g} req/s",
+        unsafe=f"{rate_text} is not a safe rate",
     )
     return {"concurrency": 0, "rate": rate, "holds": holds, "exit": 0 if holds else 1, "claim": text, "reason": reason}
 
@@ -328,23 +339,24 @@ class Rate:
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(?:/s|req/s|rps)\s*$")
 
 
-def requirement(s: str) -> int | Rate | Speed:
+def requirement(text: str) -> int | Rate | Speed:
     """argparse type for ``--require``: a concurrency (a whole number >= 1), a rate (``12/s``) or a
     speed of a replayed trace (``2x``)."""
-    m = _SPEED.match(s)
-    if m and float(m.group(1)) > 0:
-        return Speed(float(m.group(1)))
-    m = _RATE.match(s)
-    if m:
-        rate = float(m.group(1))
+    match = _SPEED.match(text)
+    if match and float(match.group(1)) > 0:
+        return Speed(float(match.group(1)))
+    match = _RATE.match(text)
+    if match:
+        rate = float(match.group(1))
         if rate > 0 and math.isfinite(rate):
             return Rate(rate)
     try:
-        f = float(s)
+        number = float(text)
     except ValueError:
-        f = math.nan
-    if not math.isfinite(f) or f != int(f) or f < 1:
+        number = math.nan
+    if not math.isfinite(number) or number != int(number) or number < 1:
         raise argparse.ArgumentTypeError(
-            f"must be a concurrency, a whole number >= 1, a rate such as 12/s or a trace's speed such as 2x, got {s!r}"
+            f"must be a concurrency, a whole number >= 1, a rate such as 12/s or a trace's speed such as 2x, "
+            f"got {text!r}"
         )
-    return int(f)
+    return int(number)

@@ -23,35 +23,35 @@ from tts_knee.runformat.reader import Attempts
 _EMPTY = np.empty(0)
 
 
-def percentiles(s: np.ndarray, qs: npt.ArrayLike) -> np.ndarray:
-    """``np.percentile(values, qs)`` from the values sorted (``s``), by the same arithmetic:
+def percentiles(ordered: np.ndarray, wanted: npt.ArrayLike) -> np.ndarray:
+    """``np.percentile(values, wanted)`` from the values sorted (``ordered``), by the same arithmetic:
     numpy's linear method, its virtual index and its interpolation, so the figures are the
     same to the last bit."""
-    q = np.true_divide(np.asarray(qs, dtype=float), 100)
-    n = len(s)
-    virtual = (n - 1) * q
+    fractions = np.true_divide(np.asarray(wanted, dtype=float), 100)
+    count = len(ordered)
+    virtual = (count - 1) * fractions
     below = np.floor(virtual)
     gamma = virtual - below
-    lo = below.astype(np.intp)
-    hi = np.minimum(lo + 1, n - 1)
-    a, b = s[lo], s[hi]
-    diff = b - a
-    out = a + diff * gamma
-    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    below_index = below.astype(np.intp)
+    above_index = np.minimum(below_index + 1, count - 1)
+    below_value, above_value = ordered[below_index], ordered[above_index]
+    diff = above_value - below_value
+    out = below_value + diff * gamma
+    np.subtract(above_value, diff * (1 - gamma), out=out, where=gamma >= 0.5)
     return np.asarray(out)
 
 
-def sorted_values(a: Attempts, key: Hashable, values: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+def sorted_values(attempts: Attempts, key: Hashable, values: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
     """The finite ``values[mask]``, sorted, kept under ``key`` and merged with only the rows
     appended since the last call; None when the attempts are not a live reader's."""
-    if a.lasting is None:
+    if attempts.lasting is None:
         return None
-    n = len(values)
-    got = a.lasting.get(key)
-    rows, s = got if got is not None and got[0] <= n else (0, _EMPTY)
+    count = len(values)
+    got = attempts.lasting.get(key)
+    rows, ordered = got if got is not None and got[0] <= count else (0, _EMPTY)
     new = values[rows:][mask[rows:]]
     new = np.sort(new[np.isfinite(new)])
     if len(new):
-        s = np.insert(s, np.searchsorted(s, new), new)
-    a.lasting[key] = (n, s)
-    return s
+        ordered = np.insert(ordered, np.searchsorted(ordered, new), new)
+    attempts.lasting[key] = (count, ordered)
+    return ordered

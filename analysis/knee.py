@@ -94,48 +94,52 @@ SIGNAL_SHARES: tuple[tuple[str, str, float], ...] = (
 SILENCE_RISE_MS = 200.0
 
 
-def _value(step: Mapping[str, Any], key: str, q: str) -> float | None:
-    d: Mapping[str, float | None] | None = step.get(key)
-    return d.get(q) if d else None
+def _value(step: Mapping[str, Any], key: str, stat: str) -> float | None:
+    dist: Mapping[str, float | None] | None = step.get(key)
+    return dist.get(stat) if dist else None
 
 
 def inflation(steps: list[StepSummary], metrics: tuple[tuple[str, str], ...] = _METRICS) -> list[float | None]:
     """Per step, the largest ratio of its latency metrics to the lowest step's (None if unknown)."""
     base = steps[0]
     out: list[float | None] = []
-    for s in steps:
-        r: float | None = None
-        for key, q in metrics:
-            v, b = _value(s, key, q), _value(base, key, q)
-            if v is not None and b:
-                r = max(r or 0.0, v / b)
-        if r is None and not s.get("ok") and s.get("requests"):
-            r = math.inf  # nothing succeeded: as bad as latency gets
-        out.append(r)
+    for step in steps:
+        worst: float | None = None
+        for key, stat in metrics:
+            value, base_value = _value(step, key, stat), _value(base, key, stat)
+            if value is not None and base_value:
+                worst = max(worst or 0.0, value / base_value)
+        if worst is None and not step.get("ok") and step.get("requests"):
+            worst = math.inf  # nothing succeeded: as bad as latency gets
+        out.append(worst)
     return out
 
 
 def _latency_vs_lowest(steps: list[StepSummary], infl: list[float | None]) -> int | None:
     for i in range(1, len(steps)):
         rise = infl[i]
-        if rise is not None and rise > LATENCY_RISE and all(r is None or r > LATENCY_RISE for r in infl[i + 1 :]):
+        if (
+            rise is not None
+            and rise > LATENCY_RISE
+            and all(later is None or later > LATENCY_RISE for later in infl[i + 1 :])
+        ):
             return i
     return None
 
 
 def _failures(steps: list[StepSummary]) -> int | None:
     base = steps[0].get("attempt_failure_rate") or 0.0
-    for i, s in enumerate(steps):
-        r = s.get("attempt_failure_rate")
-        if r is not None and r >= FAILURE_RATE and (i == 0 or r - base >= FAILURE_RATE):
+    for i, step in enumerate(steps):
+        rate = step.get("attempt_failure_rate")
+        if rate is not None and rate >= FAILURE_RATE and (i == 0 or rate - base >= FAILURE_RATE):
             return i
     return None
 
 
 def _underruns(steps: list[StepSummary]) -> int | None:
-    for i, s in enumerate(steps):
-        r = s.get("underrun_rate")
-        if r is not None and r >= UNDERRUN_RATE:
+    for i, step in enumerate(steps):
+        rate = step.get("underrun_rate")
+        if rate is not None and rate >= UNDERRUN_RATE:
             return i
     return None
 
@@ -145,9 +149,11 @@ def ttfa_basis(steps: list[StepSummary]) -> str:
     leading silence played out) where every step with successful requests has it, else
     ``ttfa_ms`` (the first audio sample): a server that answers early with silence is no faster
     for its listener."""
-    done = [s for s in steps if s.get("ok")]
+    done = [step for step in steps if step.get("ok")]
     return (
-        "ttfa_audible_ms" if done and all(_value(s, "ttfa_audible_ms", "p95") is not None for s in done) else "ttfa_ms"
+        "ttfa_audible_ms"
+        if done and all(_value(step, "ttfa_audible_ms", "p95") is not None for step in done)
+        else "ttfa_ms"
     )
 
 
@@ -156,14 +162,14 @@ def _ttfa_vs_lowest(steps: list[StepSummary], floor_ms: float, key: str = "ttfa_
     if not base:
         return None
 
-    def high(s: StepSummary) -> bool | None:
-        v = _value(s, key, "p95")
-        if v is None:
-            return None if s.get("ok") or not s.get("requests") else True  # nothing succeeded
-        return v > LATENCY_RISE * base and v > floor_ms
+    def high(step: StepSummary) -> bool | None:
+        p95 = _value(step, key, "p95")
+        if p95 is None:
+            return None if step.get("ok") or not step.get("requests") else True  # nothing succeeded
+        return p95 > LATENCY_RISE * base and p95 > floor_ms
 
     for i in range(1, len(steps)):
-        if high(steps[i]) and all(h is None or h for h in map(high, steps[i + 1 :])):
+        if high(steps[i]) and all(is_high is None or is_high for is_high in map(high, steps[i + 1 :])):
             return i
     return None
 
@@ -172,9 +178,9 @@ def _latency_vs_previous(steps: list[StepSummary], metrics: tuple[tuple[str, str
     for i in range(1, len(steps)):
         prev, cur = steps[i - 1], steps[i]
         allowed = STEP_RISE ** math.log2(cur["concurrency"] / prev["concurrency"])
-        for key, q in metrics:
-            v, b = _value(cur, key, q), _value(prev, key, q)
-            if v is not None and b and v / b > allowed:
+        for key, stat in metrics:
+            value, prev_value = _value(cur, key, stat), _value(prev, key, stat)
+            if value is not None and prev_value and value / prev_value > allowed:
                 return i
     return None
 
@@ -183,69 +189,71 @@ def efficiencies(steps: list[StepSummary]) -> list[float | None]:
     """Relative throughput gain / relative concurrency gain against the previous step."""
     out: list[float | None] = [None]
     for prev, cur in zip(steps, steps[1:]):
-        x0, x1 = prev.get("throughput_rps"), cur.get("throughput_rps")
+        prev_rps, cur_rps = prev.get("throughput_rps"), cur.get("throughput_rps")
         gain_n = cur["concurrency"] / prev["concurrency"] - 1
-        out.append((x1 / x0 - 1) / gain_n if x0 and x1 is not None and gain_n > 0 else None)
+        out.append((cur_rps / prev_rps - 1) / gain_n if prev_rps and cur_rps is not None and gain_n > 0 else None)
     return out
 
 
 def _throughput_efficiency(steps: list[StepSummary]) -> int | None:
-    for i, e in enumerate(efficiencies(steps)):
-        if e is not None and e < EFFICIENCY_MIN:
+    for i, efficiency in enumerate(efficiencies(steps)):
+        if efficiency is not None and efficiency < EFFICIENCY_MIN:
             return i
     return None
 
 
 def _curve(steps: list[StepSummary], infl: list[float | None]) -> tuple[list[int], list[float]]:
-    pts = [(s["concurrency"], r) for s, r in zip(steps, infl) if r is not None and math.isfinite(r)]
-    return [p[0] for p in pts], [p[1] for p in pts]
+    pts = [
+        (step["concurrency"], ratio) for step, ratio in zip(steps, infl) if ratio is not None and math.isfinite(ratio)
+    ]
+    return [point[0] for point in pts], [point[1] for point in pts]
 
 
 def _kneedle(steps: list[StepSummary], infl: list[float | None]) -> int | None:
-    ns, ys = _curve(steps, infl)
-    if len(ns) < 3 or max(ys) <= LATENCY_RISE:
+    concurrencies, ratios = _curve(steps, infl)
+    if len(concurrencies) < 3 or max(ratios) <= LATENCY_RISE:
         return None
-    x = np.log2(ns)
-    xn = (x - x[0]) / (x[-1] - x[0])
-    y = np.asarray(ys)
-    yn = (y - y.min()) / (y.max() - y.min())
-    diff = xn - yn
-    i = int(np.argmax(diff))
-    if diff[i] <= 0 or i + 1 >= len(ns):
+    log_n = np.log2(concurrencies)
+    log_n_scaled = (log_n - log_n[0]) / (log_n[-1] - log_n[0])
+    ratio_array = np.asarray(ratios)
+    ratio_scaled = (ratio_array - ratio_array.min()) / (ratio_array.max() - ratio_array.min())
+    diff = log_n_scaled - ratio_scaled
+    bend = int(np.argmax(diff))
+    if diff[bend] <= 0 or bend + 1 >= len(concurrencies):
         return None
-    return [s["concurrency"] for s in steps].index(ns[i + 1])
+    return [step["concurrency"] for step in steps].index(concurrencies[bend + 1])
 
 
-def _line_sse(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    if len(x) < 2:
+def _line_sse(positions: np.ndarray, values: np.ndarray) -> tuple[float, float]:
+    if len(positions) < 2:
         return 0.0, 0.0
-    slope, icpt = np.polyfit(x, y, 1)
-    return float(slope), float(((np.polyval([slope, icpt], x) - y) ** 2).sum())
+    slope, icpt = np.polyfit(positions, values, 1)
+    return float(slope), float(((np.polyval([slope, icpt], positions) - values) ** 2).sum())
 
 
 def _piecewise(steps: list[StepSummary], infl: list[float | None]) -> int | None:
-    ns, ys = _curve(steps, infl)
-    if len(ns) < 4 or max(ys) <= LATENCY_RISE:
+    concurrencies, ratios = _curve(steps, infl)
+    if len(concurrencies) < 4 or max(ratios) <= LATENCY_RISE:
         return None
-    x, y = np.asarray(ns, float), np.asarray(ys, float)
+    positions, values = np.asarray(concurrencies, float), np.asarray(ratios, float)
     best = None
-    for b in range(1, len(x) - 2 + 1):
-        s1, e1 = _line_sse(x[: b + 1], y[: b + 1])
-        s2, e2 = _line_sse(x[b:], y[b:])
-        if s2 > max(s1, 0) * 1.5 + 1e-9 and (best is None or e1 + e2 < best[0] - 1e-12):
-            best = (e1 + e2, b)
-    if best is None or best[1] + 1 >= len(ns):
+    for split in range(1, len(positions) - 2 + 1):
+        left_slope, left_sse = _line_sse(positions[: split + 1], values[: split + 1])
+        right_slope, right_sse = _line_sse(positions[split:], values[split:])
+        if right_slope > max(left_slope, 0) * 1.5 + 1e-9 and (best is None or left_sse + right_sse < best[0] - 1e-12):
+            best = (left_sse + right_sse, split)
+    if best is None or best[1] + 1 >= len(concurrencies):
         return None
-    return [s["concurrency"] for s in steps].index(ns[best[1] + 1])
+    return [step["concurrency"] for step in steps].index(concurrencies[best[1] + 1])
 
 
 def signal_share(step: Mapping[str, Any], key: str) -> tuple[float | None, int]:
     """One of :data:`SIGNAL_SHARES` at a level: (its share or None, how many answers it counts)."""
     if key == "integrity":
-        it = step.get("integrity") or {}
-        return it.get("rate"), int(it.get("mismatched") or 0)
-    rate, n = step.get(key), step.get("requests") or 0
-    return rate, (round(rate * n) if rate is not None else 0)
+        integrity = step.get("integrity") or {}
+        return integrity.get("rate"), int(integrity.get("mismatched") or 0)
+    rate, requests = step.get(key), step.get("requests") or 0
+    return rate, (round(rate * requests) if rate is not None else 0)
 
 
 def signal_rise(steps: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
@@ -256,15 +264,15 @@ def signal_rise(steps: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
     for key, _, margin in SIGNAL_SHARES:
         base = signal_share(steps[0], key)[0] or 0.0 if steps else 0.0
 
-        def high(s: Mapping[str, Any]) -> bool | None:  # called in this iteration only
-            rate = signal_share(s, key)[0]  # noqa: B023
+        def high(level: Mapping[str, Any]) -> bool | None:  # called in this iteration only
+            rate = signal_share(level, key)[0]  # noqa: B023
             return None if rate is None else rate >= base + margin  # noqa: B023
 
         for i in range(1, len(steps)):
             if (
                 high(steps[i])
                 and signal_share(steps[i], key)[1] >= SIGNAL_MIN_ANSWERS
-                and all(h is None or h for h in map(high, steps[i + 1 :]))
+                and all(is_high is None or is_high for is_high in map(high, steps[i + 1 :]))
             ):
                 if best is None or i < best[0]:
                     best = (i, key)
@@ -279,8 +287,12 @@ def _signal(steps: list[StepSummary]) -> int | None:
 
 def signal_first(idx: dict[str, int | None], rules: tuple[str, ...] | list[str]) -> bool:
     """Whether the ``signal`` method set the knee before every other rule did."""
-    k = idx.get("signal")
-    return k is not None and all((at := idx.get(r)) is None or at > k for r in rules if r not in ("signal", "speech"))
+    signal_index = idx.get("signal")
+    return signal_index is not None and all(
+        (rule_index := idx.get(rule)) is None or rule_index > signal_index
+        for rule in rules
+        if rule not in ("signal", "speech")
+    )
 
 
 _STREAM_METHODS = (
@@ -310,11 +322,13 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     "efficiency", "streamed", "ttfa_floor_ms", "rules", "untimed_stream"}`` (see module doc);
     ``streamed`` says whether the knee was judged on playback, ``rules`` names the methods that
     set the knee, ``signal_first`` whether the ``signal`` method set it before the others."""
-    steps = [s for s in steps if s.get("requests")]
+    steps = [step for step in steps if step.get("requests")]
     untimed = (
         streamed
         and bool(steps)
-        and not any(_value(s, "ttfa_ms", "p95") is not None or s.get("underrun_rate") is not None for s in steps)
+        and not any(
+            _value(step, "ttfa_ms", "p95") is not None or step.get("underrun_rate") is not None for step in steps
+        )
     )
     streamed = streamed and not untimed
     names = _STREAM_METHODS if streamed else _WHOLE_METHODS
@@ -354,32 +368,38 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
     if streamed:
         idx["underruns"] = _underruns(steps)
         idx["ttfa_vs_lowest"] = _ttfa_vs_lowest(steps, ttfa_floor_ms, ttfa_basis(steps))
-    primary = [i for i in (idx[r] for r in rules) if i is not None]
-    k = min(primary) if primary else None
+    primary = [found_index for found_index in (idx[rule] for rule in rules) if found_index is not None]
+    knee_index = min(primary) if primary else None
     # the knee only the first sound heard sets: the audio came as early, but began with silence
     # (leading silence grown by SILENCE_RISE_MS over the lowest step's, not a voice's own pause)
-    lead = [_value(s, "leading_silence_ms", "p95") for s in steps]
+    lead = [_value(step, "leading_silence_ms", "p95") for step in steps]
     silence_first = (
         streamed
-        and k is not None
+        and knee_index is not None
         and ttfa_basis(steps) == "ttfa_audible_ms"
-        and idx["ttfa_vs_lowest"] == k
-        and all((at := idx[r]) is None or at > k for r in rules if r != "ttfa_vs_lowest")
-        and (lambda b: b is None or b > k)(_ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms"))
+        and idx["ttfa_vs_lowest"] == knee_index
+        and all(
+            (rule_index := idx[rule]) is None or rule_index > knee_index for rule in rules if rule != "ttfa_vs_lowest"
+        )
+        and (lambda ttfa_index: ttfa_index is None or ttfa_index > knee_index)(
+            _ttfa_vs_lowest(steps, ttfa_floor_ms, "ttfa_ms")
+        )
         and (lead_base := lead[0]) is not None
-        and (lead_k := lead[k]) is not None
+        and (lead_k := lead[knee_index]) is not None
         and lead_k >= lead_base + SILENCE_RISE_MS
     )
-    methods = {name: (steps[i]["concurrency"] if (i := idx[name]) is not None else None) for name in names}
-    knee_c = steps[k]["concurrency"] if k is not None else None
+    methods = {
+        name: (steps[found_index]["concurrency"] if (found_index := idx[name]) is not None else None) for name in names
+    }
+    knee_c = steps[knee_index]["concurrency"] if knee_index is not None else None
     knee: Knee = {
         **empty,
         "concurrency": knee_c,
-        "index": k,
+        "index": knee_index,
         "methods": cast(KneeMethods, methods),
-        "agree": [name for name, c in methods.items() if c is not None and c == knee_c],
-        "inflation": [None if r is None or not math.isfinite(r) else round(r, 3) for r in infl],
-        "efficiency": [None if e is None else round(e, 3) for e in efficiencies(steps)],
+        "agree": [name for name, named in methods.items() if named is not None and named == knee_c],
+        "inflation": [None if rule is None or not math.isfinite(rule) else round(rule, 3) for rule in infl],
+        "efficiency": [None if efficiency is None else round(efficiency, 3) for efficiency in efficiencies(steps)],
         "signal_first": signal_first(idx, rules),
     }
     if streamed:
@@ -391,13 +411,13 @@ def find_knee(steps: list[StepSummary], streamed: bool = False, ttfa_floor_ms: f
 def little_check(steps: list[StepSummary]) -> list[LittleLaw]:
     """Per step: concurrency vs throughput x mean end-to-end latency; ``ok`` false if >25% off."""
     out: list[LittleLaw] = []
-    for s in steps:
-        lit = s.get("little")
+    for step in steps:
+        lit = step.get("little")
         if not lit:
             continue
         out.append(
             {
-                "concurrency": s["concurrency"],
+                "concurrency": step["concurrency"],
                 "effective_concurrency": round(lit["effective_concurrency"], 3),
                 "expected_concurrency": round(lit["expected_concurrency"], 3),
                 "ratio": round(lit["ratio"], 3),
@@ -407,16 +427,16 @@ def little_check(steps: list[StepSummary]) -> list[LittleLaw]:
     return out
 
 
-def _nnls2(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _nnls2(design: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Least squares for two non-negative coefficients."""
     best: tuple[float, np.ndarray] | None = None
     for cols in ((0, 1), (0,), (1,)):
         coef = np.zeros(2)
-        sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+        sol, *_ = np.linalg.lstsq(design[:, cols], target, rcond=None)
         if (sol < 0).any():
             continue
         coef[list(cols)] = sol
-        err = float(((a @ coef - y) ** 2).sum())
+        err = float(((design @ coef - target) ** 2).sum())
         if best is None or err < best[0]:
             best = (err, coef)
     return best[1] if best else np.zeros(2)
@@ -429,23 +449,27 @@ def usl_fit(steps: list[StepSummary]) -> Usl | None:
     candidate lambda the model is linear in sigma and kappa (both kept >= 0); the lambda with the
     smallest squared throughput error wins.  ``peak_concurrency`` = sqrt((1 - sigma) / kappa).
     """
-    pts = [(s["concurrency"], s["throughput_rps"]) for s in steps if s.get("throughput_rps") and s.get("concurrency")]
+    pts = [
+        (step["concurrency"], step["throughput_rps"])
+        for step in steps
+        if step.get("throughput_rps") and step.get("concurrency")
+    ]
     if len(pts) < 4:
         return None
-    n = np.array([p[0] for p in pts], float)
-    x = np.array([p[1] for p in pts], float)
-    a = np.column_stack([n - 1, n * (n - 1)])
-    lam0 = float(np.max(x / n))
+    n = np.array([point[0] for point in pts], float)
+    throughput = np.array([point[1] for point in pts], float)
+    design = np.column_stack([n - 1, n * (n - 1)])
+    lam0 = float(np.max(throughput / n))
     best: tuple[float, Any, Any, Any, np.ndarray] | None = None
     for lam in lam0 * np.linspace(0.7, 1.5, 81):
-        sigma, kappa = _nnls2(a, lam * n / x - 1)
+        sigma, kappa = _nnls2(design, lam * n / throughput - 1)
         pred = lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
-        err = float(((pred - x) ** 2).sum())
+        err = float(((pred - throughput) ** 2).sum())
         if best is None or err < best[0]:
             best = (err, lam, sigma, kappa, pred)
     assert best is not None  # the first of the candidates always sets it
     err, lam, sigma, kappa, pred = best
-    ss_tot = float(((x - x.mean()) ** 2).sum())
+    ss_tot = float(((throughput - throughput.mean()) ** 2).sum())
     peak = math.sqrt((1 - sigma) / kappa) if kappa > 0 and sigma < 1 else None
     return {
         "lambda_rps": lam,

@@ -44,28 +44,28 @@ _POOLED = -2  # the step number pooled records are relabelled with (no record ca
 Figures = Callable[[Attempts, dict[str, Any], StepSummary, list[dict[str, Any]]], dict[str, Any]]
 
 
-def _repeat_figures(s: StepSummary) -> dict[str, Any]:
-    lat: Mapping[str, Any] = s.get("latency_ms") or {}
-    ttfa: Mapping[str, Any] = s.get("ttfa_ms") or {}
+def _repeat_figures(step: StepSummary) -> dict[str, Any]:
+    lat: Mapping[str, Any] = step.get("latency_ms") or {}
+    ttfa: Mapping[str, Any] = step.get("ttfa_ms") or {}
     return {
-        "step": s["step"],
-        "phase": s.get("phase"),
-        "repeat": s.get("repeat"),
+        "step": step["step"],
+        "phase": step.get("phase"),
+        "repeat": step.get("repeat"),
         "p50_ms": lat.get("p50"),
         "p95_ms": lat.get("p95"),
-        "throughput_rps": s.get("throughput_rps"),
+        "throughput_rps": step.get("throughput_rps"),
         "ttfa_p95_ms": ttfa.get("p95"),
-        "requests": s.get("requests"),
+        "requests": step.get("requests"),
     }
 
 
 def _spread(steps: list[StepSummary]) -> dict[str, Any]:
-    rows = [_repeat_figures(s) for s in steps]
+    rows = [_repeat_figures(step) for step in steps]
     out = {}
-    for k in ("p50_ms", "p95_ms", "throughput_rps", "ttfa_p95_ms"):
-        vals = [r[k] for r in rows if r[k] is not None]
+    for figure in ("p50_ms", "p95_ms", "throughput_rps", "ttfa_p95_ms"):
+        vals = [row[figure] for row in rows if row[figure] is not None]
         if vals:
-            out[k] = [min(vals), max(vals)]
+            out[figure] = [min(vals), max(vals)]
     out["by_repeat"] = rows
     return out
 
@@ -74,14 +74,14 @@ def _windowed_res(res: pd.DataFrame, windows: list[tuple[float, float]]) -> pd.D
     if not len(res) or not windows:
         return res.iloc[0:0] if len(res) else res
     keep = np.zeros(len(res), dtype=bool)
-    ts = res["ts"].to_numpy()
-    for s, e in windows:
-        keep |= (ts >= s) & (ts <= e)
+    sample_ts = res["ts"].to_numpy()
+    for start, end in windows:
+        keep |= (sample_ts >= start) & (sample_ts <= end)
     return res[keep]
 
 
 def _pool(
-    a: Attempts,
+    attempts: Attempts,
     typed_steps: list[StepSummary],
     res: pd.DataFrame,
     settle_s: float | None,
@@ -93,27 +93,27 @@ def _pool(
     # read and written as open JSON: the windows' figures are filtered for presence (which the
     # checker cannot narrow through a comprehension), and a pooled window has no settle_s
     steps = cast(list[dict[str, Any]], typed_steps)
-    nums = [s["step"] for s in steps]
-    relabelled = np.where(np.isin(a["step"], np.asarray(nums)), _POOLED, a["step"])
+    nums = [step["step"] for step in steps]
+    relabelled = np.where(np.isin(attempts["step"], np.asarray(nums)), _POOLED, attempts["step"])
     # computed afresh: what a live reader keeps is kept per step, not for a pool of them
-    pooled = dataclasses.replace(a, cols={**a.cols, "step": relabelled}, lasting=None)
-    c = steps[0]["concurrency"]
+    pooled = dataclasses.replace(attempts, cols={**attempts.cols, "step": relabelled}, lasting=None)
+    concurrency = steps[0]["concurrency"]
     # no start: the window comes from the records; every windowed figure is replaced below
     out = cast(
         dict[str, Any],
         step_stats(
             pooled,
-            {"step": _POOLED, "concurrency": c, "start": None, "end": None},
+            {"step": _POOLED, "concurrency": concurrency, "start": None, "end": None},
             res.iloc[0:0] if len(res) else res,
             settle_s,
             **stats_kwargs,
         ),
     )
-    wins = [s["window"] for s in steps if s["window"].get("duration_s")]
-    dur = sum(w["duration_s"] for w in wins)
-    spans = [(w["start"], w["end"]) for w in wins]
-    done = sum(w["completions"] for w in wins)
-    ok = sum(w["ok_completions"] for w in wins)
+    wins = [step["window"] for step in steps if step["window"].get("duration_s")]
+    dur = sum(window["duration_s"] for window in wins)
+    spans = [(window["start"], window["end"]) for window in wins]
+    done = sum(window["completions"] for window in wins)
+    ok_done = sum(window["ok_completions"] for window in wins)
     out.update(
         {
             "step": None,
@@ -124,39 +124,45 @@ def _pool(
                 "end": None,
                 "duration_s": dur or None,
                 "source": "pooled",
-                "spans": [list(x) for x in spans],
+                "spans": [list(span) for span in spans],
                 "completions": done,
-                "ok_completions": ok,
-                "open": any(s["window"].get("open") for s in steps),
+                "ok_completions": ok_done,
+                "open": any(step["window"].get("open") for step in steps),
             },
-            "throughput_rps": ok / dur if dur else None,
+            "throughput_rps": ok_done / dur if dur else None,
             "completed_rps": done / dur if dur else None,
         }
     )
-    for k in ("audio_s_per_s", "chars_per_s"):
+    for figure in ("audio_s_per_s", "chars_per_s"):
         per = [
-            (s[k], s["window"]["duration_s"]) for s in steps if s.get(k) is not None and s["window"].get("duration_s")
+            (step[figure], step["window"]["duration_s"])
+            for step in steps
+            if step.get(figure) is not None and step["window"].get("duration_s")
         ]
-        out[k] = sum(x * d for x, d in per) / sum(d for _, d in per) if per else None
+        out[figure] = (
+            sum(value * duration for value, duration in per) / sum(duration for _, duration in per) if per else None
+        )
     out["rtfx"] = out["audio_s_per_s"]
     out["utterances_per_hour"] = None if out["throughput_rps"] is None else out["throughput_rps"] * 3600.0
-    lit = [s["little"] for s in steps if s.get("little")]
+    lit = [step["little"] for step in steps if step.get("little")]
     if lit:
-        w = sum(x["window_s"] for x in lit)
-        eff = sum(x["effective_concurrency"] * x["window_s"] for x in lit) / w
-        expected = sum(x.get("expected_concurrency", c) * x["window_s"] for x in lit) / w
+        window_s = sum(little["window_s"] for little in lit)
+        eff = sum(little["effective_concurrency"] * little["window_s"] for little in lit) / window_s
+        expected = (
+            sum(little.get("expected_concurrency", concurrency) * little["window_s"] for little in lit) / window_s
+        )
         out["little"] = {
             "effective_concurrency": eff,
             "expected_concurrency": expected,
             "ratio": eff / expected,
-            "window_s": w,
+            "window_s": window_s,
         }
     else:
         out["little"] = None
     inside = _windowed_res(res, spans)
-    lo, hi = (min(x[0] for x in spans), max(x[1] for x in spans)) if spans else (None, None)
-    out["server"] = resource_aggregate(inside, "server", lo, hi, stats_kwargs.get("names"))
-    out["client"] = resource_aggregate(inside, "client", lo, hi)
+    span_start, span_end = (min(span[0] for span in spans), max(span[1] for span in spans)) if spans else (None, None)
+    out["server"] = resource_aggregate(inside, "server", span_start, span_end, stats_kwargs.get("names"))
+    out["client"] = resource_aggregate(inside, "client", span_start, span_end)
     if out["server"] is not None:
         last = steps[-1].get("server") or {}
         out["server"]["gpu_mem_fallback_bytes"] = last.get("gpu_mem_fallback_bytes")
@@ -166,7 +172,7 @@ def _pool(
 
 
 def levels(
-    a: Attempts,
+    attempts: Attempts,
     steps: list[StepSummary],
     res: pd.DataFrame,
     settle_s: float | None = None,
@@ -182,20 +188,20 @@ def levels(
     stats, steps)`` adds what a pooled level needs beyond ``step_stats`` (the open-loop figures),
     over its relabelled records."""
     groups: dict[Any, list[StepSummary]] = {}
-    for s in steps:
-        if s.get("requests"):
-            groups.setdefault(cast(dict[str, Any], s)[key], []).append(s)
+    for step in steps:
+        if step.get("requests"):
+            groups.setdefault(cast(dict[str, Any], step)[key], []).append(step)
     out: list[StepSummary] = []
-    for c in sorted(groups):
-        group = groups[c]
+    for level_value in sorted(groups):
+        group = groups[level_value]
         lvl = cast(
             dict[str, Any],
-            dict(group[0]) if len(group) == 1 else _pool(a, group, res, settle_s, stats_kwargs, key, figures),
+            dict(group[0]) if len(group) == 1 else _pool(attempts, group, res, settle_s, stats_kwargs, key, figures),
         )
         lvl.update(
             {
-                key: c,
-                "steps": [s["step"] for s in group],
+                key: level_value,
+                "steps": [step["step"] for step in group],
                 "repeats": len(group),
                 "spread": _spread(group) if len(group) > 1 else None,
             }

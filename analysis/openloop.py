@@ -74,34 +74,34 @@ def _growth(sched: np.ndarray, waits: np.ndarray) -> Growth:
     thirds = np.array_split(waits, 3)
     if len(waits) < 3 * GROWTH_MIN:
         return {"p50_thirds": None, "growing": None, "slope_ms_per_s": None}
-    p50 = [float(np.median(t)) for t in thirds]
+    p50 = [float(np.median(third)) for third in thirds]
     span = sched[-1] - sched[0]
     slope = float(np.polyfit(sched - sched[0], waits, 1)[0]) if span > 0 else None
     growing = p50[0] < p50[1] < p50[2] and p50[2] > GROWTH_RATIO * p50[0]
     return {"p50_thirds": p50, "growing": bool(growing), "slope_ms_per_s": slope}
 
 
-def _inflight_mean(a: Attempts, ws: float | None, we: float | None) -> float | None:
-    if ws is None or we is None or not we > ws:
+def _inflight_mean(attempts: Attempts, window_start: float | None, window_end: float | None) -> float | None:
+    if window_start is None or window_end is None or not window_end > window_start:
         return None
-    fin, start, end = spans(a)
-    busy = np.clip(np.minimum(end, we) - np.maximum(start, ws), 0.0, None).sum()
-    return float(busy) / (we - ws)
+    fin, start, end = spans(attempts)
+    busy = np.clip(np.minimum(end, window_end) - np.maximum(start, window_start), 0.0, None).sum()
+    return float(busy) / (window_end - window_start)
 
 
-def step_figures(a: Attempts, step: Mapping[str, Any], stats: StepSummary) -> dict[str, Any]:
+def step_figures(attempts: Attempts, step: Mapping[str, Any], stats: StepSummary) -> dict[str, Any]:
     """The open-loop figures of one step (``step``: its run.json entry; ``stats``: its
     ``step_stats``), to merge into ``stats``."""
-    m = (a["step"] == step["step"]) & a["settled"]
-    okf = m & a["final"] & a["ok"]
-    first = m & (a["attempt"] <= 1)
-    sched = a["scheduled"]
+    in_step = (attempts["step"] == step["step"]) & attempts["settled"]
+    okf = in_step & attempts["final"] & attempts["ok"]
+    first = in_step & (attempts["attempt"] <= 1)
+    sched = attempts["scheduled"]
     rate, dropped = step.get("rate"), step.get("dropped") or 0
     target = step.get("offered_rps") or rate  # a trace's window may hold more or fewer than its mean
     win = stats.get("window") or {}
-    conc = a["concurrency"][m]
+    conc = attempts["concurrency"][in_step]
     thr = stats.get("throughput_rps")
-    waits = a["sched_wait_ms"][okf]
+    waits = attempts["sched_wait_ms"][okf]
     sched_wait = dist(waits)
     if sched_wait is not None:
         add_intervals(sched_wait, waits)
@@ -112,17 +112,17 @@ def step_figures(a: Attempts, step: Mapping[str, Any], stats: StepSummary) -> di
         "throughput_ratio": thr / target if thr is not None and target else None,
         **({"offered_rps": step["offered_rps"]} if step.get("offered_rps") else {}),
         "inflight": {
-            "mean": _inflight_mean(a, win.get("start"), win.get("end")),
+            "mean": _inflight_mean(attempts, win.get("start"), win.get("end")),
             "max": int(conc.max()) if len(conc) and conc.max() >= 0 else None,
         },
         "sched_wait_ms": sched_wait,
-        "send_lag_ms": dist((a["t0"][first] - sched[first]) * 1000.0),
-        "growth": _growth(sched[okf], a["sched_wait_ms"][okf]),
+        "send_lag_ms": dist((attempts["t0"][first] - sched[first]) * 1000.0),
+        "growth": _growth(sched[okf], attempts["sched_wait_ms"][okf]),
     }
 
 
 def level_figures(
-    a: Attempts, entry: dict[str, Any], stats: StepSummary, steps: list[dict[str, Any]]
+    attempts: Attempts, entry: dict[str, Any], stats: StepSummary, steps: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The open-loop figures of a rate tested by several steps (``--repeat``, a refine probe at a
     tested rate), over their pooled records (``entry``: the pooled step number and the rate;
@@ -130,23 +130,25 @@ def level_figures(
     drops added up, in flight weighted by each step's window; and the queue kept growing when it
     did in any one step (each is judged over its own thirds: thirds across repeats mean nothing)."""
     out = step_figures(
-        a,
-        dict(entry, dropped=sum(s.get("dropped") or 0 for s in steps), offered_rps=steps[0].get("offered_rps")),
+        attempts,
+        dict(entry, dropped=sum(step.get("dropped") or 0 for step in steps), offered_rps=steps[0].get("offered_rps")),
         stats,
     )
     timed = [
-        (s["inflight"]["mean"], s["window"]["duration_s"])
-        for s in steps
-        if (s.get("inflight") or {}).get("mean") is not None and s["window"].get("duration_s")
+        (step["inflight"]["mean"], step["window"]["duration_s"])
+        for step in steps
+        if (step.get("inflight") or {}).get("mean") is not None and step["window"].get("duration_s")
     ]
-    highs = [s["inflight"]["max"] for s in steps if (s.get("inflight") or {}).get("max") is not None]
+    highs = [step["inflight"]["max"] for step in steps if (step.get("inflight") or {}).get("max") is not None]
     out["inflight"] = {
-        "mean": sum(m * d for m, d in timed) / sum(d for _, d in timed) if timed else None,
+        "mean": sum(mean * duration for mean, duration in timed) / sum(duration for _, duration in timed)
+        if timed
+        else None,
         "max": max(highs) if highs else None,
     }
-    growths = [s.get("growth") or {} for s in steps]
-    grew = next((g for g in growths if g.get("growing")), None)
-    known = [g.get("growing") for g in growths if g.get("growing") is not None]
+    growths = [step.get("growth") or {} for step in steps]
+    grew = next((growth for growth in growths if growth.get("growing")), None)
+    known = [growth.get("growing") for growth in growths if growth.get("growing") is not None]
     out["growth"] = dict(grew or growths[-1], growing=any(known) if known else None)
     return out
 
@@ -161,54 +163,54 @@ def judge(slo: slo_mod.SLO, step: StepSummary) -> SloVerdict:
     """:func:`analysis.slo.judge` of a rate step on its latency from the schedule, failing a step
     whose latency kept growing through it whatever its percentiles: its queue was still
     building when it ended, so a longer step would have shown more."""
-    v = slo_mod.judge(slo, judged(step))
-    v["rate"] = step.get("rate")
-    g: Mapping[str, Any] = step.get("growth") or {}
-    if g.get("growing"):
-        t = g["p50_thirds"]
-        v["failed"].append(
-            f"latency from schedule kept growing (median {t[0]:.0f} -> {t[1]:.0f} -> {t[2]:.0f} ms "
+    verdict = slo_mod.judge(slo, judged(step))
+    verdict["rate"] = step.get("rate")
+    growth: Mapping[str, Any] = step.get("growth") or {}
+    if growth.get("growing"):
+        thirds = growth["p50_thirds"]
+        verdict["failed"].append(
+            f"latency from schedule kept growing (median {thirds[0]:.0f} -> {thirds[1]:.0f} -> {thirds[2]:.0f} ms "
             f"over the step's thirds)"
         )
-        v.update({"pass": False, "more_requests": None})
-    return v
+        verdict.update({"pass": False, "more_requests": None})
+    return verdict
 
 
-def implied_concurrency(s: StepSummary) -> int | None:
-    """What the rate of step ``s`` keeps in flight by Little's law: rate x its mean latency from
+def implied_concurrency(level: StepSummary) -> int | None:
+    """What the rate of the step ``level`` keeps in flight by Little's law: rate x its mean latency from
     schedule, rounded up."""
-    sched_wait: Mapping[str, Any] = s.get("sched_wait_ms") or {}
+    sched_wait: Mapping[str, Any] = level.get("sched_wait_ms") or {}
     mean = sched_wait.get("mean")
-    return math.ceil(s["rate"] * mean / 1000.0) if mean is not None else None
+    return math.ceil(level["rate"] * mean / 1000.0) if mean is not None else None
 
 
-def offered(s: StepSummary) -> float:
-    """What step ``s`` offered, per second: its rate, or for a trace step what its settled window
+def offered(level: StepSummary) -> float:
+    """What the step ``level`` offered, per second: its rate, or for a trace step what its settled window
     replayed (``offered_rps``)."""
-    offered: float = s.get("offered_rps") or s["rate"]
+    offered: float = level.get("offered_rps") or level["rate"]
     return offered
 
 
 def past_knee(steps: list[StepSummary]) -> tuple[bool, str]:
     """Whether the latest of a pass's steps (ascending rates, the plan's ``--stop-past-knee``)
     breaks one of the knee's rules on its own figures, and the figures why."""
-    s = steps[-1]
-    if not s.get("requests"):
+    last = steps[-1]
+    if not last.get("requests"):
         return True, "is past the knee (not one request finished in it)"
-    thr = s.get("throughput_rps") or 0.0
-    if thr < (1 - SHORTFALL) * offered(s):
-        return True, f"is past the knee (it served {thr:.2f} of {offered(s):.3g} req/s offered)"
-    g: Mapping[str, Any] = s.get("growth") or {}
-    if g.get("growing"):
-        t = g["p50_thirds"]
-        return True, f"is past the knee (latency from schedule kept growing, {t[0]:.0f} -> {t[2]:.0f} ms)"
-    done = [x for x in steps if x.get("requests")]
-    base, p95 = _p95(done[0]), _p95(s)
+    thr = last.get("throughput_rps") or 0.0
+    if thr < (1 - SHORTFALL) * offered(last):
+        return True, f"is past the knee (it served {thr:.2f} of {offered(last):.3g} req/s offered)"
+    growth: Mapping[str, Any] = last.get("growth") or {}
+    if growth.get("growing"):
+        thirds = growth["p50_thirds"]
+        return True, f"is past the knee (latency from schedule kept growing, {thirds[0]:.0f} -> {thirds[2]:.0f} ms)"
+    done = [level for level in steps if level.get("requests")]
+    base, p95 = _p95(done[0]), _p95(last)
     if len(done) > 1 and base and p95 is not None and p95 > LATENCY_RISE * base:
         return True, f"is past the knee (p95 from schedule {p95 / base:.1f}x the lowest rate's)"
-    low, e = done[0].get("error_rate") or 0.0, s.get("error_rate") or 0.0
-    if e >= FAILURE_RATE and e - low >= FAILURE_RATE:
-        return True, f"is past the knee ({e:.0%} of requests fail)"
+    low, last_error = done[0].get("error_rate") or 0.0, last.get("error_rate") or 0.0
+    if last_error >= FAILURE_RATE and last_error - low >= FAILURE_RATE:
+        return True, f"is past the knee ({last_error:.0%} of requests fail)"
     return False, ""
 
 
@@ -220,18 +222,18 @@ def recommend_slo(
     if not levels:
         return None, "No settled requests yet."
     if best is None:
-        v, lv = verdicts[0], levels[0]
+        verdict, level = verdicts[0], levels[0]
         why = (
-            ", ".join(v["failed"])
-            if v["pass"] is False
-            else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+            ", ".join(verdict["failed"])
+            if verdict["pass"] is False
+            else "; ".join(verdict["inconclusive"]) + " (inconclusive counts as not meeting it)"
         )
         return None, (
-            f"No tested rate meets the SLO {spec}: at the lowest, {lv['rate']:g} req/s, {why}; test "
+            f"No tested rate meets the SLO {spec}: at the lowest, {level['rate']:g} req/s, {why}; test "
             f"lower rates or relax the SLO."
         )
-    i = next(k for k, lv in enumerate(levels) if lv["rate"] == best)
-    rec = levels[i]
+    best_index = next(index for index, level in enumerate(levels) if level["rate"] == best)
+    rec = levels[best_index]
     implied = implied_concurrency(rec)
     lat: Mapping[str, Any] = rec.get("sched_wait_ms") or {}
     p95 = (
@@ -244,17 +246,24 @@ def recommend_slo(
         f"one meeting it (p95 from schedule {p95}, {rec.get('throughput_rps') or 0:.2f} req/s served, "
         f"{rec['failed']} of {rec['requests']} failed)"
     )
-    nxt = next(((lv, v) for lv, v in zip(levels[i + 1 :], verdicts[i + 1 :]) if v["pass"] is not True), None)
+    nxt = next(
+        (
+            (level, verdict)
+            for level, verdict in zip(levels[best_index + 1 :], verdicts[best_index + 1 :])
+            if verdict["pass"] is not True
+        ),
+        None,
+    )
     if nxt is None:
         text += "; every tested rate meets it, so test higher rates to find the limit"
     else:
-        lv, v = nxt
+        level, verdict = nxt
         why = (
-            ", ".join(v["failed"])
-            if v["pass"] is False
-            else "; ".join(v["inconclusive"]) + " (inconclusive counts as not meeting it)"
+            ", ".join(verdict["failed"])
+            if verdict["pass"] is False
+            else "; ".join(verdict["inconclusive"]) + " (inconclusive counts as not meeting it)"
         )
-        text += f"; at {lv['rate']:g} req/s {why}"
+        text += f"; at {level['rate']:g} req/s {why}"
     if implied is not None:
         text += (
             f". By Little's law that rate at a mean {lat['mean']:.0f} ms keeps about {implied} requests in "
@@ -263,8 +272,8 @@ def recommend_slo(
     return implied, text + "."
 
 
-def _p95(s: StepSummary) -> float | None:
-    sched_wait: Mapping[str, Any] = s.get("sched_wait_ms") or {}
+def _p95(level: StepSummary) -> float | None:
+    sched_wait: Mapping[str, Any] = level.get("sched_wait_ms") or {}
     p95: float | None = sched_wait.get("p95")
     return p95
 
@@ -272,40 +281,40 @@ def _p95(s: StepSummary) -> float | None:
 def find_knee(steps: list[StepSummary]) -> Knee:
     """``{"rate", "index", "methods", "agree", "rules"}`` over the steps with requests, in
     ascending rate (see the module doc); ``index`` is into that list."""
-    steps = [s for s in steps if s.get("requests")]
+    steps = [level for level in steps if level.get("requests")]
     idx: dict[str, int | None] = dict.fromkeys(RULES)
     if steps:
-        for i, s in enumerate(steps):
-            thr = s.get("throughput_rps") or 0.0
-            if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * offered(s):
+        for i, level in enumerate(steps):
+            thr = level.get("throughput_rps") or 0.0
+            if idx["throughput_shortfall"] is None and thr < (1 - SHORTFALL) * offered(level):
                 idx["throughput_shortfall"] = i
-            growth: Mapping[str, Any] = s.get("growth") or {}
+            growth: Mapping[str, Any] = level.get("growth") or {}
             if idx["latency_growing"] is None and growth.get("growing"):
                 idx["latency_growing"] = i
         base = _p95(steps[0])
-        high = [base is not None and (p95 := _p95(s)) is not None and p95 > LATENCY_RISE * base for s in steps]
+        high = [base is not None and (p95 := _p95(level)) is not None and p95 > LATENCY_RISE * base for level in steps]
         for i in range(1, len(steps)):
             if all(high[i:]):
                 idx["latency_vs_lowest"] = i
                 break
         low_err = steps[0].get("error_rate") or 0.0
-        for i, s in enumerate(steps):
-            e = s.get("error_rate") or 0.0
-            if e >= FAILURE_RATE and e - low_err >= FAILURE_RATE:
+        for i, level in enumerate(steps):
+            error_rate = level.get("error_rate") or 0.0
+            if error_rate >= FAILURE_RATE and error_rate - low_err >= FAILURE_RATE:
                 idx["failures"] = i
                 break
         rise = signal_rise(steps)
         idx["signal"] = None if rise is None else rise[0]
     hits = [i for i in idx.values() if i is not None]
-    k = min(hits) if hits else None
+    knee_index = min(hits) if hits else None
     methods = {name: (steps[i]["rate"] if i is not None else None) for name, i in idx.items()}
-    rate = steps[k]["rate"] if k is not None else None
+    rate = steps[knee_index]["rate"] if knee_index is not None else None
     return {
         "rate": rate,
         "concurrency": None,
-        "index": k,
+        "index": knee_index,
         "methods": cast(KneeMethods, methods),
-        "agree": [n for n, r in methods.items() if r is not None and r == rate],
+        "agree": [name for name, named_rate in methods.items() if named_rate is not None and named_rate == rate],
         "rules": list(RULES),
         "streamed": False,
         "axis": "rate",
@@ -315,27 +324,27 @@ def find_knee(steps: list[StepSummary]) -> Knee:
 
 def recommend(steps: list[StepSummary], knee: Knee) -> tuple[float | None, int | None, str]:
     """(recommended rate, the concurrency it implies, the recommendation in words)."""
-    done = [s for s in steps if s.get("requests")]
+    done = [level for level in steps if level.get("requests")]
     if not done:
         return None, None, "No settled requests yet."
-    k = knee["index"]
-    if k == 0:
+    knee_index = knee["index"]
+    if knee_index == 0:
         return (
             None,
             None,
             (f"The lowest offered rate ({done[0]['rate']:g} req/s) is already past the knee; test lower rates."),
         )
-    rec = done[-1] if k is None else done[k - 1]
+    rec = done[-1] if knee_index is None else done[knee_index - 1]
     sched_wait: Mapping[str, Any] = rec.get("sched_wait_ms") or {}
     mean = sched_wait.get("mean")
     implied = implied_concurrency(rec)
-    if k is None:
+    if knee_index is None:
         text = (
             f"No knee up to {rec['rate']:g} req/s, the highest offered; test higher rates to find the "
             f"limit ({_desc(rec)})"
         )
     else:
-        text = f"Offer at most {rec['rate']:g} req/s ({_desc(rec)}; {_desc(done[k])})"
+        text = f"Offer at most {rec['rate']:g} req/s ({_desc(rec)}; {_desc(done[knee_index])})"
     if implied is not None:
         text += (
             f". By Little's law that rate at a mean {mean:.0f} ms keeps about {implied} requests in flight: "
@@ -344,14 +353,14 @@ def recommend(steps: list[StepSummary], knee: Knee) -> tuple[float | None, int |
     return rec["rate"], implied, text + "."
 
 
-def _desc(s: StepSummary) -> str:
-    lat: Mapping[str, Any] = s.get("sched_wait_ms") or {}
-    send_lag: Mapping[str, Any] = s.get("send_lag_ms") or {}
+def _desc(level: StepSummary) -> str:
+    lat: Mapping[str, Any] = level.get("sched_wait_ms") or {}
+    send_lag: Mapping[str, Any] = level.get("send_lag_ms") or {}
     lag = send_lag.get("p95")
     p95 = "n/a" if lat.get("p95") is None else f"{lat['p95']:.0f} ms"
     return (
-        f"at {s['rate']:g} req/s offered: {s.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
-        f"schedule {p95}, {s.get('dropped') or 0} dropped, {s['failed']} of {s['requests']} failed"
+        f"at {level['rate']:g} req/s offered: {level.get('throughput_rps') or 0:.2f} req/s served, p95 latency from "
+        f"schedule {p95}, {level.get('dropped') or 0} dropped, {level['failed']} of {level['requests']} failed"
         + (f", send lag p95 {lag:.1f} ms" if lag is not None else "")
     )
 
@@ -371,19 +380,23 @@ def at_rates(steps: list[StepSummary]) -> list[StepSummary]:
     return [
         cast(
             StepSummary,
-            {**s, "concurrency": f"{s['rate']:g} req/s", "latency_ms": s.get("sched_wait_ms") or s.get("latency_ms")},
+            {
+                **level,
+                "concurrency": f"{level['rate']:g} req/s",
+                "latency_ms": level.get("sched_wait_ms") or level.get("latency_ms"),
+            },
         )
-        for s in steps
+        for level in steps
     ]
 
 
 def reword(evidence: list[str]) -> list[str]:
     """Sentences written for concurrency, said of rates."""
     out = []
-    for e in evidence:
+    for line in evidence:
         for old, new in _WORDING:
-            e = e.replace(old, new)
-        out.append(e)
+            line = line.replace(old, new)
+        out.append(line)
     return out
 
 
@@ -393,24 +406,24 @@ def diagnose(steps: list[StepSummary], knee: Knee, creep: MemoryCreep | None, ha
     as_levels = at_rates(steps)
     label = None if knee["rate"] is None else f"{knee['rate']:g} req/s"
     # the knee's concurrency is its rate's label, as at_rates's levels have it
-    d = by_steps(as_levels, cast(Knee, {**knee, "concurrency": label, "inflation": []}), creep, has_resources)
-    ev = reword(d["evidence"])
-    k = knee["index"]
-    if k is not None:
-        s = [x for x in steps if x.get("requests")][k]
-        g: Mapping[str, Any] = s.get("growth") or {}
-        thirds = g.get("p50_thirds")
-        ev.insert(
+    diagnosis = by_steps(as_levels, cast(Knee, {**knee, "concurrency": label, "inflation": []}), creep, has_resources)
+    evidence = reword(diagnosis["evidence"])
+    knee_index = knee["index"]
+    if knee_index is not None:
+        level = [each for each in steps if each.get("requests")][knee_index]
+        growth: Mapping[str, Any] = level.get("growth") or {}
+        thirds = growth.get("p50_thirds")
+        evidence.insert(
             0,
-            f"At {s['rate']:g} req/s offered the server took {s.get('throughput_rps') or 0:.2f} req/s "
-            f"({s.get('dropped') or 0} arrivals dropped)"
+            f"At {level['rate']:g} req/s offered the server took {level.get('throughput_rps') or 0:.2f} req/s "
+            f"({level.get('dropped') or 0} arrivals dropped)"
             + (
                 f"; median latency from schedule went {thirds[0]:.0f} -> {thirds[1]:.0f} -> "
                 f"{thirds[2]:.0f} ms over the step's thirds"
                 if thirds
                 else ""
             )
-            + (": the queue kept growing, so that rate is past what it serves." if g.get("growing") else "."),
+            + (": the queue kept growing, so that rate is past what it serves." if growth.get("growing") else "."),
         )
-    d["evidence"] = ev
-    return d
+    diagnosis["evidence"] = evidence
+    return diagnosis

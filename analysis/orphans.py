@@ -73,18 +73,21 @@ MAX_SCALE = SCALES[-1]
 TIMED_OUT = "timed out"
 
 
-def _ramp_sum(start: np.ndarray, end: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _ramp_sum(start: np.ndarray, end: np.ndarray, weight: np.ndarray, times: np.ndarray) -> np.ndarray:
     """At each time of ``at``, the sum over items of ``weight`` spread evenly over [start, end]
     that has accrued by then (O((items + times) log items), however many of each)."""
     width = np.maximum(end - start, 1e-6)
     rate = weight / width
-    out = np.zeros(len(at))
+    out = np.zeros(len(times))
     for edge, sign in ((start, 1.0), (end, -1.0)):
         order = np.argsort(edge)
-        e, r = edge[order], rate[order]
-        n = np.searchsorted(e, at, side="right")
-        cr, cre = np.concatenate(([0.0], np.cumsum(r))), np.concatenate(([0.0], np.cumsum(r * e)))
-        out += sign * (cr[n] * at - cre[n])
+        sorted_edges, sorted_rates = edge[order], rate[order]
+        passed = np.searchsorted(sorted_edges, times, side="right")
+        rate_sums, weighted_sums = (
+            np.concatenate(([0.0], np.cumsum(sorted_rates))),
+            np.concatenate(([0.0], np.cumsum(sorted_rates * sorted_edges))),
+        )
+        out += sign * (rate_sums[passed] * times - weighted_sums[passed])
     return out
 
 
@@ -97,26 +100,28 @@ def _cpu_intervals(res: pd.DataFrame, first: float, last: float) -> tuple[np.nda
     srv = res[(res["role"] == "server") & res["proc_cpu_percent"].notna()]
     if srv.empty or srv["host"].nunique() != 1:
         return None  # no process watched, or replicas: their CPU is not one server's
-    ts, pct = srv["ts"].to_numpy(float), srv["proc_cpu_percent"].to_numpy(float)
-    order = np.argsort(ts)
-    ts, pct = ts[order], pct[order]
-    lo = max(int(np.searchsorted(ts, first, side="right")) - 1, 0)
-    hi = int(np.searchsorted(ts, last, side="left")) + 1
-    ts, pct = ts[lo:hi], pct[lo:hi]
-    if len(ts) < MIN_INTERVALS + 1:
+    sample_ts, pct = srv["ts"].to_numpy(float), srv["proc_cpu_percent"].to_numpy(float)
+    order = np.argsort(sample_ts)
+    sample_ts, pct = sample_ts[order], pct[order]
+    first_index = max(int(np.searchsorted(sample_ts, first, side="right")) - 1, 0)
+    end_index = int(np.searchsorted(sample_ts, last, side="left")) + 1
+    sample_ts, pct = sample_ts[first_index:end_index], pct[first_index:end_index]
+    if len(sample_ts) < MIN_INTERVALS + 1:
         return None
     host = (
-        srv["cpu_percent"].to_numpy(float)[order][lo:hi] if "cpu_percent" in srv.columns else np.full(len(ts), np.nan)
+        srv["cpu_percent"].to_numpy(float)[order][first_index:end_index]
+        if "cpu_percent" in srv.columns
+        else np.full(len(sample_ts), np.nan)
     )
     # a sample's percent is of the interval since the one before
-    return ts, pct[1:] / 100.0 * np.diff(ts), host[1:]
+    return sample_ts, pct[1:] / 100.0 * np.diff(sample_ts), host[1:]
 
 
-def _expected(a: Attempts, heard: np.ndarray, chars: np.ndarray, column: np.ndarray) -> np.ndarray:
+def _expected(attempts: Attempts, heard: np.ndarray, chars: np.ndarray, column: np.ndarray) -> np.ndarray:
     """Per attempt, the median of ``column`` over the heard attempts of its text; for a text never
     heard, its characters at the heard attempts' median ``column`` per character."""
-    codes = a["text"]
-    out = np.full(len(a), np.nan)
+    codes = attempts["text"]
+    out = np.full(len(attempts), np.nan)
     for code in np.unique(codes[heard]):
         mine = codes == code
         out[mine] = np.nanmedian(column[heard & mine])
@@ -126,47 +131,49 @@ def _expected(a: Attempts, heard: np.ndarray, chars: np.ndarray, column: np.ndar
     return out
 
 
-def _solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
+def _solve(design: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, float] | None:
     """Least squares: (coefficients, standard errors, residual sum of squares), or None where the
     columns do not determine them."""
-    if len(y) <= x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
+    if len(target) <= design.shape[1] or np.linalg.matrix_rank(design) < design.shape[1]:
         return None
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ coef
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    resid = target - design @ coef
     rss = float(resid @ resid)
-    se = np.sqrt(np.clip(np.diag(np.linalg.inv(x.T @ x)) * rss / (len(y) - x.shape[1]), 0.0, None))
-    return coef, se, rss
+    std_errors = np.sqrt(
+        np.clip(np.diag(np.linalg.inv(design.T @ design)) * rss / (len(target) - design.shape[1]), 0.0, None)
+    )
+    return coef, std_errors, rss
 
 
-def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> CpuFit | None:
+def fit(attempts: Attempts, res: pd.DataFrame, timeout_s: float | None) -> CpuFit | None:
     """``{"cancel", "hangup", "note"}``: the CPU estimate of the work orphaned per cancel and per
     hang-up (see the module doc), each None where there were too few of them, and ``note`` the
     sentence saying why neither could be estimated; None for a run with no abandoned request or
     no watched server process. ``timeout_s``: --request-timeout, when a hang-up was."""
-    if not len(a):
+    if not len(attempts):
         return None
-    t0, chars = a["t0"], a["text_len"]
-    timed_out = np.zeros(len(a), bool)
-    for i, e in enumerate(a.errors):
-        if e.startswith(TIMED_OUT):
-            timed_out |= a["error"] == i
+    sent, chars = attempts["t0"], attempts["text_len"]
+    timed_out = np.zeros(len(attempts), bool)
+    for code, error in enumerate(attempts.errors):
+        if error.startswith(TIMED_OUT):
+            timed_out |= attempts["error"] == code
     # a hang-up records no end of its own: the client left at its timeout
-    end = np.where(timed_out & ~np.isfinite(a["tend"]), t0 + (timeout_s or np.nan), a["tend"])
-    cancelled = np.isfinite(a["cancel_ms"])
-    ok = np.isfinite(t0) & np.isfinite(end) & np.isfinite(chars) & (chars > 0)
-    heard = ok & a["ok"] & ~cancelled
-    kinds: dict[Abandonment, np.ndarray] = {"cancel": ok & cancelled, "hangup": ok & timed_out & ~cancelled}
+    end = np.where(timed_out & ~np.isfinite(attempts["tend"]), sent + (timeout_s or np.nan), attempts["tend"])
+    cancelled = np.isfinite(attempts["cancel_ms"])
+    timed = np.isfinite(sent) & np.isfinite(end) & np.isfinite(chars) & (chars > 0)
+    heard = timed & attempts["ok"] & ~cancelled
+    kinds: dict[Abandonment, np.ndarray] = {"cancel": timed & cancelled, "hangup": timed & timed_out & ~cancelled}
     abandoned = kinds["cancel"] | kinds["hangup"]
     if not abandoned.any():
         return None
-    gone = np.where(cancelled, t0 + a["cancel_ms"] / 1000.0, end)
-    took = _expected(a, heard, chars, end - t0) if heard.any() else np.full(len(a), np.nan)
-    horizon = float(np.nanmax(np.where(abandoned, t0 + np.fmax(MAX_SCALE * took, gone - t0), end)[ok]))
-    cpu = _cpu_intervals(res, float(np.nanmin(t0[ok])), horizon)
+    gone = np.where(cancelled, sent + attempts["cancel_ms"] / 1000.0, end)
+    took = _expected(attempts, heard, chars, end - sent) if heard.any() else np.full(len(attempts), np.nan)
+    horizon = float(np.nanmax(np.where(abandoned, sent + np.fmax(MAX_SCALE * took, gone - sent), end)[timed]))
+    cpu = _cpu_intervals(res, float(np.nanmin(sent[timed])), horizon)
     if cpu is None:
         return None
     edges, cpu_s, host_cpu = cpu
-    if not heard.any() or not any(m.sum() >= MIN_ABANDONED for m in kinds.values()):
+    if not heard.any() or not any(mask.sum() >= MIN_ABANDONED for mask in kinds.values()):
         return {
             "cancel": None,
             "hangup": None,
@@ -182,21 +189,21 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> CpuFit | Non
                 "process's CPU time then follows the cores, not the work; measure at a load that leaves CPU idle"
             ),
         }
-    audio = a["audio_s"]
-    expected_audio = _expected(a, heard, chars, audio)
+    audio = attempts["audio_s"]
+    expected_audio = _expected(attempts, heard, chars, audio)
     # the part heard: the share of the text's audio that arrived before the listener left
     share = np.where(np.isfinite(audio) & (expected_audio > 0), np.clip(audio / expected_audio, 0, 1), 0.0)
     part = np.where(heard, chars, chars * share)
-    fitted = [k for k, m in kinds.items() if m.sum() >= MIN_ABANDONED]
-    ones = np.ones(len(a))
+    fitted = [k for k, mask in kinds.items() if mask.sum() >= MIN_ABANDONED]
+    ones = np.ones(len(attempts))
     best = None
     for scale in SCALES:
         # the server's time on an abandoned request: at least to its abandonment, else a share of
         # the time a heard one of its text took
-        busy_end = np.where(abandoned, t0 + np.fmax(scale * np.nan_to_num(took), gone - t0), end)
+        busy_end = np.where(abandoned, sent + np.fmax(scale * np.nan_to_num(took), gone - sent), end)
         rows = heard | abandoned
-        x = [np.diff(edges), np.diff(_ramp_sum(t0[rows], busy_end[rows], part[rows], edges))]
-        x += [np.diff(_ramp_sum(t0[kinds[k]], busy_end[kinds[k]], ones[kinds[k]], edges)) for k in fitted]
+        x = [np.diff(edges), np.diff(_ramp_sum(sent[rows], busy_end[rows], part[rows], edges))]
+        x += [np.diff(_ramp_sum(sent[kinds[k]], busy_end[kinds[k]], ones[kinds[k]], edges)) for k in fitted]
         got = _solve(np.column_stack(x), cpu_s)
         if got is not None and (best is None or got[2] < best[3]):
             best = (scale, *got)
@@ -207,15 +214,15 @@ def fit(a: Attempts, res: pd.DataFrame, timeout_s: float | None) -> CpuFit | Non
             "note": "the samples do not tell the abandoned requests' CPU "
             "from the heard ones' (they rose and fell together)",
         }
-    scale, coef, se, _ = best
+    scale, coef, std_errors, _ = best
     out: CpuFit = {"cancel": None, "hangup": None, "note": None}
-    for i, kind in enumerate(fitted, start=2):
-        n = int(kinds[kind].sum())
+    for column, kind in enumerate(fitted, start=2):
+        count = int(kinds[kind].sum())
         out[kind] = {
-            "per_s": float(coef[i]),
-            "uncertainty_s": float(1.96 * se[i]),
-            "total_s": float(coef[i] * n),
-            "count": n,
+            "per_s": float(coef[column]),
+            "uncertainty_s": float(1.96 * std_errors[column]),
+            "total_s": float(coef[column] * count),
+            "count": count,
             "method": METHOD,
             "series": SERIES,
             "samples": len(cpu_s),

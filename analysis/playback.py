@@ -44,23 +44,23 @@ def listen(
     """When the player started (ms, None when no arrival carried audio) and its stalls, each
     ``(ran dry at, resumed at)`` in ms; arrivals sorted, in ms since any common origin."""
     have, last = 0.0, None
-    for i, (t, ms) in enumerate(zip(at_ms, audio_ms)):  # noqa: B007 - i is where the next loop starts
-        have += ms
-        if ms:
-            last = t
+    for i, (arrival, chunk_ms) in enumerate(zip(at_ms, audio_ms)):  # noqa: B007 - i is where the next loop starts
+        have += chunk_ms
+        if chunk_ms:
+            last = arrival
         if have > 0 and have >= buffer_ms:
             break
     else:
         return last, []  # never buffered enough: starts at the end with everything in
-    start, dry_at, stalls = t, t + have, []
-    for t, ms in zip(at_ms[i + 1 :], audio_ms[i + 1 :]):
-        if not ms:
+    start, dry_at, stalls = arrival, arrival + have, []
+    for arrival, chunk_ms in zip(at_ms[i + 1 :], audio_ms[i + 1 :]):
+        if not chunk_ms:
             continue  # no whole frame in it: the player stays dry (or keeps playing) as it was
-        if t - dry_at > FLOAT_NOISE_MS:
-            stalls.append((dry_at, t))
-            dry_at = t + ms
+        if arrival - dry_at > FLOAT_NOISE_MS:
+            stalls.append((dry_at, arrival))
+            dry_at = arrival + chunk_ms
         else:
-            dry_at += ms
+            dry_at += chunk_ms
     return start, stalls
 
 
@@ -72,12 +72,12 @@ def preroll(at_ms: Sequence[float], audio_ms: Sequence[float]) -> float | None:
     if not at_ms:
         return None
     played_to, need = at_ms[0], None
-    for t, ms in zip(at_ms, audio_ms):
-        if not ms:
+    for arrival, chunk_ms in zip(at_ms, audio_ms):
+        if not chunk_ms:
             continue  # no whole frame in it: nothing to play, nothing late
-        late = t - played_to
+        late = arrival - played_to
         need = late if need is None else max(need, late)
-        played_to += ms
+        played_to += chunk_ms
     return None if need is None else need if need > FLOAT_NOISE_MS else 0.0
 
 
@@ -85,7 +85,7 @@ def stall_max(at_ms: Sequence[float], audio_ms: Sequence[float]) -> float | None
     """The longest silence a player that starts with the first audio, with no buffer, hears
     (:func:`listen` at 0 ms; sglang-omni's maximum playback underrun); None with fewer than two
     arrivals with audio."""
-    if sum(1 for ms in audio_ms if ms) < 2:
+    if sum(1 for chunk_ms in audio_ms if chunk_ms) < 2:
         return None
     _, stalls = listen(at_ms, audio_ms, 0.0)
     return max((resumed - dry for dry, resumed in stalls), default=0.0)
@@ -98,12 +98,12 @@ def heard_at(at_ms: Sequence[float], audio_ms: Sequence[float], buffer_ms: float
     start, stalls = listen(at_ms, audio_ms, buffer_ms)
     if start is None:
         return None
-    t = start + position_ms
+    heard = start + position_ms
     for dry, resumed in stalls:
-        if dry > t:
+        if dry > heard:
             break
-        t += resumed - dry
-    return t
+        heard += resumed - dry
+    return heard
 
 
 @dataclass
@@ -128,49 +128,66 @@ def playback(at_ms: np.ndarray, audio_ms: np.ndarray, buffer_ms: float = 0.0) ->
     import numpy as np
 
     keep = audio_ms > 0
-    at, audio = at_ms[keep], audio_ms[keep]
-    start, stalls = listen(at.tolist(), audio.tolist(), buffer_ms)
+    arrivals, audio = at_ms[keep], audio_ms[keep]
+    start, stalls = listen(arrivals.tolist(), audio.tolist(), buffer_ms)
     if start is None:
         return None
     cum = np.cumsum(audio)
-    pt, pp, st, sp = [0.0, start], [0.0, 0.0], [], []
-    silent, k = 0.0, 0
-    for t in at[at > start].tolist():
-        if k < len(stalls) and stalls[k][1] == t:
-            dry = stalls[k][0]
+    played_t, played_ms, stalls_t, stalls_played = [0.0, start], [0.0, 0.0], [], []
+    silent, stall = 0.0, 0
+    for arrival in arrivals[arrivals > start].tolist():
+        if stall < len(stalls) and stalls[stall][1] == arrival:
+            dry = stalls[stall][0]
             played = dry - start - silent
-            pt += [dry, t]
-            pp += [played, played]
-            st.append(dry)
-            sp.append(played)
-            silent += t - dry
-            k += 1
+            played_t += [dry, arrival]
+            played_ms += [played, played]
+            stalls_t.append(dry)
+            stalls_played.append(played)
+            silent += arrival - dry
+            stall += 1
         else:
-            pt.append(t)
-            pp.append(t - start - silent)
+            played_t.append(arrival)
+            played_ms.append(arrival - start - silent)
     total = float(cum[-1])
-    pt.append(start + total + silent)
-    pp.append(total)
-    rt = np.concatenate([[0.0], at])
-    rv = np.concatenate([[0.0], cum])
-    return Playback(rt, rv, np.asarray(pt), np.asarray(pp), start, len(stalls), silent, np.asarray(st), np.asarray(sp))
+    played_t.append(start + total + silent)
+    played_ms.append(total)
+    received_t = np.concatenate([[0.0], arrivals])
+    received = np.concatenate([[0.0], cum])
+    return Playback(
+        received_t,
+        received,
+        np.asarray(played_t),
+        np.asarray(played_ms),
+        start,
+        len(stalls),
+        silent,
+        np.asarray(stalls_t),
+        np.asarray(stalls_played),
+    )
 
 
-def pick_streams(a: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+def pick_streams(attempts: Attempts, log: RequestLog, step: int) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
     """``{"typical": (row, at_ms, audio_ms), "worst": ...}`` for one step (see the module doc);
     a pick is missing when no attempt of the step has usable chunk lists."""
     import numpy as np
 
-    m = (a["step"] == step) & a["settled"] & a["final"] & a["ok"] & (a["chunk_n"] > 0) & np.isfinite(a["ttfa_ms"])
-    if "cut_by_step_end" in a.cols:  # marked by analysis.steps.step_stats
-        m &= ~a["cut_by_step_end"]
-    rows = np.flatnonzero(m)
+    picked = (
+        (attempts["step"] == step)
+        & attempts["settled"]
+        & attempts["final"]
+        & attempts["ok"]
+        & (attempts["chunk_n"] > 0)
+        & np.isfinite(attempts["ttfa_ms"])
+    )
+    if "cut_by_step_end" in attempts.cols:  # marked by analysis.steps.step_stats
+        picked &= ~attempts["cut_by_step_end"]
+    rows = np.flatnonzero(picked)
     if not len(rows):
         return {}
-    key = a["ttfa_ms"][rows] + np.nan_to_num(a["underrun_ms"][rows])
+    key = attempts["ttfa_ms"][rows] + np.nan_to_num(attempts["underrun_ms"][rows])
     order = rows[np.argsort(key, kind="stable")]
     mid = len(order) // 2
-    near_mid = [order[k] for k in sorted(range(len(order)), key=lambda k: abs(k - mid))]
+    near_mid = [order[position] for position in sorted(range(len(order)), key=lambda position: abs(position - mid))]
     out: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
     for name, cands in (("worst", order[::-1]), ("typical", near_mid)):
         tries = 0

@@ -84,28 +84,28 @@ def outcome(status: int, ok: bool, error: str | None) -> Outcome:
 
 
 def probe(
-    a: Attempts, steps: Sequence[Mapping[str, Any]], sweep: Attempts, timeout_s: float | None = None
+    attempts: Attempts, steps: Sequence[Mapping[str, Any]], sweep: Attempts, timeout_s: float | None = None
 ) -> Probe | None:
-    """summary.json's ``probe`` from the attempts ``a`` of the probe's ``steps`` (run.json
+    """summary.json's ``probe`` from the ``attempts`` of the probe's ``steps`` (run.json
     entries of phase ``probe``), judged against the pace of the sweep's attempts ``sweep``
     (``timeout_s``: the run's --request-timeout, what a timeout waited); None when the run had
     no probe."""
     if not steps:
         return None
-    levels = {int(s["step"]): int(s["concurrency"]) for s in steps}
+    levels = {int(step["step"]): int(step["concurrency"]) for step in steps}
     pace = _median_pace(sweep)
     rows: dict[str, list[_Row]] = {}
-    final = np.flatnonzero(a["final"] & np.isin(a["step"], list(levels)))
-    for i in final:
-        code = int(a["text"][i])
-        name = class_of(a.texts[code]) if code >= 0 else None
+    final = np.flatnonzero(attempts["final"] & np.isin(attempts["step"], list(levels)))
+    for row in final:
+        code = int(attempts["text"][row])
+        name = class_of(attempts.texts[code]) if code >= 0 else None
         if name is None:
             continue
-        err = int(a["error"][i])
-        error = a.errors[err] if err >= 0 else None
-        status, ok = int(a["status"][i]), bool(a["ok"][i])
-        named = int(a["status_name"][i]) if "status_name" in a.cols else -1
-        chars, audio_s = float(a["text_len"][i]), float(a["audio_s"][i])
+        err = int(attempts["error"][row])
+        error = attempts.errors[err] if err >= 0 else None
+        status, ok = int(attempts["status"][row]), bool(attempts["ok"][row])
+        named = int(attempts["status_name"][row]) if "status_name" in attempts.cols else -1
+        chars, audio_s = float(attempts["text_len"][row]), float(attempts["audio_s"][row])
         wrong = bool(
             ok
             and pace
@@ -115,17 +115,19 @@ def probe(
         )
         rows.setdefault(name, []).append(
             {
-                "concurrency": levels[int(a["step"][i])],
+                "concurrency": levels[int(attempts["step"][row])],
                 "outcome": outcome(status, ok, error),
-                "status": a.statuses[named] if named >= 0 else (status if status >= 0 else None),
-                "ms": _finite(a["e2e_ms"][i]) if "e2e_ms" in a.cols else _finite(a["wait_ms"][i]),
+                "status": attempts.statuses[named] if named >= 0 else (status if status >= 0 else None),
+                "ms": _finite(attempts["e2e_ms"][row])
+                if "e2e_ms" in attempts.cols
+                else _finite(attempts["wait_ms"][row]),
                 "audio_s": _finite(audio_s) if ok else None,
                 "error": error,
                 "wrong_length": wrong,
             }
         )
     classes = [_class(name, rows[name], timeout_s) for name in CLASSES if name in rows]
-    guard = [c["class"] for c in classes if c["needs_guarding"]]
+    guard = [probe_class["class"] for probe_class in classes if probe_class["needs_guarding"]]
     return {
         "levels": sorted(set(levels.values())),
         "classes": classes,
@@ -135,38 +137,40 @@ def probe(
 
 
 def _class(name: str, rows: list[_Row], timeout_s: float | None) -> ProbeClass:
-    counts = Counter(r["outcome"] for r in rows)
+    counts = Counter(row["outcome"] for row in rows)
     by_level: dict[int, Counter[Outcome]] = {}
-    for r in rows:
-        by_level.setdefault(r["concurrency"], Counter())[r["outcome"]] += 1
-    times = [r["ms"] for r in rows if r["ms"] is not None]
-    audio = [r["audio_s"] for r in rows if r["audio_s"] is not None]
-    statuses = Counter(str(r["status"]) for r in rows if r["status"] is not None and r["outcome"] != Outcome.AUDIO)
-    errors = [r["error"] for r in rows if r["error"]]
-    wrong = sum(r["wrong_length"] for r in rows)
+    for row in rows:
+        by_level.setdefault(row["concurrency"], Counter())[row["outcome"]] += 1
+    times = [row["ms"] for row in rows if row["ms"] is not None]
+    audio = [row["audio_s"] for row in rows if row["audio_s"] is not None]
+    statuses = Counter(
+        str(row["status"]) for row in rows if row["status"] is not None and row["outcome"] != Outcome.AUDIO
+    )
+    errors = [row["error"] for row in rows if row["error"]]
+    wrong = sum(row["wrong_length"] for row in rows)
     out: ProbeClass = {
         "class": name,
         "what": CLASSES[name][0],
         "requests": len(rows),
         "outcomes": _outcomes(counts),
-        "by_concurrency": [_level(c, n) for c, n in sorted(by_level.items())],
+        "by_concurrency": [_level(concurrency, rows_at) for concurrency, rows_at in sorted(by_level.items())],
         "statuses": dict(sorted(statuses.items())),
         "ms_p50": round(float(np.median(times)), 1) if times else None,
         "ms_max": round(max(times), 1) if times else None,
         "audio_s_p50": round(float(np.median(audio)), 3) if audio else None,
         "wrong_length": wrong,
         "error": errors[0] if errors else None,
-        "needs_guarding": wrong > 0 or any(counts.get(k) for k in UNGUARDED),
+        "needs_guarding": wrong > 0 or any(counts.get(kind) for kind in UNGUARDED),
         "verdict": "",
     }
-    ms = {
-        k: float(np.median(v))
-        for k in OUTCOMES
-        if (v := [r["ms"] for r in rows if r["outcome"] == k and r["ms"] is not None])
+    median_ms = {
+        kind: float(np.median(kind_ms))
+        for kind in OUTCOMES
+        if (kind_ms := [row["ms"] for row in rows if row["outcome"] == kind and row["ms"] is not None])
     }
-    if Outcome.TIMEOUT not in ms and counts.get(Outcome.TIMEOUT) and isinstance(timeout_s, (int, float)):
-        ms[Outcome.TIMEOUT] = 1000.0 * timeout_s  # a timed-out attempt records no end of its own
-    out["verdict"] = _verdict(out, counts, ms)
+    if Outcome.TIMEOUT not in median_ms and counts.get(Outcome.TIMEOUT) and isinstance(timeout_s, (int, float)):
+        median_ms[Outcome.TIMEOUT] = 1000.0 * timeout_s  # a timed-out attempt records no end of its own
+    out["verdict"] = _verdict(out, counts, median_ms)
     return out
 
 
@@ -175,26 +179,30 @@ def _level(concurrency: int, counts: Counter[Outcome]) -> ProbeLevel:
     return {"concurrency": concurrency, **_outcomes(counts)}
 
 
-def _verdict(c: ProbeClass, counts: Counter[Outcome], ms: dict[Outcome, float]) -> str:
+def _verdict(probe_class: ProbeClass, counts: Counter[Outcome], median_ms: dict[Outcome, float]) -> str:
     """What the server did with the class, in a few words: its outcomes (``counts``), most common
     first, each with its median time (``ms``: outcome -> ms)."""
     parts = []
-    for k, n in sorted(((k, counts[k]) for k in OUTCOMES if counts[k]), key=lambda kn: -kn[1]):
-        what = _NAMES[k]
-        if k == Outcome.AUDIO and c["audio_s_p50"] is not None:
-            what += f" of {c['audio_s_p50']:g} s"
-        elif k in (Outcome.REFUSED, Outcome.SERVER_ERROR) and c["statuses"]:
-            what += f" ({', '.join(c['statuses'])})"
-        if k in ms:
-            what += f" after {_ms(ms[k])}" if k == Outcome.TIMEOUT else f" in {_ms(ms[k])}"
-        if k == Outcome.AUDIO and c["wrong_length"]:
-            what += f", {c['wrong_length']} of the wrong length"
-        parts.append(what if n == c["requests"] else f"{n} {what}")
+    for kind, count in sorted(
+        ((kind, counts[kind]) for kind in OUTCOMES if counts[kind]), key=lambda kind_count: -kind_count[1]
+    ):
+        what = _NAMES[kind]
+        if kind == Outcome.AUDIO and probe_class["audio_s_p50"] is not None:
+            what += f" of {probe_class['audio_s_p50']:g} s"
+        elif kind in (Outcome.REFUSED, Outcome.SERVER_ERROR) and probe_class["statuses"]:
+            what += f" ({', '.join(probe_class['statuses'])})"
+        if kind in median_ms:
+            what += f" after {_ms(median_ms[kind])}" if kind == Outcome.TIMEOUT else f" in {_ms(median_ms[kind])}"
+        if kind == Outcome.AUDIO and probe_class["wrong_length"]:
+            what += f", {probe_class['wrong_length']} of the wrong length"
+        parts.append(what if count == probe_class["requests"] else f"{count} {what}")
     return "; ".join(parts)
 
 
 def _note(classes: list[ProbeClass]) -> str:
-    bad = [f"{c['class']} ({c['verdict']})" for c in classes if c["needs_guarding"]]
+    bad = [
+        f"{probe_class['class']} ({probe_class['verdict']})" for probe_class in classes if probe_class["needs_guarding"]
+    ]
     return (
         "Hostile texts the server does not answer as a service should: "
         + "; ".join(bad)
@@ -205,16 +213,16 @@ def _note(classes: list[ProbeClass]) -> str:
 def _median_pace(sweep: Attempts) -> float | None:
     """The sweep's median audio seconds per character over its successful texts of
     :data:`PACE_MIN_CHARS` or more; None with fewer than :data:`audio.signal.PACE_MIN`."""
-    m = sweep["ok"] & sweep["final"] & (sweep["text_len"] >= PACE_MIN_CHARS) & np.isfinite(sweep["audio_s"])
-    if m.sum() < signal.PACE_MIN:
+    paced = sweep["ok"] & sweep["final"] & (sweep["text_len"] >= PACE_MIN_CHARS) & np.isfinite(sweep["audio_s"])
+    if paced.sum() < signal.PACE_MIN:
         return None
-    return float(np.median(sweep["audio_s"][m] / sweep["text_len"][m]))
+    return float(np.median(sweep["audio_s"][paced] / sweep["text_len"][paced]))
 
 
 def _finite(value: object) -> float | None:
-    v = float(value)  # type: ignore[arg-type]  # a number from the records, or NaN
-    return round(v, 3) if np.isfinite(v) else None
+    number = float(value)  # type: ignore[arg-type]  # a number from the records, or NaN
+    return round(number, 3) if np.isfinite(number) else None
 
 
-def _ms(ms: float) -> str:
-    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+def _ms(millis: float) -> str:
+    return f"{millis / 1000:.1f} s" if millis >= 1000 else f"{millis:.0f} ms"

@@ -111,39 +111,39 @@ class _Heard(TypedDict, total=False):
     similarity_ref_mean: Comparison | None
 
 
-def _values(rd: RunDir, level: StepSummary, col: str) -> np.ndarray:
+def _values(run: RunDir, level: StepSummary, col: str) -> np.ndarray:
     """``col`` of the level's successful settled final attempts (empty when not recorded): the
     attempts the level's own figures count, so TTFA, and in a streamed run every latency, leave
     out the streams cut by their step's end (``analysis.steps``; the summary marks them)."""
-    a = rd.requests.attempts()
-    if col not in a.cols:
+    attempts = run.requests.attempts()
+    if col not in attempts.cols:
         return np.empty(0)
-    m = np.isin(a["step"], level["steps"]) & a["settled"] & a["final"] & a["ok"]
-    cut = a.cols.get("cut_by_step_end")
-    if cut is not None and (col == "ttfa_ms" or rd.streamed()):
-        m &= ~cut
-    values: np.ndarray = a[col][m]
+    in_level = np.isin(attempts["step"], level["steps"]) & attempts["settled"] & attempts["final"] & attempts["ok"]
+    cut = attempts.cols.get("cut_by_step_end")
+    if cut is not None and (col == "ttfa_ms" or run.streamed()):
+        in_level &= ~cut
+    values: np.ndarray = attempts[col][in_level]
     return values
 
 
-def _latency(old: np.ndarray, new: np.ndarray, q: int, tol: float) -> Comparison | None:
-    c = compare_percentile(old, new, q)
-    if c is None:
+def _latency(old: np.ndarray, new: np.ndarray, percentile: int, tol: float) -> Comparison | None:
+    change = compare_percentile(old, new, percentile)
+    if change is None:
         return None
-    sig = c["p_value"] < ALPHA
+    sig = change["p_value"] < ALPHA
     return {
-        **c,
-        "change": c["ratio"] - 1,
+        **change,
+        "change": change["ratio"] - 1,
         "significant": sig,
-        "regression": sig and c["ratio"] > 1 + tol,
-        "improvement": sig and c["ratio"] < 1 - tol,
+        "regression": sig and change["ratio"] > 1 + tol,
+        "improvement": sig and change["ratio"] < 1 - tol,
     }
 
 
 def _heard(entries: list[dict[str, Any]], level: StepSummary) -> list[dict[str, Any]]:
     step = level.get("step")
     steps = set(level.get("steps") or ([step] if step is not None else []))
-    return [e for e in entries if e.get("step") in steps]
+    return [entry for entry in entries if entry.get("step") in steps]
 
 
 def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: Listened) -> Comparison | None:
@@ -155,63 +155,63 @@ def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: List
     drop = speech_mod.paired_rise(new, old, key)  # baseline - this run: a drop
     if drop is None:
         return None
-    lo, hi = drop["ci"]
-    old_mean = float(np.mean([v for e in old if isinstance(v := e.get(key), (int, float))]))
-    new_mean = float(np.mean([v for e in new if isinstance(v := e.get(key), (int, float))]))
+    lower, upper = drop["ci"]
+    old_mean = float(np.mean([score for entry in old if isinstance(score := entry.get(key), (int, float))]))
+    new_mean = float(np.mean([score for entry in new if isinstance(score := entry.get(key), (int, float))]))
     return {
         "old": round(old_mean, 4),
         "new": round(new_mean, 4),
         "change": round(-drop["mean"], 4),
         "p_value": None,
         "method": f"paired by text over {drop['pairs']} texts, 95 % bootstrap interval of the drop "
-        f"[{lo:.3f}, {hi:.3f}]",
-        "significant": lo > 0 or hi < 0,
-        "regression": lo > margin,
-        "improvement": hi < -margin,
+        f"[{lower:.3f}, {upper:.3f}]",
+        "significant": lower > 0 or upper < 0,
+        "regression": lower > margin,
+        "improvement": upper < -margin,
     }
 
 
 def _throughput(old: StepSummary, new: StepSummary, tol: float) -> Comparison | None:
-    wo, wn = old.get("window"), new.get("window")
-    c = compare_rates(
-        (wo.get("ok_completions") if wo else None) or 0,
-        (wo.get("duration_s") if wo else None) or 0,
-        (wn.get("ok_completions") if wn else None) or 0,
-        (wn.get("duration_s") if wn else None) or 0,
+    old_window, new_window = old.get("window"), new.get("window")
+    change = compare_rates(
+        (old_window.get("ok_completions") if old_window else None) or 0,
+        (old_window.get("duration_s") if old_window else None) or 0,
+        (new_window.get("ok_completions") if new_window else None) or 0,
+        (new_window.get("duration_s") if new_window else None) or 0,
     )
-    if c is None:
+    if change is None:
         return None
-    sig = c["p_value"] < ALPHA
+    sig = change["p_value"] < ALPHA
     return {
-        **c,
-        "change": c["ratio"] - 1,
+        **change,
+        "change": change["ratio"] - 1,
         "significant": sig,
-        "regression": sig and c["ratio"] < 1 - tol,
-        "improvement": sig and c["ratio"] > 1 + tol,
+        "regression": sig and change["ratio"] < 1 - tol,
+        "improvement": sig and change["ratio"] > 1 + tol,
     }
 
 
 def _errors(old: StepSummary, new: StepSummary, tol: float) -> Comparison | None:
-    c = compare_proportions(
+    change = compare_proportions(
         old.get("failed") or 0, old.get("requests") or 0, new.get("failed") or 0, new.get("requests") or 0
     )
-    if c is None:
+    if change is None:
         return None
-    sig = c["p_value"] < ALPHA
-    allowed = max(ERROR_RATE_STEP, tol * c["old"])
+    sig = change["p_value"] < ALPHA
+    allowed = max(ERROR_RATE_STEP, tol * change["old"])
     return {
-        **c,
+        **change,
         "significant": sig,
-        "regression": sig and c["change"] > allowed,
-        "improvement": sig and -c["change"] > allowed,
+        "regression": sig and change["change"] > allowed,
+        "improvement": sig and -change["change"] > allowed,
     }
 
 
-def _options_sentence(on: dict[str, Any], oo: dict[str, Any]) -> str | None:
+def _options_sentence(new_options: dict[str, Any], old_options: dict[str, Any]) -> str | None:
     diff = [
-        f"{k} {oo.get(k)!r} -> {on.get(k)!r}"
-        for k in COMPARED_OPTIONS
-        if (k in on or k in oo) and on.get(k) != oo.get(k)
+        f"{option} {old_options.get(option)!r} -> {new_options.get(option)!r}"
+        for option in COMPARED_OPTIONS
+        if (option in new_options or option in old_options) and new_options.get(option) != old_options.get(option)
     ]
     if not diff:
         return None
@@ -219,25 +219,38 @@ def _options_sentence(on: dict[str, Any], oo: dict[str, Any]) -> str | None:
 
 
 def _corpus_sentence(
-    on: dict[str, Any], oo: dict[str, Any], pn: dict[str, Any], po: dict[str, Any], new_rd: RunDir, old_rd: RunDir
+    new_options: dict[str, Any],
+    old_options: dict[str, Any],
+    new_provenance: dict[str, Any],
+    old_provenance: dict[str, Any],
+    new_rd: RunDir,
+    old_rd: RunDir,
 ) -> str | None:
     corpus = []
-    hashes = pn.get("corpus_sha256"), po.get("corpus_sha256")
+    hashes = new_provenance.get("corpus_sha256"), old_provenance.get("corpus_sha256")
     if all(hashes) and hashes[0] != hashes[1]:
         corpus.append(
-            f"sha256 {str(hashes[1])[:12]} ({po.get('corpus')}) -> {str(hashes[0])[:12]} ({pn.get('corpus')})"
+            f"sha256 {str(hashes[1])[:12]} ({old_provenance.get('corpus')}) -> "
+            f"{str(hashes[0])[:12]} ({new_provenance.get('corpus')})"
         )
     elif (
         not all(hashes)
-        and on.get("texts")
-        and oo.get("texts")
-        and Path(str(on["texts"])).name != Path(str(oo["texts"])).name  # the same file elsewhere is fine
+        and new_options.get("texts")
+        and old_options.get("texts")
+        and Path(str(new_options["texts"])).name
+        != Path(str(old_options["texts"])).name  # the same file elsewhere is fine
     ):
-        corpus.append(f"texts {oo['texts']!r} -> {on['texts']!r}")
-    if on.get("texts_count") != oo.get("texts_count") and ("texts_count" in on or "texts_count" in oo):
-        corpus.append(f"texts_count {oo.get('texts_count')!r} -> {on.get('texts_count')!r}")
-    tn, to = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
-    sent = f"{len(tn - to)} text ids only in this run, {len(to - tn)} only in the baseline" if tn != to else None
+        corpus.append(f"texts {old_options['texts']!r} -> {new_options['texts']!r}")
+    if new_options.get("texts_count") != old_options.get("texts_count") and (
+        "texts_count" in new_options or "texts_count" in old_options
+    ):
+        corpus.append(f"texts_count {old_options.get('texts_count')!r} -> {new_options.get('texts_count')!r}")
+    new_texts, old_texts = set(new_rd.requests.attempts().texts), set(old_rd.requests.attempts().texts)
+    sent = (
+        f"{len(new_texts - old_texts)} text ids only in this run, {len(old_texts - new_texts)} only in the baseline"
+        if new_texts != old_texts
+        else None
+    )
     if all(hashes) and hashes[0] == hashes[1] and not corpus:
         return f"The runs sent different texts of the same corpus ({sent})." if sent else None
     corpus += [sent] if sent else []
@@ -256,24 +269,33 @@ _HOST = (("cpu_model", "CPU"), ("cpu_cores", "cores"), ("memory_bytes", "memory 
 _SERVER = (("server", "Server header"), ("http_version", "HTTP version"), ("model", "model"))
 
 
-def _provenance_sentences(pn: dict[str, Any], po: dict[str, Any], on: dict[str, Any], oo: dict[str, Any]) -> list[str]:
+def _provenance_sentences(
+    new_provenance: dict[str, Any],
+    old_provenance: dict[str, Any],
+    new_options: dict[str, Any],
+    old_options: dict[str, Any],
+) -> list[str]:
     """The differences in what made the runs beside the corpus; [] unless both recorded it (a run
     from before ``provenance`` has nothing to compare)."""
-    if not pn or not po:
+    if not new_provenance or not old_provenance:
         return []
     out = []
-    tool = _changed(pn, po, _TOOL)
+    tool = _changed(new_provenance, old_provenance, _TOOL)
     if tool:
         out.append(f"The runs were made by different software ({'; '.join(tool)}).")
-    host = _changed(_object(pn.get("host")), _object(po.get("host")), _HOST)
+    host = _changed(_object(new_provenance.get("host")), _object(old_provenance.get("host")), _HOST)
     if host:
         out.append(f"The load host differs ({'; '.join(host)}).")
-    server = _changed(_object(pn.get("server")), _object(po.get("server")), _SERVER)
+    server = _changed(_object(new_provenance.get("server")), _object(old_provenance.get("server")), _SERVER)
     if server:
         out.append(f"The server says something else of itself ({'; '.join(server)}).")
-    digests = pn.get("options_sha256"), po.get("options_sha256")
+    digests = new_provenance.get("options_sha256"), old_provenance.get("options_sha256")
     if all(digests) and digests[0] != digests[1]:
-        keys = sorted(k for k in on.keys() | oo.keys() if on.get(k) != oo.get(k) and k not in UNDIGESTED_OPTIONS)
+        keys = sorted(
+            option
+            for option in new_options.keys() | old_options.keys()
+            if new_options.get(option) != old_options.get(option) and option not in UNDIGESTED_OPTIONS
+        )
         out.append(
             f"The options' digests differ ({str(digests[1])[:12]} -> {str(digests[0])[:12]}: "
             f"{', '.join(keys) or 'options not recorded alike'})."
@@ -288,82 +310,96 @@ def _object(value: object) -> dict[str, Any]:
 def differences(new_run: SummaryRun, old_run: SummaryRun, new_rd: RunDir, old_rd: RunDir) -> list[str]:
     """Each difference in what made the two runs (their summaries' ``run``: run.json's options
     and provenance), one sentence each, the corpus first; [] when they were made alike."""
-    on, oo = _object(new_run.get("options")), _object(old_run.get("options"))
-    pn, po = _object(new_run.get("provenance")), _object(old_run.get("provenance"))
-    first = [_corpus_sentence(on, oo, pn, po, new_rd, old_rd), _options_sentence(on, oo)]
-    return [x for x in first if x] + _provenance_sentences(pn, po, on, oo)
+    new_options, old_options = _object(new_run.get("options")), _object(old_run.get("options"))
+    new_provenance, old_provenance = _object(new_run.get("provenance")), _object(old_run.get("provenance"))
+    first = [
+        _corpus_sentence(new_options, old_options, new_provenance, old_provenance, new_rd, old_rd),
+        _options_sentence(new_options, old_options),
+    ]
+    return [sentence for sentence in first if sentence] + _provenance_sentences(
+        new_provenance, old_provenance, new_options, old_options
+    )
 
 
 def audio_refusal(summary: Summary, which: str) -> str | None:
     """Why ``summary``'s run (``which``: how to name it, "the baseline runs/old") is refused
     for comparison, one sentence: its audio failed a check for more than
     :data:`AUDIO_FAILED_SHARE` of its requests; None when it passes."""
-    steps = [st for st in summary.get("steps") or [] if st.get("phase") != PROBE_PHASE]
-    requests = sum(st.get("requests") or 0 for st in steps)
-    checked = sum((st.get("integrity") or {}).get("checked") or 0 for st in steps)
+    steps = [step for step in summary.get("steps") or [] if step.get("phase") != PROBE_PHASE]
+    requests = sum(step.get("requests") or 0 for step in steps)
+    checked = sum((step.get("integrity") or {}).get("checked") or 0 for step in steps)
     failed = {
-        "came back silent": (sum((st.get("silent_rate") or 0) * (st.get("requests") or 0) for st in steps), requests),
+        "came back silent": (
+            sum((step.get("silent_rate") or 0) * (step.get("requests") or 0) for step in steps),
+            requests,
+        ),
         "ran away (audio per character over 3x the run's median)": (
-            sum((st.get("runaway_rate") or 0) * (st.get("requests") or 0) for st in steps),
+            sum((step.get("runaway_rate") or 0) * (step.get("requests") or 0) for step in steps),
             requests,
         ),
         "had audio of another length than the same text's at the lowest step": (
-            sum((st.get("integrity") or {}).get("mismatched") or 0 for st in steps),
+            sum((step.get("integrity") or {}).get("mismatched") or 0 for step in steps),
             checked,
         ),
     }
-    for what, (bad, of) in failed.items():
-        if of and bad / of > AUDIO_FAILED_SHARE:
+    for what, (bad, out_of) in failed.items():
+        if out_of and bad / out_of > AUDIO_FAILED_SHARE:
             return (
-                f"--baseline refuses {which}: {bad / of:.1%} of its requests {what}, over the "
+                f"--baseline refuses {which}: {bad / out_of:.1%} of its requests {what}, over the "
                 f"{AUDIO_FAILED_SHARE:.0%} a comparison allows; --baseline-anyway compares all the same."
             )
     return None
 
 
-def _baseline_curve(s: Summary, open_loop: bool) -> list[BaselineLevel]:
+def _baseline_curve(summary: Summary, open_loop: bool) -> list[BaselineLevel]:
     out: list[BaselineLevel] = []
-    for lv in s.get("levels") or []:
-        lat = lv.get("sched_wait_ms") if open_loop else lv.get("latency_ms")
-        offered: _Offered = {"rate": lv["rate"]} if open_loop else {}
+    for level in summary.get("levels") or []:
+        lat = level.get("sched_wait_ms") if open_loop else level.get("latency_ms")
+        offered: _Offered = {"rate": level["rate"]} if open_loop else {}
         out.append(
             {
-                "concurrency": lv["concurrency"],
+                "concurrency": level["concurrency"],
                 **offered,
                 "p50_ms": lat.get("p50") if lat else None,
                 "p95_ms": lat.get("p95") if lat else None,
                 "p95_ci": lat.get("p95_ci") if lat else None,
-                "throughput_rps": lv.get("throughput_rps"),
-                "error_rate": lv.get("error_rate"),
+                "throughput_rps": level.get("throughput_rps"),
+                "error_rate": level.get("error_rate"),
             }
         )
     return out
 
 
-def _pct(x: float | None) -> str:
-    assert x is not None, "a regressed latency or throughput has its change"
-    return f"{x:+.0%}"
+def _pct(share: float | None) -> str:
+    assert share is not None, "a regressed latency or throughput has its change"
+    return f"{share:+.0%}"
 
 
-def level_sentence(c: str, row: RegressionStep) -> str:
-    """What regressed at level ``c`` (a row of ``regression.steps``), its figures and p-values."""
+def level_sentence(label: str, row: RegressionStep) -> str:
+    """What regressed at level ``label`` (a row of ``regression.steps``), its figures and p-values."""
     parts = []
-    for r, name in ((row["p50_ms"], "p50"), (row["p95_ms"], "p95"), (row["ttfa_p95_ms"], "TTFA p95")):
-        if r and r["regression"]:
-            parts.append(f"{name} {r['old']:.0f} -> {r['new']:.0f} ms ({_pct(r['change'])}, p={r['p_value']:.3g})")
-    r = row["throughput_rps"]
-    if r and r["regression"]:
-        parts.append(f"throughput {r['old']:.2f} -> {r['new']:.2f} req/s ({_pct(r['change'])}, p={r['p_value']:.3g})")
-    r = row["error_rate"]
-    if r and r["regression"]:
-        parts.append(f"errors {r['old']:.1%} -> {r['new']:.1%} (p={r['p_value']:.3g})")
-    for r, name in (
+    for change, name in ((row["p50_ms"], "p50"), (row["p95_ms"], "p95"), (row["ttfa_p95_ms"], "TTFA p95")):
+        if change and change["regression"]:
+            parts.append(
+                f"{name} {change['old']:.0f} -> {change['new']:.0f} ms "
+                f"({_pct(change['change'])}, p={change['p_value']:.3g})"
+            )
+    change = row["throughput_rps"]
+    if change and change["regression"]:
+        parts.append(
+            f"throughput {change['old']:.2f} -> {change['new']:.2f} req/s "
+            f"({_pct(change['change'])}, p={change['p_value']:.3g})"
+        )
+    change = row["error_rate"]
+    if change and change["regression"]:
+        parts.append(f"errors {change['old']:.1%} -> {change['new']:.1%} (p={change['p_value']:.3g})")
+    for change, name in (
         (row.get("mos_mean"), "naturalness (DNSMOS OVRL)"),
         (row.get("similarity_ref_mean"), "similarity to the reference"),
     ):
-        if r and r["regression"]:
-            parts.append(f"{name} {r['old']:.2f} -> {r['new']:.2f} ({r.get('method')})")
-    return f"at {c}: " + ", ".join(parts)
+        if change and change["regression"]:
+            parts.append(f"{name} {change['old']:.2f} -> {change['new']:.2f} ({change.get('method')})")
+    return f"at {label}: " + ", ".join(parts)
 
 
 def compare(
@@ -380,37 +416,39 @@ def compare(
     open_loop = modes[0] == "open"
     key: Literal["rate", "concurrency"] = "rate" if open_loop else "concurrency"
     wait = "sched_wait_ms" if open_loop else "wait_ms"
-    name = (lambda v: f"{v:g} req/s") if open_loop else str
-    old_levels = {lv[key]: lv for lv in old_sum.get("levels") or []}
+    name = (lambda rate: f"{rate:g} req/s") if open_loop else str
+    old_levels = {level[key]: level for level in old_sum.get("levels") or []}
     old_heard, new_heard = speech_mod.read(old_rd.path), speech_mod.read(new_rd.path)
     rows: list[RegressionStep] = []
-    for lv in new_sum.get("levels") or []:
-        c = lv[key]
-        if c not in old_levels:
+    for level in new_sum.get("levels") or []:
+        level_value = level[key]
+        if level_value not in old_levels:
             continue
-        ol = old_levels[c]
-        wo, wn = _values(old_rd, ol, wait), _values(new_rd, lv, wait)
-        to, tn = _values(old_rd, ol, "ttfa_ms"), _values(new_rd, lv, "ttfa_ms")
-        offered: _Offered = {"rate": c} if open_loop else {}
+        old_level = old_levels[level_value]
+        old_waits, new_waits = _values(old_rd, old_level, wait), _values(new_rd, level, wait)
+        old_ttfa, new_ttfa = _values(old_rd, old_level, "ttfa_ms"), _values(new_rd, level, "ttfa_ms")
+        offered: _Offered = {"rate": level_value} if open_loop else {}
         measured = (
-            _latency(wo, wn, 50, tolerance),
-            _latency(wo, wn, 95, tolerance),
-            _latency(to, tn, 95, tolerance),
-            _throughput(ol, lv, tolerance),
-            _errors(ol, lv, tolerance),
+            _latency(old_waits, new_waits, 50, tolerance),
+            _latency(old_waits, new_waits, 95, tolerance),
+            _latency(old_ttfa, new_ttfa, 95, tolerance),
+            _throughput(old_level, level, tolerance),
+            _errors(old_level, level, tolerance),
         )
         heard: _Heard = {}
         for figure in _LISTENED:
-            change = _listened(_heard(old_heard, ol), _heard(new_heard, lv), figure)
+            change = _listened(_heard(old_heard, old_level), _heard(new_heard, level), figure)
             if change is not None:
                 heard[figure] = change
-        figs = [f for f in (*measured, heard.get("mos_mean"), heard.get("similarity_ref_mean")) if f]
-        regression = any(f["regression"] for f in figs)
+        figs = [
+            compared for compared in (*measured, heard.get("mos_mean"), heard.get("similarity_ref_mean")) if compared
+        ]
+        regression = any(compared["regression"] for compared in figs)
         rows.append(
             {
-                "concurrency": lv["concurrency"],
+                "concurrency": level["concurrency"],
                 **offered,
-                "requests": [ol.get("requests"), lv.get("requests")],
+                "requests": [old_level.get("requests"), level.get("requests")],
                 "p50_ms": measured[0],
                 "p95_ms": measured[1],
                 "ttfa_p95_ms": measured[2],
@@ -418,29 +456,29 @@ def compare(
                 "error_rate": measured[4],
                 **heard,
                 "regression": regression,
-                "improvement": any(f["improvement"] for f in figs) and not regression,
+                "improvement": any(compared["improvement"] for compared in figs) and not regression,
             }
         )
-    regressed = [r[key] for r in rows if r["regression"]]
+    regressed = [row[key] for row in rows if row["regression"]]
     base = old_sum["run"]["run_id"]
     noun = "offered rate" if open_loop else "concurrency"
     if not rows:
         verdict = (
             f"This run and the baseline {base} share no tested {noun} (this run: "
-            f"{', '.join(name(x[key]) for x in new_sum.get('levels') or []) or 'none'}; "
+            f"{', '.join(name(new_level[key]) for new_level in new_sum.get('levels') or []) or 'none'}; "
             f"baseline: {', '.join(map(name, old_levels)) or 'none'}), so nothing can be compared."
         )
     elif regressed:
         verdict = (
             f"Regression against {base} beyond the {tolerance:.0%} tolerance "
-            + "; ".join(level_sentence(name(r[key]), r) for r in rows if r["regression"])
+            + "; ".join(level_sentence(name(row[key]), row) for row in rows if row["regression"])
             + "."
         )
     else:
-        better = [name(r[key]) for r in rows if r["improvement"]]
+        better = [name(row[key]) for row in rows if row["improvement"]]
         verdict = (
             f"No significant regression beyond the {tolerance:.0%} tolerance against {base} at "
-            f"{', '.join(name(r[key]) for r in rows)}"
+            f"{', '.join(name(row[key]) for row in rows)}"
             + (f"; significantly better at {', '.join(better)}." if better else ".")
         )
     return {
@@ -449,7 +487,7 @@ def compare(
         "alpha": ALPHA,
         "steps": rows,
         "regressed": regressed,
-        "compared": [r[key] for r in rows],
+        "compared": [row[key] for row in rows],
         "warnings": differences(new_sum["run"], old_sum["run"], new_rd, old_rd),
         "verdict": verdict,
     }

@@ -28,13 +28,19 @@ FASTER = 0.5
 CONSISTENT = 0.8
 
 
-def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> TextReuse:
+def text_reuse(attempts: Attempts, streamed: bool, unique: bool = False) -> TextReuse:
     """``{pairs, first_ms, repeat_ms, ratio, faster_share, caches, note}`` (see the module doc);
     ``caches`` None when too few texts repeated to tell; ``unique``: the run sent every request
     a text of its own."""
     col = "ttfa_ms" if streamed else "wait_ms"
-    t = a[col]
-    rows = np.flatnonzero(a["ok"] & (a["attempt"] <= 1) & (a["text"] >= 0) & np.isfinite(t) & np.isfinite(a["t0"]))
+    column = attempts[col]
+    rows = np.flatnonzero(
+        attempts["ok"]
+        & (attempts["attempt"] <= 1)
+        & (attempts["text"] >= 0)
+        & np.isfinite(column)
+        & np.isfinite(attempts["t0"])
+    )
     out: TextReuse = {
         "pairs": 0,
         "first_ms": None,
@@ -50,20 +56,20 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> TextReuse:
         return out
     if len(rows):
         # by text (and voice), then in the order sent; the narrowest integers that hold them
-        width = len(a.voices) + 2
-        small = np.int32 if (len(a.texts) + 1) * width < np.iinfo(np.int32).max else np.int64
+        width = len(attempts.voices) + 2
+        small = np.int32 if (len(attempts.texts) + 1) * width < np.iinfo(np.int32).max else np.int64
         rows = rows.astype(small)
-        key = np.multiply(a["text"][rows], width, dtype=small)
-        np.add(key, a["voice"][rows].astype(small) + 1, out=key)
-        order = np.lexsort((a["t0"][rows], key))
+        key = np.multiply(attempts["text"][rows], width, dtype=small)
+        np.add(key, attempts["voice"][rows].astype(small) + 1, out=key)
+        order = np.lexsort((attempts["t0"][rows], key))
         key, rows = key[order], rows[order]
         cuts = np.flatnonzero(np.diff(key)) + 1
         for group in np.split(rows, cuts):
             first = group[0]
-            later = group[1:][a["step"][group[1:]] == a["step"][first]]
-            if len(later) and t[first] > 0:
-                firsts.append(float(t[first]))
-                repeats.append(float(np.median(t[later])))
+            later = group[1:][attempts["step"][group[1:]] == attempts["step"][first]]
+            if len(later) and column[first] > 0:
+                firsts.append(float(column[first]))
+                repeats.append(float(np.median(column[later])))
     what = "TTFA" if streamed else "the wait"
     if len(firsts) < MIN_PAIRS:
         out["note"] = (
@@ -72,23 +78,23 @@ def text_reuse(a: Attempts, streamed: bool, unique: bool = False) -> TextReuse:
         )
         out["pairs"] = len(firsts)
         return out
-    f, r = np.array(firsts), np.array(repeats)
-    ratio = r / f
-    first_ms, repeat_ms = float(np.median(f)), float(np.median(r))
+    first_times, repeat_times = np.array(firsts), np.array(repeats)
+    ratio = repeat_times / first_times
+    first_ms, repeat_ms = float(np.median(first_times)), float(np.median(repeat_times))
     median_ratio, faster_share = float(np.median(ratio)), float(np.mean(ratio < 1))
-    out["pairs"], out["first_ms"], out["repeat_ms"] = len(f), first_ms, repeat_ms
+    out["pairs"], out["first_ms"], out["repeat_ms"] = len(first_times), first_ms, repeat_ms
     out["ratio"], out["faster_share"] = median_ratio, faster_share
     out["caches"] = median_ratio <= FASTER and faster_share >= CONSISTENT
     if out["caches"]:
         out["note"] = (
             f"The server caches its answers: a text sent again in the same step came back in "
             f"{repeat_ms:.0f} ms against {first_ms:.0f} ms the first time ({what}, median "
-            f"ratio {median_ratio:.2f} over {len(f)} texts, {int(np.sum(ratio < 1))} of them faster), so "
+            f"ratio {median_ratio:.2f} over {len(first_times)} texts, {int(np.sum(ratio < 1))} of them faster), so "
             f"these figures hold for repeated text; --text-reuse unique measures new text."
         )
     else:
         out["note"] = (
             f"No sign of an answer cache: a text sent again in the same step took {median_ratio:.2f}x "
-            f"its first time ({what}, median over {len(f)} texts)."
+            f"its first time ({what}, median over {len(first_times)} texts)."
         )
     return out

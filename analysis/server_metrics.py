@@ -44,32 +44,34 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 
 def aggregate(
-    w: pd.DataFrame, custom: dict[str, str] | None = None
+    window: pd.DataFrame, custom: dict[str, str] | None = None
 ) -> tuple[dict[str, Any] | None, int, dict[str, Any] | None]:
-    """(metrics, left out, roles) of the server samples ``w`` (see the module doc); None for
+    """(metrics, left out, roles) of the server samples ``window`` (see the module doc); None for
     what no sample carries. ``custom``: ``--server-role``'s ``{family: role}``."""
-    if "metrics" not in w.columns:
+    if "metrics" not in window.columns:
         return None, 0, None
-    dicts = [m for m in w["metrics"] if isinstance(m, dict)]
+    dicts = [sample_metrics for sample_metrics in window["metrics"] if isinstance(sample_metrics, dict)]
     if not dicts:
         return None, 0, None
     values: dict[str, list[float]] = {}
     by_role: dict[str, list[tuple[str, float]]] = {}
-    for m in dicts:
-        for series, v in m.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                values.setdefault(series, []).append(float(v))
-        for role, (family, v) in roles(m, custom).items():
-            by_role.setdefault(role, []).append((family, v))
-    order = [s for s in values if role_of(s, custom)] + [s for s in values if not role_of(s, custom)]
-    metrics = {s: _stats(values[s]) for s in order[:MAX_SERIES]}
+    for sample_metrics in dicts:
+        for series, value in sample_metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.setdefault(series, []).append(float(value))
+        for role, (family, value) in roles(sample_metrics, custom).items():
+            by_role.setdefault(role, []).append((family, value))
+    order = [series for series in values if role_of(series, custom)] + [
+        series for series in values if not role_of(series, custom)
+    ]
+    metrics = {series: _stats(values[series]) for series in order[:MAX_SERIES]}
     told = {}
     for role in ROLES:
         got = by_role.get(role)
         if got:
-            families = [f for f, _ in got]
+            families = [family for family, _ in got]
             family = max(set(families), key=families.count)
-            told[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}
+            told[role] = {"series": family, "why": why(family, custom), **_stats([value for _, value in got])}
     return metrics or None, max(0, len(order) - MAX_SERIES), told or None
 
 
@@ -81,21 +83,21 @@ class Staged(NamedTuple):
     left_out: int
 
 
-def stages(w: pd.DataFrame, names: ServerNames | None = None) -> Staged | None:
-    """The stages of the server samples ``w`` (see the module doc); None where fewer than two
+def stages(window: pd.DataFrame, names: ServerNames | None = None) -> Staged | None:
+    """The stages of the server samples ``window`` (see the module doc); None where fewer than two
     stages are seen."""
-    if "metrics" not in w.columns:
+    if "metrics" not in window.columns:
         return None
     told: dict[str, dict[str, list[tuple[str, float]]]] = {}
     label: str | None = names.stage_label if names else None
-    for m in w["metrics"]:
-        if not isinstance(m, dict):
+    for metrics in window["metrics"]:
+        if not isinstance(metrics, dict):
             continue
-        for stage, stage_told in stage_roles(m, names).items():
+        for stage, stage_told in stage_roles(metrics, names).items():
             for role, pair in stage_told.items():
                 told.setdefault(stage, {}).setdefault(role, []).append(pair)
         if label is None and told:
-            label = _label_of(m)
+            label = _label_of(metrics)
     if len(told) < 2 or label is None:
         return None
     custom = names.roles if names else None
@@ -118,9 +120,9 @@ def _stage_figures(by_role: dict[str, list[tuple[str, float]]], custom: dict[str
     for role in STAGE_ROLES:
         got = by_role.get(role)
         if got:
-            families = [f for f, _ in got]
+            families = [family for family, _ in got]
             family = max(set(families), key=families.count)
-            out[role] = {"series": family, "why": why(family, custom), **_stats([v for _, v in got])}
+            out[role] = {"series": family, "why": why(family, custom), **_stats([value for _, value in got])}
     return cast(StageRoles, out)
 
 
@@ -142,18 +144,20 @@ def timeline(res: pd.DataFrame, limit: int = 8) -> dict[str, tuple[list[float], 
         return {}
     srv = res[res["role"] == "server"]
     seen: dict[str, set[Any]] = {}
-    for host, m in zip(srv["host"], srv["metrics"]):
-        if isinstance(m, dict):
-            seen.setdefault(host, set()).update(m)
-    order = list(dict.fromkeys(s for h in seen.values() for s in sorted(h)))
-    order = ([s for s in order if role_of(s)] + [s for s in order if not role_of(s)])[:limit]
-    out: dict[str, tuple[list[float], list[Any]]] = {s: ([], []) for s in order}
-    for ts, host, m in zip(srv["ts"], srv["host"], srv["metrics"]):
+    for host, metrics in zip(srv["host"], srv["metrics"]):
+        if isinstance(metrics, dict):
+            seen.setdefault(host, set()).update(metrics)
+    order = list(dict.fromkeys(series for names in seen.values() for series in sorted(names)))
+    order = ([series for series in order if role_of(series)] + [series for series in order if not role_of(series)])[
+        :limit
+    ]
+    out: dict[str, tuple[list[float], list[Any]]] = {series: ([], []) for series in order}
+    for sample_ts, host, metrics in zip(srv["ts"], srv["host"], srv["metrics"]):
         for series in seen.get(host, ()):
             if series in out:
-                v = m.get(series) if isinstance(m, dict) else None
-                out[series][0].append(float(ts))
-                out[series][1].append(v if isinstance(v, (int, float)) else None)
+                value = metrics.get(series) if isinstance(metrics, dict) else None
+                out[series][0].append(float(sample_ts))
+                out[series][1].append(value if isinstance(value, (int, float)) else None)
     return out
 
 
@@ -166,7 +170,11 @@ def stage_timeline(
     if not len(res) or "metrics" not in res.columns:
         return {}
     srv = res[res["role"] == "server"]
-    told = [(float(ts), stage_roles(m, names)) for ts, m in zip(srv["ts"], srv["metrics"]) if isinstance(m, dict)]
+    told = [
+        (float(sample_ts), stage_roles(metrics, names))
+        for sample_ts, metrics in zip(srv["ts"], srv["metrics"])
+        if isinstance(metrics, dict)
+    ]
     stages = list(dict.fromkeys(stage for _, by_stage in told for stage in by_stage))
     if len(stages) < 2:
         return {}
@@ -174,8 +182,11 @@ def stage_timeline(
     for stage in stages:
         lines: dict[str, tuple[list[float], list[Any]]] = {}
         for role in ("queue_depth", "queue_ms", "compute_ms", "busy"):
-            values = [(ts, by_stage.get(stage, {}).get(role)) for ts, by_stage in told]
-            if any(v is not None for _, v in values):
-                lines[role] = ([ts for ts, _ in values], [None if v is None else v[1] for _, v in values])
+            values = [(sample_ts, by_stage.get(stage, {}).get(role)) for sample_ts, by_stage in told]
+            if any(point is not None for _, point in values):
+                lines[role] = (
+                    [sample_ts for sample_ts, _ in values],
+                    [None if point is None else point[1] for _, point in values],
+                )
         out[stage] = lines
     return out

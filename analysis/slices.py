@@ -53,24 +53,24 @@ _FIGURES = {
 }
 
 
-def labels(a: Attempts, kind: str) -> dict[int, str]:
-    """The codes and names of ``kind`` (``language`` or ``voice``) the attempts ``a`` name."""
-    names = a.languages if kind == "language" else a.voices
-    codes = np.unique(a[kind])
-    return {int(c): names[c] for c in codes if 0 <= c < len(names) and names[c] != OTHER_LABEL}
+def labels(attempts: Attempts, kind: str) -> dict[int, str]:
+    """The codes and names of ``kind`` (``language`` or ``voice``) the ``attempts`` name."""
+    names = attempts.languages if kind == "language" else attempts.voices
+    codes = np.unique(attempts[kind])
+    return {int(code): names[code] for code in codes if 0 <= code < len(names) and names[code] != OTHER_LABEL}
 
 
-def _sent(a: Attempts, step: int) -> int:
+def _sent(attempts: Attempts, step: int) -> int:
     """The requests step ``step`` sent (their first attempts)."""
-    return int(((a["step"] == step) & (a["attempt"] <= 1)).sum())
+    return int(((attempts["step"] == step) & (attempts["attempt"] <= 1)).sum())
 
 
-def _held(done: list[StepSummary], k: int | None, key: str) -> float | None:
-    """The highest level below the knee ``k`` (the highest tested where there is none; None
+def _held(done: list[StepSummary], knee_index: int | None, key: str) -> float | None:
+    """The highest level below the knee ``knee_index`` (the highest tested where there is none; None
     where the lowest already broke)."""
-    if not done or k == 0:
+    if not done or knee_index == 0:
         return None
-    level = done[-1] if k is None else done[k - 1]
+    level = done[-1] if knee_index is None else done[knee_index - 1]
     held: float | None = cast(Mapping[str, Any], level)[key]
     return held
 
@@ -105,11 +105,11 @@ def _levels(
     plan = _plan_of(sub, whole, plan)
     no_samples = pd.DataFrame()
     steps = plan_stats(sub, plan, no_samples, settle, streamed, names, users)
-    for st, entry in zip(steps, plan):
+    for step, entry in zip(steps, plan):
         if "voices" in entry:
-            cast(dict[str, Any], st)["voices"] = entry["voices"]
+            cast(dict[str, Any], step)["voices"] = entry["voices"]
     axis.step_figures(sub, plan, steps)
-    steps = [st for st in steps if st["step"] in judged]
+    steps = [step for step in steps if step["step"] in judged]
     return axis.levels(sub, steps, no_samples, settle, streamed, names, users)
 
 
@@ -121,8 +121,8 @@ def request_labels(path: Path, req_ids: set[str]) -> dict[str, tuple[str | None,
     except OSError:
         return out
     for line in lines:
-        m = _REQ_ID.search(line)
-        if m is None or m.group(1).decode() not in req_ids:
+        match = _REQ_ID.search(line)
+        if match is None or match.group(1).decode() not in req_ids:
             continue
         try:
             rec = json.loads(line)
@@ -134,16 +134,16 @@ def request_labels(path: Path, req_ids: set[str]) -> dict[str, tuple[str | None,
 
 
 def _speech(level: Mapping[str, Any]) -> SliceSpeech | None:
-    sp = level.get("speech")
-    if not sp or not sp.get("judged"):
+    speech = level.get("speech")
+    if not speech or not speech.get("judged"):
         return None
     return {
-        "judged": sp["judged"],
-        "metric": sp["metric"],
-        "wer_mean": sp.get("wer_mean"),
-        "cer_mean": sp.get("cer_mean"),
-        "similarity_mean": sp.get("similarity_mean"),
-        "mos_mean": sp.get("mos_mean"),
+        "judged": speech["judged"],
+        "metric": speech["metric"],
+        "wer_mean": speech.get("wer_mean"),
+        "cer_mean": speech.get("cer_mean"),
+        "similarity_mean": speech.get("similarity_mean"),
+        "mos_mean": speech.get("mos_mean"),
     }
 
 
@@ -175,16 +175,16 @@ def _at(value: float | None, key: str) -> str:
     return f"{value:g}" + {"rate": " req/s", "voices": " voices"}.get(key, "")
 
 
-def _rise(levels: list[StepSummary], k: int, streamed: bool) -> str:
-    """The latency figure that rose most at level ``k`` against the lowest, in words: the wait's
+def _rise(levels: list[StepSummary], knee_index: int, streamed: bool) -> str:
+    """The latency figure that rose most at level ``knee_index`` against the lowest, in words: the wait's
     (TTFA's) where it crossed the rule's margin, else end-to-end time's."""
     rises: list[tuple[bool, float, str, float, float]] = []
-    for name, q in _STREAM if streamed else _WHOLE:
-        base = (cast(Mapping[str, Any], levels[0]).get(name) or {}).get(q)
-        value = (cast(Mapping[str, Any], levels[k]).get(name) or {}).get(q)
+    for name, stat in _STREAM if streamed else _WHOLE:
+        base = (cast(Mapping[str, Any], levels[0]).get(name) or {}).get(stat)
+        value = (cast(Mapping[str, Any], levels[knee_index]).get(name) or {}).get(stat)
         if base and value is not None:
             rises.append(
-                (name != "e2e_ms" and value / base > LATENCY_RISE, value / base, _FIGURES[(name, q)], base, value)
+                (name != "e2e_ms" and value / base > LATENCY_RISE, value / base, _FIGURES[(name, stat)], base, value)
             )
     if not rises:
         return "its latency rose"
@@ -194,71 +194,77 @@ def _rise(levels: list[StepSummary], k: int, streamed: bool) -> str:
 
 def broke(levels: list[StepSummary], knee: Knee, rule: str) -> str:
     """What broke at the slice's knee by ``rule`` (one of the knee's methods), in words."""
-    k = cast(int, knee["index"])
-    at = cast(Mapping[str, Any], levels[k])
+    knee_index = cast(int, knee["index"])
+    knee_level = cast(Mapping[str, Any], levels[knee_index])
     if rule == "failures":
-        return f"{100 * (at.get('attempt_failure_rate') or 0):.0f} % of its attempts failed"
+        return f"{100 * (knee_level.get('attempt_failure_rate') or 0):.0f} % of its attempts failed"
     if rule == "underruns":
-        return f"{100 * (at.get('underrun_rate') or 0):.0f} % of its streams ran dry"
+        return f"{100 * (knee_level.get('underrun_rate') or 0):.0f} % of its streams ran dry"
     if rule == "signal":
         rise = signal_rise(levels)
         return f"its {rise[1].replace('_rate', '').replace('_', ' ')} share rose" if rise else "its audio went wrong"
     if rule == "throughput_shortfall":
-        return f"it was served {100 * (at.get('throughput_ratio') or 0):.0f} % of its share of the offered rate"
+        return f"it was served {100 * (knee_level.get('throughput_ratio') or 0):.0f} % of its share of the offered rate"
     if rule == "latency_growing":
         return "its wait kept growing through the step"
     if rule in ("speech", "similarity", "mos"):
-        sp = at.get("speech") or {}
+        speech = knee_level.get("speech") or {}
         if rule == "speech":
-            metric = sp.get("metric") or "wer"
-            return f"its {metric.upper()} rose to {speech_mod.pct(sp.get(metric + '_mean'))}"
-        value = sp.get(f"{rule}_mean")
+            metric = speech.get("metric") or "wer"
+            return f"its {metric.upper()} rose to {speech_mod.pct(speech.get(metric + '_mean'))}"
+        value = speech.get(f"{rule}_mean")
         what = "speaker similarity" if rule == "similarity" else "naturalness (DNSMOS OVRL)"
         return f"its {what} fell to {'n/a' if value is None else f'{value:.2f}'}"
-    return _rise(levels, k, bool(knee.get("streamed")) and rule == "ttfa_vs_lowest")
+    return _rise(levels, knee_index, bool(knee.get("streamed")) and rule == "ttfa_vs_lowest")
 
 
 def _judge(
     levels: list[StepSummary], axis: Axis, streamed: bool, floor_ms: float, entries: list[dict[str, Any]] | None
 ) -> Knee | None:
     """The slice's knee by the pooled knee's rules (None: too few requests to judge)."""
-    done = [lv for lv in levels if lv.get("requests")]
-    if not done or any((lv.get("requests") or 0) < MIN_REQUESTS for lv in done):
+    done = [level for level in levels if level.get("requests")]
+    if not done or any((level.get("requests") or 0) < MIN_REQUESTS for level in done):
         return None
     knee = axis.find_knee(done, streamed, floor_ms)
     return axis.speech_knee(knee, done) if entries else knee
 
 
 def _slice(kind: str, name: str, levels: list[StepSummary], knee: Knee | None, key: str, streamed: bool) -> Slice:
-    done = [lv for lv in levels if lv.get("requests")]
-    k = None if knee is None else knee["index"]
-    rules = [] if knee is None or k is None else [r for r in knee["rules"] if knee["methods"].get(r) is not None]
-    at_k = None if k is None else cast(Mapping[str, Any], done[k])[key]
-    rules = [r for r in rules if knee is not None and knee["methods"].get(r) == at_k]
+    done = [level for level in levels if level.get("requests")]
+    knee_index = None if knee is None else knee["index"]
+    rules = (
+        []
+        if knee is None or knee_index is None
+        else [rule for rule in knee["rules"] if knee["methods"].get(rule) is not None]
+    )
+    at_k = None if knee_index is None else cast(Mapping[str, Any], done[knee_index])[key]
+    rules = [rule for rule in rules if knee is not None and knee["methods"].get(rule) == at_k]
     return {
         "by": kind,
         "name": name,
-        "requests": sum(lv.get("requests") or 0 for lv in done),
+        "requests": sum(level.get("requests") or 0 for level in done),
         "judged": knee is not None,
         "knee": at_k,
         "rules": rules,
-        "held_to": _held(done, k, key),
-        "broke": broke(done, knee, rules[0]) if knee is not None and k is not None and rules else None,
-        "levels": [_level_row(lv, key, streamed) for lv in done],
+        "held_to": _held(done, knee_index, key),
+        "broke": broke(done, knee, rules[0]) if knee is not None and knee_index is not None and rules else None,
+        "levels": [_level_row(level, key, streamed) for level in done],
     }
 
 
 def sentence(kind: str, sliced: list[Slice], pooled: float | None, pooled_held: float | None, key: str) -> str | None:
     """One sentence where a slice of ``kind`` breaks before the pooled knee (``pooled``: its level,
     None where it set none; ``pooled_held``: the highest level before it); None where none does."""
-    early = [s for s in sliced if s["knee"] is not None and (pooled is None or s["knee"] < pooled)]
+    early = [part for part in sliced if part["knee"] is not None and (pooled is None or part["knee"] < pooled)]
     if not early:
         return None
-    first = min(early, key=lambda s: cast(float, s["knee"]))
+    first = min(early, key=lambda part: cast(float, part["knee"]))
     others = [
-        f"{s['name']} held to {_at(s['held_to'], key)}" if s["held_to"] is not None else f"{s['name']} broke at once"
-        for s in sliced
-        if s is not first and s["judged"]
+        f"{part['name']} held to {_at(part['held_to'], key)}"
+        if part["held_to"] is not None
+        else f"{part['name']} broke at once"
+        for part in sliced
+        if part is not first and part["judged"]
     ]
     pooled_said = (
         f"the pooled figures break at {_at(pooled, key)}"
@@ -273,7 +279,7 @@ def sentence(kind: str, sliced: list[Slice], pooled: float | None, pooled_held: 
 
 
 def slices(
-    a: Attempts,
+    attempts: Attempts,
     plan: list[PlannedStep],
     judged: list[StepSummary],
     axis: Axis,
@@ -287,29 +293,29 @@ def slices(
     one voice. ``judged``: the closed steps the pooled levels ``levels`` and knee ``pooled`` were
     judged on; ``context``: ``settle``, ``streamed``, ``names``, ``users`` and ``ttfa_floor_ms``
     as the pooled levels had them; ``heard``: the judge's lines."""
-    kinds = {kind: labels(a, kind) for kind, _ in _KINDS if not (kind == "voice" and axis.key == "voices")}
+    kinds = {kind: labels(attempts, kind) for kind, _ in _KINDS if not (kind == "voice" and axis.key == "voices")}
     kinds = {kind: named for kind, named in kinds.items() if 2 <= len(named) <= MAX_SLICES}
     if not kinds:
         return None
-    said = request_labels(path, {e["req_id"] for e in heard}) if heard else {}
-    numbers = {st["step"] for st in judged if st["step"] is not None}
-    done = [lv for lv in levels if lv.get("requests")]
+    said = request_labels(path, {entry["req_id"] for entry in heard}) if heard else {}
+    numbers = {step["step"] for step in judged if step["step"] is not None}
+    done = [level for level in levels if level.get("requests")]
     key = axis.key
-    k = pooled["index"]
+    knee_index = pooled["index"]
     out: dict[str, Any] = {
         "axis": key,
         "knee": pooled.get(key),
-        "held_to": _held(done, k, key),
+        "held_to": _held(done, knee_index, key),
     }
     notes = []
     for kind, named in kinds.items():
         column = 0 if kind == "language" else 1
         sliced = []
         for code, name in sorted(named.items(), key=lambda item: item[1]):
-            sub = a.subset(a[kind] == code)
-            lv = _levels(
+            sub = attempts.subset(attempts[kind] == code)
+            level = _levels(
                 sub,
-                a,
+                attempts,
                 plan,
                 numbers,
                 axis,
@@ -318,12 +324,12 @@ def slices(
                 context["names"],
                 context["users"],
             )
-            entries = [e for e in heard if said.get(e["req_id"], (None, None))[column] == name]
+            entries = [entry for entry in heard if said.get(entry["req_id"], (None, None))[column] == name]
             if entries:  # the judge's lines of the slice, on its levels as on the pooled ones
-                speech_mod.attach([], cast(list[dict[str, Any]], lv), entries)
-            knee = _judge(lv, axis, context["streamed"], context["ttfa_floor_ms"], entries)
-            sliced.append(_slice(kind, name, lv, knee, key, context["streamed"]))
-            speech_mod.strip(cast(list[dict[str, Any]], lv))
+                speech_mod.attach([], cast(list[dict[str, Any]], level), entries)
+            knee = _judge(level, axis, context["streamed"], context["ttfa_floor_ms"], entries)
+            sliced.append(_slice(kind, name, level, knee, key, context["streamed"]))
+            speech_mod.strip(cast(list[dict[str, Any]], level))
         out[f"by_{kind}"] = sliced
         note = sentence(kind, sliced, out["knee"], out["held_to"], key)
         if note:

@@ -126,10 +126,10 @@ AFTER_RUN = frozenset(("wer_mean", "wer_p95", "cer_mean", "similarity_mean", "mo
 def live(slo: SLO) -> SLO | None:
     """``slo`` without the terms only the finished run can judge (:data:`AFTER_RUN`); None when
     none is left."""
-    terms = tuple(t for t in slo.terms if t.metric not in AFTER_RUN)
+    terms = tuple(term for term in slo.terms if term.metric not in AFTER_RUN)
     if len(terms) == len(slo.terms):
         return slo
-    return SLO(",".join(t.text for t in terms), terms) if terms else None
+    return SLO(",".join(term.text for term in terms), terms) if terms else None
 
 
 class SLOError(ValueError):
@@ -161,10 +161,10 @@ def parse(spec: str) -> SLO:
         raise SLOError(f"The SLO is empty; {_valid()}.")
     terms = []
     for raw in spec.split(","):
-        m = _TERM.match(raw)
-        if not m:
+        match = _TERM.match(raw)
+        if not match:
             raise SLOError(f"SLO term {raw.strip()!r} is malformed; {_valid()}.")
-        metric, op, num, pct = m.groups()
+        metric, operator, num, pct = match.groups()
         metric = metric.lower()
         if metric not in METRICS:
             raise SLOError(f"SLO term {raw.strip()!r} names an unknown metric {metric!r}; {_valid()}.")
@@ -175,84 +175,89 @@ def parse(spec: str) -> SLO:
             value /= 100.0
         if not math.isfinite(value):
             raise SLOError(f"SLO term {raw.strip()!r} has no finite value; {_valid()}.")
-        terms.append(Term(metric, op, value, f"{metric}{op}{_exact(value)}"))
-    return SLO(",".join(t.text for t in terms), tuple(terms))
+        terms.append(Term(metric, operator, value, f"{metric}{operator}{_exact(value)}"))
+    return SLO(",".join(term.text for term in terms), tuple(terms))
 
 
-def _exact(v: float) -> str:
+def _exact(value: float) -> str:
     """A threshold as written back into a spec: the shortest text that parses to the same float
     (1200, 0.01, 1234.5678), so a spec saved in run.json judges the same when read again."""
-    return str(int(v)) if v == int(v) and abs(v) < 1e15 else repr(v)
+    return str(int(value)) if value == int(value) and abs(value) < 1e15 else repr(value)
 
 
-def _fmt(v: float) -> str:
+def _fmt(value: float) -> str:
     """A number as a person writes it: whole numbers without a fraction, else 4 significant
     digits at most (612.3, 0.01, 1200)."""
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    if abs(v) >= 100:
-        return f"{v:.1f}"
-    return f"{v:.4g}"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:.1f}"
+    return f"{value:.4g}"
 
 
 def _value(step: Mapping[str, Any], metric: str) -> float | None:
     key, sub, scale = _SOURCES[metric]
-    v = step.get(key)
+    value = step.get(key)
     if sub is not None:
-        v = v.get(sub) if isinstance(v, dict) else None
-    if v is None or isinstance(v, bool):
+        value = value.get(sub) if isinstance(value, dict) else None
+    if value is None or isinstance(value, bool):
         return None
     try:
-        v = float(v) * scale
+        value = float(value) * scale
     except (TypeError, ValueError):
         return None
-    return v if math.isfinite(v) else None
+    return value if math.isfinite(value) else None
 
 
 def _interval(step: Mapping[str, Any], metric: str) -> tuple[float, float, int | None, float] | None:
-    """(lo, hi, n, q) of the metric's confidence interval when the step has one, q the
-    percentile (50, 95); an end too few requests could bound (None) is -inf / inf."""
+    """(lower, upper, count, percentile) of the metric's confidence interval when the step has
+    one, ``percentile`` 50 or 95; an end too few requests could bound (None) is -inf / inf."""
     if metric not in _CI:
         return None
     key, ci_key = _CI[metric]
-    d = step.get(key)
-    if not isinstance(d, dict):
+    dist = step.get(key)
+    if not isinstance(dist, dict):
         return None
-    ci = d.get(ci_key)
+    interval = dist.get(ci_key)
     if (
-        not isinstance(ci, (list, tuple))
-        or len(ci) != 2
-        or not all(c is None or (isinstance(c, (int, float)) and not isinstance(c, bool)) for c in ci)
+        not isinstance(interval, (list, tuple))
+        or len(interval) != 2
+        or not all(
+            bound is None or (isinstance(bound, (int, float)) and not isinstance(bound, bool)) for bound in interval
+        )
     ):
         return None
-    n = d.get("count")
-    lo = -math.inf if ci[0] is None else float(ci[0])
-    hi = math.inf if ci[1] is None else float(ci[1])
-    return lo, hi, (int(n) if isinstance(n, (int, float)) else None), float(ci_key[1:-3])
+    count = dist.get("count")
+    lower = -math.inf if interval[0] is None else float(interval[0])
+    upper = math.inf if interval[1] is None else float(interval[1])
+    return lower, upper, (int(count) if isinstance(count, (int, float)) else None), float(ci_key[1:-3])
 
 
 def _more_requests(
-    point: float, lo: float, hi: float, threshold: float, n: int | None, q: float
+    point: float, lower: float, upper: float, threshold: float, count: int | None, percentile: float
 ) -> tuple[int, bool] | None:
     """Requests to add so that the interval no longer reaches the threshold, assuming its
-    half-width on the threshold's side shrinks as 1/sqrt(n), and whether that is the estimate
+    half-width on the threshold's side shrinks as 1/sqrt(count), and whether that is the estimate
     (True) or only the least (False: that side is unbounded until there are enough requests to
     bound a q-th percentile at all); None when it cannot be told."""
-    half = (hi - point) if threshold >= point else (point - lo)
+    half = (upper - point) if threshold >= point else (point - lower)
     gap = abs(threshold - point)
-    if not n or gap <= 0 or half <= 0:
+    if not count or gap <= 0 or half <= 0:
         return None
     if math.isinf(half):
         from .confidence import min_bounding_n  # numpy: only where an interval is open
 
-        return max(1, min_bounding_n(q) - n), False
-    need = n * (half / gap) ** 2
-    return max(1, math.ceil(need - n)), True
+        return max(1, min_bounding_n(percentile) - count), False
+    need = count * (half / gap) ** 2
+    return max(1, math.ceil(need - count)), True
 
 
-def _ci_text(lo: float, hi: float) -> str:
+def _ci_text(lower: float, upper: float) -> str:
     """'95% CI 120-480', with an unbounded end shown as such."""
-    return f"95% CI {'unbounded' if math.isinf(lo) else _fmt(lo)}-{'unbounded' if math.isinf(hi) else _fmt(hi)}"
+    return (
+        f"95% CI {'unbounded' if math.isinf(lower) else _fmt(lower)}-"
+        f"{'unbounded' if math.isinf(upper) else _fmt(upper)}"
+    )
 
 
 def judge(slo: SLO, step: StepSummary) -> SloVerdict:
@@ -260,33 +265,38 @@ def judge(slo: SLO, step: StepSummary) -> SloVerdict:
     figure, ``intervals`` the 95% interval of those with one ([lo, hi], an end too few requests
     could bound null)."""
     failed, inconclusive, values, intervals, more = [], [], {}, {}, []
-    for t in slo.terms:
-        v = _value(step, t.metric)
-        values[t.metric] = v
-        if v is None:
-            failed.append(f"{t.metric} not measured")
+    for term in slo.terms:
+        value = _value(step, term.metric)
+        values[term.metric] = value
+        if value is None:
+            failed.append(f"{term.metric} not measured")
             continue
-        ok = _OPS[t.op](v, t.value)
-        ci = _interval(step, t.metric)
-        if ci is not None:
-            lo, hi, n, q = ci
-            intervals[t.metric] = [None if math.isinf(lo) else lo, None if math.isinf(hi) else hi]
-            lo_ok, hi_ok = _OPS[t.op](lo, t.value), _OPS[t.op](hi, t.value)
+        ok = _OPS[term.op](value, term.value)
+        interval = _interval(step, term.metric)
+        if interval is not None:
+            lower, upper, count, percentile = interval
+            intervals[term.metric] = [None if math.isinf(lower) else lower, None if math.isinf(upper) else upper]
+            lo_ok, hi_ok = _OPS[term.op](lower, term.value), _OPS[term.op](upper, term.value)
             if lo_ok != hi_ok:
-                est = _more_requests(v, lo, hi, t.value, n, q)
+                est = _more_requests(value, lower, upper, term.value, count, percentile)
                 if est is None:
                     need = "more requests would not settle it: the estimate sits on the threshold"
                 elif est[1]:
                     need = f"about {est[0]} more requests would settle it"
                 else:
-                    need = f"{n} requests cannot bound a p{q:g} on that side: at least {est[0]} more are needed"
-                inconclusive.append(f"{t.metric} {_fmt(v)} ({_ci_text(lo, hi)}) straddles {_fmt(t.value)}; {need}")
+                    need = (
+                        f"{count} requests cannot bound a p{percentile:g} on that side: "
+                        f"at least {est[0]} more are needed"
+                    )
+                inconclusive.append(
+                    f"{term.metric} {_fmt(value)} ({_ci_text(lower, upper)}) straddles {_fmt(term.value)}; {need}"
+                )
                 if est is not None:
                     more.append(est[0])
                 continue
             ok = lo_ok  # the whole interval is on one side
         if not ok:
-            failed.append(f"{t.metric} {_fmt(v)} {_NEGATED[t.op]} {_fmt(t.value)}")
+            failed.append(f"{term.metric} {_fmt(value)} {_NEGATED[term.op]} {_fmt(term.value)}")
     verdict = False if failed else (None if inconclusive else True)
     return {
         "concurrency": step.get("concurrency"),
@@ -306,14 +316,14 @@ def max_level(verdicts: Sequence[Mapping[str, Any]], key: str = "concurrency") -
     any order and a level may appear several times: it passes only if every verdict for it
     passes."""
     by_level: dict[str, Any] = {}
-    for v in verdicts:
-        c = v.get(key)
-        if c is None:
+    for verdict in verdicts:
+        level_value = verdict.get(key)
+        if level_value is None:
             continue
-        by_level[c] = by_level.get(c, True) and v.get("pass") is True
+        by_level[level_value] = by_level.get(level_value, True) and verdict.get("pass") is True
     best = None
-    for c in sorted(by_level):
-        if not by_level[c]:
+    for level_value in sorted(by_level):
+        if not by_level[level_value]:
             break
-        best = c
+        best = level_value
     return best

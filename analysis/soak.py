@@ -77,16 +77,16 @@ def window_s(duration_s: float) -> float:
 def _edges(start: float, end: float, width: float, still_open: bool = False) -> list[tuple[float, float]]:
     """The windows of ``width`` from ``start`` to ``end``; a last one of at least half the width
     counts, unless the soak is still running (``still_open``): then only whole windows do."""
-    n = int((end - start) // width)
-    edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
-    if not still_open and end - (start + n * width) >= width / 2:
-        edges.append((start + n * width, end))
+    count = int((end - start) // width)
+    edges = [(start + i * width, start + (i + 1) * width) for i in range(count)]
+    if not still_open and end - (start + count * width) >= width / 2:
+        edges.append((start + count * width, end))
     return edges
 
 
-def _pct(values: np.ndarray, q: float) -> float | None:
-    v = values[np.isfinite(values)]
-    return float(np.percentile(v, q)) if len(v) else None
+def _pct(values: np.ndarray, percentile: float) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(np.percentile(finite, percentile)) if len(finite) else None
 
 
 class _RequestFigures(TypedDict):
@@ -108,21 +108,21 @@ def _medians(
     """Per host of ``role``: the median of ``column`` in each window (None where none)."""
     if not len(res):
         return {}
-    w = res[(res["role"] == role) & res[column].notna()]
+    samples = res[(res["role"] == role) & res[column].notna()]
     out = {}
-    for host, g in w.groupby("host", sort=True):
-        ts, vals = g["ts"].to_numpy(), g[column].to_numpy()
+    for host, host_samples in samples.groupby("host", sort=True):
+        sample_ts, vals = host_samples["ts"].to_numpy(), host_samples[column].to_numpy()
         meds: list[float | None] = []
-        for lo, hi in edges:
-            sel = vals[(ts >= lo) & (ts < hi)]
+        for start, end in edges:
+            sel = vals[(sample_ts >= start) & (sample_ts < end)]
             meds.append(float(np.median(sel)) if len(sel) else None)
-        if any(m is not None for m in meds):
+        if any(median is not None for median in meds):
             out[str(host)] = meds
     return out
 
 
 def windows(
-    a: Attempts, step: Mapping[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
+    attempts: Attempts, step: Mapping[str, Any], res: pd.DataFrame, open_loop: bool, streamed: bool, width: float
 ) -> list[SoakWindow]:
     """The soak step's windows of ``width`` seconds (``step``: its step summary, whose
     ``window`` is the settled span), each with its figures (see the module doc). A live
@@ -133,79 +133,79 @@ def windows(
         return []
     edges = _edges(win["start"], win["end"], width, bool(win.get("open")))
     memory = {name: _medians(res, role, col, edges) for name, role, col, _, _ in _MEMORY}
-    figures = _request_figures(a, step, edges, open_loop, streamed)
+    figures = _request_figures(attempts, step, edges, open_loop, streamed)
 
     def at(name: str, i: int) -> dict[str, float]:
         return {host: med for host, meds in memory[name].items() if (med := meds[i]) is not None}
 
     return [
         {
-            "start": lo,
-            "end": hi,
+            "start": start,
+            "end": end,
             **figures[i],
             "server_rss_bytes": at("server_rss_bytes", i),
             "gpu_mem_bytes": at("gpu_mem_bytes", i),
             "client_rss_bytes": at("client_rss_bytes", i),
         }
-        for i, (lo, hi) in enumerate(edges)
+        for i, (start, end) in enumerate(edges)
     ]
 
 
 def _request_figures(
-    a: Attempts, step: Mapping[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
+    attempts: Attempts, step: Mapping[str, Any], edges: list[tuple[float, float]], open_loop: bool, streamed: bool
 ) -> list[_RequestFigures]:
     """Each window's request figures: from the rows sent in it, and the completions inside it."""
-    mine = (a["step"] == step["step"]) & a["settled"] & a["final"]
-    done_ok = a["final"] & a["ok"]
+    mine = (attempts["step"] == step["step"]) & attempts["settled"] & attempts["final"]
+    done_ok = attempts["final"] & attempts["ok"]
     key = ("soak", step["step"], edges[0][0], edges[0][1] - edges[0][0], open_loop, streamed)
-    kept = None if a.lasting is None else a.lasting.get(key)
+    kept = None if attempts.lasting is None else attempts.lasting.get(key)
     cached: dict[int, tuple[float, _RequestFigures]]
-    n = len(a)
-    if kept is not None and kept[0] <= n:
+    count = len(attempts)
+    if kept is not None and kept[0] <= count:
         rows, cached = kept
-        new = slice(rows, n)
-        touched = set(_window_of(edges, a["t0"][new][mine[new]]).tolist())
-        touched |= set(_window_of(edges, a["tend"][new][done_ok[new]], right=True).tolist())
+        new = slice(rows, count)
+        touched = set(_window_of(edges, attempts["t0"][new][mine[new]]).tolist())
+        touched |= set(_window_of(edges, attempts["tend"][new][done_ok[new]], right=True).tolist())
     else:
         cached, touched = {}, set(range(len(edges)))
-    latency = a["sched_wait_ms"] if open_loop else a["wait_ms"]
-    t0, tend = a["t0"], a["tend"]
+    latency = attempts["sched_wait_ms"] if open_loop else attempts["wait_ms"]
+    sent_at, tend = attempts["t0"], attempts["tend"]
     out: list[_RequestFigures] = []
-    for i, (lo, hi) in enumerate(edges):
-        if i in cached and i not in touched and cached[i][0] == hi:
+    for i, (start, end) in enumerate(edges):
+        if i in cached and i not in touched and cached[i][0] == end:
             out.append(cached[i][1])
             continue
-        sent = mine & (t0 >= lo) & (t0 < hi)
-        ok = sent & a["ok"]
-        got, got_ok = int(sent.sum()), int(ok.sum())
+        sent = mine & (sent_at >= start) & (sent_at < end)
+        ok_sent = sent & attempts["ok"]
+        got, got_ok = int(sent.sum()), int(ok_sent.sum())
         fig: _RequestFigures = {
             "requests": got,
             "ok": got_ok,
             "failed": got - got_ok,
             "error_rate": (got - got_ok) / got if got else None,
-            "throughput_rps": int((done_ok & (tend > lo) & (tend <= hi)).sum()) / (hi - lo),
-            "p50_ms": _pct(latency[ok], 50),
-            "p95_ms": _pct(latency[ok], 95),
+            "throughput_rps": int((done_ok & (tend > start) & (tend <= end)).sum()) / (end - start),
+            "p50_ms": _pct(latency[ok_sent], 50),
+            "p95_ms": _pct(latency[ok_sent], 95),
         }
         if streamed:
-            fig["ttfa_p95_ms"] = _pct(a["ttfa_ms"][ok], 95)
-        cached[i] = (hi, fig)
+            fig["ttfa_p95_ms"] = _pct(attempts["ttfa_ms"][ok_sent], 95)
+        cached[i] = (end, fig)
         out.append(fig)
-    if a.lasting is not None:
-        a.lasting[key] = (n, cached)
+    if attempts.lasting is not None:
+        attempts.lasting[key] = (count, cached)
     return out
 
 
-def _window_of(edges: list[tuple[float, float]], ts: np.ndarray, right: bool = False) -> np.ndarray:
-    """The index of the window each time falls in (windows are [lo, hi), or (lo, hi] with
+def _window_of(edges: list[tuple[float, float]], times: np.ndarray, right: bool = False) -> np.ndarray:
+    """The index of the window each time falls in (windows are [start, end), or (start, end] with
     ``right``); times outside every window are left out."""
-    starts = np.array([lo for lo, _ in edges])
-    ends = np.array([hi for _, hi in edges])
-    ts = ts[np.isfinite(ts)]
-    i = np.searchsorted(starts, ts, side="left" if right else "right") - 1
-    end = ends[np.clip(i, 0, None)]
-    inside = (i >= 0) & ((ts <= end) if right else (ts < end))
-    return i[inside]
+    starts = np.array([start for start, _ in edges])
+    ends = np.array([window_end for _, window_end in edges])
+    times = times[np.isfinite(times)]
+    index = np.searchsorted(starts, times, side="left" if right else "right") - 1
+    end = ends[np.clip(index, 0, None)]
+    inside = (index >= 0) & ((times <= end) if right else (times < end))
+    return index[inside]
 
 
 def per_host(row: SoakWindow, key: str) -> dict[str, float]:
@@ -218,30 +218,30 @@ def per_host(row: SoakWindow, key: str) -> dict[str, float]:
 def _series(rows: list[SoakWindow], key: str, host: str | None) -> tuple[np.ndarray, np.ndarray]:
     """A window figure (``key``; a host's, for a figure per host) over the windows that have it:
     (the windows' middles, the figure)."""
-    t: list[float] = []
-    y: list[float] = []
-    for r in rows:
-        figure: Mapping[str, object] = r
-        v = figure.get(key)
+    times: list[float] = []
+    values: list[float] = []
+    for row in rows:
+        figure: Mapping[str, object] = row
+        value = figure.get(key)
         if host is not None:
-            v = v.get(host) if isinstance(v, dict) else None
-        if isinstance(v, (int, float)):
-            t.append((r["start"] + r["end"]) / 2.0)
-            y.append(v)
-    return np.array(t, dtype=float), np.array(y, dtype=float)
+            value = value.get(host) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)):
+            times.append((row["start"] + row["end"]) / 2.0)
+            values.append(value)
+    return np.array(times, dtype=float), np.array(values, dtype=float)
 
 
-def _minutes(s: float) -> str:
-    m = s / 60.0
-    return f"{m:.0f} min" if m >= 10 or m == int(m) else f"{m:.1f} min"
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60.0
+    return f"{minutes:.0f} min" if minutes >= 10 or minutes == int(minutes) else f"{minutes:.1f} min"
 
 
-def _amount(v: float, unit: str) -> str:
+def _amount(value: float, unit: str) -> str:
     if unit == "bytes":
-        return f"{v / MB:.0f} MB" if abs(v) >= 10 * MB else f"{v / MB:.1f} MB"
+        return f"{value / MB:.0f} MB" if abs(value) >= 10 * MB else f"{value / MB:.1f} MB"
     if unit == "req/s":
-        return f"{v:.2f} req/s"
-    return f"{v:.0f} ms"
+        return f"{value:.2f} req/s"
+    return f"{value:.0f} ms"
 
 
 def _trend(
@@ -258,22 +258,22 @@ def _trend(
 ) -> SoakTrend | None:
     """One figure's trend (see the module doc); ``named``: the verdict names the host (the
     figure has several)."""
-    t, y = _series(rows, key, host)
-    if len(y) < trend.MIN_POINTS:
+    times, values = _series(rows, key, host)
+    if len(values) < trend.MIN_POINTS:
         return None
-    k = trend.steady_from(t, y)
-    fit = trend.theil_sen(t[k:], y[k:])
+    steady_index = trend.steady_from(times, values)
+    fit = trend.theil_sen(times[steady_index:], values[steady_index:])
     if fit is None:
         return None
-    slope, lo, hi = (x * 60.0 for x in fit)  # per minute
-    p = trend.mann_kendall(t[k:], y[k:])
-    span_min = (t[-1] - t[k]) / 60.0
-    level = float(np.median(y[k:]))
+    slope, lower, upper = (per_second * 60.0 for per_second in fit)  # per minute
+    p_value = trend.mann_kendall(times[steady_index:], values[steady_index:])
+    span_min = (times[-1] - times[steady_index]) / 60.0
+    level = float(np.median(values[steady_index:]))
     change = slope * span_min
     floor = {"memory": MIN_MEMORY_BYTES, "latency": MIN_LATENCY_MS}.get(kind, 0.0)
     drifts = (
-        p is not None
-        and p < ALPHA
+        p_value is not None
+        and p_value < ALPHA
         and slope * bad_sign > 0
         and abs(change) >= max(MIN_CHANGE[kind] * abs(level), floor)
     )
@@ -281,34 +281,35 @@ def _trend(
         "figure": key,
         "host": host,
         "unit": unit,
-        "windows": int(len(y)),
-        "first": float(y[0]),
-        "last": float(y[-1]),
-        "steady_after_s": float(t[k] - t[0]),
+        "windows": int(len(values)),
+        "first": float(values[0]),
+        "last": float(values[-1]),
+        "steady_after_s": float(times[steady_index] - times[0]),
         "slope_per_min": slope,
-        "slope_ci": [lo, hi],
-        "p_value": p,
+        "slope_ci": [lower, upper],
+        "p_value": p_value,
         "drift": bool(drifts),
         "verdict": None,
     }
     if drifts:
         who = f"{name} ({host})" if named else name
-        moved = y[-1] - y[0]
+        moved = values[-1] - values[0]
         if kind == "memory":
             what = f"grew {_amount(moved, unit)}"
         elif kind == "latency":
-            what = f"rose from {_amount(y[0], unit)} to {_amount(y[-1], unit)}"
+            what = f"rose from {_amount(values[0], unit)} to {_amount(values[-1], unit)}"
         else:
-            what = f"fell from {_amount(y[0], unit)} to {_amount(y[-1], unit)}"
+            what = f"fell from {_amount(values[0], unit)} to {_amount(values[-1], unit)}"
         rate = _amount(slope, unit) + "/min"
         out["verdict"] = (
-            f"{who} {what} over {_minutes(duration_s)}, {rate}, steady after {_minutes(t[k] - t[0])}: {meaning}"
+            f"{who} {what} over {_minutes(duration_s)}, {rate}, "
+            f"steady after {_minutes(times[steady_index] - times[0])}: {meaning}"
         )
     return out
 
 
 def soak(
-    a: Attempts,
+    attempts: Attempts,
     step: Mapping[str, Any],
     res: pd.DataFrame,
     open_loop: bool,
@@ -320,7 +321,7 @@ def soak(
     win = step["window"]
     duration = win.get("duration_s") or 0.0
     width = window_s(planned_s or duration) if duration else None
-    rows = windows(a, step, res, open_loop, streamed, width) if width else []
+    rows = windows(attempts, step, res, open_loop, streamed, width) if width else []
     trends = []
     for key, kind, unit, name, sign in _FIGURES:
         if key == "ttfa_p95_ms" and not streamed:
@@ -334,7 +335,7 @@ def soak(
         if got:
             trends.append(got)
     for key, _, _, name, meaning in _MEMORY:
-        hosts = sorted({h for r in rows for h in per_host(r, key)})
+        hosts = sorted({host_name for row in rows for host_name in per_host(row, key)})
         for host in hosts:
             got = _trend(rows, key, host, "memory", "bytes", name, 1, meaning, duration, len(hosts) > 1)
             if got:
@@ -349,7 +350,11 @@ def soak(
         "window_s": width,
         "windows": rows,
         "trends": trends,
-        "drift": [verdict for t in trends if t["drift"] and (verdict := t["verdict"]) is not None],
+        "drift": [
+            verdict
+            for figure_trend in trends
+            if figure_trend["drift"] and (verdict := figure_trend["verdict"]) is not None
+        ],
         "method": (
             f"Theil-Sen slope and Mann-Kendall test (p < {ALPHA:g}) over each figure's windows "
             f"from where it is steady on"

@@ -45,30 +45,32 @@ _SHED = (429, 503)
 
 
 def spike(
-    a: Attempts,
+    attempts: Attempts,
     steps: Sequence[Mapping[str, Any]],
     streamed: bool,
     health: dict[str, Any] | None,
     options: Mapping[str, float],
     res: pd.DataFrame | None = None,
 ) -> Spike | None:
-    """summary.json's ``spike`` from the attempts ``a`` and the run.json ``steps`` of the run
+    """summary.json's ``spike`` from the ``attempts`` and the run.json ``steps`` of the run
     (those of the spike's phases are picked out), and the resource samples ``res`` (a
     collector's watched process); None when the run had no spike."""
-    by_phase = {s.get("phase"): s for s in steps}
-    before, at, after = (by_phase.get(p) for p in ("before_spike", "spike", "recovery"))
-    if before is None or at is None:
+    by_phase = {step.get("phase"): step for step in steps}
+    before, spike_step, after = (by_phase.get(phase) for phase in ("before_spike", "spike", "recovery"))
+    if before is None or spike_step is None:
         return None
     key = "ttfa_ms" if streamed else "wait_ms"
-    base = _p95(a, _in(a, before) & a["settled"], key)
-    during = _figures(a, _in(a, at), key, base)
+    base = _p95(attempts, _in(attempts, before) & attempts["settled"], key)
+    during = _figures(attempts, _in(attempts, spike_step), key, base)
     recovery_s, after_figures, gone = None, None, False
     if after is not None:
-        m = _in(a, after)
-        after_figures = _figures(a, m, key, base)
-        recovery_s = _recovery_s(a, m, _in(a, before) & a["settled"], after["start"], key)
-        gone = _stopped_answering(a, m)
-    exited = _process_gone_at(res, before["start"], (after or at).get("end"))
+        in_recovery = _in(attempts, after)
+        after_figures = _figures(attempts, in_recovery, key, base)
+        recovery_s = _recovery_s(
+            attempts, in_recovery, _in(attempts, before) & attempts["settled"], after["start"], key
+        )
+        gone = _stopped_answering(attempts, in_recovery)
+    exited = _process_gone_at(res, before["start"], (after or spike_step).get("end"))
     crashed = (health is not None and health.get("ok") is False) or gone or exited is not None
     if crashed:
         behaviour = Behaviour.CRASHED
@@ -84,7 +86,7 @@ def spike(
         "factor": options.get("factor"),
         "seconds": options.get("seconds"),
         "level": before["concurrency"],
-        "spike_level": at["concurrency"],
+        "spike_level": spike_step["concurrency"],
         "behaviour": behaviour,
         "recovery_s": None if crashed else recovery_s,
         "basis": key,
@@ -104,139 +106,144 @@ def _process_gone_at(res: pd.DataFrame | None, start: float | None, end: float |
     if res is None or not len(res) or start is None or "proc_rss_bytes" not in res:
         return None
     rows = res[(res["role"] == "server") & (res["ts"] >= start) & (res["ts"] <= (end or np.inf) + 2.0)]
-    for _, g in rows.groupby("host"):
-        had = np.isfinite(g["proc_rss_bytes"].to_numpy(dtype=float))
+    for _, host_rows in rows.groupby("host"):
+        had = np.isfinite(host_rows["proc_rss_bytes"].to_numpy(dtype=float))
         if had.any():
             first = int(np.argmax(had))
             lost = np.flatnonzero(~had[first:])
             if len(lost):
-                return float(g["ts"].to_numpy()[first + lost[0]])
+                return float(host_rows["ts"].to_numpy()[first + lost[0]])
     return None
 
 
-def _in(a: Attempts, step: Mapping[str, Any]) -> np.ndarray:
-    rows: np.ndarray = a["step"] == int(step["step"])
+def _in(attempts: Attempts, step: Mapping[str, Any]) -> np.ndarray:
+    rows: np.ndarray = attempts["step"] == int(step["step"])
     return rows
 
 
-def _p95(a: Attempts, m: np.ndarray, key: str) -> float | None:
-    v = a[key][m & a["ok"] & a["final"]]
-    v = v[np.isfinite(v)]
-    return float(np.percentile(v, 95)) if len(v) else None
+def _p95(attempts: Attempts, selected: np.ndarray, key: str) -> float | None:
+    values = attempts[key][selected & attempts["ok"] & attempts["final"]]
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, 95)) if len(values) else None
 
 
-def _figures(a: Attempts, m: np.ndarray, key: str, base: float | None) -> SpikePart:
-    n = int(m.sum())
-    failed = m & ~a["ok"]
-    shed = failed & np.isin(a["status"], _SHED)
+def _figures(attempts: Attempts, selected: np.ndarray, key: str, base: float | None) -> SpikePart:
+    count = int(selected.sum())
+    failed = selected & ~attempts["ok"]
+    shed = failed & np.isin(attempts["status"], _SHED)
     other = failed & ~shed
-    waits = a["wait_ms"][shed]
+    waits = attempts["wait_ms"][shed]
     waits = waits[np.isfinite(waits)]
-    p95 = _p95(a, m, key)
+    p95 = _p95(attempts, selected, key)
     return {
-        "attempts": n,
-        "ok": int((m & a["ok"]).sum()),
+        "attempts": count,
+        "ok": int((selected & attempts["ok"]).sum()),
         "shed": int(shed.sum()),
         "failed": int(other.sum()),
-        "shed_share": round(int(shed.sum()) / n, 4) if n else 0.0,
-        "failed_share": round(int(other.sum()) / n, 4) if n else 0.0,
+        "shed_share": round(int(shed.sum()) / count, 4) if count else 0.0,
+        "failed_share": round(int(other.sum()) / count, 4) if count else 0.0,
         "shed_ms_p50": _round(float(np.median(waits))) if len(waits) else None,
         "p95_ms": _round(p95),
         "p95_x": round(p95 / base, 2) if p95 is not None and base else None,
     }
 
 
-def _recovery_s(a: Attempts, m: np.ndarray, before: np.ndarray, start: float | None, key: str) -> float | None:
+def _recovery_s(
+    attempts: Attempts, in_recovery: np.ndarray, before: np.ndarray, start: float | None, key: str
+) -> float | None:
     """The recovery (see the module doc), each request's latency taken over its own text's median
     before the spike, so a window of long texts is not a slow one; the windows :data:`WINDOW_S`
     long, or twice the median latency before where that is longer (two requests a user)."""
-    ref = _medians(a, before, key)
-    if start is None or not ref or not m.any():
+    ref = _medians(attempts, before, key)
+    if start is None or not ref or not in_recovery.any():
         return None
-    ratio_before = _ratios(a, before & a["ok"] & a["final"], key, ref)
+    ratio_before = _ratios(attempts, before & attempts["ok"] & attempts["final"], key, ref)
     if not len(ratio_before):
         return None
-    q = float(np.percentile(ratio_before, 95))
-    typical = float(np.median([v for v in ref.values()]))
-    limit = max(RECOVERED_X * q, q + SLACK_MS / max(typical, 1e-9))
+    p95_before = float(np.percentile(ratio_before, 95))
+    typical = float(np.median([median for median in ref.values()]))
+    limit = max(RECOVERED_X * p95_before, p95_before + SLACK_MS / max(typical, 1e-9))
     window = max(WINDOW_S, 2 * typical / 1000.0)
-    rows = np.flatnonzero(m)
-    bins = np.floor((a["t0"][rows] - start) / window).astype(int)
+    rows = np.flatnonzero(in_recovery)
+    bins = np.floor((attempts["t0"][rows] - start) / window).astype(int)
     good: list[tuple[int, bool]] = []
-    for b in sorted(set(bins[bins >= 0].tolist())):
-        inside = rows[bins == b]
-        sel = np.zeros(len(a), dtype=bool)
+    for window_index in sorted(set(bins[bins >= 0].tolist())):
+        inside = rows[bins == window_index]
+        sel = np.zeros(len(attempts), dtype=bool)
         sel[inside] = True
-        r = _ratios(a, sel & a["ok"] & a["final"], key, ref)
-        fine = bool(a["ok"][inside].all()) and len(r) > 0 and float(np.percentile(r, 95)) <= limit
-        good.append((b, fine))
-    for i, (b, fine) in enumerate(good):
-        if fine and all(f for _, f in good[i:]):
-            return round(b * window, 1)
+        ratios = _ratios(attempts, sel & attempts["ok"] & attempts["final"], key, ref)
+        fine = bool(attempts["ok"][inside].all()) and len(ratios) > 0 and float(np.percentile(ratios, 95)) <= limit
+        good.append((window_index, fine))
+    for index, (window_index, fine) in enumerate(good):
+        if fine and all(fine_after for _, fine_after in good[index:]):
+            return round(window_index * window, 1)
     return None
 
 
-def _medians(a: Attempts, m: np.ndarray, key: str) -> dict[int, float]:
-    """Each text's (code's) median latency over the successful final attempts ``m`` selects."""
-    sel = m & a["ok"] & a["final"] & np.isfinite(a[key])
+def _medians(attempts: Attempts, selected: np.ndarray, key: str) -> dict[int, float]:
+    """Each text's (code's) median latency over the successful final attempts ``selected`` selects."""
+    sel = selected & attempts["ok"] & attempts["final"] & np.isfinite(attempts[key])
     out: dict[int, float] = {}
-    for code in np.unique(a["text"][sel]).tolist():
-        out[int(code)] = float(np.median(a[key][sel & (a["text"] == code)]))
+    for code in np.unique(attempts["text"][sel]).tolist():
+        out[int(code)] = float(np.median(attempts[key][sel & (attempts["text"] == code)]))
     return out
 
 
-def _ratios(a: Attempts, m: np.ndarray, key: str, ref: dict[int, float]) -> np.ndarray:
-    v, codes = a[key][m], a["text"][m]
+def _ratios(attempts: Attempts, selected: np.ndarray, key: str, ref: dict[int, float]) -> np.ndarray:
+    values, codes = attempts[key][selected], attempts["text"][selected]
     out = [
-        x / ref[int(c)]
-        for x, c in zip(v.tolist(), codes.tolist())
-        if int(c) in ref and ref[int(c)] > 0 and np.isfinite(x)
+        value / ref[int(code)]
+        for value, code in zip(values.tolist(), codes.tolist())
+        if int(code) in ref and ref[int(code)] > 0 and np.isfinite(value)
     ]
     return np.asarray(out, dtype=float)
 
 
-def _stopped_answering(a: Attempts, m: np.ndarray) -> bool:
+def _stopped_answering(attempts: Attempts, in_recovery: np.ndarray) -> bool:
     """Whether the recovery's last second was attempts that all got no answer at all."""
-    if not m.any():
+    if not in_recovery.any():
         return False
-    t0 = a["t0"][m]
-    last = m.copy()
-    last[m] = t0 >= np.nanmax(t0) - 1.0
-    return bool(last.any() and (~a["ok"][last] & (a["status"][last] < 0)).all())
+    sent = attempts["t0"][in_recovery]
+    last = in_recovery.copy()
+    last[in_recovery] = sent >= np.nanmax(sent) - 1.0
+    return bool(last.any() and (~attempts["ok"][last] & (attempts["status"][last] < 0)).all())
 
 
-def _text(s: Spike, health: dict[str, Any] | None) -> str:
-    d = s["during"]
+def _text(spike_part: Spike, health: dict[str, Any] | None) -> str:
+    during = spike_part["during"]
     head = (
-        f"A spike from {s['level']} to {s['spike_level']} users ({s['factor']:g}x) for {s['seconds']:g} s: "
-        f"the server {s['behaviour']}"
+        f"A spike from {spike_part['level']} to {spike_part['spike_level']} users "
+        f"({spike_part['factor']:g}x) for {spike_part['seconds']:g} s: "
+        f"the server {spike_part['behaviour']}"
     )
-    if s["behaviour"] == Behaviour.CRASHED:
+    if spike_part["behaviour"] == Behaviour.CRASHED:
         why = (
             "; ".join(
-                w
-                for w in (
+                reason
+                for reason in (
                     (health or {}).get("message") if health and health.get("ok") is False else None,
-                    "the server process the collector watched exited" if s["process_gone_at"] is not None else None,
+                    "the server process the collector watched exited"
+                    if spike_part["process_gone_at"] is not None
+                    else None,
                 )
-                if w
+                if reason
             )
             or "the last second of the recovery got no answer at all"
         )
         return f"{head} — it stopped answering ({why}); nothing after it measures the server."
-    if s["behaviour"] == Behaviour.SHEDS:
-        head += f" ({d['shed_share']:.0%} of its attempts refused with 429/503 in {d['shed_ms_p50']:g} ms)"
-    elif s["behaviour"] == Behaviour.FAILS:
-        head += f" ({d['failed_share']:.0%} of its attempts failed)"
-    elif d["p95_x"] is not None:
-        head += f" (p95 {d['p95_x']:g}x the {s['before_p95_ms']:g} ms before)"
+    if spike_part["behaviour"] == Behaviour.SHEDS:
+        head += f" ({during['shed_share']:.0%} of its attempts refused with 429/503 in {during['shed_ms_p50']:g} ms)"
+    elif spike_part["behaviour"] == Behaviour.FAILS:
+        head += f" ({during['failed_share']:.0%} of its attempts failed)"
+    elif during["p95_x"] is not None:
+        head += f" (p95 {during['p95_x']:g}x the {spike_part['before_p95_ms']:g} ms before)"
     tail = (
-        f"; back within {RECOVERED_X:g}x of the p95 before {s['recovery_s']:g} s into the recovery"
-        if s["recovery_s"] is not None
+        f"; back within {RECOVERED_X:g}x of the p95 before {spike_part['recovery_s']:g} s into the recovery"
+        if spike_part["recovery_s"] is not None
         else "; it did not recover within the run"
     )
     return head + tail + "."
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(float(v), 1)
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 1)

@@ -66,22 +66,22 @@ def _stages_of(step: StepSummary) -> dict[str, StageRoles]:
     return (server.get("stages") if server else None) or {}
 
 
-def verdict(steps: list[StepSummary], k: int, saturated: bool | None) -> Named | None:
+def verdict(steps: list[StepSummary], knee_index: int, saturated: bool | None) -> Named | None:
     """The stage that broke at the knee step ``steps[k]`` and the evidence (see the module doc);
     None where that step has no stages."""
-    at_knee = _stages_of(steps[k])
-    server = steps[k].get("server")
+    at_knee = _stages_of(steps[knee_index])
+    server = steps[knee_index].get("server")
     if not at_knee or not server:
         return None
-    level = steps[k]["concurrency"]
+    level = steps[knee_index]["concurrency"]
     stages = []
     for name, figures in at_knee.items():
         # from the first step that carries the stage (the knee step at the latest)
-        carrying = [s for s in steps[: k + 1] if name in _stages_of(s)]
+        carrying = [stage for stage in steps[: knee_index + 1] if name in _stages_of(stage)]
         tops = [
             top
-            for s in carrying
-            if (running := _role(_stages_of(s)[name], "running")) is not None
+            for stage in carrying
+            if (running := _role(_stages_of(stage)[name], "running")) is not None
             and (top := running.get("max")) is not None
         ]
         first = carrying[0]
@@ -98,18 +98,20 @@ def verdict(steps: list[StepSummary], k: int, saturated: bool | None) -> Named |
 
 def _judge(stages: list[_Stage], words: _Words) -> Named:
     """Which of ``stages`` broke (see the module doc), in ``words``."""
-    measure: Measure = "queue_ms" if all(_mean(s.at_knee, "queue_ms") is not None for s in stages) else "queue_depth"
-    told = [s for s in stages if _mean(s.at_knee, measure) is not None]
+    measure: Measure = (
+        "queue_ms" if all(_mean(stage.at_knee, "queue_ms") is not None for stage in stages) else "queue_depth"
+    )
+    told = [stage for stage in stages if _mean(stage.at_knee, measure) is not None]
     if not told:
         return Named(None, [f"The server's {len(stages)} stages publish no queue, so none can be named."])
-    rises = {s.name: _rise(s, measure) for s in told}
-    worst = max(told, key=lambda s: rises[s.name])
+    rises = {stage.name: _rise(stage, measure) for stage in told}
+    worst = max(told, key=lambda stage: rises[stage.name])
     enough = QUEUE_RISE_MS if measure == "queue_ms" else QUEUE_RISE_REQUESTS
-    others = [s for s in told if s is not worst]
+    others = [stage for stage in told if stage is not worst]
     if rises[worst.name] < enough:
         return _no_queue(told, words, measure)
-    queued = [s for s in others if rises[s.name] > HELD_SHARE * rises[worst.name]]
-    at_limit = [s for s in others if s not in queued and _at_limit(s)]
+    queued = [stage for stage in others if rises[stage.name] > HELD_SHARE * rises[worst.name]]
+    at_limit = [stage for stage in others if stage not in queued and _at_limit(stage)]
     if queued:
         return Named(None, [words.many_queued([worst, *queued], measure)])
     if at_limit:
@@ -135,9 +137,11 @@ def _at_limit(stage: _Stage) -> bool:
 
 def _no_queue(told: list[_Stage], words: _Words, measure: Measure) -> Named:
     """No stage's queue rose: the one stage running at its limit, if one alone did."""
-    limited = [s for s in told if _at_limit(s)]
+    limited = [stage for stage in told if _at_limit(stage)]
     if len(limited) == 1:
-        return Named(limited[0].name, [words.limited(limited[0], [s for s in told if s is not limited[0]], measure)])
+        return Named(
+            limited[0].name, [words.limited(limited[0], [stage for stage in told if stage is not limited[0]], measure)]
+        )
     return Named(
         None,
         [
@@ -169,10 +173,10 @@ class _Words:
 
     def listed(self, stages: list[_Stage], measure: Measure) -> str:
         if len(stages) > MOST_NAMED:
-            top = max((_mean(s.at_knee, measure) or 0.0) for s in stages)
+            top = max((_mean(stage.at_knee, measure) or 0.0) for stage in stages)
             unit = "ms a request" if measure == "queue_ms" else "requests"
             return f"the {len(stages)} stages' queues stayed at most {top:.1f} {unit}"
-        return ", ".join(f"{self.name(s)}'s {self.queue(s, measure)}" for s in stages)
+        return ", ".join(f"{self.name(stage)}'s {self.queue(stage, measure)}" for stage in stages)
 
     def work(self, stage: _Stage) -> str:
         """What the stage did at the knee: the requests in it against the most it ran, or (Triton:
@@ -213,8 +217,8 @@ class _Words:
         )
 
     def balanced(self, stage: _Stage, limited: list[_Stage], measure: Measure) -> str:
-        names = " and ".join(self.name(s) for s in limited)
-        works = "; ".join(self.work(s) for s in limited)
+        names = " and ".join(self.name(other) for other in limited)
+        works = "; ".join(self.work(other) for other in limited)
         return (
             f"{_cap(self.name(stage))}'s queue rose to {self.queue(stage, measure)} at {self.level}, but {names} "
             f"ran at {'its' if len(limited) == 1 else 'their'} limit too ({works}): no one stage broke first, the "

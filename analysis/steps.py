@@ -200,7 +200,7 @@ def riva_stats(values: np.ndarray) -> RivaStats | None:
     ordered = np.sort(values[np.isfinite(values)])
     if not len(ordered):
         return None
-    p90, p95, p99 = (float(ordered[int(q * len(ordered))]) for q in RIVA_QUANTILES)
+    p90, p95, p99 = (float(ordered[int(quantile * len(ordered))]) for quantile in RIVA_QUANTILES)
     return {"count": int(len(ordered)), "avg": float(ordered.mean()), "p90": p90, "p95": p95, "p99": p99}
 
 
@@ -212,70 +212,72 @@ def _tail(values: np.ndarray, sorted_v: np.ndarray | None = None) -> Tail | None
     return {"count": whole["count"], "mean": whole["mean"], "p95": whole["p95"], "max": whole["max"]}
 
 
-def spoken_s(a: Attempts) -> np.ndarray:
+def spoken_s(attempts: Attempts) -> np.ndarray:
     """Per attempt, the seconds of its audio from the first sound on: ``audio_s`` less its
     ``leading_silence_ms`` where the signal checks measured one, else ``audio_s`` (see the module
     doc); once per set of columns."""
-    got: np.ndarray | None = a.memo.get("spoken_s")
-    if got is None or len(got) != len(a):
-        lead = a["leading_silence_ms"]
-        got = a.memo["spoken_s"] = np.where(np.isfinite(lead), a["audio_s"] - lead / 1000.0, a["audio_s"])
+    got: np.ndarray | None = attempts.memo.get("spoken_s")
+    if got is None or len(got) != len(attempts):
+        lead = attempts["leading_silence_ms"]
+        got = attempts.memo["spoken_s"] = np.where(
+            np.isfinite(lead), attempts["audio_s"] - lead / 1000.0, attempts["audio_s"]
+        )
     return got
 
 
-def _heard_whole(a: Attempts) -> np.ndarray:
+def _heard_whole(attempts: Attempts) -> np.ndarray:
     """The successful settled final attempts with a length and a text, not interrupted: the ones
     a text's reference length comes from."""
     heard: np.ndarray = (
-        a["ok"]
-        & a["final"]
-        & a["settled"]
-        & np.isfinite(a["audio_s"])
-        & (a["text"] >= 0)
-        & (a["concurrency"] >= 1)
-        & ~np.isfinite(a["cancel_ms"])
+        attempts["ok"]
+        & attempts["final"]
+        & attempts["settled"]
+        & np.isfinite(attempts["audio_s"])
+        & (attempts["text"] >= 0)
+        & (attempts["concurrency"] >= 1)
+        & ~np.isfinite(attempts["cancel_ms"])
     )
     return heard
 
 
-def audio_reference(a: Attempts) -> np.ndarray:
+def audio_reference(attempts: Attempts) -> np.ndarray:
     """Per text code, the median length (:func:`spoken_s`) of the successful settled attempts at
     the lowest concurrency in the records (NaN for texts not sent there); computed once per set
     of columns (a live reader's attempts keep each text's sorted lengths from one refresh to the
     next)."""
-    kept: np.ndarray | None = a.memo.get("audio_reference")
+    kept: np.ndarray | None = attempts.memo.get("audio_reference")
     if kept is not None:
         return kept
-    ref = np.full(len(a.texts), np.nan)
-    good = _heard_whole(a)
+    ref = np.full(len(attempts.texts), np.nan)
+    good = _heard_whole(attempts)
     if good.any():
-        lowest = a["concurrency"][good].min()
-        low = good & (a["concurrency"] == lowest)
-        if a.lasting is None:
-            frame = pd.DataFrame({"text": a["text"][low], "audio_s": spoken_s(a)[low]})
+        lowest = attempts["concurrency"][good].min()
+        low = good & (attempts["concurrency"] == lowest)
+        if attempts.lasting is None:
+            frame = pd.DataFrame({"text": attempts["text"][low], "audio_s": spoken_s(attempts)[low]})
             med = frame.groupby("text")["audio_s"].median()
             ref[med.index.to_numpy()] = med.to_numpy()
         else:
-            for code, lengths in _lengths_by_text(a, low, int(lowest)).items():
+            for code, lengths in _lengths_by_text(attempts, low, int(lowest)).items():
                 ref[code] = float(percentiles(lengths, (50,))[0])
-    if OTHER_LABEL in a.texts:  # texts past the label cap share one code: no single reference
-        ref[a.texts.index(OTHER_LABEL)] = np.nan
-    a.memo["audio_reference"] = ref
+    if OTHER_LABEL in attempts.texts:  # texts past the label cap share one code: no single reference
+        ref[attempts.texts.index(OTHER_LABEL)] = np.nan
+    attempts.memo["audio_reference"] = ref
     return ref
 
 
-def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.ndarray]:
+def _lengths_by_text(attempts: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.ndarray]:
     """A live reader's: each text's sorted ``audio_s`` over the rows ``low`` (at concurrency
     ``lowest``), merged with the rows read since the last refresh."""
-    assert a.lasting is not None  # only a live reader's attempts keep lengths from one refresh to the next
+    assert attempts.lasting is not None  # only a live reader's attempts keep lengths from one refresh to the next
     key = ("audio lengths", lowest)
-    n_rows = len(a)
-    got = a.lasting.get(key)
+    n_rows = len(attempts)
+    got = attempts.lasting.get(key)
     read: int
     by_text: dict[int, np.ndarray]
     read, by_text = got if got is not None and got[0] <= n_rows else (0, {})
     new_rows = read + np.flatnonzero(low[read:])
-    codes, lengths = a["text"][new_rows], spoken_s(a)[new_rows]
+    codes, lengths = attempts["text"][new_rows], spoken_s(attempts)[new_rows]
     order = np.lexsort((lengths, codes))
     codes, lengths = codes[order], lengths[order]
     for part_codes, part in zip(
@@ -285,18 +287,18 @@ def _lengths_by_text(a: Attempts, low: np.ndarray, lowest: int) -> dict[int, np.
             code = int(part_codes[0])
             old = by_text.get(code)
             by_text[code] = part if old is None else np.insert(old, np.searchsorted(old, part), part)
-    a.lasting[key] = (n_rows, by_text)
+    attempts.lasting[key] = (n_rows, by_text)
     return by_text
 
 
-def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> Integrity:
+def integrity(attempts: Attempts, rows: np.ndarray, step: int | None = None) -> Integrity:
     """Audio length of the successful attempts ``rows`` (a mask) against their text's reference
     (see the module doc). A live reader's attempts keep step ``step``'s counts and check only
     the rows read since, while the reference stays the same."""
-    ref = audio_reference(a)
-    n_rows = len(a)
+    ref = audio_reference(attempts)
+    n_rows = len(attempts)
     key = ("integrity", step)
-    kept = a.lasting.get(key) if a.lasting is not None and step is not None else None
+    kept = attempts.lasting.get(key) if attempts.lasting is not None and step is not None else None
     start: int
     checked: int
     mismatched: int
@@ -306,21 +308,27 @@ def integrity(a: Attempts, rows: np.ndarray, step: int | None = None) -> Integri
     else:
         start, checked, mismatched, examples = 0, 0, 0, []
     unread = slice(start, n_rows)
-    candidates = start + np.flatnonzero(rows[unread] & np.isfinite(a["audio_s"][unread]) & (a["text"][unread] >= 0))
-    expected = ref[a["text"][candidates]] if len(ref) else np.full(len(candidates), np.nan)
+    candidates = start + np.flatnonzero(
+        rows[unread] & np.isfinite(attempts["audio_s"][unread]) & (attempts["text"][unread] >= 0)
+    )
+    expected = ref[attempts["text"][candidates]] if len(ref) else np.full(len(candidates), np.nan)
     has_reference = np.isfinite(expected)
     compared, expected = candidates[has_reference], expected[has_reference]
-    got = spoken_s(a)[compared]
+    got = spoken_s(attempts)[compared]
     off = np.abs(got - expected) > np.maximum(INTEGRITY_REL * expected, INTEGRITY_ABS_S)
     off_rows = compared[off]
     room = INTEGRITY_EXAMPLES - len(examples)
     examples += [
-        {"text_id": a.texts[a["text"][row]], "expected_s": round(float(want), 3), "got_s": round(float(had), 3)}
+        {
+            "text_id": attempts.texts[attempts["text"][row]],
+            "expected_s": round(float(want), 3),
+            "got_s": round(float(had), 3),
+        }
         for row, want, had in zip(off_rows[:room], expected[off][:room], got[off][:room])
     ]
     checked, mismatched = checked + len(compared), mismatched + len(off_rows)
-    if a.lasting is not None and step is not None:
-        a.lasting[key] = (n_rows, ref, checked, mismatched, examples)
+    if attempts.lasting is not None and step is not None:
+        attempts.lasting[key] = (n_rows, ref, checked, mismatched, examples)
     return {
         "checked": int(checked),
         "mismatched": int(mismatched),
@@ -353,72 +361,76 @@ class _Figures:
         return _tail(self.attempts[column][mask], kept)
 
 
-def signal_stats(out: StepSummary, final: np.ndarray, ok_timed: np.ndarray, figures: _Figures) -> None:
+def signal_stats(out: StepSummary, settled_requests: np.ndarray, timed_requests: np.ndarray, figures: _Figures) -> None:
     """The step's signal figures (:mod:`audio.signal`), set in ``out``: the distributions of
     leading and trailing silence and of audible TTFA over the requests the latency figures
-    describe (``ok_timed``), and, over its requests (``final``, final attempts), the shares that
+    describe (``timed_requests``), and, over its requests (``settled_requests``, final attempts), the shares that
     were silent (failed with :data:`~audio.signal.SILENT`), ran away or were truncated
     (:func:`length_flags`), or clipped (any sample at full scale in more than
     :data:`CLIPPED_SHARE` of it)."""
-    a = figures.attempts
-    runaway, truncated = length_flags(a)
-    silent_code = a.errors.index(signal.SILENT) if signal.SILENT in a.errors else -2
-    n_requests = int(final.sum())
-    clip_checked = ok_timed & np.isfinite(a["clipped_share"])
+    attempts = figures.attempts
+    runaway, truncated = length_flags(attempts)
+    silent_code = attempts.errors.index(signal.SILENT) if signal.SILENT in attempts.errors else -2
+    n_requests = int(settled_requests.sum())
+    clip_checked = timed_requests & np.isfinite(attempts["clipped_share"])
 
     def share(mask: np.ndarray) -> float | None:
         return int(mask.sum()) / n_requests if n_requests else None
 
-    out["leading_silence_ms"] = figures.dist("leading_silence_ms", ok_timed, "ok_timed")
-    out["trailing_silence_ms"] = figures.dist("trailing_silence_ms", ok_timed, "ok_timed")
-    out["ttfa_audible_ms"] = figures.dist("ttfa_audible_ms", ok_timed, "ok_timed")
-    out["silent_rate"] = share(final & (a["error"] == silent_code))
-    out["runaway_rate"] = share(final & runaway)
-    out["truncated_rate"] = share(final & truncated)
+    out["leading_silence_ms"] = figures.dist("leading_silence_ms", timed_requests, "ok_timed")
+    out["trailing_silence_ms"] = figures.dist("trailing_silence_ms", timed_requests, "ok_timed")
+    out["ttfa_audible_ms"] = figures.dist("ttfa_audible_ms", timed_requests, "ok_timed")
+    out["silent_rate"] = share(settled_requests & (attempts["error"] == silent_code))
+    out["runaway_rate"] = share(settled_requests & runaway)
+    out["truncated_rate"] = share(settled_requests & truncated)
     out["clipped_rate"] = (
-        int((clip_checked & (a["clipped_share"] > CLIPPED_SHARE)).sum()) / int(clip_checked.sum())
+        int((clip_checked & (attempts["clipped_share"] > CLIPPED_SHARE)).sum()) / int(clip_checked.sum())
         if clip_checked.any()
         else None
     )
 
 
-def text_lengths(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
+def text_lengths(attempts: Attempts) -> tuple[np.ndarray, np.ndarray]:
     """Per text code, ``(reference, heard)``: the text's own length, :func:`audio_reference`'s
     (its median at the lowest step), or where the lowest step did not send it its median over
     the run; and how many times the run heard it whole (:func:`_heard_whole`; 0 for the label
     cap's shared code, which has no single length). Once per set of columns."""
-    got: tuple[np.ndarray, np.ndarray, int] | None = a.memo.get("text_lengths")
-    if got is not None and got[2] == len(a):
+    got: tuple[np.ndarray, np.ndarray, int] | None = attempts.memo.get("text_lengths")
+    if got is not None and got[2] == len(attempts):
         return got[0], got[1]
-    good = _heard_whole(a)
-    codes = a["text"][good]
-    heard = np.bincount(codes, minlength=len(a.texts))[: len(a.texts)] if len(a.texts) else np.zeros(0, dtype=int)
-    if OTHER_LABEL in a.texts:
-        heard[a.texts.index(OTHER_LABEL)] = 0
-    ref = audio_reference(a).copy()
+    good = _heard_whole(attempts)
+    codes = attempts["text"][good]
+    heard = (
+        np.bincount(codes, minlength=len(attempts.texts))[: len(attempts.texts)]
+        if len(attempts.texts)
+        else np.zeros(0, dtype=int)
+    )
+    if OTHER_LABEL in attempts.texts:
+        heard[attempts.texts.index(OTHER_LABEL)] = 0
+    ref = audio_reference(attempts).copy()
     missing = np.flatnonzero(np.isnan(ref) & (heard >= 2))
     if len(missing):
         keep = np.isin(codes, missing)
-        frame = pd.DataFrame({"text": codes[keep], "s": spoken_s(a)[good][keep]})
+        frame = pd.DataFrame({"text": codes[keep], "s": spoken_s(attempts)[good][keep]})
         med = frame.groupby("text")["s"].median()
         ref[med.index.to_numpy()] = med.to_numpy()
-    a.memo["text_lengths"] = (ref, heard, len(a))
+    attempts.memo["text_lengths"] = (ref, heard, len(attempts))
     return ref, heard
 
 
-def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
+def length_flags(attempts: Attempts) -> tuple[np.ndarray, np.ndarray]:
     """``(runaway, truncated)`` masks over the attempts: each successful final attempt heard whole
     against its text's own length (:func:`text_lengths`) where the run heard the text more than
     once, else by its pace against its language's (:func:`audio.signal.pace_outliers`); see the
     module doc. Once per set of columns."""
-    kept: tuple[np.ndarray, np.ndarray] | None = a.memo.get("length_flags")
-    if kept is not None and len(kept[0]) == len(a):
+    kept: tuple[np.ndarray, np.ndarray] | None = attempts.memo.get("length_flags")
+    if kept is not None and len(kept[0]) == len(attempts):
         return kept
-    ref, heard = text_lengths(a)
-    spoken = spoken_s(a)
-    code = a["text"]
-    whole = a["ok"] & a["final"] & np.isfinite(spoken) & ~np.isfinite(a["cancel_ms"])
-    expected = np.full(len(a), np.nan)
+    ref, heard = text_lengths(attempts)
+    spoken = spoken_s(attempts)
+    code = attempts["text"]
+    whole = attempts["ok"] & attempts["final"] & np.isfinite(spoken) & ~np.isfinite(attempts["cancel_ms"])
+    expected = np.full(len(attempts), np.nan)
     known = (code >= 0) & (code < len(ref))
     if known.any():
         own_ref = ref[code[known]]
@@ -432,11 +444,11 @@ def length_flags(a: Attempts) -> tuple[np.ndarray, np.ndarray]:
     runaway = own & off & (ratio >= signal.SELF_X)
     truncated = own & off & (ratio <= 1 / signal.SELF_X)
     del ratio, expected, off
-    pace = np.maximum(a["text_len"], 1)
+    pace = np.maximum(attempts["text_len"], 1)
     np.divide(spoken, pace, out=pace)
-    pace[~(whole & (a["text_len"] > 0))] = np.nan
-    fast, slow = signal.pace_outliers(pace, a["language"])
-    flags = a.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
+    pace[~(whole & (attempts["text_len"] > 0))] = np.nan
+    fast, slow = signal.pace_outliers(pace, attempts["language"])
+    flags = attempts.memo["length_flags"] = (runaway | (fast & ~own), truncated | (slow & ~own))
     return flags
 
 
@@ -445,26 +457,31 @@ def _stream_end(window: Window) -> float | None:
     return None if window["open"] or window["source"] != "run.json" else window["end"]
 
 
-def _cut_by_step_end(a: Attempts, rows: np.ndarray, end: float | None) -> np.ndarray:
+def _cut_by_step_end(attempts: Attempts, rows: np.ndarray, end: float | None) -> np.ndarray:
     """The ``cut_by_step_end`` column: attempts that finished after the end of the step they were
     sent in.  Each step marks its own rows (``rows``) as it is summarised, so a summary of several
     steps pooled later (their records relabelled) still leaves those attempts out."""
-    cut = a.cols.get("cut_by_step_end")
+    cut = attempts.cols.get("cut_by_step_end")
     if cut is None:
-        cut = a.cols["cut_by_step_end"] = np.zeros(len(a), dtype=bool)
+        cut = attempts.cols["cut_by_step_end"] = np.zeros(len(attempts), dtype=bool)
     if end is not None:
-        cut[rows & (a["tend"] > end)] = True  # an attempt without a known end counts as inside
+        cut[rows & (attempts["tend"] > end)] = True  # an attempt without a known end counts as inside
     return cut
 
 
 def _stream_stats(
-    out: StepSummary, figures: _Figures, ok_final: np.ndarray, heard: np.ndarray, streamed: bool, cut: np.ndarray
+    out: StepSummary,
+    figures: _Figures,
+    ok_requests: np.ndarray,
+    heard_requests: np.ndarray,
+    streamed: bool,
+    cut_by_step_end: np.ndarray,
 ) -> None:
     """The stream figures of one step's successful requests, set in ``out``, leaving out those
-    ``cut`` (see the module doc); the tail over the ones ``heard`` to the end."""
-    a = figures.attempts
-    n_cut, streams = int((ok_final & cut).sum()), ok_final & ~cut
-    underruns = a["underruns"][streams]
+    ``cut_by_step_end`` (see the module doc); the tail over the ``heard_requests`` (heard to the end)."""
+    attempts = figures.attempts
+    n_cut, streams = int((ok_requests & cut_by_step_end).sum()), ok_requests & ~cut_by_step_end
+    underruns = attempts["underruns"][streams]
     underruns = underruns[np.isfinite(underruns)]
     out["streamed"] = streamed
     out["streams"] = {"counted": int(streams.sum()), "cut_by_step_end": n_cut}
@@ -475,9 +492,9 @@ def _stream_stats(
     out["gap_max_ms"] = figures.tail("gap_max_ms", streams, "streams")
     out["chunks"] = figures.tail("chunks", streams, "streams")
     _peer_stats(out, figures, streams)
-    out["tail_ms"] = figures.dist("tail_ms", heard & ~cut, "heard")
+    out["tail_ms"] = figures.dist("tail_ms", heard_requests & ~cut_by_step_end, "heard")
     out["riva"] = (
-        {"first_audio_ms": riva_stats(a["ttfa_ms"][streams]), "chunk_ms": riva_stats(a.gaps_of(streams))}
+        {"first_audio_ms": riva_stats(attempts["ttfa_ms"][streams]), "chunk_ms": riva_stats(attempts.gaps_of(streams))}
         if streamed
         else None
     )
@@ -492,13 +509,13 @@ def _share_within(values: np.ndarray, limit_ms: float) -> float | None:
 def _peer_stats(out: StepSummary, figures: _Figures, streams: np.ndarray) -> None:
     """The pre-roll, the smooth start and the peers' figures of a step's ``streams``, set in
     ``out`` (see the module doc); ``audio_rtf`` is ``rtf``'s, which ``out`` holds already."""
-    a = figures.attempts
+    attempts = figures.attempts
     out["preroll_ms"] = figures.dist("preroll_ms", streams, "streams")
-    out["smooth_start_ms"] = dist(a["ttfa_ms"][streams] + a["preroll_ms"][streams])
+    out["smooth_start_ms"] = dist(attempts["ttfa_ms"][streams] + attempts["preroll_ms"][streams])
     rtf = out["rtf"]
     out["audio_rtf"] = None if rtf is None else {"count": rtf["count"], "p50": rtf["p50"], "p95": rtf["p95"]}
-    out["continuity_ok_rate"] = _share_within(a["preroll_ms"][streams], CONTINUITY_OK_MS)
-    longest = a["stall_max_ms"][streams]
+    out["continuity_ok_rate"] = _share_within(attempts["preroll_ms"][streams], CONTINUITY_OK_MS)
+    longest = attempts["stall_max_ms"][streams]
     out["c50"], out["c100"], out["c200"] = (_share_within(longest, limit) for limit in CONTINUITY_LIMITS_MS)
 
 
@@ -588,33 +605,33 @@ def resource_aggregate(
     return out
 
 
-def spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def spans(attempts: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mask, start, end) of the logical requests whose final attempt has a known end: ``mask``
     selects those final attempts; a span runs from the first attempt's ``t0`` (else the final
     attempt's own) to the final attempt's ``tend``; computed once per set of columns."""
-    got: tuple[np.ndarray, np.ndarray, np.ndarray] | None = a.memo.get("spans")
+    got: tuple[np.ndarray, np.ndarray, np.ndarray] | None = attempts.memo.get("spans")
     if got is None:
-        got = a.memo["spans"] = _spans(a)
+        got = attempts.memo["spans"] = _spans(attempts)
     return got
 
 
-def _spans(a: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    final_ended = a["final"] & np.isfinite(a["tend"])
-    end = a["tend"][final_ended]
-    start = a["e2e_ms"][final_ended]  # run-long columns: worked in place
+def _spans(attempts: Attempts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    final_ended = attempts["final"] & np.isfinite(attempts["tend"])
+    end = attempts["tend"][final_ended]
+    start = attempts["e2e_ms"][final_ended]  # run-long columns: worked in place
     start /= 1000.0
     np.subtract(end, start, out=start)  # finite where e2e is (end is)
-    np.copyto(start, a["t0"][final_ended], where=~np.isfinite(start))
+    np.copyto(start, attempts["t0"][final_ended], where=~np.isfinite(start))
     np.copyto(start, end, where=~np.isfinite(start))
     return final_ended, start, end
 
 
-def run_end_cut(a: Attempts) -> np.ndarray:
+def run_end_cut(attempts: Attempts) -> np.ndarray:
     """The attempts the run's end cut (error ``cut_by_run_end``), as a mask."""
-    cut: np.ndarray | None = a.memo.get("run_end_cut")
-    if cut is None or len(cut) != len(a):
-        code = a.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in a.errors else -2
-        cut = a.memo["run_end_cut"] = a["error"] == code
+    cut: np.ndarray | None = attempts.memo.get("run_end_cut")
+    if cut is None or len(cut) != len(attempts):
+        code = attempts.errors.index(CUT_BY_RUN_END) if CUT_BY_RUN_END in attempts.errors else -2
+        cut = attempts.memo["run_end_cut"] = attempts["error"] == code
     return cut
 
 
@@ -635,12 +652,12 @@ def _by_label(waits: np.ndarray, codes: np.ndarray, names: list[str]) -> dict[st
 
 
 def step_window(
-    a: Attempts, step: Mapping[str, Any], settle_s: float | None = None, next_start: float | None = None
+    attempts: Attempts, step: Mapping[str, Any], settle_s: float | None = None, next_start: float | None = None
 ) -> Window:
     """The step's window (see the module doc): ``{start, end, duration_s, source, settle_s,
     open}``; ``open`` is true when the step's end is not known yet. Its ``completions`` and
     ``ok_completions`` are :func:`step_stats`'s to count (None here)."""
-    in_step = a["step"] == step["step"]
+    in_step = attempts["step"] == step["step"]
     start: float | None = step.get("start")
     end: float | None = step.get("end")
     settle: float | None
@@ -650,10 +667,10 @@ def step_window(
         # concurrency settles while the previous step's requests drain), else the run's
         settle = step.get("settle_s", settle_s)
         if settle is None:  # run.json without settle_s: where the records start being settled
-            settled_sent = in_step & a["settled"] & np.isfinite(a["t0"])
+            settled_sent = in_step & attempts["settled"] & np.isfinite(attempts["t0"])
             settle = (
-                max(0.0, float(a["t0"][settled_sent].min()) - start)
-                if (in_step & ~a["settled"]).any() and settled_sent.any()
+                max(0.0, float(attempts["t0"][settled_sent].min()) - start)
+                if (in_step & ~attempts["settled"]).any() and settled_sent.any()
                 else 0.0
             )
         window_start: float | None = start + settle
@@ -661,13 +678,13 @@ def step_window(
         if end is None:
             end = next_start
         if end is None:
-            has_end = np.isfinite(a["tend"])
-            end = float(a["tend"][has_end].max()) if has_end.any() else None
+            has_end = np.isfinite(attempts["tend"])
+            end = float(attempts["tend"][has_end].max()) if has_end.any() else None
             is_open = True
         window_end = end
     else:
-        settled_here = in_step & a["settled"]
-        sent, done = a["t0"][settled_here], a["tend"][settled_here]
+        settled_here = in_step & attempts["settled"]
+        sent, done = attempts["t0"][settled_here], attempts["tend"][settled_here]
         window_start = float(np.nanmin(sent)) if np.isfinite(sent).any() else None
         window_end = float(np.nanmax(done)) if np.isfinite(done).any() else None
         settle, source = None, "records"
@@ -689,7 +706,7 @@ def step_window(
 
 
 def _little(
-    a: Attempts,
+    attempts: Attempts,
     step: Mapping[str, Any],
     window_start: float,
     window_end: float,
@@ -699,8 +716,8 @@ def _little(
 ) -> Little | None:
     """Mean busy users over [window_start, window_end] against what the step's users should
     keep busy (see the module doc)."""
-    ended, start, end = spans(a)
-    own = (end - start)[a["step"][ended] == step["step"]]
+    ended, start, end = spans(attempts)
+    own = (end - start)[attempts["step"][ended] == step["step"]]
     if trim_tail:  # requests in flight when the run stopped (or still running) have no record
         window_end = window_end - (float(own.max()) if len(own) else 0.0)
     if not window_end > window_start or not step.get("concurrency"):
@@ -721,27 +738,27 @@ def _little(
     }
 
 
-def _status_counts(a: Attempts, rows: np.ndarray) -> dict[str, int]:
+def _status_counts(attempts: Attempts, rows: np.ndarray) -> dict[str, int]:
     """How many of the attempts ``rows`` ended with each status: its code, its name (a gRPC or
     WebSocket status), or ``conn_error`` where no response came."""
-    status, names = a["status"][rows], a["status_name"][rows]
+    status, names = attempts["status"][rows], attempts["status_name"][rows]
     named = names >= 0
-    counts = {"conn_error" if v < 0 else str(int(v)): n for v, n in _value_counts(status[~named])}
-    counts.update({a.statuses[v]: n for v, n in _value_counts(names[named])})
+    counts = {"conn_error" if code < 0 else str(int(code)): count for code, count in _value_counts(status[~named])}
+    counts.update({attempts.statuses[code]: count for code, count in _value_counts(names[named])})
     return counts
 
 
-def _top_errors(a: Attempts, rows: np.ndarray, most: int = 5) -> list[Error]:
+def _top_errors(attempts: Attempts, rows: np.ndarray, most: int = 5) -> list[Error]:
     """The ``most`` commonest error texts of the failed attempts among ``rows``, with counts."""
-    error_codes = a["error"][rows & (a["error"] >= 0) & ~a["ok"]]
+    error_codes = attempts["error"][rows & (attempts["error"] >= 0) & ~attempts["ok"]]
     if not len(error_codes):
         return []
     codes, counts = np.unique(error_codes, return_counts=True)
-    return [{"error": a.errors[codes[i]], "count": int(counts[i])} for i in np.argsort(-counts)[:most]]
+    return [{"error": attempts.errors[codes[i]], "count": int(counts[i])} for i in np.argsort(-counts)[:most]]
 
 
 def plan_stats(
-    a: Attempts,
+    attempts: Attempts,
     plan: Sequence[Mapping[str, Any]],
     res: pd.DataFrame,
     settle_s: float | None,
@@ -753,7 +770,7 @@ def plan_stats(
     begins, the last is the run's last; ``users`` the ``contexts`` and ``think_s`` keywords."""
     return [
         step_stats(
-            a,
+            attempts,
             entry,
             res,
             settle_s,
@@ -768,7 +785,7 @@ def plan_stats(
 
 
 def step_stats(
-    a: Attempts,
+    attempts: Attempts,
     step: Mapping[str, Any],
     res: pd.DataFrame,
     settle_s: float | None = None,
@@ -786,14 +803,15 @@ def step_stats(
     ``think_s`` what each user kept in flight and waited, for Little's law). A
     ``streams_end`` key in ``step`` overrides the time its streams must have ended by to count
     (None: every one counts)."""
-    cut_end = run_end_cut(a)
-    in_step = a["step"] == step["step"]
-    settled = in_step & a["settled"] & ~cut_end
-    n_attempts = int(settled.sum())
-    final = settled & a["final"]
-    ok_final = final & a["ok"]
-    cancelled = np.isfinite(a["cancel_ms"])
-    heard = ok_final & ~cancelled
+    # the masks over all the run's attempts, each narrowing the one before it
+    cut_by_run_end = run_end_cut(attempts)  # cut short by the run's end: never counted
+    in_step = attempts["step"] == step["step"]
+    settled_attempts = in_step & attempts["settled"] & ~cut_by_run_end
+    n_attempts = int(settled_attempts.sum())
+    settled_requests = settled_attempts & attempts["final"]  # a request is its final attempt
+    ok_requests = settled_requests & attempts["ok"]
+    cancelled = np.isfinite(attempts["cancel_ms"])  # barge-in (any step)
+    heard_requests = ok_requests & ~cancelled  # succeeded and heard to their end
     # filled in below, figure by figure in summary.json's order; phase, repeat and speech are
     # the summary's to set (analysis.summary, analysis.speech), after what the sweep's axis adds
     out: StepSummary = {  # type: ignore[typeddict-item]
@@ -802,97 +820,100 @@ def step_stats(
         "planned_start": step.get("start"),
         "planned_end": step.get("end"),
     }
-    requests, ok = int(final.sum()), int(ok_final.sum())
-    window = step_window(a, step, settle_s, next_start)
+    requests, ok_count = int(settled_requests.sum()), int(ok_requests.sum())
+    window = step_window(attempts, step, settle_s, next_start)
     start, end, duration_s = window["start"], window["end"], window["duration_s"]
     ok_rate = completed_rate = audio_rate = chars_rate = None
     if duration_s:
         assert start is not None and end is not None  # a window has a length between known ends only
-        done_inside = a["final"] & (a["tend"] > start) & (a["tend"] <= end)
-        ok_inside = done_inside & a["ok"] & ~cancelled
-        completions, ok_completions = int(done_inside.sum()), int(ok_inside.sum())
+        done_in_window = attempts["final"] & (attempts["tend"] > start) & (attempts["tend"] <= end)
+        ok_in_window = done_in_window & attempts["ok"] & ~cancelled
+        completions, ok_completions = int(done_in_window.sum()), int(ok_in_window.sum())
         window["completions"], window["ok_completions"] = completions, ok_completions
         ok_rate, completed_rate = ok_completions / duration_s, completions / duration_s
-        audio_rate = float(np.nansum(a["audio_s"][ok_inside]) / duration_s)
-        chars_rate = float(np.nansum(a["text_len"][ok_inside]) / duration_s)
-    attempts_failed = int((settled & ~a["ok"]).sum())
-    throttled = int(np.isin(a["status"][settled], THROTTLE_STATUSES).sum())
+        audio_rate = float(np.nansum(attempts["audio_s"][ok_in_window]) / duration_s)
+        chars_rate = float(np.nansum(attempts["text_len"][ok_in_window]) / duration_s)
+    attempts_failed = int((settled_attempts & ~attempts["ok"]).sum())
+    throttled = int(np.isin(attempts["status"][settled_attempts], THROTTLE_STATUSES).sum())
     if streamed is None:
-        streamed = bool((a["chunk_n"][settled] >= 0).any())
+        streamed = bool((attempts["chunk_n"][settled_attempts] >= 0).any())
     stream_end = step["streams_end"] if "streams_end" in step else _stream_end(window)
-    cut = _cut_by_step_end(a, settled, stream_end)
-    ok_timed = heard & ~cut if streamed else heard  # the requests the latency figures describe
+    cut_by_step_end = _cut_by_step_end(attempts, settled_attempts, stream_end)
+    # the requests the latency figures describe
+    timed_requests = heard_requests & ~cut_by_step_end if streamed else heard_requests
     # a live reader keeps each figure's sorted values under what its mask depends on
-    figures = _Figures(a, (step["step"], stream_end, streamed))
+    figures = _Figures(attempts, (step["step"], stream_end, streamed))
     capacity_figures = capacity.step_figures(ok_rate, chars_rate)
     out.update(
         {
             "window": window,
             "requests": requests,
             "attempts": n_attempts,
-            "ok": ok,
-            "failed": requests - ok,
-            "cut_by_run_end": int((in_step & cut_end).sum()),
-            "error_rate": (requests - ok) / requests if requests else None,
+            "ok": ok_count,
+            "failed": requests - ok_count,
+            "cut_by_run_end": int((in_step & cut_by_run_end).sum()),
+            "error_rate": (requests - ok_count) / requests if requests else None,
             "attempt_failures": attempts_failed,
             "attempt_failure_rate": attempts_failed / n_attempts if n_attempts else None,
             "throughput_rps": ok_rate,
             "completed_rps": completed_rate,
-            "latency_ms": figures.dist("wait_ms", ok_timed, "ok_timed"),
-            "ttfb_ms": figures.dist("ttfb_ms", ok_timed, "ok_timed"),
-            "write_ms": figures.dist("write_ms", ok_timed, "ok_timed"),
-            "concat_ms": figures.dist("concat_ms", ok_timed, "ok_timed"),
-            "e2e_ms": dist(a["e2e_ms"][ok_timed]),  # a retried request's e2e can come later than its row
-            "rtf": figures.dist("rtf", ok_timed, "ok_timed"),
+            "latency_ms": figures.dist("wait_ms", timed_requests, "ok_timed"),
+            "ttfb_ms": figures.dist("ttfb_ms", timed_requests, "ok_timed"),
+            "write_ms": figures.dist("write_ms", timed_requests, "ok_timed"),
+            "concat_ms": figures.dist("concat_ms", timed_requests, "ok_timed"),
+            "e2e_ms": dist(attempts["e2e_ms"][timed_requests]),  # a retried request's e2e can come later than its row
+            "rtf": figures.dist("rtf", timed_requests, "ok_timed"),
             "audio_s_per_s": audio_rate,
             "rtfx": audio_rate,
             "chars_per_s": capacity_figures["chars_per_s"],
             "utterances_per_hour": capacity_figures["utterances_per_hour"],
-            "retries": int((settled & (a["attempt"] > 1)).sum()),
+            "retries": int((settled_attempts & (attempts["attempt"] > 1)).sum()),
             "attempts_by_number": {
-                "1": int((settled & (a["attempt"] <= 1)).sum()),
-                "2": int((settled & (a["attempt"] == 2)).sum()),
-                "3+": int((settled & (a["attempt"] >= 3)).sum()),
+                "1": int((settled_attempts & (attempts["attempt"] <= 1)).sum()),
+                "2": int((settled_attempts & (attempts["attempt"] == 2)).sum()),
+                "3+": int((settled_attempts & (attempts["attempt"] >= 3)).sum()),
             },
             "throttled": throttled,
             "non_throttle_failures": attempts_failed - throttled,
-            "status_counts": _status_counts(a, settled),
-            "retry_after_s": figures.dist("retry_after_s", settled, "settled"),
-            "backoff_ms": figures.dist("backoff_ms", settled & (a["attempt"] > 1), "retried"),
+            "status_counts": _status_counts(attempts, settled_attempts),
+            "retry_after_s": figures.dist("retry_after_s", settled_attempts, "settled"),
+            "backoff_ms": figures.dist("backoff_ms", settled_attempts & (attempts["attempt"] > 1), "retried"),
         }
     )
-    _stream_stats(out, figures, ok_final, heard, streamed, cut)
-    out["cancelled"] = int((final & cancelled).sum())
-    out["cancel_to_quiet_ms"] = figures.dist("cancel_to_quiet_ms", final & cancelled, "cancelled")
-    out["integrity"] = integrity(a, heard, step["step"])
-    signal_stats(out, final, ok_timed, figures)
+    _stream_stats(out, figures, ok_requests, heard_requests, streamed, cut_by_step_end)
+    out["cancelled"] = int((settled_requests & cancelled).sum())
+    out["cancel_to_quiet_ms"] = figures.dist("cancel_to_quiet_ms", settled_requests & cancelled, "cancelled")
+    out["integrity"] = integrity(attempts, heard_requests, step["step"])
+    signal_stats(out, settled_requests, timed_requests, figures)
     out["little"] = (
-        _little(a, step, start, end, last or window["open"], contexts, think_s)
+        _little(attempts, step, start, end, last or window["open"], contexts, think_s)
         if duration_s and start is not None and end is not None
         else None
     )
     stages: dict[str, Stage] = {}
-    for stage, values in a.stages.items():
-        stage_dist = dist(values[settled], sorted_values(a, (*figures.key, "stage", stage), values, settled))
+    for stage, values in attempts.stages.items():
+        stage_dist = dist(
+            values[settled_attempts], sorted_values(attempts, (*figures.key, "stage", stage), values, settled_attempts)
+        )
         if stage_dist:
             stages[stage] = {"mean": stage_dist["mean"], "p50": stage_dist["p50"], "p95": stage_dist["p95"]}
     out["server_timing_ms"] = stages
     tiers: dict[str, Tier] = {}
-    for code, tier in enumerate(a.tiers):
-        tier_dist = figures.dist("wait_ms", ok_timed & (a["tier"] == code), f"tier {code}")
+    for code, tier in enumerate(attempts.tiers):
+        tier_dist = figures.dist("wait_ms", timed_requests & (attempts["tier"] == code), f"tier {code}")
         if tier_dist:
             tiers[tier] = {"count": tier_dist["count"], "p50": tier_dist["p50"], "p95": tier_dist["p95"]}
     out["latency_by_tier_ms"] = tiers
     # a voice sweep has hundreds of voices: one sort for all of them, not a kept figure each
-    waits = a["wait_ms"][ok_timed]
-    out["latency_by_voice_ms"] = _by_label(waits, a["voice"][ok_timed], a.voices)
-    out["latency_by_language_ms"] = _by_label(waits, a["language"][ok_timed], a.languages)
-    out["errors"] = _top_errors(a, settled)
+    waits = attempts["wait_ms"][timed_requests]
+    out["latency_by_voice_ms"] = _by_label(waits, attempts["voice"][timed_requests], attempts.voices)
+    out["latency_by_language_ms"] = _by_label(waits, attempts["language"][timed_requests], attempts.languages)
+    out["errors"] = _top_errors(attempts, settled_attempts)
     out["server"] = resource_aggregate(res, "server", start, end, names)
     out["client"] = resource_aggregate(res, "client", start, end)
     # p50/p95 intervals, over the same attempts as the figures they bound
-    _add_intervals(out["latency_ms"], figures, "wait_ms", ok_timed, "ok_timed")
-    _add_intervals(out["ttfa_ms"], figures, "ttfa_ms", ok_final & ~cut, "streams")
+    _add_intervals(out["latency_ms"], figures, "wait_ms", timed_requests, "ok_timed")
+    _add_intervals(out["ttfa_ms"], figures, "ttfa_ms", ok_requests & ~cut_by_step_end, "streams")
     return out
 
 
@@ -925,10 +946,10 @@ def hold_open(step: dict[str, Any]) -> OpenStep:
     done = win.get("completions") or 0
     withheld: list[str] = []
     if settling or done < OPEN_MIN_COUNT:
-        withheld += [k for k in RATE_FIGURES if step.get(k) is not None]
-        for k in RATE_FIGURES:
-            if k in step:
-                step[k] = None
+        withheld += [figure for figure in RATE_FIGURES if step.get(figure) is not None]
+        for figure in RATE_FIGURES:
+            if figure in step:
+                step[figure] = None
         if step.get("little") is not None:
             withheld.append("little")
             step["little"] = None
@@ -975,13 +996,13 @@ def _value_counts(values: np.ndarray) -> list[tuple[int, int]]:
     a sort of them all."""
     if not len(values):
         return []
-    lo, hi = int(values.min()), int(values.max())
-    if hi - lo > 1_000_000:
+    lowest, highest = int(values.min()), int(values.max())
+    if highest - lowest > 1_000_000:
         vals, cnt = np.unique(values, return_counts=True)
         return list(zip(vals.tolist(), cnt.tolist()))
-    cnt = np.bincount(values - lo)
+    cnt = np.bincount(values - lowest)
     seen = np.flatnonzero(cnt)
-    return list(zip((seen + lo).tolist(), cnt[seen].tolist()))
+    return list(zip((seen + lowest).tolist(), cnt[seen].tolist()))
 
 
 class PlannedStep(TypedDict):
@@ -1003,12 +1024,12 @@ class PlannedStep(TypedDict):
     arrivals: NotRequired[Arrivals]  # open loop: what its arrivals became (run.json's, where it has them)
 
 
-def infer_steps(a: Attempts) -> list[PlannedStep]:
+def infer_steps(attempts: Attempts) -> list[PlannedStep]:
     """Steps from the records themselves, for a run directory without a usable run.json: no
     start or end, so each step's window comes from its records (see the module doc)."""
     out: list[PlannedStep] = []
-    for number in sorted(set(a["step"][a["step"] >= 0].tolist())):
-        users = a["concurrency"][a["step"] == number]  # never empty: the step is one the records carry
+    for number in sorted(set(attempts["step"][attempts["step"] >= 0].tolist())):
+        users = attempts["concurrency"][attempts["step"] == number]  # never empty: the step is one the records carry
         out.append({"step": number, "concurrency": int(users.max()), "start": None, "end": None})
     return out
 

@@ -43,35 +43,35 @@ MAX_BURSTS = 10
 def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
     """The trace's bursts (see the module doc): ``{start_s, end_s, arrivals, rate_rps,
     times_mean}`` each, in trace order."""
-    t = np.asarray(offsets, dtype=float)
-    if len(t) < BURST_ARRIVALS or duration_s <= 0:
+    times = np.asarray(offsets, dtype=float)
+    if len(times) < BURST_ARRIVALS or duration_s <= 0:
         return []
-    mean = len(t) / duration_s
-    w = max(1.0, BURST_ARRIVALS / mean)
-    expected = mean * w
-    counts = np.searchsorted(t, t + w, side="left") - np.arange(len(t))
-    sigmas = BURST_SIGMAS + math.sqrt(2 * math.log(max(duration_s / w, 2.0)))  # more windows, more chances
+    mean = len(times) / duration_s
+    width = max(1.0, BURST_ARRIVALS / mean)
+    expected = mean * width
+    counts = np.searchsorted(times, times + width, side="left") - np.arange(len(times))
+    sigmas = BURST_SIGMAS + math.sqrt(2 * math.log(max(duration_s / width, 2.0)))  # more windows, more chances
     hot = (counts >= BURST_RATIO * expected) & (counts - expected > sigmas * math.sqrt(expected))
     found, i = [], 0
-    while i < len(t):
+    while i < len(times):
         if not hot[i]:
             i += 1
             continue
-        start, reach = t[i], t[i] + w
+        start, reach = times[i], times[i] + width
         j = i
-        while j + 1 < len(t) and t[j + 1] < reach:
+        while j + 1 < len(times) and times[j + 1] < reach:
             j += 1
             if hot[j]:
-                reach = max(reach, t[j] + w)
+                reach = max(reach, times[j] + width)
         nxt = j + 1
         gap = 1.0 / (BURST_RATIO * mean)  # arrivals further apart than this are not the burst's
-        while j > i and t[j] - t[j - 1] > gap:
+        while j > i and times[j] - times[j - 1] > gap:
             j -= 1
-        while i < j and t[i + 1] - t[i] > gap:
+        while i < j and times[i + 1] - times[i] > gap:
             i += 1
-        start, last = t[i], t[j]
+        start, last = times[i], times[j]
         n = j - i + 1
-        span = max(last - start, w / BURST_ARRIVALS)
+        span = max(last - start, width / BURST_ARRIVALS)
         found.append(
             {
                 "start_s": float(start),
@@ -82,14 +82,14 @@ def bursts(offsets: Sequence[float], duration_s: float) -> list[dict[str, Any]]:
             }
         )
         i = nxt
-    found = sorted(sorted(found, key=lambda b: -b["excess"])[:MAX_BURSTS], key=lambda b: b["start_s"])
-    for b in found:
-        b["times_mean"] = float(b["rate_rps"] / mean)
-        del b["excess"]
+    found = sorted(sorted(found, key=lambda burst: -burst["excess"])[:MAX_BURSTS], key=lambda burst: burst["start_s"])
+    for burst in found:
+        burst["times_mean"] = float(burst["rate_rps"] / mean)
+        del burst["excess"]
     return found
 
 
-def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any], summary: Summary) -> TracePart:
+def section(attempts: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any], summary: Summary) -> TracePart:
     """The summary's ``trace`` (see the module doc): ``info`` is run.json's ``trace``, ``plan``
     the run's steps (each with its ``rate`` and ``start``), ``summary`` the rest of the summary
     (its knee, recommendation and SLO, on rates)."""
@@ -99,48 +99,52 @@ def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any]
         return round(rate / base, 6) if isinstance(rate, (int, float)) and base else None
 
     steps: list[TraceStep] = []
-    for p in plan:
-        s = speed(p.get("rate"))
-        if s is None:
+    for planned in plan:
+        speed_x = speed(planned.get("rate"))
+        if speed_x is None:
             continue
-        m = (a["step"] == p["step"]) & a["final"]
-        sched, wait, ok = a["scheduled"][m], a["sched_wait_ms"][m], a["ok"][m]
+        in_step = (attempts["step"] == planned["step"]) & attempts["final"]
+        sched, wait, succeeded = (
+            attempts["scheduled"][in_step],
+            attempts["sched_wait_ms"][in_step],
+            attempts["ok"][in_step],
+        )
         inside = np.zeros(len(sched), dtype=bool)
         rows: list[TraceStepBurst] = []
-        for b in info.get("bursts") or []:
-            if p.get("start") is None:
+        for burst in info.get("bursts") or []:
+            if planned.get("start") is None:
                 break
-            lo, hi = p["start"] + b["start_s"] / s, p["start"] + b["end_s"] / s
-            if p.get("end") is not None and lo >= p["end"]:
+            start, end = planned["start"] + burst["start_s"] / speed_x, planned["start"] + burst["end_s"] / speed_x
+            if planned.get("end") is not None and start >= planned["end"]:
                 continue  # not replayed: the step's span ended before it
-            inb = (sched >= lo - 1e-6) & (sched <= hi + 1e-6)
+            inb = (sched >= start - 1e-6) & (sched <= end + 1e-6)
             inside |= inb
-            lat = dist(wait[inb & ok])
+            lat = dist(wait[inb & succeeded])
             rows.append(
                 {
-                    "start_s": b["start_s"],
-                    "end_s": b["end_s"],
+                    "start_s": burst["start_s"],
+                    "end_s": burst["end_s"],
                     "requests": int(inb.sum()),
-                    "failed": int((inb & ~ok).sum()),
+                    "failed": int((inb & ~succeeded).sum()),
                     "p95_ms": lat["p95"] if lat else None,
                 }
             )
-        rest = dist(wait[~inside & ok])
+        rest = dist(wait[~inside & succeeded])
         step: TraceStep = {
-            "step": p["step"],
-            "speed": s,
-            "rate": p["rate"],
-            "offered_rps": p.get("offered_rps"),
+            "step": planned["step"],
+            "speed": speed_x,
+            "rate": planned["rate"],
+            "offered_rps": planned.get("offered_rps"),
             "bursts": rows,
             "p95_outside_ms": rest["p95"] if rest else None,
         }
-        arrivals = p.get("arrivals")
+        arrivals = planned.get("arrivals")
         if arrivals is not None:
             step["replayed_rows"] = {
                 "planned": arrivals["planned"],
                 "sent": arrivals["sent"],
-                "recorded": int(m.sum()),
-                "cut_by_run_end": int((m & run_end_cut(a)).sum()),
+                "recorded": int(in_step.sum()),
+                "cut_by_run_end": int((in_step & run_end_cut(attempts)).sum()),
                 "dropped": arrivals["dropped"],
                 "not_sent": arrivals["not_sent"],
             }
@@ -159,7 +163,7 @@ def section(a: Attempts, plan: Sequence[Mapping[str, Any]], info: dict[str, Any]
     slo = summary["slo"]
     if slo is not None:
         part["max_speed"] = speed(slo.get("max_rate"))
-    counted = [st["replayed_rows"] for st in steps if "replayed_rows" in st]
+    counted = [traced["replayed_rows"] for traced in steps if "replayed_rows" in traced]
     if counted:
         part["replayed_rows"] = _rows_total(counted)
     return part
@@ -171,10 +175,10 @@ def _rows_total(per_step: Sequence[TraceRows]) -> TraceRows:
     for rows in per_step:
         not_sent.update(rows["not_sent"])
     return {
-        "planned": sum(r["planned"] for r in per_step),
-        "sent": sum(r["sent"] for r in per_step),
-        "recorded": sum(r["recorded"] for r in per_step),
-        "cut_by_run_end": sum(r["cut_by_run_end"] for r in per_step),
-        "dropped": sum(r["dropped"] for r in per_step),
+        "planned": sum(row["planned"] for row in per_step),
+        "sent": sum(row["sent"] for row in per_step),
+        "recorded": sum(row["recorded"] for row in per_step),
+        "cut_by_run_end": sum(row["cut_by_run_end"] for row in per_step),
+        "dropped": sum(row["dropped"] for row in per_step),
         "not_sent": dict(sorted(not_sent.items())),
     }

@@ -36,69 +36,69 @@ MIN_POINTS = 6
 OFF_LINE = 3.0
 
 
-def _pairs(t: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    i, j = np.triu_indices(len(t), k=1)
-    return t[j] - t[i], y[j] - y[i]
+def _pairs(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    i, j = np.triu_indices(len(times), k=1)
+    return times[j] - times[i], values[j] - values[i]
 
 
-def _s_variance(y: np.ndarray) -> float:
-    n = len(y)
-    _, ties = np.unique(y, return_counts=True)
+def _s_variance(values: np.ndarray) -> float:
+    n = len(values)
+    _, ties = np.unique(values, return_counts=True)
     return (n * (n - 1) * (2 * n + 5) - float(np.sum(ties * (ties - 1) * (2 * ties + 5)))) / 18.0
 
 
-def mann_kendall(t: np.ndarray, y: np.ndarray) -> float | None:
-    """Two-sided p-value of the Mann–Kendall test on ``y`` ordered by ``t``; None with fewer
+def mann_kendall(times: np.ndarray, values: np.ndarray) -> float | None:
+    """Two-sided p-value of the Mann–Kendall test on ``values`` ordered by ``times``; None with fewer
     than :data:`MIN_POINTS` points or no variance."""
-    order = np.argsort(t, kind="stable")
-    y = np.asarray(y, dtype=float)[order]
-    if len(y) < MIN_POINTS:
+    order = np.argsort(times, kind="stable")
+    values = np.asarray(values, dtype=float)[order]
+    if len(values) < MIN_POINTS:
         return None
-    dt, dy = _pairs(np.asarray(t, dtype=float)[order], y)
-    s = float(np.sum(np.sign(dy)))
-    var = _s_variance(y)
+    time_gaps, value_gaps = _pairs(np.asarray(times, dtype=float)[order], values)
+    score = float(np.sum(np.sign(value_gaps)))
+    var = _s_variance(values)
     if var <= 0:
         return None
-    z = 0.0 if s == 0 else (s - math.copysign(1.0, s)) / math.sqrt(var)
-    return math.erfc(abs(z) / math.sqrt(2.0))
+    z_score = 0.0 if score == 0 else (score - math.copysign(1.0, score)) / math.sqrt(var)
+    return math.erfc(abs(z_score) / math.sqrt(2.0))
 
 
-def theil_sen(t: np.ndarray, y: np.ndarray) -> tuple[float, float, float] | None:
-    """(slope, lo, hi): the median pairwise slope of ``y`` over ``t`` and Sen's 95% interval;
+def theil_sen(times: np.ndarray, values: np.ndarray) -> tuple[float, float, float] | None:
+    """(slope, lo, hi): the median pairwise slope of ``values`` over ``times`` and Sen's 95% interval;
     None with fewer than two distinct times."""
-    t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
-    dt, dy = _pairs(t, y)
-    keep = dt != 0
+    times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+    time_gaps, value_gaps = _pairs(times, values)
+    keep = time_gaps != 0
     if not keep.any():
         return None
-    slopes = np.sort(dy[keep] / dt[keep])
+    slopes = np.sort(value_gaps[keep] / time_gaps[keep])
     n_slopes = len(slopes)
-    c = _Z * math.sqrt(max(_s_variance(y), 0.0))
-    lo_i = max(int(round((n_slopes - c) / 2.0)) - 1, 0)
-    hi_i = min(int(round((n_slopes + c) / 2.0)), n_slopes - 1)
+    spread = _Z * math.sqrt(max(_s_variance(values), 0.0))
+    lo_i = max(int(round((n_slopes - spread) / 2.0)) - 1, 0)
+    hi_i = min(int(round((n_slopes + spread) / 2.0)), n_slopes - 1)
     return float(np.median(slopes)), float(slopes[lo_i]), float(slopes[hi_i])
 
 
-def steady_from(t: np.ndarray, y: np.ndarray) -> int:
+def steady_from(times: np.ndarray, values: np.ndarray) -> int:
     """The index of the first point from which the series moves as its last half does (see the
     module doc); 0 when it does from the start or there are too few points to tell."""
-    t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
-    n = len(y)
+    times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+    n = len(values)
     half = n // 2
     if n < MIN_POINTS:
         return 0
-    fit = theil_sen(t[half:], y[half:])
+    fit = theil_sen(times[half:], values[half:])
     if fit is None:
         return 0
-    slope, lo, hi = fit
-    tm = float(np.median(t[half:]))
-    ym = float(np.median(y[half:] - slope * (t[half:] - tm)))
-    scale = 1.4826 * float(np.median(np.abs(y[half:] - ym - slope * (t[half:] - tm))))
+    slope, lower, upper = fit
+    time_mid = float(np.median(times[half:]))
+    value_mid = float(np.median(values[half:] - slope * (times[half:] - time_mid)))
+    scale = 1.4826 * float(np.median(np.abs(values[half:] - value_mid - slope * (times[half:] - time_mid))))
     # a series that does not move at all has no scatter: only a real step is off its line
-    band = OFF_LINE * scale + 1e-9 * max(1.0, abs(ym))
+    band = OFF_LINE * scale + 1e-9 * max(1.0, abs(value_mid))
     # off every line the last half allows (its slope's interval, through its middle)
-    early = t[:half] - tm
-    ends = np.stack([ym + lo * early, ym + hi * early])
+    early = times[:half] - time_mid
+    ends = np.stack([value_mid + lower * early, value_mid + upper * early])
     below, above = ends.min(axis=0) - band, ends.max(axis=0) + band
-    off = np.flatnonzero((y[:half] < below) | (y[:half] > above))
+    off = np.flatnonzero((values[:half] < below) | (values[:half] > above))
     return int(off[-1]) + 1 if len(off) else 0

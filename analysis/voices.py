@@ -40,57 +40,62 @@ _NOT_APPLICABLE: tuple[Literal["throughput_efficiency"]] = ("throughput_efficien
 
 
 def is_sweep(steps: list[PlannedStep]) -> bool:
-    return bool(steps) and all(s.get("voices") is not None for s in steps)
+    return bool(steps) and all(step.get("voices") is not None for step in steps)
 
 
 def on_axis(levels: list[StepSummary]) -> list[StepSummary]:
     """The levels standing at their number of voices, as :mod:`analysis.knee` reads a level."""
-    return [{**s, "concurrency": s["voices"]} for s in levels]
+    return [{**level, "concurrency": level["voices"]} for level in levels]
 
 
 def find_knee(levels: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> Knee:
     """:func:`analysis.knee.find_knee` over the number of voices; ``voices`` names the knee,
     ``concurrency`` the one the sweep ran at."""
-    k = knee_over(on_axis(levels), streamed, ttfa_floor_ms)
+    knee = knee_over(on_axis(levels), streamed, ttfa_floor_ms)
     for name in _NOT_APPLICABLE:
-        k["methods"].pop(name, None)
-    k["agree"] = [n for n in k["agree"] if n not in _NOT_APPLICABLE]
-    k["efficiency"] = []
-    done = [s for s in levels if s.get("requests")]
-    return {**k, "voices": k["concurrency"], "concurrency": done[0]["concurrency"] if done else None, "axis": "voices"}
+        knee["methods"].pop(name, None)
+    knee["agree"] = [name for name in knee["agree"] if name not in _NOT_APPLICABLE]
+    knee["efficiency"] = []
+    done = [level for level in levels if level.get("requests")]
+    return {
+        **knee,
+        "voices": knee["concurrency"],
+        "concurrency": done[0]["concurrency"] if done else None,
+        "axis": "voices",
+    }
 
 
-def _voices(n: int) -> str:
-    return f"{n} voice" if n == 1 else f"{n} voices"
+def _voices(count: int) -> str:
+    return f"{count} voice" if count == 1 else f"{count} voices"
 
 
-def _desc(s: StepSummary) -> str:
-    latency: Mapping[str, Any] = s.get("latency_ms") or {}
+def _desc(level: StepSummary) -> str:
+    latency: Mapping[str, Any] = level.get("latency_ms") or {}
     p95 = latency.get("p95")
     return (
-        f"with {_voices(s['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
-        f"{s.get('throughput_rps') or 0:.2f} req/s, {s['failed']} of {s['requests']} requests failed"
+        f"with {_voices(level['voices'])}: p95 wait {'n/a' if p95 is None else f'{p95:.0f} ms'}, "
+        f"{level.get('throughput_rps') or 0:.2f} req/s, {level['failed']} of {level['requests']} requests failed"
     )
 
 
 def recommend(levels: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     """(recommended number of voices, the recommendation in words)."""
-    done = [s for s in levels if s.get("requests")]
+    done = [level for level in levels if level.get("requests")]
     if not done:
         return None, "No settled requests yet."
-    k, conc = knee["index"], done[0]["concurrency"]
-    if k == 0:
+    knee_index, conc = knee["index"], done[0]["concurrency"]
+    if knee_index == 0:
         return None, (
             f"The fewest voices tested ({done[0]['voices']}) are already past the knee at concurrency "
             f"{conc}; test fewer."
         )
-    if k is None:
+    if knee_index is None:
         top = done[-1]
         return top["voices"], (
             f"No knee up to {top['voices']} distinct voices at concurrency {conc} ({_desc(top)}); "
             f"test more voices to find where the server stops keeping up."
         )
-    rec, nxt = done[k - 1], done[k]
+    rec, nxt = done[knee_index - 1], done[knee_index]
     return rec["voices"], (
         f"Keep to {rec['voices']} distinct {'voice' if rec['voices'] == 1 else 'voices'} at "
         f"concurrency {conc}, or give the server room "
@@ -98,84 +103,86 @@ def recommend(levels: list[StepSummary], knee: Knee) -> tuple[int | None, str]:
     )
 
 
-def _role(s: StepSummary, role: str) -> float | None:
-    server: Mapping[str, Any] = s.get("server") or {}
-    r: Mapping[str, float] | None = (server.get("server_roles") or {}).get(role)
-    return None if r is None else r["mean"]
+def _role(level: StepSummary, role: str) -> float | None:
+    server: Mapping[str, Any] = level.get("server") or {}
+    role_figures: Mapping[str, float] | None = (server.get("server_roles") or {}).get(role)
+    return None if role_figures is None else role_figures["mean"]
 
 
-def cache_sentence(s: StepSummary) -> str | None:
+def cache_sentence(level: StepSummary) -> str | None:
     """The server's voice cache at one level, in words; None where it publishes no counters."""
-    hits, misses = _role(s, "voice_cache_hits"), _role(s, "voice_cache_misses")
-    evictions = _role(s, "voice_cache_evictions")
+    hits, misses = _role(level, "voice_cache_hits"), _role(level, "voice_cache_misses")
+    evictions = _role(level, "voice_cache_evictions")
     if hits is None and misses is None and evictions is None:
         return None
     parts = []
     if hits is not None and misses is not None and hits + misses > 0:
         parts.append(f"hit {hits / (hits + misses):.0%} of lookups ({hits:.1f} hits and {misses:.1f} misses a second)")
     if evictions is not None:
-        dur = (s.get("window") or {}).get("duration_s")
+        dur = (level.get("window") or {}).get("duration_s")
         over = f", about {evictions * dur:.0f} over the step's {dur:.0f} s" if dur else ""
         parts.append(f"evicted {evictions:.1f} voices a second{over}")
-    return f"with {s['voices']} voices it " + " and ".join(parts) if parts else None
+    return f"with {level['voices']} voices it " + " and ".join(parts) if parts else None
 
 
 def diagnose(levels: list[StepSummary], knee: Knee, creep: MemoryCreep | None, has_resources: bool) -> Diagnosis:
     """The diagnosis of a voice sweep (see the module doc)."""
-    d = by_steps(on_axis(levels), {**knee, "concurrency": knee.get("voices")}, creep, has_resources)
-    done = [s for s in levels if s.get("requests")]
-    k = knee.get("index")
-    if d["kind"] in _KEPT or not done:
-        return d
+    diagnosis = by_steps(on_axis(levels), {**knee, "concurrency": knee.get("voices")}, creep, has_resources)
+    done = [level for level in levels if level.get("requests")]
+    knee_index = knee.get("index")
+    if diagnosis["kind"] in _KEPT or not done:
+        return diagnosis
     conc = done[0]["concurrency"]
-    if k is None:
+    if knee_index is None:
         base, top = done[0], done[-1]
-        infl = max((r for r in knee.get("inflation", []) if r is not None), default=1.0)
-        ev = [
+        infl = max((ratio for ratio in knee.get("inflation", []) if ratio is not None), default=1.0)
+        evidence = [
             f"Latency stayed within {LATENCY_RISE}x of the fewest voices' up to {top['voices']} distinct voices at "
             f"concurrency {conc} (largest rise {infl:.2f}x; {_desc(base)}; {_desc(top)}): the server keeps up with "
             f"that many voices."
         ]
         cache = cache_sentence(top)
         if cache:
-            ev.append(f"Its voice cache: {cache}.")
-        return {**d, "kind": Kind.NO_KNEE, "evidence": ev + _notes(d)}
-    s, lo = done[k], done[k - 1] if k else done[0]
+            evidence.append(f"Its voice cache: {cache}.")
+        return {**diagnosis, "kind": Kind.NO_KNEE, "evidence": evidence + _notes(diagnosis)}
+    level, low_level = done[knee_index], done[knee_index - 1] if knee_index else done[0]
 
-    def lat(x: StepSummary, q: str) -> float | None:
-        latency: Mapping[str, Any] = x.get("latency_ms") or {}
-        value: float | None = latency.get(q)
+    def lat(level: StepSummary, stat: str) -> float | None:
+        latency: Mapping[str, Any] = level.get("latency_ms") or {}
+        value: float | None = latency.get(stat)
         return value
 
-    def ms(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.0f} ms"
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.0f} ms"
 
-    ev = [
-        f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(lo, 'p95'))} with {lo['voices']} distinct "
-        f"{'voice' if lo['voices'] == 1 else 'voices'} to {ms(lat(s, 'p95'))} with {s['voices']} "
-        f"(p50 {ms(lat(lo, 'p50'))} -> {ms(lat(s, 'p50'))}, step "
-        f"{_step(s)}): the same load costs more once there are more voices, so the server recomputes what it "
+    evidence = [
+        f"At concurrency {conc} throughout, p95 wait rose from {ms(lat(low_level, 'p95'))} "
+        f"with {low_level['voices']} distinct "
+        f"{'voice' if low_level['voices'] == 1 else 'voices'} to {ms(lat(level, 'p95'))} with {level['voices']} "
+        f"(p50 {ms(lat(low_level, 'p50'))} -> {ms(lat(level, 'p50'))}, step "
+        f"{_step(level)}): the same load costs more once there are more voices, so the server recomputes what it "
         f"keeps per voice (a speaker embedding, a prompt cache) when it no longer keeps them all."
     ]
-    here, before = cache_sentence(s), cache_sentence(lo)
+    here, before = cache_sentence(level), cache_sentence(low_level)
     if here:
-        ev.append(
-            f"The server's voice cache says so: {here}" + (f", while {before}." if before and lo is not s else ".")
+        evidence.append(
+            f"The server's voice cache says so: {here}"
+            + (f", while {before}." if before and low_level is not level else ".")
         )
     else:
-        ev.append(
+        evidence.append(
             "The server publishes no voice-cache figures (a metrics series such as *voice_cache_hits_total, "
             "or a JSON endpoint given with --server-stats): the rise with the number of voices is the evidence."
         )
-    return {**d, "kind": Kind.VOICE_CACHE, "evidence": ev + _notes(d)}
+    return {**diagnosis, "kind": Kind.VOICE_CACHE, "evidence": evidence + _notes(diagnosis)}
 
 
-def _step(s: StepSummary) -> str:
-    numbers: Sequence[int | None] = s.get("steps") or [s.get("step")]
+def _step(level: StepSummary) -> str:
+    numbers: Sequence[int | None] = level.get("steps") or [level.get("step")]
     return ", ".join(map(str, numbers))
 
 
-def _notes(d: Diagnosis) -> list[str]:
+def _notes(diagnosis: Diagnosis) -> list[str]:
     """The concurrency diagnosis's sentences that hold whatever the kind (missing samples,
     audio integrity, another process on the load generator's host)."""
     keep = (
@@ -185,32 +192,40 @@ def _notes(d: Diagnosis) -> list[str]:
         "The load generator's host",
         "The run was streamed",
     )
-    return [e for e in d["evidence"] if e.startswith(keep)]
+    return [sentence for sentence in diagnosis["evidence"] if sentence.startswith(keep)]
 
 
 def recommend_slo(
     levels: list[StepSummary], verdicts: list[SloVerdict], spec: str, best: int | None, knee: int | None
 ) -> str:
     """Why ``best`` (``slo.max_voices``) is the recommendation."""
-    done = [s for s in levels if s.get("requests")]
+    done = [level for level in levels if level.get("requests")]
     if not done:
         return "No settled requests yet."
     conc, knee_txt = done[0]["concurrency"], f" The knee is at {knee} voices." if knee else ""
     if best is None:
-        v = verdicts[0]
-        why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
+        verdict = verdicts[0]
+        why = (
+            ", ".join(verdict["failed"])
+            if verdict["pass"] is False
+            else "; ".join(verdict["inconclusive"]) + " (inconclusive)"
+        )
         return (
             f"No tested number of voices meets the SLO {spec} at concurrency {conc}: with the fewest, "
             f"{done[0]['voices']}, {why}; test fewer voices or relax the SLO.{knee_txt}"
         )
-    at = next(s for s in done if s["voices"] == best)
-    first_bad = next((i for i, v in enumerate(verdicts) if v["pass"] is not True), None)
+    best_level = next(level for level in done if level["voices"] == best)
+    first_bad = next((i for i, verdict in enumerate(verdicts) if verdict["pass"] is not True), None)
     text = (
         f"Keep to {_voices(best)} at concurrency {conc}: the most tested that meets the SLO {spec} with "
-        f"every fewer tested one meeting it ({_desc(at)})"
+        f"every fewer tested one meeting it ({_desc(best_level)})"
     )
     if first_bad is None:
         return text + f"; every tested number meets it, so test more voices to find the limit.{knee_txt}"
-    v = verdicts[first_bad]
-    why = ", ".join(v["failed"]) if v["pass"] is False else "; ".join(v["inconclusive"]) + " (inconclusive)"
+    verdict = verdicts[first_bad]
+    why = (
+        ", ".join(verdict["failed"])
+        if verdict["pass"] is False
+        else "; ".join(verdict["inconclusive"]) + " (inconclusive)"
+    )
     return text + f"; with {_voices(done[first_bad]['voices'])} {why}.{knee_txt}"

@@ -54,19 +54,21 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = _Parser(
+    arg_parser = _Parser(
         prog=prog,
         description="Sample GPU (NVML), CPU and one server process; serve the samples "
         "over HTTP for the tts-knee puller and Prometheus.",
     )
-    p.add_argument(
+    arg_parser.add_argument(
         "--host",
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1; 0.0.0.0 to be reached from other hosts — then set --token)",
     )
-    p.add_argument("--port", type=int, default=9300, help="port (default 9300; 0 picks a free one)")
-    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between samples (default 1)")
-    watch = p.add_mutually_exclusive_group()
+    arg_parser.add_argument("--port", type=int, default=9300, help="port (default 9300; 0 picks a free one)")
+    arg_parser.add_argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between samples (default 1)"
+    )
+    watch = arg_parser.add_mutually_exclusive_group()
     watch.add_argument("--pid", type=int, help="watch this process and its children (default: no process)")
     watch.add_argument(
         "--match",
@@ -74,15 +76,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="watch the process whose name or command line contains NAME, "
         "found again if it restarts (default: no process)",
     )
-    p.add_argument("--spool", metavar="FILE", help="also append every sample to FILE, JSONL (default: none)")
-    p.add_argument(
+    arg_parser.add_argument("--spool", metavar="FILE", help="also append every sample to FILE, JSONL (default: none)")
+    arg_parser.add_argument(
         "--token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every endpoint (default: ${TOKEN_ENV})"
     )
-    p.add_argument(
+    arg_parser.add_argument(
         "--buffer", type=int, default=DEFAULT_BUFFER, help=f"samples kept in memory (default {DEFAULT_BUFFER})"
     )
-    p.add_argument("--hostname", help="host name reported in samples (default: this host's)")
-    srv = p.add_argument_group("the server's own metrics")
+    arg_parser.add_argument("--hostname", help="host name reported in samples (default: this host's)")
+    srv = arg_parser.add_argument_group("the server's own metrics")
     srv.add_argument(
         "--scrape",
         action="append",
@@ -129,7 +131,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="the label that tells the server's stages apart in its series, told to the master; one no scraped "
         "series carries is refused at start (default: Triton's model, vLLM-Omni's stage)",
     )
-    return p
+    return arg_parser
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -143,7 +145,7 @@ def _check(args: argparse.Namespace) -> None:
         raise _Usage(f"--pid {args.pid}: no such process; start the server first or use --match NAME.")
     if args.match is not None and not args.match.strip():
         raise _Usage("--match needs a non-empty name.")
-    for flag, url in [("--scrape", u) for u in args.scrape] + [("--dcgm", args.dcgm)]:
+    for flag, url in [("--scrape", scrape_url) for scrape_url in args.scrape] + [("--dcgm", args.dcgm)]:
         if url is not None and not re.match(r"https?://[^/\s]+", url):
             raise _Usage(f"{flag} must be an http:// URL like http://127.0.0.1:8000/metrics, not {url!r}.")
     if args.scrape_match is not None:
@@ -155,8 +157,8 @@ def _check(args: argparse.Namespace) -> None:
         raise _Usage(f"--scrape-max-series must be at least 1, not {args.scrape_max_series}.")
     try:
         parse_roles(args.server_role)
-    except ValueError as e:
-        raise _Usage(f"{e}.") from None
+    except ValueError as error:
+        raise _Usage(f"{error}.") from None
     label = args.server_stage_label
     if label is not None and not LABEL_NAME.fullmatch(label):
         raise _Usage(f"--server-stage-label takes a label name (letters, digits and _), not {label!r}.")

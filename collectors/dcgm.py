@@ -41,14 +41,14 @@ MEMORY = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED
 REASONS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
 
 
-def _value(v: float) -> float | None:
-    if v != v or abs(v) >= BLANK_MIN:  # NaN, or a DCGM blank
+def _value(reading: float) -> float | None:
+    if reading != reading or abs(reading) >= BLANK_MIN:  # NaN, or a DCGM blank
         return None
-    return v
+    return reading
 
 
-def _int(v: float | None) -> int | float | None:
-    return int(v) if v is not None and float(v).is_integer() else v
+def _int(reading: float | None) -> int | float | None:
+    return int(reading) if reading is not None and float(reading).is_integer() else reading
 
 
 def gpus_from_text(text: str) -> list[dict[str, Any]]:
@@ -63,37 +63,37 @@ def gpus_from_text(text: str) -> list[dict[str, Any]]:
     devices: dict[tuple[Any, ...], dict[str, Any]] = {}
     raw: dict[tuple[Any, ...], dict[str, float | None]] = {}
     for fam in families:
-        for s in fam.samples:
-            if s.name not in FIELDS and s.name not in MEMORY and s.name not in REASONS:
+        for sample in fam.samples:
+            if sample.name not in FIELDS and sample.name not in MEMORY and sample.name not in REASONS:
                 continue
             try:
-                index = int(s.labels["gpu"])
+                index = int(sample.labels["gpu"])
             except (KeyError, ValueError):
                 continue
-            mig = s.labels.get("GPU_I_ID")
+            mig = sample.labels.get("GPU_I_ID")
             key = (index, int(mig) if mig and mig.isdigit() else -1)
             if key not in devices:
                 devices[key] = {
                     "index": index,
                     "mig_index": None if key[1] < 0 else key[1],
-                    "uuid": s.labels.get("UUID") or None,
-                    "name": s.labels.get("modelName") or None,
+                    "uuid": sample.labels.get("UUID") or None,
+                    "name": sample.labels.get("modelName") or None,
                     "lost": False,
                     **dict.fromkeys(GPU_FIELDS),
                 }
-            raw.setdefault(key, {})[s.name] = _value(float(s.value))
+            raw.setdefault(key, {})[sample.name] = _value(float(sample.value))
     for key, dev in devices.items():
         got = raw[key]
         for field, (name, factor) in FIELDS.items():
-            v = got.get(field)
-            dev[name] = None if v is None else _int(v * factor)
+            reading = got.get(field)
+            dev[name] = None if reading is None else _int(reading * factor)
         used, free = got.get("DCGM_FI_DEV_FB_USED"), got.get("DCGM_FI_DEV_FB_FREE")
         reserved = got.get("DCGM_FI_DEV_FB_RESERVED") or 0
         dev["mem_used_bytes"] = None if used is None else int(used * MIB)
         dev["mem_total_bytes"] = None if used is None or free is None else int((used + free + reserved) * MIB)
-        mask = next((got[r] for r in REASONS if got.get(r) is not None), None)
+        mask = next((got[reason] for reason in REASONS if got.get(reason) is not None), None)
         dev["clock_event_reasons"] = decode_clock_event_reasons(None if mask is None else int(mask))
-    return [devices[k] for k in sorted(devices)]
+    return [devices[device_key] for device_key in sorted(devices)]
 
 
 class DcgmGpus:
@@ -102,7 +102,7 @@ class DcgmGpus:
 
     def __init__(self, url: str, interval_s: float, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.endpoint = Endpoint(
-            url, interval_s, timeout_s, what="dcgm-exporter", convert=lambda text, t: gpus_from_text(text)
+            url, interval_s, timeout_s, what="dcgm-exporter", convert=lambda text, scraped_at: gpus_from_text(text)
         )
         self._known: list[dict[str, Any]] = []
 
@@ -121,6 +121,6 @@ class DcgmGpus:
         there is none (``pids`` is ignored: dcgm-exporter does not say per process)."""
         gpus = self.endpoint.latest()
         if gpus is not None:
-            self._known = [{k: g[k] for k in ("index", "mig_index", "uuid", "name")} for g in gpus]
-            return [dict(g) for g in gpus]
-        return [dict(g, lost=False, **dict.fromkeys(GPU_FIELDS)) for g in self._known]
+            self._known = [{field: gpu[field] for field in ("index", "mig_index", "uuid", "name")} for gpu in gpus]
+            return [dict(gpu) for gpu in gpus]
+        return [dict(gpu, lost=False, **dict.fromkeys(GPU_FIELDS)) for gpu in self._known]

@@ -61,7 +61,9 @@ def series_key(name: str, labels: dict[str, Any]) -> str:
     """``name`` or ``name{k="v",...}`` as the exposition writes it."""
     if not labels:
         return name
-    return name + "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
+    return (
+        name + "{" + ",".join(f'{label}="{_escape(str(label_value))}"' for label, label_value in labels.items()) + "}"
+    )
 
 
 _SUFFIXES = ("_total", "_created", "_count", "_sum", "_bucket", "_gcount", "_gsum")
@@ -84,25 +86,25 @@ def parse(text: str) -> list[Sample]:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ...
         raise ExpositionError(_first_line(str(exc))) from None
-    declared = {f.name: f.type for f in families}
+    declared = {family.name: family.type for family in families}
     written = _names_written(text)
     out: list[Sample] = []
     for fam in families:
-        for s in fam.samples:
-            kind = fam.type if fam.type != "unknown" else _declared_kind(s.name, declared)
-            value = float(s.value)
-            if not math.isfinite(value) or s.name.endswith("_created"):
+        for sample in fam.samples:
+            kind = fam.type if fam.type != "unknown" else _declared_kind(sample.name, declared)
+            value = float(sample.value)
+            if not math.isfinite(value) or sample.name.endswith("_created"):
                 continue
-            labels = dict(s.labels)
-            name = s.name
+            labels = dict(sample.labels)
+            name = sample.name
             if kind == "counter" and name not in written and name.endswith("_total"):
                 name = name[: -len("_total")]  # the parser adds _total; keep the server's name
             key = series_key(name, labels)
-            if kind in ("counter",) or (kind == "unknown" and s.name.endswith("_total")):
+            if kind in ("counter",) or (kind == "unknown" and sample.name.endswith("_total")):
                 out.append(Sample(key, fam.name, "counter", value))
             elif kind in ("histogram", "summary", "gaugehistogram"):
-                base = fam.name if fam.type != "unknown" else s.name.rsplit("_", 1)[0]
-                if s.name.endswith(("_count", "_sum")):
+                base = fam.name if fam.type != "unknown" else sample.name.rsplit("_", 1)[0]
+                if sample.name.endswith(("_count", "_sum")):
                     gauge = kind == "gaugehistogram"
                     out.append(
                         Sample(
@@ -114,7 +116,7 @@ def parse(text: str) -> list[Sample]:
                             labels=tuple(labels.items()),
                         )
                     )
-                elif s.name.endswith(("_gcount", "_gsum")):
+                elif sample.name.endswith(("_gcount", "_gsum")):
                     out.append(Sample(key, fam.name, "gauge", value))
             elif kind in ("gauge", "unknown"):
                 out.append(Sample(key, fam.name, "gauge", value))
@@ -163,22 +165,22 @@ class Reader:
         """One scrape taken at monotonic time ``t`` into ``{series: value}``."""
         samples = parse(text)
         if self.match is not None:
-            samples = [s for s in samples if self.match.search(s.key)]
+            samples = [sample for sample in samples if self.match.search(sample.key)]
         samples = self._cap(samples)
         out: dict[str, float | None] = {}
         sums: dict[tuple[Any, ...], dict[str, float | None]] = {}
         prev, self._prev = self._prev, {}
-        for s in samples:
-            if s.kind == "counter":
-                self._prev[s.key] = (s.value, t)
-                value = _rate(prev.get(s.key), s.value, t, self.max_gap_s)
+        for sample in samples:
+            if sample.kind == "counter":
+                self._prev[sample.key] = (sample.value, t)
+                value = _rate(prev.get(sample.key), sample.value, t, self.max_gap_s)
             else:
-                value = s.value
+                value = sample.value
             if value is not None:
-                out[s.key] = value
-            if s.mean_of is not None:
-                part = "sum" if s.key.split("{", 1)[0].endswith("_sum") else "count"
-                sums.setdefault((s.mean_of, s.labels), {})[part] = value
+                out[sample.key] = value
+            if sample.mean_of is not None:
+                part = "sum" if sample.key.split("{", 1)[0].endswith("_sum") else "count"
+                sums.setdefault((sample.mean_of, sample.labels), {})[part] = value
         for (base, labels), parts in sums.items():
             count, total = parts.get("count"), parts.get("sum")
             if count and total is not None:
@@ -187,26 +189,30 @@ class Reader:
 
     def _cap(self, samples: list[Sample]) -> list[Sample]:
         keys: list[str] = []
-        for s in samples:  # a histogram's _sum and _count count as one series
-            k = s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))
-            if not keys or keys[-1] != k:
-                keys.append(k)
+        for sample in samples:  # a histogram's _sum and _count count as one series
+            key = sample.key if sample.mean_of is None else series_key(sample.mean_of, dict(sample.labels))
+            if not keys or keys[-1] != key:
+                keys.append(key)
         unique = list(dict.fromkeys(keys))
         if len(unique) <= self.max_series:
             self.dropped = 0
             return samples
-        known = [k for k in unique if role_of(k.split("{", 1)[0], self.roles)]
-        keep = set((known + [k for k in unique if k not in set(known)])[: self.max_series])
+        known = [key for key in unique if role_of(key.split("{", 1)[0], self.roles)]
+        keep = set((known + [key for key in unique if key not in set(known)])[: self.max_series])
         self.dropped = len(unique) - len(keep)
-        return [s for s in samples if (s.key if s.mean_of is None else series_key(s.mean_of, dict(s.labels))) in keep]
+        return [
+            sample
+            for sample in samples
+            if (sample.key if sample.mean_of is None else series_key(sample.mean_of, dict(sample.labels))) in keep
+        ]
 
 
-def _rate(prev: tuple[float, float] | None, value: float, t: float, max_gap_s: float | None = None) -> float | None:
+def _rate(prev: tuple[float, float] | None, value: float, now: float, max_gap_s: float | None = None) -> float | None:
     """Per-second rise since ``prev`` (value, t); None on the first scrape, a reset, or after
     more than ``max_gap_s``."""
     if prev is None:
         return None
-    dv, dt = value - prev[0], t - prev[1]
-    if dv < 0 or dt <= 0 or (max_gap_s is not None and dt > max_gap_s):
+    rise, elapsed_s = value - prev[0], now - prev[1]
+    if rise < 0 or elapsed_s <= 0 or (max_gap_s is not None and elapsed_s > max_gap_s):
         return None
-    return dv / dt
+    return rise / elapsed_s

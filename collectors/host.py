@@ -59,9 +59,9 @@ class HostSampler:
         has_steal = hasattr(now[0], "steal") if now else False
         max_core = None  # unknown until some core's CPU time has moved
         for before, after in zip(last, now):
-            b0, t0 = _busy_and_total(before)
-            b1, t1 = _busy_and_total(after)
-            busy, total = b1 - b0, t1 - t0
+            busy_before, total_before = _busy_and_total(before)
+            busy_after, total_after = _busy_and_total(after)
+            busy, total = busy_after - busy_before, total_after - total_before
             busy_sum += busy
             total_sum += total
             core = ratio_percent(busy, total)
@@ -71,7 +71,7 @@ class HostSampler:
                 iowait += after.iowait - before.iowait
             if has_steal:
                 steal += after.steal - before.steal
-        vm = psutil.virtual_memory()
+        virtual_memory = psutil.virtual_memory()
         disk = _safe(psutil.disk_io_counters)
         net = _safe(psutil.net_io_counters)
         return {
@@ -80,8 +80,8 @@ class HostSampler:
             "iowait_percent": ratio_percent(iowait, total_sum) if has_iowait else None,
             "steal_percent": ratio_percent(steal, total_sum) if has_steal else None,
             "cpu_count": len(now),
-            "mem_used_bytes": vm.total - vm.available,  # what applications hold; not cache
-            "mem_total_bytes": vm.total,
+            "mem_used_bytes": virtual_memory.total - virtual_memory.available,  # what applications hold; not cache
+            "mem_total_bytes": virtual_memory.total,
             "disk_read_bytes": None if disk is None else disk.read_bytes,
             "disk_write_bytes": None if disk is None else disk.write_bytes,
             "net_sent_bytes": None if net is None else net.bytes_sent,
@@ -89,10 +89,10 @@ class HostSampler:
         }
 
 
-def _safe(fn: Callable[[], T]) -> T | None:
+def _safe(read: Callable[[], T]) -> T | None:
     """psutil's disk/net counters, or None where the host has none (containers, no disks)."""
     try:
-        return fn()
+        return read()
     except (OSError, RuntimeError):
         return None
 
@@ -126,20 +126,20 @@ class ProcessWatcher:
         return set(self._cpu_s)
 
     def _find(self) -> psutil.Process | None:
-        me = os.getpid()
-        mine = {me, *(p.pid for p in psutil.Process(me).parents())}
+        own_pid = os.getpid()
+        mine = {own_pid, *(parent.pid for parent in psutil.Process(own_pid).parents())}
         found = []
-        for p in psutil.process_iter(["name", "cmdline", "create_time", "ppid"]):
-            if p.pid in mine:
+        for proc in psutil.process_iter(["name", "cmdline", "create_time", "ppid"]):
+            if proc.pid in mine:
                 continue
-            info = p.info
+            info = proc.info
             words = " ".join(info.get("cmdline") or ())
             if info.get("name") == self._match or (self._match and self._match in words):
-                found.append(p)
-        pids = {p.pid for p in found}
+                found.append(proc)
+        pids = {proc.pid for proc in found}
         # The top of the matching tree: a matching process whose parent does not match.
-        tops = [p for p in found if p.info.get("ppid") not in pids]
-        tops.sort(key=lambda p: p.info.get("create_time") or 0.0)
+        tops = [proc for proc in found if proc.info.get("ppid") not in pids]
+        tops.sort(key=lambda proc: proc.info.get("create_time") or 0.0)
         return tops[0] if tops else None
 
     def read(self) -> dict[str, Any] | None:
@@ -174,14 +174,14 @@ class ProcessWatcher:
         cpu_delta = 0.0
         rss = 0
         seen: dict[int, tuple[psutil.Process, float]] = {}
-        for proc in [self._root, *(c for c in children if c.pid not in self._skip)]:
+        for proc in [self._root, *(child for child in children if child.pid not in self._skip)]:
             cached = self._cpu_s.get(proc.pid)
             if cached is not None and cached[0] == proc:
                 proc = cached[0]  # keep the object: psutil checks pid reuse with it
             try:
                 with proc.oneshot():
-                    t = proc.cpu_times()
-                    cpu_s = t.user + t.system
+                    cpu_times = proc.cpu_times()
+                    cpu_s = cpu_times.user + cpu_times.system
                     rss += proc.memory_info().rss
                     born = proc.create_time()
             except _PROC_ERRORS:

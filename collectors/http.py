@@ -83,8 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
+        for header, header_value in (headers or {}).items():
+            self.send_header(header, header_value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -107,22 +107,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, wire.TIME(time=wall_clock()))
 
     def _healthz(self, query: dict[str, Any]) -> None:
-        s = self.server.sampler
-        latest = s.latest()
+        sampler = self.server.sampler
+        latest = sampler.latest()
         gpus = latest["gpus"] if latest else []
         self._json(
             200,
             wire.HEALTH(
                 status="ok",
-                nvml=s.nvml_available,
-                samples=s.count,
-                host=s.hostname,
-                boot=s.boot,
-                interval_s=s.interval_s,
+                nvml=sampler.nvml_available,
+                samples=sampler.count,
+                host=sampler.hostname,
+                boot=sampler.boot,
+                interval_s=sampler.interval_s,
                 gpus=len(gpus),
-                lost_gpus=sum(1 for g in gpus if g.get("lost")),
+                lost_gpus=sum(1 for gpu in gpus if gpu.get("lost")),
                 watching=latest["proc"]["pid"] if latest and latest.get("proc") else None,
-                scrapes=s.scrape_states(),
+                scrapes=sampler.scrape_states(),
             ),
         )
 
@@ -144,14 +144,14 @@ class _Exposition:
 
     def family(self, name: str, kind: str, help_text: str, series: list[tuple[dict[str, Any], float | None]]) -> None:
         """One metric family; series whose value is None (unknown) are left out."""
-        known = [(labels, v) for labels, v in series if v is not None]
+        known = [(labels, value) for labels, value in series if value is not None]
         if not known:
             return
         full = PREFIX + name
         self.lines.append(f"# HELP {full} {help_text}")
         self.lines.append(f"# TYPE {full} {kind}")
         for labels, value in known:
-            label_text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+            label_text = ",".join(f'{label}="{_escape(str(value))}"' for label, value in labels.items())
             self.lines.append(f"{full}{{{label_text}}} {float(value)!r}" if label_text else f"{full} {float(value)!r}")
 
     def text(self) -> str:
@@ -164,80 +164,92 @@ def _ratio(percent: float | None) -> float | None:
 
 def render_metrics(sampler: Sampler) -> str:
     """The latest sample as Prometheus text: bytes, seconds, watts, hertz, ratios 0–1."""
-    s = sampler.latest() or {}
-    e = _Exposition()
+    latest = sampler.latest() or {}
+    exposition = _Exposition()
 
-    def one(key: str, f: Callable[[float], float | None] = lambda v: v) -> list[tuple[dict[str, Any], float | None]]:
-        return [({}, None if s.get(key) is None else f(s[key]))]
+    def one(
+        key: str, convert: Callable[[float], float | None] = lambda value: value
+    ) -> list[tuple[dict[str, Any], float | None]]:
+        return [({}, None if latest.get(key) is None else convert(latest[key]))]
 
-    e.family("collector_samples_total", "counter", "Samples taken since the collector started.", [({}, sampler.count)])
-    e.family(
+    exposition.family(
+        "collector_samples_total", "counter", "Samples taken since the collector started.", [({}, sampler.count)]
+    )
+    exposition.family(
         "collector_missed_ticks_total",
         "counter",
         "Sampling ticks skipped because a sample ran past the next deadline.",
         [({}, sampler.missed_ticks)],
     )
-    e.family(
+    exposition.family(
         "collector_sample_duration_seconds", "gauge", "Wall time the last sample took.", [({}, sampler.last_sample_s)]
     )
-    e.family(
+    exposition.family(
         "collector_last_sample_timestamp_seconds",
         "gauge",
         "Unix time of the last sample on the collector's clock.",
         one("ts"),
     )
-    e.family(
+    exposition.family(
         "collector_nvml_available",
         "gauge",
         "1 when NVML answers, 0 otherwise.",
         [({}, 1 if sampler.nvml_available else 0)],
     )
-    e.family(
+    exposition.family(
         "cpu_utilization_ratio",
         "gauge",
         "Busy fraction of all CPU cores together over the last interval.",
         one("cpu_percent", _ratio),
     )
-    e.family(
+    exposition.family(
         "cpu_max_core_utilization_ratio",
         "gauge",
         "Busy fraction of the busiest CPU core over the last interval.",
         one("cpu_max_core_percent", _ratio),
     )
-    e.family("cpu_iowait_ratio", "gauge", "Fraction of CPU time waiting for I/O.", one("iowait_percent", _ratio))
-    e.family("cpu_steal_ratio", "gauge", "Fraction of CPU time stolen by the hypervisor.", one("steal_percent", _ratio))
-    e.family("memory_used_bytes", "gauge", "Host memory in use (total minus available).", one("mem_used_bytes"))
-    e.family("memory_total_bytes", "gauge", "Host memory in total.", one("mem_total_bytes"))
-    e.family("disk_read_bytes_total", "counter", "Bytes read from disks.", one("disk_read_bytes"))
-    e.family("disk_written_bytes_total", "counter", "Bytes written to disks.", one("disk_write_bytes"))
-    e.family("network_transmit_bytes_total", "counter", "Bytes sent on all interfaces.", one("net_sent_bytes"))
-    e.family("network_receive_bytes_total", "counter", "Bytes received on all interfaces.", one("net_recv_bytes"))
-    proc = s.get("proc")
+    exposition.family(
+        "cpu_iowait_ratio", "gauge", "Fraction of CPU time waiting for I/O.", one("iowait_percent", _ratio)
+    )
+    exposition.family(
+        "cpu_steal_ratio", "gauge", "Fraction of CPU time stolen by the hypervisor.", one("steal_percent", _ratio)
+    )
+    exposition.family(
+        "memory_used_bytes", "gauge", "Host memory in use (total minus available).", one("mem_used_bytes")
+    )
+    exposition.family("memory_total_bytes", "gauge", "Host memory in total.", one("mem_total_bytes"))
+    exposition.family("disk_read_bytes_total", "counter", "Bytes read from disks.", one("disk_read_bytes"))
+    exposition.family("disk_written_bytes_total", "counter", "Bytes written to disks.", one("disk_write_bytes"))
+    exposition.family("network_transmit_bytes_total", "counter", "Bytes sent on all interfaces.", one("net_sent_bytes"))
+    exposition.family(
+        "network_receive_bytes_total", "counter", "Bytes received on all interfaces.", one("net_recv_bytes")
+    )
+    proc = latest.get("proc")
     if proc:
         labels = {"pid": proc["pid"]}
-        e.family(
+        exposition.family(
             "process_cpu_ratio",
             "gauge",
             "CPU of the watched process and its children, in cores (1.0 = one core busy).",
             [(labels, _ratio(proc.get("cpu_percent")))],
         )
-        e.family(
+        exposition.family(
             "process_resident_memory_bytes",
             "gauge",
             "Resident memory of the watched process and its children, summed.",
             [(labels, proc.get("rss_bytes"))],
         )
-        e.family(
+        exposition.family(
             "process_children", "gauge", "Live children of the watched process.", [(labels, proc.get("num_children"))]
         )
-    gpus = s.get("gpus") or []
+    gpus = latest.get("gpus") or []
 
     def per_gpu(
-        key: str, f: Callable[[float], float | None] = lambda v: v
+        key: str, convert: Callable[[float], float | None] = lambda value: value
     ) -> list[tuple[dict[str, Any], float | None]]:
-        return [(_gpu_labels(g), None if g.get(key) is None else f(g[key])) for g in gpus]
+        return [(_gpu_labels(gpu), None if gpu.get(key) is None else convert(gpu[key])) for gpu in gpus]
 
-    e.family(
+    exposition.family(
         "gpu_utilization_ratio",
         "gauge",
         "Fraction of the last sample period in which one or more kernels ran on the GPU "
@@ -245,30 +257,36 @@ def render_metrics(sampler: Sampler) -> str:
         "the time reads 1.0.",
         per_gpu("util_percent", _ratio),
     )
-    e.family("gpu_memory_used_bytes", "gauge", "GPU memory in use.", per_gpu("mem_used_bytes"))
-    e.family("gpu_memory_total_bytes", "gauge", "GPU memory in total.", per_gpu("mem_total_bytes"))
-    e.family("gpu_power_watts", "gauge", "GPU power draw.", per_gpu("power_w"))
-    e.family("gpu_temperature_celsius", "gauge", "GPU core temperature.", per_gpu("temp_c"))
-    e.family("gpu_sm_clock_hertz", "gauge", "GPU SM clock.", per_gpu("sm_clock_mhz", lambda v: v * 1_000_000))
-    e.family(
+    exposition.family("gpu_memory_used_bytes", "gauge", "GPU memory in use.", per_gpu("mem_used_bytes"))
+    exposition.family("gpu_memory_total_bytes", "gauge", "GPU memory in total.", per_gpu("mem_total_bytes"))
+    exposition.family("gpu_power_watts", "gauge", "GPU power draw.", per_gpu("power_w"))
+    exposition.family("gpu_temperature_celsius", "gauge", "GPU core temperature.", per_gpu("temp_c"))
+    exposition.family(
+        "gpu_sm_clock_hertz", "gauge", "GPU SM clock.", per_gpu("sm_clock_mhz", lambda value: value * 1_000_000)
+    )
+    exposition.family(
         "gpu_process_memory_bytes",
         "gauge",
         "GPU memory held by the watched process and its children.",
         per_gpu("proc_mem_bytes"),
     )
-    e.family(
+    exposition.family(
         "gpu_lost",
         "gauge",
         "1 once the GPU stopped answering (its readings are gone).",
-        [(_gpu_labels(g), 1 if g.get("lost") else 0) for g in gpus],
+        [(_gpu_labels(gpu), 1 if gpu.get("lost") else 0) for gpu in gpus],
     )
-    e.family(
+    exposition.family(
         "gpu_clock_event_reason",
         "gauge",
         "1 for each reason the GPU's clocks are held down right now.",
-        [(dict(_gpu_labels(g), reason=r), 1) for g in gpus for r in (g.get("clock_event_reasons") or [])],
+        [
+            (dict(_gpu_labels(gpu), reason=reason), 1)
+            for gpu in gpus
+            for reason in (gpu.get("clock_event_reasons") or [])
+        ],
     )
-    return e.text()
+    return exposition.text()
 
 
 def _gpu_labels(gpu: dict[str, Any]) -> dict[str, Any]:

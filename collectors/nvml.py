@@ -149,22 +149,22 @@ class Nvml:
                 log.warning("GPU %d is lost (%s); its fields are null.", i, exc)
         return devices
 
-    def _enumerate_one(self, i: int) -> list[_Device]:
-        """GPU ``i`` and, when it is in MIG mode, its MIG instances."""
-        handle = self._call(None, "nvmlDeviceGetHandleByIndex", i)
+    def _enumerate_one(self, index: int) -> list[_Device]:
+        """GPU ``index`` and, when it is in MIG mode, its MIG instances."""
+        handle = self._call(None, "nvmlDeviceGetHandleByIndex", index)
         if handle is None:
             return []
         uuid = self._call(None, "nvmlDeviceGetUUID", handle)
-        devices = [_Device(handle, i, uuid, self._call(None, "nvmlDeviceGetName", handle))]
+        devices = [_Device(handle, index, uuid, self._call(None, "nvmlDeviceGetName", handle))]
         mode = self._call(None, "nvmlDeviceGetMigMode", handle)
         if not mode or mode[0] != getattr(self._nv, "NVML_DEVICE_MIG_ENABLE", 1):
             return devices
-        for m in range(self._call(None, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+        for mig_index in range(self._call(None, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
             mig = self._call(
                 None,
                 "nvmlDeviceGetMigDeviceHandleByIndex",
                 handle,
-                m,
+                mig_index,
                 absent=("NVMLError_NotFound", "NVMLError_InvalidArgument"),
             )
             if mig is None:
@@ -172,10 +172,10 @@ class Nvml:
             devices.append(
                 _Device(
                     mig,
-                    i,
+                    index,
                     self._call(None, "nvmlDeviceGetUUID", mig),
                     self._call(None, "nvmlDeviceGetName", mig),
-                    mig_index=m,
+                    mig_index=mig_index,
                 )
             )
         return devices
@@ -189,7 +189,7 @@ class Nvml:
     # -- the one wrapper around every call --------------------------------------------------
 
     def _is(self, exc: BaseException, *names: str) -> bool:
-        classes = tuple(getattr(self._nv, n) for n in names if hasattr(self._nv, n))
+        classes = tuple(getattr(self._nv, class_name) for class_name in names if hasattr(self._nv, class_name))
         return isinstance(exc, classes)
 
     def _call(
@@ -207,12 +207,12 @@ class Nvml:
         another function stands in when this one is missing, so that is only logged at info.
         Raises only :class:`_Lost` (a lost GPU, or the driver gone).
         """
-        fn = getattr(self._nv, fn_name, None)
-        if fn is None:
+        function = getattr(self._nv, fn_name, None)
+        if function is None:
             self._note_missing(fn_name, fallback=fallback)
             return None
         try:
-            return fn(*args, **kwargs)
+            return function(*args, **kwargs)
         except self._nv.NVMLError as exc:
             if self._is(exc, "NVMLError_NotSupported", "NVMLError_NoData", *absent):
                 return None
@@ -241,10 +241,10 @@ class Nvml:
 
     def _call_any(self, device: _Device, fn_names: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
         """The first of ``fn_names`` this driver has (newer or older spellings of one call)."""
-        for n, fn_name in enumerate(fn_names):
+        for attempt, fn_name in enumerate(fn_names):
             if fn_name in self._missing:
                 continue
-            value = self._call(device, fn_name, *args, fallback=n + 1 < len(fn_names), **kwargs)
+            value = self._call(device, fn_name, *args, fallback=attempt + 1 < len(fn_names), **kwargs)
             if value is not None or fn_name not in self._missing:
                 return value
         return None
@@ -293,8 +293,8 @@ class Nvml:
     def _mark_lost(self, device: _Device, exc: _Lost) -> None:
         if exc.driver:
             self._driver_lost = True
-            for d in self._devices:
-                d.lost = True
+            for each_device in self._devices:
+                each_device.lost = True
             log.warning(
                 "The NVIDIA driver went away (%s); GPU fields are null from now on, "
                 "CPU sampling goes on. Restart the collector once the driver is back.",
@@ -305,16 +305,19 @@ class Nvml:
             log.warning("%s was lost (%s); its fields are null from now on, sampling goes on.", device.label(), exc)
 
     def _read(self, device: _Device, pids: set[int] | None) -> dict[str, Any]:
-        h = device.handle
-        nv = self._nv
-        util = self._call(device, "nvmlDeviceGetUtilizationRates", h)
+        handle = device.handle
+        nvml = self._nv
+        util = self._call(device, "nvmlDeviceGetUtilizationRates", handle)
         memory = self._memory(device)
-        power_mw = self._call(device, "nvmlDeviceGetPowerUsage", h)
+        power_mw = self._call(device, "nvmlDeviceGetPowerUsage", handle)
         # nvmlDeviceGetTemperature is deprecated (gone in CUDA 14); V is its successor.
         temp = self._call_any(
-            device, ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"), h, getattr(nv, "NVML_TEMPERATURE_GPU", 0)
+            device,
+            ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV"),
+            handle,
+            getattr(nvml, "NVML_TEMPERATURE_GPU", 0),
         )
-        sm_clock = self._call(device, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        sm_clock = self._call(device, "nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
         return {
             "util_percent": None if util is None else util.gpu,
             "mem_used_bytes": None if memory is None else memory.used,
@@ -325,7 +328,9 @@ class Nvml:
             # ...ClocksEventReasons replaced ...ClocksThrottleReasons (same bits).
             "clock_event_reasons": decode_clock_event_reasons(
                 self._call_any(
-                    device, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h
+                    device,
+                    ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                    handle,
                 )
             ),
             "proc_mem_bytes": self._proc_mem(device, pids),
@@ -334,11 +339,11 @@ class Nvml:
     def _memory(self, device: _Device) -> Any:
         """Used and total bytes from one call: v2 (whose ``used`` leaves driver-reserved memory
         out) where the driver has it, v1 otherwise."""
-        nv = self._nv
-        if self._memory_v2 and hasattr(nv, "nvmlMemory_v2"):
+        nvml = self._nv
+        if self._memory_v2 and hasattr(nvml, "nvmlMemory_v2"):
             try:
-                return nv.nvmlDeviceGetMemoryInfo(device.handle, version=nv.nvmlMemory_v2)
-            except nv.NVMLError as exc:
+                return nvml.nvmlDeviceGetMemoryInfo(device.handle, version=nvml.nvmlMemory_v2)
+            except nvml.NVMLError as exc:
                 if not self._is(exc, "NVMLError_FunctionNotFound", "NVMLError_ArgumentVersionMismatch"):
                     # Not about v2 itself: v1 gets the same error classified by _call.
                     return self._call(device, "nvmlDeviceGetMemoryInfo", device.handle)
@@ -358,8 +363,8 @@ class Nvml:
         )
         if procs is None:
             return None
-        mine = [p for p in procs if p.pid in pids]
-        if not mine and procs and not any(psutil.pid_exists(p.pid) for p in procs):
+        mine = [proc for proc in procs if proc.pid in pids]
+        if not mine and procs and not any(psutil.pid_exists(proc.pid) for proc in procs):
             # NVML reports host PIDs; inside a container without the host's PID namespace none
             # of them are ours to see, so the answer is unknown rather than 0.
             if not self._pid_namespace_noted:
@@ -369,5 +374,9 @@ class Nvml:
                     "without --pid=host?); proc_mem_bytes is null."
                 )
             return None
-        used: list[int | None] = [p.usedGpuMemory for p in mine]
-        return None if any(u is None for u in used) else sum(u for u in used if u is not None)
+        used: list[int | None] = [proc.usedGpuMemory for proc in mine]
+        return (
+            None
+            if any(used_bytes is None for used_bytes in used)
+            else sum(used_bytes for used_bytes in used if used_bytes is not None)
+        )

@@ -94,8 +94,8 @@ class _Appender:
     """The writer a puller has without the node's: each append written at once, in this greenlet."""
 
     def append(self, path: pathlib.Path, data: bytes) -> None:
-        with open(path, "ab") as f:
-            f.write(data)
+        with open(path, "ab") as spool:
+            spool.write(data)
 
     def close(self, path: pathlib.Path) -> None:
         pass
@@ -183,10 +183,10 @@ class _Collector:
             raise _Unreachable(f"{path} did not return a JSON object")
         return reply
 
-    def probe(self, n: int = PROBES) -> tuple[float, float]:
+    def probe(self, probes: int = PROBES) -> tuple[float, float]:
         """(offset_s, rtt_s) from the probe with the least round trip."""
         best: tuple[float, float] | None = None
-        for _ in range(n):
+        for _ in range(probes):
             t_send = self.clock()
             reply = self.get(TIME.name)
             t_recv = self.clock()
@@ -215,7 +215,7 @@ class JsonStats:
         self.dropped = 0  # no cap on series: the run.json entry's series_left_out
         self._last: dict[str, tuple[float, float]] = {}  # counter -> (value, when)
 
-    def read(self, text: str, at: float) -> dict[str, Any]:
+    def read(self, text: str, scraped_at: float) -> dict[str, Any]:
         try:
             obj = json.loads(text)
         except ValueError:
@@ -223,24 +223,24 @@ class JsonStats:
         if not isinstance(obj, dict):
             raise ExpositionError("not a JSON object")
         out = {}
-        for name, v in _numbers(obj, ""):
+        for name, value in _numbers(obj, ""):
             if not name.endswith("_total"):
-                out[name] = v
+                out[name] = value
                 continue
             prev = self._last.get(name)
-            self._last[name] = (v, at)
-            if prev is not None and v >= prev[0] and 0 < at - prev[1] <= self.max_gap_s:
-                out[name] = (v - prev[0]) / (at - prev[1])
+            self._last[name] = (value, scraped_at)
+            if prev is not None and value >= prev[0] and 0 < scraped_at - prev[1] <= self.max_gap_s:
+                out[name] = (value - prev[0]) / (scraped_at - prev[1])
         return out
 
 
 def _numbers(obj: dict[str, Any], prefix: str) -> Iterator[tuple[str, float]]:
-    for k, v in obj.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict):
-            yield from _numbers(v, name + ".")
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            yield name, float(v)
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _numbers(value, name + ".")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            yield name, float(value)
 
 
 class _ServerMetrics:
@@ -338,9 +338,9 @@ class CollectorPuller:
         self.sample_client = sample_client
         self.client_host = client_host or socket.gethostname()
         self._clock = clock
-        self._collectors = [_Collector(_normalise(u), token, clock) for u in urls]
-        self._scraped = [_ServerMetrics(_normalise(u), interval_s) for u in server_metrics] + [
-            _ServerMetrics(_normalise(u), interval_s, stats=True) for u in server_stats
+        self._collectors = [_Collector(_normalise(url), token, clock) for url in urls]
+        self._scraped = [_ServerMetrics(_normalise(url), interval_s) for url in server_metrics] + [
+            _ServerMetrics(_normalise(url), interval_s, stats=True) for url in server_stats
         ]
         self._disk: Disk = disk if disk is not None else _Appender()
         self._writing = False
@@ -362,19 +362,21 @@ class CollectorPuller:
         self._disk.append(self.out_path, b"")  # the file exists from the start, as readers expect
         self._writing = True
         warnings: list[str] = []
-        jobs = [gevent.spawn(self._connect, c) for c in self._collectors]
+        jobs = [gevent.spawn(self._connect, collector) for collector in self._collectors]
         gevent.joinall(jobs, timeout=CONNECT_TIMEOUT_S * PROBES + 5)
-        for c in self._collectors:
-            c.reachable = c.connected
-            if not c.connected:
-                c.outages.append([self._started_at, None])
-                c.pending_gap_from = self._started_at
-                warnings.append(f"Collector {c.url} is unreachable ({c.last_error}); retrying in the background.")
-            c.greenlet = gevent.spawn(self._poll_loop, c)
+        for collector in self._collectors:
+            collector.reachable = collector.connected
+            if not collector.connected:
+                collector.outages.append([self._started_at, None])
+                collector.pending_gap_from = self._started_at
+                warnings.append(
+                    f"Collector {collector.url} is unreachable ({collector.last_error}); retrying in the background."
+                )
+            collector.greenlet = gevent.spawn(self._poll_loop, collector)
         if self.sample_client:
             self._client_greenlet = gevent.spawn(self._client_loop)
-        for m in self._scraped:
-            m.greenlet = gevent.spawn(self._server_metrics_loop, m)
+        for endpoint in self._scraped:
+            endpoint.greenlet = gevent.spawn(self._server_metrics_loop, endpoint)
         return warnings
 
     def stop(self) -> None:
@@ -383,27 +385,27 @@ class CollectorPuller:
             return
         self._stopping = True
         try:
-            greenlets = [c.greenlet for c in self._collectors if c.greenlet]
-            greenlets += [m.greenlet for m in self._scraped if m.greenlet]
+            greenlets = [collector.greenlet for collector in self._collectors if collector.greenlet]
+            greenlets += [endpoint.greenlet for endpoint in self._scraped if endpoint.greenlet]
             if self._client_greenlet:
                 greenlets.append(self._client_greenlet)
             self._stopped.set()
             gevent.joinall(greenlets, timeout=NETWORK_TIMEOUT_S)
-            stuck = [g for g in greenlets if not g.dead]
+            stuck = [greenlet for greenlet in greenlets if not greenlet.dead]
             if stuck:
                 gevent.killall(stuck, timeout=1)
-            jobs = [gevent.spawn(self._finish, c) for c in self._collectors]
+            jobs = [gevent.spawn(self._finish, collector) for collector in self._collectors]
             gevent.joinall(jobs, timeout=STOP_TIMEOUT_S)
             now = self._clock()
-            for c in self._collectors:
-                if c.outages and c.outages[-1][1] is None:
-                    c.outages[-1][1] = now
-                if c.pending_gap_from is not None:
-                    c.gaps.append([c.pending_gap_from, now])
-                    c.pending_gap_from, c.gap_is_certain = None, False
-                c.client.close()
-            for m in self._scraped:
-                m.client.close()
+            for collector in self._collectors:
+                if collector.outages and collector.outages[-1][1] is None:
+                    collector.outages[-1][1] = now
+                if collector.pending_gap_from is not None:
+                    collector.gaps.append([collector.pending_gap_from, now])
+                    collector.pending_gap_from, collector.gap_is_certain = None, False
+                collector.client.close()
+            for endpoint in self._scraped:
+                endpoint.client.close()
         finally:
             if self._writing:
                 self._writing = False
@@ -416,22 +418,22 @@ class CollectorPuller:
         not answer), and counts of samples written, dropped and restarts seen."""
         return [
             runformat.collector_entry(
-                url=c.url,
-                host=c.host,
-                offset_s=c.offset_s,
-                rtt_s=c.rtt_s,
-                offset_end_s=c.offset_end_s,
-                rtt_end_s=c.rtt_end_s,
-                reachable=c.reachable,
-                gaps=[list(g) for g in c.gaps],
-                outages=[list(o) for o in c.outages],
-                samples=c.samples,
-                dropped=c.dropped,
-                restarts=c.restarts,
-                **({"server_roles": c.server_roles} if c.server_roles else {}),
-                **({"server_stage_label": c.server_stage_label} if c.server_stage_label else {}),
+                url=collector.url,
+                host=collector.host,
+                offset_s=collector.offset_s,
+                rtt_s=collector.rtt_s,
+                offset_end_s=collector.offset_end_s,
+                rtt_end_s=collector.rtt_end_s,
+                reachable=collector.reachable,
+                gaps=[list(gap) for gap in collector.gaps],
+                outages=[list(outage) for outage in collector.outages],
+                samples=collector.samples,
+                dropped=collector.dropped,
+                restarts=collector.restarts,
+                **({"server_roles": collector.server_roles} if collector.server_roles else {}),
+                **({"server_stage_label": collector.server_stage_label} if collector.server_stage_label else {}),
             )
-            for c in self._collectors
+            for collector in self._collectors
         ]
 
     def describe_server_metrics(self) -> list[dict[str, Any]]:
@@ -439,9 +441,12 @@ class CollectorPuller:
         cap left out at the last scrape."""
         return [
             runformat.server_metrics_entry(
-                url=m.url, samples=m.samples, failures=m.failures, series_left_out=m.reader.dropped
+                url=endpoint.url,
+                samples=endpoint.samples,
+                failures=endpoint.failures,
+                series_left_out=endpoint.reader.dropped,
             )
-            for m in self._scraped
+            for endpoint in self._scraped
         ]
 
     def missing_label(self, label: str) -> str | None:
@@ -450,23 +455,28 @@ class CollectorPuller:
         ``label``, naming the labels there; None when one does, or none of them answered."""
         seen: set[str] = set()
         asked: list[str] = []
-        for m in self._scraped:
-            if m.stats:
+        for endpoint in self._scraped:
+            if endpoint.stats:
                 continue
             try:
-                seen.update(labels_seen(s.key for s in parse(m.body())))
+                seen.update(labels_seen(sample.key for sample in parse(endpoint.body())))
             except (_Unreachable, ExpositionError):  # said as the run scrapes it
                 continue
-            asked.append(m.url)
-        for c in self._collectors:
+            asked.append(endpoint.url)
+        for collector in self._collectors:
             try:
-                reply = c.get(f"{SAMPLES.name}?since=0") if c.connected else {}
+                reply = collector.get(f"{SAMPLES.name}?since=0") if collector.connected else {}
             except _Unreachable:
                 continue
-            keys = {k for s in reply.get("samples") or [] if isinstance(s, dict) for k in s.get("metrics") or {}}
+            keys = {
+                metric
+                for sample in reply.get("samples") or []
+                if isinstance(sample, dict)
+                for metric in sample.get("metrics") or {}
+            }
             if keys:
                 seen.update(labels_seen(keys))
-                asked.append(c.url)
+                asked.append(collector.url)
         if not asked or label in seen:
             return None
         return (
@@ -476,135 +486,137 @@ class CollectorPuller:
 
     @property
     def unreachable(self) -> list[str]:
-        return [c.url for c in self._collectors if not c.reachable]
+        return [collector.url for collector in self._collectors if not collector.reachable]
 
     # -- one collector ----------------------------------------------------------------------
 
-    def _connect(self, c: _Collector) -> bool:
+    def _connect(self, collector: _Collector) -> bool:
         """Probe the clock; on success the collector counts as connected."""
         try:
-            offset, rtt = c.probe()
+            offset, rtt = collector.probe()
         except _Unreachable as exc:
-            c.last_error = str(exc)
-            c.connected = False
+            collector.last_error = str(exc)
+            collector.connected = False
             return False
-        if c.offset_s is None:
-            c.offset_s, c.rtt_s = offset, rtt
-        c.current_offset_s = offset
-        c.probed_at = time.monotonic()
-        c.connected = True
-        c.last_error = None
+        if collector.offset_s is None:
+            collector.offset_s, collector.rtt_s = offset, rtt
+        collector.current_offset_s = offset
+        collector.probed_at = time.monotonic()
+        collector.connected = True
+        collector.last_error = None
         return True
 
-    def _poll_loop(self, c: _Collector) -> None:
+    def _poll_loop(self, collector: _Collector) -> None:
         start = time.monotonic()
         backoff = self.interval_s
         while not self._stopped.is_set():
             try:
-                stale = not c.connected or time.monotonic() - c.probed_at >= REPROBE_S
-                if stale and not self._connect(c):
-                    raise _Unreachable(c.last_error)
-                self._pull(c)
+                stale = not collector.connected or time.monotonic() - collector.probed_at >= REPROBE_S
+                if stale and not self._connect(collector):
+                    raise _Unreachable(collector.last_error)
+                self._pull(collector)
             except _Unreachable as exc:
-                self._lost(c, exc)
+                self._lost(collector, exc)
                 self._stopped.wait(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, RETRY_MAX_S)
                 continue
             backoff = self.interval_s
-            if c.outages and c.outages[-1][1] is None:
-                c.outages[-1][1] = self._clock()
-                log.warning("Collector %s is reachable again.", c.url)
-            k = next_tick(start, self.interval_s, time.monotonic())
-            self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
+            if collector.outages and collector.outages[-1][1] is None:
+                collector.outages[-1][1] = self._clock()
+                log.warning("Collector %s is reachable again.", collector.url)
+            tick = next_tick(start, self.interval_s, time.monotonic())
+            self._stopped.wait(max(0.0, start + tick * self.interval_s - time.monotonic()))
 
-    def _lost(self, c: _Collector, exc: Exception) -> None:
-        c.connected = False
-        c.last_error = str(exc)
-        if not (c.outages and c.outages[-1][1] is None):
-            c.outages.append([self._clock(), None])
-            log.warning("Collector %s stopped answering (%s); retrying with backoff.", c.url, c.last_error)
-        if c.pending_gap_from is None:
-            c.pending_gap_from = c.last_ts if c.last_ts is not None else self._clock()
+    def _lost(self, collector: _Collector, exc: Exception) -> None:
+        collector.connected = False
+        collector.last_error = str(exc)
+        if not (collector.outages and collector.outages[-1][1] is None):
+            collector.outages.append([self._clock(), None])
+            log.warning(
+                "Collector %s stopped answering (%s); retrying with backoff.", collector.url, collector.last_error
+            )
+        if collector.pending_gap_from is None:
+            collector.pending_gap_from = collector.last_ts if collector.last_ts is not None else self._clock()
 
-    def _first_since(self, c: _Collector) -> int:
+    def _first_since(self, collector: _Collector) -> int:
         """Where to start reading a collector met for the first time: a few seconds back."""
-        health = c.get(HEALTH.name)
+        health = collector.get(HEALTH.name)
         count = int(_number(health, "samples", HEALTH.name)) if health.get("samples") else 0
         interval = _number(health, "interval_s", HEALTH.name) if health.get("interval_s") else self.interval_s
         return max(0, count - math.ceil(PRE_ROLL_S / interval) - 1)
 
-    def _pull(self, c: _Collector) -> None:
-        if c.since is None:
-            c.since = self._first_since(c)
-        reply = c.get(f"{SAMPLES.name}?since={c.since}")
-        restarted = (c.boot is not None and reply.get("boot") not in (None, c.boot)) or _number(
+    def _pull(self, collector: _Collector) -> None:
+        if collector.since is None:
+            collector.since = self._first_since(collector)
+        reply = collector.get(f"{SAMPLES.name}?since={collector.since}")
+        restarted = (collector.boot is not None and reply.get("boot") not in (None, collector.boot)) or _number(
             reply, "next", SAMPLES.name
-        ) < c.since
+        ) < collector.since
         if restarted:
-            c.restarts += 1
-            log.warning("Collector %s restarted; reading it again from its first sample.", c.url)
-            if c.pending_gap_from is None and c.last_ts is not None:
-                c.pending_gap_from = c.last_ts
-            c.gap_is_certain = c.pending_gap_from is not None
-            self._connect(c)  # its host (and clock) may have changed
-            c.since = 0
-            reply = c.get(f"{SAMPLES.name}?since=0")
-        elif c.last_ts is not None:
+            collector.restarts += 1
+            log.warning("Collector %s restarted; reading it again from its first sample.", collector.url)
+            if collector.pending_gap_from is None and collector.last_ts is not None:
+                collector.pending_gap_from = collector.last_ts
+            collector.gap_is_certain = collector.pending_gap_from is not None
+            self._connect(collector)  # its host (and clock) may have changed
+            collector.since = 0
+            reply = collector.get(f"{SAMPLES.name}?since=0")
+        elif collector.last_ts is not None:
             dropped = int(_number(reply, "dropped", SAMPLES.name)) if reply.get("dropped") else 0
-            c.dropped += dropped
-            if not dropped and not c.gap_is_certain:
-                c.pending_gap_from = None  # its ring covered the outage: nothing is missing
-            elif c.pending_gap_from is None:
-                c.pending_gap_from = c.last_ts
-        c.boot = reply.get("boot")
-        c.host = reply.get("host") or c.host
+            collector.dropped += dropped
+            if not dropped and not collector.gap_is_certain:
+                collector.pending_gap_from = None  # its ring covered the outage: nothing is missing
+            elif collector.pending_gap_from is None:
+                collector.pending_gap_from = collector.last_ts
+        collector.boot = reply.get("boot")
+        collector.host = reply.get("host") or collector.host
         roles = reply.get("server_roles")
         if isinstance(roles, list):
-            c.server_roles = [str(r) for r in roles]
+            collector.server_roles = [str(role) for role in roles]
         label = reply.get("server_stage_label")
         if isinstance(label, str):
-            c.server_stage_label = label
+            collector.server_stage_label = label
         samples = reply.get("samples") or []
         if not isinstance(samples, list):
             raise _Unreachable(f"{SAMPLES.name} answered without a list of samples")
-        self._write_samples(c, samples)
-        c.since = int(_number(reply, "next", SAMPLES.name))
+        self._write_samples(collector, samples)
+        collector.since = int(_number(reply, "next", SAMPLES.name))
 
-    def _write_samples(self, c: _Collector, samples: list[dict[str, Any]]) -> None:
-        offset = c.current_offset_s or 0.0
+    def _write_samples(self, collector: _Collector, samples: list[dict[str, Any]]) -> None:
+        offset = collector.current_offset_s or 0.0
         cutoff = (self._started_at or 0.0) - PRE_ROLL_S
         lines = []
-        for s in samples:
+        for sample in samples:
             try:
-                ts = float(s["ts"]) - offset
+                sample_ts = float(sample["ts"]) - offset
             except (KeyError, TypeError, ValueError):  # not a sample (or not a dict): skipped
                 continue
-            if c.last_ts is None and ts < cutoff:
+            if collector.last_ts is None and sample_ts < cutoff:
                 continue  # from long before this run
-            out = dict(s, ts=round(ts, 6), collector=c.url, clock_offset_s=round(offset, 6))
+            out = dict(sample, ts=round(sample_ts, 6), collector=collector.url, clock_offset_s=round(offset, 6))
             lines.append(runformat.jsonl_line(out))
-            if c.pending_gap_from is not None:
-                if out["ts"] > c.pending_gap_from:
-                    c.gaps.append([c.pending_gap_from, out["ts"]])
-                c.pending_gap_from, c.gap_is_certain = None, False
-            c.last_ts = out["ts"]
+            if collector.pending_gap_from is not None:
+                if out["ts"] > collector.pending_gap_from:
+                    collector.gaps.append([collector.pending_gap_from, out["ts"]])
+                collector.pending_gap_from, collector.gap_is_certain = None, False
+            collector.last_ts = out["ts"]
         self._append(lines)
-        c.samples += len(lines)
+        collector.samples += len(lines)
 
     def _append(self, lines: list[str]) -> None:
         if lines and self._writing:
             self._disk.append(self.out_path, "".join(lines).encode())
 
-    def _finish(self, c: _Collector) -> None:
+    def _finish(self, collector: _Collector) -> None:
         try:
-            c.renew_client()  # a killed poll may have left the old connection half-used
-            if not c.connected:
-                self._connect(c)
-            if c.connected:
-                self._pull(c)
-                c.offset_end_s, c.rtt_end_s = c.probe()
+            collector.renew_client()  # a killed poll may have left the old connection half-used
+            if not collector.connected:
+                self._connect(collector)
+            if collector.connected:
+                self._pull(collector)
+                collector.offset_end_s, collector.rtt_end_s = collector.probe()
         except _Unreachable as exc:
-            log.warning("Collector %s: final pull failed (%s).", c.url, exc)
+            log.warning("Collector %s: final pull failed (%s).", collector.url, exc)
 
     # -- the master's own host --------------------------------------------------------------
 
@@ -625,43 +637,45 @@ class CollectorPuller:
             clock=self._clock,
         )
         start = time.monotonic()
-        k = 1
-        while not self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
+        tick = 1
+        while not self._stopped.wait(max(0.0, start + tick * self.interval_s - time.monotonic())):
             try:
                 sample = sampler.take()
             except (psutil.Error, OSError) as exc:
                 log.warning("Sampling the load generator's host failed (%s); trying again.", exc)
             else:
                 self._append([runformat.jsonl_line(dict(sample, collector=None))])
-            k = next_tick(start, self.interval_s, time.monotonic())
+            tick = next_tick(start, self.interval_s, time.monotonic())
 
     # -- the server's own metrics, scraped by the master -------------------------------------
 
-    def _server_metrics_loop(self, m: _ServerMetrics) -> None:
+    def _server_metrics_loop(self, endpoint: _ServerMetrics) -> None:
         start = time.monotonic()
-        k = 0
+        tick = 0
         while not self._stopped.is_set():
             try:
-                metrics = m.read()
+                metrics = endpoint.read()
             except (_Unreachable, ExpositionError) as exc:
                 metrics = None
-                m.failures += 1
-                what = "is unreachable" if isinstance(exc, _Unreachable) else f"did not answer with {m.kind}"
-                if m.state != type(exc).__name__:
-                    log.warning("Server metrics %s %s (%s); its series are a gap until it answers.", m.url, what, exc)
-                m.state = type(exc).__name__
+                endpoint.failures += 1
+                what = "is unreachable" if isinstance(exc, _Unreachable) else f"did not answer with {endpoint.kind}"
+                if endpoint.state != type(exc).__name__:
+                    log.warning(
+                        "Server metrics %s %s (%s); its series are a gap until it answers.", endpoint.url, what, exc
+                    )
+                endpoint.state = type(exc).__name__
             else:
-                if m.state not in ("new", "ok"):
-                    log.warning("Server metrics %s answers again.", m.url)
-                m.state = "ok"
+                if endpoint.state not in ("new", "ok"):
+                    log.warning("Server metrics %s answers again.", endpoint.url)
+                endpoint.state = "ok"
             self._append(
                 [
                     runformat.jsonl_line(
                         runformat.resource_sample(
                             ts=round(self._clock(), 6),
-                            host=m.host,
+                            host=endpoint.host,
                             role="server",
-                            source=m.url,
+                            source=endpoint.url,
                             collector=None,
                             metrics=metrics,
                             gpus=[],
@@ -669,6 +683,6 @@ class CollectorPuller:
                     )
                 ]
             )
-            m.samples += 1
-            k = max(k + 1, int((time.monotonic() - start) / self.interval_s) + 1)
-            self._stopped.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
+            endpoint.samples += 1
+            tick = max(tick + 1, int((time.monotonic() - start) / self.interval_s) + 1)
+            self._stopped.wait(max(0.0, start + tick * self.interval_s - time.monotonic()))

@@ -101,7 +101,7 @@ class Sampler:
 
     def take(self) -> dict[str, Any]:
         """Take one sample now, keep it in the ring and the spool, and return it."""
-        t0 = time.monotonic()
+        started = time.monotonic()
         proc = self._watcher.read() if self._watcher else None
         pids = self._watcher.pids if (self._watcher and proc) else None
         sample = runformat.resource_sample(
@@ -109,20 +109,20 @@ class Sampler:
             ts=round(self._clock(), 6),
             host=self.hostname,
             role=self.role,
-            interval_s=None if self._last_t is None else round(t0 - self._last_t, 6),
+            interval_s=None if self._last_t is None else round(started - self._last_t, 6),
             **self._host.read(),
             proc=proc,
             gpus=self._nvml.sample(pids) if self._nvml else [],
         )
         if self._scrapes is not None:
             sample["metrics"] = self._scrapes.metrics()
-        self._last_t = t0
+        self._last_t = started
         with self._lock:
             sample["seq"] = self._next_seq
             self._next_seq += 1
             self._ring.append(sample)
         self._write_spool(sample)
-        self.last_sample_s = time.monotonic() - t0
+        self.last_sample_s = time.monotonic() - started
         return sample
 
     def _write_spool(self, sample: dict[str, Any]) -> None:
@@ -152,15 +152,15 @@ class Sampler:
 
     def _run(self) -> None:
         start = time.monotonic()
-        k = 1
-        while not self._stop.wait(max(0.0, start + k * self.interval_s - time.monotonic())):
+        tick = 1
+        while not self._stop.wait(max(0.0, start + tick * self.interval_s - time.monotonic())):
             try:
                 self.take()
             except Exception:  # noqa: BLE001 - one bad reading must not end the collector
                 log.exception("A sample failed; sampling goes on.")
             nxt = next_tick(start, self.interval_s, time.monotonic())
-            self.missed_ticks += max(0, nxt - k - 1)
-            k = nxt
+            self.missed_ticks += max(0, nxt - tick - 1)
+            tick = nxt
 
     # -- reading back -----------------------------------------------------------------------
 
@@ -169,8 +169,8 @@ class Sampler:
         if self._scrapes is None:
             return []
         return [
-            {"url": e.url, "state": e.state, "scrapes": e.scrapes, "failures": e.failures}
-            for e in self._scrapes.endpoints
+            {"url": endpoint.url, "state": endpoint.state, "scrapes": endpoint.scrapes, "failures": endpoint.failures}
+            for endpoint in self._scrapes.endpoints
         ]
 
     @property

@@ -108,9 +108,9 @@ class Endpoint:
                 f"{self.what} {self.url} is unreachable ({_reason(exc)}); its series are a gap until it answers.",
             )
             return
-        t = (t_send + time.monotonic()) / 2
+        scraped_at = (t_send + time.monotonic()) / 2
         try:
-            reading = self._convert(text, t)
+            reading = self._convert(text, scraped_at)
         except ExpositionError as exc:
             self._failed(
                 "bad",
@@ -144,14 +144,14 @@ class Endpoint:
 
     def _run(self) -> None:
         start = time.monotonic()
-        k = 0
+        tick = 0
         while not self._stop.is_set():
             try:
                 self.scrape_once()
             except Exception:  # noqa: BLE001 - a bug in one reading must not end the thread
                 log.exception("Scraping %s failed; trying again.", self.url)
-            k = max(k + 1, int((time.monotonic() - start) / self.interval_s) + 1)
-            self._stop.wait(max(0.0, start + k * self.interval_s - time.monotonic()))
+            tick = max(tick + 1, int((time.monotonic() - start) / self.interval_s) + 1)
+            self._stop.wait(max(0.0, start + tick * self.interval_s - time.monotonic()))
 
 
 def _reason(exc: BaseException) -> str:
@@ -185,8 +185,8 @@ class Scrapes:
         self.stage_label = stage_label  # --server-stage-label, said to the master the same way
         roles = parse_roles(self.server_roles)
         self.endpoints = [
-            Endpoint(u, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
-            for u in urls
+            Endpoint(url, interval_s, timeout_s, reader=Reader(match, max_series, max_gap_s=gap, roles=roles))
+            for url in urls
         ]
         self._clash_noted = False
 
@@ -204,28 +204,28 @@ class Scrapes:
             return None
         seen: set[str] = set()
         answered = False
-        for e in self.endpoints:
+        for endpoint in self.endpoints:
             try:
-                seen.update(labels_seen(s.key for s in parse(fetch(e.url, e.timeout_s))))
+                seen.update(labels_seen(sample.key for sample in parse(fetch(endpoint.url, endpoint.timeout_s))))
                 answered = True
             except (OSError, ValueError):  # unreachable or not exposition: said once it runs
                 continue
         if not answered or self.stage_label in seen:
             return None
         return (
-            f"--server-stage-label {self.stage_label}: no series of {', '.join(e.url for e in self.endpoints)} "
+            f"--server-stage-label {self.stage_label}: no series of {', '.join(each.url for each in self.endpoints)} "
             f"carries that label (the labels there: {', '.join(sorted(seen)) or 'none'})"
         )
 
     def start(self) -> None:
-        for e in self.endpoints:
-            e.start()
+        for endpoint in self.endpoints:
+            endpoint.start()
 
     def stop(self) -> None:
-        for e in self.endpoints:
-            e.stop(timeout=0)  # tell them all first, then wait for each
-        for e in self.endpoints:
-            e.stop()
+        for endpoint in self.endpoints:
+            endpoint.stop(timeout=0)  # tell them all first, then wait for each
+        for endpoint in self.endpoints:
+            endpoint.stop()
 
     def metrics(self) -> dict[str, float] | None:
         """``{series: value}`` of every endpoint with a fresh reading; None when none has one
@@ -233,19 +233,19 @@ class Scrapes:
         now = time.monotonic()
         out: dict[str, float] = {}
         fresh = False
-        for e in self.endpoints:
-            reading = e.latest(now)
+        for endpoint in self.endpoints:
+            reading = endpoint.latest(now)
             if reading is None:
                 continue
             fresh = True
-            for k, v in reading.items():
-                if k in out:
+            for series, value in reading.items():
+                if series in out:
                     if not self._clash_noted:
                         self._clash_noted = True
                         log.warning(
                             "Series %s comes from more than one --scrape endpoint; the first endpoint's value is kept.",
-                            k,
+                            series,
                         )
                     continue
-                out[k] = v
+                out[series] = value
         return out if fresh else None

@@ -81,24 +81,24 @@ def reference() -> str:
         out += [f"## {title}" if title != cls.__name__ else f"### {title}", ""]
         out += [f"`{cls.__name__}`: {about}" if title != cls.__name__ else about, ""] if about else []
         out += ["| field | unit | | what it holds |", "| --- | --- | --- | --- |", *rows, ""]
-        todo += [(c.__name__, c) for c in nested if c not in done]
+        todo += [(nested_class.__name__, nested_class) for nested_class in nested if nested_class not in done]
     return "\n".join(out)
 
 
 def _rows(fields: tuple[Field, ...]) -> tuple[list[str], list[type]]:
     rows, nested = [], []
-    for f in fields:
-        of = f.of.of if isinstance(f.of, Keyed) else f.of
-        cls = class_of(of) if of is not None else None
-        what = f.doc.replace("|", "\\|")
-        if isinstance(f.of, Keyed):
-            what = f"{what}{'; ' if what else ''}an object keyed by {f.of.key}" + (
+    for field in fields:
+        declared_of = field.of.of if isinstance(field.of, Keyed) else field.of
+        cls = class_of(declared_of) if declared_of is not None else None
+        what = field.doc.replace("|", "\\|")
+        if isinstance(field.of, Keyed):
+            what = f"{what}{'; ' if what else ''}an object keyed by {field.of.key}" + (
                 f", each a [{cls.__name__}](#{cls.__name__.lower()})" if cls else ""
             )
         elif cls is not None:
             what = f"{what}{' → ' if what else ''}[{cls.__name__}](#{cls.__name__.lower()})"
-        flags = ", ".join(x for x, on in (("null", f.nullable), ("optional", f.optional)) if on)
-        rows.append(f"| `{f.name}` | {f.unit} | {flags} | {what} |")
+        flags = ", ".join(flag for flag, applies in (("null", field.nullable), ("optional", field.optional)) if applies)
+        rows.append(f"| `{field.name}` | {field.unit} | {flags} | {what} |")
         if cls is not None and cls not in nested:
             nested.append(cls)
     return rows, nested

@@ -70,15 +70,15 @@ def table(cls: type) -> tuple[Field, ...]:
     for name, hint in hints.items():
         if getattr(hint, "__origin__", None) is NotRequired:
             hint = typing.get_args(hint)[0]
-        docs = [e for e in getattr(hint, "__metadata__", ()) if isinstance(e, Doc)]
+        docs = [entry for entry in getattr(hint, "__metadata__", ()) if isinstance(entry, Doc)]
         if not docs:
             raise TypeError(f"{cls.__name__}.{name} has no Doc (its unit and meaning)")
         doc, alternatives = docs[0], _alternatives(typing.get_args(hint)[0])
-        value = [a for a in alternatives if a is not type(None)][0]
-        of = doc.of if doc.of is not None else _nested(value, doc.key)
+        value = [alternative for alternative in alternatives if alternative is not type(None)][0]
+        nested = doc.of if doc.of is not None else _nested(value, doc.key)
         if (typing.get_origin(value) is dict and doc.of is None) != (doc.key is not None):
             raise TypeError(f"{cls.__name__}.{name}: a Doc key goes with a dict[str, ...] field and only there")
-        out.append(Field(name, doc.unit, type(None) in alternatives, doc.doc, name in optional, of))
+        out.append(Field(name, doc.unit, type(None) in alternatives, doc.doc, name in optional, nested))
     derived = tuple(out)
     _CLASS_OF[id(derived)] = cls
     return derived
@@ -102,7 +102,9 @@ def _nested(hint: Any, key: str | None) -> tuple[Field, ...] | Keyed | None:
     """The table a field's value nests: its class's, its list items' class's, or a Keyed."""
     origin = typing.get_origin(hint)
     if origin is list:
-        items = [a for a in _alternatives(typing.get_args(hint)[0]) if a is not type(None)]
+        items = [
+            alternative for alternative in _alternatives(typing.get_args(hint)[0]) if alternative is not type(None)
+        ]
         return _nested(items[0], None) if items and typing.is_typeddict(items[0]) else None
     if origin is dict and key is not None:
         item = typing.get_args(hint)[1]
@@ -111,7 +113,7 @@ def _nested(hint: Any, key: str | None) -> tuple[Field, ...] | Keyed | None:
 
 
 def names(table: tuple[Field, ...]) -> tuple[str, ...]:
-    return tuple(f.name for f in table)
+    return tuple(field.name for field in table)
 
 
 class Builder:
@@ -122,7 +124,7 @@ class Builder:
         self.what = what
         self.names = frozenset(names(table))
         self._order = names(table)
-        self._base = {f.name: None for f in table if not f.optional}
+        self._base = {field.name: None for field in table if not field.optional}
 
     def __call__(self, **values: Any) -> dict[str, Any]:
         if values.keys() <= self._base.keys():  # the common case: no optional field, the table's order
@@ -130,7 +132,7 @@ class Builder:
             out.update(values)
             return out
         self._check(values)
-        return {k: values.get(k) for k in self._order if k in self._base or k in values}
+        return {name: values.get(name) for name in self._order if name in self._base or name in values}
 
     def update(self, record: dict[str, Any], **values: Any) -> dict[str, Any]:
         """Set fields of an existing record, by name; returns it."""
@@ -148,10 +150,10 @@ def undeclared(table: tuple[Field, ...], value: object, where: str) -> list[str]
     """Every key in ``value`` (an object or a list of objects, nested all the way down) that
     its table does not declare, as ``where.key.path`` (``[i]`` for a list's i-th item)."""
     if isinstance(value, list):
-        return [k for i, item in enumerate(value) for k in undeclared(table, item, f"{where}[{i}]")]
+        return [path for index, item in enumerate(value) for path in undeclared(table, item, f"{where}[{index}]")]
     if not isinstance(value, dict):
         return []  # a scalar where an object is declared is a type matter, not a key
-    by_name = {f.name: f for f in table}
+    by_name = {field.name: field for field in table}
     out = []
     for key, item in value.items():
         field = by_name.get(key)
@@ -162,13 +164,13 @@ def undeclared(table: tuple[Field, ...], value: object, where: str) -> list[str]
     return out
 
 
-def _undeclared_in(of: tuple[Field, ...] | Keyed | None, value: object, where: str) -> list[str]:
+def _undeclared_in(nested: tuple[Field, ...] | Keyed | None, value: object, where: str) -> list[str]:
     if isinstance(value, list):
-        return [k for i, item in enumerate(value) for k in _undeclared_in(of, item, f"{where}[{i}]")]
+        return [path for index, item in enumerate(value) for path in _undeclared_in(nested, item, f"{where}[{index}]")]
     if not isinstance(value, dict):
         return []
-    if of is None:  # an object where the format declares a plain value: all of its keys are news
+    if nested is None:  # an object where the format declares a plain value: all of its keys are news
         return [f"{where}.{key}" for key in value]
-    if isinstance(of, Keyed):
-        return [k for key, item in value.items() for k in _undeclared_in(of.of, item, f"{where}.{key}")]
-    return undeclared(of, value, where)
+    if isinstance(nested, Keyed):
+        return [path for key, item in value.items() for path in _undeclared_in(nested.of, item, f"{where}.{key}")]
+    return undeclared(nested, value, where)

@@ -67,10 +67,10 @@ def write_json(path: Path, data: Mapping[str, object], indent: int = 2) -> Path:
 
 def claim(path: Path) -> Path:
     """Create the run directory; a directory that already holds a run gets a -2, -3 … sibling."""
-    candidate, n = path, 1
+    candidate, number = path, 1
     while (candidate / REQUESTS).exists() or (candidate / RUN_JSON).exists():
-        n += 1
-        candidate = path.with_name(f"{path.name}-{n}")
+        number += 1
+        candidate = path.with_name(f"{path.name}-{number}")
     candidate.mkdir(parents=True, exist_ok=True)
     return candidate
 
@@ -98,17 +98,17 @@ def options_digest(options: dict[str, Any]) -> str:
     """run.json ``provenance.options_sha256``: SHA-256 (hex) of ``options`` as canonical JSON
     (keys sorted, no spaces, UTF-8), :data:`UNDIGESTED_OPTIONS` left out; a script recomputes it
     from run.json's ``options`` the same way."""
-    kept = {k: v for k, v in options.items() if k not in UNDIGESTED_OPTIONS}
+    kept = {option: value for option, value in options.items() if option not in UNDIGESTED_OPTIONS}
     text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _redact(argv: list[str]) -> list[str]:
     out = []
-    for i, arg in enumerate(argv):
+    for index, arg in enumerate(argv):
         if arg.startswith("--collector-token="):
             arg = "--collector-token=***"
-        elif i and argv[i - 1] == "--collector-token":
+        elif index and argv[index - 1] == "--collector-token":
             arg = "***"
         out.append(arg)
     return out

@@ -48,7 +48,7 @@ class Series(NamedTuple):
     def sample_names(self) -> tuple[str, ...]:
         """The names its samples are written under."""
         if self.kind == "histogram":
-            return tuple(self.full_name + s for s in ("_bucket", "_sum", "_count"))
+            return tuple(self.full_name + suffix for suffix in ("_bucket", "_sum", "_count"))
         return (self.full_name,)
 
 
@@ -181,13 +181,13 @@ SERIES: tuple[Series, ...] = (
 
 def sample_names() -> frozenset[str]:
     """Every sample name the live metrics write."""
-    return frozenset(n for s in SERIES for n in s.sample_names())
+    return frozenset(name for series in SERIES for name in series.sample_names())
 
 
 def reference() -> str:
     """The manual's table of the series (docs/live-metrics.md holds it between its markers)."""
     out = ["| series | kind | labels | what it is |", "| --- | --- | --- | --- |"]
-    for s in SERIES:
-        labels = ", ".join(f"`{label}`" for label in s.labels) or "—"
-        out.append(f"| `{s.full_name}` | {s.kind} | {labels} | {s.help} |")
+    for series in SERIES:
+        labels = ", ".join(f"`{label}`" for label in series.labels) or "—"
+        out.append(f"| `{series.full_name}` | {series.kind} | {labels} | {series.help} |")
     return "\n".join(out) + "\n"

@@ -155,8 +155,8 @@ def parse_roles(items: Iterable[str]) -> dict[str, str]:
             pair = pair.strip()
             if not pair:
                 continue
-            role, eq, series = (x.strip() for x in pair.partition("="))
-            if not eq or not series or role not in ROLES:
+            role, equals, series = (part.strip() for part in pair.partition("="))
+            if not equals or not series or role not in ROLES:
                 raise ValueError(f"--server-role takes ROLE=SERIES with ROLE one of {', '.join(ROLES)}, got {pair!r}")
             out[family_of(series)] = role
     return out
@@ -186,7 +186,7 @@ def why(family: str, custom: dict[str, str] | None = None) -> str:
     server = next((name for prefix, name in _SERVERS.items() if family.startswith(prefix)), None)
     if family in FAMILIES or "/" in family or family in COMPUTE_TIME:
         return f"{server}'s name for it" if server else "a known server's name for it"
-    end = next((s for s in (*SUFFIXES, *ENDINGS) if family.endswith(s)), "")
+    end = next((ending for ending in (*SUFFIXES, *ENDINGS) if family.endswith(ending)), "")
     return f"its name ends in {end}"
 
 
@@ -205,17 +205,21 @@ def roles(metrics: dict[str, Any] | None, custom: dict[str, str] | None = None) 
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             by_family.setdefault(family_of(series), []).append(float(value))
     out: dict[str, tuple[str, float]] = {}
-    first = [f for f in by_family if custom and f in custom]
-    for family in first + [f for f in by_family if f not in first]:
+    first = [family for family in by_family if custom and family in custom]
+    for family in first + [family for family in by_family if family not in first]:
         values = by_family[family]
         role = role_of(family, custom)
-        if role is None or role in out or (family not in (custom or {}) and any(family in p for p in RATIOS.values())):
+        if (
+            role is None
+            or role in out
+            or (family not in (custom or {}) and any(family in ratio for ratio in RATIOS.values()))
+        ):
             continue
         out[role] = (family, max(values) if role in _MAX_ROLES else sum(values))
     for role, (num, den, factor) in RATIOS.items():
-        n, d = by_family.get(num), by_family.get(den)
-        if role not in out and n and d and sum(d) > 0:
-            out[role] = (f"{num}/{den}", factor * sum(n) / sum(d))
+        numerators, denominators = by_family.get(num), by_family.get(den)
+        if role not in out and numerators and denominators and sum(denominators) > 0:
+            out[role] = (f"{num}/{den}", factor * sum(numerators) / sum(denominators))
     return out
 
 
@@ -232,7 +236,9 @@ def labels_of(series: str) -> dict[str, str]:
     _, brace, rest = series.partition("{")
     if not brace:
         return {}
-    return {k: _ESCAPED.sub(lambda m: _UNESCAPE[m.group(0)], v) for k, v in _LABEL.findall(rest)}
+    return {
+        label: _ESCAPED.sub(lambda match: _UNESCAPE[match.group(0)], value) for label, value in _LABEL.findall(rest)
+    }
 
 
 def stage_of(series: str, label: str | None = None) -> str | None:
@@ -274,10 +280,10 @@ def _stage_told(metrics: dict[str, Any], custom: dict[str, str] | None) -> dict[
         for num, den, factor in ratios:
             if role not in out and sums.get(den) and num in sums:
                 out[role] = (f"{num}/{den}", factor * sums[num] / sums[den])
-    compute = next((f for f in COMPUTE_TIME if f in sums), None)
+    compute = next((family for family in COMPUTE_TIME if family in sums), None)
     if compute is not None:
         out["busy"] = (compute, sums[compute] * COMPUTE_TIME[compute])
-    memory = [f for f in sums if f.endswith(MEMORY_ENDINGS)]
+    memory = [family for family in sums if family.endswith(MEMORY_ENDINGS)]
     if memory:
         out["gpu_mem_bytes"] = (memory[0], sums[memory[0]])
     return out
@@ -285,4 +291,4 @@ def _stage_told(metrics: dict[str, Any], custom: dict[str, str] | None) -> dict[
 
 def labels_seen(series: Iterable[str]) -> list[str]:
     """The label names these series carry, sorted (for the sentence that says a label is not among them)."""
-    return sorted({name for s in series for name in labels_of(s)})
+    return sorted({name for series_name in series for name in labels_of(series_name)})

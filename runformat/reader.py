@@ -153,25 +153,25 @@ _NUMBER_TYPES = frozenset((int, float, type(None)))
 _INT32 = np.iinfo(np.int32)
 
 
-def _num(v: Any) -> float | None:  # a JSON value
+def _num(value: Any) -> float | None:  # a JSON value
     """A finite float, or None for anything else (null, booleans, NaN, non-numeric strings)."""
-    if type(v) is float:  # the common case first: resource samples call this per field
-        return v if v - v == 0 else None
-    if v is None or isinstance(v, bool):
+    if type(value) is float:  # the common case first: resource samples call this per field
+        return value if value - value == 0 else None
+    if value is None or isinstance(value, bool):
         return None
     try:
-        f = float(v)
+        number = float(value)
     except (TypeError, ValueError, OverflowError):
         return None
-    return f if math.isfinite(f) else None
+    return number if math.isfinite(number) else None
 
 
-def _amount(v: Any, whole: bool = False) -> float | None:
+def _amount(value: Any, whole: bool = False) -> float | None:
     """A finite float >= 0 (a whole one when ``whole``), else None."""
-    f = _num(v)
-    if f is None or f < 0 or (whole and f != int(f)):
+    number = _num(value)
+    if number is None or number < 0 or (whole and number != int(number)):
         return None
-    return f
+    return number
 
 
 def _column(values: list[Any], kind: str = NUM) -> np.ndarray:
@@ -181,26 +181,26 @@ def _column(values: list[Any], kind: str = NUM) -> np.ndarray:
     try:
         if not set(map(type, values)) <= _NUMBER_TYPES:
             raise TypeError
-        a = np.array(values, dtype=float)  # None -> NaN
+        column = np.array(values, dtype=float)  # None -> NaN
     except (TypeError, OverflowError):
-        a = np.array([_num(v) for v in values], dtype=float)
-    return _as_column(a, kind)
+        column = np.array([_num(value) for value in values], dtype=float)
+    return _as_column(column, kind)
 
 
-def _as_column(a: np.ndarray, kind: str = NUM) -> np.ndarray:
+def _as_column(column: np.ndarray, kind: str = NUM) -> np.ndarray:
     """A float array (NaN where missing) as a column of ``kind``."""
-    a[~np.isfinite(a)] = np.nan
+    column[~np.isfinite(column)] = np.nan
     if kind in (AMOUNT, COUNT):
         with np.errstate(invalid="ignore"):
-            a[a < 0] = np.nan
+            column[column < 0] = np.nan
             if kind == COUNT:
-                a[a != np.trunc(a)] = np.nan
+                column[column != np.trunc(column)] = np.nan
     elif kind == INT:
         with np.errstate(invalid="ignore"):
-            out = ~((a >= _INT32.min) & (a <= _INT32.max))
-        a[out] = -1
-        return a.astype(np.int32)
-    return a
+            out = ~((column >= _INT32.min) & (column <= _INT32.max))
+        column[out] = -1
+        return column.astype(np.int32)
+    return column
 
 
 # pyarrow's JSON reader, for blocks of well-formed records: it infers every field's type (faster
@@ -215,29 +215,29 @@ _ARROW_SCHEMA = pa.schema(
 _ARROW_PARSE = pa_json.ParseOptions()
 
 
-def _is_number(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
+def _is_number(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_null(data_type))
 
 
-def _arrow_columns(t: pa.Table) -> dict[str, Any] | None:
+def _arrow_columns(table: pa.Table) -> dict[str, Any] | None:
     """The :data:`_ARROW_SCHEMA` columns of a block as read, cast to their types (a field absent
     from the block is all null); None if one holds values of another JSON type."""
     out = {}
-    for f in _ARROW_SCHEMA:
-        if f.name not in t.column_names:
-            out[f.name] = pa.chunked_array([pa.nulls(t.num_rows, f.type)])
+    for schema_field in _ARROW_SCHEMA:
+        if schema_field.name not in table.column_names:
+            out[schema_field.name] = pa.chunked_array([pa.nulls(table.num_rows, schema_field.type)])
             continue
-        col = t.column(f.name)
+        col = table.column(schema_field.name)
         have = col.type
-        if pa.types.is_list(f.type):
+        if pa.types.is_list(schema_field.type):
             fits = pa.types.is_null(have) or (pa.types.is_list(have) and _is_number(have.value_type))
-        elif pa.types.is_floating(f.type):
+        elif pa.types.is_floating(schema_field.type):
             fits = _is_number(have)
         else:
-            fits = have == f.type or pa.types.is_null(have)
+            fits = have == schema_field.type or pa.types.is_null(have)
         if not fits:
             return None
-        out[f.name] = col if have == f.type else col.cast(f.type, safe=False)
+        out[schema_field.name] = col if have == schema_field.type else col.cast(schema_field.type, safe=False)
     return out
 
 
@@ -272,18 +272,18 @@ def _arrow_stages(col: pa.ChunkedArray) -> list[tuple[str, np.ndarray]] | None:
         return []  # all null, or never an object
     arr = col.combine_chunks()
     out = []
-    for f, child in zip(col.type, arr.flatten()):
-        if len(f.name) > 64:
+    for stage_field, child in zip(col.type, arr.flatten()):
+        if len(stage_field.name) > 64:
             return None
-        if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
-            a = _as_column(child.to_numpy(zero_copy_only=False).astype(float))
+        if pa.types.is_integer(stage_field.type) or pa.types.is_floating(stage_field.type):
+            column = _as_column(child.to_numpy(zero_copy_only=False).astype(float))
         else:
-            a = np.array([_num(v) for v in child.to_pylist()], dtype=float)
-        seen = np.flatnonzero(~np.isnan(a))
+            column = np.array([_num(value) for value in child.to_pylist()], dtype=float)
+        seen = np.flatnonzero(~np.isnan(column))
         if len(seen):
-            out.append((seen[0], f.name, a))
-    out.sort(key=lambda x: x[0])  # stable: a tie keeps the struct's (first-seen) field order
-    return [(name, a) for _, name, a in out]
+            out.append((seen[0], stage_field.name, column))
+    out.sort(key=lambda entry: entry[0])  # stable: a tie keeps the struct's (first-seen) field order
+    return [(name, column) for _, name, column in out]
 
 
 def _record_stages(recs: list[dict[str, Any]]) -> list[tuple[str, np.ndarray]]:
@@ -291,25 +291,25 @@ def _record_stages(recs: list[dict[str, Any]]) -> list[tuple[str, np.ndarray]]:
     order their first usable value appears; names cut to 64 characters."""
     rows: dict[str, list[int]] = {}
     values: dict[str, list[float]] = {}
-    for i, r in enumerate(recs):
-        st = r.get("server_timing")
-        if type(st) is not dict:
+    for index, record in enumerate(recs):
+        server_timing = record.get("server_timing")
+        if type(server_timing) is not dict:
             continue
-        for name, ms in st.items():
-            if type(ms) is not float or ms - ms != 0:  # not a finite float: the general rule
-                ms = _num(ms)
-                if ms is None:
+        for name, stage_ms in server_timing.items():
+            if type(stage_ms) is not float or stage_ms - stage_ms != 0:  # not a finite float: the general rule
+                stage_ms = _num(stage_ms)
+                if stage_ms is None:
                     continue
             name = str(name)[:64]
             if name not in rows:
                 rows[name], values[name] = [], []
-            rows[name].append(i)
-            values[name].append(ms)
+            rows[name].append(index)
+            values[name].append(stage_ms)
     out = []
     for name, idx in rows.items():
-        a = np.full(len(recs), np.nan)
-        a[idx] = values[name]
-        out.append((name, a))
+        column = np.full(len(recs), np.nan)
+        column[idx] = values[name]
+        out.append((name, column))
     return out
 
 
@@ -327,29 +327,31 @@ class _Labels:
         self.codes: dict[str, int] = {}
         self.names: list[str] = []
 
-    def code(self, s: object) -> int:
-        if s is None:
+    def code(self, label: object) -> int:
+        if label is None:
             return -1
-        s = str(s)[:300]
-        c = self.codes.get(s)
-        if c is None:
+        label = str(label)[:300]
+        code = self.codes.get(label)
+        if code is None:
             if len(self.names) >= self.cap:
-                s = OTHER_LABEL
-                c = self.codes.get(s)
-                if c is not None:
-                    return c
-            c = len(self.names)
-            self.codes[s] = c
-            self.names.append(s)
-        return c
+                label = OTHER_LABEL
+                code = self.codes.get(label)
+                if code is not None:
+                    return code
+            code = len(self.names)
+            self.codes[label] = code
+            self.names.append(label)
+        return code
 
     def codes_of(self, values: list[Any], dtype: type[np.integer[Any]] = np.int16) -> np.ndarray:
         """:meth:`code` of each value; a string already seen is looked up directly."""
         known, code = self.codes.get, self.code
-        out: list[int | None] = [-1 if v is None else (known(v) if type(v) is str else None) for v in values]
-        for i, c in enumerate(out):
-            if c is None:
-                out[i] = code(values[i])
+        out: list[int | None] = [
+            -1 if value is None else (known(value) if type(value) is str else None) for value in values
+        ]
+        for index, found in enumerate(out):
+            if found is None:
+                out[index] = code(values[index])
         return np.array(out, dtype=dtype)
 
     def codes_of_arrow(
@@ -360,10 +362,13 @@ class _Labels:
         arr = col.combine_chunks()
         if pa.types.is_null(arr.type):
             return np.full(len(arr), -1, dtype=dtype)
-        d = arr.dictionary_encode()
-        codes = [-1 if v is None or (empty_is_none and v == "") else self.code(v) for v in d.dictionary.to_pylist()]
+        encoded = arr.dictionary_encode()
+        codes = [
+            -1 if value is None or (empty_is_none and value == "") else self.code(value)
+            for value in encoded.dictionary.to_pylist()
+        ]
         codes.append(-1)  # for nulls
-        idx = d.indices.fill_null(len(codes) - 1).to_numpy(zero_copy_only=False)
+        idx = encoded.indices.fill_null(len(codes) - 1).to_numpy(zero_copy_only=False)
         coded: np.ndarray = np.array(codes, dtype=dtype)[idx]
         return coded
 
@@ -410,12 +415,12 @@ class Attempts:
 
         count = int(np.count_nonzero(keep))
 
-        def rows(v: np.ndarray) -> np.ndarray:
-            return np.broadcast_to(v[:1], (count,)) if _is_constant(v) and len(v) else v[keep]
+        def rows(column: np.ndarray) -> np.ndarray:
+            return np.broadcast_to(column[:1], (count,)) if _is_constant(column) and len(column) else column[keep]
 
         return Attempts(
-            {k: rows(v) for k, v in self.cols.items()},
-            {k: rows(v) for k, v in self.stages.items()},
+            {name: rows(column) for name, column in self.cols.items()},
+            {name: rows(column) for name, column in self.stages.items()},
             self.errors,
             self.texts,
             self.tiers,
@@ -448,32 +453,32 @@ class _Growing:
     def has(self, name: str) -> bool:
         return name in self._bufs
 
-    def append(self, chunk: dict[str, np.ndarray], m: int) -> None:
-        """Append ``m`` rows: ``chunk``'s columns, each of length ``m``."""
-        need = self.n + m
+    def append(self, chunk: dict[str, np.ndarray], row_count: int) -> None:
+        """Append ``row_count`` rows: ``chunk``'s columns, each of length ``row_count``."""
+        need = self.n + row_count
         cap = self._capacity()
         if need > cap:
             cap = max(need, int(cap * self.GROWTH), self.MIN_ROWS, self.reserved)
-            for k, old in self._bufs.items():
+            for name, old in self._bufs.items():
                 buf = np.empty(cap, dtype=old.dtype)
                 buf[: self.n] = old[: self.n]
-                self._bufs[k] = buf
-        for k, v in chunk.items():
-            if k not in self._bufs:
-                buf = self._bufs[k] = np.empty(max(cap, need), dtype=v.dtype)
+                self._bufs[name] = buf
+        for name, column in chunk.items():
+            if name not in self._bufs:
+                buf = self._bufs[name] = np.empty(max(cap, need), dtype=column.dtype)
                 if self.n:
-                    buf[: self.n] = self.fills.get(k, self.fill)
-        for k, buf in self._bufs.items():
-            buf[self.n : need] = chunk[k] if k in chunk else self.fills.get(k, self.fill)
+                    buf[: self.n] = self.fills.get(name, self.fill)
+        for name, buf in self._bufs.items():
+            buf[self.n : need] = chunk[name] if name in chunk else self.fills.get(name, self.fill)
         self.n = need
 
     def view(self) -> dict[str, np.ndarray]:
-        return {k: b[: self.n] for k, b in self._bufs.items()}
+        return {name: buf[: self.n] for name, buf in self._bufs.items()}
 
 
-def _constant(dtype: type, value: object, n: int) -> np.ndarray:
-    """A read-only column of ``n`` rows all ``value``, in no memory (every row views one value)."""
-    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+def _constant(dtype: type, value: object, row_count: int) -> np.ndarray:
+    """A read-only column of ``row_count`` rows all ``value``, in no memory (every row views one value)."""
+    return np.broadcast_to(np.array(value, dtype=dtype), (row_count,))
 
 
 def _is_constant(column: np.ndarray) -> bool:
@@ -501,7 +506,7 @@ class RequestLog:
         self.lines = 0
         self.bad_lines = 0
         self.incomplete_last_line = False
-        self._cols = _Growing(fills={k: fill for k, (_, fill) in _ROW_COLUMNS.items()})
+        self._cols = _Growing(fills={name: fill for name, (_, fill) in _ROW_COLUMNS.items()})
         self._stages = _Growing()
         self._gap_values = _Growing()  # every row's gaps between chunk arrivals, laid end to end
         self._rows = 0
@@ -528,12 +533,12 @@ class RequestLog:
             return False
         read_any = False
         pos, want = self.offset, READ_BYTES
-        with open(self.path, "rb") as f:
+        with open(self.path, "rb") as log:
             # Each block starts where the last complete line ended (a line cut by the block's end
             # is read again with the next one), and is parsed in place: no copy of the file's bytes.
             while pos < size:
-                f.seek(pos)
-                block = f.read(min(want, size - pos))
+                log.seek(pos)
+                block = log.read(min(want, size - pos))
                 end = block.rfind(b"\n") + 1
                 if not end:
                     if pos + len(block) >= size:
@@ -552,7 +557,7 @@ class RequestLog:
                         for i in range(0, len(lines), CHUNK_LINES):
                             part = lines[i : i + CHUNK_LINES]
                             self._parse(part, base)
-                            base += sum(len(x) for x in part) + len(part)
+                            base += sum(len(line) for line in part) + len(part)
                 pos += end
                 self.offset = pos
                 read_any = True
@@ -583,30 +588,30 @@ class RequestLog:
         # Only lines that are one "{...}" each go to pyarrow (it crashes on a line that is
         # "null"); a line with spaces around it is looked at here, a whitespace-only one dropped.
         blank = []
-        for i in np.flatnonzero((buf[starts] != _OPEN) | (buf[ends - 1] != _CLOSE)):
-            line = bytes(data[starts[i] : ends[i]]).strip()
+        for index in np.flatnonzero((buf[starts] != _OPEN) | (buf[ends - 1] != _CLOSE)):
+            line = bytes(data[starts[index] : ends[index]]).strip()
             if not line:
-                blank.append(i)
+                blank.append(index)
             elif line[:1] != b"{" or line[-1:] != b"}":
                 return False
         starts = np.delete(starts, blank)
         try:
-            t = pa_json.read_json(
+            table = pa_json.read_json(
                 pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE, memory_pool=_POOL
             )
         except (pa.ArrowException, UnicodeDecodeError, ValueError):  # ArrowNotImplementedError too
             return False
-        n = t.num_rows
+        n = table.num_rows
         if n != len(starts):  # two objects on one line
             return False
         names = None  # gRPC code names, read apart from the numeric columns
-        if "status" in t.column_names and pa.types.is_string(t.column("status").type):
-            names = t.column("status").to_pylist()
-            t = t.drop_columns(["status"])
-        cols = _arrow_columns(t)
+        if "status" in table.column_names and pa.types.is_string(table.column("status").type):
+            names = table.column("status").to_pylist()
+            table = table.drop_columns(["status"])
+        cols = _arrow_columns(table)
         if cols is None:
             return False
-        stages = _arrow_stages(t.column("server_timing")) if "server_timing" in t.column_names else []
+        stages = _arrow_stages(table.column("server_timing")) if "server_timing" in table.column_names else []
         if stages is None:
             return False
         self.lines += lines
@@ -616,18 +621,18 @@ class RequestLog:
         def floats(name: str) -> np.ndarray:
             return cols[name].to_numpy().astype(float)  # type: ignore[no-any-return]  # a writable copy
 
-        chunk = {k: _as_column(floats(k), kind) for k, kind in _COLUMNS.items()}
+        chunk = {name: _as_column(floats(name), kind) for name, kind in _COLUMNS.items()}
         chunk["status"], chunk["status_name"] = self._status_columns(names, chunk["status"])
-        lens = [pc.list_value_length(cols[k]).fill_null(-1).to_numpy() for k in _CHUNK_LISTS]
+        lens = [pc.list_value_length(cols[name]).fill_null(-1).to_numpy() for name in _CHUNK_LISTS]
         chunk_n = np.where(lens[0] == lens[1], lens[0], -1)
-        at = cols[_CHUNK_LISTS[0]].combine_chunks()
+        chunk_at = cols[_CHUNK_LISTS[0]].combine_chunks()
         gap_n, gaps = _gaps(
-            pc.list_flatten(at).to_numpy(zero_copy_only=False).astype(float), np.maximum(lens[0], 0), chunk_n
+            pc.list_flatten(chunk_at).to_numpy(zero_copy_only=False).astype(float), np.maximum(lens[0], 0), chunk_n
         )
-        req_ids = t.column("req_id") if "req_id" in t.column_names else None
+        req_ids = table.column("req_id") if "req_id" in table.column_names else None
         self._add(
             chunk,
-            [_as_column(floats(k)) for k in _END_TIMES],
+            [_as_column(floats(name)) for name in _END_TIMES],
             final=cols["final"].fill_null(True).to_numpy(zero_copy_only=False),
             ok=cols["ok"].fill_null(False).to_numpy(zero_copy_only=False),
             settled=cols["settled"].fill_null(True).to_numpy(zero_copy_only=False),
@@ -651,8 +656,8 @@ class RequestLog:
         is no gRPC code name reads as a number, as before (``"200"``)."""
         if names is None:
             return numbers, np.full(len(numbers), -1, dtype=np.int16)
-        grpc = [v if type(v) is str and v in GRPC_AS_HTTP else None for v in names]
-        as_http = [v if g is None else GRPC_AS_HTTP[g] for v, g in zip(names, grpc)]
+        grpc = [value if type(value) is str and value in GRPC_AS_HTTP else None for value in names]
+        as_http = [value if grpc_name is None else GRPC_AS_HTTP[grpc_name] for value, grpc_name in zip(names, grpc)]
         return _column(as_http, INT), self.statuses.codes_of(grpc)
 
     def _parse(self, lines: list[bytes], base: int) -> None:
@@ -666,46 +671,56 @@ class RequestLog:
         recs, offsets = [], []
         pos = base
         for raw in lines:
-            at, pos = pos, pos + len(raw) + 1
+            line_at, pos = pos, pos + len(raw) + 1
             try:
-                r = fast(raw)
+                record = fast(raw)
             except orjson.JSONDecodeError:
                 if not raw.strip():
                     continue
                 try:
-                    r = slow(raw)
+                    record = slow(raw)
                 except ValueError:
                     self.bad_lines += 1
                     continue
-            if type(r) is dict:
-                recs.append(r)
-                offsets.append(at)
+            if type(record) is dict:
+                recs.append(record)
+                offsets.append(line_at)
             else:
                 self.bad_lines += 1
         self.lines += len(lines)
         if not recs:
             return
-        chunk = {k: _column([r.get(k) for r in recs], kind) for k, kind in _COLUMNS.items()}
-        chunk["status"], chunk["status_name"] = self._status_columns([r.get("status") for r in recs], chunk["status"])
+        chunk = {name: _column([record.get(name) for record in recs], kind) for name, kind in _COLUMNS.items()}
+        chunk["status"], chunk["status_name"] = self._status_columns(
+            [record.get("status") for record in recs], chunk["status"]
+        )
         chunk_n = np.array(
             [
-                len(ca) if type(ca) is list and type(cm) is list and len(ca) == len(cm) else -1
-                for ca, cm in ((r.get(_CHUNK_LISTS[0]), r.get(_CHUNK_LISTS[1])) for r in recs)
+                len(chunk_at)
+                if type(chunk_at) is list and type(chunk_audio) is list and len(chunk_at) == len(chunk_audio)
+                else -1
+                for chunk_at, chunk_audio in (
+                    (record.get(_CHUNK_LISTS[0]), record.get(_CHUNK_LISTS[1])) for record in recs
+                )
             ]
         )
-        lists = [r[_CHUNK_LISTS[0]] if n > 0 else () for r, n in zip(recs, chunk_n)]
-        gap_n, gaps = _gaps(_column([v for ca in lists for v in ca]), np.array([len(x) for x in lists]), chunk_n)
+        lists = [record[_CHUNK_LISTS[0]] if count > 0 else () for record, count in zip(recs, chunk_n)]
+        gap_n, gaps = _gaps(
+            _column([value for chunk_at in lists for value in chunk_at]),
+            np.array([len(entries) for entries in lists]),
+            chunk_n,
+        )
         self._add(
             chunk,
-            [_column([r.get(k) for r in recs]) for k in _END_TIMES],
-            final=np.array([r.get("final") is not False for r in recs], dtype=bool),
-            ok=np.array([r.get("ok") is True for r in recs], dtype=bool),
-            settled=np.array([r.get("settled") is not False for r in recs], dtype=bool),
-            error=self.errors.codes_of([r.get("error") or None for r in recs]),
-            text=self.texts.codes_of([r.get("text_id") for r in recs]),
-            tier=self.tiers.codes_of([r.get("tier") for r in recs]),
-            voice=self.voices.codes_of([r.get("voice") for r in recs]),
-            language=self.languages.codes_of([r.get("language") for r in recs]),
+            [_column([record.get(name) for record in recs]) for name in _END_TIMES],
+            final=np.array([record.get("final") is not False for record in recs], dtype=bool),
+            ok=np.array([record.get("ok") is True for record in recs], dtype=bool),
+            settled=np.array([record.get("settled") is not False for record in recs], dtype=bool),
+            error=self.errors.codes_of([record.get("error") or None for record in recs]),
+            text=self.texts.codes_of([record.get("text_id") for record in recs]),
+            tier=self.tiers.codes_of([record.get("tier") for record in recs]),
+            voice=self.voices.codes_of([record.get("voice") for record in recs]),
+            language=self.languages.codes_of([record.get("language") for record in recs]),
             offsets=np.array(offsets, dtype=np.int64),
             chunk_n=chunk_n,
             gap_n=gap_n,
@@ -736,10 +751,10 @@ class RequestLog:
     ) -> None:
         """Append one parsed chunk of rows (``chunk`` holds the :data:`_COLUMNS` columns)."""
         row0 = self._rows
-        n = len(chunk["t0"])
-        tend = np.full(n, np.nan)
-        for e in end_times:
-            tend = np.where(np.isnan(tend), e, tend)
+        row_count = len(chunk["t0"])
+        tend = np.full(row_count, np.nan)
+        for end_time in end_times:
+            tend = np.where(np.isnan(tend), end_time, tend)
         chunk["tend"] = np.where(np.isnan(tend), chunk["t0"] + chunk["wait_ms"] / 1000.0, tend)
         chunk["final"] = final = np.asarray(final, dtype=bool)
         chunk["ok"] = np.asarray(ok, dtype=bool)
@@ -757,22 +772,22 @@ class RequestLog:
         chunk["e2e_ms"] = np.where(fin1, (chunk["tend"] - t0) * 1000.0, np.nan)
         idx = np.flatnonzero(((attempt > 1) & final) | ((attempt == 1) & ~final & np.isfinite(t0)))
         waiting = set()  # the req_ids whose final attempts may now find their first's t0
-        for i, rid in zip(idx, req_ids(idx)):
+        for index, rid in zip(idx, req_ids(idx)):
             if rid is None:
                 continue
             rid = str(rid)
-            if final[i]:
-                self._pending.setdefault(rid, []).append(row0 + int(i))
+            if final[index]:
+                self._pending.setdefault(rid, []).append(row0 + int(index))
             else:
-                self._first_t0[rid] = float(t0[i])
+                self._first_t0[rid] = float(t0[index])
             waiting.add(rid)
-        for k in [k for k in chunk if k not in _STORED and not self._cols.has(k)]:
-            if _only(chunk[k], _ROW_COLUMNS[k][1]):  # nothing yet: no memory (see _ROW_COLUMNS)
-                del chunk[k]
-        self._cols.append(chunk, n)
-        self._stages.append(stages, n)
+        for name in [name for name in chunk if name not in _STORED and not self._cols.has(name)]:
+            if _only(chunk[name], _ROW_COLUMNS[name][1]):  # nothing yet: no memory (see _ROW_COLUMNS)
+                del chunk[name]
+        self._cols.append(chunk, row_count)
+        self._stages.append(stages, row_count)
         self._gap_values.append({"gap": gaps}, len(gaps))
-        self._rows = row0 + n
+        self._rows = row0 + row_count
         cols = self._cols.view()
         for rid in waiting:
             first = self._first_t0.get(rid)
@@ -783,22 +798,27 @@ class RequestLog:
     def _register_stages(self, stages: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Keep the chunk's stage columns (in order of first use) up to MAX_STAGES names in all."""
         out = {}
-        for name, a in stages:
+        for name, column in stages:
             if name not in self.stage_names:
                 if len(self.stage_names) >= MAX_STAGES:
                     continue
                 self.stage_names.append(name)
-            out[name] = a
+            out[name] = column
         return out
 
     def attempts(self) -> Attempts:
         """All attempts read so far as one set of columns (cached until the next update)."""
         if self._cache is not None:
             return self._cache
-        view, n = self._cols.view(), self._rows
-        cols = {k: view[k] if k in view else _constant(dtype, fill, n) for k, (dtype, fill) in _ROW_COLUMNS.items()}
+        view, row_count = self._cols.view(), self._rows
+        cols = {
+            name: view[name] if name in view else _constant(dtype, fill, row_count)
+            for name, (dtype, fill) in _ROW_COLUMNS.items()
+        }
         view = self._stages.view()
-        stages = {name: view[name] if name in view else _constant(np.float64, np.nan, n) for name in self.stage_names}
+        stages = {
+            name: view[name] if name in view else _constant(np.float64, np.nan, row_count) for name in self.stage_names
+        }
         gaps = self._gap_values.view().get("gap", np.empty(0, dtype=np.float32))
         self._cache = Attempts(
             cols,
@@ -817,27 +837,27 @@ class RequestLog:
     def chunk_series(self, row: int) -> tuple[np.ndarray, np.ndarray] | None:
         """(``chunk_at_ms``, ``chunk_audio_ms``) of one attempt, re-read from its line; None when
         the line is gone or its lists are not equal-length lists of finite numbers >= 0."""
-        a = self.attempts()
-        if not 0 <= row < len(a) or a["chunk_n"][row] < 0:
+        attempts = self.attempts()
+        if not 0 <= row < len(attempts) or attempts["chunk_n"][row] < 0:
             return None
         try:
-            with open(self.path, "rb") as f:
-                f.seek(int(a["offset"][row]))
-                r = json.loads(f.readline())
-            at = np.asarray(r["chunk_at_ms"], dtype=float)
-            audio = np.asarray(r["chunk_audio_ms"], dtype=float)
+            with open(self.path, "rb") as log:
+                log.seek(int(attempts["offset"][row]))
+                record = json.loads(log.readline())
+            chunk_at = np.asarray(record["chunk_at_ms"], dtype=float)
+            audio = np.asarray(record["chunk_audio_ms"], dtype=float)
         except (OSError, ValueError, TypeError, KeyError):
             return None
         if (
-            at.ndim != 1
-            or at.shape != audio.shape
-            or not (np.isfinite(at).all() and np.isfinite(audio).all())
-            or (at < 0).any()
+            chunk_at.ndim != 1
+            or chunk_at.shape != audio.shape
+            or not (np.isfinite(chunk_at).all() and np.isfinite(audio).all())
+            or (chunk_at < 0).any()
             or (audio < 0).any()
         ):
             return None
-        order = np.argsort(at, kind="stable")
-        return at[order], audio[order]
+        order = np.argsort(chunk_at, kind="stable")
+        return chunk_at[order], audio[order]
 
 
 _RES_SCALARS = tuple(
@@ -885,19 +905,19 @@ def _loads(raw: bytes) -> Any:  # a JSON value
 
 def _gpu_columns(
     cols: dict[str, Any],
-    n: int,
+    row_count: int,
     owner: np.ndarray,
     util: np.ndarray,
     used: np.ndarray,
     total: np.ndarray,
     power: np.ndarray,
 ) -> None:
-    """The per-sample GPU columns of ``n`` samples from every GPU's figures laid end to end
+    """The per-sample GPU columns of ``row_count`` samples from every GPU's figures laid end to end
     (``owner``: the sample each GPU belongs to)."""
-    cols["gpu_util_percent"] = np.full(n, np.nan)
+    cols["gpu_util_percent"] = np.full(row_count, np.nan)
     np.fmax.at(cols["gpu_util_percent"], owner, util)  # the busiest GPU; fmax skips NaN
     # the GPU whose memory is fullest (used / total, 0 without a total); the first on a tie
-    mem_used, mem_total = np.full(n, np.nan), np.full(n, np.nan)
+    mem_used, mem_total = np.full(row_count, np.nan), np.full(row_count, np.nan)
     has = ~np.isnan(used)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(np.isnan(total) | (total == 0), 0.0, used / total)
@@ -908,47 +928,51 @@ def _gpu_columns(
     cols["gpu_mem_used_bytes"], cols["gpu_mem_total_bytes"] = mem_used, mem_total
     watts = ~np.isnan(power)
     cols["gpu_power_w"] = np.where(
-        np.bincount(owner[watts], minlength=n) > 0, np.bincount(owner[watts], weights=power[watts], minlength=n), np.nan
+        np.bincount(owner[watts], minlength=row_count) > 0,
+        np.bincount(owner[watts], weights=power[watts], minlength=row_count),
+        np.nan,
     )
-    cols["gpu_count"] = np.bincount(owner, minlength=n)
+    cols["gpu_count"] = np.bincount(owner, minlength=row_count)
 
 
 def _sample_frame(samples: list[Any]) -> pd.DataFrame:
     """Parsed resource samples as frame rows (see :class:`ResourceLog`), built column by column;
     what is not an object with a finite ``ts`` is left out."""
-    samples = [s for s in samples if type(s) is dict]
-    ts = _column([s.get("ts") for s in samples])
+    samples = [sample for sample in samples if type(sample) is dict]
+    ts = _column([sample.get("ts") for sample in samples])
     keep = ~np.isnan(ts)
     if not keep.all():
-        samples = [s for s, k in zip(samples, keep) if k]
+        samples = [sample for sample, name in zip(samples, keep) if name]
         ts = ts[keep]
-    n = len(samples)
+    row_count = len(samples)
     cols: dict[str, object] = {
         "ts": ts,
-        "host": [str(s.get("host") or "?") for s in samples],
-        "role": [str(s.get("role") or "server") for s in samples],
+        "host": [str(sample.get("host") or "?") for sample in samples],
+        "role": [str(sample.get("role") or "server") for sample in samples],
     }
-    for k in _RES_SCALARS:
-        cols[k] = _column([s.get(k) for s in samples])
-    procs = [p if type(p) is dict else {} for p in (s.get("proc") for s in samples)]
-    cols["proc_cpu_percent"] = _column([p.get("cpu_percent") for p in procs])
-    cols["proc_rss_bytes"] = _column([p.get("rss_bytes") for p in procs])
+    for name in _RES_SCALARS:
+        cols[name] = _column([sample.get(name) for sample in samples])
+    procs = [proc if type(proc) is dict else {} for proc in (sample.get("proc") for sample in samples)]
+    cols["proc_cpu_percent"] = _column([proc.get("cpu_percent") for proc in procs])
+    cols["proc_rss_bytes"] = _column([proc.get("rss_bytes") for proc in procs])
     # every GPU of every sample in one list, with the row it belongs to
     owner, gpus = [], []
-    for i, s in enumerate(samples):
-        gl = s.get("gpus")
-        if type(gl) is list:
-            for g in gl:
-                if type(g) is dict:
-                    owner.append(i)
-                    gpus.append(g)
+    for index, sample in enumerate(samples):
+        gpu_list = sample.get("gpus")
+        if type(gpu_list) is list:
+            for gpu in gpu_list:
+                if type(gpu) is dict:
+                    owner.append(index)
+                    gpus.append(gpu)
     owners = np.array(owner, dtype=np.int64)
-    util = _column([g.get("util_percent") for g in gpus])
-    used = _column([g.get("mem_used_bytes") for g in gpus])
-    total = _column([g.get("mem_total_bytes") for g in gpus])
-    power = _column([g.get("power_w") for g in gpus])
-    _gpu_columns(cols, n, owners, util, used, total, power)
-    cols["metrics"] = [m if type(m) is dict else None for m in (s.get("metrics") for s in samples)]
+    util = _column([gpu.get("util_percent") for gpu in gpus])
+    used = _column([gpu.get("mem_used_bytes") for gpu in gpus])
+    total = _column([gpu.get("mem_total_bytes") for gpu in gpus])
+    power = _column([gpu.get("power_w") for gpu in gpus])
+    _gpu_columns(cols, row_count, owners, util, used, total, power)
+    cols["metrics"] = [
+        metrics if type(metrics) is dict else None for metrics in (sample.get("metrics") for sample in samples)
+    ]
     return pd.DataFrame(cols)
 
 
@@ -959,14 +983,14 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
     is no object, ``gpus`` that is no list of objects, and any ``metrics`` (the server's series,
     kept as dicts: read the plain way)."""
     try:
-        t = pa_json.read_json(
+        block = pa_json.read_json(
             pa.py_buffer(data), read_options=_ARROW_READ, parse_options=_ARROW_PARSE, memory_pool=_POOL
         )
     except (pa.ArrowException, UnicodeDecodeError, ValueError):
         return None
-    if data.count(b"\n") != t.num_rows or "ts" not in t.column_names:  # a blank line, or two objects on one
+    if data.count(b"\n") != block.num_rows or "ts" not in block.column_names:  # a blank line, or two objects on one
         return None
-    if "metrics" in t.column_names and t.column("metrics").null_count != t.num_rows:
+    if "metrics" in block.column_names and block.column("metrics").null_count != block.num_rows:
         return None
 
     def column(table: pa.Table | pa.StructArray, name: str, kinds: tuple[str, ...] = ("number",)) -> pa.Array:
@@ -975,8 +999,8 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
         if isinstance(table, pa.Table):
             col = table.column(name).combine_chunks() if name in table.column_names else None
         else:
-            i = table.type.get_field_index(name)
-            col = table.flatten()[i] if i >= 0 else None
+            index = table.type.get_field_index(name)
+            col = table.flatten()[index] if index >= 0 else None
         if col is None:
             return pa.nulls(len(table))
         typ = col.type
@@ -998,38 +1022,40 @@ def _arrow_sample_frame(data: bytes) -> pd.DataFrame | None:
         return _as_column(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(float))
 
     try:
-        ts = floats(column(t, "ts"))
+        ts = floats(column(block, "ts"))
         keep = ~np.isnan(ts)
         if not keep.all():
-            t, ts = t.filter(pa.array(keep)), ts[keep]
-        n = t.num_rows
+            block, ts = block.filter(pa.array(keep)), ts[keep]
+        row_count = block.num_rows
         cols: dict[str, object] = {"ts": ts}
         for name, missing in (("host", "?"), ("role", "server")):
-            col = column(t, name, ("string",))
+            col = column(block, name, ("string",))
             col = col.cast(pa.string())
             cols[name] = pc.if_else(pc.fill_null(pc.equal(col, ""), True), missing, col).to_pylist()
-        for k in _RES_SCALARS:
-            cols[k] = floats(column(t, k))
-        proc = column(t, "proc", ("struct",))
+        for scalar in _RES_SCALARS:
+            cols[scalar] = floats(column(block, scalar))
+        proc = column(block, "proc", ("struct",))
         for name, field_name in (("proc_cpu_percent", "cpu_percent"), ("proc_rss_bytes", "rss_bytes")):
-            cols[name] = floats(column(proc, field_name)) if pa.types.is_struct(proc.type) else np.full(n, np.nan)
-        gl = column(t, "gpus", ("list",))
-        if pa.types.is_null(gl.type) or pa.types.is_null(gl.type.value_type):
+            cols[name] = (
+                floats(column(proc, field_name)) if pa.types.is_struct(proc.type) else np.full(row_count, np.nan)
+            )
+        gpu_lists = column(block, "gpus", ("list",))
+        if pa.types.is_null(gpu_lists.type) or pa.types.is_null(gpu_lists.type.value_type):
             owner, gpus = np.zeros(0, dtype=np.int64), None
         else:
-            owner = pc.list_parent_indices(gl).to_numpy(zero_copy_only=False).astype(np.int64)
-            gpus = pc.list_flatten(gl)
+            owner = pc.list_parent_indices(gpu_lists).to_numpy(zero_copy_only=False).astype(np.int64)
+            gpus = pc.list_flatten(gpu_lists)
             valid = gpus.is_valid().to_numpy(zero_copy_only=False)
             owner, gpus = owner[valid], gpus.filter(pa.array(valid))
     except (TypeError, pa.ArrowException):
         return None
     nothing = np.full(0, np.nan)
     util, used, total, power = (
-        floats(column(gpus, k)) if gpus is not None else nothing
-        for k in ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w")
+        floats(column(gpus, gpu_field)) if gpus is not None else nothing
+        for gpu_field in ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w")
     )
-    _gpu_columns(cols, n, owner, util, used, total, power)
-    cols["metrics"] = [None] * n
+    _gpu_columns(cols, row_count, owner, util, used, total, power)
+    cols["metrics"] = [None] * row_count
     return pd.DataFrame(cols)
 
 
@@ -1066,13 +1092,13 @@ class ResourceLog:
         if size == self.offset:
             return False
         read_any = False
-        with open(self.path, "rb") as f:  # block by block, as RequestLog reads: bounded memory
+        with open(self.path, "rb") as log:  # block by block, as RequestLog reads: bounded memory
             while self.offset < size:
-                f.seek(self.offset)
-                data = f.read(min(READ_BYTES, size - self.offset))
+                log.seek(self.offset)
+                data = log.read(min(READ_BYTES, size - self.offset))
                 end = data.rfind(b"\n") + 1
                 if not end and len(data) < size - self.offset:  # one line longer than a block
-                    data += f.read(size - self.offset - len(data))
+                    data += log.read(size - self.offset - len(data))
                     end = data.rfind(b"\n") + 1
                 self.incomplete_last_line = end < len(data)
                 if not end:
@@ -1147,9 +1173,9 @@ class RunDir:
     def refresh(self) -> bool:
         """Re-read whatever changed on disk; True if anything did."""
         changed = False
-        rj = self.path / runformat.RUN_JSON
+        run_json = self.path / runformat.RUN_JSON
         try:
-            run = json.loads(rj.read_text(encoding="utf-8"))
+            run = json.loads(run_json.read_text(encoding="utf-8"))
             if not isinstance(run, dict):
                 raise ValueError("not an object")
             self.run_json_error = None
@@ -1158,9 +1184,9 @@ class RunDir:
             self.run = run
         except FileNotFoundError:
             self.run_json_error = "run.json is missing"
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError) as error:
             # keep the last good copy: the writer may be rewriting it right now
-            self.run_json_error = f"run.json is not valid JSON ({e})"
+            self.run_json_error = f"run.json is not valid JSON ({error})"
         changed |= self.requests.update()
         if self._resources.update():
             self.resources = self._resources.frame()
@@ -1184,7 +1210,9 @@ class RunDir:
         mode = self.run.get("mode")
         if mode is None:
             steps = self.run.get("steps")
-            rated = isinstance(steps, list) and any(isinstance(s, dict) and s.get("rate") is not None for s in steps)
+            rated = isinstance(steps, list) and any(
+                isinstance(step, dict) and step.get("rate") is not None for step in steps
+            )
             return "open" if self.options().get("rates") or rated else "closed"
         if mode not in runformat.MODES:
             raise RunDirError(
@@ -1211,10 +1239,10 @@ class RunDir:
 
     def ttfa_floor_ms(self) -> float:
         """``options.ttfa_floor_ms`` (default :data:`TTFA_FLOOR_MS`)."""
-        v = _amount(self.options().get("ttfa_floor_ms"))
-        return TTFA_FLOOR_MS if v is None else v
+        floor_ms = _amount(self.options().get("ttfa_floor_ms"))
+        return TTFA_FLOOR_MS if floor_ms is None else floor_ms
 
     def playback_buffer_ms(self) -> float:
         """``options.playback_buffer_ms`` (default: the option's)."""
-        v = _amount(self.options().get("playback_buffer_ms"))
-        return _default_ms("playback_buffer_ms") if v is None else v
+        buffer_ms = _amount(self.options().get("playback_buffer_ms"))
+        return _default_ms("playback_buffer_ms") if buffer_ms is None else buffer_ms

@@ -65,8 +65,8 @@ def read(path: Path) -> list[Row]:
         raise TraceError(f"{path} does not exist") from None
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not UTF-8 text") from None
-    except OSError as e:
-        raise TraceError(f"{path} cannot be read ({e.strerror})") from None
+    except OSError as error:
+        raise TraceError(f"{path} cannot be read ({error.strerror})") from None
     items = _csv(path, raw) if path.suffix.lower() == ".csv" else _jsonl(path, raw)
     rows = [_row(path, line, item) for line, item in items]
     if not rows:
@@ -83,17 +83,17 @@ def read(path: Path) -> list[Row]:
 
 def _jsonl(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
-    for n, line in enumerate(raw.splitlines(), 1):
+    for line_number, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
             item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{path} line {n} is not JSON ({e.msg})") from None
+        except json.JSONDecodeError as error:
+            raise TraceError(f"{path} line {line_number} is not JSON ({error.msg})") from None
         if not isinstance(item, dict):
-            raise TraceError(f"{path} line {n} is not a JSON object with offset_s and a text")
-        out.append((n, item))
+            raise TraceError(f"{path} line {line_number} is not a JSON object with offset_s and a text")
+        out.append((line_number, item))
     return out
 
 
@@ -101,32 +101,32 @@ def _csv(path: Path, raw: str) -> list[tuple[int, dict[str, Any]]]:
     reader = csv.reader(io.StringIO(raw, newline=""))  # a quoted cell may hold a newline
     try:
         return _csv_rows(path, reader)
-    except csv.Error as e:
-        raise TraceError(f"{path} line {reader.line_num} is not CSV ({e})") from None
+    except csv.Error as error:
+        raise TraceError(f"{path} line {reader.line_num} is not CSV ({error})") from None
 
 
 def _csv_rows(path: Path, reader: CsvReader) -> list[tuple[int, dict[str, Any]]]:
     header = next(reader, None)
     if header is None:
         return []
-    header = [h.strip() for h in header]
-    unknown = [h for h in header if h not in COLUMNS]
+    header = [column.strip() for column in header]
+    unknown = [column for column in header if column not in COLUMNS]
     if unknown:
         raise TraceError(f"{path} line 1: unknown column {unknown[0]!r}; a trace's columns are {', '.join(COLUMNS)}")
     out = []
     for cells in reader:
-        n = reader.line_num  # the row's last line in the file
-        if not any(c.strip() for c in cells):
+        line_number = reader.line_num  # the row's last line in the file
+        if not any(cell.strip() for cell in cells):
             continue
         if len(cells) != len(header):
-            raise TraceError(f"{path} line {n} has {len(cells)} cells for the header's {len(header)} columns")
-        out.append((n, {h: c for h, c in zip(header, cells) if c != ""}))
+            raise TraceError(f"{path} line {line_number} has {len(cells)} cells for the header's {len(header)} columns")
+        out.append((line_number, {column: cell for column, cell in zip(header, cells) if cell != ""}))
     return out
 
 
 def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
     where = f"{path} line {line}"
-    unknown = [k for k in item if k not in COLUMNS]
+    unknown = [column for column in item if column not in COLUMNS]
     if unknown:
         raise TraceError(f"{where}: unknown column {unknown[0]!r}; a trace's columns are {', '.join(COLUMNS)}")
     offset = _number(where, "offset_s", item.get("offset_s"))
@@ -134,7 +134,7 @@ def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
         raise TraceError(f"{where} has no offset_s (seconds from the trace's start)")
     if offset < 0:
         raise TraceError(f"{where}: offset_s {offset:g} is negative; offsets count seconds from the trace's start")
-    given = [k for k in TEXT_COLUMNS if item.get(k) is not None]
+    given = [column for column in TEXT_COLUMNS if item.get(column) is not None]
     if len(given) != 1:
         raise TraceError(
             f"{where} has {' and '.join(given) if given else 'no text'}: a row gives exactly one of "
@@ -144,13 +144,13 @@ def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
     if text_len is not None and text_len < 1:
         raise TraceError(f"{where}: text_len {text_len} is not a number of characters of 1 or more")
     turn = _number(where, "turn", item.get("turn"), whole=True)
-    strings = {k: item.get(k) for k in ("text", "text_id", "voice", "language", "conversation")}
-    for k, v in strings.items():
-        if v is not None and not isinstance(v, str):
-            if k == "conversation" and isinstance(v, int) and not isinstance(v, bool):
-                strings[k] = str(v)
+    strings = {column: item.get(column) for column in ("text", "text_id", "voice", "language", "conversation")}
+    for column, value in strings.items():
+        if value is not None and not isinstance(value, str):
+            if column == "conversation" and isinstance(value, int) and not isinstance(value, bool):
+                strings[column] = str(value)
                 continue
-            raise TraceError(f"{where}: {k} {v!r} is not a string")
+            raise TraceError(f"{where}: {column} {value!r} is not a string")
     if strings["conversation"] is None and turn is not None:
         raise TraceError(f"{where} has a turn but no conversation: turns order a conversation's rows")
     return Row(
@@ -167,58 +167,58 @@ def _row(path: Path, line: int, item: dict[str, Any]) -> Row:
 
 
 @overload
-def _number(where: str, key: str, v: object, whole: Literal[True]) -> int | None: ...
+def _number(where: str, key: str, value: object, whole: Literal[True]) -> int | None: ...
 @overload
-def _number(where: str, key: str, v: object, whole: Literal[False] = False) -> float | None: ...
-def _number(where: str, key: str, v: object, whole: bool = False) -> float | None:
-    if v is None:
+def _number(where: str, key: str, value: object, whole: Literal[False] = False) -> float | None: ...
+def _number(where: str, key: str, value: object, whole: bool = False) -> float | None:
+    if value is None:
         return None
-    if isinstance(v, str):
+    if isinstance(value, str):
         try:
-            v = float(v.strip())
+            value = float(value.strip())
         except ValueError:
-            raise TraceError(f"{where}: {key} {v!r} is not a number") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise TraceError(f"{where}: {key} {v!r} is not a number")
+            raise TraceError(f"{where}: {key} {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TraceError(f"{where}: {key} {value!r} is not a number")
     if whole:
-        if v != int(v):
-            raise TraceError(f"{where}: {key} {v!r} is not a whole number")
-        return int(v)
-    return float(v)
+        if value != int(value):
+            raise TraceError(f"{where}: {key} {value!r} is not a whole number")
+        return int(value)
+    return float(value)
 
 
 def _check_turns(path: Path, rows: list[Row]) -> None:
     seen: dict[str, list[Row]] = {}
-    for r in rows:
-        if r.conversation is not None:
-            seen.setdefault(r.conversation, []).append(r)
+    for row in rows:
+        if row.conversation is not None:
+            seen.setdefault(row.conversation, []).append(row)
     for name, turns in seen.items():
-        numbered = [r for r in turns if r.turn is not None]
+        numbered = [row for row in turns if row.turn is not None]
         if numbered and len(numbered) != len(turns):
-            r = next(r for r in turns if r.turn is None)
-            raise TraceError(f"{path} line {r.line}: conversation {name!r} numbers some turns but not this one")
-        ordered = sorted(turns, key=lambda r: r.turn or 0) if numbered else turns  # numbered: every turn
-        for above, r in zip(ordered, ordered[1:]):
-            if r.turn is not None and r.turn == above.turn:
+            row = next(row for row in turns if row.turn is None)
+            raise TraceError(f"{path} line {row.line}: conversation {name!r} numbers some turns but not this one")
+        ordered = sorted(turns, key=lambda row: row.turn or 0) if numbered else turns  # numbered: every turn
+        for above, row in zip(ordered, ordered[1:]):
+            if row.turn is not None and row.turn == above.turn:
                 raise TraceError(
-                    f"{path} line {r.line}: conversation {name!r} has turn {r.turn} twice (line {above.line} too)"
+                    f"{path} line {row.line}: conversation {name!r} has turn {row.turn} twice (line {above.line} too)"
                 )
-            if r.offset_s < above.offset_s:
+            if row.offset_s < above.offset_s:
                 raise TraceError(
-                    f"{path} line {r.line}: turn {r.turn} of conversation {name!r} comes at "
-                    f"{r.offset_s:g} s, before turn {above.turn} at {above.offset_s:g} s"
+                    f"{path} line {row.line}: turn {row.turn} of conversation {name!r} comes at "
+                    f"{row.offset_s:g} s, before turn {above.turn} at {above.offset_s:g} s"
                 )
 
 
 def conversation_turns(rows: list[Row]) -> dict[str, list[int]]:
     """Conversation name -> the indexes into ``rows`` of its turns, in turn order."""
     out: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        if r.conversation is not None:
-            out.setdefault(r.conversation, []).append(i)
+    for index, row in enumerate(rows):
+        if row.conversation is not None:
+            out.setdefault(row.conversation, []).append(index)
     for _name, idx in out.items():
         if rows[idx[0]].turn is not None:
-            idx.sort(key=lambda i: rows[i].turn or 0)  # numbered: every turn (_check_turns)
+            idx.sort(key=lambda index: rows[index].turn or 0)  # numbered: every turn (_check_turns)
     return out
 
 
