@@ -296,9 +296,10 @@ class Judge:
             if self._reader is not None:
                 self._reader.join()
         if proc.poll() is None:
+            # said before the kill: the reader, which sees the judge's output end first, writes it
+            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
             proc.kill()
             proc.wait()
-            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
             self._died(proc)
         elif self.sent or self.queue:
             self._died(proc)
