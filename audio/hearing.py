@@ -28,6 +28,10 @@ WORDS, VOICE, SOUND = "words", "voice", "sound"
 
 #: Why the voice and the sound went unheard where the words alone were asked for.
 WORDS_ONLY = "--asr-words-only asked for the words alone"
+#: The words alone and the voice too, both asked for.
+CONTRARY = (
+    "--asr-words-only judges the words alone, and --asr-listen and --reference-voice ask for the voice too: give one"
+)
 
 
 class Hearing(NamedTuple):

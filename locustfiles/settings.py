@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tts_knee.analysis import capacity as capacity_mod, slo as slo_mod
+from tts_knee.audio import hearing
 from tts_knee.runformat import options as run_options
 from tts_knee.runformat.fields import Builder
 from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
@@ -1020,10 +1021,7 @@ def _listening(o) -> dict:
         later = " (tts-knee judge takes them for a run kept with --asr-keep)" if out["asr_keep"] else ""
         raise SettingsError(f"{' and '.join(given)} tell the ASR judge how to listen: give --asr-model{later}")
     if out["asr_words_only"] and (out["asr_listen"] or out["reference_voice"]):
-        raise SettingsError(
-            "--asr-words-only judges the words alone, and --asr-listen and --reference-voice ask for the voice "
-            "too: give one"
-        )
+        raise SettingsError(hearing.CONTRARY)
     return out
 
 
