@@ -11,8 +11,8 @@ Three axes, one object each, chosen once per run (:func:`of_run`):
 
 :func:`analysis.summary.analyze` asks the axis for the levels, the knee, the recommendation and
 the diagnosis, and never which axis it is. What holds on one axis holds on every one: the speech
-knee (:meth:`Axis.speech_knee`, ``--asr-model``; with ``--asr-listen`` its ``similarity`` and
-``mos`` methods too) is judged along whichever axis the run swept.
+knee (:meth:`Axis.speech_knee`, ``--asr-model``; its ``similarity`` and ``mos`` methods too,
+unless ``--asr-words-only``) is judged along whichever axis the run swept.
 The dashboard draws its report along the same axis (``knee.axis`` and ``run.mode`` of the
 summary, :func:`of_summary`).
 """
@@ -125,7 +125,7 @@ class Axis:
 
     def speech_knee(self, knee: Knee, levels: list[StepSummary]) -> Knee:
         """The knee with the speech method (:func:`analysis.speech.knee_index`) among its rules,
-        and with ``--asr-listen`` the ``similarity`` and ``mos`` methods
+        and with listening (``--asr-model`` unless ``--asr-words-only``) the ``similarity`` and ``mos`` methods
         (:func:`analysis.speech.drop_index`): a level whose speech is significantly worse than the
         lowest's is a knee like a latency one, and the earliest of them is the knee.
         ``speech_first``: speech broke before latency (and failures) did; ``speech_changed``: the

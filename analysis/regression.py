@@ -13,9 +13,9 @@ waited). For each level (``summary.json`` ``regression.steps``):
   two-sample Poisson test (conservative for a closed loop, whose completions are more regular
   than Poisson);
 - ``error_rate``: failed / requests, the change in percentage points and a two-proportion test;
-- with ``--asr-listen`` in both runs, ``mos_mean`` and ``similarity_ref_mean``: the judged clips
-  paired by text, a regression when the 95 % bootstrap interval of the drop stays above the knee's
-  margin (0.3 MOS, 0.2 of similarity).
+- where both runs listened (``--asr-model``, not ``--asr-words-only``), ``mos_mean`` and
+  ``similarity_ref_mean``: the judged clips paired by text, a regression when the 95 % bootstrap
+  interval of the drop stays above the knee's margin (0.3 MOS, 0.2 of similarity).
 
 A figure is ``significant`` when p < ``ALPHA`` (0.05).  It is a ``regression`` when it is
 significant *and* worse than the tolerance allows: latency ratio above 1 + tolerance, throughput
@@ -68,7 +68,7 @@ ERROR_RATE_STEP = 0.01
 #: which it is refused as a baseline or a candidate.
 AUDIO_FAILED_SHARE = 0.02
 Listened = Literal["mos_mean", "similarity_ref_mean"]
-#: --asr-listen figures compared by text (the per-clip key, the margin a drop must pass to regress)
+#: listening figures compared by text (the per-clip key, the margin a drop must pass to regress)
 _LISTENED: dict[Listened, tuple[str, float]] = {
     "mos_mean": ("mos", speech_mod.MIN_MOS_DROP),
     "similarity_ref_mean": ("similarity_ref", speech_mod.MIN_SIMILARITY_DROP),
@@ -105,7 +105,7 @@ class _Offered(TypedDict, total=False):
 
 
 class _Heard(TypedDict, total=False):
-    """The --asr-listen figures of a compared level, where both runs listened."""
+    """The listening figures of a compared level, where both runs listened."""
 
     mos_mean: Comparison | None
     similarity_ref_mean: Comparison | None
@@ -147,7 +147,7 @@ def _heard(entries: list[dict[str, Any]], level: StepSummary) -> list[dict[str, 
 
 
 def _listened(old: list[dict[str, Any]], new: list[dict[str, Any]], figure: Listened) -> Comparison | None:
-    """--asr-listen's ``mos_mean`` or ``similarity_ref_mean`` of a level against the baseline's,
+    """The listened ``mos_mean`` or ``similarity_ref_mean`` of a level against the baseline's,
     paired by text (the same corpus): significant when the 95 % bootstrap interval of the paired
     change leaves out 0, a regression when its low end drops past the knee's margin for it (0.3
     MOS, 0.2 of similarity: what a listener hears), not a tolerance share."""

@@ -59,8 +59,8 @@ METRICS: dict[str, str] = {
     "wer_p95": "95th percentile word error rate of the judged clips, 0..1 (--asr-model)",
     "cer_mean": "mean character error rate of the judged clips, 0..1 (--asr-model, --asr-metric cer)",
     "similarity_mean": "mean speaker similarity of the judged clips to the same texts at the lowest step, "
-    "-1..1 (--asr-listen; say >=)",
-    "mos_mean": "mean predicted naturalness of the judged clips, DNSMOS OVRL 1..5 (--asr-listen; say >=)",
+    "-1..1 (listening; say >=)",
+    "mos_mean": "mean predicted naturalness of the judged clips, DNSMOS OVRL 1..5 (listening; say >=)",
     "ttfa_audible_p95_ms": "95th percentile time until the listener hears the first sound, ms",
     "leading_silence_p95_ms": "95th percentile silence before the first sound, ms",
     "silent_rate": "share of requests answered with silent audio, 0..1",

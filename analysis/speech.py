@@ -16,8 +16,8 @@ rate: below it, a recogniser's own noise on a voice that varies from call to cal
 :data:`MIN_PAIRS` pairs are needed to judge a level at all. A level is one of the run's axis
 (:mod:`analysis.axis`): a concurrency, an offered rate or a number of voices.
 
-**Voice and sound** (``--asr-listen``): per step ``similarity_mean``/``_p5`` (each clip's speaker
-embedding against the same text's at the lowest level: 1 there by definition) and ``mos_mean``/
+**Voice and sound** (unless ``--asr-words-only``): per step ``similarity_mean``/``_p5`` (each clip's
+speaker embedding against the same text's at the lowest level: 1 there by definition) and ``mos_mean``/
 ``_p5`` (DNSMOS OVRL). Knee methods ``similarity`` and ``mos`` pair the clips by text the same way
 and ask the same of the drop's interval: its lower end above :data:`MIN_SIMILARITY_DROP` (0.2 of
 cosine: the same voice re-rendered, even under noise at 20 dB SNR, stays within about 0.1 of
@@ -36,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from tts_knee import runformat
+from tts_knee.audio import hearing
 from tts_knee.audio.asr import UNINTELLIGIBLE
+from tts_knee.runformat.summary import Judged
 
 WORST = 3
 MIN_RISE = 0.02
@@ -45,6 +47,15 @@ BOOTSTRAP = 2000
 SEED = 20261201
 MIN_SIMILARITY_DROP = 0.2
 MIN_MOS_DROP = 0.3
+
+
+def judged_texts(ids: list[str], n: int) -> frozenset[str]:
+    """``n`` of the texts ``ids`` (in corpus order) spread evenly over them, every k-th (all of
+    them when there are no more): the texts the judge hears at every step (``--asr-sample``)."""
+    ids = list(dict.fromkeys(ids))
+    if n >= len(ids):
+        return frozenset(ids)
+    return frozenset(ids[int(i * len(ids) / n)] for i in range(n))
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -72,6 +83,72 @@ def _rate(e: dict[str, Any]) -> float | None:
 
 #: The start of the reasons :mod:`locustfiles.listening` gives for a clip the judge had no time for.
 BEHIND = ("not judged: the judge was behind", "not judged: the run's end waited")
+#: The reason of a clip kept for ``tts-knee judge`` (--asr-keep) and not judged yet: no step's
+#: figure counts it.
+KEPT = "kept, not judged yet (--asr-keep): tts-knee judge RUN_DIR judges it"
+
+
+def is_kept(e: dict[str, Any]) -> bool:
+    """Whether a judge line is a clip kept for later (:data:`KEPT`), not a verdict."""
+    return e.get("reason") == KEPT
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """``value`` where it is a JSON object, else {}."""
+    return value if isinstance(value, dict) else {}
+
+
+def judged(lines: list[dict[str, Any]], run: dict[str, Any]) -> Judged:
+    """The summary's ``judge``: what the judge heard of the clips (read off their lines: their
+    error rates, their similarity, their MOS), and from ``run`` (run.json) why the voice and the
+    sound went unheard, the model and whether it judged afterwards."""
+    kept = sum(1 for e in lines if is_kept(e))
+    lines = [e for e in lines if not is_kept(e)]
+    count = sum(1 for e in lines if _rate(e) is not None)
+    heard = [
+        what
+        for what, there in (
+            (hearing.WORDS, count > 0),
+            (hearing.VOICE, any("similarity" in e for e in lines)),
+            (hearing.SOUND, any("mos" in e for e in lines)),
+        )
+        if there
+    ]
+    said, options = json_object(run.get("speech")), json_object(run.get("options"))
+    model: str | None = said.get("model") or options.get("asr_model") or None
+    afterwards = bool(said.get("afterwards"))
+    not_heard = None if hearing.VOICE in heard or not count else said.get("not_heard")
+    text = _judged_text(heard, count, not_heard, model, afterwards)
+    if kept:
+        text = f"{_clips(kept)} kept, not judged yet: tts-knee judge RUN_DIR judges them" + (
+            f"; {text}" if count else ""
+        )
+    return {
+        "heard": heard,
+        "not_heard": not_heard,
+        "kept": kept,
+        "model": model,
+        "afterwards": afterwards,
+        "text": text,
+    }
+
+
+def _clips(n: int) -> str:
+    return f"{n} clip" if n == 1 else f"{n} clips"
+
+
+def _judged_text(heard: list[str], count: int, not_heard: str | None, model: str | None, afterwards: bool) -> str:
+    """What the judge heard, in one sentence (see :func:`judged`)."""
+    if not count:
+        return "the judge heard no clip"
+    named = {hearing.WORDS: "the words", hearing.VOICE: "the voice", hearing.SOUND: "the sound"}
+    parts = [named[what] for what in heard]
+    what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    when = "after the run, by tts-knee judge" if afterwards else "during the run"
+    said = f"the judge heard {what} of {_clips(count)}" + (f" (model {Path(model).name}, {when})" if model else "")
+    if hearing.VOICE in heard:
+        return said
+    return f"{said}, not the voice and the sound: {not_heard or 'the run did not listen for them'}"
 
 
 def _cpu(e: dict[str, Any]) -> float:
@@ -130,7 +207,7 @@ def _p5(values: list[float]) -> float | None:
 
 
 def listened(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``--asr-listen`` figures of a step's judge lines ({} when none was listened to)."""
+    """The voice and sound figures of a step's judge lines ({} when none was listened to)."""
     heard = [e for e in entries if "mos" in e or "similarity" in e]
     if not heard:
         return {}

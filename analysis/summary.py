@@ -216,7 +216,7 @@ def _soak_of(rd: RunDir) -> float | None:
     return _positive(rd.options().get("soak"))
 
 
-#: The listening methods (--asr-listen), and the listener's figures a level's ``speech`` holds
+#: The listening methods (unless --asr-words-only), and the listener's figures a level's ``speech`` holds
 Listened = Literal["similarity", "mos"]
 _LISTENED: tuple[Listened, ...] = ("similarity", "mos")
 HeardFigure = Literal["similarity_mean", "mos_mean", "mos_sig_mean", "mos_bak_mean"]
@@ -240,7 +240,7 @@ def _error_mean(speech: SpeechStep | None, metric: str) -> float | None:
 
 
 def _speech_sentences(done: list[StepSummary], knee: Knee, k: int) -> list[str]:
-    """The speech knee at level ``k``: how speaker similarity and naturalness fell (--asr-listen),
+    """The speech knee at level ``k``: how speaker similarity and naturalness fell (unless --asr-words-only),
     the one further past its margin first, then how the judged error rate rose, and the worst clip."""
     lo, hi = done[k - 1] if k > 0 else done[0], done[k]
     changed = knee.get("speech_changed") or ["speech"]
@@ -670,7 +670,8 @@ def analyze(
     judged = [st for st in closed if st.get("phase") != runformat.SOAK_PHASE] or closed
     done = axis.levels(parts.a, judged, rd.resources, settle, streamed, names, users)
     knee = axis.find_knee(done, streamed, rd.ttfa_floor_ms())
-    heard = speech_mod.read(rd.path)  # --asr-model: what the judge heard
+    lines = speech_mod.read(rd.path)  # --asr-model: what the judge heard (--asr-keep: the clips it will)
+    heard = [e for e in lines if not speech_mod.is_kept(e)]
     # the speech judge adds to the steps and levels as open JSON: their ``speech``, and on each
     # level its clips (``_speech_entries``, read by the speech knee, stripped before the summary)
     speech_mod.attach(cast(list[dict[str, Any]], steps), cast(list[dict[str, Any]], done), heard)
@@ -753,6 +754,8 @@ def analyze(
         summary["recommended_voices"] = rec.voices
     if sliced is not None:
         summary["slices"] = sliced
+    if lines:
+        summary["judge"] = speech_mod.judged(lines, run)
     _trace(rd, parts, steps, done, summary)
     if sliced and sliced["note"]:
         summary["diagnosis"]["evidence"].append(sliced["note"])

@@ -24,7 +24,14 @@ judge has waiting (of one language) into one window, :data:`GAP_S` of silence be
 :data:`WINDOW_S` of audio, and gives each clip back the words whose middle falls in it (word
 timestamps; a word in a gap goes to the nearer clip). A clip alone, or one too long to share, is
 transcribed alone as before. On piper's short clips (about a second each) eight to a window cost
-a fifth of the CPU of eight alone, with the same transcripts (``bench/listening_cost.py``).
+a fifth of the CPU of eight alone, with the same transcripts (``bench/listening_cost.py``). Each
+clip is told the window it shared (:attr:`Heard.window`), so that a run judged again afterwards
+(``tts-knee judge``) can hear it beside the same neighbours.
+
+**The same audio, the same words.** Decoding is greedy at temperature 0 with no fallback:
+faster-whisper's default retries a window whose transcript repeats itself or reads unlikely at
+rising temperatures, sampling at random, so the same clip could come back with other words from
+one run to the next. Without it a clip's transcript is a function of its window's audio.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,18 +167,43 @@ def check_language(model: WhisperModel, language: str) -> None:
         )
 
 
-def load_model(spec: str, threads: int = 1) -> WhisperModel:
-    """The recogniser for ``spec`` (int8 on the CPU, ``threads`` threads); raises
-    :class:`AsrError` in one sentence where it cannot be had (a name fetched with no network)."""
+#: Where the recogniser runs (``--asr-device``): the CPU, a GPU through CTranslate2's CUDA build,
+#: or a GPU where CTranslate2 sees one.
+DEVICES = ("cpu", "cuda", "auto")
+#: CTranslate2's compute type on each device: int8 weights on the CPU, half precision on a GPU
+#: (faster-whisper's own choice for each).
+COMPUTE_TYPES = {"cpu": "int8", "cuda": "float16"}
+
+
+def device_of(device: str) -> str:
+    """``cpu`` or ``cuda``: ``auto`` is cuda where CTranslate2 sees a GPU."""
+    if device != "auto":
+        return device
+    import ctranslate2
+
+    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+
+
+def load_model(spec: str, threads: int = 1, device: str = "cpu") -> WhisperModel:
+    """The recogniser for ``spec`` on ``device`` (:data:`DEVICES`; the CPU with ``threads``
+    threads); raises :class:`AsrError` in one sentence where it cannot be had (a name fetched with
+    no network, a GPU that is not there)."""
     from faster_whisper import WhisperModel
 
     path = Path(spec).expanduser()
     try:
+        on = device_of(device)
         return WhisperModel(
-            str(path) if path.is_dir() else spec, device="cpu", compute_type="int8", cpu_threads=threads, num_workers=1
+            str(path) if path.is_dir() else spec,
+            device=on,
+            compute_type=COMPUTE_TYPES[on],
+            cpu_threads=threads,
+            num_workers=1,
         )
     except Exception as e:  # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if device != "cpu" and ("cuda" in why.lower() or "gpu" in why.lower()):
+            raise AsrError(f"--asr-device {device}: the recogniser cannot run on a GPU here ({why})") from None
         if path.is_dir():
             raise AsrError(f"--asr-model {spec}: the model did not load ({why})") from None
         raise AsrError(
@@ -182,11 +214,13 @@ def load_model(spec: str, threads: int = 1) -> WhisperModel:
 
 @dataclass
 class Heard:
-    """What the recogniser heard in one clip: the transcript, and the language it was told or
-    detected (None where it was told none and heard nothing)."""
+    """What the recogniser heard in one clip: the transcript, the language it was told or
+    detected (None where it was told none and heard nothing), and the window it was heard in: the
+    index of that window's first clip among those transcribed together (its own when alone)."""
 
     transcript: str
     language: str | None
+    window: int = 0
 
 
 def windows(durations: Sequence[float], languages: Sequence[str | None]) -> list[list[int]]:
@@ -213,6 +247,7 @@ def _options(language: str | None) -> dict[str, Any]:
         "beam_size": 1,
         "condition_on_previous_text": False,
         "vad_filter": False,
+        "temperature": 0.0,  # no fallback to sampling: the same window, the same words (module doc)
     }
 
 
@@ -249,7 +284,7 @@ def transcribe(model: WhisperModel, clips: Sequence[np.ndarray], languages: Sequ
     for group in windows([len(c) / SAMPLE_RATE for c in clips], languages):
         language = languages[group[0]]
         if len(group) == 1 or not language:
-            heard += [_alone(model, clips[i], languages[i]) for i in group]
+            heard += [replace(_alone(model, clips[i], languages[i]), window=i) for i in group]
         else:
-            heard += _shared(model, [clips[i] for i in group], language)
+            heard += [replace(h, window=group[0]) for h in _shared(model, [clips[i] for i in group], language)]
     return heard

@@ -3,13 +3,17 @@ recogniser once (:func:`audio.asr.load_model`) and transcribes the clips it is s
 time, off the load generator's event loop and interpreter.
 
 Its stdin carries clips, each a frame: the length of a JSON header (4 bytes, big-endian), the
-header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"), then the clip's
-``bytes`` bytes (any audio PyAV decodes: WAV, MP3, Ogg ...; raw PCM goes as a WAV). Its stdout carries JSON lines: first
-``{"ready": true}`` once the model has loaded, or ``{"fatal": SENTENCE}`` and exit status 2; then
-one line per clip, in order (the clips waiting together are judged together, several to a
-Whisper window: :func:`audio.asr.transcribe`): ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the rate;
-null when not judged), ``reason`` (why not; null when judged), ``audio_s`` and ``judge_s`` (the
-process's CPU seconds on it: its even share of the clips judged together). With ``--listen``:
+header (``id``, ``text``, ``language`` or null, ``metric``: "", "wer" or "cer"; on the first clip
+of a batch, optionally ``batch``: how many clips, it included, to judge together), then the
+clip's ``bytes`` bytes (any audio PyAV decodes: WAV, MP3, Ogg ...; raw PCM goes as a WAV). Its
+stdout carries JSON lines: first ``{"ready": true}`` once the model has loaded, or
+``{"fatal": SENTENCE}`` and exit status 2; then one line per clip, in order (the clips of a batch,
+else those waiting together, are judged together, several to a Whisper window:
+:func:`audio.asr.transcribe`): ``id``, ``transcript``, ``language``, ``metric``, ``error`` (the
+rate; null when not judged), ``reason`` (why not; null when judged), ``window`` (the ``id`` of the
+first clip of the Whisper window it was heard in: its own when heard alone), ``audio_s`` and
+``judge_s`` (the process's CPU seconds on it: its even share of the clips judged together).
+``--device`` puts the recogniser on a GPU (:data:`audio.asr.DEVICES`). With ``--listen``:
 ``embedding`` (the speaker embedding,
 :mod:`audio.speaker`; 256 values, or null), ``similarity_ref`` (its cosine to the header's
 ``reference`` clip, a path, where given), ``mos``, ``mos_sig``, ``mos_bak`` (DNSMOS P.835,
@@ -26,6 +30,7 @@ import select
 import struct
 import sys
 import time
+from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -119,6 +124,7 @@ def _blank(header: dict[str, Any]) -> dict[str, Any]:
         "metric": None,
         "error": None,
         "reason": None,
+        "window": None,
         "audio_s": None,
         "judge_s": None,
     }
@@ -152,9 +158,9 @@ def _hear(model: WhisperModel, clips: list[np.ndarray], languages: list[str | No
         if len(clips) == 1:
             raise
     heard: list[asr.Heard | str] = []
-    for clip, language in zip(clips, languages):
+    for k, (clip, language) in enumerate(zip(clips, languages)):
         try:
-            heard += asr.transcribe(model, [clip], [language])
+            heard += [replace(said, window=k) for said in asr.transcribe(model, [clip], [language])]
         except Exception as e:  # a clip the model chokes on: that clip only
             heard.append(f"the recogniser failed on the clip ({_why(e)})")
     return heard
@@ -190,7 +196,13 @@ def judge_clips(
         header = batch[k][0]
         metric = asr.metric_for(said.language, header.get("metric") or "")
         error = asr.error_rate(header.get("text") or "", said.transcript, said.language, metric)
-        lines[k].update(transcript=said.transcript, language=said.language, metric=metric, error=round(error, 4))
+        lines[k].update(
+            transcript=said.transcript,
+            language=said.language,
+            metric=metric,
+            error=round(error, 4),
+            window=batch[todo[said.window]][0].get("id"),
+        )
     share = round((time.process_time() - started) / max(1, len(todo)), 3)
     for k in todo:
         if lines[k]["reason"] is None:
@@ -219,7 +231,8 @@ def _next(inp: IO[bytes]) -> tuple[dict[str, Any], bytes] | None:
 
 def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener | None = None) -> int:
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged.
-    The clips already waiting when one is read (up to :data:`BATCH_MAX`) are judged with it."""
+    A clip whose header says ``batch`` is judged with the clips after it that make up that
+    many; any other with those already waiting when it is read (up to :data:`BATCH_MAX`)."""
     n = 0
     while True:
         first = _next(inp)
@@ -227,7 +240,14 @@ def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener 
             return n
         batch = [first]
         ended = False
-        while len(batch) < BATCH_MAX and _waiting(inp):
+        told = first[0].get("batch")
+        while isinstance(told, int) and len(batch) < told:  # as many as the sender said: no timing in it
+            more = _next(inp)
+            if more is None:
+                ended = True
+                break
+            batch.append(more)
+        while told is None and len(batch) < BATCH_MAX and _waiting(inp):
             more = _next(inp)
             if more is None:
                 ended = True
@@ -254,11 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
+    p.add_argument("--device", default="cpu", choices=asr.DEVICES, help="where the recogniser runs (--asr-device)")
     p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")
-    p.add_argument("--listen", action="store_true", help="also speaker similarity and naturalness (--asr-listen)")
+    p.add_argument(
+        "--listen", action="store_true", help="also speaker similarity and naturalness (unless --asr-words-only)"
+    )
     args = p.parse_args(argv)
     try:
-        model = asr.load_model(args.model, max(1, args.threads))
+        model = asr.load_model(args.model, max(1, args.threads), args.device)
         asr.check_language(model, args.language)
         listener = Listener(max(1, args.threads)) if args.listen else None
     except (asr.AsrError, speaker.SpeakerModelMissing, quality.MosModelMissing) as e:

@@ -67,7 +67,8 @@ def speech_figure(summary: Summary) -> go.Figure | None:
 def speech_html(summary: Summary, figure_html: str) -> str:
     """The section (empty when the run was not judged and no signal check found anything)."""
     metric = speech_metric(summary)
-    parts = []
+    judge = summary.get("judge")
+    parts = [f"<p class='meta'>{esc(judge['text'][0].upper() + judge['text'][1:])}.</p>"] if judge else []
     if metric:
         steps = _judged_steps(summary)
         name = metric.upper()
@@ -182,7 +183,7 @@ def _drop_text(drop: ListenDrop | None) -> str:
 
 
 def _listen_html(summary: Summary, steps: list[StepSummary]) -> str:
-    """--asr-listen: each step's speaker similarity and naturalness, their drops, the least alike clips."""
+    """The voice and the sound: each step's speaker similarity and naturalness, their drops, the least alike clips."""
     if not any("similarity_mean" in _speech(s) for s in steps):
         return ""
     knee = summary["knee"]

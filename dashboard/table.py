@@ -213,12 +213,12 @@ def table_columns(summary: Summary) -> tuple[str, ...]:
     return cols[:at] + stream + cols[at:]
 
 
-#: With --asr-listen: mean speaker similarity and mean naturalness (DNSMOS OVRL) of the judged clips.
+#: With listening: mean speaker similarity and mean naturalness (DNSMOS OVRL) of the judged clips.
 LISTEN_COLUMNS = ("sim", "MOS")
 
 
 def listened(summary: Summary) -> bool:
-    """Whether the judge also heard voice and sound (--asr-listen) at any step."""
+    """Whether the judge also heard voice and sound (unless --asr-words-only) at any step."""
     return any("similarity_mean" in (s.get("speech") or {}) for s in summary["steps"])
 
 
@@ -406,6 +406,7 @@ def format_table(summary: Summary, report: Path | None = None) -> str:
         lines.append(
             f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), not whole-body time"
         )
+    lines += judge_lines(summary)
     lines += slice_lines(summary)
     lines += _barge_in_lines(summary.get("barge_in"))
     lines += _hangup_lines(summary.get("hangups"))
@@ -439,6 +440,12 @@ def format_table(summary: Summary, report: Path | None = None) -> str:
     if report:
         lines.append(f"report: {report}")
     return "\n".join(lines)
+
+
+def judge_lines(summary: Summary) -> list[str]:
+    """What the ASR judge heard, and how, in one line ([] where the run was not judged)."""
+    judge = summary.get("judge")
+    return [f"speech: {judge['text']}"] if judge else []
 
 
 def health_text(h: Preflight | None) -> str | None:

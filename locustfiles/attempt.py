@@ -253,8 +253,9 @@ class Caller:
                     backoff_ms=backoff_ms,
                 )
                 voice = bodies.voice_label(self.s, seg.ask)
-                if voice is not None or seg.ask.language is not None:
-                    runformat.attempt.update(rec, voice=voice, language=seg.ask.language)
+                language = seg.ask.language or seg.text.text_language
+                if voice is not None or language is not None:
+                    runformat.attempt.update(rec, voice=voice, language=language)
                 if rec["ok"] and not rec.get("cancelled"):
                     ended, m2 = done.ended, done.m2
                     # an ok answer that was not interrupted came whole, with its audio (_hear)

@@ -15,6 +15,11 @@ once per run, not once per worker, and the clips and verdicts land in the run di
 records (``speech/``, ``speech.jsonl``). Beside a local runner it runs at a lower priority
 (nice 10): the load and its timing come first.
 
+**What it hears** (:mod:`audio.hearing`): the words, the voice and the sound, or the words alone
+(``--asr-words-only``, or the listening models not installed: the run says so). **Kept, not
+judged** (``--asr-keep``): the same clips are picked and kept in ``speech/``, each with its line in
+``speech.jsonl``, and no judge runs: ``tts-knee judge RUN_DIR`` judges them afterwards.
+
 **Falling behind.** At most :data:`QUEUE_MAX` clips wait for the judge; a clip beyond is not judged
 and its line in ``speech.jsonl`` says so, as does the line of every clip still waiting when the
 run's end has waited :data:`FINISH_S` for the judge, or when the judge process died. Nothing of
@@ -27,17 +32,16 @@ import contextlib
 import json
 import logging
 import os
-import sys
 from collections import deque
 from typing import IO
 
 import gevent
-import numpy as np
 from gevent import subprocess
 from gevent.event import Event
 
 from tts_knee import runformat
-from tts_knee.audio import asr, containers, judge as judge_proc, quality, speaker
+from tts_knee.analysis import speech as speech_mod
+from tts_knee.audio import asr, containers, hearing as hearing_mod, judge as judge_proc
 from tts_knee.collectors import puller
 from tts_knee.runformat import wire
 
@@ -51,21 +55,13 @@ FINISH_S = 180.0
 READY_S = 180.0
 
 
-def judged_texts(texts, n: int) -> frozenset[str]:
-    """The ids of ``n`` texts spread evenly over the corpus (all of them when it has no more)."""
-    ids = list(dict.fromkeys(t.id for t in texts))
-    if n >= len(ids):
-        return frozenset(ids)
-    return frozenset(ids[int(i * len(ids) / n)] for i in range(n))
-
-
 class Picker:
     """On every load-generating node: picks the attempts to judge and hands their clips on."""
 
     def __init__(self, run):
         self.run = run
         s = run.settings
-        self.ids = judged_texts(s.texts, s.asr_sample)
+        self.ids = speech_mod.judged_texts([t.id for t in s.texts], s.asr_sample)
         self.cap = s.asr_sample
         self.taken: dict[int, set] = {}
 
@@ -95,7 +91,7 @@ class Picker:
             "concurrency": rec["concurrency"],
             "text_id": text.id,
             "text": seg.words,
-            "language": s.asr_language or seg.ask.language or text.language or s.tts_language or None,
+            "language": s.asr_language or seg.ask.language or text.written_in or s.tts_language or None,
             "reference": (seg.ask.ref_audio.path if seg.ask.ref_audio is not None else s.reference_voice) or None,
         }
         if self.run.is_worker:
@@ -105,10 +101,12 @@ class Picker:
 
 
 class Judge:
-    """Master or local runner: the judge process, its queue, ``speech/`` and ``speech.jsonl``."""
+    """Master or local runner: the judge process, its queue, ``speech/`` and ``speech.jsonl``;
+    with ``--asr-keep`` only the clips and their lines, no process."""
 
-    def __init__(self, s, run_dir, disk, on_judged=None):
+    def __init__(self, s, run_dir, disk, hearing: hearing_mod.Hearing, on_judged=None):
         self.s = s
+        self.hearing = hearing
         self.on_judged = on_judged  # --metrics-port: the live metrics take every speech.jsonl line too
         self.run_dir = run_dir
         self.disk = disk
@@ -121,38 +119,38 @@ class Judge:
         self.sent: deque = deque()  # clips written to the judge, not answered yet
         self.taken: dict[int, set] = {}
         self.counts = {"offered": 0, "judged": 0, "not_judged": 0}
-        # each text's embedding at the lowest concurrency heard so far: what `similarity` compares with
-        self.first: dict[str, tuple[int, list[float]]] = {}
+        self.first = hearing_mod.FirstHeard()  # what each clip's `similarity` compares with
         self._more = Event()
         self._done = Event()
         self.dead: str | None = None
 
+    def describe(self) -> dict:
+        """run.json's ``speech``: the clips' counts, what was heard and by which model."""
+        kept = self.s.asr_keep
+        return {
+            **self.counts,
+            "heard": [] if kept else self.hearing.heard,
+            "not_heard": None if kept else self.hearing.not_heard,
+            "model": None if kept else self.s.asr_model,
+            "afterwards": False,
+        }
+
     def start(self) -> str | None:
-        """Start the judge and wait for its model; None once ready, else why not (a sentence)."""
+        """Start the judge and wait for its model; None once ready, else why not (a sentence).
+        With --asr-keep there is none to start."""
+        if self.s.asr_keep:
+            return None
         try:
+            s = self.s
             proc = self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tts_knee.audio.judge",
-                    "--model",
-                    self.s.asr_model,
-                    "--threads",
-                    str(self.s.asr_threads),
-                    "--language",
-                    self.s.asr_language,
-                    *(["--listen"] if self.s.asr_listen else []),
-                ],
+                hearing_mod.judge_command(
+                    s.asr_model, s.asr_threads, s.asr_language, s.asr_device, self.hearing.listen
+                ),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(10),
-                # numpy's BLAS held to the judge's threads: its idle threads spin, ten times the CPU
-                env={
-                    **os.environ,
-                    "OPENBLAS_NUM_THREADS": str(self.s.asr_threads),
-                    "OMP_NUM_THREADS": str(self.s.asr_threads),
-                },
+                env=hearing_mod.judge_environment(s.asr_threads),
             )
         except OSError as e:
             return f"the ASR judge did not start: {e}"
@@ -185,7 +183,9 @@ class Judge:
         self.disk.append(self.run_dir / name, audio)
         self.disk.close(self.run_dir / name)
         clip = {**clip, "clip": name}
-        if self._done.is_set():
+        if self.s.asr_keep:
+            self._write(clip, **hearing_mod.unjudged(clip, speech_mod.KEPT))
+        elif self._done.is_set():
             self._unjudged(clip, "not judged: it came after the judge had finished")
         elif self.dead is not None:
             self._unjudged(clip, f"not judged: {self.dead}")
@@ -233,45 +233,12 @@ class Judge:
             if not self.sent:
                 continue
             clip = self.sent.popleft()
-            reason = said.get("reason")
-            self.counts["not_judged" if reason else "judged"] += 1
-            self._write(
-                clip,
-                language=said.get("language") or clip["language"],
-                metric=said.get("metric"),
-                error=said.get("error"),
-                transcript=said.get("transcript"),
-                reason=reason,
-                audio_s=said.get("audio_s"),
-                judge_s=said.get("judge_s"),
-                **(self._listened(clip, said) if self.s.asr_listen else {}),
-            )
+            self.counts["not_judged" if said.get("reason") else "judged"] += 1
+            self._write(clip, **hearing_mod.judged(clip, said, self.hearing, self.first))
         if proc.poll() is None:
             proc.wait()
         if self.sent or self.queue or not self._done.is_set():
             self._died(proc)
-
-    def _listened(self, clip: dict, said: dict) -> dict:
-        """What --asr-listen adds to the clip's line: ``similarity`` to its text's clip at the
-        lowest concurrency heard so far (1 for that clip itself), and what the judge heard."""
-        embedding = said.get("embedding")
-        similarity = None
-        concurrency = clip.get("concurrency") or 0
-        if isinstance(embedding, list) and embedding:
-            first = self.first.get(clip["text_id"])
-            if first is None or concurrency < first[0]:
-                self.first[clip["text_id"]] = first = (concurrency, embedding)
-            similarity = round(speaker.cosine(np.asarray(embedding), np.asarray(first[1])), 4)
-        return {
-            "similarity": similarity,
-            "similarity_ref": said.get("similarity_ref"),
-            "reference": clip.get("reference"),
-            "mos": said.get("mos"),
-            "mos_sig": said.get("mos_sig"),
-            "mos_bak": said.get("mos_bak"),
-            "listen_reason": said.get("listen_reason"),
-            "embedding": embedding,
-        }
 
     def _died(self, proc: subprocess.Popen[bytes]) -> None:
         if self.dead is None:
@@ -294,16 +261,7 @@ class Judge:
 
     def _unjudged(self, clip: dict, reason: str) -> None:
         self.counts["not_judged"] += 1
-        self._write(
-            clip,
-            language=clip["language"],
-            metric=None,
-            error=None,
-            transcript=None,
-            reason=reason,
-            audio_s=None,
-            judge_s=None,
-        )
+        self._write(clip, **hearing_mod.unjudged(clip, reason))
 
     def _write(self, clip: dict, **said) -> None:
         entry = runformat.speech_entry(
@@ -324,6 +282,9 @@ class Judge:
         clips it did not get to are written as not judged."""
         proc = self.proc
         if proc is None:
+            if self.s.asr_keep:
+                self.disk.close(self.path)
+                log.info("speech: %d clips kept for tts-knee judge (speech/, speech.jsonl)", self.counts["offered"])
             return
         waiting = len(self.queue) + len(self.sent)
         if waiting and self.dead is None:
@@ -335,9 +296,10 @@ class Judge:
             if self._reader is not None:
                 self._reader.join()
         if proc.poll() is None:
+            # said before the kill: the reader, which sees the judge's output end first, writes it
+            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
             proc.kill()
             proc.wait()
-            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
             self._died(proc)
         elif self.sent or self.queue:
             self._died(proc)
@@ -351,34 +313,10 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in name)[:120]
 
 
-def check(s) -> None:
-    """Raise :class:`audio.asr.AsrError` where the judge's options cannot work."""
+def check(s) -> hearing_mod.Hearing:
+    """What the judge will hear; raises :class:`audio.asr.AsrError` (one sentence) where its
+    options cannot work. Kept clips (--asr-keep) are heard by no one yet."""
+    if s.asr_keep:
+        return hearing_mod.Hearing(False)
     asr.check_model(s.asr_model, s.asr_language, s.asr_metric)
-    if s.asr_listen:
-        check_listening(s.reference_voice)
-
-
-def check_listening(reference_voice: str) -> None:
-    """Raise :class:`audio.asr.AsrError` (one sentence) where --asr-listen cannot work: its models
-    not installed, or a --reference-voice that is missing, not audio, or too short to embed."""
-    try:
-        speaker.weights_path()
-        quality.model_path()
-    except (speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
-        raise asr.AsrError(f"--asr-listen: {e}") from None
-    if not reference_voice:
-        return
-    if not os.path.isfile(reference_voice):
-        raise asr.AsrError(f"--reference-voice {reference_voice}: no such file")
-    try:
-        from faster_whisper import decode_audio
-
-        samples = decode_audio(reference_voice)
-    except Exception:  # PyAV's errors: whatever it is, it is not audio
-        raise asr.AsrError(f"--reference-voice {reference_voice}: not an audio file PyAV can decode") from None
-    heard = speaker.speech_seconds(samples)
-    if heard < speaker.MIN_SPEECH_S:
-        raise asr.AsrError(
-            f"--reference-voice {reference_voice}: {heard:.2f} s of speech, too short to embed "
-            f"(at least {speaker.MIN_SPEECH_S:g} s)"
-        )
+    return hearing_mod.decide(s.asr_listen, s.asr_words_only, s.reference_voice)

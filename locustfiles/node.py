@@ -410,7 +410,7 @@ class Run:
                 self.fail(answer["message"])
                 return
         self.info["provenance"] = provenance.describe(s, self.info["options"])
-        if s.asr_model:
+        if s.asr_model or s.asr_keep:
             refused = self._start_judge(run_dir)
             if refused is not None:
                 self.fail(refused)
@@ -419,17 +419,20 @@ class Run:
         self.save()
 
     def _start_judge(self, run_dir: Path) -> str | None:
-        """--asr-model: check it, start the judge (its model loaded) and this node's picker;
-        None when ready, else why not."""
+        """--asr-model: check it, start the judge (its model loaded) and this node's picker
+        (--asr-keep: the picker, and the clips kept for later); None when ready, else why not."""
         try:
-            listening.check(self.settings)
+            hearing = listening.check(self.settings)
         except asr.AsrError as e:
             return str(e)
+        if hearing.not_heard and not self.settings.asr_words_only:
+            log.warning("--asr-model hears the words only, not the voice and the sound: %s", hearing.not_heard)
         metrics = self.environment.tts_knee.metrics
         self.judge = listening.Judge(
             self.settings,
             run_dir,
             self.environment.tts_knee.disk,
+            hearing,
             on_judged=None if metrics is None else metrics.observe_judged,
         )
         refused = self.judge.start()
@@ -554,7 +557,7 @@ class Run:
         self._account_arrivals()
         if self.judge is not None:
             self.judge.finish()
-            self.info["speech"] = dict(self.judge.counts)
+            self.info["speech"] = self.judge.describe()
         if self.settings.preflight and not self.failed:  # before the voices it asks for are removed
             self.info["health"] = health(self.settings)
             h = self.info["health"]
@@ -710,7 +713,7 @@ class Node:
                 run.calls if s.rates else None,
             )
             run.make_audio_dir()
-            if s.asr_model:
+            if s.asr_model or s.asr_keep:
                 run.picker = listening.Picker(run)
             assert self.clock is not None  # a worker's, made with the node
             gevent.spawn(self.clock.probe)

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tts_knee.analysis import capacity as capacity_mod, slo as slo_mod
+from tts_knee.audio import hearing
 from tts_knee.runformat import options as run_options
 from tts_knee.runformat.fields import Builder
 from tts_knee.runformat.grpc_codes import CODES as GRPC_CODES
@@ -168,7 +169,10 @@ class Settings:
     asr_language: str = ""
     asr_metric: str = ""
     asr_threads: int = 1
-    asr_listen: bool = False
+    asr_listen: bool = False  # listening asked for by name: its models missing stop the run
+    asr_words_only: bool = False
+    asr_keep: bool = False  # the judge's clips kept, judged afterwards (tts-knee judge)
+    asr_device: str = "cpu"
     reference_voice: str = ""
     # reaching a real service (locustfiles.tls): credentials sent, never recorded; TLS that verifies
     headers: tuple = ()  # (name, value) for every HTTP request and WebSocket upgrade
@@ -232,11 +236,14 @@ class Settings:
             "cancel_by": self.cancel_by if barge else None,
             "barge_in_seed": self.barge_in_seed if barge else None,
             "asr_model": self.asr_model or None,
-            "asr_sample": self.asr_sample if self.asr_model else None,
+            "asr_sample": self.asr_sample if self.asr_model or self.asr_keep else None,
             "asr_language": self.asr_language or None,
             "asr_metric": self.asr_metric or None,
             "asr_threads": self.asr_threads if self.asr_model else None,
             "asr_listen": self.asr_listen if self.asr_model else None,
+            "asr_words_only": self.asr_words_only if self.asr_model else None,
+            "asr_keep": self.asr_keep or None,
+            "asr_device": self.asr_device if self.asr_model else None,
             "reference_voice": self.reference_voice or None,
             "headers": [name for name, _ in self.headers],
             "grpc_metadata": [key for key, _ in self.grpc_metadata],
@@ -992,15 +999,34 @@ def _listening(o) -> dict:
         "asr_model": model,
         "asr_language": str(o.asr_language or "").strip(),
         "asr_metric": str(o.asr_metric or "").strip(),
+        "asr_listen": bool(getattr(o, "asr_listen", False)),
+        "asr_words_only": bool(getattr(o, "asr_words_only", False)),
+        "asr_keep": bool(getattr(o, "asr_keep", False)),
+        "asr_device": str(getattr(o, "asr_device", "") or "cpu"),
+        "reference_voice": str(getattr(o, "reference_voice", "") or "").strip(),
     }
-    if not model and (out["asr_language"] or out["asr_metric"]):
+    if model and out["asr_keep"]:
+        raise SettingsError(
+            "--asr-keep keeps the clips for tts-knee judge without judging them, and --asr-model judges them "
+            "during the run (keeping them too): give one"
+        )
+    if not (model or out["asr_keep"]) and (out["asr_language"] or out["asr_metric"]):
         raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")
-    out["asr_listen"] = bool(getattr(o, "asr_listen", False))
-    out["reference_voice"] = str(getattr(o, "reference_voice", "") or "").strip()
-    if (out["asr_listen"] or out["reference_voice"]) and not model:
-        raise SettingsError("--asr-listen and --reference-voice are heard by the ASR judge: give --asr-model")
-    if out["reference_voice"] and not out["asr_listen"]:
-        raise SettingsError("--reference-voice is compared by the speaker similarity check: give --asr-listen")
+    given = [
+        flag
+        for flag, on in (
+            ("--asr-listen", out["asr_listen"]),
+            ("--asr-words-only", out["asr_words_only"]),
+            ("--reference-voice", out["reference_voice"]),
+            ("--asr-device", out["asr_device"] != "cpu"),
+        )
+        if on
+    ]
+    if given and not model:
+        later = " (tts-knee judge takes them for a run kept with --asr-keep)" if out["asr_keep"] else ""
+        raise SettingsError(f"{' and '.join(given)} tell the ASR judge how to listen: give --asr-model{later}")
+    if out["asr_words_only"] and (out["asr_listen"] or out["reference_voice"]):
+        raise SettingsError(hearing.CONTRARY)
     return out
 
 

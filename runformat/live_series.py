@@ -143,7 +143,7 @@ SPEECH_SIMILARITY = Series(
     "speech_similarity_ratio",
     "histogram",
     _STEP,
-    "Speaker similarity of each clip the judge listened to (--asr-listen) to its text's clip at the "
+    "Speaker similarity of each clip the judge listened to (unless --asr-words-only) to its text's clip at the "
     "lowest concurrency heard so far (1 for that clip).",
     SIMILARITY_BUCKETS,
 )
@@ -151,7 +151,7 @@ SPEECH_MOS = Series(
     "speech_mos",
     "histogram",
     _STEP,
-    "Predicted naturalness (DNSMOS OVRL, 1 to 5) of each clip the judge listened to (--asr-listen).",
+    "Predicted naturalness (DNSMOS OVRL, 1 to 5) of each clip the judge listened to (unless --asr-words-only).",
     MOS_BUCKETS,
 )
 #: The judge's other figures of a clip (a speech.jsonl line's field -> its histogram). A figure

@@ -970,8 +970,10 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "",
         "Judge the speech with faster-whisper (pip install 'tts-knee[asr]'): a model directory, or a model name "
-        "faster-whisper fetches where the machine has a network (base, small, ...); each step's word error rate "
-        "against the text sent, and the speech knee (default: not judged).",
+        "faster-whisper fetches where the machine has a network (base, small, ...). It hears the words (each "
+        "step's word error rate against the text sent), the voice (speaker similarity) and the sound (DNSMOS), "
+        "each with its knee; the words alone where the listening models are not installed, and the run says so "
+        "(default: not judged).",
         group=_LISTENING,
     ),
     _O(
@@ -1009,10 +1011,40 @@ OPTIONS: tuple[Option, ...] = (
         "asr_listen",
         "",
         False,
-        "Also hear each judged clip's voice and sound: speaker similarity to the same text at the lowest step "
-        "(and to --reference-voice or the voice's ref_audio) and predicted naturalness (DNSMOS), with their "
-        "knees (default off).",
+        "Hear each judged clip's voice and sound, and stop the run where their models are not installed: "
+        "speaker similarity to the same text at the lowest step (and to --reference-voice or the voice's "
+        "ref_audio) and predicted naturalness (DNSMOS), with their knees (default: heard with --asr-model "
+        "wherever the models are installed).",
         bool,
+        group=_LISTENING,
+    ),
+    _O(
+        flag="--asr-words-only",
+        key="asr_words_only",
+        unit="",
+        default=False,
+        help="Judge the words alone: no speaker similarity, no naturalness (default off).",
+        kind=bool,
+        group=_LISTENING,
+    ),
+    _O(
+        flag="--asr-keep",
+        key="asr_keep",
+        unit="",
+        default=False,
+        help="Keep the clips the judge would hear (speech/, a line each in speech.jsonl) without judging them "
+        "during the run: tts-knee judge RUN_DIR judges them afterwards, on this machine or another (default off).",
+        kind=bool,
+        group=_LISTENING,
+    ),
+    _O(
+        flag="--asr-device",
+        key="asr_device",
+        unit="",
+        default="cpu",
+        help="Where the judge's recogniser runs: cpu, cuda (a GPU; CTranslate2 built with CUDA) or auto (cuda "
+        "where there is one) (default {default}).",
+        choices=("cpu", "cuda", "auto"),
         group=_LISTENING,
     ),
     _O(
@@ -1021,7 +1053,7 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "",
         "An audio file of the voice the server should speak in: each judged clip's similarity to it "
-        "(similarity_ref) where its voice has no ref_audio of its own (needs --asr-listen; default none).",
+        "(similarity_ref) where its voice has no ref_audio of its own (default none).",
         group=_LISTENING,
     ),
     _O(

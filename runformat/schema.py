@@ -187,7 +187,12 @@ class Attempt(TypedDict):
             Doc("", "the voice the request named (its own, the mix's, --tts-voice), or its reference clip's file name"),
         ]
     ]
-    language: NotRequired[Annotated[str | None, Doc("", "the language the request named")]]
+    language: NotRequired[
+        Annotated[
+            str | None,
+            Doc("", "the language the request named, else the one its text is written in (corpus text_language)"),
+        ]
+    ]
     # barge-in: the listener interrupted the utterance, which was cancelled (--barge-in)
     cancelled: NotRequired[
         Annotated[
@@ -268,6 +273,16 @@ class SpeechLine(TypedDict):
     text_id: Annotated[str | None, Doc("", "corpus id of the text")]
     text: Annotated[str | None, Doc("", "the text sent, which the transcript is scored against")]
     language: Annotated[str | None, Doc("", "the language the judge was told, or the one it detected")]
+    told_language: NotRequired[
+        Annotated[
+            str | None,
+            Doc(
+                "",
+                "the language the judge was told (--asr-language, the corpus entry's, --tts-language); null: it "
+                "detected one",
+            ),
+        ]
+    ]
     metric: Annotated[str | None, Doc("", "'wer' (words) or 'cer' (characters: languages written without spaces)")]
     error: Annotated[
         float | None,
@@ -287,6 +302,16 @@ class SpeechLine(TypedDict):
             "why the clip was not judged (undecodable audio, the judge behind or gone), one sentence; null when judged",
         ),
     ]
+    window: NotRequired[
+        Annotated[
+            str | None,
+            Doc(
+                "",
+                "the req_id of the first clip of the Whisper window the clip was heard in (its own when heard "
+                "alone): tts-knee judge hears it beside the same clips again; null where not judged",
+            ),
+        ]
+    ]
     audio_s: Annotated[float | None, Doc("s", "the clip's length")]
     judge_s: Annotated[float | None, Doc("s", "CPU seconds the judge spent on the clip")]
     clip: Annotated[str | None, Doc("", "the clip, relative to the run directory (speech/<req_id>.wav)")]
@@ -296,7 +321,7 @@ class SpeechLine(TypedDict):
             Doc(
                 "",
                 "speaker similarity (cosine of speaker embeddings, audio.speaker) to the same text's clip at the "
-                "lowest concurrency heard so far (--asr-listen); null where the clip was too short to embed",
+                "lowest concurrency heard so far (unless --asr-words-only); null where the clip was too short to embed",
             ),
         ]
     ]
@@ -746,11 +771,30 @@ VOICE_UPLOAD = table(VoiceUpload)
 
 
 class SpeechCounts(TypedDict):
-    """``run.json``'s ``speech`` (--asr-model): clips offered to the judge, judged, not judged."""
+    """``run.json``'s ``speech`` (--asr-model, --asr-keep, tts-knee judge): clips offered to the
+    judge, judged, not judged, and what it heard of them."""
 
-    offered: Annotated[int, Doc("count", "clips the judge was given")]
+    offered: Annotated[int, Doc("count", "clips the judge was given (--asr-keep: kept for tts-knee judge)")]
     judged: Annotated[int, Doc("count", "")]
     not_judged: Annotated[int, Doc("count", "undecodable, or the judge behind or gone (speech.jsonl says which)")]
+    heard: NotRequired[
+        Annotated[
+            list[str],
+            Doc(
+                "",
+                "what the judge heard of each clip: words (the error rate), voice (speaker similarity), sound "
+                "(DNSMOS); [] for clips kept, not judged",
+            ),
+        ]
+    ]
+    not_heard: NotRequired[
+        Annotated[
+            str | None,
+            Doc("", "why the voice and the sound were not heard, one sentence (null: they were)"),
+        ]
+    ]
+    model: NotRequired[Annotated[str | None, Doc("", "the recogniser that judged (--asr-model); null: none yet")]]
+    afterwards: NotRequired[Annotated[bool, Doc("", "judged after the run, by tts-knee judge")]]
 
 
 class TraceBurst(TypedDict):
@@ -824,7 +868,10 @@ class RunInfo(TypedDict):
     ]
     error: NotRequired[Annotated[str | None, Doc("", "why the run could not go on, one sentence")]]
     speech: NotRequired[
-        Annotated[SpeechCounts, Doc("count", "--asr-model: clips offered to the judge, judged, not judged")]
+        Annotated[
+            SpeechCounts,
+            Doc("", "--asr-model: clips offered to the judge, judged, not judged, and what it heard of them"),
+        ]
     ]
     records: NotRequired[Annotated[int | None, Doc("count", "attempt records written, once the run ended")]]
     cut_by_run_end: NotRequired[

@@ -373,33 +373,31 @@ class SpeechStep(TypedDict):
             float | None,
             Doc(
                 "",
-                "--asr-listen: mean speaker similarity (cosine, audio.speaker) of the step's clips to the same "
+                "listening: mean speaker similarity (cosine, audio.speaker) of the step's clips to the same "
                 "texts' clips at the lowest level (1 at the lowest level itself)",
             ),
         ]
     ]
-    similarity_p5: NotRequired[Annotated[float | None, Doc("", "--asr-listen: its 5th percentile (the least alike)")]]
+    similarity_p5: NotRequired[Annotated[float | None, Doc("", "listening: its 5th percentile (the least alike)")]]
     similarity_ref_mean: NotRequired[
-        Annotated[
-            float | None, Doc("", "--asr-listen: mean similarity to the voice's reference audio; null without one")
-        ]
+        Annotated[float | None, Doc("", "listening: mean similarity to the voice's reference audio; null without one")]
     ]
     mos_mean: NotRequired[
-        Annotated[float | None, Doc("", "--asr-listen: mean predicted naturalness, DNSMOS P.835 OVRL (1-5)")]
+        Annotated[float | None, Doc("", "listening: mean predicted naturalness, DNSMOS P.835 OVRL (1-5)")]
     ]
-    mos_p5: NotRequired[Annotated[float | None, Doc("", "--asr-listen: its 5th percentile")]]
-    mos_sig_mean: NotRequired[Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS SIG (the speech itself)")]]
+    mos_p5: NotRequired[Annotated[float | None, Doc("", "listening: its 5th percentile")]]
+    mos_sig_mean: NotRequired[Annotated[float | None, Doc("", "listening: mean DNSMOS SIG (the speech itself)")]]
     mos_bak_mean: NotRequired[
-        Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS BAK (the background: noise, clicks)")]
+        Annotated[float | None, Doc("", "listening: mean DNSMOS BAK (the background: noise, clicks)")]
     ]
     not_listened: NotRequired[
         Annotated[
             int | None,
-            Doc("count", "--asr-listen: judged clips whose similarity or mos is null (too short to embed or score)"),
+            Doc("count", "listening: judged clips whose similarity or mos is null (too short to embed or score)"),
         ]
     ]
     worst_similarity: NotRequired[
-        Annotated[list[SimilarityExample], Doc("", "--asr-listen: the least alike clips, least first")]
+        Annotated[list[SimilarityExample], Doc("", "listening: the least alike clips, least first")]
     ]
 
 
@@ -636,7 +634,7 @@ class Knee(TypedDict):
             list[ListenDrop | None],
             Doc(
                 "",
-                "--asr-listen: each level's drop in speaker similarity from the lowest's, paired by text (null "
+                "listening: each level's drop in speaker similarity from the lowest's, paired by text (null "
                 "where too few pairs)",
             ),
         ]
@@ -644,7 +642,7 @@ class Knee(TypedDict):
     mos_drop: NotRequired[
         Annotated[
             list[ListenDrop | None],
-            Doc("", "--asr-listen: each level's drop in naturalness (DNSMOS OVRL) from the lowest's, paired by text"),
+            Doc("", "listening: each level's drop in naturalness (DNSMOS OVRL) from the lowest's, paired by text"),
         ]
     ]
     speech_changed: NotRequired[
@@ -812,11 +810,11 @@ class RegressionStep(TypedDict):
     throughput_rps: Annotated[Comparison | None, Doc("req/s", "")]
     error_rate: Annotated[Comparison | None, Doc("", "")]
     mos_mean: NotRequired[
-        Annotated[Comparison | None, Doc("", "--asr-listen in both runs: naturalness (DNSMOS OVRL), paired by text")]
+        Annotated[Comparison | None, Doc("", "listened to in both runs: naturalness (DNSMOS OVRL), paired by text")]
     ]
     similarity_ref_mean: NotRequired[
         Annotated[
-            Comparison | None, Doc("", "--asr-listen in both runs: similarity to the reference voice, paired by text")
+            Comparison | None, Doc("", "listened to in both runs: similarity to the reference voice, paired by text")
         ]
     ]
     regression: Annotated[bool, Doc("", "")]
@@ -1304,8 +1302,8 @@ class SliceSpeech(TypedDict):
     metric: Annotated[str, Doc("", "'wer' or 'cer'")]
     wer_mean: Annotated[float | None, Doc("", "mean word error rate (null when the metric is cer)")]
     cer_mean: Annotated[float | None, Doc("", "mean character error rate, where cer is the metric")]
-    similarity_mean: Annotated[float | None, Doc("", "--asr-listen: mean speaker similarity (null: not listened)")]
-    mos_mean: Annotated[float | None, Doc("", "--asr-listen: mean DNSMOS OVRL (null: not listened)")]
+    similarity_mean: Annotated[float | None, Doc("", "listening: mean speaker similarity (null: not listened)")]
+    mos_mean: Annotated[float | None, Doc("", "listening: mean DNSMOS OVRL (null: not listened)")]
 
 
 class SliceLevel(TypedDict):
@@ -1357,6 +1355,22 @@ class Slices(TypedDict):
         str | None,
         Doc("", "where a slice breaks before the pooled knee: the sentence the diagnosis adds (null: none does)"),
     ]
+
+
+class Judged(TypedDict):
+    """``judge``: what the ASR judge heard of the run's clips, and how (analysis.speech.judged)."""
+
+    heard: Annotated[
+        list[str],
+        Doc("", "what it heard of the clips: words (the error rate), voice (speaker similarity), sound (DNSMOS)"),
+    ]
+    not_heard: Annotated[
+        str | None, Doc("", "why the voice and the sound were not heard, one sentence (null: they were)")
+    ]
+    kept: Annotated[int, Doc("count", "clips kept for tts-knee judge and not judged yet (--asr-keep)")]
+    model: Annotated[str | None, Doc("", "the recogniser that judged (null: none yet, or not recorded)")]
+    afterwards: Annotated[bool, Doc("", "judged after the run, by tts-knee judge")]
+    text: Annotated[str, Doc("", "all of it in one sentence, as the verdict says it")]
 
 
 class Summary(TypedDict):
@@ -1419,6 +1433,9 @@ class Summary(TypedDict):
     ]
     slices: NotRequired[
         Annotated[Slices, Doc("", "where the requests name several languages (voices): each one's figures and knee")]
+    ]
+    judge: NotRequired[
+        Annotated[Judged, Doc("", "--asr-model, --asr-keep: what the ASR judge heard of the clips, and how")]
     ]
 
 

@@ -130,8 +130,7 @@ CLIP = Payload(
             "reference",
             "",
             True,
-            "--asr-listen: the voice's reference audio (its ref_audio, else --reference-voice), a path the "
-            "master reads",
+            "listening: the voice's reference audio (its ref_audio, else --reference-voice), a path the master reads",
         ),
         Field("audio", "bytes", False, "the clip, a WAV (or the compressed audio as it came)"),
     ),

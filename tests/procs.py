@@ -231,6 +231,20 @@ def dashboard(*args, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Compl
     return done
 
 
+def judge_after(run: Path, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``tts-knee judge RUN args``; the run directory (once judged) is held to the format."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tts_knee", "judge", str(run), *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode == 0:
+        assert_declared(run)
+    return done
+
+
 def http_get(url: str, token: str | None = None, timeout: float = 30) -> tuple[int, bytes]:
     """(status, body) of a GET; an HTTP error status is an answer, not an exception."""
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})

@@ -5,12 +5,14 @@
     tts-knee run --headless -H http://127.0.0.1:8300 --steps 1,2,4,8,16 --step-time 30 \\
                  --run-dir runs/demo --collector http://127.0.0.1:9300
     tts-knee report runs/demo                                # summary.json, report.html
+    tts-knee judge runs/demo --asr-model small               # its kept clips judged (again), then reported
     tts-knee export runs/demo --format parquet               # runs/demo/attempts.parquet
 
 ``tts-knee COMMAND --help`` lists the command's options with their defaults. ``run`` is Locust
 with tts-knee's locustfile (``locust -f locustfiles/tts.py`` in a clone is the same): every
 Locust option passes through, the web UI included when ``--headless`` is not given. ``report``
-is :mod:`tts_knee.dashboard`'s command line, ``export`` :mod:`tts_knee.dashboard.export`'s,
+is :mod:`tts_knee.dashboard`'s command line, ``judge`` :mod:`tts_knee.dashboard.judge`'s,
+``export`` :mod:`tts_knee.dashboard.export`'s,
 ``collect`` :mod:`tts_knee.collectors`' and ``sim``
 :mod:`tts_knee.testbed.sim`'s.
 """
@@ -43,6 +45,12 @@ def _report(argv: list[str]) -> int:
     return dashboard_main(argv, prog=f"{PROG} report")
 
 
+def _judge(argv: list[str]) -> int:
+    from tts_knee.dashboard.judge import main as judge_main
+
+    return judge_main(argv, prog=f"{PROG} judge")
+
+
 def _export(argv: list[str]) -> int:
     from tts_knee.dashboard.export import main as export_main
 
@@ -70,6 +78,10 @@ COMMANDS = {
     "report": (
         "a run directory's summary.json, report.html and step table; comparisons, the CI gate, the live view",
         _report,
+    ),
+    "judge": (
+        "a finished run's kept clips judged, or judged again (another model, the voice and the sound), then reported",
+        _judge,
     ),
     "export": (
         "a run directory's attempts, judged clips or resource samples as Parquet or CSV, typed columns",

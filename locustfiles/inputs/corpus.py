@@ -4,7 +4,10 @@ A corpus is a ``.txt`` file (one text per line; blank lines and ``#`` comments i
 ``.jsonl`` file of objects with ``text`` and optional ``id`` and ``tier``, and what the request
 for that text asks for beside its words: ``voice``, ``language``, ``speed`` (a number above 0),
 ``instructions``, ``ref_audio`` (a reference clip to clone the voice from: a WAV, MP3, Ogg, AAC
-or FLAC file, its path relative to the corpus file) and ``ref_text`` (what the clip says).
+or FLAC file, its path relative to the corpus file) and ``ref_text`` (what the clip says). An
+entry's ``text_language`` names the language its text is written in for tts-knee alone, never
+sent: its records' ``language`` (slices by language) and the language the ASR judge listens for,
+where the entry asks for no ``language`` (which is sent, in the request shape's own place for it).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ SHORT_MAX_CHARS, MEDIUM_MAX_CHARS = 40, 160
 CLIP_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "ogg": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac"}
 #: Optional string fields of a corpus entry (the request's mix; ``ref_audio`` names a file).
 _ASKS = ("voice", "language", "instructions", "ref_text")
+#: Optional string fields of a corpus entry that describe its text and are never sent.
+_LABELS = ("text_language",)
 _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；…])\s*")
 _SOFT_BREAK = re.compile(r"(?<=[,，、:：])\s*|\s+")
 
@@ -58,6 +63,12 @@ class Text:
     instructions: str | None = None
     ref_audio: Clip | None = None
     ref_text: str | None = None
+    text_language: str | None = None  # the language of the text, never sent (the module doc)
+
+    @property
+    def written_in(self) -> str | None:
+        """The language the text is written in: the one its request asks for, else its label."""
+        return self.language or self.text_language
 
 
 def unique(text: Text, n: int) -> Text:
@@ -144,10 +155,11 @@ def _load_jsonl(path: Path, raw: str) -> list[Text]:
 
 
 def _asks(obj: dict, path: Path, where: str, clips: dict) -> dict:
-    """The entry's voice, language, speed, instructions, reference clip and its text; ``clips``
-    holds the clips read so far, so a clip many entries name is read once."""
+    """The entry's voice, language, speed, instructions, reference clip and its text, and the
+    language its text is written in; ``clips`` holds the clips read so far, so a clip many
+    entries name is read once."""
     out: dict[str, Any] = {}
-    for k in _ASKS:
+    for k in _ASKS + _LABELS:
         v = obj.get(k)
         if v is not None and (not isinstance(v, str) or not v.strip()):
             raise CorpusError(f"{where} has {k} {v!r}; expected a non-empty string")

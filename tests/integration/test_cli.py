@@ -42,12 +42,12 @@ def _declared(help_text: str) -> set[str]:
 def test_the_command_names_its_subcommands():
     done = tts_knee("--help")
     assert done.returncode == 0, done.stderr
-    for name in ("run", "report", "export", "collect", "sim"):
+    for name in ("run", "report", "judge", "export", "collect", "sim"):
         assert re.search(rf"^  {name} ", done.stdout, re.M), done.stdout
     bad = tts_knee("swarm")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == (
-        "tts-knee: 'swarm' is not a command; use one of run, report, export, collect, sim "
+        "tts-knee: 'swarm' is not a command; use one of run, report, judge, export, collect, sim "
         "(tts-knee --help says what each does)."
     )
     assert tts_knee().returncode == 2
@@ -99,6 +99,7 @@ def test_the_readme_is_a_front_door():
     "command, module, build",
     [
         ("report", "tts_knee.dashboard.__main__", "parser"),
+        ("judge", "tts_knee.dashboard.judge", "parser"),
         ("export", "tts_knee.dashboard.export", "parser"),
         ("collect", "tts_knee.collectors.__main__", "parser"),
         ("sim", "tts_knee.testbed.sim.cli", "build_parser"),

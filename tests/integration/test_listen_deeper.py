@@ -1,7 +1,7 @@
-"""Listening deeper (--asr-listen) end to end: the simulator speaking joe at a flat 150 ms, judged by
-Whisper base with speaker similarity and DNSMOS on; past 2 in flight it answers in another speaker's
-voice (espeak-ng), or with noise and clicks. Steps 1, 2 and 8 prove the point: level up to 2, a knee
-at 8 by what changed, 2 recommended.
+"""Listening deeper end to end: the simulator speaking joe at a flat 150 ms, judged by Whisper base
+with --asr-model alone, which hears speaker similarity and DNSMOS too; past 2 in flight it answers
+in another speaker's voice (espeak-ng), or with noise and clicks. Steps 1, 2 and 8 prove the point:
+level up to 2, a knee at 8 by what changed, 2 recommended.
 
 The simulator counts the requests in flight when one arrives. A late timer on a loaded machine
 only ever lowers that count (a user whose next request is late has none at the server), never
@@ -33,8 +33,8 @@ ABOVE = "2"
 
 
 def judged_run(tmp_path, corpus, *knobs, extra=()):
-    """A run at :data:`STEPS` against the simulator with ``knobs``, judged with --asr-listen; its summary
-    and the dashboard's output."""
+    """A run at :data:`STEPS` against the simulator with ``knobs``, judged with --asr-model alone; its
+    summary and the dashboard's output."""
     run = tmp_path / "run"
     with speaking(corpus, *knobs) as sim:
         proc = locust(
@@ -52,7 +52,6 @@ def judged_run(tmp_path, corpus, *knobs, extra=()):
                 str(model_dir()),
                 "--asr-sample",
                 "5",
-                "--asr-listen",
                 *extra,
                 "--run-dir",
                 str(run),

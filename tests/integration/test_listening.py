@@ -1,18 +1,38 @@
 """Listening end to end: real Locust runs against the simulator speaking with piper's joe voice,
-judged by the ASR judge (Whisper base from the test extra); the signal checks on every attempt;
-the judge's bad input, its death mid-run, and a distributed run shipping its clips to the master
-(whose live metrics count them)."""
+judged by the ASR judge (Whisper base from the test extra: the words, the voice and the sound);
+the same run judged again afterwards (tts-knee judge) to the same figures; clips kept during a run
+and judged afterwards, and what that judge refuses; the signal checks on every attempt; the judge's
+bad input, its death mid-run, and a distributed run shipping its clips to the master (whose live
+metrics count them)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import signal
+import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from procs import dashboard, finish, free_port, locust, locust_count, master, read_jsonl, scraping, spawn, worker
+from procs import (
+    ROOT,
+    dashboard,
+    finish,
+    free_port,
+    judge_after,
+    locust,
+    locust_count,
+    master,
+    read_jsonl,
+    scraping,
+    spawn,
+    worker,
+)
 from rundirs import assert_declared
 from speaking import TEXTS, speaking
 from tts_knee.testbed.whisper_base import model_dir
@@ -80,10 +100,95 @@ def test_speech_garbled_above_two_in_flight_is_a_speech_knee_before_any_latency_
         assert d["evidence"][0].startswith("WER rose from ") and " at 2 to " in d["evidence"][0], d["evidence"]
         assert "degrades before its latency does" in d["evidence"][0] and 'sent "' in d["evidence"][1]
     table = out.stdout.splitlines()[1].split()
-    assert "WER%" in table and "judged" in table
+    assert "WER%" in table and "judged" in table and "sim" in table and "MOS" in table
+    # --asr-model alone heard the voice and the sound too, and the verdict says so
+    assert s["judge"]["heard"] == ["words", "voice", "sound"] and "similarity" in knee["methods"], s["judge"]
+    assert "speech: the judge heard the words, the voice and the sound of 15 clips" in out.stdout, out.stdout
+    assert all(h["window"] and h["told_language"] == "en" and h["mos"] for h in heard)
     html = (run / "report.html").read_text()
     assert "What the listener hears" in html and "The worst clips" in html and "<audio controls" in html
     assert_declared(run)
+    # judged again afterwards with the same model: the same clips in the same windows, the same figures
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
+    done = judge_after(again)
+    assert done.returncode == 0, done.stdout + done.stderr
+    s2 = json.loads((again / "summary.json").read_text())
+    figures = ("judged", "wer_mean", "similarity_mean", "mos_mean")
+    assert [[st["speech"][f] for f in figures] for st in s2["steps"]] == [
+        [st["speech"][f] for f in figures] for st in s["steps"]
+    ]
+    assert s2["knee"]["concurrency"] == 8 and s2["knee"]["methods"] == knee["methods"], s2["knee"]
+    assert s2["recommended_concurrency"] == 2 and s2["judge"]["afterwards"]
+    assert "after the run, by tts-knee judge" in done.stdout, done.stdout
+    lines = [{k: v for k, v in h.items() if k != "judge_s"} for h in read_jsonl(again / "speech.jsonl")]
+    assert lines == [{k: v for k, v in h.items() if k != "judge_s"} for h in heard]
+
+
+def _files(run) -> dict[str, str]:
+    return {str(p.relative_to(run)): hashlib.sha1(p.read_bytes()).hexdigest() for p in run.rglob("*") if p.is_file()}
+
+
+def test_clips_kept_during_a_run_are_judged_afterwards_and_what_cannot_be_judged_changes_nothing(tmp_path, corpus):
+    run = tmp_path / "run"
+    with speaking(corpus) as sim:
+        proc = locust(
+            ["--headless", "-H", sim.url, "--texts", str(corpus), "--steps", "1,2", "--step-time", "3"]
+            + ["--asr-keep", "--asr-sample", "3", "--run-dir", str(run)],
+            timeout=120,
+        )
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout
+    kept = read_jsonl(run / "speech.jsonl")
+    assert [h["step"] for h in kept] == [1, 1, 1, 2, 2, 2] and all((run / h["clip"]).is_file() for h in kept)
+    assert all(h["error"] is None and h["reason"].startswith("kept, not judged yet (--asr-keep)") for h in kept)
+    out = dashboard(run)
+    assert out.returncode == 0, out.stderr
+    s = json.loads((run / "summary.json").read_text())
+    assert s["judge"]["kept"] == 6 and all(st["speech"] is None for st in s["steps"])
+    assert "speech: 6 clips kept, not judged yet: tts-knee judge RUN_DIR judges them" in out.stdout
+    # what cannot be judged is one sentence, exit status 2, and the run as it was
+    before = _files(run)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "run.json").write_text("{}")
+    for args, said in (
+        ([tmp_path / "nothing"], "does not exist; pass a run directory"),
+        ([tmp_path / "empty"], "kept no clips for the judge (no speech.jsonl): a run keeps them with --asr-keep"),
+        ([run], "was not judged during the run: name the recogniser with --asr-model"),
+        ([run, "--asr-model", tmp_path / "no-model"], "no such directory"),
+    ):
+        done = judge_after(*args)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert _files(run) == before
+    # a judge killed half way (its model loaded, the clips going to it) leaves the run as it was
+    judging = subprocess.Popen(
+        [sys.executable, "-m", "tts_knee", "judge", str(run), "--asr-model", str(model_dir())],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert judging.stderr is not None
+    started = judging.stderr.readline()
+    assert started.startswith(f"judging 6 clips of {run}"), started
+    time.sleep(1.0)
+    judging.send_signal(signal.SIGKILL)
+    judging.wait(timeout=30)
+    assert _files(run) == before
+    # judged afterwards: two texts a step of the three kept, the words only; the third stays kept
+    done = judge_after(run, "--asr-model", model_dir(), "--asr-words-only", "--asr-sample", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    heard = read_jsonl(run / "speech.jsonl")
+    judged = [h for h in heard if h["reason"] is None]
+    assert [h["req_id"] for h in heard] == [h["req_id"] for h in kept] and len(judged) == 4
+    assert all(h["error"] <= 0.3 and h["window"] and "mos" not in h for h in judged), judged
+    s = json.loads((run / "summary.json").read_text())
+    assert [st["speech"]["judged"] for st in s["steps"]] == [2, 2]
+    assert s["judge"]["heard"] == ["words"] and s["judge"]["kept"] == 2 and s["judge"]["afterwards"]
+    assert "--asr-words-only asked for the words alone" in done.stdout, done.stdout
+    info = json.loads((run / "run.json").read_text())
+    assert info["speech"]["model"] == str(model_dir()) and info["speech"]["afterwards"] is True
+    assert info["speech"]["heard"] == ["words"] and info["speech"]["judged"] == 4
 
 
 def test_leading_silence_delays_what_the_listener_hears_while_the_bytes_come_as_early(tmp_path):

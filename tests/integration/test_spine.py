@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from procs import locust, locust_count, read_jsonl, spawn
+from procs import dashboard, locust, locust_count, read_jsonl, spawn
 
 CONTRACT_FIELDS = {
     "req_id",
@@ -119,6 +119,15 @@ def test_sweep_records_every_attempt_per_contract(tmp_path, sim2):
             assert ids[:3] == first_three
         else:
             assert len(set(ids[:c])) == c and set(first_three[:c]) <= set(ids[: max(c, 3)]), (c, ids[:6])
+    # the default corpus names its texts' languages (never sent): the records carry them, the summary slices by them
+    languages = {r["text_id"].split("-")[0]: set() for r in records}
+    for r in records:
+        languages[r["text_id"].split("-")[0]].add(r["language"])
+    assert languages == {"en": {"en"}, "zh": {"zh"}, "mx": {"zh"}}, languages
+    out = dashboard(run_dir)
+    assert out.returncode == 0, out.stderr
+    sliced = json.loads((run_dir / "summary.json").read_text())["slices"]
+    assert [sl["name"] for sl in sliced["by_language"]] == ["en", "zh"], sliced
 
 
 def test_two_slots_double_the_latency_at_four_users(tmp_path, sim2):
