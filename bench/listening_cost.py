@@ -2,7 +2,7 @@
 sound, before and after the judge shared its work among the clips it takes together; the load
 generator's CPU per attempt with judging on against off; and the signal checks every attempt gets.
 
-Run from the repository root (about four minutes; needs the ``test`` extra's Whisper base)::
+Run from the repository root (about six minutes; needs the ``test`` extra's Whisper base)::
 
     .venv/bin/python bench/listening_cost.py            # 5 rounds of the judges, 3 pairs of runs
     .venv/bin/python bench/listening_cost.py --json
