@@ -30,6 +30,7 @@ import select
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
@@ -78,11 +79,9 @@ class Listener:
     def reference(self, path: str) -> speaker.Floats | str:
         """The reference clip's embedding, or why there is none (a sentence); read once."""
         if path not in self.references:
-            from faster_whisper import decode_audio
-
             ref: speaker.Floats | str | None
             try:
-                ref = self.encoder.embed(decode_audio(path))
+                ref = self.encoder.embed(decode(path))
             except Exception as e:  # not a file PyAV decodes
                 ref = f"the reference voice {path} could not be read ({str(e).splitlines()[0] if str(e) else e!r})"
             self.references[path] = (
@@ -92,8 +91,19 @@ class Listener:
 
     def hear(self, samples: speaker.Floats, reference: str | None) -> dict[str, object]:
         """``embedding``, ``similarity_ref``, ``mos``, ``mos_sig``, ``mos_bak``, ``listen_reason``."""
+        return self.hear_all([samples], [reference])[0]
+
+    def hear_all(self, clips: list[speaker.Floats], references: list[str | None]) -> list[dict[str, object]]:
+        """:meth:`hear` of each clip, their speaker embeddings computed as one batch."""
+        return [
+            self._figures(samples, embedding, reference)
+            for samples, embedding, reference in zip(clips, self.encoder.embed_many(clips), references)
+        ]
+
+    def _figures(
+        self, samples: speaker.Floats, embedding: speaker.Floats | None, reference: str | None
+    ) -> dict[str, object]:
         reasons: list[str] = []
-        embedding = self.encoder.embed(samples)
         if embedding is None:
             reasons.append(f"too little speech to embed (under {speaker.MIN_SPEECH_S:g} s)")
         similarity_ref = None
@@ -134,11 +144,45 @@ def _why(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def _decode(header: dict[str, Any], audio: bytes, out: dict[str, Any]) -> np.ndarray | None:
-    from faster_whisper import decode_audio
+def decode(source: str | IO[bytes]) -> speaker.Floats:
+    """16 kHz mono float samples of any audio PyAV decodes (a path or a binary stream): the
+    samples faster-whisper's ``decode_audio`` gives (the same resampler, fed the same way), without
+    the full garbage collection it runs after every clip (most of a short clip's decoding)."""
+    import av
 
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=asr.SAMPLE_RATE)
+    pcm: list[np.ndarray] = []
+    with av.open(source, mode="r", metadata_errors="ignore") as container:
+        for group in _grouped(container.decode(audio=0)):
+            pcm += [frame.to_ndarray() for frame in resampler.resample(group)]
+    pcm += [frame.to_ndarray() for frame in resampler.resample(None)]
+    return (np.concatenate(pcm, axis=None) if pcm else np.zeros(0, np.int16)).astype(np.float32) / 32768.0
+
+
+def _grouped(frames: Iterator[Any], samples: int = 500000) -> Iterator[Any]:
+    """Decoded frames gathered ``samples`` at a time, past frames that fail to decode (what
+    ``decode_audio`` hands its resampler)."""
+    import av
+
+    fifo = av.AudioFifo()
+    while True:
+        try:
+            frame = next(frames)
+        except StopIteration:
+            break
+        except av.error.InvalidDataError:
+            continue
+        frame.pts = None  # its timestamps are not checked
+        fifo.write(frame)
+        if fifo.samples >= samples:
+            yield fifo.read()
+    if fifo.samples > 0:
+        yield fifo.read()
+
+
+def _decode(audio: bytes, out: dict[str, Any]) -> np.ndarray | None:
     try:
-        samples: np.ndarray = decode_audio(io.BytesIO(audio))
+        samples = decode(io.BytesIO(audio))
     except Exception as e:  # PyAV's errors: the clip is not audio it can decode
         out["reason"] = f"the clip could not be decoded ({_why(e)})"
         return None
@@ -178,13 +222,14 @@ def judge_clips(
     languages: list[str | None] = []
     heard: list[asr.Heard | str]
     for k, (header, audio) in enumerate(batch):
-        samples = _decode(header, audio, lines[k])
+        samples = _decode(audio, lines[k])
         if samples is not None:
-            if listener is not None:
-                lines[k].update(listener.hear(samples, header.get("reference")))
             todo.append(k)
             clips.append(samples)
             languages.append(asr.base_language(header.get("language")))
+    if listener is not None and clips:
+        for k, figures in zip(todo, listener.hear_all(clips, [batch[k][0].get("reference") for k in todo])):
+            lines[k].update(figures)
     try:
         heard = _hear(model, clips, languages) if clips else []
     except Exception as e:  # a lone clip the model chokes on

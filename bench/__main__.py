@@ -101,7 +101,9 @@ def generator_cost(quick: bool) -> list[Row]:
 
 
 def listening_cost(quick: bool) -> list[Row]:
-    out, why = _run("listening_cost.py", ["--json", "--pairs", "2" if quick else "3"])
+    out, why = _run(
+        "listening_cost.py", ["--json", "--pairs", "2" if quick else "3", "--judge-rounds", "1" if quick else "2"]
+    )
     if out is None:
         return _broken("generator CPU per attempt, judging on / off", why)
     m = json.loads(out.strip().splitlines()[-1])
@@ -116,19 +118,15 @@ def listening_cost(quick: bool) -> list[Row]:
     ]
     rows += [
         Row(
-            f"  ASR judge CPU, {j['clip']} clip ({j['audio_s']:.1f} s)",
-            f"{j['cpu_s']:.2f} s, {j['cpu_s_per_audio_s']:.2f} s per audio s; with --asr-listen "
-            f"{j['cpu_s_listening']:.2f} s ({j['listening_ratio']:.2f}x)",
+            f"  ASR judge, {j['clips']} {length} clips: words, voice and sound now / WER alone before",
+            f"{j['ratio']:.2f}x clips per CPU s (WER alone {j['clips_per_cpu_s']['wer_before']:.2f} -> "
+            f"{j['clips_per_cpu_s']['wer_after']:.2f}, everything {j['clips_per_cpu_s']['all_before']:.2f} -> "
+            f"{j['clips_per_cpu_s']['all_after']:.2f}; rounds {', '.join(f'{r:.2f}' for r in j['ratios'])})",
+            ">= 1.0x",
+            j["ratio"] >= 1.0,
         )
-        for j in m["judge"]
+        for length, j in m["judge"].items()
     ]
-    lc = m["listening"]
-    rows.append(
-        Row(
-            f"  ASR judge CPU per clip, {lc['clips']} short clips together, with --asr-listen / WER alone",
-            f"{lc['ratio']:.2f}x ({lc['alone_cpu_s_per_clip']:.2f} -> {lc['listening_cpu_s_per_clip']:.2f} s)",
-        )
-    )
     p = m["packed"]
     pairs = ", ".join(f"{r['ratio']:.2f}" for r in p["pairs"])
     rows.append(

