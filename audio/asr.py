@@ -245,7 +245,6 @@ def _options(language: str | None) -> dict[str, Any]:
     return {
         "language": language,
         "beam_size": 1,
-        "temperature": 0.0,
         "condition_on_previous_text": False,
         "vad_filter": False,
         "temperature": 0.0,  # no fallback to sampling: the same window, the same words (module doc)
