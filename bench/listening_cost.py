@@ -317,7 +317,7 @@ def one_pair(host: str, users: int, measure_s: float, model_dir: str) -> dict:
     start_at = time.time() + START_S
     run_s = START_S + measure_s + 2.0
     base = ["-H", host, "--steps", str(users), "--step-time", f"{run_s:g}", "--run-dir", "{tmp}/run"]
-    # the judged run waits for its judge to finish the clips it has (locustfiles.listening.FINISH_S, 180 s)
+    # the judged run waits for its judge to finish the clips it has (while it answers: locustfiles.listening)
     timeout = run_s + 240.0
     with ThreadPoolExecutor(2) as pool:
         runs = {

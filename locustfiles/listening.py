@@ -20,9 +20,12 @@ records (``speech/``, ``speech.jsonl``). Beside a local runner it runs at a lowe
 judged** (``--asr-keep``): the same clips are picked and kept in ``speech/``, each with its line in
 ``speech.jsonl``, and no judge runs: ``tts-knee judge RUN_DIR`` judges them afterwards.
 
-**Falling behind.** At most :data:`QUEUE_MAX` clips wait for the judge; a clip beyond is not judged
-and its line in ``speech.jsonl`` says so, as does the line of every clip still waiting when the
-run's end has waited :data:`FINISH_S` for the judge, or when the judge process died. Nothing of
+**Falling behind.** A judge slower than the clips come (listening costs more CPU than the words
+alone, and the judge runs at a lower priority than the load) works through them after the load:
+up to :data:`QUEUE_BYTES` of clips wait for it, and the run's end waits for it as long as it keeps
+answering (:data:`FINISH_IDLE_S` at most without an answer). A clip beyond that is not judged and
+its line in ``speech.jsonl`` says so, as does the line of every clip still waiting when the judge
+stopped answering at the run's end, or when the judge process died. Nothing of
 the load run depends on the judge: a judge that dies mid-run leaves every record intact.
 """
 
@@ -47,10 +50,11 @@ from tts_knee.runformat import wire
 
 log = logging.getLogger("tts_knee.listening")
 
-#: Clips waiting for the judge at most; one beyond is not judged.
-QUEUE_MAX = 48
-#: At the run's end, how long the judge is waited for to finish the clips it has.
-FINISH_S = 180.0
+#: Clips waiting for the judge at most, in bytes (a run's --asr-sample clips a step, hundreds of
+#: kB each, fit many times over); one beyond is not judged.
+QUEUE_BYTES = 256 << 20
+#: At the run's end, the judge is waited for while it answers: at most this long for each answer.
+FINISH_IDLE_S = 180.0
 #: How long the judge process may take to load its model.
 READY_S = 180.0
 
@@ -116,6 +120,7 @@ class Judge:
         self.proc: subprocess.Popen[bytes] | None = None
         self._reader: gevent.Greenlet[[subprocess.Popen[bytes], IO[bytes]], None] | None = None
         self.queue: deque = deque()
+        self.queued_bytes = 0  # the audio of the clips in the queue
         self.sent: deque = deque()  # clips written to the judge, not answered yet
         self.taken: dict[int, set] = {}
         self.counts = {"offered": 0, "judged": 0, "not_judged": 0}
@@ -189,10 +194,11 @@ class Judge:
             self._unjudged(clip, "not judged: it came after the judge had finished")
         elif self.dead is not None:
             self._unjudged(clip, f"not judged: {self.dead}")
-        elif len(self.queue) >= QUEUE_MAX:
-            self._unjudged(clip, f"not judged: the judge was behind ({QUEUE_MAX} clips waiting)")
+        elif self.queued_bytes + len(audio) > QUEUE_BYTES:
+            self._unjudged(clip, f"not judged: the judge was behind ({len(self.queue)} clips waiting)")
         else:
             self.queue.append((clip, audio))
+            self.queued_bytes += len(audio)
             self._more.set()
 
     def _feed(self, proc: subprocess.Popen[bytes], to_judge: IO[bytes]) -> None:
@@ -205,6 +211,7 @@ class Judge:
                 self._more.clear()
                 self._more.wait()
             clip, audio = self.queue.popleft()
+            self.queued_bytes -= len(audio)
             self.sent.append(clip)
             try:
                 to_judge.write(
@@ -259,6 +266,10 @@ class Judge:
         while self.queue:
             self._unjudged(self.queue.popleft()[0], f"not judged: {self.dead}")
 
+    def _answered(self) -> int:
+        """Clips the judge has answered so far (judged or not)."""
+        return self.counts["judged"] + self.counts["not_judged"]
+
     def _unjudged(self, clip: dict, reason: str) -> None:
         self.counts["not_judged"] += 1
         self._write(clip, **hearing_mod.unjudged(clip, reason))
@@ -278,8 +289,8 @@ class Judge:
             self.on_judged(entry)
 
     def finish(self) -> None:
-        """The run has ended: wait up to FINISH_S for the clips the judge has, then stop it; the
-        clips it did not get to are written as not judged."""
+        """The run has ended: wait for the clips the judge has while it answers (FINISH_IDLE_S at
+        most for each answer), then stop it; the clips it did not get to are written as not judged."""
         proc = self.proc
         if proc is None:
             if self.s.asr_keep:
@@ -288,16 +299,19 @@ class Judge:
             return
         waiting = len(self.queue) + len(self.sent)
         if waiting and self.dead is None:
-            log.info("the ASR judge has %d clips left; waiting up to %.0f s", waiting, FINISH_S)
+            log.info("the ASR judge has %d clips left; waiting while it answers", waiting)
         self._done.set()
         self._more.set()
-        with gevent.Timeout(FINISH_S, False):  # type: ignore[arg-type]  # False: as in start
-            proc.wait()
-            if self._reader is not None:
-                self._reader.join()
+        answered = -1
+        while proc.poll() is None and self._answered() > answered:
+            answered = self._answered()
+            with gevent.Timeout(FINISH_IDLE_S, False):  # type: ignore[arg-type]  # False: as in start
+                proc.wait()
+        if self._reader is not None and proc.poll() is not None:
+            self._reader.join()
         if proc.poll() is None:
             # said before the kill: the reader, which sees the judge's output end first, writes it
-            self.dead = f"the run's end waited {FINISH_S:g} s for the judge"
+            self.dead = f"the run's end waited {FINISH_IDLE_S:g} s for the judge's next answer"
             proc.kill()
             proc.wait()
             self._died(proc)
