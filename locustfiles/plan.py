@@ -524,8 +524,8 @@ class StepReader:
         each over what it sent before its cut-off, every stream of it counted as in :meth:`stats`."""
         attempts = self.rundir.requests.attempts()
         sent_before_cutoff = np.isfinite(attempts["t0"])
-        for num, (_, cutoff) in self._judged.items():
-            sent_before_cutoff &= ~((attempts["step"] == num) & (attempts["t0"] >= cutoff))
+        for step_number, (_, cutoff) in self._judged.items():
+            sent_before_cutoff &= ~((attempts["step"] == step_number) & (attempts["t0"] >= cutoff))
         return pool_levels(
             attempts.subset(sent_before_cutoff),
             [stats for stats, _ in self._judged.values()],
