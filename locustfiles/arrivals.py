@@ -69,7 +69,7 @@ class StepArrivals:
             int(data["planned"]),
             int(data["sent"]),
             int(data["dropped"]),
-            Counter({str(k): int(v) for k, v in (data.get("not_sent") or {}).items()}),
+            Counter({str(reason): int(count) for reason, count in (data.get("not_sent") or {}).items()}),
             done=bool(data.get("done")),
         )
 
@@ -80,7 +80,7 @@ class StepArrivals:
         self.not_sent.update(other.not_sent)
 
 
-def arrival_span_s(s: Settings, rate: float, settle_s: float, hold_s: float | None = None) -> float:
+def arrival_span_s(settings: Settings, rate: float, settle_s: float, hold_s: float | None = None) -> float:
     """How long a step at ``rate`` (req/s, the whole run's) sends arrivals, from its start:
     ``--step-time``, or with ``--step-requests N`` its settle window and N arrivals (at most
     ``--step-time``); a soak (``hold_s``) its own length. In open loop a step's requests are what
@@ -88,11 +88,11 @@ def arrival_span_s(s: Settings, rate: float, settle_s: float, hold_s: float | No
     server, and hand its queue to the next."""
     if hold_s is not None:
         return hold_s
-    if s.trace is not None:  # the trace from its start for --step-time, or the whole of it
-        return s.trace.span_s(rate / s.trace.base_rps, s.step_time)
-    if s.step_requests:
-        return min(s.step_time, settle_s + s.step_requests / rate)
-    return s.step_time
+    if settings.trace is not None:  # the trace from its start for --step-time, or the whole of it
+        return settings.trace.span_s(rate / settings.trace.base_rps, settings.step_time)
+    if settings.step_requests:
+        return min(settings.step_time, settle_s + settings.step_requests / rate)
+    return settings.step_time
 
 
 def step_entry(total: StepArrivals, planned: int | None = None) -> Arrivals:

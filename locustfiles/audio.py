@@ -91,7 +91,7 @@ class _WriterThread:
     def write(self, path: str, data: list) -> None:
         """Write the buffers ``data``, in order, to ``path`` and return once it is closed;
         raises what writing raised, or :class:`AudioMissing` when that takes too long."""
-        size = sum(len(b) for b in data)
+        size = sum(len(buffer) for buffer in data)
         if self._queued + size > AUDIO_QUEUE_BYTES:
             raise AudioMissing("dropped")
         self._queued += size
@@ -107,8 +107,8 @@ class _WriterThread:
             path, data, job = self._jobs.get()
             try:
                 _write_over(path, data)
-            except Exception as e:  # handed to the waiting user: this thread must not die
-                job.error = e
+            except Exception as error:  # handed to the waiting user: this thread must not die
+                job.error = error
             self._done.append(job)
             self._wake.send()
 
@@ -149,18 +149,18 @@ def _write_over(path: str, data: list) -> None:
     and flush anew on close (its replace-by-truncate heuristic, plus a discard on this kind
     of mount): about 350 us per file against 20-70 us for writing over and trimming the tail.
     """
-    views = [memoryview(b) for b in data if len(b)]
-    size = sum(len(v) for v in views)
+    views = [memoryview(buffer) for buffer in data if len(buffer)]
+    size = sum(len(view) for view in views)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        i = 0
-        while i < len(views):
-            n = os.writev(fd, views[i : i + _IOV_MAX])
-            while i < len(views) and n >= len(views[i]):
-                n -= len(views[i])
-                i += 1
-            if n:
-                views[i] = views[i][n:]
+        view_index = 0
+        while view_index < len(views):
+            written = os.writev(fd, views[view_index : view_index + _IOV_MAX])
+            while view_index < len(views) and written >= len(views[view_index]):
+                written -= len(views[view_index])
+                view_index += 1
+            if written:
+                views[view_index] = views[view_index][written:]
         os.ftruncate(fd, size)
     finally:
         os.close(fd)

@@ -13,15 +13,15 @@ class Listener:
     """One user's interruptions. Each utterance takes two draws, interrupted or not, so that the
     sequence of choices does not depend on the texts."""
 
-    def __init__(self, s, tag: str):
-        self.share = s.barge_in
-        self.after_ms = s.barge_in_after
-        self.rng = random.Random(f"{s.barge_in_seed}-{tag}")
+    def __init__(self, settings, tag: str):
+        self.share = settings.barge_in
+        self.after_ms = settings.barge_in_after
+        self.rng = random.Random(f"{settings.barge_in_seed}-{tag}")
 
     def draw(self, text: str) -> float | None:
         """Seconds after the first audio at which the listener interrupts ``text``, or None."""
         cut, where = self.rng.random(), self.rng.random()
         if cut >= self.share:
             return None
-        lo, hi = self.after_ms or (0.0, 1000.0 * len(text) / SPEAKING_CHARS_PER_S)
-        return (lo + (hi - lo) * where) / 1000.0
+        earliest_ms, latest_ms = self.after_ms or (0.0, 1000.0 * len(text) / SPEAKING_CHARS_PER_S)
+        return (earliest_ms + (latest_ms - earliest_ms) * where) / 1000.0

@@ -141,12 +141,12 @@ class DiskWriter:
                     path, data = next(iter(replaced.items()))
                     runformat.write_text(path, data.decode())
                     del replaced[path]
-            except OSError as e:
+            except OSError as failure:
                 # path (and view, where pending) are bound before anything above can raise OSError
                 if pending:  # what was written of it stays written
                     pending[0] = (pending[0][0], view)  # type: ignore[possibly-undefined]
                 if error is None:
-                    error = (str(path), e.strerror or str(e))  # type: ignore[possibly-undefined]
+                    error = (str(path), failure.strerror or str(failure))  # type: ignore[possibly-undefined]
                     self._done.append(([], 0.0, error))
                     self._wake.send()
                 _sleep(RETRY_S)

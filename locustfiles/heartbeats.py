@@ -40,16 +40,16 @@ def watch(node) -> None:
             runformat.jsonl_bytes(
                 runformat.resource_sample(
                     ts=now,
-                    host=c.id,
+                    host=client.id,
                     role="client",
                     source="locust-heartbeat",
-                    proc=runformat.proc_reading(cpu_percent=c.cpu_usage, rss_bytes=c.memory_usage),
+                    proc=runformat.proc_reading(cpu_percent=client.cpu_usage, rss_bytes=client.memory_usage),
                     gpus=[],
                 )
             )
             # a worker's first heartbeats come before it has measured itself: nothing to record yet
-            for c in node.environment.runner.clients.all
-            if c.state != "missing" and c.memory_usage
+            for client in node.environment.runner.clients.all
+            if client.state != "missing" and client.memory_usage
         ]
         if lines:  # written off the event loop, with the run's other files
             node.disk.append(run.run_dir / runformat.RESOURCES, b"".join(lines))

@@ -50,7 +50,7 @@ def _escape(value: str) -> str:
 
 
 def _label_text(names: Iterable[str], values: Iterable[str]) -> str:
-    return ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values))
+    return ",".join(f'{name}="{_escape(value)}"' for name, value in zip(names, values))
 
 
 def _number(value: float) -> str:
@@ -88,9 +88,9 @@ class _Histogram:
         if self.written != self.count:
             sep = "," if labels else ""
             out, cumulative = [], 0
-            for le, n in zip(edge_text, self.counts):
-                cumulative += n
-                out.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {cumulative}\n')
+            for edge, bucket_count in zip(edge_text, self.counts):
+                cumulative += bucket_count
+                out.append(f'{name}_bucket{{{labels}{sep}le="{edge}"}} {cumulative}\n')
             braces = f"{{{labels}}}" if labels else ""
             out.append(f"{name}_sum{braces} {_number(self.total)}\n{name}_count{braces} {self.count}\n")
             self.text, self.written = "".join(out), self.count
@@ -104,37 +104,38 @@ class _Family:
         self.declared = declared
         self.values: dict[Labels, float] = {}
         self.histograms: dict[Labels, _Histogram] = {}
-        self._edge_text = tuple(_number(e) for e in declared.buckets) + ("+Inf",)
+        self._edge_text = tuple(_number(edge) for edge in declared.buckets) + ("+Inf",)
 
-    def inc(self, labels: Labels, by: float = 1.0) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + by
+    def inc(self, labels: Labels, amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + amount
 
     def set(self, labels: Labels, value: float) -> None:
         self.values[labels] = value
 
     def observe(self, labels: Labels, value: float) -> None:
-        h = self.histograms.get(labels)
-        if h is None:
-            h = self.histograms[labels] = _Histogram(self.declared.buckets)
-        h.observe(value)
+        histogram = self.histograms.get(labels)
+        if histogram is None:
+            histogram = self.histograms[labels] = _Histogram(self.declared.buckets)
+        histogram.observe(value)
 
     def clear(self) -> None:
         self.values.clear()
         self.histograms.clear()
 
     def text(self) -> str:
-        d = self.declared
+        declared = self.declared
         if not self.values and not self.histograms:
             return ""
-        name = d.full_name
-        head = f"# HELP {name} {d.help}\n# TYPE {name} {d.kind}\n"
-        if d.kind == "histogram":
+        name = declared.full_name
+        head = f"# HELP {name} {declared.help}\n# TYPE {name} {declared.kind}\n"
+        if declared.kind == "histogram":
             return head + "".join(
-                h.lines(name, _label_text(d.labels, labels), self._edge_text) for labels, h in self.histograms.items()
+                histogram.lines(name, _label_text(declared.labels, labels), self._edge_text)
+                for labels, histogram in self.histograms.items()
             )
         body = []
         for labels, value in self.values.items():
-            label_text = _label_text(d.labels, labels)
+            label_text = _label_text(declared.labels, labels)
             body.append(f"{name}{{{label_text}}} {_number(value)}\n" if label_text else f"{name} {_number(value)}\n")
         return head + "".join(body)
 
@@ -157,12 +158,12 @@ def _outcome(record: Attempt) -> str:
 
 def _end(record: Attempt) -> float | None:
     """When the attempt was done, as the reader takes it: t3, else t2, else t0 + wait."""
-    if (t3 := record.get("t3")) is not None:
-        return float(t3)
-    if (t2 := record.get("t2")) is not None:
-        return float(t2)
-    if (t0 := record.get("t0")) is not None and (wait_ms := record.get("wait_ms")) is not None:
-        return float(t0) + float(wait_ms) / 1000.0
+    if (written_at := record.get("t3")) is not None:
+        return float(written_at)
+    if (received_at := record.get("t2")) is not None:
+        return float(received_at)
+    if (sent_at := record.get("t0")) is not None and (wait_ms := record.get("wait_ms")) is not None:
+        return float(sent_at) + float(wait_ms) / 1000.0
     return None
 
 
@@ -171,7 +172,7 @@ class LiveMetrics:
 
     def __init__(self, users: Callable[[], int] | None = None):
         self._users = users
-        self._families = {s.name: _Family(s) for s in series.SERIES}
+        self._families = {declared.name: _Family(declared) for declared in series.SERIES}
         self._steps: dict[int, Step] = {}
         self._streamed = False
         self.scrapes = 0
@@ -207,37 +208,37 @@ class LiveMetrics:
         """Attempt records as the run's writer takes them."""
         attempts, requests = self._family(series.ATTEMPTS), self._family(series.REQUESTS)
         retries, retry_after = self._family(series.RETRIES), self._family(series.RETRY_AFTER)
-        for r in records:
-            step = (str(r["step"]),)
-            outcome = _outcome(r)
-            attempts.inc((step[0], outcome, _status(r)))
-            if r["final"]:
+        for record in records:
+            step = (str(record["step"]),)
+            outcome = _outcome(record)
+            attempts.inc((step[0], outcome, _status(record)))
+            if record["final"]:
                 requests.inc((step[0], outcome))
-            if (r.get("attempt") or 1) > 1:
+            if (record.get("attempt") or 1) > 1:
                 retries.inc(step)
-            if (retry_after_s := r.get("retry_after_s")) is not None:
+            if (retry_after_s := record.get("retry_after_s")) is not None:
                 retry_after.observe(step, float(retry_after_s))
-            if r["final"] and r["ok"] and r.get("settled", True):
-                self._described(r, step)
+            if record["final"] and record["ok"] and record.get("settled", True):
+                self._described(record, step)
 
-    def _described(self, r: Attempt, step: Labels) -> None:
+    def _described(self, record: Attempt, step: Labels) -> None:
         """A settled, final, successful attempt: into the step's figures, as summary.json
         counts them (analysis.steps): streams that finished after their step ended are left
         out, and in a streamed run the latency figures leave them out too; a cancelled
         utterance has no latency figure."""
-        begun = self._steps.get(r["step"])  # type: ignore[arg-type]  # None (before the first step) finds none
-        end = _end(r)
+        begun = self._steps.get(record["step"])  # type: ignore[arg-type]  # None (before the first step) finds none
+        end = _end(record)
         cut = begun is not None and begun.end is not None and end is not None and end > begun.end
-        wait_ms = r.get("wait_ms")
-        if wait_ms is not None and r.get("cancel_ms") is None and not (cut and self._streamed):
+        wait_ms = record.get("wait_ms")
+        if wait_ms is not None and record.get("cancel_ms") is None and not (cut and self._streamed):
             self._family(series.WAIT).observe(step, wait_ms / 1000.0)
         if cut:
             return
-        if (ttfa_ms := r.get("ttfa_ms")) is not None:
+        if (ttfa_ms := record.get("ttfa_ms")) is not None:
             self._family(series.TTFA).observe(step, ttfa_ms / 1000.0)
-        if (underruns := r.get("underruns")) is not None:
+        if (underruns := record.get("underruns")) is not None:
             self._family(series.UNDERRUNS).inc(step, underruns)
-            self._family(series.UNDERRUN).observe(step, (r.get("underrun_ms") or 0.0) / 1000.0)
+            self._family(series.UNDERRUN).observe(step, (record.get("underrun_ms") or 0.0) / 1000.0)
 
     def observe_judged(self, entry: Mapping[str, Any]) -> None:
         """A speech.jsonl line as the judge writes it."""
@@ -255,7 +256,7 @@ class LiveMetrics:
             self._family(series.USERS).set((), self._users())
         self.scrapes += 1
         self._scraped_at = [*self._scraped_at[-1:], mono()]
-        return "".join(f.text() for f in self._families.values())
+        return "".join(family.text() for family in self._families.values())
 
     def wait_for_scrape(self) -> None:
         """Wait (bounded) for the scraper's next visit, once it has visited at least twice:
@@ -281,8 +282,8 @@ def listen(options: argparse.Namespace | None, users: Callable[[], int]) -> tupl
     server = pywsgi.WSGIServer((host, port), _app(metrics), log=None, error_log=log)
     try:
         server.start()
-    except OSError as e:
-        return None, f"--metrics-port: cannot listen on {host}:{port} ({e.strerror or e}); give a free port"
+    except OSError as error:
+        return None, f"--metrics-port: cannot listen on {host}:{port} ({error.strerror or error}); give a free port"
     shown = f"[{host}]" if ":" in host else host
     log.info("live metrics: listening on http://%s:%d/metrics", shown, port)
     return metrics, None

@@ -94,25 +94,25 @@ class OpenLoopUser(RunUser):
             gevent.sleep(IDLE_POLL_S)
             return
         rate, phase = share
-        s = run.settings
+        settings = run.settings
         tally = run.arrivals_of(step.step)
         if tally.open or tally.done:  # this step's schedule is laid out already (or given up)
             self._hold(step)
             return
-        if s.trace is not None:
-            self._replay(step, s.trace, tally)
+        if settings.trace is not None:
+            self._replay(step, settings.trace, tally)
             return
-        rng = random.Random(f"{s.arrival_seed}-{run.worker_index}-{step.step}")
+        rng = random.Random(f"{settings.arrival_seed}-{run.worker_index}-{step.step}")
         # The step began at step.start on this node's wall clock; lay the schedule on the
         # monotonic clock from there.
         m_start = mono() - (wall() - step.start)
         w_start = step.start
-        gen = gaps(s.arrival, rate, rng)
-        due = phase / rate if s.arrival == "constant" else next(gen)
+        gen = gaps(settings.arrival, rate, rng)
+        due = phase / rate if settings.arrival == "constant" else next(gen)
         # A worker hears of a step's start but not of its end (the next step, or the stop, comes a
         # moment later): no arrival is scheduled past the step's time (a soak's own length).
         # an open-loop step has its rate (and its workers), None only in closed loop
-        last = arrival_span_s(s, step.rate, state.settle_of(step), step.hold_s)  # type: ignore[arg-type]
+        last = arrival_span_s(settings, step.rate, state.settle_of(step), step.hold_s)  # type: ignore[arg-type]
         tally.enter()
         try:
             while state.current is step and due < last and not run.stopping:
@@ -122,7 +122,7 @@ class OpenLoopUser(RunUser):
                     gevent.sleep(min(wait, IDLE_POLL_S))
                     continue
                 tally.planned += 1
-                if self.inflight >= s.max_inflight:
+                if self.inflight >= settings.max_inflight:
                     tally.dropped += 1
                 else:
                     tally.sent += 1
@@ -178,10 +178,10 @@ class OpenLoopUser(RunUser):
         at its offset over the step's speed, as an arrival of ``--rates`` is; a conversation on
         one caller of its own, turn after turn. Every row due within the step's span is planned,
         and ends sent, dropped (``--max-inflight``) or counted as not sent with why."""
-        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
+        run, state, settings = self.tts_run, self.tts_run.state, self.tts_run.settings
         # an open-loop step has its rate and its workers, None only in closed loop
         speed = step.rate / trace.base_rps  # type: ignore[operator]
-        last = trace.span_s(speed, s.step_time)
+        last = trace.span_s(speed, settings.step_time)
         # the rows of each lane due within the span (a lane's rows come in offset order)
         lanes = [
             due_rows
@@ -191,19 +191,19 @@ class OpenLoopUser(RunUser):
         tally.planned = sum(len(lane) for lane in lanes)
         m_start = mono() - (wall() - step.start)
         tally.enter()
-        k = 0
+        lane_index = 0
         try:
-            while state.current is step and k < len(lanes) and not run.stopping:
-                lane = lanes[k]
+            while state.current is step and lane_index < len(lanes) and not run.stopping:
+                lane = lanes[lane_index]
                 wait = m_start + trace.offsets[lane[0]] / speed - mono()
                 if wait > EARLY_S:
                     gevent.sleep(min(wait, IDLE_POLL_S))
                     continue
-                k += 1
+                lane_index += 1
                 if len(lane) > 1:
                     tally.enter()
                     self.inflight_requests.spawn(self._conversation, step, trace, lane, speed, m_start, tally)
-                elif self.inflight >= s.max_inflight:
+                elif self.inflight >= settings.max_inflight:
                     tally.dropped += 1
                 else:
                     tally.sent += 1
@@ -213,7 +213,7 @@ class OpenLoopUser(RunUser):
                     self.inflight_requests.spawn(self._send, step, step.start + due, self.seq, lane[0])
                 gevent.sleep(0)
         finally:  # lanes the step ended before: each row counted, with why
-            left = sum(len(lane) for lane in lanes[k:])
+            left = sum(len(lane) for lane in lanes[lane_index:])
             if left:
                 tally.not_sent[_why_not_sent(run.stopping)] += left
             if tally.leave():
@@ -227,7 +227,7 @@ class OpenLoopUser(RunUser):
         before the turn above has been answered (a listener asks again once heard); that later
         moment is its ``scheduled``, so its latency from the schedule is the server's, not the
         wait for the turn above. Turns the step ends before are counted as not sent, with why."""
-        run, state, s = self.tts_run, self.tts_run.state, self.tts_run.settings
+        run, state, settings = self.tts_run, self.tts_run.state, self.tts_run.settings
         caller = Caller(self, self.no, next(self.lanes))
         turn = 0  # the next turn to send
         answered_at: float | None = None  # when the turn above was answered (monotonic)
@@ -240,7 +240,7 @@ class OpenLoopUser(RunUser):
                 if state.current is not step or run.stopping:
                     break
                 turn += 1
-                if self.inflight >= s.max_inflight:
+                if self.inflight >= settings.max_inflight:
                     tally.dropped += 1
                     continue
                 scheduled = step.start + max(due, mono() - m_start)

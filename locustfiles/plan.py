@@ -80,16 +80,16 @@ class Axis:
     def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> SloVerdict:
         return slo_mod.judge(slo, stats)
 
-    def close_enough(self, lo, hi) -> bool:
-        """Whether the answer, between ``lo`` (passes; 0: nothing passes) and ``hi`` (fails), is found."""
-        return hi - lo <= 1
+    def close_enough(self, passing, failing) -> bool:
+        """Whether the answer, between ``passing`` (0: nothing passes) and ``failing``, is found."""
+        return failing - passing <= 1
 
-    def midpoint(self, lo, hi):
-        return (lo + hi) // 2
+    def midpoint(self, passing, failing):
+        return (passing + failing) // 2
 
     def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         """Whether this pass's latest step is past the knee rule, and the figures why."""
-        done = [s for s in steps if s.get("requests")]
+        done = [step for step in steps if step.get("requests")]
         if done and not steps[-1].get("requests"):
             return True, "is past the knee (not one request finished in it)"
         if len(done) < 2:
@@ -144,13 +144,13 @@ class RateAxis(Axis):
     def judge(self, slo: slo_mod.SLO, stats: StepSummary) -> SloVerdict:
         return openloop.judge(slo, stats)
 
-    def close_enough(self, lo, hi) -> bool:
+    def close_enough(self, passing, failing) -> bool:
         if not self.relative:
-            return hi - lo <= self.refine_to
-        return hi - lo <= self.refine_to * (lo or self.lowest)
+            return failing - passing <= self.refine_to
+        return failing - passing <= self.refine_to * (passing or self.lowest)
 
-    def midpoint(self, lo, hi):
-        return (lo + hi) / 2
+    def midpoint(self, passing, failing):
+        return (passing + failing) / 2
 
     def past_knee(self, steps: list[StepSummary], streamed: bool, ttfa_floor_ms: float) -> tuple[bool, str]:
         return openloop.past_knee(steps)
@@ -172,15 +172,15 @@ class SpeedAxis(RateAxis):
     def text(self, level) -> str:
         return f"{self.speed(level):g}x ({level:.3g} req/s)"
 
-    def close_enough(self, lo, hi) -> bool:
-        return self.speed(hi) - self.speed(lo) <= TRACE_REFINE_TO + 1e-9
+    def close_enough(self, passing, failing) -> bool:
+        return self.speed(failing) - self.speed(passing) <= TRACE_REFINE_TO + 1e-9
 
-    def midpoint(self, lo, hi):
-        """A speed on the ``TRACE_REFINE_TO`` grid strictly between ``lo`` and ``hi``, as a rate."""
-        a, b = self.speed(lo) / TRACE_REFINE_TO, self.speed(hi) / TRACE_REFINE_TO
-        k = math.floor((a + b) / 2 + 1e-9)
-        k = min(max(k, math.floor(a + 1e-9) + 1), math.ceil(b - 1e-9) - 1)
-        return round(k * TRACE_REFINE_TO, 6) * self.base
+    def midpoint(self, passing, failing):
+        """A speed on the ``TRACE_REFINE_TO`` grid strictly between ``passing`` and ``failing``, as a rate."""
+        passing_units, failing_units = self.speed(passing) / TRACE_REFINE_TO, self.speed(failing) / TRACE_REFINE_TO
+        grid_units = math.floor((passing_units + failing_units) / 2 + 1e-9)
+        grid_units = min(max(grid_units, math.floor(passing_units + 1e-9) + 1), math.ceil(failing_units - 1e-9) - 1)
+        return round(grid_units * TRACE_REFINE_TO, 6) * self.base
 
 
 class VoiceAxis(Axis):
@@ -302,19 +302,21 @@ class StepPlan:
         self._last_step = step["step"]
         slo = self.slo
         if levels is not None and slo is not None:
-            self._pooled = {axis.level(lv): self._level_verdict(slo, lv) for lv in levels if lv.get("repeats", 1) > 1}
+            self._pooled = {
+                axis.level(level): self._level_verdict(slo, level) for level in levels if level.get("repeats", 1) > 1
+            }
         verdict = None
         where = f"step {step['step']} ({axis.label(step[key])}, {_label(step)})"
         if slo is not None:
-            v = axis.judge(slo, stats)
+            judged = axis.judge(slo, stats)
             verdict = {
                 "step": step["step"],
                 key: step[key],
                 "phase": step["phase"],
                 "repeat": step["repeat"],
-                "pass": v["pass"],
-                "failed": v["failed"],
-                "inconclusive": v["inconclusive"],
+                "pass": judged["pass"],
+                "failed": judged["failed"],
+                "inconclusive": judged["inconclusive"],
                 "requests": stats.get("requests"),
                 "unanswered": unanswered,
                 "steps": [step["step"]],
@@ -354,27 +356,27 @@ class StepPlan:
         level tested more than once."""
         key = self.axis.key
         by_level: dict = {}
-        for v in self.verdicts:
-            by_level[v[key]] = v
+        for verdict in self.verdicts:
+            by_level[verdict[key]] = verdict
         by_level.update(self._pooled)
-        return [by_level[c] for c in sorted(by_level)]
+        return [by_level[level] for level in sorted(by_level)]
 
     def levels(self) -> dict:
         """Per tested level: True (meets the SLO), False (fails it) or None (inconclusive)."""
-        return {v[self.axis.key]: v["pass"] for v in self.level_verdicts()}
+        return {verdict[self.axis.key]: verdict["pass"] for verdict in self.level_verdicts()}
 
     def max_level(self):
         """The highest level that meets the SLO with every lower one meeting it, or None."""
         return slo_mod.max_level(self.level_verdicts(), self.axis.key)
 
     def _level_verdict(self, slo: slo_mod.SLO, level: StepSummary) -> dict[str, Any]:
-        v = self.axis.judge(slo, level)
+        judged = self.axis.judge(slo, level)
         key = self.axis.key
         return {
             key: self.axis.level(level),
-            "pass": v["pass"],
-            "failed": v["failed"],
-            "inconclusive": v["inconclusive"],
+            "pass": judged["pass"],
+            "failed": judged["failed"],
+            "inconclusive": judged["inconclusive"],
             "steps": list(level["steps"]),
         }
 
@@ -384,40 +386,40 @@ class StepPlan:
         levels = self.levels()
         if not levels:
             return None
-        lo = self.max_level() or 0
-        above = sorted(c for c in levels if c > lo)
+        passing = self.max_level() or 0
+        above = sorted(level for level in levels if level > passing)
         if not above:
             self._decide(
                 "done",
-                f"every tested {axis.noun} up to {axis.text(lo)} meets the SLO; nothing to "
+                f"every tested {axis.noun} up to {axis.text(passing)} meets the SLO; nothing to "
                 f"refine (test higher to find the limit)",
-                answer=lo,
+                answer=passing,
             )
             return None
-        hi = min(above)
+        failing = min(above)
         fails = (
-            f"{axis.text(hi)} is inconclusive, which counts as failing"
-            if levels[hi] is None
-            else f"{axis.text(hi)} fails"
+            f"{axis.text(failing)} is inconclusive, which counts as failing"
+            if levels[failing] is None
+            else f"{axis.text(failing)} fails"
         )
-        if axis.close_enough(lo, hi):
-            if lo:
+        if axis.close_enough(passing, failing):
+            if passing:
                 why = (
-                    f"{axis.text(lo)} meets the SLO and {fails}: the highest {axis.noun} that meets it is "
-                    f"{axis.text(lo)}"
+                    f"{axis.text(passing)} meets the SLO and {fails}: the highest {axis.noun} that meets it is "
+                    f"{axis.text(passing)}"
                 )
             else:
                 why = f"{fails} and is the lowest {axis.noun}: none meets the SLO"
-            self._decide("done", why, answer=lo or None)
+            self._decide("done", why, answer=passing or None)
             return None
-        probe = axis.midpoint(lo, hi)
-        passes = f"{axis.text(lo)} meets the SLO" if lo else "nothing tested meets the SLO"
+        probe = axis.midpoint(passing, failing)
+        passes = f"{axis.text(passing)} meets the SLO" if passing else "nothing tested meets the SLO"
         self._decide("refine", f"{passes} and {fails}: bisecting at {axis.text(probe)}", **{axis.key: probe})
         return probe
 
     def _decide(self, action: str, why: str, **extra) -> None:
-        d = {"after_step": self._last_step, "action": action, **extra, "why": why}
-        self.decisions.append(d)
+        decision = {"after_step": self._last_step, "action": action, **extra, "why": why}
+        self.decisions.append(decision)
         log.info("plan after step %s: %s — %s", self._last_step, action, why)
 
     def describe(self) -> dict:
@@ -434,13 +436,14 @@ class StepPlan:
         }
         if self.slo is not None:
             out["levels"] = [
-                {k: v[k] for k in (key, "pass", "failed", "inconclusive", "steps")} for v in self.level_verdicts()
+                {field: verdict[field] for field in (key, "pass", "failed", "inconclusive", "steps")}
+                for verdict in self.level_verdicts()
             ]
             out["max_" + key] = self.max_level()
         return out
 
     def verdict_of(self, step: int) -> dict | None:
-        return next((v for v in self.verdicts if v["step"] == step), None)
+        return next((verdict for verdict in self.verdicts if verdict["step"] == step), None)
 
 
 def _label(step: dict) -> str:
@@ -451,17 +454,17 @@ def _levels(axis: Axis, levels) -> str:
     return ", ".join(map(axis.text, levels))
 
 
-def _ratio(r: float) -> str:
-    return "no successful request, unlike" if r == float("inf") else f"{r:.1f}x"
+def _ratio(rise: float) -> str:
+    return "no successful request, unlike" if rise == float("inf") else f"{rise:.1f}x"
 
 
-def _verdict_text(v: dict) -> str:
-    note = f" ({v['unanswered']} requests still unanswered were left out)" if v.get("unanswered") else ""
-    if v["pass"] is True:
-        return f"meets the SLO over {v['requests']} requests{note}"
-    if v["pass"] is False:
-        return f"fails the SLO: {'; '.join(v['failed'])}{note}"
-    return f"is inconclusive against the SLO: {'; '.join(v['inconclusive'])}{note}"
+def _verdict_text(verdict: dict) -> str:
+    note = f" ({verdict['unanswered']} requests still unanswered were left out)" if verdict.get("unanswered") else ""
+    if verdict["pass"] is True:
+        return f"meets the SLO over {verdict['requests']} requests{note}"
+    if verdict["pass"] is False:
+        return f"fails the SLO: {'; '.join(verdict['failed'])}{note}"
+    return f"is inconclusive against the SLO: {'; '.join(verdict['inconclusive'])}{note}"
 
 
 class StepReader:
@@ -486,8 +489,8 @@ class StepReader:
         streamed run too, however late they ended. A rate step (``step`` with its ``rate`` and
         ``dropped``) gets its open-loop figures too."""
         self.rundir.refresh()
-        a = self.rundir.requests.attempts()
-        a = a.subset(a["t0"] < cutoff)  # NaN (no t0) is left out
+        attempts = self.rundir.requests.attempts()
+        attempts = attempts.subset(attempts["t0"] < cutoff)  # NaN (no t0) is left out
         # Every stream sent before the cut-off counts: the load stayed at this step's level
         # until they ended (the shape waits for them), so none heard the next step's.
         entry = {
@@ -497,13 +500,13 @@ class StepReader:
             "end": cutoff,
             "streams_end": None,
         }
-        out = step_stats(a, entry, self.rundir.resources, settle_s=settle_s, names=self.names)
+        out = step_stats(attempts, entry, self.rundir.resources, settle_s=settle_s, names=self.names)
         if step.get("voices") is not None:
             out["voices"] = step["voices"]
         if step.get("rate") is not None:  # the open-loop figures: keys of a step's summary, as open JSON
             cast(dict[str, Any], out).update(
                 openloop.step_figures(
-                    a,
+                    attempts,
                     dict(entry, rate=step["rate"], dropped=step.get("dropped"), offered_rps=step.get("offered_rps")),
                     out,
                 )
@@ -513,19 +516,19 @@ class StepReader:
 
     def repeated(self) -> bool:
         """Whether some level has been judged more than once."""
-        cs = [self.axis.level(st) for st, _ in self._judged.values()]
-        return len(set(cs)) < len(cs)
+        levels = [self.axis.level(stats) for stats, _ in self._judged.values()]
+        return len(set(levels)) < len(levels)
 
     def levels(self, settle_s: float) -> list[StepSummary]:
         """The judged steps pooled per level as the dashboard pools them (``analysis.levels``),
         each over what it sent before its cut-off, every stream of it counted as in :meth:`stats`."""
-        a = self.rundir.requests.attempts()
-        keep = np.isfinite(a["t0"])
-        for num, (_, cutoff) in self._judged.items():
-            keep &= ~((a["step"] == num) & (a["t0"] >= cutoff))
+        attempts = self.rundir.requests.attempts()
+        sent_before_cutoff = np.isfinite(attempts["t0"])
+        for step_number, (_, cutoff) in self._judged.items():
+            sent_before_cutoff &= ~((attempts["step"] == step_number) & (attempts["t0"] >= cutoff))
         return pool_levels(
-            a.subset(keep),
-            [st for st, _ in self._judged.values()],
+            attempts.subset(sent_before_cutoff),
+            [stats for stats, _ in self._judged.values()],
             self.rundir.resources,
             settle_s,
             key=self.axis.key,

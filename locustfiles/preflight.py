@@ -24,13 +24,13 @@ log = logging.getLogger("tts_knee")
 HEALTH_TIMEOUT_S = 30.0
 
 
-def health(s) -> Preflight:
+def health(settings) -> Preflight:
     """After the run: ``{"ok", "status", "ms", "message"}`` of a GET of ``--health-path`` (ok: a
     2xx), else of the warm-up request once more (ok: audio came back), at most
     :data:`HEALTH_TIMEOUT_S`; ``message`` says what was wrong in one sentence."""
-    if s.health_path:
-        return _get(s, s.health_path)
-    return preflight(s, after_run=True)
+    if settings.health_path:
+        return _get(settings, settings.health_path)
+    return preflight(settings, after_run=True)
 
 
 def throttled(result: Preflight) -> bool:
@@ -40,20 +40,20 @@ def throttled(result: Preflight) -> bool:
     return (grpc_codes.AS_HTTP.get(status) if isinstance(status, str) else status) == 429
 
 
-def _get(s, path: str) -> Preflight:
-    url = s.host.rstrip("/") + path
+def _get(settings, path: str) -> Preflight:
+    url = settings.host.rstrip("/") + path
     out: Preflight = {"ok": False, "status": None, "ms": None, "message": None}
     start = wall()
-    timeout = min(s.request_timeout, HEALTH_TIMEOUT_S)
+    timeout = min(settings.request_timeout, HEALTH_TIMEOUT_S)
     try:
         with urllib.request.urlopen(
-            urllib.request.Request(url, headers=dict(s.headers)), timeout=timeout, context=s.tls
-        ) as r:
-            status = r.status
-    except urllib.error.HTTPError as e:
-        status = e.code
-    except (OSError, ValueError) as e:  # refused, reset, timed out, or no HTTP at all
-        reason = getattr(e, "reason", None) or e
+            urllib.request.Request(url, headers=dict(settings.headers)), timeout=timeout, context=settings.tls
+        ) as response:
+            status = response.status
+    except urllib.error.HTTPError as error:
+        status = error.code
+    except (OSError, ValueError) as error:  # refused, reset, timed out, or no HTTP at all
+        reason = getattr(error, "reason", None) or error
         out["message"] = f"{url} did not answer after the run ({reason})"
         return out
     out["status"] = status
@@ -64,45 +64,47 @@ def _get(s, path: str) -> Preflight:
     return out
 
 
-def preflight(s, after_run: bool = False) -> Preflight:
+def preflight(settings, after_run: bool = False) -> Preflight:
     """``{"ok", "status", "ms", "message"}`` of one request for the corpus's shortest text, with
     the first voice of ``--voices`` where it names none. ``after_run`` (the health probe): a
     refusal or a server error is not ok either, and the wait is at most :data:`HEALTH_TIMEOUT_S`."""
-    entry = min(s.texts, key=lambda t: len(t.text))
-    text, ask = entry.text, ask_for(entry, s.voices[0] if s.voices else None, s.voice_upload)
+    entry = min(settings.texts, key=lambda candidate: len(candidate.text))
+    text, ask = entry.text, ask_for(entry, settings.voices[0] if settings.voices else None, settings.voice_upload)
     start = wall()
     out: Preflight = {"ok": False, "status": None, "ms": None, "message": None}
-    transport = transport_for(s)
-    target = s.target
+    transport = transport_for(settings)
+    target = settings.target
     shape = (
-        f"--tts-api {s.tts_api}"
-        if s.tts_protocol == "http"
-        else f"--tts-preset {s.tts_preset}"
-        if s.tts_protocol in ("ws", "grpc")
+        f"--tts-api {settings.tts_api}"
+        if settings.tts_protocol == "http"
+        else f"--tts-preset {settings.tts_preset}"
+        if settings.tts_protocol in ("ws", "grpc")
         else "--tts-protocol wyoming"
     )
     answer: Answered | None = None
     ended: Ended | None = None
-    timeout = min(s.request_timeout, HEALTH_TIMEOUT_S) if after_run else s.request_timeout
+    timeout = min(settings.request_timeout, HEALTH_TIMEOUT_S) if after_run else settings.request_timeout
     try:
-        if s.tts_protocol == "wyoming" and s.text_rate and not after_run:  # one without streamed text ignores it
+        if (
+            settings.tts_protocol == "wyoming" and settings.text_rate and not after_run
+        ):  # one without streamed text ignores it
             out["message"] = _streamed_text_refused(transport, target)
             if out["message"]:
                 return out
         with gevent.Timeout(timeout):
-            for ev in transport.exchange(text, ask):
-                if isinstance(ev, Answered):
-                    answer = ev
-                elif isinstance(ev, Ended):
-                    ended = ev
+            for event in transport.exchange(text, ask):
+                if isinstance(event, Answered):
+                    answer = event
+                elif isinstance(event, Ended):
+                    ended = event
     except gevent.Timeout:
         out["message"] = f"{target} did not answer within {timeout:g} s; is the TTS server up?"
         return out
-    except TlsError as e:  # a server, reached, whose TLS does not match the run's
-        out["message"] = f"cannot reach {s.host}: {e}"
+    except TlsError as error:  # a server, reached, whose TLS does not match the run's
+        out["message"] = f"cannot reach {settings.host}: {error}"
         return out
-    except TransportError as e:  # no connection, or an answer that is not HTTP
-        out["message"] = f"cannot reach {s.host}: {e}; is the TTS server running there?"
+    except TransportError as error:  # no connection, or an answer that is not HTTP
+        out["message"] = f"cannot reach {settings.host}: {error}; is the TTS server running there?"
         return out
     finally:
         transport.close()
@@ -113,15 +115,15 @@ def preflight(s, after_run: bool = False) -> Preflight:
     code = grpc_codes.AS_HTTP.get(status, answer.http_status) if isinstance(status, str) else answer.http_status
     out["status"], out["ms"] = status, round((wall() - start) * 1000, 1)
     # an int or None: every gRPC code name maps to its HTTP status, and other transports give one
-    out["ok"], out["message"] = _judged(s, answer, ended, code, shape, after_run)  # type: ignore[arg-type]
+    out["ok"], out["message"] = _judged(settings, answer, ended, code, shape, after_run)  # type: ignore[arg-type]
     return out
 
 
 def _judged(
-    s, answer: Answered, ended: Ended, code: int | None, shape: str, after_run: bool
+    settings, answer: Answered, ended: Ended, code: int | None, shape: str, after_run: bool
 ) -> tuple[bool, str | None]:
     """``(ok, message)`` of the preflight's answer (``code``: the HTTP status it amounts to)."""
-    target, status = s.target, answer.status
+    target, status = settings.target, answer.status
     if answer.ok and ended.audio is not None:
         return True, None
     if answer.ok and (code is None or code < 300):
@@ -132,10 +134,10 @@ def _judged(
     snippet = " ".join(b"".join(ended.data or ())[:120].decode("utf-8", "replace").split()) or str(ended.error)
     if code in (404, 405, 501):
         return False, f"{target} answered {status}: no TTS endpoint there; check " + (
-            f"--tts-path and --tts-api (now {s.tts_api})"
-            if s.tts_protocol == "http"
-            else f"--tts-path and --tts-preset (now {s.tts_preset})"
-            if s.tts_protocol == "grpc"
+            f"--tts-path and --tts-api (now {settings.tts_api})"
+            if settings.tts_protocol == "http"
+            else f"--tts-path and --tts-preset (now {settings.tts_preset})"
+            if settings.tts_protocol == "grpc"
             else f"{shape} and -H"
         )
     if code in (400, 401, 403, 495, 496) and "certificate" in snippet.lower():
@@ -143,7 +145,7 @@ def _judged(
         # that completes the handshake and refuses the request over the client certificate
         return False, f"{target} refused the request with {status} over the client certificate ({snippet}); " + (
             "is --tls-client-cert signed by a CA it trusts, and still valid?"
-            if s.tls_client_cert
+            if settings.tls_client_cert
             else "pass --tls-client-cert FILE (and --tls-client-key FILE)"
         )
     if code in (401, 403):

@@ -39,16 +39,16 @@ def parse(spec: str | None) -> tuple[str, ...]:
     without the option."""
     if spec is None:
         return ()
-    names = [x.strip() for x in spec.split(",") if x.strip()]
+    names = [part.strip() for part in spec.split(",") if part.strip()]
     if not names or names == ["all"]:
         return tuple(CLASSES)
-    unknown = [n for n in names if n not in CLASSES]
+    unknown = [name for name in names if name not in CLASSES]
     if unknown:
         raise ProbeError(
             f"--probe-texts names {', '.join(map(repr, unknown))}, which is not a class of text; "
             f"the classes are {', '.join(CLASSES)} (or all)"
         )
-    return tuple(n for n in CLASSES if n in names)
+    return tuple(name for name in CLASSES if name in names)
 
 
 def texts(classes: tuple[str, ...], http_json: bool) -> list[Text]:
@@ -63,7 +63,10 @@ def texts(classes: tuple[str, ...], http_json: bool) -> list[Text]:
                 name,
             )
             continue
-        out += [Text(f"probe:{name}:{n}", t, tier_of(t)) for n, t in enumerate(CLASSES[name][1], 1)]
+        out += [
+            Text(f"probe:{name}:{number}", probe_text, tier_of(probe_text))
+            for number, probe_text in enumerate(CLASSES[name][1], 1)
+        ]
     return out
 
 
@@ -76,22 +79,22 @@ class Probe:
         self._levels: list[int] | None = None
 
     @classmethod
-    def of(cls, s) -> Probe | None:
-        """The run's probe (``s``: its Settings), or None without ``--probe-texts``."""
-        return cls(s.probe_texts) if s.probe_texts else None
+    def of(cls, settings) -> Probe | None:
+        """The run's probe from its ``settings``, or None without ``--probe-texts``."""
+        return cls(settings.probe_texts) if settings.probe_texts else None
 
     def requests_at(self, level: int, nodes: int = 1) -> int:
         """How many finished requests end a probe step at ``level`` over ``nodes`` nodes sending
         (the workers of a distributed run): each node sends every text :func:`rounds` times."""
         return len(self.texts) * rounds(len(self.texts), level) * max(1, nodes)
 
-    def longest_s(self, level: int, s) -> float:
-        """A probe step's bound in time (``s``: the run's Settings): every request it waits for
+    def longest_s(self, level: int, settings) -> float:
+        """A probe step's bound in time under the run's ``settings``: every request it waits for
         running to its timeout, each retry too, its users sharing them; it ends sooner once they
         have finished."""
-        retry = s.retry
-        per_request = s.request_timeout * retry.max_attempts + retry.max_ms / 1000 * (retry.max_attempts - 1)
-        return self.requests_at(level) * per_request / max(1, level) + s.step_time
+        retry = settings.retry
+        per_request = settings.request_timeout * retry.max_attempts + retry.max_ms / 1000 * (retry.max_attempts - 1)
+        return self.requests_at(level) * per_request / max(1, level) + settings.step_time
 
     def next(self, run):
         """The probe's next step (a :class:`~locustfiles.plan.Planned` of phase ``probe``), or
@@ -106,7 +109,7 @@ class Probe:
             log.info(
                 "probe: %d texts of %d classes at concurrency %s",
                 len(self.texts),
-                len({class_of(t.id) for t in self.texts}),
+                len({class_of(probe_text.id) for probe_text in self.texts}),
                 " then ".join(map(str, self._levels)),
             )
         if not self._levels:

@@ -36,8 +36,8 @@ _HTTP_VERSIONS = {9: "HTTP/0.9", 10: "HTTP/1.0", 11: "HTTP/1.1"}
 _SOURCE_ROOT = Path(__file__).resolve().parents[1]
 
 
-def describe(s: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """run.json's ``provenance`` for a run with settings ``s`` (``locustfiles.settings.Settings``)
+def describe(settings: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """run.json's ``provenance`` for a run with ``settings`` (``locustfiles.settings.Settings``)
     and run.json ``options``; sends the server request (:func:`server_info`)."""
     commit, modified = clone_commit()
     return runformat.provenance_entry(
@@ -46,12 +46,12 @@ def describe(s: Any, options: dict[str, Any]) -> dict[str, Any]:
         modified=modified,
         python=platform.python_version(),
         locust=_version("locust"),
-        corpus=str(s.texts_source),
-        corpus_sha256=file_sha256(s.texts_source),
-        **({"trace_sha256": file_sha256(s.trace.path)} if s.trace else {}),
+        corpus=str(settings.texts_source),
+        corpus_sha256=file_sha256(settings.texts_source),
+        **({"trace_sha256": file_sha256(settings.trace.path)} if settings.trace else {}),
         options_sha256=options_digest(options),
         host=load_host(),
-        server=server_info(s),
+        server=server_info(settings),
     )
 
 
@@ -66,8 +66,8 @@ def file_sha256(path: str | Path) -> str | None:
     """SHA-256 (hex) of a file's bytes; None where it cannot be read."""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
                 digest.update(block)
     except OSError:
         return None
@@ -98,8 +98,8 @@ def clone_commit(root: Path = _SOURCE_ROOT) -> tuple[str | None, bool | None]:
 
 def _cpu_model() -> str | None:
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
                 key, _, value = line.partition(":")
                 if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
                     return value.strip()
@@ -127,41 +127,41 @@ def _model_ids(body: bytes) -> str | None:
         return None
     if not isinstance(data, list):
         return None
-    ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id") is not None]
+    ids = [str(model["id"]) for model in data if isinstance(model, dict) and model.get("id") is not None]
     if not ids:
         return None
     more = len(ids) - MAX_MODEL_IDS
     return ", ".join(ids[:MAX_MODEL_IDS]) + (f" and {more} more" if more > 0 else "")
 
 
-def server_info(s: Any) -> dict[str, Any]:
+def server_info(settings: Any) -> dict[str, Any]:
     """``provenance.server``: one ``GET /v1/models`` under the target's base URL, with the run's
     headers and TLS, at most :data:`SERVER_TIMEOUT_S`: the version of HTTP and the Server header
     it is answered with, and the model a header of the answer names, else the ids it lists. A
     gRPC target speaks HTTP/2 and is sent nothing; a Wyoming one has no HTTP."""
-    if s.tts_protocol == "grpc":
+    if settings.tts_protocol == "grpc":
         return runformat.server_info_entry(http_version="HTTP/2")
-    if s.tts_protocol == "wyoming":
+    if settings.tts_protocol == "wyoming":
         return runformat.server_info_entry()
-    parts = urlsplit(s.host)
+    parts = urlsplit(settings.host)
     secure = parts.scheme in ("https", "wss")
     path = parts.path.rstrip("/") + "/v1/models"
     url = f"{'https' if secure else 'http'}://{parts.netloc}{path}"
     out = runformat.server_info_entry(url=url)
     try:
         conn = (
-            http.client.HTTPSConnection(parts.hostname, parts.port, timeout=SERVER_TIMEOUT_S, context=s.tls)
+            http.client.HTTPSConnection(parts.hostname, parts.port, timeout=SERVER_TIMEOUT_S, context=settings.tls)
             if secure
             else http.client.HTTPConnection(parts.hostname, parts.port, timeout=SERVER_TIMEOUT_S)
         )
         try:
-            conn.request("GET", path, headers={"Accept": "application/json", **dict(s.headers)})
+            conn.request("GET", path, headers={"Accept": "application/json", **dict(settings.headers)})
             answer = conn.getresponse()
             body = answer.read(SERVER_BODY_BYTES)
         finally:
             conn.close()
-    except (OSError, http.client.HTTPException, ValueError) as e:
-        out["error"] = f"GET {url} got no answer: {str(e) or type(e).__name__}"
+    except (OSError, http.client.HTTPException, ValueError) as error:
+        out["error"] = f"GET {url} got no answer: {str(error) or type(error).__name__}"
         return out
     out.update(status=answer.status, http_version=_HTTP_VERSIONS.get(answer.version), server=answer.getheader("Server"))
     for name in MODEL_HEADERS:

@@ -71,9 +71,9 @@ class StepState:
         self.steps.append(step)
         self._texts = itertools.count()
 
-    def finish(self, at: float) -> None:
+    def finish(self, ended_at: float) -> None:
         if self.current is not None and self.current.end is None:
-            self.current.end = at
+            self.current.end = ended_at
 
     def next_text_index(self) -> int:
         return next(self._texts)
@@ -81,9 +81,9 @@ class StepState:
     def settle_of(self, step: Step) -> float:
         return self.settle_s if step.settle_s is None else step.settle_s
 
-    def settled(self, step: Step | None, t0: float) -> bool:
-        """Whether an attempt sent at ``t0`` during ``step`` is past the step's settle window."""
-        return step is None or t0 >= step.start + self.settle_of(step)
+    def settled(self, step: Step | None, sent_at: float) -> bool:
+        """Whether an attempt sent at ``sent_at`` during ``step`` is past the step's settle window."""
+        return step is None or sent_at >= step.start + self.settle_of(step)
 
 
 def _open_loop(user_class: type) -> bool:
@@ -222,12 +222,12 @@ class StepShape(LoadTestShape):
         open-loop scheduler per worker sharing its rate."""
         classes = self._runner.environment.user_classes
         if run.settings.mode == "open":
-            return len(step.workers), SPAWN_RATE, [c for c in classes if _open_loop(c)]  # type: ignore[arg-type]  # an open step has its workers
-        closed = [c for c in classes if not _open_loop(c)]
+            return len(step.workers), SPAWN_RATE, [user_class for user_class in classes if _open_loop(user_class)]  # type: ignore[arg-type]  # an open step has its workers
+        closed = [user_class for user_class in classes if not _open_loop(user_class)]
         return (step.concurrency, SPAWN_RATE) if len(closed) == len(classes) else (step.concurrency, SPAWN_RATE, closed)
 
     def _begin_rate_step(self, run, nxt):
-        if not any(_open_loop(c) for c in self._runner.environment.user_classes):
+        if not any(_open_loop(user_class) for user_class in self._runner.environment.user_classes):
             run.fail(
                 "--rates needs the open-loop user: run locustfiles/tts.py, or import OpenLoopUser "
                 "from locustfiles.openloop_user in your locustfile"
@@ -236,7 +236,9 @@ class StepShape(LoadTestShape):
         if run.is_master:
             master = self._runner
             assert isinstance(master, MasterRunner)
-            ids = sorted(c.id for c in master.clients.ready + master.clients.spawning + master.clients.running)
+            ids = sorted(
+                client.id for client in master.clients.ready + master.clients.spawning + master.clients.running
+            )
         else:
             ids = [run.worker_id]
         if not ids:

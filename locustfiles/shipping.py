@@ -74,41 +74,41 @@ class RecordWriter:
     def add(self, records: list[dict]) -> None:
         # Encoded as they come rather than all at once at the flush, which would stall the
         # event loop (and every user's timing) for milliseconds at thousands of records a second.
-        self._buf.extend(runformat.jsonl_bytes(r) for r in records)
+        self._buf.extend(runformat.jsonl_bytes(record) for record in records)
         if self._on_records is not None:
             self._on_records(records)
-        for r in records:
-            ends = [r[k] for k in ("t0", "t2", "t3") if r.get(k) is not None]
+        for record in records:
+            ends = [record[field] for field in ("t0", "t2", "t3") if record.get(field) is not None]
             if ends:
-                user = (r.get("worker"), r.get("user"))
+                user = (record.get("worker"), record.get("user"))
                 self._user_done[user] = max(self._user_done.get(user, ends[0]), *ends)
-            if r.get("audio_file") is not None:
-                self.audio_missing[r["audio_file"]] += 1
-            if r["error"] == CUT_BY_RUN_END:
+            if record.get("audio_file") is not None:
+                self.audio_missing[record["audio_file"]] += 1
+            if record["error"] == CUT_BY_RUN_END:
                 self.cut += 1
-            elif r.get("status") is not None or r["ok"]:
+            elif record.get("status") is not None or record["ok"]:
                 self.last_answer = max(self.last_answer or 0.0, *ends) if ends else self.last_answer
                 self.unanswered = 0
             else:
                 self.unanswered += 1
-            if not r["ok"]:
-                self.failed[r["step"]] += 1
-            if r["final"]:
-                self.finished[r["step"]] += 1
-                if r.get("settled", True):
-                    self.finished_settled[r["step"]] += 1
-                if r["ok"] and r["wait_ms"] is not None:
-                    self._waits.setdefault(r["step"], deque(maxlen=TALLY_WAITS)).append(r["wait_ms"])
+            if not record["ok"]:
+                self.failed[record["step"]] += 1
+            if record["final"]:
+                self.finished[record["step"]] += 1
+                if record.get("settled", True):
+                    self.finished_settled[record["step"]] += 1
+                if record["ok"] and record["wait_ms"] is not None:
+                    self._waits.setdefault(record["step"], deque(maxlen=TALLY_WAITS)).append(record["wait_ms"])
 
     def max_wait_s(self, step: int) -> float | None:
         """The slowest of the step's latest successful waits, in seconds (None: none yet)."""
         waits = self._waits.get(step)
         return max(waits) / 1000.0 if waits else None
 
-    def users_done_since(self, t: float) -> int:
-        """Users whose latest recorded attempt ended at or after ``t``: a user runs one attempt
-        at a time, so each of them has nothing sent before ``t`` still running."""
-        return sum(1 for done in self._user_done.values() if done >= t)
+    def users_done_since(self, since: float) -> int:
+        """Users whose latest recorded attempt ended at or after ``since``: a user runs one attempt
+        at a time, so each of them has nothing sent before ``since`` still running."""
+        return sum(1 for done in self._user_done.values() if done >= since)
 
     def flush(self):
         """Hand what is buffered to the disk writer; returns the disk's latest job, which is
@@ -124,8 +124,8 @@ class RecordWriter:
                     self._on_full(self._disk.pending_bytes)
         return self._disk.last
 
-    def _written(self, n: int) -> None:
-        self.count += n
+    def _written(self, written: int) -> None:
+        self.count += written
 
     def _run(self) -> None:
         while True:
@@ -178,9 +178,9 @@ class RecordReceiver:
         log.error("worker %s cannot run: %s", msg.node_id, msg.data["message"])
 
     def worker(self, worker_id: str) -> dict:
-        w = self.workers.get(worker_id)
-        if w is None:
-            w = self.workers[worker_id] = runformat.worker_entry(
+        entry = self.workers.get(worker_id)
+        if entry is None:
+            entry = self.workers[worker_id] = runformat.worker_entry(
                 id=worker_id,
                 records=0,
                 batches=0,
@@ -190,7 +190,7 @@ class RecordReceiver:
                 lost_at=None,
                 host=None,
             )
-        return w
+        return entry
 
     def _on_records(self, environment, msg, **_kw) -> None:
         data = msg.data
@@ -204,47 +204,49 @@ class RecordReceiver:
                 data.get("run"),
             )
             return
-        w = self.worker(msg.node_id)
+        entry = self.worker(msg.node_id)
         self.writer.add(data["records"])
         # acknowledged once written, by a greenlet of its own: this handler must not wait for the disk
         gevent.spawn(self._ack, self.writer.flush(), data["seq"], self.run_id, msg.node_id)
-        w.update(
-            records=w["records"] + len(data["records"]),
-            batches=w["batches"] + 1,
+        entry.update(
+            records=entry["records"] + len(data["records"]),
+            batches=entry["batches"] + 1,
             last_seen=wall(),
             offset_s=data.get("offset_s"),
             rtt_s=data.get("rtt_s"),
             host=data.get("host"),
         )
         if data.get("arrivals"):  # running totals: a batch sent twice cannot count them twice
-            self.arrivals[msg.node_id] = {int(k): StepArrivals.from_wire(v) for k, v in data["arrivals"].items()}
+            self.arrivals[msg.node_id] = {
+                int(step): StepArrivals.from_wire(tally) for step, tally in data["arrivals"].items()
+            }
         if data.get("in_flight") is not None:
             self.in_flight[msg.node_id] = (data["at"], data["in_flight"])
         if data.get("final"):
-            w["final"] = True
+            entry["final"] = True
 
     def in_flight_before(self, cutoff: float) -> int | None:
         """Open loop: requests sent before ``cutoff`` that live workers still had in flight when
         they last said, or None while one of them has not said since ``cutoff``."""
         self.note_lost()
-        n = 0
-        for wid, w in self.workers.items():
-            if w["lost_at"] is not None:
+        still_in_flight = 0
+        for wid, entry in self.workers.items():
+            if entry["lost_at"] is not None:
                 continue
-            at, sent = self.in_flight.get(wid, (None, ()))
-            if at is None or at < cutoff:
+            said_at, sent = self.in_flight.get(wid, (None, ()))
+            if said_at is None or said_at < cutoff:
                 return None
-            n += sum(1 for t in sent if t < cutoff)
-        return n
+            still_in_flight += sum(1 for sent_at in sent if sent_at < cutoff)
+        return still_in_flight
 
     def arrivals_settled(self, step: int, worker_ids) -> bool:
         """Open loop: whether each of ``worker_ids`` still answering has said its arrivals for
         ``step`` are settled (all sent, dropped or given up)."""
         self.note_lost()
-        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        alive = {client.id for client in self.runner.clients.all if client.state != "missing"}
         for wid in worker_ids:
-            w = self.workers.get(wid)
-            if wid not in alive or (w is not None and w["lost_at"] is not None):
+            entry = self.workers.get(wid)
+            if wid not in alive or (entry is not None and entry["lost_at"] is not None):
                 continue
             tally = self.arrivals.get(wid, {}).get(step)
             if tally is None or not tally.done:
@@ -257,11 +259,11 @@ class RecordReceiver:
 
     def note_lost(self) -> list[str]:
         """Mark workers Locust no longer hears from; returns the ids newly marked."""
-        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        alive = {client.id for client in self.runner.clients.all if client.state != "missing"}
         lost = []
-        for wid, w in self.workers.items():
-            if wid not in alive and w["lost_at"] is None and not w["final"]:
-                w["lost_at"] = wall()
+        for wid, entry in self.workers.items():
+            if wid not in alive and entry["lost_at"] is None and not entry["final"]:
+                entry["lost_at"] = wall()
                 lost.append(wid)
         return lost
 
@@ -270,7 +272,7 @@ class RecordReceiver:
         deadline = wall() + timeout
         while True:
             self.note_lost()
-            waiting = [wid for wid, w in self.workers.items() if not w["final"] and w["lost_at"] is None]
+            waiting = [wid for wid, entry in self.workers.items() if not entry["final"] and entry["lost_at"] is None]
             if not waiting or wall() >= deadline:
                 return waiting
             gevent.sleep(0.05)
@@ -319,10 +321,10 @@ class RecordShipper:
         if not batch and not final and not self.arrivals and self.calls is None:
             return
         offset = self.timesync.offset_s or 0.0
-        for r in batch:
-            for k in runformat.ATTEMPT_TIMES:
-                if r.get(k) is not None:  # scheduled: open loop only
-                    r[k] -= offset
+        for record in batch:
+            for field in runformat.ATTEMPT_TIMES:
+                if record.get(field) is not None:  # scheduled: open loop only
+                    record[field] -= offset
         self._seq += 1
         self.unacked[self._seq] = batch
         self.runner.send_message(
@@ -337,7 +339,7 @@ class RecordShipper:
                 host=self.timesync.host,
                 arrivals={step: tally.wire() for step, tally in self.arrivals.items()},
                 at=wall() - offset,
-                in_flight=None if self.calls is None else [t - offset for t in self.calls.values()],
+                in_flight=None if self.calls is None else [sent_at - offset for sent_at in self.calls.values()],
             ),
         )
 
@@ -354,13 +356,13 @@ class RecordShipper:
         self.ship(final=True)
 
     def spool(self) -> Path | None:
-        left = [r for seq in sorted(self.unacked) for r in self.unacked[seq]] + self._buf
+        left = [record for seq in sorted(self.unacked) for record in self.unacked[seq]] + self._buf
         if not left:
             return None
         SPOOL_DIR.mkdir(parents=True, exist_ok=True)
         path = SPOOL_DIR / f"{self.worker_id.replace('/', '_')}-{int(wall())}.jsonl"
         with open(path, "ab") as out:  # appended: a second spool within the same second adds to it
-            out.write(b"".join(runformat.jsonl_bytes(r) for r in left))
+            out.write(b"".join(runformat.jsonl_bytes(record) for record in left))
         self.unacked.clear()
         self._buf = []
         log.error(

@@ -35,13 +35,13 @@ class Soak:
         self._asked = False
 
     @classmethod
-    def of(cls, s) -> Soak | None:
-        """The run's soak (``s``: its Settings), or None without ``--soak``."""
-        if s.soak is None:
+    def of(cls, settings) -> Soak | None:
+        """The run's soak from its ``settings``, or None without ``--soak``."""
+        if settings.soak is None:
             return None
-        grid = s.rates or s.steps
-        alone = len(grid) == 1 and s.repeat == 1 and not s.refine
-        return cls(s.soak, grid[0] if alone else None)
+        grid = settings.rates or settings.steps
+        alone = len(grid) == 1 and settings.repeat == 1 and not settings.refine
+        return cls(settings.soak, grid[0] if alone else None)
 
     def next(self, run):
         """The soak's step (a :class:`~locustfiles.plan.Planned` of phase ``soak``) once the
@@ -81,16 +81,16 @@ def recommended_level(run, who: str, without: str):
             run.run_dir,
             WRITE_WAIT_S,
         )
-    rd = run.reader.rundir
+    rundir = run.reader.rundir
 
     def recommend():
-        rd.refresh()
-        return analyze(rd)
+        rundir.refresh()
+        return analyze(rundir)
 
     try:
         summary = gevent.get_hub().threadpool.apply(recommend)
-    except RunDirError as e:
-        log.error("%s: the sweep cannot be judged (%s)", without, e)
+    except RunDirError as error:
+        log.error("%s: the sweep cannot be judged (%s)", without, error)
         return None
     key = "recommended_rate" if run.settings.mode == "open" else "recommended_concurrency"
     level = summary.get(key)

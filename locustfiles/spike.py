@@ -38,12 +38,12 @@ class SpikeError(ValueError):
 
 def parse(spec: str) -> tuple[float, float]:
     """``--spike FACTORxSECONDS`` (``3x30``) as (factor, seconds)."""
-    m = _SPEC.match(spec)
-    if not m or float(m.group(1)) <= 1 or float(m.group(2)) <= 0:
+    match = _SPEC.match(spec)
+    if not match or float(match.group(1)) <= 1 or float(match.group(2)) <= 0:
         raise SpikeError(
             f"--spike takes FACTORxSECONDS, a factor above 1 and a length in seconds, such as 3x30, got {spec!r}"
         )
-    return float(m.group(1)), float(m.group(2))
+    return float(match.group(1)), float(match.group(2))
 
 
 class Spike:
@@ -59,12 +59,12 @@ class Spike:
         self._probed_at = 0.0
 
     @classmethod
-    def of(cls, s) -> Spike | None:
-        """The run's spike (``s``: its Settings), or None without ``--spike``."""
-        if s.spike is None:
+    def of(cls, settings) -> Spike | None:
+        """The run's spike from its ``settings``, or None without ``--spike``."""
+        if settings.spike is None:
             return None
-        factor, seconds = s.spike
-        return cls(factor, seconds, s.spike_at, s.step_time)
+        factor, seconds = settings.spike
+        return cls(factor, seconds, settings.spike_at, settings.step_time)
 
     def next(self, run):
         """The spike's next step (a :class:`~locustfiles.plan.Planned`), or None once its three
@@ -100,33 +100,33 @@ class Spike:
     def watch(self, run, phase: str) -> None:
         """Called as a spike step goes (``phase``): probe the server's health once it seems gone,
         and stop the run when the probe fails too (see the module doc)."""
-        w = run.writer
-        if self._probing or run.cut_short is not None or w is None or w.unanswered < GONE_MIN:
+        writer = run.writer
+        if self._probing or run.cut_short is not None or writer is None or writer.unanswered < GONE_MIN:
             return
-        if wall() - max(w.last_answer or 0.0, self._probed_at) < GONE_S:
+        if wall() - max(writer.last_answer or 0.0, self._probed_at) < GONE_S:
             return
         self._probing = True
-        gevent.spawn(self._confirm, run, phase, w.unanswered)
+        gevent.spawn(self._confirm, run, phase, writer.unanswered)
 
     def _confirm(self, run, phase: str, unanswered: int) -> None:
         from .preflight import health
 
         try:
-            h = health(run.settings)
+            probe = health(run.settings)
         finally:
             self._probing, self._probed_at = False, wall()
-        self.probes.append(runformat.spike_health_entry(at=self._probed_at, phase=phase, **h))
-        if h["ok"]:
+        self.probes.append(runformat.spike_health_entry(at=self._probed_at, phase=phase, **probe))
+        if probe["ok"]:
             log.info(
                 "spike: %d attempts in a row had no answer, but the health probe did (%s in %.0f ms)",
                 unanswered,
-                h["status"],
-                h["ms"],
+                probe["status"],
+                probe["ms"],
             )
             return
         message = (
             f"the server stopped answering during the {phase.replace('_', ' ')} step: {unanswered} attempts "
-            f"in a row got no answer and the health probe failed too ({h['message']}); the run stops "
+            f"in a row got no answer and the health probe failed too ({probe['message']}); the run stops "
             f"here, with every attempt recorded"
         )
         log.error("%s", message)

@@ -71,15 +71,15 @@ def check_before_start(environment) -> None:
     if not options.headless or options.worker:
         return  # the web UI's form may still change them; a worker says why to its master
     try:
-        s = settings_mod.from_options(options, environment.host)
-    except settings_mod.SettingsError as e:
-        _stop(environment, str(e))
-    if not s.preflight or s.voice_upload or options.master:
+        settings = settings_mod.from_options(options, environment.host)
+    except settings_mod.SettingsError as error:
+        _stop(environment, str(error))
+    if not settings.preflight or settings.voice_upload or options.master:
         # a master sends it at the first step, as its workers start: the time it takes is theirs
         # to settle their clocks in (a trace's arrivals are scheduled on them)
         return
     node = environment.tts_knee
-    node.preflight = preflight(s)
+    node.preflight = preflight(settings)
     if not node.preflight["ok"]:
         node.ensure_run()  # run.json records the refusal, and Run.fail logs its sentence
         _stop(environment, None)

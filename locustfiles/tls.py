@@ -28,20 +28,20 @@ def client_context(
         ctx = ssl.create_default_context(cafile=ca or None)
     except FileNotFoundError:
         raise CredentialError(f"--tls-ca {ca}: no such file") from None
-    except (ssl.SSLError, OSError, ValueError) as e:
-        raise CredentialError(f"--tls-ca {ca}: not a PEM file of CA certificates ({_reason(e)})") from None
+    except (ssl.SSLError, OSError, ValueError) as error:
+        raise CredentialError(f"--tls-ca {ca}: not a PEM file of CA certificates ({_reason(error)})") from None
     if key and not cert:
         raise CredentialError("--tls-client-key is the key of --tls-client-cert: give the certificate too")
     if cert:
         try:
             ctx.load_cert_chain(cert, key or None)
-        except FileNotFoundError as e:
-            which = "--tls-client-key" if key and e.filename == key else "--tls-client-cert"
+        except FileNotFoundError as error:
+            which = "--tls-client-key" if key and error.filename == key else "--tls-client-cert"
             raise CredentialError(
-                f"{which} {e.filename or (key if which.endswith('key') else cert)}: no such file"
+                f"{which} {error.filename or (key if which.endswith('key') else cert)}: no such file"
             ) from None
-        except (ssl.SSLError, OSError, ValueError) as e:
-            text = _reason(e)
+        except (ssl.SSLError, OSError, ValueError) as error:
+            text = _reason(error)
             why = (
                 "the key does not belong to the certificate"
                 if "KEY_VALUES_MISMATCH" in text or "mismatch" in text
@@ -68,7 +68,9 @@ def _check_dates(cert: str) -> None:
         info = decode(cert) if decode else None
         if info is None:
             return
-        after, before = (ssl.cert_time_to_seconds(info[k]) for k in ("notAfter", "notBefore")) if info else (None, None)
+        after, before = (
+            (ssl.cert_time_to_seconds(info[field]) for field in ("notAfter", "notBefore")) if info else (None, None)
+        )
     except (ssl.SSLError, OSError, ValueError, KeyError, TypeError):
         return
     now = time.time()
@@ -82,10 +84,10 @@ def expand(value: str, option: str) -> str:
     """``value`` with each ``${VAR}`` replaced by the environment's VAR; an unset one raises
     :class:`CredentialError` naming ``option`` and the variable (never the value)."""
 
-    def one(m: re.Match) -> str:
-        got = os.environ.get(m.group(1))
+    def one(match: re.Match) -> str:
+        got = os.environ.get(match.group(1))
         if got is None:
-            raise CredentialError(f"{option} reads ${{{m.group(1)}}}, which is not set in the environment")
+            raise CredentialError(f"{option} reads ${{{match.group(1)}}}, which is not set in the environment")
         return got
 
     return _VAR.sub(one, value)
@@ -102,7 +104,7 @@ def pairs(items, option: str, sep: str) -> tuple[tuple[str, str], ...]:
     for item in items:
         name, found, value = str(item).partition(sep)
         name = name.strip()
-        if not found or not name or any(c.isspace() for c in name):
+        if not found or not name or any(char.isspace() for char in name):
             shape = "'NAME: VALUE'" if sep == ":" else "KEY=VALUE"
             raise CredentialError(f"{option} takes {shape}, got one without a name: {name[:40]!r}")
         out.append((name.lower() if sep == "=" else name, expand(value.strip(), f"{option} {name}")))
@@ -147,5 +149,5 @@ def verify_hint(error: BaseException, insecure: bool, client_cert: bool = False)
     return f"the TLS handshake failed ({text})"
 
 
-def _reason(e: BaseException) -> str:
-    return " ".join((str(getattr(e, "reason", None) or e) or type(e).__name__).split())[:160]
+def _reason(error: BaseException) -> str:
+    return " ".join((str(getattr(error, "reason", None) or error) or type(error).__name__).split())[:160]

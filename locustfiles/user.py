@@ -68,9 +68,9 @@ class TTSUser(RunUser):
         if self.tts_run.stopping:  # draining: what is in flight finishes, nothing new is sent
             gevent.sleep(STOPPING_POLL_S)
             return
-        s = self.tts_run.settings
-        if s.contexts > 1:
-            self._in_contexts(s.contexts, s.think_time)
+        settings = self.tts_run.settings
+        if settings.contexts > 1:
+            self._in_contexts(settings.contexts, settings.think_time)
             return
         request = self.tts_run.next_request()
         if request is None:  # a probe step whose texts are all sent: nothing more until the next step
@@ -80,15 +80,15 @@ class TTSUser(RunUser):
         text, ask = request
         self.caller.send(text, ask, self.seq)
         self.turn += 1
-        if s.turns and self.turn >= s.turns:
+        if settings.turns and self.turn >= settings.turns:
             self.turn = 0
             self.caller.transport.hang_up()
-        elif s.think_time:
-            gevent.sleep(s.think_time)
+        elif settings.think_time:
+            gevent.sleep(settings.think_time)
 
-    def _in_contexts(self, k: int, think_s: float) -> None:
-        """K utterances in flight on the one session, each context starting its next once its
-        last ended (and ``think_s`` passed); until the user stops or the run drains."""
+    def _in_contexts(self, contexts: int, think_s: float) -> None:
+        """``contexts`` utterances in flight on the one session, each context starting its next once
+        its last ended (and ``think_s`` passed); until the user stops or the run drains."""
 
         def context() -> None:
             while not self.tts_run.stopping:  # draining: what is in flight finishes, nothing new is sent
@@ -104,7 +104,7 @@ class TTSUser(RunUser):
 
         group = Group()
         try:
-            for _ in range(k):
+            for _ in range(contexts):
                 group.spawn(context)
             group.join(raise_error=True)
         finally:

@@ -33,20 +33,20 @@ DETAIL_CHARS = 200
 
 
 class VoiceUploads:
-    """The voices this run registered on the server at ``s.host``, and a record of each call."""
+    """The voices this run registered on the server at ``settings.host``, and a record of each call."""
 
-    def __init__(self, s):
-        self.s = s
+    def __init__(self, settings):
+        self.s = settings
         self.records: list[dict] = []
         self.created: list[str] = []
-        parts = urlsplit(s.host)
+        parts = urlsplit(settings.host)
         self._client_args = dict(
             host=parts.hostname,
             port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https",
             concurrency=1,
-            connection_timeout=s.connect_timeout,
-            network_timeout=s.request_timeout,
+            connection_timeout=settings.connect_timeout,
+            network_timeout=settings.request_timeout,
             headers={"User-Agent": "tts-knee"},
         )
 
@@ -58,25 +58,25 @@ class VoiceUploads:
 
         http = HTTPClient(**self._client_args)
         try:
-            for v in self.s.voices:
-                if v.ref_audio is None:
+            for voice in self.s.voices:
+                if voice.ref_audio is None:
                     continue
                 fields = [
-                    ("audio_sample", (v.ref_audio.name, v.ref_audio.data, v.ref_audio.content_type)),
+                    ("audio_sample", (voice.ref_audio.name, voice.ref_audio.data, voice.ref_audio.content_type)),
                     ("consent", CONSENT),
-                    ("name", v.name),
+                    ("name", voice.name),
                 ]
-                if v.ref_text is not None:
-                    fields.append(("ref_text", v.ref_text))
+                if voice.ref_text is not None:
+                    fields.append(("ref_text", voice.ref_text))
                 body, ctype = encode_multipart_formdata(fields)
                 status, said, error = self._call(
-                    http, "create", v.name, "POST", VOICES_PATH, body, {"Content-Type": ctype}
+                    http, "create", voice.name, "POST", VOICES_PATH, body, {"Content-Type": ctype}
                 )
                 if error is None:
-                    self.created.append(v.name)
+                    self.created.append(voice.name)
                     continue
                 return (
-                    f"the server refused to register voice {v.name!r} ({error}): --voice-upload needs "
+                    f"the server refused to register voice {voice.name!r} ({error}): --voice-upload needs "
                     f"{self.s.host}{VOICES_PATH} to take it"
                 )
             log.info("registered %d voices on %s%s", len(self.created), self.s.host, VOICES_PATH)
@@ -103,7 +103,7 @@ class VoiceUploads:
         self, http, action: str, voice: str, method: str, path: str, body: bytes = b"", headers: dict | None = None
     ) -> tuple[int | None, str, str | None]:
         """One timed call, recorded: (status, body text, error or None)."""
-        t0, m0 = wall(), mono()
+        sent_at, sent_mono = wall(), mono()
         status, text, error = None, "", None
         try:
             resp = http.request(method, path, body=body, headers=headers or {})
@@ -111,18 +111,18 @@ class VoiceUploads:
                 status, text = resp.status_code, resp.read().decode("utf-8", "replace")
             finally:
                 resp.release()
-        except OSError as e:  # refused, reset, timed out
-            error = f"connection error: {e.strerror or str(e) or type(e).__name__}"
-        except HTTPException as e:  # an answer that is not HTTP
-            error = f"bad HTTP response: {type(e).__name__}: {e}"
+        except OSError as failure:  # refused, reset, timed out
+            error = f"connection error: {failure.strerror or str(failure) or type(failure).__name__}"
+        except HTTPException as failure:  # an answer that is not HTTP
+            error = f"bad HTTP response: {type(failure).__name__}: {failure}"
         if status is not None and not 200 <= status < 300:
             error = f"HTTP {status}: {_detail(text)}"
         self.records.append(
             runformat.voice_upload_entry(
                 voice=voice,
                 action=action,
-                t0=t0,
-                ms=round((mono() - m0) * 1000.0, 3),
+                t0=sent_at,
+                ms=round((mono() - sent_mono) * 1000.0, 3),
                 status=status,
                 ok=error is None,
                 error=error,

@@ -31,7 +31,7 @@ def mount(environment, node, live_view, columns) -> None:
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "TTS steps", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
-        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns]}
+        {"key": TAB_KEY, "structure": [{"key": key, "title": title} for key, title in columns]}
     ]
     web_ui.template_args["extended_csv_files"] = [
         {"href": MOUNT, "title": "tts-knee live report: knee, diagnosis and the client/server timeline"}

@@ -40,15 +40,15 @@ def used(template: str) -> list[str]:
 
 def sample(template: str) -> str:
     """``template`` with every placeholder filled, to check it is JSON."""
-    return _PLACEHOLDER.sub(lambda m: _SAMPLE[m.group(1)], template)
+    return _PLACEHOLDER.sub(lambda match: _SAMPLE[match.group(1)], template)
 
 
-def values(s, text: str, ask: Ask) -> dict:
+def values(settings, text: str, ask: Ask) -> dict:
     """Each placeholder's value for this request (None: it has none)."""
     clip = ask.ref_audio
     return {
         "text": text,
-        "voice": ask.voice or s.tts_voice or None,
+        "voice": ask.voice or settings.tts_voice or None,
         "language": ask.language,
         "speed": ask.speed,
         "instructions": ask.instructions,
@@ -57,30 +57,30 @@ def values(s, text: str, ask: Ask) -> dict:
     }
 
 
-def missing(template: str, s, ask: Ask) -> list[str]:
+def missing(template: str, settings, ask: Ask) -> list[str]:
     """The placeholders of ``template`` this request has no value for."""
-    have = values(s, "", ask)
+    have = values(settings, "", ask)
     return [name for name in used(template) if name != "text" and have[name] is None]
 
 
-def voice_label(s, ask: Ask) -> str | None:
+def voice_label(settings, ask: Ask) -> str | None:
     """The voice a request names, as its record says: its own, else the clip's file name,
     else ``--tts-voice`` where the request shape sends it."""
     if ask.voice:
         return ask.voice
     if ask.ref_audio is not None:
         return ask.ref_audio.name
-    return (s.tts_voice or None) if s.tts_api != "piper" else None
+    return (settings.tts_voice or None) if settings.tts_api != "piper" else None
 
 
-def fields(s, text: str, ask: Ask) -> dict:
+def fields(settings, text: str, ask: Ask) -> dict:
     """The request's fields in the run's request shape, the clip among them unless it goes as a
     form's file part."""
-    clip = None if s.tts_form else ask.ref_audio
-    if s.tts_api == "openai":
-        body = {"model": s.tts_model, "input": text, "response_format": s.tts_format}
-        if ask.voice or s.tts_voice:
-            body["voice"] = ask.voice or s.tts_voice
+    clip = None if settings.tts_form else ask.ref_audio
+    if settings.tts_api == "openai":
+        body = {"model": settings.tts_model, "input": text, "response_format": settings.tts_format}
+        if ask.voice or settings.tts_voice:
+            body["voice"] = ask.voice or settings.tts_voice
         for key in ("language", "speed", "instructions"):
             if getattr(ask, key) is not None:
                 body[key] = getattr(ask, key)
@@ -88,47 +88,50 @@ def fields(s, text: str, ask: Ask) -> dict:
             body["ref_audio"] = f"data:{clip.content_type};base64,{base64.b64encode(clip.data).decode('ascii')}"
         if ask.ref_text is not None:
             body["ref_text"] = ask.ref_text
-        if s.tts_stream:
+        if settings.tts_stream:
             body["stream"] = True
-        if s.tts_stream_format:
-            body["stream_format"] = s.tts_stream_format
+        if settings.tts_stream_format:
+            body["stream_format"] = settings.tts_stream_format
         return body
-    if s.tts_api == "piper":
+    if settings.tts_api == "piper":
         body = {"text": text}
         if ask.voice:
             body["voice"] = ask.voice
         if ask.speed:
             body["length_scale"] = round(1.0 / ask.speed, 6)
         return body
-    return json.loads(fill(s.tts_template, values(s, text, ask)))
+    return json.loads(fill(settings.tts_template, values(settings, text, ask)))
 
 
 def fill(template: str, vals: dict) -> str:
     """``template`` with its placeholders filled from ``vals`` in one pass (a text that holds
     "{voice}" stays as it is)."""
 
-    def one(m) -> str:
-        v = vals[m.group(1)]
-        if m.group(1) == "speed":
-            return json.dumps(v)
-        return json.dumps(v, ensure_ascii=False)[1:-1]  # escaped for a JSON string literal
+    def one(match) -> str:
+        value = vals[match.group(1)]
+        if match.group(1) == "speed":
+            return json.dumps(value)
+        return json.dumps(value, ensure_ascii=False)[1:-1]  # escaped for a JSON string literal
 
     return _PLACEHOLDER.sub(one, template)
 
 
-def body(s, text: str, ask: Ask) -> tuple[bytes, str]:
+def body(settings, text: str, ask: Ask) -> tuple[bytes, str]:
     """(the request body, its content type)."""
-    if not s.tts_form:
-        if s.tts_api == "json":  # the template as written, not re-encoded
-            return fill(s.tts_template, values(s, text, ask)).encode("utf-8", "surrogateescape"), JSON_TYPE
+    if not settings.tts_form:
+        if settings.tts_api == "json":  # the template as written, not re-encoded
+            return fill(settings.tts_template, values(settings, text, ask)).encode(
+                "utf-8", "surrogateescape"
+            ), JSON_TYPE
         # surrogateescape: a probe text's escaped byte (--probe-texts invalid-utf8) goes as that byte
-        return json.dumps(fields(s, text, ask), ensure_ascii=False).encode("utf-8", "surrogateescape"), JSON_TYPE
+        return json.dumps(fields(settings, text, ask), ensure_ascii=False).encode("utf-8", "surrogateescape"), JSON_TYPE
     # imported here: urllib3 imported before Locust patches ssl for gevent breaks Locust's import
     from urllib3 import encode_multipart_formdata
 
     parts: list[tuple[str, str | tuple[str, bytes, str]]] = [
-        (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in fields(s, text, ask).items()
+        (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for name, value in fields(settings, text, ask).items()
     ]
     if ask.ref_audio is not None:
-        parts.append((s.tts_form, (ask.ref_audio.name, ask.ref_audio.data, ask.ref_audio.content_type)))
+        parts.append((settings.tts_form, (ask.ref_audio.name, ask.ref_audio.data, ask.ref_audio.content_type)))
     return encode_multipart_formdata(parts)

@@ -71,12 +71,12 @@ def schedule(text: str, rate: float | None, jitter: float = 0.0, rng: random.Ran
     if not rate:
         return [Piece(text, 0.0, True, True)]
     toks = tokens(text) or [text]
-    gap, at, out = 1.0 / rate, 0.0, []
+    gap, due_s, out = 1.0 / rate, 0.0, []
     draw = (rng or random).uniform
     for i, tok in enumerate(toks):
         if i:
-            at += gap * (1.0 + draw(-jitter, jitter)) if jitter else gap
-        out.append(Piece(tok, at, ends_sentence(tok), i == len(toks) - 1))
+            due_s += gap * (1.0 + draw(-jitter, jitter)) if jitter else gap
+        out.append(Piece(tok, due_s, ends_sentence(tok), i == len(toks) - 1))
     return out
 
 
@@ -103,20 +103,20 @@ class Pacer:
         """When the next send is due on the caller's clock; None once everything is sent."""
         if self.done:
             return None
-        at = self.start + self.pieces[self.next].due_s
+        due = self.start + self.pieces[self.next].due_s
         if self.last_sent is not None:
-            at = max(at, self.last_sent + self.min_interval_s)
-        return at
+            due = max(due, self.last_sent + self.min_interval_s)
+        return due
 
     def wait_s(self, now: float) -> float | None:
         """Seconds from ``now`` until the next send is due (0: now); None once all is sent."""
-        at = self.due_at()
-        return None if at is None else max(0.0, at - now)
+        due = self.due_at()
+        return None if due is None else max(0.0, due - now)
 
     def take(self, now: float) -> Send | None:
         """The send due at ``now``, or None when nothing is due yet (or nothing is left)."""
-        at = self.due_at()
-        if at is None or at > now:
+        due = self.due_at()
+        if due is None or due > now:
             return None
         first, pieces = self.next, self.pieces
         end = first
@@ -127,7 +127,7 @@ class Pacer:
         self.next, self.last_sent = end, now
         tail = pieces[end - 1]
         return Send(
-            "".join(p.text for p in pieces[first:end]),
+            "".join(piece.text for piece in pieces[first:end]),
             end - first,
             self.flush_sentences and tail.sentence_end and not tail.last,
             tail.last,

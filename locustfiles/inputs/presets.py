@@ -117,12 +117,12 @@ class Preset:
     @property
     def routed(self) -> bool:
         """Frames name the utterance they belong to (contexts)."""
-        return any(r.context for r in self.rules)
+        return any(rule.context for rule in self.rules)
 
     @property
     def acks_cancel(self) -> bool:
         """The server answers the ``cancel`` message (a rule's ``cancelled`` event)."""
-        return any(r.event == "cancelled" for r in self.rules)
+        return any(rule.event == "cancelled" for rule in self.rules)
 
     def url(self, host: str, values: dict) -> str:
         """The WebSocket URL for the run's ``-H`` (``http://`` -> ``ws://``, ``https://`` -> ``wss://``)."""
@@ -134,12 +134,20 @@ class Preset:
                 f"preset {self.file}: `path` names a placeholder with no value ({self.path}); "
                 f"give --tts-voice or --tts-model"
             )
-        query = {k: v for k, v in ((k, render(v, values)) for k, v in self.query.items()) if v is not _UNSET}
+        query = {
+            name: value
+            for name, value in ((name, render(value, values)) for name, value in self.query.items())
+            if value is not _UNSET
+        }
         base = parts.path.rstrip("/")
         return f"{scheme}://{parts.netloc}{base}{quote(path)}" + (f"?{urlencode(query)}" if query else "")
 
     def handshake_headers(self, values: dict) -> list[str]:
-        return [f"{k}: {v}" for k, v in ((k, render(v, values)) for k, v in self.headers.items()) if v is not _UNSET]
+        return [
+            f"{name}: {value}"
+            for name, value in ((name, render(value, values)) for name, value in self.headers.items())
+            if value is not _UNSET
+        ]
 
     def messages(self, kind: str, values: dict) -> list[str]:
         """The JSON texts the client sends for ``kind``, in order: one, or the sequence a
@@ -186,11 +194,18 @@ class Preset:
                 )
             try:
                 audio = binascii.a2b_base64(b64, strict_mode=True)
-            except (binascii.Error, ValueError) as e:  # ValueError: non-ASCII text
-                raise StreamError(f"an audio frame's {_dotted(rule.audio)!r} is not base64 ({e})") from None
+            except (binascii.Error, ValueError) as error:  # ValueError: non-ASCII text
+                raise StreamError(f"an audio frame's {_dotted(rule.audio)!r} is not base64 ({error})") from None
             return Frame("audio", audio, rate, context)
         if rule.event == "error":
-            said = next((v for v in (_get(obj, p) for p in rule.message) if v is not _UNSET and v is not None), None)
+            said = next(
+                (
+                    found
+                    for found in (_get(obj, path) for path in rule.message)
+                    if found is not _UNSET and found is not None
+                ),
+                None,
+            )
             message = " ".join(str(said).split())[:200] if said is not None else _snippet(frame)
             return Frame("error", rate=rate, context=context, message=message, fatal=rule.fatal)
         return Frame(rule.event, rate=rate, context=context)
@@ -200,9 +215,13 @@ def render(value, values: dict):
     """``value`` with its placeholders filled from ``values`` (see the module doc); _UNSET for a
     string whose placeholder has no value, and such keys and items are left out."""
     if isinstance(value, dict):
-        return {k: r for k, r in ((k, render(v, values)) for k, v in value.items()) if r is not _UNSET}
+        return {
+            key: rendered
+            for key, rendered in ((key, render(item, values)) for key, item in value.items())
+            if rendered is not _UNSET
+        }
     if isinstance(value, list):
-        return [r for r in (render(v, values) for v in value) if r is not _UNSET]
+        return [rendered for rendered in (render(item, values) for item in value) if rendered is not _UNSET]
     if not isinstance(value, str) or "{" not in value:
         return value
     whole = _PLACEHOLDER.fullmatch(value)
@@ -210,19 +229,19 @@ def render(value, values: dict):
         return _lookup(whole.group(1), values)
     missing = False
 
-    def fill(m):
+    def fill(match):
         nonlocal missing
-        v = _lookup(m.group(1), values)
-        missing = missing or v is _UNSET
-        return "" if v is _UNSET else str(v)
+        found = _lookup(match.group(1), values)
+        missing = missing or found is _UNSET
+        return "" if found is _UNSET else str(found)
 
     out = _PLACEHOLDER.sub(fill, value)
     return _UNSET if missing else out
 
 
 def _lookup(key: str, values: dict):
-    v = os.environ.get(key[4:]) if key.startswith("env.") else values.get(key)
-    return _UNSET if v is None or v == "" else v
+    value = os.environ.get(key[4:]) if key.startswith("env.") else values.get(key)
+    return _UNSET if value is None or value == "" else value
 
 
 def _get(obj, path: tuple):
@@ -252,7 +271,7 @@ def _snippet(text) -> str:
 
 def names() -> list[str]:
     """The presets that ship with tts-knee."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+    return sorted(path.stem for path in PRESET_DIR.glob("*.toml"))
 
 
 def find(name_or_file: str) -> Path:
@@ -273,13 +292,17 @@ def load(name_or_file: str) -> Preset:
     path = find(name_or_file)
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:  # ValueError: no file can have the name (a NUL in it), or not UTF-8
-        why = "it is not UTF-8 text" if isinstance(e, UnicodeDecodeError) else getattr(e, "strerror", None) or e
+    except (OSError, ValueError) as error:  # ValueError: no file can have the name (a NUL in it), or not UTF-8
+        why = (
+            "it is not UTF-8 text"
+            if isinstance(error, UnicodeDecodeError)
+            else getattr(error, "strerror", None) or error
+        )
         raise PresetError(f"preset {path} cannot be read: {why}") from None
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PresetError(f"preset {path} is not valid TOML: {e}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise PresetError(f"preset {path} is not valid TOML: {error}") from None
     return _Checker(path).preset(raw)
 
 
@@ -305,10 +328,10 @@ class _Checker:
 
     def strings(self, raw: dict, key: str) -> dict:
         table = self.table(raw, key)
-        for k, v in table.items():
-            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                self.fail(f"{key}.{k}", f"must be a string or a number, not {v!r}")
-        return {k: str(v) for k, v in table.items()}
+        for name, value in table.items():
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                self.fail(f"{key}.{name}", f"must be a string or a number, not {value!r}")
+        return {name: str(value) for name, value in table.items()}
 
     def audio(self, audio: dict) -> tuple[int, int]:
         """The preset's ``[audio]``: ``(rate, channels)`` (its encoding is PCM16, checked)."""
@@ -337,8 +360,8 @@ class _Checker:
         if binary not in ("audio", "error"):
             self.fail("receive.binary", f'must be "audio" or "error", not {binary!r}')
         rules_raw = self.kind(receive, "receive.rule", list, "a list of [[receive.rule]] tables", [])
-        rules = tuple(self.rule(r, i) for i, r in enumerate(rules_raw, 1))
-        events = {r.event for r in rules}
+        rules = tuple(self.rule(rule, number) for number, rule in enumerate(rules_raw, 1))
+        events = {rule.event for rule in rules}
         needed = "end" if ends_on == "end" else "flushed"
         if needed not in events:
             self.fail(
@@ -390,7 +413,7 @@ class _Checker:
         reuse = self.kind(raw, "reuse", bool, "true or false", False)
         if contexts > 1 and not reuse:
             self.fail("contexts", "is more than 1, but reuse is false: contexts share one connection")
-        if contexts > 1 and not any(r.context for r in rules):
+        if contexts > 1 and not any(rule.context for rule in rules):
             self.fail(
                 "contexts",
                 "is more than 1, but no rule names the field that says which context a frame belongs to (`context`)",
@@ -444,14 +467,14 @@ class _Checker:
                             f"{where}.extends",
                             f"must name another [send] message (one table) that extends none, not {base!r}",
                         )
-                    body = {**send[base], **{k: v for k, v in body.items() if k != "extends"}}
+                    body = {**send[base], **{key: value for key, value in body.items() if key != "extends"}}
                 out[kind].append(body)
         if "{text}" not in json.dumps(out["text"]):
             self.fail("send.text", 'must hold "{text}" where each piece of text goes')
         return out
 
-    def rule(self, rule, i: int) -> Rule:
-        key = f"receive.rule[{i}]"
+    def rule(self, rule, number: int) -> Rule:
+        key = f"receive.rule[{number}]"
         if not isinstance(rule, dict):
             self.fail(key, "must be a table")
         unknown = sorted(set(rule) - _RULE_KEYS)
@@ -465,19 +488,19 @@ class _Checker:
             self.fail(f"{key}.event", f"must be one of {', '.join(EVENTS)}, not {event!r}")
 
         def path(name):
-            v = rule.get(name)
-            if v is None:
+            dotted = rule.get(name)
+            if dotted is None:
                 return None
-            if not isinstance(v, str) or not v:
-                self.fail(f"{key}.{name}", f"must name a field (dotted for nested ones), not {v!r}")
-            return tuple(v.split("."))
+            if not isinstance(dotted, str) or not dotted:
+                self.fail(f"{key}.{name}", f"must name a field (dotted for nested ones), not {dotted!r}")
+            return tuple(dotted.split("."))
 
         audio = path("audio")
         if event == "audio" and audio is None:
             self.fail(f"{key}.audio", "is missing: an audio rule names the field holding base64 audio")
         message = rule.get("message", [])
         message = [message] if isinstance(message, str) else message
-        if not isinstance(message, list) or not all(isinstance(m, str) and m for m in message):
+        if not isinstance(message, list) or not all(isinstance(field, str) and field for field in message):
             self.fail(f"{key}.message", f"must be a field name or a list of them, not {rule.get('message')!r}")
         fatal = self.kind(rule, f"{key}.fatal", bool, "true or false", True)
         return Rule(
@@ -486,16 +509,16 @@ class _Checker:
             audio,
             path("rate"),
             path("context"),
-            tuple(tuple(m.split(".")) for m in message),
+            tuple(tuple(field.split(".")) for field in message),
             fatal,
         )
 
 
 def _flatten(match: dict, prefix: tuple = ()):
     """``{"a": {"b": 1}}`` as ``((("a", "b"), 1),)``; dotted keys split likewise."""
-    for k, v in match.items():
-        path = prefix + tuple(k.split("."))
-        if isinstance(v, dict):
-            yield from _flatten(v, path)
+    for key, value in match.items():
+        path = prefix + tuple(key.split("."))
+        if isinstance(value, dict):
+            yield from _flatten(value, path)
         else:
-            yield path, v
+            yield path, value

@@ -71,7 +71,7 @@ class Trace:
 
     def lanes(self, index: int, workers: int) -> list[tuple]:
         """The lanes worker ``index`` of ``workers`` sends: every ``workers``-th one."""
-        return [lane for k, lane in enumerate(self.lanes_of) if k % workers == index]
+        return [lane for lane_index, lane in enumerate(self.lanes_of) if lane_index % workers == index]
 
     def describe(self) -> dict:
         """run.json's ``trace``."""
@@ -92,35 +92,38 @@ def load(path: str, corpus: tuple) -> Trace:
     that length; ``text_id``: the entry of that id); raises :class:`TraceError`."""
     try:
         rows = fmt.read(Path(path))
-    except fmt.TraceError as e:
-        raise TraceError(f"--trace: {e}") from None
-    by_id = {t.id: t for t in corpus}
-    by_len = sorted(corpus, key=lambda t: len(t.text))
-    lengths = [len(t.text) for t in by_len]
+    except fmt.TraceError as error:
+        raise TraceError(f"--trace: {error}") from None
+    by_id = {entry.id: entry for entry in corpus}
+    by_len = sorted(corpus, key=lambda entry: len(entry.text))
+    lengths = [len(entry.text) for entry in by_len]
     texts = []
-    for _i, r in enumerate(rows):
-        if r.text_id is not None:
-            base = by_id.get(r.text_id)
+    for row in rows:
+        if row.text_id is not None:
+            base = by_id.get(row.text_id)
             if base is None:
                 raise TraceError(
-                    f"--trace: {path} line {r.line}: text_id {r.text_id!r} is not in the corpus "
+                    f"--trace: {path} line {row.line}: text_id {row.text_id!r} is not in the corpus "
                     f"(--texts); its ids are {', '.join(sorted(by_id)[:5])}" + (" …" if len(by_id) > 5 else "")
                 )
-        elif r.text_len is not None:
-            want = r.text_len
-            k = bisect.bisect_left(lengths, want)
-            near = [j for j in (k - 1, k) if 0 <= j < len(by_len)]
-            base = min((by_len[j] for j in near), key=lambda t: abs(len(t.text) - want))
+        elif row.text_len is not None:
+            want = row.text_len
+            nearest = bisect.bisect_left(lengths, want)
+            near = [j for j in (nearest - 1, nearest) if 0 <= j < len(by_len)]
+            base = min((by_len[j] for j in near), key=lambda entry: abs(len(entry.text) - want))
         else:
-            assert r.text is not None  # a row has its text, its text_len or its text_id (runformat.trace)
-            base = Text(f"trace:{r.line}", r.text, tier_of(r.text))
-        if r.voice is not None or r.language is not None:
-            base = replace(base, voice=r.voice or base.voice, language=r.language or base.language)
+            assert row.text is not None  # a row has its text, its text_len or its text_id (runformat.trace)
+            base = Text(f"trace:{row.line}", row.text, tier_of(row.text))
+        if row.voice is not None or row.language is not None:
+            base = replace(base, voice=row.voice or base.voice, language=row.language or base.language)
         texts.append(base)
     turns = fmt.conversation_turns(rows)
-    in_conv = {i for idx in turns.values() for i in idx}
-    lanes = sorted([tuple(idx) for idx in turns.values()] + [(i,) for i in range(len(rows)) if i not in in_conv])
-    offsets = tuple(r.offset_s for r in rows)
+    in_conv = {row_index for idx in turns.values() for row_index in idx}
+    lanes = sorted(
+        [tuple(idx) for idx in turns.values()]
+        + [(row_index,) for row_index in range(len(rows)) if row_index not in in_conv]
+    )
+    offsets = tuple(row.offset_s for row in rows)
     return Trace(path, offsets, tuple(texts), tuple(lanes), len(turns), fmt.duration_s(offsets))
 
 
@@ -128,9 +131,9 @@ def parse_speeds(raw) -> tuple[float, ...]:
     """``--trace-speed``: comma-separated multiples of the trace's pace, each above 0."""
     items = raw if isinstance(raw, list) else str(raw).replace(" ", "").split(",")
     try:
-        speeds = tuple(float(str(s).rstrip("x")) for s in items if str(s) != "")
+        speeds = tuple(float(str(item).rstrip("x")) for item in items if str(item) != "")
     except ValueError:
         raise TraceError(f"--trace-speed must be comma-separated speeds like 0.5,1,2,4, got {raw!r}") from None
-    if not speeds or not all(math.isfinite(v) and v > 0 for v in speeds):
+    if not speeds or not all(math.isfinite(speed) and speed > 0 for speed in speeds):
         raise TraceError(f"--trace-speed needs at least one speed, each a number above 0, got {raw!r}")
     return speeds

@@ -55,8 +55,8 @@ def parse_voices(raw: str) -> tuple[Voice, ...]:
         path = Path(raw[1:])
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise VoiceError(f"--voices file {path} cannot be read: {e.strerror}") from None
+        except OSError as error:
+            raise VoiceError(f"--voices file {path} cannot be read: {error.strerror}") from None
         except UnicodeDecodeError:
             raise VoiceError(f"--voices file {path} is not UTF-8 text") from None
         voices = (
@@ -73,23 +73,23 @@ def parse_voices(raw: str) -> tuple[Voice, ...]:
     if not voices:
         raise VoiceError(f"{where} names no voices")
     seen = set()
-    for v in voices:
-        if v.name in seen:
-            raise VoiceError(f"{where} names the voice {v.name!r} twice")
-        seen.add(v.name)
+    for voice in voices:
+        if voice.name in seen:
+            raise VoiceError(f"{where} names the voice {voice.name!r} twice")
+        seen.add(voice.name)
     return tuple(voices)
 
 
 def _jsonl(path: Path, text: str) -> list[Voice]:
     voices, clips = [], {}
-    for n, line in enumerate(text.splitlines(), 1):
+    for line_number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"--voices file {path}, line {n}"
+        where = f"--voices file {path}, line {line_number}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise VoiceError(f"{where} is not valid JSON ({e.msg})") from None
+        except json.JSONDecodeError as error:
+            raise VoiceError(f"{where} is not valid JSON ({error.msg})") from None
         name = obj.get("voice") if isinstance(obj, dict) else None
         if not isinstance(name, str) or not name.strip():
             raise VoiceError(f'{where} has no non-empty "voice" string')
@@ -104,8 +104,8 @@ def _jsonl(path: Path, text: str) -> list[Voice]:
             if clip_path not in clips:
                 try:
                     clips[clip_path] = load_clip(clip_path, f"{where} (voice {name!r})")
-                except CorpusError as e:
-                    raise VoiceError(str(e)) from None
+                except CorpusError as error:
+                    raise VoiceError(str(error)) from None
             clip = clips[clip_path]
         voices.append(Voice(name.strip(), clip, ref_text))
     return voices
@@ -135,31 +135,31 @@ def parse_mix(raw: str) -> tuple[str, float]:
         return kind, 0.0
     if kind == "zipf":
         try:
-            s = float(exponent)
+            zipf_exponent = float(exponent)
         except ValueError:
-            s = float("nan")
-        if s > 0 and s != float("inf"):
-            return kind, s
+            zipf_exponent = float("nan")
+        if zipf_exponent > 0 and zipf_exponent != float("inf"):
+            return kind, zipf_exponent
     raise VoiceError(
         f"--voice-mix takes round-robin, uniform or zipf:S with S a number above 0 (zipf:1.1, say), got {raw!r}"
     )
 
 
 class Mix:
-    """Which voice request i of a step gets, from the first ``n`` of ``voices``."""
+    """Which voice a step's request ``request_index`` gets, from the first ``voice_count`` of ``voices``."""
 
     def __init__(self, voices: tuple[Voice, ...], kind: str, exponent: float, seed: int, texts: int):
         self.voices, self.kind, self.texts = voices, kind, max(1, texts)
         self.rng = random.Random(seed)
         self._weights = (
-            list(accumulate(1.0 / (k**exponent) for k in range(1, len(voices) + 1))) if kind == "zipf" else None
+            list(accumulate(1.0 / (rank**exponent) for rank in range(1, len(voices) + 1))) if kind == "zipf" else None
         )
 
-    def pick(self, i: int, n: int) -> Voice:
-        n = min(n, len(self.voices))
+    def pick(self, request_index: int, voice_count: int) -> Voice:
+        voice_count = min(voice_count, len(self.voices))
         if self.kind == "round-robin":
-            return self.voices[(i + i // math.lcm(n, self.texts)) % n]
+            return self.voices[(request_index + request_index // math.lcm(voice_count, self.texts)) % voice_count]
         if self.kind == "uniform":
-            return self.voices[self.rng.randrange(n)]
+            return self.voices[self.rng.randrange(voice_count)]
         assert self._weights is not None  # zipf, the one kind left
-        return self.rng.choices(self.voices[:n], cum_weights=self._weights[:n])[0]
+        return self.rng.choices(self.voices[:voice_count], cum_weights=self._weights[:voice_count])[0]

@@ -110,16 +110,16 @@ __all__ = [
 ]
 
 
-def transport_for(s, payload=None) -> Transport:
-    """The transport for the run's settings ``s`` (``--tts-protocol``): HTTP, a session, or gRPC
+def transport_for(settings, payload=None) -> Transport:
+    """The transport for the run's ``settings`` (``--tts-protocol``): HTTP, a session, or gRPC
     (:mod:`locustfiles.transports.grpc`, imported only then). ``payload`` makes an HTTP request
-    body from a text and its :class:`Ask` (the run's cache of them), ``s.payload`` by default."""
-    if s.tts_protocol == "ws":
-        return WsTransport(s)
-    if s.tts_protocol == "wyoming":
-        return WyomingTransport(s)
-    if s.tts_protocol == "grpc":
+    body from a text and its :class:`Ask` (the run's cache of them), ``settings.payload`` by default."""
+    if settings.tts_protocol == "ws":
+        return WsTransport(settings)
+    if settings.tts_protocol == "wyoming":
+        return WyomingTransport(settings)
+    if settings.tts_protocol == "grpc":
         from . import grpc
 
-        return grpc.transport_for(s)
-    return HttpTransport(s, payload)
+        return grpc.transport_for(settings)
+    return HttpTransport(settings, payload)

@@ -86,12 +86,12 @@ def load_preset(name: str) -> tuple[dict, str]:
     path = PRESETS_DIR / f"{name}.json" if name in SERVICES else Path(name)
     try:
         preset = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
+    except OSError as error:
         raise PresetError(
-            f"--tts-preset {name}: cannot read {path} ({e.strerror or e}); give riva, triton or a preset file"
+            f"--tts-preset {name}: cannot read {path} ({error.strerror or error}); give riva, triton or a preset file"
         ) from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise PresetError(f"--tts-preset {name}: {path} is not JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise PresetError(f"--tts-preset {name}: {path} is not JSON ({error})") from None
     if not isinstance(preset, dict) or preset.get("protocol") != "grpc" or preset.get("service") not in SERVICES:
         raise PresetError(
             f'--tts-preset {name}: {path} must be a JSON object with "protocol": "grpc" and '
@@ -102,47 +102,47 @@ def load_preset(name: str) -> tuple[dict, str]:
     return preset, name
 
 
-def _check_triton(p: dict, where: str) -> None:
-    if not isinstance(p.get("model"), str) or not p["model"]:
+def _check_triton(preset: dict, where: str) -> None:
+    if not isinstance(preset.get("model"), str) or not preset["model"]:
         raise PresetError(f'{where} needs "model", the Triton model\'s name')
-    inputs = p.get("inputs")
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, dict) for i in inputs):
+    inputs = preset.get("inputs")
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(spec, dict) for spec in inputs):
         raise PresetError(f'{where} needs "inputs": a list of {{name, datatype, shape, value}}')
-    if sum(i.get("value") == "{text}" for i in inputs) != 1:
+    if sum(spec.get("value") == "{text}" for spec in inputs) != 1:
         raise PresetError(f'{where}: exactly one input\'s "value" must be "{{text}}", where the text goes')
-    for i in inputs:
-        if not isinstance(i.get("name"), str) or i.get("datatype") not in TRITON_INPUT_TYPES:
+    for spec in inputs:
+        if not isinstance(spec.get("name"), str) or spec.get("datatype") not in TRITON_INPUT_TYPES:
             raise PresetError(
-                f"{where}: input {i.get('name')!r} needs a name and a datatype among {', '.join(TRITON_INPUT_TYPES)}"
+                f"{where}: input {spec.get('name')!r} needs a name and a datatype among {', '.join(TRITON_INPUT_TYPES)}"
             )
-        if i["value"] == "{text}" and i["datatype"] != "BYTES":
-            raise PresetError(f"{where}: the text input {i['name']!r} must be BYTES")
-        shape = i.get("shape", [1])
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
-            raise PresetError(f"{where}: input {i['name']!r} needs a shape of positive whole numbers")
-        if i["value"] == "{text}":
+        if spec["value"] == "{text}" and spec["datatype"] != "BYTES":
+            raise PresetError(f"{where}: the text input {spec['name']!r} must be BYTES")
+        shape = spec.get("shape", [1])
+        if not isinstance(shape, list) or not all(isinstance(dim, int) and dim > 0 for dim in shape):
+            raise PresetError(f"{where}: input {spec['name']!r} needs a shape of positive whole numbers")
+        if spec["value"] == "{text}":
             continue
-        values = i["value"] if isinstance(i["value"], list) else [i["value"]]
+        values = spec["value"] if isinstance(spec["value"], list) else [spec["value"]]
         size = 1
-        for d in shape:
-            size *= d
+        for dim in shape:
+            size *= dim
         try:
             if len(values) != size:
                 raise ValueError
-            _tensor(i)
+            _tensor(spec)
         except (ValueError, TypeError, struct.error):
             raise PresetError(
-                f"{where}: input {i['name']!r} needs {size} {i['datatype']} value"
-                f"{'s' if size != 1 else ''} for its shape {shape}, got {i['value']!r}"
+                f"{where}: input {spec['name']!r} needs {size} {spec['datatype']} value"
+                f"{'s' if size != 1 else ''} for its shape {shape}, got {spec['value']!r}"
             ) from None
-    out = p.get("output")
+    out = preset.get("output")
     if (
         not isinstance(out, dict)
         or not isinstance(out.get("name"), str)
         or out.get("datatype") not in TRITON_OUTPUT_TYPES
     ):
         raise PresetError(f'{where} needs "output": {{name, datatype}} of the audio, datatype INT16 or FP32')
-    if not isinstance(p.get("sample_rate"), int) or p["sample_rate"] <= 0:
+    if not isinstance(preset.get("sample_rate"), int) or preset["sample_rate"] <= 0:
         raise PresetError(f'{where} needs "sample_rate", the model\'s audio rate in Hz')
 
 
@@ -166,8 +166,8 @@ def target(host: str) -> tuple[str, int] | None:
     return parts.hostname, port
 
 
-def transport_for(s) -> Transport:
-    return RivaTransport(s) if s.grpc_preset["service"] == "riva" else TritonTransport(s)
+def transport_for(settings) -> Transport:
+    return RivaTransport(settings) if settings.grpc_preset["service"] == "riva" else TritonTransport(settings)
 
 
 def retry_status(code: str, pushback_refused: bool = False) -> int | str | None:
@@ -184,17 +184,17 @@ def pushback(metadata: dict) -> tuple[str | None, float | None, bool]:
     """(as sent, seconds, refused) of the wait the server asks for: ``grpc-retry-pushback-ms``
     (gRFC A6: a whole number of ms; negative or not a number: do not retry), else a
     ``retry-after`` (HTTP's delta-seconds or date)."""
-    v = metadata.get("grpc-retry-pushback-ms")
-    if v is not None:
-        raw = f"grpc-retry-pushback-ms: {v}"
+    said = metadata.get("grpc-retry-pushback-ms")
+    if said is not None:
+        raw = f"grpc-retry-pushback-ms: {said}"
         try:
-            ms = int(v)
+            pushback_ms = int(said)
         except ValueError:
             return raw, None, True
-        return (raw, None, True) if ms < 0 else (raw, ms / 1000.0, False)
-    v = metadata.get("retry-after")
-    if v is not None:
-        return f"retry-after: {v}", parse_retry_after(v, wall()), False
+        return (raw, None, True) if pushback_ms < 0 else (raw, pushback_ms / 1000.0, False)
+    said = metadata.get("retry-after")
+    if said is not None:
+        return f"retry-after: {said}", parse_retry_after(said, wall()), False
     return None, None, False
 
 
@@ -204,10 +204,10 @@ class GrpcTransport(Transport):
 
     request_type = "gRPC"
 
-    def __init__(self, s):
-        self.s = s
-        self.name = s.tts_path
-        host_port = target(s.host)
+    def __init__(self, settings):
+        self.s = settings
+        self.name = settings.tts_path
+        host_port = target(settings.host)
         assert host_port is not None  # settings take only -H grpc://host:port with gRPC
         self.host, self.port = host_port
         self.conn: Connection | None = None
@@ -231,11 +231,11 @@ class GrpcTransport(Transport):
                 started = mono()
                 try:
                     self.conn = Connection(self.host, self.port, self.s.connect_timeout, self.s.tls)
-                except ssl.SSLError as e:
-                    raise TlsError(tls.verify_hint(e, self.s.tls_insecure, bool(self.s.tls_client_cert))) from None
-                except OSError as e:
+                except ssl.SSLError as error:
+                    raise TlsError(tls.verify_hint(error, self.s.tls_insecure, bool(self.s.tls_client_cert))) from None
+                except OSError as error:
                     raise TransportError(
-                        f"cannot connect to {self.host}:{self.port} ({os_error(e)}; gRPC would say UNAVAILABLE)"
+                        f"cannot connect to {self.host}:{self.port} ({os_error(error)}; gRPC would say UNAVAILABLE)"
                     ) from None
                 self.connect_ms = round((mono() - started) * 1000.0, 3)
             call = self.conn.start(
@@ -245,10 +245,10 @@ class GrpcTransport(Transport):
                 yield from self._call(call, text)
             else:
                 yield from self._interruptible(call, text, cancel)
-        except ConnectionLost as e:
+        except ConnectionLost as error:
             self.close()
             raise TransportError(
-                f"{'gRPC stream open, then ' if self._answered else ''}{e} (gRPC would say UNAVAILABLE)"
+                f"{'gRPC stream open, then ' if self._answered else ''}{error} (gRPC would say UNAVAILABLE)"
             ) from None
         except BaseException:  # the attempt's timeout, or the user stopped: the call is mid-answer
             self.close()
@@ -272,10 +272,10 @@ class GrpcTransport(Transport):
                 call.conn.wake()
 
         cancel.hook = hang_up
-        for ev in self._call(call, text):
-            if cancel.at is not None and type(ev) in (Answered, Ended):  # the end of the call we cancelled
+        for event in self._call(call, text):
+            if cancel.at is not None and type(event) in (Answered, Ended):  # the end of the call we cancelled
                 break
-            yield ev
+            yield event
         else:
             if cancel.at is None:
                 return
@@ -286,59 +286,64 @@ class GrpcTransport(Transport):
         """Each message of the answer as ``(arrival, bytes)``, with a :class:`Received` first;
         before the first, one provisional :class:`Answered`, so that audio which arrived is
         timed even if the connection breaks before the status comes."""
-        for at, msg in call.messages():
+        for arrived_at, msg in call.messages():
             if not self._answered:
                 self._answered = True
                 yield Answered(None, True, "gRPC stream open", None)
-            yield Received(at, len(msg) + 5)
-            yield at, msg
+            yield Received(arrived_at, len(msg) + 5)
+            yield arrived_at, msg
 
-    def _end(self, status: Status, at: float, pieces: containers.PcmPieces, error: str | None = None):
+    def _end(self, status: Status, ended_at: float, pieces: containers.PcmPieces, error: str | None = None):
         """The answer's :class:`Answered` and :class:`Ended`: audio for an OK call with some,
         else the failure in one sentence (``error``: one the client found itself)."""
-        code, n = status.code, len(pieces.pieces)
+        code, audio_messages = status.code, len(pieces.pieces)
         raw, wait_s, refused = pushback(status.metadata) if code != "OK" else (None, None, False)
         yield Answered(
-            code, bool(n) or code == "OK", f"gRPC {code}", retry_status(code, refused), raw, retry_after_s=wait_s
+            code,
+            bool(audio_messages) or code == "OK",
+            f"gRPC {code}",
+            retry_status(code, refused),
+            raw,
+            retry_after_s=wait_s,
         )
         if error is None and code != "OK":
             error = f"gRPC {code}" + (f": {status.details}" if status.details else "")
-            if n:
-                error += f" after {n} audio message{'s' if n != 1 else ''}"
+            if audio_messages:
+                error += f" after {audio_messages} audio message{'s' if audio_messages != 1 else ''}"
             if code == "UNIMPLEMENTED":
                 error += f" ({self.name} is not served there: wrong --tts-preset, or the wrong port?)"
             elif code == "DEADLINE_EXCEEDED":
                 error += " (the server's deadline: a timeout)"
-        elif error is not None and n:
-            error += f", after {n} audio message{'s' if n != 1 else ''}"
-        if error is None and not n:
+        elif error is not None and audio_messages:
+            error += f", after {audio_messages} audio message{'s' if audio_messages != 1 else ''}"
+        if error is None and not audio_messages:
             error = "gRPC OK, but the answer carried no audio"
         if error is not None:
-            yield Ended(at, error, data=pieces.pieces)
+            yield Ended(ended_at, error, data=pieces.pieces)
             return
         try:
             data, audio = pieces.audio()
-        except containers.AudioError as e:
-            yield Ended(at, str(e), data=pieces.pieces)
+        except containers.AudioError as audio_error:
+            yield Ended(ended_at, str(audio_error), data=pieces.pieces)
             return
-        yield Ended(at, audio=audio, data=data)
+        yield Ended(ended_at, audio=audio, data=data)
 
 
 class RivaTransport(GrpcTransport):
     """Riva's RivaSpeechSynthesis: Synthesize, or SynthesizeOnline with --tts-stream."""
 
-    def __init__(self, s):
-        super().__init__(s)
+    def __init__(self, settings):
+        super().__init__(settings)
         from riva.client.proto import riva_audio_pb2, riva_tts_pb2
 
         self._response = riva_tts_pb2.SynthesizeSpeechResponse
         self._request = riva_tts_pb2.SynthesizeSpeechRequest(
-            language_code=s.tts_language or s.grpc_preset.get("language", ""),
+            language_code=settings.tts_language or settings.grpc_preset.get("language", ""),
             encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM,
-            sample_rate_hz=s.tts_sample_rate,
-            voice_name=s.tts_voice,
+            sample_rate_hz=settings.tts_sample_rate,
+            voice_name=settings.tts_voice,
         )
-        self._online = s.tts_path == RIVA_ONLINE
+        self._online = settings.tts_path == RIVA_ONLINE
         self._rng = random.Random()
 
     def _message(self, text: str) -> bytes:
@@ -350,9 +355,11 @@ class RivaTransport(GrpcTransport):
     def _write(self, call: Call, text: str, sent: list) -> None:
         """The text's pieces, each once it is due (a greenlet of its own): one request each, the
         last ending the request stream."""
-        s = self.s
+        settings = self.s
         pacer = pacing.Pacer(
-            pacing.schedule(text, s.text_rate, s.text_jitter, self._rng), mono(), s.flush == "sentence"
+            pacing.schedule(text, settings.text_rate, settings.text_jitter, self._rng),
+            mono(),
+            settings.flush == "sentence",
         )
         connect_ms = self.connect_ms  # the first send's, where this exchange opened the connection
         for send in pacer.sends(mono, gevent.sleep):
@@ -385,20 +392,22 @@ class RivaTransport(GrpcTransport):
             if type(item) is not tuple:
                 yield item
                 continue
-            at, msg = item
+            arrived_at, msg = item
             try:
                 audio = self._response.FromString(msg).audio
-                ms = pieces.add(audio)
-            except containers.StreamError as e:
+                audio_ms = pieces.add(audio)
+            except containers.StreamError as error:
                 call.cancel()
-                yield from self._end(call.outcome()[0], at, pieces, str(e))
+                yield from self._end(call.outcome()[0], arrived_at, pieces, str(error))
                 return
             except DecodeError:
                 call.cancel()
-                yield from self._end(call.outcome()[0], at, pieces, "a message that is not a SynthesizeSpeechResponse")
+                yield from self._end(
+                    call.outcome()[0], arrived_at, pieces, "a message that is not a SynthesizeSpeechResponse"
+                )
                 return
             if audio:
-                yield AudioPiece(at, ms)
+                yield AudioPiece(arrived_at, audio_ms)
         yield from sent
         yield from self._end(*call.outcome(), pieces)
 
@@ -406,23 +415,25 @@ class RivaTransport(GrpcTransport):
 class TritonTransport(GrpcTransport):
     """A Triton model named by the preset: ModelStreamInfer for a decoupled one, else ModelInfer."""
 
-    def __init__(self, s):
-        super().__init__(s)
+    def __init__(self, settings):
+        super().__init__(settings)
         from tritonclient.grpc import service_pb2
 
-        p = s.grpc_preset
-        self._stream = bool(p.get("decoupled"))
-        self._output, self._datatype = p["output"]["name"], p["output"]["datatype"]
+        preset = settings.grpc_preset
+        self._stream = bool(preset.get("decoupled"))
+        self._output, self._datatype = preset["output"]["name"], preset["output"]["datatype"]
         self._width = TRITON_OUTPUT_TYPES[self._datatype]
-        self._rate = p["sample_rate"]
-        req = service_pb2.ModelInferRequest(model_name=s.tts_model, model_version=p.get("model_version") or "")
-        for i in p["inputs"]:
-            req.inputs.add(name=i["name"], datatype=i["datatype"], shape=i.get("shape", [1]))
+        self._rate = preset["sample_rate"]
+        req = service_pb2.ModelInferRequest(
+            model_name=settings.tts_model, model_version=preset.get("model_version") or ""
+        )
+        for spec in preset["inputs"]:
+            req.inputs.add(name=spec["name"], datatype=spec["datatype"], shape=spec.get("shape", [1]))
         req.outputs.add(name=self._output)
         if self._stream:
             req.parameters["triton_enable_empty_final_response"].bool_param = True
         self._req = req
-        self._fixed = [None if i["value"] == "{text}" else _tensor(i) for i in p["inputs"]]
+        self._fixed = [None if spec["value"] == "{text}" else _tensor(spec) for spec in preset["inputs"]]
         self._answer_type = service_pb2.ModelStreamInferResponse if self._stream else service_pb2.ModelInferResponse
 
     def _call(self, call: Call, text: str):
@@ -437,35 +448,35 @@ class TritonTransport(GrpcTransport):
             if type(item) is not tuple:
                 yield item
                 continue
-            at, msg = item
+            arrived_at, msg = item
             try:
                 answer = self._answer_type.FromString(msg)
             except DecodeError:
                 call.cancel()
                 yield from self._end(
-                    call.outcome()[0], at, pieces, f"a message that is not a {self._answer_type.__name__}"
+                    call.outcome()[0], arrived_at, pieces, f"a message that is not a {self._answer_type.__name__}"
                 )
                 return
             if self._stream:
                 if answer.error_message:
                     call.cancel()
                     yield from self._end(
-                        Status("OK", ""), at, pieces, f"Triton failed the request: {answer.error_message}"
+                        Status("OK", ""), arrived_at, pieces, f"Triton failed the request: {answer.error_message}"
                     )
                     return
                 answer = answer.infer_response
             try:
                 audio = self._audio(answer)
-                ms = pieces.add(audio) if audio else 0.0
-            except containers.StreamError as e:
+                audio_ms = pieces.add(audio) if audio else 0.0
+            except containers.StreamError as error:
                 call.cancel()
-                yield from self._end(call.outcome()[0], at, pieces, str(e))
+                yield from self._end(call.outcome()[0], arrived_at, pieces, str(error))
                 return
             if audio:
-                yield AudioPiece(at, ms)
+                yield AudioPiece(arrived_at, audio_ms)
             flag = answer.parameters.get("triton_final_response")
             if not self._stream or (flag is not None and flag.bool_param):
-                final = at
+                final = arrived_at
         status, ended_at = call.outcome()
         if status.code != "OK":
             yield from self._end(status, ended_at, pieces)
@@ -476,16 +487,16 @@ class TritonTransport(GrpcTransport):
 
     def _audio(self, answer) -> bytes:
         """The audio output's samples, as PCM16 (FP32 converted); b"" where the response has none."""
-        for k, out in enumerate(answer.outputs):
+        for output_index, out in enumerate(answer.outputs):
             if out.name != self._output:
                 continue
             if out.datatype != self._datatype:
                 raise containers.StreamError(
                     f"Triton sent {self._output} as {out.datatype}, where the preset says {self._datatype}"
                 )
-            if k >= len(answer.raw_output_contents):
+            if output_index >= len(answer.raw_output_contents):
                 raise containers.StreamError(f"Triton sent {self._output} without its raw contents")
-            raw = answer.raw_output_contents[k]
+            raw = answer.raw_output_contents[output_index]
             if self._datatype == "FP32":
                 import numpy as np
 
@@ -497,12 +508,12 @@ class TritonTransport(GrpcTransport):
 
 def _bytes_tensor(items: list[bytes]) -> bytes:
     """Triton's raw layout of a BYTES tensor: each element's 4-byte little-endian length, then it."""
-    return b"".join(struct.pack("<I", len(x)) + x for x in items)
+    return b"".join(struct.pack("<I", len(element)) + element for element in items)
 
 
 def _tensor(spec: dict) -> bytes:
     """A fixed input's raw contents from the preset's ``value`` (a scalar, or a list laid out flat)."""
     values = spec["value"] if isinstance(spec["value"], list) else [spec["value"]]
     if spec["datatype"] == "BYTES":
-        return _bytes_tensor([str(v).encode() for v in values])
-    return b"".join(struct.pack(_PACK[spec["datatype"]], v) for v in values)
+        return _bytes_tensor([str(value).encode() for value in values])
+    return b"".join(struct.pack(_PACK[spec["datatype"]], value) for value in values)

@@ -198,10 +198,10 @@ class Connection:
         try:
             # read by the call in flight, and closed (None) only as it fails: no check on the hot path
             data = self.sock.recv(READ_BYTES)  # type: ignore[union-attr]
-        except OSError as e:
+        except OSError as error:
             self.close()
-            raise ConnectionLost(f"the connection broke ({os_error(e)})") from None
-        at = mono()
+            raise ConnectionLost(f"the connection broke ({os_error(error)})") from None
+        read_at = mono()
         if not data:
             self.close()
             raise ConnectionLost(
@@ -220,24 +220,24 @@ class Connection:
         self.heard = True
         self._h2_fed = False
         if self._raw:
-            self._to_h2(data, at)
+            self._to_h2(data, read_at)
         else:
-            self._frames(data, at)
+            self._frames(data, read_at)
         if self._h2_fed or self._window_updates:  # h2 may have an answer to send (SETTINGS ACK, PING ACK ...)
             self._flush()
 
-    def _frames(self, data: bytes, at: float) -> None:
+    def _frames(self, data: bytes, read_at: float) -> None:
         """Take the whole frames read so far: the current call's DATA frames here, the rest
         through h2, in the order they came."""
         inbox = self._inbox
         inbox += data
         call, end, start, h2_from = self.call, len(inbox), 0, 0
         while start + 9 <= end:
-            hi, lo, kind, flags, sid = _FRAME.unpack_from(inbox, start)
-            size = (hi << 8) | lo
+            length_high, length_low, kind, flags, sid = _FRAME.unpack_from(inbox, start)
+            size = (length_high << 8) | length_low
             if size > self.h2.max_inbound_frame_size:
                 self._raw = True  # from here on h2 has the bytes, and says what is wrong with them
-                self._to_h2(bytes(inbox[h2_from:]), at)
+                self._to_h2(bytes(inbox[h2_from:]), read_at)
                 inbox.clear()
                 return
             if start + 9 + size > end:
@@ -255,41 +255,42 @@ class Connection:
                 and call.status is None
             ):
                 if h2_from < start:  # what came before goes first
-                    self._to_h2(bytes(inbox[h2_from:start]), at)
-                call._data(inbox[start + 9 : start + 9 + size], at)
+                    self._to_h2(bytes(inbox[h2_from:start]), read_at)
+                call._data(inbox[start + 9 : start + 9 + size], read_at)
                 self._took(call, size)
                 h2_from = start + 9 + size
             start += 9 + size
         if h2_from < start:
-            self._to_h2(bytes(inbox[h2_from:start]), at)
+            self._to_h2(bytes(inbox[h2_from:start]), read_at)
         del inbox[:start]
 
-    def _to_h2(self, data: bytes, at: float) -> None:
+    def _to_h2(self, data: bytes, read_at: float) -> None:
         """Hand whole frames (or bytes that are not) to h2 and their events to the call."""
         self._h2_fed = True
         conn = self.h2
         try:
             with self.lock:
                 events = conn.receive_data(data)
-                for ev in events:  # the data is taken at once: the server's window opens again
-                    if type(ev) is h2.events.DataReceived:
-                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-        except h2.exceptions.ProtocolError as e:
+                for event in events:  # the data is taken at once: the server's window opens again
+                    if type(event) is h2.events.DataReceived:
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        except h2.exceptions.ProtocolError as error:
             self.close()
             raise ConnectionLost(
-                f"the server does not speak HTTP/2 ({type(e).__name__}: {e}); is grpc:// aimed at an HTTP/1 port?"
+                f"the server does not speak HTTP/2 ({type(error).__name__}: {error}); "
+                "is grpc:// aimed at an HTTP/1 port?"
             ) from None
         call = self.call
-        for ev in events:
-            if type(ev) is h2.events.ConnectionTerminated:
-                self.going_away = ev.last_stream_id or 0
+        for event in events:
+            if type(event) is h2.events.ConnectionTerminated:
+                self.going_away = event.last_stream_id or 0
                 if call is not None and call.status is None and call.sid > self.going_away:
                     self.close()
                     raise ConnectionLost(
-                        f"the server is going away (GOAWAY {_code(ev.error_code)}) and did not take the call"
+                        f"the server is going away (GOAWAY {_code(event.error_code)}) and did not take the call"
                     )
-            elif call is not None and getattr(ev, "stream_id", None) == call.sid:
-                call.on(ev, at)
+            elif call is not None and getattr(event, "stream_id", None) == call.sid:
+                call.on(event, read_at)
 
     def _took(self, call: Call, size: int) -> None:
         """``size`` DATA bytes of ``call`` were read past h2: open the connection's and the
@@ -331,8 +332,10 @@ class Call:
                 return False
             size = conn.h2.max_outbound_frame_size
             try:
-                for i in range(0, len(frame), size):
-                    conn.h2.send_data(self.sid, frame[i : i + size], end_stream=end and i + size >= len(frame))
+                for offset in range(0, len(frame), size):
+                    conn.h2.send_data(
+                        self.sid, frame[offset : offset + size], end_stream=end and offset + size >= len(frame)
+                    )
             except h2.exceptions.StreamClosedError:  # the server ended the call meanwhile
                 return False
             conn._flush()
@@ -341,19 +344,19 @@ class Call:
     def outcome(self) -> tuple[Status, float]:
         """How the call ended (:attr:`status`) and when (:attr:`ended_at`): known once
         :meth:`messages` is exhausted or the call is cancelled."""
-        status, at = self.status, self.ended_at
-        assert status is not None and at is not None, "the call has not ended"
-        return status, at
+        status, ended_at = self.status, self.ended_at
+        assert status is not None and ended_at is not None, "the call has not ended"
+        return status, ended_at
 
     def cancel(self) -> None:
         """Reset the stream (RST_STREAM CANCEL): the server stops; the call ends CANCELLED."""
         self._abort(Status("CANCELLED", "cancelled by the client"), mono())
 
-    def _abort(self, status: Status, at: float) -> None:
+    def _abort(self, status: Status, ended_at: float) -> None:
         """End the call with ``status`` and reset its stream, so the server stops sending."""
         if self.status is not None:
             return
-        self._end(status, at)
+        self._end(status, ended_at)
         if self.conn.sock is not None:
             with self.conn.lock:
                 try:
@@ -374,22 +377,22 @@ class Call:
 
     # what the connection's reader hands over
 
-    def on(self, ev, at: float) -> None:
-        kind = type(ev)
+    def on(self, event, read_at: float) -> None:
+        kind = type(event)
         if kind is h2.events.ResponseReceived:
-            self._headers(dict(ev.headers), at)
+            self._headers(dict(event.headers), read_at)
         elif kind is h2.events.DataReceived:
-            self._data(ev.data, at)
+            self._data(event.data, read_at)
         elif kind is h2.events.TrailersReceived:
-            self._trailers(dict(ev.headers), at)
+            self._trailers(dict(event.headers), read_at)
         elif kind is h2.events.StreamEnded:
-            self._stream_ended(at)
+            self._stream_ended(read_at)
         elif kind is h2.events.StreamReset:
-            code = RESET_AS_GRPC.get(ev.error_code, "INTERNAL")
-            self._end(Status(code, f"the server reset the stream ({_code(ev.error_code)})", self._metadata), at)
+            code = RESET_AS_GRPC.get(event.error_code, "INTERNAL")
+            self._end(Status(code, f"the server reset the stream ({_code(event.error_code)})", self._metadata), read_at)
 
-    def _headers(self, headers: dict, at: float) -> None:
-        self._metadata.update((k, v) for k, v in headers.items() if not k.startswith(":"))
+    def _headers(self, headers: dict, read_at: float) -> None:
+        self._metadata.update((name, value) for name, value in headers.items() if not name.startswith(":"))
         try:
             self._http = int(headers.get(":status", ""))
         except ValueError:
@@ -399,53 +402,57 @@ class Call:
             self.answered = True
             self.fast = "content-length" not in headers
             if "grpc-status" in headers:  # trailers-only: the call ends here
-                self._trailers(headers, at)
+                self._trailers(headers, read_at)
 
-    def _data(self, data: bytes | bytearray, at: float) -> None:
+    def _data(self, data: bytes | bytearray, read_at: float) -> None:
         if not self.answered:  # not gRPC: keep the start of the body to quote
             self._body = (self._body + data)[:BODY_SNIPPET_BYTES]
             return
         buf = self._buf
         buf += data
         while len(buf) >= 5:
-            compressed, n = _PREFIX.unpack_from(buf)
-            if len(buf) < 5 + n:
+            compressed, length = _PREFIX.unpack_from(buf)
+            if len(buf) < 5 + length:
                 break
             if compressed:
-                self._abort(Status("INTERNAL", "the server sent a compressed message, which was not asked for"), at)
+                self._abort(
+                    Status("INTERNAL", "the server sent a compressed message, which was not asked for"), read_at
+                )
                 return
-            self._messages.append((at, bytes(buf[5 : 5 + n])))
-            del buf[: 5 + n]
+            self._messages.append((read_at, bytes(buf[5 : 5 + length])))
+            del buf[: 5 + length]
 
-    def _trailers(self, headers: dict, at: float) -> None:
-        self._metadata.update((k, v) for k, v in headers.items() if not k.startswith(":"))
+    def _trailers(self, headers: dict, read_at: float) -> None:
+        self._metadata.update((name, value) for name, value in headers.items() if not name.startswith(":"))
         raw = headers.get("grpc-status", "")
         code = grpc_codes.name(int(raw)) if raw.isdigit() else "UNKNOWN"
         details = urllib.parse.unquote(headers.get("grpc-message", ""))
         if self._buf:
             code, details = "INTERNAL", f"the stream ended inside a message ({len(self._buf)} bytes of it)"
-        self._end(Status(code, details, self._metadata), at)
+        self._end(Status(code, details, self._metadata), read_at)
 
-    def _stream_ended(self, at: float) -> None:
+    def _stream_ended(self, read_at: float) -> None:
         if self.status is not None:
             return
         if self.answered:
-            self._end(Status("INTERNAL", "the stream ended without a gRPC status", self._metadata), at)
+            self._end(Status("INTERNAL", "the stream ended without a gRPC status", self._metadata), read_at)
             return
         snippet = " ".join(self._body.decode("utf-8", "replace").split())
         ctype = self._metadata.get("content-type") or "no content type"
         said = f"HTTP {self._http} ({ctype})" + (f": {snippet}" if snippet else "")
-        self._end(Status(HTTP_AS_GRPC.get(self._http, "UNKNOWN"), f"not a gRPC answer: {said}", self._metadata), at)
+        self._end(
+            Status(HTTP_AS_GRPC.get(self._http, "UNKNOWN"), f"not a gRPC answer: {said}", self._metadata), read_at
+        )
 
-    def _end(self, status: Status, at: float) -> None:
+    def _end(self, status: Status, ended_at: float) -> None:
         if self.status is None:
-            self.status, self.ended_at = status, at
+            self.status, self.ended_at = status, ended_at
 
 
 def _code(error_code) -> str:
     return getattr(error_code, "name", str(error_code))
 
 
-def os_error(e: OSError) -> str:
-    name = errno.errorcode.get(e.errno or 0)
-    return f"{name}: {e.strerror}" if name and e.strerror else str(e) or type(e).__name__
+def os_error(error: OSError) -> str:
+    name = errno.errorcode.get(error.errno or 0)
+    return f"{name}: {error.strerror}" if name and error.strerror else str(error) or type(error).__name__

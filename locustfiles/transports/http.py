@@ -39,26 +39,28 @@ class HttpTransport(Transport):
 
     request_type = "POST"
 
-    def __init__(self, s, payload=None):
-        self.s = s
-        self.name = s.tts_path
-        self.payload = payload or s.payload
-        parts = urlsplit(s.host)
-        context = s.tls  # https://: the run's one client context (locustfiles.tls), as it verifies
+    def __init__(self, settings, payload=None):
+        self.s = settings
+        self.name = settings.tts_path
+        self.payload = payload or settings.payload
+        parts = urlsplit(settings.host)
+        context = settings.tls  # https://: the run's one client context (locustfiles.tls), as it verifies
         self._client_args = dict(
             host=parts.hostname,
             port=parts.port or (443 if parts.scheme == "https" else 80),
             ssl=parts.scheme == "https",
             concurrency=1,
             block_size=READ_BLOCK_BYTES,
-            connection_timeout=s.connect_timeout,
-            network_timeout=s.request_timeout,
+            connection_timeout=settings.connect_timeout,
+            network_timeout=settings.request_timeout,
             headers={
                 "User-Agent": "tts-knee",
-                "Accept": "text/event-stream" if s.tts_stream_format == "sse" else "audio/*, application/octet-stream",
-                **dict(s.headers),
+                "Accept": "text/event-stream"
+                if settings.tts_stream_format == "sse"
+                else "audio/*, application/octet-stream",
+                **dict(settings.headers),
             },
-            **({"ssl_context_factory": lambda **_: context, "insecure": s.tls_insecure} if context else {}),
+            **({"ssl_context_factory": lambda **_: context, "insecure": settings.tls_insecure} if context else {}),
         )
         self.http = HTTPClient(**self._client_args)
 
@@ -75,7 +77,7 @@ class HttpTransport(Transport):
         return self.http.request("POST", self.s.tts_path, body=body, headers={"Content-Type": content_type})
 
     def exchange(self, text: str, ask: Ask = NO_ASK, cancel: Cancel | None = None):
-        s = self.s
+        settings = self.s
         answer = parser = resp = end = None
         blocks: list[bytes | bytearray] = []
         pieces: list[AudioPiece] = []
@@ -97,20 +99,20 @@ class HttpTransport(Transport):
             yield answer
             if ok:
                 parser = containers.parser_for(
-                    header(resp, "content-type"), s.tts_format, s.tts_sample_rate, _Pieces(pieces)
+                    header(resp, "content-type"), settings.tts_format, settings.tts_sample_rate, _Pieces(pieces)
                 )
             # Each block is stamped as it comes and parsed at once: audio is timed on arrival.
             while True:
                 block = read_some(resp)
                 if not block:
                     break
-                at = mono()
+                arrived_at = mono()
                 got += len(block)
                 blocks.append(block)
-                yield Received(at, len(block))
+                yield Received(arrived_at, len(block))
                 if parser is not None:
                     # a bytearray, read by the parsers with only what bytes and bytearray share
-                    parser.feed(block, at)  # type: ignore[arg-type]
+                    parser.feed(block, arrived_at)  # type: ignore[arg-type]
                     if pieces:
                         yield from pieces
                         pieces.clear()
@@ -121,21 +123,21 @@ class HttpTransport(Transport):
             if parser is not None:
                 parser.finish()
                 yield from pieces
-        except containers.StreamError as e:  # the server's answer, broken or an error event
+        except containers.StreamError as error:  # the server's answer, broken or an error event
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
             if end is None:
                 self.reset()  # the rest of the body is still on the connection
             yield from pieces  # what the parser timed before it failed
-            yield Ended(end, str(e), data=blocks)
+            yield Ended(end, str(error), data=blocks)
             return
-        except (OSError, HTTPException) as e:  # the connection, or a malformed response
+        except (OSError, HTTPException) as error:  # the connection, or a malformed response
             if _fired(cancel):
                 yield from self._cancelled(pieces)
                 return
             self.reset()
-            raise self._failed(e, answer, got) from None
+            raise self._failed(error, answer, got) from None
         except BaseException:  # the attempt's timeout, or the user stopped: the connection is mid-answer
             self.reset()
             raise
@@ -150,26 +152,26 @@ class HttpTransport(Transport):
             return Ended(end, _error_text(answer.status, blocks), data=blocks)
         try:
             data, audio = _audio_of(parser, blocks, got, content_type, self.s)
-        except (containers.AudioError, containers.StreamError) as e:
-            return Ended(end, str(e), data=blocks)
+        except (containers.AudioError, containers.StreamError) as error:
+            return Ended(end, str(error), data=blocks)
         return Ended(end, audio=audio, data=data)
 
-    def _failed(self, e: OSError | HTTPException, answer: Answered | None, got: int) -> TransportError:
-        """The error an exchange that broke with ``e`` fails with, once ``got`` bytes of the body
+    def _failed(self, error: OSError | HTTPException, answer: Answered | None, got: int) -> TransportError:
+        """The error an exchange that broke with ``error`` fails with, once ``got`` bytes of the body
         had come (``answer``: its head, where it came)."""
-        s = self.s
-        if isinstance(e, OSError):  # socket.error and socket.timeout are OSError
-            if isinstance(e, ssl.SSLError) and answer is None:
-                return TlsError(tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert)))
+        settings = self.s
+        if isinstance(error, OSError):  # socket.error and socket.timeout are OSError
+            if isinstance(error, ssl.SSLError) and answer is None:
+                return TlsError(tls.verify_hint(error, settings.tls_insecure, bool(settings.tls_client_cert)))
             stage = "connection error" if not got else "connection broke mid-body"
-            return TransportError(_then(answer, f"{stage}: {_os_error(e)}"))
+            return TransportError(_then(answer, f"{stage}: {_os_error(error)}"))
         # geventhttpclient's HTTPParseError and its kin: a malformed response
-        if answer is not None and str(e).startswith("Incomplete"):
+        if answer is not None and str(error).startswith("Incomplete"):
             return TransportError(_then(answer, "connection closed before the body was complete"))
-        if isinstance(e, HTTPConnectionClosed) and answer is None and s.tls is None:
+        if isinstance(error, HTTPConnectionClosed) and answer is None and settings.tls is None:
             # a TLS server closes on a plaintext request without a byte of HTTP
             return TlsError("it closed the connection without an HTTP answer: if it serves TLS, give -H https://")
-        return TransportError(_then(answer, f"bad HTTP response: {type(e).__name__}: {e}"))
+        return TransportError(_then(answer, f"bad HTTP response: {type(error).__name__}: {error}"))
 
     def _cancelled(self, pieces: list):
         """The end of a stream the listener hung up on: nothing more can arrive once it is closed."""
@@ -199,8 +201,8 @@ class _Pieces:
     def __init__(self, out: list):
         self.out = out
 
-    def add(self, at: float, ms: float | None) -> None:
-        self.out.append(AudioPiece(at, ms))
+    def add(self, arrived_at: float, audio_ms: float | None) -> None:
+        self.out.append(AudioPiece(arrived_at, audio_ms))
 
 
 def _then(answer: Answered | None, error: str) -> str:
@@ -214,7 +216,7 @@ def _error_text(status: int | str | None, blocks: list[bytes | bytearray]) -> st
 
 
 def _audio_of(
-    parser, blocks: list[bytes | bytearray], size: int, content_type: str | None, s
+    parser, blocks: list[bytes | bytearray], size: int, content_type: str | None, settings
 ) -> tuple[list, containers.Audio]:
     """The audio to write for a whole 2xx body, and what it is; raises AudioError or
     StreamError. Judged from the first bytes the parser kept and the body's length, so the
@@ -224,17 +226,17 @@ def _audio_of(
     if isinstance(parser, containers.SseStream):
         wav, audio = parser.audio()
         return [wav], audio
-    audio = containers.check_audio(parser.head, content_type, s.tts_format, s.tts_sample_rate, size=size)
+    audio = containers.check_audio(parser.head, content_type, settings.tts_format, settings.tts_sample_rate, size=size)
     if audio.audio_s is None and parser.duration_s() is not None:
         audio = dataclasses.replace(audio, audio_s=parser.duration_s())
     return blocks, audio
 
 
-def _os_error(e: OSError) -> str:
-    if isinstance(e, socket.timeout):
+def _os_error(error: OSError) -> str:
+    if isinstance(error, socket.timeout):
         return "timed out"
-    name = errno.errorcode.get(e.errno or 0)
-    return f"{name} ({e.strerror})" if name and e.strerror else str(e) or type(e).__name__
+    name = errno.errorcode.get(error.errno or 0)
+    return f"{name} ({error.strerror})" if name and error.strerror else str(error) or type(error).__name__
 
 
 def read_some(resp) -> bytes | bytearray:

@@ -87,7 +87,7 @@ class Item:
     def __init__(
         self,
         kind: Kind,
-        at: float,
+        arrived_at: float,
         nbytes: int = 0,
         data: bytes = b"",
         rate: int | None = None,
@@ -96,7 +96,7 @@ class Item:
         code: int | None = None,
         key: object = None,
     ):
-        self.kind, self.at, self.nbytes, self.data, self.rate = kind, at, nbytes, data, rate
+        self.kind, self.at, self.nbytes, self.data, self.rate = kind, arrived_at, nbytes, data, rate
         self.message, self.fatal, self.code, self.key = message, fatal, code, key
 
 
@@ -141,8 +141,8 @@ class Connection:
         while True:
             try:
                 item = self.read()
-            except OSError as e:
-                item = Item(Kind.CLOSED, mono(), message=f"the connection broke ({os_error(e)})")
+            except OSError as error:
+                item = Item(Kind.CLOSED, mono(), message=f"the connection broke ({os_error(error)})")
             if item is None:
                 continue
             if item.kind not in (Kind.CLOSED, Kind.BROKEN):
@@ -201,8 +201,8 @@ class SessionTransport(Transport, Generic[ConnT]):
     min_interval_s = 0.0
     rate, channels = 24000, 1  # the audio, unless the server says otherwise
 
-    def __init__(self, s):
-        self.s = s
+    def __init__(self, settings):
+        self.s = settings
         self.conn: ConnT | None = None
         self.rng = random.Random()
         self.opening = Semaphore()  # contexts share one connection: one of them opens it
@@ -249,9 +249,9 @@ class SessionTransport(Transport, Generic[ConnT]):
 
     # the session
 
-    def key(self, n: int) -> str:
-        """The inbox (and context) name of utterance ``n`` of this transport."""
-        return f"{self.tag}-{n}"
+    def key(self, number: int) -> str:
+        """The inbox (and context) name of utterance ``number`` of this transport."""
+        return f"{self.tag}-{number}"
 
     def _session(self) -> tuple[ConnT, float | None]:
         with self.opening:
@@ -276,18 +276,18 @@ class SessionTransport(Transport, Generic[ConnT]):
         key = self.key(next(self.numbers))
         try:
             conn, connect_ms = self._session()
-        except Refused as r:
-            yield r.answered
-            yield Ended(mono(), str(r))
+        except Refused as refused:
+            yield refused.answered
+            yield Ended(mono(), str(refused))
             return
         conn.subscribe(key)
         conn.utterances += 1
         ok = False
         try:
-            for ev in self._converse(conn, key, text, connect_ms, cancel):
-                if type(ev) is Ended:
-                    ok = ev.audio is not None or self._clean(ev, cancel)
-                yield ev
+            for event in self._converse(conn, key, text, connect_ms, cancel):
+                if type(event) is Ended:
+                    ok = event.audio is not None or self._clean(event, cancel)
+                yield event
         except BaseException:  # broken, timed out, or the user stopped: the connection is mid-utterance
             self._drop(conn)
             raise
@@ -341,9 +341,12 @@ class SessionTransport(Transport, Generic[ConnT]):
         if cancel is not None:  # the exchange's own greenlet carries the cancel out
             cancel.hook = lambda: inbox.put(Item(Kind.CANCEL, mono()))
         self._begin(conn, key, text)
-        s = self.s
+        settings = self.s
         pacer = Pacer(
-            schedule(text, s.text_rate, s.text_jitter, self.rng), mono(), self.flush_sentences, self.min_interval_s
+            schedule(text, settings.text_rate, settings.text_jitter, self.rng),
+            mono(),
+            self.flush_sentences,
+            self.min_interval_s,
         )
         talk = _Talk(pacer, _Audio(self.rate, self.channels), self.answered(), connect_ms)
         while True:
@@ -365,9 +368,9 @@ class SessionTransport(Transport, Generic[ConnT]):
         or here where the reader has not seen it yet."""
         try:
             self.begin(conn, key, text)
-        except OSError as e:
+        except OSError as error:
             if conn.lost is None:
-                raise self._broke(conn, None, e) from None
+                raise self._broke(conn, None, error) from None
 
     def _send_due(self, conn: ConnT, key: str, talk: _Talk) -> Iterator[TextSent]:
         """Send the text that is due, if any, and say so (:class:`TextSent`)."""
@@ -380,10 +383,10 @@ class SessionTransport(Transport, Generic[ConnT]):
                 self.send_flush(conn, key)
             if send.last:
                 self.send_end(conn, key)
-        except OSError as e:
+        except OSError as error:
             if conn.lost is not None:
                 return  # the reader saw why first: its item is in the inbox, told as it says
-            raise self._broke(conn, talk.said and talk.answered, e) from None
+            raise self._broke(conn, talk.said and talk.answered, error) from None
         talk.flushes += send.flush + send.last
         yield TextSent(mono(), len(send.text), send.flush, send.last, talk.connect_ms)
         talk.connect_ms = None
@@ -429,21 +432,23 @@ class SessionTransport(Transport, Generic[ConnT]):
             return [Ended(None, item.message)]
         return []
 
-    def _cancelled(self, conn: ConnT, key: str, inbox: Queue, utt: _Audio, by: str, owed: int = 0) -> Iterator[Event]:
+    def _cancelled(
+        self, conn: ConnT, key: str, inbox: Queue, utt: _Audio, cancel_by: str, owed: int = 0
+    ) -> Iterator[Event]:
         """The cancel carried out (see the module doc): what still arrives, then the Ended that
         says how the utterance went quiet. ``owed``: its flushes the server has not answered."""
         conn.gone.add(key)
         began = mono()
         try:
-            if by == "message":
+            if cancel_by == "message":
                 self.send_cancel(conn, key)
             else:
                 self.close_now(conn)
-        except OSError as e:
+        except OSError as error:
             conn.stop()
-            yield Ended(mono(), quiet="closed", note=f"the connection broke as the cancel was sent ({os_error(e)})")
+            yield Ended(mono(), quiet="closed", note=f"the connection broke as the cancel was sent ({os_error(error)})")
             return
-        waits_for_answer = by == "close" or self.acks_cancel
+        waits_for_answer = cancel_by == "close" or self.acks_cancel
         deadline, last = began + CANCEL_WAIT_S, began
         while True:
             until = deadline if waits_for_answer else min(deadline, last + QUIET_S)
@@ -454,10 +459,10 @@ class SessionTransport(Transport, Generic[ConnT]):
                     yield Ended(mono(), quiet="quiet")
                     return
                 conn.stop()
-                answer = "acknowledge the cancel" if by == "message" else "close the connection"
+                answer = "acknowledge the cancel" if cancel_by == "message" else "close the connection"
                 yield Ended(
                     mono(),
-                    quiet="unacknowledged" if by == "message" else "closed",
+                    quiet="unacknowledged" if cancel_by == "message" else "closed",
                     note=f"the server did not {answer} within {CANCEL_WAIT_S:g} s: the connection was dropped",
                 )
                 return
@@ -481,7 +486,7 @@ class SessionTransport(Transport, Generic[ConnT]):
                     item.at,
                     quiet="closed",
                     note=None
-                    if by == "close"
+                    if cancel_by == "close"
                     else f"{item.message} on the cancel: the next utterance opens a new connection",
                 )
                 return
@@ -491,8 +496,8 @@ class SessionTransport(Transport, Generic[ConnT]):
                 )
                 return
 
-    def _broke(self, conn: ConnT, answered, e: OSError) -> TransportError:
-        why = f"the connection broke ({os_error(e)})"
+    def _broke(self, conn: ConnT, answered, error: OSError) -> TransportError:
+        why = f"the connection broke ({os_error(error)})"
         conn.stop()
         return TransportError(
             f"{answered.said}, then {why} while sending text" if answered else f"{why} while sending text"
@@ -560,17 +565,21 @@ class _Audio:
         self.stream.feed(item.data, item.at)
         return self.pieces.out
 
-    def ended(self, at: float) -> Ended:
+    def ended(self, ended_at: float) -> Ended:
         frame = 2 * self.channels
-        n = self.pcm_bytes - self.pcm_bytes % frame
-        if not n:
+        audio_bytes = self.pcm_bytes - self.pcm_bytes % frame
+        if not audio_bytes:
             why = f" ({self.last_error})" if self.last_error else ""
-            return Ended(at, f"the utterance ended without audio{why}")
-        data = [containers.wav_header(n, self.rate, self.channels, 2), *self.pcm]
-        if n != self.pcm_bytes:  # half a sample at the end is no audio
-            data[-1] = data[-1][: len(data[-1]) - (self.pcm_bytes - n)]
+            return Ended(ended_at, f"the utterance ended without audio{why}")
+        data = [containers.wav_header(audio_bytes, self.rate, self.channels, 2), *self.pcm]
+        if audio_bytes != self.pcm_bytes:  # half a sample at the end is no audio
+            data[-1] = data[-1][: len(data[-1]) - (self.pcm_bytes - audio_bytes)]
         return Ended(
-            at, audio=containers.Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n), data=data
+            ended_at,
+            audio=containers.Audio(
+                "wav", audio_bytes / (self.rate * frame), self.rate, self.channels, 2, 44, audio_bytes
+            ),
+            data=data,
         )
 
 
@@ -582,12 +591,12 @@ class _Pieces:
     def __init__(self):
         self.out: list[AudioPiece] = []
 
-    def add(self, at: float, ms: float | None) -> None:
-        self.out.append(AudioPiece(at, ms))
+    def add(self, arrived_at: float, audio_ms: float | None) -> None:
+        self.out.append(AudioPiece(arrived_at, audio_ms))
 
 
-def os_error(e: OSError) -> str:
-    if isinstance(e, socket.timeout):
+def os_error(error: OSError) -> str:
+    if isinstance(error, socket.timeout):
         return "timed out"
-    name = errno.errorcode.get(e.errno or 0)
-    return f"{name}: {e.strerror}" if name and e.strerror else str(e) or type(e).__name__
+    name = errno.errorcode.get(error.errno or 0)
+    return f"{name}: {error.strerror}" if name and error.strerror else str(error) or type(error).__name__

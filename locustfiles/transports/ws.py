@@ -58,15 +58,15 @@ class _Socket:
         self.sock = sock
         self.buf = b""
 
-    def recv(self, n: int) -> bytes:
+    def recv(self, size: int) -> bytes:
         buf = self.buf
         if not buf:
             buf = self.sock.recv(READ_BYTES)
-        if len(buf) <= n:
+        if len(buf) <= size:
             self.buf = b""
             return buf
-        self.buf = buf[n:]
-        return buf[:n]
+        self.buf = buf[size:]
+        return buf[:size]
 
     def gettimeout(self):
         return self.sock.gettimeout()
@@ -167,9 +167,9 @@ def upgrade(
 
 
 class WsConnection(Connection):
-    def __init__(self, ws: websocket.WebSocket, preset: Preset):
+    def __init__(self, web_socket: websocket.WebSocket, preset: Preset):
         super().__init__()
-        self.ws = ws
+        self.ws = web_socket
         self.preset = preset
         self.routed = preset.routed
 
@@ -178,9 +178,9 @@ class WsConnection(Connection):
             opcode, frame = self.ws.recv_data_frame(True)
         except websocket.WebSocketConnectionClosedException:
             return Item(Kind.CLOSED, mono(), message="the server closed the connection without a close frame")
-        except websocket.WebSocketException as e:  # a frame that is not WebSocket
-            return Item(Kind.BROKEN, mono(), message=f"the server broke the WebSocket protocol ({e})")
-        at = mono()
+        except websocket.WebSocketException as error:  # a frame that is not WebSocket
+            return Item(Kind.BROKEN, mono(), message=f"the server broke the WebSocket protocol ({error})")
+        arrived_at = mono()
         data = frame.data
         if opcode == ABNF.OPCODE_CLOSE:
             code = struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None
@@ -188,33 +188,33 @@ class WsConnection(Connection):
             said = f"close {code}" if code is not None else "a close frame without a code"
             return Item(
                 Kind.CLOSED,
-                at,
+                arrived_at,
                 message=f"the server closed the session ({said}{': ' + reason if reason else ''})",
                 code=code,
             )
         if opcode not in (ABNF.OPCODE_TEXT, ABNF.OPCODE_BINARY):
             return None  # ping and pong: websocket-client answers pings itself
         try:
-            ev = self.preset.classify(data if opcode == ABNF.OPCODE_BINARY else data.decode("utf-8", "replace"))
-        except StreamError as e:
-            return Item(Kind.BROKEN, at, message=str(e))
-        kind = ev.event
+            classified = self.preset.classify(data if opcode == ABNF.OPCODE_BINARY else data.decode("utf-8", "replace"))
+        except StreamError as error:
+            return Item(Kind.BROKEN, arrived_at, message=str(error))
+        kind = classified.event
         if kind == "ignore":
             return None
-        key = ev.context if self.routed else None
+        key = classified.context if self.routed else None
         if kind == "audio":
-            return Item(Kind.AUDIO, at, len(data), ev.audio, ev.rate, key=key)
+            return Item(Kind.AUDIO, arrived_at, len(data), classified.audio, classified.rate, key=key)
         if kind == "audio_start":
-            return Item(Kind.START, at, len(data), rate=ev.rate, key=key)
+            return Item(Kind.START, arrived_at, len(data), rate=classified.rate, key=key)
         if kind == "error":
-            return Item(Kind.ERROR, at, len(data), message=ev.message, fatal=ev.fatal, key=key)
-        return Item(Kind(kind), at, len(data), key=key)  # flushed, end, cancelled
+            return Item(Kind.ERROR, arrived_at, len(data), message=classified.message, fatal=classified.fatal, key=key)
+        return Item(Kind(kind), arrived_at, len(data), key=key)  # flushed, end, cancelled
 
     def send(self, data: str) -> None:
         try:
             self.ws.send(data)
-        except websocket.WebSocketConnectionClosedException as e:
-            raise ConnectionResetError(str(e)) from None
+        except websocket.WebSocketConnectionClosedException as error:
+            raise ConnectionResetError(str(error)) from None
 
     def drop(self) -> None:
         sock = self.ws.sock
@@ -230,36 +230,42 @@ class WsTransport(SessionTransport[WsConnection]):
 
     request_type = "WS"
 
-    def __init__(self, s):
-        super().__init__(s)
-        p = self.preset = s.preset
-        self.values = {"voice": s.tts_voice, "model": s.tts_model}
-        self.url = p.url(s.host, self.values)
+    def __init__(self, settings):
+        super().__init__(settings)
+        preset = self.preset = settings.preset
+        self.values = {"voice": settings.tts_voice, "model": settings.tts_model}
+        self.url = preset.url(settings.host, self.values)
         self.name = urlsplit(self.url).path
-        self.reuse = p.reuse
-        self.routed = p.routed
-        self.acks_cancel = p.acks_cancel
-        self.ends_on_ack = p.ends_on == "ack_of_end"
-        self.flush_sentences = s.flush == "sentence" and "flush" in p.send
-        self.min_interval_s = p.min_interval_s
-        self.rate, self.channels = p.rate, p.channels
+        self.reuse = preset.reuse
+        self.routed = preset.routed
+        self.acks_cancel = preset.acks_cancel
+        self.ends_on_ack = preset.ends_on == "ack_of_end"
+        self.flush_sentences = settings.flush == "sentence" and "flush" in preset.send
+        self.min_interval_s = preset.min_interval_s
+        self.rate, self.channels = preset.rate, preset.channels
 
     def handshake_headers(self) -> list[str]:
         """The headers the upgrade sends: the preset's, then --header's."""
         return self.preset.handshake_headers(self.values) + [f"{name}: {value}" for name, value in self.s.headers]
 
     def connect(self) -> WsConnection:
-        s, p = self.s, self.preset
+        settings, preset = self.s, self.preset
         try:
-            sock, status, headers, body = upgrade(self.url, self.handshake_headers(), s.connect_timeout, s.tls)
-        except ssl.SSLError as e:
-            raise TlsError(f"{self.url}: {tls.verify_hint(e, s.tls_insecure, bool(s.tls_client_cert))}") from None
+            sock, status, headers, body = upgrade(
+                self.url, self.handshake_headers(), settings.connect_timeout, settings.tls
+            )
+        except ssl.SSLError as error:
+            raise TlsError(
+                f"{self.url}: {tls.verify_hint(error, settings.tls_insecure, bool(settings.tls_client_cert))}"
+            ) from None
         except TimeoutError:
-            raise self._failed(f"the WebSocket handshake did not complete within {s.connect_timeout:g} s") from None
-        except ValueError as e:
-            raise self._failed(f"the WebSocket handshake failed: {e}") from None
-        except OSError as e:
-            raise self._failed(f"connection error ({os_error(e)})") from None
+            raise self._failed(
+                f"the WebSocket handshake did not complete within {settings.connect_timeout:g} s"
+            ) from None
+        except ValueError as error:
+            raise self._failed(f"the WebSocket handshake failed: {error}") from None
+        except OSError as error:
+            raise self._failed(f"connection error ({os_error(error)})") from None
         if sock is None:
             said = " ".join(body.decode("utf-8", "replace").split())
             raise Refused(
@@ -267,20 +273,20 @@ class WsTransport(SessionTransport[WsConnection]):
                 f"HTTP {status} on the WebSocket upgrade" + (f": {said}" if said else ""),
             )
         sock.settimeout(None)  # the attempt's timeout bounds an utterance, not the socket's
-        ws = websocket.WebSocket(skip_utf8_validation=True, enable_multithread=True)
+        web_socket = websocket.WebSocket(skip_utf8_validation=True, enable_multithread=True)
         # upgraded here (see upgrade): its frames from now on, read through the buffered stand-in
         # for a socket, which has what WebSocket calls on one
-        ws.sock, ws.connected = sock, True  # type: ignore[assignment]
-        conn = WsConnection(ws, p)
+        web_socket.sock, web_socket.connected = sock, True  # type: ignore[assignment]
+        conn = WsConnection(web_socket, preset)
         conn.start()
-        if p.keepalive_s is not None and self.reuse:
-            conn.keeper = gevent.spawn(self._keep_alive, conn, p.keepalive_s)
+        if preset.keepalive_s is not None and self.reuse:
+            conn.keeper = gevent.spawn(self._keep_alive, conn, preset.keepalive_s)
         try:
-            for opening in p.messages("open", self.values):
+            for opening in preset.messages("open", self.values):
                 conn.send(opening)
-        except OSError as e:
+        except OSError as error:
             conn.stop()
-            raise self._failed(f"the connection broke as the session opened ({os_error(e)})") from e
+            raise self._failed(f"the connection broke as the session opened ({os_error(error)})") from error
         return conn
 
     def _keep_alive(self, conn: WsConnection, every_s: float) -> None:
@@ -326,8 +332,8 @@ class WsTransport(SessionTransport[WsConnection]):
         """The close handshake: what the server sends until its close frame answers is timed."""
         try:
             conn.ws.send_close()
-        except websocket.WebSocketException as e:
-            raise ConnectionResetError(str(e)) from None
+        except websocket.WebSocketException as error:
+            raise ConnectionResetError(str(error)) from None
 
     def answered(self):
         return Answered(101, True, "WebSocket", 101)

@@ -68,16 +68,16 @@ class WyomingConnection(Connection):
             self.start_at, self.end_at = 0, len(rest)
         if self.end_at == len(self.buf):
             self.buf.extend(bytes(len(self.buf)))
-        n = self.sock.recv_into(memoryview(self.buf)[self.end_at :])
-        self.end_at += n
-        return n > 0
+        received = self.sock.recv_into(memoryview(self.buf)[self.end_at :])
+        self.end_at += received
+        return received > 0
 
-    def _take(self, n: int) -> bytes | None:
-        while self.end_at - self.start_at < n:
+    def _take(self, size: int) -> bytes | None:
+        while self.end_at - self.start_at < size:
             if not self._fill():
                 return None
-        out = bytes(self.buf[self.start_at : self.start_at + n])
-        self.start_at += n
+        out = bytes(self.buf[self.start_at : self.start_at + size])
+        self.start_at += size
         return out
 
     def _line(self) -> bytes | None:
@@ -104,7 +104,7 @@ class WyomingConnection(Connection):
             return _broken(f"a Wyoming header without a type: {_snippet(line)!r}")
         kind = head["type"]
         sizes = [head.get("data_length") or 0, head.get("payload_length") or 0]
-        if not all(type(n) is int and 0 <= n <= MAX_EVENT_BYTES for n in sizes):
+        if not all(type(length) is int and 0 <= length <= MAX_EVENT_BYTES for length in sizes):
             return _broken(f"a Wyoming {kind} event whose lengths are not byte counts: {_snippet(line)!r}")
         data: dict = head["data"] if isinstance(head.get("data"), dict) else {}
         if sizes[0]:  # the data is judged before the payload is waited for: a wrong length shows here
@@ -126,35 +126,42 @@ class WyomingConnection(Connection):
             return _closed_inside(kind)
         return self._item(kind, data, payload, mono(), len(line) + 1 + sizes[0] + sizes[1])
 
-    def _item(self, kind: str, data: dict, payload: bytes, at: float, nbytes: int) -> Item | None:
+    def _item(self, kind: str, data: dict, payload: bytes, arrived_at: float, nbytes: int) -> Item | None:
         """The item a whole Wyoming event of type ``kind`` is for the utterance (None: none)."""
         if kind == "audio-chunk":
-            return self._chunk(data, payload, at, nbytes)
+            return self._chunk(data, payload, arrived_at, nbytes)
         if kind == "audio-start":
-            return self._format(data, at, nbytes) or Item(Kind.START, at, nbytes, rate=_int(data.get("rate")))
+            return self._format(data, arrived_at, nbytes) or Item(
+                Kind.START, arrived_at, nbytes, rate=_int(data.get("rate"))
+            )
         if kind == "audio-stop":
-            return Item(Kind.END, at, nbytes) if self.plain else None
+            return Item(Kind.END, arrived_at, nbytes) if self.plain else None
         if kind == "synthesize-stopped":
-            return Item(Kind.END, at, nbytes)
+            return Item(Kind.END, arrived_at, nbytes)
         if kind == "error":
             text = " ".join(str(data.get("text") or "no text").split())[:200]
             code = data.get("code")
-            return Item(Kind.ERROR, at, nbytes, message=text + (f" ({code})" if code else ""))
+            return Item(Kind.ERROR, arrived_at, nbytes, message=text + (f" ({code})" if code else ""))
         if kind == "info":
             self.info = data
         return None  # info and whatever else a server says between the audio
 
-    def _format(self, data: dict, at: float, nbytes: int) -> Item | None:
+    def _format(self, data: dict, arrived_at: float, nbytes: int) -> Item | None:
         """A broken item when the audio is not PCM16 (all tts-knee times and writes)."""
         width = data.get("width", 2)
         if width != 2:
             return Item(
-                Kind.BROKEN, at, nbytes, message=f"the server sends {width}-byte samples; tts-knee reads 16-bit PCM"
+                Kind.BROKEN,
+                arrived_at,
+                nbytes,
+                message=f"the server sends {width}-byte samples; tts-knee reads 16-bit PCM",
             )
         return None
 
-    def _chunk(self, data: dict, pcm: bytes, at: float, nbytes: int) -> Item:
-        return self._format(data, at, nbytes) or Item(Kind.AUDIO, at, nbytes, pcm, _int(data.get("rate")))
+    def _chunk(self, data: dict, pcm: bytes, arrived_at: float, nbytes: int) -> Item:
+        return self._format(data, arrived_at, nbytes) or Item(
+            Kind.AUDIO, arrived_at, nbytes, pcm, _int(data.get("rate"))
+        )
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -170,13 +177,13 @@ class WyomingTransport(SessionTransport[WyomingConnection]):
 
     request_type = "Wyoming"
 
-    def __init__(self, s):
-        super().__init__(s)
-        parts = urlsplit(s.host)
+    def __init__(self, settings):
+        super().__init__(settings)
+        parts = urlsplit(settings.host)
         self.address = (parts.hostname, parts.port)
-        self.plain = not s.text_rate
+        self.plain = not settings.text_rate
         self.name = "synthesize" if self.plain else "synthesize-start"
-        self.voice = {"name": s.tts_voice} if s.tts_voice else None
+        self.voice = {"name": settings.tts_voice} if settings.tts_voice else None
 
     def connect(self) -> WyomingConnection:
         conn = self.connect_only()
@@ -185,11 +192,11 @@ class WyomingTransport(SessionTransport[WyomingConnection]):
 
     def connect_only(self) -> WyomingConnection:
         """A connection whose reader is not started yet."""
-        s = self.s
+        settings = self.s
         try:
-            sock = socket.create_connection(self.address, timeout=s.connect_timeout)
-        except OSError as e:
-            raise TransportError(f"connection error ({os_error(e)}): {s.host}") from None
+            sock = socket.create_connection(self.address, timeout=settings.connect_timeout)
+        except OSError as error:
+            raise TransportError(f"connection error ({os_error(error)}): {settings.host}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)  # the attempt's timeout bounds an utterance
         return WyomingConnection(sock, self.plain)
@@ -214,8 +221,8 @@ class WyomingTransport(SessionTransport[WyomingConnection]):
                     conn.drop()
         except gevent.Timeout:
             return None, f"no info within {self.s.connect_timeout:g} s"
-        except OSError as e:
-            return None, os_error(e)
+        except OSError as error:
+            return None, os_error(error)
         return None, "no info event among its first 64"
 
     def begin(self, conn: WyomingConnection, key: str, text: str) -> None:
@@ -244,11 +251,15 @@ class WyomingTransport(SessionTransport[WyomingConnection]):
 def _streaming(info: dict, voice: str | None) -> tuple[bool | None, str]:
     """From an info event's data: whether the TTS program (the one with ``voice``, where one is
     named and found) says ``supports_synthesize_streaming``, and its name."""
-    programs = [p for p in info.get("tts") or [] if isinstance(p, dict)]
+    programs = [tts_program for tts_program in info.get("tts") or [] if isinstance(tts_program, dict)]
     if not programs:
         return None, "its info lists no TTS program"
     named = (
-        [p for p in programs if any(isinstance(v, dict) and v.get("name") == voice for v in p.get("voices") or [])]
+        [
+            tts_program
+            for tts_program in programs
+            if any(isinstance(entry, dict) and entry.get("name") == voice for entry in tts_program.get("voices") or [])
+        ]
         if voice
         else []
     )
@@ -264,9 +275,9 @@ def _broken(what: str) -> Item:
     return Item(Kind.BROKEN, mono(), message=f"the server sent {what}")
 
 
-def _int(v) -> int | None:
-    return v if type(v) is int and 0 < v <= 1_000_000 else None
+def _int(value) -> int | None:
+    return value if type(value) is int and 0 < value <= 1_000_000 else None
 
 
-def _snippet(b: bytes) -> str:
-    return " ".join(b[:_SNIPPET].decode("utf-8", "replace").split())
+def _snippet(data: bytes) -> str:
+    return " ".join(data[:_SNIPPET].decode("utf-8", "replace").split())
