@@ -88,8 +88,9 @@ def test_a_worker_killed_mid_run_keeps_its_earlier_records(tmp_path, sim):
     w1 = worker(tmp_path, port, 1)
     w2 = worker(tmp_path, port, 2)
     # Killed once the master holds records from both workers (a fixed sleep killed it before
-    # its first batch on a loaded host), and well before the 15 s run ends.
-    deadline = time.monotonic() + 10
+    # its first batch on a loaded host; a loaded host can take many seconds to start the three),
+    # which is well before the 15 s run ends: the workers ship their records every second.
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_workers_recorded(tmp_path)) < 2:
         time.sleep(0.2)
     assert len(_workers_recorded(tmp_path)) == 2, (tmp_path / "master.log").read_text()
