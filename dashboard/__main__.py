@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 
 from tts_knee.analysis import capacity, gate, regression
+from tts_knee.analysis.axis import of_summary
 from tts_knee.analysis.slo import SLOError, parse
 from tts_knee.analysis.summary import analyze, load, write_summary
 from tts_knee.runformat.metric_roles import ROLES, parse_roles
@@ -53,7 +54,6 @@ from tts_knee.runformat.summary import Summary
 
 from .ci import append_step_summary, write_junit
 from .compare import default_out, write_compare
-from .kit import is_open_loop, is_voice_sweep
 from .report import write_report
 from .table import format_table
 
@@ -167,73 +167,75 @@ def _gate_args(args) -> str | None:
     return None
 
 
-def _write_error(e: OSError) -> str:
+def _write_error(error: OSError) -> str:
     """One sentence for a file that could not be written."""
-    where = e.filename2 or e.filename
-    reason = e.strerror or (os.strerror(e.errno) if e.errno else None) or str(e) or type(e).__name__
-    if e.errno == errno.EISDIR and where:
+    where = error.filename2 or error.filename
+    reason = error.strerror or (os.strerror(error.errno) if error.errno else None) or str(error) or type(error).__name__
+    if error.errno == errno.EISDIR and where:
         reason = "a directory is in the way"
     return f"cannot write {where or 'the output'}: {reason}."
 
 
-def _judge(args, rd, s: Summary) -> int:
+def _judge(args, rd, summary: Summary) -> int:
     """Adds ``regression`` and ``require`` to the summary; returns the exit status they call
     for (0 or 1); raises :class:`RunDirError` for input that cannot be judged."""
     status = 0
     if args.baseline is not None:
         old_rd = load(args.baseline)
-        old_s = analyze(old_rd, None, parse_roles(args.server_role))
-        reg = regression.compare(rd, s, old_rd, old_s, args.tolerance)
+        old_summary = analyze(old_rd, None, parse_roles(args.server_role))
+        reg = regression.compare(rd, summary, old_rd, old_summary, args.tolerance)
         for difference in reg["warnings"]:  # what made the runs, before the comparison is read
             print(f"warning: {difference}", file=sys.stderr, flush=True)
         refused = not args.baseline_anyway and (
-            regression.audio_refusal(old_s, f"the baseline {args.baseline}")
-            or regression.audio_refusal(s, f"this run {rd.path}")
+            regression.audio_refusal(old_summary, f"the baseline {args.baseline}")
+            or regression.audio_refusal(summary, f"this run {rd.path}")
         )
         if refused:
             raise RunDirError(refused)
         if not reg["compared"]:
             raise RunDirError(reg["verdict"])
-        s["regression"] = reg
+        summary["regression"] = reg
         status = 1 if reg["regressed"] else 0
     if args.require is not None:
-        if not s.get("slo"):
+        if not summary.get("slo"):
             raise RunDirError(f"--require needs an SLO: {rd.path} was run without --slo, so pass --slo SPEC.")
         if isinstance(args.require, gate.Speed):
-            if not s.get("trace"):
+            if not summary.get("trace"):
                 raise RunDirError(
                     f"--require {args.require.factor:g}x is a speed of a replayed trace, but {rd.path} "
                     f"was not run with --trace: give a concurrency (8) or a rate (12/s)."
                 )
-            required = s["require"] = gate.require_speed(s, args.require.factor)
+            required = summary["require"] = gate.require_speed(summary, args.require.factor)
             return max(status, required["exit"])
-        rate = isinstance(args.require, gate.Rate)
-        if is_voice_sweep(s):
+        rate, axis = isinstance(args.require, gate.Rate), of_summary(summary)
+        if axis.key == "voices":
             if rate:
                 raise RunDirError(
                     f"--require {args.require.per_s:g}/s is a rate, but {rd.path} swept the number of "
                     f"voices (--voice-steps): give a number of voices, such as --require 8."
                 )
-            required = s["require"] = gate.require(s, args.require, "voices")
+            required = summary["require"] = gate.require(summary, args.require, "voices")
             return max(status, required["exit"])
-        if rate and not is_open_loop(s):
+        if rate and not axis.open_loop:
             raise RunDirError(
                 f"--require {args.require.per_s:g}/s is a rate, but {rd.path} ran closed loop "
                 f"(--steps): give a concurrency, such as --require 8."
             )
-        if not rate and is_open_loop(s):
+        if not rate and axis.open_loop:
             raise RunDirError(
                 f"--require {args.require} is a concurrency, but {rd.path} ran open loop (--rates): "
                 f"give a rate, such as --require {args.require}/s."
             )
-        required = s["require"] = gate.require_rate(s, args.require.per_s) if rate else gate.require(s, args.require)
+        required = summary["require"] = (
+            gate.require_rate(summary, args.require.per_s) if rate else gate.require(summary, args.require)
+        )
         status = max(status, required["exit"])
     return status
 
 
-def _print_verdicts(s: Summary, as_json: bool) -> None:
+def _print_verdicts(summary: Summary, as_json: bool) -> None:
     """Regression and gate verdicts: warnings and failures on stderr, the claim on stdout."""
-    reg, req = s.get("regression"), s.get("require")
+    reg, req = summary.get("regression"), summary.get("require")
     if reg:
         print(reg["verdict"], file=sys.stderr if reg["regressed"] or as_json else sys.stdout, flush=True)
     if req:
@@ -254,22 +256,22 @@ def _flags(args: argparse.Namespace) -> tuple:
     if bad is None and args.slo is not None:
         try:
             slo = parse(args.slo)
-        except SLOError as e:
-            bad = f"--slo: {e}"
+        except SLOError as error:
+            bad = f"--slo: {error}"
     roles: dict[str, str] = {}
     asked = capacity.Options()
     try:
         roles = parse_roles(args.server_role)
-    except ValueError as e:
-        bad = bad or f"{e}."
+    except ValueError as error:
+        bad = bad or f"{error}."
     try:
         asked = capacity.Options(
             None if args.cost_per_hour is None else capacity.parse_cost(args.cost_per_hour),
             None if args.plan_for is None else capacity.parse_demand(args.plan_for),
             None if args.headroom is None else capacity.parse_headroom(args.headroom),
         )
-    except capacity.CapacityError as e:
-        bad = bad or str(e)
+    except capacity.CapacityError as error:
+        bad = bad or str(error)
     if bad:
         raise _Failed(bad)
     return slo, roles, asked
@@ -280,34 +282,34 @@ def _report_one(args: argparse.Namespace, path: Path, slo, roles, asked) -> tupl
     give)``; the summary is None for a live view's run that has not written yet."""
     try:
         rd = load(path)
-        s = analyze(rd, slo, roles, asked, args.server_stage_label)
-        status = _judge(args, rd, s)
-    except RunDirError as e:
+        summary = analyze(rd, slo, roles, asked, args.server_stage_label)
+        status = _judge(args, rd, summary)
+    except RunDirError as error:
         if args.serve and Path(path).is_dir():  # a run that has not written yet can be watched
-            print(f"note: {e}", file=sys.stderr)
+            print(f"note: {error}", file=sys.stderr)
             return None, 0
-        raise _Failed(str(e)) from None
+        raise _Failed(str(error)) from None
     try:
-        write_summary(rd, s)
-        report = None if args.no_report else write_report(rd, s)
+        write_summary(rd, summary)
+        report = None if args.no_report else write_report(rd, summary)
         if args.junit is not None:
-            write_junit(s, args.junit)
+            write_junit(summary, args.junit)
         if not args.serve:
-            append_step_summary(s)
-    except OSError as e:
-        raise _Failed(_write_error(e)) from None
+            append_step_summary(summary)
+    except OSError as error:
+        raise _Failed(_write_error(error)) from None
     if not args.json:
-        print(format_table(s, report), flush=True)
+        print(format_table(summary, report), flush=True)
         print(flush=True)
-    _print_verdicts(s, args.json)
-    return s, status
+    _print_verdicts(summary, args.json)
+    return summary, status
 
 
 def _compare(args: argparse.Namespace, summaries: list[Summary]) -> None:
     """The comparison report of several runs (none where one ran open loop: it says so)."""
     if len(summaries) < 2 or args.no_report:
         return
-    open_loop = [s["run"]["run_id"] for s in summaries if is_open_loop(s)]
+    open_loop = [summary["run"]["run_id"] for summary in summaries if of_summary(summary).open_loop]
     if open_loop:
         print(
             f"note: no comparison report: {', '.join(open_loop)} ran open loop (--rates), which the comparison "
@@ -317,8 +319,8 @@ def _compare(args: argparse.Namespace, summaries: list[Summary]) -> None:
         return
     try:
         out = write_compare(summaries, args.out or default_out(args.run_dirs[0]))
-    except OSError as e:
-        raise _Failed(_write_error(e)) from None
+    except OSError as error:
+        raise _Failed(_write_error(error)) from None
     if not args.json:
         print(f"comparison report: {out}", flush=True)
 
@@ -331,13 +333,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     try:
         slo, roles, asked = _flags(args)
         for path in args.run_dirs:
-            s, judged = _report_one(args, path, slo, roles, asked)
+            summary, judged = _report_one(args, path, slo, roles, asked)
             status = max(status, judged)
-            if s is not None:
-                summaries.append(s)
+            if summary is not None:
+                summaries.append(summary)
         _compare(args, summaries)
-    except _Failed as e:
-        print(f"error: {e}", file=sys.stderr)
+    except _Failed as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=1), flush=True)
@@ -349,8 +351,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:
             serve(args.run_dirs, args.host, args.port)
-        except ServeError as e:
-            print(f"error: {e}", file=sys.stderr)
+        except ServeError as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
     return 0
 

@@ -10,9 +10,10 @@ from typing import Literal, TypedDict
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.runformat.summary import Comparison, Summary
+from tts_knee.runformat.summary import Comparison
 
-from .kit import FAIL_COLOUR, conc_axis, esc, fig_html, is_open_loop, lx, step_axis
+from .kit import FAIL_COLOUR, Renderer, ci_bars, esc
+from .view import RunView
 
 
 class _Point(TypedDict):
@@ -24,62 +25,62 @@ class _Point(TypedDict):
     throughput_rps: float | None
 
 
-def _key(summary: Summary) -> Literal["rate", "concurrency"]:
-    return "rate" if is_open_loop(summary) else "concurrency"
+def _key(view: RunView) -> Literal["rate", "concurrency"]:
+    """The field a regression's levels stand at: an open loop's offered rate, else the concurrency."""
+    return "rate" if view.open_loop else "concurrency"
 
 
-def regression_figure(summary: Summary) -> go.Figure:
+def regression_figure(view: RunView) -> go.Figure:
     """This run and the baseline overlaid: p95 (with 95% intervals) and throughput."""
-    reg = summary.get("regression")
-    assert reg is not None, "drawn for a run compared with a baseline"
-    key = _key(summary)
+    summary = view.summary
+    regression = summary.get("regression")
+    assert regression is not None, "drawn for a run compared with a baseline"
+    key = _key(view)
     fig = make_subplots(
         rows=1,
         cols=2,
         subplot_titles=("p95 from schedule (ms)" if key == "rate" else "p95 wait (ms)", "throughput (req/s)"),
     )
     base: list[_Point] = [
-        {"at": lv[key], "p95_ms": lv["p95_ms"], "p95_ci": lv["p95_ci"], "throughput_rps": lv["throughput_rps"]}
-        for lv in reg["baseline"]["levels"]
+        {
+            "at": level[key],
+            "p95_ms": level["p95_ms"],
+            "p95_ci": level["p95_ci"],
+            "throughput_rps": level["throughput_rps"],
+        }
+        for level in regression["baseline"]["levels"]
     ]
     now: list[_Point] = []
-    for lv in summary["levels"]:
-        lat = lv.get("sched_wait_ms") if key == "rate" else lv.get("latency_ms")
+    for level in summary["levels"]:
+        latency = level.get("sched_wait_ms") if key == "rate" else level.get("latency_ms")
         now.append(
             {
-                "at": lv[key],
-                "p95_ms": lat.get("p95") if lat else None,
-                "p95_ci": lat.get("p95_ci") if lat else None,
-                "throughput_rps": lv.get("throughput_rps"),
+                "at": level[key],
+                "p95_ms": latency.get("p95") if latency else None,
+                "p95_ci": latency.get("p95_ci") if latency else None,
+                "throughput_rps": level.get("throughput_rps"),
             }
         )
-    for rows, name, colour in (
-        (base, f"baseline {reg['baseline']['run_id']}", "#7f7f7f"),
+    for points, name, colour in (
+        (base, f"baseline {regression['baseline']['run_id']}", "#7f7f7f"),
         (now, f"this run {summary['run']['run_id']}", "#1f77b4"),
     ):
-        x = lx([r["at"] for r in rows])
-        err = dict(
-            type="data",
-            visible=True,
-            thickness=1.2,
-            width=4,
-            array=[_ci_arm(r, 1) for r in rows],
-            arrayminus=[_ci_arm(r, 0) for r in rows],
-        )
+        places = view.axis.at([point["at"] for point in points])
+        p95 = [point["p95_ms"] for point in points]
         fig.add_scatter(
-            x=x,
-            y=[r["p95_ms"] for r in rows],
+            x=places,
+            y=p95,
             name=esc(name),
             legendgroup=name,
-            error_y=err,
+            error_y=ci_bars(p95, [point["p95_ci"] for point in points]),
             mode="lines+markers",
             line=dict(color=colour),
             row=1,
             col=1,
         )
         fig.add_scatter(
-            x=x,
-            y=[r["throughput_rps"] for r in rows],
+            x=places,
+            y=[point["throughput_rps"] for point in points],
             name=esc(name),
             legendgroup=name,
             showlegend=False,
@@ -88,67 +89,54 @@ def regression_figure(summary: Summary) -> go.Figure:
             row=1,
             col=2,
         )
-    bad = [r[key] for r in reg["steps"] if r["regression"]]
-    for c in bad:
+    for regressed in [row[key] for row in regression["steps"] if row["regression"]]:
         for col in (1, 2):
-            fig.add_vline(x=lx(c), line=dict(color=FAIL_COLOUR, dash="dot", width=1), row=1, col=col)
-    every = [{"concurrency": r["at"]} for r in base + now]
+            fig.add_vline(x=view.axis.at(regressed), line=dict(color=FAIL_COLOUR, dash="dot", width=1), row=1, col=col)
     for col in (1, 2):
-        conc_axis(fig, every, step_axis(summary), row=1, col=col)
+        view.axis.draw(fig, [point["at"] for point in base + now], row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=380, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
     return fig
 
 
-def _ci_arm(point: _Point, end: int) -> float | None:
-    """How far the p95's interval reaches above (``end`` 1) or below (0) it, None where unbounded."""
-    ci, p95 = point["p95_ci"], point["p95_ms"]
-    bound = ci[end] if ci else None
-    if bound is None:
-        return None
-    assert p95 is not None, "a p95 with an interval is a p95"
-    return bound - p95 if end else p95 - bound
-
-
-def _fig_cell(f: Comparison | None, unit: str, fmt: str, scale: float = 1.0, points: bool = False) -> str:
+def _fig_cell(compared: Comparison | None, unit: str, spec: str, scale: float = 1.0, points: bool = False) -> str:
     """old -> new (change, p, significance), shaded red for a regression, green for better;
     ``points``: the change in percentage points (error rates) rather than relative."""
-    if not f:
+    if not compared:
         return "<td>-</td>"
-    change = f"{100 * f['change']:+.1f} pt" if points else f"{f['change']:+.0%}"
-    shade = "#fdecea" if f["regression"] else ("#eaf7ea" if f["improvement"] else None)
+    change = f"{100 * compared['change']:+.1f} pt" if points else f"{compared['change']:+.0%}"
+    shade = "#fdecea" if compared["regression"] else ("#eaf7ea" if compared["improvement"] else None)
     style = f" style='background:{shade}'" if shade else ""
-    sig = "significant" if f["significant"] else "not significant"
+    significant = "significant" if compared["significant"] else "not significant"
     return (
-        f"<td{style}>{fmt.format(scale * f['old'])} &rarr; {fmt.format(scale * f['new'])}{unit} ({change}, "
-        f"p={f['p_value']:.2g}, {sig})</td>"
+        f"<td{style}>{spec.format(scale * compared['old'])} &rarr; {spec.format(scale * compared['new'])}{unit} "
+        f"({change}, p={compared['p_value']:.2g}, {significant})</td>"
     )
 
 
-def regression_html(summary: Summary, plotlyjs) -> str:
-    reg = summary.get("regression")
-    if not reg:
+def regression_html(view: RunView, render: Renderer) -> str:
+    regression = view.summary.get("regression")
+    if not regression:
         return ""
-    warn = "".join(f"<div class='warn'>{esc(w)}</div>" for w in reg["warnings"])
-    ttfa = any(r.get("ttfa_p95_ms") for r in reg["steps"])
-    key = _key(summary)
+    warn = "".join(f"<div class='warn'>{esc(warning)}</div>" for warning in regression["warnings"])
+    ttfa = any(row.get("ttfa_p95_ms") for row in regression["steps"])
+    key = _key(view)
     wait = "from schedule" if key == "rate" else "wait"
     rows = "".join(
-        f"<tr><td>{esc(f'{r[key]:g}')}</td>{_fig_cell(r['p50_ms'], ' ms', '{:.0f}')}"
-        f"{_fig_cell(r['p95_ms'], ' ms', '{:.0f}')}"
-        + (_fig_cell(r.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
-        + f"{_fig_cell(r['throughput_rps'], '', '{:.2f}')}"
-        f"{_fig_cell(r['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
-        f"<td>{'regression' if r['regression'] else ('better' if r['improvement'] else 'no regression')}</td></tr>"
-        for r in reg["steps"]
+        f"<tr><td>{esc(f'{row[key]:g}')}</td>{_fig_cell(row['p50_ms'], ' ms', '{:.0f}')}"
+        f"{_fig_cell(row['p95_ms'], ' ms', '{:.0f}')}"
+        + (_fig_cell(row.get("ttfa_p95_ms"), " ms", "{:.0f}") if ttfa else "")
+        + f"{_fig_cell(row['throughput_rps'], '', '{:.2f}')}"
+        f"{_fig_cell(row['error_rate'], '%', '{:.1f}', scale=100, points=True)}"
+        f"<td>{'regression' if row['regression'] else ('better' if row['improvement'] else 'no regression')}</td></tr>"
+        for row in regression["steps"]
     )
     return (
-        f"<div class='verdict{'' if reg['regressed'] else ' ok'}'>{esc(reg['verdict'])}</div>{warn}"
-        f"<table><tr><th>{esc(step_axis(summary))}</th><th>p50 {wait}</th><th>p95 {wait}</th>"
+        f"<div class='verdict{'' if regression['regressed'] else ' ok'}'>{esc(regression['verdict'])}</div>{warn}"
+        f"<table><tr><th>{esc(view.axis.title)}</th><th>p50 {wait}</th><th>p95 {wait}</th>"
         f"{'<th>p95 TTFA</th>' if ttfa else ''}<th>throughput req/s</th>"
         f"<th>errors</th><th>verdict</th></tr>{rows}</table>"
-        f"<p class='meta'>Baseline {esc(reg['baseline']['run_id'])} ({esc(reg['baseline']['path'])}); "
-        f"tolerance {reg['tolerance']:.0%}; significant: p &lt; {reg['alpha']}. A regression is a "
-        f"significant change beyond the tolerance (see analysis/regression.py).</p>"
-        + fig_html(regression_figure(summary), plotlyjs)
+        f"<p class='meta'>Baseline {esc(regression['baseline']['run_id'])} ({esc(regression['baseline']['path'])}); "
+        f"tolerance {regression['tolerance']:.0%}; significant: p &lt; {regression['alpha']}. A regression is a "
+        f"significant change beyond the tolerance (see analysis/regression.py).</p>" + render(regression_figure(view))
     )

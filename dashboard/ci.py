@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tts_knee.analysis.axis import Key
 from tts_knee.analysis.regression import level_sentence
 from tts_knee.analysis.slo import parse
 from tts_knee.runformat.summary import Summary
 
-from .kit import fmt, is_open_loop, is_voice_sweep
+from .kit import fmt
 from .table import RATE_COLUMNS, rate_table_rows, table_columns, table_rows
+from .view import RunView
 
 #: The environment variable GitHub Actions names its step summary file with.
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -32,27 +32,23 @@ class Case:
     kind: str = "failure"  # the failure's type: "failure" or "inconclusive"
 
 
-def _level_key(summary: Summary) -> Key:
-    return "voices" if is_voice_sweep(summary) else "rate" if is_open_loop(summary) else "concurrency"
-
-
 def _level_name(key: str, value: float | None) -> str:
     return f"{value:g} req/s" if key == "rate" else f"{value:g} voices" if key == "voices" else f"{value:g}"
 
 
-def slo_cases(summary: Summary) -> list[Case]:
+def slo_cases(view: RunView) -> list[Case]:
     """One case per SLO term and tested level (repeats pooled), as the summary judged them."""
-    sl = summary.get("slo")
-    if not sl:
+    slo = view.summary.get("slo")
+    if not slo:
         return []
-    key, terms = _level_key(summary), parse(sl["spec"]).terms
+    terms = parse(slo["spec"]).terms
     cases = []
-    for verdict in sl["steps"]:
-        level = _level_name(key, verdict[key])
+    for verdict in slo["steps"]:
+        level = _level_name(view.key, verdict.get(view.key))
         for term in terms:
             name = f"{term.text} at {level}"
-            failed = [f for f in verdict["failed"] if f.startswith(f"{term.metric} ")]
-            unsure = [f for f in verdict["inconclusive"] if f.startswith(f"{term.metric} ")]
+            failed = [said for said in verdict["failed"] if said.startswith(f"{term.metric} ")]
+            unsure = [said for said in verdict["inconclusive"] if said.startswith(f"{term.metric} ")]
             if failed:
                 cases.append(Case(name, f"The SLO term {term.text} fails at {level}: {'; '.join(failed)}."))
             elif unsure:
@@ -63,36 +59,37 @@ def slo_cases(summary: Summary) -> list[Case]:
     return cases
 
 
-def require_cases(summary: Summary) -> list[Case]:
+def require_cases(view: RunView) -> list[Case]:
     """The gate (``--require``), one case."""
-    req = summary.get("require")
-    if not req:
+    required = view.summary.get("require")
+    if not required:
         return []
-    if req.get("speed") is not None:
-        at = f"{req['speed']:g}x"
-    elif req.get("rate") is not None:
-        at = f"{req['rate']:g}/s"
-    elif is_voice_sweep(summary):
-        at = f"{req['voices']} voices"
+    if required.get("speed") is not None:
+        level = f"{required['speed']:g}x"
+    elif required.get("rate") is not None:
+        level = f"{required['rate']:g}/s"
+    elif view.voice_sweep:
+        level = f"{required['voices']} voices"
     else:
-        at = str(req["concurrency"])
-    return [Case(f"--require {at}", None if req["holds"] else req["reason"])]
+        level = str(required["concurrency"])
+    return [Case(f"--require {level}", None if required["holds"] else required["reason"])]
 
 
-def baseline_cases(summary: Summary) -> list[Case]:
+def baseline_cases(view: RunView) -> list[Case]:
     """One case per level both runs tested (``--baseline``)."""
-    reg = summary.get("regression")
-    if not reg:
+    regression = view.summary.get("regression")
+    if not regression:
         return []
-    key: Literal["rate", "concurrency"] = "rate" if is_open_loop(summary) else "concurrency"
-    base = reg["baseline"]["run_id"]
+    key: Literal["rate", "concurrency"] = "rate" if view.open_loop else "concurrency"
+    base = regression["baseline"]["run_id"]
     cases = []
-    for row in reg["steps"]:
+    for row in regression["steps"]:
         level = _level_name(key, row[key])
         failure = None
         if row["regression"]:
             failure = (
-                f"Regression against {base} beyond the {reg['tolerance']:.0%} tolerance {level_sentence(level, row)}."
+                f"Regression against {base} beyond the {regression['tolerance']:.0%} tolerance "
+                f"{level_sentence(level, row)}."
             )
         cases.append(Case(f"against {base} at {level}", failure))
     return cases
@@ -101,17 +98,18 @@ def baseline_cases(summary: Summary) -> list[Case]:
 def junit_xml(summary: Summary) -> str:
     """The run's verdicts as JUnit XML: a ``<testsuite>`` each for ``slo``, ``require`` and
     ``baseline`` (those the summary has), in a ``<testsuites>`` named for the run."""
+    view = RunView.of(summary)
     run_id = summary["run"]["run_id"]
     root = ET.Element("testsuites", name=f"tts-knee {run_id}")
     totals = {"tests": 0, "failures": 0}
     for suite_name, cases in (
-        ("slo", slo_cases(summary)),
-        ("require", require_cases(summary)),
-        ("baseline", baseline_cases(summary)),
+        ("slo", slo_cases(view)),
+        ("require", require_cases(view)),
+        ("baseline", baseline_cases(view)),
     ):
         if not cases:
             continue
-        failures = sum(c.failure is not None for c in cases)
+        failures = sum(case.failure is not None for case in cases)
         suite = ET.SubElement(
             root,
             "testsuite",
@@ -148,50 +146,56 @@ def _md_table(columns: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(map(_cell, row)) + " |" for row in rows]
 
 
-def _verdict_lines(summary: Summary) -> list[str]:
+def _verdict_lines(view: RunView) -> list[str]:
+    summary = view.summary
     knee, diagnosis = summary["knee"], summary["diagnosis"]
-    if is_open_loop(summary):
+    if view.open_loop:
         limit = f"recommended rate: **{fmt(summary.get('recommended_rate'), '{:g}')} req/s**"
     else:
         limit = f"recommended concurrency: **{fmt(summary['recommended_concurrency'])}**"
     lines = [
         f"- knee: {'none found' if knee['concurrency'] is None else knee['concurrency']}",
         f"- {limit}: {summary['recommendation']}",
-        f"- diagnosis: `{diagnosis['kind']}`" + "".join(f"\n  - {e}" for e in diagnosis["evidence"]),
+        f"- diagnosis: `{diagnosis['kind']}`" + "".join(f"\n  - {sentence}" for sentence in diagnosis["evidence"]),
     ]
-    req, reg = summary.get("require"), summary.get("regression")
-    if req:
-        lines.append(f"- gate: **{'holds' if req['holds'] else 'FAILS'}**: {req['reason']}")
-    if reg:
-        lines.append(f"- baseline: **{'REGRESSED' if reg['regressed'] else 'no regression'}**: {reg['verdict']}")
+    required, regression = summary.get("require"), summary.get("regression")
+    if required:
+        lines.append(f"- gate: **{'holds' if required['holds'] else 'FAILS'}**: {required['reason']}")
+    if regression:
+        regressed = "REGRESSED" if regression["regressed"] else "no regression"
+        lines.append(f"- baseline: **{regressed}**: {regression['verdict']}")
     health = summary.get("health")
     if health and not health.get("ok"):
         lines.append(f"- health after the run: **FAILED**: {health['message']}")
     return lines
 
 
-def _slo_table(summary: Summary) -> list[str]:
-    sl = summary.get("slo")
-    if not sl:
+def _slo_table(view: RunView) -> list[str]:
+    slo = view.summary.get("slo")
+    if not slo:
         return []
-    key = _level_key(summary)
     word = {True: "pass", False: "**FAIL**", None: "inconclusive"}
     rows = [
-        [_level_name(key, v[key]), word[v["pass"]], ", ".join(v["failed"]) or "; ".join(v["inconclusive"])]
-        for v in sl["steps"]
+        [
+            _level_name(view.key, verdict.get(view.key)),
+            word[verdict["pass"]],
+            ", ".join(verdict["failed"]) or "; ".join(verdict["inconclusive"]),
+        ]
+        for verdict in slo["steps"]
     ]
-    return ["", f"### SLO `{sl['spec']}`", "", *_md_table([key, "verdict", "why"], rows)]
+    return ["", f"### SLO `{slo['spec']}`", "", *_md_table([view.key, "verdict", "why"], rows)]
 
 
 def step_summary(summary: Summary) -> str:
     """The run's verdict, its step table and its SLO verdicts, in GitHub-flavoured Markdown."""
-    lines = [f"## tts-knee: {summary['run']['run_id']}", "", *_verdict_lines(summary)]
-    if is_open_loop(summary):
-        table = _md_table(list(RATE_COLUMNS), rate_table_rows(summary))
+    view = RunView.of(summary)
+    lines = [f"## tts-knee: {summary['run']['run_id']}", "", *_verdict_lines(view)]
+    if view.open_loop:
+        table = _md_table(list(RATE_COLUMNS), rate_table_rows(view))
     else:
-        table = _md_table(list(table_columns(summary)), table_rows(summary))
+        table = _md_table(list(table_columns(view)), table_rows(view))
     lines += ["", "### Steps", "", *table]
-    lines += _slo_table(summary)
+    lines += _slo_table(view)
     return "\n".join(lines) + "\n\n"
 
 

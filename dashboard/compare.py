@@ -18,36 +18,38 @@ from plotly.subplots import make_subplots
 
 from tts_knee.runformat.summary import StepSummary, Summary
 
-from .kit import conc_axis, esc, fig_html, fmt, lx, page
+from .kit import LevelAxis, Renderer, esc, fmt, page, stat
+
+_AXIS = LevelAxis()  # runs are compared by concurrency
 
 
 def default_out(first_run: Path) -> Path:
     return Path(first_run).resolve().parent / time.strftime("compare-%Y%m%d-%H%M%S", time.gmtime())
 
 
-def _levels(s: Summary) -> list[StepSummary]:
+def _levels(summary: Summary) -> list[StepSummary]:
     """A run's tested concurrencies in ascending order (summaries from before levels existed: its
     steps)."""
-    return [x for x in s.get("levels") or s["steps"] if x.get("requests")]
+    return [level for level in summary.get("levels") or summary["steps"] if level.get("requests")]
 
 
 def compare_figure(summaries: list[Summary]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, subplot_titles=("p50 wait (ms)", "p95 wait (ms)", "throughput (req/s)"))
-    all_steps = []
-    for i, s in enumerate(summaries):
-        steps = _levels(s)
-        all_steps += steps
-        name = esc(s["run"]["run_id"])
-        n = lx([x["concurrency"] for x in steps])
-        colour = f"hsl({(i * 67) % 360},65%,45%)"
-        for col, get in (
-            (1, lambda x: (x.get("latency_ms") or {}).get("p50")),
-            (2, lambda x: (x.get("latency_ms") or {}).get("p95")),
-            (3, lambda x: x.get("throughput_rps")),
+    tested = []
+    for index, summary in enumerate(summaries):
+        levels = _levels(summary)
+        concurrency = [level["concurrency"] for level in levels]
+        tested += concurrency
+        name = esc(summary["run"]["run_id"])
+        colour = f"hsl({(index * 67) % 360},65%,45%)"
+        for col, values in (
+            (1, [stat(level, "latency_ms", "p50") for level in levels]),
+            (2, [stat(level, "latency_ms", "p95") for level in levels]),
+            (3, [level.get("throughput_rps") for level in levels]),
         ):
             fig.add_scatter(
-                x=n,
-                y=[get(x) for x in steps],
+                x=_AXIS.at(concurrency),
+                y=values,
                 name=name,
                 legendgroup=name,
                 showlegend=col == 1,
@@ -56,51 +58,49 @@ def compare_figure(summaries: list[Summary]) -> go.Figure:
                 row=1,
                 col=col,
             )
-        knee = s["knee"]["concurrency"]
+        knee = summary["knee"]["concurrency"]
         if knee:
             for col in (1, 2, 3):
-                fig.add_vline(x=lx(knee), line=dict(color=colour, dash="dash", width=1), row=1, col=col)
-    uniq = {x["concurrency"]: x for x in all_steps}
-    steps_sorted = [uniq[c] for c in sorted(uniq)]
+                fig.add_vline(x=_AXIS.at(knee), line=dict(color=colour, dash="dash", width=1), row=1, col=col)
     for col in (1, 2, 3):
-        conc_axis(fig, steps_sorted, row=1, col=col)
+        _AXIS.draw(fig, tested, row=1, col=col)
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=420, margin=dict(t=40, b=40, l=60, r=20), legend=dict(orientation="h", y=-0.2))
     return fig
 
 
 def side_by_side_html(summaries: list[Summary]) -> str:
-    concs = sorted({x["concurrency"] for s in summaries for x in _levels(s)})
+    tested = sorted({level["concurrency"] for summary in summaries for level in _levels(summary)})
     head = (
         "<tr><th rowspan=2>conc</th>"
-        + "".join(f"<th colspan=4>{esc(s['run']['run_id'])}</th>" for s in summaries)
+        + "".join(f"<th colspan=4>{esc(summary['run']['run_id'])}</th>" for summary in summaries)
         + "</tr><tr>"
         + "<th>p50</th><th>p95</th><th>rps</th><th>err%</th>" * len(summaries)
         + "</tr>"
     )
     rows = []
-    for c in concs:
-        cells = [f"<td>{c}</td>"]
-        for s in summaries:
-            x = next((x for x in _levels(s) if x["concurrency"] == c), None)
-            if not x:
+    for users in tested:
+        cells = [f"<td>{users}</td>"]
+        for summary in summaries:
+            level = next((level for level in _levels(summary) if level["concurrency"] == users), None)
+            if not level:
                 cells.append("<td>-</td>" * 4)
                 continue
-            lat = x.get("latency_ms")
-            err = None if x["error_rate"] is None else 100 * x["error_rate"]
-            cls = " style='background:#fdecea'" if c == s["knee"]["concurrency"] else ""
+            error_rate = None if level["error_rate"] is None else 100 * level["error_rate"]
+            shade = " style='background:#fdecea'" if users == summary["knee"]["concurrency"] else ""
             cells += [
-                f"<td{cls}>{fmt(lat.get('p50') if lat else None)}</td>",
-                f"<td{cls}>{fmt(lat.get('p95') if lat else None)}</td>",
-                f"<td{cls}>{fmt(x['throughput_rps'], '{:.2f}')}</td>",
-                f"<td{cls}>{fmt(err, '{:.1f}')}</td>",
+                f"<td{shade}>{fmt(stat(level, 'latency_ms', 'p50'))}</td>",
+                f"<td{shade}>{fmt(stat(level, 'latency_ms', 'p95'))}</td>",
+                f"<td{shade}>{fmt(level['throughput_rps'], '{:.2f}')}</td>",
+                f"<td{shade}>{fmt(error_rate, '{:.1f}')}</td>",
             ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     verdict = "".join(
-        f"<tr><td class='l'>{esc(s['run']['run_id'])}</td><td>{esc(s['knee']['concurrency'] or '-')}</td>"
-        f"<td>{esc(s['recommended_concurrency'] or '-')}</td><td class='l'>{esc(s['diagnosis']['kind'])}</td>"
-        f"<td class='l'>{esc(' '.join(s['diagnosis']['evidence']))}</td></tr>"
-        for s in summaries
+        f"<tr><td class='l'>{esc(summary['run']['run_id'])}</td><td>{esc(summary['knee']['concurrency'] or '-')}</td>"
+        f"<td>{esc(summary['recommended_concurrency'] or '-')}</td>"
+        f"<td class='l'>{esc(summary['diagnosis']['kind'])}</td>"
+        f"<td class='l'>{esc(' '.join(summary['diagnosis']['evidence']))}</td></tr>"
+        for summary in summaries
     )
     return (
         f"<table><tr><th class='l'>run</th><th>knee</th><th>recommended</th><th class='l'>diagnosis</th>"
@@ -111,7 +111,7 @@ def side_by_side_html(summaries: list[Summary]) -> str:
 
 
 def compare_html(summaries: list[Summary], plotlyjs="embed", live_script: str = "", links: str = "") -> str:
-    fig = fig_html(compare_figure(summaries), True if plotlyjs == "embed" else plotlyjs)
+    fig = Renderer(True if plotlyjs == "embed" else plotlyjs)(compare_figure(summaries))
     body = (
         f"<h1>tts-knee &middot; comparison of {len(summaries)} runs</h1>{links}"
         f"<h2>Verdicts</h2>{side_by_side_html(summaries)}<h2>Curves</h2>{fig}{live_script}"
@@ -127,16 +127,16 @@ def write_compare(summaries: list[Summary], out: Path) -> Path:
             {
                 "runs": [
                     {
-                        "run_id": s["run"]["run_id"],
-                        "path": s["run"]["path"],
-                        "knee": s["knee"]["concurrency"],
-                        "recommended_concurrency": s["recommended_concurrency"],
-                        "diagnosis": s["diagnosis"],
+                        "run_id": summary["run"]["run_id"],
+                        "path": summary["run"]["path"],
+                        "knee": summary["knee"]["concurrency"],
+                        "recommended_concurrency": summary["recommended_concurrency"],
+                        "diagnosis": summary["diagnosis"],
                         "slo": None
-                        if not (slo := s.get("slo"))
+                        if not (slo := summary.get("slo"))
                         else {"spec": slo["spec"], "max_concurrency": slo["max_concurrency"]},
                     }
-                    for s in summaries
+                    for summary in summaries
                 ]
             },
             indent=1,

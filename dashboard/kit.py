@@ -1,29 +1,24 @@
 """The report kit: what every section of ``report.html`` (and the comparison page) builds with.
 
-HTML escaping, number formatting, the page skeleton and its style, a Plotly figure as an HTML
-fragment, and the concurrency axis (linear in log2), shared by the sections so none imports
-another. Every string that comes from the run goes through :func:`esc` before it reaches the
-page or a Plotly hover label.
+HTML escaping, number formatting, the page skeleton and its style, the figures drawn as HTML
+fragments (the first with plotly.js), and the log2 axis the steps' levels are drawn on, shared by
+the sections so none imports another. Every string that comes from the run goes through :func:`esc` before it
+reaches the page or a Plotly hover label.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from tts_knee.analysis.axis import of_summary
 from tts_knee.runformat.summary import BargeIn, Summary
-
-#: A summary whose steps stand at their rate or number of voices (:func:`dashboard.sweep.by_step`):
-#: the summary's shape with each ``concurrency`` relabelled (a rate in it), which is no declared
-#: type, so read as JSON; a summary of a run on the concurrency axis is one as it is.
-Relabelled = Mapping[str, Any]
 
 GIB = 1024**3
 KNEE_COLOUR, REC_COLOUR = "#d62728", "#2ca02c"
@@ -40,24 +35,24 @@ tr.knee td{background:#fdecea} tr.rec td{background:#eaf7ea} tr.open td{color:#7
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
-def esc(v) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
+def esc(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
 
 
-def fmt(v, spec="{:.0f}") -> str:
+def fmt(value: object, spec: str = "{:.0f}") -> str:
     """A figure as tables show it: ``spec`` formatted, "-" where it is missing."""
-    return "-" if v is None else spec.format(v)
+    return "-" if value is None else spec.format(value)
 
 
-def step_row(s: Mapping[str, object], cells: list[str], cls: str = "") -> str:
+def step_row(step: Mapping[str, object], cells: list[str], cls: str = "") -> str:
     """A step table's row of ``cells``, ``cls`` marking the knee or the recommendation; a step
     still running is marked open instead, with why its figures are partial on hover."""
     title = ""
-    opened = s.get("open")
+    opened = step.get("open")
     if opened:
         assert isinstance(opened, dict), "a step's open is its open window's note"
         cls, title = "open", f" title='{esc(opened['note'])}'"
-    return f"<tr class='{cls}'{title}>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>"
+    return f"<tr class='{cls}'{title}>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>"
 
 
 def capacity_html(summary: Summary) -> str:
@@ -70,10 +65,10 @@ def capacity_html(summary: Summary) -> str:
 _NO_FIGURES: Mapping[str, object] = {}
 
 
-def figures(part: Mapping[str, object] | None) -> Mapping[str, object]:
+def figures(part: object) -> Mapping[str, object]:
     """A part of the summary (a step's ``latency_ms``, its ``server`` …) read as figures by name,
     none where it is missing (null)."""
-    return part or _NO_FIGURES
+    return part if isinstance(part, Mapping) else _NO_FIGURES
 
 
 def number(part: Mapping[str, object] | None, name: str) -> float | None:
@@ -82,16 +77,27 @@ def number(part: Mapping[str, object] | None, name: str) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-def stat(s: Mapping[str, object], key: str, q: str) -> object:
-    """``s[key][q]`` (a step's ``latency_ms`` p95, say), None where either is missing."""
-    figure = s.get(key)
-    return figure.get(q) if isinstance(figure, dict) else None
+def stat(step: Mapping[str, object], key: str, quantile: str) -> Any:
+    """``step[key][quantile]`` (a step's ``latency_ms`` p95, say, or its ``p95_ci``), None where
+    either is missing."""
+    figure = step.get(key)
+    return figure.get(quantile) if isinstance(figure, dict) else None
 
 
-def fig_html(fig: go.Figure, plotlyjs) -> str:
-    """``fig`` as an HTML fragment; ``plotlyjs``: True embeds plotly.js, a URL loads it from there,
-    False leaves it to an earlier figure on the page."""
-    return pio.to_html(fig, full_html=False, include_plotlyjs=plotlyjs, config=_PLOT_CONFIG)
+class Renderer:
+    """Draws a page's figures as HTML fragments in turn: the first with ``plotlyjs`` (True embeds
+    plotly.js, a URL loads it from there, False leaves it to the page), every later one without."""
+
+    def __init__(self, plotlyjs: bool | str) -> None:
+        self.plotlyjs = plotlyjs
+
+    def __call__(self, fig: go.Figure | None) -> str:
+        """``fig`` as HTML ("" for no figure)."""
+        if fig is None:
+            return ""
+        drawn = pio.to_html(fig, full_html=False, include_plotlyjs=self.plotlyjs, config=_PLOT_CONFIG)
+        self.plotlyjs = False
+        return drawn
 
 
 def page(title: str, body: str, head_extra: str = "") -> str:
@@ -103,62 +109,48 @@ def page(title: str, body: str, head_extra: str = "") -> str:
     )
 
 
-def lx(n):
-    """Concurrency axes are linear in log2(concurrency): plotly's log axes put shapes and
-    annotations in log10 units, which is easy to get wrong."""
-    return np.log2(np.asarray(n, dtype=float)) if np.ndim(n) else math.log2(n)
+@dataclass(frozen=True)
+class LevelAxis:
+    """An x axis of levels (concurrencies, offered rates, numbers of voices), linear in
+    log2(level): plotly's log axes put shapes and annotations in log10 units, which is easy to get
+    wrong."""
+
+    title: str = "concurrency"
+
+    @staticmethod
+    def at(levels: Any) -> Any:
+        """Where a level (or each of ``levels``) stands on the axis."""
+        return np.log2(np.asarray(levels, dtype=float)) if np.ndim(levels) else math.log2(levels)
+
+    def draw(self, fig: go.Figure, levels: Iterable[float | None], **where: object) -> None:
+        """The axis's title, and ticks at ``levels``."""
+        ticks = sorted({level for level in levels if level is not None})
+        text = [f"{tick:g}" if isinstance(tick, float) else str(tick) for tick in ticks]  # a rate: 4, not 4.0
+        fig.update_xaxes(tickvals=[self.at(tick) for tick in ticks], ticktext=text, title_text=self.title, **where)
 
 
-def is_open_loop(summary: Relabelled) -> bool:
-    """Whether the run offered rates (``--rates``, run.json mode ``open``): its steps stand at an
-    offered rate, not a concurrency."""
-    return of_summary(summary).open_loop
-
-
-def is_voice_sweep(summary: Relabelled) -> bool:
-    """Whether the run swept the number of distinct voices at one load (``--voice-steps``)."""
-    return of_summary(summary).key == "voices"
-
-
-def is_streamed(summary: Relabelled) -> bool:
-    """Whether the run was judged as streams (on underruns and TTFA)."""
-    return bool((summary.get("knee") or {}).get("streamed"))
-
-
-def step_axis(summary: Relabelled) -> str:
-    """The title of a per-step figure's x axis (and of a table's step column)."""
-    if is_voice_sweep(summary):
-        return "distinct voices"
-    return "offered rate (req/s)" if is_open_loop(summary) else "concurrency"
-
-
-def step_label(s: Mapping[str, object]) -> str:
-    """A step as per-step figures and tables name it: its offered rate (open loop), else its concurrency."""
-    return f"{s['rate']:g}" if s.get("rate") is not None else str(s["concurrency"])
-
-
-def conc_axis(fig, steps, title="concurrency", **where):
-    """Ticks at the steps' concurrencies (or offered rates) on an x axis drawn with :func:`lx`."""
-    ticks = sorted({s["concurrency"] for s in steps})
-    text = [f"{t:g}" if isinstance(t, float) else str(t) for t in ticks]  # an offered rate: 4, not 4.0
-    fig.update_xaxes(tickvals=[lx(t) for t in ticks], ticktext=text, title_text=title, **where)
-
-
-def ci_bars(steps: list[dict], key: str, q: str) -> dict | None:
-    """Plotly error bars for the 95% interval ``{q}_ci`` of ``steps[i][key]``, or None."""
-    pts = [s.get(key) or {} for s in steps]
-    if not any(p.get(f"{q}_ci") for p in pts):
+def ci_bars(values: Sequence[float | None], intervals: Sequence[Sequence[float | None] | None]) -> dict | None:
+    """Plotly error bars for the 95% ``intervals`` [low, high] around ``values``, or None where
+    there is none; an end too few requests could bound (None) gets no bar on that side (the tables
+    say so)."""
+    if not any(intervals):
         return None
-    ci = [p.get(f"{q}_ci") for p in pts]
-    # an end too few requests could bound (None) gets no bar on that side; the tables say so
     return dict(
         type="data",
         visible=True,
         thickness=1.2,
         width=4,
-        array=[c[1] - p[q] if c and c[1] is not None else None for p, c in zip(pts, ci)],
-        arrayminus=[p[q] - c[0] if c and c[0] is not None else None for p, c in zip(pts, ci)],
+        array=[_arm(value, interval, 1) for value, interval in zip(values, intervals)],
+        arrayminus=[_arm(value, interval, 0) for value, interval in zip(values, intervals)],
     )
+
+
+def _arm(value: float | None, interval: Sequence[float | None] | None, end: int) -> float | None:
+    """How far ``interval`` reaches above (``end`` 1) or below (0) ``value``, None where unbounded."""
+    bound = interval[end] if interval else None
+    if bound is None or value is None:
+        return None
+    return bound - value if end else value - bound
 
 
 def orphaned_words(barge: BargeIn) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from tts_knee.runformat.summary import Outcome, Probe, ProbeLevel, SpikeBehaviour as Behaviour, Summary
 
 from .kit import esc, fmt
+from .view import RunView
 
 _OUTCOMES = tuple(Outcome)
 
@@ -25,7 +26,7 @@ def probe_headline(probe: Probe) -> str:
 def _level_counts(level: ProbeLevel) -> str:
     """A probe level's outcomes in words (those with requests)."""
     counts: Mapping[str, object] = level
-    named = (f"{counts[k]} {k.replace('_', ' ')}" for k in _OUTCOMES if counts[k])
+    named = (f"{counts[outcome]} {outcome.replace('_', ' ')}" for outcome in _OUTCOMES if counts[outcome])
     return f"{level['concurrency']}: " + ", ".join(named)
 
 
@@ -34,30 +35,32 @@ def probe_lines(summary: Summary) -> list[str]:
     probe = summary.get("probe")
     if not probe:
         return []
-    width = max((len(c["class"]) for c in probe["classes"]), default=0)
+    width = max((len(kind["class"]) for kind in probe["classes"]), default=0)
     return [probe_headline(probe) + ":"] + [
-        f"  {'!' if c['needs_guarding'] else ' '} {c['class']:<{width}}  {c['verdict']}" for c in probe["classes"]
+        f"  {'!' if kind['needs_guarding'] else ' '} {kind['class']:<{width}}  {kind['verdict']}"
+        for kind in probe["classes"]
     ]
 
 
-def probe_html(summary: Summary) -> str:
+def probe_html(view: RunView) -> str:
     """The report's section (empty without a probe)."""
-    probe = summary.get("probe")
+    probe = view.summary.get("probe")
     if not probe:
         return ""
-    head = "".join(f"<th>{esc(k.replace('_', ' '))}</th>" for k in _OUTCOMES)
+    head = "".join(f"<th>{esc(outcome.replace('_', ' '))}</th>" for outcome in _OUTCOMES)
     rows = []
-    for c in probe["classes"]:
-        levels = "<br>".join(_level_counts(lv) for lv in c["by_concurrency"])
-        outcomes: Mapping[str, object] = c["outcomes"]
+    for kind in probe["classes"]:
+        levels = "<br>".join(_level_counts(level) for level in kind["by_concurrency"])
+        outcomes: Mapping[str, object] = kind["outcomes"]
+        statuses = ", ".join(f"{status} x{count}" for status, count in kind["statuses"].items())
         rows.append(
-            f"<tr{' class=knee' if c['needs_guarding'] else ''}><td class='l'>{esc(c['class'])}</td>"
-            f"<td class='l'>{esc(c['what'])}</td><td>{c['requests']}</td>"
-            + "".join(f"<td>{outcomes[k] or ''}</td>" for k in _OUTCOMES)
-            + f"<td class='l'>{esc(', '.join(f'{s} x{n}' for s, n in c['statuses'].items()))}</td>"
-            f"<td>{fmt(c['ms_p50'])}</td><td>{fmt(c['ms_max'])}</td><td>{fmt(c['audio_s_p50'], '{:.2f}')}</td>"
-            f"<td class='l'>{levels}</td><td class='l'>{esc(c['verdict'])}</td>"
-            f"<td class='l'>{esc(c['error'] or '')}</td></tr>"
+            f"<tr{' class=knee' if kind['needs_guarding'] else ''}><td class='l'>{esc(kind['class'])}</td>"
+            f"<td class='l'>{esc(kind['what'])}</td><td>{kind['requests']}</td>"
+            + "".join(f"<td>{outcomes[outcome] or ''}</td>" for outcome in _OUTCOMES)
+            + f"<td class='l'>{esc(statuses)}</td>"
+            f"<td>{fmt(kind['ms_p50'])}</td><td>{fmt(kind['ms_max'])}</td><td>{fmt(kind['audio_s_p50'], '{:.2f}')}</td>"
+            f"<td class='l'>{levels}</td><td class='l'>{esc(kind['verdict'])}</td>"
+            f"<td class='l'>{esc(kind['error'] or '')}</td></tr>"
         )
     note = probe["note"] or "Every class was answered with audio or refused with a 4xx: nothing to guard."
     return (
@@ -72,14 +75,16 @@ def probe_html(summary: Summary) -> str:
     )
 
 
-def spike_html(summary: Summary) -> str:
+def spike_html(view: RunView) -> str:
     """The report's spike section (empty without a spike): the verdict and each phase's figures."""
-    sp = summary.get("spike")
-    if not sp:
+    spike = view.summary.get("spike")
+    if not spike:
         return ""
-    ok = sp["behaviour"] in (Behaviour.SHEDS, Behaviour.ABSORBS, Behaviour.QUEUES) and sp["recovery_s"] is not None
+    behaved = spike["behaviour"] in (Behaviour.SHEDS, Behaviour.ABSORBS, Behaviour.QUEUES)
+    held = behaved and spike["recovery_s"] is not None
     rows = []
-    for name, level, part in (("spike", sp["spike_level"], sp["during"]), ("recovery", sp["level"], sp["after"])):
+    phases = (("spike", spike["spike_level"], spike["during"]), ("recovery", spike["level"], spike["after"]))
+    for name, level, part in phases:
         if part:
             rows.append(
                 f"<tr><td class='l'>{name}</td><td>{level}</td><td>{part['attempts']}</td><td>{part['ok']}</td>"
@@ -87,10 +92,10 @@ def spike_html(summary: Summary) -> str:
                 f"<td>{fmt(part['p95_ms'])}</td><td>{fmt(part['p95_x'], '{:.2f}')}</td></tr>"
             )
     return (
-        f"<h2>Spike and recovery</h2><div class='verdict{' ok' if ok else ''}'><div class='kind'>"
-        f"{esc(sp['text'])}</div></div><table><tr><th class='l'>phase</th><th>users</th><th>attempts</th>"
+        f"<h2>Spike and recovery</h2><div class='verdict{' ok' if held else ''}'><div class='kind'>"
+        f"{esc(spike['text'])}</div></div><table><tr><th class='l'>phase</th><th>users</th><th>attempts</th>"
         f"<th>ok</th><th>shed (429/503)</th><th>failed</th><th>shed p50 ms</th><th>p95 ms</th>"
         f"<th>p95 / before</th></tr>{''.join(rows)}</table><p class='meta'>p95 before the spike: "
-        f"{fmt(sp['before_p95_ms'])} ms ({esc(sp['basis'])}); recovery: from the recovery step's start until "
+        f"{fmt(spike['before_p95_ms'])} ms ({esc(spike['basis'])}); recovery: from the recovery step's start until "
         f"every 1 s window of requests sent has its p95 within 1.2x of that, with no failure.</p>"
     )

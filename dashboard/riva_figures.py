@@ -4,19 +4,18 @@ perf client's."""
 
 from __future__ import annotations
 
-from tts_knee.runformat.summary import Summary
-
 from .kit import esc
 from .table import RIVA_COLUMNS, RIVA_NOTE, riva_rows
+from .view import RunView
 
 
-def riva_html(summary: Summary) -> str:
+def riva_html(view: RunView) -> str:
     """The section as rendered; "" for a run that was not streamed."""
-    rows = riva_rows(summary)
+    rows = riva_rows(view)
     if not rows:
         return ""
-    head = "".join(f"<th>{esc(c)}</th>" for c in RIVA_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+    head = "".join(f"<th>{esc(column)}</th>" for column in RIVA_COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     return (
         f"<h2>Riva's figures</h2><table><tr>{head}</tr>{body}</table>"
         f"<p class='meta'>{esc(RIVA_NOTE)} The perf client runs its streams back to back on one channel "

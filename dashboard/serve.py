@@ -65,7 +65,7 @@ class LiveView:
     """Serves the reports of ``run_dirs`` at fixed routes, rebuilding them when files change."""
 
     def __init__(self, run_dirs: list[Path]):
-        self.runs = [RunDir(Path(p), live=True) for p in run_dirs]
+        self.runs = [RunDir(Path(path), live=True) for path in run_dirs]
         self._lock = threading.Lock()
         self._key: tuple[tuple[int, int] | None, ...] | None = None
         self._built_at = 0.0
@@ -79,8 +79,8 @@ class LiveView:
         for rd in self.runs:
             for name in (runformat.RUN_JSON, runformat.REQUESTS, runformat.RESOURCES):
                 try:
-                    st = (rd.path / name).stat()
-                    key.append((st.st_size, st.st_mtime_ns))
+                    stat_result = (rd.path / name).stat()
+                    key.append((stat_result.st_size, stat_result.st_mtime_ns))
                 except OSError:
                     key.append(None)
         return tuple(key)
@@ -97,8 +97,8 @@ class LiveView:
                     if rd.format_error:
                         raise RunDirError(rd.format_error)
                     summaries.append(analyze(rd) if len(rd.requests.attempts()) else None)
-                except RunDirError as e:  # a malformed run.json is shown, not served as a crash
-                    summaries.append(str(e))
+                except RunDirError as error:  # a malformed run.json is shown, not served as a crash
+                    summaries.append(str(error))
             self._summaries = summaries
             self._pages = {}
             self._key = key
@@ -107,21 +107,21 @@ class LiveView:
     def version(self) -> str:
         return str(abs(hash(self._key)))
 
-    def _run_page(self, i: int, prefix: str) -> bytes:
-        rd, s = self.runs[i], self._summaries[i]
+    def _run_page(self, index: int, prefix: str) -> bytes:
+        rd, summary = self.runs[index], self._summaries[index]
         script = _live_script(prefix)
-        if s is None:
+        if summary is None:
             return page(
                 "tts-knee",
                 f"<h1>tts-knee &middot; {esc(rd.path.name)}</h1><p>Waiting for the first "
                 f"attempt records in {esc(rd.path)}&hellip;</p>{script}",
             ).encode()
-        if isinstance(s, str):
+        if isinstance(summary, str):
             return page(
                 "tts-knee",
-                f"<h1>tts-knee</h1><p class='warn'>Could not analyse {esc(rd.path.name)}: {esc(s)}</p>{script}",
+                f"<h1>tts-knee</h1><p class='warn'>Could not analyse {esc(rd.path.name)}: {esc(summary)}</p>{script}",
             ).encode()
-        return report_html(rd, s, plotlyjs=f"{prefix}plotly.min.js", live_script=script).encode()
+        return report_html(rd, summary, plotlyjs=f"{prefix}plotly.min.js", live_script=script).encode()
 
     def handle(self, path: str) -> tuple[int, str, bytes]:
         """(status, content type, body) for a GET of ``path`` relative to the mount point."""
@@ -132,11 +132,11 @@ class LiveView:
             return 200, "application/javascript; charset=utf-8", self._plotlyjs
         clip = _CLIP_ROUTE.match(path)
         if clip:  # a judged clip, for the speech section's players
-            i = int(clip.group(1) or 0)
-            if i >= len(self.runs):
+            index = int(clip.group(1) or 0)
+            if index >= len(self.runs):
                 return 404, "text/plain; charset=utf-8", b"not found\n"
             try:
-                return 200, "audio/wav", (self.runs[i].path / runformat.SPEECH_DIR / clip.group(2)).read_bytes()
+                return 200, "audio/wav", (self.runs[index].path / runformat.SPEECH_DIR / clip.group(2)).read_bytes()
             except OSError:
                 return 404, "text/plain; charset=utf-8", b"not found\n"
         if path not in ("/", "/index.html", "/version", "/summary.json", "/steps.json") and not _RUN_ROUTE.match(path):
@@ -145,18 +145,22 @@ class LiveView:
         if path == "/version":
             return 200, "text/plain; charset=utf-8", self.version().encode()
         if path == "/steps.json":
-            s = self._summaries[0] if self._summaries else None
-            return 200, "application/json", json.dumps(tab_rows(s) if s and not isinstance(s, str) else []).encode()
+            summary = self._summaries[0] if self._summaries else None
+            return (
+                200,
+                "application/json",
+                json.dumps(tab_rows(summary) if summary and not isinstance(summary, str) else []).encode(),
+            )
         if path == "/summary.json":
-            served = [{"error": s} if isinstance(s, str) else s for s in self._summaries]
+            served = [{"error": summary} if isinstance(summary, str) else summary for summary in self._summaries]
             body = served[0] if len(self.runs) == 1 else served
             return 200, "application/json", json.dumps(body).encode()
-        m = _RUN_ROUTE.match(path)
-        if m:
-            i = int(m.group(1))
-            if i >= len(self.runs):
+        run_route = _RUN_ROUTE.match(path)
+        if run_route:
+            index = int(run_route.group(1))
+            if index >= len(self.runs):
                 return 404, "text/plain; charset=utf-8", b"not found\n"
-            return 200, _HTML, self._cached(path, lambda: self._run_page(i, "../../"))
+            return 200, _HTML, self._cached(path, lambda: self._run_page(index, "../../"))
         if len(self.runs) == 1:
             return 200, _HTML, self._cached("/", lambda: self._run_page(0, ""))
         return 200, _HTML, self._cached("/", self._compare_page)
@@ -168,17 +172,19 @@ class LiveView:
         return body
 
     def _compare_page(self) -> bytes:
-        ok = [s for s in self._summaries if s and not isinstance(s, str)]
+        analysed = [summary for summary in self._summaries if summary and not isinstance(summary, str)]
         links = (
             "<p>"
-            + " &middot; ".join(f"<a href='runs/{i}/'>{esc(rd.path.name)}</a>" for i, rd in enumerate(self.runs))
+            + " &middot; ".join(
+                f"<a href='runs/{index}/'>{esc(rd.path.name)}</a>" for index, rd in enumerate(self.runs)
+            )
             + "</p>"
         )
-        if not ok:
+        if not analysed:
             return page(
                 "tts-knee", f"<h1>tts-knee</h1>{links}<p>Waiting for attempt records&hellip;</p>{_live_script('')}"
             ).encode()
-        return compare_html(ok, plotlyjs="plotly.min.js", live_script=_live_script(""), links=links).encode()
+        return compare_html(analysed, plotlyjs="plotly.min.js", live_script=_live_script(""), links=links).encode()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -210,14 +216,14 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0) -> None:
     handler = type("Handler", (_Handler,), {"view": LiveView(run_dirs)})
     try:
         server = ThreadingHTTPServer((host, port), handler)
-    except (OSError, OverflowError) as e:  # OverflowError: a port outside 0-65535
-        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    except (OSError, OverflowError) as error:  # OverflowError: a port outside 0-65535
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
         raise ServeError(f"cannot listen on {host}:{port}: {reason}.") from None
     server.daemon_threads = True
-    h, p = server.server_address[:2]
-    assert isinstance(h, str)  # an address of AF_INET(6): the type also has AF_UNIX's bytes
+    bound_host, bound_port = server.server_address[:2]
+    assert isinstance(bound_host, str)  # an address of AF_INET(6): the type also has AF_UNIX's bytes
     # one write, newline included: a log line from another thread cannot land inside it
-    print(f"listening on http://{h}:{p}\n", end="", flush=True)
+    print(f"listening on http://{bound_host}:{bound_port}\n", end="", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -254,12 +260,12 @@ class LiveProcess:
         if self.url is None or self.proc.poll() is not None:
             return 503, "text/plain; charset=utf-8", b"the live view's process is not running\n"
         try:
-            with urllib.request.urlopen(self.url + path, timeout=self.timeout_s) as r:
-                return r.status, r.headers.get("Content-Type", "text/plain"), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
-        except OSError as e:
-            return 503, "text/plain; charset=utf-8", f"the live view did not answer: {e}\n".encode()
+            with urllib.request.urlopen(self.url + path, timeout=self.timeout_s) as answer:
+                return answer.status, answer.headers.get("Content-Type", "text/plain"), answer.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Content-Type", "text/plain"), error.read()
+        except OSError as error:
+            return 503, "text/plain; charset=utf-8", f"the live view did not answer: {error}\n".encode()
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -269,9 +275,9 @@ class LiveProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f is not None:  # both PIPE
-                f.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:  # both PIPE
+                pipe.close()
 
 
 def _main(argv: list[str]) -> None:
@@ -283,9 +289,9 @@ def _main(argv: list[str]) -> None:
 
     threading.Thread(target=_orphaned, daemon=True).start()
     try:
-        serve([Path(p) for p in argv], "127.0.0.1", 0)
-    except ServeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        serve([Path(path) for path in argv], "127.0.0.1", 0)
+    except ServeError as error:
+        print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
 
 

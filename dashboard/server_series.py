@@ -6,28 +6,32 @@ on the timeline and per step (which stage's queue grew). Empty when no sample ca
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tts_knee.analysis.server_metrics import stage_timeline, timeline
 from tts_knee.runformat.metric_roles import ServerNames
 from tts_knee.runformat.reader import RunDir
-from tts_knee.runformat.summary import StepSummary, Summary
+from tts_knee.runformat.summary import StepSummary
 
-from .kit import esc, fig_html, step_axis, step_label
-
-
-def _get(s, *path):
-    for p in path:
-        s = None if s is None else s.get(p)
-    return s
+from .kit import Renderer, esc
+from .view import RunView
 
 
-def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
+def _get(part: object, *path: str) -> Any:
+    """``part[path[0]][path[1]]…``, None where any of them is missing."""
+    for key in path:
+        part = part.get(key) if isinstance(part, dict) else None
+    return part
+
+
+def server_figure(rd: RunDir, view: RunView) -> go.Figure | None:
     series = timeline(rd.resources)
     if not series:
         return None
-    t_zero = summary["run"]["start"] or min(min(xs) for xs, _ in series.values())
+    t_zero = view.summary["run"]["start"] or min(min(times) for times, _ in series.values())
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -39,16 +43,17 @@ def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
             "Per step: the server's queue against GPU and CPU",
         ),
     )
-    for name, (xs, ys) in series.items():
-        fig.add_scatter(x=[x - t_zero for x in xs], y=ys, name=esc(name), mode="lines", connectgaps=False, row=1, col=1)
-    steps = [s for s in summary["steps"] if s.get("server")]
-    conc = [step_label(s) for s in steps]
-    queue = [_get(s, "server", "server_roles", "queue_depth") for s in steps]
+    for name, (times, values) in series.items():
+        since = [time - t_zero for time in times]
+        fig.add_scatter(x=since, y=values, name=esc(name), mode="lines", connectgaps=False, row=1, col=1)
+    steps = [step for step in view.summary["steps"] if step.get("server")]
+    labels = [view.labels[step["step"]] for step in steps]
+    queue = [_get(step, "server", "server_roles", "queue_depth") for step in steps]
     if any(queue):
-        label = next(q["series"] for q in queue if q)
+        label = next(role["series"] for role in queue if role)
         fig.add_bar(
-            x=conc,
-            y=[q["max"] if q else None for q in queue],
+            x=labels,
+            y=[role["max"] if role else None for role in queue],
             name=f"{esc(label)} max",
             marker_color="#d62728",
             opacity=0.5,
@@ -57,19 +62,19 @@ def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
             secondary_y=False,
         )
         fig.add_bar(
-            x=conc,
-            y=[q["mean"] if q else None for q in queue],
+            x=labels,
+            y=[role["mean"] if role else None for role in queue],
             name=f"{esc(label)} mean",
             marker_color="#d62728",
             row=2,
             col=1,
             secondary_y=False,
         )
-    running = [_get(s, "server", "server_roles", "running") for s in steps]
+    running = [_get(step, "server", "server_roles", "running") for step in steps]
     if any(running):
         fig.add_scatter(
-            x=conc,
-            y=[r["max"] if r else None for r in running],
+            x=labels,
+            y=[role["max"] if role else None for role in running],
             mode="lines+markers",
             name="running requests max",
             line=dict(color="#9467bd"),
@@ -81,15 +86,14 @@ def server_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
         ("gpu_util_mean", "GPU util mean %", "#2ca02c"),
         ("cpu_mean", "server CPU mean %", "#1f77b4"),
     ):
-        ys = [_get(s, "server", key) for s in steps]
-        if any(v is not None for v in ys):
-            fig.add_scatter(
-                x=conc, y=ys, mode="lines+markers", name=name, line=dict(color=colour), row=2, col=1, secondary_y=True
-            )
+        values = [_get(step, "server", key) for step in steps]
+        if any(value is not None for value in values):
+            style = dict(mode="lines+markers", line=dict(color=colour), row=2, col=1, secondary_y=True)
+            fig.add_scatter(x=labels, y=values, name=name, **style)
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=2, col=1, secondary_y=False)
     fig.update_yaxes(title_text="%", range=[0, 105], row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="seconds since run start", row=1, col=1)
-    fig.update_xaxes(title_text=step_axis(summary), type="category", row=2, col=1)
+    fig.update_xaxes(title_text=view.axis.title, type="category", row=2, col=1)
     fig.update_layout(
         height=700, barmode="overlay", margin=dict(t=40, b=40, l=60, r=60), legend=dict(orientation="h", y=-0.12)
     )
@@ -104,23 +108,23 @@ def _staged(steps: list[StepSummary]) -> tuple[str, list[str]] | None:
     """(the stage label, the stages the summary kept, in order of first appearance); None for a
     server of one stage."""
     label, kept = None, {}
-    for s in steps:
-        server = s.get("server")
+    for step in steps:
+        server = step.get("server")
         if server and server.get("stages"):
             label = label or server.get("stage_label")
             kept.update(dict.fromkeys(server.get("stages") or {}))
     return (label or "stage", list(kept)) if kept else None
 
 
-def stage_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
+def stage_figure(rd: RunDir, view: RunView) -> go.Figure | None:
     """Each stage's queue over the run and, per step, its queue time and compute time per request."""
-    steps = [s for s in summary["steps"] if s.get("server")]
+    steps = [step for step in view.summary["steps"] if step.get("server")]
     staged = _staged(steps)
     if staged is None:
         return None
     label, kept = staged
     lines = stage_timeline(rd.resources, ServerNames(stage_label=label))
-    t_zero = summary["run"]["start"] or 0.0
+    t_zero = view.summary["run"]["start"] or 0.0
     fig = make_subplots(
         rows=2,
         cols=1,
@@ -131,9 +135,9 @@ def stage_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
             "Per step: each stage's queue time (bars) and compute time (lines) per request",
         ),
     )
-    conc = [step_label(s) for s in steps]
-    for i, stage in enumerate(kept):
-        colour, name = STAGE_COLOURS[i % len(STAGE_COLOURS)], esc(f"{label} {stage}")
+    labels = [view.labels[step["step"]] for step in steps]
+    for index, stage in enumerate(kept):
+        colour, name = STAGE_COLOURS[index % len(STAGE_COLOURS)], esc(f"{label} {stage}")
         own = lines.get(stage, {})
         queue = "queue_depth" if "queue_depth" in own else "queue_ms"
         for role, what, dash in (
@@ -141,25 +145,25 @@ def stage_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
             ("busy", "in compute", "dot"),
         ):
             if role in own:
-                xs, ys = own[role]
+                times, values = own[role]
                 fig.add_scatter(
-                    x=[x - t_zero for x in xs],
-                    y=ys,
+                    x=[time - t_zero for time in times],
+                    y=values,
                     name=f"{name} {what}",
                     mode="lines",
                     line=dict(color=colour, dash=dash),
                 )
         for key, secondary, trace in (("queue_ms", False, "bar"), ("compute_ms", True, "line")):
-            ys = [_get(s, "server", "stages", stage, key, "mean") for s in steps]
-            if not any(v is not None for v in ys):
+            values = [_get(step, "server", "stages", stage, key, "mean") for step in steps]
+            if not any(value is not None for value in values):
                 continue
             shown = f"{name} {'queue' if key == 'queue_ms' else 'compute'} ms"
             if trace == "bar":
-                fig.add_bar(x=conc, y=ys, name=shown, marker_color=colour, row=2, col=1, secondary_y=secondary)
+                fig.add_bar(x=labels, y=values, name=shown, marker_color=colour, row=2, col=1, secondary_y=secondary)
             else:
                 fig.add_scatter(
-                    x=conc,
-                    y=ys,
+                    x=labels,
+                    y=values,
                     name=shown,
                     mode="lines+markers",
                     line=dict(color=colour, dash="dot"),
@@ -171,17 +175,17 @@ def stage_figure(rd: RunDir, summary: Summary) -> go.Figure | None:
     fig.update_yaxes(title_text="queue ms", rangemode="tozero", row=2, col=1, secondary_y=False)
     fig.update_yaxes(title_text="compute ms", rangemode="tozero", row=2, col=1, secondary_y=True)
     fig.update_xaxes(title_text="seconds since run start", row=1, col=1)
-    fig.update_xaxes(title_text=step_axis(summary), type="category", row=2, col=1)
+    fig.update_xaxes(title_text=view.axis.title, type="category", row=2, col=1)
     fig.update_layout(
         height=640, barmode="group", margin=dict(t=40, b=40, l=60, r=60), legend=dict(orientation="h", y=-0.14)
     )
     return fig
 
 
-def _one_stage_note(summary: Summary) -> str:
+def _one_stage_note(view: RunView) -> str:
     """Said once where the server's roles are read but its stages cannot be told apart."""
-    steps = summary["steps"]
-    if _staged(steps) is not None or not any(_get(s, "server", "server_roles") for s in steps):
+    steps = view.summary["steps"]
+    if _staged(steps) is not None or not any(_get(step, "server", "server_roles") for step in steps):
         return ""
     return (
         "<p class='meta'>One stage: the server's series carry no stage label (Triton's model, vLLM-Omni's "
@@ -190,24 +194,24 @@ def _one_stage_note(summary: Summary) -> str:
     )
 
 
-def server_section(rd: RunDir, summary: Summary) -> str:
-    fig = server_figure(rd, summary)
+def server_section(rd: RunDir, view: RunView, render: Renderer) -> str:
+    fig = server_figure(rd, view)
     if fig is None:
         return ""
-    stages = stage_figure(rd, summary)
+    stages = stage_figure(rd, view)
     return (
         "<h2>The server's own metrics</h2>"
-        + fig_html(fig, False)
+        + render(fig)
         + "<p class='meta'>Series scraped from the server's Prometheus endpoint (collector "
         "--scrape or Locust --server-metrics); a break in a line is a scrape that did not "
         "answer. A queue that grows while GPU and CPU stay low is the server's own "
         "concurrency limit; one that grows with them saturated is its capacity.</p>"
-        + _one_stage_note(summary)
+        + _one_stage_note(view)
         + (
             ""
             if stages is None
             else "<h3>The server's stages</h3>"
-            + fig_html(stages, False)
+            + render(stages)
             + "<p class='meta'>Each stage's own series (its queue, the time a request waited in it and "
             "the time it computed): the stage whose queue grows while the others hold is the one that "
             "broke; the verdict names it.</p>"

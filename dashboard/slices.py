@@ -10,105 +10,96 @@ import plotly.graph_objects as go
 
 from tts_knee.analysis.slices import MIN_REQUESTS
 from tts_knee.analysis.speech import pct
-from tts_knee.runformat.summary import SliceLevel, SliceSpeech, Summary
+from tts_knee.runformat.summary import SliceSpeech, Summary
 
-from .kit import KNEE_COLOUR, conc_axis, esc, fig_html, fmt, lx, step_axis
+from .kit import KNEE_COLOUR, Renderer, esc, fmt
+from .view import RunView
 
 #: The slices by what the records name: ``slices``'s lists
 Kind = Literal["by_language", "by_voice"]
 _KINDS: tuple[tuple[Kind, str], ...] = (("by_language", "language"), ("by_voice", "voice"))
 
 
-def _x(level: SliceLevel, axis: str) -> float | None:
-    """A level's place on the axis (its concurrency, offered rate or number of voices)."""
-    if axis == "concurrency":
-        return level["concurrency"]
-    return level.get("rate") if axis == "rate" else level.get("voices") if axis == "voices" else None
-
-
-def _streamed(summary: Summary) -> bool:
-    return bool(summary["knee"].get("streamed"))
-
-
-def figure(summary: Summary, key: Kind, what: str) -> go.Figure:
+def slice_figure(view: RunView, key: Kind, what: str) -> go.Figure:
     """Each slice's p95 (TTFA p95 in a streamed run) along the axis, its knee marked."""
-    sliced, axis = summary["slices"], summary["slices"]["axis"]
-    field: Literal["ttfa_p95_ms", "p95_ms"] = "ttfa_p95_ms" if _streamed(summary) else "p95_ms"
-    label = "TTFA p95" if _streamed(summary) else "wait p95"
+    sliced = view.summary["slices"]
+    assert sliced is not None, "drawn for a run with slices"
+    field: Literal["ttfa_p95_ms", "p95_ms"] = "ttfa_p95_ms" if view.streamed else "p95_ms"
     fig = go.Figure()
-    points = []
-    for sl in sliced[key]:
-        levels = [lv for lv in sl["levels"] if _x(lv, axis) is not None]
-        points += [{"concurrency": _x(lv, axis)} for lv in levels]
+    placed = []
+    for one in sliced[key]:
+        levels = [level for level in one["levels"] if level.get(view.key) is not None]
+        places = [level.get(view.key) for level in levels]
+        placed += places
         fig.add_scatter(
-            x=lx([_x(lv, axis) for lv in levels]),
-            y=[lv[field] for lv in levels],
-            name=esc(sl["name"]),
-            mode="lines+markers",
+            x=view.axis.at(places), y=[level[field] for level in levels], name=esc(one["name"]), mode="lines+markers"
         )
-        at = [lv for lv in levels if sl["knee"] is not None and _x(lv, axis) == sl["knee"]]
-        if at:
+        at_knee = [level for level in levels if one["knee"] is not None and level.get(view.key) == one["knee"]]
+        if at_knee:
             fig.add_scatter(
-                x=[lx(sl["knee"])],
-                y=[at[0][field]],
+                x=[view.axis.at(one["knee"])],
+                y=[at_knee[0][field]],
                 mode="markers",
                 marker=dict(symbol="x", size=12, color=KNEE_COLOUR),
-                name=f"{esc(sl['name'])} knee",
+                name=f"{esc(one['name'])} knee",
                 showlegend=False,
-                hovertext=esc(sl["broke"]),
+                hovertext=esc(one["broke"]),
             )
-    if points:
-        conc_axis(fig, points, step_axis(summary))
+    if placed:
+        view.axis.draw(fig, placed)
     if sliced["knee"] is not None:
-        fig.add_vline(x=lx(sliced["knee"]), line=dict(color=KNEE_COLOUR, dash="dot"), annotation_text="pooled knee")
+        fig.add_vline(
+            x=view.axis.at(sliced["knee"]), line=dict(color=KNEE_COLOUR, dash="dot"), annotation_text="pooled knee"
+        )
     fig.update_layout(
-        title=f"{label} by {what} (ms; x: where the {what} breaks)",
+        title=f"{'TTFA p95' if view.streamed else 'wait p95'} by {what} (ms; x: where the {what} breaks)",
         height=320,
         margin=dict(t=40, b=40, l=60, r=20),
     )
     return fig
 
 
-def _speech_cell(sp: SliceSpeech | None) -> str:
-    if not sp:
+def _speech_cell(heard: SliceSpeech | None) -> str:
+    if not heard:
         return "-"
-    metric = sp["metric"]
-    error_mean = sp["wer_mean"] if metric == "wer" else sp["cer_mean"] if metric == "cer" else None
+    metric = heard["metric"]
+    error_mean = heard["wer_mean"] if metric == "wer" else heard["cer_mean"] if metric == "cer" else None
     said = [f"{metric.upper()} {pct(error_mean)}"]
-    if sp.get("similarity_mean") is not None:
-        said.append(f"sim {sp['similarity_mean']:.2f}")
-    if sp.get("mos_mean") is not None:
-        said.append(f"MOS {sp['mos_mean']:.2f}")
+    if heard.get("similarity_mean") is not None:
+        said.append(f"sim {heard['similarity_mean']:.2f}")
+    if heard.get("mos_mean") is not None:
+        said.append(f"MOS {heard['mos_mean']:.2f}")
     return ", ".join(said)
 
 
-def table(summary: Summary, key: Kind, what: str) -> str:
+def table(view: RunView, key: Kind, what: str) -> str:
     """One row per slice and level: requests, failures, p50 and p95, TTFA p95 and underruns
     (streamed), what the judge heard; the knee's row marked."""
-    axis, streamed = summary["slices"]["axis"], _streamed(summary)
-    judged = any(lv.get("speech") for sl in summary["slices"][key] for lv in sl["levels"])
-    head = [what, step_axis(summary), "requests", "failed", "p50 ms", "p95 ms"]
-    head += ["TTFA p95 ms", "underruns %"] if streamed else []
+    sliced = view.summary["slices"]
+    assert sliced is not None, "drawn for a run with slices"
+    judged = any(level.get("speech") for one in sliced[key] for level in one["levels"])
+    head = [what, view.axis.title, "requests", "failed", "p50 ms", "p95 ms"]
+    head += ["TTFA p95 ms", "underruns %"] if view.streamed else []
     head += ["heard"] if judged else []
     rows = []
-    for sl in summary["slices"][key]:
-        for lv in sl["levels"]:
-            cells = [sl["name"], fmt(_x(lv, axis), "{:g}"), str(lv["requests"]), str(lv["failed"])]
-            cells += [fmt(lv["p50_ms"]), fmt(lv["p95_ms"])]
-            if streamed:
-                cells += [
-                    fmt(lv["ttfa_p95_ms"]),
-                    fmt(None if (underrun := lv["underrun_rate"]) is None else 100 * underrun),
-                ]
+    for one in sliced[key]:
+        for level in one["levels"]:
+            cells = [one["name"], fmt(level.get(view.key), "{:g}"), str(level["requests"]), str(level["failed"])]
+            cells += [fmt(level["p50_ms"]), fmt(level["p95_ms"])]
+            if view.streamed:
+                underrun = level["underrun_rate"]
+                cells += [fmt(level["ttfa_p95_ms"]), fmt(None if underrun is None else 100 * underrun)]
             if judged:
-                cells.append(_speech_cell(lv.get("speech")))
-            knee = sl["knee"] is not None and _x(lv, axis) == sl["knee"]
+                cells.append(_speech_cell(level.get("speech")))
+            knee = one["knee"] is not None and level.get(view.key) == one["knee"]
             rows.append(
                 f"<tr class='{'knee' if knee else ''}'>"
-                + "".join(f"<td class='{'l' if i == 0 else ''}'>{esc(c)}</td>" for i, c in enumerate(cells))
+                + "".join(
+                    f"<td class='{'l' if column == 0 else ''}'>{esc(cell)}</td>" for column, cell in enumerate(cells)
+                )
                 + "</tr>"
             )
-    header = "".join(f"<th class='{'l' if i == 0 else ''}'>{esc(h)}</th>" for i, h in enumerate(head))
+    header = "".join(f"<th class='{'l' if column == 0 else ''}'>{esc(name)}</th>" for column, name in enumerate(head))
     return f"<table><tr>{header}</tr>{''.join(rows)}</table>"
 
 
@@ -117,13 +108,13 @@ def verdicts(summary: Summary, key: Kind) -> str:
     axis = summary["slices"]["axis"]
     unit = {"rate": " req/s", "voices": " voices"}.get(axis, "")
     said = []
-    for sl in summary["slices"][key]:
-        if not sl["judged"]:
-            said.append(f"{sl['name']}: too few requests at a level to judge")
-        elif sl["knee"] is None:
-            said.append(f"{sl['name']}: no knee up to {fmt(sl['held_to'], '{:g}')}{unit}")
+    for one in summary["slices"][key]:
+        if not one["judged"]:
+            said.append(f"{one['name']}: too few requests at a level to judge")
+        elif one["knee"] is None:
+            said.append(f"{one['name']}: no knee up to {fmt(one['held_to'], '{:g}')}{unit}")
         else:
-            said.append(f"{sl['name']}: breaks at {sl['knee']:g}{unit} ({sl['broke']}; {', '.join(sl['rules'])})")
+            said.append(f"{one['name']}: breaks at {one['knee']:g}{unit} ({one['broke']}; {', '.join(one['rules'])})")
     return "; ".join(said)
 
 
@@ -134,9 +125,9 @@ RULE = (
 )
 
 
-def slices_html(summary: Summary) -> str:
+def slices_html(view: RunView, render: Renderer) -> str:
     """The section ("" where the run has no slices)."""
-    sliced = summary.get("slices")
+    sliced = view.summary.get("slices")
     if not sliced:
         return ""
     parts = [f"<h2>Slices</h2><p class='meta'>{esc(RULE)}</p>"]
@@ -145,8 +136,8 @@ def slices_html(summary: Summary) -> str:
     for key, what in _KINDS:
         if sliced.get(key):
             parts.append(
-                f"<h3>By {what}</h3><p class='meta'>{esc(verdicts(summary, key))}</p>"
-                f"{fig_html(figure(summary, key, what), False)}{table(summary, key, what)}"
+                f"<h3>By {what}</h3><p class='meta'>{esc(verdicts(view.summary, key))}</p>"
+                f"{render(slice_figure(view, key, what))}{table(view, key, what)}"
             )
     return "".join(parts)
 

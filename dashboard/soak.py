@@ -10,10 +10,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from tts_knee.analysis.soak import per_host
-from tts_knee.runformat.summary import Soak, Summary
+from tts_knee.runformat.summary import Soak
 
-from .kit import esc, fig_html, fmt
+from .kit import Renderer, esc, fmt
 from .table import soak_headline
+from .view import RunView
 
 MB = 1e6
 _UNITS = {"ms": ("ms", 1.0, "{:.1f}"), "req/s": ("req/s", 1.0, "{:.2f}"), "bytes": ("MB", MB, "{:.2f}")}
@@ -25,9 +26,9 @@ _MEMORY = (
 
 
 def soak_figure(soak: Soak) -> go.Figure:
-    rows = soak["windows"]
-    t0 = soak.get("start") or (rows[0]["start"] if rows else 0.0)
-    x = [((r["start"] + r["end"]) / 2 - t0) / 60.0 for r in rows]
+    windows = soak["windows"]
+    start = soak.get("start") or (windows[0]["start"] if windows else 0.0)
+    minutes = [((window["start"] + window["end"]) / 2 - start) / 60.0 for window in windows]
     fig = make_subplots(
         rows=3,
         cols=1,
@@ -35,24 +36,25 @@ def soak_figure(soak: Soak) -> go.Figure:
         vertical_spacing=0.06,
         subplot_titles=("Latency per window (ms)", "Throughput (req/s)", "Memory (MB)"),
     )
-    figures: list[Mapping[str, object]] = [*rows]
+    figures: list[Mapping[str, object]] = [*windows]
     for key, name, dash in (("p50_ms", "p50", None), ("p95_ms", "p95", "dot"), ("ttfa_p95_ms", "TTFA p95", "dash")):
-        if any(r.get(key) is not None for r in figures):
+        if any(window.get(key) is not None for window in figures):
             fig.add_scatter(
-                x=x,
-                y=[r.get(key) for r in figures],
+                x=minutes,
+                y=[window.get(key) for window in figures],
                 name=name,
                 mode="lines+markers",
                 line=dict(dash=dash),
                 row=1,
                 col=1,
             )
-    fig.add_scatter(x=x, y=[r["throughput_rps"] for r in rows], name="throughput", mode="lines+markers", row=2, col=1)
+    throughput = [window["throughput_rps"] for window in windows]
+    fig.add_scatter(x=minutes, y=throughput, name="throughput", mode="lines+markers", row=2, col=1)
     for key, name in _MEMORY:
-        by_host = [per_host(r, key) for r in rows]
-        for host in sorted({h for held in by_host for h in held}):
+        by_host = [per_host(window, key) for window in windows]
+        for host in sorted({host for held in by_host for host in held}):
             fig.add_scatter(
-                x=x,
+                x=minutes,
                 y=[None if held.get(host) is None else held[host] / MB for held in by_host],
                 name=f"{name} {esc(host)}",
                 mode="lines+markers",
@@ -66,28 +68,29 @@ def soak_figure(soak: Soak) -> go.Figure:
 
 def _trend_rows(soak: Soak) -> str:
     out = []
-    for t in soak["trends"]:
-        unit, scale, spec = _UNITS.get(t["unit"], (t["unit"], 1.0, "{:.2f}"))
-        lo, hi = t["slope_ci"]
+    for trend in soak["trends"]:
+        unit, scale, spec = _UNITS.get(trend["unit"], (trend["unit"], 1.0, "{:.2f}"))
+        low, high = trend["slope_ci"]
         out.append(
-            f"<tr{' class=knee' if t['drift'] else ''}><td class='l'>{esc(t['figure'])}</td>"
-            f"<td class='l'>{esc(t['host'] or '')}</td><td class='l'>{esc(unit)}</td>"
-            f"<td>{fmt(t['first'] / scale, spec)}</td>"
-            f"<td>{fmt(t['last'] / scale, spec)}</td><td>{fmt(t['slope_per_min'] / scale, spec)} {esc(unit)}/min</td>"
-            f"<td>{fmt(lo / scale, spec)} to {fmt(hi / scale, spec)}</td><td>{fmt(t['p_value'], '{:.3g}')}</td>"
-            f"<td>{fmt(t['steady_after_s'] / 60.0, '{:.1f}')}</td><td>{'drift' if t['drift'] else '-'}</td></tr>"
+            f"<tr{' class=knee' if trend['drift'] else ''}><td class='l'>{esc(trend['figure'])}</td>"
+            f"<td class='l'>{esc(trend['host'] or '')}</td><td class='l'>{esc(unit)}</td>"
+            f"<td>{fmt(trend['first'] / scale, spec)}</td><td>{fmt(trend['last'] / scale, spec)}</td>"
+            f"<td>{fmt(trend['slope_per_min'] / scale, spec)} {esc(unit)}/min</td>"
+            f"<td>{fmt(low / scale, spec)} to {fmt(high / scale, spec)}</td><td>{fmt(trend['p_value'], '{:.3g}')}</td>"
+            f"<td>{fmt(trend['steady_after_s'] / 60.0, '{:.1f}')}</td>"
+            f"<td>{'drift' if trend['drift'] else '-'}</td></tr>"
         )
     return "".join(out)
 
 
-def soak_html(summary: Summary) -> str:
-    """The section (empty for a run without a soak); plotly.js is loaded by an earlier figure."""
-    soak = summary.get("soak")
+def soak_html(view: RunView, render: Renderer) -> str:
+    """The section (empty for a run without a soak)."""
+    soak = view.summary.get("soak")
     if not soak:
         return ""
     verdicts = soak["drift"]
     lines = (
-        "".join(f"<div class='kind'>{esc(v)}</div>" for v in verdicts)
+        "".join(f"<div class='kind'>{esc(verdict)}</div>" for verdict in verdicts)
         or "<div class='kind'>No drift: latency, throughput and memory held over the soak.</div>"
     )
     table = (
@@ -99,5 +102,5 @@ def soak_html(summary: Summary) -> str:
     return (
         f"<h2>Soak: drift over time</h2><div class='verdict{'' if verdicts else ' ok'}'>"
         f"<div class='meta'>{esc(soak_headline(soak))}</div>{lines}</div>"
-        f"{fig_html(soak_figure(soak), False)}<p class='meta'>{esc(soak['method'])}.</p>{table}"
+        f"{render(soak_figure(soak))}<p class='meta'>{esc(soak['method'])}.</p>{table}"
     )

@@ -12,12 +12,13 @@ from tts_knee.analysis.speech import MIN_MOS_DROP, MIN_RISE, MIN_SIMILARITY_DROP
 from tts_knee.audio.asr import UNINTELLIGIBLE
 from tts_knee.runformat.summary import ListenDrop, SpeechRise, SpeechStep, StepSummary, Summary
 
-from .kit import esc, fmt, is_streamed, number, stat
-from .table import speech_metric
+from .kit import esc, fmt, number, stat
+from .view import RunView, speech_metric
 
 
 def _judged_steps(summary: Summary) -> list[StepSummary]:
-    return [s for s in summary["steps"] if s.get("requests") and (sp := s.get("speech")) and sp.get("judged")]
+    steps = summary["steps"]
+    return [step for step in steps if step.get("requests") and (heard := step.get("speech")) and heard.get("judged")]
 
 
 def _speech(step: StepSummary) -> SpeechStep:
@@ -27,36 +28,37 @@ def _speech(step: StepSummary) -> SpeechStep:
     return speech
 
 
-def speech_figure(summary: Summary) -> go.Figure | None:
+def speech_figure(view: RunView) -> go.Figure | None:
     """Error rate (mean and p95) per step against the step's p95 latency (TTFA in a streamed
     run); None where no step was judged."""
-    metric = speech_metric(summary)
-    steps = _judged_steps(summary)
+    metric = view.speech_metric
+    steps = _judged_steps(view.summary)
     if metric is None or not steps:
         return None
     name = metric.upper()
-    labels = [str(s["concurrency"]) for s in steps]
+    labels = [str(step["concurrency"]) for step in steps]
+    heard = [_speech(step) for step in steps]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for q, dash in (("mean", "solid"), ("p95", "dot")):
+    for figure, dash in (("mean", "solid"), ("p95", "dot")):
         fig.add_scatter(
             x=labels,
-            y=[100 * (number(_speech(s), f"{metric}_{q}") or 0) for s in steps],
-            name=f"{name} {q} (%)",
+            y=[100 * (number(speech, f"{metric}_{figure}") or 0) for speech in heard],
+            name=f"{name} {figure} (%)",
             mode="lines+markers",
             line=dict(color="#9467bd", dash=dash),
         )
-    key, what = ("ttfa_ms", "TTFA p95 (ms)") if is_streamed(summary) else ("latency_ms", "p95 wait (ms)")
+    key, what = ("ttfa_ms", "TTFA p95 (ms)") if view.streamed else ("latency_ms", "p95 wait (ms)")
     fig.add_scatter(
         x=labels,
-        y=[stat(s, key, "p95") for s in steps],
+        y=[stat(step, key, "p95") for step in steps],
         name=what,
         mode="lines+markers",
         line=dict(color="#1f77b4"),
         secondary_y=True,
     )
-    at = summary["knee"]["methods"].get("speech")
-    if at is not None and str(at) in labels:  # the speech knee
-        fig.add_vline(x=labels.index(str(at)), line=dict(color="#9467bd", dash="dash"))
+    knee = view.summary["knee"]["methods"].get("speech")
+    if knee is not None and str(knee) in labels:  # the speech knee
+        fig.add_vline(x=labels.index(str(knee)), line=dict(color="#9467bd", dash="dash"))
     fig.update_xaxes(title_text="concurrency", type="category")
     fig.update_yaxes(title_text=f"{name} (%)", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text=what, rangemode="tozero", secondary_y=True)
@@ -82,16 +84,17 @@ def speech_html(summary: Summary, figure_html: str) -> str:
         rows = []
         rises = summary["knee"].get("speech_rise") or []
         levels = {
-            lv["concurrency"]: (lv, rises[i] if i < len(rises) else None)
-            for i, lv in enumerate(lv for lv in summary.get("levels") or [] if lv.get("requests"))
+            level["concurrency"]: (level, rises[index] if index < len(rises) else None)
+            for index, level in enumerate(level for level in summary.get("levels") or [] if level.get("requests"))
         }
-        for s in steps:
-            sp = _speech(s)
-            rise = (levels.get(s["concurrency"]) or (None, None))[1]
+        for step in steps:
+            heard = _speech(step)
+            rise = (levels.get(step["concurrency"]) or (None, None))[1]
             rows.append(
-                f"<tr><td>{esc(s['concurrency'])}</td><td>{sp['judged']}</td><td>{sp['not_judged']}</td>"
-                f"<td>{esc(pct(number(sp, metric + '_mean')))}</td><td>{esc(pct(number(sp, metric + '_p95')))}</td>"
-                f"<td>{sp['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>"
+                f"<tr><td>{esc(step['concurrency'])}</td><td>{heard['judged']}</td><td>{heard['not_judged']}</td>"
+                f"<td>{esc(pct(number(heard, metric + '_mean')))}</td>"
+                f"<td>{esc(pct(number(heard, metric + '_p95')))}</td>"
+                f"<td>{heard['unintelligible']}</td><td>{esc(_rise_text(rise))}</td></tr>"
             )
         parts.append(
             f"<p class='meta'>{esc(rule)}</p>{figure_html}"
@@ -100,15 +103,15 @@ def speech_html(summary: Summary, figure_html: str) -> str:
             f"</th></tr>{''.join(rows)}</table>"
         )
         parts.append(_behind(summary))
-        worst = [(s, w) for s in steps for w in _speech(s).get("worst") or [] if w["error"] > 0]
-        worst.sort(key=lambda p: -p[1]["error"])
+        worst = [(step, clip) for step in steps for clip in _speech(step).get("worst") or [] if clip["error"] > 0]
+        worst.sort(key=lambda pair: -pair[1]["error"])
         if worst:
             cells = "".join(
-                f"<tr><td>{esc(s['concurrency'])}</td><td>{esc(pct(w['error']))}</td><td class='l'>{esc(w.get('text'))}"
-                f"</td><td class='l'>{esc(w.get('transcript'))}</td><td>"
-                + (f"<audio controls preload='none' src='{esc(w['clip'])}'></audio>" if w.get("clip") else "")
+                f"<tr><td>{esc(step['concurrency'])}</td><td>{esc(pct(clip['error']))}</td>"
+                f"<td class='l'>{esc(clip.get('text'))}</td><td class='l'>{esc(clip.get('transcript'))}</td><td>"
+                + (f"<audio controls preload='none' src='{esc(clip['clip'])}'></audio>" if clip.get("clip") else "")
                 + "</td></tr>"
-                for s, w in worst[:8]
+                for step, clip in worst[:8]
             )
             parts.append(
                 f"<h3>The worst clips</h3><table><tr><th>concurrency</th><th>{name}</th><th class='l'>sent"
@@ -126,14 +129,14 @@ def speech_html(summary: Summary, figure_html: str) -> str:
 def _behind(summary: Summary) -> str:
     """A line saying how fast the judge went, where it fell behind (clips left unjudged for want
     of time); empty where it kept up."""
-    heard = [(s, speech) for s in summary["steps"] if (speech := s.get("speech"))]
-    behind = sum(sp.get("behind") or 0 for _, sp in heard)
+    heard = [(step, speech) for step in summary["steps"] if (speech := step.get("speech"))]
+    behind = sum(speech.get("behind") or 0 for _, speech in heard)
     if not behind:
         return ""
-    judged = sum(sp["judged"] for _, sp in heard)
-    offered = judged + sum(sp["not_judged"] for _, sp in heard)
-    cpu_s = sum(sp.get("judge_cpu_s") or 0.0 for _, sp in heard)
-    step_s = sum(s["window"].get("duration_s") or 0.0 for s, _ in heard)
+    judged = sum(speech["judged"] for _, speech in heard)
+    offered = judged + sum(speech["not_judged"] for _, speech in heard)
+    cpu_s = sum(speech.get("judge_cpu_s") or 0.0 for _, speech in heard)
+    step_s = sum(step["window"].get("duration_s") or 0.0 for step, _ in heard)
     rate = f"{judged / cpu_s:.2f} clips per CPU-second ({judged} clips in {cpu_s:.1f} CPU-s)" if cpu_s else "-"
     offer = f", against {offered / step_s:.2f} clips per second offered ({offered} in {step_s:.0f} s of steps)"
     return (
@@ -146,25 +149,26 @@ def _behind(summary: Summary) -> str:
 def _rise_text(rise: SpeechRise | None) -> str:
     if not rise:
         return "-"
-    lo, hi = rise["ci"]
-    return f"{pct(rise['mean'])} ({pct(lo)} to {pct(hi)}, {rise['pairs']} texts)"
+    low, high = rise["ci"]
+    return f"{pct(rise['mean'])} ({pct(low)} to {pct(high)}, {rise['pairs']} texts)"
 
 
 def _signal_rows(summary: Summary) -> str:
-    steps = [s for s in summary["steps"] if s.get("requests")]
-    if not any(s.get("leading_silence_ms") or s.get("silent_rate") for s in steps):
+    steps = [step for step in summary["steps"] if step.get("requests")]
+    if not any(step.get("leading_silence_ms") or step.get("silent_rate") for step in steps):
         return ""
     rows = "".join(
-        f"<tr><td>{esc(s['concurrency'])}</td><td>{fmt(stat(s, 'ttfa_ms', 'p50'))}</td>"
-        f"<td>{fmt(stat(s, 'ttfa_audible_ms', 'p50'))}</td><td>{fmt(stat(s, 'ttfa_audible_ms', 'p95'))}</td>"
-        f"<td>{fmt(stat(s, 'leading_silence_ms', 'p50'))}</td><td>{fmt(stat(s, 'leading_silence_ms', 'p95'))}</td>"
-        f"<td>{fmt(stat(s, 'trailing_silence_ms', 'p95'))}</td>"
+        f"<tr><td>{esc(step['concurrency'])}</td><td>{fmt(stat(step, 'ttfa_ms', 'p50'))}</td>"
+        f"<td>{fmt(stat(step, 'ttfa_audible_ms', 'p50'))}</td><td>{fmt(stat(step, 'ttfa_audible_ms', 'p95'))}</td>"
+        f"<td>{fmt(stat(step, 'leading_silence_ms', 'p50'))}</td>"
+        f"<td>{fmt(stat(step, 'leading_silence_ms', 'p95'))}</td>"
+        f"<td>{fmt(stat(step, 'trailing_silence_ms', 'p95'))}</td>"
         + "".join(
-            f"<td>{esc(pct(rate) if (rate := number(s, k)) is not None else '-')}</td>"
-            for k in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate")
+            f"<td>{esc(pct(rate) if (rate := number(step, key)) is not None else '-')}</td>"
+            for key in ("silent_rate", "runaway_rate", "truncated_rate", "clipped_rate")
         )
         + "</tr>"
-        for s in steps
+        for step in steps
     )
     return (
         "<h3>The signal</h3><p class='meta'>Silence: 10 ms frames below -40 dBFS. Audible TTFA: when the "
@@ -188,24 +192,24 @@ def _listen_html(summary: Summary, steps: list[StepSummary]) -> str:
         return ""
     knee = summary["knee"]
     drops = {"similarity": knee.get("similarity_drop") or [], "mos": knee.get("mos_drop") or []}
-    done = [lv for lv in summary.get("levels") or [] if lv.get("requests")]
-    at = {lv["concurrency"]: i for i, lv in enumerate(done)}
+    done = [level for level in summary.get("levels") or [] if level.get("requests")]
+    at = {level["concurrency"]: index for index, level in enumerate(done)}
 
-    def drop(name: str, c: int) -> ListenDrop | None:
-        i = at.get(c)
-        return drops[name][i] if i is not None and i < len(drops[name]) else None
+    def drop(name: str, users: int) -> ListenDrop | None:
+        index = at.get(users)
+        return drops[name][index] if index is not None and index < len(drops[name]) else None
 
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
     rows = "".join(
-        f"<tr><td>{esc(s['concurrency'])}</td><td>{num(sp.get('similarity_mean'))}</td>"
-        f"<td>{num(sp.get('similarity_p5'))}</td><td>{esc(_drop_text(drop('similarity', s['concurrency'])))}</td>"
-        f"<td>{num(sp.get('similarity_ref_mean'))}</td><td>{num(sp.get('mos_mean'))}</td><td>{num(sp.get('mos_p5'))}"
-        f"</td><td>{num(sp.get('mos_sig_mean'))}</td><td>{num(sp.get('mos_bak_mean'))}</td>"
-        f"<td>{esc(_drop_text(drop('mos', s['concurrency'])))}</td><td>{sp.get('not_listened') or 0}</td></tr>"
-        for s in steps
-        for sp in [_speech(s)]
+        f"<tr><td>{esc(step['concurrency'])}</td><td>{num(heard.get('similarity_mean'))}</td>"
+        f"<td>{num(heard.get('similarity_p5'))}</td><td>{esc(_drop_text(drop('similarity', step['concurrency'])))}</td>"
+        f"<td>{num(heard.get('similarity_ref_mean'))}</td><td>{num(heard.get('mos_mean'))}</td><td>{num(heard.get('mos_p5'))}"
+        f"</td><td>{num(heard.get('mos_sig_mean'))}</td><td>{num(heard.get('mos_bak_mean'))}</td>"
+        f"<td>{esc(_drop_text(drop('mos', step['concurrency'])))}</td><td>{heard.get('not_listened') or 0}</td></tr>"
+        for step in steps
+        for heard in [_speech(step)]
     )
     rule = (
         f"Speaker similarity: the cosine of each clip's speaker embedding with the same text's at the lowest "
@@ -214,14 +218,15 @@ def _listen_html(summary: Summary, steps: list[StepSummary]) -> str:
         f"stays above {MIN_SIMILARITY_DROP:g} of similarity or {MIN_MOS_DROP:g} MOS."
     )
     least = sorted(
-        ((s, w) for s in steps for w in _speech(s).get("worst_similarity") or []), key=lambda p: p[1]["similarity"]
+        ((step, clip) for step in steps for clip in _speech(step).get("worst_similarity") or []),
+        key=lambda pair: pair[1]["similarity"],
     )
     clips = "".join(
-        f"<tr><td>{esc(s['concurrency'])}</td><td>{w['similarity']:.2f}</td><td>{num(w.get('mos'))}</td>"
-        f"<td class='l'>{esc(w.get('text'))}</td><td>"
-        + (f"<audio controls preload='none' src='{esc(w['clip'])}'></audio>" if w.get("clip") else "")
+        f"<tr><td>{esc(step['concurrency'])}</td><td>{clip['similarity']:.2f}</td><td>{num(clip.get('mos'))}</td>"
+        f"<td class='l'>{esc(clip.get('text'))}</td><td>"
+        + (f"<audio controls preload='none' src='{esc(clip['clip'])}'></audio>" if clip.get("clip") else "")
         + "</td></tr>"
-        for s, w in least[:8]
+        for step, clip in least[:8]
     )
     return (
         f"<h3>The voice and the sound</h3><p class='meta'>{esc(rule)}</p>"

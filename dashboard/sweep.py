@@ -1,135 +1,70 @@
 """The top of a run's report, for the axis its steps stand on: a concurrency (closed loop), an
 offered rate (``--rates``, open loop) or a number of distinct voices (``--voice-steps``). Each
 gets the same verdict (the knee, the recommendation, the diagnosis, the knee methods) and step
-table, from its :class:`Axis`, and curves of its own: latency and throughput against the axis
+table, from its :class:`Top`, and curves of its own: latency and throughput against the axis
 (see :mod:`analysis.knee`, :mod:`analysis.openloop` and :mod:`analysis.voices` for the rules)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tts_knee.analysis.axis import Key, of_summary
 from tts_knee.analysis.knee import FAILURE_RATE, LATENCY_RISE, LITTLE_TOLERANCE, UNDERRUN_RATE, usl_curve
 from tts_knee.analysis.openloop import GROWTH_RATIO, SHORTFALL
 from tts_knee.runformat.summary import DiagnosisKind, StepSummary, Summary
 
-from .kit import (
-    GIB,
-    KNEE_COLOUR,
-    REC_COLOUR,
-    Relabelled,
-    capacity_html,
-    ci_bars,
-    conc_axis,
-    esc,
-    figures,
-    fmt,
-    is_streamed,
-    lx,
-    stat,
-    step_row,
-)
-from .table import RATE_COLUMNS, TAIL_COLUMN, rate_table_rows, speech_metric, table_columns, table_rows
+from .kit import GIB, KNEE_COLOUR, REC_COLOUR, capacity_html, ci_bars, esc, figures, fmt, stat, step_row
+from .table import RATE_COLUMNS, TAIL_COLUMN, rate_table_rows, table_columns, table_rows
+from .view import RunView
 
 
 @dataclass(frozen=True)
-class Axis:
-    """What the steps stand on, and how the report's top names it."""
+class Top:
+    """The report's top (verdict, step table, curves) for one axis the steps stand on."""
 
-    key: Key  # the step's field: "concurrency", "rate" or "voices"
     method_head: str  # the knee methods table's column
     method: Callable[[object], str]  # a knee method's answer, as its cell shows it
-    headline: Callable[[Summary], str]  # the verdict's first line, up to the diagnosis
-    verdict_note: Callable[[Summary], str]  # below the knee methods: the rules a step breaks by
-    columns: Callable[[Summary], tuple]  # the step table's heads
-    rows: Callable[[Summary], list[list[str]]]  # its rows, one per executed step
-    table_note: Callable[[Summary], str]  # what the table's figures are
-    curves: Callable[[Summary], go.Figure | None]  # latency and throughput against the axis
-
-    def knee(self, summary: Summary) -> float | None:
-        return summary["knee"][self.key]
-
-    def recommended(self, summary: Summary) -> float | None:
-        if self.key == "rate":
-            return summary.get("recommended_rate")
-        if self.key == "voices":
-            return summary.get("recommended_voices")
-        return summary.get("recommended_concurrency")
+    headline: Callable[[RunView], str]  # the verdict's first line, up to the diagnosis
+    verdict_note: Callable[[RunView], str]  # below the knee methods: the rules a step breaks by
+    columns: Callable[[RunView], tuple[str, ...]]  # the step table's heads
+    rows: Callable[[RunView], list[list[str]]]  # its rows, one per executed step
+    table_note: Callable[[RunView], str]  # what the table's figures are
+    curves: Callable[[RunView], go.Figure | None]  # latency and throughput against the axis
 
 
-def axis(summary: Summary) -> Axis:
-    """The axis a run's steps stand on: the analysis's own (:func:`analysis.axis.of_summary`),
-    as the report draws it."""
-    return _DRAWN[of_summary(summary).key]
-
-
-def by_step(summary: Summary) -> Relabelled:
-    """The summary with each step (its levels, and for a voice sweep its SLO verdicts) standing at
-    its rate or number of voices, for the report's figures that label steps by concurrency
-    (retries, stages, memory, text length, the voice sweep's SLO)."""
-    key = axis(summary).key
-    if key == "concurrency":
-        return summary
-
-    def at(items: Sequence[Mapping[str, object]] | None) -> list[dict[str, object]]:
-        return [dict(s, concurrency=s.get(key)) for s in items or ()]
-
-    steps, sl = at(summary["steps"]), summary.get("slo")
-    if key == "rate":
-        return dict(
-            summary,
-            steps=steps,
-            levels=steps,
-            knee=dict(summary["knee"], concurrency=summary["knee"]["rate"]),
-            recommended_concurrency=summary.get("recommended_rate"),
-        )
-    voices_slo = (
-        dict(sl, steps=at(sl["steps"]), by_step=at(sl["by_step"]), max_concurrency=sl.get("max_voices")) if sl else sl
-    )
-    return dict(
-        summary,
-        steps=steps,
-        levels=at(summary.get("levels")),
-        slo=voices_slo,
-        knee=dict(summary["knee"], concurrency=summary["knee"]["voices"]),
-        recommended_concurrency=summary.get("recommended_voices"),
-    )
-
-
-def verdict_html(summary: Summary) -> str:
-    ax, d, knee = axis(summary), summary["diagnosis"], summary["knee"]
-    ev = "".join(f"<li>{esc(e)}</li>" for e in d["evidence"])
+def verdict_html(view: RunView) -> str:
+    drawn, summary = _TOPS[view.key], view.summary
+    diagnosis, knee = summary["diagnosis"], summary["knee"]
+    evidence = "".join(f"<li>{esc(sentence)}</li>" for sentence in diagnosis["evidence"])
     methods = "".join(
-        f"<tr><td class='l'>{esc(k)}</td><td>{esc(ax.method(v))}</td></tr>" for k, v in knee["methods"].items()
+        f"<tr><td class='l'>{esc(name)}</td><td>{esc(drawn.method(answer))}</td></tr>"
+        for name, answer in knee["methods"].items()
     )
-    cls = "verdict ok" if d["kind"] == DiagnosisKind.NO_KNEE else "verdict"
+    cls = "verdict ok" if diagnosis["kind"] == DiagnosisKind.NO_KNEE else "verdict"
     return (
-        f"<div class='{cls}'><div>{ax.headline(summary)} &middot; diagnosis: <span class='kind'>"
-        f"{esc(d['kind'])}</span></div><ul>{ev}</ul><div>{esc(summary['recommendation'])}</div>"
-        f"{capacity_html(summary)}</div><table><tr><th class='l'>knee method</th><th>{ax.method_head}</th></tr>"
-        f"{methods}</table>{ax.verdict_note(summary)}"
+        f"<div class='{cls}'><div>{drawn.headline(view)} &middot; diagnosis: <span class='kind'>"
+        f"{esc(diagnosis['kind'])}</span></div><ul>{evidence}</ul><div>{esc(summary['recommendation'])}</div>"
+        f"{capacity_html(summary)}</div><table><tr><th class='l'>knee method</th><th>{drawn.method_head}</th></tr>"
+        f"{methods}</table>{drawn.verdict_note(view)}"
     )
 
 
-def step_table_html(summary: Summary) -> str:
-    ax = axis(summary)
-    knee, rec = ax.knee(summary), ax.recommended(summary)
-    head = "".join(f"<th>{esc(c)}</th>" for c in ax.columns(summary))
+def step_table_html(view: RunView) -> str:
+    drawn, knee, recommended = _TOPS[view.key], view.knee, view.recommended
+    head = "".join(f"<th>{esc(column)}</th>" for column in drawn.columns(view))
     body = []
-    for s, r in zip(summary["steps"], ax.rows(summary)):
-        at = s.get(ax.key)
-        body.append(step_row(s, r, "knee" if at == knee else "rec" if at == rec else ""))
-    return f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>{ax.table_note(summary)}</p>"
+    for step, cells in zip(view.summary["steps"], drawn.rows(view)):
+        level = step.get(view.key)
+        body.append(step_row(step, cells, "knee" if level == knee else "rec" if level == recommended else ""))
+    return f"<table><tr>{head}</tr>{''.join(body)}</table><p class='meta'>{drawn.table_note(view)}</p>"
 
 
-def curves_figure(summary: Summary) -> go.Figure | None:
-    return axis(summary).curves(summary)
+def curves_figure(view: RunView) -> go.Figure | None:
+    return _TOPS[view.key].curves(view)
 
 
 def _figure(cols: int, titles: tuple[str, ...]) -> go.Figure:
@@ -143,131 +78,111 @@ def _finish(fig: go.Figure) -> go.Figure:
 
 def _levels(summary: Summary) -> list[StepSummary]:
     """The steps the curves show: one per level (repeats pooled), a soak left out."""
-    return [s for s in summary.get("levels") or summary["steps"] if s.get("requests")]
+    return [level for level in summary.get("levels") or summary["steps"] if level.get("requests")]
+
+
+def _line(fig: go.Figure, places: object, values: object, name: str, col: int = 1, **style: object) -> None:
+    """One curve against the axis in the figure's panel ``col`` (a line through markers unless
+    ``mode`` says otherwise)."""
+    fig.add_scatter(x=places, y=values, name=name, **{"mode": "lines+markers", **style}, row=1, col=col)
+
+
+def _wait_lines(
+    fig: go.Figure, places: object, levels: list[StepSummary], dashes: tuple[tuple[str, str | None], ...]
+) -> None:
+    """The wait's percentiles against the sweep's axis, each a line (p50 and p95 with their
+    confidence bars), in the figure's first panel."""
+    for quantile, dash in dashes:
+        values = [stat(level, "latency_ms", quantile) for level in levels]
+        intervals = [stat(level, "latency_ms", f"{quantile}_ci") for level in levels]
+        bars = ci_bars(values, intervals) if quantile in ("p50", "p95") else None
+        _line(fig, places, values, f"{quantile} wait", line=dict(dash=dash), error_y=bars)
+
+
+def _marks(fig: go.Figure, cols: tuple[int, ...], marks: list[tuple[float, str, str, str, str]]) -> None:
+    """The knee and the recommendation as vertical lines in every panel: (x, colour, dash, text,
+    where the text goes) each."""
+    for col in cols:
+        for place, colour, dash, text, position in marks:
+            fig.add_vline(
+                x=place,
+                line=dict(color=colour, dash=dash),
+                row=1,
+                col=col,
+                annotation_text=text,
+                annotation_position=position,
+            )
 
 
 # -- by concurrency ----------------------------------------------------------------------------
 
 
-def _concurrency_curves(summary: Summary) -> go.Figure:
-    steps = _levels(summary)
+def _concurrency_curves(view: RunView) -> go.Figure:
+    levels = _levels(view.summary)
+    with_ttfa = any(level.get("ttfa_ms") for level in levels)
     fig = _figure(
         2,
         (
-            "Latency (wait, TTFA) vs concurrency"
-            if any(s.get("ttfa_ms") for s in steps)
-            else "Latency (wait) vs concurrency",
+            "Latency (wait, TTFA) vs concurrency" if with_ttfa else "Latency (wait) vs concurrency",
             "Throughput vs concurrency",
         ),
     )
-    conc = [s["concurrency"] for s in steps]
-    n = lx(conc)
-    _wait_lines(fig, n, steps, (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")))
-    fig.add_scatter(
-        x=n,
-        y=[stat(s, "e2e_ms", "p95") for s in steps],
-        name="p95 end-to-end",
-        mode="lines+markers",
-        line=dict(dash="dashdot", color="#7f7f7f"),
-        row=1,
-        col=1,
-    )
-    if any(s.get("ttfa_ms") for s in steps):
-        for q, dash in (("p50", None), ("p95", "dot")):
-            fig.add_scatter(
-                x=n,
-                y=[stat(s, "ttfa_ms", q) for s in steps],
-                name=f"{q} TTFA",
-                mode="lines+markers",
-                line=dict(dash=dash, color="#000000", width=2),
-                marker=dict(symbol="star"),
-                row=1,
-                col=1,
-            )
-    fig.add_scatter(
-        x=n,
-        y=[s.get("throughput_rps") for s in steps],
-        name="throughput (ok req/s)",
-        mode="lines+markers",
-        line=dict(width=3),
-        row=1,
-        col=2,
-    )
-    if steps and (first_rps := steps[0].get("throughput_rps")):
-        x1 = first_rps / steps[0]["concurrency"]
-        fig.add_scatter(
-            x=n,
-            y=[x1 * c for c in conc],
-            name="linear scaling",
-            mode="lines",
-            line=dict(dash="dot", color="#aaaaaa"),
-            row=1,
-            col=2,
-        )
-    usl = summary.get("usl")
+    concurrency = [level["concurrency"] for level in levels]
+    places = view.axis.at(concurrency)
+    _wait_lines(fig, places, levels, (("p50", None), ("p90", "dot"), ("p95", None), ("p99", "dot"), ("max", "dash")))
+    end_to_end = [stat(level, "e2e_ms", "p95") for level in levels]
+    _line(fig, places, end_to_end, "p95 end-to-end", line=dict(dash="dashdot", color="#7f7f7f"))
+    for quantile, dash in (("p50", None), ("p95", "dot")) if with_ttfa else ():
+        ttfa = [stat(level, "ttfa_ms", quantile) for level in levels]
+        star = dict(symbol="star")
+        _line(fig, places, ttfa, f"{quantile} TTFA", line=dict(dash=dash, color="#000000", width=2), marker=star)
+    throughput = [level.get("throughput_rps") for level in levels]
+    _line(fig, places, throughput, "throughput (ok req/s)", col=2, line=dict(width=3))
+    if levels and (first_rps := levels[0].get("throughput_rps")):
+        per_user = first_rps / levels[0]["concurrency"]
+        linear = [per_user * users for users in concurrency]
+        _line(fig, places, linear, "linear scaling", col=2, mode="lines", line=dict(dash="dot", color="#aaaaaa"))
+    usl = view.summary.get("usl")
     if usl:
-        grid = np.geomspace(max(1, min(conc)), max(conc), 60)
-        fig.add_scatter(
-            x=lx(grid),
-            y=usl_curve(usl, grid),
-            name="USL fit",
-            mode="lines",
-            line=dict(dash="dash", color="#9467bd"),
-            row=1,
-            col=2,
-        )
-    conc_axis(fig, steps, row=1, col=1)
-    conc_axis(fig, steps, row=1, col=2)
+        grid = np.geomspace(max(1, min(concurrency)), max(concurrency), 60)
+        fit = usl_curve(usl, grid)
+        _line(fig, view.axis.at(grid), fit, "USL fit", col=2, mode="lines", line=dict(dash="dash", color="#9467bd"))
+    view.axis.draw(fig, concurrency, row=1, col=1)
+    view.axis.draw(fig, concurrency, row=1, col=2)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
-    xs = [rps for s in steps if (rps := s.get("throughput_rps"))]
-    fig.update_yaxes(title_text="req/s", range=[0, 1.3 * max(xs)] if xs else None, row=1, col=2)
-    knee, rec = summary["knee"]["concurrency"], summary["recommended_concurrency"]
-    for c in (1, 2):
-        if knee:
-            fig.add_vline(
-                x=lx(knee),
-                line=dict(color=KNEE_COLOUR, dash="dash"),
-                row=1,
-                col=c,
-                annotation_text=f"knee {knee}",
-                annotation_position="top left",
-            )
-        if rec:
-            fig.add_vline(
-                x=lx(rec),
-                line=dict(color=REC_COLOUR, dash="dot"),
-                row=1,
-                col=c,
-                annotation_text=f"recommended {rec}",
-                annotation_position="bottom right",
-            )
+    served = [rps for rps in throughput if rps]
+    fig.update_yaxes(title_text="req/s", range=[0, 1.3 * max(served)] if served else None, row=1, col=2)
+    knee, recommended = view.knee, view.recommended
+    marks = [(view.axis.at(knee), KNEE_COLOUR, "dash", f"knee {knee}", "top left")] if knee else []
+    if recommended:
+        marks.append((view.axis.at(recommended), REC_COLOUR, "dot", f"recommended {recommended}", "bottom right"))
+    _marks(fig, (1, 2), marks)
     return _finish(fig)
 
 
 _CONCURRENCY_EXTRA = ("e2e p95", "throttled", "GPU mem peak", "client CPU", "Little")
 
 
-def _concurrency_rows(summary: Summary) -> list[list[str]]:
+def _concurrency_rows(view: RunView) -> list[list[str]]:
     rows = []
-    for s, r in zip(summary["steps"], table_rows(summary)):
-        srv, cli = s.get("server"), figures(s.get("client"))
-        e2e = stat(s, "e2e_ms", "p95")
-        mem = srv.get("gpu_mem_peak_bytes") if srv else None
-        lit = s.get("little")
+    for step, cells in zip(view.summary["steps"], table_rows(view)):
+        server, client = step.get("server"), figures(step.get("client"))
+        memory = server.get("gpu_mem_peak_bytes") if server else None
+        little = step.get("little")
         rows.append(
-            r
+            cells
             + [
-                "-" if e2e is None else f"{e2e:.0f}",
-                str(s["throttled"]),
-                "-" if mem is None else f"{mem / GIB:.1f} GiB",
-                "-" if cli.get("cpu_mean") is None else f"{cli['cpu_mean']:.0f}",
-                "-" if not lit else f"{lit['ratio']:.2f}",
+                fmt(stat(step, "e2e_ms", "p95")),
+                str(step["throttled"]),
+                "-" if memory is None else f"{memory / GIB:.1f} GiB",
+                "-" if client.get("cpu_mean") is None else f"{client['cpu_mean']:.0f}",
+                "-" if not little else f"{little['ratio']:.2f}",
             ]
         )
     return rows
 
 
-def _concurrency_table_note(summary: Summary) -> str:
+def _concurrency_table_note(view: RunView) -> str:
     return (
         "Latencies in ms: wait of successful final attempts (t2-t0). rps: successful requests per second of "
         "the measured window (settle time to step end), counting requests that finished in it. Little: mean "
@@ -278,31 +193,29 @@ def _concurrency_table_note(summary: Summary) -> str:
             "once. Both count the streams that ended before their step did (a stream still playing when "
             "the next step began heard the next step's load). audible: when the listener hears the first "
             "sound (leading silence, lead, delays it)."
-            if is_streamed(summary)
+            if view.streamed
             else ""
         )
-        + (
-            " WER% (CER%): the judged clips' mean error rate; unintel: judged above 50 %."
-            if speech_metric(summary)
-            else ""
-        )
+        + (" WER% (CER%): the judged clips' mean error rate; unintel: judged above 50 %." if view.speech_metric else "")
         + (
             " tail: from the end of the text (its final flush) to the last audio, what the listener waits once "
             "the text is complete."
-            if TAIL_COLUMN in table_columns(summary)
+            if TAIL_COLUMN in table_columns(view)
             else ""
         )
     )
 
 
-def _concurrency_headline(summary: Summary) -> str:
+def _concurrency_headline(view: RunView) -> str:
+    summary = view.summary
     return (
         f"Knee: <b>{esc(summary['knee']['concurrency'] or 'none found')}</b> &middot; recommended "
         f"concurrency: <b>{esc(summary['recommended_concurrency'] or '-')}</b>"
     )
 
 
-def _concurrency_note(summary: Summary) -> str:
+def _concurrency_note(view: RunView) -> str:
+    summary = view.summary
     knee, usl = summary["knee"], summary.get("usl")
     usl_txt = (
         "USL fit needs at least 4 steps with throughput."
@@ -317,31 +230,32 @@ def _concurrency_note(summary: Summary) -> str:
             )
         )
     )
-    lit_bad = [x for x in summary["little_law"] or [] if not x["ok"]]
-    lit = (
+    off = [check for check in summary["little_law"] or [] if not check["ok"]]
+    little = (
         f"Little's law holds at every step (within {LITTLE_TOLERANCE:.0%})."
-        if not lit_bad
+        if not off
         else f"Little's law off by more than {LITTLE_TOLERANCE:.0%} at concurrency "
-        + ", ".join(f"{x['concurrency']} ({x['ratio']:.2f})" for x in lit_bad)
+        + ", ".join(f"{check['concurrency']} ({check['ratio']:.2f})" for check in off)
         + "."
     )
-    return (
+    streamed = (
         f"<p class='meta'>Streamed run: a step breaks when {UNDERRUN_RATE:.0%} or more of its streams "
         f"stall, {FAILURE_RATE:.0%} or more of its attempts fail, or its TTFA p95 stays above "
         f"{LATENCY_RISE}x the lowest step's and above the {knee.get('ttfa_floor_ms') or 0:g} ms floor; "
         f"whole-body time is only a cross-check.</p>"
-        if knee.get("streamed")
+        if view.streamed
         else ""
-    ) + f"<p class='meta'>Agreeing with the knee: {esc(', '.join(knee['agree']) or 'none')}. {usl_txt} {esc(lit)}</p>"
+    )
+    agreeing = esc(", ".join(knee["agree"]) or "none")
+    return streamed + f"<p class='meta'>Agreeing with the knee: {agreeing}. {usl_txt} {esc(little)}</p>"
 
 
-CONCURRENCY = Axis(
+CONCURRENCY = Top(
     "concurrency",
-    "concurrency",
-    lambda v: str(v) if v is not None else "-",
+    lambda answer: str(answer) if answer is not None else "-",
     _concurrency_headline,
     _concurrency_note,
-    lambda summary: table_columns(summary) + _CONCURRENCY_EXTRA,
+    lambda view: table_columns(view) + _CONCURRENCY_EXTRA,
     _concurrency_rows,
     _concurrency_table_note,
     _concurrency_curves,
@@ -351,91 +265,50 @@ CONCURRENCY = Axis(
 # -- by offered rate ---------------------------------------------------------------------------
 
 
-def _rate_curves(summary: Summary) -> go.Figure | None:
-    steps = _levels(summary)
-    if not steps:
+def _rate_curves(view: RunView) -> go.Figure | None:
+    levels = sorted(_levels(view.summary), key=lambda level: level["rate"])
+    if not levels:
         return None
-    steps = sorted(steps, key=lambda s: s["rate"])
-    x = [s["rate"] for s in steps]
+    rates = [level["rate"] for level in levels]
+    most = max(rates)
     fig = _figure(2, ("Latency from schedule (ms)", "Served against offered (req/s)"))
-    for q, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
-        fig.add_scatter(
-            x=x,
-            y=[stat(s, "sched_wait_ms", q) for s in steps],
-            name=f"{q} from schedule",
-            mode="lines+markers",
-            line=dict(dash=dash),
-            row=1,
-            col=1,
-        )
-    fig.add_scatter(
-        x=x,
-        y=[stat(s, "latency_ms", "p95") for s in steps],
-        name="p95 wait (t2-t0)",
-        mode="lines+markers",
-        line=dict(dash="dashdot", color="#7f7f7f"),
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=x,
-        y=[stat(s, "send_lag_ms", "p95") for s in steps],
-        name="p95 send lag (t0-scheduled)",
-        mode="lines+markers",
-        line=dict(color="#8c564b"),
-        row=1,
-        col=1,
-    )
-    fig.add_scatter(
-        x=x,
-        y=[s.get("throughput_rps") for s in steps],
-        name="served (ok req/s)",
-        mode="lines+markers",
-        line=dict(width=3),
-        row=1,
+    for quantile, dash in (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")):
+        from_schedule = [stat(level, "sched_wait_ms", quantile) for level in levels]
+        _line(fig, rates, from_schedule, f"{quantile} from schedule", line=dict(dash=dash))
+    wait = [stat(level, "latency_ms", "p95") for level in levels]
+    _line(fig, rates, wait, "p95 wait (t2-t0)", line=dict(dash="dashdot", color="#7f7f7f"))
+    send_lag = [stat(level, "send_lag_ms", "p95") for level in levels]
+    _line(fig, rates, send_lag, "p95 send lag (t0-scheduled)", line=dict(color="#8c564b"))
+    served = [level.get("throughput_rps") for level in levels]
+    _line(fig, rates, served, "served (ok req/s)", col=2, line=dict(width=3))
+    _line(fig, [0, most], [0, most], "offered", col=2, mode="lines", line=dict(dash="dot", color="#aaaaaa"))
+    short = [0, (1 - SHORTFALL) * most]
+    _line(
+        fig,
+        [0, most],
+        short,
+        f"{1 - SHORTFALL:.0%} of offered",
         col=2,
-    )
-    fig.add_scatter(
-        x=[0, max(x)], y=[0, max(x)], name="offered", mode="lines", line=dict(dash="dot", color="#aaaaaa"), row=1, col=2
-    )
-    fig.add_scatter(
-        x=[0, max(x)],
-        y=[0, (1 - SHORTFALL) * max(x)],
-        name=f"{1 - SHORTFALL:.0%} of offered",
         mode="lines",
         line=dict(dash="dash", color="#dddddd"),
-        row=1,
-        col=2,
     )
-    if any(s.get("dropped") for s in steps):
-        fig.add_bar(
-            x=x,
-            y=[s.get("dropped") for s in steps],
-            name="dropped arrivals",
-            marker_color="#ff7f0e",
-            opacity=0.5,
-            row=1,
-            col=2,
-        )
-    knee, rec = summary["knee"]["rate"], summary.get("recommended_rate")
-    for col in (1, 2):
-        for v, colour, label in ((knee, KNEE_COLOUR, "knee"), (rec, REC_COLOUR, "recommended")):
-            if v is not None:
-                fig.add_vline(
-                    x=v,
-                    line=dict(color=colour, dash="dash"),
-                    row=1,
-                    col=col,
-                    annotation_text=label,
-                    annotation_position="top",
-                )
-        fig.update_xaxes(title_text="offered rate (req/s)", rangemode="tozero", row=1, col=col)
+    if any(level.get("dropped") for level in levels):
+        dropped = [level.get("dropped") for level in levels]
+        fig.add_bar(x=rates, y=dropped, name="dropped arrivals", marker_color="#ff7f0e", opacity=0.5, row=1, col=2)
+    marks = [
+        (level, colour, "dash", text, "top")
+        for level, colour, text in ((view.knee, KNEE_COLOUR, "knee"), (view.recommended, REC_COLOUR, "recommended"))
+        if level is not None
+    ]
+    _marks(fig, (1, 2), marks)
+    fig.update_xaxes(title_text="offered rate (req/s)", rangemode="tozero", row=1)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=2)
     return _finish(fig)
 
 
-def _rate_headline(summary: Summary) -> str:
+def _rate_headline(view: RunView) -> str:
+    summary = view.summary
     rate = fmt(summary["knee"]["rate"], "{:g}") if summary["knee"]["rate"] is not None else "none found"
     return (
         f"Knee: <b>{esc(rate)} req/s</b> &middot; recommended rate: "
@@ -445,7 +318,8 @@ def _rate_headline(summary: Summary) -> str:
     )
 
 
-def _rate_note(summary: Summary) -> str:
+def _rate_note(view: RunView) -> str:
+    summary = view.summary
     return (
         f"<p class='meta'>A rate breaks when served throughput is more than {SHORTFALL:.0%} short of "
         f"offered, latency keeps growing within the step, p95 latency from schedule stays above {LATENCY_RISE}x "
@@ -462,15 +336,14 @@ _RATE_TABLE_NOTE = (
     f"from schedule rose over the step's thirds, the last above {GROWTH_RATIO}x the first."
 )
 
-RATE = Axis(
-    "rate",
+RATE = Top(
     "offered req/s",
-    lambda v: fmt(v, "{:g}"),
+    lambda answer: fmt(answer, "{:g}"),
     _rate_headline,
     _rate_note,
-    lambda summary: RATE_COLUMNS,
+    lambda view: RATE_COLUMNS,
     rate_table_rows,
-    lambda summary: _RATE_TABLE_NOTE,
+    lambda view: _RATE_TABLE_NOTE,
     _rate_curves,
 )
 
@@ -478,8 +351,8 @@ RATE = Axis(
 # -- by number of voices -----------------------------------------------------------------------
 
 
-def _hit_rate(s: StepSummary) -> float | None:
-    server = s.get("server")
+def _hit_rate(step: StepSummary) -> float | None:
+    server = step.get("server")
     roles = (server.get("server_roles") if server else None) or {}
     hits, misses = roles.get("voice_cache_hits"), roles.get("voice_cache_misses")
     if not hits or not misses:
@@ -490,49 +363,39 @@ def _hit_rate(s: StepSummary) -> float | None:
     return 100.0 * hit_mean / (hit_mean + miss_mean)
 
 
-def _voices_curves(summary: Summary) -> go.Figure:
-    steps = _levels(summary)
-    rates = [_hit_rate(s) for s in steps]
-    cache = any(r is not None for r in rates)
+def _voices_curves(view: RunView) -> go.Figure:
+    levels = _levels(view.summary)
+    hit_rates = [_hit_rate(level) for level in levels]
+    cache = any(rate is not None for rate in hit_rates)
+    cols = (1, 2, 3) if cache else (1, 2)
     fig = _figure(
-        3 if cache else 2,
+        len(cols),
         ("Latency (wait) vs distinct voices", "Throughput vs distinct voices")
         + (("Server's voice cache hit rate",) if cache else ()),
     )
-    n = lx([s["voices"] for s in steps])
-    _wait_lines(fig, n, steps, (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")))
-    fig.add_scatter(
-        x=n,
-        y=[s.get("throughput_rps") for s in steps],
-        name="throughput (ok req/s)",
-        mode="lines+markers",
-        line=dict(width=3),
-        row=1,
-        col=2,
-    )
+    voices = [level["voices"] for level in levels]
+    places = view.axis.at(voices)
+    _wait_lines(fig, places, levels, (("p50", None), ("p95", None), ("p99", "dot"), ("max", "dash")))
+    throughput = [level.get("throughput_rps") for level in levels]
+    _line(fig, places, throughput, "throughput (ok req/s)", col=2, line=dict(width=3))
     if cache:
-        fig.add_scatter(x=n, y=rates, name="cache hit rate (%)", mode="lines+markers", row=1, col=3)
+        _line(fig, places, hit_rates, "cache hit rate (%)", col=3)
         fig.update_yaxes(title_text="%", range=[0, 105], row=1, col=3)
-    at = [dict(s, concurrency=s["voices"]) for s in steps]
-    knee, rec = summary["knee"]["voices"], summary.get("recommended_voices")
-    for c in (1, 2, 3) if cache else (1, 2):
-        conc_axis(fig, at, "distinct voices", row=1, col=c)
-        for v, colour, label in ((knee, KNEE_COLOUR, "knee"), (rec, REC_COLOUR, "recommended")):
-            if v:
-                fig.add_vline(
-                    x=lx(v),
-                    line=dict(color=colour, dash="dash"),
-                    row=1,
-                    col=c,
-                    annotation_text=f"{label} {v}",
-                    annotation_position="top left",
-                )
+    for col in cols:
+        view.axis.draw(fig, voices, row=1, col=col)
+    marks = [
+        (view.axis.at(level), colour, "dash", f"{text} {level}", "top left")
+        for level, colour, text in ((view.knee, KNEE_COLOUR, "knee"), (view.recommended, REC_COLOUR, "recommended"))
+        if level
+    ]
+    _marks(fig, cols, marks)
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=2)
     return _finish(fig)
 
 
-def _voices_headline(summary: Summary) -> str:
+def _voices_headline(view: RunView) -> str:
+    summary = view.summary
     knee = summary["knee"]
     return (
         f"Knee: <b>{esc(fmt(knee['voices']) if knee['voices'] else 'none found')}</b> distinct voices at "
@@ -541,7 +404,8 @@ def _voices_headline(summary: Summary) -> str:
     )
 
 
-def _voices_note(summary: Summary) -> str:
+def _voices_note(view: RunView) -> str:
+    summary = view.summary
     return (
         f"<p class='meta'>A number of voices breaks when its latency stays above {LATENCY_RISE}x the fewest "
         f"voices' or {FAILURE_RATE:.0%} more of its attempts fail. Agreeing with the knee: "
@@ -549,15 +413,14 @@ def _voices_note(summary: Summary) -> str:
     )
 
 
-VOICES = Axis(
-    "voices",
+VOICES = Top(
     "distinct voices",
     fmt,
     _voices_headline,
     _voices_note,
-    lambda summary: table_columns(summary) + ("cache hit%",),
-    lambda summary: [r + [fmt(_hit_rate(s))] for s, r in zip(summary["steps"], table_rows(summary))],
-    lambda summary: (
+    lambda view: table_columns(view) + ("cache hit%",),
+    lambda view: [cells + [fmt(_hit_rate(step))] for step, cells in zip(view.summary["steps"], table_rows(view))],
+    lambda view: (
         "A voice sweep: every step at the same load, its requests drawing their voices from the "
         "first N of --voices. cache hit%: the server's own voice-cache counters over the step, where "
         "it publishes them."
@@ -566,20 +429,4 @@ VOICES = Axis(
 )
 
 
-_DRAWN = {ax.key: ax for ax in (CONCURRENCY, RATE, VOICES)}
-
-
-def _wait_lines(fig: Any, x: list[Any], steps: list[Any], quantiles: tuple[tuple[str, str | None], ...]) -> None:
-    """The wait's percentiles against the sweep's axis, each a line (p50 and p95 with their
-    confidence bars), in the figure's first panel."""
-    for q, dash in quantiles:
-        fig.add_scatter(
-            x=x,
-            y=[(s.get("latency_ms") or {}).get(q) for s in steps],
-            name=f"{q} wait",
-            mode="lines+markers",
-            line=dict(dash=dash),
-            row=1,
-            col=1,
-            error_y=ci_bars(steps, "latency_ms", q) if q in ("p50", "p95") else None,
-        )
+_TOPS = {"concurrency": CONCURRENCY, "rate": RATE, "voices": VOICES}

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tts_knee.analysis.axis import Key
 from tts_knee.analysis.steps import OPEN_MIN_COUNT
 from tts_knee.runformat import SOAK_PHASE
 from tts_knee.runformat.schema import Preflight
 from tts_knee.runformat.summary import BargeIn, Hangups, SloVerdict, Soak, SpeechStep, StepSummary, Summary
 
-from .kit import figures, fmt, is_open_loop, is_streamed, is_voice_sweep, orphaned_words, stat
+from .kit import figures, fmt, orphaned_words, stat
 from .probe import probe_lines
 from .slices import slice_lines
 from .trace import trace_lines
+from .view import RunView
 
 TABLE_COLUMNS = (
     "step",
@@ -89,9 +89,11 @@ PEER_NOTE = (
 )
 
 
-def step_label(s: StepSummary) -> str:
+def step_label(step: StepSummary) -> str:
     """A step's first cell: its number, "soak" for a soak, "open" while it still runs."""
-    return str(s["step"]) + (" soak" if s.get("phase") == SOAK_PHASE else "") + (" open" if s.get("open") else "")
+    return (
+        str(step["step"]) + (" soak" if step.get("phase") == SOAK_PHASE else "") + (" open" if step.get("open") else "")
+    )
 
 
 def open_lines(summary: Summary) -> list[str]:
@@ -99,7 +101,7 @@ def open_lines(summary: Summary) -> list[str]:
     now = summary.get("in_progress_step")
     if not now:
         return []
-    step = next((s for s in summary["steps"] if s["step"] == now["step"] and s.get("open")), None)
+    step = next((step for step in summary["steps"] if step["step"] == now["step"] and step.get("open")), None)
     return [now["note"]] + ([step["open"]["note"] + "."] if step else [])
 
 
@@ -122,15 +124,15 @@ TAB_COLUMNS = (
 WITHHELD = "\u2014"  # a figure the open step's window cannot give yet
 
 
-def slo_cell(v: SloVerdict | None) -> str:
+def slo_cell(verdict: SloVerdict | None) -> str:
     """An SLO verdict in one short cell ("" where none)."""
-    if v is None:
+    if verdict is None:
         return ""
-    if v["pass"] is True:
+    if verdict["pass"] is True:
         return "pass"
-    if v["pass"] is False:
-        return "fail: " + "; ".join(v["failed"])
-    return "inconclusive: " + "; ".join(v["inconclusive"])
+    if verdict["pass"] is False:
+        return "fail: " + "; ".join(verdict["failed"])
+    return "inconclusive: " + "; ".join(verdict["inconclusive"])
 
 
 def tab_rows(summary: Summary) -> list[dict]:
@@ -138,79 +140,75 @@ def tab_rows(summary: Summary) -> list[dict]:
     a closed step's row is the report's; an open one says so in ``state`` and shows what its
     window cannot give yet as a dash."""
     slo = summary.get("slo")
-    verdicts = {v.get("step"): v for v in ((slo.get("by_step") if slo else None) or [])}
-    rows = []
-    for s in summary["steps"]:
-        op, lat = s.get("open"), figures(s.get("latency_ms"))
-
-        def fig(v, digits=1):
-            return (WITHHELD if op else None) if v is None else round(float(v), digits)  # noqa: B023 - called in this iteration
-
-        state = (
-            "done"
-            if not op
-            else "settling"
-            if op["settling"]
-            else f"in progress ({op['completions']} finished)"
-            if op["completions"] < OPEN_MIN_COUNT
-            else "in progress"
-        )
-        phase = s.get("phase") or ""
-        under = s.get("underrun_rate")
-        rows.append(
-            {
-                "step": s["step"],
-                "phase": f"grid {s.get('repeat')}" if phase == "grid" else phase,
-                "concurrency": (
-                    f"{s['speed']:g}x ({s['rate']:.3g} req/s)" if s.get("speed") else f"{s['rate']:g} req/s"
-                )
-                if s.get("rate") is not None
-                else s["concurrency"],
-                "state": state,
-                "requests": s["requests"],
-                "failed": s["failed"],
-                "retries": s["retries"],
-                "rps": fig(s.get("throughput_rps"), 2),
-                "p50_ms": fig(lat.get("p50")),
-                "p95_ms": fig(lat.get("p95")),
-                "max_ms": fig(lat.get("max")),
-                "underrun_pct": None if under is None else round(100.0 * under, 1),
-                "slo": "in progress" if op and summary.get("slo") else slo_cell(verdicts.get(s["step"])),
-            }
-        )
-    return rows
+    verdicts = {verdict.get("step"): verdict for verdict in ((slo.get("by_step") if slo else None) or [])}
+    return [
+        _tab_row(step, "in progress" if step.get("open") and slo else slo_cell(verdicts.get(step["step"])))
+        for step in summary["steps"]
+    ]
 
 
-def _has_tail(summary: Summary) -> bool:
-    return any(s.get("tail_ms") for s in summary["steps"])
+def _tab_row(step: StepSummary, slo: str) -> dict:
+    """One step's row of the web UI tab, ``slo`` its SLO cell."""
+    opened, latency = step.get("open"), figures(step.get("latency_ms"))
+
+    def shown(value: object, digits: int = 1) -> object:
+        if isinstance(value, (int, float)):
+            return round(float(value), digits)
+        return WITHHELD if opened else None
+
+    if not opened:
+        state = "done"
+    elif opened["settling"]:
+        state = "settling"
+    elif opened["completions"] < OPEN_MIN_COUNT:
+        state = f"in progress ({opened['completions']} finished)"
+    else:
+        state = "in progress"
+    phase = step.get("phase") or ""
+    underrun = step.get("underrun_rate")
+    if step.get("rate") is None:
+        load: object = step["concurrency"]
+    elif step.get("speed"):
+        load = f"{step['speed']:g}x ({step['rate']:.3g} req/s)"
+    else:
+        load = f"{step['rate']:g} req/s"
+    return {
+        "step": step["step"],
+        "phase": f"grid {step.get('repeat')}" if phase == "grid" else phase,
+        "concurrency": load,
+        "state": state,
+        "requests": step["requests"],
+        "failed": step["failed"],
+        "retries": step["retries"],
+        "rps": shown(step.get("throughput_rps"), 2),
+        "p50_ms": shown(latency.get("p50")),
+        "p95_ms": shown(latency.get("p95")),
+        "max_ms": shown(latency.get("max")),
+        "underrun_pct": None if underrun is None else round(100.0 * underrun, 1),
+        "slo": slo,
+    }
 
 
-def speech_metric(summary: Summary) -> str | None:
-    """``wer`` or ``cer`` where the ASR judge judged any step, else None."""
-    for s in summary["steps"]:
-        sp = s.get("speech")
-        if sp and sp.get("judged"):
-            return sp["metric"]
-    return None
-
-
-def table_columns(summary: Summary) -> tuple[str, ...]:
+def table_columns(view: RunView) -> tuple[str, ...]:
     """The step table's columns: :data:`TABLE_COLUMNS`, plus :data:`STREAM_COLUMNS` when streamed
     and :data:`TAIL_COLUMN` when the text went in pieces, ``voices`` in a voice sweep, and the
     error rate with :data:`SPEECH_COLUMNS` where speech was judged."""
-    cols: tuple[str, ...] = TABLE_COLUMNS
-    if is_voice_sweep(summary):
-        cols = cols[:2] + ("voices",) + cols[2:]
-    metric = speech_metric(summary)
-    if metric:
-        at = cols.index("retries")
-        listen = LISTEN_COLUMNS if listened(summary) else ()
-        cols = cols[:at] + (f"{metric.upper()}%",) + SPEECH_COLUMNS + listen + cols[at:]
-    if not is_streamed(summary):
-        return cols
-    at = cols.index("ttfb p50") + 1
-    stream = STREAM_COLUMNS + ((TAIL_COLUMN,) if _has_tail(summary) else ())
-    return cols[:at] + stream + cols[at:]
+    columns: tuple[str, ...] = TABLE_COLUMNS
+    if view.voice_sweep:
+        columns = columns[:2] + ("voices",) + columns[2:]
+    if view.speech_metric:
+        place = columns.index("retries")
+        listen = LISTEN_COLUMNS if listened(view.summary) else ()
+        columns = columns[:place] + (f"{view.speech_metric.upper()}%",) + SPEECH_COLUMNS + listen + columns[place:]
+    if not view.streamed:
+        return columns
+    place = columns.index("ttfb p50") + 1
+    stream = STREAM_COLUMNS + ((TAIL_COLUMN,) if _has_tail(view) else ())
+    return columns[:place] + stream + columns[place:]
+
+
+def _has_tail(view: RunView) -> bool:
+    return any(step.get("tail_ms") for step in view.summary["steps"])
 
 
 #: With listening: mean speaker similarity and mean naturalness (DNSMOS OVRL) of the judged clips.
@@ -222,148 +220,156 @@ def listened(summary: Summary) -> bool:
     return any("similarity_mean" in (s.get("speech") or {}) for s in summary["steps"])
 
 
-def table_rows(summary: Summary) -> list[list[str]]:
+def table_rows(view: RunView) -> list[list[str]]:
     """One row of :func:`table_columns` per executed step."""
-    streamed, tail, voices = is_streamed(summary), _has_tail(summary), is_voice_sweep(summary)
-    metric = speech_metric(summary)
-    listen = listened(summary)
+    metric, tail = view.speech_metric, view.streamed and _has_tail(view)
+    listen = metric is not None and listened(view.summary)
     rows = []
-    for s in summary["steps"]:
-        lat, ttfb, srv = figures(s.get("latency_ms")), figures(s.get("ttfb_ms")), figures(s.get("server"))
-        ttfa, under = figures(s.get("ttfa_ms")), s.get("underrun_rate")
+    for step in view.summary["steps"]:
+        latency, ttfb, server = (
+            figures(step.get("latency_ms")),
+            figures(step.get("ttfb_ms")),
+            figures(step.get("server")),
+        )
         rows.append(
-            [step_label(s), str(s["concurrency"])]
-            + ([fmt(s.get("voices"))] if voices else [])
+            [step_label(step), str(step["concurrency"])]
+            + ([fmt(step.get("voices"))] if view.voice_sweep else [])
             + [
-                str(s["requests"]),
-                str(s["ok"]),
-                fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-                fmt(s["throughput_rps"], "{:.2f}"),
-                fmt(lat.get("p50")),
-                fmt(lat.get("p95")),
-                fmt(lat.get("p99")),
-                fmt(lat.get("max")),
+                str(step["requests"]),
+                str(step["ok"]),
+                _percent(step["error_rate"]),
+                fmt(step["throughput_rps"], "{:.2f}"),
+                *(fmt(latency.get(quantile)) for quantile in ("p50", "p95", "p99", "max")),
                 fmt(ttfb.get("p50")),
             ]
+            + (_stream_cells(step) if view.streamed else [])
+            + ([fmt(stat(step, "tail_ms", "p95"))] if tail else [])
+            + (_speech_cells(step.get("speech"), metric) if metric else [])
             + (
-                [
-                    fmt(ttfa.get("p50")),
-                    fmt(ttfa.get("p95")),
-                    fmt(stat(s, "ttfa_audible_ms", "p95")),
-                    fmt(stat(s, "leading_silence_ms", "p95")),
-                    fmt(None if under is None else 100 * under, "{:.1f}"),
-                    fmt(s.get("rtfx"), "{:.2f}"),
-                ]
-                if streamed
+                [fmt(figures(step.get("speech")).get(key), "{:.2f}") for key in ("similarity_mean", "mos_mean")]
+                if listen
                 else []
             )
-            + ([fmt(stat(s, "tail_ms", "p95"))] if streamed and tail else [])
-            + (_speech_cells(s.get("speech"), metric) if metric else [])
-            + (
-                [fmt(figures(s.get("speech")).get(k), "{:.2f}") for k in ("similarity_mean", "mos_mean")]
-                if metric and listen
-                else []
-            )
-            + [str(s["retries"]), fmt(srv.get("gpu_util_mean")), fmt(srv.get("cpu_mean"))]
+            + [str(step["retries"]), fmt(server.get("gpu_util_mean")), fmt(server.get("cpu_mean"))]
         )
     return rows
+
+
+def _percent(share: float | None) -> str:
+    """A share as the tables show it: in %, one decimal."""
+    return fmt(None if share is None else 100 * share, "{:.1f}")
+
+
+def _stream_cells(step: StepSummary) -> list[str]:
+    ttfa = figures(step.get("ttfa_ms"))
+    return [
+        fmt(ttfa.get("p50")),
+        fmt(ttfa.get("p95")),
+        fmt(stat(step, "ttfa_audible_ms", "p95")),
+        fmt(stat(step, "leading_silence_ms", "p95")),
+        _percent(step.get("underrun_rate")),
+        fmt(step.get("rtfx"), "{:.2f}"),
+    ]
 
 
 def _speech_cells(speech: SpeechStep | None, metric: str) -> list[str]:
-    sp = figures(speech)
-    mean = sp.get(f"{metric}_mean")
+    heard = figures(speech)
+    mean = heard.get(f"{metric}_mean")
     shown = mean if isinstance(mean, (int, float)) else None  # a figure, or null
-    return [fmt(None if shown is None else 100 * shown, "{:.1f}"), fmt(sp.get("judged")), fmt(sp.get("unintelligible"))]
+    return [_percent(shown), fmt(heard.get("judged")), fmt(heard.get("unintelligible"))]
 
 
-def riva_rows(summary: Summary) -> list[list[str]]:
+def riva_rows(view: RunView) -> list[list[str]]:
     """One row of :data:`RIVA_COLUMNS` per executed step of a streamed run (none otherwise)."""
-    if not is_streamed(summary):
+    if not view.streamed:
         return []
     rows = []
-    for s in summary["steps"]:
-        riva = s.get("riva")
-        first = figures(riva.get("first_audio_ms") if riva else None)
-        chunk = figures(riva.get("chunk_ms") if riva else None)
+    for step in view.summary["steps"]:
+        label, riva = step_label(step), figures(step.get("riva"))
         rows.append(
-            [step_label(s), str(s["concurrency"]), fmt(first.get("count"))]
-            + [fmt(first.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
-            + [fmt(chunk.get(k), "{:.1f}") for k in ("avg", "p90", "p95", "p99")]
-            + [fmt(s.get("rtfx"), "{:.2f}")]
+            [label, str(step["concurrency"]), fmt(stat(riva, "first_audio_ms", "count"))]
+            + [
+                fmt(stat(riva, latency, figure), "{:.1f}")
+                for latency in ("first_audio_ms", "chunk_ms")
+                for figure in ("avg", "p90", "p95", "p99")
+            ]
+            + [fmt(step.get("rtfx"), "{:.2f}")]
         )
     return rows
 
 
-def peer_rows(summary: Summary) -> list[list[str]]:
+def peer_rows(view: RunView) -> list[list[str]]:
     """One row of :data:`PEER_COLUMNS` per executed step of a streamed run (none otherwise)."""
-    if not is_streamed(summary):
+    if not view.streamed:
         return []
     rows = []
-    for s in summary["steps"]:
-        rtf = figures(s.get("audio_rtf"))
+    for step in view.summary["steps"]:
+        audio_rtf = figures(step.get("audio_rtf"))
         rows.append(
-            [step_label(s), str(s["concurrency"]), str(s["streams"]["counted"])]
-            + [fmt(stat(s, key, q)) for key in ("preroll_ms", "smooth_start_ms") for q in ("p50", "p95")]
-            + [fmt(rtf.get(q), "{:.2f}") for q in ("p50", "p95")]
+            [step_label(step), str(step["concurrency"]), str(step["streams"]["counted"])]
             + [
-                fmt(None if share is None else 100 * share, "{:.1f}")
-                for share in (s.get("continuity_ok_rate"), s.get("c50"), s.get("c100"), s.get("c200"))
+                fmt(stat(step, key, quantile))
+                for key in ("preroll_ms", "smooth_start_ms")
+                for quantile in ("p50", "p95")
+            ]
+            + [fmt(audio_rtf.get(quantile), "{:.2f}") for quantile in ("p50", "p95")]
+            + [
+                _percent(share)
+                for share in (step.get("continuity_ok_rate"), step.get("c50"), step.get("c100"), step.get("c200"))
             ]
         )
     return rows
 
 
 def _aligned(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in rows]
 
 
-def _slo_lines(summary: Summary) -> list[str]:
+def _slo_lines(view: RunView) -> list[str]:
     """Per tested level (concurrency, offered rate or number of voices): the SLO verdict, and the spread
     between repeats."""
-    sl, out = summary.get("slo"), []
-    levels = summary.get("levels") or []
-    voices, rate = is_voice_sweep(summary), is_open_loop(summary)
-    key: Key = "voices" if voices else "rate" if rate else "concurrency"
-    if sl:
-        if voices:
-            best = fmt(sl.get("max_voices"))
+    slo, out = view.summary.get("slo"), []
+    rate = view.key == "rate"
+    if slo:
+        if view.voice_sweep:
+            best = fmt(slo.get("max_voices"))
         elif rate:
-            best = f"{fmt(sl['max_rate'], '{:g}')} req/s" if sl["max_rate"] is not None else "none"
+            best = f"{fmt(slo['max_rate'], '{:g}')} req/s" if slo["max_rate"] is not None else "none"
         else:
-            best = fmt(sl["max_concurrency"])
-        per = "number of voices" if voices else "offered rate" if rate else "concurrency"
-        out.append(f"SLO {sl['spec']}  (per {per}; repeats pooled; largest meeting it with every lower one: {best})")
-        for v in sl["steps"]:
-            word = {True: "pass", False: "FAIL", None: "inconclusive"}[v["pass"]]
-            why = ", ".join(v["failed"]) or "; ".join(v["inconclusive"])
-            out.append(f"  {v[key]:>5g}  {word}" + (f"  {why}" if why else ""))
-    for lv in levels:
-        sp = lv.get("spread")
-        if not sp:
+            best = fmt(slo["max_concurrency"])
+        per = {"voices": "number of voices", "rate": "offered rate", "concurrency": "concurrency"}[view.key]
+        out.append(f"SLO {slo['spec']}  (per {per}; repeats pooled; largest meeting it with every lower one: {best})")
+        for verdict in slo["steps"]:
+            word = {True: "pass", False: "FAIL", None: "inconclusive"}[verdict["pass"]]
+            why = ", ".join(verdict["failed"]) or "; ".join(verdict["inconclusive"])
+            out.append(f"  {verdict[view.key]:>5g}  {word}" + (f"  {why}" if why else ""))
+    for level in view.summary.get("levels") or []:
+        spread = level.get("spread")
+        if not spread:
             continue
         parts = [
             f"{name} {fmt(bounds[0], spec)}-{fmt(bounds[1], spec)}{unit}"
             for bounds, name, spec, unit in (
-                (sp.get("p50_ms"), "p50", "{:.0f}", " ms"),
-                (sp.get("p95_ms"), "p95", "{:.0f}", " ms"),
-                (sp.get("throughput_rps"), "rps", "{:.2f}", ""),
-                (sp.get("ttfa_p95_ms"), "TTFA p95", "{:.0f}", " ms"),
+                (spread.get("p50_ms"), "p50", "{:.0f}", " ms"),
+                (spread.get("p95_ms"), "p95", "{:.0f}", " ms"),
+                (spread.get("throughput_rps"), "rps", "{:.2f}", ""),
+                (spread.get("ttfa_p95_ms"), "TTFA p95", "{:.0f}", " ms"),
             )
             if bounds is not None
         ]
         out.append(
-            f"repeats at {lv[key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, lv['steps']))}): "
+            f"repeats at {level[view.key]:g}{' req/s' if rate else ''} (steps {', '.join(map(str, level['steps']))}): "
             + ", ".join(parts)
             + " (min-max over repeats; judged on the pooled records)"
         )
     return out
 
 
-def _step_lines(summary: Summary) -> list[str]:
+def _step_lines(view: RunView) -> list[str]:
     """The step table, and a streamed run's Riva and peers' tables under it."""
-    lines = _aligned([list(table_columns(summary))] + table_rows(summary))
-    riva, peers = riva_rows(summary), peer_rows(summary)
+    lines = _aligned([list(table_columns(view))] + table_rows(view))
+    riva, peers = riva_rows(view), peer_rows(view)
     if riva:
         lines.append("riva_tts_perf_client's figures (ms; pNN = sorted[int(q n)]):")
         lines += _aligned([list(RIVA_COLUMNS)] + riva)
@@ -375,10 +381,10 @@ def _step_lines(summary: Summary) -> list[str]:
 
 def format_table(summary: Summary, report: Path | None = None) -> str:
     """The step table (latencies in ms) and the verdict, as printed on the terminal."""
+    view = RunView.of(summary)
     lines = [f"run {summary['run']['run_id']}" + ("  (in progress)" if summary["run"]["in_progress"] else "")]
     knee = summary["knee"]
-    open_loop = is_open_loop(summary)
-    lines += _rate_lines(summary) if open_loop else _step_lines(summary)
+    lines += _rate_lines(view) if view.open_loop else _step_lines(view)
     lines += open_lines(summary)
     if (summary["run"].get("options") or {}).get("tls_insecure"):
         lines.append("the target's TLS certificate was not verified (--tls-insecure)")
@@ -388,20 +394,20 @@ def format_table(summary: Summary, report: Path | None = None) -> str:
     missing = summary["run"].get("audio_missing")
     if missing:
         lines.append(audio_missing_text(missing))
-    if is_voice_sweep(summary):
+    if view.voice_sweep:
         lines.append(
             "knee: none found"
             if knee["voices"] is None
             else f"knee: {knee['voices']} distinct voices at concurrency {knee['concurrency']} (methods "
             f"agreeing: {', '.join(knee['agree']) or 'none'})"
         )
-    elif not open_loop:  # the open-loop lines name their knee in req/s
+    elif not view.open_loop:  # the open-loop lines name their knee in req/s
         lines.append(
             "knee: none found"
             if knee["concurrency"] is None
             else f"knee: {knee['concurrency']} (methods agreeing: {', '.join(knee['agree']) or 'none'})"
         )
-    if knee.get("streamed"):
+    if view.streamed:
         what = "audible TTFA p95" if knee.get("ttfa_basis") == "ttfa_audible_ms" else "TTFA p95"
         lines.append(
             f"streamed: judged on underruns and {what} (floor {fmt(knee.get('ttfa_floor_ms'))} ms), not whole-body time"
@@ -410,25 +416,25 @@ def format_table(summary: Summary, report: Path | None = None) -> str:
     lines += slice_lines(summary)
     lines += _barge_in_lines(summary.get("barge_in"))
     lines += _hangup_lines(summary.get("hangups"))
-    d = summary["diagnosis"]
-    lines.append(f"diagnosis: {d['kind']}")
-    lines += [f"  - {e}" for e in d["evidence"]]
-    lines += _slo_lines(summary)
-    if is_voice_sweep(summary):
+    diagnosis = summary["diagnosis"]
+    lines.append(f"diagnosis: {diagnosis['kind']}")
+    lines += [f"  - {sentence}" for sentence in diagnosis["evidence"]]
+    lines += _slo_lines(view)
+    if view.voice_sweep:
         lines.append(
             f"recommended voices: {fmt(summary.get('recommended_voices'))} (at concurrency "
             f"{fmt(summary['recommended_concurrency'])})  {summary['recommendation']}"
         )
-    elif open_loop:
+    elif view.open_loop:
         lines.append(
             f"recommended rate: {fmt(summary.get('recommended_rate'), '{:g}')} req/s "
             f"(concurrency {fmt(summary['recommended_concurrency'])})  {summary['recommendation']}"
         )
     else:
         lines.append(f"recommended concurrency: {fmt(summary['recommended_concurrency'])}  {summary['recommendation']}")
-    cap = summary.get("capacity") or {}
-    if cap.get("at") and cap.get("text"):
-        lines.append(f"capacity: {cap['text']}")
+    capacity = summary.get("capacity") or {}
+    if capacity.get("at") and capacity.get("text"):
+        lines.append(f"capacity: {capacity['text']}")
     lines += _soak_lines(summary)
     if summary.get("spike"):
         lines.append(f"spike: {summary['spike']['text']}")
@@ -483,7 +489,7 @@ def _soak_lines(summary: Summary) -> list[str]:
     head = soak_headline(soak)
     if not soak["drift"]:
         return [head + ": no drift in latency, throughput or memory"]
-    return [head + ":"] + [f"  - {v}" for v in soak["drift"]]
+    return [head + ":"] + [f"  - {verdict}" for verdict in soak["drift"]]
 
 
 RATE_COLUMNS = (
@@ -506,34 +512,32 @@ RATE_COLUMNS = (
 )
 
 
-def rate_table_rows(summary: Summary) -> list[list[str]]:
+def rate_table_rows(view: RunView) -> list[list[str]]:
     """One row of :data:`RATE_COLUMNS` per executed step of an open-loop run."""
     rows = []
-    for s in summary["steps"]:
-        growth = s.get("growth")
+    for step in view.summary["steps"]:
+        growth = step.get("growth")
         offered = (
-            f"{s['offered_rps']:.3g} ({s['speed']:g}x)"
-            if s.get("offered_rps") and s.get("speed")
-            else fmt(s.get("rate"), "{:g}")
+            f"{step['offered_rps']:.3g} ({step['speed']:g}x)"
+            if step.get("offered_rps") and step.get("speed")
+            else fmt(step.get("rate"), "{:g}")
         )
         rows.append(
             [
-                step_label(s),
+                step_label(step),
                 offered,
-                fmt(s.get("throughput_rps"), "{:.2f}"),
-                fmt(s.get("throughput_ratio"), "{:.2f}"),
-                str(s["requests"]),
-                str(s.get("dropped") or 0),
-                fmt(None if s["error_rate"] is None else 100 * s["error_rate"], "{:.1f}"),
-                fmt(stat(s, "inflight", "mean"), "{:.1f}"),
-                fmt(stat(s, "inflight", "max")),
-                fmt(stat(s, "sched_wait_ms", "p50")),
-                fmt(stat(s, "sched_wait_ms", "p95")),
-                fmt(stat(s, "sched_wait_ms", "p99")),
-                fmt(stat(s, "latency_ms", "p95")),
-                fmt(stat(s, "send_lag_ms", "p95"), "{:.1f}"),
+                fmt(step.get("throughput_rps"), "{:.2f}"),
+                fmt(step.get("throughput_ratio"), "{:.2f}"),
+                str(step["requests"]),
+                str(step.get("dropped") or 0),
+                _percent(step["error_rate"]),
+                fmt(stat(step, "inflight", "mean"), "{:.1f}"),
+                fmt(stat(step, "inflight", "max")),
+                *(fmt(stat(step, "sched_wait_ms", quantile)) for quantile in ("p50", "p95", "p99")),
+                fmt(stat(step, "latency_ms", "p95")),
+                fmt(stat(step, "send_lag_ms", "p95"), "{:.1f}"),
                 {True: "yes", False: "no", None: "-"}[growth.get("growing") if growth else None],
-                str(s["retries"]),
+                str(step["retries"]),
             ]
         )
     return rows
@@ -566,9 +570,10 @@ def _hangup_lines(hung: Hangups | None) -> list[str]:
     return [f"hang-ups: {hung['timed_out']} at --request-timeout; {said}"]
 
 
-def _rate_lines(summary: Summary) -> list[str]:
+def _rate_lines(view: RunView) -> list[str]:
     """The terminal's step table and verdict of an open-loop run."""
-    lines = _aligned([list(RATE_COLUMNS)] + rate_table_rows(summary))
+    summary = view.summary
+    lines = _aligned([list(RATE_COLUMNS)] + rate_table_rows(view))
     knee = summary["knee"]
     lines.append(
         "knee: none found"

@@ -1,6 +1,7 @@
-"""A trace replay (``--trace``) in the terminal, the report and the timeline: the answers as
-speeds of the trace, and each burst the trace holds with the p95 of the requests that came in it
-beside the rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`)."""
+"""A trace replay (``--trace``) in the terminal and the report: the answers as speeds of the
+trace, and each burst the trace holds with the p95 of the requests that came in it beside the
+rest of the step's (``summary["trace"]``, from :mod:`analysis.trace`; the timeline shades the
+bursts)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ from tts_knee.runformat.schema import TraceBurst
 from tts_knee.runformat.summary import Summary, TracePart, TraceRows, TraceStepBurst
 
 from .kit import esc, fmt
+from .view import RunView
 
 
-def _speed(v) -> str:
-    return "none" if v is None else f"{v:g}x"
+def _speed(speed: float | None) -> str:
+    return "none" if speed is None else f"{speed:g}x"
 
 
-def trace_headline(tr: TracePart) -> str:
-    bursts = tr.get("bursts") or []
-    convs = tr.get("conversations") or 0
-    more = [f"{convs} conversation{'' if convs == 1 else 's'}"] if convs else []
+def trace_headline(trace: TracePart) -> str:
+    bursts = trace.get("bursts") or []
+    conversations = trace.get("conversations") or 0
+    more = [f"{conversations} conversation{'' if conversations == 1 else 's'}"] if conversations else []
     if bursts:
         more.append(f"{len(bursts)} burst{'' if len(bursts) == 1 else 's'}")
-    pace = f"{tr['rate_rps']:.2f} req/s at 1x"
-    out = f"trace {tr['path']}: {tr['rows']} arrivals over {tr['duration_s']:.0f} s ({', '.join([pace] + more)})"
-    answers = [f"knee at {_speed(tr.get('knee_speed'))}", f"recommended speed {_speed(tr.get('recommended_speed'))}"]
-    if "max_speed" in tr:
-        answers.append(f"SLO met up to {_speed(tr['max_speed'])}")
+    pace = f"{trace['rate_rps']:.2f} req/s at 1x"
+    out = (
+        f"trace {trace['path']}: {trace['rows']} arrivals over {trace['duration_s']:.0f} s ({', '.join([pace] + more)})"
+    )
+    answers = [
+        f"knee at {_speed(trace.get('knee_speed'))}",
+        f"recommended speed {_speed(trace.get('recommended_speed'))}",
+    ]
+    if "max_speed" in trace:
+        answers.append(f"SLO met up to {_speed(trace['max_speed'])}")
     return out + "; " + ", ".join(answers)
 
 
@@ -36,7 +43,9 @@ def rows_text(rows: TraceRows) -> str:
     """``38 rows planned, 38 sent, 38 recorded (0 cut by the run's end), 0 not sent``, with the
     reasons of those not sent (runformat.schema.NOT_SENT_REASONS)."""
     not_sent = _not_sent(rows)
-    reasons = ", ".join(f"{n} {why}" for why, n in sorted(rows["not_sent"].items(), key=lambda kv: -kv[1]) if n)
+    reasons = ", ".join(
+        f"{count} {why}" for why, count in sorted(rows["not_sent"].items(), key=lambda item: -item[1]) if count
+    )
     dropped = f", {rows['dropped']} dropped at --max-inflight" if rows["dropped"] else ""
     return (
         f"{rows['planned']} rows planned, {rows['sent']} sent, {rows['recorded']} recorded "
@@ -45,53 +54,55 @@ def rows_text(rows: TraceRows) -> str:
     )
 
 
-def burst_text(b: TraceBurst | TraceStepBurst) -> str:
-    return f"{b['start_s']:.1f}-{b['end_s']:.1f} s"
+def burst_text(burst: TraceBurst | TraceStepBurst) -> str:
+    return f"{burst['start_s']:.1f}-{burst['end_s']:.1f} s"
 
 
 def trace_lines(summary: Summary) -> list[str]:
     """The replay's headline and one line per step that replayed a burst (none without a trace)."""
-    tr = summary.get("trace")
-    if not tr:
+    trace = summary.get("trace")
+    if not trace:
         return []
-    lines = [trace_headline(tr)]
-    if "replayed_rows" in tr:
-        lines.append(f"  {rows_text(tr['replayed_rows'])}")
-    for st in tr["steps"]:
-        if "replayed_rows" in st and _not_sent(st["replayed_rows"]) and len(tr["steps"]) > 1:
-            lines.append(f"  step {st['step']} ({st['speed']:g}x): {rows_text(st['replayed_rows'])}")
-        for b in st["bursts"]:
+    lines = [trace_headline(trace)]
+    if "replayed_rows" in trace:
+        lines.append(f"  {rows_text(trace['replayed_rows'])}")
+    for step in trace["steps"]:
+        head = f"  step {step['step']} ({step['speed']:g}x)"
+        if "replayed_rows" in step and _not_sent(step["replayed_rows"]) and len(trace["steps"]) > 1:
+            lines.append(f"{head}: {rows_text(step['replayed_rows'])}")
+        for burst in step["bursts"]:
             lines.append(
-                f"  step {st['step']} ({st['speed']:g}x): burst at {burst_text(b)} of the trace, "
-                f"{b['requests']} requests, p95 from schedule {fmt(b['p95_ms'])} ms "
-                f"(the rest of the step {fmt(st['p95_outside_ms'])} ms), {b['failed']} failed"
+                f"{head}: burst at {burst_text(burst)} of the trace, "
+                f"{burst['requests']} requests, p95 from schedule {fmt(burst['p95_ms'])} ms "
+                f"(the rest of the step {fmt(step['p95_outside_ms'])} ms), {burst['failed']} failed"
             )
     return lines
 
 
-def trace_html(summary: Summary) -> str:
+def trace_html(view: RunView) -> str:
     """The report's section (empty without a trace)."""
-    tr = summary.get("trace")
-    if not tr:
+    trace = view.summary.get("trace")
+    if not trace:
         return ""
     found = "".join(
-        f"<tr><td>{burst_text(b)}</td><td>{b['arrivals']}</td><td>{b['rate_rps']:.1f}</td>"
-        f"<td>{b['times_mean']:.1f}x</td></tr>"
-        for b in tr.get("bursts") or []
+        f"<tr><td>{burst_text(burst)}</td><td>{burst['arrivals']}</td><td>{burst['rate_rps']:.1f}</td>"
+        f"<td>{burst['times_mean']:.1f}x</td></tr>"
+        for burst in trace.get("bursts") or []
     )
     rows = []
-    for st in tr["steps"]:
-        replayed: list[TraceStepBurst | None] = [*st["bursts"]] or [None]
-        for b in replayed:
-            offered = st.get("offered_rps") or st["rate"]
+    for step in trace["steps"]:
+        replayed: list[TraceStepBurst | None] = [*step["bursts"]] or [None]
+        for burst in replayed:
+            offered = step.get("offered_rps") or step["rate"]
             rows.append(
-                f"<tr><td>{st['step']}</td><td>{st['speed']:g}x</td><td>{offered:.3g}</td>"
+                f"<tr><td>{step['step']}</td><td>{step['speed']:g}x</td><td>{offered:.3g}</td>"
                 + (
-                    f"<td>{burst_text(b)}</td><td>{b['requests']}</td><td>{b['failed']}</td><td>{fmt(b['p95_ms'])}</td>"
-                    if b
+                    f"<td>{burst_text(burst)}</td><td>{burst['requests']}</td><td>{burst['failed']}</td>"
+                    f"<td>{fmt(burst['p95_ms'])}</td>"
+                    if burst
                     else "<td>-</td><td></td><td></td><td></td>"
                 )
-                + f"<td>{fmt(st['p95_outside_ms'])}</td></tr>"
+                + f"<td>{fmt(step['p95_outside_ms'])}</td></tr>"
             )
     bursts = (
         f"<table><tr><th>burst (trace time)</th><th>arrivals</th><th>req/s at 1x</th><th>of the mean</th></tr>"
@@ -99,45 +110,13 @@ def trace_html(summary: Summary) -> str:
         if found
         else "<p class='meta'>No bursts: nowhere do arrivals come twice as fast as the mean.</p>"
     )
-    counted = f"<div class='meta'>{esc(rows_text(tr['replayed_rows']))}</div>" if "replayed_rows" in tr else ""
-    lost = "replayed_rows" in tr and _not_sent(tr["replayed_rows"]) > 0
+    counted = f"<div class='meta'>{esc(rows_text(trace['replayed_rows']))}</div>" if "replayed_rows" in trace else ""
+    lost = "replayed_rows" in trace and _not_sent(trace["replayed_rows"]) > 0
     return (
         f"<h2>Trace replay</h2><div class='verdict{'' if lost else ' ok'}'>"
-        f"<div class='meta'>{esc(trace_headline(tr))}</div>{counted}</div>"
+        f"<div class='meta'>{esc(trace_headline(trace))}</div>{counted}</div>"
         f"{bursts}<table><tr><th>step</th><th>speed</th><th>offered req/s</th><th>burst</th><th>requests</th>"
         f"<th>failed</th><th>burst p95 ms</th><th>rest of the step p95 ms</th></tr>{''.join(rows)}</table>"
         f"<p class='meta'>Latency from the schedule: what a caller who came when the trace has it waited. A "
         f"step at speed S replays second x of the trace at x / S; bursts are shaded on the timeline.</p>"
     )
-
-
-def burst_bands(summary: Summary, t_zero: float) -> list[dict]:
-    """The timeline's shading of each burst as each step replayed it (plotly shapes, every row)."""
-    tr = summary.get("trace")
-    if not tr:
-        return []
-    starts = {s["step"]: s.get("planned_start") for s in summary["steps"]}
-    out = []
-    for st in tr["steps"]:
-        t = starts.get(st["step"])
-        if t is None:
-            continue
-        for b in st["bursts"]:
-            x0, x1 = t + b["start_s"] / st["speed"] - t_zero, t + b["end_s"] / st["speed"] - t_zero
-            for row in ("", "2", "3", "4"):
-                out.append(
-                    dict(
-                        type="rect",
-                        xref=f"x{row}",
-                        yref=f"y{row} domain",
-                        x0=x0,
-                        x1=max(x1, x0 + 0.2),
-                        y0=0,
-                        y1=1,
-                        fillcolor="#f6c343",
-                        opacity=0.35,
-                        layer="below",
-                        line_width=0,
-                    )
-                )
-    return out

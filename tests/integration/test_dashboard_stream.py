@@ -344,16 +344,19 @@ def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
     (and underrun rates) the step table shows, each term's threshold drawn; the table has a
     column per term and no wait p95."""
     from tts_knee.analysis.slo import parse
+    from tts_knee.dashboard.kit import Renderer
     from tts_knee.dashboard.slo_verdicts import slo_figure, slo_html
     from tts_knee.dashboard.table import table_columns, table_rows
+    from tts_knee.dashboard.view import RunView
 
     # 40 s steps: enough requests at each concurrency for an interval to bound a p95 from above
     rd = load(build_run(tmp_path / "r", Model(**dict(SHARED_5X, step_s=40))))
     s = analyze(rd, parse("ttfa_p95_ms<=400,underrun_rate<=0.05"))
-    fig = slo_figure(s)
+    view = RunView.of(s)
+    fig = slo_figure(view)
     by_name = {t.name.split(" ")[0]: t for t in fig.data}
-    cols = table_columns(s)
-    table = {int(r[cols.index("conc")]): r for r in table_rows(s)}
+    cols = table_columns(view)
+    table = {int(r[cols.index("conc")]): r for r in table_rows(view)}
     ttfa = list(by_name["ttfa_p95_ms"].y)
     assert [f"{v:.0f}" for v in ttfa] == [table[c][cols.index("ttfa p95")] for c in (1, 2, 4, 8)]
     assert ttfa == [lv["ttfa_ms"]["p95"] for lv in s["levels"]]
@@ -361,8 +364,8 @@ def test_the_slo_section_draws_and_tabulates_the_slos_own_terms(tmp_path):
     assert by_name["ttfa_p95_ms"].error_y.array is not None  # its interval
     lines = {(round(sh.y0, 3), sh.yref) for sh in fig.layout.shapes if sh.y0 == sh.y1}
     assert {(400.0, "y"), (0.05, "y2")} <= lines
-    html = slo_html(s, False)
+    html = slo_html(view, Renderer(False))
     assert "<th>ttfa_p95_ms [95% CI]</th><th>underrun_rate [95% CI]</th>" in html and "<th>p95 wait" not in html
     assert "met up to <b>4</b>" in html
-    none = analyze(rd, parse("ttfa_p95_ms<=100"))
-    assert "no tested concurrency meets it" in slo_html(none, False) and "none" not in slo_html(none, False)[:300]
+    none = slo_html(RunView.of(analyze(rd, parse("ttfa_p95_ms<=100"))), Renderer(False))
+    assert "no tested concurrency meets it" in none and "none" not in none[:300]
