@@ -333,7 +333,7 @@ def _listen_sentence(done: list[StepSummary], knee: Knee, name: Listened, level_
     base, previous, knee_level = done[0], done[level_index - 1] if level_index > 0 else done[0], done[level_index]
     figure: HeardFigure = "similarity_mean" if name == "similarity" else "mos_mean"
 
-    def at(level: StepSummary) -> str:
+    def figure_at(level: StepSummary) -> str:
         value = _heard(level, figure)
         return "n/a" if value is None else f"{value:.2f}"
 
@@ -345,8 +345,9 @@ def _listen_sentence(done: list[StepSummary], knee: Knee, name: Listened, level_
         else "naturalness (DNSMOS OVRL)"
     )
     said = (
-        f"The voice changed: {what} fell from {at(base)} at {base['concurrency']} "
-        f"and {at(previous)} at {previous['concurrency']} to {at(knee_level)} at {knee_level['concurrency']} "
+        f"The voice changed: {what} fell from {figure_at(base)} at {base['concurrency']} "
+        f"and {figure_at(previous)} at {previous['concurrency']} "
+        f"to {figure_at(knee_level)} at {knee_level['concurrency']} "
         f"(paired by text over {drop['pairs'] if drop else 0} texts, the drop "
         f"{drop['mean'] if drop else math.nan:.2f}, 95 % interval {interval[0]:.2f} to {interval[1]:.2f})."
     )
