@@ -49,13 +49,13 @@ MIN_SIMILARITY_DROP = 0.2
 MIN_MOS_DROP = 0.3
 
 
-def judged_texts(ids: list[str], n: int) -> frozenset[str]:
-    """``n`` of the texts ``ids`` (in corpus order) spread evenly over them, every k-th (all of
-    them when there are no more): the texts the judge hears at every step (``--asr-sample``)."""
+def judged_texts(ids: list[str], count: int) -> frozenset[str]:
+    """``count`` of the texts ``ids`` (in corpus order) spread evenly over them, every k-th (all
+    of them when there are no more): the texts the judge hears at every step (``--asr-sample``)."""
     ids = list(dict.fromkeys(ids))
-    if n >= len(ids):
+    if count >= len(ids):
         return frozenset(ids)
-    return frozenset(ids[int(i * len(ids) / n)] for i in range(n))
+    return frozenset(ids[int(index * len(ids) / count)] for index in range(count))
 
 
 def read(path: Path) -> list[dict[str, Any]]:
@@ -68,17 +68,21 @@ def read(path: Path) -> list[dict[str, Any]]:
     out = []
     for line in raw.splitlines():
         try:
-            e = json.loads(line)
+            entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(e, dict) and isinstance(e.get("req_id"), str):
-            out.append(e)
+        if isinstance(entry, dict) and isinstance(entry.get("req_id"), str):
+            out.append(entry)
     return out
 
 
-def _rate(e: dict[str, Any]) -> float | None:
-    v = e.get("error")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+def _rate(entry: dict[str, Any]) -> float | None:
+    value = entry.get("error")
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 #: The start of the reasons :mod:`locustfiles.listening` gives for a clip the judge had no time for.
@@ -88,9 +92,9 @@ BEHIND = ("not judged: the judge was behind", "not judged: the run's end waited"
 KEPT = "kept, not judged yet (--asr-keep): tts-knee judge RUN_DIR judges it"
 
 
-def is_kept(e: dict[str, Any]) -> bool:
+def is_kept(entry: dict[str, Any]) -> bool:
     """Whether a judge line is a clip kept for later (:data:`KEPT`), not a verdict."""
-    return e.get("reason") == KEPT
+    return entry.get("reason") == KEPT
 
 
 def json_object(value: object) -> dict[str, Any]:
@@ -102,15 +106,15 @@ def judged(lines: list[dict[str, Any]], run: dict[str, Any]) -> Judged:
     """The summary's ``judge``: what the judge heard of the clips (read off their lines: their
     error rates, their similarity, their MOS), and from ``run`` (run.json) why the voice and the
     sound went unheard, the model and whether it judged afterwards."""
-    kept = sum(1 for e in lines if is_kept(e))
-    lines = [e for e in lines if not is_kept(e)]
-    count = sum(1 for e in lines if _rate(e) is not None)
+    kept = sum(1 for entry in lines if is_kept(entry))
+    lines = [entry for entry in lines if not is_kept(entry)]
+    count = sum(1 for entry in lines if _rate(entry) is not None)
     heard = [
         what
         for what, there in (
             (hearing.WORDS, count > 0),
-            (hearing.VOICE, any("similarity" in e for e in lines)),
-            (hearing.SOUND, any("mos" in e for e in lines)),
+            (hearing.VOICE, any("similarity" in entry for entry in lines)),
+            (hearing.SOUND, any("mos" in entry for entry in lines)),
         )
         if there
     ]
@@ -133,8 +137,8 @@ def judged(lines: list[dict[str, Any]], run: dict[str, Any]) -> Judged:
     }
 
 
-def _clips(n: int) -> str:
-    return f"{n} clip" if n == 1 else f"{n} clips"
+def _clips(count: int) -> str:
+    return f"{count} clip" if count == 1 else f"{count} clips"
 
 
 def _judged_text(heard: list[str], count: int, not_heard: str | None, model: str | None, afterwards: bool) -> str:
@@ -151,29 +155,33 @@ def _judged_text(heard: list[str], count: int, not_heard: str | None, model: str
     return f"{said}, not the voice and the sound: {not_heard or 'the run did not listen for them'}"
 
 
-def _cpu(e: dict[str, Any]) -> float:
-    v = e.get("judge_s")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
+def _cpu(entry: dict[str, Any]) -> float:
+    value = entry.get("judge_s")
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else 0.0
+    )
 
 
 def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """One step's (or level's) ``speech`` from its judge lines; None when it had none."""
     if not entries:
         return None
-    judged = [e for e in entries if _rate(e) is not None]
-    metrics = [e.get("metric") for e in judged if e.get("metric") in ("wer", "cer")]
+    judged = [entry for entry in entries if _rate(entry) is not None]
+    metrics = [entry.get("metric") for entry in judged if entry.get("metric") in ("wer", "cer")]
     metric = max(set(metrics), key=metrics.count) if metrics else "wer"
-    rates = np.array([_rate(e) for e in judged], dtype=float)
+    rates = np.array([_rate(entry) for entry in judged], dtype=float)
     mean = float(rates.mean()) if len(rates) else None
     p95 = float(np.percentile(rates, 95)) if len(rates) else None
-    worst = sorted(judged, key=lambda e: -(_rate(e) or 0.0))[:WORST]
+    worst = sorted(judged, key=lambda entry: -(_rate(entry) or 0.0))[:WORST]
     return {
         **listened(entries),
         "metric": metric,
         "judged": len(judged),
         "not_judged": len(entries) - len(judged),
-        "behind": sum(1 for e in entries if str(e.get("reason") or "").startswith(BEHIND)),
-        "judge_cpu_s": round(sum(_cpu(e) for e in judged), 3),
+        "behind": sum(1 for entry in entries if str(entry.get("reason") or "").startswith(BEHIND)),
+        "judge_cpu_s": round(sum(_cpu(entry) for entry in judged), 3),
         "wer_mean": mean if metric == "wer" else None,
         "wer_p95": p95 if metric == "wer" else None,
         "cer_mean": mean if metric == "cer" else None,
@@ -181,21 +189,25 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         "unintelligible": int((rates > UNINTELLIGIBLE).sum()),
         "worst": [
             {
-                "req_id": e["req_id"],
-                "text_id": e.get("text_id"),
-                "text": e.get("text"),
-                "transcript": e.get("transcript"),
-                "error": _rate(e),
-                "clip": e.get("clip"),
+                "req_id": entry["req_id"],
+                "text_id": entry.get("text_id"),
+                "text": entry.get("text"),
+                "transcript": entry.get("transcript"),
+                "error": _rate(entry),
+                "clip": entry.get("clip"),
             }
-            for e in worst
+            for entry in worst
         ],
     }
 
 
-def _number(e: dict[str, Any], key: str) -> float | None:
-    v = e.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+def _number(entry: dict[str, Any], key: str) -> float | None:
+    value = entry.get(key)
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def _mean(values: list[float]) -> float | None:
@@ -208,32 +220,38 @@ def _p5(values: list[float]) -> float | None:
 
 def listened(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The voice and sound figures of a step's judge lines ({} when none was listened to)."""
-    heard = [e for e in entries if "mos" in e or "similarity" in e]
+    heard = [entry for entry in entries if "mos" in entry or "similarity" in entry]
     if not heard:
         return {}
-    sims = [v for e in heard if (v := _number(e, "similarity")) is not None]
-    moses = [v for e in heard if (v := _number(e, "mos")) is not None]
-    alike = sorted((e for e in heard if _number(e, "similarity") is not None), key=lambda e: e["similarity"])
+    sims = [value for entry in heard if (value := _number(entry, "similarity")) is not None]
+    moses = [value for entry in heard if (value := _number(entry, "mos")) is not None]
+    alike = sorted(
+        (entry for entry in heard if _number(entry, "similarity") is not None), key=lambda entry: entry["similarity"]
+    )
     return {
         "similarity_mean": _mean(sims),
         "similarity_p5": _p5(sims),
-        "similarity_ref_mean": _mean([v for e in heard if (v := _number(e, "similarity_ref")) is not None]),
+        "similarity_ref_mean": _mean(
+            [value for entry in heard if (value := _number(entry, "similarity_ref")) is not None]
+        ),
         "mos_mean": _mean(moses),
         "mos_p5": _p5(moses),
-        "mos_sig_mean": _mean([v for e in heard if (v := _number(e, "mos_sig")) is not None]),
-        "mos_bak_mean": _mean([v for e in heard if (v := _number(e, "mos_bak")) is not None]),
-        "not_listened": sum(1 for e in heard if _number(e, "similarity") is None or _number(e, "mos") is None),
+        "mos_sig_mean": _mean([value for entry in heard if (value := _number(entry, "mos_sig")) is not None]),
+        "mos_bak_mean": _mean([value for entry in heard if (value := _number(entry, "mos_bak")) is not None]),
+        "not_listened": sum(
+            1 for entry in heard if _number(entry, "similarity") is None or _number(entry, "mos") is None
+        ),
         "worst_similarity": [
             {
-                "req_id": e["req_id"],
-                "text_id": e.get("text_id"),
-                "text": e.get("text"),
-                "similarity": e["similarity"],
-                "similarity_ref": _number(e, "similarity_ref"),
-                "mos": _number(e, "mos"),
-                "clip": e.get("clip"),
+                "req_id": entry["req_id"],
+                "text_id": entry.get("text_id"),
+                "text": entry.get("text"),
+                "similarity": entry["similarity"],
+                "similarity_ref": _number(entry, "similarity_ref"),
+                "mos": _number(entry, "mos"),
+                "clip": entry.get("clip"),
             }
-            for e in alike[:WORST]
+            for entry in alike[:WORST]
         ],
     }
 
@@ -244,28 +262,33 @@ def resimilar(entries: list[dict[str, Any]], lowest: set[int] | None = None) -> 
     wrote it against the lowest concurrency heard so far, the same in a closed loop whose steps
     ascend."""
     base: dict[str, tuple[tuple[bool, float], np.ndarray]] = {}
-    for e in entries:
-        emb, c = e.get("embedding"), e.get("concurrency")
-        if isinstance(emb, list) and emb and isinstance(c, (int, float)) and e.get("text_id") is not None:
-            rank = (lowest is not None and e.get("step") not in lowest, float(c))
-            if e["text_id"] not in base or rank < base[e["text_id"]][0]:
-                base[e["text_id"]] = (rank, np.asarray(emb, dtype=float))
+    for entry in entries:
+        emb, concurrency = entry.get("embedding"), entry.get("concurrency")
+        if isinstance(emb, list) and emb and isinstance(concurrency, (int, float)) and entry.get("text_id") is not None:
+            rank = (lowest is not None and entry.get("step") not in lowest, float(concurrency))
+            if entry["text_id"] not in base or rank < base[entry["text_id"]][0]:
+                base[entry["text_id"]] = (rank, np.asarray(emb, dtype=float))
     out = []
-    for e in entries:
-        emb = e.get("embedding")
-        ref = base.get(e["text_id"]) if e.get("text_id") is not None else None
+    for entry in entries:
+        emb = entry.get("embedding")
+        ref = base.get(entry["text_id"]) if entry.get("text_id") is not None else None
         if isinstance(emb, list) and emb and ref is not None:
-            v = np.asarray(emb, dtype=float)
-            e = {**e, "similarity": round(float(v @ ref[1] / (np.linalg.norm(v) * np.linalg.norm(ref[1]) + 1e-12)), 4)}
-        out.append(e)
+            vector = np.asarray(emb, dtype=float)
+            entry = {
+                **entry,
+                "similarity": round(
+                    float(vector @ ref[1] / (np.linalg.norm(vector) * np.linalg.norm(ref[1]) + 1e-12)), 4
+                ),
+            }
+        out.append(entry)
     return out
 
 
 def by_step(entries: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
-    for e in entries:
-        if isinstance(e.get("step"), int):
-            out.setdefault(e["step"], []).append(e)
+    for entry in entries:
+        if isinstance(entry.get("step"), int):
+            out.setdefault(entry["step"], []).append(entry)
     return out
 
 
@@ -276,82 +299,90 @@ def _steps_of(level: dict[str, Any]) -> list[int]:
 def attach(steps: list[dict[str, Any]], levels: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
     """Set ``speech`` on every step and level (levels pool their steps' clips; ``levels`` run
     along the axis, the first with requests the one ``similarity`` compares with)."""
-    first = next((lv for lv in levels if lv.get("requests")), None)
+    first = next((level for level in levels if level.get("requests")), None)
     grouped = by_step(resimilar(entries, None if first is None else set(_steps_of(first))))
-    for st in steps:
-        st["speech"] = summarise(grouped.get(st["step"], []))
-    for lv in levels:
-        nums = _steps_of(lv)
-        lv["speech"] = summarise([e for n in nums for e in grouped.get(n, [])])
-        lv["_speech_entries"] = [e for n in nums for e in grouped.get(n, [])]
+    for step in steps:
+        step["speech"] = summarise(grouped.get(step["step"], []))
+    for level in levels:
+        nums = _steps_of(level)
+        level["speech"] = summarise([entry for number in nums for entry in grouped.get(number, [])])
+        level["_speech_entries"] = [entry for number in nums for entry in grouped.get(number, [])]
 
 
 def _by_text(entries: list[dict[str, Any]]) -> dict[str, float]:
     """Each text's mean error rate over its judged clips."""
     sums: dict[str, list[float]] = {}
-    for e in entries:
-        r = _rate(e)
-        if r is not None and e.get("text_id") is not None:
-            sums.setdefault(e["text_id"], []).append(r)
-    return {t: sum(v) / len(v) for t, v in sums.items()}
+    for entry in entries:
+        rate = _rate(entry)
+        if rate is not None and entry.get("text_id") is not None:
+            sums.setdefault(entry["text_id"], []).append(rate)
+    return {text_id: sum(rates) / len(rates) for text_id, rates in sums.items()}
 
 
 def _by_text_of(entries: list[dict[str, Any]], key: str) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
-    for e in entries:
-        v = _number(e, key)
-        if v is not None and e.get("text_id") is not None:
-            sums.setdefault(e["text_id"], []).append(v)
-    return {t: sum(v) / len(v) for t, v in sums.items()}
+    for entry in entries:
+        value = _number(entry, key)
+        if value is not None and entry.get("text_id") is not None:
+            sums.setdefault(entry["text_id"], []).append(value)
+    return {text_id: sum(values) / len(values) for text_id, values in sums.items()}
 
 
 def paired_rise(low: list[dict[str, Any]], high: list[dict[str, Any]], key: str = "error") -> dict[str, Any] | None:
     """The rise in error rate (or another figure, ``key``) from ``low``'s clips to ``high``'s,
     paired by text: ``{pairs, mean, ci: [lo, hi]}``; None with fewer than MIN_PAIRS pairs."""
-    a, b = (_by_text(low), _by_text(high)) if key == "error" else (_by_text_of(low, key), _by_text_of(high, key))
-    common = sorted(a.keys() & b.keys())
+    low_means, high_means = (
+        (_by_text(low), _by_text(high)) if key == "error" else (_by_text_of(low, key), _by_text_of(high, key))
+    )
+    common = sorted(low_means.keys() & high_means.keys())
     if len(common) < MIN_PAIRS:
         return None
-    d = np.array([b[t] - a[t] for t in common])
+    differences = np.array([high_means[text_id] - low_means[text_id] for text_id in common])
     rng = np.random.default_rng(SEED)
-    means = d[rng.integers(0, len(d), size=(BOOTSTRAP, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"pairs": len(common), "mean": float(d.mean()), "ci": [float(lo), float(hi)]}
+    means = differences[rng.integers(0, len(differences), size=(BOOTSTRAP, len(differences)))].mean(axis=1)
+    ci_low, ci_high = np.percentile(means, [2.5, 97.5])
+    return {"pairs": len(common), "mean": float(differences.mean()), "ci": [float(ci_low), float(ci_high)]}
 
 
 def knee_index(levels: list[dict[str, Any]]) -> tuple[int | None, list[dict[str, Any] | None]]:
     """The first level whose speech is significantly worse than the lowest's (see the module
     doc), and each level's paired rise (None where it could not be judged)."""
-    done = [lv for lv in levels if lv.get("requests")]
+    done = [level for level in levels if level.get("requests")]
     if not done:
         return None, []
     base = done[0].get("_speech_entries") or []
-    rises = [None] + [paired_rise(base, lv.get("_speech_entries") or []) for lv in done[1:]]
-    k = next((i for i, r in enumerate(rises) if r is not None and r["ci"][0] > MIN_RISE), None)
-    return k, rises
+    rises = [None] + [paired_rise(base, level.get("_speech_entries") or []) for level in done[1:]]
+    knee_at = next(
+        (level_index for level_index, rise in enumerate(rises) if rise is not None and rise["ci"][0] > MIN_RISE), None
+    )
+    return knee_at, rises
 
 
 def drop_index(levels: list[dict[str, Any]], key: str) -> tuple[int | None, list[dict[str, Any] | None]]:
     """Knee methods ``similarity`` and ``mos``: the first level whose ``key`` (``similarity`` or
     ``mos``) dropped from the lowest level's by more than its margin (see the module doc), paired by
     text, and each level's drop (None where it could not be judged; [] when nothing was heard)."""
-    done = [lv for lv in levels if lv.get("requests")]
-    if not done or not any(_number(e, key) is not None for lv in done for e in lv.get("_speech_entries") or []):
+    done = [level for level in levels if level.get("requests")]
+    if not done or not any(
+        _number(entry, key) is not None for level in done for entry in level.get("_speech_entries") or []
+    ):
         return None, []
     base = done[0].get("_speech_entries") or []
     drops: list[dict[str, Any] | None] = [None]
-    for lv in done[1:]:
-        rise = paired_rise(lv.get("_speech_entries") or [], base, key)  # base - level: a drop
+    for level in done[1:]:
+        rise = paired_rise(level.get("_speech_entries") or [], base, key)  # base - level: a drop
         drops.append(rise)
     margin = MIN_SIMILARITY_DROP if key == "similarity" else MIN_MOS_DROP
-    k = next((i for i, d in enumerate(drops) if d is not None and d["ci"][0] > margin), None)
-    return k, drops
+    knee_at = next(
+        (level_index for level_index, drop in enumerate(drops) if drop is not None and drop["ci"][0] > margin), None
+    )
+    return knee_at, drops
 
 
 def strip(levels: list[dict[str, Any]]) -> None:
-    for lv in levels:
-        lv.pop("_speech_entries", None)
+    for level in levels:
+        level.pop("_speech_entries", None)
 
 
-def pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.0f} %"
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f} %"

@@ -121,7 +121,11 @@ def check_model(spec: str, language: str = "", metric: str = "") -> None:
     faster-whisper does not know, a language that is no language code. Cheap: the model itself is
     loaded by the judge process, which reports a model that will not load, or a language it does
     not know (:func:`check_language`), before the run's first step."""
-    missing = [m for m in ("faster_whisper", "jiwer", "whisper_normalizer") if importlib.util.find_spec(m) is None]
+    missing = [
+        module
+        for module in ("faster_whisper", "jiwer", "whisper_normalizer")
+        if importlib.util.find_spec(module) is None
+    ]
     if missing:
         raise AsrError(f"--asr-model needs {', '.join(missing)}, not installed here: {EXTRA}")
     if metric and metric not in ("wer", "cer"):
@@ -131,7 +135,7 @@ def check_model(spec: str, language: str = "", metric: str = "") -> None:
         raise AsrError(f"--asr-language {language!r} is not a language code (en, zh, de ...)")
     path = Path(spec).expanduser()
     if path.is_dir():
-        missing = [f for f in ("model.bin", "config.json") if not (path / f).is_file()]
+        missing = [file_name for file_name in ("model.bin", "config.json") if not (path / file_name).is_file()]
         if missing:
             raise AsrError(
                 f"--asr-model {spec}: the directory is not a faster-whisper (CTranslate2) model: "
@@ -192,16 +196,16 @@ def load_model(spec: str, threads: int = 1, device: str = "cpu") -> WhisperModel
 
     path = Path(spec).expanduser()
     try:
-        on = device_of(device)
+        runs_on = device_of(device)
         return WhisperModel(
             str(path) if path.is_dir() else spec,
-            device=on,
-            compute_type=COMPUTE_TYPES[on],
+            device=runs_on,
+            compute_type=COMPUTE_TYPES[runs_on],
             cpu_threads=threads,
             num_workers=1,
         )
-    except Exception as e:  # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    except Exception as error:  # huggingface_hub's and CTranslate2's errors: a sentence, not a traceback
+        why = str(error).splitlines()[0] if str(error) else type(error).__name__
         if device != "cpu" and ("cuda" in why.lower() or "gpu" in why.lower()):
             raise AsrError(f"--asr-device {device}: the recogniser cannot run on a GPU here ({why})") from None
         if path.is_dir():
@@ -229,14 +233,14 @@ def windows(durations: Sequence[float], languages: Sequence[str | None]) -> list
     (detected per clip) and one too long to share are alone."""
     out: list[list[int]] = []
     used = 0.0
-    for i, (seconds, language) in enumerate(zip(durations, languages)):
+    for clip_index, (seconds, language) in enumerate(zip(durations, languages)):
         prev = out[-1] if out else None
         fits = used + GAP_S + seconds <= WINDOW_S
         if prev is not None and language and languages[prev[0]] == language and fits:
-            prev.append(i)
+            prev.append(clip_index)
             used += GAP_S + seconds
         else:
-            out.append([i])
+            out.append([clip_index])
             used = seconds if language else WINDOW_S  # no language: nothing joins it
     return out
 
@@ -261,19 +265,22 @@ def _shared(model: WhisperModel, clips: Sequence[np.ndarray], language: str) -> 
     gap = np.zeros(int(GAP_S * SAMPLE_RATE), dtype=np.float32)
     spans: list[tuple[float, float]] = []
     parts: list[np.ndarray] = []
-    at = 0.0
+    offset_s = 0.0
     for clip in clips:
-        spans.append((at, at + len(clip) / SAMPLE_RATE))
+        spans.append((offset_s, offset_s + len(clip) / SAMPLE_RATE))
         parts += [clip.astype(np.float32, copy=False), gap]
-        at += (len(clip) + len(gap)) / SAMPLE_RATE
+        offset_s += (len(clip) + len(gap)) / SAMPLE_RATE
     segments, _info = model.transcribe(np.concatenate(parts[:-1]), word_timestamps=True, **_options(language))
     words: list[list[str]] = [[] for _ in clips]
     for seg in segments:
         for word in seg.words or ():
             middle = (word.start + word.end) / 2
-            nearest = min(range(len(spans)), key=lambda k: max(spans[k][0] - middle, middle - spans[k][1], 0.0))
+            nearest = min(
+                range(len(spans)),
+                key=lambda span_index: max(spans[span_index][0] - middle, middle - spans[span_index][1], 0.0),
+            )
             words[nearest].append(word.word)
-    return [Heard("".join(w).strip(), language) for w in words]
+    return [Heard("".join(clip_words).strip(), language) for clip_words in words]
 
 
 def transcribe(model: WhisperModel, clips: Sequence[np.ndarray], languages: Sequence[str | None]) -> list[Heard]:
@@ -281,10 +288,16 @@ def transcribe(model: WhisperModel, clips: Sequence[np.ndarray], languages: Sequ
     each clip's language (a base code, or None to detect it): clips that fit share a window
     (:func:`windows`). Raises what the recogniser raises."""
     heard: list[Heard] = []
-    for group in windows([len(c) / SAMPLE_RATE for c in clips], languages):
+    for group in windows([len(clip) / SAMPLE_RATE for clip in clips], languages):
         language = languages[group[0]]
         if len(group) == 1 or not language:
-            heard += [replace(_alone(model, clips[i], languages[i]), window=i) for i in group]
+            heard += [
+                replace(_alone(model, clips[clip_index], languages[clip_index]), window=clip_index)
+                for clip_index in group
+            ]
         else:
-            heard += [replace(h, window=group[0]) for h in _shared(model, [clips[i] for i in group], language)]
+            heard += [
+                replace(said, window=group[0])
+                for said in _shared(model, [clips[clip_index] for clip_index in group], language)
+            ]
     return heard

@@ -60,15 +60,15 @@ FlacHeader = tuple[int, int, int, int]
 
 
 class Sink(Protocol):
-    """Where a parser reports each arrival that carried audio: at ``at``, ``ms`` of it."""
+    """Where a parser reports each arrival that carried audio: at ``arrived_at``, ``audio_ms`` of it."""
 
-    def add(self, at: float, ms: float) -> None: ...
+    def add(self, arrived_at: float, audio_ms: float) -> None: ...
 
 
 class Parser(Protocol):
     """A streaming body parser: each block as it arrives, then the body's end."""
 
-    def feed(self, block: bytes, at: float) -> None: ...
+    def feed(self, block: bytes, arrived_at: float) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -194,8 +194,8 @@ def looks_textual(body: BytesLike) -> bool:
         return False
     try:
         head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start >= len(head) - 3  # only a character cut at the end
+    except UnicodeDecodeError as error:
+        return error.start >= len(head) - 3  # only a character cut at the end
     return True
 
 
@@ -268,11 +268,11 @@ class Sniffer:
         self.inner: Parser | None = None
         self._head = b""
 
-    def feed(self, block: bytes, at: float) -> None:
+    def feed(self, block: bytes, arrived_at: float) -> None:
         if self.inner is not None:
-            self.inner.feed(block, at)
+            self.inner.feed(block, arrived_at)
             return
-        self.held.append((block, at))
+        self.held.append((block, arrived_at))
         self.size += len(block)
         if self.size >= SNIFF_BYTES or (self.size >= 4 and self.held[0][0][:4] == b"RIFF"):
             self._choose()
@@ -285,12 +285,12 @@ class Sniffer:
 
     def _choose(self) -> None:
         first = self.held[0][0]
-        head = first if len(first) >= SNIFF_BYTES else b"".join(b for b, _ in self.held)
+        head = first if len(first) >= SNIFF_BYTES else b"".join(block for block, _ in self.held)
         self._head = head
         inner = self.inner = _pick(head[:SNIFF_BYTES], self.ctype, self.expect, self.pcm_rate, self.sink)
         held, self.held = self.held, []
-        for block, at in held:
-            inner.feed(block, at)
+        for block, arrived_at in held:
+            inner.feed(block, arrived_at)
 
     @property
     def head(self) -> BytesLike:
@@ -298,7 +298,7 @@ class Sniffer:
         judge the whole body from them and its length."""
         if isinstance(self.inner, WavStream):
             return self.inner.head
-        return self._head if self.inner is not None else b"".join(b for b, _ in self.held)
+        return self._head if self.inner is not None else b"".join(block for block, _ in self.held)
 
     def duration_s(self) -> float | None:
         """Seconds of compressed audio counted from frame headers, or None."""
@@ -329,7 +329,7 @@ class _NotAudio:
     def __init__(self, sink: Sink | None = None):
         pass
 
-    def feed(self, block: bytes, at: float) -> None:
+    def feed(self, block: bytes, arrived_at: float) -> None:
         pass
 
     def finish(self) -> None:
@@ -356,24 +356,24 @@ class FlacStream:
         self.ms = 0.0  # audio of the frames counted
         self.last_at = 0.0
 
-    def feed(self, block: bytes, at: float) -> None:
-        self.last_at = at
+    def feed(self, block: bytes, arrived_at: float) -> None:
+        self.last_at = arrived_at
         self.buf += block
         if self.next and not self._metadata():
             return
-        ms = self._frames(final=False)
+        audio_ms = self._frames(final=False)
         if self.frame is not None:
-            self.sink.add(at, ms)
+            self.sink.add(arrived_at, audio_ms)
 
     def finish(self) -> None:
         if self.next:  # the body ended inside its metadata
             return
-        ms = self._frames(final=True)
+        audio_ms = self._frames(final=True)
         if self.frame is not None:  # the last frame ends with the body
             last = _flac_ms(self.frame)
             self.ms += last
             self.frame = None
-            self.sink.add(self.last_at, ms + last)
+            self.sink.add(self.last_at, audio_ms + last)
 
     def duration_s(self) -> float | None:
         return self.ms / 1000.0 if self.sync is not None else None
@@ -398,7 +398,7 @@ class FlacStream:
     def _frames(self, final: bool) -> float:
         """Take the frame headers that have arrived; returns the audio (ms) of the frames they
         complete. ``final``: the body is over, so a header may be its last bytes."""
-        buf, ms = self.buf, 0.0
+        buf, audio_ms = self.buf, 0.0
         while True:
             if self.sync is None:
                 if len(buf) < FLAC_HEADER_MAX and not final:
@@ -408,19 +408,19 @@ class FlacStream:
                     if buf:
                         raise StreamError(f"FLAC stream has no frame header after its metadata: {bytes(buf[:8])!r}")
                     break
-                self.sync, at = bytes(buf[:2]), 0
+                self.sync, header_at = bytes(buf[:2]), 0
             else:
                 assert self.frame is not None  # set with the sync bytes, from the first frame on
                 candidate = self._candidate(final, self.frame, self.sync)
                 if candidate is None:
                     break
-                at, head = candidate
-                ms += _flac_ms(self.frame)
+                header_at, head = candidate
+                audio_ms += _flac_ms(self.frame)
             number, samples, rate, size = head
             self.frame = (number, samples, rate)
-            del buf[: at + size]
-        self.ms += ms
-        return ms
+            del buf[: header_at + size]
+        self.ms += audio_ms
+        return audio_ms
 
     def _candidate(self, final: bool, frame: FrameHeader, sync: bytes) -> tuple[int, FlacHeader] | None:
         """(offset, header) of the next frame's header in ``buf``, or None while it has not
@@ -428,15 +428,15 @@ class FlacStream:
         frame whose bytes are arriving, ``sync``: the first frame's sync bytes."""
         buf, number, samples = self.buf, frame[0], frame[1]
         expect = number + 1 if sync[1] == 0xF8 else number + samples
-        i = buf.find(sync)
-        while i >= 0:
-            if len(buf) - i < FLAC_HEADER_MAX and not final:
-                del buf[:i]
+        candidate_at = buf.find(sync)
+        while candidate_at >= 0:
+            if len(buf) - candidate_at < FLAC_HEADER_MAX and not final:
+                del buf[:candidate_at]
                 return None
-            head = _flac_header(buf, i, self.info_rate)
+            head = _flac_header(buf, candidate_at, self.info_rate)
             if head is not None and head[0] == expect:
-                return i, head
-            i = buf.find(sync, i + 1)
+                return candidate_at, head
+            candidate_at = buf.find(sync, candidate_at + 1)
         del buf[: max(0, len(buf) - 1)]
         return None
 
@@ -448,11 +448,11 @@ _FLAC_RATES = (None, 88200, 176400, 192000, 8000, 16000, 22050, 24000, 32000, 44
 
 def _crc8_table() -> tuple[int, ...]:
     out = []
-    for n in range(256):
-        c = n
+    for byte in range(256):
+        crc = byte
         for _ in range(8):
-            c = ((c << 1) ^ 0x07) & 0xFF if c & 0x80 else (c << 1) & 0xFF
-        out.append(c)
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+        out.append(crc)
     return tuple(out)
 
 
@@ -463,62 +463,65 @@ def _flac_ms(frame: tuple[int, ...]) -> float:
     return frame[1] * 1000.0 / frame[2]
 
 
-def _flac_block_size(buf: bytearray, j: int, code: int) -> tuple[int, int]:
-    """A FLAC frame's samples from its block-size ``code``, read on at ``buf[j]`` where the code
-    says the size follows the frame number: ``(samples, the index after it)``."""
+def _flac_block_size(buf: bytearray, offset: int, code: int) -> tuple[int, int]:
+    """A FLAC frame's samples from its block-size ``code``, read on at ``buf[offset]`` where the
+    code says the size follows the frame number: ``(samples, the index after it)``."""
     if code == 1:
-        return 192, j
+        return 192, offset
     if code <= 5:
-        return 576 << (code - 2), j
+        return 576 << (code - 2), offset
     if code == 6:
-        return buf[j] + 1, j + 1
+        return buf[offset] + 1, offset + 1
     if code == 7:
-        return int.from_bytes(buf[j : j + 2], "big") + 1, j + 2
-    return 256 << (code - 8), j
+        return int.from_bytes(buf[offset : offset + 2], "big") + 1, offset + 2
+    return 256 << (code - 8), offset
 
 
-def _flac_rate(buf: bytearray, j: int, code: int, info_rate: int | None) -> tuple[int | None, int]:
+def _flac_rate(buf: bytearray, offset: int, code: int, info_rate: int | None) -> tuple[int | None, int]:
     """A FLAC frame's sample rate from its rate ``code`` (0: STREAMINFO's ``info_rate``), read on
-    at ``buf[j]`` where the code says it follows: ``(rate, the index after it)``."""
+    at ``buf[offset]`` where the code says it follows: ``(rate, the index after it)``."""
     if code == 0:
-        return info_rate, j
+        return info_rate, offset
     if code <= 11:
-        return _FLAC_RATES[code], j
+        return _FLAC_RATES[code], offset
     if code == 12:
-        return buf[j] * 1000, j + 1
-    return int.from_bytes(buf[j : j + 2], "big") * (10 if code == 14 else 1), j + 2
+        return buf[offset] * 1000, offset + 1
+    return int.from_bytes(buf[offset : offset + 2], "big") * (10 if code == 14 else 1), offset + 2
 
 
-def _flac_header(buf: bytearray, i: int, info_rate: int | None) -> FlacHeader | None:
-    """``(number, samples, rate, header bytes)`` of a FLAC frame header at ``buf[i]``, or None
+def _flac_header(buf: bytearray, start: int, info_rate: int | None) -> FlacHeader | None:
+    """``(number, samples, rate, header bytes)`` of a FLAC frame header at ``buf[start]``, or None
     (not one, or cut short). ``number`` is the frame's number (fixed block size) or its first
     sample's (variable); a rate of 0 defers to STREAMINFO's ``info_rate``."""
     try:
-        if buf[i] != 0xFF or buf[i + 1] & 0xFE != 0xF8:
+        if buf[start] != 0xFF or buf[start + 1] & 0xFE != 0xF8:
             return None
-        bs, sr = buf[i + 2] >> 4, buf[i + 2] & 0xF
-        channels, bits, reserved = buf[i + 3] >> 4, (buf[i + 3] >> 1) & 7, buf[i + 3] & 1
-        if bs == 0 or sr == 15 or channels > 10 or bits == 3 or reserved:
+        size_code, rate_code = buf[start + 2] >> 4, buf[start + 2] & 0xF
+        channels, bits, reserved = buf[start + 3] >> 4, (buf[start + 3] >> 1) & 7, buf[start + 3] & 1
+        if size_code == 0 or rate_code == 15 or channels > 10 or bits == 3 or reserved:
             return None
-        j, first = i + 5, buf[i + 4]
-        extra = next((k for k, top in enumerate((0x80, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF)) if first < top), None)
+        offset, first = start + 5, buf[start + 4]
+        extra = next(
+            (extra_count for extra_count, top in enumerate((0x80, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF)) if first < top),
+            None,
+        )
         if extra is None or extra == 1 and first < 0xC0:  # 10xxxxxx cannot start a number
             return None
         number = first & (0xFF >> (extra + 2)) if extra else first
         for _ in range(extra):
-            if buf[j] & 0xC0 != 0x80:
+            if buf[offset] & 0xC0 != 0x80:
                 return None
-            number, j = number << 6 | buf[j] & 0x3F, j + 1
-        samples, j = _flac_block_size(buf, j, bs)
-        rate, j = _flac_rate(buf, j, sr, info_rate)
+            number, offset = number << 6 | buf[offset] & 0x3F, offset + 1
+        samples, offset = _flac_block_size(buf, offset, size_code)
+        rate, offset = _flac_rate(buf, offset, rate_code, info_rate)
         crc = 0
-        for b in buf[i:j]:
-            crc = _CRC8[crc ^ b]
-        if crc != buf[j] or not rate:
+        for byte in buf[start:offset]:
+            crc = _CRC8[crc ^ byte]
+        if crc != buf[offset] or not rate:
             return None
     except IndexError:
         return None
-    return number, samples, rate, j + 1 - i
+    return number, samples, rate, offset + 1 - start
 
 
 # ---- PCM and WAV ---------------------------------------------------------------------------
@@ -535,16 +538,16 @@ class PcmStream:
         self.limit = limit  # audio bytes the header promises (inf for placeholders)
         self.got: float = 0  # bytes (a whole number; a float for the comparison with inf)
 
-    def feed(self, block: bytes, at: float) -> None:
-        self.count(len(block), at)
+    def feed(self, block: bytes, arrived_at: float) -> None:
+        self.count(len(block), arrived_at)
 
-    def count(self, n: int, at: float) -> None:
-        """``n`` more body bytes arrived at ``at``."""
+    def count(self, byte_count: int, arrived_at: float) -> None:
+        """``byte_count`` more body bytes arrived at ``arrived_at``."""
         before = self.got
-        self.got = min(self.limit, before + n)
+        self.got = min(self.limit, before + byte_count)
         if self.got > before:
             frames = self.got // self.frame - before // self.frame
-            self.sink.add(at, frames * self.ms_per_frame)
+            self.sink.add(arrived_at, frames * self.ms_per_frame)
 
     def finish(self) -> None:
         pass
@@ -598,9 +601,9 @@ class WavStream:
         self.head: bytes | bytearray = b""  # the header as far as it was walked (the first block, or the blocks so far)
         self.inner: PcmStream | _NotAudio | None = None  # PcmStream once the data chunk has begun; _NotAudio if broken
 
-    def feed(self, block: bytes, at: float) -> None:
+    def feed(self, block: bytes, arrived_at: float) -> None:
         if self.inner is not None:
-            self.inner.feed(block, at)
+            self.inner.feed(block, arrived_at)
             return
         if not self.head:
             self.head = block  # the usual case: the whole header in the first read, not copied
@@ -617,7 +620,7 @@ class WavStream:
             return
         (rate, channels, width), start, size, _ = layout
         self.inner = PcmStream(self.sink, rate, channels, width, math.inf if size in PLACEHOLDER_SIZES else size)
-        self.inner.count(len(self.head) - start, at)
+        self.inner.count(len(self.head) - start, arrived_at)
 
     def finish(self) -> None:
         pass
@@ -637,12 +640,12 @@ _MPEG_KBPS[(False, 3)] = _MPEG_KBPS[(False, 2)]
 _ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 
 
-def _mpeg_header(buf: bytearray, i: int) -> FrameHeader | None:
-    """``(frame bytes, samples, rate)`` of an MPEG audio frame header at ``buf[i]``, or None."""
-    if len(buf) < i + 4 or buf[i] != 0xFF or buf[i + 1] & 0xE0 != 0xE0:
+def _mpeg_header(buf: bytearray, start: int) -> FrameHeader | None:
+    """``(frame bytes, samples, rate)`` of an MPEG audio frame header at ``buf[start]``, or None."""
+    if len(buf) < start + 4 or buf[start] != 0xFF or buf[start + 1] & 0xE0 != 0xE0:
         return None
-    version, layer_bits = (buf[i + 1] >> 3) & 3, (buf[i + 1] >> 1) & 3
-    rate_i, kbps_i, pad = (buf[i + 2] >> 2) & 3, buf[i + 2] >> 4, (buf[i + 2] >> 1) & 1
+    version, layer_bits = (buf[start + 1] >> 3) & 3, (buf[start + 1] >> 1) & 3
+    rate_i, kbps_i, pad = (buf[start + 2] >> 2) & 3, buf[start + 2] >> 4, (buf[start + 2] >> 1) & 1
     if version == 1 or layer_bits == 0 or rate_i == 3 or kbps_i in (0, 15):
         return None  # reserved values, or free format (no frame length in the header)
     layer, mpeg1 = 4 - layer_bits, version == 3
@@ -654,15 +657,15 @@ def _mpeg_header(buf: bytearray, i: int) -> FrameHeader | None:
     return samples // 8 * 1000 * kbps // rate + pad, samples, rate
 
 
-def _adts_header(buf: bytearray, i: int) -> FrameHeader | None:
-    """``(frame bytes, samples, rate)`` of an ADTS (AAC) frame header at ``buf[i]``, or None."""
-    if len(buf) < i + 7 or buf[i] != 0xFF or buf[i + 1] & 0xF6 != 0xF0:
+def _adts_header(buf: bytearray, start: int) -> FrameHeader | None:
+    """``(frame bytes, samples, rate)`` of an ADTS (AAC) frame header at ``buf[start]``, or None."""
+    if len(buf) < start + 7 or buf[start] != 0xFF or buf[start + 1] & 0xF6 != 0xF0:
         return None
-    rate_i = (buf[i + 2] >> 2) & 0xF
-    length = ((buf[i + 3] & 3) << 11) | (buf[i + 4] << 3) | (buf[i + 5] >> 5)
+    rate_i = (buf[start + 2] >> 2) & 0xF
+    length = ((buf[start + 3] & 3) << 11) | (buf[start + 4] << 3) | (buf[start + 5] >> 5)
     if rate_i >= len(_ADTS_RATES) or length < 7:
         return None
-    return length, 1024 * ((buf[i + 6] & 3) + 1), _ADTS_RATES[rate_i]
+    return length, 1024 * ((buf[start + 6] & 3) + 1), _ADTS_RATES[rate_i]
 
 
 class _Framed:
@@ -681,31 +684,31 @@ class _Framed:
         self.started = False  # audio frames have begun
         self.ended = False  # a trailer tag: the rest is not audio
 
-    def feed(self, block: bytes, at: float) -> None:
+    def feed(self, block: bytes, arrived_at: float) -> None:
         if self.ended:
             return
         buf = self.buf
         buf += block
-        ms, i = 0.0, 0
+        audio_ms, consumed = 0.0, 0
         carried = self.started
         while True:
-            frame = self._frame(buf, i)
+            frame = self._frame(buf, consumed)
             if frame is None:
                 break
             size, frame_ms, audio = frame
-            if len(buf) < i + size:
+            if len(buf) < consumed + size:
                 carried = carried or audio
                 break
-            i += size
+            consumed += size
             if audio:
                 carried, self.started = True, True
-                ms += frame_ms
-        if i:
-            del buf[:i]
-            self.offset += i
-        self.ms += ms
+                audio_ms += frame_ms
+        if consumed:
+            del buf[:consumed]
+            self.offset += consumed
+        self.ms += audio_ms
         if carried:
-            self.sink.add(at, ms)
+            self.sink.add(arrived_at, audio_ms)
 
     def finish(self) -> None:
         if self.buf and not self.ended:
@@ -716,17 +719,18 @@ class _Framed:
     def duration_s(self) -> float | None:
         return self.ms / 1000.0 if self.started else None
 
-    def _lost(self, buf: bytearray, i: int) -> None:
-        if bytes(buf[i : i + 8]).startswith(self.TRAILERS):
+    def _lost(self, buf: bytearray, start: int) -> None:
+        if bytes(buf[start : start + 8]).startswith(self.TRAILERS):
             self.ended = True
             return
-        if len(buf) - i >= 10:
+        if len(buf) - start >= 10:
             raise StreamError(
-                f"{self.name} stream lost its frame structure at byte {self.offset + i}: {bytes(buf[i : i + 8])!r}"
+                f"{self.name} stream lost its frame structure at byte {self.offset + start}: "
+                f"{bytes(buf[start : start + 8])!r}"
             )
 
-    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
-        """``(frame bytes, ms of audio, whether it is audio)`` of the frame at ``buf[i]``, or None
+    def _frame(self, buf: bytearray, start: int) -> tuple[int, float, bool] | None:
+        """``(frame bytes, ms of audio, whether it is audio)`` of the frame at ``buf[start]``, or None
         while its header has not arrived."""
         raise NotImplementedError
 
@@ -739,23 +743,23 @@ class MpegStream(_Framed):
         super().__init__(sink)
         self.first = True
 
-    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
-        if self.offset == 0 and i == 0 and buf[:3] == b"ID3":
+    def _frame(self, buf: bytearray, start: int) -> tuple[int, float, bool] | None:
+        if self.offset == 0 and start == 0 and buf[:3] == b"ID3":
             if len(buf) < 10:
                 return None
             size = (buf[6] & 0x7F) << 21 | (buf[7] & 0x7F) << 14 | (buf[8] & 0x7F) << 7 | (buf[9] & 0x7F)
             return 10 + size + (10 if buf[5] & 0x10 else 0), 0.0, False
-        head = _mpeg_header(buf, i)
+        head = _mpeg_header(buf, start)
         if head is None:
-            if len(buf) - i >= 4:
-                self._lost(buf, i)
+            if len(buf) - start >= 4:
+                self._lost(buf, start)
             return None
         size, samples, rate = head
         if self.first:  # a Xing/Info/VBRI frame carries the encoder's tag, not audio
-            if len(buf) < i + min(size, 40):
+            if len(buf) < start + min(size, 40):
                 return size, 0.0, False
-            self.first = len(buf) < i + size  # decided again until the frame is whole
-            if any(tag in buf[i + 4 : i + 40] for tag in (b"Xing", b"Info", b"VBRI")):
+            self.first = len(buf) < start + size  # decided again until the frame is whole
+            if any(tag in buf[start + 4 : start + 40] for tag in (b"Xing", b"Info", b"VBRI")):
                 return size, 0.0, False
         return size, samples * 1000.0 / rate, True
 
@@ -764,11 +768,11 @@ class AdtsStream(_Framed):
     name = "AAC (ADTS)"
     TRAILERS = (b"TAG", b"APETAGEX")
 
-    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
-        head = _adts_header(buf, i)
+    def _frame(self, buf: bytearray, start: int) -> tuple[int, float, bool] | None:
+        head = _adts_header(buf, start)
         if head is None:
-            if len(buf) - i >= 7:
-                self._lost(buf, i)
+            if len(buf) - start >= 7:
+                self._lost(buf, start)
             return None
         size, samples, rate = head
         return size, samples * 1000.0 / rate, True
@@ -787,20 +791,20 @@ class OggStream(_Framed):
         self.played = 0  # samples up to the last page's granule position
         self.codec: str | None = None
 
-    def _frame(self, buf: bytearray, i: int) -> tuple[int, float, bool] | None:
-        if len(buf) < i + 27:
+    def _frame(self, buf: bytearray, start: int) -> tuple[int, float, bool] | None:
+        if len(buf) < start + 27:
             return None
-        if buf[i : i + 4] != b"OggS":
-            self._lost(buf, i)
+        if buf[start : start + 4] != b"OggS":
+            self._lost(buf, start)
             return None
-        nseg = buf[i + 26]
-        if len(buf) < i + 27 + nseg:
+        nseg = buf[start + 26]
+        if len(buf) < start + 27 + nseg:
             return None
-        size = 27 + nseg + sum(buf[i + 27 : i + 27 + nseg])
-        if len(buf) < i + size:
+        size = 27 + nseg + sum(buf[start + 27 : start + 27 + nseg])
+        if len(buf) < start + size:
             return size, 0.0, self.codec is not None and self.rate is not None
-        granule = struct.unpack_from("<q", buf, i + 6)[0]
-        body = bytes(buf[i + 27 + nseg : i + 27 + nseg + 19])
+        granule = struct.unpack_from("<q", buf, start + 6)[0]
+        body = bytes(buf[start + 27 + nseg : start + 27 + nseg + 19])
         if self.codec is None:
             if body.startswith(b"OpusHead"):
                 self.codec, self.rate = "opus", 48000
@@ -814,9 +818,9 @@ class OggStream(_Framed):
         if granule <= 0 or self.rate is None:  # header pages (granule 0), or continued packets
             return size, 0.0, self.played > 0 and self.rate is not None
         played = max(0, granule - self.skip)
-        ms = (played - self.played) * 1000.0 / self.rate
+        audio_ms = (played - self.played) * 1000.0 / self.rate
         self.played = max(self.played, played)
-        return size, max(0.0, ms), True
+        return size, max(0.0, audio_ms), True
 
 
 # ---- server-sent events --------------------------------------------------------------------
@@ -851,8 +855,8 @@ class SseStream:
         self.usage = None
         self.last_at = 0.0
 
-    def feed(self, block: bytes, at: float) -> None:
-        self.last_at = at
+    def feed(self, block: bytes, arrived_at: float) -> None:
+        self.last_at = arrived_at
         if self.first and block:
             self.first = False
             if block.startswith(b"\xef\xbb\xbf"):
@@ -876,21 +880,21 @@ class SseStream:
         tail = lines.pop()  # the line still open at the end of this read
         self.partial = [tail] if tail else []
         for line in lines:
-            self._line(line, at)
+            self._line(line, arrived_at)
 
     def finish(self) -> None:
         if self.partial or self.data:  # no blank line after the last event: take it if it is whole
             try:
                 self.feed(b"\n\n", self.last_at)
-            except StreamError as e:
-                raise StreamError(f"SSE stream ended in the middle of event {self.events}: {e}") from None
+            except StreamError as error:
+                raise StreamError(f"SSE stream ended in the middle of event {self.events}: {error}") from None
         if not self.done:
             raise StreamError(f"SSE stream ended without speech.audio.done or [DONE] after {self.events} events")
 
-    def _line(self, line: bytes, at: float) -> None:
+    def _line(self, line: bytes, arrived_at: float) -> None:
         if not line:
             if self.data:
-                self._dispatch(b"\n".join(self.data), at)
+                self._dispatch(b"\n".join(self.data), arrived_at)
             self.data, self.event = [], b""
             return
         if line[:1] == b":":
@@ -907,15 +911,17 @@ class SseStream:
                 f"SSE stream has a line that is not an event field after {self.events} events: {_snippet(line)!r}"
             )
 
-    def _dispatch(self, data: bytes, at: float) -> None:
+    def _dispatch(self, data: bytes, arrived_at: float) -> None:
         self.events += 1
         if data.strip() == b"[DONE]":
             self.done = True
             return
         try:
             obj = json.loads(data)
-        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError
-            raise StreamError(f"SSE event {self.events} is not valid JSON ({_reason(e)}): {_snippet(data)!r}") from None
+        except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError
+            raise StreamError(
+                f"SSE event {self.events} is not valid JSON ({_reason(error)}): {_snippet(data)!r}"
+            ) from None
         if not isinstance(obj, dict):
             raise StreamError(f"SSE event {self.events} is not a JSON object: {_snippet(data)!r}")
         kind = obj.get("type")
@@ -928,22 +934,22 @@ class SseStream:
             return
         if kind not in _AUDIO_TYPES and kind not in ("", "message") and ("audio" not in kind or "transcript" in kind):
             return  # a typed event of another kind (a transcript or text delta, progress): no audio
-        b64 = next((obj[k] for k in ("audio", "delta", "data") if isinstance(obj.get(k), str)), None)
+        b64 = next((obj[field] for field in ("audio", "delta", "data") if isinstance(obj.get(field), str)), None)
         if b64 is None:
             if kind in _AUDIO_TYPES:
                 raise StreamError(f"SSE event {self.events} ({kind}) carries no base64 audio")
             return  # other events (progress, text) carry no audio
         try:
             pcm = binascii.a2b_base64(b64, strict_mode=True)
-        except (binascii.Error, ValueError) as e:  # ValueError: non-ASCII text
-            raise StreamError(f"SSE event {self.events} has malformed base64 audio ({e})") from None
+        except (binascii.Error, ValueError) as error:  # ValueError: non-ASCII text
+            raise StreamError(f"SSE event {self.events} has malformed base64 audio ({error})") from None
         self._format(obj)
         if pcm:
             frame = 2 * self.channels
             before = self.pcm_bytes
             self.pcm_bytes += len(pcm)
             self.pcm.append(pcm)
-            self.sink.add(at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
+            self.sink.add(arrived_at, (self.pcm_bytes // frame - before // frame) * 1000.0 / self.rate)
 
     def _format(self, obj: dict[str, Any]) -> None:
         rate, channels, fmt = obj.get("sample_rate"), obj.get("channels"), obj.get("format", "pcm")
@@ -959,12 +965,12 @@ class SseStream:
     def audio(self) -> tuple[bytes, Audio]:
         """The decoded PCM wrapped as a WAV, and its Audio; raises StreamError if there is none."""
         frame = 2 * self.channels
-        n = self.pcm_bytes - self.pcm_bytes % frame
-        if not n:
+        whole_bytes = self.pcm_bytes - self.pcm_bytes % frame
+        if not whole_bytes:
             raise StreamError(f"SSE stream carried no audio in {self.events} events")
-        data = b"".join(self.pcm)[:n]
-        wav = wav_header(n, self.rate, self.channels, 2) + data
-        return wav, Audio("wav", n / (self.rate * frame), self.rate, self.channels, 2, 44, n)
+        data = b"".join(self.pcm)[:whole_bytes]
+        wav = wav_header(whole_bytes, self.rate, self.channels, 2) + data
+        return wav, Audio("wav", whole_bytes / (self.rate * frame), self.rate, self.channels, 2, 44, whole_bytes)
 
 
 def _error_message(obj: dict[str, Any]) -> str:
@@ -976,5 +982,5 @@ def _error_message(obj: dict[str, Any]) -> str:
     return " ".join(msg.split())[:200] or "no message"
 
 
-def _reason(e: Exception) -> str:
-    return getattr(e, "msg", None) or type(e).__name__
+def _reason(error: Exception) -> str:
+    return getattr(error, "msg", None) or type(error).__name__

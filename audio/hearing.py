@@ -56,11 +56,11 @@ def decide(asked: bool, words_only: bool, reference_voice: str = "") -> Hearing:
     try:
         speaker.weights_path()
         quality.model_path()
-    except (speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
+    except (speaker.SpeakerModelMissing, quality.MosModelMissing) as error:
         if asked or reference_voice:
             flag = "--asr-listen" if asked else f"--reference-voice {reference_voice}"
-            raise asr.AsrError(f"{flag}: {e}") from None
-        return Hearing(False, str(e))
+            raise asr.AsrError(f"{flag}: {error}") from None
+        return Hearing(False, str(error))
     if reference_voice:
         check_reference(reference_voice)
     return Hearing(True)

@@ -47,11 +47,11 @@ if TYPE_CHECKING:  # loaded by asr.load_model (faster-whisper has no types: Any)
 BATCH_MAX = 24
 
 
-def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
     chunks: list[bytes] = []
     got = 0
-    while got < n:
-        data = stream.read(n - got)
+    while got < size:
+        data = stream.read(size - got)
         if not data:
             return None
         chunks.append(data)
@@ -62,10 +62,10 @@ def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
 def _waiting(stream: IO[bytes]) -> bool:
     """Whether more input is there to read now (a stream with no descriptor: always)."""
     try:
-        fd = stream.fileno()
+        descriptor = stream.fileno()
     except (AttributeError, OSError, ValueError):
         return True
-    return bool(select.select([fd], [], [], 0)[0])
+    return bool(select.select([descriptor], [], [], 0)[0])
 
 
 class Listener:
@@ -82,8 +82,11 @@ class Listener:
             ref: speaker.Floats | str | None
             try:
                 ref = self.encoder.embed(decode(path))
-            except Exception as e:  # not a file PyAV decodes
-                ref = f"the reference voice {path} could not be read ({str(e).splitlines()[0] if str(e) else e!r})"
+            except Exception as error:  # not a file PyAV decodes
+                ref = (
+                    f"the reference voice {path} could not be read "
+                    f"({str(error).splitlines()[0] if str(error) else error!r})"
+                )
             self.references[path] = (
                 ref if ref is not None else f"the reference voice {path} holds too little speech to embed"
             )
@@ -117,7 +120,7 @@ class Listener:
         if scores is None:
             reasons.append(f"too short to score its naturalness (under {quality.MIN_AUDIO_S:g} s)")
         return {
-            "embedding": None if embedding is None else [round(float(v), 4) for v in embedding],
+            "embedding": None if embedding is None else [round(float(value), 4) for value in embedding],
             "similarity_ref": similarity_ref,
             "mos": None if scores is None else round(scores.ovrl, 3),
             "mos_sig": None if scores is None else round(scores.sig, 3),
@@ -140,8 +143,8 @@ def _blank(header: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _why(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
+def _why(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def decode(source: str | IO[bytes]) -> speaker.Floats:
@@ -183,8 +186,8 @@ def _grouped(frames: Iterator[Any], samples: int = 500000) -> Iterator[Any]:
 def _decode(audio: bytes, out: dict[str, Any]) -> np.ndarray | None:
     try:
         samples = decode(io.BytesIO(audio))
-    except Exception as e:  # PyAV's errors: the clip is not audio it can decode
-        out["reason"] = f"the clip could not be decoded ({_why(e)})"
+    except Exception as error:  # PyAV's errors: the clip is not audio it can decode
+        out["reason"] = f"the clip could not be decoded ({_why(error)})"
         return None
     out["audio_s"] = round(len(samples) / asr.SAMPLE_RATE, 3)
     if not len(samples):
@@ -202,11 +205,11 @@ def _hear(model: WhisperModel, clips: list[np.ndarray], languages: list[str | No
         if len(clips) == 1:
             raise
     heard: list[asr.Heard | str] = []
-    for k, (clip, language) in enumerate(zip(clips, languages)):
+    for clip_index, (clip, language) in enumerate(zip(clips, languages)):
         try:
-            heard += [replace(said, window=k) for said in asr.transcribe(model, [clip], [language])]
-        except Exception as e:  # a clip the model chokes on: that clip only
-            heard.append(f"the recogniser failed on the clip ({_why(e)})")
+            heard += [replace(said, window=clip_index) for said in asr.transcribe(model, [clip], [language])]
+        except Exception as error:  # a clip the model chokes on: that clip only
+            heard.append(f"the recogniser failed on the clip ({_why(error)})")
     return heard
 
 
@@ -221,27 +224,29 @@ def judge_clips(
     clips: list[np.ndarray] = []
     languages: list[str | None] = []
     heard: list[asr.Heard | str]
-    for k, (header, audio) in enumerate(batch):
-        samples = _decode(audio, lines[k])
+    for clip_index, (header, audio) in enumerate(batch):
+        samples = _decode(audio, lines[clip_index])
         if samples is not None:
-            todo.append(k)
+            todo.append(clip_index)
             clips.append(samples)
             languages.append(asr.base_language(header.get("language")))
     if listener is not None and clips:
-        for k, figures in zip(todo, listener.hear_all(clips, [batch[k][0].get("reference") for k in todo])):
-            lines[k].update(figures)
+        for clip_index, figures in zip(
+            todo, listener.hear_all(clips, [batch[clip_index][0].get("reference") for clip_index in todo])
+        ):
+            lines[clip_index].update(figures)
     try:
         heard = _hear(model, clips, languages) if clips else []
-    except Exception as e:  # a lone clip the model chokes on
-        heard = [f"the recogniser failed on the clip ({_why(e)})"]
-    for k, said in zip(todo, heard):
+    except Exception as failure:  # a lone clip the model chokes on
+        heard = [f"the recogniser failed on the clip ({_why(failure)})"]
+    for clip_index, said in zip(todo, heard):
         if isinstance(said, str):
-            lines[k]["reason"] = said
+            lines[clip_index]["reason"] = said
             continue
-        header = batch[k][0]
+        header = batch[clip_index][0]
         metric = asr.metric_for(said.language, header.get("metric") or "")
         error = asr.error_rate(header.get("text") or "", said.transcript, said.language, metric)
-        lines[k].update(
+        lines[clip_index].update(
             transcript=said.transcript,
             language=said.language,
             metric=metric,
@@ -249,9 +254,9 @@ def judge_clips(
             window=batch[todo[said.window]][0].get("id"),
         )
     share = round((time.process_time() - started) / max(1, len(todo)), 3)
-    for k in todo:
-        if lines[k]["reason"] is None:
-            lines[k]["judge_s"] = share
+    for clip_index in todo:
+        if lines[clip_index]["reason"] is None:
+            lines[clip_index]["judge_s"] = share
     return lines
 
 
@@ -278,11 +283,11 @@ def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener 
     """Judge every clip on ``inp`` (binary), a line each on ``out`` (text); the clips judged.
     A clip whose header says ``batch`` is judged with the clips after it that make up that
     many; any other with those already waiting when it is read (up to :data:`BATCH_MAX`)."""
-    n = 0
+    judged = 0
     while True:
         first = _next(inp)
         if first is None:
-            return n
+            return judged
         batch = [first]
         ended = False
         told = first[0].get("batch")
@@ -301,9 +306,9 @@ def serve(model: WhisperModel, inp: IO[bytes], out: IO[str], listener: Listener 
         for line in judge_clips(model, batch, listener):
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
         out.flush()
-        n += len(batch)
+        judged += len(batch)
         if ended:
-            return n
+            return judged
 
 
 def frame(header: dict[str, Any], audio: bytes) -> bytes:
@@ -313,24 +318,28 @@ def frame(header: dict[str, Any], audio: bytes) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    arg_parser = argparse.ArgumentParser(
         prog="python -m tts_knee.audio.judge",
         description="Transcribe the clips on stdin and score them against their text.",
     )
-    p.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
-    p.add_argument("--device", default="cpu", choices=asr.DEVICES, help="where the recogniser runs (--asr-device)")
-    p.add_argument("--language", default="", help="the language it will be told (--asr-language), checked once loaded")
-    p.add_argument(
+    arg_parser.add_argument("--model", required=True, help="faster-whisper model directory or name (--asr-model)")
+    arg_parser.add_argument("--threads", type=int, default=1, help="CPU threads (--asr-threads)")
+    arg_parser.add_argument(
+        "--device", default="cpu", choices=asr.DEVICES, help="where the recogniser runs (--asr-device)"
+    )
+    arg_parser.add_argument(
+        "--language", default="", help="the language it will be told (--asr-language), checked once loaded"
+    )
+    arg_parser.add_argument(
         "--listen", action="store_true", help="also speaker similarity and naturalness (unless --asr-words-only)"
     )
-    args = p.parse_args(argv)
+    args = arg_parser.parse_args(argv)
     try:
         model = asr.load_model(args.model, max(1, args.threads), args.device)
         asr.check_language(model, args.language)
         listener = Listener(max(1, args.threads)) if args.listen else None
-    except (asr.AsrError, speaker.SpeakerModelMissing, quality.MosModelMissing) as e:
-        print(json.dumps({"fatal": str(e)}), flush=True)
+    except (asr.AsrError, speaker.SpeakerModelMissing, quality.MosModelMissing) as error:
+        print(json.dumps({"fatal": str(error)}), flush=True)
         return 2
     print(json.dumps({"ready": True}), flush=True)
     # unbuffered: what select says waits is what a read gets

@@ -85,7 +85,7 @@ class MosPredictor:
         if len(audio) < need:  # repeated to one window, not past it: more would score the same audio again
             audio = np.tile(audio, int(np.ceil(need / len(audio))))[:need]
         hops = max(1, int(np.floor(len(audio) / SAMPLE_RATE) - WINDOW_S) + 1)
-        starts = sorted({int(round(h)) for h in np.linspace(0, hops - 1, min(hops, MAX_WINDOWS))})
+        starts = sorted({int(round(hop)) for hop in np.linspace(0, hops - 1, min(hops, MAX_WINDOWS))})
         raw = []
         for hop in starts:
             window = audio[hop * SAMPLE_RATE : hop * SAMPLE_RATE + need]

@@ -70,7 +70,7 @@ class _Pcm:
         self.views: list[memoryview] = []
         self.starts: list[int] = []  # each view's first byte in the audio
         self.whole: np.ndarray | None = None  # all the samples, where they lie in one buffer
-        at = -offset  # where the next block starts, in the audio's bytes
+        block_at = -offset  # where the next block starts, in the audio's bytes
         if len(blocks) == 1:  # the usual body: one read, its samples an array over it at once
             block = blocks[0]
             room = (len(block) if isinstance(block, (bytes, bytearray)) else memoryview(block).nbytes) - offset
@@ -79,31 +79,31 @@ class _Pcm:
             return
         for block in blocks:
             view = memoryview(block).cast("B")
-            lo, hi = max(0, -at), min(len(view), size - at)
-            if hi > lo:
-                self.views.append(view[lo:hi])
-                self.starts.append(at + lo)
-            at += len(view)
-            if at >= size:
+            view_from, view_to = max(0, -block_at), min(len(view), size - block_at)
+            if view_to > view_from:
+                self.views.append(view[view_from:view_to])
+                self.starts.append(block_at + view_from)
+            block_at += len(view)
+            if block_at >= size:
                 break
-        self.size = sum(len(v) for v in self.views) // 2  # samples (a last odd byte is not one)
+        self.size = sum(len(view) for view in self.views) // 2  # samples (a last odd byte is not one)
         self.whole = np.frombuffer(self.views[0], dtype="<i2", count=self.size) if len(self.views) == 1 else None
 
-    def samples(self, i: int, j: int) -> np.ndarray:
-        """Samples ``i`` to ``j - 1``."""
+    def samples(self, first: int, end: int) -> np.ndarray:
+        """Samples ``first`` to ``end - 1``."""
         if self.whole is not None:
-            return self.whole[i:j]
-        lo, hi = 2 * i, 2 * j
-        k = bisect.bisect_right(self.starts, lo) - 1
-        start = self.starts[k]
-        if hi <= start + len(self.views[k]):
-            return np.frombuffer(self.views[k][lo - start : hi - start], dtype="<i2")
+            return self.whole[first:end]
+        byte_from, byte_to = 2 * first, 2 * end
+        view_index = bisect.bisect_right(self.starts, byte_from) - 1
+        start = self.starts[view_index]
+        if byte_to <= start + len(self.views[view_index]):
+            return np.frombuffer(self.views[view_index][byte_from - start : byte_to - start], dtype="<i2")
         parts = []
-        while lo < hi:
-            start, view = self.starts[k], self.views[k]
-            parts.append(view[lo - start : min(hi, start + len(view)) - start])
-            lo = start + len(view)
-            k += 1
+        while byte_from < byte_to:
+            start, view = self.starts[view_index], self.views[view_index]
+            parts.append(view[byte_from - start : min(byte_to, start + len(view)) - start])
+            byte_from = start + len(view)
+            view_index += 1
         return np.frombuffer(b"".join(parts), dtype="<i2")
 
     def clipped(self) -> int:
@@ -116,18 +116,22 @@ class _Pcm:
         for start, view in zip(self.starts, self.views):
             if start % 2 and start < end:  # a sample across the boundary with the buffer before
                 count += self.samples(start // 2, start // 2 + 1)[0] in _FULL_SCALE
-            lo = start + start % 2
-            hi = min(start + len(view), end)
-            if hi - lo >= 2:
-                count += _clipped_in(np.frombuffer(view[lo - start : hi - start - (hi - lo) % 2], dtype="<i2"))
+            whole_from = start + start % 2
+            view_end = min(start + len(view), end)
+            if view_end - whole_from >= 2:
+                count += _clipped_in(
+                    np.frombuffer(
+                        view[whole_from - start : view_end - start - (view_end - whole_from) % 2], dtype="<i2"
+                    )
+                )
         return count
 
 
-def _clipped_in(x: np.ndarray) -> int:
-    """How many of the samples ``x`` are at full scale: the ufuncs' own reductions (numpy's
+def _clipped_in(samples: np.ndarray) -> int:
+    """How many of ``samples`` are at full scale: the ufuncs' own reductions (numpy's
     ``max``/``min`` add a Python layer each), a count only where one reaches it."""
-    if _highest(x) == 32767 or _lowest(x) == -32768:
-        return int(np.count_nonzero((x == 32767) | (x == -32768)))
+    if _highest(samples) == 32767 or _lowest(samples) == -32768:
+        return int(np.count_nonzero((samples == 32767) | (samples == -32768)))
     return 0
 
 
@@ -151,10 +155,10 @@ def _level32(frame: int) -> float:
     return float(np.float32(_LEVEL_SQ * frame))
 
 
-def _loud_frames(pcm: _Pcm, frame: int, a: int, b: int) -> np.ndarray:
-    """Which of frames ``a`` to ``b - 1`` are at or above the level (their power in float32)."""
-    f = pcm.samples(a * frame, b * frame).reshape(b - a, frame).astype(np.float32)
-    level: np.ndarray = np.einsum("ij,ij->i", f, f) >= _LEVEL_SQ * frame
+def _loud_frames(pcm: _Pcm, frame: int, first: int, end: int) -> np.ndarray:
+    """Which of frames ``first`` to ``end - 1`` are at or above the level (their power in float32)."""
+    frames = pcm.samples(first * frame, end * frame).reshape(end - first, frame).astype(np.float32)
+    level: np.ndarray = np.einsum("ij,ij->i", frames, frames) >= _LEVEL_SQ * frame
     return level
 
 
@@ -163,13 +167,13 @@ def _part_loud(pcm: _Pcm, start: int, power: float) -> bool:
     their mean square in float32 at or above the level. Their exact ``power`` decides it where
     it is clear of the level by more than the float32 sum's rounding (at most one part in 2^24
     per sample, and one for the mean) can move it, as nearly always; else the float32 mean."""
-    k = pcm.size - start
-    if not k:
+    count = pcm.size - start
+    if not count:
         return False
-    margin = (k + 4) * 2.0**-22
-    if power >= _LEVEL_SQ * k * (1.0 + margin):
+    margin = (count + 4) * 2.0**-22
+    if power >= _LEVEL_SQ * count * (1.0 + margin):
         return True
-    if power < _LEVEL_SQ * k * (1.0 - margin):
+    if power < _LEVEL_SQ * count * (1.0 - margin):
         return False
     tail = pcm.samples(start, pcm.size).astype(np.float32)
     return float(np.mean(tail**2)) >= _LEVEL_SQ
@@ -194,25 +198,25 @@ def check_blocks(blocks: Sequence[Buffer], offset: int, size: int, rate: int, ch
     if not pcm.size:
         return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": None}
     frame = max(1, rate * channels * FRAME_MS // 1000)
-    n = pcm.size // frame
+    frame_count = pcm.size // frame
     clipped = round(pcm.clipped() / pcm.size, 6)
-    cut = n * frame  # where the last part-frame starts
+    cut = frame_count * frame  # where the last part-frame starts
     end = pcm.samples(max(0, cut - frame), pcm.size).astype(np.float64)  # the last frame and the part after it
     part = end[len(end) - (pcm.size - cut) :]
     tail_loud = _part_loud(pcm, cut, float(part @ part))
     first_loud = last_loud = False  # sure to be at or above the level by their exact power
-    if n:
+    if frame_count:
         sure = _surely_loud_at(frame)
         last_frame = end[:frame]
         last_loud = float(last_frame @ last_frame) >= sure
-        head = last_frame if n == 1 else pcm.samples(0, frame).astype(np.float64)
-        first_loud = last_loud if n == 1 else float(head @ head) >= sure
-    first, last = _sound_between(pcm, frame, n, first_loud, last_loud)
+        head = last_frame if frame_count == 1 else pcm.samples(0, frame).astype(np.float64)
+        first_loud = last_loud if frame_count == 1 else float(head @ head) >= sure
+    first, last = _sound_between(pcm, frame, frame_count, first_loud, last_loud)
     if first is None and not tail_loud:
         return {"silent": True, "leading_silence_ms": None, "trailing_silence_ms": None, "clipped_share": clipped}
     total_ms = pcm.size / channels / rate * 1000.0
     frame_ms = frame / channels / rate * 1000.0
-    lead = (n if first is None else first) * frame_ms
+    lead = (frame_count if first is None else first) * frame_ms
     trail = 0.0 if tail_loud or last is None else total_ms - (last + 1) * frame_ms
     return {
         "silent": False,
@@ -222,29 +226,31 @@ def check_blocks(blocks: Sequence[Buffer], offset: int, size: int, rate: int, ch
     }
 
 
-def _sound_between(pcm: _Pcm, frame: int, n: int, first_loud: bool, last_loud: bool) -> tuple[int | None, int | None]:
-    """The first and the last of the ``n`` frames with sound, None where there is none: frames
-    summed in float32 from each end inward, a few first and then :data:`_BLOCK` at a time,
+def _sound_between(
+    pcm: _Pcm, frame: int, frame_count: int, first_loud: bool, last_loud: bool
+) -> tuple[int | None, int | None]:
+    """The first and the last of the ``frame_count`` frames with sound, None where there is none:
+    frames summed in float32 from each end inward, a few first and then :data:`_BLOCK` at a time,
     where the end frame's exact power did not already say it is loud (``first_loud``,
     ``last_loud``)."""
     first = 0 if first_loud else None  # the usual answer: sound from the first frame ...
-    a = n if first is not None else 0
-    while a < n:
-        b = min(n, a + (_FIRST if a == 0 else _BLOCK))
-        hit = _loud_frames(pcm, frame, a, b)
+    block_start = frame_count if first is not None else 0
+    while block_start < frame_count:
+        block_end = min(frame_count, block_start + (_FIRST if block_start == 0 else _BLOCK))
+        hit = _loud_frames(pcm, frame, block_start, block_end)
         if hit.any():
-            first = a + int(hit.argmax())
+            first = block_start + int(hit.argmax())
             break
-        a = b
-    last = n - 1 if first is not None and last_loud else None  # ... to the last
-    b = n if first is not None and last is None else -1
-    while first is not None and b > first:
-        a = max(first, b - (_FIRST if b == n else _BLOCK))
-        hit = _loud_frames(pcm, frame, a, b)
+        block_start = block_end
+    last = frame_count - 1 if first is not None and last_loud else None  # ... to the last
+    block_end = frame_count if first is not None and last is None else -1
+    while first is not None and block_end > first:
+        block_start = max(first, block_end - (_FIRST if block_end == frame_count else _BLOCK))
+        hit = _loud_frames(pcm, frame, block_start, block_end)
         if hit.any():
-            last = b - 1 - int(hit[::-1].argmax())
+            last = block_end - 1 - int(hit[::-1].argmax())
             break
-        b = a
+        block_end = block_start
     return first, last
 
 
@@ -257,14 +263,14 @@ def pace_outliers(
     :data:`PACE_MIN` paces judges none."""
     runaway = np.zeros(len(seconds_per_char), dtype=bool)
     truncated = np.zeros(len(seconds_per_char), dtype=bool)
-    ok = np.isfinite(seconds_per_char) & (seconds_per_char > 0)
-    for code in np.unique(language_codes[ok]):
-        m = ok & (language_codes == code)
-        if m.sum() < PACE_MIN:
+    paced = np.isfinite(seconds_per_char) & (seconds_per_char > 0)
+    for code in np.unique(language_codes[paced]):
+        in_language = paced & (language_codes == code)
+        if in_language.sum() < PACE_MIN:
             continue
-        med = float(np.median(seconds_per_char[m]))
+        med = float(np.median(seconds_per_char[in_language]))
         if not math.isfinite(med) or med <= 0:
             continue
-        runaway |= m & (seconds_per_char > factor * med)
-        truncated |= m & (seconds_per_char < med / factor)
+        runaway |= in_language & (seconds_per_char > factor * med)
+        truncated |= in_language & (seconds_per_char < med / factor)
     return runaway, truncated

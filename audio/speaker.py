@@ -101,11 +101,11 @@ def _read_state_dict(stream: IO[bytes]) -> dict[str, np.ndarray]:
 
 def _named_tensors(state: Any) -> list[tuple[str, Any]]:
     model = state.get("model_state", state) if isinstance(state, dict) else {}
-    return [(name, t) for name, t in model.items() if isinstance(t, tuple) and len(t) == 4]
+    return [(name, tensor) for name, tensor in model.items() if isinstance(tensor, tuple) and len(tensor) == 4]
 
 
 def _tensors(state: Any) -> list[Any]:
-    return [t for _, t in _named_tensors(state)]
+    return [tensor for _, tensor in _named_tensors(state)]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class SpeakerEncoder:
         for samples in clips:
             wav = _trim_silences(_raise_volume(samples.astype(np.float32)))
             partials.append(self._partials(wav) if len(wav) >= MIN_SPEECH_S * SAMPLE_RATE else _NO_PARTIALS)
-        if not any(len(p) for p in partials):
+        if not any(len(clip_partials) for clip_partials in partials):
             return [None] * len(clips)
         hidden = np.concatenate(partials)
         for w_ih, w_hh, bias in self.lstm:
@@ -158,7 +158,7 @@ class SpeakerEncoder:
         end = (starts[-1] + PARTIAL_FRAMES) * HOP
         wav = np.pad(wav, (0, max(0, end - len(wav))))
         mel = self._mel(wav)
-        return np.stack([mel[s : s + PARTIAL_FRAMES] for s in starts]).astype(np.float32)
+        return np.stack([mel[start : start + PARTIAL_FRAMES] for start in starts]).astype(np.float32)
 
     def _mel(self, wav: Floats) -> Floats:
         padded = np.pad(wav, N_FFT // 2, mode="reflect")
@@ -170,26 +170,28 @@ class SpeakerEncoder:
         return (power @ self.mel_basis.T).astype(np.float32)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * values))
 
 
 def _lstm_layer(inputs: Floats, w_ih: Floats, w_hh: Floats, bias: Floats) -> Floats:
     """One LSTM layer over ``inputs`` (batch, steps, features). The state is kept a column per
-    partial, so each step is ``w_hh @ h``: OpenBLAS packs the weights of ``h @ w_hh.T`` anew each
-    call, which made a batch of eight cost as much per step as eight steps of one."""
+    partial, so each step is ``w_hh @ hidden``: OpenBLAS packs the weights of ``hidden @ w_hh.T``
+    anew each call, which made a batch of eight cost as much per step as eight steps of one."""
     batch, steps, _ = inputs.shape
     units = w_hh.shape[1]
     projected = np.ascontiguousarray((inputs @ w_ih.T + bias).transpose(1, 2, 0))
-    h = np.zeros((units, batch), np.float32)
-    c = np.zeros((units, batch), np.float32)
+    hidden = np.zeros((units, batch), np.float32)
+    cell = np.zeros((units, batch), np.float32)
     out = np.empty((steps, units, batch), np.float32)
-    for t in range(steps):
-        gates = projected[t] + w_hh @ h
+    for step in range(steps):
+        gates = projected[step] + w_hh @ hidden
         # the gates' rows i, f, g, o, sliced (np.split's bookkeeping cost more than the arithmetic)
-        c = _sigmoid(gates[units : 2 * units]) * c + _sigmoid(gates[:units]) * np.tanh(gates[2 * units : 3 * units])
-        h = _sigmoid(gates[3 * units :]) * np.tanh(c)
-        out[t] = h
+        cell = _sigmoid(gates[units : 2 * units]) * cell + _sigmoid(gates[:units]) * np.tanh(
+            gates[2 * units : 3 * units]
+        )
+        hidden = _sigmoid(gates[3 * units :]) * np.tanh(cell)
+        out[step] = hidden
     return np.ascontiguousarray(out.transpose(2, 0, 1))
 
 
@@ -223,16 +225,16 @@ def _mel_basis() -> Floats:
     """Slaney-scale mel filters, area-normalised (librosa's defaults) for 16 kHz, 400-point FFT."""
     fft_freqs = np.linspace(0, SAMPLE_RATE / 2, N_FFT // 2 + 1)
 
-    def hz_to_mel(f: np.ndarray) -> np.ndarray:
-        f = np.asarray(f, dtype=float)
-        lin = f / (200.0 / 3)
-        log_part = 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
-        return np.where(f >= 1000.0, log_part, lin)
+    def hz_to_mel(frequency_hz: np.ndarray) -> np.ndarray:
+        frequency_hz = np.asarray(frequency_hz, dtype=float)
+        lin = frequency_hz / (200.0 / 3)
+        log_part = 15.0 + np.log(np.maximum(frequency_hz, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
+        return np.where(frequency_hz >= 1000.0, log_part, lin)
 
-    def mel_to_hz(m: np.ndarray) -> np.ndarray:
-        lin = m * (200.0 / 3)
-        log_part = 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0))
-        return np.where(m >= 15.0, log_part, lin)
+    def mel_to_hz(mel: np.ndarray) -> np.ndarray:
+        lin = mel * (200.0 / 3)
+        log_part = 1000.0 * np.exp((np.log(6.4) / 27.0) * (mel - 15.0))
+        return np.where(mel >= 15.0, log_part, lin)
 
     edges = mel_to_hz(np.linspace(hz_to_mel(np.array(0.0)), hz_to_mel(np.array(SAMPLE_RATE / 2)), N_MELS + 2))
     widths = np.diff(edges)
@@ -246,20 +248,20 @@ def _mel_basis() -> Floats:
 
 def load(path: Path | None = None) -> SpeakerEncoder:
     """The encoder from the installed weights (:func:`weights_path`), or from ``path``."""
-    with open(path or weights_path(), "rb") as f:
-        state = _read_state_dict(f)
+    with open(path or weights_path(), "rb") as weights_file:
+        state = _read_state_dict(weights_file)
     layers = tuple(
         (
-            state[f"lstm.weight_ih_l{k}"],
-            state[f"lstm.weight_hh_l{k}"],
-            (state[f"lstm.bias_ih_l{k}"] + state[f"lstm.bias_hh_l{k}"]).astype(np.float32),
+            state[f"lstm.weight_ih_l{layer}"],
+            state[f"lstm.weight_hh_l{layer}"],
+            (state[f"lstm.bias_ih_l{layer}"] + state[f"lstm.bias_hh_l{layer}"]).astype(np.float32),
         )
-        for k in range(3)
+        for layer in range(3)
     )
     window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).astype(np.float32)
     return SpeakerEncoder(layers, state["linear.weight"], state["linear.bias"], _mel_basis(), window)
 
 
-def cosine(a: Floats, b: Floats) -> float:
+def cosine(embedding: Floats, other: Floats) -> float:
     """Cosine similarity of two embeddings."""
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+    return float(np.dot(embedding, other) / (np.linalg.norm(embedding) * np.linalg.norm(other) + 1e-12))

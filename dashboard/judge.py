@@ -57,8 +57,8 @@ def _checked(option: Option):
     def check(value: str) -> object:
         try:
             return option.checked(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
 
     return check
 
@@ -73,19 +73,21 @@ def _help(option: Option) -> str:
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory whose clips were kept")
-    p.add_argument("--no-report", action="store_true", help="skip report.html, write summary.json only (default off)")
-    for o in OPTIONS:
-        if o.key not in FLAGS or o.flag is None:
+    arg_parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    arg_parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory whose clips were kept")
+    arg_parser.add_argument(
+        "--no-report", action="store_true", help="skip report.html, write summary.json only (default off)"
+    )
+    for option in OPTIONS:
+        if option.key not in FLAGS or option.flag is None:
             continue
-        if o.kind is bool:
-            p.add_argument(o.flag, action="store_true", help=_help(o))
-        elif o.at_least is not None or o.above is not None:
-            p.add_argument(o.flag, type=_checked(o), default=None, help=_help(o))
+        if option.kind is bool:
+            arg_parser.add_argument(option.flag, action="store_true", help=_help(option))
+        elif option.at_least is not None or option.above is not None:
+            arg_parser.add_argument(option.flag, type=_checked(option), default=None, help=_help(option))
         else:
-            p.add_argument(o.flag, default=None, choices=o.choices, help=_help(o))
-    return p
+            arg_parser.add_argument(option.flag, default=None, choices=option.choices, help=_help(option))
+    return arg_parser
 
 
 @dataclass
@@ -133,17 +135,17 @@ def _kept(path: Path, line: dict[str, Any]) -> bool:
 def _picked(path: Path, lines: list[dict[str, Any]], sample: int | None) -> list[dict[str, Any]]:
     """The lines whose clips are judged: every kept clip, or ``sample`` texts a step spread over
     the texts kept (as the run's judge picks them), the first clip of each."""
-    kept = [e for e in lines if _kept(path, e)]
+    kept = [line for line in lines if _kept(path, line)]
     if sample is None:
         return kept
-    ids = speech_mod.judged_texts([str(e.get("text_id")) for e in kept], sample)
+    ids = speech_mod.judged_texts([str(line.get("text_id")) for line in kept], sample)
     taken: dict[object, set[str]] = {}
     out = []
-    for e in kept:
-        step_taken = taken.setdefault(e.get("step"), set())
-        if str(e.get("text_id")) in ids and str(e.get("text_id")) not in step_taken:
-            step_taken.add(str(e.get("text_id")))
-            out.append(e)
+    for line in kept:
+        step_taken = taken.setdefault(line.get("step"), set())
+        if str(line.get("text_id")) in ids and str(line.get("text_id")) not in step_taken:
+            step_taken.add(str(line.get("text_id")))
+            out.append(line)
     return out
 
 
@@ -152,8 +154,8 @@ def plan(args: argparse.Namespace) -> Plan:
     path = Path(args.run_dir)
     try:
         RunDir(path).check()
-    except RunDirError as e:
-        raise JudgeError(str(e)) from None
+    except RunDirError as error:
+        raise JudgeError(str(error)) from None
     run = _run_json(path)
     lines = speech_mod.read(path)
     if not lines:
@@ -180,8 +182,8 @@ def plan(args: argparse.Namespace) -> Plan:
     try:
         asr.check_model(model, args.asr_language or "", metric)
         heard = hearing_mod.decide(args.asr_listen, args.asr_words_only, args.reference_voice or "")
-    except asr.AsrError as e:
-        raise JudgeError(str(e)) from None
+    except asr.AsrError as error:
+        raise JudgeError(str(error)) from None
     return Plan(path, run, lines, picked, model, metric, heard, args)
 
 
@@ -190,44 +192,44 @@ def batches(picked: list[dict[str, Any]], lines: list[dict[str, Any]]) -> list[l
     (the lines' ``window``) together again where all of them are judged now; the rest a step's
     at a time, :data:`audio.judge.BATCH_MAX` at most (the window packing then depends on the clips
     alone, not on when they came)."""
-    chosen = {e["req_id"] for e in picked}
+    chosen = {line["req_id"] for line in picked}
     members: dict[str, list[dict[str, Any]]] = {}
-    for e in lines:
-        if e.get("window"):
-            members.setdefault(e["window"], []).append(e)
+    for line in lines:
+        if line.get("window"):
+            members.setdefault(line["window"], []).append(line)
     out: list[list[dict[str, Any]]] = []
     pending: list[dict[str, Any]] = []
     done: set[str] = set()
-    for e in picked:
-        window = e.get("window")
-        if window and all(m["req_id"] in chosen for m in members[window]):
+    for line in picked:
+        window = line.get("window")
+        if window and all(member["req_id"] in chosen for member in members[window]):
             if window not in done:
                 done.add(window)
                 out += [pending, members[window]]
                 pending = []
             continue
-        if pending and (pending[-1].get("step") != e.get("step") or len(pending) >= judge_proc.BATCH_MAX):
+        if pending and (pending[-1].get("step") != line.get("step") or len(pending) >= judge_proc.BATCH_MAX):
             out.append(pending)
             pending = []
-        pending.append(e)
-    return [b for b in [*out, pending] if b]
+        pending.append(line)
+    return [batch for batch in [*out, pending] if batch]
 
 
-def _feed(p: Plan, groups: list[list[dict[str, Any]]], to_judge: IO[bytes]) -> None:
+def _feed(job: Plan, groups: list[list[dict[str, Any]]], to_judge: IO[bytes]) -> None:
     """Write every clip to the judge, each batch's first header saying how many are judged together."""
     try:
         for group in groups:
-            for k, line in enumerate(group):
-                clip = p.told(line)
+            for position, line in enumerate(group):
+                clip = job.told(line)
                 header = {
                     "id": clip["req_id"],
                     "text": clip["text"],
                     "language": clip["language"],
-                    "metric": p.metric,
+                    "metric": job.metric,
                     "reference": clip["reference"],
-                    **({"batch": len(group)} if k == 0 else {}),
+                    **({"batch": len(group)} if position == 0 else {}),
                 }
-                to_judge.write(judge_proc.frame(header, (p.path / clip["clip"]).read_bytes()))
+                to_judge.write(judge_proc.frame(header, (job.path / clip["clip"]).read_bytes()))
             to_judge.flush()
     except (OSError, ValueError):  # the judge went away: the reader says so
         pass
@@ -236,11 +238,15 @@ def _feed(p: Plan, groups: list[list[dict[str, Any]]], to_judge: IO[bytes]) -> N
             to_judge.close()
 
 
-def _start(p: Plan) -> subprocess.Popen[bytes]:
+def _start(job: Plan) -> subprocess.Popen[bytes]:
     """The judge process, its model loaded; raises :class:`JudgeError` where it will not load."""
-    threads = p.args.asr_threads or 1
+    threads = job.args.asr_threads or 1
     command = hearing_mod.judge_command(
-        p.model, threads, p.args.asr_language or "", p.args.asr_device or "cpu", p.hearing.listen
+        job.model,
+        threads,
+        job.args.asr_language or "",
+        job.args.asr_device or "cpu",
+        job.hearing.listen,
     )
     proc = subprocess.Popen(
         command,
@@ -258,87 +264,92 @@ def _start(p: Plan) -> subprocess.Popen[bytes]:
     if not ready.get("ready"):
         proc.kill()
         proc.wait()
-        raise JudgeError(ready.get("fatal") or f"the judge process ended before its model loaded ({p.model})")
+        raise JudgeError(ready.get("fatal") or f"the judge process ended before its model loaded ({job.model})")
     return proc
 
 
-def judge(p: Plan) -> None:
-    """Judge the picked clips (``p.said``); raises :class:`JudgeError` where the judge stopped."""
-    groups = batches(p.picked, p.lines)
-    proc = _start(p)
+def judge(job: Plan) -> None:
+    """Judge the picked clips (``job.said``); raises :class:`JudgeError` where the judge stopped."""
+    groups = batches(job.picked, job.lines)
+    proc = _start(job)
     assert proc.stdin is not None and proc.stdout is not None
-    what = ", ".join(p.hearing.heard)
-    print(f"judging {len(p.picked)} clips of {p.path} with {p.model} ({what})", file=sys.stderr, flush=True)
-    feeder = threading.Thread(target=_feed, args=(p, groups, proc.stdin), daemon=True)
+    what = ", ".join(job.hearing.heard)
+    print(
+        f"judging {len(job.picked)} clips of {job.path} with {job.model} ({what})",
+        file=sys.stderr,
+        flush=True,
+    )
+    feeder = threading.Thread(target=_feed, args=(job, groups, proc.stdin), daemon=True)
     feeder.start()
-    began, total = time.monotonic(), len(p.picked)
+    began, total = time.monotonic(), len(job.picked)
     try:
         for line in proc.stdout:
             said = json.loads(line)
-            p.said[said["id"]] = said
-            if len(p.said) % 24 == 0 or len(p.said) == total:
-                print(f"judged {len(p.said)} of {total} clips ({time.monotonic() - began:.0f} s)", file=sys.stderr)
-            if len(p.said) == total:
+            job.said[said["id"]] = said
+            if len(job.said) % 24 == 0 or len(job.said) == total:
+                print(f"judged {len(job.said)} of {total} clips ({time.monotonic() - began:.0f} s)", file=sys.stderr)
+            if len(job.said) == total:
                 break
     finally:
         feeder.join(timeout=5)
         proc.stdout.close()
         code = proc.wait()
-    if len(p.said) < total:
+    if len(job.said) < total:
         raise JudgeError(
-            f"the judge process ended (exit status {code}) after {len(p.said)} of {total} clips; {p.path} is as it was"
+            f"the judge process ended (exit status {code}) after {len(job.said)} of {total} clips; "
+            f"{job.path} is as it was"
         )
 
 
-def entries(p: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def entries(job: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The new ``speech.jsonl`` lines, in the old one's order (the similarity of each clip to its
     text's clip at the lowest concurrency heard so far, as during the run), and run.json's ``speech``."""
     first = hearing_mod.FirstHeard()
     out = []
-    counts = {"offered": len(p.lines), "judged": 0, "not_judged": 0}
-    for line in p.lines:
-        clip = p.told(line)
-        said = p.said.get(line["req_id"])
+    counts = {"offered": len(job.lines), "judged": 0, "not_judged": 0}
+    for line in job.lines:
+        clip = job.told(line)
+        said = job.said.get(line["req_id"])
         if said is not None:
-            fields = hearing_mod.judged(clip, said, p.hearing, first)
+            fields = hearing_mod.judged(clip, said, job.hearing, first)
             counts["not_judged" if fields["reason"] else "judged"] += 1
-        elif _kept(p.path, line):
+        elif _kept(job.path, line):
             fields = hearing_mod.unjudged(clip, speech_mod.KEPT)
         else:
             fields = hearing_mod.unjudged(clip, f"not judged: its clip {clip['clip']} is not in the run directory")
             counts["not_judged"] += 1
         keys = ("req_id", "step", "concurrency", "text_id", "text", "clip")
-        out.append(runformat.speech_entry(**{k: clip[k] for k in keys}, **fields))
+        out.append(runformat.speech_entry(**{key: clip[key] for key in keys}, **fields))
     speech = {
         **counts,
-        "heard": p.hearing.heard,
-        "not_heard": p.hearing.not_heard,
-        "model": p.model,
+        "heard": job.hearing.heard,
+        "not_heard": job.hearing.not_heard,
+        "model": job.model,
         "afterwards": True,
     }
     return out, speech
 
 
-def write(p: Plan) -> None:
+def write(job: Plan) -> None:
     """``speech.jsonl`` written beside the old one and put in its place, then run.json's ``speech``."""
-    lines, speech = entries(p)
-    runformat.write_text(p.path / runformat.SPEECH_FILE, "".join(runformat.jsonl_line(e) for e in lines))
-    if p.run:
-        runformat.write_json(p.path / runformat.RUN_JSON, {**p.run, "speech": speech})
+    lines, speech = entries(job)
+    runformat.write_text(job.path / runformat.SPEECH_FILE, "".join(runformat.jsonl_line(line) for line in lines))
+    if job.run:
+        runformat.write_json(job.path / runformat.RUN_JSON, {**job.run, "speech": speech})
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     args = parser(prog).parse_args(argv)
     try:
-        p = plan(args)
-        judge(p)
+        job = plan(args)
+        judge(job)
         try:
-            write(p)
-        except OSError as e:
-            raise JudgeError(f"{p.path}: the verdicts could not be written ({e.strerror or e})") from None
-    except JudgeError as e:
-        print(f"error: {e}", file=sys.stderr)
+            write(job)
+        except OSError as error:
+            raise JudgeError(f"{job.path}: the verdicts could not be written ({error.strerror or error})") from None
+    except JudgeError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     from .__main__ import main as report_main
 
-    return report_main([str(p.path), *(["--no-report"] if args.no_report else [])], prog=prog)
+    return report_main([str(job.path), *(["--no-report"] if args.no_report else [])], prog=prog)

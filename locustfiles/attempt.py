@@ -72,8 +72,8 @@ class AttemptFailed(Exception):
     """What Locust shows for a failed attempt: the reason, in one line."""
 
 
-def _ms(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else round((b - a) * 1000.0, 3)
+def _ms(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round((end - start) * 1000.0, 3)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class _BargeIn:
         self.ms += piece.ms or 0.0
         self.last = piece.at
 
-    def fields(self, m0: float, ended: Ended) -> dict[str, Any]:
+    def fields(self, sent_mono: float, ended: Ended) -> dict[str, Any]:
         """The record's cancel fields: quiet at the acknowledgement where one came, else at the
         last audio (at the cancel itself when none came after it)."""
         cancel = self.cancel
@@ -118,7 +118,7 @@ class _BargeIn:
             quiet = cancel.at if self.last is None else self.last
         return {
             "cancelled": True,
-            "cancel_ms": _ms(m0, cancel.at),
+            "cancel_ms": _ms(sent_mono, cancel.at),
             "cancel_to_quiet_ms": _ms(cancel.at, quiet),
             "audio_after_cancel_ms": round(self.ms, 3),
             "cancel_quiet": ended.quiet,
@@ -159,28 +159,28 @@ class _Arrivals:
         self.timeline = Timeline()
         self.barge_in = barge_in
 
-    def audio(self, ev: AudioPiece) -> None:
+    def audio(self, piece: AudioPiece) -> None:
         barge_in = self.barge_in
         if barge_in is not None and barge_in.cancel.at is not None:
-            barge_in.add(ev)  # heard by nobody: not in the playback figures
+            barge_in.add(piece)  # heard by nobody: not in the playback figures
             return
-        self.timeline.add(ev.at, ev.ms)
+        self.timeline.add(piece.at, piece.ms)
         if barge_in is not None and barge_in.timer is None:  # counted from the first audio heard
             barge_in.timer = gevent.spawn_later(barge_in.after_s, barge_in.cancel.fire)
 
-    def received(self, ev: Received) -> None:
+    def received(self, event: Received) -> None:
         if self.m1 is None:
-            self.m1 = ev.at
-        self.nbytes += ev.nbytes
+            self.m1 = event.at
+        self.nbytes += event.nbytes
 
-    def text_sent(self, ev: TextSent) -> None:
-        self.timeline.text_sent(ev.at, ev.last, ev.connect_ms)
+    def text_sent(self, event: TextSent) -> None:
+        self.timeline.text_sent(event.at, event.last, event.connect_ms)
 
-    def answered(self, ev: Answered) -> None:
-        self.answer = ev
+    def answered(self, event: Answered) -> None:
+        self.answer = event
 
-    def end(self, ev: Ended) -> None:
-        self.ended, self.m2 = ev, ev.at
+    def end(self, event: Ended) -> None:
+        self.ended, self.m2 = event, event.at
 
 
 #: Each transport event's handler (another type of event is not the attempt's to time). Each
@@ -199,15 +199,15 @@ class Caller:
     attempt and fires its Locust request event. The closed-loop user owns one; the open-loop
     user one per request in flight."""
 
-    def __init__(self, user, no: int, lane: int = 0):
+    def __init__(self, user, user_no: int, lane: int = 0):
         self.environment = user.environment
         self.run = user.environment.tts_knee.run
         self.s = self.run.settings
-        self.no = no
+        self.no = user_no
         self.rng = random.Random()
         self.transport = transport_for(self.s, self.run.payload)
         # its own draws per user and lane (the open-loop user's callers side by side)
-        self.listener = Listener(self.s, f"{self.run.worker_index}-{no}-{lane}") if self.s.barge_in else None
+        self.listener = Listener(self.s, f"{self.run.worker_index}-{user_no}-{lane}") if self.s.barge_in else None
 
     def close(self) -> None:
         self.transport.close()
@@ -218,11 +218,11 @@ class Caller:
         which the records carry instead of the step running when each attempt starts."""
         segments = split(text.text, self.s.split_max_chars)
         base_id = f"{self.run.worker_tag}-{self.no}-{seq}"
-        n = len(segments)
+        segment_count = len(segments)
         parts: Parts = []
-        for k, words in enumerate(segments, 1):
-            req_id = base_id if n == 1 else f"{base_id}.{k}"
-            rec = self._request(Segment(req_id, text, ask, words, k, n, seq, sent), parts)
+        for segment_number, words in enumerate(segments, 1):
+            req_id = base_id if segment_count == 1 else f"{base_id}.{segment_number}"
+            rec = self._request(Segment(req_id, text, ask, words, segment_number, segment_count, seq, sent), parts)
             if rec is None or rec.get("cancelled"):
                 return  # failed, or the listener interrupted: the rest of the text is not said
 
@@ -257,15 +257,20 @@ class Caller:
                 if voice is not None or language is not None:
                     runformat.attempt.update(rec, voice=voice, language=language)
                 if rec["ok"] and not rec.get("cancelled"):
-                    ended, m2 = done.ended, done.m2
+                    ended, ended_mono = done.ended, done.m2
                     # an ok answer that was not interrupted came whole, with its audio (_hear)
-                    assert ended is not None and ended.data is not None and ended.audio is not None and m2 is not None
+                    assert (
+                        ended is not None
+                        and ended.data is not None
+                        and ended.audio is not None
+                        and ended_mono is not None
+                    )
                     parts.append((ended.data, ended.audio))
                     if seg.k == seg.n:
                         try:
-                            self._finish_audio(rec, parts, done.m0, m2, seg)  # yields while the file is written
-                        except gevent.GreenletExit as e:
-                            cut = e  # stopped while writing: the attempt itself is whole, t3 stays null
+                            self._finish_audio(rec, parts, done.m0, ended_mono, seg)  # yields while the file is written
+                        except gevent.GreenletExit as stop:
+                            cut = stop  # stopped while writing: the attempt itself is whole, t3 stays null
                 # The Locust event and the record go out together, with no yield in between, so a
                 # user stopped mid-attempt leaves both or neither: the two counts always agree.
                 self._fire(rec, attempt, done.elapsed_ms)
@@ -291,58 +296,60 @@ class Caller:
 
     def _attempt(self, words: str, ask: Ask, sent: dict[str, Any] | None) -> Attempt:
         """One attempt: sent, timed as its events arrive, and judged (see :class:`Attempt`)."""
-        s = self.s
+        settings = self.s
         step = self.run.state.current if sent is None else sent["step"]
-        t0, m0 = wall(), mono()
+        sent_wall, sent_mono = wall(), mono()
         after_s = self.listener.draw(words) if self.listener is not None else None
-        got = _Arrivals(None if after_s is None else _BargeIn(Cancel(s.cancel_by), after_s))
+        got = _Arrivals(None if after_s is None else _BargeIn(Cancel(settings.cancel_by), after_s))
         error, cut = self._exchange(words, ask, got)
-        answer, ended, m1, m2 = got.answer, got.ended, got.m1, got.m2
+        answer, ended, first_byte_mono, ended_mono = got.answer, got.ended, got.m1, got.m2
         # a connection that failed after the answer began leaves no status: the answer never
         # completed; one cut at the run's end keeps the status that had come
         status = answer.status if answer is not None and (error is None or cut is not None) else None
         if answer is not None and answer.ok:
-            stream = got.timeline.fields(m0, s.playback_buffer_ms, s.tts_stream)
+            stream = got.timeline.fields(sent_mono, settings.playback_buffer_ms, settings.tts_stream)
         else:
-            stream = {**_NO_STREAM, **got.timeline.text_fields(m0)}
+            stream = {**_NO_STREAM, **got.timeline.text_fields(sent_mono)}
         rec = runformat.attempt(
             step=step.step if step else None,
             concurrency=(step.concurrency if step else None) if sent is None else sent["concurrency"],
             worker=self.run.worker_id,
             user=self.no,
-            t0=t0,
-            t1=None if m1 is None else t0 + (m1 - m0),
-            t2=None if m2 is None else t0 + (m2 - m0),
-            ttfb_ms=_ms(m0, m1),
-            wait_ms=_ms(m0, m2),
+            t0=sent_wall,
+            t1=None if first_byte_mono is None else sent_wall + (first_byte_mono - sent_mono),
+            t2=None if ended_mono is None else sent_wall + (ended_mono - sent_mono),
+            ttfb_ms=_ms(sent_mono, first_byte_mono),
+            wait_ms=_ms(sent_mono, ended_mono),
             status=status,
             ok=False,
             error=error,  # an exchange that ran to its end: its answer's, below
             bytes=got.nbytes,
-            settled=self.run.state.settled(step, t0),
+            settled=self.run.state.settled(step, sent_wall),
             **stream,
         )
         if sent is not None:  # open loop: waited from when the caller arrived, not from sending
             runformat.attempt.update(
                 rec,
                 scheduled=sent["scheduled"],
-                sched_wait_ms=None if m2 is None else round((t0 + (m2 - m0) - sent["scheduled"]) * 1000.0, 3),
+                sched_wait_ms=None
+                if ended_mono is None
+                else round((sent_wall + (ended_mono - sent_mono) - sent["scheduled"]) * 1000.0, 3),
             )
         if error is None:
             # an exchange that ran to its end was answered, and ended: the transports' contract
             assert answer is not None and ended is not None
             rec["error"] = ended.error
-            self._judge(rec, got, answer, ended, m0)
-        elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - m0) * 1000.0
+            self._judge(rec, got, answer, ended, sent_mono)
+        elapsed_ms = rec["wait_ms"] if rec["wait_ms"] is not None else (mono() - sent_mono) * 1000.0
         http_status = None if status is None or answer is None else answer.http_status
-        return Attempt(rec, ended, m0, m2, elapsed_ms, http_status, cut)
+        return Attempt(rec, ended, sent_mono, ended_mono, elapsed_ms, http_status, cut)
 
     def _exchange(self, words: str, ask: Ask, got: _Arrivals) -> tuple[str | None, gevent.GreenletExit | None]:
         """Run the transport's exchange into ``got`` within ``--request-timeout``: ``(the error
         that ended it, the GreenletExit that cut it at the run's end)``, each None where none did."""
-        s = self.s
+        settings = self.s
         on_event = _ON_EVENT.get
-        timeout = gevent.Timeout(s.request_timeout)
+        timeout = gevent.Timeout(settings.request_timeout)
         timeout.start()
         barge_in = got.barge_in
         try:
@@ -351,29 +358,29 @@ class Caller:
                 if barge_in is None
                 else self.transport.exchange(words, ask, barge_in.cancel)
             )
-            for ev in events:
-                handle = on_event(type(ev))
+            for event in events:
+                handle = on_event(type(event))
                 if handle is not None:
-                    handle(got, ev)
-        except gevent.Timeout as t:
-            if t is not timeout:
+                    handle(got, event)
+        except gevent.Timeout as fired:
+            if fired is not timeout:
                 raise
             stage = "before the first byte" if got.m1 is None else "while reading the body"
-            error = f"timed out after {s.request_timeout:g} s {stage}"
+            error = f"timed out after {settings.request_timeout:g} s {stage}"
             return (error if got.answer is None else f"{got.answer.said}, then {error}"), None
-        except TransportError as e:
-            return str(e), None
-        except gevent.GreenletExit as e:
+        except TransportError as raised:
+            return str(raised), None
+        except gevent.GreenletExit as raised:
             if not self.run.stopping:
                 raise  # a user stopped mid-step leaves no record (nor a Locust event)
-            return CUT_BY_RUN_END, e
+            return CUT_BY_RUN_END, raised
         finally:
             timeout.close()
             if barge_in is not None and barge_in.timer is not None:
                 barge_in.timer.kill(block=False)
         return None, None
 
-    def _judge(self, rec: dict[str, Any], got: _Arrivals, answer: Answered, ended: Ended, m0: float) -> None:
+    def _judge(self, rec: dict[str, Any], got: _Arrivals, answer: Answered, ended: Ended, sent_mono: float) -> None:
         """An answer that came whole, into its record: its audio heard and checked where it
         carries audio, its Retry-After where it refused (in place)."""
         rec["server_timing"] = answer.server_timing
@@ -387,15 +394,17 @@ class Caller:
                 )
         elif ended.quiet is not None:
             rec["ok"] = True  # interrupted, not failed
-            heard = [ms for ms in got.timeline.audio_ms if ms is not None]
+            heard = [piece_ms for piece_ms in got.timeline.audio_ms if piece_ms is not None]
             rec["audio_s"] = round(sum(heard) / 1000.0, 6) if heard else None
             barge_in = got.barge_in
             assert barge_in is not None  # only an exchange the listener interrupted goes quiet
-            runformat.attempt.update(rec, **barge_in.fields(m0, ended))
+            runformat.attempt.update(rec, **barge_in.fields(sent_mono, ended))
         elif ended.audio is not None:
-            self._hear(rec, got, ended, ended.audio, m0)
+            self._hear(rec, got, ended, ended.audio, sent_mono)
 
-    def _hear(self, rec: dict[str, Any], got: _Arrivals, ended: Ended, audio: containers.Audio, m0: float) -> None:
+    def _hear(
+        self, rec: dict[str, Any], got: _Arrivals, ended: Ended, audio: containers.Audio, sent_mono: float
+    ) -> None:
         """A whole answer's ``audio`` (``ended.audio``): its length and real-time factor, and the
         signal checks (a silent answer fails with ``signal.SILENT``)."""
         heard = _signal(ended.data, audio)
@@ -405,12 +414,12 @@ class Caller:
         rec["ok"] = True
         rec["audio_s"] = None if audio.audio_s is None else round(audio.audio_s, 6)
         if audio.audio_s:
-            m2 = ended.at
-            assert m2 is not None  # audio that checked out came whole
-            rec["rtf"] = round((m2 - m0) / audio.audio_s, 6)
+            ended_mono = ended.at
+            assert ended_mono is not None  # audio that checked out came whole
+            rec["rtf"] = round((ended_mono - sent_mono) / audio.audio_s, 6)
         if heard is not None:
             heard["ttfa_audible_ms"] = got.timeline.audible_ms(
-                m0, self.s.playback_buffer_ms, heard["leading_silence_ms"]
+                sent_mono, self.s.playback_buffer_ms, heard["leading_silence_ms"]
             )
             runformat.attempt.update(rec, **heard)
 
@@ -427,17 +436,19 @@ class Caller:
             exception=None if rec["ok"] else AttemptFailed(rec["error"]),
         )
 
-    def _finish_audio(self, rec: dict[str, Any], parts: Parts, m0: float, m2: float, seg: Segment) -> None:
+    def _finish_audio(
+        self, rec: dict[str, Any], parts: Parts, sent_mono: float, ended_mono: float, seg: Segment
+    ) -> None:
         data: list[signal.Buffer]
         if len(parts) > 1:
             try:
-                data = [containers.concat([(b"".join(d), a) for d, a in parts])]
-            except containers.AudioError as e:
-                rec.update(ok=False, error=str(e))
+                data = [containers.concat([(b"".join(blocks), segment_audio) for blocks, segment_audio in parts])]
+            except containers.AudioError as error:
+                rec.update(ok=False, error=str(error))
                 return
-            rec["concat_ms"] = round((mono() - m2) * 1000.0, 3)
+            rec["concat_ms"] = round((mono() - ended_mono) * 1000.0, 3)
             # PCM that joined has every segment's length (only a format it cannot join lacks one)
-            rec["audio_s"] = round(sum(a.audio_s or 0.0 for _, a in parts), 6)
+            rec["audio_s"] = round(sum(segment_audio.audio_s or 0.0 for _, segment_audio in parts), 6)
         else:
             data = parts[0][0]
         path = self.run.audio_path(seg.text, self.no, seg.seq)
@@ -445,12 +456,12 @@ class Caller:
             return
         try:
             audio_out.writer(self.environment.tts_knee).write(path, data)
-        except audio_out.AudioMissing as e:  # the disk did not keep up: the record says so
-            runformat.attempt.update(rec, audio_file=e.kind)
+        except audio_out.AudioMissing as error:  # the disk did not keep up: the record says so
+            runformat.attempt.update(rec, audio_file=error.kind)
             return
-        except OSError as e:
-            self.run.audio_failed(e)
+        except OSError as error:
+            self.run.audio_failed(error)
             return
-        m3 = mono()
-        rec["t3"] = rec["t0"] + (m3 - m0)
-        rec["write_ms"] = _ms(m2, m3)
+        written_mono = mono()
+        rec["t3"] = rec["t0"] + (written_mono - sent_mono)
+        rec["write_ms"] = _ms(ended_mono, written_mono)

@@ -64,9 +64,9 @@ class Picker:
 
     def __init__(self, run):
         self.run = run
-        s = run.settings
-        self.ids = speech_mod.judged_texts([t.id for t in s.texts], s.asr_sample)
-        self.cap = s.asr_sample
+        settings = run.settings
+        self.ids = speech_mod.judged_texts([text.id for text in settings.texts], settings.asr_sample)
+        self.cap = settings.asr_sample
         self.taken: dict[int, set] = {}
 
     def consider(self, rec: dict, seg, parts: list) -> None:
@@ -88,15 +88,16 @@ class Picker:
             body = (
                 containers.wav_header(len(body), audio.sample_rate, audio.channels or 1, audio.sample_width or 2) + body
             )
-        s = self.run.settings
+        settings = self.run.settings
         clip = {
             "req_id": rec["req_id"],
             "step": rec["step"],
             "concurrency": rec["concurrency"],
             "text_id": text.id,
             "text": seg.words,
-            "language": s.asr_language or seg.ask.language or text.written_in or s.tts_language or None,
-            "reference": (seg.ask.ref_audio.path if seg.ask.ref_audio is not None else s.reference_voice) or None,
+            "language": settings.asr_language or seg.ask.language or text.written_in or settings.tts_language or None,
+            "reference": (seg.ask.ref_audio.path if seg.ask.ref_audio is not None else settings.reference_voice)
+            or None,
         }
         if self.run.is_worker:
             self.run.environment.runner.send_message(wire.CLIP.name, wire.CLIP(**clip, audio=bytes(body)))
@@ -108,8 +109,8 @@ class Judge:
     """Master or local runner: the judge process, its queue, ``speech/`` and ``speech.jsonl``;
     with ``--asr-keep`` only the clips and their lines, no process."""
 
-    def __init__(self, s, run_dir, disk, hearing: hearing_mod.Hearing, on_judged=None):
-        self.s = s
+    def __init__(self, settings, run_dir, disk, hearing: hearing_mod.Hearing, on_judged=None):
+        self.s = settings
         self.hearing = hearing
         self.on_judged = on_judged  # --metrics-port: the live metrics take every speech.jsonl line too
         self.run_dir = run_dir
@@ -146,19 +147,23 @@ class Judge:
         if self.s.asr_keep:
             return None
         try:
-            s = self.s
+            settings = self.s
             proc = self.proc = subprocess.Popen(
                 hearing_mod.judge_command(
-                    s.asr_model, s.asr_threads, s.asr_language, s.asr_device, self.hearing.listen
+                    settings.asr_model,
+                    settings.asr_threads,
+                    settings.asr_language,
+                    settings.asr_device,
+                    self.hearing.listen,
                 ),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 preexec_fn=lambda: os.nice(10),
-                env=hearing_mod.judge_environment(s.asr_threads),
+                env=hearing_mod.judge_environment(settings.asr_threads),
             )
-        except OSError as e:
-            return f"the ASR judge did not start: {e}"
+        except OSError as error:
+            return f"the ASR judge did not start: {error}"
         puller.SIDECARS.add(proc.pid)  # its CPU is not the load generator's
         assert proc.stdin is not None and proc.stdout is not None  # both piped
         # False: the block just ends at the timeout (gevent takes it; its stubs do not say so)
@@ -318,19 +323,19 @@ class Judge:
         elif self.sent or self.queue:
             self._died(proc)
         self.disk.close(self.path)
-        c = self.counts
-        if c["offered"]:
-            log.info("speech: %d clips judged, %d not (speech.jsonl)", c["judged"], c["not_judged"])
+        counts = self.counts
+        if counts["offered"]:
+            log.info("speech: %d clips judged, %d not (speech.jsonl)", counts["judged"], counts["not_judged"])
 
 
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in name)[:120]
+    return "".join(char if char.isalnum() or char in "-._" else "_" for char in name)[:120]
 
 
-def check(s) -> hearing_mod.Hearing:
+def check(settings) -> hearing_mod.Hearing:
     """What the judge will hear; raises :class:`audio.asr.AsrError` (one sentence) where its
     options cannot work. Kept clips (--asr-keep) are heard by no one yet."""
-    if s.asr_keep:
+    if settings.asr_keep:
         return hearing_mod.Hearing(False)
-    asr.check_model(s.asr_model, s.asr_language, s.asr_metric)
-    return hearing_mod.decide(s.asr_listen, s.asr_words_only, s.reference_voice)
+    asr.check_model(settings.asr_model, settings.asr_language, settings.asr_metric)
+    return hearing_mod.decide(settings.asr_listen, settings.asr_words_only, settings.reference_voice)

@@ -71,11 +71,11 @@ class Text:
         return self.language or self.text_language
 
 
-def unique(text: Text, n: int) -> Text:
-    """``text`` made a text of its own for request ``n`` (--text-reuse unique): the number and a
-    comma put first, so that neither an answer cache nor a prefix cache has seen it, while its
-    length (a few characters more) and its words stay the corpus's."""
-    return replace(text, text=f"{n}, {text.text}")
+def unique(text: Text, request_number: int) -> Text:
+    """``text`` made a text of its own for request ``request_number`` (--text-reuse unique): the
+    number and a comma put first, so that neither an answer cache nor a prefix cache has seen it,
+    while its length (a few characters more) and its words stay the corpus's."""
+    return replace(text, text=f"{request_number}, {text.text}")
 
 
 def load_clip(path: Path, what: str) -> Clip:
@@ -85,8 +85,8 @@ def load_clip(path: Path, what: str) -> Clip:
         data = path.read_bytes()
     except FileNotFoundError:
         raise CorpusError(f"{what} has ref_audio {str(path)!r}, which does not exist") from None
-    except OSError as e:
-        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which cannot be read ({e.strerror})") from None
+    except OSError as error:
+        raise CorpusError(f"{what} has ref_audio {str(path)!r}, which cannot be read ({error.strerror})") from None
     kind = audio_kind(data[:16])
     if kind is None:
         raise CorpusError(
@@ -97,8 +97,8 @@ def load_clip(path: Path, what: str) -> Clip:
 
 
 def tier_of(text: str) -> str:
-    n = len(text)
-    return "short" if n <= SHORT_MAX_CHARS else "medium" if n <= MEDIUM_MAX_CHARS else "long"
+    length = len(text)
+    return "short" if length <= SHORT_MAX_CHARS else "medium" if length <= MEDIUM_MAX_CHARS else "long"
 
 
 def load(path: str | Path | None = None) -> list[Text]:
@@ -107,10 +107,10 @@ def load(path: str | Path | None = None) -> list[Text]:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CorpusError(f"corpus file {path} does not exist") from None
-    except UnicodeDecodeError as e:
-        raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise CorpusError(f"cannot read corpus file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise CorpusError(f"cannot read corpus file {path}: {error.strerror}") from None
     texts = _load_jsonl(path, raw) if path.suffix == ".jsonl" else _load_txt(path, raw)
     if not texts:
         raise CorpusError(f"corpus file {path} holds no texts")
@@ -119,10 +119,10 @@ def load(path: str | Path | None = None) -> list[Text]:
 
 def _load_txt(path: Path, raw: str) -> list[Text]:
     texts = []
-    for n, line in enumerate(raw.splitlines(), 1):
+    for line_number, line in enumerate(raw.splitlines(), 1):
         line = line.strip()
         if line and not line.startswith("#"):
-            texts.append(Text(f"{path.stem}:{n}", line, tier_of(line)))
+            texts.append(Text(f"{path.stem}:{line_number}", line, tier_of(line)))
     return texts
 
 
@@ -130,20 +130,20 @@ def _load_jsonl(path: Path, raw: str) -> list[Text]:
     texts: list[Text] = []
     seen: set[str] = set()
     clips: dict[str, Any] = {}
-    for n, line in enumerate(raw.splitlines(), 1):
+    for line_number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{path}, line {n}"
+        where = f"{path}, line {line_number}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{where} is not valid JSON ({e.msg})") from None
+        except json.JSONDecodeError as error:
+            raise CorpusError(f"{where} is not valid JSON ({error.msg})") from None
         if not isinstance(obj, dict):
             raise CorpusError(f'{where} must be a JSON object with a "text" field')
         text = obj.get("text")
         if not isinstance(text, str) or not text.strip():
             raise CorpusError(f'{where} has no non-empty "text" string')
-        tid = str(obj.get("id", f"{path.stem}:{n}"))
+        tid = str(obj.get("id", f"{path.stem}:{line_number}"))
         if tid in seen:
             raise CorpusError(f"{where} repeats the id {tid!r}")
         seen.add(tid)
@@ -159,11 +159,11 @@ def _asks(obj: dict, path: Path, where: str, clips: dict) -> dict:
     language its text is written in; ``clips`` holds the clips read so far, so a clip many
     entries name is read once."""
     out: dict[str, Any] = {}
-    for k in _ASKS + _LABELS:
-        v = obj.get(k)
-        if v is not None and (not isinstance(v, str) or not v.strip()):
-            raise CorpusError(f"{where} has {k} {v!r}; expected a non-empty string")
-        out[k] = v
+    for key in _ASKS + _LABELS:
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise CorpusError(f"{where} has {key} {value!r}; expected a non-empty string")
+        out[key] = value
     speed = obj.get("speed")
     if speed is not None and (
         isinstance(speed, bool) or not isinstance(speed, (int, float)) or not speed > 0 or speed == float("inf")
@@ -186,7 +186,7 @@ def split(text: str, max_chars: int) -> list[str]:
     if max_chars <= 0 or len(text) <= max_chars:
         return [text]
     segments: list[str] = []
-    for sentence in filter(None, (s.strip() for s in _SENTENCE_END.split(text))):
+    for sentence in filter(None, (part.strip() for part in _SENTENCE_END.split(text))):
         for piece in _fit(sentence, max_chars, _SOFT_BREAK):
             if segments and len(segments[-1]) + 1 + len(piece) <= max_chars:
                 segments[-1] += (" " if segments[-1][-1].isascii() else "") + piece
