@@ -166,7 +166,8 @@ def test_a_listener_hears_clips_together_as_it_hears_each_alone(encoder, joe_cli
         for figure in ("mos", "mos_sig", "mos_bak", "listen_reason"):
             assert batched[figure] == single[figure]
         assert batched["similarity_ref"] == pytest.approx(single["similarity_ref"], abs=2e-4)
-        assert np.abs(np.array(batched["embedding"]) - np.array(single["embedding"])).max() <= 1e-4
+        # each value is rounded to 4 decimals: a difference under 1e-7 can still show as one step
+        assert np.abs(np.array(batched["embedding"]) - np.array(single["embedding"])).max() < 1.5e-4
     assert together[1]["similarity_ref"] is None and together[0]["mos"] is not None
     assert together[2]["similarity_ref"] > 0.8  # the long clip: the same voice as the reference
 
