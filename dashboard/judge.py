@@ -84,7 +84,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         elif o.at_least is not None or o.above is not None:
             p.add_argument(o.flag, type=_checked(o), default=None, help=_help(o))
         else:
-            p.add_argument(o.flag, default=None, choices=o.choices, help=_help(o))
+            p.add_argument(o.flag, default=None, choices=o.choices or None, help=_help(o))
     return p
 
 
