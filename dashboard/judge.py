@@ -86,7 +86,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         elif option.at_least is not None or option.above is not None:
             arg_parser.add_argument(option.flag, type=_checked(option), default=None, help=_help(option))
         else:
-            arg_parser.add_argument(option.flag, default=None, choices=option.choices, help=_help(option))
+            arg_parser.add_argument(option.flag, default=None, choices=option.choices or None, help=_help(option))
     return arg_parser
 
 

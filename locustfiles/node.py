@@ -195,7 +195,7 @@ class Run:
             return
         self._audio_ok = False
         where = self.settings.audio_dir
-        if self.settings.stop_on_audio_error:
+        if self.settings.on_audio_error == "stop":
             log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
             self.environment.process_exit_code = exits.DISK
             gevent.spawn(self.environment.runner.quit)
@@ -400,7 +400,7 @@ class Run:
             if refused is not None:
                 self.fail(refused)
                 return
-        if s.preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
+        if not s.skip_preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
             node = self.environment.tts_knee
             self.preflight = answer = node.preflight or preflight(s)
             node.preflight = None
@@ -558,7 +558,7 @@ class Run:
         if self.judge is not None:
             self.judge.finish()
             self.info["speech"] = self.judge.describe()
-        if self.settings.preflight and not self.failed:  # before the voices it asks for are removed
+        if not self.settings.skip_preflight and not self.failed:  # before the voices it asks for are removed
             self.info["health"] = health(self.settings)
             h = self.info["health"]
             if h["ok"]:

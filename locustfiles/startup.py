@@ -74,7 +74,7 @@ def check_before_start(environment) -> None:
         settings = settings_mod.from_options(options, environment.host)
     except settings_mod.SettingsError as error:
         _stop(environment, str(error))
-    if not settings.preflight or settings.voice_upload or options.master:
+    if settings.skip_preflight or settings.voice_upload or options.master:
         # a master sends it at the first step, as its workers start: the time it takes is theirs
         # to settle their clocks in (a trace's arrivals are scheduled on them)
         return

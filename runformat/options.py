@@ -1,25 +1,21 @@
-"""The run's options: each one's flag, its key in ``run.json``'s ``options``, unit, default and
-help, declared once.
+"""The run's options, declared once: each a field of :class:`RunOptions` that carries its group,
+default, unit, bounds, choices, help, environment variable, whether the web UI shows it and
+whether and how ``run.json`` records it (:class:`Option`).
 
-The load generator's parser (``locustfiles.settings.add_arguments``) is built from
-:data:`OPTIONS` and the reader takes its defaults from :data:`DEFAULTS`, so a default cannot
-differ between the two. An option's ``default`` is what the flag holds when it is not given;
-where that is a stand-in for a value worked out from the others (an empty ``--steps``, a
-negative ``--settle-time``) the help says what it becomes, and ``run.json`` records the value
-worked out. ``key`` None: the run does not record the option (a secret, a path or a reaction
-that says nothing of what was measured); ``flag`` None: a figure only ``run.json`` records.
-
-To add an option: one :class:`Option` here, in its :class:`Group` (``{default}`` in its help
-becomes the default; a number's bounds, ``at_least`` or ``above``, make it checked by its
-declaration), then a field of its name in ``locustfiles.settings.Settings``
-(``docs/adding.md``); the manual's option reference (``docs/options.md``) is made from these
-declarations (:func:`reference`).
+``tts-knee run --help``, Locust's web UI form and ``.conf`` files (``locustfiles.settings``
+registers :data:`OPTIONS` on Locust's parser), the run's settings (``locustfiles.settings.Settings``
+is a RunOptions), ``run.json``'s ``options`` (:data:`RUN_OPTIONS`; the readers take their defaults
+from :data:`DEFAULTS`) and the manual's reference (``docs/options.md``, :func:`reference`) are made
+from these declarations: adding an option is one field here (``docs/adding.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from pathlib import PurePath
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from .fields import Field
 
@@ -75,75 +71,98 @@ class Group(NamedTuple):
     about: str
 
 
-_TARGET = Group("target and request", "What the requests go to and what they ask for.")
-_STREAMING = Group(
+TARGET = Group("target and request", "What the requests go to and what they ask for.")
+STREAMING = Group(
     "streaming and sessions", "Streamed answers, the playback model, and sessions that take the text in pieces."
 )
-_PLAN = Group("load plan", "The steps: concurrency or offered rates, how long each lasts, the run's end.")
-_RETRIES = Group("retries", "Which failures are retried, and how long to back off.")
-_SLO = Group(
+PLAN = Group("load plan", "The steps: concurrency or offered rates, how long each lasts, the run's end.")
+RETRIES = Group("retries", "Which failures are retried, and how long to back off.")
+DECISIONS = Group(
     "SLO and plan decisions",
     "An objective each step is judged against as it ends, and what the plan does with the verdicts.",
 )
-_CAPACITY = Group(
+CAPACITY = Group(
     "capacity and cost",
     "The recommendation in replicas and money: a replica's price and the "
     "demand to plan for (the report takes them too).",
 )
-_VOICES = Group("voices", "The voices requests ask for, and sweeps over distinct voices.")
-_BARGE_IN = Group("barge-in", "Listeners who interrupt, and how the utterance is cancelled.")
-_LISTENING = Group("listening", "The ASR judge: whether the speech is still right under load.")
-_TELEMETRY = Group("telemetry", "The collectors beside the server and the server's own metrics.")
-_OUTPUT = Group("output", "The run directory and the audio written.")
+VOICES = Group("voices", "The voices requests ask for, and sweeps over distinct voices.")
+BARGE_IN = Group("barge-in", "Listeners who interrupt, and how the utterance is cancelled.")
+LISTENING = Group("listening", "The ASR judge: whether the speech is still right under load.")
+TELEMETRY = Group("telemetry", "The collectors beside the server and the server's own metrics.")
+OUTPUT = Group("output", "The run directory and the audio written.")
 GROUPS: tuple[Group, ...] = (
-    _TARGET,
-    _PLAN,
-    _STREAMING,
-    _RETRIES,
-    _SLO,
-    _CAPACITY,
-    _VOICES,
-    _BARGE_IN,
-    _LISTENING,
-    _TELEMETRY,
-    _OUTPUT,
+    TARGET,
+    PLAN,
+    STREAMING,
+    RETRIES,
+    DECISIONS,
+    CAPACITY,
+    VOICES,
+    BARGE_IN,
+    LISTENING,
+    TELEMETRY,
+    OUTPUT,
 )
 
 
-class Option(NamedTuple):
-    flag: str | None  # the command-line option; None: a figure only run.json records
-    key: str | None  # its key in run.json's options; None: not recorded
-    unit: str
-    default: object  # the flag's value when it is not given
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Option(Generic[T]):
+    """An option's declaration: a :class:`RunOptions` field's, made with :func:`option`. Its kind
+    is its default's: a str, an int, a float, a bool (a switch) or a tuple (a repeatable flag)."""
+
+    group: Group | None  # where --help and the manual list it; None: no flag, a figure run.json records
+    default: T  # the value when the flag is not given
     help: str  # "{default}" is replaced by the default as the help shows it
-    kind: type | str = str  # str, int, float, bool (a switch) or "list" (repeatable)
-    choices: tuple[Any, ...] | None = None
-    secret: bool = False  # kept out of run.json and masked in the web UI
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    at_least: float | None = None  # a number's least value
+    above: float | None = None  # a number must be greater than this
     env: str | None = None  # an environment variable that sets it when the flag is not given
-    group: Group | None = None  # where --help and the manual list it; None: a figure only run.json records
+    secret: bool = False  # masked in the web UI; run.json never records its value
     web_ui: bool = True  # in Locust's web UI form; False: read once at start, so the form could not change it
-    # A number's bounds: an option that declares one is checked by its declaration (:meth:`checked`)
-    # and is the run's setting of its name as it is (locustfiles.settings); the others are worked
-    # out by their group's validator there.
-    at_least: float | None = None  # the least value it may take
-    above: float | None = None  # it must be greater than this
+    key: str | None = ""  # its key in run.json's options: "" its name, None not recorded
+    empty_is_null: bool = False  # run.json records an empty value as null
+    only_with: tuple[str, ...] = ()  # run.json records it only where one of these settings is set, else null
+    name: str = ""  # the field's: its name on Locust's parsed options and in the settings
 
     @property
-    def dest(self) -> str:
-        """Its name on Locust's parsed options and in the run's settings: ``--step-time`` is ``step_time``."""
-        return (self.flag or "").lstrip("-").replace("-", "_")
+    def flag(self) -> str | None:
+        """The command-line option: ``step_time`` is ``--step-time``."""
+        return None if self.group is None else "--" + self.name.replace("_", "-")
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
 
     def help_text(self) -> str:
-        shown = self.default
-        if isinstance(shown, float):
-            shown = f"{shown:g}"
-        return self.help.replace("{default}", str(shown))
+        shown = f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        return self.help.replace("{default}", shown)
 
     def checked(self, value: object) -> object:
-        """``value`` as the option's kind (int or float), finite and within its bounds; a
+        """``value`` as Locust hands it over (parsed, or the text of a ``.conf`` file or the web UI)
+        in the option's kind, one of its choices and within its bounds (None: the default); a
         ValueError says in one sentence what the option expects."""
+        if value is None:
+            return self.default
+        if self.kind in (int, float):
+            return self._number(value)
+        if self.kind is bool:
+            return bool(value)
+        if self.kind is tuple:
+            return tuple(map(str, value)) if isinstance(value, (list, tuple)) else (str(value),)
+        text = str(value)
+        if self.choices and text not in self.choices:
+            raise ValueError(f"{self.flag} must be one of {', '.join(c for c in self.choices if c)}, got {value!r}")
+        return text
+
+    def _number(self, value: object) -> int | float:
         try:
-            number = self.kind(value)  # type: ignore[operator]  # int or float, the options with bounds
+            number: int | float = self.kind(value)
         except (TypeError, ValueError, OverflowError):  # OverflowError: int("inf")
             raise ValueError(f"{self.flag} must be a number, got {value!r}") from None
         if isinstance(number, float) and not math.isfinite(number):
@@ -156,923 +175,744 @@ class Option(NamedTuple):
             raise ValueError(f"{self.flag} must be greater than {above}, got {value!r}")
         return number
 
+    def recorded(self, settings: object, value: object) -> object:
+        """``value``, the run's setting of this option, as ``run.json`` records it: null where the
+        declaration says so, a tuple as a list, a path as text."""
+        if self.only_with and not any(getattr(settings, name) for name in self.only_with):
+            return None
+        if self.empty_is_null and not value:
+            return None
+        if isinstance(value, tuple):
+            return list(value)
+        return str(value) if isinstance(value, PurePath) else value
 
-_O = Option
-OPTIONS: tuple[Option, ...] = (
-    _O(
-        "--tts-api",
-        "tts_api",
-        "",
-        "openai",
-        "Request shape: OpenAI /v1/audio/speech, piper POST /synthesize, or a JSON template (default {default}).",
+
+def _field_of(declare: Callable[P, Option[T]]) -> Callable[P, T]:
+    """:func:`option`: a dataclass field whose default is the declaration's and whose metadata
+    holds it, typed as its default (so a default of another type than its field's is an error)."""
+
+    def field(*args: P.args, **kwargs: P.kwargs) -> T:
+        declared = declare(*args, **kwargs)
+        return dataclasses.field(default=declared.default, metadata={_DECLARED: declared})
+
+    return field
+
+
+_DECLARED = "option"
+#: A :class:`RunOptions` field: ``step_time: float = option(group=PLAN, unit="s", default=0.0, help=...)``.
+option = _field_of(Option)
+
+#: The type of an option the run's settings parse into a value of their own type, which
+#: ``locustfiles.settings.Settings`` declares (``steps``: "1,2,4" given, (1, 2, 4) set).
+Parsed = object
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Every option of ``tts-knee run``, named as its flag (``--step-time`` is ``step_time``), in
+    its group's order in ``--help`` and the manual, and in run.json's order."""
+
+    tts_api: str = option(
+        group=TARGET,
+        default="openai",
         choices=tuple(sorted(APIS)),
-        group=_TARGET,
-    ),
-    _O(
-        "--tts-path",
-        "tts_path",
-        "",
-        "",
-        "Path of the TTS endpoint (default: the API's usual path); run.json records the path used.",
-        group=_TARGET,
-    ),
-    _O("--tts-model", "tts_model", "", "tts-1", "`model` field for the openai API (default {default}).", group=_TARGET),
-    _O(
-        "--tts-voice",
-        "tts_voice",
-        "",
-        "alloy",
-        "`voice` field for the openai API, empty to omit it (default {default}); over ws and wyoming the "
+        help="Request shape: OpenAI /v1/audio/speech, piper POST /synthesize, or a JSON template (default {default}).",
+    )
+    tts_path: str = option(
+        group=TARGET,
+        default="",
+        help="Path of the TTS endpoint (default: the API's usual path); run.json records the path used.",
+    )
+    tts_model: str = option(group=TARGET, default="tts-1", help="`model` field for the openai API (default {default}).")
+    tts_voice: str = option(
+        group=TARGET,
+        default="alloy",
+        help="`voice` field for the openai API, empty to omit it (default {default}); over ws and wyoming the "
         "voice sent where the protocol has one (default: none, the server's own).",
-        group=_TARGET,
-    ),
-    _O(
-        "--tts-format",
-        "tts_format",
-        "",
-        "wav",
-        f"Audio format asked for and checked: {', '.join(FORMATS)} (default {{default}}).",
-        group=_TARGET,
-    ),
-    _O(
-        "--tts-stream",
-        "tts_stream",
-        "",
-        False,
-        "Ask for a streamed response (openai: stream=true; default off).",
-        bool,
-        group=_STREAMING,
-    ),
-    _O(
-        "--tts-stream-format",
-        "tts_stream_format",
-        "",
-        "",
-        "openai stream_format: sse (server-sent events) or audio; implies --tts-stream (default: none).",
-        group=_STREAMING,
-    ),
-    _O(
-        "--playback-buffer-ms",
-        "playback_buffer_ms",
-        "ms",
-        0.0,
-        "Audio (ms) the simulated player buffers before it starts playing a stream (default {default}).",
-        float,
-        group=_STREAMING,
+    )
+    tts_format: str = option(
+        group=TARGET,
+        default="wav",
+        help=f"Audio format asked for and checked: {', '.join(FORMATS)} (default {{default}}).",
+    )
+    tts_stream: bool = option(
+        group=STREAMING, default=False, help="Ask for a streamed response (openai: stream=true; default off)."
+    )
+    tts_stream_format: str = option(
+        group=STREAMING,
+        default="",
+        help="openai stream_format: sse (server-sent events) or audio; implies --tts-stream (default: none).",
+    )
+    playback_buffer_ms: float = option(
+        group=STREAMING,
+        unit="ms",
+        default=0.0,
         at_least=0,
-    ),
-    _O(
-        "--ttfa-floor-ms",
-        "ttfa_floor_ms",
-        "ms",
-        300.0,
-        "A rise in time to first audio counts toward the knee only above this, in ms (default {default}).",
-        float,
-        group=_STREAMING,
+        help="Audio (ms) the simulated player buffers before it starts playing a stream (default {default}).",
+    )
+    ttfa_floor_ms: float = option(
+        group=STREAMING,
+        unit="ms",
+        default=300.0,
         at_least=0,
-    ),
+        help="A rise in time to first audio counts toward the knee only above this, in ms (default {default}).",
+    )
     # Text paced as a language model writes it, for protocols that take text in pieces.
-    _O(
-        "--text-rate",
-        "text_rate",
-        "tokens/s",
-        0.0,
-        "Send the text as a language model writes it, this many tokens per second (a token is a word "
+    text_rate: float = option(
+        group=STREAMING,
+        unit="tokens/s",
+        default=0.0,
+        at_least=0,
+        help="Send the text as a language model writes it, this many tokens per second (a token is a word "
         "with its trailing space), where the protocol takes text in pieces (default 0: the whole text at "
         "once).",
-        float,
-        group=_STREAMING,
+    )
+    text_jitter: float = option(
+        group=STREAMING,
+        default=0.0,
         at_least=0,
-    ),
-    _O(
-        "--text-jitter",
-        "text_jitter",
-        "",
-        0.0,
-        "With --text-rate: each gap between tokens is 1/rate times 1 +/- up to this fraction, drawn "
+        help="With --text-rate: each gap between tokens is 1/rate times 1 +/- up to this fraction, drawn "
         "uniformly (default {default}: even gaps).",
-        float,
-        group=_STREAMING,
-    ),
-    _O(
-        "--flush",
-        "flush",
-        "",
-        "sentence",
-        "With --text-rate: send the protocol's flush after each sentence, or only at the end of the text "
-        "(default {default}).",
+    )
+    flush: str = option(
+        group=STREAMING,
+        default="sentence",
         choices=FLUSH_MODES,
-        group=_STREAMING,
-    ),
+        help="With --text-rate: send the protocol's flush after each sentence, or only at the end of the text "
+        "(default {default}).",
+    )
     # Sessions: protocols that keep a connection open and take the text in pieces (voice agents).
-    _O(
-        "--tts-protocol",
-        "tts_protocol",
-        "",
-        "http",
-        "What carries an utterance: an HTTP request (-H http://...), a WebSocket session in a preset's "
+    tts_protocol: str = option(
+        group=STREAMING,
+        default="http",
+        choices=tuple(PROTOCOLS),
+        help="What carries an utterance: an HTTP request (-H http://...), a WebSocket session in a preset's "
         "dialect (-H http://..., see --tts-preset), Wyoming over TCP (-H tcp://host:port) or a gRPC call "
         "(-H grpc://host:port, see --tts-preset) (default {default}).",
-        choices=tuple(PROTOCOLS),
-        group=_STREAMING,
-    ),
-    _O(
-        "--tts-preset",
-        "tts_preset",
-        "",
-        "",
-        "ws: the WebSocket dialect, a preset tts-knee ships (vllm-omni, elevenlabs, elevenlabs-multi, deepgram, "
+    )
+    tts_preset: str = option(
+        group=STREAMING,
+        default="",
+        empty_is_null=True,
+        help="ws: the WebSocket dialect, a preset tts-knee ships (vllm-omni, elevenlabs, elevenlabs-multi, deepgram, "
         "cartesia) or a .toml file of your own; grpc: riva (Riva's Synthesize, SynthesizeOnline with "
         "--tts-stream), triton (a Triton model) or a .json preset file, whose voice, model and language "
         "--tts-voice, --tts-model and --tts-language left at their defaults take (default: none; ws and grpc "
         "need one).",
-        group=_STREAMING,
-    ),
-    _O(
-        "--turns",
-        "turns",
-        "count",
-        0,
-        "Utterances per conversation: a user closes its session after this many and opens a new one "
+    )
+    turns: int = option(
+        group=STREAMING,
+        unit="count",
+        default=0,
+        at_least=0,
+        help="Utterances per conversation: a user closes its session after this many and opens a new one "
         "(default 0: one session for as long as the user runs; a preset that does not reuse its connection "
         "opens one per utterance anyway).",
-        int,
-        group=_STREAMING,
-    ),
-    _O(
-        "--think-time",
-        "think_time",
-        "s",
-        0.0,
-        "Seconds a user waits between the turns of a conversation (default {default}).",
-        float,
-        group=_STREAMING,
-    ),
-    _O(
-        "--contexts",
-        "contexts",
-        "count",
-        1,
-        "Utterances each user keeps in flight on its one session, where the preset has contexts (cartesia, "
+    )
+    think_time: float = option(
+        group=STREAMING,
+        unit="s",
+        default=0.0,
+        at_least=0,
+        help="Seconds a user waits between the turns of a conversation (default {default}).",
+    )
+    contexts: int = option(
+        group=STREAMING,
+        unit="count",
+        default=1,
+        above=0,
+        help="Utterances each user keeps in flight on its one session, where the preset has contexts (cartesia, "
         "elevenlabs-multi) (default {default}).",
-        int,
-        group=_STREAMING,
-    ),
+    )
     # Barge-in: the listener interrupts, and the utterance is cancelled the way its protocol can.
-    _O(
-        "--barge-in",
-        "barge_in",
-        "share",
-        0.0,
-        "Share of utterances the listener interrupts (barge-in), 0 to 1; each is cancelled (see --cancel-by) "
+    barge_in: float = option(
+        group=BARGE_IN,
+        unit="share",
+        default=0.0,
+        at_least=0,
+        help="Share of utterances the listener interrupts (barge-in), 0 to 1; each is cancelled (see --cancel-by) "
         "and recorded as cancelled, not failed (default 0: none).",
-        float,
-        group=_BARGE_IN,
-    ),
-    _O(
-        "--barge-in-after",
-        "barge_in_after",
-        "ms",
-        "",
-        "When the listener interrupts, in ms after the first audio heard: MS, or LO-HI drawn uniformly "
+    )
+    barge_in_after: Parsed = option(
+        group=BARGE_IN,
+        unit="ms",
+        default="",
+        only_with=("barge_in",),
+        help="When the listener interrupts, in ms after the first audio heard: MS, or LO-HI drawn uniformly "
         f"(default: drawn uniformly over the utterance's expected length, its characters at "
         f"{SPEAKING_CHARS_PER_S:g} a second).",
-        group=_BARGE_IN,
-    ),
-    _O(
-        "--cancel-by",
-        "cancel_by",
-        "",
-        "",
-        "How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
+    )
+    cancel_by: str = option(
+        group=BARGE_IN,
+        default="",
+        choices=("",) + CANCEL_MODES,
+        only_with=("barge_in",),
+        help="How an interruption cancels: the preset's cancel message, or closing the connection (HTTP: the "
         "stream; gRPC: the call's stream, RST_STREAM CANCEL) (default: the preset's cancel message where it has "
         "one, else close).",
-        choices=("",) + CANCEL_MODES,
-        group=_BARGE_IN,
-    ),
-    _O(
-        "--barge-in-seed",
-        "barge_in_seed",
-        "",
-        -1,
-        "Seed of which utterances are interrupted and when, recorded in run.json (default: a random one).",
-        int,
-        group=_BARGE_IN,
-    ),
+    )
+    barge_in_seed: int = option(
+        group=BARGE_IN,
+        default=-1,
+        only_with=("barge_in",),
+        help="Seed of which utterances are interrupted and when, recorded in run.json (default: a random one).",
+    )
     # Reaching a real service: TLS that verifies, and credentials that never reach the run directory
-    _O(
-        "--header",
-        "headers",
-        "",
-        [],
-        "An HTTP header sent with every request and WebSocket upgrade, 'NAME: VALUE' (repeatable); "
+    header: tuple[str, ...] = option(
+        group=TARGET,
+        default=(),
+        key="headers",
+        secret=True,
+        help="An HTTP header sent with every request and WebSocket upgrade, 'NAME: VALUE' (repeatable); "
         "${VAR} in the value is read from the environment. run.json records the names, never the "
         "values (default: none).",
-        "list",
+    )
+    grpc_metadata: Parsed = option(
+        group=TARGET,
+        default=(),
         secret=True,
-        group=_TARGET,
-    ),
-    _O(
-        "--grpc-metadata",
-        "grpc_metadata",
-        "",
-        [],
-        "gRPC: metadata sent with every call, KEY=VALUE (repeatable); ${VAR} in the value is read from the "
+        help="gRPC: metadata sent with every call, KEY=VALUE (repeatable); ${VAR} in the value is read from the "
         "environment. run.json records the keys, never the values (default: none).",
-        "list",
-        secret=True,
-        group=_TARGET,
-    ),
-    _O(
-        "--tls-ca",
-        "tls_ca",
-        "",
-        "",
-        "CA certificates (a PEM file) that https://, wss:// and grpcs:// targets are verified against, "
+    )
+    tls_ca: str = option(
+        group=TARGET,
+        default="",
+        empty_is_null=True,
+        help="CA certificates (a PEM file) that https://, wss:// and grpcs:// targets are verified against, "
         "for a private CA (default: the system's).",
-        group=_TARGET,
-    ),
-    _O(
-        "--tls-client-cert",
-        "tls_client_cert",
-        "",
-        "",
-        "A client certificate (PEM, its chain after it) for a TLS target that asks for one (mutual TLS); its "
+    )
+    tls_client_cert: str = option(
+        group=TARGET,
+        default="",
+        empty_is_null=True,
+        help="A client certificate (PEM, its chain after it) for a TLS target that asks for one (mutual TLS); its "
         "key in the same file or in --tls-client-key. run.json records the certificate's path (default: none).",
-        group=_TARGET,
-    ),
-    _O(
-        "--tls-client-key",
-        None,
-        "",
-        "",
-        "The private key of --tls-client-cert, when it is a file of its own (default: in the certificate's file).",
-        group=_TARGET,
-    ),
-    _O(
-        "--tls-insecure",
-        "tls_insecure",
-        "",
-        False,
-        "Do not verify the target's TLS certificate; the report says so (default off).",
-        bool,
-        group=_TARGET,
-    ),
-    _O(
-        "--tts-template",
-        None,
-        "",
-        "",
-        'JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).',
-        group=_TARGET,
-    ),
-    _O(
-        "--tts-sample-rate",
-        None,
-        "Hz",
-        24000,
-        "Sample rate of raw PCM responses and of SSE audio events, in Hz (default {default}).",
-        int,
-        group=_TARGET,
+    )
+    tls_client_key: str = option(
+        group=TARGET,
+        default="",
+        key=None,
+        help="The private key of --tls-client-cert, when it is a file of its own (default: in the certificate's file).",
+    )
+    tls_insecure: bool = option(
+        group=TARGET,
+        default=False,
+        help="Do not verify the target's TLS certificate; the report says so (default off).",
+    )
+    tts_template: str | None = option(
+        group=TARGET,
+        default="",
+        key=None,
+        help='JSON payload for --tts-api json with "{text}" where the text goes, or @FILE (default: none).',
+    )
+    tts_sample_rate: int = option(
+        group=TARGET,
+        unit="Hz",
+        default=24000,
         above=0,
-    ),
+        key=None,
+        help="Sample rate of raw PCM responses and of SSE audio events, in Hz (default {default}).",
+    )
     # gRPC: NVIDIA Riva's speech synthesis and Triton models (-H grpc://host:port, --tts-preset)
-    _O(
-        "--tts-language",
-        "tts_language",
-        "",
-        "",
-        "riva: the request's language_code (default: the preset's, en-US).",
-        group=_TARGET,
-    ),
-    _O(
-        "--texts",
-        "texts",
-        "",
-        "",
-        "Corpus: .txt (one text per line) or .jsonl (text, id, tier) (default: the bundled "
+    tts_language: str = option(
+        group=TARGET,
+        default="",
+        empty_is_null=True,
+        help="riva: the request's language_code (default: the preset's, en-US).",
+    )
+    texts: Parsed = option(
+        group=TARGET,
+        default="",
+        help="Corpus: .txt (one text per line) or .jsonl (text, id, tier) (default: the bundled "
         "configs/texts/default.jsonl); run.json records the file read.",
-        group=_TARGET,
-    ),
-    _O(None, "texts_count", "count", None, "Texts in the corpus."),
-    _O(
-        "--steps",
-        "steps",
-        "users",
-        "",
-        f"Concurrency levels, in order (closed loop; default {DEFAULT_STEPS}).",
-        group=_PLAN,
-    ),
+    )
+    texts_count: int | None = option(group=None, unit="count", default=None, help="Texts in the corpus.")
+    steps: Parsed = option(
+        group=PLAN,
+        unit="users",
+        default="",
+        help=f"Concurrency levels, in order (closed loop; default {DEFAULT_STEPS}).",
+    )
     # Open loop: offered arrivals per second instead of a number of users.
-    _O(
-        "--rates",
-        "rates",
-        "req/s",
-        "",
-        "Open loop instead of --steps: offered requests per second, in order, for the whole run (split "
+    rates: Parsed = option(
+        group=PLAN,
+        unit="req/s",
+        default="",
+        help="Open loop instead of --steps: offered requests per second, in order, for the whole run (split "
         "across workers), e.g. 1,2,4,8; each arrival is sent on its schedule (default: none, closed loop).",
-        group=_PLAN,
-    ),
-    _O(
-        "--arrival",
-        "arrival",
-        "",
-        "poisson",
-        "Open loop: gaps between arrivals, exponential (poisson) or equal (constant) (default {default}; "
-        "run.json: null in a closed-loop run).",
+    )
+    arrival: str = option(
+        group=PLAN,
+        default="poisson",
         choices=("poisson", "constant"),
-        group=_PLAN,
-    ),
-    _O(
-        "--arrival-seed",
-        "arrival_seed",
-        "",
-        -1,
-        "Open loop: seed of the Poisson arrivals, recorded in run.json (default: a random one).",
-        int,
-        group=_PLAN,
-    ),
-    _O(
-        "--max-inflight",
-        "max_inflight",
-        "count",
-        1000,
-        "Open loop: an arrival that finds this many requests in flight (per worker) is not sent and "
+        only_with=("rates",),
+        help="Open loop: gaps between arrivals, exponential (poisson) or equal (constant) (default {default}; "
+        "run.json: null in a closed-loop run).",
+    )
+    arrival_seed: int = option(
+        group=PLAN,
+        default=-1,
+        only_with=("rates",),
+        help="Open loop: seed of the Poisson arrivals, recorded in run.json (default: a random one).",
+    )
+    max_inflight: int = option(
+        group=PLAN,
+        unit="count",
+        default=1000,
+        above=0,
+        only_with=("rates",),
+        help="Open loop: an arrival that finds this many requests in flight (per worker) is not sent and "
         "counted as dropped (default {default}).",
-        int,
-        group=_PLAN,
-    ),
-    _O(
-        "--trace",
-        "trace",
-        "",
-        "",
-        "Open loop: replay this log of arrivals (JSONL or CSV: offset_s and text, text_len or text_id; voice, "
+    )
+    trace: Parsed = option(
+        group=PLAN,
+        default="",
+        help="Open loop: replay this log of arrivals (JSONL or CSV: offset_s and text, text_len or text_id; voice, "
         "language, conversation, turn) instead of --rates, each step at one --trace-speed (default: none).",
-        group=_PLAN,
-    ),
-    _O(
-        "--trace-speed",
-        "trace_speed",
-        "x",
-        "1",
-        "With --trace: the replay's speeds, in order, e.g. 0.5,1,2,4 (2: twice the log's pace); each step "
+    )
+    trace_speed: Parsed = option(
+        group=PLAN,
+        unit="x",
+        default="1",
+        empty_is_null=True,
+        help="With --trace: the replay's speeds, in order, e.g. 0.5,1,2,4 (2: twice the log's pace); each step "
         "replays the trace from its start for --step-time or the whole trace (default {default}).",
-        group=_PLAN,
-    ),
-    _O(
-        "--step-time",
-        "step_time",
-        "s",
-        0.0,
-        f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests, "
+    )
+    step_time: float = option(
+        group=PLAN,
+        unit="s",
+        default=0.0,
+        at_least=0,
+        help=f"Seconds per step (default {DEFAULT_STEP_TIME_S:g}; a cap with --step-requests, "
         f"default {STEP_REQUESTS_CAP_S:g} there).",
-        float,
-        group=_PLAN,
-    ),
-    _O(
-        "--step-requests",
-        "step_requests",
-        "count",
-        0,
-        "End each step after this many settled requests (default 0: by time).",
-        int,
-        group=_PLAN,
-    ),
-    _O(
-        "--settle-time",
-        "settle_time",
-        "s",
-        -1.0,
-        f"Seconds at the start of each step whose records are marked settled=false (default "
+    )
+    step_requests: int = option(
+        group=PLAN,
+        unit="count",
+        default=0,
+        at_least=0,
+        help="End each step after this many settled requests (default 0: by time).",
+    )
+    settle_time: float = option(
+        group=PLAN,
+        unit="s",
+        default=-1.0,
+        help=f"Seconds at the start of each step whose records are marked settled=false (default "
         f"{SETTLE_FRACTION:.0%} of the step, at most {SETTLE_MAX_S:g} s; 0 with --step-requests). A step that "
         "adds more users than start in this time (100 a second), or stops users whose requests are still "
         "running, settles longer and runs that much longer.",
-        float,
-        group=_PLAN,
-    ),
-    _O(
-        "--split-max-chars",
-        "split_max_chars",
-        "chars",
-        0,
-        "Split longer texts at sentence ends into segments of at most this many characters, one request "
-        "each, joined into one WAV on the client (default 0: off).",
-        int,
-        group=_TARGET,
+    )
+    split_max_chars: int = option(
+        group=TARGET,
+        unit="chars",
+        default=0,
         at_least=0,
-    ),
-    _O(
-        "--retry-max-attempts",
-        "retry_max_attempts",
-        "count",
-        3,
-        "Attempts per request, the first included (default {default}).",
-        int,
-        group=_RETRIES,
-    ),
-    _O(
-        "--retry-base-ms",
-        "retry_base_ms",
-        "ms",
-        200.0,
-        "First backoff in ms; doubles per attempt (default {default}).",
-        float,
-        group=_RETRIES,
-    ),
-    _O(
-        "--retry-max-ms",
-        "retry_max_ms",
-        "ms",
-        2000.0,
-        "Longest backoff in ms (default {default}).",
-        float,
-        group=_RETRIES,
-    ),
-    _O(
-        "--retry-on",
-        "retry_on",
-        "",
-        "429,500,502,503,504",
-        f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors, gRPC code "
+        help="Split longer texts at sentence ends into segments of at most this many characters, one request "
+        "each, joined into one WAV on the client (default 0: off).",
+    )
+    retry_max_attempts: int = option(
+        group=RETRIES,
+        unit="count",
+        default=3,
+        above=0,
+        help="Attempts per request, the first included (default {default}).",
+    )
+    retry_base_ms: float = option(
+        group=RETRIES,
+        unit="ms",
+        default=200.0,
+        at_least=0,
+        help="First backoff in ms; doubles per attempt (default {default}).",
+    )
+    retry_max_ms: float = option(
+        group=RETRIES, unit="ms", default=2000.0, at_least=0, help="Longest backoff in ms (default {default})."
+    )
+    retry_on: str = option(
+        group=RETRIES,
+        default="429,500,502,503,504",
+        help=f"Statuses to retry, comma-separated; add `{CONNECTION_ERROR}` for connection errors, gRPC code "
         f"names for gRPC (RESOURCE_EXHAUSTED and UNAVAILABLE count as 429 and 503) (default {{default}}); "
         f"run.json records them as a sorted list.",
-        group=_RETRIES,
-    ),
-    _O(
-        "--retry-after-cap",
-        "retry_after_cap",
-        "s",
-        60.0,
-        "Longest Retry-After honoured, in seconds (default {default}).",
-        float,
-        group=_RETRIES,
-    ),
-    _O(
-        "--request-timeout",
-        "request_timeout",
-        "s",
-        120.0,
-        "Seconds before an attempt is abandoned (default {default}).",
-        float,
-        group=_TARGET,
-        above=0,
-    ),
-    _O(
-        "--connect-timeout",
-        None,
-        "s",
-        10.0,
-        "Seconds to wait for a connection (default {default}).",
-        float,
-        group=_TARGET,
-        above=0,
-    ),
-    _O("--audio-dir", "audio_dir", "", "", "Where audio is written (default RUN_DIR/audio).", group=_OUTPUT),
-    _O(
-        "--audio-keep",
-        "audio_keep",
-        "count",
-        4,
-        "Audio files kept per text, overwritten in turn so disk use stays bounded (default {default}; 0: keep all).",
-        int,
-        group=_OUTPUT,
+    )
+    retry_after_cap: float = option(
+        group=RETRIES,
+        unit="s",
+        default=60.0,
         at_least=0,
-    ),
-    _O(
-        "--on-audio-error",
-        None,
-        "",
-        "continue",
-        "When audio cannot be written (disk full, no permission): go on without writing, or stop (default {default}).",
+        help="Longest Retry-After honoured, in seconds (default {default}).",
+    )
+    request_timeout: float = option(
+        group=TARGET,
+        unit="s",
+        default=120.0,
+        above=0,
+        help="Seconds before an attempt is abandoned (default {default}).",
+    )
+    connect_timeout: float = option(
+        group=TARGET,
+        unit="s",
+        default=10.0,
+        above=0,
+        key=None,
+        help="Seconds to wait for a connection (default {default}).",
+    )
+    audio_dir: Parsed = option(group=OUTPUT, default="", help="Where audio is written (default RUN_DIR/audio).")
+    audio_keep: int = option(
+        group=OUTPUT,
+        unit="count",
+        default=4,
+        at_least=0,
+        help="Audio files kept per text, overwritten in turn so disk use stays bounded "
+        "(default {default}; 0: keep all).",
+    )
+    on_audio_error: str = option(
+        group=OUTPUT,
+        default="continue",
         choices=("continue", "stop"),
-        group=_OUTPUT,
-    ),
-    _O("--run-dir", None, "", "", "Run directory (default runs/<UTC timestamp>).", group=_OUTPUT),
-    _O(
-        "--junit",
-        None,
-        "",
-        "",
-        "Once the run ends, judge it as tts-knee report does and write its SLO verdicts as JUnit XML to "
+        key=None,
+        help="When audio cannot be written (disk full, no permission): go on without writing, or stop "
+        "(default {default}).",
+    )
+    run_dir: Parsed = option(group=OUTPUT, default="", key=None, help="Run directory (default runs/<UTC timestamp>).")
+    junit: Parsed = option(
+        group=OUTPUT,
+        default="",
+        key=None,
+        help="Once the run ends, judge it as tts-knee report does and write its SLO verdicts as JUnit XML to "
         "this file, and append the verdict to $GITHUB_STEP_SUMMARY where that is set (default: neither).",
-        group=_OUTPUT,
-    ),
-    _O("--collector", "collectors", "", [], "Collector URL (repeatable; default none).", "list", group=_TELEMETRY),
-    _O(
-        "--collector-token",
-        None,
-        "",
-        "",
-        f"Bearer token for the collectors (default: ${COLLECTOR_TOKEN_ENV}, as the collector's --token).",
-        secret=True,
+    )
+    collector: tuple[str, ...] = option(
+        group=TELEMETRY, default=(), key="collectors", help="Collector URL (repeatable; default none)."
+    )
+    collector_token: str | None = option(
+        group=TELEMETRY,
+        default="",
+        key=None,
         env=COLLECTOR_TOKEN_ENV,
-        group=_TELEMETRY,
-    ),
-    _O(
-        "--metrics-port",
-        None,
-        "",
-        0,
-        "Serve the run's live figures as Prometheus text at /metrics on this port, from the master or "
+        secret=True,
+        help=f"Bearer token for the collectors (default: ${COLLECTOR_TOKEN_ENV}, as the collector's --token).",
+    )
+    metrics_port: int = option(
+        group=TELEMETRY,
+        default=0,
+        key=None,
+        web_ui=False,
+        help="Serve the run's live figures as Prometheus text at /metrics on this port, from the master or "
         "the local runner (default: off; see the manual's live metrics page).",
-        int,
-        group=_TELEMETRY,
+    )
+    metrics_host: str = option(
+        group=TELEMETRY,
+        default="127.0.0.1",
+        key=None,
         web_ui=False,
-    ),
-    _O(
-        "--metrics-host",
-        None,
-        "",
-        "127.0.0.1",
-        "The address --metrics-port listens on (default {default}: this host only; 0.0.0.0 for every interface).",
-        group=_TELEMETRY,
-        web_ui=False,
-    ),
-    _O(
-        "--require-collectors",
-        None,
-        "",
-        False,
-        "End the run if a collector is unreachable at the start (default off).",
-        bool,
-        group=_TELEMETRY,
-    ),
-    _O(
-        "--skip-preflight",
-        None,
-        "",
-        False,
-        "Do not send the one warm-up request that checks the target before the run, nor the health probe "
+        help="The address --metrics-port listens on (default {default}: this host only; 0.0.0.0 for every interface).",
+    )
+    require_collectors: bool = option(
+        group=TELEMETRY,
+        default=False,
+        key=None,
+        help="End the run if a collector is unreachable at the start (default off).",
+    )
+    skip_preflight: bool = option(
+        group=TARGET,
+        default=False,
+        key=None,
+        help="Do not send the one warm-up request that checks the target before the run, nor the health probe "
         "after it (default off).",
-        bool,
-        group=_TARGET,
-    ),
-    _O(
-        "--health-path",
-        "health_path",
-        "",
-        "",
-        "After the run, GET this path of the target (e.g. /health; a 2xx is healthy) instead of sending the "
+    )
+    health_path: str = option(
+        group=TARGET,
+        default="",
+        empty_is_null=True,
+        help="After the run, GET this path of the target (e.g. /health; a 2xx is healthy) instead of sending the "
         "warm-up request once more (default: the warm-up request).",
-        group=_TARGET,
-    ),
+    )
     # The SLO and the step plan: each step judged as it ends, the plan decided from the verdicts.
-    _O(
-        "--slo",
-        "slo",
-        "",
-        "",
-        "Service-level objective each step is judged against as it ends, e.g. "
+    slo: Parsed = option(
+        group=DECISIONS,
+        default="",
+        help="Service-level objective each step is judged against as it ends, e.g. "
         "p95_ms<=1200,error_rate<=0.01 (default: none).",
-        group=_SLO,
-    ),
-    _O(
-        "--refine",
-        "refine",
-        "",
-        False,
-        "After the grid, bisect between the largest passing and the smallest failing concurrency "
+    )
+    refine: bool = option(
+        group=DECISIONS,
+        default=False,
+        help="After the grid, bisect between the largest passing and the smallest failing concurrency "
         "until they are adjacent, or rate until --refine-to (needs --slo; default off).",
-        bool,
-        group=_SLO,
-    ),
-    _O(
-        "--stop-past-knee",
-        "stop_past_knee",
-        "",
-        False,
-        "Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) and the "
+    )
+    stop_past_knee: bool = option(
+        group=DECISIONS,
+        default=False,
+        help="Skip the rest of the grid once a step fails the SLO (the knee rule without --slo) and the "
         "next step fails too (default off).",
-        bool,
-        group=_SLO,
-    ),
+    )
     # Capacity and cost (analysis.capacity): read at the recommendation after the run.
-    _O(
-        "--cost-per-hour",
-        "cost_per_hour",
-        "per h",
-        "",
-        "A replica's price per hour, in any currency: the report adds the cost per million characters and "
+    cost_per_hour: Parsed = option(
+        group=CAPACITY,
+        unit="per h",
+        default="",
+        help="A replica's price per hour, in any currency: the report adds the cost per million characters and "
         "per hour of audio at the recommendation (default: none).",
-        group=_CAPACITY,
-    ),
-    _O(
-        "--plan-for",
-        "plan_for",
-        "",
-        "",
-        "A demand to plan replicas for: N concurrent requests or sessions (500), or a rate (20/s); the "
+    )
+    plan_for: Parsed = option(
+        group=CAPACITY,
+        default="",
+        help="A demand to plan replicas for: N concurrent requests or sessions (500), or a rate (20/s); the "
         "report adds the replicas it needs at the recommendation (default: none).",
-        group=_CAPACITY,
-    ),
-    _O(
-        "--headroom",
-        "headroom",
-        "",
-        "20%",
-        "With --plan-for: the share of a replica's measured capacity left unplanned, 0.2 or 20% (default {default}).",
-        group=_CAPACITY,
-    ),
-    _O(
-        "--text-reuse",
-        "text_reuse",
-        "",
-        "same",
-        "same: the corpus's texts again at every step (steps compare on equal work); unique: every request a "
+    )
+    headroom: Parsed = option(
+        group=CAPACITY,
+        default="20%",
+        help="With --plan-for: the share of a replica's measured capacity left unplanned, 0.2 or 20% "
+        "(default {default}).",
+    )
+    text_reuse: str = option(
+        group=PLAN,
+        default="same",
+        choices=TEXT_REUSE,
+        help="same: the corpus's texts again at every step (steps compare on equal work); unique: every request a "
         'text of its own, its number put first ("17, Hello there."), so a server that caches answers or '
         "prompt prefixes is measured on new text (default {default}).",
-        choices=TEXT_REUSE,
-        group=_PLAN,
-    ),
-    _O(
-        "--repeat",
-        "repeat",
-        "count",
-        1,
-        "Run the grid of --steps (or --rates) this many times (default {default}).",
-        int,
-        group=_PLAN,
+    )
+    repeat: int = option(
+        group=PLAN,
+        unit="count",
+        default=1,
         above=0,
-    ),
+        help="Run the grid of --steps (or --rates) this many times (default {default}).",
+    )
     # Rates against an SLO: how close --refine brings the passing and the failing rate.
-    _O(
-        "--refine-to",
-        "refine_to",
-        "",
-        DEFAULT_REFINE_TO,
-        "Open loop: --refine bisects until the passing and the failing rate are this close, a share of "
+    refine_to: Parsed = option(
+        group=DECISIONS,
+        default=DEFAULT_REFINE_TO,
+        only_with=("rates",),
+        help="Open loop: --refine bisects until the passing and the failing rate are this close, a share of "
         "the rate (5%) or requests per second (0.5) (default {default}).",
-        group=_SLO,
-    ),
+    )
     # The run's end: what is in flight when it stops is waited for, then recorded as cut.
-    _O(
-        "--drain-time",
-        "drain_time",
-        "s",
-        -1.0,
-        f"When the run stops, seconds to wait for the requests in flight; those still running then are "
+    drain_time: float = option(
+        group=PLAN,
+        unit="s",
+        default=-1.0,
+        help=f"When the run stops, seconds to wait for the requests in flight; those still running then are "
         f"recorded as failed attempts with error {CUT_BY_RUN_END} (default: the request timeout, at most "
         f"{DRAIN_DEFAULT_MAX_S:g} s; at most {DRAIN_MAX_S:g} s).",
-        float,
-        group=_PLAN,
-    ),
+    )
     # The server's own metrics, scraped by the master (for servers with no collector beside them).
-    _O(
-        "--server-metrics",
-        "server_metrics",
-        "",
-        [],
-        "The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the master "
+    server_metrics: tuple[str, ...] = option(
+        group=TELEMETRY,
+        default=(),
+        help="The TTS server's Prometheus endpoint (e.g. http://host:8000/metrics), scraped by the master "
         "into resources.jsonl each second (repeatable; default none).",
-        "list",
-        group=_TELEMETRY,
-    ),
+    )
     # What a scraped series means, for a server whose names tts-knee does not know.
-    _O(
-        "--server-role",
-        "server_roles",
-        "",
-        [],
-        "ROLE=SERIES: read the scraped series (a metric family) as the server's ROLE, one of "
+    server_role: tuple[str, ...] = option(
+        group=TELEMETRY,
+        default=(),
+        key="server_roles",
+        help="ROLE=SERIES: read the scraped series (a metric family) as the server's ROLE, one of "
         "queue_depth, running, batch_size, kv_cache_usage (repeatable; default: the names tts-knee knows).",
-        "list",
-        group=_TELEMETRY,
-    ),
+    )
     # Which label keeps a pipeline's stages apart in the server's series.
-    Option(
-        flag="--server-stage-label",
-        key="server_stage_label",
-        unit="",
+    server_stage_label: str | None = option(
+        group=TELEMETRY,
         default="",
         help="NAME: the label that tells the server's stages apart in its series, each stage's queue and compute "
         "read on its own and the verdict naming the stage that broke (default: Triton's model, vLLM-Omni's stage); "
         "one that no series of --server-metrics or the collectors carries stops the run before it starts.",
-        group=_TELEMETRY,
-    ),
+    )
     # The soak: one level held for long, its drift reported (analysis.soak).
-    _O(
-        "--soak",
-        "soak",
-        "s",
-        "",
-        "Hold one level this long and report drift (latency, throughput, server RSS, GPU memory, the "
+    soak: Parsed = option(
+        group=PLAN,
+        unit="s",
+        default="",
+        help="Hold one level this long and report drift (latency, throughput, server RSS, GPU memory, the "
         "load generator's RSS per window): after the sweep at its recommended level, or on its own "
         "with one --steps or --rates level. Locust's duration format: 300s, 20m, 1h; run.json records "
         "seconds (default: no soak).",
-        group=_PLAN,
-    ),
+    )
     # The spike after the sweep (locustfiles.spike, analysis.spike).
-    _O(
-        "--spike",
-        "spike",
-        "",
-        "",
-        "FACTORxSECONDS, e.g. 3x30: after the sweep (and a soak), hold the recommended concurrency (or "
+    spike: Parsed = option(
+        group=PLAN,
+        default="",
+        help="FACTORxSECONDS, e.g. 3x30: after the sweep (and a soak), hold the recommended concurrency (or "
         "--spike-at) for --step-time, then FACTOR times as many users for SECONDS, then the level again for "
         "twice SECONDS; the report says how the server took it (sheds, queues, fails, crashed, absorbs) and "
         "how long it took to recover (default: no spike).",
-        group=_PLAN,
-    ),
-    _O(
-        "--spike-at",
-        "spike_at",
-        "users",
-        0,
-        "The concurrency the spike starts from and returns to (default: the sweep's recommendation).",
-        int,
-        group=_PLAN,
-    ),
+    )
+    spike_at: int | None = option(
+        group=PLAN,
+        unit="users",
+        default=0,
+        help="The concurrency the spike starts from and returns to (default: the sweep's recommendation).",
+    )
     # The hostile-text probe after the sweep (locustfiles.probe, analysis.probe).
-    _O(
-        "--probe-texts",
-        "probe_texts",
-        "",
-        "",
-        "After the sweep (and a soak), send a few texts of each class users send and a server must guard "
+    probe_texts: Parsed = option(
+        group=PLAN,
+        default="",
+        empty_is_null=True,
+        help="After the sweep (and a soak), send a few texts of each class users send and a server must guard "
         "against, at concurrency 1 and at the recommended concurrency, and report per class what the server "
         "did: all, or some of empty, whitespace, one-char, long, emoji, mixed-script, numbers, ssml, "
         "invalid-utf8 (HTTP JSON bodies only); left out of the sweep's figures (default: no probe).",
-        group=_PLAN,
-    ),
+    )
     # Voices: the request mix (voice, language, reference audio) and the sweep over distinct voices.
-    _O(
-        "--tts-form",
-        "tts_form",
-        "",
-        "",
-        "Send each request as multipart/form-data instead of JSON, its fields as form fields and the "
+    tts_form: str = option(
+        group=VOICES,
+        default="",
+        help="Send each request as multipart/form-data instead of JSON, its fields as form fields and the "
         "reference clip as a file part of this name, e.g. speaker_wav (default: JSON).",
-        group=_VOICES,
-    ),
-    _O(
-        "--voices",
-        "voices",
-        "",
-        "",
-        "Voices given to requests whose corpus entry names none: comma-separated names, or @FILE (.txt: one "
+    )
+    voices: Parsed = option(
+        group=VOICES,
+        default="",
+        help="Voices given to requests whose corpus entry names none: comma-separated names, or @FILE (.txt: one "
         "name per line; .jsonl: voice, ref_audio, ref_text per line) (default: none); run.json records the "
         "names.",
-        group=_VOICES,
-    ),
-    _O(
-        "--voice-mix",
-        "voice_mix",
-        "",
-        "round-robin",
-        "How requests draw from --voices: round-robin, uniform or zipf:S (weight 1/k^S for the k-th voice) "
+    )
+    voice_mix: str = option(
+        group=VOICES,
+        default="round-robin",
+        help="How requests draw from --voices: round-robin, uniform or zipf:S (weight 1/k^S for the k-th voice) "
         "(default {default}).",
-        group=_VOICES,
-    ),
-    _O(
-        "--voice-seed",
-        "voice_seed",
-        "",
-        -1,
-        "Seed of the uniform and zipf voice draws, recorded in run.json (default: a random one).",
-        int,
-        group=_VOICES,
-    ),
-    _O(
-        "--voice-steps",
-        "voice_steps",
-        "count",
-        "",
-        "A sweep over distinct voices instead of concurrency: at the one concurrency of --steps (or the one rate "
+    )
+    voice_seed: int = option(
+        group=VOICES,
+        default=-1,
+        only_with=("voices",),
+        help="Seed of the uniform and zipf voice draws, recorded in run.json (default: a random one).",
+    )
+    voice_steps: Parsed = option(
+        group=VOICES,
+        unit="count",
+        default="",
+        help="A sweep over distinct voices instead of concurrency: at the one concurrency of --steps (or the one rate "
         "of --rates), each step draws from the first N voices of --voices, e.g. 1,4,8,16,32 (default: none).",
-        group=_VOICES,
-    ),
-    _O(
-        "--voice-upload",
-        "voice_upload",
-        "",
-        False,
-        "Register each voice's reference clip once before the run (POST /v1/audio/voices, as vLLM-Omni takes "
+    )
+    voice_upload: bool = option(
+        group=VOICES,
+        default=False,
+        help="Register each voice's reference clip once before the run (POST /v1/audio/voices, as vLLM-Omni takes "
         "it), send requests by voice name, and delete what was registered at the end (default off).",
-        bool,
-        group=_VOICES,
-    ),
-    _O(
-        "--server-stats",
-        "server_stats",
-        "",
-        [],
-        "A JSON endpoint of the TTS server (its cache figures, say) polled by the master each second, its "
+    )
+    server_stats: tuple[str, ...] = option(
+        group=TELEMETRY,
+        default=(),
+        help="A JSON endpoint of the TTS server (its cache figures, say) polled by the master each second, its "
         "numbers into resources.jsonl as series (names ending _total as per-second rates) (repeatable; "
         "default none).",
-        "list",
-        group=_TELEMETRY,
-    ),
+    )
     # Listening: an ASR judge of what the audio says (audio.asr), and the signal checks' level.
-    _O(
-        "--asr-model",
-        "asr_model",
-        "",
-        "",
-        "Judge the speech with faster-whisper (pip install 'tts-knee[asr]'): a model directory, or a model name "
+    asr_model: str = option(
+        group=LISTENING,
+        default="",
+        empty_is_null=True,
+        help="Judge the speech with faster-whisper (pip install 'tts-knee[asr]'): a model directory, or a model name "
         "faster-whisper fetches where the machine has a network (base, small, ...). It hears the words (each "
         "step's word error rate against the text sent), the voice (speaker similarity) and the sound (DNSMOS), "
         "each with its knee; the words alone where the listening models are not installed, and the run says so "
         "(default: not judged).",
-        group=_LISTENING,
-    ),
-    _O(
-        "--asr-sample",
-        "asr_sample",
-        "count",
-        24,
-        "Utterances judged per step, the same texts at every step, spread over the corpus (default {default}).",
-        int,
-        group=_LISTENING,
+    )
+    asr_sample: int = option(
+        group=LISTENING,
+        unit="count",
+        default=24,
         above=0,
-    ),
-    _O(
-        "--asr-language",
-        "asr_language",
-        "",
-        "",
-        "Language the judge listens for (en, zh ...) (default: the corpus entry's, else --tts-language, else "
+        only_with=("asr_model", "asr_keep"),
+        help="Utterances judged per step, the same texts at every step, spread over the corpus (default {default}).",
+    )
+    asr_language: str = option(
+        group=LISTENING,
+        default="",
+        empty_is_null=True,
+        help="Language the judge listens for (en, zh ...) (default: the corpus entry's, else --tts-language, else "
         "detected).",
-        group=_LISTENING,
-    ),
-    _O(
-        "--asr-metric",
-        "asr_metric",
-        "",
-        "",
-        "wer (words) or cer (characters) (default: cer for zh, ja, ko and other languages written without "
+    )
+    asr_metric: str = option(
+        group=LISTENING,
+        default="",
+        choices=("", "wer", "cer"),
+        empty_is_null=True,
+        help="wer (words) or cer (characters) (default: cer for zh, ja, ko and other languages written without "
         "spaces, else wer).",
-        str,
-        ("", "wer", "cer"),
-        group=_LISTENING,
-    ),
-    _O(
-        "--asr-listen",
-        "asr_listen",
-        "",
-        False,
-        "Hear each judged clip's voice and sound, and stop the run where their models are not installed: "
+    )
+    asr_listen: bool = option(
+        group=LISTENING,
+        default=False,
+        only_with=("asr_model",),
+        help="Hear each judged clip's voice and sound, and stop the run where their models are not installed: "
         "speaker similarity to the same text at the lowest step (and to --reference-voice or the voice's "
         "ref_audio) and predicted naturalness (DNSMOS), with their knees (default: heard with --asr-model "
         "wherever the models are installed).",
-        bool,
-        group=_LISTENING,
-    ),
-    _O(
-        flag="--asr-words-only",
-        key="asr_words_only",
-        unit="",
+    )
+    asr_words_only: bool = option(
+        group=LISTENING,
         default=False,
+        only_with=("asr_model",),
         help="Judge the words alone: no speaker similarity, no naturalness (default off).",
-        kind=bool,
-        group=_LISTENING,
-    ),
-    _O(
-        flag="--asr-keep",
-        key="asr_keep",
-        unit="",
+    )
+    asr_keep: bool = option(
+        group=LISTENING,
         default=False,
+        empty_is_null=True,
         help="Keep the clips the judge would hear (speech/, a line each in speech.jsonl) without judging them "
         "during the run: tts-knee judge RUN_DIR judges them afterwards, on this machine or another (default off).",
-        kind=bool,
-        group=_LISTENING,
-    ),
-    _O(
-        flag="--asr-device",
-        key="asr_device",
-        unit="",
+    )
+    asr_device: str = option(
+        group=LISTENING,
         default="cpu",
+        choices=("cpu", "cuda", "auto"),
+        only_with=("asr_model",),
         help="Where the judge's recogniser runs: cpu, cuda (a GPU; CTranslate2 built with CUDA) or auto (cuda "
         "where there is one) (default {default}).",
-        choices=("cpu", "cuda", "auto"),
-        group=_LISTENING,
-    ),
-    _O(
-        "--reference-voice",
-        "reference_voice",
-        "",
-        "",
-        "An audio file of the voice the server should speak in: each judged clip's similarity to it "
+    )
+    reference_voice: str = option(
+        group=LISTENING,
+        default="",
+        empty_is_null=True,
+        help="An audio file of the voice the server should speak in: each judged clip's similarity to it "
         "(similarity_ref) where its voice has no ref_audio of its own (default none).",
-        group=_LISTENING,
-    ),
-    _O(
-        "--asr-threads",
-        "asr_threads",
-        "count",
-        1,
-        "CPU threads of the judge: one process beside the master (or the local runner) (default {default}).",
-        int,
-        group=_LISTENING,
+    )
+    asr_threads: int = option(
+        group=LISTENING,
+        unit="count",
+        default=1,
         above=0,
-    ),
-)
+        only_with=("asr_model",),
+        help="CPU threads of the judge: one process beside the master (or the local runner) (default {default}).",
+    )
+
+    @classmethod
+    def given(cls, parsed: object) -> RunOptions:
+        """The options as Locust parsed them (the command line, a ``.conf`` file or the web UI), each
+        checked against its declaration (:meth:`Option.checked`); a ValueError names the first that
+        is not as declared."""
+        checked: dict[str, Any] = {
+            declared.name: declared.checked(getattr(parsed, declared.name, None))
+            for declared in OPTIONS
+            if declared.flag
+        }
+        return cls(**checked)
+
+
+def _named(field: dataclasses.Field[Any]) -> Option[Any]:
+    """A field's declaration, named as the field (and recorded under its name unless it says otherwise)."""
+    declared: Option[Any] = field.metadata[_DECLARED]
+    return dataclasses.replace(declared, name=field.name, key=field.name if declared.key == "" else declared.key)
+
+
+#: Every declaration, in order, named as its field.
+OPTIONS: tuple[Option[Any], ...] = tuple(_named(field) for field in dataclasses.fields(RunOptions))
+#: The options run.json records, by their key there, in its order.
+RECORDED: dict[str, Option[Any]] = {declared.key: declared for declared in OPTIONS if declared.key is not None}
 
 #: What a run that does not record an option had, by its run.json key: the flag's default.
-DEFAULTS = {o.key: o.default for o in OPTIONS if o.key is not None}
+DEFAULTS = {key: declared.default for key, declared in RECORDED.items()}
 
 #: ``run.json``'s ``options``: every recorded option, by its key.
-RUN_OPTIONS: tuple[Field, ...] = tuple(Field(o.key, o.unit, True, o.help_text()) for o in OPTIONS if o.key is not None)
+RUN_OPTIONS: tuple[Field, ...] = tuple(
+    Field(key, declared.unit, True, declared.help_text()) for key, declared in RECORDED.items()
+)
 
 
 def reference() -> str:
@@ -1097,22 +937,24 @@ def reference() -> str:
             "| option | default | run.json | what it does |",
             "| --- | --- | --- | --- |",
         ]
-        for o in OPTIONS:
-            if o.group is not group:
+        for declared in OPTIONS:
+            if declared.group is not group:
                 continue
-            default = o.default
+            default = declared.default
             shown = (
                 "off"
-                if o.kind is bool and not default
+                if declared.kind is bool and not default
                 else "none"
-                if default in ("", [], None)
+                if default in ("", (), None)
                 else f"{default:g}"
                 if isinstance(default, float)
                 else str(default)
             )
-            unit = f" {o.unit}" if o.unit and shown not in ("off", "none") else ""
-            text = o.help_text().replace("|", "\\|").replace("\n", " ")
-            env = f" Also `{o.env}` in the environment." if o.env else ""
-            out.append(f"| `{o.flag}` | {shown}{unit} | {f'`{o.key}`' if o.key else '—'} | {text}{env} |")
+            unit = f" {declared.unit}" if declared.unit and shown not in ("off", "none") else ""
+            text = declared.help_text().replace("|", "\\|").replace("\n", " ")
+            env = f" Also `{declared.env}` in the environment." if declared.env else ""
+            out.append(
+                f"| `{declared.flag}` | {shown}{unit} | {f'`{declared.key}`' if declared.key else '—'} | {text}{env} |"
+            )
         out.append("")
     return "\n".join(out)
