@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import re
+import signal
 import sys
 import uuid
 from collections import Counter
@@ -66,9 +67,9 @@ _FILE_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 class Run:
     """One run on one node. On the master (or a local runner) it owns the run directory."""
 
-    def __init__(self, environment, s: settings_mod.Settings, state: StepState):
+    def __init__(self, environment, settings: settings_mod.Settings, state: StepState):
         self.environment = environment
-        self.settings = s
+        self.settings = settings
         self.state = state
         self.failed = False
         self.closed = False
@@ -102,8 +103,10 @@ class Run:
         self._payloads: dict[tuple, tuple] = {}  # (body, type) per segment text and ask (a corpus repeats)
         self._payload_bytes = 0
         self.mix = (
-            voices_mod.Mix(s.voices, *voices_mod.parse_mix(s.voice_mix), s.voice_seed, len(s.texts))
-            if s.voices
+            voices_mod.Mix(
+                settings.voices, *voices_mod.parse_mix(settings.voice_mix), settings.voice_seed, len(settings.texts)
+            )
+            if settings.voices
             else None
         )
         self._audio_slots: dict = {}  # text id -> [its --audio-keep paths, the next one to write]
@@ -113,15 +116,23 @@ class Run:
     def next_request(self):
         """The next text of this step and what its request asks for (its voice from the mix);
         None in a probe step once this node has sent its texts."""
-        s = self.settings
-        i = self.state.next_text_index()
+        settings = self.settings
+        text_index = self.state.next_text_index()
         step = self.state.current
-        if step is not None and step.phase == runformat.PROBE_PHASE and s.probe_texts:
-            if i >= probe_rounds(len(s.probe_texts), step.concurrency) * len(s.probe_texts):
+        if step is not None and step.phase == runformat.PROBE_PHASE and settings.probe_texts:
+            if text_index >= probe_rounds(len(settings.probe_texts), step.concurrency) * len(settings.probe_texts):
                 return None  # each text sent its rounds on this node: the step ends once they are done
-            text = s.probe_texts[i % len(s.probe_texts)]  # as it is: no voice from the mix, no numbering
-            return text, voices_mod.ask_for(text, s.voices[0] if s.voices else None, s.voice_upload)
-        return self._asked(s.texts[i % len(s.texts)], i, step.voices if step is not None and step.voices else None)
+            text = settings.probe_texts[
+                text_index % len(settings.probe_texts)
+            ]  # as it is: no voice from the mix, no numbering
+            return text, voices_mod.ask_for(
+                text, settings.voices[0] if settings.voices else None, settings.voice_upload
+            )
+        return self._asked(
+            settings.texts[text_index % len(settings.texts)],
+            text_index,
+            step.voices if step is not None and step.voices else None,
+        )
 
     def trace_request(self, row: int):
         """Trace row ``row``'s text and what its request asks for (``--trace``): the row's voice
@@ -130,13 +141,17 @@ class Run:
         assert trace is not None  # a trace's rows are sent only with --trace
         return self._asked(trace.texts[row], row, None)
 
-    def _asked(self, text, i: int, voices: int | None):
-        s = self.settings
-        if s.text_reuse == "unique":  # numbered apart per worker: workers share no number
+    def _asked(self, text, text_number: int, voices: int | None):
+        settings = self.settings
+        if settings.text_reuse == "unique":  # numbered apart per worker: workers share no number
             index = getattr(self.environment.runner, "worker_index", 0) if self.is_worker else 0
             text = corpus.unique(text, index * UNIQUE_STRIDE + next(self._unique))
-        voice = None if self.mix is None or voices_mod.owns_voice(text) else self.mix.pick(i, voices or len(s.voices))
-        return text, voices_mod.ask_for(text, voice, s.voice_upload)
+        voice = (
+            None
+            if self.mix is None or voices_mod.owns_voice(text)
+            else self.mix.pick(text_number, voices or len(settings.voices))
+        )
+        return text, voices_mod.ask_for(text, voice, settings.voice_upload)
 
     def emit(self, rec: dict[str, Any]) -> None:
         shipper = self.shipper
@@ -177,26 +192,26 @@ class Run:
         if slots is None:
             name = _FILE_UNSAFE.sub("_", text.id)[:80]
             slots = self._audio_slots[text.id] = [
-                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{k}.wav" for k in range(keep)],
+                [f"{self.settings.audio_dir}/{self.worker_tag}-{name}-{slot}.wav" for slot in range(keep)],
                 0,
             ]
-        paths, k = slots
-        slots[1] = (k + 1) % keep
-        return paths[k]
+        paths, slot = slots
+        slots[1] = (slot + 1) % keep
+        return paths[slot]
 
     def make_audio_dir(self) -> None:
         try:
             self.settings.audio_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            self.audio_failed(e)
+        except OSError as error:
+            self.audio_failed(error)
 
-    def audio_failed(self, e: OSError) -> None:
+    def audio_failed(self, error: OSError) -> None:
         if not self._audio_ok:
             return
         self._audio_ok = False
         where = self.settings.audio_dir
         if self.settings.on_audio_error == "stop":
-            log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, e.strerror)
+            log.error("cannot write audio to %s: %s; stopping the run (records so far are kept)", where, error.strerror)
             self.environment.process_exit_code = exits.DISK
             gevent.spawn(self.environment.runner.quit)
         else:
@@ -204,7 +219,7 @@ class Run:
                 "cannot write audio to %s: %s; going on without writing audio "
                 "(t3 and write_ms stay null; --on-audio-error stop ends the run instead)",
                 where,
-                e.strerror,
+                error.strerror,
             )
 
     # ---- the step shape --------------------------------------------------------------
@@ -247,14 +262,14 @@ class Run:
         index = step.workers.get(self.worker_id)
         if index is None:
             return None
-        n = len(step.workers)
-        return step.rate / n, index / n
+        sharing = len(step.workers)
+        return step.rate / sharing, index / sharing
 
     def in_flight_before(self, cutoff: float) -> int | None:
         """Open loop: requests sent before ``cutoff`` still in flight, over this run's nodes;
         None while some live worker has not said since ``cutoff``."""
         if self.receiver is None:
-            return sum(1 for t in self.calls.values() if t < cutoff)
+            return sum(1 for sent_at in self.calls.values() if sent_at < cutoff)
         return self.receiver.in_flight_before(cutoff)
 
     def drain(self) -> None:
@@ -326,19 +341,19 @@ class Run:
     # ---- run directory ---------------------------------------------------------------
     def open(self) -> None:
         """Master/local: claim the run directory, check the target, start collectors."""
-        s = self.settings
-        self.run_dir = run_dir = runformat.claim(s.run_dir)
-        if run_dir != s.run_dir:
-            log.warning("%s already holds a run; writing this one to %s", s.run_dir, run_dir)
-        default_audio = s.audio_dir == s.run_dir / runformat.AUDIO_DIR
-        self.settings = s = dataclasses.replace(
-            s, run_dir=run_dir, audio_dir=run_dir / runformat.AUDIO_DIR if default_audio else s.audio_dir
+        settings = self.settings
+        self.run_dir = run_dir = runformat.claim(settings.run_dir)
+        if run_dir != settings.run_dir:
+            log.warning("%s already holds a run; writing this one to %s", settings.run_dir, run_dir)
+        default_audio = settings.audio_dir == settings.run_dir / runformat.AUDIO_DIR
+        self.settings = settings = dataclasses.replace(
+            settings, run_dir=run_dir, audio_dir=run_dir / runformat.AUDIO_DIR if default_audio else settings.audio_dir
         )
         self.environment.parsed_options.run_dir = str(run_dir)  # workers get the same name
         self.make_audio_dir()
         disk, metrics = self.environment.tts_knee.disk, self.environment.tts_knee.metrics
         if metrics is not None:
-            metrics.start_run(run_dir.name, s.tts_stream)
+            metrics.start_run(run_dir.name, settings.tts_stream)
         self.writer = writer = RecordWriter(
             run_dir / runformat.REQUESTS,
             disk,
@@ -348,69 +363,75 @@ class Run:
         # numpy and pandas: imported where the run is written
         from .plan import CONCURRENCY, RateAxis, SpeedAxis, StepPlan, StepReader, VoiceAxis
 
-        self.soak = Soak.of(s)
-        self.probe = Probe.of(s)
-        self.spike = Spike.of(s)
-        grid = () if self.soak is not None and self.soak.alone else s.voice_steps or s.rates or s.steps
+        self.soak = Soak.of(settings)
+        self.probe = Probe.of(settings)
+        self.spike = Spike.of(settings)
+        grid = (
+            ()
+            if self.soak is not None and self.soak.alone
+            else settings.voice_steps or settings.rates or settings.steps
+        )
         axis = (
-            VoiceAxis(bool(s.rates))
-            if s.voice_steps
-            else SpeedAxis(s.trace.base_rps)
-            if s.trace
-            else RateAxis(*s.refine_to, lowest=min(s.rates))
-            if s.rates
+            VoiceAxis(bool(settings.rates))
+            if settings.voice_steps
+            else SpeedAxis(settings.trace.base_rps)
+            if settings.trace
+            else RateAxis(*settings.refine_to, lowest=min(settings.rates))
+            if settings.rates
             else CONCURRENCY
         )
         # a soak after a sweep holds the level its judged steps recommend, and the probe runs at it
         self.plan = StepPlan(
             grid,
-            s.repeat,
-            s.slo,
-            s.refine,
-            s.stop_past_knee,
-            s.tts_stream,
-            s.ttfa_floor_ms,
+            settings.repeat,
+            settings.slo,
+            settings.refine,
+            settings.stop_past_knee,
+            settings.tts_stream,
+            settings.ttfa_floor_ms,
             axis,
             judge=(self.soak is not None and not self.soak.alone) or self.probe is not None or self.spike is not None,
         )
-        self.reader = StepReader(run_dir, axis, ServerNames(parse_roles(s.server_roles), s.server_stage_label))
+        self.reader = StepReader(
+            run_dir, axis, ServerNames(parse_roles(settings.server_roles), settings.server_stage_label)
+        )
         if self.receiver is not None:
             self.receiver.reset(writer, str(run_dir))
         self.info = runformat.run_info(
             format_version=runformat.FORMAT_VERSION,
             run_id=run_dir.name,
             start=wall(),
-            target=s.host,
-            mode=s.mode,
-            options=s.public(),
-            settle_s=s.settle_time,
+            target=settings.host,
+            mode=settings.mode,
+            options=settings.public(),
+            settle_s=settings.settle_time,
             steps=[],
             workers=[],
             collectors=[],
             versions=runformat.versions(),
-            **({"trace": s.trace.describe()} if s.trace else {}),
+            **({"trace": settings.trace.describe()} if settings.trace else {}),
         )
         log.info("run directory: %s", run_dir)
         # run.json from the start: what follows asks the network (voices, the warm-up, provenance), and
         # a run stopped meanwhile (audio that cannot be written, say) still leaves its record
         self.save()
-        if s.voice_upload:  # before the preflight, which asks for the first voice by its name
-            self.uploads = VoiceUploads(s)
+        if settings.voice_upload:  # before the preflight, which asks for the first voice by its name
+            self.uploads = VoiceUploads(settings)
             refused = self.uploads.register()
             if refused is not None:
                 self.fail(refused)
                 return
-        if not s.skip_preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
+        if not settings.skip_preflight:  # a headless run sent it before Locust started (locustfiles/startup.py)
             node = self.environment.tts_knee
-            self.preflight = answer = node.preflight or preflight(s)
+            self.preflight = answer = node.preflight or preflight(settings)
             node.preflight = None
             if not answer["ok"]:
                 self.info["preflight"] = answer
                 assert answer["message"] is not None  # a warm-up that failed says why
                 self.fail(answer["message"])
                 return
-        self.info["provenance"] = provenance.describe(s, self.info["options"])
-        if s.asr_model or s.asr_keep:
+        self.info["provenance"] = provenance.describe(settings, self.info["options"])
+        if settings.asr_model or settings.asr_keep:
             refused = self._start_judge(run_dir)
             if refused is not None:
                 self.fail(refused)
@@ -423,8 +444,8 @@ class Run:
         (--asr-keep: the picker, and the clips kept for later); None when ready, else why not."""
         try:
             hearing = listening.check(self.settings)
-        except asr.AsrError as e:
-            return str(e)
+        except asr.AsrError as error:
+            return str(error)
         if hearing.not_heard and not self.settings.asr_words_only:
             log.warning("--asr-model hears the words only, not the voice and the sound: %s", hearing.not_heard)
         metrics = self.environment.tts_knee.metrics
@@ -444,21 +465,21 @@ class Run:
         return None
 
     def _start_puller(self, run_dir: Path) -> None:
-        s = self.settings
+        settings = self.settings
         self.puller = puller = CollectorPuller(
-            list(s.collectors),
+            list(settings.collectors),
             run_dir / runformat.RESOURCES,
-            token=s.collector_token,
-            server_metrics=list(s.server_metrics),
-            server_stats=list(s.server_stats),
+            token=settings.collector_token,
+            server_metrics=list(settings.server_metrics),
+            server_stats=list(settings.server_stats),
             disk=self.environment.tts_knee.disk,
             clock=wall,
         )
         for warning in puller.start():
             log.warning("%s", warning)
-        if s.require_collectors and puller.unreachable:
+        if settings.require_collectors and puller.unreachable:
             self.fail(f"collector {puller.unreachable[0]} is unreachable and --require-collectors is set")
-        missing = puller.missing_label(s.server_stage_label) if s.server_stage_label else None
+        missing = puller.missing_label(settings.server_stage_label) if settings.server_stage_label else None
         if missing:
             self.fail(missing)
 
@@ -494,28 +515,28 @@ class Run:
         info = self.info
         info["steps"] = [
             runformat.step_entry(
-                step=st.step,
-                concurrency=st.concurrency,
-                start=st.start,
-                end=st.end,
-                phase=st.phase,
-                repeat=st.repeat,
-                settle_s=self.state.settle_of(st),
-                cutoff=st.cutoff,
-                **({} if st.voices is None else {"voices": st.voices}),
+                step=step.step,
+                concurrency=step.concurrency,
+                start=step.start,
+                end=step.end,
+                phase=step.phase,
+                repeat=step.repeat,
+                settle_s=self.state.settle_of(step),
+                cutoff=step.cutoff,
+                **({} if step.voices is None else {"voices": step.voices}),
                 **(
                     {}
-                    if st.rate is None
+                    if step.rate is None
                     else {
-                        "rate": st.rate,
-                        "dropped": self.dropped_in(st.step),
-                        "workers": len(st.workers or ()),
-                        "arrivals": arrivals_entry(self.arrivals_in(st.step), self._planned_rows(st)),
-                        **({} if st.offered_rps is None else {"offered_rps": st.offered_rps}),
+                        "rate": step.rate,
+                        "dropped": self.dropped_in(step.step),
+                        "workers": len(step.workers or ()),
+                        "arrivals": arrivals_entry(self.arrivals_in(step.step), self._planned_rows(step)),
+                        **({} if step.offered_rps is None else {"offered_rps": step.offered_rps}),
                     }
                 ),
             )
-            for st in self.state.steps
+            for step in self.state.steps
         ]
         if self.plan is not None:
             info["plan"] = self.plan.describe()
@@ -560,13 +581,18 @@ class Run:
             self.info["speech"] = self.judge.describe()
         if not self.settings.skip_preflight and not self.failed:  # before the voices it asks for are removed
             self.info["health"] = health(self.settings)
-            h = self.info["health"]
-            if h["ok"]:
-                log.info("health after the run: %s answered %s in %.0f ms", self.settings.target, h["status"], h["ms"])
+            answer = self.info["health"]
+            if answer["ok"]:
+                log.info(
+                    "health after the run: %s answered %s in %.0f ms",
+                    self.settings.target,
+                    answer["status"],
+                    answer["ms"],
+                )
             else:
-                log.warning("health after the run: FAILED: %s", h["message"])
+                log.warning("health after the run: FAILED: %s", answer["message"])
                 # a crash or a full disk said so first; a server still throttling is up, not failed
-                if self.environment.process_exit_code is None and not throttled(h):
+                if self.environment.process_exit_code is None and not throttled(answer):
                     self.environment.process_exit_code = exits.HEALTH_FAILED
         self.remove_voices()
         if self.receiver is not None and self.writer.count == 0 and not self.failed:
@@ -597,9 +623,9 @@ class Run:
         """An open-loop run's end: what its arrivals became, said in one line; a replayed trace
         that did not send every row it planned fails the run (--exit-code-on-error)."""
         entries = [
-            arrivals_entry(self.arrivals_in(st.step), self._planned_rows(st))
-            for st in self.state.steps
-            if st.rate is not None
+            arrivals_entry(self.arrivals_in(step.step), self._planned_rows(step))
+            for step in self.state.steps
+            if step.rate is not None
         ]
         if not entries:
             return
@@ -607,14 +633,14 @@ class Run:
         for entry in entries:
             not_sent.update(entry["not_sent"])
         what = "trace rows" if self.settings.trace is not None else "arrivals"
-        counts = (
-            f"{sum(e['planned'] for e in entries)} {what} planned, {sum(e['sent'] for e in entries)} sent, "
-            f"{sum(e['dropped'] for e in entries)} dropped at --max-inflight"
+        planned, sent, dropped = (
+            sum(step_entry[count] for step_entry in entries) for count in ("planned", "sent", "dropped")
         )
+        counts = f"{planned} {what} planned, {sent} sent, {dropped} dropped at --max-inflight"
         if not not_sent.total():
             log.info("%s, every one accounted for", counts)
             return
-        reasons = "; ".join(f"{n} {why}: {NOT_SENT_REASONS.get(why, why)}" for why, n in not_sent.most_common())
+        reasons = "; ".join(f"{count} {why}: {NOT_SENT_REASONS.get(why, why)}" for why, count in not_sent.most_common())
         log.warning("%s, %d NOT SENT (%s)", counts, not_sent.total(), reasons)
         if self.settings.trace is not None and self.environment.process_exit_code is None:
             self.environment.process_exit_code = self.environment.parsed_options.exit_code_on_error
@@ -633,8 +659,8 @@ class Run:
 
         try:
             gevent.get_hub().threadpool.apply(judge)  # pandas, off the event loop
-        except (OSError, RunDirError) as e:
-            log.error("--junit: the run's verdicts were not written: %s", e)
+        except (OSError, RunDirError) as error:
+            log.error("--junit: the run's verdicts were not written: %s", error)
             return
         log.info("the run's verdicts as JUnit XML: %s", junit)
 
@@ -670,10 +696,23 @@ class Node:
         run = self.run
         if run is not None and run.judge is not None:
             clip = {
-                k: msg.data.get(k)
-                for k in ("req_id", "step", "concurrency", "text_id", "text", "language", "reference")
+                key: msg.data.get(key)
+                for key in ("req_id", "step", "concurrency", "text_id", "text", "language", "reference")
             }
             run.judge.offer(clip, msg.data["audio"])
+
+    def stop_on_sigterm(self) -> None:
+        """SIGTERM to a headless master or local run (``docker stop``, a Kubernetes pod stopped):
+        the run is cut short, so the shape ends it at its next tick as if its plan were done, what
+        is in flight drains and everything received is written. Locust installs its own SIGTERM
+        handler only once a headless shape has finished; until then the signal ended the process
+        with the run directory never closed."""
+        run = self.run
+        log.warning("SIGTERM: the run stops now; what is in flight drains, and everything received is written")
+        if run is not None and not run.closed:
+            run.cut_short = run.cut_short or "stopped by SIGTERM"
+        else:
+            gevent.spawn(self.environment.runner.quit)
 
     def next_user_number(self) -> int:
         """Users are numbered 1, 2, 3 … on each node, across runs."""
@@ -691,35 +730,35 @@ class Node:
             environment.process_exit_code = 2
             return None
         try:
-            s = settings_mod.from_options(environment.parsed_options, environment.host)
-        except settings_mod.SettingsError as e:
-            log.error("%s", e)
+            settings = settings_mod.from_options(environment.parsed_options, environment.host)
+        except settings_mod.SettingsError as error:
+            log.error("%s", error)
             environment.process_exit_code = exits.BAD_INPUT
             if self.is_worker:
                 # A worker that cannot run says why to the master and leaves the run to the others.
-                environment.runner.send_message(wire.WORKER_ERROR.name, wire.WORKER_ERROR(message=str(e)))
+                environment.runner.send_message(wire.WORKER_ERROR.name, wire.WORKER_ERROR(message=str(error)))
                 gevent.spawn(environment.runner.quit)
             return None
         if self.is_worker:
             if run is not None and run.shipper is not None:
                 run.shipper.spool()  # the master has moved on: its acknowledgements will not come now
-            run = self.run = Run(environment, s, self.state)
+            run = self.run = Run(environment, settings, self.state)
             run.shipper = RecordShipper(
                 environment.runner,
                 run.worker_id,
-                str(s.run_dir),
+                str(settings.run_dir),
                 self.clock,
                 run.arrivals,
-                run.calls if s.rates else None,
+                run.calls if settings.rates else None,
             )
             run.make_audio_dir()
-            if s.asr_model or s.asr_keep:
+            if settings.asr_model or settings.asr_keep:
                 run.picker = listening.Picker(run)
             assert self.clock is not None  # a worker's, made with the node
             gevent.spawn(self.clock.probe)
         else:
-            self.state = StepState(settle_s=s.settle_time)
-            run = self.run = Run(environment, s, self.state)
+            self.state = StepState(settle_s=settings.settle_time)
+            run = self.run = Run(environment, settings, self.state)
             run.receiver = self.receiver
             run.open()
         return run
@@ -744,6 +783,8 @@ def _on_init(environment, **_kw) -> None:
     runner = environment.runner
     if not node.is_worker:
         node.metrics, node.metrics_error = metrics_mod.listen(environment.parsed_options, lambda: runner.user_count)
+    if not node.is_worker and environment.parsed_options.headless:
+        gevent.signal_handler(signal.SIGTERM, node.stop_on_sigterm)
     if node.is_master:
         timesync.serve(runner)
         gevent.spawn(heartbeats.watch, node)
@@ -820,8 +861,8 @@ def _on_quitting(environment, **_kw) -> None:
     if run is not None and run.probe is not None and run.writer is not None:
         # a probe's texts are meant to fail (a 400 for an empty text is the right answer): Locust's
         # exit status on failed requests speaks of the sweep's alone
-        probed = {st.step for st in run.state.steps if st.phase == runformat.PROBE_PHASE}
-        sweep_failed = sum(n for step, n in run.writer.failed.items() if step not in probed)
+        probed = {probe_step.step for probe_step in run.state.steps if probe_step.phase == runformat.PROBE_PHASE}
+        sweep_failed = sum(failed for step, failed in run.writer.failed.items() if step not in probed)
         from locust import log as locust_log
 
         if (

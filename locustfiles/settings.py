@@ -186,7 +186,7 @@ _recorded = Builder("run.json's options", run_options.RUN_OPTIONS)
 def parse_steps(raw) -> tuple[int, ...]:
     items = raw if isinstance(raw, list) else str(raw).replace(" ", "").split(",")
     try:
-        steps = tuple(int(s) for s in items if str(s) != "")
+        steps = tuple(int(item) for item in items if str(item) != "")
     except ValueError:
         raise SettingsError(f"--steps must be comma-separated whole numbers like 1,2,4,8, got {raw!r}") from None
     if not steps or min(steps) < 1:
@@ -197,10 +197,10 @@ def parse_steps(raw) -> tuple[int, ...]:
 def parse_rates(raw) -> tuple[float, ...]:
     items = raw if isinstance(raw, list) else str(raw).replace(" ", "").split(",")
     try:
-        rates = tuple(float(s) for s in items if str(s) != "")
+        rates = tuple(float(item) for item in items if str(item) != "")
     except ValueError:
         raise SettingsError(f"--rates must be comma-separated requests per second like 1,2,4,8, got {raw!r}") from None
-    if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
+    if not rates or not all(math.isfinite(rate) and rate > 0 for rate in rates):
         raise SettingsError(
             f"--rates needs at least one rate, each a number of requests per second above 0, got {raw!r}"
         )
@@ -243,14 +243,16 @@ def _template(raw: str, form: str = "") -> str:
     if raw.startswith("@"):
         try:
             raw = Path(raw[1:]).read_text(encoding="utf-8")
-        except OSError as e:
-            raise SettingsError(f"--tts-template file {raw[1:]} cannot be read: {e.strerror}") from None
+        except OSError as error:
+            raise SettingsError(f"--tts-template file {raw[1:]} cannot be read: {error.strerror}") from None
     if "{text}" not in raw:
         raise SettingsError('--tts-template must contain "{text}" where the text goes')
     try:
         filled = json.loads(bodies.sample(raw))
-    except json.JSONDecodeError as e:
-        raise SettingsError(f"--tts-template is not valid JSON once its placeholders are filled in ({e.msg})") from None
+    except json.JSONDecodeError as error:
+        raise SettingsError(
+            f"--tts-template is not valid JSON once its placeholders are filled in ({error.msg})"
+        ) from None
     if form and not isinstance(filled, dict):
         raise SettingsError(
             "--tts-form sends a template's top-level fields as form fields: --tts-template must be a JSON object"
@@ -263,7 +265,7 @@ def _voice_steps(given: RunOptions, voices: tuple, steps: tuple, rates: tuple, s
     if not raw:
         return ()
     try:
-        counts = tuple(int(x) for x in raw.split(",") if x)
+        counts = tuple(int(item) for item in raw.split(",") if item)
     except ValueError:
         raise SettingsError(f"--voice-steps must be comma-separated whole numbers like 1,4,8,16, got {raw!r}") from None
     if not counts or min(counts) < 1:
@@ -285,13 +287,15 @@ def _voice_steps(given: RunOptions, voices: tuple, steps: tuple, rates: tuple, s
     return counts
 
 
-def _check_asks(s: Settings) -> None:
+def _check_asks(settings: Settings) -> None:
     """Every request the run can make has a value for each placeholder of the template."""
-    if s.tts_template is None:
+    if settings.tts_template is None:
         return
-    for text in dict.fromkeys(s.texts + (s.trace.texts if s.trace else ())):
-        for voice in (None,) if voices_mod.owns_voice(text) or not s.voices else s.voices:
-            lack = bodies.missing(s.tts_template, s, voices_mod.ask_for(text, voice, s.voice_upload))
+    for text in dict.fromkeys(settings.texts + (settings.trace.texts if settings.trace else ())):
+        for voice in (None,) if voices_mod.owns_voice(text) or not settings.voices else settings.voices:
+            lack = bodies.missing(
+                settings.tts_template, settings, voices_mod.ask_for(text, voice, settings.voice_upload)
+            )
             if lack:
                 name = lack[0]
                 whose = (
@@ -321,8 +325,8 @@ def _slo(raw: str) -> slo_mod.SLO | None:
         return None
     try:
         return slo_mod.parse(raw)
-    except slo_mod.SLOError as e:
-        raise SettingsError(f"--slo: {e}") from None
+    except slo_mod.SLOError as error:
+        raise SettingsError(f"--slo: {error}") from None
 
 
 def _soak(raw: str) -> float | None:
@@ -387,8 +391,8 @@ def _sessions(given: RunOptions, protocol: str, rates: tuple) -> tuple[presets.P
             raise SettingsError(f"--tts-preset {source} is a gRPC service's preset: add --tts-protocol grpc")
         try:
             preset = presets.load(source)
-        except presets.PresetError as e:
-            raise SettingsError(str(e)) from None
+        except presets.PresetError as error:
+            raise SettingsError(str(error)) from None
         if preset.protocol != protocol:
             raise SettingsError(
                 f"--tts-preset {source} is a {preset.protocol} dialect: add --tts-protocol {preset.protocol}"
@@ -422,12 +426,12 @@ def parse_barge_in_after(raw) -> tuple[float, float] | None:
     text = str(raw or "").replace(" ", "")
     if not text:
         return None
-    lo, sep, hi = text.partition("-")
+    low, sep, high = text.partition("-")
     try:
-        bounds = (float(lo), float(hi if sep else lo))
+        bounds = (float(low), float(high if sep else low))
     except ValueError:
         bounds = (math.nan, math.nan)
-    if not all(math.isfinite(b) and b >= 0 for b in bounds) or bounds[0] > bounds[1]:
+    if not all(math.isfinite(bound) and bound >= 0 for bound in bounds) or bounds[0] > bounds[1]:
         raise SettingsError(
             f"--barge-in-after must be ms after the first audio like 50, or a range like 50-400 "
             f"(low to high, 0 or more), got {raw!r}"
@@ -441,17 +445,17 @@ def _barge_in(given: RunOptions, protocol: str, preset: presets.Preset | None) -
     if given.barge_in > 1:
         raise SettingsError(f"--barge-in must be a share of utterances from 0 to 1, got {given.barge_in!r}")
     has_message = preset is not None and "cancel" in preset.send
-    by = given.cancel_by or ("message" if has_message else "close")
-    if by == "message" and not has_message:
+    cancel_by = given.cancel_by or ("message" if has_message else "close")
+    if cancel_by == "message" and not has_message:
         what = f"preset {preset.name}" if preset is not None else f"--tts-protocol {protocol}"
         raise SettingsError(f"--cancel-by message needs a cancel message, and {what} has none: cancel by close")
-    if given.barge_in and by == "close" and given.contexts > 1:
+    if given.barge_in and cancel_by == "close" and given.contexts > 1:
         raise SettingsError(
             "--cancel-by close would end every context on the session: with --contexts, cancel by message"
         )
     return dict(
         barge_in_after=parse_barge_in_after(given.barge_in_after),
-        cancel_by=by,
+        cancel_by=cancel_by,
         barge_in_seed=_seed(given.barge_in_seed),
     )
 
@@ -469,8 +473,8 @@ def from_options(options, host: str | None) -> Settings:
     the options together can tell."""
     try:
         given = RunOptions.given(options)
-    except ValueError as e:
-        raise SettingsError(str(e)) from None
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     protocol = given.tts_protocol
     host = _target(host, protocol)
     grpc = _grpc(given) if protocol == "grpc" else {}
@@ -478,7 +482,7 @@ def from_options(options, host: str | None) -> Settings:
     plan = _plan(given, request["texts"])
     steps_given = plan.pop("steps_given")
     streaming = _streaming(given, protocol, plan["rates"], grpc)
-    s = Settings(
+    settings = Settings(
         **{
             **vars(given),
             "host": host,
@@ -499,17 +503,21 @@ def from_options(options, host: str | None) -> Settings:
             **_spike(given, plan["rates"]),
         }
     )
-    if s.trace is not None:
-        _check_trace(s)
+    if settings.trace is not None:
+        _check_trace(settings)
     if protocol != "http" and (
-        s.voices or s.tts_form or any(voices_mod.owns_voice(t) for t in s.texts + (s.trace.texts if s.trace else ()))
+        settings.voices
+        or settings.tts_form
+        or any(
+            voices_mod.owns_voice(text) for text in settings.texts + (settings.trace.texts if settings.trace else ())
+        )
     ):
         raise SettingsError(
             f"--tts-protocol {protocol} sends the one voice of --tts-voice: --voices, "
             f"--tts-form and voices named in the corpus or the trace are for HTTP requests"
         )
-    _check_asks(s)
-    return s
+    _check_asks(settings)
+    return settings
 
 
 def _request(given: RunOptions, protocol: str, grpc: dict) -> dict:
@@ -527,8 +535,8 @@ def _request(given: RunOptions, protocol: str, grpc: dict) -> dict:
     form = given.tts_form.strip()
     try:
         texts = corpus.load(str(given.texts) or None)
-    except corpus.CorpusError as e:
-        raise SettingsError(f"--texts: {e}") from None
+    except corpus.CorpusError as error:
+        raise SettingsError(f"--texts: {error}") from None
     voice = given.tts_voice
     if protocol != "http" and voice == DEFAULTS["tts_voice"]:
         voice = ""  # OpenAI's voice: a session sends one only when it is named
@@ -645,10 +653,10 @@ def _voice_options(given: RunOptions, plan: dict, steps_given: bool) -> dict:
     try:
         voices = voices_mod.parse_voices(str(given.voices))
         voices_mod.parse_mix(given.voice_mix)
-    except voices_mod.VoiceError as e:
-        raise SettingsError(str(e)) from None
+    except voices_mod.VoiceError as error:
+        raise SettingsError(str(error)) from None
     voice_steps = _voice_steps(given, voices, plan["steps"], plan["rates"], steps_given)
-    if given.voice_upload and not any(v.ref_audio is not None for v in voices):
+    if given.voice_upload and not any(voice.ref_audio is not None for voice in voices):
         raise SettingsError(
             "--voice-upload registers the reference clips of --voices: give it a .jsonl file "
             "whose voices have ref_audio"
@@ -666,8 +674,8 @@ def _telemetry(given: RunOptions) -> dict:
     series mean (--server-role, --server-stage-label)."""
     try:
         parse_roles(list(given.server_role))
-    except ValueError as e:
-        raise SettingsError(str(e)) from None
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     stage_label = (given.server_stage_label or "").strip() or None
     if stage_label is not None and not LABEL_NAME.fullmatch(stage_label):
         raise SettingsError(f"--server-stage-label takes a label name (letters, digits and _), got {stage_label!r}")
@@ -714,8 +722,8 @@ def _reach(given: RunOptions, host: str, protocol: str) -> dict:
             if secure or given.tls_ca
             else None
         )
-    except tls.CredentialError as e:
-        raise SettingsError(str(e)) from None
+    except tls.CredentialError as error:
+        raise SettingsError(str(error)) from None
     if metadata and protocol != "grpc":
         raise SettingsError("--grpc-metadata is for --tts-protocol grpc; HTTP and WebSocket take --header")
     if headers and protocol in ("grpc", "wyoming"):
@@ -741,31 +749,31 @@ def _trace(given: RunOptions, texts, rates: tuple, steps_given: bool):
     try:
         speeds = trace_mod.parse_speeds(raw or "1")
         trace = trace_mod.load(path, tuple(texts))
-    except trace_mod.TraceError as e:
-        raise SettingsError(str(e)) from None
+    except trace_mod.TraceError as error:
+        raise SettingsError(str(error)) from None
     if str(given.refine_to or DEFAULT_REFINE_TO).strip() != DEFAULT_REFINE_TO:
         raise SettingsError(f"--refine-to is for --rates; a trace's speeds are refined to {trace_mod.REFINE_TO:g}x")
     return trace, speeds
 
 
-def _check_trace(s: Settings) -> None:
+def _check_trace(settings: Settings) -> None:
     """What a trace replay cannot be combined with, and a replay too short to settle."""
     for flag, given in (
-        ("--step-requests", s.step_requests),
-        ("--soak", s.soak),
-        ("--voice-steps", s.voice_steps),
-        ("--text-rate", s.text_rate),
+        ("--step-requests", settings.step_requests),
+        ("--soak", settings.soak),
+        ("--voice-steps", settings.voice_steps),
+        ("--text-rate", settings.text_rate),
     ):
         if given:
             raise SettingsError(
                 f"--trace replays each step for --step-time or the whole trace; {flag} does not apply to it"
             )
-    for speed in s.trace_speed or ():
-        span = s.trace.span_s(speed, s.step_time)  # type: ignore[union-attr]  # trace speeds come with a trace
-        if span <= s.settle_time:
+    for speed in settings.trace_speed or ():
+        span = settings.trace.span_s(speed, settings.step_time)  # type: ignore[union-attr]  # trace speeds come with a trace
+        if span <= settings.settle_time:
             raise SettingsError(
                 f"--trace at {speed:g}x lasts {span:.1f} s, no longer than --settle-time "
-                f"({s.settle_time:g} s): nothing of it would be settled; lower that speed or "
+                f"({settings.settle_time:g} s): nothing of it would be settled; lower that speed or "
                 f"--settle-time"
             )
 
@@ -774,8 +782,8 @@ def _probe(given: RunOptions, protocol: str, form: str, rates: tuple) -> dict:
     """--probe-texts: its classes and their texts (the bytes-only class where the body is JSON)."""
     try:
         classes = probe_mod.parse(str(given.probe_texts).strip() or None)
-    except probe_mod.ProbeError as e:
-        raise SettingsError(str(e)) from None
+    except probe_mod.ProbeError as error:
+        raise SettingsError(str(error)) from None
     if classes and rates:
         raise SettingsError(
             "--probe-texts runs at concurrency 1 and the recommended concurrency: use it with --steps, not --rates"
@@ -787,20 +795,20 @@ def _probe(given: RunOptions, protocol: str, form: str, rates: tuple) -> dict:
 def _spike(given: RunOptions, rates: tuple) -> dict:
     """--spike and --spike-at."""
     spec = str(given.spike).strip()
-    at = given.spike_at or 0
+    start_level = given.spike_at or 0
     if not spec:
-        if at:
+        if start_level:
             raise SettingsError("--spike-at is the level of --spike: give --spike FACTORxSECONDS too")
         return {"spike": None, "spike_at": None}
     try:
         factor, seconds = spike_mod.parse(spec)
-    except spike_mod.SpikeError as e:
-        raise SettingsError(str(e)) from None
+    except spike_mod.SpikeError as error:
+        raise SettingsError(str(error)) from None
     if rates:
         raise SettingsError("--spike multiplies a concurrency: use it with --steps, not --rates")
-    if at < 0:
-        raise SettingsError(f"--spike-at must be a concurrency of 1 or more, got {at}")
-    return {"spike": (factor, seconds), "spike_at": at or None}
+    if start_level < 0:
+        raise SettingsError(f"--spike-at must be a concurrency of 1 or more, got {start_level}")
+    return {"spike": (factor, seconds), "spike_at": start_level or None}
 
 
 def _health_path(given: RunOptions, protocol: str) -> str:
@@ -824,8 +832,8 @@ def _capacity(given: RunOptions) -> dict:
             plan_for=capacity_mod.parse_demand(plan).spec if plan else None,
             headroom=capacity_mod.parse_headroom(given.headroom or DEFAULTS["headroom"]),
         )
-    except capacity_mod.CapacityError as e:
-        raise SettingsError(str(e)) from None
+    except capacity_mod.CapacityError as error:
+        raise SettingsError(str(error)) from None
 
 
 def _listening(given: RunOptions) -> dict:
@@ -843,13 +851,13 @@ def _listening(given: RunOptions) -> dict:
         raise SettingsError("--asr-language and --asr-metric tell the ASR judge how to listen: give --asr-model")
     told = [
         flag
-        for flag, on in (
+        for flag, switched_on in (
             ("--asr-listen", given.asr_listen),
             ("--asr-words-only", given.asr_words_only),
             ("--reference-voice", reference),
             ("--asr-device", given.asr_device != "cpu"),
         )
-        if on
+        if switched_on
     ]
     if told and not model:
         later = " (tts-knee judge takes them for a run kept with --asr-keep)" if given.asr_keep else ""
@@ -868,8 +876,8 @@ def _grpc(given: RunOptions) -> dict:
         raise SettingsError("--tts-protocol grpc needs --tts-preset: riva, triton, or a preset file")
     try:
         preset, name = grpc.load_preset(given.tts_preset)
-    except grpc.PresetError as e:
-        raise SettingsError(str(e)) from None
+    except grpc.PresetError as error:
+        raise SettingsError(str(error)) from None
     if given.tts_stream_format:
         raise SettingsError("--tts-stream-format is for HTTP; a gRPC stream is asked for with --tts-stream")
     out: dict[str, Any] = {"preset": preset, "language": given.tts_language or preset.get("language", "")}

@@ -157,7 +157,9 @@ class Option(Generic[T]):
             return tuple(map(str, value)) if isinstance(value, (list, tuple)) else (str(value),)
         text = str(value)
         if self.choices and text not in self.choices:
-            raise ValueError(f"{self.flag} must be one of {', '.join(c for c in self.choices if c)}, got {value!r}")
+            raise ValueError(
+                f"{self.flag} must be one of {', '.join(choice for choice in self.choices if choice)}, got {value!r}"
+            )
         return text
 
     def _number(self, value: object) -> int | float:

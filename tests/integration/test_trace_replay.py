@@ -245,7 +245,7 @@ def test_a_replay_stopped_before_its_last_rows_are_due_counts_them_as_not_sent(t
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(_lines(run_dir / "requests.jsonl")) < 10:
             time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # as a supervisor stops it (Ctrl-C can land inside a request)
         finish(proc, run_dir=run_dir)
     out = (tmp_path / "locust.log").read_text()
     assert proc.returncode == 1, out[-3000:]  # --exit-code-on-error's default: the replay did not send every row
@@ -256,6 +256,7 @@ def test_a_replay_stopped_before_its_last_rows_are_due_counts_them_as_not_sent(t
     assert len(final) == arrivals["sent"]  # each row sent has its record (cut or answered)
     assert f"100 trace rows planned, {arrivals['sent']} sent, 0 dropped at --max-inflight, {stopped} NOT SENT" in out
     assert "run_stopped: the run stopped before it was sent" in out
+    assert "SIGTERM: the run stops now" in out  # stopped in order, not killed by the signal
     text = dashboard(run_dir)
     assert f"100 rows planned, {arrivals['sent']} sent, {len(final)} recorded" in text.stdout
     assert f"{stopped} not sent: {stopped} run_stopped" in text.stdout
