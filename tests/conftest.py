@@ -1,4 +1,6 @@
 import os
+import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,3 +31,13 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every test must run: {reason}"
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses every connection for the test's length: bound, never
+    listening, so no other test's server can take it (a port merely freed for a test's "down"
+    endpoint was taken by a parallel test's server, which answered)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]

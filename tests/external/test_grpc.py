@@ -14,7 +14,7 @@ import sys
 import gevent
 import pytest
 
-from procs import ROOT, free_port, plain_parser, read_jsonl, spawn
+from procs import ROOT, plain_parser, read_jsonl, spawn
 from tts_knee.locustfiles import settings as settings_mod
 from tts_knee.locustfiles.transports import Answered, AudioPiece, Ended, TransportError, transport_for
 
@@ -84,11 +84,11 @@ def test_an_error_mid_stream_keeps_the_audio_that_came(reference):
     assert got["ended"].error == "gRPC INTERNAL: model crashed after 3 audio messages"
 
 
-def test_a_wrong_method_and_an_unreachable_server(reference):
+def test_a_wrong_method_and_an_unreachable_server(reference, refused_port):
     got = exchange(transport_for(settings(reference, "--tts-preset", "riva", "--tts-path", "/tts.Nope/Speak")))
     assert got["answer"].status == "UNIMPLEMENTED"
     assert "is not served there: wrong --tts-preset, or the wrong port?" in got["ended"].error
-    t = transport_for(settings(f"grpc://127.0.0.1:{free_port()}", "--tts-preset", "riva"))
+    t = transport_for(settings(f"grpc://127.0.0.1:{refused_port}", "--tts-preset", "riva"))
     with pytest.raises(TransportError, match=r"cannot connect to 127.0.0.1:\d+ \(ECONNREFUSED.*UNAVAILABLE"):
         exchange(t)
 

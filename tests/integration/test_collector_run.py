@@ -66,8 +66,8 @@ def test_a_collector_killed_and_restarted_mid_run_leaves_a_gap(tmp_path, sim):
     assert {r["concurrency"] for r in records} == {1, 2, 4}  # the load run never noticed
 
 
-def test_an_unreachable_collector_is_one_warning(tmp_path, sim):
-    url = f"http://127.0.0.1:{free_port()}"
+def test_an_unreachable_collector_is_one_warning(tmp_path, sim, refused_port):
+    url = f"http://127.0.0.1:{refused_port}"
     run = start_locust(tmp_path, sim, "--collector", url, "--step-time", "2")
     out, _ = run.communicate(timeout=60)
     assert run.returncode == 0, out
@@ -77,8 +77,8 @@ def test_an_unreachable_collector_is_one_warning(tmp_path, sim):
     assert read_jsonl(tmp_path / "run" / "requests.jsonl")
 
 
-def test_require_collectors_ends_the_run(tmp_path, sim):
-    url = f"http://127.0.0.1:{free_port()}"
+def test_require_collectors_ends_the_run(tmp_path, sim, refused_port):
+    url = f"http://127.0.0.1:{refused_port}"
     run = start_locust(tmp_path, sim, "--collector", url, "--require-collectors")
     out, _ = run.communicate(timeout=60)
     assert run.returncode == 2, out

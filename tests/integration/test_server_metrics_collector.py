@@ -312,12 +312,10 @@ def _samples(url: str) -> list[dict]:
     return get_json(f"{url}/samples?since=0")["samples"]
 
 
-def test_collector_process_scrape_and_dcgm(page):
+def test_collector_process_scrape_and_dcgm(page, refused_port):
     srv = page(fixture("vllm_metrics.txt"))
     dcgm = page(fixture("dcgm_two_gpus.txt"))
-    down = page("")
-    down_url = down.url
-    down.close()
+    down_url = f"http://127.0.0.1:{refused_port}/metrics"
     args = [
         "tts_knee.collectors",
         "--port",

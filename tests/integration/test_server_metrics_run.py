@@ -201,15 +201,14 @@ def test_without_gpu_or_cpu_the_queue_still_tells_server_queueing_from_client_st
     assert "not waiting in the server's queue" in d["evidence"][0]
 
 
-def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog):
+def test_master_scrape_gap_is_null_metrics_and_one_warning(tmp_path, caplog, refused_port):
     import logging
 
     import gevent
 
-    from procs import free_port
     from tts_knee.collectors.puller import CollectorPuller
 
-    down = f"http://127.0.0.1:{free_port()}/metrics"
+    down = f"http://127.0.0.1:{refused_port}/metrics"
     out = tmp_path / "resources.jsonl"
     with spawn(["tts_knee.testbed.sim", "--port", "0"]) as sim:
         puller = CollectorPuller(
