@@ -153,6 +153,14 @@ def test_a_streamed_sweep_against_wyoming_piper(tmp_path, wyoming_piper):
         assert sp["judged"] >= 3 and sp["wer_mean"] <= 0.2, sp
         assert by_c[c]["leading_silence_ms"]["p95"] < 300 and by_c[c]["silent_rate"] == 0
     assert summary["knee"]["methods"]["speech"] is None and not summary["knee"]["speech_first"]
+    # a real server's streams: the pre-roll each needed, and the peers' figures by their definitions
+    assert all(r["preroll_ms"] >= 0 and r["stall_max_ms"] >= 0 for r in records)
+    for c in (1, 2, 4):
+        step = by_c[c]
+        assert step["smooth_start_ms"]["p50"] >= step["ttfa_ms"]["p50"], step  # TTFA + a pre-roll >= 0
+        assert step["preroll_ms"]["p95"] >= step["preroll_ms"]["p50"] >= 0, step["preroll_ms"]
+        assert 0 <= step["c50"] <= step["c100"] <= step["c200"] <= 1, step
+        assert 0 <= step["continuity_ok_rate"] <= 1 and step["audio_rtf"]["p50"] > 0, step
 
 
 def test_a_server_without_streamed_synthesis_is_named_before_any_step(tmp_path, wyoming_piper_whole_texts):
