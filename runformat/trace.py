@@ -65,6 +65,8 @@ def read(path: Path) -> list[Row]:
         raise TraceError(f"{path} does not exist") from None
     except UnicodeDecodeError:
         raise TraceError(f"{path} is not UTF-8 text") from None
+    except ValueError:  # no file can have the name
+        raise TraceError(f"{str(path)!r} cannot be a file's name (it holds a NUL byte)") from None
     except OSError as error:
         raise TraceError(f"{path} cannot be read ({error.strerror})") from None
     items = _csv(path, raw) if path.suffix.lower() == ".csv" else _jsonl(path, raw)

@@ -109,6 +109,8 @@ def load(path: str | Path | None = None) -> list[Text]:
         raise CorpusError(f"corpus file {path} does not exist") from None
     except UnicodeDecodeError as error:
         raise CorpusError(f"corpus file {path} is not UTF-8 text (byte {error.start})") from None
+    except ValueError:  # no file can have the name
+        raise CorpusError(f"corpus file {str(path)!r} cannot be a file's name (it holds a NUL byte)") from None
     except OSError as error:
         raise CorpusError(f"cannot read corpus file {path}: {error.strerror}") from None
     texts = _load_jsonl(path, raw) if path.suffix == ".jsonl" else _load_txt(path, raw)

@@ -59,6 +59,8 @@ def parse_voices(raw: str) -> tuple[Voice, ...]:
             raise VoiceError(f"--voices file {path} cannot be read: {error.strerror}") from None
         except UnicodeDecodeError:
             raise VoiceError(f"--voices file {path} is not UTF-8 text") from None
+        except ValueError:  # no file can have the name
+            raise VoiceError(f"--voices file {str(path)!r} cannot be a file's name (it holds a NUL byte)") from None
         voices = (
             _jsonl(path, text)
             if path.suffix == ".jsonl"

@@ -302,6 +302,8 @@ SPECIAL = st.sampled_from(
         "429,conn",
         "conn,999",
         "@/nonexistent",
+        "\x00",  # no file can have the name
+        "@\x00",
         '{"text": "{text}"}',
         "{text}",
         "http://127.0.0.1:9300",
@@ -342,6 +344,9 @@ HOSTS = (
 
 @settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPTIONS, max_size=4), HOSTS)
+@example([("trace", "\x00")], "http://127.0.0.1:8300")  # a name no file can have: found by this test
+@example([("texts", "\x00")], "http://127.0.0.1:8300")
+@example([("voices", "@\x00")], "http://127.0.0.1:8300")
 def test_from_options_is_total(changes, host):
     options = SimpleNamespace(**{**DEFAULTS, **dict(changes)})
     try:
