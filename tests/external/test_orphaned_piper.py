@@ -140,6 +140,13 @@ def test_cpu_seconds_per_hang_up_agree_with_a_hand_measurement(tmp_path):
     hung = s["hangups"]
     assert hung["timed_out"] == len(longs), hung
     work = hung["orphaned_work_s"]
+    if work is None and hung["note"].startswith("the server host's CPU was saturated"):
+        # the product's answer on a host other work holds (CI shared with another suite): its
+        # refusal is right only if the cores were busy with what was not piper's
+        others = _others_cores(run / "resources.jsonl")
+        print(f"not fitted: {hung['note']}; other work held {others:.2f} cores")
+        assert others >= 0.5, hung["note"]
+        return
     assert work is not None, (hung["note"], len(longs), len(recs))
     print(
         f"hand {hand:.3f} CPU-s; fitted {work['per_hangup_s']:.3f} ± {work['uncertainty_s']:.3f} over "
@@ -148,3 +155,15 @@ def test_cpu_seconds_per_hang_up_agree_with_a_hand_measurement(tmp_path):
     assert work["per_hangup_s"] == pytest.approx(hand, rel=0.25)
     assert work["uncertainty_s"] < 0.5 * work["per_hangup_s"]
     assert "CPU-s per hang-up" in out.stdout and "Requests the client gave up on" in out.stdout
+
+
+def _others_cores(resources) -> float:
+    """The cores the server host spent on what was not piper, the median over the collector's
+    samples (host CPU is a share of all cores, the process's a share of one)."""
+    server = [json.loads(line) for line in resources.read_text().splitlines()]
+    others = [
+        sample["cpu_percent"] / 100 * psutil.cpu_count() - sample["proc"]["cpu_percent"] / 100
+        for sample in server
+        if sample.get("role") == "server" and sample.get("proc") and sample.get("cpu_percent") is not None
+    ]
+    return statistics.median(others)
