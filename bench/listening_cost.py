@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -134,11 +135,15 @@ def judge_at(rev: str) -> ModuleType:
             if shown.returncode:
                 raise SystemExit(f"--before {rev}: git has no audio/{name}.py there ({shown.stderr.strip()})")
             (Path(folder) / "judge_before" / f"{name}.py").write_text(shown.stdout)
-        sys.path.insert(0, folder)
-        try:
-            return importlib.import_module("judge_before.judge")
-        finally:
-            sys.path.remove(folder)
+        package_init = Path(folder) / "judge_before" / "__init__.py"
+        spec = importlib.util.spec_from_file_location(
+            "judge_before", package_init, submodule_search_locations=[str(package_init.parent)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["judge_before"] = package
+        spec.loader.exec_module(package)
+        return importlib.import_module("judge_before.judge")
 
 
 def _parts(before: Listener, after: Listener, batch: list[tuple[dict[str, Any], bytes]]) -> dict[str, float]:
