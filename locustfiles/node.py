@@ -300,8 +300,8 @@ class Run:
             tally = self.arrivals[step] = StepArrivals()
         return tally
 
-    def arrivals_settled_here(self, step: int) -> None:
-        """This node's arrivals for ``step`` are all sent, dropped or given up: a worker says so
+    def arrivals_settled_here(self) -> None:
+        """This node has settled a step's arrivals (all sent, dropped or given up): a worker says so
         now rather than with its next batch, as the master may be waiting to end the step."""
         if self.shipper is not None:
             self.shipper.ship()

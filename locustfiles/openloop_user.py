@@ -143,7 +143,7 @@ class OpenLoopUser(RunUser):
                 left += rest
             tally.planned += left
             if tally.leave():
-                run.arrivals_settled_here(step.step)
+                run.arrivals_settled_here()
         self._hold(step)
 
     def _hold(self, step: Step) -> None:
@@ -217,7 +217,7 @@ class OpenLoopUser(RunUser):
             if left:
                 tally.not_sent[_why_not_sent(run.stopping)] += left
             if tally.leave():
-                run.arrivals_settled_here(step.step)
+                run.arrivals_settled_here()
         self._hold(step)
 
     def _conversation(
@@ -258,7 +258,7 @@ class OpenLoopUser(RunUser):
                 waited = turn > 0 and due_m <= mono() and (answered_at is None or answered_at > due_m)
                 tally.not_sent[TURN_UNANSWERED if waited else _why_not_sent(run.stopping)] += 1
             if tally.leave():
-                run.arrivals_settled_here(step.step)
+                run.arrivals_settled_here()
 
 
 def _why_not_sent(stopping: bool) -> str:
